@@ -1,0 +1,24 @@
+#!/usr/bin/env bun
+/**
+ * The `bb` entry point: dispatches to one role and nothing else.
+ *
+ * Each role's module is imported lazily, so entering one role never loads
+ * (or initialises) another role's state or credentials (ARCHITECTURE.md,
+ * "One binary, four roles").
+ */
+import { defineCommand, runMain } from "citty";
+
+const main = defineCommand({
+  meta: { name: "bb", version: "0.1.0", description: "Beachball: disposable microVMs on your own hosts" },
+  subCommands: {
+    scheduler: () => import("../src/cli/schedulerCommand.ts").then((m) => m.schedulerCommand),
+    agent: () => import("../src/cli/agentCommand.ts").then((m) => m.agentCommand),
+    allocation: () => import("../src/cli/allocationCommand.ts").then((m) => m.allocationCommand),
+    host: () => import("../src/cli/hostCommand.ts").then((m) => m.hostCommand),
+    image: () => import("../src/cli/imageCommand.ts").then((m) => m.imageCommand),
+    guest: () => import("../src/guest/command.ts").then((m) => m.guestCommand),
+    dev: () => import("../src/cli/devCommand.ts").then((m) => m.devCommand),
+  },
+});
+
+await runMain(main);

@@ -1,0 +1,71 @@
+/**
+ * The VMM driver port: everything the agent needs from a virtual machine
+ * monitor, so the reconcile code never knows whether QEMU `microvm` or
+ * Firecracker boots the guest.
+ *
+ * Implements the spec's "From command to microVM" (Start, Stop, adoption).
+ * Must never: choose paths from client text (all paths come from the agent's
+ * digest-named allocation directory).
+ */
+
+/** What the driver needs to boot one placement's VM. All paths are absolute. */
+export interface VmSpec {
+  /** Instance ID: the allocation directory name `bb-<digest>`; also appears in the VMM command line. */
+  instanceId: string;
+  /** The placement's allocation directory. */
+  dir: string;
+  /** vCPUs = ceil(cpuMillis / 1000) (spec "Prepare"). */
+  vcpus: number;
+  /** Guest memory in MiB. */
+  memoryMiB: number;
+  /** Uncompressed kernel (ELF with PVH entry for QEMU microvm). */
+  kernelPath: string;
+  /** Initramfs, if the image has one. */
+  initrdPath?: string;
+  /** The placement's private, writable root disk (ext4). */
+  rootDiskPath: string;
+  /** Network namespace the VMM runs in; the TAP lives there. */
+  netns: string;
+  /** TAP device name inside `netns`. */
+  tapName: string;
+  /** Extra kernel arguments (identity, network); the driver adds console and panic settings. */
+  kernelArgs: string[];
+  /** Serial console capture file. */
+  consoleLogPath: string;
+  /** Unix socket path of the host–guest control channel. */
+  controlSocketPath: string;
+}
+
+/** Identity of a running VMM process, persisted so a restarted agent can adopt it. */
+export interface VmHandle {
+  instanceId: string;
+  pid: number;
+  /** Process start time in clock ticks since boot (/proc/PID/stat field 22). */
+  startTime: number;
+}
+
+/** A connected control channel to the guest: NDJSON lines both ways. */
+export interface GuestChannel {
+  /** Writes one message line. */
+  send(line: string): void;
+  /** Registers the handler for incoming chunks of text. */
+  onData(handler: (chunk: string) => void): void;
+  /** Registers the handler called once when the stream closes. */
+  onClose(handler: () => void): void;
+  /** Closes the stream. */
+  close(): void;
+}
+
+/** The driver interface; the QEMU and Firecracker drivers implement it. */
+export interface VmmDriver {
+  /** Short driver name, e.g. `qemu-microvm`. */
+  readonly name: string;
+  /** Starts the VMM detached from the agent (it survives an agent restart). Throws on failure to launch. */
+  start(spec: VmSpec): Promise<VmHandle>;
+  /** True only if the PID is alive with the same start time and the instance ID in its command line. */
+  isAlive(handle: VmHandle): Promise<boolean>;
+  /** SIGTERM to the verified process, SIGKILL after `graceMs`; resolves once it is gone. */
+  stop(handle: VmHandle, graceMs: number): Promise<void>;
+  /** Connects to the guest control channel (retrying until `timeoutMs`). */
+  connectControl(spec: Pick<VmSpec, "controlSocketPath">, timeoutMs: number): Promise<GuestChannel>;
+}
