@@ -1,0 +1,68 @@
+/**
+ * The allocation state machine (spec "States", "The reconciliation loop",
+ * "Replacement"). Pure: the Allocation object applies these rules.
+ * Must never: allow a transition out of a terminal state, or mark an
+ * allocation released before absence of its placement was observed.
+ */
+import type { AllocationState } from "../protocol/api.ts";
+
+/** States with no further transition. */
+export const TERMINAL_STATES: ReadonlySet<AllocationState> = new Set(["released", "failed"]);
+
+/** Allowed transitions; anything else is a bug the object refuses. */
+const ALLOWED: Record<AllocationState, readonly AllocationState[]> = {
+  pending: ["reserving", "released", "failed"],
+  reserving: ["pending", "provisioning", "releasing", "released", "failed"],
+  provisioning: ["ready", "releasing", "pending"],
+  ready: ["releasing", "paused", "suspending"],
+  paused: ["ready", "releasing"],
+  suspending: ["suspended", "releasing"],
+  suspended: ["pending", "releasing"],
+  releasing: ["released", "failed", "pending"],
+  released: [],
+  failed: [],
+};
+
+/** True if `from → to` is an allowed transition. */
+export function canTransition(from: AllocationState, to: AllocationState): boolean {
+  return ALLOWED[from].includes(to);
+}
+
+/** Timeouts the reconciler enforces (spec "Timeouts": policy values with these defaults). */
+export interface TimeoutPolicy {
+  /** From reservation to guest readiness, ms. On expiry: GUEST_BOOT_TIMEOUT. */
+  provisioningTimeoutMs: number;
+  /** Longest an allocation may stay pending for lack of capacity, ms. On expiry: NO_CAPACITY. */
+  pendingTimeoutMs: number;
+  /** Default lifetime of an allocation when the request names none, ms. */
+  defaultTtlMs: number;
+  /** Execution lease length, ms; renewed by agent heartbeats. */
+  leaseMs: number;
+  /** Most automatic replacements before readiness. */
+  maxAttempts: number;
+}
+
+/** Default timeout policy. */
+export const DEFAULT_TIMEOUTS: TimeoutPolicy = {
+  provisioningTimeoutMs: 5 * 60_000,
+  pendingTimeoutMs: 10 * 60_000,
+  defaultTtlMs: 60 * 60_000,
+  leaseMs: 120_000,
+  maxAttempts: 3,
+};
+
+/** Longest an alarm is scheduled out, ms (spec "The reconciliation loop"). */
+export const MAX_ALARM_DELAY_MS = 60_000;
+
+/** Backoff before asking the directory again after no host accepted, ms (capped exponential). */
+export function noCapacityBackoffMs(roundsWithoutCapacity: number): number {
+  return Math.min(30_000, 500 * 2 ** Math.min(roundsWithoutCapacity, 6));
+}
+
+/**
+ * Whether a failed attempt may be replaced automatically: only if the guest
+ * never reported readiness and no bootstrap payload was consumed (spec "Replacement").
+ */
+export function mayReplaceAutomatically(a: { guestReady: boolean; payloadConsumed: boolean; attempts: number }, policy: TimeoutPolicy): boolean {
+  return !a.guestReady && !a.payloadConsumed && a.attempts < policy.maxAttempts;
+}

@@ -1,0 +1,59 @@
+/**
+ * Capacity arithmetic (spec "Capacity accounting", "Reservation").
+ *
+ * Pure. allocatable = registered − operator reserve; used = the sum over
+ * capacity-consuming placements (reserved, preparing, running, stopping,
+ * cleanup_pending). Must never: let a request that does not fit pass.
+ */
+
+/** A resource vector: CPU millicores, memory MiB, ephemeral disk MiB, placement slots. */
+export interface Resources {
+  cpuMillis: number;
+  memoryMiB: number;
+  ephemeralDiskMiB: number;
+  slots: number;
+}
+
+/** Host-side placement states (the Host object's own view). */
+export type HostPlacementState = "reserved" | "preparing" | "running" | "stopping" | "cleanup_pending" | "absent";
+
+/** States whose placements consume capacity (spec "Reservation"). */
+export const CAPACITY_CONSUMING: ReadonlySet<HostPlacementState> = new Set([
+  "reserved",
+  "preparing",
+  "running",
+  "stopping",
+  "cleanup_pending",
+]);
+
+/** The zero vector. */
+export const ZERO: Resources = { cpuMillis: 0, memoryMiB: 0, ephemeralDiskMiB: 0, slots: 0 };
+
+/** a + b, component-wise. */
+export function add(a: Resources, b: Resources): Resources {
+  return { cpuMillis: a.cpuMillis + b.cpuMillis, memoryMiB: a.memoryMiB + b.memoryMiB, ephemeralDiskMiB: a.ephemeralDiskMiB + b.ephemeralDiskMiB, slots: a.slots + b.slots };
+}
+
+/** a − b, component-wise (may go negative; callers compare with `fits`). */
+export function sub(a: Resources, b: Resources): Resources {
+  return { cpuMillis: a.cpuMillis - b.cpuMillis, memoryMiB: a.memoryMiB - b.memoryMiB, ephemeralDiskMiB: a.ephemeralDiskMiB - b.ephemeralDiskMiB, slots: a.slots - b.slots };
+}
+
+/** Why a request does not fit, as the Host object's stable rejection code, or null if it fits. */
+export type FitRejection = "INSUFFICIENT_CPU" | "INSUFFICIENT_MEMORY" | "INSUFFICIENT_DISK" | "PLACEMENT_LIMIT_REACHED";
+
+/** Checks `request` against `free`; returns the first failing dimension's code or null. */
+export function fits(free: Resources, request: Resources): FitRejection | null {
+  if (request.slots > free.slots) return "PLACEMENT_LIMIT_REACHED";
+  if (request.cpuMillis > free.cpuMillis) return "INSUFFICIENT_CPU";
+  if (request.memoryMiB > free.memoryMiB) return "INSUFFICIENT_MEMORY";
+  if (request.ephemeralDiskMiB > free.ephemeralDiskMiB) return "INSUFFICIENT_DISK";
+  return null;
+}
+
+/** Sum of the resources of the capacity-consuming placements. */
+export function used(placements: Iterable<{ state: HostPlacementState; resources: Resources }>): Resources {
+  let total = ZERO;
+  for (const p of placements) if (CAPACITY_CONSUMING.has(p.state)) total = add(total, p.resources);
+  return total;
+}

@@ -1,0 +1,39 @@
+/**
+ * Deterministic identifiers (spec "Worker and Durable Objects", "Messages").
+ * Pure. The allocation ID is a digest of identity + clientRequestId, so two
+ * identical requests from one client reach the same object.
+ */
+import { sha256 } from "@noble/hashes/sha2.js";
+import { utf8ToBytes, bytesToHex } from "@noble/hashes/utils.js";
+
+/** `alloc_` + the first 128 bits of SHA-256(identity NUL clientRequestId), hex. */
+export function allocationIdFor(identity: string, clientRequestId: string): string {
+  return `alloc_${bytesToHex(sha256(utf8ToBytes(`${identity}\u0000${clientRequestId}`))).slice(0, 32)}`;
+}
+
+/** Deterministic command ID: `{placement}:{present|running|absent}:{generation}`. */
+export function commandIdFor(placementId: string, type: "ensure_present" | "ensure_running" | "ensure_absent", generation: number): string {
+  return `${placementId}:${type.slice("ensure_".length)}:${generation}`;
+}
+
+/** Reservation idempotency key: `reserve:{allocation}:{generation}:{host}` (spec "Reservation"). */
+export function reservationKey(allocationId: string, generation: number, hostId: string): string {
+  return `reserve:${allocationId}:${generation}:${hostId}`;
+}
+
+/** Hex SHA-256 of a UTF-8 string, prefixed `sha256:`. */
+export function digestOf(text: string): string {
+  return `sha256:${bytesToHex(sha256(utf8ToBytes(text)))}`;
+}
+
+/** Canonical JSON: object keys sorted recursively, no whitespace. Used for body digests. */
+export function canonicalJson(v: unknown): string {
+  if (v === null || typeof v !== "object") return JSON.stringify(v);
+  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(",")}]`;
+  const o = v as Record<string, unknown>;
+  return `{${Object.keys(o)
+    .filter((k) => o[k] !== undefined)
+    .sort()
+    .map((k) => `${JSON.stringify(k)}:${canonicalJson(o[k])}`)
+    .join(",")}}`;
+}

@@ -1,0 +1,79 @@
+/**
+ * Candidate selection (spec "Placement: choosing a host"): filter the
+ * directory's advertisements, then sort by the five keys in order. Pure.
+ * The Host object rechecks everything; this only picks whom to ask first.
+ */
+import { sha256 } from "@noble/hashes/sha2.js";
+import { utf8ToBytes, bytesToHex } from "@noble/hashes/utils.js";
+import { healthFromHeartbeat } from "./health.ts";
+import { fits, sub, type Resources } from "./capacity.ts";
+
+/** A host's compact advertisement in the directory. */
+export interface Advertisement {
+  hostId: string;
+  /** Monotonic revision; an older one never overwrites a newer one. */
+  revision: number;
+  adminState: "active" | "draining" | "disabled";
+  heartbeatAtMs: number | null;
+  region: string;
+  architecture: string;
+  labels: Record<string, string>;
+  agentProtocolVersion: string;
+  isolationHealthy: boolean;
+  /** Free capacity hint (allocatable − used at publish time). */
+  free: Resources;
+  cachedImages: string[];
+}
+
+/** What the allocation asks for. */
+export interface PlacementRequest {
+  allocationId: string;
+  resources: Resources;
+  imageDigest: string;
+  architecture: string;
+  regions: string[] | null;
+  requiredLabels: Record<string, string>;
+  agentProtocolVersion: string;
+  /** Hosts to skip (already tried this round). */
+  exclude: ReadonlySet<string>;
+}
+
+/** True if a newer advertisement `next` may replace `prev`. */
+export function supersedes(prev: Advertisement | undefined, next: Advertisement): boolean {
+  return prev === undefined || next.revision > prev.revision;
+}
+
+/** Why a host was filtered out, or null if it passes every check. */
+export function filterReason(ad: Advertisement, req: PlacementRequest, nowMs: number): string | null {
+  if (req.exclude.has(ad.hostId)) return "ALREADY_TRIED";
+  if (ad.adminState !== "active") return "HOST_NOT_ACTIVE";
+  if (healthFromHeartbeat(ad.heartbeatAtMs, nowMs) !== "healthy") return "HOST_NOT_HEALTHY";
+  if (ad.architecture !== req.architecture) return "ARCHITECTURE_MISMATCH";
+  if (req.regions && !req.regions.includes(ad.region)) return "REGION_NOT_ALLOWED";
+  for (const [k, v] of Object.entries(req.requiredLabels)) if (ad.labels[k] !== v) return "LABEL_MISSING";
+  if (ad.agentProtocolVersion.split(".")[0] !== req.agentProtocolVersion.split(".")[0]) return "PROTOCOL_INCOMPATIBLE";
+  if (!ad.isolationHealthy) return "ISOLATION_UNHEALTHY";
+  const misfit = fits(ad.free, req.resources);
+  if (misfit) return misfit;
+  return null;
+}
+
+/** Stable tie-breaker: first 8 bytes of SHA-256(allocationId + hostId) as a hex string. */
+export function tieBreak(allocationId: string, hostId: string): string {
+  return bytesToHex(sha256(utf8ToBytes(`${allocationId}\u0000${hostId}`))).slice(0, 16);
+}
+
+/**
+ * Filters and orders candidates: image cached first, freshest heartbeat,
+ * least memory left, least CPU left, then the stable hash.
+ */
+export function rankCandidates(ads: Iterable<Advertisement>, req: PlacementRequest, nowMs: number): Advertisement[] {
+  const keyed = [];
+  for (const ad of ads) {
+    if (filterReason(ad, req, nowMs) !== null) continue;
+    const left = sub(ad.free, req.resources);
+    keyed.push({ ad, cached: ad.cachedImages.includes(req.imageDigest) ? 0 : 1, hb: -(ad.heartbeatAtMs ?? 0), mem: left.memoryMiB, cpu: left.cpuMillis, tie: tieBreak(req.allocationId, ad.hostId) });
+  }
+  keyed.sort((a, b) => a.cached - b.cached || a.hb - b.hb || a.mem - b.mem || a.cpu - b.cpu || (a.tie < b.tie ? -1 : a.tie > b.tie ? 1 : 0));
+  return keyed.map((k) => k.ad);
+}

@@ -1,0 +1,139 @@
+/**
+ * The deployment manifest (spec "Authentication and identity", "Admission
+ * and limits"): principals by token digest, workload classes, limits, region.
+ *
+ * Owns: the schema (unknown fields rejected), loading, and the development
+ * manifest `serve` writes when none is given. Must never: store a raw token
+ * (only SHA-256 digests) or log one.
+ */
+import { Type, type Static } from "@sinclair/typebox";
+import { Value } from "@sinclair/typebox/value";
+import { createHash, randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, writeFileSync, renameSync, chmodSync } from "node:fs";
+import { join } from "node:path";
+
+const Digest = Type.String({ pattern: "^[0-9a-f]{64}$" });
+
+/** A workload class: the resources and image one allocation of it gets. */
+export const WorkloadClass = Type.Object(
+  {
+    cpuMillis: Type.Integer({ minimum: 100, maximum: 64_000 }),
+    memoryMiB: Type.Integer({ minimum: 64, maximum: 256 * 1024 }),
+    ephemeralDiskMiB: Type.Integer({ minimum: 64, maximum: 1024 * 1024 }),
+    imageDigest: Type.String({ pattern: "^sha256:[0-9a-f]{64}$" }),
+    maxTtlSeconds: Type.Optional(Type.Integer({ minimum: 10 })),
+  },
+  { additionalProperties: false },
+);
+/** A workload class. */
+export type WorkloadClass = Static<typeof WorkloadClass>;
+
+/** The manifest schema. */
+export const DeploymentManifest = Type.Object(
+  {
+    version: Type.Literal(1),
+    region: Type.String({ minLength: 1, maxLength: 64 }),
+    principals: Type.Array(
+      Type.Object(
+        {
+          id: Type.String({ minLength: 1, maxLength: 64, pattern: "^[a-z0-9:._-]+$" }),
+          role: Type.Union([Type.Literal("controller"), Type.Literal("operator")]),
+          tokenSha256: Digest,
+        },
+        { additionalProperties: false },
+      ),
+      { maxItems: 1024 },
+    ),
+    workloadClasses: Type.Record(Type.String({ pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$" }), WorkloadClass),
+    limits: Type.Object(
+      {
+        maxConcurrentAllocationsPerController: Type.Integer({ minimum: 1 }),
+        maxRegisteredHosts: Type.Integer({ minimum: 1 }),
+      },
+      { additionalProperties: false },
+    ),
+    hostEnrollment: Type.Object({ autoActivate: Type.Boolean() }, { additionalProperties: false }),
+  },
+  { additionalProperties: false },
+);
+/** The deployment manifest. */
+export type DeploymentManifest = Static<typeof DeploymentManifest>;
+
+/** A principal resolved from a bearer token. */
+export interface Identity {
+  id: string;
+  role: "controller" | "operator";
+}
+
+/** Hex SHA-256 of a token. */
+export function tokenDigest(token: string): string {
+  return createHash("sha256").update(token).digest("hex");
+}
+
+/** Loads and validates a manifest file. Throws an Error naming the first schema violation. */
+export function loadManifest(path: string): DeploymentManifest {
+  const raw = JSON.parse(readFileSync(path, "utf8")) as unknown;
+  if (!Value.Check(DeploymentManifest, raw)) {
+    const first = [...Value.Errors(DeploymentManifest, raw)][0];
+    throw new Error(`invalid manifest ${path}: ${first?.path || "/"} ${first?.message ?? "does not match the schema"}`);
+  }
+  return raw;
+}
+
+/** Resolves a bearer token to an identity by digest comparison, or null. */
+export function identify(manifest: DeploymentManifest, token: string): Identity | null {
+  const d = tokenDigest(token);
+  const p = manifest.principals.find((x) => x.tokenSha256 === d);
+  return p ? { id: p.id, role: p.role } : null;
+}
+
+/** Files the development setup writes: the manifest and a client config holding the raw tokens (mode 0600). */
+export interface DevManifestPaths {
+  manifestPath: string;
+  clientConfigPath: string;
+}
+
+/**
+ * Writes a development manifest with fresh random tokens into `dataDir`
+ * unless one exists, plus `client.json` (mode 0600) with the raw tokens for
+ * the CLI. `imageDigest` is the dev image the default classes boot.
+ */
+export function ensureDevManifest(dataDir: string, imageDigest: string, schedulerUrl: string): DevManifestPaths {
+  mkdirSync(dataDir, { recursive: true });
+  const manifestPath = join(dataDir, "manifest.json");
+  const clientConfigPath = join(dataDir, "client.json");
+  if (existsSync(manifestPath) && existsSync(clientConfigPath)) {
+    const m = loadManifest(manifestPath);
+    let changed = false;
+    for (const c of Object.values(m.workloadClasses)) if (c.imageDigest !== imageDigest) ((c.imageDigest = imageDigest), (changed = true));
+    if (changed) writeAtomic(manifestPath, JSON.stringify(m, null, 2), 0o600);
+    return { manifestPath, clientConfigPath };
+  }
+  const controllerToken = `bbt_${randomBytes(24).toString("hex")}`;
+  const operatorToken = `bbo_${randomBytes(24).toString("hex")}`;
+  const manifest: DeploymentManifest = {
+    version: 1,
+    region: "local",
+    principals: [
+      { id: "controller:dev", role: "controller", tokenSha256: tokenDigest(controllerToken) },
+      { id: "operator:dev", role: "operator", tokenSha256: tokenDigest(operatorToken) },
+    ],
+    workloadClasses: {
+      "ci-small": { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest, maxTtlSeconds: 3600 },
+      "ci-medium": { cpuMillis: 2000, memoryMiB: 512, ephemeralDiskMiB: 2048, imageDigest, maxTtlSeconds: 3600 },
+    },
+    limits: { maxConcurrentAllocationsPerController: 16, maxRegisteredHosts: 64 },
+    hostEnrollment: { autoActivate: true },
+  };
+  writeAtomic(manifestPath, JSON.stringify(manifest, null, 2), 0o600);
+  writeAtomic(clientConfigPath, JSON.stringify({ schedulerUrl, token: controllerToken, operatorToken }, null, 2), 0o600);
+  return { manifestPath, clientConfigPath };
+}
+
+/** Writes a file through a temporary name and an atomic rename, with `mode`. */
+export function writeAtomic(path: string, text: string, mode: number): void {
+  const tmp = `${path}.tmp-${process.pid}`;
+  writeFileSync(tmp, text, { mode });
+  chmodSync(tmp, mode);
+  renameSync(tmp, path);
+}

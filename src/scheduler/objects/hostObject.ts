@@ -1,0 +1,423 @@
+/**
+ * The Host object: the only authority that admits work against a host's
+ * capacity (spec "Design principles", "Reservation", "The agent protocol").
+ *
+ * Owns: the host row (admin state, credential digest, session epoch,
+ * heartbeat), its placements, the agent command queue and consumed-delivery
+ * digests. Reservation rechecks every hard constraint and inserts placement,
+ * first lease and ensure_present in one transaction. Capacity is released
+ * only when the agent reports the placement absent.
+ * Must never: call an Allocation object (observations go out by `post`),
+ * store a bootstrap payload, or accept a message from an older epoch.
+ */
+import { and, eq, inArray, ne } from "drizzle-orm";
+import { AuthorityObject } from "../runtime/objectRuntime.ts";
+import { BeachballError } from "../../protocol/errors.ts";
+import { commandIdFor } from "../../domain/identifiers.ts";
+import { fits, sub, used, type HostPlacementState, type Resources } from "../../domain/capacity.ts";
+import { healthFromHeartbeat, type HostHealth } from "../../domain/health.ts";
+import type { Advertisement } from "../../domain/placement.ts";
+import type { Capacity } from "../../protocol/api.ts";
+import { MAX_COMMANDS_PER_POLL, type AgentCommand, type Envelope, type PlacementSpec, type PollResponse, type PlacementUpdate } from "../../protocol/agent.ts";
+import type { SchedulerServices } from "../services.ts";
+import { HOST_DDL, commandTable, deliveryTable, hostTable, placementTable } from "./hostSchema.ts";
+
+/** Longest interval between advertisements, ms (spec: at least every 30 s). */
+export const AD_REFRESH_MS = 10_000;
+
+/** Registration facts from enrollment. */
+export interface HostRegistration {
+  hostId: string;
+  credentialDigest: string;
+  enrollDigest: string;
+  capacity: Capacity;
+  reserve: Capacity;
+  region: string;
+  architecture: string;
+  labels: Record<string, string>;
+  agentProtocolVersion: string;
+  vmmDriver: string;
+  autoActivate: boolean;
+}
+
+/** A reservation request from an Allocation object. */
+export interface ReserveRequest {
+  key: string;
+  allocationId: string;
+  generation: number;
+  placementId: string;
+  spec: PlacementSpec;
+}
+
+/** Reservation outcome. */
+export type ReserveResult = { accepted: true; placementId: string } | { accepted: false; code: string };
+
+/** The operator's view of a host. */
+export interface HostView {
+  hostId: string;
+  adminState: string;
+  health: HostHealth;
+  registered: Resources;
+  allocatable: Resources;
+  free: Resources;
+  placements: { placementId: string; allocationId: string; generation: number; state: string }[];
+  heartbeatAt: string | null;
+  vmmDriver: string;
+}
+
+/** Observation forwarded to the owning Allocation object's inbox. */
+export interface ObservationMessage {
+  hostId: string;
+  placementId: string;
+  generation: number;
+  state: PlacementUpdate["state"];
+  errorCode: string | null;
+  workloadExitCode: number | null;
+  at: string;
+}
+
+const toRes = (c: Capacity): Resources => ({ cpuMillis: c.cpuMillis, memoryMiB: c.memoryMiB, ephemeralDiskMiB: c.ephemeralDiskMiB, slots: c.maxPlacements });
+
+/** See the module header. */
+export class HostObject extends AuthorityObject {
+  static readonly className = "Host";
+  private readonly svc = this.ctx.services as SchedulerServices;
+
+  constructor(ctx: ConstructorParameters<typeof AuthorityObject>[0]) {
+    super(ctx);
+    ctx.sql.exec(HOST_DDL);
+  }
+
+  private row() {
+    return this.ctx.db.select().from(hostTable).get();
+  }
+
+  private mustRow() {
+    const r = this.row();
+    if (!r) throw new BeachballError("NOT_FOUND", "host is not registered");
+    return r;
+  }
+
+  /**
+   * Creates the host on first enrollment (draining, or active with autoActivate).
+   * A repeat with the same enrollment digest returns the existing row's version;
+   * another configuration is ENROLLMENT_CONFLICT.
+   */
+  register(reg: HostRegistration): { created: boolean; adminState: string; credentialVersion: number } {
+    const existing = this.row();
+    if (existing) {
+      if (existing.enrollDigest !== reg.enrollDigest) throw new BeachballError("ENROLLMENT_CONFLICT", "host already enrolled with another configuration");
+      return { created: false, adminState: existing.adminState, credentialVersion: existing.credentialVersion };
+    }
+    const now = this.ctx.clock.now();
+    this.ctx.db
+      .insert(hostTable)
+      .values({
+        hostId: reg.hostId,
+        adminState: reg.autoActivate ? "active" : "draining",
+        credentialDigest: reg.credentialDigest,
+        credentialVersion: 1,
+        enrollDigest: reg.enrollDigest,
+        capacityJson: JSON.stringify(reg.capacity),
+        reserveJson: JSON.stringify(reg.reserve),
+        region: reg.region,
+        architecture: reg.architecture,
+        labelsJson: JSON.stringify(reg.labels),
+        agentProtocolVersion: reg.agentProtocolVersion,
+        vmmDriver: reg.vmmDriver,
+        heartbeatAtMs: null,
+        agentEpoch: "",
+        bootId: "",
+        lastSeq: 0,
+        isolationHealthy: true,
+        adRevision: 0,
+        adPublishedAtMs: 0,
+        registeredAtMs: now,
+      })
+      .run();
+    this.publish(true);
+    return { created: true, adminState: reg.autoActivate ? "active" : "draining", credentialVersion: 1 };
+  }
+
+  /** True once the host was enrolled. */
+  isRegistered(): boolean {
+    return !!this.row();
+  }
+
+  /** True if `credentialDigest` is this host's current credential. */
+  authenticate(credentialDigest: string): boolean {
+    const r = this.row();
+    return !!r && r.adminState !== "disabled" && r.credentialDigest === credentialDigest;
+  }
+
+  private freeCapacity(r: NonNullable<ReturnType<HostObject["row"]>>): Resources {
+    const placements = this.ctx.db.select().from(placementTable).where(ne(placementTable.state, "absent")).all();
+    const allocatable = sub(toRes(JSON.parse(r.capacityJson) as Capacity), toRes(JSON.parse(r.reserveJson) as Capacity));
+    return sub(allocatable, used(placements.map((p) => ({ state: p.state as HostPlacementState, resources: JSON.parse(p.resourcesJson) as Resources }))));
+  }
+
+  /** Reserves capacity for one placement (idempotent by `key`). Rejects with a stable code. */
+  reserve(req: ReserveRequest): ReserveResult {
+    const prior = this.ctx.db.select().from(placementTable).where(eq(placementTable.reservationKey, req.key)).get();
+    if (prior) return { accepted: true, placementId: prior.placementId };
+    const r = this.row();
+    if (!r || r.adminState !== "active") return { accepted: false, code: "HOST_NOT_ACTIVE" };
+    const now = this.ctx.clock.now();
+    if (healthFromHeartbeat(r.heartbeatAtMs, now) !== "healthy") return { accepted: false, code: "HOST_NOT_HEALTHY" };
+    if (!r.isolationHealthy) return { accepted: false, code: "ISOLATION_UNHEALTHY" };
+    const request: Resources = { cpuMillis: req.spec.cpuMillis, memoryMiB: req.spec.memoryMiB, ephemeralDiskMiB: req.spec.ephemeralDiskMiB, slots: 1 };
+    const misfit = fits(this.freeCapacity(r), request);
+    if (misfit) return { accepted: false, code: misfit };
+    this.ctx.sql.transaction(() => {
+      this.ctx.db
+        .insert(placementTable)
+        .values({
+          placementId: req.placementId,
+          allocationId: req.allocationId,
+          generation: req.generation,
+          state: "reserved",
+          resourcesJson: JSON.stringify(request),
+          specJson: JSON.stringify(req.spec),
+          reservationKey: req.key,
+          desired: "present",
+          leaseExpiresAtMs: now + this.svc.timeouts.leaseMs,
+          errorCode: null,
+          createdAtMs: now,
+          updatedAtMs: now,
+        })
+        .run();
+      this.enqueue(req.placementId, "ensure_present", req.generation);
+      this.publish(true);
+    })();
+    this.svc.hostSignals.notify(r.hostId);
+    return { accepted: true, placementId: req.placementId };
+  }
+
+  /** Asks the agent to make the placement absent (idempotent). Returns true once absence was observed. */
+  requestAbsent(placementId: string, generation: number): boolean {
+    const p = this.ctx.db.select().from(placementTable).where(eq(placementTable.placementId, placementId)).get();
+    if (!p || p.generation !== generation) return !p;
+    if (p.state === "absent") return true;
+    if (p.desired !== "absent") {
+      this.ctx.sql.transaction(() => {
+        this.ctx.db.update(placementTable).set({ desired: "absent", updatedAtMs: this.ctx.clock.now() }).where(eq(placementTable.placementId, placementId)).run();
+        this.ctx.db
+          .update(commandTable)
+          .set({ status: "superseded" })
+          .where(and(eq(commandTable.placementId, placementId), eq(commandTable.status, "pending")))
+          .run();
+        this.enqueue(placementId, "ensure_absent", generation);
+      })();
+      this.svc.hostSignals.notify(this.mustRow().hostId);
+    }
+    return false;
+  }
+
+  private enqueue(placementId: string, type: AgentCommand["type"], generation: number): void {
+    this.ctx.db
+      .insert(commandTable)
+      .values({ commandId: commandIdFor(placementId, type, generation), placementId, type, generation, status: "pending", createdAtMs: this.ctx.clock.now() })
+      .onConflictDoNothing()
+      .run();
+  }
+
+  /**
+   * Applies one agent envelope (poll or messages): epoch fencing, heartbeat,
+   * lease renewal, observations, acks. Returns the poll response body.
+   * Throws STALE_AGENT_EPOCH for an older epoch.
+   */
+  handleEnvelope(env: Envelope): PollResponse {
+    const r = this.mustRow();
+    const now = this.ctx.clock.now();
+    let epoch = r.agentEpoch;
+    const newSession = env.agentEpoch === "" && env.type === "poll";
+    if (newSession) {
+      epoch = Buffer.from(this.ctx.random.bytes(16)).toString("hex");
+    } else if (env.agentEpoch !== r.agentEpoch) {
+      throw new BeachballError("STALE_AGENT_EPOCH", "the agent epoch is not the current session", { currentEpochKnown: r.agentEpoch !== "" });
+    }
+    this.ctx.sql.transaction(() => {
+      this.ctx.db
+        .update(hostTable)
+        .set({
+          heartbeatAtMs: now,
+          agentEpoch: epoch,
+          bootId: env.payload.bootId,
+          lastSeq: newSession ? 0 : r.lastSeq,
+          isolationHealthy: env.payload.health?.isolationHealthy ?? r.isolationHealthy,
+        })
+        .run();
+      let lastSeq = newSession ? 0 : r.lastSeq;
+      let material = newSession;
+      for (const u of env.payload.updates) {
+        if (u.seq <= lastSeq) continue;
+        lastSeq = u.seq;
+        if (this.applyUpdate(r.hostId, epoch, u)) material = true;
+      }
+      this.ctx.db.update(hostTable).set({ lastSeq }).run();
+      for (const a of env.payload.acks) {
+        this.ctx.db
+          .update(commandTable)
+          .set({ status: a.result === "rejected" ? "rejected" : "acked" })
+          .where(and(eq(commandTable.commandId, a.commandId), eq(commandTable.status, "pending")))
+          .run();
+      }
+      for (const d of env.payload.deliveryAcks) this.applyDeliveryAck(r.hostId, d);
+      this.ctx.db
+        .update(placementTable)
+        .set({ leaseExpiresAtMs: now + this.svc.timeouts.leaseMs })
+        .where(ne(placementTable.state, "absent"))
+        .run();
+      this.publish(material || now - r.adPublishedAtMs > AD_REFRESH_MS);
+    })();
+    if (newSession) this.svc.deliveries.rearm(r.hostId);
+    return this.work(epoch);
+  }
+
+  /** Applies one observation; returns true when it changed capacity (a material change). */
+  private applyUpdate(hostId: string, epoch: string, u: PlacementUpdate): boolean {
+    const p = this.ctx.db.select().from(placementTable).where(eq(placementTable.placementId, u.placementId)).get();
+    if (!p || p.generation !== u.generation || p.state === "absent") return false;
+    const now = this.ctx.clock.now();
+    let state: HostPlacementState = p.state;
+    if (u.state === "accepted" || u.state === "preparing" || u.state === "prepared") state = "preparing";
+    else if (u.state === "starting" || u.state === "running") state = "running";
+    else if (u.state === "stopping") state = "stopping";
+    else if (u.state === "error") state = "cleanup_pending";
+    else if (u.state === "absent") state = "absent";
+    this.ctx.db
+      .update(placementTable)
+      .set({ state, errorCode: u.errorCode ?? p.errorCode, updatedAtMs: now })
+      .where(eq(placementTable.placementId, p.placementId))
+      .run();
+    if (u.state === "prepared" && p.desired === "present") {
+      this.ctx.db.update(placementTable).set({ desired: "running" }).where(eq(placementTable.placementId, p.placementId)).run();
+      this.enqueue(p.placementId, "ensure_running", p.generation);
+    }
+    if (u.state === "absent") {
+      this.ctx.db
+        .update(commandTable)
+        .set({ status: "superseded" })
+        .where(and(eq(commandTable.placementId, p.placementId), eq(commandTable.status, "pending")))
+        .run();
+    }
+    const msg: ObservationMessage = {
+      hostId,
+      placementId: p.placementId,
+      generation: p.generation,
+      state: u.state,
+      errorCode: u.errorCode ?? null,
+      workloadExitCode: u.workloadExitCode ?? null,
+      at: u.at,
+    };
+    this.ctx.post("Allocation", p.allocationId, { messageId: `obs:${hostId}:${epoch}:${u.seq}`, kind: "observation", body: msg });
+    return state === "absent";
+  }
+
+  private applyDeliveryAck(hostId: string, d: Envelope["payload"]["deliveryAcks"][number]): void {
+    if (d.result === "consumed" && d.digest) {
+      const p = this.ctx.db.select().from(placementTable).where(eq(placementTable.placementId, d.placementId)).get();
+      this.ctx.db
+        .insert(deliveryTable)
+        .values({ deliveryId: d.deliveryId, placementId: d.placementId, generation: d.generation, digest: d.digest, consumedAtMs: this.ctx.clock.now() })
+        .onConflictDoNothing()
+        .run();
+      if (p) this.ctx.post("Allocation", p.allocationId, { messageId: `dlv:${d.deliveryId}`, kind: "delivery_consumed", body: { deliveryId: d.deliveryId, generation: d.generation, digest: d.digest } });
+      this.svc.deliveries.settle(hostId, d.deliveryId, { result: "consumed", digest: d.digest });
+    } else {
+      this.svc.deliveries.settle(hostId, d.deliveryId, { result: d.result === "guest_not_connected" ? "guest_not_connected" : "rejected" });
+    }
+  }
+
+  /** True if the agent has commands or deliveries waiting. */
+  hasWork(): boolean {
+    const r = this.row();
+    if (!r) return false;
+    if (this.svc.deliveries.hasWork(r.hostId)) return true;
+    return !!this.ctx.db.select({ id: commandTable.commandId }).from(commandTable).where(eq(commandTable.status, "pending")).get();
+  }
+
+  /** Pending commands (≤ MAX_COMMANDS_PER_POLL) stamped with `epoch`, deliveries, and leases. */
+  work(epoch: string): PollResponse {
+    const r = this.mustRow();
+    const cmds = this.ctx.db.select().from(commandTable).where(eq(commandTable.status, "pending")).orderBy(commandTable.createdAtMs).limit(MAX_COMMANDS_PER_POLL).all();
+    const ids = [...new Set(cmds.map((c) => c.placementId))];
+    const placements = ids.length ? this.ctx.db.select().from(placementTable).where(inArray(placementTable.placementId, ids)).all() : [];
+    const byId = new Map(placements.map((p) => [p.placementId, p]));
+    const commands: AgentCommand[] = [];
+    for (const c of cmds) {
+      const p = byId.get(c.placementId);
+      if (!p) continue;
+      commands.push({
+        commandId: c.commandId,
+        type: c.type,
+        allocationId: p.allocationId,
+        placementId: p.placementId,
+        generation: c.generation,
+        agentEpoch: epoch,
+        leaseExpiresAt: new Date(p.leaseExpiresAtMs).toISOString(),
+        spec: JSON.parse(p.specJson) as PlacementSpec,
+      });
+    }
+    const leases: Record<string, string> = {};
+    for (const p of this.ctx.db.select().from(placementTable).where(ne(placementTable.state, "absent")).all()) leases[p.placementId] = new Date(p.leaseExpiresAtMs).toISOString();
+    return { agentEpoch: epoch, commands, deliveries: this.svc.deliveries.take(r.hostId), leases };
+  }
+
+  /** Checks that a delivery may go to this placement now; returns an earlier digest for a repeated delivery ID. */
+  checkDelivery(deliveryId: string, placementId: string, generation: number): { earlierDigest: string | null } {
+    const prior = this.ctx.db.select().from(deliveryTable).where(eq(deliveryTable.deliveryId, deliveryId)).get();
+    if (prior) return { earlierDigest: prior.digest };
+    const p = this.ctx.db.select().from(placementTable).where(eq(placementTable.placementId, placementId)).get();
+    if (!p || p.generation !== generation) throw new BeachballError("STALE_GENERATION", "the placement generation is not current");
+    if (p.state !== "running" || p.desired !== "running") throw new BeachballError("GUEST_NOT_CONNECTED", "the guest is not running");
+    return { earlierDigest: null };
+  }
+
+  /** The operator's view with free capacity. */
+  view(): HostView {
+    const r = this.mustRow();
+    const registered = toRes(JSON.parse(r.capacityJson) as Capacity);
+    const allocatable = sub(registered, toRes(JSON.parse(r.reserveJson) as Capacity));
+    const placements = this.ctx.db.select().from(placementTable).where(ne(placementTable.state, "absent")).all();
+    return {
+      hostId: r.hostId,
+      adminState: r.adminState,
+      health: healthFromHeartbeat(r.heartbeatAtMs, this.ctx.clock.now()),
+      registered,
+      allocatable,
+      free: this.freeCapacity(r),
+      placements: placements.map((p) => ({ placementId: p.placementId, allocationId: p.allocationId, generation: p.generation, state: p.state })),
+      heartbeatAt: r.heartbeatAtMs ? new Date(r.heartbeatAtMs).toISOString() : null,
+      vmmDriver: r.vmmDriver,
+    };
+  }
+
+  /** Publishes an advertisement to the directory when `material` (or it is due). */
+  private publish(material: boolean): void {
+    const r = this.row();
+    if (!r || !material) return;
+    const now = this.ctx.clock.now();
+    const revision = r.adRevision + 1;
+    const ad: Advertisement = {
+      hostId: r.hostId,
+      revision,
+      adminState: r.adminState,
+      heartbeatAtMs: r.heartbeatAtMs,
+      region: r.region,
+      architecture: r.architecture,
+      labels: JSON.parse(r.labelsJson) as Record<string, string>,
+      agentProtocolVersion: r.agentProtocolVersion,
+      isolationHealthy: r.isolationHealthy,
+      free: this.freeCapacity(r),
+      cachedImages: [],
+    };
+    this.ctx.db.update(hostTable).set({ adRevision: revision, adPublishedAtMs: now }).run();
+    this.ctx.post("HostDirectory", "global", { messageId: `ad:${r.hostId}:${revision}`, kind: "advertisement", body: ad });
+    this.ctx.setAlarm(now + AD_REFRESH_MS * 3);
+  }
+
+  override alarm(): void {
+    this.ctx.sql.transaction(() => this.publish(true))();
+  }
+}

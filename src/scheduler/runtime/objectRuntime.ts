@@ -1,0 +1,309 @@
+/**
+ * The authority-object runtime: hosts named object instances the way a
+ * Durable Object platform does (ARCHITECTURE.md, "The scheduler: authority
+ * objects").
+ *
+ * Owns: one SQLite database per (class, name) under the data directory, a
+ * serial mailbox per instance, one alarm per instance (persisted in a
+ * registry so a restart re-arms every alarm without opening every database),
+ * and a transactional outbox that turns `post()` into an append to the
+ * target's inbox plus a nudge (never awaited inside the caller's turn).
+ * Must never: let two turns of one instance interleave, or let an object
+ * wait on an object that may wait on it.
+ */
+import { Database } from "bun:sqlite";
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
+import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
+import { createHash } from "node:crypto";
+import type { Clock, Randomness } from "./ports.ts";
+
+/** Maximum open object instances kept in memory; idle ones beyond it are closed. */
+export const MAX_OPEN_OBJECTS = 2048;
+/** Maximum inbox messages delivered to one object per turn. */
+export const MAX_INBOX_BATCH = 256;
+/** Alarm polling period in ms: the latest an alarm can fire after its due time. */
+export const ALARM_TICK_MS = 100;
+
+/** A message appended to an object's inbox. */
+export interface InboxMessage {
+  /** Deduplication key: a second post with the same ID is ignored. */
+  messageId: string;
+  /** Message kind, chosen by the receiving class. */
+  kind: string;
+  /** JSON-serialisable body. Never a secret. */
+  body: unknown;
+}
+
+/** What an object receives from its host. */
+export interface ObjectContext {
+  /** The class name of this instance. */
+  readonly className: string;
+  /** The instance name. */
+  readonly name: string;
+  /** Raw bun:sqlite handle for schema creation and transactions. */
+  readonly sql: Database;
+  /** drizzle-orm over `sql`. */
+  readonly db: BunSQLiteDatabase;
+  readonly clock: Clock;
+  readonly random: Randomness;
+  /** In-memory services the deployment wires in (signals, delivery hub, config). Never persisted. */
+  readonly services: unknown;
+  /** Sets (or clears with null) this object's single alarm, in ms since the epoch. */
+  setAlarm(atMs: number | null): void;
+  /** The currently armed alarm time, or null. */
+  getAlarm(): number | null;
+  /**
+   * Appends a message to this object's outbox. Call inside the same
+   * transaction as the state change it announces; the runtime moves it into
+   * the target's inbox after the turn and nudges the target.
+   */
+  post(className: string, name: string, message: InboxMessage): void;
+  /** Reads up to MAX_INBOX_BATCH pending inbox messages (oldest first). */
+  readInbox(): (InboxMessage & { seq: number })[];
+  /** Deletes inbox messages up to and including `seq` (call in the applying transaction). */
+  ackInbox(seq: number): void;
+  /** Calls another object (one way only: see the module header). */
+  call<T extends AuthorityObject, R>(cls: ObjectClass<T>, name: string, fn: (o: T) => R | Promise<R>): Promise<R>;
+}
+
+/** Base class of every authority object. */
+export abstract class AuthorityObject {
+  constructor(protected readonly ctx: ObjectContext) {}
+  /** Called when the alarm fires. The alarm is cleared before the call. */
+  alarm(): Promise<void> | void {}
+  /** Called after messages were appended to the inbox. */
+  onInbox(): Promise<void> | void {}
+}
+
+/** A constructor of an authority object class with its stable class name. */
+export interface ObjectClass<T extends AuthorityObject> {
+  new (ctx: ObjectContext): T;
+  /** Stable class name used in paths and the registry. */
+  readonly className: string;
+}
+
+interface Instance {
+  obj: AuthorityObject;
+  sql: Database;
+  tail: Promise<unknown>;
+  busy: number;
+  lastUsed: number;
+}
+
+const RUNTIME_SCHEMA = `
+CREATE TABLE IF NOT EXISTS _inbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, message_id TEXT NOT NULL UNIQUE, kind TEXT NOT NULL, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS _outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, target_class TEXT NOT NULL, target_name TEXT NOT NULL, message_id TEXT NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS _alarm (id INTEGER PRIMARY KEY CHECK (id = 1), at_ms INTEGER);
+`;
+
+/**
+ * Hosts authority objects for one data directory. Create one per process;
+ * call `start()` to re-arm persisted alarms and drain outboxes, `close()` to stop.
+ */
+export class ObjectRuntime {
+  private readonly instances = new Map<string, Instance>();
+  private readonly classes = new Map<string, ObjectClass<AuthorityObject>>();
+  private readonly registry: Database;
+  private timer: ReturnType<typeof setInterval> | undefined;
+  private closed = false;
+  private readonly background = new Set<Promise<unknown>>();
+
+  constructor(
+    private readonly dataDir: string,
+    readonly clock: Clock,
+    readonly random: Randomness,
+    classes: ObjectClass<AuthorityObject>[],
+    private readonly services: unknown = {},
+  ) {
+    mkdirSync(join(dataDir, "objects"), { recursive: true });
+    for (const c of classes) this.classes.set(c.className, c);
+    this.registry = openDb(join(dataDir, "registry.db"));
+    this.registry.exec(
+      "CREATE TABLE IF NOT EXISTS objects (class TEXT NOT NULL, name TEXT NOT NULL, alarm_at INTEGER, outbox INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (class, name))",
+    );
+  }
+
+  /** Starts the alarm ticker and drains outboxes left by a previous process. */
+  start(): void {
+    const pending = this.registry.query<{ class: string; name: string }, []>("SELECT class, name FROM objects WHERE outbox = 1").all();
+    for (const p of pending) this.spawn(this.withInstance(p.class, p.name, () => undefined));
+    this.timer = setInterval(() => this.fireDueAlarms(), ALARM_TICK_MS);
+  }
+
+  /** Runs `fn` on the named instance inside its mailbox (one turn at a time). */
+  call<T extends AuthorityObject, R>(cls: ObjectClass<T>, name: string, fn: (o: T) => R | Promise<R>): Promise<R> {
+    return this.withInstance(cls.className, name, (o) => fn(o as T));
+  }
+
+  /** True if the named instance was ever created (a registry lookup; opens nothing). */
+  exists(className: string, name: string): boolean {
+    return !!this.registry.query("SELECT 1 FROM objects WHERE class = ? AND name = ?").get(className, name);
+  }
+
+  /** Names of registered objects of a class (registry scan; for tools and tests). */
+  listNames(className: string): string[] {
+    return this.registry.query<{ name: string }, [string]>("SELECT name FROM objects WHERE class = ?").all(className).map((r) => r.name);
+  }
+
+  /** Waits for background work (outbox drains, nudges) to settle. For tests and shutdown. */
+  async idle(): Promise<void> {
+    while (this.background.size > 0) await Promise.allSettled([...this.background]);
+  }
+
+  /** Stops alarms, waits for in-flight turns, and closes every database. */
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.timer) clearInterval(this.timer);
+    await this.idle();
+    for (const inst of this.instances.values()) await inst.tail.catch(() => undefined);
+    for (const inst of this.instances.values()) inst.sql.close();
+    this.instances.clear();
+    this.registry.close();
+  }
+
+  private spawn(p: Promise<unknown>): void {
+    const q = p.catch((e) => console.error("beachball: background object work failed:", e)).finally(() => this.background.delete(q));
+    this.background.add(q);
+  }
+
+  private withInstance<R>(className: string, name: string, fn: (o: AuthorityObject) => R | Promise<R>): Promise<R> {
+    if (this.closed) return Promise.reject(new Error("object runtime is closed"));
+    const inst = this.open(className, name);
+    inst.busy++;
+    const run = inst.tail.then(async () => {
+      inst.lastUsed = this.clock.now();
+      try {
+        return await fn(inst.obj);
+      } finally {
+        this.drainOutbox(className, name, inst.sql);
+      }
+    });
+    inst.tail = run.catch(() => undefined).finally(() => {
+      inst.busy--;
+    });
+    return run;
+  }
+
+  private open(className: string, name: string): Instance {
+    const key = `${className}\u0000${name}`;
+    const found = this.instances.get(key);
+    if (found) return found;
+    const cls = this.classes.get(className);
+    if (!cls) throw new Error(`unknown object class ${className}`);
+    this.evictIdle();
+    const dir = join(this.dataDir, "objects", className);
+    mkdirSync(dir, { recursive: true });
+    const file = join(dir, `${createHash("sha256").update(name).digest("hex").slice(0, 40)}.db`);
+    const sql = openDb(file);
+    sql.exec(RUNTIME_SCHEMA);
+    this.registry.query("INSERT OR IGNORE INTO objects (class, name) VALUES (?, ?)").run(className, name);
+    const ctx = this.makeContext(className, name, sql);
+    const inst: Instance = { obj: new cls(ctx), sql, tail: Promise.resolve(), busy: 0, lastUsed: this.clock.now() };
+    this.instances.set(key, inst);
+    return inst;
+  }
+
+  private evictIdle(): void {
+    if (this.instances.size < MAX_OPEN_OBJECTS) return;
+    const idle = [...this.instances.entries()].filter(([, i]) => i.busy === 0).sort((a, b) => a[1].lastUsed - b[1].lastUsed);
+    for (const [key, inst] of idle.slice(0, Math.ceil(MAX_OPEN_OBJECTS / 8))) {
+      inst.sql.close();
+      this.instances.delete(key);
+    }
+  }
+
+  private makeContext(className: string, name: string, sql: Database): ObjectContext {
+    const rt = this;
+    return {
+      className,
+      name,
+      sql,
+      db: drizzle({ client: sql }),
+      clock: this.clock,
+      random: this.random,
+      services: this.services,
+      setAlarm(atMs) {
+        sql.query("INSERT INTO _alarm (id, at_ms) VALUES (1, ?) ON CONFLICT(id) DO UPDATE SET at_ms = excluded.at_ms").run(atMs);
+        rt.registry.query("UPDATE objects SET alarm_at = ? WHERE class = ? AND name = ?").run(atMs, className, name);
+      },
+      getAlarm() {
+        return sql.query<{ at_ms: number | null }, []>("SELECT at_ms FROM _alarm WHERE id = 1").get()?.at_ms ?? null;
+      },
+      post(targetClass, targetName, m) {
+        sql
+          .query("INSERT INTO _outbox (target_class, target_name, message_id, kind, body) VALUES (?, ?, ?, ?, ?)")
+          .run(targetClass, targetName, m.messageId, m.kind, JSON.stringify(m.body));
+        rt.registry.query("UPDATE objects SET outbox = 1 WHERE class = ? AND name = ?").run(className, name);
+      },
+      readInbox() {
+        return sql
+          .query<{ seq: number; message_id: string; kind: string; body: string }, [number]>(
+            "SELECT seq, message_id, kind, body FROM _inbox ORDER BY seq LIMIT ?",
+          )
+          .all(MAX_INBOX_BATCH)
+          .map((r) => ({ seq: r.seq, messageId: r.message_id, kind: r.kind, body: JSON.parse(r.body) as unknown }));
+      },
+      ackInbox(seq) {
+        sql.query("DELETE FROM _inbox WHERE seq <= ?").run(seq);
+      },
+      call: (cls, n, fn) => rt.call(cls, n, fn),
+    };
+  }
+
+  /** Moves outbox rows into their targets' inboxes (deduplicated) and nudges each target. */
+  private drainOutbox(className: string, name: string, sql: Database): void {
+    const rows = sql
+      .query<{ seq: number; target_class: string; target_name: string; message_id: string; kind: string; body: string }, []>(
+        "SELECT * FROM _outbox ORDER BY seq",
+      )
+      .all();
+    if (rows.length === 0) return;
+    const targets = new Map<string, [string, string]>();
+    for (const r of rows) {
+      if (!this.classes.has(r.target_class)) {
+        sql.query("DELETE FROM _outbox WHERE seq = ?").run(r.seq);
+        continue;
+      }
+      const target = this.open(r.target_class, r.target_name);
+      target.sql
+        .query("INSERT OR IGNORE INTO _inbox (message_id, kind, body) VALUES (?, ?, ?)")
+        .run(r.message_id, r.kind, r.body);
+      sql.query("DELETE FROM _outbox WHERE seq = ?").run(r.seq);
+      targets.set(`${r.target_class}\u0000${r.target_name}`, [r.target_class, r.target_name]);
+    }
+    this.registry.query("UPDATE objects SET outbox = 0 WHERE class = ? AND name = ?").run(className, name);
+    for (const [tc, tn] of targets.values()) this.spawn(this.withInstance(tc, tn, (o) => o.onInbox()));
+  }
+
+  private fireDueAlarms(): void {
+    const now = this.clock.now();
+    const due = this.registry
+      .query<{ class: string; name: string; alarm_at: number }, [number]>(
+        "SELECT class, name, alarm_at FROM objects WHERE alarm_at IS NOT NULL AND alarm_at <= ? LIMIT 256",
+      )
+      .all(now);
+    for (const d of due) {
+      this.registry.query("UPDATE objects SET alarm_at = NULL WHERE class = ? AND name = ? AND alarm_at = ?").run(d.class, d.name, d.alarm_at);
+      this.spawn(
+        this.withInstance(d.class, d.name, (o) => {
+          const ctx = (o as unknown as { ctx: ObjectContext }).ctx;
+          const at = ctx.getAlarm();
+          if (at === null || at > this.clock.now()) {
+            if (at !== null) ctx.setAlarm(at);
+            return;
+          }
+          ctx.setAlarm(null);
+          return o.alarm();
+        }),
+      );
+    }
+  }
+}
+
+/** Opens a SQLite file in WAL mode with synchronous=NORMAL (durable across process crashes; BUN-NOTES). */
+export function openDb(file: string): Database {
+  const db = new Database(file, { create: true, strict: true });
+  db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;");
+  return db;
+}
