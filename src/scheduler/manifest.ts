@@ -10,7 +10,7 @@ import { Type, type Static } from "@sinclair/typebox";
 import { Value } from "@sinclair/typebox/value";
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync, renameSync, chmodSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 
 const Digest = Type.String({ pattern: "^[0-9a-f]{64}$" });
 
@@ -96,9 +96,11 @@ export interface DevManifestPaths {
 /**
  * Writes a development manifest with fresh random tokens into `dataDir`
  * unless one exists, plus `client.json` (mode 0600) with the raw tokens for
- * the CLI. `imageDigest` is the dev image the default classes boot.
+ * the CLI (its URL is filled in by publishDevClientConfig once the server
+ * listens). `imageDigest` is the dev image the default classes boot; an
+ * existing manifest is re-pointed at it.
  */
-export function ensureDevManifest(dataDir: string, imageDigest: string, schedulerUrl: string): DevManifestPaths {
+export function ensureDevManifest(dataDir: string, imageDigest: string): DevManifestPaths {
   mkdirSync(dataDir, { recursive: true });
   const manifestPath = join(dataDir, "manifest.json");
   const clientConfigPath = join(dataDir, "client.json");
@@ -126,8 +128,22 @@ export function ensureDevManifest(dataDir: string, imageDigest: string, schedule
     hostEnrollment: { autoActivate: true },
   };
   writeAtomic(manifestPath, JSON.stringify(manifest, null, 2), 0o600);
-  writeAtomic(clientConfigPath, JSON.stringify({ schedulerUrl, token: controllerToken, operatorToken }, null, 2), 0o600);
+  writeAtomic(clientConfigPath, JSON.stringify({ schedulerUrl: "", token: controllerToken, operatorToken }, null, 2), 0o600);
   return { manifestPath, clientConfigPath };
+}
+
+/**
+ * Points the dev client config at `schedulerUrl` and copies it to each of
+ * `copies` (mode 0600), so the CLI finds it. Throws if the dev manifest was never written.
+ */
+export function publishDevClientConfig(paths: DevManifestPaths, schedulerUrl: string, copies: string[]): void {
+  const cfg = JSON.parse(readFileSync(paths.clientConfigPath, "utf8")) as Record<string, unknown>;
+  cfg["schedulerUrl"] = schedulerUrl;
+  const text = JSON.stringify(cfg, null, 2);
+  for (const p of [paths.clientConfigPath, ...copies]) {
+    mkdirSync(dirname(p), { recursive: true });
+    writeAtomic(p, text, 0o600);
+  }
 }
 
 /** Writes a file through a temporary name and an atomic rename, with `mode`. */

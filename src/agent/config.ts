@@ -1,0 +1,65 @@
+/**
+ * Agent configuration and credential files (spec "Enrollment" step 2 and 4).
+ *
+ * Owns: `<dataDir>/agent.json` (non-secret settings) and
+ * `<dataDir>/credential` (the host credential, mode 0600). Must never: log
+ * the credential or write it with a wider mode.
+ */
+import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { Capacity } from "../protocol/api.ts";
+
+/** Default state directory (spec "Agent runtime and local state"). */
+export const DEFAULT_AGENT_DATA_DIR = "/var/lib/beachball";
+/** Serial console capture budget per placement, bytes. */
+export const DEFAULT_CONSOLE_BUDGET_BYTES = 4 * 1024 * 1024;
+
+/** The agent's settings. */
+export interface AgentConfig {
+  schedulerUrl: string;
+  hostId: string;
+  region: string;
+  capacity: Capacity;
+  /** Directories holding image manifests (each a dir with manifest.json); indexed by digest. */
+  imageDirs: string[];
+  /** Serial console budget per placement, bytes. */
+  consoleBudgetBytes: number;
+  /** How long to wait for the guest's GuestReady after the VMM starts, ms. */
+  guestBootTimeoutMs: number;
+}
+
+/** Paths inside a data directory. */
+export function agentPaths(dataDir: string) {
+  return {
+    config: join(dataDir, "agent.json"),
+    credential: join(dataDir, "credential"),
+    db: join(dataDir, "agent.db"),
+    lock: join(dataDir, "agent.lock"),
+    allocations: join(dataDir, "allocations"),
+    images: join(dataDir, "images"),
+  };
+}
+
+function writeAtomic(path: string, text: string, mode: number): void {
+  const tmp = `${path}.tmp-${process.pid}`;
+  writeFileSync(tmp, text, { mode });
+  chmodSync(tmp, mode);
+  renameSync(tmp, path);
+}
+
+/** Writes config and credential atomically (credential mode 0600). */
+export function saveAgentFiles(dataDir: string, config: AgentConfig, credential: string): void {
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  const p = agentPaths(dataDir);
+  writeAtomic(p.credential, credential + "\n", 0o600);
+  writeAtomic(p.config, JSON.stringify(config, null, 2) + "\n", 0o644);
+}
+
+/** Loads config and credential. Throws a clear Error if the agent has not joined or the credential mode is too wide. */
+export function loadAgentFiles(dataDir: string): { config: AgentConfig; credential: string } {
+  const p = agentPaths(dataDir);
+  if (!existsSync(p.config) || !existsSync(p.credential)) throw new Error(`no agent configuration in ${dataDir}: run \`bb agent join --scheduler URL --token TOKEN\` first`);
+  const mode = statSync(p.credential).mode & 0o777;
+  if (mode & 0o077) throw new Error(`${p.credential} has mode ${mode.toString(8)}; it must be 0600`);
+  return { config: JSON.parse(readFileSync(p.config, "utf8")) as AgentConfig, credential: readFileSync(p.credential, "utf8").trim() };
+}

@@ -1,0 +1,60 @@
+/**
+ * The agent's outbound control client (spec "Transport"): builds envelopes
+ * and posts them to /v1/agents/poll and /v1/agents/messages. The agent
+ * initiates every connection.
+ * Must never: send the credential anywhere but the configured scheduler URL.
+ */
+import { BeachballError, isErrorCode } from "../protocol/errors.ts";
+import { MAX_ENVELOPE_BYTES, type AgentPayload, type Envelope, type PollResponse } from "../protocol/agent.ts";
+
+/** Extra time beyond the park a poll request may take, ms. */
+const POLL_SLACK_MS = 10_000;
+
+/** A scheduler client bound to one host credential. */
+export class ControlClient {
+  constructor(
+    private readonly baseUrl: string,
+    private readonly hostId: string,
+    private readonly credential: string,
+  ) {}
+
+  /**
+   * Posts one envelope. Throws BeachballError for a problem answer (e.g.
+   * STALE_AGENT_EPOCH) and a plain Error for transport failures.
+   */
+  async send(type: Envelope["type"], agentEpoch: string, payload: AgentPayload): Promise<PollResponse> {
+    const env: Envelope = {
+      protocolVersion: "1.0",
+      messageId: crypto.randomUUID(),
+      hostId: this.hostId,
+      agentEpoch,
+      sentAt: new Date().toISOString(),
+      type,
+      payload,
+    };
+    const body = JSON.stringify(env);
+    if (body.length > MAX_ENVELOPE_BYTES) throw new Error(`envelope is ${body.length} bytes (limit ${MAX_ENVELOPE_BYTES})`);
+    const timeoutMs = (payload.waitMs ?? 0) + POLL_SLACK_MS;
+    const res = await fetch(`${this.baseUrl}/v1/agents/${type === "poll" ? "poll" : "messages"}`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${this.credential}`, "content-type": "application/json" },
+      body,
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    const text = await res.text();
+    if (!res.ok) {
+      let code: unknown;
+      let detail = text.slice(0, 300);
+      try {
+        const p = JSON.parse(text) as { code?: unknown; detail?: string };
+        code = p.code;
+        detail = p.detail ?? detail;
+      } catch {
+        /* not a problem body */
+      }
+      if (isErrorCode(code)) throw new BeachballError(code, detail);
+      throw new Error(`scheduler answered ${res.status}: ${detail}`);
+    }
+    return JSON.parse(text) as PollResponse;
+  }
+}

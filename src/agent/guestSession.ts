@@ -1,0 +1,125 @@
+/**
+ * The host side of the guest control protocol (spec "Guest handshake", "One
+ * allocation end to end"): accepts GuestReady only on an exact identity and
+ * nonce match, proves the reverse direction with a ping, hands a bootstrap
+ * payload over in memory, and relays workload events.
+ * Must never: log, persist or re-send payload bytes.
+ */
+import { NdjsonDecoder, encodeGuestMessage, type GuestIdentity, type GuestToHost, type HostToGuest } from "../protocol/guest.ts";
+import type { GuestChannel } from "./vmm/driver.ts";
+
+/** Result of a delivery to the guest. */
+export type GuestDeliveryResult = { result: "consumed"; digest: string } | { result: "rejected" | "guest_not_connected" };
+
+type Waiter = { match: (m: GuestToHost) => boolean; resolve: (m: GuestToHost) => void };
+
+/** One connected guest. */
+export class GuestSession {
+  private readonly decoder = new NdjsonDecoder();
+  private readonly waiters = new Set<Waiter>();
+  private closed = false;
+  /** Called with the workload's exit code. */
+  onWorkloadExit: (code: number) => void = () => {};
+  /** Called once when the channel closes. */
+  onClose: () => void = () => {};
+
+  constructor(
+    private readonly channel: GuestChannel,
+    private readonly expected: GuestIdentity,
+  ) {
+    channel.onData((chunk) => {
+      let msgs: Record<string, unknown>[];
+      try {
+        msgs = this.decoder.push(chunk).messages;
+      } catch {
+        this.close();
+        return;
+      }
+      for (const m of msgs) this.dispatch(m as unknown as GuestToHost);
+    });
+    channel.onClose(() => {
+      this.closed = true;
+      for (const w of this.waiters) w.resolve({ type: "shutting_down" });
+      this.waiters.clear();
+      this.onClose();
+    });
+  }
+
+  /** True while the channel is open. */
+  get connected(): boolean {
+    return !this.closed;
+  }
+
+  private dispatch(m: GuestToHost): void {
+    if (m.type === "workload_exited" && Number.isInteger(m.exitCode)) this.onWorkloadExit(m.exitCode);
+    for (const w of [...this.waiters]) {
+      if (w.match(m)) {
+        this.waiters.delete(w);
+        w.resolve(m);
+      }
+    }
+  }
+
+  private send(m: HostToGuest): void {
+    if (!this.closed) this.channel.send(encodeGuestMessage(m));
+  }
+
+  private waitFor(match: (m: GuestToHost) => boolean, timeoutMs: number): Promise<GuestToHost | null> {
+    if (this.closed) return Promise.resolve(null);
+    return new Promise((resolve) => {
+      const w: Waiter = {
+        match,
+        resolve: (m) => {
+          clearTimeout(timer);
+          resolve(m.type === "shutting_down" && !match(m) ? null : m);
+        },
+      };
+      const timer = setTimeout(() => {
+        this.waiters.delete(w);
+        resolve(null);
+      }, timeoutMs);
+      this.waiters.add(w);
+    });
+  }
+
+  /** Waits for a GuestReady whose identity and nonce match exactly; false on timeout or close. */
+  async waitReady(timeoutMs: number): Promise<boolean> {
+    const e = this.expected;
+    const m = await this.waitFor(
+      (x) => x.type === "guest_ready" && x.allocationId === e.allocationId && x.placementId === e.placementId && x.generation === e.generation && x.nonce === e.nonce,
+      timeoutMs,
+    );
+    if (!m) return false;
+    this.send({ type: "ready_ack" });
+    return true;
+  }
+
+  /** Pings the guest; true if it answered within `timeoutMs`. */
+  async ping(timeoutMs: number): Promise<boolean> {
+    const id = crypto.randomUUID();
+    const reply = this.waitFor((x) => x.type === "pong" && x.id === id, timeoutMs);
+    this.send({ type: "ping", id });
+    return (await reply) !== null;
+  }
+
+  /** Hands a payload to the guest and waits for its consumption receipt. */
+  async deliver(deliveryId: string, contentType: string, dataBase64: string, timeoutMs: number): Promise<GuestDeliveryResult> {
+    if (this.closed) return { result: "guest_not_connected" };
+    const reply = this.waitFor((x) => (x.type === "bootstrap_consumed" || x.type === "bootstrap_rejected") && x.deliveryId === deliveryId, timeoutMs);
+    this.send({ type: "bootstrap", deliveryId, contentType, dataBase64 });
+    const m = await reply;
+    if (!m) return { result: "guest_not_connected" };
+    return m.type === "bootstrap_consumed" ? { result: "consumed", digest: m.digest } : { result: "rejected" };
+  }
+
+  /** Asks the guest to sync and power off. */
+  shutdown(): void {
+    this.send({ type: "shutdown" });
+  }
+
+  /** Closes the channel. */
+  close(): void {
+    if (!this.closed) this.channel.close();
+    this.closed = true;
+  }
+}

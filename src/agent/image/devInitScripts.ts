@@ -1,0 +1,71 @@
+/**
+ * The two shell scripts of the dev image: the initramfs `/init` (load
+ * modules, mount the ext4 root from /dev/vda, switch_root) and the root's
+ * `/sbin/beachball-init` (mount table, optional eth0 from kernel arguments,
+ * exec `bb guest` as PID 1).
+ *
+ * Implements the boot path of spec "Images" (ext4 root, beachball-init inside
+ * the image) with RUNTIME-NOTES' module order. Must never: route traffic off
+ * the host (only a gateway inside the placement's /30 is set) or leave the
+ * VM running after a boot failure (it powers off so QEMU exits).
+ */
+
+/** The initramfs /init for the given insmod order. Any failure reboots (QEMU exits through -no-reboot). */
+export function INITRAMFS_INIT(modules: readonly string[]): string {
+  return `#!/bin/busybox sh
+B=/bin/busybox
+$B mkdir -p /proc /sys /dev /newroot
+$B mount -t devtmpfs devtmpfs /dev
+exec 0</dev/console 1>/dev/console 2>&1
+$B mount -t proc proc /proc
+$B mount -t sysfs sysfs /sys
+fail() { echo "beachball-initramfs: $*"; $B sync; $B reboot -f; $B sleep 5; }
+for m in ${modules.join(" ")}; do
+  $B insmod /lib/modules/$m.ko || echo "beachball-initramfs: insmod $m failed"
+done
+i=0
+while [ ! -b /dev/vda ] && [ $i -lt 400 ]; do $B usleep 25000; i=$((i+1)); done
+[ -b /dev/vda ] || fail "no /dev/vda"
+$B mount -t ext4 -o rw /dev/vda /newroot || fail "cannot mount /dev/vda"
+[ -x /newroot/sbin/beachball-init ] || fail "no /sbin/beachball-init in the root"
+$B mount --move /dev /newroot/dev
+$B mount --move /proc /newroot/proc
+$B mount --move /sys /newroot/sys
+exec $B switch_root /newroot /sbin/beachball-init
+`;
+}
+
+/** /sbin/beachball-init in the ext4 root: reads beachball.ipv4 / beachball.gateway from /proc/cmdline. */
+export const ROOTFS_INIT = `#!/bin/sh
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
+[ -e /proc/self ] || mount -t proc proc /proc
+mounted() { grep -q " $1 " /proc/mounts; }
+mounted /sys || mount -t sysfs sysfs /sys
+mounted /dev || mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+mount -t tmpfs -o mode=755 tmpfs /run
+ln -sf /proc/self/fd /dev/fd
+ln -sf /proc/self/fd/0 /dev/stdin
+ln -sf /proc/self/fd/1 /dev/stdout
+ln -sf /proc/self/fd/2 /dev/stderr
+hostname beachball
+ip link set lo up
+ipv4=
+gw=
+for arg in $(cat /proc/cmdline); do
+  case "$arg" in
+    beachball.ipv4=*) ipv4="\${arg#*=}" ;;
+    beachball.gateway=*) gw="\${arg#*=}" ;;
+  esac
+done
+if [ -n "$ipv4" ]; then
+  ip link set eth0 up && ip addr add "$ipv4" dev eth0 || echo "beachball-init: eth0 setup failed"
+  if [ -n "$gw" ]; then ip route add default via "$gw" dev eth0 || echo "beachball-init: route failed"; fi
+fi
+read -r up _ < /proc/uptime
+echo "beachball-init: starting bb guest at \${up}s"
+exec /usr/bin/bb guest
+`;

@@ -1,0 +1,249 @@
+/**
+ * The side effects of one placement on this host (spec "From command to
+ * microVM": Prepare, Start, Stop). The daemon decides when; this module does
+ * the work and reports a stable error code when a step fails.
+ *
+ * Prepare: verify the image, create the digest-named allocation directory,
+ * clone the root disk, build the network namespace and TAP, write
+ * runtime.json with a fresh 256-bit bootstrap nonce. Start: boot the VMM and
+ * complete the guest handshake. Stop: attempt every safe step even when an
+ * earlier one fails, then confirm nothing remains.
+ * Must never: name a path after client text, or report absent while any
+ * resource of the placement remains.
+ */
+import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { createHash, randomBytes } from "node:crypto";
+import type { AgentErrorCode } from "../protocol/errors.ts";
+import { GUEST_CMDLINE_KEYS, type GuestIdentity } from "../protocol/guest.ts";
+import type { PlacementSpec } from "../protocol/agent.ts";
+import { imageDigest, MANIFEST_FILE_NAME, type ImageManifest } from "../protocol/image.ts";
+import { verifyImage } from "./image/verify.ts";
+import { createPlacementNetwork, destroyPlacementNetwork, listPlacementNetworks, PLACEMENT_GUEST_CIDR, PLACEMENT_HOST_CIDR, PLACEMENT_TAP_NAME } from "./net/placementNet.ts";
+import type { VmHandle, VmSpec, VmmDriver } from "./vmm/driver.ts";
+import { GuestSession } from "./guestSession.ts";
+
+/** An error with a stable agent error code. */
+export class PlacementError extends Error {
+  constructor(
+    readonly code: AgentErrorCode,
+    message: string,
+  ) {
+    super(message);
+    this.name = "PlacementError";
+  }
+}
+
+/** Maps any thrown value to a PlacementError, keeping a known `code`. */
+export function asPlacementError(e: unknown, fallback: AgentErrorCode): PlacementError {
+  if (e instanceof PlacementError) return e;
+  const code = (e as { code?: unknown })?.code;
+  const known: AgentErrorCode[] = ["IMAGE_DIGEST_MISMATCH", "IMAGE_NOT_FOUND", "NETWORK_SETUP_FAILED", "VMM_START_FAILED", "CLEANUP_FAILED", "INSUFFICIENT_LOCAL_DISK"];
+  return new PlacementError(known.includes(code as AgentErrorCode) ? (code as AgentErrorCode) : fallback, (e as Error)?.message ?? String(e));
+}
+
+/** Directory name of a placement: `bb-` + SHA-256 of its identity (never client text). */
+export function placementDirName(allocationId: string, placementId: string, generation: number): string {
+  return `bb-${createHash("sha256").update(`${allocationId}\u0000${placementId}\u0000${generation}`).digest("hex").slice(0, 24)}`;
+}
+
+/** What a placement needs from the daemon. */
+export interface PlacementContext {
+  allocationsDir: string;
+  driver: VmmDriver;
+  /** Finds a verified image by digest; throws IMAGE_NOT_FOUND / IMAGE_DIGEST_MISMATCH. */
+  resolveImage(digest: string): Promise<{ dir: string; manifest: ImageManifest }>;
+  guestBootTimeoutMs: number;
+}
+
+/** The placement identity the ops work on. */
+export interface PlacementRef {
+  allocationId: string;
+  placementId: string;
+  generation: number;
+  dirName: string;
+  spec: PlacementSpec;
+}
+
+/** runtime.json: what Start needs, written by Prepare (mode 0600: it holds the nonce). */
+interface RuntimeFile {
+  nonce: string;
+  imageDigest: string;
+  imageDir: string;
+  kernelArgs: string[];
+}
+
+function paths(ctx: PlacementContext, ref: PlacementRef) {
+  const dir = join(ctx.allocationsDir, ref.dirName);
+  return {
+    dir,
+    logs: join(dir, "logs"),
+    console: join(dir, "logs", "console.log"),
+    rootDisk: join(dir, "rootfs.ext4"),
+    runtime: join(dir, "runtime.json"),
+    metadata: join(dir, "metadata.json"),
+    control: join(dir, "ctl.sock"),
+  };
+}
+
+/** Console log path of a placement (for operators and the dev demo). */
+export function consoleLogPath(ctx: Pick<PlacementContext, "allocationsDir">, dirName: string): string {
+  return join(ctx.allocationsDir, dirName, "logs", "console.log");
+}
+
+async function run(cmd: string[]): Promise<void> {
+  const p = Bun.spawn(cmd, { stdout: "ignore", stderr: "pipe" });
+  const err = await new Response(p.stderr).text();
+  if ((await p.exited) !== 0) throw new Error(`${cmd[0]} failed: ${err.trim().slice(0, 300)}`);
+}
+
+/** Prepare (ensure_present). Rolls back on failure; throws PlacementError (CLEANUP_FAILED if the rollback is incomplete). */
+export async function preparePlacement(ctx: PlacementContext, ref: PlacementRef): Promise<void> {
+  const p = paths(ctx, ref);
+  try {
+    const image = await ctx.resolveImage(ref.spec.imageDigest);
+    if (image.manifest.rootfs.sizeBytes > ref.spec.ephemeralDiskMiB * 1024 * 1024)
+      throw new PlacementError("INSUFFICIENT_LOCAL_DISK", `root disk ${image.manifest.rootfs.sizeBytes} B exceeds ephemeralDiskMiB ${ref.spec.ephemeralDiskMiB}`);
+    mkdirSync(p.logs, { recursive: true, mode: 0o700 });
+    writeFileSync(p.metadata, JSON.stringify({ allocationId: ref.allocationId, placementId: ref.placementId, generation: ref.generation, imageDigest: ref.spec.imageDigest }) + "\n");
+    await run(["cp", "--sparse=always", "--reflink=auto", join(image.dir, image.manifest.rootfs.path), p.rootDisk]).catch((e: Error) => {
+      throw new PlacementError("INSUFFICIENT_LOCAL_DISK", `cannot clone the root disk: ${e.message}`);
+    });
+    if (!(await listPlacementNetworks()).includes(ref.dirName)) await createPlacementNetwork(ref.dirName);
+    const runtime: RuntimeFile = { nonce: randomBytes(32).toString("hex"), imageDigest: ref.spec.imageDigest, imageDir: image.dir, kernelArgs: image.manifest.kernelArgs };
+    writeFileSync(p.runtime, JSON.stringify(runtime) + "\n", { mode: 0o600 });
+  } catch (e) {
+    const err = asPlacementError(e, "INTERNAL");
+    const left = await stopPlacement(ctx, ref, null, null).catch((x: unknown) => [String(x)]);
+    if (left.length) throw new PlacementError("CLEANUP_FAILED", `${err.message}; rollback left: ${left.join(", ")}`);
+    throw err;
+  }
+}
+
+/** Start (ensure_running): boots the VMM and completes the guest handshake. Returns the handle and the connected session. */
+export async function startPlacement(
+  ctx: PlacementContext,
+  ref: PlacementRef,
+  onStarted: (h: VmHandle) => void,
+): Promise<{ handle: VmHandle; session: GuestSession }> {
+  const p = paths(ctx, ref);
+  const runtime = JSON.parse(readFileSync(p.runtime, "utf8")) as RuntimeFile;
+  const image = await ctx.resolveImage(runtime.imageDigest);
+  const identity: GuestIdentity = { allocationId: ref.allocationId, placementId: ref.placementId, generation: ref.generation, nonce: runtime.nonce };
+  const spec: VmSpec = {
+    instanceId: ref.dirName,
+    dir: p.dir,
+    vcpus: Math.max(1, Math.ceil(ref.spec.cpuMillis / 1000)),
+    memoryMiB: ref.spec.memoryMiB,
+    kernelPath: join(image.dir, image.manifest.kernel.path),
+    ...(image.manifest.initrd ? { initrdPath: join(image.dir, image.manifest.initrd.path) } : {}),
+    rootDiskPath: p.rootDisk,
+    netns: ref.dirName,
+    tapName: PLACEMENT_TAP_NAME,
+    kernelArgs: [
+      ...runtime.kernelArgs,
+      `${GUEST_CMDLINE_KEYS.allocationId}=${identity.allocationId}`,
+      `${GUEST_CMDLINE_KEYS.placementId}=${identity.placementId}`,
+      `${GUEST_CMDLINE_KEYS.generation}=${identity.generation}`,
+      `${GUEST_CMDLINE_KEYS.nonce}=${identity.nonce}`,
+      `beachball.ipv4=${PLACEMENT_GUEST_CIDR}`,
+      `beachball.gateway=${PLACEMENT_HOST_CIDR.split("/")[0]}`,
+    ],
+    consoleLogPath: p.console,
+    controlSocketPath: p.control,
+  };
+  let handle: VmHandle;
+  try {
+    handle = await ctx.driver.start(spec);
+  } catch (e) {
+    throw asPlacementError(e, "VMM_START_FAILED");
+  }
+  onStarted(handle);
+  const channel = await ctx.driver.connectControl(spec, 10_000).catch((e: Error) => {
+    throw new PlacementError("VMM_START_FAILED", `control channel: ${e.message}`);
+  });
+  const session = new GuestSession(channel, identity);
+  if (!(await session.waitReady(ctx.guestBootTimeoutMs))) {
+    session.close();
+    throw new PlacementError("GUEST_BOOT_TIMEOUT", `no matching GuestReady within ${ctx.guestBootTimeoutMs} ms`);
+  }
+  if (!(await session.ping(10_000))) {
+    session.close();
+    throw new PlacementError("GUEST_BOOT_TIMEOUT", "guest did not answer the ping");
+  }
+  return { handle, session };
+}
+
+/** Reconnects to a VM that survived an agent restart and proves it with a ping. Null if it does not answer. */
+export async function adoptPlacement(ctx: PlacementContext, ref: PlacementRef): Promise<GuestSession | null> {
+  const p = paths(ctx, ref);
+  const runtime = JSON.parse(readFileSync(p.runtime, "utf8")) as RuntimeFile;
+  const channel = await ctx.driver.connectControl({ controlSocketPath: p.control }, 5_000).catch(() => null);
+  if (!channel) return null;
+  const session = new GuestSession(channel, { allocationId: ref.allocationId, placementId: ref.placementId, generation: ref.generation, nonce: runtime.nonce });
+  if (await session.ping(10_000)) return session;
+  session.close();
+  return null;
+}
+
+/**
+ * Stop (ensure_absent): asks the guest to shut down, stops the VMM, removes
+ * the namespace and TAP, deletes disks, sockets, logs and the directory.
+ * Every step is attempted; returns what remains (empty when absent).
+ */
+export async function stopPlacement(ctx: PlacementContext, ref: PlacementRef, handle: VmHandle | null, session: GuestSession | null): Promise<string[]> {
+  const p = paths(ctx, ref);
+  const left: string[] = [];
+  if (session?.connected && handle) {
+    session.shutdown();
+    for (let i = 0; i < 100 && (await ctx.driver.isAlive(handle)); i++) await Bun.sleep(100);
+  }
+  session?.close();
+  if (handle) {
+    await ctx.driver.stop(handle, 10_000).catch((e: Error) => left.push(`vmm: ${e.message}`));
+    if (await ctx.driver.isAlive(handle)) left.push(`vmm pid ${handle.pid}`);
+  }
+  await destroyPlacementNetwork(ref.dirName).catch((e: Error) => left.push(`netns: ${e.message}`));
+  try {
+    rmSync(p.dir, { recursive: true, force: true });
+  } catch (e) {
+    left.push(`dir: ${(e as Error).message}`);
+  }
+  if (existsSync(p.dir)) left.push(`dir ${p.dir}`);
+  if ((await listPlacementNetworks().catch(() => [ref.dirName])).includes(ref.dirName)) left.push(`netns ${ref.dirName}`);
+  return left;
+}
+
+/** Size in bytes of a file, or 0. */
+export function fileSize(path: string): number {
+  try {
+    return statSync(path).size;
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * Image resolver over a list of image directories: finds the directory whose
+ * manifest has `digest`, then verifies every artifact's size and SHA-256
+ * (memoized by the verifier). Throws IMAGE_NOT_FOUND or IMAGE_DIGEST_MISMATCH.
+ */
+export function imageResolver(imageDirs: string[]): (digest: string) => Promise<{ dir: string; manifest: ImageManifest }> {
+  return async (digest) => {
+    for (const dir of imageDirs) {
+      let m: ImageManifest;
+      try {
+        m = JSON.parse(readFileSync(join(dir, MANIFEST_FILE_NAME), "utf8")) as ImageManifest;
+      } catch {
+        continue;
+      }
+      if (imageDigest(m) !== digest) continue;
+      try {
+        return { dir, manifest: await verifyImage(dir, digest) };
+      } catch (e) {
+        throw asPlacementError(e, "IMAGE_DIGEST_MISMATCH");
+      }
+    }
+    throw new PlacementError("IMAGE_NOT_FOUND", `no image ${digest} in ${imageDirs.join(", ") || "(no image directories)"}`);
+  };
+}

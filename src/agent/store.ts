@@ -1,0 +1,197 @@
+/**
+ * The agent's local authority, agent.db (spec "Agent runtime and local
+ * state"): placements with desired and observed state, processed command IDs
+ * with payload digests, consumed delivery digests, and the observation outbox.
+ *
+ * Every command is persisted here before any side effect. Must never: store
+ * a bootstrap payload (only its digest).
+ */
+import type { Database } from "bun:sqlite";
+import { and, asc, eq, lte } from "drizzle-orm";
+import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
+import { sqliteTable, text, integer } from "drizzle-orm/sqlite-core";
+import { openDb } from "../scheduler/runtime/objectRuntime.ts";
+import type { AgentCommand, PlacementObservedState, PlacementSpec, PlacementUpdate } from "../protocol/agent.ts";
+
+/** Local placement rows. */
+export const placements = sqliteTable("placements", {
+  placementId: text("placement_id").primaryKey(),
+  allocationId: text("allocation_id").notNull(),
+  generation: integer("generation").notNull(),
+  specJson: text("spec_json").notNull(),
+  dirName: text("dir_name").notNull(),
+  desired: text("desired").$type<"present" | "running" | "absent">().notNull(),
+  observed: text("observed").$type<PlacementObservedState>().notNull(),
+  errorCode: text("error_code"),
+  vmPid: integer("vm_pid"),
+  vmStartTime: integer("vm_start_time"),
+  leaseExpiresAtMs: integer("lease_expires_at_ms").notNull(),
+  workloadExitCode: integer("workload_exit_code"),
+  updatedAtMs: integer("updated_at_ms").notNull(),
+});
+
+/** Processed commands. */
+export const commands = sqliteTable("commands", {
+  commandId: text("command_id").primaryKey(),
+  placementId: text("placement_id").notNull(),
+  type: text("type").notNull(),
+  generation: integer("generation").notNull(),
+  digest: text("digest").notNull(),
+  receivedAtMs: integer("received_at_ms").notNull(),
+});
+
+/** Consumed deliveries (ID and digest only). */
+export const deliveries = sqliteTable("deliveries", {
+  deliveryId: text("delivery_id").primaryKey(),
+  placementId: text("placement_id").notNull(),
+  digest: text("digest").notNull(),
+});
+
+/** Observations not yet accepted by the scheduler, in order. */
+export const outbox = sqliteTable("outbox", {
+  seq: integer("seq").primaryKey({ autoIncrement: true }),
+  updateJson: text("update_json").notNull(),
+});
+
+const DDL = `
+CREATE TABLE IF NOT EXISTS placements (placement_id TEXT PRIMARY KEY, allocation_id TEXT NOT NULL, generation INTEGER NOT NULL, spec_json TEXT NOT NULL,
+  dir_name TEXT NOT NULL, desired TEXT NOT NULL, observed TEXT NOT NULL, error_code TEXT, vm_pid INTEGER, vm_start_time INTEGER,
+  lease_expires_at_ms INTEGER NOT NULL, workload_exit_code INTEGER, updated_at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS commands (command_id TEXT PRIMARY KEY, placement_id TEXT NOT NULL, type TEXT NOT NULL, generation INTEGER NOT NULL,
+  digest TEXT NOT NULL, received_at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS deliveries (delivery_id TEXT PRIMARY KEY, placement_id TEXT NOT NULL, digest TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, update_json TEXT NOT NULL);
+`;
+
+/** A local placement row. */
+export type LocalPlacement = typeof placements.$inferSelect;
+
+/** Outcome of recording a command. */
+export type RecordResult = "accepted" | "duplicate" | "conflict";
+
+/** The agent database. */
+export class AgentStore {
+  readonly sql: Database;
+  readonly db: BunSQLiteDatabase;
+
+  constructor(path: string) {
+    this.sql = openDb(path);
+    this.sql.exec("PRAGMA synchronous = FULL");
+    this.sql.exec(DDL);
+    this.db = drizzle({ client: this.sql });
+  }
+
+  /** Closes the database. */
+  close(): void {
+    this.sql.close();
+  }
+
+  /**
+   * Persists a command before any side effect and applies its desired state.
+   * Same ID and digest: duplicate. Same ID, other digest: conflict (nothing changes).
+   */
+  recordCommand(cmd: AgentCommand, digest: string, dirName: string, nowMs: number): RecordResult {
+    return this.sql.transaction((): RecordResult => {
+      const prior = this.db.select().from(commands).where(eq(commands.commandId, cmd.commandId)).get();
+      if (prior) return prior.digest === digest ? "duplicate" : "conflict";
+      this.db.insert(commands).values({ commandId: cmd.commandId, placementId: cmd.placementId, type: cmd.type, generation: cmd.generation, digest, receivedAtMs: nowMs }).run();
+      const desired = cmd.type === "ensure_present" ? "present" : cmd.type === "ensure_running" ? "running" : "absent";
+      const existing = this.placement(cmd.placementId);
+      const lease = Date.parse(cmd.leaseExpiresAt);
+      if (!existing) {
+        this.db
+          .insert(placements)
+          .values({
+            placementId: cmd.placementId,
+            allocationId: cmd.allocationId,
+            generation: cmd.generation,
+            specJson: JSON.stringify(cmd.spec satisfies PlacementSpec),
+            dirName,
+            desired,
+            observed: desired === "absent" ? "absent" : "accepted",
+            errorCode: null,
+            vmPid: null,
+            vmStartTime: null,
+            leaseExpiresAtMs: lease,
+            workloadExitCode: null,
+            updatedAtMs: nowMs,
+          })
+          .run();
+      } else if (existing.desired !== "absent") {
+        this.db.update(placements).set({ desired, leaseExpiresAtMs: Math.max(lease, existing.leaseExpiresAtMs), updatedAtMs: nowMs }).where(eq(placements.placementId, cmd.placementId)).run();
+      }
+      return "accepted";
+    })();
+  }
+
+  /** One placement, or undefined. */
+  placement(id: string): LocalPlacement | undefined {
+    return this.db.select().from(placements).where(eq(placements.placementId, id)).get();
+  }
+
+  /** Every placement not yet absent. */
+  livePlacements(): LocalPlacement[] {
+    return this.db.select().from(placements).all().filter((p) => p.observed !== "absent");
+  }
+
+  /** Updates a placement row. */
+  patch(id: string, patch: Partial<LocalPlacement>): void {
+    this.db.update(placements).set(patch).where(eq(placements.placementId, id)).run();
+  }
+
+  /** Sets the observed state and queues the observation in one transaction. */
+  observe(p: LocalPlacement, state: PlacementObservedState, extra: { errorCode?: string | null; workloadExitCode?: number } & Partial<LocalPlacement>, nowMs: number): void {
+    this.sql.transaction(() => {
+      const { errorCode, workloadExitCode, ...rest } = extra;
+      this.db
+        .update(placements)
+        .set({ ...rest, observed: state, updatedAtMs: nowMs, ...(errorCode !== undefined ? { errorCode } : {}), ...(workloadExitCode !== undefined ? { workloadExitCode } : {}) })
+        .where(eq(placements.placementId, p.placementId))
+        .run();
+      const u: Omit<PlacementUpdate, "seq"> = {
+        placementId: p.placementId,
+        allocationId: p.allocationId,
+        generation: p.generation,
+        state,
+        at: new Date(nowMs).toISOString(),
+        ...(errorCode ? { errorCode: errorCode as PlacementUpdate["errorCode"] } : {}),
+        ...(workloadExitCode !== undefined ? { workloadExitCode } : {}),
+      };
+      this.db.insert(outbox).values({ updateJson: JSON.stringify(u) }).run();
+    })();
+  }
+
+  /** Queued observations (seq assigned by the outbox), oldest first, at most `limit`. */
+  pendingUpdates(limit: number): PlacementUpdate[] {
+    return this.db
+      .select()
+      .from(outbox)
+      .orderBy(asc(outbox.seq))
+      .limit(limit)
+      .all()
+      .map((r) => ({ ...(JSON.parse(r.updateJson) as Omit<PlacementUpdate, "seq">), seq: r.seq }));
+  }
+
+  /** Drops observations the scheduler accepted (seq ≤ `seq`). */
+  ackUpdates(seq: number): void {
+    this.db.delete(outbox).where(lte(outbox.seq, seq)).run();
+  }
+
+  /** The digest of an earlier consumed delivery, or null. */
+  deliveryDigest(deliveryId: string): string | null {
+    return this.db.select().from(deliveries).where(eq(deliveries.deliveryId, deliveryId)).get()?.digest ?? null;
+  }
+
+  /** Records a consumed delivery (digest only). */
+  recordDelivery(deliveryId: string, placementId: string, digest: string): void {
+    this.db.insert(deliveries).values({ deliveryId, placementId, digest }).onConflictDoNothing().run();
+  }
+
+  /** Renews leases from the scheduler's authoritative expiries. */
+  applyLeases(leases: Record<string, string>): void {
+    for (const [id, iso] of Object.entries(leases)) {
+      const ms = Date.parse(iso);
+      if (Number.isFinite(ms)) this.db.update(placements).set({ leaseExpiresAtMs: ms }).where(and(eq(placements.placementId, id), lte(placements.leaseExpiresAtMs, ms))).run();
+    }
+  }
+}

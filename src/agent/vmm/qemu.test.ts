@@ -1,0 +1,34 @@
+import { expect, test } from "bun:test";
+import { parseTscKhzFromKernelLog } from "./qemuHost.ts";
+import { qemuArgs } from "./qemu.ts";
+import type { VmSpec } from "./driver.ts";
+
+const spec: VmSpec = {
+  instanceId: "bb-0123456789ab", dir: "/a", vcpus: 2, memoryMiB: 256, kernelPath: "/a/vmlinux", initrdPath: "/a/initrd.cpio",
+  rootDiskPath: "/a/root.ext4", netns: "bb-0123456789ab", tapName: "bbtap0", kernelArgs: ["beachball.generation=3"],
+  consoleLogPath: "/a/console.log", controlSocketPath: "/a/ctl.sock",
+};
+
+test("qemuArgs follows the measured TCG recipe and carries the instance ID", () => {
+  const a = qemuArgs(spec, "tcg", 2445406);
+  const after = (flag: string) => a[a.indexOf(flag) + 1];
+  expect(after("-name")).toBe("bb-0123456789ab");
+  expect(after("-cpu")).toBe("max");
+  expect(after("-accel")).toBe("tcg");
+  expect(a).toContain("-no-reboot");
+  expect(after("-append")).toBe(
+    "console=ttyS0 reboot=k panic=1 pci=off quiet tsc_early_khz=2445406 root=/dev/vda rw beachball.generation=3",
+  );
+  expect(a).toContain("socket,id=c0,path=/a/ctl.sock,server=on,wait=off");
+  expect(a).toContain("virtserialport,chardev=c0,name=ctl");
+  expect(a).toContain("tap,id=n0,ifname=bbtap0,script=no,downscript=no");
+  expect(after("-initrd")).toBe("/a/initrd.cpio");
+  expect(after("-cpu")).toBe("max");
+  expect(qemuArgs(spec, "kvm", 1)[qemuArgs(spec, "kvm", 1).indexOf("-cpu") + 1]).toBe("host");
+});
+
+test("parseTscKhzFromKernelLog prefers the refined calibration", () => {
+  expect(parseTscKhzFromKernelLog("tsc: Detected 2445.406 MHz processor")).toBe(2445406);
+  expect(parseTscKhzFromKernelLog("tsc: Detected 2000.000 MHz processor\ntsc: Refined TSC clocksource calibration: 2001.5 MHz")).toBe(2001500);
+  expect(parseTscKhzFromKernelLog("nothing")).toBeUndefined();
+});

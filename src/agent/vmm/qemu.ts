@@ -1,0 +1,159 @@
+/**
+ * The QEMU `microvm` driver: boots a placement's VM with the recipe measured
+ * in RUNTIME-NOTES (uncompressed vmlinux, initramfs, `-cpu max` and
+ * `tsc_early_khz` under TCG; KVM when /dev/kvm exists).
+ *
+ * Implements VmmDriver (spec "Start", "Stop", adoption after an agent
+ * restart). QEMU runs inside the placement's network namespace via
+ * `ip netns exec` (which execs, so the PID is QEMU's), in its own session,
+ * with the console appended to spec.consoleLogPath: it outlives the agent.
+ * Must never: signal a PID without first checking its start time and
+ * instance ID, or choose a path on its own (all come from VmSpec).
+ */
+import { closeSync, existsSync, openSync, rmSync } from "node:fs";
+import { readFile } from "node:fs/promises";
+import type { GuestChannel, VmHandle, VmSpec, VmmDriver } from "./driver.ts";
+import { hostTscKhz, probeKvm, vmmError } from "./qemuHost.ts";
+import { connectUnixChannel } from "./unixChannel.ts";
+
+export { trimConsoleLog } from "./consoleLog.ts";
+
+/** Options of QemuMicrovmDriver. */
+export interface QemuDriverOptions {
+  /** QEMU executable (default `qemu-system-x86_64` from PATH). */
+  qemuBinary?: string;
+  /** Accelerator; `auto` = KVM when /dev/kvm exists and a probe boot works (once per driver), else TCG. */
+  accel?: "auto" | "kvm" | "tcg";
+  /** Guest TSC frequency hint in kHz (default: detected from the host). */
+  tscKhz?: number;
+  /** How long start() waits for QEMU to create the control socket, ms. */
+  startTimeoutMs?: number;
+}
+
+/** Reads state and start time (field 22, clock ticks since boot) of /proc/PID/stat; null if absent. */
+export async function readProcStat(pid: number): Promise<{ state: string; startTime: number } | null> {
+  const text = await readFile(`/proc/${pid}/stat`, "utf8").catch(() => null);
+  if (!text) return null;
+  const rest = text.slice(text.lastIndexOf(")") + 2).split(" "); // fields 3.. (comm may contain spaces)
+  const startTime = Number(rest[19]);
+  return { state: rest[0] ?? "?", startTime };
+}
+
+/** Kernel command line for `spec`: console and panic settings, root on /dev/vda, then spec.kernelArgs. */
+export function qemuKernelCmdline(spec: Pick<VmSpec, "kernelArgs">, tscKhz: number): string {
+  return ["console=ttyS0", "reboot=k", "panic=1", "pci=off", "quiet", `tsc_early_khz=${tscKhz}`, "root=/dev/vda", "rw", ...spec.kernelArgs].join(" ");
+}
+
+/** The QEMU argument vector (without the binary) for `spec`. Pure. */
+export function qemuArgs(spec: VmSpec, accel: "kvm" | "tcg", tscKhz: number): string[] {
+  const args = [
+    "-name", spec.instanceId,
+    "-M", "microvm", "-accel", accel, "-cpu", accel === "kvm" ? "host" : "max",
+    "-smp", String(spec.vcpus), "-m", String(spec.memoryMiB),
+    "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-serial", "stdio",
+    "-kernel", spec.kernelPath,
+    "-append", qemuKernelCmdline(spec, tscKhz),
+    "-chardev", `socket,id=c0,path=${spec.controlSocketPath},server=on,wait=off`,
+    "-device", "virtio-serial-device", "-device", "virtserialport,chardev=c0,name=ctl",
+    "-drive", `id=root,file=${spec.rootDiskPath},format=raw,if=none`,
+    "-device", "virtio-blk-device,drive=root",
+    "-netdev", `tap,id=n0,ifname=${spec.tapName},script=no,downscript=no`,
+    "-device", "virtio-net-device,netdev=n0",
+  ];
+  if (spec.initrdPath) args.push("-initrd", spec.initrdPath);
+  return args;
+}
+
+/** VmmDriver for QEMU `microvm` (KVM or TCG). */
+export class QemuMicrovmDriver implements VmmDriver {
+  readonly name = "qemu-microvm";
+  private readonly qemuBinary: string;
+  private readonly requestedAccel: "auto" | "kvm" | "tcg";
+  private accel: "kvm" | "tcg" | undefined;
+  private readonly tscKhz: number | undefined;
+  private readonly startTimeoutMs: number;
+
+  /** Options are fixed for the driver's life; see QemuDriverOptions. */
+  constructor(opts: QemuDriverOptions = {}) {
+    this.qemuBinary = opts.qemuBinary ?? "qemu-system-x86_64";
+    this.requestedAccel = opts.accel ?? "auto";
+    if (this.requestedAccel !== "auto") this.accel = this.requestedAccel;
+    else if (!existsSync("/dev/kvm")) this.accel = "tcg";
+    this.tscKhz = opts.tscKhz;
+    this.startTimeoutMs = opts.startTimeoutMs ?? 10_000;
+  }
+
+  /** The accelerator this driver uses (undefined until the first start() resolves `auto`). */
+  get accelerator(): "kvm" | "tcg" | undefined {
+    return this.accel;
+  }
+
+  /**
+   * Launches QEMU detached (own session) in spec.netns, console appended to
+   * spec.consoleLogPath, and waits until its control socket exists. Throws
+   * VMM_START_FAILED (with the console tail) when QEMU exits or the socket
+   * does not appear within startTimeoutMs.
+   */
+  async start(spec: VmSpec): Promise<VmHandle> {
+    rmSync(spec.controlSocketPath, { force: true });
+    const tscKhz = this.tscKhz ?? (await hostTscKhz());
+    this.accel ??= (await probeKvm(this.qemuBinary, spec.kernelPath)) ? "kvm" : "tcg";
+    const accel = this.accel;
+    const fd = openSync(spec.consoleLogPath, "a");
+    let proc: ReturnType<typeof Bun.spawn>;
+    try {
+      proc = Bun.spawn(["ip", "netns", "exec", spec.netns, this.qemuBinary, ...qemuArgs(spec, accel, tscKhz)], {
+        cwd: spec.dir, detached: true, stdin: "ignore", stdout: fd, stderr: fd,
+      });
+    } catch (e) {
+      throw vmmError(`cannot spawn QEMU: ${(e as Error).message}`);
+    } finally {
+      closeSync(fd);
+    }
+    proc.unref();
+    const deadline = performance.now() + this.startTimeoutMs;
+    while (!existsSync(spec.controlSocketPath)) {
+      if (proc.exitCode !== null || proc.signalCode !== null || performance.now() > deadline) {
+        if (proc.exitCode === null) proc.kill("SIGKILL");
+        const tail = (await readFile(spec.consoleLogPath, "utf8").catch(() => "")).slice(-800);
+        throw vmmError(`QEMU for ${spec.instanceId} did not start (exit ${proc.exitCode ?? "timeout"}): ${tail.trim()}`);
+      }
+      await Bun.sleep(10);
+    }
+    const st = await readProcStat(proc.pid);
+    if (!st) throw vmmError(`QEMU for ${spec.instanceId} vanished right after start`);
+    return { instanceId: spec.instanceId, pid: proc.pid, startTime: st.startTime };
+  }
+
+  /** True only for a live (not zombie) PID with the same start time and the instance ID in its cmdline. */
+  async isAlive(handle: VmHandle): Promise<boolean> {
+    const st = await readProcStat(handle.pid);
+    if (!st || st.state === "Z" || st.state === "X" || st.startTime !== handle.startTime) return false;
+    const cmdline = await readFile(`/proc/${handle.pid}/cmdline`, "utf8").catch(() => "");
+    return cmdline.split("\0").includes(handle.instanceId);
+  }
+
+  /** SIGTERM, then SIGKILL after `graceMs` (ms); resolves once the process is gone (no-op if already gone). Throws CLEANUP_FAILED if it survives SIGKILL for 10 s. */
+  async stop(handle: VmHandle, graceMs: number): Promise<void> {
+    if (!(await this.isAlive(handle))) return;
+    process.kill(handle.pid, "SIGTERM");
+    if (await this.waitGone(handle, graceMs)) return;
+    if (await this.isAlive(handle)) process.kill(handle.pid, "SIGKILL");
+    if (!(await this.waitGone(handle, 10_000))) throw Object.assign(new Error(`QEMU pid ${handle.pid} survived SIGKILL`), { code: "CLEANUP_FAILED" });
+  }
+
+  /** Polls isAlive until false or `ms` elapse; true when gone. */
+  async waitGone(handle: VmHandle, ms: number): Promise<boolean> {
+    const deadline = performance.now() + ms;
+    while (await this.isAlive(handle)) {
+      if (performance.now() > deadline) return false;
+      await Bun.sleep(20);
+    }
+    return true;
+  }
+
+  /** Connects to the control socket, retrying until `timeoutMs`. Throws VMM_START_FAILED on timeout. */
+  connectControl(spec: Pick<VmSpec, "controlSocketPath">, timeoutMs: number): Promise<GuestChannel> {
+    return connectUnixChannel(spec.controlSocketPath, timeoutMs);
+  }
+}

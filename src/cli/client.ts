@@ -1,0 +1,145 @@
+/**
+ * The HTTP client for the scheduler's public API, shared by the CLI and the
+ * dev demo, plus client configuration resolution: flags, then environment
+ * (`BB_SCHEDULER_URL`, `BB_TOKEN`), then the config file (`BB_CONFIG`,
+ * `./.bb/client.json`, `~/.config/beachball/client.json`).
+ * Must never: print the token.
+ */
+import { existsSync, readFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
+import { BeachballError, isErrorCode } from "../protocol/errors.ts";
+import type { AllocationEvent, AllocationView, BootstrapBody, CreateAllocationBody } from "../protocol/api.ts";
+import type { HostView } from "../scheduler/objects/hostObject.ts";
+
+/** Resolved client settings. */
+export interface ClientConfig {
+  schedulerUrl: string;
+  token: string;
+  operatorToken?: string;
+}
+
+/** Config file candidates, in order. */
+export function configFileCandidates(): string[] {
+  return [process.env["BB_CONFIG"], join(process.cwd(), ".bb", "client.json"), join(homedir(), ".config", "beachball", "client.json")].filter((x): x is string => !!x);
+}
+
+/** Resolves settings from flags, environment and the first config file found. Throws with exit-code hint 2 when incomplete. */
+export function resolveClientConfig(flags: { scheduler?: string | undefined; token?: string | undefined }): ClientConfig {
+  let file: Partial<ClientConfig> = {};
+  for (const c of configFileCandidates()) {
+    if (existsSync(c)) {
+      file = JSON.parse(readFileSync(c, "utf8")) as Partial<ClientConfig>;
+      break;
+    }
+  }
+  const schedulerUrl = flags.scheduler ?? process.env["BB_SCHEDULER_URL"] ?? file.schedulerUrl;
+  const token = flags.token ?? process.env["BB_TOKEN"] ?? file.token;
+  if (!schedulerUrl || !token) throw Object.assign(new Error("no scheduler URL or token: pass --scheduler/--token, set BB_SCHEDULER_URL/BB_TOKEN, or run `bb dev demo` once to write .bb/client.json"), { exitCode: 2 });
+  return { schedulerUrl: schedulerUrl.replace(/\/+$/, ""), token, ...(file.operatorToken ? { operatorToken: file.operatorToken } : {}) };
+}
+
+/** A typed client of the public API. Methods throw BeachballError carrying the server's stable code. */
+export class SchedulerClient {
+  constructor(
+    readonly baseUrl: string,
+    private readonly token: string,
+  ) {}
+
+  private async call<T>(method: string, path: string, body?: unknown, timeoutMs = 60_000): Promise<{ status: number; body: T }> {
+    const res = await fetch(`${this.baseUrl}${path}`, {
+      method,
+      headers: { authorization: `Bearer ${this.token}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    const text = await res.text();
+    let parsed: unknown = null;
+    try {
+      parsed = text ? JSON.parse(text) : null;
+    } catch {
+      /* not JSON */
+    }
+    if (!res.ok) {
+      const p = (parsed ?? {}) as { code?: unknown; detail?: string; extra?: Record<string, unknown> };
+      throw new BeachballError(isErrorCode(p.code) ? p.code : "INTERNAL", p.detail ?? `HTTP ${res.status}`, { status: res.status, ...p.extra });
+    }
+    return { status: res.status, body: parsed as T };
+  }
+
+  /** POST /v1/allocations. */
+  async create(body: CreateAllocationBody): Promise<{ created: boolean; view: AllocationView }> {
+    const r = await this.call<AllocationView>("POST", "/v1/allocations", body);
+    return { created: r.status === 201, view: r.body };
+  }
+  /** GET /v1/allocations/{id}. */
+  async get(id: string): Promise<AllocationView> {
+    return (await this.call<AllocationView>("GET", `/v1/allocations/${encodeURIComponent(id)}`)).body;
+  }
+  /** GET /v1/allocations (one page). */
+  async list(cursor?: string, limit = 50): Promise<{ items: AllocationView[]; nextCursor: string | null }> {
+    const q = new URLSearchParams({ limit: String(limit), ...(cursor ? { cursor } : {}) });
+    return (await this.call<{ items: AllocationView[]; nextCursor: string | null }>("GET", `/v1/allocations?${q}`)).body;
+  }
+  /** POST /v1/allocations/{id}/release. */
+  async release(id: string): Promise<AllocationView> {
+    return (await this.call<AllocationView>("POST", `/v1/allocations/${encodeURIComponent(id)}/release`)).body;
+  }
+  /** GET /v1/allocations/{id}/events after `after`. */
+  async events(id: string, after = 0, limit = 100): Promise<AllocationEvent[]> {
+    return (await this.call<{ items: AllocationEvent[] }>("GET", `/v1/allocations/${encodeURIComponent(id)}/events?after=${after}&limit=${limit}`)).body.items;
+  }
+  /** POST /v1/allocations/{id}/bootstrap (waits up to ~35 s for the guest's receipt). */
+  async deliver(id: string, body: BootstrapBody): Promise<{ deliveryId: string; digest: string; replayed: boolean }> {
+    return (await this.call<{ deliveryId: string; digest: string; replayed: boolean }>("POST", `/v1/allocations/${encodeURIComponent(id)}/bootstrap`, body, 40_000)).body;
+  }
+  /** POST /v1/hosts/{id}/enrollment-tokens (operator). */
+  async enrollmentToken(hostId: string, ttlSeconds?: number): Promise<{ token: string; hostId: string; expiresAt: string; joinCommand: string }> {
+    return (await this.call<{ token: string; hostId: string; expiresAt: string; joinCommand: string }>("POST", `/v1/hosts/${encodeURIComponent(hostId)}/enrollment-tokens`, ttlSeconds ? { ttlSeconds } : {})).body;
+  }
+  /** GET /v1/hosts (operator). */
+  async hosts(): Promise<HostView[]> {
+    return (await this.call<{ items: HostView[] }>("GET", "/v1/hosts")).body.items;
+  }
+
+  /**
+   * Follows events from `after` until the allocation is terminal (or `until`
+   * returns true), calling `onEvent` for each. Polls every `intervalMs`.
+   * Returns the last sequence number seen.
+   */
+  async follow(id: string, onEvent: (e: AllocationEvent) => void, opts: { after?: number; intervalMs?: number; until?: (e: AllocationEvent) => boolean; signal?: AbortSignal } = {}): Promise<number> {
+    let after = opts.after ?? 0;
+    for (;;) {
+      if (opts.signal?.aborted) return after;
+      const batch = await this.events(id, after, 100);
+      for (const e of batch) {
+        after = e.seq;
+        onEvent(e);
+        if (e.toState === "released" || e.toState === "failed" || opts.until?.(e)) return after;
+      }
+      if (batch.length === 0) await Bun.sleep(opts.intervalMs ?? 250);
+    }
+  }
+
+  /**
+   * Hands a payload to a ready allocation, waiting for readiness and retrying
+   * GUEST_NOT_CONNECTED / DELIVERY_TIMEOUT until `timeoutMs`.
+   */
+  async deliverWhenReady(id: string, payload: Uint8Array, deliveryId: string, timeoutMs: number): Promise<{ digest: string; generation: number }> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const v = await this.get(id);
+      if (v.state === "released" || v.state === "failed") throw new BeachballError("INVALID_STATE", `allocation is ${v.state}${v.reason ? ` (${v.reason})` : ""}`);
+      if (v.state === "ready") {
+        try {
+          const r = await this.deliver(id, { deliveryId, generation: v.generation, contentType: "text/x-shellscript", payloadBase64: Buffer.from(payload).toString("base64") });
+          return { digest: r.digest, generation: v.generation };
+        } catch (e) {
+          if (!(e instanceof BeachballError) || !["GUEST_NOT_CONNECTED", "DELIVERY_TIMEOUT", "STALE_GENERATION"].includes(e.code)) throw e;
+        }
+      }
+      if (Date.now() > deadline) throw new BeachballError("DELIVERY_TIMEOUT", `allocation not ready within ${timeoutMs} ms (state ${v.state})`);
+      await Bun.sleep(300);
+    }
+  }
+}

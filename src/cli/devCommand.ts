@@ -1,0 +1,42 @@
+/**
+ * `bb dev demo`: the main job for a newcomer (see devDemo.ts). Prints the
+ * job's own output, the state sequence, and the per-phase timing breakdown;
+ * exits 1 if anything of the placement was left behind.
+ */
+import { readFileSync } from "node:fs";
+import { defineCommand } from "citty";
+import { consola } from "consola";
+import { runCli } from "./common.ts";
+
+const demo = defineCommand({
+  meta: { name: "demo", description: "Run a sample CI job in a real VM on this machine, end to end" },
+  args: {
+    root: { type: "string", default: ".bb", description: "Demo state directory" },
+    payload: { type: "string", description: "Shell script to run instead of the sample job" },
+  },
+  run: ({ args }) =>
+    runCli(async () => {
+      const { runDevDemo, SAMPLE_JOB } = await import("./devDemo.ts");
+      const r = await runDevDemo({
+        root: args.root,
+        payload: args.payload ? readFileSync(args.payload, "utf8") : SAMPLE_JOB,
+        print: (l) => console.log(l),
+        status: (l) => consola.info(l),
+      });
+      console.log("");
+      console.log(`states: ${r.states.join(" → ")}`);
+      console.log(`workload exit code: ${r.exitCode}`);
+      console.log("timing:");
+      for (const t of r.timings) console.log(`  ${t.phase.padEnd(36)} ${String(t.ms).padStart(7)} ms`);
+      if (r.leftovers.length) {
+        consola.error(`left behind: ${r.leftovers.join("; ")}`);
+        process.exitCode = 1;
+      } else console.log("cleanup: no VMM process, namespace, TAP or allocation directory left; host capacity back to its registered value");
+    }),
+});
+
+/** The `bb dev` command group. */
+export const devCommand = defineCommand({
+  meta: { name: "dev", description: "Developer conveniences" },
+  subCommands: { demo },
+});
