@@ -271,6 +271,12 @@ export class HostObject extends AuthorityObject {
       this.publish(material || now - r.adPublishedAtMs > AD_REFRESH_MS);
     })();
     if (newSession) this.svc.deliveries.rearm(r.hostId);
+    // A messages envelope may have enqueued work (prepared ⇒ ensure_running): wake the parked poll.
+    // Commands and deliveries ride only in poll responses, so each is handed out once per poll.
+    if (env.type === "messages") {
+      if (this.hasWork()) this.svc.hostSignals.notify(r.hostId);
+      return { agentEpoch: epoch, commands: [], deliveries: [], leases: this.leases() };
+    }
     return this.work(epoch);
   }
 
@@ -359,9 +365,14 @@ export class HostObject extends AuthorityObject {
         spec: JSON.parse(p.specJson) as PlacementSpec,
       });
     }
+    return { agentEpoch: epoch, commands, deliveries: this.svc.deliveries.take(r.hostId), leases: this.leases() };
+  }
+
+  /** Authoritative lease expiry of every placement not yet absent. */
+  private leases(): Record<string, string> {
     const leases: Record<string, string> = {};
     for (const p of this.ctx.db.select().from(placementTable).where(ne(placementTable.state, "absent")).all()) leases[p.placementId] = new Date(p.leaseExpiresAtMs).toISOString();
-    return { agentEpoch: epoch, commands, deliveries: this.svc.deliveries.take(r.hostId), leases };
+    return leases;
   }
 
   /** Checks that a delivery may go to this placement now; returns an earlier digest for a repeated delivery ID. */
