@@ -90,8 +90,8 @@ export const BootstrapBody = Type.Object(
     deliveryId: Ident(128),
     generation: Type.Integer({ minimum: 1 }),
     contentType: Type.Literal("text/x-shellscript"),
-    /** Base64 of at most MAX_PAYLOAD_BYTES bytes (length checked again after decoding). */
-    payloadBase64: Type.String({ maxLength: Math.ceil(MAX_PAYLOAD_BYTES / 3) * 4 + 4 }),
+    /** Base64 of at most MAX_PAYLOAD_BYTES bytes, checked after decoding (413 PAYLOAD_TOO_LARGE). */
+    payloadBase64: Type.String({ maxLength: MAX_REQUEST_BODY_BYTES }),
   },
   { additionalProperties: false },
 );
