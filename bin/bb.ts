@@ -7,6 +7,10 @@
  * "One binary, four roles").
  */
 import { defineCommand, runMain } from "citty";
+import { consola } from "consola";
+
+// consola hides info lines when NODE_ENV=test; a role's log level is ours to set (BB_LOG_LEVEL: 0 errors … 4 debug).
+consola.level = Number(process.env["BB_LOG_LEVEL"] ?? 3);
 
 const main = defineCommand({
   meta: { name: "bb", version: "0.1.0", description: "Beachball: disposable microVMs on your own hosts" },

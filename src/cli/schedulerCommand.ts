@@ -32,6 +32,7 @@ const serve = defineCommand({
     manifest: { type: "string", description: "Deployment manifest (default: write a development manifest into the data dir)" },
     listen: { type: "string", description: "HOST:PORT", default: "127.0.0.1:7380" },
     "dev-image": { type: "string", description: "Dev image directory the development manifest's classes boot", default: ".bb/images/dev" },
+    "client-config": { type: "string", description: "Where to copy the dev client config (URL + tokens, mode 0600)", default: ".bb/client.json" },
   },
   run: ({ args }) =>
     runCli(async () => {
@@ -47,8 +48,9 @@ const serve = defineCommand({
       }
       const s = serveScheduler({ dataDir, manifestPath, hostname, port });
       if (dev) {
-        publishDevClientConfig(dev, s.url, [resolve(".bb", "client.json")]);
-        consola.info(`development manifest ${dev.manifestPath}; client config with tokens (mode 0600) ${resolve(".bb", "client.json")}`);
+        const clientConfig = resolve(args["client-config"]);
+        publishDevClientConfig(dev, s.url, [clientConfig]);
+        consola.info(`development manifest ${dev.manifestPath}; client config with tokens (mode 0600) ${clientConfig}`);
       }
       await new Promise<void>((done) => {
         const stop = () => void s.stop().then(done);

@@ -1,0 +1,179 @@
+/**
+ * The main job end to end with real parts: a scheduler and an agent as
+ * separate `bb` processes, a real kernel booted by QEMU (KVM or TCG), the
+ * payload handed over in memory and run by `bb guest`, and cleanup.
+ * Also: idempotent create starts no second VM, a payload exiting 3 is a
+ * workload result (not a scheduler failure), and the scheduler and the agent
+ * each survive a SIGKILL and restart mid-run with nothing left behind.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { randomUUID } from "node:crypto";
+import { SchedulerClient } from "../../src/cli/client.ts";
+import { compileBb } from "../../src/cli/bbBinary.ts";
+import { buildDevImage } from "../../src/agent/image/devBuild.ts";
+import { placementDirName } from "../../src/agent/placementOps.ts";
+import { listPlacementNetworks, destroyPlacementNetwork } from "../../src/agent/net/placementNet.ts";
+import type { AllocationEvent } from "../../src/protocol/api.ts";
+import { kill9, leftoversOf, pidsMatching, runRole, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
+
+const skip = vmTestSkipReason();
+if (skip) console.log(`SKIP test/e2e/main-job.test.ts: ${skip}`);
+const d = skip ? describe.skip : describe;
+
+let work: string;
+let imageDir: string;
+let port: number;
+let scheduler: Role;
+let agent: Role;
+let controller: SchedulerClient;
+let operator: SchedulerClient;
+const schedulerArgs = () => ["scheduler", "serve", "--data-dir", join(work, "scheduler"), "--listen", `127.0.0.1:${port}`, "--dev-image", imageDir, "--client-config", join(work, "client.json")];
+const agentDir = () => join(work, "agent");
+const allocationsDir = () => join(agentDir(), "allocations");
+
+async function waitHealthy(ms = 30_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    const h = await operator.hosts().catch(() => []);
+    if (h.some((x) => x.hostId === "e2e-host" && x.health === "healthy")) return;
+    await Bun.sleep(200);
+  }
+  throw new Error(`host never became healthy\n${tail(agent.log)}`);
+}
+
+async function waitUp(ms = 20_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (await fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok).catch(() => false)) return;
+    await Bun.sleep(100);
+  }
+  throw new Error(`scheduler did not come up\n${tail(scheduler.log)}`);
+}
+
+async function waitState(id: string, states: string[], ms = 240_000): Promise<string> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await controller.get(id).catch(() => null);
+    if (v && states.includes(v.state)) return v.state;
+    if (Date.now() > deadline) throw new Error(`allocation ${id} never reached ${states.join("/")} (now ${v?.state})\nagent:\n${tail(agent.log)}\nscheduler:\n${tail(scheduler.log)}`);
+    await Bun.sleep(200);
+  }
+}
+
+async function finishJob(id: string, script: string): Promise<{ events: AllocationEvent[]; console: string; dirName: string }> {
+  await controller.deliverWhenReady(id, new TextEncoder().encode(script), `dlv-${randomUUID()}`, 240_000);
+  const events: AllocationEvent[] = [];
+  await controller.follow(id, (e) => events.push(e), { until: (e) => e.type === "workload.exited" });
+  const v = await controller.get(id);
+  const dirName = placementDirName(id, v.placementId!, v.generation);
+  await Bun.sleep(300);
+  const console = readFileSync(join(allocationsDir(), dirName, "logs", "console.log"), "utf8").replaceAll("\r\n", "\n");
+  await controller.release(id);
+  await controller.follow(id, (e) => events.push(e), { after: events[events.length - 1]!.seq });
+  return { events: await controller.events(id, 0, 200), console, dirName };
+}
+
+function isSubsequence(wanted: string[], got: string[]): boolean {
+  let i = 0;
+  for (const g of got) if (g === wanted[i]) i++;
+  return i === wanted.length;
+}
+
+d("main job end to end (real QEMU)", () => {
+  beforeAll(async () => {
+    work = mkdtempSync(join(tmpdir(), "bb-e2e-"));
+    imageDir = resolve(".bb/images/dev");
+    const img = await buildDevImage({ outDir: imageDir, cacheDir: resolve(".bb/cache"), bbBinaryPath: await compileBb() });
+    expect(img.digest).toMatch(/^sha256:/);
+    const probe = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
+    port = probe.port!;
+    await probe.stop(true);
+    scheduler = startRole(schedulerArgs(), join(work, "scheduler.log"));
+    await waitUp();
+    const cfg = JSON.parse(readFileSync(join(work, "client.json"), "utf8")) as { token: string; operatorToken: string };
+    controller = new SchedulerClient(`http://127.0.0.1:${port}`, cfg.token);
+    operator = new SchedulerClient(`http://127.0.0.1:${port}`, cfg.operatorToken);
+    const t = await operator.enrollmentToken("e2e-host");
+    await runRole(["agent", "join", "--scheduler", `http://127.0.0.1:${port}`, "--token", t.token, "--data-dir", agentDir(), "--image-dir", imageDir, "--max-placements", "2"]);
+    agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"));
+    await waitHealthy();
+  }, 600_000);
+
+  afterAll(async () => {
+    if (agent) await stopRole(agent);
+    if (scheduler) await stopRole(scheduler);
+    if (!work) return;
+    for (const pid of pidsMatching(allocationsDir())) process.kill(pid, "SIGKILL");
+    const ours = new Set((await Bun.$`ls ${allocationsDir()}`.nothrow().text()).split("\n").filter(Boolean));
+    for (const n of await listPlacementNetworks()) if (ours.has(n)) await destroyPlacementNetwork(n);
+    rmSync(work, { recursive: true, force: true });
+  }, 60_000);
+
+  test("idempotent create, payload exit 3, ordered events, nothing left behind", async () => {
+    const registered = (await operator.hosts()).find((h) => h.hostId === "e2e-host")!;
+    const body = { clientRequestId: `e2e-${randomUUID()}`, workloadClass: "ci-small" };
+    const first = await controller.create(body);
+    await waitState(first.view.allocationId, ["ready"]);
+    const again = await controller.create(body);
+    expect(again.created).toBe(false);
+    expect(again.view.allocationId).toBe(first.view.allocationId);
+    await expect(controller.create({ ...body, workloadClass: "ci-medium" })).rejects.toMatchObject({ code: "IDEMPOTENCY_CONFLICT" });
+    const v = await controller.get(first.view.allocationId);
+    expect(pidsMatching(placementDirName(v.allocationId, v.placementId!, v.generation))).toHaveLength(1);
+
+    const r = await finishJob(first.view.allocationId, "echo e2e-output-line; echo to-stderr >&2; exit 3\n");
+    expect(r.console).toContain("BEACHBALL_JOB_START");
+    expect(r.console).toContain("e2e-output-line");
+    expect(r.console).toContain("BEACHBALL_JOB_EXIT 3");
+    expect(r.console).not.toContain("echo e2e-output-line");
+    const final = await controller.get(first.view.allocationId);
+    expect(final.state).toBe("released");
+    expect(final.workloadExitCode).toBe(3);
+    const types = r.events.map((e) => e.type);
+    expect(
+      isSubsequence(
+        ["allocation.created", "allocation.provisioning", "placement.prepared", "placement.starting", "placement.running", "allocation.ready", "bootstrap.consumed", "workload.exited", "allocation.releasing", "placement.absent", "allocation.released"],
+        types,
+      ),
+    ).toBe(true);
+    expect(r.events.find((e) => e.type === "workload.exited")?.data?.["exitCode"]).toBe(3);
+    expect(types).not.toContain("allocation.failed");
+    expect(await leftoversOf(allocationsDir(), r.dirName)).toEqual([]);
+    expect((await operator.hosts()).find((h) => h.hostId === "e2e-host")!.free).toEqual(registered.allocatable);
+  }, 600_000);
+
+  test("the scheduler is SIGKILLed while the VM boots and the run still completes", async () => {
+    const { view } = await controller.create({ clientRequestId: `e2e-${randomUUID()}`, workloadClass: "ci-small" });
+    await waitState(view.allocationId, ["provisioning", "ready"]);
+    await kill9(scheduler);
+    scheduler = startRole(schedulerArgs(), join(work, "scheduler.log"));
+    await waitUp();
+    await waitState(view.allocationId, ["ready"]);
+    const r = await finishJob(view.allocationId, "echo after-scheduler-restart\n");
+    expect(r.console).toContain("after-scheduler-restart");
+    expect(r.console).toContain("BEACHBALL_JOB_EXIT 0");
+    expect((await controller.get(view.allocationId)).state).toBe("released");
+    expect(await leftoversOf(allocationsDir(), r.dirName)).toEqual([]);
+  }, 600_000);
+
+  test("the agent is SIGKILLed with the VM running, adopts it on restart, and cleans up", async () => {
+    const { view } = await controller.create({ clientRequestId: `e2e-${randomUUID()}`, workloadClass: "ci-small" });
+    await waitState(view.allocationId, ["ready"]);
+    const v = await controller.get(view.allocationId);
+    const dirName = placementDirName(v.allocationId, v.placementId!, v.generation);
+    const vmPids = pidsMatching(dirName);
+    expect(vmPids).toHaveLength(1);
+    await kill9(agent);
+    expect(pidsMatching(dirName)).toEqual(vmPids);
+    agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"));
+    await waitHealthy();
+    const r = await finishJob(view.allocationId, "echo after-agent-restart\n");
+    expect(r.console).toContain("after-agent-restart");
+    expect(tail(agent.log)).toContain("adopted VM");
+    expect((await controller.get(view.allocationId)).state).toBe("released");
+    expect(await leftoversOf(allocationsDir(), r.dirName)).toEqual([]);
+  }, 600_000);
+});

@@ -1,0 +1,81 @@
+/**
+ * Test support for end-to-end runs: `bb` roles as real subprocesses (from
+ * source, through Bun), their logs in files, and a leak check that finds any
+ * VMM process, namespace or allocation directory of a placement.
+ */
+import { existsSync, openSync, readFileSync, closeSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { listPlacementNetworks } from "../../src/agent/net/placementNet.ts";
+
+const BUN = resolve("node_modules/.bin/bun");
+const BB = resolve("bin/bb.ts");
+
+/** A `bb` subprocess with its log file. */
+export interface Role {
+  proc: ReturnType<typeof Bun.spawn>;
+  log: string;
+}
+
+/** Starts `bb ARGS…` with output appended to `log`. */
+export function startRole(args: string[], log: string): Role {
+  const fd = openSync(log, "a");
+  const proc = Bun.spawn([BUN, BB, ...args], { stdout: fd, stderr: fd, stdin: "ignore", env: { ...process.env, NO_COLOR: "1" } });
+  closeSync(fd);
+  return { proc, log };
+}
+
+/** Runs `bb ARGS…` to completion; throws with its output when it fails. */
+export async function runRole(args: string[]): Promise<string> {
+  const p = Bun.spawn([BUN, BB, ...args], { stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1" } });
+  const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+  if (code !== 0) throw new Error(`bb ${args.join(" ")} exited ${code}: ${out}${err}`);
+  return out + err;
+}
+
+/** SIGKILLs a role and waits for it to be reaped. */
+export async function kill9(r: Role): Promise<void> {
+  r.proc.kill("SIGKILL");
+  await r.proc.exited;
+}
+
+/** SIGTERMs a role and waits (SIGKILL after `graceMs`). */
+export async function stopRole(r: Role, graceMs = 10_000): Promise<void> {
+  if (r.proc.exitCode !== null || r.proc.signalCode !== null) return;
+  r.proc.kill("SIGTERM");
+  const t = setTimeout(() => r.proc.kill("SIGKILL"), graceMs);
+  await r.proc.exited;
+  clearTimeout(t);
+}
+
+/** The last `n` characters of a log, for failure messages. */
+export function tail(path: string, n = 3000): string {
+  return existsSync(path) ? readFileSync(path, "utf8").slice(-n) : "";
+}
+
+/** PIDs whose command line contains `needle` (excluding pgrep itself). */
+export function pidsMatching(needle: string): number[] {
+  const r = Bun.spawnSync(["pgrep", "-f", "--", needle]);
+  return r.stdout
+    .toString()
+    .split("\n")
+    .map(Number)
+    .filter((n) => n > 0 && n !== process.pid);
+}
+
+/** Everything of placement directory `dirName` still present under `allocationsDir`. */
+export async function leftoversOf(allocationsDir: string, dirName: string): Promise<string[]> {
+  const left: string[] = [];
+  if (existsSync(join(allocationsDir, dirName))) left.push(`directory ${dirName}`);
+  if ((await listPlacementNetworks()).includes(dirName)) left.push(`netns ${dirName}`);
+  const pids = pidsMatching(dirName);
+  if (pids.length) left.push(`processes ${pids.join(",")}`);
+  return left;
+}
+
+/** Why root-only VM tests cannot run here, or null if they can. */
+export function vmTestSkipReason(): string | null {
+  if (process.getuid?.() !== 0) return "needs root (network namespaces, TAP devices)";
+  if (!Bun.which("qemu-system-x86_64")) return "qemu-system-x86_64 is not installed (apt-get install -y qemu-system-x86)";
+  if (!Bun.which("ip")) return "iproute2 is not installed";
+  return null;
+}
