@@ -14,7 +14,8 @@ const ALLOWED: Record<AllocationState, readonly AllocationState[]> = {
   pending: ["reserving", "released", "failed"],
   reserving: ["pending", "provisioning", "releasing", "released", "failed"],
   provisioning: ["ready", "releasing", "pending"],
-  ready: ["releasing", "paused", "suspending"],
+  // ready → pending is a replacement after host loss (fenced, or authorized by the controller).
+  ready: ["releasing", "paused", "suspending", "pending"],
   paused: ["ready", "releasing"],
   suspending: ["suspended", "releasing"],
   suspended: ["pending", "releasing"],
@@ -40,6 +41,15 @@ export interface TimeoutPolicy {
   leaseMs: number;
   /** Most automatic replacements before readiness. */
   maxAttempts: number;
+  /**
+   * Margin after the old placement's lease expiry before a replacement may
+   * start, ms: covers the agent's lease check period and the tolerated clock skew.
+   */
+  leaseGraceMs: number;
+  /** How often a non-terminal allocation asks its host about the placement, ms. */
+  hostCheckIntervalMs: number;
+  /** Days a terminal allocation is kept before it deletes itself. */
+  retentionDays: number;
 }
 
 /** Default timeout policy. */
@@ -49,6 +59,9 @@ export const DEFAULT_TIMEOUTS: TimeoutPolicy = {
   defaultTtlMs: 60 * 60_000,
   leaseMs: 120_000,
   maxAttempts: 3,
+  leaseGraceMs: 15_000,
+  hostCheckIntervalMs: 10_000,
+  retentionDays: 7,
 };
 
 /** Longest an alarm is scheduled out, ms (spec "The reconciliation loop"). */

@@ -12,6 +12,7 @@ const ad = (hostId: string, o: Partial<Advertisement> = {}): Advertisement => ({
   labels: {},
   agentProtocolVersion: "1.0",
   isolationHealthy: true,
+  unschedulable: [],
   free: { cpuMillis: 4000, memoryMiB: 4096, ephemeralDiskMiB: 10_000, slots: 4 },
   cachedImages: [],
   ...o,
@@ -37,6 +38,7 @@ describe("placement filter", () => {
     expect(filterReason(ad("h"), { ...req, requiredLabels: { gpu: "yes" } }, now)).toBe("LABEL_MISSING");
     expect(filterReason(ad("h", { agentProtocolVersion: "2.0" }), req, now)).toBe("PROTOCOL_INCOMPATIBLE");
     expect(filterReason(ad("h", { isolationHealthy: false }), req, now)).toBe("ISOLATION_UNHEALTHY");
+    expect(filterReason(ad("h", { unschedulable: ["CLOCK_SKEW"] }), req, now)).toBe("CLOCK_SKEW");
     expect(filterReason(ad("h", { free: { cpuMillis: 500, memoryMiB: 4096, ephemeralDiskMiB: 10_000, slots: 4 } }), req, now)).toBe("INSUFFICIENT_CPU");
     expect(filterReason(ad("h"), { ...req, exclude: new Set(["h"]) }, now)).toBe("ALREADY_TRIED");
   });

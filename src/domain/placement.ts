@@ -20,6 +20,8 @@ export interface Advertisement {
   labels: Record<string, string>;
   agentProtocolVersion: string;
   isolationHealthy: boolean;
+  /** Unschedulable conditions other than admin state and heartbeat (clock skew, inventory, overlap, volumes). */
+  unschedulable: string[];
   /** Free capacity hint (allocatable − used at publish time). */
   free: Resources;
   cachedImages: string[];
@@ -53,6 +55,7 @@ export function filterReason(ad: Advertisement, req: PlacementRequest, nowMs: nu
   for (const [k, v] of Object.entries(req.requiredLabels)) if (ad.labels[k] !== v) return "LABEL_MISSING";
   if (ad.agentProtocolVersion.split(".")[0] !== req.agentProtocolVersion.split(".")[0]) return "PROTOCOL_INCOMPATIBLE";
   if (!ad.isolationHealthy) return "ISOLATION_UNHEALTHY";
+  if (ad.unschedulable.length > 0) return ad.unschedulable[0]!;
   const misfit = fits(ad.free, req.resources);
   if (misfit) return misfit;
   return null;

@@ -134,6 +134,10 @@ export const HealthReport = Type.Object(
     isolationHealthy: Type.Boolean(),
     quarantineCount: Type.Integer({ minimum: 0 }),
     vmmDriver: Type.String({ maxLength: 32 }),
+    /** Physical inventory; below the registered capacity makes the host unschedulable. */
+    inventory: Type.Optional(Type.Object({ cpuMillis: Type.Integer({ minimum: 0 }), memoryMiB: Type.Integer({ minimum: 0 }) }, { additionalProperties: false })),
+    /** The state or image-cache volume is nearly full. */
+    volumesNearlyFull: Type.Optional(Type.Boolean()),
   },
   { additionalProperties: false },
 );

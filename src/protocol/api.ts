@@ -81,6 +81,10 @@ export interface AllocationEvent {
   fromState: AllocationState | null;
   toState: AllocationState | null;
   reason: string | null;
+  /** The controller identity that owns the allocation (tenant and client in this release). */
+  clientId: string;
+  /** Correlation ID: the clientRequestId of the create call. */
+  correlationId: string;
   data?: Record<string, unknown>;
 }
 

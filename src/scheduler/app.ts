@@ -92,6 +92,23 @@ export function buildApp(worker: SchedulerWorker) {
       { body: EnrollmentTokenBody },
     )
     .get("/v1/hosts", async ({ headers }) => ({ items: await worker.hosts(worker.authenticate(headers["authorization"])) }))
+    .post("/v1/hosts/:id/activate", ({ params, headers }) => worker.setHostState(worker.authenticate(headers["authorization"]), params.id, "active"))
+    .post("/v1/hosts/:id/drain", ({ params, headers }) => worker.setHostState(worker.authenticate(headers["authorization"]), params.id, "draining"))
+    .post("/v1/hosts/:id/disable", ({ params, headers }) => worker.setHostState(worker.authenticate(headers["authorization"]), params.id, "disabled"))
+    .post(
+      "/v1/allocations/:id/replacement-authorizations",
+      ({ params, body, headers }) => worker.authorizeReplacement(worker.authenticate(headers["authorization"]), params.id, body.generation),
+      { body: t.Object({ generation: t.Integer({ minimum: 1 }) }, { additionalProperties: false }) },
+    )
+    .get(
+      "/v1/operations/metrics",
+      async ({ headers }) => new Response(await worker.metrics(worker.authenticate(headers["authorization"])), { headers: { "content-type": "text/plain; version=0.0.4" } }),
+    )
+    .get(
+      "/v1/operations/alerts",
+      async ({ query, headers }) => ({ items: await worker.alerts(worker.authenticate(headers["authorization"]), query.after ?? 0, query.limit ?? 100) }),
+      { query: EventsQuery },
+    )
     .post(
       "/v1/agents/enroll",
       async ({ body, set }) => {

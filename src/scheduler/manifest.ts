@@ -49,6 +49,18 @@ export const DeploymentManifest = Type.Object(
       {
         maxConcurrentAllocationsPerController: Type.Integer({ minimum: 1 }),
         maxRegisteredHosts: Type.Integer({ minimum: 1 }),
+        /** Active hosts allowed at once (default: maxRegisteredHosts). */
+        maxActiveHosts: Type.Optional(Type.Integer({ minimum: 1 })),
+        /** Create requests per second per controller (default 50). */
+        controllerRequestsPerSecond: Type.Optional(Type.Number({ exclusiveMinimum: 0 })),
+        /** Create requests per second for the whole deployment (default 500). */
+        deploymentRequestsPerSecond: Type.Optional(Type.Number({ exclusiveMinimum: 0 })),
+        /** Non-terminal allocations across the deployment (default 10000). */
+        maxAllocations: Type.Optional(Type.Integer({ minimum: 1 })),
+        /** Allocation records kept, terminal ones included, until retention deletes them (default 100000). */
+        maxRetainedAllocations: Type.Optional(Type.Integer({ minimum: 1 })),
+        /** Days a terminal allocation is kept (default 7). */
+        retentionDays: Type.Optional(Type.Integer({ minimum: 0, maximum: 3650 })),
       },
       { additionalProperties: false },
     ),

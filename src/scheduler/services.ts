@@ -8,6 +8,7 @@ import type { BootstrapDelivery } from "../protocol/agent.ts";
 import type { DeploymentManifest } from "./manifest.ts";
 import type { TimeoutPolicy } from "../domain/allocation.ts";
 import type { Clock, Randomness } from "./runtime/ports.ts";
+import type { Metrics } from "./metrics.ts";
 
 /** Most deliveries held in memory per host at once. */
 export const MAX_PENDING_DELIVERIES_PER_HOST = 64;
@@ -109,4 +110,5 @@ export interface SchedulerServices {
   timeouts: TimeoutPolicy;
   clock: Clock;
   random: Randomness;
+  metrics: Metrics;
 }

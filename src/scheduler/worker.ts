@@ -25,6 +25,8 @@ import { AdmissionObject } from "./objects/admissionObject.ts";
 import { EnrollmentObject } from "./objects/enrollmentObject.ts";
 import { HostDirectoryObject } from "./objects/hostDirectory.ts";
 import { HostObject, type HostView } from "./objects/hostObject.ts";
+import { OperationsObject, type Alert } from "./objects/operationsObject.ts";
+import { Metrics } from "./metrics.ts";
 
 /** How long a controller's delivery request waits for the agent's acknowledgement, ms (spec: 30 s). */
 export const DELIVERY_TIMEOUT_MS = 30_000;
@@ -57,12 +59,14 @@ export class SchedulerWorker {
       timeouts: { ...DEFAULT_TIMEOUTS, ...opts.timeouts },
       clock,
       random,
+      metrics: new Metrics(),
     };
+    if (opts.manifest.limits.retentionDays !== undefined && opts.timeouts?.retentionDays === undefined) this.services.timeouts.retentionDays = opts.manifest.limits.retentionDays;
     this.runtime = new ObjectRuntime(
       opts.dataDir,
       clock,
       random,
-      [AllocationObject, AllocationIndexObject, AdmissionObject, EnrollmentObject, HostDirectoryObject, HostObject],
+      [AllocationObject, AllocationIndexObject, AdmissionObject, EnrollmentObject, HostDirectoryObject, HostObject, OperationsObject],
       this.services,
     );
   }
@@ -104,7 +108,17 @@ export class SchedulerWorker {
       if (existing !== bodyDigest) throw new BeachballError("IDEMPOTENCY_CONFLICT", "clientRequestId was used with a different request body");
       return { created: false, view: await this.runtime.call(AllocationObject, allocationId, (a) => a.get(who.id)) };
     }
-    await this.runtime.call(AdmissionObject, "global", (a) => a.admit(who.id, allocationId, this.opts.manifest.limits.maxConcurrentAllocationsPerController));
+    const l = this.opts.manifest.limits;
+    await this.runtime.call(AdmissionObject, "global", (a) =>
+      a.admit(who.id, allocationId, {
+        perControllerConcurrent: l.maxConcurrentAllocationsPerController,
+        perControllerRps: l.controllerRequestsPerSecond ?? 50,
+        deploymentRps: l.deploymentRequestsPerSecond ?? 500,
+        maxAllocations: l.maxAllocations ?? 10_000,
+        maxRetained: l.maxRetainedAllocations ?? 100_000,
+      }),
+    );
+    this.services.metrics.inc("bb_allocations_admitted_total", "Allocations admitted", { workload_class: body.workloadClass });
     return this.runtime.call(AllocationObject, allocationId, (a) =>
       a.create({
         allocationId,
@@ -194,6 +208,13 @@ export class SchedulerWorker {
     const { hostId, replay } = await this.runtime.call(EnrollmentObject, "global", (e) => e.consume(tokenDigest(token), configDigest));
     if (replay) throw new BeachballError("ENROLLMENT_TOKEN_INVALID", "enrollment token was already used; keep the credential from the first enrollment");
     await this.runtime.call(AdmissionObject, "global", (a) => a.admitHost(hostId, this.opts.manifest.limits.maxRegisteredHosts));
+    let autoActivate = this.opts.manifest.hostEnrollment.autoActivate;
+    if (autoActivate) {
+      autoActivate = await this.runtime
+        .call(AdmissionObject, "global", (a) => a.admitActiveHost(hostId, this.opts.manifest.limits.maxActiveHosts ?? this.opts.manifest.limits.maxRegisteredHosts))
+        .then(() => true)
+        .catch(() => false);
+    }
     const secret = Buffer.from(this.services.random.bytes(32)).toString("hex");
     const zero = { cpuMillis: 0, memoryMiB: 0, ephemeralDiskMiB: 0, maxPlacements: 0 };
     const reg = await this.runtime.call(HostObject, hostId, (h) =>
@@ -208,7 +229,7 @@ export class SchedulerWorker {
         labels: body.labels ?? {},
         agentProtocolVersion: body.agentProtocolVersion,
         vmmDriver: body.vmmDriver,
-        autoActivate: this.opts.manifest.hostEnrollment.autoActivate,
+        autoActivate,
       }),
     );
     if (!reg.created) throw new BeachballError("ENROLLMENT_CONFLICT", "host is already enrolled");
@@ -234,6 +255,49 @@ export class SchedulerWorker {
     if (env.type !== "poll" || first.commands.length > 0 || first.deliveries.length > 0 || waitMs === 0) return first;
     await this.services.hostSignals.wait(hostId, waitMs);
     return this.runtime.call(HostObject, hostId, (h) => h.work(first.agentEpoch));
+  }
+
+  /** Certifies revocation of the workload's external authority so a blocked replacement may proceed (controllers). */
+  authorizeReplacement(who: Identity, id: string, generation: number): Promise<AllocationView> {
+    requireRole(who, "controller");
+    return this.runtime.call(AllocationObject, this.known(id), (a) => a.authorizeReplacement(who.id, generation));
+  }
+
+  /**
+   * Changes a host's administrative state (operators). Activation is gated
+   * by the active-host cap; `disabled` fences the host. Throws NOT_FOUND,
+   * QUOTA_ACTIVE_HOSTS.
+   */
+  async setHostState(who: Identity, hostId: string, state: "active" | "draining" | "disabled"): Promise<HostView> {
+    requireRole(who, "operator");
+    if (!HOST_ID_PATTERN.test(hostId) || !this.runtime.exists(HostObject.className, hostId)) throw new BeachballError("NOT_FOUND", "no such host");
+    const l = this.opts.manifest.limits;
+    if (state === "active") await this.runtime.call(AdmissionObject, "global", (a) => a.admitActiveHost(hostId, l.maxActiveHosts ?? l.maxRegisteredHosts));
+    else await this.runtime.call(AdmissionObject, "global", (a) => a.deactivateHost(hostId));
+    const r = await this.runtime.call(HostObject, hostId, (h) => h.setAdminState(state));
+    this.services.metrics.inc("bb_host_admin_changes_total", "Host administrative state changes", { state: r.adminState, host: hostId });
+    if (r.fenced) this.services.hostSignals.notify(hostId);
+    return this.runtime.call(HostObject, hostId, (h) => h.view());
+  }
+
+  /** Prometheus text with counters and host gauges (operators). */
+  async metrics(who: Identity): Promise<string> {
+    requireRole(who, "operator");
+    const hosts = await this.hosts(who);
+    const byState = new Map<string, number>();
+    for (const h of hosts) byState.set(`${h.adminState}/${h.health}`, (byState.get(`${h.adminState}/${h.health}`) ?? 0) + 1);
+    return this.services.metrics.render([
+      { name: "bb_hosts", help: "Hosts by admin state and health", series: [...byState].map(([k, v]) => ({ labels: { state: k }, value: v })) },
+      { name: "bb_host_free_cpu_millicores", help: "Free CPU per host", series: hosts.map((h) => ({ labels: { host: h.hostId }, value: h.free.cpuMillis })) },
+      { name: "bb_host_free_memory_mib", help: "Free memory per host", series: hosts.map((h) => ({ labels: { host: h.hostId }, value: h.free.memoryMiB })) },
+      { name: "bb_host_placements", help: "Capacity-consuming placements per host", series: hosts.map((h) => ({ labels: { host: h.hostId }, value: h.placements.length })) },
+    ]);
+  }
+
+  /** Alerts after `after` (operators). */
+  alerts(who: Identity, after: number, limit: number): Promise<(Alert & { seq: number })[]> {
+    requireRole(who, "operator");
+    return this.runtime.call(OperationsObject, "global", (o) => o.list(after, limit));
   }
 
   /** Validates an allocation ID and checks the object exists without creating it. Throws NOT_FOUND. */

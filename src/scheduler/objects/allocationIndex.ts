@@ -27,6 +27,10 @@ export class AllocationIndexObject extends AuthorityObject {
     if (msgs.length === 0) return;
     this.ctx.sql.transaction(() => {
       for (const m of msgs) {
+        if (m.kind === "purge") {
+          this.ctx.sql.query("DELETE FROM entries WHERE allocation_id = ?").run((m.body as { allocationId: string }).allocationId);
+          continue;
+        }
         if (m.kind !== "upsert") continue;
         const b = m.body as { allocationId: string; identity: string; state: string; createdAtMs: number };
         this.ctx.sql

@@ -100,6 +100,9 @@ export class AllocationObject extends AuthorityObject {
           updatedAtMs: now,
           stateEnteredAtMs: now,
           expiresAtMs: now + cmd.ttlMs,
+          replacementAuthorized: false,
+          hostCheckAtMs: now + this.svc.timeouts.hostCheckIntervalMs,
+          terminalAtMs: null,
         })
         .run();
       this.event("allocation.created", { toState: "pending", data: { workloadClass: cmd.body.workloadClass, imageDigest: cmd.spec.imageDigest } });
@@ -154,8 +157,29 @@ export class AllocationObject extends AuthorityObject {
         fromState: e.fromState,
         toState: e.toState,
         reason: e.reason,
+        clientId: r.identity,
+        correlationId: r.clientRequestId,
         ...(e.dataJson ? { data: JSON.parse(e.dataJson) as Record<string, unknown> } : {}),
       }));
+  }
+
+  /**
+   * Records the controller's certification that it revoked the workload's
+   * external authority, unblocking a replacement after readiness (spec
+   * "Replacement"). Throws STALE_GENERATION or REPLACEMENT_NOT_BLOCKED.
+   */
+  async authorizeReplacement(identity: string, generation: number): Promise<AllocationView> {
+    const r = this.owned(identity);
+    if (generation !== r.generation) throw new BeachballError("STALE_GENERATION", `generation ${generation} is not current (${r.generation})`);
+    if (!(JSON.parse(r.conditionsJson) as string[]).includes("replacement_blocked")) throw new BeachballError("REPLACEMENT_NOT_BLOCKED", "no replacement is blocked for this allocation");
+    if (!r.replacementAuthorized) {
+      this.ctx.sql.transaction(() => {
+        this.ctx.db.update(allocationTable).set({ replacementAuthorized: true, hostCheckAtMs: 0, updatedAtMs: this.ctx.clock.now() }).run();
+        this.event("allocation.replacement_authorized", { reason: "CONTROLLER_AUTHORIZED" });
+      })();
+    }
+    await this.reconcile();
+    return this.view(this.row()!);
   }
 
   /**
@@ -171,7 +195,21 @@ export class AllocationObject extends AuthorityObject {
   }
 
   override async alarm(): Promise<void> {
+    const r = this.row();
+    if (r && TERMINAL_STATES.has(r.state)) return this.purgeIfDue(r);
     await this.reconcile();
+  }
+
+  /** Retention: a terminal allocation past its retention purges its index and admission rows, then deletes itself. */
+  private purgeIfDue(r: Row): void {
+    const dueAt = (r.terminalAtMs ?? r.updatedAtMs) + this.svc.timeouts.retentionDays * 86_400_000;
+    if (this.ctx.clock.now() < dueAt) return this.ctx.setAlarm(dueAt);
+    this.ctx.sql.transaction(() => {
+      this.ctx.post("AllocationIndex", "global", { messageId: `idx:${r.allocationId}:purge`, kind: "purge", body: { allocationId: r.allocationId } });
+      this.ctx.post("Admission", "global", { messageId: `adm:${r.allocationId}:purge`, kind: "allocation_purged", body: { allocationId: r.allocationId } });
+      this.ctx.setAlarm(null);
+    })();
+    this.ctx.deleteSelf();
   }
 
   override async onInbox(): Promise<void> {
@@ -186,13 +224,15 @@ export class AllocationObject extends AuthorityObject {
 
   private armAlarm(): void {
     const r = this.row();
-    if (!r || TERMINAL_STATES.has(r.state)) return this.ctx.setAlarm(null);
+    if (!r) return this.ctx.setAlarm(null);
+    if (TERMINAL_STATES.has(r.state)) return this.ctx.setAlarm((r.terminalAtMs ?? r.updatedAtMs) + this.svc.timeouts.retentionDays * 86_400_000);
     const now = this.ctx.clock.now();
     let at = now + MAX_ALARM_DELAY_MS;
     if (r.state === "pending") at = Math.min(at, Math.max(now + 50, r.nextAttemptAtMs));
     if (r.state === "releasing" || r.state === "reserving") at = Math.min(at, now + 5_000);
     if (r.state === "provisioning") at = Math.min(at, r.stateEnteredAtMs + this.svc.timeouts.provisioningTimeoutMs);
     if (r.state === "ready") at = Math.min(at, r.expiresAtMs);
+    if (r.hostId && r.placementId && (r.state === "provisioning" || r.state === "ready" || r.state === "releasing")) at = Math.min(at, r.hostCheckAtMs);
     this.ctx.setAlarm(Math.max(at, now + 50));
   }
 
@@ -207,6 +247,7 @@ export class AllocationObject extends AuthorityObject {
     if (r.desired !== "released" && r.state === "provisioning" && now >= r.stateEnteredAtMs + this.svc.timeouts.provisioningTimeoutMs)
       return this.requestRelease("GUEST_BOOT_TIMEOUT");
     if (r.desired !== "released" && r.state === "pending" && now >= r.createdAtMs + this.svc.timeouts.pendingTimeoutMs) return this.requestRelease("NO_CAPACITY");
+    if (r.hostId && r.placementId && (r.state === "provisioning" || r.state === "ready" || r.state === "releasing") && now >= r.hostCheckAtMs) return this.stepHostCheck(r, now);
     if (r.desired === "released") return this.stepRelease(r);
     if (r.state === "pending") return this.stepPlace(r, now);
     if (r.state === "reserving") return this.stepReserve(r);
@@ -221,6 +262,75 @@ export class AllocationObject extends AuthorityObject {
     return true;
   }
 
+  /**
+   * Asks the host where the placement stands. A lost host's placement is
+   * replaced automatically only before readiness with no payload consumed,
+   * or after the controller authorized it; either way only once the old
+   * lease has expired (plus grace), so the old VM has stopped itself.
+   * Otherwise the allocation shows replacement_blocked until the host is
+   * fenced (spec "Replacement", "Fencing").
+   */
+  private async stepHostCheck(r: Row, now: number): Promise<boolean> {
+    const st = await this.ctx.call(HostObject, r.hostId!, (h) => h.placementStatus(r.placementId!));
+    const cur = this.row()!;
+    if (cur.placementId !== r.placementId || cur.generation !== r.generation) return true;
+    const next = now + this.svc.timeouts.hostCheckIntervalMs;
+    const lost = st.hostHealth === "lost" && st.state !== "absent";
+    if (!lost || cur.state === "releasing") {
+      this.ctx.db.update(allocationTable).set({ hostCheckAtMs: next }).run();
+      return false;
+    }
+    const conditions = JSON.parse(cur.conditionsJson) as string[];
+    const auto = mayReplaceAutomatically(cur, this.svc.timeouts);
+    if (!auto && !cur.replacementAuthorized) {
+      if (!conditions.includes("replacement_blocked")) {
+        this.ctx.sql.transaction(() => {
+          this.ctx.db.update(allocationTable).set({ conditionsJson: JSON.stringify([...conditions, "replacement_blocked"]), hostCheckAtMs: next }).run();
+          this.event("allocation.replacement_blocked", { reason: "HOST_LOST" });
+          this.alert("allocation.replacement_blocked", "HOST_LOST");
+        })();
+      } else this.ctx.db.update(allocationTable).set({ hostCheckAtMs: next }).run();
+      return false;
+    }
+    const safeAt = st.leaseExpiresAtMs + this.svc.timeouts.leaseGraceMs;
+    if (now < safeAt) {
+      this.ctx.db.update(allocationTable).set({ hostCheckAtMs: Math.min(safeAt, next) }).run();
+      return false;
+    }
+    await this.ctx.call(HostObject, r.hostId!, (h) => h.requestAbsent(r.placementId!, r.generation)).catch(() => false);
+    const again = this.row()!;
+    if (again.placementId !== r.placementId || again.generation !== r.generation) return true;
+    return this.replace(again, "HOST_LOST");
+  }
+
+  /** Starts the next generation; the old placement keeps its capacity until its host reports it absent or is fenced. */
+  private replace(r: Row, reason: string): boolean {
+    return this.transition(
+      r,
+      "pending",
+      {
+        generation: r.generation + 1,
+        attempts: r.attempts + 1,
+        hostId: null,
+        placementId: null,
+        reservationKey: null,
+        observedState: null,
+        replaceAfterAbsent: false,
+        replacementAuthorized: false,
+        guestReady: false,
+        conditionsJson: JSON.stringify((JSON.parse(r.conditionsJson) as string[]).filter((c) => c !== "replacement_blocked")),
+        triedHostsJson: JSON.stringify([r.hostId]),
+        nextAttemptAtMs: this.ctx.clock.now(),
+      },
+      reason,
+    );
+  }
+
+  private alert(type: string, reason: string): void {
+    const r = this.row()!;
+    this.ctx.post("Operations", "global", { messageId: `alert:${type}:${r.allocationId}:${r.generation}:${this.lastEventSeq()}`, kind: "alert", body: { type, subject: r.workloadClass, reason, atMs: this.ctx.clock.now() } });
+  }
+
   private async stepRelease(r: Row): Promise<boolean> {
     if (r.state === "pending") return this.transition(r, r.reason ? "failed" : "released", {}, r.reason);
     if (r.state !== "releasing") return this.transition(r, "releasing", {}, r.reason ?? "CLIENT_RELEASE");
@@ -233,19 +343,7 @@ export class AllocationObject extends AuthorityObject {
 
   /** Placement is confirmed absent: replace, or end in released/failed. */
   private finishAbsent(r: Row): boolean {
-    if (r.replaceAfterAbsent && r.desired !== "released") {
-      return this.transition(r, "pending", {
-        generation: r.generation + 1,
-        attempts: r.attempts + 1,
-        hostId: null,
-        placementId: null,
-        reservationKey: null,
-        observedState: null,
-        replaceAfterAbsent: false,
-        triedHostsJson: "[]",
-        nextAttemptAtMs: this.ctx.clock.now(),
-      }, "REPLACEMENT");
-    }
+    if (r.replaceAfterAbsent && r.desired !== "released") return this.replace(r, "REPLACEMENT");
     return this.transition(r, r.reason && r.reason !== "CLIENT_RELEASE" && r.reason !== "TTL_EXPIRED" ? "failed" : "released", {}, r.reason);
   }
 
@@ -270,7 +368,10 @@ export class AllocationObject extends AuthorityObject {
       const rounds = r.noCapacityRounds + 1;
       this.ctx.sql.transaction(() => {
         this.ctx.db.update(allocationTable).set({ noCapacityRounds: rounds, triedHostsJson: "[]", nextAttemptAtMs: now + noCapacityBackoffMs(rounds), updatedAtMs: now }).run();
-        if (rounds === 1 || rounds % 10 === 0) this.event("allocation.no_eligible_host", { reason: "NO_CAPACITY", data: { tried: [...tried], rounds } });
+        if (rounds === 1 || rounds % 10 === 0) {
+          this.event("allocation.no_eligible_host", { reason: "NO_CAPACITY", data: { tried: [...tried], rounds } });
+          this.alert("allocation.no_eligible_host", "NO_CAPACITY");
+        }
       })();
       return false;
     }
@@ -345,7 +446,8 @@ export class AllocationObject extends AuthorityObject {
     if (o.state === "absent") {
       if (cur.state === "releasing") return this.finishAbsent(cur);
       if (cur.state === "provisioning" || cur.state === "ready") {
-        const replace = mayReplaceAutomatically(cur, this.svc.timeouts);
+        // A fenced host's VM can no longer act for the workload: fencing unblocks replacement (spec "Replacement").
+        const replace = o.errorCode === "HOST_FENCED" || mayReplaceAutomatically(cur, this.svc.timeouts) || cur.replacementAuthorized;
         this.ctx.db.update(allocationTable).set({ replaceAfterAbsent: replace, reason: replace ? null : "PLACEMENT_LOST", desired: replace ? "ready" : "released" }).run();
         this.transition(this.row()!, "releasing", {}, "PLACEMENT_LOST");
         return this.finishAbsent(this.row()!);
@@ -359,13 +461,14 @@ export class AllocationObject extends AuthorityObject {
     if (!canTransition(r.state, to)) throw new BeachballError("INTERNAL", `forbidden transition ${r.state} -> ${to}`);
     const now = this.ctx.clock.now();
     this.ctx.sql.transaction(() => {
-      this.ctx.db.update(allocationTable).set({ ...patch, state: to, stateEnteredAtMs: now, updatedAtMs: now }).run();
+      this.ctx.db.update(allocationTable).set({ ...patch, state: to, stateEnteredAtMs: now, updatedAtMs: now, ...(TERMINAL_STATES.has(to) ? { terminalAtMs: now } : {}) }).run();
       const after = this.row()!;
       this.event(`allocation.${to}`, { fromState: r.state, toState: to, reason, ...(data ? { data } : {}) });
       this.ctx.post("AllocationIndex", "global", { messageId: `idx:${r.allocationId}:${this.lastEventSeq()}`, kind: "upsert", body: { allocationId: r.allocationId, identity: r.identity, state: to, createdAtMs: r.createdAtMs } });
       if (TERMINAL_STATES.has(to)) this.ctx.post("Admission", "global", { messageId: `adm:${r.allocationId}:terminal`, kind: "allocation_terminal", body: { allocationId: r.allocationId } });
       void after;
     })();
+    this.svc.metrics.inc("bb_allocation_transitions_total", "Allocation state transitions", { state: to, workload_class: r.workloadClass, ...(reason ? { reason } : {}) });
     return true;
   }
 

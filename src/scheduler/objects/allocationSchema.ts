@@ -34,6 +34,9 @@ export const allocationTable = sqliteTable("allocation", {
   updatedAtMs: integer("updated_at_ms").notNull(),
   stateEnteredAtMs: integer("state_entered_at_ms").notNull(),
   expiresAtMs: integer("expires_at_ms").notNull(),
+  replacementAuthorized: integer("replacement_authorized", { mode: "boolean" }).notNull(),
+  hostCheckAtMs: integer("host_check_at_ms").notNull(),
+  terminalAtMs: integer("terminal_at_ms"),
 });
 
 /** Allocation events, in order. */
@@ -58,7 +61,8 @@ CREATE TABLE IF NOT EXISTS allocation (allocation_id TEXT PRIMARY KEY, identity 
   attempts INTEGER NOT NULL, host_id TEXT, placement_id TEXT, reservation_key TEXT, observed_state TEXT, reason TEXT, conditions_json TEXT NOT NULL,
   tried_hosts_json TEXT NOT NULL, no_capacity_rounds INTEGER NOT NULL, next_attempt_at_ms INTEGER NOT NULL, guest_ready INTEGER NOT NULL,
   payload_consumed INTEGER NOT NULL, replace_after_absent INTEGER NOT NULL, workload_exit_code INTEGER, created_at_ms INTEGER NOT NULL,
-  updated_at_ms INTEGER NOT NULL, state_entered_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL);
+  updated_at_ms INTEGER NOT NULL, state_entered_at_ms INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL, replacement_authorized INTEGER NOT NULL,
+  host_check_at_ms INTEGER NOT NULL, terminal_at_ms INTEGER);
 CREATE TABLE IF NOT EXISTS events (seq INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL UNIQUE, type TEXT NOT NULL, at_ms INTEGER NOT NULL,
   generation INTEGER NOT NULL, placement_id TEXT, host_id TEXT, from_state TEXT, to_state TEXT, reason TEXT, data_json TEXT);
 `;

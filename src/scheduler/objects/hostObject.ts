@@ -15,12 +15,16 @@ import { AuthorityObject } from "../runtime/objectRuntime.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import { commandIdFor } from "../../domain/identifiers.ts";
 import { fits, sub, used, type HostPlacementState, type Resources } from "../../domain/capacity.ts";
-import { healthFromHeartbeat, type HostHealth } from "../../domain/health.ts";
+import { healthFromHeartbeat, HEALTHY_HEARTBEAT_AGE_MS, type HostHealth } from "../../domain/health.ts";
+import { OVERLAP_SUSPECT_MS, unschedulableReasons, type HostFacts } from "../../domain/hostConditions.ts";
 import type { Advertisement } from "../../domain/placement.ts";
 import type { Capacity } from "../../protocol/api.ts";
 import { MAX_COMMANDS_PER_POLL, type AgentCommand, type Envelope, type PlacementSpec, type PollResponse, type PlacementUpdate } from "../../protocol/agent.ts";
 import type { SchedulerServices } from "../services.ts";
 import { HOST_DDL, commandTable, deliveryTable, hostTable, placementTable } from "./hostSchema.ts";
+
+/** How long acknowledged or superseded commands are kept, ms. */
+export const COMMAND_RETENTION_MS = 3600_000;
 
 /** Longest interval between advertisements, ms (spec: at least every 30 s). */
 export const AD_REFRESH_MS = 10_000;
@@ -63,6 +67,9 @@ export interface HostView {
   placements: { placementId: string; allocationId: string; generation: number; state: string }[];
   heartbeatAt: string | null;
   vmmDriver: string;
+  /** Why the host takes no reservations now (empty: schedulable). */
+  unschedulable: string[];
+  credentialVersion: number;
 }
 
 /** Observation forwarded to the owning Allocation object's inbox. */
@@ -74,6 +81,21 @@ export interface ObservationMessage {
   errorCode: string | null;
   workloadExitCode: number | null;
   at: string;
+}
+
+/** Agent-reported facts before the first envelope. */
+const NO_FACTS: AgentFacts = { clockSkewMs: 0, inventory: null, volumesNearlyFull: false, overlapUntilMs: 0 };
+
+/** The part of HostFacts that comes from agent reports (stored as JSON). */
+type AgentFacts = Pick<HostFacts, "clockSkewMs" | "inventory" | "volumesNearlyFull" | "overlapUntilMs">;
+
+/** Where an allocation's placement stands, for host-loss detection. */
+export interface PlacementStatus {
+  exists: boolean;
+  state: string | null;
+  leaseExpiresAtMs: number;
+  hostHealth: HostHealth;
+  fenced: boolean;
 }
 
 const toRes = (c: Capacity): Resources => ({ cpuMillis: c.cpuMillis, memoryMiB: c.memoryMiB, ephemeralDiskMiB: c.ephemeralDiskMiB, slots: c.maxPlacements });
@@ -133,6 +155,8 @@ export class HostObject extends AuthorityObject {
         adRevision: 0,
         adPublishedAtMs: 0,
         registeredAtMs: now,
+        factsJson: JSON.stringify(NO_FACTS),
+        fencedAtMs: null,
       })
       .run();
     this.publish(true);
@@ -161,10 +185,10 @@ export class HostObject extends AuthorityObject {
     const prior = this.ctx.db.select().from(placementTable).where(eq(placementTable.reservationKey, req.key)).get();
     if (prior) return { accepted: true, placementId: prior.placementId };
     const r = this.row();
-    if (!r || r.adminState !== "active") return { accepted: false, code: "HOST_NOT_ACTIVE" };
+    if (!r) return { accepted: false, code: "HOST_NOT_ACTIVE" };
     const now = this.ctx.clock.now();
-    if (healthFromHeartbeat(r.heartbeatAtMs, now) !== "healthy") return { accepted: false, code: "HOST_NOT_HEALTHY" };
-    if (!r.isolationHealthy) return { accepted: false, code: "ISOLATION_UNHEALTHY" };
+    const blocked = unschedulableReasons(this.facts(r), now);
+    if (blocked.length) return { accepted: false, code: blocked[0]! };
     const request: Resources = { cpuMillis: req.spec.cpuMillis, memoryMiB: req.spec.memoryMiB, ephemeralDiskMiB: req.spec.ephemeralDiskMiB, slots: 1 };
     const misfit = fits(this.freeCapacity(r), request);
     if (misfit) return { accepted: false, code: misfit };
@@ -191,6 +215,56 @@ export class HostObject extends AuthorityObject {
     })();
     this.svc.hostSignals.notify(r.hostId);
     return { accepted: true, placementId: req.placementId };
+  }
+
+  private facts(r: NonNullable<ReturnType<HostObject["row"]>>): HostFacts {
+    const cap = JSON.parse(r.capacityJson) as Capacity;
+    return { adminState: r.adminState, heartbeatAtMs: r.heartbeatAtMs, isolationHealthy: r.isolationHealthy, registered: cap, ...(JSON.parse(r.factsJson) as AgentFacts) };
+  }
+
+  /**
+   * Sets the administrative state (spec "Administrative state and health").
+   * `disabled` fences the host: the credential is cleared and its version
+   * bumped, every placement counts as absent (its VM can no longer be
+   * commanded or renew its lease), and each owning allocation is told.
+   * Returns the placements that were fenced.
+   */
+  setAdminState(state: "active" | "draining" | "disabled"): { adminState: string; credentialVersion: number; fenced: number } {
+    const r = this.mustRow();
+    if (r.adminState === "disabled") return { adminState: r.adminState, credentialVersion: r.credentialVersion, fenced: 0 };
+    const now = this.ctx.clock.now();
+    let fenced = 0;
+    this.ctx.sql.transaction(() => {
+      if (state !== "disabled") {
+        this.ctx.db.update(hostTable).set({ adminState: state }).run();
+      } else {
+        this.ctx.db.update(hostTable).set({ adminState: "disabled", credentialDigest: null, credentialVersion: r.credentialVersion + 1, fencedAtMs: now }).run();
+        for (const p of this.ctx.db.select().from(placementTable).where(ne(placementTable.state, "absent")).all()) {
+          fenced++;
+          this.ctx.db.update(placementTable).set({ state: "absent", desired: "absent", errorCode: "HOST_FENCED", updatedAtMs: now }).where(eq(placementTable.placementId, p.placementId)).run();
+          const msg: ObservationMessage = { hostId: r.hostId, placementId: p.placementId, generation: p.generation, state: "absent", errorCode: "HOST_FENCED", workloadExitCode: null, at: new Date(now).toISOString() };
+          this.ctx.post("Allocation", p.allocationId, { messageId: `fence:${r.hostId}:${p.placementId}`, kind: "observation", body: msg });
+        }
+        this.ctx.db.update(commandTable).set({ status: "superseded" }).where(eq(commandTable.status, "pending")).run();
+        this.ctx.post("Operations", "global", { messageId: `alert:host_disabled:${r.hostId}:${now}`, kind: "alert", body: { type: "host.disabled", subject: r.hostId, reason: "HOST_FENCED", atMs: now } });
+      }
+      this.publish(true);
+    })();
+    const after = this.mustRow();
+    return { adminState: after.adminState, credentialVersion: after.credentialVersion, fenced };
+  }
+
+  /** Where a placement stands and how healthy this host is (for an allocation's host-loss check). */
+  placementStatus(placementId: string): PlacementStatus {
+    const r = this.row();
+    const p = this.ctx.db.select().from(placementTable).where(eq(placementTable.placementId, placementId)).get();
+    return {
+      exists: !!p,
+      state: p?.state ?? null,
+      leaseExpiresAtMs: p?.leaseExpiresAtMs ?? 0,
+      hostHealth: r ? healthFromHeartbeat(r.heartbeatAtMs, this.ctx.clock.now()) : "unknown",
+      fenced: r?.adminState === "disabled",
+    };
   }
 
   /** Asks the agent to make the placement absent (idempotent). Returns true once absence was observed. */
@@ -236,6 +310,15 @@ export class HostObject extends AuthorityObject {
     } else if (env.agentEpoch !== r.agentEpoch) {
       throw new BeachballError("STALE_AGENT_EPOCH", "the agent epoch is not the current session", { currentEpochKnown: r.agentEpoch !== "" });
     }
+    const prevFacts = JSON.parse(r.factsJson) as AgentFacts;
+    const sentAtMs = Date.parse(env.sentAt);
+    const overlapping = newSession && r.bootId !== "" && r.bootId !== env.payload.bootId && r.heartbeatAtMs !== null && now - r.heartbeatAtMs < HEALTHY_HEARTBEAT_AGE_MS;
+    const facts: AgentFacts = {
+      clockSkewMs: Number.isFinite(sentAtMs) ? Math.abs(sentAtMs - now) : prevFacts.clockSkewMs,
+      inventory: env.payload.health?.inventory ?? prevFacts.inventory,
+      volumesNearlyFull: env.payload.health?.volumesNearlyFull ?? prevFacts.volumesNearlyFull,
+      overlapUntilMs: overlapping ? now + OVERLAP_SUSPECT_MS : prevFacts.overlapUntilMs,
+    };
     this.ctx.sql.transaction(() => {
       this.ctx.db
         .update(hostTable)
@@ -245,10 +328,13 @@ export class HostObject extends AuthorityObject {
           bootId: env.payload.bootId,
           lastSeq: newSession ? 0 : r.lastSeq,
           isolationHealthy: env.payload.health?.isolationHealthy ?? r.isolationHealthy,
+          factsJson: JSON.stringify(facts),
         })
         .run();
+      if (overlapping)
+        this.ctx.post("Operations", "global", { messageId: `alert:overlap:${r.hostId}:${now}`, kind: "alert", body: { type: "host.overlapping_agent_session", subject: r.hostId, reason: "OVERLAPPING_AGENT_SESSION", atMs: now } });
       let lastSeq = newSession ? 0 : r.lastSeq;
-      let material = newSession;
+      let material = newSession || JSON.stringify(facts) !== r.factsJson || (env.payload.health?.isolationHealthy ?? r.isolationHealthy) !== r.isolationHealthy;
       for (const u of env.payload.updates) {
         if (u.seq <= lastSeq) continue;
         lastSeq = u.seq;
@@ -263,10 +349,11 @@ export class HostObject extends AuthorityObject {
           .run();
       }
       for (const d of env.payload.deliveryAcks) this.applyDeliveryAck(r.hostId, d);
+      // Leases are renewed by heartbeats, but never for a placement the scheduler wants gone.
       this.ctx.db
         .update(placementTable)
         .set({ leaseExpiresAtMs: now + this.svc.timeouts.leaseMs })
-        .where(ne(placementTable.state, "absent"))
+        .where(and(ne(placementTable.state, "absent"), ne(placementTable.desired, "absent")))
         .run();
       this.publish(material || now - r.adPublishedAtMs > AD_REFRESH_MS);
     })();
@@ -401,6 +488,8 @@ export class HostObject extends AuthorityObject {
       placements: placements.map((p) => ({ placementId: p.placementId, allocationId: p.allocationId, generation: p.generation, state: p.state })),
       heartbeatAt: r.heartbeatAtMs ? new Date(r.heartbeatAtMs).toISOString() : null,
       vmmDriver: r.vmmDriver,
+      unschedulable: unschedulableReasons(this.facts(r), this.ctx.clock.now()),
+      credentialVersion: r.credentialVersion,
     };
   }
 
@@ -420,6 +509,7 @@ export class HostObject extends AuthorityObject {
       labels: JSON.parse(r.labelsJson) as Record<string, string>,
       agentProtocolVersion: r.agentProtocolVersion,
       isolationHealthy: r.isolationHealthy,
+      unschedulable: unschedulableReasons(this.facts(r), now).filter((x) => x !== "HOST_NOT_ACTIVE" && x !== "HOST_NOT_HEALTHY"),
       free: this.freeCapacity(r),
       cachedImages: [],
     };
@@ -428,7 +518,12 @@ export class HostObject extends AuthorityObject {
     this.ctx.setAlarm(now + AD_REFRESH_MS * 3);
   }
 
+  /** Re-publishes the advertisement and prunes commands acknowledged over an hour ago (spec "Observability and retention"). */
   override alarm(): void {
-    this.ctx.sql.transaction(() => this.publish(true))();
+    const cutoff = this.ctx.clock.now() - COMMAND_RETENTION_MS;
+    this.ctx.sql.transaction(() => {
+      this.ctx.sql.query("DELETE FROM commands WHERE status != 'pending' AND created_at_ms < ?").run(cutoff);
+      this.publish(true);
+    })();
   }
 }

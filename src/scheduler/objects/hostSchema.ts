@@ -26,6 +26,9 @@ export const hostTable = sqliteTable("host", {
   adRevision: integer("ad_revision").notNull(),
   adPublishedAtMs: integer("ad_published_at_ms").notNull(),
   registeredAtMs: integer("registered_at_ms").notNull(),
+  /** JSON of the agent's last reported facts: clockSkewMs, inventory, volumesNearlyFull, overlapUntilMs. */
+  factsJson: text("facts_json").notNull(),
+  fencedAtMs: integer("fenced_at_ms"),
 });
 
 /** Placements on this host. */
@@ -69,7 +72,7 @@ CREATE TABLE IF NOT EXISTS host (host_id TEXT PRIMARY KEY, admin_state TEXT NOT 
   enroll_digest TEXT NOT NULL, capacity_json TEXT NOT NULL, reserve_json TEXT NOT NULL, region TEXT NOT NULL, architecture TEXT NOT NULL,
   labels_json TEXT NOT NULL, agent_protocol_version TEXT NOT NULL, vmm_driver TEXT NOT NULL, heartbeat_at_ms INTEGER, agent_epoch TEXT NOT NULL,
   boot_id TEXT NOT NULL, last_seq INTEGER NOT NULL, isolation_healthy INTEGER NOT NULL, ad_revision INTEGER NOT NULL,
-  ad_published_at_ms INTEGER NOT NULL, registered_at_ms INTEGER NOT NULL);
+  ad_published_at_ms INTEGER NOT NULL, registered_at_ms INTEGER NOT NULL, facts_json TEXT NOT NULL, fenced_at_ms INTEGER);
 CREATE TABLE IF NOT EXISTS placements (placement_id TEXT PRIMARY KEY, allocation_id TEXT NOT NULL, generation INTEGER NOT NULL, state TEXT NOT NULL,
   resources_json TEXT NOT NULL, spec_json TEXT NOT NULL, reservation_key TEXT NOT NULL UNIQUE, desired TEXT NOT NULL,
   lease_expires_at_ms INTEGER NOT NULL, error_code TEXT, created_at_ms INTEGER NOT NULL, updated_at_ms INTEGER NOT NULL);

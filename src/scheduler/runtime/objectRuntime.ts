@@ -12,7 +12,7 @@
  * wait on an object that may wait on it.
  */
 import { Database } from "bun:sqlite";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import { createHash } from "node:crypto";
@@ -63,6 +63,12 @@ export interface ObjectContext {
   readInbox(): (InboxMessage & { seq: number })[];
   /** Deletes inbox messages up to and including `seq` (call in the applying transaction). */
   ackInbox(seq: number): void;
+  /**
+   * Deletes this object once the current turn ends: its database files and
+   * registry row go, and later turns see a fresh, empty instance.
+   * Used by retention (spec "Observability and retention").
+   */
+  deleteSelf(): void;
   /** Calls another object (one way only: see the module header). */
   call<T extends AuthorityObject, R>(cls: ObjectClass<T>, name: string, fn: (o: T) => R | Promise<R>): Promise<R>;
 }
@@ -86,6 +92,9 @@ export interface ObjectClass<T extends AuthorityObject> {
 interface Instance {
   obj: AuthorityObject;
   sql: Database;
+  file: string;
+  deleted: boolean;
+  deleteRequested: boolean;
   tail: Promise<unknown>;
   busy: number;
   lastUsed: number;
@@ -172,17 +181,27 @@ export class ObjectRuntime {
     const inst = this.open(className, name);
     inst.busy++;
     const run = inst.tail.then(async () => {
+      if (inst.deleted) return this.withInstance(className, name, fn);
       inst.lastUsed = this.clock.now();
       try {
         return await fn(inst.obj);
       } finally {
         this.drainOutbox(className, name, inst.sql);
+        if (inst.deleteRequested) this.destroy(className, name, inst);
       }
     });
     inst.tail = run.catch(() => undefined).finally(() => {
       inst.busy--;
     });
     return run;
+  }
+
+  private destroy(className: string, name: string, inst: Instance): void {
+    inst.deleted = true;
+    inst.sql.close();
+    for (const suffix of ["", "-wal", "-shm"]) rmSync(inst.file + suffix, { force: true });
+    this.registry.query("DELETE FROM objects WHERE class = ? AND name = ?").run(className, name);
+    this.instances.delete(`${className}\u0000${name}`);
   }
 
   private open(className: string, name: string): Instance {
@@ -198,8 +217,12 @@ export class ObjectRuntime {
     const sql = openDb(file);
     sql.exec(RUNTIME_SCHEMA);
     this.registry.query("INSERT OR IGNORE INTO objects (class, name) VALUES (?, ?)").run(className, name);
-    const ctx = this.makeContext(className, name, sql);
-    const inst: Instance = { obj: new cls(ctx), sql, tail: Promise.resolve(), busy: 0, lastUsed: this.clock.now() };
+    const holder: { inst?: Instance } = {};
+    const ctx = this.makeContext(className, name, sql, () => {
+      if (holder.inst) holder.inst.deleteRequested = true;
+    });
+    const inst: Instance = { obj: new cls(ctx), sql, file, deleted: false, deleteRequested: false, tail: Promise.resolve(), busy: 0, lastUsed: this.clock.now() };
+    holder.inst = inst;
     this.instances.set(key, inst);
     return inst;
   }
@@ -213,7 +236,7 @@ export class ObjectRuntime {
     }
   }
 
-  private makeContext(className: string, name: string, sql: Database): ObjectContext {
+  private makeContext(className: string, name: string, sql: Database, deleteSelf: () => void): ObjectContext {
     const rt = this;
     return {
       className,
@@ -247,6 +270,7 @@ export class ObjectRuntime {
       ackInbox(seq) {
         sql.query("DELETE FROM _inbox WHERE seq <= ?").run(seq);
       },
+      deleteSelf,
       call: (cls, n, fn) => rt.call(cls, n, fn),
     };
   }
