@@ -34,7 +34,7 @@ else
   echo "$pass passed, $fail failed"
 fi
 
-if [ "$code" -eq 0 ] && [ $((pass + fail)) -eq 0 ]; then
+if [ "$code" -eq 0 ] && [ $((pass + fail + skip)) -eq 0 ]; then
   echo "test/run.sh: no test ran" >&2
   code=1
 fi

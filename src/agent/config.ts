@@ -26,6 +26,25 @@ export interface AgentConfig {
   consoleBudgetBytes: number;
   /** How long to wait for the guest's GuestReady after the VMM starts, ms. */
   guestBootTimeoutMs: number;
+  /**
+   * Where guest egress leaves the host (spec "Guest network isolation"):
+   * `device` in `netns` (absent = root namespace); the agent masquerades
+   * placement traffic out of it. Absent (the default): guests get no route
+   * off the host.
+   */
+  uplink?: { netns?: string; device: string };
+  /** IPv4 resolvers guests may query on port 53 (default none). */
+  dnsResolvers?: string[];
+  /** Extra denied IPv4 ranges (management networks), CIDR (default none). */
+  deniedRanges?: string[];
+  /** Pool of per-placement /31 egress addresses (default 100.127.0.0/16, inside CGNAT, which guests are denied). */
+  egressPoolCidr?: string;
+  /** Absolute cgroup path holding placement cgroups in every hierarchy (default `<agent's cgroup>/beachball`). */
+  cgroupParent?: string;
+  /** memory.max = memoryMiB + this, MiB (default 192: QEMU/TCG overhead). */
+  vmmMemoryOverheadMiB?: number;
+  /** pids.max per placement (default 256). */
+  vmmPidsMax?: number;
 }
 
 /** Paths inside a data directory. */

@@ -22,6 +22,7 @@ import { verifyImage } from "./image/verify.ts";
 import { createPlacementNetwork, destroyPlacementNetwork, listPlacementNetworks, PLACEMENT_GUEST_CIDR, PLACEMENT_HOST_CIDR, PLACEMENT_TAP_NAME } from "./net/placementNet.ts";
 import type { VmHandle, VmSpec, VmmDriver } from "./vmm/driver.ts";
 import { GuestSession } from "./guestSession.ts";
+import { confineVmm, networkKernelArgs, prepareCgroup, prepareNetwork, teardownIsolation } from "./net/isolationOps.ts";
 
 /** An error with a stable agent error code. */
 export class PlacementError extends Error {
@@ -109,7 +110,8 @@ export async function preparePlacement(ctx: PlacementContext, ref: PlacementRef)
     await run(["cp", "--sparse=always", "--reflink=auto", join(image.dir, image.manifest.rootfs.path), p.rootDisk]).catch((e: Error) => {
       throw new PlacementError("INSUFFICIENT_LOCAL_DISK", `cannot clone the root disk: ${e.message}`);
     });
-    if (!(await listPlacementNetworks()).includes(ref.dirName)) await createPlacementNetwork(ref.dirName);
+    if ((await listPlacementNetworks()).includes(ref.dirName)) await destroyPlacementNetwork(ref.dirName); // a half-built leftover: rebuild with the current policy
+    await prepareNetwork(ctx, ref.dirName, p.dir); // firewall loaded before any VMM can start
     const runtime: RuntimeFile = { nonce: randomBytes(32).toString("hex"), imageDigest: ref.spec.imageDigest, imageDir: image.dir, kernelArgs: image.manifest.kernelArgs };
     writeFileSync(p.runtime, JSON.stringify(runtime) + "\n", { mode: 0o600 });
   } catch (e) {
@@ -146,19 +148,23 @@ export async function startPlacement(
       `${GUEST_CMDLINE_KEYS.placementId}=${identity.placementId}`,
       `${GUEST_CMDLINE_KEYS.generation}=${identity.generation}`,
       `${GUEST_CMDLINE_KEYS.nonce}=${identity.nonce}`,
-      `beachball.ipv4=${PLACEMENT_GUEST_CIDR}`,
-      `beachball.gateway=${PLACEMENT_HOST_CIDR.split("/")[0]}`,
+      ...networkKernelArgs(ctx, p.dir),
     ],
     consoleLogPath: p.console,
     controlSocketPath: p.control,
   };
   let handle: VmHandle;
   try {
+    const cgroup = prepareCgroup(ctx, ref.dirName, p.dir, ref.spec); // limits exist before the VMM does
     handle = await ctx.driver.start(spec);
+    onStarted(handle);
+    await confineVmm(cgroup, handle.pid, ref.spec.ephemeralDiskMiB).catch(async (e: Error) => {
+      await ctx.driver.stop(handle, 1_000).catch(() => {});
+      throw e;
+    });
   } catch (e) {
     throw asPlacementError(e, "VMM_START_FAILED");
   }
-  onStarted(handle);
   const channel = await ctx.driver.connectControl(spec, 10_000).catch((e: Error) => {
     throw new PlacementError("VMM_START_FAILED", `control channel: ${e.message}`);
   });
@@ -188,7 +194,8 @@ export async function adoptPlacement(ctx: PlacementContext, ref: PlacementRef): 
 
 /**
  * Stop (ensure_absent): asks the guest to shut down, stops the VMM, removes
- * the namespace and TAP, deletes disks, sockets, logs and the directory.
+ * the namespace, TAP, veth, nftables tables and cgroup (net/isolationOps.ts),
+ * deletes disks, sockets, logs and the directory.
  * Every step is attempted; returns what remains (empty when absent).
  */
 export async function stopPlacement(ctx: PlacementContext, ref: PlacementRef, handle: VmHandle | null, session: GuestSession | null): Promise<string[]> {
@@ -203,7 +210,7 @@ export async function stopPlacement(ctx: PlacementContext, ref: PlacementRef, ha
     await ctx.driver.stop(handle, 10_000).catch((e: Error) => left.push(`vmm: ${e.message}`));
     if (await ctx.driver.isAlive(handle)) left.push(`vmm pid ${handle.pid}`);
   }
-  await destroyPlacementNetwork(ref.dirName).catch((e: Error) => left.push(`netns: ${e.message}`));
+  left.push(...(await teardownIsolation(ctx, ref.dirName, p.dir).catch((e: Error) => [`isolation: ${e.message}`])));
   try {
     rmSync(p.dir, { recursive: true, force: true });
   } catch (e) {
@@ -225,19 +232,31 @@ export function fileSize(path: string): number {
 
 /**
  * Image resolver over a list of image directories: finds the directory whose
- * manifest has `digest`, then verifies every artifact's size and SHA-256
- * (memoized by the verifier). Throws IMAGE_NOT_FOUND or IMAGE_DIGEST_MISMATCH.
+ * manifest has `digest`; when `trustedKeys` (base64 Ed25519 public keys) is
+ * non-empty, refuses a manifest no trusted key signed (spec "Images"); then
+ * verifies every artifact's size and SHA-256 (memoized by the verifier).
+ * Throws PlacementError IMAGE_NOT_FOUND, IMAGE_DIGEST_MISMATCH or
+ * IMAGE_SIGNATURE_INVALID.
  */
-export function imageResolver(imageDirs: string[]): (digest: string) => Promise<{ dir: string; manifest: ImageManifest }> {
+export function imageResolver(imageDirs: string[], trustedKeys?: string[]): (digest: string) => Promise<{ dir: string; manifest: ImageManifest }> {
   return async (digest) => {
     for (const dir of imageDirs) {
       let m: ImageManifest;
       try {
         m = JSON.parse(readFileSync(join(dir, MANIFEST_FILE_NAME), "utf8")) as ImageManifest;
+        if (imageDigest(m) !== digest) continue;
       } catch {
         continue;
       }
-      if (imageDigest(m) !== digest) continue;
+      if (trustedKeys?.length) {
+        const { verifyManifestSignature } = await import("./image/signing.ts");
+        try {
+          verifyManifestSignature(m, trustedKeys);
+        } catch (e) {
+          const code = (e as { code?: unknown }).code === "IMAGE_DIGEST_MISMATCH" ? "IMAGE_DIGEST_MISMATCH" : "IMAGE_SIGNATURE_INVALID";
+          throw new PlacementError(code, `image ${digest} in ${dir}: ${(e as Error).message}`);
+        }
+      }
       try {
         return { dir, manifest: await verifyImage(dir, digest) };
       } catch (e) {

@@ -108,7 +108,8 @@ export class AgentStore {
             specJson: JSON.stringify(cmd.spec satisfies PlacementSpec),
             dirName,
             desired,
-            observed: desired === "absent" ? "absent" : "accepted",
+            // Even an ensure_absent for a placement never seen here is driven (and so reported absent).
+            observed: "accepted",
             errorCode: null,
             vmPid: null,
             vmStartTime: null,

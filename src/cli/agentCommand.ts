@@ -1,7 +1,9 @@
 /**
- * `bb agent join|run`: the host agent role. join enrolls with a one-use
- * token and writes config + credential (0600); run starts the daemon until
- * SIGINT/SIGTERM (running VMs are left for the next start to adopt).
+ * `bb agent join|run|doctor`: the host agent role. join enrolls with a
+ * one-use token and writes config + credential (0600); run starts the daemon
+ * until SIGINT/SIGTERM (running VMs are left for the next start to adopt);
+ * doctor runs the prerequisite registry (spec "Enrollment" step 5) and exits
+ * 1 when a check fails.
  */
 import { resolve } from "node:path";
 import { defineCommand } from "citty";
@@ -48,8 +50,28 @@ const run = defineCommand({
     }),
 });
 
+const doctor = defineCommand({
+  meta: { name: "doctor", description: "Check this host's prerequisites (exit 1 when one fails)" },
+  args: {
+    "data-dir": { type: "string", default: DEFAULT_AGENT_DATA_DIR, description: "Agent state directory (its agent.json, if any, enables config checks)" },
+    json: { type: "boolean", default: false, description: "Print JSON" },
+  },
+  run: ({ args }) =>
+    runCli(async () => {
+      const { existsSync, readFileSync } = await import("node:fs");
+      const { agentPaths } = await import("../agent/config.ts");
+      const { runChecks } = await import("../agent/doctor/checks.ts");
+      const { allPassed, formatResults } = await import("../agent/doctor/format.ts");
+      const cfgPath = agentPaths(resolve(args["data-dir"])).config;
+      const config = existsSync(cfgPath) ? JSON.parse(readFileSync(cfgPath, "utf8")) : undefined;
+      const results = await runChecks(config);
+      console.log(args.json ? JSON.stringify(results) : formatResults(results, !!process.stdout.isTTY && !process.env["NO_COLOR"]));
+      if (!allPassed(results)) process.exitCode = 1;
+    }),
+});
+
 /** The `bb agent` command group. */
 export const agentCommand = defineCommand({
   meta: { name: "agent", description: "The host agent" },
-  subCommands: { join, run },
+  subCommands: { join, run, doctor },
 });

@@ -1,10 +1,19 @@
 /**
- * `bb image …`: operator commands for images. Today only `dev-build`, which
- * builds the unsigned dev image from Debian packages and this repository's
- * `bb` binary, and prints its digest.
+ * `bb image …`: operator commands for images (spec "Images").
  *
- * Only translates arguments to buildDevImage (spec "Images"); exit codes per
- * STYLE: 0 ok, 1 error. Must never: print secrets (there are none here).
+ * - `dev-build`: builds the dev image from Debian packages and this
+ *   repository's `bb` binary, signs it with the dev key in the cache
+ *   directory, and prints its digest and the dev public key.
+ * - `keygen --out KEYFILE`: new Ed25519 key; KEYFILE (mode 0600) holds the
+ *   base64 32-byte seed, KEYFILE.pub the base64 public key, which is printed.
+ * - `sign --key KEYFILE DIR`: signs DIR/manifest.json in place; prints the
+ *   digest (unchanged by signing).
+ * - `verify --trusted-key PUB [--trusted-key PUB2 …] DIR`: checks the
+ *   signature, digest and every artifact; prints the digest (exit 0) or the
+ *   stable code (exit 1). PUB is a base64 key or a file holding one.
+ *
+ * Only translates arguments to src/agent/image; exit codes per STYLE: 0 ok,
+ * 1 error, 2 usage. Must never: print or log a private key.
  */
 import { existsSync } from "node:fs";
 import { basename, resolve } from "node:path";
@@ -33,7 +42,7 @@ async function pickBb(flag: string | undefined): Promise<string> {
 }
 
 const devBuild = defineCommand({
-  meta: { name: "dev-build", description: "Build the unsigned dev image (Debian kernel + busybox + bb) and print its digest" },
+  meta: { name: "dev-build", description: "Build the dev image (Debian kernel + busybox + bb), sign it with the dev key, print its digest" },
   args: {
     out: { type: "string", description: "Image output directory", default: ".bb/images/dev" },
     cache: { type: "string", description: "Cache directory for the kernel download", default: ".bb/cache" },
@@ -49,9 +58,10 @@ const devBuild = defineCommand({
         log: args.json ? undefined : (m) => consola.info(m),
       });
       const ms = Math.round(performance.now() - started);
-      if (args.json) console.log(JSON.stringify({ digest: r.digest, dir: r.dir, reused: r.reused, buildMs: ms }));
+      if (args.json) console.log(JSON.stringify({ digest: r.digest, dir: r.dir, reused: r.reused, buildMs: ms, publicKey: r.publicKey }));
       else {
         consola.success(`${r.reused ? "reused" : "built"} ${r.dir} in ${ms} ms`);
+        consola.info(`signed with dev key ${r.publicKey} (also in ${r.dir}/trusted-dev-key.pub)`);
         console.log(r.digest);
       }
     } catch (e) {
@@ -61,8 +71,102 @@ const devBuild = defineCommand({
   },
 });
 
+/** Values of a repeatable `--name V` / `--name=V` flag (citty keeps only the last). */
+export function repeatedFlag(rawArgs: string[], name: string): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < rawArgs.length; i++) {
+    const a = rawArgs[i]!;
+    if (a === `--${name}` && i + 1 < rawArgs.length) out.push(rawArgs[++i]!);
+    else if (a.startsWith(`--${name}=`)) out.push(a.slice(name.length + 3));
+  }
+  return out;
+}
+
+/** Prints an error and sets the exit code (1, or 2 for usage errors). */
+function fail(e: unknown, json: boolean): void {
+  const code = (e as { code?: unknown }).code;
+  const stable = typeof code === "string" && code.startsWith("IMAGE_") ? code : undefined;
+  if (json) console.log(JSON.stringify({ ok: false, code: stable ?? "ERROR", message: (e as Error).message }));
+  else {
+    if (stable) console.log(stable);
+    consola.error((e as Error).message);
+  }
+  process.exitCode = (e as { exitCode?: number }).exitCode ?? 1;
+}
+
+const usage = (msg: string) => Object.assign(new Error(msg), { exitCode: 2 });
+
+const keygen = defineCommand({
+  meta: { name: "keygen", description: "Create an Ed25519 image signing key (KEYFILE mode 0600, KEYFILE.pub) and print the public key" },
+  args: {
+    out: { type: "string", description: "Private key file to create (must not exist)" },
+    json: { type: "boolean", description: "Print the result as JSON", default: false },
+  },
+  async run({ args }) {
+    try {
+      if (!args.out) throw usage("--out KEYFILE is required");
+      const { createPrivateKeyFile } = await import("../agent/image/keyFile.ts");
+      const { publicKey } = createPrivateKeyFile(args.out);
+      await Bun.write(`${args.out}.pub`, `${publicKey}\n`);
+      if (args.json) console.log(JSON.stringify({ publicKey, keyFile: resolve(args.out), publicKeyFile: resolve(`${args.out}.pub`) }));
+      else console.log(publicKey);
+    } catch (e) {
+      fail(e, args.json);
+    }
+  },
+});
+
+const sign = defineCommand({
+  meta: { name: "sign", description: "Sign DIR/manifest.json in place with KEYFILE and print the image digest" },
+  args: {
+    key: { type: "string", description: "Private key file (from bb image keygen)" },
+    dir: { type: "positional", description: "Image directory", required: true },
+    json: { type: "boolean", description: "Print the result as JSON", default: false },
+  },
+  async run({ args }) {
+    try {
+      if (!args.key) throw usage("--key KEYFILE is required");
+      const { readPrivateKeyFile, signImageDir } = await import("../agent/image/keyFile.ts");
+      const key = readPrivateKeyFile(args.key);
+      const { digest } = signImageDir(args.dir, key.privateKey);
+      if (args.json) console.log(JSON.stringify({ digest, publicKey: key.publicKey }));
+      else console.log(digest);
+    } catch (e) {
+      fail(e, args.json);
+    }
+  },
+});
+
+const verify = defineCommand({
+  meta: { name: "verify", description: "Verify DIR's signature (any --trusted-key), digest and artifacts; print the digest or the stable error code" },
+  args: {
+    "trusted-key": { type: "string", description: "Trusted public key (base64) or a file holding one; repeatable" },
+    dir: { type: "positional", description: "Image directory", required: true },
+    json: { type: "boolean", description: "Print the result as JSON", default: false },
+  },
+  async run({ args, rawArgs }) {
+    try {
+      const keyArgs = repeatedFlag(rawArgs, "trusted-key");
+      if (keyArgs.length === 0) throw usage("at least one --trusted-key is required");
+      const { readManifestFile, readPublicKeyArg } = await import("../agent/image/keyFile.ts");
+      const { verifyManifestSignature } = await import("../agent/image/signing.ts");
+      const { verifyImage } = await import("../agent/image/verify.ts");
+      const { imageDigest } = await import("../protocol/image.ts");
+      const trusted = keyArgs.map(readPublicKeyArg);
+      const manifest = readManifestFile(args.dir);
+      const key = verifyManifestSignature(manifest, trusted);
+      const digest = imageDigest(manifest);
+      await verifyImage(resolve(args.dir), digest);
+      if (args.json) console.log(JSON.stringify({ ok: true, digest, publicKey: key }));
+      else console.log(digest);
+    } catch (e) {
+      fail(e, args.json);
+    }
+  },
+});
+
 /** The `bb image` command group. */
 export const imageCommand = defineCommand({
-  meta: { name: "image", description: "Build and inspect Beachball images" },
-  subCommands: { "dev-build": devBuild },
+  meta: { name: "image", description: "Build, sign and verify Beachball images" },
+  subCommands: { "dev-build": devBuild, keygen, sign, verify },
 });

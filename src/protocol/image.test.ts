@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { type ImageManifest, canonicalManifestBytes, imageDigest, isSafeArtifactName } from "./image.ts";
+import { type ImageManifest, canonicalManifestBytes, imageDigest, isSafeArtifactName, manifestShapeProblem } from "./image.ts";
 
 const base: ImageManifest = {
   schemaVersion: 1,
@@ -43,4 +43,32 @@ describe("imageDigest", () => {
 test("isSafeArtifactName rejects paths", () => {
   expect(isSafeArtifactName("rootfs.ext4")).toBe(true);
   for (const bad of ["../x", "a/b", "/etc/passwd", "..", ".", ""]) expect(isSafeArtifactName(bad)).toBe(false);
+});
+
+describe("manifestShapeProblem", () => {
+  const source = { kind: "oci", reference: "alpine:3.20", manifestDigest: "sha256:1", configDigest: "sha256:2", platform: "linux/amd64" } as const;
+  const initrd = { path: "initrd.cpio", sizeBytes: 5, sha256: "c".repeat(64) };
+  test("accepts schema 1 (with rootfsFormat/initrd, as dev images carry) and schema 2 with source", () => {
+    expect(manifestShapeProblem(base)).toBeNull();
+    expect(manifestShapeProblem({ ...base, initrd })).toBeNull();
+    expect(manifestShapeProblem({ ...base, schemaVersion: 2, rootfsFormat: "squashfs", initrd, source })).toBeNull();
+  });
+  test("names the first problem", () => {
+    const cases: [unknown, RegExp][] = [
+      [null, /not an object/],
+      [{ ...base, schemaVersion: 3 }, /unsupported schemaVersion/],
+      [{ ...base, architecture: "aarch64" }, /architecture/],
+      [{ ...base, kernel: { ...base.kernel, path: "../vmlinux" } }, /kernel.path/],
+      [{ ...base, rootfs: { ...base.rootfs, sizeBytes: -1 } }, /rootfs.sizeBytes/],
+      [{ ...base, rootfs: { ...base.rootfs, sha256: "A".repeat(64) } }, /rootfs.sha256/],
+      [{ ...base, rootfsFormat: "btrfs" }, /rootfsFormat/],
+      [{ ...base, schemaVersion: 2, rootfsFormat: "squashfs" }, /needs an initrd/],
+      [{ ...base, source }, /source needs schemaVersion 2/],
+      [{ ...base, schemaVersion: 2, source: { ...source, extra: 1 } }, /unknown source field/],
+      [{ ...base, kernelArgs: "quiet" }, /kernelArgs/],
+      [{ ...base, signature: undefined }, /signature/],
+      [{ ...base, bootloader: "grub" }, /unknown manifest field/],
+    ];
+    for (const [v, re] of cases) expect(manifestShapeProblem(v)).toMatch(re);
+  });
 });

@@ -111,4 +111,11 @@ export interface SchedulerServices {
   clock: Clock;
   random: Randomness;
   metrics: Metrics;
+  /**
+   * Deliberately injected bugs, for proving that the simulation catches them
+   * (unstable; never set in production). `releaseCapacityOnLeaseExpiry`
+   * frees a placement's capacity when its lease expired, without observing
+   * absence: the very rule the spec forbids.
+   */
+  debug: { releaseCapacityOnLeaseExpiry?: boolean };
 }

@@ -15,7 +15,7 @@ import { MAX_PAYLOAD_BYTES, type AllocationView, type BootstrapBody, type Create
 import { POLL_PARK_MS, type EnrollResponse, type Envelope, type PollResponse } from "../protocol/agent.ts";
 import { allocationIdFor, canonicalJson, digestOf } from "../domain/identifiers.ts";
 import { DEFAULT_TIMEOUTS, type TimeoutPolicy } from "../domain/allocation.ts";
-import { ObjectRuntime } from "./runtime/objectRuntime.ts";
+import { ObjectRuntime, type RuntimeOptions } from "./runtime/objectRuntime.ts";
 import { systemClock, systemRandomness, type Clock, type Randomness } from "./runtime/ports.ts";
 import { identify, tokenDigest, type DeploymentManifest, type Identity } from "./manifest.ts";
 import { DeliveryHub, HostSignals, type SchedulerServices } from "./services.ts";
@@ -42,6 +42,10 @@ export interface WorkerOptions {
   clock?: Clock;
   random?: Randomness;
   timeouts?: Partial<TimeoutPolicy>;
+  /** Simulation fault hook (see RuntimeOptions). */
+  faultHook?: RuntimeOptions["faultHook"];
+  /** Deliberately injected bugs (see SchedulerServices.debug); tests only. */
+  debug?: SchedulerServices["debug"];
 }
 
 /** See the module header. */
@@ -60,6 +64,7 @@ export class SchedulerWorker {
       clock,
       random,
       metrics: new Metrics(),
+      debug: opts.debug ?? {},
     };
     if (opts.manifest.limits.retentionDays !== undefined && opts.timeouts?.retentionDays === undefined) this.services.timeouts.retentionDays = opts.manifest.limits.retentionDays;
     this.runtime = new ObjectRuntime(
@@ -68,6 +73,7 @@ export class SchedulerWorker {
       random,
       [AllocationObject, AllocationIndexObject, AdmissionObject, EnrollmentObject, HostDirectoryObject, HostObject, OperationsObject],
       this.services,
+      opts.faultHook ? { faultHook: opts.faultHook } : {},
     );
   }
 

@@ -4,7 +4,8 @@
  * (PID 1 as `bb guest`) and the glibc files it links against.
  *
  * Implements the "ext4 root, beachball-init inside the image" kind of the
- * spec's "Images", unsigned (dev). Idempotent: an output directory whose
+ * spec's "Images", signed with a dev key kept in the cache directory
+ * (keyFile.ts `ensureDevSigned`; public half in trusted-dev-key.pub). Idempotent: an output directory whose
  * manifest verifies and was built from the same bb binary and kernel package
  * is reused. Must never: use files other than Debian packages' and our bb
  * binary, or publish a half-built directory (it is built beside and renamed).
@@ -16,6 +17,7 @@ import { type ImageManifest, MANIFEST_FILE_NAME, imageDigest } from "../../proto
 import { DEV_KERNEL_MODULES, type CachedKernel, ensureDevKernel, runChecked } from "./devKernel.ts";
 import { sha256File, verifyImage } from "./verify.ts";
 import { INITRAMFS_INIT, ROOTFS_INIT } from "./devInitScripts.ts";
+import { ensureDevSigned } from "./keyFile.ts";
 
 /** Options of buildDevImage. All paths may be relative to the working directory. */
 export interface DevBuildOptions {
@@ -38,6 +40,8 @@ export interface DevBuildResult {
   dir: string;
   /** True when an existing, verified build was reused. */
   reused: boolean;
+  /** Base64 Ed25519 public key of the dev key that signed the manifest (also in `dir/trusted-dev-key.pub`). */
+  publicKey: string;
 }
 
 /** Version string of the guest bootstrap written to the manifest. */
@@ -58,7 +62,7 @@ async function recipeSha256(): Promise<string> {
 }
 
 /** Reuses `dir` if its manifest verifies and it was built from the same inputs; else null. */
-async function reuse(dir: string, info: BuildInfo): Promise<DevBuildResult | null> {
+async function reuse(dir: string, info: BuildInfo): Promise<Omit<DevBuildResult, "publicKey"> | null> {
   try {
     const old = (await Bun.file(join(dir, BUILD_INFO_FILE)).json()) as BuildInfo;
     if (old.bbSha256 !== info.bbSha256 || old.kernelPackage !== info.kernelPackage || old.recipeSha256 !== info.recipeSha256) {
@@ -134,7 +138,8 @@ async function artifact(dir: string, name: string) {
 
 /**
  * Builds (or reuses) the dev image in `opts.outDir` and writes its
- * manifest.json (spec "Images", schema 1, unsigned). Takes about 10 s cold
+ * manifest.json (spec "Images", schema 1), signed by the dev key
+ * `cacheDir/dev-signing.key` (created once, mode 0600). Takes about 10 s cold
  * (kernel download) and a few seconds warm; a no-op when up to date.
  * Throws when a Debian tool (apt-get, dpkg, depmod, xz, cpio, mkfs.ext4)
  * fails or the bb binary is missing.
@@ -148,8 +153,9 @@ export async function buildDevImage(opts: DevBuildOptions): Promise<DevBuildResu
   const info: BuildInfo = { bbSha256: await sha256File(bbPath), kernelPackage: kernel.packageName, recipeSha256: await recipeSha256() };
   const existing = await reuse(outDir, info);
   if (existing) {
+    const signed = ensureDevSigned(outDir, opts.cacheDir);
     log(`image up to date: ${existing.digest}`);
-    return existing;
+    return { ...existing, manifest: signed.manifest, publicKey: signed.publicKey };
   }
   const work = `${outDir}.building-${process.pid}`;
   await rm(work, { recursive: true, force: true });
@@ -176,12 +182,13 @@ export async function buildDevImage(opts: DevBuildOptions): Promise<DevBuildResu
     };
     await Bun.write(join(work, MANIFEST_FILE_NAME), JSON.stringify(manifest, null, 2) + "\n");
     await Bun.write(join(work, BUILD_INFO_FILE), JSON.stringify(info) + "\n");
+    const signed = ensureDevSigned(work, opts.cacheDir);
     await rm(outDir, { recursive: true, force: true });
     await mkdir(dirname(outDir), { recursive: true });
     await rename(work, outDir);
     const digest = imageDigest(manifest);
     log(`built ${digest} in ${outDir}`);
-    return { manifest, digest, dir: outDir, reused: false };
+    return { manifest: signed.manifest, digest, dir: outDir, reused: false, publicKey: signed.publicKey };
   } catch (e) {
     await rm(work, { recursive: true, force: true });
     throw e;

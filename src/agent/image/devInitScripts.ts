@@ -35,7 +35,7 @@ exec $B switch_root /newroot /sbin/beachball-init
 `;
 }
 
-/** /sbin/beachball-init in the ext4 root: reads beachball.ipv4 / beachball.gateway from /proc/cmdline. */
+/** /sbin/beachball-init in the ext4 root: reads beachball.ipv4 / beachball.gateway / beachball.dns (comma-separated) from /proc/cmdline. */
 export const ROOTFS_INIT = `#!/bin/sh
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
 [ -e /proc/self ] || mount -t proc proc /proc
@@ -55,16 +55,20 @@ hostname beachball
 ip link set lo up
 ipv4=
 gw=
+dns=
 for arg in $(cat /proc/cmdline); do
   case "$arg" in
     beachball.ipv4=*) ipv4="\${arg#*=}" ;;
     beachball.gateway=*) gw="\${arg#*=}" ;;
+    beachball.dns=*) dns="\${arg#*=}" ;;
   esac
 done
 if [ -n "$ipv4" ]; then
   ip link set eth0 up && ip addr add "$ipv4" dev eth0 || echo "beachball-init: eth0 setup failed"
   if [ -n "$gw" ]; then ip route add default via "$gw" dev eth0 || echo "beachball-init: route failed"; fi
 fi
+: > /etc/resolv.conf
+for r in $(echo "$dns" | tr , ' '); do echo "nameserver $r" >> /etc/resolv.conf; done
 read -r up _ < /proc/uptime
 echo "beachball-init: starting bb guest at \${up}s"
 exec /usr/bin/bb guest

@@ -4,21 +4,18 @@
  * and every artifact has its exact size and SHA-256.
  *
  * Implements the verification half of the spec's "Prepare (ensure_present)"
- * and "Images". Signature checks come later (dev images are unsigned).
+ * and "Images" for image directories; signatures are checked by signing.ts
+ * and the downloading cache lives in cache.ts.
  * Must never: follow an artifact path outside the image directory, or return
  * a manifest whose artifacts were not hashed since they last changed.
  */
 import { stat } from "node:fs/promises";
 import { join } from "node:path";
-import { type Artifact, type ImageManifest, MANIFEST_FILE_NAME, imageDigest, isSafeArtifactName } from "../../protocol/image.ts";
+import { type Artifact, type ImageManifest, MANIFEST_FILE_NAME, imageDigest, manifestShapeProblem } from "../../protocol/image.ts";
 
-/** Error codes verifyImage throws (a subset of AGENT_ERROR_CODES). */
-export type ImageErrorCode = "IMAGE_DIGEST_MISMATCH" | "IMAGE_NOT_FOUND";
+import { imageError } from "./errors.ts";
 
-/** Builds an Error carrying a stable image error code. */
-export function imageError(code: ImageErrorCode, msg: string): Error & { code: ImageErrorCode } {
-  return Object.assign(new Error(msg), { code });
-}
+export { type ImageErrorCode, imageError } from "./errors.ts";
 
 /** Successful verifications, keyed by directory; valid while every file's stat key is unchanged. */
 const verified = new Map<string, { digest: string; statKey: string; manifest: ImageManifest }>();
@@ -52,23 +49,15 @@ function artifactsOf(m: ImageManifest): Artifact[] {
 async function readManifest(dir: string): Promise<ImageManifest> {
   const file = Bun.file(join(dir, MANIFEST_FILE_NAME));
   if (!(await file.exists())) throw imageError("IMAGE_NOT_FOUND", `no ${MANIFEST_FILE_NAME} in ${dir}`);
-  let m: ImageManifest;
+  let m: unknown;
   try {
-    m = (await file.json()) as ImageManifest;
+    m = await file.json();
   } catch {
     throw imageError("IMAGE_DIGEST_MISMATCH", `${MANIFEST_FILE_NAME} in ${dir} is not valid JSON`);
   }
-  const okArtifact = (a: unknown): a is Artifact =>
-    !!a &&
-    typeof a === "object" &&
-    typeof (a as Artifact).path === "string" &&
-    isSafeArtifactName((a as Artifact).path) &&
-    Number.isSafeInteger((a as Artifact).sizeBytes) &&
-    /^[0-9a-f]{64}$/.test(String((a as Artifact).sha256));
-  if (!m || typeof m !== "object" || !okArtifact(m.kernel) || !okArtifact(m.rootfs) || (m.initrd !== undefined && !okArtifact(m.initrd))) {
-    throw imageError("IMAGE_DIGEST_MISMATCH", `${MANIFEST_FILE_NAME} in ${dir} has a malformed artifact list`);
-  }
-  return m;
+  const problem = manifestShapeProblem(m);
+  if (problem) throw imageError("IMAGE_DIGEST_MISMATCH", `${MANIFEST_FILE_NAME} in ${dir} is malformed: ${problem}`);
+  return m as ImageManifest;
 }
 
 /**

@@ -21,6 +21,8 @@ import { ALLOCATION_DDL, allocationTable, eventTable } from "./allocationSchema.
 import { HostObject, type ObservationMessage } from "./hostObject.ts";
 import { HostDirectoryObject } from "./hostDirectory.ts";
 
+/** When a reconcile pass that died mid-way is retried, ms. */
+const RECONCILE_RETRY_MS = 5_000;
 /** Most reconcile steps in one pass (each step persists one intent). */
 const MAX_STEPS_PER_PASS = 8;
 
@@ -47,8 +49,13 @@ export class AllocationObject extends AuthorityObject {
     ctx.sql.exec(ALLOCATION_DDL);
   }
 
+  private rowQuery: ReturnType<typeof this.prepareRow> | undefined;
+  private prepareRow() {
+    return this.ctx.db.select().from(allocationTable).prepare();
+  }
+
   private row(): Row | undefined {
-    return this.ctx.db.select().from(allocationTable).get();
+    return (this.rowQuery ??= this.prepareRow()).get();
   }
 
   private owned(identity: string): Row {
@@ -218,6 +225,9 @@ export class AllocationObject extends AuthorityObject {
 
   /** The single reconcile entry point (runs inside this object's mailbox, so it is single-flight). */
   async reconcile(): Promise<void> {
+    // Safety net first: if this pass dies mid-way (say, in a remote call), the alarm resumes it.
+    const r = this.row();
+    if (r && !TERMINAL_STATES.has(r.state)) this.ctx.setAlarm(this.ctx.clock.now() + RECONCILE_RETRY_MS);
     for (let i = 0; i < MAX_STEPS_PER_PASS; i++) if (!(await this.step())) break;
     this.armAlarm();
   }
@@ -247,8 +257,12 @@ export class AllocationObject extends AuthorityObject {
     if (r.desired !== "released" && r.state === "provisioning" && now >= r.stateEnteredAtMs + this.svc.timeouts.provisioningTimeoutMs)
       return this.requestRelease("GUEST_BOOT_TIMEOUT");
     if (r.desired !== "released" && r.state === "pending" && now >= r.createdAtMs + this.svc.timeouts.pendingTimeoutMs) return this.requestRelease("NO_CAPACITY");
-    if (r.hostId && r.placementId && (r.state === "provisioning" || r.state === "ready" || r.state === "releasing") && now >= r.hostCheckAtMs) return this.stepHostCheck(r, now);
-    if (r.desired === "released") return this.stepRelease(r);
+    if (r.hostId && r.placementId && (r.state === "provisioning" || r.state === "ready" || r.state === "releasing") && now >= r.hostCheckAtMs) {
+      if (await this.stepHostCheck(r, now)) return true;
+      r = this.row()!;
+      if (TERMINAL_STATES.has(r.state)) return false;
+    }
+    if (r.desired === "released" || r.state === "releasing") return this.stepRelease(r);
     if (r.state === "pending") return this.stepPlace(r, now);
     if (r.state === "reserving") return this.stepReserve(r);
     return false;

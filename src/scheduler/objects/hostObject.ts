@@ -10,8 +10,8 @@
  * Must never: call an Allocation object (observations go out by `post`),
  * store a bootstrap payload, or accept a message from an older epoch.
  */
-import { and, eq, inArray, ne } from "drizzle-orm";
-import { AuthorityObject } from "../runtime/objectRuntime.ts";
+import { and, eq, inArray, ne, sql } from "drizzle-orm";
+import { AuthorityObject, type ObjectContext } from "../runtime/objectRuntime.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import { commandIdFor } from "../../domain/identifiers.ts";
 import { fits, sub, used, type HostPlacementState, type Resources } from "../../domain/capacity.ts";
@@ -98,6 +98,21 @@ export interface PlacementStatus {
   fenced: boolean;
 }
 
+/** Builds the Host object's prepared statements. */
+function prepareHostQueries(db: ObjectContext["db"]) {
+  return {
+    host: db.select().from(hostTable).prepare(),
+    consuming: db.select().from(placementTable).where(ne(placementTable.state, "absent")).prepare(),
+    byId: db.select().from(placementTable).where(eq(placementTable.placementId, sql.placeholder("id"))).prepare(),
+    pending: db.select().from(commandTable).where(eq(commandTable.status, "pending")).orderBy(commandTable.createdAtMs).limit(MAX_COMMANDS_PER_POLL).prepare(),
+    renew: db
+      .update(placementTable)
+      .set({ leaseExpiresAtMs: sql.placeholder("lease") as unknown as number })
+      .where(and(ne(placementTable.state, "absent"), ne(placementTable.desired, "absent")))
+      .prepare(),
+  };
+}
+
 const toRes = (c: Capacity): Resources => ({ cpuMillis: c.cpuMillis, memoryMiB: c.memoryMiB, ephemeralDiskMiB: c.ephemeralDiskMiB, slots: c.maxPlacements });
 
 /** See the module header. */
@@ -110,8 +125,14 @@ export class HostObject extends AuthorityObject {
     ctx.sql.exec(HOST_DDL);
   }
 
+  /** Prepared once per instance (after the DDL ran): the hot statements of every envelope and reservation. */
+  private preparedQueries: ReturnType<typeof prepareHostQueries> | undefined;
+  private get q(): ReturnType<typeof prepareHostQueries> {
+    return (this.preparedQueries ??= prepareHostQueries(this.ctx.db));
+  }
+
   private row() {
-    return this.ctx.db.select().from(hostTable).get();
+    return this.q.host.get();
   }
 
   private mustRow() {
@@ -175,7 +196,7 @@ export class HostObject extends AuthorityObject {
   }
 
   private freeCapacity(r: NonNullable<ReturnType<HostObject["row"]>>): Resources {
-    const placements = this.ctx.db.select().from(placementTable).where(ne(placementTable.state, "absent")).all();
+    const placements = this.q.consuming.all();
     const allocatable = sub(toRes(JSON.parse(r.capacityJson) as Capacity), toRes(JSON.parse(r.reserveJson) as Capacity));
     return sub(allocatable, used(placements.map((p) => ({ state: p.state as HostPlacementState, resources: JSON.parse(p.resourcesJson) as Resources }))));
   }
@@ -239,7 +260,7 @@ export class HostObject extends AuthorityObject {
         this.ctx.db.update(hostTable).set({ adminState: state }).run();
       } else {
         this.ctx.db.update(hostTable).set({ adminState: "disabled", credentialDigest: null, credentialVersion: r.credentialVersion + 1, fencedAtMs: now }).run();
-        for (const p of this.ctx.db.select().from(placementTable).where(ne(placementTable.state, "absent")).all()) {
+        for (const p of this.q.consuming.all()) {
           fenced++;
           this.ctx.db.update(placementTable).set({ state: "absent", desired: "absent", errorCode: "HOST_FENCED", updatedAtMs: now }).where(eq(placementTable.placementId, p.placementId)).run();
           const msg: ObservationMessage = { hostId: r.hostId, placementId: p.placementId, generation: p.generation, state: "absent", errorCode: "HOST_FENCED", workloadExitCode: null, at: new Date(now).toISOString() };
@@ -257,7 +278,7 @@ export class HostObject extends AuthorityObject {
   /** Where a placement stands and how healthy this host is (for an allocation's host-loss check). */
   placementStatus(placementId: string): PlacementStatus {
     const r = this.row();
-    const p = this.ctx.db.select().from(placementTable).where(eq(placementTable.placementId, placementId)).get();
+    const p = this.q.byId.get({ id: placementId });
     return {
       exists: !!p,
       state: p?.state ?? null,
@@ -269,9 +290,13 @@ export class HostObject extends AuthorityObject {
 
   /** Asks the agent to make the placement absent (idempotent). Returns true once absence was observed. */
   requestAbsent(placementId: string, generation: number): boolean {
-    const p = this.ctx.db.select().from(placementTable).where(eq(placementTable.placementId, placementId)).get();
+    const p = this.q.byId.get({ id: placementId });
     if (!p || p.generation !== generation) return !p;
     if (p.state === "absent") return true;
+    if (this.svc.debug.releaseCapacityOnLeaseExpiry && p.leaseExpiresAtMs < this.ctx.clock.now()) {
+      this.ctx.db.update(placementTable).set({ state: "absent", desired: "absent" }).where(eq(placementTable.placementId, placementId)).run();
+      return true;
+    }
     if (p.desired !== "absent") {
       this.ctx.sql.transaction(() => {
         this.ctx.db.update(placementTable).set({ desired: "absent", updatedAtMs: this.ctx.clock.now() }).where(eq(placementTable.placementId, placementId)).run();
@@ -320,17 +345,9 @@ export class HostObject extends AuthorityObject {
       overlapUntilMs: overlapping ? now + OVERLAP_SUSPECT_MS : prevFacts.overlapUntilMs,
     };
     this.ctx.sql.transaction(() => {
-      this.ctx.db
-        .update(hostTable)
-        .set({
-          heartbeatAtMs: now,
-          agentEpoch: epoch,
-          bootId: env.payload.bootId,
-          lastSeq: newSession ? 0 : r.lastSeq,
-          isolationHealthy: env.payload.health?.isolationHealthy ?? r.isolationHealthy,
-          factsJson: JSON.stringify(facts),
-        })
-        .run();
+      this.ctx.sql
+        .query("UPDATE host SET heartbeat_at_ms = ?, agent_epoch = ?, boot_id = ?, last_seq = ?, isolation_healthy = ?, facts_json = ?")
+        .run(now, epoch, env.payload.bootId, newSession ? 0 : r.lastSeq, (env.payload.health?.isolationHealthy ?? r.isolationHealthy) ? 1 : 0, JSON.stringify(facts));
       if (overlapping)
         this.ctx.post("Operations", "global", { messageId: `alert:overlap:${r.hostId}:${now}`, kind: "alert", body: { type: "host.overlapping_agent_session", subject: r.hostId, reason: "OVERLAPPING_AGENT_SESSION", atMs: now } });
       let lastSeq = newSession ? 0 : r.lastSeq;
@@ -340,7 +357,7 @@ export class HostObject extends AuthorityObject {
         lastSeq = u.seq;
         if (this.applyUpdate(r.hostId, epoch, u)) material = true;
       }
-      this.ctx.db.update(hostTable).set({ lastSeq }).run();
+      if (lastSeq !== (newSession ? 0 : r.lastSeq)) this.ctx.sql.query("UPDATE host SET last_seq = ?").run(lastSeq);
       for (const a of env.payload.acks) {
         this.ctx.db
           .update(commandTable)
@@ -350,11 +367,7 @@ export class HostObject extends AuthorityObject {
       }
       for (const d of env.payload.deliveryAcks) this.applyDeliveryAck(r.hostId, d);
       // Leases are renewed by heartbeats, but never for a placement the scheduler wants gone.
-      this.ctx.db
-        .update(placementTable)
-        .set({ leaseExpiresAtMs: now + this.svc.timeouts.leaseMs })
-        .where(and(ne(placementTable.state, "absent"), ne(placementTable.desired, "absent")))
-        .run();
+      this.q.renew.run({ lease: now + this.svc.timeouts.leaseMs });
       this.publish(material || now - r.adPublishedAtMs > AD_REFRESH_MS);
     })();
     if (newSession) this.svc.deliveries.rearm(r.hostId);
@@ -369,7 +382,7 @@ export class HostObject extends AuthorityObject {
 
   /** Applies one observation; returns true when it changed capacity (a material change). */
   private applyUpdate(hostId: string, epoch: string, u: PlacementUpdate): boolean {
-    const p = this.ctx.db.select().from(placementTable).where(eq(placementTable.placementId, u.placementId)).get();
+    const p = this.q.byId.get({ id: u.placementId });
     if (!p || p.generation !== u.generation || p.state === "absent") return false;
     const now = this.ctx.clock.now();
     let state: HostPlacementState = p.state;
@@ -409,7 +422,7 @@ export class HostObject extends AuthorityObject {
 
   private applyDeliveryAck(hostId: string, d: Envelope["payload"]["deliveryAcks"][number]): void {
     if (d.result === "consumed" && d.digest) {
-      const p = this.ctx.db.select().from(placementTable).where(eq(placementTable.placementId, d.placementId)).get();
+      const p = this.q.byId.get({ id: d.placementId });
       this.ctx.db
         .insert(deliveryTable)
         .values({ deliveryId: d.deliveryId, placementId: d.placementId, generation: d.generation, digest: d.digest, consumedAtMs: this.ctx.clock.now() })
@@ -427,13 +440,13 @@ export class HostObject extends AuthorityObject {
     const r = this.row();
     if (!r) return false;
     if (this.svc.deliveries.hasWork(r.hostId)) return true;
-    return !!this.ctx.db.select({ id: commandTable.commandId }).from(commandTable).where(eq(commandTable.status, "pending")).get();
+    return this.q.pending.all().length > 0;
   }
 
   /** Pending commands (≤ MAX_COMMANDS_PER_POLL) stamped with `epoch`, deliveries, and leases. */
   work(epoch: string): PollResponse {
     const r = this.mustRow();
-    const cmds = this.ctx.db.select().from(commandTable).where(eq(commandTable.status, "pending")).orderBy(commandTable.createdAtMs).limit(MAX_COMMANDS_PER_POLL).all();
+    const cmds = this.q.pending.all();
     const ids = [...new Set(cmds.map((c) => c.placementId))];
     const placements = ids.length ? this.ctx.db.select().from(placementTable).where(inArray(placementTable.placementId, ids)).all() : [];
     const byId = new Map(placements.map((p) => [p.placementId, p]));
@@ -458,7 +471,7 @@ export class HostObject extends AuthorityObject {
   /** Authoritative lease expiry of every placement not yet absent. */
   private leases(): Record<string, string> {
     const leases: Record<string, string> = {};
-    for (const p of this.ctx.db.select().from(placementTable).where(ne(placementTable.state, "absent")).all()) leases[p.placementId] = new Date(p.leaseExpiresAtMs).toISOString();
+    for (const p of this.q.consuming.all()) leases[p.placementId] = new Date(p.leaseExpiresAtMs).toISOString();
     return leases;
   }
 
@@ -466,7 +479,7 @@ export class HostObject extends AuthorityObject {
   checkDelivery(deliveryId: string, placementId: string, generation: number): { earlierDigest: string | null } {
     const prior = this.ctx.db.select().from(deliveryTable).where(eq(deliveryTable.deliveryId, deliveryId)).get();
     if (prior) return { earlierDigest: prior.digest };
-    const p = this.ctx.db.select().from(placementTable).where(eq(placementTable.placementId, placementId)).get();
+    const p = this.q.byId.get({ id: placementId });
     if (!p || p.generation !== generation) throw new BeachballError("STALE_GENERATION", "the placement generation is not current");
     if (p.state !== "running" || p.desired !== "running") throw new BeachballError("GUEST_NOT_CONNECTED", "the guest is not running");
     return { earlierDigest: null };
@@ -477,7 +490,7 @@ export class HostObject extends AuthorityObject {
     const r = this.mustRow();
     const registered = toRes(JSON.parse(r.capacityJson) as Capacity);
     const allocatable = sub(registered, toRes(JSON.parse(r.reserveJson) as Capacity));
-    const placements = this.ctx.db.select().from(placementTable).where(ne(placementTable.state, "absent")).all();
+    const placements = this.q.consuming.all();
     return {
       hostId: r.hostId,
       adminState: r.adminState,
@@ -513,7 +526,7 @@ export class HostObject extends AuthorityObject {
       free: this.freeCapacity(r),
       cachedImages: [],
     };
-    this.ctx.db.update(hostTable).set({ adRevision: revision, adPublishedAtMs: now }).run();
+    this.ctx.sql.query("UPDATE host SET ad_revision = ?, ad_published_at_ms = ?").run(revision, now);
     this.ctx.post("HostDirectory", "global", { messageId: `ad:${r.hostId}:${revision}`, kind: "advertisement", body: ad });
     this.ctx.setAlarm(now + AD_REFRESH_MS * 3);
   }

@@ -22,6 +22,8 @@ import type { Clock, Randomness } from "./ports.ts";
 export const MAX_OPEN_OBJECTS = 2048;
 /** Maximum inbox messages delivered to one object per turn. */
 export const MAX_INBOX_BATCH = 256;
+/** How long a fired alarm stays armed in the registry as a retry, in case the process dies mid-turn, ms. */
+export const ALARM_RETRY_MS = 5_000;
 /** Alarm polling period in ms: the latest an alarm can fire after its due time. */
 export const ALARM_TICK_MS = 100;
 
@@ -82,6 +84,24 @@ export abstract class AuthorityObject {
   onInbox(): Promise<void> | void {}
 }
 
+/** Thrown by a call after the fault hook crashed the runtime (simulation only). */
+export class SimulatedCrash extends Error {
+  constructor() {
+    super("simulated scheduler crash");
+    this.name = "SimulatedCrash";
+  }
+}
+
+/** Runtime options. */
+export interface RuntimeOptions {
+  /**
+   * Simulation hook consulted before each object-to-object call (after the
+   * caller's intent is persisted, before the side effect). Returning true
+   * crashes the runtime: that call and every later one throw SimulatedCrash.
+   */
+  faultHook?: (fromClass: string, toClass: string) => boolean;
+}
+
 /** A constructor of an authority object class with its stable class name. */
 export interface ObjectClass<T extends AuthorityObject> {
   new (ctx: ObjectContext): T;
@@ -116,6 +136,7 @@ export class ObjectRuntime {
   private readonly registry: Database;
   private timer: ReturnType<typeof setInterval> | undefined;
   private closed = false;
+  private crashed = false;
   private readonly background = new Set<Promise<unknown>>();
 
   constructor(
@@ -124,6 +145,7 @@ export class ObjectRuntime {
     readonly random: Randomness,
     classes: ObjectClass<AuthorityObject>[],
     private readonly services: unknown = {},
+    private readonly options: RuntimeOptions = {},
   ) {
     mkdirSync(join(dataDir, "objects"), { recursive: true });
     for (const c of classes) this.classes.set(c.className, c);
@@ -137,7 +159,30 @@ export class ObjectRuntime {
   start(): void {
     const pending = this.registry.query<{ class: string; name: string }, []>("SELECT class, name FROM objects WHERE outbox = 1").all();
     for (const p of pending) this.spawn(this.withInstance(p.class, p.name, () => undefined));
-    this.timer = setInterval(() => this.fireDueAlarms(), ALARM_TICK_MS);
+    this.timer = setInterval(() => this.tick(), ALARM_TICK_MS);
+  }
+
+  /** Drains outboxes left by a previous process without starting the ticker (simulation drives `tick()` itself). */
+  recover(): void {
+    const pending = this.registry.query<{ class: string; name: string }, []>("SELECT class, name FROM objects WHERE outbox = 1").all();
+    for (const p of pending) this.spawn(this.withInstance(p.class, p.name, () => undefined));
+  }
+
+  /** True after the fault hook crashed this runtime. */
+  get isCrashed(): boolean {
+    return this.crashed;
+  }
+
+  /** Abandons a crashed runtime: lets in-flight turns fail, then closes every database without running more work. */
+  async abandon(): Promise<void> {
+    this.closed = true;
+    this.crashed = true;
+    if (this.timer) clearInterval(this.timer);
+    await this.idle();
+    for (const inst of this.instances.values()) await inst.tail.catch(() => undefined);
+    for (const inst of this.instances.values()) inst.sql.close();
+    this.instances.clear();
+    this.registry.close();
   }
 
   /** Runs `fn` on the named instance inside its mailbox (one turn at a time). */
@@ -172,11 +217,12 @@ export class ObjectRuntime {
   }
 
   private spawn(p: Promise<unknown>): void {
-    const q = p.catch((e) => console.error("beachball: background object work failed:", e)).finally(() => this.background.delete(q));
+    const q = p.catch((e) => this.crashed || this.closed || console.error("beachball: background object work failed:", e)).finally(() => this.background.delete(q));
     this.background.add(q);
   }
 
   private withInstance<R>(className: string, name: string, fn: (o: AuthorityObject) => R | Promise<R>): Promise<R> {
+    if (this.crashed) return Promise.reject(new SimulatedCrash());
     if (this.closed) return Promise.reject(new Error("object runtime is closed"));
     const inst = this.open(className, name);
     inst.busy++;
@@ -271,7 +317,13 @@ export class ObjectRuntime {
         sql.query("DELETE FROM _inbox WHERE seq <= ?").run(seq);
       },
       deleteSelf,
-      call: (cls, n, fn) => rt.call(cls, n, fn),
+      call: (cls, n, fn) => {
+        if (rt.crashed || rt.options.faultHook?.(className, cls.className)) {
+          rt.crashed = true;
+          return Promise.reject(new SimulatedCrash());
+        }
+        return rt.call(cls, n, fn);
+      },
     };
   }
 
@@ -300,25 +352,27 @@ export class ObjectRuntime {
     for (const [tc, tn] of targets.values()) this.spawn(this.withInstance(tc, tn, (o) => o.onInbox()));
   }
 
-  private fireDueAlarms(): void {
+  /** Fires every alarm that is due now (the ticker calls this; a simulation calls it directly). */
+  tick(): void {
+    if (this.closed) return;
     const now = this.clock.now();
     const due = this.registry
       .query<{ class: string; name: string; alarm_at: number }, [number]>(
-        "SELECT class, name, alarm_at FROM objects WHERE alarm_at IS NOT NULL AND alarm_at <= ? LIMIT 256",
+        "SELECT class, name, alarm_at FROM objects WHERE alarm_at IS NOT NULL AND alarm_at <= ? ORDER BY alarm_at, class, name LIMIT 256",
       )
       .all(now);
     for (const d of due) {
-      this.registry.query("UPDATE objects SET alarm_at = NULL WHERE class = ? AND name = ? AND alarm_at = ?").run(d.class, d.name, d.alarm_at);
+      // Not cleared but pushed back: if this process dies before the turn, the alarm fires again after a restart.
+      this.registry.query("UPDATE objects SET alarm_at = ? WHERE class = ? AND name = ? AND alarm_at = ?").run(now + ALARM_RETRY_MS, d.class, d.name, d.alarm_at);
       this.spawn(
         this.withInstance(d.class, d.name, (o) => {
           const ctx = (o as unknown as { ctx: ObjectContext }).ctx;
           const at = ctx.getAlarm();
-          if (at === null || at > this.clock.now()) {
-            if (at !== null) ctx.setAlarm(at);
-            return;
-          }
-          ctx.setAlarm(null);
-          return o.alarm();
+          if (at === null || at > this.clock.now()) return ctx.setAlarm(at);
+          // The object's own alarm row stays until alarm() returns, so a crash inside it leaves the retry armed.
+          return Promise.resolve(o.alarm()).then(() => {
+            if (ctx.getAlarm() === at) ctx.setAlarm(null);
+          });
         }),
       );
     }

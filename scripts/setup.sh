@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Prepares a fresh Debian/Ubuntu machine (with Node.js and npm) to run
+# Beachball: the Debian packages the agent and the dev image builder call,
+# then the npm dependencies (Bun comes from the `bun` devDependency).
+# Safe to run again. Run as root, or as a user with sudo.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# Runtime tools: QEMU (microvm machine), busybox for the guest, mkfs.ext4,
+# cpio for the initramfs, ip/nft for placement networking, depmod/modprobe,
+# xz for the kernel, pgrep, and TLS roots for apt and npm.
+PACKAGES=(qemu-system-x86 busybox-static e2fsprogs cpio iproute2 nftables kmod xz-utils procps ca-certificates)
+
+log=$(mktemp "${TMPDIR:-/tmp}/bb-setup.XXXXXX")
+trap 'rm -f "$log"' EXIT
+
+step() { printf 'setup: %s\n' "$*"; }
+fail() { printf 'setup: %s\n' "$*" >&2; exit 1; }
+
+# Runs a command with its output kept in $log; on failure prints that output and stops.
+quiet() {
+  if ! "$@" >"$log" 2>&1; then
+    cat "$log" >&2
+    fail "failed: $*"
+  fi
+}
+
+as_root=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 || fail "run as root (or install sudo): apt-get needs root"
+  as_root=(sudo)
+fi
+command -v apt-get >/dev/null 2>&1 || fail "apt-get not found: this script supports Debian and Ubuntu"
+command -v npm >/dev/null 2>&1 || fail "npm not found: install Node.js and npm first"
+
+export DEBIAN_FRONTEND=noninteractive
+
+step "apt-get update (the dev image builder downloads the kernel with apt-get download)"
+quiet "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+
+step "apt-get install ${PACKAGES[*]}"
+quiet "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"
+
+if [ -f package-lock.json ]; then
+  step "npm ci"
+  quiet npm ci --no-audit --no-fund --loglevel=error
+else
+  step "npm install (no package-lock.json)"
+  quiet npm install --no-audit --no-fund --loglevel=error
+fi
+
+[ -x node_modules/.bin/bun ] || fail "node_modules/.bin/bun is missing after npm install"
+qemu=$(qemu-system-x86_64 --version 2>/dev/null | head -n 1 | sed 's/^QEMU emulator version //')
+kvm="no /dev/kvm (TCG)"
+[ -e /dev/kvm ] && kvm="/dev/kvm present"
+step "ready: node $(node --version), npm $(npm --version), bun $(node_modules/.bin/bun --version), qemu ${qemu:-missing}, ${kvm}"

@@ -1,0 +1,260 @@
+/**
+ * The content-addressed, verified image cache (spec "Prepare
+ * (ensure_present)" and "Agent runtime and local state": images/manifests,
+ * images/artifacts, images/quarantine).
+ *
+ * `resolve(digest, source)` fetches the manifest by digest, checks that it
+ * hashes to the digest and that a trusted Ed25519 key signed it, then
+ * copies each artifact into a private temp file, checks its exact size and
+ * SHA-256, and publishes it with an atomic rename as
+ * `artifacts/sha256-<hex>` (mode 0444). Anything that fails verification
+ * goes to quarantine/ with a reason file. A later resolve of the same
+ * digest re-checks the cached manifest's signature (keys may rotate) and
+ * reuses published artifacts without fetching again. Artifacts shared by
+ * images are stored once.
+ *
+ * Must never: publish or return bytes that were not verified against a
+ * signed manifest, trust the source, read past a size bound, or delete a
+ * quarantined file.
+ */
+import { link, lstat, mkdir, readdir, readFile, rename, rm, stat } from "node:fs/promises";
+import { join, resolve as resolvePath } from "node:path";
+import { randomBytes } from "node:crypto";
+import { type Artifact, type ImageManifest, MANIFEST_FILE_NAME, imageDigest, manifestShapeProblem } from "../../protocol/image.ts";
+import { type ArtifactSource, artifactSourceFor } from "./artifactSource.ts";
+import { type CacheLayout, cacheLayout, copyBounded, ensureLayout, publishArtifact, quarantine, type QuarantineReason, writeFileAtomically } from "./cacheFiles.ts";
+import { imageError, imageErrorCode } from "./errors.ts";
+import { verifyManifestSignature } from "./signing.ts";
+
+/** Default bound on a fetched manifest, bytes (64 KiB). */
+export const DEFAULT_MAX_MANIFEST_BYTES = 64 * 1024;
+/** Default bound on one artifact, bytes (8 GiB). */
+export const DEFAULT_MAX_ARTIFACT_BYTES = 8 * 2 ** 30;
+
+/** Tunables of ImageCache. */
+export interface ImageCacheOptions {
+  /** Largest manifest accepted from a source, bytes. Default 64 KiB. */
+  maxManifestBytes?: number;
+  /** Largest artifact a manifest may declare, bytes. Default 8 GiB. */
+  maxArtifactBytes?: number;
+  /** Clock for quarantine reason files (a port, so tests can fix it). */
+  now?: () => Date;
+}
+
+/** A verified image in the cache. */
+export interface ResolvedImage {
+  /** `sha256:<hex>`. */
+  digest: string;
+  manifest: ImageManifest;
+  /** `views/<hex>/`: manifest.json plus hard links named as the manifest's artifact paths (fits PlacementContext.resolveImage). */
+  dir: string;
+  /** Published artifact files (`artifacts/sha256-<hex>`), mode 0444. */
+  artifactPaths: { kernel: string; rootfs: string; initrd?: string };
+  /** True when the manifest came from the source on this call (not from manifests/). */
+  fetchedManifest: boolean;
+  /** How many artifacts were fetched on this call (0 when all were cached). */
+  fetchedArtifacts: number;
+}
+
+type Role = "kernel" | "rootfs" | "initrd";
+
+function artifactsOf(m: ImageManifest): [Role, Artifact][] {
+  return [["kernel", m.kernel], ["rootfs", m.rootfs], ...(m.initrd ? [["initrd", m.initrd] as [Role, Artifact]] : [])];
+}
+
+/** Reads at most `max + 1` bytes of a stream into memory. */
+async function readBounded(stream: AsyncIterable<Uint8Array> & { destroy?(): void }, max: number): Promise<Uint8Array> {
+  const parts: Uint8Array[] = [];
+  let n = 0;
+  try {
+    for await (const c of stream) {
+      parts.push(c);
+      n += c.length;
+      if (n > max) break;
+    }
+  } finally {
+    stream.destroy?.();
+  }
+  return Buffer.concat(parts).subarray(0, Math.min(n, max + 1));
+}
+
+/**
+ * A verified image cache rooted at `rootDir` (e.g.
+ * /var/lib/beachball/images) that trusts manifests signed by any of
+ * `trustedKeys` (base64 Ed25519 public keys, see signing.ts).
+ */
+export class ImageCache {
+  private readonly layout: CacheLayout;
+  private readonly maxManifestBytes: number;
+  private readonly maxArtifactBytes: number;
+  private readonly now: () => Date;
+  /** In-flight resolves by digest hex, so concurrent callers share one fetch. */
+  private readonly inflight = new Map<string, Promise<ResolvedImage>>();
+
+  constructor(rootDir: string, private readonly trustedKeys: readonly string[], opts: ImageCacheOptions = {}) {
+    this.layout = cacheLayout(resolvePath(rootDir));
+    this.maxManifestBytes = opts.maxManifestBytes ?? DEFAULT_MAX_MANIFEST_BYTES;
+    this.maxArtifactBytes = opts.maxArtifactBytes ?? DEFAULT_MAX_ARTIFACT_BYTES;
+    this.now = opts.now ?? (() => new Date());
+  }
+
+  /** The cache's directory layout. */
+  get paths(): CacheLayout {
+    return this.layout;
+  }
+
+  /**
+   * Returns the verified image `digest` (`sha256:<hex>`), fetching what is
+   * missing from `source` (a directory, a `file://` URL, or an
+   * ArtifactSource). Throws code IMAGE_NOT_FOUND (malformed digest, or the
+   * source lacks a file), IMAGE_DIGEST_MISMATCH (manifest does not hash to
+   * the digest, is malformed or too large; an artifact is over
+   * maxArtifactBytes or has the wrong size or SHA-256) or
+   * IMAGE_SIGNATURE_INVALID (no trusted key verifies the manifest). Failed
+   * fetched bytes are in quarantine/ when it throws. Other errors are I/O.
+   */
+  resolve(digest: string, source: string | ArtifactSource): Promise<ResolvedImage> {
+    const hex = /^sha256:([0-9a-f]{64})$/.exec(digest)?.[1];
+    if (!hex) return Promise.reject(imageError("IMAGE_NOT_FOUND", `malformed image digest ${JSON.stringify(digest.slice(0, 80))}`));
+    const running = this.inflight.get(hex);
+    if (running) return running;
+    const src = typeof source === "string" ? artifactSourceFor(source) : source;
+    const p = this.resolveOnce(digest, hex, src).finally(() => this.inflight.delete(hex));
+    this.inflight.set(hex, p);
+    return p;
+  }
+
+  /** Digests (`sha256:<hex>`) whose manifest is cached, for the host advertisement. */
+  async cachedDigests(): Promise<string[]> {
+    const names = await readdir(this.layout.manifestsDir).catch(() => [] as string[]);
+    return names.filter((n) => /^[0-9a-f]{64}\.json$/.test(n)).map((n) => `sha256:${n.slice(0, 64)}`);
+  }
+
+  private async resolveOnce(digest: string, hex: string, src: ArtifactSource): Promise<ResolvedImage> {
+    await ensureLayout(this.layout);
+    let manifest = await this.cachedManifest(digest, hex, src);
+    const fetchedManifest = manifest === null;
+    manifest ??= await this.fetchManifest(digest, hex, src);
+    const paths: Partial<Record<Role, string>> = {};
+    let fetchedArtifacts = 0;
+    for (const [role, a] of artifactsOf(manifest)) {
+      if (a.sizeBytes > this.maxArtifactBytes) {
+        throw imageError("IMAGE_DIGEST_MISMATCH", `${role} ${a.path} declares ${a.sizeBytes} bytes, over maxArtifactBytes ${this.maxArtifactBytes}`);
+      }
+      let p = await this.cachedArtifact(digest, a, src);
+      if (!p) {
+        p = await this.fetchArtifact(digest, hex, a, src);
+        fetchedArtifacts++;
+      }
+      paths[role] = p;
+    }
+    // The manifest is cached last: a cached manifest means its artifacts were published.
+    if (fetchedManifest) {
+      await writeFileAtomically(this.layout.tmpDir, join(this.layout.manifestsDir, `${hex}.json`), JSON.stringify(manifest) + "\n", 0o444);
+    }
+    const artifactPaths = { kernel: paths.kernel!, rootfs: paths.rootfs!, ...(paths.initrd ? { initrd: paths.initrd } : {}) };
+    const dir = await this.ensureView(hex, manifest, artifactPaths);
+    return { digest, manifest, dir, artifactPaths, fetchedManifest, fetchedArtifacts };
+  }
+
+  private reason(digest: string, name: string, src: ArtifactSource, code: QuarantineReason["code"], reason: string, extra: Partial<QuarantineReason> = {}): QuarantineReason {
+    return { code, reason, imageDigest: digest, name, source: src.description, at: this.now().toISOString(), ...extra };
+  }
+
+  /** Checks bytes claimed to be the manifest of `digest`: the manifest, or why it fails (no side effects). */
+  private checkManifest(digest: string, bytes: Uint8Array): ImageManifest | { code: QuarantineReason["code"]; why: string } {
+    if (bytes.length > this.maxManifestBytes) return { code: "IMAGE_DIGEST_MISMATCH", why: `larger than maxManifestBytes ${this.maxManifestBytes}` };
+    let m: unknown;
+    try {
+      m = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
+    } catch {
+      return { code: "IMAGE_DIGEST_MISMATCH", why: "not valid UTF-8 JSON" };
+    }
+    const problem = manifestShapeProblem(m);
+    if (problem) return { code: "IMAGE_DIGEST_MISMATCH", why: `malformed: ${problem}` };
+    const got = imageDigest(m as ImageManifest);
+    if (got !== digest) return { code: "IMAGE_DIGEST_MISMATCH", why: `hashes to ${got}` };
+    try {
+      verifyManifestSignature(m as ImageManifest, this.trustedKeys);
+    } catch (e) {
+      return { code: imageErrorCode(e) === "IMAGE_DIGEST_MISMATCH" ? "IMAGE_DIGEST_MISMATCH" : "IMAGE_SIGNATURE_INVALID", why: (e as Error).message };
+    }
+    return m as ImageManifest;
+  }
+
+  /**
+   * The cached manifest if present, intact and still signed by a trusted
+   * key; else null. A corrupt one (digest or shape) is quarantined; one
+   * whose signature no longer verifies (trusted keys rotated) is left in
+   * place, since the source may hold a re-signed copy with the same digest.
+   */
+  private async cachedManifest(digest: string, hex: string, src: ArtifactSource): Promise<ImageManifest | null> {
+    const path = join(this.layout.manifestsDir, `${hex}.json`);
+    const bytes = await readFile(path).catch(() => null);
+    if (!bytes) return null;
+    const r = this.checkManifest(digest, bytes);
+    if (!("code" in r)) return r;
+    if (r.code === "IMAGE_DIGEST_MISMATCH") await quarantine(this.layout, { tempPath: path }, this.reason(digest, MANIFEST_FILE_NAME, src, r.code, `cached manifest: ${r.why}`));
+    return null;
+  }
+
+  /** Fetches and checks the manifest; quarantines the bytes and throws its code on failure. */
+  private async fetchManifest(digest: string, hex: string, src: ArtifactSource): Promise<ImageManifest> {
+    const bytes = await readBounded(await src.open(hex, MANIFEST_FILE_NAME), this.maxManifestBytes);
+    const r = this.checkManifest(digest, bytes);
+    if (!("code" in r)) return r;
+    await quarantine(this.layout, { bytes }, this.reason(digest, MANIFEST_FILE_NAME, src, r.code, r.why));
+    throw imageError(r.code, `manifest of ${digest}: ${r.why} (quarantined)`);
+  }
+
+  /** The published artifact when present with the declared size; a wrong-size one is quarantined. */
+  private async cachedArtifact(digest: string, a: Artifact, src: ArtifactSource): Promise<string | null> {
+    const path = join(this.layout.artifactsDir, `sha256-${a.sha256}`);
+    const s = await lstat(path).catch(() => null);
+    if (!s) return null;
+    if (s.isFile() && s.size === a.sizeBytes) return path;
+    await quarantine(this.layout, { tempPath: path }, this.reason(digest, a.path, src, "IMAGE_DIGEST_MISMATCH", "cached artifact has the wrong size or type", {
+      expected: { sizeBytes: a.sizeBytes, sha256: a.sha256 },
+    }));
+    return null;
+  }
+
+  private async fetchArtifact(digest: string, hex: string, a: Artifact, src: ArtifactSource): Promise<string> {
+    let copied;
+    try {
+      copied = await copyBounded(await src.open(hex, a.path), this.layout.tmpDir, a.sizeBytes);
+    } catch (e) {
+      const tmp = (e as { tempPath?: string }).tempPath;
+      if (tmp) await rm(tmp, { force: true }); // an I/O failure is not a verification failure
+      throw e;
+    }
+    if (copied.sizeBytes !== a.sizeBytes || copied.sha256 !== a.sha256) {
+      const why = copied.sizeBytes !== a.sizeBytes ? `size ${copied.sizeBytes > a.sizeBytes ? `over ${a.sizeBytes}` : copied.sizeBytes} != ${a.sizeBytes}` : `sha256 ${copied.sha256} != ${a.sha256}`;
+      await quarantine(this.layout, { tempPath: copied.path }, this.reason(digest, a.path, src, "IMAGE_DIGEST_MISMATCH", why, {
+        expected: { sizeBytes: a.sizeBytes, sha256: a.sha256 },
+        actual: { sizeBytes: copied.sizeBytes, sha256: copied.sha256 },
+      }));
+      throw imageError("IMAGE_DIGEST_MISMATCH", `${a.path} of ${digest}: ${why} (quarantined)`);
+    }
+    return publishArtifact(this.layout, copied.path, a.sha256);
+  }
+
+  /** `views/<hex>/` with manifest.json and hard links to the published artifacts; rebuilt when stale. */
+  private async ensureView(hex: string, manifest: ImageManifest, paths: ResolvedImage["artifactPaths"]): Promise<string> {
+    const dir = join(this.layout.viewsDir, hex);
+    const links = artifactsOf(manifest).map(([role, a]) => ({ name: a.path, target: paths[role]! }));
+    const sameInode = async (x: string, y: string) => {
+      const [sx, sy] = await Promise.all([stat(x).catch(() => null), stat(y).catch(() => null)]);
+      return !!sx && !!sy && sx.ino === sy.ino && sx.dev === sy.dev;
+    };
+    const current = await Promise.all(links.map((l) => sameInode(join(dir, l.name), l.target)));
+    if (current.every(Boolean) && (await stat(join(dir, MANIFEST_FILE_NAME)).catch(() => null))) return dir;
+    const tmp = join(this.layout.tmpDir, `view-${randomBytes(8).toString("hex")}`);
+    await mkdir(tmp, { mode: 0o755 });
+    for (const l of links) await link(l.target, join(tmp, l.name));
+    await writeFileAtomically(this.layout.tmpDir, join(tmp, MANIFEST_FILE_NAME), JSON.stringify(manifest, null, 2) + "\n", 0o444);
+    await rm(dir, { recursive: true, force: true });
+    await rename(tmp, dir);
+    return dir;
+  }
+}

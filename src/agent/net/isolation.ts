@@ -1,0 +1,39 @@
+/**
+ * The isolation settings a placement needs beyond PlacementContext's core
+ * fields: the validated network policy and the cgroup policy (spec "Guest
+ * network isolation", "Start"). The daemon builds one from AgentConfig with
+ * isolationFromConfig and puts it on its PlacementContext as `isolation`;
+ * placementOps reads it with isolationOf, falling back to the defaults (no
+ * uplink, cgroups under the agent's own cgroup).
+ * Must never: hold per-placement state (it is host-wide configuration).
+ */
+import type { AgentConfig } from "../config.ts";
+import { DEFAULT_CGROUP_POLICY, cgroupPolicyFrom, type CgroupPolicy } from "../cgroups/policy.ts";
+import { DEFAULT_NET_POLICY, netPolicyFrom, type PlacementNetPolicy } from "./policy.ts";
+
+/** Host-wide isolation settings for every placement. */
+export interface PlacementIsolation {
+  network: PlacementNetPolicy;
+  cgroups: CgroupPolicy;
+}
+
+/** Defaults: no uplink, no resolvers, default pool; cgroups under the agent's own cgroup. */
+export const DEFAULT_ISOLATION: PlacementIsolation = { network: DEFAULT_NET_POLICY, cgroups: DEFAULT_CGROUP_POLICY };
+
+/** Validates the isolation fields of AgentConfig. Throws NETWORK_SETUP_FAILED (network) or INTERNAL (cgroups) naming the bad field. */
+export function isolationFromConfig(config: Partial<AgentConfig>): PlacementIsolation {
+  return {
+    network: netPolicyFrom({
+      ...(config.uplink ? { uplink: config.uplink } : {}),
+      ...(config.dnsResolvers ? { dnsResolvers: config.dnsResolvers } : {}),
+      ...(config.deniedRanges ? { deniedRanges: config.deniedRanges } : {}),
+      ...(config.egressPoolCidr ? { egressPoolCidr: config.egressPoolCidr } : {}),
+    }),
+    cgroups: cgroupPolicyFrom(config),
+  };
+}
+
+/** The isolation settings on a PlacementContext-like object (`isolation` field), or the defaults. */
+export function isolationOf(ctx: object): PlacementIsolation {
+  return (ctx as { isolation?: PlacementIsolation }).isolation ?? DEFAULT_ISOLATION;
+}

@@ -1,0 +1,95 @@
+/**
+ * A minimal client of Firecracker's API socket: HTTP/1.1 over a Unix socket
+ * (Bun's fetch with the `unix` option), one bounded timeout per request, and
+ * a typed error that carries Firecracker's `fault_message`.
+ *
+ * Implements the transport of spec "Start (ensure_running)" against the
+ * reference firecracker.yaml (every error response is `Error` with
+ * `fault_message`). Must never: retry a non-idempotent request on its own,
+ * read an unbounded response body, or wait without a timeout.
+ */
+
+/** Default per-request timeout, ms (SPECIFICATION.md: the API answers within milliseconds). */
+export const DEFAULT_API_TIMEOUT_MS = 5_000;
+/** Largest response body read, bytes; Firecracker's error bodies are one short JSON object. */
+export const MAX_API_RESPONSE_BYTES = 64 * 1024;
+
+/**
+ * A failed API call. `status` is the HTTP status (0 when no response came:
+ * connect failure or timeout); `faultMessage` is Firecracker's
+ * `fault_message` when it sent one. Code VMM_START_FAILED.
+ */
+export class FirecrackerApiError extends Error {
+  readonly code = "VMM_START_FAILED" as const;
+  constructor(
+    readonly method: string,
+    readonly path: string,
+    readonly status: number,
+    readonly faultMessage: string | undefined,
+    detail: string,
+  ) {
+    super(`Firecracker API ${method} ${path} failed (${status || "no response"}): ${faultMessage ?? detail}`);
+    this.name = "FirecrackerApiError";
+  }
+}
+
+/** The port the driver talks through; a fake may record calls instead. */
+export interface FirecrackerApi {
+  /** PUT `path` with the JSON `body`; resolves on 2xx, throws FirecrackerApiError otherwise. */
+  put(path: string, body: unknown): Promise<void>;
+  /** GET `path`; resolves with the parsed JSON body on 2xx, throws FirecrackerApiError otherwise. */
+  get(path: string): Promise<unknown>;
+}
+
+/** A FirecrackerApi over the Unix socket at `socketPath`; each request is aborted after `timeoutMs`. */
+export function unixSocketApi(socketPath: string, timeoutMs = DEFAULT_API_TIMEOUT_MS): FirecrackerApi {
+  async function call(method: "GET" | "PUT", path: string, body?: unknown): Promise<unknown> {
+    let res: Response;
+    try {
+      res = await fetch(`http://localhost${path}`, {
+        unix: socketPath,
+        method,
+        headers: { Accept: "application/json", ...(body === undefined ? {} : { "Content-Type": "application/json" }) },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+        signal: AbortSignal.timeout(timeoutMs),
+        keepalive: false,
+      });
+    } catch (e) {
+      throw new FirecrackerApiError(method, path, 0, undefined, `${(e as Error).message} (socket ${socketPath}, timeout ${timeoutMs} ms)`);
+    }
+    const text = await readBounded(res);
+    const json = parseJson(text);
+    if (res.status >= 200 && res.status < 300) return json;
+    const fault = json && typeof json === "object" && typeof (json as { fault_message?: unknown }).fault_message === "string"
+      ? (json as { fault_message: string }).fault_message : undefined;
+    throw new FirecrackerApiError(method, path, res.status, fault, text.slice(0, 200));
+  }
+  return { put: async (path, body) => void (await call("PUT", path, body)), get: (path) => call("GET", path) };
+}
+
+async function readBounded(res: Response): Promise<string> {
+  if (!res.body) return "";
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const r = await reader.read();
+    if (r.done) break;
+    total += r.value.length;
+    if (total > MAX_API_RESPONSE_BYTES) {
+      await reader.cancel();
+      break;
+    }
+    chunks.push(r.value);
+  }
+  return new TextDecoder().decode(Buffer.concat(chunks));
+}
+
+function parseJson(text: string): unknown {
+  if (!text) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
