@@ -26,6 +26,8 @@ export interface AgentConfig {
   consoleBudgetBytes: number;
   /** How long to wait for the guest's GuestReady after the VMM starts, ms. */
   guestBootTimeoutMs: number;
+  /** Ed25519 public keys (base64, raw 32 bytes) whose image signatures this host trusts; empty accepts unsigned dev images. */
+  trustedImageKeys?: string[];
   /**
    * Where guest egress leaves the host (spec "Guest network isolation"):
    * `device` in `netns` (absent = root namespace); the agent masquerades

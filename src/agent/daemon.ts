@@ -12,7 +12,8 @@
  * or write a bootstrap payload anywhere.
  */
 import { createHash, randomUUID } from "node:crypto";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, statfsSync } from "node:fs";
+import { cpus, totalmem } from "node:os";
 import { consola } from "consola";
 import { BeachballError } from "../protocol/errors.ts";
 import { canonicalJson } from "../domain/identifiers.ts";
@@ -23,7 +24,9 @@ import { takeAgentLock } from "./lock.ts";
 import { ControlClient } from "./controlClient.ts";
 import { listPlacementNetworks } from "./net/placementNet.ts";
 import { trimConsoleLog } from "./vmm/consoleLog.ts";
-import { QemuMicrovmDriver } from "./vmm/qemu.ts";
+import { selectVmmDriver } from "./vmm/select.ts";
+import { isolationFromConfig } from "./net/isolation.ts";
+import { runChecks } from "./doctor/checks.ts";
 import type { VmHandle, VmmDriver } from "./vmm/driver.ts";
 import type { GuestSession } from "./guestSession.ts";
 import {
@@ -43,6 +46,8 @@ import {
 export const AGENT_POLL_WAIT_MS = 20_000;
 /** Housekeeping period (lease checks, console trimming, cleanup retries), ms. */
 export const HOUSEKEEPING_MS = 2_000;
+/** Free-space fraction of the state volume below which it counts as nearly full. */
+export const VOLUME_NEARLY_FULL_FRACTION = 0.05;
 /** How long the guest has to confirm a delivery, ms. */
 export const GUEST_DELIVERY_TIMEOUT_MS = 20_000;
 
@@ -72,6 +77,7 @@ export class AgentDaemon {
   private epoch = "";
   private stopped = false;
   private quarantine: string[] = [];
+  private prerequisitesFailed: string[] = [];
   private acks: CommandAck[] = [];
   private deliveryAcks: DeliveryAck[] = [];
   private flushing: Promise<void> | null = null;
@@ -80,7 +86,7 @@ export class AgentDaemon {
   private pollLoopDone: Promise<void> = Promise.resolve();
   private pollAbort = new AbortController();
 
-  private constructor(opts: AgentOptions) {
+  private constructor(opts: AgentOptions & { driver: VmmDriver }) {
     const files = loadAgentFiles(opts.dataDir);
     this.config = files.config;
     const p = agentPaths(opts.dataDir);
@@ -90,15 +96,26 @@ export class AgentDaemon {
     this.client = new ControlClient(this.config.schedulerUrl, this.config.hostId, files.credential);
     this.ctx = {
       allocationsDir: p.allocations,
-      driver: opts.driver ?? new QemuMicrovmDriver(),
-      resolveImage: imageResolver(this.config.imageDirs),
+      driver: opts.driver,
+      resolveImage: imageResolver(this.config.imageDirs, this.config.trustedImageKeys ?? []),
       guestBootTimeoutMs: this.config.guestBootTimeoutMs,
+      isolation: isolationFromConfig(this.config),
     };
   }
 
   /** Starts an agent: lock, store, inventory and adoption, then the poll loop. Throws if not joined or locked. */
   static async start(opts: AgentOptions): Promise<AgentDaemon> {
-    const d = new AgentDaemon(opts);
+    let driver = opts.driver;
+    if (!driver) {
+      const sel = await selectVmmDriver();
+      consola.info(`agent: VMM driver ${sel.driver.name}: ${sel.reason}`);
+      driver = sel.driver;
+    }
+    const d = new AgentDaemon({ ...opts, driver });
+    // The same prerequisite registry as `bb agent doctor` (spec "Agent runtime and local state").
+    const checks = await runChecks(d.config);
+    for (const c of checks) if (c.status === "fail") consola.warn(`agent: prerequisite ${c.id} failed: ${c.detail} (fix: ${c.fix})`);
+    d.prerequisitesFailed = checks.filter((c) => c.status === "fail" && c.id !== "scheduler").map((c) => c.id);
     await d.inventory();
     d.timer = setInterval(() => void d.housekeeping(), HOUSEKEEPING_MS);
     d.pollLoopDone = d.pollLoop();
@@ -146,7 +163,7 @@ export class AgentDaemon {
       if (p.observed === "preparing") this.store.patch(p.placementId, { observed: "accepted" });
       this.kick(p.placementId);
     }
-    const foreign = (await listPlacementNetworks().catch(() => [])).filter((n) => !known.has(n));
+    const foreign = (await listPlacementNetworks().catch(() => [])).filter((n) => !known.has(n) && !n.startsWith("bb-probe-"));
     this.quarantine = foreign;
     for (const n of foreign) consola.warn(`agent: quarantined foreign namespace ${n} (not deleted); isolation is unhealthy until an operator resolves it`);
   }
@@ -265,7 +282,20 @@ export class AgentDaemon {
   }
 
   private health() {
-    return { isolationHealthy: this.quarantine.length === 0, quarantineCount: this.quarantine.length, vmmDriver: this.ctx.driver.name };
+    let volumesNearlyFull = false;
+    try {
+      const st = statfsSync(this.ctx.allocationsDir);
+      volumesNearlyFull = Number(st.bavail) / Number(st.blocks) < VOLUME_NEARLY_FULL_FRACTION;
+    } catch {
+      /* unknown: not reported as full */
+    }
+    return {
+      isolationHealthy: this.quarantine.length === 0 && this.prerequisitesFailed.length === 0,
+      quarantineCount: this.quarantine.length,
+      vmmDriver: this.ctx.driver.name,
+      inventory: { cpuMillis: cpus().length * 1000, memoryMiB: Math.floor(totalmem() / (1024 * 1024)) },
+      volumesNearlyFull,
+    };
   }
 
   private handlePoll(resp: PollResponse): void {

@@ -7,7 +7,8 @@
  */
 import { existsSync, statfsSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
-import { resolve } from "node:path";
+import { join, resolve } from "node:path";
+import { readPublicKeyArg, TRUSTED_DEV_KEY_FILE } from "./image/keyFile.ts";
 import { BeachballError, isErrorCode } from "../protocol/errors.ts";
 import type { Capacity, WellKnown } from "../protocol/api.ts";
 import type { EnrollResponse } from "../protocol/agent.ts";
@@ -64,6 +65,11 @@ export async function joinScheduler(opts: JoinOptions): Promise<{ hostId: string
   });
   const body = (await res.json()) as EnrollResponse & { code?: string; detail?: string };
   if (!res.ok) throw new BeachballError(isErrorCode(body.code) ? body.code : "INTERNAL", body.detail ?? `enroll failed with HTTP ${res.status}`);
+  const trustedImageKeys: string[] = [];
+  for (const d of opts.imageDirs) {
+    const pub = join(resolve(d), TRUSTED_DEV_KEY_FILE);
+    if (existsSync(pub)) trustedImageKeys.push(readPublicKeyArg(pub));
+  }
   const config: AgentConfig = {
     schedulerUrl: base,
     hostId: body.hostId,
@@ -72,6 +78,7 @@ export async function joinScheduler(opts: JoinOptions): Promise<{ hostId: string
     imageDirs: opts.imageDirs.map((d) => resolve(d)),
     consoleBudgetBytes: DEFAULT_CONSOLE_BUDGET_BYTES,
     guestBootTimeoutMs: opts.guestBootTimeoutMs ?? 180_000,
+    trustedImageKeys,
   };
   saveAgentFiles(dataDir, config, body.credential);
   return { hostId: body.hostId, enrolled: true };

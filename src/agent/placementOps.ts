@@ -19,9 +19,10 @@ import { GUEST_CMDLINE_KEYS, type GuestIdentity } from "../protocol/guest.ts";
 import type { PlacementSpec } from "../protocol/agent.ts";
 import { imageDigest, MANIFEST_FILE_NAME, type ImageManifest } from "../protocol/image.ts";
 import { verifyImage } from "./image/verify.ts";
-import { createPlacementNetwork, destroyPlacementNetwork, listPlacementNetworks, PLACEMENT_GUEST_CIDR, PLACEMENT_HOST_CIDR, PLACEMENT_TAP_NAME } from "./net/placementNet.ts";
+import { destroyPlacementNetwork, listPlacementNetworks, PLACEMENT_TAP_NAME } from "./net/placementNet.ts";
 import type { VmHandle, VmSpec, VmmDriver } from "./vmm/driver.ts";
 import { GuestSession } from "./guestSession.ts";
+import type { PlacementIsolation } from "./net/isolation.ts";
 import { confineVmm, networkKernelArgs, prepareCgroup, prepareNetwork, teardownIsolation } from "./net/isolationOps.ts";
 
 /** An error with a stable agent error code. */
@@ -39,7 +40,7 @@ export class PlacementError extends Error {
 export function asPlacementError(e: unknown, fallback: AgentErrorCode): PlacementError {
   if (e instanceof PlacementError) return e;
   const code = (e as { code?: unknown })?.code;
-  const known: AgentErrorCode[] = ["IMAGE_DIGEST_MISMATCH", "IMAGE_NOT_FOUND", "NETWORK_SETUP_FAILED", "VMM_START_FAILED", "CLEANUP_FAILED", "INSUFFICIENT_LOCAL_DISK"];
+  const known: AgentErrorCode[] = ["IMAGE_DIGEST_MISMATCH", "IMAGE_SIGNATURE_INVALID", "IMAGE_NOT_FOUND", "NETWORK_SETUP_FAILED", "VMM_START_FAILED", "CLEANUP_FAILED", "INSUFFICIENT_LOCAL_DISK"];
   return new PlacementError(known.includes(code as AgentErrorCode) ? (code as AgentErrorCode) : fallback, (e as Error)?.message ?? String(e));
 }
 
@@ -55,6 +56,8 @@ export interface PlacementContext {
   /** Finds a verified image by digest; throws IMAGE_NOT_FOUND / IMAGE_DIGEST_MISMATCH. */
   resolveImage(digest: string): Promise<{ dir: string; manifest: ImageManifest }>;
   guestBootTimeoutMs: number;
+  /** Network and cgroup isolation settings (defaults: no uplink, cgroups under the agent's own). */
+  isolation?: PlacementIsolation;
 }
 
 /** The placement identity the ops work on. */

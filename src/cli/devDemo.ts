@@ -140,11 +140,15 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
   const dev = ensureDevManifest(schedDir, image.digest);
   let scheduler: RunningScheduler | null = serveScheduler({ dataDir: schedDir, manifestPath: dev.manifestPath, hostname: "127.0.0.1", port: 0 });
   let agent: AgentDaemon | null = null;
+  let allocationId: string | null = null;
+  let released = false;
+  let releaser: SchedulerClient | null = null;
   try {
     publishDevClientConfig(dev, scheduler.url, [join(root, "client.json")]);
     const tokens = JSON.parse(readFileSync(dev.clientConfigPath, "utf8")) as { token: string; operatorToken: string };
     const operator = new SchedulerClient(scheduler.url, tokens.operatorToken);
     const client = new SchedulerClient(scheduler.url, tokens.token);
+    releaser = client;
     const hostId = "dev-host";
     const known = (await operator.hosts()).some((h) => h.hostId === hostId);
     if (!known && existsSync(agentDir)) rmSync(agentDir, { recursive: true, force: true });
@@ -164,6 +168,8 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
       await Bun.sleep(100);
     }
     const registered = (await operator.hosts()).find((h) => h.hostId === hostId)!;
+    if (registered.health !== "healthy" || registered.unschedulable.length)
+      throw new Error(`host ${hostId} is not schedulable (${registered.health}; ${registered.unschedulable.join(", ") || "no heartbeat"}); see the agent's warnings above (a foreign bb- namespace is quarantined, never deleted: remove it with \`ip netns delete NAME\` if it is yours)`);
 
     opts.status("submitting the sample job");
     const { view } = await client.create({ clientRequestId: `demo-${randomUUID()}`, workloadClass: "ci-small" });
@@ -190,13 +196,22 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
       }
       if (e.type === "workload.exited") exitCode = Number(e.data?.["exitCode"]);
     };
-    const followToExit = client.follow(view.allocationId, onEvent, { until: (e) => e.type === "workload.exited" });
-    await client.deliverWhenReady(view.allocationId, new TextEncoder().encode(opts.payload), `dlv-${randomUUID()}`, 300_000);
-    const lastSeq = await followToExit;
+    allocationId = view.allocationId;
+    const stopFollowing = new AbortController();
+    const followToExit = client.follow(view.allocationId, onEvent, { until: (e) => e.type === "workload.exited", signal: stopFollowing.signal });
+    let lastSeq = 0;
+    try {
+      await client.deliverWhenReady(view.allocationId, new TextEncoder().encode(opts.payload), `dlv-${randomUUID()}`, 300_000);
+      lastSeq = await followToExit;
+    } finally {
+      stopFollowing.abort();
+      lastSeq = Math.max(lastSeq, await followToExit.catch(() => 0));
+    }
     await Bun.sleep(300);
     opts.status("job finished; releasing");
     await client.release(view.allocationId);
     await client.follow(view.allocationId, onEvent, { after: lastSeq });
+    released = true;
     (tail as { stop: () => void } | null)?.stop();
 
     const leftovers: string[] = [];
@@ -212,6 +227,17 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
     if (JSON.stringify(after.free) !== JSON.stringify(registered.allocatable)) leftovers.push(`host free capacity ${JSON.stringify(after.free)} != allocatable ${JSON.stringify(registered.allocatable)}`);
     return { allocationId: view.allocationId, jobOutput, exitCode, states, events, timings: phaseTimings(events), leftovers };
   } finally {
+    // On any failure, release what was started and wait (bounded) for its cleanup before stopping the roles.
+    if (allocationId && !released && releaser) {
+      opts.status(`releasing ${allocationId} after a failure`);
+      await releaser.release(allocationId).catch(() => undefined);
+      const deadline = Date.now() + 60_000;
+      while (Date.now() < deadline) {
+        const v = await releaser.get(allocationId).catch(() => null);
+        if (!v || v.state === "released" || v.state === "failed") break;
+        await Bun.sleep(250);
+      }
+    }
     await agent?.stop();
     await scheduler?.stop();
     scheduler = null;

@@ -15,31 +15,10 @@
  * Only translates arguments to src/agent/image; exit codes per STYLE: 0 ok,
  * 1 error, 2 usage. Must never: print or log a private key.
  */
-import { existsSync } from "node:fs";
-import { basename, resolve } from "node:path";
+import { resolve } from "node:path";
 import { defineCommand } from "citty";
+import { pickBb } from "./bbBinary.ts";
 import { consola } from "consola";
-
-/** Builds dist/bb from bin/bb.ts with Bun; returns its absolute path. Throws when the build fails. */
-async function compileBb(): Promise<string> {
-  const bun = Bun.which("bun") ?? resolve("node_modules/.bin/bun");
-  const out = resolve("dist/bb");
-  const p = Bun.spawn([bun, "build", "--compile", "bin/bb.ts", "--outfile", out], { stdout: "pipe", stderr: "pipe" });
-  const [err, code] = await Promise.all([new Response(p.stderr).text(), p.exited]);
-  if (code !== 0) throw new Error(`bun build --compile bin/bb.ts failed (exit ${code}): ${err.trim().slice(-800)}`);
-  return out;
-}
-
-/** The bb binary to install: --bb, else a fresh dist/bb in a source checkout, else this executable. */
-async function pickBb(flag: string | undefined): Promise<string> {
-  if (flag) return resolve(flag);
-  if (existsSync("bin/bb.ts")) {
-    consola.start("compiling dist/bb");
-    return compileBb();
-  }
-  if (basename(process.execPath) !== "bun") return process.execPath;
-  throw new Error("no bb binary: pass --bb PATH or run from the source checkout");
-}
 
 const devBuild = defineCommand({
   meta: { name: "dev-build", description: "Build the dev image (Debian kernel + busybox + bb), sign it with the dev key, print its digest" },
