@@ -3,8 +3,6 @@
  * directory's advertisements, then sort by the five keys in order. Pure.
  * The Host object rechecks everything; this only picks whom to ask first.
  */
-import { sha256 } from "@noble/hashes/sha2.js";
-import { utf8ToBytes, bytesToHex } from "@noble/hashes/utils.js";
 import { healthFromHeartbeat } from "./health.ts";
 import { fits, sub, type Resources } from "./capacity.ts";
 
@@ -61,22 +59,46 @@ export function filterReason(ad: Advertisement, req: PlacementRequest, nowMs: nu
   return null;
 }
 
-/** Stable tie-breaker: first 8 bytes of SHA-256(allocationId + hostId) as a hex string. */
-export function tieBreak(allocationId: string, hostId: string): string {
-  return bytesToHex(sha256(utf8ToBytes(`${allocationId}\u0000${hostId}`))).slice(0, 16);
+/** Stable tie-breaker: 32-bit FNV-1a of allocationId NUL hostId (any stable hash serves; this one is cheap). */
+export function tieBreak(allocationId: string, hostId: string): number {
+  let h = 0x811c9dc5;
+  const s = `${allocationId}\u0000${hostId}`;
+  for (let i = 0; i < s.length; i++) {
+    h ^= s.charCodeAt(i);
+    h = Math.imul(h, 0x01000193) >>> 0;
+  }
+  return h;
+}
+
+interface Keyed {
+  ad: Advertisement;
+  cached: number;
+  hb: number;
+  mem: number;
+  cpu: number;
+  tie: number;
+}
+
+function compare(a: Keyed, b: Keyed): number {
+  return a.cached - b.cached || a.hb - b.hb || a.mem - b.mem || a.cpu - b.cpu || a.tie - b.tie;
 }
 
 /**
  * Filters and orders candidates: image cached first, freshest heartbeat,
- * least memory left, least CPU left, then the stable hash.
+ * least memory left, least CPU left, then the stable hash. Returns at most
+ * `limit` (a partial selection: O(hosts × limit), no full sort).
  */
-export function rankCandidates(ads: Iterable<Advertisement>, req: PlacementRequest, nowMs: number): Advertisement[] {
-  const keyed = [];
+export function rankCandidates(ads: Iterable<Advertisement>, req: PlacementRequest, nowMs: number, limit = Number.POSITIVE_INFINITY): Advertisement[] {
+  const best: Keyed[] = [];
   for (const ad of ads) {
     if (filterReason(ad, req, nowMs) !== null) continue;
     const left = sub(ad.free, req.resources);
-    keyed.push({ ad, cached: ad.cachedImages.includes(req.imageDigest) ? 0 : 1, hb: -(ad.heartbeatAtMs ?? 0), mem: left.memoryMiB, cpu: left.cpuMillis, tie: tieBreak(req.allocationId, ad.hostId) });
+    const k: Keyed = { ad, cached: ad.cachedImages.includes(req.imageDigest) ? 0 : 1, hb: -(ad.heartbeatAtMs ?? 0), mem: left.memoryMiB, cpu: left.cpuMillis, tie: tieBreak(req.allocationId, ad.hostId) };
+    if (best.length >= limit && compare(k, best[best.length - 1]!) >= 0) continue;
+    let i = best.length;
+    while (i > 0 && compare(k, best[i - 1]!) < 0) i--;
+    best.splice(i, 0, k);
+    if (best.length > limit) best.pop();
   }
-  keyed.sort((a, b) => a.cached - b.cached || a.hb - b.hb || a.mem - b.mem || a.cpu - b.cpu || (a.tie < b.tie ? -1 : a.tie > b.tie ? 1 : 0));
-  return keyed.map((k) => k.ad);
+  return best.map((k) => k.ad);
 }

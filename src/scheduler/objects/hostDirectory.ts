@@ -6,6 +6,7 @@
  */
 import { AuthorityObject } from "../runtime/objectRuntime.ts";
 import { rankCandidates, supersedes, type Advertisement, type PlacementRequest } from "../../domain/placement.ts";
+import { sub } from "../../domain/capacity.ts";
 
 /** Advertisements older than this are dropped, ms (spec: 24 hours). */
 export const AD_MAX_AGE_MS = 24 * 3600_000;
@@ -51,11 +52,17 @@ export class HostDirectoryObject extends AuthorityObject {
     })();
   }
 
-  /** Ranked candidate host IDs for a request (at most MAX_CANDIDATES). */
+  /**
+   * Ranked candidate host IDs for a request (at most MAX_CANDIDATES). The
+   * first candidate's cached hint is debited by the request, in memory only,
+   * so concurrent requests spread instead of all trying the same host; the
+   * host's next advertisement replaces the guess.
+   */
   candidates(req: PlacementRequest): string[] {
     this.onInbox();
-    return rankCandidates(this.ads().values(), req, this.ctx.clock.now())
-      .slice(0, MAX_CANDIDATES)
-      .map((a) => a.hostId);
+    const ranked = rankCandidates(this.ads().values(), req, this.ctx.clock.now(), MAX_CANDIDATES);
+    const first = ranked[0];
+    if (first) this.ads().set(first.hostId, { ...first, free: sub(first.free, req.resources) });
+    return ranked.map((a) => a.hostId);
   }
 }

@@ -382,6 +382,7 @@ export class ObjectRuntime {
 /** Opens a SQLite file in WAL mode with synchronous=NORMAL (durable across process crashes; BUN-NOTES). */
 export function openDb(file: string): Database {
   const db = new Database(file, { create: true, strict: true });
-  db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;");
+  // synchronous is set before the switch to WAL so that switch does not wait for fsync (a new object's file has nothing to lose yet).
+  db.exec("PRAGMA synchronous = NORMAL; PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;");
   return db;
 }
