@@ -138,7 +138,7 @@ export class SchedulerWorker {
   }
 
   /** One allocation. Throws NOT_FOUND. */
-  getAllocation(who: Identity, id: string): Promise<AllocationView> {
+  async getAllocation(who: Identity, id: string): Promise<AllocationView> {
     return this.runtime.call(AllocationObject, this.known(id), (a) => a.get(who.id));
   }
 
@@ -150,12 +150,12 @@ export class SchedulerWorker {
   }
 
   /** Requests release. Throws NOT_FOUND. */
-  releaseAllocation(who: Identity, id: string): Promise<AllocationView> {
+  async releaseAllocation(who: Identity, id: string): Promise<AllocationView> {
     return this.runtime.call(AllocationObject, this.known(id), (a) => a.release(who.id));
   }
 
   /** Events after `after`. Throws NOT_FOUND. */
-  events(who: Identity, id: string, after: number, limit: number) {
+  async events(who: Identity, id: string, after: number, limit: number) {
     return this.runtime.call(AllocationObject, this.known(id), (a) => a.events(who.id, after, limit));
   }
 
@@ -264,7 +264,7 @@ export class SchedulerWorker {
   }
 
   /** Certifies revocation of the workload's external authority so a blocked replacement may proceed (controllers). */
-  authorizeReplacement(who: Identity, id: string, generation: number): Promise<AllocationView> {
+  async authorizeReplacement(who: Identity, id: string, generation: number): Promise<AllocationView> {
     requireRole(who, "controller");
     return this.runtime.call(AllocationObject, this.known(id), (a) => a.authorizeReplacement(who.id, generation));
   }
@@ -301,7 +301,7 @@ export class SchedulerWorker {
   }
 
   /** Alerts after `after` (operators). */
-  alerts(who: Identity, after: number, limit: number): Promise<(Alert & { seq: number })[]> {
+  async alerts(who: Identity, after: number, limit: number): Promise<(Alert & { seq: number })[]> {
     requireRole(who, "operator");
     return this.runtime.call(OperationsObject, "global", (o) => o.list(after, limit));
   }
