@@ -29,6 +29,13 @@ export interface AgentConfig {
   /** Ed25519 public keys (base64, raw 32 bytes) whose image signatures this host trusts; empty accepts unsigned dev images. */
   trustedImageKeys?: string[];
   /**
+   * Where signed images are fetched from: a directory or file:// base holding
+   * `<digest hex>/manifest.json` and its artifacts. When set, images go through
+   * the verified content-addressed cache under `<dataDir>/images` (spec "Prepare");
+   * otherwise `imageDirs` are used in place.
+   */
+  imageSource?: string;
+  /**
    * Where guest egress leaves the host (spec "Guest network isolation"):
    * `device` in `netns` (absent = root namespace); the agent masquerades
    * placement traffic out of it. Absent (the default): guests get no route

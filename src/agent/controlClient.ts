@@ -22,7 +22,7 @@ export class ControlClient {
    * Posts one envelope. Throws BeachballError for a problem answer (e.g.
    * STALE_AGENT_EPOCH) and a plain Error for transport failures.
    */
-  async send(type: Envelope["type"], agentEpoch: string, payload: AgentPayload): Promise<PollResponse> {
+  async send(type: Envelope["type"], agentEpoch: string, payload: AgentPayload, signal?: AbortSignal): Promise<PollResponse> {
     const env: Envelope = {
       protocolVersion: "1.0",
       messageId: crypto.randomUUID(),
@@ -39,7 +39,7 @@ export class ControlClient {
       method: "POST",
       headers: { authorization: `Bearer ${this.credential}`, "content-type": "application/json" },
       body,
-      signal: AbortSignal.timeout(timeoutMs),
+      signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]) : AbortSignal.timeout(timeoutMs),
     });
     const text = await res.text();
     if (!res.ok) {

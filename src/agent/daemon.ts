@@ -27,6 +27,7 @@ import { trimConsoleLog } from "./vmm/consoleLog.ts";
 import { selectVmmDriver } from "./vmm/select.ts";
 import { isolationFromConfig } from "./net/isolation.ts";
 import { runChecks } from "./doctor/checks.ts";
+import { ImageCache } from "./image/cache.ts";
 import type { VmHandle, VmmDriver } from "./vmm/driver.ts";
 import type { GuestSession } from "./guestSession.ts";
 import {
@@ -46,6 +47,8 @@ import {
 export const AGENT_POLL_WAIT_MS = 20_000;
 /** Housekeeping period (lease checks, console trimming, cleanup retries), ms. */
 export const HOUSEKEEPING_MS = 2_000;
+/** Most cached image digests reported per heartbeat. */
+export const MAX_REPORTED_IMAGES = 64;
 /** Free-space fraction of the state volume below which it counts as nearly full. */
 export const VOLUME_NEARLY_FULL_FRACTION = 0.05;
 /** How long the guest has to confirm a delivery, ms. */
@@ -78,6 +81,8 @@ export class AgentDaemon {
   private stopped = false;
   private quarantine: string[] = [];
   private prerequisitesFailed: string[] = [];
+  private readonly imageCache: ImageCache | null;
+  private cachedImages: string[] = [];
   private acks: CommandAck[] = [];
   private deliveryAcks: DeliveryAck[] = [];
   private flushing: Promise<void> | null = null;
@@ -94,10 +99,13 @@ export class AgentDaemon {
     mkdirSync(p.allocations, { recursive: true, mode: 0o700 });
     this.store = new AgentStore(p.db);
     this.client = new ControlClient(this.config.schedulerUrl, this.config.hostId, files.credential);
+    this.imageCache = this.config.imageSource ? new ImageCache(p.images, this.config.trustedImageKeys ?? []) : null;
     this.ctx = {
       allocationsDir: p.allocations,
       driver: opts.driver,
-      resolveImage: imageResolver(this.config.imageDirs, this.config.trustedImageKeys ?? []),
+      resolveImage: this.config.imageSource
+        ? (digest) => this.imageCache!.resolve(digest, this.config.imageSource!).catch((e: unknown) => Promise.reject(asPlacementError(e, "IMAGE_DIGEST_MISMATCH")))
+        : imageResolver(this.config.imageDirs, this.config.trustedImageKeys ?? []),
       guestBootTimeoutMs: this.config.guestBootTimeoutMs,
       isolation: isolationFromConfig(this.config),
     };
@@ -265,7 +273,7 @@ export class AgentDaemon {
           deliveryAcks: [],
           health: this.health(),
           waitMs: AGENT_POLL_WAIT_MS,
-        });
+        }, this.pollAbort.signal);
         if (this.epoch && updates.length) this.store.ackUpdates(updates[updates.length - 1]!.seq);
         if (resp.agentEpoch !== this.epoch) consola.info(`agent: session epoch ${resp.agentEpoch.slice(0, 8)}…`);
         this.epoch = resp.agentEpoch;
@@ -295,6 +303,7 @@ export class AgentDaemon {
       vmmDriver: this.ctx.driver.name,
       inventory: { cpuMillis: cpus().length * 1000, memoryMiB: Math.floor(totalmem() / (1024 * 1024)) },
       volumesNearlyFull,
+      cachedImages: this.cachedImages.slice(0, MAX_REPORTED_IMAGES),
     };
   }
 
@@ -382,6 +391,7 @@ export class AgentDaemon {
 
   private async housekeeping(): Promise<void> {
     const now = Date.now();
+    if (this.imageCache) this.cachedImages = await this.imageCache.cachedDigests().catch(() => this.cachedImages);
     for (const p of this.store.livePlacements()) {
       if (p.desired !== "absent" && p.leaseExpiresAtMs <= now && (p.observed === "running" || p.observed === "starting" || p.observed === "prepared")) {
         consola.warn(`agent: lease of ${p.placementId} expired; stopping its VM`);

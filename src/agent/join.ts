@@ -28,6 +28,8 @@ export interface JoinOptions {
   /** Overrides for detected capacity. */
   capacity?: Partial<Capacity>;
   guestBootTimeoutMs?: number;
+  /** Image source base for the verified cache (see AgentConfig.imageSource). */
+  imageSource?: string;
 }
 
 /** Capacity detected from this machine: all CPUs, memory less a host reserve, free disk of the data dir. */
@@ -79,6 +81,7 @@ export async function joinScheduler(opts: JoinOptions): Promise<{ hostId: string
     consoleBudgetBytes: DEFAULT_CONSOLE_BUDGET_BYTES,
     guestBootTimeoutMs: opts.guestBootTimeoutMs ?? 180_000,
     trustedImageKeys,
+    ...(opts.imageSource ? { imageSource: resolve(opts.imageSource) } : {}),
   };
   saveAgentFiles(dataDir, config, body.credential);
   return { hostId: body.hostId, enrolled: true };

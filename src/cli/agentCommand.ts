@@ -19,6 +19,7 @@ const join = defineCommand({
     "data-dir": { type: "string", default: DEFAULT_AGENT_DATA_DIR, description: "Agent state directory" },
     "image-dir": { type: "string", default: ".bb/images/dev", description: "Image directory (comma-separated list)" },
     "max-placements": { type: "string", description: "Most VMs at once (default 8)" },
+    "image-source": { type: "string", description: "Signed image source (dir or file:// base with <digest-hex>/manifest.json) fetched through the verified cache" },
   },
   run: ({ args }) =>
     runCli(async () => {
@@ -28,6 +29,7 @@ const join = defineCommand({
         token: args.token,
         dataDir: resolve(args["data-dir"]),
         imageDirs: args["image-dir"].split(",").filter(Boolean),
+        ...(args["image-source"] ? { imageSource: args["image-source"] } : {}),
         ...(args["max-placements"] ? { capacity: { maxPlacements: Number(args["max-placements"]) } } : {}),
       });
       consola.success(r.enrolled ? `enrolled as host ${r.hostId}` : `already enrolled as host ${r.hostId}; credential kept`);

@@ -138,6 +138,8 @@ export const HealthReport = Type.Object(
     inventory: Type.Optional(Type.Object({ cpuMillis: Type.Integer({ minimum: 0 }), memoryMiB: Type.Integer({ minimum: 0 }) }, { additionalProperties: false })),
     /** The state or image-cache volume is nearly full. */
     volumesNearlyFull: Type.Optional(Type.Boolean()),
+    /** Digests of verified images in the host's cache (placement scoring key 1). */
+    cachedImages: Type.Optional(Type.Array(Type.String({ pattern: "^sha256:[0-9a-f]{64}$" }), { maxItems: 64 })),
   },
   { additionalProperties: false },
 );

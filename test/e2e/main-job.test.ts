@@ -7,7 +7,7 @@
  * each survive a SIGKILL and restart mid-run with nothing left behind.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { linkSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { randomUUID } from "node:crypto";
@@ -32,6 +32,8 @@ let controller: SchedulerClient;
 let operator: SchedulerClient;
 const schedulerArgs = () => ["scheduler", "serve", "--data-dir", join(work, "scheduler"), "--listen", `127.0.0.1:${port}`, "--dev-image", imageDir, "--client-config", join(work, "client.json")];
 const agentDir = () => join(work, "agent");
+let firstInodes: Record<string, number> = {};
+const artifactInodes = () => Object.fromEntries(readdirSync(join(agentDir(), "images", "artifacts")).map((a) => [a, statSync(join(agentDir(), "images", "artifacts", a)).ino]));
 const allocationsDir = () => join(agentDir(), "allocations");
 
 async function waitHealthy(ms = 30_000): Promise<void> {
@@ -96,8 +98,12 @@ d("main job end to end (real QEMU)", () => {
     const cfg = JSON.parse(readFileSync(join(work, "client.json"), "utf8")) as { token: string; operatorToken: string };
     controller = new SchedulerClient(`http://127.0.0.1:${port}`, cfg.token);
     operator = new SchedulerClient(`http://127.0.0.1:${port}`, cfg.operatorToken);
+    // Publish the signed dev image under a source base (<digest hex>/…) so the agent fetches it through its verified cache.
+    const hex = img.digest.slice("sha256:".length);
+    mkdirSync(join(work, "source", hex), { recursive: true });
+    for (const f of readdirSync(imageDir)) if (f !== "build-info.json") linkSync(join(imageDir, f), join(work, "source", hex, f));
     const t = await operator.enrollmentToken("e2e-host");
-    await runRole(["agent", "join", "--scheduler", `http://127.0.0.1:${port}`, "--token", t.token, "--data-dir", agentDir(), "--image-dir", imageDir, "--max-placements", "2"]);
+    await runRole(["agent", "join", "--scheduler", `http://127.0.0.1:${port}`, "--token", t.token, "--data-dir", agentDir(), "--image-dir", imageDir, "--image-source", join(work, "source"), "--max-placements", "2"]);
     agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"));
     await waitHealthy();
   }, 600_000);
@@ -143,6 +149,8 @@ d("main job end to end (real QEMU)", () => {
     expect(types).not.toContain("allocation.failed");
     expect(await leftoversOf(allocationsDir(), r.dirName)).toEqual([]);
     expect((await operator.hosts()).find((h) => h.hostId === "e2e-host")!.free).toEqual(registered.allocatable);
+    firstInodes = artifactInodes();
+    expect(Object.keys(firstInodes)).toHaveLength(3);
   }, 600_000);
 
   test("the scheduler is SIGKILLed while the VM boots and the run still completes", async () => {
@@ -173,6 +181,9 @@ d("main job end to end (real QEMU)", () => {
     const r = await finishJob(view.allocationId, "echo after-agent-restart\n");
     expect(r.console).toContain("after-agent-restart");
     expect(tail(agent.log)).toContain("adopted VM");
+    // Every placement of this file used one verified copy of the image: fetched once, then reused.
+    expect(artifactInodes()).toEqual(firstInodes);
+    for (const a of readdirSync(join(agentDir(), "images", "artifacts"))) expect(statSync(join(agentDir(), "images", "artifacts", a)).mode & 0o777).toBe(0o444);
     expect((await controller.get(view.allocationId)).state).toBe("released");
     expect(await leftoversOf(allocationsDir(), r.dirName)).toEqual([]);
   }, 600_000);

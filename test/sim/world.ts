@@ -238,7 +238,12 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
       }
       await exchange(a);
     }
-    for (const d of delayed.filter((x) => x.at <= clock.now()).sort(() => rng.float() - 0.5)) {
+    const due = delayed.filter((x) => x.at <= clock.now());
+    for (let i = due.length - 1; i > 0; i--) {
+      const j = rng.int(i + 1);
+      [due[i], due[j]] = [due[j]!, due[i]!];
+    }
+    for (const d of due) {
       delayed.splice(delayed.indexOf(d), 1);
       const a = agents.find((x) => x.hostId === d.hostId)!;
       if (!a.alive) continue;

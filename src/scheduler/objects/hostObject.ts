@@ -84,10 +84,10 @@ export interface ObservationMessage {
 }
 
 /** Agent-reported facts before the first envelope. */
-const NO_FACTS: AgentFacts = { clockSkewMs: 0, inventory: null, volumesNearlyFull: false, overlapUntilMs: 0 };
+const NO_FACTS: AgentFacts = { clockSkewMs: 0, inventory: null, volumesNearlyFull: false, overlapUntilMs: 0, cachedImages: [] };
 
-/** The part of HostFacts that comes from agent reports (stored as JSON). */
-type AgentFacts = Pick<HostFacts, "clockSkewMs" | "inventory" | "volumesNearlyFull" | "overlapUntilMs">;
+/** The part of HostFacts that comes from agent reports (stored as JSON), plus the cached image digests. */
+type AgentFacts = Pick<HostFacts, "clockSkewMs" | "inventory" | "volumesNearlyFull" | "overlapUntilMs"> & { cachedImages?: string[] };
 
 /** Where an allocation's placement stands, for host-loss detection. */
 export interface PlacementStatus {
@@ -343,6 +343,7 @@ export class HostObject extends AuthorityObject {
       inventory: env.payload.health?.inventory ?? prevFacts.inventory,
       volumesNearlyFull: env.payload.health?.volumesNearlyFull ?? prevFacts.volumesNearlyFull,
       overlapUntilMs: overlapping ? now + OVERLAP_SUSPECT_MS : prevFacts.overlapUntilMs,
+      cachedImages: env.payload.health?.cachedImages ?? prevFacts.cachedImages ?? [],
     };
     this.ctx.sql.transaction(() => {
       this.ctx.sql
@@ -524,7 +525,7 @@ export class HostObject extends AuthorityObject {
       isolationHealthy: r.isolationHealthy,
       unschedulable: unschedulableReasons(this.facts(r), now).filter((x) => x !== "HOST_NOT_ACTIVE" && x !== "HOST_NOT_HEALTHY"),
       free: this.freeCapacity(r),
-      cachedImages: [],
+      cachedImages: (JSON.parse(r.factsJson) as AgentFacts).cachedImages ?? [],
     };
     this.ctx.sql.query("UPDATE host SET ad_revision = ?, ad_published_at_ms = ?").run(revision, now);
     this.ctx.post("HostDirectory", "global", { messageId: `ad:${r.hostId}:${revision}`, kind: "advertisement", body: ad });
