@@ -17,6 +17,7 @@ import { join } from "node:path";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import { createHash } from "node:crypto";
 import type { Clock, Randomness } from "./ports.ts";
+import { BeachballError } from "../../protocol/errors.ts";
 
 /** Maximum open object instances kept in memory; idle ones beyond it are closed. */
 export const MAX_OPEN_OBJECTS = 2048;
@@ -223,7 +224,7 @@ export class ObjectRuntime {
 
   private withInstance<R>(className: string, name: string, fn: (o: AuthorityObject) => R | Promise<R>): Promise<R> {
     if (this.crashed) return Promise.reject(new SimulatedCrash());
-    if (this.closed) return Promise.reject(new Error("object runtime is closed"));
+    if (this.closed) return Promise.reject(new BeachballError("SHUTTING_DOWN", "the scheduler is shutting down", { retryAfterSeconds: 1 }));
     const inst = this.open(className, name);
     inst.busy++;
     const run = inst.tail.then(async () => {
