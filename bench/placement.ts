@@ -58,13 +58,27 @@ const baseline = baselineCommitsPerSecond();
 const worker = new SchedulerWorker({ dataDir: join(dir, "scheduler"), manifest, publicUrl: "http://bench" });
 worker.runtime.recover();
 let t = performance.now();
+const epochs: string[] = [];
+const heartbeat = async (i: number) => {
+  const hostId = `h-${i}`;
+  const r = await worker.agentEnvelope(hostId, { protocolVersion: "1.0", messageId: `m-${i}-${Date.now()}`, hostId, agentEpoch: epochs[i] ?? "", sentAt: new Date().toISOString(), type: "poll", payload: { bootId: `b-${i}`, updates: [], acks: [], deliveryAcks: [], waitMs: 0 } });
+  epochs[i] = r.agentEpoch;
+};
 for (let i = 0; i < HOSTS; i++) {
   const hostId = `h-${i}`;
   const tok = await worker.createEnrollmentToken(operator, hostId, 3600);
   await worker.enroll({ token: tok.token, capacity: { cpuMillis: 16_000, memoryMiB: 65_536, ephemeralDiskMiB: 1_000_000, maxPlacements: 16 }, region: "bench", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "bench" });
-  await worker.agentEnvelope(hostId, { protocolVersion: "1.0", messageId: `m-${i}`, hostId, agentEpoch: "", sentAt: new Date().toISOString(), type: "poll", payload: { bootId: `b-${i}`, updates: [], acks: [], deliveryAcks: [], waitMs: 0 } });
+  await heartbeat(i);
 }
 await worker.runtime.idle();
+// Agents keep heartbeating (as real ones do, every ≤ 20 s), so hosts stay healthy during the run.
+let beating = true;
+const beats = (async () => {
+  while (beating) {
+    for (let i = 0; i < HOSTS && beating; i++) await heartbeat(i);
+    await Bun.sleep(1_000);
+  }
+})();
 const setupMs = performance.now() - t;
 
 const latencies: number[] = [];
@@ -83,6 +97,8 @@ await Promise.all(
   }),
 );
 const elapsed = (performance.now() - t) / 1000;
+beating = false;
+await beats;
 await worker.runtime.idle();
 await worker.close();
 rmSync(dir, { recursive: true, force: true });
