@@ -22,10 +22,10 @@ import { agentPaths, loadAgentFiles, type AgentConfig } from "./config.ts";
 import { AgentStore, type LocalPlacement } from "./store.ts";
 import { takeAgentLock } from "./lock.ts";
 import { ControlClient } from "./controlClient.ts";
-import { listPlacementNetworks } from "./net/placementNet.ts";
+import { inventoryForeign } from "./inventory.ts";
 import { trimConsoleLog } from "./vmm/consoleLog.ts";
 import { selectVmmDriver } from "./vmm/select.ts";
-import { isolationFromConfig } from "./net/isolation.ts";
+import { isolationFromConfig, isolationOf } from "./net/isolation.ts";
 import { runChecks } from "./doctor/checks.ts";
 import { ImageCache } from "./image/cache.ts";
 import type { VmHandle, VmmDriver } from "./vmm/driver.ts";
@@ -171,9 +171,9 @@ export class AgentDaemon {
       if (p.observed === "preparing") this.store.patch(p.placementId, { observed: "accepted" });
       this.kick(p.placementId);
     }
-    const foreign = (await listPlacementNetworks().catch(() => [])).filter((n) => !known.has(n) && !n.startsWith("bb-probe-"));
-    this.quarantine = foreign;
-    for (const n of foreign) consola.warn(`agent: quarantined foreign namespace ${n} (not deleted); isolation is unhealthy until an operator resolves it`);
+    const foreign = await inventoryForeign(known, this.ctx.allocationsDir, isolationOf(this.ctx).cgroups);
+    this.quarantine = foreign.map((f) => `${f.kind} ${f.name}`);
+    for (const f of foreign) consola.warn(`agent: quarantined foreign ${f.kind} ${f.name} (not deleted); isolation is unhealthy until an operator resolves it`);
   }
 
   private ref(p: LocalPlacement): PlacementRef {

@@ -5,7 +5,7 @@
  * Needs root (network namespaces); skips with a printed reason otherwise.
  */
 import { afterAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startTestScheduler, type TestScheduler } from "../support/scheduler.ts";
@@ -30,11 +30,12 @@ d("quarantine on startup", () => {
     rmSync(dir, { recursive: true, force: true });
   }, 30_000);
 
-  test("a foreign bb- namespace is reported, kept, and makes the host unschedulable", async () => {
+  test("a foreign bb- namespace and a stray allocation directory are reported, kept, and make the host unschedulable", async () => {
     s = await startTestScheduler();
     const t = await s.operator.enrollmentToken("quar-host");
     await joinScheduler({ schedulerUrl: s.url, token: t.token, dataDir: join(dir, "agent"), imageDirs: [] });
     expect(Bun.spawnSync(["ip", "netns", "add", foreign]).exitCode).toBe(0);
+    mkdirSync(join(dir, "agent", "allocations", "bb-strayfffffffffff"), { recursive: true });
     agent = await AgentDaemon.start({ dataDir: join(dir, "agent") });
     let host = null;
     for (let i = 0; i < 100; i++) {
@@ -47,6 +48,7 @@ d("quarantine on startup", () => {
     await Bun.sleep(300);
     expect((await s.controller.get(view.allocationId)).state).toBe("pending");
     expect(await listPlacementNetworks()).toContain(foreign);
+    expect(existsSync(join(dir, "agent", "allocations", "bb-strayfffffffffff"))).toBe(true);
     await s.controller.release(view.allocationId);
   }, 60_000);
 });

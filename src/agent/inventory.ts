@@ -1,0 +1,101 @@
+/**
+ * Startup inventory (spec "Agent runtime and local state"): finds every
+ * Beachball-owned resource on this host by its derived name (allocation
+ * directories, VMM processes, network namespaces, host-side veths,
+ * placement cgroups) and returns those that no placement in agent.db owns.
+ * The agent quarantines and reports them; it never deletes them.
+ * Must never: delete or signal anything.
+ */
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { listPlacementNetworks, hostVethName, HOST_VETH_PREFIX } from "./net/placementNet.ts";
+import { detectControllers, cgroupDir } from "./cgroups/hierarchy.ts";
+import { parentPath } from "./cgroups/placementCgroup.ts";
+import type { CgroupPolicy } from "./cgroups/policy.ts";
+
+/** One resource nobody owns. */
+export interface ForeignResource {
+  kind: "directory" | "process" | "netns" | "veth" | "cgroup";
+  name: string;
+}
+
+/** Namespaces the doctor's probe creates for a few ms; never foreign. */
+export const PROBE_PREFIX = "bb-probe-";
+
+/** The placement name a VMM command line carries (`-name bb-…` for QEMU, `--id bb-…`/`--id=bb-…` for jailer/Firecracker), or null. */
+export function vmmInstanceOf(argv: string[]): string | null {
+  const exe = argv[0] ?? "";
+  if (!/qemu-system|firecracker|jailer/.test(exe) && !argv.some((a) => /qemu-system|firecracker|jailer/.test(a))) return null;
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if ((a === "-name" || a === "--id") && argv[i + 1]?.startsWith("bb-")) return argv[i + 1]!;
+    if (a.startsWith("--id=bb-")) return a.slice("--id=".length);
+  }
+  return null;
+}
+
+/**
+ * Classifies what was found against the known placement names (pure).
+ * `found` lists names per kind; veths are matched through hostVethName.
+ */
+export function foreignResources(known: ReadonlySet<string>, found: { directories: string[]; processes: { pid: number; instance: string }[]; netns: string[]; veths: string[]; cgroups: string[] }): ForeignResource[] {
+  const knownVeths = new Set([...known].map(hostVethName));
+  const out: ForeignResource[] = [];
+  for (const d of found.directories) if (d.startsWith("bb-") && !known.has(d)) out.push({ kind: "directory", name: d });
+  for (const p of found.processes) if (!known.has(p.instance)) out.push({ kind: "process", name: `${p.instance} (pid ${p.pid})` });
+  for (const n of found.netns) if (n.startsWith("bb-") && !n.startsWith(PROBE_PREFIX) && !known.has(n)) out.push({ kind: "netns", name: n });
+  for (const v of found.veths) if (v.startsWith(HOST_VETH_PREFIX) && !knownVeths.has(v)) out.push({ kind: "veth", name: v });
+  for (const c of new Set(found.cgroups)) if (c.startsWith("bb-") && !c.startsWith(PROBE_PREFIX) && !known.has(c)) out.push({ kind: "cgroup", name: c });
+  return out;
+}
+
+function listDir(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+}
+
+function vmmProcesses(): { pid: number; instance: string }[] {
+  const out: { pid: number; instance: string }[] = [];
+  for (const entry of listDir("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const argv = readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0").filter(Boolean);
+      const instance = vmmInstanceOf(argv);
+      if (instance) out.push({ pid: Number(entry), instance });
+    } catch {
+      /* the process went away */
+    }
+  }
+  return out;
+}
+
+async function hostVeths(): Promise<string[]> {
+  const p = Bun.spawn(["ip", "-o", "link", "show"], { stdout: "pipe", stderr: "ignore" });
+  const text = await new Response(p.stdout).text();
+  await p.exited;
+  return [...text.matchAll(/^\d+:\s+([^:@\s]+)/gm)].map((m) => m[1]!).filter((n) => n.startsWith(HOST_VETH_PREFIX));
+}
+
+function placementCgroups(policy: CgroupPolicy): string[] {
+  const names: string[] = [];
+  try {
+    for (const p of detectControllers()) names.push(...listDir(cgroupDir(p.mount, parentPath(p, policy))).filter((n) => n.startsWith("bb-")));
+  } catch {
+    /* no usable cgroup hierarchy: nothing of ours there */
+  }
+  return names;
+}
+
+/** Inventories this host (read-only) and returns what no known placement owns. */
+export async function inventoryForeign(known: ReadonlySet<string>, allocationsDir: string, cgroupPolicy: CgroupPolicy): Promise<ForeignResource[]> {
+  return foreignResources(known, {
+    directories: listDir(allocationsDir),
+    processes: vmmProcesses(),
+    netns: await listPlacementNetworks().catch(() => []),
+    veths: await hostVeths().catch(() => []),
+    cgroups: placementCgroups(cgroupPolicy),
+  });
+}
