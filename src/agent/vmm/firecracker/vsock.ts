@@ -14,7 +14,7 @@ import type { Socket, UnixSocketListener } from "bun";
 import { rmSync } from "node:fs";
 import type { GuestChannel } from "../driver.ts";
 import { vmmError } from "../qemuHost.ts";
-import { SocketChannel } from "./streamChannel.ts";
+import { SocketChannel } from "../socketChannel.ts";
 
 /** The guest's control port (spec "Guest handshake"). */
 export const GUEST_CONTROL_PORT = 1024;

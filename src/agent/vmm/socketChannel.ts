@@ -1,16 +1,18 @@
 /**
- * A GuestChannel over an already-connected Bun socket, for the hybrid vsock
- * transport (host-initiated or accepted guest-initiated connections).
+ * A GuestChannel over one Bun socket: QEMU's virtio-serial chardev socket
+ * (unixChannel.ts) and Firecracker's hybrid vsock (firecracker/vsock.ts).
  *
- * Same contract as ../unixChannel.ts (which keeps its class private): writes
- * queue on backpressure up to MAX_PENDING_WRITE_BYTES; text arriving before a
- * handler is registered is buffered under the same bound, and the channel is
- * closed when it would overflow. Must never: buffer without bound or call the
- * close handler more than once.
+ * Writes queue on backpressure up to MAX_PENDING_WRITE_BYTES; text arriving
+ * before a handler is registered is buffered under the same bound, and the
+ * channel is closed when it would overflow. Must never: buffer without bound
+ * or call the close handler more than once.
  */
 import type { Socket } from "bun";
-import type { GuestChannel } from "../driver.ts";
-import { MAX_PENDING_WRITE_BYTES } from "../unixChannel.ts";
+import { MAX_GUEST_LINE_BYTES } from "../../protocol/guest.ts";
+import type { GuestChannel } from "./driver.ts";
+
+/** Bound of queued outgoing bytes and of early incoming text. */
+export const MAX_PENDING_WRITE_BYTES = 4 * MAX_GUEST_LINE_BYTES;
 
 /** A GuestChannel bound to one socket; the owner forwards socket events to received/flush/closedByPeer. */
 export class SocketChannel implements GuestChannel {
