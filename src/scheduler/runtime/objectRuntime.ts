@@ -176,14 +176,8 @@ export class ObjectRuntime {
 
   /** Abandons a crashed runtime: lets in-flight turns fail, then closes every database without running more work. */
   async abandon(): Promise<void> {
-    this.closed = true;
     this.crashed = true;
-    if (this.timer) clearInterval(this.timer);
-    await this.idle();
-    for (const inst of this.instances.values()) await inst.tail.catch(() => undefined);
-    for (const inst of this.instances.values()) inst.sql.close();
-    this.instances.clear();
-    this.registry.close();
+    await this.close();
   }
 
   /** Runs `fn` on the named instance inside its mailbox (one turn at a time). */
