@@ -21,7 +21,7 @@ const { values } = parseArgs({
     verbose: { type: "boolean", default: false },
   },
 });
-const from = Number(values.from);
+const from = values.seed ? Number(values.seed) : Number(values.from);
 const count = values.seed ? 1 : Number(values.seeds ?? 100);
 const workers = Math.max(1, Math.min(Number(values.workers), count));
 const started = performance.now();
