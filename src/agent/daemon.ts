@@ -12,7 +12,7 @@
  * or write a bootstrap payload anywhere.
  */
 import { createHash, randomUUID } from "node:crypto";
-import { mkdirSync, statfsSync } from "node:fs";
+import { mkdirSync, readFileSync, statfsSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { consola } from "consola";
 import { BeachballError } from "../protocol/errors.ts";
@@ -54,6 +54,17 @@ export const VOLUME_NEARLY_FULL_FRACTION = 0.05;
 /** How long the guest has to confirm a delivery, ms. */
 export const GUEST_DELIVERY_TIMEOUT_MS = 20_000;
 
+/** The kernel's boot ID, or a random one where /proc does not offer it. */
+export function machineBootId(): string {
+  try {
+    const id = readFileSync("/proc/sys/kernel/random/boot_id", "utf8").trim();
+    if (/^[0-9a-f-]{36}$/.test(id)) return id;
+  } catch {
+    /* not Linux */
+  }
+  return randomUUID();
+}
+
 /** Options of `startAgent`. */
 export interface AgentOptions {
   dataDir: string;
@@ -65,6 +76,8 @@ interface Live {
   handle: VmHandle | null;
   session: GuestSession | null;
   stopping: boolean;
+  /** A VM found alive at startup that the runner still has to reconnect to. */
+  adopting?: boolean;
 }
 
 /** A running agent. */
@@ -76,7 +89,8 @@ export class AgentDaemon {
   private readonly releaseLock: () => void;
   private readonly live = new Map<string, Live>();
   private readonly runners = new Map<string, Promise<void>>();
-  private readonly bootId = randomUUID();
+  /** The machine's boot ID (spec "Sessions and epochs"): a restarted agent on the same boot is not an overlapping session. */
+  private readonly bootId = machineBootId();
   private epoch = "";
   private stopped = false;
   private quarantine: string[] = [];
@@ -156,14 +170,8 @@ export class AgentDaemon {
       if (p.vmPid !== null && p.vmStartTime !== null) {
         const handle = { instanceId: p.dirName, pid: p.vmPid, startTime: p.vmStartTime };
         if (await this.ctx.driver.isAlive(handle)) {
-          live.handle = handle;
-          const session = await adoptPlacement(this.ctx, this.ref(p));
-          if (session) {
-            this.attach(p, live, session);
-            consola.info(`agent: adopted VM pid ${handle.pid} of placement ${p.placementId}`);
-          } else if (p.desired !== "absent") {
-            this.store.observe(p, "error", { errorCode: "GUEST_BOOT_TIMEOUT" }, Date.now());
-          }
+          live.handle = handle; // the runner adopts it (ping, or identity for a VM still booting) without blocking startup
+          live.adopting = true;
         } else if (p.observed === "starting" || p.observed === "running") {
           if (p.desired !== "absent") this.store.observe(p, "error", { errorCode: "VM_EXITED" }, Date.now());
         }
@@ -214,6 +222,21 @@ export class AgentDaemon {
     const live = this.live.get(placementId) ?? { handle: null, session: null, stopping: false };
     this.live.set(placementId, live);
     const ref = this.ref(p);
+    if (live.adopting && live.handle && p.desired !== "absent") {
+      live.adopting = false;
+      // A VM that was still booting must prove its identity again; a running one answers a ping.
+      const booting = p.observed === "starting";
+      const session = await adoptPlacement(this.ctx, ref, booting, this.ctx.guestBootTimeoutMs);
+      const cur = this.store.placement(placementId)!;
+      if (session) {
+        this.attach(cur, live, session);
+        consola.info(`agent: adopted VM pid ${live.handle.pid} of placement ${placementId}`);
+        if (booting && cur.desired !== "absent") this.observe(cur, "running");
+      } else if (cur.desired !== "absent") {
+        this.observe(cur, "error", { errorCode: "GUEST_BOOT_TIMEOUT" });
+      }
+      p = this.store.placement(placementId)!;
+    }
     if (p.desired === "absent") {
       live.stopping = true;
       if (p.observed !== "stopping") this.observe(p, "stopping");

@@ -11,6 +11,9 @@ import type { GuestChannel } from "./vmm/driver.ts";
 /** Result of a delivery to the guest. */
 export type GuestDeliveryResult = { result: "consumed"; digest: string } | { result: "rejected" | "guest_not_connected" };
 
+/** How often a waiting host repeats `identify`, ms. */
+export const ASK_INTERVAL_MS = 2_000;
+
 type Waiter = { match: (m: GuestToHost) => boolean; resolve: (m: GuestToHost) => void };
 
 /** One connected guest. */
@@ -82,13 +85,19 @@ export class GuestSession {
     });
   }
 
-  /** Waits for a GuestReady whose identity and nonce match exactly; false on timeout or close. */
-  async waitReady(timeoutMs: number): Promise<boolean> {
+  /**
+   * Waits for a GuestReady whose identity and nonce match exactly; false on
+   * timeout or close. With `ask`, sends `identify` every ASK_INTERVAL_MS
+   * meanwhile (for a guest that booted while no agent was listening).
+   */
+  async waitReady(timeoutMs: number, ask = false): Promise<boolean> {
     const e = this.expected;
+    const asking = ask ? setInterval(() => this.send({ type: "identify" }), ASK_INTERVAL_MS) : null;
+    if (ask) this.send({ type: "identify" });
     const m = await this.waitFor(
       (x) => x.type === "guest_ready" && x.allocationId === e.allocationId && x.placementId === e.placementId && x.generation === e.generation && x.nonce === e.nonce,
       timeoutMs,
-    );
+    ).finally(() => asking && clearInterval(asking));
     if (!m) return false;
     this.send({ type: "ready_ack" });
     return true;

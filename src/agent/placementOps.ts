@@ -183,14 +183,20 @@ export async function startPlacement(
   return { handle, session };
 }
 
-/** Reconnects to a VM that survived an agent restart and proves it with a ping. Null if it does not answer. */
-export async function adoptPlacement(ctx: PlacementContext, ref: PlacementRef): Promise<GuestSession | null> {
+/**
+ * Reconnects to a VM that survived an agent restart. A running guest must
+ * answer a ping; a guest that was still booting (`confirmIdentity`) must
+ * send a GuestReady with the exact identity and nonce within `timeoutMs`.
+ * Null if it does neither.
+ */
+export async function adoptPlacement(ctx: PlacementContext, ref: PlacementRef, confirmIdentity: boolean, timeoutMs: number): Promise<GuestSession | null> {
   const p = paths(ctx, ref);
   const runtime = JSON.parse(readFileSync(p.runtime, "utf8")) as RuntimeFile;
   const channel = await ctx.driver.connectControl({ controlSocketPath: p.control }, 5_000).catch(() => null);
   if (!channel) return null;
   const session = new GuestSession(channel, { allocationId: ref.allocationId, placementId: ref.placementId, generation: ref.generation, nonce: runtime.nonce });
-  if (await session.ping(10_000)) return session;
+  const ok = confirmIdentity ? await session.waitReady(timeoutMs, true) : await session.ping(10_000);
+  if (ok) return session;
   session.close();
   return null;
 }

@@ -30,7 +30,7 @@ const create = defineCommand({
     payload: { type: "string", description: "Shell script to run in the guest (text/x-shellscript)" },
     "client-request-id": { type: "string", description: "Idempotency key (default: random)" },
     ttl: { type: "string", description: "Lifetime in seconds" },
-    wait: { type: "boolean", description: "Wait for the payload to finish (or for ready without a payload)", default: false },
+    wait: { type: "boolean", description: "Wait for the payload to finish (or for ready without a payload); exit 1 if it failed", default: false },
     timeout: { type: "string", description: "Seconds to wait for readiness", default: "300" },
   },
   run: ({ args }) =>
@@ -54,7 +54,10 @@ const create = defineCommand({
           until: (e) => (payload ? e.type === "workload.exited" : e.toState === "ready"),
         });
       }
-      printView(await client.get(view.allocationId), args.json);
+      const final = await client.get(view.allocationId);
+      printView(final, args.json);
+      // With --wait, a failed allocation or a payload that exited non-zero fails the command (the code is printed above).
+      if (args.wait && (final.state === "failed" || (payload && final.workloadExitCode !== null && final.workloadExitCode !== 0))) process.exitCode = 1;
     }),
 });
 

@@ -35,8 +35,28 @@ export function resolveClientConfig(flags: { scheduler?: string | undefined; tok
   }
   const schedulerUrl = flags.scheduler ?? process.env["BB_SCHEDULER_URL"] ?? file.schedulerUrl;
   const token = flags.token ?? process.env["BB_TOKEN"] ?? file.token;
-  if (!schedulerUrl || !token) throw Object.assign(new Error("no scheduler URL or token: pass --scheduler/--token, set BB_SCHEDULER_URL/BB_TOKEN, or run `bb dev demo` once to write .bb/client.json"), { exitCode: 2 });
+  if (!schedulerUrl || !token) throw Object.assign(new Error("no scheduler URL or token: pass --scheduler/--token, set BB_SCHEDULER_URL/BB_TOKEN, or run `bb scheduler serve` (it writes .bb/client.json)"), { exitCode: 2 });
   return { schedulerUrl: schedulerUrl.replace(/\/+$/, ""), token, ...(file.operatorToken ? { operatorToken: file.operatorToken } : {}) };
+}
+
+/** How long waiting commands keep retrying while the scheduler is unreachable (a restart), ms. */
+export const TRANSPORT_RETRY_MS = 60_000;
+
+/**
+ * Runs `fn`, retrying transport failures (connection refused or reset,
+ * 503) every second until `deadline`; problem answers other than 503 are
+ * thrown at once.
+ */
+export async function retryTransport<T>(fn: () => Promise<T>, deadline: number): Promise<T> {
+  for (;;) {
+    try {
+      return await fn();
+    } catch (e) {
+      const transient = !(e instanceof BeachballError) || e.status === 503;
+      if (!transient || Date.now() > deadline) throw e;
+      await Bun.sleep(1_000);
+    }
+  }
 }
 
 /** A typed client of the public API. Methods throw BeachballError carrying the server's stable code. */
@@ -111,7 +131,7 @@ export class SchedulerClient {
     let after = opts.after ?? 0;
     for (;;) {
       if (opts.signal?.aborted) return after;
-      const batch = await this.events(id, after, 100);
+      const batch = await retryTransport(() => this.events(id, after, 100), Date.now() + TRANSPORT_RETRY_MS);
       for (const e of batch) {
         after = e.seq;
         onEvent(e);
@@ -125,10 +145,11 @@ export class SchedulerClient {
    * Hands a payload to a ready allocation, waiting for readiness and retrying
    * GUEST_NOT_CONNECTED / DELIVERY_TIMEOUT until `timeoutMs`.
    */
-  async deliverWhenReady(id: string, payload: Uint8Array, deliveryId: string, timeoutMs: number): Promise<{ digest: string; generation: number }> {
+  async deliverWhenReady(id: string, payload: Uint8Array, deliveryId: string, timeoutMs: number, signal?: AbortSignal): Promise<{ digest: string; generation: number }> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const v = await this.get(id);
+      if (signal?.aborted) throw Object.assign(new Error("interrupted"), { exitCode: 130 });
+      const v = await retryTransport(() => this.get(id), deadline);
       if (v.state === "released" || v.state === "failed") throw new BeachballError("INVALID_STATE", `allocation is ${v.state}${v.reason ? ` (${v.reason})` : ""}`);
       if (v.state === "ready") {
         try {

@@ -27,7 +27,7 @@ export async function runCli(fn: () => Promise<void>): Promise<void> {
   } catch (e) {
     if (e instanceof BeachballError) {
       consola.error(`${e.code}: ${e.message}`);
-      process.exitCode = e.code === "UNAUTHENTICATED" || e.code === "FORBIDDEN" ? 4 : 1;
+      process.exitCode = e.code === "UNAUTHENTICATED" || e.code === "FORBIDDEN" || e.code === "ENROLLMENT_TOKEN_INVALID" ? 4 : 1;
     } else {
       consola.error((e as Error).message);
       process.exitCode = (e as { exitCode?: number }).exitCode ?? 1;

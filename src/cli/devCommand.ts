@@ -17,7 +17,17 @@ const demo = defineCommand({
   run: ({ args }) =>
     runCli(async () => {
       const { runDevDemo, SAMPLE_JOB } = await import("./devDemo.ts");
+      // First Ctrl-C: release the allocation and stop cleanly; a second one exits at once.
+      const interrupt = new AbortController();
+      const onSignal = () => {
+        if (interrupt.signal.aborted) process.exit(130);
+        consola.warn("interrupted: releasing the allocation and stopping (press Ctrl-C again to exit at once)");
+        interrupt.abort();
+      };
+      process.on("SIGINT", onSignal);
+      process.on("SIGTERM", onSignal);
       const r = await runDevDemo({
+        signal: interrupt.signal,
         root: args.root,
         payload: args.payload ? readFileSync(args.payload, "utf8") : SAMPLE_JOB,
         print: (l) => console.log(l),

@@ -46,6 +46,8 @@ export interface DemoOptions {
   print: (line: string) => void;
   /** Status printer (progress, not job output). */
   status: (line: string) => void;
+  /** Aborts the run (Ctrl-C): the allocation is released and waited for before the demo returns. */
+  signal?: AbortSignal;
 }
 
 /** What the demo observed. */
@@ -121,6 +123,23 @@ function tailFile(path: string, onLine: (l: string) => void): { stop: () => void
   };
 }
 
+/** Releases allocations an interrupted earlier run left behind and waits (bounded) until they are gone. */
+async function releaseLeftovers(client: SchedulerClient, status: (l: string) => void): Promise<void> {
+  const open = (await client.list(undefined, 200)).items.filter((v) => v.state !== "released" && v.state !== "failed");
+  for (const v of open) {
+    status(`releasing ${v.allocationId} left by an earlier run (${v.state})`);
+    await client.release(v.allocationId);
+  }
+  const deadline = Date.now() + 120_000;
+  for (const v of open) {
+    while (Date.now() < deadline) {
+      const cur = await client.get(v.allocationId);
+      if (cur.state === "released" || cur.state === "failed") break;
+      await Bun.sleep(250);
+    }
+  }
+}
+
 /** Runs the demo end to end. Throws with a clear message when a prerequisite is missing. */
 export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
   const root = resolve(opts.root);
@@ -144,7 +163,8 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
   let released = false;
   let releaser: SchedulerClient | null = null;
   try {
-    publishDevClientConfig(dev, scheduler.url, [join(root, "client.json")]);
+    // The demo's scheduler lives only as long as the demo: its URL is not published to .bb/client.json.
+    publishDevClientConfig(dev, scheduler.url, []);
     const tokens = JSON.parse(readFileSync(dev.clientConfigPath, "utf8")) as { token: string; operatorToken: string };
     const operator = new SchedulerClient(scheduler.url, tokens.operatorToken);
     const client = new SchedulerClient(scheduler.url, tokens.token);
@@ -171,6 +191,7 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
     if (registered.health !== "healthy" || registered.unschedulable.length)
       throw new Error(`host ${hostId} is not schedulable (${registered.health}; ${registered.unschedulable.join(", ") || "no heartbeat"}); see the agent's warnings above (a foreign bb- namespace is quarantined, never deleted: remove it with \`ip netns delete NAME\` if it is yours)`);
 
+    await releaseLeftovers(client, opts.status);
     opts.status("submitting the sample job");
     const { view } = await client.create({ clientRequestId: `demo-${randomUUID()}`, workloadClass: "ci-small" });
     const events: AllocationEvent[] = [];
@@ -198,11 +219,13 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
     };
     allocationId = view.allocationId;
     const stopFollowing = new AbortController();
+    opts.signal?.addEventListener("abort", () => stopFollowing.abort());
     const followToExit = client.follow(view.allocationId, onEvent, { until: (e) => e.type === "workload.exited", signal: stopFollowing.signal });
     let lastSeq = 0;
     try {
-      await client.deliverWhenReady(view.allocationId, new TextEncoder().encode(opts.payload), `dlv-${randomUUID()}`, 300_000);
+      await client.deliverWhenReady(view.allocationId, new TextEncoder().encode(opts.payload), `dlv-${randomUUID()}`, 300_000, opts.signal);
       lastSeq = await followToExit;
+      if (opts.signal?.aborted) throw Object.assign(new Error("interrupted"), { exitCode: 130 });
     } finally {
       stopFollowing.abort();
       lastSeq = Math.max(lastSeq, await followToExit.catch(() => 0));

@@ -24,7 +24,7 @@ const list = defineCommand({
       const hosts = await clientFrom(args, true).hosts();
       if (args.json) return console.log(JSON.stringify(hosts));
       for (const h of hosts)
-        console.log(`${h.hostId}  ${h.adminState}/${h.health}  free cpu ${h.free.cpuMillis}m mem ${h.free.memoryMiB}MiB disk ${h.free.ephemeralDiskMiB}MiB slots ${h.free.slots}  placements ${h.placements.length}`);
+        console.log(`${h.hostId}  ${h.adminState}/${h.health}${h.unschedulable.length ? ` unschedulable: ${h.unschedulable.join(",")}` : ""}  free cpu ${h.free.cpuMillis}m mem ${h.free.memoryMiB}MiB disk ${h.free.ephemeralDiskMiB}MiB slots ${h.free.slots}  placements ${h.placements.length}`);
     }),
 });
 

@@ -115,6 +115,9 @@ export async function runGuest(): Promise<never> {
       case "ping":
         if (typeof m.id === "string") void send({ type: "pong", id: m.id });
         break;
+      case "identify":
+        void send({ type: "guest_ready", bootId, guestVersion: GUEST_VERSION, ...identity });
+        break;
       case "bootstrap":
         if (typeof m.deliveryId === "string" && typeof m.contentType === "string" && typeof m.dataBase64 === "string") {
           onBootstrap(m.deliveryId, m.contentType, m.dataBase64);

@@ -33,6 +33,8 @@ export type GuestToHost =
 /** Messages the host sends to the guest. */
 export type HostToGuest =
   | { type: "ready_ack" }
+  /** Asks the guest to send guest_ready again (a restarted agent adopting a VM that was still booting). */
+  | { type: "identify" }
   | { type: "ping"; id: string }
   | { type: "bootstrap"; deliveryId: string; contentType: string; dataBase64: string }
   | { type: "shutdown" };

@@ -187,4 +187,19 @@ d("main job end to end (real QEMU)", () => {
     expect((await controller.get(view.allocationId)).state).toBe("released");
     expect(await leftoversOf(allocationsDir(), r.dirName)).toEqual([]);
   }, 600_000);
+
+  test("the agent is SIGKILLed while the VM boots; the restarted agent confirms the guest's identity and the run completes", async () => {
+    const { view } = await controller.create({ clientRequestId: `e2e-${randomUUID()}`, workloadClass: "ci-small" });
+    await controller.follow(view.allocationId, () => {}, { until: (e) => e.type === "placement.starting" });
+    await kill9(agent);
+    agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"));
+    await waitHealthy();
+    // Same machine boot: the restart is not an overlapping session, so the host stays schedulable.
+    expect((await operator.hosts()).find((h) => h.hostId === "e2e-host")!.unschedulable).toEqual([]);
+    await waitState(view.allocationId, ["ready"]);
+    const r = await finishJob(view.allocationId, "echo after-boot-adoption\n");
+    expect(r.console).toContain("after-boot-adoption");
+    expect((await controller.get(view.allocationId)).state).toBe("released");
+    expect(await leftoversOf(allocationsDir(), r.dirName)).toEqual([]);
+  }, 600_000);
 });

@@ -59,7 +59,7 @@ export const PREREQUISITES: readonly PrerequisiteCheck[] = [
   {
     id: "kvm", title: "Virtualization",
     run: async () => {
-      if (canOpen("/dev/kvm")) return pass("/dev/kvm is usable (KVM)");
+      if (canOpen("/dev/kvm")) return pass("/dev/kvm opens; the driver test-boots under KVM at its first start and falls back to TCG if that fails");
       if (Bun.which("qemu-system-x86_64")) return { status: "warn", detail: "no usable /dev/kvm: QEMU falls back to TCG (slow)", fix: "enable VT-x/AMD-V or nested virtualization and load kvm_intel/kvm_amd" };
       return fail("no /dev/kvm and no qemu-system-x86_64 for TCG", "apt-get install -y qemu-system-x86 (or run on a KVM host)");
     },
