@@ -150,9 +150,10 @@ export async function startPlacement(
       `${GUEST_CMDLINE_KEYS.allocationId}=${identity.allocationId}`,
       `${GUEST_CMDLINE_KEYS.placementId}=${identity.placementId}`,
       `${GUEST_CMDLINE_KEYS.generation}=${identity.generation}`,
-      `${GUEST_CMDLINE_KEYS.nonce}=${identity.nonce}`,
       ...networkKernelArgs(ctx, p.dir),
     ],
+    // The nonce is the placement's secret: never on a command line other host users can read.
+    privateKernelArgs: [`${GUEST_CMDLINE_KEYS.nonce}=${identity.nonce}`],
     consoleLogPath: p.console,
     controlSocketPath: p.control,
   };

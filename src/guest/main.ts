@@ -17,6 +17,9 @@ import {
 } from "../protocol/guest.ts";
 import { PortChannel, findControlPort } from "./channel.ts";
 
+/** Where the initramfs leaves private kernel arguments (see src/agent/vmm/initrdFragment.ts). */
+export const PRIVATE_ARGS_FILE = "/etc/beachball/kernel-args";
+
 /** Version reported in guest_ready. */
 export const GUEST_VERSION = "0.1.0";
 /** The one payload content type the reference guest runs. */
@@ -46,6 +49,15 @@ export function parseGuestIdentity(cmdline: string): GuestIdentity {
     generation,
     nonce: get(GUEST_CMDLINE_KEYS.nonce),
   };
+}
+
+/** Private kernel arguments the host handed over outside the command line (the initramfs copies them here), or "". */
+function readPrivateArgs(): string {
+  try {
+    return readFileSync(PRIVATE_ARGS_FILE, "utf8");
+  } catch {
+    return "";
+  }
 }
 
 function consoleLine(text: string): void {
@@ -86,7 +98,7 @@ async function runPayload(script: Uint8Array, onStarted: () => void): Promise<nu
  * -no-reboot).
  */
 export async function runGuest(): Promise<never> {
-  const identity = parseGuestIdentity(readFileSync("/proc/cmdline", "utf8"));
+  const identity = parseGuestIdentity(`${readFileSync("/proc/cmdline", "utf8")} ${readPrivateArgs()}`);
   const port = new PortChannel(await findControlPort(PORT_WAIT_MS));
   const send = (m: GuestToHost) => port.send(encodeGuestMessage(m)).catch((e) => consoleLine(`beachball-guest: send failed: ${e}`));
   const bootId = randomBytes(16).toString("hex");

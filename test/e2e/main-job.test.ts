@@ -128,7 +128,12 @@ d("main job end to end (real QEMU)", () => {
     expect(again.view.allocationId).toBe(first.view.allocationId);
     await expect(controller.create({ ...body, workloadClass: "ci-medium" })).rejects.toMatchObject({ code: "IDEMPOTENCY_CONFLICT" });
     const v = await controller.get(first.view.allocationId);
-    expect(pidsMatching(placementDirName(v.allocationId, v.placementId!, v.generation))).toHaveLength(1);
+    const vmPids = pidsMatching(placementDirName(v.allocationId, v.placementId!, v.generation));
+    expect(vmPids).toHaveLength(1);
+    // The bootstrap nonce is a secret: it must not be on the VMM's command line (readable by every local user).
+    const cmdline = readFileSync(`/proc/${vmPids[0]}/cmdline`, "utf8");
+    expect(cmdline).toContain(`beachball.allocation_id=${v.allocationId}`);
+    expect(cmdline).not.toContain("bootstrap_nonce");
 
     const r = await finishJob(first.view.allocationId, "echo e2e-output-line; echo to-stderr >&2; exit 3\n");
     expect(r.console).toContain("BEACHBALL_JOB_START");

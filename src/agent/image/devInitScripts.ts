@@ -10,7 +10,12 @@
  * VM running after a boot failure (it powers off so QEMU exits).
  */
 
-/** The initramfs /init for the given insmod order. Any failure reboots (QEMU exits through -no-reboot). */
+/**
+ * The initramfs /init for the given insmod order. Any failure reboots (QEMU
+ * exits through -no-reboot). Private kernel arguments from a placement's
+ * initramfs fragment (beachball/kernel-args) are copied into the private root
+ * as /etc/beachball/kernel-args (0400) for `bb guest`.
+ */
 export function INITRAMFS_INIT(modules: readonly string[]): string {
   return `#!/bin/busybox sh
 B=/bin/busybox
@@ -28,6 +33,11 @@ while [ ! -b /dev/vda ] && [ $i -lt 400 ]; do $B usleep 25000; i=$((i+1)); done
 [ -b /dev/vda ] || fail "no /dev/vda"
 $B mount -t ext4 -o rw /dev/vda /newroot || fail "cannot mount /dev/vda"
 [ -x /newroot/sbin/beachball-init ] || fail "no /sbin/beachball-init in the root"
+if [ -f /beachball/kernel-args ]; then
+  $B mkdir -p /newroot/etc/beachball
+  $B cp /beachball/kernel-args /newroot/etc/beachball/kernel-args
+  $B chmod 0400 /newroot/etc/beachball/kernel-args
+fi
 $B mount --move /dev /newroot/dev
 $B mount --move /proc /newroot/proc
 $B mount --move /sys /newroot/sys

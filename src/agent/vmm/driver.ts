@@ -30,6 +30,13 @@ export interface VmSpec {
   tapName: string;
   /** Extra kernel arguments (identity, network); the driver adds console and panic settings. */
   kernelArgs: string[];
+  /**
+   * Kernel arguments no other host user may read (the bootstrap nonce).
+   * Firecracker sends them with the boot source over its API socket; QEMU
+   * hands them over in a per-placement initramfs fragment rather than on its
+   * command line, which /proc/PID/cmdline exposes.
+   */
+  privateKernelArgs?: string[];
   /** Serial console capture file. */
   consoleLogPath: string;
   /** Unix socket path of the host–guest control channel. */

@@ -10,7 +10,9 @@
  * Must never: signal a PID without first checking its start time and
  * instance ID, or choose a path on its own (all come from VmSpec).
  */
-import { closeSync, existsSync, openSync, rmSync } from "node:fs";
+import { closeSync, existsSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { privateArgsArchive } from "./initrdFragment.ts";
 import { readFile } from "node:fs/promises";
 import type { GuestChannel, VmHandle, VmSpec, VmmDriver } from "./driver.ts";
 import { hostTscKhz, probeKvm, vmmError } from "./qemuHost.ts";
@@ -94,7 +96,8 @@ export class QemuMicrovmDriver implements VmmDriver {
    * VMM_START_FAILED (with the console tail) when QEMU exits or the socket
    * does not appear within startTimeoutMs.
    */
-  async start(spec: VmSpec): Promise<VmHandle> {
+  async start(given: VmSpec): Promise<VmHandle> {
+    const spec = this.withPrivateArgs(given);
     rmSync(spec.controlSocketPath, { force: true });
     const tscKhz = this.tscKhz ?? (await hostTscKhz());
     this.accel ??= (await probeKvm(this.qemuBinary, spec.kernelPath)) ? "kvm" : "tcg";
@@ -123,6 +126,20 @@ export class QemuMicrovmDriver implements VmmDriver {
     const st = await readProcStat(proc.pid);
     if (!st) throw vmmError(`QEMU for ${spec.instanceId} vanished right after start`);
     return { instanceId: spec.instanceId, pid: proc.pid, startTime: st.startTime };
+  }
+
+  /**
+   * Moves spec.privateKernelArgs off the command line: writes the image's
+   * initramfs plus a fragment holding them to the placement directory (mode
+   * 0600) and boots that instead. Throws VMM_START_FAILED without an initramfs.
+   */
+  private withPrivateArgs(spec: VmSpec): VmSpec {
+    if (!spec.privateKernelArgs?.length) return spec;
+    if (!spec.initrdPath) throw vmmError("QEMU needs an initramfs to hand the guest its private arguments");
+    const path = join(spec.dir, "initrd.private.cpio");
+    writeFileSync(path, Buffer.concat([readFileSync(spec.initrdPath), privateArgsArchive(spec.privateKernelArgs)]), { mode: 0o600 });
+    const { privateKernelArgs: _, ...rest } = spec;
+    return { ...rest, initrdPath: path };
   }
 
   /** True only for a live (not zombie) PID with the same start time and the instance ID in its cmdline. */

@@ -47,9 +47,9 @@ export interface ApiRequest {
  * `beachball.lower=/dev/vda beachball.upper=/dev/vdb` (squashfs booted
  * through the initrd), then spec.kernelArgs in order (spec "Start"). Pure.
  */
-export function bootArgs(spec: Pick<VmSpec, "kernelArgs" | "rootDiskPath">): string {
+export function bootArgs(spec: Pick<VmSpec, "kernelArgs" | "rootDiskPath" | "privateKernelArgs">): string {
   const root = rootFormat(spec.rootDiskPath) === "ext4" ? ["root=/dev/vda", "rw"] : ["beachball.lower=/dev/vda", "beachball.upper=/dev/vdb"];
-  return [...FORCED_BOOT_ARGS, ...root, ...spec.kernelArgs].join(" ");
+  return [...FORCED_BOOT_ARGS, ...root, ...spec.kernelArgs, ...(spec.privateKernelArgs ?? [])].join(" ");
 }
 
 /**
@@ -68,7 +68,7 @@ export function machineConfigBody(spec: Pick<VmSpec, "vcpus" | "memoryMiB">): Re
 }
 
 /** PUT /boot-source body. Throws VMM_START_FAILED for a squashfs root without an initrd (nothing could mount the overlay). */
-export function bootSourceBody(spec: Pick<VmSpec, "kernelArgs" | "rootDiskPath" | "initrdPath">): Record<string, unknown> {
+export function bootSourceBody(spec: Pick<VmSpec, "kernelArgs" | "rootDiskPath" | "initrdPath" | "privateKernelArgs">): Record<string, unknown> {
   if (rootFormat(spec.rootDiskPath) === "squashfs" && !spec.initrdPath)
     throw Object.assign(new Error("a squashfs root needs the image's initrd"), { code: "VMM_START_FAILED" as const });
   return {
