@@ -10,7 +10,7 @@ import type { Database } from "bun:sqlite";
 import { and, asc, eq, lte } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import { sqliteTable, text, integer } from "drizzle-orm/sqlite-core";
-import { openDb } from "../scheduler/runtime/objectRuntime.ts";
+import { checkSchemaVersion, openDb } from "../scheduler/runtime/objectRuntime.ts";
 import type { AgentCommand, PlacementObservedState, PlacementSpec, PlacementUpdate } from "../protocol/agent.ts";
 
 /** Local placement rows. */
@@ -63,6 +63,9 @@ CREATE TABLE IF NOT EXISTS deliveries (delivery_id TEXT PRIMARY KEY, placement_i
 CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, update_json TEXT NOT NULL);
 `;
 
+/** Version of agent.db's schema; bump it when the tables change. */
+export const AGENT_SCHEMA_VERSION = 1;
+
 /** A local placement row. */
 export type LocalPlacement = typeof placements.$inferSelect;
 
@@ -76,8 +79,10 @@ export class AgentStore {
 
   constructor(path: string) {
     this.sql = openDb(path);
+    checkSchemaVersion(this.sql, path, AGENT_SCHEMA_VERSION);
     this.sql.exec("PRAGMA synchronous = FULL");
     this.sql.exec(DDL);
+    this.sql.exec(`PRAGMA user_version = ${AGENT_SCHEMA_VERSION}`);
     this.db = drizzle({ client: this.sql });
   }
 

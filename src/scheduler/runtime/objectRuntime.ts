@@ -21,6 +21,8 @@ import { BeachballError } from "../../protocol/errors.ts";
 
 /** Maximum open object instances kept in memory; idle ones beyond it are closed. */
 export const MAX_OPEN_OBJECTS = 2048;
+/** Message IDs each object remembers for deduplication. */
+export const MAX_SEEN_MESSAGES = 10_000;
 /** Maximum inbox messages delivered to one object per turn. */
 export const MAX_INBOX_BATCH = 256;
 /** How long a fired alarm stays armed in the registry as a retry, in case the process dies mid-turn, ms. */
@@ -108,6 +110,8 @@ export interface ObjectClass<T extends AuthorityObject> {
   new (ctx: ObjectContext): T;
   /** Stable class name used in paths and the registry. */
   readonly className: string;
+  /** Version of the class's schema (default 1); bump it when the tables change. */
+  readonly schemaVersion?: number;
 }
 
 interface Instance {
@@ -125,6 +129,7 @@ const RUNTIME_SCHEMA = `
 CREATE TABLE IF NOT EXISTS _inbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, message_id TEXT NOT NULL UNIQUE, kind TEXT NOT NULL, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS _outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, target_class TEXT NOT NULL, target_name TEXT NOT NULL, message_id TEXT NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS _alarm (id INTEGER PRIMARY KEY CHECK (id = 1), at_ms INTEGER);
+CREATE TABLE IF NOT EXISTS _inbox_seen (message_id TEXT PRIMARY KEY);
 `;
 
 /**
@@ -219,7 +224,12 @@ export class ObjectRuntime {
   private withInstance<R>(className: string, name: string, fn: (o: AuthorityObject) => R | Promise<R>): Promise<R> {
     if (this.crashed) return Promise.reject(new SimulatedCrash());
     if (this.closed) return Promise.reject(new BeachballError("SHUTTING_DOWN", "the scheduler is shutting down", { retryAfterSeconds: 1 }));
-    const inst = this.open(className, name);
+    let inst: Instance;
+    try {
+      inst = this.open(className, name);
+    } catch (e) {
+      return Promise.reject(e);
+    }
     inst.busy++;
     const run = inst.tail.then(async () => {
       if (inst.deleted) return this.withInstance(className, name, fn);
@@ -256,6 +266,7 @@ export class ObjectRuntime {
     mkdirSync(dir, { recursive: true });
     const file = join(dir, `${createHash("sha256").update(name).digest("hex").slice(0, 40)}.db`);
     const sql = openDb(file);
+    checkSchemaVersion(sql, file, cls.schemaVersion ?? 1);
     sql.exec(RUNTIME_SCHEMA);
     this.registry.query("INSERT OR IGNORE INTO objects (class, name) VALUES (?, ?)").run(className, name);
     const holder: { inst?: Instance } = {};
@@ -263,6 +274,7 @@ export class ObjectRuntime {
       if (holder.inst) holder.inst.deleteRequested = true;
     });
     const inst: Instance = { obj: new cls(ctx), sql, file, deleted: false, deleteRequested: false, tail: Promise.resolve(), busy: 0, lastUsed: this.clock.now() };
+    sql.exec(`PRAGMA user_version = ${cls.schemaVersion ?? 1}`);
     holder.inst = inst;
     this.instances.set(key, inst);
     return inst;
@@ -337,9 +349,12 @@ export class ObjectRuntime {
         continue;
       }
       const target = this.open(r.target_class, r.target_name);
-      target.sql
-        .query("INSERT OR IGNORE INTO _inbox (message_id, kind, body) VALUES (?, ?, ?)")
-        .run(r.message_id, r.kind, r.body);
+      // Deduplicated by message ID even after the first copy was applied (the last MAX_SEEN_MESSAGES IDs are remembered).
+      target.sql.transaction(() => {
+        if (target.sql.query("INSERT OR IGNORE INTO _inbox_seen (message_id) VALUES (?)").run(r.message_id).changes === 0) return;
+        target.sql.query("INSERT OR IGNORE INTO _inbox (message_id, kind, body) VALUES (?, ?, ?)").run(r.message_id, r.kind, r.body);
+        target.sql.query("DELETE FROM _inbox_seen WHERE rowid <= (SELECT MAX(rowid) FROM _inbox_seen) - ?").run(MAX_SEEN_MESSAGES);
+      })();
       sql.query("DELETE FROM _outbox WHERE seq = ?").run(r.seq);
       targets.set(`${r.target_class}\u0000${r.target_name}`, [r.target_class, r.target_name]);
     }
@@ -371,6 +386,19 @@ export class ObjectRuntime {
         }),
       );
     }
+  }
+}
+
+/**
+ * Refuses a database written by a build with another schema version, with a
+ * clear message, instead of failing later on a missing column. There are no
+ * migrations yet: the fix is a fresh data directory.
+ */
+export function checkSchemaVersion(sql: Database, file: string, expected: number): void {
+  const found = sql.query<{ user_version: number }, []>("PRAGMA user_version").get()?.user_version ?? 0;
+  if (found !== 0 && found !== expected) {
+    sql.close();
+    throw new Error(`${file} has schema version ${found} but this build expects ${expected}; this release has no migrations: move the data directory aside and start fresh`);
   }
 }
 
