@@ -78,6 +78,10 @@ async function finishJob(id: string, script: string): Promise<{ events: Allocati
   return { events: await controller.events(id, 0, 200), console, dirName };
 }
 
+function walkFiles(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((d) => (d.isDirectory() ? walkFiles(join(dir, d.name)) : d.isFile() ? [join(dir, d.name)] : []));
+}
+
 function isSubsequence(wanted: string[], got: string[]): boolean {
   let i = 0;
   for (const g of got) if (g === wanted[i]) i++;
@@ -140,6 +144,9 @@ d("main job end to end (real QEMU)", () => {
     expect(r.console).toContain("e2e-output-line");
     expect(r.console).toContain("BEACHBALL_JOB_EXIT 3");
     expect(r.console).not.toContain("echo e2e-output-line");
+    // The payload rested nowhere on the host: not in the agent's state, not in the scheduler's.
+    const script = Buffer.from("echo e2e-output-line; echo to-stderr");
+    for (const f of walkFiles(work)) if (!f.endsWith(".log")) expect(readFileSync(f).includes(script), f).toBe(false);
     const final = await controller.get(first.view.allocationId);
     expect(final.state).toBe("released");
     expect(final.workloadExitCode).toBe(3);

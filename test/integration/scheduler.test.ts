@@ -7,6 +7,8 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { BeachballError } from "../../src/protocol/errors.ts";
 import { MAX_PAYLOAD_BYTES } from "../../src/protocol/api.ts";
 import type { EnrollResponse } from "../../src/protocol/agent.ts";
@@ -21,6 +23,10 @@ async function enroll(hostId: string, cap = capacity): Promise<EnrollResponse> {
   const r = await rawPost(`${s.url}/v1/agents/enroll`, null, JSON.stringify({ token: t.token, capacity: cap, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }));
   expect(r.status).toBe(201);
   return r.body as unknown as EnrollResponse;
+}
+
+function walk(dir: string): string[] {
+  return readdirSync(dir, { withFileTypes: true }).flatMap((d) => (d.isDirectory() ? walk(join(dir, d.name)) : [join(dir, d.name)]));
 }
 
 async function codeOf(p: Promise<unknown>): Promise<string> {
@@ -138,6 +144,9 @@ describe("lifecycle with a scripted agent", () => {
     expect(agent.deliveries[0]?.deliveryId).toBe("d-1");
     await agent.send({ deliveryAcks: [{ deliveryId: "d-1", placementId: present.placementId, generation: 1, result: "consumed", digest }] });
     expect((await delivery).digest).toBe(digest);
+    // No secret rests in the scheduler: the payload bytes are in no file of its data directory (WAL included).
+    const marker = Buffer.from("echo hello; exit 3");
+    for (const f of walk(s.dir)) expect(readFileSync(f).includes(marker), f).toBe(false);
     const replay = await s.controller.deliver(view.allocationId, { deliveryId: "d-1", generation: 1, contentType: "text/x-shellscript", payloadBase64: payload.toString("base64") });
     expect(replay.replayed).toBe(true);
     expect(await codeOf(s.controller.deliver(view.allocationId, { deliveryId: "d-1", generation: 1, contentType: "text/x-shellscript", payloadBase64: "b3RoZXI=" }))).toBe("DELIVERY_CONFLICT");
