@@ -7,7 +7,6 @@
  * Must never: delete or signal anything.
  */
 import { readdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
 import { listPlacementNetworks, hostVethName, HOST_VETH_PREFIX } from "./net/placementNet.ts";
 import { detectControllers, cgroupDir } from "./cgroups/hierarchy.ts";
 import { parentPath } from "./cgroups/placementCgroup.ts";

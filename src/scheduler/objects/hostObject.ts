@@ -10,110 +10,27 @@
  * Must never: call an Allocation object (observations go out by `post`),
  * store a bootstrap payload, or accept a message from an older epoch.
  */
-import { and, eq, inArray, ne, sql } from "drizzle-orm";
-import { AuthorityObject, type ObjectContext } from "../runtime/objectRuntime.ts";
+import { and, eq, inArray } from "drizzle-orm";
+import { AuthorityObject } from "../runtime/objectRuntime.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import { commandIdFor } from "../../domain/identifiers.ts";
 import { fits, sub, used, type HostPlacementState, type Resources } from "../../domain/capacity.ts";
-import { healthFromHeartbeat, HEALTHY_HEARTBEAT_AGE_MS, type HostHealth } from "../../domain/health.ts";
+import { healthFromHeartbeat, HEALTHY_HEARTBEAT_AGE_MS } from "../../domain/health.ts";
 import { OVERLAP_SUSPECT_MS, unschedulableReasons, type HostFacts } from "../../domain/hostConditions.ts";
 import type { Advertisement } from "../../domain/placement.ts";
 import type { Capacity } from "../../protocol/api.ts";
-import { MAX_COMMANDS_PER_POLL, type AgentCommand, type Envelope, type PlacementSpec, type PollResponse, type PlacementUpdate } from "../../protocol/agent.ts";
+import { type AgentCommand, type Envelope, type PlacementSpec, type PollResponse, type PlacementUpdate } from "../../protocol/agent.ts";
 import type { SchedulerServices } from "../services.ts";
 import { HOST_DDL, commandTable, deliveryTable, hostTable, placementTable } from "./hostSchema.ts";
+import { NO_FACTS, prepareHostQueries, toRes, type AgentFacts, type HostRegistration, type HostView, type ObservationMessage, type PlacementStatus, type ReserveRequest, type ReserveResult } from "./hostTypes.ts";
+
+export type { HostRegistration, HostView, ObservationMessage, PlacementStatus, ReserveRequest, ReserveResult } from "./hostTypes.ts";
 
 /** How long acknowledged or superseded commands are kept, ms. */
 export const COMMAND_RETENTION_MS = 3600_000;
 
 /** Longest interval between advertisements, ms (spec: at least every 30 s). */
 export const AD_REFRESH_MS = 10_000;
-
-/** Registration facts from enrollment. */
-export interface HostRegistration {
-  hostId: string;
-  credentialDigest: string;
-  enrollDigest: string;
-  capacity: Capacity;
-  reserve: Capacity;
-  region: string;
-  architecture: string;
-  labels: Record<string, string>;
-  agentProtocolVersion: string;
-  vmmDriver: string;
-  autoActivate: boolean;
-}
-
-/** A reservation request from an Allocation object. */
-export interface ReserveRequest {
-  key: string;
-  allocationId: string;
-  generation: number;
-  placementId: string;
-  spec: PlacementSpec;
-}
-
-/** Reservation outcome. */
-export type ReserveResult = { accepted: true; placementId: string } | { accepted: false; code: string };
-
-/** The operator's view of a host. */
-export interface HostView {
-  hostId: string;
-  adminState: string;
-  health: HostHealth;
-  registered: Resources;
-  allocatable: Resources;
-  free: Resources;
-  placements: { placementId: string; allocationId: string; generation: number; state: string }[];
-  heartbeatAt: string | null;
-  vmmDriver: string;
-  /** Why the host takes no reservations now (empty: schedulable). */
-  unschedulable: string[];
-  credentialVersion: number;
-}
-
-/** Observation forwarded to the owning Allocation object's inbox. */
-export interface ObservationMessage {
-  hostId: string;
-  placementId: string;
-  generation: number;
-  state: PlacementUpdate["state"];
-  errorCode: string | null;
-  workloadExitCode: number | null;
-  at: string;
-}
-
-/** Agent-reported facts before the first envelope. */
-const NO_FACTS: AgentFacts = { clockSkewMs: 0, inventory: null, volumesNearlyFull: false, overlapUntilMs: 0, cachedImages: [] };
-
-/** The part of HostFacts that comes from agent reports (stored as JSON), plus the cached image digests. */
-type AgentFacts = Pick<HostFacts, "clockSkewMs" | "inventory" | "volumesNearlyFull" | "overlapUntilMs"> & { cachedImages?: string[] };
-
-/** Where an allocation's placement stands, for host-loss detection. */
-export interface PlacementStatus {
-  exists: boolean;
-  state: string | null;
-  leaseExpiresAtMs: number;
-  hostHealth: HostHealth;
-  fenced: boolean;
-}
-
-/** Builds the Host object's prepared statements. */
-function prepareHostQueries(db: ObjectContext["db"]) {
-  return {
-    host: db.select().from(hostTable).prepare(),
-    consuming: db.select().from(placementTable).where(ne(placementTable.state, "absent")).prepare(),
-    byId: db.select().from(placementTable).where(eq(placementTable.placementId, sql.placeholder("id"))).prepare(),
-    pending: db.select().from(commandTable).where(eq(commandTable.status, "pending")).orderBy(commandTable.createdAtMs).limit(MAX_COMMANDS_PER_POLL).prepare(),
-    renew: db
-      .update(placementTable)
-      .set({ leaseExpiresAtMs: sql.placeholder("lease") as unknown as number })
-      .where(and(ne(placementTable.state, "absent"), ne(placementTable.desired, "absent")))
-      .prepare(),
-  };
-}
-
-const toRes = (c: Capacity): Resources => ({ cpuMillis: c.cpuMillis, memoryMiB: c.memoryMiB, ephemeralDiskMiB: c.ephemeralDiskMiB, slots: c.maxPlacements });
 
 /** See the module header. */
 export class HostObject extends AuthorityObject {

@@ -1,0 +1,102 @@
+/**
+ * Shapes the Host object exchanges with its callers (registration,
+ * reservation, views, observations, placement status), the agent facts it
+ * stores, and its prepared statements. Pure declarations; the behaviour is
+ * in hostObject.ts.
+ */
+import { and, eq, ne, sql } from "drizzle-orm";
+import type { ObjectContext } from "../runtime/objectRuntime.ts";
+import type { Resources } from "../../domain/capacity.ts";
+import type { HostHealth } from "../../domain/health.ts";
+import type { HostFacts } from "../../domain/hostConditions.ts";
+import type { Capacity } from "../../protocol/api.ts";
+import { MAX_COMMANDS_PER_POLL, type PlacementSpec, type PlacementUpdate } from "../../protocol/agent.ts";
+import { commandTable, hostTable, placementTable } from "./hostSchema.ts";
+
+/** Registration facts from enrollment. */
+export interface HostRegistration {
+  hostId: string;
+  credentialDigest: string;
+  enrollDigest: string;
+  capacity: Capacity;
+  reserve: Capacity;
+  region: string;
+  architecture: string;
+  labels: Record<string, string>;
+  agentProtocolVersion: string;
+  vmmDriver: string;
+  autoActivate: boolean;
+}
+
+/** A reservation request from an Allocation object. */
+export interface ReserveRequest {
+  key: string;
+  allocationId: string;
+  generation: number;
+  placementId: string;
+  spec: PlacementSpec;
+}
+
+/** Reservation outcome. */
+export type ReserveResult = { accepted: true; placementId: string } | { accepted: false; code: string };
+
+/** The operator's view of a host. */
+export interface HostView {
+  hostId: string;
+  adminState: string;
+  health: HostHealth;
+  registered: Resources;
+  allocatable: Resources;
+  free: Resources;
+  placements: { placementId: string; allocationId: string; generation: number; state: string }[];
+  heartbeatAt: string | null;
+  vmmDriver: string;
+  /** Why the host takes no reservations now (empty: schedulable). */
+  unschedulable: string[];
+  credentialVersion: number;
+}
+
+/** Observation forwarded to the owning Allocation object's inbox. */
+export interface ObservationMessage {
+  hostId: string;
+  placementId: string;
+  generation: number;
+  state: PlacementUpdate["state"];
+  errorCode: string | null;
+  workloadExitCode: number | null;
+  at: string;
+}
+
+/** Agent-reported facts before the first envelope. */
+export const NO_FACTS: AgentFacts = { clockSkewMs: 0, inventory: null, volumesNearlyFull: false, overlapUntilMs: 0, cachedImages: [] };
+
+/** The part of HostFacts that comes from agent reports (stored as JSON), plus the cached image digests. */
+export type AgentFacts = Pick<HostFacts, "clockSkewMs" | "inventory" | "volumesNearlyFull" | "overlapUntilMs"> & { cachedImages?: string[] };
+
+/** Where an allocation's placement stands, for host-loss detection. */
+export interface PlacementStatus {
+  exists: boolean;
+  state: string | null;
+  leaseExpiresAtMs: number;
+  hostHealth: HostHealth;
+  fenced: boolean;
+}
+
+/** Builds the Host object's prepared statements (call after the DDL ran). */
+export function prepareHostQueries(db: ObjectContext["db"]) {
+  return {
+    host: db.select().from(hostTable).prepare(),
+    consuming: db.select().from(placementTable).where(ne(placementTable.state, "absent")).prepare(),
+    byId: db.select().from(placementTable).where(eq(placementTable.placementId, sql.placeholder("id"))).prepare(),
+    pending: db.select().from(commandTable).where(eq(commandTable.status, "pending")).orderBy(commandTable.createdAtMs).limit(MAX_COMMANDS_PER_POLL).prepare(),
+    renew: db
+      .update(placementTable)
+      .set({ leaseExpiresAtMs: sql.placeholder("lease") as unknown as number })
+      .where(and(ne(placementTable.state, "absent"), ne(placementTable.desired, "absent")))
+      .prepare(),
+  };
+}
+
+/** A registered capacity as a resource vector (slots = maxPlacements). */
+export const toRes = (c: Capacity): Resources => ({ cpuMillis: c.cpuMillis, memoryMiB: c.memoryMiB, ephemeralDiskMiB: c.ephemeralDiskMiB, slots: c.maxPlacements });
+
