@@ -18,6 +18,7 @@ import { canTransition, MAX_ALARM_DELAY_MS, mayReplaceAutomatically, noCapacityB
 import { reservationKey } from "../../domain/identifiers.ts";
 import type { SchedulerServices } from "../services.ts";
 import { ALLOCATION_DDL, allocationTable, eventTable } from "./allocationSchema.ts";
+import { toAllocationEvent, toAllocationView } from "./allocationView.ts";
 import { HostObject, type ObservationMessage } from "./hostObject.ts";
 import { HostDirectoryObject } from "./hostDirectory.ts";
 
@@ -152,22 +153,7 @@ export class AllocationObject extends AuthorityObject {
       .orderBy(asc(eventTable.seq))
       .limit(limit)
       .all()
-      .map((e) => ({
-        seq: e.seq,
-        eventId: e.eventId,
-        type: e.type,
-        at: new Date(e.atMs).toISOString(),
-        allocationId: r.allocationId,
-        generation: e.generation,
-        placementId: e.placementId,
-        hostId: e.hostId,
-        fromState: e.fromState,
-        toState: e.toState,
-        reason: e.reason,
-        clientId: r.identity,
-        correlationId: r.clientRequestId,
-        ...(e.dataJson ? { data: JSON.parse(e.dataJson) as Record<string, unknown> } : {}),
-      }));
+      .map((e) => toAllocationEvent(e, r));
   }
 
   /**
@@ -510,26 +496,7 @@ export class AllocationObject extends AuthorityObject {
   }
 
   private view(r: Row): AllocationView {
-    const spec = JSON.parse(r.specJson) as PlacementSpec;
-    const conditions = JSON.parse(r.conditionsJson) as string[];
-    if (r.state === "releasing" && r.observedState === "error") conditions.push("CLEANUP_PENDING");
-    return {
-      allocationId: r.allocationId,
-      clientRequestId: r.clientRequestId,
-      workloadClass: r.workloadClass,
-      state: r.state,
-      generation: r.generation,
-      hostId: r.hostId,
-      placementId: r.placementId,
-      reason: r.reason,
-      conditions,
-      resources: { cpuMillis: spec.cpuMillis, memoryMiB: spec.memoryMiB, ephemeralDiskMiB: spec.ephemeralDiskMiB },
-      imageDigest: spec.imageDigest,
-      labels: JSON.parse(r.labelsJson) as Record<string, string>,
-      createdAt: new Date(r.createdAtMs).toISOString(),
-      updatedAt: new Date(r.updatedAtMs).toISOString(),
-      expiresAt: new Date(r.expiresAtMs).toISOString(),
-      workloadExitCode: r.workloadExitCode,
-    };
+    return toAllocationView(r);
   }
+
 }
