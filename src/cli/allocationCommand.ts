@@ -111,8 +111,14 @@ const events = defineCommand({
     }),
 });
 
+const authorizeReplacement = defineCommand({
+  meta: { name: "authorize-replacement", description: "Certify that the workload's external authority was revoked, so a blocked replacement may start" },
+  args: { ...clientArgs, id: { type: "positional", required: true, description: "Allocation ID" }, generation: { type: "string", required: true, description: "The generation being replaced" } },
+  run: ({ args }) => runCli(async () => printView(await clientFrom(args).authorizeReplacement(args.id, Number(args.generation)), args.json)),
+});
+
 /** The `bb allocation` command group. */
 export const allocationCommand = defineCommand({
   meta: { name: "allocation", description: "Request, inspect and release VMs" },
-  subCommands: { create, get, list, release, events },
+  subCommands: { create, get, list, release, events, "authorize-replacement": authorizeReplacement },
 });

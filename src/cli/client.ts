@@ -117,6 +117,28 @@ export class SchedulerClient {
   async enrollmentToken(hostId: string, ttlSeconds?: number): Promise<{ token: string; hostId: string; expiresAt: string; joinCommand: string }> {
     return (await this.call<{ token: string; hostId: string; expiresAt: string; joinCommand: string }>("POST", `/v1/hosts/${encodeURIComponent(hostId)}/enrollment-tokens`, ttlSeconds ? { ttlSeconds } : {})).body;
   }
+  /** POST /v1/hosts/{id}/activate|drain|disable (operator); `disable` fences the host. */
+  async setHostState(hostId: string, action: "activate" | "drain" | "disable"): Promise<HostView> {
+    return (await this.call<HostView>("POST", `/v1/hosts/${encodeURIComponent(hostId)}/${action}`)).body;
+  }
+  /** POST /v1/allocations/{id}/replacement-authorizations (controller). */
+  async authorizeReplacement(id: string, generation: number): Promise<AllocationView> {
+    return (await this.call<AllocationView>("POST", `/v1/allocations/${encodeURIComponent(id)}/replacement-authorizations`, { generation })).body;
+  }
+  /** GET /v1/operations/alerts (operator). */
+  async alerts(after = 0, limit = 100): Promise<{ seq: number; alertId: string; type: string; subject: string; reason: string; at: string; runbook: string }[]> {
+    return (await this.call<{ items: { seq: number; alertId: string; type: string; subject: string; reason: string; at: string; runbook: string }[] }>("GET", `/v1/operations/alerts?after=${after}&limit=${limit}`)).body.items;
+  }
+  /** GET /v1/operations/metrics (operator): Prometheus text. */
+  async metrics(): Promise<string> {
+    const res = await fetch(`${this.baseUrl}/v1/operations/metrics`, { headers: { authorization: `Bearer ${this.token}` }, signal: AbortSignal.timeout(30_000) });
+    const text = await res.text();
+    if (!res.ok) {
+      const p = JSON.parse(text || "{}") as { code?: unknown; detail?: string };
+      throw new BeachballError(isErrorCode(p.code) ? p.code : "INTERNAL", p.detail ?? `HTTP ${res.status}`);
+    }
+    return text;
+  }
   /** GET /v1/hosts (operator). */
   async hosts(): Promise<HostView[]> {
     return (await this.call<{ items: HostView[] }>("GET", "/v1/hosts")).body.items;

@@ -28,8 +28,42 @@ const list = defineCommand({
     }),
 });
 
+const stateCommand = (action: "activate" | "drain" | "disable", description: string) =>
+  defineCommand({
+    meta: { name: action, description },
+    args: { ...clientArgs, hostId: { type: "positional", required: true, description: "Host ID" } },
+    run: ({ args }) =>
+      runCli(async () => {
+        const h = await clientFrom(args, true).setHostState(args.hostId, action);
+        console.log(args.json ? JSON.stringify(h) : `${h.hostId}  ${h.adminState}  credential version ${h.credentialVersion}  placements ${h.placements.length}`);
+      }),
+  });
+
+const alerts = defineCommand({
+  meta: { name: "alerts", description: "Operator alerts (no eligible host, replacement blocked, host disabled, overlapping session)" },
+  args: { ...clientArgs, after: { type: "string", default: "0", description: "Resume after this sequence number" } },
+  run: ({ args }) =>
+    runCli(async () => {
+      for (const a of await clientFrom(args, true).alerts(Number(args.after))) console.log(args.json ? JSON.stringify(a) : `${a.at}  #${a.seq} ${a.type} ${a.subject} [${a.reason}]  ${a.runbook}`);
+    }),
+});
+
+const metrics = defineCommand({
+  meta: { name: "metrics", description: "Prometheus metrics text" },
+  args: { ...clientArgs },
+  run: ({ args }) => runCli(async () => void process.stdout.write(await clientFrom(args, true).metrics())),
+});
+
 /** The `bb host` command group. */
 export const hostCommand = defineCommand({
   meta: { name: "host", description: "Operator commands for hosts" },
-  subCommands: { "enrollment-token": defineCommand({ meta: { name: "enrollment-token", description: "Enrollment tokens" }, subCommands: { create: tokenCreate } }), list },
+  subCommands: {
+    "enrollment-token": defineCommand({ meta: { name: "enrollment-token", description: "Enrollment tokens" }, subCommands: { create: tokenCreate } }),
+    list,
+    activate: stateCommand("activate", "Let the host take reservations (subject to maxActiveHosts)"),
+    drain: stateCommand("drain", "Take no new reservations; keep existing placements running"),
+    disable: stateCommand("disable", "Fence the host: revoke its credential and count its placements absent"),
+    alerts,
+    metrics,
+  },
 });
