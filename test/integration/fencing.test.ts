@@ -97,6 +97,23 @@ async function code(p: Promise<unknown>): Promise<string> {
   }
 }
 
+/** Two enrolled, heartbeating hosts and one allocation running (ready) on one of them, `owner`. */
+async function twoHostsOneReady() {
+  const { w, clock, settle } = world();
+  await enroll(w, "a");
+  await enroll(w, "b");
+  const a = new Agent(w, "a", clock);
+  const b = new Agent(w, "b", clock);
+  await a.poll();
+  await b.poll();
+  const { view } = await w.createAllocation(C, { clientRequestId: "r1", workloadClass: "small" });
+  await settle();
+  const owner = (await w.getAllocation(C, view.allocationId)).hostId === "a" ? a : b;
+  const other = owner === a ? b : a;
+  await owner.run(view.allocationId);
+  return { w, settle, view, owner, other };
+}
+
 afterEach(async () => {
   for (const w of workers.splice(0)) await w.close();
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
@@ -143,18 +160,7 @@ describe("host loss and replacement", () => {
   });
 
   test("after readiness: replacement_blocked until the controller authorizes it", async () => {
-    const { w, clock, settle } = world();
-    await enroll(w, "a");
-    await enroll(w, "b");
-    const a = new Agent(w, "a", clock);
-    const b = new Agent(w, "b", clock);
-    await a.poll();
-    await b.poll();
-    const { view } = await w.createAllocation(C, { clientRequestId: "r1", workloadClass: "small" });
-    await settle();
-    const owner = view.hostId === "a" || (await w.getAllocation(C, view.allocationId)).hostId === "a" ? a : b;
-    const other = owner === a ? b : a;
-    await owner.run(view.allocationId);
+    const { w, settle, view, owner, other } = await twoHostsOneReady();
     expect((await w.getAllocation(C, view.allocationId)).state).toBe("ready");
     for (let t = 0; t < 150_000; t += 5_000) {
       await settle(5_000);
@@ -177,19 +183,8 @@ describe("host loss and replacement", () => {
   });
 
   test("operator fencing frees the host's capacity, bumps its credential version and replaces its allocations", async () => {
-    const { w, clock, settle } = world();
-    await enroll(w, "a");
-    await enroll(w, "b");
-    const a = new Agent(w, "a", clock);
-    const b = new Agent(w, "b", clock);
-    await a.poll();
-    await b.poll();
-    const { view } = await w.createAllocation(C, { clientRequestId: "r1", workloadClass: "small" });
-    await settle();
-    const hostId = (await w.getAllocation(C, view.allocationId)).hostId!;
-    const owner = hostId === "a" ? a : b;
-    const other = owner === a ? b : a;
-    await owner.run(view.allocationId);
+    const { w, settle, view, owner, other } = await twoHostsOneReady();
+    const hostId = owner.hostId;
     const before = (await w.hosts(O)).find((h) => h.hostId === hostId)!;
     const fenced = await w.setHostState(O, hostId, "disabled");
     expect(fenced.adminState).toBe("disabled");

@@ -226,4 +226,21 @@ describe("lifecycle with a scripted agent", () => {
     await agent.report(present, "absent");
     await waitState(view.allocationId, "released");
   });
+
+  test("the agent protocol's bounds: a poll hands out at most 16 commands; an envelope over 256 KiB is refused", async () => {
+    const e = await enroll("bounds-host", { cpuMillis: 64_000, memoryMiB: 16_384, ephemeralDiskMiB: 65_536, maxPlacements: 32 });
+    const agent = new ScriptedAgent(s.url, "bounds-host", e.credential);
+    await agent.poll();
+    const ids: string[] = [];
+    for (let i = 0; i < 16; i++) ids.push((await s.controller.create({ clientRequestId: `bounds-${i}`, workloadClass: "ci-small" })).view.allocationId);
+    const first = await agent.poll();
+    expect(first.commands).toHaveLength(16);
+    await agent.report(first.commands[0]!, "prepared");
+    const second = await agent.poll();
+    expect(second.commands).toHaveLength(16);
+    expect(second.commands.some((c) => c.type === "ensure_running")).toBe(false);
+    const big = await rawPost(`${s.url}/v1/agents/poll`, e.credential, JSON.stringify({ pad: "x".repeat(300 * 1024) }));
+    expect([big.status, big.body["code"]]).toEqual([413, "ENVELOPE_TOO_LARGE"]);
+    for (const id of ids) await s.controller.release(id);
+  });
 });
