@@ -41,6 +41,17 @@ export async function readProcStat(pid: number): Promise<{ state: string; startT
   return { state: rest[0] ?? "?", startTime };
 }
 
+/**
+ * True once the VMM process of `handle` has exited: no /proc entry, a zombie
+ * or dead state, or the PID reused by another process. Unlike isAlive it
+ * ignores the command line, which is already empty while a killed process is
+ * still tearing down (and still holding its namespace and cgroup).
+ */
+export async function processExited(handle: VmHandle): Promise<boolean> {
+  const st = await readProcStat(handle.pid);
+  return !st || st.state === "Z" || st.state === "X" || st.startTime !== handle.startTime;
+}
+
 /** Kernel command line for `spec`: console and panic settings, root on /dev/vda, then spec.kernelArgs. */
 export function qemuKernelCmdline(spec: Pick<VmSpec, "kernelArgs">, tscKhz: number): string {
   return ["console=ttyS0", "reboot=k", "panic=1", "pci=off", "quiet", `tsc_early_khz=${tscKhz}`, "root=/dev/vda", "rw", ...spec.kernelArgs].join(" ");
@@ -152,17 +163,21 @@ export class QemuMicrovmDriver implements VmmDriver {
 
   /** SIGTERM, then SIGKILL after `graceMs` (ms); resolves once the process is gone (no-op if already gone). Throws CLEANUP_FAILED if it survives SIGKILL for 10 s. */
   async stop(handle: VmHandle, graceMs: number): Promise<void> {
-    if (!(await this.isAlive(handle))) return;
+    // Not ours to signal (or already exiting): just wait until it has really exited.
+    if (!(await this.isAlive(handle))) {
+      if (!(await this.waitGone(handle, 10_000))) throw Object.assign(new Error(`QEMU pid ${handle.pid} did not finish exiting`), { code: "CLEANUP_FAILED" });
+      return;
+    }
     process.kill(handle.pid, "SIGTERM");
     if (await this.waitGone(handle, graceMs)) return;
     if (await this.isAlive(handle)) process.kill(handle.pid, "SIGKILL");
     if (!(await this.waitGone(handle, 10_000))) throw Object.assign(new Error(`QEMU pid ${handle.pid} survived SIGKILL`), { code: "CLEANUP_FAILED" });
   }
 
-  /** Polls isAlive until false or `ms` elapse; true when gone. */
+  /** Waits until the process has exited (see processExited) or `ms` elapse; true when gone. */
   async waitGone(handle: VmHandle, ms: number): Promise<boolean> {
     const deadline = performance.now() + ms;
-    while (await this.isAlive(handle)) {
+    while (!(await processExited(handle))) {
       if (performance.now() > deadline) return false;
       await Bun.sleep(20);
     }

@@ -15,7 +15,7 @@ import { chownSync, closeSync, chmodSync, lstatSync, openSync, readlinkSync, rmS
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { GuestChannel, VmHandle, VmSpec, VmmDriver } from "../driver.ts";
-import { readProcStat } from "../qemu.ts";
+import { processExited, readProcStat } from "../qemu.ts";
 import { vmmError } from "../qemuHost.ts";
 import { DEFAULT_API_TIMEOUT_MS, type FirecrackerApi, unixSocketApi } from "./apiClient.ts";
 import { actionBody, preBootRequests } from "./config.ts";
@@ -218,10 +218,10 @@ export class FirecrackerDriver implements VmmDriver {
     return args.includes(handle.instanceId) || args.includes(`--id=${handle.instanceId}`);
   }
 
-  /** Polls isAlive until false or `ms` elapse; true when gone. */
+  /** Waits until the process has exited (processExited: the command line alone is not enough) or `ms` elapse; true when gone. */
   async waitGone(handle: VmHandle, ms: number): Promise<boolean> {
     const deadline = performance.now() + ms;
-    while (await this.isAlive(handle)) {
+    while (!(await processExited(handle))) {
       if (performance.now() > deadline) return false;
       await Bun.sleep(POLL_MS);
     }
@@ -248,6 +248,7 @@ export class FirecrackerDriver implements VmmDriver {
         }
       }
     }
+    if (!(await this.waitGone(handle, KILL_WAIT_MS))) throw cleanupError(`Firecracker pid ${handle.pid} did not finish exiting`);
     this.closeListener(handle.instanceId);
     const left = removeJail(layout, this.cgroupDir(handle.instanceId));
     if (left.length > 0) throw cleanupError(left.join("; "));
