@@ -15,7 +15,7 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { SchedulerWorker } from "../src/scheduler/worker.ts";
 import { tokenDigest, type DeploymentManifest, type Identity } from "../src/scheduler/manifest.ts";
-import { openDb } from "../src/scheduler/runtime/objectRuntime.ts";
+import { openDb } from "../src/storage/sqlite.ts";
 
 const { values } = parseArgs({ options: { hosts: { type: "string", default: "1000" }, allocations: { type: "string", default: "3000" }, concurrency: { type: "string", default: "32" } } });
 const HOSTS = Number(values.hosts);

@@ -1,29 +1,126 @@
 /**
- * Visible dependencies (STYLE.md habit 9): src/domain imports nothing but
- * src/domain, src/protocol and pure hashing; scheduler objects touch no Bun
- * API, HTTP or file system directly.
+ * Visible dependencies (docs/architecture.md, "Layers" and "Roles"): which
+ * part of the tree may import which. Static `import … from` lines and
+ * dynamic `import("…")` calls both count.
+ *
+ * - The lower layer (src/protocol, src/domain, src/storage, src/command)
+ *   belongs to no role. protocol imports nothing of ours; domain imports
+ *   protocol only and touches no clock, randomness or Bun API; storage
+ *   imports nothing of ours; command imports protocol only.
+ * - Role-free libraries (src/image, src/wireguard, src/netstack, native/)
+ *   import only the lower layer (and, for the tunnel, each other).
+ * - Roles never import each other: the agent never imports the scheduler
+ *   and vice versa; the client (src/cli) imports neither's internals; the
+ *   guest imports only the lower layer; relay and proxy import only the
+ *   lower layer and the tunnel libraries.
+ * - src/dev (the one-machine demo) and bin/bb.ts compose roles: the only
+ *   places allowed to import more than one.
  */
 import { describe, expect, test } from "bun:test";
-import { readdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { dirname, join, relative, resolve } from "node:path";
+
+const ROOT = resolve(import.meta.dir, "..");
 
 function files(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((d) => (d.isDirectory() ? files(join(dir, d.name)) : d.name.endsWith(".ts") ? [join(dir, d.name)] : []));
+  const abs = join(ROOT, dir);
+  if (!existsSync(abs)) return [];
+  return readdirSync(abs, { withFileTypes: true }).flatMap((d) =>
+    d.isDirectory() ? files(join(dir, d.name)) : /\.(ts|js|mjs)$/.test(d.name) ? [join(dir, d.name)] : [],
+  );
 }
-const imports = (f: string) => [...readFileSync(f, "utf8").matchAll(/^import .* from "([^"]+)";$/gm)].map((m) => m[1]!);
+
+/** Every module specifier a file imports, statically or dynamically. */
+function specifiers(source: string): string[] {
+  const out: string[] = [];
+  for (const m of source.matchAll(/^\s*(?:import|export)\b[^;]*?\bfrom\s*["']([^"']+)["']/gm)) out.push(m[1]!);
+  for (const m of source.matchAll(/\bimport\(\s*["']([^"']+)["']\s*\)/g)) out.push(m[1]!);
+  for (const m of source.matchAll(/^\s*import\s*["']([^"']+)["']/gm)) out.push(m[1]!);
+  return out;
+}
+
+/** The top-level area of a repository path: "src/agent", "native", "bin", … */
+function areaOf(path: string): string {
+  const parts = path.split("/");
+  return parts[0] === "src" ? `src/${parts[1]}` : parts[0]!;
+}
+
+/** Areas each area may import (besides itself and packages from node_modules). */
+const ALLOWED: Record<string, readonly string[]> = {
+  "src/protocol": [],
+  "src/domain": ["src/protocol"],
+  "src/storage": [],
+  "src/command": ["src/protocol"],
+  "src/image": ["src/protocol", "src/domain", "src/storage", "src/command"],
+  "src/wireguard": ["src/protocol", "src/domain", "native"],
+  "src/netstack": ["src/protocol", "src/domain", "native"],
+  native: [],
+  "src/guest": ["src/protocol", "src/domain"],
+  "src/agent": ["src/protocol", "src/domain", "src/storage", "src/command", "src/image", "src/wireguard", "src/netstack", "native"],
+  "src/scheduler": ["src/protocol", "src/domain", "src/storage", "src/command"],
+  "src/cli": ["src/protocol", "src/domain", "src/command", "src/image"],
+  "src/relay": ["src/protocol", "src/domain", "src/command", "src/wireguard"],
+  "src/proxy": ["src/protocol", "src/domain", "src/command", "src/cli", "src/wireguard", "src/netstack", "native"],
+};
+
+/** Areas that compose roles and may import anything in src/. */
+const COMPOSERS = new Set(["src/dev", "bin"]);
+
+/** Import violations of the rules above for one file's source, as "file imports spec (area)". */
+function violations(file: string, source: string): string[] {
+  const from = areaOf(file);
+  const out: string[] = [];
+  for (const spec of specifiers(source)) {
+    if (!spec.startsWith(".")) continue;
+    const target = relative(ROOT, resolve(ROOT, dirname(file), spec));
+    const to = areaOf(target);
+    if (to === from || COMPOSERS.has(from)) continue;
+    const allowed = ALLOWED[from];
+    if (!allowed || !allowed.includes(to)) out.push(`${file} imports ${spec} (${to})`);
+  }
+  return out;
+}
+
+const SOURCES = [...files("src"), ...files("native"), ...files("bin")].filter((f) => !f.endsWith(".test.ts"));
 
 describe("dependency rules", () => {
-  test("src/domain depends only on domain, protocol and @noble/hashes", () => {
+  test("every area under src/ has a rule", () => {
+    const areas = new Set(SOURCES.filter((f) => f.startsWith("src/")).map(areaOf));
+    for (const a of areas) expect(a in ALLOWED || COMPOSERS.has(a), `${a} has no dependency rule`).toBe(true);
+  });
+
+  test("roles and libraries import only what their layer allows", () => {
+    const found = SOURCES.flatMap((f) => violations(f, readFileSync(join(ROOT, f), "utf8")));
+    expect(found).toEqual([]);
+  });
+
+  test("the rule check catches a violation (an agent file importing the scheduler)", () => {
+    expect(violations("src/agent/daemon.ts", 'import { x } from "../scheduler/worker.ts";')).toHaveLength(1);
+    expect(violations("src/scheduler/worker.ts", 'const m = await import("../agent/daemon.ts");')).toHaveLength(1);
+    expect(violations("src/cli/client.ts", 'import type { HostView } from "../scheduler/objects/hostObject.ts";')).toHaveLength(1);
+    expect(violations("src/wireguard/device.ts", 'import { AgentDaemon } from "../agent/daemon.ts";')).toHaveLength(1);
+    expect(violations("src/dev/demo.ts", 'import { AgentDaemon } from "../agent/daemon.ts";')).toHaveLength(0);
+  });
+
+  test("src/domain touches no clock, randomness or Bun API, and imports only protocol and @noble/hashes", () => {
     for (const f of files("src/domain").filter((f) => !f.endsWith(".test.ts"))) {
-      for (const i of imports(f)) expect(i.startsWith("./") || i.startsWith("../protocol/") || i.startsWith("@noble/hashes"), `${f} imports ${i}`).toBe(true);
-      expect(readFileSync(f, "utf8")).not.toMatch(/\bBun\.|Date\.now\(|Math\.random\(/);
+      const src = readFileSync(join(ROOT, f), "utf8");
+      for (const i of specifiers(src)) expect(i.startsWith("./") || i.startsWith("../protocol/") || i.startsWith("@noble/hashes"), `${f} imports ${i}`).toBe(true);
+      expect(src, f).not.toMatch(/\bBun\.|Date\.now\(|Math\.random\(/);
     }
   });
+
   test("scheduler objects never touch Bun, the clock, HTTP or the file system directly", () => {
     for (const f of files("src/scheduler/objects")) {
-      const src = readFileSync(f, "utf8");
+      const src = readFileSync(join(ROOT, f), "utf8");
       expect(src, f).not.toMatch(/\bBun\.|Date\.now\(|Math\.random\(|\bfetch\(|node:fs/);
-      for (const i of imports(f)) expect(i === "elysia", `${f} imports ${i}`).toBe(false);
+      for (const i of specifiers(src)) expect(i === "elysia", `${f} imports ${i}`).toBe(false);
     }
+  });
+
+  test("no comment in src/, native/ or bin/ names a file outside the repository", () => {
+    const outside = /\.\.\/shared\/|shared\/design\/|shared\/spec\/|\b(?:ARCHITECTURE|STYLE|RUNTIME-NOTES|BUN-NOTES|NET-NOTES)\.md\b/;
+    const offenders = SOURCES.filter((f) => outside.test(readFileSync(join(ROOT, f), "utf8")));
+    expect(offenders).toEqual([]);
   });
 });

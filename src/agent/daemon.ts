@@ -25,7 +25,7 @@ import { ControlClient } from "./controlClient.ts";
 import { inventoryForeign } from "./inventory.ts";
 import { trimConsoleLog } from "./vmm/consoleLog.ts";
 import { selectVmmDriver } from "./vmm/select.ts";
-import { isolationFromConfig, isolationOf } from "./net/isolation.ts";
+import { isolationFromConfig, isolationOf } from "./isolation/isolation.ts";
 import { runChecks } from "./doctor/checks.ts";
 import { ImageCache } from "./image/cache.ts";
 import type { VmHandle, VmmDriver } from "./vmm/driver.ts";

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { foreignResources, vmmInstanceOf } from "./inventory.ts";
-import { hostVethName } from "./net/placementNet.ts";
+import { hostVethName } from "./isolation/placementNet.ts";
 
 describe("startup inventory", () => {
   test("finds the placement name in VMM command lines", () => {

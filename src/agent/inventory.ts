@@ -7,10 +7,10 @@
  * Must never: delete or signal anything.
  */
 import { readdirSync, readFileSync } from "node:fs";
-import { listPlacementNetworks, hostVethName, HOST_VETH_PREFIX } from "./net/placementNet.ts";
-import { detectControllers, cgroupDir } from "./cgroups/hierarchy.ts";
-import { parentPath } from "./cgroups/placementCgroup.ts";
-import type { CgroupPolicy } from "./cgroups/policy.ts";
+import { listPlacementNetworks, hostVethName, HOST_VETH_PREFIX } from "./isolation/placementNet.ts";
+import { detectControllers, cgroupDir } from "./isolation/cgroups/hierarchy.ts";
+import { parentPath } from "./isolation/cgroups/placementCgroup.ts";
+import type { CgroupPolicy } from "./isolation/cgroups/policy.ts";
 
 /** One resource nobody owns. */
 export interface ForeignResource {

@@ -8,7 +8,7 @@
 import { existsSync, statfsSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { join, resolve } from "node:path";
-import { readPublicKeyArg, TRUSTED_DEV_KEY_FILE } from "./image/keyFile.ts";
+import { readPublicKeyArg, TRUSTED_DEV_KEY_FILE } from "../image/keyFile.ts";
 import { BeachballError, isErrorCode } from "../protocol/errors.ts";
 import type { Capacity, WellKnown } from "../protocol/api.ts";
 import type { EnrollResponse } from "../protocol/agent.ts";

@@ -18,12 +18,12 @@ import type { AgentErrorCode } from "../protocol/errors.ts";
 import { GUEST_CMDLINE_KEYS, type GuestIdentity } from "../protocol/guest.ts";
 import type { PlacementSpec } from "../protocol/agent.ts";
 import { imageDigest, MANIFEST_FILE_NAME, type ImageManifest } from "../protocol/image.ts";
-import { verifyImage } from "./image/verify.ts";
-import { destroyPlacementNetwork, listPlacementNetworks, PLACEMENT_TAP_NAME } from "./net/placementNet.ts";
+import { verifyImage } from "../image/verify.ts";
+import { destroyPlacementNetwork, listPlacementNetworks, PLACEMENT_TAP_NAME } from "./isolation/placementNet.ts";
 import type { VmHandle, VmSpec, VmmDriver } from "./vmm/driver.ts";
 import { GuestSession } from "./guestSession.ts";
-import type { PlacementIsolation } from "./net/isolation.ts";
-import { confineVmm, networkKernelArgs, prepareCgroup, prepareNetwork, teardownIsolation } from "./net/isolationOps.ts";
+import type { PlacementIsolation } from "./isolation/isolation.ts";
+import { confineVmm, networkKernelArgs, prepareCgroup, prepareNetwork, teardownIsolation } from "./isolation/isolationOps.ts";
 
 /** An error with a stable agent error code. */
 export class PlacementError extends Error {
@@ -259,7 +259,7 @@ export function imageResolver(imageDirs: string[], trustedKeys?: string[]): (dig
         continue;
       }
       if (trustedKeys?.length) {
-        const { verifyManifestSignature } = await import("./image/signing.ts");
+        const { verifyManifestSignature } = await import("../image/signing.ts");
         try {
           verifyManifestSignature(m, trustedKeys);
         } catch (e) {

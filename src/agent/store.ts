@@ -10,7 +10,7 @@ import type { Database } from "bun:sqlite";
 import { and, asc, eq, lte } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import { sqliteTable, text, integer } from "drizzle-orm/sqlite-core";
-import { checkSchemaVersion, openDb } from "../scheduler/runtime/objectRuntime.ts";
+import { checkSchemaVersion, openDb } from "../storage/sqlite.ts";
 import type { AgentCommand, PlacementObservedState, PlacementSpec, PlacementUpdate } from "../protocol/agent.ts";
 
 /** Local placement rows. */

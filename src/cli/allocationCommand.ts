@@ -7,7 +7,8 @@ import { randomUUID } from "node:crypto";
 import { defineCommand } from "citty";
 import { consola } from "consola";
 import { MAX_PAYLOAD_BYTES, type AllocationEvent, type AllocationView } from "../protocol/api.ts";
-import { clientArgs, clientFrom, runCli } from "./common.ts";
+import { clientArgs, clientFrom } from "./common.ts";
+import { runCli } from "../command/run.ts";
 
 /** One human line for an event. */
 export function formatEvent(e: AllocationEvent): string {

@@ -10,7 +10,7 @@ import { homedir } from "node:os";
 import { join } from "node:path";
 import { BeachballError, isErrorCode } from "../protocol/errors.ts";
 import type { AllocationEvent, AllocationView, BootstrapBody, CreateAllocationBody } from "../protocol/api.ts";
-import type { HostView } from "../scheduler/objects/hostObject.ts";
+import type { AlertItem, HostView } from "../protocol/views.ts";
 
 /** Resolved client settings. */
 export interface ClientConfig {
@@ -126,8 +126,8 @@ export class SchedulerClient {
     return (await this.call<AllocationView>("POST", `/v1/allocations/${encodeURIComponent(id)}/replacement-authorizations`, { generation })).body;
   }
   /** GET /v1/operations/alerts (operator). */
-  async alerts(after = 0, limit = 100): Promise<{ seq: number; alertId: string; type: string; subject: string; reason: string; at: string; runbook: string }[]> {
-    return (await this.call<{ items: { seq: number; alertId: string; type: string; subject: string; reason: string; at: string; runbook: string }[] }>("GET", `/v1/operations/alerts?after=${after}&limit=${limit}`)).body.items;
+  async alerts(after = 0, limit = 100): Promise<AlertItem[]> {
+    return (await this.call<{ items: AlertItem[] }>("GET", `/v1/operations/alerts?after=${after}&limit=${limit}`)).body.items;
   }
   /** GET /v1/operations/metrics (operator): Prometheus text. */
   async metrics(): Promise<string> {

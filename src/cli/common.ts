@@ -1,9 +1,8 @@
 /**
- * Shared CLI plumbing: client flags, exit codes (0 ok, 1 error, 2 usage,
- * 4 auth; STYLE.md "The user-facing surface") and error printing.
+ * Shared client-command plumbing: the flags every client command accepts
+ * and how a client is resolved from flags, environment and config file.
+ * Exit codes and error printing live in src/command/run.ts.
  */
-import { consola } from "consola";
-import { BeachballError } from "../protocol/errors.ts";
 import { resolveClientConfig, SchedulerClient } from "./client.ts";
 
 /** citty args every client command accepts. */
@@ -18,19 +17,4 @@ export function clientFrom(args: { scheduler?: string | undefined; token?: strin
   const cfg = resolveClientConfig(args);
   const token = operator && !args.token && !process.env["BB_TOKEN"] && cfg.operatorToken ? cfg.operatorToken : cfg.token;
   return new SchedulerClient(cfg.schedulerUrl, token);
-}
-
-/** Runs a command body, printing errors with their stable code and setting the exit code. */
-export async function runCli(fn: () => Promise<void>): Promise<void> {
-  try {
-    await fn();
-  } catch (e) {
-    if (e instanceof BeachballError) {
-      consola.error(`${e.code}: ${e.message}`);
-      process.exitCode = e.code === "UNAUTHENTICATED" || e.code === "FORBIDDEN" || e.code === "ENROLLMENT_TOKEN_INVALID" ? 4 : 1;
-    } else {
-      consola.error((e as Error).message);
-      process.exitCode = (e as { exitCode?: number }).exitCode ?? 1;
-    }
-  }
 }

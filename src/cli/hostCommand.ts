@@ -4,7 +4,8 @@
  * operatorToken).
  */
 import { defineCommand } from "citty";
-import { clientArgs, clientFrom, runCli } from "./common.ts";
+import { clientArgs, clientFrom } from "./common.ts";
+import { runCli } from "../command/run.ts";
 
 const tokenCreate = defineCommand({
   meta: { name: "create", description: "Mint a one-use enrollment token for HOST_ID and print the join command" },

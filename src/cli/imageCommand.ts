@@ -12,12 +12,12 @@
  *   signature, digest and every artifact; prints the digest (exit 0) or the
  *   stable code (exit 1). PUB is a base64 key or a file holding one.
  *
- * Only translates arguments to src/agent/image; exit codes per STYLE: 0 ok,
- * 1 error, 2 usage. Must never: print or log a private key.
+ * Only translates arguments to src/image; exit codes per src/command/run.ts:
+ * 0 ok, 1 error, 2 usage. Must never: print or log a private key.
  */
 import { resolve } from "node:path";
 import { defineCommand } from "citty";
-import { pickBb } from "./bbBinary.ts";
+import { pickBb } from "../image/bbBinary.ts";
 import { consola } from "consola";
 
 const devBuild = defineCommand({
@@ -30,7 +30,7 @@ const devBuild = defineCommand({
   },
   async run({ args }) {
     try {
-      const { buildDevImage } = await import("../agent/image/devBuild.ts");
+      const { buildDevImage } = await import("../image/devBuild.ts");
       const started = performance.now();
       const r = await buildDevImage({
         outDir: args.out, cacheDir: args.cache, bbBinaryPath: await pickBb(args.bb),
@@ -84,7 +84,7 @@ const keygen = defineCommand({
   async run({ args }) {
     try {
       if (!args.out) throw usage("--out KEYFILE is required");
-      const { createPrivateKeyFile } = await import("../agent/image/keyFile.ts");
+      const { createPrivateKeyFile } = await import("../image/keyFile.ts");
       const { publicKey } = createPrivateKeyFile(args.out);
       await Bun.write(`${args.out}.pub`, `${publicKey}\n`);
       if (args.json) console.log(JSON.stringify({ publicKey, keyFile: resolve(args.out), publicKeyFile: resolve(`${args.out}.pub`) }));
@@ -105,7 +105,7 @@ const sign = defineCommand({
   async run({ args }) {
     try {
       if (!args.key) throw usage("--key KEYFILE is required");
-      const { readPrivateKeyFile, signImageDir } = await import("../agent/image/keyFile.ts");
+      const { readPrivateKeyFile, signImageDir } = await import("../image/keyFile.ts");
       const key = readPrivateKeyFile(args.key);
       const { digest } = signImageDir(args.dir, key.privateKey);
       if (args.json) console.log(JSON.stringify({ digest, publicKey: key.publicKey }));
@@ -127,9 +127,9 @@ const verify = defineCommand({
     try {
       const keyArgs = repeatedFlag(rawArgs, "trusted-key");
       if (keyArgs.length === 0) throw usage("at least one --trusted-key is required");
-      const { readManifestFile, readPublicKeyArg } = await import("../agent/image/keyFile.ts");
-      const { verifyManifestSignature } = await import("../agent/image/signing.ts");
-      const { verifyImage } = await import("../agent/image/verify.ts");
+      const { readManifestFile, readPublicKeyArg } = await import("../image/keyFile.ts");
+      const { verifyManifestSignature } = await import("../image/signing.ts");
+      const { verifyImage } = await import("../image/verify.ts");
       const { imageDigest } = await import("../protocol/image.ts");
       const trusted = keyArgs.map(readPublicKeyArg);
       const manifest = readManifestFile(args.dir);

@@ -5,14 +5,10 @@
  * capacity-consuming placements (reserved, preparing, running, stopping,
  * cleanup_pending). Must never: let a request that does not fit pass.
  */
+import type { Resources } from "../protocol/views.ts";
 
-/** A resource vector: CPU millicores, memory MiB, ephemeral disk MiB, placement slots. */
-export interface Resources {
-  cpuMillis: number;
-  memoryMiB: number;
-  ephemeralDiskMiB: number;
-  slots: number;
-}
+/** A resource vector (defined with the API shapes in src/protocol/views.ts). */
+export type { Resources };
 
 /** Host-side placement states (the Host object's own view). */
 export type HostPlacementState = "reserved" | "preparing" | "running" | "stopping" | "cleanup_pending" | "absent";

@@ -1,6 +1,6 @@
 /**
  * The guest's end of the control channel: the virtio-serial port named `ctl`,
- * opened once read-write and kept open (RUNTIME-NOTES: reopening around the
+ * opened once read-write and kept open (docs/architecture.md, "Booting without KVM": reopening around the
  * host's connect lost a reply and hung the guest).
  *
  * Implements the transport of spec "Guest handshake" for QEMU microvm.

@@ -25,7 +25,8 @@ import { AdmissionObject } from "./objects/admissionObject.ts";
 import { EnrollmentObject } from "./objects/enrollmentObject.ts";
 import { HostDirectoryObject } from "./objects/hostDirectory.ts";
 import { HostObject, type HostView } from "./objects/hostObject.ts";
-import { OperationsObject, type Alert } from "./objects/operationsObject.ts";
+import { OperationsObject } from "./objects/operationsObject.ts";
+import type { AlertItem } from "../protocol/views.ts";
 import { Metrics } from "./metrics.ts";
 
 /** How long a controller's delivery request waits for the agent's acknowledgement, ms (spec: 30 s). */
@@ -301,7 +302,7 @@ export class SchedulerWorker {
   }
 
   /** Alerts after `after` (operators). */
-  async alerts(who: Identity, after: number, limit: number): Promise<(Alert & { seq: number })[]> {
+  async alerts(who: Identity, after: number, limit: number): Promise<AlertItem[]> {
     requireRole(who, "operator");
     return this.runtime.call(OperationsObject, "global", (o) => o.list(after, limit));
   }

@@ -12,10 +12,10 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { randomUUID } from "node:crypto";
 import { SchedulerClient } from "../../src/cli/client.ts";
-import { compileBb } from "../../src/cli/bbBinary.ts";
-import { buildDevImage } from "../../src/agent/image/devBuild.ts";
+import { compileBb } from "../../src/image/bbBinary.ts";
+import { buildDevImage } from "../../src/image/devBuild.ts";
 import { placementDirName } from "../../src/agent/placementOps.ts";
-import { listPlacementNetworks, destroyPlacementNetwork } from "../../src/agent/net/placementNet.ts";
+import { listPlacementNetworks, destroyPlacementNetwork } from "../../src/agent/isolation/placementNet.ts";
 import type { AllocationEvent } from "../../src/protocol/api.ts";
 import { kill9, leftoversOf, pidsMatching, runRole, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
 

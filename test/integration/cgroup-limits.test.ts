@@ -7,10 +7,10 @@
 import { afterAll, expect, test } from "bun:test";
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { detectControllers } from "../../src/agent/cgroups/hierarchy.ts";
-import { placementLimits } from "../../src/agent/cgroups/limits.ts";
-import { addToPlacementCgroup, applyFileSizeLimit, cgroupPids, createPlacementCgroup, removePlacementCgroup, type PlacementCgroup } from "../../src/agent/cgroups/placementCgroup.ts";
-import { DEFAULT_CGROUP_POLICY } from "../../src/agent/cgroups/policy.ts";
+import { detectControllers } from "../../src/agent/isolation/cgroups/hierarchy.ts";
+import { placementLimits } from "../../src/agent/isolation/cgroups/limits.ts";
+import { addToPlacementCgroup, applyFileSizeLimit, cgroupPids, createPlacementCgroup, removePlacementCgroup, type PlacementCgroup } from "../../src/agent/isolation/cgroups/placementCgroup.ts";
+import { DEFAULT_CGROUP_POLICY } from "../../src/agent/isolation/cgroups/policy.ts";
 
 const skipReason = process.getuid?.() !== 0 ? "needs root (cgroup writes)" : !Bun.which("prlimit") ? "prlimit is not installed (util-linux)" : null;
 if (skipReason) console.log(`SKIP test/integration/cgroup-limits.test.ts: ${skipReason}`);

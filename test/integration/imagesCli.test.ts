@@ -8,7 +8,7 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync 
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { MANIFEST_FILE_NAME, imageDigest } from "../../src/protocol/image.ts";
-import { makeTestImage, writeTestImage } from "../../src/agent/image/testImage.ts";
+import { makeTestImage, writeTestImage } from "../../src/image/testImage.ts";
 
 const repo = resolve(import.meta.dir, "../..");
 const bun = join(repo, "node_modules/.bin/bun");

@@ -7,9 +7,9 @@
  */
 import { afterAll, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
-import { createPlacementNetwork, destroyPlacementNetwork, hostVethName, listPlacementNetworks } from "../../src/agent/net/placementNet.ts";
-import { netPolicyFrom } from "../../src/agent/net/policy.ts";
-import { nftTableName } from "../../src/agent/net/rules.ts";
+import { createPlacementNetwork, destroyPlacementNetwork, hostVethName, listPlacementNetworks } from "../../src/agent/isolation/placementNet.ts";
+import { netPolicyFrom } from "../../src/agent/isolation/policy.ts";
+import { nftTableName } from "../../src/agent/isolation/rules.ts";
 
 const skipReason = process.getuid?.() !== 0 ? "needs root (network namespaces)" : !Bun.which("ip") || !Bun.which("nft") ? "ip or nft missing (apt-get install -y iproute2 nftables)" : null;
 if (skipReason) console.log(`SKIP test/integration/net-default.test.ts: ${skipReason}`);

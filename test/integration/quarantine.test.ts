@@ -12,7 +12,7 @@ import { startTestScheduler, type TestScheduler } from "../support/scheduler.ts"
 import { vmTestSkipReason } from "../support/processes.ts";
 import { joinScheduler } from "../../src/agent/join.ts";
 import { AgentDaemon } from "../../src/agent/daemon.ts";
-import { listPlacementNetworks } from "../../src/agent/net/placementNet.ts";
+import { listPlacementNetworks } from "../../src/agent/isolation/placementNet.ts";
 
 const skip = vmTestSkipReason();
 if (skip) console.log(`SKIP test/integration/quarantine.test.ts: ${skip}`);

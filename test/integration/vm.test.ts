@@ -11,9 +11,9 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, 
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createHash, randomBytes } from "node:crypto";
-import { buildDevImage } from "../../src/agent/image/devBuild.ts";
-import { verifyImage } from "../../src/agent/image/verify.ts";
-import { createPlacementNetwork, destroyPlacementNetwork, listPlacementNetworks } from "../../src/agent/net/placementNet.ts";
+import { buildDevImage } from "../../src/image/devBuild.ts";
+import { verifyImage } from "../../src/image/verify.ts";
+import { createPlacementNetwork, destroyPlacementNetwork, listPlacementNetworks } from "../../src/agent/isolation/placementNet.ts";
 import type { VmHandle, VmSpec } from "../../src/agent/vmm/driver.ts";
 import { QemuMicrovmDriver } from "../../src/agent/vmm/qemu.ts";
 import { GUEST_CMDLINE_KEYS, NdjsonDecoder, encodeGuestMessage, type HostToGuest } from "../../src/protocol/guest.ts";

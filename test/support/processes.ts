@@ -5,7 +5,7 @@
  */
 import { existsSync, openSync, readFileSync, closeSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { listPlacementNetworks } from "../../src/agent/net/placementNet.ts";
+import { listPlacementNetworks } from "../../src/agent/isolation/placementNet.ts";
 
 const BUN = resolve("node_modules/.bin/bun");
 const BB = resolve("bin/bb.ts");

@@ -10,10 +10,10 @@
  */
 import { closeSync, openSync, readFileSync } from "node:fs";
 import type { AgentConfig } from "../config.ts";
-import { detectControllers } from "../cgroups/hierarchy.ts";
-import { LIMITED_CONTROLLERS } from "../cgroups/limits.ts";
-import { inNetns, ip, linkExists, nftLoad, runCmd } from "../net/exec.ts";
-import { isolationFromConfig } from "../net/isolation.ts";
+import { detectControllers } from "../isolation/cgroups/hierarchy.ts";
+import { LIMITED_CONTROLLERS } from "../isolation/cgroups/limits.ts";
+import { inNetns, ip, linkExists, nftLoad, runCmd } from "../isolation/exec.ts";
+import { isolationFromConfig } from "../isolation/isolation.ts";
 import type { CheckResult } from "./format.ts";
 
 /** Linux capability numbers the agent needs (linux/capability.h). */

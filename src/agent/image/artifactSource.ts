@@ -15,7 +15,7 @@ import { createReadStream } from "node:fs";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { isSafeArtifactName } from "../../protocol/image.ts";
-import { imageError } from "./errors.ts";
+import { imageError } from "../../image/errors.ts";
 
 /** A read-only store of image files, addressed by image digest hex and file name. */
 export interface ArtifactSource {

@@ -6,8 +6,8 @@ import { pathToFileURL } from "node:url";
 import { MANIFEST_FILE_NAME, imageDigest } from "../../protocol/image.ts";
 import { type ArtifactSource, FileArtifactSource } from "./artifactSource.ts";
 import { ImageCache } from "./cache.ts";
-import { generateSigningKey, signManifest } from "./signing.ts";
-import { makeTestImage, type TestImage, writeTestImage } from "./testImage.ts";
+import { generateSigningKey, signManifest } from "../../image/signing.ts";
+import { makeTestImage, type TestImage, writeTestImage } from "../../image/testImage.ts";
 
 const work = mkdtempSync(join(tmpdir(), "bb-cache-test-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));

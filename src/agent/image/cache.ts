@@ -23,8 +23,8 @@ import { randomBytes } from "node:crypto";
 import { type Artifact, type ImageManifest, MANIFEST_FILE_NAME, imageDigest, manifestShapeProblem } from "../../protocol/image.ts";
 import { type ArtifactSource, artifactSourceFor } from "./artifactSource.ts";
 import { type CacheLayout, cacheLayout, copyBounded, ensureLayout, publishArtifact, quarantine, type QuarantineReason, writeFileAtomically } from "./cacheFiles.ts";
-import { imageError, imageErrorCode } from "./errors.ts";
-import { verifyManifestSignature } from "./signing.ts";
+import { imageError, imageErrorCode } from "../../image/errors.ts";
+import { verifyManifestSignature } from "../../image/signing.ts";
 
 /** Default bound on a fetched manifest, bytes (64 KiB). */
 export const DEFAULT_MAX_MANIFEST_BYTES = 64 * 1024;

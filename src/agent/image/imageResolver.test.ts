@@ -7,9 +7,9 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { imageResolver } from "../placementOps.ts";
-import { generateSigningKey } from "./signing.ts";
-import { makeTestImage, writeTestImage } from "./testImage.ts";
-import { clearVerifyMemo } from "./verify.ts";
+import { generateSigningKey } from "../../image/signing.ts";
+import { makeTestImage, writeTestImage } from "../../image/testImage.ts";
+import { clearVerifyMemo } from "../../image/verify.ts";
 
 const work = mkdtempSync(join(tmpdir(), "bb-resolver-test-"));
 afterAll(() => {

@@ -1,6 +1,6 @@
 /**
  * The QEMU `microvm` driver: boots a placement's VM with the recipe measured
- * in RUNTIME-NOTES (uncompressed vmlinux, initramfs, `-cpu max` and
+ * in docs/architecture.md, "Booting without KVM" (uncompressed vmlinux, initramfs, `-cpu max` and
  * `tsc_early_khz` under TCG; KVM when /dev/kvm exists).
  *
  * Implements VmmDriver (spec "Start", "Stop", adoption after an agent

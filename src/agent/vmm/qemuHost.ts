@@ -1,6 +1,6 @@
 /**
  * Host facts the QEMU driver needs: the TSC frequency (guests under TCG hang
- * calibrating it without `tsc_early_khz`, RUNTIME-NOTES) and the driver's
+ * calibrating it without `tsc_early_khz`; docs/architecture.md, "Booting without KVM") and the driver's
  * error constructor.
  *
  * Must never: guess silently; a frequency that cannot be read falls back to

@@ -1,7 +1,7 @@
 /**
  * Chooses the VMM driver for this host: Firecracker (production) when KVM and
  * the pinned firecracker and jailer binaries are usable, else QEMU `microvm`
- * (ARCHITECTURE.md "The host agent and its VMM drivers").
+ * (docs/adr/0003-qemu-microvm-beside-firecracker.md).
  *
  * "Usable" is probed, not assumed: /dev/kvm must open read-write, both
  * binaries must be executable files, and `firecracker --version` must exit 0

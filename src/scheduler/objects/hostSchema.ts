@@ -1,6 +1,6 @@
 /**
  * SQLite schema of the Host object (drizzle tables plus idempotent DDL, since
- * a compiled binary cannot read migration folders; BUN-NOTES).
+ * a compiled binary cannot read migration folders).
  */
 import { sqliteTable, text, integer } from "drizzle-orm/sqlite-core";
 

@@ -4,6 +4,7 @@
  * stores, and its prepared statements. Pure declarations; the behaviour is
  * in hostObject.ts.
  */
+import type { HostView } from "../../protocol/views.ts";
 import { and, eq, ne, sql } from "drizzle-orm";
 import type { ObjectContext } from "../runtime/objectRuntime.ts";
 import type { Resources } from "../../domain/capacity.ts";
@@ -40,21 +41,8 @@ export interface ReserveRequest {
 /** Reservation outcome. */
 export type ReserveResult = { accepted: true; placementId: string } | { accepted: false; code: string };
 
-/** The operator's view of a host. */
-export interface HostView {
-  hostId: string;
-  adminState: string;
-  health: HostHealth;
-  registered: Resources;
-  allocatable: Resources;
-  free: Resources;
-  placements: { placementId: string; allocationId: string; generation: number; state: string }[];
-  heartbeatAt: string | null;
-  vmmDriver: string;
-  /** Why the host takes no reservations now (empty: schedulable). */
-  unschedulable: string[];
-  credentialVersion: number;
-}
+/** The operator's view of a host (src/protocol/views.ts). */
+export type { HostView };
 
 /** Observation forwarded to the owning Allocation object's inbox. */
 export interface ObservationMessage {

@@ -5,20 +5,11 @@
  * Must never: hold a secret, payload or raw request body.
  */
 import { AuthorityObject } from "../runtime/objectRuntime.ts";
+import type { Alert } from "../../protocol/views.ts";
 
 /** Most alerts kept; older ones are pruned first. */
 export const MAX_RETAINED_ALERTS = 10_000;
 
-/** One alert as operators see it. */
-export interface Alert {
-  alertId: string;
-  type: string;
-  subject: string;
-  reason: string;
-  at: string;
-  /** Runbook anchor for the alert type. */
-  runbook: string;
-}
 
 /** See the module header. */
 export class OperationsObject extends AuthorityObject {

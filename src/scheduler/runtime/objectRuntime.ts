@@ -1,7 +1,7 @@
 /**
  * The authority-object runtime: hosts named object instances the way a
- * Durable Object platform does (ARCHITECTURE.md, "The scheduler: authority
- * objects").
+ * Durable Object platform does (docs/architecture.md, "The object
+ * runtime"; docs/adr/0002-object-runtime.md).
  *
  * Owns: one SQLite database per (class, name) under the data directory, a
  * serial mailbox per instance, one alarm per instance (persisted in a
@@ -18,6 +18,7 @@ import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import { createHash } from "node:crypto";
 import type { Clock, Randomness } from "./ports.ts";
 import { BeachballError } from "../../protocol/errors.ts";
+import { checkSchemaVersion, openDb } from "../../storage/sqlite.ts";
 
 /** Maximum open object instances kept in memory; idle ones beyond it are closed. */
 export const MAX_OPEN_OBJECTS = 2048;
@@ -387,25 +388,4 @@ export class ObjectRuntime {
       );
     }
   }
-}
-
-/**
- * Refuses a database written by a build with another schema version, with a
- * clear message, instead of failing later on a missing column. There are no
- * migrations yet: the fix is a fresh data directory.
- */
-export function checkSchemaVersion(sql: Database, file: string, expected: number): void {
-  const found = sql.query<{ user_version: number }, []>("PRAGMA user_version").get()?.user_version ?? 0;
-  if (found !== 0 && found !== expected) {
-    sql.close();
-    throw new Error(`${file} has schema version ${found} but this build expects ${expected}; this release has no migrations: move the data directory aside and start fresh`);
-  }
-}
-
-/** Opens a SQLite file in WAL mode with synchronous=NORMAL (durable across process crashes; BUN-NOTES). */
-export function openDb(file: string): Database {
-  const db = new Database(file, { create: true, strict: true });
-  // synchronous is set before the switch to WAL so that switch does not wait for fsync (a new object's file has nothing to lose yet).
-  db.exec("PRAGMA synchronous = NORMAL; PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;");
-  return db;
 }

@@ -1,7 +1,7 @@
 /**
  * Side-effect ports the scheduler objects receive from their host: clock and
  * randomness. Domain and object code never call Date.now() or
- * crypto.getRandomValues() directly (STYLE.md habit 3), so a simulation can
+ * crypto.getRandomValues() directly (docs/architecture.md, "Ports"), so a simulation can
  * drive them with a fake clock and a seeded source.
  */
 

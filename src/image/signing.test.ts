@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { type ImageManifest, imageDigest } from "../../protocol/image.ts";
+import { type ImageManifest, imageDigest } from "../protocol/image.ts";
 import { generateSigningKey, isPublicKey, publicKeyOf, signManifest, verifyManifestSignature } from "./signing.ts";
 import { makeTestImage } from "./testImage.ts";
 

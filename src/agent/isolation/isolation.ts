@@ -8,7 +8,7 @@
  * Must never: hold per-placement state (it is host-wide configuration).
  */
 import type { AgentConfig } from "../config.ts";
-import { DEFAULT_CGROUP_POLICY, cgroupPolicyFrom, type CgroupPolicy } from "../cgroups/policy.ts";
+import { DEFAULT_CGROUP_POLICY, cgroupPolicyFrom, type CgroupPolicy } from "./cgroups/policy.ts";
 import { DEFAULT_NET_POLICY, netPolicyFrom, type PlacementNetPolicy } from "./policy.ts";
 
 /** Host-wide isolation settings for every placement. */

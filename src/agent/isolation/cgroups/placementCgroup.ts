@@ -10,7 +10,7 @@
  */
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { runCmd } from "../net/exec.ts";
+import { runCmd } from "../exec.ts";
 import { cgroupDir, detectControllers, type ControllerPlacement } from "./hierarchy.ts";
 import { v1Writes, v2Writes, type LimitedController, type PlacementLimits } from "./limits.ts";
 import { cgroupError, DEFAULT_CGROUP_SUBDIR, type CgroupPolicy } from "./policy.ts";

@@ -6,7 +6,7 @@
 import { readFileSync } from "node:fs";
 import { defineCommand } from "citty";
 import { consola } from "consola";
-import { runCli } from "./common.ts";
+import { runCli } from "../command/run.ts";
 
 const demo = defineCommand({
   meta: { name: "demo", description: "Run a sample CI job in a real VM on this machine, end to end" },
@@ -16,7 +16,7 @@ const demo = defineCommand({
   },
   run: ({ args }) =>
     runCli(async () => {
-      const { runDevDemo, SAMPLE_JOB } = await import("./devDemo.ts");
+      const { runDevDemo, SAMPLE_JOB } = await import("./demo.ts");
       // First Ctrl-C: release the allocation and stop cleanly; a second one exits at once.
       const interrupt = new AbortController();
       const onSignal = () => {

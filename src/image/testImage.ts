@@ -7,7 +7,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createHash } from "node:crypto";
-import { type Artifact, type ImageManifest, MANIFEST_FILE_NAME, imageDigest } from "../../protocol/image.ts";
+import { type Artifact, type ImageManifest, MANIFEST_FILE_NAME, imageDigest } from "../protocol/image.ts";
 import { signManifest } from "./signing.ts";
 
 /** Deterministic pseudo-random bytes (so artifacts differ between seeds). */

@@ -13,7 +13,7 @@
 import { chmod, copyFile, mkdir, rename, rm, stat, symlink } from "node:fs/promises";
 import { openSync, ftruncateSync, closeSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
-import { type ImageManifest, MANIFEST_FILE_NAME, imageDigest } from "../../protocol/image.ts";
+import { type ImageManifest, MANIFEST_FILE_NAME, imageDigest } from "../protocol/image.ts";
 import { DEV_KERNEL_MODULES, type CachedKernel, ensureDevKernel, runChecked } from "./devKernel.ts";
 import { sha256File, verifyImage } from "./verify.ts";
 import { INITRAMFS_INIT, ROOTFS_INIT } from "./devInitScripts.ts";

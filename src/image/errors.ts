@@ -7,7 +7,7 @@
  * on `code`, never on message text. Must never: put a private key, a
  * signature secret or a credential-bearing URL in a message.
  */
-import type { AgentErrorCode } from "../../protocol/errors.ts";
+import type { AgentErrorCode } from "../protocol/errors.ts";
 
 /** Error codes image verification, signing checks and the cache throw. */
 export type ImageErrorCode = Extract<AgentErrorCode, "IMAGE_DIGEST_MISMATCH" | "IMAGE_NOT_FOUND" | "IMAGE_SIGNATURE_INVALID">;

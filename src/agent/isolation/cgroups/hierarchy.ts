@@ -1,6 +1,6 @@
 /**
  * Finds where each limited controller lives on this host: cgroup v2
- * (unified), cgroup v1, or nowhere. Hosts can be hybrid (RUNTIME-NOTES: cpu,
+ * (unified), cgroup v1, or nowhere. Hosts can be hybrid (docs/architecture.md, "Booting without KVM": cpu,
  * memory and pids on v1 while v2 offers only freeze/kill), so detection is
  * per controller. Parsing is pure; the readers take /proc and /sys text.
  * Must never: guess a mount point (only /proc/self/mountinfo counts).

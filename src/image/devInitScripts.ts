@@ -5,7 +5,7 @@
  * exec `bb guest` as PID 1).
  *
  * Implements the boot path of spec "Images" (ext4 root, beachball-init inside
- * the image) with RUNTIME-NOTES' module order. Must never: route traffic off
+ * the image) with the module order in docs/architecture.md. Must never: route traffic off
  * the host (only a gateway inside the placement's /30 is set) or leave the
  * VM running after a boot failure (it powers off so QEMU exits).
  */

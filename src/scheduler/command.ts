@@ -8,7 +8,7 @@ import { join, resolve } from "node:path";
 import { defineCommand } from "citty";
 import { consola } from "consola";
 import { imageDigest, type ImageManifest } from "../protocol/image.ts";
-import { runCli } from "./common.ts";
+import { runCli } from "../command/run.ts";
 
 /** Splits `host:port` (IPv6 in brackets). Throws with exit code 2 when malformed. */
 export function parseListen(addr: string): { hostname: string; port: number } {
@@ -36,8 +36,8 @@ const serve = defineCommand({
   },
   run: ({ args }) =>
     runCli(async () => {
-      const { ensureDevManifest, publishDevClientConfig } = await import("../scheduler/manifest.ts");
-      const { serveScheduler } = await import("../scheduler/serve.ts");
+      const { ensureDevManifest, publishDevClientConfig } = await import("./manifest.ts");
+      const { serveScheduler } = await import("./serve.ts");
       const dataDir = resolve(args["data-dir"]);
       const { hostname, port } = parseListen(args.listen);
       let manifestPath = args.manifest ? resolve(args.manifest) : "";

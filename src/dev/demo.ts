@@ -12,17 +12,17 @@ import { join, resolve } from "node:path";
 import { randomUUID } from "node:crypto";
 import type { AllocationEvent } from "../protocol/api.ts";
 import { JOB_EXIT_MARKER, JOB_START_MARKER } from "../protocol/guest.ts";
-import { buildDevImage } from "../agent/image/devBuild.ts";
+import { buildDevImage } from "../image/devBuild.ts";
 import { ensureDevManifest, publishDevClientConfig } from "../scheduler/manifest.ts";
 import { serveScheduler, type RunningScheduler } from "../scheduler/serve.ts";
 import { AgentDaemon } from "../agent/daemon.ts";
 import { joinScheduler } from "../agent/join.ts";
 import { agentPaths } from "../agent/config.ts";
 import { placementDirName } from "../agent/placementOps.ts";
-import { listPlacementNetworks } from "../agent/net/placementNet.ts";
-import { SchedulerClient } from "./client.ts";
-import { formatEvent } from "./allocationCommand.ts";
-import { pickBb } from "./bbBinary.ts";
+import { listPlacementNetworks } from "../agent/isolation/placementNet.ts";
+import { SchedulerClient } from "../cli/client.ts";
+import { formatEvent } from "../cli/allocationCommand.ts";
+import { pickBb } from "../image/bbBinary.ts";
 
 /** The sample job: a small CI-like script (runs in the guest with /bin/sh). */
 export const SAMPLE_JOB = `#!/bin/sh

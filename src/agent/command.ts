@@ -8,8 +8,8 @@
 import { resolve } from "node:path";
 import { defineCommand } from "citty";
 import { consola } from "consola";
-import { runCli } from "./common.ts";
-import { DEFAULT_AGENT_DATA_DIR } from "../agent/config.ts";
+import { runCli } from "../command/run.ts";
+import { DEFAULT_AGENT_DATA_DIR } from "./config.ts";
 
 const join = defineCommand({
   meta: { name: "join", description: "Enroll this host with a one-use token" },
@@ -23,7 +23,7 @@ const join = defineCommand({
   },
   run: ({ args }) =>
     runCli(async () => {
-      const { joinScheduler } = await import("../agent/join.ts");
+      const { joinScheduler } = await import("./join.ts");
       const r = await joinScheduler({
         schedulerUrl: args.scheduler,
         token: args.token,
@@ -41,7 +41,7 @@ const run = defineCommand({
   args: { "data-dir": { type: "string", default: DEFAULT_AGENT_DATA_DIR, description: "Agent state directory" } },
   run: ({ args }) =>
     runCli(async () => {
-      const { AgentDaemon } = await import("../agent/daemon.ts");
+      const { AgentDaemon } = await import("./daemon.ts");
       const agent = await AgentDaemon.start({ dataDir: resolve(args["data-dir"]) });
       consola.info(`agent for host ${agent.hostId} running`);
       await new Promise<void>((done) => {
@@ -61,9 +61,9 @@ const doctor = defineCommand({
   run: ({ args }) =>
     runCli(async () => {
       const { existsSync, readFileSync } = await import("node:fs");
-      const { agentPaths } = await import("../agent/config.ts");
-      const { runChecks } = await import("../agent/doctor/checks.ts");
-      const { allPassed, formatResults } = await import("../agent/doctor/format.ts");
+      const { agentPaths } = await import("./config.ts");
+      const { runChecks } = await import("./doctor/checks.ts");
+      const { allPassed, formatResults } = await import("./doctor/format.ts");
       const cfgPath = agentPaths(resolve(args["data-dir"])).config;
       const config = existsSync(cfgPath) ? JSON.parse(readFileSync(cfgPath, "utf8")) : undefined;
       const results = await runChecks(config);

@@ -3,7 +3,7 @@
  * package: download, extract the uncompressed vmlinux (PVH entry) from the
  * xz stream inside vmlinuz, and pick the few modules the initramfs loads.
  *
- * Implements the kernel half of RUNTIME-NOTES ("A Debian kernel") for the
+ * Implements the kernel half of docs/architecture.md, "Booting without KVM", for the
  * dev image of spec "Images". Results are cached per package name under
  * `<cacheDir>/kernel/<package>/`, so a rebuild does not download again.
  * Must never: use files that do not come from a Debian package.
@@ -11,7 +11,7 @@
 import { copyFile, mkdir, readdir, rename, rm } from "node:fs/promises";
 import { basename, join } from "node:path";
 
-/** Modules the initramfs insmods, in this order (RUNTIME-NOTES "Devices"). */
+/** Modules the initramfs insmods, in this order (docs/architecture.md, "Booting without KVM"). */
 export const DEV_KERNEL_MODULES = [
   "virtio_ring", "virtio", "virtio_mmio", "virtio_console",
   "failover", "net_failover", "virtio_net",

@@ -2,7 +2,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { chmodSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { MANIFEST_FILE_NAME, imageDigest } from "../../protocol/image.ts";
+import { MANIFEST_FILE_NAME, imageDigest } from "../protocol/image.ts";
 import { DEV_SIGNING_KEY_FILE, TRUSTED_DEV_KEY_FILE, createPrivateKeyFile, ensureDevSigned, readPrivateKeyFile, readPublicKeyArg, signImageDir } from "./keyFile.ts";
 import { verifyManifestSignature } from "./signing.ts";
 import { makeTestImage, writeTestImage } from "./testImage.ts";

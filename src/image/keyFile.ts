@@ -11,7 +11,7 @@
 import { chmodSync, closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, statSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
-import { type ImageManifest, MANIFEST_FILE_NAME, imageDigest, manifestShapeProblem } from "../../protocol/image.ts";
+import { type ImageManifest, MANIFEST_FILE_NAME, imageDigest, manifestShapeProblem } from "../protocol/image.ts";
 import { imageError } from "./errors.ts";
 import { generateSigningKey, isPublicKey, publicKeyOf, signManifest, type SigningKeyPair, verifyManifestSignature } from "./signing.ts";
 

@@ -3,7 +3,7 @@ import { appendFileSync, mkdirSync, mkdtempSync, rmSync, utimesSync, writeFileSy
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createHash } from "node:crypto";
-import { type ImageManifest, imageDigest } from "../../protocol/image.ts";
+import { type ImageManifest, imageDigest } from "../protocol/image.ts";
 import { clearVerifyMemo, verifyImage } from "./verify.ts";
 
 const root = mkdtempSync(join(tmpdir(), "bb-verify-test-"));

@@ -11,7 +11,7 @@
  */
 import { stat } from "node:fs/promises";
 import { join } from "node:path";
-import { type Artifact, type ImageManifest, MANIFEST_FILE_NAME, imageDigest, manifestShapeProblem } from "../../protocol/image.ts";
+import { type Artifact, type ImageManifest, MANIFEST_FILE_NAME, imageDigest, manifestShapeProblem } from "../protocol/image.ts";
 
 import { imageError } from "./errors.ts";
 

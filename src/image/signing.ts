@@ -17,7 +17,7 @@
  * trusted key verifies it.
  */
 import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject, sign, verify } from "node:crypto";
-import { type ImageManifest, canonicalManifestBytes, manifestShapeProblem } from "../../protocol/image.ts";
+import { type ImageManifest, canonicalManifestBytes, manifestShapeProblem } from "../protocol/image.ts";
 import { imageError } from "./errors.ts";
 
 /** Raw Ed25519 public key and seed length, bytes. */

@@ -9,9 +9,9 @@
  */
 import { readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { detectControllers } from "../cgroups/hierarchy.ts";
-import { placementLimits } from "../cgroups/limits.ts";
-import { addToPlacementCgroup, applyFileSizeLimit, createPlacementCgroup, placementCgroupOf, removePlacementCgroup, type PlacementCgroup } from "../cgroups/placementCgroup.ts";
+import { detectControllers } from "./cgroups/hierarchy.ts";
+import { placementLimits } from "./cgroups/limits.ts";
+import { addToPlacementCgroup, applyFileSizeLimit, createPlacementCgroup, placementCgroupOf, removePlacementCgroup, type PlacementCgroup } from "./cgroups/placementCgroup.ts";
 import { isolationOf } from "./isolation.ts";
 import { createPlacementNetwork, destroyPlacementNetwork, guestKernelArgs, type PlacementNetwork } from "./placementNet.ts";
 
