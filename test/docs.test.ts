@@ -1,0 +1,43 @@
+/**
+ * The repository's documentation stays true: the example manifest under
+ * deploy/ loads with the scheduler's own loader, and every relative link in
+ * docs/ and README.md points at a file that exists.
+ */
+import { describe, expect, test } from "bun:test";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { loadManifest } from "../src/scheduler/manifest.ts";
+
+const ROOT = resolve(import.meta.dir, "..");
+
+function markdownFiles(dir: string): string[] {
+  return readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((d) =>
+    d.isDirectory() ? markdownFiles(join(dir, d.name)) : d.name.endsWith(".md") ? [join(dir, d.name)] : [],
+  );
+}
+
+describe("documentation", () => {
+  test("deploy/manifest.example.json is a valid manifest", () => {
+    const m = loadManifest(join(ROOT, "deploy/manifest.example.json"));
+    expect(Object.keys(m.workloadClasses).length).toBeGreaterThan(0);
+    expect(m.principals.map((p) => p.role).sort()).toEqual(["controller", "operator"]);
+  });
+
+  test("every relative link in docs/ and README.md resolves", () => {
+    const broken: string[] = [];
+    for (const f of ["README.md", ...markdownFiles("docs")]) {
+      for (const m of readFileSync(join(ROOT, f), "utf8").matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)) {
+        const target = m[1]!;
+        if (/^[a-z]+:/.test(target)) continue;
+        if (!existsSync(resolve(ROOT, dirname(f), target))) broken.push(`${f} -> ${target}`);
+      }
+    }
+    expect(broken).toEqual([]);
+  });
+
+  test("the ADR index lists every record", () => {
+    const index = readFileSync(join(ROOT, "docs/adr/README.md"), "utf8");
+    const records = readdirSync(join(ROOT, "docs/adr")).filter((n) => /^\d{4}-.*\.md$/.test(n));
+    for (const r of records) expect(index, `docs/adr/README.md does not list ${r}`).toContain(`(${r})`);
+  });
+});
