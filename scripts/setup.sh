@@ -11,6 +11,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # cpio for the initramfs, ip/nft for placement networking, depmod/modprobe,
 # xz for the kernel, pgrep, and TLS roots for apt and npm.
 PACKAGES=(qemu-system-x86 busybox-static e2fsprogs cpio iproute2 nftables kmod xz-utils procps ca-certificates)
+# lwIP as WebAssembly (native/lwip/build.sh; CI rebuilds it and checks the committed .wasm's digest).
+PACKAGES+=(clang-14 lld-14 wasi-libc)
 
 log=$(mktemp "${TMPDIR:-/tmp}/bb-setup.XXXXXX")
 trap 'rm -f "$log"' EXIT

@@ -1,0 +1,47 @@
+/**
+ * The bounds of the userspace TCP/IP stack, in one place. The lwIP build
+ * (native/lwip/port/lwipopts.h, native/lwip/build.sh) compiles the same numbers
+ * in; a test checks the two agree where the module can report them.
+ *
+ * Memory per connection: at most TCP_WINDOW_BYTES of received data the reader
+ * has not taken (the window only reopens as read() consumes), at most
+ * TCP_SEND_BUFFER_BYTES queued in the stack, and at most
+ * WRITE_QUEUE_LIMIT_BYTES waiting in write() calls. In total: the module's
+ * linear memory never exceeds WASM_MAX_MEMORY_BYTES (its heap for send data is
+ * capped at HEAP_LIMIT_BYTES), and received-but-unread data across all
+ * connections never exceeds RECEIVE_BUDGET_BYTES (beyond it the stack refuses
+ * segments and the peers retransmit).
+ */
+
+/** The tunnel MTU (docs/architecture.md, "Private networking": WireGuard's 1,420 bytes), bytes. */
+export const TUNNEL_MTU = 1420;
+/** TCP maximum segment size: 1,420 − 40 (IPv6) − 20 (TCP), bytes. Compiled into the module (TCP_MSS). */
+export const TCP_MSS_BYTES = 1360;
+/** Receive window per connection, bytes (TCP_WND, window scale 3). */
+export const TCP_WINDOW_BYTES = 256 * 1024;
+/** Send buffer per connection inside the stack, bytes (TCP_SND_BUF). */
+export const TCP_SEND_BUFFER_BYTES = 256 * 1024;
+/** Most simultaneous connections (listeners excluded); lwIP's pcb pool holds this many (MEMP_NUM_TCP_PCB). */
+export const MAX_CONNECTIONS = 512;
+/** Most listeners (MEMP_NUM_TCP_PCB_LISTEN). */
+export const MAX_LISTENERS = 16;
+/** The module's linear memory ceiling, bytes (build.sh --max-memory). */
+export const WASM_MAX_MEMORY_BYTES = 64 * 1024 * 1024;
+/** Cap on the module's heap (send data copied by tcp_write, small control buffers), bytes. */
+export const HEAP_LIMIT_BYTES = 32 * 1024 * 1024;
+/** Received data held for readers across all connections, bytes. */
+export const RECEIVE_BUDGET_BYTES = 32 * 1024 * 1024;
+/** Bytes a connection's pending write() calls may hold beyond what the stack took. */
+export const WRITE_QUEUE_LIMIT_BYTES = 1024 * 1024;
+/** Largest single chunk handed to tcp_write (its length is 16-bit), bytes. */
+export const MAX_WRITE_CHUNK_BYTES = 65535;
+/** Largest IP packet input() takes, bytes (the module's input buffer). */
+export const MAX_PACKET_BYTES = 65535;
+/** Packets queued when input() is called from inside the stack (e.g. a synchronous link); beyond, dropped. */
+export const REENTRANT_INPUT_QUEUE_PACKETS = 1024;
+/** How long connect() waits for the handshake before aborting, ms. */
+export const CONNECT_TIMEOUT_MS = 10_000;
+/** How often blocked writers retry when the heap was full, ms (the TCP timer interval). */
+export const TCP_TIMER_MS = 20;
+/** Pending accepted connections per listener (TCP_DEFAULT_LISTEN_BACKLOG). */
+export const LISTEN_BACKLOG = 64;
