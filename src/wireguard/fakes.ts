@@ -1,0 +1,93 @@
+/**
+ * Test doubles of the WireGuard ports: a clock moved by hand and a seeded
+ * random source. Used by unit, property and in-process handshake tests.
+ *
+ * Owns: determinism in tests only. Must never: be used by production code
+ * (the seeded generator is not cryptographically secure).
+ */
+import type { WgClock, WgRandom } from "./ports.ts";
+
+/** A clock that moves only when the test calls advance(); wall time moves with it. */
+export class FakeClock implements WgClock {
+  private now: number;
+  private readonly wallOffsetMs: number;
+
+  /** Starts at monotonic `startMs` (default 1,000,000 ms) with wall time 2024-01-01T00:00:00Z at that instant. */
+  constructor(startMs = 1_000_000, wallStartMs = Date.UTC(2024, 0, 1)) {
+    this.now = startMs;
+    this.wallOffsetMs = wallStartMs - startMs;
+  }
+
+  nowMs(): number {
+    return this.now;
+  }
+
+  wallMs(): number {
+    return this.now + this.wallOffsetMs;
+  }
+
+  /** Moves both clocks forward by `ms` (≥ 0). */
+  advance(ms: number): void {
+    if (!(ms >= 0)) throw new Error(`FakeClock.advance: ${ms} is not a non-negative number`);
+    this.now += ms;
+  }
+}
+
+/** A deterministic generator (xoshiro128** seeded by splitmix32); NOT cryptographically secure. */
+export class SeededRandom implements WgRandom {
+  private s0: number;
+  private s1: number;
+  private s2: number;
+  private s3: number;
+
+  /** Seeds the four 32-bit state words from `seed` with splitmix32. */
+  constructor(seed: number) {
+    let x = seed >>> 0;
+    const next = () => {
+      x = (x + 0x9e3779b9) >>> 0;
+      let z = x;
+      z = Math.imul(z ^ (z >>> 16), 0x85ebca6b) >>> 0;
+      z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35) >>> 0;
+      return (z ^ (z >>> 16)) >>> 0;
+    };
+    this.s0 = next();
+    this.s1 = next();
+    this.s2 = next();
+    this.s3 = next() | 1;
+  }
+
+  /** The next unsigned 32-bit value (xoshiro128**). */
+  u32(): number {
+    const r = Math.imul(rotl(Math.imul(this.s1, 5) >>> 0, 7), 9) >>> 0;
+    const t = (this.s1 << 9) >>> 0;
+    this.s2 ^= this.s0;
+    this.s3 ^= this.s1;
+    this.s1 ^= this.s2;
+    this.s0 ^= this.s3;
+    this.s2 ^= t;
+    this.s3 = rotl(this.s3, 11);
+    return r;
+  }
+
+  /** A value in [0, n) for 0 < n ≤ 2^32. */
+  below(n: number): number {
+    return Math.floor((this.u32() / 2 ** 32) * n);
+  }
+
+  fill(out: Uint8Array): Uint8Array {
+    for (let i = 0; i < out.length; i += 4) {
+      const v = this.u32();
+      for (let j = 0; j < 4 && i + j < out.length; j++) out[i + j] = (v >>> (8 * j)) & 0xff;
+    }
+    return out;
+  }
+
+  /** `n` fresh random bytes. */
+  bytes(n: number): Uint8Array {
+    return this.fill(new Uint8Array(n));
+  }
+}
+
+function rotl(x: number, k: number): number {
+  return ((x << k) | (x >>> (32 - k))) >>> 0;
+}
