@@ -74,9 +74,13 @@ export const COOKIE_SECRET_MAX_AGE_MS = 120_000;
 /** Least time between two initiations accepted from one peer (flood protection, as wireguard-go: 50 ms). */
 export const INITIATION_MIN_INTERVAL_MS = 50;
 
+/** Largest IP packet the Device seals (the IPv4/IPv6 total length field's maximum). */
+export const MAX_PACKET_BYTES = 65_535;
 /** Largest datagram the Device parses; anything longer is dropped unread (a peer-controlled size). */
-export const MAX_DATAGRAM_BYTES = 65_535 + TRANSPORT_MIN_BYTES;
+export const MAX_DATAGRAM_BYTES = MAX_PACKET_BYTES + PADDING_MULTIPLE + TRANSPORT_MIN_BYTES;
 /** Packets queued per peer while a handshake is pending; the oldest is dropped beyond this. */
 export const MAX_STAGED_PACKETS = 128;
-/** Sliding replay window width in packets (whitepaper §5.4.6 cites RFC 6479; the Linux module also keeps 8,192 − 64 bits). */
-export const REPLAY_WINDOW_PACKETS = 8_192 - 64;
+/** Bits in the replay bitmap (whitepaper §5.4.6 follows RFC 6479; the Linux module keeps 8,192 bits too). */
+export const REPLAY_BITMAP_BITS = 8_192;
+/** Counters this far behind the greatest one received are still accepted once (8,192 − one 32-bit word). */
+export const REPLAY_WINDOW_PACKETS = REPLAY_BITMAP_BITS - 32;
