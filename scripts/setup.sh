@@ -13,6 +13,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PACKAGES=(qemu-system-x86 busybox-static e2fsprogs cpio iproute2 nftables kmod xz-utils procps ca-certificates)
 # lwIP as WebAssembly (native/lwip/build.sh; CI rebuilds it and checks the committed .wasm's digest).
 PACKAGES+=(clang-14 lld-14 wasi-libc)
+# WireGuard: libsodium23 (the fast AEAD through bun:ffi), and wireguard-go,
+# wireguard-tools (wg) and iputils-ping for the interop test against Debian's WireGuard.
+PACKAGES+=(libsodium23 wireguard-go wireguard-tools iputils-ping)
 
 log=$(mktemp "${TMPDIR:-/tmp}/bb-setup.XXXXXX")
 trap 'rm -f "$log"' EXIT
