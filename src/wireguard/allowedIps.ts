@@ -4,8 +4,7 @@
  * destination; an incoming packet is delivered only if the longest prefix
  * matching its source belongs to the peer whose session decrypted it.
  *
- * Owns: the prefix table, one per Device: for each address family, a map per
- * prefix length from the masked address to the peer, searched longest first.
+ * Owns: the prefix table, one per Device (see AllowedIps).
  * Must never: match across address families, or accept a malformed prefix.
  */
 import { isIPv4, isIPv6 } from "node:net";
@@ -74,49 +73,89 @@ function mask(a: Uint8Array, bits: number): Uint8Array {
   return out;
 }
 
-function key(a: Uint8Array, bits: number): string {
+
+/** IPv4 address bytes at `o` as an unsigned 32-bit number. */
+function v4At(b: Uint8Array, o: number): number {
+  return ((b[o]! << 24) | (b[o + 1]! << 16) | (b[o + 2]! << 8) | b[o + 3]!) >>> 0;
+}
+
+/** The IPv4 netmask of a prefix length as an unsigned 32-bit number. */
+function v4Mask(bits: number): number {
+  return bits === 0 ? 0 : (0xffffffff << (32 - bits)) >>> 0;
+}
+
+/** The map key of the first `bits` bits of the 16 bytes at `o` (one char per byte, last byte masked). */
+function v6Key(b: Uint8Array, o: number, bits: number): string {
   let s = "";
-  const m = mask(a, bits);
-  for (let i = 0; i < Math.ceil(bits / 8); i++) s += String.fromCharCode(m[i]!);
+  const whole = bits >> 3;
+  for (let i = 0; i < whole; i++) s += String.fromCharCode(b[o + i]!);
+  const rest = bits & 7;
+  if (rest) s += String.fromCharCode(b[o + whole]! & ((0xff << (8 - rest)) & 0xff));
   return s;
 }
 
-/** Longest-prefix table from IP prefixes to peers of type P. */
+/**
+ * Longest-prefix table from IP prefixes to peers of type P: per prefix
+ * length, a map from the masked address (a number for IPv4, a string for
+ * IPv6) to the peer, searched longest first. Lookups allocate nothing for
+ * IPv4 and one short string per prefix length for IPv6.
+ */
 export class AllowedIps<P> {
-  /** Per family, prefix length → (masked address → peer); lengths kept sorted longest first. */
-  private readonly tables = { 4: new Map<number, Map<string, P>>(), 6: new Map<number, Map<string, P>>() };
-  private readonly lengths: { 4: number[]; 6: number[] } = { 4: [], 6: [] };
+  private readonly v4 = new Map<number, Map<number, P>>();
+  private readonly v6 = new Map<number, Map<string, P>>();
+  private v4Lengths: number[] = [];
+  private v6Lengths: number[] = [];
 
   /** Routes `cidr` to `peer` (a prefix already present moves to `peer`, as in `wg`). Throws on a malformed prefix. */
   insert(cidr: string, peer: P): void {
     const { address, bits } = parsePrefix(cidr);
-    const fam = address.length === 4 ? 4 : 6;
-    let t = this.tables[fam].get(bits);
-    if (!t) {
-      t = new Map();
-      this.tables[fam].set(bits, t);
-      this.lengths[fam] = [...this.tables[fam].keys()].sort((a, b) => b - a);
+    if (address.length === 4) {
+      let t = this.v4.get(bits);
+      if (!t) this.v4.set(bits, (t = new Map()));
+      t.set(v4At(address, 0), peer);
+    } else {
+      let t = this.v6.get(bits);
+      if (!t) this.v6.set(bits, (t = new Map()));
+      t.set(v6Key(address, 0, bits), peer);
     }
-    t.set(key(address, bits), peer);
+    this.sortLengths();
+  }
+
+  private sortLengths(): void {
+    this.v4Lengths = [...this.v4.keys()].sort((a, b) => b - a);
+    this.v6Lengths = [...this.v6.keys()].sort((a, b) => b - a);
   }
 
   /** Removes every prefix of `peer`. */
   removePeer(peer: P): void {
-    for (const fam of [4, 6] as const) {
-      for (const [bits, t] of this.tables[fam]) {
+    for (const tables of [this.v4, this.v6] as Map<number, Map<unknown, P>>[]) {
+      for (const [bits, t] of tables) {
         for (const [k, p] of t) if (p === peer) t.delete(k);
-        if (t.size === 0) this.tables[fam].delete(bits);
+        if (t.size === 0) tables.delete(bits);
       }
-      this.lengths[fam] = [...this.tables[fam].keys()].sort((a, b) => b - a);
     }
+    this.sortLengths();
   }
 
   /** The peer owning the longest prefix containing `address` (4 or 16 bytes), or null. */
   lookup(address: Uint8Array): P | null {
-    const fam = address.length === 4 ? 4 : address.length === 16 ? 6 : 0;
-    if (fam === 0) return null;
-    for (const bits of this.lengths[fam]) {
-      const p = this.tables[fam].get(bits)!.get(key(address, bits));
+    if (address.length === 4) return this.lookupIn(address, 0, 4);
+    if (address.length === 16) return this.lookupIn(address, 0, 6);
+    return null;
+  }
+
+  /** Like lookup, for the address of family `version` at `offset` inside `bytes` (an IP header). */
+  lookupIn(bytes: Uint8Array, offset: number, version: 4 | 6): P | null {
+    if (version === 4) {
+      const a = v4At(bytes, offset);
+      for (const bits of this.v4Lengths) {
+        const p = this.v4.get(bits)!.get((a & v4Mask(bits)) >>> 0);
+        if (p !== undefined) return p;
+      }
+      return null;
+    }
+    for (const bits of this.v6Lengths) {
+      const p = this.v6.get(bits)!.get(v6Key(bytes, offset, bits));
       if (p !== undefined) return p;
     }
     return null;
@@ -125,14 +164,15 @@ export class AllowedIps<P> {
   /** The prefixes routed to `peer`, as text (for stats and tests). */
   prefixesOf(peer: P): string[] {
     const out: string[] = [];
-    for (const fam of [4, 6] as const) {
-      for (const [bits, t] of this.tables[fam]) {
-        for (const [k, p] of t) {
-          if (p !== peer) continue;
-          const a = new Uint8Array(fam === 4 ? 4 : 16);
-          for (let i = 0; i < k.length; i++) a[i] = k.charCodeAt(i);
-          out.push(`${formatAddress(a)}/${bits}`);
-        }
+    for (const [bits, t] of this.v4) {
+      for (const [k, p] of t) if (p === peer) out.push(`${formatAddress(Uint8Array.of(k >>> 24, (k >>> 16) & 255, (k >>> 8) & 255, k & 255))}/${bits}`);
+    }
+    for (const [bits, t] of this.v6) {
+      for (const [k, p] of t) {
+        if (p !== peer) continue;
+        const a = new Uint8Array(16);
+        for (let i = 0; i < k.length; i++) a[i] = k.charCodeAt(i);
+        out.push(`${formatAddress(a)}/${bits}`);
       }
     }
     return out;

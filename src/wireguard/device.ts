@@ -105,7 +105,7 @@ export class Device<E extends Endpoint> {
         counters.packetsDelivered++;
         opts.io.deliverPacket(packet, peer);
       },
-      routeOf: (address) => this.routes.lookup(address),
+      routeOf: (bytes, offset, version) => this.routes.lookupIn(bytes, offset, version),
       drop: (reason) => this.drop(reason),
     };
   }
@@ -151,9 +151,9 @@ export class Device<E extends Endpoint> {
     try {
       const ip = packet.length <= MAX_PACKET_BYTES ? parseIpHeader(packet) : null;
       if (!ip) return this.drop("packet-invalid");
-      const peer = this.routes.lookup(ip.destination);
+      const peer = this.routes.lookupIn(packet, ip.destinationOffset, ip.version);
       if (!peer) return this.drop("no-route");
-      peer.send(packet.subarray(0, ip.length));
+      peer.send(ip.length === packet.length ? packet : packet.subarray(0, ip.length));
     } catch {
       this.drop("internal");
     }

@@ -8,13 +8,15 @@
  * field beyond the bytes actually present.
  */
 
-/** Header fields of an IP packet; addresses are views into the packet (4 or 16 bytes). */
+/** Header fields of an IP packet. Addresses stay in the packet (4 or 16 bytes at the offsets): no copies per packet. */
 export interface IpHeader {
   version: 4 | 6;
   /** Total length claimed by the header (≤ the bytes present). */
   length: number;
-  source: Uint8Array;
-  destination: Uint8Array;
+  /** Offset of the source address in the packet. */
+  sourceOffset: number;
+  /** Offset of the destination address in the packet. */
+  destinationOffset: number;
 }
 
 /** Parses an IPv4 or IPv6 header; null when the bytes are not a plausible packet. */
@@ -26,13 +28,13 @@ export function parseIpHeader(p: Uint8Array): IpHeader | null {
     const ihl = (p[0]! & 0x0f) * 4;
     const length = (p[2]! << 8) | p[3]!;
     if (ihl < 20 || length < ihl || length > p.length) return null;
-    return { version, length, source: p.subarray(12, 16), destination: p.subarray(16, 20) };
+    return { version, length, sourceOffset: 12, destinationOffset: 16 };
   }
   if (version === 6) {
     if (p.length < 40) return null;
     const length = 40 + ((p[4]! << 8) | p[5]!);
     if (length > p.length) return null;
-    return { version, length, source: p.subarray(8, 24), destination: p.subarray(24, 40) };
+    return { version, length, sourceOffset: 8, destinationOffset: 24 };
   }
   return null;
 }

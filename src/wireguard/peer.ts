@@ -52,8 +52,8 @@ export interface PeerHost<E extends Endpoint> {
   transmit(datagram: Uint8Array, to: E | null, peer: Peer<E> | null): void;
   /** Hands a decrypted IP packet whose source `peer` owns to the application. */
   deliver(peer: Peer<E>, packet: Uint8Array): void;
-  /** The peer owning the longest allowed-IPs prefix containing `address`. */
-  routeOf(address: Uint8Array): Peer<E> | null;
+  /** The peer owning the longest allowed-IPs prefix containing the address of family `version` at `offset` in `bytes`. */
+  routeOf(bytes: Uint8Array, offset: number, version: 4 | 6): Peer<E> | null;
   /** Counts a drop. */
   drop(reason: DropReason): void;
 }
@@ -156,16 +156,14 @@ export class Peer<E extends Endpoint> {
     }
   }
 
+  /** Writes header ‖ zero-padded packet into one fresh datagram and seals the payload in place (whitepaper §5.4.6). */
   private transmitTransport(k: Keypair, counter: number, packet: Uint8Array): void {
     const paddedLength = Math.ceil(packet.length / PADDING_MULTIPLE) * PADDING_MULTIPLE;
-    let plaintext = packet;
-    if (paddedLength !== packet.length) {
-      plaintext = new Uint8Array(paddedLength);
-      plaintext.set(packet);
-    }
     const datagram = new Uint8Array(TRANSPORT_HEADER_BYTES + paddedLength + TAG_BYTES);
     writeTransportHeader(datagram, k.remoteIndex, counter);
-    this.host.aead.sealInto(datagram.subarray(TRANSPORT_HEADER_BYTES), k.sendKey, counter, plaintext, null);
+    datagram.set(packet, TRANSPORT_HEADER_BYTES);
+    const body = datagram.subarray(TRANSPORT_HEADER_BYTES);
+    this.host.aead.sealInto(body, k.sendKey, counter, body.subarray(0, paddedLength), null);
     this.transmit(datagram);
   }
 
@@ -282,8 +280,8 @@ export class Peer<E extends Endpoint> {
     this.timers.dataReceived(now);
     const ip = parseIpHeader(plaintext);
     if (!ip) return this.host.drop("invalid-ip-packet");
-    if (this.host.routeOf(ip.source) !== this) return this.host.drop("source-not-allowed");
-    this.host.deliver(this, plaintext.subarray(0, ip.length));
+    if (this.host.routeOf(plaintext, ip.sourceOffset, ip.version) !== this) return this.host.drop("source-not-allowed");
+    this.host.deliver(this, ip.length === plaintext.length ? plaintext : plaintext.subarray(0, ip.length));
   }
 
   /** Whitepaper §6.2: an initiator whose session nears REJECT_AFTER_TIME on receipt starts a handshake, once. */

@@ -19,7 +19,8 @@ export interface Aead {
   /**
    * Seals `plaintext` with `key` and nonce `counter` (an integer in [0, 2^53))
    * and additional data `ad`, writing ciphertext ‖ tag into `out`, which must
-   * be exactly plaintext.length + 16 bytes and must not overlap `plaintext`.
+   * be exactly plaintext.length + 16 bytes. `out` may start at the same byte
+   * as `plaintext` (sealing in place); any other overlap is not allowed.
    */
   sealInto(out: Uint8Array, key: Uint8Array, counter: number, plaintext: Uint8Array, ad: Uint8Array | null): void;
   /**
