@@ -3,7 +3,8 @@
  * 1. Handshake CPU per side: the initiator's work (create the initiation
  *    with mac1, consume the response, derive keys) and the responder's
  *    (check mac1, consume the initiation, create the response, derive keys),
- *    as median wall µs and CPU µs per handshake over N handshakes, with one
+ *    as median wall µs and CPU µs (process.cpuUsage: includes the runtime's
+ *    GC and JIT threads) per handshake over N handshakes, with one
  *    node:crypto X25519 DH measured in the same run as the unit (a handshake
  *    side does 4 DH + 1 key generation, so ≈ 5–6 DH-equivalents is the floor).
  * 2. AEAD MB/s per provider (libsodium via bun:ffi, libsodium-wrappers
@@ -168,6 +169,8 @@ function deviceTransport(a: Aead): { pps: number; ppsCpu: number } {
   da.sendPacket(pkt);
   net.pump();
   const delivered = net.delivered.get("b")!;
+  delivered.length = 0;
+  net.log.length = 0;
   let n = 0;
   const c0 = cpuUs();
   const t0 = performance.now();
