@@ -102,6 +102,27 @@ describe("dependency rules", () => {
     expect(violations("src/dev/demo.ts", 'import { AgentDaemon } from "../agent/daemon.ts";')).toHaveLength(0);
   });
 
+  test("the tunnel libraries never import a role: src/wireguard and native/ import no agent, scheduler or CLI code", () => {
+    for (const role of ["agent/daemon.ts", "scheduler/worker.ts", "cli/client.ts"]) {
+      expect(violations("src/wireguard/device.ts", `import { x } from "../${role}";`), role).toHaveLength(1);
+      expect(violations("native/sodium/sodium.ts", `import { x } from "../../src/${role}";`), role).toHaveLength(1);
+    }
+    const offenders = SOURCES.filter((f) => f.startsWith("src/wireguard/") || f.startsWith("native/")).flatMap((f) =>
+      specifiers(readFileSync(join(ROOT, f), "utf8"))
+        .filter((s) => s.startsWith("."))
+        .map((s) => relative(ROOT, resolve(ROOT, dirname(f), s)))
+        .filter((t) => /^src\/(agent|scheduler|cli)\//.test(t))
+        .map((t) => `${f} imports ${t}`),
+    );
+    expect(offenders).toEqual([]);
+  });
+
+  test("src/wireguard reads time and randomness only through its ports (ports.ts)", () => {
+    for (const f of SOURCES.filter((f) => f.startsWith("src/wireguard/") && !f.endsWith("/ports.ts"))) {
+      expect(readFileSync(join(ROOT, f), "utf8"), f).not.toMatch(/Date\.now\(|performance\.now\(|Math\.random\(|randomFillSync|randomBytes\(|getRandomValues/);
+    }
+  });
+
   test("src/domain touches no clock, randomness or Bun API, and imports only protocol and @noble/hashes", () => {
     for (const f of files("src/domain").filter((f) => !f.endsWith(".test.ts"))) {
       const src = readFileSync(join(ROOT, f), "utf8");

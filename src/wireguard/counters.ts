@@ -1,7 +1,8 @@
 /**
  * A Device's counters: what it sent and received, and every datagram or
- * packet it dropped, by a closed set of reasons with stable names (STYLE.md
- * habit 2). The Device never throws on bad input; it drops and counts here.
+ * packet it dropped, by a closed set of reasons with stable names, so callers
+ * branch on codes, never on text. The Device never throws on bad input; it
+ * drops and counts here.
  *
  * Owns: the reason names and the counter object. Must never: carry packet
  * contents or keys.

@@ -4,7 +4,7 @@
  *
  * Owns: every read of time and every random byte src/wireguard uses (keys,
  * sender indices, cookie secrets, timer jitter), so a test can drive a Device
- * through hours of protocol time deterministically (STYLE.md habit 3).
+ * through hours of protocol time deterministically (docs/architecture.md, "Ports").
  * Must never: be bypassed by a direct Date.now(), performance.now() or
  * crypto.getRandomValues() elsewhere in src/wireguard.
  */

@@ -1,7 +1,7 @@
 /**
  * Drives a Device's timers with one real setTimeout, always re-armed to the
- * earliest deadline (the "single alarm re-armed from the earliest due row"
- * habit of STYLE.md), for transports running on the process clock.
+ * earliest deadline (one alarm, re-armed from the earliest due deadline, as
+ * the object runtime does), for transports running on the process clock.
  *
  * Owns: that one timer. Callers call poke() after anything that may have set
  * an earlier deadline (a datagram in, a packet out). Must never: keep the

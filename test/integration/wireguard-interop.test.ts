@@ -10,8 +10,9 @@
  *   bbt-wgb-PID: wireguard-go on TUN bbtwgPID, UDP 192.0.2.2:51820; tunnel
  *     10.77.0.2/24, fd77::2/64; kernel ICMP, UDP echo on port 7777 (udpEcho.ts)
  * Our side crafts IPv4/IPv6 packets (test/support/ipCraft.ts) and checks the
- * kernel's replies come back decrypted. TCP through a kernel TUN on our side
- * is not here: it needs native/tun (another branch).
+ * kernel's replies come back decrypted. Last, our Device is joined to a
+ * kernel TUN in bbt-wga-PID (native/tun) and kernel TCP runs both ways
+ * through it, byte-exact (SHA-256), over IPv4 and IPv6.
  * Needs root, ip, wg, wireguard-go, ping; otherwise prints why and skips.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
@@ -22,6 +23,7 @@ import { icmpEcho, parseIcmpEcho, parseUdp, udpPacket } from "../support/ipCraft
 import { LineChild } from "../support/lineChild.ts";
 import { keyPairFromPrivate } from "../../src/wireguard/x25519.ts";
 import { systemRandom } from "../../src/wireguard/ports.ts";
+import { probeTun } from "../../native/tun/probe.ts";
 
 const repo = resolve(import.meta.dir, "../..");
 const bun = process.execPath;
@@ -85,8 +87,9 @@ async function stopWireguardGo(): Promise<void> {
   rmSync(`/var/run/wireguard/${IF}.sock`, { force: true });
 }
 
-async function startHarness(): Promise<LineChild> {
+async function startHarness(tun?: string): Promise<LineChild> {
   const cfg = {
+    ...(tun ? { tun } : {}),
     privateKey: b64(ours.privateKey),
     listen: { address: "192.0.2.1", port: OUR_PORT },
     peer: { publicKey: b64(theirs.publicKey), endpoint: { address: "192.0.2.2", port: WG_PORT }, allowedIps: ["10.77.0.0/24", "fd77::/64"] },
@@ -266,4 +269,47 @@ describe.skipIf(!!skipReason)("WireGuard interop with wireguard-go", () => {
     expect(s.counters.initiationsSent).toBeGreaterThanOrEqual(2);
     await ourPing("10.77.0.1", "10.77.0.2", 50);
   }, 40_000);
+
+  test("TCP both ways through a kernel TUN joined to our Device (native/tun), IPv4 and IPv6, byte-exact", async () => {
+    const probe = await probeTun();
+    if (!probe.available) {
+      console.log(`SKIP TCP through TUN: ${probe.reason}`);
+      return;
+    }
+    await harness!.stop();
+    const TUN = "bbtwgtun0";
+    await startHarness(TUN);
+    must(["ip", "-n", NS_A, "addr", "add", "10.77.0.1/24", "dev", TUN]);
+    must(["ip", "-n", NS_A, "addr", "add", "fd77::1/64", "dev", TUN, "nodad"]);
+    must(["ip", "-n", NS_A, "link", "set", TUN, "up"]);
+    const tcp = join(repo, "test/support/tcpEcho.ts");
+    const servers = [
+      new LineChild(inB([bun, tcp, "listen", "10.77.0.2", "7000"]), join(work, "tcp-b4.log")),
+      new LineChild(inB([bun, tcp, "listen", "fd77::2", "7000"]), join(work, "tcp-b6.log")),
+      new LineChild(["ip", "netns", "exec", NS_A, bun, tcp, "listen", "10.77.0.1", "7001"], join(work, "tcp-a4.log")),
+      new LineChild(["ip", "netns", "exec", NS_A, bun, tcp, "listen", "fd77::1", "7001"], join(work, "tcp-a6.log")),
+    ];
+    try {
+      for (const s of servers) await s.waitFor((e) => e.ev === "ready", 10_000, "tcp listener");
+      const bytes = String(4 * 1024 * 1024);
+      const runs = [
+        ["ip", "netns", "exec", NS_A, bun, tcp, "connect", "10.77.0.2", "7000", bytes],
+        ["ip", "netns", "exec", NS_A, bun, tcp, "connect", "fd77::2", "7000", bytes],
+        inB([bun, tcp, "connect", "10.77.0.1", "7001", bytes]),
+        inB([bun, tcp, "connect", "fd77::1", "7001", bytes]),
+      ];
+      for (const cmd of runs) {
+        const p = Bun.spawn(cmd, { stdout: "pipe", stderr: "pipe" });
+        const [text, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+        console.log(`TCP ${cmd.slice(-4).join(" ")}: ${text.trim()}`);
+        expect(code, `${cmd.join(" ")}: ${text}${err}`).toBe(0);
+        expect(JSON.parse(text.trim().split("\n").pop()!)).toMatchObject({ ok: true, bytes: Number(bytes) });
+      }
+      const s = await harness!.stats();
+      expect(s.counters.drops["decrypt-failed"]).toBe(0);
+      expect(s.counters.drops["source-not-allowed"]).toBe(0);
+    } finally {
+      for (const s of servers) await s.stop();
+    }
+  }, 120_000);
 });

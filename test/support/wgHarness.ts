@@ -3,7 +3,10 @@
  * it inside a network namespace (`ip netns exec NS bun wgHarness.ts CONFIG`).
  * CONFIG (argv[2], JSON): { privateKey, listen: {address, port},
  * peer: {publicKey, endpoint?: {address, port}, allowedIps},
- * floodSource?: address }. Keys are base64.
+ * floodSource?: address, tun?: interface name }. Keys are base64. With `tun`,
+ * the harness opens that TUN device (native/tun) in its namespace and joins
+ * it to the Device: packets the kernel routes into it are sealed, decrypted
+ * packets are written to it (no "packet" events then).
  *
  * Commands, one JSON object per stdin line:
  *   {"op":"send","packet":B64}        seal an IP packet into the tunnel
@@ -23,18 +26,21 @@ import { messageType } from "../../src/wireguard/codec.ts";
 import { fixedLoad, type LoadPolicy } from "../../src/wireguard/load.ts";
 import { systemClock, systemRandom } from "../../src/wireguard/ports.ts";
 import { startUdpDevice, udpEndpoint, type UdpEndpoint } from "../../src/wireguard/udp.ts";
+import { DEFAULT_TUN_MTU, openTun, type TunDevice } from "../../native/tun/tun.ts";
 
 interface Config {
   privateKey: string;
   listen: { address: string; port: number };
   peer: { publicKey: string; endpoint?: { address: string; port: number }; allowedIps: string[] };
   floodSource?: string;
+  tun?: string;
 }
 
 const cfg = JSON.parse(process.argv[2]!) as Config;
 const b64 = (s: string) => new Uint8Array(Buffer.from(s, "base64"));
 const emit = (o: object) => process.stdout.write(JSON.stringify(o) + "\n");
 
+let tun: TunDevice | null = null;
 let loaded = false;
 const load: LoadPolicy = { note: () => {}, underLoad: () => loaded };
 const { aead } = await selectAead();
@@ -44,8 +50,15 @@ const wg = await startUdpDevice({
   hostname: cfg.listen.address,
   port: cfg.listen.port,
   load,
-  onPacket: (p) => emit({ ev: "packet", data: Buffer.from(p).toString("base64") }),
+  onPacket: (p) => (tun ? tun.write(p) : emit({ ev: "packet", data: Buffer.from(p).toString("base64") })),
 });
+if (cfg.tun) {
+  tun = openTun({ name: cfg.tun, mtu: DEFAULT_TUN_MTU });
+  // Views into the reader's ring are valid only during the call: copy, since a packet may wait for a handshake.
+  tun.start((packets) => {
+    for (const p of packets) wg.sendPacket(Uint8Array.from(p));
+  });
+}
 const peer = wg.device.addPeer({
   publicKey: b64(cfg.peer.publicKey),
   endpoint: cfg.peer.endpoint ? udpEndpoint(cfg.peer.endpoint.address, cfg.peer.endpoint.port) : null,
@@ -119,4 +132,5 @@ for await (const line of lines) {
     emit({ ev: "error", message: String(e) });
   }
 }
+await tun?.close();
 wg.close();
