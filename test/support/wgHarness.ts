@@ -12,8 +12,9 @@
  *   {"op":"send","packet":B64}        seal an IP packet into the tunnel
  *   {"op":"initiate"}                  start a handshake now
  *   {"op":"load","on":true|false}      demand cookies (responder under load) or not
- *   {"op":"flood","ms":N,"to":{address,port}}  send valid-mac1 initiations from
- *        `floodSource` with a throwaway key for N ms (puts the other side under load)
+ *   {"op":"flood","ms":N,"burst":B,"intervalMs":I,"to":{address,port}}  send bursts
+ *        of B valid-mac1 initiations every I ms from `floodSource` with a throwaway
+ *        key, for N ms (puts the other side under load); {"op":"flood-stop"} ends it
  *   {"op":"stats"}                     report counters
  * Events, one JSON object per stdout line: {"ev":"ready"}, {"ev":"packet","data":B64},
  * {"ev":"stats",...}, {"ev":"flooded","sent":N}, {"ev":"error","message":…}.
@@ -81,18 +82,29 @@ function floodInitiation(): Uint8Array {
   return captured;
 }
 
-async function flood(ms: number, to: { address: string; port: number }): Promise<number> {
+let flooding = false;
+
+/**
+ * Sends bursts of `burst` valid-mac1 initiations every `intervalMs` for up to
+ * `ms` (or until "flood-stop"): each burst overfills the peer's handshake
+ * queue for a moment (wireguard-go is under load from 1/8 of its 1,024-entry
+ * queue and stays so for 1 s), and the gaps let the queue drain so our own
+ * handshake messages are not lost at its door.
+ */
+async function flood(ms: number, burst: number, intervalMs: number, to: { address: string; port: number }): Promise<number> {
   if (!cfg.floodSource) throw new Error("no floodSource configured");
   const sock = await Bun.udpSocket({ hostname: cfg.floodSource, port: 0, binaryType: "uint8array", socket: { data() {} } });
   const msg = floodInitiation();
   const batch: (Uint8Array | number | string)[] = [];
   for (let i = 0; i < 64; i++) batch.push(msg, to.port, to.address);
   let sent = 0;
+  flooding = true;
   const end = performance.now() + ms;
-  while (performance.now() < end) {
-    for (let i = 0; i < 16; i++) sent += sock.sendMany(batch);
-    await Bun.sleep(0); // let our own Device's socket and timers run
+  while (flooding && performance.now() < end) {
+    for (let i = 0; i < Math.ceil(burst / 64); i++) sent += sock.sendMany(batch);
+    await Bun.sleep(intervalMs);
   }
+  flooding = false;
   sock.close();
   return sent;
 }
@@ -114,11 +126,12 @@ emit({ ev: "ready", port: wg.port });
 for await (const line of lines) {
   if (!line.trim()) continue;
   try {
-    const c = JSON.parse(line) as { op: string; packet?: string; on?: boolean; ms?: number; to?: { address: string; port: number } };
+    const c = JSON.parse(line) as { op: string; packet?: string; on?: boolean; ms?: number; burst?: number; intervalMs?: number; to?: { address: string; port: number } };
     if (c.op === "send") wg.sendPacket(b64(c.packet!));
     else if (c.op === "initiate") wg.initiateHandshake(peer);
     else if (c.op === "load") loaded = !!c.on;
-    else if (c.op === "flood") void flood(c.ms!, c.to!).then((sent) => emit({ ev: "flooded", sent }), (e) => emit({ ev: "error", message: String(e) }));
+    else if (c.op === "flood-stop") flooding = false;
+    else if (c.op === "flood") void flood(c.ms!, c.burst ?? 1_536, c.intervalMs ?? 250, c.to!).then((sent) => emit({ ev: "flooded", sent }), (e) => emit({ ev: "error", message: String(e) }));
     else if (c.op === "stats") {
       const k = peer.keypairs;
       emit({
