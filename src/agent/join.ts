@@ -9,7 +9,7 @@ import { existsSync, statfsSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { join, resolve } from "node:path";
 import { readPublicKeyArg, TRUSTED_DEV_KEY_FILE } from "../image/keyFile.ts";
-import { BeachballError, isErrorCode } from "../protocol/errors.ts";
+import { errorFromResponse } from "../protocol/problem.ts";
 import type { Capacity, WellKnown } from "../protocol/api.ts";
 import type { EnrollResponse } from "../protocol/agent.ts";
 import { agentPaths, DEFAULT_CONSOLE_BUDGET_BYTES, loadAgentFiles, saveAgentFiles, type AgentConfig } from "./config.ts";
@@ -65,8 +65,8 @@ export async function joinScheduler(opts: JoinOptions): Promise<{ hostId: string
     body: JSON.stringify({ token: opts.token, capacity, region: wk.region, architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm", labels: {} }),
     signal: AbortSignal.timeout(10_000),
   });
-  const body = (await res.json()) as EnrollResponse & { code?: string; detail?: string };
-  if (!res.ok) throw new BeachballError(isErrorCode(body.code) ? body.code : "INTERNAL", body.detail ?? `enroll failed with HTTP ${res.status}`);
+  if (!res.ok) throw await errorFromResponse(res);
+  const body = (await res.json()) as EnrollResponse;
   const trustedImageKeys: string[] = [];
   for (const d of opts.imageDirs) {
     const pub = join(resolve(d), TRUSTED_DEV_KEY_FILE);

@@ -13,8 +13,14 @@ export const ERROR_STATUS = {
   UNAUTHENTICATED: 401,
   FORBIDDEN: 403,
   NOT_FOUND: 404,
+  /** The path exists but not for this method (the answer carries `Allow`). */
+  METHOD_NOT_ALLOWED: 405,
   VALIDATION_FAILED: 422,
   MALFORMED_JSON: 400,
+  /** JSON nested deeper than the route allows (checked before parsing). */
+  JSON_TOO_DEEP: 400,
+  /** A Content-Length that is not a decimal byte count, or a body that does not match it. */
+  INVALID_CONTENT_LENGTH: 400,
   BODY_TOO_LARGE: 413,
   PAYLOAD_TOO_LARGE: 413,
   UNKNOWN_WORKLOAD_CLASS: 422,
@@ -36,6 +42,12 @@ export const ERROR_STATUS = {
   ENROLLMENT_TOKEN_INVALID: 401,
   ENROLLMENT_CONFLICT: 409,
   HOST_NOT_ACTIVE: 409,
+  /** A disabled host is fenced for good: it cannot be activated or drained (enroll it again). */
+  HOST_DISABLED: 409,
+  /** An agent update names a placement this host does not have. */
+  UNKNOWN_PLACEMENT: 404,
+  /** An agent update's sequence number is not above the last one applied for its placement in this session. */
+  SEQUENCE_NOT_INCREASING: 409,
   INSUFFICIENT_CPU: 409,
   INSUFFICIENT_MEMORY: 409,
   INSUFFICIENT_DISK: 409,

@@ -53,6 +53,8 @@ export interface WorkerOptions {
 export class SchedulerWorker {
   readonly runtime: ObjectRuntime;
   private readonly services: SchedulerServices;
+  /** Tail of the admin changes in flight per host (see underHostLock). */
+  private readonly hostLocks = new Map<string, Promise<void>>();
 
   constructor(private readonly opts: WorkerOptions) {
     const clock = opts.clock ?? systemClock;
@@ -208,12 +210,27 @@ export class SchedulerWorker {
     return { token, hostId, expiresAt: new Date(expires).toISOString(), joinCommand: `bb agent join --scheduler ${this.opts.publicUrl} --token ${token}` };
   }
 
-  /** Enrolls a host with a one-use token. Throws ENROLLMENT_TOKEN_INVALID, ENROLLMENT_CONFLICT. */
+  /**
+   * Enrolls a host with a one-use token. Throws ENROLLMENT_TOKEN_INVALID,
+   * ENROLLMENT_CONFLICT. Runs under the host's admin lock, and leaves
+   * Admission's active count matching the host's state whatever happens.
+   */
   async enroll(body: EnrollBody): Promise<EnrollResponse> {
     const { token, ...config } = body;
     const configDigest = digestOf(canonicalJson(config));
     const { hostId, replay } = await this.runtime.call(EnrollmentObject, "global", (e) => e.consume(tokenDigest(token), configDigest));
     if (replay) throw new BeachballError("ENROLLMENT_TOKEN_INVALID", "enrollment token was already used; keep the credential from the first enrollment");
+    return this.underHostLock(hostId, async () => {
+      try {
+        return await this.register(hostId, body, configDigest);
+      } finally {
+        await this.syncActiveCount(hostId);
+      }
+    });
+  }
+
+  /** The registration half of enroll (under the host's admin lock). */
+  private async register(hostId: string, body: EnrollBody, configDigest: string): Promise<EnrollResponse> {
     await this.runtime.call(AdmissionObject, "global", (a) => a.admitHost(hostId, this.opts.manifest.limits.maxRegisteredHosts));
     let autoActivate = this.opts.manifest.hostEnrollment.autoActivate;
     if (autoActivate) {
@@ -272,19 +289,59 @@ export class SchedulerWorker {
 
   /**
    * Changes a host's administrative state (operators). Activation is gated
-   * by the active-host cap; `disabled` fences the host. Throws NOT_FOUND,
-   * QUOTA_ACTIVE_HOSTS.
+   * by the active-host cap; `disabled` fences the host for good. Throws
+   * NOT_FOUND, QUOTA_ACTIVE_HOSTS, HOST_DISABLED (activating or draining a
+   * disabled host). Admission's active count matches the host's state after
+   * every call, failed ones included.
    */
   async setHostState(who: Identity, hostId: string, state: "active" | "draining" | "disabled"): Promise<HostView> {
     requireRole(who, "operator");
     if (!HOST_ID_PATTERN.test(hostId) || !this.runtime.exists(HostObject.className, hostId)) throw new BeachballError("NOT_FOUND", "no such host");
     const l = this.opts.manifest.limits;
-    if (state === "active") await this.runtime.call(AdmissionObject, "global", (a) => a.admitActiveHost(hostId, l.maxActiveHosts ?? l.maxRegisteredHosts));
-    else await this.runtime.call(AdmissionObject, "global", (a) => a.deactivateHost(hostId));
-    const r = await this.runtime.call(HostObject, hostId, (h) => h.setAdminState(state));
-    this.services.metrics.inc("bb_host_admin_changes_total", "Host administrative state changes", { state: r.adminState, host: hostId });
-    if (r.fenced) this.services.hostSignals.notify(hostId);
-    return this.runtime.call(HostObject, hostId, (h) => h.view());
+    return this.underHostLock(hostId, async () => {
+      const before = await this.runtime.call(HostObject, hostId, (h) => h.adminState());
+      if (before === null) throw new BeachballError("NOT_FOUND", "no such host");
+      if (before === "disabled" && state !== "disabled") throw new BeachballError("HOST_DISABLED", `host ${hostId} is disabled (fenced for good); enroll it again to use it`);
+      try {
+        if (state === "active") await this.runtime.call(AdmissionObject, "global", (a) => a.admitActiveHost(hostId, l.maxActiveHosts ?? l.maxRegisteredHosts));
+        const r = await this.runtime.call(HostObject, hostId, (h) => h.setAdminState(state));
+        this.services.metrics.inc("bb_host_admin_changes_total", "Host administrative state changes", { state: r.adminState, host: hostId });
+        if (r.fenced) this.services.hostSignals.notify(hostId);
+      } finally {
+        await this.syncActiveCount(hostId);
+      }
+      return this.runtime.call(HostObject, hostId, (h) => h.view());
+    });
+  }
+
+  /**
+   * Runs `fn` after every earlier admin change of `hostId` in this process
+   * finished: an admin change touches two objects (Admission, then Host), so
+   * two changes of one host must not interleave between them.
+   */
+  private underHostLock<T>(hostId: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.hostLocks.get(hostId) ?? Promise.resolve();
+    const run = prev.then(fn, fn);
+    const tail = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.hostLocks.set(hostId, tail);
+    void tail.then(() => {
+      if (this.hostLocks.get(hostId) === tail) this.hostLocks.delete(hostId);
+    });
+    return run;
+  }
+
+  /** Makes Admission count `hostId` as active exactly when its Host object says it is active. */
+  private async syncActiveCount(hostId: string): Promise<void> {
+    const state = this.runtime.exists(HostObject.className, hostId) ? await this.runtime.call(HostObject, hostId, (h) => h.adminState()) : null;
+    await this.runtime.call(AdmissionObject, "global", (a) => a.setHostActive(hostId, state === "active"));
+  }
+
+  /** The hosts Admission counts as active, sorted (checks that counters match states). */
+  async activeHostIds(): Promise<string[]> {
+    return this.runtime.call(AdmissionObject, "global", (a) => a.activeHostIds());
   }
 
   /** Prometheus text with counters and host gauges (operators). */

@@ -113,9 +113,22 @@ export class AdmissionObject extends AuthorityObject {
     this.ctx.sql.query("UPDATE hosts SET active = 1 WHERE host_id = ?").run(hostId);
   }
 
-  /** Records that a host left the active set (drained or disabled). */
-  deactivateHost(hostId: string): void {
-    this.ctx.sql.query("UPDATE hosts SET active = 0 WHERE host_id = ?").run(hostId);
+  /**
+   * Records whether a registered host is in the active set, as its Host
+   * object reports it after an admin change (no cap check: admitActiveHost
+   * gates activation before the change; this makes the count match the
+   * state whatever the change's outcome).
+   */
+  setHostActive(hostId: string, active: boolean): void {
+    this.ctx.sql.query("UPDATE hosts SET active = ? WHERE host_id = ?").run(active ? 1 : 0, hostId);
+  }
+
+  /** The hosts counted as active, sorted (for checks that counters match host states). */
+  activeHostIds(): string[] {
+    return this.ctx.sql
+      .query<{ host_id: string }, []>("SELECT host_id FROM hosts WHERE active = 1 ORDER BY host_id")
+      .all()
+      .map((r) => r.host_id);
   }
 
   override onInbox(): void {

@@ -19,7 +19,7 @@ import { healthFromHeartbeat, HEALTHY_HEARTBEAT_AGE_MS } from "../../domain/heal
 import { OVERLAP_SUSPECT_MS, unschedulableReasons, type HostFacts } from "../../domain/hostConditions.ts";
 import type { Advertisement } from "../../domain/placement.ts";
 import type { Capacity } from "../../protocol/api.ts";
-import { type AgentCommand, type Envelope, type PlacementSpec, type PollResponse, type PlacementUpdate } from "../../protocol/agent.ts";
+import { type AgentCommand, type Envelope, type PlacementSpec, type PollResponse, type PlacementUpdate, type UpdateRejection, type UpdateRejectionCode } from "../../protocol/agent.ts";
 import type { SchedulerServices } from "../services.ts";
 import { HOST_DDL, commandTable, deliveryTable, hostTable, placementTable } from "./hostSchema.ts";
 import { NO_FACTS, prepareHostQueries, toRes, type AgentFacts, type HostRegistration, type HostView, type ObservationMessage, type PlacementStatus, type ReserveRequest, type ReserveResult } from "./hostTypes.ts";
@@ -106,6 +106,11 @@ export class HostObject extends AuthorityObject {
     return !!this.row();
   }
 
+  /** The administrative state, or null before enrollment. */
+  adminState(): "active" | "draining" | "disabled" | null {
+    return this.row()?.adminState ?? null;
+  }
+
   /** True if `credentialDigest` is this host's current credential. */
   authenticate(credentialDigest: string): boolean {
     const r = this.row();
@@ -165,11 +170,16 @@ export class HostObject extends AuthorityObject {
    * `disabled` fences the host: the credential is cleared and its version
    * bumped, every placement counts as absent (its VM can no longer be
    * commanded or renew its lease), and each owning allocation is told.
-   * Returns the placements that were fenced.
+   * Returns the placements that were fenced. A disabled host stays
+   * disabled: disabling it again changes nothing; activating or draining it
+   * throws HOST_DISABLED.
    */
   setAdminState(state: "active" | "draining" | "disabled"): { adminState: string; credentialVersion: number; fenced: number } {
     const r = this.mustRow();
-    if (r.adminState === "disabled") return { adminState: r.adminState, credentialVersion: r.credentialVersion, fenced: 0 };
+    if (r.adminState === "disabled") {
+      if (state !== "disabled") throw new BeachballError("HOST_DISABLED", `host ${r.hostId} is disabled (fenced for good); enroll it again to use it`);
+      return { adminState: r.adminState, credentialVersion: r.credentialVersion, fenced: 0 };
+    }
     const now = this.ctx.clock.now();
     let fenced = 0;
     this.ctx.sql.transaction(() => {
@@ -252,6 +262,7 @@ export class HostObject extends AuthorityObject {
     } else if (env.agentEpoch !== r.agentEpoch) {
       throw new BeachballError("STALE_AGENT_EPOCH", "the agent epoch is not the current session", { currentEpochKnown: r.agentEpoch !== "" });
     }
+    const rejected: UpdateRejection[] = [];
     const prevFacts = JSON.parse(r.factsJson) as AgentFacts;
     const sentAtMs = Date.parse(env.sentAt);
     const overlapping = newSession && r.bootId !== "" && r.bootId !== env.payload.bootId && r.heartbeatAtMs !== null && now - r.heartbeatAtMs < HEALTHY_HEARTBEAT_AGE_MS;
@@ -268,12 +279,17 @@ export class HostObject extends AuthorityObject {
         .run(now, epoch, env.payload.bootId, newSession ? 0 : r.lastSeq, (env.payload.health?.isolationHealthy ?? r.isolationHealthy) ? 1 : 0, JSON.stringify(facts));
       if (overlapping)
         this.ctx.post("Operations", "global", { messageId: `alert:overlap:${r.hostId}:${now}`, kind: "alert", body: { type: "host.overlapping_agent_session", subject: r.hostId, reason: "OVERLAPPING_AGENT_SESSION", atMs: now } });
+      if (newSession) this.ctx.sql.exec("DELETE FROM update_seqs");
       let lastSeq = newSession ? 0 : r.lastSeq;
       let material = newSession || JSON.stringify(facts) !== r.factsJson || (env.payload.health?.isolationHealthy ?? r.isolationHealthy) !== r.isolationHealthy;
       for (const u of env.payload.updates) {
-        if (u.seq <= lastSeq) continue;
-        lastSeq = u.seq;
-        if (this.applyUpdate(r.hostId, epoch, u)) material = true;
+        const outcome = this.applyUpdate(r.hostId, epoch, u);
+        if (typeof outcome === "string") {
+          rejected.push({ seq: u.seq, placementId: u.placementId, code: outcome });
+          continue;
+        }
+        lastSeq = Math.max(lastSeq, u.seq);
+        if (outcome.material) material = true;
       }
       if (lastSeq !== (newSession ? 0 : r.lastSeq)) this.ctx.sql.query("UPDATE host SET last_seq = ?").run(lastSeq);
       for (const a of env.payload.acks) {
@@ -291,17 +307,30 @@ export class HostObject extends AuthorityObject {
     if (newSession) this.svc.deliveries.rearm(r.hostId);
     // A messages envelope may have enqueued work (prepared ⇒ ensure_running): wake the parked poll.
     // Commands and deliveries ride only in poll responses, so each is handed out once per poll.
+    const withRejections = (res: PollResponse): PollResponse => (rejected.length ? { ...res, rejectedUpdates: rejected } : res);
     if (env.type === "messages") {
       if (this.hasWork()) this.svc.hostSignals.notify(r.hostId);
-      return { agentEpoch: epoch, commands: [], deliveries: [], leases: this.leases() };
+      return withRejections({ agentEpoch: epoch, commands: [], deliveries: [], leases: this.leases() });
     }
-    return this.work(epoch);
+    return withRejections(this.work(epoch));
   }
 
-  /** Applies one observation; returns true when it changed capacity (a material change). */
-  private applyUpdate(hostId: string, epoch: string, u: PlacementUpdate): boolean {
+  /**
+   * Applies one observation if its placement and generation are current and
+   * its sequence number is above the last one applied for that placement in
+   * this session; otherwise returns the stable reason and changes nothing
+   * (so an update for an unknown placement, or a huge sequence number on one
+   * placement, never holds back another placement's updates). Applied:
+   * `material` is true when it changed capacity.
+   */
+  private applyUpdate(hostId: string, epoch: string, u: PlacementUpdate): { material: boolean } | UpdateRejectionCode {
     const p = this.q.byId.get({ id: u.placementId });
-    if (!p || p.generation !== u.generation || p.state === "absent") return false;
+    if (!p) return "UNKNOWN_PLACEMENT";
+    if (p.generation !== u.generation) return "STALE_GENERATION";
+    const last = this.ctx.sql.query<{ last_seq: number }, [string]>("SELECT last_seq FROM update_seqs WHERE placement_id = ?").get(p.placementId)?.last_seq ?? 0;
+    if (u.seq <= last) return "SEQUENCE_NOT_INCREASING";
+    if (p.state === "absent") return "INVALID_STATE";
+    this.ctx.sql.query("INSERT INTO update_seqs (placement_id, last_seq) VALUES (?, ?) ON CONFLICT (placement_id) DO UPDATE SET last_seq = excluded.last_seq").run(p.placementId, u.seq);
     const now = this.ctx.clock.now();
     let state: HostPlacementState = p.state;
     if (u.state === "accepted" || u.state === "preparing" || u.state === "prepared") state = "preparing";
@@ -334,8 +363,8 @@ export class HostObject extends AuthorityObject {
       workloadExitCode: u.workloadExitCode ?? null,
       at: u.at,
     };
-    this.ctx.post("Allocation", p.allocationId, { messageId: `obs:${hostId}:${epoch}:${u.seq}`, kind: "observation", body: msg });
-    return state === "absent";
+    this.ctx.post("Allocation", p.allocationId, { messageId: `obs:${hostId}:${epoch}:${p.placementId}:${u.seq}`, kind: "observation", body: msg });
+    return { material: state === "absent" };
   }
 
   private applyDeliveryAck(hostId: string, d: Envelope["payload"]["deliveryAcks"][number]): void {

@@ -66,7 +66,11 @@ export const deliveryTable = sqliteTable("deliveries", {
   consumedAtMs: integer("consumed_at_ms").notNull(),
 });
 
-/** Idempotent DDL for the tables above. */
+/**
+ * Idempotent DDL for the tables above, plus `update_seqs`: the last applied
+ * placement_update sequence number per placement in the current agent
+ * session (emptied when a session opens; spec "Messages").
+ */
 export const HOST_DDL = `
 CREATE TABLE IF NOT EXISTS host (host_id TEXT PRIMARY KEY, admin_state TEXT NOT NULL, credential_digest TEXT, credential_version INTEGER NOT NULL,
   enroll_digest TEXT NOT NULL, capacity_json TEXT NOT NULL, reserve_json TEXT NOT NULL, region TEXT NOT NULL, architecture TEXT NOT NULL,
@@ -81,4 +85,5 @@ CREATE TABLE IF NOT EXISTS commands (command_id TEXT PRIMARY KEY, placement_id T
 CREATE INDEX IF NOT EXISTS commands_pending ON commands (status, created_at_ms);
 CREATE TABLE IF NOT EXISTS deliveries (delivery_id TEXT PRIMARY KEY, placement_id TEXT NOT NULL, generation INTEGER NOT NULL, digest TEXT NOT NULL,
   consumed_at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS update_seqs (placement_id TEXT PRIMARY KEY, last_seq INTEGER NOT NULL);
 `;
