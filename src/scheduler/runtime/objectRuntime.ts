@@ -154,7 +154,7 @@ export class ObjectRuntime {
     private readonly services: unknown = {},
     private readonly options: RuntimeOptions = {},
   ) {
-    mkdirSync(join(dataDir, "objects"), { recursive: true });
+    mkdirSync(join(dataDir, "objects"), { recursive: true, mode: 0o700 });
     for (const c of classes) this.classes.set(c.className, c);
     this.registry = openDb(join(dataDir, "registry.db"));
     this.registry.exec(
@@ -264,7 +264,7 @@ export class ObjectRuntime {
     if (!cls) throw new Error(`unknown object class ${className}`);
     this.evictIdle();
     const dir = join(this.dataDir, "objects", className);
-    mkdirSync(dir, { recursive: true });
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
     const file = join(dir, `${createHash("sha256").update(name).digest("hex").slice(0, 40)}.db`);
     const sql = openDb(file);
     checkSchemaVersion(sql, file, cls.schemaVersion ?? 1);
