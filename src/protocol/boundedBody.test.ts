@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { BeachballError } from "./errors.ts";
-import { declaredLength, MAX_JSON_DEPTH, nestsDeeperThan, parseBoundedJson, readBoundedBody } from "./boundedBody.ts";
+import { declaredLength, MAX_JSON_DEPTH, nestsDeeperThan, parseBoundedJson, readBoundedBody, RequestBody } from "./boundedBody.ts";
 
 const bytes = (s: string) => new TextEncoder().encode(s);
 
@@ -79,5 +79,30 @@ describe("the byte limit holds however the body is framed", () => {
     for (const v of ["abc", "-1", "1.5", "0x10", "1e3", "5, 5", "99999999999999999999"]) expect(await codeOf(() => declaredLength(new Headers({ "content-length": v })))).toBe("INVALID_CONTENT_LENGTH");
     expect(declaredLength(new Headers({ "content-length": "0042" }))).toBe(42);
     expect(declaredLength(new Headers())).toBeNull();
+  });
+});
+
+describe("a refused upload is drained, within bounds, so the refusal is not lost to a reset", () => {
+  test("drain reads what the client still sends, up to the byte bound, then releases the body", async () => {
+    const { stream, seen } = countingStream(10_000, 64 * 1024);
+    const body = new RequestBody(new Request("http://x/", { method: "POST", body: stream, duplex: "half" } as RequestInit));
+    expect(await codeOf(body.read(1024, "BODY_TOO_LARGE"))).toBe("BODY_TOO_LARGE");
+    await body.drain(1024 * 1024, 5_000, 1_000);
+    expect(seen.pulled).toBeGreaterThan(16);
+    expect(seen.pulled).toBeLessThan(40);
+    expect(body.unread).toBe(false);
+    await Bun.sleep(0);
+    expect(seen.cancelled).toBe(true);
+  });
+
+  test("drain stops when the client goes quiet, and never waits for a declared length over the bound", async () => {
+    // A client that sends nothing more: without the idle stop this would wait 60 s and fail on the test's timeout.
+    const quiet = new ReadableStream<Uint8Array>({ pull: () => new Promise(() => undefined) });
+    const idle = new RequestBody(new Request("http://x/", { method: "POST", body: quiet, duplex: "half" } as RequestInit));
+    await idle.drain(1 << 20, 60_000, 50);
+    expect(idle.unread).toBe(false);
+    const { stream, seen } = countingStream(10, 10);
+    await new RequestBody(new Request("http://x/", { method: "POST", body: stream, headers: { "content-length": String(1 << 30) }, duplex: "half" } as RequestInit)).drain(1 << 20);
+    expect(seen.pulled).toBeLessThanOrEqual(1);
   });
 });

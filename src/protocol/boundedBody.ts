@@ -60,44 +60,144 @@ export function declaredLength(headers: Headers): number | null {
 }
 
 /**
- * Reads the whole body of `req` into memory, never holding more than
- * `limitBytes`: a declared length over the limit is refused before reading,
- * and a body of any framing is cut off (and its stream cancelled) as soon as
- * it passes the limit. Throws `tooLarge` (a 413 code) with `limitBytes` in
- * `extra`, INVALID_CONTENT_LENGTH for a malformed length or a body cut
- * short.
+ * Most bytes read and dropped after refusing a request whose client asked
+ * to close the connection: the server closes right after its answer, and a
+ * close with unread bytes makes the kernel reset the connection, which can
+ * destroy the answer before the client reads it (measured with Bun 1.4.5).
+ * Reading the rest first ("lingering close", as nginx does) lets the answer
+ * through; past this many bytes or DRAIN_TIMEOUT_MS the client is cut off.
+ */
+export const MAX_DRAIN_BYTES = 16 * 1024 * 1024;
+/** Longest time spent draining a refused request's body, ms (see MAX_DRAIN_BYTES). */
+export const DRAIN_TIMEOUT_MS = 5_000;
+/** Draining stops once the client sent nothing for this long, ms (it is not uploading, or waits for us). */
+export const DRAIN_IDLE_MS = 200;
+
+/**
+ * The body of one request, read at most once, with its byte limit, plus
+ * the means to drop what is left after a refusal. See readBoundedBody for
+ * the common case.
+ */
+export class RequestBody {
+  private reader: { read(): Promise<{ done: true; value?: undefined } | { done: false; value: Uint8Array }>; cancel(): Promise<void> } | null = null;
+  private finished: boolean;
+
+  constructor(private readonly req: Request) {
+    this.finished = req.body === null;
+  }
+
+  /** True while the body may hold bytes nobody read. */
+  get unread(): boolean {
+    return !this.finished;
+  }
+
+  /**
+   * Reads the whole body into memory, never holding more than `limitBytes`:
+   * a declared length over the limit is refused before reading, and a body
+   * of any framing is cut off as soon as it passes the limit (the rest stays
+   * unread: call drain or release). Throws `tooLarge` (a 413 code) with
+   * `limitBytes` in `extra`, INVALID_CONTENT_LENGTH for a malformed length
+   * or a body cut short.
+   */
+  async read(limitBytes: number, tooLarge: ErrorCode): Promise<Uint8Array> {
+    const over = () => new BeachballError(tooLarge, `request body is over ${limitBytes} bytes`, { limitBytes });
+    const declared = declaredLength(this.req.headers);
+    if (declared !== null && declared > limitBytes) throw over();
+    const reader = this.open();
+    if (!reader) return new Uint8Array(0);
+    const chunks: Uint8Array[] = [];
+    let total = 0;
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        total += value.byteLength;
+        if (total > limitBytes) throw over();
+        chunks.push(value);
+      }
+    } catch (e) {
+      if (e instanceof BeachballError) throw e;
+      this.finished = true;
+      throw new BeachballError("INVALID_CONTENT_LENGTH", "the request body ended before its declared length");
+    }
+    this.finished = true;
+    if (chunks.length === 1) return chunks[0]!;
+    const out = new Uint8Array(total);
+    let at = 0;
+    for (const c of chunks) {
+      out.set(c, at);
+      at += c.byteLength;
+    }
+    return out;
+  }
+
+  /**
+   * Reads and drops what is left of the body, at most `maxBytes` and
+   * `timeoutMs`, stopping early when nothing arrives for `idleMs`, then
+   * releases it. A declared length over `maxBytes` is not drained at all.
+   */
+  async drain(maxBytes = MAX_DRAIN_BYTES, timeoutMs = DRAIN_TIMEOUT_MS, idleMs = DRAIN_IDLE_MS): Promise<void> {
+    if (this.finished || !this.req.body) return;
+    let declared: number | null = null;
+    try {
+      declared = declaredLength(this.req.headers);
+    } catch {
+      /* a malformed length: drain by the byte bound alone */
+    }
+    if (declared !== null && declared > maxBytes) return this.release();
+    const reader = this.open();
+    if (!reader) return;
+    const deadline = Date.now() + timeoutMs;
+    let total = 0;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    try {
+      while (total <= maxBytes) {
+        const left = Math.min(deadline - Date.now(), idleMs);
+        if (left <= 0) break;
+        const next = await Promise.race([reader.read(), new Promise<null>((r) => (timer = setTimeout(() => r(null), left)))]);
+        clearTimeout(timer);
+        if (next === null) break;
+        if (next.done) {
+          this.finished = true;
+          return;
+        }
+        total += next.value.byteLength;
+      }
+    } catch {
+      this.finished = true;
+      return;
+    }
+    this.release();
+  }
+
+  /** Stops reading: the rest of the body is left to the server to discard. */
+  release(): void {
+    if (this.finished) return;
+    const reader = this.open();
+    this.finished = true;
+    void reader?.cancel().catch(() => undefined);
+  }
+
+  /** The body's reader (taken once), or null when there is nothing left to read. */
+  private open() {
+    if (this.finished || !this.req.body) return null;
+    this.reader ??= this.req.body.getReader() as unknown as NonNullable<RequestBody["reader"]>;
+    return this.reader;
+  }
+}
+
+/**
+ * Reads the whole body of `req` with the bound RequestBody.read describes,
+ * releasing the rest when it is over the limit. Throws `tooLarge` or
+ * INVALID_CONTENT_LENGTH.
  */
 export async function readBoundedBody(req: Request, limitBytes: number, tooLarge: ErrorCode): Promise<Uint8Array> {
-  const over = () => new BeachballError(tooLarge, `request body is over ${limitBytes} bytes`, { limitBytes });
-  const declared = declaredLength(req.headers);
-  if (declared !== null && declared > limitBytes) throw over();
-  if (!req.body) return new Uint8Array(0);
-  const reader = req.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
+  const body = new RequestBody(req);
   try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      total += value.byteLength;
-      if (total > limitBytes) {
-        void reader.cancel().catch(() => undefined);
-        throw over();
-      }
-      chunks.push(value);
-    }
-  } catch (e) {
-    if (e instanceof BeachballError) throw e;
-    throw new BeachballError("INVALID_CONTENT_LENGTH", "the request body ended before its declared length");
+    return await body.read(limitBytes, tooLarge);
+  } finally {
+    body.release();
   }
-  if (chunks.length === 1) return chunks[0]!;
-  const out = new Uint8Array(total);
-  let at = 0;
-  for (const c of chunks) {
-    out.set(c, at);
-    at += c.byteLength;
-  }
-  return out;
 }
 
 const utf8 = new TextDecoder("utf-8", { fatal: true });

@@ -22,7 +22,7 @@ import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
 import type { TSchema } from "@sinclair/typebox";
 import { BeachballError } from "../protocol/errors.ts";
 import { problem, problemResponse } from "../protocol/problem.ts";
-import { declaredLength, parseBoundedJson, readBoundedBody } from "../protocol/boundedBody.ts";
+import { declaredLength, parseBoundedJson, RequestBody } from "../protocol/boundedBody.ts";
 import { MAX_IGNORED_BODY_BYTES } from "../protocol/api.ts";
 import type { QueryParam, RouteSpec } from "./routes.ts";
 import type { Identity } from "./manifest.ts";
@@ -121,17 +121,33 @@ export class RequestGuard<N extends string> {
     });
   }
 
-  /** Runs every check of the module header; returns the prepared request or the problem response that refuses it. */
+  /**
+   * Runs every check of the module header; returns the prepared request or
+   * the problem response that refuses it. Before refusing a client that
+   * asked to close the connection, drains (bounded) what it is still
+   * sending, so the refusal reaches it instead of a reset (see
+   * MAX_DRAIN_BYTES); otherwise the unread rest is left to Bun to discard.
+   */
   async admit(request: Request): Promise<Prepared<N> | Response> {
+    const body = new RequestBody(request);
+    let refusal: Response;
     try {
       const url = new URL(request.url);
       const match = this.match(url.pathname, request.method);
-      if (match instanceof Response) return match;
-      return await this.prepare(request, url, match.route, match.params);
+      if (!(match instanceof Response)) return await this.prepare(request, url, match.route, match.params, body);
+      refusal = match;
     } catch (e) {
-      if (e instanceof BeachballError) return problemResponse(e);
-      throw e;
+      if (!(e instanceof BeachballError)) {
+        body.release();
+        throw e;
+      }
+      refusal = problemResponse(e);
     }
+    if (body.unread) {
+      if (/(^|,)\s*close\s*(,|$)/i.test(request.headers.get("connection") ?? "")) await body.drain();
+      else body.release();
+    }
+    return refusal;
   }
 
   private match(pathname: string, method: string): { route: CompiledRoute<N>; params: Record<string, string> } | Response {
@@ -157,16 +173,16 @@ export class RequestGuard<N extends string> {
     return problem("METHOD_NOT_ALLOWED", `this path allows ${allow}`, { allow }, { allow });
   }
 
-  private async prepare(request: Request, url: URL, route: CompiledRoute<N>, params: Record<string, string>): Promise<Prepared<N>> {
+  private async prepare(request: Request, url: URL, route: CompiledRoute<N>, params: Record<string, string>, raw: RequestBody): Promise<Prepared<N>> {
     declaredLength(request.headers);
     const caller = await this.authenticate(route.spec, request.headers.get("authorization"));
     const query = this.query(url.searchParams, route.spec);
     const spec = route.spec.body;
     if (!spec || !route.check) {
-      await readBoundedBody(request, MAX_IGNORED_BODY_BYTES, "BODY_TOO_LARGE");
+      await raw.read(MAX_IGNORED_BODY_BYTES, "BODY_TOO_LARGE");
       return { route: route.name, caller, params, query, body: undefined };
     }
-    const body = parseBoundedJson(await readBoundedBody(request, spec.maxBytes, spec.tooLarge));
+    const body = parseBoundedJson(await raw.read(spec.maxBytes, spec.tooLarge));
     if (!route.check.Check(body)) {
       throw new BeachballError("VALIDATION_FAILED", describeFirstError(route, body));
     }

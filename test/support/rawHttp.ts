@@ -47,9 +47,9 @@ export function rawRequest(port: number, method: string, path: string, headers: 
       const parsed = parse(Buffer.concat(chunks).toString("latin1"), null);
       if (parsed.status && parsed.body.length >= Number(parsed.headers["content-length"] ?? Infinity)) finish();
     });
+    // An error (EPIPE, ECONNRESET) may come while the answer is already in the receive buffer: keep what was read, finish on close.
     s.on("error", (e) => {
       error = (e as NodeJS.ErrnoException).code ?? e.message;
-      finish();
     });
     s.on("close", finish);
     s.on("connect", async () => {
