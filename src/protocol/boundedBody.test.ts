@@ -95,14 +95,16 @@ describe("a refused upload is drained, within bounds, so the refusal is not lost
     expect(seen.cancelled).toBe(true);
   });
 
-  test("drain stops when the client goes quiet, and never waits for a declared length over the bound", async () => {
+  test("drain stops when the client goes quiet, whatever length it declared", async () => {
     // A client that sends nothing more: without the idle stop this would wait 60 s and fail on the test's timeout.
     const quiet = new ReadableStream<Uint8Array>({ pull: () => new Promise(() => undefined) });
     const idle = new RequestBody(new Request("http://x/", { method: "POST", body: quiet, duplex: "half" } as RequestInit));
     await idle.drain(1 << 20, 60_000, 50);
     expect(idle.unread).toBe(false);
     const { stream, seen } = countingStream(10, 10);
-    await new RequestBody(new Request("http://x/", { method: "POST", body: stream, headers: { "content-length": String(1 << 30) }, duplex: "half" } as RequestInit)).drain(1 << 20);
-    expect(seen.pulled).toBeLessThanOrEqual(1);
+    const lying = new RequestBody(new Request("http://x/", { method: "POST", body: stream, headers: { "content-length": String(1 << 30) }, duplex: "half" } as RequestInit));
+    await lying.drain(1 << 20, 60_000, 50);
+    expect(seen.pulled).toBe(10);
+    expect(lying.unread).toBe(false);
   });
 });

@@ -134,17 +134,12 @@ export class RequestBody {
   /**
    * Reads and drops what is left of the body, at most `maxBytes` and
    * `timeoutMs`, stopping early when nothing arrives for `idleMs`, then
-   * releases it. A declared length over `maxBytes` is not drained at all.
+   * releases it.
    */
   async drain(maxBytes = MAX_DRAIN_BYTES, timeoutMs = DRAIN_TIMEOUT_MS, idleMs = DRAIN_IDLE_MS): Promise<void> {
-    if (this.finished || !this.req.body) return;
-    let declared: number | null = null;
-    try {
-      declared = declaredLength(this.req.headers);
-    } catch {
-      /* a malformed length: drain by the byte bound alone */
-    }
-    if (declared !== null && declared > maxBytes) return this.release();
+    // Drained whatever length was declared: a client that declared more than it sends (or more than
+    // maxBytes) stops sending, and the idle bound ends the drain before its last bytes could arrive
+    // at a closed socket.
     const reader = this.open();
     if (!reader) return;
     const deadline = Date.now() + timeoutMs;

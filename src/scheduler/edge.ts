@@ -127,6 +127,8 @@ export class RequestGuard<N extends string> {
    * asked to close the connection, drains (bounded) what it is still
    * sending, so the refusal reaches it instead of a reset (see
    * MAX_DRAIN_BYTES); otherwise the unread rest is left to Bun to discard.
+   * Bun gives a GET or HEAD no body stream (it discards such a body
+   * itself), so that one case cannot be drained here.
    */
   async admit(request: Request): Promise<Prepared<N> | Response> {
     const body = new RequestBody(request);
