@@ -64,13 +64,20 @@ describe("shadowed principals and unnamed manifest errors", () => {
   });
 });
 
+/** A fresh dev manifest in its own directory, edited by hand (maxRegisteredHosts set to `hosts`). */
+function editedDevManifest(hosts: number): { dir: string; manifestPath: string; clientConfigPath: string } {
+  const dir = scratch();
+  const p = ensureDevManifest(dir, IMAGE);
+  const edited = JSON.parse(readFileSync(p.manifestPath, "utf8")) as DeploymentManifest;
+  edited.limits.maxRegisteredHosts = hosts;
+  writeFileSync(p.manifestPath, JSON.stringify(edited));
+  return { dir, ...p };
+}
+
 describe("dev mode overwriting an edited manifest", () => {
   test("a manifest without its client.json is never replaced; the error says client.json is missing", () => {
-    const dir = scratch();
-    const first = ensureDevManifest(dir, IMAGE);
-    const edited = JSON.parse(readFileSync(first.manifestPath, "utf8")) as DeploymentManifest;
-    edited.limits.maxRegisteredHosts = 7;
-    writeFileSync(first.manifestPath, JSON.stringify(edited));
+    const first = editedDevManifest(7);
+    const dir = first.dir;
     const before = readFileSync(first.manifestPath, "utf8");
     unlinkSync(first.clientConfigPath);
     const msg = errorOf(() => ensureDevManifest(dir, IMAGE));
@@ -80,11 +87,8 @@ describe("dev mode overwriting an edited manifest", () => {
   });
 
   test("a client.json without its manifest is refused too, and an intact pair keeps every edit", () => {
-    const dir = scratch();
-    const p = ensureDevManifest(dir, IMAGE);
-    const edited = JSON.parse(readFileSync(p.manifestPath, "utf8")) as DeploymentManifest;
-    edited.limits.maxRegisteredHosts = 9;
-    writeFileSync(p.manifestPath, JSON.stringify(edited));
+    const p = editedDevManifest(9);
+    const dir = p.dir;
     ensureDevManifest(dir, `sha256:${"ef".repeat(32)}`);
     const after = loadManifest(p.manifestPath);
     expect(after.limits.maxRegisteredHosts).toBe(9);
