@@ -67,7 +67,7 @@ describe("tar", () => {
   test("a corrupted header is IMAGE_LAYER_INVALID, a truncated body too", async () => {
     const t = makeTar([{ path: "a", body: "x".repeat(2000) }]);
     const bad = t.slice();
-    bad[10] ^= 0xff;
+    bad[10] = bad[10]! ^ 0xff;
     const drain = async (b: Uint8Array) => {
       for await (const e of readTar(once(b))) for await (const _ of e.body) { /* read */ }
     };
