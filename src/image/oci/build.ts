@@ -14,8 +14,10 @@
  * when everything succeeded.
  *
  * Deterministic: the same input, guest binary, kernel package and busybox
- * give the same artifact digests and the same image digest (times come from
- * the image config's `created`, never from the clock).
+ * give the same artifact digests and the same image digest. Files keep
+ * their layer times; the root directory, the file system and the files
+ * Beachball adds take the image config's `created` time, never the clock
+ * (SOURCE_DATE_EPOCH: mksquashfs 4.5 ignores -root-time with -tar).
  * Must never: leave a partial output directory, or sign an image whose
  * blobs did not verify.
  */
@@ -222,8 +224,9 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
     log("mksquashfs");
     const root = tree.rootMeta;
     const sq = Bun.spawn(["mksquashfs", "-", join(work, OCI_IMAGE_FILES.rootfs), "-tar", "-noappend", "-no-progress", "-quiet",
-      "-comp", SQUASHFS_COMPRESSOR, "-mkfs-time", String(mtime), "-root-mode", root.mode.toString(8), "-root-uid", String(root.uid),
-      "-root-gid", String(root.gid), "-root-time", String(root.mtime)], { stdin: Bun.file(tarPath), stdout: "pipe", stderr: "pipe" });
+      "-comp", SQUASHFS_COMPRESSOR, "-root-mode", root.mode.toString(8), "-root-uid", String(root.uid), "-root-gid", String(root.gid)],
+      // mksquashfs 4.5 ignores -root-time with -tar (the root would get the clock's time); SOURCE_DATE_EPOCH sets it and the mkfs time.
+      { stdin: Bun.file(tarPath), stdout: "pipe", stderr: "pipe", env: { ...process.env, SOURCE_DATE_EPOCH: String(mtime) } });
     const [sqOut, sqErr, sqCode] = await Promise.all([new Response(sq.stdout).text(), new Response(sq.stderr).text(), sq.exited]);
     if (sqCode !== 0) throw new Error(`mksquashfs exited ${sqCode}: ${(sqErr || sqOut).trim().slice(-600)}`);
     await rm(tarPath, { force: true });
