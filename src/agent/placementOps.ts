@@ -25,6 +25,9 @@ import { GuestSession } from "./guestSession.ts";
 import type { PlacementIsolation } from "./isolation/isolation.ts";
 import { confineVmm, networkKernelArgs, prepareCgroup, prepareNetwork, teardownIsolation } from "./isolation/isolationOps.ts";
 
+/** How long Stop waits for the guest's own shutdown before stopping the VMM, ms (the guest gives its workload 2 s). */
+export const GUEST_SHUTDOWN_WAIT_MS = 10_000;
+
 /** An error with a stable agent error code. */
 export class PlacementError extends Error {
   constructor(
@@ -246,7 +249,9 @@ export async function stopPlacement(ctx: PlacementContext, ref: PlacementRef, ha
   const left: string[] = [];
   if (session?.connected && handle) {
     session.shutdown();
-    for (let i = 0; i < 100 && (await ctx.driver.isAlive(handle)); i++) await Bun.sleep(100);
+    // The guest syncs and resets at once (reboot=t): poll finely so its exit is seen within ~10 ms.
+    const deadline = performance.now() + GUEST_SHUTDOWN_WAIT_MS;
+    while (performance.now() < deadline && (await ctx.driver.isAlive(handle))) await Bun.sleep(10);
   }
   session?.close();
   if (handle) {

@@ -14,6 +14,8 @@
  * - `build (--oci-layout DIR | --docker-archive FILE) --key KEYFILE --out
  *   DIR`: converts an OCI image into a signed squashfs image; prints its
  *   digest, or the stable refusal code (IMAGE_LAYER_PATH_ESCAPE, …).
+ * - `reference-build --key KEYFILE --out DIR`: builds the Debian reference
+ *   image (systemd, mmdebstrap from Debian's mirror, cached in --cache).
  * - `publish --out BASE DIR…`: lays image directories out for a static web
  *   server (`BASE/<digest hex>/…`), the layout the agent's
  *   `--image-source http://…` fetches.
@@ -190,6 +192,35 @@ const build = defineCommand({
   },
 });
 
+const referenceBuild = defineCommand({
+  meta: { name: "reference-build", description: "Build the Debian reference image (systemd PID 1, bb guest as a service); print its digest" },
+  args: {
+    key: { type: "string", description: "Private key file that signs the manifest" },
+    out: { type: "string", description: "Image output directory (replaced)", default: ".bb/images/reference" },
+    cache: { type: "string", description: "Cache for the kernel and the Debian root tarball", default: ".bb/cache" },
+    bb: { type: "string", description: "Guest binary to install (default: compile dist/bb-guest)" },
+    json: { type: "boolean", description: "Print the result as JSON", default: false },
+  },
+  async run({ args }) {
+    try {
+      if (!args.key) throw usage("--key KEYFILE is required");
+      const { readPrivateKeyFile } = await import("../image/keyFile.ts");
+      const { ensureDebianRootfsTar } = await import("../image/debianRootfs.ts");
+      const { buildReferenceImage } = await import("../image/referenceBuild.ts");
+      const log = args.json ? undefined : (m: string) => consola.info(m);
+      const key = readPrivateKeyFile(args.key);
+      const r = await buildReferenceImage({
+        rootfsTar: await ensureDebianRootfsTar(args.cache, undefined, log), guestBinaryPath: await pickBb(args.bb, log),
+        outDir: args.out, cacheDir: args.cache, privateKey: key.privateKey, ...(log ? { log } : {}),
+      });
+      if (args.json) console.log(JSON.stringify({ ok: true, digest: r.digest, dir: r.dir, publicKey: key.publicKey }));
+      else console.log(r.digest);
+    } catch (e) {
+      fail(e, args.json);
+    }
+  },
+});
+
 const publish = defineCommand({
   meta: { name: "publish", description: "Lay out image directories under BASE/<digest hex>/ for a static web server; print each digest" },
   args: {
@@ -214,5 +245,5 @@ const publish = defineCommand({
 /** The `bb image` command group. */
 export const imageCommand = defineCommand({
   meta: { name: "image", description: "Build, sign, verify and publish Beachball images" },
-  subCommands: { "dev-build": devBuild, build, keygen, sign, verify, publish },
+  subCommands: { "dev-build": devBuild, build, "reference-build": referenceBuild, keygen, sign, verify, publish },
 });

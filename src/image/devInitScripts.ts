@@ -13,7 +13,7 @@
 /**
  * The initramfs /init for the given insmod order. It starts the kernel
  * argument `init=` (default /sbin/beachball-init; the reference image names
- * systemd). Any failure reboots (QEMU exits through -no-reboot). Private kernel arguments from a placement's
+ * systemd) with the kernel's init arguments (those after `--`). Any failure reboots (QEMU exits through -no-reboot). Private kernel arguments from a placement's
  * initramfs fragment (beachball/kernel-args) are copied into the private root
  * as /etc/beachball/kernel-args (0400) for `bb guest`.
  */
@@ -46,7 +46,7 @@ fi
 $B mount --move /dev /newroot/dev
 $B mount --move /proc /newroot/proc
 $B mount --move /sys /newroot/sys
-exec $B switch_root /newroot "$init"
+exec $B switch_root /newroot "$init" "$@"
 `;
 }
 

@@ -10,7 +10,8 @@
  * writable upper layer, merged by overlayfs at /newroot; inside it the mount
  * table a container expects (proc, sys, dev, devpts, shm, tmp, run,
  * cgroup2), the network from `beachball.ipv4/gateway/dns`, and then `bb
- * guest --workload-root /newroot`, which chroots there itself. The guest
+ * guest --workload-root /newroot`, which chroots there itself (or, given
+ * `init=`, that program of the image, chrooted, for a bare boot). The guest
  * binary lives in the squashfs under `/.beachball/` (paged in on demand and
  * evictable, instead of pinned in the initramfs's RAM) and is hidden from
  * the workload by a whiteout in the upper layer.
@@ -47,6 +48,7 @@ upper=/dev/vdb
 ipv4=
 gw=
 dns=
+init=
 for arg in $($B cat /proc/cmdline); do
   case "$arg" in
     beachball.lower=*) lower="\${arg#*=}" ;;
@@ -54,6 +56,7 @@ for arg in $($B cat /proc/cmdline); do
     beachball.ipv4=*) ipv4="\${arg#*=}" ;;
     beachball.gateway=*) gw="\${arg#*=}" ;;
     beachball.dns=*) dns="\${arg#*=}" ;;
+    init=*) init="\${arg#init=}" ;;
   esac
 done
 i=0
@@ -94,6 +97,8 @@ if [ -f /beachball/kernel-args ]; then
   $B mv /beachball/kernel-args /etc/beachball/kernel-args
   $B chmod 0400 /etc/beachball/kernel-args
 fi
+# init= replaces bb guest with a program of the image (with the kernel's init arguments), for bare boots.
+[ -n "$init" ] && exec $B chroot $R "$init" "$@"
 read -r up _ < /proc/uptime
 echo "beachball-initramfs: starting bb guest at \${up}s"
 exec /lower/${GUEST_BINARY_IN_IMAGE} guest --workload-root ${WORKLOAD_ROOT}
