@@ -71,7 +71,7 @@ async function images(): Promise<{ dev: string; oci: string; ref: string; devKey
   if (!fresh(oci)) {
     console.log("bench: building the OCI image");
     const layout = await writeDebianOciLayout(join(BENCH, "layout"), tar);
-    await buildOciImage({ input: { kind: "oci-layout", dir: layout.dir }, outDir: oci, cacheDir: CACHE, guestBinaryPath: guest, privateKey: key.privateKey });
+    await buildOciImage({ input: { kind: "oci-layout", dir: layout.dir }, outDir: oci, cacheDir: CACHE, guestBinaryPath: guest, privateKey: key.privateKey, compressionLevel: 3 });
     rmSync(join(BENCH, "layout"), { recursive: true, force: true });
     writeFileSync(join(oci, "bench-guest"), guestSha);
   }

@@ -162,10 +162,13 @@ const build = defineCommand({
     out: { type: "string", description: "Image output directory (replaced)" },
     cache: { type: "string", description: "Cache directory for the kernel download", default: ".bb/cache" },
     bb: { type: "string", description: "Guest binary to put in the image (default: compile dist/bb-guest)" },
+    "compression-level": { type: "string", description: "zstd level of the squashfs root, 1-22 (default 15)" },
     json: { type: "boolean", description: "Print the result as JSON", default: false },
   },
   async run({ args }) {
     try {
+      const level = args["compression-level"] === undefined ? undefined : Number(args["compression-level"]);
+      if (level !== undefined && !(Number.isInteger(level) && level >= 1 && level <= 22)) throw usage("--compression-level must be an integer from 1 to 22");
       if (!args["oci-layout"] === !args["docker-archive"]) throw usage("give exactly one of --oci-layout DIR or --docker-archive FILE");
       if (!args.key) throw usage("--key KEYFILE is required");
       if (!args.out) throw usage("--out DIR is required");
@@ -176,7 +179,7 @@ const build = defineCommand({
       const r = await buildOciImage({
         input: args["oci-layout"] ? { kind: "oci-layout", dir: args["oci-layout"] } : { kind: "docker-archive", path: args["docker-archive"]! },
         ...(args.ref ? { ref: args.ref } : {}),
-        outDir: args.out, cacheDir: args.cache, privateKey: key.privateKey,
+        outDir: args.out, cacheDir: args.cache, privateKey: key.privateKey, ...(level ? { compressionLevel: level } : {}),
         guestBinaryPath: await pickBb(args.bb, args.json ? undefined : (m) => consola.info(m)),
         log: args.json ? undefined : (m) => consola.info(m),
       });

@@ -136,7 +136,7 @@ d("real images over HTTP (real QEMU)", () => {
     console.log(`images.test: guest, dev image and Debian rootfs ready in ${Math.round(performance.now() - t)} ms`);
     t = performance.now();
     const layout = await writeDebianOciLayout(join(work, "layout"), rootfsTar);
-    const out = await runRole(["image", "build", "--oci-layout", layout.dir, "--key", keyFile, "--out", join(work, "oci-image"), "--cache", cache, "--bb", guest, "--json"]);
+    const out = await runRole(["image", "build", "--oci-layout", layout.dir, "--key", keyFile, "--out", join(work, "oci-image"), "--cache", cache, "--bb", guest, "--compression-level", "3", "--json"]);
     const built = JSON.parse(out.trim().split("\n").pop()!) as { digest: string; entries: number; layers: number };
     expect(built.layers).toBe(3);
     digests.oci = built.digest;

@@ -43,6 +43,8 @@ import { GUEST_BINARY_IN_IMAGE, GUEST_DIR_IN_IMAGE, buildSquashfsInitrd } from "
 export const MAX_LAYER_BYTES = 64 * 2 ** 30;
 /** squashfs compressor: zstd decompresses quickly even under TCG. */
 export const SQUASHFS_COMPRESSOR = "zstd";
+/** Default zstd level (mksquashfs's own default); lower builds faster, decompression speed barely changes. */
+export const DEFAULT_SQUASHFS_ZSTD_LEVEL = 15;
 /** Artifact file names of a converted image. */
 export const OCI_IMAGE_FILES = { kernel: "vmlinux", rootfs: "rootfs.squashfs", initrd: "initrd.cpio" } as const;
 
@@ -64,6 +66,8 @@ export interface OciBuildOptions {
   privateKey: string;
   /** Static busybox for the initramfs (default /bin/busybox). */
   busyboxPath?: string;
+  /** zstd level of the squashfs, 1–22 (default 15). */
+  compressionLevel?: number;
   /** Progress lines (default: silent). */
   log?: (msg: string) => void;
 }
@@ -224,7 +228,7 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
     log("mksquashfs");
     const root = tree.rootMeta;
     const sq = Bun.spawn(["mksquashfs", "-", join(work, OCI_IMAGE_FILES.rootfs), "-tar", "-noappend", "-no-progress", "-quiet",
-      "-comp", SQUASHFS_COMPRESSOR, "-root-mode", root.mode.toString(8), "-root-uid", String(root.uid), "-root-gid", String(root.gid)],
+      "-comp", SQUASHFS_COMPRESSOR, "-Xcompression-level", String(opts.compressionLevel ?? DEFAULT_SQUASHFS_ZSTD_LEVEL), "-root-mode", root.mode.toString(8), "-root-uid", String(root.uid), "-root-gid", String(root.gid)],
       // mksquashfs 4.5 ignores -root-time with -tar (the root would get the clock's time); SOURCE_DATE_EPOCH sets it and the mkfs time.
       { stdin: Bun.file(tarPath), stdout: "pipe", stderr: "pipe", env: { ...process.env, SOURCE_DATE_EPOCH: String(mtime) } });
     const [sqOut, sqErr, sqCode] = await Promise.all([new Response(sq.stdout).text(), new Response(sq.stderr).text(), sq.exited]);
