@@ -304,7 +304,10 @@ export class ImageCache {
           got = await resumeDownload(partial, a.sizeBytes, (from) => src.open(hex, a.path, from));
           break;
         } catch (e) {
-          if (imageErrorCode(e) === "IMAGE_NOT_FOUND") throw e;
+          if (imageErrorCode(e) === "IMAGE_NOT_FOUND") {
+            if ((await stat(partial).catch(() => null))?.size === 0) await rm(partial, { force: true });
+            throw e;
+          }
           failures = ((e as { progressed?: number }).progressed ?? 0) > 0 ? 1 : failures + 1;
           const have = (await stat(partial).catch(() => null))?.size ?? 0;
           if (failures >= MAX_FETCH_ATTEMPTS_WITHOUT_PROGRESS) throw Object.assign(new Error(`${a.path} of ${digest}: ${failures} attempts without progress (${have} of ${a.sizeBytes} bytes kept to resume): ${(e as Error).message}`), { cause: e });
