@@ -38,6 +38,8 @@ import { ensureDevManifest } from "../src/scheduler/manifest.ts";
 import type { ImageManifest } from "../src/protocol/image.ts";
 import type { AllocationEvent } from "../src/protocol/api.ts";
 import { writeDebianOciLayout } from "../test/support/debianOci.ts";
+import { phaseTimings } from "../src/dev/demo.ts";
+import { placementDirName } from "../src/agent/placementOps.ts";
 import { runRole, startRole, stopRole, tail, type Role } from "../test/support/processes.ts";
 
 const RUNS = Number(process.env["BB_BENCH_RUNS"] ?? 3);
@@ -155,18 +157,23 @@ async function main(): Promise<void> {
       await controller.deliverWhenReady(view.allocationId, new TextEncoder().encode("echo bench-payload\n"), `d-${randomUUID()}`, 300_000);
       const ev: AllocationEvent[] = [];
       await controller.follow(view.allocationId, (e) => ev.push(e), { intervalMs: 100, until: (e) => e.type === "workload.exited" });
+      const v = await controller.get(view.allocationId);
+      const consoleText = readFileSync(join(work, "a", "allocations", placementDirName(v.allocationId, v.placementId!, v.generation), "logs", "console.log"), "utf8");
+      // Inside the guest: kernel uptime when the init handed over to bb guest, and when bb guest was ready.
+      const up = (re: RegExp) => Number(re.exec(consoleText)?.[1] ?? NaN) * 1000;
+      const guestStart = up(/ready \([a-z]+ workload\) at ([0-9.]+)s/) - up(/starting bb guest at ([0-9.]+)s/);
       await controller.release(view.allocationId);
       await controller.follow(view.allocationId, (e) => ev.push(e), { after: ev[ev.length - 1]!.seq, intervalMs: 100, until: (e) => e.type === "allocation.released" || e.type === "allocation.failed" });
       const at = (type: string) => Date.parse(ev.find((e) => e.type === type)!.at);
       if (!ev.some((e) => e.type === "allocation.released")) throw new Error(`${cls}: not released cleanly\n${tail(agent!.log)}`);
-      return { done: at("workload.exited") - at("allocation.created"), release: at("allocation.released") - at("allocation.release_requested") };
+      return { done: at("workload.exited") - at("allocation.created"), release: at("allocation.released") - at("allocation.release_requested"), phases: phaseTimings(ev), guestStart };
     };
 
     const rows: string[][] = [];
     for (const k of kinds) {
       console.log(`bench: ${k.name}: warm-up`);
       await beachball(k.cls);
-      const bb: { done: number; release: number }[] = [];
+      const bb: { done: number; release: number; phases: { phase: string; ms: number }[]; guestStart: number }[] = [];
       const b: { done: number; shutdown: number }[] = [];
       for (let i = 0; i < RUNS; i++) {
         bb.push(await beachball(k.cls));
@@ -175,6 +182,8 @@ async function main(): Promise<void> {
       const [d, bd, r, bs] = [median(bb.map((x) => x.done)), median(b.map((x) => x.done)), median(bb.map((x) => x.release)), median(b.map((x) => x.shutdown))];
       rows.push([k.name, ms(d), ms(bd), `${(d / bd).toFixed(2)}×`.padStart(7), ms(r), ms(bs), ms(r - bs)]);
       console.log(`bench: ${k.name}: create→done ${bb.map((x) => Math.round(x.done)).join("/")} ms, bare ${b.map((x) => Math.round(x.done)).join("/")} ms`);
+      const phases = bb[0]!.phases.map((p) => `${p.phase} ${Math.round(median(bb.map((x) => x.phases.find((q) => q.phase === p.phase)?.ms ?? NaN)))} ms`);
+      console.log(`bench: ${k.name}: phases (median): ${phases.join("; ")}; bb guest start → ready inside the VM ${Math.round(median(bb.map((x) => x.guestStart)))} ms`);
     }
     console.log(`\nboot and release overhead, QEMU microvm (TCG), median of ${RUNS}\n`);
     const head = ["image", "create→done", "bare done", "ratio", "release→absent", "bare shutdown", "release − bare"];

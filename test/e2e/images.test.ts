@@ -164,7 +164,8 @@ d("real images over HTTP (real QEMU)", () => {
     await sh(["ip", "-n", SRV_NS, "addr", "add", `${SRV_ADDR}/30`, "dev", "eth0"]);
     await sh(["ip", "-n", SRV_NS, "link", "set", "eth0", "up"]);
     await sh(["ip", "-n", SRV_NS, "link", "set", "lo", "up"]);
-    writeFileSync(join(work, "cut.nft"), `table inet bbimgcut {\n  chain out {\n    type filter hook output priority 0;\n    tcp sport 8080 ct reply bytes > ${CUT_BYTES} reject with tcp reset\n  }\n}\n`);
+    // The client's next packet after CUT_BYTES is answered with a reset (so the client sees the cut at once, not after a timeout).
+    writeFileSync(join(work, "cut.nft"), `table inet bbimgcut {\n  chain in {\n    type filter hook input priority 0;\n    tcp dport 8080 ct reply bytes > ${CUT_BYTES} reject with tcp reset\n  }\n}\n`);
     await sh(["ip", "netns", "exec", SRV_NS, "nft", "-f", join(work, "cut.nft")]);
     httpd = Bun.spawn(["ip", "netns", "exec", SRV_NS, "busybox", "httpd", "-f", "-vv", "-p", `${SRV_ADDR}:8080`, "-h", www], { stdout: "ignore", stderr: Bun.file(httpdLog()) });
 
@@ -200,6 +201,9 @@ d("real images over HTTP (real QEMU)", () => {
       httpd.kill("SIGKILL");
       await httpd.exited;
     }
+    // httpd forks per connection: end every process left in the server's namespace (ours) before deleting it.
+    const pids = await new Response(Bun.spawn(["ip", "netns", "pids", SRV_NS], { stdout: "pipe", stderr: "ignore" }).stdout).text().catch(() => "");
+    for (const pid of pids.split("\n").map(Number).filter((n) => n > 0)) process.kill(pid, "SIGKILL");
     await sh(["ip", "netns", "del", SRV_NS]).catch(() => {});
     await sh(["ip", "link", "del", HOST_VETH]).catch(() => {});
     if (!work) return;
