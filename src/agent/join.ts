@@ -30,6 +30,8 @@ export interface JoinOptions {
   guestBootTimeoutMs?: number;
   /** Image source base for the verified cache (see AgentConfig.imageSource). */
   imageSource?: string;
+  /** More trusted image keys: base64 Ed25519 public keys or files holding one (operator keys of `bb image build`). */
+  trustedImageKeys?: string[];
 }
 
 /** Capacity detected from this machine: all CPUs, memory less a host reserve, free disk of the data dir. */
@@ -72,6 +74,7 @@ export async function joinScheduler(opts: JoinOptions): Promise<{ hostId: string
     const pub = join(resolve(d), TRUSTED_DEV_KEY_FILE);
     if (existsSync(pub)) trustedImageKeys.push(readPublicKeyArg(pub));
   }
+  for (const k of opts.trustedImageKeys ?? []) trustedImageKeys.push(readPublicKeyArg(k));
   const config: AgentConfig = {
     schedulerUrl: base,
     hostId: body.hostId,
@@ -81,7 +84,7 @@ export async function joinScheduler(opts: JoinOptions): Promise<{ hostId: string
     consoleBudgetBytes: DEFAULT_CONSOLE_BUDGET_BYTES,
     guestBootTimeoutMs: opts.guestBootTimeoutMs ?? 180_000,
     trustedImageKeys,
-    ...(opts.imageSource ? { imageSource: resolve(opts.imageSource) } : {}),
+    ...(opts.imageSource ? { imageSource: /^[a-z][a-z0-9+.-]*:\/\//i.test(opts.imageSource) ? opts.imageSource : resolve(opts.imageSource) } : {}),
   };
   saveAgentFiles(dataDir, config, body.credential);
   return { hostId: body.hostId, enrolled: true };

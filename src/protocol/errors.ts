@@ -57,6 +57,11 @@ export const ERROR_STATUS = {
   ENVELOPE_TOO_LARGE: 413,
   SHUTTING_DOWN: 503,
   INTERNAL: 500,
+  IMAGE_SOURCE_INVALID: 422,
+  IMAGE_BLOB_DIGEST_MISMATCH: 422,
+  IMAGE_LAYER_PATH_ESCAPE: 422,
+  IMAGE_LAYER_INVALID: 422,
+  IMAGE_LAYER_UNSUPPORTED: 422,
 } as const;
 
 /** One stable error code (see ERROR_STATUS for the HTTP status of each). */
@@ -81,6 +86,33 @@ export const AGENT_ERROR_CODES = [
 
 /** One bounded agent error code. */
 export type AgentErrorCode = (typeof AGENT_ERROR_CODES)[number];
+
+/**
+ * Codes `bb image build` refuses an OCI input with (spec "Images", "Boot OCI
+ * images"). Nothing is written to the output or any cache when one is
+ * thrown.
+ * - IMAGE_SOURCE_INVALID: the layout or archive is malformed (no index,
+ *   bad JSON, no manifest for the platform, a bound exceeded).
+ * - IMAGE_BLOB_DIGEST_MISMATCH: a blob's bytes do not match its
+ *   descriptor's digest or size (or a docker layer its diff ID).
+ * - IMAGE_LAYER_PATH_ESCAPE: a layer entry names an absolute or `..` path,
+ *   passes through a symlink that leaves the root, hard-links outside the
+ *   tree, or whites out a path outside the root.
+ * - IMAGE_LAYER_INVALID: a layer is not a well-formed tar stream (bad
+ *   checksum, truncated, an entry over a size bound).
+ * - IMAGE_LAYER_UNSUPPORTED: a layer holds something an image may not:
+ *   a device node outside /dev, an unknown entry type or media type.
+ */
+export const IMAGE_BUILD_ERROR_CODES = [
+  "IMAGE_SOURCE_INVALID",
+  "IMAGE_BLOB_DIGEST_MISMATCH",
+  "IMAGE_LAYER_PATH_ESCAPE",
+  "IMAGE_LAYER_INVALID",
+  "IMAGE_LAYER_UNSUPPORTED",
+] as const satisfies readonly ErrorCode[];
+
+/** One image build refusal code. */
+export type ImageBuildErrorCode = (typeof IMAGE_BUILD_ERROR_CODES)[number];
 
 /** RFC 9457 problem details with Beachball's stable `code` extension. */
 export interface Problem {
