@@ -17,3 +17,6 @@ export { HandshakeLoadMeter, fixedLoad, type LoadPolicy } from "./load.ts";
 export { DEFAULT_LIMITS, type WgLimits } from "./limits.ts";
 export { systemClock, systemRandom, type WgClock, type WgRandom } from "./ports.ts";
 export { keyPairFromPrivate, type KeyPair25519 } from "./x25519.ts";
+export { MultipathDevice, type MultipathOptions } from "./multipath.ts";
+export { PathSelector, relayPath, udpPath, unknownPath, type PathEndpoint, type PathIo, type PathState, type RelayPath, type UdpPath } from "./paths.ts";
+export { openSharedSocket, SharedSocket, type SharedSocketCounters, type SharedSocketOptions } from "./sharedSocket.ts";
