@@ -108,6 +108,8 @@ export class PathSelector {
   private readonly stats = { pins: 0, unpins: 0, sentDirect: 0, sentMirrored: 0, sentRelay: 0 };
   /** Probe rounds since the last pin (the owner's probe timer reads probeIntervalMs()). */
   probeRounds = 0;
+  /** Incremented whenever the path changes (a pin, an unpin, another relay): owners report on change only. */
+  changes = 0;
 
   constructor(
     private readonly io: PathIo,
@@ -206,12 +208,14 @@ export class PathSelector {
     // Insertion order is recency order: drop the oldest past the bound.
     if (this.lastAuthMs.size > MAX_PATH_CANDIDATES + 4) this.lastAuthMs.delete(this.lastAuthMs.keys().next().value!);
     if (from.kind === "relay") {
+      if (this.lastRelay !== from.relayId) this.changes++;
       this.lastRelay = from.relayId;
       return;
     }
     if (this.pinned?.key !== from.key) {
       this.pinned = from;
       this.stats.pins++;
+      this.changes++;
       this.probeRounds = 0;
     }
   }
@@ -226,6 +230,7 @@ export class PathSelector {
       if (key !== p.key && at > mine) {
         this.pinned = null;
         this.stats.unpins++;
+        this.changes++;
         return;
       }
     }

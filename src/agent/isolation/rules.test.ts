@@ -34,7 +34,11 @@ test("placement table: default deny, DNS only to resolvers before range drops, c
   expect(t).toContain("type filter hook forward priority filter; policy drop;");
   expect(t).toContain(`oifname "bbtap0" ct state established,related accept`);
   expect(t).toContain(`oifname "bbup0" ip saddr 10.0.0.2 snat ip to 100.127.0.1`);
-  expect(t).toContain("chain bb_from_guest6 {\n    counter name ipv6_denied drop\n  }"); // no IPv6 assigned: all dropped
+  expect(t).toContain("chain bb_from_guest6 {\n    jump bb_conn\n    counter name ipv6_denied drop\n  }"); // no IPv6 assigned: all dropped but what the host endpoint allows
+  // The host endpoint's chain is empty until a grant is applied, and is consulted only just before each final drop.
+  expect(t).toContain("chain bb_conn {\n  }");
+  expect(at("jump bb_conn")).toBeGreaterThan(at("chain bb_from_guest6"));
+  expect(t.match(/jump bb_conn/g)).toHaveLength(3);
 });
 
 test("placement table without uplink has no NAT and no forward accept; IPv6 allowed only from the exact address", () => {

@@ -8,7 +8,11 @@
  *   to the configured resolvers; connection-tracked IPv4 egress to public
  *   addresses; named drop counters per denied range class; IPv6 only from the
  *   guest's exact address (none assigned: all IPv6 dropped); inbound to the
- *   guest only established/related; SNAT of 10.0.0.2 to the slot address.
+ *   guest only established/related; SNAT of 10.0.0.2 to the slot address;
+ *   an empty chain `bb_conn`, jumped to from the guest's IPv6 chain, the
+ *   input chain and the forward chain just before their final drop, which
+ *   the host endpoint fills with the exact flows of the grants it applied
+ *   (src/agent/endpoint/connectionRules.ts) and nothing else.
  * - `ip bb_<digest>` in the uplink namespace (only with an uplink): masquerade
  *   of the slot address out of the named uplink device, and a guard that lets
  *   the placement's veth forward only to that device.
@@ -34,6 +38,9 @@ export const PLACEMENT_COUNTERS = [
   "operator", "host", "dns_allowed", "dns_denied", "egress_allowed", "spoofed", "invalid",
   "router_denied", "ipv6_denied", "inbound_denied",
 ] as const;
+
+/** The placement table's chain the host endpoint owns (see the module doc). */
+export const CONNECTION_CHAIN = "bb_conn";
 
 /** nftables table name of placement directory `bb-<digest>`: `bb_<digest>`. Throws NETWORK_SETUP_FAILED for another shape. */
 export function nftTableName(dirName: string): string {
@@ -98,6 +105,8 @@ export function placementRuleset(i: PlacementRulesInput): string {
     ...PLACEMENT_COUNTERS.map((c) => `  counter ${c} { }`),
     set4("bb_resolvers", i.resolvers.map((r) => `${addr4(r)}/32`)),
     ...classes.map((c) => set4(`bb_${c.name}`, c.ranges)),
+    `  chain ${CONNECTION_CHAIN} {`,
+    `  }`,
     // Every packet from the guest is classified before routing, so multicast and broadcast are counted too.
     `  chain bb_from_guest {`,
     `    meta nfproto ipv6 jump bb_from_guest6`,
@@ -115,6 +124,7 @@ export function placementRuleset(i: PlacementRulesInput): string {
     ...(i.guestIpv6
       ? [`    ip6 saddr ${i.guestIpv6} accept`, `    ip6 saddr fe80::/10 icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit } accept`]
       : []),
+    `    jump ${CONNECTION_CHAIN}`,
     `    counter name ipv6_denied drop`,
     `  }`,
     `  chain bb_prerouting {`,
@@ -125,11 +135,13 @@ export function placementRuleset(i: PlacementRulesInput): string {
     `    type filter hook input priority filter; policy drop;`,
     `    iif lo accept`,
     `    ct state established,related accept`,
+    `    jump ${CONNECTION_CHAIN}`,
     `  }`,
     `  chain bb_forward {`,
     `    type filter hook forward priority filter; policy drop;`,
     ...(i.uplink ? [`    iifname ${tap} oifname ${dev(i.uplink.device)} accept`] : []),
     `    oifname ${tap} ct state established,related accept`,
+    `    jump ${CONNECTION_CHAIN}`,
     `    counter name inbound_denied drop`,
     `  }`,
   ];
