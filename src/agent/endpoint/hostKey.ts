@@ -33,7 +33,8 @@ export function loadOrCreateHostKey(dataDir: string, random: WgRandom): KeyPair2
     const tmp = `${path}.tmp-${process.pid}`;
     const fd = openSync(tmp, "wx", 0o600);
     try {
-      writeSync(fd, Buffer.from(random.fill(new Uint8Array(32))).toString("base64") + "\n");
+      // Stored clamped (RFC 7748 §5), as `wg genkey` does, so the file reads the same in `wg`.
+      writeSync(fd, Buffer.from(keyPairFromPrivate(random.fill(new Uint8Array(32))).privateKey).toString("base64") + "\n");
     } finally {
       closeSync(fd);
     }
