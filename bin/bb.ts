@@ -20,6 +20,7 @@ const main = defineCommand({
     allocation: () => import("../src/cli/allocationCommand.ts").then((m) => m.allocationCommand),
     host: () => import("../src/cli/hostCommand.ts").then((m) => m.hostCommand),
     image: () => import("../src/cli/imageCommand.ts").then((m) => m.imageCommand),
+    proxy: () => import("../src/proxy/command.ts").then((m) => m.proxyCommand),
     guest: () => import("../src/guest/command.ts").then((m) => m.guestCommand),
     dev: () => import("../src/dev/command.ts").then((m) => m.devCommand),
   },

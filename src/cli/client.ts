@@ -12,12 +12,15 @@ import { BeachballError } from "../protocol/errors.ts";
 import { errorFromAnswer, errorFromResponse, UnexpectedAnswerError } from "../protocol/problem.ts";
 import type { AllocationEvent, AllocationView, BootstrapBody, CreateAllocationBody } from "../protocol/api.ts";
 import type { AlertItem, HostView } from "../protocol/views.ts";
+import { connectionGrantsPath, type ConnectionGrantBody, type ConnectionGrantResponse } from "../protocol/connection.ts";
 
 /** Resolved client settings. */
 export interface ClientConfig {
   schedulerUrl: string;
   token: string;
   operatorToken?: string;
+  /** Connection verification keys (`bb proxy`), key ID → base64 Ed25519 public key; from the config file's `connectionKeys`. */
+  connectionKeys?: Record<string, string>;
 }
 
 /** Config file candidates, in order. */
@@ -37,7 +40,12 @@ export function resolveClientConfig(flags: { scheduler?: string | undefined; tok
   const schedulerUrl = flags.scheduler ?? process.env["BB_SCHEDULER_URL"] ?? file.schedulerUrl;
   const token = flags.token ?? process.env["BB_TOKEN"] ?? file.token;
   if (!schedulerUrl || !token) throw Object.assign(new Error("no scheduler URL or token: pass --scheduler/--token, set BB_SCHEDULER_URL/BB_TOKEN, or run `bb scheduler serve` (it writes .bb/client.json)"), { exitCode: 2 });
-  return { schedulerUrl: schedulerUrl.replace(/\/+$/, ""), token, ...(file.operatorToken ? { operatorToken: file.operatorToken } : {}) };
+  return {
+    schedulerUrl: schedulerUrl.replace(/\/+$/, ""),
+    token,
+    ...(file.operatorToken ? { operatorToken: file.operatorToken } : {}),
+    ...(file.connectionKeys && typeof file.connectionKeys === "object" ? { connectionKeys: file.connectionKeys } : {}),
+  };
 }
 
 /** How long waiting commands keep retrying while the scheduler is unreachable (a restart), ms. */
@@ -136,6 +144,14 @@ export class SchedulerClient {
     const res = await fetch(`${this.baseUrl}/v1/operations/metrics`, { headers: { authorization: `Bearer ${this.token}` }, signal: AbortSignal.timeout(30_000) });
     if (!res.ok) throw await errorFromResponse(res);
     return res.text();
+  }
+  /** POST /v1/allocations/{id}/connection-grants: a signed grant for this client's public key (spec "Data path" step 2). */
+  async createConnectionGrant(id: string, body: ConnectionGrantBody): Promise<ConnectionGrantResponse> {
+    return (await this.call<ConnectionGrantResponse>("POST", connectionGrantsPath(id), body)).body;
+  }
+  /** DELETE /v1/allocations/{id}/connection-grants/{grantId}: revokes a grant (idempotent). */
+  async revokeConnectionGrant(id: string, grantId: string, timeoutMs = 10_000): Promise<void> {
+    await this.call<unknown>("DELETE", connectionGrantsPath(id, grantId), undefined, timeoutMs);
   }
   /** GET /v1/hosts (operator). */
   async hosts(): Promise<HostView[]> {

@@ -222,6 +222,17 @@ export const ConnectionGrantBody = Type.Object(
 /** `POST /v1/allocations/{id}/connection-grants` body. */
 export type ConnectionGrantBody = Static<typeof ConnectionGrantBody>;
 
+/**
+ * The grant routes' path: `/v1/allocations/{id}/connection-grants` (POST
+ * creates a grant), and with `grantId`
+ * `/v1/allocations/{id}/connection-grants/{grantId}` (DELETE revokes it;
+ * idempotent, 204; spec "Data path" step 6 and "Revocation and replacement").
+ */
+export function connectionGrantsPath(allocationId: string, grantId?: string): string {
+  const base = `/v1/allocations/${encodeURIComponent(allocationId)}/connection-grants`;
+  return grantId === undefined ? base : `${base}/${encodeURIComponent(grantId)}`;
+}
+
 /** `POST /v1/allocations/{id}/connection-grants` response. */
 export interface ConnectionGrantResponse {
   grant: SignedGrant;

@@ -36,9 +36,12 @@ export class TestGrantIssuer {
   readonly seed: string;
   readonly publicKey: string;
 
-  constructor(readonly keyId = "test-issuer") {
-    const der = generateKeyPairSync("ed25519").privateKey.export({ format: "der", type: "pkcs8" });
-    this.seed = Buffer.from(der.subarray(16)).toString("base64");
+  /** A fresh key, or the given seed (base64), so several processes can sign as one issuer. */
+  constructor(
+    readonly keyId = "test-issuer",
+    seed?: string,
+  ) {
+    this.seed = seed ?? Buffer.from(generateKeyPairSync("ed25519").privateKey.export({ format: "der", type: "pkcs8" }).subarray(16)).toString("base64");
     this.publicKey = connectionPublicKeyOf(this.seed);
   }
 

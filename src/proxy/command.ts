@@ -1,0 +1,84 @@
+/**
+ * `bb proxy ALLOCATION_ID --local-port 2222 --remote-port 22` (spec "Data
+ * path"): flags to a ProxyOptions, the signals that end a run, and the exit
+ * code (src/command/run.ts: 0 after Ctrl-C or SIGTERM once the grant is
+ * revoked; 1 with the stable code printed when the session cannot go on;
+ * 2 for bad flags; 4 when the scheduler refuses the credentials).
+ *
+ * Trusted grant-signing keys come from `--connection-key`, else
+ * BB_CONNECTION_KEYS, else `connectionKeys` in the client config file; the
+ * proxy refuses to start without one.
+ * Must never: need root, touch the routing table, or print a token or key.
+ */
+import { defineCommand } from "citty";
+import { consola } from "consola";
+import { resolveClientConfig, SchedulerClient } from "../cli/client.ts";
+import { clientArgs } from "../cli/common.ts";
+import { runCli } from "../command/run.ts";
+import { parseVerificationKeys } from "../protocol/connectionSignature.ts";
+import { selectAead, systemClock, systemRandom } from "../wireguard/index.ts";
+import { runProxy } from "./session.ts";
+
+function usage(message: string): Error {
+  return Object.assign(new Error(message), { exitCode: 2 });
+}
+
+function port(text: string | undefined, flag: string): number {
+  const n = Number(text);
+  if (!text || !/^\d{1,5}$/.test(text) || n < 1 || n > 65535) throw usage(`--${flag} must be a port number 1..65535`);
+  return n;
+}
+
+/** The verification keys from the flag, the environment or the config file. Throws a usage error when none is configured or one is malformed. */
+export function connectionKeysFrom(flag: string | undefined, fromFile: Record<string, string> | undefined): Map<string, string> {
+  const text = flag ?? process.env["BB_CONNECTION_KEYS"];
+  let keys: Map<string, string>;
+  try {
+    keys = text ? parseVerificationKeys(text) : parseVerificationKeys(Object.entries(fromFile ?? {}).map(([k, v]) => `${k}=${v}`).join(","));
+  } catch (e) {
+    throw usage((e as Error).message);
+  }
+  if (keys.size === 0) throw usage("no connection verification key: pass --connection-key KEYID=BASE64, set BB_CONNECTION_KEYS, or add connectionKeys to the client config");
+  return keys;
+}
+
+/** The `bb proxy` command. */
+export const proxyCommand = defineCommand({
+  meta: { name: "proxy", description: "Forward 127.0.0.1:LOCAL to a port inside a private allocation (no root)" },
+  args: {
+    ...clientArgs,
+    allocation: { type: "positional", required: true, description: "Allocation ID" },
+    "local-port": { type: "string", required: true, description: "Port to listen on at 127.0.0.1" },
+    "remote-port": { type: "string", required: true, description: "Port inside the allocation" },
+    ttl: { type: "string", description: "Grant lifetime in seconds (30..3600; default: the scheduler's)" },
+    "connection-key": { type: "string", description: "Trusted grant-signing keys, KEYID=BASE64[,…] (or BB_CONNECTION_KEYS)" },
+  },
+  run: ({ args }) =>
+    runCli(async () => {
+      const localPort = port(args["local-port"], "local-port");
+      const remotePort = port(args["remote-port"], "remote-port");
+      const ttl = args.ttl === undefined ? undefined : Number(args.ttl);
+      if (ttl !== undefined && (!Number.isInteger(ttl) || ttl < 30 || ttl > 3600)) throw usage("--ttl must be 30..3600 seconds");
+      const cfg = resolveClientConfig(args);
+      const keys = connectionKeysFrom(args["connection-key"], cfg.connectionKeys);
+      const client = new SchedulerClient(cfg.schedulerUrl, cfg.token);
+      const { aead } = await selectAead();
+      const stop = new AbortController();
+      const onSignal = () => stop.abort();
+      process.on("SIGINT", onSignal);
+      process.on("SIGTERM", onSignal);
+      try {
+        await runProxy(
+          {
+            client, allocationId: args.allocation, localPort, remotePort, keys, clock: systemClock, random: systemRandom, aead,
+            ...(ttl !== undefined ? { ttlSeconds: ttl } : {}),
+            log: (line) => consola.info(line),
+          },
+          stop.signal,
+        );
+      } finally {
+        process.off("SIGINT", onSignal);
+        process.off("SIGTERM", onSignal);
+      }
+    }),
+});

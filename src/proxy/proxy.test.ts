@@ -1,0 +1,187 @@
+/**
+ * bb proxy's session against the real host endpoint, in one process on
+ * loopback, no root: the test grant issuer (test/support, standing in for the
+ * scheduler's grant route) over HTTP, the host endpoint with a placement link
+ * that is a second userspace TCP/IP stack (the "guest", echoing on port 22),
+ * and runProxy forwarding a local port. The kernel path (TUN in a placement
+ * namespace, nftables) is test/integration/proxy-netns.test.ts.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { createHash, randomBytes } from "node:crypto";
+import { createConnection } from "node:net";
+import { TestGrantIssuer, testId } from "../../test/support/grantIssuer.ts";
+import { IssuerState, startIssuerServer } from "../../test/support/grantIssuerServer.ts";
+import { HostEndpoint } from "../agent/endpoint/endpoint.ts";
+import type { PlacementTarget } from "../agent/endpoint/grantCheck.ts";
+import type { PlacementLinkPort } from "../agent/endpoint/placementLink.ts";
+import { SchedulerClient } from "../cli/client.ts";
+import { createNetstack, type Netstack } from "../netstack/index.ts";
+import { BeachballError } from "../protocol/errors.ts";
+import { keyPairFromPrivate, selectAead, systemClock, systemRandom } from "../wireguard/index.ts";
+import { runProxy, type ProxyOptions } from "./session.ts";
+
+const ALLOC_ADDR = "fd00:bb:1:2::2";
+const TOKEN = "test-token";
+const issuer = new TestGrantIssuer();
+const state = new IssuerState(issuer);
+const { aead } = await selectAead();
+const server = startIssuerServer({ hostname: "127.0.0.1", port: 0, token: TOKEN, state });
+const client = new SchedulerClient(`http://127.0.0.1:${server.port}`, TOKEN);
+const placements = new Map<string, PlacementTarget>();
+let endpoint: HostEndpoint;
+let pollTimer: ReturnType<typeof setInterval>;
+
+/** The placement link: packets go into the guest stack and its output comes back out. */
+const links: PlacementLinkPort = {
+  async open(_t, onPackets) {
+    let up = true;
+    const guest: Netstack = createNetstack({ ipv6: [ALLOC_ADDR], output: (p) => up && queueMicrotask(() => onPackets([p.slice()])) });
+    guest.listen(ALLOC_ADDR, 22, (c) => {
+      void (async () => {
+        for (;;) {
+          const chunk = await c.read().catch(() => null);
+          if (chunk === null) break;
+          await c.write(chunk).catch(() => {});
+        }
+        await c.closeWrite().catch(() => {});
+      })();
+    });
+    return {
+      write: (p) => guest.input(p),
+      configure: async () => {},
+      close: async () => {
+        up = false;
+        guest.close();
+      },
+      stats: () => ({ packetsIn: 0, packetsOut: 0, writesDropped: 0 }),
+    };
+  },
+};
+
+beforeAll(async () => {
+  endpoint = await HostEndpoint.start({
+    hostId: "host-1",
+    keyPair: keyPairFromPrivate(systemRandom.fill(new Uint8Array(32))),
+    verificationKeys: issuer.verificationKeys(),
+    listen: { hostname: "127.0.0.1", port: 0 },
+    stunServers: [],
+    clock: systemClock,
+    random: systemRandom,
+    aead,
+    placements: { byAllocation: (id) => placements.get(id) ?? null },
+    links,
+    interfaces: () => ({}),
+  });
+  state.hosts.set("host-1", { hostPublicKey: endpoint.publicKey, candidates: [{ address: "127.0.0.1", port: endpoint.port, kind: "local" }] });
+  // The host side of the agent protocol, in miniature: apply commands in order.
+  let after = 0;
+  let busy = false;
+  pollTimer = setInterval(async () => {
+    if (busy) return;
+    busy = true;
+    for (const c of state.commands.filter((x) => x.seq > after)) {
+      after = c.seq;
+      await endpoint.configure(c.command);
+      const conn = endpoint.connectivity();
+      state.report(conn.appliedGrants.map((g) => g.grantId), conn.refusedGrants.map((g) => g.grantId));
+    }
+    busy = false;
+  }, 20);
+});
+
+afterAll(async () => {
+  clearInterval(pollTimer);
+  await endpoint.close();
+  server.stop(true);
+});
+
+function allocation(generation = 1): string {
+  const id = testId("alloc");
+  state.allocations.set(id, { state: "ready", generation, hostId: "host-1", allocationAddress: ALLOC_ADDR });
+  placements.set(id, { allocationId: id, generation, netns: `bb-${id.slice(6, 18)}`, table: "bb_t", tap: "bbtap0" });
+  return id;
+}
+
+function start(allocationId: string, extra: Partial<ProxyOptions> = {}) {
+  const stop = new AbortController();
+  const lines: string[] = [];
+  let ready!: (i: { port: number; grantId: string }) => void;
+  const readyP = new Promise<{ port: number; grantId: string }>((r) => (ready = r));
+  const done = runProxy(
+    {
+      client, allocationId, localPort: 0, remotePort: 22, keys: issuer.verificationKeys(), clock: systemClock, random: systemRandom, aead,
+      log: (l) => lines.push(l), onReady: (i) => ready({ port: i.port, grantId: i.grant.grant.grantId }), ...extra,
+    },
+    stop.signal,
+  );
+  const readyOrEnd = Promise.race([readyP, done.then(() => Promise.reject(new Error("ended early")))]);
+  readyOrEnd.catch(() => {}); // tests that only look at `done` never await it
+  done.catch(() => {});
+  return { stop, done, ready: readyOrEnd, lines };
+}
+
+async function echo(port: number, bytes: number): Promise<boolean> {
+  const data = randomBytes(bytes);
+  const want = createHash("sha256").update(data).digest("hex");
+  return new Promise((resolve, reject) => {
+    const h = createHash("sha256");
+    let n = 0;
+    const s = createConnection({ host: "127.0.0.1", port, allowHalfOpen: true }, () => s.end(data));
+    s.on("data", (d) => ((n += d.length), h.update(d)));
+    s.on("end", () => resolve(n === bytes && h.digest("hex") === want));
+    s.on("error", reject);
+  });
+}
+
+const codeOf = async (p: Promise<unknown>) => {
+  try {
+    await p;
+    return "ok";
+  } catch (e) {
+    return e instanceof BeachballError ? e.code : String(e);
+  }
+};
+
+describe("bb proxy session (loopback, userspace guest)", () => {
+  test("a local connection reaches the guest byte-exact, several at once; the grant is revoked when the proxy stops", async () => {
+    const p = start(allocation());
+    const { port, grantId } = await p.ready;
+    const results = await Promise.all([echo(port, 2 << 20), echo(port, 300_000), echo(port, 1)]);
+    expect(results).toEqual([true, true, true]);
+    expect(endpoint.connectivity().appliedGrants.map((g) => g.grantId)).toContain(grantId);
+    p.stop.abort();
+    await p.done;
+    expect(p.lines.some((l) => l.includes(`grant ${grantId} revoked`))).toBe(true);
+    for (let i = 0; i < 100 && endpoint.connectivity().appliedGrants.length; i++) await Bun.sleep(20);
+    expect(endpoint.connectivity().appliedGrants).toEqual([]);
+  }, 30_000);
+
+  test("refused before anything is bound: a tampered grant (GRANT_SIGNATURE_INVALID, also refused by the host on its own), a released allocation (INVALID_STATE)", async () => {
+    state.next = { tamper: true };
+    expect(await codeOf(start(allocation()).done)).toBe("GRANT_SIGNATURE_INVALID");
+    const released = allocation();
+    state.allocations.get(released)!.state = "released";
+    expect(await codeOf(start(released).done)).toBe("INVALID_STATE");
+    // The host refuses the tampered grant too, by itself.
+    for (let i = 0; i < 100 && !endpoint.connectivity().refusedGrants.length; i++) await Bun.sleep(20);
+    expect(endpoint.connectivity().refusedGrants.map((r) => r.code)).toContain("GRANT_SIGNATURE_INVALID");
+  }, 30_000);
+
+  test("an expired grant ends the session with GRANT_EXPIRED and the host drops the peer on its own", async () => {
+    state.next = { ttlMs: 2_000 };
+    const p = start(allocation());
+    const { port } = await p.ready;
+    expect(await echo(port, 10_000)).toBe(true);
+    expect(await codeOf(p.done)).toBe("GRANT_EXPIRED");
+    for (let i = 0; i < 100 && endpoint.connectivity().appliedGrants.length; i++) await Bun.sleep(20);
+    expect(endpoint.connectivity().appliedGrants).toEqual([]);
+  }, 30_000);
+
+  test("a replacement (new generation) ends the session with STALE_GENERATION", async () => {
+    const id = allocation(1);
+    const p = start(id, { watchIntervalMs: 100 });
+    await p.ready;
+    state.allocations.get(id)!.generation = 2;
+    expect(await codeOf(p.done)).toBe("STALE_GENERATION");
+  }, 30_000);
+});

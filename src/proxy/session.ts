@@ -1,0 +1,100 @@
+/**
+ * One `bb proxy` run (spec "Data path", steps 1–6): an ephemeral X25519 key
+ * pair in memory; the grant requested and every signature verified; the
+ * tunnel started; 127.0.0.1:<local port> bound; then watched until it must
+ * end; the grant revoked on every exit.
+ *
+ * Ends with a stable code (src/protocol/errors.ts) when the session cannot go
+ * on: GRANT_EXPIRED at the grant's expiry (the host drops the peer at the
+ * same moment), INVALID_STATE when the allocation was released or failed,
+ * STALE_GENERATION when it moved to another generation (a grant never spans
+ * a replacement); the scheduler's own code when it refuses the grant.
+ * Owns: the order of start and teardown. Must never: write the private key
+ * anywhere, bind anything but loopback, or exit without trying to revoke.
+ */
+import type { SchedulerClient } from "../cli/client.ts";
+import type { ConnectionVerificationKeys } from "../protocol/connectionSignature.ts";
+import { BeachballError } from "../protocol/errors.ts";
+import { keyPairFromPrivate, type Aead, type PathState, type WgClock, type WgRandom } from "../wireguard/index.ts";
+import { startForwarder, type Forwarder } from "./forwarder.ts";
+import { requestGrant, type VerifiedGrant } from "./grant.ts";
+import { ClientTunnel } from "./tunnel.ts";
+
+/** How often the allocation is checked for release or replacement, ms. */
+export const WATCH_INTERVAL_MS = 10_000;
+/** How long revocation on exit may take, ms. */
+export const REVOKE_TIMEOUT_MS = 5_000;
+
+/** Everything a run needs (ports for every side effect). */
+export interface ProxyOptions {
+  client: SchedulerClient;
+  allocationId: string;
+  localPort: number;
+  remotePort: number;
+  keys: ConnectionVerificationKeys;
+  ttlSeconds?: number;
+  clock: WgClock;
+  random: WgRandom;
+  aead: Aead;
+  /** Human progress lines (stderr). */
+  log: (line: string) => void;
+  watchIntervalMs?: number;
+  /** Called once the local port is bound (tests read the port and grant here). */
+  onReady?: (info: { port: number; grant: VerifiedGrant }) => void;
+}
+
+function describePath(s: PathState): string {
+  return s.path === "direct" ? `direct via ${s.direct}` : s.path === "relay" ? `relay ${s.relay}` : "no path yet";
+}
+
+/**
+ * Runs until `signal` aborts (resolves after revoking) or the session must
+ * end (rejects with a BeachballError, after revoking). Rejects before
+ * binding anything when the grant is refused or fails verification.
+ */
+export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<void> {
+  const keyPair = keyPairFromPrivate(o.random.fill(new Uint8Array(32)));
+  const clientPublicKey = Buffer.from(keyPair.publicKey).toString("base64");
+  const verified = await requestGrant(o.client, { allocationId: o.allocationId, clientPublicKey, transport: "tcp", port: o.remotePort }, o.keys, o.ttlSeconds, () => o.clock.wallMs());
+  const g = verified.grant;
+  let tunnel: ClientTunnel | null = null;
+  let forwarder: Forwarder | null = null;
+  let timer: ReturnType<typeof setTimeout> | null = null;
+  try {
+    tunnel = await ClientTunnel.start({ keyPair, grant: verified, aead: o.aead, clock: o.clock, random: o.random, onPathChange: (s) => o.log(`path: ${describePath(s)}`) });
+    const t = tunnel;
+    forwarder = await startForwarder({ port: o.localPort, connect: () => t.connect(o.remotePort), onConnectError: (m) => o.log(`inner connection to [${g.allocationAddress}]:${o.remotePort} failed: ${m}`) });
+    o.log(`listening on 127.0.0.1:${forwarder.port} → [${g.allocationAddress}]:${o.remotePort} on ${g.hostId} (grant ${g.grantId}, generation ${g.generation}, expires ${new Date(g.expiresAtMs).toISOString()})`);
+    o.onReady?.({ port: forwarder.port, grant: verified });
+    await new Promise<void>((resolve, reject) => {
+      if (signal.aborted) return resolve();
+      signal.addEventListener("abort", () => resolve(), { once: true });
+      const expireIn = g.expiresAtMs - o.clock.wallMs();
+      const expiry = setTimeout(() => reject(new BeachballError("GRANT_EXPIRED", `grant ${g.grantId} expired at ${new Date(g.expiresAtMs).toISOString()}; run bb proxy again for a new one`)), Math.max(0, expireIn));
+      signal.addEventListener("abort", () => clearTimeout(expiry), { once: true });
+      const watch = async () => {
+        timer = null;
+        try {
+          const v = await o.client.get(o.allocationId);
+          if (v.state === "released" || v.state === "failed") return clearTimeout(expiry), reject(new BeachballError("INVALID_STATE", `allocation ${o.allocationId} is ${v.state}`));
+          if (v.generation !== g.generation) return clearTimeout(expiry), reject(new BeachballError("STALE_GENERATION", `allocation ${o.allocationId} moved to generation ${v.generation}; this grant was for generation ${g.generation}: run bb proxy again`));
+        } catch (e) {
+          if (e instanceof BeachballError && e.code === "NOT_FOUND") return clearTimeout(expiry), reject(new BeachballError("INVALID_STATE", `allocation ${o.allocationId} no longer exists`));
+          // The scheduler is unreachable: keep going; the grant's expiry bounds the session.
+        }
+        if (!signal.aborted) timer = setTimeout(watch, o.watchIntervalMs ?? WATCH_INTERVAL_MS);
+      };
+      timer = setTimeout(watch, o.watchIntervalMs ?? WATCH_INTERVAL_MS);
+    });
+  } finally {
+    if (timer) clearTimeout(timer);
+    await forwarder?.close().catch(() => {});
+    tunnel?.close();
+    try {
+      await o.client.revokeConnectionGrant(o.allocationId, g.grantId, REVOKE_TIMEOUT_MS);
+      o.log(`grant ${g.grantId} revoked`);
+    } catch (e) {
+      o.log(`could not revoke grant ${g.grantId} (${(e as Error).message}); it expires at ${new Date(g.expiresAtMs).toISOString()}`);
+    }
+  }
+}

@@ -1,0 +1,174 @@
+/**
+ * TEST SUPPORT, not a product path: a stand-in for the scheduler's side of
+ * private networking until it exists on main (issue 11 item 1). It serves,
+ * over HTTP with one bearer token:
+ *   POST   /v1/allocations/{id}/connection-grants          a grant signed by TestGrantIssuer
+ *                                                          (body per ConnectionGrantBody; 404 NOT_FOUND,
+ *                                                          409 INVALID_STATE for a released allocation)
+ *   DELETE /v1/allocations/{id}/connection-grants/{grant}  revocation (204)
+ *   GET    /v1/allocations/{id}                            a minimal AllocationView (state, generation, host)
+ * and, for the test and the host endpoint harness (no authentication; loopback or
+ * test namespaces only):
+ *   POST /test/allocations/{id}   {state?, generation?, hostId?, allocationAddress?}
+ *   POST /test/next-grant         {tamper?: true, ttlMs?: number, generation?: number}  (applies to the next grant only)
+ *   POST /test/host/connectivity  {hostId, hostPublicKey, candidates, appliedGrants?, refusedGrants?}
+ *                                 (connectivity_update stand-in; a grant is answered once the host
+ *                                 reported it applied or refused, or after 5 s)
+ *   GET  /test/host/commands?after=N   → {commands: [{seq, command}]}  (configure_connection queue)
+ *   GET  /test/grants             → every grant issued
+ * Run as a process: `bun grantIssuerServer.ts '{"hostname","port","token","seed","keyId"}'`, prints
+ * {"ev":"ready","port"} and exits when stdin closes.
+ * Must never: be imported by src/, or listen outside loopback or a test namespace.
+ */
+import { randomBytes } from "node:crypto";
+import { Value } from "@sinclair/typebox/value";
+import type { ConfigureConnection } from "../../src/protocol/agent.ts";
+import { ConnectionGrantBody, type Candidate, type ConnectionGrantResponse, type SignedGrant } from "../../src/protocol/connection.ts";
+import { problem } from "../../src/protocol/problem.ts";
+import { TestGrantIssuer, testId } from "./grantIssuer.ts";
+
+/** One allocation the stand-in knows. */
+export interface TestAllocation {
+  state: "ready" | "released" | "failed";
+  generation: number;
+  hostId: string;
+  allocationAddress: string;
+}
+
+/** The stand-in's state (tests in the same process read and change it directly). */
+export class IssuerState {
+  readonly allocations = new Map<string, TestAllocation>();
+  readonly hosts = new Map<string, { hostPublicKey: string; candidates: Candidate[] }>();
+  readonly commands: Array<{ seq: number; command: ConfigureConnection }> = [];
+  readonly grants: SignedGrant[] = [];
+  next: { tamper?: boolean; ttlMs?: number; generation?: number } = {};
+  /** Grant IDs the host reported applied or refused (connectivity_update stand-in). */
+  readonly settled = new Set<string>();
+  private clientCounter = 0x10;
+
+  constructor(readonly issuer: TestGrantIssuer) {}
+
+  /** The next client address in the allocation's /64. */
+  clientAddressFor(allocationAddress: string): string {
+    const prefix = allocationAddress.split("::")[0]!;
+    return `${prefix}::c:${(this.clientCounter++).toString(16)}`;
+  }
+
+  push(command: ConfigureConnection): void {
+    this.commands.push({ seq: this.commands.length + 1, command });
+  }
+
+  /** Records a host's report of the grants it holds and refused. */
+  report(applied: readonly string[], refused: readonly string[]): void {
+    for (const id of [...applied, ...refused]) this.settled.add(id);
+  }
+
+  /**
+   * Waits until the host reported `grantId` applied or refused, up to `ms`.
+   * The grant is answered only then: a client's first handshake initiation
+   * that arrives before the host holds the peer is dropped, and WireGuard
+   * retries only after REKEY_TIMEOUT (5 s).
+   */
+  async waitSettled(grantId: string, ms: number): Promise<void> {
+    for (let t = 0; t < ms && !this.settled.has(grantId); t += 10) await Bun.sleep(10);
+  }
+}
+
+const json = (v: unknown, status = 200) => new Response(JSON.stringify(v), { status, headers: { "content-type": "application/json" } });
+
+/** Starts the server. */
+export function startIssuerServer(o: { hostname: string; port: number; token: string; state: IssuerState }) {
+  const s = o.state;
+  return Bun.serve({
+    hostname: o.hostname,
+    port: o.port,
+    async fetch(req) {
+      const url = new URL(req.url);
+      const parts = url.pathname.split("/").filter(Boolean);
+      if (parts[0] === "test") return control(req, parts.slice(1), url);
+      if (req.headers.get("authorization") !== `Bearer ${o.token}`) return problem("UNAUTHENTICATED", "bad token");
+      if (parts[0] !== "v1" || parts[1] !== "allocations" || !parts[2]) return problem("NOT_FOUND", "no such route");
+      const id = decodeURIComponent(parts[2]);
+      const a = s.allocations.get(id);
+      if (!a) return problem("NOT_FOUND", `no allocation ${id}`);
+      if (req.method === "GET" && parts.length === 3) {
+        return json({ allocationId: id, state: a.state, generation: a.generation, hostId: a.hostId });
+      }
+      if (parts[3] !== "connection-grants") return problem("NOT_FOUND", "no such route");
+      if (req.method === "DELETE" && parts[4]) {
+        const grantId = decodeURIComponent(parts[4]);
+        s.push({ commandId: `${grantId}:revoke`, type: "configure_connection", action: "revoke", grantId });
+        return new Response(null, { status: 204 });
+      }
+      if (req.method !== "POST" || parts.length !== 4) return problem("METHOD_NOT_ALLOWED", "no such route");
+      const body = await req.json().catch(() => null);
+      if (!Value.Check(ConnectionGrantBody, body)) return problem("VALIDATION_FAILED", "bad grant request body");
+      if (a.state !== "ready") return problem("INVALID_STATE", `allocation ${id} is ${a.state}`);
+      const host = s.hosts.get(a.hostId);
+      if (!host) return problem("GUEST_NOT_CONNECTED", `host ${a.hostId} has reported no connectivity yet`);
+      const next = s.next;
+      s.next = {};
+      const now = Date.now();
+      const ttlMs = next.ttlMs ?? (body.ttlSeconds ?? 600) * 1000;
+      let grant = s.issuer.grant(
+        {
+          allocationId: id, generation: next.generation ?? a.generation, hostId: a.hostId, hostPublicKey: host.hostPublicKey, clientPublicKey: body.clientPublicKey,
+          clientAddress: s.clientAddressFor(a.allocationAddress), allocationAddress: a.allocationAddress, transport: body.transport, ports: body.ports,
+        },
+        now,
+        ttlMs,
+      );
+      if (next.tamper) grant = { ...grant, payload: { ...grant.payload, ports: [...grant.payload.ports, 1] } };
+      s.grants.push(grant);
+      s.push({ commandId: `${grant.payload.grantId}:apply`, type: "configure_connection", action: "apply", grantId: grant.payload.grantId, grant });
+      await s.waitSettled(grant.payload.grantId, 5_000);
+      const resp: ConnectionGrantResponse = {
+        grant,
+        relayMap: s.issuer.relayMap([], now, ttlMs),
+        relayTokens: {},
+        connectionId: testId("conn"),
+        endpointToken: randomBytes(24).toString("base64url"),
+        hostCandidates: host.candidates,
+      };
+      return json(resp, 201);
+    },
+  });
+
+  async function control(req: Request, parts: string[], url: URL): Promise<Response> {
+    if (req.method === "POST" && parts[0] === "allocations" && parts[1]) {
+      const id = decodeURIComponent(parts[1]);
+      const patch = (await req.json()) as Partial<TestAllocation>;
+      const cur = s.allocations.get(id) ?? { state: "ready", generation: 1, hostId: "host-1", allocationAddress: "fd00:bb:1:2::2" };
+      s.allocations.set(id, { ...cur, ...patch });
+      return json(s.allocations.get(id));
+    }
+    if (req.method === "POST" && parts[0] === "next-grant") {
+      s.next = (await req.json()) as IssuerState["next"];
+      return json(s.next);
+    }
+    if (req.method === "POST" && parts[0] === "host" && parts[1] === "connectivity") {
+      const c = (await req.json()) as { hostId: string; hostPublicKey: string; candidates: Candidate[]; appliedGrants?: Array<{ grantId: string }>; refusedGrants?: Array<{ grantId: string }> };
+      s.hosts.set(c.hostId, { hostPublicKey: c.hostPublicKey, candidates: c.candidates });
+      s.report((c.appliedGrants ?? []).map((g) => g.grantId), (c.refusedGrants ?? []).map((g) => g.grantId));
+      return json({ ok: true });
+    }
+    if (req.method === "GET" && parts[0] === "host" && parts[1] === "commands") {
+      const after = Number(url.searchParams.get("after") ?? 0);
+      return json({ commands: s.commands.filter((c) => c.seq > after) });
+    }
+    if (req.method === "GET" && parts[0] === "grants") return json(s.grants);
+    return problem("NOT_FOUND", "no such test route");
+  }
+}
+
+if (import.meta.main) {
+  const cfg = JSON.parse(process.argv[2]!) as { hostname: string; port: number; token: string; seed: string; keyId: string };
+  const issuer = new TestGrantIssuer(cfg.keyId, cfg.seed);
+  const server = startIssuerServer({ hostname: cfg.hostname, port: cfg.port, token: cfg.token, state: new IssuerState(issuer) });
+  process.stdout.write(JSON.stringify({ ev: "ready", port: server.port }) + "\n");
+  process.stdin.on("end", () => {
+    server.stop(true);
+    process.exit(0);
+  });
+  process.stdin.resume();
+}
