@@ -17,7 +17,8 @@
  *   GET  /test/host/commands?after=N   → {commands: [{seq, command}]}  (configure_connection queue)
  *   GET  /test/grants             → every grant issued
  * Run as a process: `bun grantIssuerServer.ts '{"hostname","port","token","seed","keyId"}'`, prints
- * {"ev":"ready","port"} and exits when stdin closes.
+ * {"ev":"ready","port"}, takes control lines on stdin (see the bottom of this file) and exits
+ * when stdin closes.
  * Must never: be imported by src/, or listen outside loopback or a test namespace.
  */
 import { randomBytes } from "node:crypto";
@@ -163,12 +164,32 @@ export function startIssuerServer(o: { hostname: string; port: number; token: st
 
 if (import.meta.main) {
   const cfg = JSON.parse(process.argv[2]!) as { hostname: string; port: number; token: string; seed: string; keyId: string };
-  const issuer = new TestGrantIssuer(cfg.keyId, cfg.seed);
-  const server = startIssuerServer({ hostname: cfg.hostname, port: cfg.port, token: cfg.token, state: new IssuerState(issuer) });
-  process.stdout.write(JSON.stringify({ ev: "ready", port: server.port }) + "\n");
-  process.stdin.on("end", () => {
-    server.stop(true);
-    process.exit(0);
-  });
-  process.stdin.resume();
+  const state = new IssuerState(new TestGrantIssuer(cfg.keyId, cfg.seed));
+  const server = startIssuerServer({ hostname: cfg.hostname, port: cfg.port, token: cfg.token, state });
+  const emit = (o: object) => process.stdout.write(JSON.stringify(o) + "\n");
+  emit({ ev: "ready", port: server.port });
+  // Control from the test (which runs outside this namespace), one JSON object per stdin line:
+  // {"op":"allocation","id",...TestAllocation fields} · {"op":"next-grant",...} · {"op":"grants"}.
+  const decoder = new TextDecoder();
+  let buf = "";
+  for await (const chunk of Bun.stdin.stream()) {
+    buf += decoder.decode(chunk, { stream: true });
+    let nl: number;
+    while ((nl = buf.indexOf("\n")) >= 0) {
+      const line = buf.slice(0, nl).trim();
+      buf = buf.slice(nl + 1);
+      if (!line) continue;
+      const { op, id, ...rest } = JSON.parse(line) as { op: string; id?: string } & Record<string, unknown>;
+      if (op === "allocation" && id) {
+        const cur = state.allocations.get(id) ?? { state: "ready", generation: 1, hostId: "host-1", allocationAddress: "fd00:bb:1:2::2" };
+        state.allocations.set(id, { ...cur, ...(rest as Partial<TestAllocation>) });
+        emit({ ev: "allocation", id, ...state.allocations.get(id) });
+      } else if (op === "next-grant") {
+        state.next = rest as IssuerState["next"];
+        emit({ ev: "next-grant" });
+      } else if (op === "grants") emit({ ev: "grants", grants: state.grants.map((g) => g.payload) });
+    }
+  }
+  server.stop(true);
+  process.exit(0);
 }

@@ -104,6 +104,30 @@ export function udpPacket(src: string, dst: string, sport: number, dport: number
   return ipPacket(src, dst, PROTO_UDP, u);
 }
 
+/** A TCP segment (20-byte header, no options) with `flags` (SYN = 0x02, ACK = 0x10, RST = 0x04) in an IP packet, with its checksum. */
+export function tcpPacket(src: string, dst: string, sport: number, dport: number, flags: number, seq = 1000, ack = 0): Uint8Array {
+  const t = new Uint8Array(20);
+  const v = new DataView(t.buffer);
+  v.setUint16(0, sport);
+  v.setUint16(2, dport);
+  v.setUint32(4, seq >>> 0);
+  v.setUint32(8, ack >>> 0);
+  t[12] = 5 << 4;
+  t[13] = flags;
+  v.setUint16(14, 65535);
+  const c = inetChecksum(pseudoHeader(addr(src), addr(dst), 6, t.length), t);
+  v.setUint16(16, c);
+  return ipPacket(src, dst, 6, t);
+}
+
+/** The TCP ports and flags of a packet; null when it is not TCP. */
+export function parseTcp(p: Uint8Array): { src: string; dst: string; sport: number; dport: number; flags: number } | null {
+  const ip = parseIp(p);
+  if (!ip || ip.proto !== 6 || ip.payload.length < 20) return null;
+  const t = ip.payload;
+  return { src: ip.src, dst: ip.dst, sport: (t[0]! << 8) | t[1]!, dport: (t[2]! << 8) | t[3]!, flags: t[13]! };
+}
+
 /** An IP packet's family, addresses, protocol and payload (the IPv4 header checksum and lengths are checked). */
 export interface ParsedIp {
   family: 4 | 6;

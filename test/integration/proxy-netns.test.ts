@@ -1,0 +1,278 @@
+/**
+ * `bb proxy` to a private placement across two NATs, in namespaces this test
+ * creates (issue 11, items 2 and 4):
+ *
+ *   laptop (10.1.0.2) ── lnat: symmetric NAT (masquerade random) ─┐
+ *                                                                 wan bridge 198.51.100.0/24
+ *   host   (10.2.0.2) ── hnat: endpoint-independent NAT ──────────┤  (snat/dnat of udp 51820)
+ *                         sched 198.51.100.2: test grant issuer ──┤  (test/support, for the
+ *                         stun  198.51.100.3: STUN responder ─────┘   scheduler's grant route)
+ *   host runs the host endpoint (src/agent/endpoint, through test/support/endpointHarness.ts):
+ *   its TUN moves into "placement", a namespace with the real placement nftables table
+ *   (default deny), whose "bbtap0" is a veth to "guest" (standing in for the VM: the
+ *   allocation address fd00:bb:1:2::2 and a kernel TCP echo server on port 22).
+ *
+ * Checked: bytes through `bb proxy` (the real CLI in the laptop namespace) reach the
+ * kernel echo server and come back byte-exact; the path is direct through the host NAT's
+ * STUN candidate (the laptop is behind a symmetric NAT, so the host learns it only by
+ * roaming); the inner filter refuses other ports and addresses (counted) while the
+ * granted flow passes; the guest cannot open a connection to the client; an expired
+ * grant stops working and the proxy exits with GRANT_EXPIRED; a tampered grant is
+ * refused by the proxy and by the host with GRANT_SIGNATURE_INVALID. Relays are not on
+ * main yet, so the relay-only and relay→direct cases are not here.
+ * Needs root, ip, nft; otherwise prints why and skips. Leaves nothing behind.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { placementRuleset } from "../../src/agent/isolation/rules.ts";
+import { TestGrantIssuer, testId } from "../support/grantIssuer.ts";
+import { parseTcp, tcpPacket } from "../support/ipCraft.ts";
+import { LineChild } from "../support/lineChild.ts";
+import { must, Netns, netnsSkipReason, sh } from "../support/netns.ts";
+import { keyPairFromPrivate, systemRandom } from "../../src/wireguard/index.ts";
+
+const repo = resolve(import.meta.dir, "../..");
+const bun = process.execPath;
+const skipReason = netnsSkipReason() ?? (!Bun.which("nft") ? "nft is not installed (apt-get install -y nftables)" : null);
+if (skipReason) console.log(`SKIP test/integration/proxy-netns.test.ts: ${skipReason}`);
+
+const ID = process.pid.toString(36);
+const ns = (n: string) => `bbt-px${n}-${ID}`;
+const TABLE = `bb_px${ID}`;
+const ALLOC = "fd00:bb:1:2::2";
+const TOKEN = "proxy-netns-token";
+const SCHED = "198.51.100.2";
+const STUN = "198.51.100.3";
+const LNAT_PUBLIC = "198.51.100.10";
+const HNAT_PUBLIC = "198.51.100.20";
+const work = mkdtempSync(join(tmpdir(), "bbt-px-"));
+const issuer = new TestGrantIssuer("netns-issuer");
+const allocationId = testId("alloc");
+const spaces: Netns[] = [];
+const children: LineChild[] = [];
+let issuerProc: LineChild;
+let harness: LineChild;
+let W: Netns, LNAT: Netns, HNAT: Netns, L: Netns, H: Netns, S: Netns, T: Netns, P: Netns, G: Netns;
+
+function veth(a: Netns, ifA: string, b: Netns, ifB: string): void {
+  a.ip("link", "add", ifA, "type", "veth", "peer", "name", ifB, "netns", b.name);
+  a.ip("link", "set", ifA, "up");
+  b.ip("link", "set", ifB, "up");
+}
+
+function nft(n: Netns, text: string): void {
+  const r = Bun.spawnSync(n.exec(["nft", "-f", "-"]), { stdin: new TextEncoder().encode(text), stderr: "pipe" });
+  if (r.exitCode !== 0) throw new Error(`nft in ${n.name}: ${r.stderr}`);
+}
+
+function child(n: Netns, args: string[], name: string, env?: Record<string, string>): LineChild {
+  const c = new LineChild(n.exec([bun, ...args]), join(work, `${name}.log`), { ...process.env, ...env });
+  children.push(c);
+  return c;
+}
+
+function buildTopology(): void {
+  for (const name of ["w", "ln", "hn", "l", "h", "s", "t", "p", "g"]) spaces.push(new Netns(ns(name)));
+  [W, LNAT, HNAT, L, H, S, T, P, G] = spaces as [Netns, Netns, Netns, Netns, Netns, Netns, Netns, Netns, Netns];
+  W.ip("link", "add", "br0", "type", "bridge");
+  W.ip("link", "set", "br0", "up");
+  for (const [n, addr, port] of [[LNAT, LNAT_PUBLIC, "wl"], [HNAT, HNAT_PUBLIC, "wh"], [S, SCHED, "ws"], [T, STUN, "wt"]] as const) {
+    veth(W, port, n, "pub");
+    W.ip("link", "set", port, "master", "br0");
+    n.ip("addr", "add", `${addr}/24`, "dev", "pub");
+  }
+  veth(L, "eth0", LNAT, "lan");
+  L.ip("addr", "add", "10.1.0.2/24", "dev", "eth0");
+  L.ip("route", "add", "default", "via", "10.1.0.1");
+  LNAT.ip("addr", "add", "10.1.0.1/24", "dev", "lan");
+  veth(H, "eth0", HNAT, "lan");
+  H.ip("addr", "add", "10.2.0.2/24", "dev", "eth0");
+  H.ip("route", "add", "default", "via", "10.2.0.1");
+  HNAT.ip("addr", "add", "10.2.0.1/24", "dev", "lan");
+  for (const n of [LNAT, HNAT]) must(n.exec(["sysctl", "-qw", "net.ipv4.ip_forward=1"]));
+  // The laptop's NAT is symmetric: a random public port per destination (address- and port-dependent mapping).
+  nft(LNAT, `table ip nat {\n chain post { type nat hook postrouting priority srcnat; policy accept; oifname "pub" masquerade random; }\n}\n`);
+  // The host's NAT maps its endpoint port to the same public port for every destination and admits anyone to it.
+  nft(HNAT, [
+    "table ip nat {",
+    ` chain post { type nat hook postrouting priority srcnat; policy accept; oifname "pub" ip saddr 10.2.0.2 udp sport 51820 snat to ${HNAT_PUBLIC}:51820; oifname "pub" masquerade; }`,
+    ` chain pre { type nat hook prerouting priority dstnat; policy accept; iifname "pub" udp dport 51820 dnat to 10.2.0.2:51820; }`,
+    "}",
+  ].join("\n") + "\n");
+  // The placement: the real default-deny table; "bbtap0" is a veth to the guest.
+  veth(P, "bbtap0", G, "eth0");
+  nft(P, placementRuleset({ table: TABLE, tap: "bbtap0", guestIpv4: "10.0.0.2", routerIpv4: "10.0.0.1", resolvers: [], operatorRanges: [], hostRanges: ["100.127.0.0/16"] }));
+  G.ip("-6", "addr", "add", `${ALLOC}/128`, "dev", "eth0", "nodad");
+  G.ip("-6", "route", "add", "default", "via", "fe80::1", "dev", "eth0");
+}
+
+async function startProxy(localPort: number, extraEnv: Record<string, string> = {}) {
+  const log = join(work, `proxy-${localPort}.log`);
+  const proc = Bun.spawn(L.exec([bun, join(repo, "bin/bb.ts"), "proxy", allocationId, "--local-port", String(localPort), "--remote-port", "22"]), {
+    stdout: Bun.file(log),
+    stderr: Bun.file(log),
+    env: { ...process.env, NO_COLOR: "1", BB_SCHEDULER_URL: `http://${SCHED}:8080`, BB_TOKEN: TOKEN, BB_CONNECTION_KEYS: issuer.verificationKeyText(), ...extraEnv },
+  });
+  const text = () => Bun.file(log).text().catch(() => "");
+  const waitFor = async (re: RegExp, ms = 20_000) => {
+    for (let t = 0; t < ms; t += 50) {
+      const m = re.exec(await text());
+      if (m) return m;
+      if (proc.exitCode !== null) throw new Error(`bb proxy exited ${proc.exitCode}: ${await text()}`);
+      await Bun.sleep(50);
+    }
+    throw new Error(`bb proxy: no ${re} within ${ms} ms: ${await text()}`);
+  };
+  return { proc, text, waitFor };
+}
+
+/** Runs the kernel TCP echo client in the laptop namespace against 127.0.0.1:port. */
+async function echoThrough(port: number, bytes: number): Promise<{ ok: boolean; bytes: number; ms: number }> {
+  const p = Bun.spawn(L.exec([bun, join(repo, "test/support/tcpEcho.ts"), "connect", "127.0.0.1", String(port), String(bytes)]), { stdout: "pipe", stderr: "pipe" });
+  const out = await new Response(p.stdout).text();
+  await p.exited;
+  return JSON.parse(out.trim().split("\n").at(-1) ?? "{}") as { ok: boolean; bytes: number; ms: number };
+}
+
+async function hostStats(): Promise<Record<string, any>> {
+  return harness.stats();
+}
+
+async function connectivity(): Promise<Record<string, any>> {
+  const from = harness.events.length;
+  harness.send({ op: "connectivity" });
+  return harness.waitFor((e) => e.ev === "connectivity", 5_000, "connectivity", from);
+}
+
+describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the host endpoint", () => {
+  beforeAll(async () => {
+    buildTopology();
+    issuerProc = child(S, [join(repo, "test/support/grantIssuerServer.ts"), JSON.stringify({ hostname: SCHED, port: 8080, token: TOKEN, seed: issuer.seed, keyId: issuer.keyId })], "issuer");
+    await issuerProc.waitFor((e) => e.ev === "ready", 15_000, "issuer ready");
+    issuerProc.send({ op: "allocation", id: allocationId, state: "ready", generation: 1, hostId: "host-1", allocationAddress: ALLOC });
+    const stun = child(T, [join(repo, "test/support/stunResponder.ts"), STUN, "3478"], "stun");
+    await stun.waitFor((e) => e.ev === "ready", 15_000, "stun ready");
+    const echo = child(G, [join(repo, "test/support/tcpEcho.ts"), "listen", ALLOC, "22"], "echo");
+    await echo.waitFor((e) => e.ev === "ready", 15_000, "echo ready");
+    const cfg = {
+      hostId: "host-1",
+      dataDir: join(work, "host-data"),
+      listen: { hostname: "0.0.0.0", port: 51820 },
+      stunServers: [{ address: STUN, port: 3478 }],
+      issuerUrl: `http://${SCHED}:8080`,
+      verificationKeys: issuer.verificationKeyText(),
+      placements: [{ allocationId, generation: 1, netns: P.name, table: TABLE, tap: "bbtap0" }],
+    };
+    harness = child(H, [join(repo, "test/support/endpointHarness.ts"), JSON.stringify(cfg)], "endpoint");
+    await harness.waitFor((e) => e.ev === "ready", 15_000, "endpoint ready");
+  }, 60_000);
+
+  afterAll(async () => {
+    for (const c of children.reverse()) await c.stop(5_000).catch(() => {});
+    for (const n of spaces.reverse()) n.delete();
+    rmSync(work, { recursive: true, force: true });
+  });
+
+  test("the host publishes its STUN-mapped candidate; bytes through bb proxy reach the guest's kernel echo server byte-exact over a direct path", async () => {
+    const c = await connectivity();
+    expect(c.candidates).toContainEqual({ address: HNAT_PUBLIC, port: 51820, kind: "stun" });
+    expect(c.candidates).toContainEqual({ address: "10.2.0.2", port: 51820, kind: "local" });
+    const px = await startProxy(2222);
+    try {
+      await px.waitFor(/listening on 127\.0\.0\.1:2222/);
+      const results = await Promise.all([echoThrough(2222, 8 << 20), echoThrough(2222, 100_000), echoThrough(2222, 1)]);
+      expect(results.map((r) => [r.ok, r.bytes])).toEqual([[true, 8 << 20], [true, 100_000], [true, 1]]);
+      await px.waitFor(new RegExp(`path: direct via ${HNAT_PUBLIC.replaceAll(".", "\\.")}:51820`));
+      const st = await hostStats();
+      const g = st.grants[0];
+      // The host sees the laptop's symmetric-NAT mapping, which no candidate named: it learnt it by roaming.
+      expect(g.path.path).toBe("direct");
+      expect(g.path.direct).toStartWith(`${LNAT_PUBLIC}:`);
+      expect(g.filter.inboundAccepted).toBeGreaterThan(100);
+      expect(st.links).toEqual([expect.objectContaining({ netns: P.name, grants: 1 })]);
+      expect(P.ip("link", "show", "dev", "bbconn0")).toContain("bbconn0");
+    } finally {
+      px.proc.kill("SIGINT");
+      expect(await px.proc.exited).toBe(0);
+    }
+    expect(await px.text()).toMatch(/grant grt_[0-9a-f]{32} revoked/);
+    // The revoke reached the host: no grant, no TUN in the placement, an empty bb_conn chain.
+    for (let i = 0; i < 50 && (await hostStats()).grants.length; i++) await Bun.sleep(100);
+    expect((await hostStats()).grants).toEqual([]);
+    expect(sh(P.exec(["ip", "link", "show", "dev", "bbconn0"])).code).not.toBe(0);
+    expect(must(P.exec(["nft", "list", "chain", "inet", TABLE, "bb_conn"]))).not.toContain("accept");
+  }, 90_000);
+
+  test("the inner filter passes only the granted flow and counts the rest; the guest cannot open a connection to the client", async () => {
+    // A raw WireGuard client (test/support/wgHarness.ts) with a grant of its own, sending crafted packets.
+    const key = keyPairFromPrivate(systemRandom.fill(new Uint8Array(32)));
+    const b64 = (k: Uint8Array) => Buffer.from(k).toString("base64");
+    const resp = await fetchFromLaptop(`/v1/allocations/${allocationId}/connection-grants`, { clientPublicKey: b64(key.publicKey), transport: "tcp", ports: [22] });
+    const client: string = resp.grant.payload.clientAddress;
+    const raw = child(L, [join(repo, "test/support/wgHarness.ts"), JSON.stringify({
+      privateKey: b64(key.privateKey), listen: { address: "10.1.0.2", port: 0 },
+      peer: { publicKey: resp.grant.payload.hostPublicKey, endpoint: { address: HNAT_PUBLIC, port: 51820 }, allowedIps: ["fd00:bb:1:2::/64"] },
+    })], "raw-client");
+    await raw.waitFor((e) => e.ev === "ready", 15_000, "raw client ready");
+    const send = (p: Uint8Array) => raw.send({ op: "send", packet: b64(p) });
+    send(tcpPacket(client, ALLOC, 40001, 23, 0x02)); // another port
+    send(tcpPacket(client, "fd00:bb:1:2::99", 40002, 22, 0x02)); // another address
+    send(tcpPacket(client, ALLOC, 40003, 22, 0x02)); // the granted flow: the guest's kernel answers SYN-ACK
+    const synAck = await raw.waitFor((e) => {
+      if (e.ev !== "packet") return false;
+      const t = parseTcp(new Uint8Array(Buffer.from(e.data as string, "base64")));
+      return t !== null && t.sport === 22 && t.dport === 40003 && (t.flags & 0x12) === 0x12;
+    }, 15_000, "SYN-ACK from the guest");
+    expect(synAck).toBeTruthy();
+    const g = (await hostStats()).grants.find((x: any) => x.grantId === resp.grant.payload.grantId);
+    expect(g.filter.drops.port).toBe(1);
+    expect(g.filter.drops.destination).toBe(1);
+    expect(g.filter.inboundAccepted).toBeGreaterThanOrEqual(1);
+    // The guest opening a connection to the client is stopped by the placement's table (counted there).
+    const before = nftCounter("ipv6_denied");
+    const out = sh(G.exec([bun, join(repo, "test/support/tcpEcho.ts"), "connect", client, "22", "10"]));
+    expect(out.code).not.toBe(0);
+    expect(nftCounter("ipv6_denied")).toBeGreaterThan(before);
+    expect(g.filter.drops["no-flow"]).toBe(0);
+    await raw.stop();
+  }, 60_000);
+
+  test("an expired grant stops working: the proxy exits 1 with GRANT_EXPIRED and the host removed the peer by itself", async () => {
+    issuerProc.send({ op: "next-grant", ttlMs: 4_000 });
+    await issuerProc.waitFor((e) => e.ev === "next-grant", 5_000, "next-grant");
+    const px = await startProxy(2223);
+    await px.waitFor(/listening on 127\.0\.0\.1:2223/);
+    expect((await echoThrough(2223, 50_000)).ok).toBe(true);
+    expect(await px.proc.exited).toBe(1);
+    expect(await px.text()).toContain("GRANT_EXPIRED");
+    for (let i = 0; i < 50 && (await hostStats()).grants.some((x: any) => x.filter.inboundAccepted > 0 && x.flows > 0 && x.path.pins > 0 && x.grantId); i++) await Bun.sleep(100);
+    const c = await connectivity();
+    expect(c.appliedGrants.filter((a: any) => a.expiresAtMs <= Date.now())).toEqual([]);
+  }, 60_000);
+
+  test("a tampered grant is refused with GRANT_SIGNATURE_INVALID by the proxy (exit 1, nothing bound) and by the host", async () => {
+    issuerProc.send({ op: "next-grant", tamper: true });
+    await issuerProc.waitFor((e) => e.ev === "next-grant", 5_000, "next-grant");
+    const from = harness.events.length;
+    const px = await startProxy(2224);
+    expect(await px.proc.exited).toBe(1);
+    expect(await px.text()).toContain("GRANT_SIGNATURE_INVALID");
+    expect(await px.text()).not.toContain("listening on");
+    await harness.waitFor((e) => e.ev === "refused" && e.code === "GRANT_SIGNATURE_INVALID", 10_000, "the host's refusal", from);
+  }, 60_000);
+});
+
+/** The placement table's named counter `name`, in packets. */
+function nftCounter(name: string): number {
+  const out = must(P.exec(["nft", "list", "counter", "inet", TABLE, name]));
+  return Number(/packets (\d+)/.exec(out)?.[1] ?? -1);
+}
+
+/** POST to the test issuer from inside the laptop namespace (the test process cannot reach it). */
+async function fetchFromLaptop(path: string, body: object): Promise<any> {
+  const script = `const r = await fetch(${JSON.stringify(`http://${SCHED}:8080${path}`)}, { method: "POST", headers: { authorization: "Bearer ${TOKEN}", "content-type": "application/json" }, body: ${JSON.stringify(JSON.stringify(body))} }); console.log(await r.text());`;
+  const out = must(L.exec([bun, "-e", script]));
+  return JSON.parse(out);
+}
