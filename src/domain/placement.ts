@@ -59,10 +59,15 @@ export function isHostCondition(reason: string): boolean {
   return HOST_CONDITION_REASONS.has(reason);
 }
 
-/** The major part of a protocol version ("1.0" → "1"), without allocating for the common one-digit case. */
+/** The major part of a protocol version ("1.0" → "1"). */
 function major(v: string): string {
   const dot = v.indexOf(".");
   return dot < 0 ? v : v.slice(0, dot);
+}
+
+/** True if version `v` has the major part `m` (no allocation: this runs for every host of every placement round). */
+function hasMajor(v: string, m: string): boolean {
+  return v.startsWith(m) && (v.length === m.length || v.charCodeAt(m.length) === 46);
 }
 
 /** A request with what every filter check needs precomputed once. */
@@ -84,7 +89,7 @@ function reasonOf(ad: Advertisement, c: Compiled, nowMs: number): string | null 
   if (ad.architecture !== req.architecture) return "ARCHITECTURE_MISMATCH";
   if (req.regions && !req.regions.includes(ad.region)) return "REGION_NOT_ALLOWED";
   for (const [k, v] of c.labels) if (ad.labels[k] !== v) return "LABEL_MISSING";
-  if (major(ad.agentProtocolVersion) !== c.major) return "PROTOCOL_INCOMPATIBLE";
+  if (!hasMajor(ad.agentProtocolVersion, c.major)) return "PROTOCOL_INCOMPATIBLE";
   if (!ad.isolationHealthy) return "ISOLATION_UNHEALTHY";
   if (ad.unschedulable.length > 0) return ad.unschedulable[0]!;
   return fits(ad.free, req.resources);
@@ -149,22 +154,26 @@ export function rankCandidates(ads: Iterable<Advertisement>, req: PlacementReque
   const c = compile(req);
   const best: Keyed[] = [];
   for (const ad of ads) {
-    if (reasonOf(ad, c, nowMs) !== null) continue;
     const k: Keyed = {
       ad,
       cached: ad.cachedImages.includes(req.imageDigest) ? 0 : 1,
       hb: -(ad.heartbeatAtMs ?? 0),
       mem: ad.free.memoryMiB - req.resources.memoryMiB,
       cpu: ad.free.cpuMillis - req.resources.cpuMillis,
-      tie: 0,
+      tie: -1,
     };
+    // Ranking before filtering: a host that cannot beat the current last pick is never filtered at all.
     if (best.length >= limit) {
       const last = best[best.length - 1]!;
-      // Cheap keys first: the hash is computed only when every other key ties.
-      if (k.cached > last.cached || (k.cached === last.cached && (k.hb > last.hb || (k.hb === last.hb && (k.mem > last.mem || (k.mem === last.mem && k.cpu > last.cpu)))))) continue;
+      const d = k.cached - last.cached || k.hb - last.hb || k.mem - last.mem || k.cpu - last.cpu;
+      if (d > 0) continue;
+      if (d === 0) {
+        k.tie = tieBreak(req.allocationId, ad.hostId);
+        if (k.tie >= last.tie) continue;
+      }
     }
-    k.tie = tieBreak(req.allocationId, ad.hostId);
-    if (best.length >= limit && compare(k, best[best.length - 1]!) >= 0) continue;
+    if (reasonOf(ad, c, nowMs) !== null) continue;
+    if (k.tie < 0) k.tie = tieBreak(req.allocationId, ad.hostId);
     let i = best.length;
     while (i > 0 && compare(k, best[i - 1]!) < 0) i--;
     best.splice(i, 0, k);

@@ -15,6 +15,7 @@ import { EmbeddedRuntime, type EmbeddedRuntimeOptions } from "./runtime/embedded
 import { migrate } from "./runtime/migrate.ts";
 import { systemClock, systemRandomness, type Clock, type Randomness } from "./runtime/ports.ts";
 import { MIGRATIONS } from "./migrations/index.ts";
+import { lockDataDir, type DataDirLock } from "../storage/dataDirLock.ts";
 import type { DeploymentManifest } from "./manifest.ts";
 import { GLOBAL, type InjectedBugs, type SchedulerConfig, type SchedulerEnv } from "./env.ts";
 import { SchedulerFront } from "./front.ts";
@@ -70,25 +71,13 @@ export class SchedulerWorker extends SchedulerFront {
     chmodSync(opts.dataDir, 0o700);
     const clock = opts.clock ?? systemClock;
     const file = join(opts.dataDir, STORE_FILE);
-    const runtime: EmbeddedRuntime<SchedulerEnv> = new EmbeddedRuntime<SchedulerEnv>(file, clock, [...OBJECT_CLASSES] as ObjectClass<AnyAuthorityObject, SchedulerEnv>[], {
-      ...(opts.faultHook ? { faultHook: opts.faultHook } : {}),
-      ...(opts.maxLiveInstances ? { maxLiveInstances: opts.maxLiveInstances } : {}),
-      onQuarantine: (cls, name, reason) => {
-        const now = clock.now();
-        const alertId = `alert:quarantine:${cls}:${name}`;
-        runtime
-          .namespace(OperationsObject, { gated: false })
-          .get(GLOBAL)
-          .raise({ kind: "alert", alertId, type: "object.quarantined", subject: `${cls} ${name}`.slice(0, 200), reason: "OBJECT_DAMAGED", atMs: now })
-          .catch(() => undefined);
-      },
-    });
+    const lock = lockDataDir(opts.dataDir);
+    let runtime: EmbeddedRuntime<SchedulerEnv>;
     try {
-      migrate(runtime.store, MIGRATIONS, file);
-      runtime.probe();
+      runtime = openRuntime(file, clock, opts, lock);
     } catch (e) {
-      runtime.store.closeAbandoned();
-      throw storageStartError(file, e);
+      lock.release();
+      throw e;
     }
     const config = schedulerConfig(opts.manifest, opts.timeouts, opts.debug);
     const base = { config, clock, random: opts.random ?? systemRandomness, metrics: new Metrics() };
@@ -109,10 +98,36 @@ export class SchedulerWorker extends SchedulerFront {
     return this.runtime.health();
   }
 
-  /** Ends parked polls and closes the store. */
+  /** Ends parked polls, closes the store and releases the data directory. */
   async close(): Promise<void> {
     await this.runtime.close();
   }
+}
+
+/** Opens the runtime over the store file and migrates it (the caller holds the data directory's lock). */
+function openRuntime(file: string, clock: Clock, opts: WorkerOptions, lock: DataDirLock): EmbeddedRuntime<SchedulerEnv> {
+  const runtime: EmbeddedRuntime<SchedulerEnv> = new EmbeddedRuntime<SchedulerEnv>(file, clock, [...OBJECT_CLASSES] as ObjectClass<AnyAuthorityObject, SchedulerEnv>[], {
+    onClosed: () => lock.release(),
+    ...(opts.faultHook ? { faultHook: opts.faultHook } : {}),
+    ...(opts.maxLiveInstances ? { maxLiveInstances: opts.maxLiveInstances } : {}),
+    onQuarantine: (cls, name, reason) => {
+      const now = clock.now();
+      const alertId = `alert:quarantine:${cls}:${name}`;
+      runtime
+        .namespace(OperationsObject, { gated: false })
+        .get(GLOBAL)
+        .raise({ kind: "alert", alertId, type: "object.quarantined", subject: `${cls} ${name}`.slice(0, 200), reason: "OBJECT_DAMAGED", atMs: now })
+        .catch(() => undefined);
+    },
+  });
+  try {
+    migrate(runtime.store, MIGRATIONS, file);
+    runtime.probe();
+  } catch (e) {
+    runtime.store.closeAbandoned();
+    throw storageStartError(file, e);
+  }
+  return runtime;
 }
 
 /** A clear error for a store that cannot be opened for writing at start. */

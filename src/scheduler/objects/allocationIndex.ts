@@ -6,7 +6,7 @@
  * lags by at most one inbox delivery.
  * Must never: list another identity's allocations.
  */
-import { Value } from "@sinclair/typebox/value";
+import { checkerOf } from "../runtime/check.ts";
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
 import { AllocationView } from "../../protocol/api.ts";
 import type { SchedulerEnv } from "../env.ts";
@@ -29,8 +29,12 @@ export class AllocationIndexObject extends AuthorityObject<SchedulerEnv, IndexMe
     const msgs = this.state.readInbox();
     if (msgs.length === 0) return;
     const sql = this.state.storage.sql;
+    // Only the latest view of each allocation in this read is written.
+    const last = new Map<string, number>();
+    msgs.forEach(({ message: m }, i) => last.set(m.kind === "purge" ? m.allocationId : m.view.allocationId, i));
     this.state.storage.transactionSync(() => {
-      for (const { message: m } of msgs) {
+      for (const [i, { message: m }] of msgs.entries()) {
+        if (last.get(m.kind === "purge" ? m.allocationId : m.view.allocationId) !== i) continue;
         if (m.kind === "purge") {
           sql.exec("DELETE FROM allocation_index WHERE obj = ? AND allocation_id = ?", this.state.name, m.allocationId);
           continue;
@@ -75,7 +79,7 @@ export class AllocationIndexObject extends AuthorityObject<SchedulerEnv, IndexMe
         } catch {
           v = null;
         }
-        return { allocationId: r.allocation_id, view: Value.Check(AllocationView, v) ? v : null };
+        return { allocationId: r.allocation_id, view: checkerOf(AllocationView)(v) ? v : null };
       });
   }
 }

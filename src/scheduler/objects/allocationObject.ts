@@ -88,6 +88,8 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
   private stored: StoredAllocation | null | undefined;
   private lastSeq = 0;
   private running: Promise<void> | null = null;
+  /** The index's copy of the view is behind: post it at the end of the pass (one message per pass, not per step). */
+  private indexBehind = false;
   private again = false;
 
   constructor(state: ObjectState<AllocationMessage>, env: SchedulerEnv) {
@@ -166,13 +168,22 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       placement: null,
     };
     const s: StoredAllocation = { rec, spec: cmd.spec, labels: cmd.body.labels ?? {}, bodyDigest: cmd.bodyDigest };
-    this.state.storage.transactionSync(() => {
-      this.writeRow(s, true);
-      this.writeChange(s, { ...noChange(), events: [{ type: "allocation.created", toState: "pending", data: { workloadClass: cmd.body.workloadClass, imageDigest: cmd.spec.imageDigest } }] });
-    });
-    this.stored = s;
+    try {
+      this.state.storage.transactionSync(() => {
+        this.writeRow(s, true);
+        this.writeChange(s, { ...noChange(), events: [{ type: "allocation.created", toState: "pending", data: { workloadClass: cmd.body.workloadClass, imageDigest: cmd.spec.imageDigest } }] });
+        // The index learns of the allocation in the transaction that creates it (a listed allocation without a row is damage).
+        this.stored = s;
+        this.postIndexView();
+      });
+    } catch (e) {
+      this.stored = undefined;
+      this.lastSeq = 0;
+      this.indexBehind = false;
+      throw e;
+    }
     await this.reconcile();
-    return { created: true, view: toAllocationView(this.stored) };
+    return { created: true, view: toAllocationView(this.load()!) };
   }
 
   /** The stored body digest, or null if this allocation does not exist yet. */
@@ -284,8 +295,13 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     const r = this.rec();
     if (!r) return;
     // Safety net first: if this pass dies mid-way (say, in a remote call), the alarm resumes it.
-    if (!TERMINAL_STATES.has(r.state)) this.state.setAlarm(this.now + RECONCILE_RETRY_MS);
-    for (let i = 0; i < MAX_STEPS_PER_PASS; i++) if (!(await this.step())) break;
+    const armed = this.state.getAlarm();
+    if (!TERMINAL_STATES.has(r.state) && (armed === null || armed > this.now + RECONCILE_RETRY_MS)) this.state.setAlarm(this.now + RECONCILE_RETRY_MS);
+    try {
+      for (let i = 0; i < MAX_STEPS_PER_PASS; i++) if (!(await this.step())) break;
+    } finally {
+      this.postIndexView();
+    }
     const after = this.rec();
     if (after) this.state.setAlarm(nextAlarmAt(after, this.now, this.policy));
   }
@@ -415,11 +431,26 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
 
   private writeRow(s: StoredAllocation, insert: boolean): void {
     const row: Row = encodeAllocation(s);
-    if (insert) this.state.storage.sql.exec(INSERT_SQL, ...values(row, false));
-    else this.state.storage.sql.exec(UPDATE_SQL, ...values(row, true), row.obj);
+    if (insert) {
+      this.state.storage.sql.exec(INSERT_SQL, ...values(row, false));
+      return;
+    }
+    // Only the columns that changed (the statement is cached per column set; there are few).
+    const before = encodeAllocation(this.load()!);
+    const changed = COLUMNS.filter(([k]) => k !== "obj" && row[k] !== before[k]);
+    if (changed.length === 0) return;
+    this.state.storage.sql.exec(`UPDATE allocation SET ${changed.map(([, c]) => `${c.name} = ?`).join(", ")} WHERE obj = ?`, ...changed.map(([k]) => dbValue(row[k])), row.obj);
   }
 
-  /** Events, index view, admission and alert messages of a change (inside the caller's transaction). */
+  /** Posts the current view to the index if it is behind (the latest pending copy is replaced, not queued). */
+  private postIndexView(): void {
+    const s = this.stored;
+    if (!this.indexBehind || !s) return;
+    this.indexBehind = false;
+    this.state.postLatest(this.env.AllocationIndex, GLOBAL, `idx:${s.rec.allocationId}`, { kind: "upsert", identity: s.rec.identity, view: toAllocationView(s) });
+  }
+
+  /** Events, admission and alert messages of a change (inside the caller's transaction); the index view is posted at the end of the pass. */
   private writeChange(s: StoredAllocation, c: Change): void {
     const r = s.rec;
     const now = this.now;
@@ -441,7 +472,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
         e.data ? JSON.stringify(e.data) : null,
       );
     }
-    if (c.events.length > 0) this.state.post(this.env.AllocationIndex, GLOBAL, `idx:${r.allocationId}:${this.lastSeq}`, { kind: "upsert", identity: r.identity, view: toAllocationView(s) });
+    if (c.events.length > 0) this.indexBehind = true;
     if (c.terminal) this.state.post(this.env.Admission, GLOBAL, `adm:${r.allocationId}:terminal`, { kind: "allocation_terminal", allocationId: r.allocationId });
     for (const a of c.alerts) {
       const alertId = `alert:${a.type}:${r.allocationId}:${r.generation}:${this.lastSeq}`;
@@ -457,17 +488,15 @@ function moved(cur: AllocationRecord, before: AllocationRecord): boolean {
 
 const COLUMNS = Object.entries(getTableColumns(allocationTable)) as [keyof Row, { name: string }][];
 const INSERT_SQL = `INSERT INTO allocation (${COLUMNS.map(([, c]) => c.name).join(", ")}) VALUES (${COLUMNS.map(() => "?").join(", ")})`;
-const UPDATE_SQL = `UPDATE allocation SET ${COLUMNS.filter(([k]) => k !== "obj")
-  .map(([, c]) => `${c.name} = ?`)
-  .join(", ")} WHERE obj = ?`;
 
-/** Column values of `row` in COLUMNS order (booleans as 0/1, as drizzle stores them). */
+/** A value as SQLite stores it (booleans as 0/1, as drizzle's boolean mode does). */
+function dbValue(v: unknown): unknown {
+  return typeof v === "boolean" ? (v ? 1 : 0) : (v ?? null);
+}
+
+/** Column values of `row` in COLUMNS order. */
 function values(row: Row, skipObj: boolean): unknown[] {
   const out: unknown[] = [];
-  for (const [k] of COLUMNS) {
-    if (skipObj && k === "obj") continue;
-    const v = row[k];
-    out.push(typeof v === "boolean" ? (v ? 1 : 0) : (v ?? null));
-  }
+  for (const [k] of COLUMNS) if (!skipObj || k !== "obj") out.push(dbValue(row[k]));
   return out;
 }

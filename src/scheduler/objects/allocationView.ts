@@ -5,8 +5,8 @@
  * derived while a failed placement is cleaned up) and events with the
  * spec's correlation fields. Pure.
  */
-import { Type } from "@sinclair/typebox";
-import { Value } from "@sinclair/typebox/value";
+import { Type, type TSchema } from "@sinclair/typebox";
+import { checkerOf } from "../runtime/check.ts";
 import { ALLOCATION_STATES, PlacementOutcome, type AllocationEvent, type AllocationView } from "../../protocol/api.ts";
 import { PlacementSpec, PLACEMENT_OBSERVED_STATES } from "../../protocol/agent.ts";
 import type { AllocationRecord } from "../../domain/reconcile.ts";
@@ -30,14 +30,14 @@ const Labels = Type.Record(Type.String(), Type.String(), { maxProperties: 64 });
 const STATES: ReadonlySet<string> = new Set(ALLOCATION_STATES);
 const OBSERVED: ReadonlySet<string> = new Set(PLACEMENT_OBSERVED_STATES);
 
-function json<T>(text: string | null, schema: Parameters<typeof Value.Check>[0], what: string, id: string): T {
+function json<T>(text: string | null, schema: TSchema, what: string, id: string): T {
   let v: unknown;
   try {
     v = JSON.parse(text ?? "null");
   } catch {
     throw new DamagedStateError(`allocation ${id}: ${what} is not JSON`);
   }
-  if (!Value.Check(schema, v)) throw new DamagedStateError(`allocation ${id}: ${what} does not match its schema`);
+  if (!checkerOf(schema)(v)) throw new DamagedStateError(`allocation ${id}: ${what} does not match its schema`);
   return v as T;
 }
 

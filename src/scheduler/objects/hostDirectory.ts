@@ -25,7 +25,7 @@ import type { CandidateAnswer } from "../../domain/reconcile.ts";
 import type { SchedulerEnv } from "../env.ts";
 import { DirectoryMessage, AdvertisementSchema } from "./messages.ts";
 import { DIRECTORY_TABLES, directoryAdTable, directoryWaiterTable } from "./hostDirectorySchema.ts";
-import { Value } from "@sinclair/typebox/value";
+import { checkerOf } from "../runtime/check.ts";
 import { Type } from "@sinclair/typebox";
 
 /** Advertisements older than this are dropped, ms (spec: 24 hours). */
@@ -36,6 +36,12 @@ export const MAX_CANDIDATES = 8;
 export const MAX_WAKES_PER_AD = 64;
 /** Most allocations waiting for capacity at once (each is a pending allocation; admission bounds those). */
 export const MAX_WAITERS = 200_000;
+/**
+ * Longest a host's stored advertisement lags the one in memory, ms: the
+ * copy on disk only seeds the cache after a restart (hosts re-advertise on
+ * their next heartbeat), so it is rewritten at most this often per host.
+ */
+export const AD_PERSIST_MS = 5_000;
 /** How long a woken allocation keeps first claim on the host that woke it, ms. */
 export const EARMARK_MS = 10_000;
 
@@ -109,6 +115,8 @@ export class HostDirectoryObject extends AuthorityObject<SchedulerEnv, Directory
   private readonly earmarks = new Map<string, { hostId: string; untilMs: number; resources: Resources }>();
   /** Cached explanations per shape, valid until the next advertisement. */
   private readonly explained = new Map<string, NoCandidateExplanation>();
+  /** When each host's advertisement was last written, ms. */
+  private readonly persistedAt = new Map<string, number>();
 
   constructor(state: ObjectState<DirectoryMessage>, env: SchedulerEnv) {
     super(state, env);
@@ -121,11 +129,11 @@ export class HostDirectoryObject extends AuthorityObject<SchedulerEnv, Directory
     for (const r of this.q.ads.all({ obj: this.state.name })) {
       if (now - r.receivedAtMs > AD_MAX_AGE_MS) continue;
       const ad: unknown = JSON.parse(r.adJson);
-      if (Value.Check(AdvertisementSchema, ad)) ads.set(ad.hostId, ad);
+      if (checkerOf(AdvertisementSchema)(ad)) ads.set(ad.hostId, ad);
     }
     for (const w of this.q.waiters.all({ obj: this.state.name })) {
       const req: unknown = JSON.parse(w.requestJson);
-      if (!Value.Check(WaiterRequest, req)) continue;
+      if (!checkerOf(WaiterRequest)(req)) continue;
       this.enqueue({ allocationId: w.allocationId, createdAtMs: w.createdAtMs, untilMs: w.untilMs, req: { ...req, allocationId: w.allocationId, exclude: new Set() }, shape: shapeOf(req) });
     }
     this.ads = ads;
@@ -165,6 +173,11 @@ export class HostDirectoryObject extends AuthorityObject<SchedulerEnv, Directory
         const prev = ads.get(ad.hostId);
         if (!supersedes(prev, ad)) continue;
         const prevUsable = prev !== undefined && usable(prev, now);
+        ads.set(ad.hostId, ad);
+        this.explained.clear();
+        if (this.waiting.size > 0 && gained(prev, ad, prevUsable, now)) this.wake(ad, now);
+        if (now - (this.persistedAt.get(ad.hostId) ?? 0) < AD_PERSIST_MS) continue;
+        this.persistedAt.set(ad.hostId, now);
         this.state.storage.sql.exec(
           "INSERT INTO directory_ads (obj, host_id, revision, ad_json, received_at_ms) VALUES (?, ?, ?, ?, ?) ON CONFLICT (obj, host_id) DO UPDATE SET revision = excluded.revision, ad_json = excluded.ad_json, received_at_ms = excluded.received_at_ms",
           this.state.name,
@@ -173,9 +186,6 @@ export class HostDirectoryObject extends AuthorityObject<SchedulerEnv, Directory
           JSON.stringify(ad),
           now,
         );
-        ads.set(ad.hostId, ad);
-        this.explained.clear();
-        if (this.waiting.size > 0 && gained(prev, ad, prevUsable, now)) this.wake(ad, now);
       }
       this.state.ackInbox(msgs[msgs.length - 1]!.seq);
     });

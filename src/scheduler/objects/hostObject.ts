@@ -409,7 +409,11 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
       for (const d of env.payload.deliveryAcks) this.applyDeliveryAck(r.obj, d);
       // Leases are renewed by heartbeats, but never for a placement the scheduler wants gone.
       const lease = now + this.env.config.timeouts.leaseMs;
-      for (const p of [...this.placements().values()]) if (p.desired !== "absent" && p.leaseExpiresAtMs !== lease) this.setPlacement(p, { leaseExpiresAtMs: lease });
+      const renew = [...this.placements().values()].filter((p) => p.desired !== "absent" && p.leaseExpiresAtMs !== lease);
+      if (renew.length > 0) {
+        this.sql.exec("UPDATE host_placements SET lease_expires_at_ms = ? WHERE obj = ? AND state != 'absent' AND desired != 'absent'", lease, this.state.name);
+        for (const p of renew) this.placements().set(p.placementId, { ...p, leaseExpiresAtMs: lease });
+      }
       this.publish(material || now - r.adPublishedAtMs > AD_REFRESH_MS);
     });
     if (newSession) for (const p of this.deliveries.values()) p.handedOut = false;
@@ -585,7 +589,7 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
       cachedImages: (JSON.parse(r.factsJson) as AgentFacts).cachedImages ?? [],
     };
     this.setRow({ adRevision: revision, adPublishedAtMs: now });
-    this.state.post(this.env.HostDirectory, GLOBAL, `ad:${r.obj}:${revision}`, { kind: "advertisement", ad });
+    this.state.postLatest(this.env.HostDirectory, GLOBAL, `ad:${r.obj}`, { kind: "advertisement", ad });
     this.state.setAlarm(now + AD_REFRESH_MS * 3);
   }
 

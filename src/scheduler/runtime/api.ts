@@ -85,6 +85,12 @@ export interface ObjectState<M> {
    * nudged (`onInbox`). The only way a call travels against the one-way rule.
    */
   post<T extends AnyAuthorityObject>(to: Namespace<T>, name: string, messageId: string, message: MessageOf<T>): void;
+  /**
+   * Like `post`, but a message still pending under the same `key` is
+   * replaced by this one (for state that only matters in its latest
+   * version: an index view, an advertisement).
+   */
+  postLatest<T extends AnyAuthorityObject>(to: Namespace<T>, name: string, key: string, message: MessageOf<T>): void;
   /** Up to `MAX_INBOX_BATCH` pending messages, oldest first. A message that fails its schema is set aside and reported, never returned. */
   readInbox(): InboxEntry<M>[];
   /** Acknowledges (deletes) inbox messages up to and including `seq`; call in the transaction that applied them. */

@@ -6,7 +6,7 @@
  * aside and reported instead), or read another instance's rows.
  */
 import type { TSchema } from "@sinclair/typebox";
-import { Value } from "@sinclair/typebox/value";
+import { checkerOf, firstError } from "./check.ts";
 import type { InboxEntry, SqlStorage } from "./api.ts";
 
 /** Most inbox messages handed to one instance per read. */
@@ -32,6 +32,12 @@ export function insertInbox(sql: SqlStorage, cls: string, obj: string, messageId
   return sql.exec("INSERT OR IGNORE INTO _inbox (cls, obj, message_id, body) VALUES (?, ?, ?, ?)", cls, obj, messageId, body).rowsWritten > 0;
 }
 
+/** Appends a message under `key`, replacing the body of one still pending under the same key. Throws if the body is over MAX_MESSAGE_BYTES. */
+export function upsertInbox(sql: SqlStorage, cls: string, obj: string, key: string, body: string): void {
+  if (body.length > MAX_MESSAGE_BYTES) throw new Error(`message ${key} for ${cls} ${obj} is ${body.length} bytes (limit ${MAX_MESSAGE_BYTES})`);
+  sql.exec("INSERT INTO _inbox (cls, obj, message_id, body) VALUES (?, ?, ?, ?) ON CONFLICT (cls, obj, message_id) DO UPDATE SET body = excluded.body", cls, obj, key, body);
+}
+
 /** Deletes inbox messages of (cls, obj) up to and including `seq`. */
 export function ackInbox(sql: SqlStorage, cls: string, obj: string, seq: number): void {
   sql.exec("DELETE FROM _inbox WHERE cls = ? AND obj = ? AND seq <= ?", cls, obj, seq);
@@ -53,7 +59,7 @@ export function readInbox<M>(sql: SqlStorage, cls: string, obj: string, schema: 
     try {
       message = JSON.parse(r.body);
       if (!schema) why = `${cls} receives no messages`;
-      else if (!Value.Check(schema, message)) why = `does not match ${cls}'s message schema: ${[...Value.Errors(schema, message)][0]?.message ?? "?"}`;
+      else if (!checkerOf(schema)(message)) why = `does not match ${cls}'s message schema: ${firstError(schema, message)}`;
     } catch {
       why = "is not JSON";
     }

@@ -23,7 +23,7 @@ import { BeachballError } from "../../../protocol/errors.ts";
 import type { AnyAuthorityObject, MessageOf, Namespace, ObjectClass, ObjectState, Stub } from "../api.ts";
 import { DamagedStateError, isStorageFault } from "../faults.ts";
 import type { Clock } from "../ports.ts";
-import { ackInbox, insertInbox, readAlarm, readInbox, writeAlarm } from "../stateRows.ts";
+import { ackInbox, insertInbox, MAX_INBOX_BATCH, readAlarm, readInbox, upsertInbox, writeAlarm } from "../stateRows.ts";
 import { BatchAbandoned, SqlStore } from "./sqlStore.ts";
 
 /** Most instances kept in memory; idle ones beyond it are dropped (their rows stay). */
@@ -57,6 +57,8 @@ export interface EmbeddedRuntimeOptions {
   onQuarantine?: (className: string, name: string, reason: string) => void;
   /** Live-instance bound (default MAX_LIVE_INSTANCES). */
   maxLiveInstances?: number;
+  /** Called once the store is closed (by `close` or `abandon`): the owner releases its data-directory lock. */
+  onClosed?: () => void;
 }
 
 interface Instance {
@@ -78,6 +80,9 @@ export class EmbeddedRuntime<E> {
   private readonly instances = new Map<string, Instance>();
   private readonly quarantined = new Map<string, string>();
   private readonly firing = new Set<string>();
+  /** Instances that may have inbox messages, with the version of the latest append (rebuilt from `_inbox` at start). */
+  readonly inboxVersion = new Map<string, number>();
+  private inboxSeq = 0;
   private readonly background = new Set<Promise<unknown>>();
   private env: E | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;
@@ -102,6 +107,7 @@ export class EmbeddedRuntime<E> {
   /** Sets the environment instances receive (built from this runtime's namespaces, so it comes after construction). */
   bind(env: E): void {
     this.env = env;
+    for (const r of this.store.sql.exec<{ cls: string; obj: string }>("SELECT DISTINCT cls, obj FROM _inbox").toArray()) this.inboxVersion.set(key(r.cls, r.obj), ++this.inboxSeq);
     for (const r of this.store.sql.exec<{ cls: string; obj: string; reason: string }>("SELECT cls, obj, reason FROM _quarantine")) this.quarantined.set(key(r.cls, r.obj), r.reason);
   }
 
@@ -141,7 +147,10 @@ export class EmbeddedRuntime<E> {
 
   /** Nudges instances with pending inbox messages without starting the timer (a simulation calls `tick()` itself). */
   recover(): void {
-    for (const r of this.store.sql.exec<{ cls: string; obj: string }>("SELECT DISTINCT cls, obj FROM _inbox").toArray()) this.nudge(r.cls, r.obj);
+    for (const k of [...this.inboxVersion.keys()]) {
+      const [cls, name] = k.split("\u0000") as [string, string];
+      this.nudge(cls, name);
+    }
   }
 
   /** Calls `method` on the instance (cls, name) as an RPC. */
@@ -260,25 +269,66 @@ export class EmbeddedRuntime<E> {
     const cls = c.className;
     const schema: TSchema | null = c.messageSchema;
     const sql = this.store.sql;
+    const k = key(cls, name);
+    // The alarm as last read or written by this instance (undefined: not known yet), so an unchanged alarm costs no write.
+    let alarm: number | null | undefined;
+    let alarmRollbacks = 0;
+    let readVersion = -1;
+    let readAll = false;
     return {
       className: cls,
       name,
       storage: this.store,
       setAlarm(atMs) {
-        writeAlarm(sql, cls, name, atMs);
-        if (atMs !== null) rt.store.onCommitted(() => rt.alarmArmed(atMs));
+        const at = atMs === null ? null : Math.floor(atMs);
+        // A rolled-back savepoint may have undone the cached write: then write again.
+        if (alarm === at && alarmRollbacks === rt.store.rollbacks) return;
+        writeAlarm(sql, cls, name, at);
+        alarm = at;
+        alarmRollbacks = rt.store.rollbacks;
+        if (at !== null) rt.store.onCommitted(() => rt.alarmArmed(at));
       },
-      getAlarm: () => readAlarm(sql, cls, name),
+      getAlarm() {
+        if (alarm === undefined || alarmRollbacks !== rt.store.rollbacks) {
+          alarm = readAlarm(sql, cls, name);
+          alarmRollbacks = rt.store.rollbacks;
+        }
+        return alarm;
+      },
       post<T extends AnyAuthorityObject>(to: Namespace<T>, target: string, messageId: string, message: MessageOf<T>) {
         if (!rt.classes.has(to.className)) throw new Error(`unknown object class ${to.className}`);
-        if (insertInbox(sql, to.className, target, messageId, JSON.stringify(message))) rt.store.onCommitted(() => rt.nudge(to.className, target));
+        if (insertInbox(sql, to.className, target, messageId, JSON.stringify(message))) rt.delivered(to.className, target);
       },
-      readInbox: () => readInbox<M>(sql, cls, name, schema, (id, why) => console.error(`beachball: ${cls} ${name} dropped message ${id}: it ${why}`)),
-      ackInbox: (seq) => ackInbox(sql, cls, name, seq),
+      postLatest<T extends AnyAuthorityObject>(to: Namespace<T>, target: string, messageKey: string, message: MessageOf<T>) {
+        if (!rt.classes.has(to.className)) throw new Error(`unknown object class ${to.className}`);
+        upsertInbox(sql, to.className, target, messageKey, JSON.stringify(message));
+        rt.delivered(to.className, target);
+      },
+      readInbox: () => {
+        // The runtime knows which instances may have messages: most reads cost no statement.
+        const version = rt.inboxVersion.get(k);
+        if (version === undefined) return [];
+        const rows = readInbox<M>(sql, cls, name, schema, (id, why) => console.error(`beachball: ${cls} ${name} dropped message ${id}: it ${why}`));
+        readVersion = version;
+        readAll = rows.length < MAX_INBOX_BATCH;
+        if (rows.length === 0 && readAll) rt.inboxVersion.delete(k);
+        return rows;
+      },
+      ackInbox: (seq) => {
+        ackInbox(sql, cls, name, seq);
+        if (readAll && rt.inboxVersion.get(k) === readVersion) rt.inboxVersion.delete(k);
+      },
       deleteSelf() {
         inst.deleteRequested = true;
       },
     };
+  }
+
+  /** A message was appended for (cls, name): remember that it may have messages, and nudge it after the commit. */
+  private delivered(cls: string, name: string): void {
+    const k = key(cls, name);
+    this.inboxVersion.set(k, ++this.inboxSeq);
+    this.store.onCommitted(() => this.nudge(cls, name));
   }
 
   /** Runs the target's onInbox after a commit (background; errors are logged, the messages stay for the next nudge or alarm). */
@@ -394,7 +444,11 @@ export class EmbeddedRuntime<E> {
     for (const inst of this.instances.values()) inst.obj.drain();
     await this.idle();
     this.closed = true;
-    this.store.close();
+    try {
+      this.store.close();
+    } finally {
+      this.options.onClosed?.();
+    }
   }
 
   /** Abandons a crashed runtime: the open batch is rolled back (as a real crash loses it) and the file closed. */
@@ -403,7 +457,11 @@ export class EmbeddedRuntime<E> {
     if (this.timer) clearTimeout(this.timer);
     await Promise.allSettled([...this.background]);
     this.closed = true;
-    this.store.closeAbandoned();
+    try {
+      this.store.closeAbandoned();
+    } finally {
+      this.options.onClosed?.();
+    }
   }
 }
 

@@ -16,6 +16,7 @@
  * commit (waiters get the error; the store reports itself unhealthy).
  */
 import { Database, type Statement } from "bun:sqlite";
+import { chmodSync, closeSync, existsSync, openSync } from "node:fs";
 import type { SqlCursor, SqlStorage, SqlValue } from "../api.ts";
 
 /** Statements whose SQL starts like this only read. */
@@ -79,6 +80,8 @@ export class SqlStore {
   private afterCommit: (() => void)[] = [];
   private readonly readOnly = new Map<string, boolean>();
   private closed = false;
+  /** Savepoints rolled back so far: a cache of a write made before may no longer hold. */
+  rollbacks = 0;
   /** Commits so far (for benchmarks and tests). */
   commits = 0;
   /** The last failed commit, until a later commit succeeds. */
@@ -93,6 +96,11 @@ export class SqlStore {
     readonly file: string,
     private readonly onCommitFailure: (e: Error) => void = () => undefined,
   ) {
+    // 0600 before SQLite opens it: its -wal and -shm files take the database file's mode.
+    if (file !== ":memory:") {
+      if (!existsSync(file)) closeSync(openSync(file, "a", 0o600));
+      for (const f of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(f)) chmodSync(f, 0o600);
+    }
     this.db = new Database(file, { create: true, strict: true });
     this.db.exec("PRAGMA synchronous = NORMAL; PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;");
     const store = this;
@@ -119,10 +127,15 @@ export class SqlStore {
   }
 
   /** Opens the batch if none is open and schedules its commit for the end of this event-loop turn. */
+  /** A cached statement for transaction control (parsed once, not on every savepoint). */
+  private control(sql: string): void {
+    this.db.query(sql).run();
+  }
+
   private begin(): void {
     if (this.open) return;
     if (this.closed) throw new Error("the object store is closed");
-    this.db.exec("BEGIN");
+    this.control("BEGIN");
     this.open = true;
     setImmediate(() => this.commit());
   }
@@ -131,15 +144,16 @@ export class SqlStore {
   transactionSync<T>(fn: () => T): T {
     this.begin();
     const name = `sp${++this.depth}`;
-    this.db.exec(`SAVEPOINT ${name}`);
+    this.control(`SAVEPOINT ${name}`);
     try {
       const r = fn();
       if (r && typeof (r as { then?: unknown }).then === "function") throw new Error("transactionSync needs a synchronous function");
-      this.db.exec(`RELEASE ${name}`);
+      this.control(`RELEASE ${name}`);
       return r;
     } catch (e) {
-      this.db.exec(`ROLLBACK TO ${name}`);
-      this.db.exec(`RELEASE ${name}`);
+      this.control(`ROLLBACK TO ${name}`);
+      this.control(`RELEASE ${name}`);
+      this.rollbacks++;
       throw e;
     } finally {
       this.depth--;
@@ -183,7 +197,7 @@ export class SqlStore {
     const wrote = this.dirty;
     this.dirty = false;
     try {
-      this.db.exec("COMMIT");
+      this.control("COMMIT");
       if (wrote) this.commits++;
       this.failure = null;
     } catch (e) {
