@@ -47,7 +47,11 @@ export function buildApp(worker: SchedulerWorker) {
       console.error("beachball scheduler: unhandled error", error);
       return problem("INTERNAL", "internal error");
     })
-    .get("/healthz", () => ({ ok: true }))
+    .get("/healthz", () => {
+      // Health reflects storage: a store that cannot be written is not a healthy scheduler.
+      const h = worker.health();
+      return h.ok ? { ok: true } : problem("STORAGE_UNAVAILABLE", h.detail, { retryAfterSeconds: 5 });
+    })
     .get("/v1/.well-known/beachball", () => worker.wellKnown())
     .post(
       "/v1/allocations",

@@ -67,8 +67,7 @@ export class SchedulerWorker extends SchedulerFront {
   readonly objectEnv: SchedulerEnv;
 
   constructor(opts: WorkerOptions) {
-    mkdirSync(opts.dataDir, { recursive: true, mode: 0o700 });
-    chmodSync(opts.dataDir, 0o700);
+    prepareDataDir(opts.dataDir);
     const clock = opts.clock ?? systemClock;
     const file = join(opts.dataDir, STORE_FILE);
     const lock = lockDataDir(opts.dataDir);
@@ -101,6 +100,18 @@ export class SchedulerWorker extends SchedulerFront {
   /** Ends parked polls, closes the store and releases the data directory. */
   async close(): Promise<void> {
     await this.runtime.close();
+  }
+}
+
+/** Creates the data directory mode 0700 (tightening an existing one). Throws a clear error if it cannot be written. */
+function prepareDataDir(dir: string): void {
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+    chmodSync(dir, 0o700);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === "EROFS" || code === "EACCES" || code === "EPERM") throw new Error(`cannot write ${dir} (${code}): the data directory must be writable by this user`);
+    throw e;
   }
 }
 

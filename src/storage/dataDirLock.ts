@@ -39,7 +39,14 @@ export interface DataDirLock {
 /** Takes the lock of `dir` (creating `<dir>/lock` mode 0600). Throws DataDirLocked if another holder has it. */
 export function lockDataDir(dir: string): DataDirLock {
   const path = join(dir, "lock");
-  const fd = openSync(path, "a+", 0o600);
+  let fd: number;
+  try {
+    fd = openSync(path, "a+", 0o600);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === "EROFS" || code === "EACCES" || code === "EPERM") throw new Error(`cannot write ${dir} (${code}): the data directory must be writable by this user`);
+    throw e;
+  }
   if (flock(fd, LOCK_EX | LOCK_NB) !== 0) {
     closeSync(fd);
     let pid: number | null = null;
