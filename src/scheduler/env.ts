@@ -9,8 +9,8 @@
  */
 import type { Namespace } from "./runtime/api.ts";
 import type { Clock, Randomness } from "./runtime/ports.ts";
-import type { TimeoutPolicy } from "../domain/allocation.ts";
-import type { DeploymentManifest } from "./manifest.ts";
+import { DEFAULT_TIMEOUTS, type TimeoutPolicy } from "../domain/allocation.ts";
+import type { DeploymentManifest } from "./manifestSchema.ts";
 import type { Metrics } from "./metrics.ts";
 import type { AllocationObject } from "./objects/allocationObject.ts";
 import type { AllocationIndexObject } from "./objects/allocationIndex.ts";
@@ -51,3 +51,11 @@ export interface SchedulerEnv {
 
 /** The names of the singletons (one instance each). */
 export const GLOBAL = "global";
+
+/** The configuration objects read, from the manifest and option overrides. */
+export function schedulerConfig(manifest: DeploymentManifest, timeouts: Partial<TimeoutPolicy> = {}, debug: InjectedBugs = {}): SchedulerConfig {
+  const t: TimeoutPolicy = { ...DEFAULT_TIMEOUTS, ...timeouts };
+  if (manifest.limits.retentionDays !== undefined && timeouts.retentionDays === undefined) t.retentionDays = manifest.limits.retentionDays;
+  return { manifest, timeouts: t, debug };
+}
+

@@ -16,7 +16,7 @@ import { MAX_PAYLOAD_BYTES, type AllocationEvent, type AllocationView, type Boot
 import type { EnrollResponse, Envelope, PollResponse } from "../protocol/agent.ts";
 import type { AlertItem, HostView } from "../protocol/views.ts";
 import { allocationIdFor, canonicalJson, digestOf } from "../domain/identifiers.ts";
-import { identify, tokenDigest, type Identity } from "./manifest.ts";
+import { identify, tokenDigest, type Identity } from "./manifestSchema.ts";
 import { GLOBAL, type SchedulerEnv } from "./env.ts";
 
 /** How long a controller's delivery request waits for the agent's acknowledgement, ms (spec: 30 s). */

@@ -9,7 +9,7 @@
  */
 import { chmodSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { DEFAULT_TIMEOUTS, type TimeoutPolicy } from "../domain/allocation.ts";
+import type { TimeoutPolicy } from "../domain/allocation.ts";
 import type { AnyAuthorityObject, Namespace, ObjectClass } from "./runtime/api.ts";
 import { EmbeddedRuntime, type EmbeddedRuntimeOptions } from "./runtime/embedded/embeddedRuntime.ts";
 import { migrate } from "./runtime/migrate.ts";
@@ -17,7 +17,8 @@ import { systemClock, systemRandomness, type Clock, type Randomness } from "./ru
 import { MIGRATIONS } from "./migrations/index.ts";
 import { lockDataDir, type DataDirLock } from "../storage/dataDirLock.ts";
 import type { DeploymentManifest } from "./manifest.ts";
-import { GLOBAL, type InjectedBugs, type SchedulerConfig, type SchedulerEnv } from "./env.ts";
+import { GLOBAL, schedulerConfig, type InjectedBugs, type SchedulerEnv } from "./env.ts";
+import { OBJECT_CLASSES } from "./objectClasses.ts";
 import { SchedulerFront } from "./front.ts";
 import { Metrics } from "./metrics.ts";
 import { AllocationObject } from "./objects/allocationObject.ts";
@@ -30,8 +31,8 @@ import { OperationsObject } from "./objects/operationsObject.ts";
 
 export { DELIVERY_TIMEOUT_MS } from "./front.ts";
 
-/** Every object class, as both hosts register them. */
-export const OBJECT_CLASSES = [AllocationObject, AllocationIndexObject, AdmissionObject, EnrollmentObject, HostObject, HostDirectoryObject, OperationsObject] as const;
+export { OBJECT_CLASSES } from "./objectClasses.ts";
+export { schedulerConfig } from "./env.ts";
 
 /** The store file in a data directory. */
 export const STORE_FILE = "objects.db";
@@ -51,13 +52,6 @@ export interface WorkerOptions {
   debug?: InjectedBugs;
   /** Live-instance bound of the runtime (tests lower it). */
   maxLiveInstances?: number;
-}
-
-/** The configuration objects read, from the manifest and option overrides. */
-export function schedulerConfig(manifest: DeploymentManifest, timeouts: Partial<TimeoutPolicy> = {}, debug: InjectedBugs = {}): SchedulerConfig {
-  const t: TimeoutPolicy = { ...DEFAULT_TIMEOUTS, ...timeouts };
-  if (manifest.limits.retentionDays !== undefined && timeouts.retentionDays === undefined) t.retentionDays = manifest.limits.retentionDays;
-  return { manifest, timeouts: t, debug };
 }
 
 /** See the module header. */

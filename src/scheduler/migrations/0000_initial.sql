@@ -27,7 +27,8 @@ CREATE TABLE `_outbox` (
 	`target_cls` text NOT NULL,
 	`target_obj` text NOT NULL,
 	`message_id` text NOT NULL,
-	`body` text NOT NULL
+	`body` text NOT NULL,
+	`latest` integer NOT NULL
 );
 --> statement-breakpoint
 CREATE TABLE `_quarantine` (

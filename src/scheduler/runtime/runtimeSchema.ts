@@ -11,6 +11,7 @@
  */
 import { index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 
+
 /** The one alarm of each instance (ms since the epoch). */
 export const alarmTable = sqliteTable(
   "_alarm",
@@ -45,6 +46,8 @@ export const outboxTable = sqliteTable("_outbox", {
   targetObj: text("target_obj").notNull(),
   messageId: text("message_id").notNull(),
   body: text("body").notNull(),
+  /** 1: replaces a message still pending under the same ID (postLatest). */
+  latest: integer("latest", { mode: "boolean" }).notNull(),
 });
 
 /** Instances whose stored state failed its checks: calls to them fail with OBJECT_DAMAGED until an operator repairs them. */
