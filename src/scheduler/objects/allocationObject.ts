@@ -86,6 +86,8 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
   private readonly q = prepared(this.state.storage, queries);
   /** The decoded row (undefined: not read yet; null: no row). */
   private stored: StoredAllocation | null | undefined;
+  /** The row as last read or written (to update only the columns that change). */
+  private written: Row | undefined;
   private lastSeq = 0;
   private running: Promise<void> | null = null;
   /** The index's copy of the view is behind: post it at the end of the pass (one message per pass, not per step). */
@@ -109,6 +111,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     if (this.stored !== undefined) return this.stored;
     const row = this.q.row.get({ obj: this.state.name });
     this.stored = row ? decodeAllocation(row) : null;
+    this.written = row ?? undefined;
     if (this.stored) this.lastSeq = this.q.lastSeq.get({ obj: this.state.name })?.seq ?? 0;
     return this.stored;
   }
@@ -178,6 +181,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       });
     } catch (e) {
       this.stored = undefined;
+      this.written = undefined;
       this.lastSeq = 0;
       this.indexBehind = false;
       throw e;
@@ -419,6 +423,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       });
     } catch (e) {
       this.lastSeq = seqBefore;
+      this.written = undefined;
       throw e;
     }
     this.stored = next;
@@ -433,13 +438,15 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     const row: Row = encodeAllocation(s);
     if (insert) {
       this.state.storage.sql.exec(INSERT_SQL, ...values(row, false));
+      this.written = row;
       return;
     }
     // Only the columns that changed (the statement is cached per column set; there are few).
-    const before = encodeAllocation(this.load()!);
+    const before = this.written ?? encodeAllocation(this.load()!);
     const changed = COLUMNS.filter(([k]) => k !== "obj" && row[k] !== before[k]);
     if (changed.length === 0) return;
     this.state.storage.sql.exec(`UPDATE allocation SET ${changed.map(([, c]) => `${c.name} = ?`).join(", ")} WHERE obj = ?`, ...changed.map(([k]) => dbValue(row[k])), row.obj);
+    this.written = row;
   }
 
   /** Posts the current view to the index if it is behind (the latest pending copy is replaced, not queued). */

@@ -178,8 +178,8 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
   }
 
   private freeCapacity(r: HostRow): Resources {
-    const allocatable = sub(toRes(JSON.parse(r.capacityJson) as Capacity), toRes(JSON.parse(r.reserveJson) as Capacity));
-    return sub(allocatable, used([...this.placements().values()].map((p) => ({ state: p.state, resources: JSON.parse(p.resourcesJson) as Resources }))));
+    const allocatable = sub(toRes(parsed<Capacity>(r.capacityJson)), toRes(parsed<Capacity>(r.reserveJson)));
+    return sub(allocatable, used([...this.placements().values()].map((p) => ({ state: p.state, resources: parsed<Resources>(p.resourcesJson) }))));
   }
 
   /** Reserves capacity for one placement (idempotent by `key`). Rejects with a stable code. */
@@ -645,6 +645,18 @@ const PLACEMENT_COLUMN: Record<keyof PlacementRow, string> = {
   createdAtMs: "created_at_ms",
   updatedAtMs: "updated_at_ms",
 };
+
+const parsedCache = new Map<string, unknown>();
+/** JSON.parse of a small, often repeated column value (capacities, resources), memoised (bounded). */
+function parsed<T>(text: string): T {
+  let v = parsedCache.get(text);
+  if (v === undefined) {
+    if (parsedCache.size >= 4096) parsedCache.clear();
+    v = JSON.parse(text) as unknown;
+    parsedCache.set(text, v);
+  }
+  return v as T;
+}
 
 /** A value as SQLite stores it (booleans as 0/1, as drizzle's boolean mode does). */
 function dbValue(v: unknown): unknown {
