@@ -402,7 +402,7 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
         lastSeq = u.seq;
         if (this.applyUpdate(r.obj, epoch, u)) material = true;
       }
-      this.setRow({ heartbeatAtMs: now, agentEpoch: epoch, bootId: env.payload.bootId, lastSeq, isolationHealthy, factsJson });
+      this.setRow({ heartbeatAtMs: now, agentEpoch: epoch, bootId: env.payload.bootId, lastSeq, isolationHealthy, factsJson, adRevision: this.row()!.adRevision, adPublishedAtMs: this.row()!.adPublishedAtMs });
       for (const a of env.payload.acks) {
         this.sql.exec("UPDATE host_commands SET status = ? WHERE obj = ? AND command_id = ? AND status = 'pending'", a.result === "rejected" ? "rejected" : "acked", this.state.name, a.commandId);
       }
@@ -573,7 +573,8 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     const r = this.row();
     if (!r || !material) return;
     const now = this.env.clock.now();
-    const revision = r.adRevision + 1;
+    // At least the time: a restart that lost the last revisions still publishes newer ones (the row keeps one from the last heartbeat).
+    const revision = Math.max(r.adRevision + 1, now);
     const ad: Advertisement = {
       hostId: r.obj,
       revision,
@@ -588,9 +589,11 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
       free: this.freeCapacity(r),
       cachedImages: (JSON.parse(r.factsJson) as AgentFacts).cachedImages ?? [],
     };
-    this.setRow({ adRevision: revision, adPublishedAtMs: now });
+    this.cachedRow = { ...r, adRevision: revision, adPublishedAtMs: now };
     this.state.postLatest(this.env.HostDirectory, GLOBAL, `ad:${r.obj}`, { kind: "advertisement", ad });
-    this.state.setAlarm(now + AD_REFRESH_MS * 3);
+    // The refresh alarm moves only when it would fire soon (not on every publish).
+    const armed = this.state.getAlarm();
+    if (armed === null || armed < now + AD_REFRESH_MS) this.state.setAlarm(now + AD_REFRESH_MS * 3);
   }
 
   /** Re-publishes the advertisement and prunes commands and absent placements older than an hour (spec "Observability and retention"). */
