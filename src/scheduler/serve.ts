@@ -32,7 +32,7 @@ export function serveScheduler(opts: ServeOptions): RunningScheduler {
   mkdirSync(opts.dataDir, { recursive: true });
   const manifest: DeploymentManifest = loadManifest(opts.manifestPath);
   const publicUrl = `http://${opts.hostname.includes(":") ? `[${opts.hostname}]` : opts.hostname}:${opts.port}`;
-  const worker = new SchedulerWorker({ dataDir: opts.dataDir, manifest, publicUrl, ...(opts.timeouts ? { timeouts: opts.timeouts } : {}) });
+  const worker = new SchedulerWorker({ dataDir: opts.dataDir, manifest, publicUrl, checkpointInBackground: true, ...(opts.timeouts ? { timeouts: opts.timeouts } : {}) });
   worker.start();
   const app = buildApp(worker).listen({ hostname: opts.hostname, port: opts.port, maxRequestBodySize: MAX_REQUEST_BODY_BYTES * 2, idleTimeout: 60 });
   const url = `http://${app.server!.hostname}:${app.server!.port}`;

@@ -52,6 +52,8 @@ export interface WorkerOptions {
   debug?: InjectedBugs;
   /** Live-instance bound of the runtime (tests lower it). */
   maxLiveInstances?: number;
+  /** Run WAL checkpoints on a worker thread (the server does; simulations, with thousands of short runtimes, do not). */
+  checkpointInBackground?: boolean;
 }
 
 /** See the module header. */

@@ -18,6 +18,7 @@
 import { Database, type Statement } from "bun:sqlite";
 import { chmodSync, closeSync, existsSync, openSync } from "node:fs";
 import type { SqlCursor, SqlStorage, SqlValue } from "../api.ts";
+import { startCheckpointer, type Checkpointer } from "./checkpointer.ts";
 
 /** Statements whose SQL starts like this only read. */
 const READ_ONLY = /^\s*(select|with|pragma\s+\w+\s*$|explain)/i;
@@ -80,6 +81,7 @@ export class SqlStore {
   private afterCommit: (() => void)[] = [];
   private readonly readOnly = new Map<string, boolean>();
   private closed = false;
+  private checkpointer: Checkpointer | null = null;
   /** Savepoints rolled back so far: a cache of a write made before may no longer hold. */
   rollbacks = 0;
   /** Commits so far (for benchmarks and tests). */
@@ -233,8 +235,15 @@ export class SqlStore {
     for (const w of waiters) w.reject(new BatchAbandoned());
   }
 
+  /** Moves WAL checkpoints (and their fsync) off this thread (./checkpointer.ts). */
+  checkpointInBackground(): Checkpointer {
+    this.checkpointer ??= startCheckpointer(this.file, this.db, () => !this.open);
+    return this.checkpointer;
+  }
+
   /** Commits what is open and closes the file. */
   close(): void {
+    this.checkpointer?.stop();
     this.commit();
     this.closed = true;
     this.db.close();
@@ -242,6 +251,7 @@ export class SqlStore {
 
   /** Abandons the open batch and closes the file without committing (simulated crash). */
   closeAbandoned(): void {
+    this.checkpointer?.stop();
     this.abandon();
     this.closed = true;
     this.db.close();
