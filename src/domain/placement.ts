@@ -121,15 +121,23 @@ export function explainNoCandidate(ads: Iterable<Advertisement>, req: PlacementR
   return out;
 }
 
+/** FNV-1a state after `allocationId` NUL (the part of the tie-breaker shared by every host of one ranking). */
+function fnvPrefix(allocationId: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < allocationId.length; i++) h = Math.imul(h ^ allocationId.charCodeAt(i), 0x01000193) >>> 0;
+  return Math.imul(h, 0x01000193) >>> 0;
+}
+
+/** FNV-1a continued from `prefix` over `hostId`. */
+function fnvHost(prefix: number, hostId: string): number {
+  let h = prefix;
+  for (let i = 0; i < hostId.length; i++) h = Math.imul(h ^ hostId.charCodeAt(i), 0x01000193) >>> 0;
+  return h;
+}
+
 /** Stable tie-breaker: 32-bit FNV-1a of allocationId NUL hostId (any stable hash serves; this one is cheap). */
 export function tieBreak(allocationId: string, hostId: string): number {
-  let h = 0x811c9dc5;
-  const s = `${allocationId}\u0000${hostId}`;
-  for (let i = 0; i < s.length; i++) {
-    h ^= s.charCodeAt(i);
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  return h;
+  return fnvHost(fnvPrefix(allocationId), hostId);
 }
 
 interface Keyed {
@@ -152,6 +160,7 @@ function compare(a: Keyed, b: Keyed): number {
  */
 export function rankCandidates(ads: Iterable<Advertisement>, req: PlacementRequest, nowMs: number, limit = Number.POSITIVE_INFINITY): Advertisement[] {
   const c = compile(req);
+  const prefix = fnvPrefix(req.allocationId);
   const best: Keyed[] = [];
   for (const ad of ads) {
     const k: Keyed = {
@@ -168,12 +177,12 @@ export function rankCandidates(ads: Iterable<Advertisement>, req: PlacementReque
       const d = k.cached - last.cached || k.hb - last.hb || k.mem - last.mem || k.cpu - last.cpu;
       if (d > 0) continue;
       if (d === 0) {
-        k.tie = tieBreak(req.allocationId, ad.hostId);
+        k.tie = fnvHost(prefix, ad.hostId);
         if (k.tie >= last.tie) continue;
       }
     }
     if (reasonOf(ad, c, nowMs) !== null) continue;
-    if (k.tie < 0) k.tie = tieBreak(req.allocationId, ad.hostId);
+    if (k.tie < 0) k.tie = fnvHost(prefix, ad.hostId);
     let i = best.length;
     while (i > 0 && compare(k, best[i - 1]!) < 0) i--;
     best.splice(i, 0, k);
