@@ -7,7 +7,7 @@
  * Must never: open the data directory's store twice in one process, or let
  * the front call an object other than through a stub.
  */
-import { chmodSync, mkdirSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import type { TimeoutPolicy } from "../domain/allocation.ts";
 import type { AnyAuthorityObject, Namespace, ObjectClass } from "./runtime/api.ts";
@@ -101,6 +101,9 @@ export class SchedulerWorker extends SchedulerFront {
 
 /** Creates the data directory mode 0700 (tightening an existing one). Throws a clear error if it cannot be written. */
 function prepareDataDir(dir: string): void {
+  if (existsSync(join(dir, "registry.db"))) {
+    throw new Error(`${dir} holds the per-object files of an earlier release (registry.db, objects/): this release keeps every object in ${STORE_FILE} and cannot convert them; move the directory aside and start fresh`);
+  }
   try {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
     chmodSync(dir, 0o700);

@@ -101,6 +101,12 @@ describe("the data directory", () => {
     }
   }, 30_000);
 
+  test("a data directory of the earlier per-object-file layout is refused, not silently ignored", () => {
+    const dir = tmp();
+    writeFileSync(join(dir, "registry.db"), "");
+    expect(() => new SchedulerWorker({ dataDir: dir, manifest, publicUrl: "http://t" })).toThrow(/earlier release .*move the directory aside/);
+  });
+
   test("storage files are 0600 in a 0700 directory", async () => {
     const dir = join(tmp(), "data");
     const w = open(dir);
