@@ -69,34 +69,23 @@ export class SchedulerFront {
     const timeouts = this.env.config.timeouts;
     const ttlSeconds = Math.min(body.ttlSeconds ?? Math.floor(timeouts.defaultTtlMs / 1000), cls.maxTtlSeconds ?? Number.MAX_SAFE_INTEGER);
     const bodyDigest = digestOf(canonicalJson(body));
-    const alloc = this.env.Allocation.get(allocationId);
-    const existing = await alloc.peekDigest();
-    if (existing !== null) {
-      if (existing !== bodyDigest) throw new BeachballError("IDEMPOTENCY_CONFLICT", "clientRequestId was used with a different request body");
-      return { created: false, view: await alloc.get(who.id) };
-    }
     const l = this.manifest.limits;
-    const { admittedBefore } = await this.env.Admission.get(GLOBAL).admit(who.id, allocationId, {
-      perControllerConcurrent: l.maxConcurrentAllocationsPerController,
-      perControllerRps: l.controllerRequestsPerSecond ?? 50,
-      deploymentRps: l.deploymentRequestsPerSecond ?? 500,
-      maxAllocations: l.maxAllocations ?? 10_000,
-      maxRetained: l.maxRetainedAllocations ?? 100_000,
-    });
-    // Admitted before but no row: a create that never committed (retry it), or state that was lost (the index knows it).
-    const listed = admittedBefore ? await this.env.AllocationIndex.get(GLOBAL).has(who.id, allocationId) : false;
-    if (!admittedBefore) this.env.metrics.inc("bb_allocations_admitted_total", "Allocations admitted", { workload_class: body.workloadClass });
-    return alloc.create(
-      {
-        allocationId,
-        identity: who.id,
-        body,
-        bodyDigest,
-        spec: { cpuMillis: cls.cpuMillis, memoryMiB: cls.memoryMiB, ephemeralDiskMiB: cls.ephemeralDiskMiB, imageDigest: cls.imageDigest },
-        ttlMs: ttlSeconds * 1000,
+    // One call: the Allocation asks Admission itself (one output gate per create, not three).
+    return this.env.Allocation.get(allocationId).create({
+      allocationId,
+      identity: who.id,
+      body,
+      bodyDigest,
+      spec: { cpuMillis: cls.cpuMillis, memoryMiB: cls.memoryMiB, ephemeralDiskMiB: cls.ephemeralDiskMiB, imageDigest: cls.imageDigest },
+      ttlMs: ttlSeconds * 1000,
+      limits: {
+        perControllerConcurrent: l.maxConcurrentAllocationsPerController,
+        perControllerRps: l.controllerRequestsPerSecond ?? 50,
+        deploymentRps: l.deploymentRequestsPerSecond ?? 500,
+        maxAllocations: l.maxAllocations ?? 10_000,
+        maxRetained: l.maxRetainedAllocations ?? 100_000,
       },
-      listed,
-    );
+    });
   }
 
   /** One allocation. Throws NOT_FOUND, or OBJECT_DAMAGED when the index lists it but its state is gone. */

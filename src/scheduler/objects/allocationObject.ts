@@ -2,6 +2,8 @@
  * The Allocation object: the authority for one allocation's lifecycle
  * (spec "Allocation lifecycle", "The reconciliation loop", "Replacement").
  *
+ * Create asks Admission itself (and, for an allocation admitted before,
+ * whether the index lists it), so the front makes one call per create.
  * Every entry (API call, inbox nudge, alarm) runs the same single-flight
  * reconcile pass: read the record, apply the inbox, ask the pure rules
  * (src/domain/reconcile.ts) for the next intent, persist intent and events
@@ -43,6 +45,7 @@ import {
   type Intent,
 } from "../../domain/reconcile.ts";
 import { GLOBAL, type SchedulerEnv } from "../env.ts";
+import type { AdmissionLimits } from "./admissionObject.ts";
 import { ALLOCATION_TABLES, allocationEventTable, allocationTable } from "./allocationSchema.ts";
 import { decodeAllocation, encodeAllocation, toAllocationEvent, toAllocationView, type StoredAllocation } from "./allocationView.ts";
 import { AllocationMessage } from "./messages.ts";
@@ -50,7 +53,7 @@ import { AllocationMessage } from "./messages.ts";
 /** Most reconcile steps in one pass (each step persists one intent). */
 export const MAX_STEPS_PER_PASS = 8;
 
-/** A create command, already authenticated and resolved against the workload class. */
+/** A create command, already authenticated and resolved against the workload class, with the admission limits that apply. */
 export interface CreateCommand {
   allocationId: string;
   identity: string;
@@ -58,6 +61,7 @@ export interface CreateCommand {
   bodyDigest: string;
   spec: PlacementSpec;
   ttlMs: number;
+  limits: AdmissionLimits;
 }
 
 const queries = (db: ObjectDb) => {
@@ -128,17 +132,26 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
 
   /**
    * Creates the allocation, or returns the existing one for an identical
-   * body. A different body under the same clientRequestId is
-   * IDEMPOTENCY_CONFLICT. `mustExist` (the index knows this allocation) with
-   * no row is damaged state, never a fresh start.
+   * body (a replay is not admitted again). A different body under the same
+   * clientRequestId is IDEMPOTENCY_CONFLICT. Admission (rates, quotas) is
+   * asked first; an allocation that admission and the index both know but
+   * that has no row is damaged state (OBJECT_DAMAGED), never a fresh start.
+   * Throws RATE_LIMITED and QUOTA_* from admission.
    */
-  async create(cmd: CreateCommand, mustExist = false): Promise<{ created: boolean; view: AllocationView }> {
-    const existing = this.load();
-    if (existing) {
-      if (existing.bodyDigest !== cmd.bodyDigest) throw new BeachballError("IDEMPOTENCY_CONFLICT", "clientRequestId was used with a different request body");
-      return { created: false, view: toAllocationView(existing) };
+  async create(cmd: CreateCommand): Promise<{ created: boolean; view: AllocationView }> {
+    const replay = this.replayOf(cmd);
+    if (replay) return replay;
+    const { admittedBefore } = await this.env.Admission.get(GLOBAL).admit(cmd.identity, cmd.allocationId, cmd.limits);
+    // A concurrent create of the same allocation may have written the row while admission answered.
+    const raced = this.replayOf(cmd);
+    if (raced) return raced;
+    // Admitted before but no row: a create that never committed (carry on), or state that was lost (the index knows it).
+    if (admittedBefore && (await this.env.AllocationIndex.get(GLOBAL).has(cmd.identity, cmd.allocationId)) && !this.load()) {
+      throw new DamagedStateError(`allocation ${cmd.allocationId} is listed by the index but its state is missing`);
     }
-    if (mustExist) throw new DamagedStateError(`allocation ${cmd.allocationId} is listed by the index but its state is missing`);
+    const again = this.replayOf(cmd);
+    if (again) return again;
+    if (!admittedBefore) this.env.metrics.inc("bb_allocations_admitted_total", "Allocations admitted", { workload_class: cmd.body.workloadClass });
     const now = this.now;
     const rec: AllocationRecord = {
       allocationId: cmd.allocationId,
@@ -188,6 +201,14 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     }
     await this.reconcile();
     return { created: true, view: toAllocationView(this.load()!) };
+  }
+
+  /** The existing allocation for a repeated create (IDEMPOTENCY_CONFLICT for another body), or null. */
+  private replayOf(cmd: CreateCommand): { created: false; view: AllocationView } | null {
+    const existing = this.load();
+    if (!existing) return null;
+    if (existing.bodyDigest !== cmd.bodyDigest) throw new BeachballError("IDEMPOTENCY_CONFLICT", "clientRequestId was used with a different request body");
+    return { created: false, view: toAllocationView(existing) };
   }
 
   /** The stored body digest, or null if this allocation does not exist yet. */
