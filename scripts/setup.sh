@@ -9,8 +9,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # Runtime tools: QEMU (microvm machine), busybox for the guest, mkfs.ext4,
 # cpio for the initramfs, ip/nft for placement networking, depmod/modprobe,
-# xz for the kernel, pgrep, and TLS roots for apt and npm.
-PACKAGES=(qemu-system-x86 busybox-static e2fsprogs cpio iproute2 nftables kmod xz-utils procps ca-certificates)
+# xz for the kernel, pgrep, and TLS roots for apt and npm. The image builder
+# adds squashfs-tools (bb image build's squashfs roots) and mmdebstrap (the
+# Debian reference image and the image tests' Debian root).
+PACKAGES=(qemu-system-x86 busybox-static e2fsprogs cpio iproute2 nftables kmod xz-utils procps ca-certificates squashfs-tools mmdebstrap)
 # lwIP as WebAssembly (native/lwip/build.sh; CI rebuilds it and checks the committed .wasm's digest).
 PACKAGES+=(clang-14 lld-14 wasi-libc)
 # WireGuard: libsodium23 (the fast AEAD through bun:ffi), and wireguard-go,

@@ -19,7 +19,8 @@ const join = defineCommand({
     "data-dir": { type: "string", default: DEFAULT_AGENT_DATA_DIR, description: "Agent state directory" },
     "image-dir": { type: "string", default: ".bb/images/dev", description: "Image directory (comma-separated list)" },
     "max-placements": { type: "string", description: "Most VMs at once (default 8)" },
-    "image-source": { type: "string", description: "Signed image source (dir or file:// base with <digest-hex>/manifest.json) fetched through the verified cache" },
+    "image-source": { type: "string", description: "Signed image source (dir, file:// or http(s):// base with <digest-hex>/manifest.json, see bb image publish) fetched through the verified cache" },
+    "trusted-image-key": { type: "string", description: "Trusted image signing keys: base64 public keys or .pub files (comma-separated)" },
   },
   run: ({ args }) =>
     runCli(async () => {
@@ -30,6 +31,7 @@ const join = defineCommand({
         dataDir: resolve(args["data-dir"]),
         imageDirs: args["image-dir"].split(",").filter(Boolean),
         ...(args["image-source"] ? { imageSource: args["image-source"] } : {}),
+        ...(args["trusted-image-key"] ? { trustedImageKeys: args["trusted-image-key"].split(",").filter(Boolean) } : {}),
         ...(args["max-placements"] ? { capacity: { maxPlacements: Number(args["max-placements"]) } } : {}),
       });
       consola.success(r.enrolled ? `enrolled as host ${r.hostId}` : `already enrolled as host ${r.hostId}; credential kept`);

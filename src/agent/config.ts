@@ -29,12 +29,14 @@ export interface AgentConfig {
   /** Ed25519 public keys (base64, raw 32 bytes) whose image signatures this host trusts; empty accepts unsigned dev images. */
   trustedImageKeys?: string[];
   /**
-   * Where signed images are fetched from: a directory or file:// base holding
+   * Where signed images are fetched from: a directory, file:// or http(s):// base holding
    * `<digest hex>/manifest.json` and its artifacts. When set, images go through
    * the verified content-addressed cache under `<dataDir>/images` (spec "Prepare");
    * otherwise `imageDirs` are used in place.
    */
   imageSource?: string;
+  /** Bound on the image cache's shared artifact bytes; unused images are evicted past it (default 32 GiB). */
+  imageCacheMaxBytes?: number;
   /**
    * Where guest egress leaves the host (spec "Guest network isolation"):
    * `device` in `netns` (absent = root namespace); the agent masquerades

@@ -4,7 +4,7 @@
  * initiates every connection.
  * Must never: send the credential anywhere but the configured scheduler URL.
  */
-import { BeachballError, isErrorCode } from "../protocol/errors.ts";
+import { errorFromAnswer } from "../protocol/problem.ts";
 import { MAX_ENVELOPE_BYTES, type AgentPayload, type Envelope, type PollResponse } from "../protocol/agent.ts";
 
 /** Extra time beyond the park a poll request may take, ms. */
@@ -20,7 +20,8 @@ export class ControlClient {
 
   /**
    * Posts one envelope. Throws BeachballError for a problem answer (e.g.
-   * STALE_AGENT_EPOCH) and a plain Error for transport failures.
+   * STALE_AGENT_EPOCH), UnexpectedAnswerError for an error answer without
+   * one, and a plain Error for transport failures.
    */
   async send(type: Envelope["type"], agentEpoch: string, payload: AgentPayload, signal?: AbortSignal): Promise<PollResponse> {
     const env: Envelope = {
@@ -42,19 +43,7 @@ export class ControlClient {
       signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]) : AbortSignal.timeout(timeoutMs),
     });
     const text = await res.text();
-    if (!res.ok) {
-      let code: unknown;
-      let detail = text.slice(0, 300);
-      try {
-        const p = JSON.parse(text) as { code?: unknown; detail?: string };
-        code = p.code;
-        detail = p.detail ?? detail;
-      } catch {
-        /* not a problem body */
-      }
-      if (isErrorCode(code)) throw new BeachballError(code, detail);
-      throw new Error(`scheduler answered ${res.status}: ${detail}`);
-    }
+    if (!res.ok) throw errorFromAnswer(res.status, text);
     return JSON.parse(text) as PollResponse;
   }
 }

@@ -27,7 +27,7 @@ import { trimConsoleLog } from "./vmm/consoleLog.ts";
 import { selectVmmDriver } from "./vmm/select.ts";
 import { isolationFromConfig, isolationOf } from "./isolation/isolation.ts";
 import { runChecks } from "./doctor/checks.ts";
-import { ImageCache } from "./image/cache.ts";
+import { DEFAULT_IMAGE_CACHE_MAX_BYTES, ImageCache } from "./image/cache.ts";
 import type { VmHandle, VmmDriver } from "./vmm/driver.ts";
 import type { GuestSession } from "./guestSession.ts";
 import {
@@ -113,7 +113,9 @@ export class AgentDaemon {
     mkdirSync(p.allocations, { recursive: true, mode: 0o700 });
     this.store = new AgentStore(p.db);
     this.client = new ControlClient(this.config.schedulerUrl, this.config.hostId, files.credential);
-    this.imageCache = this.config.imageSource ? new ImageCache(p.images, this.config.trustedImageKeys ?? []) : null;
+    this.imageCache = this.config.imageSource
+      ? new ImageCache(p.images, this.config.trustedImageKeys ?? [], { onRetry: (r) => consola.warn(`agent: download of ${r.name} interrupted at ${r.haveBytes} bytes (${r.error}); resuming`) })
+      : null;
     this.ctx = {
       allocationsDir: p.allocations,
       driver: opts.driver,
@@ -414,7 +416,12 @@ export class AgentDaemon {
 
   private async housekeeping(): Promise<void> {
     const now = Date.now();
-    if (this.imageCache) this.cachedImages = await this.imageCache.cachedDigests().catch(() => this.cachedImages);
+    if (this.imageCache) {
+      // Evict unused images under the size bound; never one a placement here still references.
+      const inUse = new Set(this.store.livePlacements().map((p) => (JSON.parse(p.specJson) as { imageDigest: string }).imageDigest));
+      await this.imageCache.evict(this.config.imageCacheMaxBytes ?? DEFAULT_IMAGE_CACHE_MAX_BYTES, inUse).catch((e: Error) => consola.warn(`agent: image cache eviction failed: ${e.message}`));
+      this.cachedImages = await this.imageCache.cachedDigests().catch(() => this.cachedImages);
+    }
     for (const p of this.store.livePlacements()) {
       if (p.desired !== "absent" && p.leaseExpiresAtMs <= now && (p.observed === "running" || p.observed === "starting" || p.observed === "prepared")) {
         consola.warn(`agent: lease of ${p.placementId} expired; stopping its VM`);

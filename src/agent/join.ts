@@ -9,7 +9,7 @@ import { existsSync, statfsSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { join, resolve } from "node:path";
 import { readPublicKeyArg, TRUSTED_DEV_KEY_FILE } from "../image/keyFile.ts";
-import { BeachballError, isErrorCode } from "../protocol/errors.ts";
+import { errorFromResponse } from "../protocol/problem.ts";
 import type { Capacity, WellKnown } from "../protocol/api.ts";
 import type { EnrollResponse } from "../protocol/agent.ts";
 import { agentPaths, DEFAULT_CONSOLE_BUDGET_BYTES, loadAgentFiles, saveAgentFiles, type AgentConfig } from "./config.ts";
@@ -30,6 +30,8 @@ export interface JoinOptions {
   guestBootTimeoutMs?: number;
   /** Image source base for the verified cache (see AgentConfig.imageSource). */
   imageSource?: string;
+  /** More trusted image keys: base64 Ed25519 public keys or files holding one (operator keys of `bb image build`). */
+  trustedImageKeys?: string[];
 }
 
 /** Capacity detected from this machine: all CPUs, memory less a host reserve, free disk of the data dir. */
@@ -65,13 +67,14 @@ export async function joinScheduler(opts: JoinOptions): Promise<{ hostId: string
     body: JSON.stringify({ token: opts.token, capacity, region: wk.region, architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm", labels: {} }),
     signal: AbortSignal.timeout(10_000),
   });
-  const body = (await res.json()) as EnrollResponse & { code?: string; detail?: string };
-  if (!res.ok) throw new BeachballError(isErrorCode(body.code) ? body.code : "INTERNAL", body.detail ?? `enroll failed with HTTP ${res.status}`);
+  if (!res.ok) throw await errorFromResponse(res);
+  const body = (await res.json()) as EnrollResponse;
   const trustedImageKeys: string[] = [];
   for (const d of opts.imageDirs) {
     const pub = join(resolve(d), TRUSTED_DEV_KEY_FILE);
     if (existsSync(pub)) trustedImageKeys.push(readPublicKeyArg(pub));
   }
+  for (const k of opts.trustedImageKeys ?? []) trustedImageKeys.push(readPublicKeyArg(k));
   const config: AgentConfig = {
     schedulerUrl: base,
     hostId: body.hostId,
@@ -81,7 +84,7 @@ export async function joinScheduler(opts: JoinOptions): Promise<{ hostId: string
     consoleBudgetBytes: DEFAULT_CONSOLE_BUDGET_BYTES,
     guestBootTimeoutMs: opts.guestBootTimeoutMs ?? 180_000,
     trustedImageKeys,
-    ...(opts.imageSource ? { imageSource: resolve(opts.imageSource) } : {}),
+    ...(opts.imageSource ? { imageSource: /^[a-z][a-z0-9+.-]*:\/\//i.test(opts.imageSource) ? opts.imageSource : resolve(opts.imageSource) } : {}),
   };
   saveAgentFiles(dataDir, config, body.credential);
   return { hostId: body.hostId, enrolled: true };

@@ -11,7 +11,7 @@
  * Must never: name a path after client text, or report absent while any
  * resource of the placement remains.
  */
-import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, ftruncateSync, linkSync, mkdirSync, openSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createHash, randomBytes } from "node:crypto";
 import type { AgentErrorCode } from "../protocol/errors.ts";
@@ -20,10 +20,13 @@ import type { PlacementSpec } from "../protocol/agent.ts";
 import { imageDigest, MANIFEST_FILE_NAME, type ImageManifest } from "../protocol/image.ts";
 import { verifyImage } from "../image/verify.ts";
 import { destroyPlacementNetwork, listPlacementNetworks, PLACEMENT_TAP_NAME } from "./isolation/placementNet.ts";
-import type { VmHandle, VmSpec, VmmDriver } from "./vmm/driver.ts";
+import { SCRATCH_DISK_FILE, type VmHandle, type VmSpec, type VmmDriver } from "./vmm/driver.ts";
 import { GuestSession } from "./guestSession.ts";
 import type { PlacementIsolation } from "./isolation/isolation.ts";
 import { confineVmm, networkKernelArgs, prepareCgroup, prepareNetwork, teardownIsolation } from "./isolation/isolationOps.ts";
+
+/** How long Stop waits for the guest's own shutdown before stopping the VMM, ms (the guest gives its workload 2 s). */
+export const GUEST_SHUTDOWN_WAIT_MS = 10_000;
 
 /** An error with a stable agent error code. */
 export class PlacementError extends Error {
@@ -84,6 +87,8 @@ function paths(ctx: PlacementContext, ref: PlacementRef) {
     logs: join(dir, "logs"),
     console: join(dir, "logs", "console.log"),
     rootDisk: join(dir, "rootfs.ext4"),
+    rootSquashfs: join(dir, "rootfs.squashfs"),
+    scratch: join(dir, SCRATCH_DISK_FILE),
     runtime: join(dir, "runtime.json"),
     metadata: join(dir, "metadata.json"),
     control: join(dir, "ctl.sock"),
@@ -101,16 +106,47 @@ async function run(cmd: string[]): Promise<void> {
   if ((await p.exited) !== 0) throw new Error(`${cmd[0]} failed: ${err.trim().slice(0, 300)}`);
 }
 
+/**
+ * A squashfs root's placement files (spec "Prepare"): a hard link to the
+ * shared, read-only artifact (a copy only when the cache is on another file
+ * system), and a freshly formatted sparse scratch ext4 of `diskMiB` (no
+ * journal: it is thrown away with the placement). Throws
+ * INSUFFICIENT_LOCAL_DISK when either cannot be made.
+ */
+async function prepareSquashfsRoot(artifact: string, link: string, scratch: string, diskMiB: number): Promise<void> {
+  try {
+    linkSync(artifact, link);
+  } catch {
+    await run(["cp", "--sparse=always", "--reflink=auto", artifact, link]).catch((e: Error) => {
+      throw new PlacementError("INSUFFICIENT_LOCAL_DISK", `cannot link or copy the squashfs root: ${e.message}`);
+    });
+  }
+  try {
+    const fd = openSync(scratch, "wx", 0o600);
+    try {
+      ftruncateSync(fd, diskMiB * 1024 * 1024);
+    } finally {
+      closeSync(fd);
+    }
+    await run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-E", "lazy_itable_init=1,root_owner=0:0", "-L", "bbscratch", scratch]);
+  } catch (e) {
+    throw new PlacementError("INSUFFICIENT_LOCAL_DISK", `cannot make the scratch disk: ${(e as Error).message}`);
+  }
+}
+
 /** Prepare (ensure_present). Rolls back on failure; throws PlacementError (CLEANUP_FAILED if the rollback is incomplete). */
 export async function preparePlacement(ctx: PlacementContext, ref: PlacementRef): Promise<void> {
   const p = paths(ctx, ref);
   try {
     const image = await ctx.resolveImage(ref.spec.imageDigest);
-    if (image.manifest.rootfs.sizeBytes > ref.spec.ephemeralDiskMiB * 1024 * 1024)
+    const squashfs = image.manifest.rootfsFormat === "squashfs";
+    // A squashfs root is shared and read-only: only an ext4 clone is charged to the placement's ephemeral disk.
+    if (!squashfs && image.manifest.rootfs.sizeBytes > ref.spec.ephemeralDiskMiB * 1024 * 1024)
       throw new PlacementError("INSUFFICIENT_LOCAL_DISK", `root disk ${image.manifest.rootfs.sizeBytes} B exceeds ephemeralDiskMiB ${ref.spec.ephemeralDiskMiB}`);
     mkdirSync(p.logs, { recursive: true, mode: 0o700 });
     writeFileSync(p.metadata, JSON.stringify({ allocationId: ref.allocationId, placementId: ref.placementId, generation: ref.generation, imageDigest: ref.spec.imageDigest }) + "\n");
-    await run(["cp", "--sparse=always", "--reflink=auto", join(image.dir, image.manifest.rootfs.path), p.rootDisk]).catch((e: Error) => {
+    if (squashfs) await prepareSquashfsRoot(join(image.dir, image.manifest.rootfs.path), p.rootSquashfs, p.scratch, ref.spec.ephemeralDiskMiB);
+    else await run(["cp", "--sparse=always", "--reflink=auto", join(image.dir, image.manifest.rootfs.path), p.rootDisk]).catch((e: Error) => {
       throw new PlacementError("INSUFFICIENT_LOCAL_DISK", `cannot clone the root disk: ${e.message}`);
     });
     if ((await listPlacementNetworks()).includes(ref.dirName)) await destroyPlacementNetwork(ref.dirName); // a half-built leftover: rebuild with the current policy
@@ -142,7 +178,7 @@ export async function startPlacement(
     memoryMiB: ref.spec.memoryMiB,
     kernelPath: join(image.dir, image.manifest.kernel.path),
     ...(image.manifest.initrd ? { initrdPath: join(image.dir, image.manifest.initrd.path) } : {}),
-    rootDiskPath: p.rootDisk,
+    ...(image.manifest.rootfsFormat === "squashfs" ? { rootDiskPath: p.rootSquashfs, scratchDiskPath: p.scratch } : { rootDiskPath: p.rootDisk }),
     netns: ref.dirName,
     tapName: PLACEMENT_TAP_NAME,
     kernelArgs: [
@@ -213,7 +249,9 @@ export async function stopPlacement(ctx: PlacementContext, ref: PlacementRef, ha
   const left: string[] = [];
   if (session?.connected && handle) {
     session.shutdown();
-    for (let i = 0; i < 100 && (await ctx.driver.isAlive(handle)); i++) await Bun.sleep(100);
+    // The guest syncs and resets at once (reboot=t): poll finely so its exit is seen within ~10 ms.
+    const deadline = performance.now() + GUEST_SHUTDOWN_WAIT_MS;
+    while (performance.now() < deadline && (await ctx.driver.isAlive(handle))) await Bun.sleep(10);
   }
   session?.close();
   if (handle) {

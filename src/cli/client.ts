@@ -8,7 +8,8 @@
 import { existsSync, readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
-import { BeachballError, isErrorCode } from "../protocol/errors.ts";
+import { BeachballError } from "../protocol/errors.ts";
+import { errorFromAnswer, errorFromResponse, UnexpectedAnswerError } from "../protocol/problem.ts";
 import type { AllocationEvent, AllocationView, BootstrapBody, CreateAllocationBody } from "../protocol/api.ts";
 import type { AlertItem, HostView } from "../protocol/views.ts";
 
@@ -43,23 +44,27 @@ export function resolveClientConfig(flags: { scheduler?: string | undefined; tok
 export const TRANSPORT_RETRY_MS = 60_000;
 
 /**
- * Runs `fn`, retrying transport failures (connection refused or reset,
- * 503) every second until `deadline`; problem answers other than 503 are
- * thrown at once.
+ * Runs `fn`, retrying transport failures (connection refused or reset, a
+ * 503 problem, a 5xx answer without a problem body such as a proxy's 502)
+ * every second until `deadline`; other error answers are thrown at once.
  */
 export async function retryTransport<T>(fn: () => Promise<T>, deadline: number): Promise<T> {
   for (;;) {
     try {
       return await fn();
     } catch (e) {
-      const transient = !(e instanceof BeachballError) || e.status === 503;
+      const transient = e instanceof BeachballError ? e.status === 503 : e instanceof UnexpectedAnswerError ? e.status >= 500 : true;
       if (!transient || Date.now() > deadline) throw e;
       await Bun.sleep(1_000);
     }
   }
 }
 
-/** A typed client of the public API. Methods throw BeachballError carrying the server's stable code. */
+/**
+ * A typed client of the public API. Methods throw BeachballError carrying
+ * the server's stable code (parsed by src/protocol/problem.ts), or
+ * UnexpectedAnswerError for an error answer without a problem body.
+ */
 export class SchedulerClient {
   constructor(
     readonly baseUrl: string,
@@ -74,15 +79,12 @@ export class SchedulerClient {
       signal: AbortSignal.timeout(timeoutMs),
     });
     const text = await res.text();
-    let parsed: unknown = null;
+    if (!res.ok) throw errorFromAnswer(res.status, text);
+    let parsed: unknown;
     try {
       parsed = text ? JSON.parse(text) : null;
     } catch {
-      /* not JSON */
-    }
-    if (!res.ok) {
-      const p = (parsed ?? {}) as { code?: unknown; detail?: string; extra?: Record<string, unknown> };
-      throw new BeachballError(isErrorCode(p.code) ? p.code : "INTERNAL", p.detail ?? `HTTP ${res.status}`, { status: res.status, ...p.extra });
+      throw new UnexpectedAnswerError(res.status, `HTTP ${res.status} with a body that is not JSON`);
     }
     return { status: res.status, body: parsed as T };
   }
@@ -132,12 +134,8 @@ export class SchedulerClient {
   /** GET /v1/operations/metrics (operator): Prometheus text. */
   async metrics(): Promise<string> {
     const res = await fetch(`${this.baseUrl}/v1/operations/metrics`, { headers: { authorization: `Bearer ${this.token}` }, signal: AbortSignal.timeout(30_000) });
-    const text = await res.text();
-    if (!res.ok) {
-      const p = JSON.parse(text || "{}") as { code?: unknown; detail?: string };
-      throw new BeachballError(isErrorCode(p.code) ? p.code : "INTERNAL", p.detail ?? `HTTP ${res.status}`);
-    }
-    return text;
+    if (!res.ok) throw await errorFromResponse(res);
+    return res.text();
   }
   /** GET /v1/hosts (operator). */
   async hosts(): Promise<HostView[]> {

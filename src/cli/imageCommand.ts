@@ -11,6 +11,14 @@
  * - `verify --trusted-key PUB [--trusted-key PUB2 …] DIR`: checks the
  *   signature, digest and every artifact; prints the digest (exit 0) or the
  *   stable code (exit 1). PUB is a base64 key or a file holding one.
+ * - `build (--oci-layout DIR | --docker-archive FILE) --key KEYFILE --out
+ *   DIR`: converts an OCI image into a signed squashfs image; prints its
+ *   digest, or the stable refusal code (IMAGE_LAYER_PATH_ESCAPE, …).
+ * - `reference-build --key KEYFILE --out DIR`: builds the Debian reference
+ *   image (systemd, mmdebstrap from Debian's mirror, cached in --cache).
+ * - `publish --out BASE DIR…`: lays image directories out for a static web
+ *   server (`BASE/<digest hex>/…`), the layout the agent's
+ *   `--image-source http://…` fetches.
  *
  * Only translates arguments to src/image; exit codes per src/command/run.ts:
  * 0 ok, 1 error, 2 usage. Must never: print or log a private key.
@@ -144,8 +152,101 @@ const verify = defineCommand({
   },
 });
 
+const build = defineCommand({
+  meta: { name: "build", description: "Convert an OCI image (layout dir or docker-archive tarball) into a signed squashfs image; print its digest" },
+  args: {
+    "oci-layout": { type: "string", description: "OCI image layout directory (oci-layout, index.json, blobs/)" },
+    "docker-archive": { type: "string", description: "docker-archive tarball (docker save)" },
+    ref: { type: "string", description: "Image to pick: org.opencontainers.image.ref.name annotation or RepoTag" },
+    key: { type: "string", description: "Private key file that signs the manifest (from bb image keygen)" },
+    out: { type: "string", description: "Image output directory (replaced)" },
+    cache: { type: "string", description: "Cache directory for the kernel download", default: ".bb/cache" },
+    bb: { type: "string", description: "Guest binary to put in the image (default: compile dist/bb-guest)" },
+    "compression-level": { type: "string", description: "zstd level of the squashfs root, 1-22 (default 15)" },
+    json: { type: "boolean", description: "Print the result as JSON", default: false },
+  },
+  async run({ args }) {
+    try {
+      const level = args["compression-level"] === undefined ? undefined : Number(args["compression-level"]);
+      if (level !== undefined && !(Number.isInteger(level) && level >= 1 && level <= 22)) throw usage("--compression-level must be an integer from 1 to 22");
+      if (!args["oci-layout"] === !args["docker-archive"]) throw usage("give exactly one of --oci-layout DIR or --docker-archive FILE");
+      if (!args.key) throw usage("--key KEYFILE is required");
+      if (!args.out) throw usage("--out DIR is required");
+      const { readPrivateKeyFile } = await import("../image/keyFile.ts");
+      const { buildOciImage } = await import("../image/oci/build.ts");
+      const key = readPrivateKeyFile(args.key);
+      const started = performance.now();
+      const r = await buildOciImage({
+        input: args["oci-layout"] ? { kind: "oci-layout", dir: args["oci-layout"] } : { kind: "docker-archive", path: args["docker-archive"]! },
+        ...(args.ref ? { ref: args.ref } : {}),
+        outDir: args.out, cacheDir: args.cache, privateKey: key.privateKey, ...(level ? { compressionLevel: level } : {}),
+        guestBinaryPath: await pickBb(args.bb, args.json ? undefined : (m) => consola.info(m)),
+        log: args.json ? undefined : (m) => consola.info(m),
+      });
+      const ms = Math.round(performance.now() - started);
+      if (args.json) console.log(JSON.stringify({ ok: true, digest: r.digest, dir: r.dir, buildMs: ms, publicKey: key.publicKey, ...r.stats }));
+      else {
+        consola.success(`built ${r.dir} in ${ms} ms (${r.stats.layers} layers, ${r.stats.entries} entries, rootfs ${r.stats.rootfsBytes} bytes)`);
+        console.log(r.digest);
+      }
+    } catch (e) {
+      fail(e, args.json);
+    }
+  },
+});
+
+const referenceBuild = defineCommand({
+  meta: { name: "reference-build", description: "Build the Debian reference image (systemd PID 1, bb guest as a service); print its digest" },
+  args: {
+    key: { type: "string", description: "Private key file that signs the manifest" },
+    out: { type: "string", description: "Image output directory (replaced)", default: ".bb/images/reference" },
+    cache: { type: "string", description: "Cache for the kernel and the Debian root tarball", default: ".bb/cache" },
+    bb: { type: "string", description: "Guest binary to install (default: compile dist/bb-guest)" },
+    json: { type: "boolean", description: "Print the result as JSON", default: false },
+  },
+  async run({ args }) {
+    try {
+      if (!args.key) throw usage("--key KEYFILE is required");
+      const { readPrivateKeyFile } = await import("../image/keyFile.ts");
+      const { ensureDebianRootfsTar } = await import("../image/debianRootfs.ts");
+      const { buildReferenceImage } = await import("../image/referenceBuild.ts");
+      const log = args.json ? undefined : (m: string) => consola.info(m);
+      const key = readPrivateKeyFile(args.key);
+      const r = await buildReferenceImage({
+        rootfsTar: await ensureDebianRootfsTar(args.cache, undefined, log), guestBinaryPath: await pickBb(args.bb, log),
+        outDir: args.out, cacheDir: args.cache, privateKey: key.privateKey, ...(log ? { log } : {}),
+      });
+      if (args.json) console.log(JSON.stringify({ ok: true, digest: r.digest, dir: r.dir, publicKey: key.publicKey }));
+      else console.log(r.digest);
+    } catch (e) {
+      fail(e, args.json);
+    }
+  },
+});
+
+const publish = defineCommand({
+  meta: { name: "publish", description: "Lay out image directories under BASE/<digest hex>/ for a static web server; print each digest" },
+  args: {
+    out: { type: "string", description: "Base directory a web server serves (created)" },
+    json: { type: "boolean", description: "Print the result as JSON", default: false },
+  },
+  async run({ args }) {
+    try {
+      const dirs = (args._ as string[]).filter(Boolean);
+      if (!args.out) throw usage("--out BASE is required");
+      if (dirs.length === 0) throw usage("name at least one image directory");
+      const { publishImages } = await import("../image/publish.ts");
+      const published = await publishImages(dirs, args.out);
+      if (args.json) console.log(JSON.stringify({ ok: true, published }));
+      else for (const p of published) console.log(p.digest);
+    } catch (e) {
+      fail(e, args.json);
+    }
+  },
+});
+
 /** The `bb image` command group. */
 export const imageCommand = defineCommand({
-  meta: { name: "image", description: "Build, sign and verify Beachball images" },
-  subCommands: { "dev-build": devBuild, keygen, sign, verify },
+  meta: { name: "image", description: "Build, sign, verify and publish Beachball images" },
+  subCommands: { "dev-build": devBuild, build, "reference-build": referenceBuild, keygen, sign, verify, publish },
 });

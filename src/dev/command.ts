@@ -3,7 +3,7 @@
  * job's own output, the state sequence, and the per-phase timing breakdown;
  * exits 1 if anything of the placement was left behind.
  */
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
 import { defineCommand } from "citty";
 import { consola } from "consola";
 import { runCli } from "../command/run.ts";
@@ -16,7 +16,19 @@ const demo = defineCommand({
   },
   run: ({ args }) =>
     runCli(async () => {
-      const { runDevDemo, SAMPLE_JOB } = await import("./demo.ts");
+      const { checkPayloadSize, runDevDemo, SAMPLE_JOB } = await import("./demo.ts");
+      let payload = SAMPLE_JOB;
+      if (args.payload) {
+        // The size is checked before the file is read and before anything boots.
+        let size: number;
+        try {
+          size = statSync(args.payload).size;
+        } catch (e) {
+          throw Object.assign(new Error(`cannot read --payload ${args.payload}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`), { exitCode: 2 });
+        }
+        checkPayloadSize(size, `--payload ${args.payload}`);
+        payload = readFileSync(args.payload, "utf8");
+      }
       // First Ctrl-C: release the allocation and stop cleanly; a second one exits at once.
       const interrupt = new AbortController();
       const onSignal = () => {
@@ -26,13 +38,13 @@ const demo = defineCommand({
       };
       process.on("SIGINT", onSignal);
       process.on("SIGTERM", onSignal);
-      const r = await runDevDemo({
-        signal: interrupt.signal,
-        root: args.root,
-        payload: args.payload ? readFileSync(args.payload, "utf8") : SAMPLE_JOB,
-        print: (l) => console.log(l),
-        status: (l) => consola.info(l),
-      });
+      let r: Awaited<ReturnType<typeof runDevDemo>>;
+      try {
+        r = await runDevDemo({ signal: interrupt.signal, root: args.root, payload, print: (l) => console.log(l), status: (l) => consola.info(l) });
+      } finally {
+        process.off("SIGINT", onSignal);
+        process.off("SIGTERM", onSignal);
+      }
       console.log("");
       console.log(`states: ${r.states.join(" → ")}`);
       console.log(`workload exit code: ${r.exitCode}`);

@@ -10,7 +10,7 @@
 import { existsSync, readFileSync, rmSync, openSync, readSync, closeSync, fstatSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { randomUUID } from "node:crypto";
-import type { AllocationEvent } from "../protocol/api.ts";
+import { MAX_PAYLOAD_BYTES, type AllocationEvent } from "../protocol/api.ts";
 import { JOB_EXIT_MARKER, JOB_START_MARKER } from "../protocol/guest.ts";
 import { buildDevImage } from "../image/devBuild.ts";
 import { ensureDevManifest, publishDevClientConfig } from "../scheduler/manifest.ts";
@@ -140,8 +140,23 @@ async function releaseLeftovers(client: SchedulerClient, status: (l: string) => 
   }
 }
 
-/** Runs the demo end to end. Throws with a clear message when a prerequisite is missing. */
+/**
+ * Refuses a job script the scheduler would refuse, before anything boots.
+ * Throws an Error with exit code 2 (usage) naming the size and the limit.
+ */
+export function checkPayloadSize(bytes: number, what = "the payload"): void {
+  if (bytes > MAX_PAYLOAD_BYTES)
+    throw Object.assign(new Error(`${what} is ${bytes} bytes; a bootstrap payload is at most ${MAX_PAYLOAD_BYTES} bytes (${MAX_PAYLOAD_BYTES / 1024} KiB): nothing was started`), { exitCode: 2 });
+}
+
+/**
+ * Runs the demo end to end. Throws with a clear message when a
+ * prerequisite is missing or the payload is too large (checked first). On
+ * any error or interrupt it releases what it started, stops every timer it
+ * armed and both roles, so the process can exit on its own.
+ */
 export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
+  checkPayloadSize(Buffer.byteLength(opts.payload));
   const root = resolve(opts.root);
   if (process.getuid?.() !== 0) throw new Error("the demo creates network namespaces and TAP devices: run it as root");
   if (!Bun.which("qemu-system-x86_64")) throw new Error("qemu-system-x86_64 is missing: apt-get install -y qemu-system-x86");
@@ -162,6 +177,7 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
   let allocationId: string | null = null;
   let released = false;
   let releaser: SchedulerClient | null = null;
+  let tail: { stop: () => void } | null = null;
   try {
     // The demo's scheduler lives only as long as the demo: its URL is not published to .bb/client.json.
     publishDevClientConfig(dev, scheduler.url, []);
@@ -197,7 +213,6 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
     const events: AllocationEvent[] = [];
     const states: string[] = [];
     const jobOutput: string[] = [];
-    let tail: { stop: () => void } | null = null;
     let inJob = false;
     let exitCode: number | null = null;
     const onEvent = (e: AllocationEvent) => {
@@ -236,6 +251,7 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
     await client.follow(view.allocationId, onEvent, { after: lastSeq });
     released = true;
     (tail as { stop: () => void } | null)?.stop();
+    tail = null;
 
     const leftovers: string[] = [];
     const final = await client.get(view.allocationId);
@@ -250,6 +266,8 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
     if (JSON.stringify(after.free) !== JSON.stringify(registered.allocatable)) leftovers.push(`host free capacity ${JSON.stringify(after.free)} != allocatable ${JSON.stringify(registered.allocatable)}`);
     return { allocationId: view.allocationId, jobOutput, exitCode, states, events, timings: phaseTimings(events), leftovers };
   } finally {
+    // The console follower is a timer: left running, it would keep the process alive after an error.
+    (tail as { stop: () => void } | null)?.stop();
     // On any failure, release what was started and wait (bounded) for its cleanup before stopping the roles.
     if (allocationId && !released && releaser) {
       opts.status(`releasing ${allocationId} after a failure`);

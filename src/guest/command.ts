@@ -1,14 +1,19 @@
 /**
  * `bb guest`: the guest bootstrap command, run as PID 1 inside the VM by
- * /sbin/beachball-init. Only translates the command line to runGuest().
+ * /sbin/beachball-init (dev image), by the initramfs (squashfs images) or as
+ * a systemd service (reference image). Only translates the command line to
+ * runGuest().
  */
 import { defineCommand } from "citty";
 
 /** The `bb guest` command (spec "Guest handshake"); never returns while the VM runs. */
 export const guestCommand = defineCommand({
   meta: { name: "guest", description: "Guest bootstrap (PID 1 inside a Beachball VM); not for hosts" },
-  async run() {
+  args: {
+    "workload-root": { type: "string", description: "Enter this root (chroot) once the control port is open (squashfs images)" },
+  },
+  async run({ args }) {
     const { runGuest } = await import("./main.ts");
-    await runGuest();
+    await runGuest(args["workload-root"] ? { workloadRoot: args["workload-root"] } : {});
   },
 });

@@ -1,27 +1,46 @@
 /**
- * Finds or builds the `bb` executable that goes into the dev image: --bb
- * PATH, else a fresh `dist/bb` compiled from this checkout, else the running
- * compiled executable itself.
+ * Finds or builds the guest binary that goes into an image: --bb PATH, else
+ * a fresh guest-only build (`dist/bb-guest`, compiled from bin/bb-guest.ts
+ * with bytecode) from this checkout, else the running compiled executable
+ * itself (a full `bb` also runs `bb guest`).
+ *
+ * Must never: put anything but a Bun-compiled `bb` or `bb-guest` into an
+ * image.
  */
 import { existsSync } from "node:fs";
 import { basename, resolve } from "node:path";
 
+async function bunBuild(args: string[], what: string): Promise<void> {
+  const bun = Bun.which("bun") ?? resolve("node_modules/.bin/bun");
+  const p = Bun.spawn([bun, "build", ...args], { stdout: "pipe", stderr: "pipe" });
+  const [err, code] = await Promise.all([new Response(p.stderr).text(), p.exited]);
+  if (code !== 0) throw new Error(`bun build ${what} failed (exit ${code}): ${err.trim().slice(-800)}`);
+}
+
 /** Compiles bin/bb.ts into dist/bb with Bun; returns its absolute path. Throws with Bun's output when the build fails. */
 export async function compileBb(): Promise<string> {
-  const bun = Bun.which("bun") ?? resolve("node_modules/.bin/bun");
   const out = resolve("dist/bb");
-  const p = Bun.spawn([bun, "build", "--compile", "bin/bb.ts", "--outfile", out], { stdout: "pipe", stderr: "pipe" });
-  const [err, code] = await Promise.all([new Response(p.stderr).text(), p.exited]);
-  if (code !== 0) throw new Error(`bun build --compile bin/bb.ts failed (exit ${code}): ${err.trim().slice(-800)}`);
+  await bunBuild(["--compile", "bin/bb.ts", "--outfile", out], "bin/bb.ts");
   return out;
 }
 
-/** The bb binary to install in an image. Throws when none can be found or built. */
+/**
+ * Compiles the guest-only entry bin/bb-guest.ts into `out` (default
+ * dist/bb-guest) with `--bytecode --minify`: the guest's JavaScript is
+ * parsed at build time, and nothing but src/guest and src/protocol is
+ * loaded at start. Returns the absolute path. Throws with Bun's output.
+ */
+export async function compileGuest(out = resolve("dist/bb-guest"), entry = resolve("bin/bb-guest.ts")): Promise<string> {
+  await bunBuild(["--compile", "--bytecode", "--minify", entry, "--outfile", out], "bin/bb-guest.ts");
+  return out;
+}
+
+/** The guest binary to install in an image. Throws when none can be found or built. */
 export async function pickBb(flag: string | undefined, log: (m: string) => void = () => {}): Promise<string> {
   if (flag) return resolve(flag);
-  if (existsSync("bin/bb.ts")) {
-    log("compiling dist/bb");
-    return compileBb();
+  if (existsSync("bin/bb-guest.ts")) {
+    log("compiling dist/bb-guest");
+    return compileGuest();
   }
   if (basename(process.execPath) !== "bun") return process.execPath;
   throw new Error("no bb binary: pass --bb PATH or run from the source checkout");

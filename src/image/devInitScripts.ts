@@ -11,8 +11,9 @@
  */
 
 /**
- * The initramfs /init for the given insmod order. Any failure reboots (QEMU
- * exits through -no-reboot). Private kernel arguments from a placement's
+ * The initramfs /init for the given insmod order. It starts the kernel
+ * argument `init=` (default /sbin/beachball-init; the reference image names
+ * systemd) with the kernel's init arguments (those after `--`). Any failure reboots (QEMU exits through -no-reboot). Private kernel arguments from a placement's
  * initramfs fragment (beachball/kernel-args) are copied into the private root
  * as /etc/beachball/kernel-args (0400) for `bb guest`.
  */
@@ -32,7 +33,11 @@ i=0
 while [ ! -b /dev/vda ] && [ $i -lt 400 ]; do $B usleep 25000; i=$((i+1)); done
 [ -b /dev/vda ] || fail "no /dev/vda"
 $B mount -t ext4 -o rw /dev/vda /newroot || fail "cannot mount /dev/vda"
-[ -x /newroot/sbin/beachball-init ] || fail "no /sbin/beachball-init in the root"
+init=/sbin/beachball-init
+for arg in $($B cat /proc/cmdline); do
+  case "$arg" in init=*) init="\${arg#init=}" ;; esac
+done
+[ -x "/newroot$init" ] || fail "no $init in the root"
 if [ -f /beachball/kernel-args ]; then
   $B mkdir -p /newroot/etc/beachball
   $B cp /beachball/kernel-args /newroot/etc/beachball/kernel-args
@@ -41,7 +46,7 @@ fi
 $B mount --move /dev /newroot/dev
 $B mount --move /proc /newroot/proc
 $B mount --move /sys /newroot/sys
-exec $B switch_root /newroot /sbin/beachball-init
+exec $B switch_root /newroot "$init" "$@"
 `;
 }
 

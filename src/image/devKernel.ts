@@ -18,6 +18,16 @@ export const DEV_KERNEL_MODULES = [
   "virtio_blk", "crc16", "mbcache", "jbd2", "ext4", "crc32c_generic",
 ] as const;
 
+/**
+ * Modules the initramfs of a squashfs image loads, in this order: the dev
+ * set (control channel, network, ext4 for the scratch disk) plus the
+ * read-only squashfs lower layer and the overlay over it.
+ */
+export const SQUASHFS_ROOT_MODULES = [...DEV_KERNEL_MODULES, "squashfs", "overlay"] as const;
+
+/** Every module the kernel cache keeps. */
+const CACHED_MODULES: readonly string[] = SQUASHFS_ROOT_MODULES;
+
 /** A cached, extracted kernel. All paths absolute. */
 export interface CachedKernel {
   /** Debian package name, e.g. `linux-image-6.1.0-57-amd64`. */
@@ -26,7 +36,7 @@ export interface CachedKernel {
   release: string;
   /** Uncompressed kernel ELF. */
   vmlinuxPath: string;
-  /** Directory holding `<module>.ko` for every DEV_KERNEL_MODULES entry. */
+  /** Directory holding `<module>.ko` for every DEV_KERNEL_MODULES and SQUASHFS_ROOT_MODULES entry. */
   modulesDir: string;
 }
 
@@ -87,7 +97,7 @@ export async function extractVmlinux(vmlinuzPath: string, outPath: string): Prom
   throw new Error(`no decompressible xz kernel stream found in ${vmlinuzPath}`);
 }
 
-/** Copies DEV_KERNEL_MODULES out of an extracted package tree (after depmod) into `outDir`. */
+/** Copies the cached modules (CACHED_MODULES) out of an extracted package tree (after depmod) into `outDir`. */
 async function pickModules(root: string, release: string, outDir: string): Promise<void> {
   const modRoot = join(root, "lib/modules", release);
   await runChecked(["depmod", "-b", root, release]);
@@ -99,7 +109,7 @@ async function pickModules(root: string, release: string, outDir: string): Promi
     byName.set(basename(rel).replace(/\.ko(\.xz|\.zst|\.gz)?$/, "").replaceAll("-", "_"), rel);
   }
   await mkdir(outDir, { recursive: true });
-  for (const m of DEV_KERNEL_MODULES) {
+  for (const m of CACHED_MODULES) {
     const rel = byName.get(m);
     if (!rel) throw new Error(`module ${m} not found in ${modRoot}/modules.dep`);
     const src = join(modRoot, rel);
@@ -126,7 +136,12 @@ export async function ensureDevKernel(cacheDir: string, log: (m: string) => void
     packageName, release, vmlinuxPath: join(dir, "vmlinux"), modulesDir: join(dir, "modules"),
   });
   const releaseFile = Bun.file(join(dir, "release"));
-  if (await releaseFile.exists()) return cached((await releaseFile.text()).trim());
+  if (await releaseFile.exists()) {
+    const hit = cached((await releaseFile.text()).trim());
+    // An entry made before a module joined the list is rebuilt from the cached .deb.
+    const complete = await Promise.all(CACHED_MODULES.map((m) => Bun.file(join(hit.modulesDir, `${m}.ko`)).exists()));
+    if (complete.every(Boolean)) return hit;
+  }
 
   const deb = await downloadDeb(packageName, join(cacheDir, "debs"), log);
   const work = `${dir}.tmp-${process.pid}`;

@@ -8,7 +8,8 @@
  * (deliveries ride only in the poll response).
  */
 import { Type, type Static } from "@sinclair/typebox";
-import { AGENT_ERROR_CODES } from "./errors.ts";
+import { AGENT_ERROR_CODES, type ErrorCode } from "./errors.ts";
+import { MAX_WIRE_INTEGER } from "./api.ts";
 
 /** Envelope size bound in bytes. */
 export const MAX_ENVELOPE_BYTES = 256 * 1024;
@@ -74,6 +75,16 @@ export interface BootstrapDelivery {
   payloadBase64: string;
 }
 
+/** Why the scheduler did not apply one placement_update (it is acknowledged all the same, so the agent drops it). */
+export type UpdateRejectionCode = Extract<ErrorCode, "UNKNOWN_PLACEMENT" | "STALE_GENERATION" | "SEQUENCE_NOT_INCREASING" | "INVALID_STATE">;
+
+/** One placement_update the scheduler did not apply, with the stable reason. */
+export interface UpdateRejection {
+  seq: number;
+  placementId: string;
+  code: UpdateRejectionCode;
+}
+
 /** Poll response. */
 export interface PollResponse {
   agentEpoch: string;
@@ -81,6 +92,13 @@ export interface PollResponse {
   deliveries: BootstrapDelivery[];
   /** Authoritative lease expiry per placement ID (ISO time). */
   leases: Record<string, string>;
+  /**
+   * Updates of this envelope that were not applied, each with a stable code
+   * (absent when every update applied). Sequence numbers are per placement
+   * within a session (spec "Messages": strictly increasing per session), so
+   * a rejected update never holds back the updates of another placement.
+   */
+  rejectedUpdates?: UpdateRejection[];
 }
 
 const Id = Type.String({ minLength: 1, maxLength: 160, pattern: "^[A-Za-z0-9._:-]+$" });
@@ -88,10 +106,11 @@ const Id = Type.String({ minLength: 1, maxLength: 160, pattern: "^[A-Za-z0-9._:-
 /** placement_update observation. */
 export const PlacementUpdate = Type.Object(
   {
-    seq: Type.Integer({ minimum: 1 }),
+    /** Strictly increasing per placement within a session; at most 2^53 - 1. */
+    seq: Type.Integer({ minimum: 1, maximum: MAX_WIRE_INTEGER }),
     placementId: Id,
     allocationId: Id,
-    generation: Type.Integer({ minimum: 1 }),
+    generation: Type.Integer({ minimum: 1, maximum: MAX_WIRE_INTEGER }),
     state: Type.Union(PLACEMENT_OBSERVED_STATES.map((s) => Type.Literal(s))),
     errorCode: Type.Optional(Type.Union(AGENT_ERROR_CODES.map((c) => Type.Literal(c)))),
     workloadExitCode: Type.Optional(Type.Integer({ minimum: -1, maximum: 255 })),
@@ -119,7 +138,7 @@ export const DeliveryAck = Type.Object(
   {
     deliveryId: Id,
     placementId: Id,
-    generation: Type.Integer({ minimum: 1 }),
+    generation: Type.Integer({ minimum: 1, maximum: MAX_WIRE_INTEGER }),
     result: Type.Union([Type.Literal("consumed"), Type.Literal("guest_not_connected"), Type.Literal("rejected")]),
     digest: Type.Optional(Type.String({ pattern: "^sha256:[0-9a-f]{64}$" })),
   },
@@ -132,10 +151,10 @@ export type DeliveryAck = Static<typeof DeliveryAck>;
 export const HealthReport = Type.Object(
   {
     isolationHealthy: Type.Boolean(),
-    quarantineCount: Type.Integer({ minimum: 0 }),
+    quarantineCount: Type.Integer({ minimum: 0, maximum: MAX_WIRE_INTEGER }),
     vmmDriver: Type.String({ maxLength: 32 }),
     /** Physical inventory; below the registered capacity makes the host unschedulable. */
-    inventory: Type.Optional(Type.Object({ cpuMillis: Type.Integer({ minimum: 0 }), memoryMiB: Type.Integer({ minimum: 0 }) }, { additionalProperties: false })),
+    inventory: Type.Optional(Type.Object({ cpuMillis: Type.Integer({ minimum: 0, maximum: MAX_WIRE_INTEGER }), memoryMiB: Type.Integer({ minimum: 0, maximum: MAX_WIRE_INTEGER }) }, { additionalProperties: false })),
     /** The state or image-cache volume is nearly full. */
     volumesNearlyFull: Type.Optional(Type.Boolean()),
     /** Digests of verified images in the host's cache (placement scoring key 1). */

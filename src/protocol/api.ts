@@ -5,16 +5,47 @@
  * unknown fields (`additionalProperties: false`). Spec: "Allocation
  * lifecycle", "One allocation end to end", "Enrollment".
  */
-import { Type, type Static } from "@sinclair/typebox";
+import { Type, type Static, type TSchema } from "@sinclair/typebox";
 
 /** Largest bootstrap payload accepted, in bytes (before base64). */
 export const MAX_PAYLOAD_BYTES = 256 * 1024;
-/** Largest JSON request body accepted by any route, in bytes. */
+/** Largest request body of the bootstrap route (the base64 payload plus its envelope), in bytes; over it is 413 PAYLOAD_TOO_LARGE. */
 export const MAX_REQUEST_BODY_BYTES = 512 * 1024;
+/** Largest request body of every other public route with a JSON body (create, enroll, tokens, …), in bytes; over it is 413 BODY_TOO_LARGE. */
+export const MAX_API_BODY_BYTES = 64 * 1024;
+/** Largest body a route without one tolerates (and ignores), in bytes; over it is 413 BODY_TOO_LARGE. */
+export const MAX_IGNORED_BODY_BYTES = 1024;
 /** Page size bound for list and events routes. */
 export const MAX_PAGE_SIZE = 200;
+/** Largest integer any body field or query parameter accepts (2^53 - 1: exact in JSON numbers and SQLite). */
+export const MAX_WIRE_INTEGER = Number.MAX_SAFE_INTEGER;
+
+/** Most labels on one allocation or host. */
+export const MAX_LABELS = 32;
+/** Longest label key, in characters (a DNS label: RFC 1123, as Kubernetes label names). */
+export const MAX_LABEL_KEY_CHARS = 63;
+/** Longest label value, in characters. */
+export const MAX_LABEL_VALUE_CHARS = 256;
+/** A label key: lower-case letters, digits, `.`, `_`, `-`; starts and ends with a letter or digit; at most 63 characters. */
+export const LABEL_KEY_PATTERN = "^[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?$";
+/** A label value: printable ASCII (no control characters), at most 256 characters. */
+export const LABEL_VALUE_PATTERN = "^[\\x20-\\x7e]*$";
 
 const Ident = (maxLength: number) => Type.String({ minLength: 1, maxLength, pattern: "^[A-Za-z0-9][A-Za-z0-9._:-]*$" });
+
+/**
+ * A record (JSON object used as a map) whose keys must match `keyPattern`:
+ * closed, so a key outside the pattern is an error rather than an
+ * unchecked extra property (TypeBox's plain Record leaves such keys
+ * unvalidated), with at most `maxEntries` entries. Every record-typed field
+ * of a request body is built with this.
+ */
+export function ClosedRecord<V extends TSchema>(keyPattern: string, value: V, maxEntries: number) {
+  return Type.Record(Type.String({ pattern: keyPattern }), value, { maxProperties: maxEntries, additionalProperties: false });
+}
+
+/** Labels of an allocation or a host: at most MAX_LABELS entries, keys and values per LABEL_KEY_PATTERN and LABEL_VALUE_PATTERN. */
+export const Labels = ClosedRecord(LABEL_KEY_PATTERN, Type.String({ maxLength: MAX_LABEL_VALUE_CHARS, pattern: LABEL_VALUE_PATTERN }), MAX_LABELS);
 
 /** Allocation states (spec "States"). paused/suspending/suspended exist as states; their runtime comes later. */
 export const ALLOCATION_STATES = [
@@ -37,7 +68,7 @@ export const CreateAllocationBody = Type.Object(
   {
     clientRequestId: Ident(128),
     workloadClass: Ident(64),
-    labels: Type.Optional(Type.Record(Type.String({ pattern: "^[a-z0-9][a-z0-9._/-]{0,62}$" }), Type.String({ maxLength: 256 }), { maxProperties: 32 })),
+    labels: Type.Optional(Labels),
     /** Lifetime in seconds after which the allocation is released; capped by policy. */
     ttlSeconds: Type.Optional(Type.Integer({ minimum: 10, maximum: 7 * 24 * 3600 })),
   },
@@ -125,7 +156,7 @@ export interface AllocationEvent {
 export const BootstrapBody = Type.Object(
   {
     deliveryId: Ident(128),
-    generation: Type.Integer({ minimum: 1 }),
+    generation: Type.Integer({ minimum: 1, maximum: MAX_WIRE_INTEGER }),
     contentType: Type.Literal("text/x-shellscript"),
     /** Base64 of at most MAX_PAYLOAD_BYTES bytes, checked after decoding (413 PAYLOAD_TOO_LARGE). */
     payloadBase64: Type.String({ maxLength: MAX_REQUEST_BODY_BYTES }),
@@ -153,6 +184,13 @@ export const EnrollmentTokenBody = Type.Object(
   { ttlSeconds: Type.Optional(Type.Integer({ minimum: 60, maximum: 3600 })) },
   { additionalProperties: false },
 );
+/** POST /v1/hosts/{id}/enrollment-tokens body. */
+export type EnrollmentTokenBody = Static<typeof EnrollmentTokenBody>;
+
+/** POST /v1/allocations/{id}/replacement-authorizations body: the generation whose external authority was revoked. */
+export const ReplacementAuthorizationBody = Type.Object({ generation: Type.Integer({ minimum: 1, maximum: MAX_WIRE_INTEGER }) }, { additionalProperties: false });
+/** POST /v1/allocations/{id}/replacement-authorizations body. */
+export type ReplacementAuthorizationBody = Static<typeof ReplacementAuthorizationBody>;
 
 /** POST /v1/agents/enroll body. */
 export const EnrollBody = Type.Object(
@@ -162,7 +200,7 @@ export const EnrollBody = Type.Object(
     reserve: Type.Optional(Capacity),
     region: Ident(64),
     architecture: Type.Literal("x86_64"),
-    labels: Type.Optional(Type.Record(Type.String({ maxLength: 63 }), Type.String({ maxLength: 256 }), { maxProperties: 32 })),
+    labels: Type.Optional(Labels),
     agentProtocolVersion: Type.Literal("1.0"),
     vmmDriver: Ident(32),
   },

@@ -13,8 +13,14 @@ export const ERROR_STATUS = {
   UNAUTHENTICATED: 401,
   FORBIDDEN: 403,
   NOT_FOUND: 404,
+  /** The path exists but not for this method (the answer carries `Allow`). */
+  METHOD_NOT_ALLOWED: 405,
   VALIDATION_FAILED: 422,
   MALFORMED_JSON: 400,
+  /** JSON nested deeper than the route allows (checked before parsing). */
+  JSON_TOO_DEEP: 400,
+  /** A Content-Length that is not a decimal byte count, or a body that does not match it. */
+  INVALID_CONTENT_LENGTH: 400,
   BODY_TOO_LARGE: 413,
   PAYLOAD_TOO_LARGE: 413,
   UNKNOWN_WORKLOAD_CLASS: 422,
@@ -36,6 +42,12 @@ export const ERROR_STATUS = {
   ENROLLMENT_TOKEN_INVALID: 401,
   ENROLLMENT_CONFLICT: 409,
   HOST_NOT_ACTIVE: 409,
+  /** A disabled host is fenced for good: it cannot be activated or drained (enroll it again). */
+  HOST_DISABLED: 409,
+  /** An agent update names a placement this host does not have. */
+  UNKNOWN_PLACEMENT: 404,
+  /** An agent update's sequence number is not above the last one applied for its placement in this session. */
+  SEQUENCE_NOT_INCREASING: 409,
   INSUFFICIENT_CPU: 409,
   INSUFFICIENT_MEMORY: 409,
   INSUFFICIENT_DISK: 409,
@@ -49,6 +61,11 @@ export const ERROR_STATUS = {
   /** One object's stored state failed its checks; it is quarantined and named in the detail. */
   OBJECT_DAMAGED: 500,
   INTERNAL: 500,
+  IMAGE_SOURCE_INVALID: 422,
+  IMAGE_BLOB_DIGEST_MISMATCH: 422,
+  IMAGE_LAYER_PATH_ESCAPE: 422,
+  IMAGE_LAYER_INVALID: 422,
+  IMAGE_LAYER_UNSUPPORTED: 422,
 } as const;
 
 /** One stable error code (see ERROR_STATUS for the HTTP status of each). */
@@ -73,6 +90,33 @@ export const AGENT_ERROR_CODES = [
 
 /** One bounded agent error code. */
 export type AgentErrorCode = (typeof AGENT_ERROR_CODES)[number];
+
+/**
+ * Codes `bb image build` refuses an OCI input with (spec "Images", "Boot OCI
+ * images"). Nothing is written to the output or any cache when one is
+ * thrown.
+ * - IMAGE_SOURCE_INVALID: the layout or archive is malformed (no index,
+ *   bad JSON, no manifest for the platform, a bound exceeded).
+ * - IMAGE_BLOB_DIGEST_MISMATCH: a blob's bytes do not match its
+ *   descriptor's digest or size (or a docker layer its diff ID).
+ * - IMAGE_LAYER_PATH_ESCAPE: a layer entry names an absolute or `..` path,
+ *   passes through a symlink that leaves the root, hard-links outside the
+ *   tree, or whites out a path outside the root.
+ * - IMAGE_LAYER_INVALID: a layer is not a well-formed tar stream (bad
+ *   checksum, truncated, an entry over a size bound).
+ * - IMAGE_LAYER_UNSUPPORTED: a layer holds something an image may not:
+ *   a device node outside /dev, an unknown entry type or media type.
+ */
+export const IMAGE_BUILD_ERROR_CODES = [
+  "IMAGE_SOURCE_INVALID",
+  "IMAGE_BLOB_DIGEST_MISMATCH",
+  "IMAGE_LAYER_PATH_ESCAPE",
+  "IMAGE_LAYER_INVALID",
+  "IMAGE_LAYER_UNSUPPORTED",
+] as const satisfies readonly ErrorCode[];
+
+/** One image build refusal code. */
+export type ImageBuildErrorCode = (typeof IMAGE_BUILD_ERROR_CODES)[number];
 
 /** RFC 9457 problem details with Beachball's stable `code` extension. */
 export interface Problem {

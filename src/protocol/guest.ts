@@ -92,3 +92,45 @@ export const GUEST_CMDLINE_KEYS = {
 export const JOB_START_MARKER = "BEACHBALL_JOB_START";
 /** Written as `BEACHBALL_JOB_EXIT <code>` after the workload exits. */
 export const JOB_EXIT_MARKER = "BEACHBALL_JOB_EXIT";
+
+/** Where an image converted from OCI keeps its workload description (spec "Images"). */
+export const WORKLOAD_CONFIG_PATH = "/etc/beachball/workload.json";
+/** Environment variable naming the file that holds the delivered payload (spec "Images"). */
+export const BOOTSTRAP_PATH_ENV = "BEACHBALL_BOOTSTRAP_PATH";
+/** Environment variable carrying the payload's content type. */
+export const BOOTSTRAP_CONTENT_TYPE_ENV = "BEACHBALL_BOOTSTRAP_CONTENT_TYPE";
+/** Environment variable naming the program a systemd image hands the payload to (spec "Images"). */
+export const WORKLOAD_ADAPTER_ENV = "BEACHBALL_WORKLOAD_ADAPTER";
+/** Most entries in any list of a workload description, and longest string, bytes. */
+export const MAX_WORKLOAD_LIST = 4096;
+export const MAX_WORKLOAD_STRING_BYTES = 64 * 1024;
+
+/**
+ * /etc/beachball/workload.json: what an image converted from OCI runs once a
+ * payload arrives, taken from the OCI image config (Entrypoint, Cmd, Env,
+ * WorkingDir, User). The command is `entrypoint` followed by `cmd`.
+ */
+export interface WorkloadConfig {
+  entrypoint: string[];
+  cmd: string[];
+  /** `NAME=value` entries. */
+  env: string[];
+  /** Absolute directory, "" for `/`. */
+  workingDir: string;
+  /** `user`, `uid`, `user:group` or `uid:gid`; "" for root. */
+  user: string;
+}
+
+/** The first problem with a workload description, or null when it is well formed. Throws nothing. */
+export function workloadConfigProblem(v: unknown): string | null {
+  if (!v || typeof v !== "object" || Array.isArray(v)) return "workload config is not an object";
+  const w = v as Record<string, unknown>;
+  for (const k of ["entrypoint", "cmd", "env"]) {
+    const a = w[k];
+    if (!Array.isArray(a) || a.length > MAX_WORKLOAD_LIST || !a.every((s) => typeof s === "string" && s.length <= MAX_WORKLOAD_STRING_BYTES)) return `${k} is not a bounded string array`;
+  }
+  for (const k of ["workingDir", "user"]) if (typeof w[k] !== "string" || (w[k] as string).length > MAX_WORKLOAD_STRING_BYTES) return `${k} is not a string`;
+  if ((w.entrypoint as string[]).length + (w.cmd as string[]).length === 0) return "entrypoint and cmd are both empty";
+  if (!(w.env as string[]).every((e) => e.indexOf("=") > 0)) return "env entries must be NAME=value";
+  return null;
+}

@@ -1,136 +1,108 @@
 /**
- * The scheduler's HTTP surface (Elysia). Routes only translate: validate with
- * TypeBox (unknown fields rejected), call one Worker method, map the result
- * or the stable error code to HTTP with an RFC 9457 problem+json body.
+ * The scheduler's HTTP surface (Elysia). Every request first passes the
+ * request guard (edge.ts: route, framing, authentication, query, bounded
+ * body, schema, in that order); a route handler then only translates: it
+ * calls one Worker method and maps the result, or the stable error code, to
+ * HTTP with an RFC 9457 problem+json body.
+ *
+ * The routes themselves are data (routes.ts); this file binds one handler
+ * to each. The guard runs in Elysia's onRequest hook, before Elysia would
+ * parse anything; handlers never ask Elysia for a body.
  * Must never: hold a business rule, or echo a request body in an error.
  */
-import { Elysia, t } from "elysia";
-import { BeachballError, type ErrorCode } from "../protocol/errors.ts";
-import { BootstrapBody, CreateAllocationBody, EnrollBody, EnrollmentTokenBody, MAX_PAGE_SIZE, MAX_REQUEST_BODY_BYTES } from "../protocol/api.ts";
-import { Envelope, MAX_ENVELOPE_BYTES } from "../protocol/agent.ts";
+import { Elysia } from "elysia";
+import { BeachballError } from "../protocol/errors.ts";
+import { problem, problemResponse } from "../protocol/problem.ts";
+import type { BootstrapBody, CreateAllocationBody, EnrollBody, EnrollmentTokenBody, ReplacementAuthorizationBody } from "../protocol/api.ts";
+import type { Envelope } from "../protocol/agent.ts";
 import type { SchedulerWorker } from "./worker.ts";
+import type { Identity } from "./manifest.ts";
+import { RequestGuard, type Prepared } from "./edge.ts";
+import { ROUTES, type RouteName } from "./routes.ts";
 
-function problem(code: ErrorCode, detail: string, extra?: Record<string, unknown>): Response {
-  const err = new BeachballError(code, detail, extra);
-  const headers: Record<string, string> = { "content-type": "application/problem+json" };
-  const retry = extra?.["retryAfterSeconds"];
-  if (typeof retry === "number") headers["retry-after"] = String(retry);
-  return new Response(JSON.stringify(err.toProblem()), { status: err.status, headers });
+/** What a handler answers: a JSON body with its status, or a ready Response. */
+type Reply = { status?: number; json: unknown } | Response;
+
+/** The principal a guarded request carries (routes whose auth is a principal role). */
+function who(p: Prepared): Identity {
+  if (p.caller.kind !== "principal") throw new BeachballError("UNAUTHENTICATED", "this call needs a principal's bearer token");
+  return p.caller.identity;
 }
 
-const Page = t.Object(
-  { cursor: t.Optional(t.String({ maxLength: 64 })), limit: t.Optional(t.Numeric({ minimum: 1, maximum: MAX_PAGE_SIZE })) },
-  { additionalProperties: false },
-);
-const EventsQuery = t.Object(
-  { after: t.Optional(t.Numeric({ minimum: 0 })), limit: t.Optional(t.Numeric({ minimum: 1, maximum: MAX_PAGE_SIZE })) },
-  { additionalProperties: false },
-);
+/** The host a guarded agent request carries. */
+function host(p: Prepared): string {
+  if (p.caller.kind !== "host") throw new BeachballError("UNAUTHENTICATED", "this call needs a host credential");
+  return p.caller.hostId;
+}
+
+const id = (p: Prepared) => p.params["id"]!;
+const num = (p: Prepared, name: string, fallback: number) => (p.query[name] as number | undefined) ?? fallback;
+
+/** One handler per route name. */
+function handlers(worker: SchedulerWorker): Record<RouteName, (p: Prepared) => Promise<Reply> | Reply> {
+  return {
+    healthz: () => {
+      // Health reflects storage: a store that cannot be written is not a healthy scheduler.
+      const h = worker.health();
+      if (!h.ok) throw new BeachballError("STORAGE_UNAVAILABLE", h.detail, { retryAfterSeconds: 5 });
+      return { json: { ok: true } };
+    },
+    wellKnown: () => ({ json: worker.wellKnown() }),
+    createAllocation: async (p) => {
+      const r = await worker.createAllocation(who(p), p.body as CreateAllocationBody);
+      return { status: r.created ? 201 : 200, json: r.view };
+    },
+    listAllocations: async (p) => ({ json: await worker.listAllocations(who(p), (p.query["cursor"] as string | undefined) ?? null, num(p, "limit", 50)) }),
+    getAllocation: async (p) => ({ json: await worker.getAllocation(who(p), id(p)) }),
+    releaseAllocation: async (p) => ({ status: 202, json: await worker.releaseAllocation(who(p), id(p)) }),
+    events: async (p) => {
+      const after = num(p, "after", 0);
+      const items = await worker.events(who(p), id(p), after, num(p, "limit", 100));
+      return { json: { items, nextCursor: items.length ? items[items.length - 1]!.seq : after } };
+    },
+    bootstrap: async (p) => ({ json: await worker.deliverBootstrap(who(p), id(p), p.body as BootstrapBody) }),
+    replacementAuthorizations: async (p) => ({ json: await worker.authorizeReplacement(who(p), id(p), (p.body as ReplacementAuthorizationBody).generation) }),
+    enrollmentTokens: async (p) => ({ status: 201, json: await worker.createEnrollmentToken(who(p), id(p), (p.body as EnrollmentTokenBody).ttlSeconds ?? 3600) }),
+    hosts: async (p) => ({ json: { items: await worker.hosts(who(p)) } }),
+    activateHost: async (p) => ({ json: await worker.setHostState(who(p), id(p), "active") }),
+    drainHost: async (p) => ({ json: await worker.setHostState(who(p), id(p), "draining") }),
+    disableHost: async (p) => ({ json: await worker.setHostState(who(p), id(p), "disabled") }),
+    metrics: async (p) => new Response(await worker.metrics(who(p)), { headers: { "content-type": "text/plain; version=0.0.4" } }),
+    alerts: async (p) => ({ json: { items: await worker.alerts(who(p), num(p, "after", 0), num(p, "limit", 100)) } }),
+    enroll: async (p) => ({ status: 201, json: await worker.enroll(p.body as EnrollBody) }),
+    poll: async (p) => ({ json: await worker.agentEnvelope(host(p), { ...(p.body as Envelope), type: "poll" }) }),
+    messages: async (p) => ({ json: await worker.agentEnvelope(host(p), { ...(p.body as Envelope), type: "messages" }) }),
+  };
+}
 
 /** Builds the Elysia app for one Worker. */
 export function buildApp(worker: SchedulerWorker) {
-  return new Elysia({ normalize: false })
-    .onRequest(({ request }) => {
-      const len = Number(request.headers.get("content-length") ?? "0");
-      const limit = new URL(request.url).pathname.startsWith("/v1/agents/") ? MAX_ENVELOPE_BYTES : MAX_REQUEST_BODY_BYTES;
-      if (len > limit) return problem(limit === MAX_ENVELOPE_BYTES ? "ENVELOPE_TOO_LARGE" : "BODY_TOO_LARGE", `request body over ${limit} bytes`);
+  const guard = new RequestGuard<RouteName>(ROUTES, { principal: (h) => worker.authenticate(h), host: (h) => worker.authenticateHost(h) });
+  const admitted = new WeakMap<Request, Prepared<RouteName>>();
+  const handle = handlers(worker);
+  const app = new Elysia({ normalize: false })
+    .onRequest(async ({ request }) => {
+      const r = await guard.admit(request);
+      if (r instanceof Response) return r;
+      admitted.set(request, r);
     })
     .onError(({ code, error }) => {
-      if (error instanceof BeachballError) return problem(error.code, error.message, error.extra);
-      if (code === "VALIDATION") {
-        const v = error as { all?: { path?: string; message?: string }[] };
-        const first = v.all?.[0];
-        return problem("VALIDATION_FAILED", first ? `${first.path || "/"}: ${first.message}` : "request does not match the schema");
-      }
-      if (code === "PARSE") return problem("MALFORMED_JSON", "request body is not valid JSON");
+      if (error instanceof BeachballError) return problemResponse(error);
       if (code === "NOT_FOUND") return problem("NOT_FOUND", "no such route");
       console.error("beachball scheduler: unhandled error", error);
       return problem("INTERNAL", "internal error");
-    })
-    .get("/healthz", () => {
-      // Health reflects storage: a store that cannot be written is not a healthy scheduler.
-      const h = worker.health();
-      return h.ok ? { ok: true } : problem("STORAGE_UNAVAILABLE", h.detail, { retryAfterSeconds: 5 });
-    })
-    .get("/v1/.well-known/beachball", () => worker.wellKnown())
-    .post(
-      "/v1/allocations",
-      async ({ body, headers, set }) => {
-        const who = worker.authenticate(headers["authorization"]);
-        const r = await worker.createAllocation(who, body);
-        set.status = r.created ? 201 : 200;
-        return r.view;
-      },
-      { body: CreateAllocationBody },
-    )
-    .get(
-      "/v1/allocations",
-      async ({ query, headers }) => worker.listAllocations(worker.authenticate(headers["authorization"]), query.cursor ?? null, query.limit ?? 50),
-      { query: Page },
-    )
-    .get("/v1/allocations/:id", ({ params, headers }) => worker.getAllocation(worker.authenticate(headers["authorization"]), params.id))
-    .post("/v1/allocations/:id/release", async ({ params, headers, set }) => {
-      const v = await worker.releaseAllocation(worker.authenticate(headers["authorization"]), params.id);
-      set.status = 202;
-      return v;
-    })
-    .get(
-      "/v1/allocations/:id/events",
-      async ({ params, query, headers }) => {
-        const items = await worker.events(worker.authenticate(headers["authorization"]), params.id, query.after ?? 0, query.limit ?? 100);
-        return { items, nextCursor: items.length ? items[items.length - 1]!.seq : (query.after ?? 0) };
-      },
-      { query: EventsQuery },
-    )
-    .post(
-      "/v1/allocations/:id/bootstrap",
-      ({ params, body, headers }) => worker.deliverBootstrap(worker.authenticate(headers["authorization"]), params.id, body),
-      { body: BootstrapBody },
-    )
-    .post(
-      "/v1/hosts/:id/enrollment-tokens",
-      async ({ params, body, headers, set }) => {
-        set.status = 201;
-        return worker.createEnrollmentToken(worker.authenticate(headers["authorization"]), params.id, body.ttlSeconds ?? 3600);
-      },
-      { body: EnrollmentTokenBody },
-    )
-    .get("/v1/hosts", async ({ headers }) => ({ items: await worker.hosts(worker.authenticate(headers["authorization"])) }))
-    .post("/v1/hosts/:id/activate", ({ params, headers }) => worker.setHostState(worker.authenticate(headers["authorization"]), params.id, "active"))
-    .post("/v1/hosts/:id/drain", ({ params, headers }) => worker.setHostState(worker.authenticate(headers["authorization"]), params.id, "draining"))
-    .post("/v1/hosts/:id/disable", ({ params, headers }) => worker.setHostState(worker.authenticate(headers["authorization"]), params.id, "disabled"))
-    .post(
-      "/v1/allocations/:id/replacement-authorizations",
-      ({ params, body, headers }) => worker.authorizeReplacement(worker.authenticate(headers["authorization"]), params.id, body.generation),
-      { body: t.Object({ generation: t.Integer({ minimum: 1 }) }, { additionalProperties: false }) },
-    )
-    .get(
-      "/v1/operations/metrics",
-      async ({ headers }) => new Response(await worker.metrics(worker.authenticate(headers["authorization"])), { headers: { "content-type": "text/plain; version=0.0.4" } }),
-    )
-    .get(
-      "/v1/operations/alerts",
-      async ({ query, headers }) => ({ items: await worker.alerts(worker.authenticate(headers["authorization"]), query.after ?? 0, query.limit ?? 100) }),
-      { query: EventsQuery },
-    )
-    .post(
-      "/v1/agents/enroll",
-      async ({ body, set }) => {
-        set.status = 201;
-        return worker.enroll(body);
-      },
-      { body: EnrollBody },
-    )
-    .post(
-      "/v1/agents/poll",
-      async ({ body, headers }) => worker.agentEnvelope(await worker.authenticateHost(headers["authorization"]), { ...body, type: "poll" }),
-      { body: Envelope },
-    )
-    .post(
-      "/v1/agents/messages",
-      async ({ body, headers }) => worker.agentEnvelope(await worker.authenticateHost(headers["authorization"]), { ...body, type: "messages" }),
-      { body: Envelope },
-    );
+    });
+  for (const name of Object.keys(ROUTES) as RouteName[]) {
+    const spec = ROUTES[name];
+    app.route(spec.method, spec.path, async ({ request }) => {
+      const p = admitted.get(request);
+      if (!p || p.route !== name) return problem("INTERNAL", "request reached a handler without passing the guard");
+      const r = await handle[name](p);
+      if (r instanceof Response) return r;
+      return new Response(JSON.stringify(r.json), { status: r.status ?? 200, headers: { "content-type": "application/json" } });
+    });
+  }
+  return app;
 }
 
 /** The app's type, for typed clients and tests. */

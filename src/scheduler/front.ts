@@ -181,7 +181,7 @@ export class SchedulerFront {
     }
     const secret = Buffer.from(this.env.random.bytes(32)).toString("hex");
     const zero = { cpuMillis: 0, memoryMiB: 0, ephemeralDiskMiB: 0, maxPlacements: 0 };
-    const reg = await this.env.Host.get(hostId).register({
+    const registered = this.env.Host.get(hostId).register({
       hostId,
       credentialDigest: tokenDigest(secret),
       enrollDigest: configDigest,
@@ -194,6 +194,8 @@ export class SchedulerFront {
       vmmDriver: body.vmmDriver,
       autoActivate,
     });
+    // Admission counts the host as active exactly when it is, whatever the registration's outcome.
+    const reg = await registered.finally(async () => admission.setHostActive(hostId, (await this.env.Host.get(hostId).adminState()) === "active"));
     if (!reg.created) throw new BeachballError("ENROLLMENT_CONFLICT", "host is already enrolled");
     return { hostId, credential: `bbh_${hostId}.${secret}`, credentialVersion: reg.credentialVersion, adminState: reg.adminState as EnrollResponse["adminState"] };
   }
@@ -221,20 +223,24 @@ export class SchedulerFront {
 
   /**
    * Changes a host's administrative state (operators). Activation is gated
-   * by the active-host cap; `disabled` fences the host. Throws NOT_FOUND,
-   * QUOTA_ACTIVE_HOSTS.
+   * by the active-host cap; `disabled` fences the host for good. Throws
+   * NOT_FOUND, QUOTA_ACTIVE_HOSTS, HOST_DISABLED (activating or draining a
+   * disabled host). The Host object runs admin changes one at a time and
+   * leaves Admission's active count matching its state, failed changes included.
    */
   async setHostState(who: Identity, hostId: string, state: "active" | "draining" | "disabled"): Promise<HostView> {
     requireRole(who, "operator");
+    if (!HOST_ID_PATTERN.test(hostId)) throw new BeachballError("NOT_FOUND", "no such host");
     const host = this.env.Host.get(hostId);
-    if (!HOST_ID_PATTERN.test(hostId) || !(await host.isRegistered())) throw new BeachballError("NOT_FOUND", "no such host");
     const l = this.manifest.limits;
-    const admission = this.env.Admission.get(GLOBAL);
-    if (state === "active") await admission.admitActiveHost(hostId, l.maxActiveHosts ?? l.maxRegisteredHosts);
-    else await admission.deactivateHost(hostId);
-    const r = await host.setAdminState(state);
+    const r = await host.changeAdminState(state, l.maxActiveHosts ?? l.maxRegisteredHosts);
     this.env.metrics.inc("bb_host_admin_changes_total", "Host administrative state changes", { state: r.adminState, host: hostId });
     return host.view();
+  }
+
+  /** The hosts Admission counts as active, sorted (checks that counters match states). */
+  async activeHostIds(): Promise<string[]> {
+    return this.env.Admission.get(GLOBAL).activeHostIds();
   }
 
   /** Prometheus text with counters and host gauges (operators). */

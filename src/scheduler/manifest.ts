@@ -11,15 +11,40 @@ import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, writeFileSync, renameSync, chmodSync } from "node:fs";
 import { dirname, join } from "node:path";
 
-export { DeploymentManifest, WorkloadClass, identify, tokenDigest, type Identity } from "./manifestSchema.ts";
+export { DeploymentManifest, MAX_WORKLOAD_CLASSES, WorkloadClass, identify, tokenDigest, type Identity } from "./manifestSchema.ts";
 import { DeploymentManifest, tokenDigest } from "./manifestSchema.ts";
 
-/** Loads and validates a manifest file. Throws an Error naming the first schema violation. */
+/**
+ * Loads and validates a manifest file. Every error names the file: it cannot
+ * be read, it is not JSON (with the parser's position), the first schema
+ * violation, or two principals sharing an ID or a token digest (the second
+ * would be shadowed by the first and never authenticate).
+ */
 export function loadManifest(path: string): DeploymentManifest {
-  const raw = JSON.parse(readFileSync(path, "utf8")) as unknown;
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    throw new Error(`cannot read manifest ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (e) {
+    throw new Error(`manifest ${path} is not valid JSON: ${(e as Error).message}`);
+  }
   if (!Value.Check(DeploymentManifest, raw)) {
-    const first = [...Value.Errors(DeploymentManifest, raw)][0];
+    const first = Value.Errors(DeploymentManifest, raw).First();
     throw new Error(`invalid manifest ${path}: ${first?.path || "/"} ${first?.message ?? "does not match the schema"}`);
+  }
+  const ids = new Map<string, number>();
+  const digests = new Map<string, string>();
+  for (const [i, p] of raw.principals.entries()) {
+    if (ids.has(p.id)) throw new Error(`invalid manifest ${path}: /principals/${i} repeats the principal id ${p.id} (first at /principals/${ids.get(p.id)})`);
+    ids.set(p.id, i);
+    const other = digests.get(p.tokenSha256);
+    if (other !== undefined) throw new Error(`invalid manifest ${path}: principals ${other} and ${p.id} have the same tokenSha256; each principal needs its own token`);
+    digests.set(p.tokenSha256, p.id);
   }
   return raw;
 }
@@ -32,16 +57,28 @@ export interface DevManifestPaths {
 
 /**
  * Writes a development manifest with fresh random tokens into `dataDir`
- * unless one exists, plus `client.json` (mode 0600) with the raw tokens for
- * the CLI (its URL is filled in by publishDevClientConfig once the server
- * listens). `imageDigest` is the dev image the default classes boot; an
- * existing manifest is re-pointed at it.
+ * when neither it nor its `client.json` exists, plus `client.json` (mode
+ * 0600) with the raw tokens for the CLI (its URL is filled in by
+ * publishDevClientConfig once the server listens). `imageDigest` is the dev
+ * image the default classes boot; an existing manifest keeps every edit and
+ * only has its classes re-pointed at that image. Never replaces an existing
+ * manifest: when only one of the two files exists, throws an Error (exit
+ * code 2) saying which one is missing and how to go on.
  */
 export function ensureDevManifest(dataDir: string, imageDigest: string): DevManifestPaths {
-  mkdirSync(dataDir, { recursive: true });
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const manifestPath = join(dataDir, "manifest.json");
   const clientConfigPath = join(dataDir, "client.json");
-  if (existsSync(manifestPath) && existsSync(clientConfigPath)) {
+  const haveManifest = existsSync(manifestPath);
+  const haveClient = existsSync(clientConfigPath);
+  if (haveManifest && !haveClient)
+    throw Object.assign(
+      new Error(`${clientConfigPath} is missing, and it holds the only copy of the development tokens of ${manifestPath}; dev mode never replaces an existing manifest: restore ${clientConfigPath}, or serve this manifest with --manifest and your own tokens, or move ${manifestPath} aside to start a fresh development deployment`),
+      { exitCode: 2 },
+    );
+  if (!haveManifest && haveClient)
+    throw Object.assign(new Error(`${manifestPath} is missing but ${clientConfigPath} exists; restore the manifest, or move ${clientConfigPath} aside to start a fresh development deployment`), { exitCode: 2 });
+  if (haveManifest) {
     const m = loadManifest(manifestPath);
     let changed = false;
     for (const c of Object.values(m.workloadClasses)) if (c.imageDigest !== imageDigest) ((c.imageDigest = imageDigest), (changed = true));

@@ -7,6 +7,10 @@
  */
 import { Type, type Static } from "@sinclair/typebox";
 import { createHash } from "node:crypto";
+import { ClosedRecord } from "../protocol/api.ts";
+
+/** Most workload classes one manifest declares. */
+export const MAX_WORKLOAD_CLASSES = 256;
 
 const Digest = Type.String({ pattern: "^[0-9a-f]{64}$" });
 
@@ -40,7 +44,7 @@ export const DeploymentManifest = Type.Object(
       ),
       { maxItems: 1024 },
     ),
-    workloadClasses: Type.Record(Type.String({ pattern: "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$" }), WorkloadClass),
+    workloadClasses: ClosedRecord("^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", WorkloadClass, MAX_WORKLOAD_CLASSES),
     limits: Type.Object(
       {
         maxConcurrentAllocationsPerController: Type.Integer({ minimum: 1 }),

@@ -158,7 +158,7 @@ describe("ImageCache.resolve", () => {
     const cache = new ImageCache(s.root, [key.publicKey]);
     expect(await codeOf(cache.resolve(`sha256:${"a".repeat(64)}`, s.source))).toBe("IMAGE_NOT_FOUND");
     expect(await codeOf(cache.resolve("sha256:../../etc", s.source))).toBe("IMAGE_NOT_FOUND");
-    expect(() => new ImageCache(s.root, []).resolve(`sha256:${"a".repeat(64)}`, "https://example.invalid/images")).toThrow(/not supported/);
+    expect(() => new ImageCache(s.root, []).resolve(`sha256:${"a".repeat(64)}`, "ftp://example.invalid/images")).toThrow(/not supported/);
   });
 
   test("a rotated key: the cached manifest no longer verifies, a re-signed one is fetched, artifacts are reused", async () => {
@@ -187,5 +187,81 @@ describe("ImageCache.resolve", () => {
     expect(new Uint8Array(readFileSync(again.artifactPaths.kernel))).toEqual(img.files.vmlinux);
     expect(statSync(join(again.dir, "vmlinux")).ino).toBe(statSync(again.artifactPaths.kernel).ino); // view relinked
     expect(quarantined(s.root).map((q) => q.size)).toEqual([5]);
+  });
+
+  test("an interrupted download resumes from the bytes it has, with at most the bound of fetches at once", async () => {
+    const s = setup();
+    const img = makeTestImage({ privateKey: key.privateKey, seed: 41 });
+    s.publish(img);
+    const inner = new FileArtifactSource(s.base);
+    const starts: { name: string; from: number }[] = [];
+    let open = 0;
+    let maxOpen = 0;
+    let cutOnce = new Set(["vmlinux", "rootfs.ext4"]);
+    // A source that drops the connection after 1000 bytes, once per artifact.
+    const flaky: ArtifactSource = {
+      description: "flaky",
+      async open(hex, name, from = 0) {
+        starts.push({ name, from });
+        const st = await inner.open(hex, name, from);
+        const cut = cutOnce.delete(name);
+        open++;
+        maxOpen = Math.max(maxOpen, open);
+        return Object.assign((async function* () {
+          let sent = 0;
+          try {
+            for await (const c of st) {
+              await Bun.sleep(1);
+              if (cut && sent + c.length > 1000) {
+                yield c.subarray(0, 1000 - sent);
+                throw new Error("connection reset");
+              }
+              sent += c.length;
+              yield c;
+            }
+          } finally {
+            open--;
+          }
+        })(), { startsAt: st.startsAt });
+      },
+    };
+    const retries: string[] = [];
+    const cache = new ImageCache(s.root, [key.publicKey], { maxConcurrentFetches: 1, sleep: async () => {}, onRetry: (r) => retries.push(`${r.name}@${r.haveBytes}`) });
+    const r = await cache.resolve(img.digest, flaky);
+    expect(new Uint8Array(readFileSync(r.artifactPaths.kernel))).toEqual(img.files.vmlinux);
+    expect(new Uint8Array(readFileSync(r.artifactPaths.rootfs))).toEqual(img.files["rootfs.ext4"]);
+    expect(retries.sort()).toEqual(["rootfs.ext4@1000", "vmlinux@1000"]);
+    expect(starts.filter((x) => x.name === "vmlinux")).toEqual([{ name: "vmlinux", from: 0 }, { name: "vmlinux", from: 1000 }]);
+    expect(maxOpen).toBe(1);
+    expect(readdirSync(join(s.root, "tmp"))).toEqual([]);
+    cutOnce = new Set();
+  });
+
+  test("eviction removes least recently used images down to the bound, never one in use or an artifact it shares", async () => {
+    const s = setup();
+    let clock = Date.parse("2025-06-01T00:00:00Z");
+    const cache = new ImageCache(s.root, [key.publicKey], { now: () => new Date((clock += 1000)) });
+    const a = makeTestImage({ privateKey: key.privateKey, seed: 51 });
+    const b = makeTestImage({ privateKey: key.privateKey, seed: 52 });
+    // c shares a's kernel.
+    const c = makeTestImage({ privateKey: key.privateKey, seed: 53, overrides: { kernel: a.manifest.kernel } });
+    c.files.vmlinux = a.files.vmlinux;
+    for (const img of [a, b, c]) s.publish(img);
+    for (const img of [a, b, c]) await cache.resolve(img.digest, s.source);
+    const before = await cache.usage();
+    expect(before.images).toBe(3);
+    // Shared kernel stored once: 3 images, 8 distinct artifacts.
+    expect(readdirSync(join(s.root, "artifacts")).length).toBe(8);
+    // a is in use; b is the least recently used of the rest, then c.
+    const r = await cache.evict(0, new Set([a.digest]));
+    expect(r.evicted).toEqual([b.digest, c.digest]);
+    expect((await cache.cachedDigests()).sort()).toEqual([a.digest]);
+    for (const art of [a.manifest.kernel, a.manifest.rootfs, a.manifest.initrd!]) expect(existsSync(join(s.root, "artifacts", `sha256-${art.sha256}`))).toBe(true);
+    expect(readdirSync(join(s.root, "artifacts")).length).toBe(3);
+    expect(r.artifactBytes).toBe(a.files.vmlinux.length + a.files["rootfs.ext4"].length + a.files["initrd.cpio"].length);
+    // Under a generous bound nothing goes.
+    expect((await cache.evict(10 ** 9, new Set())).evicted).toEqual([]);
+    // An evicted image resolves again from the source.
+    expect((await cache.resolve(b.digest, s.source)).fetchedArtifacts).toBe(3);
   });
 });

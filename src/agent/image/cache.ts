@@ -17,12 +17,12 @@
  * signed manifest, trust the source, read past a size bound, or delete a
  * quarantined file.
  */
-import { link, lstat, mkdir, readdir, readFile, rename, rm, stat } from "node:fs/promises";
+import { link, lstat, mkdir, readdir, readFile, rename, rm, stat, utimes } from "node:fs/promises";
 import { join, resolve as resolvePath } from "node:path";
 import { randomBytes } from "node:crypto";
 import { type Artifact, type ImageManifest, MANIFEST_FILE_NAME, imageDigest, manifestShapeProblem } from "../../protocol/image.ts";
 import { type ArtifactSource, artifactSourceFor } from "./artifactSource.ts";
-import { type CacheLayout, cacheLayout, copyBounded, ensureLayout, publishArtifact, quarantine, type QuarantineReason, writeFileAtomically } from "./cacheFiles.ts";
+import { type CacheLayout, cacheLayout, ensureLayout, publishArtifact, quarantine, type QuarantineReason, resumeDownload, writeFileAtomically } from "./cacheFiles.ts";
 import { imageError, imageErrorCode } from "../../image/errors.ts";
 import { verifyManifestSignature } from "../../image/signing.ts";
 
@@ -30,6 +30,14 @@ import { verifyManifestSignature } from "../../image/signing.ts";
 export const DEFAULT_MAX_MANIFEST_BYTES = 64 * 1024;
 /** Default bound on one artifact, bytes (8 GiB). */
 export const DEFAULT_MAX_ARTIFACT_BYTES = 8 * 2 ** 30;
+/** Default bound on published artifact bytes before unused images are evicted (32 GiB). */
+export const DEFAULT_IMAGE_CACHE_MAX_BYTES = 32 * 2 ** 30;
+/** Default number of artifact downloads running at once (across all images). */
+export const DEFAULT_MAX_CONCURRENT_FETCHES = 2;
+/** Failed attempts in a row (without a byte of progress) before a download gives up; the partial file is kept. */
+export const MAX_FETCH_ATTEMPTS_WITHOUT_PROGRESS = 4;
+/** Pause before retrying a download, ms, times the attempt number. */
+const FETCH_RETRY_BASE_MS = 250;
 
 /** Tunables of ImageCache. */
 export interface ImageCacheOptions {
@@ -37,8 +45,56 @@ export interface ImageCacheOptions {
   maxManifestBytes?: number;
   /** Largest artifact a manifest may declare, bytes. Default 8 GiB. */
   maxArtifactBytes?: number;
-  /** Clock for quarantine reason files (a port, so tests can fix it). */
+  /** Clock for quarantine reason files and last-use times (a port, so tests can fix it). */
   now?: () => Date;
+  /** Most artifact downloads at once. Default 2. */
+  maxConcurrentFetches?: number;
+  /** Sleep between download attempts (a port, so tests need not wait). */
+  sleep?: (ms: number) => Promise<void>;
+  /** Called for each download attempt that failed and will be resumed (logs). */
+  onRetry?: (info: { name: string; attempt: number; haveBytes: number; error: string }) => void;
+}
+
+/** What the cache holds, for the host's disk accounting (spec "Capacity accounting"). */
+export interface CacheUsage {
+  /** Bytes of published artifacts, each counted once however many images share it. */
+  artifactBytes: number;
+  /** Cached (verified) images. */
+  images: number;
+  /** Bytes of partial downloads waiting to be resumed. */
+  partialBytes: number;
+  /** Bytes in quarantine (never deleted automatically). */
+  quarantineBytes: number;
+}
+
+/** Result of ImageCache.evict. */
+export interface EvictionResult {
+  /** Digests whose manifests (and views) were removed. */
+  evicted: string[];
+  /** Artifact bytes freed. */
+  freedBytes: number;
+  /** Artifact bytes left. */
+  artifactBytes: number;
+}
+
+/** A counting semaphore. */
+class Slots {
+  private free: number;
+  private readonly waiting: (() => void)[] = [];
+  constructor(n: number) {
+    this.free = Math.max(1, n);
+  }
+  async run<T>(f: () => Promise<T>): Promise<T> {
+    if (this.free > 0) this.free--;
+    else await new Promise<void>((r) => this.waiting.push(r));
+    try {
+      return await f();
+    } finally {
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.free++;
+    }
+  }
 }
 
 /** A verified image in the cache. */
@@ -90,12 +146,20 @@ export class ImageCache {
   private readonly now: () => Date;
   /** In-flight resolves by digest hex, so concurrent callers share one fetch. */
   private readonly inflight = new Map<string, Promise<ResolvedImage>>();
+  private readonly fetchSlots: Slots;
+  private readonly sleep: (ms: number) => Promise<void>;
+  private readonly onRetry: NonNullable<ImageCacheOptions["onRetry"]>;
+  /** Set while evict() runs; resolves wait for it. */
+  private evicting: Promise<unknown> | null = null;
 
   constructor(rootDir: string, private readonly trustedKeys: readonly string[], opts: ImageCacheOptions = {}) {
     this.layout = cacheLayout(resolvePath(rootDir));
     this.maxManifestBytes = opts.maxManifestBytes ?? DEFAULT_MAX_MANIFEST_BYTES;
     this.maxArtifactBytes = opts.maxArtifactBytes ?? DEFAULT_MAX_ARTIFACT_BYTES;
     this.now = opts.now ?? (() => new Date());
+    this.fetchSlots = new Slots(opts.maxConcurrentFetches ?? DEFAULT_MAX_CONCURRENT_FETCHES);
+    this.sleep = opts.sleep ?? ((ms) => Bun.sleep(ms));
+    this.onRetry = opts.onRetry ?? (() => {});
   }
 
   /** The cache's directory layout. */
@@ -131,6 +195,7 @@ export class ImageCache {
   }
 
   private async resolveOnce(digest: string, hex: string, src: ArtifactSource): Promise<ResolvedImage> {
+    while (this.evicting) await this.evicting.catch(() => {});
     await ensureLayout(this.layout);
     let manifest = await this.cachedManifest(digest, hex, src);
     const fetchedManifest = manifest === null;
@@ -154,6 +219,9 @@ export class ImageCache {
     }
     const artifactPaths = { kernel: paths.kernel!, rootfs: paths.rootfs!, ...(paths.initrd ? { initrd: paths.initrd } : {}) };
     const dir = await this.ensureView(hex, manifest, artifactPaths);
+    // Last use, for eviction (least recently used first).
+    const t = this.now();
+    await utimes(join(this.layout.manifestsDir, `${hex}.json`), t, t).catch(() => {});
     return { digest, manifest, dir, artifactPaths, fetchedManifest, fetchedArtifacts };
   }
 
@@ -219,24 +287,122 @@ export class ImageCache {
     return null;
   }
 
-  private async fetchArtifact(digest: string, hex: string, a: Artifact, src: ArtifactSource): Promise<string> {
-    let copied;
+  /**
+   * Downloads one artifact into its partial file (`tmp/partial-sha256-<hex>`)
+   * under the concurrency bound, resuming after I/O errors (at most
+   * MAX_FETCH_ATTEMPTS_WITHOUT_PROGRESS failures in a row without progress;
+   * the partial file stays for a later resolve). Verifies exact size and
+   * SHA-256, then publishes; a mismatch is quarantined and thrown.
+   */
+  private fetchArtifact(digest: string, hex: string, a: Artifact, src: ArtifactSource): Promise<string> {
+    return this.fetchSlots.run(async () => {
+      const partial = join(this.layout.tmpDir, `partial-sha256-${a.sha256}`);
+      let failures = 0;
+      let got;
+      for (let attempt = 1; ; attempt++) {
+        try {
+          got = await resumeDownload(partial, a.sizeBytes, (from) => src.open(hex, a.path, from));
+          break;
+        } catch (e) {
+          if (imageErrorCode(e) === "IMAGE_NOT_FOUND") {
+            if ((await stat(partial).catch(() => null))?.size === 0) await rm(partial, { force: true });
+            throw e;
+          }
+          failures = ((e as { progressed?: number }).progressed ?? 0) > 0 ? 1 : failures + 1;
+          const have = (await stat(partial).catch(() => null))?.size ?? 0;
+          if (failures >= MAX_FETCH_ATTEMPTS_WITHOUT_PROGRESS) throw Object.assign(new Error(`${a.path} of ${digest}: ${failures} attempts without progress (${have} of ${a.sizeBytes} bytes kept to resume): ${(e as Error).message}`), { cause: e });
+          this.onRetry({ name: a.path, attempt, haveBytes: have, error: (e as Error).message });
+          await this.sleep(FETCH_RETRY_BASE_MS * failures);
+        }
+      }
+      if (got.sizeBytes !== a.sizeBytes || got.sha256 !== a.sha256) {
+        const why = got.sizeBytes !== a.sizeBytes ? `size ${got.sizeBytes > a.sizeBytes ? `over ${a.sizeBytes}` : got.sizeBytes} != ${a.sizeBytes}` : `sha256 ${got.sha256} != ${a.sha256}`;
+        await quarantine(this.layout, { tempPath: partial }, this.reason(digest, a.path, src, "IMAGE_DIGEST_MISMATCH", why, {
+          expected: { sizeBytes: a.sizeBytes, sha256: a.sha256 },
+          actual: { sizeBytes: got.sizeBytes, sha256: got.sha256 },
+        }));
+        throw imageError("IMAGE_DIGEST_MISMATCH", `${a.path} of ${digest}: ${why} (quarantined)`);
+      }
+      return publishArtifact(this.layout, partial, a.sha256);
+    });
+  }
+
+  /** Sizes of what the cache holds (see CacheUsage). Missing directories count as empty. */
+  async usage(): Promise<CacheUsage> {
+    const sum = async (dir: string, filter: (n: string) => boolean = () => true) => {
+      let total = 0;
+      for (const n of await readdir(dir).catch(() => [] as string[])) {
+        if (!filter(n)) continue;
+        const s = await lstat(join(dir, n)).catch(() => null);
+        if (s?.isFile()) total += s.blocks * 512 < s.size ? s.blocks * 512 : s.size;
+      }
+      return total;
+    };
+    return {
+      artifactBytes: await sum(this.layout.artifactsDir),
+      images: (await this.cachedDigests()).length,
+      partialBytes: await sum(this.layout.tmpDir, (n) => n.startsWith("partial-")),
+      quarantineBytes: await sum(this.layout.quarantineDir),
+    };
+  }
+
+  /**
+   * Evicts least recently used images until published artifacts take at
+   * most `maxBytes` (spec "Agent runtime and local state"): removes the
+   * manifest first (so a manifest never names a missing artifact), then its
+   * view, then every artifact no remaining manifest names. Never touches an
+   * image in `inUse` (digests of placements on this host), an image being
+   * resolved, or an artifact either of them needs. Does nothing while a
+   * resolve is in flight (resolves wait for an eviction to finish).
+   */
+  async evict(maxBytes: number, inUse: ReadonlySet<string>): Promise<EvictionResult> {
+    if (this.inflight.size > 0 || this.evicting) return { evicted: [], freedBytes: 0, artifactBytes: (await this.usage()).artifactBytes };
+    const run = this.evictNow(maxBytes, inUse);
+    this.evicting = run;
     try {
-      copied = await copyBounded(await src.open(hex, a.path), this.layout.tmpDir, a.sizeBytes);
-    } catch (e) {
-      const tmp = (e as { tempPath?: string }).tempPath;
-      if (tmp) await rm(tmp, { force: true }); // an I/O failure is not a verification failure
-      throw e;
+      return await run;
+    } finally {
+      this.evicting = null;
     }
-    if (copied.sizeBytes !== a.sizeBytes || copied.sha256 !== a.sha256) {
-      const why = copied.sizeBytes !== a.sizeBytes ? `size ${copied.sizeBytes > a.sizeBytes ? `over ${a.sizeBytes}` : copied.sizeBytes} != ${a.sizeBytes}` : `sha256 ${copied.sha256} != ${a.sha256}`;
-      await quarantine(this.layout, { tempPath: copied.path }, this.reason(digest, a.path, src, "IMAGE_DIGEST_MISMATCH", why, {
-        expected: { sizeBytes: a.sizeBytes, sha256: a.sha256 },
-        actual: { sizeBytes: copied.sizeBytes, sha256: copied.sha256 },
-      }));
-      throw imageError("IMAGE_DIGEST_MISMATCH", `${a.path} of ${digest}: ${why} (quarantined)`);
+  }
+
+  private async evictNow(maxBytes: number, inUse: ReadonlySet<string>): Promise<EvictionResult> {
+    const artifactSize = async (hex: string) => (await stat(join(this.layout.artifactsDir, `sha256-${hex}`)).catch(() => null))?.size ?? 0;
+    const manifests = new Map<string, ImageManifest>();
+    const lastUse = new Map<string, number>();
+    for (const d of await this.cachedDigests()) {
+      const path = join(this.layout.manifestsDir, `${d.slice(7)}.json`);
+      try {
+        manifests.set(d, JSON.parse(await readFile(path, "utf8")) as ImageManifest);
+        lastUse.set(d, (await stat(path)).mtimeMs);
+      } catch {
+        /* unreadable: left for resolve to quarantine */
+      }
     }
-    return publishArtifact(this.layout, copied.path, a.sha256);
+    const named = () => new Set([...manifests.values()].flatMap((m) => artifactsOf(m).map(([, a]) => a.sha256)));
+    let total = 0;
+    for (const n of await readdir(this.layout.artifactsDir).catch(() => [] as string[])) if (/^sha256-[0-9a-f]{64}$/.test(n)) total += await artifactSize(n.slice(7));
+    const evicted: string[] = [];
+    let freed = 0;
+    const candidates = [...manifests.keys()].filter((d) => !inUse.has(d)).sort((x, y) => lastUse.get(x)! - lastUse.get(y)!);
+    for (const d of candidates) {
+      if (total <= maxBytes) break;
+      const hex = d.slice(7);
+      manifests.delete(d);
+      await rm(join(this.layout.manifestsDir, `${hex}.json`), { force: true });
+      await rm(join(this.layout.viewsDir, hex), { recursive: true, force: true });
+      evicted.push(d);
+      const still = named();
+      for (const n of await readdir(this.layout.artifactsDir).catch(() => [] as string[])) {
+        const ah = /^sha256-([0-9a-f]{64})$/.exec(n)?.[1];
+        if (!ah || still.has(ah)) continue;
+        const size = await artifactSize(ah);
+        await rm(join(this.layout.artifactsDir, n), { force: true });
+        total -= size;
+        freed += size;
+      }
+    }
+    return { evicted, freedBytes: freed, artifactBytes: total };
   }
 
   /** `views/<hex>/` with manifest.json and hard links to the published artifacts; rebuilt when stale. */

@@ -5,13 +5,14 @@
  *
  * Owns: the directory layout, bounded copies into private temp files
  * (mode 0600, on the cache's filesystem so a rename publishes atomically),
- * publishing a verified file (mode 0444, root-owned when running as root),
- * and quarantining a file that failed verification with a reason file.
+ * resuming an interrupted download into its partial file, publishing a
+ * verified file (mode 0444, root-owned when running as root), and
+ * quarantining a file that failed verification with a reason file.
  * Decides nothing about trust: cache.ts says what is verified. Must never:
  * publish a file under a name other than the hash it was checked against,
  * or delete a quarantined file.
  */
-import { chmod, chown, mkdir, open, rename, writeFile } from "node:fs/promises";
+import { chmod, chown, mkdir, open, open as openFile, rename, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { createHash, randomBytes } from "node:crypto";
 
@@ -168,4 +169,89 @@ export async function writeFileAtomically(tmpDir: string, path: string, text: st
   }
   await chmod(tmp, mode);
   await rename(tmp, path);
+}
+
+/** Result of resumeDownload. */
+export interface ResumedDownload {
+  /** Bytes in the file (the whole artifact when it completed; `maxBytes + 1` means "more than maxBytes"). */
+  sizeBytes: number;
+  /** SHA-256 (hex) of those bytes. */
+  sha256: string;
+  /** Byte the stream started at (0 when the source started over). */
+  resumedFrom: number;
+}
+
+/**
+ * Continues downloading into `path` (a private 0600 file in tmp/, created
+ * when absent): hashes the bytes already there, asks `open(from)` for the
+ * rest, appends (all-zero chunks stay holes) and stops after `maxBytes + 1`
+ * bytes. A source that cannot skip (`startsAt` 0) restarts the file. On an
+ * I/O error the file is cut to the bytes received so far (kept for the next
+ * attempt) and the error is rethrown with `progressed` (bytes gained in this
+ * attempt). fsyncs before returning.
+ */
+export async function resumeDownload(
+  path: string,
+  maxBytes: number,
+  open: (fromByte: number) => Promise<AsyncIterable<Uint8Array> & { destroy?(): void; startsAt?: number }>,
+): Promise<ResumedDownload> {
+  const fh = await openFile(path, "a+", 0o600).then(async (h) => {
+    await h.close();
+    return openFile(path, "r+");
+  });
+  let size = 0;
+  let from = 0;
+  const hash = createHash("sha256");
+  let stream: (AsyncIterable<Uint8Array> & { destroy?(): void; startsAt?: number }) | null = null;
+  try {
+    const have = (await fh.stat()).size;
+    if (have > 0 && have <= maxBytes) {
+      const buf = Buffer.alloc(1 << 20);
+      while (size < have) {
+        const { bytesRead } = await fh.read(buf, 0, Math.min(buf.length, have - size), size);
+        if (bytesRead <= 0) break;
+        hash.update(buf.subarray(0, bytesRead));
+        size += bytesRead;
+      }
+    }
+    stream = await open(size);
+    if ((stream.startsAt ?? 0) !== size) {
+      // The source started over: so do we.
+      size = 0;
+      await fh.truncate(0);
+      return await finishFrom(fh, stream, createHash("sha256"), 0, maxBytes, 0);
+    }
+    from = size;
+    return await finishFrom(fh, stream, hash, size, maxBytes, from);
+  } finally {
+    stream?.destroy?.();
+    await fh.close();
+  }
+}
+
+async function finishFrom(
+  fh: Awaited<ReturnType<typeof openFile>>,
+  stream: AsyncIterable<Uint8Array>,
+  hash: ReturnType<typeof createHash>,
+  start: number,
+  maxBytes: number,
+  resumedFrom: number,
+): Promise<ResumedDownload> {
+  let size = start;
+  try {
+    for await (const chunk of stream) {
+      const take = Math.min(chunk.length, maxBytes + 1 - size);
+      const part = take === chunk.length ? chunk : chunk.subarray(0, take);
+      hash.update(part);
+      if (!isAllZero(part)) await fh.write(part, 0, part.length, size);
+      size += take;
+      if (size > maxBytes) break;
+    }
+  } catch (e) {
+    await fh.truncate(size).catch(() => {});
+    throw Object.assign(e as Error, { progressed: size - start });
+  }
+  await fh.truncate(size);
+  await fh.datasync();
+  return { sizeBytes: size, sha256: hash.digest("hex"), resumedFrom };
 }

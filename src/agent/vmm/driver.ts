@@ -22,8 +22,14 @@ export interface VmSpec {
   kernelPath: string;
   /** Initramfs, if the image has one. */
   initrdPath?: string;
-  /** The placement's private, writable root disk (ext4). */
+  /**
+   * The root disk: the placement's private, writable ext4, or a read-only
+   * squashfs (file name ending `.squashfs`, see rootFormat) that the
+   * image's initrd overlays with the scratch disk.
+   */
   rootDiskPath: string;
+  /** The placement's writable scratch ext4 (the overlay upper of a squashfs root, /dev/vdb); default `<dir>/scratch.ext4`. */
+  scratchDiskPath?: string;
   /** Network namespace the VMM runs in; the TAP lives there. */
   netns: string;
   /** TAP device name inside `netns`. */
@@ -75,4 +81,20 @@ export interface VmmDriver {
   stop(handle: VmHandle, graceMs: number): Promise<void>;
   /** Connects to the guest control channel (retrying until `timeoutMs`). */
   connectControl(spec: Pick<VmSpec, "controlSocketPath">, timeoutMs: number): Promise<GuestChannel>;
+}
+
+/** Root filesystem kind, from the root disk's file name: `*.squashfs` is a read-only lower layer; anything else is a writable ext4 root. */
+export type RootFormat = "ext4" | "squashfs";
+
+/** The root format of `rootDiskPath` (see RootFormat). Pure. */
+export function rootFormat(rootDiskPath: string): RootFormat {
+  return rootDiskPath.endsWith(".squashfs") ? "squashfs" : "ext4";
+}
+
+/** File name of the scratch disk in the allocation directory. */
+export const SCRATCH_DISK_FILE = "scratch.ext4";
+
+/** The scratch disk of `spec`: spec.scratchDiskPath, else `<spec.dir>/scratch.ext4`. Pure. */
+export function scratchDiskOf(spec: Pick<VmSpec, "dir" | "scratchDiskPath">): string {
+  return spec.scratchDiskPath ?? `${spec.dir.replace(/\/+$/, "")}/${SCRATCH_DISK_FILE}`;
 }

@@ -17,7 +17,7 @@ test("qemuArgs follows the measured TCG recipe and carries the instance ID", () 
   expect(after("-accel")).toBe("tcg");
   expect(a).toContain("-no-reboot");
   expect(after("-append")).toBe(
-    "console=ttyS0 reboot=k panic=1 pci=off quiet tsc_early_khz=2445406 root=/dev/vda rw beachball.generation=3",
+    "console=ttyS0 reboot=t panic=1 pci=off quiet tsc_early_khz=2445406 root=/dev/vda rw beachball.generation=3",
   );
   expect(a).toContain("socket,id=c0,path=/a/ctl.sock,server=on,wait=off");
   expect(a).toContain("virtserialport,chardev=c0,name=ctl");
@@ -25,6 +25,16 @@ test("qemuArgs follows the measured TCG recipe and carries the instance ID", () 
   expect(after("-initrd")).toBe("/a/initrd.cpio");
   expect(after("-cpu")).toBe("max");
   expect(qemuArgs(spec, "kvm", 1)[qemuArgs(spec, "kvm", 1).indexOf("-cpu") + 1]).toBe("host");
+});
+
+test("a squashfs root is read-only vda with the scratch disk as vdb, booted through the initrd", () => {
+  const a = qemuArgs({ ...spec, rootDiskPath: "/a/rootfs.squashfs" }, "tcg", 1000);
+  expect(a).toContain("id=root,file=/a/rootfs.squashfs,format=raw,if=none,readonly=on");
+  expect(a).toContain("id=scratch,file=/a/scratch.ext4,format=raw,if=none");
+  expect(a.indexOf("id=root,file=/a/rootfs.squashfs,format=raw,if=none,readonly=on")).toBeLessThan(a.indexOf("id=scratch,file=/a/scratch.ext4,format=raw,if=none"));
+  const cmdline = a[a.indexOf("-append") + 1]!;
+  expect(cmdline).toContain("beachball.lower=/dev/vda beachball.upper=/dev/vdb");
+  expect(cmdline).not.toContain("root=/dev/vda");
 });
 
 test("parseTscKhzFromKernelLog prefers the refined calibration", () => {

@@ -14,7 +14,7 @@ import { closeSync, existsSync, openSync, readFileSync, rmSync, writeFileSync } 
 import { join } from "node:path";
 import { privateArgsArchive } from "./initrdFragment.ts";
 import { readFile } from "node:fs/promises";
-import type { GuestChannel, VmHandle, VmSpec, VmmDriver } from "./driver.ts";
+import { type GuestChannel, rootFormat, scratchDiskOf, type VmHandle, type VmSpec, type VmmDriver } from "./driver.ts";
 import { hostTscKhz, probeKvm, vmmError } from "./qemuHost.ts";
 import { connectUnixChannel } from "./unixChannel.ts";
 
@@ -52,9 +52,26 @@ export async function processExited(handle: VmHandle): Promise<boolean> {
   return !st || st.state === "Z" || st.state === "X" || st.startTime !== handle.startTime;
 }
 
-/** Kernel command line for `spec`: console and panic settings, root on /dev/vda, then spec.kernelArgs. */
-export function qemuKernelCmdline(spec: Pick<VmSpec, "kernelArgs">, tscKhz: number): string {
-  return ["console=ttyS0", "reboot=k", "panic=1", "pci=off", "quiet", `tsc_early_khz=${tscKhz}`, "root=/dev/vda", "rw", ...spec.kernelArgs].join(" ");
+/**
+ * Kernel command line for `spec`: console and panic settings, `reboot=t`,
+ * the root (`root=/dev/vda rw` for ext4; `beachball.lower=/dev/vda
+ * beachball.upper=/dev/vdb` for a squashfs root booted through the
+ * initrd), then spec.kernelArgs. `reboot=t` (triple fault) because the
+ * microvm machine has no keyboard controller: `reboot=k` spends about
+ * 1.5 s failing before the kernel falls back (docs/adr/0130-guest-start-and-stop.md).
+ */
+export function qemuKernelCmdline(spec: Pick<VmSpec, "kernelArgs" | "rootDiskPath">, tscKhz: number): string {
+  const root = rootFormat(spec.rootDiskPath) === "ext4" ? ["root=/dev/vda", "rw"] : ["beachball.lower=/dev/vda", "beachball.upper=/dev/vdb"];
+  return ["console=ttyS0", "reboot=t", "panic=1", "pci=off", "quiet", `tsc_early_khz=${tscKhz}`, ...root, ...spec.kernelArgs].join(" ");
+}
+
+/** `-drive`/`-device` pairs: the root (read-only for squashfs) as vda, then a squashfs root's scratch disk as vdb. Pure. */
+function rootDrives(spec: VmSpec): string[] {
+  if (rootFormat(spec.rootDiskPath) === "ext4") return ["-drive", `id=root,file=${spec.rootDiskPath},format=raw,if=none`, "-device", "virtio-blk-device,drive=root"];
+  return [
+    "-drive", `id=root,file=${spec.rootDiskPath},format=raw,if=none,readonly=on`, "-device", "virtio-blk-device,drive=root",
+    "-drive", `id=scratch,file=${scratchDiskOf(spec)},format=raw,if=none`, "-device", "virtio-blk-device,drive=scratch",
+  ];
 }
 
 /** The QEMU argument vector (without the binary) for `spec`. Pure. */
@@ -68,8 +85,7 @@ export function qemuArgs(spec: VmSpec, accel: "kvm" | "tcg", tscKhz: number): st
     "-append", qemuKernelCmdline(spec, tscKhz),
     "-chardev", `socket,id=c0,path=${spec.controlSocketPath},server=on,wait=off`,
     "-device", "virtio-serial-device", "-device", "virtserialport,chardev=c0,name=ctl",
-    "-drive", `id=root,file=${spec.rootDiskPath},format=raw,if=none`,
-    "-device", "virtio-blk-device,drive=root",
+    ...rootDrives(spec),
     "-netdev", `tap,id=n0,ifname=${spec.tapName},script=no,downscript=no`,
     "-device", "virtio-net-device,netdev=n0",
   ];

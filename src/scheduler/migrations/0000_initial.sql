@@ -154,6 +154,13 @@ CREATE TABLE `host_placements` (
 );
 --> statement-breakpoint
 CREATE UNIQUE INDEX `host_placements_key` ON `host_placements` (`obj`,`reservation_key`);--> statement-breakpoint
+CREATE TABLE `host_update_seqs` (
+	`obj` text NOT NULL,
+	`placement_id` text NOT NULL,
+	`last_seq` integer NOT NULL,
+	PRIMARY KEY(`obj`, `placement_id`)
+);
+--> statement-breakpoint
 CREATE TABLE `directory_ads` (
 	`obj` text NOT NULL,
 	`host_id` text NOT NULL,

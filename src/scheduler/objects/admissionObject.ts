@@ -177,11 +177,24 @@ export class AdmissionObject extends AuthorityObject<SchedulerEnv, AdmissionMess
     if (c.hosts.has(hostId)) c.hosts.set(hostId, true);
   }
 
-  /** Records that a host left the active set (drained or disabled). */
-  deactivateHost(hostId: string): void {
+  /**
+   * Records whether a registered host is in the active set, as its Host
+   * object reports it after an admin change (no cap check: admitActiveHost
+   * gates activation before the change; this makes the count match the
+   * state whatever the change's outcome).
+   */
+  setHostActive(hostId: string, active: boolean): void {
     const c = this.counts();
-    this.state.storage.sql.exec("UPDATE admission_hosts SET active = 0 WHERE obj = ? AND host_id = ?", this.state.name, hostId);
-    if (c.hosts.has(hostId)) c.hosts.set(hostId, false);
+    this.state.storage.sql.exec("UPDATE admission_hosts SET active = ? WHERE obj = ? AND host_id = ?", active ? 1 : 0, this.state.name, hostId);
+    if (c.hosts.has(hostId)) c.hosts.set(hostId, active);
+  }
+
+  /** The hosts counted as active, sorted (for checks that counters match host states). */
+  activeHostIds(): string[] {
+    return [...this.counts().hosts.entries()]
+      .filter(([, a]) => a)
+      .map(([id]) => id)
+      .sort();
   }
 
   /** Reserves a registered-host slot (idempotent); throws QUOTA_REGISTERED_HOSTS past `maxHosts`. */

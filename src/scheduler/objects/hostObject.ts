@@ -10,6 +10,8 @@
  * Reservation rechecks every hard constraint and inserts placement, first
  * lease and ensure_present in one transaction. Capacity is released only
  * when the agent reports the placement absent.
+ * Calls only Admission (the active-host cap and count around an admin
+ * change), which calls nobody.
  * Must never: call an Allocation object (observations go out by `post`),
  * store a bootstrap payload, or accept a message from an older epoch.
  */
@@ -22,7 +24,7 @@ import { healthFromHeartbeat, HEALTHY_HEARTBEAT_AGE_MS } from "../../domain/heal
 import { OVERLAP_SUSPECT_MS, unschedulableReasons, type HostFacts } from "../../domain/hostConditions.ts";
 import type { Advertisement } from "../../domain/placement.ts";
 import type { Capacity } from "../../protocol/api.ts";
-import { POLL_PARK_MS, type AgentCommand, type BootstrapDelivery, type Envelope, type PlacementSpec, type PollResponse, type PlacementUpdate } from "../../protocol/agent.ts";
+import { POLL_PARK_MS, type AgentCommand, type BootstrapDelivery, type Envelope, type PlacementSpec, type PollResponse, type PlacementUpdate, type UpdateRejection, type UpdateRejectionCode } from "../../protocol/agent.ts";
 import { GLOBAL, type SchedulerEnv } from "../env.ts";
 import { HOST_TABLES, type hostTable, type placementTable } from "./hostSchema.ts";
 import { NO_FACTS, prepareHostQueries, toRes, type AgentFacts, type DeliveryOutcome, type HostRegistration, type HostView, type PlacementStatus, type ReserveRequest, type ReserveResult } from "./hostTypes.ts";
@@ -171,6 +173,43 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     return !!this.row();
   }
 
+  /** The administrative state, or null before enrollment. */
+  adminState(): "active" | "draining" | "disabled" | null {
+    return this.row()?.adminState ?? null;
+  }
+
+  /**
+   * An operator's admin change, one at a time per host: it touches
+   * Admission (the active-host cap, then the active count) and this host,
+   * so two changes must not interleave between the two. Activation is gated
+   * by the cap (`maxActive`); afterwards Admission counts this host as
+   * active exactly when it is, whatever the change's outcome. Throws
+   * NOT_FOUND, HOST_DISABLED, QUOTA_ACTIVE_HOSTS.
+   */
+  changeAdminState(state: "active" | "draining" | "disabled", maxActive: number): Promise<{ adminState: string; credentialVersion: number; fenced: number }> {
+    const run = this.adminChain.then(
+      () => this.changeNow(state, maxActive),
+      () => this.changeNow(state, maxActive),
+    );
+    this.adminChain = run.catch(() => undefined);
+    return run;
+  }
+
+  private adminChain: Promise<unknown> = Promise.resolve();
+
+  private async changeNow(state: "active" | "draining" | "disabled", maxActive: number): Promise<{ adminState: string; credentialVersion: number; fenced: number }> {
+    const before = this.adminState();
+    if (before === null) throw new BeachballError("NOT_FOUND", "no such host");
+    if (before === "disabled" && state !== "disabled") throw new BeachballError("HOST_DISABLED", `host ${this.state.name} is disabled (fenced for good); enroll it again to use it`);
+    const admission = this.env.Admission.get(GLOBAL);
+    try {
+      if (state === "active") await admission.admitActiveHost(this.state.name, maxActive);
+      return this.setAdminState(state);
+    } finally {
+      await admission.setHostActive(this.state.name, this.adminState() === "active");
+    }
+  }
+
   /** True if `credentialDigest` is this host's current credential. */
   authenticate(credentialDigest: string): boolean {
     const r = this.row();
@@ -244,11 +283,16 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
    * `disabled` fences the host: the credential is cleared and its version
    * bumped, every placement counts as absent (its VM can no longer be
    * commanded or renew its lease), and each owning allocation is told.
-   * Returns the placements that were fenced.
+   * Returns the placements that were fenced. A disabled host stays
+   * disabled: disabling it again changes nothing; activating or draining it
+   * throws HOST_DISABLED.
    */
   setAdminState(state: "active" | "draining" | "disabled"): { adminState: string; credentialVersion: number; fenced: number } {
     const r = this.mustRow();
-    if (r.adminState === "disabled") return { adminState: r.adminState, credentialVersion: r.credentialVersion, fenced: 0 };
+    if (r.adminState === "disabled") {
+      if (state !== "disabled") throw new BeachballError("HOST_DISABLED", `host ${r.obj} is disabled (fenced for good); enroll it again to use it`);
+      return { adminState: r.adminState, credentialVersion: r.credentialVersion, fenced: 0 };
+    }
     const now = this.env.clock.now();
     let fenced = 0;
     this.atomically(() => {
@@ -390,17 +434,23 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     };
     const factsJson = JSON.stringify(facts);
     const isolationHealthy = env.payload.health?.isolationHealthy ?? r.isolationHealthy;
+    const rejected: UpdateRejection[] = [];
     this.atomically(() => {
       if (overlapping) {
         const alertId = `alert:overlap:${r.obj}:${now}`;
         this.state.post(this.env.Operations, GLOBAL, alertId, { kind: "alert", alertId, type: "host.overlapping_agent_session", subject: r.obj, reason: "OVERLAPPING_AGENT_SESSION", atMs: now });
       }
+      if (newSession) this.sql.exec("DELETE FROM host_update_seqs WHERE obj = ?", this.state.name);
       let lastSeq = newSession ? 0 : r.lastSeq;
       let material = newSession || factsJson !== r.factsJson || isolationHealthy !== r.isolationHealthy;
       for (const u of env.payload.updates) {
-        if (u.seq <= lastSeq) continue;
-        lastSeq = u.seq;
-        if (this.applyUpdate(r.obj, epoch, u)) material = true;
+        const outcome = this.applyUpdate(r.obj, epoch, u);
+        if (typeof outcome === "string") {
+          rejected.push({ seq: u.seq, placementId: u.placementId, code: outcome });
+          continue;
+        }
+        lastSeq = Math.max(lastSeq, u.seq);
+        if (outcome.material) material = true;
       }
       this.setRow({ heartbeatAtMs: now, agentEpoch: epoch, bootId: env.payload.bootId, lastSeq, isolationHealthy, factsJson, adRevision: this.row()!.adRevision, adPublishedAtMs: this.row()!.adPublishedAtMs });
       for (const a of env.payload.acks) {
@@ -419,17 +469,35 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     if (newSession) for (const p of this.deliveries.values()) p.handedOut = false;
     // A messages envelope may have enqueued work (prepared ⇒ ensure_running): wake the parked poll.
     // Commands and deliveries ride only in poll responses, so each is handed out once per poll.
+    const withRejections = (res: PollResponse): PollResponse => (rejected.length ? { ...res, rejectedUpdates: rejected } : res);
     if (env.type === "messages") {
       if (this.hasWork()) this.wakePolls();
-      return { agentEpoch: epoch, commands: [], deliveries: [], leases: this.leases() };
+      return withRejections({ agentEpoch: epoch, commands: [], deliveries: [], leases: this.leases() });
     }
-    return this.work(epoch);
+    return withRejections(this.work(epoch));
   }
 
-  /** Applies one observation; returns true when it changed capacity (a material change). */
-  private applyUpdate(hostId: string, epoch: string, u: PlacementUpdate): boolean {
+  /**
+   * Applies one observation if its placement and generation are current and
+   * its sequence number is above the last one applied for that placement in
+   * this session; otherwise returns the stable reason and changes nothing
+   * (so an update for an unknown placement, or a huge sequence number on one
+   * placement, never holds back another placement's updates). Applied:
+   * `material` is true when it changed capacity.
+   */
+  private applyUpdate(hostId: string, epoch: string, u: PlacementUpdate): { material: boolean } | UpdateRejectionCode {
     const p = this.placement(u.placementId);
-    if (!p || p.generation !== u.generation || p.state === "absent") return false;
+    if (!p) return "UNKNOWN_PLACEMENT";
+    if (p.generation !== u.generation) return "STALE_GENERATION";
+    const seen = this.sql.exec<{ last_seq: number }>("SELECT last_seq FROM host_update_seqs WHERE obj = ? AND placement_id = ?", this.state.name, p.placementId).next();
+    if (u.seq <= (seen.done ? 0 : seen.value.last_seq)) return "SEQUENCE_NOT_INCREASING";
+    if (p.state === "absent") return "INVALID_STATE";
+    this.sql.exec(
+      "INSERT INTO host_update_seqs (obj, placement_id, last_seq) VALUES (?, ?, ?) ON CONFLICT (obj, placement_id) DO UPDATE SET last_seq = excluded.last_seq",
+      this.state.name,
+      p.placementId,
+      u.seq,
+    );
     const now = this.env.clock.now();
     let state: HostPlacementState = p.state;
     if (u.state === "accepted" || u.state === "preparing" || u.state === "prepared") state = "preparing";
@@ -443,7 +511,7 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
       this.enqueue(p.placementId, "ensure_running", p.generation);
     }
     if (u.state === "absent") this.sql.exec("UPDATE host_commands SET status = 'superseded' WHERE obj = ? AND placement_id = ? AND status = 'pending'", this.state.name, p.placementId);
-    this.state.post(this.env.Allocation, p.allocationId, `obs:${hostId}:${epoch}:${u.seq}`, {
+    this.state.post(this.env.Allocation, p.allocationId, `obs:${hostId}:${epoch}:${p.placementId}:${u.seq}`, {
       kind: "observation",
       hostId,
       placementId: p.placementId,
@@ -453,7 +521,7 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
       workloadExitCode: u.workloadExitCode ?? null,
       at: u.at,
     });
-    return state === "absent";
+    return { material: state === "absent" };
   }
 
   private applyDeliveryAck(hostId: string, d: Envelope["payload"]["deliveryAcks"][number]): void {

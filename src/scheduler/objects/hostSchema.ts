@@ -83,5 +83,19 @@ export const deliveryTable = sqliteTable(
   (t) => [primaryKey({ columns: [t.obj, t.deliveryId] })],
 );
 
+/**
+ * The last applied placement_update sequence number per placement in the
+ * current agent session (emptied when a session opens; spec "Messages").
+ */
+export const updateSeqTable = sqliteTable(
+  "host_update_seqs",
+  {
+    obj: text("obj").notNull(),
+    placementId: text("placement_id").notNull(),
+    lastSeq: integer("last_seq").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.obj, t.placementId] })],
+);
+
 /** Tables retention deletes with the instance. */
-export const HOST_TABLES = ["host", "host_placements", "host_commands", "host_deliveries"] as const;
+export const HOST_TABLES = ["host", "host_placements", "host_commands", "host_deliveries", "host_update_seqs"] as const;

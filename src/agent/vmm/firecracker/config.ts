@@ -12,7 +12,7 @@
  * Must never: perform I/O, or emit a field the OpenAPI document does not define.
  */
 import { createHash } from "node:crypto";
-import type { VmSpec } from "../driver.ts";
+import { rootFormat, type VmSpec } from "../driver.ts";
 import { JAIL_FILES } from "./jailer.ts";
 
 /** The guest CID of every VM (vsock.md; firecracker.yaml Vsock: minimum 3). Each VM has its own device, so one value suffices. */
@@ -26,13 +26,7 @@ export const IFACE_ID = "eth0";
 /** Kernel arguments Beachball always forces (spec "Start"). */
 export const FORCED_BOOT_ARGS = ["console=ttyS0", "reboot=k", "panic=1", "pci=off"] as const;
 
-/** Root filesystem kind, from the root disk's file name: `*.squashfs` is a read-only lower layer; anything else is a writable ext4 root. */
-export type RootFormat = "ext4" | "squashfs";
-
-/** The root format of `rootDiskPath` (see RootFormat). Pure. */
-export function rootFormat(rootDiskPath: string): RootFormat {
-  return rootDiskPath.endsWith(".squashfs") ? "squashfs" : "ext4";
-}
+export { type RootFormat, rootFormat } from "../driver.ts";
 
 /** One API request of the boot sequence (always a PUT). */
 export interface ApiRequest {

@@ -17,21 +17,21 @@ import { join } from "node:path";
 import type { VmSpec } from "../driver.ts";
 import { vmmError } from "../qemuHost.ts";
 import { rootFormat } from "./config.ts";
+import { SCRATCH_DISK_FILE } from "../driver.ts";
 import { hostPath, JAIL_FILES, type IdRange, type JailLayout } from "./jailer.ts";
 
 /** Sets the owner of a path (a port, so tests can run unprivileged and record calls). */
 export type ChownPort = (path: string, uid: number, gid: number) => void;
 
-/** File name of the scratch disk in the allocation directory (VmSpec has no field for it yet). */
-export const SCRATCH_DISK_FILE = "scratch.ext4";
+export { SCRATCH_DISK_FILE } from "../driver.ts";
 
 /**
- * Host path of the placement's scratch disk: `<spec.dir>/scratch.ext4`, the
- * freshly formatted sparse ext4 that spec "Prepare" creates. A convention of
- * this driver until VmSpec carries `scratchDiskPath`.
+ * Host path of the placement's scratch disk: spec.scratchDiskPath, else
+ * `<spec.dir>/scratch.ext4`, the freshly formatted sparse ext4 that spec
+ * "Prepare" creates.
  */
-export function scratchDiskPath(spec: Pick<VmSpec, "dir">): string {
-  return join(spec.dir, SCRATCH_DISK_FILE);
+export function scratchDiskPath(spec: Pick<VmSpec, "dir" | "scratchDiskPath">): string {
+  return spec.scratchDiskPath ?? join(spec.dir, SCRATCH_DISK_FILE);
 }
 
 /**

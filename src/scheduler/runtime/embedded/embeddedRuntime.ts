@@ -133,6 +133,20 @@ export class EmbeddedRuntime<E> {
     };
   }
 
+  /**
+   * Names of the instances of `className` that have stored state (rows in
+   * the class's tables, an alarm or inbox messages), sorted. Reads the
+   * store; for tools and tests.
+   */
+  listNames(className: string): string[] {
+    const c = this.classes.get(className);
+    if (!c) return [];
+    const names = new Set<string>();
+    for (const t of c.tables) for (const r of this.store.sql.exec<{ obj: string }>(`SELECT DISTINCT obj FROM ${t}`)) names.add(r.obj);
+    for (const t of ["_alarm", "_inbox"]) for (const r of this.store.sql.exec<{ obj: string }>(`SELECT DISTINCT obj FROM ${t} WHERE cls = ?`, className)) names.add(r.obj);
+    return [...names].sort();
+  }
+
   /** True after the fault hook crashed this runtime. */
   get isCrashed(): boolean {
     return this.crashed;

@@ -1,0 +1,199 @@
+/**
+ * Boot and release overhead (issue "Real images", item 6): for the dev
+ * image, an OCI image converted by `bb image build` (squashfs root) and the
+ * Debian reference image (systemd), prints in one run
+ *
+ * - create → payload done: allocation.created → workload.exited (event
+ *   times, so no client polling is counted), with a payload that echoes;
+ * - release → absent: allocation.release_requested → allocation.released;
+ *
+ * each beside a bare QEMU boot of the same artifacts measured in the same
+ * run: QEMU started directly (no scheduler, agent, namespace or bb guest)
+ * with the same kernel, initrd and disks, whose init prints a marker and
+ * reboots (`init=/bin/sh -- -c …`, or systemd's `systemd.run=` for the
+ * reference image). Bare "done" is QEMU start → marker; bare "shutdown" is
+ * marker → QEMU exit. Ratios are Beachball ÷ bare.
+ *
+ * Run as root under the machine-wide lock:
+ *   flock /tmp/bb-heavy.lock node_modules/.bin/bun bench/boot.ts
+ * BB_BENCH_RUNS (default 3) runs per image after one warm-up (which fills
+ * the agent's image cache); medians are printed. Images are built into
+ * .bb/bench (reused while the guest binary is unchanged).
+ */
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { randomUUID } from "node:crypto";
+import { SchedulerClient } from "../src/cli/client.ts";
+import { compileGuest } from "../src/image/bbBinary.ts";
+import { buildDevImage } from "../src/image/devBuild.ts";
+import { ensureDebianRootfsTar } from "../src/image/debianRootfs.ts";
+import { buildReferenceImage } from "../src/image/referenceBuild.ts";
+import { buildOciImage } from "../src/image/oci/build.ts";
+import { generateSigningKey } from "../src/image/signing.ts";
+import { publishImages } from "../src/image/publish.ts";
+import { sha256File } from "../src/image/verify.ts";
+import { hostTscKhz } from "../src/agent/vmm/qemuHost.ts";
+import { ensureDevManifest } from "../src/scheduler/manifest.ts";
+import type { ImageManifest } from "../src/protocol/image.ts";
+import type { AllocationEvent } from "../src/protocol/api.ts";
+import { writeDebianOciLayout } from "../test/support/debianOci.ts";
+import { phaseTimings } from "../src/dev/demo.ts";
+import { placementDirName } from "../src/agent/placementOps.ts";
+import { runRole, startRole, stopRole, tail, type Role } from "../test/support/processes.ts";
+
+const RUNS = Number(process.env["BB_BENCH_RUNS"] ?? 3);
+const BENCH = resolve(".bb/bench");
+const CACHE = resolve(".bb/cache");
+const MARK = "BARE_DONE";
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;
+const ms = (x: number) => `${Math.round(x)} ms`.padStart(9);
+
+interface Kind {
+  name: string;
+  cls: string;
+  dir: string;
+  /** Bare kernel arguments that make the image print MARK and reboot. */
+  bareArgs: string[];
+}
+
+/** Builds (or reuses) the three images; returns their directories. */
+async function images(): Promise<{ dev: string; oci: string; ref: string; devKey: string; key: string }> {
+  mkdirSync(BENCH, { recursive: true });
+  const guest = await compileGuest(join(BENCH, "bb-guest"));
+  const guestSha = await sha256File(guest);
+  const keyPath = join(BENCH, "bench.key");
+  if (!existsSync(keyPath)) writeFileSync(keyPath, JSON.stringify(generateSigningKey()), { mode: 0o600 });
+  const key = JSON.parse(readFileSync(keyPath, "utf8")) as { privateKey: string; publicKey: string };
+  const dev = await buildDevImage({ outDir: join(BENCH, "dev"), cacheDir: CACHE, bbBinaryPath: guest });
+  const tar = await ensureDebianRootfsTar(CACHE, undefined, (m) => console.log(`bench: ${m}`));
+  const fresh = (dir: string) => existsSync(join(dir, "manifest.json")) && existsSync(join(dir, "bench-guest")) && readFileSync(join(dir, "bench-guest"), "utf8") === guestSha;
+  const oci = join(BENCH, "oci");
+  if (!fresh(oci)) {
+    console.log("bench: building the OCI image");
+    const layout = await writeDebianOciLayout(join(BENCH, "layout"), tar);
+    await buildOciImage({ input: { kind: "oci-layout", dir: layout.dir }, outDir: oci, cacheDir: CACHE, guestBinaryPath: guest, privateKey: key.privateKey, compressionLevel: 3 });
+    rmSync(join(BENCH, "layout"), { recursive: true, force: true });
+    writeFileSync(join(oci, "bench-guest"), guestSha);
+  }
+  const ref = join(BENCH, "ref");
+  if (!fresh(ref)) {
+    console.log("bench: building the reference image");
+    await buildReferenceImage({ rootfsTar: tar, guestBinaryPath: guest, outDir: ref, cacheDir: CACHE, privateKey: key.privateKey });
+    writeFileSync(join(ref, "bench-guest"), guestSha);
+  }
+  return { dev: dev.dir, oci, ref, devKey: dev.publicKey, key: key.publicKey };
+}
+
+/** One bare QEMU boot of `dir`'s artifacts; returns QEMU start → MARK and MARK → exit, ms. */
+async function bare(dir: string, args: string[], work: string): Promise<{ done: number; shutdown: number }> {
+  const m = JSON.parse(readFileSync(join(dir, "manifest.json"), "utf8")) as ImageManifest;
+  const run = mkdtempSync(join(work, "bare-"));
+  const drives: string[] = [];
+  if (m.rootfsFormat === "squashfs") {
+    Bun.spawnSync(["truncate", "-s", "2G", join(run, "scratch.ext4")]);
+    Bun.spawnSync(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", join(run, "scratch.ext4")]);
+    drives.push("-drive", `id=root,file=${join(dir, m.rootfs.path)},format=raw,if=none,readonly=on`, "-device", "virtio-blk-device,drive=root",
+      "-drive", `id=scratch,file=${join(run, "scratch.ext4")},format=raw,if=none`, "-device", "virtio-blk-device,drive=scratch");
+  } else {
+    Bun.spawnSync(["cp", "--sparse=always", join(dir, m.rootfs.path), join(run, "root.ext4")]);
+    drives.push("-drive", `id=root,file=${join(run, "root.ext4")},format=raw,if=none`, "-device", "virtio-blk-device,drive=root");
+  }
+  const root = m.rootfsFormat === "squashfs" ? ["beachball.lower=/dev/vda", "beachball.upper=/dev/vdb"] : ["root=/dev/vda", "rw"];
+  const cmdline = ["console=ttyS0", "reboot=t", "panic=1", "pci=off", "quiet", `tsc_early_khz=${await hostTscKhz()}`, ...root, ...m.kernelArgs.filter((a) => !a.startsWith("init=")), ...args].join(" ");
+  const t0 = performance.now();
+  const p = Bun.spawn(["qemu-system-x86_64", "-M", "microvm", "-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", "512", "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+    "-serial", "stdio", "-kernel", join(dir, m.kernel.path), "-initrd", join(dir, m.initrd!.path), "-append", cmdline, ...drives], { stdout: "pipe", stderr: "ignore", stdin: "ignore" });
+  const kill = setTimeout(() => p.kill("SIGKILL"), 300_000);
+  let seen = "";
+  let done = NaN;
+  for await (const c of p.stdout as ReadableStream<Uint8Array>) {
+    seen = (seen + new TextDecoder().decode(c)).slice(-4096);
+    if (Number.isNaN(done) && seen.includes(MARK)) done = performance.now() - t0;
+  }
+  await p.exited;
+  clearTimeout(kill);
+  const total = performance.now() - t0;
+  rmSync(run, { recursive: true, force: true });
+  if (Number.isNaN(done)) throw new Error(`bare boot of ${dir} never printed ${MARK}: ${seen.slice(-800)}`);
+  return { done, shutdown: total - done };
+}
+
+async function main(): Promise<void> {
+  if (process.getuid?.() !== 0) throw new Error("bench/boot.ts needs root (namespaces, TAP, QEMU)");
+  const img = await images();
+  const work = mkdtempSync(join(tmpdir(), "bb-bench-boot-"));
+  const kinds: Kind[] = [
+    { name: "dev (ext4, bb guest PID 1)", cls: "b-dev", dir: img.dev, bareArgs: ["init=/bin/sh", "--", "-c", `"echo ${MARK}; reboot -f"`] },
+    { name: "OCI (squashfs + overlay)", cls: "b-oci", dir: img.oci, bareArgs: ["init=/bin/sh", "--", "-c", `"echo ${MARK}; echo b > /proc/sysrq-trigger"`] },
+    { name: "reference (systemd)", cls: "b-ref", dir: img.ref, bareArgs: ["init=/lib/systemd/systemd", "systemd.mask=beachball-guest.service", `systemd.run="/bin/sh -c 'echo ${MARK} > /dev/ttyS0'"`, "systemd.run_success_action=reboot"] },
+  ];
+  let scheduler: Role | undefined;
+  let agent: Role | undefined;
+  try {
+    const source = join(work, "source");
+    await publishImages([img.dev, img.oci, img.ref], source);
+    const digestOf = (d: string) => readdirSync(source).find((h) => readFileSync(join(source, h, "manifest.json"), "utf8") === readFileSync(join(d, "manifest.json"), "utf8"))!;
+    const dev0 = ensureDevManifest(join(work, "m"), `sha256:${digestOf(img.dev)}`);
+    const man = JSON.parse(readFileSync(dev0.manifestPath, "utf8"));
+    man.workloadClasses = Object.fromEntries(kinds.map((k) => [k.cls, { cpuMillis: 1000, memoryMiB: 512, ephemeralDiskMiB: 2048, imageDigest: `sha256:${digestOf(k.dir)}`, maxTtlSeconds: 3600 }]));
+    writeFileSync(join(work, "manifest.json"), JSON.stringify(man));
+    const tokens = JSON.parse(readFileSync(dev0.clientConfigPath, "utf8")) as { token: string; operatorToken: string };
+    const probe = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
+    const url = `http://127.0.0.1:${probe.port}`;
+    await probe.stop(true);
+    scheduler = startRole(["scheduler", "serve", "--data-dir", join(work, "s"), "--manifest", join(work, "manifest.json"), "--listen", url.slice(7)], join(work, "scheduler.log"));
+    for (let i = 0; i < 200 && !(await fetch(`${url}/healthz`).then((r) => r.ok).catch(() => false)); i++) await Bun.sleep(100);
+    const controller = new SchedulerClient(url, tokens.token);
+    const operator = new SchedulerClient(url, tokens.operatorToken);
+    const t = await operator.enrollmentToken("bench-host");
+    await runRole(["agent", "join", "--scheduler", url, "--token", t.token, "--data-dir", join(work, "a"), "--image-dir", join(work, "none"), "--image-source", source, "--trusted-image-key", `${img.key},${img.devKey}`, "--max-placements", "1"]);
+    agent = startRole(["agent", "run", "--data-dir", join(work, "a")], join(work, "agent.log"));
+    for (let i = 0; i < 300 && !(await operator.hosts().catch(() => [])).some((h) => h.hostId === "bench-host" && h.health === "healthy"); i++) await Bun.sleep(100);
+
+    const beachball = async (cls: string) => {
+      const { view } = await controller.create({ clientRequestId: `bench-${randomUUID()}`, workloadClass: cls });
+      await controller.deliverWhenReady(view.allocationId, new TextEncoder().encode("echo bench-payload\n"), `d-${randomUUID()}`, 300_000);
+      const ev: AllocationEvent[] = [];
+      await controller.follow(view.allocationId, (e) => ev.push(e), { intervalMs: 100, until: (e) => e.type === "workload.exited" });
+      const v = await controller.get(view.allocationId);
+      const consoleText = readFileSync(join(work, "a", "allocations", placementDirName(v.allocationId, v.placementId!, v.generation), "logs", "console.log"), "utf8");
+      // Inside the guest: kernel uptime when the init handed over to bb guest, and when bb guest was ready.
+      const up = (re: RegExp) => Number(re.exec(consoleText)?.[1] ?? NaN) * 1000;
+      const guestStart = up(/ready \([a-z]+ workload\) at ([0-9.]+)s/) - up(/starting bb guest at ([0-9.]+)s/);
+      await controller.release(view.allocationId);
+      await controller.follow(view.allocationId, (e) => ev.push(e), { after: ev[ev.length - 1]!.seq, intervalMs: 100, until: (e) => e.type === "allocation.released" || e.type === "allocation.failed" });
+      const at = (type: string) => Date.parse(ev.find((e) => e.type === type)!.at);
+      if (!ev.some((e) => e.type === "allocation.released")) throw new Error(`${cls}: not released cleanly\n${tail(agent!.log)}`);
+      return { done: at("workload.exited") - at("allocation.created"), release: at("allocation.released") - at("allocation.release_requested"), phases: phaseTimings(ev), guestStart };
+    };
+
+    const rows: string[][] = [];
+    for (const k of kinds) {
+      console.log(`bench: ${k.name}: warm-up`);
+      await beachball(k.cls);
+      const bb: { done: number; release: number; phases: { phase: string; ms: number }[]; guestStart: number }[] = [];
+      const b: { done: number; shutdown: number }[] = [];
+      for (let i = 0; i < RUNS; i++) {
+        bb.push(await beachball(k.cls));
+        b.push(await bare(k.dir, k.bareArgs, work));
+      }
+      const [d, bd, r, bs] = [median(bb.map((x) => x.done)), median(b.map((x) => x.done)), median(bb.map((x) => x.release)), median(b.map((x) => x.shutdown))];
+      rows.push([k.name, ms(d), ms(bd), `${(d / bd).toFixed(2)}×`.padStart(7), ms(r), ms(bs), ms(r - bs)]);
+      console.log(`bench: ${k.name}: create→done ${bb.map((x) => Math.round(x.done)).join("/")} ms, bare ${b.map((x) => Math.round(x.done)).join("/")} ms`);
+      const phases = bb[0]!.phases.map((p) => `${p.phase} ${Math.round(median(bb.map((x) => x.phases.find((q) => q.phase === p.phase)?.ms ?? NaN)))} ms`);
+      console.log(`bench: ${k.name}: phases (median): ${phases.join("; ")}; bb guest start → ready inside the VM ${Math.round(median(bb.map((x) => x.guestStart)))} ms`);
+    }
+    console.log(`\nboot and release overhead, QEMU microvm (TCG), median of ${RUNS}\n`);
+    const head = ["image", "create→done", "bare done", "ratio", "release→absent", "bare shutdown", "release − bare"];
+    console.log(head.join(" | "));
+    for (const r of rows) console.log(r.join(" | "));
+  } finally {
+    if (agent) await stopRole(agent);
+    if (scheduler) await stopRole(scheduler);
+    rmSync(work, { recursive: true, force: true });
+  }
+}
+
+await main();

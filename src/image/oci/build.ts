@@ -1,0 +1,271 @@
+/**
+ * `bb image build`: converts an OCI image (an OCI layout directory or a
+ * docker-archive tarball, no registry) into a signed Beachball image with a
+ * squashfs root.
+ *
+ * Steps (spec "Images", "Boot OCI images"): read the input and verify every
+ * blob (layout.ts); apply the layers in order into an in-memory tree
+ * (rootTree.ts), checking each layer's diff ID; add the guest binary under
+ * `/.beachball/` and `/etc/beachball/workload.json` from the image config;
+ * write the tree as one canonical tar and turn it into a squashfs with
+ * `mksquashfs -tar` (so no layer path is ever created on the build host);
+ * build the initramfs (ociInitrd.ts); write a schema-2 manifest with its
+ * `source` and sign it. The output directory appears by one rename, only
+ * when everything succeeded.
+ *
+ * Deterministic: the same input, guest binary, kernel package and busybox
+ * give the same artifact digests and the same image digest. Files keep
+ * their layer times; the root directory, the file system and the files
+ * Beachball adds take the image config's `created` time, never the clock
+ * (SOURCE_DATE_EPOCH: mksquashfs 4.5 ignores -root-time with -tar).
+ * Must never: leave a partial output directory, or sign an image whose
+ * blobs did not verify.
+ */
+import { createReadStream } from "node:fs";
+import { mkdir, open, rename, rm, stat, writeFile } from "node:fs/promises";
+import { createHash } from "node:crypto";
+import { Readable } from "node:stream";
+import { createGunzip, createZstdDecompress } from "node:zlib";
+import { dirname, join, resolve } from "node:path";
+import { type ImageManifest, MANIFEST_FILE_NAME, imageDigest } from "../../protocol/image.ts";
+import { WORKLOAD_CONFIG_PATH, type WorkloadConfig } from "../../protocol/guest.ts";
+import { imageError } from "../errors.ts";
+import { signManifest } from "../signing.ts";
+import { sha256File } from "../verify.ts";
+import { DEV_GUEST_BOOTSTRAP_VERSION } from "../devBuild.ts";
+import { SQUASHFS_ROOT_MODULES, ensureDevKernel, runChecked } from "../devKernel.ts";
+import { type LayerInput, type OciImageConfig, type OciImageInput, readDockerArchive, readOciLayout } from "./layout.ts";
+import { RootTree } from "./rootTree.ts";
+import { TAR_END, readTar } from "./tar.ts";
+import { GUEST_BINARY_IN_IMAGE, GUEST_DIR_IN_IMAGE, buildSquashfsInitrd } from "./ociInitrd.ts";
+
+/** Largest uncompressed layer accepted, bytes (64 GiB). */
+export const MAX_LAYER_BYTES = 64 * 2 ** 30;
+/** squashfs compressor: zstd decompresses quickly even under TCG. */
+export const SQUASHFS_COMPRESSOR = "zstd";
+/** Default zstd level (mksquashfs's own default); lower builds faster, decompression speed barely changes. */
+export const DEFAULT_SQUASHFS_ZSTD_LEVEL = 15;
+/** Artifact file names of a converted image. */
+export const OCI_IMAGE_FILES = { kernel: "vmlinux", rootfs: "rootfs.squashfs", initrd: "initrd.cpio" } as const;
+
+/** What to convert. */
+export type OciBuildInput = { kind: "oci-layout"; dir: string } | { kind: "docker-archive"; path: string };
+
+/** Options of buildOciImage. Paths may be relative to the working directory. */
+export interface OciBuildOptions {
+  input: OciBuildInput;
+  /** Manifest to pick: an `org.opencontainers.image.ref.name` annotation or a docker RepoTag. */
+  ref?: string;
+  /** Image directory to create (replaced when it exists). */
+  outDir: string;
+  /** Kernel download cache (shared with the dev image). */
+  cacheDir: string;
+  /** The guest binary (`bb` or the guest-only build) put under /.beachball/. */
+  guestBinaryPath: string;
+  /** Operator's Ed25519 private key (base64 seed) that signs the manifest. */
+  privateKey: string;
+  /** Static busybox for the initramfs (default /bin/busybox). */
+  busyboxPath?: string;
+  /** zstd level of the squashfs, 1–22 (default 15). */
+  compressionLevel?: number;
+  /** Progress lines (default: silent). */
+  log?: (msg: string) => void;
+}
+
+/** Result of buildOciImage. */
+export interface OciBuildResult {
+  manifest: ImageManifest;
+  /** `sha256:<hex>`. */
+  digest: string;
+  /** Absolute output directory. */
+  dir: string;
+  /** Entries in the merged root, and the squashfs size in bytes. */
+  stats: { entries: number; rootfsBytes: number; layers: number };
+}
+
+/** The workload description for an image config (Entrypoint, Cmd, Env, WorkingDir, User). */
+export function workloadFromConfig(c: OciImageConfig): WorkloadConfig {
+  const cfg = c.config ?? {};
+  const env = [...(cfg.Env ?? [])];
+  if (!env.some((e) => e.startsWith("PATH="))) env.unshift("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+  const w: WorkloadConfig = { entrypoint: [...(cfg.Entrypoint ?? [])], cmd: [...(cfg.Cmd ?? [])], env, workingDir: cfg.WorkingDir ?? "", user: cfg.User ?? "" };
+  if (w.entrypoint.length + w.cmd.length === 0) w.cmd = ["/bin/sh"];
+  return w;
+}
+
+/** `createdAt` for the manifest: the config's `created` normalized, or the epoch when absent or invalid. */
+export function createdAtOf(c: OciImageConfig): string {
+  const t = c.created ? Date.parse(c.created) : NaN;
+  return new Date(Number.isFinite(t) && t >= 0 && t < 2 ** 32 * 1000 ? t : 0).toISOString();
+}
+
+/** Decompressed bytes of a layer. */
+function decompressed(layer: LayerInput): AsyncIterable<Uint8Array> {
+  if (layer.compression === "none") return layer.open();
+  const d = layer.compression === "gzip" ? createGunzip() : createZstdDecompress();
+  const src = Readable.from(layer.open());
+  src.on("error", (e) => d.destroy(e));
+  src.pipe(d);
+  return (async function* () {
+    try {
+      for await (const c of d as AsyncIterable<Buffer>) yield c;
+    } catch (e) {
+      if ((e as { code?: string }).code) throw imageError("IMAGE_LAYER_INVALID", `layer ${layer.digest} does not decompress (${layer.compression}): ${(e as Error).message}`);
+      throw e;
+    }
+  })();
+}
+
+/** Hashes what passes through and counts it (bounded by MAX_LAYER_BYTES). */
+function hashing(src: AsyncIterable<Uint8Array>, out: { hash: ReturnType<typeof createHash>; size: number }): AsyncIterable<Uint8Array> {
+  return (async function* () {
+    for await (const c of src) {
+      out.size += c.length;
+      if (out.size > MAX_LAYER_BYTES) throw imageError("IMAGE_LAYER_INVALID", `a layer is larger than ${MAX_LAYER_BYTES} bytes uncompressed`);
+      out.hash.update(c);
+      yield c;
+    }
+  })();
+}
+
+/** Writes file bodies to numbered files in `dir`. */
+function stager(dir: string) {
+  let n = 0;
+  return async (chunks: AsyncIterable<Uint8Array>) => {
+    const path = join(dir, String(n++));
+    const fh = await open(path, "wx", 0o600);
+    let size = 0;
+    try {
+      for await (const c of chunks) {
+        await fh.write(c);
+        size += c.length;
+      }
+    } finally {
+      await fh.close();
+    }
+    return { path, size };
+  };
+}
+
+/** A buffered sequential file writer. */
+async function fileWriter(path: string) {
+  const fh = await open(path, "wx", 0o600);
+  const parts: Uint8Array[] = [];
+  let buffered = 0;
+  const flush = async () => {
+    if (buffered === 0) return;
+    await fh.write(Buffer.concat(parts, buffered));
+    parts.length = 0;
+    buffered = 0;
+  };
+  return {
+    async write(c: Uint8Array) {
+      parts.push(c);
+      buffered += c.length;
+      if (buffered >= 1 << 20) await flush();
+    },
+    async close() {
+      await flush();
+      await fh.close();
+    },
+  };
+}
+
+async function readInput(opts: OciBuildOptions, work: string): Promise<OciImageInput> {
+  if (opts.input.kind === "oci-layout") return readOciLayout(resolve(opts.input.dir), opts.ref);
+  return readDockerArchive(resolve(opts.input.path), join(work, "archive"), opts.ref);
+}
+
+async function artifact(dir: string, name: string) {
+  return { path: name, sizeBytes: (await stat(join(dir, name))).size, sha256: await sha256File(join(dir, name)) };
+}
+
+/**
+ * Converts the OCI image to a signed squashfs image in `opts.outDir` (see
+ * the module header). Throws the image build codes of
+ * src/protocol/errors.ts IMAGE_BUILD_ERROR_CODES (IMAGE_SOURCE_INVALID,
+ * IMAGE_BLOB_DIGEST_MISMATCH, IMAGE_LAYER_PATH_ESCAPE, IMAGE_LAYER_INVALID,
+ * IMAGE_LAYER_UNSUPPORTED) for a bad input, and plain Errors when a tool
+ * (mksquashfs, ldd, apt for the kernel) fails. Nothing is left at
+ * `outDir` (or beside it) when it throws.
+ */
+export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResult> {
+  const log = opts.log ?? (() => {});
+  const outDir = resolve(opts.outDir);
+  const work = `${outDir}.building-${process.pid}`;
+  await rm(work, { recursive: true, force: true });
+  await mkdir(join(work, "bodies"), { recursive: true, mode: 0o700 });
+  try {
+    const input = await readInput(opts, work);
+    log(`${input.layers.length} layer(s) verified; manifest ${input.manifestDigest}`);
+    const tree = new RootTree();
+    const stage = stager(join(work, "bodies"));
+    for (const [i, layer] of input.layers.entries()) {
+      const seen = { hash: createHash("sha256"), size: 0 };
+      await tree.applyLayer(readTar(hashing(decompressed(layer), seen)), i, stage);
+      const diffId = `sha256:${seen.hash.digest("hex")}`;
+      if (diffId !== layer.diffId) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer ${i} (${layer.digest}) unpacks to ${diffId}, not its diff ID ${layer.diffId}`);
+      log(`layer ${i}: ${seen.size} bytes applied (${tree.size} entries)`);
+    }
+    if (tree.has(GUEST_DIR_IN_IMAGE)) throw imageError("IMAGE_LAYER_UNSUPPORTED", `the image already has /${GUEST_DIR_IN_IMAGE}, which Beachball reserves for its guest`);
+    const createdAt = createdAtOf(input.config);
+    const mtime = Math.floor(Date.parse(createdAt) / 1000);
+    const workloadPath = join(work, "workload.json");
+    await writeFile(workloadPath, JSON.stringify(workloadFromConfig(input.config), null, 2) + "\n", { mode: 0o644 });
+    tree.addFile(WORKLOAD_CONFIG_PATH.slice(1), { path: workloadPath, size: (await stat(workloadPath)).size }, { mode: 0o644, mtime });
+    const guest = resolve(opts.guestBinaryPath);
+    tree.addFile(GUEST_BINARY_IN_IMAGE, { path: guest, size: (await stat(guest)).size }, { mode: 0o755, mtime });
+
+    log("writing the merged root");
+    const tarPath = join(work, "rootfs.tar");
+    const w = await fileWriter(tarPath);
+    await tree.write((c) => w.write(c), (p) => createReadStream(p, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>);
+    await w.write(TAR_END);
+    await w.close();
+    await rm(join(work, "bodies"), { recursive: true, force: true });
+    await rm(join(work, "archive"), { recursive: true, force: true });
+
+    log("mksquashfs");
+    const root = tree.rootMeta;
+    const sq = Bun.spawn(["mksquashfs", "-", join(work, OCI_IMAGE_FILES.rootfs), "-tar", "-noappend", "-no-progress", "-quiet",
+      "-comp", SQUASHFS_COMPRESSOR, "-Xcompression-level", String(opts.compressionLevel ?? DEFAULT_SQUASHFS_ZSTD_LEVEL), "-root-mode", root.mode.toString(8), "-root-uid", String(root.uid), "-root-gid", String(root.gid)],
+      // mksquashfs 4.5 ignores -root-time with -tar (the root would get the clock's time); SOURCE_DATE_EPOCH sets it and the mkfs time.
+      { stdin: Bun.file(tarPath), stdout: "pipe", stderr: "pipe", env: { ...process.env, SOURCE_DATE_EPOCH: String(mtime) } });
+    const [sqOut, sqErr, sqCode] = await Promise.all([new Response(sq.stdout).text(), new Response(sq.stderr).text(), sq.exited]);
+    if (sqCode !== 0) throw new Error(`mksquashfs exited ${sqCode}: ${(sqErr || sqOut).trim().slice(-600)}`);
+    await rm(tarPath, { force: true });
+
+    const kernel = await ensureDevKernel(opts.cacheDir, log);
+    await Bun.write(join(work, OCI_IMAGE_FILES.kernel), Bun.file(kernel.vmlinuxPath));
+    log("building the initramfs");
+    const initrd = await buildSquashfsInitrd({ busyboxPath: opts.busyboxPath ?? "/bin/busybox", modulesDir: kernel.modulesDir, modules: SQUASHFS_ROOT_MODULES, guestBinaryPath: guest });
+    await writeFile(join(work, OCI_IMAGE_FILES.initrd), initrd, { mode: 0o644 });
+
+    const unsigned: ImageManifest = {
+      schemaVersion: 2,
+      architecture: "x86_64",
+      kernel: await artifact(work, OCI_IMAGE_FILES.kernel),
+      rootfs: await artifact(work, OCI_IMAGE_FILES.rootfs),
+      rootfsFormat: "squashfs",
+      initrd: await artifact(work, OCI_IMAGE_FILES.initrd),
+      kernelArgs: [],
+      agentProtocolRange: "1",
+      guestBootstrapVersion: DEV_GUEST_BOOTSTRAP_VERSION,
+      source: { kind: "oci", reference: input.reference, manifestDigest: input.manifestDigest, configDigest: input.configDigest, platform: input.platform },
+      createdAt,
+      signature: "",
+    };
+    const manifest = signManifest(unsigned, opts.privateKey);
+    await writeFile(join(work, MANIFEST_FILE_NAME), JSON.stringify(manifest, null, 2) + "\n", { mode: 0o644 });
+    const stats = { entries: tree.size, rootfsBytes: manifest.rootfs.sizeBytes, layers: input.layers.length };
+    await rm(outDir, { recursive: true, force: true });
+    await mkdir(dirname(outDir), { recursive: true });
+    await rename(work, outDir);
+    const digest = imageDigest(manifest);
+    log(`built ${digest} in ${outDir}`);
+    return { manifest, digest, dir: outDir, stats };
+  } catch (e) {
+    await rm(work, { recursive: true, force: true });
+    throw e;
+  }
+}

@@ -1,0 +1,312 @@
+/**
+ * The merged root file system of an OCI image, built in memory from its
+ * layers and written out as one canonical tar stream.
+ *
+ * Owns: applying one layer's tar entries in order (OCI image-spec "Image
+ * Layer Filesystem Changeset": additions, modifications, `.wh.<name>`
+ * whiteouts and `.wh..wh..opq` opaque directories, which only hide what
+ * lower layers made), keeping ownership, modes, times, extended attributes
+ * and hard links, and refusing what an image must not hold. File bodies go
+ * to numbered staging files the caller provides; no layer path is ever
+ * created on the build host, so a hostile layer cannot touch it.
+ *
+ * Refusals (spec "Images", "Boot OCI images"):
+ * - IMAGE_LAYER_PATH_ESCAPE: an absolute member name or one with a `..`
+ *   component; a symlink followed while resolving a member's parent whose
+ *   target climbs above the root; a hard link to a path outside the tree
+ *   (or to nothing); a whiteout whose parent escapes.
+ * - IMAGE_LAYER_UNSUPPORTED: a character or block device outside /dev.
+ * - IMAGE_LAYER_INVALID: a member under a non-directory, a hard link to a
+ *   directory, an empty whiteout name, too many entries or symlink hops.
+ * Must never: follow a symlink on the host, or write a device node anywhere
+ * but into the output stream.
+ */
+import { imageError } from "../errors.ts";
+import { encodeTarHeader, type TarHeader, tarPadding } from "./tar.ts";
+
+/** Most entries (files, directories, links) a merged tree may hold. */
+export const MAX_TREE_ENTRIES = 2_000_000;
+/** Most symlinks followed while resolving one path (Linux's MAXSYMLINKS). */
+export const MAX_SYMLINK_HOPS = 40;
+/** Whiteout prefix and the opaque-directory marker (OCI image-spec). */
+export const WHITEOUT_PREFIX = ".wh.";
+export const OPAQUE_MARKER = ".wh..wh..opq";
+
+type Kind = "file" | "symlink" | "char" | "block" | "dir" | "fifo";
+
+/** What a name points at; hard links share one. */
+interface Inode {
+  kind: Kind;
+  mode: number;
+  uid: number;
+  gid: number;
+  mtime: number;
+  xattrs: Map<string, Uint8Array>;
+  /** Files: staging file path and size. */
+  body?: { path: string; size: number };
+  /** Symlinks: target as written. */
+  target?: string;
+  devmajor?: number;
+  devminor?: number;
+}
+
+interface Node {
+  inode: Inode;
+  /** Directories only. */
+  children?: Map<string, Node>;
+  /** Index of the layer that last set this node by an entry (or created it). */
+  layer: number;
+}
+
+/** Where file bodies go: `stage(chunks)` stores them and returns a path and size. */
+export type BodyStager = (chunks: AsyncIterable<Uint8Array>) => Promise<{ path: string; size: number }>;
+
+const escape = (msg: string) => imageError("IMAGE_LAYER_PATH_ESCAPE", msg);
+const invalid = (msg: string) => imageError("IMAGE_LAYER_INVALID", msg);
+const show = (p: string) => JSON.stringify(p.length > 200 ? `${p.slice(0, 200)}…` : p);
+
+/**
+ * Splits a member name into components. `./` prefixes and empty or `.`
+ * components are dropped; an absolute name or any `..` component throws
+ * IMAGE_LAYER_PATH_ESCAPE. The root itself is `[]`.
+ */
+export function memberComponents(name: string): string[] {
+  if (name.startsWith("/")) throw escape(`absolute member name ${show(name)}`);
+  const out: string[] = [];
+  for (const c of name.split("/")) {
+    if (c === "" || c === ".") continue;
+    if (c === "..") throw escape(`member name ${show(name)} climbs with ..`);
+    out.push(c);
+  }
+  return out;
+}
+
+function newDir(layer: number, mtime = 0): Node {
+  return { inode: { kind: "dir", mode: 0o755, uid: 0, gid: 0, mtime, xattrs: new Map() }, children: new Map(), layer };
+}
+
+/** The merged tree. Apply layers in order with `applyLayer`, then `write` it. */
+export class RootTree {
+  private readonly root: Node = newDir(-1);
+  private entries = 1;
+
+  /** Number of names in the tree (root included). */
+  get size(): number {
+    return this.entries;
+  }
+
+  /**
+   * Resolves `parts` to a directory node, following symlinks lexically
+   * inside the tree. Missing directories are created (layers may omit
+   * parents) when `create` is set; returns null when absent otherwise.
+   * Throws IMAGE_LAYER_PATH_ESCAPE when a symlink climbs above the root.
+   */
+  private resolveDir(parts: string[], layer: number, create: boolean, what: string): Node | null {
+    const stack: Node[] = [this.root];
+    const queue = [...parts];
+    let hops = 0;
+    while (queue.length) {
+      const c = queue.shift()!;
+      if (c === "" || c === ".") continue;
+      if (c === "..") {
+        if (stack.length === 1) throw escape(`${what}: a symlink on its path leads above the image root`);
+        stack.pop();
+        continue;
+      }
+      const dir = stack[stack.length - 1]!;
+      let child = dir.children!.get(c);
+      if (!child) {
+        if (!create) return null;
+        child = newDir(layer);
+        dir.children!.set(c, child);
+        this.count(1);
+      }
+      if (child.inode.kind === "symlink") {
+        if (++hops > MAX_SYMLINK_HOPS) throw invalid(`${what}: more than ${MAX_SYMLINK_HOPS} symlinks on its path`);
+        const t = child.inode.target!;
+        if (t.startsWith("/")) stack.length = 1;
+        queue.unshift(...t.split("/"));
+        continue;
+      }
+      if (child.inode.kind !== "dir") throw invalid(`${what}: a path component is a ${child.inode.kind}, not a directory`);
+      stack.push(child);
+    }
+    return stack[stack.length - 1]!;
+  }
+
+  private count(n: number): void {
+    this.entries += n;
+    if (this.entries > MAX_TREE_ENTRIES) throw invalid(`image has more than ${MAX_TREE_ENTRIES} entries`);
+  }
+
+  private static sizeOf(n: Node): number {
+    let s = 1;
+    if (n.children) for (const c of n.children.values()) s += RootTree.sizeOf(c);
+    return s;
+  }
+
+  private remove(dir: Node, name: string): void {
+    const old = dir.children!.get(name);
+    if (!old) return;
+    dir.children!.delete(name);
+    this.entries -= RootTree.sizeOf(old);
+  }
+
+  /**
+   * Applies one layer (its tar entries in stream order) as layer number
+   * `layer` (0-based, increasing). Throws the codes in the module header;
+   * the tree is then unusable and the build must stop.
+   */
+  async applyLayer(entries: AsyncIterable<{ header: TarHeader; body: AsyncIterable<Uint8Array> }>, layer: number, stage: BodyStager): Promise<void> {
+    for await (const { header: h, body } of entries) {
+      const parts = memberComponents(h.path);
+      const name = parts[parts.length - 1];
+      if (name === undefined) {
+        // The root itself: keep its metadata when given as a directory.
+        if (h.kind === "dir") Object.assign(this.root.inode, { mode: h.mode, uid: h.uid, gid: h.gid, mtime: h.mtime, xattrs: h.xattrs });
+        continue;
+      }
+      const parentParts = parts.slice(0, -1);
+      if (name.startsWith(WHITEOUT_PREFIX)) {
+        const dir = this.resolveDir(parentParts, layer, false, `whiteout ${show(h.path)}`);
+        if (!dir) continue; // nothing below to hide
+        if (name === OPAQUE_MARKER) {
+          for (const [n, c] of [...dir.children!]) if (c.layer < layer) this.remove(dir, n);
+          continue;
+        }
+        const hidden = name.slice(WHITEOUT_PREFIX.length);
+        if (hidden === "" || hidden === "." || hidden === "..") throw invalid(`whiteout ${show(h.path)} names no file`);
+        const victim = dir.children!.get(hidden);
+        if (victim && victim.layer < layer) this.remove(dir, hidden);
+        continue;
+      }
+      const dir = this.resolveDir(parentParts, layer, true, `member ${show(h.path)}`)!;
+      const existing = dir.children!.get(name);
+      if (h.kind === "hardlink") {
+        const tparts = memberComponents(h.linkname);
+        const tname = tparts[tparts.length - 1];
+        if (tname === undefined) throw escape(`hard link ${show(h.path)} points at the root`);
+        const tdir = this.resolveDir(tparts.slice(0, -1), layer, false, `hard link ${show(h.path)}`);
+        const target = tdir?.children!.get(tname);
+        if (!target) throw escape(`hard link ${show(h.path)} points at ${show(h.linkname)}, which is not in the image`);
+        if (target.inode.kind === "dir") throw invalid(`hard link ${show(h.path)} points at a directory`);
+        if (existing === target) continue;
+        if (existing) this.remove(dir, name);
+        dir.children!.set(name, { inode: target.inode, layer });
+        this.count(1);
+        continue;
+      }
+      if ((h.kind === "char" || h.kind === "block") && parts[0] !== "dev") {
+        throw imageError("IMAGE_LAYER_UNSUPPORTED", `device node ${show(h.path)} outside /dev`);
+      }
+      const inode: Inode = { kind: h.kind, mode: h.mode, uid: h.uid, gid: h.gid, mtime: h.mtime, xattrs: h.xattrs };
+      if (h.kind === "dir" && existing?.inode.kind === "dir") {
+        // A directory entry over a directory changes its metadata and keeps its contents.
+        existing.inode = { ...inode, kind: "dir" };
+        existing.layer = layer;
+        continue;
+      }
+      if (h.kind === "file") inode.body = await stage(body);
+      if (h.kind === "symlink") inode.target = h.linkname;
+      if (h.kind === "char" || h.kind === "block") Object.assign(inode, { devmajor: h.devmajor, devminor: h.devminor });
+      if (existing) this.remove(dir, name);
+      dir.children!.set(name, { inode, layer, ...(h.kind === "dir" ? { children: new Map() } : {}) });
+      this.count(1);
+    }
+  }
+
+  /**
+   * Writes the tree as one tar stream: depth first, names in byte order,
+   * the root first as `./`, every later name of a shared inode as a hard
+   * link to the first, file bodies read back from their staging files.
+   * Deterministic: the same tree gives the same bytes. `sink` receives the
+   * chunks in order.
+   */
+  async write(sink: (chunk: Uint8Array) => Promise<void> | void, readBody: (path: string) => AsyncIterable<Uint8Array>): Promise<void> {
+    const firstName = new Map<Inode, string>();
+    const emit = async (path: string, n: Node): Promise<void> => {
+      const i = n.inode;
+      const seen = i.kind !== "dir" ? firstName.get(i) : undefined;
+      const base = { path, mode: i.mode, uid: i.uid, gid: i.gid, mtime: i.mtime, size: 0, linkname: "", devmajor: 0, devminor: 0, xattrs: i.xattrs };
+      if (seen !== undefined) {
+        await sink(encodeTarHeader({ ...base, kind: "hardlink", linkname: seen, xattrs: new Map() }));
+        return;
+      }
+      if (i.kind !== "dir") firstName.set(i, path);
+      if (i.kind === "file") {
+        await sink(encodeTarHeader({ ...base, kind: "file", size: i.body!.size }));
+        let n2 = 0;
+        for await (const c of readBody(i.body!.path)) {
+          n2 += c.length;
+          await sink(c);
+        }
+        if (n2 !== i.body!.size) throw new Error(`staged body of ${path} changed size (${n2} != ${i.body!.size})`);
+        await sink(tarPadding(i.body!.size));
+        return;
+      }
+      await sink(encodeTarHeader({
+        ...base, kind: i.kind, linkname: i.target ?? "",
+        devmajor: i.devmajor ?? 0, devminor: i.devminor ?? 0,
+      }));
+      if (n.children) {
+        const names = [...n.children.keys()].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+        for (const c of names) await emit(path === "./" ? c : `${path.replace(/\/$/, "")}/${c}`, n.children.get(c)!);
+      }
+    };
+    await emit("./", this.root);
+  }
+
+  /** Metadata of the root directory (mksquashfs takes it from options, not from the stream). */
+  get rootMeta(): { mode: number; uid: number; gid: number; mtime: number } {
+    const i = this.root.inode;
+    return { mode: i.mode, uid: i.uid, gid: i.gid, mtime: i.mtime };
+  }
+
+  /** Adds or replaces a regular file (used for /etc/beachball/workload.json). Parents are created 0755 root. */
+  addFile(path: string, body: { path: string; size: number }, meta: { mode: number; mtime: number }): void {
+    const parts = memberComponents(path);
+    const dir = this.resolveDir(parts.slice(0, -1), Number.MAX_SAFE_INTEGER, true, `file ${show(path)}`)!;
+    const name = parts[parts.length - 1]!;
+    if (dir.children!.has(name)) this.remove(dir, name);
+    dir.children!.set(name, { inode: { kind: "file", mode: meta.mode, uid: 0, gid: 0, mtime: meta.mtime, xattrs: new Map(), body }, layer: Number.MAX_SAFE_INTEGER });
+    this.count(1);
+  }
+
+  /** True when `path` exists (following symlinks in parents, not in the last component). */
+  has(path: string): boolean {
+    const parts = memberComponents(path);
+    const name = parts[parts.length - 1];
+    if (name === undefined) return true;
+    try {
+      return !!this.resolveDir(parts.slice(0, -1), 0, false, show(path))?.children!.get(name);
+    } catch {
+      return false;
+    }
+  }
+
+  /** Reads a regular file's staged body path (following symlinks), or null. Used to read /etc/passwd for User. */
+  fileBody(path: string): string | null {
+    let parts = memberComponents(path);
+    for (let hops = 0; hops <= MAX_SYMLINK_HOPS; hops++) {
+      const name = parts[parts.length - 1];
+      if (name === undefined) return null;
+      let dir: Node | null;
+      try {
+        dir = this.resolveDir(parts.slice(0, -1), 0, false, show(path));
+      } catch {
+        return null;
+      }
+      const n = dir?.children!.get(name);
+      if (!n) return null;
+      if (n.inode.kind === "file") return n.inode.body!.path;
+      if (n.inode.kind !== "symlink") return null;
+      const t = n.inode.target!;
+      try {
+        parts = t.startsWith("/") ? memberComponents(t.slice(1)) : memberComponents([...parts.slice(0, -1), t].join("/"));
+      } catch {
+        return null;
+      }
+    }
+    return null;
+  }
+}

@@ -1,0 +1,83 @@
+/**
+ * RFC 9457 problem details on the wire, both directions: the one place that
+ * turns a BeachballError into an `application/problem+json` response, and
+ * the one parser every HTTP client (agent, CLI, relay, proxy) uses to turn
+ * an error answer back into a BeachballError.
+ *
+ * Lower layer: imports only src/protocol. Must never: put a request body, a
+ * token or a payload into a problem; trust an answer's text beyond the
+ * bounded fields read here (a peer controls it).
+ */
+import { BeachballError, isErrorCode, type ErrorCode } from "./errors.ts";
+
+/** Longest `detail` kept from a peer's problem body, in characters. */
+export const MAX_PROBLEM_DETAIL_CHARS = 1000;
+/** Most bytes of a non-problem answer quoted in an error message. */
+export const MAX_QUOTED_ANSWER_CHARS = 200;
+
+/**
+ * The `application/problem+json` response for `err` (RFC 9457), with
+ * `Retry-After` when `extra.retryAfterSeconds` is set and any `headers`
+ * given (e.g. `Allow` on 405).
+ */
+export function problemResponse(err: BeachballError, headers: Record<string, string> = {}): Response {
+  const h: Record<string, string> = { "content-type": "application/problem+json", ...headers };
+  const retry = err.extra?.["retryAfterSeconds"];
+  if (typeof retry === "number") h["retry-after"] = String(retry);
+  return new Response(JSON.stringify(err.toProblem()), { status: err.status, headers: h });
+}
+
+/** Shorthand: the problem response for a code and detail. */
+export function problem(code: ErrorCode, detail: string, extra?: Record<string, unknown>, headers?: Record<string, string>): Response {
+  return problemResponse(new BeachballError(code, detail, extra), headers);
+}
+
+/**
+ * An error answer that carries no problem body with a code this build
+ * knows (a proxy's 502, a newer server's code, plain text). `status` is the
+ * HTTP status; callers treat it as a transport-level failure when it is 5xx.
+ */
+export class UnexpectedAnswerError extends Error {
+  /** The HTTP status of the answer. */
+  readonly status: number;
+  constructor(status: number, message: string) {
+    super(message);
+    this.name = "UnexpectedAnswerError";
+    this.status = status;
+  }
+}
+
+/** The bounded fields of a problem body, or null when `text` is not a problem with a known code. */
+export function parseProblem(text: string): { code: ErrorCode; detail: string; extra: Record<string, unknown> } | null {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch {
+    return null;
+  }
+  if (typeof v !== "object" || v === null || Array.isArray(v)) return null;
+  const p = v as { code?: unknown; detail?: unknown; title?: unknown; extra?: unknown };
+  if (!isErrorCode(p.code)) return null;
+  const detail = typeof p.detail === "string" ? p.detail.slice(0, MAX_PROBLEM_DETAIL_CHARS) : p.code;
+  const extra = typeof p.extra === "object" && p.extra !== null && !Array.isArray(p.extra) ? (p.extra as Record<string, unknown>) : {};
+  return { code: p.code, detail, extra };
+}
+
+/**
+ * The error for a non-2xx answer: a BeachballError with the server's stable
+ * code (its `extra` holds the HTTP `status` and the problem's own extra
+ * facts), or an UnexpectedAnswerError when the body is not a problem this
+ * build understands.
+ */
+export function errorFromAnswer(status: number, text: string): BeachballError | UnexpectedAnswerError {
+  const p = parseProblem(text);
+  if (p) return new BeachballError(p.code, p.detail, { ...p.extra, status });
+  const quoted = text.replace(/[^\x20-\x7e]+/g, " ").trim().slice(0, MAX_QUOTED_ANSWER_CHARS);
+  return new UnexpectedAnswerError(status, `HTTP ${status} without a problem body${quoted ? `: ${quoted}` : ""}`);
+}
+
+/** Reads a non-2xx `Response` into the error errorFromAnswer describes. */
+export async function errorFromResponse(res: Response): Promise<BeachballError | UnexpectedAnswerError> {
+  const text = await res.text().catch(() => "");
+  return errorFromAnswer(res.status, text);
+}

@@ -1,0 +1,219 @@
+/**
+ * The request guard: everything the scheduler checks before a handler runs,
+ * cheapest first, so a hostile request is refused after a bounded amount of
+ * work (issue: schema work before authentication).
+ *
+ *   1. route: unknown path 404; known path, other method 405 with `Allow`;
+ *   2. framing: a Content-Length that is not a decimal count is 400;
+ *   3. authentication from the Authorization header (401), then the role (403);
+ *   4. query: only the route's parameters, each once, integers in decimal
+ *      digits only (422);
+ *   5. body: read with the route's byte limit however it is framed (413),
+ *      nesting depth checked before parsing (400), parsed (400), validated
+ *      against the route's TypeBox schema (422; only the first error is
+ *      computed, and its path names no key the caller chose).
+ *
+ * Spec: "Authentication and identity", "Admission and limits"; RFC 9110
+ * §15.5.6 (405 and Allow), RFC 9457 (problem details). Must never: parse or
+ * validate a body before authenticating, echo a body or a key from it, or
+ * let a rejected request cost more than one bounded read and parse.
+ */
+import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
+import type { TSchema } from "@sinclair/typebox";
+import { BeachballError } from "../protocol/errors.ts";
+import { problem, problemResponse } from "../protocol/problem.ts";
+import { declaredLength, parseBoundedJson, RequestBody } from "../protocol/boundedBody.ts";
+import { MAX_IGNORED_BODY_BYTES } from "../protocol/api.ts";
+import type { QueryParam, RouteSpec } from "./routes.ts";
+import type { Identity } from "./manifest.ts";
+
+/** How the guard resolves credentials (the Worker implements it). */
+export interface Authenticator {
+  /** A principal from `Authorization: Bearer …`; throws UNAUTHENTICATED. */
+  principal(authorization: string | null): Identity;
+  /** An enrolled host's ID from `Authorization: Bearer bbh_…`; throws UNAUTHENTICATED. */
+  host(authorization: string | null): Promise<string>;
+}
+
+/** Who is calling, as established by the guard. */
+export type Caller = { kind: "anonymous" } | { kind: "principal"; identity: Identity } | { kind: "host"; hostId: string };
+
+/** A request that passed the guard: its route, caller, path parameters, query and validated body. */
+export interface Prepared<N extends string = string> {
+  route: N;
+  caller: Caller;
+  params: Record<string, string>;
+  query: Record<string, number | string>;
+  /** The validated JSON body (undefined for routes without one). */
+  body: unknown;
+}
+
+/** Longest decimal integer a query parameter may spell, in digits (2^53 has 16). */
+const MAX_QUERY_INTEGER_DIGITS = 16;
+
+interface CompiledRoute<N extends string> {
+  name: N;
+  spec: RouteSpec;
+  segments: string[];
+  check: TypeCheck<TSchema> | null;
+  /** Property names the schema declares: the only keys an error path may name. */
+  knownKeys: Set<string>;
+}
+
+/** Property names declared anywhere in `schema`. */
+function declaredKeys(schema: unknown, out = new Set<string>()): Set<string> {
+  if (typeof schema !== "object" || schema === null) return out;
+  const props = (schema as { properties?: Record<string, unknown> }).properties;
+  if (props) for (const k of Object.keys(props)) out.add(k);
+  for (const v of Object.values(schema)) declaredKeys(v, out);
+  return out;
+}
+
+/** A JSON-pointer error path with every segment the caller chose replaced by `{key}`. */
+function safePath(path: string, known: Set<string>): string {
+  if (!path) return "/";
+  return path
+    .split("/")
+    .slice(1)
+    .map((s) => (/^\d{1,6}$/.test(s) || known.has(s) ? s : "{key}"))
+    .reduce((a, s) => `${a}/${s}`, "");
+}
+
+/** The first schema error of `body` as "path: reason", computing no other error (a hostile body can have thousands). */
+function describeFirstError(route: CompiledRoute<string>, body: unknown): string {
+  const first = route.check?.Errors(body).First();
+  if (!first) return "request body does not match the schema";
+  const path = safePath(first.path, route.knownKeys);
+  const keyPattern = Object.keys((first.schema as { patternProperties?: Record<string, unknown> }).patternProperties ?? {})[0];
+  if (keyPattern && first.message === "Unexpected property") return `${path}: key does not match ${keyPattern}`;
+  return `${path}: ${first.message}`;
+}
+
+/** Parses one query value by its declared kind. Throws VALIDATION_FAILED. */
+function queryValue(name: string, raw: string, spec: QueryParam): number | string {
+  if (spec.kind === "string") {
+    if (!spec.pattern.test(raw)) throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} does not match ${spec.pattern.source}`);
+    return raw;
+  }
+  const digits = new RegExp(`^(?:0|[1-9][0-9]{0,${MAX_QUERY_INTEGER_DIGITS - 1}})$`);
+  const n = digits.test(raw) ? Number(raw) : NaN;
+  if (!Number.isSafeInteger(n) || n < spec.min || n > spec.max) throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} must be a decimal integer from ${spec.min} to ${spec.max}`);
+  return n;
+}
+
+/** See the module header. */
+export class RequestGuard<N extends string> {
+  private readonly routes: CompiledRoute<N>[];
+
+  constructor(
+    routes: Record<N, RouteSpec>,
+    private readonly auth: Authenticator,
+  ) {
+    this.routes = (Object.keys(routes) as N[]).map((name) => {
+      const spec = routes[name];
+      return {
+        name,
+        spec,
+        segments: spec.path.split("/"),
+        check: spec.body ? TypeCompiler.Compile(spec.body.schema) : null,
+        knownKeys: spec.body ? declaredKeys(spec.body.schema) : new Set<string>(),
+      };
+    });
+  }
+
+  /**
+   * Runs every check of the module header; returns the prepared request or
+   * the problem response that refuses it. Before refusing a client that
+   * asked to close the connection, drains (bounded) what it is still
+   * sending, so the refusal reaches it instead of a reset (see
+   * MAX_DRAIN_BYTES); otherwise the unread rest is left to Bun to discard.
+   * Bun gives a GET or HEAD no body stream (it discards such a body
+   * itself), so that one case cannot be drained here.
+   */
+  async admit(request: Request): Promise<Prepared<N> | Response> {
+    const body = new RequestBody(request);
+    let refusal: Response;
+    try {
+      const url = new URL(request.url);
+      const match = this.match(url.pathname, request.method);
+      if (!(match instanceof Response)) return await this.prepare(request, url, match.route, match.params, body);
+      refusal = match;
+    } catch (e) {
+      if (!(e instanceof BeachballError)) {
+        body.release();
+        throw e;
+      }
+      refusal = problemResponse(e);
+    }
+    if (body.unread) {
+      if (/(^|,)\s*close\s*(,|$)/i.test(request.headers.get("connection") ?? "")) await body.drain();
+      else body.release();
+    }
+    return refusal;
+  }
+
+  private match(pathname: string, method: string): { route: CompiledRoute<N>; params: Record<string, string> } | Response {
+    const parts = pathname.split("/");
+    const allowed: string[] = [];
+    for (const r of this.routes) {
+      if (r.segments.length !== parts.length) continue;
+      const params: Record<string, string> = {};
+      let ok = true;
+      for (let i = 0; i < parts.length && ok; i++) {
+        const seg = r.segments[i]!;
+        if (seg.startsWith(":")) {
+          if (parts[i] === "") ok = false;
+          else params[seg.slice(1)] = parts[i]!;
+        } else ok = seg === parts[i];
+      }
+      if (!ok) continue;
+      if (r.spec.method === method) return { route: r, params };
+      allowed.push(r.spec.method);
+    }
+    if (allowed.length === 0) return problem("NOT_FOUND", "no such route");
+    const allow = [...new Set(allowed)].sort().join(", ");
+    return problem("METHOD_NOT_ALLOWED", `this path allows ${allow}`, { allow }, { allow });
+  }
+
+  private async prepare(request: Request, url: URL, route: CompiledRoute<N>, params: Record<string, string>, raw: RequestBody): Promise<Prepared<N>> {
+    declaredLength(request.headers);
+    const caller = await this.authenticate(route.spec, request.headers.get("authorization"));
+    const query = this.query(url.searchParams, route.spec);
+    const spec = route.spec.body;
+    if (!spec || !route.check) {
+      await raw.read(MAX_IGNORED_BODY_BYTES, "BODY_TOO_LARGE");
+      return { route: route.name, caller, params, query, body: undefined };
+    }
+    const body = parseBoundedJson(await raw.read(spec.maxBytes, spec.tooLarge));
+    if (!route.check.Check(body)) {
+      throw new BeachballError("VALIDATION_FAILED", describeFirstError(route, body));
+    }
+    return { route: route.name, caller, params, query, body };
+  }
+
+  private async authenticate(spec: RouteSpec, authorization: string | null): Promise<Caller> {
+    switch (spec.auth) {
+      case "none":
+      case "enroll":
+        return { kind: "anonymous" };
+      case "host":
+        return { kind: "host", hostId: await this.auth.host(authorization) };
+      default: {
+        const identity = this.auth.principal(authorization);
+        if (spec.auth !== "principal" && identity.role !== spec.auth) throw new BeachballError("FORBIDDEN", `this call needs the ${spec.auth} role`);
+        return { kind: "principal", identity };
+      }
+    }
+  }
+
+  private query(search: URLSearchParams, spec: RouteSpec): Record<string, number | string> {
+    const out: Record<string, number | string> = {};
+    for (const [name, raw] of search) {
+      const p = spec.query && Object.hasOwn(spec.query, name) ? spec.query[name] : undefined;
+      if (!p) throw new BeachballError("VALIDATION_FAILED", spec.query ? `unknown query parameter; this route takes ${Object.keys(spec.query).join(", ")}` : "this route takes no query parameters");
+      if (Object.hasOwn(out, name)) throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} is given more than once`);
+      out[name] = queryValue(name, raw, p);
+    }
+    return out;
+  }
+}
