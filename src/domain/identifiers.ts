@@ -3,6 +3,7 @@
  * Pure. The allocation ID is a digest of identity + clientRequestId, so two
  * identical requests from one client reach the same object.
  */
+import { canonicalJson } from "../protocol/canonical.ts";
 import { sha256 } from "@noble/hashes/sha2.js";
 import { utf8ToBytes, bytesToHex } from "@noble/hashes/utils.js";
 
@@ -26,14 +27,5 @@ export function digestOf(text: string): string {
   return `sha256:${bytesToHex(sha256(utf8ToBytes(text)))}`;
 }
 
-/** Canonical JSON: object keys sorted recursively, no whitespace. Used for body digests. */
-export function canonicalJson(v: unknown): string {
-  if (v === null || typeof v !== "object") return JSON.stringify(v);
-  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(",")}]`;
-  const o = v as Record<string, unknown>;
-  return `{${Object.keys(o)
-    .filter((k) => o[k] !== undefined)
-    .sort()
-    .map((k) => `${JSON.stringify(k)}:${canonicalJson(o[k])}`)
-    .join(",")}}`;
-}
+/** Canonical JSON (src/protocol/canonical.ts), used for body digests. */
+export { canonicalJson };

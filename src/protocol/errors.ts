@@ -66,6 +66,26 @@ export const ERROR_STATUS = {
   IMAGE_LAYER_PATH_ESCAPE: 422,
   IMAGE_LAYER_INVALID: 422,
   IMAGE_LAYER_UNSUPPORTED: 422,
+  /** A grant, relay map or relay token whose Ed25519 signature does not verify against a trusted key (src/protocol/connection.ts). */
+  GRANT_SIGNATURE_INVALID: 401,
+  /** A grant past its `expiresAtMs`. */
+  GRANT_EXPIRED: 401,
+  /** A grant issued in the future beyond the allowed clock skew. */
+  GRANT_NOT_YET_VALID: 401,
+  /** A grant that does not match exactly what the verifier expected (allocation, generation, host, keys, addresses). */
+  GRANT_MISMATCH: 403,
+  /** A grant that was revoked. */
+  GRANT_REVOKED: 403,
+  /** A relay token that is malformed or whose signature does not verify. */
+  RELAY_TOKEN_INVALID: 401,
+  /** A relay token past its `expiresAtMs` (or issued in the future). */
+  RELAY_TOKEN_EXPIRED: 401,
+  /** A relay token minted for another relay. */
+  RELAY_TOKEN_WRONG_RELAY: 403,
+  /** The grant already has a session of this role at the relay (a third party cannot join a pair). */
+  RELAY_PAIR_TAKEN: 409,
+  /** A replacement cannot advance while a grant for the old generation may still be applied (spec "Revocation and replacement"). */
+  CONNECTIONS_NOT_FENCED: 409,
 } as const;
 
 /** One stable error code (see ERROR_STATUS for the HTTP status of each). */

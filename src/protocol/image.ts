@@ -7,6 +7,7 @@
  * `signature` field in the canonical bytes (the signature is computed over
  * them), or depend on key order of the input object.
  */
+import { canonicalJson } from "./canonical.ts";
 import { createHash } from "node:crypto";
 
 /** One file of an image. `path` is a bare file name relative to the manifest's directory. */
@@ -59,17 +60,6 @@ export interface ImageManifest {
 
 /** Name of the manifest file inside an image directory. */
 export const MANIFEST_FILE_NAME = "manifest.json";
-
-/** JSON with object keys sorted recursively (arrays keep their order). */
-function canonicalJson(v: unknown): string {
-  if (v === null || typeof v !== "object") return JSON.stringify(v);
-  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(",")}]`;
-  const obj = v as Record<string, unknown>;
-  const keys = Object.keys(obj)
-    .filter((k) => obj[k] !== undefined)
-    .sort();
-  return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson(obj[k])}`).join(",")}}`;
-}
 
 /**
  * Canonical bytes of a manifest: UTF-8 JSON with keys sorted at every level,

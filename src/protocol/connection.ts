@@ -1,0 +1,257 @@
+/**
+ * Private networking on the wire (spec "Private networking", "Packet
+ * relays"): connection grants, relay maps, relay tokens, the rendezvous
+ * messages of a Connection, and the grant API bodies.
+ *
+ * Owns: the shapes, their bounds, and the exact bytes a signature covers.
+ * Every signed document is `{ payload, keyId, signature }`: an Ed25519
+ * signature (RFC 8032) over `signingBytes(kind, payload)`, i.e. a
+ * domain-separation line naming the document kind and version followed by
+ * the payload's canonical JSON, so a signature over one kind can never be
+ * replayed as another. Pure: no I/O, no clock (callers pass `nowMs`).
+ * Must never: carry a private key; a grant names public keys and addresses
+ * only, and a relay token carries no credential for anything but one relay
+ * pairing.
+ */
+import { Type, type Static } from "@sinclair/typebox";
+import { canonicalJson } from "./canonical.ts";
+
+/** Most ports one grant may open. */
+export const MAX_GRANT_PORTS = 16;
+/** Longest grant lifetime the scheduler issues, seconds (renewed by a new grant). */
+export const MAX_GRANT_TTL_SECONDS = 3600;
+/** Default grant lifetime, seconds. */
+export const DEFAULT_GRANT_TTL_SECONDS = 600;
+/** Longest relay-token lifetime, seconds: short, a relay session is re-established with a fresh token. */
+export const MAX_RELAY_TOKEN_TTL_SECONDS = 300;
+/** Most relays one relay map lists. */
+export const MAX_RELAYS = 16;
+/** Most endpoint candidates one side publishes at once. */
+export const MAX_CANDIDATES = 16;
+/** Most rendezvous messages a Connection keeps per role (older ones are dropped once acknowledged). */
+export const MAX_CONNECTION_MESSAGES_PER_ROLE = 64;
+/** Largest rendezvous message body, bytes of JSON. */
+export const MAX_CONNECTION_MESSAGE_BYTES = 4096;
+/** Largest frame a relay forwards: one WireGuard datagram (1,420-byte tunnel MTU + 32 bytes of transport overhead, rounded up). */
+export const MAX_RELAY_FRAME_BYTES = 1500;
+/** The tunnel MTU, bytes (WireGuard over IPv4 or IPv6 underlay). */
+export const TUNNEL_MTU = 1420;
+/** Default UDP port of the host endpoint. */
+export const DEFAULT_ENDPOINT_PORT = 51820;
+
+const B64Key = Type.String({ pattern: "^[A-Za-z0-9+/]{43}=$", description: "32-byte key, standard base64" });
+const B64Sig = Type.String({ pattern: "^[A-Za-z0-9+/]{86}==$", description: "64-byte Ed25519 signature, standard base64" });
+const Id = (prefix: string) => Type.String({ pattern: `^${prefix}_[0-9a-f]{32}$` });
+const Ipv6 = Type.String({ minLength: 2, maxLength: 45, pattern: "^[0-9a-f:]+$", description: "IPv6 address, lowercase, no prefix length" });
+const Port = Type.Integer({ minimum: 1, maximum: 65535 });
+const KeyId = Type.String({ minLength: 1, maxLength: 64, pattern: "^[A-Za-z0-9._:-]+$" });
+
+/** Transports a grant may allow. */
+export const GrantTransport = Type.Union([Type.Literal("tcp"), Type.Literal("udp")]);
+/** Transports a grant may allow. */
+export type GrantTransport = Static<typeof GrantTransport>;
+
+/**
+ * What a connection grant allows: exactly one client peer to reach exactly
+ * one allocation generation on one host, over one transport and a set of
+ * destination ports, until `expiresAtMs`.
+ */
+export const GrantPayload = Type.Object(
+  {
+    v: Type.Literal(1),
+    grantId: Id("grt"),
+    /** The principal that owns the allocation and asked for the grant. */
+    tenant: Type.String({ minLength: 1, maxLength: 64 }),
+    networkId: Id("net"),
+    allocationId: Id("alloc"),
+    /** The one placement generation this grant targets; never spans a replacement. */
+    generation: Type.Integer({ minimum: 1 }),
+    hostId: Type.String({ pattern: "^[a-z0-9][a-z0-9-]{0,62}$" }),
+    clientPublicKey: B64Key,
+    hostPublicKey: B64Key,
+    /** The client's /128 inside the Network. */
+    clientAddress: Ipv6,
+    /** The allocation's /128 inside the Network (survives replacement). */
+    allocationAddress: Ipv6,
+    transport: GrantTransport,
+    ports: Type.Array(Port, { minItems: 1, maxItems: MAX_GRANT_PORTS, uniqueItems: true }),
+    policyRevision: Type.Integer({ minimum: 0 }),
+    issuedAtMs: Type.Integer({ minimum: 0 }),
+    expiresAtMs: Type.Integer({ minimum: 0 }),
+  },
+  { additionalProperties: false },
+);
+/** What a connection grant allows. */
+export type GrantPayload = Static<typeof GrantPayload>;
+
+/** One relay a client or host may use. */
+export const RelayEntry = Type.Object(
+  {
+    relayId: Type.String({ pattern: "^[a-z0-9][a-z0-9-]{0,62}$" }),
+    /** WebSocket URL, `wss://host:443/v1/relay` (or `ws://` in tests on loopback). */
+    url: Type.String({ minLength: 8, maxLength: 512, pattern: "^wss?://" }),
+    /** QUIC endpoint `host:port`, when the relay offers one. */
+    quic: Type.Optional(Type.String({ minLength: 3, maxLength: 256 })),
+  },
+  { additionalProperties: false },
+);
+/** One relay a client or host may use. */
+export type RelayEntry = Static<typeof RelayEntry>;
+
+/** The relays a grant's two ends may meet at. */
+export const RelayMapPayload = Type.Object(
+  {
+    v: Type.Literal(1),
+    relays: Type.Array(RelayEntry, { maxItems: MAX_RELAYS }),
+    issuedAtMs: Type.Integer({ minimum: 0 }),
+    expiresAtMs: Type.Integer({ minimum: 0 }),
+  },
+  { additionalProperties: false },
+);
+/** The relays a grant's two ends may meet at. */
+export type RelayMapPayload = Static<typeof RelayMapPayload>;
+
+/** Limits a relay enforces on one paired session. */
+export const RelayLimits = Type.Object(
+  {
+    /** Bytes forwarded in both directions together before the pair is closed. */
+    maxBytes: Type.Integer({ minimum: 1 }),
+    /** Sustained bytes per second per direction (token bucket, burst = one second's worth). */
+    maxBytesPerSecond: Type.Integer({ minimum: 1 }),
+    /** A session with no frame for this long is closed, ms. */
+    idleTimeoutMs: Type.Integer({ minimum: 1000 }),
+  },
+  { additionalProperties: false },
+);
+/** Limits a relay enforces on one paired session. */
+export type RelayLimits = Static<typeof RelayLimits>;
+
+/** Relay sides. A relay pairs exactly one of each per grant. */
+export const RelayRole = Type.Union([Type.Literal("client"), Type.Literal("host")]);
+/** Relay sides. */
+export type RelayRole = Static<typeof RelayRole>;
+
+/** A relay token: admits one role of one grant to one relay, briefly. */
+export const RelayTokenPayload = Type.Object(
+  {
+    v: Type.Literal(1),
+    relayId: Type.String({ pattern: "^[a-z0-9][a-z0-9-]{0,62}$" }),
+    grantId: Id("grt"),
+    role: RelayRole,
+    limits: RelayLimits,
+    issuedAtMs: Type.Integer({ minimum: 0 }),
+    expiresAtMs: Type.Integer({ minimum: 0 }),
+  },
+  { additionalProperties: false },
+);
+/** A relay token. */
+export type RelayTokenPayload = Static<typeof RelayTokenPayload>;
+
+/** A signed document of payload type `P` (see the module header). */
+export const Signed = <P extends ReturnType<typeof Type.Object>>(payload: P) =>
+  Type.Object({ payload, keyId: KeyId, signature: B64Sig }, { additionalProperties: false });
+/** A signed grant. */
+export const SignedGrant = Signed(GrantPayload);
+/** A signed grant. */
+export type SignedGrant = Static<typeof SignedGrant>;
+/** A signed relay map. */
+export const SignedRelayMap = Signed(RelayMapPayload);
+/** A signed relay map. */
+export type SignedRelayMap = Static<typeof SignedRelayMap>;
+/** A signed relay token. */
+export const SignedRelayToken = Signed(RelayTokenPayload);
+/** A signed relay token. */
+export type SignedRelayToken = Static<typeof SignedRelayToken>;
+
+/** Document kinds, each with its own domain-separation line. */
+export type SignedKind = "grant" | "relay-map" | "relay-token";
+
+/**
+ * The exact bytes a signature of `kind` covers: `beachball-<kind>-v1\n`
+ * followed by the canonical JSON of `payload` (src/protocol/canonical.ts).
+ */
+export function signingBytes(kind: SignedKind, payload: unknown): Uint8Array {
+  return new TextEncoder().encode(`beachball-${kind}-v1\n${canonicalJson(payload)}`);
+}
+
+/** Where one side of a connection may be reached. */
+export const Candidate = Type.Object(
+  {
+    /** IPv4 dotted quad or IPv6 address. */
+    address: Type.String({ minLength: 2, maxLength: 45, pattern: "^[0-9a-fA-F:.]+$" }),
+    port: Port,
+    /** local: an interface address; stun: as seen by a STUN server; peer: as seen by the other side. */
+    kind: Type.Union([Type.Literal("local"), Type.Literal("stun"), Type.Literal("peer")]),
+  },
+  { additionalProperties: false },
+);
+/** Where one side of a connection may be reached. */
+export type Candidate = Static<typeof Candidate>;
+
+/** A rendezvous message one side posts to its Connection (spec "Coordination and path selection"). */
+export const ConnectionMessage = Type.Union([
+  Type.Object(
+    { type: Type.Literal("candidates"), seq: Type.Integer({ minimum: 1 }), candidates: Type.Array(Candidate, { maxItems: MAX_CANDIDATES }) },
+    { additionalProperties: false },
+  ),
+  Type.Object(
+    {
+      type: Type.Literal("path_observation"),
+      seq: Type.Integer({ minimum: 1 }),
+      path: Type.Union([Type.Literal("direct"), Type.Literal("relay")]),
+      /** The peer endpoint a decrypting datagram came from (direct) or the relay ID. */
+      via: Type.String({ minLength: 1, maxLength: 128 }),
+    },
+    { additionalProperties: false },
+  ),
+  Type.Object({ type: Type.Literal("ack"), seq: Type.Integer({ minimum: 1 }), upTo: Type.Integer({ minimum: 0 }) }, { additionalProperties: false }),
+]);
+/** A rendezvous message. */
+export type ConnectionMessage = Static<typeof ConnectionMessage>;
+
+/** `POST /v1/allocations/{id}/connection-grants` body. */
+export const ConnectionGrantBody = Type.Object(
+  {
+    clientPublicKey: B64Key,
+    transport: GrantTransport,
+    ports: Type.Array(Port, { minItems: 1, maxItems: MAX_GRANT_PORTS, uniqueItems: true }),
+    ttlSeconds: Type.Optional(Type.Integer({ minimum: 30, maximum: MAX_GRANT_TTL_SECONDS })),
+  },
+  { additionalProperties: false },
+);
+/** `POST /v1/allocations/{id}/connection-grants` body. */
+export type ConnectionGrantBody = Static<typeof ConnectionGrantBody>;
+
+/** `POST /v1/allocations/{id}/connection-grants` response. */
+export interface ConnectionGrantResponse {
+  grant: SignedGrant;
+  relayMap: SignedRelayMap;
+  /** The client's relay token for each relay of the map, by relay ID. */
+  relayTokens: Record<string, SignedRelayToken>;
+  /** Rendezvous: the Connection's ID and the client's endpoint token (a bearer for that Connection only). */
+  connectionId: string;
+  endpointToken: string;
+  /** The host endpoint's current candidates. */
+  hostCandidates: Candidate[];
+}
+
+/** Why a peer refuses a signed document; each maps to a stable error code. */
+export type SignedDocumentProblem =
+  | "GRANT_SIGNATURE_INVALID"
+  | "GRANT_EXPIRED"
+  | "GRANT_NOT_YET_VALID"
+  | "GRANT_MISMATCH"
+  | "RELAY_TOKEN_INVALID"
+  | "RELAY_TOKEN_EXPIRED"
+  | "RELAY_TOKEN_WRONG_RELAY";
+
+/**
+ * The freshness rule every verifier applies: a document is valid from
+ * `issuedAtMs - skewMs` until `expiresAtMs` (exclusive). Returns the
+ * problem, or null when `nowMs` is inside the window. Pure.
+ */
+export function freshness(p: { issuedAtMs: number; expiresAtMs: number }, nowMs: number, skewMs: number): "expired" | "not_yet_valid" | null {
+  if (nowMs >= p.expiresAtMs) return "expired";
+  if (nowMs < p.issuedAtMs - skewMs) return "not_yet_valid";
+  return null;
+}
