@@ -56,6 +56,10 @@ export const ERROR_STATUS = {
   COMMAND_CONFLICT: 409,
   ENVELOPE_TOO_LARGE: 413,
   SHUTTING_DOWN: 503,
+  /** The scheduler cannot read or write its data directory (read-only, full, failing disk); retry later. */
+  STORAGE_UNAVAILABLE: 503,
+  /** One object's stored state failed its checks; it is quarantined and named in the detail. */
+  OBJECT_DAMAGED: 500,
   INTERNAL: 500,
   IMAGE_SOURCE_INVALID: 422,
   IMAGE_BLOB_DIGEST_MISMATCH: 422,

@@ -232,7 +232,7 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
       a.progress();
       for (const r of executions.splice(0)) {
         stats.executions++;
-        const v = await sched((w) => w.runtime.call(AllocationObject, r.allocationId, (o) => o.get(CONTROLLER.id)));
+        const v = await sched((w) => w.env.Allocation.get(r.allocationId).get(CONTROLLER.id));
         if (v && v.generation !== r.generation) violations.push(`step ${step}: ${r.hostId} started a VM for ${r.allocationId} generation ${r.generation}, but the allocation is at generation ${v.generation}`);
         if (v && (v.state === "released" || v.state === "failed")) violations.push(`step ${step}: ${r.hostId} started a VM for ${r.allocationId}, which is ${v.state}`);
       }
