@@ -221,6 +221,8 @@ export class TunDevice {
       resolveStopped({ errno: -1, reason: `reader worker error: ${e.message}` });
       if (!this.closed) onStop?.(`reader worker error: ${e.message}`);
     };
+    // A Worker that ends without saying "stopped" (terminated, crashed) must not hang close().
+    worker.addEventListener("close", () => resolveStopped({ errno: -1, reason: "reader worker exited" }));
     const init: ReaderInit = {
       fd: this.fd,
       wakeFd,
