@@ -211,12 +211,13 @@ else {
     const mibps = (bytes: number, ms: number) => bytes / (1 << 20) / (ms / 1000);
     console.log(`TCP through the tunnel, ${TCP_BYTES >> 20} MiB each way over IPv4, one connection (MiB/s; ratio vs wireguard-go + kernel TCP, same run):`);
     for (const kind of ["sink", "source"] as const) {
-      const ours = (await runJobs(w, [{ kind, host: w.server4, bytes: TCP_BYTES, seed: 11 }], 600_000)).results[0]!;
+      const run = await runJobs(w, [{ kind, host: w.server4, bytes: TCP_BYTES, seed: 11 }], 600_000);
+      const ours = run.results[0]!;
       const base = await w.baselineClient([kind, w.server4, String(w.port), String(TCP_BYTES), "11"]);
       const o = mibps(ours.bytes, ours.ms);
       const k = mibps(base.bytes, base.ms);
       const dir = kind === "sink" ? "to the server  " : "from the server";
-      console.log(`  ${dir} ours ${o.toFixed(1).padStart(6)}${ours.ok ? "" : " (FAILED)"}   wireguard-go+kernel ${k.toFixed(1).padStart(6)}${base.ok ? "" : " (FAILED)"}   ratio ${(o / k).toFixed(2)}`);
+      console.log(`  ${dir} ours ${o.toFixed(1).padStart(6)}${ours.ok ? "" : " (FAILED)"}   wireguard-go+kernel ${k.toFixed(1).padStart(6)}${base.ok ? "" : " (FAILED)"}   ratio ${(o / k).toFixed(2)}   (ours: ${mibps(ours.bytes, run.cpuMs).toFixed(1)} MiB per CPU-second of the client process)`);
     }
   } finally {
     await w.close();

@@ -188,11 +188,11 @@ export async function startWgWorld(name: string, octet: number, opts: { baseline
 }
 
 /** Runs jobs in the client and returns its "done" event. */
-export async function runJobs(w: WgWorld, jobs: { kind: "sink" | "source" | "echo"; host: string; bytes: number; seed: number }[], timeoutMs: number): Promise<{ ms: number; results: { kind: string; host: string; bytes: number; ms: number; ok: boolean; error?: string }[] }> {
+export async function runJobs(w: WgWorld, jobs: { kind: "sink" | "source" | "echo"; host: string; bytes: number; seed: number }[], timeoutMs: number): Promise<{ ms: number; cpuMs: number; results: { kind: string; host: string; bytes: number; ms: number; ok: boolean; error?: string }[] }> {
   const from = w.client.events.length;
   w.client.send({ op: "run", jobs: jobs.map((j) => ({ ...j, port: w.port })) });
   const done = await w.client.waitFor((e) => e.ev === "done", timeoutMs, "jobs done", from);
-  return done as unknown as { ms: number; results: { kind: string; host: string; bytes: number; ms: number; ok: boolean; error?: string }[] };
+  return done as unknown as { ms: number; cpuMs: number; results: { kind: string; host: string; bytes: number; ms: number; ok: boolean; error?: string }[] };
 }
 
 /** The client's counters. */
