@@ -7,7 +7,7 @@
  * a bootstrap payload (only its digest).
  */
 import type { Database } from "bun:sqlite";
-import { and, asc, eq, lte } from "drizzle-orm";
+import { asc, eq, lte, ne, sql } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import { sqliteTable, text, integer } from "drizzle-orm/sqlite-core";
 import { checkSchemaVersion, openDb } from "../storage/sqlite.ts";
@@ -77,6 +77,9 @@ export class AgentStore {
   readonly sql: Database;
   readonly db: BunSQLiteDatabase;
 
+  /** Prepared once: the statements every poll, observation and housekeeping pass runs. */
+  private readonly q;
+
   constructor(path: string) {
     this.sql = openDb(path);
     checkSchemaVersion(this.sql, path, AGENT_SCHEMA_VERSION);
@@ -84,6 +87,14 @@ export class AgentStore {
     this.sql.exec(DDL);
     this.sql.exec(`PRAGMA user_version = ${AGENT_SCHEMA_VERSION}`);
     this.db = drizzle({ client: this.sql });
+    this.q = {
+      byId: this.db.select().from(placements).where(eq(placements.placementId, sql.placeholder("id"))).prepare(),
+      live: this.db.select().from(placements).where(ne(placements.observed, "absent")).prepare(),
+      pending: this.db.select().from(outbox).orderBy(asc(outbox.seq)).limit(sql.placeholder("limit")).prepare(),
+      anyPending: this.sql.prepare<{ one: number }, []>("SELECT 1 AS one FROM outbox LIMIT 1"),
+      renewLease: this.sql.prepare<unknown, [number, string, number]>("UPDATE placements SET lease_expires_at_ms = ? WHERE placement_id = ? AND lease_expires_at_ms <= ?"),
+      commandById: this.sql.prepare<{ digest: string }, [string]>("SELECT digest FROM commands WHERE command_id = ?"),
+    };
   }
 
   /** Closes the database. */
@@ -97,7 +108,7 @@ export class AgentStore {
    */
   recordCommand(cmd: AgentCommand, digest: string, dirName: string, nowMs: number): RecordResult {
     return this.sql.transaction((): RecordResult => {
-      const prior = this.db.select().from(commands).where(eq(commands.commandId, cmd.commandId)).get();
+      const prior = this.q.commandById.get(cmd.commandId);
       if (prior) return prior.digest === digest ? "duplicate" : "conflict";
       this.db.insert(commands).values({ commandId: cmd.commandId, placementId: cmd.placementId, type: cmd.type, generation: cmd.generation, digest, receivedAtMs: nowMs }).run();
       const desired = cmd.type === "ensure_present" ? "present" : cmd.type === "ensure_running" ? "running" : "absent";
@@ -132,12 +143,12 @@ export class AgentStore {
 
   /** One placement, or undefined. */
   placement(id: string): LocalPlacement | undefined {
-    return this.db.select().from(placements).where(eq(placements.placementId, id)).get();
+    return this.q.byId.get({ id });
   }
 
   /** Every placement not yet absent. */
   livePlacements(): LocalPlacement[] {
-    return this.db.select().from(placements).all().filter((p) => p.observed !== "absent");
+    return this.q.live.all();
   }
 
   /** Updates a placement row. */
@@ -169,13 +180,12 @@ export class AgentStore {
 
   /** Queued observations (seq assigned by the outbox), oldest first, at most `limit`. */
   pendingUpdates(limit: number): PlacementUpdate[] {
-    return this.db
-      .select()
-      .from(outbox)
-      .orderBy(asc(outbox.seq))
-      .limit(limit)
-      .all()
-      .map((r) => ({ ...(JSON.parse(r.updateJson) as Omit<PlacementUpdate, "seq">), seq: r.seq }));
+    return this.q.pending.all({ limit }).map((r) => ({ ...(JSON.parse(r.updateJson) as Omit<PlacementUpdate, "seq">), seq: r.seq }));
+  }
+
+  /** True when the outbox holds an observation the scheduler has not accepted. */
+  hasPendingUpdates(): boolean {
+    return this.q.anyPending.get() !== null;
   }
 
   /** Drops observations the scheduler accepted (seq ≤ `seq`). */
@@ -195,9 +205,13 @@ export class AgentStore {
 
   /** Renews leases from the scheduler's authoritative expiries. */
   applyLeases(leases: Record<string, string>): void {
-    for (const [id, iso] of Object.entries(leases)) {
-      const ms = Date.parse(iso);
-      if (Number.isFinite(ms)) this.db.update(placements).set({ leaseExpiresAtMs: ms }).where(and(eq(placements.placementId, id), lte(placements.leaseExpiresAtMs, ms))).run();
-    }
+    const entries = Object.entries(leases);
+    if (!entries.length) return;
+    this.sql.transaction(() => {
+      for (const [id, iso] of entries) {
+        const ms = Date.parse(iso);
+        if (Number.isFinite(ms)) this.q.renewLease.run(ms, id, ms);
+      }
+    })();
   }
 }

@@ -19,6 +19,10 @@ export const MAX_COMMANDS_PER_POLL = 16;
 export const POLL_PARK_MS = 25_000;
 /** Most updates or acks in one envelope. */
 export const MAX_UPDATES_PER_ENVELOPE = 256;
+/** Most delivery acknowledgements in one envelope. */
+export const MAX_DELIVERY_ACKS_PER_ENVELOPE = 64;
+/** Most cached image digests in one health report. */
+export const MAX_REPORTED_IMAGES_PER_HEARTBEAT = 64;
 
 /** Observed placement states an agent reports. */
 export const PLACEMENT_OBSERVED_STATES = [
@@ -158,7 +162,7 @@ export const HealthReport = Type.Object(
     /** The state or image-cache volume is nearly full. */
     volumesNearlyFull: Type.Optional(Type.Boolean()),
     /** Digests of verified images in the host's cache (placement scoring key 1). */
-    cachedImages: Type.Optional(Type.Array(Type.String({ pattern: "^sha256:[0-9a-f]{64}$" }), { maxItems: 64 })),
+    cachedImages: Type.Optional(Type.Array(Type.String({ pattern: "^sha256:[0-9a-f]{64}$" }), { maxItems: MAX_REPORTED_IMAGES_PER_HEARTBEAT })),
   },
   { additionalProperties: false },
 );
@@ -170,7 +174,7 @@ export const AgentPayload = Type.Object(
     /** Empty on the first poll of a process: the scheduler then opens a session with a fresh epoch. */
     updates: Type.Array(PlacementUpdate, { maxItems: MAX_UPDATES_PER_ENVELOPE }),
     acks: Type.Array(CommandAck, { maxItems: MAX_UPDATES_PER_ENVELOPE }),
-    deliveryAcks: Type.Array(DeliveryAck, { maxItems: 64 }),
+    deliveryAcks: Type.Array(DeliveryAck, { maxItems: MAX_DELIVERY_ACKS_PER_ENVELOPE }),
     health: Type.Optional(HealthReport),
     /** Poll only: how long the agent is willing to wait, ms (capped at POLL_PARK_MS). */
     waitMs: Type.Optional(Type.Integer({ minimum: 0, maximum: POLL_PARK_MS })),
