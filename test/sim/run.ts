@@ -1,9 +1,11 @@
 /**
  * `bun run sim --seeds N [--from S] [--workers W]` runs N seeds (split over
  * W processes); `bun run sim --seed S` replays one seed exactly (same trace
- * hash). `--inject-bug` turns on the deliberately injected "release
- * capacity on lease expiry" bug; `--stop-on-violation` ends at the first
- * violating seed. Prints `N seeds, V with violations`; exits 1 on any violation.
+ * hash). `--inject-bug` turns on the deliberately injected scheduler bug
+ * ("release capacity on lease expiry"), `--inject-agent-bug` the agent bug
+ * ("start a VM whose execution lease expired", src/agent/debug.ts);
+ * `--stop-on-violation` ends at the first violating seed. Prints `N seeds,
+ * V with violations`; exits 1 on any violation.
  */
 import { tmpdir } from "node:os";
 import { existsSync } from "node:fs";
@@ -17,6 +19,7 @@ const { values } = parseArgs({
     from: { type: "string", default: "1" },
     workers: { type: "string", default: "1" },
     "inject-bug": { type: "boolean", default: false },
+    "inject-agent-bug": { type: "boolean", default: false },
     "stop-on-violation": { type: "boolean", default: false },
     verbose: { type: "boolean", default: false },
   },
@@ -32,6 +35,7 @@ if (workers > 1 && !values.seed) {
     const n = Math.min(per, count - i * per);
     const args = [process.argv[1]!, "--seeds", String(n), "--from", String(from + i * per)];
     if (values["inject-bug"]) args.push("--inject-bug");
+    if (values["inject-agent-bug"]) args.push("--inject-agent-bug");
     if (values["stop-on-violation"]) args.push("--stop-on-violation");
     if (values.verbose) args.push("--verbose");
     return Bun.spawn([process.execPath, ...args], { stdout: "pipe", stderr: "inherit" });
@@ -57,7 +61,7 @@ if (workers > 1 && !values.seed) {
   let ran = 0;
   for (let seed = from; seed < from + count; seed++) {
     ran++;
-    const r = await runSimulation({ seed, baseDir: base, injectBug: values["inject-bug"] });
+    const r = await runSimulation({ seed, baseDir: base, injectBug: values["inject-bug"], injectAgentBug: values["inject-agent-bug"] });
     if (r.violations.length) {
       failed++;
       console.log(`seed ${seed}: ${r.violations.length} violation(s), trace ${r.traceHash}`);
