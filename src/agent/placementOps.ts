@@ -25,9 +25,7 @@ import { GuestSession } from "./guestSession.ts";
 import type { IsolationPort } from "./isolation/isolationPort.ts";
 import type { ImagePort } from "./image/imagePort.ts";
 import type { AgentRandom, Timers } from "./ports.ts";
-import { asPlacementError, PlacementError } from "./placementError.ts";
-
-export { asPlacementError, PlacementError } from "./placementError.ts";
+import { AgentError } from "./errors.ts";
 
 /** Directory name of a placement: `bb-` + SHA-256 of its identity (never client text). */
 export function placementDirName(allocationId: string, placementId: string, generation: number): string {
@@ -93,7 +91,7 @@ export function consoleLogPath(ctx: Pick<PlacementContext, "allocationsDir">, di
   return join(ctx.allocationsDir, dirName, "logs", "console.log");
 }
 
-/** Prepare (ensure_present). Rolls back on failure; throws PlacementError (CLEANUP_FAILED if the rollback is incomplete). */
+/** Prepare (ensure_present). Rolls back on failure; throws AgentError (CLEANUP_FAILED, with the first error as `cause`, if the rollback is incomplete). */
 export async function preparePlacement(ctx: PlacementContext, ref: PlacementRef): Promise<void> {
   const p = paths(ctx, ref);
   try {
@@ -101,7 +99,7 @@ export async function preparePlacement(ctx: PlacementContext, ref: PlacementRef)
     const squashfs = image.manifest.rootfsFormat === "squashfs";
     // A squashfs root is shared and read-only: only an ext4 clone is charged to the placement's ephemeral disk.
     if (!squashfs && image.manifest.rootfs.sizeBytes > ref.spec.ephemeralDiskMiB * 1024 * 1024)
-      throw new PlacementError("INSUFFICIENT_LOCAL_DISK", `root disk ${image.manifest.rootfs.sizeBytes} B exceeds ephemeralDiskMiB ${ref.spec.ephemeralDiskMiB}`);
+      throw new AgentError("INSUFFICIENT_LOCAL_DISK", `root disk ${image.manifest.rootfs.sizeBytes} B exceeds ephemeralDiskMiB ${ref.spec.ephemeralDiskMiB}`);
     mkdirSync(p.logs, { recursive: true, mode: 0o700 });
     writeFileSync(p.metadata, JSON.stringify({ allocationId: ref.allocationId, placementId: ref.placementId, generation: ref.generation, imageDigest: ref.spec.imageDigest }) + "\n");
     for (const f of [p.rootDisk, p.rootSquashfs, p.scratch]) rmSync(f, { force: true }); // leftovers of an interrupted Prepare
@@ -116,9 +114,9 @@ export async function preparePlacement(ctx: PlacementContext, ref: PlacementRef)
     const runtime: RuntimeFile = { nonce: Buffer.from(ctx.random.bytes(32)).toString("hex"), imageDigest: ref.spec.imageDigest, imageDir: image.dir, kernelArgs: image.manifest.kernelArgs };
     writeFileSync(p.runtime, JSON.stringify(runtime) + "\n", { mode: 0o600 });
   } catch (e) {
-    const err = asPlacementError(e, "INTERNAL");
+    const err = AgentError.from(e, "INTERNAL");
     const left = await stopPlacement(ctx, ref, null, null).catch((x: unknown) => [String(x)]);
-    if (left.length) throw new PlacementError("CLEANUP_FAILED", `${err.message}; rollback left: ${left.join(", ")}`);
+    if (left.length) throw new AgentError("CLEANUP_FAILED", `prepare failed (${err.code}) and its rollback left: ${left.join(", ")}`, { cause: err });
     throw err;
   }
 }
@@ -136,7 +134,7 @@ export interface StartHooks {
 
 /**
  * Start (ensure_running): boots the VMM and completes the guest handshake.
- * Returns the handle and the connected session. Throws PlacementError
+ * Returns the handle and the connected session. Throws AgentError
  * (LEASE_EXPIRED before launch; VMM_START_FAILED; GUEST_BOOT_TIMEOUT, the
  * VMM then still running for Stop to remove).
  */
@@ -176,19 +174,19 @@ export async function startPlacement(ctx: PlacementContext, ref: PlacementRef, h
       throw e;
     });
   } catch (e) {
-    throw asPlacementError(e, "VMM_START_FAILED");
+    throw AgentError.from(e, "VMM_START_FAILED", "vmm");
   }
   const channel = await ctx.driver.connectControl(spec, 10_000).catch((e: Error) => {
-    throw new PlacementError("VMM_START_FAILED", `control channel: ${e.message}`);
+    throw new AgentError("VMM_START_FAILED", "cannot connect to the guest control channel", { subsystem: "vmm", cause: e });
   });
   const session = new GuestSession(channel, identity, ctx.timers);
   if (!(await session.waitReady(ctx.guestBootTimeoutMs))) {
     session.close();
-    throw new PlacementError("GUEST_BOOT_TIMEOUT", `no matching GuestReady within ${ctx.guestBootTimeoutMs} ms`);
+    throw new AgentError("GUEST_BOOT_TIMEOUT", `no matching GuestReady within ${ctx.guestBootTimeoutMs} ms`, { subsystem: "guest" });
   }
   if (!(await session.ping(10_000))) {
     session.close();
-    throw new PlacementError("GUEST_BOOT_TIMEOUT", "guest did not answer the ping");
+    throw new AgentError("GUEST_BOOT_TIMEOUT", "guest did not answer the ping", { subsystem: "guest" });
   }
   return { handle, session };
 }

@@ -13,7 +13,7 @@ import { closeSync, ftruncateSync, linkSync, openSync, readFileSync } from "node
 import { join } from "node:path";
 import { imageDigest, MANIFEST_FILE_NAME, type ImageManifest } from "../../protocol/image.ts";
 import { verifyImage } from "../../image/verify.ts";
-import { asPlacementError, PlacementError } from "../placementError.ts";
+import { AgentError } from "../errors.ts";
 import { DEFAULT_IMAGE_CACHE_MAX_BYTES, ImageCache } from "./cache.ts";
 import { cloneRootDisk } from "./cloneDisk.ts";
 import type { ImagePort, ResolvedImageDir } from "./imagePort.ts";
@@ -23,8 +23,8 @@ import type { ImagePort, ResolvedImageDir } from "./imagePort.ts";
  * manifest has `digest`; when `trustedKeys` (base64 Ed25519 public keys) is
  * non-empty, refuses a manifest no trusted key signed (spec "Images"); then
  * verifies every artifact's size and SHA-256 (memoized by the verifier).
- * Throws PlacementError IMAGE_NOT_FOUND, IMAGE_DIGEST_MISMATCH or
- * IMAGE_SIGNATURE_INVALID.
+ * Throws AgentError IMAGE_NOT_FOUND, IMAGE_DIGEST_MISMATCH or
+ * IMAGE_SIGNATURE_INVALID (the image library's ImageError as `cause`).
  */
 export function imageResolver(imageDirs: string[], trustedKeys?: string[]): (digest: string) => Promise<ResolvedImageDir> {
   return async (digest) => {
@@ -41,17 +41,16 @@ export function imageResolver(imageDirs: string[], trustedKeys?: string[]): (dig
         try {
           verifyManifestSignature(m, trustedKeys);
         } catch (e) {
-          const code = (e as { code?: unknown }).code === "IMAGE_DIGEST_MISMATCH" ? "IMAGE_DIGEST_MISMATCH" : "IMAGE_SIGNATURE_INVALID";
-          throw new PlacementError(code, `image ${digest} in ${dir}: ${(e as Error).message}`);
+          throw AgentError.from(e, "IMAGE_SIGNATURE_INVALID", "image");
         }
       }
       try {
         return { dir, manifest: await verifyImage(dir, digest) };
       } catch (e) {
-        throw asPlacementError(e, "IMAGE_DIGEST_MISMATCH");
+        throw AgentError.from(e, "IMAGE_DIGEST_MISMATCH", "image");
       }
     }
-    throw new PlacementError("IMAGE_NOT_FOUND", `no image ${digest} in ${imageDirs.join(", ") || "(no image directories)"}`);
+    throw new AgentError("IMAGE_NOT_FOUND", `no image ${digest} in ${imageDirs.join(", ") || "(no image directories)"}`, { subsystem: "image" });
   };
 }
 
@@ -92,7 +91,7 @@ export class HostImages implements ImagePort {
   /** See ImagePort.resolve. */
   resolve(digest: string): Promise<ResolvedImageDir> {
     if (!this.cache) return this.fromDirs(digest);
-    return this.cache.resolve(digest, this.opts.source!).catch((e: unknown) => Promise.reject(asPlacementError(e, "IMAGE_DIGEST_MISMATCH")));
+    return this.cache.resolve(digest, this.opts.source!).catch((e: unknown) => Promise.reject(AgentError.from(e, "IMAGE_DIGEST_MISMATCH", "image")));
   }
 
   /** See ImagePort.cachedDigests. */
@@ -112,7 +111,7 @@ export class HostImages implements ImagePort {
       linkSync(src, dst);
     } catch {
       await run(["cp", "--sparse=always", "--reflink=auto", src, dst]).catch((e: Error) => {
-        throw new PlacementError("INSUFFICIENT_LOCAL_DISK", `cannot link or copy the squashfs root: ${e.message}`);
+        throw new AgentError("INSUFFICIENT_LOCAL_DISK", "cannot link or copy the squashfs root", { subsystem: "image", cause: e });
       });
     }
   }
@@ -128,14 +127,14 @@ export class HostImages implements ImagePort {
       }
       await run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-E", "lazy_itable_init=1,root_owner=0:0", "-L", "bbscratch", path]);
     } catch (e) {
-      throw new PlacementError("INSUFFICIENT_LOCAL_DISK", `cannot make the scratch disk: ${(e as Error).message}`);
+      throw new AgentError("INSUFFICIENT_LOCAL_DISK", "cannot make the scratch disk", { subsystem: "image", cause: e });
     }
   }
 
   /** See ImagePort.cloneRootDisk. */
   async cloneRootDisk(src: string, dst: string): Promise<void> {
     await cloneRootDisk(src, dst).catch((e: Error) => {
-      throw new PlacementError("INSUFFICIENT_LOCAL_DISK", `cannot clone the root disk: ${e.message}`);
+      throw new AgentError("INSUFFICIENT_LOCAL_DISK", "cannot clone the root disk", { subsystem: "image", cause: e });
     });
   }
 }

@@ -19,7 +19,7 @@ export interface PlacementIsolation {
 /** Defaults: no uplink, no resolvers, default pool; cgroups under the agent's own cgroup. */
 export const DEFAULT_ISOLATION: PlacementIsolation = { network: DEFAULT_NET_POLICY, cgroups: DEFAULT_CGROUP_POLICY };
 
-/** Validates the isolation fields of AgentConfig. Throws NETWORK_SETUP_FAILED (network) or INTERNAL (cgroups) naming the bad field. */
+/** Validates the isolation fields of AgentConfig. Throws AgentError NETWORK_SETUP_FAILED (network) or CGROUP_SETUP_FAILED (cgroups) naming the bad field. */
 export function isolationFromConfig(config: Partial<AgentConfig>): PlacementIsolation {
   return {
     network: netPolicyFrom({

@@ -16,7 +16,8 @@ import type { AgentClock, AgentLog } from "../ports.ts";
 import type { VmHandle } from "../vmm/driver.ts";
 import type { GuestSession } from "../guestSession.ts";
 import { NO_AGENT_DEBUG, type AgentDebug } from "../debug.ts";
-import { adoptPlacement, asPlacementError, PlacementError, preparePlacement, startPlacement, stopPlacement, type PlacementContext, type PlacementRef } from "../placementOps.ts";
+import { adoptPlacement, preparePlacement, startPlacement, stopPlacement, type PlacementContext, type PlacementRef } from "../placementOps.ts";
+import { AgentError } from "../errors.ts";
 
 /** What the reconciler works with. */
 export interface ReconcilerDeps {
@@ -174,8 +175,8 @@ export class PlacementReconciler {
         this.observe(this.current(placementId), "prepared");
       } catch (e) {
         if (this.halted) return;
-        const err = asPlacementError(e, "INTERNAL");
-        log.warn(`prepare of ${placementId} failed: ${err.code}: ${err.message}`);
+        const err = AgentError.from(e, "INTERNAL");
+        log.warn(`prepare of ${placementId} failed: ${err.code} (${err.subsystem}): ${err.chain()}`);
         this.observe(this.current(placementId), "error", { errorCode: err.code });
         return;
       }
@@ -192,9 +193,9 @@ export class PlacementReconciler {
       const { handle, session } = await startPlacement(this.deps.ctx, ref, {
         launch: (start) => {
           // Checked again right before the launch: resolving the image or building the cgroup may have outlasted the lease.
-          if (this.halted) throw new PlacementError("INTERNAL", "the agent is stopping");
-          if (!skipLease && !this.leaseLive(placementId)) throw new PlacementError("LEASE_EXPIRED", `the execution lease of ${placementId} expired before the VMM launched`);
-          if (this.current(placementId).desired === "absent") throw new PlacementError("INTERNAL", "the placement is no longer wanted");
+          if (this.halted) throw new AgentError("INTERNAL", "the agent is stopping");
+          if (!skipLease && !this.leaseLive(placementId)) throw new AgentError("LEASE_EXPIRED", `the execution lease of ${placementId} expired before the VMM launched`);
+          if (this.current(placementId).desired === "absent") throw new AgentError("INTERNAL", "the placement is no longer wanted");
           const launched = start().then((h) => {
             live.handle = h;
             // Recorded even while stopping: it is true, and the next agent needs the PID to adopt the VM.
@@ -214,9 +215,9 @@ export class PlacementReconciler {
       if (cur.desired !== "absent") this.observe(cur, "running");
     } catch (e) {
       if (this.halted) return;
-      const err = asPlacementError(e, "VMM_START_FAILED");
+      const err = AgentError.from(e, "VMM_START_FAILED");
       if (!live.handle && err.code === "INTERNAL" && this.current(placementId).desired === "absent") return; // never launched and no longer wanted: Stop follows
-      this.deps.log.warn(`start of ${placementId} failed: ${err.code}: ${err.message}`);
+      this.deps.log.warn(`start of ${placementId} failed: ${err.code} (${err.subsystem}): ${err.chain()}`);
       this.observe(this.current(placementId), "error", { errorCode: err.code });
     }
   }
