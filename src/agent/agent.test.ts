@@ -40,7 +40,7 @@ function rig(name: string, resolveMs: (n: number) => number = () => 0) {
     const ports: AgentPorts = {
       clock: tl, timers, random: { bytes: (k) => new Uint8Array(k).fill(7) }, log, probe: new FixedHostProbe(), channel, driver, isolation,
       images: new FakeImages(timers, join(dir, "image"), { resolveMs: () => resolveMs(resolves++) }),
-      lock: () => () => {}, selfChecks: async () => [], inventory: async () => [],
+      lock: () => () => {}, selfChecks: async () => [], inventory: async () => [], vmmSelfCheck: async () => ({ status: "pass", detail: "fake" }),
     };
     const agent = await Agent.start({ hostId: "h1", bootId: "boot-1", dbPath: join(dir, "agent.db"), allocationsDir: join(dir, "allocations"), guestBootTimeoutMs: 5_000, consoleBudgetBytes: 4096, ...(debug ? { debug } : {}) }, ports);
     return { agent, channel, driver, log };

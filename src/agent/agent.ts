@@ -26,6 +26,8 @@ import { ControlLoop } from "./control/controlLoop.ts";
 import { deliverBootstrap } from "./control/deliveries.ts";
 import { Housekeeping } from "./housekeeping.ts";
 import { failedPrerequisites, recoverPlacements, type StartupPorts } from "./startup.ts";
+import { DEFAULT_VMM_SELF_CHECK_INTERVAL_MS, VmmHealth, type VmmSelfCheck } from "./vmmHealth.ts";
+import { VMM_BOOT_CHECK_ID } from "./doctor/checks.ts";
 import type { PlacementContext } from "./placementOps.ts";
 
 /** How long a graceful stop waits for in-flight placement steps, ms. */
@@ -44,6 +46,8 @@ export interface AgentPorts extends StartupPorts {
   driver: VmmDriver;
   isolation: IsolationPort;
   images: ImagePort;
+  /** The VMM test boot (doctor check `vmm-boot`), run while VMM starts keep failing. */
+  vmmSelfCheck(): Promise<VmmSelfCheck>;
 }
 
 /** Where the agent keeps its state and how it behaves. */
@@ -59,6 +63,12 @@ export interface AgentSettings {
   guestBootTimeoutMs: number;
   /** Serial console budget per placement, bytes. */
   consoleBudgetBytes: number;
+  /** While VMM starts keep failing, the time between self-checks, ms (default DEFAULT_VMM_SELF_CHECK_INTERVAL_MS). */
+  vmmSelfCheckIntervalMs?: number;
+  /** Where failed placements' console logs are kept (`<dataDir>/failed-consoles`). */
+  failedConsoleDir?: string;
+  /** How long they are kept, ms (0 or absent: not kept). */
+  failedConsoleRetentionMs?: number;
   /** Deliberately injected bugs (debug.ts; tests only). */
   debug?: AgentDebug;
 }
@@ -95,7 +105,9 @@ export class Agent {
 
   private static async assemble(settings: AgentSettings, ports: AgentPorts, store: AgentStore, releaseLock: () => void): Promise<Agent> {
     const { clock, timers, log } = ports;
-    const health = new AgentHealth(ports.probe, settings.allocationsDir, ports.driver.name);
+    const vmm = new VmmHealth({ clock, log, selfCheck: () => ports.vmmSelfCheck(), intervalMs: settings.vmmSelfCheckIntervalMs ?? DEFAULT_VMM_SELF_CHECK_INTERVAL_MS });
+    const health = new AgentHealth(ports.probe, settings.allocationsDir, ports.driver.name, vmm);
+    const keepFailedConsoles = settings.failedConsoleDir && (settings.failedConsoleRetentionMs ?? 0) > 0 ? settings.failedConsoleDir : null;
     const ctx: PlacementContext = {
       allocationsDir: settings.allocationsDir,
       driver: ports.driver,
@@ -106,7 +118,16 @@ export class Agent {
       guestBootTimeoutMs: settings.guestBootTimeoutMs,
     };
     let control: ControlLoop | null = null;
-    const reconciler = new PlacementReconciler({ store, ctx, clock, log, onObservation: () => control?.flush(), ...(settings.debug ? { debug: settings.debug } : {}) });
+    const reconciler = new PlacementReconciler({
+      store,
+      ctx,
+      clock,
+      log,
+      onObservation: () => control?.flush(),
+      onStartOutcome: (launched) => vmm.noteStart(launched),
+      ...(keepFailedConsoles ? { failedConsoleDir: keepFailedConsoles } : {}),
+      ...(settings.debug ? { debug: settings.debug } : {}),
+    });
     control = new ControlLoop({
       channel: ports.channel,
       store,
@@ -129,10 +150,15 @@ export class Agent {
       health,
       allocationsDir: settings.allocationsDir,
       consoleBudgetBytes: settings.consoleBudgetBytes,
+      failedConsoles: keepFailedConsoles ? { dir: keepFailedConsoles, retentionMs: settings.failedConsoleRetentionMs! } : null,
+      vmm,
       hasPending: () => control.hasPending(),
       flush: () => control.flush(),
     });
-    health.prerequisitesFailed = failedPrerequisites(await ports.selfChecks(), log);
+    const checks = await ports.selfChecks();
+    health.prerequisitesFailed = failedPrerequisites(checks.filter((c) => c.id !== VMM_BOOT_CHECK_ID), log);
+    const boot = checks.find((c) => c.id === VMM_BOOT_CHECK_ID);
+    if (boot) vmm.noteSelfCheck(boot);
     health.quarantine = await recoverPlacements({ store, driver: ports.driver, reconciler, clock, log, ports });
     const agent = new Agent(settings, ports, store, releaseLock, reconciler, control, health, housekeeping);
     housekeeping.start();
@@ -166,7 +192,7 @@ export class Agent {
     this.stopping ??= (async () => {
       this.housekeeping.stop();
       await this.control.stop();
-      await this.reconciler.halt(STOP_STEP_GRACE_MS, (ms) => this.ports.timers.sleep(ms));
+      await this.reconciler.halt(STOP_STEP_GRACE_MS);
       await this.control.finalFlush(STOP_FLUSH_TIMEOUT_MS);
       this.store.close();
       this.releaseLock();

@@ -17,7 +17,8 @@ import { selectVmmDriver } from "./vmm/select.ts";
 import { isolationFromConfig } from "./isolation/isolation.ts";
 import { HostIsolation } from "./isolation/isolationOps.ts";
 import { HostImages } from "./image/hostImages.ts";
-import { runChecks } from "./doctor/checks.ts";
+import { REAL_DOCTOR_DEPS, runChecks } from "./doctor/checks.ts";
+import { vmmBootCheck } from "./doctor/vmmBoot.ts";
 import type { VmmDriver } from "./vmm/driver.ts";
 import { consolaLog, systemClock, systemHostProbe, systemRandom, systemTimers } from "./ports.ts";
 import { Agent } from "./agent.ts";
@@ -65,6 +66,9 @@ export class AgentDaemon {
         allocationsDir: p.allocations,
         guestBootTimeoutMs: config.guestBootTimeoutMs,
         consoleBudgetBytes: config.consoleBudgetBytes,
+        ...(config.vmmSelfCheckIntervalMs ? { vmmSelfCheckIntervalMs: config.vmmSelfCheckIntervalMs } : {}),
+        failedConsoleDir: p.failedConsoles,
+        failedConsoleRetentionMs: config.failedConsoleRetentionMs ?? 0,
       },
       {
         clock: systemClock,
@@ -85,7 +89,8 @@ export class AgentDaemon {
           onEvictionError: (e) => log.warn(`image cache eviction failed: ${e.message}`),
         }),
         lock: () => takeAgentLock(p.lock),
-        selfChecks: () => runChecks(config),
+        selfChecks: () => runChecks(config, { ...REAL_DOCTOR_DEPS, vmmDriver: async () => driver }),
+        vmmSelfCheck: () => vmmBootCheck(driver, config),
         inventory: (known) => inventoryForeign(known, p.allocations, isolation.iso.cgroups),
       },
     );

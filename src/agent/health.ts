@@ -2,12 +2,13 @@
  * The agent's health report (spec "The agent protocol": "The health report
  * carries inventory and self-checks"; "Agent runtime and local state"):
  * quarantine and failed prerequisites (isolation health), physical
- * inventory, a nearly full state volume, and the verified images cached
- * here. Sent with every envelope.
+ * inventory, a nearly full state volume, a failing VMM (vmmHealth.ts), and
+ * the verified images cached here. Sent with every envelope.
  * Must never: report a host healthy while its quarantine is non-empty.
  */
 import { MAX_REPORTED_IMAGES_PER_HEARTBEAT, type AgentPayload } from "../protocol/agent.ts";
 import type { HostProbe } from "./ports.ts";
+import type { VmmHealth } from "./vmmHealth.ts";
 
 /** Free-space fraction of the state volume below which it counts as nearly full. */
 export const VOLUME_NEARLY_FULL_FRACTION = 0.05;
@@ -28,6 +29,7 @@ export class AgentHealth {
     private readonly probe: HostProbe,
     private readonly stateDir: string,
     private readonly vmmDriver: string,
+    readonly vmm: VmmHealth,
   ) {}
 
   /** True when the isolation self-checks pass and nothing is quarantined. */
@@ -43,6 +45,7 @@ export class AgentHealth {
       vmmDriver: this.vmmDriver,
       inventory: this.probe.inventory(),
       volumesNearlyFull: this.probe.volumeNearlyFull(this.stateDir, VOLUME_NEARLY_FULL_FRACTION),
+      vmmStartFailing: this.vmm.failing,
       cachedImages: this.cachedImages.slice(0, MAX_REPORTED_IMAGES_PER_HEARTBEAT),
     };
   }

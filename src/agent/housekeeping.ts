@@ -3,7 +3,9 @@
  * under a byte budget, "Stop"): evicts unused images past the cache bound,
  * refreshes the cached-image list for the health report, stops VMs whose execution lease expired, re-drives
  * placements whose cleanup is still incomplete, keeps console logs under
- * their budget, and flushes anything still queued.
+ * their budget, deletes kept consoles of failed placements once their
+ * retention passed, re-runs the VMM self-check while VMM starts are
+ * failing, and flushes anything still queued.
  * Must never: let a VM outlive its lease, or delete a resource itself
  * (stopping goes through the placement's runner).
  */
@@ -13,6 +15,8 @@ import type { PlacementReconciler } from "./reconcile/reconciler.ts";
 import type { ImagePort } from "./image/imagePort.ts";
 import type { AgentHealth } from "./health.ts";
 import { trimConsoleLog } from "./vmm/consoleLog.ts";
+import type { VmmHealth } from "./vmmHealth.ts";
+import { pruneKeptConsoles } from "./vmm/keptConsoles.ts";
 import { consoleLogPath } from "./placementOps.ts";
 
 /** Housekeeping period (lease checks, console trimming, cleanup retries), ms. */
@@ -30,6 +34,10 @@ export interface HousekeepingDeps {
   allocationsDir: string;
   /** Serial console budget per placement, bytes. */
   consoleBudgetBytes: number;
+  /** Where failed placements' console logs are kept and for how long (ms); null: not kept. */
+  failedConsoles: { dir: string; retentionMs: number } | null;
+  /** VMM start health: re-checked while failing. */
+  vmm: VmmHealth;
   /** True when observations or acks wait to be sent. */
   hasPending(): boolean;
   flush(): void;
@@ -92,6 +100,8 @@ export class Housekeeping {
       }
       if (reconciler.handleOf(p.placementId)) this.trim(p.dirName);
     }
+    if (this.deps.failedConsoles) pruneKeptConsoles(this.deps.failedConsoles.dir, this.deps.failedConsoles.retentionMs, now);
+    await this.deps.vmm.recheckIfDue();
     if (this.deps.hasPending()) this.deps.flush();
   }
 }

@@ -14,11 +14,12 @@
  * Must never: name a path after client text, launch a VMM without a live
  * lease, or report absent while any resource of the placement remains.
  */
-import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { createHash } from "node:crypto";
 import { GUEST_CMDLINE_KEYS, type GuestIdentity } from "../protocol/guest.ts";
-import type { PlacementSpec } from "../protocol/agent.ts";
+import type { PlacementSpec, VmExit } from "../protocol/agent.ts";
+import { describeVmExit, readConsoleTail } from "./vmm/guestExit.ts";
 import { PLACEMENT_TAP_NAME } from "./isolation/placementNet.ts";
 import { SCRATCH_DISK_FILE, type VmHandle, type VmSpec, type VmmDriver } from "./vmm/driver.ts";
 import { GuestSession } from "./guestSession.ts";
@@ -209,13 +210,45 @@ export async function adoptPlacement(ctx: PlacementContext, ref: PlacementRef, c
   return null;
 }
 
+/** Options of stopPlacement. */
+export interface StopOptions {
+  /** Move the console log here (mode 0600) before the directory goes: a failed placement's log kept for the operator. */
+  keepConsoleAt?: string;
+}
+
+function keepConsole(from: string, to: string): void {
+  try {
+    mkdirSync(dirname(to), { recursive: true, mode: 0o700 });
+    renameSync(from, to);
+    chmodSync(to, 0o600);
+  } catch {
+    /* no console to keep (never started): nothing to retain */
+  }
+}
+
+/**
+ * What a VM that ended on its own left behind: the exit reason and the
+ * redacted kernel tail of its console (vmm/guestExit.ts), the placement's
+ * nonce scrubbed. `vmmAlive`: whether its VMM process still runs.
+ */
+export function diagnoseVmExit(ctx: Pick<PlacementContext, "allocationsDir">, ref: Pick<PlacementRef, "dirName">, vmmAlive: boolean): VmExit {
+  const dir = join(ctx.allocationsDir, ref.dirName);
+  let nonce = "";
+  try {
+    nonce = (JSON.parse(readFileSync(join(dir, "runtime.json"), "utf8")) as RuntimeFile).nonce;
+  } catch {
+    /* no runtime.json: nothing of the placement's own to scrub */
+  }
+  return describeVmExit(readConsoleTail(consoleLogPath(ctx, ref.dirName)), vmmAlive, nonce ? [nonce] : []);
+}
+
 /**
  * Stop (ensure_absent): asks the guest to shut down, stops the VMM, removes
  * the namespace, TAP, veth, nftables tables and cgroup (the isolation port),
- * deletes disks, sockets, logs and the directory.
- * Every step is attempted; returns what remains (empty when absent).
+ * keeps the console log when asked, deletes disks, sockets, logs and the
+ * directory. Every step is attempted; returns what remains (empty when absent).
  */
-export async function stopPlacement(ctx: PlacementContext, ref: PlacementRef, handle: VmHandle | null, session: GuestSession | null): Promise<string[]> {
+export async function stopPlacement(ctx: PlacementContext, ref: PlacementRef, handle: VmHandle | null, session: GuestSession | null, opts: StopOptions = {}): Promise<string[]> {
   const p = paths(ctx, ref);
   const left: string[] = [];
   if (session?.connected && handle) {
@@ -228,6 +261,7 @@ export async function stopPlacement(ctx: PlacementContext, ref: PlacementRef, ha
     if (await ctx.driver.isAlive(handle)) left.push(`vmm pid ${handle.pid}`);
   }
   left.push(...(await ctx.isolation.teardown(ref.dirName, p.dir).catch((e: Error) => [`isolation: ${e.message}`])));
+  if (opts.keepConsoleAt) keepConsole(p.console, opts.keepConsoleAt);
   try {
     rmSync(p.dir, { recursive: true, force: true });
   } catch (e) {

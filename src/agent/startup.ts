@@ -5,7 +5,7 @@
  * reconciled against what still exists: a VM whose PID, start time and
  * instance ID match is marked for adoption (its runner reconnects to the
  * guest), a VM that vanished while it was starting or running is reported
- * VM_EXITED, an interrupted Prepare starts over. Beachball-named resources
+ * VM_EXITED with its diagnosis, an interrupted Prepare starts over. Beachball-named resources
  * no placement owns are quarantined and reported, never deleted.
  * Must never: delete, signal or adopt anything that does not match
  * agent.db exactly.
@@ -46,7 +46,7 @@ export async function recoverPlacements(d: { store: AgentStore; driver: VmmDrive
       if (await d.driver.isAlive(handle)) {
         d.reconciler.markForAdoption(p.placementId, handle); // the runner reconnects without blocking startup
       } else if ((p.observed === "starting" || p.observed === "running") && p.desired !== "absent") {
-        d.store.observe(p, "error", { errorCode: "VM_EXITED" }, d.clock.now());
+        d.reconciler.markExited(p.placementId, handle); // its runner reports VM_EXITED with what the console says
       }
     }
     if (p.observed === "preparing") d.store.patch(p.placementId, { observed: "accepted" });

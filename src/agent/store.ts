@@ -11,7 +11,7 @@ import { asc, eq, lte, ne, sql } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import { sqliteTable, text, integer } from "drizzle-orm/sqlite-core";
 import { checkSchemaVersion, openDb } from "../storage/sqlite.ts";
-import type { AgentCommand, PlacementObservedState, PlacementSpec, PlacementUpdate } from "../protocol/agent.ts";
+import type { AgentCommand, PlacementObservedState, PlacementSpec, PlacementUpdate, VmExit } from "../protocol/agent.ts";
 
 /** Local placement rows. */
 export const placements = sqliteTable("placements", {
@@ -68,6 +68,12 @@ export const AGENT_SCHEMA_VERSION = 1;
 
 /** A local placement row. */
 export type LocalPlacement = typeof placements.$inferSelect;
+
+/** Most JSON bytes of observations sent in one envelope (MAX_ENVELOPE_BYTES is 256 KiB; acks and health share it). */
+export const MAX_OUTBOX_BATCH_BYTES = 160 * 1024;
+
+/** Fields an observation may set besides the state: the row's own columns, plus the exit diagnosis that only travels in the update. */
+export type ObservationExtra = { errorCode?: string | null; workloadExitCode?: number; exit?: VmExit } & Partial<LocalPlacement>;
 
 /** Outcome of recording a command. */
 export type RecordResult = "accepted" | "duplicate" | "conflict";
@@ -157,9 +163,9 @@ export class AgentStore {
   }
 
   /** Sets the observed state and queues the observation in one transaction. */
-  observe(p: LocalPlacement, state: PlacementObservedState, extra: { errorCode?: string | null; workloadExitCode?: number } & Partial<LocalPlacement>, nowMs: number): void {
+  observe(p: LocalPlacement, state: PlacementObservedState, extra: ObservationExtra, nowMs: number): void {
     this.sql.transaction(() => {
-      const { errorCode, workloadExitCode, ...rest } = extra;
+      const { errorCode, workloadExitCode, exit, ...rest } = extra;
       this.db
         .update(placements)
         .set({ ...rest, observed: state, updatedAtMs: nowMs, ...(errorCode !== undefined ? { errorCode } : {}), ...(workloadExitCode !== undefined ? { workloadExitCode } : {}) })
@@ -173,14 +179,26 @@ export class AgentStore {
         at: new Date(nowMs).toISOString(),
         ...(errorCode ? { errorCode: errorCode as PlacementUpdate["errorCode"] } : {}),
         ...(workloadExitCode !== undefined ? { workloadExitCode } : {}),
+        ...(exit ? { exit } : {}),
       };
       this.db.insert(outbox).values({ updateJson: JSON.stringify(u) }).run();
     })();
   }
 
-  /** Queued observations (seq assigned by the outbox), oldest first, at most `limit`. */
-  pendingUpdates(limit: number): PlacementUpdate[] {
-    return this.q.pending.all({ limit }).map((r) => ({ ...(JSON.parse(r.updateJson) as Omit<PlacementUpdate, "seq">), seq: r.seq }));
+  /**
+   * Queued observations (seq assigned by the outbox), oldest first: at most
+   * `limit`, and no more than `maxBytes` of JSON together (at least one), so
+   * an envelope of them stays under its size bound.
+   */
+  pendingUpdates(limit: number, maxBytes = MAX_OUTBOX_BATCH_BYTES): PlacementUpdate[] {
+    const out: PlacementUpdate[] = [];
+    let bytes = 0;
+    for (const r of this.q.pending.all({ limit })) {
+      bytes += r.updateJson.length + 16;
+      if (out.length > 0 && bytes > maxBytes) break;
+      out.push({ ...(JSON.parse(r.updateJson) as Omit<PlacementUpdate, "seq">), seq: r.seq });
+    }
+    return out;
   }
 
   /** True when the outbox holds an observation the scheduler has not accepted. */

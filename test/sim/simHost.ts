@@ -20,6 +20,7 @@ import { FakeVmHost, FakeVmmDriver, fakeGuestIdentity, type FakeVmBehaviour } fr
 import { FakeIsolation } from "../../src/agent/isolation/fakeIsolation.ts";
 import { FakeImages, type FakeImageBehaviour } from "../../src/agent/image/fakeImages.ts";
 import type { AgentDebug } from "../../src/agent/debug.ts";
+import { VMM_BOOT_CHECK_ID } from "../../src/agent/doctor/checks.ts";
 import type { VmHandle, VmSpec, VmmDriver } from "../../src/agent/vmm/driver.ts";
 import type { ForeignResource } from "../../src/agent/inventory.ts";
 import type { SeededRandom } from "./rng.ts";
@@ -68,6 +69,8 @@ export class SimHost {
   partitioned = false;
   /** Until when the agent process is frozen (no timer fires, nothing is sent or read), ms; 0: running. */
   stalledUntilMs = 0;
+  /** Until when the machine's VMM cannot start anything (launches and test boots fail), ms. */
+  vmmBrokenUntilMs = 0;
   skewMs = 0;
   bootId: string;
   agent: Agent | null = null;
@@ -91,7 +94,8 @@ export class SimHost {
   ) {
     this.bootId = rng.id("boot");
     this.clock = { now: () => timeline.now() + this.skewMs };
-    this.vmHost = new FakeVmHost(timeline.timers(`${hostId}/machine`), behaviour);
+    const vmm: FakeVmBehaviour = { ...behaviour, launchMs: (spec) => (this.vmmBroken ? null : behaviour.launchMs(spec)) };
+    this.vmHost = new FakeVmHost(timeline.timers(`${hostId}/machine`), vmm);
   }
 
   private get group(): string {
@@ -119,8 +123,9 @@ export class SimHost {
       isolation: this.isolation,
       images: new FakeImages(timers, join(this.dir, "image"), this.behaviour),
       lock: () => () => {},
-      selfChecks: async () => [],
+      selfChecks: async () => [{ id: VMM_BOOT_CHECK_ID, title: "VMM test boot", ...(this.vmmBroken ? { status: "fail" as const, detail: "fake VMM broken", fix: "-" } : { status: "pass" as const, detail: "fake VMM" }) }],
       inventory: async (known) => this.foreign(known),
+      vmmSelfCheck: async () => (this.vmmBroken ? { status: "fail", detail: "fake VMM broken" } : { status: "pass", detail: "fake VMM" }),
     };
     this.agent = await Agent.start(
       {
@@ -150,6 +155,11 @@ export class SimHost {
     if (!this.alive) return;
     this.stalledUntilMs = untilMs;
     this.timeline.stall(this.group, untilMs);
+  }
+
+  /** True while the machine's VMM fails every start. */
+  get vmmBroken(): boolean {
+    return this.timeline.now() < this.vmmBrokenUntilMs;
   }
 
   /** True while the agent process is frozen. */

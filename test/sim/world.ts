@@ -6,7 +6,8 @@
  * ports (simHost.ts), all on one fake timeline, and injects a seeded
  * schedule of faults: dropped, duplicated and delayed messages; agent
  * crashes (VMs keep running), agent stalls (a frozen process) and host
- * reboots (VMs die); VMs that crash,
+ * reboots (VMs die); VMMs that fail every start for a while (the host must
+ * turn VMM_START_FAILING and recover); VMs that crash,
  * guests that never boot, images that fail or resolve slowly; scheduler
  * crashes between persisting intent and the side effect; partitions that
  * make hosts lost; clock skew; operator fencing and replacement
@@ -46,7 +47,7 @@ export interface SimResult {
   seed: number;
   violations: string[];
   traceHash: string;
-  stats: { steps: number; allocations: number; schedulerCrashes: number; agentCrashes: number; reboots: number; stalls: number; vmCrashes: number; fenced: number; replaced: number; executions: number; envelopes: number };
+  stats: { steps: number; allocations: number; schedulerCrashes: number; agentCrashes: number; reboots: number; stalls: number; vmmOutages: number; vmmFailingSteps: number; vmCrashes: number; fenced: number; replaced: number; executions: number; envelopes: number };
 }
 
 const CONTROLLER: Identity = { id: "controller:sim", role: "controller" };
@@ -99,7 +100,7 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
   mkdirSync(dir, { recursive: true });
   const violations: string[] = [];
   const trace = createHash("sha256");
-  const stats = { steps: 0, allocations: 0, schedulerCrashes: 0, agentCrashes: 0, reboots: 0, stalls: 0, vmCrashes: 0, fenced: 0, replaced: 0, executions: 0, envelopes: 0 };
+  const stats = { steps: 0, allocations: 0, schedulerCrashes: 0, agentCrashes: 0, reboots: 0, stalls: 0, vmmOutages: 0, vmmFailingSteps: 0, vmCrashes: 0, fenced: 0, replaced: 0, executions: 0, envelopes: 0 };
   let faults = true;
   const timeouts = { leaseMs: 30_000, pendingTimeoutMs: 180_000, provisioningTimeoutMs: 120_000, hostCheckIntervalMs: 5_000, leaseGraceMs: 20_000, defaultTtlMs: 3_600_000 };
   const makeWorker = () => {
@@ -236,6 +237,7 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
       for (const h of hosts) {
         h.partitioned = false;
         h.skewMs = 0;
+        h.vmmBrokenUntilMs = 0;
       }
     }
     await timeline.advance(stepMs);
@@ -290,6 +292,10 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
         if (h.alive && !h.stalled && rng.chance(0.01)) {
           h.stall(timeline.now() + stepMs * (3 + rng.int(18)));
           stats.stalls++;
+        }
+        if (!h.vmmBroken && rng.chance(0.005)) {
+          h.vmmBrokenUntilMs = timeline.now() + stepMs * (5 + rng.int(16));
+          stats.vmmOutages++;
         }
         const vms = h.vmHost.running();
         if (vms.length && rng.chance(0.01)) {
@@ -351,6 +357,7 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
     for (const [alloc, where] of running) if (where.length > 1) violations.push(`step ${step}: allocation ${alloc} has ${where.length} running VMs (${where.join(", ")})`);
     for (const v of views) {
       trace.update(`${v.hostId}:${v.free.cpuMillis}:${v.placements.length}`);
+      if (v.unschedulable.includes("VMM_START_FAILING")) stats.vmmFailingSteps++;
       if (v.free.cpuMillis < 0 || v.free.memoryMiB < 0 || v.free.ephemeralDiskMiB < 0 || v.free.slots < 0) violations.push(`step ${step}: ${v.hostId} accounting is overcommitted: free ${JSON.stringify(v.free)}`);
       const now = new Set(v.placements.map((p) => p.placementId));
       const before = lastConsuming.get(v.hostId) ?? new Set();

@@ -3,7 +3,8 @@
  * local state"): one serial runner per placement drives it from its
  * observed state toward the desired state persisted in agent.db, one step
  * at a time (Prepare, Start, Stop, adoption of a VM that survived a
- * restart), and records every transition as an observation in the outbox.
+ * restart, the report of a VM that ended on its own with its diagnosis),
+ * and records every transition as an observation in the outbox.
  *
  * This is the module the seeded simulation drives (test/sim/), over the
  * same ports the daemon gives it, with fakes behind them.
@@ -11,12 +12,13 @@
  * or record an observation that the agent's own shutdown caused.
  */
 import type { PlacementObservedState } from "../../protocol/agent.ts";
-import type { AgentStore, LocalPlacement } from "../store.ts";
+import type { AgentStore, LocalPlacement, ObservationExtra } from "../store.ts";
 import type { AgentClock, AgentLog } from "../ports.ts";
 import type { VmHandle } from "../vmm/driver.ts";
 import type { GuestSession } from "../guestSession.ts";
 import { NO_AGENT_DEBUG, type AgentDebug } from "../debug.ts";
-import { adoptPlacement, preparePlacement, startPlacement, stopPlacement, type PlacementContext, type PlacementRef } from "../placementOps.ts";
+import { adoptPlacement, diagnoseVmExit, preparePlacement, startPlacement, stopPlacement, type PlacementContext, type PlacementRef } from "../placementOps.ts";
+import { keptConsolePath } from "../vmm/keptConsoles.ts";
 import { AgentError } from "../errors.ts";
 
 /** What the reconciler works with. */
@@ -27,8 +29,17 @@ export interface ReconcilerDeps {
   log: AgentLog;
   /** Called after each recorded observation (the control loop then flushes the outbox). */
   onObservation(): void;
+  /** Called when a start attempt ends: `launched` false when the VMM failed to start (VMM_START_FAILED). */
+  onStartOutcome?(launched: boolean): void;
+  /** Where Stop keeps the console log of a placement that failed (absent: deleted with it). */
+  failedConsoleDir?: string;
   debug?: AgentDebug;
 }
+
+/** After a guest channel closed, how often and how many times to check that the VMM process is gone before diagnosing, ms (panic=1 reboots a second after a panic). */
+export const EXIT_SETTLE_POLL_MS = 100;
+/** See EXIT_SETTLE_POLL_MS (30 × 100 ms = 3 s). */
+export const EXIT_SETTLE_POLLS = 30;
 
 /** The in-memory side of one placement: its VM and guest session while this agent holds them. */
 interface LiveVm {
@@ -38,10 +49,10 @@ interface LiveVm {
   stopping: boolean;
   /** A VM found alive at startup that the runner still has to reconnect to. */
   adopting: boolean;
+  /** The VM ended on its own (its channel closed, or it was gone at startup): the runner reports VM_EXITED with a diagnosis. */
+  exitPending: boolean;
 }
 
-/** Extra fields of an observation. */
-export type ObservationExtra = Parameters<AgentStore["observe"]>[2];
 
 /** See the module header. */
 export class PlacementReconciler {
@@ -58,7 +69,12 @@ export class PlacementReconciler {
 
   /** Records that placement `placementId`'s VM `handle` survived a restart; its runner reconnects before anything else. */
   markForAdoption(placementId: string, handle: VmHandle): void {
-    this.live.set(placementId, { handle, session: null, stopping: false, adopting: true });
+    this.live.set(placementId, { handle, session: null, stopping: false, adopting: true, exitPending: false });
+  }
+
+  /** Records that placement `placementId`'s VM ended while no agent watched (found dead at startup); its runner reports it. */
+  markExited(placementId: string, handle: VmHandle): void {
+    this.live.set(placementId, { handle, session: null, stopping: false, adopting: false, exitPending: true });
   }
 
   /** The VM handle this agent holds for a placement, or null. */
@@ -95,9 +111,11 @@ export class PlacementReconciler {
    * once in-flight steps ended or `graceMs` passed, and in any case only
    * after every VMM launch in flight was recorded.
    */
-  async halt(graceMs: number, sleep: (ms: number) => Promise<void>): Promise<void> {
+  async halt(graceMs: number): Promise<void> {
     this.halted = true;
-    await Promise.race([Promise.allSettled([...this.runners.values()]), sleep(graceMs)]);
+    const done = new AbortController();
+    await Promise.race([Promise.allSettled([...this.runners.values()]), this.deps.ctx.timers.sleep(graceMs, done.signal)]);
+    done.abort(); // no timer outlives the stop
     await Promise.allSettled([...this.launches]);
     for (const l of this.live.values()) {
       if (!l.session) continue;
@@ -137,8 +155,32 @@ export class PlacementReconciler {
     };
     session.onClose = () => {
       const cur = this.deps.store.placement(placementId);
-      if (!live.stopping && cur && cur.desired !== "absent" && cur.observed === "running") this.observe(cur, "error", { errorCode: "VM_EXITED" });
+      if (this.halted || live.stopping || !cur || cur.desired === "absent" || cur.observed !== "running") return;
+      live.exitPending = true;
+      this.kick(placementId);
     };
+  }
+
+  /**
+   * Reports a VM that ended on its own: waits (bounded) for its VMM process
+   * to finish exiting, then observes VM_EXITED with the reason and the
+   * redacted console tail (placementOps.diagnoseVmExit).
+   */
+  private async reportExit(placementId: string, ref: PlacementRef, live: LiveVm): Promise<void> {
+    live.exitPending = false;
+    const { driver, timers } = this.deps.ctx;
+    const handle = live.handle;
+    let alive = handle ? await driver.isAlive(handle) : false;
+    for (let i = 0; alive && i < EXIT_SETTLE_POLLS; i++) {
+      await timers.sleep(EXIT_SETTLE_POLL_MS);
+      alive = await driver.isAlive(handle!);
+    }
+    if (this.halted) return;
+    const cur = this.current(placementId);
+    if (cur.desired === "absent" || (cur.observed !== "running" && cur.observed !== "starting")) return;
+    const exit = diagnoseVmExit(this.deps.ctx, ref, alive);
+    this.deps.log.warn(`VM of ${placementId} exited on its own: ${exit.reason}`);
+    this.observe(cur, "error", { errorCode: "VM_EXITED", exit });
   }
 
   /** Drives one placement toward its desired state (serial per placement). */
@@ -147,7 +189,7 @@ export class PlacementReconciler {
     const { store, ctx, log } = this.deps;
     let p = store.placement(placementId);
     if (!p || p.observed === "absent") return;
-    const live = this.live.get(placementId) ?? { handle: null, session: null, stopping: false, adopting: false };
+    const live = this.live.get(placementId) ?? { handle: null, session: null, stopping: false, adopting: false, exitPending: false };
     this.live.set(placementId, live);
     const ref = this.ref(p);
     if (live.adopting && live.handle && p.desired !== "absent") {
@@ -164,6 +206,11 @@ export class PlacementReconciler {
       } else if (cur.desired !== "absent") {
         this.observe(cur, "error", { errorCode: "GUEST_BOOT_TIMEOUT" });
       }
+      p = this.current(placementId);
+    }
+    if (live.exitPending) {
+      await this.reportExit(placementId, ref, live);
+      if (this.halted) return;
       p = this.current(placementId);
     }
     if (p.desired === "absent") return this.driveAbsent(placementId, ref, live);
@@ -209,6 +256,7 @@ export class PlacementReconciler {
         },
       });
       live.handle = handle;
+      this.deps.onStartOutcome?.(true);
       if (this.halted) return session.close();
       this.attach(placementId, live, session);
       const cur = this.current(placementId);
@@ -216,6 +264,8 @@ export class PlacementReconciler {
     } catch (e) {
       if (this.halted) return;
       const err = AgentError.from(e, "VMM_START_FAILED");
+      if (err.code === "VMM_START_FAILED") this.deps.onStartOutcome?.(false);
+      else if (live.handle) this.deps.onStartOutcome?.(true); // the VMM ran; the guest failed
       if (!live.handle && err.code === "INTERNAL" && this.current(placementId).desired === "absent") return; // never launched and no longer wanted: Stop follows
       this.deps.log.warn(`start of ${placementId} failed: ${err.code} (${err.subsystem}): ${err.chain()}`);
       this.observe(this.current(placementId), "error", { errorCode: err.code });
@@ -225,8 +275,10 @@ export class PlacementReconciler {
   private async driveAbsent(placementId: string, ref: PlacementRef, live: LiveVm): Promise<void> {
     live.stopping = true;
     let p = this.current(placementId);
+    const failed = p.observed === "error" && p.errorCode !== null && p.errorCode !== "CLEANUP_FAILED";
     if (p.observed !== "stopping") this.observe(p, "stopping");
-    const left = await stopPlacement(this.deps.ctx, ref, live.handle, live.session);
+    const keep = failed && this.deps.failedConsoleDir ? { keepConsoleAt: keptConsolePath(this.deps.failedConsoleDir, ref.dirName, this.deps.clock.now()) } : {};
+    const left = await stopPlacement(this.deps.ctx, ref, live.handle, live.session, keep);
     if (this.halted) return;
     p = this.current(placementId);
     if (left.length) {

@@ -7,9 +7,11 @@
  * real host–guest protocol (NDJSON, src/protocol/guest.ts): GuestReady with
  * the identity and nonce it was booted with, pongs, bootstrap receipts,
  * shutdown. The guest's answers are decided by a FakeVmBehaviour.
- * Must never: touch a real process, socket or file.
+ * Must never: touch a real process or socket (the only file it writes is a
+ * console text a test asks a dying VM to leave).
  */
 import { createHash } from "node:crypto";
+import { appendFileSync } from "node:fs";
 import { GUEST_CMDLINE_KEYS, NdjsonDecoder, encodeGuestMessage, type GuestIdentity, type GuestToHost } from "../../protocol/guest.ts";
 import type { Timers } from "../ports.ts";
 import type { GuestChannel, VmHandle, VmSpec, VmmDriver } from "./driver.ts";
@@ -105,9 +107,10 @@ export class FakeVmHost {
     return [...this.vms.values()].filter((v) => v.state !== "exited");
   }
 
-  /** Ends a VM's process (its control channels close). */
-  exit(vm: FakeVm, reason: NonNullable<FakeVm["exitReason"]>): void {
+  /** Ends a VM's process (its control channels close); `consoleText` is first appended to its console log, as a dying guest would print it. */
+  exit(vm: FakeVm, reason: NonNullable<FakeVm["exitReason"]>, consoleText?: string): void {
     if (vm.state === "exited") return;
+    if (consoleText) appendFileSync(vm.spec.consoleLogPath, consoleText);
     vm.state = "exited";
     vm.exitReason = reason;
     this.vms.delete(vm.instanceId);
