@@ -24,11 +24,11 @@ const EPOCH = "e".repeat(32);
 const SPEC = { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"a".repeat(64)}` };
 
 /** One agent process over fakes on a shared fake machine; `resolveMs` delays the n-th image resolve (0-based). */
-function rig(name: string, resolveMs: (n: number) => number = () => 0) {
+function rig(name: string, resolveMs: (n: number) => number = () => 0, bootMs: number | null = 500) {
   const dir = join(work, name);
   const tl = new FakeTimeline(1_800_000_000_000);
   const launches: string[] = [];
-  const host = new FakeVmHost(tl.timers("host"), steadyBehaviour({ launchMs: 20, bootMs: 500, shutdownMs: 100 }), (vm) => launches.push(vm.instanceId));
+  const host = new FakeVmHost(tl.timers("host"), steadyBehaviour({ launchMs: 20, bootMs, shutdownMs: 100 }), (vm) => launches.push(vm.instanceId));
   let resolves = 0;
   const isolation = new FakeIsolation();
   let n = 0;
@@ -46,6 +46,13 @@ function rig(name: string, resolveMs: (n: number) => number = () => 0) {
     return { agent, channel, driver, log };
   };
   return { tl, host, isolation, incarnation, dir, launches };
+}
+
+/** Stops an agent while fake time moves (its last flush waits on fake timers). */
+async function stop(tl: FakeTimeline, agent: Agent): Promise<void> {
+  const stopped = agent.stop();
+  await tl.advance(10_000);
+  await stopped;
 }
 
 function command(type: AgentCommand["type"], leaseExpiresAtMs: number, generation = 1): AgentCommand {
@@ -92,7 +99,7 @@ test("commands drive a placement to running and then absent, each transition rep
   expect(states.slice(4)).toEqual(["stopping", "absent"]);
   expect(host.running()).toHaveLength(0);
   expect(isolation.networks.size).toBe(0);
-  await agent.stop();
+  await stop(tl, agent);
 });
 
 test("a lease that expires while Start resolves the image refuses the launch", async () => {
@@ -105,7 +112,21 @@ test("a lease that expires while Start resolves the image refuses the launch", a
   const sent = await exchange(tl, channel);
   expect(launches).toEqual([]);
   expect(sent.find((u) => u.state === "error")?.errorCode).toBe("LEASE_EXPIRED");
-  await agent.stop();
+  await stop(tl, agent);
+});
+
+test("a VMM left running after a failed start is stopped once its lease ends (found by the simulation, seed 946)", async () => {
+  const { tl, host, incarnation } = rig("boot-timeout", () => 0, null);
+  const { agent, channel } = await incarnation();
+  await exchange(tl, channel, [command("ensure_present", tl.now() + 30_000)]);
+  await exchange(tl, channel, [command("ensure_running", tl.now() + 30_000)]);
+  await tl.advance(6_000); // the guest never sends GuestReady: GUEST_BOOT_TIMEOUT, the VMM still runs
+  const sent = await exchange(tl, channel);
+  expect(sent.find((u) => u.state === "error")?.errorCode).toBe("GUEST_BOOT_TIMEOUT");
+  expect(host.running()).toHaveLength(1);
+  await tl.advance(30_000); // no renewal reaches the agent (the scheduler is unreachable)
+  expect(host.running()).toHaveLength(0);
+  await stop(tl, agent);
 });
 
 test("a graceful stop records nothing, leaves the VM running, and the next agent adopts it", async () => {
@@ -131,5 +152,5 @@ test("a graceful stop records nothing, leaves the VM running, and the next agent
   expect(sent.filter((u) => u.state === "error")).toEqual([]);
   expect(second.log.lines.some((l) => l.includes("adopted VM"))).toBe(true);
   expect(host.running()).toHaveLength(1);
-  await second.agent.stop();
+  await stop(tl, second.agent);
 });

@@ -91,8 +91,9 @@ export class Housekeeping {
     if (!this.cancel) return;
     const now = clock.now();
     for (const p of store.livePlacements()) {
-      if (p.desired !== "absent" && p.leaseExpiresAtMs <= now && (p.observed === "running" || p.observed === "starting" || p.observed === "prepared")) {
-        this.deps.log.warn(`lease of ${p.placementId} expired; stopping its VM`);
+      // Every state counts: a VMM left running after a failed start (observed error) is still a VM on an ended lease.
+      if (p.desired !== "absent" && p.leaseExpiresAtMs <= now) {
+        this.deps.log.warn(`lease of ${p.placementId} expired (observed ${p.observed}); stopping whatever it has`);
         store.patch(p.placementId, { desired: "absent", errorCode: "LEASE_EXPIRED" });
         reconciler.kick(p.placementId);
       } else if (p.desired === "absent" && !reconciler.isRunning(p.placementId)) {

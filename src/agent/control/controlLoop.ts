@@ -67,7 +67,7 @@ export class ControlLoop {
     this.loopDone = this.pollLoop();
   }
 
-  /** Stops polling and flushing: aborts the parked poll and waits for the loop to end. */
+  /** Stops polling and flushing: aborts the parked poll and any send in flight, and waits for the loop to end. */
   async stop(): Promise<void> {
     this.stopped = true;
     this.pollAbort.abort();
@@ -160,7 +160,8 @@ export class ControlLoop {
         const deliveryAcks = this.deliveryAcks.splice(0, MAX_DELIVERY_ACKS_PER_ENVELOPE);
         if (!updates.length && !acks.length && !deliveryAcks.length) break;
         try {
-          await this.deps.channel.send("messages", this.epoch, { bootId: this.deps.bootId, updates, acks, deliveryAcks, health: this.deps.health() });
+          // Aborted by stop(): finalFlush then sends once, within its own bound.
+          await this.deps.channel.send("messages", this.epoch, { bootId: this.deps.bootId, updates, acks, deliveryAcks, health: this.deps.health() }, this.pollAbort.signal);
           if (updates.length) this.deps.store.ackUpdates(updates[updates.length - 1]!.seq);
         } catch (e) {
           this.acks.unshift(...acks);

@@ -243,11 +243,16 @@ export class PlacementReconciler {
           if (this.halted) throw new AgentError("INTERNAL", "the agent is stopping");
           if (!skipLease && !this.leaseLive(placementId)) throw new AgentError("LEASE_EXPIRED", `the execution lease of ${placementId} expired before the VMM launched`);
           if (this.current(placementId).desired === "absent") throw new AgentError("INTERNAL", "the placement is no longer wanted");
-          const launched = start().then((h) => {
+          const launched = start().then(async (h) => {
             live.handle = h;
             // Recorded even while stopping: it is true, and the next agent needs the PID to adopt the VM.
             this.deps.store.observe(this.current(placementId), "starting", { vmPid: h.pid, vmStartTime: h.startTime }, this.deps.clock.now());
             if (!this.halted) this.deps.onObservation();
+            if (!skipLease && !this.leaseLive(placementId)) {
+              // The launch itself outlasted the lease (a stalled agent, a slow spawn): no VM may run on an ended lease.
+              await this.deps.ctx.driver.stop(h, 1_000).catch(() => undefined);
+              throw new AgentError("LEASE_EXPIRED", `the execution lease of ${placementId} ended while its VMM launched; stopped it`);
+            }
             return h;
           });
           this.launches.add(launched);
