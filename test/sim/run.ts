@@ -4,7 +4,7 @@
  * hash). `--inject-bug` turns on the deliberately injected scheduler bug
  * ("release capacity on lease expiry"), `--inject-agent-bug` the agent bug
  * ("start a VM whose execution lease expired", src/agent/debug.ts);
- * `--stop-on-violation` ends at the first violating seed. Prints `N seeds,
+ * `--stop-on-violation` ends at the first violating seed (of any worker). Prints `N seeds,
  * V with violations`; exits 1 on any violation.
  */
 import { tmpdir } from "node:os";
@@ -42,7 +42,22 @@ if (workers > 1 && !values.seed) {
   });
   let failed = 0;
   let ran = 0;
-  const outs = await Promise.all(procs.map((p) => new Response(p.stdout).text()));
+  let stopped = false;
+  // With --stop-on-violation, the first violating worker ends the run: the others are stopped (by PID, ours).
+  const outs = await Promise.all(
+    procs.map(async (p) => {
+      let text = "";
+      const decoder = new TextDecoder();
+      for await (const chunk of p.stdout as ReadableStream<Uint8Array>) {
+        text += decoder.decode(chunk, { stream: true });
+        if (values["stop-on-violation"] && !stopped && /^seed \d+: \d+ violation/m.test(text)) {
+          stopped = true;
+          for (const q of procs) if (q !== p) q.kill();
+        }
+      }
+      return text;
+    }),
+  );
   await Promise.all(procs.map((p) => p.exited));
   for (const out of outs) {
     for (const line of out.split("\n")) {
@@ -53,7 +68,8 @@ if (workers > 1 && !values.seed) {
       } else if (line.trim()) console.log(line);
     }
   }
-  console.log(`${ran} seeds, ${failed} with violations, ${Math.round(performance.now() - started)} ms`);
+  for (const out of outs) if (stopped && !/^\d+ seeds, \d+ with violations/m.test(out)) failed += /^seed \d+: \d+ violation/m.test(out) ? 1 : 0;
+  console.log(`${ran} seeds, ${failed} with violations, ${Math.round(performance.now() - started)} ms${stopped ? " (stopped at the first violation)" : ""}`);
   process.exitCode = failed ? 1 : 0;
 } else {
   const base = existsSync("/dev/shm") ? `/dev/shm/bb-sim-${process.pid}` : `${tmpdir()}/bb-sim-${process.pid}`;
