@@ -2,7 +2,9 @@
  * The host agent assembled from its parts over ports (spec "The host
  * agent", "Agent runtime and local state"): startup (lock, prerequisite
  * registry, inventory and adoption), the control loop, the placement
- * reconciler, bootstrap deliveries and housekeeping. The daemon
+ * reconciler, bootstrap deliveries, housekeeping and, when the host runs
+ * one, the private-networking endpoint (configure_connection in,
+ * connectivity_update out; src/agent/endpoint). The daemon
  * (daemon.ts) gives it real ports; the seeded simulation gives it fakes and
  * so runs this same code.
  *
@@ -29,6 +31,9 @@ import { failedPrerequisites, recoverPlacements, type StartupPorts } from "./sta
 import { DEFAULT_VMM_SELF_CHECK_INTERVAL_MS, VmmHealth, type VmmSelfCheck } from "./vmmHealth.ts";
 import { VMM_BOOT_CHECK_ID } from "./doctor/checks.ts";
 import type { PlacementContext } from "./placementOps.ts";
+import { AgentConnections, type ConnectionEndpointPort } from "./endpoint/agentConnections.ts";
+import type { PlacementLookup } from "./endpoint/grantCheck.ts";
+import { storePlacementLookup } from "./endpoint/placementLookup.ts";
 
 /** How long a graceful stop waits for in-flight placement steps, ms. */
 export const STOP_STEP_GRACE_MS = 5_000;
@@ -48,6 +53,12 @@ export interface AgentPorts extends StartupPorts {
   images: ImagePort;
   /** The VMM test boot (doctor check `vmm-boot`), run while VMM starts keep failing. */
   vmmSelfCheck(): Promise<VmmSelfCheck>;
+  /**
+   * Starts the host endpoint (private networking), given where placements
+   * are and whom to tell about changes; absent when this host runs none.
+   * Rejects when it cannot start (the agent then runs without it).
+   */
+  connections?(deps: { placements: PlacementLookup; onChange: () => void }): Promise<ConnectionEndpointPort>;
 }
 
 /** Where the agent keeps its state and how it behaves. */
@@ -86,6 +97,7 @@ export class Agent {
     readonly control: ControlLoop,
     readonly health: AgentHealth,
     private readonly housekeeping: Housekeeping,
+    readonly connections: AgentConnections | null,
   ) {}
 
   /** Starts an agent: lock, agent.db, prerequisite registry, inventory and adoption, then the poll loop and housekeeping. Throws if locked. */
@@ -118,12 +130,30 @@ export class Agent {
       guestBootTimeoutMs: settings.guestBootTimeoutMs,
     };
     let control: ControlLoop | null = null;
+    let connections: AgentConnections | null = null;
+    if (ports.connections) {
+      try {
+        const endpoint = await ports.connections({
+          placements: storePlacementLookup(() => store.livePlacements()),
+          onChange: () => {
+            connections?.changed();
+            control?.flush();
+          },
+        });
+        connections = new AgentConnections(endpoint, clock);
+      } catch (e) {
+        log.error(`host endpoint not started; configure_connection commands will be rejected: ${(e as Error).message}`);
+      }
+    }
     const reconciler = new PlacementReconciler({
       store,
       ctx,
       clock,
       log,
-      onObservation: () => control?.flush(),
+      onObservation: () => {
+        void connections?.placementsChanged();
+        control?.flush();
+      },
       onStartOutcome: (launched) => vmm.noteStart(launched),
       ...(keepFailedConsoles ? { failedConsoleDir: keepFailedConsoles } : {}),
       ...(settings.debug ? { debug: settings.debug } : {}),
@@ -139,6 +169,7 @@ export class Agent {
       quarantined: () => health.quarantine.length > 0,
       onCommand: (id) => reconciler.kick(id),
       deliver: (d) => deliverBootstrap(store, d, reconciler.sessionOf(d.placementId)),
+      ...(connections ? { connections } : {}),
     });
     const housekeeping = new Housekeeping({
       store,
@@ -155,15 +186,20 @@ export class Agent {
       hasPending: () => control.hasPending(),
       flush: () => control.flush(),
     });
-    const checks = await ports.selfChecks();
-    health.prerequisitesFailed = failedPrerequisites(checks.filter((c) => c.id !== VMM_BOOT_CHECK_ID), log);
-    const boot = checks.find((c) => c.id === VMM_BOOT_CHECK_ID);
-    if (boot) vmm.noteSelfCheck(boot);
-    health.quarantine = await recoverPlacements({ store, driver: ports.driver, reconciler, clock, log, ports });
-    const agent = new Agent(settings, ports, store, releaseLock, reconciler, control, health, housekeeping);
-    housekeeping.start();
-    control.start();
-    return agent;
+    try {
+      const checks = await ports.selfChecks();
+      health.prerequisitesFailed = failedPrerequisites(checks.filter((c) => c.id !== VMM_BOOT_CHECK_ID), log);
+      const boot = checks.find((c) => c.id === VMM_BOOT_CHECK_ID);
+      if (boot) vmm.noteSelfCheck(boot);
+      health.quarantine = await recoverPlacements({ store, driver: ports.driver, reconciler, clock, log, ports });
+      const agent = new Agent(settings, ports, store, releaseLock, reconciler, control, health, housekeeping, connections);
+      housekeeping.start();
+      control.start();
+      return agent;
+    } catch (e) {
+      await connections?.close();
+      throw e;
+    }
   }
 
   /** The host ID this agent serves. */
@@ -179,6 +215,7 @@ export class Agent {
   abandon(): void {
     this.stopping ??= Promise.resolve();
     this.housekeeping.stop();
+    void this.connections?.close();
     this.store.close();
   }
 
@@ -194,6 +231,8 @@ export class Agent {
       await this.control.stop();
       await this.reconciler.halt(STOP_STEP_GRACE_MS);
       await this.control.finalFlush(STOP_FLUSH_TIMEOUT_MS);
+      // Grants live in memory only: the peers and the placements' links go with the process.
+      await this.connections?.close();
       this.store.close();
       this.releaseLock();
     })();

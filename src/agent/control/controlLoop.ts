@@ -5,11 +5,15 @@
  * to command intake and deliveries to the guest, and flushes observations
  * and acknowledgements through /v1/agents/messages, one send in flight.
  * Observations leave the outbox only once the scheduler accepted them.
+ * configure_connection commands (PollResponse.connections) go to the host
+ * endpoint's glue (src/agent/endpoint/agentConnections.ts), whose
+ * acknowledgements ride with the other acks and whose connectivity_update
+ * rides in AgentPayload.connectivity of the next envelope.
  * Must never: send observations before the session has an epoch, drop an
  * observation the scheduler has not accepted, or keep polling once stopped.
  */
 import { BeachballError } from "../../protocol/errors.ts";
-import { MAX_DELIVERY_ACKS_PER_ENVELOPE, type BootstrapDelivery, type CommandAck, type DeliveryAck, type PollResponse } from "../../protocol/agent.ts";
+import { MAX_DELIVERY_ACKS_PER_ENVELOPE, type AgentPayload, type BootstrapDelivery, type CommandAck, type ConfigureConnection, type ConnectivityUpdate, type DeliveryAck, type PollResponse } from "../../protocol/agent.ts";
 import type { AgentStore } from "../store.ts";
 import type { AgentClock, AgentLog, ControlChannel, Timers } from "../ports.ts";
 import type { HealthReport } from "../health.ts";
@@ -42,6 +46,21 @@ export interface ControlLoopDeps {
   onCommand(placementId: string): void;
   /** Hands one delivery to the guest; resolves with the acknowledgement. */
   deliver(d: BootstrapDelivery): Promise<DeliveryAck>;
+  /** Private networking (absent when this host runs no endpoint: its configure_connection commands are then rejected). */
+  connections?: ConnectionControl;
+}
+
+/** What the control loop needs of the host endpoint's glue (AgentConnections). */
+export interface ConnectionControl {
+  /** Starts applying a command; resolves with its ack; null when it is being applied already. */
+  take(cmd: ConfigureConnection): Promise<CommandAck> | null;
+  /** The connectivity_update for the next envelope, or null. */
+  pending(): ConnectivityUpdate | null;
+  /** The envelope that carried the last update was not accepted. */
+  failed(): void;
+  /** A new session began: its first envelopes must carry an update. */
+  changed(): void;
+  hasPending(): boolean;
 }
 
 /** See the module header. */
@@ -98,22 +117,30 @@ export class ControlLoop {
 
   private async pollLoop(): Promise<void> {
     let backoffMs = POLL_BACKOFF_MIN_MS;
+    let connectivity: ConnectivityUpdate | null = null;
     while (!this.stopped) {
       try {
         const updates = this.deps.store.pendingUpdates(MAX_UPDATES_PER_SEND);
+        connectivity = this.epoch ? (this.deps.connections?.pending() ?? null) : null;
         const resp = await this.deps.channel.send(
           "poll",
           this.epoch,
-          { bootId: this.deps.bootId, updates: this.epoch ? updates : [], acks: [], deliveryAcks: [], health: this.deps.health(), waitMs: AGENT_POLL_WAIT_MS },
+          { bootId: this.deps.bootId, updates: this.epoch ? updates : [], acks: [], deliveryAcks: [], health: this.deps.health(), ...withConnectivity(connectivity), waitMs: AGENT_POLL_WAIT_MS },
           this.pollAbort.signal,
         );
+        connectivity = null;
         if (this.stopped) break;
         if (this.epoch && updates.length) this.deps.store.ackUpdates(updates[updates.length - 1]!.seq);
-        if (resp.agentEpoch !== this.epoch) this.deps.log.info(`session epoch ${resp.agentEpoch.slice(0, 8)}…`);
+        if (resp.agentEpoch !== this.epoch) {
+          this.deps.log.info(`session epoch ${resp.agentEpoch.slice(0, 8)}…`);
+          this.deps.connections?.changed();
+        }
         this.epoch = resp.agentEpoch;
         backoffMs = POLL_BACKOFF_MIN_MS;
         this.handlePoll(resp);
       } catch (e) {
+        if (connectivity) this.deps.connections?.failed();
+        connectivity = null;
         if (this.stopped) break;
         if (e instanceof BeachballError && e.code === "STALE_AGENT_EPOCH") this.epoch = "";
         else this.deps.log.warn(`poll failed: ${(e as Error).message}`);
@@ -137,12 +164,23 @@ export class ControlLoop {
         this.flush();
       });
     }
-    if (resp.commands.length) this.flush();
+    for (const c of resp.connections ?? []) {
+      const conn = this.deps.connections;
+      if (!conn) {
+        this.acks.push({ commandId: c.commandId, result: "rejected", errorCode: "NETWORK_SETUP_FAILED" });
+        continue;
+      }
+      void conn.take(c)?.then((ack) => {
+        this.acks.push(ack);
+        this.flush();
+      });
+    }
+    if (resp.commands.length || (resp.connections?.length && !this.deps.connections) || this.deps.connections?.hasPending()) this.flush();
   }
 
   /** True when observations or acknowledgements wait to be sent. */
   hasPending(): boolean {
-    return this.acks.length > 0 || this.deliveryAcks.length > 0 || this.deps.store.hasPendingUpdates();
+    return this.acks.length > 0 || this.deliveryAcks.length > 0 || this.deps.store.hasPendingUpdates() || (!!this.epoch && !!this.deps.connections?.hasPending());
   }
 
   /** Sends pending observations and acks through /v1/agents/messages (one send in flight; retried until accepted). */
@@ -158,12 +196,14 @@ export class ControlLoop {
         const updates = this.deps.store.pendingUpdates(MAX_UPDATES_PER_SEND);
         const acks = this.acks.splice(0, MAX_UPDATES_PER_SEND);
         const deliveryAcks = this.deliveryAcks.splice(0, MAX_DELIVERY_ACKS_PER_ENVELOPE);
-        if (!updates.length && !acks.length && !deliveryAcks.length) break;
+        const connectivity = this.deps.connections?.pending() ?? null;
+        if (!updates.length && !acks.length && !deliveryAcks.length && !connectivity) break;
         try {
           // Aborted by stop(): finalFlush then sends once, within its own bound.
-          await this.deps.channel.send("messages", this.epoch, { bootId: this.deps.bootId, updates, acks, deliveryAcks, health: this.deps.health() }, this.pollAbort.signal);
+          await this.deps.channel.send("messages", this.epoch, { bootId: this.deps.bootId, updates, acks, deliveryAcks, health: this.deps.health(), ...withConnectivity(connectivity) }, this.pollAbort.signal);
           if (updates.length) this.deps.store.ackUpdates(updates[updates.length - 1]!.seq);
         } catch (e) {
+          if (connectivity) this.deps.connections?.failed();
           this.acks.unshift(...acks);
           this.deliveryAcks.unshift(...deliveryAcks);
           if (e instanceof BeachballError && e.code === "STALE_AGENT_EPOCH") this.epoch = "";
@@ -175,4 +215,9 @@ export class ControlLoop {
       this.flushing = null;
     });
   }
+}
+
+/** The payload field carrying `u`, or nothing. */
+function withConnectivity(u: ConnectivityUpdate | null): Pick<AgentPayload, "connectivity"> {
+  return u ? { connectivity: u } : {};
 }

@@ -64,7 +64,7 @@ async function setup(generation = 3) {
   const hostKey = keyPairFromPrivate(systemRandom.fill(new Uint8Array(32)));
   const links = new RecordingLinks();
   const allocationId = testId("alloc");
-  const placement: PlacementTarget = { allocationId, generation, netns: "bb-test", table: "bb_test", tap: "bbtap0" };
+  let placement: PlacementTarget | null = { allocationId, generation, netns: "bb-test", table: "bb_test", tap: "bbtap0" };
   let changes = 0;
   const ep = await HostEndpoint.start({
     hostId: "host-1",
@@ -102,7 +102,8 @@ async function setup(generation = 3) {
     for (let t = 0; t < ms / 10 && !f(); t++) await Bun.sleep(10);
     if (!f()) throw new Error(`timed out waiting for ${what}`);
   };
-  return { ep, links, client, peer, got, grantFor, apply, until, changes: () => changes, allocationId };
+  const setPlacement = (p: PlacementTarget | null) => void (placement = p);
+  return { ep, links, client, peer, got, grantFor, apply, until, changes: () => changes, allocationId, setPlacement };
 }
 
 describe("host endpoint", () => {
@@ -177,5 +178,25 @@ describe("host endpoint", () => {
     s.client.device.sendPacket(tcp(CLIENT, ALLOC, 40000, 22));
     await Bun.sleep(200);
     expect(s.links.written.length).toBe(1);
+  });
+
+  test("prune drops the grants of a placement that was replaced or removed here, and keeps the others", async () => {
+    const s = await setup(3);
+    const g = s.grantFor();
+    expect(await s.apply(g)).toEqual({ ok: true });
+    await s.ep.prune();
+    expect(s.ep.connectivity().appliedGrants.map((a) => a.grantId)).toEqual([g.payload.grantId]);
+    const before = s.changes();
+    s.setPlacement({ allocationId: s.allocationId, generation: 4, netns: "bb-test2", table: "bb_test2", tap: "bbtap0" });
+    await s.ep.prune();
+    expect(s.ep.connectivity().appliedGrants).toEqual([]);
+    expect(s.links.closed).toBe(1);
+    expect(s.changes()).toBeGreaterThan(before);
+    s.client.device.sendPacket(tcp(CLIENT, ALLOC, 40000, 22));
+    await Bun.sleep(200);
+    expect(s.links.written.length).toBe(0);
+    // Removed entirely: a new grant for the old generation is refused.
+    s.setPlacement(null);
+    expect(await s.apply(s.grantFor())).toEqual(expect.objectContaining({ ok: false, code: "UNKNOWN_PLACEMENT" }));
   });
 });

@@ -270,6 +270,28 @@ export class HostEndpoint {
     this.o.onChange?.();
   }
 
+  /**
+   * Removes every grant whose placement this host no longer runs, or runs at
+   * another generation (spec "Revocation and replacement": a grant never
+   * spans a replacement; the scheduler's revoke may come later). Call when
+   * placements change. Never rejects.
+   */
+  async prune(): Promise<void> {
+    const run = async () => {
+      let removed = 0;
+      for (const a of [...this.applied.values()]) {
+        const p = this.o.placements.byAllocation(a.grant.allocationId);
+        if (p && p.generation === a.grant.generation && p.netns === a.placementKey) continue;
+        await this.remove(a.grant.grantId);
+        removed++;
+      }
+      return removed;
+    };
+    const p = this.queue.then(run, run);
+    this.queue = p.catch(() => undefined);
+    if ((await p.catch(() => 0)) > 0) this.o.onChange?.();
+  }
+
   /** Gathers local and STUN candidates again. Never rejects. */
   async refreshCandidates(): Promise<void> {
     this.nextRefreshMs = this.o.clock.nowMs() + CANDIDATE_REFRESH_MS;
