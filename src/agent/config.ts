@@ -67,6 +67,25 @@ export interface AgentConfig {
    * the operator needs it.
    */
   failedConsoleRetentionMs?: number;
+  /**
+   * The private-networking host endpoint (spec "Data path"; src/agent/endpoint);
+   * absent: this host runs none and refuses configure_connection. `bb agent
+   * join` fills it in when the scheduler's discovery document lists
+   * connection verification keys.
+   */
+  connections?: AgentConnectionsConfig;
+}
+
+/** Settings of the host endpoint. */
+export interface AgentConnectionsConfig {
+  /** Key ID → standard base64 Ed25519 public key that grants must be signed with (the deployment's connection verification keys). */
+  verificationKeys: Record<string, string>;
+  /** Address of the shared UDP socket: "0.0.0.0" (default, IPv4) or "::" (both families) or one literal. */
+  listenAddress?: string;
+  /** Its port (default 51820, DEFAULT_ENDPOINT_PORT). */
+  listenPort?: number;
+  /** STUN servers whose view of the socket becomes a candidate, "IPv4:PORT" or "[IPv6]:PORT" (default none). */
+  stunServers?: string[];
 }
 
 /** Paths inside a data directory. */

@@ -22,6 +22,7 @@ import { vmmBootCheck } from "./doctor/vmmBoot.ts";
 import type { VmmDriver } from "./vmm/driver.ts";
 import { consolaLog, systemClock, systemHostProbe, systemRandom, systemTimers } from "./ports.ts";
 import { Agent } from "./agent.ts";
+import { startHostEndpoint } from "./endpoint/startEndpoint.ts";
 
 /** The kernel's boot ID, or a random one where /proc does not offer it. */
 export function machineBootId(): string {
@@ -92,6 +93,7 @@ export class AgentDaemon {
         selfChecks: () => runChecks(config, { ...REAL_DOCTOR_DEPS, vmmDriver: async () => driver }),
         vmmSelfCheck: () => vmmBootCheck(driver, config),
         inventory: (known) => inventoryForeign(known, p.allocations, isolation.iso.cgroups),
+        ...(config.connections ? { connections: (d) => startHostEndpoint({ hostId: config.hostId, dataDir: opts.dataDir, config: config.connections!, ...d }) } : {}),
       },
     );
     return new AgentDaemon(agent);

@@ -84,6 +84,7 @@ export async function joinScheduler(opts: JoinOptions): Promise<{ hostId: string
     consoleBudgetBytes: DEFAULT_CONSOLE_BUDGET_BYTES,
     guestBootTimeoutMs: opts.guestBootTimeoutMs ?? 180_000,
     trustedImageKeys,
+    ...(wk.connectionVerificationKeys && Object.keys(wk.connectionVerificationKeys).length ? { connections: { verificationKeys: wk.connectionVerificationKeys } } : {}),
     ...(opts.imageSource ? { imageSource: /^[a-z][a-z0-9+.-]*:\/\//i.test(opts.imageSource) ? opts.imageSource : resolve(opts.imageSource) } : {}),
   };
   saveAgentFiles(dataDir, config, body.credential);

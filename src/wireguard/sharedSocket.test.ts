@@ -58,3 +58,22 @@ test("a server that never answers gives null after the retransmissions; close() 
   sock.close();
   expect(await pending).toBeNull();
 });
+
+test("an unreachable candidate (ICMP port unreachable) is counted as a socket error and the socket keeps working", async () => {
+  const got: number[] = [];
+  const sock = await openSharedSocket({ hostname: "127.0.0.1", port: 0, random: systemRandom, onWireGuard: (d) => got.push(d[0]!) });
+  toClose.push(sock);
+  // A port nobody listens on: bind and close one to find it.
+  const gone = await Bun.udpSocket({ hostname: "127.0.0.1", port: 0 });
+  const deadPort = gone.port;
+  gone.close();
+  const keepalive = new Uint8Array([4, 0, 0, 0, ...new Uint8Array(28)]);
+  for (let i = 0; i < 3; i++) {
+    sock.sendUdp(keepalive, "127.0.0.1", deadPort);
+    await Bun.sleep(20);
+  }
+  expect(sock.counters.socketErrors).toBeGreaterThan(0);
+  sock.sendUdp(keepalive, "127.0.0.1", sock.port);
+  for (let i = 0; i < 50 && !got.length; i++) await Bun.sleep(10);
+  expect(got).toEqual([4]);
+});

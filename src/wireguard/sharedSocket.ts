@@ -9,6 +9,9 @@
  * transactions (a bounded table keyed by transaction ID; a response counts
  * only from the server it was sent to). Direct-path checks are WireGuard
  * keepalives (src/wireguard/multipath.ts) and need nothing here.
+ * ICMP errors the kernel queues on the socket (a candidate that is
+ * unreachable: ENETUNREACH, ECONNREFUSED, EHOSTUNREACH) are counted and
+ * otherwise ignored: probing candidates that do not answer is the point.
  * Must never: throw from the receive callback, keep more than
  * MAX_PENDING_STUN transactions, or keep a timer after close().
  */
@@ -32,6 +35,8 @@ export interface SharedSocketCounters {
   unknownDropped: number;
   /** Sends the kernel refused (buffer full, unreachable). */
   sendFailures: number;
+  /** Errors the socket reported (mostly ICMP unreachable for a candidate that does not answer). */
+  socketErrors: number;
 }
 
 /** Options of openSharedSocket. */
@@ -53,7 +58,7 @@ interface Pending {
 
 /** The socket. */
 export class SharedSocket {
-  readonly counters: SharedSocketCounters = { wireguardIn: 0, stunRequestsSent: 0, stunResponsesMatched: 0, stunUnmatched: 0, unknownDropped: 0, sendFailures: 0 };
+  readonly counters: SharedSocketCounters = { wireguardIn: 0, stunRequestsSent: 0, stunResponsesMatched: 0, stunUnmatched: 0, unknownDropped: 0, sendFailures: 0, socketErrors: 0 };
   private readonly pending = new Map<string, Pending>();
   private closed = false;
 
@@ -159,6 +164,9 @@ export async function openSharedSocket(o: SharedSocketOptions): Promise<SharedSo
     socket: {
       data(_s, buf, port, address) {
         shared?.handle(buf, port, address);
+      },
+      error() {
+        if (shared) shared.counters.socketErrors++;
       },
     },
   });

@@ -23,7 +23,7 @@
  * Needs root, ip, nft; otherwise prints why and skips. Leaves nothing behind.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
+import { closeSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { placementRuleset } from "../../src/agent/isolation/rules.ts";
@@ -110,11 +110,14 @@ function buildTopology(): void {
 
 async function startProxy(localPort: number, extraEnv: Record<string, string> = {}) {
   const log = join(work, `proxy-${localPort}.log`);
+  // One descriptor opened for appending, shared by stdout and stderr (two opens would overwrite each other).
+  const fd = openSync(log, "a");
   const proc = Bun.spawn(L.exec([bun, join(repo, "bin/bb.ts"), "proxy", allocationId, "--local-port", String(localPort), "--remote-port", "22"]), {
-    stdout: Bun.file(log),
-    stderr: Bun.file(log),
+    stdout: fd,
+    stderr: fd,
     env: { ...process.env, NO_COLOR: "1", BB_SCHEDULER_URL: `http://${SCHED}:8080`, BB_TOKEN: TOKEN, BB_CONNECTION_KEYS: issuer.verificationKeyText(), ...extraEnv },
   });
+  closeSync(fd);
   const text = () => Bun.file(log).text().catch(() => "");
   const waitFor = async (re: RegExp, ms = 20_000) => {
     for (let t = 0; t < ms; t += 50) {
@@ -172,6 +175,7 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
   afterAll(async () => {
     for (const c of children.reverse()) await c.stop(5_000).catch(() => {});
     for (const n of spaces.reverse()) n.delete();
+    if (process.env.BB_TEST_SHOW_LOGS) for (const f of readdirSync(work)) console.log(`--- ${f}\n${readFileSync(join(work, f), "utf8").slice(-4000)}`);
     rmSync(work, { recursive: true, force: true });
   });
 

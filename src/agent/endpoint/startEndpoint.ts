@@ -1,0 +1,70 @@
+/**
+ * The real host endpoint for the agent daemon (src/agent/daemon.ts): turns
+ * the agent's `connections` settings (src/agent/config.ts) into a started
+ * HostEndpoint with the host key from `<dataDir>/wireguard/host.key`, the
+ * fastest available AEAD, the system clock and randomness, the kernel
+ * placement links and the machine's interface list.
+ *
+ * Owns: checking those settings (clear errors naming the field). Must
+ * never: start with a verification key or STUN server it could not parse.
+ */
+import { isIP } from "node:net";
+import { networkInterfaces } from "node:os";
+import { DEFAULT_ENDPOINT_PORT } from "../../protocol/connection.ts";
+import { isVerificationKey } from "../../protocol/connectionSignature.ts";
+import { selectAead, systemClock, systemRandom } from "../../wireguard/index.ts";
+import type { AgentConnectionsConfig } from "../config.ts";
+import type { StunServer } from "./candidates.ts";
+import { HostEndpoint } from "./endpoint.ts";
+import type { PlacementLookup } from "./grantCheck.ts";
+import { loadOrCreateHostKey } from "./hostKey.ts";
+import { kernelPlacementLinks } from "./placementLink.ts";
+
+/** Most STUN servers a host asks. */
+export const MAX_STUN_SERVERS = 4;
+
+/** Parses "IPv4:PORT" or "[IPv6]:PORT". Throws an Error naming the entry. */
+export function parseStunServer(text: string): StunServer {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([0-9.]+)):(\d{1,5})$/.exec(text);
+  const address = m?.[1] ?? m?.[2];
+  const port = Number(m?.[3]);
+  if (!address || !isIP(address) || !(port >= 1 && port <= 65535)) throw new Error(`connections.stunServers: ${JSON.stringify(text.slice(0, 80))} is not IPv4:PORT or [IPv6]:PORT`);
+  return { address, port };
+}
+
+/** The checked settings: verification keys, listen address and port, STUN servers. Throws an Error naming the bad field. */
+export function endpointSettings(c: AgentConnectionsConfig): { keys: Map<string, string>; listen: { hostname: string; port: number }; stun: StunServer[] } {
+  const keys = new Map<string, string>();
+  for (const [id, key] of Object.entries(c.verificationKeys ?? {})) {
+    if (!/^[A-Za-z0-9._:-]{1,64}$/.test(id) || typeof key !== "string" || !isVerificationKey(key)) throw new Error(`connections.verificationKeys.${id.slice(0, 64)}: not a base64 32-byte Ed25519 public key under a key ID of [A-Za-z0-9._:-]{1,64}`);
+    keys.set(id, key);
+  }
+  if (!keys.size) throw new Error("connections.verificationKeys: at least one key is needed, or no grant could ever be applied");
+  const hostname = c.listenAddress ?? "0.0.0.0";
+  if (!isIP(hostname)) throw new Error(`connections.listenAddress: ${JSON.stringify(hostname)} is not an IP address`);
+  const port = c.listenPort ?? DEFAULT_ENDPOINT_PORT;
+  if (!Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`connections.listenPort: ${port} is not a port`);
+  const list = c.stunServers ?? [];
+  if (list.length > MAX_STUN_SERVERS) throw new Error(`connections.stunServers: at most ${MAX_STUN_SERVERS}`);
+  return { keys, listen: { hostname, port }, stun: list.map(parseStunServer) };
+}
+
+/** Starts the endpoint of host `hostId` (see the module header). Rejects on bad settings, an unreadable key file or a port in use. */
+export async function startHostEndpoint(o: { hostId: string; dataDir: string; config: AgentConnectionsConfig; placements: PlacementLookup; onChange: () => void }): Promise<HostEndpoint> {
+  const s = endpointSettings(o.config);
+  const { aead } = await selectAead();
+  return HostEndpoint.start({
+    hostId: o.hostId,
+    keyPair: loadOrCreateHostKey(o.dataDir, systemRandom),
+    verificationKeys: s.keys,
+    listen: s.listen,
+    stunServers: s.stun,
+    clock: systemClock,
+    random: systemRandom,
+    aead,
+    placements: o.placements,
+    links: kernelPlacementLinks,
+    interfaces: networkInterfaces,
+    onChange: o.onChange,
+  });
+}
