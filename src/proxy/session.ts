@@ -84,7 +84,8 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
         }
         if (!signal.aborted) timer = setTimeout(watch, o.watchIntervalMs ?? WATCH_INTERVAL_MS);
       };
-      timer = setTimeout(watch, o.watchIntervalMs ?? WATCH_INTERVAL_MS);
+      // The first check runs at once: a grant for a generation that is already gone ends the run now, not a watch interval later.
+      timer = setTimeout(watch, 0);
     });
   } finally {
     if (timer) clearTimeout(timer);

@@ -175,7 +175,7 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
   afterAll(async () => {
     for (const c of children.reverse()) await c.stop(5_000).catch(() => {});
     for (const n of spaces.reverse()) n.delete();
-    if (process.env.BB_TEST_SHOW_LOGS) for (const f of readdirSync(work)) console.log(`--- ${f}\n${readFileSync(join(work, f), "utf8").slice(-4000)}`);
+    if (process.env.BB_TEST_SHOW_LOGS) for (const f of readdirSync(work).filter((f) => f.endsWith(".log"))) console.log(`--- ${f}\n${readFileSync(join(work, f), "utf8").slice(-4000)}`);
     rmSync(work, { recursive: true, force: true });
   });
 
@@ -187,6 +187,7 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     try {
       await px.waitFor(/listening on 127\.0\.0\.1:2222/);
       const results = await Promise.all([echoThrough(2222, 8 << 20), echoThrough(2222, 100_000), echoThrough(2222, 1)]);
+      if (process.env.BB_TEST_SHOW_LOGS) console.log(JSON.stringify(await hostStats()));
       expect(results.map((r) => [r.ok, r.bytes])).toEqual([[true, 8 << 20], [true, 100_000], [true, 1]]);
       await px.waitFor(new RegExp(`path: direct via ${HNAT_PUBLIC.replaceAll(".", "\\.")}:51820`));
       const st = await hostStats();

@@ -42,7 +42,8 @@ export class IssuerState {
   readonly hosts = new Map<string, { hostPublicKey: string; candidates: Candidate[] }>();
   readonly commands: Array<{ seq: number; command: ConfigureConnection }> = [];
   readonly grants: SignedGrant[] = [];
-  next: { tamper?: boolean; ttlMs?: number; generation?: number } = {};
+  /** How the next grant is made: tampered after signing, a lifetime, another generation, or with a client relay token that names another grant. */
+  next: { tamper?: boolean; ttlMs?: number; generation?: number; relayTokenForAnotherGrant?: boolean } = {};
   /** Grant IDs the host reported applied or refused (connectivity_update stand-in). */
   readonly settled = new Set<string>();
   private clientCounter = 0x10;
@@ -123,10 +124,12 @@ export function startIssuerServer(o: { hostname: string; port: number; token: st
       s.grants.push(grant);
       s.push({ commandId: `${grant.payload.grantId}:apply`, type: "configure_connection", action: "apply", grantId: grant.payload.grantId, grant });
       await s.waitSettled(grant.payload.grantId, 5_000);
+      // Relays are not part of this stand-in; a relay map with one entry exists only to carry a token for another grant.
+      const relay = { relayId: "relay-1", url: "wss://relay.invalid/v1/relay" };
       const resp: ConnectionGrantResponse = {
         grant,
-        relayMap: s.issuer.relayMap([], now, ttlMs),
-        relayTokens: {},
+        relayMap: s.issuer.relayMap(next.relayTokenForAnotherGrant ? [relay] : [], now, ttlMs),
+        relayTokens: next.relayTokenForAnotherGrant ? { [relay.relayId]: s.issuer.relayToken(relay.relayId, testId("grt"), "client", now, 60_000) } : {},
         connectionId: testId("conn"),
         endpointToken: randomBytes(24).toString("base64url"),
         hostCandidates: host.candidates,
