@@ -8,7 +8,7 @@
  * Per grant: new connections from the client's /128 to the allocation's /128
  * on the grant's transport and ports, in from `bbconn0` and out to the
  * guest's TAP; the guest's established/related replies on that exact pair
- * back to `bbconn0`. With any grant: neighbour discovery on the TAP (hop
+ * back to `bbconn0` (the only route to the client's /128). With any grant: neighbour discovery on the TAP (hop
  * limit 255, on-link only) so the namespace and the guest can resolve each
  * other. With none: the chain is empty and the placement's default deny is
  * untouched.
@@ -61,9 +61,9 @@ export function connectionChainText(table: string, tap: string, flows: readonly 
     if (!f.ports.length || f.ports.some((p) => !Number.isInteger(p) || p < 1 || p > 65535)) throw netError(`invalid ports ${JSON.stringify(f.ports)}`);
     const ports = [...new Set(f.ports)].sort((x, y) => x - y).join(", ");
     lines.push(`${head} iifname ${tun} oifname ${tapName} ip6 saddr ${c} ip6 daddr ${a} ${f.transport} dport { ${ports} } ct state new accept`);
-    lines.push(`${head} iifname ${tapName} oifname ${tun} ip6 saddr ${a} ip6 daddr ${c} ct state established,related accept`);
-    // The same reply, seen from the guest's IPv6 chain in prerouting (no output interface yet).
-    lines.push(`${head} iifname ${tapName} oifname "" ip6 saddr ${a} ip6 daddr ${c} ct state established,related accept`);
+    // The guest's reply, matched the same way in prerouting (no output interface yet) and in forward: the
+    // client's /128 is routed only to bbconn0, so the destination fixes the way out (nft 1.0.6 refuses oifname "").
+    lines.push(`${head} iifname ${tapName} ip6 saddr ${a} ip6 daddr ${c} ct state established,related accept`);
   }
   return lines.join("\n") + "\n";
 }
