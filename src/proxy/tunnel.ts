@@ -1,5 +1,5 @@
 /**
- * The proxy's tunnel (spec "Data path" step 3; docs/adr/0161-proxy-paths.md):
+ * The proxy's tunnel (spec "Data path" step 3; docs/adr/0158-proxy-paths.md):
  * an ephemeral-key WireGuard Device with one peer, the host, on one
  * unprivileged UDP socket, with the userspace TCP/IP stack (src/netstack) on
  * top at the grant's client address. No TUN, no root, no route.

@@ -1,6 +1,6 @@
 /**
  * The host's private-networking endpoint (spec "Data path", host side;
- * docs/adr/0160-host-endpoint-routing.md): one userspace WireGuard Device
+ * docs/adr/0157-host-endpoint-routing.md): one userspace WireGuard Device
  * on one UDP socket (WireGuard, STUN and direct-path checks share it), a
  * peer per applied grant with an inner filter, a link into each placement
  * that has grants, grants removed at their expiry without a command, and

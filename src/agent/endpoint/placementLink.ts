@@ -1,5 +1,5 @@
 /**
- * How the host endpoint reaches a placement (docs/adr/0160-host-endpoint-routing.md):
+ * How the host endpoint reaches a placement (docs/adr/0157-host-endpoint-routing.md):
  * one TUN per placement that has grants, opened by the agent through
  * native/tun, moved into the placement's namespace and renamed `bbconn0`.
  * Inside the namespace: `bbconn0` up with the tunnel MTU; IPv6 forwarding
