@@ -1,0 +1,140 @@
+/**
+ * `bb proxy` throughput (issue "Private networking", done-when), in one run:
+ *
+ * - ours: kernel TCP (test/support/tcpClient.ts) to 127.0.0.1 → the real
+ *   `bb proxy` (loopback forwarder, our TCP/IP stack, our multipath
+ *   WireGuard on UDP) in namespace L → the host endpoint
+ *   (test/support/endpointHarness.ts: our WireGuard, inner filter, a
+ *   bbconn0 TUN moved into the placement namespace P with the real
+ *   placement table) in namespace H → a kernel TCP server
+ *   (test/support/tcpPeer.ts) on the allocation's IPv6 address in G;
+ *   grants from the test grant issuer (test/support/grantIssuerServer.ts);
+ * - baseline, same run: kernel TCP through two Debian wireguard-go
+ *   instances to a kernel TCP server (test/support/wgWorld.ts).
+ *
+ * Prints MiB/s each way and the ratio ours / baseline. Needs root, ip, nft,
+ * wg and wireguard-go; prints why and exits 0 otherwise.
+ *
+ *   bun bench/proxy.ts [--mib 64]
+ * Run under `flock /tmp/bb-heavy.lock` on shared machines.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { parseArgs } from "node:util";
+import { placementRuleset } from "../src/agent/isolation/rules.ts";
+import { TestGrantIssuer, testId } from "../test/support/grantIssuer.ts";
+import { LineChild } from "../test/support/lineChild.ts";
+import { Netns } from "../test/support/netns.ts";
+import { startWgWorld, wgWorldSkipReason } from "../test/support/wgWorld.ts";
+
+const { values } = parseArgs({ options: { mib: { type: "string", default: "64" } } });
+const BYTES = Number(values.mib) << 20;
+const repo = resolve(import.meta.dir, "..");
+const bun = process.execPath;
+const skip = wgWorldSkipReason() ?? (!Bun.which("nft") ? "nft is not installed" : null);
+if (skip) {
+  console.log(`bench/proxy.ts: skipped (${skip})`);
+  process.exit(0);
+}
+
+const ID = process.pid.toString(36);
+const ALLOC = "fd00:bb:9:2::2";
+const TOKEN = "bench-proxy-token";
+const TABLE = `bb_bp${ID}`;
+const work = mkdtempSync(join(tmpdir(), "bb-bench-proxy-"));
+const spaces: Netns[] = [];
+const children: LineChild[] = [];
+const mibps = (bytes: number, ms: number) => bytes / (1 << 20) / (ms / 1000);
+
+function veth(a: Netns, ifA: string, b: Netns, ifB: string): void {
+  a.ip("link", "add", ifA, "type", "veth", "peer", "name", ifB, "netns", b.name);
+  a.ip("link", "set", ifA, "up");
+  b.ip("link", "set", ifB, "up");
+}
+
+async function tcpClient(ns: Netns, args: string[]): Promise<{ ok: boolean; bytes: number; ms: number }> {
+  const p = Bun.spawn(ns.exec([bun, join(repo, "test/support/tcpClient.ts"), ...args]), { stdout: "pipe", stderr: "inherit" });
+  const out = await new Response(p.stdout).text();
+  await p.exited;
+  return JSON.parse(out.trim().split("\n").at(-1) ?? "{}");
+}
+
+async function ours(): Promise<Record<"sink" | "source", { ok: boolean; bytes: number; ms: number }>> {
+  const [L, H, P, G] = ["l", "h", "p", "g"].map((n) => new Netns(`bbb-px${n}-${ID}`)) as [Netns, Netns, Netns, Netns];
+  spaces.push(L, H, P, G);
+  veth(L, "eth0", H, "eth0");
+  L.ip("addr", "add", "192.0.2.1/24", "dev", "eth0");
+  H.ip("addr", "add", "192.0.2.2/24", "dev", "eth0");
+  veth(P, "bbtap0", G, "eth0");
+  const nft = Bun.spawnSync(P.exec(["nft", "-f", "-"]), {
+    stdin: new TextEncoder().encode(placementRuleset({ table: TABLE, tap: "bbtap0", guestIpv4: "10.0.0.2", routerIpv4: "10.0.0.1", resolvers: [], operatorRanges: [], hostRanges: ["100.127.0.0/16"] })),
+  });
+  if (nft.exitCode !== 0) throw new Error(`nft: ${nft.stderr}`);
+  G.ip("-6", "addr", "add", `${ALLOC}/128`, "dev", "eth0", "nodad");
+  G.ip("-6", "route", "add", "default", "via", "fe80::1", "dev", "eth0");
+  const child = (ns: Netns, args: string[], name: string) => {
+    const c = new LineChild(ns.exec([bun, ...args]), join(work, `${name}.log`));
+    children.push(c);
+    return c;
+  };
+  const issuer = new TestGrantIssuer("bench");
+  const allocationId = testId("alloc");
+  const iss = child(H, [join(repo, "test/support/grantIssuerServer.ts"), JSON.stringify({ hostname: "192.0.2.2", port: 8080, token: TOKEN, seed: issuer.seed, keyId: issuer.keyId })], "issuer");
+  await iss.waitFor((e) => e.ev === "ready", 15_000, "issuer");
+  iss.send({ op: "allocation", id: allocationId, state: "ready", generation: 1, hostId: "host-1", allocationAddress: ALLOC });
+  const peer = Bun.spawn(G.exec([bun, join(repo, "test/support/tcpPeer.ts"), "7000", ALLOC]), { stdout: "pipe", stderr: "inherit" });
+  const reader = peer.stdout.getReader();
+  if (!new TextDecoder().decode((await reader.read()).value).includes("ready")) throw new Error("tcpPeer did not start");
+  const cfg = {
+    hostId: "host-1", dataDir: join(work, "host-data"), listen: { hostname: "0.0.0.0", port: 51820 }, stunServers: [],
+    issuerUrl: "http://192.0.2.2:8080", verificationKeys: issuer.verificationKeyText(),
+    placements: [{ allocationId, generation: 1, netns: P.name, table: TABLE, tap: "bbtap0" }],
+  };
+  const ep = child(H, [join(repo, "test/support/endpointHarness.ts"), JSON.stringify(cfg)], "endpoint");
+  await ep.waitFor((e) => e.ev === "ready", 15_000, "endpoint");
+  await Bun.sleep(300); // its first connectivity report reaches the issuer
+  const proxy = Bun.spawn(L.exec([bun, join(repo, "bin/bb.ts"), "proxy", allocationId, "--local-port", "2222", "--remote-port", "7000"]), {
+    stdout: "pipe",
+    stderr: "pipe",
+    env: { ...process.env, NO_COLOR: "1", BB_SCHEDULER_URL: "http://192.0.2.2:8080", BB_TOKEN: TOKEN, BB_CONNECTION_KEYS: issuer.verificationKeyText() },
+  });
+  let text = "";
+  void (async () => {
+    for await (const c of proxy.stderr) text += new TextDecoder().decode(c);
+  })();
+  for (let i = 0; i < 300 && !text.includes("listening on"); i++) await Bun.sleep(50);
+  if (!text.includes("listening on")) throw new Error(`bb proxy did not start: ${text}`);
+  try {
+    const sink = await tcpClient(L, ["sink", "127.0.0.1", "2222", String(BYTES), "11"]);
+    const source = await tcpClient(L, ["source", "127.0.0.1", "2222", String(BYTES), "11"]);
+    return { sink, source };
+  } finally {
+    proxy.kill("SIGINT");
+    await proxy.exited;
+    peer.kill("SIGKILL");
+    await peer.exited;
+  }
+}
+
+try {
+  const w = await startWgWorld("bbpb", 86, { baseline: true });
+  const base: Record<string, { ok: boolean; bytes: number; ms: number }> = {};
+  try {
+    for (const kind of ["sink", "source"] as const) base[kind] = await w.baselineClient([kind, w.server4, String(w.port), String(BYTES), "11"]);
+  } finally {
+    await w.close();
+  }
+  const o = await ours();
+  console.log(`bb proxy throughput, ${BYTES >> 20} MiB each way, one connection (MiB/s; ratio vs wireguard-go + kernel TCP, same run):`);
+  for (const kind of ["sink", "source"] as const) {
+    const a = mibps(o[kind].bytes, o[kind].ms);
+    const b = mibps(base[kind]!.bytes, base[kind]!.ms);
+    const dir = kind === "sink" ? "to the VM  " : "from the VM";
+    console.log(`  ${dir} bb proxy ${a.toFixed(1).padStart(6)}${o[kind].ok ? "" : " (FAILED)"}   wireguard-go+kernel ${b.toFixed(1).padStart(6)}${base[kind]!.ok ? "" : " (FAILED)"}   ratio ${(a / b).toFixed(2)}`);
+  }
+} finally {
+  for (const c of children.reverse()) await c.stop(5_000).catch(() => {});
+  for (const n of spaces.reverse()) n.delete();
+  rmSync(work, { recursive: true, force: true });
+}
