@@ -15,7 +15,8 @@ export function formatEvent(e: AllocationEvent): string {
   const st = e.toState ? ` ${e.fromState ?? "∅"} → ${e.toState}` : "";
   const reason = e.reason ? ` [${e.reason}]` : "";
   const exit = e.type === "workload.exited" ? ` exitCode=${String(e.data?.["exitCode"])}` : "";
-  return `${e.at}  #${e.seq} ${e.type}${st}${reason}${exit}`;
+  const vm = typeof e.data?.["exitReason"] === "string" ? ` vmExit=${stripControl(e.data["exitReason"])}` : "";
+  return `${e.at}  #${e.seq} ${e.type}${st}${reason}${exit}${vm}`;
 }
 
 /** Allocations as a table: ID, STATE, CLASS, HOST, GEN, EXIT, REASON, CREATED. */
@@ -46,8 +47,20 @@ export function allocationDetail(v: AllocationView): string {
   if (UNPLACED_STATES.has(v.state)) rows.push(["Why pending", describePlacement(v.placement)]);
   else if (v.placement) rows.push(["Last attempt", describePlacement(v.placement)]);
   if (Object.keys(v.labels).length) rows.push(["Labels", Object.entries(v.labels).map(([k, x]) => `${k}=${x}`).join(", ")]);
+  const x = v.placementExit;
+  if (x) rows.push(["VM exit", `generation ${x.generation} ended on its own: ${stripControl(x.reason)} (${x.at})`]);
   const w = Math.max(...rows.map(([k]) => k.length)) + 1;
-  return rows.map(([k, x]) => `${`${k}:`.padEnd(w)} ${x}`).join("\n");
+  const lines = rows.map(([k, val]) => `${`${k}:`.padEnd(w)} ${val}`);
+  if (x) {
+    lines.push("Console tail (last kernel lines):");
+    for (const line of x.consoleTail.split("\n")) if (line) lines.push(`  ${stripControl(line)}`);
+  }
+  return lines.join("\n");
+}
+
+/** Drops C0/C1 control characters (escape sequences included): text that came from a host or guest never drives the terminal. */
+export function stripControl(s: string): string {
+  return s.replace(/[\x00-\x08\x0b-\x1f\x7f-\x9f]/g, "");
 }
 
 /** Hosts as a table: HOST, STATE, HEALTH, CPU, MEMORY, DISK, SLOTS (free/allocatable), PLACEMENTS, UNSCHEDULABLE. */
