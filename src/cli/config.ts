@@ -58,7 +58,7 @@ export function readConfigFile(path: string): ClientConfigFile {
   let text: string;
   try {
     const buf = readFileSync(path);
-    if (buf.length > MAX_CLIENT_CONFIG_BYTES) throw new UsageError(`config file ${path} is ${buf.length} bytes; a client config is at most ${MAX_CLIENT_CONFIG_BYTES}`, NO_HINT);
+    if (buf.length > MAX_CLIENT_CONFIG_BYTES) throw new UsageError(`config file ${path} is ${buf.length} bytes; a client config is at most ${MAX_CLIENT_CONFIG_BYTES} bytes`, NO_HINT);
     text = buf.toString("utf8");
   } catch (e) {
     if (e instanceof UsageError) throw e;

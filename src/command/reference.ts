@@ -3,7 +3,7 @@
  * so it cannot drift from what the parser accepts: for every command its
  * description, usage line, arguments, options and examples, plus the exit
  * codes and the configuration lookup every client command shares.
- * `bun scripts/cli-reference.ts` writes it; test/cli.test.ts checks the
+ * `bun scripts/cli-reference.ts` writes it; test/cli-definitions.test.ts checks the
  * checked-in file matches.
  *
  * Lower layer. Must never: read the environment or the machine (the output
@@ -33,7 +33,7 @@ export function renderReference(nodes: readonly CommandNode[]): string {
   const out: string[] = [
     "# CLI reference",
     "",
-    "<!-- Generated from the command definitions by `bun scripts/cli-reference.ts`; test/cli.test.ts fails when this file is stale. Edit the definitions, not this file. -->",
+    "<!-- Generated from the command definitions by `bun scripts/cli-reference.ts`; test/cli-definitions.test.ts fails when this file is stale. Edit the definitions, not this file. -->",
     "",
     "Every command takes `-h`/`--help` (on stdout, exit 0). Flags are",
     "`--name value` or `--name=value`; a switch is `--name`, `--name=false` or",
