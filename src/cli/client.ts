@@ -14,7 +14,8 @@ export const TRANSPORT_RETRY_MS = 60_000;
 /**
  * Runs `fn`, retrying transport failures (connection refused or reset, a
  * 503 problem, a 5xx answer without a problem body such as a proxy's 502)
- * every second until `deadline`; other error answers are thrown at once.
+ * every second until `deadline` (the last sleep cut to it); other error
+ * answers are thrown at once.
  */
 export async function retryTransport<T>(fn: () => Promise<T>, deadline: number): Promise<T> {
   for (;;) {
@@ -22,8 +23,8 @@ export async function retryTransport<T>(fn: () => Promise<T>, deadline: number):
       return await fn();
     } catch (e) {
       const transient = e instanceof BeachballError ? e.status === 503 : e instanceof UnexpectedAnswerError ? e.status >= 500 : true;
-      if (!transient || Date.now() > deadline) throw e;
-      await Bun.sleep(1_000);
+      if (!transient || Date.now() >= deadline) throw e;
+      await Bun.sleep(Math.min(1_000, deadline - Date.now()));
     }
   }
 }
