@@ -222,7 +222,9 @@ const events = command({
       const id = await resolveAllocationId(client, args.id);
       const print = (e: AllocationEvent) => console.log(args.json ? JSON.stringify(e) : formatEvent(e));
       if (args.follow) return void (await client.follow(id, print, { after }));
-      for (const e of await client.events(id, after, MAX_PAGE_SIZE)) print(e);
+      const items = await client.events(id, after, MAX_PAGE_SIZE);
+      if (items.length === 0 && !args.json) consola.info(after ? `no events after #${after}` : "no events");
+      for (const e of items) print(e);
     }),
 });
 

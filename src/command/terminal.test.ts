@@ -76,6 +76,17 @@ describe("progress", () => {
     expect(s.text).not.toMatch(ESC);
   });
 
+  test("a terminal that reports no width gets plain lines, not a spinner", () => {
+    for (const columns of [0, undefined]) {
+      const s = Object.assign(fake(true), { columns });
+      const p = progress(s);
+      p.update("waiting for a host");
+      p.note("payload consumed");
+      p.stop();
+      expect(s.text).toBe("payload consumed\n");
+    }
+  });
+
   test("quiet prints nothing, even on a terminal", () => {
     const s = fake(true);
     const p = progress(s, true);

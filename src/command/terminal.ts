@@ -77,13 +77,16 @@ export interface Progress {
 }
 
 /**
- * A spinner on `stream` when it is a terminal and `quiet` is false;
- * otherwise notes go to the stream as plain lines and updates are dropped.
+ * A spinner on `stream` when it is a terminal that reports its width and
+ * `quiet` is false; otherwise notes go to the stream as plain lines and
+ * updates are dropped. (A terminal of width 0, such as a pseudo-terminal
+ * nobody sized, would get the spinner's text one character per line.)
  */
 export function progress(stream: NodeJS.WriteStream | Stream = process.stderr, quiet = false): Progress {
   if (quiet) return { update() {}, step() {}, note() {}, stop() {} };
   const line = (t: string) => void stream.write(`${t}\n`);
-  if (!stream.isTTY) return { update() {}, step: line, note: line, stop: (t) => void (t && line(t)) };
+  const columns = (stream as { columns?: unknown }).columns;
+  if (!stream.isTTY || typeof columns !== "number" || columns < 1) return { update() {}, step: line, note: line, stop: (t) => void (t && line(t)) };
   const sp = clackSpinner({ output: stream as NodeJS.WriteStream, withGuide: false, onCancel: () => process.exit(130), ...(useColour(stream) ? {} : { styleFrame: (f: string) => f }) });
   let running = false;
   let current = "";

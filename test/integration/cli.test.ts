@@ -9,7 +9,9 @@
  * --timeout`, `serve --dev` without an image, `agent setup`).
  *
  * Subprocesses run without NO_COLOR in an empty directory with an empty
- * HOME, so no developer config is read and colour would show if it leaked.
+ * HOME, so no developer config is read and colour would show if it leaked;
+ * a few run on a pseudo-terminal (util-linux `script`, in every Debian) to
+ * see colour and the spinner where they belong.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -36,6 +38,18 @@ async function bb(args: string[], opts: { token?: string; env?: Record<string, s
   for (const k of ["NO_COLOR", "BB_TOKEN", "BB_CONFIG", "FORCE_COLOR"]) if (!(opts.env && k in opts.env)) delete env[k];
   for (const [k, v] of Object.entries(env)) if (v === undefined) delete env[k];
   const p = Bun.spawn([BUN, BB, ...args, ...(opts.token ? ["--token", opts.token] : [])], { stdout: "pipe", stderr: "pipe", env: env as Record<string, string>, cwd: opts.cwd ?? work });
+  const timer = setTimeout(() => p.kill("SIGKILL"), 30_000);
+  const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+  clearTimeout(timer);
+  return { code, out, err };
+}
+
+/** Runs `bb ARGS` on a pseudo-terminal of 120 columns (util-linux `script`), stdout and stderr both to it; returns what the terminal showed. */
+async function bbOnTty(args: string[], env: Record<string, string> = {}): Promise<Run> {
+  const quote = (w: string) => `'${w.replace(/'/g, `'\\''`)}'`;
+  const base: Record<string, string | undefined> = { ...process.env, HOME: join(work, "home"), BB_SCHEDULER_URL: s.url, TERM: "xterm-256color", ...env };
+  for (const k of ["NO_COLOR", "BB_TOKEN", "BB_CONFIG", "FORCE_COLOR"]) if (!(k in env)) delete base[k];
+  const p = Bun.spawn(["script", "-qec", `stty cols 120 rows 40; exec ${[BUN, BB, ...args].map(quote).join(" ")}`, "/dev/null"], { stdin: "ignore", stdout: "pipe", stderr: "pipe", env: base as Record<string, string>, cwd: work });
   const timer = setTimeout(() => p.kill("SIGKILL"), 30_000);
   const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
   clearTimeout(timer);
@@ -78,6 +92,34 @@ describe("conventions (issue 13 item 7)", () => {
     expect(lines[0]).toMatch(/^ID\s+STATE\s+CLASS\s+HOST\s+GEN\s+EXIT\s+REASON\s+CREATED$/);
     expect(lines.slice(1).some((l) => l.startsWith(`${id}  pending  ci-small`))).toBe(true);
     for (const x of [r, q, list]) expect(x.out + x.err).not.toMatch(NO_ESCAPES);
+  });
+
+  test("on a terminal: coloured messages and a spinner while waiting; NO_COLOR removes the colour; in a pipe neither", async () => {
+    const tty = await bbOnTty(["allocation", "get", "ffff", "--token", s.tokens.token]);
+    expect(tty.out).toContain("\x1b[31merror: \x1b[39mNOT_FOUND: no allocation of yours starts with ffff");
+    const plain = await bbOnTty(["allocation", "get", "ffff", "--token", s.tokens.token], { NO_COLOR: "1" });
+    expect(plain.out).toContain("error: NOT_FOUND: no allocation of yours starts with ffff");
+    expect(plain.out).not.toMatch(NO_ESCAPES);
+    const waiting = await bbOnTty(["allocation", "create", "--class", "ci-medium", "--wait", "--timeout", "1", "--token", s.tokens.token], { NO_COLOR: "1" });
+    const id = /ID:\s+(alloc_[0-9a-f]{32})/.exec(waiting.out)![1]!;
+    expect(waiting.out).toMatch(new RegExp(`[◒◐◓◑]  ${id}: pending`));
+    expect(waiting.out).toContain("was not placed within 1 s");
+    expect(waiting.out).not.toMatch(/\x1b\[[0-9;]*m/);
+    const piped = await bb(["allocation", "create", "--class", "ci-medium", "--wait", "--timeout", "1"], { token: s.tokens.token });
+    expect(piped.code).toBe(3);
+    expect(piped.out + piped.err).not.toMatch(/[◒◐◓◑]/);
+    expect(piped.out + piped.err).not.toMatch(NO_ESCAPES);
+    for (const r of [waiting, piped]) await s.controller.release(/ID:\s+(alloc_[0-9a-f]{32})/.exec(r.out)![1]!);
+  });
+
+  test("events: one line each; none says so on stderr", async () => {
+    const { view } = await s.controller.create({ clientRequestId: "events-1", workloadClass: "ci-small" });
+    const all = await bb(["allocation", "events", view.allocationId], { token: s.tokens.token });
+    expect(all.code).toBe(0);
+    expect(all.out).toMatch(/^\S+  #1 allocation\.\S+/);
+    const none = await bb(["allocation", "events", view.allocationId, "--after", "1000"], { token: s.tokens.token });
+    expect(none).toMatchObject({ code: 0, out: "", err: "no events after #1000\n" });
+    await s.controller.release(view.allocationId);
   });
 
   test("help goes to stdout with the full path and examples, without colour in a pipe; a bare group prints it on stderr, exit 2", async () => {
