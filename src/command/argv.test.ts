@@ -1,3 +1,7 @@
+/**
+ * The strict command-line parser and checked values: every accepted form,
+ * and every refusal a usage error (exit 2) naming the flag or argument.
+ */
 import { describe, expect, test } from "bun:test";
 import type { ArgDef } from "citty";
 import { closest, parseArgv } from "./argv.ts";
