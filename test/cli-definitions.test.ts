@@ -62,6 +62,8 @@ describe("command definitions", () => {
     expect(help).toContain("Examples:\n  bb allocation create --class ci-small\n");
     expect(help).not.toContain("\x1b[");
     for (const n of nodes) expect(renderHelp(n, await subcommandLines(n))).toContain(`Usage: ${n.path.join(" ")}`);
+    expect(renderHelp(nodes[0]!, await subcommandLines(nodes[0]!))).toContain("  --version   Print the version\n");
+    expect(help).not.toContain("--version");
   });
 
   test("docs/cli.md is generated from these definitions (run `bun scripts/cli-reference.ts` after changing a command)", () => {

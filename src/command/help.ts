@@ -69,6 +69,7 @@ export function renderHelp(node: CommandNode, subs: readonly SubcommandLine[], c
   const flags = Object.entries(node.args).filter(([, d]) => d.type !== "positional");
   const flagRows: [string, string][] = flags.map(([n, d]) => [flagLabel(n, d), flagDescription(d)]);
   flagRows.push(["-h, --help", "Show this help"]);
+  if (node.path.length === 1 && node.meta.version) flagRows.push(["--version", "Print the version"]);
   out.push(s.bold("Options:"), ...columns(flagRows, s.cyan), "");
   if (subs.length > 0) out.push(s.bold("Commands:"), ...columns(subs.map((c) => [c.name, c.description]), s.cyan), "");
   if (node.extras.examples?.length) out.push(s.bold("Examples:"), ...node.extras.examples.map((e) => `  ${e}`), "");
