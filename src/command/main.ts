@@ -11,10 +11,9 @@
  *
  * Lower layer. Must never: import a role; the entry point hands it the tree.
  */
-import { parseArgv } from "./argv.ts";
+import { closest, parseArgv } from "./argv.ts";
 import { resolveCommand, subCommand, type BbCommand, type CommandNode } from "./define.ts";
 import { renderHelp, type SubcommandLine } from "./help.ts";
-import { closest } from "./argv.ts";
 import { EXIT, exitCodeFor, UsageError } from "./run.ts";
 import { styles, useColour, type Stream } from "./terminal.ts";
 
