@@ -48,7 +48,7 @@ export function renderReference(nodes: readonly CommandNode[]): string {
     "| code | meaning |",
     "|---|---|",
     "| 0 | done |",
-    "| 1 | error: a stable code and message are printed (`NOT_FOUND: …`); with `--wait`, a failed allocation or a payload that exited non-zero |",
+    "| 1 | error: a stable code and message are printed (`NOT_FOUND: …`); with `--wait`, a failed allocation, a payload that exited non-zero, or `--timeout` reached while a host holds the allocation (its state is printed) |",
     "| 2 | usage: a flag, an argument or the client configuration is wrong; nothing was sent |",
     "| 3 | `--wait` gave up: no host took the allocation within `--timeout`; why is printed from its latest placement attempt, and it stays pending |",
     "| 4 | authentication or permission refused |",

@@ -13,13 +13,18 @@
  * a few run on a pseudo-terminal (util-linux `script`, in every Debian) to
  * see colour and the spinner where they belong.
  */
-import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { afterAll, beforeAll, describe, expect, setDefaultTimeout, test } from "bun:test";
+import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { tmpdir } from "node:os";
 import { allocationIdFor } from "../../src/domain/identifiers.ts";
 import { ensureDevManifest } from "../../src/scheduler/manifest.ts";
 import { startTestScheduler, rawPost, type TestScheduler } from "../support/scheduler.ts";
+import { ScriptedAgent } from "../support/scriptedAgent.ts";
+
+// Each test runs several `bb` subprocesses (≈ 0.3 s each, seconds on a loaded machine); bunfig's timeout does not reach here.
+setDefaultTimeout(60_000);
 
 let s: TestScheduler;
 let work: string;
@@ -359,5 +364,58 @@ describe("operator commands and exit codes", () => {
     expect(badGen.code).toBe(2);
     expect(badGen.err).toContain("--generation must be a whole number");
     await s.controller.release(view.allocationId);
+  });
+});
+
+describe("--wait with a host that takes the allocation (a scripted agent: the real protocol, no VM)", () => {
+  test("a payload that exits 3 fails the command with exit 1 naming the code; a wait that times out once placed exits 1 with the state", async () => {
+    const t = await s.operator.enrollmentToken("cli-agent");
+    const e = await rawPost(`${s.url}/v1/agents/enroll`, null, JSON.stringify({ token: t.token, capacity: { cpuMillis: 1500, memoryMiB: 1024, ephemeralDiskMiB: 4096, maxPlacements: 2 }, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }));
+    expect(e.status).toBe(201);
+    const agent = new ScriptedAgent(s.url, "cli-agent", String(e.body["credential"]));
+    await agent.poll();
+    // The agent leaves this allocation provisioning: it never reports its placement prepared.
+    const held = allocationIdFor("controller:dev", "cli-held");
+    let stop = false;
+    const drive = (async () => {
+      while (!stop) {
+        await agent.poll(200);
+        for (const c of agent.commands.splice(0)) {
+          if (c.allocationId === held && c.type !== "ensure_absent") continue;
+          if (c.type === "ensure_present") for (const st of ["preparing", "prepared"] as const) await agent.report(c, st);
+          else if (c.type === "ensure_running") for (const st of ["starting", "running"] as const) await agent.report(c, st);
+          else await agent.report(c, "absent");
+        }
+        for (const d of agent.deliveries.splice(0)) {
+          const digest = `sha256:${createHash("sha256").update(Buffer.from(d.payloadBase64, "base64")).digest("hex")}`;
+          await agent.send({ deliveryAcks: [{ deliveryId: d.deliveryId, placementId: d.placementId, generation: d.generation, result: "consumed", digest }] });
+          await agent.report(d, "running", { workloadExitCode: 3 });
+        }
+      }
+    })();
+    try {
+      writeFileSync(join(work, "job.sh"), "echo hi; exit 3\n");
+      const r = await bb(["allocation", "create", "--class", "ci-small", "--payload", "job.sh", "--wait", "--timeout", "60"], { token: s.tokens.token });
+      expect(r.code).toBe(1);
+      expect(r.out).toMatch(/^State:\s+ready$/m);
+      expect(r.out).toMatch(/^Exit code:\s+3$/m);
+      expect(r.err).toMatch(/payload consumed \(sha256:[0-9a-f]{64}\)/);
+      expect(r.err).toMatch(/workload\.exited exitCode=3/);
+      expect(r.err).toEndWith("error: the payload exited with code 3\n");
+      // The host fits one ci-small at a time: release this one (its placement absent) before the next.
+      const rel = await bb(["allocation", "release", /ID:\s+(alloc_[0-9a-f]{32})/.exec(r.out)![1]!, "--wait", "--timeout", "30"], { token: s.tokens.token });
+      expect(rel.code).toBe(0);
+      expect(rel.out).toMatch(/^State:\s+released$/m);
+
+      const h = await bb(["allocation", "create", "--class", "ci-small", "--client-request-id", "cli-held", "--wait", "--timeout", "2"], { token: s.tokens.token });
+      expect(h.code).toBe(1);
+      expect(h.out).toMatch(/^Host:\s+cli-agent$/m);
+      expect(h.err).toContain(`error: gave up after 2 s: allocation ${held} is provisioning on cli-agent`);
+      await s.controller.release(held);
+    } finally {
+      stop = true;
+      await drive;
+      await s.operator.setHostState("cli-agent", "disable");
+    }
   });
 });
