@@ -369,6 +369,8 @@ describe("operator commands and exit codes", () => {
 
 describe("--wait with a host that takes the allocation (a scripted agent: the real protocol, no VM)", () => {
   test("a payload that exits 3 fails the command with exit 1 naming the code; a wait that times out once placed exits 1 with the state", async () => {
+    // Earlier tests leave allocations pending; release them so this host takes only this test's.
+    for (const v of (await s.controller.list(undefined, 200)).items) if (!["released", "releasing", "failed"].includes(v.state)) await s.controller.release(v.allocationId);
     const t = await s.operator.enrollmentToken("cli-agent");
     const e = await rawPost(`${s.url}/v1/agents/enroll`, null, JSON.stringify({ token: t.token, capacity: { cpuMillis: 1500, memoryMiB: 1024, ephemeralDiskMiB: 4096, maxPlacements: 2 }, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }));
     expect(e.status).toBe(201);
