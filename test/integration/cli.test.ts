@@ -215,6 +215,41 @@ describe("conventions (issue 13 item 7)", () => {
     }
   });
 
+  test("bb agent setup on a terminal asks for what the flags leave out, masks the token, and joins", async () => {
+    const tok = await s.operator.enrollmentToken("setup-tty");
+    const dir = join(work, "agent-tty");
+    const quote = (w: string) => `'${w.replace(/'/g, `'\\''`)}'`;
+    const env = { ...process.env, HOME: join(work, "home"), TERM: "xterm-256color", NO_COLOR: "1" } as Record<string, string>;
+    const p = Bun.spawn(["script", "-qec", `stty cols 160 rows 40; exec ${[BUN, BB, "agent", "setup", "--data-dir", dir, "--image-dir", "/img"].map(quote).join(" ")}`, "/dev/null"], { stdin: "pipe", stdout: "pipe", stderr: "pipe", env, cwd: work });
+    const timer = setTimeout(() => p.kill("SIGKILL"), 45_000);
+    let screen = "";
+    const reading = (async () => {
+      for await (const chunk of p.stdout) screen += new TextDecoder().decode(chunk);
+    })();
+    let from = 0;
+    // Answers each prompt once it is on the screen (keys typed before a prompt is ready could be read by the previous one).
+    for (const [prompt, keys] of [["Scheduler URL", `${s.url}\r`], ["Enrollment token", `${tok.token}\r`], ["Image source", "\r"], ["Most VMs at once", "3\r"], ["Enroll this host now?", "\r"]] as const) {
+      const deadline = Date.now() + 20_000;
+      while (screen.indexOf(prompt, from) < 0 && Date.now() < deadline) await Bun.sleep(50);
+      const at = screen.indexOf(prompt, from);
+      expect(at, `prompt "${prompt}" did not appear; screen: ${screen}`).toBeGreaterThanOrEqual(0);
+      from = at + prompt.length;
+      p.stdin.write(keys);
+      await p.stdin.flush();
+    }
+    p.stdin.end();
+    const code = await p.exited;
+    clearTimeout(timer);
+    await reading;
+    expect(code).toBe(0);
+    expect(screen).toContain("enrolled as host setup-tty");
+    expect(screen).not.toContain(tok.token);
+    expect(screen).not.toContain("Local image directories");
+    expect(JSON.parse(readFileSync(join(dir, "agent.json"), "utf8")).capacity.maxPlacements).toBe(3);
+    expect(existsSync(join(dir, "join.json"))).toBe(false);
+    await s.operator.setHostState("setup-tty", "disable");
+  });
+
   test("bb agent setup: non-interactive with flags, writes join.json (0600) for bb agent join, or joins at once", async () => {
     const later = await s.operator.enrollmentToken("setup-later");
     const d1 = join(work, "agent-1");
