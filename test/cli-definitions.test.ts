@@ -66,6 +66,13 @@ describe("command definitions", () => {
     expect(help).not.toContain("--version");
   });
 
+  test("every client, operator and image command takes --json (metrics is Prometheus text already)", () => {
+    const without = nodes
+      .filter((n) => ["allocation", "host", "image"].includes(n.path[1] ?? "") && n.subCommandNames.length === 0 && !("json" in n.args))
+      .map((n) => n.path.join(" "));
+    expect(without).toEqual(["bb host metrics"]);
+  });
+
   test("docs/cli.md is generated from these definitions (run `bun scripts/cli-reference.ts` after changing a command)", () => {
     expect(readFileSync(join(ROOT, "docs/cli.md"), "utf8")).toBe(renderReference(nodes));
   });
