@@ -23,7 +23,7 @@ import { ensureDevManifest } from "../../src/scheduler/manifest.ts";
 import { startTestScheduler, rawPost, type TestScheduler } from "../support/scheduler.ts";
 import { ScriptedAgent } from "../support/scriptedAgent.ts";
 
-// Each test runs several `bb` subprocesses (≈ 0.3 s each, seconds on a loaded machine); bunfig's timeout does not reach here.
+// Each test runs several `bb` subprocesses (≈ 0.3 s each, seconds on a loaded machine): 60 s each, also under a bare `bun test`.
 setDefaultTimeout(60_000);
 
 let s: TestScheduler;
