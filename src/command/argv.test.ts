@@ -5,6 +5,7 @@
 import { describe, expect, test } from "bun:test";
 import type { ArgDef } from "citty";
 import { closest, parseArgv } from "./argv.ts";
+import { placeholder } from "./define.ts";
 import { UsageError } from "./run.ts";
 import { integerFlag, httpUrlValue } from "./values.ts";
 
@@ -60,6 +61,13 @@ describe("parseArgv", () => {
     expect(closest("--lisen", ["--listen", "--data-dir"])).toBe("--listen");
     expect(closest("--dat", ["--listen", "--data-dir"])).toBe("--data-dir");
     expect(closest("--zzzzzz", ["--listen"])).toBeNull();
+  });
+});
+
+describe("placeholder", () => {
+  test("arguments and values are named in upper snake case", () => {
+    expect([placeholder("id"), placeholder("hostId"), placeholder("data-dir"), placeholder("client-request-id")]).toEqual(["ID", "HOST_ID", "DATA_DIR", "CLIENT_REQUEST_ID"]);
+    expect(usage(() => parseArgv([], { hostId: { type: "positional", required: true } }))).toBe("missing argument HOST_ID");
   });
 });
 

@@ -15,7 +15,7 @@
  * throws UsageError.
  */
 import type { ArgDef } from "citty";
-import { aliasesOf } from "./define.ts";
+import { aliasesOf, placeholder } from "./define.ts";
 import { UsageError } from "./run.ts";
 
 /** Parsed arguments in citty's shape: each flag and argument by its declared name, `_` the trailing arguments. */
@@ -119,7 +119,7 @@ export function parseArgv(argv: readonly string[], args: Record<string, ArgDef>,
     const w = words.shift();
     if (w !== undefined) out[name] = w;
     else if (def.default !== undefined) out[name] = String(def.default);
-    else if (def.required !== false) throw new UsageError(`missing argument ${name.toUpperCase()}`);
+    else if (def.required !== false) throw new UsageError(`missing argument ${placeholder(name)}`);
   }
   if (words.length > 0 && !variadic) throw new UsageError(`unexpected argument ${JSON.stringify(words[0])}`);
   out._ = words;

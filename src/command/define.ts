@@ -28,6 +28,11 @@ export function aliasesOf(def: ArgDef): string[] {
   return typeof a === "string" ? [a] : (a ?? []);
 }
 
+/** How help and errors name an argument or a value: upper snake case (`hostId` and `host-id` are HOST_ID). */
+export function placeholder(name: string): string {
+  return name.replace(/([a-z0-9])([A-Z])/g, "$1_$2").replace(/-/g, "_").toUpperCase();
+}
+
 /** Declares a command (citty's defineCommand plus examples and variadic arguments). */
 export function command<const T extends ArgsDef = ArgsDef>(def: BbCommand<T>): BbCommand<T> {
   return def;

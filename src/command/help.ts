@@ -8,7 +8,7 @@
  * Lower layer. Must never: print; it returns text.
  */
 import type { ArgDef } from "citty";
-import { aliasesOf, type CommandNode } from "./define.ts";
+import { aliasesOf, placeholder, type CommandNode } from "./define.ts";
 import { styles } from "./terminal.ts";
 
 /** A subcommand as help lists it. */
@@ -19,7 +19,7 @@ export interface SubcommandLine {
 
 /** The placeholder shown for a flag's value: its valueHint, else its name in upper snake case. */
 export function valueHint(name: string, def: ArgDef): string {
-  return def.valueHint ?? name.toUpperCase().replace(/-/g, "_");
+  return def.valueHint ?? placeholder(name);
 }
 
 /** `-x, --name VALUE` for a flag. */
@@ -42,7 +42,7 @@ export function usageLine(node: CommandNode): string {
   const parts = [...node.path];
   if (node.subCommandNames.length > 0) return `${parts.join(" ")} <command>`;
   for (const [name, def] of Object.entries(node.args)) {
-    if (def.type === "positional") parts.push(def.required === false || def.default !== undefined ? `[${name.toUpperCase()}]` : `<${name.toUpperCase()}>`);
+    if (def.type === "positional") parts.push(def.required === false || def.default !== undefined ? `[${placeholder(name)}]` : `<${placeholder(name)}>`);
     else if (def.required && def.default === undefined) parts.push(`--${name} ${valueHint(name, def)}`);
   }
   if (node.extras.variadic) parts.push(node.extras.variadic);
@@ -64,7 +64,7 @@ export function renderHelp(node: CommandNode, subs: readonly SubcommandLine[], c
   out.push(`${s.bold("Usage:")} ${usageLine(node)}`, "");
   const positionals = Object.entries(node.args).filter(([, d]) => d.type === "positional");
   if (positionals.length > 0) {
-    out.push(s.bold("Arguments:"), ...columns(positionals.map(([n, d]) => [n.toUpperCase(), d.description ?? ""]), s.cyan), "");
+    out.push(s.bold("Arguments:"), ...columns(positionals.map(([n, d]) => [placeholder(n), d.description ?? ""]), s.cyan), "");
   }
   const flags = Object.entries(node.args).filter(([, d]) => d.type !== "positional");
   const flagRows: [string, string][] = flags.map(([n, d]) => [flagLabel(n, d), flagDescription(d)]);

@@ -9,7 +9,7 @@
  * Lower layer. Must never: read the environment or the machine (the output
  * depends on the definitions only).
  */
-import type { CommandNode } from "./define.ts";
+import { placeholder, type CommandNode } from "./define.ts";
 import { flagDescription, flagLabel, usageLine } from "./help.ts";
 
 /** Escapes prose: `<` and `>` would read as HTML. */
@@ -81,7 +81,7 @@ export function renderReference(nodes: readonly CommandNode[]): string {
     const positionals = Object.entries(n.args).filter(([, d]) => d.type === "positional");
     if (positionals.length) {
       out.push("| argument | |", "|---|---|");
-      for (const [name, d] of positionals) out.push(`| \`${name.toUpperCase()}\` | ${cell(d.description ?? "")} |`);
+      for (const [name, d] of positionals) out.push(`| \`${placeholder(name)}\` | ${cell(d.description ?? "")} |`);
       if (n.extras.variadic) out.push(`| \`${n.extras.variadic}\` | any number more |`);
       out.push("");
     }
