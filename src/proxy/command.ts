@@ -10,9 +10,10 @@
  * proxy refuses to start without one.
  * Must never: need root, touch the routing table, or print a token or key.
  */
-import { defineCommand } from "citty";
 import { consola } from "consola";
-import { resolveClientConfig, SchedulerClient } from "../cli/client.ts";
+import { SchedulerClient } from "../cli/client.ts";
+import { resolveClientConfig } from "../cli/config.ts";
+import { command } from "../command/define.ts";
 import { clientArgs } from "../cli/common.ts";
 import { runCli } from "../command/run.ts";
 import { parseVerificationKeys } from "../protocol/connectionSignature.ts";
@@ -43,16 +44,17 @@ export function connectionKeysFrom(flag: string | undefined, fromFile: Record<st
 }
 
 /** The `bb proxy` command. */
-export const proxyCommand = defineCommand({
+export const proxyCommand = command({
   meta: { name: "proxy", description: "Forward 127.0.0.1:LOCAL to a port inside a private allocation (no root)" },
   args: {
     ...clientArgs,
-    allocation: { type: "positional", required: true, description: "Allocation ID" },
+    allocation: { type: "positional", required: true, valueHint: "ALLOCATION_ID", description: "Allocation ID" },
     "local-port": { type: "string", required: true, description: "Port to listen on at 127.0.0.1" },
     "remote-port": { type: "string", required: true, description: "Port inside the allocation" },
     ttl: { type: "string", description: "Grant lifetime in seconds (30..3600; default: the scheduler's)" },
     "connection-key": { type: "string", description: "Trusted grant-signing keys, KEYID=BASE64[,…] (or BB_CONNECTION_KEYS)" },
   },
+  examples: ["bb proxy alloc_0123456789abcdef0123456789abcdef --local-port 2222 --remote-port 22", "bb proxy alloc_0123456789abcdef0123456789abcdef --local-port 8080 --remote-port 80 --ttl 600"],
   run: ({ args }) =>
     runCli(async () => {
       const localPort = port(args["local-port"], "local-port");
@@ -61,7 +63,7 @@ export const proxyCommand = defineCommand({
       if (ttl !== undefined && (!Number.isInteger(ttl) || ttl < 30 || ttl > 3600)) throw usage("--ttl must be 30..3600 seconds");
       const cfg = resolveClientConfig(args);
       const keys = connectionKeysFrom(args["connection-key"], cfg.connectionKeys);
-      const client = new SchedulerClient(cfg.schedulerUrl, cfg.token);
+      const client = new SchedulerClient(cfg.schedulerUrl, cfg.token, cfg.urlOrigin);
       const { aead } = await selectAead();
       const stop = new AbortController();
       const onSignal = () => stop.abort();
