@@ -21,7 +21,8 @@
  * GRANT_EXPIRED; refused with stable codes: a tampered grant (GRANT_SIGNATURE_INVALID,
  * by the proxy and by the host), a client relay token for another grant
  * (RELAY_TOKEN_INVALID, by the proxy, before binding), a grant for the older generation
- * after a replacement (STALE_GENERATION, by the host and the proxy). Relays are not on
+ * after a replacement (STALE_GENERATION, by the host and the proxy), whose old grants the
+ * host dropped by itself. Relays are not on
  * main yet, so the relay-only and relay→direct cases are not here.
  * Needs root, ip, nft; otherwise prints why and skips. Leaves nothing behind.
  */
@@ -285,12 +286,16 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     expect(await px.text()).not.toContain("listening on");
   }, 60_000);
 
-  test("after a replacement a grant for the older generation is refused by the host (STALE_GENERATION) and the proxy ends with STALE_GENERATION", async () => {
+  test("a replacement removes the old generation's grants on the host; a grant for the older generation is then refused by the host (STALE_GENERATION) and the proxy ends with STALE_GENERATION", async () => {
+    // The raw client's grant of the earlier test is still applied (generation 1, not revoked).
+    expect((await hostStats()).grants.length).toBeGreaterThan(0);
     issuerProc.send({ op: "allocation", id: allocationId, generation: 2 });
     await issuerProc.waitFor((e) => e.ev === "allocation" && e.generation === 2, 5_000, "allocation at generation 2");
     const g0 = harness.events.length;
     harness.send({ op: "generation", allocationId, generation: 2 });
     await harness.waitFor((e) => e.ev === "generation" && e.ok === true, 5_000, "placement at generation 2", g0);
+    // The replacement took the old generation's grants with it, without a revoke.
+    expect((await hostStats()).grants).toEqual([]);
     try {
       issuerProc.send({ op: "next-grant", generation: 1 });
       await issuerProc.waitFor((e) => e.ev === "next-grant", 5_000, "next-grant");

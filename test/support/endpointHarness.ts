@@ -12,7 +12,8 @@
  *   placements: [{allocationId, generation, netns, table, tap}] }.
  * stdin lines: {"op":"stats"} → {"ev":"stats",...}; {"op":"connectivity"} →
  * {"ev":"connectivity",...}; {"op":"generation","allocationId","generation"}
- * changes a placement's generation (a replacement on this host).
+ * changes a placement's generation (a replacement on this host) and prunes
+ * the grants of the old one, as the agent does.
  * stdout: {"ev":"ready","publicKey","port"}, {"ev":"applied"|"refused",grantId,code?}.
  * Exits (closing the endpoint, which removes every TUN and rule) when stdin closes.
  * Must never: be imported by src/.
@@ -102,6 +103,8 @@ for await (const chunk of Bun.stdin.stream()) {
     else if (c.op === "generation") {
       const p = placements.get(c.allocationId!);
       if (p) p.generation = c.generation!;
+      // As the agent does when a placement changes: grants for another generation go.
+      await ep.prune();
       emit({ ev: "generation", ok: !!p });
     }
   }
