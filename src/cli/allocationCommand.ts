@@ -1,5 +1,5 @@
 /**
- * `bb allocation create|get|list|release|events`: the client commands over
+ * `bb allocation create|get|list|release|events|logs`: the client commands over
  * the public API. Only translate flags to SchedulerClient calls and print.
  */
 import { readFileSync, statSync } from "node:fs";
@@ -119,6 +119,30 @@ const events = defineCommand({
     }),
 });
 
+const logs = defineCommand({
+  meta: { name: "logs", description: "Print an allocation's workload output (from its guest's console); --follow keeps streaming until it ends" },
+  args: {
+    ...clientArgs,
+    id: { type: "positional", required: true, description: "Allocation ID" },
+    follow: { type: "boolean", default: false, description: "Keep streaming until the allocation is released or failed" },
+    offset: { type: "string", default: "0", description: "Start at this byte offset (--json prints nextOffset to resume at)" },
+  },
+  run: ({ args }) =>
+    runCli(async () => {
+      if (!/^(0|[1-9][0-9]{0,15})$/.test(args.offset)) throw Object.assign(new Error(`--offset must be a byte offset (a decimal integer), not ${JSON.stringify(args.offset)}`), { exitCode: 2 });
+      await clientFrom(args).streamLogs(
+        args.id,
+        (p) => {
+          if (args.json) return console.log(JSON.stringify(p));
+          if (p.droppedBytes) process.stderr.write(`[... ${p.droppedBytes} bytes of output dropped ...]\n`);
+          // The text comes from a host: no control character but newline and tab reaches the terminal.
+          process.stdout.write(p.text.replace(/[\x00-\x08\x0b-\x1f\x7f-\x9f]/g, ""));
+        },
+        { offset: Number(args.offset), follow: args.follow },
+      );
+    }),
+});
+
 const authorizeReplacement = defineCommand({
   meta: { name: "authorize-replacement", description: "Certify that the workload's external authority was revoked, so a blocked replacement may start" },
   args: { ...clientArgs, id: { type: "positional", required: true, description: "Allocation ID" }, generation: { type: "string", required: true, description: "The generation being replaced" } },
@@ -128,5 +152,5 @@ const authorizeReplacement = defineCommand({
 /** The `bb allocation` command group. */
 export const allocationCommand = defineCommand({
   meta: { name: "allocation", description: "Request, inspect and release VMs" },
-  subCommands: { create, get, list, release, events, "authorize-replacement": authorizeReplacement },
+  subCommands: { create, get, list, release, events, logs, "authorize-replacement": authorizeReplacement },
 });
