@@ -188,8 +188,7 @@ export class SchedulerClient {
       if (page.text || page.droppedBytes) onPage(page);
       const moved = page.nextOffset !== offset;
       offset = page.nextOffset;
-      if (page.complete && !moved) return offset;
-      if (!opts.follow && !moved) return offset;
+      if (page.complete || (!opts.follow && !moved)) return offset;
     }
   }
 
