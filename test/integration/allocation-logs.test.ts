@@ -4,8 +4,8 @@
  * `bb allocation logs --follow` run as a second process before the payload
  * is delivered. It prints the payload's lines as the job runs and exits by
  * itself once the allocation is released; the payload's own lines (the
- * workload dumps its script and traces itself with `set -x`) and the
- * placement's nonce never reach it. Another controller and the operator are
+ * workload dumps its script and traces itself with `set -x`), the secret it
+ * echoes and the placement's nonce never reach it. Another controller and the operator are
  * refused with NOT_FOUND, a read past the end is LOG_OFFSET_PAST_END, and a
  * read resumed at an offset prints the rest.
  */
@@ -30,8 +30,8 @@ const d = skip ? describe.skip : describe;
 const BUN = resolve("node_modules/.bin/bun");
 const BB = resolve("bin/bb.ts");
 const SECRET = `bb-logs-secret-${randomBytes(12).toString("hex")}`;
-// The workload prints its own script and traces itself: Beachball must still never show the payload's lines.
-const PAYLOAD = [`SECRET_VALUE=${SECRET}`, "printf '%s\\n' \"$script\"", "set -x", "for i in 1 2 3 4 5; do echo \"logs-line-$i\"; sleep 1; done", ""].join("\n");
+// The workload prints its own script, echoes its secret and traces itself: Beachball must still never show the payload's lines or the secret.
+const PAYLOAD = [`SECRET_VALUE=${SECRET}`, "printf '%s\\n' \"$script\"", "echo \"value is $SECRET_VALUE.\"", "set -x", "for i in 1 2 3 4 5; do echo \"logs-line-$i\"; sleep 1; done", ""].join("\n");
 
 let work: string;
 let port: number;
@@ -126,6 +126,7 @@ d("bb allocation logs (real agent, QEMU guest)", () => {
     for (let i = 1; i <= 5; i++) expect(at(`logs-line-${i}`)).toBeGreaterThan(at(i === 1 ? "BEACHBALL_JOB_START" : `logs-line-${i - 1}`));
     // The dumped script and the trace of its lines are redacted; no byte of the secret or the nonce is shown.
     expect(lines.filter((l) => l === "[redacted]").length).toBeGreaterThanOrEqual(3);
+    expect(lines).toContain("value is [redacted].");
     expect(f.out).not.toContain(SECRET);
     expect(f.out).not.toContain(nonce);
     expect(f.out).not.toContain("printf '%s");

@@ -9,10 +9,15 @@
  * `ctl`), never the serial console, and the guest never echoes it: the
  * dev image's shell reads it on stdin, other images find it in a 0400 file
  * (src/guest/workload.ts). Only the workload itself could print it (`set -x`,
- * `cat` of its own script). So, as a second line of defence, a console line
- * that *is* a line of the payload (trimmed, or behind a shell trace's `+ `
- * prefix) is replaced by `[redacted]`. Only SHA-256 digests of the
- * payload's lines are kept, never the bytes.
+ * `cat` of its own script, `echo $TOKEN`). So, as a second line of defence,
+ * a console line that *is* a line of the payload (trimmed, or behind a
+ * shell trace's `+ ` prefix) is replaced by `[redacted]`, and so is any word
+ * of a line that is a secret-looking word of the payload (at least
+ * MIN_SECRET_TOKEN_CHARS long with letters and digits, as tokens and keys
+ * are; split at blanks, quotes and `=:;,.!?()<>|&{}[]`). Only SHA-256 digests
+ * of the payload's lines and words are kept, never the bytes. Output the
+ * workload derives from a secret (encoded, split, transformed) cannot be
+ * recognised and is not redacted.
  * Pure. Must never: emit part of a line that may hold a secret split across
  * reads, or keep payload bytes.
  */
@@ -23,11 +28,15 @@ import { GUEST_CMDLINE_KEYS } from "../../protocol/guest.ts";
 export const MAX_LINE_BYTES = 4096;
 /** Payload lines shorter than this (after trimming) are not digested: too common to be a secret, and redacting them would hide ordinary output. */
 export const MIN_SECRET_LINE_CHARS = 8;
-/** Most payload line digests kept per placement. */
+/** Most payload line digests kept per placement (and as many word digests). */
 export const MAX_PAYLOAD_LINE_DIGESTS = 4096;
+/** Payload words at least this long, with letters and digits, are treated as secrets wherever they appear. */
+export const MIN_SECRET_TOKEN_CHARS = 16;
 /** What a redacted line or value becomes. */
 export const REDACTED = "[redacted]";
 
+/** Where a line is split into words (kept as they are when the words are put back). */
+const WORD_SPLIT = /([\s"'`=:;,.!?()<>|&{}[\]]+)/;
 const NONCE_ARG = new RegExp(`${GUEST_CMDLINE_KEYS.nonce.replaceAll(".", "\\.")}=\\S+`, "g");
 // C0 controls but tab, DEL and C1 controls (ESC included: no terminal escapes).
 const CONTROL = /[\x00-\x08\x0a-\x1f\x7f-\x9f]/g;
@@ -36,33 +45,51 @@ function digest(s: string): string {
   return createHash("sha256").update(s).digest("hex");
 }
 
-/** SHA-256 digests of the payload's lines (trimmed, at least MIN_SECRET_LINE_CHARS long, at most MAX_PAYLOAD_LINE_DIGESTS). */
-export function payloadLineDigests(payload: Uint8Array): Set<string> {
-  const out = new Set<string>();
+/** What is kept of a payload to redact its echoes: digests of its lines and of its secret-looking words. */
+export interface PayloadDigests {
+  lines: ReadonlySet<string>;
+  words: ReadonlySet<string>;
+}
+
+/** No payload (yet). */
+export const NO_PAYLOAD: PayloadDigests = { lines: new Set(), words: new Set() };
+
+function secretLooking(word: string): boolean {
+  return word.length >= MIN_SECRET_TOKEN_CHARS && /[0-9]/.test(word) && /[A-Za-z]/.test(word);
+}
+
+/**
+ * SHA-256 digests of the payload's lines (trimmed, at least
+ * MIN_SECRET_LINE_CHARS long) and secret-looking words, at most
+ * MAX_PAYLOAD_LINE_DIGESTS of each.
+ */
+export function payloadDigests(payload: Uint8Array): PayloadDigests {
+  const lines = new Set<string>();
+  const words = new Set<string>();
   for (const raw of Buffer.from(payload).toString("utf8").split("\n")) {
     const line = raw.replace(CONTROL, "").trim();
-    if (line.length < MIN_SECRET_LINE_CHARS) continue;
-    out.add(digest(line));
-    if (out.size >= MAX_PAYLOAD_LINE_DIGESTS) break;
+    if (line.length >= MIN_SECRET_LINE_CHARS && lines.size < MAX_PAYLOAD_LINE_DIGESTS) lines.add(digest(line));
+    for (const w of line.split(WORD_SPLIT)) if (secretLooking(w) && words.size < MAX_PAYLOAD_LINE_DIGESTS) words.add(digest(w));
   }
-  return out;
+  return { lines, words };
 }
 
 /**
  * One console line (without its newline) made safe to push: control
  * characters removed, nonce arguments and `secrets` (each at least 8
- * characters) replaced, and the whole line replaced when it is a line of
- * the payload (`payloadDigests`).
+ * characters) replaced, the whole line replaced when it is a line of the
+ * payload, and each secret-looking word of the payload replaced.
  */
-export function redactLine(line: string, secrets: readonly string[], payloadDigests: ReadonlySet<string>): string {
+export function redactLine(line: string, secrets: readonly string[], payload: PayloadDigests): string {
   let clean = line.replace(CONTROL, "");
-  if (payloadDigests.size > 0) {
+  if (payload.lines.size > 0) {
     const t = clean.trim();
     const untraced = t.replace(/^\++ /, "");
-    if ((t.length >= MIN_SECRET_LINE_CHARS && payloadDigests.has(digest(t))) || (untraced.length >= MIN_SECRET_LINE_CHARS && payloadDigests.has(digest(untraced)))) return REDACTED;
+    if ((t.length >= MIN_SECRET_LINE_CHARS && payload.lines.has(digest(t))) || (untraced.length >= MIN_SECRET_LINE_CHARS && payload.lines.has(digest(untraced)))) return REDACTED;
   }
   clean = clean.replace(NONCE_ARG, `${GUEST_CMDLINE_KEYS.nonce}=${REDACTED}`);
   for (const s of secrets) if (s.length >= 8) clean = clean.replaceAll(s, REDACTED);
+  if (payload.words.size > 0) clean = clean.split(WORD_SPLIT).map((w) => (secretLooking(w) && payload.words.has(digest(w)) ? REDACTED : w)).join("");
   return clean;
 }
 
@@ -73,8 +100,8 @@ export function redactLine(line: string, secrets: readonly string[], payloadDige
  */
 export class ConsoleRedactor {
   private partial: Buffer = Buffer.alloc(0);
-  /** Digests of the delivered payload's lines (set when it is delivered). */
-  payloadDigests: ReadonlySet<string> = new Set();
+  /** Digests of the delivered payload's lines and words (set when it is delivered). */
+  payloadDigests: PayloadDigests = NO_PAYLOAD;
 
   constructor(private readonly secrets: readonly string[]) {}
 

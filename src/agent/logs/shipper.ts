@@ -24,7 +24,7 @@ import { closeSync, fstatSync, openSync, readFileSync, readSync, statSync } from
 import { JOB_START_MARKER } from "../../protocol/guest.ts";
 import { MAX_LOG_CHUNK_BYTES, MAX_LOG_CHUNKS_PER_PUSH, type LogPushResponse } from "../../protocol/logs.ts";
 import type { AgentLog, LogSink } from "../ports.ts";
-import { ConsoleRedactor, payloadLineDigests } from "./redact.ts";
+import { ConsoleRedactor, payloadDigests, type PayloadDigests } from "./redact.ts";
 
 /** Most new console bytes one collect reads per placement. */
 export const MAX_COLLECT_BYTES = 128 * 1024;
@@ -71,14 +71,14 @@ export interface ShipperDeps {
 /** See the module header. */
 export class ConsoleShipper {
   private readonly streams = new Map<string, Stream>();
-  private readonly payloads = new Map<string, Set<string>>();
+  private readonly payloads = new Map<string, PayloadDigests>();
   private inFlight: Promise<void> | null = null;
 
   constructor(private readonly deps: ShipperDeps) {}
 
-  /** Remembers the digests of a payload's lines before it reaches the guest (redact.ts); the bytes are not kept. */
+  /** Remembers the digests of a payload's lines and secret-looking words before it reaches the guest (redact.ts); the bytes are not kept. */
   notePayload(placementId: string, payload: Uint8Array): void {
-    const d = payloadLineDigests(payload);
+    const d = payloadDigests(payload);
     this.payloads.set(placementId, d);
     const s = this.streams.get(placementId);
     if (s) s.redactor.payloadDigests = d;
