@@ -9,8 +9,9 @@
  *
  * A graceful stop leaves every VM running for the next start: it stops
  * polling, halts the runners without touching a VM and without recording
- * anything observed while stopping, sends what the outbox holds (all true),
- * then closes agent.db and releases the lock.
+ * anything observed while stopping, sends what the outbox holds (all true)
+ * and the workload output still queued, then closes agent.db and releases
+ * the lock.
  * Must never: act on a command from another epoch or an older generation,
  * or write a bootstrap payload anywhere.
  */
@@ -90,6 +91,7 @@ export class Agent {
     readonly control: ControlLoop,
     readonly health: AgentHealth,
     private readonly housekeeping: Housekeeping,
+    private readonly consoleLogs: ConsoleShipper | null,
   ) {}
 
   /** Starts an agent: lock, agent.db, prerequisite registry, inventory and adoption, then the poll loop and housekeeping. Throws if locked. */
@@ -174,7 +176,7 @@ export class Agent {
     if (boot) vmm.noteSelfCheck(boot);
     health.quarantine = await recoverPlacements({ store, driver: ports.driver, reconciler, clock, log, ports });
     if (consoleLogs) for (const p of store.livePlacements()) if (reconciler.handleOf(p.placementId)) consoleLogs.adopt(p);
-    const agent = new Agent(settings, ports, store, releaseLock, reconciler, control, health, housekeeping);
+    const agent = new Agent(settings, ports, store, releaseLock, reconciler, control, health, housekeeping, consoleLogs);
     housekeeping.start();
     control.start();
     return agent;
@@ -207,7 +209,7 @@ export class Agent {
       this.housekeeping.stop();
       await this.control.stop();
       await this.reconciler.halt(STOP_STEP_GRACE_MS);
-      await this.control.finalFlush(STOP_FLUSH_TIMEOUT_MS);
+      await Promise.all([this.control.finalFlush(STOP_FLUSH_TIMEOUT_MS), this.consoleLogs?.drain(STOP_FLUSH_TIMEOUT_MS)]);
       this.store.close();
       this.releaseLock();
     })();

@@ -5,8 +5,8 @@ import { join } from "node:path";
 import { SqlStore } from "./runtime/embedded/sqlStore.ts";
 import { migrate } from "./runtime/migrate.ts";
 import { MIGRATIONS } from "./migrations/index.ts";
-import { LOG_RING_BYTES, MAX_LOG_CHUNK_BYTES, MAX_LOG_FOLLOWERS, type LogChunk } from "../protocol/logs.ts";
-import { appendLogChunk, LogFollowers, logEnd, readLogPage, type CurrentPlacement } from "./objects/allocationLog.ts";
+import { LOG_APPEND_BURST_BYTES, LOG_APPEND_BYTES_PER_SECOND, LOG_RING_BYTES, MAX_LOG_CHUNK_BYTES, MAX_LOG_FOLLOWERS, type LogChunk } from "../protocol/logs.ts";
+import { AppendBudget, appendLogChunk, LogFollowers, logEnd, readLogPage, type CurrentPlacement } from "./objects/allocationLog.ts";
 
 const dirs: string[] = [];
 const stores: SqlStore[] = [];
@@ -119,5 +119,20 @@ describe("parked follow reads", () => {
     expect(() => f.wait(60_000)).toThrow(expect.objectContaining({ code: "RATE_LIMITED" }));
     f.wake();
     await Promise.all(parked);
+  });
+});
+
+describe("the append rate bound", () => {
+  test("a burst, then the rate: an append over budget is RATE_LIMITED and takes nothing; time refills it", () => {
+    const b = new AppendBudget();
+    const t0 = 1_000_000;
+    b.take(LOG_APPEND_BURST_BYTES, t0);
+    expect(() => b.take(1024, t0)).toThrow(expect.objectContaining({ code: "RATE_LIMITED" }));
+    b.take(LOG_APPEND_BYTES_PER_SECOND / 2, t0 + 500); // half a second refills half the rate
+    expect(() => b.take(1024, t0 + 500)).toThrow(expect.objectContaining({ code: "RATE_LIMITED" }));
+    b.take(LOG_APPEND_BURST_BYTES, t0 + 500 + (LOG_APPEND_BURST_BYTES / LOG_APPEND_BYTES_PER_SECOND) * 1000);
+    // A clock that steps back refills nothing.
+    expect(() => b.take(1, t0)).toThrow(expect.objectContaining({ code: "RATE_LIMITED" }));
+    expect(() => b.take(1, t0 + 4500)).toThrow(expect.objectContaining({ code: "RATE_LIMITED" }));
   });
 });

@@ -171,6 +171,25 @@ describe("the console shipper", () => {
     expect(ship.queuedBytes).toBe(0);
   });
 
+  test("drain (a graceful agent stop) pushes what is queued, within its bound", async () => {
+    const { sink, ship, ref, write } = setup();
+    const r = ref(7);
+    write(r, `${JOB_START_MARKER}\n`);
+    for (let i = 0; i < 12; i++) {
+      write(r, `${"d".repeat(1023)}\n`.repeat(16));
+      ship.collect(r);
+    }
+    expect(ship.queuedBytes).toBeGreaterThan(MAX_LOG_CHUNK_BYTES * MAX_LOG_CHUNKS_PER_PUSH);
+    await ship.drain(60_000);
+    expect(ship.queuedBytes).toBe(0);
+    expect(Buffer.byteLength(sink.streams.get("plc_7")!)).toBe(Buffer.byteLength(`${JOB_START_MARKER}\n`) + 12 * 16 * 1024);
+    sink.fail = true;
+    write(r, "unsent\n");
+    ship.collect(r);
+    await ship.drain(10); // the sink fails: drain gives up at its bound
+    expect(ship.queuedBytes).toBeGreaterThan(0);
+  });
+
   test("splitChunks cuts at line ends within MAX_LOG_CHUNK_BYTES", () => {
     const line = "q".repeat(4095) + "\n";
     const parts = splitChunks(line.repeat(9));

@@ -119,6 +119,16 @@ export class ConsoleShipper {
     this.payloads.delete(ref.placementId);
   }
 
+  /** A graceful agent stop: pushes what is queued, for at most `ms`; the rest is lost (the next agent resumes at the console's end). */
+  async drain(ms: number): Promise<void> {
+    const abort = new AbortController();
+    const deadline = this.deps.sleep(ms, abort.signal).then(() => "late" as const);
+    for (let i = 0; i < 64 && this.queuedBytes > 0; i++) {
+      if ((await Promise.race([this.flush().then(() => "ok" as const), deadline])) === "late") break;
+    }
+    abort.abort();
+  }
+
   /** Bytes queued across placements (for tests and the health of the intake). */
   get queuedBytes(): number {
     let n = 0;

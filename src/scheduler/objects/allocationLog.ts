@@ -10,12 +10,13 @@
  * moving later bytes. Once the log holds more than LOG_RING_BYTES, whole
  * chunks are dropped oldest first (so it exceeds the cap by less than one
  * chunk); offsets are never reused, and a reader asking for dropped bytes is
- * told how many it missed. Also: the in-memory set of parked follow reads.
+ * told how many it missed. Also, in memory: the append rate budget (a
+ * token bucket; a restart refills it) and the set of parked follow reads.
  * Must never: renumber bytes, accept a chunk for another placement, or keep
  * more than LOG_RING_BYTES + MAX_LOG_CHUNK_BYTES of text per allocation.
  */
 import { BeachballError } from "../../protocol/errors.ts";
-import { LOG_RING_BYTES, MAX_LOG_CHUNK_BYTES, MAX_LOG_FOLLOWERS, type LogChunk, type LogChunkResult, type LogPage } from "../../protocol/logs.ts";
+import { LOG_APPEND_BURST_BYTES, LOG_APPEND_BYTES_PER_SECOND, LOG_RING_BYTES, MAX_LOG_CHUNK_BYTES, MAX_LOG_FOLLOWERS, type LogChunk, type LogChunkResult, type LogPage } from "../../protocol/logs.ts";
 import type { SqlStorage } from "../runtime/api.ts";
 
 /** Most chunks one read walks (bounds a read of many small chunks). */
@@ -131,5 +132,23 @@ export class LogFollowers {
   /** Wakes every parked read (new bytes arrived, the allocation ended, or the host stops). */
   wake(): void {
     for (const w of [...this.parked]) w();
+  }
+}
+
+/**
+ * The rate bound on appends to one allocation's log: a token bucket of
+ * LOG_APPEND_BURST_BYTES refilled at LOG_APPEND_BYTES_PER_SECOND (times
+ * from the scheduler's clock port, ms).
+ */
+export class AppendBudget {
+  private tokens = LOG_APPEND_BURST_BYTES;
+  private atMs: number | null = null;
+
+  /** Takes `bytes` at `nowMs`. Throws RATE_LIMITED (nothing taken) when the bucket holds fewer. */
+  take(bytes: number, nowMs: number): void {
+    if (this.atMs !== null) this.tokens = Math.min(LOG_APPEND_BURST_BYTES, this.tokens + (Math.max(0, nowMs - this.atMs) * LOG_APPEND_BYTES_PER_SECOND) / 1000);
+    this.atMs = Math.max(this.atMs ?? nowMs, nowMs); // a clock stepping back refills nothing, now or later
+    if (bytes > this.tokens) throw new BeachballError("RATE_LIMITED", `this allocation's log takes at most ${LOG_APPEND_BYTES_PER_SECOND} bytes per second`, { retryAfterSeconds: Math.ceil((bytes - this.tokens) / LOG_APPEND_BYTES_PER_SECOND) });
+    this.tokens -= bytes;
   }
 }

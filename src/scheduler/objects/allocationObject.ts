@@ -49,7 +49,7 @@ import type { AdmissionLimits } from "./admissionObject.ts";
 import { ALLOCATION_TABLES, allocationEventTable, allocationTable } from "./allocationSchema.ts";
 import { decodeAllocation, encodeAllocation, placementExitOf, toAllocationEvent, toAllocationView, type StoredAllocation } from "./allocationView.ts";
 import { AllocationMessage } from "./messages.ts";
-import { appendLogChunk, LogFollowers, logEnd, readLogPage } from "./allocationLog.ts";
+import { AppendBudget, appendLogChunk, LogFollowers, logEnd, readLogPage } from "./allocationLog.ts";
 import { LOG_FOLLOW_WAIT_MS, MAX_LOG_READ_BYTES, type LogChunk, type LogChunkResult, type LogPage } from "../../protocol/logs.ts";
 
 /** Most reconcile steps in one pass (each step persists one intent). */
@@ -108,6 +108,8 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
   private again = false;
   /** Follow reads of this allocation's log parked in memory (allocationLog.ts). */
   private readonly followers = new LogFollowers();
+  /** The append rate bound of this allocation's log (allocationLog.ts). */
+  private readonly logBudget = new AppendBudget();
 
   constructor(state: ObjectState<AllocationMessage>, env: SchedulerEnv) {
     super(state, env);
@@ -276,11 +278,13 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
    * Appends a chunk of workload output pushed by `hostId` (allocationLog.ts):
    * only the host of the current placement may, for that placement and
    * generation; anything else is refused with UNKNOWN_PLACEMENT or
-   * STALE_GENERATION in the result. Wakes parked follow reads.
+   * STALE_GENERATION in the result. Wakes parked follow reads. Throws
+   * RATE_LIMITED past the log's append rate (nothing written).
    */
   appendLog(hostId: string, chunk: LogChunk): LogChunkResult {
     const r = this.rec();
     const current = r && r.hostId === hostId && r.placementId && r.allocationId === chunk.allocationId ? { placementId: r.placementId, generation: r.generation } : null;
+    if (current) this.logBudget.take(Buffer.byteLength(chunk.text), this.now);
     const out = this.state.storage.transactionSync(() => appendLogChunk(this.state.storage.sql, this.state.name, current, chunk));
     if (out.appended) this.followers.wake();
     const { appended: _, ...result } = out;
