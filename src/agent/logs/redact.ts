@@ -48,11 +48,16 @@ function digest(s: string): string {
 /** What is kept of a payload to redact its echoes: digests of its lines and of its secret-looking words. */
 export interface PayloadDigests {
   lines: ReadonlySet<string>;
+  /** The lengths of those lines (a console line of another length is not hashed). */
+  lineLengths: ReadonlySet<number>;
   words: ReadonlySet<string>;
 }
 
 /** No payload (yet). */
-export const NO_PAYLOAD: PayloadDigests = { lines: new Set(), words: new Set() };
+export const NO_PAYLOAD: PayloadDigests = { lines: new Set(), lineLengths: new Set(), words: new Set() };
+
+/** A run of characters long enough to be a secret-looking word (lines without one are not split). */
+const LONG_WORD = /[^\s"'`=:;,.!?()<>|&{}[\]]{16,}/;
 
 function secretLooking(word: string): boolean {
   return word.length >= MIN_SECRET_TOKEN_CHARS && /[0-9]/.test(word) && /[A-Za-z]/.test(word);
@@ -65,13 +70,17 @@ function secretLooking(word: string): boolean {
  */
 export function payloadDigests(payload: Uint8Array): PayloadDigests {
   const lines = new Set<string>();
+  const lineLengths = new Set<number>();
   const words = new Set<string>();
   for (const raw of Buffer.from(payload).toString("utf8").split("\n")) {
     const line = raw.replace(CONTROL, "").trim();
-    if (line.length >= MIN_SECRET_LINE_CHARS && lines.size < MAX_PAYLOAD_LINE_DIGESTS) lines.add(digest(line));
+    if (line.length >= MIN_SECRET_LINE_CHARS && lines.size < MAX_PAYLOAD_LINE_DIGESTS) {
+      lines.add(digest(line));
+      lineLengths.add(line.length);
+    }
     for (const w of line.split(WORD_SPLIT)) if (secretLooking(w) && words.size < MAX_PAYLOAD_LINE_DIGESTS) words.add(digest(w));
   }
-  return { lines, words };
+  return { lines, lineLengths, words };
 }
 
 /**
@@ -85,11 +94,12 @@ export function redactLine(line: string, secrets: readonly string[], payload: Pa
   if (payload.lines.size > 0) {
     const t = clean.trim();
     const untraced = t.replace(/^\++ /, "");
-    if ((t.length >= MIN_SECRET_LINE_CHARS && payload.lines.has(digest(t))) || (untraced.length >= MIN_SECRET_LINE_CHARS && payload.lines.has(digest(untraced)))) return REDACTED;
+    const isLine = (x: string) => x.length >= MIN_SECRET_LINE_CHARS && payload.lineLengths.has(x.length) && payload.lines.has(digest(x));
+    if (isLine(t) || (untraced !== t && isLine(untraced))) return REDACTED;
   }
   clean = clean.replace(NONCE_ARG, `${GUEST_CMDLINE_KEYS.nonce}=${REDACTED}`);
   for (const s of secrets) if (s.length >= 8) clean = clean.replaceAll(s, REDACTED);
-  if (payload.words.size > 0) clean = clean.split(WORD_SPLIT).map((w) => (secretLooking(w) && payload.words.has(digest(w)) ? REDACTED : w)).join("");
+  if (payload.words.size > 0 && LONG_WORD.test(clean)) clean = clean.split(WORD_SPLIT).map((w) => (secretLooking(w) && payload.words.has(digest(w)) ? REDACTED : w)).join("");
   return clean;
 }
 
