@@ -77,7 +77,8 @@ export function appendLogChunk(sql: SqlStorage, obj: string, current: CurrentPla
   sql.exec("INSERT INTO allocation_log_chunks (obj, start_offset, bytes, text) VALUES (?, ?, ?, ?)", obj, start, bytes.length, bytes.toString("utf8"));
   sql.exec("UPDATE allocation_log SET end_offset = ? WHERE obj = ?", end, obj);
   // The ring: whole chunks that end at or before the cut go, oldest first.
-  sql.exec("DELETE FROM allocation_log_chunks WHERE obj = ? AND start_offset + bytes <= ?", obj, end - LOG_RING_BYTES);
+  // start_offset < cut bounds the primary-key range the delete walks.
+  sql.exec("DELETE FROM allocation_log_chunks WHERE obj = ? AND start_offset < ? AND start_offset + bytes <= ?", obj, end - LOG_RING_BYTES, end - LOG_RING_BYTES);
   return { placementId: chunk.placementId, streamEnd: end - m.stream_base, appended: true };
 }
 
@@ -92,8 +93,9 @@ export function readLogPage(sql: SqlStorage, obj: string, offset: number, maxByt
   if (offset > end) throw new BeachballError("LOG_OFFSET_PAST_END", `offset ${offset} is past the log's end (${end})`, { endOffset: end });
   const rows = sql
     .exec<{ start_offset: number; bytes: number; text: string }>(
-      "SELECT start_offset, bytes, text FROM allocation_log_chunks WHERE obj = ? AND start_offset + bytes > ? ORDER BY start_offset LIMIT ?",
-      obj, offset, MAX_CHUNKS_PER_READ,
+      // A chunk holding `offset` starts less than MAX_LOG_CHUNK_BYTES before it: that bounds the primary-key range.
+      "SELECT start_offset, bytes, text FROM allocation_log_chunks WHERE obj = ? AND start_offset > ? AND start_offset + bytes > ? ORDER BY start_offset LIMIT ?",
+      obj, offset - MAX_LOG_CHUNK_BYTES, offset, MAX_CHUNKS_PER_READ,
     )
     .toArray();
   const first = rows[0];
