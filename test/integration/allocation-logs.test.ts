@@ -67,6 +67,8 @@ function startLogs(args: string[], token: string) {
 d("bb allocation logs (real agent, QEMU guest)", () => {
   beforeAll(async () => {
     work = mkdtempSync(join(tmpdir(), "bb-alloc-logs-"));
+    // The CLI runs below take URL and token from the environment; an empty config file keeps them from reading any other.
+    writeFileSync(join(work, "none.json"), "{}\n");
     const imageDir = resolve(".bb/images/dev");
     const img = await buildDevImage({ outDir: imageDir, cacheDir: resolve(".bb/cache"), bbBinaryPath: await compileBb() });
     // The development manifest, plus a second controller: it must not read the first one's output.
