@@ -59,6 +59,7 @@ export class AgentDaemon {
       driver = sel.driver;
     }
     const isolation = new HostIsolation(isolationFromConfig(config));
+    const client = new ControlClient(config.schedulerUrl, config.hostId, files.credential);
     const agent = await Agent.start(
       {
         hostId: config.hostId,
@@ -77,7 +78,8 @@ export class AgentDaemon {
         random: systemRandom,
         log,
         probe: systemHostProbe,
-        channel: new ControlClient(config.schedulerUrl, config.hostId, files.credential),
+        channel: client,
+        logSink: client,
         driver,
         isolation,
         images: new HostImages({
