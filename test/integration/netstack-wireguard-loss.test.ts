@@ -14,8 +14,8 @@
  * docs/adr/0102-lwip-wasm-and-tun.md). Half the connections use IPv4 and half
  * IPv6; half send to the server (lwIP sends) and half receive from it (the
  * kernel sends); every connection is checked byte-exact with SHA-256 by the
- * client. Time here: ≈ 65 s (≈ 4 MiB/s aggregate on this 2-core machine
- * under load, CPU-bound). Namespaces bbwm-*.
+ * client. Time here: 34–63 s (7.6–4.1 MiB/s aggregate on this 2-core
+ * machine, the slower with other jobs running). Namespaces bbwm-*.
  * Needs root, ip, wg, wireguard-go; otherwise prints why and skips.
  */
 import { afterAll, describe, expect, test } from "bun:test";
