@@ -19,6 +19,7 @@ import type { SchedulerWorker } from "./worker.ts";
 import type { Identity } from "./manifest.ts";
 import { RequestGuard, type Prepared } from "./edge.ts";
 import { ROUTES, type RouteName } from "./routes.ts";
+import { openApiDocument } from "./openapi.ts";
 
 /** What a handler answers: a JSON body with its status, or a ready Response. */
 type Reply = { status?: number; json: unknown } | Response;
@@ -40,7 +41,9 @@ const num = (p: Prepared, name: string, fallback: number) => (p.query[name] as n
 
 /** One handler per route name. */
 function handlers(worker: SchedulerWorker): Record<RouteName, (p: Prepared) => Promise<Reply> | Reply> {
+  const document = openApiDocument();
   return {
+    openapi: () => ({ json: document }),
     healthz: () => {
       // Health reflects storage: a store that cannot be written is not a healthy scheduler.
       const h = worker.health();

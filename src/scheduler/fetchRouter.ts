@@ -14,6 +14,7 @@ import { BeachballError, type ErrorCode } from "../protocol/errors.ts";
 import { BootstrapBody, CreateAllocationBody, EnrollBody, EnrollmentTokenBody, MAX_PAGE_SIZE, MAX_REQUEST_BODY_BYTES } from "../protocol/api.ts";
 import { Envelope, MAX_ENVELOPE_BYTES } from "../protocol/agent.ts";
 import type { SchedulerFront } from "./front.ts";
+import { openApiDocument } from "./openapi.ts";
 
 function problem(code: ErrorCode, detail: string, extra?: Record<string, unknown>): Response {
   const err = new BeachballError(code, detail, extra);
@@ -66,6 +67,8 @@ export function fetchRouter(front: SchedulerFront): (req: Request) => Promise<Re
       switch (route) {
         case "GET /healthz":
           return json({ ok: true });
+        case "GET /openapi.json":
+          return json(openApiDocument());
         case "GET /v1/.well-known/beachball":
           return json(front.wellKnown());
         case "POST /v1/allocations": {
