@@ -13,7 +13,7 @@ import { join, resolve } from "node:path";
 import type { Subprocess } from "bun";
 import { buildWorkerd } from "../../deploy/workerd/build.ts";
 import { ensureDevManifest } from "../../src/scheduler/manifest.ts";
-import { SchedulerClient } from "../../src/cli/client.ts";
+import { SchedulerClient } from "../../src/client/index.ts";
 import type { EnrollResponse } from "../../src/protocol/agent.ts";
 import { ScriptedAgent } from "../support/scriptedAgent.ts";
 import { FAKE_IMAGE_DIGEST, rawPost } from "../support/scheduler.ts";
