@@ -16,6 +16,7 @@ import { MIGRATIONS } from "../../src/scheduler/migrations/index.ts";
 import { schedulerConfig, type SchedulerEnv } from "../../src/scheduler/env.ts";
 import { DeploymentManifest } from "../../src/scheduler/manifestSchema.ts";
 import { Metrics } from "../../src/scheduler/metrics.ts";
+import { createLogger } from "../../src/command/log.ts";
 import { SchedulerFront } from "../../src/scheduler/front.ts";
 import { fetchRouter } from "../../src/scheduler/fetchRouter.ts";
 import { AllocationObject } from "../../src/scheduler/objects/allocationObject.ts";
@@ -30,6 +31,8 @@ type Raw = Record<string, unknown> & { BB_MANIFEST?: string; BB_PUBLIC_URL?: str
 
 const envs = new WeakMap<object, SchedulerEnv>();
 const metrics = new Metrics();
+/** JSON lines through console.log: workerd has no stderr, its log collects console output. */
+const log = createLogger({ format: "json", sink: (line) => console.log(line) }, { role: "scheduler" });
 
 function buildEnv(raw: Raw): SchedulerEnv {
   let e = envs.get(raw);
@@ -49,6 +52,7 @@ function buildEnv(raw: Raw): SchedulerEnv {
     clock: systemClock,
     random: systemRandomness,
     metrics,
+    log,
   };
   envs.set(raw, e);
   return e;

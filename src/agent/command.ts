@@ -40,9 +40,15 @@ const join = defineCommand({
 
 const run = defineCommand({
   meta: { name: "run", description: "Run the host agent" },
-  args: { "data-dir": { type: "string", default: DEFAULT_AGENT_DATA_DIR, description: "Agent state directory" } },
+  args: {
+    "data-dir": { type: "string", default: DEFAULT_AGENT_DATA_DIR, description: "Agent state directory" },
+    "log-format": { type: "string", description: "Log lines as json or text (default: text on a terminal, else json; or BB_LOG_FORMAT). Level: BB_LOG_LEVEL 0 errors … 4 debug" },
+  },
   run: ({ args }) =>
     runCli(async () => {
+      const { createLogger, parseLogFormat, parseLogLevel, routeConsola } = await import("../command/log.ts");
+      const level = parseLogLevel(process.env["BB_LOG_LEVEL"]);
+      routeConsola(consola, createLogger({ format: parseLogFormat(args["log-format"] ?? process.env["BB_LOG_FORMAT"], !!process.stderr.isTTY), level }, { role: "agent" }), level);
       const { AgentDaemon } = await import("./daemon.ts");
       const agent = await AgentDaemon.start({ dataDir: resolve(args["data-dir"]) });
       consola.info(`agent for host ${agent.hostId} running`);

@@ -92,7 +92,7 @@ export function buildApp(worker: SchedulerWorker) {
     .onError(({ code, error }) => {
       if (error instanceof BeachballError) return problemResponse(error);
       if (code === "NOT_FOUND") return problem("NOT_FOUND", "no such route");
-      console.error("beachball scheduler: unhandled error", error);
+      worker.env.log.error("unhandled error", { error: error instanceof Error ? `${error.name}: ${error.message}` : String(error) });
       return problem("INTERNAL", "internal error");
     });
   for (const name of Object.keys(ROUTES) as RouteName[]) {

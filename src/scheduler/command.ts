@@ -33,11 +33,16 @@ const serve = defineCommand({
     listen: { type: "string", description: "HOST:PORT", default: "127.0.0.1:7380" },
     "dev-image": { type: "string", description: "Dev image directory the development manifest's classes boot", default: ".bb/images/dev" },
     "client-config": { type: "string", description: "Where to copy the dev client config (URL + tokens, mode 0600)", default: ".bb/client.json" },
+    "log-format": { type: "string", description: "Log lines as json or text (default: text on a terminal, else json; or BB_LOG_FORMAT). Level: BB_LOG_LEVEL 0 errors … 4 debug" },
   },
   run: ({ args }) =>
     runCli(async () => {
       const { ensureDevManifest, publishDevClientConfig } = await import("./manifest.ts");
       const { serveScheduler } = await import("./serve.ts");
+      const { createLogger, parseLogFormat, parseLogLevel, routeConsola } = await import("../command/log.ts");
+      const level = parseLogLevel(process.env["BB_LOG_LEVEL"]);
+      const log = createLogger({ format: parseLogFormat(args["log-format"] ?? process.env["BB_LOG_FORMAT"], !!process.stderr.isTTY), level }, { role: "scheduler" });
+      routeConsola(consola, log, level);
       const dataDir = resolve(args["data-dir"]);
       const { hostname, port } = parseListen(args.listen);
       let manifestPath = args.manifest ? resolve(args.manifest) : "";
@@ -46,11 +51,11 @@ const serve = defineCommand({
         dev = ensureDevManifest(dataDir, devImageDigest(resolve(args["dev-image"])));
         manifestPath = dev.manifestPath;
       }
-      const s = serveScheduler({ dataDir, manifestPath, hostname, port });
+      const s = serveScheduler({ dataDir, manifestPath, hostname, port, log });
       if (dev) {
         const clientConfig = resolve(args["client-config"]);
         publishDevClientConfig(dev, s.url, [clientConfig]);
-        consola.info(`development manifest ${dev.manifestPath}; client config with tokens (mode 0600) ${clientConfig}`);
+        log.info("development manifest", { manifest: dev.manifestPath, clientConfig });
       }
       await new Promise<void>((done) => {
         const stop = () => void s.stop().then(done);

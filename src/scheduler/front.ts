@@ -197,6 +197,7 @@ export class SchedulerFront {
     // Admission counts the host as active exactly when it is, whatever the registration's outcome.
     const reg = await registered.finally(async () => admission.setHostActive(hostId, (await this.env.Host.get(hostId).adminState()) === "active"));
     if (!reg.created) throw new BeachballError("ENROLLMENT_CONFLICT", "host is already enrolled");
+    this.env.log.info("host enrolled", { hostId, adminState: reg.adminState, region: body.region, vmmDriver: body.vmmDriver });
     return { hostId, credential: `bbh_${hostId}.${secret}`, credentialVersion: reg.credentialVersion, adminState: reg.adminState as EnrollResponse["adminState"] };
   }
 
@@ -235,6 +236,7 @@ export class SchedulerFront {
     const l = this.manifest.limits;
     const r = await host.changeAdminState(state, l.maxActiveHosts ?? l.maxRegisteredHosts);
     this.env.metrics.inc("bb_host_admin_changes_total", "Host administrative state changes", { state: r.adminState, host: hostId });
+    this.env.log.info("host admin state", { hostId, adminState: r.adminState, by: who.id });
     return host.view();
   }
 

@@ -21,6 +21,7 @@ import { GLOBAL, schedulerConfig, type InjectedBugs, type SchedulerEnv } from ".
 import { OBJECT_CLASSES } from "./objectClasses.ts";
 import { SchedulerFront } from "./front.ts";
 import { Metrics } from "./metrics.ts";
+import { silentLogger, type Logger } from "../command/log.ts";
 import { AllocationObject } from "./objects/allocationObject.ts";
 import { AllocationIndexObject } from "./objects/allocationIndex.ts";
 import { AdmissionObject } from "./objects/admissionObject.ts";
@@ -52,6 +53,8 @@ export interface WorkerOptions {
   debug?: InjectedBugs;
   /** Live-instance bound of the runtime (tests lower it). */
   maxLiveInstances?: number;
+  /** The scheduler's log (default: none, as simulations want). */
+  log?: Logger;
   /** Run WAL checkpoints on a worker thread (the server does; simulations, with thousands of short runtimes, do not). */
   checkpointInBackground?: boolean;
 }
@@ -75,7 +78,7 @@ export class SchedulerWorker extends SchedulerFront {
       throw e;
     }
     const config = schedulerConfig(opts.manifest, opts.timeouts, opts.debug);
-    const base = { config, clock, random: opts.random ?? systemRandomness, metrics: new Metrics() };
+    const base = { config, clock, random: opts.random ?? systemRandomness, metrics: new Metrics(), log: opts.log ?? silentLogger };
     const objectEnv: SchedulerEnv = { ...namespaces(runtime, false), ...base };
     runtime.bind(objectEnv);
     super({ ...namespaces(runtime, true), ...base }, opts.publicUrl);

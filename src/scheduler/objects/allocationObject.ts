@@ -206,6 +206,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       this.indexBehind = false;
       throw e;
     }
+    this.env.log.info("allocation state", { allocationId: cmd.allocationId, from: null, to: "pending", reason: null, generation: 1, hostId: null, workloadClass: cmd.body.workloadClass, by: cmd.identity });
     await this.reconcile();
     return { created: true, view: this.view(this.load()!) };
   }
@@ -459,6 +460,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       const labels: Record<string, string> = { state: c.transition.to, workload_class: next.rec.workloadClass };
       if (c.transition.reason) labels["reason"] = c.transition.reason;
       this.env.metrics.inc("bb_allocation_transitions_total", "Allocation state transitions", labels);
+      this.env.log.info("allocation state", { allocationId: next.rec.allocationId, from: s.rec.state, to: c.transition.to, reason: c.transition.reason ?? null, generation: next.rec.generation, hostId: next.rec.hostId ?? null, workloadClass: next.rec.workloadClass });
     }
   }
 
