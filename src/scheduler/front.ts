@@ -251,7 +251,7 @@ export class SchedulerFront {
     const hosts = await this.hosts(who);
     const byState = new Map<string, number>();
     for (const h of hosts) byState.set(`${h.adminState}/${h.health}`, (byState.get(`${h.adminState}/${h.health}`) ?? 0) + 1);
-    return this.env.metrics.render([
+    return this.env.metrics.renderAll([
       { name: "bb_hosts", help: "Hosts by admin state and health", series: [...byState].map(([k, v]) => ({ labels: { state: k }, value: v })) },
       { name: "bb_host_free_cpu_millicores", help: "Free CPU per host", series: hosts.map((h) => ({ labels: { host: h.hostId }, value: h.free.cpuMillis })) },
       { name: "bb_host_free_memory_mib", help: "Free memory per host", series: hosts.map((h) => ({ labels: { host: h.hostId }, value: h.free.memoryMiB })) },

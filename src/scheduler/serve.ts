@@ -45,7 +45,7 @@ export function serveScheduler(opts: ServeOptions): RunningScheduler {
   const manifest: DeploymentManifest = loadManifest(opts.manifestPath);
   const publicUrl = `http://${opts.hostname.includes(":") ? `[${opts.hostname}]` : opts.hostname}:${opts.port}`;
   const log = opts.log ?? silentLogger;
-  const worker = new SchedulerWorker({ dataDir: opts.dataDir, manifest, publicUrl, checkpointInBackground: true, log, ...(opts.timeouts ? { timeouts: opts.timeouts } : {}) });
+  const worker = new SchedulerWorker({ dataDir: opts.dataDir, manifest, publicUrl, checkpointInBackground: true, processMetrics: true, log, ...(opts.timeouts ? { timeouts: opts.timeouts } : {}) });
   worker.start();
   const app = buildApp(worker);
   // Bun.serve directly (not app.listen) so every answer, the guard's refusals included, passes the request log.

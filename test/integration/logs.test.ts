@@ -59,7 +59,7 @@ afterAll(async () => {
 });
 
 describe("scheduler logs", () => {
-  test("JSON lines with request IDs and state changes, and no planted secret", async () => {
+  test("JSON lines with request IDs and state changes, no planted secret; the same run in the metrics", async () => {
     const controller = new SchedulerClient(url, tokens.token);
     const operator = new SchedulerClient(url, tokens.operatorToken);
 
@@ -93,10 +93,24 @@ describe("scheduler logs", () => {
     const digest = `sha256:${createHash("sha256").update(secretPayload).digest("hex")}`;
     await agent.send({ deliveryAcks: [{ deliveryId: "logs-d1", placementId: present.placementId, generation: 1, result: "consumed", digest }] });
     expect((await delivery).digest).toBe(digest);
+    // A poll parked before the release is woken by it (the wake-up latency histogram).
+    await agent.send({ acks: agent.commands.map((c) => ({ commandId: c.commandId, result: "accepted" as const })) });
+    const parked = agent.poll(10_000);
+    await Bun.sleep(200);
     await controller.release(view.allocationId);
+    expect((await parked).commands.map((c) => c.type)).toContain("ensure_absent");
     await agent.waitCommand("ensure_absent", view.allocationId);
     await agent.report(present, "absent");
     await controller.waitFor(view.allocationId, (v) => v.state === "released", { timeoutMs: 10_000 });
+
+    // The same run in the metrics: latency histograms and process metrics.
+    const metrics = await operator.metrics();
+    for (const h of ["bb_allocation_create_to_reserved_seconds", "bb_allocation_create_to_ready_seconds"]) expect(metrics).toContain(`${h}_count{workload_class="ci-small"} 1`);
+    expect(metrics).toMatch(/bb_agent_poll_wakeup_seconds_count [1-9]/);
+    for (const name of ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"]) expect(metrics).toContain(`# TYPE ${name} `);
+    expect(metrics).not.toContain(view.allocationId);
+    expect(metrics).not.toContain("nodejs_eventloop_lag");
+    expect(Number(/^process_cpu_seconds_total (\S+)$/m.exec(metrics)?.[1])).toBeGreaterThan(0);
     await stopRole(role);
 
     const text = readFileSync(role.log, "utf8");
