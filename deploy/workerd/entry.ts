@@ -19,6 +19,7 @@ import { Metrics } from "../../src/scheduler/metrics.ts";
 import { createLogger } from "../../src/command/log.ts";
 import { SchedulerFront } from "../../src/scheduler/front.ts";
 import { fetchRouter } from "../../src/scheduler/fetchRouter.ts";
+import { withRequestLog } from "../../src/scheduler/requestLog.ts";
 import { AllocationObject } from "../../src/scheduler/objects/allocationObject.ts";
 import { AllocationIndexObject } from "../../src/scheduler/objects/allocationIndex.ts";
 import { AdmissionObject } from "../../src/scheduler/objects/admissionObject.ts";
@@ -78,7 +79,8 @@ export default {
   fetch(req: Request, raw: Raw): Promise<Response> {
     let r = routers.get(raw);
     if (!r) {
-      r = fetchRouter(new SchedulerFront(buildEnv(raw), raw.BB_PUBLIC_URL ?? new URL(req.url).origin));
+      const env = buildEnv(raw);
+      r = withRequestLog(fetchRouter(new SchedulerFront(env, raw.BB_PUBLIC_URL ?? new URL(req.url).origin)), { log, clock: env.clock, random: env.random });
       routers.set(raw, r);
     }
     return r(req);

@@ -15,6 +15,18 @@ import { BootstrapBody, CreateAllocationBody, EnrollBody, EnrollmentTokenBody, M
 import { Envelope, MAX_ENVELOPE_BYTES } from "../protocol/agent.ts";
 import type { SchedulerFront } from "./front.ts";
 import { openApiDocument } from "./openapi.ts";
+import { ROUTES } from "./routes.ts";
+
+/** The methods the route table allows on `pathname` (empty: no such path). */
+function allowedMethods(pathname: string): string[] {
+  const parts = pathname.split("/");
+  const out = new Set<string>();
+  for (const r of Object.values(ROUTES)) {
+    const segs = r.path.split("/");
+    if (segs.length === parts.length && segs.every((seg, i) => (seg.startsWith(":") ? parts[i] !== "" : seg === parts[i]))) out.add(r.method);
+  }
+  return [...out].sort();
+}
 
 function problem(code: ErrorCode, detail: string, extra?: Record<string, unknown>): Response {
   const err = new BeachballError(code, detail, extra);
@@ -127,8 +139,14 @@ export function fetchRouter(front: SchedulerFront): (req: Request) => Promise<Re
           const env = (await body(req, Envelope, MAX_ENVELOPE_BYTES)) as Envelope;
           return json(await front.agentEnvelope(hostId, { ...env, type: p[2] === "poll" ? "poll" : "messages" }));
         }
-        default:
-          return problem("NOT_FOUND", "no such route");
+        default: {
+          // Same answer as the embedded host's guard (edge.ts): a known path with another method is 405 with Allow.
+          const allow = allowedMethods(url.pathname).join(", ");
+          if (!allow) return problem("NOT_FOUND", "no such route");
+          const res = problem("METHOD_NOT_ALLOWED", `this path allows ${allow}`, { allow });
+          res.headers.set("allow", allow);
+          return res;
+        }
       }
     } catch (e) {
       if (e instanceof BeachballError) return problem(e.code, e.message, e.extra);

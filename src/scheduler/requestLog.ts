@@ -21,6 +21,11 @@ export const MAX_LOGGED_PATH_CHARS = 200;
 /** Most bytes of a problem body read to log its stable code. */
 const MAX_PROBLEM_PEEK_BYTES = 4096;
 
+/** Lower-case hex of `bytes` (no Buffer: the workerd host uses this module too). */
+function hex(bytes: Uint8Array): string {
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
 /** What the wrapper needs: the log and the ports it takes IDs and times from. */
 export interface RequestLogDeps {
   log: Logger;
@@ -33,7 +38,7 @@ export function withRequestLog(handle: (req: Request) => Response | Promise<Resp
   return async (req) => {
     const started = deps.clock.now();
     const given = req.headers.get(REQUEST_ID_HEADER);
-    const requestId = given && REQUEST_ID_PATTERN.test(given) ? given : Buffer.from(deps.random.bytes(12)).toString("hex");
+    const requestId = given && REQUEST_ID_PATTERN.test(given) ? given : hex(deps.random.bytes(12));
     const res = await handle(req);
     const headers = new Headers(res.headers);
     headers.set(REQUEST_ID_HEADER, requestId);
