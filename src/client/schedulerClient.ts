@@ -12,7 +12,9 @@
  * `create` fills a missing clientRequestId with a fresh idempotency key, once,
  * so a create whose answer was lost is replayed (200), never doubled.
  *
- * Side effects (fetch, sleep, the idempotency key) are ports, so tests fake
+ * A scheduler that gives no answer is a SchedulerUnreachableError naming
+ * the URL and where it came from. Side effects (fetch, sleep, the
+ * idempotency key) are ports, so tests fake
  * them. Must never: print, log or put the token in an error message; retry
  * a call the scheduler does not deduplicate after it may have acted.
  */
@@ -43,6 +45,30 @@ export interface ClientPorts {
 export interface ClientOptions extends Partial<ClientPorts> {
   /** Tries per retryable call (≥ 1); default DEFAULT_MAX_ATTEMPTS. */
   maxAttempts?: number;
+  /** Where the URL came from (`--scheduler`, `BB_SCHEDULER_URL`, a config file): named when the scheduler cannot be reached. */
+  origin?: string;
+}
+
+/**
+ * The scheduler did not answer: connection refused or reset, a name that
+ * does not resolve, a timeout. The message names the URL and where it came
+ * from; retryable calls and retryTransport retry it.
+ */
+export class SchedulerUnreachableError extends Error {
+  constructor(
+    readonly url: string,
+    readonly origin: string | undefined,
+    cause: unknown,
+  ) {
+    const c = cause as { code?: unknown; name?: unknown; message?: unknown } | null;
+    const why =
+      c?.code === "ConnectionRefused" || c?.code === "ECONNREFUSED" ? "connection refused"
+      : c?.name === "TimeoutError" ? "no answer in time"
+      : typeof c?.code === "string" ? `${c.code}${typeof c.message === "string" ? ` (${c.message})` : ""}`
+      : String(c?.message ?? cause);
+    super(`cannot reach the scheduler at ${url}${origin ? ` (from ${origin})` : ""}: ${why}`);
+    this.name = "SchedulerUnreachableError";
+  }
 }
 
 /** A create request: the body of POST /v1/allocations, with clientRequestId optional (the client then makes one). */
@@ -64,8 +90,8 @@ export function retryDelayMs(e: unknown, attempt: number): number | null {
     return typeof after === "number" && Number.isFinite(after) && after >= 0 ? Math.min(after * 1000, MAX_RETRY_AFTER_MS) : backoff;
   }
   if (e instanceof UnexpectedAnswerError) return e.status === 429 || e.status >= 500 ? backoff : null;
-  if (e instanceof Error && (e.name === "AbortError" || e.name === "TimeoutError")) return null;
-  return backoff; // connection refused or reset: the request did not complete
+  if (e instanceof SchedulerUnreachableError) return backoff; // refused, reset or timed out: the scheduler deduplicates a repeat
+  return null;
 }
 
 /** Parses a Retry-After header (delay-seconds or an HTTP-date, RFC 9110 §10.2.3) into seconds, or null. */
@@ -79,8 +105,8 @@ export function parseRetryAfter(header: string | null, nowMs: number): number | 
 /**
  * Runs `fn`, retrying transport failures (connection refused or reset, a
  * 503 problem, a 5xx answer without a problem body such as a proxy's 502)
- * until `deadline` (epoch ms), after each answer's Retry-After or one second;
- * other error answers are thrown at once.
+ * until `deadline` (epoch ms), after each answer's Retry-After or one second
+ * (the last sleep cut to the deadline); other error answers are thrown at once.
  */
 export async function retryTransport<T>(fn: () => Promise<T>, deadline: number, sleep: (ms: number) => Promise<void> = defaultPorts.sleep): Promise<T> {
   for (;;) {
@@ -88,9 +114,9 @@ export async function retryTransport<T>(fn: () => Promise<T>, deadline: number, 
       return await fn();
     } catch (e) {
       const transient = e instanceof BeachballError ? Number(e.extra?.["status"] ?? e.status) === 503 : e instanceof UnexpectedAnswerError ? e.status >= 500 : !(e instanceof Error && e.name === "AbortError");
-      if (!transient || Date.now() > deadline) throw e;
+      if (!transient || Date.now() >= deadline) throw e;
       const after = e instanceof BeachballError ? e.extra?.["retryAfterSeconds"] : undefined;
-      await sleep(typeof after === "number" ? Math.min(after * 1000, MAX_RETRY_AFTER_MS, Math.max(0, deadline - Date.now())) : 1_000);
+      await sleep(Math.max(0, Math.min(typeof after === "number" ? after * 1000 : 1_000, MAX_RETRY_AFTER_MS, deadline - Date.now())));
     }
   }
 }
@@ -103,6 +129,8 @@ export async function retryTransport<T>(fn: () => Promise<T>, deadline: number, 
 export class SchedulerClient {
   private readonly ports: ClientPorts;
   private readonly maxAttempts: number;
+  /** Where baseUrl came from (see ClientOptions.origin). */
+  readonly origin: string | undefined;
 
   /** `baseUrl`: the scheduler's URL (no trailing slash needed); `token`: a principal's bearer token. */
   constructor(
@@ -113,11 +141,21 @@ export class SchedulerClient {
     this.baseUrl = baseUrl.replace(/\/+$/, "");
     this.ports = { ...defaultPorts, ...Object.fromEntries(Object.entries(opts).filter(([k]) => k in defaultPorts)) } as ClientPorts;
     this.maxAttempts = Math.max(1, opts.maxAttempts ?? DEFAULT_MAX_ATTEMPTS);
+    this.origin = opts.origin;
+  }
+
+  /** fetch, with a failure to get any answer turned into SchedulerUnreachableError. */
+  private async send(path: string, init: RequestInit): Promise<Response> {
+    try {
+      return await this.ports.fetch(`${this.baseUrl}${path}`, init);
+    } catch (e) {
+      throw new SchedulerUnreachableError(this.baseUrl, this.origin, e);
+    }
   }
 
   /** One request; parses JSON or throws the answer's error. */
   private async once(method: string, path: string, body: unknown, timeoutMs: number, raw: boolean): Promise<{ status: number; body: unknown }> {
-    const res = await this.ports.fetch(`${this.baseUrl}${path}`, {
+    const res = await this.send(path, {
       method,
       headers: { authorization: `Bearer ${this.token}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),

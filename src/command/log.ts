@@ -11,10 +11,12 @@
  * `bbh_…`, enrollment tokens `bbe_…`, PEM private keys) is masked.
  * Spec: "Observability and retention", "Security" (no secret in logs).
  *
- * Lower layer: imports nothing of ours and no logging library, so every
- * role and the workerd host can use it. Must never: write a token, a
+ * Lower layer: imports only ./run.ts (UsageError) and no logging library,
+ * so every role and the workerd host can use it. Must never: write a token, a
  * bootstrap payload or a private key, whatever a caller passes in.
  */
+
+import { UsageError } from "./run.ts";
 
 /** Output formats. */
 export type LogFormat = "json" | "text";
@@ -89,17 +91,17 @@ export function defaultLogFormat(stderrIsTty: boolean): LogFormat {
   return stderrIsTty ? "text" : "json";
 }
 
-/** Parses `--log-format`/`BB_LOG_FORMAT`. Throws an Error with exitCode 2 for another value. */
+/** Parses `--log-format`/`BB_LOG_FORMAT`. Throws UsageError (exit 2) for another value. */
 export function parseLogFormat(v: string | undefined, stderrIsTty: boolean): LogFormat {
   if (v === undefined || v === "") return defaultLogFormat(stderrIsTty);
   if (v === "json" || v === "text") return v;
-  throw Object.assign(new Error(`--log-format must be json or text, got ${JSON.stringify(v)}`), { exitCode: 2 });
+  throw new UsageError(`--log-format must be json or text, got ${JSON.stringify(v)}`);
 }
 
-/** Parses BB_LOG_LEVEL (0..5; default 3). Throws an Error with exitCode 2 for another value. */
+/** Parses BB_LOG_LEVEL (0..5; default 3). Throws UsageError (exit 2) for another value. */
 export function parseLogLevel(v: string | undefined): number {
   if (v === undefined || v === "") return LOG_LEVELS.info;
-  if (!/^[0-5]$/.test(v)) throw Object.assign(new Error(`BB_LOG_LEVEL must be a digit from 0 (errors) to 5, got ${JSON.stringify(v)}`), { exitCode: 2 });
+  if (!/^[0-5]$/.test(v)) throw new UsageError(`BB_LOG_LEVEL must be a digit from 0 (errors) to 5, got ${JSON.stringify(v)}`, { helpHint: false });
   return Number(v);
 }
 
