@@ -124,7 +124,7 @@ const run = command({
   meta: { name: "run", description: "Run the host agent" },
   args: {
     "data-dir": dataDirArg,
-    "log-format": { type: "string", valueHint: "json|text", description: "Log lines as JSON or text (default: text on a terminal, else JSON; or BB_LOG_FORMAT). How much: BB_LOG_LEVEL 0 errors … 4 debug" },
+    "log-format": { type: "string", valueHint: "FORMAT", description: "json or text: log lines as JSON objects or plain text (default: text on a terminal, else JSON; or BB_LOG_FORMAT). How much: BB_LOG_LEVEL 0 errors … 4 debug" },
   },
   examples: ["bb agent run", "bb agent run --data-dir /var/lib/beachball", "bb agent run --log-format json"],
   run: ({ args }) =>

@@ -57,7 +57,7 @@ const serve = command({
     "data-dir": { type: "string", valueHint: "DIR", description: "State directory", default: ".bb/scheduler" },
     "dev-image": { type: "string", valueHint: "DIR", description: "Dev image directory the development classes boot (--dev)", default: ".bb/images/dev" },
     "client-config": { type: "string", valueHint: "FILE", description: "Where --dev copies the client config (URL + tokens, mode 0600)", default: ".bb/client.json" },
-    "log-format": { type: "string", valueHint: "json|text", description: "Log lines as JSON or text (default: text on a terminal, else JSON; or BB_LOG_FORMAT). How much: BB_LOG_LEVEL 0 errors … 4 debug" },
+    "log-format": { type: "string", valueHint: "FORMAT", description: "json or text: log lines as JSON objects or plain text (default: text on a terminal, else JSON; or BB_LOG_FORMAT). How much: BB_LOG_LEVEL 0 errors … 4 debug" },
   },
   examples: [
     "bb scheduler serve --dev",
