@@ -15,8 +15,9 @@ describe("the role log", () => {
     expect(JSON.parse(lines[0]!)).toEqual({ time: "2026-01-02T03:04:05.000Z", level: "info", msg: "allocation state", role: "scheduler", allocationId: "alloc_1", to: "ready", generation: 2 });
   });
 
-  test("text lines are one line with key=value pairs, quoted when needed", () => {
-    expect(formatLine("text", "warn", "http request", { path: "/v1/x", note: "two words" }, T0)).toBe('2026-01-02T03:04:05.000Z WARN  http request path=/v1/x note="two words"');
+  test("text lines are one line like the CLI's messages, with key=value pairs quoted when needed", () => {
+    expect(formatLine("text", "warn", "http request", { path: "/v1/x", note: "two words" }, T0)).toBe('warning: http request path=/v1/x note="two words"');
+    expect(formatLine("text", "info", "scheduler listening on http://127.0.0.1:7380", {}, T0)).toBe("scheduler listening on http://127.0.0.1:7380");
   });
 
   test("levels filter (BB_LOG_LEVEL numbers), and bad values are usage errors", () => {

@@ -75,6 +75,9 @@ export function redactFields(fields: LogFields): LogFields {
   return out;
 }
 
+/** Text lines start as the CLI's messages do (src/command/terminal.ts); the journal or the terminal adds the time. */
+const TEXT_PREFIX: Record<LogLevelName, string> = { error: "error: ", warn: "warning: ", info: "", debug: "debug: " };
+
 /** One finished line (no newline). */
 export function formatLine(format: LogFormat, level: LogLevelName, msg: string, fields: LogFields, nowMs: number): string {
   const f = redactFields(fields);
@@ -83,7 +86,7 @@ export function formatLine(format: LogFormat, level: LogLevelName, msg: string, 
   const kv = Object.entries(f)
     .map(([k, v]) => `${k}=${typeof v === "string" && /[\s"=]/.test(v) ? JSON.stringify(v) : String(v)}`)
     .join(" ");
-  return `${new Date(nowMs).toISOString()} ${level.toUpperCase().padEnd(5)} ${m}${kv ? ` ${kv}` : ""}`;
+  return `${TEXT_PREFIX[level]}${m}${kv ? ` ${kv}` : ""}`;
 }
 
 /** The format a role uses when none is asked for: text on a TTY, JSON otherwise (journald, files, pipes). */
