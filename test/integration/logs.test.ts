@@ -6,9 +6,11 @@
  * JSON object, requests carry the X-Request-Id the caller sees, state
  * changes are logged, and no planted secret (principal tokens, a bogus
  * bearer token, the enrollment token, the host credential, the payload in
- * text or base64) appears anywhere. The host is the scripted agent
- * (test/support/scriptedAgent.ts): the real agent needs a VM host; its
- * lines go through the same redacting logger (src/command/log.ts).
+ * text or base64) appears anywhere, nor in the output of the real
+ * `bb agent join` that enrolls the host. The host's polls then come from
+ * the scripted agent (test/support/scriptedAgent.ts): `bb agent run` needs
+ * a VM host; its lines go through the same redacting logger
+ * (src/command/log.ts, unit-tested there).
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
@@ -17,10 +19,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ensureDevManifest } from "../../src/scheduler/manifest.ts";
 import { SchedulerClient } from "../../src/client/index.ts";
-import type { EnrollResponse } from "../../src/protocol/agent.ts";
-import { FAKE_IMAGE_DIGEST, rawPost } from "../support/scheduler.ts";
+import { FAKE_IMAGE_DIGEST } from "../support/scheduler.ts";
 import { ScriptedAgent } from "../support/scriptedAgent.ts";
-import { startRole, stopRole, tail, type Role } from "../support/processes.ts";
+import { runRoleExit, startRole, stopRole, tail, type Role } from "../support/processes.ts";
+import { loadAgentFiles } from "../../src/agent/config.ts";
 
 let dir: string;
 let role: Role;
@@ -76,8 +78,11 @@ describe("scheduler logs", () => {
 
     // A whole allocation with an enrolled host and a delivered payload.
     const enrollment = await operator.enrollmentToken("logs-host");
-    const cap = { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 2 };
-    const e = (await rawPost(`${url}/v1/agents/enroll`, null, JSON.stringify({ token: enrollment.token, capacity: cap, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }))).body as unknown as EnrollResponse;
+    // The real `bb agent join` enrolls (its output is checked for secrets too); the scripted agent then speaks for the host.
+    const agentDir = join(dir, "agent");
+    const joined = await runRoleExit(["agent", "join", "--scheduler", url, "--token", enrollment.token, "--data-dir", agentDir, "--max-placements", "2"], { BB_LOG_LEVEL: "4" });
+    expect(joined.code, joined.out).toBe(0);
+    const e = { credential: loadAgentFiles(agentDir).credential };
     const agent = new ScriptedAgent(url, "logs-host", e.credential);
     await agent.poll();
     const { view } = await controller.create({ clientRequestId: "logs-1", workloadClass: "ci-small" });
@@ -113,7 +118,7 @@ describe("scheduler logs", () => {
     expect(Number(/^process_cpu_seconds_total (\S+)$/m.exec(metrics)?.[1])).toBeGreaterThan(0);
     await stopRole(role);
 
-    const text = readFileSync(role.log, "utf8");
+    const text = `${readFileSync(role.log, "utf8")}\n${joined.out}`;
     const lines = logLines();
     expect(lines.filter((l) => "unparsed" in l)).toEqual([]);
     for (const l of lines) expect(typeof l["time"] === "string" && typeof l["level"] === "string" && typeof l["msg"] === "string", JSON.stringify(l)).toBe(true);
