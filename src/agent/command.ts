@@ -129,7 +129,8 @@ const run = command({
   examples: ["bb agent run", "bb agent run --data-dir /var/lib/beachball", "bb agent run --log-format json"],
   run: ({ args }) =>
     runCli(async () => {
-      const { createLogger, parseLogFormat, parseLogLevel, routeConsola } = await import("../command/log.ts");
+      const { createLogger, routeConsola } = await import("../command/log.ts");
+      const { parseLogFormat, parseLogLevel } = await import("../command/logOptions.ts");
       const level = parseLogLevel(process.env["BB_LOG_LEVEL"]);
       routeConsola(consola, createLogger({ format: parseLogFormat(args["log-format"] ?? process.env["BB_LOG_FORMAT"], !!process.stderr.isTTY), level }, { role: "agent" }), level);
       const { AgentDaemon } = await import("./daemon.ts");

@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
-import { createLogger, formatLine, parseLogFormat, parseLogLevel, redactFields, redactText, routeConsola, type LogFields } from "./log.ts";
+import { createLogger, formatLine, redactFields, redactText, routeConsola, type LogFields } from "./log.ts";
+import { parseLogFormat, parseLogLevel } from "./logOptions.ts";
 
 const T0 = Date.parse("2026-01-02T03:04:05.000Z");
 

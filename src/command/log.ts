@@ -11,12 +11,10 @@
  * `bbh_…`, enrollment tokens `bbe_…`, PEM private keys) is masked.
  * Spec: "Observability and retention", "Security" (no secret in logs).
  *
- * Lower layer: imports only ./run.ts (UsageError) and no logging library,
- * so every role and the workerd host can use it. Must never: write a token, a
+ * Lower layer: imports nothing, no logging library either, so every role
+ * and the workerd host can use it (flag parsing: logOptions.ts). Must never: write a token, a
  * bootstrap payload or a private key, whatever a caller passes in.
  */
-
-import { UsageError } from "./run.ts";
 
 /** Output formats. */
 export type LogFormat = "json" | "text";
@@ -87,25 +85,6 @@ export function formatLine(format: LogFormat, level: LogLevelName, msg: string, 
     .map(([k, v]) => `${k}=${typeof v === "string" && /[\s"=]/.test(v) ? JSON.stringify(v) : String(v)}`)
     .join(" ");
   return `${TEXT_PREFIX[level]}${m}${kv ? ` ${kv}` : ""}`;
-}
-
-/** The format a role uses when none is asked for: text on a TTY, JSON otherwise (journald, files, pipes). */
-export function defaultLogFormat(stderrIsTty: boolean): LogFormat {
-  return stderrIsTty ? "text" : "json";
-}
-
-/** Parses `--log-format`/`BB_LOG_FORMAT`. Throws UsageError (exit 2) for another value. */
-export function parseLogFormat(v: string | undefined, stderrIsTty: boolean): LogFormat {
-  if (v === undefined || v === "") return defaultLogFormat(stderrIsTty);
-  if (v === "json" || v === "text") return v;
-  throw new UsageError(`--log-format must be json or text, got ${JSON.stringify(v)}`);
-}
-
-/** Parses BB_LOG_LEVEL (0..5; default 3). Throws UsageError (exit 2) for another value. */
-export function parseLogLevel(v: string | undefined): number {
-  if (v === undefined || v === "") return LOG_LEVELS.info;
-  if (!/^[0-5]$/.test(v)) throw new UsageError(`BB_LOG_LEVEL must be a digit from 0 (errors) to 5, got ${JSON.stringify(v)}`, { helpHint: false });
-  return Number(v);
 }
 
 /** A logger writing through `opts` (see the module header). */

@@ -70,7 +70,8 @@ const serve = command({
       const { hostname, port } = parseListen(args.listen);
       const { ensureDevManifest, publishDevClientConfig } = await import("./manifest.ts");
       const { serveScheduler } = await import("./serve.ts");
-      const { createLogger, parseLogFormat, parseLogLevel, routeConsola } = await import("../command/log.ts");
+      const { createLogger, routeConsola } = await import("../command/log.ts");
+      const { parseLogFormat, parseLogLevel } = await import("../command/logOptions.ts");
       const level = parseLogLevel(process.env["BB_LOG_LEVEL"]);
       const log = createLogger({ format: parseLogFormat(args["log-format"] ?? process.env["BB_LOG_FORMAT"], !!process.stderr.isTTY), level }, { role: "scheduler" });
       routeConsola(consola, log, level);
