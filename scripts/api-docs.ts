@@ -14,8 +14,9 @@ import { join, resolve } from "node:path";
 import { openApiDocument } from "../src/scheduler/openapi.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
-/** Where the snapshot and the reference live. */
+/** Where the OpenAPI snapshot lives. */
 export const SNAPSHOT_PATH = join(ROOT, "docs/openapi.json");
+/** Where the HTTP reference rendered from it lives. */
 export const REFERENCE_PATH = join(ROOT, "docs/http-api.md");
 
 type Obj = Record<string, unknown>;
