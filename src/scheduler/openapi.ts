@@ -21,6 +21,7 @@ import type { TSchema } from "@sinclair/typebox";
 import * as api from "../protocol/api.ts";
 import * as agent from "../protocol/agent.ts";
 import * as responses from "../protocol/responses.ts";
+import * as connection from "../protocol/connection.ts";
 import { ROUTES, type RouteSpec } from "./routes.ts";
 
 /** The API's version as the document names it (the path prefix and `apiVersion` of discovery). */
@@ -32,7 +33,7 @@ type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
 /** Named schemas, by export name, from the protocol modules (first name wins for identical shapes). */
 function namedSchemas(): Map<string, { name: string; schema: TSchema }> {
   const byShape = new Map<string, { name: string; schema: TSchema }>();
-  for (const mod of [responses, api, agent] as Record<string, unknown>[]) {
+  for (const mod of [responses, api, agent, connection] as Record<string, unknown>[]) {
     for (const [name, v] of Object.entries(mod).sort(([a], [b]) => a.localeCompare(b))) {
       if (!isObjectSchema(v) || !/^[A-Z]/.test(name)) continue;
       const key = JSON.stringify(v);
@@ -75,7 +76,8 @@ function errorAnswers(spec: RouteSpec): Record<string, Json> {
   const out: Record<string, Json> = {};
   if (spec.body) out["400"] = problemAnswer("MALFORMED_JSON, JSON_TOO_DEEP or INVALID_CONTENT_LENGTH");
   if (spec.auth !== "none" && spec.auth !== "enroll") out["401"] = problemAnswer("UNAUTHENTICATED: missing or unknown bearer token");
-  if (spec.auth === "controller" || spec.auth === "operator" || spec.auth === "host") out["403"] = problemAnswer(`FORBIDDEN: ${spec.auth === "host" ? "the envelope names another host" : `the token's role is not ${spec.auth}`}`);
+  if (spec.auth === "controller" || spec.auth === "operator") out["403"] = problemAnswer(`FORBIDDEN: the token's role is not ${spec.auth}`);
+  if (spec.auth === "host") out["403"] = problemAnswer("FORBIDDEN: the envelope names another host");
   if (spec.path.includes("/:")) out["404"] = problemAnswer("NOT_FOUND: no such object for this caller");
   if (spec.body) out["413"] = problemAnswer(`${spec.body.tooLarge}: body over ${spec.body.maxBytes} bytes`);
   if (spec.body || spec.query) out["422"] = problemAnswer("VALIDATION_FAILED (the first schema error, by path) or a route-specific code");
@@ -101,10 +103,29 @@ function operation(name: string, spec: RouteSpec, names: Map<string, { name: str
       : { description: spec.summary, content: { [spec.response.contentType.split(";")[0]!]: { schema: { type: "string" } } } };
   const also = "also" in spec.response && spec.response.also ? { [String(spec.response.also)]: success } : {};
   op["responses"] = { ...also, [String(spec.response.status)]: success, ...errorAnswers(spec), default: problemAnswer("Any other error, with its stable code (429 and 503 carry Retry-After)") };
-  if (spec.auth === "none" || spec.auth === "enroll") op["security"] = [];
-  else op["security"] = [spec.auth === "host" ? { hostCredential: [] } : { bearerToken: [] }];
+  const scheme = schemeOf(spec.auth);
+  op["security"] = scheme ? [{ [scheme]: [] }] : [];
   op["x-beachball-auth"] = spec.auth;
   return op;
+}
+
+/**
+ * The security scheme of each kind of caller (none for `none` and `enroll`,
+ * whose one-use token is in the body). Keyed by string so a caller kind
+ * added to RouteAuth without a scheme here falls back to the principal's
+ * bearer token rather than failing.
+ */
+const SCHEMES: Record<string, { name: string; description: string } | null> = {
+  none: null,
+  enroll: null,
+  host: { name: "hostCredential", description: "An enrolled host's credential bbh_<hostId>.<secret>" },
+  endpoint: { name: "connectionEndpointToken", description: "The endpoint token of one role of the connection named in the path" },
+};
+const PRINCIPAL_SCHEME = { name: "bearerToken", description: "A principal's token from the deployment manifest (role controller or operator)" };
+
+function schemeOf(auth: string): string | null {
+  const s = auth in SCHEMES ? SCHEMES[auth]! : PRINCIPAL_SCHEME;
+  return s ? s.name : null;
 }
 
 function tagOf(spec: RouteSpec): string {
@@ -112,6 +133,7 @@ function tagOf(spec: RouteSpec): string {
   if (spec.path.startsWith("/v1/hosts")) return "hosts";
   if (spec.path.startsWith("/v1/agents")) return "agents";
   if (spec.path.startsWith("/v1/operations")) return "operations";
+  if (spec.path.startsWith("/v1/connections")) return "connections";
   return "service";
 }
 
@@ -133,6 +155,7 @@ export function openApiDocument(routes: Record<string, RouteSpec> = ROUTES): Rec
     const p = (paths[openApiPath(spec.path)] ??= {});
     p[spec.method.toLowerCase()] = operation(name, spec, names, used);
   }
+  const usedSchemes = new Set(Object.values(routes).map((r) => schemeOf(r.auth)).filter((x): x is string => x !== null));
   // Components, including those named only inside other components.
   const schemas: Record<string, Json> = {};
   const byName = new Map([...names.values()].map((n) => [n.name, n.schema]));
@@ -158,10 +181,11 @@ export function openApiDocument(routes: Record<string, RouteSpec> = ROUTES): Rec
     },
     paths: Object.fromEntries(Object.entries(paths).sort(([a], [b]) => a.localeCompare(b))),
     components: {
-      securitySchemes: {
-        bearerToken: { type: "http", scheme: "bearer", description: "A principal's token from the deployment manifest (role controller or operator)" },
-        hostCredential: { type: "http", scheme: "bearer", description: "An enrolled host's credential bbh_<hostId>.<secret>" },
-      },
+      securitySchemes: Object.fromEntries(
+        [PRINCIPAL_SCHEME, ...Object.values(SCHEMES)]
+          .filter((x): x is { name: string; description: string } => x !== null && usedSchemes.has(x.name))
+          .map((x) => [x.name, { type: "http", scheme: "bearer", description: x.description }]),
+      ),
       schemas: Object.fromEntries(Object.entries(schemas).sort(([a], [b]) => a.localeCompare(b))),
     },
   };
