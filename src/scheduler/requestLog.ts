@@ -39,9 +39,15 @@ export function withRequestLog(handle: (req: Request) => Response | Promise<Resp
     const started = deps.clock.now();
     const given = req.headers.get(REQUEST_ID_HEADER);
     const requestId = given && REQUEST_ID_PATTERN.test(given) ? given : hex(deps.random.bytes(12));
-    const res = await handle(req);
-    const headers = new Headers(res.headers);
-    headers.set(REQUEST_ID_HEADER, requestId);
+    let res = await handle(req);
+    try {
+      res.headers.set(REQUEST_ID_HEADER, requestId);
+    } catch {
+      // Immutable headers (a Response from fetch): answer a copy.
+      const headers = new Headers(res.headers);
+      headers.set(REQUEST_ID_HEADER, requestId);
+      res = new Response(res.body, { status: res.status, statusText: res.statusText, headers });
+    }
     let code: string | undefined;
     if (res.status >= 400 && (res.headers.get("content-type") ?? "").startsWith("application/problem+json")) {
       const text = await res.clone().text().catch(() => "");
@@ -53,6 +59,6 @@ export function withRequestLog(handle: (req: Request) => Response | Promise<Resp
     if (res.status >= 500) deps.log.warn("http request", fields);
     else if (path.startsWith("/v1/agents/poll") || path.startsWith("/v1/agents/messages")) deps.log.debug("http request", fields);
     else deps.log.info("http request", fields);
-    return new Response(res.body, { status: res.status, statusText: res.statusText, headers });
+    return res;
   };
 }
