@@ -20,7 +20,8 @@
  */
 import { BeachballError } from "../protocol/errors.ts";
 import { errorFromAnswer, UnexpectedAnswerError } from "../protocol/problem.ts";
-import type { AllocationEvent, AllocationPage, AllocationView, AlertItem, BootstrapBody, CreateAllocationBody, DeliveryResult, EnrollmentToken, EventPage, HostView, WellKnown } from "./types.ts";
+import { LOG_FOLLOW_WAIT_MS } from "../protocol/logs.ts";
+import type { AllocationEvent, AllocationPage, AllocationView, AlertItem, BootstrapBody, CreateAllocationBody, DeliveryResult, EnrollmentToken, EventPage, HostView, LogPage, WellKnown } from "./types.ts";
 
 /** Longest a Retry-After is honoured, ms (a larger value is waited this long, then retried). */
 export const MAX_RETRY_AFTER_MS = 30_000;
@@ -289,6 +290,37 @@ export class SchedulerClient {
         if (e.toState === "released" || e.toState === "failed" || opts.until?.(e)) return after;
       }
       if (batch.length === 0) await this.ports.sleep(opts.intervalMs ?? 250);
+    }
+  }
+
+  /**
+   * GET /v1/allocations/{id}/logs from byte offset `offset`; with `follow`
+   * the scheduler holds a read that finds nothing new for up to
+   * LOG_FOLLOW_WAIT_MS. Throws NOT_FOUND, LOG_OFFSET_PAST_END, RATE_LIMITED
+   * (after retries).
+   */
+  async logs(id: string, offset = 0, follow = false): Promise<LogPage> {
+    const q = `offset=${offset}${follow ? "&follow=1" : ""}`;
+    return (await this.call<LogPage>("GET", `/v1/allocations/${encodeURIComponent(id)}/logs?${q}`, { timeoutMs: LOG_FOLLOW_WAIT_MS + 15_000 })).body;
+  }
+
+  /**
+   * Streams an allocation's workload output from `offset`: `onPage` gets
+   * each page (its `droppedBytes` says what the reader missed). Without
+   * `follow`, ends at the log's current end; with it, keeps reading (each
+   * read held by the scheduler, transport failures retried for
+   * TRANSPORT_RETRY_MS) until the allocation is terminal and read to its
+   * end, or `signal` aborts. Returns the offset to resume at.
+   */
+  async streamLogs(id: string, onPage: (p: LogPage) => void, opts: { offset?: number; follow?: boolean; signal?: AbortSignal } = {}): Promise<number> {
+    let offset = opts.offset ?? 0;
+    for (;;) {
+      if (opts.signal?.aborted) return offset;
+      const page = await retryTransport(() => this.logs(id, offset, opts.follow ?? false), Date.now() + TRANSPORT_RETRY_MS, this.ports.sleep);
+      if (page.text || page.droppedBytes) onPage(page);
+      const moved = page.nextOffset !== offset;
+      offset = page.nextOffset;
+      if (page.complete || (!opts.follow && !moved)) return offset;
     }
   }
 

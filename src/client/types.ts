@@ -34,3 +34,5 @@ export type AlertItem = Static<typeof R.AlertItem>;
 export type WellKnown = Static<typeof R.WellKnown>;
 /** An RFC 9457 problem body. */
 export type Problem = Static<typeof R.Problem>;
+/** One page of an allocation's redacted console output. */
+export type LogPage = Static<typeof R.LogPage>;

@@ -217,3 +217,32 @@ export const PollResponse = Type.Object(
   },
   { additionalProperties: false },
 );
+
+/** GET /v1/allocations/{id}/logs: one page of the allocation's redacted console output. */
+export const LogPage = Type.Object(
+  {
+    offset: Type.Integer({ minimum: 0, description: "where `text` starts in the stream, bytes (may be past the asked offset when older bytes were dropped)" }),
+    nextOffset: Type.Integer({ minimum: 0, description: "pass as offset to read on" }),
+    droppedBytes: Type.Integer({ minimum: 0, description: "bytes between the asked offset and `offset` that the bounded ring no longer holds" }),
+    text: Type.String(),
+    complete: Type.Boolean({ description: "the allocation has ended and nothing more will come" }),
+  },
+  { additionalProperties: false },
+);
+
+/** POST /v1/agents/logs: where each pushed placement's stream ends now. */
+export const LogPushResponse = Type.Object(
+  {
+    results: Type.Array(
+      Type.Object(
+        {
+          placementId: Type.String(),
+          streamEnd: Type.Integer({ minimum: 0 }),
+          code: Type.Optional(Type.Union([Type.Literal("UNKNOWN_PLACEMENT"), Type.Literal("STALE_GENERATION")])),
+        },
+        { additionalProperties: false },
+      ),
+    ),
+  },
+  { additionalProperties: false },
+);

@@ -9,6 +9,7 @@ import type { AllocationEvent, WellKnown } from "./api.ts";
 import type { AlertItem, HostView } from "./views.ts";
 import type { AgentCommand, BootstrapDelivery, EnrollResponse, PollResponse } from "./agent.ts";
 import type { Problem } from "./errors.ts";
+import type { LogPage, LogPushResponse } from "./logs.ts";
 
 /** True when A and B are mutually assignable (same shape). */
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
@@ -26,4 +27,6 @@ export type ResponseSchemasMatch = [
   Assert<Same<Static<typeof R.EnrollResponse>, EnrollResponse>>,
   Assert<Same<Static<typeof R.PollResponse>, PollResponse>>,
   Assert<Same<Static<typeof R.Problem>, Problem>>,
+  Assert<Same<Static<typeof R.LogPage>, LogPage>>,
+  Assert<Same<Static<typeof R.LogPushResponse>, LogPushResponse>>,
 ];

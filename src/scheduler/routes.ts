@@ -26,6 +26,7 @@ import {
 } from "../protocol/api.ts";
 import { Envelope, MAX_ENVELOPE_BYTES } from "../protocol/agent.ts";
 import * as R from "../protocol/responses.ts";
+import { LogPushBody, MAX_LOG_PUSH_BODY_BYTES } from "../protocol/logs.ts";
 
 /**
  * Who may call a route, checked from the Authorization header before the
@@ -92,6 +93,14 @@ export const ROUTES = {
   getAllocation: { method: "GET", path: "/v1/allocations/:id", auth: "principal", summary: "One allocation", response: ok(AllocationView) },
   releaseAllocation: { method: "POST", path: "/v1/allocations/:id/release", auth: "principal", summary: "Request release (idempotent); the allocation reaches released once its VM is gone", response: ok(AllocationView, 202) },
   events: { method: "GET", path: "/v1/allocations/:id/events", auth: "principal", query: { after, limit }, summary: "The allocation's events after a sequence number (resumable)", response: ok(R.EventPage) },
+  logs: {
+    method: "GET",
+    path: "/v1/allocations/:id/logs",
+    auth: "principal",
+    query: { offset: after, follow: { kind: "integer", min: 0, max: 1 } },
+    summary: "The allocation's redacted console output from a byte offset (follow=1 waits for more; resumable)",
+    response: ok(R.LogPage),
+  },
   bootstrap: {
     method: "POST",
     path: "/v1/allocations/:id/bootstrap",
@@ -111,6 +120,14 @@ export const ROUTES = {
   enroll: { method: "POST", path: "/v1/agents/enroll", auth: "enroll", body: api(EnrollBody), summary: "Agent: enroll a host with a one-use token; answers the host credential once", response: ok(R.EnrollResponse, 201) },
   poll: { method: "POST", path: "/v1/agents/poll", auth: "host", body: envelope, summary: "Agent: report and fetch commands; parks up to 25 s when there is nothing to do", response: ok(R.PollResponse) },
   messages: { method: "POST", path: "/v1/agents/messages", auth: "host", body: envelope, summary: "Agent: report observations without parking", response: ok(R.PollResponse) },
+  pushLogs: {
+    method: "POST",
+    path: "/v1/agents/logs",
+    auth: "host",
+    body: { schema: LogPushBody, maxBytes: MAX_LOG_PUSH_BODY_BYTES, tooLarge: "BODY_TOO_LARGE" },
+    summary: "Agent: push redacted console output of its placements",
+    response: ok(R.LogPushResponse),
+  },
 } as const satisfies Record<string, RouteSpec>;
 
 /** A route name. */

@@ -89,6 +89,10 @@ describe("answers match the published schemas", () => {
     const envelope = (type: "poll" | "messages") => ({ protocolVersion: "1.0", messageId: crypto.randomUUID(), hostId: "conf-host", agentEpoch: agent.epoch, sentAt: new Date().toISOString(), type, payload: { bootId: agent.bootId, updates: [], acks: [], deliveryAcks: [], ...(type === "poll" ? { waitMs: 0 } : {}) } });
     for (const type of ["poll", "messages"] as const) await checkedFetch(`${s.url}/v1/agents/${type}`, { method: "POST", headers: { authorization: `Bearer ${enrolled.credential}`, "content-type": "application/json" }, body: JSON.stringify(envelope(type)) });
 
+    // Workload output: the agent pushes a chunk, the owner reads it.
+    await checkedFetch(`${s.url}/v1/agents/logs`, { method: "POST", headers: { authorization: `Bearer ${enrolled.credential}`, "content-type": "application/json" }, body: JSON.stringify({ hostId: "conf-host", chunks: [{ allocationId: view.allocationId, placementId: present.placementId, generation: 1, offset: 0, text: "hello from the guest\n" }] }) });
+    expect((await controller.logs(view.allocationId)).text).toBe("hello from the guest\n");
+
     const payload = "echo conformance";
     const digest = `sha256:${createHash("sha256").update(payload).digest("hex")}`;
     const delivery = controller.deliver(view.allocationId, { deliveryId: "conf-d", generation: 1, contentType: "text/x-shellscript", payloadBase64: Buffer.from(payload).toString("base64") });
