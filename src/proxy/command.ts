@@ -63,7 +63,7 @@ export const proxyCommand = command({
       if (ttl !== undefined && (!Number.isInteger(ttl) || ttl < 30 || ttl > 3600)) throw usage("--ttl must be 30..3600 seconds");
       const cfg = resolveClientConfig(args);
       const keys = connectionKeysFrom(args["connection-key"], cfg.connectionKeys);
-      const client = new SchedulerClient(cfg.schedulerUrl, cfg.token, cfg.urlOrigin);
+      const client = new SchedulerClient(cfg.schedulerUrl, cfg.token, { origin: cfg.urlOrigin });
       const { aead } = await selectAead();
       const stop = new AbortController();
       const onSignal = () => stop.abort();
