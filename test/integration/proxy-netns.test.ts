@@ -210,6 +210,8 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     // The revoke reached the host: no grant, no TUN in the placement, an empty bb_conn chain.
     for (let i = 0; i < 50 && (await hostStats()).grants.length; i++) await Bun.sleep(100);
     expect((await hostStats()).grants).toEqual([]);
+    // The grant leaves the table first; the link (chain flushed, then the TUN closed) follows within moments.
+    for (let i = 0; i < 50 && sh(P.exec(["ip", "link", "show", "dev", "bbconn0"])).code === 0; i++) await Bun.sleep(100);
     expect(sh(P.exec(["ip", "link", "show", "dev", "bbconn0"])).code).not.toBe(0);
     expect(must(P.exec(["nft", "list", "chain", "inet", TABLE, "bb_conn"]))).not.toContain("accept");
   }, 90_000);
