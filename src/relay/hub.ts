@@ -119,14 +119,14 @@ export class RelayHub {
     if (s.state === "handshake") return this.close(s, "RELAY_TOKEN_INVALID");
     if (frame.length === 0 || frame.length > MAX_RELAY_FRAME_BYTES) return this.close(s, "RELAY_FRAME_INVALID");
     this.o.observeFrame?.(frame);
-    if (s.state === "contending") return this.drop("contending");
+    if (s.state === "contending") return this.dropped("contending");
     const pair = s.pair!;
     const role = s.token!.role;
     s.lastActivityMs = this.o.clock.nowMs();
     if (!pair.holders[otherRole(role)]) {
       if (s.waiting.length >= RELAY_PENDING_FRAMES) {
         s.waiting.shift();
-        this.drop("unpaired");
+        this.dropped("unpaired");
       }
       s.waiting.push(frame.slice());
       return;
@@ -196,7 +196,8 @@ export class RelayHub {
     this.counters.closes[code] = (this.counters.closes[code] ?? 0) + 1;
   }
 
-  private drop(reason: DropReason): void {
+  /** Counts a datagram not forwarded; transports call it for drops they discover after sendDatagram returned (a batched send). */
+  dropped(reason: DropReason): void {
     this.counters.framesDropped[reason]++;
   }
 
@@ -274,8 +275,8 @@ export class RelayHub {
       for (const x of everyone) if (x) this.close(x, "RELAY_BYTES_EXHAUSTED");
       return;
     }
-    if (!pair.buckets[from].take(frame.length, now)) return this.drop("rate");
-    if (!to.socket.sendDatagram(frame)) return this.drop("backpressure");
+    if (!pair.buckets[from].take(frame.length, now)) return this.dropped("rate");
+    if (!to.socket.sendDatagram(frame)) return this.dropped("backpressure");
     pair.bytes += frame.length;
     to.lastActivityMs = now;
     this.counters.framesForwarded++;

@@ -106,7 +106,7 @@ async function serveStream(hub: RelayHub, session: QuicSession, stream: QuicStre
     for await (const chunks of stream) {
       for (const chunk of chunks) {
         for (const f of decoder.push(chunk)) {
-          if (f.kind === StreamFrameKind.datagram) hub.binary(s, f.body);
+          if (f.kind === StreamFrameKind.datagram) hub.binary(s, f.body.slice()); // a copy: WebSocket sends are deferred to the end of the turn
           else if (f.kind === StreamFrameKind.text) hub.text(s, text.decode(f.body));
           else if (f.kind === StreamFrameKind.pong) hub.heard(s);
           else if (f.kind === StreamFrameKind.ping) write(StreamFrameKind.pong, f.body);

@@ -5,7 +5,12 @@
  *
  * Owns: the listener, its WebSocket settings (message size bound, send
  * buffer bound with drops instead of queueing, no compression, Bun's
- * ping-based idle reaping) and the mapping of socket events to hub calls.
+ * ping-based idle reaping), the mapping of socket events to hub calls, and
+ * batched sends: Bun (uWebSockets) corks only the socket whose handler is
+ * running, so an echo's replies leave in one write per read while a relay's
+ * sends to the partner would each be their own write; datagrams for a
+ * socket are therefore queued within one event-loop turn and flushed inside
+ * cork() at its end (setImmediate), one write per socket per turn.
  * Must never: buffer without bound, log a message, or answer anything but
  * the relay path (404 elsewhere).
  */
@@ -20,6 +25,8 @@ export const RELAY_WS_MAX_MESSAGE_BYTES = 16 * 1024;
 export const RELAY_WS_SEND_BUFFER_BYTES = 256 * 1024;
 /** Seconds without any frame (Bun pings first) before Bun closes a dead connection. */
 export const RELAY_WS_IDLE_SECONDS = 120;
+/** Datagrams queued for one socket within one event-loop turn before further ones are dropped (≈ 360 KB of 1,400-byte frames). */
+export const RELAY_WS_MAX_BATCH_FRAMES = 256;
 
 interface SocketData {
   remoteAddress: string;
@@ -45,9 +52,57 @@ export interface WsListenerOptions {
   tls: { cert: string; key: string } | null;
 }
 
+/** Queues datagrams per socket and flushes each socket's queue in one corked write per event-loop turn (see the module header). */
+class CorkedSender {
+  private queued = new Map<ServerWebSocket<SocketData>, Uint8Array[]>();
+  private scheduled = false;
+
+  constructor(private readonly hub: RelayHub) {}
+
+  /** Queues `frame` for `ws`; false when its send buffer or this turn's queue is full (the datagram is dropped). */
+  send(ws: ServerWebSocket<SocketData>, frame: Uint8Array): boolean {
+    let q = this.queued.get(ws);
+    if (!q) {
+      if (ws.getBufferedAmount() > RELAY_WS_SEND_BUFFER_BYTES) return false;
+      q = [];
+      this.queued.set(ws, q);
+    } else if (q.length >= RELAY_WS_MAX_BATCH_FRAMES) return false;
+    q.push(frame);
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(this.flush);
+    }
+    return true;
+  }
+
+  /** Sends what is queued for `ws` now (before a status message or a close, so nothing overtakes a datagram). */
+  flushSocket(ws: ServerWebSocket<SocketData>): void {
+    const frames = this.queued.get(ws);
+    if (!frames) return;
+    this.queued.delete(ws);
+    this.write(ws, frames);
+  }
+
+  private write(ws: ServerWebSocket<SocketData>, frames: Uint8Array[]): void {
+    if (ws.readyState !== WebSocket.OPEN) return;
+    ws.cork(() => {
+      // Bun: > 0 sent, -1 queued under backpressure (within RELAY_WS_SEND_BUFFER_BYTES), 0 dropped.
+      for (const f of frames) if (ws.send(f) === 0) this.hub.dropped("backpressure");
+    });
+  }
+
+  private readonly flush = () => {
+    this.scheduled = false;
+    const all = this.queued;
+    this.queued = new Map();
+    for (const [ws, frames] of all) this.write(ws, frames);
+  };
+}
+
 /** Binds and starts serving. Throws when the address cannot be bound. */
 export function startWsListener(o: WsListenerOptions): WsListener {
   const hub = o.hub;
+  const sender = new CorkedSender(hub);
   const server: Server<SocketData> = Bun.serve<SocketData>({
     hostname: o.hostname,
     port: o.port,
@@ -66,7 +121,7 @@ export function startWsListener(o: WsListenerOptions): WsListener {
       idleTimeout: RELAY_WS_IDLE_SECONDS,
       sendPings: true,
       open(ws) {
-        ws.data.session = hub.open(relaySocketOf(ws));
+        ws.data.session = hub.open(relaySocketOf(ws, sender));
       },
       message(ws, message) {
         const s = ws.data.session;
@@ -93,13 +148,18 @@ export function startWsListener(o: WsListenerOptions): WsListener {
   };
 }
 
-function relaySocketOf(ws: ServerWebSocket<SocketData>) {
+function relaySocketOf(ws: ServerWebSocket<SocketData>, sender: CorkedSender) {
   return {
     remoteAddress: ws.data.remoteAddress,
-    // Bun: > 0 sent, -1 queued under backpressure (still within RELAY_WS_SEND_BUFFER_BYTES), 0 dropped.
-    sendDatagram: (frame: Uint8Array) => ws.send(frame) !== 0,
-    sendText: (text: string) => void ws.send(text),
+    sendDatagram: (frame: Uint8Array) => sender.send(ws, frame),
+    sendText: (text: string) => {
+      sender.flushSocket(ws);
+      ws.send(text);
+    },
     ping: () => void ws.ping(),
-    close: (code: number, reason: string) => ws.close(code, reason),
+    close: (code: number, reason: string) => {
+      sender.flushSocket(ws);
+      ws.close(code, reason);
+    },
   };
 }
