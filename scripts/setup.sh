@@ -20,6 +20,9 @@ PACKAGES+=(clang-14 lld-14 wasi-libc)
 PACKAGES+=(libsodium23 wireguard-go wireguard-tools iputils-ping)
 # Relay: openssl makes the test's self-signed certificate; strace shows the relay process writes no file.
 PACKAGES+=(openssl strace)
+# Packaging (packaging/, test/packaging/): rpmbuild, lintian, rpmlint, readelf,
+# and systemd-nspawn to boot the package test's container.
+PACKAGES+=(rpm lintian rpmlint binutils systemd-container)
 
 log=$(mktemp "${TMPDIR:-/tmp}/bb-setup.XXXXXX")
 trap 'rm -f "$log"' EXIT

@@ -149,6 +149,28 @@ describe("dependency rules", () => {
     }
   });
 
+  test("objects are typed: no message body is cast, no untyped service bag, no closure call between objects, no host-specific import", () => {
+    const scheduler = files("src/scheduler").filter((f) => !f.endsWith(".test.ts"));
+    for (const f of scheduler) {
+      const src = readFileSync(join(ROOT, f), "utf8");
+      // Message receivers (objects and the runtime); HTTP bodies are checked by the request guard's schemas.
+      if (f.startsWith("src/scheduler/objects/") || f.startsWith("src/scheduler/runtime/")) expect(src, f).not.toMatch(/\bbody as\b/);
+      expect(src, f).not.toMatch(/services\s*:\s*unknown/);
+      expect(src, f).not.toMatch(/\bctx\.call\(|\bruntime\.call\(/);
+    }
+    for (const f of files("src/scheduler/objects")) {
+      for (const i of specifiers(readFileSync(join(ROOT, f), "utf8"))) expect(i.includes("/embedded/") || i === "bun:sqlite", `${f} imports ${i}`).toBe(false);
+    }
+  });
+
+  test("the embedded migrations list is drizzle-kit's journal, in order", () => {
+    const journal = JSON.parse(readFileSync(join(ROOT, "src/scheduler/migrations/meta/_journal.json"), "utf8")) as { entries: { idx: number; tag: string }[] };
+    const index = readFileSync(join(ROOT, "src/scheduler/migrations/index.ts"), "utf8");
+    const listed = [...index.matchAll(/tag: "([^"]+)"/g)].map((m) => m[1]);
+    expect(listed).toEqual(journal.entries.sort((a, b) => a.idx - b.idx).map((e) => e.tag));
+    for (const tag of listed) expect(index).toContain(`./${tag}.sql`);
+  });
+
   test("no comment in src/, native/ or bin/ names a file outside the repository", () => {
     const outside = /\.\.\/shared\/|shared\/design\/|shared\/spec\/|\b(?:ARCHITECTURE|STYLE|RUNTIME-NOTES|BUN-NOTES|NET-NOTES)\.md\b/;
     const offenders = SOURCES.filter((f) => outside.test(readFileSync(join(ROOT, f), "utf8")));

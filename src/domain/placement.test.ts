@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { filterReason, rankCandidates, supersedes, type Advertisement, type PlacementRequest } from "./placement.ts";
+import { explainNoCandidate, filterReason, rankCandidates, supersedes, type Advertisement, type PlacementRequest } from "./placement.ts";
 
 const now = 1_000_000;
 const ad = (hostId: string, o: Partial<Advertisement> = {}): Advertisement => ({
@@ -67,5 +67,13 @@ describe("placement scoring", () => {
     expect(supersedes(ad("h", { revision: 5 }), ad("h", { revision: 4 }))).toBe(false);
     expect(supersedes(ad("h", { revision: 5 }), ad("h", { revision: 6 }))).toBe(true);
     expect(supersedes(undefined, ad("h"))).toBe(true);
+  });
+});
+
+describe("why no host took a request", () => {
+  test("counts each host's first failing check, split into misfits and host conditions", () => {
+    const full = { cpuMillis: 500, memoryMiB: 4096, ephemeralDiskMiB: 10_000, slots: 4 };
+    const why = explainNoCandidate([ad("a", { free: full }), ad("b", { free: full }), ad("c", { unschedulable: ["CLOCK_SKEW"] }), ad("d", { adminState: "draining" })], req, now);
+    expect(why).toEqual({ hostsConsidered: 4, noFit: { INSUFFICIENT_CPU: 2 }, unschedulable: { CLOCK_SKEW: 1, HOST_NOT_ACTIVE: 1 } });
   });
 });

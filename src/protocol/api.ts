@@ -6,6 +6,7 @@
  * lifecycle", "One allocation end to end", "Enrollment".
  */
 import { Type, type Static, type TSchema } from "@sinclair/typebox";
+import { MAX_CONSOLE_TAIL_CHARS, VM_EXIT_REASONS } from "./vmExit.ts";
 
 /** Largest bootstrap payload accepted, in bytes (before base64). */
 export const MAX_PAYLOAD_BYTES = 256 * 1024;
@@ -77,27 +78,78 @@ export const CreateAllocationBody = Type.Object(
 /** POST /v1/allocations body. */
 export type CreateAllocationBody = Static<typeof CreateAllocationBody>;
 
+/**
+ * The latest placement attempt of an allocation (issue "Pending is
+ * unexplained"): whether a host took it and, when none did, how many hosts
+ * were considered and why each was passed over, counted by stable reason.
+ */
+export const PlacementOutcome = Type.Object(
+  {
+    /** When the attempt was made (ISO 8601). */
+    at: Type.String({ maxLength: 40 }),
+    /** reserved: a host took it; no_eligible_host: no host passed the filters; rejected: every candidate refused the reservation. */
+    result: Type.Union([Type.Literal("reserved"), Type.Literal("no_eligible_host"), Type.Literal("rejected")]),
+    /** The host that took it (reserved) or refused last (rejected). */
+    hostId: Type.Union([Type.String({ maxLength: 64 }), Type.Null()]),
+    /** Hosts the directory knew when it looked. */
+    hostsConsidered: Type.Integer({ minimum: 0 }),
+    /** Schedulable hosts where the request does not fit, by reason (INSUFFICIENT_CPU, PLACEMENT_LIMIT_REACHED, LABEL_MISSING, ALREADY_TRIED, …). */
+    noFit: Type.Record(Type.String({ maxLength: 64 }), Type.Integer({ minimum: 0 }), { maxProperties: 32 }),
+    /** Hosts taking no reservations now, by reason (HOST_NOT_ACTIVE, HOST_NOT_HEALTHY, CLOCK_SKEW, ISOLATION_UNHEALTHY, …). */
+    unschedulable: Type.Record(Type.String({ maxLength: 64 }), Type.Integer({ minimum: 0 }), { maxProperties: 32 }),
+  },
+  { additionalProperties: false },
+);
+/** The latest placement attempt of an allocation. */
+export type PlacementOutcome = Static<typeof PlacementOutcome>;
+
+/** A VM of the allocation that ended on its own, as its agent diagnosed it (from the `placement.error` event that carried it). */
+export const PlacementExitView = Type.Object(
+  {
+    generation: Type.Integer({ minimum: 1 }),
+    placementId: Type.Union([Type.String({ maxLength: 200 }), Type.Null()]),
+    reason: Type.Union(VM_EXIT_REASONS.map((r) => Type.Literal(r))),
+    /** The redacted kernel lines of its console. */
+    consoleTail: Type.String({ maxLength: MAX_CONSOLE_TAIL_CHARS }),
+    /** When the scheduler recorded it (ISO 8601). */
+    at: Type.String({ maxLength: 40 }),
+  },
+  { additionalProperties: false },
+);
+/** A diagnosed VM exit as the allocation view shows it. */
+export type PlacementExitView = Static<typeof PlacementExitView>;
+
+/** The allocation as the API shows it (a TypeBox schema: the allocation index stores and checks it). */
+export const AllocationView = Type.Object(
+  {
+    allocationId: Type.String({ maxLength: 64 }),
+    clientRequestId: Type.String({ maxLength: 128 }),
+    workloadClass: Type.String({ maxLength: 64 }),
+    state: Type.Union(ALLOCATION_STATES.map((s) => Type.Literal(s))),
+    generation: Type.Integer({ minimum: 1 }),
+    hostId: Type.Union([Type.String(), Type.Null()]),
+    placementId: Type.Union([Type.String(), Type.Null()]),
+    /** Failure reason or condition code (e.g. NO_CAPACITY, CLEANUP_PENDING). */
+    reason: Type.Union([Type.String(), Type.Null()]),
+    /** Conditions now in force: NO_CAPACITY (waiting for a host), replacement_blocked, CLEANUP_PENDING. */
+    conditions: Type.Array(Type.String(), { maxItems: 16 }),
+    resources: Type.Object({ cpuMillis: Type.Integer(), memoryMiB: Type.Integer(), ephemeralDiskMiB: Type.Integer() }, { additionalProperties: false }),
+    imageDigest: Type.String(),
+    labels: Type.Record(Type.String(), Type.String(), { maxProperties: 32 }),
+    createdAt: Type.String(),
+    updatedAt: Type.String(),
+    expiresAt: Type.String(),
+    /** Exit code the guest reported for the bootstrap workload, if it exited. */
+    workloadExitCode: Type.Union([Type.Integer(), Type.Null()]),
+    /** The latest placement attempt (null before the first). */
+    placement: Type.Union([PlacementOutcome, Type.Null()]),
+    /** The last VM of this allocation that ended on its own (KERNEL_PANIC, GUEST_OOM, …) with its console tail; null or absent: none did. */
+    placementExit: Type.Optional(Type.Union([PlacementExitView, Type.Null()])),
+  },
+  { additionalProperties: false },
+);
 /** The allocation as the API shows it. */
-export interface AllocationView {
-  allocationId: string;
-  clientRequestId: string;
-  workloadClass: string;
-  state: AllocationState;
-  generation: number;
-  hostId: string | null;
-  placementId: string | null;
-  /** Failure reason or condition code (e.g. NO_CAPACITY, CLEANUP_PENDING). */
-  reason: string | null;
-  conditions: string[];
-  resources: { cpuMillis: number; memoryMiB: number; ephemeralDiskMiB: number };
-  imageDigest: string;
-  labels: Record<string, string>;
-  createdAt: string;
-  updatedAt: string;
-  expiresAt: string;
-  /** Exit code the guest reported for the bootstrap workload, if it exited. */
-  workloadExitCode: number | null;
-}
+export type AllocationView = Static<typeof AllocationView>;
 
 /** One allocation event (spec "Observability and retention"). */
 export interface AllocationEvent {

@@ -56,6 +56,10 @@ export const ERROR_STATUS = {
   COMMAND_CONFLICT: 409,
   ENVELOPE_TOO_LARGE: 413,
   SHUTTING_DOWN: 503,
+  /** The scheduler cannot read or write its data directory (read-only, full, failing disk); retry later. */
+  STORAGE_UNAVAILABLE: 503,
+  /** One object's stored state failed its checks; it is quarantined and named in the detail. */
+  OBJECT_DAMAGED: 500,
   INTERNAL: 500,
   IMAGE_SOURCE_INVALID: 422,
   IMAGE_BLOB_DIGEST_MISMATCH: 422,
@@ -101,7 +105,13 @@ export const ERROR_STATUS = {
 /** One stable error code (see ERROR_STATUS for the HTTP status of each). */
 export type ErrorCode = keyof typeof ERROR_STATUS;
 
-/** Bounded error codes an agent may report for a placement (spec "Messages"). */
+/**
+ * Bounded error codes an agent may report for a placement (spec "Messages":
+ * "Agent errors use stable codes such as …"). The spec's
+ * FIRECRACKER_START_FAILED is VMM_START_FAILED here: it covers QEMU too.
+ * The agent's one error type (AgentError, src/agent/errors.ts) carries
+ * exactly these.
+ */
 export const AGENT_ERROR_CODES = [
   "IMAGE_DIGEST_MISMATCH",
   "IMAGE_NOT_FOUND",
@@ -111,6 +121,7 @@ export const AGENT_ERROR_CODES = [
   "VM_EXITED",
   "GUEST_BOOT_TIMEOUT",
   "NETWORK_SETUP_FAILED",
+  "CGROUP_SETUP_FAILED",
   "STALE_GENERATION",
   "LEASE_EXPIRED",
   "CLEANUP_FAILED",

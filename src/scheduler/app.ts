@@ -41,7 +41,12 @@ const num = (p: Prepared, name: string, fallback: number) => (p.query[name] as n
 /** One handler per route name. */
 function handlers(worker: SchedulerWorker): Record<RouteName, (p: Prepared) => Promise<Reply> | Reply> {
   return {
-    healthz: () => ({ json: { ok: true } }),
+    healthz: () => {
+      // Health reflects storage: a store that cannot be written is not a healthy scheduler.
+      const h = worker.health();
+      if (!h.ok) throw new BeachballError("STORAGE_UNAVAILABLE", h.detail, { retryAfterSeconds: 5 });
+      return { json: { ok: true } };
+    },
     wellKnown: () => ({ json: worker.wellKnown() }),
     createAllocation: async (p) => {
       const r = await worker.createAllocation(who(p), p.body as CreateAllocationBody);

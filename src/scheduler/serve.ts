@@ -3,7 +3,6 @@
  * object runtime on the data directory, and serves the app.
  * Must never: print a raw token except the dev client file's path.
  */
-import { chmodSync, mkdirSync } from "node:fs";
 import { consola } from "consola";
 import { buildApp } from "./app.ts";
 import { SchedulerWorker } from "./worker.ts";
@@ -39,12 +38,10 @@ export interface RunningScheduler {
 
 /** Serves the scheduler until `stop()`. Throws if the manifest is invalid or the port is taken. */
 export function serveScheduler(opts: ServeOptions): RunningScheduler {
-  // The data directory holds every object's database: private to the scheduler's user.
-  mkdirSync(opts.dataDir, { recursive: true, mode: 0o700 });
-  chmodSync(opts.dataDir, 0o700);
+  // The data directory (0700, locked, with a clear error when it cannot be written) is prepared by SchedulerWorker.
   const manifest: DeploymentManifest = loadManifest(opts.manifestPath);
   const publicUrl = `http://${opts.hostname.includes(":") ? `[${opts.hostname}]` : opts.hostname}:${opts.port}`;
-  const worker = new SchedulerWorker({ dataDir: opts.dataDir, manifest, publicUrl, ...(opts.timeouts ? { timeouts: opts.timeouts } : {}) });
+  const worker = new SchedulerWorker({ dataDir: opts.dataDir, manifest, publicUrl, checkpointInBackground: true, ...(opts.timeouts ? { timeouts: opts.timeouts } : {}) });
   worker.start();
   const app = buildApp(worker).listen({ hostname: opts.hostname, port: opts.port, maxRequestBodySize: BUN_MAX_REQUEST_BODY_BYTES, idleTimeout: 60 });
   const url = `http://${app.server!.hostname}:${app.server!.port}`;

@@ -13,7 +13,7 @@ import { BeachballError } from "../../src/protocol/errors.ts";
 import type { AgentCommand, Envelope, PlacementUpdate, PollResponse } from "../../src/protocol/agent.ts";
 import { SchedulerWorker } from "../../src/scheduler/worker.ts";
 import { tokenDigest, type DeploymentManifest, type Identity } from "../../src/scheduler/manifest.ts";
-import { HostObject } from "../../src/scheduler/objects/hostObject.ts";
+
 import { reservationKey } from "../../src/domain/identifiers.ts";
 import { FakeClock, SeededRandom } from "../sim/rng.ts";
 
@@ -137,7 +137,7 @@ describe("host loss and replacement", () => {
       await settle(5_000);
       await b.poll();
     }
-    const lease = (await w.runtime.call(HostObject, "a", (h) => h.placementStatus(p1.placementId))).leaseExpiresAtMs;
+    const lease = (await w.env.Host.get("a").placementStatus(p1.placementId)).leaseExpiresAtMs;
     expect((await w.hosts(O)).find((h) => h.hostId === "a")!.health).toBe("lost");
     expect(clock.now()).toBeLessThan(lease + 10_000);
     let v = await w.getAllocation(C, view.allocationId);
@@ -190,7 +190,7 @@ describe("host loss and replacement", () => {
     expect(fenced.adminState).toBe("disabled");
     expect(fenced.credentialVersion).toBe(before.credentialVersion + 1);
     expect(fenced.placements).toEqual([]);
-    expect(await w.runtime.call(HostObject, hostId, (h) => h.authenticate(tokenDigest("anything")))).toBe(false);
+    expect(await w.env.Host.get(hostId).authenticate(tokenDigest("anything"))).toBe(false);
     await settle(100);
     await other.poll();
     const v = await w.getAllocation(C, view.allocationId);
@@ -210,7 +210,7 @@ describe("host conditions", () => {
     const intruder = new Agent(w, "a", clock, "boot-2");
     await intruder.poll();
     expect((await w.hosts(O))[0]!.unschedulable).toContain("OVERLAPPING_AGENT_SESSION");
-    expect(await w.runtime.call(HostObject, "a", (h) => h.reserve({ key: "k1", allocationId: "alloc_x", generation: 1, placementId: "plc_x", spec: { cpuMillis: 100, memoryMiB: 16, ephemeralDiskMiB: 1, imageDigest: `sha256:${"0".repeat(64)}` } }))).toEqual({ accepted: false, code: "OVERLAPPING_AGENT_SESSION" });
+    expect(await w.env.Host.get("a").reserve({ key: "k1", allocationId: "alloc_x", generation: 1, placementId: "plc_x", spec: { cpuMillis: 100, memoryMiB: 16, ephemeralDiskMiB: 1, imageDigest: `sha256:${"0".repeat(64)}` } })).toEqual({ accepted: false, code: "OVERLAPPING_AGENT_SESSION" });
     expect(await code(w.agentEnvelope("a", a.env("messages")))).toBe("STALE_AGENT_EPOCH");
     await settle(91_000);
     const skewed = new Agent(w, "a", clock, "boot-2", 6_000);
@@ -271,12 +271,12 @@ describe("reservation, leases and metrics", () => {
     await new Agent(w, "a", clock).poll();
     const spec = { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"0".repeat(64)}` };
     const key = reservationKey("alloc_x", 1, "a");
-    const r1 = await w.runtime.call(HostObject, "a", (h) => h.reserve({ key, allocationId: "alloc_x", generation: 1, placementId: "plc_1", spec }));
-    const r2 = await w.runtime.call(HostObject, "a", (h) => h.reserve({ key, allocationId: "alloc_x", generation: 1, placementId: "plc_2", spec }));
+    const r1 = await w.env.Host.get("a").reserve({ key, allocationId: "alloc_x", generation: 1, placementId: "plc_1", spec });
+    const r2 = await w.env.Host.get("a").reserve({ key, allocationId: "alloc_x", generation: 1, placementId: "plc_2", spec });
     expect(r1).toEqual({ accepted: true, placementId: "plc_1" });
     expect(r2).toEqual({ accepted: true, placementId: "plc_1" });
     expect((await w.hosts(O))[0]!.free.cpuMillis).toBe(1000);
-    const r3 = await w.runtime.call(HostObject, "a", (h) => h.reserve({ key: reservationKey("alloc_y", 1, "a"), allocationId: "alloc_y", generation: 1, placementId: "plc_3", spec: { ...spec, cpuMillis: 1500 } }));
+    const r3 = await w.env.Host.get("a").reserve({ key: reservationKey("alloc_y", 1, "a"), allocationId: "alloc_y", generation: 1, placementId: "plc_3", spec: { ...spec, cpuMillis: 1500 } });
     expect(r3).toEqual({ accepted: false, code: "INSUFFICIENT_CPU" });
   });
 

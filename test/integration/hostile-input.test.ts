@@ -13,7 +13,6 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { EnrollResponse } from "../../src/protocol/agent.ts";
 import { ROUTES } from "../../src/scheduler/routes.ts";
-import { EnrollmentObject } from "../../src/scheduler/objects/enrollmentObject.ts";
 import { SeededRandom } from "../sim/rng.ts";
 import { HostileGenerator, outcomeProblem, percentile, probeHealth, sampleEventLoop, sendHostile, type HostileOutcome } from "../support/hostileRequests.ts";
 import { rawPost, startTestScheduler, type TestScheduler } from "../support/scheduler.ts";
@@ -35,7 +34,7 @@ async function snapshot(): Promise<unknown> {
   const allocations = (await s.controller.list(undefined, 200)).items.map((v) => `${v.allocationId}:${v.clientRequestId}:${v.generation}`);
   const hosts = (await s.operator.hosts()).map((h) => `${h.hostId}:${h.adminState}:${h.credentialVersion}:${h.heartbeatAt}`);
   // Test-only peek at the Enrollment object's table: a refused request must mint no token.
-  const tokens = await rt.call(EnrollmentObject, "global", (e) => (e as unknown as { ctx: { sql: { query: (q: string) => { get: () => { n: number } } } } }).ctx.sql.query("SELECT COUNT(*) AS n FROM tokens").get().n);
+  const tokens = rt.store.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM enrollment_tokens").one().n;
   return { names, allocations, hosts, tokens };
 }
 

@@ -4,8 +4,11 @@
  *   send HOST PORT COUNT SIZE   sends COUNT datagrams of SIZE bytes, datagram i
  *                               filled with byte (i % 251) and its index in the
  *                               first 4 bytes (big-endian); prints "sent COUNT".
- *   recv HOST PORT COUNT        prints "ready", then receives until COUNT
+ *   recv HOST PORT COUNT [STEP] prints "ready", then receives until COUNT
  *                               datagrams arrived or 10 s passed without one;
+ *                               with STEP, prints "got N" after every STEP
+ *                               datagrams (a sender can wait for it, so a burst
+ *                               never outruns the socket's receive buffer);
  *                               prints "recv N SHA256" over the datagrams in order.
  */
 import { createHash } from "node:crypto";
@@ -25,6 +28,7 @@ if (mode === "send") {
   s.close();
   console.log(`sent ${count}`);
 } else if (mode === "recv") {
+  const step = sizeText ? Number(sizeText) : 0;
   const hash = createHash("sha256");
   let n = 0;
   let last = Date.now();
@@ -36,6 +40,7 @@ if (mode === "send") {
         hash.update(buf);
         n++;
         last = Date.now();
+        if (step > 0 && n % step === 0) console.log(`got ${n}`);
       },
     },
   });
@@ -44,6 +49,6 @@ if (mode === "send") {
   s.close();
   console.log(`recv ${n} ${hash.digest("hex")}`);
 } else {
-  console.error("usage: udpPeer.ts send|recv HOST PORT COUNT [SIZE]");
+  console.error("usage: udpPeer.ts send HOST PORT COUNT SIZE | recv HOST PORT COUNT [STEP]");
   process.exit(2);
 }

@@ -4,11 +4,17 @@
  * request rates (token buckets, 429 with Retry-After), per-controller and
  * deployment-wide concurrent allocations and the retained-record cap (409
  * with a stable quota code), and the registered and active host caps.
- * Rate buckets live in memory (a restart refills them); counts are durable.
+ * Rate buckets live in memory (a restart refills them); counts are durable
+ * rows, kept as counters in memory once read.
  * Must never: count one allocation twice (admission is idempotent by ID).
  */
-import { AuthorityObject } from "../runtime/objectRuntime.ts";
+import { eq, sql } from "drizzle-orm";
+import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
+import { prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { BeachballError } from "../../protocol/errors.ts";
+import type { SchedulerEnv } from "../env.ts";
+import { AdmissionMessage } from "./messages.ts";
+import { admissionAllocationTable, admissionHostTable } from "./singletonSchema.ts";
 
 /** Limits admission enforces (resolved from the manifest with defaults). */
 export interface AdmissionLimits {
@@ -23,7 +29,10 @@ export interface AdmissionLimits {
 class Bucket {
   private tokens: number;
   private at: number;
-  constructor(private readonly rate: number, now: number) {
+  constructor(
+    private readonly rate: number,
+    now: number,
+  ) {
     this.tokens = Math.max(1, rate * 2);
     this.at = now;
   }
@@ -42,22 +51,53 @@ class Bucket {
 /** Most controller buckets kept in memory. */
 const MAX_BUCKETS = 10_000;
 
-/** See the module header. */
-export class AdmissionObject extends AuthorityObject {
-  static readonly className = "Admission";
+interface Counts {
+  /** Allocation ID → identity, for the active ones. */
+  active: Map<string, string>;
+  activeByIdentity: Map<string, number>;
+  retained: Set<string>;
+  hosts: Map<string, boolean>;
+}
 
-  constructor(ctx: ConstructorParameters<typeof AuthorityObject>[0]) {
-    super(ctx);
-    ctx.sql.exec(`CREATE TABLE IF NOT EXISTS active (allocation_id TEXT PRIMARY KEY, identity TEXT NOT NULL, admitted_at_ms INTEGER NOT NULL);
-      CREATE INDEX IF NOT EXISTS active_identity ON active (identity);
-      CREATE TABLE IF NOT EXISTS retained (allocation_id TEXT PRIMARY KEY);
-      CREATE TABLE IF NOT EXISTS hosts (host_id TEXT PRIMARY KEY, registered_at_ms INTEGER NOT NULL, active INTEGER NOT NULL DEFAULT 0);`);
+const queries = (db: ObjectDb) => {
+  const obj = sql.placeholder("obj");
+  return {
+    allocations: db.select().from(admissionAllocationTable).where(eq(admissionAllocationTable.obj, obj)).prepare(),
+    hosts: db.select().from(admissionHostTable).where(eq(admissionHostTable.obj, obj)).prepare(),
+  };
+};
+
+/** See the module header. */
+export class AdmissionObject extends AuthorityObject<SchedulerEnv, AdmissionMessage> {
+  static readonly className = "Admission";
+  static readonly messageSchema = AdmissionMessage;
+  static readonly tables = ["admission_allocations", "admission_hosts"] as const;
+
+  private readonly q = prepared(this.state.storage, queries);
+  private readonly buckets = new Map<string, Bucket>();
+  private loaded: Counts | undefined;
+
+  constructor(state: ObjectState<AdmissionMessage>, env: SchedulerEnv) {
+    super(state, env);
   }
 
-  private readonly buckets = new Map<string, Bucket>();
+  private counts(): Counts {
+    if (this.loaded) return this.loaded;
+    const c: Counts = { active: new Map(), activeByIdentity: new Map(), retained: new Set(), hosts: new Map() };
+    for (const r of this.q.allocations.all({ obj: this.state.name })) {
+      c.retained.add(r.allocationId);
+      if (r.active) {
+        c.active.set(r.allocationId, r.identity);
+        c.activeByIdentity.set(r.identity, (c.activeByIdentity.get(r.identity) ?? 0) + 1);
+      }
+    }
+    for (const h of this.q.hosts.all({ obj: this.state.name })) c.hosts.set(h.hostId, h.active);
+    this.loaded = c;
+    return c;
+  }
 
   private rate(key: string, rps: number): void {
-    const now = this.ctx.clock.now();
+    const now = this.env.clock.now();
     let b = this.buckets.get(key);
     if (!b) {
       if (this.buckets.size >= MAX_BUCKETS) this.buckets.delete(this.buckets.keys().next().value!);
@@ -69,48 +109,72 @@ export class AdmissionObject extends AuthorityObject {
   }
 
   /**
-   * Admits a new allocation for `identity`. Idempotent by allocation ID.
-   * Throws RATE_LIMITED (429), QUOTA_CONCURRENT_ALLOCATIONS,
+   * Admits a new allocation for `identity`. Idempotent by allocation ID:
+   * returns `admittedBefore` true when it was admitted (and not purged)
+   * earlier. Throws RATE_LIMITED (429), QUOTA_CONCURRENT_ALLOCATIONS,
    * QUOTA_DEPLOYMENT_ALLOCATIONS or QUOTA_RETAINED_RECORDS (409).
    */
-  admit(identity: string, allocationId: string, limits: AdmissionLimits): void {
-    this.release();
-    if (this.ctx.sql.query("SELECT 1 FROM active WHERE allocation_id = ?").get(allocationId)) return;
+  admit(identity: string, allocationId: string, limits: AdmissionLimits): { admittedBefore: boolean } {
+    this.applyInbox();
+    const c = this.counts();
+    if (c.retained.has(allocationId)) return { admittedBefore: true };
     this.rate(`c:${identity}`, limits.perControllerRps);
     this.rate("*", limits.deploymentRps);
-    const count = (sql: string, ...args: string[]) => this.ctx.sql.query<{ n: number }, string[]>(sql).get(...args)?.n ?? 0;
-    const mine = count("SELECT COUNT(*) AS n FROM active WHERE identity = ?", identity);
+    const mine = c.activeByIdentity.get(identity) ?? 0;
     if (mine >= limits.perControllerConcurrent) throw new BeachballError("QUOTA_CONCURRENT_ALLOCATIONS", `controller has ${mine} active allocations (limit ${limits.perControllerConcurrent})`, { limit: limits.perControllerConcurrent });
-    const all = count("SELECT COUNT(*) AS n FROM active");
-    if (all >= limits.maxAllocations) throw new BeachballError("QUOTA_DEPLOYMENT_ALLOCATIONS", `deployment has ${all} active allocations (limit ${limits.maxAllocations})`, { limit: limits.maxAllocations });
-    const kept = count("SELECT COUNT(*) AS n FROM retained");
-    if (kept >= limits.maxRetained) throw new BeachballError("QUOTA_RETAINED_RECORDS", `deployment retains ${kept} allocation records (limit ${limits.maxRetained})`, { limit: limits.maxRetained });
-    this.ctx.sql.transaction(() => {
-      this.ctx.sql.query("INSERT INTO active (allocation_id, identity, admitted_at_ms) VALUES (?, ?, ?)").run(allocationId, identity, this.ctx.clock.now());
-      this.ctx.sql.query("INSERT OR IGNORE INTO retained (allocation_id) VALUES (?)").run(allocationId);
-    })();
+    if (c.active.size >= limits.maxAllocations) throw new BeachballError("QUOTA_DEPLOYMENT_ALLOCATIONS", `deployment has ${c.active.size} active allocations (limit ${limits.maxAllocations})`, { limit: limits.maxAllocations });
+    if (c.retained.size >= limits.maxRetained) throw new BeachballError("QUOTA_RETAINED_RECORDS", `deployment retains ${c.retained.size} allocation records (limit ${limits.maxRetained})`, { limit: limits.maxRetained });
+    this.state.storage.sql.exec(
+      "INSERT INTO admission_allocations (obj, allocation_id, identity, active, admitted_at_ms) VALUES (?, ?, ?, 1, ?)",
+      this.state.name,
+      allocationId,
+      identity,
+      this.env.clock.now(),
+    );
+    c.retained.add(allocationId);
+    c.active.set(allocationId, identity);
+    c.activeByIdentity.set(identity, mine + 1);
+    return { admittedBefore: false };
   }
 
   /** Applies inbox messages: a terminal allocation no longer counts as active; a purged one no longer as retained. */
-  release(): void {
-    const msgs = this.ctx.readInbox();
+  private applyInbox(): void {
+    const msgs = this.state.readInbox();
     if (msgs.length === 0) return;
-    this.ctx.sql.transaction(() => {
-      for (const m of msgs) {
-        const id = (m.body as { allocationId: string }).allocationId;
-        if (m.kind === "allocation_terminal") this.ctx.sql.query("DELETE FROM active WHERE allocation_id = ?").run(id);
-        if (m.kind === "allocation_purged") this.ctx.sql.query("DELETE FROM retained WHERE allocation_id = ?").run(id);
+    const c = this.counts();
+    this.state.storage.transactionSync(() => {
+      for (const { message: m } of msgs) {
+        if (m.kind === "allocation_terminal") {
+          this.state.storage.sql.exec("UPDATE admission_allocations SET active = 0 WHERE obj = ? AND allocation_id = ?", this.state.name, m.allocationId);
+        } else {
+          this.state.storage.sql.exec("DELETE FROM admission_allocations WHERE obj = ? AND allocation_id = ?", this.state.name, m.allocationId);
+        }
       }
-      this.ctx.ackInbox(msgs[msgs.length - 1]!.seq);
-    })();
+      this.state.ackInbox(msgs[msgs.length - 1]!.seq);
+    });
+    for (const { message: m } of msgs) {
+      const identity = c.active.get(m.allocationId);
+      if (identity !== undefined) {
+        c.active.delete(m.allocationId);
+        c.activeByIdentity.set(identity, (c.activeByIdentity.get(identity) ?? 1) - 1);
+      }
+      if (m.kind === "allocation_purged") c.retained.delete(m.allocationId);
+    }
+  }
+
+  override onInbox(): void {
+    this.applyInbox();
   }
 
   /** Gates host activation against the active-host cap (idempotent). Throws QUOTA_ACTIVE_HOSTS. */
   admitActiveHost(hostId: string, maxActive: number): void {
-    if (this.ctx.sql.query("SELECT 1 FROM hosts WHERE host_id = ? AND active = 1").get(hostId)) return;
-    const n = this.ctx.sql.query<{ n: number }, []>("SELECT COUNT(*) AS n FROM hosts WHERE active = 1").get()?.n ?? 0;
+    const c = this.counts();
+    if (c.hosts.get(hostId) === true) return;
+    let n = 0;
+    for (const a of c.hosts.values()) if (a) n++;
     if (n >= maxActive) throw new BeachballError("QUOTA_ACTIVE_HOSTS", `deployment has ${n} active hosts (limit ${maxActive})`, { limit: maxActive });
-    this.ctx.sql.query("UPDATE hosts SET active = 1 WHERE host_id = ?").run(hostId);
+    this.state.storage.sql.exec("UPDATE admission_hosts SET active = 1 WHERE obj = ? AND host_id = ?", this.state.name, hostId);
+    if (c.hosts.has(hostId)) c.hosts.set(hostId, true);
   }
 
   /**
@@ -120,26 +184,30 @@ export class AdmissionObject extends AuthorityObject {
    * state whatever the change's outcome).
    */
   setHostActive(hostId: string, active: boolean): void {
-    this.ctx.sql.query("UPDATE hosts SET active = ? WHERE host_id = ?").run(active ? 1 : 0, hostId);
+    const c = this.counts();
+    this.state.storage.sql.exec("UPDATE admission_hosts SET active = ? WHERE obj = ? AND host_id = ?", active ? 1 : 0, this.state.name, hostId);
+    if (c.hosts.has(hostId)) c.hosts.set(hostId, active);
   }
 
   /** The hosts counted as active, sorted (for checks that counters match host states). */
   activeHostIds(): string[] {
-    return this.ctx.sql
-      .query<{ host_id: string }, []>("SELECT host_id FROM hosts WHERE active = 1 ORDER BY host_id")
-      .all()
-      .map((r) => r.host_id);
-  }
-
-  override onInbox(): void {
-    this.release();
+    return [...this.counts().hosts.entries()]
+      .filter(([, a]) => a)
+      .map(([id]) => id)
+      .sort();
   }
 
   /** Reserves a registered-host slot (idempotent); throws QUOTA_REGISTERED_HOSTS past `maxHosts`. */
   admitHost(hostId: string, maxHosts: number): void {
-    if (this.ctx.sql.query("SELECT 1 FROM hosts WHERE host_id = ?").get(hostId)) return;
-    const n = this.ctx.sql.query<{ n: number }, []>("SELECT COUNT(*) AS n FROM hosts").get()?.n ?? 0;
-    if (n >= maxHosts) throw new BeachballError("QUOTA_REGISTERED_HOSTS", `deployment has ${n} registered hosts (limit ${maxHosts})`, { limit: maxHosts });
-    this.ctx.sql.query("INSERT INTO hosts (host_id, registered_at_ms) VALUES (?, ?)").run(hostId, this.ctx.clock.now());
+    const c = this.counts();
+    if (c.hosts.has(hostId)) return;
+    if (c.hosts.size >= maxHosts) throw new BeachballError("QUOTA_REGISTERED_HOSTS", `deployment has ${c.hosts.size} registered hosts (limit ${maxHosts})`, { limit: maxHosts });
+    this.state.storage.sql.exec("INSERT INTO admission_hosts (obj, host_id, registered_at_ms, active) VALUES (?, ?, ?, 0)", this.state.name, hostId, this.env.clock.now());
+    c.hosts.set(hostId, false);
+  }
+
+  /** IDs of every registered host (for the operators' host list). */
+  hostIds(): string[] {
+    return [...this.counts().hosts.keys()].sort();
   }
 }

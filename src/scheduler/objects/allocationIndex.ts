@@ -1,54 +1,85 @@
 /**
- * The allocation index: a rebuildable directory of allocation IDs per
- * identity, for listing. Not an authority: the Allocation object's own row
- * is the truth; the index may lag by one inbox delivery.
+ * The allocation index: a rebuildable directory of each allocation's latest
+ * view per identity, so listing is one ordered read of the index, never a
+ * call to every allocation (issue "list paging is served from an index").
+ * Not an authority: the Allocation object's own row is the truth; the index
+ * lags by at most one inbox delivery.
+ * Must never: list another identity's allocations.
  */
-import { AuthorityObject } from "../runtime/objectRuntime.ts";
+import { checkerOf } from "../runtime/check.ts";
+import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
+import { AllocationView } from "../../protocol/api.ts";
+import type { SchedulerEnv } from "../env.ts";
+import { IndexMessage } from "./messages.ts";
 
-/** One index row. */
-export interface IndexEntry {
-  allocationId: string;
-  state: string;
-  createdAtMs: number;
-}
+/** One listed allocation: its latest view, or, when the stored view fails its schema, a marker naming it. */
+export type IndexEntry = { allocationId: string; view: AllocationView | null };
 
 /** See the module header. */
-export class AllocationIndexObject extends AuthorityObject {
+export class AllocationIndexObject extends AuthorityObject<SchedulerEnv, IndexMessage> {
   static readonly className = "AllocationIndex";
+  static readonly messageSchema = IndexMessage;
+  static readonly tables = ["allocation_index"] as const;
 
-  constructor(ctx: ConstructorParameters<typeof AuthorityObject>[0]) {
-    super(ctx);
-    ctx.sql.exec(`CREATE TABLE IF NOT EXISTS entries (allocation_id TEXT PRIMARY KEY, identity TEXT NOT NULL, state TEXT NOT NULL, created_at_ms INTEGER NOT NULL);
-      CREATE INDEX IF NOT EXISTS entries_identity ON entries (identity, created_at_ms, allocation_id);`);
+  constructor(state: ObjectState<IndexMessage>, env: SchedulerEnv) {
+    super(state, env);
   }
 
   override onInbox(): void {
-    const msgs = this.ctx.readInbox();
+    const msgs = this.state.readInbox();
     if (msgs.length === 0) return;
-    this.ctx.sql.transaction(() => {
-      for (const m of msgs) {
+    const sql = this.state.storage.sql;
+    // Only the latest view of each allocation in this read is written.
+    const last = new Map<string, number>();
+    msgs.forEach(({ message: m }, i) => last.set(m.kind === "purge" ? m.allocationId : m.view.allocationId, i));
+    this.state.storage.transactionSync(() => {
+      for (const [i, { message: m }] of msgs.entries()) {
+        if (last.get(m.kind === "purge" ? m.allocationId : m.view.allocationId) !== i) continue;
         if (m.kind === "purge") {
-          this.ctx.sql.query("DELETE FROM entries WHERE allocation_id = ?").run((m.body as { allocationId: string }).allocationId);
+          sql.exec("DELETE FROM allocation_index WHERE obj = ? AND allocation_id = ?", this.state.name, m.allocationId);
           continue;
         }
-        if (m.kind !== "upsert") continue;
-        const b = m.body as { allocationId: string; identity: string; state: string; createdAtMs: number };
-        this.ctx.sql
-          .query("INSERT INTO entries (allocation_id, identity, state, created_at_ms) VALUES (?, ?, ?, ?) ON CONFLICT(allocation_id) DO UPDATE SET state = excluded.state")
-          .run(b.allocationId, b.identity, b.state, b.createdAtMs);
+        const v = m.view;
+        sql.exec(
+          "INSERT INTO allocation_index (obj, allocation_id, identity, state, created_at_ms, view_json) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (obj, allocation_id) DO UPDATE SET state = excluded.state, view_json = excluded.view_json",
+          this.state.name,
+          v.allocationId,
+          m.identity,
+          v.state,
+          Date.parse(v.createdAt),
+          JSON.stringify(v),
+        );
       }
-      this.ctx.ackInbox(msgs[msgs.length - 1]!.seq);
-    })();
+      this.state.ackInbox(msgs[msgs.length - 1]!.seq);
+    });
   }
 
-  /** Entries of `identity` after `cursor` (an allocation ID), oldest first, at most `limit`. */
+  /** True if the index lists `allocationId` for `identity` (an allocation with a committed create). */
+  has(identity: string, allocationId: string): boolean {
+    this.onInbox();
+    return !this.state.storage.sql.exec("SELECT 1 FROM allocation_index WHERE obj = ? AND allocation_id = ? AND identity = ?", this.state.name, allocationId, identity).next().done;
+  }
+
+  /** Entries of `identity` after `cursor` (an allocation ID), in allocation-ID order, at most `limit`. */
   list(identity: string, cursor: string | null, limit: number): IndexEntry[] {
     this.onInbox();
-    const rows = this.ctx.sql
-      .query<{ allocation_id: string; state: string; created_at_ms: number }, [string, string, number]>(
-        "SELECT allocation_id, state, created_at_ms FROM entries WHERE identity = ? AND allocation_id > ? ORDER BY allocation_id LIMIT ?",
+    return this.state.storage.sql
+      .exec<{ allocation_id: string; view_json: string }>(
+        "SELECT allocation_id, view_json FROM allocation_index WHERE obj = ? AND identity = ? AND allocation_id > ? ORDER BY allocation_id LIMIT ?",
+        this.state.name,
+        identity,
+        cursor ?? "",
+        limit,
       )
-      .all(identity, cursor ?? "", limit);
-    return rows.map((r) => ({ allocationId: r.allocation_id, state: r.state, createdAtMs: r.created_at_ms }));
+      .toArray()
+      .map((r) => {
+        let v: unknown = null;
+        try {
+          v = JSON.parse(r.view_json);
+        } catch {
+          v = null;
+        }
+        return { allocationId: r.allocation_id, view: checkerOf(AllocationView)(v) ? v : null };
+      });
   }
 }

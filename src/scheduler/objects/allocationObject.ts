@@ -2,32 +2,58 @@
  * The Allocation object: the authority for one allocation's lifecycle
  * (spec "Allocation lifecycle", "The reconciliation loop", "Replacement").
  *
- * Every entry (API call, forwarded observation, alarm) runs the same
- * reconcile pass: read state, apply inbox, choose one intent, persist intent
- * and event in one transaction, do bounded remote work, persist the result
- * only if generation and placement still match, re-arm the alarm (≤ 60 s).
+ * Create asks Admission itself (and, for an allocation admitted before,
+ * whether the index lists it), so the front makes one call per create.
+ * Every entry (API call, inbox nudge, alarm) runs the same single-flight
+ * reconcile pass: read the record, apply the inbox, ask the pure rules
+ * (src/domain/reconcile.ts) for the next intent, persist intent and events
+ * in one transaction, do the remote work (directory, host), persist the
+ * result only if generation and placement still match, re-arm the alarm
+ * (≤ 60 s). The record is kept in memory; the row is the truth it was read from.
  * Must never: free or assume freed capacity before the Host reported the
- * placement absent, or keep a bootstrap payload.
+ * placement absent, keep a bootstrap payload, or start fresh when state
+ * that must exist is missing.
  */
-import { asc, gt } from "drizzle-orm";
-import { AuthorityObject } from "../runtime/objectRuntime.ts";
+import { and, asc, desc, eq, getTableColumns, gt, like, sql } from "drizzle-orm";
+import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
+import { prepared, type ObjectDb } from "../runtime/drizzle.ts";
+import { DamagedStateError } from "../runtime/faults.ts";
 import { BeachballError } from "../../protocol/errors.ts";
-import type { AllocationEvent, AllocationState, AllocationView, CreateAllocationBody } from "../../protocol/api.ts";
+import type { AllocationEvent, AllocationView, CreateAllocationBody } from "../../protocol/api.ts";
 import type { PlacementSpec } from "../../protocol/agent.ts";
-import { canTransition, MAX_ALARM_DELAY_MS, mayReplaceAutomatically, noCapacityBackoffMs, TERMINAL_STATES } from "../../domain/allocation.ts";
+import { TERMINAL_STATES } from "../../domain/allocation.ts";
 import { reservationKey } from "../../domain/identifiers.ts";
-import type { SchedulerServices } from "../services.ts";
-import { ALLOCATION_DDL, allocationTable, eventTable } from "./allocationSchema.ts";
-import { toAllocationEvent, toAllocationView } from "./allocationView.ts";
-import { HostObject, type ObservationMessage } from "./hostObject.ts";
-import { HostDirectoryObject } from "./hostDirectory.ts";
+import {
+  afterAbsent,
+  afterFindHost,
+  afterHostCheck,
+  afterReserve,
+  applied,
+  applyInput,
+  merge,
+  NO_CAPACITY_CONDITION,
+  nextAlarmAt,
+  nextIntent,
+  noChange,
+  RECONCILE_RETRY_MS,
+  releaseOrPlace,
+  replace,
+  requestRelease,
+  REPLACEMENT_BLOCKED,
+  type AllocationRecord,
+  type Change,
+  type Intent,
+} from "../../domain/reconcile.ts";
+import { GLOBAL, type SchedulerEnv } from "../env.ts";
+import type { AdmissionLimits } from "./admissionObject.ts";
+import { ALLOCATION_TABLES, allocationEventTable, allocationTable } from "./allocationSchema.ts";
+import { decodeAllocation, encodeAllocation, placementExitOf, toAllocationEvent, toAllocationView, type StoredAllocation } from "./allocationView.ts";
+import { AllocationMessage } from "./messages.ts";
 
-/** When a reconcile pass that died mid-way is retried, ms. */
-const RECONCILE_RETRY_MS = 5_000;
 /** Most reconcile steps in one pass (each step persists one intent). */
-const MAX_STEPS_PER_PASS = 8;
+export const MAX_STEPS_PER_PASS = 8;
 
-/** A create command, already authenticated and resolved against the workload class. */
+/** A create command, already authenticated and resolved against the workload class, with the admission limits that apply. */
 export interface CreateCommand {
   allocationId: string;
   identity: string;
@@ -35,125 +61,195 @@ export interface CreateCommand {
   bodyDigest: string;
   spec: PlacementSpec;
   ttlMs: number;
+  limits: AdmissionLimits;
 }
 
-type Row = typeof allocationTable.$inferSelect;
-type Patch = Partial<Row>;
+const queries = (db: ObjectDb) => {
+  const obj = sql.placeholder("obj");
+  return {
+    row: db.select().from(allocationTable).where(eq(allocationTable.obj, obj)).prepare(),
+    lastSeq: db.select({ seq: sql<number>`max(${allocationEventTable.seq})` }).from(allocationEventTable).where(eq(allocationEventTable.obj, obj)).prepare(),
+    events: db
+      .select()
+      .from(allocationEventTable)
+      .where(and(eq(allocationEventTable.obj, obj), gt(allocationEventTable.seq, sql.placeholder("after"))))
+      .orderBy(asc(allocationEventTable.seq))
+      .limit(sql.placeholder("limit"))
+      .prepare(),
+    lastExit: db
+      .select()
+      .from(allocationEventTable)
+      .where(and(eq(allocationEventTable.obj, obj), eq(allocationEventTable.type, "placement.error"), like(allocationEventTable.dataJson, '%"exitReason"%')))
+      .orderBy(desc(allocationEventTable.seq))
+      .limit(1)
+      .prepare(),
+  };
+};
+
+type Row = typeof allocationTable.$inferInsert;
 
 /** See the module header. */
-export class AllocationObject extends AuthorityObject {
+export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMessage> {
   static readonly className = "Allocation";
-  private readonly svc = this.ctx.services as SchedulerServices;
+  static readonly messageSchema = AllocationMessage;
+  static readonly tables = ALLOCATION_TABLES;
 
-  constructor(ctx: ConstructorParameters<typeof AuthorityObject>[0]) {
-    super(ctx);
-    ctx.sql.exec(ALLOCATION_DDL);
+  private readonly q = prepared(this.state.storage, queries);
+  /** The decoded row (undefined: not read yet; null: no row). */
+  private stored: StoredAllocation | null | undefined;
+  /** The row as last read or written (to update only the columns that change). */
+  private written: Row | undefined;
+  private lastSeq = 0;
+  private running: Promise<void> | null = null;
+  /** The index's copy of the view is behind: post it at the end of the pass (one message per pass, not per step). */
+  private indexBehind = false;
+  private again = false;
+
+  constructor(state: ObjectState<AllocationMessage>, env: SchedulerEnv) {
+    super(state, env);
   }
 
-  private rowQuery: ReturnType<typeof this.prepareRow> | undefined;
-  private prepareRow() {
-    return this.ctx.db.select().from(allocationTable).prepare();
+  private get now(): number {
+    return this.env.clock.now();
   }
 
-  private row(): Row | undefined {
-    return (this.rowQuery ??= this.prepareRow()).get();
+  private get policy() {
+    return this.env.config.timeouts;
   }
 
-  private owned(identity: string): Row {
-    const r = this.row();
-    if (!r || r.identity !== identity) throw new BeachballError("NOT_FOUND", "no such allocation");
-    return r;
+  /** The stored allocation (read once, then kept). Throws DamagedStateError for a row that fails its checks. */
+  private load(): StoredAllocation | null {
+    if (this.stored !== undefined) return this.stored;
+    const row = this.q.row.get({ obj: this.state.name });
+    this.stored = row ? decodeAllocation(row) : null;
+    this.written = row ?? undefined;
+    if (this.stored) this.lastSeq = this.q.lastSeq.get({ obj: this.state.name })?.seq ?? 0;
+    return this.stored;
+  }
+
+  private rec(): AllocationRecord | null {
+    return this.load()?.rec ?? null;
+  }
+
+  private owned(identity: string): StoredAllocation {
+    const s = this.load();
+    if (!s || s.rec.identity !== identity) throw new BeachballError("NOT_FOUND", "no such allocation");
+    return s;
   }
 
   /**
    * Creates the allocation, or returns the existing one for an identical
-   * body. A different body under the same clientRequestId is IDEMPOTENCY_CONFLICT.
+   * body (a replay is not admitted again). A different body under the same
+   * clientRequestId is IDEMPOTENCY_CONFLICT. Admission (rates, quotas) is
+   * asked first; an allocation that admission and the index both know but
+   * that has no row is damaged state (OBJECT_DAMAGED), never a fresh start.
+   * Throws RATE_LIMITED and QUOTA_* from admission.
    */
   async create(cmd: CreateCommand): Promise<{ created: boolean; view: AllocationView }> {
-    const existing = this.row();
-    if (existing) {
-      if (existing.bodyDigest !== cmd.bodyDigest) throw new BeachballError("IDEMPOTENCY_CONFLICT", "clientRequestId was used with a different request body");
-      return { created: false, view: this.view(existing) };
+    const replay = this.replayOf(cmd);
+    if (replay) return replay;
+    const { admittedBefore } = await this.env.Admission.get(GLOBAL).admit(cmd.identity, cmd.allocationId, cmd.limits);
+    // A concurrent create of the same allocation may have written the row while admission answered.
+    const raced = this.replayOf(cmd);
+    if (raced) return raced;
+    // Admitted before but no row: a create that never committed (carry on), or state that was lost (the index knows it).
+    if (admittedBefore && (await this.env.AllocationIndex.get(GLOBAL).has(cmd.identity, cmd.allocationId)) && !this.load()) {
+      throw new DamagedStateError(`allocation ${cmd.allocationId} is listed by the index but its state is missing`);
     }
-    const now = this.ctx.clock.now();
-    this.ctx.sql.transaction(() => {
-      this.ctx.db
-        .insert(allocationTable)
-        .values({
-          allocationId: cmd.allocationId,
-          identity: cmd.identity,
-          clientRequestId: cmd.body.clientRequestId,
-          bodyDigest: cmd.bodyDigest,
-          workloadClass: cmd.body.workloadClass,
-          specJson: JSON.stringify(cmd.spec),
-          labelsJson: JSON.stringify(cmd.body.labels ?? {}),
-          state: "pending",
-          desired: "ready",
-          generation: 1,
-          attempts: 1,
-          hostId: null,
-          placementId: null,
-          reservationKey: null,
-          observedState: null,
-          reason: null,
-          conditionsJson: "[]",
-          triedHostsJson: "[]",
-          noCapacityRounds: 0,
-          nextAttemptAtMs: now,
-          guestReady: false,
-          payloadConsumed: false,
-          replaceAfterAbsent: false,
-          workloadExitCode: null,
-          createdAtMs: now,
-          updatedAtMs: now,
-          stateEnteredAtMs: now,
-          expiresAtMs: now + cmd.ttlMs,
-          replacementAuthorized: false,
-          hostCheckAtMs: now + this.svc.timeouts.hostCheckIntervalMs,
-          terminalAtMs: null,
-        })
-        .run();
-      this.event("allocation.created", { toState: "pending", data: { workloadClass: cmd.body.workloadClass, imageDigest: cmd.spec.imageDigest } });
-      this.ctx.post("AllocationIndex", "global", { messageId: `idx:${cmd.allocationId}:created`, kind: "upsert", body: { allocationId: cmd.allocationId, identity: cmd.identity, state: "pending", createdAtMs: now } });
-    })();
+    const again = this.replayOf(cmd);
+    if (again) return again;
+    if (!admittedBefore) this.env.metrics.inc("bb_allocations_admitted_total", "Allocations admitted", { workload_class: cmd.body.workloadClass });
+    const now = this.now;
+    const rec: AllocationRecord = {
+      allocationId: cmd.allocationId,
+      identity: cmd.identity,
+      clientRequestId: cmd.body.clientRequestId,
+      workloadClass: cmd.body.workloadClass,
+      state: "pending",
+      desired: "ready",
+      generation: 1,
+      attempts: 1,
+      hostId: null,
+      placementId: null,
+      reservationKey: null,
+      observedState: null,
+      reason: null,
+      conditions: [],
+      triedHosts: [],
+      nextAttemptAtMs: now,
+      guestReady: false,
+      payloadConsumed: false,
+      replaceAfterAbsent: false,
+      workloadExitCode: null,
+      createdAtMs: now,
+      updatedAtMs: now,
+      stateEnteredAtMs: now,
+      expiresAtMs: now + cmd.ttlMs,
+      replacementAuthorized: false,
+      hostCheckAtMs: now + this.policy.hostCheckIntervalMs,
+      terminalAtMs: null,
+      placement: null,
+    };
+    const s: StoredAllocation = { rec, spec: cmd.spec, labels: cmd.body.labels ?? {}, bodyDigest: cmd.bodyDigest };
+    try {
+      this.state.storage.transactionSync(() => {
+        this.writeRow(s, true);
+        this.writeChange(s, { ...noChange(), events: [{ type: "allocation.created", toState: "pending", data: { workloadClass: cmd.body.workloadClass, imageDigest: cmd.spec.imageDigest } }] });
+        // The index learns of the allocation in the transaction that creates it (a listed allocation without a row is damage).
+        this.stored = s;
+        this.postIndexView();
+      });
+    } catch (e) {
+      this.stored = undefined;
+      this.written = undefined;
+      this.lastSeq = 0;
+      this.indexBehind = false;
+      throw e;
+    }
     await this.reconcile();
-    return { created: true, view: this.view(this.row()!) };
+    return { created: true, view: this.view(this.load()!) };
+  }
+
+  /** The existing allocation for a repeated create (IDEMPOTENCY_CONFLICT for another body), or null. */
+  private replayOf(cmd: CreateCommand): { created: false; view: AllocationView } | null {
+    const existing = this.load();
+    if (!existing) return null;
+    if (existing.bodyDigest !== cmd.bodyDigest) throw new BeachballError("IDEMPOTENCY_CONFLICT", "clientRequestId was used with a different request body");
+    return { created: false, view: this.view(existing) };
   }
 
   /** The stored body digest, or null if this allocation does not exist yet. */
   peekDigest(): string | null {
-    return this.row()?.bodyDigest ?? null;
+    return this.load()?.bodyDigest ?? null;
   }
 
-  /** The allocation as `identity` may see it. Throws NOT_FOUND for another identity. */
-  get(identity: string): AllocationView {
+  /** True if the allocation has a row (for the damaged-state check). */
+  exists(): boolean {
+    return this.load() !== null;
+  }
+
+  /**
+   * The allocation as `identity` may see it. Throws NOT_FOUND for another
+   * identity; with `listed` (the index lists it for `identity`), a missing
+   * row is damaged state (OBJECT_DAMAGED), not absence.
+   */
+  get(identity: string, listed = false): AllocationView {
+    if (listed && !this.load()) throw new DamagedStateError(`allocation ${this.state.name} is listed by the index but its state is missing`);
     return this.view(this.owned(identity));
   }
 
   /** Requests release (idempotent) and runs a reconcile pass. */
   async release(identity: string): Promise<AllocationView> {
-    const r = this.owned(identity);
-    if (r.desired !== "released" && !TERMINAL_STATES.has(r.state)) {
-      this.ctx.sql.transaction(() => {
-        this.ctx.db.update(allocationTable).set({ desired: "released", updatedAtMs: this.ctx.clock.now() }).run();
-        this.event("allocation.release_requested", { reason: "CLIENT_RELEASE" });
-      })();
-    }
+    const s = this.owned(identity);
+    if (s.rec.desired !== "released" && !TERMINAL_STATES.has(s.rec.state)) this.persist(requestRelease("CLIENT_RELEASE", this.now));
     await this.reconcile();
-    return this.view(this.row()!);
+    return this.view(this.load()!);
   }
 
   /** Events after sequence `after`, at most `limit`. */
   events(identity: string, after: number, limit: number): AllocationEvent[] {
-    const r = this.owned(identity);
-    return this.ctx.db
-      .select()
-      .from(eventTable)
-      .where(gt(eventTable.seq, after))
-      .orderBy(asc(eventTable.seq))
-      .limit(limit)
-      .all()
-      .map((e) => toAllocationEvent(e, r));
+    const s = this.owned(identity);
+    return this.q.events.all({ obj: this.state.name, after, limit }).map((e) => toAllocationEvent(e, s.rec));
   }
 
   /**
@@ -162,17 +258,14 @@ export class AllocationObject extends AuthorityObject {
    * "Replacement"). Throws STALE_GENERATION or REPLACEMENT_NOT_BLOCKED.
    */
   async authorizeReplacement(identity: string, generation: number): Promise<AllocationView> {
-    const r = this.owned(identity);
+    const r = this.owned(identity).rec;
     if (generation !== r.generation) throw new BeachballError("STALE_GENERATION", `generation ${generation} is not current (${r.generation})`);
-    if (!(JSON.parse(r.conditionsJson) as string[]).includes("replacement_blocked")) throw new BeachballError("REPLACEMENT_NOT_BLOCKED", "no replacement is blocked for this allocation");
+    if (!r.conditions.includes(REPLACEMENT_BLOCKED)) throw new BeachballError("REPLACEMENT_NOT_BLOCKED", "no replacement is blocked for this allocation");
     if (!r.replacementAuthorized) {
-      this.ctx.sql.transaction(() => {
-        this.ctx.db.update(allocationTable).set({ replacementAuthorized: true, hostCheckAtMs: 0, updatedAtMs: this.ctx.clock.now() }).run();
-        this.event("allocation.replacement_authorized", { reason: "CONTROLLER_AUTHORIZED" });
-      })();
+      this.persist({ ...noChange({ replacementAuthorized: true, hostCheckAtMs: 0, updatedAtMs: this.now }), events: [{ type: "allocation.replacement_authorized", reason: "CONTROLLER_AUTHORIZED" }] });
     }
     await this.reconcile();
-    return this.view(this.row()!);
+    return this.view(this.load()!);
   }
 
   /**
@@ -181,322 +274,269 @@ export class AllocationObject extends AuthorityObject {
    * or GUEST_NOT_CONNECTED (503).
    */
   deliveryTarget(identity: string, generation: number): { hostId: string; placementId: string; allocationId: string } {
-    const r = this.owned(identity);
+    const r = this.owned(identity).rec;
     if (generation !== r.generation) throw new BeachballError("STALE_GENERATION", `generation ${generation} is not current (${r.generation})`);
     if (r.state !== "ready" || !r.hostId || !r.placementId) throw new BeachballError("GUEST_NOT_CONNECTED", `allocation is ${r.state}, not ready`);
     return { hostId: r.hostId, placementId: r.placementId, allocationId: r.allocationId };
   }
 
   override async alarm(): Promise<void> {
-    const r = this.row();
-    if (r && TERMINAL_STATES.has(r.state)) return this.purgeIfDue(r);
+    const r = this.rec();
+    if (!r) return;
+    if (TERMINAL_STATES.has(r.state)) return this.purgeIfDue(r);
     await this.reconcile();
-  }
-
-  /** Retention: a terminal allocation past its retention purges its index and admission rows, then deletes itself. */
-  private purgeIfDue(r: Row): void {
-    const dueAt = (r.terminalAtMs ?? r.updatedAtMs) + this.svc.timeouts.retentionDays * 86_400_000;
-    if (this.ctx.clock.now() < dueAt) return this.ctx.setAlarm(dueAt);
-    this.ctx.sql.transaction(() => {
-      this.ctx.post("AllocationIndex", "global", { messageId: `idx:${r.allocationId}:purge`, kind: "purge", body: { allocationId: r.allocationId } });
-      this.ctx.post("Admission", "global", { messageId: `adm:${r.allocationId}:purge`, kind: "allocation_purged", body: { allocationId: r.allocationId } });
-      this.ctx.setAlarm(null);
-    })();
-    this.ctx.deleteSelf();
   }
 
   override async onInbox(): Promise<void> {
     await this.reconcile();
   }
 
-  /** The single reconcile entry point (runs inside this object's mailbox, so it is single-flight). */
-  async reconcile(): Promise<void> {
-    // Safety net first: if this pass dies mid-way (say, in a remote call), the alarm resumes it.
-    const r = this.row();
-    if (r && !TERMINAL_STATES.has(r.state)) this.ctx.setAlarm(this.ctx.clock.now() + RECONCILE_RETRY_MS);
-    for (let i = 0; i < MAX_STEPS_PER_PASS; i++) if (!(await this.step())) break;
-    this.armAlarm();
+  /** Retention: a terminal allocation past its retention purges its index and admission rows, then deletes itself. */
+  private purgeIfDue(r: AllocationRecord): void {
+    const dueAt = nextAlarmAt(r, this.now, this.policy);
+    if (this.now < dueAt) return this.state.setAlarm(dueAt);
+    this.state.storage.transactionSync(() => {
+      this.state.post(this.env.AllocationIndex, GLOBAL, `idx:${r.allocationId}:purge`, { kind: "purge", allocationId: r.allocationId });
+      this.state.post(this.env.Admission, GLOBAL, `adm:${r.allocationId}:purge`, { kind: "allocation_purged", allocationId: r.allocationId });
+      this.state.setAlarm(null);
+    });
+    this.stored = undefined;
+    this.state.deleteSelf();
   }
 
-  private armAlarm(): void {
-    const r = this.row();
-    if (!r) return this.ctx.setAlarm(null);
-    if (TERMINAL_STATES.has(r.state)) return this.ctx.setAlarm((r.terminalAtMs ?? r.updatedAtMs) + this.svc.timeouts.retentionDays * 86_400_000);
-    const now = this.ctx.clock.now();
-    let at = now + MAX_ALARM_DELAY_MS;
-    if (r.state === "pending") at = Math.min(at, Math.max(now + 50, r.nextAttemptAtMs));
-    if (r.state === "releasing" || r.state === "reserving") at = Math.min(at, now + 5_000);
-    if (r.state === "provisioning") at = Math.min(at, r.stateEnteredAtMs + this.svc.timeouts.provisioningTimeoutMs);
-    if (r.state === "ready") at = Math.min(at, r.expiresAtMs);
-    if (r.hostId && r.placementId && (r.state === "provisioning" || r.state === "ready" || r.state === "releasing")) at = Math.min(at, r.hostCheckAtMs);
-    this.ctx.setAlarm(Math.max(at, now + 50));
+  /** The single reconcile entry point: single-flight (a call during a pass makes the pass run once more and waits for it). */
+  reconcile(): Promise<void> {
+    if (this.running) {
+      this.again = true;
+      return this.running;
+    }
+    this.running = (async () => {
+      try {
+        do {
+          this.again = false;
+          await this.pass();
+        } while (this.again);
+      } finally {
+        this.running = null;
+      }
+    })();
+    return this.running;
+  }
+
+  private async pass(): Promise<void> {
+    const r = this.rec();
+    if (!r) return;
+    // Safety net first: if this pass dies mid-way (say, in a remote call), the alarm resumes it.
+    const armed = this.state.getAlarm();
+    if (!TERMINAL_STATES.has(r.state) && (armed === null || armed > this.now + RECONCILE_RETRY_MS)) this.state.setAlarm(this.now + RECONCILE_RETRY_MS);
+    try {
+      for (let i = 0; i < MAX_STEPS_PER_PASS; i++) if (!(await this.step())) break;
+    } finally {
+      this.postIndexView();
+    }
+    const after = this.rec();
+    if (after) this.state.setAlarm(nextAlarmAt(after, this.now, this.policy));
   }
 
   /** One reconcile step; returns true if it persisted progress worth another step. */
   private async step(): Promise<boolean> {
-    let r = this.row();
+    const r = this.rec();
     if (!r || TERMINAL_STATES.has(r.state)) return false;
-    if (this.applyInbox(r)) return true;
-    const now = this.ctx.clock.now();
-    r = this.row()!;
-    if (r.desired !== "released" && r.state === "ready" && now >= r.expiresAtMs) return this.requestRelease("TTL_EXPIRED");
-    if (r.desired !== "released" && r.state === "provisioning" && now >= r.stateEnteredAtMs + this.svc.timeouts.provisioningTimeoutMs)
-      return this.requestRelease("GUEST_BOOT_TIMEOUT");
-    if (r.desired !== "released" && r.state === "pending" && now >= r.createdAtMs + this.svc.timeouts.pendingTimeoutMs) return this.requestRelease("NO_CAPACITY");
-    if (r.hostId && r.placementId && (r.state === "provisioning" || r.state === "ready" || r.state === "releasing") && now >= r.hostCheckAtMs) {
-      if (await this.stepHostCheck(r, now)) return true;
-      r = this.row()!;
-      if (TERMINAL_STATES.has(r.state)) return false;
-    }
-    if (r.desired === "released" || r.state === "releasing") return this.stepRelease(r);
-    if (r.state === "pending") return this.stepPlace(r, now);
-    if (r.state === "reserving") return this.stepReserve(r);
-    return false;
-  }
-
-  private requestRelease(reason: string): boolean {
-    this.ctx.sql.transaction(() => {
-      this.ctx.db.update(allocationTable).set({ desired: "released", reason, updatedAtMs: this.ctx.clock.now() }).run();
-      this.event("allocation.release_requested", { reason });
-    })();
-    return true;
-  }
-
-  /**
-   * Asks the host where the placement stands. A lost host's placement is
-   * replaced automatically only before readiness with no payload consumed,
-   * or after the controller authorized it; either way only once the old
-   * lease has expired (plus grace), so the old VM has stopped itself.
-   * Otherwise the allocation shows replacement_blocked until the host is
-   * fenced (spec "Replacement", "Fencing").
-   */
-  private async stepHostCheck(r: Row, now: number): Promise<boolean> {
-    const st = await this.ctx.call(HostObject, r.hostId!, (h) => h.placementStatus(r.placementId!));
-    const cur = this.row()!;
-    if (cur.placementId !== r.placementId || cur.generation !== r.generation) return true;
-    const next = now + this.svc.timeouts.hostCheckIntervalMs;
-    const lost = st.hostHealth === "lost" && st.state !== "absent";
-    if (!lost || cur.state === "releasing") {
-      this.ctx.db.update(allocationTable).set({ hostCheckAtMs: next }).run();
-      return false;
-    }
-    const conditions = JSON.parse(cur.conditionsJson) as string[];
-    const auto = mayReplaceAutomatically(cur, this.svc.timeouts);
-    if (!auto && !cur.replacementAuthorized) {
-      if (!conditions.includes("replacement_blocked")) {
-        this.ctx.sql.transaction(() => {
-          this.ctx.db.update(allocationTable).set({ conditionsJson: JSON.stringify([...conditions, "replacement_blocked"]), hostCheckAtMs: next }).run();
-          this.event("allocation.replacement_blocked", { reason: "HOST_LOST" });
-          this.alert("allocation.replacement_blocked", "HOST_LOST");
-        })();
-      } else this.ctx.db.update(allocationTable).set({ hostCheckAtMs: next }).run();
-      return false;
-    }
-    const safeAt = st.leaseExpiresAtMs + this.svc.timeouts.leaseGraceMs;
-    if (now < safeAt) {
-      this.ctx.db.update(allocationTable).set({ hostCheckAtMs: Math.min(safeAt, next) }).run();
-      return false;
-    }
-    await this.ctx.call(HostObject, r.hostId!, (h) => h.requestAbsent(r.placementId!, r.generation)).catch(() => false);
-    const again = this.row()!;
-    if (again.placementId !== r.placementId || again.generation !== r.generation) return true;
-    return this.replace(again, "HOST_LOST");
-  }
-
-  /** Starts the next generation; the old placement keeps its capacity until its host reports it absent or is fenced. */
-  private replace(r: Row, reason: string): boolean {
-    return this.transition(
-      r,
-      "pending",
-      {
-        generation: r.generation + 1,
-        attempts: r.attempts + 1,
-        hostId: null,
-        placementId: null,
-        reservationKey: null,
-        observedState: null,
-        replaceAfterAbsent: false,
-        replacementAuthorized: false,
-        guestReady: false,
-        conditionsJson: JSON.stringify((JSON.parse(r.conditionsJson) as string[]).filter((c) => c !== "replacement_blocked")),
-        triedHostsJson: JSON.stringify([r.hostId]),
-        nextAttemptAtMs: this.ctx.clock.now(),
-      },
-      reason,
-    );
-  }
-
-  private alert(type: string, reason: string): void {
-    const r = this.row()!;
-    this.ctx.post("Operations", "global", { messageId: `alert:${type}:${r.allocationId}:${r.generation}:${this.lastEventSeq()}`, kind: "alert", body: { type, subject: r.workloadClass, reason, atMs: this.ctx.clock.now() } });
-  }
-
-  private async stepRelease(r: Row): Promise<boolean> {
-    if (r.state === "pending") return this.transition(r, r.reason ? "failed" : "released", {}, r.reason);
-    if (r.state !== "releasing") return this.transition(r, "releasing", {}, r.reason ?? "CLIENT_RELEASE");
-    if (!r.hostId || !r.placementId) return this.transition(r, r.reason ? "failed" : "released", {}, r.reason);
-    const absent = await this.ctx.call(HostObject, r.hostId, (h) => h.requestAbsent(r.placementId!, r.generation));
-    const now = this.row()!;
-    if (!absent || now.placementId !== r.placementId || now.generation !== r.generation) return false;
-    return this.finishAbsent(now);
-  }
-
-  /** Placement is confirmed absent: replace, or end in released/failed. */
-  private finishAbsent(r: Row): boolean {
-    if (r.replaceAfterAbsent && r.desired !== "released") return this.replace(r, "REPLACEMENT");
-    return this.transition(r, r.reason && r.reason !== "CLIENT_RELEASE" && r.reason !== "TTL_EXPIRED" ? "failed" : "released", {}, r.reason);
-  }
-
-  private async stepPlace(r: Row, now: number): Promise<boolean> {
-    if (now < r.nextAttemptAtMs) return false;
-    const spec = JSON.parse(r.specJson) as PlacementSpec;
-    const tried = new Set(JSON.parse(r.triedHostsJson) as string[]);
-    const candidates = await this.ctx.call(HostDirectoryObject, "global", (d) =>
-      d.candidates({
-        allocationId: r.allocationId,
-        resources: { cpuMillis: spec.cpuMillis, memoryMiB: spec.memoryMiB, ephemeralDiskMiB: spec.ephemeralDiskMiB, slots: 1 },
-        imageDigest: spec.imageDigest,
-        architecture: "x86_64",
-        regions: null,
-        requiredLabels: {},
-        agentProtocolVersion: "1.0",
-        exclude: tried,
-      }),
-    );
-    const next = candidates[0];
-    if (!next) {
-      const rounds = r.noCapacityRounds + 1;
-      this.ctx.sql.transaction(() => {
-        this.ctx.db.update(allocationTable).set({ noCapacityRounds: rounds, triedHostsJson: "[]", nextAttemptAtMs: now + noCapacityBackoffMs(rounds), updatedAtMs: now }).run();
-        if (rounds === 1 || rounds % 10 === 0) {
-          this.event("allocation.no_eligible_host", { reason: "NO_CAPACITY", data: { tried: [...tried], rounds } });
-          this.alert("allocation.no_eligible_host", "NO_CAPACITY");
-        }
-      })();
-      return false;
-    }
-    const placementId = this.ctx.random.id("plc");
-    return this.transition(r, "reserving", { hostId: next, placementId, reservationKey: reservationKey(r.allocationId, r.generation, next) }, null, { hostId: next });
-  }
-
-  private async stepReserve(r: Row): Promise<boolean> {
-    const spec = JSON.parse(r.specJson) as PlacementSpec;
-    const result = await this.ctx.call(HostObject, r.hostId!, (h) =>
-      h.reserve({ key: r.reservationKey!, allocationId: r.allocationId, generation: r.generation, placementId: r.placementId!, spec }),
-    ).catch((e: unknown) => ({ accepted: false as const, code: e instanceof BeachballError ? e.code : "HOST_UNREACHABLE" }));
-    const cur = this.row()!;
-    if (cur.state !== "reserving" || cur.generation !== r.generation || cur.placementId !== r.placementId) return false;
-    if (result.accepted) return this.transition(cur, "provisioning", { noCapacityRounds: 0 }, null, { hostId: r.hostId });
-    const tried = [...(JSON.parse(cur.triedHostsJson) as string[]), r.hostId!];
-    return this.transition(cur, "pending", { hostId: null, placementId: null, reservationKey: null, triedHostsJson: JSON.stringify(tried) }, result.code, { hostId: r.hostId });
-  }
-
-  /** Applies inbox messages for the current placement; returns true if anything changed. */
-  private applyInbox(r: Row): boolean {
-    const msgs = this.ctx.readInbox();
-    if (msgs.length === 0) return false;
-    let changed = false;
-    this.ctx.sql.transaction(() => {
+    const now = this.now;
+    const msgs = this.state.readInbox();
+    if (msgs.length > 0) {
+      let c = noChange();
+      let cur = r;
       for (const m of msgs) {
-        const cur = this.row()!;
-        if (m.kind === "delivery_consumed") {
-          const b = m.body as { deliveryId: string; generation: number; digest: string };
-          if (b.generation === cur.generation && !cur.payloadConsumed) {
-            this.ctx.db.update(allocationTable).set({ payloadConsumed: true, updatedAtMs: this.ctx.clock.now() }).run();
-            this.event("bootstrap.consumed", { data: { deliveryId: b.deliveryId, digest: b.digest } });
-            changed = true;
-          }
-        } else if (m.kind === "observation") {
-          if (this.applyObservation(cur, m.body as ObservationMessage)) changed = true;
-        }
+        const ci = applyInput(cur, m.message, now, this.policy);
+        c = merge(c, ci);
+        cur = applied(cur, ci);
       }
-      this.ctx.ackInbox(msgs[msgs.length - 1]!.seq);
-    })();
-    void r;
-    return changed;
+      this.persist(c, msgs[msgs.length - 1]!.seq);
+      if (c.events.length > 0 || Object.keys(c.patch).length > 0) return true;
+    }
+    let intent: Intent = nextIntent(r, now, this.policy);
+    if (intent.type === "check_host") {
+      const st = await this.env.Host.get(intent.hostId).placementStatus(intent.placementId);
+      const cur = this.rec();
+      if (!cur || moved(cur, r)) return true;
+      const { change, replaceNow } = afterHostCheck(cur, st, now, this.policy);
+      if (replaceNow) {
+        await this.env.Host.get(intent.hostId)
+          .requestAbsent(intent.placementId, r.generation)
+          .catch((e: unknown) => {
+            if (e instanceof BeachballError) return false;
+            throw e;
+          });
+        const again = this.rec();
+        if (!again || moved(again, r)) return true;
+        this.persist(replace(again, "HOST_LOST", now));
+        return true;
+      }
+      this.persist(change);
+      const next = this.rec()!;
+      if (TERMINAL_STATES.has(next.state)) return false;
+      intent = releaseOrPlace(next, now);
+    }
+    return this.act(intent, now);
   }
 
-  private applyObservation(r: Row, o: ObservationMessage): boolean {
-    if (o.placementId !== r.placementId || o.generation !== r.generation) return false;
-    const patch: Patch = {};
-    let changed = false;
-    if (o.workloadExitCode !== null && r.workloadExitCode === null) {
-      patch.workloadExitCode = o.workloadExitCode;
-      this.event("workload.exited", { data: { exitCode: o.workloadExitCode } });
-      changed = true;
-    }
-    if (o.state !== r.observedState) {
-      patch.observedState = o.state;
-      this.event(`placement.${o.state}`, { reason: o.errorCode, data: { hostId: o.hostId } });
-      changed = true;
-    }
-    if (Object.keys(patch).length) this.ctx.db.update(allocationTable).set({ ...patch, updatedAtMs: this.ctx.clock.now() }).run();
-    const cur = this.row()!;
-    if (o.state === "running" && cur.state === "provisioning") {
-      this.ctx.db.update(allocationTable).set({ guestReady: true }).run();
-      this.transition(this.row()!, "ready", {}, null);
-      return true;
-    }
-    if (o.state === "error" && cur.desired !== "released" && cur.state !== "releasing") {
-      const replace = mayReplaceAutomatically(cur, this.svc.timeouts);
-      this.ctx.db.update(allocationTable).set({ replaceAfterAbsent: replace, reason: replace ? null : (o.errorCode ?? "PLACEMENT_FAILED"), desired: replace ? "ready" : "released" }).run();
-      this.transition(this.row()!, "releasing", {}, o.errorCode ?? "PLACEMENT_FAILED");
-      return true;
-    }
-    if (o.state === "absent") {
-      if (cur.state === "releasing") return this.finishAbsent(cur);
-      if (cur.state === "provisioning" || cur.state === "ready") {
-        // A fenced host's VM can no longer act for the workload: fencing unblocks replacement (spec "Replacement").
-        const replace = o.errorCode === "HOST_FENCED" || mayReplaceAutomatically(cur, this.svc.timeouts) || cur.replacementAuthorized;
-        this.ctx.db.update(allocationTable).set({ replaceAfterAbsent: replace, reason: replace ? null : "PLACEMENT_LOST", desired: replace ? "ready" : "released" }).run();
-        this.transition(this.row()!, "releasing", {}, "PLACEMENT_LOST");
-        return this.finishAbsent(this.row()!);
+  private async act(intent: Intent, now: number): Promise<boolean> {
+    const r = this.rec()!;
+    switch (intent.type) {
+      case "none":
+      case "check_host":
+        return false;
+      case "persist": {
+        this.persist(intent.change);
+        // A waiter that stops waiting (released or failed while pending) gives up its place in the queue.
+        const after = this.rec()!;
+        if (r.conditions.includes(NO_CAPACITY_CONDITION) && after.state !== "pending") await this.env.HostDirectory.get(GLOBAL).cancelWait(r.allocationId);
+        return true;
+      }
+      case "request_absent": {
+        const absent = await this.env.Host.get(intent.hostId).requestAbsent(intent.placementId, r.generation);
+        const cur = this.rec();
+        if (!absent || !cur || moved(cur, r)) return false;
+        this.persist(afterAbsent(cur, now, this.policy));
+        return true;
+      }
+      case "find_host": {
+        const spec = this.load()!.spec;
+        const answer = await this.env.HostDirectory.get(GLOBAL).candidates({
+          allocationId: r.allocationId,
+          resources: { cpuMillis: spec.cpuMillis, memoryMiB: spec.memoryMiB, ephemeralDiskMiB: spec.ephemeralDiskMiB, slots: 1 },
+          imageDigest: spec.imageDigest,
+          architecture: "x86_64",
+          regions: null,
+          requiredLabels: {},
+          agentProtocolVersion: "1.0",
+          exclude: r.triedHosts,
+          waiter: { createdAtMs: r.createdAtMs, untilMs: r.createdAtMs + this.policy.pendingTimeoutMs },
+        });
+        const cur = this.rec();
+        if (!cur || cur.state !== "pending" || cur.generation !== r.generation || cur.desired === "released") return true;
+        const placementId = answer.hostId === null ? "" : this.env.random.id("plc");
+        const key = answer.hostId === null ? "" : reservationKey(cur.allocationId, cur.generation, answer.hostId);
+        this.persist(afterFindHost(cur, answer, placementId, key, now));
+        return answer.hostId !== null;
+      }
+      case "reserve": {
+        const result = await this.env.Host.get(intent.hostId)
+          .reserve({ key: intent.reservationKey, allocationId: r.allocationId, generation: r.generation, placementId: intent.placementId, spec: this.load()!.spec })
+          .catch((e: unknown) => {
+            if (e instanceof BeachballError) return { accepted: false as const, code: e.code };
+            throw e;
+          });
+        const cur = this.rec();
+        if (!cur || cur.state !== "reserving" || moved(cur, r)) return false;
+        this.persist(afterReserve(cur, result, now));
+        return true;
       }
     }
-    return changed;
   }
 
-  /** Persists a state transition and its event in one transaction. Throws INTERNAL for a forbidden transition. */
-  private transition(r: Row, to: AllocationState, patch: Patch, reason: string | null, data?: Record<string, unknown>): boolean {
-    if (!canTransition(r.state, to)) throw new BeachballError("INTERNAL", `forbidden transition ${r.state} -> ${to}`);
-    const now = this.ctx.clock.now();
-    this.ctx.sql.transaction(() => {
-      this.ctx.db.update(allocationTable).set({ ...patch, state: to, stateEnteredAtMs: now, updatedAtMs: now, ...(TERMINAL_STATES.has(to) ? { terminalAtMs: now } : {}) }).run();
-      const after = this.row()!;
-      this.event(`allocation.${to}`, { fromState: r.state, toState: to, reason, ...(data ? { data } : {}) });
-      this.ctx.post("AllocationIndex", "global", { messageId: `idx:${r.allocationId}:${this.lastEventSeq()}`, kind: "upsert", body: { allocationId: r.allocationId, identity: r.identity, state: to, createdAtMs: r.createdAtMs } });
-      if (TERMINAL_STATES.has(to)) this.ctx.post("Admission", "global", { messageId: `adm:${r.allocationId}:terminal`, kind: "allocation_terminal", body: { allocationId: r.allocationId } });
-      void after;
-    })();
-    this.svc.metrics.inc("bb_allocation_transitions_total", "Allocation state transitions", { state: to, workload_class: r.workloadClass, ...(reason ? { reason } : {}) });
-    return true;
+  /** Persists a change atomically: the row, its events, the index view, admission and alert messages, and (optionally) the inbox acknowledgement. */
+  private persist(c: Change, ackUpTo?: number): void {
+    const s = this.load()!;
+    const next: StoredAllocation = { ...s, rec: applied(s.rec, c) };
+    const touched = Object.keys(c.patch).length > 0;
+    if (!touched && c.events.length === 0 && ackUpTo === undefined) return;
+    const seqBefore = this.lastSeq;
+    try {
+      this.state.storage.transactionSync(() => {
+        if (touched) this.writeRow(next, false);
+        this.writeChange(next, c);
+        if (ackUpTo !== undefined) this.state.ackInbox(ackUpTo);
+      });
+    } catch (e) {
+      this.lastSeq = seqBefore;
+      this.written = undefined;
+      throw e;
+    }
+    this.stored = next;
+    if (c.transition) {
+      const labels: Record<string, string> = { state: c.transition.to, workload_class: next.rec.workloadClass };
+      if (c.transition.reason) labels["reason"] = c.transition.reason;
+      this.env.metrics.inc("bb_allocation_transitions_total", "Allocation state transitions", labels);
+    }
   }
 
-  private lastEventSeq(): number {
-    return this.ctx.sql.query<{ s: number | null }, []>("SELECT MAX(seq) AS s FROM events").get()?.s ?? 0;
+  private writeRow(s: StoredAllocation, insert: boolean): void {
+    const row: Row = encodeAllocation(s);
+    if (insert) {
+      this.state.storage.sql.exec(INSERT_SQL, ...values(row, false));
+      this.written = row;
+      return;
+    }
+    // Only the columns that changed (the statement is cached per column set; there are few).
+    const before = this.written ?? encodeAllocation(this.load()!);
+    const changed = COLUMNS.filter(([k]) => k !== "obj" && row[k] !== before[k]);
+    if (changed.length === 0) return;
+    this.state.storage.sql.exec(`UPDATE allocation SET ${changed.map(([, c]) => `${c.name} = ?`).join(", ")} WHERE obj = ?`, ...changed.map(([k]) => dbValue(row[k])), row.obj);
+    this.written = row;
   }
 
-  private event(type: string, e: { fromState?: AllocationState; toState?: AllocationState; reason?: string | null; data?: Record<string, unknown> }): void {
-    const r = this.row()!;
-    this.ctx.db
-      .insert(eventTable)
-      .values({
-        eventId: this.ctx.random.id("evt"),
-        type,
-        atMs: this.ctx.clock.now(),
-        generation: r.generation,
-        placementId: r.placementId,
-        hostId: r.hostId,
-        fromState: e.fromState ?? null,
-        toState: e.toState ?? null,
-        reason: e.reason ?? null,
-        dataJson: e.data ? JSON.stringify(e.data) : null,
-      })
-      .run();
+  /** The view of `s`, with the last VM exit its events recorded (no column: it lives in the placement.error event). */
+  private view(s: StoredAllocation): AllocationView {
+    return toAllocationView(s, placementExitOf(this.q.lastExit.get({ obj: this.state.name })));
   }
 
-  private view(r: Row): AllocationView {
-    return toAllocationView(r);
+  /** Posts the current view to the index if it is behind (the latest pending copy is replaced, not queued). */
+  private postIndexView(): void {
+    const s = this.stored;
+    if (!this.indexBehind || !s) return;
+    this.indexBehind = false;
+    this.state.postLatest(this.env.AllocationIndex, GLOBAL, `idx:${s.rec.allocationId}`, { kind: "upsert", identity: s.rec.identity, view: this.view(s) });
   }
 
+  /** Events, admission and alert messages of a change (inside the caller's transaction); the index view is posted at the end of the pass. */
+  private writeChange(s: StoredAllocation, c: Change): void {
+    const r = s.rec;
+    const now = this.now;
+    for (const e of c.events) {
+      this.lastSeq++;
+      this.state.storage.sql.exec(
+        "INSERT INTO allocation_events (obj, seq, event_id, type, at_ms, generation, placement_id, host_id, from_state, to_state, reason, data_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        r.allocationId,
+        this.lastSeq,
+        this.env.random.id("evt"),
+        e.type,
+        now,
+        r.generation,
+        r.placementId,
+        r.hostId,
+        e.fromState ?? null,
+        e.toState ?? null,
+        e.reason ?? null,
+        e.data ? JSON.stringify(e.data) : null,
+      );
+    }
+    if (c.events.length > 0) this.indexBehind = true;
+    if (c.terminal) this.state.post(this.env.Admission, GLOBAL, `adm:${r.allocationId}:terminal`, { kind: "allocation_terminal", allocationId: r.allocationId });
+    for (const a of c.alerts) {
+      const alertId = `alert:${a.type}:${r.allocationId}:${r.generation}:${this.lastSeq}`;
+      this.state.post(this.env.Operations, GLOBAL, alertId, { kind: "alert", alertId, type: a.type, subject: r.workloadClass, reason: a.reason, atMs: now });
+    }
+  }
+}
+
+/** True if the placement or generation changed since `before` (a late answer must not be applied). */
+function moved(cur: AllocationRecord, before: AllocationRecord): boolean {
+  return cur.placementId !== before.placementId || cur.generation !== before.generation;
+}
+
+const COLUMNS = Object.entries(getTableColumns(allocationTable)) as [keyof Row, { name: string }][];
+const INSERT_SQL = `INSERT INTO allocation (${COLUMNS.map(([, c]) => c.name).join(", ")}) VALUES (${COLUMNS.map(() => "?").join(", ")})`;
+
+/** A value as SQLite stores it (booleans as 0/1, as drizzle's boolean mode does). */
+function dbValue(v: unknown): unknown {
+  return typeof v === "boolean" ? (v ? 1 : 0) : (v ?? null);
+}
+
+/** Column values of `row` in COLUMNS order. */
+function values(row: Row, skipObj: boolean): unknown[] {
+  const out: unknown[] = [];
+  for (const [k] of COLUMNS) if (!skipObj || k !== "obj") out.push(dbValue(row[k]));
+  return out;
 }

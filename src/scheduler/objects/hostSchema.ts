@@ -1,12 +1,14 @@
 /**
- * SQLite schema of the Host object (drizzle tables plus idempotent DDL, since
- * a compiled binary cannot read migration folders).
+ * Tables of the Host object (the one definition; migrations are generated
+ * from it): the host row, its placements, the agent command queue and
+ * consumed-delivery digests, each keyed by the instance name (`obj`, the host ID).
  */
-import { sqliteTable, text, integer } from "drizzle-orm/sqlite-core";
+import { index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
+import type { HostPlacementState } from "../../domain/capacity.ts";
 
 /** The host row (one per Host object). */
 export const hostTable = sqliteTable("host", {
-  hostId: text("host_id").primaryKey(),
+  obj: text("obj").primaryKey(),
   adminState: text("admin_state").$type<"active" | "draining" | "disabled">().notNull(),
   credentialDigest: text("credential_digest"),
   credentialVersion: integer("credential_version").notNull(),
@@ -26,64 +28,74 @@ export const hostTable = sqliteTable("host", {
   adRevision: integer("ad_revision").notNull(),
   adPublishedAtMs: integer("ad_published_at_ms").notNull(),
   registeredAtMs: integer("registered_at_ms").notNull(),
-  /** JSON of the agent's last reported facts: clockSkewMs, inventory, volumesNearlyFull, overlapUntilMs. */
+  /** JSON of the agent's last reported facts: clockSkewMs, inventory, volumesNearlyFull, overlapUntilMs, cachedImages. */
   factsJson: text("facts_json").notNull(),
   fencedAtMs: integer("fenced_at_ms"),
 });
 
 /** Placements on this host. */
-export const placementTable = sqliteTable("placements", {
-  placementId: text("placement_id").primaryKey(),
-  allocationId: text("allocation_id").notNull(),
-  generation: integer("generation").notNull(),
-  state: text("state").$type<"reserved" | "preparing" | "running" | "stopping" | "cleanup_pending" | "absent">().notNull(),
-  resourcesJson: text("resources_json").notNull(),
-  specJson: text("spec_json").notNull(),
-  reservationKey: text("reservation_key").notNull().unique(),
-  desired: text("desired").$type<"present" | "running" | "absent">().notNull(),
-  leaseExpiresAtMs: integer("lease_expires_at_ms").notNull(),
-  errorCode: text("error_code"),
-  createdAtMs: integer("created_at_ms").notNull(),
-  updatedAtMs: integer("updated_at_ms").notNull(),
-});
+export const placementTable = sqliteTable(
+  "host_placements",
+  {
+    obj: text("obj").notNull(),
+    placementId: text("placement_id").notNull(),
+    allocationId: text("allocation_id").notNull(),
+    generation: integer("generation").notNull(),
+    state: text("state").$type<HostPlacementState>().notNull(),
+    resourcesJson: text("resources_json").notNull(),
+    specJson: text("spec_json").notNull(),
+    reservationKey: text("reservation_key").notNull(),
+    desired: text("desired").$type<"present" | "running" | "absent">().notNull(),
+    leaseExpiresAtMs: integer("lease_expires_at_ms").notNull(),
+    errorCode: text("error_code"),
+    createdAtMs: integer("created_at_ms").notNull(),
+    updatedAtMs: integer("updated_at_ms").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.obj, t.placementId] }), uniqueIndex("host_placements_key").on(t.obj, t.reservationKey)],
+);
 
 /** Commands for the agent; redelivered until acknowledged or superseded. */
-export const commandTable = sqliteTable("commands", {
-  commandId: text("command_id").primaryKey(),
-  placementId: text("placement_id").notNull(),
-  type: text("type").$type<"ensure_present" | "ensure_running" | "ensure_absent">().notNull(),
-  generation: integer("generation").notNull(),
-  status: text("status").$type<"pending" | "acked" | "rejected" | "superseded">().notNull(),
-  createdAtMs: integer("created_at_ms").notNull(),
-});
+export const commandTable = sqliteTable(
+  "host_commands",
+  {
+    obj: text("obj").notNull(),
+    commandId: text("command_id").notNull(),
+    placementId: text("placement_id").notNull(),
+    type: text("type").$type<"ensure_present" | "ensure_running" | "ensure_absent">().notNull(),
+    generation: integer("generation").notNull(),
+    status: text("status").$type<"pending" | "acked" | "rejected" | "superseded">().notNull(),
+    createdAtMs: integer("created_at_ms").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.obj, t.commandId] }), index("host_commands_pending").on(t.obj, t.status, t.createdAtMs)],
+);
 
 /** Consumed deliveries: ID and digest only, never the bytes. */
-export const deliveryTable = sqliteTable("deliveries", {
-  deliveryId: text("delivery_id").primaryKey(),
-  placementId: text("placement_id").notNull(),
-  generation: integer("generation").notNull(),
-  digest: text("digest").notNull(),
-  consumedAtMs: integer("consumed_at_ms").notNull(),
-});
+export const deliveryTable = sqliteTable(
+  "host_deliveries",
+  {
+    obj: text("obj").notNull(),
+    deliveryId: text("delivery_id").notNull(),
+    placementId: text("placement_id").notNull(),
+    generation: integer("generation").notNull(),
+    digest: text("digest").notNull(),
+    consumedAtMs: integer("consumed_at_ms").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.obj, t.deliveryId] })],
+);
 
 /**
- * Idempotent DDL for the tables above, plus `update_seqs`: the last applied
- * placement_update sequence number per placement in the current agent
- * session (emptied when a session opens; spec "Messages").
+ * The last applied placement_update sequence number per placement in the
+ * current agent session (emptied when a session opens; spec "Messages").
  */
-export const HOST_DDL = `
-CREATE TABLE IF NOT EXISTS host (host_id TEXT PRIMARY KEY, admin_state TEXT NOT NULL, credential_digest TEXT, credential_version INTEGER NOT NULL,
-  enroll_digest TEXT NOT NULL, capacity_json TEXT NOT NULL, reserve_json TEXT NOT NULL, region TEXT NOT NULL, architecture TEXT NOT NULL,
-  labels_json TEXT NOT NULL, agent_protocol_version TEXT NOT NULL, vmm_driver TEXT NOT NULL, heartbeat_at_ms INTEGER, agent_epoch TEXT NOT NULL,
-  boot_id TEXT NOT NULL, last_seq INTEGER NOT NULL, isolation_healthy INTEGER NOT NULL, ad_revision INTEGER NOT NULL,
-  ad_published_at_ms INTEGER NOT NULL, registered_at_ms INTEGER NOT NULL, facts_json TEXT NOT NULL, fenced_at_ms INTEGER);
-CREATE TABLE IF NOT EXISTS placements (placement_id TEXT PRIMARY KEY, allocation_id TEXT NOT NULL, generation INTEGER NOT NULL, state TEXT NOT NULL,
-  resources_json TEXT NOT NULL, spec_json TEXT NOT NULL, reservation_key TEXT NOT NULL UNIQUE, desired TEXT NOT NULL,
-  lease_expires_at_ms INTEGER NOT NULL, error_code TEXT, created_at_ms INTEGER NOT NULL, updated_at_ms INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS commands (command_id TEXT PRIMARY KEY, placement_id TEXT NOT NULL, type TEXT NOT NULL, generation INTEGER NOT NULL,
-  status TEXT NOT NULL, created_at_ms INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS commands_pending ON commands (status, created_at_ms);
-CREATE TABLE IF NOT EXISTS deliveries (delivery_id TEXT PRIMARY KEY, placement_id TEXT NOT NULL, generation INTEGER NOT NULL, digest TEXT NOT NULL,
-  consumed_at_ms INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS update_seqs (placement_id TEXT PRIMARY KEY, last_seq INTEGER NOT NULL);
-`;
+export const updateSeqTable = sqliteTable(
+  "host_update_seqs",
+  {
+    obj: text("obj").notNull(),
+    placementId: text("placement_id").notNull(),
+    lastSeq: integer("last_seq").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.obj, t.placementId] })],
+);
+
+/** Tables retention deletes with the instance. */
+export const HOST_TABLES = ["host", "host_placements", "host_commands", "host_deliveries", "host_update_seqs"] as const;

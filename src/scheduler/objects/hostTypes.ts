@@ -6,13 +6,12 @@
  */
 import type { HostView } from "../../protocol/views.ts";
 import { and, eq, ne, sql } from "drizzle-orm";
-import type { ObjectContext } from "../runtime/objectRuntime.ts";
+import type { ObjectDb } from "../runtime/drizzle.ts";
 import type { Resources } from "../../domain/capacity.ts";
-import type { HostHealth } from "../../domain/health.ts";
 import type { HostFacts } from "../../domain/hostConditions.ts";
 import type { Capacity } from "../../protocol/api.ts";
 import { MAX_COMMANDS_PER_POLL, type PlacementSpec, type PlacementUpdate } from "../../protocol/agent.ts";
-import { commandTable, hostTable, placementTable } from "./hostSchema.ts";
+import { commandTable, deliveryTable, hostTable, placementTable } from "./hostSchema.ts";
 
 /** Registration facts from enrollment. */
 export interface HostRegistration {
@@ -56,31 +55,48 @@ export interface ObservationMessage {
 }
 
 /** Agent-reported facts before the first envelope. */
-export const NO_FACTS: AgentFacts = { clockSkewMs: 0, inventory: null, volumesNearlyFull: false, overlapUntilMs: 0, cachedImages: [] };
+export const NO_FACTS: AgentFacts = { clockSkewMs: 0, inventory: null, volumesNearlyFull: false, overlapUntilMs: 0, vmmStartFailing: false, cachedImages: [] };
 
 /** The part of HostFacts that comes from agent reports (stored as JSON), plus the cached image digests. */
-export type AgentFacts = Pick<HostFacts, "clockSkewMs" | "inventory" | "volumesNearlyFull" | "overlapUntilMs"> & { cachedImages?: string[] };
+export type AgentFacts = Pick<HostFacts, "clockSkewMs" | "inventory" | "volumesNearlyFull" | "overlapUntilMs" | "vmmStartFailing"> & { cachedImages?: string[] };
 
-/** Where an allocation's placement stands, for host-loss detection. */
-export interface PlacementStatus {
-  exists: boolean;
-  state: string | null;
-  leaseExpiresAtMs: number;
-  hostHealth: HostHealth;
-  fenced: boolean;
-}
+/** Where an allocation's placement stands, for host-loss detection (src/domain/reconcile.ts). */
+export type { PlacementStatus } from "../../domain/reconcile.ts";
 
-/** Builds the Host object's prepared statements (call after the DDL ran). */
-export function prepareHostQueries(db: ObjectContext["db"]) {
+/** A bootstrap delivery's outcome as the controller sees it. */
+export type DeliveryOutcome = { result: "consumed"; digest: string } | { result: "guest_not_connected" | "rejected" | "timeout" };
+
+/** Builds the Host object's prepared statements (once per storage; every one takes the host ID as `obj`). */
+export function prepareHostQueries(db: ObjectDb) {
+  const obj = sql.placeholder("obj");
   return {
-    host: db.select().from(hostTable).prepare(),
-    consuming: db.select().from(placementTable).where(ne(placementTable.state, "absent")).prepare(),
-    byId: db.select().from(placementTable).where(eq(placementTable.placementId, sql.placeholder("id"))).prepare(),
-    pending: db.select().from(commandTable).where(eq(commandTable.status, "pending")).orderBy(commandTable.createdAtMs).limit(MAX_COMMANDS_PER_POLL).prepare(),
-    renew: db
-      .update(placementTable)
-      .set({ leaseExpiresAtMs: sql.placeholder("lease") as unknown as number })
-      .where(and(ne(placementTable.state, "absent"), ne(placementTable.desired, "absent")))
+    host: db.select().from(hostTable).where(eq(hostTable.obj, obj)).prepare(),
+    consuming: db
+      .select()
+      .from(placementTable)
+      .where(and(eq(placementTable.obj, obj), ne(placementTable.state, "absent")))
+      .prepare(),
+    byId: db
+      .select()
+      .from(placementTable)
+      .where(and(eq(placementTable.obj, obj), eq(placementTable.placementId, sql.placeholder("id"))))
+      .prepare(),
+    byKey: db
+      .select()
+      .from(placementTable)
+      .where(and(eq(placementTable.obj, obj), eq(placementTable.reservationKey, sql.placeholder("key"))))
+      .prepare(),
+    pending: db
+      .select()
+      .from(commandTable)
+      .where(and(eq(commandTable.obj, obj), eq(commandTable.status, "pending")))
+      .orderBy(commandTable.createdAtMs)
+      .limit(MAX_COMMANDS_PER_POLL)
+      .prepare(),
+    delivery: db
+      .select()
+      .from(deliveryTable)
+      .where(and(eq(deliveryTable.obj, obj), eq(deliveryTable.deliveryId, sql.placeholder("id"))))
       .prepare(),
   };
 }

@@ -1,0 +1,82 @@
+/**
+ * The scheduler as a workerd Worker: the front (src/scheduler/front.ts)
+ * behind a plain fetch router (src/scheduler/fetchRouter.ts: workerd
+ * forbids the code generation Elysia's compiled handlers use), and every
+ * object class wrapped as a SQLite-backed Durable Object
+ * (src/scheduler/runtime/workerd/durableHost.ts). Built by
+ * deploy/workerd/build.ts into dist/workerd/; config.capnp serves it.
+ * Bindings: one Durable Object namespace per class (named by class name)
+ * and BB_MANIFEST, the deployment manifest as JSON.
+ */
+import { DurableObject } from "cloudflare:workers";
+import { Value } from "@sinclair/typebox/value";
+import { durableClass, durableNamespace, type DurableNamespace, type HostBindings } from "../../src/scheduler/runtime/workerd/durableHost.ts";
+import { systemClock, systemRandomness } from "../../src/scheduler/runtime/ports.ts";
+import { MIGRATIONS } from "../../src/scheduler/migrations/index.ts";
+import { schedulerConfig, type SchedulerEnv } from "../../src/scheduler/env.ts";
+import { DeploymentManifest } from "../../src/scheduler/manifestSchema.ts";
+import { Metrics } from "../../src/scheduler/metrics.ts";
+import { SchedulerFront } from "../../src/scheduler/front.ts";
+import { fetchRouter } from "../../src/scheduler/fetchRouter.ts";
+import { AllocationObject } from "../../src/scheduler/objects/allocationObject.ts";
+import { AllocationIndexObject } from "../../src/scheduler/objects/allocationIndex.ts";
+import { AdmissionObject } from "../../src/scheduler/objects/admissionObject.ts";
+import { EnrollmentObject } from "../../src/scheduler/objects/enrollmentObject.ts";
+import { HostObject } from "../../src/scheduler/objects/hostObject.ts";
+import { HostDirectoryObject } from "../../src/scheduler/objects/hostDirectory.ts";
+import { OperationsObject } from "../../src/scheduler/objects/operationsObject.ts";
+
+type Raw = Record<string, unknown> & { BB_MANIFEST?: string; BB_PUBLIC_URL?: string };
+
+const envs = new WeakMap<object, SchedulerEnv>();
+const metrics = new Metrics();
+
+function buildEnv(raw: Raw): SchedulerEnv {
+  let e = envs.get(raw);
+  if (e) return e;
+  const manifest: unknown = JSON.parse(raw.BB_MANIFEST ?? "null");
+  if (!Value.Check(DeploymentManifest, manifest)) throw new Error("BB_MANIFEST is not a valid deployment manifest");
+  const b = (name: string) => raw[name] as DurableNamespace;
+  e = {
+    Allocation: durableNamespace<AllocationObject>("Allocation", b("Allocation")),
+    AllocationIndex: durableNamespace<AllocationIndexObject>("AllocationIndex", b("AllocationIndex")),
+    Admission: durableNamespace<AdmissionObject>("Admission", b("Admission")),
+    Enrollment: durableNamespace<EnrollmentObject>("Enrollment", b("Enrollment")),
+    Host: durableNamespace<HostObject>("Host", b("Host")),
+    HostDirectory: durableNamespace<HostDirectoryObject>("HostDirectory", b("HostDirectory")),
+    Operations: durableNamespace<OperationsObject>("Operations", b("Operations")),
+    config: schedulerConfig(manifest),
+    clock: systemClock,
+    random: systemRandomness,
+    metrics,
+  };
+  envs.set(raw, e);
+  return e;
+}
+
+const host: HostBindings<SchedulerEnv> = {
+  env: (raw) => buildEnv(raw as Raw),
+  binding: (raw, className) => (raw as Raw)[className] as DurableNamespace,
+  migrations: MIGRATIONS,
+};
+
+export const Allocation = durableClass(DurableObject, AllocationObject, host);
+export const AllocationIndex = durableClass(DurableObject, AllocationIndexObject, host);
+export const Admission = durableClass(DurableObject, AdmissionObject, host);
+export const Enrollment = durableClass(DurableObject, EnrollmentObject, host);
+export const Host = durableClass(DurableObject, HostObject, host);
+export const HostDirectory = durableClass(DurableObject, HostDirectoryObject, host);
+export const Operations = durableClass(DurableObject, OperationsObject, host);
+
+const routers = new WeakMap<object, (req: Request) => Promise<Response>>();
+
+export default {
+  fetch(req: Request, raw: Raw): Promise<Response> {
+    let r = routers.get(raw);
+    if (!r) {
+      r = fetchRouter(new SchedulerFront(buildEnv(raw), raw.BB_PUBLIC_URL ?? new URL(req.url).origin));
+      routers.set(raw, r);
+    }
+    return r(req);
+  },
+};

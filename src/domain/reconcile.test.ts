@@ -1,0 +1,176 @@
+import { describe, expect, test } from "bun:test";
+import { DEFAULT_TIMEOUTS, MAX_ALARM_DELAY_MS } from "./allocation.ts";
+import {
+  afterFindHost,
+  afterHostCheck,
+  afterReserve,
+  applied,
+  applyInput,
+  nextAlarmAt,
+  nextIntent,
+  NO_CAPACITY_CONDITION,
+  releaseOrPlace,
+  REPLACEMENT_BLOCKED,
+  requestRelease,
+  transition,
+  type AllocationRecord,
+  type Change,
+} from "./reconcile.ts";
+
+const T = 1_000_000;
+const P = DEFAULT_TIMEOUTS;
+const base: AllocationRecord = {
+  allocationId: "alloc_1",
+  identity: "c",
+  clientRequestId: "r",
+  workloadClass: "small",
+  state: "pending",
+  desired: "ready",
+  generation: 1,
+  attempts: 1,
+  hostId: null,
+  placementId: null,
+  reservationKey: null,
+  observedState: null,
+  reason: null,
+  conditions: [],
+  triedHosts: [],
+  nextAttemptAtMs: T,
+  guestReady: false,
+  payloadConsumed: false,
+  replaceAfterAbsent: false,
+  workloadExitCode: null,
+  createdAtMs: T,
+  updatedAtMs: T,
+  stateEnteredAtMs: T,
+  expiresAtMs: T + 3600_000,
+  replacementAuthorized: false,
+  hostCheckAtMs: T + P.hostCheckIntervalMs,
+  terminalAtMs: null,
+  placement: null,
+};
+const rec = (o: Partial<AllocationRecord> = {}): AllocationRecord => ({ ...base, ...o });
+const placed = (o: Partial<AllocationRecord> = {}) => rec({ state: "provisioning", hostId: "h1", placementId: "plc_1", reservationKey: "k", ...o });
+const obs = (state: "running" | "error" | "absent", o: { errorCode?: string | null; generation?: number; placementId?: string } = {}) => ({
+  kind: "observation" as const,
+  hostId: "h1",
+  placementId: o.placementId ?? "plc_1",
+  generation: o.generation ?? 1,
+  state,
+  errorCode: o.errorCode ?? null,
+  workloadExitCode: null,
+  at: "",
+});
+const states = (c: Change) => c.events.filter((e) => e.toState).map((e) => e.toState);
+const noFit = { hostsConsidered: 3, noFit: { INSUFFICIENT_CPU: 2 }, unschedulable: { CLOCK_SKEW: 1 } };
+
+describe("placement and waiting for capacity", () => {
+  test("a due pending allocation asks the directory; one that is not due waits", () => {
+    expect(nextIntent(rec(), T, P).type).toBe("find_host");
+    expect(nextIntent(rec({ nextAttemptAtMs: T + 1 }), T, P).type).toBe("none");
+  });
+  test("no candidate: NO_CAPACITY condition, the outcome with per-reason counts, one event and alert, and a fallback alarm ≤ 60 s", () => {
+    const c = afterFindHost(rec(), { hostId: null, outcome: noFit }, "", "", T);
+    const r = applied(rec(), c);
+    expect(r.conditions).toEqual([NO_CAPACITY_CONDITION]);
+    expect(r.placement).toEqual({ at: new Date(T).toISOString(), result: "no_eligible_host", hostId: null, ...noFit });
+    expect(c.events.map((e) => e.type)).toEqual(["allocation.no_eligible_host"]);
+    expect(c.alerts).toHaveLength(1);
+    expect(r.nextAttemptAtMs).toBe(T + MAX_ALARM_DELAY_MS);
+    const again = afterFindHost(r, { hostId: null, outcome: noFit }, "", "", T + 60_000);
+    expect(again.events).toEqual([]);
+    expect(again.alerts).toEqual([]);
+  });
+  test("a capacity wake-up brings the next attempt forward; ignored unless pending", () => {
+    const waiting = rec({ nextAttemptAtMs: T + 60_000, conditions: [NO_CAPACITY_CONDITION] });
+    expect(applyInput(waiting, { kind: "capacity_available", hostId: "h1" }, T + 5, P).patch).toEqual({ nextAttemptAtMs: T + 5 });
+    expect(applyInput(placed(), { kind: "capacity_available", hostId: "h1" }, T, P).patch).toEqual({});
+  });
+  test("a candidate moves to reserving; acceptance to provisioning (clearing NO_CAPACITY); a rejection back to pending with the host tried", () => {
+    const waiting = rec({ conditions: [NO_CAPACITY_CONDITION] });
+    const reserving = applied(waiting, afterFindHost(waiting, { hostId: "h1", outcome: null }, "plc_1", "k", T));
+    expect([reserving.state, reserving.hostId, reserving.placementId]).toEqual(["reserving", "h1", "plc_1"]);
+    expect(nextIntent(reserving, T, P)).toEqual({ type: "reserve", hostId: "h1", placementId: "plc_1", reservationKey: "k" });
+    const ok = applied(reserving, afterReserve(reserving, { accepted: true }, T));
+    expect([ok.state, ok.conditions, ok.placement?.result]).toEqual(["provisioning", [], "reserved"]);
+    const no = applied(reserving, afterReserve(reserving, { accepted: false, code: "INSUFFICIENT_CPU" }, T));
+    expect([no.state, no.hostId, no.triedHosts, no.placement?.noFit]).toEqual(["pending", null, ["h1"], { INSUFFICIENT_CPU: 1 }]);
+  });
+});
+
+describe("observations", () => {
+  test("running makes a provisioning allocation ready; a stale generation or placement changes nothing", () => {
+    expect(states(applyInput(placed(), obs("running"), T, P))).toEqual(["ready"]);
+    expect(applyInput(placed(), obs("running", { generation: 2 }), T, P)).toEqual({ patch: {}, events: [], terminal: false, alerts: [], transition: null });
+    expect(applyInput(placed(), obs("running", { placementId: "plc_other" }), T, P).events).toEqual([]);
+  });
+  test("an error before readiness is replaced after absence (next generation, old host tried)", () => {
+    const releasing = applied(placed(), applyInput(placed(), obs("error", { errorCode: "VM_EXITED" }), T, P));
+    expect([releasing.state, releasing.replaceAfterAbsent, releasing.desired, releasing.reason]).toEqual(["releasing", true, "ready", null]);
+    const c = applyInput(releasing, obs("absent"), T, P);
+    const next = applied(releasing, c);
+    expect([next.state, next.generation, next.attempts, next.placementId, next.triedHosts]).toEqual(["pending", 2, 2, null, ["h1"]]);
+    expect(c.terminal).toBe(false);
+  });
+  test("an error after the payload was consumed fails the allocation once absence is observed", () => {
+    const ready = placed({ state: "ready", guestReady: true, payloadConsumed: true });
+    const releasing = applied(ready, applyInput(ready, obs("error", { errorCode: "VM_EXITED" }), T, P));
+    expect([releasing.desired, releasing.reason]).toEqual(["released", "VM_EXITED"]);
+    const c = applyInput(releasing, obs("absent"), T, P);
+    expect(states(c)).toEqual(["failed"]);
+    expect(c.terminal).toBe(true);
+  });
+  test("a fenced host's absence unblocks replacement even after readiness", () => {
+    const ready = placed({ state: "ready", guestReady: true });
+    const c = applyInput(ready, obs("absent", { errorCode: "HOST_FENCED" }), T, P);
+    expect(states(c)).toEqual(["releasing", "pending"]);
+  });
+});
+
+describe("host loss", () => {
+  const lost = { exists: true, state: "running", leaseExpiresAtMs: T + 1000, hostHealth: "lost" as const, fenced: false };
+  test("before readiness: replaced only after the old lease expired plus grace", () => {
+    const r = placed();
+    const early = afterHostCheck(r, lost, T, P);
+    expect(early.replaceNow).toBe(false);
+    expect(early.change.patch.hostCheckAtMs).toBe(Math.min(T + 1000 + P.leaseGraceMs, T + P.hostCheckIntervalMs));
+    expect(afterHostCheck(r, lost, T + 1000 + P.leaseGraceMs, P).replaceNow).toBe(true);
+  });
+  test("after readiness: replacement_blocked (event and alert once) until an authorization", () => {
+    const r = placed({ state: "ready", guestReady: true });
+    const first = afterHostCheck(r, lost, T, P);
+    expect(first.change.events.map((e) => e.type)).toEqual(["allocation.replacement_blocked"]);
+    expect(first.change.alerts).toHaveLength(1);
+    const blocked = applied(r, first.change);
+    expect(blocked.conditions).toEqual([REPLACEMENT_BLOCKED]);
+    expect(afterHostCheck(blocked, lost, T + 1, P).change.events).toEqual([]);
+    expect(afterHostCheck({ ...blocked, replacementAuthorized: true }, lost, T + 1000 + P.leaseGraceMs, P).replaceNow).toBe(true);
+  });
+  test("a healthy host only moves the next check", () => {
+    expect(afterHostCheck(placed(), { ...lost, hostHealth: "healthy" }, T, P)).toEqual({ change: { patch: { hostCheckAtMs: T + P.hostCheckIntervalMs }, events: [], terminal: false, alerts: [], transition: null }, replaceNow: false });
+  });
+});
+
+describe("release and timeouts", () => {
+  test("the client's release of a pending allocation ends it released; a timeout's ends it failed", () => {
+    const client = applied(rec(), requestRelease("CLIENT_RELEASE", T));
+    expect(releaseOrPlace(client, T)).toMatchObject({ type: "persist", change: { patch: { state: "released" } } });
+    const timeout = applied(rec(), requestRelease("NO_CAPACITY", T));
+    expect(releaseOrPlace(timeout, T)).toMatchObject({ type: "persist", change: { patch: { state: "failed" } } });
+  });
+  test("TTL, boot and pending timeouts request release with their reason", () => {
+    expect(nextIntent(placed({ state: "ready", expiresAtMs: T }), T, P)).toMatchObject({ type: "persist", change: { patch: { reason: "TTL_EXPIRED" } } });
+    expect(nextIntent(placed(), T + P.provisioningTimeoutMs, P)).toMatchObject({ type: "persist", change: { patch: { reason: "GUEST_BOOT_TIMEOUT" } } });
+    expect(nextIntent(rec(), T + P.pendingTimeoutMs, P)).toMatchObject({ type: "persist", change: { patch: { reason: "NO_CAPACITY" } } });
+  });
+  test("a releasing allocation with a placement asks its host for absence", () => {
+    expect(releaseOrPlace(placed({ state: "releasing", desired: "released" }), T)).toEqual({ type: "request_absent", hostId: "h1", placementId: "plc_1" });
+  });
+  test("the state machine refuses a forbidden transition", () => {
+    expect(() => transition(rec({ state: "released" }), "pending", {}, null, T)).toThrow("forbidden transition");
+  });
+  test("the alarm is never more than 60 s out while non-terminal, and the retention purge once terminal", () => {
+    expect(nextAlarmAt(rec({ nextAttemptAtMs: T + 10 * 60_000 }), T, P)).toBe(T + MAX_ALARM_DELAY_MS);
+    expect(nextAlarmAt(rec({ state: "released", terminalAtMs: T }), T, P)).toBe(T + P.retentionDays * 86_400_000);
+  });
+});

@@ -1,0 +1,344 @@
+/**
+ * The allocation's reconcile decisions (spec "The reconciliation loop",
+ * "Replacement", "Placement: choosing a host", "No capacity"), as pure
+ * functions: given the stored record, the time and the policy, what is the
+ * next intent; given the answer of a remote call, what changes. The
+ * Allocation object only reads the record, persists each `Change` (row,
+ * events, messages) in one transaction before the remote work it implies,
+ * and makes the calls.
+ * Must never: free or assume freed capacity before absence was observed,
+ * replace a placement after readiness without fencing or an authorization,
+ * or allow a transition `canTransition` refuses.
+ */
+import type { AllocationState, PlacementOutcome } from "../protocol/api.ts";
+import type { PlacementObservedState, VmExit } from "../protocol/agent.ts";
+import { canTransition, MAX_ALARM_DELAY_MS, mayReplaceAutomatically, TERMINAL_STATES, type TimeoutPolicy } from "./allocation.ts";
+import type { HostHealth } from "./health.ts";
+
+/** Condition shown while an allocation waits for capacity. */
+export const NO_CAPACITY_CONDITION = "NO_CAPACITY";
+/** Condition shown while a replacement after host loss waits for fencing or an authorization. */
+export const REPLACEMENT_BLOCKED = "replacement_blocked";
+/** When a pass that died mid-way is retried, ms. */
+export const RECONCILE_RETRY_MS = 5_000;
+/** Soonest a re-armed alarm fires, ms. */
+export const MIN_ALARM_DELAY_MS = 50;
+/** While releasing or reserving, how often the alarm looks again, ms. */
+export const BUSY_RECHECK_MS = 5_000;
+
+/** The allocation as stored (decoded): everything a decision needs. */
+export interface AllocationRecord {
+  allocationId: string;
+  identity: string;
+  clientRequestId: string;
+  workloadClass: string;
+  state: AllocationState;
+  desired: "ready" | "released";
+  generation: number;
+  attempts: number;
+  hostId: string | null;
+  placementId: string | null;
+  reservationKey: string | null;
+  observedState: PlacementObservedState | null;
+  reason: string | null;
+  conditions: string[];
+  /** Hosts already asked in this round (reset when a round finds no candidate). */
+  triedHosts: string[];
+  /** When placement may be attempted again, ms (a capacity wake-up brings it forward). */
+  nextAttemptAtMs: number;
+  guestReady: boolean;
+  payloadConsumed: boolean;
+  replaceAfterAbsent: boolean;
+  workloadExitCode: number | null;
+  createdAtMs: number;
+  updatedAtMs: number;
+  stateEnteredAtMs: number;
+  expiresAtMs: number;
+  replacementAuthorized: boolean;
+  hostCheckAtMs: number;
+  terminalAtMs: number | null;
+  /** The latest placement attempt (shown in the view). */
+  placement: PlacementOutcome | null;
+}
+
+/** An event to append (the object adds ID, time, generation, placement and host). */
+export interface EventDraft {
+  type: string;
+  fromState?: AllocationState;
+  toState?: AllocationState;
+  reason?: string | null;
+  data?: Record<string, unknown>;
+}
+
+/** What one step persists atomically: a patch of the record, events, and what to tell other objects. */
+export interface Change {
+  patch: Partial<AllocationRecord>;
+  events: EventDraft[];
+  /** The allocation reached a terminal state: admission stops counting it. */
+  terminal: boolean;
+  /** Alerts for operators (type, reason). */
+  alerts: { type: string; reason: string }[];
+  /** A state transition happened (metrics count it). */
+  transition: { to: AllocationState; reason: string | null } | null;
+}
+
+/** A change with nothing in it. */
+export function noChange(patch: Partial<AllocationRecord> = {}): Change {
+  return { patch, events: [], terminal: false, alerts: [], transition: null };
+}
+
+/** Applies a change's patch to a record (what the object's row becomes). */
+export function applied(r: AllocationRecord, c: Change): AllocationRecord {
+  return { ...r, ...c.patch };
+}
+
+/**
+ * A state transition `r.state → to` with `patch`, its event and, for a
+ * terminal state, the terminal mark. Throws Error for a transition the state
+ * machine forbids (a bug: the object answers INTERNAL).
+ */
+export function transition(r: AllocationRecord, to: AllocationState, patch: Partial<AllocationRecord>, reason: string | null, nowMs: number, data?: Record<string, unknown>): Change {
+  if (!canTransition(r.state, to)) throw new Error(`forbidden transition ${r.state} -> ${to}`);
+  const terminal = TERMINAL_STATES.has(to);
+  return {
+    patch: { ...patch, state: to, stateEnteredAtMs: nowMs, updatedAtMs: nowMs, ...(terminal ? { terminalAtMs: nowMs } : {}) },
+    events: [{ type: `allocation.${to}`, fromState: r.state, toState: to, reason, ...(data ? { data } : {}) }],
+    terminal,
+    alerts: [],
+    transition: { to, reason },
+  };
+}
+
+/** Merges two changes made one after the other (the second sees the first's patch). */
+export function merge(a: Change, b: Change): Change {
+  return {
+    patch: { ...a.patch, ...b.patch },
+    events: [...a.events, ...b.events],
+    terminal: a.terminal || b.terminal,
+    alerts: [...a.alerts, ...b.alerts],
+    transition: b.transition ?? a.transition,
+  };
+}
+
+/** What the reconcile loop does next. */
+export type Intent =
+  | { type: "none" }
+  /** Persist a change and take another step (no remote work). */
+  | { type: "persist"; change: Change }
+  /** Ask the host where the placement stands (host-loss check). */
+  | { type: "check_host"; hostId: string; placementId: string }
+  /** Ask the host to make the placement absent; on absence, `afterAbsent`. */
+  | { type: "request_absent"; hostId: string; placementId: string }
+  /** Ask the directory for candidates (registering as a waiter when there are none). */
+  | { type: "find_host" }
+  /** Ask the chosen host to reserve. */
+  | { type: "reserve"; hostId: string; placementId: string; reservationKey: string };
+
+/** Messages an allocation receives (decoded from its inbox). */
+export type AllocationInput =
+  | { kind: "observation"; hostId: string; placementId: string; generation: number; state: PlacementObservedState; errorCode: string | null; workloadExitCode: number | null; exit?: VmExit; at: string }
+  | { kind: "delivery_consumed"; deliveryId: string; generation: number; digest: string }
+  | { kind: "capacity_available"; hostId: string };
+
+/** Applies one inbox message. Returns the change (possibly empty). Stale messages (other generation or placement) change nothing. */
+export function applyInput(r: AllocationRecord, m: AllocationInput, nowMs: number, policy: TimeoutPolicy): Change {
+  if (m.kind === "delivery_consumed") {
+    if (m.generation !== r.generation || r.payloadConsumed) return noChange();
+    return { ...noChange({ payloadConsumed: true, updatedAtMs: nowMs }), events: [{ type: "bootstrap.consumed", data: { deliveryId: m.deliveryId, digest: m.digest } }] };
+  }
+  if (m.kind === "capacity_available") {
+    if (r.state !== "pending" || r.desired === "released" || r.nextAttemptAtMs <= nowMs) return noChange();
+    return noChange({ nextAttemptAtMs: nowMs });
+  }
+  return applyObservation(r, m, nowMs, policy);
+}
+
+function applyObservation(r: AllocationRecord, o: Extract<AllocationInput, { kind: "observation" }>, nowMs: number, policy: TimeoutPolicy): Change {
+  if (o.placementId !== r.placementId || o.generation !== r.generation) return noChange();
+  let c = noChange();
+  if (o.workloadExitCode !== null && r.workloadExitCode === null) {
+    c = merge(c, { ...noChange({ workloadExitCode: o.workloadExitCode, updatedAtMs: nowMs }), events: [{ type: "workload.exited", data: { exitCode: o.workloadExitCode } }] });
+  }
+  if (o.state !== r.observedState) {
+    // A VM that ended on its own carries the agent's diagnosis: the reason and the redacted kernel tail of its console.
+    const exit = o.exit ? { exitReason: o.exit.reason, consoleTail: o.exit.consoleTail } : {};
+    c = merge(c, { ...noChange({ observedState: o.state, updatedAtMs: nowMs }), events: [{ type: `placement.${o.state}`, reason: o.errorCode, data: { hostId: o.hostId, ...exit } }] });
+  }
+  const cur = applied(r, c);
+  if (o.state === "running" && cur.state === "provisioning") return merge(c, transition(cur, "ready", { guestReady: true }, null, nowMs));
+  if (o.state === "error" && cur.desired !== "released" && cur.state !== "releasing") {
+    const replace = mayReplaceAutomatically(cur, policy);
+    return merge(c, transition(cur, "releasing", { replaceAfterAbsent: replace, reason: replace ? null : (o.errorCode ?? "PLACEMENT_FAILED"), desired: replace ? "ready" : "released" }, o.errorCode ?? "PLACEMENT_FAILED", nowMs));
+  }
+  if (o.state === "absent") {
+    if (cur.state === "releasing") return merge(c, afterAbsent(cur, nowMs, policy));
+    if (cur.state === "provisioning" || cur.state === "ready") {
+      // A fenced host's VM can no longer act for the workload: fencing unblocks replacement (spec "Replacement").
+      const replace = o.errorCode === "HOST_FENCED" || mayReplaceAutomatically(cur, policy) || cur.replacementAuthorized;
+      const toReleasing = transition(cur, "releasing", { replaceAfterAbsent: replace, reason: replace ? null : "PLACEMENT_LOST", desired: replace ? "ready" : "released" }, "PLACEMENT_LOST", nowMs);
+      const c2 = merge(c, toReleasing);
+      return merge(c2, afterAbsent(applied(cur, toReleasing), nowMs, policy));
+    }
+  }
+  return c;
+}
+
+/** The placement was confirmed absent: replace it, or end in released or failed. */
+export function afterAbsent(r: AllocationRecord, nowMs: number, policy: TimeoutPolicy): Change {
+  void policy;
+  if (r.replaceAfterAbsent && r.desired !== "released") return replace(r, "REPLACEMENT", nowMs);
+  return transition(r, r.reason && r.reason !== "CLIENT_RELEASE" && r.reason !== "TTL_EXPIRED" ? "failed" : "released", {}, r.reason, nowMs);
+}
+
+/** Starts the next generation; the old placement keeps its capacity until its host reports it absent or is fenced. */
+export function replace(r: AllocationRecord, reason: string, nowMs: number): Change {
+  return transition(
+    r,
+    "pending",
+    {
+      generation: r.generation + 1,
+      attempts: r.attempts + 1,
+      hostId: null,
+      placementId: null,
+      reservationKey: null,
+      observedState: null,
+      replaceAfterAbsent: false,
+      replacementAuthorized: false,
+      guestReady: false,
+      conditions: r.conditions.filter((c) => c !== REPLACEMENT_BLOCKED),
+      triedHosts: r.hostId ? [r.hostId] : [],
+      nextAttemptAtMs: nowMs,
+    },
+    reason,
+    nowMs,
+  );
+}
+
+/**
+ * A release request with its event. A timeout or policy (`reason` set on the
+ * record) ends the allocation failed; the client's own release
+ * (CLIENT_RELEASE, recorded in the event only) ends it released.
+ */
+export function requestRelease(reason: string, nowMs: number): Change {
+  const patch: Partial<AllocationRecord> = reason === "CLIENT_RELEASE" ? { desired: "released", updatedAtMs: nowMs } : { desired: "released", reason, updatedAtMs: nowMs };
+  return { ...noChange(patch), events: [{ type: "allocation.release_requested", reason }] };
+}
+
+const HOST_STATES: ReadonlySet<AllocationState> = new Set(["provisioning", "ready", "releasing"]);
+
+/**
+ * The next intent for a non-terminal record at `nowMs` (inbox already
+ * applied). Timeouts first, then the host-loss check, then release, then
+ * placement and reservation.
+ */
+export function nextIntent(r: AllocationRecord, nowMs: number, policy: TimeoutPolicy): Intent {
+  if (TERMINAL_STATES.has(r.state)) return { type: "none" };
+  if (r.desired !== "released") {
+    if (r.state === "ready" && nowMs >= r.expiresAtMs) return { type: "persist", change: requestRelease("TTL_EXPIRED", nowMs) };
+    if (r.state === "provisioning" && nowMs >= r.stateEnteredAtMs + policy.provisioningTimeoutMs) return { type: "persist", change: requestRelease("GUEST_BOOT_TIMEOUT", nowMs) };
+    if (r.state === "pending" && nowMs >= r.createdAtMs + policy.pendingTimeoutMs) return { type: "persist", change: requestRelease("NO_CAPACITY", nowMs) };
+  }
+  if (r.hostId && r.placementId && HOST_STATES.has(r.state) && nowMs >= r.hostCheckAtMs) return { type: "check_host", hostId: r.hostId, placementId: r.placementId };
+  return releaseOrPlace(r, nowMs);
+}
+
+/** The intent once the host check is not due (or was answered without a change). */
+export function releaseOrPlace(r: AllocationRecord, nowMs: number): Intent {
+  if (TERMINAL_STATES.has(r.state)) return { type: "none" };
+  if (r.desired === "released" || r.state === "releasing") {
+    if (r.state === "pending") return { type: "persist", change: transition(r, r.reason ? "failed" : "released", { conditions: r.conditions.filter((c) => c !== NO_CAPACITY_CONDITION) }, r.reason, nowMs) };
+    if (r.state !== "releasing") return { type: "persist", change: transition(r, "releasing", {}, r.reason ?? "CLIENT_RELEASE", nowMs) };
+    if (!r.hostId || !r.placementId) return { type: "persist", change: transition(r, r.reason ? "failed" : "released", {}, r.reason, nowMs) };
+    return { type: "request_absent", hostId: r.hostId, placementId: r.placementId };
+  }
+  if (r.state === "pending") return nowMs >= r.nextAttemptAtMs ? { type: "find_host" } : { type: "none" };
+  if (r.state === "reserving" && r.hostId && r.placementId && r.reservationKey) return { type: "reserve", hostId: r.hostId, placementId: r.placementId, reservationKey: r.reservationKey };
+  return { type: "none" };
+}
+
+/** Where a placement stands, as its Host reports it. */
+export interface PlacementStatus {
+  exists: boolean;
+  state: string | null;
+  leaseExpiresAtMs: number;
+  hostHealth: HostHealth;
+  fenced: boolean;
+}
+
+/**
+ * After the host check. A lost host's placement is replaced automatically
+ * only before readiness with no payload consumed, or after the controller
+ * authorized it; either way only once the old lease has expired (plus
+ * grace), so the old VM has stopped itself. Otherwise the allocation shows
+ * replacement_blocked until the host is fenced (spec "Replacement").
+ * `replaceNow` asks the caller to request absence, then `replace`.
+ */
+export function afterHostCheck(r: AllocationRecord, st: PlacementStatus, nowMs: number, policy: TimeoutPolicy): { change: Change; replaceNow: boolean } {
+  const next = nowMs + policy.hostCheckIntervalMs;
+  const lost = st.hostHealth === "lost" && st.state !== "absent";
+  if (!lost || r.state === "releasing") return { change: noChange({ hostCheckAtMs: next }), replaceNow: false };
+  if (!mayReplaceAutomatically(r, policy) && !r.replacementAuthorized) {
+    if (r.conditions.includes(REPLACEMENT_BLOCKED)) return { change: noChange({ hostCheckAtMs: next }), replaceNow: false };
+    return {
+      change: {
+        ...noChange({ conditions: [...r.conditions, REPLACEMENT_BLOCKED], hostCheckAtMs: next, updatedAtMs: nowMs }),
+        events: [{ type: "allocation.replacement_blocked", reason: "HOST_LOST" }],
+        alerts: [{ type: "allocation.replacement_blocked", reason: "HOST_LOST" }],
+      },
+      replaceNow: false,
+    };
+  }
+  const safeAt = st.leaseExpiresAtMs + policy.leaseGraceMs;
+  if (nowMs < safeAt) return { change: noChange({ hostCheckAtMs: Math.min(safeAt, next) }), replaceNow: false };
+  return { change: noChange(), replaceNow: true };
+}
+
+/** What the directory answered for a placement round. */
+export type CandidateAnswer = { hostId: string; outcome: null } | { hostId: null; outcome: Omit<PlacementOutcome, "at" | "result" | "hostId"> };
+
+/**
+ * After asking the directory: reserve on the first candidate (a fresh
+ * placement ID comes from the caller), or wait for capacity (the directory
+ * registered the allocation as a waiter; the alarm stays as a safety net).
+ */
+export function afterFindHost(r: AllocationRecord, answer: CandidateAnswer, placementId: string, reservationKey: string, nowMs: number): Change {
+  if (answer.hostId !== null) {
+    return transition(r, "reserving", { hostId: answer.hostId, placementId, reservationKey }, null, nowMs, { hostId: answer.hostId });
+  }
+  const first = !r.conditions.includes(NO_CAPACITY_CONDITION);
+  const outcome: PlacementOutcome = { at: new Date(nowMs).toISOString(), result: "no_eligible_host", hostId: null, ...answer.outcome };
+  return {
+    ...noChange({
+      conditions: first ? [...r.conditions, NO_CAPACITY_CONDITION] : r.conditions,
+      triedHosts: [],
+      nextAttemptAtMs: nowMs + MAX_ALARM_DELAY_MS,
+      placement: outcome,
+      updatedAtMs: first || r.placement?.result !== "no_eligible_host" ? nowMs : r.updatedAtMs,
+    }),
+    events: first ? [{ type: "allocation.no_eligible_host", reason: "NO_CAPACITY", data: { tried: r.triedHosts, hosts: answer.outcome.hostsConsidered, noFit: answer.outcome.noFit, unschedulable: answer.outcome.unschedulable } }] : [],
+    alerts: first ? [{ type: "allocation.no_eligible_host", reason: "NO_CAPACITY" }] : [],
+  };
+}
+
+/** After the reservation call: provisioning on acceptance, else back to pending with the host marked as tried. */
+export function afterReserve(r: AllocationRecord, result: { accepted: true } | { accepted: false; code: string }, nowMs: number): Change {
+  const hostId = r.hostId;
+  if (result.accepted) {
+    const outcome: PlacementOutcome = { at: new Date(nowMs).toISOString(), result: "reserved", hostId, hostsConsidered: r.placement?.hostsConsidered ?? 0, noFit: {}, unschedulable: {} };
+    return transition(r, "provisioning", { conditions: r.conditions.filter((c) => c !== NO_CAPACITY_CONDITION), placement: outcome }, null, nowMs, { hostId });
+  }
+  const outcome: PlacementOutcome = { at: new Date(nowMs).toISOString(), result: "rejected", hostId, hostsConsidered: r.placement?.hostsConsidered ?? 0, noFit: { [result.code]: 1 }, unschedulable: {} };
+  return transition(r, "pending", { hostId: null, placementId: null, reservationKey: null, triedHosts: hostId ? [...r.triedHosts, hostId] : r.triedHosts, placement: outcome }, result.code, nowMs, { hostId });
+}
+
+/** When the alarm should fire next for `r` at `nowMs` (terminal: the retention purge). */
+export function nextAlarmAt(r: AllocationRecord, nowMs: number, policy: TimeoutPolicy): number {
+  if (TERMINAL_STATES.has(r.state)) return (r.terminalAtMs ?? r.updatedAtMs) + policy.retentionDays * 86_400_000;
+  let at = nowMs + MAX_ALARM_DELAY_MS;
+  if (r.state === "pending") at = Math.min(at, Math.max(nowMs + MIN_ALARM_DELAY_MS, r.nextAttemptAtMs), r.createdAtMs + policy.pendingTimeoutMs);
+  if (r.state === "releasing" || r.state === "reserving") at = Math.min(at, nowMs + BUSY_RECHECK_MS);
+  if (r.state === "provisioning") at = Math.min(at, r.stateEnteredAtMs + policy.provisioningTimeoutMs);
+  if (r.state === "ready") at = Math.min(at, r.expiresAtMs);
+  if (r.hostId && r.placementId && HOST_STATES.has(r.state)) at = Math.min(at, r.hostCheckAtMs);
+  return Math.max(at, nowMs + MIN_ALARM_DELAY_MS);
+}

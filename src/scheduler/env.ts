@@ -1,0 +1,61 @@
+/**
+ * The typed environment every scheduler object and the front receive
+ * (Durable Objects' `env`): a namespace per object class, the deployment's
+ * configuration, and the side-effect ports. docs/architecture.md, "The
+ * object runtime".
+ * Must never: carry in-process services shared between objects (state that
+ * lives in memory belongs to the instance that owns it), or a secret beyond
+ * the manifest's token digests.
+ */
+import type { Namespace } from "./runtime/api.ts";
+import type { Clock, Randomness } from "./runtime/ports.ts";
+import { DEFAULT_TIMEOUTS, type TimeoutPolicy } from "../domain/allocation.ts";
+import type { DeploymentManifest } from "./manifestSchema.ts";
+import type { Metrics } from "./metrics.ts";
+import type { AllocationObject } from "./objects/allocationObject.ts";
+import type { AllocationIndexObject } from "./objects/allocationIndex.ts";
+import type { AdmissionObject } from "./objects/admissionObject.ts";
+import type { EnrollmentObject } from "./objects/enrollmentObject.ts";
+import type { HostObject } from "./objects/hostObject.ts";
+import type { HostDirectoryObject } from "./objects/hostDirectory.ts";
+import type { OperationsObject } from "./objects/operationsObject.ts";
+
+/** Deliberately injected bugs, for proving that the simulation catches them (unstable; never set in production). */
+export interface InjectedBugs {
+  /** Frees a placement's capacity when its lease expired, without observing absence: the very rule the spec forbids. */
+  releaseCapacityOnLeaseExpiry?: boolean;
+}
+
+/** Configuration the objects read (never changes while they run). */
+export interface SchedulerConfig {
+  manifest: DeploymentManifest;
+  timeouts: TimeoutPolicy;
+  debug: InjectedBugs;
+}
+
+/** See the module header. */
+export interface SchedulerEnv {
+  readonly Allocation: Namespace<AllocationObject>;
+  readonly AllocationIndex: Namespace<AllocationIndexObject>;
+  readonly Admission: Namespace<AdmissionObject>;
+  readonly Enrollment: Namespace<EnrollmentObject>;
+  readonly Host: Namespace<HostObject>;
+  readonly HostDirectory: Namespace<HostDirectoryObject>;
+  readonly Operations: Namespace<OperationsObject>;
+  readonly config: SchedulerConfig;
+  readonly clock: Clock;
+  readonly random: Randomness;
+  /** Counters of this process (on workerd: of this isolate). */
+  readonly metrics: Metrics;
+}
+
+/** The names of the singletons (one instance each). */
+export const GLOBAL = "global";
+
+/** The configuration objects read, from the manifest and option overrides. */
+export function schedulerConfig(manifest: DeploymentManifest, timeouts: Partial<TimeoutPolicy> = {}, debug: InjectedBugs = {}): SchedulerConfig {
+  const t: TimeoutPolicy = { ...DEFAULT_TIMEOUTS, ...timeouts };
+  if (manifest.limits.retentionDays !== undefined && timeouts.retentionDays === undefined) t.retentionDays = manifest.limits.retentionDays;
+  return { manifest, timeouts: t, debug };
+}
+

@@ -1,0 +1,287 @@
+/**
+ * The scheduler's stateless front ("the Worker" in the spec), on either
+ * host: resolves the caller, turns each API call into calls on the right
+ * authority objects through typed stubs, and maps damaged or missing state
+ * to stable errors. Routes call these methods and only translate HTTP.
+ *
+ * Implements spec "Worker and Durable Objects", "Admission and limits",
+ * "Enrollment", "Transport", "One allocation end to end".
+ * Must never: persist a bootstrap payload or a raw token, take an identity
+ * from a request body, or keep state between calls (a parked poll and a
+ * pending delivery live in the Host object).
+ */
+import { createHash } from "node:crypto";
+import { BeachballError } from "../protocol/errors.ts";
+import { MAX_PAYLOAD_BYTES, type AllocationEvent, type AllocationView, type BootstrapBody, type CreateAllocationBody, type EnrollBody, type WellKnown } from "../protocol/api.ts";
+import type { EnrollResponse, Envelope, PollResponse } from "../protocol/agent.ts";
+import type { AlertItem, HostView } from "../protocol/views.ts";
+import { allocationIdFor, canonicalJson, digestOf } from "../domain/identifiers.ts";
+import { identify, tokenDigest, type Identity } from "./manifestSchema.ts";
+import { GLOBAL, type SchedulerEnv } from "./env.ts";
+
+/** How long a controller's delivery request waits for the agent's acknowledgement, ms (spec: 30 s). */
+export const DELIVERY_TIMEOUT_MS = 30_000;
+
+const HOST_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
+
+/** A page of the caller's allocations, from the index. `damaged` names entries whose stored view failed its checks. */
+export interface AllocationPage {
+  items: AllocationView[];
+  nextCursor: string | null;
+  damaged: string[];
+}
+
+/** See the module header. `env` holds the namespaces the front calls (on the embedded host: stubs behind the output gate). */
+export class SchedulerFront {
+  /** `publicUrl` is the URL agents and clients use (printed in join commands). */
+  constructor(
+    readonly env: SchedulerEnv,
+    readonly publicUrl: string,
+  ) {}
+
+  private get manifest() {
+    return this.env.config.manifest;
+  }
+
+  /** Resolves a bearer token to a principal; throws UNAUTHENTICATED. */
+  authenticate(authorization: string | null | undefined): Identity {
+    const token = bearer(authorization);
+    const id = token ? identify(this.manifest, token) : null;
+    if (!id) throw new BeachballError("UNAUTHENTICATED", "missing or unknown bearer token");
+    return id;
+  }
+
+  /** Discovery document for agents and clients. */
+  wellKnown(): WellKnown {
+    return { apiVersion: "v1", agentProtocolVersion: "1.0", region: this.manifest.region, workloadClasses: Object.keys(this.manifest.workloadClasses) };
+  }
+
+  /**
+   * Creates (or replays) an allocation. Throws UNKNOWN_WORKLOAD_CLASS,
+   * QUOTA_*, RATE_LIMITED, IDEMPOTENCY_CONFLICT, and OBJECT_DAMAGED when an
+   * allocation the index lists has lost its state (never a fresh start).
+   */
+  async createAllocation(who: Identity, body: CreateAllocationBody): Promise<{ created: boolean; view: AllocationView }> {
+    requireRole(who, "controller");
+    const cls = this.manifest.workloadClasses[body.workloadClass];
+    if (!cls) throw new BeachballError("UNKNOWN_WORKLOAD_CLASS", `unknown workload class ${JSON.stringify(body.workloadClass)}`);
+    const allocationId = allocationIdFor(who.id, body.clientRequestId);
+    const timeouts = this.env.config.timeouts;
+    const ttlSeconds = Math.min(body.ttlSeconds ?? Math.floor(timeouts.defaultTtlMs / 1000), cls.maxTtlSeconds ?? Number.MAX_SAFE_INTEGER);
+    const bodyDigest = digestOf(canonicalJson(body));
+    const l = this.manifest.limits;
+    // One call: the Allocation asks Admission itself (one output gate per create, not three).
+    return this.env.Allocation.get(allocationId).create({
+      allocationId,
+      identity: who.id,
+      body,
+      bodyDigest,
+      spec: { cpuMillis: cls.cpuMillis, memoryMiB: cls.memoryMiB, ephemeralDiskMiB: cls.ephemeralDiskMiB, imageDigest: cls.imageDigest },
+      ttlMs: ttlSeconds * 1000,
+      limits: {
+        perControllerConcurrent: l.maxConcurrentAllocationsPerController,
+        perControllerRps: l.controllerRequestsPerSecond ?? 50,
+        deploymentRps: l.deploymentRequestsPerSecond ?? 500,
+        maxAllocations: l.maxAllocations ?? 10_000,
+        maxRetained: l.maxRetainedAllocations ?? 100_000,
+      },
+    });
+  }
+
+  /** One allocation. Throws NOT_FOUND, or OBJECT_DAMAGED when the index lists it but its state is gone. */
+  async getAllocation(who: Identity, id: string): Promise<AllocationView> {
+    const alloc = this.env.Allocation.get(checkAllocationIdShape(id));
+    try {
+      return await alloc.get(who.id);
+    } catch (e) {
+      if (!(e instanceof BeachballError) || e.code !== "NOT_FOUND") throw e;
+      if (await this.env.AllocationIndex.get(GLOBAL).has(who.id, id)) return alloc.get(who.id, true);
+      throw e;
+    }
+  }
+
+  /** A page of the caller's allocations, read from the index (no allocation is called). */
+  async listAllocations(who: Identity, cursor: string | null, limit: number): Promise<AllocationPage> {
+    const entries = await this.env.AllocationIndex.get(GLOBAL).list(who.id, cursor, limit);
+    const items: AllocationView[] = [];
+    const damaged: string[] = [];
+    for (const e of entries) {
+      if (e.view) items.push(e.view);
+      else damaged.push(e.allocationId);
+    }
+    return { items, nextCursor: entries.length === limit ? (entries[entries.length - 1]?.allocationId ?? null) : null, damaged };
+  }
+
+  /** Requests release. Throws NOT_FOUND. */
+  async releaseAllocation(who: Identity, id: string): Promise<AllocationView> {
+    return this.env.Allocation.get(checkAllocationIdShape(id)).release(who.id);
+  }
+
+  /** Events after `after`. Throws NOT_FOUND. */
+  async events(who: Identity, id: string, after: number, limit: number): Promise<AllocationEvent[]> {
+    return this.env.Allocation.get(checkAllocationIdShape(id)).events(who.id, after, limit);
+  }
+
+  /**
+   * Hands a bootstrap payload to the guest through the host agent, in memory
+   * only; resolves when the agent reports it consumed. Throws
+   * STALE_GENERATION / DELIVERY_CONFLICT (409), GUEST_NOT_CONNECTED /
+   * DELIVERY_TIMEOUT (503), PAYLOAD_TOO_LARGE (413), RATE_LIMITED (429).
+   */
+  async deliverBootstrap(who: Identity, id: string, body: BootstrapBody): Promise<{ deliveryId: string; digest: string; replayed: boolean }> {
+    requireRole(who, "controller");
+    const bytes = Buffer.from(body.payloadBase64, "base64");
+    if (bytes.length > MAX_PAYLOAD_BYTES) throw new BeachballError("PAYLOAD_TOO_LARGE", `payload is ${bytes.length} bytes; the limit is ${MAX_PAYLOAD_BYTES}`, { limitBytes: MAX_PAYLOAD_BYTES });
+    if (bytes.toString("base64") !== body.payloadBase64.replace(/\s+/g, "")) throw new BeachballError("VALIDATION_FAILED", "payloadBase64 is not canonical base64");
+    const digest = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
+    const target = await this.env.Allocation.get(checkAllocationIdShape(id)).deliveryTarget(who.id, body.generation);
+    const host = this.env.Host.get(target.hostId);
+    const check = await host.checkDelivery(body.deliveryId, target.placementId, body.generation);
+    if (check.earlierDigest) {
+      if (check.earlierDigest !== digest) throw new BeachballError("DELIVERY_CONFLICT", "deliveryId was used with a different payload");
+      return { deliveryId: body.deliveryId, digest, replayed: true };
+    }
+    const outcome = await host.deliver(
+      { deliveryId: body.deliveryId, allocationId: target.allocationId, placementId: target.placementId, generation: body.generation, contentType: body.contentType, payloadBase64: body.payloadBase64 },
+      DELIVERY_TIMEOUT_MS,
+    );
+    if (outcome.result === "consumed") {
+      if (outcome.digest !== digest) throw new BeachballError("DELIVERY_CONFLICT", "the guest consumed a payload with another digest");
+      return { deliveryId: body.deliveryId, digest, replayed: false };
+    }
+    if (outcome.result === "timeout") throw new BeachballError("DELIVERY_TIMEOUT", "the agent did not confirm the delivery within 30 s", { retryAfterSeconds: 5 });
+    if (outcome.result === "guest_not_connected") throw new BeachballError("GUEST_NOT_CONNECTED", "the guest is not connected", { retryAfterSeconds: 2 });
+    throw new BeachballError("DELIVERY_CONFLICT", "the guest rejected the delivery (a payload was already consumed or the content type is unsupported)");
+  }
+
+  /** Mints a one-use enrollment token bound to `hostId`. Operators only. */
+  async createEnrollmentToken(who: Identity, hostId: string, ttlSeconds: number): Promise<{ token: string; hostId: string; expiresAt: string; joinCommand: string }> {
+    requireRole(who, "operator");
+    if (!HOST_ID_PATTERN.test(hostId)) throw new BeachballError("VALIDATION_FAILED", "host ID must match ^[a-z0-9][a-z0-9-]{0,62}$");
+    const token = `bbe_${Buffer.from(this.env.random.bytes(24)).toString("hex")}`;
+    const expires = await this.env.Enrollment.get(GLOBAL).mint(tokenDigest(token), hostId, ttlSeconds * 1000, who.id);
+    return { token, hostId, expiresAt: new Date(expires).toISOString(), joinCommand: `bb agent join --scheduler ${this.publicUrl} --token ${token}` };
+  }
+
+  /** Enrolls a host with a one-use token. Throws ENROLLMENT_TOKEN_INVALID, ENROLLMENT_CONFLICT, QUOTA_REGISTERED_HOSTS. */
+  async enroll(body: EnrollBody): Promise<EnrollResponse> {
+    const { token, ...config } = body;
+    const configDigest = digestOf(canonicalJson(config));
+    const { hostId, replay } = await this.env.Enrollment.get(GLOBAL).consume(tokenDigest(token), configDigest);
+    if (replay) throw new BeachballError("ENROLLMENT_TOKEN_INVALID", "enrollment token was already used; keep the credential from the first enrollment");
+    const admission = this.env.Admission.get(GLOBAL);
+    const limits = this.manifest.limits;
+    await admission.admitHost(hostId, limits.maxRegisteredHosts);
+    let autoActivate = this.manifest.hostEnrollment.autoActivate;
+    if (autoActivate) {
+      autoActivate = await admission
+        .admitActiveHost(hostId, limits.maxActiveHosts ?? limits.maxRegisteredHosts)
+        .then(() => true)
+        .catch(() => false);
+    }
+    const secret = Buffer.from(this.env.random.bytes(32)).toString("hex");
+    const zero = { cpuMillis: 0, memoryMiB: 0, ephemeralDiskMiB: 0, maxPlacements: 0 };
+    const registered = this.env.Host.get(hostId).register({
+      hostId,
+      credentialDigest: tokenDigest(secret),
+      enrollDigest: configDigest,
+      capacity: body.capacity,
+      reserve: body.reserve ?? zero,
+      region: body.region,
+      architecture: body.architecture,
+      labels: body.labels ?? {},
+      agentProtocolVersion: body.agentProtocolVersion,
+      vmmDriver: body.vmmDriver,
+      autoActivate,
+    });
+    // Admission counts the host as active exactly when it is, whatever the registration's outcome.
+    const reg = await registered.finally(async () => admission.setHostActive(hostId, (await this.env.Host.get(hostId).adminState()) === "active"));
+    if (!reg.created) throw new BeachballError("ENROLLMENT_CONFLICT", "host is already enrolled");
+    return { hostId, credential: `bbh_${hostId}.${secret}`, credentialVersion: reg.credentialVersion, adminState: reg.adminState as EnrollResponse["adminState"] };
+  }
+
+  /** Authenticates a host credential; returns the host ID. Throws UNAUTHENTICATED. */
+  async authenticateHost(authorization: string | null | undefined): Promise<string> {
+    const m = /^bbh_([a-z0-9][a-z0-9-]{0,62})\.([0-9a-f]{64})$/.exec(bearer(authorization) ?? "");
+    if (!m) throw new BeachballError("UNAUTHENTICATED", "missing or malformed host credential");
+    const hostId = m[1]!;
+    if (!(await this.env.Host.get(hostId).authenticate(tokenDigest(m[2]!)))) throw new BeachballError("UNAUTHENTICATED", "unknown host credential");
+    return hostId;
+  }
+
+  /** Applies an agent envelope; a poll with nothing to do parks in the Host object up to `waitMs` (≤ 25 s). */
+  async agentEnvelope(hostId: string, env: Envelope): Promise<PollResponse> {
+    if (env.hostId !== hostId) throw new BeachballError("FORBIDDEN", "envelope hostId does not match the credential");
+    return this.env.Host.get(hostId).poll(env, env.payload.waitMs ?? 0);
+  }
+
+  /** Certifies revocation of the workload's external authority so a blocked replacement may proceed (controllers). */
+  async authorizeReplacement(who: Identity, id: string, generation: number): Promise<AllocationView> {
+    requireRole(who, "controller");
+    return this.env.Allocation.get(checkAllocationIdShape(id)).authorizeReplacement(who.id, generation);
+  }
+
+  /**
+   * Changes a host's administrative state (operators). Activation is gated
+   * by the active-host cap; `disabled` fences the host for good. Throws
+   * NOT_FOUND, QUOTA_ACTIVE_HOSTS, HOST_DISABLED (activating or draining a
+   * disabled host). The Host object runs admin changes one at a time and
+   * leaves Admission's active count matching its state, failed changes included.
+   */
+  async setHostState(who: Identity, hostId: string, state: "active" | "draining" | "disabled"): Promise<HostView> {
+    requireRole(who, "operator");
+    if (!HOST_ID_PATTERN.test(hostId)) throw new BeachballError("NOT_FOUND", "no such host");
+    const host = this.env.Host.get(hostId);
+    const l = this.manifest.limits;
+    const r = await host.changeAdminState(state, l.maxActiveHosts ?? l.maxRegisteredHosts);
+    this.env.metrics.inc("bb_host_admin_changes_total", "Host administrative state changes", { state: r.adminState, host: hostId });
+    return host.view();
+  }
+
+  /** The hosts Admission counts as active, sorted (checks that counters match states). */
+  async activeHostIds(): Promise<string[]> {
+    return this.env.Admission.get(GLOBAL).activeHostIds();
+  }
+
+  /** Prometheus text with counters and host gauges (operators). */
+  async metrics(who: Identity): Promise<string> {
+    requireRole(who, "operator");
+    const hosts = await this.hosts(who);
+    const byState = new Map<string, number>();
+    for (const h of hosts) byState.set(`${h.adminState}/${h.health}`, (byState.get(`${h.adminState}/${h.health}`) ?? 0) + 1);
+    return this.env.metrics.render([
+      { name: "bb_hosts", help: "Hosts by admin state and health", series: [...byState].map(([k, v]) => ({ labels: { state: k }, value: v })) },
+      { name: "bb_host_free_cpu_millicores", help: "Free CPU per host", series: hosts.map((h) => ({ labels: { host: h.hostId }, value: h.free.cpuMillis })) },
+      { name: "bb_host_free_memory_mib", help: "Free memory per host", series: hosts.map((h) => ({ labels: { host: h.hostId }, value: h.free.memoryMiB })) },
+      { name: "bb_host_placements", help: "Capacity-consuming placements per host", series: hosts.map((h) => ({ labels: { host: h.hostId }, value: h.placements.length })) },
+    ]);
+  }
+
+  /** Alerts after `after` (operators). */
+  async alerts(who: Identity, after: number, limit: number): Promise<AlertItem[]> {
+    requireRole(who, "operator");
+    return this.env.Operations.get(GLOBAL).list(after, limit);
+  }
+
+  /** Every host's view (operators). */
+  async hosts(who: Identity): Promise<HostView[]> {
+    requireRole(who, "operator");
+    const ids = await this.env.Admission.get(GLOBAL).hostIds();
+    const views = await Promise.all(ids.map(async (id) => ((await this.env.Host.get(id).isRegistered()) ? this.env.Host.get(id).view() : null)));
+    return views.filter((v): v is HostView => v !== null);
+  }
+}
+
+function bearer(h: string | null | undefined): string | null {
+  const m = /^Bearer ([\x21-\x7e]{1,512})$/.exec(h ?? "");
+  return m ? m[1]! : null;
+}
+
+function requireRole(who: Identity, role: Identity["role"]): void {
+  if (who.role !== role) throw new BeachballError("FORBIDDEN", `this call needs the ${role} role`);
+}
+
+function checkAllocationIdShape(id: string): string {
+  if (!/^alloc_[0-9a-f]{32}$/.test(id)) throw new BeachballError("NOT_FOUND", "no such allocation");
+  return id;
+}

@@ -1,0 +1,16 @@
+/**
+ * The scheduler's migrations, in order: SQL that drizzle-kit generated from
+ * src/scheduler/schema.ts, embedded as text so a compiled `bb` binary (which
+ * cannot read a migrations folder) carries them. Add each new file here;
+ * test/architecture.test.ts checks this list against drizzle-kit's journal.
+ */
+import m0000 from "./0000_initial.sql" with { type: "text" };
+
+/** One migration: drizzle-kit's tag and its SQL (statements split by `--> statement-breakpoint`). */
+export interface Migration {
+  tag: string;
+  sql: string;
+}
+
+/** Every migration, oldest first. */
+export const MIGRATIONS: readonly Migration[] = [{ tag: "0000_initial", sql: m0000 }];

@@ -1,0 +1,95 @@
+/**
+ * The messages each object class receives through its inbox, one typed
+ * union per receiving class (TypeBox, so the runtime checks every stored
+ * message before the receiver sees it, and the compiler rejects a post of a
+ * kind the receiver does not know). Spec "Worker and Durable Objects",
+ * "Messages"; docs/architecture.md, "The object runtime".
+ * Must never: carry a secret or a bootstrap payload (deliveries travel by
+ * call, in memory only).
+ */
+import { Type, type Static } from "@sinclair/typebox";
+import { AllocationView } from "../../protocol/api.ts";
+import { PLACEMENT_OBSERVED_STATES, VmExit } from "../../protocol/agent.ts";
+import type { AllocationInput } from "../../domain/reconcile.ts";
+import type { Advertisement } from "../../domain/placement.ts";
+
+const Id = Type.String({ minLength: 1, maxLength: 200 });
+const Ms = Type.Integer({ minimum: 0 });
+
+/** What an Allocation receives: observations forwarded by its Host, consumed deliveries, capacity wake-ups from the directory. */
+export const AllocationMessage = Type.Union([
+  Type.Object(
+    {
+      kind: Type.Literal("observation"),
+      hostId: Id,
+      placementId: Id,
+      generation: Type.Integer({ minimum: 1 }),
+      state: Type.Union(PLACEMENT_OBSERVED_STATES.map((s) => Type.Literal(s))),
+      errorCode: Type.Union([Type.String({ maxLength: 64 }), Type.Null()]),
+      workloadExitCode: Type.Union([Type.Integer(), Type.Null()]),
+      /** With VM_EXITED: the agent's diagnosis of the exit. */
+      exit: Type.Optional(VmExit),
+      at: Type.String({ maxLength: 40 }),
+    },
+    { additionalProperties: false },
+  ),
+  Type.Object({ kind: Type.Literal("delivery_consumed"), deliveryId: Id, generation: Type.Integer({ minimum: 1 }), digest: Type.String({ maxLength: 80 }) }, { additionalProperties: false }),
+  Type.Object({ kind: Type.Literal("capacity_available"), hostId: Id }, { additionalProperties: false }),
+]);
+/** What an Allocation receives. */
+export type AllocationMessage = Static<typeof AllocationMessage>;
+// The decoded union is exactly what the pure reconcile rules take.
+const _allocationMessageIsInput: (m: AllocationMessage) => AllocationInput = (m) => m;
+void _allocationMessageIsInput;
+
+/** What the AllocationIndex receives: the latest view of an allocation, or its purge after retention. */
+export const IndexMessage = Type.Union([
+  Type.Object({ kind: Type.Literal("upsert"), identity: Id, view: AllocationView }, { additionalProperties: false }),
+  Type.Object({ kind: Type.Literal("purge"), allocationId: Id }, { additionalProperties: false }),
+]);
+/** What the AllocationIndex receives. */
+export type IndexMessage = Static<typeof IndexMessage>;
+
+/** What Admission receives: an allocation stopped counting as active (terminal), or as retained (purged). */
+export const AdmissionMessage = Type.Union([
+  Type.Object({ kind: Type.Literal("allocation_terminal"), allocationId: Id }, { additionalProperties: false }),
+  Type.Object({ kind: Type.Literal("allocation_purged"), allocationId: Id }, { additionalProperties: false }),
+]);
+/** What Admission receives. */
+export type AdmissionMessage = Static<typeof AdmissionMessage>;
+
+/** What Operations receives: an alert, deduplicated by `alertId`. */
+export const OperationsMessage = Type.Object(
+  { kind: Type.Literal("alert"), alertId: Id, type: Type.String({ maxLength: 80 }), subject: Type.String({ maxLength: 200 }), reason: Type.String({ maxLength: 80 }), atMs: Ms },
+  { additionalProperties: false },
+);
+/** What Operations receives. */
+export type OperationsMessage = Static<typeof OperationsMessage>;
+
+const Free = Type.Object({ cpuMillis: Type.Integer(), memoryMiB: Type.Integer(), ephemeralDiskMiB: Type.Integer(), slots: Type.Integer() }, { additionalProperties: false });
+
+/** A host's advertisement as the directory receives it (the domain's `Advertisement`). */
+export const AdvertisementSchema = Type.Object(
+  {
+    hostId: Id,
+    revision: Type.Integer({ minimum: 0 }),
+    adminState: Type.Union([Type.Literal("active"), Type.Literal("draining"), Type.Literal("disabled")]),
+    heartbeatAtMs: Type.Union([Ms, Type.Null()]),
+    region: Type.String({ maxLength: 64 }),
+    architecture: Type.String({ maxLength: 32 }),
+    labels: Type.Record(Type.String({ maxLength: 63 }), Type.String({ maxLength: 256 }), { maxProperties: 32 }),
+    agentProtocolVersion: Type.String({ maxLength: 16 }),
+    isolationHealthy: Type.Boolean(),
+    unschedulable: Type.Array(Type.String({ maxLength: 64 }), { maxItems: 16 }),
+    free: Free,
+    cachedImages: Type.Array(Type.String({ maxLength: 80 }), { maxItems: 64 }),
+  },
+  { additionalProperties: false },
+);
+const _adIsDomain: (a: Static<typeof AdvertisementSchema>) => Advertisement = (a) => a;
+void _adIsDomain;
+
+/** What the HostDirectory receives: advertisements (newer revisions win). */
+export const DirectoryMessage = Type.Object({ kind: Type.Literal("advertisement"), ad: AdvertisementSchema }, { additionalProperties: false });
+/** What the HostDirectory receives. */
+export type DirectoryMessage = Static<typeof DirectoryMessage>;

@@ -1,0 +1,42 @@
+/**
+ * drizzle-orm over an object's storage, through drizzle's `durable-sqlite`
+ * driver on both hosts (workerd's own `ctx.storage`, or the embedded
+ * store's look-alike), and prepared statements built once per storage: on
+ * the embedded host every instance of every class shares one storage, so
+ * one set of prepared statements serves them all (each takes the instance
+ * name as its `obj` placeholder).
+ * Must never: build a statement on a hot path that could be prepared once.
+ */
+import { drizzle, type DrizzleSqliteDODatabase } from "drizzle-orm/durable-sqlite";
+import type { ObjectStorage } from "./api.ts";
+
+/** drizzle over one storage. */
+export type ObjectDb = DrizzleSqliteDODatabase<Record<string, never>>;
+
+const dbs = new WeakMap<object, ObjectDb>();
+const built = new WeakMap<object, Map<unknown, unknown>>();
+
+/** drizzle over `storage` (one per storage). */
+export function dbFor(storage: ObjectStorage): ObjectDb {
+  let db = dbs.get(storage);
+  if (!db) {
+    db = drizzle(storage as never) as unknown as ObjectDb;
+    dbs.set(storage, db);
+  }
+  return db;
+}
+
+/** The result of `build(db)` for `storage`, built once per storage and builder. */
+export function prepared<T>(storage: ObjectStorage, build: (db: ObjectDb) => T): T {
+  let m = built.get(storage);
+  if (!m) {
+    m = new Map();
+    built.set(storage, m);
+  }
+  let v = m.get(build) as T | undefined;
+  if (v === undefined) {
+    v = build(dbFor(storage));
+    m.set(build, v);
+  }
+  return v;
+}

@@ -1,0 +1,100 @@
+/**
+ * The same scheduler object classes on workerd, the open-source Durable
+ * Objects runtime (the real binary from the `workerd` npm package): the
+ * bundle from deploy/workerd/build.ts serves an allocation from create
+ * through a scripted agent's polls to `released`, with workerd stopped and
+ * started again in the middle (state from its SQLite-backed objects on
+ * disk). Loopback only; the process is ended by its PID.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import type { Subprocess } from "bun";
+import { buildWorkerd } from "../../deploy/workerd/build.ts";
+import { ensureDevManifest } from "../../src/scheduler/manifest.ts";
+import { SchedulerClient } from "../../src/cli/client.ts";
+import type { EnrollResponse } from "../../src/protocol/agent.ts";
+import { ScriptedAgent } from "../support/scriptedAgent.ts";
+import { FAKE_IMAGE_DIGEST, rawPost } from "../support/scheduler.ts";
+
+const WORKERD = resolve("node_modules/.bin/workerd");
+let dir = "";
+let config = "";
+let port = 0;
+let proc: Subprocess | null = null;
+let manifestJson = "";
+
+async function startWorkerd(): Promise<string> {
+  const url = `http://127.0.0.1:${port}`;
+  proc = Bun.spawn([WORKERD, "serve", config, "--directory-path", `storage=${join(dir, "storage")}`, "--socket-addr", `http=127.0.0.1:${port}`], {
+    env: { ...process.env, BB_MANIFEST: manifestJson, BB_PUBLIC_URL: url },
+    stdout: "inherit",
+    stderr: "inherit",
+  });
+  for (let i = 0; i < 200; i++) {
+    if (await fetch(`${url}/healthz`).then((r) => r.ok).catch(() => false)) return url;
+    await Bun.sleep(50);
+  }
+  throw new Error("workerd did not answer /healthz");
+}
+
+async function stopWorkerd(): Promise<void> {
+  if (!proc) return;
+  proc.kill("SIGTERM");
+  await proc.exited;
+  proc = null;
+}
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), "bb-workerd-"));
+  mkdirSync(join(dir, "storage"));
+  config = await buildWorkerd(join(dir, "build"));
+  manifestJson = readFileSync(ensureDevManifest(join(dir, "manifest"), FAKE_IMAGE_DIGEST).manifestPath, "utf8");
+  port = 21_000 + Math.floor(Math.random() * 20_000);
+});
+
+afterAll(async () => {
+  await stopWorkerd();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe("the scheduler on workerd", () => {
+  test("create → scripted agent → ready → workerd restart → release → released", async () => {
+    let url = await startWorkerd();
+    const tokens = JSON.parse(readFileSync(join(dir, "manifest", "client.json"), "utf8")) as { token: string; operatorToken: string };
+    const operator = new SchedulerClient(url, tokens.operatorToken);
+    const t = await operator.enrollmentToken("wd-host");
+    const enrolled = await rawPost(`${url}/v1/agents/enroll`, null, JSON.stringify({ token: t.token, capacity: { cpuMillis: 2000, memoryMiB: 1024, ephemeralDiskMiB: 4096, maxPlacements: 2 }, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }));
+    expect(enrolled.status).toBe(201);
+    const e = enrolled.body as unknown as EnrollResponse;
+    const agent = new ScriptedAgent(url, "wd-host", e.credential);
+    await agent.poll();
+    let controller = new SchedulerClient(url, tokens.token);
+    const { view } = await controller.create({ clientRequestId: "wd-1", workloadClass: "ci-small" });
+    expect(["pending", "provisioning"]).toContain(view.state);
+    const present = await agent.waitCommand("ensure_present", view.allocationId);
+    await agent.report(present, "prepared");
+    await agent.waitCommand("ensure_running", view.allocationId);
+    await agent.report(present, "running");
+    for (let i = 0; i < 100 && (await controller.get(view.allocationId)).state !== "ready"; i++) await Bun.sleep(50);
+    expect((await controller.get(view.allocationId)).state).toBe("ready");
+
+    await stopWorkerd();
+    url = await startWorkerd();
+    controller = new SchedulerClient(url, tokens.token);
+    // The agent keeps its session (epoch, sequence numbers) across the restart: the Host object's state is on disk.
+    const after = await controller.get(view.allocationId);
+    expect([after.state, after.hostId, after.placementId]).toEqual(["ready", "wd-host", present.placementId]);
+
+    await controller.release(view.allocationId);
+    await agent.waitCommand("ensure_absent", view.allocationId);
+    await agent.report(present, "absent");
+    for (let i = 0; i < 100 && (await controller.get(view.allocationId)).state !== "released"; i++) await Bun.sleep(50);
+    expect((await controller.get(view.allocationId)).state).toBe("released");
+    const types = (await controller.events(view.allocationId)).map((x) => x.type);
+    expect(types).toContain("allocation.ready");
+    expect(types.slice(-2)).toEqual(["placement.absent", "allocation.released"]);
+    expect((await controller.list()).items.map((v) => v.allocationId)).toContain(view.allocationId);
+  }, 120_000);
+});
