@@ -13,10 +13,13 @@
  * and per server CPU-second (from /proc, less sensitive to a shared
  * machine), and relay/echo ratios (goal ≥ 0.8).
  *
- * Each figure is the best of --rounds runs, echo and relay interleaved
- * (other work on a shared machine only ever makes a run slower).
+ * The sockets connect once per configuration; then --rounds runs of echo
+ * and relay alternate (which goes first alternates too). Each ratio is the
+ * median of the per-round ratios, each absolute figure the median of its
+ * runs: on a shared machine a round's two runs see about the same load,
+ * while the load between rounds can change severalfold.
  *
- *   bun bench/relay.ts [--seconds 2] [--pairs 1,1000] [--window 8] [--rounds 2]
+ *   bun bench/relay.ts [--seconds 2] [--pairs 1,1000] [--window 8] [--rounds 5] [--transports ws,wss]
  * Run under `flock /tmp/bb-heavy.lock` on shared machines.
  */
 import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -27,11 +30,14 @@ import { grantId, makeSigner, tokenPayload } from "../src/relay/testing.ts";
 import { connectRelay, type RelayTransport } from "../src/relayclient/index.ts";
 import { makeTestCert, relayConfigFile, writeRelayConfig } from "../test/support/relay.ts";
 
-const { values } = parseArgs({ options: { seconds: { type: "string", default: "2" }, pairs: { type: "string", default: "1,1000" }, window: { type: "string", default: "8" }, rounds: { type: "string", default: "2" } } });
+const { values } = parseArgs({ options: { seconds: { type: "string", default: "2" }, pairs: { type: "string", default: "1,1000" }, window: { type: "string", default: "8" }, rounds: { type: "string", default: "5" }, transports: { type: "string", default: "ws,wss" } } });
 const ROUNDS = Number(values.rounds);
+if (!(ROUNDS >= 1)) throw new Error("--rounds must be at least 1");
 const SECONDS = Number(values.seconds);
 const PAIRS = values.pairs.split(",").map(Number);
 const WINDOW = Number(values.window);
+const TRANSPORTS = values.transports.split(",");
+if (TRANSPORTS.some((t) => t !== "ws" && t !== "wss")) throw new Error("--transports takes ws, wss or both");
 const FRAME = new Uint8Array(1400).fill(0x42);
 const BUN = resolve("node_modules/.bin/bun");
 const CLK_TCK = 100;
@@ -98,32 +104,46 @@ async function inBatches<T>(n: number, size: number, make: (i: number) => Promis
   return out;
 }
 
-async function relayRun(url: string, pid: number, pairs: number, tls: boolean, round: number): Promise<Result> {
+/** Connected sockets ready to bounce frames: `start` sends the first window, `counter` counts frames received while `on`. */
+interface Bouncers {
+  counter: { n: number; on: boolean };
+  start(): void;
+  close(): Promise<void>;
+}
+
+/** N relay pairs (2N sessions); every frame an end receives it sends back through the relay. */
+async function relayBouncers(url: string, pairs: number, tls: boolean): Promise<Bouncers> {
   const counter = { n: 0, on: false };
   const ca = tls ? cert.cert : undefined;
   const all: RelayTransport[] = [];
-  const conns = await inBatches(pairs, 50, async (i) => {
-    const grant = grantId(1_000_000 * (round + 1) + i + (tls ? 500_000 : 0) + pairs * 7);
-    const ends: { t: RelayTransport | null } = { t: null };
-    const bounce = (self: { t: RelayTransport | null }) => (d: Uint8Array) => {
-      if (!counter.on) return;
-      counter.n++;
-      self.t!.send(d);
+  const firsts = await inBatches(pairs, 50, async (i) => {
+    const grant = grantId(grantBase++);
+    const end = (role: "client" | "host") => {
+      const self: { t: RelayTransport | null } = { t: null };
+      const token = signer.sign(tokenPayload("relay-bench", role, grant, Date.now()));
+      const onDatagram = (d: Uint8Array) => {
+        if (!counter.on) return;
+        counter.n++;
+        self.t!.send(d);
+      };
+      return connectRelay({ url, token, ...(ca ? { ca } : {}), onDatagram, timeoutMs: 60_000 }).then((t) => (self.t = t));
     };
-    const b: { t: RelayTransport | null } = { t: null };
-    const tokenFor = (role: "client" | "host") => signer.sign(tokenPayload("relay-bench", role, grant, Date.now()));
-    ends.t = await connectRelay({ url, token: tokenFor("client"), ...(ca ? { ca } : {}), onDatagram: bounce(ends), timeoutMs: 60_000 });
-    b.t = await connectRelay({ url, token: tokenFor("host"), ...(ca ? { ca } : {}), onDatagram: bounce(b), timeoutMs: 60_000 });
-    all.push(ends.t, b.t);
-    return ends.t;
+    const c = await end("client");
+    all.push(c, await end("host"));
+    return c;
   });
-  const r = await measure(pid, () => conns.forEach((t) => Array.from({ length: WINDOW }, () => t.send(FRAME))), counter);
-  for (const t of all) t.close();
-  await Promise.all(all.map((t) => t.closed));
-  return r;
+  return {
+    counter,
+    start: () => firsts.forEach((t) => Array.from({ length: WINDOW }, () => t.send(FRAME))),
+    close: async () => {
+      for (const t of all) t.close();
+      await Promise.all(all.map((t) => t.closed));
+    },
+  };
 }
 
-async function echoRun(url: string, pid: number, pairs: number, tls: boolean): Promise<Result> {
+/** 2N raw WebSocket connections to the echo server, W/2 frames each in flight. */
+async function echoBouncers(url: string, pairs: number, tls: boolean): Promise<Bouncers> {
   const counter = { n: 0, on: false };
   const sockets = await inBatches(pairs * 2, 50, (i) => {
     return new Promise<WebSocket>((res, rej) => {
@@ -138,18 +158,28 @@ async function echoRun(url: string, pid: number, pairs: number, tls: boolean): P
       };
     });
   });
-  const r = await measure(pid, () => sockets.forEach((ws) => Array.from({ length: Math.max(1, WINDOW / 2) }, () => ws.send(FRAME))), counter);
-  await Promise.all(
-    sockets.map(
-      (ws) =>
-        new Promise<void>((res) => {
-          ws.onclose = () => res();
-          ws.close();
-        }),
-    ),
-  );
-  return r;
+  return {
+    counter,
+    start: () => sockets.forEach((ws) => Array.from({ length: Math.max(1, WINDOW / 2) }, () => ws.send(FRAME))),
+    close: () =>
+      Promise.all(
+        sockets.map(
+          (ws) =>
+            new Promise<void>((res) => {
+              ws.onclose = () => res();
+              ws.close();
+            }),
+        ),
+      ).then(() => {}),
+  };
 }
+
+let grantBase = 1;
+const median = (xs: number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+};
 
 const fmt = (x: number) => Math.round(x).toLocaleString("en-US");
 const echo = await spawnChild(["bench/relayEcho.ts", cert.certPath, cert.keyPath], /\}\n/);
@@ -159,29 +189,52 @@ const relayArgs = (tls: boolean) => {
   const sub = join(dir, tls ? "tls" : "plain");
   mkdirSync(sub);
   const path = writeRelayConfig(sub, cfg);
-  return ["bin/bb.ts", "relay", "run", "--config", path, ...(tls ? [] : ["--insecure-listen", "127.0.0.1:0"])];
+  return [...(process.env["BB_BENCH_RELAY_BUN_ARGS"]?.split(" ").filter(Boolean) ?? []), "bin/bb.ts", "relay", "run", "--config", path, ...(tls ? [] : ["--insecure-listen", "127.0.0.1:0"])];
 };
 
 console.log(`relay forwarding vs raw WebSocket echo, 1,400-byte frames, window ${WINDOW} per pair, ${SECONDS} s per run (server frames/s; per server CPU-second)`);
 try {
-  for (const tls of [false, true]) {
-    const relay = await spawnChild(relayArgs(tls), /listening: (\S+)/);
-    const url = /listening: (\S+)/.exec(relay.line)![1]!;
+  for (const tls of TRANSPORTS.map((t) => t === "wss")) {
+    const relay = await spawnChild(relayArgs(tls), /listening: \S+ health \S+/);
+    const [, url, health] = /listening: (\S+) health (\S+)/.exec(relay.line)!;
+    const dropped = async () => {
+      const c = ((await (await fetch(health!)).json()) as { counters: { framesDropped: Record<string, number> } }).counters.framesDropped;
+      return Object.values(c).reduce((a, b) => a + b, 0);
+    };
     try {
       for (const pairs of PAIRS) {
-        // The faster run's figures, with the better CPU efficiency of the two.
-        const best = (a: Result | null, b: Result): Result => (!a ? b : { ...(a.framesPerSecond >= b.framesPerSecond ? a : b), framesPerCpuSecond: Math.max(a.framesPerCpuSecond, b.framesPerCpuSecond) });
-        let e: Result | null = null;
-        let r: Result | null = null;
-        for (let round = 0; round < ROUNDS; round++) {
-          e = best(e, await echoRun(tls ? echoUrls.wss : echoUrls.ws, echo.proc.pid, pairs, tls));
-          r = best(r, await relayRun(url, relay.proc.pid, pairs, tls, round));
+        const e = await echoBouncers(tls ? echoUrls.wss : echoUrls.ws, pairs, tls);
+        const r = await relayBouncers(url!, pairs, tls);
+        const echoRuns: Result[] = [];
+        const relayRuns: Result[] = [];
+        try {
+          for (let round = 0; round < ROUNDS; round++) {
+            // Alternate which goes first, so a machine getting busier or quieter favours neither.
+            const runEcho = async () => void echoRuns.push(await measure(echo.proc.pid, e.start, e.counter));
+            const runRelay = async () => void relayRuns.push(await measure(relay.proc.pid, r.start, r.counter));
+            if (round % 2 === 0) {
+              await runEcho();
+              await runRelay();
+            } else {
+              await runRelay();
+              await runEcho();
+            }
+          }
+        } finally {
+          await e.close();
+          await r.close();
         }
-        if (!e || !r) throw new Error("--rounds must be at least 1");
+        const wall = median(relayRuns.map((x, i) => x.framesPerSecond / echoRuns[i]!.framesPerSecond));
+        const cpu = median(relayRuns.map((x, i) => x.framesPerCpuSecond / echoRuns[i]!.framesPerCpuSecond));
+        const med = (rs: Result[], k: keyof Result) => median(rs.map((x) => x[k]));
         console.log(
-          `${tls ? "wss" : "ws "} ${String(pairs).padStart(5)} pairs: echo ${fmt(e.framesPerSecond)}/s (${fmt(e.framesPerCpuSecond)}/CPU-s), relay ${fmt(r.framesPerSecond)}/s (${fmt(r.framesPerCpuSecond)}/CPU-s); ratio ${(r.framesPerSecond / e.framesPerSecond).toFixed(2)} wall, ${(r.framesPerCpuSecond / e.framesPerCpuSecond).toFixed(2)} per CPU-s; cores server/driver echo ${e.serverCores.toFixed(2)}/${e.driverCores.toFixed(2)}, relay ${r.serverCores.toFixed(2)}/${r.driverCores.toFixed(2)}`,
+          `${tls ? "wss" : "ws "} ${String(pairs).padStart(5)} pairs: echo ${fmt(med(echoRuns, "framesPerSecond"))}/s (${fmt(med(echoRuns, "framesPerCpuSecond"))}/CPU-s), relay ${fmt(med(relayRuns, "framesPerSecond"))}/s (${fmt(med(relayRuns, "framesPerCpuSecond"))}/CPU-s); ` +
+            `ratio ${wall.toFixed(2)} wall, ${cpu.toFixed(2)} per CPU-s; cores server/driver echo ${med(echoRuns, "serverCores").toFixed(2)}/${med(echoRuns, "driverCores").toFixed(2)}, relay ${med(relayRuns, "serverCores").toFixed(2)}/${med(relayRuns, "driverCores").toFixed(2)}`,
         );
       }
+      // A dropped frame shrinks a pair's window for the rest of its run, so drops would make the relay look slower.
+      const d = await dropped();
+      if (d > 0) console.log(`${tls ? "wss" : "ws "} the relay dropped ${d} frames (see its /metrics): the figures above understate it`);
     } finally {
       relay.proc.kill("SIGTERM");
       await relay.proc.exited;
