@@ -51,9 +51,10 @@ interface Child {
   line: string;
 }
 
-async function spawnChild(args: string[], ready: RegExp): Promise<Child> {
-  const proc = Bun.spawn([BUN, ...args], { stdout: "pipe", stderr: "inherit", stdin: "pipe", env: { ...process.env, NO_COLOR: "1" } });
-  const reader = (proc.stdout as ReadableStream<Uint8Array>).getReader();
+/** Starts `bun ARGS` and reads `from` (the echo prints its URLs on stdout, `bb` its messages on stderr) until `ready` matches; the other stream is inherited. */
+async function spawnChild(args: string[], ready: RegExp, from: "stdout" | "stderr"): Promise<Child> {
+  const proc = Bun.spawn([BUN, ...args], { stdout: from === "stdout" ? "pipe" : "inherit", stderr: from === "stderr" ? "pipe" : "inherit", stdin: "pipe", env: { ...process.env, NO_COLOR: "1" } });
+  const reader = (proc[from] as ReadableStream<Uint8Array>).getReader();
   let out = "";
   while (!ready.test(out)) {
     const { value, done } = await reader.read();
@@ -182,7 +183,7 @@ const median = (xs: number[]) => {
 };
 
 const fmt = (x: number) => Math.round(x).toLocaleString("en-US");
-const echo = await spawnChild(["bench/relayEcho.ts", cert.certPath, cert.keyPath], /\}\n/);
+const echo = await spawnChild(["bench/relayEcho.ts", cert.certPath, cert.keyPath], /\}\n/, "stdout");
 const echoUrls = JSON.parse(echo.line) as { ws: string; wss: string };
 const relayArgs = (tls: boolean) => {
   const cfg = relayConfigFile(signer, cert, { relayId: "relay-bench", maxHandshakes: 10_000, maxHandshakesPerAddress: 10_000, maxPendingPairs: 10_000, maxSessions: 100_000 });
@@ -195,7 +196,7 @@ const relayArgs = (tls: boolean) => {
 console.log(`relay forwarding vs raw WebSocket echo, 1,400-byte frames, window ${WINDOW} per pair, ${SECONDS} s per run (server frames/s; per server CPU-second)`);
 try {
   for (const tls of TRANSPORTS.map((t) => t === "wss")) {
-    const relay = await spawnChild(relayArgs(tls), /listening: \S+ health \S+/);
+    const relay = await spawnChild(relayArgs(tls), /listening: \S+ health \S+/, "stderr");
     const [, url, health] = /listening: (\S+) health (\S+)/.exec(relay.line)!;
     const dropped = async () => {
       const c = ((await (await fetch(health!)).json()) as { counters: { framesDropped: Record<string, number> } }).counters.framesDropped;

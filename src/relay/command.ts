@@ -6,18 +6,23 @@
  * the config file and the TLS files it names, or print a token.
  */
 import { resolve } from "node:path";
-import { defineCommand } from "citty";
 import { consola } from "consola";
+import { command } from "../command/define.ts";
 import { runCli } from "../command/run.ts";
 
-const run = defineCommand({
+const run = command({
   meta: { name: "run", description: "Run a packet relay (WebSocket over TLS, optional QUIC, health endpoint)" },
   args: {
-    config: { type: "string", description: "Relay config file (see deploy/relay.example.json)", required: true },
-    "insecure-listen": { type: "string", description: "Serve plain ws:// on this loopback HOST:PORT instead of TLS (tests only)" },
-    "quic-listen": { type: "string", description: "Also serve QUIC (node:quic, experimental) on HOST:PORT; overrides quicListen" },
-    "health-listen": { type: "string", description: "Health endpoint HOST:PORT; overrides healthListen" },
+    config: { type: "string", valueHint: "FILE", description: "Relay config file (docs/relay.md; example deploy/relay.example.json)", required: true },
+    "insecure-listen": { type: "string", valueHint: "HOST:PORT", description: "Serve plain ws:// on this loopback address instead of TLS (tests and benchmarks only)" },
+    "quic-listen": { type: "string", valueHint: "HOST:PORT", description: "Also serve QUIC (Bun's experimental node:quic; one stream per session) here; overrides quicListen" },
+    "health-listen": { type: "string", valueHint: "HOST:PORT", description: "Health endpoint address; overrides healthListen" },
   },
+  examples: [
+    "bb relay run --config /etc/beachball/relay.json",
+    "bb relay run --config /etc/beachball/relay.json --quic-listen 0.0.0.0:443",
+    "bb relay run --config relay.json --insecure-listen 127.0.0.1:8080 --health-listen 127.0.0.1:9444",
+  ],
   run: ({ args }) =>
     runCli(async () => {
       const { loadRelayConfig, parseListenAddress } = await import("./config.ts");
@@ -39,7 +44,8 @@ const run = defineCommand({
 });
 
 /** The `bb relay` command group. */
-export const relayCommand = defineCommand({
+export const relayCommand = command({
   meta: { name: "relay", description: "A packet relay for private networking" },
+  examples: ["bb relay run --config /etc/beachball/relay.json"],
   subCommands: { run },
 });

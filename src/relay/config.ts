@@ -14,6 +14,7 @@
 import { readFileSync } from "node:fs";
 import { Type, type Static } from "@sinclair/typebox";
 import { Value } from "@sinclair/typebox/value";
+import { UsageError } from "../command/run.ts";
 import { RelayLimits } from "../protocol/connection.ts";
 
 /** Default WebSocket-over-TLS listen address. */
@@ -103,9 +104,12 @@ export interface RelayConfig {
   maxHandshakesPerAddress: number;
 }
 
-/** A configuration problem: the message names the field; exit code 2 (usage). */
-export class RelayConfigError extends Error {
-  readonly exitCode = 2;
+/** A configuration problem: the message names the field; exit code 2 (usage), without a pointer to `--help` (the file is wrong, not the command line). */
+export class RelayConfigError extends UsageError {
+  constructor(message: string) {
+    super(message, { helpHint: false });
+    this.name = "RelayConfigError";
+  }
 }
 
 /** Parses `HOST:PORT` (IPv6 in brackets). Throws RelayConfigError naming `field` when malformed. */

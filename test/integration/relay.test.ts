@@ -189,10 +189,11 @@ describe("bb relay run as a process", () => {
     );
     try {
       let out = "";
-      const reader = proc.stdout.getReader();
+      // Messages go to stderr (results alone go to stdout; src/command/main.ts).
+      const reader = proc.stderr.getReader();
       while (!/listening: (\S+) health (\S+)/.test(out)) {
         const { value, done } = await reader.read();
-        if (done) throw new Error(`relay exited: ${out}${await new Response(proc.stderr).text()}`);
+        if (done) throw new Error(`relay exited: ${out}${await new Response(proc.stdout).text()}`);
         out += new TextDecoder().decode(value);
       }
       reader.releaseLock();
