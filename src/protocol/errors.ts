@@ -100,6 +100,8 @@ export const ERROR_STATUS = {
   RELAY_SESSION_REPLACED: 409,
   /** A replacement cannot advance while a grant for the old generation may still be applied (spec "Revocation and replacement"). */
   CONNECTIONS_NOT_FENCED: 409,
+  /** A log read asked for an offset past the end of the allocation's log (src/protocol/logs.ts); the body carries `endOffset`. */
+  LOG_OFFSET_PAST_END: 416,
 } as const;
 
 /** One stable error code (see ERROR_STATUS for the HTTP status of each). */

@@ -72,6 +72,7 @@ export function sampleBodies(hostId: string): Record<string, Json> {
     enroll: { token: `bbe_${"c".repeat(48)}`, capacity, reserve: capacity, region: "local", architecture: "x86_64", labels: { zone: "a" }, agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" },
     poll: envelope,
     messages: { ...envelope, type: "messages" },
+    pushLogs: { hostId, chunks: [{ allocationId: "alloc_1", placementId: "plc_1", generation: 1, offset: 0, text: "line\n" }] },
   };
 }
 
