@@ -174,7 +174,7 @@ describe("limits and health", () => {
 
 describe("bb relay run as a process", () => {
   const strace = Bun.which("strace");
-  test.skipIf(!strace)("starts from its config, relays, stops on SIGTERM with exit 0, and writes no file (strace; empty HOME and cwd)", async () => {
+  test.skipIf(!strace)("starts from its config, relays, stops on SIGTERM with exit 0, writes no file and opens no file in its directory but its config and TLS files (strace; empty HOME and cwd)", async () => {
     const work = join(dir, "proc");
     const home = join(work, "home");
     const cwd = join(work, "cwd");
@@ -223,5 +223,15 @@ describe("bb relay run as a process", () => {
       .filter((l) => /\b(open|openat|creat)\(.*(O_WRONLY|O_RDWR|O_CREAT|O_TRUNC)/.test(l) || /\b(mkdir|mkdirat|rename|renameat2?|unlink|unlinkat|link|linkat|symlink|symlinkat|truncate)\(/.test(l))
       .filter((l) => !/"\/dev\/(null|tty|pts\/\d+)"/.test(l) && !/= -1 E/.test(l));
     expect(writes).toEqual([]);
+    // It reads what it is given and no other file there: its config and the TLS files the config names
+    // (directories are opened too, by Bun's module resolution walking up from the cwd).
+    const opened = new Set(
+      readFileSync(trace, "utf8")
+        .split("\n")
+        .filter((l) => !l.includes("O_DIRECTORY"))
+        .flatMap((l) => [.../\bopen(?:at)?\((?:[^,]+, )?"([^"]+)"[^=]*= \d+/.exec(l)?.slice(1) ?? []])
+        .filter((p) => p.startsWith(dir)),
+    );
+    expect([...opened].sort()).toEqual([configPath, cert.certPath, cert.keyPath].sort());
   }, 30_000);
 });
