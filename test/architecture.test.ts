@@ -11,7 +11,8 @@
  *   src/relayclient) import only the lower layer (and, for the tunnel, each
  *   other); the relay client imports src/protocol only.
  * - Roles never import each other: the agent never imports the scheduler
- *   and vice versa; the client (src/cli) imports neither's internals; the
+ *   and vice versa; the CLI (src/cli) imports neither's internals, and the
+ *   public client library (src/client) imports only src/protocol; the
  *   guest imports only the lower layer; relay and proxy import only the
  *   lower layer and the tunnel libraries; the relay's clients (proxy, agent)
  *   reach it through src/relayclient, never src/relay.
@@ -61,9 +62,10 @@ const ALLOWED: Record<string, readonly string[]> = {
   "src/guest": ["src/protocol", "src/domain"],
   "src/agent": ["src/protocol", "src/domain", "src/storage", "src/command", "src/image", "src/wireguard", "src/netstack", "native", "src/relayclient"],
   "src/scheduler": ["src/protocol", "src/domain", "src/storage", "src/command"],
-  "src/cli": ["src/protocol", "src/domain", "src/command", "src/image"],
+  "src/client": ["src/protocol"],
+  "src/cli": ["src/protocol", "src/domain", "src/command", "src/image", "src/client"],
   "src/relay": ["src/protocol", "src/domain", "src/command", "src/wireguard"],
-  "src/proxy": ["src/protocol", "src/domain", "src/command", "src/cli", "src/wireguard", "src/netstack", "native", "src/relayclient"],
+  "src/proxy": ["src/protocol", "src/domain", "src/command", "src/cli", "src/client", "src/wireguard", "src/netstack", "native", "src/relayclient"],
 };
 
 /** Areas that compose roles and may import anything in src/. */

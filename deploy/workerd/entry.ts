@@ -16,8 +16,10 @@ import { MIGRATIONS } from "../../src/scheduler/migrations/index.ts";
 import { schedulerConfig, type SchedulerEnv } from "../../src/scheduler/env.ts";
 import { DeploymentManifest } from "../../src/scheduler/manifestSchema.ts";
 import { Metrics } from "../../src/scheduler/metrics.ts";
+import { createLogger } from "../../src/command/log.ts";
 import { SchedulerFront } from "../../src/scheduler/front.ts";
 import { fetchRouter } from "../../src/scheduler/fetchRouter.ts";
+import { withRequestLog } from "../../src/scheduler/requestLog.ts";
 import { AllocationObject } from "../../src/scheduler/objects/allocationObject.ts";
 import { AllocationIndexObject } from "../../src/scheduler/objects/allocationIndex.ts";
 import { AdmissionObject } from "../../src/scheduler/objects/admissionObject.ts";
@@ -30,6 +32,8 @@ type Raw = Record<string, unknown> & { BB_MANIFEST?: string; BB_PUBLIC_URL?: str
 
 const envs = new WeakMap<object, SchedulerEnv>();
 const metrics = new Metrics();
+/** JSON lines through console.log: workerd has no stderr, its log collects console output. */
+const log = createLogger({ format: "json", sink: (line) => console.log(line) }, { role: "scheduler" });
 
 function buildEnv(raw: Raw): SchedulerEnv {
   let e = envs.get(raw);
@@ -49,6 +53,7 @@ function buildEnv(raw: Raw): SchedulerEnv {
     clock: systemClock,
     random: systemRandomness,
     metrics,
+    log,
   };
   envs.set(raw, e);
   return e;
@@ -74,7 +79,8 @@ export default {
   fetch(req: Request, raw: Raw): Promise<Response> {
     let r = routers.get(raw);
     if (!r) {
-      r = fetchRouter(new SchedulerFront(buildEnv(raw), raw.BB_PUBLIC_URL ?? new URL(req.url).origin));
+      const env = buildEnv(raw);
+      r = withRequestLog(fetchRouter(new SchedulerFront(env, raw.BB_PUBLIC_URL ?? new URL(req.url).origin)), { log, clock: env.clock, random: env.random });
       routers.set(raw, r);
     }
     return r(req);
