@@ -23,6 +23,7 @@ export const bbCommand: BbCommand = command({
     image: () => import("../src/cli/imageCommand.ts").then((m) => m.imageCommand),
     proxy: () => import("../src/proxy/command.ts").then((m) => m.proxyCommand),
     guest: () => import("../src/guest/command.ts").then((m) => m.guestCommand),
+    relay: () => import("../src/relay/command.ts").then((m) => m.relayCommand),
     dev: () => import("../src/dev/command.ts").then((m) => m.devCommand),
     completion: () => completionCommand(() => bbCommand),
   },
