@@ -4,12 +4,14 @@
  * scheduler validates what the agent sends.
  *
  * Owns: shapes and bounds (256 KiB envelope, ≤ 16 commands per poll, 25 s
- * park). Must never: carry a bootstrap payload in anything that is persisted
+ * park), and the private-networking command and observation
+ * (configure_connection, connectivity_update). Must never: carry a bootstrap payload in anything that is persisted
  * (deliveries ride only in the poll response).
  */
 import { Type, type Static } from "@sinclair/typebox";
 import { AGENT_ERROR_CODES, type ErrorCode } from "./errors.ts";
 import { MAX_WIRE_INTEGER } from "./api.ts";
+import { Candidate, ENDPOINT_TOKEN_PATTERN, MAX_CANDIDATES, MAX_RELAYS, SignedGrant, SignedRelayMap, SignedRelayToken } from "./connection.ts";
 
 /** Envelope size bound in bytes. */
 export const MAX_ENVELOPE_BYTES = 256 * 1024;
@@ -99,6 +101,8 @@ export interface PollResponse {
    * a rejected update never holds back the updates of another placement.
    */
   rejectedUpdates?: UpdateRejection[];
+  /** configure_connection commands (≤ MAX_CONNECTION_COMMANDS_PER_POLL; absent when there are none). */
+  connections?: ConfigureConnection[];
 }
 
 const Id = Type.String({ minLength: 1, maxLength: 160, pattern: "^[A-Za-z0-9._:-]+$" });
@@ -147,6 +151,121 @@ export const DeliveryAck = Type.Object(
 /** Delivery acknowledgement. */
 export type DeliveryAck = Static<typeof DeliveryAck>;
 
+// ----- Private networking (spec "The agent protocol": configure_connection, connectivity_update) -----
+
+/** Most grants one host endpoint holds applied at once (each is a WireGuard peer and a flow table). */
+export const MAX_APPLIED_GRANTS = 256;
+/** Most refused grants one connectivity_update reports (the most recent ones). */
+export const MAX_REPORTED_GRANT_REFUSALS = 32;
+/** Most configure_connection commands one poll returns. */
+export const MAX_CONNECTION_COMMANDS_PER_POLL = 16;
+
+/**
+ * Codes a host endpoint refuses a grant with: the verification codes of
+ * src/protocol/connectionSignature.ts; GRANT_REVOKED for a grant revoked
+ * before it was applied; STALE_GENERATION / UNKNOWN_PLACEMENT when the
+ * placement it names is older or absent here; RATE_LIMITED past
+ * MAX_APPLIED_GRANTS; NETWORK_SETUP_FAILED when the placement's link could
+ * not be configured.
+ */
+export const GRANT_REFUSAL_CODES = [
+  "GRANT_SIGNATURE_INVALID",
+  "GRANT_EXPIRED",
+  "GRANT_NOT_YET_VALID",
+  "GRANT_MISMATCH",
+  "GRANT_REVOKED",
+  "STALE_GENERATION",
+  "UNKNOWN_PLACEMENT",
+  "RATE_LIMITED",
+  "NETWORK_SETUP_FAILED",
+] as const;
+/** One grant refusal code. */
+export type GrantRefusalCode = (typeof GRANT_REFUSAL_CODES)[number];
+
+/**
+ * configure_connection (spec "Revocation and replacement"): apply one grant
+ * on this host, or revoke it. The command ID is deterministic:
+ * `{grantId}:{apply|revoke}`. The host verifies the grant itself (signature
+ * with its configured verification keys, exact host ID, host public key,
+ * the placement's current generation, expiry) and removes the peer at
+ * `expiresAtMs` without waiting for a revoke.
+ *
+ * Delivered in `PollResponse.connections` (not `commands`, which carry
+ * placement commands only) and redelivered on every poll until the agent
+ * acknowledges the command ID in `acks`. The scheduler considers a grant
+ * gone from the host once the revoke's ack arrives (or the grant expired):
+ * acknowledge a revoke only after the peer is removed. The host's relay
+ * tokens and endpoint token are minted when the command is handed out
+ * (they are never stored), so a redelivery carries fresh ones.
+ */
+export const ConfigureConnection = Type.Object(
+  {
+    commandId: Id,
+    type: Type.Literal("configure_connection"),
+    action: Type.Union([Type.Literal("apply"), Type.Literal("revoke")]),
+    grantId: Type.String({ pattern: "^grt_[0-9a-f]{32}$" }),
+    /** apply: the signed grant. */
+    grant: Type.Optional(SignedGrant),
+    /** apply: the relays the host may meet the client at, and the host role's relay token for each (by relay ID). */
+    relayMap: Type.Optional(SignedRelayMap),
+    relayTokens: Type.Optional(Type.Record(Type.String({ pattern: "^[a-z0-9][a-z0-9-]{0,62}$" }), SignedRelayToken, { maxProperties: MAX_RELAYS })),
+    /** apply: the client's candidates, when the rendezvous has them. */
+    clientCandidates: Type.Optional(Type.Array(Candidate, { maxItems: MAX_CANDIDATES })),
+    /** apply: the grant's Connection (rendezvous) and the host role's endpoint token for it (`POST /v1/connections/{id}/poll`). */
+    connectionId: Type.Optional(Type.String({ pattern: "^con_[0-9a-f]{32}$" })),
+    endpointToken: Type.Optional(Type.String({ pattern: ENDPOINT_TOKEN_PATTERN })),
+  },
+  { additionalProperties: false },
+);
+/** configure_connection. */
+export type ConfigureConnection = Static<typeof ConfigureConnection>;
+
+/** One grant as the host endpoint holds it. */
+export const AppliedGrant = Type.Object(
+  {
+    grantId: Type.String({ pattern: "^grt_[0-9a-f]{32}$" }),
+    allocationId: Id,
+    generation: Type.Integer({ minimum: 1, maximum: MAX_WIRE_INTEGER }),
+    expiresAtMs: Type.Integer({ minimum: 0, maximum: MAX_WIRE_INTEGER }),
+    /** The path the peer's traffic takes now. */
+    path: Type.Union([Type.Literal("direct"), Type.Literal("relay"), Type.Literal("none")]),
+    /** The pinned direct endpoint (`address:port`) or the relay ID, when there is one. */
+    via: Type.Optional(Type.String({ maxLength: 128 })),
+  },
+  { additionalProperties: false },
+);
+/** One applied grant. */
+export type AppliedGrant = Static<typeof AppliedGrant>;
+
+/**
+ * connectivity_update (spec "The agent protocol"): the host's WireGuard
+ * public key (never the private key), its endpoint candidates, the grants it
+ * holds with their paths, and the grants it refused. Sent when any of these
+ * changes and with each candidate refresh.
+ *
+ * Rides in `AgentPayload.connectivity` (poll or messages). The Host object
+ * stores only the public key and the candidates (the newest `seq` of the
+ * session wins; an older or equal one is ignored); applied grants, refusals
+ * and paths are counted in metrics, not stored.
+ */
+export const ConnectivityUpdate = Type.Object(
+  {
+    /** Strictly increasing within a session. */
+    seq: Type.Integer({ minimum: 1, maximum: MAX_WIRE_INTEGER }),
+    hostPublicKey: Type.String({ maxLength: 44, pattern: "^[A-Za-z0-9+/]{43}=$" }),
+    candidates: Type.Array(Candidate, { maxItems: MAX_CANDIDATES }),
+    appliedGrants: Type.Array(AppliedGrant, { maxItems: MAX_APPLIED_GRANTS }),
+    refusedGrants: Type.Array(
+      Type.Object({ grantId: Type.String({ maxLength: 64 }), code: Type.Union(GRANT_REFUSAL_CODES.map((c) => Type.Literal(c))) }, { additionalProperties: false }),
+      { maxItems: MAX_REPORTED_GRANT_REFUSALS },
+    ),
+    at: Type.String({ maxLength: 40 }),
+  },
+  { additionalProperties: false },
+);
+/** connectivity_update. */
+export type ConnectivityUpdate = Static<typeof ConnectivityUpdate>;
+
 /** Health report: inventory and self-checks. */
 export const HealthReport = Type.Object(
   {
@@ -172,6 +291,8 @@ export const AgentPayload = Type.Object(
     acks: Type.Array(CommandAck, { maxItems: MAX_UPDATES_PER_ENVELOPE }),
     deliveryAcks: Type.Array(DeliveryAck, { maxItems: 64 }),
     health: Type.Optional(HealthReport),
+    /** The host endpoint's connectivity_update, when something it reports changed. */
+    connectivity: Type.Optional(ConnectivityUpdate),
     /** Poll only: how long the agent is willing to wait, ms (capped at POLL_PARK_MS). */
     waitMs: Type.Optional(Type.Integer({ minimum: 0, maximum: POLL_PARK_MS })),
   },

@@ -38,9 +38,19 @@ export const MAX_RELAY_FRAME_BYTES = 1500;
 export const TUNNEL_MTU = 1420;
 /** Default UDP port of the host endpoint. */
 export const DEFAULT_ENDPOINT_PORT = 51820;
+/** Most rendezvous messages one `POST /v1/connections/{id}/messages` carries. */
+export const MAX_CONNECTION_MESSAGES_PER_POST = 16;
+/** Largest body of the two Connection routes, bytes (16 messages of at most MAX_CONNECTION_MESSAGE_BYTES). */
+export const MAX_CONNECTION_BODY_BYTES = 64 * 1024;
+/** Longest a Connection poll is parked, ms. */
+export const MAX_CONNECTION_POLL_WAIT_MS = 25_000;
+/** Largest sequence number or cursor a rendezvous message carries (2^53 - 1: exact in JSON and SQLite). */
+export const MAX_CONNECTION_SEQ = Number.MAX_SAFE_INTEGER;
+/** An endpoint token: a bearer for one role of one Connection only (`bbx_` and 64 hex digits). */
+export const ENDPOINT_TOKEN_PATTERN = "^bbx_[0-9a-f]{64}$";
 
-const B64Key = Type.String({ pattern: "^[A-Za-z0-9+/]{43}=$", description: "32-byte key, standard base64" });
-const B64Sig = Type.String({ pattern: "^[A-Za-z0-9+/]{86}==$", description: "64-byte Ed25519 signature, standard base64" });
+const B64Key = Type.String({ maxLength: 44, pattern: "^[A-Za-z0-9+/]{43}=$", description: "32-byte key, standard base64" });
+const B64Sig = Type.String({ maxLength: 88, pattern: "^[A-Za-z0-9+/]{86}==$", description: "64-byte Ed25519 signature, standard base64" });
 const Id = (prefix: string) => Type.String({ pattern: `^${prefix}_[0-9a-f]{32}$` });
 const Ipv6 = Type.String({ minLength: 2, maxLength: 45, pattern: "^[0-9a-f:]+$", description: "IPv6 address, lowercase, no prefix length" });
 const Port = Type.Integer({ minimum: 1, maximum: 65535 });
@@ -191,20 +201,23 @@ export type Candidate = Static<typeof Candidate>;
 /** A rendezvous message one side posts to its Connection (spec "Coordination and path selection"). */
 export const ConnectionMessage = Type.Union([
   Type.Object(
-    { type: Type.Literal("candidates"), seq: Type.Integer({ minimum: 1 }), candidates: Type.Array(Candidate, { maxItems: MAX_CANDIDATES }) },
+    { type: Type.Literal("candidates"), seq: Type.Integer({ minimum: 1, maximum: MAX_CONNECTION_SEQ }), candidates: Type.Array(Candidate, { maxItems: MAX_CANDIDATES }) },
     { additionalProperties: false },
   ),
   Type.Object(
     {
       type: Type.Literal("path_observation"),
-      seq: Type.Integer({ minimum: 1 }),
+      seq: Type.Integer({ minimum: 1, maximum: MAX_CONNECTION_SEQ }),
       path: Type.Union([Type.Literal("direct"), Type.Literal("relay")]),
       /** The peer endpoint a decrypting datagram came from (direct) or the relay ID. */
       via: Type.String({ minLength: 1, maxLength: 128 }),
     },
     { additionalProperties: false },
   ),
-  Type.Object({ type: Type.Literal("ack"), seq: Type.Integer({ minimum: 1 }), upTo: Type.Integer({ minimum: 0 }) }, { additionalProperties: false }),
+  Type.Object(
+    { type: Type.Literal("ack"), seq: Type.Integer({ minimum: 1, maximum: MAX_CONNECTION_SEQ }), upTo: Type.Integer({ minimum: 0, maximum: MAX_CONNECTION_SEQ }) },
+    { additionalProperties: false },
+  ),
 ]);
 /** A rendezvous message. */
 export type ConnectionMessage = Static<typeof ConnectionMessage>;
@@ -216,11 +229,29 @@ export const ConnectionGrantBody = Type.Object(
     transport: GrantTransport,
     ports: Type.Array(Port, { minItems: 1, maxItems: MAX_GRANT_PORTS, uniqueItems: true }),
     ttlSeconds: Type.Optional(Type.Integer({ minimum: 30, maximum: MAX_GRANT_TTL_SECONDS })),
+    /**
+     * The generation the caller expects (optional): a grant for any other
+     * generation is refused with STALE_GENERATION, so a client renewing a
+     * grant learns that the allocation was replaced instead of silently
+     * reaching the new VM.
+     */
+    generation: Type.Optional(Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER })),
   },
   { additionalProperties: false },
 );
 /** `POST /v1/allocations/{id}/connection-grants` body. */
 export type ConnectionGrantBody = Static<typeof ConnectionGrantBody>;
+
+/**
+ * The grant routes' path: `/v1/allocations/{id}/connection-grants` (POST
+ * creates a grant), and with `grantId`
+ * `/v1/allocations/{id}/connection-grants/{grantId}` (DELETE revokes it;
+ * idempotent, 204; spec "Data path" step 6 and "Revocation and replacement").
+ */
+export function connectionGrantsPath(allocationId: string, grantId?: string): string {
+  const base = `/v1/allocations/${encodeURIComponent(allocationId)}/connection-grants`;
+  return grantId === undefined ? base : `${base}/${encodeURIComponent(grantId)}`;
+}
 
 /** `POST /v1/allocations/{id}/connection-grants` response. */
 export interface ConnectionGrantResponse {
@@ -233,6 +264,48 @@ export interface ConnectionGrantResponse {
   endpointToken: string;
   /** The host endpoint's current candidates. */
   hostCandidates: Candidate[];
+}
+
+/**
+ * `POST /v1/connections/{id}/poll` body (authenticated by the endpoint
+ * token). `after` is the highest sequence number of the peer's messages the
+ * caller has processed: those are acknowledged (deleted) and only later
+ * ones are returned. With none waiting, the poll is parked up to `waitMs`.
+ */
+export const ConnectionPollBody = Type.Object(
+  {
+    after: Type.Integer({ minimum: 0, maximum: MAX_CONNECTION_SEQ }),
+    waitMs: Type.Optional(Type.Integer({ minimum: 0, maximum: MAX_CONNECTION_POLL_WAIT_MS })),
+  },
+  { additionalProperties: false },
+);
+/** `POST /v1/connections/{id}/poll` body. */
+export type ConnectionPollBody = Static<typeof ConnectionPollBody>;
+
+/**
+ * `POST /v1/connections/{id}/messages` body: the caller's messages, each
+ * with a sequence number above the last one the Connection accepted from
+ * this role (an equal or lower one is a redelivery and is dropped).
+ */
+export const ConnectionMessagesBody = Type.Object(
+  { messages: Type.Array(ConnectionMessage, { minItems: 1, maxItems: MAX_CONNECTION_MESSAGES_PER_POST }) },
+  { additionalProperties: false },
+);
+/** `POST /v1/connections/{id}/messages` body. */
+export type ConnectionMessagesBody = Static<typeof ConnectionMessagesBody>;
+
+/** Answer of both Connection routes. */
+export interface ConnectionPollResponse {
+  /** The caller's role, as its endpoint token says. */
+  role: RelayRole;
+  /** The peer's messages after the caller's cursor, oldest first (empty for `/messages`). */
+  messages: ConnectionMessage[];
+  /** The highest sequence number the Connection accepted from the caller. */
+  lastAcceptedSeq: number;
+  /** When the Connection (with its grant) ends, ms since the epoch. */
+  expiresAtMs: number;
+  /** True once the grant was revoked or expired: nothing more will arrive. */
+  closed: boolean;
 }
 
 /** Why a peer refuses a signed document; each maps to a stable error code. */

@@ -86,6 +86,8 @@ export const ERROR_STATUS = {
   RELAY_PAIR_TAKEN: 409,
   /** A replacement cannot advance while a grant for the old generation may still be applied (spec "Revocation and replacement"). */
   CONNECTIONS_NOT_FENCED: 409,
+  /** The allocation's host has not reported its WireGuard endpoint (public key and candidates) yet; retry later. */
+  CONNECTIVITY_UNAVAILABLE: 503,
 } as const;
 
 /** One stable error code (see ERROR_STATUS for the HTTP status of each). */
