@@ -215,4 +215,6 @@ export interface WellKnown {
   agentProtocolVersion: "1.0";
   region: string;
   workloadClasses: string[];
+  /** With private networking: key ID → base64 Ed25519 public key that grants, relay maps and relay tokens verify with. */
+  connectionVerificationKeys?: Record<string, string>;
 }

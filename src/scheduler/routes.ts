@@ -6,7 +6,10 @@
  * this table, so a new route is fuzzed without being listed twice.
  *
  * Spec: "Authentication and identity", "Admission and limits", "The agent
- * protocol", "Enrollment". Must never: hold a handler or a business rule.
+ * protocol", "Enrollment", "Data path" and "Coordination and path
+ * selection" (connection grants and their rendezvous; long-poll only, the
+ * WebSocket route `GET /v1/connections/{id}/connect` is not served).
+ * Must never: hold a handler or a business rule.
  */
 import type { TSchema } from "@sinclair/typebox";
 import type { ErrorCode } from "../protocol/errors.ts";
@@ -22,14 +25,17 @@ import {
   ReplacementAuthorizationBody,
 } from "../protocol/api.ts";
 import { Envelope, MAX_ENVELOPE_BYTES } from "../protocol/agent.ts";
+import { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody, MAX_CONNECTION_BODY_BYTES } from "../protocol/connection.ts";
 
 /**
  * Who may call a route, checked from the Authorization header before the
  * body is read: nobody (`none`), any principal, a principal of one role, or
- * an enrolled host. `enroll` is unauthenticated by header: its one-use token
- * is in the (small, bounded) body.
+ * an enrolled host, or the holder of a Connection's endpoint token
+ * (`endpoint`: the token names one role of the Connection in the path's
+ * `:id`). `enroll` is unauthenticated by header: its one-use token is in
+ * the (small, bounded) body.
  */
-export type RouteAuth = "none" | "enroll" | "principal" | "controller" | "operator" | "host";
+export type RouteAuth = "none" | "enroll" | "principal" | "controller" | "operator" | "host" | "endpoint";
 
 /** A query parameter: a decimal integer in [min, max], or a string matching `pattern`. */
 export type QueryParam = { kind: "integer"; min: number; max: number } | { kind: "string"; pattern: RegExp };
@@ -43,7 +49,7 @@ export interface RouteBody {
 
 /** One route as data (see the module header). */
 export interface RouteSpec {
-  method: "GET" | "POST";
+  method: "GET" | "POST" | "DELETE";
   /** Path with `:name` segments, as Elysia writes them. */
   path: string;
   auth: RouteAuth;
@@ -53,6 +59,7 @@ export interface RouteSpec {
 
 const api = (schema: TSchema): RouteBody => ({ schema, maxBytes: MAX_API_BODY_BYTES, tooLarge: "BODY_TOO_LARGE" });
 const envelope: RouteBody = { schema: Envelope, maxBytes: MAX_ENVELOPE_BYTES, tooLarge: "ENVELOPE_TOO_LARGE" };
+const rendezvous = (schema: TSchema): RouteBody => ({ schema, maxBytes: MAX_CONNECTION_BODY_BYTES, tooLarge: "BODY_TOO_LARGE" });
 const limit: QueryParam = { kind: "integer", min: 1, max: MAX_PAGE_SIZE };
 const after: QueryParam = { kind: "integer", min: 0, max: MAX_WIRE_INTEGER };
 
@@ -67,6 +74,10 @@ export const ROUTES = {
   events: { method: "GET", path: "/v1/allocations/:id/events", auth: "principal", query: { after, limit } },
   bootstrap: { method: "POST", path: "/v1/allocations/:id/bootstrap", auth: "controller", body: { schema: BootstrapBody, maxBytes: MAX_REQUEST_BODY_BYTES, tooLarge: "PAYLOAD_TOO_LARGE" } },
   replacementAuthorizations: { method: "POST", path: "/v1/allocations/:id/replacement-authorizations", auth: "controller", body: api(ReplacementAuthorizationBody) },
+  createConnectionGrant: { method: "POST", path: "/v1/allocations/:id/connection-grants", auth: "controller", body: api(ConnectionGrantBody) },
+  revokeConnectionGrant: { method: "DELETE", path: "/v1/allocations/:id/connection-grants/:grantId", auth: "controller" },
+  connectionPoll: { method: "POST", path: "/v1/connections/:id/poll", auth: "endpoint", body: rendezvous(ConnectionPollBody) },
+  connectionMessages: { method: "POST", path: "/v1/connections/:id/messages", auth: "endpoint", body: rendezvous(ConnectionMessagesBody) },
   enrollmentTokens: { method: "POST", path: "/v1/hosts/:id/enrollment-tokens", auth: "operator", body: api(EnrollmentTokenBody) },
   hosts: { method: "GET", path: "/v1/hosts", auth: "operator" },
   activateHost: { method: "POST", path: "/v1/hosts/:id/activate", auth: "operator" },

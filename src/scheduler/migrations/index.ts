@@ -5,6 +5,7 @@
  * test/architecture.test.ts checks this list against drizzle-kit's journal.
  */
 import m0000 from "./0000_initial.sql" with { type: "text" };
+import m0001 from "./0001_private_networking.sql" with { type: "text" };
 
 /** One migration: drizzle-kit's tag and its SQL (statements split by `--> statement-breakpoint`). */
 export interface Migration {
@@ -13,4 +14,7 @@ export interface Migration {
 }
 
 /** Every migration, oldest first. */
-export const MIGRATIONS: readonly Migration[] = [{ tag: "0000_initial", sql: m0000 }];
+export const MIGRATIONS: readonly Migration[] = [
+  { tag: "0000_initial", sql: m0000 },
+  { tag: "0001_private_networking", sql: m0001 },
+];
