@@ -12,9 +12,15 @@
  *    ratios against @noble/ciphers measured in the same run (the baseline).
  * 3. Device transport: 1,400-byte IP packets sealed by one Device and opened
  *    by another in memory (no sockets), packets/s and MB/s, selected AEAD.
- * (A TCP-throughput section through the userspace stack comes with src/netstack.)
+ * 4. TCP throughput through the whole client path: our TCP/IP stack (lwIP
+ *    as WebAssembly) + our WireGuard on UDP, in a child process in one
+ *    namespace, to a kernel TCP server behind Debian's wireguard-go in
+ *    another; the baseline (same run, same server and receiving
+ *    wireguard-go) is kernel TCP through a second wireguard-go in a third
+ *    namespace (test/support/wgWorld.ts). MiB/s each way and the ratio.
+ *    Needs root, wg and wireguard-go; skipped with the reason otherwise.
  *
- *   bun bench/tunnel.ts [--seconds 1] [--handshakes 400]
+ *   bun bench/tunnel.ts [--seconds 1] [--handshakes 400] [--tcp-mib 128]
  * Run under `flock /tmp/bb-heavy.lock` on shared machines.
  */
 import { parseArgs } from "node:util";
@@ -34,8 +40,9 @@ import { dh, generateKeyPair, keyPairFromPrivate } from "../src/wireguard/x25519
 import { probeSodium } from "../native/sodium/sodium.ts";
 import { fixedLoad } from "../src/wireguard/load.ts";
 import { icmpEcho } from "../test/support/ipCraft.ts";
+import { runJobs, startWgWorld, wgWorldSkipReason } from "../test/support/wgWorld.ts";
 
-const { values } = parseArgs({ options: { seconds: { type: "string", default: "1" }, handshakes: { type: "string", default: "400" } } });
+const { values } = parseArgs({ options: { seconds: { type: "string", default: "1" }, handshakes: { type: "string", default: "400" }, "tcp-mib": { type: "string", default: "128" } } });
 const SECONDS = Number(values.seconds);
 const HANDSHAKES = Number(values.handshakes);
 const PACKET = 1_400;
@@ -193,3 +200,26 @@ for (const [name, r] of [[selected.name, dt], ["noble", dtNoble]] as const) {
   console.log(`  ${name.padEnd(12)} ${r.pps.toFixed(0).padStart(6)} packets/s = ${mb(r.pps)} MB/s wall; ${r.ppsCpu.toFixed(0)} packets/CPU-s = ${mb(r.ppsCpu)} MB/CPU-s`);
 }
 console.log(`  ratio ${selected.name} Device vs its raw AEAD (per CPU-s): ${((dt.ppsCpu * PACKET) / 1e6 / results.find((r) => r.name === selected.name)!.cpu).toFixed(2)}×`);
+
+// ---- 4. TCP through our stack + our WireGuard vs wireguard-go + kernel TCP ----
+const tcpSkip = wgWorldSkipReason();
+if (tcpSkip) console.log(`TCP throughput: skipped (${tcpSkip})`);
+else {
+  const TCP_BYTES = Number(values["tcp-mib"]) << 20;
+  const w = await startWgWorld("bbtb", 84, { baseline: true });
+  try {
+    const mibps = (bytes: number, ms: number) => bytes / (1 << 20) / (ms / 1000);
+    console.log(`TCP through the tunnel, ${TCP_BYTES >> 20} MiB each way over IPv4, one connection (MiB/s; ratio vs wireguard-go + kernel TCP, same run):`);
+    for (const kind of ["sink", "source"] as const) {
+      const run = await runJobs(w, [{ kind, host: w.server4, bytes: TCP_BYTES, seed: 11 }], 600_000);
+      const ours = run.results[0]!;
+      const base = await w.baselineClient([kind, w.server4, String(w.port), String(TCP_BYTES), "11"]);
+      const o = mibps(ours.bytes, ours.ms);
+      const k = mibps(base.bytes, base.ms);
+      const dir = kind === "sink" ? "to the server  " : "from the server";
+      console.log(`  ${dir} ours ${o.toFixed(1).padStart(6)}${ours.ok ? "" : " (FAILED)"}   wireguard-go+kernel ${k.toFixed(1).padStart(6)}${base.ok ? "" : " (FAILED)"}   ratio ${(o / k).toFixed(2)}   (ours: ${mibps(ours.bytes, run.cpuMs).toFixed(1)} MiB per CPU-second of the client process)`);
+    }
+  } finally {
+    await w.close();
+  }
+}

@@ -45,6 +45,21 @@ export const TUN_SLOTS = 16;
 /** Most packets in one batch (bounds the per-batch array the handler gets). */
 export const TUN_MAX_BATCH_PACKETS = 512;
 
+/**
+ * The reader Worker's entry, relative to the repository. A standalone binary
+ * must embed it: `bun build --compile bin/bb.ts native/tun/reader.worker.ts`
+ * (Bun then stores it at /$bunfs/root/native/tun/reader.worker.js, the
+ * repository being the common root of the entry points).
+ */
+export const TUN_READER_WORKER_ENTRY = "native/tun/reader.worker.ts";
+
+/** Where to load the reader Worker from: beside this file when run from source, the embedded copy in a compiled binary. */
+export function readerWorkerUrl(): string {
+  const beside = new URL("./reader.worker.ts", import.meta.url);
+  if (!beside.pathname.startsWith("/$bunfs/")) return beside.href;
+  return "/$bunfs/root/" + TUN_READER_WORKER_ENTRY.replace(/\.ts$/, ".js");
+}
+
 /** Stable error codes of TUN operations. */
 export type TunErrorCode = "unavailable" | "permission" | "busy" | "invalid-argument" | "io";
 
@@ -194,7 +209,7 @@ export class TunDevice {
     this.control = new Int32Array(control);
     this.control[CTL_FREE] = TUN_SLOTS;
     const ringBytes = new Uint8Array(ring);
-    const worker = new Worker(new URL("./reader.worker.ts", import.meta.url).href);
+    const worker = new Worker(readerWorkerUrl());
     this.worker = worker;
     let resolveStopped!: (s: StoppedInfo) => void;
     this.stopped = new Promise((r) => (resolveStopped = r));
@@ -221,6 +236,8 @@ export class TunDevice {
       resolveStopped({ errno: -1, reason: `reader worker error: ${e.message}` });
       if (!this.closed) onStop?.(`reader worker error: ${e.message}`);
     };
+    // A Worker that ends without saying "stopped" (terminated, crashed) must not hang close().
+    worker.addEventListener("close", () => resolveStopped({ errno: -1, reason: "reader worker exited" }));
     const init: ReaderInit = {
       fd: this.fd,
       wakeFd,

@@ -56,6 +56,17 @@ export interface AgentConfig {
   vmmMemoryOverheadMiB?: number;
   /** pids.max per placement (default 256). */
   vmmPidsMax?: number;
+  /** Kernel the VMM test boot uses (default: the first image directory's kernel); see doctor/vmmBoot.ts. */
+  vmmTestKernel?: string;
+  /** While VMM starts keep failing, how often the agent re-runs the VMM test boot, ms (default 60 000). */
+  vmmSelfCheckIntervalMs?: number;
+  /**
+   * How long the console log of a failed placement is kept after cleanup,
+   * under `<dataDir>/failed-consoles/`, ms (default 0: deleted with the
+   * placement). It holds what the workload printed: keep it only as long as
+   * the operator needs it.
+   */
+  failedConsoleRetentionMs?: number;
 }
 
 /** Paths inside a data directory. */
@@ -67,6 +78,7 @@ export function agentPaths(dataDir: string) {
     lock: join(dataDir, "agent.lock"),
     allocations: join(dataDir, "allocations"),
     images: join(dataDir, "images"),
+    failedConsoles: join(dataDir, "failed-consoles"),
   };
 }
 

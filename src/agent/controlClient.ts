@@ -6,12 +6,13 @@
  */
 import { errorFromAnswer } from "../protocol/problem.ts";
 import { MAX_ENVELOPE_BYTES, type AgentPayload, type Envelope, type PollResponse } from "../protocol/agent.ts";
+import type { ControlChannel } from "./ports.ts";
 
 /** Extra time beyond the park a poll request may take, ms. */
 const POLL_SLACK_MS = 10_000;
 
-/** A scheduler client bound to one host credential. */
-export class ControlClient {
+/** A scheduler client bound to one host credential: the real ControlChannel port. */
+export class ControlClient implements ControlChannel {
   constructor(
     private readonly baseUrl: string,
     private readonly hostId: string,

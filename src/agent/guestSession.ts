@@ -7,6 +7,7 @@
  */
 import { NdjsonDecoder, encodeGuestMessage, type GuestIdentity, type GuestToHost, type HostToGuest } from "../protocol/guest.ts";
 import type { GuestChannel } from "./vmm/driver.ts";
+import { systemTimers, type Timers } from "./ports.ts";
 
 /** Result of a delivery to the guest. */
 export type GuestDeliveryResult = { result: "consumed"; digest: string } | { result: "rejected" | "guest_not_connected" };
@@ -21,14 +22,17 @@ export class GuestSession {
   private readonly decoder = new NdjsonDecoder();
   private readonly waiters = new Set<Waiter>();
   private closed = false;
+  private pings = 0;
   /** Called with the workload's exit code. */
   onWorkloadExit: (code: number) => void = () => {};
   /** Called once when the channel closes. */
   onClose: () => void = () => {};
 
+  /** `timers` bound every wait (the real timers by default). */
   constructor(
     private readonly channel: GuestChannel,
     private readonly expected: GuestIdentity,
+    private readonly timers: Timers = systemTimers,
   ) {
     channel.onData((chunk) => {
       let msgs: Record<string, unknown>[];
@@ -73,14 +77,14 @@ export class GuestSession {
       const w: Waiter = {
         match,
         resolve: (m) => {
-          clearTimeout(timer);
+          cancel();
           resolve(m.type === "shutting_down" && !match(m) ? null : m);
         },
       };
-      const timer = setTimeout(() => {
+      const cancel = this.timers.after(timeoutMs, () => {
         this.waiters.delete(w);
         resolve(null);
-      }, timeoutMs);
+      });
       this.waiters.add(w);
     });
   }
@@ -92,12 +96,12 @@ export class GuestSession {
    */
   async waitReady(timeoutMs: number, ask = false): Promise<boolean> {
     const e = this.expected;
-    const asking = ask ? setInterval(() => this.send({ type: "identify" }), ASK_INTERVAL_MS) : null;
+    const stopAsking = ask ? this.timers.every(ASK_INTERVAL_MS, () => this.send({ type: "identify" })) : null;
     if (ask) this.send({ type: "identify" });
     const m = await this.waitFor(
       (x) => x.type === "guest_ready" && x.allocationId === e.allocationId && x.placementId === e.placementId && x.generation === e.generation && x.nonce === e.nonce,
       timeoutMs,
-    ).finally(() => asking && clearInterval(asking));
+    ).finally(() => stopAsking?.());
     if (!m) return false;
     this.send({ type: "ready_ack" });
     return true;
@@ -105,7 +109,7 @@ export class GuestSession {
 
   /** Pings the guest; true if it answered within `timeoutMs`. */
   async ping(timeoutMs: number): Promise<boolean> {
-    const id = crypto.randomUUID();
+    const id = `p${++this.pings}`;
     const reply = this.waitFor((x) => x.type === "pong" && x.id === id, timeoutMs);
     this.send({ type: "ping", id });
     return (await reply) !== null;

@@ -18,7 +18,7 @@ export interface ForeignResource {
   name: string;
 }
 
-/** Namespaces the doctor's probe creates for a few ms; never foreign. */
+/** Names of the doctor's probes (a namespace for a few ms, a test-boot VM for a second or two); never foreign. */
 export const PROBE_PREFIX = "bb-probe-";
 
 /** The placement name a VMM command line carries (`-name bb-…` for QEMU, `--id bb-…`/`--id=bb-…` for jailer/Firecracker), or null. */
@@ -41,7 +41,7 @@ export function foreignResources(known: ReadonlySet<string>, found: { directorie
   const knownVeths = new Set([...known].map(hostVethName));
   const out: ForeignResource[] = [];
   for (const d of found.directories) if (d.startsWith("bb-") && !known.has(d)) out.push({ kind: "directory", name: d });
-  for (const p of found.processes) if (!known.has(p.instance)) out.push({ kind: "process", name: `${p.instance} (pid ${p.pid})` });
+  for (const p of found.processes) if (!p.instance.startsWith(PROBE_PREFIX) && !known.has(p.instance)) out.push({ kind: "process", name: `${p.instance} (pid ${p.pid})` });
   for (const n of found.netns) if (n.startsWith("bb-") && !n.startsWith(PROBE_PREFIX) && !known.has(n)) out.push({ kind: "netns", name: n });
   for (const v of found.veths) if (v.startsWith(HOST_VETH_PREFIX) && !knownVeths.has(v)) out.push({ kind: "veth", name: v });
   for (const c of new Set(found.cgroups)) if (c.startsWith("bb-") && !c.startsWith(PROBE_PREFIX) && !known.has(c)) out.push({ kind: "cgroup", name: c });

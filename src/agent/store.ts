@@ -7,11 +7,11 @@
  * a bootstrap payload (only its digest).
  */
 import type { Database } from "bun:sqlite";
-import { and, asc, eq, lte } from "drizzle-orm";
+import { asc, eq, lte, ne, sql } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import { sqliteTable, text, integer } from "drizzle-orm/sqlite-core";
 import { checkSchemaVersion, openDb } from "../storage/sqlite.ts";
-import type { AgentCommand, PlacementObservedState, PlacementSpec, PlacementUpdate } from "../protocol/agent.ts";
+import type { AgentCommand, PlacementObservedState, PlacementSpec, PlacementUpdate, VmExit } from "../protocol/agent.ts";
 
 /** Local placement rows. */
 export const placements = sqliteTable("placements", {
@@ -69,6 +69,12 @@ export const AGENT_SCHEMA_VERSION = 1;
 /** A local placement row. */
 export type LocalPlacement = typeof placements.$inferSelect;
 
+/** Most JSON bytes of observations sent in one envelope (MAX_ENVELOPE_BYTES is 256 KiB; acks and health share it). */
+export const MAX_OUTBOX_BATCH_BYTES = 160 * 1024;
+
+/** Fields an observation may set besides the state: the row's own columns, plus the exit diagnosis that only travels in the update. */
+export type ObservationExtra = { errorCode?: string | null; workloadExitCode?: number; exit?: VmExit } & Partial<LocalPlacement>;
+
 /** Outcome of recording a command. */
 export type RecordResult = "accepted" | "duplicate" | "conflict";
 
@@ -77,6 +83,9 @@ export class AgentStore {
   readonly sql: Database;
   readonly db: BunSQLiteDatabase;
 
+  /** Prepared once: the statements every poll, observation and housekeeping pass runs. */
+  private readonly q;
+
   constructor(path: string) {
     this.sql = openDb(path);
     checkSchemaVersion(this.sql, path, AGENT_SCHEMA_VERSION);
@@ -84,6 +93,14 @@ export class AgentStore {
     this.sql.exec(DDL);
     this.sql.exec(`PRAGMA user_version = ${AGENT_SCHEMA_VERSION}`);
     this.db = drizzle({ client: this.sql });
+    this.q = {
+      byId: this.db.select().from(placements).where(eq(placements.placementId, sql.placeholder("id"))).prepare(),
+      live: this.db.select().from(placements).where(ne(placements.observed, "absent")).prepare(),
+      pending: this.db.select().from(outbox).orderBy(asc(outbox.seq)).limit(sql.placeholder("limit")).prepare(),
+      anyPending: this.sql.prepare<{ one: number }, []>("SELECT 1 AS one FROM outbox LIMIT 1"),
+      renewLease: this.sql.prepare<unknown, [number, string, number]>("UPDATE placements SET lease_expires_at_ms = ? WHERE placement_id = ? AND lease_expires_at_ms <= ?"),
+      commandById: this.sql.prepare<{ digest: string }, [string]>("SELECT digest FROM commands WHERE command_id = ?"),
+    };
   }
 
   /** Closes the database. */
@@ -97,7 +114,7 @@ export class AgentStore {
    */
   recordCommand(cmd: AgentCommand, digest: string, dirName: string, nowMs: number): RecordResult {
     return this.sql.transaction((): RecordResult => {
-      const prior = this.db.select().from(commands).where(eq(commands.commandId, cmd.commandId)).get();
+      const prior = this.q.commandById.get(cmd.commandId);
       if (prior) return prior.digest === digest ? "duplicate" : "conflict";
       this.db.insert(commands).values({ commandId: cmd.commandId, placementId: cmd.placementId, type: cmd.type, generation: cmd.generation, digest, receivedAtMs: nowMs }).run();
       const desired = cmd.type === "ensure_present" ? "present" : cmd.type === "ensure_running" ? "running" : "absent";
@@ -132,12 +149,12 @@ export class AgentStore {
 
   /** One placement, or undefined. */
   placement(id: string): LocalPlacement | undefined {
-    return this.db.select().from(placements).where(eq(placements.placementId, id)).get();
+    return this.q.byId.get({ id });
   }
 
   /** Every placement not yet absent. */
   livePlacements(): LocalPlacement[] {
-    return this.db.select().from(placements).all().filter((p) => p.observed !== "absent");
+    return this.q.live.all();
   }
 
   /** Updates a placement row. */
@@ -146,9 +163,9 @@ export class AgentStore {
   }
 
   /** Sets the observed state and queues the observation in one transaction. */
-  observe(p: LocalPlacement, state: PlacementObservedState, extra: { errorCode?: string | null; workloadExitCode?: number } & Partial<LocalPlacement>, nowMs: number): void {
+  observe(p: LocalPlacement, state: PlacementObservedState, extra: ObservationExtra, nowMs: number): void {
     this.sql.transaction(() => {
-      const { errorCode, workloadExitCode, ...rest } = extra;
+      const { errorCode, workloadExitCode, exit, ...rest } = extra;
       this.db
         .update(placements)
         .set({ ...rest, observed: state, updatedAtMs: nowMs, ...(errorCode !== undefined ? { errorCode } : {}), ...(workloadExitCode !== undefined ? { workloadExitCode } : {}) })
@@ -162,20 +179,31 @@ export class AgentStore {
         at: new Date(nowMs).toISOString(),
         ...(errorCode ? { errorCode: errorCode as PlacementUpdate["errorCode"] } : {}),
         ...(workloadExitCode !== undefined ? { workloadExitCode } : {}),
+        ...(exit ? { exit } : {}),
       };
       this.db.insert(outbox).values({ updateJson: JSON.stringify(u) }).run();
     })();
   }
 
-  /** Queued observations (seq assigned by the outbox), oldest first, at most `limit`. */
-  pendingUpdates(limit: number): PlacementUpdate[] {
-    return this.db
-      .select()
-      .from(outbox)
-      .orderBy(asc(outbox.seq))
-      .limit(limit)
-      .all()
-      .map((r) => ({ ...(JSON.parse(r.updateJson) as Omit<PlacementUpdate, "seq">), seq: r.seq }));
+  /**
+   * Queued observations (seq assigned by the outbox), oldest first: at most
+   * `limit`, and no more than `maxBytes` of JSON together (at least one), so
+   * an envelope of them stays under its size bound.
+   */
+  pendingUpdates(limit: number, maxBytes = MAX_OUTBOX_BATCH_BYTES): PlacementUpdate[] {
+    const out: PlacementUpdate[] = [];
+    let bytes = 0;
+    for (const r of this.q.pending.all({ limit })) {
+      bytes += r.updateJson.length + 16;
+      if (out.length > 0 && bytes > maxBytes) break;
+      out.push({ ...(JSON.parse(r.updateJson) as Omit<PlacementUpdate, "seq">), seq: r.seq });
+    }
+    return out;
+  }
+
+  /** True when the outbox holds an observation the scheduler has not accepted. */
+  hasPendingUpdates(): boolean {
+    return this.q.anyPending.get() !== null;
   }
 
   /** Drops observations the scheduler accepted (seq ≤ `seq`). */
@@ -195,9 +223,13 @@ export class AgentStore {
 
   /** Renews leases from the scheduler's authoritative expiries. */
   applyLeases(leases: Record<string, string>): void {
-    for (const [id, iso] of Object.entries(leases)) {
-      const ms = Date.parse(iso);
-      if (Number.isFinite(ms)) this.db.update(placements).set({ leaseExpiresAtMs: ms }).where(and(eq(placements.placementId, id), lte(placements.leaseExpiresAtMs, ms))).run();
-    }
+    const entries = Object.entries(leases);
+    if (!entries.length) return;
+    this.sql.transaction(() => {
+      for (const [id, iso] of entries) {
+        const ms = Date.parse(iso);
+        if (Number.isFinite(ms)) this.q.renewLease.run(ms, id, ms);
+      }
+    })();
   }
 }

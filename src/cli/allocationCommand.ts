@@ -15,12 +15,19 @@ export function formatEvent(e: AllocationEvent): string {
   const st = e.toState ? ` ${e.fromState ?? "∅"} → ${e.toState}` : "";
   const reason = e.reason ? ` [${e.reason}]` : "";
   const exit = e.type === "workload.exited" ? ` exitCode=${String(e.data?.["exitCode"])}` : "";
-  return `${e.at}  #${e.seq} ${e.type}${st}${reason}${exit}`;
+  const vm = typeof e.data?.["exitReason"] === "string" ? ` vmExit=${e.data["exitReason"]}` : "";
+  return `${e.at}  #${e.seq} ${e.type}${st}${reason}${exit}${vm}`;
 }
 
 function printView(v: AllocationView, json: boolean): void {
   if (json) return console.log(JSON.stringify(v));
   console.log(`${v.allocationId}  ${v.state}  gen ${v.generation}  class ${v.workloadClass}  host ${v.hostId ?? "-"}${v.reason ? `  reason ${v.reason}` : ""}${v.workloadExitCode !== null ? `  exit ${v.workloadExitCode}` : ""}`);
+  const x = v.placementExit;
+  if (x) {
+    console.log(`VM of generation ${x.generation} ended on its own: ${x.reason} (${x.at}); last kernel lines of its console:`);
+    // The tail comes from a host: no control character reaches the terminal.
+    for (const line of x.consoleTail.split("\n")) if (line) console.log(`  ${line.replace(/[\x00-\x08\x0b-\x1f\x7f-\x9f]/g, "")}`);
+  }
 }
 
 const create = defineCommand({

@@ -27,6 +27,7 @@ import { resolve } from "node:path";
 import { defineCommand } from "citty";
 import { pickBb } from "../image/bbBinary.ts";
 import { consola } from "consola";
+import { imageErrorCode } from "../image/errors.ts";
 
 const devBuild = defineCommand({
   meta: { name: "dev-build", description: "Build the dev image (Debian kernel + busybox + bb), sign it with the dev key, print its digest" },
@@ -71,8 +72,7 @@ export function repeatedFlag(rawArgs: string[], name: string): string[] {
 
 /** Prints an error and sets the exit code (1, or 2 for usage errors). */
 function fail(e: unknown, json: boolean): void {
-  const code = (e as { code?: unknown }).code;
-  const stable = typeof code === "string" && code.startsWith("IMAGE_") ? code : undefined;
+  const stable = imageErrorCode(e);
   if (json) console.log(JSON.stringify({ ok: false, code: stable ?? "ERROR", message: (e as Error).message }));
   else {
     if (stable) console.log(stable);

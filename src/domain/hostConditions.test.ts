@@ -24,5 +24,6 @@ describe("host schedulability", () => {
     expect(unschedulableReasons({ ...ok, clockSkewMs: 5000 }, now)).toEqual([]);
     expect(unschedulableReasons({ ...ok, isolationHealthy: false }, now)).toEqual(["ISOLATION_UNHEALTHY"]);
     expect(unschedulableReasons({ ...ok, volumesNearlyFull: true }, now)).toEqual(["VOLUMES_NEARLY_FULL"]);
+    expect(unschedulableReasons({ ...ok, vmmStartFailing: true }, now)).toEqual(["VMM_START_FAILING"]);
   });
 });

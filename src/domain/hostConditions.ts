@@ -5,7 +5,7 @@
  * Only active and healthy hosts are schedulable, and four more conditions
  * make a host unschedulable: inventory disagreeing with registered
  * capacity, clock skew over 5 s, a failed isolation self-check, nearly full
- * volumes. An overlapping agent session keeps it suspect until one epoch wins.
+ * volumes, and a VMM that keeps failing to start. An overlapping agent session keeps it suspect until one epoch wins.
  */
 import { healthFromHeartbeat } from "./health.ts";
 
@@ -27,6 +27,8 @@ export interface HostFacts {
   volumesNearlyFull: boolean;
   /** Until when an overlapping session keeps the host suspect, ms since epoch (0: none). */
   overlapUntilMs: number;
+  /** The agent reports repeated VMM start failures (or a failed VMM test boot) not yet cleared by a passing self-check. */
+  vmmStartFailing?: boolean;
 }
 
 /** Stable codes for why a host is unschedulable. */
@@ -37,7 +39,8 @@ export type UnschedulableReason =
   | "INVENTORY_MISMATCH"
   | "CLOCK_SKEW"
   | "ISOLATION_UNHEALTHY"
-  | "VOLUMES_NEARLY_FULL";
+  | "VOLUMES_NEARLY_FULL"
+  | "VMM_START_FAILING";
 
 /**
  * Every reason the host is unschedulable at `nowMs` (empty: schedulable).
@@ -53,5 +56,6 @@ export function unschedulableReasons(f: HostFacts, nowMs: number): Unschedulable
   if (f.clockSkewMs > MAX_CLOCK_SKEW_MS) out.push("CLOCK_SKEW");
   if (!f.isolationHealthy) out.push("ISOLATION_UNHEALTHY");
   if (f.volumesNearlyFull) out.push("VOLUMES_NEARLY_FULL");
+  if (f.vmmStartFailing) out.push("VMM_START_FAILING");
   return out;
 }

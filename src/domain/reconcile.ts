@@ -13,7 +13,7 @@
  * replacement"), or allow a transition `canTransition` refuses.
  */
 import type { AllocationState, PlacementOutcome } from "../protocol/api.ts";
-import type { PlacementObservedState } from "../protocol/agent.ts";
+import type { PlacementObservedState, VmExit } from "../protocol/agent.ts";
 import { canTransition, MAX_ALARM_DELAY_MS, mayReplaceAutomatically, TERMINAL_STATES, type TimeoutPolicy } from "./allocation.ts";
 import type { HostHealth } from "./health.ts";
 
@@ -155,7 +155,7 @@ export type Intent =
 
 /** Messages an allocation receives (decoded from its inbox). */
 export type AllocationInput =
-  | { kind: "observation"; hostId: string; placementId: string; generation: number; state: PlacementObservedState; errorCode: string | null; workloadExitCode: number | null; at: string }
+  | { kind: "observation"; hostId: string; placementId: string; generation: number; state: PlacementObservedState; errorCode: string | null; workloadExitCode: number | null; exit?: VmExit; at: string }
   | { kind: "delivery_consumed"; deliveryId: string; generation: number; digest: string }
   | { kind: "capacity_available"; hostId: string }
   | { kind: "connections_fenced"; generation: number };
@@ -182,7 +182,9 @@ function applyObservation(r: AllocationRecord, o: Extract<AllocationInput, { kin
     c = merge(c, { ...noChange({ workloadExitCode: o.workloadExitCode, updatedAtMs: nowMs }), events: [{ type: "workload.exited", data: { exitCode: o.workloadExitCode } }] });
   }
   if (o.state !== r.observedState) {
-    c = merge(c, { ...noChange({ observedState: o.state, updatedAtMs: nowMs }), events: [{ type: `placement.${o.state}`, reason: o.errorCode, data: { hostId: o.hostId } }] });
+    // A VM that ended on its own carries the agent's diagnosis: the reason and the redacted kernel tail of its console.
+    const exit = o.exit ? { exitReason: o.exit.reason, consoleTail: o.exit.consoleTail } : {};
+    c = merge(c, { ...noChange({ observedState: o.state, updatedAtMs: nowMs }), events: [{ type: `placement.${o.state}`, reason: o.errorCode, data: { hostId: o.hostId, ...exit } }] });
   }
   const cur = applied(r, c);
   if (o.state === "running" && cur.state === "provisioning") return merge(c, transition(cur, "ready", { guestReady: true }, null, nowMs));

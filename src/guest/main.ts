@@ -137,21 +137,23 @@ export async function runGuest(opts: GuestOptions = {}): Promise<never> {
     }
     const bytes = new Uint8Array(Buffer.from(dataBase64, "base64"));
     delivered = { deliveryId, digest: `sha256:${createHash("sha256").update(bytes).digest("hex")}` };
-    void send({ type: "bootstrap_consumed", ...delivered });
-    try {
-      const w = startWorkload(plan, bytes, contentType);
-      running = w;
-      own.add(w.pid);
-      void send({ type: "workload_started", deliveryId });
-      void w.exited.then((exitCode) => {
-        running = null;
-        own.delete(w.pid);
-        return send({ type: "workload_exited", deliveryId, exitCode });
-      });
-    } catch (e) {
-      consoleLine(`beachball-guest: payload failed to start: ${e}`);
-      void send({ type: "workload_exited", deliveryId, exitCode: 127 });
-    }
+    // The receipt leaves the guest before the payload runs: a payload that crashes the VM was still consumed.
+    void send({ type: "bootstrap_consumed", ...delivered }).then(() => {
+      try {
+        const w = startWorkload(plan, bytes, contentType);
+        running = w;
+        own.add(w.pid);
+        void send({ type: "workload_started", deliveryId });
+        void w.exited.then((exitCode) => {
+          running = null;
+          own.delete(w.pid);
+          return send({ type: "workload_exited", deliveryId, exitCode });
+        });
+      } catch (e) {
+        consoleLine(`beachball-guest: payload failed to start: ${e}`);
+        void send({ type: "workload_exited", deliveryId, exitCode: 127 });
+      }
+    });
   };
 
   const shutdown = async () => {

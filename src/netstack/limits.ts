@@ -29,7 +29,7 @@ export const MAX_LISTENERS = 16;
 export const WASM_MAX_MEMORY_BYTES = 64 * 1024 * 1024;
 /** Cap on the module's heap (send data copied by tcp_write, small control buffers), bytes. */
 export const HEAP_LIMIT_BYTES = 32 * 1024 * 1024;
-/** Received data held for readers across all connections, bytes. */
+/** Received data held for readers across all connections, bytes: the default and the most a stack may set (NetstackOptions.receiveBudgetBytes). */
 export const RECEIVE_BUDGET_BYTES = 32 * 1024 * 1024;
 /** Bytes a connection's pending write() calls may hold beyond what the stack took. */
 export const WRITE_QUEUE_LIMIT_BYTES = 1024 * 1024;

@@ -35,6 +35,8 @@ export interface NetstackOptions {
   timers?: TimerPort;
   /** 32 random bits per call, for initial sequence numbers and ports. Default: crypto.getRandomValues. */
   random?: () => number;
+  /** Received-but-unread bytes held across all connections, 64 KiB..RECEIVE_BUDGET_BYTES. Default RECEIVE_BUDGET_BYTES. */
+  receiveBudgetBytes?: number;
 }
 
 /** Counters and gauges of a stack. */
@@ -42,7 +44,7 @@ export interface NetstackStats {
   /** Open connections (connecting, established or closing, not yet released). */
   connections: number;
   listeners: number;
-  /** Received bytes waiting for read() across all connections (≤ RECEIVE_BUDGET_BYTES). */
+  /** Received bytes waiting for read() across all connections (≤ the receive budget). */
   receiveBufferedBytes: number;
   /** Bytes in write() calls the stack has not taken yet, all connections. */
   writeQueuedBytes: number;

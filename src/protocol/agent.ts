@@ -12,6 +12,7 @@ import { Type, type Static } from "@sinclair/typebox";
 import { AGENT_ERROR_CODES, type ErrorCode } from "./errors.ts";
 import { MAX_WIRE_INTEGER } from "./api.ts";
 import { Candidate, ENDPOINT_TOKEN_PATTERN, MAX_CANDIDATES, MAX_RELAYS, SignedGrant, SignedRelayMap, SignedRelayToken } from "./connection.ts";
+import { VmExit } from "./vmExit.ts";
 
 /** Envelope size bound in bytes. */
 export const MAX_ENVELOPE_BYTES = 256 * 1024;
@@ -21,6 +22,10 @@ export const MAX_COMMANDS_PER_POLL = 16;
 export const POLL_PARK_MS = 25_000;
 /** Most updates or acks in one envelope. */
 export const MAX_UPDATES_PER_ENVELOPE = 256;
+/** Most delivery acknowledgements in one envelope. */
+export const MAX_DELIVERY_ACKS_PER_ENVELOPE = 64;
+/** Most cached image digests in one health report. */
+export const MAX_REPORTED_IMAGES_PER_HEARTBEAT = 64;
 
 /** Observed placement states an agent reports. */
 export const PLACEMENT_OBSERVED_STATES = [
@@ -107,6 +112,8 @@ export interface PollResponse {
 
 const Id = Type.String({ minLength: 1, maxLength: 160, pattern: "^[A-Za-z0-9._:-]+$" });
 
+export { MAX_CONSOLE_TAIL_CHARS, VM_EXIT_REASONS, VmExit, type VmExitReason } from "./vmExit.ts";
+
 /** placement_update observation. */
 export const PlacementUpdate = Type.Object(
   {
@@ -118,6 +125,8 @@ export const PlacementUpdate = Type.Object(
     state: Type.Union(PLACEMENT_OBSERVED_STATES.map((s) => Type.Literal(s))),
     errorCode: Type.Optional(Type.Union(AGENT_ERROR_CODES.map((c) => Type.Literal(c)))),
     workloadExitCode: Type.Optional(Type.Integer({ minimum: -1, maximum: 255 })),
+    /** With errorCode VM_EXITED: why the VM ended and the last kernel lines of its console. */
+    exit: Type.Optional(VmExit),
     at: Type.String({ maxLength: 40 }),
   },
   { additionalProperties: false },
@@ -276,8 +285,10 @@ export const HealthReport = Type.Object(
     inventory: Type.Optional(Type.Object({ cpuMillis: Type.Integer({ minimum: 0, maximum: MAX_WIRE_INTEGER }), memoryMiB: Type.Integer({ minimum: 0, maximum: MAX_WIRE_INTEGER }) }, { additionalProperties: false })),
     /** The state or image-cache volume is nearly full. */
     volumesNearlyFull: Type.Optional(Type.Boolean()),
+    /** Repeated VMM start failures (or a failed VMM test boot) since the last passing self-check: the host takes no new work. */
+    vmmStartFailing: Type.Optional(Type.Boolean()),
     /** Digests of verified images in the host's cache (placement scoring key 1). */
-    cachedImages: Type.Optional(Type.Array(Type.String({ pattern: "^sha256:[0-9a-f]{64}$" }), { maxItems: 64 })),
+    cachedImages: Type.Optional(Type.Array(Type.String({ pattern: "^sha256:[0-9a-f]{64}$" }), { maxItems: MAX_REPORTED_IMAGES_PER_HEARTBEAT })),
   },
   { additionalProperties: false },
 );
@@ -289,7 +300,7 @@ export const AgentPayload = Type.Object(
     /** Empty on the first poll of a process: the scheduler then opens a session with a fresh epoch. */
     updates: Type.Array(PlacementUpdate, { maxItems: MAX_UPDATES_PER_ENVELOPE }),
     acks: Type.Array(CommandAck, { maxItems: MAX_UPDATES_PER_ENVELOPE }),
-    deliveryAcks: Type.Array(DeliveryAck, { maxItems: 64 }),
+    deliveryAcks: Type.Array(DeliveryAck, { maxItems: MAX_DELIVERY_ACKS_PER_ENVELOPE }),
     health: Type.Optional(HealthReport),
     /** The host endpoint's connectivity_update, when something it reports changed. */
     connectivity: Type.Optional(ConnectivityUpdate),

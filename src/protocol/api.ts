@@ -6,6 +6,7 @@
  * lifecycle", "One allocation end to end", "Enrollment".
  */
 import { Type, type Static, type TSchema } from "@sinclair/typebox";
+import { MAX_CONSOLE_TAIL_CHARS, VM_EXIT_REASONS } from "./vmExit.ts";
 
 /** Largest bootstrap payload accepted, in bytes (before base64). */
 export const MAX_PAYLOAD_BYTES = 256 * 1024;
@@ -102,6 +103,22 @@ export const PlacementOutcome = Type.Object(
 /** The latest placement attempt of an allocation. */
 export type PlacementOutcome = Static<typeof PlacementOutcome>;
 
+/** A VM of the allocation that ended on its own, as its agent diagnosed it (from the `placement.error` event that carried it). */
+export const PlacementExitView = Type.Object(
+  {
+    generation: Type.Integer({ minimum: 1 }),
+    placementId: Type.Union([Type.String({ maxLength: 200 }), Type.Null()]),
+    reason: Type.Union(VM_EXIT_REASONS.map((r) => Type.Literal(r))),
+    /** The redacted kernel lines of its console. */
+    consoleTail: Type.String({ maxLength: MAX_CONSOLE_TAIL_CHARS }),
+    /** When the scheduler recorded it (ISO 8601). */
+    at: Type.String({ maxLength: 40 }),
+  },
+  { additionalProperties: false },
+);
+/** A diagnosed VM exit as the allocation view shows it. */
+export type PlacementExitView = Static<typeof PlacementExitView>;
+
 /** The allocation as the API shows it (a TypeBox schema: the allocation index stores and checks it). */
 export const AllocationView = Type.Object(
   {
@@ -126,6 +143,8 @@ export const AllocationView = Type.Object(
     workloadExitCode: Type.Union([Type.Integer(), Type.Null()]),
     /** The latest placement attempt (null before the first). */
     placement: Type.Union([PlacementOutcome, Type.Null()]),
+    /** The last VM of this allocation that ended on its own (KERNEL_PANIC, GUEST_OOM, …) with its console tail; null or absent: none did. */
+    placementExit: Type.Optional(Type.Union([PlacementExitView, Type.Null()])),
   },
   { additionalProperties: false },
 );

@@ -93,7 +93,13 @@ export const ERROR_STATUS = {
 /** One stable error code (see ERROR_STATUS for the HTTP status of each). */
 export type ErrorCode = keyof typeof ERROR_STATUS;
 
-/** Bounded error codes an agent may report for a placement (spec "Messages"). */
+/**
+ * Bounded error codes an agent may report for a placement (spec "Messages":
+ * "Agent errors use stable codes such as …"). The spec's
+ * FIRECRACKER_START_FAILED is VMM_START_FAILED here: it covers QEMU too.
+ * The agent's one error type (AgentError, src/agent/errors.ts) carries
+ * exactly these.
+ */
 export const AGENT_ERROR_CODES = [
   "IMAGE_DIGEST_MISMATCH",
   "IMAGE_NOT_FOUND",
@@ -103,6 +109,7 @@ export const AGENT_ERROR_CODES = [
   "VM_EXITED",
   "GUEST_BOOT_TIMEOUT",
   "NETWORK_SETUP_FAILED",
+  "CGROUP_SETUP_FAILED",
   "STALE_GENERATION",
   "LEASE_EXPIRED",
   "CLEANUP_FAILED",

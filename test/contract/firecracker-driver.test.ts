@@ -11,7 +11,8 @@ import { chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readlinkSy
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import type { VmHandle, VmSpec } from "../../src/agent/vmm/driver.ts";
-import { FirecrackerApiError, unixSocketApi } from "../../src/agent/vmm/firecracker/apiClient.ts";
+import { unixSocketApi } from "../../src/agent/vmm/firecracker/apiClient.ts";
+import { AgentError } from "../../src/agent/errors.ts";
 import { FirecrackerDriver, type FirecrackerPorts, type SpawnedVmm } from "../../src/agent/vmm/firecracker/driver.ts";
 import type { RecordedRequest } from "./firecracker-double.ts";
 
@@ -134,8 +135,8 @@ test("start: exact jailer argv, pre-boot configuration in a valid order, every b
 
   // A pre-boot call after InstanceStart: the double answers 400 and the driver's client surfaces it typed.
   const err = await unixSocketApi(h.driver.layout(id).apiSocket).put("/machine-config", { vcpu_count: 1, mem_size_mib: 128 }).catch((e) => e);
-  expect(err).toBeInstanceOf(FirecrackerApiError);
-  expect(err).toMatchObject({ code: "VMM_START_FAILED", status: 400, faultMessage: "The requested operation is not supported after starting the microVM." });
+  expect(err).toBeInstanceOf(AgentError);
+  expect(err).toMatchObject({ code: "VMM_START_FAILED", subsystem: "firecracker-api", facts: { status: 400, faultMessage: "The requested operation is not supported after starting the microVM." } });
 
   // Guest handshake transport: the guest's connection to host port 1025 (Firecracker forwards it to <uds>_1025).
   const guestGot: string[] = [];
@@ -181,9 +182,9 @@ test("a request Firecracker rejects fails start with a typed VMM_START_FAILED an
   const f = fixture();
   const h = harness(f, ["--started"]); // the double is already past InstanceStart: pre-boot calls are refused
   const err = await h.driver.start(f.spec).catch((e) => e);
-  expect(err).toBeInstanceOf(FirecrackerApiError);
-  expect(err).toMatchObject({ code: "VMM_START_FAILED", status: 400, path: "/machine-config" });
-  expect((err as FirecrackerApiError).faultMessage).toContain("not supported after starting");
+  expect(err).toBeInstanceOf(AgentError);
+  expect(err).toMatchObject({ code: "VMM_START_FAILED", facts: { status: 400, path: "/machine-config" } });
+  expect((err as AgentError).facts["faultMessage"]).toContain("not supported after starting");
   expect(h.log()).toHaveLength(1);
   expect(procGone(spawned.at(-1)!.pid)).toBe(true);
   expect(existsSync(h.driver.layout(f.spec.instanceId).jailDir)).toBe(false);
@@ -200,7 +201,7 @@ test("InstanceStart without a boot source is refused by the double, and start re
   };
   const h = harness(f, [], dropBootSource);
   const err = await h.driver.start(f.spec).catch((e) => e);
-  expect(err).toMatchObject({ code: "VMM_START_FAILED", status: 400, path: "/actions", faultMessage: "Cannot start microvm without kernel configuration." });
+  expect(err).toMatchObject({ code: "VMM_START_FAILED", facts: { status: 400, path: "/actions", faultMessage: "Cannot start microvm without kernel configuration." } });
   expect(h.log().map((r) => r.path)).not.toContain("/boot-source");
   expect(procGone(spawned.at(-1)!.pid)).toBe(true);
 }, 30_000);

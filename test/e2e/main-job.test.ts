@@ -5,9 +5,15 @@
  * Also: idempotent create starts no second VM, a payload exiting 3 is a
  * workload result (not a scheduler failure), and the scheduler and the agent
  * each survive a SIGKILL and restart mid-run with nothing left behind.
+ * Issue 7: a graceful agent stop (SIGTERM) leaves two ready VMs for the next
+ * agent, reporting nothing observed while stopping; a guest kernel panic and
+ * a guest that runs out of memory with nothing killable are reported with a
+ * classified reason and a redacted console tail (events, the allocation
+ * view, `bb allocation get`), the payload's receipt is still recorded, and
+ * the failed placement's console is kept when the operator asked.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { linkSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { linkSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { randomUUID } from "node:crypto";
@@ -17,7 +23,7 @@ import { buildDevImage } from "../../src/image/devBuild.ts";
 import { placementDirName } from "../../src/agent/placementOps.ts";
 import { listPlacementNetworks, destroyPlacementNetwork } from "../../src/agent/isolation/placementNet.ts";
 import type { AllocationEvent } from "../../src/protocol/api.ts";
-import { kill9, leftoversOf, pidsMatching, runRole, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
+import { kill9, leftoversOf, pidsMatching, runRole, runRoleExit, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
 
 const skip = vmTestSkipReason();
 if (skip) console.log(`SKIP test/e2e/main-job.test.ts: ${skip}`);
@@ -86,6 +92,22 @@ function isSubsequence(wanted: string[], got: string[]): boolean {
   let i = 0;
   for (const g of got) if (g === wanted[i]) i++;
   return i === wanted.length;
+}
+
+/** Waits until `pred` holds for the agent's log, or fails with the log. */
+async function waitLog(pred: (log: string) => boolean, what: string, ms = 60_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!pred(readFileSync(agent.log, "utf8"))) {
+    if (Date.now() > deadline) throw new Error(`${what} never happened\n${tail(agent.log)}`);
+    await Bun.sleep(200);
+  }
+}
+
+/** Delivers `script` and waits until the allocation ends (a crash fails it). */
+async function crashJob(id: string, script: string): Promise<AllocationEvent[]> {
+  await controller.deliverWhenReady(id, new TextEncoder().encode(script), `dlv-${randomUUID()}`, 240_000);
+  await waitState(id, ["failed", "released"]);
+  return controller.events(id, 0, 200);
 }
 
 d("main job end to end (real QEMU)", () => {
@@ -213,5 +235,83 @@ d("main job end to end (real QEMU)", () => {
     expect(r.console).toContain("after-boot-adoption");
     expect((await controller.get(view.allocationId)).state).toBe("released");
     expect(await leftoversOf(allocationsDir(), r.dirName)).toEqual([]);
+  }, 600_000);
+
+  test("a graceful agent stop (SIGTERM) leaves two ready VMs running; the next agent adopts both and reports no exit; a guest panic is diagnosed", async () => {
+    const created = await Promise.all([1, 2].map(() => controller.create({ clientRequestId: `e2e-${randomUUID()}`, workloadClass: "ci-small" })));
+    const ids = created.map((c) => c.view.allocationId);
+    await Promise.all(ids.map((id) => waitState(id, ["ready"])));
+    const dirs = await Promise.all(ids.map(async (id) => (async (v) => placementDirName(v.allocationId, v.placementId!, v.generation))(await controller.get(id))));
+    const vmPids = dirs.map((dn) => pidsMatching(dn));
+    for (const p of vmPids) expect(p).toHaveLength(1);
+    const nonce = (JSON.parse(readFileSync(join(allocationsDir(), dirs[1]!, "runtime.json"), "utf8")) as { nonce: string }).nonce;
+    const eventsBefore = await Promise.all(ids.map((id) => controller.events(id, 0, 200)));
+
+    await stopRole(agent); // SIGTERM
+    expect(agent.proc.exitCode).toBe(0);
+    expect(dirs.map((dn) => pidsMatching(dn))).toEqual(vmPids);
+    // Keep failed placements' consoles from now on (agent config).
+    const cfgPath = join(agentDir(), "agent.json");
+    writeFileSync(cfgPath, JSON.stringify({ ...JSON.parse(readFileSync(cfgPath, "utf8")), failedConsoleRetentionMs: 600_000 }));
+    const logBefore = readFileSync(agent.log, "utf8").length;
+    agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"));
+    await waitHealthy();
+    await waitLog((l) => (l.slice(logBefore).match(/adopted VM/g) ?? []).length >= 2, "adoption of both VMs");
+    const hb = (await operator.hosts()).find((h) => h.hostId === "e2e-host")!.heartbeatAt;
+    for (let i = 0; i < 50 && (await operator.hosts()).find((h) => h.hostId === "e2e-host")!.heartbeatAt === hb; i++) await Bun.sleep(200);
+    await Bun.sleep(1_000); // a few more envelopes: anything queued during the stop would be in them
+    for (const [i, id] of ids.entries()) {
+      const v = await controller.get(id);
+      expect(v.state).toBe("ready");
+      const fresh = (await controller.events(id, 0, 200)).slice(eventsBefore[i]!.length);
+      expect(fresh.filter((e) => e.type.startsWith("placement.") || e.type === "allocation.releasing")).toEqual([]);
+    }
+
+    // The first ends normally on release.
+    const r = await finishJob(ids[0]!, "echo after-graceful-restart\n");
+    expect(r.console).toContain("after-graceful-restart");
+    expect((await controller.get(ids[0]!)).state).toBe("released");
+    expect(r.events.map((e) => e.type)).not.toContain("placement.error");
+    expect(await leftoversOf(allocationsDir(), r.dirName)).toEqual([]);
+
+    // The second panics its kernel from the payload.
+    const script = "echo c > /proc/sysrq-trigger\n";
+    const events = await crashJob(ids[1]!, script);
+    const err = events.find((e) => e.type === "placement.error")!;
+    expect(err.reason).toBe("VM_EXITED");
+    expect(err.data?.["exitReason"]).toBe("KERNEL_PANIC");
+    const consoleTail = String(err.data?.["consoleTail"]);
+    expect(consoleTail).toContain("Kernel panic - not syncing: sysrq triggered crash");
+    expect(consoleTail).not.toContain("sysrq-trigger");
+    expect(consoleTail).not.toContain(nonce);
+    expect(events.map((e) => e.type)).toContain("bootstrap.consumed");
+    const v = await controller.get(ids[1]!);
+    expect(v.placementExit).toMatchObject({ reason: "KERNEL_PANIC", consoleTail });
+    const cfg = JSON.parse(readFileSync(join(work, "client.json"), "utf8")) as { token: string };
+    const shown = await runRoleExit(["allocation", "get", ids[1]!], { BB_SCHEDULER_URL: `http://127.0.0.1:${port}`, BB_TOKEN: cfg.token });
+    expect(shown.code).toBe(0);
+    expect(shown.out).toContain("KERNEL_PANIC");
+    expect(shown.out).toContain("Kernel panic - not syncing");
+    // The operator asked to keep failed placements' consoles: the whole log is there, 0600.
+    const keptDir = join(agentDir(), "failed-consoles");
+    const kept = readdirSync(keptDir).filter((f) => f.startsWith(dirs[1]!));
+    expect(kept).toHaveLength(1);
+    expect(readFileSync(join(keptDir, kept[0]!), "utf8")).toContain("Kernel panic");
+    expect(statSync(join(keptDir, kept[0]!)).mode & 0o777).toBe(0o600);
+    expect(await leftoversOf(allocationsDir(), dirs[1]!)).toEqual([]);
+  }, 600_000);
+
+  test("a guest that runs out of memory with nothing left to kill is reported GUEST_OOM", async () => {
+    const { view } = await controller.create({ clientRequestId: `e2e-${randomUUID()}`, workloadClass: "ci-small" });
+    await waitState(view.allocationId, ["ready"]);
+    // Nothing may be killed (the shell and its children opt out, PID 1 never is) while a tmpfs as large as RAM fills.
+    const script = "echo -1000 > /proc/self/oom_score_adj\nmkdir -p /mnt/fill && mount -t tmpfs -o size=100% fill /mnt/fill\ndd if=/dev/zero of=/mnt/fill/zero bs=1M\n";
+    const events = await crashJob(view.allocationId, script);
+    const err = events.find((e) => e.type === "placement.error")!;
+    expect(err.reason).toBe("VM_EXITED");
+    expect(err.data?.["exitReason"]).toBe("GUEST_OOM");
+    expect(String(err.data?.["consoleTail"])).toMatch(/Out of memory|oom-kill|deadlocked on memory/);
+    expect(String(err.data?.["consoleTail"])).not.toContain("of=/mnt/fill/zero");
+    expect((await controller.get(view.allocationId)).placementExit?.reason).toBe("GUEST_OOM");
   }, 600_000);
 });

@@ -18,8 +18,10 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { buildDevImage } from "../../src/image/devBuild.ts";
-import { verifyImage } from "../../src/image/verify.ts";
 import { isolationFromConfig } from "../../src/agent/isolation/isolation.ts";
+import { HostIsolation } from "../../src/agent/isolation/isolationOps.ts";
+import { HostImages } from "../../src/agent/image/hostImages.ts";
+import { systemRandom, systemTimers } from "../../src/agent/ports.ts";
 import { hostVethName, listPlacementNetworks } from "../../src/agent/isolation/placementNet.ts";
 import { nftTableName } from "../../src/agent/isolation/rules.ts";
 import { cgroupPids, type PlacementCgroup } from "../../src/agent/isolation/cgroups/placementCgroup.ts";
@@ -120,30 +122,36 @@ test.skipIf(!!skipReason)("guest egress: denied ranges dropped and counted, DNS 
   expect(new TextDecoder().decode((await rd.read()).value)).toContain("responder ready");
   rd.releaseLock();
 
-  ctx = Object.assign(
-    { allocationsDir: join(work, "allocations"), driver, guestBootTimeoutMs: 90_000, resolveImage: async (d: string) => ({ dir: img.dir, manifest: await verifyImage(img.dir, d) }) },
-    { isolation: isolationFromConfig({ uplink: { netns: UP, device: "bbtu0" }, dnsResolvers: ["198.51.100.53"], deniedRanges: ["203.0.113.0/24"] }) },
-  );
-  mkdirSync(ctx.allocationsDir, { recursive: true });
+  const c0: PlacementContext = {
+    allocationsDir: join(work, "allocations"),
+    driver,
+    guestBootTimeoutMs: 90_000,
+    images: new HostImages({ imageDirs: [img.dir], trustedKeys: [], cacheDir: join(work, "images") }),
+    isolation: new HostIsolation(isolationFromConfig({ uplink: { netns: UP, device: "bbtu0" }, dnsResolvers: ["198.51.100.53"], deniedRanges: ["203.0.113.0/24"] })),
+    timers: systemTimers,
+    random: systemRandom,
+  };
+  ctx = c0;
+  mkdirSync(c0.allocationsDir, { recursive: true });
   const ids = { allocationId: `alloc-net-${process.pid}`, placementId: `plc-net-${process.pid}`, generation: 1 };
   const dirName = placementDirName(ids.allocationId, ids.placementId, ids.generation);
   ref = { ...ids, dirName, spec: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 512, imageDigest: img.digest } };
   const table = nftTableName(dirName);
 
   let t = performance.now();
-  await preparePlacement(ctx, ref);
+  await preparePlacement(c0, ref);
   console.log(`net-isolation: prepared in ${Math.round(performance.now() - t)} ms`);
   expect(must(["ip", "netns", "exec", dirName, "nft", "list", "tables"])).toContain(`inet ${table}`);
   expect(must(["ip", "netns", "exec", UP, "nft", "list", "tables"])).toContain(`ip ${table}`);
   expect(rootRuleset()).toBe(rulesetBefore);
 
   t = performance.now();
-  const started = await startPlacement(ctx, ref, (h) => (handle = h));
+  const started = await startPlacement(c0, ref, { launch: (start) => start().then((h) => (handle = h)) });
   handle = started.handle;
   session = started.session;
   console.log(`net-isolation: guest ready in ${Math.round(performance.now() - t)} ms (${driver.accelerator})`);
 
-  const cg = JSON.parse(readFileSync(join(ctx.allocationsDir, dirName, "cgroup.json"), "utf8")) as PlacementCgroup;
+  const cg = JSON.parse(readFileSync(join(c0.allocationsDir, dirName, "cgroup.json"), "utf8")) as PlacementCgroup;
   for (const d of cg.dirs) expect(cgroupPids(d.dir)).toContain(handle.pid);
   const mem = cg.dirs.find((d) => d.controllers.includes("memory"))!;
   expect(readFileSync(join(mem.dir, mem.version === 2 ? "memory.max" : "memory.limit_in_bytes"), "utf8").trim()).toBe(String((256 + 192) * 1024 * 1024));
@@ -155,7 +163,7 @@ test.skipIf(!!skipReason)("guest egress: denied ranges dropped and counted, DNS 
   expect(await Promise.race([exited, Bun.sleep(60_000).then(() => -1)])).toBe(0);
   console.log(`net-isolation: probes ran in ${Math.round(performance.now() - t)} ms`);
 
-  const consoleText = readFileSync(join(ctx.allocationsDir, dirName, "logs/console.log"), "utf8").replaceAll("\r\n", "\n");
+  const consoleText = readFileSync(join(c0.allocationsDir, dirName, "logs/console.log"), "utf8").replaceAll("\r\n", "\n");
   const results = Object.fromEntries([...consoleText.matchAll(/^PROBE (\S+) (OPEN|BLOCKED)(.*)$/gm)].map((m) => [m[1], `${m[2]}${m[3]}`.trim()]));
   console.log(`net-isolation: ${JSON.stringify(results)}`);
   const c = counters(dirName, table);
@@ -176,7 +184,7 @@ test.skipIf(!!skipReason)("guest egress: denied ranges dropped and counted, DNS 
   expect(must(["ip", "link", "show"])).not.toContain(hostVethName(dirName));
 
   t = performance.now();
-  const left = await stopPlacement(ctx, ref, handle, session);
+  const left = await stopPlacement(c0, ref, handle, session);
   console.log(`net-isolation: stopped in ${Math.round(performance.now() - t)} ms`);
   expect(left).toEqual([]);
   handle = null;
@@ -185,6 +193,6 @@ test.skipIf(!!skipReason)("guest egress: denied ranges dropped and counted, DNS 
   expect(must(["ip", "netns", "exec", UP, "nft", "list", "tables"])).not.toContain(table);
   expect(must(["ip", "-n", UP, "link", "show"])).not.toContain(hostVethName(dirName));
   for (const d of cg.dirs) expect(existsSync(d.dir)).toBe(false);
-  expect(existsSync(join(ctx.allocationsDir, dirName))).toBe(false);
+  expect(existsSync(join(c0.allocationsDir, dirName))).toBe(false);
   expect(rootRuleset()).toBe(rulesetBefore);
 }, 300_000);

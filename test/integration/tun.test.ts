@@ -7,7 +7,8 @@
  */
 import { afterAll, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
-import { resolve } from "node:path";
+import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { probeTun } from "../../native/tun/probe.ts";
 import { openTun, TunError, type TunDevice } from "../../native/tun/tun.ts";
 import { Netns, netnsSkipReason, sh } from "../support/netns.ts";
@@ -15,6 +16,7 @@ import { parseUdp4, udp4 } from "../support/packets.ts";
 
 const skipReason = netnsSkipReason();
 if (skipReason) console.log(`SKIP test/integration/tun.test.ts: ${skipReason}`);
+const repo = resolve(import.meta.dir, "../..");
 const peer = resolve(import.meta.dir, "../support/udpPeer.ts");
 const NS = `bbtun-${process.pid}`;
 const DEV = `bbtun${process.pid % 100000}`;
@@ -24,6 +26,7 @@ const devices: TunDevice[] = [];
 afterAll(async () => {
   for (const d of devices) await d.close();
   ns?.delete();
+  rmSync(join(repo, ".bb/test-build/tun"), { recursive: true, force: true });
 });
 
 describe.skipIf(!!skipReason)("TUN through bun:ffi", () => {
@@ -125,4 +128,42 @@ describe.skipIf(!!skipReason)("TUN through bun:ffi", () => {
     expect(sh(["ip", "-n", NS, "link", "show", DEV]).code).not.toBe(0);
     expect(dev.write(new Uint8Array(28))).toBe(false);
   }, 30_000);
+
+  test("a compiled binary that embeds native/tun/reader.worker.ts reads packets", async () => {
+    const dir = join(repo, ".bb/test-build/tun");
+    mkdirSync(dir, { recursive: true });
+    const entry = join(dir, "entry.ts");
+    writeFileSync(
+      entry,
+      `import { openTun } from ${JSON.stringify(join(repo, "native/tun/tun.ts"))};
+const dev = openTun({ name: process.argv[2] });
+let n = 0;
+dev.start((p) => { n += p.length; }, (reason) => { console.log("stopped " + reason); process.exit(1); });
+console.log("ready");
+while (n === 0) await Bun.sleep(10);
+console.log("got " + n);
+await dev.close();
+`,
+    );
+    const out = join(dir, "tunread");
+    const build = Bun.spawnSync([process.execPath, "build", "--compile", entry, join(repo, "native/tun/reader.worker.ts"), "--outfile", out], { cwd: repo, stderr: "pipe" });
+    expect(build.exitCode, build.stderr.toString()).toBe(0);
+    const name = `${DEV}c`;
+    const proc = Bun.spawn([out, name], { stdout: "pipe", stderr: "inherit" });
+    const reader = proc.stdout.getReader();
+    expect(new TextDecoder().decode((await reader.read()).value)).toContain("ready");
+    sh(["ip", "link", "set", name, "netns", NS]);
+    ns!.ip("addr", "add", "10.77.1.1/24", "dev", name);
+    ns!.ip("link", "set", name, "up");
+    const send = Bun.spawn(ns!.exec([process.execPath, peer, "send", "10.77.1.2", "9999", "3", "100"]), { stdout: "ignore" });
+    await send.exited;
+    let text = "";
+    for (;;) {
+      const r = await reader.read();
+      if (r.done) break;
+      text += new TextDecoder().decode(r.value);
+    }
+    expect(await proc.exited).toBe(0);
+    expect(text).toMatch(/got [1-9]/);
+  }, 60_000);
 });

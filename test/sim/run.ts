@@ -1,9 +1,11 @@
 /**
  * `bun run sim --seeds N [--from S] [--workers W]` runs N seeds (split over
  * W processes); `bun run sim --seed S` replays one seed exactly (same trace
- * hash). `--inject-bug` turns on the deliberately injected "release
- * capacity on lease expiry" bug; `--stop-on-violation` ends at the first
- * violating seed. Prints `N seeds, V with violations`; exits 1 on any violation.
+ * hash). `--inject-bug` turns on the deliberately injected scheduler bug
+ * ("release capacity on lease expiry"), `--inject-agent-bug` the agent bug
+ * ("start a VM whose execution lease expired", src/agent/debug.ts);
+ * `--stop-on-violation` ends at the first violating seed (of any worker). Prints `N seeds,
+ * V with violations`; exits 1 on any violation.
  */
 import { tmpdir } from "node:os";
 import { existsSync } from "node:fs";
@@ -17,6 +19,7 @@ const { values } = parseArgs({
     from: { type: "string", default: "1" },
     workers: { type: "string", default: "1" },
     "inject-bug": { type: "boolean", default: false },
+    "inject-agent-bug": { type: "boolean", default: false },
     "stop-on-violation": { type: "boolean", default: false },
     verbose: { type: "boolean", default: false },
   },
@@ -32,13 +35,29 @@ if (workers > 1 && !values.seed) {
     const n = Math.min(per, count - i * per);
     const args = [process.argv[1]!, "--seeds", String(n), "--from", String(from + i * per)];
     if (values["inject-bug"]) args.push("--inject-bug");
+    if (values["inject-agent-bug"]) args.push("--inject-agent-bug");
     if (values["stop-on-violation"]) args.push("--stop-on-violation");
     if (values.verbose) args.push("--verbose");
     return Bun.spawn([process.execPath, ...args], { stdout: "pipe", stderr: "inherit" });
   });
   let failed = 0;
   let ran = 0;
-  const outs = await Promise.all(procs.map((p) => new Response(p.stdout).text()));
+  let stopped = false;
+  // With --stop-on-violation, the first violating worker ends the run: the others are stopped (by PID, ours).
+  const outs = await Promise.all(
+    procs.map(async (p) => {
+      let text = "";
+      const decoder = new TextDecoder();
+      for await (const chunk of p.stdout as ReadableStream<Uint8Array>) {
+        text += decoder.decode(chunk, { stream: true });
+        if (values["stop-on-violation"] && !stopped && /^seed \d+: \d+ violation/m.test(text)) {
+          stopped = true;
+          for (const q of procs) if (q !== p) q.kill();
+        }
+      }
+      return text;
+    }),
+  );
   await Promise.all(procs.map((p) => p.exited));
   for (const out of outs) {
     for (const line of out.split("\n")) {
@@ -49,7 +68,8 @@ if (workers > 1 && !values.seed) {
       } else if (line.trim()) console.log(line);
     }
   }
-  console.log(`${ran} seeds, ${failed} with violations, ${Math.round(performance.now() - started)} ms`);
+  for (const out of outs) if (stopped && !/^\d+ seeds, \d+ with violations/m.test(out)) failed += /^seed \d+: \d+ violation/m.test(out) ? 1 : 0;
+  console.log(`${ran} seeds, ${failed} with violations, ${Math.round(performance.now() - started)} ms${stopped ? " (stopped at the first violation)" : ""}`);
   process.exitCode = failed ? 1 : 0;
 } else {
   const base = existsSync("/dev/shm") ? `/dev/shm/bb-sim-${process.pid}` : `${tmpdir()}/bb-sim-${process.pid}`;
@@ -57,7 +77,7 @@ if (workers > 1 && !values.seed) {
   let ran = 0;
   for (let seed = from; seed < from + count; seed++) {
     ran++;
-    const r = await runSimulation({ seed, baseDir: base, injectBug: values["inject-bug"] });
+    const r = await runSimulation({ seed, baseDir: base, injectBug: values["inject-bug"], injectAgentBug: values["inject-agent-bug"] });
     if (r.violations.length) {
       failed++;
       console.log(`seed ${seed}: ${r.violations.length} violation(s), trace ${r.traceHash}`);

@@ -1,8 +1,11 @@
 /**
- * The fencing simulation in CI: at least 1,000 seeds with zero invariant
- * violations (BB_SIM_SEEDS overrides the count), a replayed seed gives the
- * same trace, and the deliberately injected bug (capacity released on lease
- * expiry without observed absence) is caught within those seeds.
+ * The fencing simulation in CI (the real scheduler objects and the real
+ * agent, src/agent/agent.ts with src/agent/reconcile/reconciler.ts, over
+ * fake ports): at least 1,000 seeds with zero invariant violations
+ * (BB_SIM_SEEDS overrides the count), a replayed seed gives the same trace,
+ * and both deliberately injected bugs are caught within those seeds: the
+ * scheduler's (capacity released on lease expiry without observed absence)
+ * and the agent's (a VM started after its execution lease ended).
  */
 import { describe, expect, test } from "bun:test";
 import { resolve } from "node:path";
@@ -31,6 +34,13 @@ describe("fencing simulation", () => {
     console.log(r.out.trim().split("\n").slice(-12).join("\n"));
     expect(r.out).toContain(`${SEEDS} seeds, 0 with violations`);
     expect(r.code).toBe(0);
+  }, 3_600_000);
+
+  test("the injected agent bug (start despite an expired lease) is caught within those seeds", async () => {
+    const r = await sim(["--seeds", String(SEEDS), "--workers", "2", "--inject-agent-bug", "--stop-on-violation"]);
+    console.log(r.out.trim().split("\n").slice(-4).join("\n"));
+    expect(r.out).toMatch(/started a VM for .* but its execution lease ended/);
+    expect(r.code).toBe(1);
   }, 3_600_000);
 
   test("the injected capacity bug is caught within those seeds", async () => {

@@ -1,34 +1,40 @@
 /**
  * The fencing simulation (issue: "Scheduler authority … proven by seeded
  * simulation"). Runs the real scheduler objects (SchedulerWorker, SQLite
- * files on tmpfs) under a fake clock with simulated agents, and injects a
- * seeded schedule of faults: dropped, duplicated, delayed and reordered
- * messages; agent crashes (new epoch, VMs keep running); scheduler crashes
- * between persisting intent and the side effect; partitions that make hosts
- * lost; clock skew; operator fencing and replacement authorizations.
- * After every step it checks the invariants; after the faults stop it checks
- * that every allocation settles.
+ * files on tmpfs) and the real host agent (src/agent/agent.ts with its
+ * placement reconciler, src/agent/reconcile/reconciler.ts) over fake
+ * ports (simHost.ts), all on one fake timeline, and injects a seeded
+ * schedule of faults: dropped, duplicated and delayed messages; agent
+ * crashes (VMs keep running), agent stalls (a frozen process) and host
+ * reboots (VMs die); VMMs that fail every start for a while (the host must
+ * turn VMM_START_FAILING and recover); VMs that crash,
+ * guests that never boot, images that fail or resolve slowly; scheduler
+ * crashes between persisting intent and the side effect; partitions that
+ * make hosts lost; clock skew; operator fencing and replacement
+ * authorizations. After every step it checks the invariants; after the
+ * faults stop it checks that every allocation settles.
  */
 import { createHash } from "node:crypto";
 import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { BeachballError } from "../../src/protocol/errors.ts";
 import type { Envelope, PollResponse } from "../../src/protocol/agent.ts";
-import type { AllocationView } from "../../src/protocol/api.ts";
 import { SchedulerWorker } from "../../src/scheduler/worker.ts";
 import { tokenDigest, type DeploymentManifest, type Identity } from "../../src/scheduler/manifest.ts";
-import { HostObject } from "../../src/scheduler/objects/hostObject.ts";
-import { AllocationObject } from "../../src/scheduler/objects/allocationObject.ts";
-import { FakeClock, SeededRandom } from "./rng.ts";
-import { SimAgent, type ExecutionRecord } from "./simAgent.ts";
+import { FakeTimeline, settle, type FakeRequest } from "../../src/agent/fakePorts.ts";
+import type { AgentDebug } from "../../src/agent/debug.ts";
+import { SeededRandom } from "./rng.ts";
+import { SimHost, type ExecutionRecord } from "./simHost.ts";
 
 /** Options of one simulated run. */
 export interface SimOptions {
   seed: number;
   /** Parent directory for the run's SQLite files (tmpfs recommended). */
   baseDir: string;
-  /** Inject the "release capacity on lease expiry" bug. */
+  /** Inject the scheduler bug "release capacity on lease expiry". */
   injectBug?: boolean;
+  /** Inject the agent bug "start a VM whose execution lease expired". */
+  injectAgentBug?: boolean;
   hosts?: number;
   maxAllocations?: number;
   faultSteps?: number;
@@ -41,7 +47,7 @@ export interface SimResult {
   seed: number;
   violations: string[];
   traceHash: string;
-  stats: { steps: number; allocations: number; schedulerCrashes: number; agentCrashes: number; fenced: number; replaced: number; executions: number };
+  stats: { steps: number; allocations: number; schedulerCrashes: number; agentCrashes: number; reboots: number; stalls: number; vmmOutages: number; vmmFailingSteps: number; vmCrashes: number; fenced: number; replaced: number; executions: number; envelopes: number };
 }
 
 const CONTROLLER: Identity = { id: "controller:sim", role: "controller" };
@@ -67,16 +73,25 @@ function manifest(): DeploymentManifest {
 
 interface Delayed {
   at: number;
-  hostId: string;
-  env: Envelope;
-  resp: PollResponse | null;
+  req: FakeRequest;
+  resp: PollResponse;
+}
+
+/** Fake VM and image behaviour drawn from the seed: launch, boot and shutdown times, guests that never boot, images that fail or are slow. */
+function behaviourFor(rng: SeededRandom, faults: () => boolean) {
+  return {
+    launchMs: () => 50 + rng.int(1_500),
+    bootMs: () => (faults() && rng.chance(0.04) ? null : 500 + rng.int(6_000)),
+    shutdownMs: () => 100 + rng.int(2_000),
+    resolveMs: () => (faults() && rng.chance(0.04) ? null : faults() && rng.chance(0.05) ? 20_000 + rng.int(40_000) : rng.int(2_500)),
+  };
 }
 
 /** Runs one seed. Never throws for an invariant violation: it reports it. */
 export async function runSimulation(opts: SimOptions): Promise<SimResult> {
   const rng = new SeededRandom(opts.seed);
   const schedRng = new SeededRandom(opts.seed ^ 0x5eed5eed);
-  const clock = new FakeClock(1_800_000_000_000);
+  const timeline = new FakeTimeline(1_800_000_000_000);
   const stepMs = opts.stepMs ?? 3_000;
   const faultSteps = opts.faultSteps ?? 80;
   const healSteps = opts.healSteps ?? 100;
@@ -85,15 +100,15 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
   mkdirSync(dir, { recursive: true });
   const violations: string[] = [];
   const trace = createHash("sha256");
-  const stats = { steps: 0, allocations: 0, schedulerCrashes: 0, agentCrashes: 0, fenced: 0, replaced: 0, executions: 0 };
+  const stats = { steps: 0, allocations: 0, schedulerCrashes: 0, agentCrashes: 0, reboots: 0, stalls: 0, vmmOutages: 0, vmmFailingSteps: 0, vmCrashes: 0, fenced: 0, replaced: 0, executions: 0, envelopes: 0 };
   let faults = true;
   const timeouts = { leaseMs: 30_000, pendingTimeoutMs: 180_000, provisioningTimeoutMs: 120_000, hostCheckIntervalMs: 5_000, leaseGraceMs: 20_000, defaultTtlMs: 3_600_000 };
   const makeWorker = () => {
     const w = new SchedulerWorker({
-      dataDir: dir,
+      dataDir: join(dir, "scheduler"),
       manifest: manifest(),
       publicUrl: "http://sim",
-      clock,
+      clock: timeline,
       random: schedRng,
       timeouts,
       faultHook: () => faults && rng.chance(0.004),
@@ -106,7 +121,7 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
   const restartIfCrashed = async () => {
     if (!worker.runtime.isCrashed) return;
     stats.schedulerCrashes++;
-    trace.update(`crash@${clock.now()}`);
+    trace.update(`crash@${timeline.now()}`);
     await worker.runtime.abandon();
     worker = makeWorker();
   };
@@ -127,15 +142,19 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
     }
   };
 
-  const agents: SimAgent[] = [];
+  const agentDebug: AgentDebug | undefined = opts.injectAgentBug ? { startDespiteExpiredLease: true } : undefined;
+  const hosts: SimHost[] = [];
   const fenced = new Set<string>();
   const downUntil = new Map<string, number>();
   const executions: ExecutionRecord[] = [];
+  const behaviour = behaviourFor(rng, () => faults);
   for (let i = 0; i < (opts.hosts ?? 3); i++) {
     const hostId = `host-${i}`;
     const t = await sched((w) => w.createEnrollmentToken(OPERATOR, hostId, 3600));
-    await sched((w) => w.enroll({ token: t!.token, capacity: HOST_CAPACITY, region: "sim", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "sim" }));
-    agents.push(new SimAgent(hostId, rng, () => clock.now(), (r) => executions.push(r)));
+    await sched((w) => w.enroll({ token: t!.token, capacity: HOST_CAPACITY, region: "sim", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "fake" }));
+    const h = new SimHost(hostId, join(dir, hostId), timeline, rng, behaviour, (r) => executions.push(r), agentDebug);
+    await h.boot();
+    hosts.push(h);
   }
   const allocations: string[] = [];
   let createAttempts = 0;
@@ -143,28 +162,71 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
   const delayed: Delayed[] = [];
   const lastConsuming = new Map<string, Set<string>>();
 
-  const exchange = async (a: SimAgent) => {
-    if (!a.alive || a.partitioned || fenced.has(a.hostId)) return;
-    const env = a.envelope("poll");
-    if (faults && rng.chance(0.05)) return trace.update("drop-req");
-    const copies = faults && rng.chance(0.05) ? 2 : 1;
-    let resp: PollResponse | null = null;
-    for (let c = 0; c < copies; c++) {
-      try {
-        resp = (await sched((w) => w.agentEnvelope(a.hostId, env))) ?? resp;
-      } catch (e) {
-        if (e instanceof BeachballError && e.code === "STALE_AGENT_EPOCH") a.epoch = "";
-        else throw e;
+  /** Carries every envelope the host's agent sent to the scheduler, with the network's faults. */
+  const exchange = async (h: SimHost) => {
+    if (!h.alive || !h.channel || h.stalled) return;
+    for (const req of h.channel.take()) {
+      if (h.partitioned || (faults && rng.chance(0.04))) {
+        trace.update("drop-req");
+        // Most failures are refused connections the agent sees at once; the rest vanish and its own timeout fails them.
+        if (rng.chance(0.75)) req.reject(new Error("connection refused"));
+        continue;
       }
+      if (fenced.has(h.hostId)) {
+        req.reject(new Error("scheduler answered 401: the host credential was revoked"));
+        continue;
+      }
+      const env: Envelope = {
+        protocolVersion: "1.0",
+        messageId: rng.id("msg"),
+        hostId: h.hostId,
+        agentEpoch: req.agentEpoch,
+        sentAt: new Date(h.clock.now()).toISOString(),
+        type: req.type,
+        payload: { ...req.payload, ...(req.type === "poll" ? { waitMs: 0 } : {}) },
+      };
+      const copies = faults && rng.chance(0.05) ? 2 : 1;
+      stats.envelopes += copies;
+      let resp: PollResponse | null = null;
+      let failure: Error | null = null;
+      for (let c = 0; c < copies; c++) {
+        try {
+          resp = (await sched((w) => w.agentEnvelope(h.hostId, env))) ?? resp;
+        } catch (e) {
+          if (e instanceof BeachballError) failure = e;
+          else throw e;
+        }
+      }
+      if (!resp) {
+        req.reject(failure ?? new Error("scheduler crashed mid-request"));
+        continue;
+      }
+      if (faults && rng.chance(0.04)) {
+        trace.update("drop-resp");
+        if (rng.chance(0.75)) req.reject(new Error("connection reset"));
+        continue;
+      }
+      if (faults && rng.chance(0.08)) {
+        delayed.push({ at: timeline.now() + stepMs * (1 + rng.int(5)), req, resp });
+        continue;
+      }
+      req.resolve(resp);
     }
-    if (!resp) return;
-    if (faults && rng.chance(0.05)) return trace.update("drop-resp");
-    if (faults && rng.chance(0.1)) {
-      delayed.push({ at: clock.now() + stepMs * (1 + rng.int(5)), hostId: a.hostId, env, resp });
-      return;
+    await settle();
+  };
+
+  /** Checks each VMM launch against the scheduler's authority at the moment the agent decided it. */
+  const checkExecutions = async (step: number) => {
+    for (const r of executions.splice(0)) {
+      stats.executions++;
+      const v = await sched((w) => w.env.Allocation.get(r.allocationId).get(CONTROLLER.id));
+      if (v && v.generation !== r.generation) violations.push(`step ${step}: ${r.hostId} started a VM for ${r.allocationId} generation ${r.generation}, but the allocation is at generation ${v.generation}`);
+      if (v && (v.state === "released" || v.state === "failed")) violations.push(`step ${step}: ${r.hostId} started a VM for ${r.allocationId}, which is ${v.state}`);
+      const ps = await sched((w) => w.env.Host.get(r.hostId).placementStatus(r.placementId));
+      // The scheduler's lease only grows, and the agent only learns leases from it: a correct agent launches only before it ends.
+      if (ps?.exists && ps.leaseExpiresAtMs <= r.agentNowMs)
+        violations.push(`step ${step}: ${r.hostId} started a VM for ${r.placementId} at ${r.agentNowMs} (its clock), but its execution lease ended at ${ps.leaseExpiresAtMs}`);
     }
-    a.delivered(env);
-    a.handle(resp);
   };
 
   const totalSteps = faultSteps + healSteps;
@@ -172,13 +234,14 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
     stats.steps++;
     if (step === faultSteps) {
       faults = false;
-      for (const a of agents) {
-        a.partitioned = false;
-        a.skewMs = 0;
-        if (!a.alive) a.alive = true;
+      for (const h of hosts) {
+        h.partitioned = false;
+        h.skewMs = 0;
+        h.vmmBrokenUntilMs = 0;
       }
     }
-    clock.advance(stepMs);
+    await timeline.advance(stepMs);
+    await checkExecutions(step);
     worker.runtime.tick();
     await sched(async () => undefined);
 
@@ -215,41 +278,42 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
       }
     }
 
-    // Agents.
-    for (const a of agents) {
+    // Hosts.
+    for (const h of hosts) {
       if (faults) {
-        if (a.alive && rng.chance(0.01)) {
-          a.crash();
+        if (h.alive && rng.chance(0.01)) {
+          if (rng.chance(0.2)) {
+            h.reboot();
+            stats.reboots++;
+          } else h.crash();
           stats.agentCrashes++;
-          downUntil.set(a.hostId, clock.now() + stepMs * (1 + rng.int(4)));
+          downUntil.set(h.hostId, timeline.now() + stepMs * (1 + rng.int(4)));
         }
-        if (rng.chance(0.01)) a.partitioned = !a.partitioned;
-        if (a.partitioned && rng.chance(0.02)) a.partitioned = false;
-        if (rng.chance(0.02)) a.skewMs = rng.chance(0.5) ? 0 : (rng.int(17) - 8) * 1000;
+        if (h.alive && !h.stalled && rng.chance(0.01)) {
+          h.stall(timeline.now() + stepMs * (3 + rng.int(18)));
+          stats.stalls++;
+        }
+        if (!h.vmmBroken && rng.chance(0.005)) {
+          h.vmmBrokenUntilMs = timeline.now() + stepMs * (5 + rng.int(16));
+          stats.vmmOutages++;
+        }
+        const vms = h.vmHost.running();
+        if (vms.length && rng.chance(0.01)) {
+          h.vmHost.exit(rng.pick(vms), "crashed");
+          stats.vmCrashes++;
+        }
+        if (rng.chance(0.01)) h.partitioned = !h.partitioned;
+        if (h.partitioned && rng.chance(0.02)) h.partitioned = false;
+        if (rng.chance(0.02)) h.skewMs = rng.chance(0.5) ? 0 : (rng.int(17) - 8) * 1000;
       }
-      if (!a.alive && clock.now() >= (downUntil.get(a.hostId) ?? 0)) a.alive = true;
-      if (!a.alive) continue;
-      a.progress();
-      for (const r of executions.splice(0)) {
-        stats.executions++;
-        const v = await sched((w) => w.env.Allocation.get(r.allocationId).get(CONTROLLER.id));
-        if (v && v.generation !== r.generation) violations.push(`step ${step}: ${r.hostId} started a VM for ${r.allocationId} generation ${r.generation}, but the allocation is at generation ${v.generation}`);
-        if (v && (v.state === "released" || v.state === "failed")) violations.push(`step ${step}: ${r.hostId} started a VM for ${r.allocationId}, which is ${v.state}`);
-      }
-      await exchange(a);
+      if (!h.alive && timeline.now() >= (downUntil.get(h.hostId) ?? 0)) await h.boot();
+      await exchange(h);
     }
-    const due = delayed.filter((x) => x.at <= clock.now());
-    for (let i = due.length - 1; i > 0; i--) {
-      const j = rng.int(i + 1);
-      [due[i], due[j]] = [due[j]!, due[i]!];
-    }
-    for (const d of due) {
+    for (const d of delayed.filter((x) => x.at <= timeline.now())) {
       delayed.splice(delayed.indexOf(d), 1);
-      const a = agents.find((x) => x.hostId === d.hostId)!;
-      if (!a.alive) continue;
-      a.delivered(d.env);
-      if (d.resp) a.handle(d.resp);
+      d.req.resolve(d.resp); // ignored if the agent gave up on it (timeout) or died
     }
+    await settle();
     if (faults && rng.chance(0.01)) {
       stats.schedulerCrashes++;
       await worker.runtime.abandon();
@@ -269,6 +333,7 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
     if (v.state !== "ready" && v.state !== "released" && v.state !== "failed") violations.push(`liveness: ${id} is still ${v.state} (gen ${v.generation}, reason ${v.reason}) ${healSteps * stepMs} ms after the faults stopped`);
     if (v.generation > 1) stats.replaced++;
   }
+  for (const h of hosts) h.close();
   await worker.close();
   rmSync(dir, { recursive: true, force: true });
   return { seed: opts.seed, violations, traceHash: trace.digest("hex").slice(0, 16), stats };
@@ -276,33 +341,34 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
   async function checkStep(step: number): Promise<void> {
     const views = ((await sched((w) => w.hosts(OPERATOR))) ?? []) as Awaited<ReturnType<SchedulerWorker["hosts"]>>;
     const running = new Map<string, string[]>();
-    for (const a of agents) {
-      if (fenced.has(a.hostId)) continue;
+    for (const h of hosts) {
+      if (fenced.has(h.hostId)) continue;
       let cpu = 0;
       let mem = 0;
-      for (const vm of a.vms.values()) {
-        cpu += vm.cpuMillis;
-        mem += vm.memoryMiB;
-        running.set(vm.allocationId, [...(running.get(vm.allocationId) ?? []), `${a.hostId}/g${vm.generation}`]);
+      const vms = h.vmHost.running();
+      for (const vm of vms) {
+        cpu += vm.spec.vcpus * 1000;
+        mem += vm.spec.memoryMiB;
+        running.set(vm.identity.allocationId, [...(running.get(vm.identity.allocationId) ?? []), `${h.hostId}/g${vm.identity.generation}`]);
       }
-      if (cpu > HOST_CAPACITY.cpuMillis || mem > HOST_CAPACITY.memoryMiB || a.vms.size > HOST_CAPACITY.maxPlacements)
-        violations.push(`step ${step}: ${a.hostId} runs ${a.vms.size} VMs using ${cpu}m/${mem} MiB: over its capacity`);
+      if (cpu > HOST_CAPACITY.cpuMillis || mem > HOST_CAPACITY.memoryMiB || vms.length > HOST_CAPACITY.maxPlacements)
+        violations.push(`step ${step}: ${h.hostId} runs ${vms.length} VMs using ${cpu}m/${mem} MiB: over its capacity`);
     }
     for (const [alloc, where] of running) if (where.length > 1) violations.push(`step ${step}: allocation ${alloc} has ${where.length} running VMs (${where.join(", ")})`);
-    for (const h of views) {
-      trace.update(`${h.hostId}:${h.free.cpuMillis}:${h.placements.length}`);
-      if (h.free.cpuMillis < 0 || h.free.memoryMiB < 0 || h.free.ephemeralDiskMiB < 0 || h.free.slots < 0) violations.push(`step ${step}: ${h.hostId} accounting is overcommitted: free ${JSON.stringify(h.free)}`);
-      const now = new Set(h.placements.map((p) => p.placementId));
-      const before = lastConsuming.get(h.hostId) ?? new Set();
-      const agent = agents.find((a) => a.hostId === h.hostId)!;
+    for (const v of views) {
+      trace.update(`${v.hostId}:${v.free.cpuMillis}:${v.placements.length}`);
+      if (v.unschedulable.includes("VMM_START_FAILING")) stats.vmmFailingSteps++;
+      if (v.free.cpuMillis < 0 || v.free.memoryMiB < 0 || v.free.ephemeralDiskMiB < 0 || v.free.slots < 0) violations.push(`step ${step}: ${v.hostId} accounting is overcommitted: free ${JSON.stringify(v.free)}`);
+      const now = new Set(v.placements.map((p) => p.placementId));
+      const before = lastConsuming.get(v.hostId) ?? new Set();
+      const h = hosts.find((x) => x.hostId === v.hostId)!;
       for (const id of before) {
-        if (now.has(id) || fenced.has(h.hostId)) continue;
-        const local = agent.placements.get(id);
-        if (agent.vms.has(id) || (local && local.observed !== "absent")) violations.push(`step ${step}: ${h.hostId} freed the capacity of ${id} before the agent observed it absent (agent: ${local?.observed ?? "unknown"}, VM ${agent.vms.has(id) ? "running" : "gone"})`);
+        if (now.has(id) || fenced.has(v.hostId)) continue;
+        const local = h.observed(id);
+        const vm = h.runsVmOf(id);
+        if (vm || (local && local !== "absent")) violations.push(`step ${step}: ${v.hostId} freed the capacity of ${id} before the agent observed it absent (agent: ${local ?? "unknown"}, VM ${vm ? "running" : "gone"})`);
       }
-      lastConsuming.set(h.hostId, now);
+      lastConsuming.set(v.hostId, now);
     }
-    void HostObject;
-    void (null as AllocationView | null);
   }
 }

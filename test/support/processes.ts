@@ -16,20 +16,26 @@ export interface Role {
   log: string;
 }
 
-/** Starts `bb ARGS…` with output appended to `log`. */
-export function startRole(args: string[], log: string): Role {
+/** Starts `bb ARGS…` with output appended to `log` (`env` overrides variables, e.g. PATH). */
+export function startRole(args: string[], log: string, env: Record<string, string> = {}): Role {
   const fd = openSync(log, "a");
-  const proc = Bun.spawn([BUN, BB, ...args], { stdout: fd, stderr: fd, stdin: "ignore", env: { ...process.env, NO_COLOR: "1" } });
+  const proc = Bun.spawn([BUN, BB, ...args], { stdout: fd, stderr: fd, stdin: "ignore", env: { ...process.env, NO_COLOR: "1", ...env } });
   closeSync(fd);
   return { proc, log };
 }
 
 /** Runs `bb ARGS…` to completion; throws with its output when it fails. */
 export async function runRole(args: string[]): Promise<string> {
-  const p = Bun.spawn([BUN, BB, ...args], { stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1" } });
-  const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
-  if (code !== 0) throw new Error(`bb ${args.join(" ")} exited ${code}: ${out}${err}`);
-  return out + err;
+  const r = await runRoleExit(args);
+  if (r.code !== 0) throw new Error(`bb ${args.join(" ")} exited ${r.code}: ${r.out}`);
+  return r.out;
+}
+
+/** Runs `bb ARGS…` to completion and returns its exit code and output (stdout, then stderr). */
+export async function runRoleExit(args: string[], env: Record<string, string> = {}): Promise<{ code: number; stdout: string; out: string }> {
+  const p = Bun.spawn([BUN, BB, ...args], { stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1", ...env } });
+  const [stdout, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+  return { code, stdout, out: stdout + err };
 }
 
 /** SIGKILLs a role and waits for it to be reaped. */

@@ -4,7 +4,8 @@
  * accepts commands): KVM or TCG, /dev/net/tun, cgroup controllers per
  * version, root/capabilities, required commands, a probe network namespace
  * with an nftables load, the uplink (when configured), isolation settings,
- * and scheduler liveness (when configured).
+ * a real test boot of the VMM (doctor/vmmBoot.ts) and scheduler liveness
+ * (when configured).
  * Must never: leave the probe namespace behind, or send anything but
  * GET /healthz to the scheduler.
  */
@@ -15,6 +16,12 @@ import { LIMITED_CONTROLLERS } from "../isolation/cgroups/limits.ts";
 import { inNetns, ip, linkExists, nftLoad, runCmd } from "../isolation/exec.ts";
 import { isolationFromConfig } from "../isolation/isolation.ts";
 import type { CheckResult } from "./format.ts";
+import type { VmmDriver } from "../vmm/driver.ts";
+import { selectVmmDriver } from "../vmm/select.ts";
+import { testKernelOf, vmmBootCheck } from "./vmmBoot.ts";
+
+/** ID of the VMM test boot check (its failure marks the VMM failing, not isolation unhealthy). */
+export const VMM_BOOT_CHECK_ID = "vmm-boot";
 
 /** Linux capability numbers the agent needs (linux/capability.h). */
 export const REQUIRED_CAPABILITIES = { CAP_NET_ADMIN: 12, CAP_SYS_ADMIN: 21 } as const;
@@ -26,6 +33,8 @@ export const HEALTHZ_TIMEOUT_MS = 3_000;
 /** Side effects the registry uses; tests replace them. */
 export interface DoctorDeps {
   fetch: (url: string, init: { signal: AbortSignal }) => Promise<{ ok: boolean; status: number }>;
+  /** The VMM driver the agent would use (default: probed by selectVmmDriver). */
+  vmmDriver?: () => Promise<VmmDriver>;
 }
 
 /** One registered check. */
@@ -139,6 +148,15 @@ export const PREREQUISITES: readonly PrerequisiteCheck[] = [
       if (!(await linkExists(u.netns, u.device))) return fail(`device ${u.device} not found in ${where}`, "set uplink.device to the interface that leads out");
       const fwd = (await runCmd(inNetns(u.netns, ["cat", "/proc/sys/net/ipv4/ip_forward"]))).out.trim();
       return fwd === "1" ? pass(`${u.device} in ${where}, forwarding on`) : fail(`net.ipv4.ip_forward=${fwd || "?"} in ${where}`, "sysctl -w net.ipv4.ip_forward=1 (persist it in /etc/sysctl.d)");
+    },
+  },
+  {
+    id: VMM_BOOT_CHECK_ID, title: "VMM test boot",
+    run: async (config, deps) => {
+      if (!config) return { status: "skip", detail: "no agent configuration" };
+      if (!testKernelOf(config)) return { status: "skip", detail: "no kernel to boot: no image directory with a manifest and no vmmTestKernel" };
+      const r = await vmmBootCheck(await (deps.vmmDriver ?? (async () => (await selectVmmDriver()).driver))(), config);
+      return r.status === "fail" ? fail(r.detail, "check the VMM binary on PATH (qemu-system-x86_64, or firecracker and jailer) and the kernel; run it by hand to see its error") : r;
     },
   },
   {

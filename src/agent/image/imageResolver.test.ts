@@ -1,12 +1,12 @@
 /**
- * imageResolver (src/agent/placementOps.ts) with and without trusted keys:
+ * imageResolver (src/agent/image/hostImages.ts) with and without trusted keys:
  * the resolver the daemon uses for configured image directories.
  */
 import { afterAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { imageResolver } from "../placementOps.ts";
+import { imageResolver } from "./hostImages.ts";
 import { generateSigningKey } from "../../image/signing.ts";
 import { makeTestImage, writeTestImage } from "../../image/testImage.ts";
 import { clearVerifyMemo } from "../../image/verify.ts";

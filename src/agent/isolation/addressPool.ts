@@ -13,15 +13,16 @@
  * Pure: no I/O. Must never: hand out a slot outside the pool.
  */
 import { createHash } from "node:crypto";
+import { AgentError } from "../errors.ts";
 
 /** Default egress pool (operators override it with AgentConfig.egressPoolCidr). */
 export const DEFAULT_EGRESS_POOL_CIDR = "100.127.0.0/16";
 /** Prefix length of one placement's slot (a point-to-point /31, RFC 3021). */
 export const SLOT_PREFIX = 31;
 
-/** Error with code NETWORK_SETUP_FAILED (an AGENT_ERROR_CODES entry). */
-export function netError(msg: string): Error & { code: "NETWORK_SETUP_FAILED" } {
-  return Object.assign(new Error(msg), { code: "NETWORK_SETUP_FAILED" as const });
+/** The isolation subsystem's network failure: an AgentError with code NETWORK_SETUP_FAILED. */
+export function netError(msg: string, cause?: unknown): AgentError {
+  return new AgentError("NETWORK_SETUP_FAILED", msg, { subsystem: "isolation", ...(cause === undefined ? {} : { cause }) });
 }
 
 /** Parses dotted-quad IPv4 into an unsigned 32-bit number. Throws NETWORK_SETUP_FAILED when malformed. */

@@ -1,10 +1,9 @@
 /**
- * The isolation settings a placement needs beyond PlacementContext's core
- * fields: the validated network policy and the cgroup policy (spec "Guest
- * network isolation", "Start"). The daemon builds one from AgentConfig with
- * isolationFromConfig and puts it on its PlacementContext as `isolation`;
- * placementOps reads it with isolationOf, falling back to the defaults (no
- * uplink, cgroups under the agent's own cgroup).
+ * The host-wide isolation settings every placement gets: the validated
+ * network policy and the cgroup policy (spec "Guest network isolation",
+ * "Start"). The daemon builds them from AgentConfig with
+ * isolationFromConfig and hands them to HostIsolation (isolationOps.ts);
+ * the defaults are no uplink and cgroups under the agent's own cgroup.
  * Must never: hold per-placement state (it is host-wide configuration).
  */
 import type { AgentConfig } from "../config.ts";
@@ -20,7 +19,7 @@ export interface PlacementIsolation {
 /** Defaults: no uplink, no resolvers, default pool; cgroups under the agent's own cgroup. */
 export const DEFAULT_ISOLATION: PlacementIsolation = { network: DEFAULT_NET_POLICY, cgroups: DEFAULT_CGROUP_POLICY };
 
-/** Validates the isolation fields of AgentConfig. Throws NETWORK_SETUP_FAILED (network) or INTERNAL (cgroups) naming the bad field. */
+/** Validates the isolation fields of AgentConfig. Throws AgentError NETWORK_SETUP_FAILED (network) or CGROUP_SETUP_FAILED (cgroups) naming the bad field. */
 export function isolationFromConfig(config: Partial<AgentConfig>): PlacementIsolation {
   return {
     network: netPolicyFrom({
@@ -31,9 +30,4 @@ export function isolationFromConfig(config: Partial<AgentConfig>): PlacementIsol
     }),
     cgroups: cgroupPolicyFrom(config),
   };
-}
-
-/** The isolation settings on a PlacementContext-like object (`isolation` field), or the defaults. */
-export function isolationOf(ctx: object): PlacementIsolation {
-  return (ctx as { isolation?: PlacementIsolation }).isolation ?? DEFAULT_ISOLATION;
 }

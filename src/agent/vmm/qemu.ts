@@ -16,6 +16,7 @@ import { privateArgsArchive } from "./initrdFragment.ts";
 import { readFile } from "node:fs/promises";
 import { type GuestChannel, rootFormat, scratchDiskOf, type VmHandle, type VmSpec, type VmmDriver } from "./driver.ts";
 import { hostTscKhz, probeKvm, vmmError } from "./qemuHost.ts";
+import { AgentError } from "../errors.ts";
 import { connectUnixChannel } from "./unixChannel.ts";
 
 export { trimConsoleLog } from "./consoleLog.ts";
@@ -181,13 +182,13 @@ export class QemuMicrovmDriver implements VmmDriver {
   async stop(handle: VmHandle, graceMs: number): Promise<void> {
     // Not ours to signal (or already exiting): just wait until it has really exited.
     if (!(await this.isAlive(handle))) {
-      if (!(await this.waitGone(handle, 10_000))) throw Object.assign(new Error(`QEMU pid ${handle.pid} did not finish exiting`), { code: "CLEANUP_FAILED" });
+      if (!(await this.waitGone(handle, 10_000))) throw new AgentError("CLEANUP_FAILED", `QEMU pid ${handle.pid} did not finish exiting`, { subsystem: "vmm" });
       return;
     }
     process.kill(handle.pid, "SIGTERM");
     if (await this.waitGone(handle, graceMs)) return;
     if (await this.isAlive(handle)) process.kill(handle.pid, "SIGKILL");
-    if (!(await this.waitGone(handle, 10_000))) throw Object.assign(new Error(`QEMU pid ${handle.pid} survived SIGKILL`), { code: "CLEANUP_FAILED" });
+    if (!(await this.waitGone(handle, 10_000))) throw new AgentError("CLEANUP_FAILED", `QEMU pid ${handle.pid} survived SIGKILL`, { subsystem: "vmm" });
   }
 
   /** Waits until the process has exited (see processExited) or `ms` elapse; true when gone. */

@@ -7,10 +7,11 @@
  * /proc/cpuinfo's `cpu MHz` and, failing that, throws.
  */
 import { readFile } from "node:fs/promises";
+import { AgentError } from "../errors.ts";
 
-/** Error with code VMM_START_FAILED (an AGENT_ERROR_CODES entry). */
-export function vmmError(msg: string): Error & { code: "VMM_START_FAILED" } {
-  return Object.assign(new Error(msg), { code: "VMM_START_FAILED" as const });
+/** The VMM subsystem's start failure: an AgentError with code VMM_START_FAILED. */
+export function vmmError(msg: string, cause?: unknown): AgentError {
+  return new AgentError("VMM_START_FAILED", msg, { subsystem: "vmm", ...(cause === undefined ? {} : { cause }) });
 }
 
 let cachedKhz: number | undefined;

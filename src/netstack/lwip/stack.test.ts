@@ -12,7 +12,7 @@ import { TCP_WINDOW_BYTES } from "../limits.ts";
 import { FakeTimers } from "../timers.fake.ts";
 
 /** A wire between two stacks: packets cross on the next macrotask; `drop` loses them. */
-function pair(opts: { timers?: FakeTimers; drop?: () => boolean } = {}) {
+function pair(opts: { timers?: FakeTimers; drop?: () => boolean; receiveBudgetBytes?: number } = {}) {
   const queues: [Uint8Array[], Uint8Array[]] = [[], []];
   let scheduled = false;
   const stacks: Netstack[] = [];
@@ -32,7 +32,13 @@ function pair(opts: { timers?: FakeTimers; drop?: () => boolean } = {}) {
     }
   };
   const a = createNetstack({ ipv4: { address: "10.1.0.1", prefixLength: 24 }, ipv6: ["fd00:1::1"], output: out(0), ...(opts.timers ? { timers: opts.timers } : {}) });
-  const b = createNetstack({ ipv4: { address: "10.1.0.2", prefixLength: 24 }, ipv6: ["fd00:1::2"], output: out(1), ...(opts.timers ? { timers: opts.timers } : {}) });
+  const b = createNetstack({
+    ipv4: { address: "10.1.0.2", prefixLength: 24 },
+    ipv6: ["fd00:1::2"],
+    output: out(1),
+    ...(opts.timers ? { timers: opts.timers } : {}),
+    ...(opts.receiveBudgetBytes ? { receiveBudgetBytes: opts.receiveBudgetBytes } : {}),
+  });
   stacks.push(a, b);
   return { a, b };
 }
@@ -158,6 +164,28 @@ describe("lwIP stack, two instances back to back", () => {
     expect(got).toEqual({ bytes: data.length, sha: sha(data) });
   });
 
+  test("unread data across connections stays within the receive budget; refused segments arrive later, byte-exact", async () => {
+    const BUDGET = 2 << 20;
+    const { a, b } = track(pair({ receiveBudgetBytes: BUDGET }));
+    const PER = 256 * 1024;
+    const COUNT = 12; // 3 MiB in flight: more than the budget in total, one window each
+    const servers: TcpConnection[] = [];
+    b.listen("10.1.0.2", 8083, (c) => servers.push(c));
+    const clients = await Promise.all(Array.from({ length: COUNT }, () => a.connect("10.1.0.2", 8083)));
+    const sending = clients.map((c, i) => c.write(pattern(PER, 500 + i)).then(() => c.closeWrite()));
+    for (let i = 0; i < 200 && b.stats().receiveBufferedBytes < BUDGET - PER; i++) await Bun.sleep(20);
+    await Bun.sleep(200);
+    expect(b.stats().receiveBufferedBytes).toBeGreaterThan(BUDGET - PER);
+    expect(b.stats().receiveBufferedBytes).toBeLessThanOrEqual(BUDGET);
+    expect(servers).toHaveLength(COUNT);
+    // Map each server connection to its client by port, then read everything.
+    const byPort = new Map(clients.map((c, i) => [c.localPort, i]));
+    const results = await Promise.all(servers.map(async (s) => ({ i: byPort.get(s.remotePort)!, got: await readAll(s) })));
+    await Promise.all(sending);
+    for (const r of results) expect(r.got).toEqual({ bytes: PER, sha: sha(pattern(PER, 500 + r.i)) });
+    expect(b.stats().receiveBufferedBytes).toBe(0);
+  }, 60_000);
+
   test("connect gives up after its timeout when nothing answers (fake clock)", async () => {
     const timers = new FakeTimers();
     const { a } = track(pair({ timers, drop: () => true }));
@@ -182,6 +210,7 @@ describe("lwIP stack, two instances back to back", () => {
     expect(() => a.listen("0.0.0.0", 5000, () => {})).toThrow(expect.objectContaining({ code: "address-in-use" }));
     expect(() => createNetstack({ output: () => {} })).toThrow(expect.objectContaining({ code: "invalid-argument" }));
     expect(() => createNetstack({ ipv4: { address: "10.0.0.1", prefixLength: 33 }, output: () => {} })).toThrow(expect.objectContaining({ code: "invalid-argument" }));
+    expect(() => createNetstack({ ipv6: ["fd00::1"], receiveBudgetBytes: 1 << 30, output: () => {} })).toThrow(expect.objectContaining({ code: "invalid-argument" }));
   });
 
   test("packets that are empty or larger than 64 KiB are dropped and counted", () => {

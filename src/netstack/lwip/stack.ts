@@ -62,6 +62,7 @@ export class LwipStack implements Netstack, ConnectionHost {
   private timer: TimerHandle | null = null;
   private timerAt = Infinity;
   private receiveBuffered = 0;
+  private readonly receiveBudget: number;
   private failed: NetstackError | null = null;
   private hookError: unknown = null;
   private assertion = "";
@@ -73,6 +74,10 @@ export class LwipStack implements Netstack, ConnectionHost {
     if ((options.ipv6?.length ?? 0) > 3) throw new NetstackError("invalid-argument", "at most 3 IPv6 addresses");
     const mtu = options.mtu ?? TUNNEL_MTU;
     if (!Number.isInteger(mtu) || mtu < 1280 || mtu > MAX_PACKET_BYTES) throw new NetstackError("invalid-argument", `MTU ${mtu} is outside 1280..${MAX_PACKET_BYTES}`);
+    this.receiveBudget = options.receiveBudgetBytes ?? RECEIVE_BUDGET_BYTES;
+    if (!Number.isInteger(this.receiveBudget) || this.receiveBudget < 65536 || this.receiveBudget > RECEIVE_BUDGET_BYTES) {
+      throw new NetstackError("invalid-argument", `receiveBudgetBytes ${this.receiveBudget} is outside 65536..${RECEIVE_BUDGET_BYTES}`);
+    }
     this.timers = options.timers ?? realTimers;
     this.output = options.output;
     const random = options.random ?? cryptoRandom;
@@ -378,7 +383,7 @@ export class LwipStack implements Netstack, ConnectionHost {
       c.onData(null);
       return 0;
     }
-    if (this.receiveBuffered + len > RECEIVE_BUDGET_BYTES) return 1; // lwIP keeps it and retries on its timer
+    if (this.receiveBuffered + len > this.receiveBudget) return 1; // lwIP keeps it and retries on its timer
     c.onData(this.mem().slice(ptr, ptr + len));
     return 0;
   }

@@ -19,7 +19,7 @@
  * placement absent, keep a bootstrap payload, or start fresh when state
  * that must exist is missing.
  */
-import { and, asc, eq, getTableColumns, gt, sql } from "drizzle-orm";
+import { and, asc, desc, eq, getTableColumns, gt, like, sql } from "drizzle-orm";
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
 import { prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { DamagedStateError } from "../runtime/faults.ts";
@@ -55,7 +55,7 @@ import {
 import { GLOBAL, type SchedulerEnv } from "../env.ts";
 import type { AdmissionLimits } from "./admissionObject.ts";
 import { ALLOCATION_TABLES, allocationEventTable, allocationTable } from "./allocationSchema.ts";
-import { decodeAllocation, encodeAllocation, toAllocationEvent, toAllocationView, type StoredAllocation } from "./allocationView.ts";
+import { decodeAllocation, encodeAllocation, placementExitOf, toAllocationEvent, toAllocationView, type StoredAllocation } from "./allocationView.ts";
 import { AllocationMessage } from "./messages.ts";
 
 /** Most reconcile steps in one pass (each step persists one intent). */
@@ -83,6 +83,13 @@ const queries = (db: ObjectDb) => {
       .where(and(eq(allocationEventTable.obj, obj), gt(allocationEventTable.seq, sql.placeholder("after"))))
       .orderBy(asc(allocationEventTable.seq))
       .limit(sql.placeholder("limit"))
+      .prepare(),
+    lastExit: db
+      .select()
+      .from(allocationEventTable)
+      .where(and(eq(allocationEventTable.obj, obj), eq(allocationEventTable.type, "placement.error"), like(allocationEventTable.dataJson, '%"exitReason"%')))
+      .orderBy(desc(allocationEventTable.seq))
+      .limit(1)
       .prepare(),
   };
 };
@@ -220,7 +227,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       throw e;
     }
     await this.reconcile();
-    return { created: true, view: toAllocationView(this.load()!) };
+    return { created: true, view: this.view(this.load()!) };
   }
 
   /** The existing allocation for a repeated create (IDEMPOTENCY_CONFLICT for another body), or null. */
@@ -228,7 +235,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     const existing = this.load();
     if (!existing) return null;
     if (existing.bodyDigest !== cmd.bodyDigest) throw new BeachballError("IDEMPOTENCY_CONFLICT", "clientRequestId was used with a different request body");
-    return { created: false, view: toAllocationView(existing) };
+    return { created: false, view: this.view(existing) };
   }
 
   /** The stored body digest, or null if this allocation does not exist yet. */
@@ -248,7 +255,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
    */
   get(identity: string, listed = false): AllocationView {
     if (listed && !this.load()) throw new DamagedStateError(`allocation ${this.state.name} is listed by the index but its state is missing`);
-    return toAllocationView(this.owned(identity));
+    return this.view(this.owned(identity));
   }
 
   /** Requests release (idempotent) and runs a reconcile pass. */
@@ -256,7 +263,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     const s = this.owned(identity);
     if (s.rec.desired !== "released" && !TERMINAL_STATES.has(s.rec.state)) this.persist(requestRelease("CLIENT_RELEASE", this.now));
     await this.reconcile();
-    return toAllocationView(this.load()!);
+    return this.view(this.load()!);
   }
 
   /** Events after sequence `after`, at most `limit`. */
@@ -278,7 +285,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       this.persist({ ...noChange({ replacementAuthorized: true, hostCheckAtMs: 0, updatedAtMs: this.now }), events: [{ type: "allocation.replacement_authorized", reason: "CONTROLLER_AUTHORIZED" }] });
     }
     await this.reconcile();
-    return toAllocationView(this.load()!);
+    return this.view(this.load()!);
   }
 
   /**
@@ -541,12 +548,17 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     this.written = row;
   }
 
+  /** The view of `s`, with the last VM exit its events recorded (no column: it lives in the placement.error event). */
+  private view(s: StoredAllocation): AllocationView {
+    return toAllocationView(s, placementExitOf(this.q.lastExit.get({ obj: this.state.name })));
+  }
+
   /** Posts the current view to the index if it is behind (the latest pending copy is replaced, not queued). */
   private postIndexView(): void {
     const s = this.stored;
     if (!this.indexBehind || !s) return;
     this.indexBehind = false;
-    this.state.postLatest(this.env.AllocationIndex, GLOBAL, `idx:${s.rec.allocationId}`, { kind: "upsert", identity: s.rec.identity, view: toAllocationView(s) });
+    this.state.postLatest(this.env.AllocationIndex, GLOBAL, `idx:${s.rec.allocationId}`, { kind: "upsert", identity: s.rec.identity, view: this.view(s) });
   }
 
   /** Events, admission and alert messages of a change (inside the caller's transaction); the index view is posted at the end of the pass. */

@@ -7,7 +7,7 @@
  */
 import { Type, type TSchema } from "@sinclair/typebox";
 import { checkerOf } from "../runtime/check.ts";
-import { ALLOCATION_STATES, PlacementOutcome, type AllocationEvent, type AllocationView } from "../../protocol/api.ts";
+import { ALLOCATION_STATES, PlacementOutcome, type AllocationEvent, type AllocationView, type PlacementExitView } from "../../protocol/api.ts";
 import { PlacementSpec, PLACEMENT_OBSERVED_STATES } from "../../protocol/agent.ts";
 import type { AllocationRecord } from "../../domain/reconcile.ts";
 import { DamagedStateError } from "../runtime/faults.ts";
@@ -129,7 +129,7 @@ export function encodeAllocation(s: StoredAllocation): AllocationRow {
 }
 
 /** The API view of a stored allocation. */
-export function toAllocationView(s: StoredAllocation): AllocationView {
+export function toAllocationView(s: StoredAllocation, exit: PlacementExitView | null = null): AllocationView {
   const r = s.rec;
   const conditions = [...r.conditions];
   if (r.state === "releasing" && r.observedState === "error") conditions.push("CLEANUP_PENDING");
@@ -151,7 +151,16 @@ export function toAllocationView(s: StoredAllocation): AllocationView {
     expiresAt: new Date(r.expiresAtMs).toISOString(),
     workloadExitCode: r.workloadExitCode,
     placement: r.placement,
+    placementExit: exit,
   };
+}
+
+/** The diagnosed VM exit a `placement.error` event row carries (data.exitReason and data.consoleTail), or null. */
+export function placementExitOf(e: Pick<EventRow, "generation" | "placementId" | "atMs" | "dataJson"> | undefined): PlacementExitView | null {
+  if (!e?.dataJson) return null;
+  const d = JSON.parse(e.dataJson) as { exitReason?: PlacementExitView["reason"]; consoleTail?: string };
+  if (!d.exitReason) return null;
+  return { generation: e.generation, placementId: e.placementId, reason: d.exitReason, consoleTail: d.consoleTail ?? "", at: new Date(e.atMs).toISOString() };
 }
 
 /** The API view of one event row of allocation `r` (client and correlation IDs come from the allocation). */

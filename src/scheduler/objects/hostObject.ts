@@ -459,6 +459,7 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
       inventory: env.payload.health?.inventory ?? prevFacts.inventory,
       volumesNearlyFull: env.payload.health?.volumesNearlyFull ?? prevFacts.volumesNearlyFull,
       overlapUntilMs: overlapping ? now + OVERLAP_SUSPECT_MS : prevFacts.overlapUntilMs,
+      vmmStartFailing: env.payload.health?.vmmStartFailing ?? prevFacts.vmmStartFailing ?? false,
       cachedImages: env.payload.health?.cachedImages ?? prevFacts.cachedImages ?? [],
     };
     const factsJson = JSON.stringify(facts);
@@ -468,6 +469,10 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
       if (overlapping) {
         const alertId = `alert:overlap:${r.obj}:${now}`;
         this.state.post(this.env.Operations, GLOBAL, alertId, { kind: "alert", alertId, type: "host.overlapping_agent_session", subject: r.obj, reason: "OVERLAPPING_AGENT_SESSION", atMs: now });
+      }
+      if (facts.vmmStartFailing && !prevFacts.vmmStartFailing) {
+        const alertId = `alert:vmm:${r.obj}:${now}`;
+        this.state.post(this.env.Operations, GLOBAL, alertId, { kind: "alert", alertId, type: "host.vmm_start_failing", subject: r.obj, reason: "VMM_START_FAILING", atMs: now });
       }
       if (newSession) this.sql.exec("DELETE FROM host_update_seqs WHERE obj = ?", this.state.name);
       let lastSeq = newSession ? 0 : r.lastSeq;
@@ -550,6 +555,7 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
       state: u.state,
       errorCode: u.errorCode ?? null,
       workloadExitCode: u.workloadExitCode ?? null,
+      ...(u.exit ? { exit: u.exit } : {}),
       at: u.at,
     });
     return { material: state === "absent" };

@@ -55,10 +55,10 @@ export interface ObservationMessage {
 }
 
 /** Agent-reported facts before the first envelope. */
-export const NO_FACTS: AgentFacts = { clockSkewMs: 0, inventory: null, volumesNearlyFull: false, overlapUntilMs: 0, cachedImages: [] };
+export const NO_FACTS: AgentFacts = { clockSkewMs: 0, inventory: null, volumesNearlyFull: false, overlapUntilMs: 0, vmmStartFailing: false, cachedImages: [] };
 
 /** The part of HostFacts that comes from agent reports (stored as JSON), plus the cached image digests. */
-export type AgentFacts = Pick<HostFacts, "clockSkewMs" | "inventory" | "volumesNearlyFull" | "overlapUntilMs"> & { cachedImages?: string[] };
+export type AgentFacts = Pick<HostFacts, "clockSkewMs" | "inventory" | "volumesNearlyFull" | "overlapUntilMs" | "vmmStartFailing"> & { cachedImages?: string[] };
 
 /** Where an allocation's placement stands, for host-loss detection (src/domain/reconcile.ts). */
 export type { PlacementStatus } from "../../domain/reconcile.ts";

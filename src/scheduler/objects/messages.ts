@@ -9,7 +9,7 @@
  */
 import { Type, type Static } from "@sinclair/typebox";
 import { AllocationView } from "../../protocol/api.ts";
-import { PLACEMENT_OBSERVED_STATES } from "../../protocol/agent.ts";
+import { PLACEMENT_OBSERVED_STATES, VmExit } from "../../protocol/agent.ts";
 import type { AllocationInput } from "../../domain/reconcile.ts";
 import type { Advertisement } from "../../domain/placement.ts";
 
@@ -27,6 +27,8 @@ export const AllocationMessage = Type.Union([
       state: Type.Union(PLACEMENT_OBSERVED_STATES.map((s) => Type.Literal(s))),
       errorCode: Type.Union([Type.String({ maxLength: 64 }), Type.Null()]),
       workloadExitCode: Type.Union([Type.Integer(), Type.Null()]),
+      /** With VM_EXITED: the agent's diagnosis of the exit. */
+      exit: Type.Optional(VmExit),
       at: Type.String({ maxLength: 40 }),
     },
     { additionalProperties: false },

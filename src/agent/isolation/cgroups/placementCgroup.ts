@@ -14,6 +14,7 @@ import { runCmd } from "../exec.ts";
 import { cgroupDir, detectControllers, type ControllerPlacement } from "./hierarchy.ts";
 import { v1Writes, v2Writes, type LimitedController, type PlacementLimits } from "./limits.ts";
 import { cgroupError, DEFAULT_CGROUP_SUBDIR, type CgroupPolicy } from "./policy.ts";
+import { AgentError } from "../../errors.ts";
 
 /** One directory of a placement cgroup (one per hierarchy). */
 export interface PlacementCgroupDir {
@@ -75,7 +76,7 @@ function enableV2(mountPoint: string, dir: string, controllers: LimitedControlle
 
 /**
  * Creates placement `name`'s cgroup directories and writes `limits` (see
- * limits.ts for the files). Throws INTERNAL (after removing what it made)
+ * limits.ts for the files). Throws CGROUP_SETUP_FAILED (after removing what it made)
  * when a controller is missing, delegation fails or a write is refused.
  */
 export function createPlacementCgroup(name: string, limits: PlacementLimits, policy: CgroupPolicy, placements: ControllerPlacement[] = detectControllers()): PlacementCgroup {
@@ -94,12 +95,12 @@ export function createPlacementCgroup(name: string, limits: PlacementLimits, pol
     }
   } catch (e) {
     removePlacementCgroup(cg);
-    throw e instanceof Error && "code" in e ? e : cgroupError(`cgroup ${name}: ${(e as Error).message}`);
+    throw e instanceof AgentError ? e : cgroupError(`cgroup ${name}: ${(e as Error).message}`, e);
   }
   return cg;
 }
 
-/** Moves process `pid` (all its threads) into every directory of `cg`. Throws INTERNAL on a refused write. */
+/** Moves process `pid` (all its threads) into every directory of `cg`. Throws CGROUP_SETUP_FAILED on a refused write. */
 export function addToPlacementCgroup(cg: PlacementCgroup, pid: number): void {
   for (const d of cg.dirs) {
     try {
@@ -119,7 +120,7 @@ export function cgroupPids(dir: string): number[] {
   }
 }
 
-/** Sets RLIMIT_FSIZE (soft and hard) of `pid` to `bytes` with prlimit(1). Throws INTERNAL when prlimit fails. */
+/** Sets RLIMIT_FSIZE (soft and hard) of `pid` to `bytes` with prlimit(1). Throws CGROUP_SETUP_FAILED when prlimit fails. */
 export async function applyFileSizeLimit(pid: number, bytes: number): Promise<void> {
   const r = await runCmd(["prlimit", "--pid", String(pid), `--fsize=${bytes}:${bytes}`]);
   if (r.code !== 0) throw cgroupError(`prlimit --fsize on pid ${pid} failed (exit ${r.code}): ${r.err}`);

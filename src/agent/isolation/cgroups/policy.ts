@@ -3,6 +3,7 @@
  * memory.max, memory.swap.max=0, pids.max, file-size limits). Pure.
  * Must never: accept a parent path that could escape the cgroup hierarchy.
  */
+import { AgentError } from "../../errors.ts";
 
 /** Extra memory allowed to the VMM process beyond the guest's RAM, MiB (page tables, device emulation, TCG translation cache). */
 export const DEFAULT_VMM_MEMORY_OVERHEAD_MIB = 192;
@@ -24,12 +25,12 @@ export interface CgroupPolicy {
 /** Defaults (see the constants). */
 export const DEFAULT_CGROUP_POLICY: CgroupPolicy = { vmmMemoryOverheadMiB: DEFAULT_VMM_MEMORY_OVERHEAD_MIB, pidsMax: DEFAULT_VMM_PIDS_MAX };
 
-/** Error with code INTERNAL for a bad cgroup setting or operation (there is no narrower agent code). */
-export function cgroupError(msg: string): Error & { code: "INTERNAL" } {
-  return Object.assign(new Error(msg), { code: "INTERNAL" as const });
+/** The cgroup subsystem's failure (a bad setting or a failed operation): an AgentError with code CGROUP_SETUP_FAILED. */
+export function cgroupError(msg: string, cause?: unknown): AgentError {
+  return new AgentError("CGROUP_SETUP_FAILED", msg, { subsystem: "cgroup", ...(cause === undefined ? {} : { cause }) });
 }
 
-/** Validates `cgroupParent`, `vmmMemoryOverheadMiB`, `vmmPidsMax` from AgentConfig. Throws INTERNAL naming the bad field. */
+/** Validates `cgroupParent`, `vmmMemoryOverheadMiB`, `vmmPidsMax` from AgentConfig. Throws CGROUP_SETUP_FAILED naming the bad field. */
 export function cgroupPolicyFrom(c: { cgroupParent?: string; vmmMemoryOverheadMiB?: number; vmmPidsMax?: number }): CgroupPolicy {
   if (c.cgroupParent !== undefined && !/^(\/[A-Za-z0-9_.-]+)+$/.test(c.cgroupParent)) throw cgroupError(`cgroupParent ${JSON.stringify(c.cgroupParent)} must be an absolute path of plain names`);
   if (c.cgroupParent?.split("/").some((p) => p === "." || p === "..")) throw cgroupError("cgroupParent must not contain . or ..");

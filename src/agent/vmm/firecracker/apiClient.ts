@@ -1,7 +1,9 @@
 /**
  * A minimal client of Firecracker's API socket: HTTP/1.1 over a Unix socket
  * (Bun's fetch with the `unix` option), one bounded timeout per request, and
- * a typed error that carries Firecracker's `fault_message`.
+ * failures as AgentError (VMM_START_FAILED, subsystem `firecracker-api`)
+ * whose facts carry the method, path, HTTP status and Firecracker's
+ * `fault_message`.
  *
  * Implements the transport of spec "Start (ensure_running)" against the
  * reference firecracker.yaml (every error response is `Error` with
@@ -9,35 +11,32 @@
  * read an unbounded response body, or wait without a timeout.
  */
 
+import { AgentError } from "../../errors.ts";
+
 /** Default per-request timeout, ms (SPECIFICATION.md: the API answers within milliseconds). */
 export const DEFAULT_API_TIMEOUT_MS = 5_000;
 /** Largest response body read, bytes; Firecracker's error bodies are one short JSON object. */
 export const MAX_API_RESPONSE_BYTES = 64 * 1024;
 
 /**
- * A failed API call. `status` is the HTTP status (0 when no response came:
- * connect failure or timeout); `faultMessage` is Firecracker's
- * `fault_message` when it sent one. Code VMM_START_FAILED.
+ * A failed API call as an AgentError (VMM_START_FAILED). Facts: `method`,
+ * `path`, `status` (the HTTP status; 0 when no response came: connect
+ * failure or timeout) and `faultMessage` (Firecracker's `fault_message`,
+ * when it sent one).
  */
-export class FirecrackerApiError extends Error {
-  readonly code = "VMM_START_FAILED" as const;
-  constructor(
-    readonly method: string,
-    readonly path: string,
-    readonly status: number,
-    readonly faultMessage: string | undefined,
-    detail: string,
-  ) {
-    super(`Firecracker API ${method} ${path} failed (${status || "no response"}): ${faultMessage ?? detail}`);
-    this.name = "FirecrackerApiError";
-  }
+export function firecrackerApiError(method: string, path: string, status: number, faultMessage: string | undefined, detail: string, cause?: unknown): AgentError {
+  return new AgentError("VMM_START_FAILED", `Firecracker API ${method} ${path} failed (${status || "no response"}): ${faultMessage ?? detail}`, {
+    subsystem: "firecracker-api",
+    facts: { method, path, status, faultMessage },
+    ...(cause === undefined ? {} : { cause }),
+  });
 }
 
 /** The port the driver talks through; a fake may record calls instead. */
 export interface FirecrackerApi {
-  /** PUT `path` with the JSON `body`; resolves on 2xx, throws FirecrackerApiError otherwise. */
+  /** PUT `path` with the JSON `body`; resolves on 2xx, throws firecrackerApiError otherwise. */
   put(path: string, body: unknown): Promise<void>;
-  /** GET `path`; resolves with the parsed JSON body on 2xx, throws FirecrackerApiError otherwise. */
+  /** GET `path`; resolves with the parsed JSON body on 2xx, throws firecrackerApiError otherwise. */
   get(path: string): Promise<unknown>;
 }
 
@@ -55,14 +54,14 @@ export function unixSocketApi(socketPath: string, timeoutMs = DEFAULT_API_TIMEOU
         keepalive: false,
       });
     } catch (e) {
-      throw new FirecrackerApiError(method, path, 0, undefined, `${(e as Error).message} (socket ${socketPath}, timeout ${timeoutMs} ms)`);
+      throw firecrackerApiError(method, path, 0, undefined, `${(e as Error).message} (socket ${socketPath}, timeout ${timeoutMs} ms)`, e);
     }
     const text = await readBounded(res);
     const json = parseJson(text);
     if (res.status >= 200 && res.status < 300) return json;
     const fault = json && typeof json === "object" && typeof (json as { fault_message?: unknown }).fault_message === "string"
       ? (json as { fault_message: string }).fault_message : undefined;
-    throw new FirecrackerApiError(method, path, res.status, fault, text.slice(0, 200));
+    throw firecrackerApiError(method, path, res.status, fault, text.slice(0, 200));
   }
   return { put: async (path, body) => void (await call("PUT", path, body)), get: (path) => call("GET", path) };
 }

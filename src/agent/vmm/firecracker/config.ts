@@ -14,6 +14,7 @@
 import { createHash } from "node:crypto";
 import { rootFormat, type VmSpec } from "../driver.ts";
 import { JAIL_FILES } from "./jailer.ts";
+import { vmmError } from "../qemuHost.ts";
 
 /** The guest CID of every VM (vsock.md; firecracker.yaml Vsock: minimum 3). Each VM has its own device, so one value suffices. */
 export const GUEST_CID = 3;
@@ -64,7 +65,7 @@ export function machineConfigBody(spec: Pick<VmSpec, "vcpus" | "memoryMiB">): Re
 /** PUT /boot-source body. Throws VMM_START_FAILED for a squashfs root without an initrd (nothing could mount the overlay). */
 export function bootSourceBody(spec: Pick<VmSpec, "kernelArgs" | "rootDiskPath" | "initrdPath" | "privateKernelArgs">): Record<string, unknown> {
   if (rootFormat(spec.rootDiskPath) === "squashfs" && !spec.initrdPath)
-    throw Object.assign(new Error("a squashfs root needs the image's initrd"), { code: "VMM_START_FAILED" as const });
+    throw vmmError("a squashfs root needs the image's initrd");
   return {
     kernel_image_path: JAIL_FILES.kernel,
     ...(spec.initrdPath ? { initrd_path: JAIL_FILES.initrd } : {}),

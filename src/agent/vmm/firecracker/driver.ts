@@ -25,6 +25,7 @@ import {
 } from "./jailer.ts";
 import { acceptsConnections, signalGroup, spawnDetached, type SpawnedVmm, type VmmSpawner } from "./hostProcess.ts";
 import { connectHybridVsock, GUEST_CONTROL_PORT, HOST_LISTEN_PORT, listenHybridVsock, type VsockListener } from "./vsock.ts";
+import { AgentError } from "../../errors.ts";
 
 /** Side effects of the driver, replaceable in tests. */
 export interface FirecrackerPorts {
@@ -68,8 +69,8 @@ export interface FirecrackerDriverOptions {
 const KILL_WAIT_MS = 10_000;
 const POLL_MS = 20;
 
-function cleanupError(msg: string): Error & { code: "CLEANUP_FAILED" } {
-  return Object.assign(new Error(msg), { code: "CLEANUP_FAILED" as const });
+function cleanupError(msg: string, cause?: unknown): AgentError {
+  return new AgentError("CLEANUP_FAILED", msg, { subsystem: "vmm", ...(cause === undefined ? {} : { cause }) });
 }
 
 export type { SpawnedVmm, VmmSpawner } from "./hostProcess.ts";
@@ -128,8 +129,8 @@ export class FirecrackerDriver implements VmmDriver {
         buildJail(layout, spec, uid, uid, this.ports.chown);
       } catch (e) {
         const left = removeJail(layout, this.cgroupDir(spec.instanceId));
-        if (left.length > 0) throw cleanupError(`${(e as Error).message}; rollback incomplete: ${left.join("; ")}`);
-        throw e;
+        if (left.length > 0) throw cleanupError(`jail rollback incomplete: ${left.join("; ")}`, e);
+        throw AgentError.from(e, "VMM_START_FAILED", "jailer");
       }
       return uid;
     });
@@ -141,9 +142,10 @@ export class FirecrackerDriver implements VmmDriver {
    * Builds the jail, listens on vsock port 1025, links spec.controlSocketPath
    * to the vsock socket, runs the jailer, waits for the API socket, sends the
    * pre-boot requests in order and InstanceStart. On any failure it kills the
-   * process and removes what it created, then throws: VMM_START_FAILED (a
-   * FirecrackerApiError carries Firecracker's fault_message), or
-   * CLEANUP_FAILED (naming the first error) when the rollback is incomplete.
+   * process and removes what it created, then throws an AgentError:
+   * VMM_START_FAILED (from the API client, `facts.faultMessage` holds
+   * Firecracker's fault_message), or CLEANUP_FAILED (the first error as its
+   * `cause`) when the rollback is incomplete.
    */
   async start(spec: VmSpec): Promise<VmHandle> {
     const layout = this.layout(spec.instanceId);
@@ -182,9 +184,8 @@ export class FirecrackerDriver implements VmmDriver {
       this.closeListener(spec.instanceId);
       rmSync(spec.controlSocketPath, { force: true });
       const left = removeJail(layout, this.cgroupDir(spec.instanceId));
-      const err = e as Error & { code?: string };
-      if (left.length > 0) throw cleanupError(`${err.message}; rollback incomplete: ${left.join("; ")}`);
-      throw err.code ? err : vmmError(err.message);
+      if (left.length > 0) throw cleanupError(`rollback incomplete: ${left.join("; ")}`, e);
+      throw AgentError.from(e, "VMM_START_FAILED", "vmm");
     }
   }
 

@@ -12,6 +12,7 @@
  * accept an instance ID the jailer would reject.
  */
 import { basename, join } from "node:path";
+import { AgentError } from "../../errors.ts";
 
 /** Jailer's `--id` rule (jailer.md "Jailer Usage"): alphanumerics and hyphens, at most 64 characters. */
 export const JAILER_ID_PATTERN = /^[A-Za-z0-9-]{1,64}$/;
@@ -26,11 +27,9 @@ export const DEFAULT_PIDS_MAX = 64;
 /** Default parent cgroup under the cgroup v2 root, so every jail cgroup is findable as Beachball-owned. */
 export const DEFAULT_PARENT_CGROUP = "beachball";
 
-/** Error with a stable agent code (VMM_START_FAILED: the placement cannot be jailed). */
-export type JailError = Error & { code: "VMM_START_FAILED" };
-
-function jailError(msg: string): JailError {
-  return Object.assign(new Error(msg), { code: "VMM_START_FAILED" as const });
+/** The jailer's failure (the placement cannot be jailed): an AgentError with code VMM_START_FAILED. */
+function jailError(msg: string): AgentError {
+  return new AgentError("VMM_START_FAILED", msg, { subsystem: "jailer" });
 }
 
 /** Throws VMM_START_FAILED unless `id` satisfies JAILER_ID_PATTERN (jailer.md "Jailer Usage"). */

@@ -1,0 +1,202 @@
+/**
+ * The host agent assembled from its parts over ports (spec "The host
+ * agent", "Agent runtime and local state"): startup (lock, prerequisite
+ * registry, inventory and adoption), the control loop, the placement
+ * reconciler, bootstrap deliveries and housekeeping. The daemon
+ * (daemon.ts) gives it real ports; the seeded simulation gives it fakes and
+ * so runs this same code.
+ *
+ * A graceful stop leaves every VM running for the next start: it stops
+ * polling, halts the runners without touching a VM and without recording
+ * anything observed while stopping, sends what the outbox holds (all true),
+ * then closes agent.db and releases the lock.
+ * Must never: act on a command from another epoch or an older generation,
+ * or write a bootstrap payload anywhere.
+ */
+import { mkdirSync } from "node:fs";
+import { AgentStore } from "./store.ts";
+import type { AgentClock, AgentLog, AgentRandom, ControlChannel, HostProbe, Timers } from "./ports.ts";
+import type { VmmDriver } from "./vmm/driver.ts";
+import type { IsolationPort } from "./isolation/isolationPort.ts";
+import type { ImagePort } from "./image/imagePort.ts";
+import type { AgentDebug } from "./debug.ts";
+import { AgentHealth } from "./health.ts";
+import { PlacementReconciler } from "./reconcile/reconciler.ts";
+import { ControlLoop } from "./control/controlLoop.ts";
+import { deliverBootstrap } from "./control/deliveries.ts";
+import { Housekeeping } from "./housekeeping.ts";
+import { failedPrerequisites, recoverPlacements, type StartupPorts } from "./startup.ts";
+import { DEFAULT_VMM_SELF_CHECK_INTERVAL_MS, VmmHealth, type VmmSelfCheck } from "./vmmHealth.ts";
+import { VMM_BOOT_CHECK_ID } from "./doctor/checks.ts";
+import type { PlacementContext } from "./placementOps.ts";
+
+/** How long a graceful stop waits for in-flight placement steps, ms. */
+export const STOP_STEP_GRACE_MS = 5_000;
+/** How long a graceful stop's last flush may take, ms. */
+export const STOP_FLUSH_TIMEOUT_MS = 3_000;
+
+/** Every side effect the agent has, as ports. */
+export interface AgentPorts extends StartupPorts {
+  clock: AgentClock;
+  timers: Timers;
+  random: AgentRandom;
+  log: AgentLog;
+  probe: HostProbe;
+  channel: ControlChannel;
+  driver: VmmDriver;
+  isolation: IsolationPort;
+  images: ImagePort;
+  /** The VMM test boot (doctor check `vmm-boot`), run while VMM starts keep failing. */
+  vmmSelfCheck(): Promise<VmmSelfCheck>;
+}
+
+/** Where the agent keeps its state and how it behaves. */
+export interface AgentSettings {
+  hostId: string;
+  /** The machine's boot ID (spec "Sessions and epochs"). */
+  bootId: string;
+  /** agent.db path. */
+  dbPath: string;
+  /** `<dataDir>/allocations`. */
+  allocationsDir: string;
+  /** How long the guest has to send GuestReady after the VMM starts, ms. */
+  guestBootTimeoutMs: number;
+  /** Serial console budget per placement, bytes. */
+  consoleBudgetBytes: number;
+  /** While VMM starts keep failing, the time between self-checks, ms (default DEFAULT_VMM_SELF_CHECK_INTERVAL_MS). */
+  vmmSelfCheckIntervalMs?: number;
+  /** Where failed placements' console logs are kept (`<dataDir>/failed-consoles`). */
+  failedConsoleDir?: string;
+  /** How long they are kept, ms (0 or absent: not kept). */
+  failedConsoleRetentionMs?: number;
+  /** Deliberately injected bugs (debug.ts; tests only). */
+  debug?: AgentDebug;
+}
+
+/** A running agent. */
+export class Agent {
+  private stopping: Promise<void> | null = null;
+
+  private constructor(
+    readonly settings: AgentSettings,
+    private readonly ports: AgentPorts,
+    private readonly store: AgentStore,
+    private readonly releaseLock: () => void,
+    readonly reconciler: PlacementReconciler,
+    readonly control: ControlLoop,
+    readonly health: AgentHealth,
+    private readonly housekeeping: Housekeeping,
+  ) {}
+
+  /** Starts an agent: lock, agent.db, prerequisite registry, inventory and adoption, then the poll loop and housekeeping. Throws if locked. */
+  static async start(settings: AgentSettings, ports: AgentPorts): Promise<Agent> {
+    const releaseLock = ports.lock();
+    let store: AgentStore | null = null;
+    try {
+      mkdirSync(settings.allocationsDir, { recursive: true, mode: 0o700 });
+      store = new AgentStore(settings.dbPath);
+      return await Agent.assemble(settings, ports, store, releaseLock);
+    } catch (e) {
+      store?.close();
+      releaseLock();
+      throw e;
+    }
+  }
+
+  private static async assemble(settings: AgentSettings, ports: AgentPorts, store: AgentStore, releaseLock: () => void): Promise<Agent> {
+    const { clock, timers, log } = ports;
+    const vmm = new VmmHealth({ clock, log, selfCheck: () => ports.vmmSelfCheck(), intervalMs: settings.vmmSelfCheckIntervalMs ?? DEFAULT_VMM_SELF_CHECK_INTERVAL_MS });
+    const health = new AgentHealth(ports.probe, settings.allocationsDir, ports.driver.name, vmm);
+    const keepFailedConsoles = settings.failedConsoleDir && (settings.failedConsoleRetentionMs ?? 0) > 0 ? settings.failedConsoleDir : null;
+    const ctx: PlacementContext = {
+      allocationsDir: settings.allocationsDir,
+      driver: ports.driver,
+      images: ports.images,
+      isolation: ports.isolation,
+      timers,
+      random: ports.random,
+      guestBootTimeoutMs: settings.guestBootTimeoutMs,
+    };
+    let control: ControlLoop | null = null;
+    const reconciler = new PlacementReconciler({
+      store,
+      ctx,
+      clock,
+      log,
+      onObservation: () => control?.flush(),
+      onStartOutcome: (launched) => vmm.noteStart(launched),
+      ...(keepFailedConsoles ? { failedConsoleDir: keepFailedConsoles } : {}),
+      ...(settings.debug ? { debug: settings.debug } : {}),
+    });
+    control = new ControlLoop({
+      channel: ports.channel,
+      store,
+      clock,
+      timers,
+      log,
+      bootId: settings.bootId,
+      health: () => health.report(),
+      quarantined: () => health.quarantine.length > 0,
+      onCommand: (id) => reconciler.kick(id),
+      deliver: (d) => deliverBootstrap(store, d, reconciler.sessionOf(d.placementId)),
+    });
+    const housekeeping = new Housekeeping({
+      store,
+      clock,
+      timers,
+      log,
+      reconciler,
+      images: ports.images,
+      health,
+      allocationsDir: settings.allocationsDir,
+      consoleBudgetBytes: settings.consoleBudgetBytes,
+      failedConsoles: keepFailedConsoles ? { dir: keepFailedConsoles, retentionMs: settings.failedConsoleRetentionMs! } : null,
+      vmm,
+      hasPending: () => control.hasPending(),
+      flush: () => control.flush(),
+    });
+    const checks = await ports.selfChecks();
+    health.prerequisitesFailed = failedPrerequisites(checks.filter((c) => c.id !== VMM_BOOT_CHECK_ID), log);
+    const boot = checks.find((c) => c.id === VMM_BOOT_CHECK_ID);
+    if (boot) vmm.noteSelfCheck(boot);
+    health.quarantine = await recoverPlacements({ store, driver: ports.driver, reconciler, clock, log, ports });
+    const agent = new Agent(settings, ports, store, releaseLock, reconciler, control, health, housekeeping);
+    housekeeping.start();
+    control.start();
+    return agent;
+  }
+
+  /** The host ID this agent serves. */
+  get hostId(): string {
+    return this.settings.hostId;
+  }
+
+  /**
+   * Ends this agent as a crash would, for the simulation and tests: nothing
+   * is flushed or halted, agent.db is closed as the kernel would close it.
+   * The caller drops the process's timers and channels (fake ports).
+   */
+  abandon(): void {
+    this.stopping ??= Promise.resolve();
+    this.housekeeping.stop();
+    this.store.close();
+  }
+
+  /**
+   * Graceful stop (SIGTERM, SIGINT, upgrades): stop polling, halt the
+   * runners without touching a VM, send what is queued (all of it true),
+   * close agent.db, release the lock. Running VMs stay for the next start
+   * to adopt. Idempotent.
+   */
+  stop(): Promise<void> {
+    this.stopping ??= (async () => {
+      this.housekeeping.stop();
+      await this.control.stop();
+      await this.reconciler.halt(STOP_STEP_GRACE_MS);
+      await this.control.finalFlush(STOP_FLUSH_TIMEOUT_MS);
+      this.store.close();
+      this.releaseLock();
+    })();
+    return this.stopping;
+  }
+}

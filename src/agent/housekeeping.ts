@@ -1,0 +1,108 @@
+/**
+ * Periodic agent housekeeping (spec "Execution leases", "Start": console
+ * under a byte budget, "Stop"): evicts unused images past the cache bound,
+ * refreshes the cached-image list for the health report, stops VMs whose execution lease expired, re-drives
+ * placements whose cleanup is still incomplete, keeps console logs under
+ * their budget, deletes kept consoles of failed placements once their
+ * retention passed, re-runs the VMM self-check while VMM starts are
+ * failing, and flushes anything still queued.
+ * Must never: let a VM outlive its lease, or delete a resource itself
+ * (stopping goes through the placement's runner).
+ */
+import type { AgentStore } from "./store.ts";
+import type { AgentClock, AgentLog, Timers } from "./ports.ts";
+import type { PlacementReconciler } from "./reconcile/reconciler.ts";
+import type { ImagePort } from "./image/imagePort.ts";
+import type { AgentHealth } from "./health.ts";
+import { trimConsoleLog } from "./vmm/consoleLog.ts";
+import type { VmmHealth } from "./vmmHealth.ts";
+import { pruneKeptConsoles } from "./vmm/keptConsoles.ts";
+import { consoleLogPath } from "./placementOps.ts";
+
+/** Housekeeping period (lease checks, console trimming, cleanup retries), ms. */
+export const HOUSEKEEPING_MS = 2_000;
+
+/** What housekeeping works with. */
+export interface HousekeepingDeps {
+  store: AgentStore;
+  clock: AgentClock;
+  timers: Timers;
+  log: AgentLog;
+  reconciler: PlacementReconciler;
+  images: ImagePort;
+  health: AgentHealth;
+  allocationsDir: string;
+  /** Serial console budget per placement, bytes. */
+  consoleBudgetBytes: number;
+  /** Where failed placements' console logs are kept and for how long (ms); null: not kept. */
+  failedConsoles: { dir: string; retentionMs: number } | null;
+  /** VMM start health: re-checked while failing. */
+  vmm: VmmHealth;
+  /** True when observations or acks wait to be sent. */
+  hasPending(): boolean;
+  flush(): void;
+}
+
+/** See the module header. */
+export class Housekeeping {
+  private cancel: (() => void) | null = null;
+  private running = false;
+
+  constructor(private readonly deps: HousekeepingDeps) {}
+
+  /** Runs a pass every HOUSEKEEPING_MS until stop(). */
+  start(): void {
+    this.cancel = this.deps.timers.every(HOUSEKEEPING_MS, () => void this.pass());
+  }
+
+  /** Stops the periodic passes. */
+  stop(): void {
+    this.cancel?.();
+    this.cancel = null;
+  }
+
+  /** One pass (skipped while the previous one still runs). */
+  async pass(): Promise<void> {
+    if (this.running) return;
+    this.running = true;
+    try {
+      await this.once();
+    } catch (e) {
+      this.deps.log.error("housekeeping failed:", e);
+    } finally {
+      this.running = false;
+    }
+  }
+
+  private trim(dirName: string): void {
+    try {
+      trimConsoleLog(consoleLogPath({ allocationsDir: this.deps.allocationsDir }, dirName), this.deps.consoleBudgetBytes);
+    } catch (e) {
+      this.deps.log.warn(`cannot trim the console log of ${dirName}: ${(e as Error).message}`);
+    }
+  }
+
+  private async once(): Promise<void> {
+    const { store, clock, reconciler, health } = this.deps;
+    // Evict unused images under the cache's size bound; never one a placement here still references.
+    const inUse = new Set(store.livePlacements().map((p) => (JSON.parse(p.specJson) as { imageDigest: string }).imageDigest));
+    await this.deps.images.maintain(inUse);
+    health.cachedImages = await this.deps.images.cachedDigests().catch(() => health.cachedImages);
+    if (!this.cancel) return;
+    const now = clock.now();
+    for (const p of store.livePlacements()) {
+      // Every state counts: a VMM left running after a failed start (observed error) is still a VM on an ended lease.
+      if (p.desired !== "absent" && p.leaseExpiresAtMs <= now) {
+        this.deps.log.warn(`lease of ${p.placementId} expired (observed ${p.observed}); stopping whatever it has`);
+        store.patch(p.placementId, { desired: "absent", errorCode: "LEASE_EXPIRED" });
+        reconciler.kick(p.placementId);
+      } else if (p.desired === "absent" && !reconciler.isRunning(p.placementId)) {
+        reconciler.kick(p.placementId);
+      }
+      if (reconciler.handleOf(p.placementId)) this.trim(p.dirName);
+    }
+    if (this.deps.failedConsoles) pruneKeptConsoles(this.deps.failedConsoles.dir, this.deps.failedConsoles.retentionMs, now);
+    await this.deps.vmm.recheckIfDue();
+    if (this.deps.hasPending()) this.deps.flush();
+  }
+}

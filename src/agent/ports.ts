@@ -1,0 +1,112 @@
+/**
+ * The agent's small ports: every side effect the agent's decision code
+ * needs (time, timers, randomness, the scheduler control channel, host
+ * facts, logging) as an interface with its real adapter here and a fake in
+ * fakePorts.ts beside it. The VMM (vmm/driver.ts), isolation
+ * (isolation/isolationPort.ts) and image (image/imagePort.ts) ports live
+ * with their subsystems.
+ *
+ * Owns the interfaces and the production adapters only. Must never: hold
+ * state of a placement, or let agent decision code reach Date.now(),
+ * Bun.sleep, setTimeout or fetch except through these.
+ */
+import { randomBytes } from "node:crypto";
+import { statfsSync } from "node:fs";
+import { cpus, totalmem } from "node:os";
+import { consola } from "consola";
+import type { AgentPayload, Envelope, PollResponse } from "../protocol/agent.ts";
+
+/** Wall-clock time, ms since the Unix epoch. */
+export interface AgentClock {
+  now(): number;
+}
+
+/** Timers (all durations in ms). */
+export interface Timers {
+  /** Resolves after `ms`, or as soon as `signal` aborts (never rejects). */
+  sleep(ms: number, signal?: AbortSignal): Promise<void>;
+  /** Calls `fn` once after `ms`; returns a function that cancels it. */
+  after(ms: number, fn: () => void): () => void;
+  /** Calls `fn` every `ms`; returns a function that cancels it. */
+  every(ms: number, fn: () => void): () => void;
+}
+
+/** Randomness for secrets and IDs. */
+export interface AgentRandom {
+  /** `n` cryptographically random bytes. */
+  bytes(n: number): Uint8Array;
+}
+
+/**
+ * The scheduler control channel (spec "Transport"): one envelope out, one
+ * poll response back. Throws BeachballError for a problem answer (e.g.
+ * STALE_AGENT_EPOCH) and a plain Error for a transport failure.
+ */
+export interface ControlChannel {
+  send(type: Envelope["type"], agentEpoch: string, payload: AgentPayload, signal?: AbortSignal): Promise<PollResponse>;
+}
+
+/** Facts about this machine the health report carries. */
+export interface HostProbe {
+  /** Physical inventory: CPU millicores and memory MiB. */
+  inventory(): { cpuMillis: number; memoryMiB: number };
+  /** True when the volume holding `dir` has less than `fraction` of its blocks free (false when unknown). */
+  volumeNearlyFull(dir: string, fraction: number): boolean;
+}
+
+/** The agent's log (operators read it; never a payload, nonce or credential). */
+export interface AgentLog {
+  info(msg: string): void;
+  warn(msg: string): void;
+  error(msg: string, cause?: unknown): void;
+}
+
+/** Real clock. */
+export const systemClock: AgentClock = { now: () => Date.now() };
+
+/** Real timers (setTimeout/setInterval). */
+export const systemTimers: Timers = {
+  sleep(ms, signal) {
+    if (signal?.aborted) return Promise.resolve();
+    return new Promise((resolve) => {
+      const t = setTimeout(done, ms);
+      function done() {
+        clearTimeout(t);
+        signal?.removeEventListener("abort", done);
+        resolve();
+      }
+      signal?.addEventListener("abort", done, { once: true });
+    });
+  },
+  after(ms, fn) {
+    const t = setTimeout(fn, ms);
+    return () => clearTimeout(t);
+  },
+  every(ms, fn) {
+    const t = setInterval(fn, ms);
+    return () => clearInterval(t);
+  },
+};
+
+/** Real randomness (node:crypto). */
+export const systemRandom: AgentRandom = { bytes: (n) => new Uint8Array(randomBytes(n)) };
+
+/** Real host facts: os.cpus(), os.totalmem(), statfs(2). */
+export const systemHostProbe: HostProbe = {
+  inventory: () => ({ cpuMillis: cpus().length * 1000, memoryMiB: Math.floor(totalmem() / (1024 * 1024)) }),
+  volumeNearlyFull(dir, fraction) {
+    try {
+      const st = statfsSync(dir);
+      return Number(st.bavail) / Number(st.blocks) < fraction;
+    } catch {
+      return false; // unknown: not reported as full
+    }
+  },
+};
+
+/** The log through consola, every line prefixed `agent:`. */
+export const consolaLog: AgentLog = {
+  info: (msg) => consola.info(`agent: ${msg}`),
+  warn: (msg) => consola.warn(`agent: ${msg}`),
+  error: (msg, cause) => (cause === undefined ? consola.error(`agent: ${msg}`) : consola.error(`agent: ${msg}`, cause)),
+};

@@ -1,0 +1,116 @@
+/**
+ * The placement reconciler alone (no control loop, no housekeeping) over
+ * fake ports: Start refuses to launch once the execution lease has ended,
+ * the injected bug (src/agent/debug.ts) launches anyway, a halted
+ * reconciler records nothing, and a VM that ends on its own is reported
+ * with its diagnosis and its console kept.
+ */
+import { afterAll, expect, test } from "bun:test";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { AgentCommand } from "../../protocol/agent.ts";
+import { FakeTimeline, MemoryLog } from "../fakePorts.ts";
+import { FakeVmHost, FakeVmmDriver, steadyBehaviour } from "../vmm/fakeDriver.ts";
+import { FakeIsolation } from "../isolation/fakeIsolation.ts";
+import { FakeImages } from "../image/fakeImages.ts";
+import { AgentStore } from "../store.ts";
+import { placementDirName } from "../placementOps.ts";
+import { commandDigest } from "../control/commandIntake.ts";
+import type { AgentDebug } from "../debug.ts";
+import { PlacementReconciler } from "./reconciler.ts";
+
+const work = mkdtempSync(join(tmpdir(), "bb-reconciler-test-"));
+afterAll(() => rmSync(work, { recursive: true, force: true }));
+
+function rig(name: string, debug?: AgentDebug, failedConsoleDir?: string) {
+  const tl = new FakeTimeline(1_800_000_000_000);
+  const timers = tl.timers();
+  const launched: string[] = [];
+  const host = new FakeVmHost(timers, steadyBehaviour({ launchMs: 10, bootMs: 200 }), (vm) => launched.push(vm.instanceId));
+  const store = new AgentStore(join(work, `${name}.db`));
+  const reconciler = new PlacementReconciler({
+    store,
+    clock: tl,
+    log: new MemoryLog(),
+    onObservation: () => {},
+    ...(debug ? { debug } : {}),
+    ...(failedConsoleDir ? { failedConsoleDir } : {}),
+    ctx: {
+      allocationsDir: join(work, name),
+      driver: new FakeVmmDriver(host, timers),
+      images: new FakeImages(timers, join(work, "img")),
+      isolation: new FakeIsolation(),
+      timers,
+      random: { bytes: (n) => new Uint8Array(n).fill(1) },
+      guestBootTimeoutMs: 5_000,
+    },
+  });
+  const give = (type: AgentCommand["type"], leaseMs: number) => {
+    const cmd: AgentCommand = {
+      commandId: `p:${type}:1:${leaseMs}`, type, allocationId: "a", placementId: "p", generation: 1, agentEpoch: "e", leaseExpiresAt: new Date(leaseMs).toISOString(),
+      spec: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"b".repeat(64)}` },
+    };
+    store.recordCommand(cmd, commandDigest(cmd), placementDirName("a", "p", 1), tl.now());
+    reconciler.kick("p");
+  };
+  return { tl, store, reconciler, launched, give, host };
+}
+
+test("Start refuses to launch once the lease has ended, and reports LEASE_EXPIRED", async () => {
+  const { tl, store, launched, give } = rig("expired");
+  give("ensure_present", tl.now() + 1_000);
+  await tl.advance(100);
+  expect(store.placement("p")?.observed).toBe("prepared");
+  await tl.advance(2_000);
+  give("ensure_running", tl.now() - 1);
+  await tl.advance(1_000);
+  expect(launched).toEqual([]);
+  expect(store.placement("p")?.errorCode).toBe("LEASE_EXPIRED");
+  expect(store.pendingUpdates(10).at(-1)?.errorCode).toBe("LEASE_EXPIRED");
+});
+
+test("the injected bug launches a VM whose lease has ended", async () => {
+  const { tl, launched, give } = rig("bug", { startDespiteExpiredLease: true });
+  give("ensure_present", tl.now() + 1_000);
+  await tl.advance(2_000);
+  give("ensure_running", tl.now() - 1);
+  await tl.advance(1_000);
+  expect(launched).toHaveLength(1);
+});
+
+test("a halted reconciler starts nothing and records nothing", async () => {
+  const { tl, store, reconciler, launched, give } = rig("halted");
+  give("ensure_present", tl.now() + 60_000);
+  await tl.advance(100);
+  const before = store.pendingUpdates(100).length;
+  await reconciler.halt(1_000);
+  give("ensure_running", tl.now() + 60_000);
+  await tl.advance(1_000);
+  expect(launched).toEqual([]);
+  expect(store.pendingUpdates(100)).toHaveLength(before);
+});
+
+test("a VM that ends on its own is reported VM_EXITED with its diagnosis; Stop keeps its console when asked", async () => {
+  const kept = join(work, "kept");
+  const { tl, store, give, host } = rig("crash", undefined, kept);
+  give("ensure_present", tl.now() + 60_000);
+  await tl.advance(100);
+  give("ensure_running", tl.now() + 60_000);
+  await tl.advance(1_000);
+  expect(store.placement("p")?.observed).toBe("running");
+  const [vm] = host.running();
+  host.exit(vm!, "crashed", "my script output\n[    5.1] Kernel panic - not syncing: sysrq triggered crash\n");
+  await tl.advance(100);
+  const u = store.pendingUpdates(100).at(-1)!;
+  expect(u).toMatchObject({ state: "error", errorCode: "VM_EXITED", exit: { reason: "KERNEL_PANIC" } });
+  expect(u.exit!.consoleTail).toContain("Kernel panic");
+  expect(u.exit!.consoleTail).not.toContain("my script output");
+  give("ensure_absent", tl.now() + 60_000);
+  await tl.advance(1_000);
+  expect(store.placement("p")?.observed).toBe("absent");
+  const files = readdirSync(kept);
+  expect(files).toHaveLength(1);
+  expect(readFileSync(join(kept, files[0]!), "utf8")).toContain("Kernel panic");
+  expect(statSync(join(kept, files[0]!)).mode & 0o777).toBe(0o600);
+});

@@ -1,0 +1,297 @@
+/**
+ * Placement reconcile (spec "From command to microVM", "Agent runtime and
+ * local state"): one serial runner per placement drives it from its
+ * observed state toward the desired state persisted in agent.db, one step
+ * at a time (Prepare, Start, Stop, adoption of a VM that survived a
+ * restart, the report of a VM that ended on its own with its diagnosis),
+ * and records every transition as an observation in the outbox.
+ *
+ * This is the module the seeded simulation drives (test/sim/), over the
+ * same ports the daemon gives it, with fakes behind them.
+ * Must never: start a VM without a live execution lease, act while halted,
+ * or record an observation that the agent's own shutdown caused.
+ */
+import type { PlacementObservedState } from "../../protocol/agent.ts";
+import type { AgentStore, LocalPlacement, ObservationExtra } from "../store.ts";
+import type { AgentClock, AgentLog } from "../ports.ts";
+import type { VmHandle } from "../vmm/driver.ts";
+import type { GuestSession } from "../guestSession.ts";
+import { NO_AGENT_DEBUG, type AgentDebug } from "../debug.ts";
+import { adoptPlacement, diagnoseVmExit, preparePlacement, startPlacement, stopPlacement, type PlacementContext, type PlacementRef } from "../placementOps.ts";
+import { keptConsolePath } from "../vmm/keptConsoles.ts";
+import { AgentError } from "../errors.ts";
+
+/** What the reconciler works with. */
+export interface ReconcilerDeps {
+  store: AgentStore;
+  ctx: PlacementContext;
+  clock: AgentClock;
+  log: AgentLog;
+  /** Called after each recorded observation (the control loop then flushes the outbox). */
+  onObservation(): void;
+  /** Called when a start attempt ends: `launched` false when the VMM failed to start (VMM_START_FAILED). */
+  onStartOutcome?(launched: boolean): void;
+  /** Where Stop keeps the console log of a placement that failed (absent: deleted with it). */
+  failedConsoleDir?: string;
+  debug?: AgentDebug;
+}
+
+/** After a guest channel closed, how often and how many times to check that the VMM process is gone before diagnosing, ms (panic=1 reboots a second after a panic). */
+export const EXIT_SETTLE_POLL_MS = 100;
+/** See EXIT_SETTLE_POLL_MS (30 × 100 ms = 3 s). */
+export const EXIT_SETTLE_POLLS = 30;
+
+/** The in-memory side of one placement: its VM and guest session while this agent holds them. */
+interface LiveVm {
+  handle: VmHandle | null;
+  session: GuestSession | null;
+  /** Stop has begun: a closing session is expected, not a VM exit. */
+  stopping: boolean;
+  /** A VM found alive at startup that the runner still has to reconnect to. */
+  adopting: boolean;
+  /** The VM ended on its own (its channel closed, or it was gone at startup): the runner reports VM_EXITED with a diagnosis. */
+  exitPending: boolean;
+}
+
+
+/** See the module header. */
+export class PlacementReconciler {
+  private readonly live = new Map<string, LiveVm>();
+  private readonly runners = new Map<string, Promise<void>>();
+  /** VMM launches in flight: a stop waits for each, so no started VM goes unrecorded. */
+  private readonly launches = new Set<Promise<unknown>>();
+  private readonly debug: AgentDebug;
+  private halted = false;
+
+  constructor(private readonly deps: ReconcilerDeps) {
+    this.debug = deps.debug ?? NO_AGENT_DEBUG;
+  }
+
+  /** Records that placement `placementId`'s VM `handle` survived a restart; its runner reconnects before anything else. */
+  markForAdoption(placementId: string, handle: VmHandle): void {
+    this.live.set(placementId, { handle, session: null, stopping: false, adopting: true, exitPending: false });
+  }
+
+  /** Records that placement `placementId`'s VM ended while no agent watched (found dead at startup); its runner reports it. */
+  markExited(placementId: string, handle: VmHandle): void {
+    this.live.set(placementId, { handle, session: null, stopping: false, adopting: false, exitPending: true });
+  }
+
+  /** The VM handle this agent holds for a placement, or null. */
+  handleOf(placementId: string): VmHandle | null {
+    return this.live.get(placementId)?.handle ?? null;
+  }
+
+  /** The connected guest session of a placement, or null. */
+  sessionOf(placementId: string): GuestSession | null {
+    const s = this.live.get(placementId)?.session;
+    return s?.connected ? s : null;
+  }
+
+  /** True while a runner for the placement is queued or working. */
+  isRunning(placementId: string): boolean {
+    return this.runners.has(placementId);
+  }
+
+  /** Queues one drive of the placement behind any drive already queued for it (serial per placement). */
+  kick(placementId: string): void {
+    if (this.halted) return;
+    const prev = this.runners.get(placementId) ?? Promise.resolve();
+    const next = prev.then(() => this.drive(placementId)).catch((e: unknown) => this.deps.log.error(`placement ${placementId}:`, e));
+    this.runners.set(placementId, next);
+    void next.finally(() => {
+      if (this.runners.get(placementId) === next) this.runners.delete(placementId);
+    });
+  }
+
+  /**
+   * Stops reconciling without touching any VM: no new step starts, no
+   * observation is recorded from now on, guest sessions are detached and
+   * closed (their VMs keep running for the next agent to adopt). Resolves
+   * once in-flight steps ended or `graceMs` passed, and in any case only
+   * after every VMM launch in flight was recorded.
+   */
+  async halt(graceMs: number): Promise<void> {
+    this.halted = true;
+    const done = new AbortController();
+    await Promise.race([Promise.allSettled([...this.runners.values()]), this.deps.ctx.timers.sleep(graceMs, done.signal)]);
+    done.abort(); // no timer outlives the stop
+    await Promise.allSettled([...this.launches]);
+    for (const l of this.live.values()) {
+      if (!l.session) continue;
+      l.session.onClose = () => {};
+      l.session.onWorkloadExit = () => {};
+      l.session.close();
+    }
+  }
+
+  /** Records an observation (persisted with the outbox entry) unless halted. */
+  observe(p: LocalPlacement, state: PlacementObservedState, extra: ObservationExtra = {}): void {
+    if (this.halted) return;
+    this.deps.store.observe(p, state, extra, this.deps.clock.now());
+    this.deps.onObservation();
+  }
+
+  private current(placementId: string): LocalPlacement {
+    const p = this.deps.store.placement(placementId);
+    if (!p) throw new Error(`placement ${placementId} vanished from agent.db`);
+    return p;
+  }
+
+  private ref(p: LocalPlacement): PlacementRef {
+    return { allocationId: p.allocationId, placementId: p.placementId, generation: p.generation, dirName: p.dirName, spec: JSON.parse(p.specJson) };
+  }
+
+  /** True when the placement's execution lease is live on this agent's clock. */
+  private leaseLive(placementId: string): boolean {
+    return this.current(placementId).leaseExpiresAtMs > this.deps.clock.now();
+  }
+
+  private attach(placementId: string, live: LiveVm, session: GuestSession): void {
+    live.session = session;
+    session.onWorkloadExit = (code) => {
+      const cur = this.deps.store.placement(placementId);
+      if (cur && cur.observed === "running") this.observe(cur, "running", { workloadExitCode: code });
+    };
+    session.onClose = () => {
+      const cur = this.deps.store.placement(placementId);
+      if (this.halted || live.stopping || !cur || cur.desired === "absent" || cur.observed !== "running") return;
+      live.exitPending = true;
+      this.kick(placementId);
+    };
+  }
+
+  /**
+   * Reports a VM that ended on its own: waits (bounded) for its VMM process
+   * to finish exiting, then observes VM_EXITED with the reason and the
+   * redacted console tail (placementOps.diagnoseVmExit).
+   */
+  private async reportExit(placementId: string, ref: PlacementRef, live: LiveVm): Promise<void> {
+    live.exitPending = false;
+    const { driver, timers } = this.deps.ctx;
+    const handle = live.handle;
+    let alive = handle ? await driver.isAlive(handle) : false;
+    for (let i = 0; alive && i < EXIT_SETTLE_POLLS; i++) {
+      await timers.sleep(EXIT_SETTLE_POLL_MS);
+      alive = await driver.isAlive(handle!);
+    }
+    if (this.halted) return;
+    const cur = this.current(placementId);
+    if (cur.desired === "absent" || (cur.observed !== "running" && cur.observed !== "starting")) return;
+    const exit = diagnoseVmExit(this.deps.ctx, ref, alive);
+    this.deps.log.warn(`VM of ${placementId} exited on its own: ${exit.reason}`);
+    this.observe(cur, "error", { errorCode: "VM_EXITED", exit });
+  }
+
+  /** Drives one placement toward its desired state (serial per placement). */
+  private async drive(placementId: string): Promise<void> {
+    if (this.halted) return;
+    const { store, ctx, log } = this.deps;
+    let p = store.placement(placementId);
+    if (!p || p.observed === "absent") return;
+    const live = this.live.get(placementId) ?? { handle: null, session: null, stopping: false, adopting: false, exitPending: false };
+    this.live.set(placementId, live);
+    const ref = this.ref(p);
+    if (live.adopting && live.handle && p.desired !== "absent") {
+      live.adopting = false;
+      // A VM that was still booting must prove its identity again; a running one answers a ping.
+      const booting = p.observed === "starting";
+      const session = await adoptPlacement(ctx, ref, booting, ctx.guestBootTimeoutMs);
+      if (this.halted) return session?.close();
+      const cur = this.current(placementId);
+      if (session) {
+        this.attach(placementId, live, session);
+        log.info(`adopted VM pid ${live.handle.pid} of placement ${placementId}`);
+        if (booting && cur.desired !== "absent") this.observe(cur, "running");
+      } else if (cur.desired !== "absent") {
+        this.observe(cur, "error", { errorCode: "GUEST_BOOT_TIMEOUT" });
+      }
+      p = this.current(placementId);
+    }
+    if (live.exitPending) {
+      await this.reportExit(placementId, ref, live);
+      if (this.halted) return;
+      p = this.current(placementId);
+    }
+    if (p.desired === "absent") return this.driveAbsent(placementId, ref, live);
+    if (p.observed === "accepted" || p.observed === "unknown") {
+      this.observe(p, "preparing");
+      try {
+        await preparePlacement(ctx, ref);
+        if (this.halted) return;
+        this.observe(this.current(placementId), "prepared");
+      } catch (e) {
+        if (this.halted) return;
+        const err = AgentError.from(e, "INTERNAL");
+        log.warn(`prepare of ${placementId} failed: ${err.code} (${err.subsystem}): ${err.chain()}`);
+        this.observe(this.current(placementId), "error", { errorCode: err.code });
+        return;
+      }
+    }
+    p = this.current(placementId);
+    if (p.desired === "running" && p.observed === "prepared") await this.driveStart(placementId, ref, live);
+    if (!this.halted && store.placement(placementId)?.desired === "absent") this.kick(placementId);
+  }
+
+  private async driveStart(placementId: string, ref: PlacementRef, live: LiveVm): Promise<void> {
+    const skipLease = this.debug.startDespiteExpiredLease === true;
+    if (!skipLease && !this.leaseLive(placementId)) return this.observe(this.current(placementId), "error", { errorCode: "LEASE_EXPIRED" });
+    try {
+      const { handle, session } = await startPlacement(this.deps.ctx, ref, {
+        launch: (start) => {
+          // Checked again right before the launch: resolving the image or building the cgroup may have outlasted the lease.
+          if (this.halted) throw new AgentError("INTERNAL", "the agent is stopping");
+          if (!skipLease && !this.leaseLive(placementId)) throw new AgentError("LEASE_EXPIRED", `the execution lease of ${placementId} expired before the VMM launched`);
+          if (this.current(placementId).desired === "absent") throw new AgentError("INTERNAL", "the placement is no longer wanted");
+          const launched = start().then(async (h) => {
+            live.handle = h;
+            // Recorded even while stopping: it is true, and the next agent needs the PID to adopt the VM.
+            this.deps.store.observe(this.current(placementId), "starting", { vmPid: h.pid, vmStartTime: h.startTime }, this.deps.clock.now());
+            if (!this.halted) this.deps.onObservation();
+            if (!skipLease && !this.leaseLive(placementId)) {
+              // The launch itself outlasted the lease (a stalled agent, a slow spawn): no VM may run on an ended lease.
+              await this.deps.ctx.driver.stop(h, 1_000).catch(() => undefined);
+              throw new AgentError("LEASE_EXPIRED", `the execution lease of ${placementId} ended while its VMM launched; stopped it`);
+            }
+            return h;
+          });
+          this.launches.add(launched);
+          void launched.catch(() => undefined).finally(() => this.launches.delete(launched));
+          return launched;
+        },
+      });
+      live.handle = handle;
+      this.deps.onStartOutcome?.(true);
+      if (this.halted) return session.close();
+      this.attach(placementId, live, session);
+      const cur = this.current(placementId);
+      if (cur.desired !== "absent") this.observe(cur, "running");
+    } catch (e) {
+      if (this.halted) return;
+      const err = AgentError.from(e, "VMM_START_FAILED");
+      if (err.code === "VMM_START_FAILED") this.deps.onStartOutcome?.(false);
+      else if (live.handle) this.deps.onStartOutcome?.(true); // the VMM ran; the guest failed
+      if (!live.handle && err.code === "INTERNAL" && this.current(placementId).desired === "absent") return; // never launched and no longer wanted: Stop follows
+      this.deps.log.warn(`start of ${placementId} failed: ${err.code} (${err.subsystem}): ${err.chain()}`);
+      this.observe(this.current(placementId), "error", { errorCode: err.code });
+    }
+  }
+
+  private async driveAbsent(placementId: string, ref: PlacementRef, live: LiveVm): Promise<void> {
+    live.stopping = true;
+    let p = this.current(placementId);
+    const failed = p.observed === "error" && p.errorCode !== null && p.errorCode !== "CLEANUP_FAILED";
+    if (p.observed !== "stopping") this.observe(p, "stopping");
+    const keep = failed && this.deps.failedConsoleDir ? { keepConsoleAt: keptConsolePath(this.deps.failedConsoleDir, ref.dirName, this.deps.clock.now()) } : {};
+    const left = await stopPlacement(this.deps.ctx, ref, live.handle, live.session, keep);
+    if (this.halted) return;
+    p = this.current(placementId);
+    if (left.length) {
+      this.deps.log.warn(`cleanup of ${placementId} incomplete: ${left.join("; ")}`);
+      if (p.errorCode !== "CLEANUP_FAILED") this.observe(p, "error", { errorCode: "CLEANUP_FAILED" });
+      return;
+    }
+    this.live.delete(placementId);
+    this.observe(p, "absent", { vmPid: null, vmStartTime: null });
+  }
+}

@@ -1,0 +1,244 @@
+/**
+ * A test double of the VMM driver port (driver.ts) and of the guest behind
+ * it, for unit tests and the seeded simulation. FakeVmHost is the machine:
+ * its VM "processes" outlive any one agent, as real VMM processes do.
+ * FakeVmmDriver is one agent process's view of it: launches take time on
+ * the agent's timers, a guest boots on the host's timers, then speaks the
+ * real host–guest protocol (NDJSON, src/protocol/guest.ts): GuestReady with
+ * the identity and nonce it was booted with, pongs, bootstrap receipts,
+ * shutdown. The guest's answers are decided by a FakeVmBehaviour.
+ * Must never: touch a real process or socket (the only file it writes is a
+ * console text a test asks a dying VM to leave).
+ */
+import { createHash } from "node:crypto";
+import { appendFileSync } from "node:fs";
+import { GUEST_CMDLINE_KEYS, NdjsonDecoder, encodeGuestMessage, type GuestIdentity, type GuestToHost } from "../../protocol/guest.ts";
+import type { Timers } from "../ports.ts";
+import type { GuestChannel, VmHandle, VmSpec, VmmDriver } from "./driver.ts";
+import { vmmError } from "./qemuHost.ts";
+
+/** How a fake VM behaves; every duration in ms. */
+export interface FakeVmBehaviour {
+  /** How long the launch takes, or null to fail it (VMM_START_FAILED). */
+  launchMs(spec: VmSpec): number | null;
+  /** How long until the guest sends GuestReady, or null for a guest that never does. */
+  bootMs(spec: VmSpec): number | null;
+  /** How long the guest takes to power off after `shutdown`. */
+  shutdownMs(): number;
+}
+
+/** A behaviour with fixed answers. */
+export function steadyBehaviour(o: { launchMs?: number | null; bootMs?: number | null; shutdownMs?: number } = {}): FakeVmBehaviour {
+  return { launchMs: () => (o.launchMs === undefined ? 10 : o.launchMs), bootMs: () => (o.bootMs === undefined ? 100 : o.bootMs), shutdownMs: () => o.shutdownMs ?? 50 };
+}
+
+/** One simulated VMM process and its guest. */
+export interface FakeVm {
+  readonly instanceId: string;
+  readonly pid: number;
+  readonly startTime: number;
+  readonly spec: VmSpec;
+  /** The identity the guest read from its kernel arguments (nonce included). */
+  readonly identity: GuestIdentity;
+  state: "booting" | "ready" | "exited";
+  /** Why it exited: "stopped" (by the driver), "poweroff" (guest shutdown) or "crashed". */
+  exitReason?: "stopped" | "poweroff" | "crashed";
+  /** Delivery IDs the guest consumed, with their digests. */
+  readonly consumed: Map<string, string>;
+}
+
+interface GuestEnd {
+  vm: FakeVm;
+  dataHandlers: Array<(chunk: string) => void>;
+  closeHandlers: Array<() => void>;
+  closed: boolean;
+  detached: boolean;
+}
+
+/** The identity a fake guest reads from its kernel arguments (public and private). */
+export function fakeGuestIdentity(spec: Pick<VmSpec, "kernelArgs" | "privateKernelArgs">): GuestIdentity {
+  const kv = new Map<string, string>();
+  for (const a of [...spec.kernelArgs, ...(spec.privateKernelArgs ?? [])]) {
+    const i = a.indexOf("=");
+    if (i > 0) kv.set(a.slice(0, i), a.slice(i + 1));
+  }
+  return {
+    allocationId: kv.get(GUEST_CMDLINE_KEYS.allocationId) ?? "",
+    placementId: kv.get(GUEST_CMDLINE_KEYS.placementId) ?? "",
+    generation: Number(kv.get(GUEST_CMDLINE_KEYS.generation) ?? 0),
+    nonce: kv.get(GUEST_CMDLINE_KEYS.nonce) ?? "",
+  };
+}
+
+/** The simulated machine: every fake VM on it, whichever agent process launched it. */
+export class FakeVmHost {
+  /** VMs by instance ID (exited ones are removed). */
+  readonly vms = new Map<string, FakeVm>();
+  private readonly ends = new Set<GuestEnd>();
+  private nextPid = 4000;
+
+  /**
+   * `timers`: the machine's own timers (guests boot and power off on them,
+   * agent or not); `onLaunch` sees every launch as it happens.
+   */
+  constructor(
+    readonly timers: Timers,
+    readonly behaviour: FakeVmBehaviour,
+    private readonly onLaunch: (vm: FakeVm) => void = () => {},
+  ) {}
+
+  /** Creates a VM for `spec` (called by a driver once its launch delay passed). */
+  launch(spec: VmSpec): FakeVm {
+    const vm: FakeVm = { instanceId: spec.instanceId, pid: this.nextPid++, startTime: this.nextPid * 7, spec, identity: fakeGuestIdentity(spec), state: "booting", consumed: new Map() };
+    this.vms.set(vm.instanceId, vm);
+    this.onLaunch(vm);
+    const bootMs = this.behaviour.bootMs(spec);
+    if (bootMs !== null)
+      this.timers.after(bootMs, () => {
+        if (vm.state !== "booting") return;
+        vm.state = "ready";
+        for (const e of this.endsOf(vm)) this.toHost(e, { type: "guest_ready", bootId: `boot-${vm.pid}`, guestVersion: "fake", ...vm.identity });
+      });
+    return vm;
+  }
+
+  /** VMs whose process is alive. */
+  running(): FakeVm[] {
+    return [...this.vms.values()].filter((v) => v.state !== "exited");
+  }
+
+  /** Ends a VM's process (its control channels close); `consoleText` is first appended to its console log, as a dying guest would print it. */
+  exit(vm: FakeVm, reason: NonNullable<FakeVm["exitReason"]>, consoleText?: string): void {
+    if (vm.state === "exited") return;
+    if (consoleText) appendFileSync(vm.spec.consoleLogPath, consoleText);
+    vm.state = "exited";
+    vm.exitReason = reason;
+    this.vms.delete(vm.instanceId);
+    for (const e of this.endsOf(vm)) this.closeEnd(e);
+  }
+
+  /** Connects a control channel to `vm`'s guest. */
+  connect(vm: FakeVm): GuestEnd & GuestChannel {
+    const end: GuestEnd = { vm, dataHandlers: [], closeHandlers: [], closed: false, detached: false };
+    this.ends.add(end);
+    const decoder = new NdjsonDecoder();
+    const channel: GuestChannel = {
+      send: (line) => {
+        if (end.closed) throw new Error("guest channel is closed");
+        queueMicrotask(() => {
+          if (end.closed) return;
+          for (const m of decoder.push(line).messages) this.toGuest(end, m);
+        });
+      },
+      onData: (h) => void end.dataHandlers.push(h),
+      onClose: (h) => void end.closeHandlers.push(h),
+      close: () => this.closeEnd(end),
+    };
+    return Object.assign(end, channel);
+  }
+
+  /** Silences every channel of `owner` without calling its handlers (the agent process holding them died). */
+  detach(ends: Iterable<GuestEnd>): void {
+    for (const e of ends) {
+      e.detached = true;
+      e.closed = true;
+      this.ends.delete(e);
+    }
+  }
+
+  private endsOf(vm: FakeVm): GuestEnd[] {
+    return [...this.ends].filter((e) => e.vm === vm && !e.closed);
+  }
+
+  private closeEnd(e: GuestEnd): void {
+    if (e.closed) return;
+    e.closed = true;
+    this.ends.delete(e);
+    queueMicrotask(() => {
+      if (!e.detached) for (const h of e.closeHandlers) h();
+    });
+  }
+
+  private toHost(e: GuestEnd, m: GuestToHost): void {
+    const line = encodeGuestMessage(m);
+    queueMicrotask(() => {
+      if (e.closed) return;
+      for (const h of e.dataHandlers) h(line);
+    });
+  }
+
+  private toGuest(e: GuestEnd, m: Record<string, unknown>): void {
+    const vm = e.vm;
+    if (vm.state === "exited") return;
+    switch (m["type"]) {
+      case "identify":
+        if (vm.state === "ready") this.toHost(e, { type: "guest_ready", bootId: `boot-${vm.pid}`, guestVersion: "fake", ...vm.identity });
+        break;
+      case "ping":
+        if (vm.state === "ready" && typeof m["id"] === "string") this.toHost(e, { type: "pong", id: m["id"] });
+        break;
+      case "bootstrap": {
+        const id = String(m["deliveryId"]);
+        const digest = `sha256:${createHash("sha256").update(Buffer.from(String(m["dataBase64"]), "base64")).digest("hex")}`;
+        if (!vm.consumed.has(id) && vm.consumed.size > 0) this.toHost(e, { type: "bootstrap_rejected", deliveryId: id, reason: "a payload was already consumed in this boot" });
+        else {
+          vm.consumed.set(id, digest);
+          this.toHost(e, { type: "bootstrap_consumed", deliveryId: id, digest });
+        }
+        break;
+      }
+      case "shutdown":
+        this.toHost(e, { type: "shutting_down" });
+        this.timers.after(this.behaviour.shutdownMs(), () => this.exit(vm, "poweroff"));
+        break;
+      default:
+    }
+  }
+}
+
+/** One agent process's VMM driver over a FakeVmHost (a named test double). */
+export class FakeVmmDriver implements VmmDriver {
+  readonly name = "fake";
+  private readonly mine = new Set<GuestEnd>();
+
+  /** `timers`: the agent process's timers (a dead process's launches never finish). */
+  constructor(
+    readonly host: FakeVmHost,
+    private readonly timers: Timers,
+  ) {}
+
+  async start(spec: VmSpec): Promise<VmHandle> {
+    const ms = this.host.behaviour.launchMs(spec);
+    if (ms === null) throw vmmError(`fake VMM for ${spec.instanceId} refused to start`);
+    await this.timers.sleep(ms);
+    const vm = this.host.launch(spec);
+    return { instanceId: vm.instanceId, pid: vm.pid, startTime: vm.startTime };
+  }
+
+  async isAlive(h: VmHandle): Promise<boolean> {
+    const vm = this.host.vms.get(h.instanceId);
+    return !!vm && vm.pid === h.pid && vm.startTime === h.startTime && vm.state !== "exited";
+  }
+
+  async stop(h: VmHandle, _graceMs?: number): Promise<void> {
+    const vm = this.host.vms.get(h.instanceId);
+    if (vm && vm.pid === h.pid && vm.startTime === h.startTime) this.host.exit(vm, "stopped");
+  }
+
+  async connectControl(spec: Pick<VmSpec, "controlSocketPath">, timeoutMs: number): Promise<GuestChannel> {
+    const vm = [...this.host.vms.values()].find((v) => v.spec.controlSocketPath === spec.controlSocketPath && v.state !== "exited");
+    if (!vm) {
+      await this.timers.sleep(timeoutMs);
+      throw vmmError(`no control socket at ${spec.controlSocketPath}`);
+    }
+    const end = this.host.connect(vm);
+    this.mine.add(end);
+    return end;
+  }
+
+  /** The agent process died: its channels vanish without a word to anyone. */
+  abandon(): void {
+    this.host.detach(this.mine);
+    this.mine.clear();
+  }
+}
