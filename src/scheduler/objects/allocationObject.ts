@@ -585,6 +585,10 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     }
     if (c.events.length > 0) this.indexBehind = true;
     if (c.terminal) this.state.post(this.env.Admission, GLOBAL, `adm:${r.allocationId}:terminal`, { kind: "allocation_terminal", allocationId: r.allocationId });
+    // Release requested: the Network closes the generation and revokes its grants now, not when the VM is gone.
+    if (c.patch.desired === "released" && r.networkId && r.grantGeneration > 0) {
+      this.state.post(this.env.Network, r.networkId, `net:${r.allocationId}:close:${r.generation}`, { kind: "close_generation", allocationId: r.allocationId, generation: r.generation });
+    }
     // Its placement's cleanup completed: the Network revokes its grants and frees its address once they are gone.
     if (c.terminal && r.networkId) this.state.post(this.env.Network, r.networkId, `net:${r.allocationId}:terminal`, { kind: "allocation_terminal", allocationId: r.allocationId });
     for (const a of c.alerts) {

@@ -97,12 +97,14 @@ export type DirectoryMessage = Static<typeof DirectoryMessage>;
 
 /**
  * What a Network receives: a host acknowledged a grant's revoke (its peer
- * is gone), or one of its allocations became terminal (its placement's
- * cleanup completed; its grants are revoked and its address freed once
- * they are gone).
+ * is gone); an allocation's release was requested (its generation closes
+ * to new grants and its grants are revoked now); or one of its allocations
+ * became terminal (its placement's cleanup completed; its grants are
+ * revoked and its address freed once they are gone).
  */
 export const NetworkMessage = Type.Union([
   Type.Object({ kind: Type.Literal("revoke_observed"), grantId: Id, hostId: Id, atMs: Ms }, { additionalProperties: false }),
+  Type.Object({ kind: Type.Literal("close_generation"), allocationId: Id, generation: Type.Integer({ minimum: 1 }) }, { additionalProperties: false }),
   Type.Object({ kind: Type.Literal("allocation_terminal"), allocationId: Id }, { additionalProperties: false }),
 ]);
 /** What a Network receives. */

@@ -282,7 +282,8 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
       throw e;
     }
     // Closed (replacement) or ended (release) while the grant was being handed to the host: it was revoked.
-    if ((this.grant(grantId)?.revoked_at_ms ?? now) !== null) {
+    const issued = this.grant(grantId);
+    if (!issued || issued.revoked_at_ms !== null) {
       const cur = this.alloc(req.allocationId);
       if (!cur || cur.terminal_at_ms !== null) throw new BeachballError("INVALID_STATE", "the allocation was released while the grant was issued");
       throw new BeachballError("STALE_GENERATION", "the allocation was replaced while the grant was issued");
@@ -352,6 +353,8 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
       for (const { message: m } of msgs) {
         if (m.kind === "revoke_observed") {
           this.sql.exec("UPDATE network_grants SET revoke_observed_at_ms = ? WHERE obj = ? AND grant_id = ? AND host_id = ? AND revoke_observed_at_ms IS NULL", m.atMs, this.state.name, m.grantId, m.hostId);
+        } else if (m.kind === "close_generation") {
+          this.sql.exec("UPDATE network_allocations SET closed_generation = MAX(closed_generation, ?) WHERE obj = ? AND allocation_id = ?", m.generation, this.state.name, m.allocationId);
         } else {
           this.sql.exec("UPDATE network_allocations SET terminal_at_ms = ? WHERE obj = ? AND allocation_id = ? AND terminal_at_ms IS NULL", this.now, this.state.name, m.allocationId);
         }
