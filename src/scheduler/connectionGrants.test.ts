@@ -385,6 +385,21 @@ describe("revocation", () => {
   });
 });
 
+describe("revocation without an acknowledgement", () => {
+  test("an unacknowledged revoke is redelivered on every poll until its grant expired past the grace, then dropped", async () => {
+    const x = await readyAllocation();
+    const r = await x.w.createConnectionGrant(C, x.id, { ...SSH, ttlSeconds: 60 });
+    await x.w.revokeConnectionGrant(C, x.id, r.grant.payload.grantId);
+    const revokes = async () => ((await x.owner.poll()).connections ?? []).filter((c) => c.action === "revoke").length;
+    expect(await revokes()).toBe(1);
+    await x.settle(30_000);
+    expect(await revokes()).toBe(1);
+    await x.settle(30_000 + GRANT_EXPIRY_GRACE_MS);
+    expect(await revokes()).toBe(0);
+    expect((await x.w.env.Network.get(r.grant.payload.networkId).describe()).grants[0]).toMatchObject({ revoked: true, gone: true });
+  });
+});
+
 describe("replacement (CONNECTIONS_NOT_FENCED)", () => {
   test("a replacement waits until the old generation's grants are gone (host acknowledged the revoke); a grant for the old generation is then refused", async () => {
     const x = await readyAllocation(2);

@@ -7,10 +7,12 @@
  * Pure (no file access: the signing key is resolved at use by
  * ./connectionSigner.ts), so both hosts use it.
  * Must never: accept a prefix outside fd00::/8, a relay listed twice, a
- * policy for a workload class the manifest does not declare, or a signing
- * key ID clients could not verify.
+ * policy for a workload class the manifest does not declare, a verification
+ * key that is not canonical base64 of 32 bytes, or a signing key ID clients
+ * could not verify.
  */
 import { DEFAULT_GRANT_TTL_SECONDS, type RelayEntry, type RelayLimits } from "../protocol/connection.ts";
+import { isVerificationKey } from "../protocol/connectionSignature.ts";
 import { parseUlaPrefix, type UlaPrefix } from "../domain/network.ts";
 import { parsePortRange, type ConnectionPolicy } from "../domain/grants.ts";
 import type { DeploymentManifest } from "./manifestSchema.ts";
@@ -40,14 +42,15 @@ export interface ConnectionSettings {
  * The settings of `manifest`, or null when it has no `connections`
  * section. Throws an Error naming the field for: an invalid ULA prefix, a
  * malformed or reversed port range, a policy for an undeclared workload
- * class, a relay ID listed twice, or a signing key ID missing from
- * `verificationKeys`.
+ * class, a relay ID listed twice, a verification key that is not canonical
+ * base64 of 32 bytes, or a signing key ID missing from `verificationKeys`.
  */
 export function connectionSettings(manifest: DeploymentManifest): ConnectionSettings | null {
   const c = manifest.connections;
   if (!c) return null;
   const ula = parseUlaPrefix(c.ulaPrefix);
   if (typeof ula === "string") throw new Error(`/connections/ulaPrefix: ${ula}`);
+  for (const [id, key] of Object.entries(c.verificationKeys)) if (!isVerificationKey(key)) throw new Error(`/connections/verificationKeys/${id}: not canonical base64 of a 32-byte Ed25519 public key`);
   if (!Object.hasOwn(c.verificationKeys, c.signingKey.keyId)) throw new Error(`/connections/signingKey/keyId: ${c.signingKey.keyId} is not listed in /connections/verificationKeys, so no client or host could verify what it signs`);
   const ids = new Set<string>();
   for (const r of c.relays) {

@@ -21,6 +21,7 @@ import { BeachballError } from "../../protocol/errors.ts";
 import { MAX_CONNECTION_COMMANDS_PER_POLL, type CommandAck, type ConfigureConnection, type ConnectivityUpdate } from "../../protocol/agent.ts";
 import type { Candidate, SignedGrant, SignedRelayMap } from "../../protocol/connection.ts";
 import { connectionCommandIdFor } from "../../domain/identifiers.ts";
+import { GRANT_EXPIRY_GRACE_MS } from "../../domain/grants.ts";
 import type { SchedulerEnv } from "../env.ts";
 import { relayTokens } from "./grantDocuments.ts";
 
@@ -160,7 +161,8 @@ export class HostConnections {
    * The pending commands (≤ MAX_CONNECTION_COMMANDS_PER_POLL), oldest
    * first, each apply with fresh host relay tokens and the host's endpoint
    * token. An apply whose grant has expired is superseded instead (the host
-   * would refuse it, and it removes expired peers itself).
+   * would refuse it, and it removes expired peers itself), as is a revoke
+   * whose grant expired more than GRANT_EXPIRY_GRACE_MS ago.
    */
   pending(): ConfigureConnection[] {
     const now = this.env.clock.now();
@@ -174,6 +176,11 @@ export class HostConnections {
     const out: ConfigureConnection[] = [];
     for (const c of rows) {
       if (c.action === "revoke") {
+        // Long expired: the host removed the peer on its own (and the Network counts the grant gone by expiry).
+        if (c.expires_at_ms + GRANT_EXPIRY_GRACE_MS <= now) {
+          this.sql.exec("UPDATE host_connection_commands SET status = 'superseded' WHERE obj = ? AND command_id = ?", this.state.name, c.command_id);
+          continue;
+        }
         out.push({ commandId: c.command_id, type: "configure_connection", action: "revoke", grantId: c.grant_id });
         continue;
       }
