@@ -13,8 +13,9 @@
  * With private networking, create reserves the allocation's /128 in its
  * owner's Network before any host is chosen; connection grants are issued
  * through the Network for the current generation of a ready allocation
- * only, and a replacement waits until the Network confirms the old
- * generation's grants are gone (CONNECTIONS_NOT_FENCED).
+ * only; a release request closes the generation at the Network (its grants
+ * are revoked at once), and a replacement waits until the Network confirms
+ * the old generation's grants are gone (CONNECTIONS_NOT_FENCED).
  * Must never: free or assume freed capacity before the Host reported the
  * placement absent, keep a bootstrap payload, or start fresh when state
  * that must exist is missing.

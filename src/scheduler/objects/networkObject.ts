@@ -22,7 +22,9 @@
  * the Allocation does not replace its placement until they are
  * (CONNECTIONS_NOT_FENCED).
  * Calls NetworkDirectory, Host and Connection (none of which calls back);
- * posts `connections_fenced` to Allocations.
+ * posts `connections_fenced` to Allocations; receives a host's revoke
+ * acknowledgement, and an Allocation's release (`close_generation`) and end
+ * (`allocation_terminal`) as messages.
  * Must never: issue a grant for a closed generation or a terminal
  * allocation, reuse an address while a grant of its holder may be applied,
  * store a private key or a raw token.
@@ -30,15 +32,15 @@
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import type { ConnectionGrantResponse, GrantPayload, GrantTransport } from "../../protocol/connection.ts";
-import { networkAddress, type AddressKind } from "../../domain/network.ts";
 import { checkGrantRequest, generationFenced, GRANT_EXPIRY_GRACE_MS, grantGone } from "../../domain/grants.ts";
 import { tokenDigest } from "../manifestSchema.ts";
-import { GLOBAL, type SchedulerEnv } from "../env.ts";
+import type { SchedulerEnv } from "../env.ts";
 import type { ConnectionSettings } from "../connectionSettings.ts";
 import type { ConnectionSigner } from "../connectionSigner.ts";
 import { NetworkMessage } from "./messages.ts";
 import { NETWORK_TABLES } from "./networkSchema.ts";
 import { relayTokens, signGrant } from "./grantDocuments.ts";
+import { NetworkAddresses, type AllocRow } from "./networkAddresses.ts";
 
 /** Most unrevoked, unexpired grants one allocation holds at once. */
 export const MAX_LIVE_GRANTS_PER_ALLOCATION = 16;
@@ -61,21 +63,6 @@ export interface IssueGrant {
   transport: GrantTransport;
   ports: number[];
   ttlSeconds?: number | undefined;
-}
-
-interface NetRow {
-  tenant: string;
-  subnet: number;
-  last_allocation_index: number;
-  last_client_index: number;
-}
-
-interface AllocRow {
-  allocation_id: string;
-  address: string;
-  closed_generation: number;
-  waiting_generation: number;
-  terminal_at_ms: number | null;
 }
 
 interface GrantRow {
@@ -101,7 +88,8 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
   static readonly messageSchema = NetworkMessage;
   static readonly tables = NETWORK_TABLES;
 
-  private creating: Promise<NetRow> | null = null;
+  /** Its row, allocation addresses and free list (./networkAddresses.ts). */
+  private readonly book = new NetworkAddresses(this.state, this.env);
 
   constructor(state: ObjectState<NetworkMessage>, env: SchedulerEnv) {
     super(state, env);
@@ -122,16 +110,6 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
     return { settings, signer };
   }
 
-  private net(): NetRow | null {
-    const r = this.sql.exec<NetRow>("SELECT tenant, subnet, last_allocation_index, last_client_index FROM network WHERE obj = ?", this.state.name).next();
-    return r.done ? null : r.value;
-  }
-
-  private alloc(allocationId: string): AllocRow | null {
-    const r = this.sql.exec<AllocRow>("SELECT allocation_id, address, closed_generation, waiting_generation, terminal_at_ms FROM network_allocations WHERE obj = ? AND allocation_id = ?", this.state.name, allocationId).next();
-    return r.done ? null : r.value;
-  }
-
   private grant(grantId: string): GrantRow | null {
     const r = this.sql.exec<GrantRow>(`SELECT ${GRANT_COLUMNS} FROM network_grants WHERE obj = ? AND grant_id = ?`, this.state.name, grantId).next();
     return r.done ? null : r.value;
@@ -141,48 +119,6 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
     return this.sql.exec<GrantRow>(`SELECT ${GRANT_COLUMNS} FROM network_grants WHERE obj = ? AND ${where}`, this.state.name, ...args).toArray();
   }
 
-  /** The Network row, created on first use with the next subnet from the directory (single-flight). Throws FORBIDDEN for another tenant. */
-  private async ensure(tenant: string): Promise<NetRow> {
-    const have = this.net();
-    if (have) {
-      if (have.tenant !== tenant) throw new BeachballError("FORBIDDEN", "this Network belongs to another principal");
-      return have;
-    }
-    this.creating ??= (async () => {
-      try {
-        const subnet = await this.env.NetworkDirectory.get(GLOBAL).subnetFor(this.state.name, tenant);
-        const again = this.net();
-        if (again) return again;
-        this.sql.exec("INSERT INTO network (obj, tenant, subnet, last_allocation_index, last_client_index, created_at_ms) VALUES (?, ?, ?, 0, 0, ?)", this.state.name, tenant, subnet, this.now);
-        return this.net()!;
-      } finally {
-        this.creating = null;
-      }
-    })();
-    const row = await this.creating;
-    if (row.tenant !== tenant) throw new BeachballError("FORBIDDEN", "this Network belongs to another principal");
-    return row;
-  }
-
-  /** The next address of `kind`: the oldest freed one, else the next index of its counter. Call inside a transaction. */
-  private takeAddress(kind: AddressKind, net: NetRow): string {
-    const free = this.sql.exec<{ address: string }>("SELECT address FROM network_free_addresses WHERE obj = ? AND kind = ? ORDER BY freed_at_ms, address LIMIT 1", this.state.name, kind).next();
-    if (!free.done) {
-      this.sql.exec("DELETE FROM network_free_addresses WHERE obj = ? AND address = ?", this.state.name, free.value.address);
-      return free.value.address;
-    }
-    const { settings } = this.settings();
-    const column = kind === "allocation" ? "last_allocation_index" : "last_client_index";
-    const index = (kind === "allocation" ? net.last_allocation_index : net.last_client_index) + 1;
-    const address = networkAddress(settings.ula, net.subnet, kind, index);
-    this.sql.exec(`UPDATE network SET ${column} = ? WHERE obj = ?`, index, this.state.name);
-    return address;
-  }
-
-  private freeAddress(kind: AddressKind, address: string): void {
-    this.sql.exec("INSERT OR IGNORE INTO network_free_addresses (obj, kind, address, freed_at_ms) VALUES (?, ?, ?, ?)", this.state.name, kind, address, this.now);
-  }
-
   /**
    * Reserves the /128 of allocation `allocationId` (idempotent: the same
    * address on every call), owned by `tenant`. Called when the allocation
@@ -190,16 +126,9 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
    * networking or for another tenant's Network.
    */
   async reserveAllocationAddress(allocationId: string, tenant: string): Promise<{ networkId: string; address: string }> {
-    this.settings();
-    await this.ensure(tenant);
-    const existing = this.alloc(allocationId);
-    if (existing) return { networkId: this.state.name, address: existing.address };
-    const address = this.state.storage.transactionSync(() => {
-      const a = this.takeAddress("allocation", this.net()!);
-      this.sql.exec("INSERT INTO network_allocations (obj, allocation_id, address, closed_generation, waiting_generation, terminal_at_ms) VALUES (?, ?, ?, 0, 0, NULL)", this.state.name, allocationId, a);
-      return a;
-    });
-    return { networkId: this.state.name, address };
+    const { settings } = this.settings();
+    await this.book.ensure(tenant);
+    return { networkId: this.state.name, address: this.book.reserve(allocationId, settings.ula) };
   }
 
   /** Throws the stable refusal when no grant may be issued for `generation` of `a`. */
@@ -219,7 +148,7 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
    */
   async issueGrant(req: IssueGrant): Promise<ConnectionGrantResponse> {
     const { settings, signer } = this.settings();
-    this.refuseClosed(this.alloc(req.allocationId), req.generation);
+    this.refuseClosed(this.book.alloc(req.allocationId), req.generation);
     const now0 = this.now;
     const live = this.grantsWhere("allocation_id = ? AND revoked_at_ms IS NULL AND expires_at_ms > ?", req.allocationId, now0).length;
     if (live >= MAX_LIVE_GRANTS_PER_ALLOCATION) throw new BeachballError("RATE_LIMITED", `an allocation holds at most ${MAX_LIVE_GRANTS_PER_ALLOCATION} live grants; revoke one first`, { retryAfterSeconds: 5 });
@@ -231,14 +160,14 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
     const endpoint = await this.env.Host.get(req.hostId).connectionEndpoint(req.placementId, req.generation);
 
     // The Allocation may have closed the generation (or ended) while the Host answered.
-    const a = this.refuseClosed(this.alloc(req.allocationId), req.generation);
+    const a = this.refuseClosed(this.book.alloc(req.allocationId), req.generation);
     const now = this.now;
     const grantId = this.env.random.id("grt");
     const connectionId = this.env.random.id("con");
     const clientToken = `bbx_${Buffer.from(this.env.random.bytes(32)).toString("hex")}`;
     const expiresAtMs = now + policy.ttlMs;
     const docs = this.state.storage.transactionSync(() => {
-      const clientAddress = this.takeAddress("client", this.net()!);
+      const clientAddress = this.book.take("client", settings.ula);
       const payload: GrantPayload = {
         v: 1,
         grantId,
@@ -284,7 +213,7 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
     // Closed (replacement) or ended (release) while the grant was being handed to the host: it was revoked.
     const issued = this.grant(grantId);
     if (!issued || issued.revoked_at_ms !== null) {
-      const cur = this.alloc(req.allocationId);
+      const cur = this.book.alloc(req.allocationId);
       if (!cur || cur.terminal_at_ms !== null) throw new BeachballError("INVALID_STATE", "the allocation was released while the grant was issued");
       throw new BeachballError("STALE_GENERATION", "the allocation was replaced while the grant was issued");
     }
@@ -328,7 +257,7 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
    * sent `connections_fenced` when the last one goes.
    */
   async fenceGeneration(allocationId: string, generation: number): Promise<{ fenced: boolean; byMs: number | null }> {
-    const a = this.alloc(allocationId);
+    const a = this.book.alloc(allocationId);
     if (!a) return { fenced: true, byMs: null };
     this.state.storage.transactionSync(() => {
       this.sql.exec(
@@ -395,19 +324,15 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
       for (const g of open) {
         if (!grantGone(facts(g), now)) continue;
         this.sql.exec("UPDATE network_grants SET gone_at_ms = ? WHERE obj = ? AND grant_id = ?", now, this.state.name, g.grant_id);
-        this.freeAddress("client", g.client_address);
+        this.book.free("client", g.client_address);
       }
-      const allocs = this.sql.exec<AllocRow>("SELECT allocation_id, address, closed_generation, waiting_generation, terminal_at_ms FROM network_allocations WHERE obj = ? AND (waiting_generation > 0 OR terminal_at_ms IS NOT NULL)", this.state.name).toArray();
-      for (const a of allocs) {
+      for (const a of this.book.unsettled()) {
         const remaining = this.grantsWhere("allocation_id = ? AND gone_at_ms IS NULL", a.allocation_id);
         if (a.waiting_generation > 0 && remaining.every((g) => g.generation > a.waiting_generation)) {
           this.sql.exec("UPDATE network_allocations SET waiting_generation = 0 WHERE obj = ? AND allocation_id = ?", this.state.name, a.allocation_id);
           this.state.post(this.env.Allocation, a.allocation_id, `fenced:${a.allocation_id}:${a.waiting_generation}`, { kind: "connections_fenced", generation: a.waiting_generation });
         }
-        if (a.terminal_at_ms !== null && remaining.length === 0) {
-          this.sql.exec("DELETE FROM network_allocations WHERE obj = ? AND allocation_id = ?", this.state.name, a.allocation_id);
-          this.freeAddress("allocation", a.address);
-        }
+        if (a.terminal_at_ms !== null && remaining.length === 0) this.book.release(a);
       }
       this.sql.exec("DELETE FROM network_grants WHERE obj = ? AND gone_at_ms IS NOT NULL AND gone_at_ms < ?", this.state.name, now - GRANT_RETENTION_MS);
       this.state.setAlarm(this.nextAlarm(now));
@@ -441,13 +366,12 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
   /** Addresses and grants of this Network, for operators and tests. */
   describe(): { subnet: number | null; allocations: { allocationId: string; address: string; closedGeneration: number }[]; grants: { grantId: string; allocationId: string; generation: number; clientAddress: string; revoked: boolean; gone: boolean }[]; free: string[] } {
     return {
-      subnet: this.net()?.subnet ?? null,
-      allocations: this.sql
-        .exec<AllocRow>("SELECT allocation_id, address, closed_generation, waiting_generation, terminal_at_ms FROM network_allocations WHERE obj = ? ORDER BY allocation_id", this.state.name)
-        .toArray()
+      subnet: this.book.net()?.subnet ?? null,
+      allocations: this.book
+        .allocations()
         .map((a) => ({ allocationId: a.allocation_id, address: a.address, closedGeneration: a.closed_generation })),
       grants: this.grantsWhere("1 = 1 ORDER BY issued_at_ms, grant_id").map((g) => ({ grantId: g.grant_id, allocationId: g.allocation_id, generation: g.generation, clientAddress: g.client_address, revoked: g.revoked_at_ms !== null, gone: g.gone_at_ms !== null })),
-      free: this.sql.exec<{ address: string }>("SELECT address FROM network_free_addresses WHERE obj = ? ORDER BY freed_at_ms, address", this.state.name).toArray().map((r) => r.address),
+      free: this.book.freeList(),
     };
   }
 }
