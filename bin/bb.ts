@@ -1,28 +1,16 @@
 #!/usr/bin/env bun
 /**
- * The `bb` entry point: dispatches to one role and nothing else.
- *
- * Each role's module is imported lazily, so entering one role never loads
- * (or initialises) another role's state or credentials (docs/architecture.md,
- * "Roles").
+ * The `bb` entry point: runs one command line through the strict runner
+ * (src/command/main.ts) over the command tree (bin/root.ts), with every
+ * message on stderr and results alone on stdout.
  */
-import { defineCommand, runMain } from "citty";
 import { consola } from "consola";
+import { runBb } from "../src/command/main.ts";
+import { routeMessagesTo } from "../src/command/terminal.ts";
+import { bbCommand } from "./root.ts";
 
 // consola hides info lines when NODE_ENV=test; a role's log level is ours to set (BB_LOG_LEVEL: 0 errors … 4 debug).
 consola.level = Number(process.env["BB_LOG_LEVEL"] ?? 3);
+routeMessagesTo(process.stderr);
 
-const main = defineCommand({
-  meta: { name: "bb", version: "0.1.0", description: "Beachball: disposable microVMs on your own hosts" },
-  subCommands: {
-    scheduler: () => import("../src/scheduler/command.ts").then((m) => m.schedulerCommand),
-    agent: () => import("../src/agent/command.ts").then((m) => m.agentCommand),
-    allocation: () => import("../src/cli/allocationCommand.ts").then((m) => m.allocationCommand),
-    host: () => import("../src/cli/hostCommand.ts").then((m) => m.hostCommand),
-    image: () => import("../src/cli/imageCommand.ts").then((m) => m.imageCommand),
-    guest: () => import("../src/guest/command.ts").then((m) => m.guestCommand),
-    dev: () => import("../src/dev/command.ts").then((m) => m.devCommand),
-  },
-});
-
-await runMain(main);
+await runBb(bbCommand);

@@ -21,6 +21,8 @@ PACKAGES+=(libsodium23 wireguard-go wireguard-tools iputils-ping)
 # Packaging (packaging/, test/packaging/): rpmbuild, lintian, rpmlint, readelf,
 # and systemd-nspawn to boot the package test's container.
 PACKAGES+=(rpm lintian rpmlint binutils systemd-container)
+# Shell completion (src/command/completion.ts): the test runs the zsh and fish scripts in those shells.
+PACKAGES+=(zsh fish)
 
 log=$(mktemp "${TMPDIR:-/tmp}/bb-setup.XXXXXX")
 trap 'rm -f "$log"' EXIT

@@ -19,7 +19,9 @@ fi
 out=$(mktemp "${TMPDIR:-/tmp}/bb-test.XXXXXX")
 trap 'rm -f "$out"' EXIT
 
-"$bun" test "$@" 2>&1 | tee "$out"
+# Bun 1.4 ignores bunfig.toml's [test] timeout, so the per-test default
+# (tests boot real VMs under TCG) is given here; a later --timeout wins.
+"$bun" test --timeout 180000 "$@" 2>&1 | tee "$out"
 code=${PIPESTATUS[0]}
 
 # The last " N pass" / " N fail" / " N skip" lines are Bun's closing summary.

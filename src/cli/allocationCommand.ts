@@ -1,132 +1,252 @@
 /**
- * `bb allocation create|get|list|release|events`: the client commands over
- * the public API. Only translate flags to SchedulerClient calls and print.
+ * `bb allocation create|get|list|release|events|authorize-replacement`:
+ * the client commands over the public API. They only check flags, call
+ * SchedulerClient and print: results on stdout (tables, detail blocks or
+ * `--json`), progress on stderr (a spinner on a terminal). Allocation IDs
+ * may be given by a unique prefix (src/cli/allocationId.ts).
+ *
+ * Exit codes (src/command/run.ts): 0 ok; 1 error, a failed allocation or
+ * a payload that exited non-zero under `--wait`; 2 usage; 3 `--wait` gave
+ * up before any host took the allocation; 4 auth.
  */
 import { readFileSync, statSync } from "node:fs";
 import { randomUUID } from "node:crypto";
-import { defineCommand } from "citty";
 import { consola } from "consola";
-import { MAX_PAYLOAD_BYTES, type AllocationEvent, type AllocationView } from "../protocol/api.ts";
-import { clientArgs, clientFrom } from "./common.ts";
-import { runCli } from "../command/run.ts";
+import { CreateAllocationBody, MAX_PAGE_SIZE, MAX_PAYLOAD_BYTES, MAX_WIRE_INTEGER, type AllocationEvent, type AllocationView } from "../protocol/api.ts";
+import { command } from "../command/define.ts";
+import { EXIT, runCli, UsageError } from "../command/run.ts";
+import { progress } from "../command/terminal.ts";
+import { integerFlag, optionalIntegerFlag } from "../command/values.ts";
+import { resolveAllocationId } from "./allocationId.ts";
+import { clientArgs, clientFrom, flagError } from "./common.ts";
+import { allocationDetail, allocationTable, formatEvent } from "./format.ts";
+import { notPlacedMessage, UNPLACED_STATES, waitFor } from "./wait.ts";
 
-/** One human line for an event. */
-export function formatEvent(e: AllocationEvent): string {
-  const st = e.toState ? ` ${e.fromState ?? "∅"} → ${e.toState}` : "";
-  const reason = e.reason ? ` [${e.reason}]` : "";
-  const exit = e.type === "workload.exited" ? ` exitCode=${String(e.data?.["exitCode"])}` : "";
-  const vm = typeof e.data?.["exitReason"] === "string" ? ` vmExit=${e.data["exitReason"]}` : "";
-  return `${e.at}  #${e.seq} ${e.type}${st}${reason}${exit}${vm}`;
-}
+export { formatEvent } from "./format.ts";
+
+/** Longest `--timeout`, seconds (a week, the longest TTL a create accepts). */
+export const MAX_WAIT_SECONDS = 7 * 24 * 3600;
+/** Bounds of `--ttl`, seconds: the create body's own (src/protocol/api.ts). */
+export const TTL_BOUNDS = { min: CreateAllocationBody.properties.ttlSeconds.minimum!, max: CreateAllocationBody.properties.ttlSeconds.maximum!, unit: "seconds" };
+
+const timeoutArg = { type: "string", valueHint: "SECONDS", description: "Give up waiting after this long, whatever the state", default: "300" } as const;
+const idArg = { type: "positional", required: true, description: "Allocation ID, or a unique prefix of one" } as const;
 
 function printView(v: AllocationView, json: boolean): void {
-  if (json) return console.log(JSON.stringify(v));
-  console.log(`${v.allocationId}  ${v.state}  gen ${v.generation}  class ${v.workloadClass}  host ${v.hostId ?? "-"}${v.reason ? `  reason ${v.reason}` : ""}${v.workloadExitCode !== null ? `  exit ${v.workloadExitCode}` : ""}`);
-  const x = v.placementExit;
-  if (x) {
-    console.log(`VM of generation ${x.generation} ended on its own: ${x.reason} (${x.at}); last kernel lines of its console:`);
-    // The tail comes from a host: no control character reaches the terminal.
-    for (const line of x.consoleTail.split("\n")) if (line) console.log(`  ${line.replace(/[\x00-\x08\x0b-\x1f\x7f-\x9f]/g, "")}`);
+  console.log(json ? JSON.stringify(v) : allocationDetail(v));
+}
+
+function readPayload(path: string): Uint8Array {
+  let size: number;
+  try {
+    size = statSync(path).size;
+  } catch (e) {
+    throw new UsageError(`cannot read --payload ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+  }
+  if (size > MAX_PAYLOAD_BYTES) throw new UsageError(`--payload ${path} is ${size} bytes; a payload is at most ${MAX_PAYLOAD_BYTES} bytes`);
+  return readFileSync(path);
+}
+
+const create = command({
+  meta: { name: "create", description: "Request a VM of a workload class; optionally hand it a payload and wait" },
+  args: {
+    class: { type: "string", valueHint: "CLASS", description: "Workload class (the manifest's workloadClasses)", required: true },
+    payload: { type: "string", valueHint: "FILE", description: "Shell script to run in the guest once it is ready (text/x-shellscript, at most 256 KiB)" },
+    ttl: { type: "string", valueHint: "SECONDS", description: `Lifetime, ${TTL_BOUNDS.min} to ${TTL_BOUNDS.max} seconds (the class may cap it; default: the scheduler's)` },
+    wait: { type: "boolean", description: "Wait until ready, or with --payload until the payload exits; exit 1 if it failed, 3 if no host took it in time", default: false },
+    timeout: timeoutArg,
+    "client-request-id": { type: "string", valueHint: "KEY", description: "Idempotency key: the same key returns the same allocation (default: random)" },
+    quiet: { type: "boolean", alias: "q", description: "Print only the allocation ID", default: false },
+    ...clientArgs,
+  },
+  examples: [
+    "bb allocation create --class ci-small",
+    "bb allocation create --class ci-small --ttl 600 --wait --timeout 120",
+    "bb allocation create --class ci-small --payload job.sh --wait",
+    "bb allocation create --class ci-small --client-request-id build-1234 --json",
+  ],
+  run: ({ args }) =>
+    runCli(async () => {
+      const ttl = optionalIntegerFlag("--ttl", args.ttl, TTL_BOUNDS);
+      const timeoutS = integerFlag("--timeout", args.timeout, { min: 1, max: MAX_WAIT_SECONDS, unit: "seconds" });
+      const payload = args.payload ? readPayload(args.payload) : null;
+      const client = clientFrom(args);
+      const quiet = args.json || args.quiet;
+      const deadline = Date.now() + timeoutS * 1000;
+      let view: AllocationView;
+      try {
+        ({ view } = await client.create({ clientRequestId: args["client-request-id"] ?? randomUUID(), workloadClass: args.class, ...(ttl !== undefined ? { ttlSeconds: ttl } : {}) }));
+      } catch (e) {
+        throw flagError(e, { ttlSeconds: "--ttl", workloadClass: "--class", clientRequestId: "--client-request-id" });
+      }
+      const id = view.allocationId;
+      if (!quiet) consola.info(`allocation ${id} (${view.state})`);
+      const p = progress(process.stderr, quiet);
+      const onEvent = (e: AllocationEvent) => {
+        p.note(formatEvent(e));
+        if (e.toState) p.update(`${id}: ${e.toState}`);
+      };
+      let seq = 0;
+      try {
+        if (payload || args.wait) {
+          p.update(`${id}: waiting for a host and a ready guest`);
+          const r = await waitFor(client, id, "ready", deadline, onEvent);
+          seq = r.lastSeq;
+          view = r.view;
+          if (r.timedOut) return finishTimedOut(view, timeoutS, args, p.stop);
+        }
+        if (payload && view.state === "ready") {
+          p.update(`${id}: handing over the payload`);
+          const d = await client.deliverWhenReady(id, payload, `dlv-${randomUUID()}`, Math.max(1, deadline - Date.now()));
+          p.note(`payload consumed (${d.digest})`);
+          if (args.wait) {
+            p.update(`${id}: payload running`);
+            const r = await waitFor(client, id, "exited", deadline, onEvent, seq);
+            view = r.view;
+            if (r.timedOut) return finishTimedOut(view, timeoutS, args, p.stop);
+          }
+        }
+      } finally {
+        p.stop();
+      }
+      if (payload && !args.wait) view = await client.get(id);
+      console.log(show(view, args));
+      // With --wait (or a payload), a failed allocation or a payload that exited non-zero fails the command.
+      if ((args.wait || payload) && (view.state === "failed" || view.state === "released")) {
+        consola.error(`allocation ${id} is ${view.state}${view.reason ? ` (${view.reason})` : ""}`);
+        process.exitCode = EXIT.error;
+      } else if (args.wait && payload && view.workloadExitCode !== null && view.workloadExitCode !== 0) {
+        consola.error(`the payload exited with code ${view.workloadExitCode}`);
+        process.exitCode = EXIT.error;
+      }
+    }),
+});
+
+/** The create result as `--quiet` (the ID), `--json` or a detail block asks. */
+function show(view: AllocationView, how: { quiet: boolean; json: boolean }): string {
+  return how.quiet ? view.allocationId : how.json ? JSON.stringify(view) : allocationDetail(view);
+}
+
+/** Prints the view and why the wait gave up; exit 3 when no host took it, else 1. */
+function finishTimedOut(view: AllocationView, waitedS: number, how: { quiet: boolean; json: boolean }, stop: () => void): void {
+  stop();
+  console.log(show(view, how));
+  if (UNPLACED_STATES.has(view.state)) {
+    consola.error(notPlacedMessage(view, waitedS));
+    process.exitCode = EXIT.notPlaced;
+  } else {
+    consola.error(`gave up after ${waitedS} s: allocation ${view.allocationId} is ${view.state} on ${view.hostId ?? "no host"}`);
+    process.exitCode = EXIT.error;
   }
 }
 
-const create = defineCommand({
-  meta: { name: "create", description: "Request a VM of a workload class; optionally hand it a payload and wait" },
-  args: {
-    ...clientArgs,
-    class: { type: "string", description: "Workload class", required: true },
-    payload: { type: "string", description: "Shell script to run in the guest (text/x-shellscript)" },
-    "client-request-id": { type: "string", description: "Idempotency key (default: random)" },
-    ttl: { type: "string", description: "Lifetime in seconds" },
-    wait: { type: "boolean", description: "Wait for the payload to finish (or for ready without a payload); exit 1 if it failed", default: false },
-    timeout: { type: "string", description: "Seconds to wait for readiness", default: "300" },
-  },
+const get = command({
+  meta: { name: "get", description: "Show one allocation, and why it is still pending" },
+  args: { id: idArg, ...clientArgs },
+  examples: ["bb allocation get alloc_3f2a9c0e7b1d4a5f8e6c2b0a9d8f7e6c", "bb allocation get 3f2a", "bb allocation get 3f2a --json"],
   run: ({ args }) =>
     runCli(async () => {
       const client = clientFrom(args);
-      let payload: Uint8Array | null = null;
-      if (args.payload) {
-        if (statSync(args.payload).size > MAX_PAYLOAD_BYTES) throw Object.assign(new Error(`payload file is over ${MAX_PAYLOAD_BYTES} bytes`), { exitCode: 2 });
-        payload = readFileSync(args.payload);
-      }
-      const ttl = args.ttl ? Number(args.ttl) : undefined;
-      const { view } = await client.create({ clientRequestId: args["client-request-id"] ?? randomUUID(), workloadClass: args.class, ...(ttl ? { ttlSeconds: ttl } : {}) });
-      if (!args.json) consola.info(`allocation ${view.allocationId} (${view.state})`);
-      const timeoutMs = Number(args.timeout) * 1000;
-      if (payload) {
-        const r = await client.deliverWhenReady(view.allocationId, payload, `dlv-${randomUUID()}`, timeoutMs);
-        if (!args.json) consola.success(`payload consumed (${r.digest})`);
-      }
-      if (args.wait) {
-        await client.follow(view.allocationId, (e) => args.json || console.log(formatEvent(e)), {
-          until: (e) => (payload ? e.type === "workload.exited" : e.toState === "ready"),
-        });
-      }
-      const final = await client.get(view.allocationId);
-      printView(final, args.json);
-      // With --wait, a failed allocation or a payload that exited non-zero fails the command (the code is printed above).
-      if (args.wait && (final.state === "failed" || (payload && final.workloadExitCode !== null && final.workloadExitCode !== 0))) process.exitCode = 1;
+      printView(await client.get(await resolveAllocationId(client, args.id)), args.json);
     }),
 });
 
-const get = defineCommand({
-  meta: { name: "get", description: "Show one allocation" },
-  args: { ...clientArgs, id: { type: "positional", required: true, description: "Allocation ID" } },
-  run: ({ args }) => runCli(async () => printView(await clientFrom(args).get(args.id), args.json)),
-});
-
-const list = defineCommand({
+const list = command({
   meta: { name: "list", description: "List your allocations" },
-  args: { ...clientArgs, cursor: { type: "string", description: "Resume after this allocation ID" }, limit: { type: "string", default: "50" } },
+  args: {
+    limit: { type: "string", valueHint: "N", description: `Most allocations on one page, 1 to ${MAX_PAGE_SIZE}`, default: "50" },
+    cursor: { type: "string", valueHint: "ID", description: "Resume after this allocation ID (printed as `next:` under a full page)" },
+    quiet: { type: "boolean", alias: "q", description: "Print only the allocation IDs", default: false },
+    ...clientArgs,
+  },
+  examples: ["bb allocation list", "bb allocation list --limit 200 --json", "bb allocation list -q"],
   run: ({ args }) =>
     runCli(async () => {
-      const page = await clientFrom(args).list(args.cursor, Number(args.limit));
+      const limit = integerFlag("--limit", args.limit, { min: 1, max: MAX_PAGE_SIZE });
+      if (args.cursor !== undefined && !/^alloc_[0-9a-f]{32}$/.test(args.cursor)) throw new UsageError(`--cursor must be an allocation ID (got ${JSON.stringify(args.cursor)})`);
+      const page = await clientFrom(args).list(args.cursor, limit);
       if (args.json) return console.log(JSON.stringify(page));
-      for (const v of page.items) printView(v, false);
-      if (page.nextCursor) console.log(`next: --cursor ${page.nextCursor}`);
+      if (args.quiet) return page.items.forEach((v) => console.log(v.allocationId));
+      if (page.items.length === 0) consola.info("no allocations");
+      else console.log(allocationTable(page.items));
+      if (page.nextCursor) consola.info(`next: bb allocation list --cursor ${page.nextCursor}`);
     }),
 });
 
-const release = defineCommand({
+const release = command({
   meta: { name: "release", description: "Release an allocation (destroys its VM)" },
-  args: { ...clientArgs, id: { type: "positional", required: true, description: "Allocation ID" }, wait: { type: "boolean", default: false, description: "Wait until released" } },
+  args: {
+    id: idArg,
+    wait: { type: "boolean", default: false, description: "Wait until it is released (the VM and its files are gone)" },
+    timeout: timeoutArg,
+    ...clientArgs,
+  },
+  examples: ["bb allocation release 3f2a", "bb allocation release alloc_3f2a9c0e7b1d4a5f8e6c2b0a9d8f7e6c --wait --timeout 60"],
   run: ({ args }) =>
     runCli(async () => {
+      const timeoutS = integerFlag("--timeout", args.timeout, { min: 1, max: MAX_WAIT_SECONDS, unit: "seconds" });
       const client = clientFrom(args);
-      let v = await client.release(args.id);
+      const id = await resolveAllocationId(client, args.id);
+      let v = await client.release(id);
       if (args.wait) {
-        await client.follow(args.id, () => {});
-        v = await client.get(args.id);
+        const p = progress(process.stderr, args.json);
+        p.update(`${id}: releasing`);
+        try {
+          const r = await waitFor(client, id, "released", Date.now() + timeoutS * 1000, (e) => e.toState && p.update(`${id}: ${e.toState}`));
+          v = r.view;
+          if (r.timedOut) {
+            consola.error(`gave up after ${timeoutS} s: allocation ${id} is ${v.state}${v.conditions.length ? ` (${v.conditions.join(", ")})` : ""}`);
+            process.exitCode = EXIT.error;
+          }
+        } finally {
+          p.stop();
+        }
       }
       printView(v, args.json);
     }),
 });
 
-const events = defineCommand({
-  meta: { name: "events", description: "Show an allocation's events; --follow streams NDJSON until it is terminal" },
+const events = command({
+  meta: { name: "events", description: "Show an allocation's events; --follow streams them until it is released or failed" },
   args: {
+    id: idArg,
+    follow: { type: "boolean", default: false, description: "Keep streaming (NDJSON with --json) until the allocation is terminal" },
+    after: { type: "string", valueHint: "SEQ", default: "0", description: "Resume after this sequence number" },
     ...clientArgs,
-    id: { type: "positional", required: true, description: "Allocation ID" },
-    follow: { type: "boolean", default: false, description: "Keep streaming (NDJSON with --json)" },
-    after: { type: "string", default: "0", description: "Resume after this sequence number" },
   },
+  examples: ["bb allocation events 3f2a", "bb allocation events 3f2a --follow --json", "bb allocation events 3f2a --follow --after 12"],
   run: ({ args }) =>
     runCli(async () => {
+      const after = integerFlag("--after", args.after, { min: 0, max: MAX_WIRE_INTEGER });
       const client = clientFrom(args);
+      const id = await resolveAllocationId(client, args.id);
       const print = (e: AllocationEvent) => console.log(args.json ? JSON.stringify(e) : formatEvent(e));
-      if (args.follow) return void (await client.follow(args.id, print, { after: Number(args.after) }));
-      for (const e of await client.events(args.id, Number(args.after), 200)) print(e);
+      if (args.follow) return void (await client.follow(id, print, { after }));
+      const items = await client.events(id, after, MAX_PAGE_SIZE);
+      if (items.length === 0 && !args.json) consola.info(after ? `no events after #${after}` : "no events");
+      for (const e of items) print(e);
     }),
 });
 
-const authorizeReplacement = defineCommand({
+const authorizeReplacement = command({
   meta: { name: "authorize-replacement", description: "Certify that the workload's external authority was revoked, so a blocked replacement may start" },
-  args: { ...clientArgs, id: { type: "positional", required: true, description: "Allocation ID" }, generation: { type: "string", required: true, description: "The generation being replaced" } },
-  run: ({ args }) => runCli(async () => printView(await clientFrom(args).authorizeReplacement(args.id, Number(args.generation)), args.json)),
+  args: {
+    id: idArg,
+    generation: { type: "string", valueHint: "N", required: true, description: "The generation being replaced (from `bb allocation get`)" },
+    ...clientArgs,
+  },
+  examples: ["bb allocation authorize-replacement 3f2a --generation 1"],
+  run: ({ args }) =>
+    runCli(async () => {
+      const generation = integerFlag("--generation", args.generation, { min: 1, max: MAX_WIRE_INTEGER });
+      const client = clientFrom(args);
+      printView(await client.authorizeReplacement(await resolveAllocationId(client, args.id), generation), args.json);
+    }),
 });
 
 /** The `bb allocation` command group. */
-export const allocationCommand = defineCommand({
+export const allocationCommand = command({
   meta: { name: "allocation", description: "Request, inspect and release VMs" },
+  examples: ["bb allocation create --class ci-small --wait", "bb allocation list", "bb allocation release 3f2a --wait"],
   subCommands: { create, get, list, release, events, "authorize-replacement": authorizeReplacement },
 });

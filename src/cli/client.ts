@@ -1,44 +1,12 @@
 /**
  * The HTTP client for the scheduler's public API, shared by the CLI and the
- * dev demo, plus client configuration resolution: flags, then environment
- * (`BB_SCHEDULER_URL`, `BB_TOKEN`), then the config file (`BB_CONFIG`,
- * `./.bb/client.json`, `~/.config/beachball/client.json`).
+ * dev demo (client configuration is resolved in src/cli/config.ts).
  * Must never: print the token.
  */
-import { existsSync, readFileSync } from "node:fs";
-import { homedir } from "node:os";
-import { join } from "node:path";
 import { BeachballError } from "../protocol/errors.ts";
 import { errorFromAnswer, errorFromResponse, UnexpectedAnswerError } from "../protocol/problem.ts";
 import type { AllocationEvent, AllocationView, BootstrapBody, CreateAllocationBody } from "../protocol/api.ts";
 import type { AlertItem, HostView } from "../protocol/views.ts";
-
-/** Resolved client settings. */
-export interface ClientConfig {
-  schedulerUrl: string;
-  token: string;
-  operatorToken?: string;
-}
-
-/** Config file candidates, in order. */
-export function configFileCandidates(): string[] {
-  return [process.env["BB_CONFIG"], join(process.cwd(), ".bb", "client.json"), join(homedir(), ".config", "beachball", "client.json")].filter((x): x is string => !!x);
-}
-
-/** Resolves settings from flags, environment and the first config file found. Throws with exit-code hint 2 when incomplete. */
-export function resolveClientConfig(flags: { scheduler?: string | undefined; token?: string | undefined }): ClientConfig {
-  let file: Partial<ClientConfig> = {};
-  for (const c of configFileCandidates()) {
-    if (existsSync(c)) {
-      file = JSON.parse(readFileSync(c, "utf8")) as Partial<ClientConfig>;
-      break;
-    }
-  }
-  const schedulerUrl = flags.scheduler ?? process.env["BB_SCHEDULER_URL"] ?? file.schedulerUrl;
-  const token = flags.token ?? process.env["BB_TOKEN"] ?? file.token;
-  if (!schedulerUrl || !token) throw Object.assign(new Error("no scheduler URL or token: pass --scheduler/--token, set BB_SCHEDULER_URL/BB_TOKEN, or run `bb scheduler serve` (it writes .bb/client.json)"), { exitCode: 2 });
-  return { schedulerUrl: schedulerUrl.replace(/\/+$/, ""), token, ...(file.operatorToken ? { operatorToken: file.operatorToken } : {}) };
-}
 
 /** How long waiting commands keep retrying while the scheduler is unreachable (a restart), ms. */
 export const TRANSPORT_RETRY_MS = 60_000;
@@ -46,7 +14,8 @@ export const TRANSPORT_RETRY_MS = 60_000;
 /**
  * Runs `fn`, retrying transport failures (connection refused or reset, a
  * 503 problem, a 5xx answer without a problem body such as a proxy's 502)
- * every second until `deadline`; other error answers are thrown at once.
+ * every second until `deadline` (the last sleep cut to it); other error
+ * answers are thrown at once.
  */
 export async function retryTransport<T>(fn: () => Promise<T>, deadline: number): Promise<T> {
   for (;;) {
@@ -54,9 +23,31 @@ export async function retryTransport<T>(fn: () => Promise<T>, deadline: number):
       return await fn();
     } catch (e) {
       const transient = e instanceof BeachballError ? e.status === 503 : e instanceof UnexpectedAnswerError ? e.status >= 500 : true;
-      if (!transient || Date.now() > deadline) throw e;
-      await Bun.sleep(1_000);
+      if (!transient || Date.now() >= deadline) throw e;
+      await Bun.sleep(Math.min(1_000, deadline - Date.now()));
     }
+  }
+}
+
+/**
+ * The scheduler did not answer: connection refused or reset, a name that
+ * does not resolve, a timeout. The message names the URL and where it came
+ * from; waiting commands retry it (retryTransport).
+ */
+export class SchedulerUnreachableError extends Error {
+  constructor(
+    readonly url: string,
+    readonly origin: string | undefined,
+    cause: unknown,
+  ) {
+    const c = cause as { code?: unknown; name?: unknown; message?: unknown } | null;
+    const why =
+      c?.code === "ConnectionRefused" || c?.code === "ECONNREFUSED" ? "connection refused"
+      : c?.name === "TimeoutError" ? "no answer in time"
+      : typeof c?.code === "string" ? `${c.code}${typeof c.message === "string" ? ` (${c.message})` : ""}`
+      : String(c?.message ?? cause);
+    super(`cannot reach the scheduler at ${url}${origin ? ` (from ${origin})` : ""}: ${why}`);
+    this.name = "SchedulerUnreachableError";
   }
 }
 
@@ -66,13 +57,28 @@ export async function retryTransport<T>(fn: () => Promise<T>, deadline: number):
  * UnexpectedAnswerError for an error answer without a problem body.
  */
 export class SchedulerClient {
+  /**
+   * `origin` says where `baseUrl` came from (`--scheduler`,
+   * `BB_SCHEDULER_URL`, a config file); it is named when the scheduler
+   * cannot be reached.
+   */
   constructor(
     readonly baseUrl: string,
     private readonly token: string,
+    readonly origin?: string,
   ) {}
 
+  /** fetch, with a failure to connect turned into SchedulerUnreachableError. */
+  private async send(path: string, init: RequestInit): Promise<Response> {
+    try {
+      return await fetch(`${this.baseUrl}${path}`, init);
+    } catch (e) {
+      throw new SchedulerUnreachableError(this.baseUrl, this.origin, e);
+    }
+  }
+
   private async call<T>(method: string, path: string, body?: unknown, timeoutMs = 60_000): Promise<{ status: number; body: T }> {
-    const res = await fetch(`${this.baseUrl}${path}`, {
+    const res = await this.send(path, {
       method,
       headers: { authorization: `Bearer ${this.token}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
@@ -133,7 +139,7 @@ export class SchedulerClient {
   }
   /** GET /v1/operations/metrics (operator): Prometheus text. */
   async metrics(): Promise<string> {
-    const res = await fetch(`${this.baseUrl}/v1/operations/metrics`, { headers: { authorization: `Bearer ${this.token}` }, signal: AbortSignal.timeout(30_000) });
+    const res = await this.send("/v1/operations/metrics", { headers: { authorization: `Bearer ${this.token}` }, signal: AbortSignal.timeout(30_000) });
     if (!res.ok) throw await errorFromResponse(res);
     return res.text();
   }

@@ -1,14 +1,18 @@
 /**
  * Shared client-command plumbing: the flags every client command accepts
- * and how a client is resolved from flags, environment and config file.
- * Exit codes and error printing live in src/command/run.ts.
+ * and how a client is made from flags, environment and config file
+ * (src/cli/config.ts). Exit codes and error printing live in
+ * src/command/run.ts.
  */
-import { resolveClientConfig, SchedulerClient } from "./client.ts";
+import { BeachballError } from "../protocol/errors.ts";
+import { UsageError } from "../command/run.ts";
+import { SchedulerClient } from "./client.ts";
+import { resolveClientConfig } from "./config.ts";
 
 /** citty args every client command accepts. */
 export const clientArgs = {
-  scheduler: { type: "string", description: "Scheduler URL (or BB_SCHEDULER_URL)" },
-  token: { type: "string", description: "Bearer token (or BB_TOKEN)" },
+  scheduler: { type: "string", valueHint: "URL", description: "Scheduler URL (or BB_SCHEDULER_URL, or the config file)" },
+  token: { type: "string", valueHint: "TOKEN", description: "Bearer token (or BB_TOKEN, or the config file)" },
   json: { type: "boolean", description: "Print JSON", default: false },
 } as const;
 
@@ -16,5 +20,17 @@ export const clientArgs = {
 export function clientFrom(args: { scheduler?: string | undefined; token?: string | undefined }, operator = false): SchedulerClient {
   const cfg = resolveClientConfig(args);
   const token = operator && !args.token && !process.env["BB_TOKEN"] && cfg.operatorToken ? cfg.operatorToken : cfg.token;
-  return new SchedulerClient(cfg.schedulerUrl, token);
+  return new SchedulerClient(cfg.schedulerUrl, token, cfg.urlOrigin);
+}
+
+/**
+ * Turns the scheduler's VALIDATION_FAILED about a body field (`/ttlSeconds:
+ * …`) into a usage error about the flag that set it (`--ttl: …`); other
+ * errors pass through unchanged.
+ */
+export function flagError(e: unknown, flagFor: Record<string, string>): unknown {
+  if (!(e instanceof BeachballError) || e.code !== "VALIDATION_FAILED") return e;
+  const m = /^\/([A-Za-z]+)\b(.*)$/s.exec(e.message);
+  const flag = m ? flagFor[m[1]!] : undefined;
+  return flag ? new UsageError(`${flag}${m![2]}`) : e;
 }

@@ -21,30 +21,36 @@
  *   `--image-source http://…` fetches.
  *
  * Only translates arguments to src/image; exit codes per src/command/run.ts:
- * 0 ok, 1 error, 2 usage. Must never: print or log a private key.
+ * 0 ok, 1 error, 2 usage. Build steps show on a spinner on a terminal and
+ * as lines on stderr elsewhere. Must never: print or log a private key.
  */
 import { resolve } from "node:path";
-import { defineCommand } from "citty";
-import { pickBb } from "../image/bbBinary.ts";
 import { consola } from "consola";
+import { pickBb } from "../image/bbBinary.ts";
 import { imageErrorCode } from "../image/errors.ts";
+import { command } from "../command/define.ts";
+import { progress } from "../command/terminal.ts";
+import { integerFlag } from "../command/values.ts";
 
-const devBuild = defineCommand({
+const devBuild = command({
   meta: { name: "dev-build", description: "Build the dev image (Debian kernel + busybox + bb), sign it with the dev key, print its digest" },
   args: {
-    out: { type: "string", description: "Image output directory", default: ".bb/images/dev" },
-    cache: { type: "string", description: "Cache directory for the kernel download", default: ".bb/cache" },
-    bb: { type: "string", description: "bb binary to put in the image (default: compile dist/bb)" },
+    out: { type: "string", valueHint: "DIR", description: "Image output directory", default: ".bb/images/dev" },
+    cache: { type: "string", valueHint: "DIR", description: "Cache directory for the kernel download", default: ".bb/cache" },
+    bb: { type: "string", valueHint: "FILE", description: "bb binary to put in the image (default: compile dist/bb)" },
     json: { type: "boolean", description: "Print the result as JSON", default: false },
   },
+  examples: ["bb image dev-build", "bb image dev-build --out .bb/images/dev --cache .bb/cache --json"],
   async run({ args }) {
+    const p = progress(process.stderr, args.json);
     try {
       const { buildDevImage } = await import("../image/devBuild.ts");
       const started = performance.now();
       const r = await buildDevImage({
         outDir: args.out, cacheDir: args.cache, bbBinaryPath: await pickBb(args.bb),
-        log: args.json ? undefined : (m) => consola.info(m),
+        log: args.json ? undefined : p.step,
       });
+      p.stop();
       const ms = Math.round(performance.now() - started);
       if (args.json) console.log(JSON.stringify({ digest: r.digest, dir: r.dir, reused: r.reused, buildMs: ms, publicKey: r.publicKey }));
       else {
@@ -53,6 +59,7 @@ const devBuild = defineCommand({
         console.log(r.digest);
       }
     } catch (e) {
+      p.stop();
       consola.error((e as Error).message);
       process.exitCode = 1;
     }
@@ -83,12 +90,13 @@ function fail(e: unknown, json: boolean): void {
 
 const usage = (msg: string) => Object.assign(new Error(msg), { exitCode: 2 });
 
-const keygen = defineCommand({
+const keygen = command({
   meta: { name: "keygen", description: "Create an Ed25519 image signing key (KEYFILE mode 0600, KEYFILE.pub) and print the public key" },
   args: {
-    out: { type: "string", description: "Private key file to create (must not exist)" },
+    out: { type: "string", valueHint: "KEYFILE", description: "Private key file to create (must not exist)" },
     json: { type: "boolean", description: "Print the result as JSON", default: false },
   },
+  examples: ["bb image keygen --out op.key"],
   async run({ args }) {
     try {
       if (!args.out) throw usage("--out KEYFILE is required");
@@ -103,13 +111,14 @@ const keygen = defineCommand({
   },
 });
 
-const sign = defineCommand({
+const sign = command({
   meta: { name: "sign", description: "Sign DIR/manifest.json in place with KEYFILE and print the image digest" },
   args: {
-    key: { type: "string", description: "Private key file (from bb image keygen)" },
+    key: { type: "string", valueHint: "KEYFILE", description: "Private key file (from bb image keygen)" },
     dir: { type: "positional", description: "Image directory", required: true },
     json: { type: "boolean", description: "Print the result as JSON", default: false },
   },
+  examples: ["bb image sign --key op.key .bb/images/myimg"],
   async run({ args }) {
     try {
       if (!args.key) throw usage("--key KEYFILE is required");
@@ -124,13 +133,14 @@ const sign = defineCommand({
   },
 });
 
-const verify = defineCommand({
+const verify = command({
   meta: { name: "verify", description: "Verify DIR's signature (any --trusted-key), digest and artifacts; print the digest or the stable error code" },
   args: {
-    "trusted-key": { type: "string", description: "Trusted public key (base64) or a file holding one; repeatable" },
+    "trusted-key": { type: "string", valueHint: "KEY", description: "Trusted public key (base64) or a file holding one; repeatable" },
     dir: { type: "positional", description: "Image directory", required: true },
     json: { type: "boolean", description: "Print the result as JSON", default: false },
   },
+  examples: ["bb image verify --trusted-key op.key.pub .bb/images/myimg", "bb image verify --trusted-key op.key.pub --trusted-key old.key.pub --json .bb/images/myimg"],
   async run({ args, rawArgs }) {
     try {
       const keyArgs = repeatedFlag(rawArgs, "trusted-key");
@@ -152,23 +162,24 @@ const verify = defineCommand({
   },
 });
 
-const build = defineCommand({
+const build = command({
   meta: { name: "build", description: "Convert an OCI image (layout dir or docker-archive tarball) into a signed squashfs image; print its digest" },
   args: {
-    "oci-layout": { type: "string", description: "OCI image layout directory (oci-layout, index.json, blobs/)" },
-    "docker-archive": { type: "string", description: "docker-archive tarball (docker save)" },
-    ref: { type: "string", description: "Image to pick: org.opencontainers.image.ref.name annotation or RepoTag" },
-    key: { type: "string", description: "Private key file that signs the manifest (from bb image keygen)" },
-    out: { type: "string", description: "Image output directory (replaced)" },
-    cache: { type: "string", description: "Cache directory for the kernel download", default: ".bb/cache" },
-    bb: { type: "string", description: "Guest binary to put in the image (default: compile dist/bb-guest)" },
-    "compression-level": { type: "string", description: "zstd level of the squashfs root, 1-22 (default 15)" },
+    "oci-layout": { type: "string", valueHint: "DIR", description: "OCI image layout directory (oci-layout, index.json, blobs/)" },
+    "docker-archive": { type: "string", valueHint: "FILE", description: "docker-archive tarball (docker save)" },
+    ref: { type: "string", valueHint: "REF", description: "Image to pick: org.opencontainers.image.ref.name annotation or RepoTag" },
+    key: { type: "string", valueHint: "KEYFILE", description: "Private key file that signs the manifest (from bb image keygen)" },
+    out: { type: "string", valueHint: "DIR", description: "Image output directory (replaced)" },
+    cache: { type: "string", valueHint: "DIR", description: "Cache directory for the kernel download", default: ".bb/cache" },
+    bb: { type: "string", valueHint: "FILE", description: "Guest binary to put in the image (default: compile dist/bb-guest)" },
+    "compression-level": { type: "string", valueHint: "LEVEL", description: "zstd level of the squashfs root, 1-22 (default 15)" },
     json: { type: "boolean", description: "Print the result as JSON", default: false },
   },
+  examples: ["bb image build --oci-layout ./layout --key op.key --out .bb/images/myimg", "bb image build --docker-archive image.tar --ref app:1 --key op.key --out .bb/images/app"],
   async run({ args }) {
+    const p = progress(process.stderr, args.json);
     try {
-      const level = args["compression-level"] === undefined ? undefined : Number(args["compression-level"]);
-      if (level !== undefined && !(Number.isInteger(level) && level >= 1 && level <= 22)) throw usage("--compression-level must be an integer from 1 to 22");
+      const level = args["compression-level"] === undefined ? undefined : integerFlag("--compression-level", args["compression-level"], { min: 1, max: 22 });
       if (!args["oci-layout"] === !args["docker-archive"]) throw usage("give exactly one of --oci-layout DIR or --docker-archive FILE");
       if (!args.key) throw usage("--key KEYFILE is required");
       if (!args.out) throw usage("--out DIR is required");
@@ -180,9 +191,10 @@ const build = defineCommand({
         input: args["oci-layout"] ? { kind: "oci-layout", dir: args["oci-layout"] } : { kind: "docker-archive", path: args["docker-archive"]! },
         ...(args.ref ? { ref: args.ref } : {}),
         outDir: args.out, cacheDir: args.cache, privateKey: key.privateKey, ...(level ? { compressionLevel: level } : {}),
-        guestBinaryPath: await pickBb(args.bb, args.json ? undefined : (m) => consola.info(m)),
-        log: args.json ? undefined : (m) => consola.info(m),
+        guestBinaryPath: await pickBb(args.bb, args.json ? undefined : p.step),
+        log: args.json ? undefined : p.step,
       });
+      p.stop();
       const ms = Math.round(performance.now() - started);
       if (args.json) console.log(JSON.stringify({ ok: true, digest: r.digest, dir: r.dir, buildMs: ms, publicKey: key.publicKey, ...r.stats }));
       else {
@@ -190,46 +202,53 @@ const build = defineCommand({
         console.log(r.digest);
       }
     } catch (e) {
+      p.stop();
       fail(e, args.json);
     }
   },
 });
 
-const referenceBuild = defineCommand({
+const referenceBuild = command({
   meta: { name: "reference-build", description: "Build the Debian reference image (systemd PID 1, bb guest as a service); print its digest" },
   args: {
-    key: { type: "string", description: "Private key file that signs the manifest" },
-    out: { type: "string", description: "Image output directory (replaced)", default: ".bb/images/reference" },
-    cache: { type: "string", description: "Cache for the kernel and the Debian root tarball", default: ".bb/cache" },
-    bb: { type: "string", description: "Guest binary to install (default: compile dist/bb-guest)" },
+    key: { type: "string", valueHint: "KEYFILE", description: "Private key file that signs the manifest" },
+    out: { type: "string", valueHint: "DIR", description: "Image output directory (replaced)", default: ".bb/images/reference" },
+    cache: { type: "string", valueHint: "DIR", description: "Cache for the kernel and the Debian root tarball", default: ".bb/cache" },
+    bb: { type: "string", valueHint: "FILE", description: "Guest binary to install (default: compile dist/bb-guest)" },
     json: { type: "boolean", description: "Print the result as JSON", default: false },
   },
+  examples: ["bb image reference-build --key op.key", "bb image reference-build --key op.key --out .bb/images/reference --json"],
   async run({ args }) {
+    const p = progress(process.stderr, args.json);
     try {
       if (!args.key) throw usage("--key KEYFILE is required");
       const { readPrivateKeyFile } = await import("../image/keyFile.ts");
       const { ensureDebianRootfsTar } = await import("../image/debianRootfs.ts");
       const { buildReferenceImage } = await import("../image/referenceBuild.ts");
-      const log = args.json ? undefined : (m: string) => consola.info(m);
+      const log = args.json ? undefined : p.step;
       const key = readPrivateKeyFile(args.key);
       const r = await buildReferenceImage({
         rootfsTar: await ensureDebianRootfsTar(args.cache, undefined, log), guestBinaryPath: await pickBb(args.bb, log),
         outDir: args.out, cacheDir: args.cache, privateKey: key.privateKey, ...(log ? { log } : {}),
       });
+      p.stop();
       if (args.json) console.log(JSON.stringify({ ok: true, digest: r.digest, dir: r.dir, publicKey: key.publicKey }));
       else console.log(r.digest);
     } catch (e) {
+      p.stop();
       fail(e, args.json);
     }
   },
 });
 
-const publish = defineCommand({
+const publish = command({
   meta: { name: "publish", description: "Lay out image directories under BASE/<digest hex>/ for a static web server; print each digest" },
   args: {
-    out: { type: "string", description: "Base directory a web server serves (created)" },
+    out: { type: "string", valueHint: "BASE", description: "Base directory a web server serves (created)" },
     json: { type: "boolean", description: "Print the result as JSON", default: false },
   },
+  variadic: "DIR…",
+  examples: ["bb image publish --out /srv/www .bb/images/myimg", "bb image publish --out /srv/www .bb/images/dev .bb/images/app --json"],
   async run({ args }) {
     try {
       const dirs = (args._ as string[]).filter(Boolean);
@@ -246,7 +265,8 @@ const publish = defineCommand({
 });
 
 /** The `bb image` command group. */
-export const imageCommand = defineCommand({
+export const imageCommand = command({
   meta: { name: "image", description: "Build, sign, verify and publish Beachball images" },
+  examples: ["bb image dev-build", "bb image keygen --out op.key", "bb image build --oci-layout ./layout --key op.key --out .bb/images/myimg"],
   subCommands: { "dev-build": devBuild, build, "reference-build": referenceBuild, keygen, sign, verify, publish },
 });

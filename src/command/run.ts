@@ -1,7 +1,8 @@
 /**
  * Process plumbing every role's command shares: the exit codes and how an
- * error is printed (0 ok, 1 error, 2 usage, 4 authentication or
- * permission refused; README.md, "Exit codes").
+ * error is printed (0 ok, 1 error, 2 usage, 3 not placed in time, 4
+ * authentication or permission refused; README.md, "Exit codes";
+ * docs/cli.md).
  *
  * Lower layer: imports only src/protocol, so the scheduler, agent, relay,
  * proxy and client commands can all use it without importing each other.
@@ -14,9 +15,28 @@ import { BeachballError, type ErrorCode } from "../protocol/errors.ts";
 export const EXIT = {
   ok: 0,
   error: 1,
+  /** The command line (a flag, an argument, the client config) is wrong; nothing was sent. */
   usage: 2,
+  /** `--wait` gave up: the allocation was still not placed on a host when `--timeout` ran out (the reason is printed). */
+  notPlaced: 3,
   auth: 4,
 } as const;
+
+/** A mistake in the command line or the client configuration: exit 2, nothing was done. */
+export class UsageError extends Error {
+  /** Always EXIT.usage. */
+  readonly exitCode = EXIT.usage;
+  /** Whether the message ends with a pointer to `--help` (not for a faulty config file or environment). */
+  readonly helpHint: boolean;
+  /** The command whose `--help` to point at, when not the one being run (an unknown subcommand's group). */
+  readonly commandPath: string | undefined;
+  constructor(message: string, opts: { helpHint?: boolean; commandPath?: string } = {}) {
+    super(message);
+    this.name = "UsageError";
+    this.helpHint = opts.helpHint ?? true;
+    this.commandPath = opts.commandPath;
+  }
+}
 
 /** Error codes that mean "authentication or permission refused" (exit 4). */
 const AUTH_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>(["UNAUTHENTICATED", "FORBIDDEN", "ENROLLMENT_TOKEN_INVALID"]);
@@ -28,11 +48,16 @@ export function exitCodeFor(e: unknown): number {
   return typeof own === "number" ? own : EXIT.error;
 }
 
-/** Runs a command body, printing errors with their stable code and setting `process.exitCode`. */
+/**
+ * Runs a command body, printing errors with their stable code and setting
+ * `process.exitCode`. A UsageError is rethrown so the entry point adds the
+ * pointer to `--help` (src/command/main.ts).
+ */
 export async function runCli(fn: () => Promise<void>): Promise<void> {
   try {
     await fn();
   } catch (e) {
+    if (e instanceof UsageError) throw e;
     if (e instanceof BeachballError) consola.error(`${e.code}: ${e.message}`);
     else consola.error((e as Error).message);
     process.exitCode = exitCodeFor(e);

@@ -4,16 +4,17 @@
  * exits 1 if anything of the placement was left behind.
  */
 import { readFileSync, statSync } from "node:fs";
-import { defineCommand } from "citty";
 import { consola } from "consola";
+import { command } from "../command/define.ts";
 import { runCli } from "../command/run.ts";
 
-const demo = defineCommand({
+const demo = command({
   meta: { name: "demo", description: "Run a sample CI job in a real VM on this machine, end to end" },
   args: {
-    root: { type: "string", default: ".bb", description: "Demo state directory" },
-    payload: { type: "string", description: "Shell script to run instead of the sample job" },
+    root: { type: "string", valueHint: "DIR", default: ".bb", description: "Demo state directory" },
+    payload: { type: "string", valueHint: "FILE", description: "Shell script to run instead of the sample job" },
   },
+  examples: ["bb dev demo", "bb dev demo --payload job.sh"],
   run: ({ args }) =>
     runCli(async () => {
       const { checkPayloadSize, runDevDemo, SAMPLE_JOB } = await import("./demo.ts");
@@ -58,7 +59,8 @@ const demo = defineCommand({
 });
 
 /** The `bb dev` command group. */
-export const devCommand = defineCommand({
+export const devCommand = command({
   meta: { name: "dev", description: "Developer conveniences" },
+  examples: ["bb dev demo"],
   subCommands: { demo },
 });

@@ -1,49 +1,81 @@
 /**
  * `bb scheduler serve`: runs the control plane. Translates flags to
- * serveScheduler; with no --manifest, writes (or reuses) a development
- * manifest with fresh random tokens in the data dir and prints where it is.
+ * serveScheduler. With `--dev` (or no `--manifest`), writes (or reuses) a
+ * development manifest with fresh random tokens in the data dir, and a
+ * client config the CLI finds; it starts even before the dev image is
+ * built (the classes then name a placeholder image until the next start
+ * after `bb image dev-build`).
  */
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { defineCommand } from "citty";
 import { consola } from "consola";
 import { imageDigest, type ImageManifest } from "../protocol/image.ts";
-import { runCli } from "../command/run.ts";
+import { command } from "../command/define.ts";
+import { runCli, UsageError } from "../command/run.ts";
 
-/** Splits `host:port` (IPv6 in brackets). Throws with exit code 2 when malformed. */
+/** The image digest development classes name while no dev image is built: no host has it, so placements on it fail until the image exists. */
+export const DEV_IMAGE_PLACEHOLDER = `sha256:${"0".repeat(64)}`;
+
+/** Splits `host:port` (IPv6 in brackets). Throws UsageError when malformed. */
 export function parseListen(addr: string): { hostname: string; port: number } {
   const m = /^(?:\[([0-9a-fA-F:]+)\]|([^:]+)):(\d{1,5})$/.exec(addr);
   const port = Number(m?.[3]);
-  if (!m || port > 65535) throw Object.assign(new Error(`--listen must be HOST:PORT, got ${JSON.stringify(addr)}`), { exitCode: 2 });
+  if (!m || port > 65535) throw new UsageError(`--listen must be HOST:PORT, got ${JSON.stringify(addr)}`);
   return { hostname: m[1] ?? m[2]!, port };
 }
 
-/** Digest of the dev image in `dir`. Throws with a fix when it is missing. */
-export function devImageDigest(dir: string): string {
+/** Digest of the dev image in `dir`, or null when it is not built. */
+export function devImageDigest(dir: string): string | null {
   const path = join(dir, "manifest.json");
-  if (!existsSync(path)) throw new Error(`no image manifest at ${path}: run \`bb image dev-build\` first, or pass --manifest`);
+  if (!existsSync(path)) return null;
   return imageDigest(JSON.parse(readFileSync(path, "utf8")) as ImageManifest);
 }
 
-const serve = defineCommand({
+/**
+ * The digest the development classes should name: the built dev image's,
+ * else the one an existing development manifest already names, else
+ * DEV_IMAGE_PLACEHOLDER. `built` says whether an image was found.
+ */
+export function devClassDigest(imageDir: string, dataDir: string): { digest: string; built: boolean } {
+  const built = devImageDigest(imageDir);
+  if (built) return { digest: built, built: true };
+  const manifest = join(dataDir, "manifest.json");
+  if (existsSync(manifest)) {
+    const classes = (JSON.parse(readFileSync(manifest, "utf8")) as { workloadClasses?: Record<string, { imageDigest?: string }> }).workloadClasses ?? {};
+    const named = Object.values(classes)[0]?.imageDigest;
+    if (named) return { digest: named, built: false };
+  }
+  return { digest: DEV_IMAGE_PLACEHOLDER, built: false };
+}
+
+const serve = command({
   meta: { name: "serve", description: "Run the scheduler (control plane)" },
   args: {
-    "data-dir": { type: "string", description: "State directory", default: ".bb/scheduler" },
-    manifest: { type: "string", description: "Deployment manifest (default: write a development manifest into the data dir)" },
-    listen: { type: "string", description: "HOST:PORT", default: "127.0.0.1:7380" },
-    "dev-image": { type: "string", description: "Dev image directory the development manifest's classes boot", default: ".bb/images/dev" },
-    "client-config": { type: "string", description: "Where to copy the dev client config (URL + tokens, mode 0600)", default: ".bb/client.json" },
+    manifest: { type: "string", valueHint: "FILE", description: "Deployment manifest (docs/manifest.md); without it, --dev is implied" },
+    dev: { type: "boolean", default: false, description: "Development mode: write a development manifest and tokens into the data dir, and the client config" },
+    listen: { type: "string", valueHint: "HOST:PORT", description: "Address to listen on (port 0: any free port)", default: "127.0.0.1:7380" },
+    "data-dir": { type: "string", valueHint: "DIR", description: "State directory", default: ".bb/scheduler" },
+    "dev-image": { type: "string", valueHint: "DIR", description: "Dev image directory the development classes boot (--dev)", default: ".bb/images/dev" },
+    "client-config": { type: "string", valueHint: "FILE", description: "Where --dev copies the client config (URL + tokens, mode 0600)", default: ".bb/client.json" },
   },
+  examples: [
+    "bb scheduler serve --dev",
+    "bb scheduler serve --dev --listen 127.0.0.1:7380 --data-dir .bb/scheduler",
+    "bb scheduler serve --manifest /etc/beachball/manifest.json --listen 0.0.0.0:7380 --data-dir /var/lib/beachball-scheduler",
+  ],
   run: ({ args }) =>
     runCli(async () => {
+      if (args.dev && args.manifest) throw new UsageError("give --dev or --manifest, not both");
+      const { hostname, port } = parseListen(args.listen);
       const { ensureDevManifest, publishDevClientConfig } = await import("./manifest.ts");
       const { serveScheduler } = await import("./serve.ts");
       const dataDir = resolve(args["data-dir"]);
-      const { hostname, port } = parseListen(args.listen);
       let manifestPath = args.manifest ? resolve(args.manifest) : "";
       let dev: ReturnType<typeof ensureDevManifest> | null = null;
       if (!manifestPath) {
-        dev = ensureDevManifest(dataDir, devImageDigest(resolve(args["dev-image"])));
+        const image = devClassDigest(resolve(args["dev-image"]), dataDir);
+        if (!image.built) consola.warn(`no dev image in ${resolve(args["dev-image"])}: the development classes name ${image.digest === DEV_IMAGE_PLACEHOLDER ? "a placeholder image" : `the image ${image.digest}`} and a host cannot boot them until you run \`bb image dev-build\` and restart the scheduler`);
+        dev = ensureDevManifest(dataDir, image.digest);
         manifestPath = dev.manifestPath;
       }
       const s = serveScheduler({ dataDir, manifestPath, hostname, port });
@@ -61,7 +93,8 @@ const serve = defineCommand({
 });
 
 /** The `bb scheduler` command group. */
-export const schedulerCommand = defineCommand({
+export const schedulerCommand = command({
   meta: { name: "scheduler", description: "The control plane" },
+  examples: ["bb scheduler serve --dev"],
   subCommands: { serve },
 });

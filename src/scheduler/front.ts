@@ -22,6 +22,8 @@ import { allocationIdFor, canonicalJson, digestOf } from "../domain/identifiers.
 import { identify, tokenDigest, type Identity } from "./manifestSchema.ts";
 import { GLOBAL, type SchedulerEnv } from "./env.ts";
 
+/** Most workload class names an UNKNOWN_WORKLOAD_CLASS detail lists (its `extra.knownClasses` has them all). */
+export const KNOWN_CLASSES_IN_DETAIL = 20;
 /** How long a controller's delivery request waits for the agent's acknowledgement, ms (spec: 30 s). */
 export const DELIVERY_TIMEOUT_MS = 30_000;
 
@@ -110,7 +112,12 @@ export class SchedulerFront {
   async createAllocation(who: Identity, body: CreateAllocationBody): Promise<{ created: boolean; view: AllocationView }> {
     requireRole(who, "controller");
     const cls = this.manifest.workloadClasses[body.workloadClass];
-    if (!cls) throw new BeachballError("UNKNOWN_WORKLOAD_CLASS", `unknown workload class ${JSON.stringify(body.workloadClass)}`);
+    if (!cls) {
+      // The caller may see the class names (GET /v1/.well-known/beachball lists them too); the detail names the first few, extra all (at most MAX_WORKLOAD_CLASSES).
+      const known = Object.keys(this.manifest.workloadClasses);
+      const named = known.slice(0, KNOWN_CLASSES_IN_DETAIL).join(", ") + (known.length > KNOWN_CLASSES_IN_DETAIL ? ` and ${known.length - KNOWN_CLASSES_IN_DETAIL} more` : "");
+      throw new BeachballError("UNKNOWN_WORKLOAD_CLASS", `unknown workload class ${JSON.stringify(body.workloadClass)}; known classes: ${named || "none"}`, { knownClasses: known });
+    }
     const allocationId = allocationIdFor(who.id, body.clientRequestId);
     const timeouts = this.env.config.timeouts;
     const ttlSeconds = Math.min(body.ttlSeconds ?? Math.floor(timeouts.defaultTtlMs / 1000), cls.maxTtlSeconds ?? Number.MAX_SAFE_INTEGER);

@@ -13,11 +13,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { AgentCommand, Envelope, PlacementUpdate } from "../../src/protocol/agent.ts";
 import { SchedulerWorker } from "../../src/scheduler/worker.ts";
-import { tokenDigest, type DeploymentManifest, type Identity } from "../../src/scheduler/manifest.ts";
+import { TEST_CONTROLLER, TEST_OPERATOR, testManifest } from "../support/testManifest.ts";
 import { FakeClock, SeededRandom } from "../sim/rng.ts";
 
-const C: Identity = { id: "controller:t", role: "controller" };
-const O: Identity = { id: "operator:t", role: "operator" };
+const C = TEST_CONTROLLER;
+const O = TEST_OPERATOR;
 const dirs: string[] = [];
 const workers: SchedulerWorker[] = [];
 
@@ -30,17 +30,7 @@ function world() {
   const dir = mkdtempSync(join(tmpdir(), "bb-wake-"));
   dirs.push(dir);
   const clock = new FakeClock(1_900_000_000_000);
-  const manifest: DeploymentManifest = {
-    version: 1,
-    region: "t",
-    principals: [
-      { id: C.id, role: "controller", tokenSha256: tokenDigest("c") },
-      { id: O.id, role: "operator", tokenSha256: tokenDigest("o") },
-    ],
-    workloadClasses: { small: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"0".repeat(64)}` } },
-    limits: { maxConcurrentAllocationsPerController: 100, maxRegisteredHosts: 10, controllerRequestsPerSecond: 1000 },
-    hostEnrollment: { autoActivate: true },
-  };
+  const manifest = testManifest();
   const w = new SchedulerWorker({ dataDir: dir, manifest, publicUrl: "http://t", clock, random: new SeededRandom(7) });
   w.runtime.recover();
   workers.push(w);

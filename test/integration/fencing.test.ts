@@ -12,13 +12,14 @@ import { join } from "node:path";
 import { BeachballError } from "../../src/protocol/errors.ts";
 import type { AgentCommand, Envelope, PlacementUpdate, PollResponse } from "../../src/protocol/agent.ts";
 import { SchedulerWorker } from "../../src/scheduler/worker.ts";
-import { tokenDigest, type DeploymentManifest, type Identity } from "../../src/scheduler/manifest.ts";
+import { tokenDigest, type DeploymentManifest } from "../../src/scheduler/manifest.ts";
 
 import { reservationKey } from "../../src/domain/identifiers.ts";
+import { TEST_CONTROLLER, TEST_OPERATOR, testManifest } from "../support/testManifest.ts";
 import { FakeClock, SeededRandom } from "../sim/rng.ts";
 
-const C: Identity = { id: "controller:t", role: "controller" };
-const O: Identity = { id: "operator:t", role: "operator" };
+const C = TEST_CONTROLLER;
+const O = TEST_OPERATOR;
 const CAP = { cpuMillis: 2000, memoryMiB: 1024, ephemeralDiskMiB: 4096, maxPlacements: 2 };
 const dirs: string[] = [];
 const workers: SchedulerWorker[] = [];
@@ -27,17 +28,7 @@ function world(limits: Partial<DeploymentManifest["limits"]> = {}, leaseMs = 30_
   const dir = mkdtempSync(join(tmpdir(), "bb-fence-"));
   dirs.push(dir);
   const clock = new FakeClock(1_900_000_000_000);
-  const manifest: DeploymentManifest = {
-    version: 1,
-    region: "t",
-    principals: [
-      { id: C.id, role: "controller", tokenSha256: tokenDigest("c") },
-      { id: O.id, role: "operator", tokenSha256: tokenDigest("o") },
-    ],
-    workloadClasses: { small: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"0".repeat(64)}` } },
-    limits: { maxConcurrentAllocationsPerController: 100, maxRegisteredHosts: 10, controllerRequestsPerSecond: 1000, ...limits },
-    hostEnrollment: { autoActivate: true },
-  };
+  const manifest = testManifest(limits);
   const w = new SchedulerWorker({ dataDir: dir, manifest, publicUrl: "http://t", clock, random: new SeededRandom(42), timeouts: { leaseMs, hostCheckIntervalMs: 5_000, leaseGraceMs: 10_000, retentionDays: 1 } });
   w.runtime.recover();
   workers.push(w);

@@ -16,28 +16,18 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { BeachballError } from "../../src/protocol/errors.ts";
 import { SchedulerWorker, STORE_FILE } from "../../src/scheduler/worker.ts";
-import { tokenDigest, type DeploymentManifest, type Identity } from "../../src/scheduler/manifest.ts";
-import { ensureDevManifest } from "../../src/scheduler/manifest.ts";
+import { ensureDevManifest, type DeploymentManifest } from "../../src/scheduler/manifest.ts";
 import { FAKE_IMAGE_DIGEST } from "../support/scheduler.ts";
+import { TEST_CONTROLLER, TEST_OPERATOR, testManifest } from "../support/testManifest.ts";
 
-const C: Identity = { id: "controller:t", role: "controller" };
-const O: Identity = { id: "operator:t", role: "operator" };
+const C = TEST_CONTROLLER;
+const O = TEST_OPERATOR;
 const ROOT = process.getuid?.() === 0;
 const dirs: string[] = [];
 const mounts: string[] = [];
 const workers: SchedulerWorker[] = [];
 
-const manifest: DeploymentManifest = {
-  version: 1,
-  region: "t",
-  principals: [
-    { id: C.id, role: "controller", tokenSha256: tokenDigest("c") },
-    { id: O.id, role: "operator", tokenSha256: tokenDigest("o") },
-  ],
-  workloadClasses: { small: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"0".repeat(64)}` } },
-  limits: { maxConcurrentAllocationsPerController: 100_000, maxRegisteredHosts: 10, controllerRequestsPerSecond: 1e9, deploymentRequestsPerSecond: 1e9, maxAllocations: 100_000 },
-  hostEnrollment: { autoActivate: true },
-};
+const manifest = testManifest({ maxConcurrentAllocationsPerController: 100_000, controllerRequestsPerSecond: 1e9, deploymentRequestsPerSecond: 1e9, maxAllocations: 100_000 });
 
 function tmp(): string {
   const d = mkdtempSync(join(tmpdir(), "bb-stfault-"));

@@ -91,18 +91,10 @@ export async function copyBounded(stream: AsyncIterable<Uint8Array> & { destroy?
   const path = join(tmpDir, uniqueName("download"));
   const fh = await open(path, "wx", 0o600);
   const hash = createHash("sha256");
-  let size = 0;
+  const written = { size: 0 };
   try {
-    for await (const chunk of stream) {
-      const take = Math.min(chunk.length, maxBytes + 1 - size);
-      const part = take === chunk.length ? chunk : chunk.subarray(0, take);
-      hash.update(part);
-      // All-zero chunks become holes, so a sparse root disk stays sparse in the cache.
-      if (!isAllZero(part)) await fh.write(part, 0, part.length, size);
-      size += take;
-      if (size > maxBytes) break;
-    }
-    await fh.truncate(size);
+    await writeSparse(fh, stream, hash, written, maxBytes);
+    await fh.truncate(written.size);
     await fh.datasync();
   } catch (e) {
     throw Object.assign(e as Error, { tempPath: path });
@@ -110,7 +102,7 @@ export async function copyBounded(stream: AsyncIterable<Uint8Array> & { destroy?
     stream.destroy?.();
     await fh.close();
   }
-  return { path, sizeBytes: size, sha256: hash.digest("hex") };
+  return { path, sizeBytes: written.size, sha256: hash.digest("hex") };
 }
 
 /**
@@ -237,21 +229,38 @@ async function finishFrom(
   maxBytes: number,
   resumedFrom: number,
 ): Promise<ResumedDownload> {
-  let size = start;
+  const written = { size: start };
   try {
-    for await (const chunk of stream) {
-      const take = Math.min(chunk.length, maxBytes + 1 - size);
-      const part = take === chunk.length ? chunk : chunk.subarray(0, take);
-      hash.update(part);
-      if (!isAllZero(part)) await fh.write(part, 0, part.length, size);
-      size += take;
-      if (size > maxBytes) break;
-    }
+    await writeSparse(fh, stream, hash, written, maxBytes);
   } catch (e) {
-    await fh.truncate(size).catch(() => {});
-    throw Object.assign(e as Error, { progressed: size - start });
+    await fh.truncate(written.size).catch(() => {});
+    throw Object.assign(e as Error, { progressed: written.size - start });
   }
-  await fh.truncate(size);
+  await fh.truncate(written.size);
   await fh.datasync();
-  return { sizeBytes: size, sha256: hash.digest("hex"), resumedFrom };
+  return { sizeBytes: written.size, sha256: hash.digest("hex"), resumedFrom };
+}
+
+/**
+ * Writes `stream` into `fh` from `written.size` on, hashing every byte, and
+ * stops once the file holds `maxBytes + 1` bytes (one over the bound, so the
+ * caller sees the overrun). All-zero chunks are skipped and become holes, so a
+ * sparse root disk stays sparse in the cache. `written.size` tracks progress
+ * as it goes, so a caller that catches an I/O error knows how far it got.
+ */
+async function writeSparse(
+  fh: Awaited<ReturnType<typeof openFile>>,
+  stream: AsyncIterable<Uint8Array>,
+  hash: ReturnType<typeof createHash>,
+  written: { size: number },
+  maxBytes: number,
+): Promise<void> {
+  for await (const chunk of stream) {
+    const take = Math.min(chunk.length, maxBytes + 1 - written.size);
+    const part = take === chunk.length ? chunk : chunk.subarray(0, take);
+    hash.update(part);
+    if (!isAllZero(part)) await fh.write(part, 0, part.length, written.size);
+    written.size += take;
+    if (written.size > maxBytes) break;
+  }
 }

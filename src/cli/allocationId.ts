@@ -1,0 +1,45 @@
+/**
+ * ID-prefix lookup for allocations (issue "CLI conventions"): a command
+ * given the start of an allocation ID (`3f2a`, `alloc_3f2a`) finds the one
+ * allocation of the caller's that starts with it, as Nomad and Docker do.
+ * A full ID is used as is, without a lookup.
+ *
+ * Must never: pick one of several matches; scan more than
+ * MAX_PREFIX_SCAN_ALLOCATIONS.
+ */
+import { MAX_PAGE_SIZE } from "../protocol/api.ts";
+import { BeachballError } from "../protocol/errors.ts";
+import { UsageError } from "../command/run.ts";
+import type { SchedulerClient } from "./client.ts";
+
+/** A full allocation ID: `alloc_` and 32 lower-case hex digits (src/domain/identifiers.ts). */
+export const ALLOCATION_ID_PATTERN = /^alloc_[0-9a-f]{32}$/;
+/** Most allocations read while looking for a prefix (the caller's list, page by page). */
+export const MAX_PREFIX_SCAN_ALLOCATIONS = 10_000;
+/** Most matching IDs named in an "ambiguous" error. */
+export const MAX_MATCHES_SHOWN = 5;
+
+/**
+ * The full ID `input` names. Throws UsageError when `input` cannot start an
+ * ID or matches several allocations (naming some), BeachballError
+ * NOT_FOUND when it matches none.
+ */
+export async function resolveAllocationId(client: Pick<SchedulerClient, "list">, input: string): Promise<string> {
+  if (ALLOCATION_ID_PATTERN.test(input)) return input;
+  const hex = input.startsWith("alloc_") ? input.slice("alloc_".length) : input;
+  if (!/^[0-9a-f]{1,31}$/.test(hex)) throw new UsageError(`${JSON.stringify(input)} is not an allocation ID or the start of one (alloc_ and up to 32 lower-case hex digits)`);
+  const prefix = `alloc_${hex}`;
+  const matches: string[] = [];
+  let cursor: string | undefined;
+  let scanned = 0;
+  do {
+    const page = await client.list(cursor, MAX_PAGE_SIZE);
+    scanned += page.items.length;
+    for (const v of page.items) if (v.allocationId.startsWith(prefix)) matches.push(v.allocationId);
+    cursor = page.nextCursor ?? undefined;
+  } while (cursor && scanned < MAX_PREFIX_SCAN_ALLOCATIONS && matches.length <= MAX_MATCHES_SHOWN);
+  if (matches.length === 1) return matches[0]!;
+  if (matches.length === 0) throw new BeachballError("NOT_FOUND", `no allocation of yours starts with ${input}${cursor ? ` among the ${scanned} most recent` : ""}`);
+  const shown = matches.slice(0, MAX_MATCHES_SHOWN);
+  throw new UsageError(`${input} matches ${matches.length > MAX_MATCHES_SHOWN ? "more than " + MAX_MATCHES_SHOWN : matches.length} allocations (${shown.join(", ")}); give more of the ID`);
+}

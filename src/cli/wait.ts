@@ -1,0 +1,97 @@
+/**
+ * Waiting on an allocation for `--wait` (issue "Pending is unexplained and
+ * `--wait` can hang forever"): follow its events until a goal (ready, the
+ * payload exited, released) or a terminal state, and give up at a deadline
+ * whatever the state. When it gives up on an allocation that no host took,
+ * the caller exits EXIT.notPlaced (3) and prints why from the view's
+ * placement outcome, as Nomad prints why placement failed.
+ *
+ * Must never: wait past the deadline (sleeps and retries are cut to it);
+ * release or change the allocation.
+ */
+import type { AllocationEvent, AllocationView, PlacementOutcome } from "../protocol/api.ts";
+import { retryTransport, TRANSPORT_RETRY_MS, type SchedulerClient } from "./client.ts";
+
+/** What a wait is for. */
+export type WaitGoal = "ready" | "exited" | "released";
+
+/** How often events are polled while nothing happens, ms. */
+export const WAIT_POLL_MS = 250;
+
+/** The outcome of a wait. */
+export interface WaitResult {
+  /** The allocation when the wait ended. */
+  view: AllocationView;
+  /** True when the deadline passed before the goal or a terminal state. */
+  timedOut: boolean;
+  /** The last event sequence number seen (resume with it). */
+  lastSeq: number;
+}
+
+/** Whether event `e` reaches `goal`. */
+function reaches(goal: WaitGoal, e: AllocationEvent): boolean {
+  if (goal === "ready") return e.toState === "ready";
+  if (goal === "exited") return e.type === "workload.exited";
+  return e.toState === "released";
+}
+
+/** States in which no host holds the allocation yet. */
+export const UNPLACED_STATES: ReadonlySet<string> = new Set(["pending", "reserving"]);
+
+/**
+ * Follows `id`'s events after `after`, calling `onEvent` for each, until
+ * `goal`, a terminal state (released, failed) or `deadlineMs` (epoch ms).
+ * Transport failures are retried until the deadline (at most
+ * TRANSPORT_RETRY_MS at a time); other errors are thrown.
+ */
+export async function waitFor(
+  client: Pick<SchedulerClient, "events" | "get">,
+  id: string,
+  goal: WaitGoal,
+  deadlineMs: number,
+  onEvent: (e: AllocationEvent) => void = () => {},
+  after = 0,
+  now: () => number = Date.now,
+  sleep: (ms: number) => Promise<unknown> = Bun.sleep,
+): Promise<WaitResult> {
+  let seq = after;
+  const retryUntil = () => Math.min(deadlineMs, now() + TRANSPORT_RETRY_MS);
+  for (;;) {
+    if (now() >= deadlineMs) break;
+    const batch = await retryTransport(() => client.events(id, seq, 100), retryUntil());
+    for (const e of batch) {
+      seq = e.seq;
+      onEvent(e);
+      if (reaches(goal, e) || e.toState === "released" || e.toState === "failed") {
+        return { view: await retryTransport(() => client.get(id), retryUntil()), timedOut: false, lastSeq: seq };
+      }
+    }
+    if (batch.length === 0) await sleep(Math.max(0, Math.min(WAIT_POLL_MS, deadlineMs - now())));
+  }
+  return { view: await retryTransport(() => client.get(id), now() + TRANSPORT_RETRY_MS), timedOut: true, lastSeq: seq };
+}
+
+function counts(rec: Record<string, number>): string[] {
+  return Object.entries(rec)
+    .sort(([a, x], [b, y]) => y - x || a.localeCompare(b))
+    .map(([reason, n]) => `${reason} on ${n} host${n === 1 ? "" : "s"}`);
+}
+
+/** One line saying why the latest placement attempt found no host (or that none was made yet). */
+export function describePlacement(p: PlacementOutcome | null): string {
+  if (!p) return "no placement attempt yet";
+  if (p.result === "reserved") return `reserved on ${p.hostId ?? "a host"} at ${p.at}`;
+  const reasons = [...counts(p.noFit), ...counts(p.unschedulable).map((r) => `${r} (takes no reservations)`)];
+  const head =
+    p.result === "no_eligible_host"
+      ? p.hostsConsidered === 0
+        ? "no host is registered"
+        : `no eligible host among ${p.hostsConsidered}`
+      : `every candidate refused the reservation${p.hostId ? ` (last ${p.hostId})` : ""}`;
+  return `${head}${reasons.length ? `: ${reasons.join(", ")}` : ""} (last attempt ${p.at})`;
+}
+
+/** The message for a wait that gave up on an allocation no host took. */
+export function notPlacedMessage(view: AllocationView, waitedSeconds: number): string {
+  return `allocation ${view.allocationId} was not placed within ${waitedSeconds} s (${view.state}${view.conditions.length ? `, ${view.conditions.join(", ")}` : ""}): ${describePlacement(view.placement)}; it stays ${view.state} until a host can take it or its TTL ends (\`bb allocation release ${view.allocationId}\` gives it up)`;
+}

@@ -1,0 +1,88 @@
+/**
+ * How every `bb` command is declared: a citty command definition plus the
+ * few facts citty has no field for, which help, the CLI reference
+ * (docs/cli.md), shell completion and the strict parser read from the same
+ * object: examples (every command shows at least one in `--help`) and
+ * whether it takes any number of trailing arguments.
+ *
+ * Lower layer: imports nothing of ours. Must never: run anything; it only
+ * describes.
+ */
+import type { ArgDef, ArgsDef, CommandDef, CommandMeta } from "citty";
+
+/** The extra facts of a command beside citty's definition. */
+export interface CommandExtras {
+  /** Command lines shown under "Examples" in `--help` and docs/cli.md; each starts with the command's full path (`bb allocation create …`). */
+  examples?: readonly string[];
+  /** Name shown for trailing arguments (e.g. "DIR…") when the command takes any number of them; without it, an extra argument is a usage error. */
+  variadic?: string;
+}
+
+/** A citty command definition with its extras (`any` by default, as citty's own subcommand tables hold them). */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type BbCommand<T extends ArgsDef = any> = CommandDef<T> & CommandExtras;
+
+/** The aliases of a flag (`-q` is alias "q"); none for an argument. */
+export function aliasesOf(def: ArgDef): string[] {
+  const a = (def as { alias?: string | string[] }).alias;
+  return typeof a === "string" ? [a] : (a ?? []);
+}
+
+/** How help and errors name an argument or a value: upper snake case (`hostId` and `host-id` are HOST_ID). */
+export function placeholder(name: string): string {
+  return name.replace(/([a-z0-9])([A-Z])/g, "$1_$2").replace(/-/g, "_").toUpperCase();
+}
+
+/** Declares a command (citty's defineCommand plus examples and variadic arguments). */
+export function command<const T extends ArgsDef = ArgsDef>(def: BbCommand<T>): BbCommand<T> {
+  return def;
+}
+
+/** A resolved command: its definition, metadata, arguments and extras, with lazy parts loaded. */
+export interface ResolvedCommand {
+  def: BbCommand;
+  meta: CommandMeta;
+  args: Record<string, ArgDef>;
+  extras: CommandExtras;
+  /** Subcommand names in declaration order (empty for a leaf). */
+  subCommandNames: string[];
+}
+
+async function value<T>(v: T | Promise<T> | (() => T) | (() => Promise<T>) | undefined): Promise<T | undefined> {
+  return typeof v === "function" ? await (v as () => T | Promise<T>)() : await v;
+}
+
+/** Loads a command's lazy parts (meta, args, subcommand names). */
+export async function resolveCommand(def: BbCommand): Promise<ResolvedCommand> {
+  const meta = (await value(def.meta)) ?? {};
+  const args = ((await value(def.args)) ?? {}) as Record<string, ArgDef>;
+  const subs = (await value(def.subCommands)) ?? {};
+  return { def, meta, args, extras: { ...(def.examples ? { examples: def.examples } : {}), ...(def.variadic ? { variadic: def.variadic } : {}) }, subCommandNames: Object.keys(subs) };
+}
+
+/** The subcommand `name` of `def`, or null when it has none by that name. */
+export async function subCommand(def: BbCommand, name: string): Promise<BbCommand | null> {
+  const subs = (await value(def.subCommands)) ?? {};
+  if (!Object.hasOwn(subs, name)) return null;
+  return ((await value(subs[name])) as BbCommand | undefined) ?? null;
+}
+
+/** One command of the tree with its full path (`["bb", "allocation", "create"]`). */
+export interface CommandNode extends ResolvedCommand {
+  path: string[];
+}
+
+/** Every command under `root` (root first, then depth-first in declaration order), lazy parts loaded. */
+export async function walkCommands(root: BbCommand, rootName = "bb"): Promise<CommandNode[]> {
+  const out: CommandNode[] = [];
+  const visit = async (def: BbCommand, path: string[]) => {
+    const r = await resolveCommand(def);
+    out.push({ ...r, path });
+    for (const name of r.subCommandNames) {
+      const sub = await subCommand(def, name);
+      if (sub) await visit(sub, [...path, name]);
+    }
+  };
+  await visit(root, [rootName]);
+  return out;
+}
