@@ -23,10 +23,11 @@ import { SchedulerWorker } from "./worker.ts";
 import { devConnections, tokenDigest, type DeploymentManifest, type Identity } from "./manifest.ts";
 import { MAX_LIVE_GRANTS_PER_ALLOCATION } from "./objects/networkObject.ts";
 import { FakeClock, SeededRandom } from "../../test/sim/rng.ts";
+import { TEST_CONTROLLER, TEST_OPERATOR, testManifest } from "../../test/support/testManifest.ts";
 
-const C: Identity = { id: "controller:t", role: "controller" };
+const C = TEST_CONTROLLER;
 const C2: Identity = { id: "controller:u", role: "controller" };
-const O: Identity = { id: "operator:t", role: "operator" };
+const O = TEST_OPERATOR;
 const CAP = { cpuMillis: 4000, memoryMiB: 4096, ephemeralDiskMiB: 8192, maxPlacements: 8 };
 const T0 = 1_900_000_000_000;
 const dirs: string[] = [];
@@ -39,17 +40,12 @@ function world() {
   const connections = devConnections(dir);
   connections.relays = [{ relayId: "relay-1", url: "wss://relay-1.example:443/v1/relay" }];
   connections.grants = { maxTtlSeconds: 600, defaultTtlSeconds: 120, policyRevision: 7, default: { transports: ["tcp"], ports: ["22", "8000-8010"] } };
+  const base = testManifest();
   const manifest: DeploymentManifest = {
-    version: 1,
-    region: "t",
-    principals: [
-      { id: C.id, role: "controller", tokenSha256: tokenDigest("c") },
-      { id: C2.id, role: "controller", tokenSha256: tokenDigest("c2") },
-      { id: O.id, role: "operator", tokenSha256: tokenDigest("o") },
-    ],
-    workloadClasses: { small: { cpuMillis: 500, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"0".repeat(64)}` } },
-    limits: { maxConcurrentAllocationsPerController: 100, maxRegisteredHosts: 10, controllerRequestsPerSecond: 1000 },
-    hostEnrollment: { autoActivate: true },
+    ...base,
+    // A second controller owns nothing of the first's; the class is small enough for several per host.
+    principals: [...base.principals, { id: C2.id, role: "controller", tokenSha256: tokenDigest("c2") }],
+    workloadClasses: { small: { ...base.workloadClasses["small"]!, cpuMillis: 500 } },
     connections,
   };
   const w = new SchedulerWorker({ dataDir: dir, manifest, publicUrl: "http://t", clock, random: new SeededRandom(7), timeouts: { leaseMs: 30_000, hostCheckIntervalMs: 5_000, leaseGraceMs: 10_000, retentionDays: 1 } });

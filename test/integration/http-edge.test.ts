@@ -89,7 +89,7 @@ describe("schema work before authentication", () => {
       }
     }
     expect(await objectCounts()).toEqual(before);
-  }, 30_000);
+  });
 
   test("a principal of the wrong role gets 403 before its body is read", async () => {
     for (const [name, r] of routes.filter(([, r]) => r.auth === "controller" || r.auth === "operator")) {
@@ -119,7 +119,7 @@ describe("limits that trust Content-Length", () => {
           expectProblem(a, r.body?.tooLarge ?? "BODY_TOO_LARGE", `${name} chunked ${size} ${connection}: ${a.error ?? ""}`);
         }
     }
-  }, 30_000);
+  });
 
   test("against a scheduler in its own process, a refused 3 MiB upload from a client that asked to close still gets its 413 problem, not a reset", async () => {
     // In-process the client and server share one event loop and the race cannot show; a separate process shows it.
