@@ -107,8 +107,7 @@ export interface DevManifestPaths {
  * publishDevClientConfig once the server listens). `imageDigest` is the dev
  * image the default classes boot; an existing manifest keeps every edit and
  * only has its classes re-pointed at that image. A new one has private
- * networking (devConnections), and its client config the verification keys
- * as `connectionKeys`. Never replaces an existing manifest: when only one of the two files exists, throws an Error (exit
+ * networking (devConnections). Never replaces an existing manifest: when only one of the two files exists, throws an Error (exit
  * code 2) saying which one is missing and how to go on.
  */
 export function ensureDevManifest(dataDir: string, imageDigest: string): DevManifestPaths {
@@ -149,9 +148,7 @@ export function ensureDevManifest(dataDir: string, imageDigest: string): DevMani
     connections: devConnections(dataDir),
   };
   writeAtomic(manifestPath, JSON.stringify(manifest, null, 2), 0o600);
-  // connectionKeys: what `bb proxy` verifies grants with (the same keys GET /v1/.well-known/beachball publishes).
-  const connectionKeys = manifest.connections?.verificationKeys ?? {};
-  writeAtomic(clientConfigPath, JSON.stringify({ schedulerUrl: "", token: controllerToken, operatorToken, connectionKeys }, null, 2), 0o600);
+  writeAtomic(clientConfigPath, JSON.stringify({ schedulerUrl: "", token: controllerToken, operatorToken }, null, 2), 0o600);
   return { manifestPath, clientConfigPath };
 }
 
