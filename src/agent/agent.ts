@@ -2,20 +2,22 @@
  * The host agent assembled from its parts over ports (spec "The host
  * agent", "Agent runtime and local state"): startup (lock, prerequisite
  * registry, inventory and adoption), the control loop, the placement
- * reconciler, bootstrap deliveries and housekeeping. The daemon
+ * reconciler, bootstrap deliveries, housekeeping and, when the scheduler
+ * takes it, the push of workload output (logs/). The daemon
  * (daemon.ts) gives it real ports; the seeded simulation gives it fakes and
  * so runs this same code.
  *
  * A graceful stop leaves every VM running for the next start: it stops
  * polling, halts the runners without touching a VM and without recording
- * anything observed while stopping, sends what the outbox holds (all true),
- * then closes agent.db and releases the lock.
+ * anything observed while stopping, sends what the outbox holds (all true)
+ * and the workload output still queued, then closes agent.db and releases
+ * the lock.
  * Must never: act on a command from another epoch or an older generation,
  * or write a bootstrap payload anywhere.
  */
 import { mkdirSync } from "node:fs";
 import { AgentStore } from "./store.ts";
-import type { AgentClock, AgentLog, AgentRandom, ControlChannel, HostProbe, Timers } from "./ports.ts";
+import type { AgentClock, AgentLog, AgentRandom, ControlChannel, HostProbe, LogSink, Timers } from "./ports.ts";
 import type { VmmDriver } from "./vmm/driver.ts";
 import type { IsolationPort } from "./isolation/isolationPort.ts";
 import type { ImagePort } from "./image/imagePort.ts";
@@ -28,7 +30,8 @@ import { Housekeeping } from "./housekeeping.ts";
 import { failedPrerequisites, recoverPlacements, type StartupPorts } from "./startup.ts";
 import { DEFAULT_VMM_SELF_CHECK_INTERVAL_MS, VmmHealth, type VmmSelfCheck } from "./vmmHealth.ts";
 import { VMM_BOOT_CHECK_ID } from "./doctor/checks.ts";
-import type { PlacementContext } from "./placementOps.ts";
+import { consoleLogPath, placementSecrets, type PlacementContext } from "./placementOps.ts";
+import { ConsoleShipper } from "./logs/shipper.ts";
 
 /** How long a graceful stop waits for in-flight placement steps, ms. */
 export const STOP_STEP_GRACE_MS = 5_000;
@@ -43,6 +46,8 @@ export interface AgentPorts extends StartupPorts {
   log: AgentLog;
   probe: HostProbe;
   channel: ControlChannel;
+  /** The scheduler's intake of workload output; absent: output stays on this host. */
+  logSink?: LogSink;
   driver: VmmDriver;
   isolation: IsolationPort;
   images: ImagePort;
@@ -86,6 +91,7 @@ export class Agent {
     readonly control: ControlLoop,
     readonly health: AgentHealth,
     private readonly housekeeping: Housekeeping,
+    private readonly consoleLogs: ConsoleShipper | null,
   ) {}
 
   /** Starts an agent: lock, agent.db, prerequisite registry, inventory and adoption, then the poll loop and housekeeping. Throws if locked. */
@@ -117,6 +123,10 @@ export class Agent {
       random: ports.random,
       guestBootTimeoutMs: settings.guestBootTimeoutMs,
     };
+    const consoleLogs = ports.logSink
+      ? new ConsoleShipper({ sink: ports.logSink, log, consolePath: (d) => consoleLogPath(ctx, d), secretsOf: (d) => placementSecrets(ctx, d), sleep: (ms, signal) => timers.sleep(ms, signal) })
+      : null;
+    if (consoleLogs) ctx.consoleLogs = consoleLogs;
     let control: ControlLoop | null = null;
     const reconciler = new PlacementReconciler({
       store,
@@ -138,7 +148,11 @@ export class Agent {
       health: () => health.report(),
       quarantined: () => health.quarantine.length > 0,
       onCommand: (id) => reconciler.kick(id),
-      deliver: (d) => deliverBootstrap(store, d, reconciler.sessionOf(d.placementId)),
+      deliver: (d) => {
+        // Before the guest has it: a line of it echoed by the workload is redacted from its output.
+        consoleLogs?.notePayload(d.placementId, Buffer.from(d.payloadBase64, "base64"));
+        return deliverBootstrap(store, d, reconciler.sessionOf(d.placementId));
+      },
     });
     const housekeeping = new Housekeeping({
       store,
@@ -151,6 +165,7 @@ export class Agent {
       allocationsDir: settings.allocationsDir,
       consoleBudgetBytes: settings.consoleBudgetBytes,
       failedConsoles: keepFailedConsoles ? { dir: keepFailedConsoles, retentionMs: settings.failedConsoleRetentionMs! } : null,
+      consoleLogs,
       vmm,
       hasPending: () => control.hasPending(),
       flush: () => control.flush(),
@@ -160,7 +175,8 @@ export class Agent {
     const boot = checks.find((c) => c.id === VMM_BOOT_CHECK_ID);
     if (boot) vmm.noteSelfCheck(boot);
     health.quarantine = await recoverPlacements({ store, driver: ports.driver, reconciler, clock, log, ports });
-    const agent = new Agent(settings, ports, store, releaseLock, reconciler, control, health, housekeeping);
+    if (consoleLogs) for (const p of store.livePlacements()) if (reconciler.handleOf(p.placementId)) consoleLogs.adopt(p);
+    const agent = new Agent(settings, ports, store, releaseLock, reconciler, control, health, housekeeping, consoleLogs);
     housekeeping.start();
     control.start();
     return agent;
@@ -193,7 +209,7 @@ export class Agent {
       this.housekeeping.stop();
       await this.control.stop();
       await this.reconciler.halt(STOP_STEP_GRACE_MS);
-      await this.control.finalFlush(STOP_FLUSH_TIMEOUT_MS);
+      await Promise.all([this.control.finalFlush(STOP_FLUSH_TIMEOUT_MS), this.consoleLogs?.drain(STOP_FLUSH_TIMEOUT_MS)]);
       this.store.close();
       this.releaseLock();
     })();

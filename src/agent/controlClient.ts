@@ -6,13 +6,17 @@
  */
 import { errorFromAnswer } from "../protocol/problem.ts";
 import { MAX_ENVELOPE_BYTES, type AgentPayload, type Envelope, type PollResponse } from "../protocol/agent.ts";
-import type { ControlChannel } from "./ports.ts";
+import { MAX_LOG_PUSH_BODY_BYTES, type LogChunk, type LogPushBody, type LogPushResponse } from "../protocol/logs.ts";
+import type { ControlChannel, LogSink } from "./ports.ts";
+
+/** How long one log push may take, ms. */
+const LOG_PUSH_TIMEOUT_MS = 15_000;
 
 /** Extra time beyond the park a poll request may take, ms. */
 const POLL_SLACK_MS = 10_000;
 
 /** A scheduler client bound to one host credential: the real ControlChannel port. */
-export class ControlClient implements ControlChannel {
+export class ControlClient implements ControlChannel, LogSink {
   constructor(
     private readonly baseUrl: string,
     private readonly hostId: string,
@@ -46,5 +50,25 @@ export class ControlClient implements ControlChannel {
     const text = await res.text();
     if (!res.ok) throw errorFromAnswer(res.status, text);
     return JSON.parse(text) as PollResponse;
+  }
+
+  /**
+   * Posts chunks of redacted workload output to /v1/agents/logs (the LogSink
+   * port). Throws like `send`, and a plain Error for a body over
+   * MAX_LOG_PUSH_BODY_BYTES (never sent).
+   */
+  async push(chunks: LogChunk[], signal?: AbortSignal): Promise<LogPushResponse> {
+    const body = JSON.stringify({ hostId: this.hostId, chunks } satisfies LogPushBody);
+    if (Buffer.byteLength(body) > MAX_LOG_PUSH_BODY_BYTES) throw new Error(`log push is ${Buffer.byteLength(body)} bytes (limit ${MAX_LOG_PUSH_BODY_BYTES})`);
+    const timeout = AbortSignal.timeout(LOG_PUSH_TIMEOUT_MS);
+    const res = await fetch(`${this.baseUrl}/v1/agents/logs`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${this.credential}`, "content-type": "application/json" },
+      body,
+      signal: signal ? AbortSignal.any([signal, timeout]) : timeout,
+    });
+    const text = await res.text();
+    if (!res.ok) throw errorFromAnswer(res.status, text);
+    return JSON.parse(text) as LogPushResponse;
   }
 }

@@ -58,6 +58,7 @@ export class AgentDaemon {
       driver = sel.driver;
     }
     const isolation = new HostIsolation(isolationFromConfig(config));
+    const client = new ControlClient(config.schedulerUrl, config.hostId, files.credential);
     const agent = await Agent.start(
       {
         hostId: config.hostId,
@@ -76,7 +77,8 @@ export class AgentDaemon {
         random: systemRandom,
         log,
         probe: systemHostProbe,
-        channel: new ControlClient(config.schedulerUrl, config.hostId, files.credential),
+        channel: client,
+        logSink: client,
         driver,
         isolation,
         images: new HostImages({

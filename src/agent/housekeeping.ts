@@ -3,7 +3,8 @@
  * under a byte budget, "Stop"): evicts unused images past the cache bound,
  * refreshes the cached-image list for the health report, stops VMs whose execution lease expired, re-drives
  * placements whose cleanup is still incomplete, keeps console logs under
- * their budget, deletes kept consoles of failed placements once their
+ * their budget (after reading what workload output they gained, for the
+ * scheduler's log), deletes kept consoles of failed placements once their
  * retention passed, re-runs the VMM self-check while VMM starts are
  * failing, and flushes anything still queued.
  * Must never: let a VM outlive its lease, or delete a resource itself
@@ -18,6 +19,7 @@ import { trimConsoleLog } from "./vmm/consoleLog.ts";
 import type { VmmHealth } from "./vmmHealth.ts";
 import { pruneKeptConsoles } from "./vmm/keptConsoles.ts";
 import { consoleLogPath } from "./placementOps.ts";
+import type { ConsoleShipper } from "./logs/shipper.ts";
 
 /** Housekeeping period (lease checks, console trimming, cleanup retries), ms. */
 export const HOUSEKEEPING_MS = 2_000;
@@ -36,6 +38,8 @@ export interface HousekeepingDeps {
   consoleBudgetBytes: number;
   /** Where failed placements' console logs are kept and for how long (ms); null: not kept. */
   failedConsoles: { dir: string; retentionMs: number } | null;
+  /** Pushes workload output to the scheduler (null: no log intake). */
+  consoleLogs: ConsoleShipper | null;
   /** VMM start health: re-checked while failing. */
   vmm: VmmHealth;
   /** True when observations or acks wait to be sent. */
@@ -74,11 +78,13 @@ export class Housekeeping {
     }
   }
 
-  private trim(dirName: string): void {
+  /** Returns the bytes the trim dropped (0 when under budget or on error). */
+  private trim(dirName: string): number {
     try {
-      trimConsoleLog(consoleLogPath({ allocationsDir: this.deps.allocationsDir }, dirName), this.deps.consoleBudgetBytes);
+      return trimConsoleLog(consoleLogPath({ allocationsDir: this.deps.allocationsDir }, dirName), this.deps.consoleBudgetBytes);
     } catch (e) {
       this.deps.log.warn(`cannot trim the console log of ${dirName}: ${(e as Error).message}`);
+      return 0;
     }
   }
 
@@ -99,7 +105,15 @@ export class Housekeeping {
       } else if (p.desired === "absent" && !reconciler.isRunning(p.placementId)) {
         reconciler.kick(p.placementId);
       }
-      if (reconciler.handleOf(p.placementId)) this.trim(p.dirName);
+      if (reconciler.handleOf(p.placementId)) {
+        // Workload output is read before the trim, so the trim never drops bytes not yet read.
+        this.deps.consoleLogs?.collect(p);
+        if (this.trim(p.dirName) > 0) this.deps.consoleLogs?.trimmed(p);
+      }
+    }
+    if (this.deps.consoleLogs) {
+      this.deps.consoleLogs.retain(new Set(store.livePlacements().map((p) => p.placementId)));
+      void this.deps.consoleLogs.flush();
     }
     if (this.deps.failedConsoles) pruneKeptConsoles(this.deps.failedConsoles.dir, this.deps.failedConsoles.retentionMs, now);
     await this.deps.vmm.recheckIfDue();

@@ -48,6 +48,8 @@ export interface PlacementContext {
   random: AgentRandom;
   /** How long the guest has to send a matching GuestReady after the VMM starts, ms. */
   guestBootTimeoutMs: number;
+  /** Pushes workload output to the scheduler (logs/shipper.ts); Stop sends the last of it before the console goes. */
+  consoleLogs?: { finish(ref: PlacementRef): Promise<void> };
 }
 
 /** The placement identity the ops work on. */
@@ -232,14 +234,17 @@ function keepConsole(from: string, to: string): void {
  * nonce scrubbed. `vmmAlive`: whether its VMM process still runs.
  */
 export function diagnoseVmExit(ctx: Pick<PlacementContext, "allocationsDir">, ref: Pick<PlacementRef, "dirName">, vmmAlive: boolean): VmExit {
-  const dir = join(ctx.allocationsDir, ref.dirName);
-  let nonce = "";
+  return describeVmExit(readConsoleTail(consoleLogPath(ctx, ref.dirName)), vmmAlive, placementSecrets(ctx, ref.dirName));
+}
+
+/** The placement's own secrets to scrub from anything taken from its console: its bootstrap nonce ([] without runtime.json). */
+export function placementSecrets(ctx: Pick<PlacementContext, "allocationsDir">, dirName: string): string[] {
   try {
-    nonce = (JSON.parse(readFileSync(join(dir, "runtime.json"), "utf8")) as RuntimeFile).nonce;
+    const nonce = (JSON.parse(readFileSync(join(ctx.allocationsDir, dirName, "runtime.json"), "utf8")) as RuntimeFile).nonce;
+    return nonce ? [nonce] : [];
   } catch {
-    /* no runtime.json: nothing of the placement's own to scrub */
+    return []; // no runtime.json: nothing of the placement's own to scrub
   }
-  return describeVmExit(readConsoleTail(consoleLogPath(ctx, ref.dirName)), vmmAlive, nonce ? [nonce] : []);
 }
 
 /**
@@ -261,6 +266,7 @@ export async function stopPlacement(ctx: PlacementContext, ref: PlacementRef, ha
     if (await ctx.driver.isAlive(handle)) left.push(`vmm pid ${handle.pid}`);
   }
   left.push(...(await ctx.isolation.teardown(ref.dirName, p.dir).catch((e: Error) => [`isolation: ${e.message}`])));
+  await ctx.consoleLogs?.finish(ref);
   if (opts.keepConsoleAt) keepConsole(p.console, opts.keepConsoleAt);
   try {
     rmSync(p.dir, { recursive: true, force: true });

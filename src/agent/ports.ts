@@ -15,6 +15,7 @@ import { statfsSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { consola } from "consola";
 import type { AgentPayload, Envelope, PollResponse } from "../protocol/agent.ts";
+import type { LogChunk, LogPushResponse } from "../protocol/logs.ts";
 
 /** Wall-clock time, ms since the Unix epoch. */
 export interface AgentClock {
@@ -44,6 +45,16 @@ export interface AgentRandom {
  */
 export interface ControlChannel {
   send(type: Envelope["type"], agentEpoch: string, payload: AgentPayload, signal?: AbortSignal): Promise<PollResponse>;
+}
+
+/**
+ * The scheduler's intake of workload output (`POST /v1/agents/logs`,
+ * src/protocol/logs.ts), outbound like the control channel. Throws
+ * BeachballError for a problem answer and a plain Error for a transport
+ * failure.
+ */
+export interface LogSink {
+  push(chunks: LogChunk[], signal?: AbortSignal): Promise<LogPushResponse>;
 }
 
 /** Facts about this machine the health report carries. */

@@ -1,5 +1,5 @@
 /**
- * `bb allocation create|get|list|release|events|authorize-replacement`:
+ * `bb allocation create|get|list|release|events|logs|authorize-replacement`:
  * the client commands over the public API. They only check flags, call
  * SchedulerClient and print: results on stdout (tables, detail blocks or
  * `--json`), progress on stderr (a spinner on a terminal). Allocation IDs
@@ -228,6 +228,33 @@ const events = command({
     }),
 });
 
+const logs = command({
+  meta: { name: "logs", description: "Print an allocation's workload output (its guest's console from the job's start); --follow keeps streaming until it is released or failed" },
+  args: {
+    id: idArg,
+    follow: { type: "boolean", default: false, description: "Keep streaming until the allocation is released or failed" },
+    offset: { type: "string", valueHint: "BYTES", default: "0", description: "Start at this byte offset (--json prints nextOffset to resume at)" },
+    ...clientArgs,
+  },
+  examples: ["bb allocation logs 3f2a", "bb allocation logs 3f2a --follow", "bb allocation logs 3f2a --follow --json --offset 4096"],
+  run: ({ args }) =>
+    runCli(async () => {
+      const offset = integerFlag("--offset", args.offset, { min: 0, max: MAX_WIRE_INTEGER, unit: "bytes" });
+      const client = clientFrom(args);
+      const id = await resolveAllocationId(client, args.id);
+      await client.streamLogs(
+        id,
+        (p) => {
+          if (args.json) return console.log(JSON.stringify(p));
+          if (p.droppedBytes) process.stderr.write(`[... ${p.droppedBytes} bytes of output dropped ...]\n`);
+          // The text comes from a host: no control character but newline and tab reaches the terminal.
+          process.stdout.write(p.text.replace(/[\x00-\x08\x0b-\x1f\x7f-\x9f]/g, ""));
+        },
+        { offset, follow: args.follow },
+      );
+    }),
+});
+
 const authorizeReplacement = command({
   meta: { name: "authorize-replacement", description: "Certify that the workload's external authority was revoked, so a blocked replacement may start" },
   args: {
@@ -248,5 +275,5 @@ const authorizeReplacement = command({
 export const allocationCommand = command({
   meta: { name: "allocation", description: "Request, inspect and release VMs" },
   examples: ["bb allocation create --class ci-small --wait", "bb allocation list", "bb allocation release 3f2a --wait"],
-  subCommands: { create, get, list, release, events, "authorize-replacement": authorizeReplacement },
+  subCommands: { create, get, list, release, events, logs, "authorize-replacement": authorizeReplacement },
 });

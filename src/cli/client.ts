@@ -7,6 +7,7 @@ import { BeachballError } from "../protocol/errors.ts";
 import { errorFromAnswer, errorFromResponse, UnexpectedAnswerError } from "../protocol/problem.ts";
 import type { AllocationEvent, AllocationView, BootstrapBody, CreateAllocationBody } from "../protocol/api.ts";
 import type { AlertItem, HostView } from "../protocol/views.ts";
+import { LOG_FOLLOW_WAIT_MS, type LogPage } from "../protocol/logs.ts";
 
 /** How long waiting commands keep retrying while the scheduler is unreachable (a restart), ms. */
 export const TRANSPORT_RETRY_MS = 60_000;
@@ -164,6 +165,36 @@ export class SchedulerClient {
         if (e.toState === "released" || e.toState === "failed" || opts.until?.(e)) return after;
       }
       if (batch.length === 0) await Bun.sleep(opts.intervalMs ?? 250);
+    }
+  }
+
+  /**
+   * GET /v1/allocations/{id}/logs from byte offset `offset`; with `follow`
+   * the scheduler holds a read that finds nothing new for up to
+   * LOG_FOLLOW_WAIT_MS. Throws NOT_FOUND, LOG_OFFSET_PAST_END, RATE_LIMITED.
+   */
+  async logs(id: string, offset = 0, follow = false): Promise<LogPage> {
+    const q = `offset=${offset}${follow ? "&follow=1" : ""}`;
+    return (await this.call<LogPage>("GET", `/v1/allocations/${encodeURIComponent(id)}/logs?${q}`, undefined, LOG_FOLLOW_WAIT_MS + 15_000)).body;
+  }
+
+  /**
+   * Streams an allocation's workload output from `offset`: `onPage` gets
+   * each page (its `droppedBytes` says what the reader missed). Without
+   * `follow`, ends at the log's current end; with it, keeps reading (each
+   * read held by the scheduler, transport failures retried for
+   * TRANSPORT_RETRY_MS) until the allocation is terminal and read to its
+   * end, or `signal` aborts. Returns the offset to resume at.
+   */
+  async streamLogs(id: string, onPage: (p: LogPage) => void, opts: { offset?: number; follow?: boolean; signal?: AbortSignal } = {}): Promise<number> {
+    let offset = opts.offset ?? 0;
+    for (;;) {
+      if (opts.signal?.aborted) return offset;
+      const page = await retryTransport(() => this.logs(id, offset, opts.follow ?? false), Date.now() + TRANSPORT_RETRY_MS);
+      if (page.text || page.droppedBytes) onPage(page);
+      const moved = page.nextOffset !== offset;
+      offset = page.nextOffset;
+      if (page.complete || (!opts.follow && !moved)) return offset;
     }
   }
 

@@ -210,6 +210,8 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
     await releaseLeftovers(client, opts.status);
     opts.status("submitting the sample job");
     const { view } = await client.create({ clientRequestId: `demo-${randomUUID()}`, workloadClass: "ci-small" });
+    // The client config holds the scheduler's URL and the token; only its path is printed.
+    opts.status(`allocation ${view.allocationId}; follow its output from another terminal: BB_CONFIG=${dev.clientConfigPath} bb allocation logs ${view.allocationId} --follow`);
     const events: AllocationEvent[] = [];
     const states: string[] = [];
     const jobOutput: string[] = [];

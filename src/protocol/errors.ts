@@ -88,6 +88,8 @@ export const ERROR_STATUS = {
   CONNECTIONS_NOT_FENCED: 409,
   /** The allocation's host has not reported its WireGuard endpoint (public key and candidates) yet; retry later. */
   CONNECTIVITY_UNAVAILABLE: 503,
+  /** A log read asked for an offset past the end of the allocation's log (src/protocol/logs.ts); the body carries `endOffset`. */
+  LOG_OFFSET_PAST_END: 416,
 } as const;
 
 /** One stable error code (see ERROR_STATUS for the HTTP status of each). */

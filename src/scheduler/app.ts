@@ -16,6 +16,7 @@ import { problem, problemResponse } from "../protocol/problem.ts";
 import type { BootstrapBody, CreateAllocationBody, EnrollBody, EnrollmentTokenBody, ReplacementAuthorizationBody } from "../protocol/api.ts";
 import type { Envelope } from "../protocol/agent.ts";
 import type { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody } from "../protocol/connection.ts";
+import type { LogPushBody } from "../protocol/logs.ts";
 import type { SchedulerWorker } from "./worker.ts";
 import type { Identity } from "./manifest.ts";
 import { RequestGuard, type Prepared } from "./edge.ts";
@@ -67,6 +68,7 @@ function handlers(worker: SchedulerWorker): Record<RouteName, (p: Prepared) => P
       const items = await worker.events(who(p), id(p), after, num(p, "limit", 100));
       return { json: { items, nextCursor: items.length ? items[items.length - 1]!.seq : after } };
     },
+    logs: async (p) => ({ json: await worker.readLog(who(p), id(p), num(p, "offset", 0), num(p, "follow", 0) === 1) }),
     bootstrap: async (p) => ({ json: await worker.deliverBootstrap(who(p), id(p), p.body as BootstrapBody) }),
     createConnectionGrant: async (p) => ({ status: 201, json: await worker.createConnectionGrant(who(p), id(p), p.body as ConnectionGrantBody) }),
     revokeConnectionGrant: async (p) => {
@@ -92,6 +94,7 @@ function handlers(worker: SchedulerWorker): Record<RouteName, (p: Prepared) => P
     enroll: async (p) => ({ status: 201, json: await worker.enroll(p.body as EnrollBody) }),
     poll: async (p) => ({ json: await worker.agentEnvelope(host(p), { ...(p.body as Envelope), type: "poll" }) }),
     messages: async (p) => ({ json: await worker.agentEnvelope(host(p), { ...(p.body as Envelope), type: "messages" }) }),
+    pushLogs: async (p) => ({ json: await worker.pushLogs(host(p), p.body as LogPushBody) }),
   };
 }
 

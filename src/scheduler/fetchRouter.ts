@@ -13,6 +13,7 @@ import { Type } from "@sinclair/typebox";
 import { BeachballError, type ErrorCode } from "../protocol/errors.ts";
 import { BootstrapBody, CreateAllocationBody, EnrollBody, EnrollmentTokenBody, MAX_PAGE_SIZE, MAX_REQUEST_BODY_BYTES } from "../protocol/api.ts";
 import { Envelope, MAX_ENVELOPE_BYTES } from "../protocol/agent.ts";
+import { LogPushBody, MAX_LOG_PUSH_BODY_BYTES } from "../protocol/logs.ts";
 import type { SchedulerFront } from "./front.ts";
 import { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody, MAX_CONNECTION_BODY_BYTES } from "../protocol/connection.ts";
 
@@ -95,6 +96,10 @@ export function fetchRouter(front: SchedulerFront): (req: Request) => Promise<Re
           const items = await front.events(who, p[2]!, after, intParam(url, "limit", 100, 1, MAX_PAGE_SIZE));
           return json({ items, nextCursor: items.length ? items[items.length - 1]!.seq : after });
         }
+        case "GET /v1/allocations/:id/logs": {
+          const who = auth(req);
+          return json(await front.readLog(who, p[2]!, intParam(url, "offset", 0, 0, Number.MAX_SAFE_INTEGER), intParam(url, "follow", 0, 0, 1) === 1));
+        }
         case "POST /v1/allocations/:id/bootstrap": {
           const who = auth(req);
           return json(await front.deliverBootstrap(who, p[2]!, (await body(req, BootstrapBody, MAX_REQUEST_BODY_BYTES)) as BootstrapBody));
@@ -143,6 +148,10 @@ export function fetchRouter(front: SchedulerFront): (req: Request) => Promise<Re
           const hostId = await front.authenticateHost(req.headers.get("authorization"));
           const env = (await body(req, Envelope, MAX_ENVELOPE_BYTES)) as Envelope;
           return json(await front.agentEnvelope(hostId, { ...env, type: p[2] === "poll" ? "poll" : "messages" }));
+        }
+        case "POST /v1/agents/logs": {
+          const hostId = await front.authenticateHost(req.headers.get("authorization"));
+          return json(await front.pushLogs(hostId, (await body(req, LogPushBody, MAX_LOG_PUSH_BODY_BYTES)) as LogPushBody));
         }
         default:
           return problem("NOT_FOUND", "no such route");

@@ -18,6 +18,7 @@ import { MAX_PAYLOAD_BYTES, type AllocationEvent, type AllocationView, type Boot
 import type { EnrollResponse, Envelope, PollResponse } from "../protocol/agent.ts";
 import type { AlertItem, HostView } from "../protocol/views.ts";
 import type { ConnectionGrantBody, ConnectionGrantResponse, ConnectionMessagesBody, ConnectionPollBody, ConnectionPollResponse, RelayRole } from "../protocol/connection.ts";
+import type { LogPage, LogPushBody, LogPushResponse } from "../protocol/logs.ts";
 import { allocationIdFor, canonicalJson, digestOf } from "../domain/identifiers.ts";
 import { identify, tokenDigest, type Identity } from "./manifestSchema.ts";
 import { GLOBAL, type SchedulerEnv } from "./env.ts";
@@ -173,6 +174,31 @@ export class SchedulerFront {
   /** Events after `after`. Throws NOT_FOUND. */
   async events(who: Identity, id: string, after: number, limit: number): Promise<AllocationEvent[]> {
     return this.env.Allocation.get(checkAllocationIdShape(id)).events(who.id, after, limit);
+  }
+
+  /**
+   * The owner's read of an allocation's workload output from log offset
+   * `offset` (src/protocol/logs.ts); `follow` parks a read that finds
+   * nothing new (bounded). Throws NOT_FOUND (also for another identity's
+   * allocation), LOG_OFFSET_PAST_END, RATE_LIMITED.
+   */
+  async readLog(who: Identity, id: string, offset: number, follow: boolean): Promise<LogPage> {
+    return this.env.Allocation.get(checkAllocationIdShape(id)).readLog(who.id, offset, follow);
+  }
+
+  /**
+   * Chunks of workload output pushed by host `hostId`: each goes to its
+   * allocation, which accepts it only from the host of its current
+   * placement. Throws FORBIDDEN when the body names another host.
+   */
+  async pushLogs(hostId: string, body: LogPushBody): Promise<LogPushResponse> {
+    if (body.hostId !== hostId) throw new BeachballError("FORBIDDEN", "push hostId does not match the credential");
+    const results: LogPushResponse["results"] = [];
+    for (const c of body.chunks) {
+      if (!ALLOCATION_ID.test(c.allocationId)) results.push({ placementId: c.placementId, streamEnd: 0, code: "UNKNOWN_PLACEMENT" });
+      else results.push(await this.env.Allocation.get(c.allocationId).appendLog(hostId, c));
+    }
+    return { results };
   }
 
   /**
@@ -334,7 +360,9 @@ function requireRole(who: Identity, role: Identity["role"]): void {
   if (who.role !== role) throw new BeachballError("FORBIDDEN", `this call needs the ${role} role`);
 }
 
+const ALLOCATION_ID = /^alloc_[0-9a-f]{32}$/;
+
 function checkAllocationIdShape(id: string): string {
-  if (!/^alloc_[0-9a-f]{32}$/.test(id)) throw new BeachballError("NOT_FOUND", "no such allocation");
+  if (!ALLOCATION_ID.test(id)) throw new BeachballError("NOT_FOUND", "no such allocation");
   return id;
 }

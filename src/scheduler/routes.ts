@@ -26,6 +26,7 @@ import {
 } from "../protocol/api.ts";
 import { Envelope, MAX_ENVELOPE_BYTES } from "../protocol/agent.ts";
 import { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody, MAX_CONNECTION_BODY_BYTES } from "../protocol/connection.ts";
+import { LogPushBody, MAX_LOG_PUSH_BODY_BYTES } from "../protocol/logs.ts";
 
 /**
  * Who may call a route, checked from the Authorization header before the
@@ -72,6 +73,7 @@ export const ROUTES = {
   getAllocation: { method: "GET", path: "/v1/allocations/:id", auth: "principal" },
   releaseAllocation: { method: "POST", path: "/v1/allocations/:id/release", auth: "principal" },
   events: { method: "GET", path: "/v1/allocations/:id/events", auth: "principal", query: { after, limit } },
+  logs: { method: "GET", path: "/v1/allocations/:id/logs", auth: "principal", query: { offset: after, follow: { kind: "integer", min: 0, max: 1 } } },
   bootstrap: { method: "POST", path: "/v1/allocations/:id/bootstrap", auth: "controller", body: { schema: BootstrapBody, maxBytes: MAX_REQUEST_BODY_BYTES, tooLarge: "PAYLOAD_TOO_LARGE" } },
   replacementAuthorizations: { method: "POST", path: "/v1/allocations/:id/replacement-authorizations", auth: "controller", body: api(ReplacementAuthorizationBody) },
   createConnectionGrant: { method: "POST", path: "/v1/allocations/:id/connection-grants", auth: "controller", body: api(ConnectionGrantBody) },
@@ -88,6 +90,7 @@ export const ROUTES = {
   enroll: { method: "POST", path: "/v1/agents/enroll", auth: "enroll", body: api(EnrollBody) },
   poll: { method: "POST", path: "/v1/agents/poll", auth: "host", body: envelope },
   messages: { method: "POST", path: "/v1/agents/messages", auth: "host", body: envelope },
+  pushLogs: { method: "POST", path: "/v1/agents/logs", auth: "host", body: { schema: LogPushBody, maxBytes: MAX_LOG_PUSH_BODY_BYTES, tooLarge: "BODY_TOO_LARGE" } },
 } as const satisfies Record<string, RouteSpec>;
 
 /** A route name. */

@@ -87,6 +87,9 @@ describe("the scheduler on workerd", () => {
     await agent.report(present, "running");
     for (let i = 0; i < 100 && (await controller.get(view.allocationId)).state !== "ready"; i++) await Bun.sleep(50);
     expect((await controller.get(view.allocationId)).state).toBe("ready");
+    // Workload output (issue 13): the placement's host pushes a chunk; the owner reads it, after the restart too.
+    const chunk = { allocationId: view.allocationId, placementId: present.placementId, generation: present.generation, offset: 0, text: "wd-line-1\n" };
+    expect((await agent.client.push([chunk])).results).toEqual([{ placementId: present.placementId, streamEnd: 10 }]);
 
     // A connection grant: the host endpoint reports its key, the grant is signed with the binding's key and verifies.
     const hostKey = Buffer.alloc(32, 9).toString("base64");
@@ -106,6 +109,11 @@ describe("the scheduler on workerd", () => {
     // The agent keeps its session (epoch, sequence numbers) across the restart: the Host object's state is on disk.
     const after = await controller.get(view.allocationId);
     expect([after.state, after.hostId, after.placementId]).toEqual(["ready", "wd-host", present.placementId]);
+    expect(await controller.logs(view.allocationId, 0)).toEqual({ offset: 0, nextOffset: 10, droppedBytes: 0, text: "wd-line-1\n", complete: false });
+    const following = controller.logs(view.allocationId, 10, true);
+    await agent.client.push([{ ...chunk, offset: 10, text: "wd-line-2\n" }]);
+    expect((await following).text).toBe("wd-line-2\n");
+    await expect(new SchedulerClient(url, tokens.operatorToken).logs(view.allocationId)).rejects.toMatchObject({ code: "NOT_FOUND" });
 
     // The Connection survived the restart; a revoke ends it and reaches the host.
     const connPoll = () => fetch(`${url}/v1/connections/${g.connectionId}/poll`, { method: "POST", headers: { authorization: `Bearer ${g.endpointToken}`, "content-type": "application/json" }, body: JSON.stringify({ after: 0 }) });

@@ -83,6 +83,7 @@ export function sampleBodies(hostId: string): Record<string, Json> {
         { type: "ack", seq: 3, upTo: 1 },
       ],
     },
+    pushLogs: { hostId, chunks: [{ allocationId: "alloc_1", placementId: "plc_1", generation: 1, offset: 0, text: "line\n" }] },
   };
 }
 

@@ -5,7 +5,8 @@
  * test/architecture.test.ts checks this list against drizzle-kit's journal.
  */
 import m0000 from "./0000_initial.sql" with { type: "text" };
-import m0001 from "./0001_private_networking.sql" with { type: "text" };
+import m0001 from "./0001_allocation_log.sql" with { type: "text" };
+import m0002 from "./0002_private_networking.sql" with { type: "text" };
 
 /** One migration: drizzle-kit's tag and its SQL (statements split by `--> statement-breakpoint`). */
 export interface Migration {
@@ -16,5 +17,6 @@ export interface Migration {
 /** Every migration, oldest first. */
 export const MIGRATIONS: readonly Migration[] = [
   { tag: "0000_initial", sql: m0000 },
-  { tag: "0001_private_networking", sql: m0001 },
+  { tag: "0001_allocation_log", sql: m0001 },
+  { tag: "0002_private_networking", sql: m0002 },
 ];

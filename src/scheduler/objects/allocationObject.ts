@@ -58,6 +58,8 @@ import type { AdmissionLimits } from "./admissionObject.ts";
 import { ALLOCATION_TABLES, allocationEventTable, allocationTable } from "./allocationSchema.ts";
 import { decodeAllocation, encodeAllocation, placementExitOf, toAllocationEvent, toAllocationView, type StoredAllocation } from "./allocationView.ts";
 import { AllocationMessage } from "./messages.ts";
+import { AppendBudget, appendLogChunk, LogFollowers, logEnd, readLogPage } from "./allocationLog.ts";
+import { LOG_FOLLOW_WAIT_MS, MAX_LOG_READ_BYTES, type LogChunk, type LogChunkResult, type LogPage } from "../../protocol/logs.ts";
 
 /** Most reconcile steps in one pass (each step persists one intent). */
 export const MAX_STEPS_PER_PASS = 8;
@@ -113,6 +115,10 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
   /** The index's copy of the view is behind: post it at the end of the pass (one message per pass, not per step). */
   private indexBehind = false;
   private again = false;
+  /** Follow reads of this allocation's log parked in memory (allocationLog.ts). */
+  private readonly followers = new LogFollowers();
+  /** The append rate bound of this allocation's log (allocationLog.ts). */
+  private readonly logBudget = new AppendBudget();
 
   constructor(state: ObjectState<AllocationMessage>, env: SchedulerEnv) {
     super(state, env);
@@ -287,6 +293,47 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     }
     await this.reconcile();
     return this.view(this.load()!);
+  }
+
+  /**
+   * Appends a chunk of workload output pushed by `hostId` (allocationLog.ts):
+   * only the host of the current placement may, for that placement and
+   * generation; anything else is refused with UNKNOWN_PLACEMENT or
+   * STALE_GENERATION in the result. Wakes parked follow reads. Throws
+   * RATE_LIMITED past the log's append rate (nothing written).
+   */
+  appendLog(hostId: string, chunk: LogChunk): LogChunkResult {
+    const r = this.rec();
+    const current = r && r.hostId === hostId && r.placementId && r.allocationId === chunk.allocationId ? { placementId: r.placementId, generation: r.generation } : null;
+    if (current) this.logBudget.take(Buffer.byteLength(chunk.text), this.now);
+    const out = this.state.storage.transactionSync(() => appendLogChunk(this.state.storage.sql, this.state.name, current, chunk));
+    if (out.appended) this.followers.wake();
+    const { appended: _, ...result } = out;
+    return result;
+  }
+
+  /**
+   * The owner's read of the log from `offset` (src/protocol/logs.ts,
+   * LogPage). With `follow`, a read that finds nothing new parks up to
+   * LOG_FOLLOW_WAIT_MS until bytes arrive or the allocation ends. Throws
+   * NOT_FOUND (not the owner), LOG_OFFSET_PAST_END, RATE_LIMITED (too many
+   * follow reads parked).
+   */
+  async readLog(identity: string, offset: number, follow: boolean): Promise<LogPage> {
+    const page = (): LogPage => {
+      const s = this.owned(identity);
+      const p = readLogPage(this.state.storage.sql, this.state.name, offset, MAX_LOG_READ_BYTES);
+      return { ...p, complete: TERMINAL_STATES.has(s.rec.state) && p.nextOffset >= logEnd(this.state.storage.sql, this.state.name) };
+    };
+    const first = page();
+    if (!follow || first.text || first.complete || first.nextOffset > offset) return first;
+    await this.followers.wait(LOG_FOLLOW_WAIT_MS);
+    return page();
+  }
+
+  /** Ends parked follow reads at once (the embedded host stops); readers resume by offset. */
+  override drain(): void {
+    this.followers.wake();
   }
 
   /**
@@ -527,6 +574,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       throw e;
     }
     this.stored = next;
+    if (TERMINAL_STATES.has(next.rec.state)) this.followers.wake();
     if (c.transition) {
       const labels: Record<string, string> = { state: c.transition.to, workload_class: next.rec.workloadClass };
       if (c.transition.reason) labels["reason"] = c.transition.reason;

@@ -73,5 +73,34 @@ export const allocationEventTable = sqliteTable(
   (t) => [primaryKey({ columns: [t.obj, t.seq] })],
 );
 
+/**
+ * The allocation's log (issue 13, src/protocol/logs.ts): where the current
+ * placement's stream sits in it and how far it reaches. At most one row.
+ */
+export const allocationLogTable = sqliteTable("allocation_log", {
+  obj: text("obj").primaryKey(),
+  /** The placement whose stream is being appended. */
+  placementId: text("placement_id").notNull(),
+  generation: integer("generation").notNull(),
+  /** Log offset of that stream's byte 0. */
+  streamBase: integer("stream_base").notNull(),
+  /** Log offset just past the last byte received (gaps included). */
+  endOffset: integer("end_offset").notNull(),
+});
+
+/** The retained bytes of the allocation's log, as received: each chunk at its log offset, oldest dropped first. */
+export const allocationLogChunkTable = sqliteTable(
+  "allocation_log_chunks",
+  {
+    obj: text("obj").notNull(),
+    /** Log offset of the chunk's first byte. */
+    startOffset: integer("start_offset").notNull(),
+    /** Its length in bytes (UTF-8). */
+    bytes: integer("bytes").notNull(),
+    text: text("text").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.obj, t.startOffset] })],
+);
+
 /** Tables retention deletes with the instance. */
-export const ALLOCATION_TABLES = ["allocation", "allocation_events"] as const;
+export const ALLOCATION_TABLES = ["allocation", "allocation_events", "allocation_log", "allocation_log_chunks"] as const;

@@ -1,0 +1,156 @@
+/**
+ * The Allocation object's log of workload output (issue 13, "Workload
+ * output"; shapes and bounds in src/protocol/logs.ts): a ring by bytes in
+ * the object's own tables (allocationSchema.ts), appended by the host that
+ * runs the allocation's current placement and read by its owner.
+ *
+ * Each placement's stream starts where the log ends when its first chunk
+ * arrives; a chunk is placed by its stream offset, so a resent chunk is a
+ * no-op and a chunk past the end leaves a gap (lost bytes) rather than
+ * moving later bytes. Once the log holds more than LOG_RING_BYTES, whole
+ * chunks are dropped oldest first (so it exceeds the cap by less than one
+ * chunk); offsets are never reused, and a reader asking for dropped bytes is
+ * told how many it missed. Also, in memory: the append rate budget (a
+ * token bucket; a restart refills it) and the set of parked follow reads.
+ * Must never: renumber bytes, accept a chunk for another placement, or keep
+ * more than LOG_RING_BYTES + MAX_LOG_CHUNK_BYTES of text per allocation.
+ */
+import { BeachballError } from "../../protocol/errors.ts";
+import { LOG_APPEND_BURST_BYTES, LOG_APPEND_BYTES_PER_SECOND, LOG_RING_BYTES, MAX_LOG_CHUNK_BYTES, MAX_LOG_FOLLOWERS, type LogChunk, type LogChunkResult, type LogPage } from "../../protocol/logs.ts";
+import type { SqlStorage } from "../runtime/api.ts";
+
+/** Most chunks one read walks (bounds a read of many small chunks). */
+const MAX_CHUNKS_PER_READ = 256;
+
+interface MetaRow {
+  placement_id: string;
+  generation: number;
+  stream_base: number;
+  end_offset: number;
+}
+
+/** The placement the allocation currently runs, which alone may append. */
+export interface CurrentPlacement {
+  placementId: string;
+  generation: number;
+}
+
+function meta(sql: SqlStorage, obj: string): MetaRow | null {
+  return sql.exec<MetaRow>("SELECT placement_id, generation, stream_base, end_offset FROM allocation_log WHERE obj = ?", obj).toArray()[0] ?? null;
+}
+
+/** Log offset just past the last byte received (0 for an empty log). */
+export function logEnd(sql: SqlStorage, obj: string): number {
+  return meta(sql, obj)?.end_offset ?? 0;
+}
+
+/**
+ * Appends one chunk of `current`'s stream (see the module header). Returns
+ * the stream's end after it, or a refusal code for a chunk of another
+ * placement (UNKNOWN_PLACEMENT) or an older generation (STALE_GENERATION).
+ * Throws BODY_TOO_LARGE for text over MAX_LOG_CHUNK_BYTES bytes. Call inside
+ * a transaction.
+ */
+export function appendLogChunk(sql: SqlStorage, obj: string, current: CurrentPlacement | null, chunk: LogChunk): LogChunkResult & { appended: boolean } {
+  const refuse = (code: "UNKNOWN_PLACEMENT" | "STALE_GENERATION") => ({ placementId: chunk.placementId, streamEnd: 0, code, appended: false });
+  if (!current) return refuse("UNKNOWN_PLACEMENT");
+  if (chunk.generation < current.generation) return refuse("STALE_GENERATION");
+  if (chunk.placementId !== current.placementId || chunk.generation !== current.generation) return refuse("UNKNOWN_PLACEMENT");
+  let bytes = Buffer.from(chunk.text, "utf8");
+  if (bytes.length > MAX_LOG_CHUNK_BYTES) throw new BeachballError("BODY_TOO_LARGE", `a log chunk holds ${bytes.length} bytes; the limit is ${MAX_LOG_CHUNK_BYTES}`, { limitBytes: MAX_LOG_CHUNK_BYTES });
+  let m = meta(sql, obj);
+  if (!m || m.placement_id !== chunk.placementId) {
+    const end = m?.end_offset ?? 0;
+    m = { placement_id: chunk.placementId, generation: chunk.generation, stream_base: end, end_offset: end };
+    sql.exec(
+      "INSERT INTO allocation_log (obj, placement_id, generation, stream_base, end_offset) VALUES (?, ?, ?, ?, ?) ON CONFLICT (obj) DO UPDATE SET placement_id = excluded.placement_id, generation = excluded.generation, stream_base = excluded.stream_base, end_offset = excluded.end_offset",
+      obj, m.placement_id, m.generation, m.stream_base, m.end_offset,
+    );
+  }
+  const streamEnd = m.end_offset - m.stream_base;
+  const offset = chunk.offset ?? streamEnd;
+  if (bytes.length === 0 || offset + bytes.length <= streamEnd) return { placementId: chunk.placementId, streamEnd, appended: false };
+  // A partial overlap (a resend after the scheduler kept part of it): keep only the new bytes.
+  if (offset < streamEnd) bytes = bytes.subarray(streamEnd - offset);
+  const start = m.stream_base + Math.max(offset, streamEnd);
+  const end = start + bytes.length;
+  sql.exec("INSERT INTO allocation_log_chunks (obj, start_offset, bytes, text) VALUES (?, ?, ?, ?)", obj, start, bytes.length, bytes.toString("utf8"));
+  sql.exec("UPDATE allocation_log SET end_offset = ? WHERE obj = ?", end, obj);
+  // The ring: whole chunks that end at or before the cut go, oldest first.
+  // start_offset < cut bounds the primary-key range the delete walks.
+  sql.exec("DELETE FROM allocation_log_chunks WHERE obj = ? AND start_offset < ? AND start_offset + bytes <= ?", obj, end - LOG_RING_BYTES, end - LOG_RING_BYTES);
+  return { placementId: chunk.placementId, streamEnd: end - m.stream_base, appended: true };
+}
+
+/**
+ * Reads from log offset `offset`: the contiguous retained bytes from the
+ * first one at or after it, at most `maxBytes` (at least one chunk).
+ * Throws LOG_OFFSET_PAST_END when `offset` is beyond the log's end.
+ * `complete` is left false (the caller knows whether the allocation ended).
+ */
+export function readLogPage(sql: SqlStorage, obj: string, offset: number, maxBytes: number): LogPage {
+  const end = logEnd(sql, obj);
+  if (offset > end) throw new BeachballError("LOG_OFFSET_PAST_END", `offset ${offset} is past the log's end (${end})`, { endOffset: end });
+  const rows = sql
+    .exec<{ start_offset: number; bytes: number; text: string }>(
+      // A chunk holding `offset` starts less than MAX_LOG_CHUNK_BYTES before it: that bounds the primary-key range.
+      "SELECT start_offset, bytes, text FROM allocation_log_chunks WHERE obj = ? AND start_offset > ? AND start_offset + bytes > ? ORDER BY start_offset LIMIT ?",
+      obj, offset - MAX_LOG_CHUNK_BYTES, offset, MAX_CHUNKS_PER_READ,
+    )
+    .toArray();
+  const first = rows[0];
+  if (!first) return { offset: end, nextOffset: end, droppedBytes: end - offset, text: "", complete: false };
+  const from = Math.max(offset, first.start_offset);
+  const parts: Buffer[] = [];
+  let at = from;
+  for (const r of rows) {
+    if (r.start_offset > at) break; // a gap: the next read reports it
+    const b = Buffer.from(r.text, "utf8").subarray(at - r.start_offset);
+    if (parts.length > 0 && at - from + b.length > maxBytes) break;
+    parts.push(b);
+    at += b.length;
+  }
+  return { offset: from, nextOffset: at, droppedBytes: from - offset, text: Buffer.concat(parts).toString("utf8"), complete: false };
+}
+
+/** Follow reads parked on one allocation (memory only; a restart ends them, and readers resume by offset). */
+export class LogFollowers {
+  private readonly parked = new Set<() => void>();
+
+  /** Parks until woken or `ms` passed. Throws RATE_LIMITED when MAX_LOG_FOLLOWERS are already parked. */
+  wait(ms: number): Promise<void> {
+    if (this.parked.size >= MAX_LOG_FOLLOWERS) throw new BeachballError("RATE_LIMITED", `${MAX_LOG_FOLLOWERS} readers already follow this allocation's log`, { retryAfterSeconds: 5 });
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.parked.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      this.parked.add(done);
+    });
+  }
+
+  /** Wakes every parked read (new bytes arrived, the allocation ended, or the host stops). */
+  wake(): void {
+    for (const w of [...this.parked]) w();
+  }
+}
+
+/**
+ * The rate bound on appends to one allocation's log: a token bucket of
+ * LOG_APPEND_BURST_BYTES refilled at LOG_APPEND_BYTES_PER_SECOND (times
+ * from the scheduler's clock port, ms).
+ */
+export class AppendBudget {
+  private tokens = LOG_APPEND_BURST_BYTES;
+  private atMs: number | null = null;
+
+  /** Takes `bytes` at `nowMs`. Throws RATE_LIMITED (nothing taken) when the bucket holds fewer. */
+  take(bytes: number, nowMs: number): void {
+    if (this.atMs !== null) this.tokens = Math.min(LOG_APPEND_BURST_BYTES, this.tokens + (Math.max(0, nowMs - this.atMs) * LOG_APPEND_BYTES_PER_SECOND) / 1000);
+    this.atMs = Math.max(this.atMs ?? nowMs, nowMs); // a clock stepping back refills nothing, now or later
+    if (bytes > this.tokens) throw new BeachballError("RATE_LIMITED", `this allocation's log takes at most ${LOG_APPEND_BYTES_PER_SECOND} bytes per second`, { retryAfterSeconds: Math.ceil((bytes - this.tokens) / LOG_APPEND_BYTES_PER_SECOND) });
+    this.tokens -= bytes;
+  }
+}
