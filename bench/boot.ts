@@ -24,7 +24,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, 
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { randomUUID } from "node:crypto";
-import { SchedulerClient } from "../src/cli/client.ts";
+import { SchedulerClient } from "../src/client/index.ts";
 import { compileGuest } from "../src/image/bbBinary.ts";
 import { buildDevImage } from "../src/image/devBuild.ts";
 import { ensureDebianRootfsTar } from "../src/image/debianRootfs.ts";

@@ -10,7 +10,8 @@
  * - Role-free libraries (src/image, src/wireguard, src/netstack, native/)
  *   import only the lower layer (and, for the tunnel, each other).
  * - Roles never import each other: the agent never imports the scheduler
- *   and vice versa; the client (src/cli) imports neither's internals; the
+ *   and vice versa; the CLI (src/cli) imports neither's internals, and the
+ *   public client library (src/client) imports only src/protocol; the
  *   guest imports only the lower layer; relay and proxy import only the
  *   lower layer and the tunnel libraries.
  * - src/dev (the one-machine demo) and bin/bb.ts compose roles: the only
@@ -58,9 +59,10 @@ const ALLOWED: Record<string, readonly string[]> = {
   "src/guest": ["src/protocol", "src/domain"],
   "src/agent": ["src/protocol", "src/domain", "src/storage", "src/command", "src/image", "src/wireguard", "src/netstack", "native"],
   "src/scheduler": ["src/protocol", "src/domain", "src/storage", "src/command"],
-  "src/cli": ["src/protocol", "src/domain", "src/command", "src/image"],
+  "src/client": ["src/protocol"],
+  "src/cli": ["src/protocol", "src/domain", "src/command", "src/image", "src/client"],
   "src/relay": ["src/protocol", "src/domain", "src/command", "src/wireguard"],
-  "src/proxy": ["src/protocol", "src/domain", "src/command", "src/cli", "src/wireguard", "src/netstack", "native"],
+  "src/proxy": ["src/protocol", "src/domain", "src/command", "src/cli", "src/client", "src/wireguard", "src/netstack", "native"],
 };
 
 /** Areas that compose roles and may import anything in src/. */

@@ -19,8 +19,10 @@ import { MIGRATIONS } from "../../src/scheduler/migrations/index.ts";
 import { schedulerConfig, type SchedulerEnv } from "../../src/scheduler/env.ts";
 import { DeploymentManifest } from "../../src/scheduler/manifestSchema.ts";
 import { Metrics } from "../../src/scheduler/metrics.ts";
+import { createLogger } from "../../src/command/log.ts";
 import { SchedulerFront } from "../../src/scheduler/front.ts";
 import { fetchRouter } from "../../src/scheduler/fetchRouter.ts";
+import { withRequestLog } from "../../src/scheduler/requestLog.ts";
 import { AllocationObject } from "../../src/scheduler/objects/allocationObject.ts";
 import { AllocationIndexObject } from "../../src/scheduler/objects/allocationIndex.ts";
 import { AdmissionObject } from "../../src/scheduler/objects/admissionObject.ts";
@@ -37,6 +39,8 @@ type Raw = Record<string, unknown> & { BB_MANIFEST?: string; BB_PUBLIC_URL?: str
 
 const envs = new WeakMap<object, SchedulerEnv>();
 const metrics = new Metrics();
+/** JSON lines through console.log: workerd has no stderr, its log collects console output. */
+const log = createLogger({ format: "json", sink: (line) => console.log(line) }, { role: "scheduler" });
 
 function buildEnv(raw: Raw): SchedulerEnv {
   const known = envs.get(raw);
@@ -69,6 +73,7 @@ function buildEnv(raw: Raw): SchedulerEnv {
     clock: systemClock,
     random: systemRandomness,
     metrics,
+    log,
   };
   envs.set(raw, env);
   return env;
@@ -97,7 +102,8 @@ export default {
   fetch(req: Request, raw: Raw): Promise<Response> {
     let r = routers.get(raw);
     if (!r) {
-      r = fetchRouter(new SchedulerFront(buildEnv(raw), raw.BB_PUBLIC_URL ?? new URL(req.url).origin));
+      const env = buildEnv(raw);
+      r = withRequestLog(fetchRouter(new SchedulerFront(env, raw.BB_PUBLIC_URL ?? new URL(req.url).origin)), { log, clock: env.clock, random: env.random });
       routers.set(raw, r);
     }
     return r(req);

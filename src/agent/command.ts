@@ -122,10 +122,17 @@ const join = command({
 
 const run = command({
   meta: { name: "run", description: "Run the host agent" },
-  args: { "data-dir": dataDirArg },
-  examples: ["bb agent run", "bb agent run --data-dir /var/lib/beachball"],
+  args: {
+    "data-dir": dataDirArg,
+    "log-format": { type: "string", valueHint: "FORMAT", description: "json or text: log lines as JSON objects or plain text (default: text on a terminal, else JSON; or BB_LOG_FORMAT). How much: BB_LOG_LEVEL 0 errors … 4 debug" },
+  },
+  examples: ["bb agent run", "bb agent run --data-dir /var/lib/beachball", "bb agent run --log-format json"],
   run: ({ args }) =>
     runCli(async () => {
+      const { createLogger, routeConsola } = await import("../command/log.ts");
+      const { parseLogFormat, parseLogLevel } = await import("../command/logOptions.ts");
+      const level = parseLogLevel(process.env["BB_LOG_LEVEL"]);
+      routeConsola(consola, createLogger({ format: parseLogFormat(args["log-format"] ?? process.env["BB_LOG_FORMAT"], !!process.stderr.isTTY), level }, { role: "agent" }), level);
       const { AgentDaemon } = await import("./daemon.ts");
       const agent = await AgentDaemon.start({ dataDir: resolve(args["data-dir"]) });
       consola.info(`agent for host ${agent.hostId} running`);

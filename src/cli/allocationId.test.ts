@@ -16,7 +16,7 @@ function lister(ids: string[], pageSize = 3) {
     calls.pages++;
     const start = cursor ? ids.indexOf(cursor) + 1 : 0;
     const items = ids.slice(start, start + pageSize).map((allocationId) => ({ allocationId }) as AllocationView);
-    return { items, nextCursor: start + pageSize < ids.length ? ids[start + pageSize - 1]! : null };
+    return { items, nextCursor: start + pageSize < ids.length ? ids[start + pageSize - 1]! : null, damaged: [] };
   };
   return { client: { list }, calls };
 }

@@ -20,7 +20,7 @@ export const clientArgs = {
 export function clientFrom(args: { scheduler?: string | undefined; token?: string | undefined }, operator = false): SchedulerClient {
   const cfg = resolveClientConfig(args);
   const token = operator && !args.token && !process.env["BB_TOKEN"] && cfg.operatorToken ? cfg.operatorToken : cfg.token;
-  return new SchedulerClient(cfg.schedulerUrl, token, cfg.urlOrigin);
+  return new SchedulerClient(cfg.schedulerUrl, token, { origin: cfg.urlOrigin });
 }
 
 /**

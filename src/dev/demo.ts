@@ -20,7 +20,7 @@ import { joinScheduler } from "../agent/join.ts";
 import { agentPaths } from "../agent/config.ts";
 import { placementDirName } from "../agent/placementOps.ts";
 import { listPlacementNetworks } from "../agent/isolation/placementNet.ts";
-import { SchedulerClient } from "../cli/client.ts";
+import { SchedulerClient } from "../client/index.ts";
 import { formatEvent } from "../cli/allocationCommand.ts";
 import { pickBb } from "../image/bbBinary.ts";
 

@@ -32,7 +32,7 @@ export const LABEL_KEY_PATTERN = "^[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?$";
 /** A label value: printable ASCII (no control characters), at most 256 characters. */
 export const LABEL_VALUE_PATTERN = "^[\\x20-\\x7e]*$";
 
-const Ident = (maxLength: number) => Type.String({ minLength: 1, maxLength, pattern: "^[A-Za-z0-9][A-Za-z0-9._:-]*$" });
+const Ident = (maxLength: number, description?: string) => Type.String({ minLength: 1, maxLength, pattern: "^[A-Za-z0-9][A-Za-z0-9._:-]*$", ...(description ? { description } : {}) });
 
 /**
  * A record (JSON object used as a map) whose keys must match `keyPattern`:
@@ -67,11 +67,11 @@ export type AllocationState = (typeof ALLOCATION_STATES)[number];
 /** POST /v1/allocations body. */
 export const CreateAllocationBody = Type.Object(
   {
-    clientRequestId: Ident(128),
-    workloadClass: Ident(64),
+    clientRequestId: Ident(128, "idempotency key: the same key and body answer the same allocation; another body is 422 IDEMPOTENCY_CONFLICT"),
+    workloadClass: Ident(64, "a class from the deployment manifest (GET /v1/.well-known/beachball lists them)"),
     labels: Type.Optional(Labels),
     /** Lifetime in seconds after which the allocation is released; capped by policy. */
-    ttlSeconds: Type.Optional(Type.Integer({ minimum: 10, maximum: 7 * 24 * 3600 })),
+    ttlSeconds: Type.Optional(Type.Integer({ minimum: 10, maximum: 7 * 24 * 3600, description: "seconds until the allocation is released; capped by the class's maxTtlSeconds" })),
   },
   { additionalProperties: false },
 );
@@ -174,8 +174,8 @@ export interface AllocationEvent {
 /** POST /v1/allocations/{id}/bootstrap body. The payload is held in memory only. */
 export const BootstrapBody = Type.Object(
   {
-    deliveryId: Ident(128),
-    generation: Type.Integer({ minimum: 1, maximum: MAX_WIRE_INTEGER }),
+    deliveryId: Ident(128, "idempotency key of the delivery: repeating it with the same payload answers replayed"),
+    generation: Type.Integer({ minimum: 1, maximum: MAX_WIRE_INTEGER, description: "the allocation's current generation (409 STALE_GENERATION otherwise)" }),
     contentType: Type.Literal("text/x-shellscript"),
     /** Base64 of at most MAX_PAYLOAD_BYTES bytes, checked after decoding (413 PAYLOAD_TOO_LARGE). */
     payloadBase64: Type.String({ maxLength: MAX_REQUEST_BODY_BYTES }),

@@ -21,6 +21,7 @@ import type { SchedulerWorker } from "./worker.ts";
 import type { Identity } from "./manifest.ts";
 import { RequestGuard, type Prepared } from "./edge.ts";
 import { ROUTES, type RouteName } from "./routes.ts";
+import { openApiDocument } from "./openapi.ts";
 
 /** What a handler answers: a JSON body with its status, or a ready Response. */
 type Reply = { status?: number; json: unknown } | Response;
@@ -48,7 +49,9 @@ const num = (p: Prepared, name: string, fallback: number) => (p.query[name] as n
 
 /** One handler per route name. */
 function handlers(worker: SchedulerWorker): Record<RouteName, (p: Prepared) => Promise<Reply> | Reply> {
+  const document = openApiDocument();
   return {
+    openapi: () => ({ json: document }),
     healthz: () => {
       // Health reflects storage: a store that cannot be written is not a healthy scheduler.
       const h = worker.health();
@@ -112,7 +115,7 @@ export function buildApp(worker: SchedulerWorker) {
     .onError(({ code, error }) => {
       if (error instanceof BeachballError) return problemResponse(error);
       if (code === "NOT_FOUND") return problem("NOT_FOUND", "no such route");
-      console.error("beachball scheduler: unhandled error", error);
+      worker.env.log.error("unhandled error", { error: error instanceof Error ? `${error.name}: ${error.message}` : String(error) });
       return problem("INTERNAL", "internal error");
     });
   for (const name of Object.keys(ROUTES) as RouteName[]) {

@@ -57,6 +57,7 @@ const serve = command({
     "data-dir": { type: "string", valueHint: "DIR", description: "State directory", default: ".bb/scheduler" },
     "dev-image": { type: "string", valueHint: "DIR", description: "Dev image directory the development classes boot (--dev)", default: ".bb/images/dev" },
     "client-config": { type: "string", valueHint: "FILE", description: "Where --dev copies the client config (URL + tokens, mode 0600)", default: ".bb/client.json" },
+    "log-format": { type: "string", valueHint: "FORMAT", description: "json or text: log lines as JSON objects or plain text (default: text on a terminal, else JSON; or BB_LOG_FORMAT). How much: BB_LOG_LEVEL 0 errors … 4 debug" },
   },
   examples: [
     "bb scheduler serve --dev",
@@ -69,6 +70,11 @@ const serve = command({
       const { hostname, port } = parseListen(args.listen);
       const { ensureDevManifest, publishDevClientConfig } = await import("./manifest.ts");
       const { serveScheduler } = await import("./serve.ts");
+      const { createLogger, routeConsola } = await import("../command/log.ts");
+      const { parseLogFormat, parseLogLevel } = await import("../command/logOptions.ts");
+      const level = parseLogLevel(process.env["BB_LOG_LEVEL"]);
+      const log = createLogger({ format: parseLogFormat(args["log-format"] ?? process.env["BB_LOG_FORMAT"], !!process.stderr.isTTY), level }, { role: "scheduler" });
+      routeConsola(consola, log, level);
       const dataDir = resolve(args["data-dir"]);
       let manifestPath = args.manifest ? resolve(args.manifest) : "";
       let dev: ReturnType<typeof ensureDevManifest> | null = null;
@@ -78,11 +84,11 @@ const serve = command({
         dev = ensureDevManifest(dataDir, image.digest);
         manifestPath = dev.manifestPath;
       }
-      const s = serveScheduler({ dataDir, manifestPath, hostname, port });
+      const s = serveScheduler({ dataDir, manifestPath, hostname, port, log });
       if (dev) {
         const clientConfig = resolve(args["client-config"]);
         publishDevClientConfig(dev, s.url, [clientConfig]);
-        consola.info(`development manifest ${dev.manifestPath}; client config with tokens (mode 0600) ${clientConfig}`);
+        log.info(`development manifest ${dev.manifestPath}; client config with tokens (mode 0600) ${clientConfig}`);
       }
       await new Promise<void>((done) => {
         const stop = () => void s.stop().then(done);

@@ -13,6 +13,7 @@ import type { Clock, Randomness } from "./runtime/ports.ts";
 import { DEFAULT_TIMEOUTS, type TimeoutPolicy } from "../domain/allocation.ts";
 import type { DeploymentManifest } from "./manifestSchema.ts";
 import type { Metrics } from "./metrics.ts";
+import type { Logger } from "../command/log.ts";
 import type { AllocationObject } from "./objects/allocationObject.ts";
 import type { AllocationIndexObject } from "./objects/allocationIndex.ts";
 import type { AdmissionObject } from "./objects/admissionObject.ts";
@@ -60,6 +61,8 @@ export interface SchedulerEnv {
   readonly random: Randomness;
   /** Counters of this process (on workerd: of this isolate). */
   readonly metrics: Metrics;
+  /** The scheduler's log (state changes; never a token or payload: src/command/log.ts redacts). */
+  readonly log: Logger;
 }
 
 /** The names of the singletons (one instance each). */

@@ -16,6 +16,19 @@ import { Envelope, MAX_ENVELOPE_BYTES } from "../protocol/agent.ts";
 import { LogPushBody, MAX_LOG_PUSH_BODY_BYTES } from "../protocol/logs.ts";
 import type { SchedulerFront } from "./front.ts";
 import { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody, MAX_CONNECTION_BODY_BYTES } from "../protocol/connection.ts";
+import { openApiDocument } from "./openapi.ts";
+import { ROUTES } from "./routes.ts";
+
+/** The methods the route table allows on `pathname` (empty: no such path). */
+function allowedMethods(pathname: string): string[] {
+  const parts = pathname.split("/");
+  const out = new Set<string>();
+  for (const r of Object.values(ROUTES)) {
+    const segs = r.path.split("/");
+    if (segs.length === parts.length && segs.every((seg, i) => (seg.startsWith(":") ? parts[i] !== "" : seg === parts[i]))) out.add(r.method);
+  }
+  return [...out].sort();
+}
 
 function problem(code: ErrorCode, detail: string, extra?: Record<string, unknown>): Response {
   const err = new BeachballError(code, detail, extra);
@@ -74,6 +87,8 @@ export function fetchRouter(front: SchedulerFront): (req: Request) => Promise<Re
       switch (route) {
         case "GET /healthz":
           return json({ ok: true });
+        case "GET /openapi.json":
+          return json(openApiDocument());
         case "GET /v1/.well-known/beachball":
           return json(front.wellKnown());
         case "POST /v1/allocations": {
@@ -153,8 +168,14 @@ export function fetchRouter(front: SchedulerFront): (req: Request) => Promise<Re
           const hostId = await front.authenticateHost(req.headers.get("authorization"));
           return json(await front.pushLogs(hostId, (await body(req, LogPushBody, MAX_LOG_PUSH_BODY_BYTES)) as LogPushBody));
         }
-        default:
-          return problem("NOT_FOUND", "no such route");
+        default: {
+          // Same answer as the embedded host's guard (edge.ts): a known path with another method is 405 with Allow.
+          const allow = allowedMethods(url.pathname).join(", ");
+          if (!allow) return problem("NOT_FOUND", "no such route");
+          const res = problem("METHOD_NOT_ALLOWED", `this path allows ${allow}`, { allow });
+          res.headers.set("allow", allow);
+          return res;
+        }
       }
     } catch (e) {
       if (e instanceof BeachballError) return problem(e.code, e.message, e.extra);

@@ -276,6 +276,7 @@ export class SchedulerFront {
     // Admission counts the host as active exactly when it is, whatever the registration's outcome.
     const reg = await registered.finally(async () => admission.setHostActive(hostId, (await this.env.Host.get(hostId).adminState()) === "active"));
     if (!reg.created) throw new BeachballError("ENROLLMENT_CONFLICT", "host is already enrolled");
+    this.env.log.info("host enrolled", { hostId, adminState: reg.adminState, region: body.region, vmmDriver: body.vmmDriver });
     return { hostId, credential: `bbh_${hostId}.${secret}`, credentialVersion: reg.credentialVersion, adminState: reg.adminState as EnrollResponse["adminState"] };
   }
 
@@ -314,6 +315,7 @@ export class SchedulerFront {
     const l = this.manifest.limits;
     const r = await host.changeAdminState(state, l.maxActiveHosts ?? l.maxRegisteredHosts);
     this.env.metrics.inc("bb_host_admin_changes_total", "Host administrative state changes", { state: r.adminState, host: hostId });
+    this.env.log.info("host admin state", { hostId, adminState: r.adminState, by: who.id });
     return host.view();
   }
 
@@ -328,7 +330,7 @@ export class SchedulerFront {
     const hosts = await this.hosts(who);
     const byState = new Map<string, number>();
     for (const h of hosts) byState.set(`${h.adminState}/${h.health}`, (byState.get(`${h.adminState}/${h.health}`) ?? 0) + 1);
-    return this.env.metrics.render([
+    return this.env.metrics.renderAll([
       { name: "bb_hosts", help: "Hosts by admin state and health", series: [...byState].map(([k, v]) => ({ labels: { state: k }, value: v })) },
       { name: "bb_host_free_cpu_millicores", help: "Free CPU per host", series: hosts.map((h) => ({ labels: { host: h.hostId }, value: h.free.cpuMillis })) },
       { name: "bb_host_free_memory_mib", help: "Free memory per host", series: hosts.map((h) => ({ labels: { host: h.hostId }, value: h.free.memoryMiB })) },

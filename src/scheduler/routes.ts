@@ -3,7 +3,9 @@
  * call it, its body schema and byte limit, and its query parameters. The
  * request guard (edge.ts) enforces these before any handler runs; the app
  * (app.ts) binds one handler to each name; the hostile-input test walks
- * this table, so a new route is fuzzed without being listed twice.
+ * this table, so a new route is fuzzed without being listed twice; the
+ * OpenAPI document (openapi.ts) is generated from it, so a new route is
+ * published (with its response schema) without being listed twice either.
  *
  * Spec: "Authentication and identity", "Admission and limits", "The agent
  * protocol", "Enrollment", "Data path" and "Coordination and path
@@ -11,9 +13,10 @@
  * WebSocket route `GET /v1/connections/{id}/connect` is not served).
  * Must never: hold a handler or a business rule.
  */
-import type { TSchema } from "@sinclair/typebox";
+import { Type, type TSchema } from "@sinclair/typebox";
 import type { ErrorCode } from "../protocol/errors.ts";
 import {
+  AllocationView,
   BootstrapBody,
   CreateAllocationBody,
   EnrollBody,
@@ -26,6 +29,7 @@ import {
 } from "../protocol/api.ts";
 import { Envelope, MAX_ENVELOPE_BYTES } from "../protocol/agent.ts";
 import { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody, MAX_CONNECTION_BODY_BYTES } from "../protocol/connection.ts";
+import * as R from "../protocol/responses.ts";
 import { LogPushBody, MAX_LOG_PUSH_BODY_BYTES } from "../protocol/logs.ts";
 
 /**
@@ -48,6 +52,14 @@ export interface RouteBody {
   tooLarge: ErrorCode;
 }
 
+/**
+ * A route's success answer: its status and either a JSON body schema or a
+ * non-JSON content type (the metrics text); `also`: a second success status
+ * with the same body (create's 200 for a replayed request). Errors are
+ * always problem+json.
+ */
+export type RouteResponse = { status: 200 | 201 | 202; schema: TSchema; also?: 200 } | { status: 200; contentType: string } | { status: 204 };
+
 /** One route as data (see the module header). */
 export interface RouteSpec {
   method: "GET" | "POST" | "DELETE";
@@ -56,6 +68,10 @@ export interface RouteSpec {
   auth: RouteAuth;
   body?: RouteBody;
   query?: Record<string, QueryParam>;
+  /** One line for the API reference (docs/http-api.md). */
+  summary: string;
+  /** The success answer (published in /openapi.json; the public client is typed from it). */
+  response: RouteResponse;
 }
 
 const api = (schema: TSchema): RouteBody => ({ schema, maxBytes: MAX_API_BODY_BYTES, tooLarge: "BODY_TOO_LARGE" });
@@ -63,34 +79,73 @@ const envelope: RouteBody = { schema: Envelope, maxBytes: MAX_ENVELOPE_BYTES, to
 const rendezvous = (schema: TSchema): RouteBody => ({ schema, maxBytes: MAX_CONNECTION_BODY_BYTES, tooLarge: "BODY_TOO_LARGE" });
 const limit: QueryParam = { kind: "integer", min: 1, max: MAX_PAGE_SIZE };
 const after: QueryParam = { kind: "integer", min: 0, max: MAX_WIRE_INTEGER };
+const ok = (schema: TSchema, status: 200 | 201 | 202 = 200): RouteResponse => ({ status, schema });
+/** The OpenAPI document's own schema: an object (validated by an OpenAPI validator in tests, not here). */
+const OpenApiDocument = Type.Object({ openapi: Type.String() }, { additionalProperties: true });
 
 /** The scheduler's routes by name. */
 export const ROUTES = {
-  healthz: { method: "GET", path: "/healthz", auth: "none" },
-  wellKnown: { method: "GET", path: "/v1/.well-known/beachball", auth: "none" },
-  createAllocation: { method: "POST", path: "/v1/allocations", auth: "controller", body: api(CreateAllocationBody) },
-  listAllocations: { method: "GET", path: "/v1/allocations", auth: "principal", query: { cursor: { kind: "string", pattern: /^alloc_[0-9a-f]{32}$/ }, limit } },
-  getAllocation: { method: "GET", path: "/v1/allocations/:id", auth: "principal" },
-  releaseAllocation: { method: "POST", path: "/v1/allocations/:id/release", auth: "principal" },
-  events: { method: "GET", path: "/v1/allocations/:id/events", auth: "principal", query: { after, limit } },
-  logs: { method: "GET", path: "/v1/allocations/:id/logs", auth: "principal", query: { offset: after, follow: { kind: "integer", min: 0, max: 1 } } },
-  bootstrap: { method: "POST", path: "/v1/allocations/:id/bootstrap", auth: "controller", body: { schema: BootstrapBody, maxBytes: MAX_REQUEST_BODY_BYTES, tooLarge: "PAYLOAD_TOO_LARGE" } },
-  replacementAuthorizations: { method: "POST", path: "/v1/allocations/:id/replacement-authorizations", auth: "controller", body: api(ReplacementAuthorizationBody) },
-  createConnectionGrant: { method: "POST", path: "/v1/allocations/:id/connection-grants", auth: "controller", body: api(ConnectionGrantBody) },
-  revokeConnectionGrant: { method: "DELETE", path: "/v1/allocations/:id/connection-grants/:grantId", auth: "controller" },
-  connectionPoll: { method: "POST", path: "/v1/connections/:id/poll", auth: "endpoint", body: rendezvous(ConnectionPollBody) },
-  connectionMessages: { method: "POST", path: "/v1/connections/:id/messages", auth: "endpoint", body: rendezvous(ConnectionMessagesBody) },
-  enrollmentTokens: { method: "POST", path: "/v1/hosts/:id/enrollment-tokens", auth: "operator", body: api(EnrollmentTokenBody) },
-  hosts: { method: "GET", path: "/v1/hosts", auth: "operator" },
-  activateHost: { method: "POST", path: "/v1/hosts/:id/activate", auth: "operator" },
-  drainHost: { method: "POST", path: "/v1/hosts/:id/drain", auth: "operator" },
-  disableHost: { method: "POST", path: "/v1/hosts/:id/disable", auth: "operator" },
-  metrics: { method: "GET", path: "/v1/operations/metrics", auth: "operator" },
-  alerts: { method: "GET", path: "/v1/operations/alerts", auth: "operator", query: { after, limit } },
-  enroll: { method: "POST", path: "/v1/agents/enroll", auth: "enroll", body: api(EnrollBody) },
-  poll: { method: "POST", path: "/v1/agents/poll", auth: "host", body: envelope },
-  messages: { method: "POST", path: "/v1/agents/messages", auth: "host", body: envelope },
-  pushLogs: { method: "POST", path: "/v1/agents/logs", auth: "host", body: { schema: LogPushBody, maxBytes: MAX_LOG_PUSH_BODY_BYTES, tooLarge: "BODY_TOO_LARGE" } },
+  healthz: { method: "GET", path: "/healthz", auth: "none", summary: "Liveness and storage health (503 STORAGE_UNAVAILABLE when the store cannot be written)", response: ok(R.Health) },
+  openapi: { method: "GET", path: "/openapi.json", auth: "none", summary: "This API as an OpenAPI 3.1 document", response: ok(OpenApiDocument) },
+  wellKnown: { method: "GET", path: "/v1/.well-known/beachball", auth: "none", summary: "Discovery: API and agent protocol versions, region, workload classes", response: ok(R.WellKnown) },
+  createAllocation: {
+    method: "POST",
+    path: "/v1/allocations",
+    auth: "controller",
+    body: api(CreateAllocationBody),
+    summary: "Create an allocation; idempotent by clientRequestId (201 created, 200 the same request replayed, 422 IDEMPOTENCY_CONFLICT for another body)",
+    response: { status: 201, schema: AllocationView, also: 200 },
+  },
+  listAllocations: { method: "GET", path: "/v1/allocations", auth: "principal", query: { cursor: { kind: "string", pattern: /^alloc_[0-9a-f]{32}$/ }, limit }, summary: "List the caller's allocations, one page", response: ok(R.AllocationPage) },
+  getAllocation: { method: "GET", path: "/v1/allocations/:id", auth: "principal", summary: "One allocation", response: ok(AllocationView) },
+  releaseAllocation: { method: "POST", path: "/v1/allocations/:id/release", auth: "principal", summary: "Request release (idempotent); the allocation reaches released once its VM is gone", response: ok(AllocationView, 202) },
+  events: { method: "GET", path: "/v1/allocations/:id/events", auth: "principal", query: { after, limit }, summary: "The allocation's events after a sequence number (resumable)", response: ok(R.EventPage) },
+  logs: {
+    method: "GET",
+    path: "/v1/allocations/:id/logs",
+    auth: "principal",
+    query: { offset: after, follow: { kind: "integer", min: 0, max: 1 } },
+    summary: "The allocation's redacted console output from a byte offset (follow=1 waits for more; resumable)",
+    response: ok(R.LogPage),
+  },
+  bootstrap: {
+    method: "POST",
+    path: "/v1/allocations/:id/bootstrap",
+    auth: "controller",
+    body: { schema: BootstrapBody, maxBytes: MAX_REQUEST_BODY_BYTES, tooLarge: "PAYLOAD_TOO_LARGE" },
+    summary: "Hand a bootstrap payload to the guest (memory only); answers once the guest consumed it, idempotent by deliveryId",
+    response: ok(R.DeliveryResult),
+  },
+  replacementAuthorizations: { method: "POST", path: "/v1/allocations/:id/replacement-authorizations", auth: "controller", body: api(ReplacementAuthorizationBody), summary: "Certify the generation's external authority is revoked so a blocked replacement may proceed", response: ok(AllocationView) },
+  createConnectionGrant: {
+    method: "POST",
+    path: "/v1/allocations/:id/connection-grants",
+    auth: "controller",
+    body: api(ConnectionGrantBody),
+    summary: "A signed connection grant for the caller's ready allocation (one generation, one host peer), its relay map, relay tokens and rendezvous endpoint token",
+    response: ok(R.ConnectionGrantResponse, 201),
+  },
+  revokeConnectionGrant: { method: "DELETE", path: "/v1/allocations/:id/connection-grants/:grantId", auth: "controller", summary: "Revoke a connection grant (idempotent)", response: { status: 204 } },
+  connectionPoll: { method: "POST", path: "/v1/connections/:id/poll", auth: "endpoint", body: rendezvous(ConnectionPollBody), summary: "Rendezvous: the peer's messages after a cursor (acknowledging those up to it); parks up to 25 s", response: ok(R.ConnectionPollResponse) },
+  connectionMessages: { method: "POST", path: "/v1/connections/:id/messages", auth: "endpoint", body: rendezvous(ConnectionMessagesBody), summary: "Rendezvous: post candidates, path observations and acks (per-role sequence numbers)", response: ok(R.ConnectionPollResponse) },
+  enrollmentTokens: { method: "POST", path: "/v1/hosts/:id/enrollment-tokens", auth: "operator", body: api(EnrollmentTokenBody), summary: "Mint a one-use enrollment token bound to a host ID", response: ok(R.EnrollmentToken, 201) },
+  hosts: { method: "GET", path: "/v1/hosts", auth: "operator", summary: "Every enrolled host with capacity, health and placements", response: ok(R.HostList) },
+  activateHost: { method: "POST", path: "/v1/hosts/:id/activate", auth: "operator", summary: "Let a host take new placements", response: ok(R.HostView) },
+  drainHost: { method: "POST", path: "/v1/hosts/:id/drain", auth: "operator", summary: "Stop new placements on a host; running ones stay", response: ok(R.HostView) },
+  disableHost: { method: "POST", path: "/v1/hosts/:id/disable", auth: "operator", summary: "Fence a host for good (enroll it again to return)", response: ok(R.HostView) },
+  metrics: { method: "GET", path: "/v1/operations/metrics", auth: "operator", summary: "Prometheus text exposition", response: { status: 200, contentType: "text/plain; version=0.0.4" } },
+  alerts: { method: "GET", path: "/v1/operations/alerts", auth: "operator", query: { after, limit }, summary: "Operator alerts after a sequence number", response: ok(R.AlertList) },
+  enroll: { method: "POST", path: "/v1/agents/enroll", auth: "enroll", body: api(EnrollBody), summary: "Agent: enroll a host with a one-use token; answers the host credential once", response: ok(R.EnrollResponse, 201) },
+  poll: { method: "POST", path: "/v1/agents/poll", auth: "host", body: envelope, summary: "Agent: report and fetch commands; parks up to 25 s when there is nothing to do", response: ok(R.PollResponse) },
+  messages: { method: "POST", path: "/v1/agents/messages", auth: "host", body: envelope, summary: "Agent: report observations without parking", response: ok(R.PollResponse) },
+  pushLogs: {
+    method: "POST",
+    path: "/v1/agents/logs",
+    auth: "host",
+    body: { schema: LogPushBody, maxBytes: MAX_LOG_PUSH_BODY_BYTES, tooLarge: "BODY_TOO_LARGE" },
+    summary: "Agent: push redacted console output of its placements",
+    response: ok(R.LogPushResponse),
+  },
 } as const satisfies Record<string, RouteSpec>;
 
 /** A route name. */

@@ -3,8 +3,9 @@
  * object runtime on the data directory, and serves the app.
  * Must never: print a raw token except the dev client file's path.
  */
-import { consola } from "consola";
 import { buildApp } from "./app.ts";
+import { withRequestLog } from "./requestLog.ts";
+import { silentLogger, type Logger } from "../command/log.ts";
 import { SchedulerWorker } from "./worker.ts";
 import { loadManifest, type DeploymentManifest } from "./manifest.ts";
 import type { TimeoutPolicy } from "../domain/allocation.ts";
@@ -27,6 +28,8 @@ export interface ServeOptions {
   hostname: string;
   port: number;
   timeouts?: Partial<TimeoutPolicy>;
+  /** Where the scheduler logs requests and state changes (default: nowhere). */
+  log?: Logger;
 }
 
 /** A running scheduler. */
@@ -41,17 +44,28 @@ export function serveScheduler(opts: ServeOptions): RunningScheduler {
   // The data directory (0700, locked, with a clear error when it cannot be written) is prepared by SchedulerWorker.
   const manifest: DeploymentManifest = loadManifest(opts.manifestPath);
   const publicUrl = `http://${opts.hostname.includes(":") ? `[${opts.hostname}]` : opts.hostname}:${opts.port}`;
-  const worker = new SchedulerWorker({ dataDir: opts.dataDir, manifest, publicUrl, checkpointInBackground: true, ...(opts.timeouts ? { timeouts: opts.timeouts } : {}) });
+  const log = opts.log ?? silentLogger;
+  const worker = new SchedulerWorker({ dataDir: opts.dataDir, manifest, publicUrl, checkpointInBackground: true, processMetrics: true, log, ...(opts.timeouts ? { timeouts: opts.timeouts } : {}) });
   worker.start();
-  const app = buildApp(worker).listen({ hostname: opts.hostname, port: opts.port, maxRequestBodySize: BUN_MAX_REQUEST_BODY_BYTES, idleTimeout: 60 });
-  const url = `http://${app.server!.hostname}:${app.server!.port}`;
-  consola.info(`scheduler listening on ${url} (data ${opts.dataDir})`);
+  const app = buildApp(worker);
+  // Bun.serve directly (not app.listen) so every answer, the guard's refusals included, passes the request log.
+  const fetch = withRequestLog((req) => app.handle(req), { log, clock: worker.env.clock, random: worker.env.random });
+  let server: ReturnType<typeof Bun.serve>;
+  try {
+    server = Bun.serve({ hostname: opts.hostname, port: opts.port, maxRequestBodySize: BUN_MAX_REQUEST_BODY_BYTES, idleTimeout: 60, fetch });
+  } catch (e) {
+    void worker.close();
+    throw e;
+  }
+  const url = `http://${server.hostname}:${server.port}`;
+  log.info(`scheduler listening on ${url}`, { url, dataDir: opts.dataDir, region: manifest.region });
   return {
     url,
     worker,
     async stop() {
-      await app.stop(true);
+      await server.stop(true);
       await worker.close();
+      log.info("scheduler stopped", { url });
     },
   };
 }

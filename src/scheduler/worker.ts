@@ -21,6 +21,8 @@ import { GLOBAL, schedulerConfig, type InjectedBugs, type SchedulerEnv } from ".
 import { OBJECT_CLASSES } from "./objectClasses.ts";
 import { SchedulerFront } from "./front.ts";
 import { Metrics } from "./metrics.ts";
+import { processMetricsText, startProcessMetrics } from "./processMetrics.ts";
+import { silentLogger, type Logger } from "../command/log.ts";
 import { AllocationObject } from "./objects/allocationObject.ts";
 import { AllocationIndexObject } from "./objects/allocationIndex.ts";
 import { AdmissionObject } from "./objects/admissionObject.ts";
@@ -58,6 +60,10 @@ export interface WorkerOptions {
   debug?: InjectedBugs;
   /** Live-instance bound of the runtime (tests lower it). */
   maxLiveInstances?: number;
+  /** Append this process's metrics (prom-client collectors) to /metrics; the server does, simulations do not. */
+  processMetrics?: boolean;
+  /** The scheduler's log (default: none, as simulations want). */
+  log?: Logger;
   /** Run WAL checkpoints on a worker thread (the server does; simulations, with thousands of short runtimes, do not). */
   checkpointInBackground?: boolean;
 }
@@ -83,7 +89,12 @@ export class SchedulerWorker extends SchedulerFront {
       lock.release();
       throw e;
     }
-    const base = { config, signer, clock, random: opts.random ?? systemRandomness, metrics: new Metrics() };
+    const metrics = new Metrics();
+    if (opts.processMetrics) {
+      startProcessMetrics();
+      metrics.addSource(processMetricsText);
+    }
+    const base = { config, signer, clock, random: opts.random ?? systemRandomness, metrics, log: opts.log ?? silentLogger };
     const objectEnv: SchedulerEnv = { ...namespaces(runtime, false), ...base };
     runtime.bind(objectEnv);
     super({ ...namespaces(runtime, true), ...base }, opts.publicUrl);

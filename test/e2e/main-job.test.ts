@@ -17,7 +17,7 @@ import { linkSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, st
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { randomUUID } from "node:crypto";
-import { SchedulerClient } from "../../src/cli/client.ts";
+import { SchedulerClient } from "../../src/client/index.ts";
 import { compileBb } from "../../src/image/bbBinary.ts";
 import { buildDevImage } from "../../src/image/devBuild.ts";
 import { placementDirName } from "../../src/agent/placementOps.ts";

@@ -18,7 +18,7 @@ import { DEV_CONNECTION_KEY_FILE, ensureDevManifest } from "../../src/scheduler/
 import { connectionGrantsPath, type ConnectionGrantResponse } from "../../src/protocol/connection.ts";
 import { checkSignedGrant } from "../../src/protocol/connectionSignature.ts";
 import type { WellKnown } from "../../src/protocol/api.ts";
-import { SchedulerClient } from "../../src/cli/client.ts";
+import { SchedulerClient } from "../../src/client/index.ts";
 import type { EnrollResponse } from "../../src/protocol/agent.ts";
 import { ScriptedAgent } from "../support/scriptedAgent.ts";
 import { FAKE_IMAGE_DIGEST, rawPost } from "../support/scheduler.ts";
@@ -70,6 +70,11 @@ afterAll(async () => {
 describe("the scheduler on workerd", () => {
   test("create → scripted agent → ready → workerd restart → release → released", async () => {
     let url = await startWorkerd();
+    // The same HTTP surface as the embedded host: 405 with Allow, the OpenAPI document, request IDs.
+    const wrong = await fetch(`${url}/v1/allocations`, { method: "DELETE", headers: { "x-request-id": "wd-trace-1" } });
+    expect([wrong.status, wrong.headers.get("allow"), wrong.headers.get("content-type"), wrong.headers.get("x-request-id")]).toEqual([405, "GET, POST", "application/problem+json", "wd-trace-1"]);
+    expect(((await wrong.json()) as { code: string }).code).toBe("METHOD_NOT_ALLOWED");
+    expect(((await (await fetch(`${url}/openapi.json`)).json()) as { openapi: string }).openapi).toBe("3.1.0");
     const tokens = JSON.parse(readFileSync(join(dir, "manifest", "client.json"), "utf8")) as { token: string; operatorToken: string };
     const operator = new SchedulerClient(url, tokens.operatorToken);
     const t = await operator.enrollmentToken("wd-host");

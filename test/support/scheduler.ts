@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ensureDevManifest, publishDevClientConfig } from "../../src/scheduler/manifest.ts";
 import { serveScheduler, type RunningScheduler } from "../../src/scheduler/serve.ts";
-import { SchedulerClient } from "../../src/cli/client.ts";
+import { SchedulerClient } from "../../src/client/index.ts";
 import type { TimeoutPolicy } from "../../src/domain/allocation.ts";
 import { connectionGrantsPath, type ConnectionGrantResponse } from "../../src/protocol/connection.ts";
 import { ScriptedAgent } from "./scriptedAgent.ts";

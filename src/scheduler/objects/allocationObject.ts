@@ -233,6 +233,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       this.indexBehind = false;
       throw e;
     }
+    this.env.log.info("allocation state", { allocationId: cmd.allocationId, from: null, to: "pending", reason: null, generation: 1, hostId: null, workloadClass: cmd.body.workloadClass, by: cmd.identity });
     await this.reconcile();
     return { created: true, view: this.view(this.load()!) };
   }
@@ -579,6 +580,13 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       const labels: Record<string, string> = { state: c.transition.to, workload_class: next.rec.workloadClass };
       if (c.transition.reason) labels["reason"] = c.transition.reason;
       this.env.metrics.inc("bb_allocation_transitions_total", "Allocation state transitions", labels);
+      // Latencies of the first placement only: a replacement's clock would start at the original create.
+      if (next.rec.generation === 1 && (c.transition.to === "provisioning" || c.transition.to === "ready")) {
+        const name = c.transition.to === "provisioning" ? "bb_allocation_create_to_reserved_seconds" : "bb_allocation_create_to_ready_seconds";
+        const help = c.transition.to === "provisioning" ? "From create to a host accepting the reservation" : "From create to the guest running (ready)";
+        this.env.metrics.observe(name, help, (this.now - next.rec.createdAtMs) / 1000, { workload_class: next.rec.workloadClass });
+      }
+      this.env.log.info("allocation state", { allocationId: next.rec.allocationId, from: s.rec.state, to: c.transition.to, reason: c.transition.reason ?? null, generation: next.rec.generation, hostId: next.rec.hostId ?? null, workloadClass: next.rec.workloadClass });
     }
   }
 

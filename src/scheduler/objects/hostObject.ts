@@ -63,7 +63,7 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
   /** Capacity-consuming placements (state ≠ absent), by ID. */
   private live: Map<string, PlacementRow> | undefined;
   /** Parked polls of this host's agent: each resolves when woken or after its park. */
-  private readonly parked = new Set<() => void>();
+  private readonly parked = new Set<(wokenAtMs: number | null) => void>();
   /** Bootstrap deliveries waiting for the agent, by delivery ID (memory only). */
   private readonly deliveries = new Map<string, PendingDelivery>();
   private draining = false;
@@ -408,26 +408,33 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     const first = this.handleEnvelope(env);
     const park = Math.min(waitMs, POLL_PARK_MS);
     if (env.type !== "poll" || first.commands.length > 0 || first.deliveries.length > 0 || (first.connections?.length ?? 0) > 0 || park <= 0 || this.draining) return first;
-    await this.park(park);
-    return this.work(first.agentEpoch);
+    const wokenAtMs = await this.park(park);
+    const answer = this.work(first.agentEpoch);
+    // Wake-up latency: from the work that woke the poll to its answer (a park that timed out is not a wake-up).
+    if (wokenAtMs !== null && (answer.commands.length > 0 || answer.deliveries.length > 0 || (answer.connections?.length ?? 0) > 0)) {
+      this.env.metrics.observe("bb_agent_poll_wakeup_seconds", "From work for a host to its parked poll answering with it", (this.env.clock.now() - wokenAtMs) / 1000);
+    }
+    return answer;
   }
 
-  private park(ms: number): Promise<void> {
-    if (this.parked.size >= MAX_PARKED_POLLS) return Promise.resolve();
+  /** Parks until woken (resolves with the wake time, ms) or `ms` passes (resolves null). */
+  private park(ms: number): Promise<number | null> {
+    if (this.parked.size >= MAX_PARKED_POLLS) return Promise.resolve(null);
     return new Promise((resolve) => {
-      const done = () => {
+      const done = (wokenAtMs: number | null) => {
         clearTimeout(timer);
         this.parked.delete(done);
-        resolve();
+        resolve(wokenAtMs);
       };
-      const timer = setTimeout(done, ms);
+      const timer = setTimeout(() => done(null), ms);
       this.parked.add(done);
     });
   }
 
   /** Wakes every parked poll of this host. */
   private wakePolls(): void {
-    for (const w of [...this.parked]) w();
+    const now = this.env.clock.now();
+    for (const w of [...this.parked]) w(now);
   }
 
   /** Ends parked polls at once (the embedded host calls this before it stops). */

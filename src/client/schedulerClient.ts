@@ -1,0 +1,357 @@
+/**
+ * The typed client of the scheduler's public HTTP API: what the CLI, the
+ * dev demo and a workload controller use. Bodies are typed from the same
+ * TypeBox schemas the scheduler validates and publishes in /openapi.json
+ * (src/protocol/api.ts, src/protocol/responses.ts).
+ *
+ * Retries (spec "Admission and limits"): a 429 or 503 answer is retried
+ * after its Retry-After (bounded by MAX_RETRY_AFTER_MS), a transport failure
+ * after a short backoff, up to `maxAttempts` tries; only calls that are safe
+ * to repeat are retried: reads, and writes the scheduler deduplicates
+ * (create by clientRequestId, bootstrap by deliveryId, release, host state).
+ * `create` fills a missing clientRequestId with a fresh idempotency key, once,
+ * so a create whose answer was lost is replayed (200), never doubled.
+ *
+ * A scheduler that gives no answer is a SchedulerUnreachableError naming
+ * the URL and where it came from. Side effects (fetch, sleep, the
+ * idempotency key) are ports, so tests fake
+ * them. Must never: print, log or put the token in an error message; retry
+ * a call the scheduler does not deduplicate after it may have acted.
+ */
+import { BeachballError } from "../protocol/errors.ts";
+import { errorFromAnswer, UnexpectedAnswerError } from "../protocol/problem.ts";
+import { LOG_FOLLOW_WAIT_MS } from "../protocol/logs.ts";
+import type { AllocationEvent, AllocationPage, AllocationView, AlertItem, BootstrapBody, CreateAllocationBody, DeliveryResult, EnrollmentToken, EventPage, HostView, LogPage, WellKnown } from "./types.ts";
+
+/** Longest a Retry-After is honoured, ms (a larger value is waited this long, then retried). */
+export const MAX_RETRY_AFTER_MS = 30_000;
+/** Wait before retrying a transport failure or a 429/503 without Retry-After, ms (doubles per attempt). */
+export const RETRY_BACKOFF_MS = 500;
+/** Tries per call by default (the first one included). */
+export const DEFAULT_MAX_ATTEMPTS = 4;
+/** How long waiting helpers (follow, deliverWhenReady) keep retrying an unreachable scheduler, ms. */
+export const TRANSPORT_RETRY_MS = 60_000;
+/** Default per-request timeout, ms. */
+export const REQUEST_TIMEOUT_MS = 60_000;
+
+/** The client's side effects. */
+export interface ClientPorts {
+  fetch: (url: string, init: RequestInit) => Promise<Response>;
+  sleep: (ms: number) => Promise<void>;
+  /** A fresh idempotency key for a create without clientRequestId. */
+  newRequestId: () => string;
+}
+
+/** Options of a SchedulerClient. */
+export interface ClientOptions extends Partial<ClientPorts> {
+  /** Tries per retryable call (≥ 1); default DEFAULT_MAX_ATTEMPTS. */
+  maxAttempts?: number;
+  /** Where the URL came from (`--scheduler`, `BB_SCHEDULER_URL`, a config file): named when the scheduler cannot be reached. */
+  origin?: string;
+}
+
+/**
+ * The scheduler did not answer: connection refused or reset, a name that
+ * does not resolve, a timeout. The message names the URL and where it came
+ * from; retryable calls and retryTransport retry it.
+ */
+export class SchedulerUnreachableError extends Error {
+  constructor(
+    readonly url: string,
+    readonly origin: string | undefined,
+    cause: unknown,
+  ) {
+    const c = cause as { code?: unknown; name?: unknown; message?: unknown } | null;
+    const why =
+      c?.code === "ConnectionRefused" || c?.code === "ECONNREFUSED" ? "connection refused"
+      : c?.name === "TimeoutError" ? "no answer in time"
+      : typeof c?.code === "string" ? `${c.code}${typeof c.message === "string" ? ` (${c.message})` : ""}`
+      : String(c?.message ?? cause);
+    super(`cannot reach the scheduler at ${url}${origin ? ` (from ${origin})` : ""}: ${why}`);
+    this.name = "SchedulerUnreachableError";
+  }
+}
+
+/** A create request: the body of POST /v1/allocations, with clientRequestId optional (the client then makes one). */
+export type CreateRequest = Omit<CreateAllocationBody, "clientRequestId"> & { clientRequestId?: string };
+
+const defaultPorts: ClientPorts = {
+  fetch: (url, init) => fetch(url, init),
+  sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
+  newRequestId: () => `req-${crypto.randomUUID()}`,
+};
+
+/** How long to wait before retrying `e`, ms, or null when it must not be retried. */
+export function retryDelayMs(e: unknown, attempt: number): number | null {
+  const backoff = RETRY_BACKOFF_MS * 2 ** (attempt - 1);
+  if (e instanceof BeachballError) {
+    const status = Number(e.extra?.["status"] ?? e.status);
+    if (status !== 429 && status !== 503) return null;
+    const after = e.extra?.["retryAfterSeconds"];
+    return typeof after === "number" && Number.isFinite(after) && after >= 0 ? Math.min(after * 1000, MAX_RETRY_AFTER_MS) : backoff;
+  }
+  if (e instanceof UnexpectedAnswerError) return e.status === 429 || e.status >= 500 ? backoff : null;
+  if (e instanceof SchedulerUnreachableError) return backoff; // refused, reset or timed out: the scheduler deduplicates a repeat
+  return null;
+}
+
+/** Parses a Retry-After header (delay-seconds or an HTTP-date, RFC 9110 §10.2.3) into seconds, or null. */
+export function parseRetryAfter(header: string | null, nowMs: number): number | null {
+  if (!header) return null;
+  if (/^\d{1,9}$/.test(header.trim())) return Number(header.trim());
+  const at = Date.parse(header);
+  return Number.isNaN(at) ? null : Math.max(0, Math.ceil((at - nowMs) / 1000));
+}
+
+/**
+ * Runs `fn`, retrying transport failures (connection refused or reset, a
+ * 503 problem, a 5xx answer without a problem body such as a proxy's 502)
+ * until `deadline` (epoch ms), after each answer's Retry-After or one second
+ * (the last sleep cut to the deadline); other error answers are thrown at once.
+ */
+export async function retryTransport<T>(fn: () => Promise<T>, deadline: number, sleep: (ms: number) => Promise<void> = defaultPorts.sleep): Promise<T> {
+  for (;;) {
+    try {
+      return await fn();
+    } catch (e) {
+      const transient = e instanceof BeachballError ? Number(e.extra?.["status"] ?? e.status) === 503 : e instanceof UnexpectedAnswerError ? e.status >= 500 : !(e instanceof Error && e.name === "AbortError");
+      if (!transient || Date.now() >= deadline) throw e;
+      const after = e instanceof BeachballError ? e.extra?.["retryAfterSeconds"] : undefined;
+      await sleep(Math.max(0, Math.min(typeof after === "number" ? after * 1000 : 1_000, MAX_RETRY_AFTER_MS, deadline - Date.now())));
+    }
+  }
+}
+
+/**
+ * See the module header. Methods throw BeachballError carrying the
+ * server's stable code (its `extra.status` is the HTTP status), or
+ * UnexpectedAnswerError for an error answer without a problem body.
+ */
+export class SchedulerClient {
+  private readonly ports: ClientPorts;
+  private readonly maxAttempts: number;
+  /** Where baseUrl came from (see ClientOptions.origin). */
+  readonly origin: string | undefined;
+
+  /** `baseUrl`: the scheduler's URL (no trailing slash needed); `token`: a principal's bearer token. */
+  constructor(
+    readonly baseUrl: string,
+    private readonly token: string,
+    opts: ClientOptions = {},
+  ) {
+    this.baseUrl = baseUrl.replace(/\/+$/, "");
+    this.ports = { ...defaultPorts, ...Object.fromEntries(Object.entries(opts).filter(([k]) => k in defaultPorts)) } as ClientPorts;
+    this.maxAttempts = Math.max(1, opts.maxAttempts ?? DEFAULT_MAX_ATTEMPTS);
+    this.origin = opts.origin;
+  }
+
+  /** fetch, with a failure to get any answer turned into SchedulerUnreachableError. */
+  private async send(path: string, init: RequestInit): Promise<Response> {
+    try {
+      return await this.ports.fetch(`${this.baseUrl}${path}`, init);
+    } catch (e) {
+      throw new SchedulerUnreachableError(this.baseUrl, this.origin, e);
+    }
+  }
+
+  /** One request; parses JSON or throws the answer's error. */
+  private async once(method: string, path: string, body: unknown, timeoutMs: number, raw: boolean): Promise<{ status: number; body: unknown }> {
+    const res = await this.send(path, {
+      method,
+      headers: { authorization: `Bearer ${this.token}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    const text = await res.text();
+    if (!res.ok) {
+      const err = errorFromAnswer(res.status, text);
+      const after = parseRetryAfter(res.headers.get("retry-after"), Date.now());
+      if (err instanceof BeachballError && after !== null && err.extra?.["retryAfterSeconds"] === undefined) throw new BeachballError(err.code, err.message, { ...err.extra, retryAfterSeconds: after });
+      throw err;
+    }
+    if (raw) return { status: res.status, body: text };
+    try {
+      return { status: res.status, body: text ? JSON.parse(text) : null };
+    } catch {
+      throw new UnexpectedAnswerError(res.status, `HTTP ${res.status} with a body that is not JSON`);
+    }
+  }
+
+  /** A request, retried per the module header when `retry` is true. */
+  private async call<T>(method: string, path: string, opts: { body?: unknown; retry?: boolean; timeoutMs?: number; raw?: boolean } = {}): Promise<{ status: number; body: T }> {
+    const tries = opts.retry === false ? 1 : this.maxAttempts;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return (await this.once(method, path, opts.body, opts.timeoutMs ?? REQUEST_TIMEOUT_MS, opts.raw ?? false)) as { status: number; body: T };
+      } catch (e) {
+        const delay = attempt < tries ? retryDelayMs(e, attempt) : null;
+        if (delay === null) throw e;
+        await this.ports.sleep(delay);
+      }
+    }
+  }
+
+  /** GET /v1/.well-known/beachball: versions, region and workload classes. */
+  async discover(): Promise<WellKnown> {
+    return (await this.call<WellKnown>("GET", "/v1/.well-known/beachball")).body;
+  }
+
+  /**
+   * POST /v1/allocations. Idempotent: the same clientRequestId and body
+   * answer the same allocation (`created: false`); a missing
+   * clientRequestId is filled with a fresh key used for every retry.
+   * Throws UNKNOWN_WORKLOAD_CLASS, QUOTA_*, RATE_LIMITED (after retries),
+   * IDEMPOTENCY_CONFLICT (same key, another body).
+   */
+  async create(req: CreateRequest): Promise<{ created: boolean; view: AllocationView }> {
+    const body: CreateAllocationBody = { ...req, clientRequestId: req.clientRequestId ?? this.ports.newRequestId() };
+    const r = await this.call<AllocationView>("POST", "/v1/allocations", { body });
+    return { created: r.status === 201, view: r.body };
+  }
+  /** GET /v1/allocations/{id}. Throws NOT_FOUND. */
+  async get(id: string): Promise<AllocationView> {
+    return (await this.call<AllocationView>("GET", `/v1/allocations/${encodeURIComponent(id)}`)).body;
+  }
+  /** GET /v1/allocations: one page (limit 1..200) after `cursor`. */
+  async list(cursor?: string, limit = 50): Promise<AllocationPage> {
+    const q = new URLSearchParams({ limit: String(limit), ...(cursor ? { cursor } : {}) });
+    return (await this.call<AllocationPage>("GET", `/v1/allocations?${q}`)).body;
+  }
+  /** POST /v1/allocations/{id}/release (idempotent). */
+  async release(id: string): Promise<AllocationView> {
+    return (await this.call<AllocationView>("POST", `/v1/allocations/${encodeURIComponent(id)}/release`)).body;
+  }
+  /** GET /v1/allocations/{id}/events after sequence number `after`. */
+  async events(id: string, after = 0, limit = 100): Promise<AllocationEvent[]> {
+    return (await this.call<EventPage>("GET", `/v1/allocations/${encodeURIComponent(id)}/events?after=${after}&limit=${limit}`)).body.items;
+  }
+  /** POST /v1/allocations/{id}/bootstrap (waits up to ~35 s for the guest's receipt; idempotent by deliveryId). */
+  async deliver(id: string, body: BootstrapBody): Promise<DeliveryResult> {
+    // Not retried here: GUEST_NOT_CONNECTED / DELIVERY_TIMEOUT mean "not yet"; deliverWhenReady retries them with the allocation's state in view.
+    return (await this.call<DeliveryResult>("POST", `/v1/allocations/${encodeURIComponent(id)}/bootstrap`, { body, timeoutMs: 40_000, retry: false })).body;
+  }
+  /** POST /v1/hosts/{id}/enrollment-tokens (operator). Not retried: each call mints a token. */
+  async enrollmentToken(hostId: string, ttlSeconds?: number): Promise<EnrollmentToken> {
+    return (await this.call<EnrollmentToken>("POST", `/v1/hosts/${encodeURIComponent(hostId)}/enrollment-tokens`, { body: ttlSeconds ? { ttlSeconds } : {}, retry: false })).body;
+  }
+  /** POST /v1/hosts/{id}/activate|drain|disable (operator); `disable` fences the host. */
+  async setHostState(hostId: string, action: "activate" | "drain" | "disable"): Promise<HostView> {
+    return (await this.call<HostView>("POST", `/v1/hosts/${encodeURIComponent(hostId)}/${action}`)).body;
+  }
+  /** POST /v1/allocations/{id}/replacement-authorizations (controller). */
+  async authorizeReplacement(id: string, generation: number): Promise<AllocationView> {
+    return (await this.call<AllocationView>("POST", `/v1/allocations/${encodeURIComponent(id)}/replacement-authorizations`, { body: { generation } })).body;
+  }
+  /** GET /v1/operations/alerts (operator). */
+  async alerts(after = 0, limit = 100): Promise<AlertItem[]> {
+    return (await this.call<{ items: AlertItem[] }>("GET", `/v1/operations/alerts?after=${after}&limit=${limit}`)).body.items;
+  }
+  /** GET /v1/operations/metrics (operator): Prometheus text. */
+  async metrics(): Promise<string> {
+    return (await this.call<string>("GET", "/v1/operations/metrics", { raw: true, timeoutMs: 30_000 })).body;
+  }
+  /** GET /v1/hosts (operator). */
+  async hosts(): Promise<HostView[]> {
+    return (await this.call<{ items: HostView[] }>("GET", "/v1/hosts")).body.items;
+  }
+
+  /**
+   * Polls the allocation every `intervalMs` (default 250) until `until(view)`
+   * holds and returns that view. Throws BeachballError INVALID_STATE when
+   * it ends (released/failed) first, and WaitTimeoutError when `timeoutMs`
+   * passes or `signal` aborts (the message names the state and conditions,
+   * e.g. NO_CAPACITY).
+   */
+  async waitFor(id: string, until: (v: AllocationView) => boolean, opts: { timeoutMs: number; intervalMs?: number; signal?: AbortSignal }): Promise<AllocationView> {
+    const deadline = Date.now() + opts.timeoutMs;
+    for (;;) {
+      if (opts.signal?.aborted) throw new WaitTimeoutError(`interrupted while waiting for ${id}`);
+      const v = await retryTransport(() => this.get(id), deadline, this.ports.sleep);
+      if (until(v)) return v;
+      if (v.state === "released" || v.state === "failed") throw new BeachballError("INVALID_STATE", `allocation is ${v.state}${v.reason ? ` (${v.reason})` : ""}`);
+      if (Date.now() > deadline) throw new WaitTimeoutError(`allocation ${id} still ${v.state} after ${opts.timeoutMs} ms${v.conditions.length ? ` (${v.conditions.join(", ")})` : ""}`);
+      await this.ports.sleep(opts.intervalMs ?? 250);
+    }
+  }
+
+  /**
+   * Follows events from `after` until the allocation is terminal (or `until`
+   * returns true), calling `onEvent` for each. Polls every `intervalMs`.
+   * Returns the last sequence number seen.
+   */
+  async follow(id: string, onEvent: (e: AllocationEvent) => void, opts: { after?: number; intervalMs?: number; until?: (e: AllocationEvent) => boolean; signal?: AbortSignal } = {}): Promise<number> {
+    let after = opts.after ?? 0;
+    for (;;) {
+      if (opts.signal?.aborted) return after;
+      const batch = await retryTransport(() => this.events(id, after, 100), Date.now() + TRANSPORT_RETRY_MS, this.ports.sleep);
+      for (const e of batch) {
+        after = e.seq;
+        onEvent(e);
+        if (e.toState === "released" || e.toState === "failed" || opts.until?.(e)) return after;
+      }
+      if (batch.length === 0) await this.ports.sleep(opts.intervalMs ?? 250);
+    }
+  }
+
+  /**
+   * GET /v1/allocations/{id}/logs from byte offset `offset`; with `follow`
+   * the scheduler holds a read that finds nothing new for up to
+   * LOG_FOLLOW_WAIT_MS. Throws NOT_FOUND, LOG_OFFSET_PAST_END, RATE_LIMITED
+   * (after retries).
+   */
+  async logs(id: string, offset = 0, follow = false): Promise<LogPage> {
+    const q = `offset=${offset}${follow ? "&follow=1" : ""}`;
+    return (await this.call<LogPage>("GET", `/v1/allocations/${encodeURIComponent(id)}/logs?${q}`, { timeoutMs: LOG_FOLLOW_WAIT_MS + 15_000 })).body;
+  }
+
+  /**
+   * Streams an allocation's workload output from `offset`: `onPage` gets
+   * each page (its `droppedBytes` says what the reader missed). Without
+   * `follow`, ends at the log's current end; with it, keeps reading (each
+   * read held by the scheduler, transport failures retried for
+   * TRANSPORT_RETRY_MS) until the allocation is terminal and read to its
+   * end, or `signal` aborts. Returns the offset to resume at.
+   */
+  async streamLogs(id: string, onPage: (p: LogPage) => void, opts: { offset?: number; follow?: boolean; signal?: AbortSignal } = {}): Promise<number> {
+    let offset = opts.offset ?? 0;
+    for (;;) {
+      if (opts.signal?.aborted) return offset;
+      const page = await retryTransport(() => this.logs(id, offset, opts.follow ?? false), Date.now() + TRANSPORT_RETRY_MS, this.ports.sleep);
+      if (page.text || page.droppedBytes) onPage(page);
+      const moved = page.nextOffset !== offset;
+      offset = page.nextOffset;
+      if (page.complete || (!opts.follow && !moved)) return offset;
+    }
+  }
+
+  /**
+   * Hands a payload to a ready allocation, waiting for readiness and retrying
+   * GUEST_NOT_CONNECTED / DELIVERY_TIMEOUT until `timeoutMs`.
+   */
+  async deliverWhenReady(id: string, payload: Uint8Array, deliveryId: string, timeoutMs: number, signal?: AbortSignal): Promise<{ digest: string; generation: number }> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      if (signal?.aborted) throw Object.assign(new Error("interrupted"), { exitCode: 130 });
+      const v = await retryTransport(() => this.get(id), deadline, this.ports.sleep);
+      if (v.state === "released" || v.state === "failed") throw new BeachballError("INVALID_STATE", `allocation is ${v.state}${v.reason ? ` (${v.reason})` : ""}`);
+      if (v.state === "ready") {
+        try {
+          const r = await this.deliver(id, { deliveryId, generation: v.generation, contentType: "text/x-shellscript", payloadBase64: Buffer.from(payload).toString("base64") });
+          return { digest: r.digest, generation: v.generation };
+        } catch (e) {
+          if (!(e instanceof BeachballError) || !["GUEST_NOT_CONNECTED", "DELIVERY_TIMEOUT", "STALE_GENERATION"].includes(e.code)) throw e;
+        }
+      }
+      if (Date.now() > deadline) throw new BeachballError("DELIVERY_TIMEOUT", `allocation not ready within ${timeoutMs} ms (state ${v.state})`);
+      await this.ports.sleep(300);
+    }
+  }
+}
+
+/** A wait (SchedulerClient.waitFor) that ran out of time or was interrupted. */
+export class WaitTimeoutError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "WaitTimeoutError";
+  }
+}
