@@ -22,6 +22,7 @@ export const bbCommand: BbCommand = command({
     host: () => import("../src/cli/hostCommand.ts").then((m) => m.hostCommand),
     image: () => import("../src/cli/imageCommand.ts").then((m) => m.imageCommand),
     guest: () => import("../src/guest/command.ts").then((m) => m.guestCommand),
+    relay: () => import("../src/relay/command.ts").then((m) => m.relayCommand),
     dev: () => import("../src/dev/command.ts").then((m) => m.devCommand),
     completion: () => completionCommand(() => bbCommand),
   },

@@ -1,10 +1,10 @@
 /**
  * The few libc calls the native bindings need (open, ioctl, read, write,
- * poll, eventfd, socket, connect, close), loaded once through bun:ffi, with
+ * poll, eventfd, socket, connect, close, setsockopt, getsockopt), loaded once through bun:ffi, with
  * errno read right after each call on the calling thread.
  *
  * Owns only the symbol table and errno/strerror helpers; device logic lives in
- * native/tun and native/vsock. Loading is lazy and never throws: callers get
+ * native/tun, native/vsock and native/sockbuf. Loading is lazy and never throws: callers get
  * a reason string when libc cannot be opened (non-Linux, bun:ffi missing).
  * Must never: keep state between calls, or be imported by code that runs
  * on platforms without bun:ffi unless it checks `loadLibc()` first.
@@ -23,6 +23,8 @@ const SYMBOLS = {
   connect: { args: [FFIType.i32, FFIType.ptr, FFIType.u32], returns: FFIType.i32 },
   bind: { args: [FFIType.i32, FFIType.ptr, FFIType.u32], returns: FFIType.i32 },
   getsockname: { args: [FFIType.i32, FFIType.ptr, FFIType.ptr], returns: FFIType.i32 },
+  setsockopt: { args: [FFIType.i32, FFIType.i32, FFIType.i32, FFIType.ptr, FFIType.u32], returns: FFIType.i32 },
+  getsockopt: { args: [FFIType.i32, FFIType.i32, FFIType.i32, FFIType.ptr, FFIType.ptr], returns: FFIType.i32 },
   strerror: { args: [FFIType.i32], returns: FFIType.cstring },
   __errno_location: { args: [], returns: FFIType.ptr },
 } as const;

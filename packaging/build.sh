@@ -8,9 +8,9 @@
 # Contents (both formats): /usr/bin/bb; the systemd units from deploy/systemd
 # (none enabled: each role needs configuration first); the sysusers.d entry
 # for the `beachball` user (created by the maintainer scripts);
-# /etc/beachball/ with scheduler.env (a config file); the man page; docs and
-# the example manifest under /usr/share/doc/beachball. --fast picks cheap
-# compression (tests); the default is xz for both formats.
+# /etc/beachball/ with scheduler.env (a config file); the man page; docs, the
+# example manifest and the example relay config under /usr/share/doc/beachball.
+# --fast picks cheap compression (tests); the default is xz for both formats.
 #
 # The binary is never stripped: `bun build --compile` keeps the bundled
 # JavaScript in the ELF section `.bun`, and strip removes it.
@@ -81,8 +81,9 @@ stage() {
   install -m 0644 packaging/scheduler.env "$root/etc/beachball/scheduler.env"
   gzip -9n <packaging/bb.1 >"$root/usr/share/man/man1/bb.1.gz"
   chmod 0644 "$root/usr/share/man/man1/bb.1.gz"
-  install -m 0644 docs/install.md docs/operate.md docs/manifest.md "$doc/"
+  install -m 0644 docs/install.md docs/operate.md docs/manifest.md docs/relay.md "$doc/"
   install -m 0644 deploy/manifest.example.json "$doc/examples/manifest.example.json"
+  install -m 0644 deploy/relay.example.json "$doc/examples/relay.example.json"
   install -m 0644 packaging/copyright "$doc/copyright"
   printf 'beachball (%s) unstable; urgency=medium\n\n  * Release %s.\n\n -- %s  %s\n' \
     "$version" "$version" "$maintainer" "$date_rfc2822" | gzip -9n >"$doc/changelog.gz"

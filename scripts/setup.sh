@@ -18,6 +18,8 @@ PACKAGES+=(clang-14 lld-14 wasi-libc)
 # WireGuard: libsodium23 (the fast AEAD through bun:ffi), and wireguard-go,
 # wireguard-tools (wg) and iputils-ping for the interop test against Debian's WireGuard.
 PACKAGES+=(libsodium23 wireguard-go wireguard-tools iputils-ping)
+# Relay: openssl makes the test's self-signed certificate; strace shows the relay process writes no file.
+PACKAGES+=(openssl strace)
 # Packaging (packaging/, test/packaging/): rpmbuild, lintian, rpmlint, readelf,
 # and systemd-nspawn to boot the package test's container.
 PACKAGES+=(rpm lintian rpmlint binutils systemd-container)

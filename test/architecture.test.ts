@@ -7,13 +7,15 @@
  *   belongs to no role. protocol imports nothing of ours; domain imports
  *   protocol only and touches no clock, randomness or Bun API; storage
  *   imports nothing of ours; command imports protocol only.
- * - Role-free libraries (src/image, src/wireguard, src/netstack, native/)
- *   import only the lower layer (and, for the tunnel, each other).
+ * - Role-free libraries (src/image, src/wireguard, src/netstack, native/,
+ *   src/relayclient) import only the lower layer (and, for the tunnel, each
+ *   other); the relay client imports src/protocol only.
  * - Roles never import each other: the agent never imports the scheduler
  *   and vice versa; the CLI (src/cli) imports neither's internals, and the
  *   public client library (src/client) imports only src/protocol; the
  *   guest imports only the lower layer; relay and proxy import only the
- *   lower layer and the tunnel libraries.
+ *   lower layer and the tunnel libraries; the relay's clients (proxy, agent)
+ *   reach it through src/relayclient, never src/relay.
  * - src/dev (the one-machine demo) and bin/bb.ts compose roles: the only
  *   places allowed to import more than one.
  */
@@ -55,14 +57,15 @@ const ALLOWED: Record<string, readonly string[]> = {
   "src/image": ["src/protocol", "src/domain", "src/storage", "src/command"],
   "src/wireguard": ["src/protocol", "src/domain", "native"],
   "src/netstack": ["src/protocol", "src/domain", "native"],
+  "src/relayclient": ["src/protocol"],
   native: [],
   "src/guest": ["src/protocol", "src/domain"],
-  "src/agent": ["src/protocol", "src/domain", "src/storage", "src/command", "src/image", "src/wireguard", "src/netstack", "native"],
+  "src/agent": ["src/protocol", "src/domain", "src/storage", "src/command", "src/image", "src/wireguard", "src/netstack", "native", "src/relayclient"],
   "src/scheduler": ["src/protocol", "src/domain", "src/storage", "src/command"],
   "src/client": ["src/protocol"],
   "src/cli": ["src/protocol", "src/domain", "src/command", "src/image", "src/client"],
   "src/relay": ["src/protocol", "src/domain", "src/command", "src/wireguard"],
-  "src/proxy": ["src/protocol", "src/domain", "src/command", "src/cli", "src/client", "src/wireguard", "src/netstack", "native"],
+  "src/proxy": ["src/protocol", "src/domain", "src/command", "src/cli", "src/client", "src/wireguard", "src/netstack", "native", "src/relayclient"],
 };
 
 /** Areas that compose roles and may import anything in src/. */
@@ -117,6 +120,13 @@ describe("dependency rules", () => {
         .map((t) => `${f} imports ${t}`),
     );
     expect(offenders).toEqual([]);
+  });
+
+  test("the relay role and its client library stay apart: src/relayclient imports no role, and no other role imports src/relay", () => {
+    expect(violations("src/relayclient/wsClient.ts", 'import { RelayHub } from "../relay/hub.ts";')).toHaveLength(1);
+    expect(violations("src/proxy/main.ts", 'import { RelayHub } from "../relay/hub.ts";')).toHaveLength(1);
+    expect(violations("src/agent/daemon.ts", 'import { connectRelay } from "../relayclient/index.ts";')).toHaveLength(0);
+    expect(violations("src/relay/hub.ts", 'import { connectRelay } from "../relayclient/index.ts";')).toHaveLength(1);
   });
 
   test("src/wireguard reads time and randomness only through its ports (ports.ts)", () => {

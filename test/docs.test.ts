@@ -1,11 +1,13 @@
 /**
  * The repository's documentation stays true: the example manifest under
- * deploy/ loads with the scheduler's own loader, and every relative link in
+ * deploy/ loads with the scheduler's own loader, the example relay config
+ * with the relay's, and every relative link in
  * docs/ and README.md points at a file that exists.
  */
 import { describe, expect, test } from "bun:test";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
+import { loadRelayConfig } from "../src/relay/config.ts";
 import { loadManifest } from "../src/scheduler/manifest.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
@@ -21,6 +23,14 @@ describe("documentation", () => {
     const m = loadManifest(join(ROOT, "deploy/manifest.example.json"));
     expect(Object.keys(m.workloadClasses).length).toBeGreaterThan(0);
     expect(m.principals.map((p) => p.role).sort()).toEqual(["controller", "operator"]);
+  });
+
+  test("deploy/relay.example.json is a valid relay config that serves TLS on 443 and health on 9443", () => {
+    const c = loadRelayConfig(join(ROOT, "deploy/relay.example.json"));
+    expect(c.listen.map((l) => l.port)).toEqual([443]);
+    expect(c.health.port).toBe(9443);
+    expect(c.tls).not.toBeNull();
+    expect(c.trustedKeys.size).toBe(1);
   });
 
   test("every relative link in docs/ and README.md resolves", () => {

@@ -84,6 +84,20 @@ export const ERROR_STATUS = {
   RELAY_TOKEN_WRONG_RELAY: 403,
   /** The grant already has a session of this role at the relay (a third party cannot join a pair). */
   RELAY_PAIR_TAKEN: 409,
+  /** A relay token whose limits exceed the relay's configured caps (src/relay/config.ts). */
+  RELAY_LIMITS_OVER_CAP: 403,
+  /** The relay is at one of its bounds (sessions, pending pairs, handshakes in all or from one address): try later or another relay. */
+  RELAY_BUSY: 503,
+  /** No relay token arrived within the relay's handshake deadline. */
+  RELAY_HANDSHAKE_TIMEOUT: 408,
+  /** A relay frame of the wrong kind (text after the token, binary before it) or longer than MAX_RELAY_FRAME_BYTES. */
+  RELAY_FRAME_INVALID: 400,
+  /** The pair forwarded its token's `maxBytes`; both sessions are closed. */
+  RELAY_BYTES_EXHAUSTED: 429,
+  /** A relay session forwarded nothing for its token's `idleTimeoutMs`. */
+  RELAY_IDLE_TIMEOUT: 408,
+  /** A relay session that stopped answering was replaced by a reconnect of the same role with a valid token. */
+  RELAY_SESSION_REPLACED: 409,
   /** A replacement cannot advance while a grant for the old generation may still be applied (spec "Revocation and replacement"). */
   CONNECTIONS_NOT_FENCED: 409,
   /** The allocation's host has not reported its WireGuard endpoint (public key and candidates) yet; retry later. */

@@ -3,11 +3,13 @@
  * clients and tests in network namespaces (whitepaper §2.1: WireGuard runs
  * over UDP; the endpoint roams to the last authenticated source).
  *
- * Owns: the socket, endpoint values ("192.0.2.1:51820", "[fd00::1]:51820"),
+ * Owns: the socket (with 7 MiB receive and send buffers where allowed, as
+ * wireguard-go does), endpoint values ("192.0.2.1:51820", "[fd00::1]:51820"),
  * and the DeviceTimerDriver on the process clock. Must never: throw from a
  * socket callback (the Device drops and counts), or keep the socket or timer
  * open after close().
  */
+import { setSocketBuffers, udpSocketFd, type SocketBuffers } from "../../native/sockbuf/sockbuf.ts";
 import type { Aead } from "./aead/aead.ts";
 import { Device, type DeviceIo, type Peer } from "./device.ts";
 import type { WgLimits } from "./limits.ts";
@@ -48,6 +50,8 @@ export interface UdpDevice {
   readonly device: Device<UdpEndpoint>;
   /** The bound port. */
   readonly port: number;
+  /** The socket's buffers after asking for wireguard-go's 7 MiB each way (native/sockbuf/sockbuf.ts). */
+  readonly socketBuffers: SocketBuffers;
   /** Sends an IP packet into the tunnel (routed by destination). */
   sendPacket(packet: Uint8Array): void;
   /** Starts a handshake with `peer` now. */
@@ -90,9 +94,12 @@ export async function startUdpDevice(o: UdpDeviceOptions): Promise<UdpDevice> {
     },
   });
   socket = bound;
+  // The default ≈ 208 KiB overflows when many flows inside the tunnel burst at once.
+  const socketBuffers = setSocketBuffers(udpSocketFd(bound));
   return {
     device,
     port: bound.port,
+    socketBuffers,
     sendPacket(packet) {
       device.sendPacket(packet);
       driver.poke();

@@ -14,6 +14,7 @@ import { resolve } from "node:path";
 import { openTun, type TunDevice } from "../../native/tun/tun.ts";
 import { createNetstack, type Netstack } from "../../src/netstack/index.ts";
 import { Impairment, type ImpairmentOptions } from "./impairment.ts";
+import { netemQdiscArgs } from "./netem.ts";
 import { Netns, sh } from "./netns.ts";
 
 const peerScript = resolve(import.meta.dir, "tcpPeer.ts");
@@ -33,16 +34,6 @@ export interface TunWorld {
   impairedBy: string;
   impairments: Impairment[];
   close(): Promise<void>;
-}
-
-/** Whether this kernel has the netem qdisc (tried on a dummy device in a scratch namespace). */
-export function netemAvailable(scratchNs: string): boolean {
-  const ns = new Netns(scratchNs);
-  try {
-    return sh(["ip", "netns", "exec", scratchNs, "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"]).code === 0;
-  } finally {
-    ns.delete();
-  }
 }
 
 /**
@@ -78,7 +69,7 @@ export async function startTunWorld(name: string, octet: number, opts: { impair?
     toStack = (p) => void stack.input(p);
     if (opts.impair) {
       const i = opts.impair;
-      const netem = sh(ns.exec(["tc", "qdisc", "add", "dev", tun.name, "root", "netem", "loss", `${i.lossPercent}%`, "delay", `${i.delayMs}ms`, "reorder", `${i.reorderPercent}%`, "50%"]));
+      const netem = sh(ns.exec(netemQdiscArgs(tun.name, i)));
       const toKernelLoss = new Impairment({ ...i, delayMs: 0, reorderPercent: 0, seed: i.seed + 1 }, (p) => void tun.write(p));
       impairments.push(toKernelLoss);
       toKernel = (p) => toKernelLoss.send(p);

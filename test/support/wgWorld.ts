@@ -10,7 +10,11 @@
  *     (veth 198.51.100.1/24 ⇄ .2, tunnel 10.O.0.3, fdO::3), where tcpClient.ts
  *     runs kernel TCP through it: the wireguard-go + kernel TCP baseline.
  *
- * (O is the `octet` argument.) Nothing is routed outside these namespaces;
+ * (O is the `octet` argument.) With `impair`, the veth between a and b is
+ * impaired both ways by `tc netem` on each end when the kernel has the qdisc,
+ * otherwise by the userspace Impairment on the client's UDP datagrams (both
+ * ways); `impairedBy` says which, with the reason for the fallback.
+ * Nothing is routed outside these namespaces;
  * `close()` ends every process it started by PID and deletes the namespaces.
  */
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -20,6 +24,7 @@ import { systemRandom } from "../../src/wireguard/ports.ts";
 import { keyPairFromPrivate } from "../../src/wireguard/x25519.ts";
 import type { ImpairmentOptions } from "./impairment.ts";
 import { LineChild } from "./lineChild.ts";
+import { netemMissingReason, netemQdiscArgs } from "./netem.ts";
 import { Netns, must } from "./netns.ts";
 
 const support = resolve(import.meta.dir);
@@ -47,6 +52,8 @@ export interface WgWorld {
   server4: string;
   server6: string;
   port: number;
+  /** How the link is impaired: "none", "netem", or "userspace (REASON netem could not be used)". */
+  impairedBy: string;
   /** Runs `tcpClient.ts ARGS…` in namespace c (baseline) and returns its JSON result. */
   baselineClient(args: string[]): Promise<{ ok: boolean; bytes: number; ms: number }>;
   close(): Promise<void>;
@@ -114,6 +121,20 @@ export async function startWgWorld(name: string, octet: number, opts: { baseline
     b.ip("addr", "add", "192.0.2.2/24", "dev", `${name}b0`);
     b.ip("link", "set", `${name}b0`, "up");
 
+    let impairedBy = "none";
+    let impairClient: ImpairmentOptions | undefined;
+    if (opts.impair) {
+      const missing = netemMissingReason(`${name}-p-${pid}`);
+      if (missing === null) {
+        must(a.exec(netemQdiscArgs(`${name}a0`, opts.impair)));
+        must(b.exec(netemQdiscArgs(`${name}b0`, opts.impair)));
+        impairedBy = "netem";
+      } else {
+        impairClient = opts.impair;
+        impairedBy = `userspace (${missing})`;
+      }
+    }
+
     const server4 = `10.${octet}.0.2`;
     const server6 = `fd${octet}::2`;
     const ifB = `${name}g${pid}`.slice(0, 15);
@@ -158,7 +179,7 @@ export async function startWgWorld(name: string, octet: number, opts: { baseline
       listen: { address: "192.0.2.1", port: 51821 },
       peer: { publicKey: b64(server.publicKey), endpoint: { address: "192.0.2.2", port: 51820 }, allowedIps: [`10.${octet}.0.0/24`, `fd${octet}::/64`] },
       stack: { ipv4: { address: `10.${octet}.0.1`, prefixLength: 24 }, ipv6: [`fd${octet}::1`] },
-      ...(opts.impair ? { impair: opts.impair } : {}),
+      ...(impairClient ? { impair: impairClient } : {}),
     };
     const client = new LineChild(a.exec([bun, ...(opts.clientBunArgs ?? []), join(support, "wgNetstackClient.ts"), JSON.stringify(cfg)]), join(work, "client.log"));
     children.push(client);
@@ -172,6 +193,7 @@ export async function startWgWorld(name: string, octet: number, opts: { baseline
       server4,
       server6,
       port: 7000,
+      impairedBy,
       async baselineClient(args) {
         if (!cNs) throw new Error("world started without baseline");
         const p = Bun.spawn(cNs.exec([bun, join(support, "tcpClient.ts"), ...args]), { stdout: "pipe", stderr: "pipe" });

@@ -1,0 +1,105 @@
+/**
+ * Starts a relay from its configuration (spec "Packet relays"; docs/relay.md):
+ * the hub, one WebSocket listener per address (TLS, or plain `ws://` on
+ * loopback only when asked for explicitly), QUIC when configured, the health
+ * endpoint, and the sweep timer.
+ *
+ * Owns: composing those parts and stopping them. Reads the TLS files once
+ * at start. Must never: write a file, hold a scheduler credential, or serve
+ * plain WebSocket on an address other machines can reach.
+ */
+import { readFileSync } from "node:fs";
+import { createPrivateKey } from "node:crypto";
+import { isLoopback, RelayConfigError, type ListenAt, type RelayConfig } from "./config.ts";
+import { startHealthListener, type HealthListener } from "./health.ts";
+import { RelayHub } from "./hub.ts";
+import { systemRelayClock, type RelayClock } from "./ports.ts";
+import { startQuicListener, type QuicListener } from "./quicServer.ts";
+import { publicKeyObjects } from "./token.ts";
+import { startWsListener, type WsListener } from "./wsServer.ts";
+
+/** How often deadlines (handshake, probe, idle) are checked, ms. */
+export const RELAY_SWEEP_MS = 250;
+
+/** Options of startRelay beyond the configuration. */
+export interface StartRelayOptions {
+  config: RelayConfig;
+  /** Serve plain `ws://` on these loopback addresses instead of TLS on `config.listen` (tests). */
+  insecureListen?: ListenAt[];
+  /** Overrides `config.quicListen`. */
+  quicListen?: ListenAt | null;
+  /** Overrides `config.health`. */
+  health?: ListenAt;
+  clock?: RelayClock;
+  /** Test hook (see HubOptions.observeFrame). */
+  observeFrame?: (frame: Uint8Array) => void;
+}
+
+/** A running relay. */
+export interface RunningRelay {
+  readonly hub: RelayHub;
+  /** WebSocket URLs, one per listener. */
+  readonly urls: string[];
+  /** QUIC `host:port`, when QUIC is on. */
+  readonly quic: string | null;
+  readonly healthUrl: string;
+  /** Closes every session (SHUTTING_DOWN), then every listener. */
+  stop(): Promise<void>;
+}
+
+function readPem(path: string, what: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch (e) {
+    throw new RelayConfigError(`cannot read the TLS ${what} ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+  }
+}
+
+/** Starts the relay. Throws RelayConfigError for a missing TLS setting or a non-loopback insecure address; rejects when an address cannot be bound (everything started so far is stopped). */
+export async function startRelay(o: StartRelayOptions): Promise<RunningRelay> {
+  const c = o.config;
+  const insecure = o.insecureListen ?? [];
+  for (const a of insecure) if (!isLoopback(a.hostname)) throw new RelayConfigError(`--insecure-listen serves plain ws:// and is allowed on loopback only, not ${a.hostname}`);
+  const quicAt = o.quicListen === undefined ? c.quicListen : o.quicListen;
+  const needTls = insecure.length === 0 || quicAt !== null;
+  if (needTls && !c.tls) throw new RelayConfigError("the relay config has no tls {certPath, keyPath}: WebSocket and QUIC listeners need TLS (plain ws:// only with --insecure-listen on loopback)");
+  const tls = needTls && c.tls ? { cert: readPem(c.tls.certPath, "certificate"), key: readPem(c.tls.keyPath, "key") } : null;
+  const clock = o.clock ?? systemRelayClock;
+  const hub = new RelayHub({
+    policy: { relayId: c.relayId, keys: publicKeyObjects(c.trustedKeys), caps: c.limitCaps },
+    bounds: { maxSessions: c.maxSessions, maxPendingPairs: c.maxPendingPairs, maxHandshakes: c.maxHandshakes, maxHandshakesPerAddress: c.maxHandshakesPerAddress },
+    clock,
+    ...(o.observeFrame ? { observeFrame: o.observeFrame } : {}),
+  });
+  let serving = true;
+  const ws: WsListener[] = [];
+  let quic: QuicListener | null = null;
+  let health: HealthListener | null = null;
+  const sweep = setInterval(() => hub.sweep(), RELAY_SWEEP_MS);
+  const stop = async () => {
+    serving = false;
+    clearInterval(sweep);
+    hub.shutdown();
+    for (const l of ws) l.stop();
+    await quic?.stop();
+    health?.stop();
+  };
+  try {
+    if (insecure.length > 0) for (const a of insecure) ws.push(startWsListener({ hub, ...a, tls: null }));
+    else for (const a of c.listen) ws.push(startWsListener({ hub, ...a, tls }));
+    if (quicAt && tls) {
+      let key;
+      try {
+        key = createPrivateKey(tls.key);
+      } catch (e) {
+        throw new RelayConfigError(`the TLS key ${c.tls!.keyPath} is not a PEM private key: ${(e as Error).message}`);
+      }
+      quic = await startQuicListener({ hub, ...quicAt, tls: { cert: tls.cert, key }, maxConnections: c.maxSessions + c.maxHandshakes });
+    }
+    health = startHealthListener({ ...(o.health ?? c.health), relayId: c.relayId, counters: hub.counters, serving: () => serving });
+  } catch (e) {
+    await stop();
+    throw e;
+  }
+  return { hub, urls: ws.map((l) => l.url), quic: quic?.address ?? null, healthUrl: health.url, stop };
+}
