@@ -18,6 +18,7 @@ const scheduler :Workerd.Worker = (
   bindings = [
     (name = "BB_MANIFEST", fromEnvironment = "BB_MANIFEST"),
     (name = "BB_PUBLIC_URL", fromEnvironment = "BB_PUBLIC_URL"),
+    (name = "BB_CONNECTION_SIGNING_KEY", fromEnvironment = "BB_CONNECTION_SIGNING_KEY"),
     (name = "Allocation", durableObjectNamespace = "Allocation"),
     (name = "AllocationIndex", durableObjectNamespace = "AllocationIndex"),
     (name = "Admission", durableObjectNamespace = "Admission"),
@@ -25,6 +26,9 @@ const scheduler :Workerd.Worker = (
     (name = "Host", durableObjectNamespace = "Host"),
     (name = "HostDirectory", durableObjectNamespace = "HostDirectory"),
     (name = "Operations", durableObjectNamespace = "Operations"),
+    (name = "Network", durableObjectNamespace = "Network"),
+    (name = "NetworkDirectory", durableObjectNamespace = "NetworkDirectory"),
+    (name = "Connection", durableObjectNamespace = "Connection"),
   ],
   durableObjectNamespaces = [
     (className = "Allocation", uniqueKey = "beachball-allocation", enableSql = true),
@@ -34,6 +38,9 @@ const scheduler :Workerd.Worker = (
     (className = "Host", uniqueKey = "beachball-host", enableSql = true),
     (className = "HostDirectory", uniqueKey = "beachball-host-directory", enableSql = true),
     (className = "Operations", uniqueKey = "beachball-operations", enableSql = true),
+    (className = "Network", uniqueKey = "beachball-network", enableSql = true),
+    (className = "NetworkDirectory", uniqueKey = "beachball-network-directory", enableSql = true),
+    (className = "Connection", uniqueKey = "beachball-connection", enableSql = true),
   ],
   durableObjectStorage = (localDisk = "storage"),
 );

@@ -5,8 +5,11 @@
  * object class wrapped as a SQLite-backed Durable Object
  * (src/scheduler/runtime/workerd/durableHost.ts). Built by
  * deploy/workerd/build.ts into dist/workerd/; config.capnp serves it.
- * Bindings: one Durable Object namespace per class (named by class name)
- * and BB_MANIFEST, the deployment manifest as JSON.
+ * Bindings: one Durable Object namespace per class (named by class name),
+ * BB_MANIFEST, the deployment manifest as JSON, and, with private
+ * networking, BB_CONNECTION_SIGNING_KEY: the connection-signing key's seed
+ * (the secret the manifest's `connections.signingKey` names; workerd has no
+ * key file, so the reference resolves to this binding at each use).
  */
 import { DurableObject } from "cloudflare:workers";
 import { Value } from "@sinclair/typebox/value";
@@ -27,8 +30,12 @@ import { EnrollmentObject } from "../../src/scheduler/objects/enrollmentObject.t
 import { HostObject } from "../../src/scheduler/objects/hostObject.ts";
 import { HostDirectoryObject } from "../../src/scheduler/objects/hostDirectory.ts";
 import { OperationsObject } from "../../src/scheduler/objects/operationsObject.ts";
+import { NetworkObject } from "../../src/scheduler/objects/networkObject.ts";
+import { NetworkDirectoryObject } from "../../src/scheduler/objects/networkDirectory.ts";
+import { ConnectionObject } from "../../src/scheduler/objects/connectionObject.ts";
+import { connectionSigner } from "../../src/scheduler/connectionSigner.ts";
 
-type Raw = Record<string, unknown> & { BB_MANIFEST?: string; BB_PUBLIC_URL?: string };
+type Raw = Record<string, unknown> & { BB_MANIFEST?: string; BB_PUBLIC_URL?: string; BB_CONNECTION_SIGNING_KEY?: string };
 
 const envs = new WeakMap<object, SchedulerEnv>();
 const metrics = new Metrics();
@@ -36,12 +43,21 @@ const metrics = new Metrics();
 const log = createLogger({ format: "json", sink: (line) => console.log(line) }, { role: "scheduler" });
 
 function buildEnv(raw: Raw): SchedulerEnv {
-  let e = envs.get(raw);
-  if (e) return e;
+  const known = envs.get(raw);
+  if (known) return known;
   const manifest: unknown = JSON.parse(raw.BB_MANIFEST ?? "null");
   if (!Value.Check(DeploymentManifest, manifest)) throw new Error("BB_MANIFEST is not a valid deployment manifest");
   const b = (name: string) => raw[name] as DurableNamespace;
-  e = {
+  const config = schedulerConfig(manifest);
+  const c = config.connections;
+  const signer = c
+    ? connectionSigner(c.signingKeyId, c.verificationKeys[c.signingKeyId]!, () => {
+        const seed = raw.BB_CONNECTION_SIGNING_KEY;
+        if (!seed) throw new Error("the BB_CONNECTION_SIGNING_KEY binding is not set");
+        return seed;
+      })
+    : null;
+  const env: SchedulerEnv = {
     Allocation: durableNamespace<AllocationObject>("Allocation", b("Allocation")),
     AllocationIndex: durableNamespace<AllocationIndexObject>("AllocationIndex", b("AllocationIndex")),
     Admission: durableNamespace<AdmissionObject>("Admission", b("Admission")),
@@ -49,14 +65,18 @@ function buildEnv(raw: Raw): SchedulerEnv {
     Host: durableNamespace<HostObject>("Host", b("Host")),
     HostDirectory: durableNamespace<HostDirectoryObject>("HostDirectory", b("HostDirectory")),
     Operations: durableNamespace<OperationsObject>("Operations", b("Operations")),
-    config: schedulerConfig(manifest),
+    Network: durableNamespace<NetworkObject>("Network", b("Network")),
+    NetworkDirectory: durableNamespace<NetworkDirectoryObject>("NetworkDirectory", b("NetworkDirectory")),
+    Connection: durableNamespace<ConnectionObject>("Connection", b("Connection")),
+    config,
+    signer,
     clock: systemClock,
     random: systemRandomness,
     metrics,
     log,
   };
-  envs.set(raw, e);
-  return e;
+  envs.set(raw, env);
+  return env;
 }
 
 const host: HostBindings<SchedulerEnv> = {
@@ -72,6 +92,9 @@ export const Enrollment = durableClass(DurableObject, EnrollmentObject, host);
 export const Host = durableClass(DurableObject, HostObject, host);
 export const HostDirectory = durableClass(DurableObject, HostDirectoryObject, host);
 export const Operations = durableClass(DurableObject, OperationsObject, host);
+export const Network = durableClass(DurableObject, NetworkObject, host);
+export const NetworkDirectory = durableClass(DurableObject, NetworkDirectoryObject, host);
+export const Connection = durableClass(DurableObject, ConnectionObject, host);
 
 const routers = new WeakMap<object, (req: Request) => Promise<Response>>();
 

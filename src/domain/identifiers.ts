@@ -29,3 +29,18 @@ export function digestOf(text: string): string {
 
 /** Canonical JSON (src/protocol/canonical.ts), used for body digests. */
 export { canonicalJson };
+
+/**
+ * The default Network of a principal (one per controller for now; spec
+ * "Networks, addresses, and grants"): `net_` + the first 128 bits of
+ * SHA-256("network" NUL "default" NUL identity), hex. Names the Network
+ * object; addresses are never derived from it.
+ */
+export function defaultNetworkIdFor(identity: string): string {
+  return `net_${bytesToHex(sha256(utf8ToBytes(`network\u0000default\u0000${identity}`))).slice(0, 32)}`;
+}
+
+/** Deterministic configure_connection command ID: `{grantId}:{apply|revoke}`. */
+export function connectionCommandIdFor(grantId: string, action: "apply" | "revoke"): string {
+  return `${grantId}:${action}`;
+}

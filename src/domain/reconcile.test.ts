@@ -1,11 +1,14 @@
 import { describe, expect, test } from "bun:test";
 import { DEFAULT_TIMEOUTS, MAX_ALARM_DELAY_MS } from "./allocation.ts";
 import {
+  afterFenceCheck,
   afterFindHost,
   afterHostCheck,
   afterReserve,
   applied,
   applyInput,
+  CONNECTIONS_NOT_FENCED,
+  grantRefusal,
   nextAlarmAt,
   nextIntent,
   NO_CAPACITY_CONDITION,
@@ -48,6 +51,11 @@ const base: AllocationRecord = {
   hostCheckAtMs: T + P.hostCheckIntervalMs,
   terminalAtMs: null,
   placement: null,
+  networkId: null,
+  address: null,
+  grantGeneration: 0,
+  connectionsFencedGeneration: 0,
+  pendingReplacement: null,
 };
 const rec = (o: Partial<AllocationRecord> = {}): AllocationRecord => ({ ...base, ...o });
 const placed = (o: Partial<AllocationRecord> = {}) => rec({ state: "provisioning", hostId: "h1", placementId: "plc_1", reservationKey: "k", ...o });
@@ -172,5 +180,69 @@ describe("release and timeouts", () => {
   test("the alarm is never more than 60 s out while non-terminal, and the retention purge once terminal", () => {
     expect(nextAlarmAt(rec({ nextAttemptAtMs: T + 10 * 60_000 }), T, P)).toBe(T + MAX_ALARM_DELAY_MS);
     expect(nextAlarmAt(rec({ state: "released", terminalAtMs: T }), T, P)).toBe(T + P.retentionDays * 86_400_000);
+  });
+});
+
+describe("connection grants across a replacement (CONNECTIONS_NOT_FENCED)", () => {
+  const net = { networkId: "net_1", address: "fd12:3456:789a:1:1::1" };
+  const ready = (o: Partial<AllocationRecord> = {}) => placed({ state: "ready", guestReady: false, ...net, ...o });
+
+  test("without a grant for the generation, a lost placement is replaced at once, as before", () => {
+    const c = applyInput(ready(), obs("absent", { errorCode: "HOST_FENCED" }), T, P);
+    expect(states(c)).toEqual(["releasing", "pending"]);
+    expect(applied(ready(), c).generation).toBe(2);
+  });
+
+  test("with a grant requested for the generation, the replacement is held: releasing, the condition, one event, and the loop asks the Network", () => {
+    const r0 = ready({ grantGeneration: 1 });
+    const c = applyInput(r0, obs("absent", { errorCode: "HOST_FENCED" }), T, P);
+    const r = applied(r0, c);
+    expect(states(c)).toEqual(["releasing"]);
+    expect([r.state, r.generation, r.pendingReplacement, r.conditions]).toEqual(["releasing", 1, "REPLACEMENT", [CONNECTIONS_NOT_FENCED]]);
+    expect(c.events.map((e) => e.type)).toEqual(["placement.absent", "allocation.releasing", "allocation.connections_not_fenced"]);
+    expect(nextIntent(r, T, P)).toEqual({ type: "fence_connections", networkId: "net_1", generation: 1 });
+    // A repeated absence changes nothing more.
+    const again = applyInput(r, obs("absent"), T + 1, P);
+    expect(again.events).toEqual([]);
+    expect(applied(r, again).pendingReplacement).toBe("REPLACEMENT");
+  });
+
+  test("not fenced: nothing moves; fenced: the generation advances and the condition clears", () => {
+    const r = applied(ready({ grantGeneration: 1 }), applyInput(ready({ grantGeneration: 1 }), obs("absent", { errorCode: "HOST_FENCED" }), T, P));
+    expect(afterFenceCheck(r, false, T + 5_000)).toEqual({ patch: {}, events: [], terminal: false, alerts: [], transition: null });
+    const c = afterFenceCheck(r, true, T + 5_000);
+    const next = applied(r, c);
+    expect([next.state, next.generation, next.pendingReplacement, next.connectionsFencedGeneration, next.conditions]).toEqual(["pending", 2, null, 1, []]);
+    expect(states(c)).toEqual(["pending"]);
+  });
+
+  test("a grant for an older generation does not hold a later replacement", () => {
+    const r0 = ready({ generation: 2, placementId: "plc_2", grantGeneration: 1, connectionsFencedGeneration: 1 });
+    expect(states(applyInput(r0, obs("absent", { generation: 2, placementId: "plc_2", errorCode: "HOST_FENCED" }), T, P))).toEqual(["releasing", "pending"]);
+  });
+
+  test("an authorized replacement of a ready allocation is held too (ready → releasing); released while held, it ends released", () => {
+    const r0 = ready({ grantGeneration: 1, replacementAuthorized: true });
+    const held = applied(r0, afterFenceCheck({ ...r0, pendingReplacement: null }, true, T));
+    expect(held).toEqual(r0);
+    const c = applyInput(r0, obs("absent"), T, P);
+    const r = applied(r0, c);
+    expect(r.state).toBe("releasing");
+    const rel = applied(r, requestRelease("CLIENT_RELEASE", T + 1));
+    const intent = nextIntent(rel, T + 1, P);
+    expect(intent.type).toBe("persist");
+    const end = applied(rel, (intent as { change: Change }).change);
+    expect([end.state, end.conditions, end.pendingReplacement]).toEqual(["released", [], null]);
+  });
+
+  test("a grant is refused with a stable code for a released, releasing, replaced or not-ready allocation", () => {
+    expect(grantRefusal(ready(), undefined)).toBeNull();
+    expect(grantRefusal(ready(), 1)).toBeNull();
+    expect(grantRefusal(ready({ generation: 2 }), 1)?.code).toBe("STALE_GENERATION");
+    expect(grantRefusal(ready({ state: "released" }), undefined)?.code).toBe("INVALID_STATE");
+    expect(grantRefusal(ready({ desired: "released" }), undefined)?.message).toBe("allocation is being released");
+    expect(grantRefusal(ready({ state: "releasing" }), undefined)?.code).toBe("INVALID_STATE");
+    expect(grantRefusal(placed(net), undefined)?.message).toBe("allocation is provisioning, not ready");
+    expect(grantRefusal(ready({ networkId: null, address: null }), undefined)?.code).toBe("INVALID_STATE");
   });
 });

@@ -8,7 +8,9 @@
  * and makes the calls.
  * Must never: free or assume freed capacity before absence was observed,
  * replace a placement after readiness without fencing or an authorization,
- * or allow a transition `canTransition` refuses.
+ * start a new generation while a connection grant for the old one may
+ * still be applied on its host (CONNECTIONS_NOT_FENCED, spec "Revocation and
+ * replacement"), or allow a transition `canTransition` refuses.
  */
 import type { AllocationState, PlacementOutcome } from "../protocol/api.ts";
 import type { PlacementObservedState, VmExit } from "../protocol/agent.ts";
@@ -19,6 +21,8 @@ import type { HostHealth } from "./health.ts";
 export const NO_CAPACITY_CONDITION = "NO_CAPACITY";
 /** Condition shown while a replacement after host loss waits for fencing or an authorization. */
 export const REPLACEMENT_BLOCKED = "replacement_blocked";
+/** Condition shown while a replacement waits for the old generation's connection grants to be gone from its host. */
+export const CONNECTIONS_NOT_FENCED = "CONNECTIONS_NOT_FENCED";
 /** When a pass that died mid-way is retried, ms. */
 export const RECONCILE_RETRY_MS = 5_000;
 /** Soonest a re-armed alarm fires, ms. */
@@ -59,6 +63,19 @@ export interface AllocationRecord {
   terminalAtMs: number | null;
   /** The latest placement attempt (shown in the view). */
   placement: PlacementOutcome | null;
+  /** The allocation's Network, or null when the deployment had no private networking at creation. */
+  networkId: string | null;
+  /** The allocation's /128 in its Network (reserved at creation; survives replacement), or null. */
+  address: string | null;
+  /** The highest generation a connection grant was requested for (0: none). */
+  grantGeneration: number;
+  /** The highest generation whose grants the Network confirmed gone from their host. */
+  connectionsFencedGeneration: number;
+  /**
+   * A replacement that was decided once the placement was gone, waiting for
+   * the old generation's grants to be fenced (its reason), or null.
+   */
+  pendingReplacement: string | null;
 }
 
 /** An event to append (the object adds ID, time, generation, placement and host). */
@@ -132,13 +149,16 @@ export type Intent =
   /** Ask the directory for candidates (registering as a waiter when there are none). */
   | { type: "find_host" }
   /** Ask the chosen host to reserve. */
-  | { type: "reserve"; hostId: string; placementId: string; reservationKey: string };
+  | { type: "reserve"; hostId: string; placementId: string; reservationKey: string }
+  /** Ask the Network whether every grant of `generation` is gone from its host (closing the generation to new grants). */
+  | { type: "fence_connections"; networkId: string; generation: number };
 
 /** Messages an allocation receives (decoded from its inbox). */
 export type AllocationInput =
   | { kind: "observation"; hostId: string; placementId: string; generation: number; state: PlacementObservedState; errorCode: string | null; workloadExitCode: number | null; exit?: VmExit; at: string }
   | { kind: "delivery_consumed"; deliveryId: string; generation: number; digest: string }
-  | { kind: "capacity_available"; hostId: string };
+  | { kind: "capacity_available"; hostId: string }
+  | { kind: "connections_fenced"; generation: number };
 
 /** Applies one inbox message. Returns the change (possibly empty). Stale messages (other generation or placement) change nothing. */
 export function applyInput(r: AllocationRecord, m: AllocationInput, nowMs: number, policy: TimeoutPolicy): Change {
@@ -146,6 +166,8 @@ export function applyInput(r: AllocationRecord, m: AllocationInput, nowMs: numbe
     if (m.generation !== r.generation || r.payloadConsumed) return noChange();
     return { ...noChange({ payloadConsumed: true, updatedAtMs: nowMs }), events: [{ type: "bootstrap.consumed", data: { deliveryId: m.deliveryId, digest: m.digest } }] };
   }
+  // The Network saw the last grant of a closed generation go: the pass that follows asks it again.
+  if (m.kind === "connections_fenced") return noChange();
   if (m.kind === "capacity_available") {
     if (r.state !== "pending" || r.desired === "released" || r.nextAttemptAtMs <= nowMs) return noChange();
     return noChange({ nextAttemptAtMs: nowMs });
@@ -190,8 +212,22 @@ export function afterAbsent(r: AllocationRecord, nowMs: number, policy: TimeoutP
   return transition(r, r.reason && r.reason !== "CLIENT_RELEASE" && r.reason !== "TTL_EXPIRED" ? "failed" : "released", {}, r.reason, nowMs);
 }
 
-/** Starts the next generation; the old placement keeps its capacity until its host reports it absent or is fenced. */
+/** True while a grant may exist for the current generation that the Network has not confirmed gone. */
+export function connectionsUnfenced(r: AllocationRecord): boolean {
+  return r.grantGeneration >= r.generation && r.connectionsFencedGeneration < r.generation;
+}
+
+/**
+ * Starts the next generation; the old placement keeps its capacity until
+ * its host reports it absent or is fenced. While a connection grant of the
+ * current generation may still be applied (`connectionsUnfenced`), the
+ * replacement is held instead: the allocation stays (or goes) `releasing`
+ * with the CONNECTIONS_NOT_FENCED condition and `pendingReplacement` set,
+ * and the loop asks the Network until the grants are gone (revoke
+ * acknowledged by the host, or expired).
+ */
 export function replace(r: AllocationRecord, reason: string, nowMs: number): Change {
+  if (connectionsUnfenced(r)) return holdReplacement(r, reason, nowMs);
   return transition(
     r,
     "pending",
@@ -205,13 +241,67 @@ export function replace(r: AllocationRecord, reason: string, nowMs: number): Cha
       replaceAfterAbsent: false,
       replacementAuthorized: false,
       guestReady: false,
-      conditions: r.conditions.filter((c) => c !== REPLACEMENT_BLOCKED),
+      pendingReplacement: null,
+      conditions: r.conditions.filter((c) => c !== REPLACEMENT_BLOCKED && c !== CONNECTIONS_NOT_FENCED),
       triedHosts: r.hostId ? [r.hostId] : [],
       nextAttemptAtMs: nowMs,
     },
     reason,
     nowMs,
   );
+}
+
+function holdReplacement(r: AllocationRecord, reason: string, nowMs: number): Change {
+  if (r.pendingReplacement !== null) return noChange();
+  const patch: Partial<AllocationRecord> = {
+    pendingReplacement: reason,
+    replaceAfterAbsent: true,
+    desired: "ready",
+    updatedAtMs: nowMs,
+    conditions: [...r.conditions.filter((c) => c !== REPLACEMENT_BLOCKED && c !== CONNECTIONS_NOT_FENCED), CONNECTIONS_NOT_FENCED],
+  };
+  const held: Change = { ...noChange(), events: [{ type: "allocation.connections_not_fenced", reason: CONNECTIONS_NOT_FENCED, data: { generation: r.generation, replacement: reason } }] };
+  if (r.state === "releasing") return merge(noChange(patch), held);
+  return merge(transition(r, "releasing", patch, reason, nowMs), held);
+}
+
+/**
+ * After asking the Network about the current generation's grants: fenced
+ * lets the held replacement go ahead; otherwise nothing changes (the
+ * releasing alarm asks again, and the Network nudges the allocation when
+ * the last grant goes).
+ */
+export function afterFenceCheck(r: AllocationRecord, fenced: boolean, nowMs: number): Change {
+  if (!fenced || r.pendingReplacement === null) return noChange();
+  const reason = r.pendingReplacement;
+  const marked = noChange({ connectionsFencedGeneration: r.generation, pendingReplacement: null });
+  return merge(marked, replace(applied(r, marked), reason, nowMs));
+}
+
+/**
+ * The allocation whose replacement was held is released instead (the
+ * client released it, or a timeout did): it ends as `afterAbsent` would,
+ * the placement being gone already.
+ */
+function abandonReplacement(r: AllocationRecord, nowMs: number): Change {
+  const patch: Partial<AllocationRecord> = { pendingReplacement: null, replaceAfterAbsent: false, conditions: r.conditions.filter((c) => c !== CONNECTIONS_NOT_FENCED) };
+  return transition(r, r.reason && r.reason !== "CLIENT_RELEASE" && r.reason !== "TTL_EXPIRED" ? "failed" : "released", patch, r.reason, nowMs);
+}
+
+/**
+ * Whether a connection grant may be issued for `r` now, for the caller's
+ * expected generation (if any). Returns the stable refusal code and a
+ * sentence, or null: only a `ready` allocation whose release was not
+ * requested, with a host, a placement and a private address, gets one.
+ * STALE_GENERATION for another generation (the allocation was replaced);
+ * INVALID_STATE otherwise.
+ */
+export function grantRefusal(r: AllocationRecord, expectedGeneration: number | undefined): { code: "STALE_GENERATION" | "INVALID_STATE"; message: string } | null {
+  if (TERMINAL_STATES.has(r.state) || r.desired === "released" || r.state === "releasing") return { code: "INVALID_STATE", message: `allocation is ${r.desired === "released" && !TERMINAL_STATES.has(r.state) ? "being released" : r.state}` };
+  if (expectedGeneration !== undefined && expectedGeneration !== r.generation) return { code: "STALE_GENERATION", message: `generation ${expectedGeneration} is not current (${r.generation}): the allocation was replaced` };
+  if (r.state !== "ready" || !r.hostId || !r.placementId) return { code: "INVALID_STATE", message: `allocation is ${r.state}, not ready` };
+  if (!r.networkId || !r.address) return { code: "INVALID_STATE", message: "allocation has no private address (created before private networking was configured)" };
+  return null;
 }
 
 /**
@@ -228,11 +318,17 @@ const HOST_STATES: ReadonlySet<AllocationState> = new Set(["provisioning", "read
 
 /**
  * The next intent for a non-terminal record at `nowMs` (inbox already
- * applied). Timeouts first, then the host-loss check, then release, then
+ * applied). A replacement held for CONNECTIONS_NOT_FENCED first, then
+ * timeouts, then the host-loss check, then release, then
  * placement and reservation.
  */
 export function nextIntent(r: AllocationRecord, nowMs: number, policy: TimeoutPolicy): Intent {
   if (TERMINAL_STATES.has(r.state)) return { type: "none" };
+  if (r.pendingReplacement !== null) {
+    if (r.desired === "released") return { type: "persist", change: abandonReplacement(r, nowMs) };
+    if (!r.networkId) return { type: "persist", change: afterFenceCheck(r, true, nowMs) };
+    return { type: "fence_connections", networkId: r.networkId, generation: r.generation };
+  }
   if (r.desired !== "released") {
     if (r.state === "ready" && nowMs >= r.expiresAtMs) return { type: "persist", change: requestRelease("TTL_EXPIRED", nowMs) };
     if (r.state === "provisioning" && nowMs >= r.stateEnteredAtMs + policy.provisioningTimeoutMs) return { type: "persist", change: requestRelease("GUEST_BOOT_TIMEOUT", nowMs) };

@@ -13,7 +13,8 @@
  */
 import { Type, type Static, type TSchema } from "@sinclair/typebox";
 import { ALLOCATION_STATES, AllocationView } from "./api.ts";
-import { COMMAND_TYPES, PlacementSpec } from "./agent.ts";
+import { COMMAND_TYPES, ConfigureConnection, PlacementSpec } from "./agent.ts";
+import { Candidate, ConnectionMessage, RelayRole, SignedGrant, SignedRelayMap, SignedRelayToken } from "./connection.ts";
 import { ERROR_STATUS } from "./errors.ts";
 
 const nullable = <T extends TSchema>(s: T) => Type.Union([s, Type.Null()]);
@@ -47,6 +48,7 @@ export const WellKnown = Type.Object(
     agentProtocolVersion: Type.Literal("1.0"),
     region: Type.String(),
     workloadClasses: Type.Array(Type.String()),
+    connectionVerificationKeys: Type.Optional(Type.Record(Type.String(), Type.String(), { description: "with private networking: key ID → base64 Ed25519 public key grants, relay maps and relay tokens verify with" })),
   },
   { additionalProperties: false },
 );
@@ -214,6 +216,7 @@ export const PollResponse = Type.Object(
         ),
       ),
     ),
+    connections: Type.Optional(Type.Array(ConfigureConnection, { description: "configure_connection commands, redelivered until acknowledged" })),
   },
   { additionalProperties: false },
 );
@@ -243,6 +246,31 @@ export const LogPushResponse = Type.Object(
         { additionalProperties: false },
       ),
     ),
+  },
+  { additionalProperties: false },
+);
+
+/** POST /v1/allocations/{id}/connection-grants (src/protocol/connection.ts ConnectionGrantResponse). */
+export const ConnectionGrantResponse = Type.Object(
+  {
+    grant: SignedGrant,
+    relayMap: SignedRelayMap,
+    relayTokens: Type.Record(Type.String(), SignedRelayToken, { description: "the client's relay token for each relay of the map, by relay ID" }),
+    connectionId: Type.String({ description: "the grant's Connection (rendezvous)" }),
+    endpointToken: Type.String({ description: "the client role's bearer for that Connection only; shown once, stored as a digest" }),
+    hostCandidates: Type.Array(Candidate),
+  },
+  { additionalProperties: false },
+);
+
+/** POST /v1/connections/{id}/poll and …/messages (src/protocol/connection.ts ConnectionPollResponse). */
+export const ConnectionPollResponse = Type.Object(
+  {
+    role: RelayRole,
+    messages: Type.Array(ConnectionMessage, { description: "the peer's messages after the caller's cursor, oldest first" }),
+    lastAcceptedSeq: Type.Integer({ minimum: 0 }),
+    expiresAtMs: Type.Integer({ minimum: 0 }),
+    closed: Type.Boolean({ description: "the grant was revoked or expired: nothing more will arrive" }),
   },
   { additionalProperties: false },
 );

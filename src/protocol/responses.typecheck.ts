@@ -10,6 +10,7 @@ import type { AlertItem, HostView } from "./views.ts";
 import type { AgentCommand, BootstrapDelivery, EnrollResponse, PollResponse } from "./agent.ts";
 import type { Problem } from "./errors.ts";
 import type { LogPage, LogPushResponse } from "./logs.ts";
+import type { ConnectionGrantResponse, ConnectionPollResponse } from "./connection.ts";
 
 /** True when A and B are mutually assignable (same shape). */
 type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
@@ -29,4 +30,6 @@ export type ResponseSchemasMatch = [
   Assert<Same<Static<typeof R.Problem>, Problem>>,
   Assert<Same<Static<typeof R.LogPage>, LogPage>>,
   Assert<Same<Static<typeof R.LogPushResponse>, LogPushResponse>>,
+  Assert<Same<Static<typeof R.ConnectionGrantResponse>, ConnectionGrantResponse>>,
+  Assert<Same<Static<typeof R.ConnectionPollResponse>, ConnectionPollResponse>>,
 ];

@@ -15,6 +15,7 @@ import { BeachballError } from "../protocol/errors.ts";
 import { problem, problemResponse } from "../protocol/problem.ts";
 import type { BootstrapBody, CreateAllocationBody, EnrollBody, EnrollmentTokenBody, ReplacementAuthorizationBody } from "../protocol/api.ts";
 import type { Envelope } from "../protocol/agent.ts";
+import type { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody } from "../protocol/connection.ts";
 import type { LogPushBody } from "../protocol/logs.ts";
 import type { SchedulerWorker } from "./worker.ts";
 import type { Identity } from "./manifest.ts";
@@ -35,6 +36,12 @@ function who(p: Prepared): Identity {
 function host(p: Prepared): string {
   if (p.caller.kind !== "host") throw new BeachballError("UNAUTHENTICATED", "this call needs a host credential");
   return p.caller.hostId;
+}
+
+/** The Connection and role a guarded rendezvous request carries. */
+function endpoint(p: Prepared): { connectionId: string; role: "client" | "host" } {
+  if (p.caller.kind !== "endpoint") throw new BeachballError("UNAUTHENTICATED", "this call needs an endpoint token");
+  return p.caller;
 }
 
 const id = (p: Prepared) => p.params["id"]!;
@@ -66,6 +73,19 @@ function handlers(worker: SchedulerWorker): Record<RouteName, (p: Prepared) => P
     },
     logs: async (p) => ({ json: await worker.readLog(who(p), id(p), num(p, "offset", 0), num(p, "follow", 0) === 1) }),
     bootstrap: async (p) => ({ json: await worker.deliverBootstrap(who(p), id(p), p.body as BootstrapBody) }),
+    createConnectionGrant: async (p) => ({ status: 201, json: await worker.createConnectionGrant(who(p), id(p), p.body as ConnectionGrantBody) }),
+    revokeConnectionGrant: async (p) => {
+      await worker.revokeConnectionGrant(who(p), id(p), p.params["grantId"]!);
+      return new Response(null, { status: 204 });
+    },
+    connectionPoll: async (p) => {
+      const e = endpoint(p);
+      return { json: await worker.connectionPoll(e.connectionId, e.role, p.body as ConnectionPollBody) };
+    },
+    connectionMessages: async (p) => {
+      const e = endpoint(p);
+      return { json: await worker.connectionMessages(e.connectionId, e.role, p.body as ConnectionMessagesBody) };
+    },
     replacementAuthorizations: async (p) => ({ json: await worker.authorizeReplacement(who(p), id(p), (p.body as ReplacementAuthorizationBody).generation) }),
     enrollmentTokens: async (p) => ({ status: 201, json: await worker.createEnrollmentToken(who(p), id(p), (p.body as EnrollmentTokenBody).ttlSeconds ?? 3600) }),
     hosts: async (p) => ({ json: { items: await worker.hosts(who(p)) } }),
@@ -83,7 +103,7 @@ function handlers(worker: SchedulerWorker): Record<RouteName, (p: Prepared) => P
 
 /** Builds the Elysia app for one Worker. */
 export function buildApp(worker: SchedulerWorker) {
-  const guard = new RequestGuard<RouteName>(ROUTES, { principal: (h) => worker.authenticate(h), host: (h) => worker.authenticateHost(h) });
+  const guard = new RequestGuard<RouteName>(ROUTES, { principal: (h) => worker.authenticate(h), host: (h) => worker.authenticateHost(h), endpoint: (h, c) => worker.authenticateEndpoint(h, c) });
   const admitted = new WeakMap<Request, Prepared<RouteName>>();
   const handle = handlers(worker);
   const app = new Elysia({ normalize: false })

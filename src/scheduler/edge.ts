@@ -26,6 +26,7 @@ import { declaredLength, parseBoundedJson, RequestBody } from "../protocol/bound
 import { MAX_IGNORED_BODY_BYTES } from "../protocol/api.ts";
 import type { QueryParam, RouteSpec } from "./routes.ts";
 import type { Identity } from "./manifest.ts";
+import type { RelayRole } from "../protocol/connection.ts";
 
 /** How the guard resolves credentials (the Worker implements it). */
 export interface Authenticator {
@@ -33,10 +34,12 @@ export interface Authenticator {
   principal(authorization: string | null): Identity;
   /** An enrolled host's ID from `Authorization: Bearer bbh_…`; throws UNAUTHENTICATED. */
   host(authorization: string | null): Promise<string>;
+  /** The role an endpoint token (`Authorization: Bearer bbx_…`) has in Connection `connectionId`; throws UNAUTHENTICATED. */
+  endpoint(authorization: string | null, connectionId: string): Promise<RelayRole>;
 }
 
 /** Who is calling, as established by the guard. */
-export type Caller = { kind: "anonymous" } | { kind: "principal"; identity: Identity } | { kind: "host"; hostId: string };
+export type Caller = { kind: "anonymous" } | { kind: "principal"; identity: Identity } | { kind: "host"; hostId: string } | { kind: "endpoint"; connectionId: string; role: RelayRole };
 
 /** A request that passed the guard: its route, caller, path parameters, query and validated body. */
 export interface Prepared<N extends string = string> {
@@ -177,7 +180,7 @@ export class RequestGuard<N extends string> {
 
   private async prepare(request: Request, url: URL, route: CompiledRoute<N>, params: Record<string, string>, raw: RequestBody): Promise<Prepared<N>> {
     declaredLength(request.headers);
-    const caller = await this.authenticate(route.spec, request.headers.get("authorization"));
+    const caller = await this.authenticate(route.spec, request.headers.get("authorization"), params);
     const query = this.query(url.searchParams, route.spec);
     const spec = route.spec.body;
     if (!spec || !route.check) {
@@ -191,13 +194,17 @@ export class RequestGuard<N extends string> {
     return { route: route.name, caller, params, query, body };
   }
 
-  private async authenticate(spec: RouteSpec, authorization: string | null): Promise<Caller> {
+  private async authenticate(spec: RouteSpec, authorization: string | null, params: Record<string, string>): Promise<Caller> {
     switch (spec.auth) {
       case "none":
       case "enroll":
         return { kind: "anonymous" };
       case "host":
         return { kind: "host", hostId: await this.auth.host(authorization) };
+      case "endpoint": {
+        const connectionId = params["id"] ?? "";
+        return { kind: "endpoint", connectionId, role: await this.auth.endpoint(authorization, connectionId) };
+      }
       default: {
         const identity = this.auth.principal(authorization);
         if (spec.auth !== "principal" && identity.role !== spec.auth) throw new BeachballError("FORBIDDEN", `this call needs the ${spec.auth} role`);

@@ -5,7 +5,8 @@
  * object runtime".
  * Must never: carry in-process services shared between objects (state that
  * lives in memory belongs to the instance that owns it), or a secret beyond
- * the manifest's token digests.
+ * the manifest's token digests (the connection-signing key is a reference
+ * the signer resolves at each use).
  */
 import type { Namespace } from "./runtime/api.ts";
 import type { Clock, Randomness } from "./runtime/ports.ts";
@@ -20,6 +21,11 @@ import type { EnrollmentObject } from "./objects/enrollmentObject.ts";
 import type { HostObject } from "./objects/hostObject.ts";
 import type { HostDirectoryObject } from "./objects/hostDirectory.ts";
 import type { OperationsObject } from "./objects/operationsObject.ts";
+import type { NetworkObject } from "./objects/networkObject.ts";
+import type { NetworkDirectoryObject } from "./objects/networkDirectory.ts";
+import type { ConnectionObject } from "./objects/connectionObject.ts";
+import { connectionSettings, type ConnectionSettings } from "./connectionSettings.ts";
+import type { ConnectionSigner } from "./connectionSigner.ts";
 
 /** Deliberately injected bugs, for proving that the simulation catches them (unstable; never set in production). */
 export interface InjectedBugs {
@@ -32,6 +38,8 @@ export interface SchedulerConfig {
   manifest: DeploymentManifest;
   timeouts: TimeoutPolicy;
   debug: InjectedBugs;
+  /** Private networking from the manifest's `connections`, or null without it. */
+  connections: ConnectionSettings | null;
 }
 
 /** See the module header. */
@@ -43,7 +51,12 @@ export interface SchedulerEnv {
   readonly Host: Namespace<HostObject>;
   readonly HostDirectory: Namespace<HostDirectoryObject>;
   readonly Operations: Namespace<OperationsObject>;
+  readonly Network: Namespace<NetworkObject>;
+  readonly NetworkDirectory: Namespace<NetworkDirectoryObject>;
+  readonly Connection: Namespace<ConnectionObject>;
   readonly config: SchedulerConfig;
+  /** The connection-signing key, resolved at each use (null without private networking). */
+  readonly signer: ConnectionSigner | null;
   readonly clock: Clock;
   readonly random: Randomness;
   /** Counters of this process (on workerd: of this isolate). */
@@ -55,10 +68,10 @@ export interface SchedulerEnv {
 /** The names of the singletons (one instance each). */
 export const GLOBAL = "global";
 
-/** The configuration objects read, from the manifest and option overrides. */
+/** The configuration objects read, from the manifest and option overrides. Throws an Error for a `connections` section that fails its checks (./connectionSettings.ts). */
 export function schedulerConfig(manifest: DeploymentManifest, timeouts: Partial<TimeoutPolicy> = {}, debug: InjectedBugs = {}): SchedulerConfig {
   const t: TimeoutPolicy = { ...DEFAULT_TIMEOUTS, ...timeouts };
   if (manifest.limits.retentionDays !== undefined && timeouts.retentionDays === undefined) t.retentionDays = manifest.limits.retentionDays;
-  return { manifest, timeouts: t, debug };
+  return { manifest, timeouts: t, debug, connections: connectionSettings(manifest) };
 }
 

@@ -15,6 +15,7 @@ import { BootstrapBody, CreateAllocationBody, EnrollBody, EnrollmentTokenBody, M
 import { Envelope, MAX_ENVELOPE_BYTES } from "../protocol/agent.ts";
 import { LogPushBody, MAX_LOG_PUSH_BODY_BYTES } from "../protocol/logs.ts";
 import type { SchedulerFront } from "./front.ts";
+import { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody, MAX_CONNECTION_BODY_BYTES } from "../protocol/connection.ts";
 import { openApiDocument } from "./openapi.ts";
 import { ROUTES } from "./routes.ts";
 
@@ -76,7 +77,13 @@ export function fetchRouter(front: SchedulerFront): (req: Request) => Promise<Re
     const p = url.pathname.split("/").filter(Boolean);
     const m = req.method;
     try {
-      const route = `${m} /${p.map((s, i) => (i >= 2 && p[0] === "v1" && (p[1] === "allocations" || p[1] === "hosts") && i === 2 ? ":id" : s)).join("/")}`;
+      const param = (s: string, i: number) => {
+        if (p[0] !== "v1") return s;
+        if (i === 2 && (p[1] === "allocations" || p[1] === "hosts" || p[1] === "connections")) return ":id";
+        if (i === 4 && p[1] === "allocations" && p[3] === "connection-grants") return ":grantId";
+        return s;
+      };
+      const route = `${m} /${p.map(param).join("/")}`;
       switch (route) {
         case "GET /healthz":
           return json({ ok: true });
@@ -116,6 +123,19 @@ export function fetchRouter(front: SchedulerFront): (req: Request) => Promise<Re
           const who = auth(req);
           const b = (await body(req, Generation, MAX_REQUEST_BODY_BYTES)) as { generation: number };
           return json(await front.authorizeReplacement(who, p[2]!, b.generation));
+        }
+        case "POST /v1/allocations/:id/connection-grants": {
+          const who = auth(req);
+          return json(await front.createConnectionGrant(who, p[2]!, (await body(req, ConnectionGrantBody, MAX_REQUEST_BODY_BYTES)) as ConnectionGrantBody), 201);
+        }
+        case "DELETE /v1/allocations/:id/connection-grants/:grantId":
+          await front.revokeConnectionGrant(auth(req), p[2]!, p[4]!);
+          return new Response(null, { status: 204 });
+        case "POST /v1/connections/:id/poll":
+        case "POST /v1/connections/:id/messages": {
+          const role = await front.authenticateEndpoint(req.headers.get("authorization"), p[2]!);
+          if (p[3] === "poll") return json(await front.connectionPoll(p[2]!, role, (await body(req, ConnectionPollBody, MAX_CONNECTION_BODY_BYTES)) as ConnectionPollBody));
+          return json(await front.connectionMessages(p[2]!, role, (await body(req, ConnectionMessagesBody, MAX_CONNECTION_BODY_BYTES)) as ConnectionMessagesBody));
         }
         case "POST /v1/hosts/:id/enrollment-tokens": {
           const who = auth(req);

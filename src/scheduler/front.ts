@@ -5,7 +5,9 @@
  * to stable errors. Routes call these methods and only translate HTTP.
  *
  * Implements spec "Worker and Durable Objects", "Admission and limits",
- * "Enrollment", "Transport", "One allocation end to end".
+ * "Enrollment", "Transport", "One allocation end to end", "Data path"
+ * (connection grants) and "Coordination and path selection" (the
+ * Connection routes, authenticated by endpoint token).
  * Must never: persist a bootstrap payload or a raw token, take an identity
  * from a request body, or keep state between calls (a parked poll and a
  * pending delivery live in the Host object).
@@ -15,6 +17,7 @@ import { BeachballError } from "../protocol/errors.ts";
 import { MAX_PAYLOAD_BYTES, type AllocationEvent, type AllocationView, type BootstrapBody, type CreateAllocationBody, type EnrollBody, type WellKnown } from "../protocol/api.ts";
 import type { EnrollResponse, Envelope, PollResponse } from "../protocol/agent.ts";
 import type { AlertItem, HostView } from "../protocol/views.ts";
+import type { ConnectionGrantBody, ConnectionGrantResponse, ConnectionMessagesBody, ConnectionPollBody, ConnectionPollResponse, RelayRole } from "../protocol/connection.ts";
 import type { LogPage, LogPushBody, LogPushResponse } from "../protocol/logs.ts";
 import { allocationIdFor, canonicalJson, digestOf } from "../domain/identifiers.ts";
 import { identify, tokenDigest, type Identity } from "./manifestSchema.ts";
@@ -56,7 +59,50 @@ export class SchedulerFront {
 
   /** Discovery document for agents and clients. */
   wellKnown(): WellKnown {
-    return { apiVersion: "v1", agentProtocolVersion: "1.0", region: this.manifest.region, workloadClasses: Object.keys(this.manifest.workloadClasses) };
+    const w: WellKnown = { apiVersion: "v1", agentProtocolVersion: "1.0", region: this.manifest.region, workloadClasses: Object.keys(this.manifest.workloadClasses) };
+    const c = this.env.config.connections;
+    if (c) w.connectionVerificationKeys = { ...c.verificationKeys };
+    return w;
+  }
+
+  /**
+   * Issues a connection grant for the caller's allocation (controllers;
+   * spec "Data path" step 2). Throws FORBIDDEN without private networking
+   * or against the grant policy, NOT_FOUND for an allocation the caller
+   * does not own, INVALID_STATE (not ready, released), STALE_GENERATION
+   * (another generation than `body.generation`, or replaced meanwhile),
+   * RATE_LIMITED, CONNECTIVITY_UNAVAILABLE.
+   */
+  async createConnectionGrant(who: Identity, id: string, body: ConnectionGrantBody): Promise<ConnectionGrantResponse> {
+    requireRole(who, "controller");
+    if (!this.env.config.connections) throw new BeachballError("FORBIDDEN", "private networking is not configured in this deployment's manifest");
+    return this.env.Allocation.get(checkAllocationIdShape(id)).requestConnectionGrant(who.id, body);
+  }
+
+  /** Revokes a grant of the caller's allocation (idempotent). Throws NOT_FOUND for another caller's allocation or an unknown grant. */
+  async revokeConnectionGrant(who: Identity, id: string, grantId: string): Promise<void> {
+    requireRole(who, "controller");
+    if (!/^grt_[0-9a-f]{32}$/.test(grantId)) throw new BeachballError("NOT_FOUND", "no such grant");
+    await this.env.Allocation.get(checkAllocationIdShape(id)).revokeConnectionGrant(who.id, grantId);
+  }
+
+  /** The role of an endpoint token in Connection `connectionId`. Throws UNAUTHENTICATED for a malformed or unknown token, or an ended Connection. */
+  async authenticateEndpoint(authorization: string | null | undefined, connectionId: string): Promise<RelayRole> {
+    const token = bearer(authorization);
+    if (!token || !/^bbx_[0-9a-f]{64}$/.test(token) || !/^con_[0-9a-f]{32}$/.test(connectionId)) throw new BeachballError("UNAUTHENTICATED", "missing or malformed endpoint token");
+    const role = await this.env.Connection.get(connectionId).authenticate(tokenDigest(token));
+    if (!role) throw new BeachballError("UNAUTHENTICATED", "unknown endpoint token, or the connection has ended");
+    return role;
+  }
+
+  /** A rendezvous poll of `role` (long-poll up to `body.waitMs`). */
+  async connectionPoll(connectionId: string, role: RelayRole, body: ConnectionPollBody): Promise<ConnectionPollResponse> {
+    return this.env.Connection.get(connectionId).poll(role, body.after, body.waitMs ?? 0);
+  }
+
+  /** Rendezvous messages from `role`. */
+  async connectionMessages(connectionId: string, role: RelayRole, body: ConnectionMessagesBody): Promise<ConnectionPollResponse> {
+    return this.env.Connection.get(connectionId).messages(role, body.messages);
   }
 
   /**

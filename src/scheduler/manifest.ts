@@ -7,18 +7,21 @@
  * (only SHA-256 digests) or log one.
  */
 import { Value } from "@sinclair/typebox/value";
-import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, writeFileSync, renameSync, chmodSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { generateKeyPairSync, randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, writeFileSync, renameSync, chmodSync, openSync, writeSync, fsyncSync, closeSync, rmSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
 
 export { DeploymentManifest, MAX_WORKLOAD_CLASSES, WorkloadClass, identify, tokenDigest, type Identity } from "./manifestSchema.ts";
-import { DeploymentManifest, tokenDigest } from "./manifestSchema.ts";
+import { DeploymentManifest, tokenDigest, type ConnectionsSection } from "./manifestSchema.ts";
+import { connectionSettings } from "./connectionSettings.ts";
 
 /**
  * Loads and validates a manifest file. Every error names the file: it cannot
  * be read, it is not JSON (with the parser's position), the first schema
- * violation, or two principals sharing an ID or a token digest (the second
- * would be shadowed by the first and never authenticate).
+ * violation, two principals sharing an ID or a token digest (the second
+ * would be shadowed by the first and never authenticate), or a
+ * `connections` section that fails its checks (./connectionSettings.ts:
+ * the ULA prefix, port ranges, policy classes, relay IDs, the signing key ID).
  */
 export function loadManifest(path: string): DeploymentManifest {
   let text: string;
@@ -46,7 +49,49 @@ export function loadManifest(path: string): DeploymentManifest {
     if (other !== undefined) throw new Error(`invalid manifest ${path}: principals ${other} and ${p.id} have the same tokenSha256; each principal needs its own token`);
     digests.set(p.tokenSha256, p.id);
   }
+  try {
+    connectionSettings(raw);
+  } catch (e) {
+    throw new Error(`invalid manifest ${path}: ${(e as Error).message}`);
+  }
   return raw;
+}
+
+/** Name of the development connection-signing key file in a dev data directory. */
+export const DEV_CONNECTION_KEY_FILE = "connection-signing.key";
+
+/**
+ * The development manifest's private networking: a fresh random ULA /48,
+ * a connection-signing key written to `dataDir/connection-signing.key`
+ * (created exclusively, mode 0600), no relays, and a policy that lets any
+ * class open any TCP or UDP port for up to an hour.
+ */
+export function devConnections(dataDir: string): ConnectionsSection {
+  const keyFile = resolve(dataDir, DEV_CONNECTION_KEY_FILE);
+  const pair = generateKeyPairSync("ed25519");
+  const seed = Buffer.from(pair.privateKey.export({ format: "der", type: "pkcs8" }).subarray(16)).toString("base64");
+  const publicKey = Buffer.from(pair.publicKey.export({ format: "der", type: "spki" }).subarray(12)).toString("base64");
+  // A key file left without a manifest signs nothing anyone trusts: a fresh manifest gets a fresh key.
+  rmSync(keyFile, { force: true });
+  const fd = openSync(keyFile, "wx", 0o600);
+  try {
+    writeSync(fd, `${seed}\n`);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  chmodSync(keyFile, 0o600);
+  const g = randomBytes(5);
+  if (g.every((x) => x === g[0])) g[0] = (g[0]! + 1) & 0xff;
+  const hex = g.toString("hex");
+  return {
+    ulaPrefix: `fd${hex.slice(0, 2)}:${hex.slice(2, 6)}:${hex.slice(6, 10)}::/48`,
+    signingKey: { keyId: "dev-1", file: keyFile },
+    verificationKeys: { "dev-1": publicKey },
+    relays: [],
+    relayLimits: { maxBytes: 4 * 1024 ** 3, maxBytesPerSecond: 64 * 1024 ** 2, idleTimeoutMs: 120_000 },
+    grants: { maxTtlSeconds: 3600, policyRevision: 1, default: { transports: ["tcp", "udp"], ports: ["1-65535"] } },
+  };
 }
 
 /** Files the development setup writes: the manifest and a client config holding the raw tokens (mode 0600). */
@@ -61,8 +106,8 @@ export interface DevManifestPaths {
  * 0600) with the raw tokens for the CLI (its URL is filled in by
  * publishDevClientConfig once the server listens). `imageDigest` is the dev
  * image the default classes boot; an existing manifest keeps every edit and
- * only has its classes re-pointed at that image. Never replaces an existing
- * manifest: when only one of the two files exists, throws an Error (exit
+ * only has its classes re-pointed at that image. A new one has private
+ * networking (devConnections). Never replaces an existing manifest: when only one of the two files exists, throws an Error (exit
  * code 2) saying which one is missing and how to go on.
  */
 export function ensureDevManifest(dataDir: string, imageDigest: string): DevManifestPaths {
@@ -100,6 +145,7 @@ export function ensureDevManifest(dataDir: string, imageDigest: string): DevMani
     },
     limits: { maxConcurrentAllocationsPerController: 16, maxRegisteredHosts: 64 },
     hostEnrollment: { autoActivate: true },
+    connections: devConnections(dataDir),
   };
   writeAtomic(manifestPath, JSON.stringify(manifest, null, 2), 0o600);
   writeAtomic(clientConfigPath, JSON.stringify({ schedulerUrl: "", token: controllerToken, operatorToken }, null, 2), 0o600);

@@ -8,6 +8,7 @@
 import { Type, type Static } from "@sinclair/typebox";
 import { createHash } from "node:crypto";
 import { ClosedRecord } from "../protocol/api.ts";
+import { GrantTransport, MAX_GRANT_TTL_SECONDS, MAX_RELAY_TOKEN_TTL_SECONDS, MAX_RELAYS, RelayEntry } from "../protocol/connection.ts";
 
 /** Most workload classes one manifest declares. */
 export const MAX_WORKLOAD_CLASSES = 256;
@@ -28,6 +29,75 @@ export const WorkloadClass = Type.Object(
 /** A workload class. */
 export type WorkloadClass = Static<typeof WorkloadClass>;
 
+/** Most destination port entries one grant policy lists. */
+export const MAX_POLICY_PORT_ENTRIES = 32;
+/** Most connection verification keys one manifest lists (the current key and those being rotated out). */
+export const MAX_VERIFICATION_KEYS = 8;
+
+const KEY_ID_PATTERN = "^[A-Za-z0-9._:-]{1,64}$";
+const WORKLOAD_CLASS_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$";
+
+/** What grants for one workload class may open: transports and destination ports ("22" or "8000-8100"). */
+export const GrantPolicySchema = Type.Object(
+  {
+    transports: Type.Array(GrantTransport, { minItems: 1, maxItems: 2, uniqueItems: true }),
+    ports: Type.Array(Type.String({ maxLength: 11, pattern: "^[0-9]{1,5}(-[0-9]{1,5})?$" }), { minItems: 1, maxItems: MAX_POLICY_PORT_ENTRIES }),
+  },
+  { additionalProperties: false },
+);
+
+/**
+ * Private networking (spec "Networks, addresses, and grants", "Packet
+ * relays"): the deployment's ULA /48, the connection-signing key by
+ * reference (a file the scheduler reads when it signs; never stored), the
+ * verification keys clients and hosts trust, the relays with the limits
+ * their tokens carry, and the grant policy. Absent: no private networking
+ * (no addresses are reserved, grant requests are FORBIDDEN).
+ */
+export const ConnectionsSection = Type.Object(
+  {
+    /** A random RFC 4193 prefix, `fdxx:xxxx:xxxx::/48`. */
+    ulaPrefix: Type.String({ minLength: 4, maxLength: 64 }),
+    /** The Ed25519 connection-signing key: its key ID and the absolute path of a file (mode 0600) holding the base64 seed. */
+    signingKey: Type.Object(
+      { keyId: Type.String({ pattern: KEY_ID_PATTERN, maxLength: 64 }), file: Type.String({ minLength: 2, maxLength: 4096, pattern: "^/" }) },
+      { additionalProperties: false },
+    ),
+    /** Key ID → base64 Ed25519 public key: what clients and hosts verify grants, relay maps and relay tokens with. Must include the signing key's. */
+    verificationKeys: ClosedRecord(KEY_ID_PATTERN, Type.String({ maxLength: 44, pattern: "^[A-Za-z0-9+/]{43}=$" }), MAX_VERIFICATION_KEYS),
+    relays: Type.Array(RelayEntry, { maxItems: MAX_RELAYS }),
+    /** Limits every relay token carries (each relay also enforces its own caps). */
+    relayLimits: Type.Object(
+      {
+        maxBytes: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER }),
+        maxBytesPerSecond: Type.Integer({ minimum: 1, maximum: Number.MAX_SAFE_INTEGER }),
+        idleTimeoutMs: Type.Integer({ minimum: 1000, maximum: 86_400_000 }),
+      },
+      { additionalProperties: false },
+    ),
+    /** Relay-token lifetime, seconds (default 120, at most 300). */
+    relayTokenTtlSeconds: Type.Optional(Type.Integer({ minimum: 30, maximum: MAX_RELAY_TOKEN_TTL_SECONDS })),
+    grants: Type.Object(
+      {
+        /** Longest grant lifetime, seconds (at most 3600). */
+        maxTtlSeconds: Type.Integer({ minimum: 30, maximum: MAX_GRANT_TTL_SECONDS }),
+        /** Lifetime of a grant whose request names none, seconds (default: min(600, maxTtlSeconds)). */
+        defaultTtlSeconds: Type.Optional(Type.Integer({ minimum: 30, maximum: MAX_GRANT_TTL_SECONDS })),
+        /** Bumped by the operator whenever the policy changes; carried in every grant. */
+        policyRevision: Type.Integer({ minimum: 0, maximum: Number.MAX_SAFE_INTEGER }),
+        /** The policy of a workload class not listed in `workloadClasses` (absent: such classes get no grant). */
+        default: Type.Optional(GrantPolicySchema),
+        /** Per workload class policies (each replaces the default for its class). */
+        workloadClasses: Type.Optional(ClosedRecord(WORKLOAD_CLASS_PATTERN, GrantPolicySchema, MAX_WORKLOAD_CLASSES)),
+      },
+      { additionalProperties: false },
+    ),
+  },
+  { additionalProperties: false },
+);
+/** The manifest's private-networking section. */
+export type ConnectionsSection = Static<typeof ConnectionsSection>;
+
 /** The manifest schema. */
 export const DeploymentManifest = Type.Object(
   {
@@ -44,7 +114,7 @@ export const DeploymentManifest = Type.Object(
       ),
       { maxItems: 1024 },
     ),
-    workloadClasses: ClosedRecord("^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", WorkloadClass, MAX_WORKLOAD_CLASSES),
+    workloadClasses: ClosedRecord(WORKLOAD_CLASS_PATTERN, WorkloadClass, MAX_WORKLOAD_CLASSES),
     limits: Type.Object(
       {
         maxConcurrentAllocationsPerController: Type.Integer({ minimum: 1 }),
@@ -65,6 +135,7 @@ export const DeploymentManifest = Type.Object(
       { additionalProperties: false },
     ),
     hostEnrollment: Type.Object({ autoActivate: Type.Boolean() }, { additionalProperties: false }),
+    connections: Type.Optional(ConnectionsSection),
   },
   { additionalProperties: false },
 );

@@ -9,6 +9,9 @@ import { EnrollmentObject } from "./objects/enrollmentObject.ts";
 import { HostDirectoryObject } from "./objects/hostDirectory.ts";
 import { HostObject } from "./objects/hostObject.ts";
 import { OperationsObject } from "./objects/operationsObject.ts";
+import { NetworkObject } from "./objects/networkObject.ts";
+import { NetworkDirectoryObject } from "./objects/networkDirectory.ts";
+import { ConnectionObject } from "./objects/connectionObject.ts";
 
 /** The classes, each with its stable class name. */
-export const OBJECT_CLASSES = [AllocationObject, AllocationIndexObject, AdmissionObject, EnrollmentObject, HostObject, HostDirectoryObject, OperationsObject] as const;
+export const OBJECT_CLASSES = [AllocationObject, AllocationIndexObject, AdmissionObject, EnrollmentObject, HostObject, HostDirectoryObject, OperationsObject, NetworkObject, NetworkDirectoryObject, ConnectionObject] as const;

@@ -100,7 +100,9 @@ function operation(name: string, spec: RouteSpec, names: Map<string, { name: str
   const success: Json =
     "schema" in spec.response
       ? { description: spec.summary, content: { "application/json": { schema: ref(spec.response.schema, names, used) } } }
-      : { description: spec.summary, content: { [spec.response.contentType.split(";")[0]!]: { schema: { type: "string" } } } };
+      : "contentType" in spec.response
+        ? { description: spec.summary, content: { [spec.response.contentType.split(";")[0]!]: { schema: { type: "string" } } } }
+        : { description: spec.summary };
   const also = "also" in spec.response && spec.response.also ? { [String(spec.response.also)]: success } : {};
   op["responses"] = { ...also, [String(spec.response.status)]: success, ...errorAnswers(spec), default: problemAnswer("Any other error, with its stable code (429 and 503 carry Retry-After)") };
   const scheme = schemeOf(spec.auth);

@@ -8,7 +8,10 @@
  * published (with its response schema) without being listed twice either.
  *
  * Spec: "Authentication and identity", "Admission and limits", "The agent
- * protocol", "Enrollment". Must never: hold a handler or a business rule.
+ * protocol", "Enrollment", "Data path" and "Coordination and path
+ * selection" (connection grants and their rendezvous; long-poll only, the
+ * WebSocket route `GET /v1/connections/{id}/connect` is not served).
+ * Must never: hold a handler or a business rule.
  */
 import { Type, type TSchema } from "@sinclair/typebox";
 import type { ErrorCode } from "../protocol/errors.ts";
@@ -25,16 +28,19 @@ import {
   ReplacementAuthorizationBody,
 } from "../protocol/api.ts";
 import { Envelope, MAX_ENVELOPE_BYTES } from "../protocol/agent.ts";
+import { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody, MAX_CONNECTION_BODY_BYTES } from "../protocol/connection.ts";
 import * as R from "../protocol/responses.ts";
 import { LogPushBody, MAX_LOG_PUSH_BODY_BYTES } from "../protocol/logs.ts";
 
 /**
  * Who may call a route, checked from the Authorization header before the
  * body is read: nobody (`none`), any principal, a principal of one role, or
- * an enrolled host. `enroll` is unauthenticated by header: its one-use token
- * is in the (small, bounded) body.
+ * an enrolled host, or the holder of a Connection's endpoint token
+ * (`endpoint`: the token names one role of the Connection in the path's
+ * `:id`). `enroll` is unauthenticated by header: its one-use token is in
+ * the (small, bounded) body.
  */
-export type RouteAuth = "none" | "enroll" | "principal" | "controller" | "operator" | "host";
+export type RouteAuth = "none" | "enroll" | "principal" | "controller" | "operator" | "host" | "endpoint";
 
 /** A query parameter: a decimal integer in [min, max], or a string matching `pattern`. */
 export type QueryParam = { kind: "integer"; min: number; max: number } | { kind: "string"; pattern: RegExp };
@@ -52,11 +58,11 @@ export interface RouteBody {
  * with the same body (create's 200 for a replayed request). Errors are
  * always problem+json.
  */
-export type RouteResponse = { status: 200 | 201 | 202; schema: TSchema; also?: 200 } | { status: 200; contentType: string };
+export type RouteResponse = { status: 200 | 201 | 202; schema: TSchema; also?: 200 } | { status: 200; contentType: string } | { status: 204 };
 
 /** One route as data (see the module header). */
 export interface RouteSpec {
-  method: "GET" | "POST";
+  method: "GET" | "POST" | "DELETE";
   /** Path with `:name` segments, as Elysia writes them. */
   path: string;
   auth: RouteAuth;
@@ -70,6 +76,7 @@ export interface RouteSpec {
 
 const api = (schema: TSchema): RouteBody => ({ schema, maxBytes: MAX_API_BODY_BYTES, tooLarge: "BODY_TOO_LARGE" });
 const envelope: RouteBody = { schema: Envelope, maxBytes: MAX_ENVELOPE_BYTES, tooLarge: "ENVELOPE_TOO_LARGE" };
+const rendezvous = (schema: TSchema): RouteBody => ({ schema, maxBytes: MAX_CONNECTION_BODY_BYTES, tooLarge: "BODY_TOO_LARGE" });
 const limit: QueryParam = { kind: "integer", min: 1, max: MAX_PAGE_SIZE };
 const after: QueryParam = { kind: "integer", min: 0, max: MAX_WIRE_INTEGER };
 const ok = (schema: TSchema, status: 200 | 201 | 202 = 200): RouteResponse => ({ status, schema });
@@ -110,6 +117,17 @@ export const ROUTES = {
     response: ok(R.DeliveryResult),
   },
   replacementAuthorizations: { method: "POST", path: "/v1/allocations/:id/replacement-authorizations", auth: "controller", body: api(ReplacementAuthorizationBody), summary: "Certify the generation's external authority is revoked so a blocked replacement may proceed", response: ok(AllocationView) },
+  createConnectionGrant: {
+    method: "POST",
+    path: "/v1/allocations/:id/connection-grants",
+    auth: "controller",
+    body: api(ConnectionGrantBody),
+    summary: "A signed connection grant for the caller's ready allocation (one generation, one host peer), its relay map, relay tokens and rendezvous endpoint token",
+    response: ok(R.ConnectionGrantResponse, 201),
+  },
+  revokeConnectionGrant: { method: "DELETE", path: "/v1/allocations/:id/connection-grants/:grantId", auth: "controller", summary: "Revoke a connection grant (idempotent)", response: { status: 204 } },
+  connectionPoll: { method: "POST", path: "/v1/connections/:id/poll", auth: "endpoint", body: rendezvous(ConnectionPollBody), summary: "Rendezvous: the peer's messages after a cursor (acknowledging those up to it); parks up to 25 s", response: ok(R.ConnectionPollResponse) },
+  connectionMessages: { method: "POST", path: "/v1/connections/:id/messages", auth: "endpoint", body: rendezvous(ConnectionMessagesBody), summary: "Rendezvous: post candidates, path observations and acks (per-role sequence numbers)", response: ok(R.ConnectionPollResponse) },
   enrollmentTokens: { method: "POST", path: "/v1/hosts/:id/enrollment-tokens", auth: "operator", body: api(EnrollmentTokenBody), summary: "Mint a one-use enrollment token bound to a host ID", response: ok(R.EnrollmentToken, 201) },
   hosts: { method: "GET", path: "/v1/hosts", auth: "operator", summary: "Every enrolled host with capacity, health and placements", response: ok(R.HostList) },
   activateHost: { method: "POST", path: "/v1/hosts/:id/activate", auth: "operator", summary: "Let a host take new placements", response: ok(R.HostView) },

@@ -10,3 +10,4 @@ export * from "./objects/allocationSchema.ts";
 export * from "./objects/hostSchema.ts";
 export * from "./objects/hostDirectorySchema.ts";
 export * from "./objects/singletonSchema.ts";
+export * from "./objects/networkSchema.ts";

@@ -30,6 +30,12 @@ import { EnrollmentObject } from "./objects/enrollmentObject.ts";
 import { HostDirectoryObject } from "./objects/hostDirectory.ts";
 import { HostObject } from "./objects/hostObject.ts";
 import { OperationsObject } from "./objects/operationsObject.ts";
+import { NetworkObject } from "./objects/networkObject.ts";
+import { NetworkDirectoryObject } from "./objects/networkDirectory.ts";
+import { ConnectionObject } from "./objects/connectionObject.ts";
+import { connectionSigner, type ConnectionSigner } from "./connectionSigner.ts";
+import { keyFileSeed } from "./connectionKeyFile.ts";
+import type { ConnectionSettings } from "./connectionSettings.ts";
 
 export { DELIVERY_TIMEOUT_MS } from "./front.ts";
 
@@ -69,6 +75,9 @@ export class SchedulerWorker extends SchedulerFront {
   readonly objectEnv: SchedulerEnv;
 
   constructor(opts: WorkerOptions) {
+    // Configuration first: a manifest whose connections section or signing key fails its checks stops the start before the store is opened.
+    const config = schedulerConfig(opts.manifest, opts.timeouts, opts.debug);
+    const signer = config.connections ? fileSigner(config.connections) : null;
     prepareDataDir(opts.dataDir);
     const clock = opts.clock ?? systemClock;
     const file = join(opts.dataDir, STORE_FILE);
@@ -80,13 +89,12 @@ export class SchedulerWorker extends SchedulerFront {
       lock.release();
       throw e;
     }
-    const config = schedulerConfig(opts.manifest, opts.timeouts, opts.debug);
     const metrics = new Metrics();
     if (opts.processMetrics) {
       startProcessMetrics();
       metrics.addSource(processMetricsText);
     }
-    const base = { config, clock, random: opts.random ?? systemRandomness, metrics, log: opts.log ?? silentLogger };
+    const base = { config, signer, clock, random: opts.random ?? systemRandomness, metrics, log: opts.log ?? silentLogger };
     const objectEnv: SchedulerEnv = { ...namespaces(runtime, false), ...base };
     runtime.bind(objectEnv);
     super({ ...namespaces(runtime, true), ...base }, opts.publicUrl);
@@ -108,6 +116,17 @@ export class SchedulerWorker extends SchedulerFront {
   async close(): Promise<void> {
     await this.runtime.close();
   }
+}
+
+/** The signer over the manifest's key file, checked once now (a missing, unreadable, loose or mismatched key stops the start). */
+function fileSigner(c: ConnectionSettings): ConnectionSigner {
+  const signer = connectionSigner(c.signingKeyId, c.verificationKeys[c.signingKeyId]!, keyFileSeed(c.signingKeyFile));
+  try {
+    signer.check();
+  } catch (e) {
+    throw new Error(`manifest /connections/signingKey: ${(e as Error).message}`);
+  }
+  return signer;
 }
 
 /** Creates the data directory mode 0700 (tightening an existing one). Throws a clear error if it cannot be written. */
@@ -159,7 +178,7 @@ function storageStartError(file: string, e: unknown): Error {
   return e instanceof Error ? e : new Error(String(e));
 }
 
-type Namespaces = Pick<SchedulerEnv, "Allocation" | "AllocationIndex" | "Admission" | "Enrollment" | "Host" | "HostDirectory" | "Operations">;
+type Namespaces = Pick<SchedulerEnv, "Allocation" | "AllocationIndex" | "Admission" | "Enrollment" | "Host" | "HostDirectory" | "Operations" | "Network" | "NetworkDirectory" | "Connection">;
 
 function namespaces(rt: EmbeddedRuntime<SchedulerEnv>, gated: boolean): Namespaces {
   const ns = <T extends AnyAuthorityObject>(c: ObjectClass<T, SchedulerEnv>): Namespace<T> => rt.namespace(c, gated ? { gated } : { gated, from: "object" });
@@ -171,5 +190,8 @@ function namespaces(rt: EmbeddedRuntime<SchedulerEnv>, gated: boolean): Namespac
     Host: ns(HostObject),
     HostDirectory: ns(HostDirectoryObject),
     Operations: ns(OperationsObject),
+    Network: ns(NetworkObject),
+    NetworkDirectory: ns(NetworkDirectoryObject),
+    Connection: ns(ConnectionObject),
   };
 }

@@ -16,21 +16,25 @@ import { ERROR_STATUS } from "../../src/protocol/errors.ts";
 import { MAX_IGNORED_BODY_BYTES } from "../../src/protocol/api.ts";
 import { ROUTES, type RouteName, type RouteSpec } from "../../src/scheduler/routes.ts";
 import { filler, rawRequest } from "../support/rawHttp.ts";
-import { rawPost, startTestScheduler, type TestScheduler } from "../support/scheduler.ts";
+import { openTestConnection, rawPost, startTestScheduler, type TestConnection, type TestScheduler } from "../support/scheduler.ts";
 
 let s: TestScheduler;
 let port: number;
 let hostCredential: string;
 let allocationId: string;
+/** A live connection grant (the rendezvous routes authenticate against its Connection). */
+let conn: TestConnection;
 
 const routes = Object.entries(ROUTES) as [RouteName, RouteSpec][];
 /** A concrete path for a route (its `:id` filled with something of the right shape). */
-const pathOf = (r: RouteSpec) => r.path.replace(":id", r.path.startsWith("/v1/hosts") ? "edge-host" : allocationId);
+const pathOf = (r: RouteSpec) =>
+  r.auth === "endpoint" ? r.path.replace(":id", conn.connectionId) : r.path.replace(":id", r.path.startsWith("/v1/hosts") ? "edge-host" : allocationId).replace(":grantId", conn.grantId);
 /** The Authorization header that passes a route's authentication and role. */
 function authFor(r: RouteSpec): Record<string, string> {
   if (r.auth === "host") return { authorization: `Bearer ${hostCredential}` };
   if (r.auth === "operator") return { authorization: `Bearer ${s.tokens.operatorToken}` };
   if (r.auth === "controller" || r.auth === "principal") return { authorization: `Bearer ${s.tokens.token}` };
+  if (r.auth === "endpoint") return { authorization: `Bearer ${conn.endpointToken}` };
   return {};
 }
 const authenticated = routes.filter(([, r]) => r.auth !== "none" && r.auth !== "enroll");
@@ -55,7 +59,7 @@ async function send(method: string, path: string, headers: Record<string, string
 
 async function objectCounts(): Promise<Record<string, number>> {
   const out: Record<string, number> = {};
-  for (const c of ["Allocation", "AllocationIndex", "Admission", "Enrollment", "HostDirectory", "Host", "Operations"]) out[c] = s.server.worker.runtime.listNames(c).length;
+  for (const c of ["Allocation", "AllocationIndex", "Admission", "Enrollment", "HostDirectory", "Host", "Operations", "Network", "NetworkDirectory", "Connection"]) out[c] = s.server.worker.runtime.listNames(c).length;
   out["allocations"] = (await s.controller.list(undefined, 200)).items.length;
   return out;
 }
@@ -67,6 +71,7 @@ beforeAll(async () => {
   const r = await rawPost(`${s.url}/v1/agents/enroll`, null, JSON.stringify({ token: t.token, capacity: { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 4 }, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }));
   expect(r.status).toBe(201);
   hostCredential = String(r.body["credential"]);
+  conn = await openTestConnection(s, "edge-host", hostCredential, "edge-conn");
   allocationId = (await s.controller.create({ clientRequestId: "edge-1", workloadClass: "ci-small" })).view.allocationId;
 });
 afterAll(async () => {

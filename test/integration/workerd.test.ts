@@ -2,7 +2,9 @@
  * The same scheduler object classes on workerd, the open-source Durable
  * Objects runtime (the real binary from the `workerd` npm package): the
  * bundle from deploy/workerd/build.ts serves an allocation from create
- * through a scripted agent's polls to `released`, with workerd stopped and
+ * through a scripted agent's polls to `released`, with a connection grant
+ * signed with the BB_CONNECTION_SIGNING_KEY binding, its Connection and
+ * its revocation on the way, and workerd stopped and
  * started again in the middle (state from its SQLite-backed objects on
  * disk). Loopback only; the process is ended by its PID.
  */
@@ -12,7 +14,10 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { Subprocess } from "bun";
 import { buildWorkerd } from "../../deploy/workerd/build.ts";
-import { ensureDevManifest } from "../../src/scheduler/manifest.ts";
+import { DEV_CONNECTION_KEY_FILE, ensureDevManifest } from "../../src/scheduler/manifest.ts";
+import { connectionGrantsPath, type ConnectionGrantResponse } from "../../src/protocol/connection.ts";
+import { checkSignedGrant } from "../../src/protocol/connectionSignature.ts";
+import type { WellKnown } from "../../src/protocol/api.ts";
 import { SchedulerClient } from "../../src/client/index.ts";
 import type { EnrollResponse } from "../../src/protocol/agent.ts";
 import { ScriptedAgent } from "../support/scriptedAgent.ts";
@@ -24,11 +29,13 @@ let config = "";
 let port = 0;
 let proc: Subprocess | null = null;
 let manifestJson = "";
+/** The development manifest's connection-signing key (workerd reads it from a binding, not the key file). */
+let signingSeed = "";
 
 async function startWorkerd(): Promise<string> {
   const url = `http://127.0.0.1:${port}`;
   proc = Bun.spawn([WORKERD, "serve", config, "--directory-path", `storage=${join(dir, "storage")}`, "--socket-addr", `http=127.0.0.1:${port}`], {
-    env: { ...process.env, BB_MANIFEST: manifestJson, BB_PUBLIC_URL: url },
+    env: { ...process.env, BB_MANIFEST: manifestJson, BB_PUBLIC_URL: url, BB_CONNECTION_SIGNING_KEY: signingSeed },
     stdout: "inherit",
     stderr: "inherit",
   });
@@ -51,6 +58,7 @@ beforeAll(async () => {
   mkdirSync(join(dir, "storage"));
   config = await buildWorkerd(join(dir, "build"));
   manifestJson = readFileSync(ensureDevManifest(join(dir, "manifest"), FAKE_IMAGE_DIGEST).manifestPath, "utf8");
+  signingSeed = readFileSync(join(dir, "manifest", DEV_CONNECTION_KEY_FILE), "utf8").trim();
   port = 21_000 + Math.floor(Math.random() * 20_000);
 });
 
@@ -88,6 +96,18 @@ describe("the scheduler on workerd", () => {
     const chunk = { allocationId: view.allocationId, placementId: present.placementId, generation: present.generation, offset: 0, text: "wd-line-1\n" };
     expect((await agent.client.push([chunk])).results).toEqual([{ placementId: present.placementId, streamEnd: 10 }]);
 
+    // A connection grant: the host endpoint reports its key, the grant is signed with the binding's key and verifies.
+    const hostKey = Buffer.alloc(32, 9).toString("base64");
+    await agent.send({ connectivity: { seq: 1, hostPublicKey: hostKey, candidates: [{ address: "127.0.0.1", port: 51820, kind: "local" }], appliedGrants: [], refusedGrants: [], at: new Date().toISOString() } });
+    const grantReq = { method: "POST", headers: { authorization: `Bearer ${tokens.token}`, "content-type": "application/json" }, body: JSON.stringify({ clientPublicKey: Buffer.alloc(32, 7).toString("base64"), transport: "tcp", ports: [22] }) };
+    const granted = await fetch(`${url}${connectionGrantsPath(view.allocationId)}`, grantReq);
+    expect(granted.status).toBe(201);
+    const g = (await granted.json()) as ConnectionGrantResponse;
+    const wk = (await (await fetch(`${url}/v1/.well-known/beachball`)).json()) as WellKnown;
+    const keys = new Map(Object.entries(wk.connectionVerificationKeys ?? {}));
+    expect(checkSignedGrant(g.grant, keys, { allocationId: view.allocationId, generation: 1, hostId: "wd-host", hostPublicKey: hostKey }, Date.now()).ok).toBe(true);
+    expect((await agent.poll()).connections?.map((c) => c.action)).toEqual(["apply"]);
+
     await stopWorkerd();
     url = await startWorkerd();
     controller = new SchedulerClient(url, tokens.token);
@@ -99,6 +119,13 @@ describe("the scheduler on workerd", () => {
     await agent.client.push([{ ...chunk, offset: 10, text: "wd-line-2\n" }]);
     expect((await following).text).toBe("wd-line-2\n");
     await expect(new SchedulerClient(url, tokens.operatorToken).logs(view.allocationId)).rejects.toMatchObject({ code: "NOT_FOUND" });
+
+    // The Connection survived the restart; a revoke ends it and reaches the host.
+    const connPoll = () => fetch(`${url}/v1/connections/${g.connectionId}/poll`, { method: "POST", headers: { authorization: `Bearer ${g.endpointToken}`, "content-type": "application/json" }, body: JSON.stringify({ after: 0 }) });
+    expect((await connPoll()).status).toBe(200);
+    expect((await fetch(`${url}${connectionGrantsPath(view.allocationId, g.grant.payload.grantId)}`, { method: "DELETE", headers: { authorization: `Bearer ${tokens.token}` } })).status).toBe(204);
+    expect((await connPoll()).status).toBe(401);
+    expect((await agent.poll()).connections?.map((c) => `${c.grantId} ${c.action}`)).toContain(`${g.grant.payload.grantId} revoke`);
 
     await controller.release(view.allocationId);
     await agent.waitCommand("ensure_absent", view.allocationId);

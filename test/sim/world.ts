@@ -11,8 +11,12 @@
  * guests that never boot, images that fail or resolve slowly; scheduler
  * crashes between persisting intent and the side effect; partitions that
  * make hosts lost; clock skew; operator fencing and replacement
- * authorizations. After every step it checks the invariants; after the
- * faults stop it checks that every allocation settles.
+ * authorizations; connection grants asked for and revoked, applied by a
+ * stand-in host endpoint (simEndpoint.ts). After every step it checks the
+ * invariants (one of them: an allocation's private address is never routed
+ * through two hosts or generations at once); after the faults stop it
+ * checks that every allocation settles (a replacement held for
+ * CONNECTIONS_NOT_FENCED only until its old grant may have expired).
  */
 import { createHash } from "node:crypto";
 import { mkdirSync, rmSync } from "node:fs";
@@ -20,11 +24,14 @@ import { join } from "node:path";
 import { BeachballError } from "../../src/protocol/errors.ts";
 import type { Envelope, PollResponse } from "../../src/protocol/agent.ts";
 import { SchedulerWorker } from "../../src/scheduler/worker.ts";
-import { tokenDigest, type DeploymentManifest, type Identity } from "../../src/scheduler/manifest.ts";
+import { devConnections, tokenDigest, type DeploymentManifest, type Identity } from "../../src/scheduler/manifest.ts";
+import type { ConnectionsSection } from "../../src/scheduler/manifestSchema.ts";
 import { FakeTimeline, settle, type FakeRequest } from "../../src/agent/fakePorts.ts";
 import type { AgentDebug } from "../../src/agent/debug.ts";
 import { SeededRandom } from "./rng.ts";
 import { SimHost, type ExecutionRecord } from "./simHost.ts";
+import { SimEndpoint } from "./simEndpoint.ts";
+import { GRANT_EXPIRY_GRACE_MS } from "../../src/domain/grants.ts";
 
 /** Options of one simulated run. */
 export interface SimOptions {
@@ -47,14 +54,14 @@ export interface SimResult {
   seed: number;
   violations: string[];
   traceHash: string;
-  stats: { steps: number; allocations: number; schedulerCrashes: number; agentCrashes: number; reboots: number; stalls: number; vmmOutages: number; vmmFailingSteps: number; vmCrashes: number; fenced: number; replaced: number; executions: number; envelopes: number };
+  stats: { steps: number; allocations: number; grants: number; schedulerCrashes: number; agentCrashes: number; reboots: number; stalls: number; vmmOutages: number; vmmFailingSteps: number; vmCrashes: number; fenced: number; replaced: number; executions: number; envelopes: number };
 }
 
 const CONTROLLER: Identity = { id: "controller:sim", role: "controller" };
 const OPERATOR: Identity = { id: "operator:sim", role: "operator" };
 const HOST_CAPACITY = { cpuMillis: 3000, memoryMiB: 1024, ephemeralDiskMiB: 8192, maxPlacements: 2 };
 
-function manifest(): DeploymentManifest {
+function manifest(connections: ConnectionsSection): DeploymentManifest {
   return {
     version: 1,
     region: "sim",
@@ -68,6 +75,7 @@ function manifest(): DeploymentManifest {
     },
     limits: { maxConcurrentAllocationsPerController: 1000, maxRegisteredHosts: 16, controllerRequestsPerSecond: 1000, deploymentRequestsPerSecond: 1000 },
     hostEnrollment: { autoActivate: true },
+    connections,
   };
 }
 
@@ -75,6 +83,9 @@ interface Delayed {
   at: number;
   req: FakeRequest;
   resp: PollResponse;
+  host: SimHost;
+  /** The agent process the response is for (a later process never sees it). */
+  channel: SimHost["channel"];
 }
 
 /** Fake VM and image behaviour drawn from the seed: launch, boot and shutdown times, guests that never boot, images that fail or are slow. */
@@ -100,13 +111,16 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
   mkdirSync(dir, { recursive: true });
   const violations: string[] = [];
   const trace = createHash("sha256");
-  const stats = { steps: 0, allocations: 0, schedulerCrashes: 0, agentCrashes: 0, reboots: 0, stalls: 0, vmmOutages: 0, vmmFailingSteps: 0, vmCrashes: 0, fenced: 0, replaced: 0, executions: 0, envelopes: 0 };
+  const stats = { steps: 0, allocations: 0, grants: 0, schedulerCrashes: 0, agentCrashes: 0, reboots: 0, stalls: 0, vmmOutages: 0, vmmFailingSteps: 0, vmCrashes: 0, fenced: 0, replaced: 0, executions: 0, envelopes: 0 };
   let faults = true;
   const timeouts = { leaseMs: 30_000, pendingTimeoutMs: 180_000, provisioningTimeoutMs: 120_000, hostCheckIntervalMs: 5_000, leaseGraceMs: 20_000, defaultTtlMs: 3_600_000 };
+  // Private networking on: addresses at create, grants, their fencing across replacement (the key file lives in the seed's directory).
+  const connections = devConnections(dir);
+  const grantRng = new SeededRandom(opts.seed ^ 0x6a1170);
   const makeWorker = () => {
     const w = new SchedulerWorker({
       dataDir: join(dir, "scheduler"),
-      manifest: manifest(),
+      manifest: manifest(connections),
       publicUrl: "http://sim",
       clock: timeline,
       random: schedRng,
@@ -144,6 +158,10 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
 
   const agentDebug: AgentDebug | undefined = opts.injectAgentBug ? { startDespiteExpiredLease: true } : undefined;
   const hosts: SimHost[] = [];
+  const endpoints = new Map<string, SimEndpoint>();
+  const grants: { allocationId: string; grantId: string }[] = [];
+  /** Per allocation, until when a grant it asked for may still be applied (expiry plus the grace). */
+  const grantMayLive = new Map<string, number>();
   const fenced = new Set<string>();
   const downUntil = new Map<string, number>();
   const executions: ExecutionRecord[] = [];
@@ -155,7 +173,10 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
     const h = new SimHost(hostId, join(dir, hostId), timeline, rng, behaviour, (r) => executions.push(r), agentDebug);
     await h.boot();
     hosts.push(h);
+    endpoints.set(hostId, new SimEndpoint(hostId, h.clock, 10 + i));
   }
+  /** The agent process of `h` died: so did its endpoint's peers. */
+  const lose = (h: SimHost) => endpoints.get(h.hostId)!.lose();
   const allocations: string[] = [];
   let createAttempts = 0;
   let pendingCreate: { clientRequestId: string; workloadClass: string } | null = null;
@@ -185,6 +206,9 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
         type: req.type,
         payload: { ...req.payload, ...(req.type === "poll" ? { waitMs: 0 } : {}) },
       };
+      // The host endpoint rides in the agent's envelopes: its connectivity_update and its configure_connection acks.
+      const ep = endpoints.get(h.hostId)!.outgoing(req.agentEpoch);
+      env.payload = { ...env.payload, ...(ep.connectivity ? { connectivity: ep.connectivity } : {}), acks: [...env.payload.acks, ...ep.acks] };
       const copies = faults && rng.chance(0.05) ? 2 : 1;
       stats.envelopes += copies;
       let resp: PollResponse | null = null;
@@ -207,10 +231,11 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
         continue;
       }
       if (faults && rng.chance(0.08)) {
-        delayed.push({ at: timeline.now() + stepMs * (1 + rng.int(5)), req, resp });
+        delayed.push({ at: timeline.now() + stepMs * (1 + rng.int(5)), req, resp, host: h, channel: h.channel });
         continue;
       }
       req.resolve(resp);
+      endpoints.get(h.hostId)!.receive(resp);
     }
     await settle();
   };
@@ -267,6 +292,31 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
       if (v && v.conditions.includes("replacement_blocked")) await sched((w) => w.authorizeReplacement(CONTROLLER, id, v.generation)).catch(() => null);
     }
 
+    // Controller: connection grants for ready allocations (CONNECTIVITY_UNAVAILABLE, INVALID_STATE and the like are expected refusals), and revocations.
+    if (faults && allocations.length && grantRng.chance(0.2)) {
+      const id = grantRng.pick(allocations);
+      const v = await sched((w) => w.getAllocation(CONTROLLER, id));
+      if (v?.state === "ready") {
+        const ttlSeconds = 120 + grantRng.int(480);
+        // Asked for, so possibly issued even if the answer is lost: a replacement may wait for it until then.
+        grantMayLive.set(id, Math.max(grantMayLive.get(id) ?? 0, timeline.now() + ttlSeconds * 1000 + GRANT_EXPIRY_GRACE_MS));
+        const g = await sched((w) => w.createConnectionGrant(CONTROLLER, id, { clientPublicKey: Buffer.alloc(32, 200).toString("base64"), transport: "tcp", ports: [22], ttlSeconds })).catch((e: unknown) => {
+          if (e instanceof BeachballError) return null;
+          throw e;
+        });
+        if (g) {
+          grants.push({ allocationId: id, grantId: g.grant.payload.grantId });
+          stats.grants++;
+        }
+      }
+    }
+    if (faults && grants.length && grantRng.chance(0.03)) {
+      const g = grantRng.pick(grants);
+      await sched((w) => w.revokeConnectionGrant(CONTROLLER, g.allocationId, g.grantId)).catch((e: unknown) => {
+        if (!(e instanceof BeachballError)) throw e;
+      });
+    }
+
     // Operator: fence one lost host at most.
     if (faults && fenced.size === 0 && rng.chance(0.03)) {
       const views = (await sched((w) => w.hosts(OPERATOR))) ?? [];
@@ -286,6 +336,7 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
             h.reboot();
             stats.reboots++;
           } else h.crash();
+          lose(h);
           stats.agentCrashes++;
           downUntil.set(h.hostId, timeline.now() + stepMs * (1 + rng.int(4)));
         }
@@ -312,6 +363,7 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
     for (const d of delayed.filter((x) => x.at <= timeline.now())) {
       delayed.splice(delayed.indexOf(d), 1);
       d.req.resolve(d.resp); // ignored if the agent gave up on it (timeout) or died
+      if (d.host.alive && d.host.channel === d.channel) endpoints.get(d.host.hostId)!.receive(d.resp);
     }
     await settle();
     if (faults && rng.chance(0.01)) {
@@ -330,7 +382,9 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
     const v = await sched((w) => w.getAllocation(CONTROLLER, id));
     if (!v) continue;
     trace.update(`${id}:${v.state}:${v.generation}`);
-    if (v.state !== "ready" && v.state !== "released" && v.state !== "failed") violations.push(`liveness: ${id} is still ${v.state} (gen ${v.generation}, reason ${v.reason}) ${healSteps * stepMs} ms after the faults stopped`);
+    // A replacement held for CONNECTIONS_NOT_FENCED may wait for its old grant's expiry (a fenced host never acknowledges a revoke), no longer.
+    const held = v.state === "releasing" && v.conditions.includes("CONNECTIONS_NOT_FENCED") && timeline.now() < (grantMayLive.get(id) ?? 0) + stepMs * 20;
+    if (v.state !== "ready" && v.state !== "released" && v.state !== "failed" && !held) violations.push(`liveness: ${id} is still ${v.state} (gen ${v.generation}, reason ${v.reason}) ${healSteps * stepMs} ms after the faults stopped`);
     if (v.generation > 1) stats.replaced++;
   }
   for (const h of hosts) h.close();
@@ -355,6 +409,10 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
         violations.push(`step ${step}: ${h.hostId} runs ${vms.length} VMs using ${cpu}m/${mem} MiB: over its capacity`);
     }
     for (const [alloc, where] of running) if (where.length > 1) violations.push(`step ${step}: allocation ${alloc} has ${where.length} running VMs (${where.join(", ")})`);
+    // One private address is never routed through two hosts or two generations at once (fenced hosts included: their peers live until expiry).
+    const routed = new Map<string, Set<string>>();
+    for (const [hostId, ep] of endpoints) for (const [alloc, gens] of ep.applied()) for (const g of gens) routed.set(alloc, new Set([...(routed.get(alloc) ?? []), `${hostId}/g${g}`]));
+    for (const [alloc, where] of routed) if (where.size > 1) violations.push(`step ${step}: allocation ${alloc}'s address is routed through ${[...where].join(" and ")} at once`);
     for (const v of views) {
       trace.update(`${v.hostId}:${v.free.cpuMillis}:${v.placements.length}`);
       if (v.unschedulable.includes("VMM_START_FAILING")) stats.vmmFailingSteps++;

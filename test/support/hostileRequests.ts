@@ -43,6 +43,8 @@ export interface HostileContext {
   hostId: string;
   hostCredential: string;
   allocationId: string;
+  /** A live Connection and one of its endpoint tokens (test/support/scheduler.ts openTestConnection); without them the rendezvous routes get only unauthenticated requests. */
+  connection?: { connectionId: string; endpointToken: string; grantId: string };
 }
 
 /** A valid body for every route that takes one (mutations start from these). */
@@ -72,6 +74,15 @@ export function sampleBodies(hostId: string): Record<string, Json> {
     enroll: { token: `bbe_${"c".repeat(48)}`, capacity, reserve: capacity, region: "local", architecture: "x86_64", labels: { zone: "a" }, agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" },
     poll: envelope,
     messages: { ...envelope, type: "messages" },
+    createConnectionGrant: { clientPublicKey: Buffer.alloc(32, 5).toString("base64"), transport: "tcp", ports: [22, 8080], ttlSeconds: 300, generation: 1 },
+    connectionPoll: { after: 3, waitMs: 0 },
+    connectionMessages: {
+      messages: [
+        { type: "candidates", seq: 1, candidates: [{ address: "192.0.2.1", port: 40000, kind: "stun" }] },
+        { type: "path_observation", seq: 2, path: "direct", via: "192.0.2.1:40000" },
+        { type: "ack", seq: 3, upTo: 1 },
+      ],
+    },
     pushLogs: { hostId, chunks: [{ allocationId: "alloc_1", placementId: "plc_1", generation: 1, offset: 0, text: "line\n" }] },
   };
 }
@@ -182,10 +193,13 @@ export class HostileGenerator {
 
   private path(r: RouteSpec): string {
     const rng = this.rng;
+    // A rendezvous route authenticates against the Connection in its path: only the one the token belongs to gets past it.
+    if (r.auth === "endpoint") return r.path.replace(":id", this.ctx.connection?.connectionId ?? `con_${"0".repeat(32)}`);
+    const grant = rng.pick([this.ctx.connection?.grantId ?? `grt_${"1".repeat(32)}`, `grt_${Buffer.from(rng.bytes(16)).toString("hex")}`, "grt_xyz", "x".repeat(300)]);
     const id = r.path.startsWith("/v1/hosts")
       ? rng.pick([this.ctx.hostId, "no-such-host", "Bad_Host", "x".repeat(80), "a%2Fb"])
       : rng.pick([this.ctx.allocationId, `alloc_${"0".repeat(32)}`, `alloc_${Buffer.from(rng.bytes(16)).toString("hex")}`, "alloc_xyz", "..%2F..", "x".repeat(300)]);
-    return r.path.replace(":id", id);
+    return r.path.replace(":id", id).replace(":grantId", grant);
   }
 
   /** The Authorization header that passes `r`'s authentication and role. */
@@ -193,6 +207,7 @@ export class HostileGenerator {
     if (r.auth === "host") return { authorization: `Bearer ${this.ctx.hostCredential}` };
     if (r.auth === "operator") return { authorization: `Bearer ${this.ctx.operatorToken}` };
     if (r.auth === "controller" || r.auth === "principal") return { authorization: `Bearer ${this.ctx.controllerToken}` };
+    if (r.auth === "endpoint" && this.ctx.connection) return { authorization: `Bearer ${this.ctx.connection.endpointToken}` };
     return {};
   }
 
@@ -241,6 +256,7 @@ export class HostileGenerator {
       const bad = rng.pick<Record<string, string>>([{}, { authorization: "Bearer nope" }, { authorization: "Basic dXNlcjpwYXNz" }, { authorization: `Bearer ${"t".repeat(600)}` }, { authorization: `Bearer bbh_${this.ctx.hostId}.${"0".repeat(64)}` }, { authorization: `Bearer ${r.auth === "host" ? this.ctx.controllerToken : this.ctx.hostCredential}` }, { authorization: "bearer" }]);
       return sendable({ ...base, category: "unauthenticated", headers: { ...base.headers, ...bad }, ...this.anyHostileBody(r), expect: "UNAUTHENTICATED" });
     }
+    if (r.auth === "endpoint" && !this.ctx.connection) return null;
     if (roll < 22) {
       if (r.auth !== "controller" && r.auth !== "operator") return null;
       const other = r.auth === "controller" ? this.ctx.operatorToken : this.ctx.controllerToken;

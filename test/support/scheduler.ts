@@ -10,6 +10,8 @@ import { ensureDevManifest, publishDevClientConfig } from "../../src/scheduler/m
 import { serveScheduler, type RunningScheduler } from "../../src/scheduler/serve.ts";
 import { SchedulerClient } from "../../src/client/index.ts";
 import type { TimeoutPolicy } from "../../src/domain/allocation.ts";
+import { connectionGrantsPath, type ConnectionGrantResponse } from "../../src/protocol/connection.ts";
+import { ScriptedAgent } from "./scriptedAgent.ts";
 
 /** A digest that names no real image (scheduler-only tests never boot it). */
 export const FAKE_IMAGE_DIGEST = `sha256:${"ab".repeat(32)}`;
@@ -59,4 +61,38 @@ export async function startTestScheduler(opts: { imageDigest?: string; dir?: str
 export async function rawPost(url: string, token: string | null, body: string, headers: Record<string, string> = {}): Promise<{ status: number; body: Record<string, unknown> }> {
   const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}), ...headers }, body });
   return { status: res.status, body: (await res.json().catch(() => ({}))) as Record<string, unknown> };
+}
+
+/** A live connection grant on a test scheduler: its allocation, grant, Connection and the client's endpoint token. */
+export interface TestConnection {
+  allocationId: string;
+  grantId: string;
+  connectionId: string;
+  endpointToken: string;
+}
+
+/**
+ * Opens a real connection grant on `s` (whose development manifest has
+ * private networking): a scripted agent for the enrolled host `hostId`
+ * drives a new allocation to ready and reports a host endpoint, then the
+ * controller asks for a grant over HTTP. For tests that need a live
+ * Connection (the rendezvous routes authenticate against one).
+ */
+export async function openTestConnection(s: TestScheduler, hostId: string, credential: string, clientRequestId = "conn-1"): Promise<TestConnection> {
+  const agent = new ScriptedAgent(s.url, hostId, credential);
+  await agent.poll(0, { connectivity: { seq: 1, hostPublicKey: Buffer.alloc(32, 3).toString("base64"), candidates: [{ address: "127.0.0.1", port: 51820, kind: "local" }], appliedGrants: [], refusedGrants: [], at: new Date().toISOString() } });
+  const { view } = await s.controller.create({ clientRequestId, workloadClass: "ci-small" });
+  const present = await agent.waitCommand("ensure_present", view.allocationId);
+  await agent.report(present, "prepared");
+  await agent.waitCommand("ensure_running", view.allocationId);
+  await agent.report(present, "running");
+  for (let i = 0; i < 200 && (await s.controller.get(view.allocationId)).state !== "ready"; i++) await Bun.sleep(25);
+  const res = await fetch(`${s.url}${connectionGrantsPath(view.allocationId)}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${s.tokens.token}`, "content-type": "application/json" },
+    body: JSON.stringify({ clientPublicKey: Buffer.alloc(32, 4).toString("base64"), transport: "tcp", ports: [22] }),
+  });
+  if (res.status !== 201) throw new Error(`connection grant refused: ${res.status} ${await res.text()}`);
+  const g = (await res.json()) as ConnectionGrantResponse;
+  return { allocationId: view.allocationId, grantId: g.grant.payload.grantId, connectionId: g.connectionId, endpointToken: g.endpointToken };
 }

@@ -10,6 +10,12 @@
  * in one transaction, do the remote work (directory, host), persist the
  * result only if generation and placement still match, re-arm the alarm
  * (≤ 60 s). The record is kept in memory; the row is the truth it was read from.
+ * With private networking, create reserves the allocation's /128 in its
+ * owner's Network before any host is chosen; connection grants are issued
+ * through the Network for the current generation of a ready allocation
+ * only; a release request closes the generation at the Network (its grants
+ * are revoked at once), and a replacement waits until the Network confirms
+ * the old generation's grants are gone (CONNECTIONS_NOT_FENCED).
  * Must never: free or assume freed capacity before the Host reported the
  * placement absent, keep a bootstrap payload, or start fresh when state
  * that must exist is missing.
@@ -20,16 +26,19 @@ import { prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { DamagedStateError } from "../runtime/faults.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import type { AllocationEvent, AllocationView, CreateAllocationBody } from "../../protocol/api.ts";
+import type { ConnectionGrantBody, ConnectionGrantResponse } from "../../protocol/connection.ts";
 import type { PlacementSpec } from "../../protocol/agent.ts";
 import { TERMINAL_STATES } from "../../domain/allocation.ts";
-import { reservationKey } from "../../domain/identifiers.ts";
+import { defaultNetworkIdFor, reservationKey } from "../../domain/identifiers.ts";
 import {
   afterAbsent,
+  afterFenceCheck,
   afterFindHost,
   afterHostCheck,
   afterReserve,
   applied,
   applyInput,
+  grantRefusal,
   merge,
   NO_CAPACITY_CONDITION,
   nextAlarmAt,
@@ -164,6 +173,13 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     }
     const again = this.replayOf(cmd);
     if (again) return again;
+    // The private address is reserved before any host is chosen (spec "Networks, addresses, and grants"); idempotent per allocation.
+    let network: { networkId: string; address: string } | null = null;
+    if (this.env.config.connections) {
+      network = await this.env.Network.get(defaultNetworkIdFor(cmd.identity)).reserveAllocationAddress(cmd.allocationId, cmd.identity);
+      const late = this.replayOf(cmd);
+      if (late) return late;
+    }
     if (!admittedBefore) this.env.metrics.inc("bb_allocations_admitted_total", "Allocations admitted", { workload_class: cmd.body.workloadClass });
     const now = this.now;
     const rec: AllocationRecord = {
@@ -195,6 +211,11 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       hostCheckAtMs: now + this.policy.hostCheckIntervalMs,
       terminalAtMs: null,
       placement: null,
+      networkId: network?.networkId ?? null,
+      address: network?.address ?? null,
+      grantGeneration: 0,
+      connectionsFencedGeneration: 0,
+      pendingReplacement: null,
     };
     const s: StoredAllocation = { rec, spec: cmd.spec, labels: cmd.body.labels ?? {}, bodyDigest: cmd.bodyDigest };
     try {
@@ -326,6 +347,50 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     if (generation !== r.generation) throw new BeachballError("STALE_GENERATION", `generation ${generation} is not current (${r.generation})`);
     if (r.state !== "ready" || !r.hostId || !r.placementId) throw new BeachballError("GUEST_NOT_CONNECTED", `allocation is ${r.state}, not ready`);
     return { hostId: r.hostId, placementId: r.placementId, allocationId: r.allocationId };
+  }
+
+  /**
+   * Issues a connection grant for the current generation (spec "Data
+   * path" step 2) through the allocation's Network. Only the owner may
+   * (NOT_FOUND otherwise); the allocation must be ready and not being
+   * released (INVALID_STATE), of the expected generation if the body names
+   * one (STALE_GENERATION). That a grant may exist for this generation is
+   * recorded before the Network is asked, so a later replacement waits for
+   * it (CONNECTIONS_NOT_FENCED). Throws what the Network throws (FORBIDDEN,
+   * RATE_LIMITED, CONNECTIVITY_UNAVAILABLE, STALE_GENERATION).
+   */
+  async requestConnectionGrant(identity: string, body: ConnectionGrantBody): Promise<ConnectionGrantResponse> {
+    const r = this.owned(identity).rec;
+    const refused = grantRefusal(r, body.generation);
+    if (refused) throw new BeachballError(refused.code, refused.message);
+    if (r.grantGeneration < r.generation) this.persist(noChange({ grantGeneration: r.generation }));
+    const res = await this.env.Network.get(r.networkId!).issueGrant({
+      allocationId: r.allocationId,
+      tenant: r.identity,
+      workloadClass: r.workloadClass,
+      generation: r.generation,
+      hostId: r.hostId!,
+      placementId: r.placementId!,
+      clientPublicKey: body.clientPublicKey,
+      transport: body.transport,
+      ports: body.ports,
+      ttlSeconds: body.ttlSeconds,
+    });
+    const g = res.grant.payload;
+    this.persist({ ...noChange(), events: [{ type: "connection.granted", data: { grantId: g.grantId, generation: g.generation, transport: g.transport, ports: g.ports, expiresAt: new Date(g.expiresAtMs).toISOString() } }] });
+    this.postIndexView();
+    return res;
+  }
+
+  /** Revokes one of this allocation's grants (owner only, else NOT_FOUND; idempotent). Throws NOT_FOUND for an unknown grant. */
+  async revokeConnectionGrant(identity: string, grantId: string): Promise<void> {
+    const r = this.owned(identity).rec;
+    if (!r.networkId) throw new BeachballError("NOT_FOUND", "no such grant for this allocation");
+    const changed = await this.env.Network.get(r.networkId).revokeGrant(r.allocationId, grantId);
+    if (changed) {
+      this.persist({ ...noChange(), events: [{ type: "connection.revoked", reason: "CLIENT_REVOKED", data: { grantId } }] });
+      this.postIndexView();
+    }
   }
 
   override async alarm(): Promise<void> {
@@ -469,6 +534,13 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
         this.persist(afterFindHost(cur, answer, placementId, key, now));
         return answer.hostId !== null;
       }
+      case "fence_connections": {
+        const answer = await this.env.Network.get(intent.networkId).fenceGeneration(r.allocationId, intent.generation);
+        const cur = this.rec();
+        if (!cur || moved(cur, r) || cur.pendingReplacement === null) return true;
+        this.persist(afterFenceCheck(cur, answer.fenced, now));
+        return answer.fenced;
+      }
       case "reserve": {
         const result = await this.env.Host.get(intent.hostId)
           .reserve({ key: intent.reservationKey, allocationId: r.allocationId, generation: r.generation, placementId: intent.placementId, spec: this.load()!.spec })
@@ -570,6 +642,12 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     }
     if (c.events.length > 0) this.indexBehind = true;
     if (c.terminal) this.state.post(this.env.Admission, GLOBAL, `adm:${r.allocationId}:terminal`, { kind: "allocation_terminal", allocationId: r.allocationId });
+    // Release requested: the Network closes the generation and revokes its grants now, not when the VM is gone.
+    if (c.patch.desired === "released" && r.networkId && r.grantGeneration > 0) {
+      this.state.post(this.env.Network, r.networkId, `net:${r.allocationId}:close:${r.generation}`, { kind: "close_generation", allocationId: r.allocationId, generation: r.generation });
+    }
+    // Its placement's cleanup completed: the Network revokes its grants and frees its address once they are gone.
+    if (c.terminal && r.networkId) this.state.post(this.env.Network, r.networkId, `net:${r.allocationId}:terminal`, { kind: "allocation_terminal", allocationId: r.allocationId });
     for (const a of c.alerts) {
       const alertId = `alert:${a.type}:${r.allocationId}:${r.generation}:${this.lastSeq}`;
       this.state.post(this.env.Operations, GLOBAL, alertId, { kind: "alert", alertId, type: a.type, subject: r.workloadClass, reason: a.reason, atMs: now });

@@ -42,6 +42,15 @@ export const allocationTable = sqliteTable("allocation", {
   terminalAtMs: integer("terminal_at_ms"),
   /** The latest placement outcome (PlacementOutcome JSON), or null. */
   placementJson: text("placement_json"),
+  /** The allocation's Network and /128 (null without private networking). */
+  networkId: text("network_id"),
+  address: text("address"),
+  /** The highest generation a connection grant was requested for (0: none). */
+  grantGeneration: integer("grant_generation").notNull().default(0),
+  /** The highest generation whose grants the Network confirmed gone. */
+  connectionsFencedGeneration: integer("connections_fenced_generation").notNull().default(0),
+  /** A replacement held for CONNECTIONS_NOT_FENCED (its reason), or null. */
+  pendingReplacement: text("pending_replacement"),
 });
 
 /** Allocation events, numbered per allocation from 1. */

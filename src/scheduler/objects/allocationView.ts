@@ -76,6 +76,11 @@ export function decodeAllocation(r: AllocationRow): StoredAllocation {
     hostCheckAtMs: r.hostCheckAtMs,
     terminalAtMs: r.terminalAtMs,
     placement: r.placementJson === null ? null : json(r.placementJson, PlacementOutcome, "placement outcome", id),
+    networkId: r.networkId,
+    address: r.address,
+    grantGeneration: r.grantGeneration,
+    connectionsFencedGeneration: r.connectionsFencedGeneration,
+    pendingReplacement: r.pendingReplacement,
   };
   return { rec, spec: json(r.specJson, PlacementSpec, "spec", id), labels: json(r.labelsJson, Labels, "labels", id), bodyDigest: r.bodyDigest };
 }
@@ -115,6 +120,11 @@ export function encodeAllocation(s: StoredAllocation): AllocationRow {
     hostCheckAtMs: r.hostCheckAtMs,
     terminalAtMs: r.terminalAtMs,
     placementJson: r.placement ? JSON.stringify(r.placement) : null,
+    networkId: r.networkId,
+    address: r.address,
+    grantGeneration: r.grantGeneration,
+    connectionsFencedGeneration: r.connectionsFencedGeneration,
+    pendingReplacement: r.pendingReplacement,
   };
 }
 

@@ -4,14 +4,15 @@
  *
  * Owns: the host row (admin state, credential digest, session epoch,
  * heartbeat), its placements, the agent command queue and consumed-delivery
- * digests; and, in memory only, the agent's parked polls and the bootstrap
+ * digests, the host endpoint's public key and candidates and the
+ * configure_connection queue (./hostConnections.ts); and, in memory only, the agent's parked polls and the bootstrap
  * deliveries waiting for it (spec "One allocation end to end": a payload
  * lives in this instance's memory until the agent acknowledges it).
  * Reservation rechecks every hard constraint and inserts placement, first
  * lease and ensure_present in one transaction. Capacity is released only
  * when the agent reports the placement absent.
  * Calls only Admission (the active-host cap and count around an admin
- * change), which calls nobody.
+ * change), which calls nobody; posts revoke acknowledgements to Networks.
  * Must never: call an Allocation object (observations go out by `post`),
  * store a bootstrap payload, or accept a message from an older epoch.
  */
@@ -27,9 +28,11 @@ import type { Capacity } from "../../protocol/api.ts";
 import { POLL_PARK_MS, type AgentCommand, type BootstrapDelivery, type Envelope, type PlacementSpec, type PollResponse, type PlacementUpdate, type UpdateRejection, type UpdateRejectionCode } from "../../protocol/agent.ts";
 import { GLOBAL, type SchedulerEnv } from "../env.ts";
 import { HOST_TABLES, type hostTable, type placementTable } from "./hostSchema.ts";
+import { HostConnections, type ConnectionCommandRequest, type HostEndpointFacts } from "./hostConnections.ts";
 import { NO_FACTS, prepareHostQueries, toRes, type AgentFacts, type DeliveryOutcome, type HostRegistration, type HostView, type PlacementStatus, type ReserveRequest, type ReserveResult } from "./hostTypes.ts";
 
 export type { DeliveryOutcome, HostRegistration, HostView, PlacementStatus, ReserveRequest, ReserveResult } from "./hostTypes.ts";
+export type { ConnectionCommandRequest, HostEndpointFacts } from "./hostConnections.ts";
 
 /** How long acknowledged or superseded commands (and absent placements) are kept, ms. */
 export const COMMAND_RETENTION_MS = 3600_000;
@@ -64,6 +67,8 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
   /** Bootstrap deliveries waiting for the agent, by delivery ID (memory only). */
   private readonly deliveries = new Map<string, PendingDelivery>();
   private draining = false;
+  /** Private networking: endpoint facts and configure_connection commands. */
+  private readonly conn = new HostConnections(this.state, this.env);
 
   constructor(state: ObjectState<never>, env: SchedulerEnv) {
     super(state, env);
@@ -358,6 +363,30 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     return false;
   }
 
+  /**
+   * The host endpoint's public key and candidates for a grant to placement
+   * `placementId` of `generation` (spec "Data path" step 2). Throws
+   * STALE_GENERATION when that placement is not this host's current,
+   * running one (replaced, absent, or going), CONNECTIVITY_UNAVAILABLE
+   * before the endpoint's first connectivity_update, HOST_DISABLED for a
+   * fenced host.
+   */
+  connectionEndpoint(placementId: string, generation: number): HostEndpointFacts {
+    const r = this.mustRow();
+    if (r.adminState === "disabled") throw new BeachballError("HOST_DISABLED", "the allocation's host is fenced");
+    const p = this.placement(placementId);
+    if (!p || p.generation !== generation || p.state !== "running" || p.desired !== "running") throw new BeachballError("STALE_GENERATION", "the placement is not this host's current running one");
+    const ep = this.conn.endpoint();
+    if (!ep) throw new BeachballError("CONNECTIVITY_UNAVAILABLE", "the host has not reported its WireGuard endpoint yet", { retryAfterSeconds: 5 });
+    return ep;
+  }
+
+  /** Queues a configure_connection for the agent (idempotent; see HostConnections.enqueue) and wakes its parked poll. */
+  configureConnection(c: ConnectionCommandRequest): void {
+    if (!this.row()) throw new BeachballError("NOT_FOUND", "host is not registered");
+    if (this.atomically(() => this.conn.enqueue(c))) this.wakePolls();
+  }
+
   private enqueue(placementId: string, type: AgentCommand["type"], generation: number): void {
     this.sql.exec(
       "INSERT OR IGNORE INTO host_commands (obj, command_id, placement_id, type, generation, status, created_at_ms) VALUES (?, ?, ?, ?, ?, 'pending', ?)",
@@ -378,11 +407,11 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
   async poll(env: Envelope, waitMs: number): Promise<PollResponse> {
     const first = this.handleEnvelope(env);
     const park = Math.min(waitMs, POLL_PARK_MS);
-    if (env.type !== "poll" || first.commands.length > 0 || first.deliveries.length > 0 || park <= 0 || this.draining) return first;
+    if (env.type !== "poll" || first.commands.length > 0 || first.deliveries.length > 0 || (first.connections?.length ?? 0) > 0 || park <= 0 || this.draining) return first;
     const wokenAtMs = await this.park(park);
     const answer = this.work(first.agentEpoch);
     // Wake-up latency: from the work that woke the poll to its answer (a park that timed out is not a wake-up).
-    if (wokenAtMs !== null && (answer.commands.length > 0 || answer.deliveries.length > 0)) {
+    if (wokenAtMs !== null && (answer.commands.length > 0 || answer.deliveries.length > 0 || (answer.connections?.length ?? 0) > 0)) {
       this.env.metrics.observe("bb_agent_poll_wakeup_seconds", "From work for a host to its parked poll answering with it", (this.env.clock.now() - wokenAtMs) / 1000);
     }
     return answer;
@@ -469,6 +498,8 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
         this.sql.exec("UPDATE host_commands SET status = ? WHERE obj = ? AND command_id = ? AND status = 'pending'", a.result === "rejected" ? "rejected" : "acked", this.state.name, a.commandId);
       }
       for (const d of env.payload.deliveryAcks) this.applyDeliveryAck(r.obj, d);
+      this.conn.applyAcks(env.payload.acks);
+      if (env.payload.connectivity) this.conn.applyConnectivity(epoch, env.payload.connectivity);
       // Leases are renewed by heartbeats, but never for a placement the scheduler wants gone.
       const lease = now + this.env.config.timeouts.leaseMs;
       const renew = [...this.placements().values()].filter((p) => p.desired !== "absent" && p.leaseExpiresAtMs !== lease);
@@ -561,7 +592,7 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
   hasWork(): boolean {
     if (!this.row()) return false;
     for (const p of this.deliveries.values()) if (!p.handedOut) return true;
-    return this.q.pending.all({ obj: this.state.name }).length > 0;
+    return this.q.pending.all({ obj: this.state.name }).length > 0 || this.conn.hasPending();
   }
 
   /** Pending commands (≤ MAX_COMMANDS_PER_POLL) stamped with `epoch`, deliveries, and leases. */
@@ -588,7 +619,8 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
       p.handedOut = true;
       deliveries.push(p.delivery);
     }
-    return { agentEpoch: epoch, commands, deliveries, leases: this.leases() };
+    const connections = this.conn.pending();
+    return { agentEpoch: epoch, commands, deliveries, leases: this.leases(), ...(connections.length > 0 ? { connections } : {}) };
   }
 
   /** Authoritative lease expiry of every placement not yet absent. */
@@ -684,6 +716,7 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     this.atomically(() => {
       this.sql.exec("DELETE FROM host_commands WHERE obj = ? AND status != 'pending' AND created_at_ms < ?", this.state.name, cutoff);
       this.sql.exec("DELETE FROM host_placements WHERE obj = ? AND state = 'absent' AND updated_at_ms < ?", this.state.name, cutoff);
+      this.conn.prune(cutoff);
       this.publish(true);
     });
   }

@@ -97,5 +97,49 @@ export const updateSeqTable = sqliteTable(
   (t) => [primaryKey({ columns: [t.obj, t.placementId] })],
 );
 
+/**
+ * The host endpoint's public facts from its latest connectivity_update:
+ * its WireGuard public key and candidates only (spec "The agent protocol";
+ * never a private key).
+ */
+export const connectivityTable = sqliteTable("host_connectivity", {
+  obj: text("obj").primaryKey(),
+  publicKey: text("public_key").notNull(),
+  candidatesJson: text("candidates_json").notNull(),
+  /** The agent session (epoch) the update came in, and its sequence number there. */
+  agentEpoch: text("agent_epoch").notNull(),
+  seq: integer("seq").notNull(),
+  updatedAtMs: integer("updated_at_ms").notNull(),
+});
+
+/**
+ * configure_connection commands for the agent, redelivered until
+ * acknowledged. An apply row holds the signed grant and relay map (public,
+ * signed documents); the host's relay and endpoint tokens are minted when
+ * the command is handed out and never stored.
+ */
+export const connectionCommandTable = sqliteTable(
+  "host_connection_commands",
+  {
+    obj: text("obj").notNull(),
+    commandId: text("command_id").notNull(),
+    grantId: text("grant_id").notNull(),
+    action: text("action").$type<"apply" | "revoke">().notNull(),
+    networkId: text("network_id").notNull(),
+    allocationId: text("allocation_id").notNull(),
+    placementId: text("placement_id").notNull(),
+    generation: integer("generation").notNull(),
+    connectionId: text("connection_id").notNull(),
+    /** apply: the signed grant (JSON), else null. */
+    grantJson: text("grant_json"),
+    /** apply: the signed relay map (JSON), else null. */
+    relayMapJson: text("relay_map_json"),
+    expiresAtMs: integer("expires_at_ms").notNull(),
+    status: text("status").$type<"pending" | "acked" | "rejected" | "superseded">().notNull(),
+    createdAtMs: integer("created_at_ms").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.obj, t.commandId] }), index("host_connection_commands_pending").on(t.obj, t.status, t.createdAtMs)],
+);
+
 /** Tables retention deletes with the instance. */
-export const HOST_TABLES = ["host", "host_placements", "host_commands", "host_deliveries", "host_update_seqs"] as const;
+export const HOST_TABLES = ["host", "host_placements", "host_commands", "host_deliveries", "host_update_seqs", "host_connectivity", "host_connection_commands"] as const;

@@ -16,7 +16,7 @@ import type { Advertisement } from "../../domain/placement.ts";
 const Id = Type.String({ minLength: 1, maxLength: 200 });
 const Ms = Type.Integer({ minimum: 0 });
 
-/** What an Allocation receives: observations forwarded by its Host, consumed deliveries, capacity wake-ups from the directory. */
+/** What an Allocation receives: observations forwarded by its Host, consumed deliveries, capacity wake-ups from the directory, and its Network's word that a closed generation's grants are gone. */
 export const AllocationMessage = Type.Union([
   Type.Object(
     {
@@ -35,6 +35,7 @@ export const AllocationMessage = Type.Union([
   ),
   Type.Object({ kind: Type.Literal("delivery_consumed"), deliveryId: Id, generation: Type.Integer({ minimum: 1 }), digest: Type.String({ maxLength: 80 }) }, { additionalProperties: false }),
   Type.Object({ kind: Type.Literal("capacity_available"), hostId: Id }, { additionalProperties: false }),
+  Type.Object({ kind: Type.Literal("connections_fenced"), generation: Type.Integer({ minimum: 1 }) }, { additionalProperties: false }),
 ]);
 /** What an Allocation receives. */
 export type AllocationMessage = Static<typeof AllocationMessage>;
@@ -93,3 +94,18 @@ void _adIsDomain;
 export const DirectoryMessage = Type.Object({ kind: Type.Literal("advertisement"), ad: AdvertisementSchema }, { additionalProperties: false });
 /** What the HostDirectory receives. */
 export type DirectoryMessage = Static<typeof DirectoryMessage>;
+
+/**
+ * What a Network receives: a host acknowledged a grant's revoke (its peer
+ * is gone); an allocation's release was requested (its generation closes
+ * to new grants and its grants are revoked now); or one of its allocations
+ * became terminal (its placement's cleanup completed; its grants are
+ * revoked and its address freed once they are gone).
+ */
+export const NetworkMessage = Type.Union([
+  Type.Object({ kind: Type.Literal("revoke_observed"), grantId: Id, hostId: Id, atMs: Ms }, { additionalProperties: false }),
+  Type.Object({ kind: Type.Literal("close_generation"), allocationId: Id, generation: Type.Integer({ minimum: 1 }) }, { additionalProperties: false }),
+  Type.Object({ kind: Type.Literal("allocation_terminal"), allocationId: Id }, { additionalProperties: false }),
+]);
+/** What a Network receives. */
+export type NetworkMessage = Static<typeof NetworkMessage>;

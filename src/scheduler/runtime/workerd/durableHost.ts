@@ -259,6 +259,8 @@ export function durableClass<T extends AnyAuthorityObject, E>(
       if (this.deleteRequested) {
         this.deleteRequested = false;
         await this.ctx.storage.deleteAll();
+        // deleteAll drops the tables too: a later call on this name finds an empty object, as the embedded runtime does.
+        migrate(this.ctx.storage, host.migrations, `${className} object`);
         this.impl = undefined;
       }
     }

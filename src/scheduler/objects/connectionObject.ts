@@ -1,0 +1,221 @@
+/**
+ * A Connection: the rendezvous point of one grant (spec "Coordination and
+ * path selection"). The client and the host endpoint, each with its own
+ * endpoint token (stored as SHA-256 digests), exchange candidates,
+ * path_observation and ack messages through `POST …/poll` (long-poll) and
+ * `POST …/messages`.
+ *
+ * Bounds: each role's messages carry its own strictly increasing sequence
+ * numbers (an equal or lower one is a redelivery and is dropped); at most
+ * MAX_CONNECTION_MESSAGES_PER_ROLE wait unacknowledged per role (more is
+ * RATE_LIMITED, nothing written); each at most MAX_CONNECTION_MESSAGE_BYTES
+ * of JSON. A poll's cursor acknowledges (deletes) the peer's messages up to
+ * it, as does an `ack` message's `upTo`. The Connection ends with its grant:
+ * at expiry (its alarm) or on revocation (`close`) it deletes every row.
+ * Parked polls live in this instance's memory.
+ * Calls nobody.
+ * Must never: store a private key, a raw token or a packet, keep anything
+ * past its grant, or let one role read or acknowledge its own messages.
+ */
+import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
+import { BeachballError } from "../../protocol/errors.ts";
+import { MAX_CONNECTION_MESSAGE_BYTES, MAX_CONNECTION_MESSAGES_PER_ROLE, MAX_CONNECTION_POLL_WAIT_MS, type ConnectionMessage, type ConnectionPollResponse, type RelayRole } from "../../protocol/connection.ts";
+import type { SchedulerEnv } from "../env.ts";
+import { CONNECTION_TABLES } from "./networkSchema.ts";
+
+/** Most polls parked per role at once (a reconnecting endpoint may briefly have two). */
+export const MAX_PARKED_CONNECTION_POLLS = 4;
+
+/** What opens a Connection (from the Network that issued the grant). */
+export interface OpenConnection {
+  grantId: string;
+  expiresAtMs: number;
+  clientTokenDigest: string;
+  hostTokenDigest: string;
+}
+
+interface Row {
+  grant_id: string;
+  expires_at_ms: number;
+  client_token_digest: string;
+  host_token_digest: string;
+  client_last_seq: number;
+  host_last_seq: number;
+}
+
+const peerOf = (role: RelayRole): RelayRole => (role === "client" ? "host" : "client");
+
+/** See the module header. */
+export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
+  static readonly className = "Connection";
+  static readonly messageSchema = null;
+  static readonly tables = CONNECTION_TABLES;
+
+  /** Parked polls by the role that waits (woken by the other role's messages or the end). */
+  private readonly parked: Record<RelayRole, Set<() => void>> = { client: new Set(), host: new Set() };
+  private draining = false;
+  /** Set by `close`: the rows go when the call ends, but nothing may be served from them meanwhile. */
+  private ended = false;
+
+  constructor(state: ObjectState<never>, env: SchedulerEnv) {
+    super(state, env);
+  }
+
+  private get sql() {
+    return this.state.storage.sql;
+  }
+
+  private row(): Row | null {
+    const r = this.sql.exec<Row>("SELECT grant_id, expires_at_ms, client_token_digest, host_token_digest, client_last_seq, host_last_seq FROM connection WHERE obj = ?", this.state.name).next();
+    return r.done ? null : r.value;
+  }
+
+  private live(): Row | null {
+    if (this.ended) return null;
+    const r = this.row();
+    return r && r.expires_at_ms > this.env.clock.now() ? r : null;
+  }
+
+  /** Opens the Connection for a new grant (idempotent for the same grant) and arms its end at expiry. */
+  open(o: OpenConnection): void {
+    const r = this.row();
+    if (r) {
+      if (r.grant_id !== o.grantId) throw new BeachballError("INTERNAL", "connection ID reused for another grant");
+      return;
+    }
+    this.state.storage.transactionSync(() => {
+      this.sql.exec(
+        "INSERT INTO connection (obj, grant_id, expires_at_ms, client_token_digest, host_token_digest, client_last_seq, host_last_seq) VALUES (?, ?, ?, ?, ?, 0, 0)",
+        this.state.name,
+        o.grantId,
+        o.expiresAtMs,
+        o.clientTokenDigest,
+        o.hostTokenDigest,
+      );
+      this.state.setAlarm(o.expiresAtMs);
+    });
+  }
+
+  /** The role whose endpoint token has digest `tokenDigest`, or null (unknown, ended or expired). */
+  authenticate(tokenDigest: string): RelayRole | null {
+    const r = this.live();
+    if (!r) return null;
+    if (r.client_token_digest === tokenDigest) return "client";
+    if (r.host_token_digest === tokenDigest) return "host";
+    return null;
+  }
+
+  private mustLive(): Row {
+    const r = this.live();
+    if (!r) throw new BeachballError("UNAUTHENTICATED", "the connection has ended (its grant expired or was revoked)");
+    return r;
+  }
+
+  private answer(role: RelayRole, r: Row, messages: ConnectionMessage[], closed = false): ConnectionPollResponse {
+    return { role, messages, lastAcceptedSeq: role === "client" ? r.client_last_seq : r.host_last_seq, expiresAtMs: r.expires_at_ms, closed };
+  }
+
+  /** The peer's messages after `after` (acknowledging those up to it), oldest first. */
+  private pending(role: RelayRole, after: number): ConnectionMessage[] {
+    const peer = peerOf(role);
+    this.sql.exec("DELETE FROM connection_messages WHERE obj = ? AND role = ? AND seq <= ?", this.state.name, peer, after);
+    return this.sql
+      .exec<{ body_json: string }>("SELECT body_json FROM connection_messages WHERE obj = ? AND role = ? AND seq > ? ORDER BY seq LIMIT ?", this.state.name, peer, after, MAX_CONNECTION_MESSAGES_PER_ROLE)
+      .toArray()
+      .map((m) => JSON.parse(m.body_json) as ConnectionMessage);
+  }
+
+  /**
+   * A poll of `role` (authenticated by the caller): acknowledges the
+   * peer's messages up to `after`, returns later ones, and with none parks
+   * up to `waitMs` (≤ MAX_CONNECTION_POLL_WAIT_MS) for the peer to send.
+   * Throws UNAUTHENTICATED once the Connection ended.
+   */
+  async poll(role: RelayRole, after: number, waitMs: number): Promise<ConnectionPollResponse> {
+    const r = this.mustLive();
+    const first = this.pending(role, after);
+    const park = Math.min(waitMs, MAX_CONNECTION_POLL_WAIT_MS, r.expires_at_ms - this.env.clock.now());
+    if (first.length > 0 || park <= 0 || this.draining) return this.answer(role, r, first);
+    await this.park(role, park);
+    const now = this.live();
+    if (!now) return this.answer(role, r, [], true);
+    return this.answer(role, now, this.pending(role, after));
+  }
+
+  private park(role: RelayRole, ms: number): Promise<void> {
+    const set = this.parked[role];
+    if (set.size >= MAX_PARKED_CONNECTION_POLLS) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        set.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, ms);
+      set.add(done);
+    });
+  }
+
+  private wake(role: RelayRole): void {
+    for (const w of [...this.parked[role]]) w();
+  }
+
+  /**
+   * Accepts `role`'s messages: redeliveries (sequence number not above the
+   * last accepted) are dropped; an `ack` also acknowledges the peer's
+   * messages up to its `upTo`. Throws VALIDATION_FAILED for a message over
+   * MAX_CONNECTION_MESSAGE_BYTES or sequence numbers that do not increase
+   * within the request, RATE_LIMITED when the role would hold more than
+   * MAX_CONNECTION_MESSAGES_PER_ROLE unacknowledged (nothing is written in
+   * either case), UNAUTHENTICATED once the Connection ended.
+   */
+  messages(role: RelayRole, msgs: ConnectionMessage[]): ConnectionPollResponse {
+    const r = this.mustLive();
+    const last = role === "client" ? r.client_last_seq : r.host_last_seq;
+    let prev = 0;
+    for (const m of msgs) {
+      if (m.seq <= prev) throw new BeachballError("VALIDATION_FAILED", "message sequence numbers must increase within a request");
+      prev = m.seq;
+      if (JSON.stringify(m).length > MAX_CONNECTION_MESSAGE_BYTES) throw new BeachballError("VALIDATION_FAILED", `a rendezvous message is larger than ${MAX_CONNECTION_MESSAGE_BYTES} bytes`);
+    }
+    const fresh = msgs.filter((m) => m.seq > last);
+    if (fresh.length === 0) return this.answer(role, r, []);
+    const stored = this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM connection_messages WHERE obj = ? AND role = ?", this.state.name, role).one().n;
+    if (stored + fresh.length > MAX_CONNECTION_MESSAGES_PER_ROLE) {
+      throw new BeachballError("RATE_LIMITED", `at most ${MAX_CONNECTION_MESSAGES_PER_ROLE} messages wait for the peer; poll for its acknowledgements first`, { retryAfterSeconds: 1 });
+    }
+    const newLast = fresh[fresh.length - 1]!.seq;
+    this.state.storage.transactionSync(() => {
+      for (const m of fresh) {
+        this.sql.exec("INSERT INTO connection_messages (obj, role, seq, body_json) VALUES (?, ?, ?, ?)", this.state.name, role, m.seq, JSON.stringify(m));
+        if (m.type === "ack") this.sql.exec("DELETE FROM connection_messages WHERE obj = ? AND role = ? AND seq <= ?", this.state.name, peerOf(role), m.upTo);
+      }
+      this.sql.exec(`UPDATE connection SET ${role === "client" ? "client_last_seq" : "host_last_seq"} = ? WHERE obj = ?`, newLast, this.state.name);
+    });
+    this.wake(peerOf(role));
+    return this.answer(role, { ...r, [role === "client" ? "client_last_seq" : "host_last_seq"]: newLast }, []);
+  }
+
+  /** Ends the Connection now (its grant was revoked): every row goes, parked polls answer `closed`. Idempotent. */
+  close(): void {
+    this.ended = true;
+    if (this.row()) this.state.deleteSelf();
+    this.wake("client");
+    this.wake("host");
+  }
+
+  /** At the grant's expiry the Connection deletes itself. */
+  override alarm(): void {
+    const r = this.row();
+    if (!r) return;
+    if (r.expires_at_ms > this.env.clock.now()) return this.state.setAlarm(r.expires_at_ms);
+    this.close();
+  }
+
+  /** Ends parked polls at once (the embedded host calls this before it stops). */
+  override drain(): void {
+    this.draining = true;
+    this.wake("client");
+    this.wake("host");
+  }
+}

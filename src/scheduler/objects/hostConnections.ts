@@ -1,0 +1,212 @@
+/**
+ * The Host object's part in private networking (spec "The agent protocol":
+ * connectivity_update, configure_connection; "Revocation and replacement"):
+ * the host endpoint's public key and candidates from its latest
+ * connectivity_update (nothing else of it is stored), and the queue of
+ * configure_connection commands, redelivered on every poll until the agent
+ * acknowledges them. A revoke's acknowledgement is posted to the grant's
+ * Network: it is what tells the scheduler the peer is gone from the host.
+ * The host's relay tokens and endpoint token are minted when a command is
+ * handed out (src/scheduler/objects/grantDocuments.ts, the signer's
+ * derivation), never stored.
+ *
+ * A part of HostObject (it runs inside that instance, on its storage, in
+ * its calls), kept in its own file.
+ * Must never: store a private key or a token, hand out an apply for a grant
+ * that is revoked or expired, or report a revoke as observed before the
+ * agent acknowledged it.
+ */
+import type { ObjectState } from "../runtime/api.ts";
+import { BeachballError } from "../../protocol/errors.ts";
+import { MAX_CONNECTION_COMMANDS_PER_POLL, type CommandAck, type ConfigureConnection, type ConnectivityUpdate } from "../../protocol/agent.ts";
+import type { Candidate, SignedGrant, SignedRelayMap } from "../../protocol/connection.ts";
+import { connectionCommandIdFor } from "../../domain/identifiers.ts";
+import { GRANT_EXPIRY_GRACE_MS } from "../../domain/grants.ts";
+import type { SchedulerEnv } from "../env.ts";
+import { relayTokens } from "./grantDocuments.ts";
+
+/** A configure_connection for the Host to queue (from the grant's Network). */
+export interface ConnectionCommandRequest {
+  action: "apply" | "revoke";
+  grantId: string;
+  networkId: string;
+  allocationId: string;
+  placementId: string;
+  generation: number;
+  connectionId: string;
+  expiresAtMs: number;
+  /** apply: the signed grant and relay map. */
+  grant?: SignedGrant;
+  relayMap?: SignedRelayMap;
+}
+
+/** The host endpoint as a grant needs it. */
+export interface HostEndpointFacts {
+  publicKey: string;
+  candidates: Candidate[];
+}
+
+interface CommandRow {
+  command_id: string;
+  grant_id: string;
+  action: "apply" | "revoke";
+  network_id: string;
+  connection_id: string;
+  grant_json: string | null;
+  relay_map_json: string | null;
+  expires_at_ms: number;
+}
+
+/** See the module header. */
+export class HostConnections {
+  constructor(
+    private readonly state: ObjectState<never>,
+    private readonly env: SchedulerEnv,
+  ) {}
+
+  private get sql() {
+    return this.state.storage.sql;
+  }
+
+  /** The endpoint's public key and candidates, or null before its first connectivity_update. */
+  endpoint(): HostEndpointFacts | null {
+    const r = this.sql.exec<{ public_key: string; candidates_json: string }>("SELECT public_key, candidates_json FROM host_connectivity WHERE obj = ?", this.state.name).next();
+    return r.done ? null : { publicKey: r.value.public_key, candidates: JSON.parse(r.value.candidates_json) as Candidate[] };
+  }
+
+  /**
+   * Stores a connectivity_update's public key and candidates when it is
+   * newer than the stored one (a new session, or a higher `seq` in this
+   * one); counts its applied grants, paths and refusals. Call inside the
+   * envelope's transaction.
+   */
+  applyConnectivity(epoch: string, u: ConnectivityUpdate): void {
+    const prev = this.sql.exec<{ agent_epoch: string; seq: number }>("SELECT agent_epoch, seq FROM host_connectivity WHERE obj = ?", this.state.name).next();
+    if (!prev.done && prev.value.agent_epoch === epoch && prev.value.seq >= u.seq) return;
+    this.sql.exec(
+      "INSERT INTO host_connectivity (obj, public_key, candidates_json, agent_epoch, seq, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (obj) DO UPDATE SET public_key = excluded.public_key, candidates_json = excluded.candidates_json, agent_epoch = excluded.agent_epoch, seq = excluded.seq, updated_at_ms = excluded.updated_at_ms",
+      this.state.name,
+      u.hostPublicKey,
+      JSON.stringify(u.candidates),
+      epoch,
+      u.seq,
+      this.env.clock.now(),
+    );
+    const m = this.env.metrics;
+    for (const g of u.appliedGrants) m.inc("bb_connection_paths_total", "Applied grants by path, per connectivity_update", { phase: g.path, host: this.state.name });
+    for (const r of u.refusedGrants) m.inc("bb_connection_grant_refusals_total", "Grants a host endpoint refused", { reason: r.code, host: this.state.name });
+  }
+
+  /**
+   * Queues a configure_connection (idempotent by its deterministic command
+   * ID). A revoke supersedes the grant's apply if it is still pending; an
+   * apply for a grant already revoked is dropped. Returns true when
+   * something new is pending (the caller wakes parked polls). Call inside a
+   * transaction.
+   */
+  enqueue(c: ConnectionCommandRequest): boolean {
+    const commandId = connectionCommandIdFor(c.grantId, c.action);
+    if (c.action === "apply") {
+      if (!c.grant || !c.relayMap) throw new BeachballError("INTERNAL", "an apply needs the signed grant and relay map");
+      const revoked = this.sql.exec("SELECT 1 FROM host_connection_commands WHERE obj = ? AND command_id = ?", this.state.name, connectionCommandIdFor(c.grantId, "revoke")).next();
+      if (!revoked.done) return false;
+    } else {
+      this.sql.exec("UPDATE host_connection_commands SET status = 'superseded' WHERE obj = ? AND command_id = ? AND status = 'pending'", this.state.name, connectionCommandIdFor(c.grantId, "apply"));
+    }
+    const cur = this.sql.exec(
+      "INSERT OR IGNORE INTO host_connection_commands (obj, command_id, grant_id, action, network_id, allocation_id, placement_id, generation, connection_id, grant_json, relay_map_json, expires_at_ms, status, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
+      this.state.name,
+      commandId,
+      c.grantId,
+      c.action,
+      c.networkId,
+      c.allocationId,
+      c.placementId,
+      c.generation,
+      c.connectionId,
+      c.grant ? JSON.stringify(c.grant) : null,
+      c.relayMap ? JSON.stringify(c.relayMap) : null,
+      c.expiresAtMs,
+      this.env.clock.now(),
+    );
+    return cur.rowsWritten > 0;
+  }
+
+  /**
+   * Applies the agent's acknowledgements of configure_connection commands:
+   * each pending one becomes acked or rejected; an accepted (or duplicate)
+   * revoke is posted to the grant's Network as observed. Acks naming other
+   * commands are ignored here. Call inside the envelope's transaction.
+   */
+  applyAcks(acks: readonly CommandAck[]): void {
+    const now = this.env.clock.now();
+    for (const a of acks) {
+      if (!a.commandId.startsWith("grt_")) continue;
+      const r = this.sql.exec<{ grant_id: string; action: string; network_id: string; status: string }>("SELECT grant_id, action, network_id, status FROM host_connection_commands WHERE obj = ? AND command_id = ?", this.state.name, a.commandId).next();
+      if (r.done || r.value.status !== "pending") continue;
+      const ok = a.result !== "rejected";
+      this.sql.exec("UPDATE host_connection_commands SET status = ? WHERE obj = ? AND command_id = ?", ok ? "acked" : "rejected", this.state.name, a.commandId);
+      if (r.value.action === "revoke" && ok) {
+        this.state.post(this.env.Network, r.value.network_id, `rvk:${r.value.grant_id}`, { kind: "revoke_observed", grantId: r.value.grant_id, hostId: this.state.name, atMs: now });
+      }
+    }
+  }
+
+  /** True if a configure_connection waits for the agent. */
+  hasPending(): boolean {
+    return !this.sql.exec("SELECT 1 FROM host_connection_commands WHERE obj = ? AND status = 'pending' LIMIT 1", this.state.name).next().done;
+  }
+
+  /**
+   * The pending commands (≤ MAX_CONNECTION_COMMANDS_PER_POLL), oldest
+   * first, each apply with fresh host relay tokens and the host's endpoint
+   * token. An apply whose grant has expired is superseded instead (the host
+   * would refuse it, and it removes expired peers itself), as is a revoke
+   * whose grant expired more than GRANT_EXPIRY_GRACE_MS ago.
+   */
+  pending(): ConfigureConnection[] {
+    const now = this.env.clock.now();
+    const rows = this.sql
+      .exec<CommandRow>(
+        "SELECT command_id, grant_id, action, network_id, connection_id, grant_json, relay_map_json, expires_at_ms FROM host_connection_commands WHERE obj = ? AND status = 'pending' ORDER BY created_at_ms, command_id LIMIT ?",
+        this.state.name,
+        MAX_CONNECTION_COMMANDS_PER_POLL,
+      )
+      .toArray();
+    const out: ConfigureConnection[] = [];
+    for (const c of rows) {
+      if (c.action === "revoke") {
+        // Long expired: the host removed the peer on its own (and the Network counts the grant gone by expiry).
+        if (c.expires_at_ms + GRANT_EXPIRY_GRACE_MS <= now) {
+          this.sql.exec("UPDATE host_connection_commands SET status = 'superseded' WHERE obj = ? AND command_id = ?", this.state.name, c.command_id);
+          continue;
+        }
+        out.push({ commandId: c.command_id, type: "configure_connection", action: "revoke", grantId: c.grant_id });
+        continue;
+      }
+      const signer = this.env.signer;
+      const settings = this.env.config.connections;
+      if (c.expires_at_ms <= now || !signer || !settings) {
+        this.sql.exec("UPDATE host_connection_commands SET status = 'superseded' WHERE obj = ? AND command_id = ?", this.state.name, c.command_id);
+        continue;
+      }
+      out.push({
+        commandId: c.command_id,
+        type: "configure_connection",
+        action: "apply",
+        grantId: c.grant_id,
+        grant: JSON.parse(c.grant_json!) as SignedGrant,
+        relayMap: JSON.parse(c.relay_map_json!) as SignedRelayMap,
+        relayTokens: relayTokens(signer, settings, c.grant_id, "host", c.expires_at_ms, now),
+        connectionId: c.connection_id,
+        endpointToken: signer.hostEndpointToken(c.connection_id),
+      });
+    }
+    return out;
+  }
+
+  /** Deletes settled commands created before `cutoffMs` (retention). Call inside a transaction. */
+  prune(cutoffMs: number): void {
+    this.sql.exec("DELETE FROM host_connection_commands WHERE obj = ? AND status != 'pending' AND created_at_ms < ?", this.state.name, cutoffMs);
+  }
+}
