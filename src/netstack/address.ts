@@ -3,6 +3,7 @@
  * output), for the stack's boundary. Pure functions; never resolve names.
  */
 import { isIPv4, isIPv6 } from "node:net";
+import { formatIpv6 } from "../protocol/ipAddress.ts";
 import { NetstackError } from "./errors.ts";
 
 /** An address as bytes: 4 for IPv4, 16 for IPv6. */
@@ -39,26 +40,9 @@ function parseIpv6(text: string): Uint8Array {
   return out;
 }
 
-/** Formats 4 or 16 address bytes (RFC 5952 for IPv6: lowercase, longest zero run as ::). */
+/** Formats 4 or 16 address bytes (RFC 5952 for IPv6, through the protocol layer's one formatter). */
 export function formatIp(bytes: Uint8Array): string {
-  if (bytes.length === 4) return [...bytes].join(".");
-  const g: number[] = [];
-  for (let i = 0; i < 16; i += 2) g.push((bytes[i]! << 8) | bytes[i + 1]!);
-  let best = -1;
-  let bestLen = 1;
-  for (let i = 0; i < 8; ) {
-    if (g[i] !== 0) {
-      i++;
-      continue;
-    }
-    let j = i;
-    while (j < 8 && g[j] === 0) j++;
-    if (j - i > bestLen) [best, bestLen] = [i, j - i];
-    i = j;
-  }
-  const hex = g.map((x) => x.toString(16));
-  if (best < 0) return hex.join(":");
-  return hex.slice(0, best).join(":") + "::" + hex.slice(best + bestLen).join(":");
+  return bytes.length === 4 ? [...bytes].join(".") : formatIpv6(bytes);
 }
 
 /** The IPv4 netmask for a prefix length 0..32, as 4 bytes. Throws "invalid-argument" otherwise. */
