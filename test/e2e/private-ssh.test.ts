@@ -22,7 +22,8 @@
  *
  * Checked: the guest has exactly its allocation's address as a /128 on
  * eth0 with `default via fe80::1`, not tentative; `ssh` runs a command in
- * the VM (host key pinned: it is this VM's sshd); `scp` of 64 MiB is
+ * the VM (host key pinned: it is this VM's sshd); the VM's own connection
+ * to the client gets no answer (the placement's table drops it); `scp` of 64 MiB is
  * byte-exact (SHA-256 on both sides); a proxy with another tenant's token
  * is refused (NOT_FOUND, exit 1) and nothing changed; after release the
  * running proxy ends with INVALID_STATE (exit 1) before its grant's expiry,
@@ -263,7 +264,7 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
 
   test("ssh runs a command in the VM: its address is the allocation's /128, its route default via fe80::1", async () => {
     const t = performance.now();
-    const r = await laptopRun("ssh", ["root@127.0.0.1", "echo ssh-says-hi-$(hostname); ip -6 addr show dev eth0 scope global; ip -6 route show default"]);
+    const r = await laptopRun("ssh", ["root@127.0.0.1", "echo ssh-says-hi-$(hostname); ip -6 addr show dev eth0 scope global; ip -6 route show default; cd /proc/sys/net/ipv6/conf/eth0 && echo sysctls $(cat accept_ra autoconf accept_dad)"]);
     timings.push(`first ssh command in ${Math.round(performance.now() - t)} ms`);
     if (r.code !== 0) throw new Error(`ssh exited ${r.code}: ${r.err}\nproxy:\n${tail(proxy.log)}\nagent:\n${tail(agent.log)}`);
     expect(r.out).toContain("ssh-says-hi-beachball");
@@ -272,9 +273,18 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     expect(inet6[0]).toContain(`inet6 ${guestAddress}/128 scope global`);
     expect(inet6[0]).not.toContain("tentative");
     expect(r.out).toMatch(/^default via fe80::1 dev eth0/m);
+    expect(r.out).toContain("sysctls 0 0 0");
     // The grant's allocation address lies in the deployment's network: the scheduler's /64 for this tenant.
     expect(guestAddress).toMatch(/^fd[0-9a-f]{2}:/);
   }, 120_000);
+
+  test("the VM cannot open a connection to the client: only replies of the granted flow pass", async () => {
+    // sshd names the client's tunnel address; a new connection from the VM to it is dropped by the placement's table (no answer, not even a reset).
+    const r = await laptopRun("ssh", ["root@127.0.0.1", "set -- $SSH_CLIENT; echo client $1; timeout 5 bash -c \"exec 3<>/dev/tcp/$1/9\"; echo outbound-exit $?"]);
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/^client fd[0-9a-f]{2}:[0-9a-f:]+$/m);
+    expect(r.out).toContain("outbound-exit 124");
+  }, 60_000);
 
   test("scp of 64 MiB is byte-exact (SHA-256 on both sides)", async () => {
     const blob = join(work, "blob.bin");
