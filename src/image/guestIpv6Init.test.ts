@@ -57,6 +57,16 @@ describe("the guest's IPv6 setup fragments", () => {
     expect(r.ipCalls).toEqual(["link set eth0 up", "-6 addr add fd00::9/128 dev eth0"]);
   });
 
+  test("every image's init script still parses (sh -n)", () => {
+    for (const [name, script] of [["dev rootfs init", ROOTFS_INIT], ["dev initramfs", INITRAMFS_INIT(["virtio"])], ["OCI initramfs", squashfsInit(["virtio"])], ["reference net setup", NET_SETUP]] as const) {
+      // dash, and busybox's ash (the initramfs shell) where installed (scripts/setup.sh installs busybox-static).
+      for (const shell of Bun.which("busybox") ? [["sh"], ["busybox", "sh"]] : [["sh"]]) {
+        const r = Bun.spawnSync([...shell, "-n"], { stdin: new TextEncoder().encode(script), stderr: "pipe" });
+        expect(`${name} (${shell.join(" ")}): exit ${r.exitCode} ${r.stderr}`).toBe(`${name} (${shell.join(" ")}): exit 0 `);
+      }
+    }
+  });
+
   test("every image's network setup embeds the fragments, the sysctls before eth0 comes up", () => {
     for (const [name, script, ip] of [["dev rootfs init", ROOTFS_INIT, "ip"], ["OCI initramfs", squashfsInit(["virtio"]), "$B ip"], ["reference net setup", NET_SETUP, "ip"]] as const) {
       expect(script, name).toContain(GUEST_IPV6_CASES);
