@@ -8,9 +8,14 @@
  * echoes and the placement's nonce never reach it. Another controller and the operator are
  * refused with NOT_FOUND, a read past the end is LOG_OFFSET_PAST_END, and a
  * read resumed at an offset prints the rest.
+ * Also the spec's rule that no component writes the payload to disk: while a
+ * job runs and after release, no file below the test's directory (scheduler
+ * and agent data, SQLite files and WAL, both roles' debug logs) holds the
+ * payload, a bearer token, the enrollment token or the nonce (outside the
+ * nonce's own runtime.json and the client config the test asked for).
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { linkSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { randomBytes, randomUUID } from "node:crypto";
@@ -20,8 +25,7 @@ import { buildDevImage } from "../../src/image/devBuild.ts";
 import { ensureDevManifest } from "../../src/scheduler/manifest.ts";
 import { tokenDigest } from "../../src/scheduler/manifestSchema.ts";
 import { placementDirName } from "../../src/agent/placementOps.ts";
-import { destroyPlacementNetwork, listPlacementNetworks } from "../../src/agent/isolation/placementNet.ts";
-import { pidsMatching, runRole, runRoleExit, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
+import { cleanUpPlacements, freePort, publishImageSource, runRole, runRoleExit, startRole, stopRole, vmTestSkipReason, waitUntil, walkFiles, type Role } from "../support/processes.ts";
 
 const skip = vmTestSkipReason();
 if (skip) console.log(`SKIP test/integration/allocation-logs.test.ts: ${skip}`);
@@ -40,17 +44,13 @@ let agent: Role;
 let controller: SchedulerClient;
 let url: string;
 let tokens: { controller: string; other: string; operator: string };
+let enrollmentToken: string;
 const agentDir = () => join(work, "agent");
+
 const allocationsDir = () => join(agentDir(), "allocations");
 
-async function waitFor<T>(what: string, fn: () => Promise<T | null | undefined | false>, ms = 240_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await fn().catch(() => null);
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`${what} never happened\nagent:\n${tail(agent?.log ?? "")}\nscheduler:\n${tail(scheduler?.log ?? "")}`);
-    await Bun.sleep(200);
-  }
+function waitFor<T>(what: string, fn: () => Promise<T | null | undefined | false>, ms = 240_000): Promise<T> {
+  return waitUntil(what, fn, ms, [agent?.log, scheduler?.log].filter((l): l is string => !!l));
 }
 
 /** `bb allocation logs ARGS` as a separate process, its stdout read as it comes. */
@@ -77,22 +77,20 @@ d("bb allocation logs (real agent, QEMU guest)", () => {
     const m = JSON.parse(readFileSync(dev.manifestPath, "utf8")) as { principals: { id: string; role: string; tokenSha256: string }[] };
     m.principals.push({ id: "controller:other", role: "controller", tokenSha256: tokenDigest(other) });
     writeFileSync(dev.manifestPath, JSON.stringify(m, null, 2), { mode: 0o600 });
-    const probe = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
-    port = probe.port!;
-    await probe.stop(true);
+    port = await freePort();
     url = `http://127.0.0.1:${port}`;
-    scheduler = startRole(["scheduler", "serve", "--data-dir", join(work, "scheduler"), "--listen", `127.0.0.1:${port}`, "--dev-image", imageDir, "--client-config", join(work, "client.json")], join(work, "scheduler.log"));
+    // Debug logging on both roles: the secret check below then covers the chattiest logs.
+    scheduler = startRole(["scheduler", "serve", "--data-dir", join(work, "scheduler"), "--listen", `127.0.0.1:${port}`, "--dev-image", imageDir, "--client-config", join(work, "client.json")], join(work, "scheduler.log"), { BB_LOG_LEVEL: "4" });
     await waitFor("scheduler start", () => fetch(`${url}/healthz`).then((r) => r.ok), 30_000);
     const cfg = JSON.parse(readFileSync(join(work, "client.json"), "utf8")) as { token: string; operatorToken: string };
     tokens = { controller: cfg.token, other, operator: cfg.operatorToken };
     controller = new SchedulerClient(url, cfg.token);
     const operator = new SchedulerClient(url, cfg.operatorToken);
-    const hex = img.digest.slice("sha256:".length);
-    mkdirSync(join(work, "source", hex), { recursive: true });
-    for (const f of readdirSync(imageDir)) if (f !== "build-info.json") linkSync(join(imageDir, f), join(work, "source", hex, f));
+    publishImageSource(imageDir, img.digest, join(work, "source"));
     const t = await operator.enrollmentToken("logs-host");
+    enrollmentToken = t.token;
     await runRole(["agent", "join", "--scheduler", url, "--token", t.token, "--data-dir", agentDir(), "--image-dir", imageDir, "--image-source", join(work, "source"), "--max-placements", "1"]);
-    agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"));
+    agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"), { BB_LOG_LEVEL: "4" });
     await waitFor("a healthy host", async () => (await operator.hosts()).some((h) => h.hostId === "logs-host" && h.health === "healthy"), 60_000);
   }, 600_000);
 
@@ -100,9 +98,7 @@ d("bb allocation logs (real agent, QEMU guest)", () => {
     if (agent) await stopRole(agent);
     if (scheduler) await stopRole(scheduler);
     if (!work) return;
-    for (const pid of pidsMatching(allocationsDir())) process.kill(pid, "SIGKILL");
-    const ours = new Set((await Bun.$`ls ${allocationsDir()}`.nothrow().quiet().text()).split("\n").filter(Boolean));
-    for (const n of await listPlacementNetworks()) if (ours.has(n)) await destroyPlacementNetwork(n);
+    await cleanUpPlacements(allocationsDir());
     rmSync(work, { recursive: true, force: true });
   }, 60_000);
 
@@ -155,5 +151,54 @@ d("bb allocation logs (real agent, QEMU guest)", () => {
     await expect(controller.logs(id, all.nextOffset + 1)).rejects.toMatchObject({ code: "LOG_OFFSET_PAST_END", status: 416 });
     const bad = await runRoleExit(["allocation", "logs", id, "--offset", "abc"], { BB_SCHEDULER_URL: url, BB_TOKEN: tokens.controller, BB_CONFIG: join(work, "none.json") });
     expect(bad.code).toBe(2);
+  }, 600_000);
+  test("no component writes the payload or a bearer token to disk, while the job runs or after (spec: the payload is never written)", async () => {
+    const marker = `bb-planted-${randomBytes(16).toString("hex")}`;
+    // A payload that never prints itself: any copy of it on the host was written by Beachball.
+    const payload = `#!/bin/sh\n: ${marker}\nsleep 4\necho payload-done\n`;
+    const { view } = await controller.create({ clientRequestId: `logs-${randomUUID()}`, workloadClass: "ci-small" });
+    const id = view.allocationId;
+    await controller.deliverWhenReady(id, new TextEncoder().encode(payload), `dlv-${randomUUID()}`, 240_000);
+    const v = await controller.get(id);
+    const runtime = join(allocationsDir(), placementDirName(id, v.placementId!, v.generation), "runtime.json");
+    const nonce = (JSON.parse(readFileSync(runtime, "utf8")) as { nonce: string }).nonce;
+    const secrets: Record<string, string> = {
+      payload: marker,
+      payloadBase64: Buffer.from(payload).toString("base64").slice(0, 40),
+      controllerToken: tokens.controller,
+      otherToken: tokens.other,
+      operatorToken: tokens.operator,
+      enrollmentToken,
+    };
+    // Where a secret rests by design: the development client configs (tokens for the developer, 0600), and the nonce in the
+    // placement's runtime.json and in the private initramfs QEMU boots from (0600, both removed with the placement).
+    const placementDir = join(runtime, "..");
+    const allowed = (name: string, file: string) =>
+      (name.endsWith("Token") && name !== "enrollmentToken" && [join(work, "client.json"), join(work, "scheduler", "client.json")].includes(file)) ||
+      (name === "nonce" && [runtime, join(placementDir, "initrd.private.cpio")].includes(file));
+    const scan = () => {
+      const found: string[] = [];
+      for (const file of walkFiles(work)) {
+        let bytes: Buffer;
+        try {
+          bytes = readFileSync(file);
+        } catch {
+          continue; // removed while walking (a finished placement, a WAL checkpoint)
+        }
+        for (const [name, secret] of Object.entries({ ...secrets, nonce })) if (!allowed(name, file) && bytes.includes(secret)) found.push(`${name} in ${file.slice(work.length + 1)}`);
+      }
+      return found;
+    };
+    let whileRunning: string[];
+    try {
+      // While the job runs (the payload is in the guest's memory): nothing on the host, SQLite files and role logs included.
+      whileRunning = scan();
+      await waitFor("the job's end", async () => (await controller.get(id)).workloadExitCode === 0, 120_000);
+    } finally {
+      await controller.release(id);
+    }
+    expect(whileRunning).toEqual([]);
+    await waitFor("release", async () => (await controller.get(id)).state === "released", 120_000);
+    expect(scan()).toEqual([]);
   }, 600_000);
 });

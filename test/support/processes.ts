@@ -3,9 +3,12 @@
  * source, through Bun), their logs in files, and a leak check that finds any
  * VMM process, namespace or allocation directory of a placement.
  */
-import { existsSync, openSync, readFileSync, closeSync } from "node:fs";
+import { closeSync, existsSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, symlinkSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { listPlacementNetworks } from "../../src/agent/isolation/placementNet.ts";
+import { destroyPlacementNetwork, listPlacementNetworks } from "../../src/agent/isolation/placementNet.ts";
+import { detectControllers } from "../../src/agent/isolation/cgroups/hierarchy.ts";
+import { placementCgroupOf, removePlacementCgroup } from "../../src/agent/isolation/cgroups/placementCgroup.ts";
+import { DEFAULT_CGROUP_POLICY } from "../../src/agent/isolation/cgroups/policy.ts";
 
 const BUN = resolve("node_modules/.bin/bun");
 const BB = resolve("bin/bb.ts");
@@ -84,4 +87,84 @@ export function vmTestSkipReason(): string | null {
   if (!Bun.which("qemu-system-x86_64")) return "qemu-system-x86_64 is not installed (apt-get install -y qemu-system-x86)";
   if (!Bun.which("ip")) return "iproute2 is not installed";
   return null;
+}
+
+/** A TCP port on 127.0.0.1 that was free a moment ago (bound once by the kernel's choice, then closed). */
+export async function freePort(): Promise<number> {
+  const probe = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
+  const port = probe.port!;
+  await probe.stop(true);
+  return port;
+}
+
+/**
+ * Polls `probe` every 200 ms until it returns something truthy and returns
+ * that; a probe that throws counts as "not yet". After `ms` it throws
+ * `"<what> never happened"` with the tails of `logs` (role log files).
+ */
+export async function waitUntil<T>(what: string, probe: () => Promise<T | null | undefined | false>, ms: number, logs: readonly string[] = []): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await probe().catch(() => null);
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`${what} never happened\n${logs.map((l) => `${l}:\n${tail(l)}`).join("\n")}`);
+    await Bun.sleep(200);
+  }
+}
+
+/**
+ * Publishes the signed image in `imageDir` under `sourceDir/<digest hex>/`
+ * (hard links, no copy), the layout `bb agent join --image-source DIR`
+ * fetches from through its verified cache.
+ */
+export function publishImageSource(imageDir: string, digest: string, sourceDir: string): void {
+  const dir = join(sourceDir, digest.slice("sha256:".length));
+  mkdirSync(dir, { recursive: true });
+  for (const f of readdirSync(imageDir)) if (f !== "build-info.json") linkSync(join(imageDir, f), join(dir, f));
+}
+
+/**
+ * Ends what a test's agent left under `allocationsDir` after the agent
+ * itself stopped (a graceful stop keeps VMs running for the next agent):
+ * every process whose command line names that directory (VMMs), then the
+ * placement namespaces and cgroups (default policy, under this process's
+ * own cgroup, where the test's agent made them) named after its entries.
+ * A cgroup left behind would make the next agent on this machine report
+ * isolation unhealthy. Only ever touches placements of that directory.
+ */
+export async function cleanUpPlacements(allocationsDir: string): Promise<void> {
+  const pids = pidsMatching(allocationsDir);
+  for (const pid of pids) process.kill(pid, "SIGKILL");
+  for (let i = 0; i < 100 && pids.some((p) => existsSync(`/proc/${p}`)); i++) await Bun.sleep(50);
+  const ours = new Set(existsSync(allocationsDir) ? readdirSync(allocationsDir) : []);
+  for (const n of await listPlacementNetworks()) if (ours.has(n)) await destroyPlacementNetwork(n);
+  const controllers = detectControllers();
+  for (const n of ours) if (/^bb-[A-Za-z0-9_-]{1,60}$/.test(n)) removePlacementCgroup(placementCgroupOf(n, DEFAULT_CGROUP_POLICY, controllers));
+}
+
+/**
+ * Makes `root` a `bb dev demo --root` directory whose `images` and `cache`
+ * are this checkout's `.bb/images` and `.bb/cache`, so demo runs share the
+ * dev image and kernel the other VM tests built (once per checkout).
+ */
+export function sharedDemoRoot(root: string): void {
+  mkdirSync(root, { recursive: true });
+  for (const dir of ["images", "cache"]) {
+    mkdirSync(resolve(".bb", dir), { recursive: true });
+    symlinkSync(resolve(".bb", dir), join(root, dir));
+  }
+}
+
+/**
+ * Every regular file below `dir`, symlinks not followed. A directory that
+ * vanishes during the walk (a placement being removed) is skipped.
+ */
+export function walkFiles(dir: string): string[] {
+  let entries;
+  try {
+    entries = readdirSync(dir, { withFileTypes: true });
+  } catch {
+    return [];
+  }
+  return entries.flatMap((e) => (e.isDirectory() ? walkFiles(join(dir, e.name)) : e.isFile() ? [join(dir, e.name)] : []));
 }
