@@ -45,12 +45,14 @@ import { createPrivateKeyFile } from "../../src/image/keyFile.ts";
 import { ensureDevManifest, tokenDigest } from "../../src/scheduler/manifest.ts";
 import { agentPaths } from "../../src/agent/config.ts";
 import { placementDirName } from "../../src/agent/placementOps.ts";
-import { destroyPlacementNetwork, listPlacementNetworks } from "../../src/agent/isolation/placementNet.ts";
+import { detectControllers } from "../../src/agent/isolation/cgroups/hierarchy.ts";
+import { placementCgroupOf, removePlacementCgroup } from "../../src/agent/isolation/cgroups/placementCgroup.ts";
+import { DEFAULT_CGROUP_POLICY } from "../../src/agent/isolation/cgroups/policy.ts";
 import type { WellKnown } from "../../src/protocol/api.ts";
 import { cgroupScope, type CgroupScope } from "../support/cgroupScope.ts";
 import { sshdPayload, writeSshdOciLayout } from "../support/debianOci.ts";
 import { must, Netns, sh } from "../support/netns.ts";
-import { leftoversOf, pidsMatching, runRole, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
+import { cleanUpPlacements, freePort, leftoversOf, runRole, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
 
 const skip =
   vmTestSkipReason() ??
@@ -144,13 +146,6 @@ async function waitHealthy(ms = 30_000): Promise<void> {
   throw new Error(`host never became healthy\n${tail(agent.log)}`);
 }
 
-function freePort(): number {
-  const probe = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
-  const p = probe.port!;
-  void probe.stop(true);
-  return p;
-}
-
 d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () => {
   beforeAll(async () => {
     work = mkdtempSync(join(tmpdir(), "bb-private-ssh-"));
@@ -199,7 +194,7 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     writeFileSync(join(work, "manifest.json"), JSON.stringify(m));
     const tokens = JSON.parse(readFileSync(dev.clientConfigPath, "utf8")) as { token: string; operatorToken: string };
     ownerToken = tokens.token;
-    port = freePort();
+    port = await freePort();
     endpointPort = 20_000 + (Number.parseInt(id, 16) % 20_000);
     scheduler = startRole(["scheduler", "serve", "--data-dir", join(work, "scheduler"), "--manifest", join(work, "manifest.json"), "--listen", `${ROOT_ADDR}:${port}`], join(work, "scheduler.log"));
     await waitUp();
@@ -253,10 +248,14 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     nat?.delete();
     sh(["ip", "link", "del", ROOT_VETH]);
     if (!work) return;
-    for (const pid of pidsMatching(join(agentDir(), "allocations"))) process.kill(pid, "SIGKILL");
-    const ours = new Set(existsSync(join(agentDir(), "allocations")) ? readdirSync(join(agentDir(), "allocations")) : []);
-    for (const n of await listPlacementNetworks()) if (ours.has(n)) await destroyPlacementNetwork(n);
-    cgroups?.remove();
+    const allocations = join(agentDir(), "allocations");
+    await cleanUpPlacements(allocations);
+    if (cgroups) {
+      // Placement cgroups under this run's parent (cleanUpPlacements removes those under the default one), then the parent.
+      const controllers = detectControllers();
+      for (const n of existsSync(allocations) ? readdirSync(allocations) : []) if (/^bb-[A-Za-z0-9_-]{1,60}$/.test(n)) removePlacementCgroup(placementCgroupOf(n, { ...DEFAULT_CGROUP_POLICY, parent: cgroups.parent }, controllers));
+      cgroups.remove();
+    }
     console.log(`private-ssh.test: ${timings.join("; ")}`);
     if (process.env.BB_TEST_SHOW_LOGS) for (const f of readdirSync(work).filter((f) => f.endsWith(".log"))) console.log(`--- ${f}\n${tail(join(work, f), 4000)}`);
     rmSync(work, { recursive: true, force: true });
