@@ -171,11 +171,9 @@ d("bb allocation logs (real agent, QEMU guest)", () => {
       enrollmentToken,
     };
     // Where a secret rests by design: the development client configs (tokens for the developer, 0600), and the nonce in the
-    // placement's runtime.json and in the private initramfs QEMU boots from (0600, both removed with the placement).
-    const placementDir = join(runtime, "..");
+    // placement's runtime.json (spec "Prepare"; removed with the placement). The private initramfs QEMU booted from is gone once the guest is ready.
     const allowed = (name: string, file: string) =>
-      (name.endsWith("Token") && name !== "enrollmentToken" && [join(work, "client.json"), join(work, "scheduler", "client.json")].includes(file)) ||
-      (name === "nonce" && [runtime, join(placementDir, "initrd.private.cpio")].includes(file));
+      (name.endsWith("Token") && name !== "enrollmentToken" && [join(work, "client.json"), join(work, "scheduler", "client.json")].includes(file)) || (name === "nonce" && file === runtime);
     const scan = () => {
       const found: string[] = [];
       for (const file of walkFiles(work)) {
