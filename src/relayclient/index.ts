@@ -17,3 +17,4 @@ export {
   type RelayHandlers,
   type RelayTransport,
 } from "./transport.ts";
+export { relayConnector, type RelayConnectorOptions } from "./connector.ts";
