@@ -71,7 +71,7 @@ interface Session {
   token: SignedRelayToken;
   state: RelaySessionState;
   link: RelayLink | null;
-  timer: ReturnType<typeof setTimeout> | null;
+  timer: unknown;
   attempts: number;
   connects: number;
   openedAtMs: number;
@@ -89,14 +89,19 @@ export interface RelaySessionsOptions {
   onChange?(info: RelaySessionInfo): void;
   random: WgRandom;
   nowMs(): number;
+  /** Timer port (default setTimeout/clearTimeout), so tests can see the backoff delays. */
+  timers?: { set(fn: () => void, ms: number): unknown; clear(handle: unknown): void };
 }
 
 /** The session table. */
 export class RelaySessions {
   private readonly sessions = new Map<string, Session>();
   private closedAll = false;
+  private readonly timers: NonNullable<RelaySessionsOptions["timers"]>;
 
-  constructor(private readonly o: RelaySessionsOptions) {}
+  constructor(private readonly o: RelaySessionsOptions) {
+    this.timers = o.timers ?? { set: (fn, ms) => setTimeout(fn, ms), clear: (h) => clearTimeout(h as ReturnType<typeof setTimeout>) };
+  }
 
   /**
    * Opens (or, for a known path ID, re-tokens) the session `pathId` to
@@ -156,7 +161,7 @@ export class RelaySessions {
     this.sessions.delete(pathId);
     s.epoch++;
     s.state = "stopped";
-    if (s.timer) clearTimeout(s.timer);
+    if (s.timer !== null) this.timers.clear(s.timer);
     s.timer = null;
     s.link?.close();
     s.link = null;
@@ -174,7 +179,7 @@ export class RelaySessions {
 
   private start(s: Session): void {
     const epoch = ++s.epoch;
-    if (s.timer) clearTimeout(s.timer);
+    if (s.timer !== null) this.timers.clear(s.timer);
     s.timer = null;
     s.state = "connecting";
     s.connects++;
@@ -216,7 +221,7 @@ export class RelaySessions {
     s.attempts++;
     const jitter = (this.o.random.fill(new Uint8Array(1))[0]! / 255) * 0.5 * base;
     const epoch = s.epoch;
-    s.timer = setTimeout(() => {
+    s.timer = this.timers.set(() => {
       s.timer = null;
       if (s.epoch === epoch && this.sessions.has(s.pathId)) this.start(s);
     }, Math.round(base + jitter));

@@ -9,7 +9,8 @@
  * placement namespace, routes, nftables).
  * CONFIG (argv[2], JSON): { hostId, dataDir, listen: {hostname, port},
  *   stunServers: [{address, port}], issuerUrl, verificationKeys: "KEYID=B64",
- *   placements: [{allocationId, generation, netns, table, tap}] }.
+ *   placements: [{allocationId, generation, netns, table, tap}], relayCa?: PEM path }
+ *   (relay sessions through src/relayclient, trusting the system's CAs plus relayCa).
  * stdin lines: {"op":"stats"} → {"ev":"stats",...}; {"op":"connectivity"} →
  * {"ev":"connectivity",...}; {"op":"generation","allocationId","generation"}
  * changes a placement's generation (a replacement on this host) and prunes
@@ -25,6 +26,8 @@ import { loadOrCreateHostKey } from "../../src/agent/endpoint/hostKey.ts";
 import { kernelPlacementLinks } from "../../src/agent/endpoint/placementLink.ts";
 import type { ConfigureConnection } from "../../src/protocol/agent.ts";
 import { parseVerificationKeys } from "../../src/protocol/connectionSignature.ts";
+import { relayConnector } from "../../src/relayclient/index.ts";
+import { readFileSync } from "node:fs";
 import { selectAead, systemClock, systemRandom } from "../../src/wireguard/index.ts";
 
 interface Config {
@@ -35,6 +38,7 @@ interface Config {
   issuerUrl: string;
   verificationKeys: string;
   placements: PlacementTarget[];
+  relayCa?: string;
 }
 
 const cfg = JSON.parse(process.argv[2]!) as Config;
@@ -62,6 +66,7 @@ endpoint = await HostEndpoint.start({
   placements: { byAllocation: (id) => placements.get(id) ?? null },
   links: kernelPlacementLinks,
   interfaces: networkInterfaces,
+  relayConnector: relayConnector(cfg.relayCa ? { ca: readFileSync(cfg.relayCa, "utf8") } : {}),
   onChange: postConnectivity,
 });
 const ep = endpoint;
