@@ -6,7 +6,11 @@
  *                                                                 wan bridge 198.51.100.0/24
  *   host   (10.2.0.2) ── hnat: endpoint-independent NAT ──────────┤  (snat/dnat of udp 51820)
  *                         sched 198.51.100.2: test grant issuer ──┤  (test/support, for the
- *                         stun  198.51.100.3: STUN responder ─────┘   scheduler's grant route)
+ *                         stun  198.51.100.3: STUN responder ─────┤   scheduler's grant route)
+ *                         relay 198.51.100.4: relays (TLS, cert ──┘
+ *                           by openssl): `bb relay run` as relay-1 on :443, and the relay
+ *                           server with its frame hook (test/support/relayCapture.ts) as
+ *                           relay-cap on :8443; a grant made with `relays` lists both
  *   host runs the host endpoint (src/agent/endpoint, through test/support/endpointHarness.ts):
  *   its TUN moves into "placement", a namespace with the real placement nftables table
  *   (default deny), whose "bbtap0" is a veth to "guest" (standing in for the VM: the
@@ -22,8 +26,15 @@
  * by the proxy and by the host), a client relay token for another grant
  * (RELAY_TOKEN_INVALID, by the proxy, before binding), a grant for the older generation
  * after a replacement (STALE_GENERATION, by the host and the proxy), whose old grants the
- * host dropped by itself. Relays are not on
- * main yet, so the relay-only and relay→direct cases are not here.
+ * host dropped by itself. Relays: with UDP between the two NATs dropped (nftables in the
+ * laptop NAT's forward path), the relays carry the session (byte-exact, path "relay" at
+ * both ends, both relay sessions paired); lifting the drop between the two halves of one
+ * 8 MiB inner TCP connection moves the path to direct at both ends and that connection
+ * completes byte-exact (SHA-256); relay-cap forwarded only WireGuard messages of their
+ * exact lengths and never the marker the connection began with, and `bb relay run`
+ * forwarded frames too (its metrics); a third party presenting the grant's client relay
+ * token is refused RELAY_PAIR_TAKEN while the host's session stays open, paired and
+ * unreconnected; the revoke closes the host's relay sessions.
  * Needs root, ip, nft; otherwise prints why and skips. Leaves nothing behind.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
