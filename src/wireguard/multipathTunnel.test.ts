@@ -9,6 +9,7 @@
 import { afterEach, expect, test } from "bun:test";
 import type { RelayEntry, SignedRelayToken } from "../protocol/connection.ts";
 import { nobleAead } from "./aead/noble.ts";
+import { testPacket as packet } from "./fakes.ts";
 import { MultipathTunnel } from "./multipathTunnel.ts";
 import { systemClock, systemRandom } from "./ports.ts";
 import type { RelayConnector, RelayLink } from "./relaySessions.ts";
@@ -53,21 +54,6 @@ async function waitFor(cond: () => boolean, what: string): Promise<void> {
   if (!cond()) throw new Error(`timed out waiting for ${what}`);
 }
 
-/** An IPv6/UDP packet fd00::<src> → fd00::<dst> whose first payload byte is `n`. */
-function packet(n: number, src: number, dst: number): Uint8Array {
-  const p = new Uint8Array(44);
-  p[0] = 0x60;
-  p[5] = 4;
-  p[6] = 17;
-  p[7] = 64;
-  p[8] = 0xfd;
-  p[23] = src;
-  p[24] = 0xfd;
-  p[39] = dst;
-  p[40] = n;
-  return p;
-}
-
 test("a session that came up over the relay moves to the direct path without a new handshake; close closes the relay links", async () => {
   const aead = nobleAead();
   const relay = relayDouble();
@@ -78,9 +64,9 @@ test("a session that came up over the relay moves to the direct path without a n
   const atClient: number[] = [];
   const atHost: number[] = [];
   const common = { clock: systemClock, random: systemRandom, aead, listen: { hostname: "127.0.0.1", port: 0 } };
-  const host = await MultipathTunnel.open({ ...common, privateKey: hk.privateKey, relayConnector: relay.connector(1), deliver: (p) => void atHost.push(p[40]!) });
+  const host = await MultipathTunnel.open({ ...common, privateKey: hk.privateKey, relayConnector: relay.connector(1), deliver: (p) => void atHost.push(p[41]!) });
   open.push(host);
-  const client = await MultipathTunnel.open({ ...common, privateKey: ck.privateKey, relayConnector: relay.connector(0), deliver: (p) => void atClient.push(p[40]!) });
+  const client = await MultipathTunnel.open({ ...common, privateKey: ck.privateKey, relayConnector: relay.connector(0), deliver: (p) => void atClient.push(p[41]!) });
   open.push(client);
   const hp = host.mp.addPeer({ publicKey: ck.publicKey, allowedIps: ["fd00::1/128"] });
   host.attachRelays(hp.peer, [{ entry, token }], (id) => `${id}/grant-a`);
@@ -91,10 +77,10 @@ test("a session that came up over the relay moves to the direct path without a n
   await waitFor(() => relay.ends.every((e) => e !== null), "both relay links");
   await waitFor(() => client.relays.list()[0]?.state === "open" && host.relays.list()[0]?.state === "open", "both sessions open");
 
-  cp.peer.send(packet(1, 1, 2));
+  cp.peer.send(packet(1, 2, 1));
   client.arm();
   await waitFor(() => atHost.includes(1), "the first packet over the relay");
-  hp.peer.send(packet(2, 2, 1));
+  hp.peer.send(packet(2, 1, 2));
   host.arm();
   await waitFor(() => atClient.includes(2), "the reply over the relay");
   expect(cp.selector.state()).toMatchObject({ path: "relay", relay: "relay-1", direct: null });
@@ -105,13 +91,13 @@ test("a session that came up over the relay moves to the direct path without a n
   // The client learns the host's real address: probes pin it on the host, and the host's next datagram pins it on the client.
   cp.selector.setCandidates([{ address: "127.0.0.1", port: host.udp.port }]);
   await waitFor(() => hp.selector.isDirect(), "the host pinning the client's address");
-  hp.peer.send(packet(3, 2, 1));
+  hp.peer.send(packet(2, 1, 3));
   host.arm();
   await waitFor(() => atClient.includes(3) && cp.selector.isDirect(), "the client pinning the host's address");
   expect(cp.selector.state().direct).toBe(`127.0.0.1:${host.udp.port}`);
   expect(cp.peer.keypairs.current).toBe(handshakes); // the same session
   const before = relay.forwarded();
-  cp.peer.send(packet(4, 1, 2));
+  cp.peer.send(packet(1, 2, 4));
   client.arm();
   await waitFor(() => atHost.includes(4), "a packet on the direct path");
   expect(relay.forwarded()).toBe(before); // pinned: not mirrored through the relay any more

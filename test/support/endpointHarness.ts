@@ -27,6 +27,7 @@ import { kernelPlacementLinks } from "../../src/agent/endpoint/placementLink.ts"
 import type { ConfigureConnection } from "../../src/protocol/agent.ts";
 import { parseVerificationKeys } from "../../src/protocol/connectionSignature.ts";
 import { relayConnector } from "../../src/relayclient/index.ts";
+import { stdinCommands } from "./stdinLines.ts";
 import { readFileSync } from "node:fs";
 import { selectAead, systemClock, systemRandom } from "../../src/wireguard/index.ts";
 
@@ -93,25 +94,15 @@ const poll = async () => {
 void poll();
 emit({ ev: "ready", publicKey: ep.publicKey, port: ep.port });
 
-const decoder = new TextDecoder();
-let buf = "";
-for await (const chunk of Bun.stdin.stream()) {
-  buf += decoder.decode(chunk, { stream: true });
-  let nl: number;
-  while ((nl = buf.indexOf("\n")) >= 0) {
-    const line = buf.slice(0, nl).trim();
-    buf = buf.slice(nl + 1);
-    if (!line) continue;
-    const c = JSON.parse(line) as { op: string; allocationId?: string; generation?: number };
-    if (c.op === "stats") emit({ ev: "stats", ...ep.stats() });
-    else if (c.op === "connectivity") emit({ ev: "connectivity", ...ep.connectivity() });
-    else if (c.op === "generation") {
-      const p = placements.get(c.allocationId!);
-      if (p) p.generation = c.generation!;
-      // As the agent does when a placement changes: grants for another generation go.
-      await ep.prune();
-      emit({ ev: "generation", ok: !!p });
-    }
+for await (const c of stdinCommands<{ op: string; allocationId?: string; generation?: number }>()) {
+  if (c.op === "stats") emit({ ev: "stats", ...ep.stats() });
+  else if (c.op === "connectivity") emit({ ev: "connectivity", ...ep.connectivity() });
+  else if (c.op === "generation") {
+    const p = placements.get(c.allocationId!);
+    if (p) p.generation = c.generation!;
+    // As the agent does when a placement changes: grants for another generation go.
+    await ep.prune();
+    emit({ ev: "generation", ok: !!p });
   }
 }
 stopped = true;

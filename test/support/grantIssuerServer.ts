@@ -30,6 +30,7 @@ import type { ConfigureConnection } from "../../src/protocol/agent.ts";
 import { ConnectionGrantBody, type Candidate, type ConnectionGrantResponse, type RelayEntry, type SignedGrant, type SignedRelayToken } from "../../src/protocol/connection.ts";
 import { problem } from "../../src/protocol/problem.ts";
 import { TestGrantIssuer, testId } from "./grantIssuer.ts";
+import { stdinCommands } from "./stdinLines.ts";
 
 /** One allocation the stand-in knows. */
 export interface TestAllocation {
@@ -191,26 +192,16 @@ if (import.meta.main) {
   // Control from the test (which runs outside this namespace), one JSON object per stdin line:
   // {"op":"allocation","id",...TestAllocation fields} · {"op":"next-grant",...} · {"op":"grants"} ·
   // {"op":"client-relay-tokens","grantId"} → {"ev":"client-relay-tokens","tokens"}.
-  const decoder = new TextDecoder();
-  let buf = "";
-  for await (const chunk of Bun.stdin.stream()) {
-    buf += decoder.decode(chunk, { stream: true });
-    let nl: number;
-    while ((nl = buf.indexOf("\n")) >= 0) {
-      const line = buf.slice(0, nl).trim();
-      buf = buf.slice(nl + 1);
-      if (!line) continue;
-      const { op, id, ...rest } = JSON.parse(line) as { op: string; id?: string } & Record<string, unknown>;
-      if (op === "allocation" && id) {
-        const cur = state.allocations.get(id) ?? { state: "ready", generation: 1, hostId: "host-1", allocationAddress: "fd00:bb:1:2::2" };
-        state.allocations.set(id, { ...cur, ...(rest as Partial<TestAllocation>) });
-        emit({ ev: "allocation", id, ...state.allocations.get(id) });
-      } else if (op === "next-grant") {
-        state.next = rest as IssuerState["next"];
-        emit({ ev: "next-grant" });
-      } else if (op === "grants") emit({ ev: "grants", grants: state.grants.map((g) => g.payload) });
-      else if (op === "client-relay-tokens") emit({ ev: "client-relay-tokens", tokens: state.clientRelayTokens.get(String(rest["grantId"])) ?? {} });
-    }
+  for await (const { op, id, ...rest } of stdinCommands<{ op: string; id?: string } & Record<string, unknown>>()) {
+    if (op === "allocation" && id) {
+      const cur = state.allocations.get(id) ?? { state: "ready", generation: 1, hostId: "host-1", allocationAddress: "fd00:bb:1:2::2" };
+      state.allocations.set(id, { ...cur, ...(rest as Partial<TestAllocation>) });
+      emit({ ev: "allocation", id, ...state.allocations.get(id) });
+    } else if (op === "next-grant") {
+      state.next = rest as IssuerState["next"];
+      emit({ ev: "next-grant" });
+    } else if (op === "grants") emit({ ev: "grants", grants: state.grants.map((g) => g.payload) });
+    else if (op === "client-relay-tokens") emit({ ev: "client-relay-tokens", tokens: state.clientRelayTokens.get(String(rest["grantId"])) ?? {} });
   }
   server.stop(true);
   process.exit(0);

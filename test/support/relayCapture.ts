@@ -13,6 +13,7 @@
 import { loadRelayConfig } from "../../src/relay/config.ts";
 import { startRelay } from "../../src/relay/server.ts";
 import { isWireGuardMessage } from "./relay.ts";
+import { stdinCommands } from "./stdinLines.ts";
 
 const emit = (o: object) => process.stdout.write(JSON.stringify(o) + "\n");
 let marker: Buffer | null = null;
@@ -27,21 +28,11 @@ const relay = await startRelay({
   },
 });
 emit({ ev: "ready", urls: relay.urls });
-const decoder = new TextDecoder();
-let buf = "";
-for await (const chunk of Bun.stdin.stream()) {
-  buf += decoder.decode(chunk, { stream: true });
-  let nl: number;
-  while ((nl = buf.indexOf("\n")) >= 0) {
-    const line = buf.slice(0, nl).trim();
-    buf = buf.slice(nl + 1);
-    if (!line) continue;
-    const c = JSON.parse(line) as { op: string; text?: string };
-    if (c.op === "marker") {
-      marker = Buffer.from(c.text ?? "");
-      emit({ ev: "marker" });
-    } else if (c.op === "report") emit({ ev: "report", ...counts });
-  }
+for await (const c of stdinCommands<{ op: string; text?: string }>()) {
+  if (c.op === "marker") {
+    marker = Buffer.from(c.text ?? "");
+    emit({ ev: "marker" });
+  } else if (c.op === "report") emit({ ev: "report", ...counts });
 }
 await relay.stop();
 process.exit(0);
