@@ -97,7 +97,7 @@ async function ours(relay: boolean): Promise<Record<"sink" | "source", { ok: boo
     }));
     relayProc = Bun.spawn(H.exec([bun, join(repo, "bin/bb.ts"), "relay", "run", "--config", conf]), { stdout: "ignore", stderr: "ignore" });
     // Every WireGuard datagram between the two must take the relay.
-    const block = Bun.spawnSync(L.exec(["nft", "-f", "-"]), { stdin: new TextEncoder().encode("table ip bb_block {\n chain out { type filter hook output priority 0; policy accept; ip daddr 192.0.2.2 udp dport 51820 drop; }\n}\n") });
+    const block = Bun.spawnSync(L.exec(["nft", "-f", "-"]), { stdin: new TextEncoder().encode("table ip bb_block {\n chain drop_udp { type filter hook output priority 0; policy accept; ip daddr 192.0.2.2 udp dport 51820 drop; }\n}\n") });
     if (block.exitCode !== 0) throw new Error(`nft: ${block.stderr}`);
   }
   const relays = relay ? [{ relayId: "relay-1", url: "wss://192.0.2.2:8443/v1/relay" }] : [];

@@ -136,7 +136,7 @@ function buildTopology(): void {
 
 /** Drops UDP between the two NATs' public addresses in the laptop NAT's forward path (the relay's TCP is untouched), or lifts the drop. */
 function blockDirect(on: boolean): void {
-  if (on) nft(LNAT, `table ip bb_block {\n chain fwd { type filter hook forward priority -10; policy accept; ip daddr ${HNAT_PUBLIC} udp dport 51820 drop; ip saddr ${HNAT_PUBLIC} udp sport 51820 drop; }\n}\n`);
+  if (on) nft(LNAT, `table ip bb_block {\n chain drop_udp { type filter hook forward priority -10; policy accept; ip daddr ${HNAT_PUBLIC} udp dport 51820 drop; ip saddr ${HNAT_PUBLIC} udp sport 51820 drop; }\n}\n`);
   else must(LNAT.exec(["nft", "delete", "table", "ip", "bb_block"]));
 }
 
