@@ -55,6 +55,7 @@ export interface ClientTunnelOptions {
 /** The running tunnel. */
 export class ClientTunnel {
   private lastChanges = 0;
+  private closed = false;
   private stack!: Netstack;
   private readonly peer;
   private readonly selector;
@@ -147,6 +148,8 @@ export class ClientTunnel {
 
   /** Aborts every inner connection, closes the relay sessions, stops the alarm and closes the socket. Idempotent. */
   close(): void {
+    if (this.closed) return;
+    this.closed = true;
     this.stack?.close();
     this.t.removePeer(this.peer);
     this.t.close();
