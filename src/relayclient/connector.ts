@@ -5,7 +5,9 @@
  * unavailable or fails before the relay answered; otherwise over the
  * WebSocket. The relay's TLS certificate is verified against the system's
  * trust store plus `ca` (a private relay CA), with the server name taken
- * from the entry's URL.
+ * from the entry's URL (QUIC verifies a DNS name: a URL with an IP address
+ * ends up on the WebSocket). A QUIC attempt gets RELAY_QUIC_ATTEMPT_MS, so
+ * a network that drops UDP costs that long before the fallback.
  *
  * Owns: that choice. Must never: fall back after the relay refused the
  * token (a refusal over one transport is a refusal over the other), or
@@ -15,6 +17,9 @@ import type { RelayEntry, SignedRelayToken } from "../protocol/connection.ts";
 import { connectRelayQuic } from "./quicClient.ts";
 import { RelayConnectError, type RelayTransport } from "./transport.ts";
 import { connectRelay } from "./wsClient.ts";
+
+/** Longest a QUIC attempt may take before the WebSocket is tried, ms. */
+export const RELAY_QUIC_ATTEMPT_MS = 3_000;
 
 /** Options of relayConnector. */
 export interface RelayConnectorOptions {
@@ -35,7 +40,8 @@ export function relayConnector(o: RelayConnectorOptions = {}) {
     const common = { token, onDatagram, ...(o.ca ? { ca: o.ca } : {}), ...(o.timeoutMs ? { timeoutMs: o.timeoutMs } : {}) };
     if (entry.quic) {
       try {
-        return await connectRelayQuic({ ...common, address: entry.quic, servername: new URL(entry.url).hostname.replace(/^\[|\]$/g, "") });
+        const timeoutMs = Math.min(o.timeoutMs ?? RELAY_QUIC_ATTEMPT_MS, RELAY_QUIC_ATTEMPT_MS);
+        return await connectRelayQuic({ ...common, timeoutMs, address: entry.quic, servername: new URL(entry.url).hostname.replace(/^\[|\]$/g, "") });
       } catch (e) {
         if (e instanceof RelayConnectError && e.close.code) throw e;
       }
