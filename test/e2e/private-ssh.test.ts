@@ -71,6 +71,8 @@ const ROOT_VETH = `bbsshr${id}`;
 /** The other tenant's bearer token (a second controller in the manifest). */
 const OTHER_TOKEN = `bbt_other_${randomBytes(12).toString("hex")}`;
 const BLOB_BYTES = 64 * 1024 * 1024;
+/** The agent's allowance beyond guest RAM for QEMU under TCG (translation cache), MiB; see where it is set. */
+const TCG_VMM_OVERHEAD_MIB = 384;
 /** The relay's ID in the manifest's relay map. */
 const RELAY_ID = "relay-ssh";
 /** The scp that moves from the relay to the direct path: its size, and its rate cap (scp -l, Kbit/s) so that it is still running when the path moves. */
@@ -146,7 +148,7 @@ function laptopCommand(tool: "ssh" | "scp", args: string[], localPort: number): 
 /** Drops UDP between the laptop side and the host endpoint's port in the NAT namespace's forward path (the relay's TCP is untouched), or lifts the drop. */
 function blockDirect(on: boolean): void {
   if (!on) return void must(nat.exec(["nft", "delete", "table", "ip", "bb_block"]));
-  const rules = `table ip bb_block {\n chain fwd { type filter hook forward priority -10; policy accept; ip daddr ${ROOT_ADDR} udp dport ${endpointPort} drop; ip saddr ${ROOT_ADDR} udp sport ${endpointPort} drop; }\n}\n`;
+  const rules = `table ip bb_block {\n chain drop_udp { type filter hook forward priority -10; policy accept; ip daddr ${ROOT_ADDR} udp dport ${endpointPort} drop; ip saddr ${ROOT_ADDR} udp sport ${endpointPort} drop; }\n}\n`;
   const r = Bun.spawnSync(nat.exec(["nft", "-f", "-"]), { stdin: new TextEncoder().encode(rules), stderr: "pipe" });
   if (r.exitCode !== 0) throw new Error(`nft: ${r.stderr}`);
 }
@@ -267,6 +269,9 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     // Placement cgroups under a parent of this run's own: cgroups other runs left in the shared default would make the host unschedulable.
     cgroups = cgroupScope(`bbssh-${id}`);
     cfg.cgroupParent = cgroups.parent;
+    // QEMU under TCG needs more than the default 192 MiB beyond guest RAM once the guest has touched all of it
+    // (measured: 729 MiB anonymous RSS for this 512 MiB guest after 88 MiB of scp, OOM-killed by memory.max).
+    cfg.vmmMemoryOverheadMiB = TCG_VMM_OVERHEAD_MIB;
     writeFileSync(cfgPath, JSON.stringify(cfg, null, 2));
     agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"));
     await waitHealthy();
@@ -365,9 +370,9 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
       const r = await laptopRun("ssh", ["root@127.0.0.1", "echo relayed-hi-$(hostname)"], RELAYED_PORT);
       if (r.code !== 0) throw new Error(`ssh over the relay exited ${r.code}: ${r.err}\nproxy:\n${tail(relayed.log)}\nrelay:\n${tail(relay.log)}`);
       expect(r.out.trim()).toBe("relayed-hi-beachball");
-      // The proxy says relay (the manifest's relay, session paired with the host's), never direct; the relay forwarded frames.
+      // The proxy says relay (the manifest's relay), never direct; the relay forwarded frames.
       await waitLog(relayed, new RegExp(`path: relay ${RELAY_ID}`));
-      expect(log()).toContain(`relay ${RELAY_ID}: session open, paired`);
+      expect(log()).toContain(`relay ${RELAY_ID}: session open`);
       expect(log()).not.toContain("path: direct");
       expect(await relayCounter("frames_forwarded_total")).toBeGreaterThan(framesBefore);
       timings.push(`relayed ssh command ${Math.round(performance.now() - t0)} ms after the block`);
