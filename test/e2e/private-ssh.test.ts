@@ -10,13 +10,20 @@
  * process, no root needed by it).
  *
  *   laptop ns (10.88.0.2) ── nat ns: masquerade ── root ns 198.19.R.1: scheduler,
- *                                                  agent + host endpoint (UDP), the VM's
- *                                                  placement namespace (created by the agent)
+ *                                                  agent + host endpoint (UDP), `bb relay run`
+ *                                                  (TLS), the VM's placement namespace
+ *                                                  (created by the agent)
  *
- * The scheduler and the agent run in the root namespace (the agent creates
- * its placements' namespaces itself; running it inside another namespace
- * is not done here), bound to the root end of the laptop's link only; the
- * laptop sits behind a masquerading NAT namespace. Relays are not used.
+ * The scheduler, the agent and the relay run in the root namespace (the
+ * agent creates its placements' namespaces itself; running it inside
+ * another namespace is not done here), bound to the root end of the
+ * laptop's link only; the laptop sits behind a masquerading NAT namespace.
+ * The relay (`bb relay run`, a certificate for 198.19.R.1 made by openssl,
+ * trusting the scheduler's connection keys) is the one relay of the
+ * manifest's relay map, so every grant's signed map names it; the proxy
+ * gets the certificate with BB_RELAY_CA, the agent with
+ * `connections.relayCaPath`. The agent's QEMU gets 384 MiB beyond guest RAM
+ * (TCG's translation cache outgrows the 192 MiB default).
  * The agent's placement cgroups live under a parent of this run's own
  * (test/support/cgroupScope.ts).
  *
@@ -28,10 +35,19 @@
  * is refused (NOT_FOUND, exit 1) and nothing changed; after release the
  * running proxy ends with INVALID_STATE (exit 1) before its grant's expiry,
  * new connections fail, a new proxy is refused (INVALID_STATE, exit 1) and
- * the placement's VM, namespace and directory are gone.
- * About 50 s with the rootfs cached, plus about 2 min for mmdebstrap the
- * first time (2-core TCG machine).
- * Needs root, QEMU, squashfs-tools, mmdebstrap, ssh/scp/ssh-keygen, nft.
+ * the placement's VM, namespace and directory are gone. Relay: with UDP
+ * between the laptop and the host endpoint's port dropped (nftables in the
+ * NAT namespace; the relay's TCP passes), `ssh` through a new `bb proxy`
+ * runs a command in the VM, the proxy says `path: relay relay-ssh` and
+ * never `path: direct`, and the relay's metrics count forwarded frames; one
+ * `scp` of 24 MiB (rate-capped with `scp -l` so that it outlasts the move)
+ * has its first MiB carried by the relay (its byte counter), then the drop
+ * is lifted: the proxy prints `path: direct via <host endpoint>` while that
+ * scp still runs, and the scp (one ssh connection, never reopened) exits 0
+ * with the file byte-exact (SHA-256) in the VM.
+ * About 70 s with the rootfs cached (about 20 s of it the relay part), plus
+ * about 2 min for mmdebstrap the first time (2-core TCG machine).
+ * Needs root, QEMU, squashfs-tools, mmdebstrap, ssh/scp/ssh-keygen, nft, openssl.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
