@@ -381,6 +381,12 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     return ep;
   }
 
+  /** True when `placementId` is this host's placement at `generation` and the scheduler still wants it (not absent, not going). */
+  private wantedPlacement(placementId: string, generation: number): boolean {
+    const p = this.placement(placementId);
+    return !!p && p.generation === generation && p.state !== "absent" && p.desired !== "absent" && this.row()?.adminState !== "disabled";
+  }
+
   /** Queues a configure_connection for the agent (idempotent; see HostConnections.enqueue) and wakes its parked poll. */
   configureConnection(c: ConnectionCommandRequest): void {
     if (!this.row()) throw new BeachballError("NOT_FOUND", "host is not registered");
@@ -499,7 +505,7 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
       }
       for (const d of env.payload.deliveryAcks) this.applyDeliveryAck(r.obj, d);
       this.conn.applyAcks(env.payload.acks);
-      if (env.payload.connectivity) this.conn.applyConnectivity(epoch, env.payload.connectivity);
+      if (env.payload.connectivity) this.conn.applyConnectivity(epoch, env.payload.connectivity, (placementId, generation) => this.wantedPlacement(placementId, generation));
       // Leases are renewed by heartbeats, but never for a placement the scheduler wants gone.
       const lease = now + this.env.config.timeouts.leaseMs;
       const renew = [...this.placements().values()].filter((p) => p.desired !== "absent" && p.leaseExpiresAtMs !== lease);
