@@ -10,6 +10,11 @@
  * handed out (src/scheduler/objects/grantDocuments.ts, the signer's
  * derivation), never stored.
  *
+ * The client's candidates (from the grant's Connection) ride in the apply:
+ * each new list is stored with it and the apply goes back in the queue (at
+ * most MAX_CLIENT_CANDIDATE_UPDATES_PER_GRANT times per grant), so the host
+ * endpoint learns where to send to punch through its NAT.
+ *
  * Reconciliation (src/domain/grantReconcile.ts): every connectivity_update
  * that is the newest of its session is compared with the grants handed out
  * here; an acknowledged, live grant the host no longer holds (its endpoint
@@ -35,6 +40,9 @@ import { GRANT_EXPIRY_GRACE_MS } from "../../domain/grants.ts";
 import { reconcileGrants, type CommandStatus, type HeldGrant } from "../../domain/grantReconcile.ts";
 import type { SchedulerEnv } from "../env.ts";
 import { relayTokens } from "./grantDocuments.ts";
+
+/** Most times a grant's apply goes back to the host with newer client candidates (later lists are ignored). */
+export const MAX_CLIENT_CANDIDATE_UPDATES_PER_GRANT = 16;
 
 /** A configure_connection for the Host to queue (from the grant's Network). */
 export interface ConnectionCommandRequest {
@@ -66,6 +74,7 @@ interface CommandRow {
   grant_json: string | null;
   relay_map_json: string | null;
   expires_at_ms: number;
+  client_candidates_json: string | null;
 }
 
 /** See the module header. */
@@ -201,6 +210,39 @@ export class HostConnections {
     }
   }
 
+  /**
+   * Stores the client's newest candidates with grant `grantId`'s apply and
+   * puts the apply back in the queue (see the module header). Ignored (false)
+   * when the grant was never applied here, was revoked, refused or expired,
+   * the list is unchanged, or MAX_CLIENT_CANDIDATE_UPDATES_PER_GRANT lists
+   * came already. True when the apply is pending again (the caller wakes
+   * parked polls). Call inside a transaction.
+   */
+  clientCandidates(grantId: string, candidates: readonly Candidate[]): boolean {
+    const now = this.env.clock.now();
+    const apply = this.sql
+      .exec<{ status: CommandStatus; expires_at_ms: number; client_candidates_json: string | null; client_candidate_updates: number }>(
+        "SELECT status, expires_at_ms, client_candidates_json, client_candidate_updates FROM host_connection_commands WHERE obj = ? AND command_id = ?",
+        this.state.name,
+        connectionCommandIdFor(grantId, "apply"),
+      )
+      .next();
+    if (apply.done) return false;
+    const a = apply.value;
+    const json = JSON.stringify(candidates);
+    if (a.status === "rejected" || a.status === "superseded" || a.expires_at_ms <= now || a.client_candidates_json === json) return false;
+    if (a.client_candidate_updates >= MAX_CLIENT_CANDIDATE_UPDATES_PER_GRANT) return false;
+    const revoked = !this.sql.exec("SELECT 1 FROM host_connection_commands WHERE obj = ? AND command_id = ?", this.state.name, connectionCommandIdFor(grantId, "revoke")).next().done;
+    if (revoked) return false;
+    this.sql.exec(
+      "UPDATE host_connection_commands SET client_candidates_json = ?, client_candidate_updates = client_candidate_updates + 1, status = 'pending' WHERE obj = ? AND command_id = ?",
+      json,
+      this.state.name,
+      connectionCommandIdFor(grantId, "apply"),
+    );
+    return true;
+  }
+
   /** True if a configure_connection waits for the agent. */
   hasPending(): boolean {
     return !this.sql.exec("SELECT 1 FROM host_connection_commands WHERE obj = ? AND status = 'pending' LIMIT 1", this.state.name).next().done;
@@ -217,7 +259,7 @@ export class HostConnections {
     const now = this.env.clock.now();
     const rows = this.sql
       .exec<CommandRow>(
-        "SELECT command_id, grant_id, action, network_id, connection_id, grant_json, relay_map_json, expires_at_ms FROM host_connection_commands WHERE obj = ? AND status = 'pending' ORDER BY created_at_ms, command_id LIMIT ?",
+        "SELECT command_id, grant_id, action, network_id, connection_id, grant_json, relay_map_json, expires_at_ms, client_candidates_json FROM host_connection_commands WHERE obj = ? AND status = 'pending' ORDER BY created_at_ms, command_id LIMIT ?",
         this.state.name,
         MAX_CONNECTION_COMMANDS_PER_POLL,
       )
@@ -247,6 +289,7 @@ export class HostConnections {
         grant: JSON.parse(c.grant_json!) as SignedGrant,
         relayMap: JSON.parse(c.relay_map_json!) as SignedRelayMap,
         relayTokens: relayTokens(signer, settings, c.grant_id, "host", c.expires_at_ms, now),
+        ...(c.client_candidates_json ? { clientCandidates: JSON.parse(c.client_candidates_json) as Candidate[] } : {}),
         connectionId: c.connection_id,
         endpointToken: signer.hostEndpointToken(c.connection_id),
       });
