@@ -8,26 +8,21 @@
  * left behind.
  */
 import { afterAll, describe, expect, test } from "bun:test";
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { listPlacementNetworks, destroyPlacementNetwork } from "../../src/agent/isolation/placementNet.ts";
-import { pidsMatching, vmTestSkipReason } from "../support/processes.ts";
+import { join } from "node:path";
+import { cleanUpPlacements, pidsMatching, sharedDemoRoot, startRole, vmTestSkipReason } from "../support/processes.ts";
 
 const skip = vmTestSkipReason();
 if (skip) console.log(`SKIP test/e2e/demo-interrupt.test.ts: ${skip}`);
 const d = skip ? describe.skip : describe;
 
-const BUN = resolve("node_modules/.bin/bun");
-const BB = resolve("bin/bb.ts");
 const work = mkdtempSync(join(tmpdir(), "bb-demo-int-"));
 const root = join(work, "root");
 const allocations = join(root, "demo", "agent", "allocations");
 
 afterAll(async () => {
-  for (const pid of pidsMatching(root)) process.kill(pid, "SIGKILL");
-  const ours = new Set(existsSync(allocations) ? readdirSync(allocations) : []);
-  for (const n of await listPlacementNetworks()) if (ours.has(n)) await destroyPlacementNetwork(n);
+  await cleanUpPlacements(allocations);
   rmSync(work, { recursive: true, force: true });
 }, 60_000);
 
@@ -42,18 +37,11 @@ async function waitFor(log: string, needle: string, ms: number): Promise<void> {
 
 d("a demo that stops after an error", () => {
   test("one SIGINT while the job runs: released, exit 130 by itself, nothing left behind", async () => {
-    // Share the dev image and kernel cache with the other VM tests (built once per checkout).
-    mkdirSync(root, { recursive: true });
-    for (const dir of ["images", "cache"]) {
-      mkdirSync(resolve(".bb", dir), { recursive: true });
-      symlinkSync(resolve(".bb", dir), join(root, dir));
-    }
+    sharedDemoRoot(root);
     const payload = join(work, "job.sh");
     writeFileSync(payload, "#!/bin/sh\necho demo-job-started\nsleep 600\n");
     const log = join(work, "demo.log");
-    const fd = openSync(log, "a");
-    const p = Bun.spawn([BUN, BB, "dev", "demo", "--root", root, "--payload", payload], { stdout: fd, stderr: fd, stdin: "ignore", env: { ...process.env, NO_COLOR: "1" } });
-    closeSync(fd);
+    const p = startRole(["dev", "demo", "--root", root, "--payload", payload], log).proc;
     let killer: ReturnType<typeof setTimeout> | undefined;
     try {
       await waitFor(log, "job  │ demo-job-started", 540_000);

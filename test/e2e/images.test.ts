@@ -19,7 +19,7 @@
  * first time; the rootfs tarball is cached in .bb/cache/debian).
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { randomBytes, randomUUID } from "node:crypto";
@@ -32,11 +32,10 @@ import { createPrivateKeyFile, readPrivateKeyFile } from "../../src/image/keyFil
 import { makeTestImage, writeTestImage } from "../../src/image/testImage.ts";
 import { ensureDevManifest } from "../../src/scheduler/manifest.ts";
 import { placementDirName } from "../../src/agent/placementOps.ts";
-import { destroyPlacementNetwork, listPlacementNetworks } from "../../src/agent/isolation/placementNet.ts";
 import { sha256File } from "../../src/image/verify.ts";
 import type { AllocationEvent } from "../../src/protocol/api.ts";
 import { GCC_JOB, writeDebianOciLayout } from "../support/debianOci.ts";
-import { leftoversOf, pidsMatching, runRole, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
+import { cleanUpPlacements, freePort, leftoversOf, runRole, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
 
 const skip = vmTestSkipReason() ?? (!Bun.which("mksquashfs") ? "mksquashfs missing" : !Bun.which("mmdebstrap") ? "mmdebstrap missing" : null);
 if (skip) console.log(`SKIP test/e2e/images.test.ts: ${skip}`);
@@ -180,9 +179,7 @@ d("real images over HTTP (real QEMU)", () => {
     };
     writeFileSync(join(work, "manifest.json"), JSON.stringify(m));
     const tokens = JSON.parse(readFileSync(dev0.clientConfigPath, "utf8")) as { token: string; operatorToken: string };
-    const probe = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
-    port = probe.port!;
-    await probe.stop(true);
+    port = await freePort();
     scheduler = startRole(["scheduler", "serve", "--data-dir", sched, "--manifest", join(work, "manifest.json"), "--listen", `127.0.0.1:${port}`], join(work, "scheduler.log"));
     await waitUp();
     controller = new SchedulerClient(`http://127.0.0.1:${port}`, tokens.token);
@@ -207,9 +204,7 @@ d("real images over HTTP (real QEMU)", () => {
     await sh(["ip", "netns", "del", SRV_NS]).catch(() => {});
     await sh(["ip", "link", "del", HOST_VETH]).catch(() => {});
     if (!work) return;
-    for (const pid of pidsMatching(join(agentDir(), "allocations"))) process.kill(pid, "SIGKILL");
-    const ours = new Set(existsSync(join(agentDir(), "allocations")) ? readdirSync(join(agentDir(), "allocations")) : []);
-    for (const n of await listPlacementNetworks()) if (ours.has(n)) await destroyPlacementNetwork(n);
+    await cleanUpPlacements(join(agentDir(), "allocations"));
     rmSync(work, { recursive: true, force: true });
   }, 60_000);
 

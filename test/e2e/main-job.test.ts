@@ -13,7 +13,7 @@
  * the failed placement's console is kept when the operator asked.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { linkSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { randomUUID } from "node:crypto";
@@ -21,9 +21,8 @@ import { SchedulerClient } from "../../src/client/index.ts";
 import { compileBb } from "../../src/image/bbBinary.ts";
 import { buildDevImage } from "../../src/image/devBuild.ts";
 import { placementDirName } from "../../src/agent/placementOps.ts";
-import { listPlacementNetworks, destroyPlacementNetwork } from "../../src/agent/isolation/placementNet.ts";
 import type { AllocationEvent } from "../../src/protocol/api.ts";
-import { kill9, leftoversOf, pidsMatching, runRole, runRoleExit, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
+import { cleanUpPlacements, freePort, kill9, leftoversOf, pidsMatching, publishImageSource, runRole, runRoleExit, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
 
 const skip = vmTestSkipReason();
 if (skip) console.log(`SKIP test/e2e/main-job.test.ts: ${skip}`);
@@ -116,18 +115,14 @@ d("main job end to end (real QEMU)", () => {
     imageDir = resolve(".bb/images/dev");
     const img = await buildDevImage({ outDir: imageDir, cacheDir: resolve(".bb/cache"), bbBinaryPath: await compileBb() });
     expect(img.digest).toMatch(/^sha256:/);
-    const probe = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
-    port = probe.port!;
-    await probe.stop(true);
+    port = await freePort();
     scheduler = startRole(schedulerArgs(), join(work, "scheduler.log"));
     await waitUp();
     const cfg = JSON.parse(readFileSync(join(work, "client.json"), "utf8")) as { token: string; operatorToken: string };
     controller = new SchedulerClient(`http://127.0.0.1:${port}`, cfg.token);
     operator = new SchedulerClient(`http://127.0.0.1:${port}`, cfg.operatorToken);
     // Publish the signed dev image under a source base (<digest hex>/…) so the agent fetches it through its verified cache.
-    const hex = img.digest.slice("sha256:".length);
-    mkdirSync(join(work, "source", hex), { recursive: true });
-    for (const f of readdirSync(imageDir)) if (f !== "build-info.json") linkSync(join(imageDir, f), join(work, "source", hex, f));
+    publishImageSource(imageDir, img.digest, join(work, "source"));
     const t = await operator.enrollmentToken("e2e-host");
     await runRole(["agent", "join", "--scheduler", `http://127.0.0.1:${port}`, "--token", t.token, "--data-dir", agentDir(), "--image-dir", imageDir, "--image-source", join(work, "source"), "--max-placements", "2"]);
     agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"));
@@ -138,9 +133,7 @@ d("main job end to end (real QEMU)", () => {
     if (agent) await stopRole(agent);
     if (scheduler) await stopRole(scheduler);
     if (!work) return;
-    for (const pid of pidsMatching(allocationsDir())) process.kill(pid, "SIGKILL");
-    const ours = new Set((await Bun.$`ls ${allocationsDir()}`.nothrow().text()).split("\n").filter(Boolean));
-    for (const n of await listPlacementNetworks()) if (ours.has(n)) await destroyPlacementNetwork(n);
+    await cleanUpPlacements(allocationsDir());
     rmSync(work, { recursive: true, force: true });
   }, 60_000);
 

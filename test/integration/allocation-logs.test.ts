@@ -10,7 +10,7 @@
  * read resumed at an offset prints the rest.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { linkSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { randomBytes, randomUUID } from "node:crypto";
@@ -20,8 +20,7 @@ import { buildDevImage } from "../../src/image/devBuild.ts";
 import { ensureDevManifest } from "../../src/scheduler/manifest.ts";
 import { tokenDigest } from "../../src/scheduler/manifestSchema.ts";
 import { placementDirName } from "../../src/agent/placementOps.ts";
-import { destroyPlacementNetwork, listPlacementNetworks } from "../../src/agent/isolation/placementNet.ts";
-import { pidsMatching, runRole, runRoleExit, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
+import { cleanUpPlacements, freePort, publishImageSource, runRole, runRoleExit, startRole, stopRole, vmTestSkipReason, waitUntil, type Role } from "../support/processes.ts";
 
 const skip = vmTestSkipReason();
 if (skip) console.log(`SKIP test/integration/allocation-logs.test.ts: ${skip}`);
@@ -43,14 +42,8 @@ let tokens: { controller: string; other: string; operator: string };
 const agentDir = () => join(work, "agent");
 const allocationsDir = () => join(agentDir(), "allocations");
 
-async function waitFor<T>(what: string, fn: () => Promise<T | null | undefined | false>, ms = 240_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await fn().catch(() => null);
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`${what} never happened\nagent:\n${tail(agent?.log ?? "")}\nscheduler:\n${tail(scheduler?.log ?? "")}`);
-    await Bun.sleep(200);
-  }
+function waitFor<T>(what: string, fn: () => Promise<T | null | undefined | false>, ms = 240_000): Promise<T> {
+  return waitUntil(what, fn, ms, [agent?.log, scheduler?.log].filter((l): l is string => !!l));
 }
 
 /** `bb allocation logs ARGS` as a separate process, its stdout read as it comes. */
@@ -77,9 +70,7 @@ d("bb allocation logs (real agent, QEMU guest)", () => {
     const m = JSON.parse(readFileSync(dev.manifestPath, "utf8")) as { principals: { id: string; role: string; tokenSha256: string }[] };
     m.principals.push({ id: "controller:other", role: "controller", tokenSha256: tokenDigest(other) });
     writeFileSync(dev.manifestPath, JSON.stringify(m, null, 2), { mode: 0o600 });
-    const probe = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
-    port = probe.port!;
-    await probe.stop(true);
+    port = await freePort();
     url = `http://127.0.0.1:${port}`;
     scheduler = startRole(["scheduler", "serve", "--data-dir", join(work, "scheduler"), "--listen", `127.0.0.1:${port}`, "--dev-image", imageDir, "--client-config", join(work, "client.json")], join(work, "scheduler.log"));
     await waitFor("scheduler start", () => fetch(`${url}/healthz`).then((r) => r.ok), 30_000);
@@ -87,9 +78,7 @@ d("bb allocation logs (real agent, QEMU guest)", () => {
     tokens = { controller: cfg.token, other, operator: cfg.operatorToken };
     controller = new SchedulerClient(url, cfg.token);
     const operator = new SchedulerClient(url, cfg.operatorToken);
-    const hex = img.digest.slice("sha256:".length);
-    mkdirSync(join(work, "source", hex), { recursive: true });
-    for (const f of readdirSync(imageDir)) if (f !== "build-info.json") linkSync(join(imageDir, f), join(work, "source", hex, f));
+    publishImageSource(imageDir, img.digest, join(work, "source"));
     const t = await operator.enrollmentToken("logs-host");
     await runRole(["agent", "join", "--scheduler", url, "--token", t.token, "--data-dir", agentDir(), "--image-dir", imageDir, "--image-source", join(work, "source"), "--max-placements", "1"]);
     agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"));
@@ -100,9 +89,7 @@ d("bb allocation logs (real agent, QEMU guest)", () => {
     if (agent) await stopRole(agent);
     if (scheduler) await stopRole(scheduler);
     if (!work) return;
-    for (const pid of pidsMatching(allocationsDir())) process.kill(pid, "SIGKILL");
-    const ours = new Set((await Bun.$`ls ${allocationsDir()}`.nothrow().quiet().text()).split("\n").filter(Boolean));
-    for (const n of await listPlacementNetworks()) if (ours.has(n)) await destroyPlacementNetwork(n);
+    await cleanUpPlacements(allocationsDir());
     rmSync(work, { recursive: true, force: true });
   }, 60_000);
 

@@ -10,16 +10,15 @@
  * Needs root, qemu-system-x86_64 and `ip`; skips with a reason otherwise.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { buildDevImage } from "../../src/image/devBuild.ts";
 import { compileBb } from "../../src/image/bbBinary.ts";
 import { joinScheduler } from "../../src/agent/join.ts";
 import { agentPaths } from "../../src/agent/config.ts";
-import { listPlacementNetworks, destroyPlacementNetwork } from "../../src/agent/isolation/placementNet.ts";
 import { startTestScheduler, type TestScheduler } from "../support/scheduler.ts";
-import { pidsMatching, runRoleExit, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
+import { cleanUpPlacements, runRoleExit, startRole, stopRole, tail, vmTestSkipReason, waitUntil, type Role } from "../support/processes.ts";
 
 const skip = vmTestSkipReason();
 if (skip) console.log(`SKIP test/integration/vmm-health.test.ts: ${skip}`);
@@ -33,14 +32,8 @@ const env = () => ({ PATH: `${fakeBin}:${process.env["PATH"] ?? ""}` });
 let s: TestScheduler | null = null;
 let agent: Role | null = null;
 
-async function until<T>(what: string, probe: () => Promise<T | null | undefined | false>, ms = 90_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const v = await probe().catch(() => null);
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error(`${what} did not happen within ${ms} ms\nagent:\n${agent ? tail(agent.log) : ""}`);
-    await Bun.sleep(200);
-  }
+function until<T>(what: string, probe: () => Promise<T | null | undefined | false>, ms = 90_000): Promise<T> {
+  return waitUntil(what, probe, ms, agent ? [agent.log] : []);
 }
 
 d("a VMM that cannot start", () => {
@@ -63,9 +56,7 @@ d("a VMM that cannot start", () => {
   afterAll(async () => {
     if (agent) await stopRole(agent);
     await s?.stop();
-    for (const pid of pidsMatching(join(dataDir, "allocations"))) process.kill(pid, "SIGKILL");
-    const ours = existsSync(join(dataDir, "allocations")) ? new Set((await Bun.$`ls ${join(dataDir, "allocations")}`.nothrow().text()).split("\n").filter(Boolean)) : new Set<string>();
-    for (const n of await listPlacementNetworks()) if (ours.has(n)) await destroyPlacementNetwork(n);
+    await cleanUpPlacements(join(dataDir, "allocations"));
     rmSync(work, { recursive: true, force: true });
   }, 60_000);
 

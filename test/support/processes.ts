@@ -3,9 +3,9 @@
  * source, through Bun), their logs in files, and a leak check that finds any
  * VMM process, namespace or allocation directory of a placement.
  */
-import { existsSync, openSync, readFileSync, closeSync } from "node:fs";
+import { closeSync, existsSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, symlinkSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { listPlacementNetworks } from "../../src/agent/isolation/placementNet.ts";
+import { destroyPlacementNetwork, listPlacementNetworks } from "../../src/agent/isolation/placementNet.ts";
 
 const BUN = resolve("node_modules/.bin/bun");
 const BB = resolve("bin/bb.ts");
@@ -84,4 +84,63 @@ export function vmTestSkipReason(): string | null {
   if (!Bun.which("qemu-system-x86_64")) return "qemu-system-x86_64 is not installed (apt-get install -y qemu-system-x86)";
   if (!Bun.which("ip")) return "iproute2 is not installed";
   return null;
+}
+
+/** A TCP port on 127.0.0.1 that was free a moment ago (bound once by the kernel's choice, then closed). */
+export async function freePort(): Promise<number> {
+  const probe = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
+  const port = probe.port!;
+  await probe.stop(true);
+  return port;
+}
+
+/**
+ * Polls `probe` every 200 ms until it returns something truthy and returns
+ * that; a probe that throws counts as "not yet". After `ms` it throws
+ * `"<what> never happened"` with the tails of `logs` (role log files).
+ */
+export async function waitUntil<T>(what: string, probe: () => Promise<T | null | undefined | false>, ms: number, logs: readonly string[] = []): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await probe().catch(() => null);
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`${what} never happened\n${logs.map((l) => `${l}:\n${tail(l)}`).join("\n")}`);
+    await Bun.sleep(200);
+  }
+}
+
+/**
+ * Publishes the signed image in `imageDir` under `sourceDir/<digest hex>/`
+ * (hard links, no copy), the layout `bb agent join --image-source DIR`
+ * fetches from through its verified cache.
+ */
+export function publishImageSource(imageDir: string, digest: string, sourceDir: string): void {
+  const dir = join(sourceDir, digest.slice("sha256:".length));
+  mkdirSync(dir, { recursive: true });
+  for (const f of readdirSync(imageDir)) if (f !== "build-info.json") linkSync(join(imageDir, f), join(dir, f));
+}
+
+/**
+ * Ends what a test's agent left under `allocationsDir` after the agent
+ * itself stopped: every process whose command line names that directory
+ * (VMMs) and the placement namespaces named after its entries. Only ever
+ * touches placements of that directory, never another test's.
+ */
+export async function cleanUpPlacements(allocationsDir: string): Promise<void> {
+  for (const pid of pidsMatching(allocationsDir)) process.kill(pid, "SIGKILL");
+  const ours = new Set(existsSync(allocationsDir) ? readdirSync(allocationsDir) : []);
+  for (const n of await listPlacementNetworks()) if (ours.has(n)) await destroyPlacementNetwork(n);
+}
+
+/**
+ * Makes `root` a `bb dev demo --root` directory whose `images` and `cache`
+ * are this checkout's `.bb/images` and `.bb/cache`, so demo runs share the
+ * dev image and kernel the other VM tests built (once per checkout).
+ */
+export function sharedDemoRoot(root: string): void {
+  mkdirSync(root, { recursive: true });
+  for (const dir of ["images", "cache"]) {
+    mkdirSync(resolve(".bb", dir), { recursive: true });
+    symlinkSync(resolve(".bb", dir), join(root, dir));
+  }
 }
