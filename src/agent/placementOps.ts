@@ -191,6 +191,7 @@ export async function startPlacement(ctx: PlacementContext, ref: PlacementRef, h
     session.close();
     throw new AgentError("GUEST_BOOT_TIMEOUT", "guest did not answer the ping", { subsystem: "guest" });
   }
+  ctx.driver.forgetBootSecrets(spec);
   return { handle, session };
 }
 
@@ -207,7 +208,10 @@ export async function adoptPlacement(ctx: PlacementContext, ref: PlacementRef, c
   if (!channel) return null;
   const session = new GuestSession(channel, { allocationId: ref.allocationId, placementId: ref.placementId, generation: ref.generation, nonce: runtime.nonce }, ctx.timers);
   const ok = confirmIdentity ? await session.waitReady(timeoutMs, true) : await session.ping(10_000);
-  if (ok) return session;
+  if (ok) {
+    ctx.driver.forgetBootSecrets({ dir: p.dir }); // an agent that died between launch and GuestReady left it
+    return session;
+  }
   session.close();
   return null;
 }

@@ -14,8 +14,10 @@
  * The initramfs /init for the given insmod order. It starts the kernel
  * argument `init=` (default /sbin/beachball-init; the reference image names
  * systemd) with the kernel's init arguments (those after `--`). Any failure reboots (QEMU exits through -no-reboot). Private kernel arguments from a placement's
- * initramfs fragment (beachball/kernel-args) are copied into the private root
- * as /etc/beachball/kernel-args (0400) for `bb guest`.
+ * initramfs fragment (beachball/kernel-args) are copied to
+ * /etc/beachball/kernel-args (0400) for `bb guest`, on a tmpfs mounted
+ * there: the nonce stays in guest memory, never on the root disk (a file on
+ * the host that outlives nothing but could be copied while the VM runs).
  */
 export function INITRAMFS_INIT(modules: readonly string[]): string {
   return `#!/bin/busybox sh
@@ -39,7 +41,9 @@ for arg in $($B cat /proc/cmdline); do
 done
 [ -x "/newroot$init" ] || fail "no $init in the root"
 if [ -f /beachball/kernel-args ]; then
+  # A tmpfs, so the private arguments (the nonce) never reach the root disk, a file on the host.
   $B mkdir -p /newroot/etc/beachball
+  $B mount -t tmpfs -o mode=0700,size=64k,nosuid,nodev,noexec beachball-private /newroot/etc/beachball || fail "cannot mount the private arguments' tmpfs"
   $B cp /beachball/kernel-args /newroot/etc/beachball/kernel-args
   $B chmod 0400 /newroot/etc/beachball/kernel-args
 fi

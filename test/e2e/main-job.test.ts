@@ -22,7 +22,7 @@ import { compileBb } from "../../src/image/bbBinary.ts";
 import { buildDevImage } from "../../src/image/devBuild.ts";
 import { placementDirName } from "../../src/agent/placementOps.ts";
 import type { AllocationEvent } from "../../src/protocol/api.ts";
-import { cleanUpPlacements, freePort, kill9, leftoversOf, pidsMatching, publishImageSource, runRole, runRoleExit, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
+import { cleanUpPlacements, freePort, kill9, leftoversOf, pidsMatching, publishImageSource, runRole, runRoleExit, startRole, stopRole, tail, vmTestSkipReason, walkFiles, type Role } from "../support/processes.ts";
 
 const skip = vmTestSkipReason();
 if (skip) console.log(`SKIP test/e2e/main-job.test.ts: ${skip}`);
@@ -81,10 +81,6 @@ async function finishJob(id: string, script: string): Promise<{ events: Allocati
   await controller.release(id);
   await controller.follow(id, (e) => events.push(e), { after: events[events.length - 1]!.seq });
   return { events: await controller.events(id, 0, 200), console, dirName };
-}
-
-function walkFiles(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((d) => (d.isDirectory() ? walkFiles(join(dir, d.name)) : d.isFile() ? [join(dir, d.name)] : []));
 }
 
 function isSubsequence(wanted: string[], got: string[]): boolean {

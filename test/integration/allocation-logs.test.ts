@@ -8,6 +8,11 @@
  * echoes and the placement's nonce never reach it. Another controller and the operator are
  * refused with NOT_FOUND, a read past the end is LOG_OFFSET_PAST_END, and a
  * read resumed at an offset prints the rest.
+ * Also the spec's rule that no component writes the payload to disk: while a
+ * job runs and after release, no file below the test's directory (scheduler
+ * and agent data, SQLite files and WAL, both roles' debug logs) holds the
+ * payload, a bearer token, the enrollment token or the nonce (outside the
+ * nonce's own runtime.json and the client config the test asked for).
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -20,7 +25,7 @@ import { buildDevImage } from "../../src/image/devBuild.ts";
 import { ensureDevManifest } from "../../src/scheduler/manifest.ts";
 import { tokenDigest } from "../../src/scheduler/manifestSchema.ts";
 import { placementDirName } from "../../src/agent/placementOps.ts";
-import { cleanUpPlacements, freePort, publishImageSource, runRole, runRoleExit, startRole, stopRole, vmTestSkipReason, waitUntil, type Role } from "../support/processes.ts";
+import { cleanUpPlacements, freePort, publishImageSource, runRole, runRoleExit, startRole, stopRole, vmTestSkipReason, waitUntil, walkFiles, type Role } from "../support/processes.ts";
 
 const skip = vmTestSkipReason();
 if (skip) console.log(`SKIP test/integration/allocation-logs.test.ts: ${skip}`);
@@ -39,7 +44,9 @@ let agent: Role;
 let controller: SchedulerClient;
 let url: string;
 let tokens: { controller: string; other: string; operator: string };
+let enrollmentToken: string;
 const agentDir = () => join(work, "agent");
+
 const allocationsDir = () => join(agentDir(), "allocations");
 
 function waitFor<T>(what: string, fn: () => Promise<T | null | undefined | false>, ms = 240_000): Promise<T> {
@@ -72,7 +79,8 @@ d("bb allocation logs (real agent, QEMU guest)", () => {
     writeFileSync(dev.manifestPath, JSON.stringify(m, null, 2), { mode: 0o600 });
     port = await freePort();
     url = `http://127.0.0.1:${port}`;
-    scheduler = startRole(["scheduler", "serve", "--data-dir", join(work, "scheduler"), "--listen", `127.0.0.1:${port}`, "--dev-image", imageDir, "--client-config", join(work, "client.json")], join(work, "scheduler.log"));
+    // Debug logging on both roles: the secret check below then covers the chattiest logs.
+    scheduler = startRole(["scheduler", "serve", "--data-dir", join(work, "scheduler"), "--listen", `127.0.0.1:${port}`, "--dev-image", imageDir, "--client-config", join(work, "client.json")], join(work, "scheduler.log"), { BB_LOG_LEVEL: "4" });
     await waitFor("scheduler start", () => fetch(`${url}/healthz`).then((r) => r.ok), 30_000);
     const cfg = JSON.parse(readFileSync(join(work, "client.json"), "utf8")) as { token: string; operatorToken: string };
     tokens = { controller: cfg.token, other, operator: cfg.operatorToken };
@@ -80,8 +88,9 @@ d("bb allocation logs (real agent, QEMU guest)", () => {
     const operator = new SchedulerClient(url, cfg.operatorToken);
     publishImageSource(imageDir, img.digest, join(work, "source"));
     const t = await operator.enrollmentToken("logs-host");
+    enrollmentToken = t.token;
     await runRole(["agent", "join", "--scheduler", url, "--token", t.token, "--data-dir", agentDir(), "--image-dir", imageDir, "--image-source", join(work, "source"), "--max-placements", "1"]);
-    agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"));
+    agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"), { BB_LOG_LEVEL: "4" });
     await waitFor("a healthy host", async () => (await operator.hosts()).some((h) => h.hostId === "logs-host" && h.health === "healthy"), 60_000);
   }, 600_000);
 
@@ -142,5 +151,52 @@ d("bb allocation logs (real agent, QEMU guest)", () => {
     await expect(controller.logs(id, all.nextOffset + 1)).rejects.toMatchObject({ code: "LOG_OFFSET_PAST_END", status: 416 });
     const bad = await runRoleExit(["allocation", "logs", id, "--offset", "abc"], { BB_SCHEDULER_URL: url, BB_TOKEN: tokens.controller, BB_CONFIG: join(work, "none.json") });
     expect(bad.code).toBe(2);
+  }, 600_000);
+  test("no component writes the payload or a bearer token to disk, while the job runs or after (spec: the payload is never written)", async () => {
+    const marker = `bb-planted-${randomBytes(16).toString("hex")}`;
+    // A payload that never prints itself: any copy of it on the host was written by Beachball.
+    const payload = `#!/bin/sh\n: ${marker}\nsleep 4\necho payload-done\n`;
+    const { view } = await controller.create({ clientRequestId: `logs-${randomUUID()}`, workloadClass: "ci-small" });
+    const id = view.allocationId;
+    await controller.deliverWhenReady(id, new TextEncoder().encode(payload), `dlv-${randomUUID()}`, 240_000);
+    const v = await controller.get(id);
+    const runtime = join(allocationsDir(), placementDirName(id, v.placementId!, v.generation), "runtime.json");
+    const nonce = (JSON.parse(readFileSync(runtime, "utf8")) as { nonce: string }).nonce;
+    const secrets: Record<string, string> = {
+      payload: marker,
+      payloadBase64: Buffer.from(payload).toString("base64").slice(0, 40),
+      controllerToken: tokens.controller,
+      otherToken: tokens.other,
+      operatorToken: tokens.operator,
+      enrollmentToken,
+    };
+    // Where a secret rests by design: the development client configs (tokens for the developer, 0600), and the nonce in the
+    // placement's runtime.json (spec "Prepare"; removed with the placement). The private initramfs QEMU booted from is gone once the guest is ready.
+    const allowed = (name: string, file: string) =>
+      (name.endsWith("Token") && name !== "enrollmentToken" && [join(work, "client.json"), join(work, "scheduler", "client.json")].includes(file)) || (name === "nonce" && file === runtime);
+    const scan = () => {
+      const found: string[] = [];
+      for (const file of walkFiles(work)) {
+        let bytes: Buffer;
+        try {
+          bytes = readFileSync(file);
+        } catch {
+          continue; // removed while walking (a finished placement, a WAL checkpoint)
+        }
+        for (const [name, secret] of Object.entries({ ...secrets, nonce })) if (!allowed(name, file) && bytes.includes(secret)) found.push(`${name} in ${file.slice(work.length + 1)}`);
+      }
+      return found;
+    };
+    let whileRunning: string[];
+    try {
+      // While the job runs (the payload is in the guest's memory): nothing on the host, SQLite files and role logs included.
+      whileRunning = scan();
+      await waitFor("the job's end", async () => (await controller.get(id)).workloadExitCode === 0, 120_000);
+    } finally {
+      await controller.release(id);
+    }
+    expect(whileRunning).toEqual([]);
+    await waitFor("release", async () => (await controller.get(id)).state === "released", 120_000);
+    expect(scan()).toEqual([]);
   }, 600_000);
 });

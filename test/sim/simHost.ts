@@ -61,6 +61,9 @@ class RecordingDriver implements VmmDriver {
   connectControl(spec: Pick<VmSpec, "controlSocketPath">, timeoutMs: number) {
     return this.inner.connectControl(spec, timeoutMs);
   }
+  forgetBootSecrets(spec: Pick<VmSpec, "dir">): void {
+    this.inner.forgetBootSecrets(spec);
+  }
 }
 
 /** See the module header. */

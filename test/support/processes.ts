@@ -6,6 +6,9 @@
 import { closeSync, existsSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, symlinkSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { destroyPlacementNetwork, listPlacementNetworks } from "../../src/agent/isolation/placementNet.ts";
+import { detectControllers } from "../../src/agent/isolation/cgroups/hierarchy.ts";
+import { placementCgroupOf, removePlacementCgroup } from "../../src/agent/isolation/cgroups/placementCgroup.ts";
+import { DEFAULT_CGROUP_POLICY } from "../../src/agent/isolation/cgroups/policy.ts";
 
 const BUN = resolve("node_modules/.bin/bun");
 const BB = resolve("bin/bb.ts");
@@ -122,14 +125,21 @@ export function publishImageSource(imageDir: string, digest: string, sourceDir: 
 
 /**
  * Ends what a test's agent left under `allocationsDir` after the agent
- * itself stopped: every process whose command line names that directory
- * (VMMs) and the placement namespaces named after its entries. Only ever
- * touches placements of that directory, never another test's.
+ * itself stopped (a graceful stop keeps VMs running for the next agent):
+ * every process whose command line names that directory (VMMs), then the
+ * placement namespaces and cgroups (default policy, under this process's
+ * own cgroup, where the test's agent made them) named after its entries.
+ * A cgroup left behind would make the next agent on this machine report
+ * isolation unhealthy. Only ever touches placements of that directory.
  */
 export async function cleanUpPlacements(allocationsDir: string): Promise<void> {
-  for (const pid of pidsMatching(allocationsDir)) process.kill(pid, "SIGKILL");
+  const pids = pidsMatching(allocationsDir);
+  for (const pid of pids) process.kill(pid, "SIGKILL");
+  for (let i = 0; i < 100 && pids.some((p) => existsSync(`/proc/${p}`)); i++) await Bun.sleep(50);
   const ours = new Set(existsSync(allocationsDir) ? readdirSync(allocationsDir) : []);
   for (const n of await listPlacementNetworks()) if (ours.has(n)) await destroyPlacementNetwork(n);
+  const controllers = detectControllers();
+  for (const n of ours) if (/^bb-[A-Za-z0-9_-]{1,60}$/.test(n)) removePlacementCgroup(placementCgroupOf(n, DEFAULT_CGROUP_POLICY, controllers));
 }
 
 /**
@@ -143,4 +153,18 @@ export function sharedDemoRoot(root: string): void {
     mkdirSync(resolve(".bb", dir), { recursive: true });
     symlinkSync(resolve(".bb", dir), join(root, dir));
   }
+}
+
+/**
+ * Every regular file below `dir`, symlinks not followed. A directory that
+ * vanishes during the walk (a placement being removed) is skipped.
+ */
+export function walkFiles(dir: string): string[] {
+  let entries;
+  try {
+    entries = readdirSync(dir, { withFileTypes: true });
+  } catch {
+    return [];
+  }
+  return entries.flatMap((e) => (e.isDirectory() ? walkFiles(join(dir, e.name)) : e.isFile() ? [join(dir, e.name)] : []));
 }

@@ -81,6 +81,13 @@ export interface VmmDriver {
   stop(handle: VmHandle, graceMs: number): Promise<void>;
   /** Connects to the guest control channel (retrying until `timeoutMs`). */
   connectControl(spec: Pick<VmSpec, "controlSocketPath">, timeoutMs: number): Promise<GuestChannel>;
+  /**
+   * Called once the guest proved it booted (GuestReady with its nonce): the
+   * guest holds its private kernel arguments in memory now, so the driver
+   * removes any file of its own that still holds them (spec "Start": the
+   * nonce rests only in runtime.json). Never throws.
+   */
+  forgetBootSecrets(spec: Pick<VmSpec, "dir">): void;
 }
 
 /** Root filesystem kind, from the root disk's file name: `*.squashfs` is a read-only lower layer; anything else is a writable ext4 root. */

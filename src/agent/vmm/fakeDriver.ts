@@ -236,6 +236,9 @@ export class FakeVmmDriver implements VmmDriver {
     return end;
   }
 
+  /** Nothing to remove: the fake keeps a VM's arguments in memory only. */
+  forgetBootSecrets(_spec: Pick<VmSpec, "dir">): void {}
+
   /** The agent process died: its channels vanish without a word to anyone. */
   abandon(): void {
     this.host.detach(this.mine);

@@ -19,6 +19,9 @@ import { hostTscKhz, probeKvm, vmmError } from "./qemuHost.ts";
 import { AgentError } from "../errors.ts";
 import { connectUnixChannel } from "./unixChannel.ts";
 
+/** The placement file holding the image's initramfs plus the private kernel arguments (0600), until the guest booted. */
+export const PRIVATE_INITRD_FILE = "initrd.private.cpio";
+
 export { trimConsoleLog } from "./consoleLog.ts";
 
 /** Options of QemuMicrovmDriver. */
@@ -164,10 +167,15 @@ export class QemuMicrovmDriver implements VmmDriver {
   private withPrivateArgs(spec: VmSpec): VmSpec {
     if (!spec.privateKernelArgs?.length) return spec;
     if (!spec.initrdPath) throw vmmError("QEMU needs an initramfs to hand the guest its private arguments");
-    const path = join(spec.dir, "initrd.private.cpio");
+    const path = join(spec.dir, PRIVATE_INITRD_FILE);
     writeFileSync(path, Buffer.concat([readFileSync(spec.initrdPath), privateArgsArchive(spec.privateKernelArgs)]), { mode: 0o600 });
     const { privateKernelArgs: _, ...rest } = spec;
     return { ...rest, initrdPath: path };
+  }
+
+  /** Removes the private initramfs: QEMU read it at machine start and never again (`-no-reboot`: a guest reboot ends QEMU). */
+  forgetBootSecrets(spec: Pick<VmSpec, "dir">): void {
+    rmSync(join(spec.dir, PRIVATE_INITRD_FILE), { force: true });
   }
 
   /** True only for a live (not zombie) PID with the same start time and the instance ID in its cmdline. */

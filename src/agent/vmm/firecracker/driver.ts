@@ -262,6 +262,9 @@ export class FirecrackerDriver implements VmmDriver {
    * port 1024 through the vsock socket spec.controlSocketPath points to.
    * Throws VMM_START_FAILED on timeout.
    */
+  /** Nothing to remove: the private arguments went to Firecracker through its API socket (boot_args), never into a file. */
+  forgetBootSecrets(_spec: Pick<VmSpec, "dir">): void {}
+
   async connectControl(spec: Pick<VmSpec, "controlSocketPath">, timeoutMs: number): Promise<GuestChannel> {
     for (const [id, l] of this.listeners) {
       if (l.controlSocketPath !== spec.controlSocketPath) continue;
