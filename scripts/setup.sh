@@ -20,6 +20,8 @@ PACKAGES+=(clang-14 lld-14 wasi-libc)
 PACKAGES+=(libsodium23 wireguard-go wireguard-tools iputils-ping)
 # Relay: openssl makes the test's self-signed certificate; strace shows the relay process writes no file.
 PACKAGES+=(openssl strace)
+# Private networking end to end: Debian's ssh, scp and ssh-keygen on the "laptop" (test/e2e/private-ssh.test.ts; sshd runs inside the VM image).
+PACKAGES+=(openssh-client)
 # Packaging (packaging/, test/packaging/): rpmbuild, lintian, rpmlint, readelf,
 # and systemd-nspawn to boot the package test's container.
 PACKAGES+=(rpm lintian rpmlint binutils systemd-container)

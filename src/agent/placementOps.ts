@@ -18,7 +18,8 @@ import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, sta
 import { dirname, join } from "node:path";
 import { createHash } from "node:crypto";
 import { GUEST_CMDLINE_KEYS, type GuestIdentity } from "../protocol/guest.ts";
-import type { PlacementSpec, VmExit } from "../protocol/agent.ts";
+import { guestIpv6KernelArgs } from "./isolation/guestIpv6.ts";
+import type { CommandSpec, VmExit } from "../protocol/agent.ts";
 import { describeVmExit, readConsoleTail } from "./vmm/guestExit.ts";
 import { PLACEMENT_TAP_NAME } from "./isolation/placementNet.ts";
 import { SCRATCH_DISK_FILE, type VmHandle, type VmSpec, type VmmDriver } from "./vmm/driver.ts";
@@ -58,7 +59,8 @@ export interface PlacementRef {
   placementId: string;
   generation: number;
   dirName: string;
-  spec: PlacementSpec;
+  /** The command's spec, with the allocation's private IPv6 address when the deployment has private networking. */
+  spec: CommandSpec;
 }
 
 /** How often Stop checks whether the guest powered off after `shutdown`, ms (it syncs and resets at once: its exit is seen within ~10 ms). */
@@ -98,6 +100,7 @@ export function consoleLogPath(ctx: Pick<PlacementContext, "allocationsDir">, di
 export async function preparePlacement(ctx: PlacementContext, ref: PlacementRef): Promise<void> {
   const p = paths(ctx, ref);
   try {
+    guestIpv6KernelArgs(ref.spec.ipv6Address); // a malformed address fails Prepare before anything is built
     const image = await ctx.images.resolve(ref.spec.imageDigest);
     const squashfs = image.manifest.rootfsFormat === "squashfs";
     // A squashfs root is shared and read-only: only an ext4 clone is charged to the placement's ephemeral disk.
@@ -162,6 +165,7 @@ export async function startPlacement(ctx: PlacementContext, ref: PlacementRef, h
       `${GUEST_CMDLINE_KEYS.placementId}=${identity.placementId}`,
       `${GUEST_CMDLINE_KEYS.generation}=${identity.generation}`,
       ...ctx.isolation.networkKernelArgs(p.dir),
+      ...guestIpv6KernelArgs(ref.spec.ipv6Address),
     ],
     // The nonce is the placement's secret: never on a command line other host users can read.
     privateKernelArgs: [`${GUEST_CMDLINE_KEYS.nonce}=${identity.nonce}`],

@@ -11,7 +11,7 @@ import { asc, eq, lte, ne, sql } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import { sqliteTable, text, integer } from "drizzle-orm/sqlite-core";
 import { checkSchemaVersion, openDb } from "../storage/sqlite.ts";
-import type { AgentCommand, PlacementObservedState, PlacementSpec, PlacementUpdate, VmExit } from "../protocol/agent.ts";
+import type { AgentCommand, CommandSpec, PlacementObservedState, PlacementUpdate, VmExit } from "../protocol/agent.ts";
 
 /** Local placement rows. */
 export const placements = sqliteTable("placements", {
@@ -127,7 +127,7 @@ export class AgentStore {
             placementId: cmd.placementId,
             allocationId: cmd.allocationId,
             generation: cmd.generation,
-            specJson: JSON.stringify(cmd.spec satisfies PlacementSpec),
+            specJson: JSON.stringify(cmd.spec satisfies CommandSpec),
             dirName,
             desired,
             // Even an ensure_absent for a placement never seen here is driven (and so reported absent).

@@ -31,6 +31,13 @@ export interface DebianRecipe {
  */
 export const REFERENCE_RECIPE: DebianRecipe = { suite: "bookworm", variant: "minbase", packages: ["systemd-sysv", "iproute2", "gcc", "libc6-dev"] };
 
+/**
+ * The recipe of the private-networking end-to-end test's image: Debian 12
+ * minbase with OpenSSH's server (and iproute2 to show the guest's
+ * addresses). No init system: the image's entrypoint starts `sshd -D -e`.
+ */
+export const SSHD_RECIPE: DebianRecipe = { suite: "bookworm", variant: "minbase", packages: ["openssh-server", "iproute2"] };
+
 /** The cache file name of `recipe`: `debian-<suite>-<12 hex of its hash>.tar`. Pure. */
 export function debianTarName(recipe: DebianRecipe): string {
   const h = createHash("sha256").update(JSON.stringify([recipe.suite, recipe.variant, [...recipe.packages].sort()])).digest("hex").slice(0, 12);

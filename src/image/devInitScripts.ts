@@ -9,6 +9,7 @@
  * the host (only a gateway inside the placement's /30 is set) or leave the
  * VM running after a boot failure (it powers off so QEMU exits).
  */
+import { GUEST_IPV6_CASES, guestIpv6Setup, guestIpv6Sysctls } from "./guestIpv6Init.ts";
 
 /**
  * The initramfs /init for the given insmod order. It starts the kernel
@@ -54,7 +55,11 @@ exec $B switch_root /newroot "$init" "$@"
 `;
 }
 
-/** /sbin/beachball-init in the ext4 root: reads beachball.ipv4 / beachball.gateway / beachball.dns (comma-separated) from /proc/cmdline. */
+/**
+ * /sbin/beachball-init in the ext4 root: reads beachball.ipv4 /
+ * beachball.gateway / beachball.dns (comma-separated) and the private IPv6
+ * address and router (src/image/guestIpv6Init.ts) from /proc/cmdline.
+ */
 export const ROOTFS_INIT = `#!/bin/sh
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
 [ -e /proc/self ] || mount -t proc proc /proc
@@ -75,17 +80,22 @@ ip link set lo up
 ipv4=
 gw=
 dns=
+ipv6=
+ipv6_router=
 for arg in $(cat /proc/cmdline); do
   case "$arg" in
     beachball.ipv4=*) ipv4="\${arg#*=}" ;;
     beachball.gateway=*) gw="\${arg#*=}" ;;
     beachball.dns=*) dns="\${arg#*=}" ;;
+${GUEST_IPV6_CASES}
   esac
 done
+${guestIpv6Sysctls("beachball-init")}
 if [ -n "$ipv4" ]; then
   ip link set eth0 up && ip addr add "$ipv4" dev eth0 || echo "beachball-init: eth0 setup failed"
   if [ -n "$gw" ]; then ip route add default via "$gw" dev eth0 || echo "beachball-init: route failed"; fi
 fi
+${guestIpv6Setup("ip", "beachball-init")}
 : > /etc/resolv.conf
 for r in $(echo "$dns" | tr , ' '); do echo "nameserver $r" >> /etc/resolv.conf; done
 read -r up _ < /proc/uptime

@@ -60,6 +60,32 @@ export const PlacementSpec = Type.Object(
 /** The resolved spec a placement runs. */
 export type PlacementSpec = Static<typeof PlacementSpec>;
 
+/** Longest text of an IPv6 address a command may carry, characters (8 groups of 4 hex digits and 7 colons, RFC 4291 section 2.2). */
+export const MAX_IPV6_TEXT = 39;
+
+/**
+ * The spec an ensure_* command carries: the placement's resolved spec and,
+ * when the deployment has private networking, the allocation's private IPv6
+ * address (spec "Networks, addresses, and grants": a /128 from its
+ * Network's /64 that survives replacement, so every generation gets the
+ * same one). The agent gives it to the guest as `<address>/128` on eth0
+ * with `default via fe80::1` (docs/connect.md). Absent: the guest gets no
+ * IPv6 address (a deployment without private networking, or a scheduler
+ * older than the field). Agents check the value themselves (a canonical
+ * global or unique-local unicast address) before using it.
+ */
+export const CommandSpec = Type.Composite(
+  [
+    PlacementSpec,
+    Type.Object({
+      ipv6Address: Type.Optional(Type.String({ minLength: 2, maxLength: MAX_IPV6_TEXT, pattern: "^[0-9a-f:]+$", description: "the allocation's private IPv6 address (canonical RFC 5952 text); the guest configures it as a /128" })),
+    }),
+  ],
+  { additionalProperties: false },
+);
+/** The spec an ensure_* command carries. */
+export type CommandSpec = Static<typeof CommandSpec>;
+
 /** A command to the agent. IDs are deterministic: `{placement}:{present|running|absent}:{generation}`. */
 export interface AgentCommand {
   commandId: string;
@@ -69,7 +95,7 @@ export interface AgentCommand {
   generation: number;
   agentEpoch: string;
   leaseExpiresAt: string;
-  spec: PlacementSpec;
+  spec: CommandSpec;
 }
 
 /** A bootstrap delivery riding in a poll response (memory only, never persisted). */

@@ -88,6 +88,22 @@ export const GUEST_CMDLINE_KEYS = {
   nonce: "beachball.bootstrap_nonce",
 } as const;
 
+/**
+ * Kernel command-line keys carrying the guest's private IPv6 configuration
+ * (spec "Networks, addresses, and grants"; docs/connect.md): its
+ * allocation's address, configured as `<address>/128` on eth0, and the
+ * router on its TAP, `default via <router> dev eth0`. Read by the dev
+ * image's /sbin/beachball-init and the converted images' initramfs
+ * (src/image/devInitScripts.ts, src/image/oci/ociInitrd.ts).
+ */
+export const GUEST_IPV6_KEYS = {
+  address: "beachball.ipv6",
+  router: "beachball.ipv6_router",
+} as const;
+
+/** The guest's IPv6 router: the link-local address the host puts on the placement's TAP (docs/adr/0157-host-endpoint-routing.md). */
+export const GUEST_IPV6_ROUTER = "fe80::1";
+
 /** Console markers the guest writes around the workload (spec "Images"). */
 export const JOB_START_MARKER = "BEACHBALL_JOB_START";
 /** Written as `BEACHBALL_JOB_EXIT <code>` after the workload exits. */

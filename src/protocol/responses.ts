@@ -13,7 +13,7 @@
  */
 import { Type, type Static, type TSchema } from "@sinclair/typebox";
 import { ALLOCATION_STATES, AllocationView } from "./api.ts";
-import { COMMAND_TYPES, ConfigureConnection, PlacementSpec } from "./agent.ts";
+import { COMMAND_TYPES, CommandSpec, ConfigureConnection } from "./agent.ts";
 import { Candidate, ConnectionMessage, RelayRole, SignedGrant, SignedRelayMap, SignedRelayToken } from "./connection.ts";
 import { ERROR_STATUS } from "./errors.ts";
 
@@ -179,7 +179,7 @@ export const AgentCommand = Type.Object(
     generation: Type.Integer(),
     agentEpoch: Type.String(),
     leaseExpiresAt: Iso,
-    spec: PlacementSpec,
+    spec: CommandSpec,
   },
   { additionalProperties: false },
 );

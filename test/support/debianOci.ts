@@ -69,3 +69,43 @@ export async function writeDebianOciLayout(dir: string, rootfsTar: string): Prom
     config: { Entrypoint: ["/usr/local/bin/ci-job"], Env: ["CI=true", "PATH=/usr/local/bin:/usr/bin:/bin"], WorkingDir: "/home/ci", User: "ci" },
   });
 }
+
+/** The sshd image's entrypoint: runs the delivered payload (which configures and execs sshd) as root. */
+export const PAYLOAD_ENTRYPOINT = `#!/bin/sh
+exec /bin/sh "$BEACHBALL_BOOTSTRAP_PATH"
+`;
+
+/**
+ * Writes a two-layer layout to `dir`: the Debian root with OpenSSH's server
+ * (src/image/debianRootfs.ts SSHD_RECIPE) and a layer with the entrypoint
+ * that runs the payload as root in /root.
+ */
+export async function writeSshdOciLayout(dir: string, rootfsTar: string): Promise<TestLayout> {
+  const layer1 = makeTar([{ path: "usr/local/bin/run-payload", body: PAYLOAD_ENTRYPOINT, mode: 0o755 }]);
+  return writeOciLayout(dir, [readFileSync(rootfsTar), layer1], {
+    gzip: false, ref: "debian-sshd:12",
+    config: { Entrypoint: ["/usr/local/bin/run-payload"], Env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"], WorkingDir: "/root", User: "" },
+  });
+}
+
+/**
+ * The payload that turns the sshd image into an SSH server: `authorizedKey`
+ * for root, `hostKey` (an OpenSSH private key) as the only host key, the
+ * guest's IPv6 addresses and routes on the console, then `sshd -D -e`.
+ */
+export function sshdPayload(authorizedKey: string, hostKey: string): string {
+  return `set -e
+mkdir -p /root/.ssh /run/sshd
+chmod 700 /root/.ssh
+cat > /root/.ssh/authorized_keys <<'KEY'
+${authorizedKey.trim()}
+KEY
+chmod 600 /root/.ssh/authorized_keys
+umask 077
+cat > /etc/ssh/bb_host_ed25519_key <<'KEY'
+${hostKey.trim()}
+KEY
+echo "sshd-payload: $(ip -6 addr show dev eth0 scope global | grep inet6) / $(ip -6 route show default)"
+exec /usr/sbin/sshd -D -e -h /etc/ssh/bb_host_ed25519_key -o PasswordAuthentication=no -o KbdInteractiveAuthentication=no
+`;
+}

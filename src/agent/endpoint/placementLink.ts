@@ -17,14 +17,15 @@
 import { isIPv6 } from "node:net";
 import { openTun, type TunDevice } from "../../../native/tun/tun.ts";
 import { TUNNEL_MTU } from "../../protocol/connection.ts";
+import { GUEST_IPV6_ROUTER } from "../../protocol/guest.ts";
 import { canonicalIpv6 } from "../../protocol/ipAddress.ts";
 import { netError } from "../isolation/addressPool.ts";
 import { ip, ipChecked, nftLoad, runCmd } from "../isolation/exec.ts";
 import { CONNECTION_TUN_NAME, connectionChainText, type ConnectionFlow } from "./connectionRules.ts";
 import type { PlacementTarget } from "./grantCheck.ts";
 
-/** The guest's IPv6 router address on its TAP (the guest routes `default via fe80::1`). */
-export const GUEST_IPV6_ROUTER = "fe80::1";
+/** The guest's IPv6 router address on its TAP (the guest routes `default via fe80::1`; defined with the guest's kernel arguments). */
+export { GUEST_IPV6_ROUTER };
 
 /** Counters of one link. */
 export interface PlacementLinkStats {

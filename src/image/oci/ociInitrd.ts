@@ -9,7 +9,8 @@
  * placement's scratch ext4 (`beachball.upper`, default /dev/vdb) the
  * writable upper layer, merged by overlayfs at /newroot; inside it the mount
  * table a container expects (proc, sys, dev, devpts, shm, tmp, run,
- * cgroup2), the network from `beachball.ipv4/gateway/dns`, and then `bb
+ * cgroup2), the network from `beachball.ipv4/gateway/dns` and the private
+ * IPv6 address (src/image/guestIpv6Init.ts), and then `bb
  * guest --workload-root /newroot`, which chroots there itself (or, given
  * `init=`, that program of the image, chrooted, for a bare boot). The guest
  * binary lives in the squashfs under `/.beachball/` (paged in on demand and
@@ -23,6 +24,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { type CpioEntry, encodeCpio } from "../cpio.ts";
 import { runChecked } from "../devKernel.ts";
+import { GUEST_IPV6_CASES, guestIpv6Setup, guestIpv6Sysctls } from "../guestIpv6Init.ts";
 
 /** Where the guest binary sits inside a converted image's squashfs. */
 export const GUEST_DIR_IN_IMAGE = ".beachball";
@@ -48,6 +50,8 @@ upper=/dev/vdb
 ipv4=
 gw=
 dns=
+ipv6=
+ipv6_router=
 init=
 for arg in $($B cat /proc/cmdline); do
   case "$arg" in
@@ -56,6 +60,7 @@ for arg in $($B cat /proc/cmdline); do
     beachball.ipv4=*) ipv4="\${arg#*=}" ;;
     beachball.gateway=*) gw="\${arg#*=}" ;;
     beachball.dns=*) dns="\${arg#*=}" ;;
+${GUEST_IPV6_CASES}
     init=*) init="\${arg#init=}" ;;
   esac
 done
@@ -83,10 +88,12 @@ $B ln -sf /proc/self/fd/1 $R/dev/stdout
 $B ln -sf /proc/self/fd/2 $R/dev/stderr
 $B hostname beachball
 $B ip link set lo up
+${guestIpv6Sysctls("beachball-initramfs")}
 if [ -n "$ipv4" ]; then
   $B ip link set eth0 up && $B ip addr add "$ipv4" dev eth0 || echo "beachball-initramfs: eth0 setup failed"
   if [ -n "$gw" ]; then $B ip route add default via "$gw" dev eth0 || echo "beachball-initramfs: route failed"; fi
 fi
+${guestIpv6Setup("$B ip", "beachball-initramfs")}
 $B rm -f $R/etc/resolv.conf $R/etc/hostname
 : > $R/etc/resolv.conf
 for r in $(echo "$dns" | $B tr , ' '); do echo "nameserver $r" >> $R/etc/resolv.conf; done

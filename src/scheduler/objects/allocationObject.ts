@@ -55,6 +55,7 @@ import {
 } from "../../domain/reconcile.ts";
 import { GLOBAL, type SchedulerEnv } from "../env.ts";
 import type { AdmissionLimits } from "./admissionObject.ts";
+import { commandSpecOf } from "./hostTypes.ts";
 import { ALLOCATION_TABLES, allocationEventTable, allocationTable } from "./allocationSchema.ts";
 import { decodeAllocation, encodeAllocation, placementExitOf, toAllocationEvent, toAllocationView, type StoredAllocation } from "./allocationView.ts";
 import { AllocationMessage } from "./messages.ts";
@@ -545,7 +546,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       }
       case "reserve": {
         const result = await this.env.Host.get(intent.hostId)
-          .reserve({ key: intent.reservationKey, allocationId: r.allocationId, generation: r.generation, placementId: intent.placementId, spec: this.load()!.spec })
+          .reserve({ key: intent.reservationKey, allocationId: r.allocationId, generation: r.generation, placementId: intent.placementId, spec: commandSpecOf(this.load()!.spec, r.address) })
           .catch((e: unknown) => {
             if (e instanceof BeachballError) return { accepted: false as const, code: e.code };
             throw e;

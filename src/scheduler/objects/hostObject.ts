@@ -25,7 +25,7 @@ import { healthFromHeartbeat, HEALTHY_HEARTBEAT_AGE_MS } from "../../domain/heal
 import { OVERLAP_SUSPECT_MS, unschedulableReasons, type HostFacts } from "../../domain/hostConditions.ts";
 import type { Advertisement } from "../../domain/placement.ts";
 import type { Capacity } from "../../protocol/api.ts";
-import { POLL_PARK_MS, type AgentCommand, type BootstrapDelivery, type Envelope, type PlacementSpec, type PollResponse, type PlacementUpdate, type UpdateRejection, type UpdateRejectionCode } from "../../protocol/agent.ts";
+import { POLL_PARK_MS, type AgentCommand, type BootstrapDelivery, type Envelope, type CommandSpec, type PollResponse, type PlacementUpdate, type UpdateRejection, type UpdateRejectionCode } from "../../protocol/agent.ts";
 import type { Candidate } from "../../protocol/connection.ts";
 import { GLOBAL, type SchedulerEnv } from "../env.ts";
 import { HOST_TABLES, type hostTable, type placementTable } from "./hostSchema.ts";
@@ -623,7 +623,7 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
         generation: c.generation,
         agentEpoch: epoch,
         leaseExpiresAt: new Date(p.leaseExpiresAtMs).toISOString(),
-        spec: JSON.parse(p.specJson) as PlacementSpec,
+        spec: JSON.parse(p.specJson) as CommandSpec,
       });
     }
     const deliveries: BootstrapDelivery[] = [];

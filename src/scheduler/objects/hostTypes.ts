@@ -10,7 +10,7 @@ import type { ObjectDb } from "../runtime/drizzle.ts";
 import type { Resources } from "../../domain/capacity.ts";
 import type { HostFacts } from "../../domain/hostConditions.ts";
 import type { Capacity } from "../../protocol/api.ts";
-import { MAX_COMMANDS_PER_POLL, type PlacementSpec, type PlacementUpdate } from "../../protocol/agent.ts";
+import { MAX_COMMANDS_PER_POLL, type CommandSpec, type PlacementSpec, type PlacementUpdate } from "../../protocol/agent.ts";
 import { commandTable, deliveryTable, hostTable, placementTable } from "./hostSchema.ts";
 
 /** Registration facts from enrollment. */
@@ -34,7 +34,18 @@ export interface ReserveRequest {
   allocationId: string;
   generation: number;
   placementId: string;
-  spec: PlacementSpec;
+  /** What the placement's commands carry (commandSpecOf). */
+  spec: CommandSpec;
+}
+
+/**
+ * The spec a placement's commands carry: the allocation's resolved `spec`
+ * plus its private IPv6 `address` when it has one (spec "Networks,
+ * addresses, and grants": one address per allocation, the same for every
+ * generation). Pure.
+ */
+export function commandSpecOf(spec: PlacementSpec, address: string | null): CommandSpec {
+  return address ? { ...spec, ipv6Address: address } : { ...spec };
 }
 
 /** Reservation outcome. */
