@@ -74,6 +74,11 @@ export class ClientTunnel {
     this.selector.setCandidates(o.grant.hostCandidates);
   }
 
+  /** The UDP port the tunnel's socket is bound to (its candidates' port). */
+  get port(): number {
+    return this.socket.port;
+  }
+
   /** Binds the socket, starts the stack and the first handshake. Rejects when the socket cannot be bound. */
   static async start(o: ClientTunnelOptions): Promise<ClientTunnel> {
     const t = new ClientTunnel(o);

@@ -164,7 +164,9 @@ export class HostEndpoint {
     if (this.revoked.has(cmd.grantId)) return this.refuse(cmd.grantId, "GRANT_REVOKED", `grant ${cmd.grantId} was revoked`);
     const existing = this.applied.get(cmd.grantId);
     if (existing) {
-      return existing.signature === cmd.grant.signature ? { ok: true } : this.refuse(cmd.grantId, "GRANT_MISMATCH", `grant ${cmd.grantId} is applied with other content`);
+      if (existing.signature !== cmd.grant.signature) return this.refuse(cmd.grantId, "GRANT_MISMATCH", `grant ${cmd.grantId} is applied with other content`);
+      if (cmd.clientCandidates) this.learnClientCandidates(existing, cmd.clientCandidates);
+      return { ok: true };
     }
     if (this.applied.size >= MAX_APPLIED_GRANTS) return this.refuse(cmd.grantId, "RATE_LIMITED", `this host holds ${MAX_APPLIED_GRANTS} grants`);
     const c = checkGrantForHost(cmd.grant, cmd.grantId, { hostId: this.o.hostId, hostPublicKey: this.publicKey, verificationKeys: this.o.verificationKeys }, this.o.placements, this.o.clock.wallMs());
@@ -182,8 +184,7 @@ export class HostEndpoint {
       entry = { target: c.placement, link, grants: new Set() };
       this.links.set(placementKey, entry);
     }
-    const { peer, selector } = this.mp.addPeer({ publicKey: new Uint8Array(Buffer.from(g.clientPublicKey, "base64")), allowedIps: [`${client}/128`] });
-    selector.setCandidates(cmd.clientCandidates ?? []);
+    const { peer } = this.mp.addPeer({ publicKey: new Uint8Array(Buffer.from(g.clientPublicKey, "base64")), allowedIps: [`${client}/128`] });
     const applied: Applied = { grant: g, signature: cmd.grant.signature, placementKey, filter: new InnerFilter(g), peer, client, pathVersion: 0 };
     this.applied.set(g.grantId, applied);
     this.byPeer.set(peer, applied);
@@ -194,9 +195,27 @@ export class HostEndpoint {
       await this.remove(g.grantId);
       return this.refuse(g.grantId, "NETWORK_SETUP_FAILED", (e as Error).message);
     }
+    this.learnClientCandidates(applied, cmd.clientCandidates ?? []);
     this.arm();
     this.o.onChange?.();
     return { ok: true };
+  }
+
+  /**
+   * The client's candidates from the grant's Connection (spec "Coordination
+   * and path selection"): they become the peer's candidates, and without a
+   * session yet a handshake initiation goes to each of them (at most
+   * MAX_CANDIDATES; the Device limits initiations to one per REKEY_TIMEOUT),
+   * opening this host's NAT towards the client so the client's own
+   * initiations get in: hole punching, rather than waiting to learn the
+   * client by roaming.
+   */
+  private learnClientCandidates(a: Applied, list: readonly Candidate[]): void {
+    const selector = this.mp.selector(a.peer);
+    if (!selector) return;
+    selector.setCandidates(list);
+    if (list.length > 0 && !a.peer.keypairs.current) this.mp.device.initiateHandshake(a.peer);
+    this.arm();
   }
 
   private flowsOf(entry: LinkEntry) {
