@@ -21,7 +21,7 @@
 import { BeachballError } from "../protocol/errors.ts";
 import { errorFromAnswer, UnexpectedAnswerError } from "../protocol/problem.ts";
 import { LOG_FOLLOW_WAIT_MS } from "../protocol/logs.ts";
-import { connectionGrantsPath, type ConnectionGrantBody, type ConnectionGrantResponse } from "../protocol/connection.ts";
+import { connectionGrantsPath, type ConnectionGrantBody, type ConnectionGrantResponse, type ConnectionMessagesBody, type ConnectionPollResponse } from "../protocol/connection.ts";
 import type { AllocationEvent, AllocationPage, AllocationView, AlertItem, BootstrapBody, CreateAllocationBody, DeliveryResult, EnrollmentToken, EventPage, HostView, LogPage, WellKnown } from "./types.ts";
 
 /** Longest a Retry-After is honoured, ms (a larger value is waited this long, then retried). */
@@ -229,6 +229,17 @@ export class SchedulerClient {
   /** DELETE /v1/allocations/{id}/connection-grants/{grantId}: revokes a grant (idempotent), one try within `timeoutMs` (a proxy exiting does not wait longer; the grant expires anyway). */
   async revokeConnectionGrant(id: string, grantId: string, timeoutMs = 10_000): Promise<void> {
     await this.call<unknown>("DELETE", connectionGrantsPath(id, grantId), { timeoutMs, raw: true, retry: false });
+  }
+  /**
+   * POST /v1/connections/{id}/messages: this side's rendezvous messages
+   * (candidates, path observations, acks) to a grant's Connection. The
+   * route authenticates with the grant's endpoint token, not a principal's:
+   * call it on a client made with that token
+   * (`new SchedulerClient(url, endpointToken)`). One try within
+   * `timeoutMs` (sequence numbers make a retry by the caller safe).
+   */
+  async connectionMessages(connectionId: string, body: ConnectionMessagesBody, timeoutMs = 10_000): Promise<ConnectionPollResponse> {
+    return (await this.call<ConnectionPollResponse>("POST", `/v1/connections/${encodeURIComponent(connectionId)}/messages`, { body, timeoutMs, retry: false })).body;
   }
   /** POST /v1/allocations/{id}/release (idempotent). */
   async release(id: string): Promise<AllocationView> {

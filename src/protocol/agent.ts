@@ -227,7 +227,12 @@ export type GrantRefusalCode = (typeof GRANT_REFUSAL_CODES)[number];
  *
  * Delivered in `PollResponse.connections` (not `commands`, which carry
  * placement commands only) and redelivered on every poll until the agent
- * acknowledges the command ID in `acks`. The scheduler considers a grant
+ * acknowledges the command ID in `acks`, and handed out again (same
+ * command ID) when a connectivity_update shows the host lacks a live grant
+ * it acknowledged (an agent restart empties the endpoint) or still holds
+ * one whose revoke it acknowledged (src/domain/grantReconcile.ts; at most
+ * MAX_GRANT_REDELIVERIES_PER_SESSION times per grant and session), so an
+ * apply must be idempotent. The scheduler considers a grant
  * gone from the host once the revoke's ack arrives (or the grant expired):
  * acknowledge a revoke only after the peer is removed. The host's relay
  * tokens and endpoint token are minted when the command is handed out
@@ -281,7 +286,9 @@ export type AppliedGrant = Static<typeof AppliedGrant>;
  * Rides in `AgentPayload.connectivity` (poll or messages). The Host object
  * stores only the public key and the candidates (the newest `seq` of the
  * session wins; an older or equal one is ignored); applied grants, refusals
- * and paths are counted in metrics, not stored.
+ * and paths are counted in metrics, not stored. The newest update's applied
+ * grants are reconciled with the grants the scheduler handed to this host
+ * (see ConfigureConnection): report every grant held, every time.
  */
 export const ConnectivityUpdate = Type.Object(
   {

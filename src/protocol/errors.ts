@@ -15,6 +15,8 @@ export const ERROR_STATUS = {
   NOT_FOUND: 404,
   /** The path exists but not for this method (the answer carries `Allow`). */
   METHOD_NOT_ALLOWED: 405,
+  /** The route speaks WebSocket only (`GET /v1/connections/{id}/connect`) and the request was no upgrade. */
+  UPGRADE_REQUIRED: 426,
   VALIDATION_FAILED: 422,
   MALFORMED_JSON: 400,
   /** JSON nested deeper than the route allows (checked before parsing). */

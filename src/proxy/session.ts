@@ -1,7 +1,8 @@
 /**
  * One `bb proxy` run (spec "Data path", steps 1–6): an ephemeral X25519 key
  * pair in memory; the grant requested and every signature verified; the
- * tunnel started; 127.0.0.1:<local port> bound; then watched until it must
+ * tunnel started and its candidates posted to the grant's Connection
+ * (./rendezvous.ts); 127.0.0.1:<local port> bound; then watched until it must
  * end; the grant revoked on every exit.
  *
  * Ends with a stable code (src/protocol/errors.ts) when the session cannot go
@@ -12,12 +13,14 @@
  * Owns: the order of start and teardown. Must never: write the private key
  * anywhere, bind anything but loopback, or exit without trying to revoke.
  */
+import { networkInterfaces, type NetworkInterfaceInfo } from "node:os";
 import type { SchedulerClient } from "../cli/client.ts";
 import type { ConnectionVerificationKeys } from "../protocol/connectionSignature.ts";
 import { BeachballError } from "../protocol/errors.ts";
 import { keyPairFromPrivate, type Aead, type PathState, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../wireguard/index.ts";
 import { startForwarder, type Forwarder } from "./forwarder.ts";
 import { requestGrant, type VerifiedGrant } from "./grant.ts";
+import { announceCandidates, proxyCandidates } from "./rendezvous.ts";
 import { ClientTunnel } from "./tunnel.ts";
 
 /** How often the allocation is checked for release or replacement, ms. */
@@ -41,6 +44,8 @@ export interface ProxyOptions {
   /** Human progress lines (stderr). */
   log: (line: string) => void;
   watchIntervalMs?: number;
+  /** The interface list this proxy's candidates come from (os.networkInterfaces by default). */
+  interfaces?: () => NodeJS.Dict<NetworkInterfaceInfo[]>;
   /** Called once the local port is bound (tests read the port and grant here). */
   onReady?: (info: { port: number; grant: VerifiedGrant }) => void;
 }
@@ -75,6 +80,11 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
       onRelayChange: (i) => o.log(describeRelay(i)),
     });
     const t = tunnel;
+    // Best effort: without them the host still learns this proxy by roaming.
+    announceCandidates(o.client.baseUrl, verified, proxyCandidates("0.0.0.0", t.port, (o.interfaces ?? networkInterfaces)())).then(
+      (n) => n > 0 && o.log(`posted ${n} candidate${n === 1 ? "" : "s"} to the rendezvous`),
+      (e) => o.log(`could not post candidates to the rendezvous (${(e as Error).message}); the host learns this proxy when it first hears from it`),
+    );
     forwarder = await startForwarder({ port: o.localPort, connect: () => t.connect(o.remotePort), onConnectError: (m) => o.log(`inner connection to [${g.allocationAddress}]:${o.remotePort} failed: ${m}`) });
     o.log(`listening on 127.0.0.1:${forwarder.port} → [${g.allocationAddress}]:${o.remotePort} on ${g.hostId} (grant ${g.grantId}, generation ${g.generation}, expires ${new Date(g.expiresAtMs).toISOString()})`);
     o.onReady?.({ port: forwarder.port, grant: verified });

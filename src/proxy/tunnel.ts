@@ -76,6 +76,11 @@ export class ClientTunnel {
     t.attachRelays(this.peer, o.grant.relays, (relayId) => relayId);
   }
 
+  /** The UDP port the tunnel's socket is bound to (its candidates' port). */
+  get port(): number {
+    return this.t.udp.port;
+  }
+
   /** Binds the socket, starts the stack, the relay sessions and the first handshake. Rejects when the socket cannot be bound. */
   static async start(o: ClientTunnelOptions): Promise<ClientTunnel> {
     let self: ClientTunnel | null = null;

@@ -22,6 +22,7 @@ import type { Identity } from "./manifest.ts";
 import { RequestGuard, type Prepared } from "./edge.ts";
 import { ROUTES, type RouteName } from "./routes.ts";
 import { openApiDocument } from "./openapi.ts";
+import type { RendezvousSocketData, RendezvousSockets } from "./rendezvousSocket.ts";
 
 /** What a handler answers: a JSON body with its status, or a ready Response. */
 type Reply = { status?: number; json: unknown } | Response;
@@ -47,8 +48,19 @@ function endpoint(p: Prepared): { connectionId: string; role: "client" | "host" 
 const id = (p: Prepared) => p.params["id"]!;
 const num = (p: Prepared, name: string, fallback: number) => (p.query[name] as number | undefined) ?? fallback;
 
+/**
+ * The WebSocket side of `GET /v1/connections/{id}/connect`: the sockets'
+ * gate and the server's upgrade (Bun.serve's `server.upgrade`; serve.ts).
+ * Absent (tests on `app.handle`, other hosts): the route answers
+ * UPGRADE_REQUIRED.
+ */
+export interface RendezvousUpgrade {
+  sockets: RendezvousSockets;
+  upgrade(request: Request, data: RendezvousSocketData): boolean;
+}
+
 /** One handler per route name. */
-function handlers(worker: SchedulerWorker): Record<RouteName, (p: Prepared) => Promise<Reply> | Reply> {
+function handlers(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null): Record<RouteName, (p: Prepared, request: Request) => Promise<Reply> | Reply> {
   const document = openApiDocument();
   return {
     openapi: () => ({ json: document }),
@@ -82,6 +94,14 @@ function handlers(worker: SchedulerWorker): Record<RouteName, (p: Prepared) => P
       const e = endpoint(p);
       return { json: await worker.connectionPoll(e.connectionId, e.role, p.body as ConnectionPollBody) };
     },
+    connectionConnect: (p, request) => {
+      const e = endpoint(p);
+      if (request.headers.get("upgrade")?.toLowerCase() !== "websocket" || !rendezvous) throw new BeachballError("UPGRADE_REQUIRED", "this route speaks WebSocket only: send an Upgrade: websocket request");
+      rendezvous.sockets.admit(e.connectionId, e.role);
+      if (!rendezvous.upgrade(request, { connectionId: e.connectionId, role: e.role, after: num(p, "after", 0) })) throw new BeachballError("UPGRADE_REQUIRED", "the WebSocket upgrade failed (a malformed handshake)");
+      // Bun ignores this answer once the upgrade succeeded: the socket is rendezvousSocket.ts's.
+      return new Response(null, { status: 200 });
+    },
     connectionMessages: async (p) => {
       const e = endpoint(p);
       return { json: await worker.connectionMessages(e.connectionId, e.role, p.body as ConnectionMessagesBody) };
@@ -101,11 +121,11 @@ function handlers(worker: SchedulerWorker): Record<RouteName, (p: Prepared) => P
   };
 }
 
-/** Builds the Elysia app for one Worker. */
-export function buildApp(worker: SchedulerWorker) {
+/** Builds the Elysia app for one Worker; `rendezvous` serves the WebSocket route (see RendezvousUpgrade). */
+export function buildApp(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null = null) {
   const guard = new RequestGuard<RouteName>(ROUTES, { principal: (h) => worker.authenticate(h), host: (h) => worker.authenticateHost(h), endpoint: (h, c) => worker.authenticateEndpoint(h, c) });
   const admitted = new WeakMap<Request, Prepared<RouteName>>();
-  const handle = handlers(worker);
+  const handle = handlers(worker, rendezvous);
   const app = new Elysia({ normalize: false })
     .onRequest(async ({ request }) => {
       const r = await guard.admit(request);
@@ -123,7 +143,7 @@ export function buildApp(worker: SchedulerWorker) {
     app.route(spec.method, spec.path, async ({ request }) => {
       const p = admitted.get(request);
       if (!p || p.route !== name) return problem("INTERNAL", "request reached a handler without passing the guard");
-      const r = await handle[name](p);
+      const r = await handle[name](p, request);
       if (r instanceof Response) return r;
       return new Response(JSON.stringify(r.json), { status: r.status ?? 200, headers: { "content-type": "application/json" } });
     });

@@ -31,6 +31,13 @@ import type { ConnectionSigner } from "./connectionSigner.ts";
 export interface InjectedBugs {
   /** Frees a placement's capacity when its lease expired, without observing absence: the very rule the spec forbids. */
   releaseCapacityOnLeaseExpiry?: boolean;
+  /**
+   * Lets a replacement go ahead without waiting for the old generation's
+   * grants to be gone from their host (skips CONNECTIONS_NOT_FENCED): one
+   * private address may then be routed through two hosts at once, the very
+   * thing spec "Revocation and replacement" forbids.
+   */
+  connectionsNotFenced?: boolean;
 }
 
 /** Configuration the objects read (never changes while they run). */

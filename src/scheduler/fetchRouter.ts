@@ -131,6 +131,10 @@ export function fetchRouter(front: SchedulerFront): (req: Request) => Promise<Re
         case "DELETE /v1/allocations/:id/connection-grants/:grantId":
           await front.revokeConnectionGrant(auth(req), p[2]!, p[4]!);
           return new Response(null, { status: 204 });
+        case "GET /v1/connections/:id/connect":
+          // This host serves no WebSockets: the long-poll routes carry the same messages.
+          await front.authenticateEndpoint(req.headers.get("authorization"), p[2]!);
+          throw new BeachballError("UPGRADE_REQUIRED", "rendezvous WebSockets are not served by this host; use POST /v1/connections/{id}/poll and /messages");
         case "POST /v1/connections/:id/poll":
         case "POST /v1/connections/:id/messages": {
           const role = await front.authenticateEndpoint(req.headers.get("authorization"), p[2]!);

@@ -9,8 +9,8 @@
  *
  * Spec: "Authentication and identity", "Admission and limits", "The agent
  * protocol", "Enrollment", "Data path" and "Coordination and path
- * selection" (connection grants and their rendezvous; long-poll only, the
- * WebSocket route `GET /v1/connections/{id}/connect` is not served).
+ * selection" (connection grants and their rendezvous: long-poll, and the
+ * WebSocket route `GET /v1/connections/{id}/connect`, src/scheduler/rendezvousSocket.ts).
  * Must never: hold a handler or a business rule.
  */
 import { Type, type TSchema } from "@sinclair/typebox";
@@ -58,7 +58,7 @@ export interface RouteBody {
  * with the same body (create's 200 for a replayed request). Errors are
  * always problem+json.
  */
-export type RouteResponse = { status: 200 | 201 | 202; schema: TSchema; also?: 200 } | { status: 200; contentType: string } | { status: 204 };
+export type RouteResponse = { status: 200 | 201 | 202; schema: TSchema; also?: 200 } | { status: 200; contentType: string } | { status: 204 } | { status: 101 };
 
 /** One route as data (see the module header). */
 export interface RouteSpec {
@@ -127,6 +127,15 @@ export const ROUTES = {
   },
   revokeConnectionGrant: { method: "DELETE", path: "/v1/allocations/:id/connection-grants/:grantId", auth: "controller", summary: "Revoke a connection grant (idempotent)", response: { status: 204 } },
   connectionPoll: { method: "POST", path: "/v1/connections/:id/poll", auth: "endpoint", body: rendezvous(ConnectionPollBody), summary: "Rendezvous: the peer's messages after a cursor (acknowledging those up to it); parks up to 25 s", response: ok(R.ConnectionPollResponse) },
+  connectionConnect: {
+    method: "GET",
+    path: "/v1/connections/:id/connect",
+    auth: "endpoint",
+    query: { after },
+    summary:
+      "Rendezvous over a WebSocket (101 Switching Protocols): frames are a messages body one way, the peer's messages (as the poll answers them) and acceptances the other; `after` resumes past the peer's messages already processed. 426 UPGRADE_REQUIRED without an upgrade",
+    response: { status: 101 },
+  },
   connectionMessages: { method: "POST", path: "/v1/connections/:id/messages", auth: "endpoint", body: rendezvous(ConnectionMessagesBody), summary: "Rendezvous: post candidates, path observations and acks (per-role sequence numbers)", response: ok(R.ConnectionPollResponse) },
   enrollmentTokens: { method: "POST", path: "/v1/hosts/:id/enrollment-tokens", auth: "operator", body: api(EnrollmentTokenBody), summary: "Mint a one-use enrollment token bound to a host ID", response: ok(R.EnrollmentToken, 201) },
   hosts: { method: "GET", path: "/v1/hosts", auth: "operator", summary: "Every enrolled host with capacity, health and placements", response: ok(R.HostList) },

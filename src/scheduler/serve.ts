@@ -1,10 +1,12 @@
 /**
  * Starts a scheduler process: loads (or writes) the manifest, opens the
- * object runtime on the data directory, and serves the app.
+ * object runtime on the data directory, and serves the app (and the
+ * rendezvous WebSockets, src/scheduler/rendezvousSocket.ts).
  * Must never: print a raw token except the dev client file's path.
  */
 import { buildApp } from "./app.ts";
 import { withRequestLog } from "./requestLog.ts";
+import { RendezvousSockets, type RendezvousSocketData } from "./rendezvousSocket.ts";
 import { silentLogger, type Logger } from "../command/log.ts";
 import { SchedulerWorker } from "./worker.ts";
 import { loadManifest, type DeploymentManifest } from "./manifest.ts";
@@ -47,12 +49,13 @@ export function serveScheduler(opts: ServeOptions): RunningScheduler {
   const log = opts.log ?? silentLogger;
   const worker = new SchedulerWorker({ dataDir: opts.dataDir, manifest, publicUrl, checkpointInBackground: true, processMetrics: true, log, ...(opts.timeouts ? { timeouts: opts.timeouts } : {}) });
   worker.start();
-  const app = buildApp(worker);
+  const sockets = new RendezvousSockets(worker);
+  let server: Bun.Server<RendezvousSocketData> | null = null;
+  const app = buildApp(worker, { sockets, upgrade: (req, data) => server?.upgrade(req, { data }) ?? false });
   // Bun.serve directly (not app.listen) so every answer, the guard's refusals included, passes the request log.
   const fetch = withRequestLog((req) => app.handle(req), { log, clock: worker.env.clock, random: worker.env.random });
-  let server: ReturnType<typeof Bun.serve>;
   try {
-    server = Bun.serve({ hostname: opts.hostname, port: opts.port, maxRequestBodySize: BUN_MAX_REQUEST_BODY_BYTES, idleTimeout: 60, fetch });
+    server = Bun.serve<RendezvousSocketData>({ hostname: opts.hostname, port: opts.port, maxRequestBodySize: BUN_MAX_REQUEST_BODY_BYTES, idleTimeout: 60, fetch, websocket: sockets.handlers });
   } catch (e) {
     void worker.close();
     throw e;

@@ -3,7 +3,9 @@
  * W processes); `bun run sim --seed S` replays one seed exactly (same trace
  * hash). `--inject-bug` turns on the deliberately injected scheduler bug
  * ("release capacity on lease expiry"), `--inject-agent-bug` the agent bug
- * ("start a VM whose execution lease expired", src/agent/debug.ts);
+ * ("start a VM whose execution lease expired", src/agent/debug.ts),
+ * `--inject-connections-bug` the scheduler bug "replace without fencing the
+ * old generation's grants" (CONNECTIONS_NOT_FENCED switched off);
  * `--stop-on-violation` ends at the first violating seed (of any worker). Prints `N seeds,
  * V with violations`; exits 1 on any violation.
  */
@@ -20,6 +22,7 @@ const { values } = parseArgs({
     workers: { type: "string", default: "1" },
     "inject-bug": { type: "boolean", default: false },
     "inject-agent-bug": { type: "boolean", default: false },
+    "inject-connections-bug": { type: "boolean", default: false },
     "stop-on-violation": { type: "boolean", default: false },
     verbose: { type: "boolean", default: false },
   },
@@ -36,6 +39,7 @@ if (workers > 1 && !values.seed) {
     const args = [process.argv[1]!, "--seeds", String(n), "--from", String(from + i * per)];
     if (values["inject-bug"]) args.push("--inject-bug");
     if (values["inject-agent-bug"]) args.push("--inject-agent-bug");
+    if (values["inject-connections-bug"]) args.push("--inject-connections-bug");
     if (values["stop-on-violation"]) args.push("--stop-on-violation");
     if (values.verbose) args.push("--verbose");
     return Bun.spawn([process.execPath, ...args], { stdout: "pipe", stderr: "inherit" });
@@ -77,7 +81,7 @@ if (workers > 1 && !values.seed) {
   let ran = 0;
   for (let seed = from; seed < from + count; seed++) {
     ran++;
-    const r = await runSimulation({ seed, baseDir: base, injectBug: values["inject-bug"], injectAgentBug: values["inject-agent-bug"] });
+    const r = await runSimulation({ seed, baseDir: base, injectBug: values["inject-bug"], injectAgentBug: values["inject-agent-bug"], injectConnectionsBug: values["inject-connections-bug"] });
     if (r.violations.length) {
       failed++;
       console.log(`seed ${seed}: ${r.violations.length} violation(s), trace ${r.traceHash}`);

@@ -3,9 +3,11 @@
  * agent, src/agent/agent.ts with src/agent/reconcile/reconciler.ts, over
  * fake ports): at least 1,000 seeds with zero invariant violations
  * (BB_SIM_SEEDS overrides the count), a replayed seed gives the same trace,
- * and both deliberately injected bugs are caught within those seeds: the
- * scheduler's (capacity released on lease expiry without observed absence)
- * and the agent's (a VM started after its execution lease ended).
+ * and every deliberately injected bug is caught within those seeds: the
+ * scheduler's (capacity released on lease expiry without observed absence;
+ * a replacement that does not wait for the old generation's grants to be
+ * gone, CONNECTIONS_NOT_FENCED) and the agent's (a VM started after its
+ * execution lease ended).
  */
 import { describe, expect, test } from "bun:test";
 import { resolve } from "node:path";
@@ -40,6 +42,13 @@ describe("fencing simulation", () => {
     const r = await sim(["--seeds", String(SEEDS), "--workers", "2", "--inject-agent-bug", "--stop-on-violation"]);
     console.log(r.out.trim().split("\n").slice(-4).join("\n"));
     expect(r.out).toMatch(/started a VM for .* but its execution lease ended/);
+    expect(r.code).toBe(1);
+  }, 3_600_000);
+
+  test("the injected fencing bug (a replacement without CONNECTIONS_NOT_FENCED) is caught within those seeds", async () => {
+    const r = await sim(["--seeds", String(SEEDS), "--workers", "2", "--inject-connections-bug", "--stop-on-violation"]);
+    console.log(r.out.trim().split("\n").slice(-4).join("\n"));
+    expect(r.out).toMatch(/address is routed through .* at once|still routes its address for generation/);
     expect(r.code).toBe(1);
   }, 3_600_000);
 

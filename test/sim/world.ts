@@ -13,8 +13,9 @@
  * make hosts lost; clock skew; operator fencing and replacement
  * authorizations; connection grants asked for and revoked, applied by a
  * stand-in host endpoint (simEndpoint.ts). After every step it checks the
- * invariants (one of them: an allocation's private address is never routed
- * through two hosts or generations at once); after the faults stop it
+ * invariants (two of them: an allocation's private address is never routed
+ * through two hosts or generations at once, and an allocation never moves
+ * past a generation that a host still routes); after the faults stop it
  * checks that every allocation settles (a replacement held for
  * CONNECTIONS_NOT_FENCED only until its old grant may have expired).
  */
@@ -42,6 +43,8 @@ export interface SimOptions {
   injectBug?: boolean;
   /** Inject the agent bug "start a VM whose execution lease expired". */
   injectAgentBug?: boolean;
+  /** Inject the scheduler bug "replace without fencing the old generation's grants" (no CONNECTIONS_NOT_FENCED). */
+  injectConnectionsBug?: boolean;
   hosts?: number;
   maxAllocations?: number;
   faultSteps?: number;
@@ -126,7 +129,7 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
       random: schedRng,
       timeouts,
       faultHook: () => faults && rng.chance(0.004),
-      ...(opts.injectBug ? { debug: { releaseCapacityOnLeaseExpiry: true } } : {}),
+      ...(opts.injectBug || opts.injectConnectionsBug ? { debug: { ...(opts.injectBug ? { releaseCapacityOnLeaseExpiry: true } : {}), ...(opts.injectConnectionsBug ? { connectionsNotFenced: true } : {}) } } : {}),
     });
     w.runtime.recover();
     return w;
@@ -162,6 +165,8 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
   const grants: { allocationId: string; grantId: string }[] = [];
   /** Per allocation, until when a grant it asked for may still be applied (expiry plus the grace). */
   const grantMayLive = new Map<string, number>();
+  /** Allocations whose client asked for a grant before. */
+  const returning: string[] = [];
   const fenced = new Set<string>();
   const downUntil = new Map<string, number>();
   const executions: ExecutionRecord[] = [];
@@ -293,10 +298,12 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
     }
 
     // Controller: connection grants for ready allocations (CONNECTIVITY_UNAVAILABLE, INVALID_STATE and the like are expected refusals), and revocations.
+    // Half the time a client that held a grant comes back (as `bb proxy` run again would, after a replacement too).
     if (faults && allocations.length && grantRng.chance(0.2)) {
-      const id = grantRng.pick(allocations);
+      const id = returning.length > 0 && grantRng.chance(0.5) ? grantRng.pick(returning) : grantRng.pick(allocations);
       const v = await sched((w) => w.getAllocation(CONTROLLER, id));
       if (v?.state === "ready") {
+        if (!returning.includes(id)) returning.push(id);
         const ttlSeconds = 120 + grantRng.int(480);
         // Asked for, so possibly issued even if the answer is lost: a replacement may wait for it until then.
         grantMayLive.set(id, Math.max(grantMayLive.get(id) ?? 0, timeline.now() + ttlSeconds * 1000 + GRANT_EXPIRY_GRACE_MS));
@@ -413,6 +420,14 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
     const routed = new Map<string, Set<string>>();
     for (const [hostId, ep] of endpoints) for (const [alloc, gens] of ep.applied()) for (const g of gens) routed.set(alloc, new Set([...(routed.get(alloc) ?? []), `${hostId}/g${g}`]));
     for (const [alloc, where] of routed) if (where.size > 1) violations.push(`step ${step}: allocation ${alloc}'s address is routed through ${[...where].join(" and ")} at once`);
+    // An allocation never moves past a generation while a host still holds a grant for it (spec "Revocation and replacement": CONNECTIONS_NOT_FENCED).
+    for (const [hostId, ep] of endpoints) {
+      for (const [alloc, gens] of ep.applied()) {
+        const v = await sched((w) => w.getAllocation(CONTROLLER, alloc));
+        const stale = gens.filter((g) => v !== null && v.generation > g);
+        if (stale.length) violations.push(`step ${step}: allocation ${alloc} moved to generation ${v!.generation} while ${hostId} still routes its address for generation ${stale.join(", ")}`);
+      }
+    }
     for (const v of views) {
       trace.update(`${v.hostId}:${v.free.cpuMillis}:${v.placements.length}`);
       if (v.unschedulable.includes("VMM_START_FAILING")) stats.vmmFailingSteps++;

@@ -2,7 +2,8 @@
  * The host endpoint on loopback UDP with a recording placement link (a test
  * double for the kernel link, which test/integration/proxy-netns.test.ts
  * covers): grants verified and refused with stable codes, the inner filter
- * on both directions, revocation, and expiry without a command; the grant's
+ * on both directions, revocation, expiry without a command, hole punching
+ * towards the client's candidates from the rendezvous, and the grant's
  * relay sessions (through a recording connector, a test double for
  * src/relayclient) opened only for relays whose map and host token verify,
  * re-tokened on redelivery, closed with the grant.
@@ -119,7 +120,7 @@ async function setup(generation = 3, relayConnector?: RelayConnector) {
     if (!f()) throw new Error(`timed out waiting for ${what}`);
   };
   const setPlacement = (p: PlacementTarget | null) => void (placement = p);
-  return { ep, links, client, peer, got, grantFor, apply, until, changes: () => changes, allocationId, setPlacement, configure: (c: ConfigureConnection) => ep.configure(c) };
+  return { ep, links, client, peer, got, grantFor, apply, until, changes: () => changes, allocationId, setPlacement, clientPort: sock.port, configure: (c: ConfigureConnection) => ep.configure(c) };
 }
 
 describe("host endpoint", () => {
@@ -257,4 +258,20 @@ describe("host endpoint", () => {
     expect(rc.connects[1]!.closed).toBe(true);
     expect(s.ep.stats().relays).toEqual([]);
   });
+
+  test("the client's candidates in a repeated apply: the host sends a handshake initiation to them (hole punching) and the session comes up without the client initiating", async () => {
+    const s = await setup();
+    const grant = s.grantFor();
+    expect(await s.apply(grant)).toEqual({ ok: true });
+    await Bun.sleep(200);
+    // Without candidates the host has nowhere to send: it waits for the client.
+    expect(s.ep.stats().device.initiationsSent).toBe(0);
+    const withCandidates = { commandId: `${grant.payload.grantId}:apply`, type: "configure_connection", action: "apply", grantId: grant.payload.grantId, grant, clientCandidates: [{ address: "127.0.0.1", port: s.clientPort, kind: "local" }] } as ConfigureConnection;
+    expect(await s.ep.configure(withCandidates)).toEqual({ ok: true });
+    await s.until("the host's handshake with the client", () => s.ep.stats().device.handshakesCompleted === 1);
+    expect(s.ep.stats().device.initiationsSent).toBeGreaterThanOrEqual(1);
+    expect(s.client.device.counters.initiationsSent).toBe(0);
+    expect(s.ep.stats().grants).toHaveLength(1);
+  });
 });
+

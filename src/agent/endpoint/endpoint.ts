@@ -174,6 +174,7 @@ export class HostEndpoint {
       if (existing.signature !== cmd.grant.signature) return this.refuse(cmd.grantId, "GRANT_MISMATCH", `grant ${cmd.grantId} is applied with other content`);
       // A redelivery: its relay tokens are fresh (they are minted per delivery), the sessions keep running.
       this.attachRelays(existing, cmd);
+      if (cmd.clientCandidates) this.learnClientCandidates(existing, cmd.clientCandidates);
       return { ok: true };
     }
     if (this.applied.size >= MAX_APPLIED_GRANTS) return this.refuse(cmd.grantId, "RATE_LIMITED", `this host holds ${MAX_APPLIED_GRANTS} grants`);
@@ -192,8 +193,7 @@ export class HostEndpoint {
       entry = { target: c.placement, link, grants: new Set() };
       this.links.set(placementKey, entry);
     }
-    const { peer, selector } = this.t.mp.addPeer({ publicKey: new Uint8Array(Buffer.from(g.clientPublicKey, "base64")), allowedIps: [`${client}/128`] });
-    selector.setCandidates(cmd.clientCandidates ?? []);
+    const { peer } = this.t.mp.addPeer({ publicKey: new Uint8Array(Buffer.from(g.clientPublicKey, "base64")), allowedIps: [`${client}/128`] });
     const applied: Applied = { grant: g, signature: cmd.grant.signature, placementKey, filter: new InnerFilter(g), peer, client, pathVersion: 0, relaysRejected: 0 };
     this.applied.set(g.grantId, applied);
     this.byPeer.set(peer, applied);
@@ -205,6 +205,7 @@ export class HostEndpoint {
       await this.remove(g.grantId);
       return this.refuse(g.grantId, "NETWORK_SETUP_FAILED", (e as Error).message);
     }
+    this.learnClientCandidates(applied, cmd.clientCandidates ?? []);
     this.t.arm();
     this.o.onChange?.();
     return { ok: true };
@@ -234,6 +235,23 @@ export class HostEndpoint {
       else a.relaysRejected++;
     }
     this.t.attachRelays(a.peer, relays, (relayId) => `${relayId}/${a.grant.grantId}`);
+  }
+
+  /**
+   * The client's candidates from the grant's Connection (spec "Coordination
+   * and path selection"): they become the peer's candidates, and without a
+   * session yet a handshake initiation goes to each of them (at most
+   * MAX_CANDIDATES; the Device limits initiations to one per REKEY_TIMEOUT),
+   * opening this host's NAT towards the client so the client's own
+   * initiations get in: hole punching, rather than waiting to learn the
+   * client by roaming.
+   */
+  private learnClientCandidates(a: Applied, list: readonly Candidate[]): void {
+    const selector = this.t.selector(a.peer);
+    if (!selector) return;
+    selector.setCandidates(list);
+    if (list.length > 0 && !a.peer.keypairs.current) this.t.mp.device.initiateHandshake(a.peer);
+    this.t.arm();
   }
 
   private flowsOf(entry: LinkEntry) {

@@ -7,6 +7,7 @@
 import m0000 from "./0000_initial.sql" with { type: "text" };
 import m0001 from "./0001_allocation_log.sql" with { type: "text" };
 import m0002 from "./0002_private_networking.sql" with { type: "text" };
+import m0003 from "./0003_client_candidates.sql" with { type: "text" };
 
 /** One migration: drizzle-kit's tag and its SQL (statements split by `--> statement-breakpoint`). */
 export interface Migration {
@@ -19,4 +20,5 @@ export const MIGRATIONS: readonly Migration[] = [
   { tag: "0000_initial", sql: m0000 },
   { tag: "0001_allocation_log", sql: m0001 },
   { tag: "0002_private_networking", sql: m0002 },
+  { tag: "0003_client_candidates", sql: m0003 },
 ];

@@ -539,8 +539,10 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
         const answer = await this.env.Network.get(intent.networkId).fenceGeneration(r.allocationId, intent.generation);
         const cur = this.rec();
         if (!cur || moved(cur, r) || cur.pendingReplacement === null) return true;
-        this.persist(afterFenceCheck(cur, answer.fenced, now));
-        return answer.fenced;
+        // The injected bug (src/scheduler/env.ts InjectedBugs): the old generation counts as fenced at once.
+        const fenced = answer.fenced || this.env.config.debug.connectionsNotFenced === true;
+        this.persist(afterFenceCheck(cur, fenced, now));
+        return fenced;
       }
       case "reserve": {
         const result = await this.env.Host.get(intent.hostId)

@@ -13,7 +13,11 @@
  * it, as does an `ack` message's `upTo`. The Connection ends with its grant:
  * at expiry (its alarm) or on revocation (`close`) it deletes every row.
  * Parked polls live in this instance's memory.
- * Calls nobody.
+ * The client's newest `candidates` go on to the grant's Host, which hands
+ * them to the host endpoint in configure_connection apply (the host never
+ * calls the scheduler but through its control channel; it sends to them to
+ * open its NAT towards the client: hole punching).
+ * Calls only Host (which calls nobody back).
  * Must never: store a private key, a raw token or a packet, keep anything
  * past its grant, or let one role read or acknowledge its own messages.
  */
@@ -32,6 +36,8 @@ export interface OpenConnection {
   expiresAtMs: number;
   clientTokenDigest: string;
   hostTokenDigest: string;
+  /** The host the grant names. */
+  hostId: string;
 }
 
 interface Row {
@@ -41,6 +47,7 @@ interface Row {
   host_token_digest: string;
   client_last_seq: number;
   host_last_seq: number;
+  host_id: string | null;
 }
 
 const peerOf = (role: RelayRole): RelayRole => (role === "client" ? "host" : "client");
@@ -66,7 +73,7 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
   }
 
   private row(): Row | null {
-    const r = this.sql.exec<Row>("SELECT grant_id, expires_at_ms, client_token_digest, host_token_digest, client_last_seq, host_last_seq FROM connection WHERE obj = ?", this.state.name).next();
+    const r = this.sql.exec<Row>("SELECT grant_id, expires_at_ms, client_token_digest, host_token_digest, client_last_seq, host_last_seq, host_id FROM connection WHERE obj = ?", this.state.name).next();
     return r.done ? null : r.value;
   }
 
@@ -85,12 +92,13 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
     }
     this.state.storage.transactionSync(() => {
       this.sql.exec(
-        "INSERT INTO connection (obj, grant_id, expires_at_ms, client_token_digest, host_token_digest, client_last_seq, host_last_seq) VALUES (?, ?, ?, ?, ?, 0, 0)",
+        "INSERT INTO connection (obj, grant_id, expires_at_ms, client_token_digest, host_token_digest, client_last_seq, host_last_seq, host_id) VALUES (?, ?, ?, ?, ?, 0, 0, ?)",
         this.state.name,
         o.grantId,
         o.expiresAtMs,
         o.clientTokenDigest,
         o.hostTokenDigest,
+        o.hostId,
       );
       this.state.setAlarm(o.expiresAtMs);
     });
@@ -167,9 +175,11 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
    * MAX_CONNECTION_MESSAGE_BYTES or sequence numbers that do not increase
    * within the request, RATE_LIMITED when the role would hold more than
    * MAX_CONNECTION_MESSAGES_PER_ROLE unacknowledged (nothing is written in
-   * either case), UNAUTHENTICATED once the Connection ended.
+   * either case), UNAUTHENTICATED once the Connection ended. The client's
+   * newest accepted `candidates` go on to the grant's Host (see the module
+   * header).
    */
-  messages(role: RelayRole, msgs: ConnectionMessage[]): ConnectionPollResponse {
+  async messages(role: RelayRole, msgs: ConnectionMessage[]): Promise<ConnectionPollResponse> {
     const r = this.mustLive();
     const last = role === "client" ? r.client_last_seq : r.host_last_seq;
     let prev = 0;
@@ -193,6 +203,8 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
       this.sql.exec(`UPDATE connection SET ${role === "client" ? "client_last_seq" : "host_last_seq"} = ? WHERE obj = ?`, newLast, this.state.name);
     });
     this.wake(peerOf(role));
+    const candidates = role === "client" ? fresh.filter((m) => m.type === "candidates").pop() : undefined;
+    if (candidates?.type === "candidates" && r.host_id) await this.env.Host.get(r.host_id).clientCandidates(r.grant_id, candidates.candidates);
     return this.answer(role, { ...r, [role === "client" ? "client_last_seq" : "host_last_seq"]: newLast }, []);
   }
 

@@ -10,11 +10,26 @@
  * handed out (src/scheduler/objects/grantDocuments.ts, the signer's
  * derivation), never stored.
  *
+ * The client's candidates (from the grant's Connection) ride in the apply:
+ * each new list is stored with it and the apply goes back in the queue (at
+ * most MAX_CLIENT_CANDIDATE_UPDATES_PER_GRANT times per grant), so the host
+ * endpoint learns where to send to punch through its NAT.
+ *
+ * Reconciliation (src/domain/grantReconcile.ts): every connectivity_update
+ * that is the newest of its session is compared with the grants handed out
+ * here; an acknowledged, live grant the host no longer holds (its endpoint
+ * restarted: grants live in the agent's memory) goes back in the queue as
+ * the same apply, and a grant the host still holds after acknowledging its
+ * revoke gets the revoke again, each at most
+ * MAX_GRANT_REDELIVERIES_PER_SESSION times per agent session (counted in
+ * this instance's memory). Commands are kept until their grant expired past
+ * GRANT_EXPIRY_GRACE_MS, so a live grant is never forgotten here.
+ *
  * A part of HostObject (it runs inside that instance, on its storage, in
  * its calls), kept in its own file.
  * Must never: store a private key or a token, hand out an apply for a grant
- * that is revoked or expired, or report a revoke as observed before the
- * agent acknowledged it.
+ * that is revoked or expired (or whose placement was replaced), or report a
+ * revoke as observed before the agent acknowledged it.
  */
 import type { ObjectState } from "../runtime/api.ts";
 import { BeachballError } from "../../protocol/errors.ts";
@@ -22,8 +37,12 @@ import { MAX_CONNECTION_COMMANDS_PER_POLL, type CommandAck, type ConfigureConnec
 import type { Candidate, SignedGrant, SignedRelayMap } from "../../protocol/connection.ts";
 import { connectionCommandIdFor } from "../../domain/identifiers.ts";
 import { GRANT_EXPIRY_GRACE_MS } from "../../domain/grants.ts";
+import { reconcileGrants, type CommandStatus, type HeldGrant } from "../../domain/grantReconcile.ts";
 import type { SchedulerEnv } from "../env.ts";
 import { relayTokens } from "./grantDocuments.ts";
+
+/** Most times a grant's apply goes back to the host with newer client candidates (later lists are ignored). */
+export const MAX_CLIENT_CANDIDATE_UPDATES_PER_GRANT = 16;
 
 /** A configure_connection for the Host to queue (from the grant's Network). */
 export interface ConnectionCommandRequest {
@@ -55,10 +74,15 @@ interface CommandRow {
   grant_json: string | null;
   relay_map_json: string | null;
   expires_at_ms: number;
+  client_candidates_json: string | null;
 }
 
 /** See the module header. */
 export class HostConnections {
+  /** Redeliveries per grant ID in the agent session `redeliveryEpoch` (memory only; bounded by the grants held here). */
+  private readonly redeliveries = new Map<string, number>();
+  private redeliveryEpoch = "";
+
   constructor(
     private readonly state: ObjectState<never>,
     private readonly env: SchedulerEnv,
@@ -77,12 +101,16 @@ export class HostConnections {
   /**
    * Stores a connectivity_update's public key and candidates when it is
    * newer than the stored one (a new session, or a higher `seq` in this
-   * one); counts its applied grants, paths and refusals. Call inside the
-   * envelope's transaction.
+   * one); counts its applied grants, paths and refusals; then reconciles
+   * the grants it reports with those handed out here (see the module
+   * header). `current(placementId, generation)` is true when that
+   * placement is this host's at that generation and still wanted. Returns
+   * true when a command went back in the queue (the caller wakes parked
+   * polls). Call inside the envelope's transaction.
    */
-  applyConnectivity(epoch: string, u: ConnectivityUpdate): void {
+  applyConnectivity(epoch: string, u: ConnectivityUpdate, current: (placementId: string, generation: number) => boolean): boolean {
     const prev = this.sql.exec<{ agent_epoch: string; seq: number }>("SELECT agent_epoch, seq FROM host_connectivity WHERE obj = ?", this.state.name).next();
-    if (!prev.done && prev.value.agent_epoch === epoch && prev.value.seq >= u.seq) return;
+    if (!prev.done && prev.value.agent_epoch === epoch && prev.value.seq >= u.seq) return false;
     this.sql.exec(
       "INSERT INTO host_connectivity (obj, public_key, candidates_json, agent_epoch, seq, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (obj) DO UPDATE SET public_key = excluded.public_key, candidates_json = excluded.candidates_json, agent_epoch = excluded.agent_epoch, seq = excluded.seq, updated_at_ms = excluded.updated_at_ms",
       this.state.name,
@@ -95,6 +123,36 @@ export class HostConnections {
     const m = this.env.metrics;
     for (const g of u.appliedGrants) m.inc("bb_connection_paths_total", "Applied grants by path, per connectivity_update", { phase: g.path, host: this.state.name });
     for (const r of u.refusedGrants) m.inc("bb_connection_grant_refusals_total", "Grants a host endpoint refused", { reason: r.code, host: this.state.name });
+    return this.reconcile(epoch, u, current);
+  }
+
+  /** Puts back in the queue the applies and revokes `u` shows the host lacks (see the module header). */
+  private reconcile(epoch: string, u: ConnectivityUpdate, current: (placementId: string, generation: number) => boolean): boolean {
+    if (epoch !== this.redeliveryEpoch) {
+      this.redeliveries.clear();
+      this.redeliveryEpoch = epoch;
+    }
+    const now = this.env.clock.now();
+    const held = this.sql
+      .exec<{ grant_id: string; placement_id: string; generation: number; expires_at_ms: number; apply: CommandStatus | null; revoke: CommandStatus | null }>(
+        `SELECT grant_id, MAX(placement_id) AS placement_id, MAX(generation) AS generation, MAX(expires_at_ms) AS expires_at_ms,
+                MAX(CASE WHEN action = 'apply' THEN status END) AS apply, MAX(CASE WHEN action = 'revoke' THEN status END) AS revoke
+         FROM host_connection_commands WHERE obj = ? AND expires_at_ms > ? GROUP BY grant_id`,
+        this.state.name,
+        now,
+      )
+      .toArray()
+      .map((r): HeldGrant => ({ grantId: r.grant_id, placementId: r.placement_id, generation: r.generation, expiresAtMs: r.expires_at_ms, apply: r.apply, revoke: r.revoke }));
+    if (held.length === 0) return false;
+    const todo = reconcileGrants(held, new Set(u.appliedGrants.map((g) => g.grantId)), now, current, (id) => this.redeliveries.get(id) ?? 0);
+    const again = (grantId: string, action: "apply" | "revoke") => {
+      this.sql.exec("UPDATE host_connection_commands SET status = 'pending' WHERE obj = ? AND command_id = ?", this.state.name, connectionCommandIdFor(grantId, action));
+      this.redeliveries.set(grantId, (this.redeliveries.get(grantId) ?? 0) + 1);
+      this.env.metrics.inc("bb_connection_grant_redeliveries_total", "configure_connection commands handed out again because the host's connectivity_update disagreed", { phase: action, host: this.state.name });
+    };
+    for (const id of todo.reapply) again(id, "apply");
+    for (const id of todo.rerevoke) again(id, "revoke");
+    return todo.reapply.length + todo.rerevoke.length > 0;
   }
 
   /**
@@ -152,6 +210,39 @@ export class HostConnections {
     }
   }
 
+  /**
+   * Stores the client's newest candidates with grant `grantId`'s apply and
+   * puts the apply back in the queue (see the module header). Ignored (false)
+   * when the grant was never applied here, was revoked, refused or expired,
+   * the list is unchanged, or MAX_CLIENT_CANDIDATE_UPDATES_PER_GRANT lists
+   * came already. True when the apply is pending again (the caller wakes
+   * parked polls). Call inside a transaction.
+   */
+  clientCandidates(grantId: string, candidates: readonly Candidate[]): boolean {
+    const now = this.env.clock.now();
+    const apply = this.sql
+      .exec<{ status: CommandStatus; expires_at_ms: number; client_candidates_json: string | null; client_candidate_updates: number }>(
+        "SELECT status, expires_at_ms, client_candidates_json, client_candidate_updates FROM host_connection_commands WHERE obj = ? AND command_id = ?",
+        this.state.name,
+        connectionCommandIdFor(grantId, "apply"),
+      )
+      .next();
+    if (apply.done) return false;
+    const a = apply.value;
+    const json = JSON.stringify(candidates);
+    if (a.status === "rejected" || a.status === "superseded" || a.expires_at_ms <= now || a.client_candidates_json === json) return false;
+    if (a.client_candidate_updates >= MAX_CLIENT_CANDIDATE_UPDATES_PER_GRANT) return false;
+    const revoked = !this.sql.exec("SELECT 1 FROM host_connection_commands WHERE obj = ? AND command_id = ?", this.state.name, connectionCommandIdFor(grantId, "revoke")).next().done;
+    if (revoked) return false;
+    this.sql.exec(
+      "UPDATE host_connection_commands SET client_candidates_json = ?, client_candidate_updates = client_candidate_updates + 1, status = 'pending' WHERE obj = ? AND command_id = ?",
+      json,
+      this.state.name,
+      connectionCommandIdFor(grantId, "apply"),
+    );
+    return true;
+  }
+
   /** True if a configure_connection waits for the agent. */
   hasPending(): boolean {
     return !this.sql.exec("SELECT 1 FROM host_connection_commands WHERE obj = ? AND status = 'pending' LIMIT 1", this.state.name).next().done;
@@ -168,7 +259,7 @@ export class HostConnections {
     const now = this.env.clock.now();
     const rows = this.sql
       .exec<CommandRow>(
-        "SELECT command_id, grant_id, action, network_id, connection_id, grant_json, relay_map_json, expires_at_ms FROM host_connection_commands WHERE obj = ? AND status = 'pending' ORDER BY created_at_ms, command_id LIMIT ?",
+        "SELECT command_id, grant_id, action, network_id, connection_id, grant_json, relay_map_json, expires_at_ms, client_candidates_json FROM host_connection_commands WHERE obj = ? AND status = 'pending' ORDER BY created_at_ms, command_id LIMIT ?",
         this.state.name,
         MAX_CONNECTION_COMMANDS_PER_POLL,
       )
@@ -198,6 +289,7 @@ export class HostConnections {
         grant: JSON.parse(c.grant_json!) as SignedGrant,
         relayMap: JSON.parse(c.relay_map_json!) as SignedRelayMap,
         relayTokens: relayTokens(signer, settings, c.grant_id, "host", c.expires_at_ms, now),
+        ...(c.client_candidates_json ? { clientCandidates: JSON.parse(c.client_candidates_json) as Candidate[] } : {}),
         connectionId: c.connection_id,
         endpointToken: signer.hostEndpointToken(c.connection_id),
       });
@@ -205,8 +297,22 @@ export class HostConnections {
     return out;
   }
 
-  /** Deletes settled commands created before `cutoffMs` (retention). Call inside a transaction. */
+  /**
+   * Deletes settled commands created before `cutoffMs` (retention) whose
+   * grant expired more than GRANT_EXPIRY_GRACE_MS ago (until then
+   * reconciliation needs them). Call inside a transaction.
+   */
   prune(cutoffMs: number): void {
-    this.sql.exec("DELETE FROM host_connection_commands WHERE obj = ? AND status != 'pending' AND created_at_ms < ?", this.state.name, cutoffMs);
+    this.sql.exec(
+      "DELETE FROM host_connection_commands WHERE obj = ? AND status != 'pending' AND created_at_ms < ? AND expires_at_ms + ? < ?",
+      this.state.name,
+      cutoffMs,
+      GRANT_EXPIRY_GRACE_MS,
+      this.env.clock.now(),
+    );
+    for (const id of [...this.redeliveries.keys()]) {
+      const kept = !this.sql.exec("SELECT 1 FROM host_connection_commands WHERE obj = ? AND command_id = ?", this.state.name, connectionCommandIdFor(id, "apply")).next().done;
+      if (!kept) this.redeliveries.delete(id);
+    }
   }
 }

@@ -26,6 +26,7 @@ import { OVERLAP_SUSPECT_MS, unschedulableReasons, type HostFacts } from "../../
 import type { Advertisement } from "../../domain/placement.ts";
 import type { Capacity } from "../../protocol/api.ts";
 import { POLL_PARK_MS, type AgentCommand, type BootstrapDelivery, type Envelope, type CommandSpec, type PollResponse, type PlacementUpdate, type UpdateRejection, type UpdateRejectionCode } from "../../protocol/agent.ts";
+import type { Candidate } from "../../protocol/connection.ts";
 import { GLOBAL, type SchedulerEnv } from "../env.ts";
 import { HOST_TABLES, type hostTable, type placementTable } from "./hostSchema.ts";
 import { HostConnections, type ConnectionCommandRequest, type HostEndpointFacts } from "./hostConnections.ts";
@@ -381,6 +382,18 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     return ep;
   }
 
+  /** True when `placementId` is this host's placement at `generation` and the scheduler still wants it (not absent, not going). */
+  private wantedPlacement(placementId: string, generation: number): boolean {
+    const p = this.placement(placementId);
+    return !!p && p.generation === generation && p.state !== "absent" && p.desired !== "absent" && this.row()?.adminState !== "disabled";
+  }
+
+  /** The client of grant `grantId` posted candidates to its Connection: they go to the host with the grant's apply (see HostConnections.clientCandidates). */
+  clientCandidates(grantId: string, candidates: Candidate[]): void {
+    if (!this.row()) return;
+    if (this.atomically(() => this.conn.clientCandidates(grantId, candidates))) this.wakePolls();
+  }
+
   /** Queues a configure_connection for the agent (idempotent; see HostConnections.enqueue) and wakes its parked poll. */
   configureConnection(c: ConnectionCommandRequest): void {
     if (!this.row()) throw new BeachballError("NOT_FOUND", "host is not registered");
@@ -499,7 +512,7 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
       }
       for (const d of env.payload.deliveryAcks) this.applyDeliveryAck(r.obj, d);
       this.conn.applyAcks(env.payload.acks);
-      if (env.payload.connectivity) this.conn.applyConnectivity(epoch, env.payload.connectivity);
+      if (env.payload.connectivity) this.conn.applyConnectivity(epoch, env.payload.connectivity, (placementId, generation) => this.wantedPlacement(placementId, generation));
       // Leases are renewed by heartbeats, but never for a placement the scheduler wants gone.
       const lease = now + this.env.config.timeouts.leaseMs;
       const renew = [...this.placements().values()].filter((p) => p.desired !== "absent" && p.leaseExpiresAtMs !== lease);

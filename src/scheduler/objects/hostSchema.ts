@@ -137,6 +137,10 @@ export const connectionCommandTable = sqliteTable(
     expiresAtMs: integer("expires_at_ms").notNull(),
     status: text("status").$type<"pending" | "acked" | "rejected" | "superseded">().notNull(),
     createdAtMs: integer("created_at_ms").notNull(),
+    /** apply: the client's newest candidates from the grant's Connection (JSON), or null before it posted any. */
+    clientCandidatesJson: text("client_candidates_json"),
+    /** apply: how often the client's candidates changed (bounded by MAX_CLIENT_CANDIDATE_UPDATES_PER_GRANT). */
+    clientCandidateUpdates: integer("client_candidate_updates").notNull().default(0),
   },
   (t) => [primaryKey({ columns: [t.obj, t.commandId] }), index("host_connection_commands_pending").on(t.obj, t.status, t.createdAtMs)],
 );

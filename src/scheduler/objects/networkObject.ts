@@ -204,7 +204,7 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
       return signed;
     });
     try {
-      await this.env.Connection.get(connectionId).open({ grantId, expiresAtMs, clientTokenDigest: tokenDigest(clientToken), hostTokenDigest: tokenDigest(signer.hostEndpointToken(connectionId)) });
+      await this.env.Connection.get(connectionId).open({ grantId, expiresAtMs, clientTokenDigest: tokenDigest(clientToken), hostTokenDigest: tokenDigest(signer.hostEndpointToken(connectionId)), hostId: req.hostId });
       await this.env.Host.get(req.hostId).configureConnection({ action: "apply", grantId, networkId: this.state.name, allocationId: req.allocationId, placementId: req.placementId, generation: req.generation, connectionId, expiresAtMs, grant: docs.grant, relayMap: docs.relayMap });
     } catch (e) {
       await this.revoke(this.grantsWhere("grant_id = ?", grantId)).catch(() => undefined);

@@ -101,6 +101,8 @@ export const connectionTable = sqliteTable("connection", {
   hostTokenDigest: text("host_token_digest").notNull(),
   clientLastSeq: integer("client_last_seq").notNull(),
   hostLastSeq: integer("host_last_seq").notNull(),
+  /** The host the grant names (the client's candidates go to it), or null for a Connection opened before it was recorded. */
+  hostId: text("host_id"),
 });
 
 /** Rendezvous messages not yet acknowledged by the other role (at most MAX_CONNECTION_MESSAGES_PER_ROLE per role). */
