@@ -43,7 +43,8 @@
  * `scp` of 24 MiB (rate-capped with `scp -l` so that it outlasts the move)
  * has its first MiB carried by the relay (its byte counter), then the drop
  * is lifted: the proxy prints `path: direct via <host endpoint>` while that
- * scp still runs, and the scp (one ssh connection, never reopened) exits 0
+ * scp still runs, the relay carries less than a quarter of the file's size
+ * after that, and the scp (one ssh connection, never reopened) exits 0
  * with the file byte-exact (SHA-256) in the VM.
  * About 70 s with the rootfs cached (about 20 s of it the relay part), plus
  * about 2 min for mmdebstrap the first time (2-core TCG machine).
@@ -413,13 +414,17 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
       const direct = `path: direct via ${ROOT_ADDR}:${endpointPort}`;
       let movedWhileRunning = false;
       while (scp.exitCode === null && !(movedWhileRunning = log().slice(atUnblock).includes(direct))) await Bun.sleep(100);
+      const relayAtMove = (await relayCounter("bytes_forwarded_total")) - bytesBefore;
       const code = await scp.exited;
+      const relayAfterMove = (await relayCounter("bytes_forwarded_total")) - bytesBefore - relayAtMove;
       const ms = Math.round(performance.now() - t1);
-      timings.push(`relay→direct scp of ${MOVE_BYTES >> 20} MiB (capped at ${MOVE_RATE_KBITS} Kbit/s) in ${ms} ms`);
+      timings.push(`relay→direct scp of ${MOVE_BYTES >> 20} MiB (capped at ${MOVE_RATE_KBITS} Kbit/s) in ${ms} ms, relay bytes ${relayAtMove} before the move and ${relayAfterMove} after`);
       if (code !== 0) throw new Error(`scp exited ${code}: ${await scpErr}\nproxy:\n${tail(relayed.log)}`);
       expect(movedWhileRunning).toBe(true);
       expect(log().indexOf(direct)).toBeGreaterThan(log().search(new RegExp(`path: relay ${RELAY_ID}`)));
       expect(log()).not.toContain("inner connection");
+      // The relay went quiet: after the move it carried less than a quarter of the file's size (both ends pinned the direct path).
+      expect(relayAfterMove).toBeLessThan(MOVE_BYTES / 4);
       // Byte-exact on the VM (read over the now direct path).
       const sum = await laptopRun("ssh", ["root@127.0.0.1", "sha256sum /root/move.bin; stat -c %s /root/move.bin; rm -f /root/move.bin"], RELAYED_PORT);
       expect(sum.code).toBe(0);
