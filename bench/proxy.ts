@@ -12,10 +12,14 @@
  * - baseline, same run: kernel TCP through two Debian wireguard-go
  *   instances to a kernel TCP server (test/support/wgWorld.ts).
  *
+ * - with --relay, also ours over the relay path: `bb relay run` (TLS, a
+ *   certificate made by openssl) in namespace H, UDP between L and H
+ *   dropped by nftables in L, so every datagram goes through the relay.
+ *
  * Prints MiB/s each way and the ratio ours / baseline. Needs root, ip, nft,
  * wg and wireguard-go; prints why and exits 0 otherwise.
  *
- *   bun bench/proxy.ts [--mib 64]
+ *   bun bench/proxy.ts [--mib 64] [--relay]
  * Run under `flock /tmp/bb-heavy.lock` on shared machines.
  */
 import { mkdtempSync, rmSync } from "node:fs";
@@ -27,8 +31,10 @@ import { TestGrantIssuer, testId } from "../test/support/grantIssuer.ts";
 import { LineChild } from "../test/support/lineChild.ts";
 import { Netns } from "../test/support/netns.ts";
 import { startWgWorld, wgWorldSkipReason } from "../test/support/wgWorld.ts";
+import { makeTestCert } from "../test/support/relay.ts";
+import { writeFileSync } from "node:fs";
 
-const { values } = parseArgs({ options: { mib: { type: "string", default: "64" } } });
+const { values } = parseArgs({ options: { mib: { type: "string", default: "64" }, relay: { type: "boolean", default: false } } });
 const BYTES = Number(values.mib) << 20;
 const repo = resolve(import.meta.dir, "..");
 const bun = process.execPath;
@@ -60,8 +66,9 @@ async function tcpClient(ns: Netns, args: string[]): Promise<{ ok: boolean; byte
   return JSON.parse(out.trim().split("\n").at(-1) ?? "{}");
 }
 
-async function ours(): Promise<Record<"sink" | "source", { ok: boolean; bytes: number; ms: number }>> {
-  const [L, H, P, G] = ["l", "h", "p", "g"].map((n) => new Netns(`bbb-px${n}-${ID}`)) as [Netns, Netns, Netns, Netns];
+async function ours(relay: boolean): Promise<Record<"sink" | "source", { ok: boolean; bytes: number; ms: number }>> {
+  const tag = relay ? "r" : "";
+  const [L, H, P, G] = ["l", "h", "p", "g"].map((n) => new Netns(`bbb-px${tag}${n}-${ID}`)) as [Netns, Netns, Netns, Netns];
   spaces.push(L, H, P, G);
   veth(L, "eth0", H, "eth0");
   L.ip("addr", "add", "192.0.2.1/24", "dev", "eth0");
@@ -80,8 +87,23 @@ async function ours(): Promise<Record<"sink" | "source", { ok: boolean; bytes: n
   };
   const issuer = new TestGrantIssuer("bench");
   const allocationId = testId("alloc");
-  const iss = child(H, [join(repo, "test/support/grantIssuerServer.ts"), JSON.stringify({ hostname: "192.0.2.2", port: 8080, token: TOKEN, seed: issuer.seed, keyId: issuer.keyId })], "issuer");
+  let relayProc: ReturnType<typeof Bun.spawn> | null = null;
+  const cert = makeTestCert(work, "IP:192.0.2.2");
+  if (relay) {
+    const conf = join(work, "relay.json");
+    writeFileSync(conf, JSON.stringify({
+      relayId: "relay-1", listen: ["192.0.2.2:8443"], healthListen: "127.0.0.1:0", tls: { certPath: cert.certPath, keyPath: cert.keyPath },
+      trustedKeys: [{ keyId: issuer.keyId, publicKey: issuer.publicKey }], limitCaps: { maxBytes: 1 << 30, maxBytesPerSecond: 100_000_000, idleTimeoutMs: 60_000 },
+    }));
+    relayProc = Bun.spawn(H.exec([bun, join(repo, "bin/bb.ts"), "relay", "run", "--config", conf]), { stdout: "ignore", stderr: "ignore" });
+    // Every WireGuard datagram between the two must take the relay.
+    const block = Bun.spawnSync(L.exec(["nft", "-f", "-"]), { stdin: new TextEncoder().encode("table ip bb_block {\n chain drop_udp { type filter hook output priority 0; policy accept; ip daddr 192.0.2.2 udp dport 51820 drop; }\n}\n") });
+    if (block.exitCode !== 0) throw new Error(`nft: ${block.stderr}`);
+  }
+  const relays = relay ? [{ relayId: "relay-1", url: "wss://192.0.2.2:8443/v1/relay" }] : [];
+  const iss = child(H, [join(repo, "test/support/grantIssuerServer.ts"), JSON.stringify({ hostname: "192.0.2.2", port: 8080, token: TOKEN, seed: issuer.seed, keyId: issuer.keyId, relays })], "issuer");
   await iss.waitFor((e) => e.ev === "ready", 15_000, "issuer");
+  if (relay) iss.send({ op: "next-grant", relays: true });
   iss.send({ op: "allocation", id: allocationId, state: "ready", generation: 1, hostId: "host-1", allocationAddress: ALLOC });
   const peer = Bun.spawn(G.exec([bun, join(repo, "test/support/tcpPeer.ts"), "7000", ALLOC]), { stdout: "pipe", stderr: "inherit" });
   const reader = peer.stdout.getReader();
@@ -90,6 +112,7 @@ async function ours(): Promise<Record<"sink" | "source", { ok: boolean; bytes: n
     hostId: "host-1", dataDir: join(work, "host-data"), listen: { hostname: "0.0.0.0", port: 51820 }, stunServers: [],
     issuerUrl: "http://192.0.2.2:8080", verificationKeys: issuer.verificationKeyText(),
     placements: [{ allocationId, generation: 1, netns: P.name, table: TABLE, tap: "bbtap0" }],
+    relayCa: cert.certPath,
   };
   const ep = child(H, [join(repo, "test/support/endpointHarness.ts"), JSON.stringify(cfg)], "endpoint");
   await ep.waitFor((e) => e.ev === "ready", 15_000, "endpoint");
@@ -97,7 +120,7 @@ async function ours(): Promise<Record<"sink" | "source", { ok: boolean; bytes: n
   const proxy = Bun.spawn(L.exec([bun, join(repo, "bin/bb.ts"), "proxy", allocationId, "--local-port", "2222", "--remote-port", "7000"]), {
     stdout: "pipe",
     stderr: "pipe",
-    env: { ...process.env, NO_COLOR: "1", BB_SCHEDULER_URL: "http://192.0.2.2:8080", BB_TOKEN: TOKEN, BB_CONNECTION_KEYS: issuer.verificationKeyText() },
+    env: { ...process.env, NO_COLOR: "1", BB_SCHEDULER_URL: "http://192.0.2.2:8080", BB_TOKEN: TOKEN, BB_CONNECTION_KEYS: issuer.verificationKeyText(), BB_RELAY_CA: cert.certPath },
   });
   let text = "";
   void (async () => {
@@ -108,12 +131,17 @@ async function ours(): Promise<Record<"sink" | "source", { ok: boolean; bytes: n
   try {
     const sink = await tcpClient(L, ["sink", "127.0.0.1", "2222", String(BYTES), "11"]);
     const source = await tcpClient(L, ["source", "127.0.0.1", "2222", String(BYTES), "11"]);
+    if (relay && (!/path: relay relay-1/.test(text) || text.includes("path: direct"))) throw new Error(`the relay run did not stay on the relay path: ${text}`);
     return { sink, source };
   } finally {
     proxy.kill("SIGINT");
     await proxy.exited;
     peer.kill("SIGKILL");
     await peer.exited;
+    if (relayProc) {
+      relayProc.kill("SIGTERM");
+      await relayProc.exited;
+    }
   }
 }
 
@@ -125,13 +153,16 @@ try {
   } finally {
     await w.close();
   }
-  const o = await ours();
-  console.log(`bb proxy throughput, ${BYTES >> 20} MiB each way, one connection (MiB/s; ratio vs wireguard-go + kernel TCP, same run):`);
-  for (const kind of ["sink", "source"] as const) {
-    const a = mibps(o[kind].bytes, o[kind].ms);
-    const b = mibps(base[kind]!.bytes, base[kind]!.ms);
-    const dir = kind === "sink" ? "to the VM  " : "from the VM";
-    console.log(`  ${dir} bb proxy ${a.toFixed(1).padStart(6)}${o[kind].ok ? "" : " (FAILED)"}   wireguard-go+kernel ${b.toFixed(1).padStart(6)}${base[kind]!.ok ? "" : " (FAILED)"}   ratio ${(a / b).toFixed(2)}`);
+  const runs: Array<[string, Awaited<ReturnType<typeof ours>>]> = [["direct", await ours(false)]];
+  if (values.relay) runs.push(["relay ", await ours(true)]);
+  console.log(`bb proxy throughput, ${BYTES >> 20} MiB each way, one connection (MiB/s; ratio vs wireguard-go + kernel TCP direct, same run):`);
+  for (const [path, o] of runs) {
+    for (const kind of ["sink", "source"] as const) {
+      const a = mibps(o[kind].bytes, o[kind].ms);
+      const b = mibps(base[kind]!.bytes, base[kind]!.ms);
+      const dir = kind === "sink" ? "to the VM  " : "from the VM";
+      console.log(`  ${path} ${dir} bb proxy ${a.toFixed(1).padStart(6)}${o[kind].ok ? "" : " (FAILED)"}   wireguard-go+kernel ${b.toFixed(1).padStart(6)}${base[kind]!.ok ? "" : " (FAILED)"}   ratio ${(a / b).toFixed(2)}`);
+    }
   }
 } finally {
   for (const c of children.reverse()) await c.stop(5_000).catch(() => {});

@@ -86,6 +86,8 @@ export interface AgentConnectionsConfig {
   listenPort?: number;
   /** STUN servers whose view of the socket becomes a candidate, "IPv4:PORT" or "[IPv6]:PORT" (default none). */
   stunServers?: string[];
+  /** PEM file of CA certificates to trust for relays besides the system's (a deployment whose relays use a private CA). */
+  relayCaPath?: string;
 }
 
 /** Paths inside a data directory. */

@@ -7,15 +7,19 @@
  *
  * Trusted grant-signing keys come from `--connection-key`, else
  * BB_CONNECTION_KEYS, else `connectionKeys` in the client config file; the
- * proxy refuses to start without one.
+ * proxy refuses to start without one. Relay certificates are verified
+ * against the system's trust store plus the PEM file of `--relay-ca` (else
+ * BB_RELAY_CA), for a deployment whose relays use a private CA.
  * Must never: need root, touch the routing table, or print a token or key.
  */
+import { readFileSync } from "node:fs";
 import { consola } from "consola";
 import { SchedulerClient } from "../cli/client.ts";
 import { resolveClientConfig } from "../cli/config.ts";
 import { command } from "../command/define.ts";
 import { clientArgs } from "../cli/common.ts";
 import { runCli } from "../command/run.ts";
+import { relayConnector } from "../relayclient/index.ts";
 import { parseVerificationKeys } from "../protocol/connectionSignature.ts";
 import { selectAead, systemClock, systemRandom } from "../wireguard/index.ts";
 import { runProxy } from "./session.ts";
@@ -43,6 +47,20 @@ export function connectionKeysFrom(flag: string | undefined, fromFile: Record<st
   return keys;
 }
 
+/** The extra relay CA (PEM text) from the flag or BB_RELAY_CA, or undefined. Throws a usage error when the file cannot be read or holds no certificate. */
+export function relayCaFrom(flag: string | undefined): string | undefined {
+  const path = flag ?? process.env["BB_RELAY_CA"];
+  if (!path) return undefined;
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    throw usage(`--relay-ca ${path}: ${(e as Error).message}`);
+  }
+  if (!text.includes("-----BEGIN CERTIFICATE-----")) throw usage(`--relay-ca ${path}: no PEM certificate in the file`);
+  return text;
+}
+
 /** The `bb proxy` command. */
 export const proxyCommand = command({
   meta: { name: "proxy", description: "Forward 127.0.0.1:LOCAL to a port inside a private allocation (no root)" },
@@ -53,6 +71,7 @@ export const proxyCommand = command({
     "remote-port": { type: "string", required: true, description: "Port inside the allocation" },
     ttl: { type: "string", description: "Grant lifetime in seconds (30..3600; default: the scheduler's)" },
     "connection-key": { type: "string", description: "Trusted grant-signing keys, KEYID=BASE64[,…] (or BB_CONNECTION_KEYS)" },
+    "relay-ca": { type: "string", valueHint: "FILE", description: "PEM CA certificates to trust for relays, besides the system's (or BB_RELAY_CA)" },
   },
   examples: ["bb proxy alloc_0123456789abcdef0123456789abcdef --local-port 2222 --remote-port 22", "bb proxy alloc_0123456789abcdef0123456789abcdef --local-port 8080 --remote-port 80 --ttl 600"],
   run: ({ args }) =>
@@ -63,6 +82,7 @@ export const proxyCommand = command({
       if (ttl !== undefined && (!Number.isInteger(ttl) || ttl < 30 || ttl > 3600)) throw usage("--ttl must be 30..3600 seconds");
       const cfg = resolveClientConfig(args);
       const keys = connectionKeysFrom(args["connection-key"], cfg.connectionKeys);
+      const ca = relayCaFrom(args["relay-ca"]);
       const client = new SchedulerClient(cfg.schedulerUrl, cfg.token, { origin: cfg.urlOrigin });
       const { aead } = await selectAead();
       const stop = new AbortController();
@@ -73,6 +93,7 @@ export const proxyCommand = command({
         await runProxy(
           {
             client, allocationId: args.allocation, localPort, remotePort, keys, clock: systemClock, random: systemRandom, aead,
+            relayConnector: relayConnector(ca ? { ca } : {}),
             ...(ttl !== undefined ? { ttlSeconds: ttl } : {}),
             log: (line) => consola.info(line),
           },

@@ -17,7 +17,7 @@ import { networkInterfaces, type NetworkInterfaceInfo } from "node:os";
 import type { SchedulerClient } from "../cli/client.ts";
 import type { ConnectionVerificationKeys } from "../protocol/connectionSignature.ts";
 import { BeachballError } from "../protocol/errors.ts";
-import { keyPairFromPrivate, type Aead, type PathState, type WgClock, type WgRandom } from "../wireguard/index.ts";
+import { keyPairFromPrivate, type Aead, type PathState, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../wireguard/index.ts";
 import { startForwarder, type Forwarder } from "./forwarder.ts";
 import { requestGrant, type VerifiedGrant } from "./grant.ts";
 import { announceCandidates, proxyCandidates } from "./rendezvous.ts";
@@ -39,6 +39,8 @@ export interface ProxyOptions {
   clock: WgClock;
   random: WgRandom;
   aead: Aead;
+  /** Opens relay sessions for the grant's relay map (src/relayclient relayConnector); without it relays are not used. */
+  relayConnector?: RelayConnector;
   /** Human progress lines (stderr). */
   log: (line: string) => void;
   watchIntervalMs?: number;
@@ -50,6 +52,11 @@ export interface ProxyOptions {
 
 function describePath(s: PathState): string {
   return s.path === "direct" ? `direct via ${s.direct}` : s.path === "relay" ? `relay ${s.relay}` : "no path yet";
+}
+
+function describeRelay(i: RelaySessionInfo): string {
+  const why = i.lastCode ? ` (${i.lastCode})` : "";
+  return i.state === "open" ? `relay ${i.relayId}: session open${i.paired ? ", paired" : ""}` : i.state === "stopped" ? `relay ${i.relayId}: refused${why}; not retrying with this token` : `relay ${i.relayId}: ${i.state}${why}`;
 }
 
 /**
@@ -66,7 +73,12 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
   let forwarder: Forwarder | null = null;
   let timer: ReturnType<typeof setTimeout> | null = null;
   try {
-    tunnel = await ClientTunnel.start({ keyPair, grant: verified, aead: o.aead, clock: o.clock, random: o.random, onPathChange: (s) => o.log(`path: ${describePath(s)}`) });
+    tunnel = await ClientTunnel.start({
+      keyPair, grant: verified, aead: o.aead, clock: o.clock, random: o.random,
+      ...(o.relayConnector ? { relayConnector: o.relayConnector } : {}),
+      onPathChange: (s) => o.log(`path: ${describePath(s)}`),
+      onRelayChange: (i) => o.log(describeRelay(i)),
+    });
     const t = tunnel;
     // Best effort: without them the host still learns this proxy by roaming.
     announceCandidates(o.client.baseUrl, verified, proxyCandidates("0.0.0.0", t.port, (o.interfaces ?? networkInterfaces)())).then(

@@ -1,29 +1,38 @@
 /**
  * The proxy's tunnel (spec "Data path" step 3; docs/adr/0158-proxy-paths.md):
- * an ephemeral-key WireGuard Device with one peer, the host, on one
- * unprivileged UDP socket, with the userspace TCP/IP stack (src/netstack) on
- * top at the grant's client address. No TUN, no root, no route.
+ * an ephemeral-key WireGuard peer of the host on a MultipathTunnel
+ * (src/wireguard/multipathTunnel.ts: one unprivileged UDP socket, the relay
+ * sessions of the grant's relay map, one alarm), with the userspace TCP/IP
+ * stack (src/netstack) on top at the grant's client address. No TUN, no
+ * root, no route.
  *
- * Paths: the host's candidates from the grant response (and, once relays
- * exist on main, the relay sessions of the relay map) go to the peer's
- * PathSelector (src/wireguard/paths.ts): every datagram goes to every
- * candidate until the first one that decrypts pins its source; moving
- * between paths changes only the transport address, so the WireGuard
- * session and every inner TCP connection survive it.
+ * Paths: the host's candidates from the grant response and one relay
+ * session per relay of the verified relay map (the client-role token; at
+ * most two) go to the peer's PathSelector (src/wireguard/paths.ts): every
+ * datagram goes to every candidate and is mirrored through the relays until
+ * the first direct source that decrypts pins; moving between paths changes
+ * only the transport address, so the WireGuard session and every inner TCP
+ * connection survive it. A dropped relay session reconnects with bounded
+ * backoff (src/wireguard/relaySessions.ts).
  *
- * Owns: the socket, the Device, the stack and the one alarm driving the
- * Device's timers and probes. Must never: deliver a packet to the stack that
- * did not authenticate as the host, or keep a timer or socket after close().
+ * Owns: the tunnel, the stack and the one peer. Must never: deliver a
+ * packet to the stack that did not authenticate as the host, or keep a
+ * timer, socket or relay connection after close().
  */
 import { TUNNEL_MTU } from "../protocol/connection.ts";
 import { createNetstack, type Netstack, type TcpConnection } from "../netstack/index.ts";
-import { MultipathDevice, openSharedSocket, type Aead, type KeyPair25519, type PathState, type SharedSocket, type WgClock, type WgRandom } from "../wireguard/index.ts";
+import { MultipathTunnel, type Aead, type KeyPair25519, type PathState, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../wireguard/index.ts";
 import type { VerifiedGrant } from "./grant.ts";
 
 /** Persistent keepalive towards the host, seconds: keeps NAT mappings on both sides and the host's view of the path fresh. */
 export const PROXY_KEEPALIVE_SECONDS = 15;
-/** Longest single alarm sleep, ms. */
-const MAX_ALARM_MS = 60_000;
+/**
+ * How long the first handshake waits for a relay session to open when the
+ * grant lists relays, ms: an initiation is sent once per 5 s at most
+ * (REKEY_TIMEOUT), so one sent before the relay opened would leave a
+ * relay-only session waiting for the retry.
+ */
+export const RELAY_START_WAIT_MS = 1_500;
 
 /** Options of ClientTunnel.start. */
 export interface ClientTunnelOptions {
@@ -35,36 +44,28 @@ export interface ClientTunnelOptions {
   random: WgRandom;
   /** Local address of the UDP socket: "0.0.0.0" (default) or "::". */
   bindHost?: string;
+  /** Opens relay sessions (src/relayclient relayConnector); without it the grant's relays are not used. */
+  relayConnector?: RelayConnector;
   /** Called when the path changes (direct pinned, unpinned, relay). */
   onPathChange?: (state: PathState) => void;
+  /** Called when a relay session opens, drops or is refused. */
+  onRelayChange?: (info: RelaySessionInfo) => void;
 }
 
 /** The running tunnel. */
 export class ClientTunnel {
-  private timer: ReturnType<typeof setTimeout> | null = null;
-  private closed = false;
   private lastChanges = 0;
-  private socket!: SharedSocket;
+  private closed = false;
   private stack!: Netstack;
-  private readonly mp: MultipathDevice;
   private readonly peer;
   private readonly selector;
 
-  private constructor(private readonly o: ClientTunnelOptions) {
-    this.mp = new MultipathDevice({
-      privateKey: o.keyPair.privateKey,
-      clock: o.clock,
-      random: o.random,
-      aead: o.aead,
-      io: {
-        sendUdp: (d, address, port) => this.socket?.sendUdp(d, address, port),
-        sendRelay: () => false,
-      },
-      deliver: (packet) => this.stack?.input(packet),
-      onAuthenticated: () => this.notePath(),
-    });
+  private constructor(
+    private readonly o: ClientTunnelOptions,
+    private readonly t: MultipathTunnel,
+  ) {
     const g = o.grant.grant;
-    const added = this.mp.addPeer({
+    const added = t.mp.addPeer({
       publicKey: new Uint8Array(Buffer.from(g.hostPublicKey, "base64")),
       allowedIps: [`${g.allocationAddress}/128`],
       persistentKeepaliveSec: PROXY_KEEPALIVE_SECONDS,
@@ -72,26 +73,40 @@ export class ClientTunnel {
     this.peer = added.peer;
     this.selector = added.selector;
     this.selector.setCandidates(o.grant.hostCandidates);
+    t.attachRelays(this.peer, o.grant.relays, (relayId) => relayId);
   }
 
   /** The UDP port the tunnel's socket is bound to (its candidates' port). */
   get port(): number {
-    return this.socket.port;
+    return this.t.udp.port;
   }
 
-  /** Binds the socket, starts the stack and the first handshake. Rejects when the socket cannot be bound. */
+  /** Binds the socket, starts the stack, the relay sessions and the first handshake. Rejects when the socket cannot be bound. */
   static async start(o: ClientTunnelOptions): Promise<ClientTunnel> {
-    const t = new ClientTunnel(o);
-    t.socket = await openSharedSocket({
-      hostname: o.bindHost ?? "0.0.0.0",
-      port: 0,
+    let self: ClientTunnel | null = null;
+    let relayOpened: () => void = () => {};
+    const firstRelay = new Promise<void>((r) => (relayOpened = r));
+    const t = await MultipathTunnel.open({
+      privateKey: o.keyPair.privateKey,
+      clock: o.clock,
       random: o.random,
-      onWireGuard: (d, from) => {
-        t.mp.receive(d, from);
-        t.arm();
+      aead: o.aead,
+      listen: { hostname: o.bindHost ?? "0.0.0.0", port: 0 },
+      ...(o.relayConnector ? { relayConnector: o.relayConnector } : {}),
+      deliver: (packet) => self?.stack?.input(packet),
+      onAuthenticated: () => self?.notePath(),
+      onAlarm: () => self?.notePath(),
+      onRelayChange: (i) => {
+        o.onRelayChange?.(i);
+        if (i.state === "open") relayOpened();
+        // A relay that just opened gets the handshake at once rather than at the next retry.
+        if (i.state === "open" && self && !self.connected()) self.t.mp.device.initiateHandshake(self.peer);
+        self?.t.arm();
       },
     });
-    t.stack = createNetstack({
+    self = new ClientTunnel(o, t);
+    const me = self;
+    me.stack = createNetstack({
       ipv6: [o.grant.grant.clientAddress],
       mtu: TUNNEL_MTU,
       // The view is valid only during the call, and the Device may stage the packet for a handshake.
@@ -100,9 +115,14 @@ export class ClientTunnel {
         t.arm();
       },
     });
-    t.mp.device.initiateHandshake(t.peer);
+    if (o.relayConnector && o.grant.relays.length) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([firstRelay, new Promise<void>((r) => (timer = setTimeout(r, RELAY_START_WAIT_MS)))]);
+      clearTimeout(timer);
+    }
+    if (!me.connected()) t.mp.device.initiateHandshake(me.peer);
     t.arm();
-    return t;
+    return me;
   }
 
   /** Opens a TCP connection to `port` on the allocation's address through the tunnel. Rejects with a NetstackError. */
@@ -126,35 +146,17 @@ export class ClientTunnel {
     this.o.onPathChange?.(this.selector.state());
   }
 
-  private arm(): void {
-    if (this.closed) return;
-    const next = this.mp.nextDeadlineMs();
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
-    if (next === null) return;
-    this.timer = setTimeout(() => this.fire(), Math.ceil(Math.min(MAX_ALARM_MS, Math.max(0, next - this.o.clock.nowMs()))));
-  }
-
-  private fire(): void {
-    this.timer = null;
-    if (this.closed) return;
-    this.mp.tick();
-    this.notePath();
-    this.arm();
-  }
-
   /** Counters for logs and tests. */
   stats() {
-    return { device: this.mp.device.counters, socket: { ...this.socket.counters }, path: this.selector.state(), stack: this.stack.stats() };
+    return { device: this.t.mp.device.counters, socket: { ...this.t.udp.counters }, path: this.selector.state(), relays: this.t.relays.list(), stack: this.stack.stats() };
   }
 
-  /** Aborts every inner connection, stops the alarm and closes the socket. Idempotent. */
+  /** Aborts every inner connection, closes the relay sessions, stops the alarm and closes the socket. Idempotent. */
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    if (this.timer) clearTimeout(this.timer);
-    this.stack.close();
-    this.mp.removePeer(this.peer.remote.publicKey);
-    this.socket.close();
+    this.stack?.close();
+    this.t.removePeer(this.peer);
+    this.t.close();
   }
 }

@@ -17,3 +17,4 @@ export {
   type RelayHandlers,
   type RelayTransport,
 } from "./transport.ts";
+export { RELAY_QUIC_ATTEMPT_MS, relayConnector, type RelayConnectorOptions } from "./connector.ts";

@@ -91,3 +91,19 @@ export class SeededRandom implements WgRandom {
 function rotl(x: number, k: number): number {
   return ((x << k) | (x >>> (32 - k))) >>> 0;
 }
+
+/** A tiny IPv6/UDP packet from fd00::<src> to fd00::<dst> carrying `n` (bytes 40–41, big-endian). */
+export function testPacket(src: number, dst: number, n: number): Uint8Array {
+  const p = new Uint8Array(48);
+  p[0] = 0x60;
+  p[5] = 8;
+  p[6] = 17;
+  p[7] = 64;
+  p[8] = 0xfd;
+  p[23] = src;
+  p[24] = 0xfd;
+  p[39] = dst;
+  p[40] = n >> 8;
+  p[41] = n & 0xff;
+  return p;
+}

@@ -20,3 +20,16 @@ export { keyPairFromPrivate, type KeyPair25519 } from "./x25519.ts";
 export { MultipathDevice, type MultipathOptions } from "./multipath.ts";
 export { PathSelector, relayPath, udpPath, unknownPath, type PathEndpoint, type PathIo, type PathState, type RelayPath, type UdpPath } from "./paths.ts";
 export { openSharedSocket, SharedSocket, type SharedSocketCounters, type SharedSocketOptions } from "./sharedSocket.ts";
+export { MultipathTunnel, MAX_ALARM_MS, type MultipathTunnelOptions, type PeerRelay } from "./multipathTunnel.ts";
+export {
+  MAX_RELAY_SESSIONS,
+  MAX_RELAYS_PER_PEER,
+  RELAY_PERMANENT_CODES,
+  RELAY_RECONNECT_MAX_MS,
+  RELAY_RECONNECT_MIN_MS,
+  RelaySessions,
+  type RelayConnector,
+  type RelayLink,
+  type RelaySessionInfo,
+  type RelaySessionState,
+} from "./relaySessions.ts";

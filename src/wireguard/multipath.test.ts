@@ -6,7 +6,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import { nobleAead } from "./aead/noble.ts";
-import { FakeClock, SeededRandom } from "./fakes.ts";
+import { FakeClock, SeededRandom, testPacket as packet } from "./fakes.ts";
 import { MultipathDevice } from "./multipath.ts";
 import { relayPath, udpPath, type PathEndpoint, type PathIo } from "./paths.ts";
 import type { Peer } from "./device.ts";
@@ -14,22 +14,6 @@ import type { Peer } from "./device.ts";
 const CLIENT_PUBLIC = { address: "198.51.100.10", port: 40000 };
 const HOST_LOCAL = { address: "10.2.0.2", port: 51820 };
 const HOST_PUBLIC = { address: "198.51.100.20", port: 51820 };
-
-/** A tiny IPv6/UDP packet from `src` to `dst` carrying `n` (index bytes). */
-function packet(src: number, dst: number, n: number): Uint8Array {
-  const p = new Uint8Array(48);
-  p[0] = 0x60;
-  p[5] = 8;
-  p[6] = 17;
-  p[7] = 64;
-  p[8] = 0xfd;
-  p[23] = src;
-  p[24] = 0xfd;
-  p[39] = dst;
-  p[40] = n >> 8;
-  p[41] = n & 0xff;
-  return p;
-}
 
 function world(seed: number) {
   const clock = new FakeClock();

@@ -208,7 +208,10 @@ export class PathSelector {
     // Insertion order is recency order: drop the oldest past the bound.
     if (this.lastAuthMs.size > MAX_PATH_CANDIDATES + 4) this.lastAuthMs.delete(this.lastAuthMs.keys().next().value!);
     if (from.kind === "relay") {
-      if (this.lastRelay !== from.relayId) this.changes++;
+      // With two relays the first copy to arrive alternates between them: that is no change of
+      // path. Only a relay taking over from one silent for DIRECT_STALE_MS (or from none) is.
+      const prevAt = this.lastRelay === null ? -Infinity : (this.lastAuthMs.get(`relay:${this.lastRelay}`) ?? -Infinity);
+      if (this.lastRelay !== from.relayId && (this.lastRelay === null || now - prevAt >= DIRECT_STALE_MS)) this.changes++;
       this.lastRelay = from.relayId;
       return;
     }

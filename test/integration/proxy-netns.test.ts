@@ -6,7 +6,11 @@
  *                                                                 wan bridge 198.51.100.0/24
  *   host   (10.2.0.2) ── hnat: endpoint-independent NAT ──────────┤  (snat/dnat of udp 51820)
  *                         sched 198.51.100.2: test grant issuer ──┤  (test/support, for the
- *                         stun  198.51.100.3: STUN responder ─────┘   scheduler's grant route)
+ *                         stun  198.51.100.3: STUN responder ─────┤   scheduler's grant route)
+ *                         relay 198.51.100.4: relays (TLS, cert ──┘
+ *                           by openssl): `bb relay run` as relay-1 on :443, and the relay
+ *                           server with its frame hook (test/support/relayCapture.ts) as
+ *                           relay-cap on :8443; a grant made with `relays` lists both
  *   host runs the host endpoint (src/agent/endpoint, through test/support/endpointHarness.ts):
  *   its TUN moves into "placement", a namespace with the real placement nftables table
  *   (default deny), whose "bbtap0" is a veth to "guest" (standing in for the VM: the
@@ -22,8 +26,15 @@
  * by the proxy and by the host), a client relay token for another grant
  * (RELAY_TOKEN_INVALID, by the proxy, before binding), a grant for the older generation
  * after a replacement (STALE_GENERATION, by the host and the proxy), whose old grants the
- * host dropped by itself. Relays are not on
- * main yet, so the relay-only and relay→direct cases are not here.
+ * host dropped by itself. Relays: with UDP between the two NATs dropped (nftables in the
+ * laptop NAT's forward path), the relays carry the session (byte-exact, path "relay" at
+ * both ends, both relay sessions paired); lifting the drop between the two halves of one
+ * 8 MiB inner TCP connection moves the path to direct at both ends and that connection
+ * completes byte-exact (SHA-256); relay-cap forwarded only WireGuard messages of their
+ * exact lengths and never the marker the connection began with, and `bb relay run`
+ * forwarded frames too (its metrics); a third party presenting the grant's client relay
+ * token is refused RELAY_PAIR_TAKEN while the host's session stays open, paired and
+ * unreconnected; the revoke closes the host's relay sessions.
  * Needs root, ip, nft; otherwise prints why and skips. Leaves nothing behind.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
@@ -36,6 +47,9 @@ import { parseTcp, tcpPacket } from "../support/ipCraft.ts";
 import { LineChild } from "../support/lineChild.ts";
 import { must, Netns, netnsSkipReason, sh } from "../support/netns.ts";
 import { keyPairFromPrivate, systemRandom } from "../../src/wireguard/index.ts";
+import { makeTestCert } from "../support/relay.ts";
+import { randomBytes } from "node:crypto";
+import { writeFileSync } from "node:fs";
 
 const repo = resolve(import.meta.dir, "../..");
 const bun = process.execPath;
@@ -51,6 +65,11 @@ const SCHED = "198.51.100.2";
 const STUN = "198.51.100.3";
 const LNAT_PUBLIC = "198.51.100.10";
 const HNAT_PUBLIC = "198.51.100.20";
+const RELAY = "198.51.100.4";
+const RELAYS = [
+  { relayId: "relay-1", url: `wss://${RELAY}:443/v1/relay` },
+  { relayId: "relay-cap", url: `wss://${RELAY}:8443/v1/relay` },
+];
 const work = mkdtempSync(join(tmpdir(), "bbt-px-"));
 const issuer = new TestGrantIssuer("netns-issuer");
 const allocationId = testId("alloc");
@@ -58,7 +77,10 @@ const spaces: Netns[] = [];
 const children: LineChild[] = [];
 let issuerProc: LineChild;
 let harness: LineChild;
-let W: Netns, LNAT: Netns, HNAT: Netns, L: Netns, H: Netns, S: Netns, T: Netns, P: Netns, G: Netns;
+let W: Netns, LNAT: Netns, HNAT: Netns, L: Netns, H: Netns, S: Netns, T: Netns, P: Netns, G: Netns, R: Netns;
+let relayProc: ReturnType<typeof Bun.spawn> | null = null;
+let capture: LineChild;
+let relayCert: { certPath: string; keyPath: string; cert: string };
 
 function veth(a: Netns, ifA: string, b: Netns, ifB: string): void {
   a.ip("link", "add", ifA, "type", "veth", "peer", "name", ifB, "netns", b.name);
@@ -78,11 +100,11 @@ function child(n: Netns, args: string[], name: string, env?: Record<string, stri
 }
 
 function buildTopology(): void {
-  for (const name of ["w", "ln", "hn", "l", "h", "s", "t", "p", "g"]) spaces.push(new Netns(ns(name)));
-  [W, LNAT, HNAT, L, H, S, T, P, G] = spaces as [Netns, Netns, Netns, Netns, Netns, Netns, Netns, Netns, Netns];
+  for (const name of ["w", "ln", "hn", "l", "h", "s", "t", "p", "g", "r"]) spaces.push(new Netns(ns(name)));
+  [W, LNAT, HNAT, L, H, S, T, P, G, R] = spaces as [Netns, Netns, Netns, Netns, Netns, Netns, Netns, Netns, Netns, Netns];
   W.ip("link", "add", "br0", "type", "bridge");
   W.ip("link", "set", "br0", "up");
-  for (const [n, addr, port] of [[LNAT, LNAT_PUBLIC, "wl"], [HNAT, HNAT_PUBLIC, "wh"], [S, SCHED, "ws"], [T, STUN, "wt"]] as const) {
+  for (const [n, addr, port] of [[LNAT, LNAT_PUBLIC, "wl"], [HNAT, HNAT_PUBLIC, "wh"], [S, SCHED, "ws"], [T, STUN, "wt"], [R, RELAY, "wr"]] as const) {
     veth(W, port, n, "pub");
     W.ip("link", "set", port, "master", "br0");
     n.ip("addr", "add", `${addr}/24`, "dev", "pub");
@@ -112,6 +134,46 @@ function buildTopology(): void {
   G.ip("-6", "route", "add", "default", "via", "fe80::1", "dev", "eth0");
 }
 
+/** Drops UDP between the two NATs' public addresses in the laptop NAT's forward path (the relay's TCP is untouched), or lifts the drop. */
+function blockDirect(on: boolean): void {
+  if (on) nft(LNAT, `table ip bb_block {\n chain drop_udp { type filter hook forward priority -10; policy accept; ip daddr ${HNAT_PUBLIC} udp dport 51820 drop; ip saddr ${HNAT_PUBLIC} udp sport 51820 drop; }\n}\n`);
+  else must(LNAT.exec(["nft", "delete", "table", "ip", "bb_block"]));
+}
+
+/** Starts the relays in R: `bb relay run` (relay-1, the real command) and the relay server with its frame hook (relay-cap, test/support/relayCapture.ts), both TLS with one openssl-made certificate for RELAY. */
+async function startRelays(): Promise<void> {
+  relayCert = makeTestCert(work, `IP:${RELAY}`);
+  const file = (relayId: string, port: number, health: number) => {
+    const path = join(work, `${relayId}.json`);
+    writeFileSync(path, JSON.stringify({
+      relayId, listen: [`${RELAY}:${port}`], healthListen: `127.0.0.1:${health}`, tls: { certPath: relayCert.certPath, keyPath: relayCert.keyPath },
+      trustedKeys: [{ keyId: issuer.keyId, publicKey: issuer.publicKey }], limitCaps: { maxBytes: 1 << 30, maxBytesPerSecond: 100_000_000, idleTimeoutMs: 60_000 },
+    }));
+    return path;
+  };
+  const log = join(work, "relay-1.log");
+  const fd = openSync(log, "a");
+  relayProc = Bun.spawn(R.exec([bun, join(repo, "bin/bb.ts"), "relay", "run", "--config", file("relay-1", 443, 9443)]), { stdout: fd, stderr: fd, env: { ...process.env, NO_COLOR: "1" } });
+  closeSync(fd);
+  capture = child(R, [join(repo, "test/support/relayCapture.ts"), file("relay-cap", 8443, 9444)], "relay-cap");
+  await capture.waitFor((e) => e.ev === "ready", 15_000, "relay-cap ready");
+  for (let i = 0; i < 300 && !/relay relay-1 listening/.test(readFileSync(log, "utf8")); i++) {
+    if (relayProc.exitCode !== null) throw new Error(`bb relay run exited ${relayProc.exitCode}: ${readFileSync(log, "utf8")}`);
+    await Bun.sleep(50);
+  }
+  expect(readFileSync(log, "utf8")).toContain("relay relay-1 listening");
+}
+
+/** Runs a bun script inside namespace `n` and returns its stdout (15 s at most). */
+async function runIn(n: Netns, script: string): Promise<string> {
+  const path = join(work, `script-${randomBytes(4).toString("hex")}.ts`);
+  writeFileSync(path, script);
+  const p = Bun.spawn(n.exec(["timeout", "15", bun, path]), { stdout: "pipe", stderr: "pipe" });
+  const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+  if (code !== 0) throw new Error(`script in ${n.name} exited ${code}: ${err}`);
+  return out;
+}
+
 async function startProxy(localPort: number, extraEnv: Record<string, string> = {}) {
   const log = join(work, `proxy-${localPort}.log`);
   // One descriptor opened for appending, shared by stdout and stderr (two opens would overwrite each other).
@@ -119,7 +181,7 @@ async function startProxy(localPort: number, extraEnv: Record<string, string> = 
   const proc = Bun.spawn(L.exec([bun, join(repo, "bin/bb.ts"), "proxy", allocationId, "--local-port", String(localPort), "--remote-port", "22"]), {
     stdout: fd,
     stderr: fd,
-    env: { ...process.env, NO_COLOR: "1", BB_SCHEDULER_URL: `http://${SCHED}:8080`, BB_TOKEN: TOKEN, BB_CONNECTION_KEYS: issuer.verificationKeyText(), ...extraEnv },
+    env: { ...process.env, NO_COLOR: "1", BB_SCHEDULER_URL: `http://${SCHED}:8080`, BB_TOKEN: TOKEN, BB_CONNECTION_KEYS: issuer.verificationKeyText(), BB_RELAY_CA: relayCert.certPath, ...extraEnv },
   });
   closeSync(fd);
   const text = () => Bun.file(log).text().catch(() => "");
@@ -156,7 +218,8 @@ async function connectivity(): Promise<Record<string, any>> {
 describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the host endpoint", () => {
   beforeAll(async () => {
     buildTopology();
-    issuerProc = child(S, [join(repo, "test/support/grantIssuerServer.ts"), JSON.stringify({ hostname: SCHED, port: 8080, token: TOKEN, seed: issuer.seed, keyId: issuer.keyId })], "issuer");
+    await startRelays();
+    issuerProc = child(S, [join(repo, "test/support/grantIssuerServer.ts"), JSON.stringify({ hostname: SCHED, port: 8080, token: TOKEN, seed: issuer.seed, keyId: issuer.keyId, relays: RELAYS })], "issuer");
     await issuerProc.waitFor((e) => e.ev === "ready", 15_000, "issuer ready");
     issuerProc.send({ op: "allocation", id: allocationId, state: "ready", generation: 1, hostId: "host-1", allocationAddress: ALLOC });
     const stun = child(T, [join(repo, "test/support/stunResponder.ts"), STUN, "3478"], "stun");
@@ -171,6 +234,7 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
       issuerUrl: `http://${SCHED}:8080`,
       verificationKeys: issuer.verificationKeyText(),
       placements: [{ allocationId, generation: 1, netns: P.name, table: TABLE, tap: "bbtap0" }],
+      relayCa: relayCert.certPath,
     };
     harness = child(H, [join(repo, "test/support/endpointHarness.ts"), JSON.stringify(cfg)], "endpoint");
     await harness.waitFor((e) => e.ev === "ready", 15_000, "endpoint ready");
@@ -178,6 +242,12 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
 
   afterAll(async () => {
     for (const c of children.reverse()) await c.stop(5_000).catch(() => {});
+    if (relayProc && relayProc.exitCode === null) {
+      relayProc.kill("SIGTERM");
+      const t = setTimeout(() => relayProc?.kill("SIGKILL"), 5_000);
+      await relayProc.exited;
+      clearTimeout(t);
+    }
     for (const n of spaces.reverse()) n.delete();
     if (process.env.BB_TEST_SHOW_LOGS) for (const f of readdirSync(work).filter((f) => f.endsWith(".log"))) console.log(`--- ${f}\n${readFileSync(join(work, f), "utf8").slice(-4000)}`);
     rmSync(work, { recursive: true, force: true });
@@ -215,6 +285,88 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     expect(sh(P.exec(["ip", "link", "show", "dev", "bbconn0"])).code).not.toBe(0);
     expect(must(P.exec(["nft", "list", "chain", "inet", TABLE, "bb_conn"]))).not.toContain("accept");
   }, 90_000);
+
+  test("relay: with UDP between the NATs dropped, bb relay run carries the session byte-exact; unblocked mid-transfer, the same inner TCP connection moves to direct and completes byte-exact; the relay sees only WireGuard messages; a third party with the grant's relay token is refused RELAY_PAIR_TAKEN and the pair stays", async () => {
+    blockDirect(true);
+    let blocked = true;
+    issuerProc.send({ op: "next-grant", relays: true });
+    await issuerProc.waitFor((e) => e.ev === "next-grant", 5_000, "next-grant");
+    const px = await startProxy(2230);
+    try {
+      await px.waitFor(/listening on 127\.0\.0\.1:2230/);
+      const grantId = /grant (grt_[0-9a-f]{32})/.exec(await px.text())![1]!;
+      const marker = `BEACHBALL-RELAY-MARKER-${randomBytes(8).toString("hex")}`;
+      const m0 = capture.events.length;
+      capture.send({ op: "marker", text: marker });
+      await capture.waitFor((e) => e.ev === "marker", 5_000, "marker set", m0);
+      const grantOf = async () => (await hostStats()).grants.find((g: any) => g.grantId === grantId);
+
+      // (a) Direct blocked: the relay carries the session, byte-exact, and both ends say relay.
+      const r = await echoThrough(2230, 300_000);
+      expect([r.ok, r.bytes]).toEqual([true, 300_000]);
+      await px.waitFor(/path: relay relay-(1|cap)/);
+      expect(await px.text()).not.toContain("path: direct");
+      expect((await grantOf()).path.path).toBe("relay");
+      const hostRelays = (await hostStats()).relays.filter((x: any) => x.pathId.endsWith(`/${grantId}`));
+      expect(hostRelays.map((x: any) => [x.relayId, x.state, x.paired]).sort()).toEqual([["relay-1", "open", true], ["relay-cap", "open", true]]);
+
+      // (b) One inner TCP connection: its first half (starting with the marker) over the relay; then the drop is lifted.
+      const staged = child(L, [join(repo, "test/support/tcpEcho.ts"), "staged", "127.0.0.1", "2230", String(8 << 20), marker], "staged");
+      await staged.waitFor((e) => e.ev === "half", 60_000, "the first half echoed");
+      expect(await px.text()).not.toContain("path: direct");
+      expect((await grantOf()).path.path).toBe("relay");
+      blockDirect(false);
+      blocked = false;
+      // The proxy's probes reach the host's STUN candidate: the host pins the laptop NAT's new mapping.
+      for (let i = 0; i < 300 && (await grantOf()).path.path !== "direct"; i++) await Bun.sleep(100);
+      expect((await grantOf()).path.direct).toStartWith(`${LNAT_PUBLIC}:`);
+      staged.send({ op: "rest" });
+      const done = await staged.waitFor((e) => e.ev === "done", 60_000, "the whole echo");
+      expect([done.ok, done.bytes]).toEqual([true, 8 << 20]);
+      // The proxy pinned the host's direct address during that connection (it had not at the half), after the relay.
+      const log = await px.text();
+      expect(log.indexOf(`path: direct via ${HNAT_PUBLIC}:51820`)).toBeGreaterThan(log.search(/path: relay relay-/));
+
+      // (c) What the relay forwarded of this session: WireGuard messages with their exact lengths only, never the marker.
+      const c0 = capture.events.length;
+      capture.send({ op: "report" });
+      const rep = await capture.waitFor((e) => e.ev === "report", 5_000, "capture report", c0);
+      expect(rep.notWireGuard).toBe(0);
+      expect(rep.markerHits).toBe(0);
+      expect(Object.keys(rep.byType as object).every((t) => ["1", "2", "3", "4"].includes(t))).toBe(true);
+      expect((rep.byType as Record<string, number>)["4"]).toBeGreaterThan(100);
+      // bb relay run forwarded frames of it too.
+      const metrics = await runIn(R, "console.log(await (await fetch('http://127.0.0.1:9443/metrics')).text());");
+      expect(Number(/^bb_relay_frames_forwarded_total\S* (\d+)/m.exec(metrics)?.[1] ?? 0)).toBeGreaterThan(0);
+
+      // (d) A third party presenting the client's relay token of this grant, while client and host are paired: refused, the pair stays.
+      const i0 = issuerProc.events.length;
+      issuerProc.send({ op: "client-relay-tokens", grantId });
+      const toks = (await issuerProc.waitFor((e) => e.ev === "client-relay-tokens", 5_000, "tokens", i0)).tokens as Record<string, unknown>;
+      const out = await runIn(L, `
+        import { readFileSync } from "node:fs";
+        import { connectRelay } from ${JSON.stringify(join(repo, "src/relayclient/index.ts"))};
+        try {
+          const t = await connectRelay({ url: ${JSON.stringify(RELAYS[0]!.url)}, token: ${JSON.stringify(toks["relay-1"])}, ca: readFileSync(${JSON.stringify(relayCert.certPath)}, "utf8"), onDatagram: () => {} });
+          t.close();
+          console.log(JSON.stringify({ admitted: true }));
+        } catch (e) {
+          console.log(JSON.stringify({ admitted: false, code: e?.close?.code ?? null }));
+        }`);
+      expect(JSON.parse(out.trim())).toEqual({ admitted: false, code: "RELAY_PAIR_TAKEN" });
+      const after = (await hostStats()).relays.find((x: any) => x.pathId === `relay-1/${grantId}`);
+      expect([after.state, after.paired, after.connects]).toEqual(["open", true, 1]);
+      expect(await px.text()).not.toMatch(/relay relay-1: (backoff|refused)/);
+      expect((await echoThrough(2230, 100_000)).ok).toBe(true);
+    } finally {
+      if (blocked) blockDirect(false);
+      px.proc.kill("SIGINT");
+      expect(await px.proc.exited).toBe(0);
+    }
+    // The revoke closed the host's relay sessions of the grant.
+    for (let i = 0; i < 50 && (await hostStats()).relays.length; i++) await Bun.sleep(100);
+    expect((await hostStats()).relays).toEqual([]);
+  }, 120_000);
 
   test("the inner filter passes only the granted flow and counts the rest; the guest cannot open a connection to the client", async () => {
     // A raw WireGuard client (test/support/wgHarness.ts) with a grant of its own, sending crafted packets.

@@ -13,7 +13,7 @@ import { randomBytes } from "node:crypto";
 import type { RelayRole, RelayTokenPayload } from "../../src/protocol/connection.ts";
 import { startRelay, type RunningRelay } from "../../src/relay/server.ts";
 import { grantId, makeSigner, TEST_LIMITS, tokenPayload } from "../../src/relay/testing.ts";
-import { connectRelay, connectRelayQuic, RelayConnectError, type RelayTransport } from "../../src/relayclient/index.ts";
+import { connectRelay, connectRelayQuic, RelayConnectError, relayConnector, type RelayTransport } from "../../src/relayclient/index.ts";
 import { selectAead, type Aead } from "../../src/wireguard/index.ts";
 import { udp4, parseUdp4 } from "../support/packets.ts";
 import { isWireGuardMessage, makeTestCert, relayConfig, relayConfigFile, relayedPair, waitFor, writeRelayConfig } from "../support/relay.ts";
@@ -97,6 +97,42 @@ describe("WireGuard through the relay", () => {
     await exchange(q);
     t.close();
     q.close();
+  });
+});
+
+describe("the roles' connector (src/relayclient relayConnector)", () => {
+  const ca = () => cert.cert;
+  const pair = async (entry: { relayId: string; url: string; quic?: string }) => {
+    const grant = grantId(grantSeq++);
+    const got: Uint8Array[] = [];
+    const connect = relayConnector({ ca: ca(), timeoutMs: 3_000 });
+    const c = await connect(entry, token("client", grant), () => {});
+    const h = await connect({ relayId: entry.relayId, url: relay.urls[0]! }, token("host", grant), (d) => got.push(d));
+    await waitFor(() => c.paired && h.paired, "paired");
+    const msg = new Uint8Array(64).fill(7);
+    msg.set([4, 0, 0, 0]);
+    expect(c.send(msg)).toBe(true);
+    await waitFor(() => got.length === 1, "the datagram at the host");
+    c.close();
+    h.close();
+  };
+
+  test("QUIC when the entry names a quic address (the WebSocket URL here leads nowhere)", async () => {
+    // The TLS server name comes from the URL's host (QUIC verifies a DNS name, not an IP address).
+    await pair({ relayId: "relay-test", url: "wss://localhost:1/v1/relay", quic: relay.quic! });
+  });
+
+  test("falls back to the WebSocket when the quic address does not answer", async () => {
+    await pair({ relayId: "relay-test", url: relay.urls[0]!, quic: "127.0.0.1:9" });
+  });
+
+  test("a refusal over QUIC is not retried over the WebSocket", async () => {
+    const t = token("client", grantId(grantSeq++));
+    // The WebSocket URL leads nowhere: a retry there would fail with 1006, not the relay's code.
+    const p = relayConnector({ ca: ca() })({ relayId: "relay-test", url: "wss://localhost:1/v1/relay", quic: relay.quic! }, { ...t, payload: { ...t.payload, role: "host" } }, () => {});
+    const e = await p.then(() => null, (e: unknown) => e);
+    expect(e).toBeInstanceOf(RelayConnectError);
+    expect((e as RelayConnectError).close.code).toBe("RELAY_TOKEN_INVALID");
   });
 });
 

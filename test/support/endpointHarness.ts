@@ -9,7 +9,8 @@
  * placement namespace, routes, nftables).
  * CONFIG (argv[2], JSON): { hostId, dataDir, listen: {hostname, port},
  *   stunServers: [{address, port}], issuerUrl, verificationKeys: "KEYID=B64",
- *   placements: [{allocationId, generation, netns, table, tap}] }.
+ *   placements: [{allocationId, generation, netns, table, tap}], relayCa?: PEM path }
+ *   (relay sessions through src/relayclient, trusting the system's CAs plus relayCa).
  * stdin lines: {"op":"stats"} → {"ev":"stats",...}; {"op":"connectivity"} →
  * {"ev":"connectivity",...}; {"op":"generation","allocationId","generation"}
  * changes a placement's generation (a replacement on this host) and prunes
@@ -25,6 +26,9 @@ import { loadOrCreateHostKey } from "../../src/agent/endpoint/hostKey.ts";
 import { kernelPlacementLinks } from "../../src/agent/endpoint/placementLink.ts";
 import type { ConfigureConnection } from "../../src/protocol/agent.ts";
 import { parseVerificationKeys } from "../../src/protocol/connectionSignature.ts";
+import { relayConnector } from "../../src/relayclient/index.ts";
+import { stdinCommands } from "./stdinLines.ts";
+import { readFileSync } from "node:fs";
 import { selectAead, systemClock, systemRandom } from "../../src/wireguard/index.ts";
 
 interface Config {
@@ -35,6 +39,7 @@ interface Config {
   issuerUrl: string;
   verificationKeys: string;
   placements: PlacementTarget[];
+  relayCa?: string;
 }
 
 const cfg = JSON.parse(process.argv[2]!) as Config;
@@ -62,6 +67,7 @@ endpoint = await HostEndpoint.start({
   placements: { byAllocation: (id) => placements.get(id) ?? null },
   links: kernelPlacementLinks,
   interfaces: networkInterfaces,
+  relayConnector: relayConnector(cfg.relayCa ? { ca: readFileSync(cfg.relayCa, "utf8") } : {}),
   onChange: postConnectivity,
 });
 const ep = endpoint;
@@ -88,25 +94,15 @@ const poll = async () => {
 void poll();
 emit({ ev: "ready", publicKey: ep.publicKey, port: ep.port });
 
-const decoder = new TextDecoder();
-let buf = "";
-for await (const chunk of Bun.stdin.stream()) {
-  buf += decoder.decode(chunk, { stream: true });
-  let nl: number;
-  while ((nl = buf.indexOf("\n")) >= 0) {
-    const line = buf.slice(0, nl).trim();
-    buf = buf.slice(nl + 1);
-    if (!line) continue;
-    const c = JSON.parse(line) as { op: string; allocationId?: string; generation?: number };
-    if (c.op === "stats") emit({ ev: "stats", ...ep.stats() });
-    else if (c.op === "connectivity") emit({ ev: "connectivity", ...ep.connectivity() });
-    else if (c.op === "generation") {
-      const p = placements.get(c.allocationId!);
-      if (p) p.generation = c.generation!;
-      // As the agent does when a placement changes: grants for another generation go.
-      await ep.prune();
-      emit({ ev: "generation", ok: !!p });
-    }
+for await (const c of stdinCommands<{ op: string; allocationId?: string; generation?: number }>()) {
+  if (c.op === "stats") emit({ ev: "stats", ...ep.stats() });
+  else if (c.op === "connectivity") emit({ ev: "connectivity", ...ep.connectivity() });
+  else if (c.op === "generation") {
+    const p = placements.get(c.allocationId!);
+    if (p) p.generation = c.generation!;
+    // As the agent does when a placement changes: grants for another generation go.
+    await ep.prune();
+    emit({ ev: "generation", ok: !!p });
   }
 }
 stopped = true;

@@ -10,13 +10,16 @@
  * and, for the test and the host endpoint harness (no authentication; loopback or
  * test namespaces only):
  *   POST /test/allocations/{id}   {state?, generation?, hostId?, allocationAddress?}
- *   POST /test/next-grant         {tamper?: true, ttlMs?: number, generation?: number}  (applies to the next grant only)
+ *   POST /test/next-grant         {tamper?: true, ttlMs?: number, generation?: number, relays?: true}
+ *                                 (applies to the next grant only; relays: the grant's relay map lists
+ *                                 the configured relays, the host's apply carries host-role tokens and
+ *                                 the response client-role tokens)
  *   POST /test/host/connectivity  {hostId, hostPublicKey, candidates, appliedGrants?, refusedGrants?}
  *                                 (connectivity_update stand-in; a grant is answered once the host
  *                                 reported it applied or refused, or after 5 s)
  *   GET  /test/host/commands?after=N   → {commands: [{seq, command}]}  (configure_connection queue)
  *   GET  /test/grants             → every grant issued
- * Run as a process: `bun grantIssuerServer.ts '{"hostname","port","token","seed","keyId"}'`, prints
+ * Run as a process: `bun grantIssuerServer.ts '{"hostname","port","token","seed","keyId","relays"?}'`, prints
  * {"ev":"ready","port"}, takes control lines on stdin (see the bottom of this file) and exits
  * when stdin closes.
  * Must never: be imported by src/, or listen outside loopback or a test namespace.
@@ -24,9 +27,10 @@
 import { randomBytes } from "node:crypto";
 import { Value } from "@sinclair/typebox/value";
 import type { ConfigureConnection } from "../../src/protocol/agent.ts";
-import { ConnectionGrantBody, type Candidate, type ConnectionGrantResponse, type SignedGrant } from "../../src/protocol/connection.ts";
+import { ConnectionGrantBody, type Candidate, type ConnectionGrantResponse, type RelayEntry, type SignedGrant, type SignedRelayToken } from "../../src/protocol/connection.ts";
 import { problem } from "../../src/protocol/problem.ts";
 import { TestGrantIssuer, testId } from "./grantIssuer.ts";
+import { stdinCommands } from "./stdinLines.ts";
 
 /** One allocation the stand-in knows. */
 export interface TestAllocation {
@@ -43,12 +47,18 @@ export class IssuerState {
   readonly commands: Array<{ seq: number; command: ConfigureConnection }> = [];
   readonly grants: SignedGrant[] = [];
   /** How the next grant is made: tampered after signing, a lifetime, another generation, or with a client relay token that names another grant. */
-  next: { tamper?: boolean; ttlMs?: number; generation?: number; relayTokenForAnotherGrant?: boolean } = {};
+  next: { tamper?: boolean; ttlMs?: number; generation?: number; relayTokenForAnotherGrant?: boolean; relays?: boolean } = {};
+  /** The client-role relay tokens each grant's response carried, by grant ID then relay ID. */
+  readonly clientRelayTokens = new Map<string, Record<string, SignedRelayToken>>();
   /** Grant IDs the host reported applied or refused (connectivity_update stand-in). */
   readonly settled = new Set<string>();
   private clientCounter = 0x10;
 
-  constructor(readonly issuer: TestGrantIssuer) {}
+  /** The relays a grant asked for with `relays` lists in its relay map. */
+  constructor(
+    readonly issuer: TestGrantIssuer,
+    readonly relays: RelayEntry[] = [],
+  ) {}
 
   /** The next client address in the allocation's /64. */
   clientAddressFor(allocationAddress: string): string {
@@ -122,14 +132,22 @@ export function startIssuerServer(o: { hostname: string; port: number; token: st
       );
       if (next.tamper) grant = { ...grant, payload: { ...grant.payload, ports: [...grant.payload.ports, 1] } };
       s.grants.push(grant);
-      s.push({ commandId: `${grant.payload.grantId}:apply`, type: "configure_connection", action: "apply", grantId: grant.payload.grantId, grant });
-      await s.waitSettled(grant.payload.grantId, 5_000);
-      // Relays are not part of this stand-in; a relay map with one entry exists only to carry a token for another grant.
-      const relay = { relayId: "relay-1", url: "wss://relay.invalid/v1/relay" };
+      const gid = grant.payload.grantId;
+      // Without `relays`, a relay map with one unreachable entry exists only to carry a token for another grant.
+      const relays = next.relays ? s.relays : next.relayTokenForAnotherGrant ? [{ relayId: "relay-1", url: "wss://relay.invalid/v1/relay" }] : [];
+      const relayMap = s.issuer.relayMap(relays, now, ttlMs);
+      const tokens = (role: "client" | "host", forGrant: string) => Object.fromEntries(relays.map((r) => [r.relayId, s.issuer.relayToken(r.relayId, forGrant, role, now, 300_000)]));
+      const clientTokens = tokens("client", next.relayTokenForAnotherGrant ? testId("grt") : gid);
+      s.clientRelayTokens.set(gid, clientTokens);
+      s.push({
+        commandId: `${gid}:apply`, type: "configure_connection", action: "apply", grantId: gid, grant,
+        ...(next.relays ? { relayMap, relayTokens: tokens("host", gid) } : {}),
+      });
+      await s.waitSettled(gid, 5_000);
       const resp: ConnectionGrantResponse = {
         grant,
-        relayMap: s.issuer.relayMap(next.relayTokenForAnotherGrant ? [relay] : [], now, ttlMs),
-        relayTokens: next.relayTokenForAnotherGrant ? { [relay.relayId]: s.issuer.relayToken(relay.relayId, testId("grt"), "client", now, 60_000) } : {},
+        relayMap,
+        relayTokens: clientTokens,
         connectionId: testId("conn"),
         endpointToken: randomBytes(24).toString("base64url"),
         hostCandidates: host.candidates,
@@ -166,32 +184,24 @@ export function startIssuerServer(o: { hostname: string; port: number; token: st
 }
 
 if (import.meta.main) {
-  const cfg = JSON.parse(process.argv[2]!) as { hostname: string; port: number; token: string; seed: string; keyId: string };
-  const state = new IssuerState(new TestGrantIssuer(cfg.keyId, cfg.seed));
+  const cfg = JSON.parse(process.argv[2]!) as { hostname: string; port: number; token: string; seed: string; keyId: string; relays?: RelayEntry[] };
+  const state = new IssuerState(new TestGrantIssuer(cfg.keyId, cfg.seed), cfg.relays ?? []);
   const server = startIssuerServer({ hostname: cfg.hostname, port: cfg.port, token: cfg.token, state });
   const emit = (o: object) => process.stdout.write(JSON.stringify(o) + "\n");
   emit({ ev: "ready", port: server.port });
   // Control from the test (which runs outside this namespace), one JSON object per stdin line:
-  // {"op":"allocation","id",...TestAllocation fields} · {"op":"next-grant",...} · {"op":"grants"}.
-  const decoder = new TextDecoder();
-  let buf = "";
-  for await (const chunk of Bun.stdin.stream()) {
-    buf += decoder.decode(chunk, { stream: true });
-    let nl: number;
-    while ((nl = buf.indexOf("\n")) >= 0) {
-      const line = buf.slice(0, nl).trim();
-      buf = buf.slice(nl + 1);
-      if (!line) continue;
-      const { op, id, ...rest } = JSON.parse(line) as { op: string; id?: string } & Record<string, unknown>;
-      if (op === "allocation" && id) {
-        const cur = state.allocations.get(id) ?? { state: "ready", generation: 1, hostId: "host-1", allocationAddress: "fd00:bb:1:2::2" };
-        state.allocations.set(id, { ...cur, ...(rest as Partial<TestAllocation>) });
-        emit({ ev: "allocation", id, ...state.allocations.get(id) });
-      } else if (op === "next-grant") {
-        state.next = rest as IssuerState["next"];
-        emit({ ev: "next-grant" });
-      } else if (op === "grants") emit({ ev: "grants", grants: state.grants.map((g) => g.payload) });
-    }
+  // {"op":"allocation","id",...TestAllocation fields} · {"op":"next-grant",...} · {"op":"grants"} ·
+  // {"op":"client-relay-tokens","grantId"} → {"ev":"client-relay-tokens","tokens"}.
+  for await (const { op, id, ...rest } of stdinCommands<{ op: string; id?: string } & Record<string, unknown>>()) {
+    if (op === "allocation" && id) {
+      const cur = state.allocations.get(id) ?? { state: "ready", generation: 1, hostId: "host-1", allocationAddress: "fd00:bb:1:2::2" };
+      state.allocations.set(id, { ...cur, ...(rest as Partial<TestAllocation>) });
+      emit({ ev: "allocation", id, ...state.allocations.get(id) });
+    } else if (op === "next-grant") {
+      state.next = rest as IssuerState["next"];
+      emit({ ev: "next-grant" });
+    } else if (op === "grants") emit({ ev: "grants", grants: state.grants.map((g) => g.payload) });
+    else if (op === "client-relay-tokens") emit({ ev: "client-relay-tokens", tokens: state.clientRelayTokens.get(String(rest["grantId"])) ?? {} });
   }
   server.stop(true);
   process.exit(0);

@@ -11,12 +11,12 @@ import { relayConfigFrom, type RelayConfig, type RelayConfigFile } from "../../s
 import type { TokenSigner } from "../../src/relay/testing.ts";
 import type { RelayTransport } from "../../src/relayclient/index.ts";
 
-/** A self-signed P-256 certificate for localhost, 127.0.0.1 and ::1, written into `dir`. */
-export function makeTestCert(dir: string): { certPath: string; keyPath: string; cert: string } {
+/** A self-signed P-256 certificate for localhost, 127.0.0.1 and ::1 (or the given subjectAltName list), written into `dir`. */
+export function makeTestCert(dir: string, subjectAltName = "DNS:localhost,IP:127.0.0.1,IP:::1"): { certPath: string; keyPath: string; cert: string } {
   const certPath = join(dir, "relay.crt");
   const keyPath = join(dir, "relay.key");
   const r = Bun.spawnSync(
-    ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2", "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1", "-keyout", keyPath, "-out", certPath],
+    ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2", "-subj", "/CN=localhost", "-addext", `subjectAltName=${subjectAltName}`, "-keyout", keyPath, "-out", certPath],
     { stdout: "pipe", stderr: "pipe" },
   );
   if (r.exitCode !== 0) throw new Error(`openssl failed: ${r.stderr.toString()}`);

@@ -7,6 +7,11 @@
  *   connect ADDR PORT BYTES    send BYTES random bytes, half-close, read the
  *                              echo to the end; prints {"ok",bytes,ms} and
  *                              exits 0 only if the echo is byte-exact (SHA-256)
+ *   staged ADDR PORT BYTES MARKER  one connection in two halves: send MARKER then
+ *                              random bytes up to BYTES/2, wait for their whole echo,
+ *                              print {"ev":"half"}, wait for a line on stdin, send
+ *                              the rest, half-close, read to the end; prints
+ *                              {"ev":"done","ok",bytes} (ok only if byte-exact, SHA-256)
  * Must never: listen or connect anywhere but the given address.
  */
 import { createHash, randomBytes } from "node:crypto";
@@ -52,6 +57,37 @@ if (mode === "listen") {
     out({ ok: false, error: `timeout after ${received} bytes` });
     process.exit(1);
   }, 60_000).unref();
+} else if (mode === "staged") {
+  const total = Number(bytesText);
+  const marker = Buffer.from(process.argv[6] ?? "");
+  const data = Buffer.concat([marker, randomBytes(total - marker.length)]);
+  const half = Math.floor(total / 2);
+  const want = createHash("sha256").update(data).digest("hex");
+  const got = createHash("sha256");
+  let received = 0;
+  let halfSeen = false;
+  const s = createConnection({ host: address, port, allowHalfOpen: true }, () => {
+    s.write(data.subarray(0, half));
+  });
+  s.on("data", (d) => {
+    received += d.length;
+    got.update(d);
+    if (!halfSeen && received >= half) {
+      halfSeen = true;
+      out({ ev: "half", bytes: received });
+      process.stdin.once("data", () => s.end(data.subarray(half)));
+      process.stdin.resume();
+    }
+  });
+  s.on("end", () => {
+    const ok = received === total && got.digest("hex") === want;
+    out({ ev: "done", ok, bytes: received });
+    process.exit(ok ? 0 : 1);
+  });
+  s.on("error", (e) => {
+    out({ ev: "done", ok: false, error: String(e) });
+    process.exit(1);
+  });
 } else {
-  throw new Error("usage: tcpEcho.ts listen ADDR PORT | connect ADDR PORT BYTES");
+  throw new Error("usage: tcpEcho.ts listen ADDR PORT | connect ADDR PORT BYTES | staged ADDR PORT BYTES MARKER");
 }

@@ -28,6 +28,7 @@ import { fixedLoad, type LoadPolicy } from "../../src/wireguard/load.ts";
 import { systemClock, systemRandom } from "../../src/wireguard/ports.ts";
 import { startUdpDevice, udpEndpoint, type UdpEndpoint } from "../../src/wireguard/udp.ts";
 import { DEFAULT_TUN_MTU, openTun, type TunDevice } from "../../native/tun/tun.ts";
+import { stdinLines } from "./stdinLines.ts";
 
 interface Config {
   privateKey: string;
@@ -109,18 +110,7 @@ async function flood(ms: number, burst: number, intervalMs: number, to: { addres
   return sent;
 }
 
-const lines = (async function* () {
-  const decoder = new TextDecoder();
-  let buf = "";
-  for await (const chunk of Bun.stdin.stream()) {
-    buf += decoder.decode(chunk, { stream: true });
-    let nl: number;
-    while ((nl = buf.indexOf("\n")) >= 0) {
-      yield buf.slice(0, nl);
-      buf = buf.slice(nl + 1);
-    }
-  }
-})();
+const lines = stdinLines();
 
 emit({ ev: "ready", port: wg.port });
 for await (const line of lines) {

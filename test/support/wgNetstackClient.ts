@@ -27,6 +27,7 @@ import { DeviceTimerDriver } from "../../src/wireguard/timerDriver.ts";
 import { udpEndpoint, type UdpEndpoint } from "../../src/wireguard/udp.ts";
 import { Impairment, type ImpairmentOptions } from "./impairment.ts";
 import { forEachStreamChunk, streamSha256 } from "./stream.ts";
+import { stdinLines } from "./stdinLines.ts";
 
 interface Config {
   privateKey: string;
@@ -172,18 +173,7 @@ async function runJob(j: Job): Promise<{ kind: string; host: string; bytes: numb
   }
 }
 
-const lines = (async function* () {
-  const decoder = new TextDecoder();
-  let buf = "";
-  for await (const chunk of Bun.stdin.stream()) {
-    buf += decoder.decode(chunk, { stream: true });
-    let nl: number;
-    while ((nl = buf.indexOf("\n")) >= 0) {
-      yield buf.slice(0, nl);
-      buf = buf.slice(nl + 1);
-    }
-  }
-})();
+const lines = stdinLines();
 
 emit({ ev: "ready", aead: aead.name, socketBuffers });
 for await (const line of lines) {

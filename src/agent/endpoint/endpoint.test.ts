@@ -2,15 +2,18 @@
  * The host endpoint on loopback UDP with a recording placement link (a test
  * double for the kernel link, which test/integration/proxy-netns.test.ts
  * covers): grants verified and refused with stable codes, the inner filter
- * on both directions, revocation, expiry without a command, and hole
- * punching towards the client's candidates from the rendezvous.
+ * on both directions, revocation, expiry without a command, hole punching
+ * towards the client's candidates from the rendezvous, and the grant's
+ * relay sessions (through a recording connector, a test double for
+ * src/relayclient) opened only for relays whose map and host token verify,
+ * re-tokened on redelivery, closed with the grant.
  */
 import { afterEach, describe, expect, test } from "bun:test";
 import { TestGrantIssuer, testId } from "../../../test/support/grantIssuer.ts";
 import type { ConfigureConnection } from "../../protocol/agent.ts";
 import type { SignedGrant } from "../../protocol/connection.ts";
 import { ipv6Bytes } from "../../protocol/ipAddress.ts";
-import { MultipathDevice, openSharedSocket, selectAead, systemClock, systemRandom, type SharedSocket } from "../../wireguard/index.ts";
+import { MultipathDevice, openSharedSocket, selectAead, systemClock, systemRandom, type RelayConnector, type SharedSocket } from "../../wireguard/index.ts";
 import { keyPairFromPrivate } from "../../wireguard/x25519.ts";
 import { HostEndpoint } from "./endpoint.ts";
 import type { PlacementTarget } from "./grantCheck.ts";
@@ -61,7 +64,19 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-async function setup(generation = 3) {
+/** A connector that records every connect and hands out links that stay open until closed. */
+function recordingConnector() {
+  const connects: Array<{ relayId: string; tokenGrant: string; role: string; issuedAtMs: number; closed: boolean }> = [];
+  const connector: RelayConnector = async (entry, token) => {
+    const rec = { relayId: entry.relayId, tokenGrant: token.payload.grantId, role: token.payload.role, issuedAtMs: token.payload.issuedAtMs, closed: false };
+    connects.push(rec);
+    let end!: (c: { code: string | null; closeCode: number }) => void;
+    return { paired: false, closed: new Promise((r) => (end = r)), send: () => true, close: () => ((rec.closed = true), end({ code: null, closeCode: 1000 })) };
+  };
+  return { connector, connects };
+}
+
+async function setup(generation = 3, relayConnector?: RelayConnector) {
   const hostKey = keyPairFromPrivate(systemRandom.fill(new Uint8Array(32)));
   const links = new RecordingLinks();
   const allocationId = testId("alloc");
@@ -79,6 +94,7 @@ async function setup(generation = 3) {
     placements: { byAllocation: (id) => (id === allocationId ? placement : null) },
     links,
     interfaces: () => ({}),
+    ...(relayConnector ? { relayConnector } : {}),
     onChange: () => void changes++,
   });
   cleanups.push(() => ep.close());
@@ -104,7 +120,7 @@ async function setup(generation = 3) {
     if (!f()) throw new Error(`timed out waiting for ${what}`);
   };
   const setPlacement = (p: PlacementTarget | null) => void (placement = p);
-  return { ep, links, client, peer, got, grantFor, apply, until, changes: () => changes, allocationId, setPlacement, clientPort: sock.port };
+  return { ep, links, client, peer, got, grantFor, apply, until, changes: () => changes, allocationId, setPlacement, clientPort: sock.port, configure: (c: ConfigureConnection) => ep.configure(c) };
 }
 
 describe("host endpoint", () => {
@@ -199,6 +215,48 @@ describe("host endpoint", () => {
     // Removed entirely: a new grant for the old generation is refused.
     s.setPlacement(null);
     expect(await s.apply(s.grantFor())).toEqual(expect.objectContaining({ ok: false, code: "UNKNOWN_PLACEMENT" }));
+  });
+
+  test("relays: a session per relay whose map and host-role token verify (others counted, not used); a redelivery re-tokens without reconnecting; revoke and expiry close them", async () => {
+    const rc = recordingConnector();
+    const s = await setup(3, rc.connector);
+    const now = Date.now();
+    const relays = [
+      { relayId: "relay-a", url: "wss://a.example/v1/relay" },
+      { relayId: "relay-b", url: "wss://b.example/v1/relay" },
+      { relayId: "relay-c", url: "wss://c.example/v1/relay" },
+    ];
+    const map = issuer.relayMap(relays, now, 60_000);
+    const g = s.grantFor();
+    const id = g.payload.grantId;
+    const cmd = (tokens: Record<string, ReturnType<TestGrantIssuer["relayToken"]>>, relayMap = map): ConfigureConnection => ({ commandId: `${id}:apply`, type: "configure_connection", action: "apply", grantId: id, grant: g, relayMap, relayTokens: tokens });
+    // relay-b's token is the client's role, relay-c's is for another grant: neither is used.
+    expect(await s.configure(cmd({ "relay-a": issuer.relayToken("relay-a", id, "host", now, 60_000), "relay-b": issuer.relayToken("relay-b", id, "client", now, 60_000), "relay-c": issuer.relayToken("relay-c", testId("grt"), "host", now, 60_000) }))).toEqual({ ok: true });
+    await s.until("the relay session", () => rc.connects.length === 1);
+    expect(rc.connects).toEqual([expect.objectContaining({ relayId: "relay-a", tokenGrant: id, role: "host", closed: false })]);
+    expect(s.ep.stats().grants[0]!.relaysRejected).toBe(2);
+    expect(s.ep.stats().relays).toEqual([expect.objectContaining({ pathId: `relay-a/${id}`, relayId: "relay-a", state: "open" })]);
+    // A redelivery carries fresh tokens: the session keeps running.
+    expect(await s.configure(cmd({ "relay-a": issuer.relayToken("relay-a", id, "host", now + 1, 60_000) }))).toEqual({ ok: true });
+    expect(rc.connects.length).toBe(1);
+    // A relay map that does not verify is not used at all.
+    const g2 = s.grantFor({ clientAddress: "fd00:1:2:3::11", clientPublicKey: Buffer.alloc(32, 9).toString("base64") }, 1_500);
+    const tamperedMap = { ...map, payload: { ...map.payload, relays: [{ relayId: "relay-a", url: "wss://evil.example/v1/relay" }] } };
+    const id2 = g2.payload.grantId;
+    expect(await s.configure({ commandId: `${id2}:apply`, type: "configure_connection", action: "apply", grantId: id2, grant: g2, relayMap: tamperedMap, relayTokens: { "relay-a": issuer.relayToken("relay-a", id2, "host", now, 60_000) } })).toEqual({ ok: true });
+    expect(s.ep.stats().grants.find((x) => x.grantId === id2)!.relaysRejected).toBe(1);
+    expect(rc.connects.length).toBe(1);
+    await s.ep.configure({ commandId: `${id}:revoke`, type: "configure_connection", action: "revoke", grantId: id });
+    expect(rc.connects[0]!.closed).toBe(true);
+    expect(s.ep.stats().relays).toEqual([]);
+    // Expiry closes a grant's sessions too.
+    const g3 = s.grantFor({}, 1_500);
+    const id3 = g3.payload.grantId;
+    expect(await s.configure({ commandId: `${id3}:apply`, type: "configure_connection", action: "apply", grantId: id3, grant: g3, relayMap: map, relayTokens: { "relay-a": issuer.relayToken("relay-a", id3, "host", now, 60_000) } })).toEqual({ ok: true });
+    await s.until("the second session", () => rc.connects.length === 2);
+    await s.until("expiry", () => s.ep.connectivity().appliedGrants.every((a) => a.grantId !== id3), 4_000);
+    expect(rc.connects[1]!.closed).toBe(true);
+    expect(s.ep.stats().relays).toEqual([]);
   });
 
   test("the client's candidates in a repeated apply: the host sends a handshake initiation to them (hole punching) and the session comes up without the client initiating", async () => {

@@ -4,24 +4,30 @@
  * on one UDP socket (WireGuard, STUN and direct-path checks share it), a
  * peer per applied grant with an inner filter, a link into each placement
  * that has grants, grants removed at their expiry without a command, and
- * candidates refreshed every 20 s.
+ * candidates refreshed every 20 s, and the grant's relays: for each relay of
+ * the verified relay map with a host-role token (at most two), a relay
+ * session of that grant (src/wireguard/multipathTunnel.ts; path ID
+ * `<relayId>/<grantId>`), mirrored through until a direct path pins,
+ * reconnected with bounded backoff, closed when the grant goes.
  *
  * Owns: the applied grants (verified here: src/agent/endpoint/grantCheck.ts),
- * their peers, filters and links, the recently revoked grant IDs (a late
+ * their peers, filters, links and relay sessions, the recently revoked grant IDs (a late
  * apply of one is refused), the recent refusals, and the one alarm that
- * drives the Device's timers, probes, expiries and candidate refreshes.
+ * drives the Device's timers, probes, expiries and candidate refreshes
+ * (the tunnel's, src/wireguard/multipathTunnel.ts).
  * Inbound packets reach a placement only through the link of the grant's
  * own placement; outbound packets leave a placement only to a peer whose
  * grant names that placement and the packet's destination.
- * Must never: apply an unverified grant, keep a peer past its grant's
+ * Must never: apply an unverified grant, use a relay map or relay token
+ * that failed its check, keep a peer or relay session past its grant's
  * expiry, send the private key anywhere, or throw from a packet path.
  */
 import type { AppliedGrant, ConfigureConnection, ConnectivityUpdate, GrantRefusalCode } from "../../protocol/agent.ts";
 import { MAX_APPLIED_GRANTS, MAX_REPORTED_GRANT_REFUSALS } from "../../protocol/agent.ts";
 import type { Candidate, GrantPayload } from "../../protocol/connection.ts";
-import type { ConnectionVerificationKeys } from "../../protocol/connectionSignature.ts";
+import { checkSignedRelayMap, checkSignedRelayToken, type ConnectionVerificationKeys } from "../../protocol/connectionSignature.ts";
 import { canonicalIpv6, formatIpv6 } from "../../protocol/ipAddress.ts";
-import { MultipathDevice, openSharedSocket, type Aead, type KeyPair25519, type Peer, type PathEndpoint, type PathState, type SharedSocket, type WgClock, type WgRandom } from "../../wireguard/index.ts";
+import { MultipathTunnel, type Aead, type KeyPair25519, type Peer, type PathEndpoint, type PathState, type PeerRelay, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../../wireguard/index.ts";
 import { CANDIDATE_REFRESH_MS, localCandidates, mergeCandidates, stunCandidates, type StunServer } from "./candidates.ts";
 import { checkGrantForHost, type PlacementLookup, type PlacementTarget } from "./grantCheck.ts";
 import { InnerFilter, type FilterCounters } from "./innerFilter.ts";
@@ -29,8 +35,6 @@ import type { PlacementLink, PlacementLinkPort } from "./placementLink.ts";
 
 /** Revoked grant IDs remembered so a late apply is refused (older ones are forgotten; their grants expire anyway). */
 export const MAX_REMEMBERED_REVOCATIONS = 4096;
-/** Longest single alarm sleep, ms. */
-const MAX_ALARM_MS = 60_000;
 
 /** Everything an endpoint is built from (ports for every side effect). */
 export interface HostEndpointOptions {
@@ -48,6 +52,8 @@ export interface HostEndpointOptions {
   links: PlacementLinkPort;
   /** The interface list for local candidates (os.networkInterfaces in production). */
   interfaces: () => NodeJS.Dict<import("node:os").NetworkInterfaceInfo[]>;
+  /** Opens relay sessions (src/relayclient relayConnector); without it relay maps are ignored. */
+  relayConnector?: RelayConnector;
   /** Called after anything a connectivity_update reports changed. */
   onChange?: () => void;
 }
@@ -65,6 +71,8 @@ interface Applied {
   client: string;
   /** The selector's `changes` when last reported. */
   pathVersion: number;
+  /** Relays of the apply whose map or token failed its check (not used). */
+  relaysRejected: number;
 }
 
 interface LinkEntry {
@@ -79,6 +87,8 @@ export interface GrantStats {
   path: PathState;
   filter: FilterCounters;
   flows: number;
+  /** Relays of the grant not used because their map or token failed its check. */
+  relaysRejected: number;
 }
 
 /** The running endpoint. */
@@ -89,58 +99,55 @@ export class HostEndpoint {
   private readonly revoked = new Set<string>();
   private refusals: Array<{ grantId: string; code: GrantRefusalCode }> = [];
   private candidates: Candidate[] = [];
-  private nextRefreshMs = 0;
-  private timer: ReturnType<typeof setTimeout> | null = null;
+  private nextRefreshMs = Number.POSITIVE_INFINITY;
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
-  private readonly mp: MultipathDevice;
-  private socket!: SharedSocket;
+  private t!: MultipathTunnel;
   /** Standard base64 of the endpoint's public key (reported; the private key never leaves). */
   readonly publicKey: string;
 
   private constructor(private readonly o: HostEndpointOptions) {
     this.publicKey = Buffer.from(o.keyPair.publicKey).toString("base64");
-    this.mp = new MultipathDevice({
-      privateKey: o.keyPair.privateKey,
-      clock: o.clock,
-      random: o.random,
-      aead: o.aead,
-      io: {
-        sendUdp: (d, address, port) => this.socket?.sendUdp(d, address, port),
-        sendRelay: () => false,
-      },
-      deliver: (packet, peer) => this.inbound(packet, peer),
-      onAuthenticated: (peer) => {
-        const a = this.byPeer.get(peer);
-        const v = this.mp.selector(peer)?.changes ?? 0;
-        if (a && a.pathVersion !== v) {
-          a.pathVersion = v;
-          this.o.onChange?.();
-        }
-      },
-    });
   }
 
   /** Binds the socket, gathers candidates once and starts the alarm. Rejects when the socket cannot be bound. */
   static async start(o: HostEndpointOptions): Promise<HostEndpoint> {
     const e = new HostEndpoint(o);
-    e.socket = await openSharedSocket({
-      hostname: o.listen.hostname,
-      port: o.listen.port,
+    e.t = await MultipathTunnel.open({
+      privateKey: o.keyPair.privateKey,
+      clock: o.clock,
       random: o.random,
-      onWireGuard: (d, from) => {
-        e.mp.receive(d, from);
-        e.arm();
-      },
+      aead: o.aead,
+      listen: o.listen,
+      ...(o.relayConnector ? { relayConnector: o.relayConnector } : {}),
+      deliver: (packet, peer) => e.inbound(packet, peer),
+      onAuthenticated: (peer) => e.notePath(peer),
+      onRelayChange: (i) => e.relayChanged(i),
+      ownerDeadlineMs: () => e.ownerDeadline(),
+      onAlarm: () => e.fire(),
     });
     await e.refreshCandidates();
-    e.arm();
+    e.t.arm();
     return e;
+  }
+
+  private notePath(peer: Peer<PathEndpoint>): void {
+    const a = this.byPeer.get(peer);
+    const v = this.t.selector(peer)?.changes ?? 0;
+    if (a && a.pathVersion !== v) {
+      a.pathVersion = v;
+      this.o.onChange?.();
+    }
+  }
+
+  private relayChanged(i: RelaySessionInfo): void {
+    // A relay session of a grant that opened: the peer's next handshake or keepalive may use it at once.
+    if (i.state === "open") this.t.arm();
   }
 
   /** The bound UDP port. */
   get port(): number {
-    return this.socket.port;
+    return this.t.udp.port;
   }
 
   /** Applies or revokes one grant (serialised with every other change). Never rejects. */
@@ -165,6 +172,8 @@ export class HostEndpoint {
     const existing = this.applied.get(cmd.grantId);
     if (existing) {
       if (existing.signature !== cmd.grant.signature) return this.refuse(cmd.grantId, "GRANT_MISMATCH", `grant ${cmd.grantId} is applied with other content`);
+      // A redelivery: its relay tokens are fresh (they are minted per delivery), the sessions keep running.
+      this.attachRelays(existing, cmd);
       if (cmd.clientCandidates) this.learnClientCandidates(existing, cmd.clientCandidates);
       return { ok: true };
     }
@@ -184,10 +193,11 @@ export class HostEndpoint {
       entry = { target: c.placement, link, grants: new Set() };
       this.links.set(placementKey, entry);
     }
-    const { peer } = this.mp.addPeer({ publicKey: new Uint8Array(Buffer.from(g.clientPublicKey, "base64")), allowedIps: [`${client}/128`] });
-    const applied: Applied = { grant: g, signature: cmd.grant.signature, placementKey, filter: new InnerFilter(g), peer, client, pathVersion: 0 };
+    const { peer } = this.t.mp.addPeer({ publicKey: new Uint8Array(Buffer.from(g.clientPublicKey, "base64")), allowedIps: [`${client}/128`] });
+    const applied: Applied = { grant: g, signature: cmd.grant.signature, placementKey, filter: new InnerFilter(g), peer, client, pathVersion: 0, relaysRejected: 0 };
     this.applied.set(g.grantId, applied);
     this.byPeer.set(peer, applied);
+    this.attachRelays(applied, cmd);
     entry.grants.add(g.grantId);
     try {
       await entry.link.configure(this.flowsOf(entry));
@@ -196,9 +206,35 @@ export class HostEndpoint {
       return this.refuse(g.grantId, "NETWORK_SETUP_FAILED", (e as Error).message);
     }
     this.learnClientCandidates(applied, cmd.clientCandidates ?? []);
-    this.arm();
+    this.t.arm();
     this.o.onChange?.();
     return { ok: true };
+  }
+
+  /**
+   * The relays of an apply that pass their checks (a relay map signed by a
+   * verification key and fresh; a host-role token for this grant and that
+   * relay), in map order, handed to the tunnel for the grant's peer. A relay
+   * that fails is not used and is counted; the grant itself stands (its
+   * direct path does not depend on relays).
+   */
+  private attachRelays(a: Applied, cmd: ConfigureConnection): void {
+    if (!this.o.relayConnector || !cmd.relayMap || !cmd.relayTokens) return;
+    const now = this.o.clock.wallMs();
+    const m = checkSignedRelayMap(cmd.relayMap, this.o.verificationKeys, now);
+    if (!m.ok) {
+      a.relaysRejected += Object.keys(cmd.relayTokens).length;
+      return;
+    }
+    const relays: PeerRelay[] = [];
+    for (const entry of m.payload.relays) {
+      const token = cmd.relayTokens[entry.relayId];
+      if (!token) continue;
+      const c = checkSignedRelayToken(token, this.o.verificationKeys, { relayId: entry.relayId, grantId: a.grant.grantId, role: "host" }, now);
+      if (c.ok) relays.push({ entry, token });
+      else a.relaysRejected++;
+    }
+    this.t.attachRelays(a.peer, relays, (relayId) => `${relayId}/${a.grant.grantId}`);
   }
 
   /**
@@ -211,11 +247,11 @@ export class HostEndpoint {
    * client by roaming.
    */
   private learnClientCandidates(a: Applied, list: readonly Candidate[]): void {
-    const selector = this.mp.selector(a.peer);
+    const selector = this.t.selector(a.peer);
     if (!selector) return;
     selector.setCandidates(list);
-    if (list.length > 0 && !a.peer.keypairs.current) this.mp.device.initiateHandshake(a.peer);
-    this.arm();
+    if (list.length > 0 && !a.peer.keypairs.current) this.t.mp.device.initiateHandshake(a.peer);
+    this.t.arm();
   }
 
   private flowsOf(entry: LinkEntry) {
@@ -236,7 +272,7 @@ export class HostEndpoint {
     if (!a) return;
     this.applied.delete(grantId);
     this.byPeer.delete(a.peer);
-    this.mp.removePeer(a.peer.remote.publicKey);
+    this.t.removePeer(a.peer);
     const entry = this.links.get(a.placementKey);
     if (!entry) return;
     entry.grants.delete(grantId);
@@ -272,7 +308,7 @@ export class HostEndpoint {
         break;
       }
     }
-    this.arm();
+    this.t.arm();
   }
 
   /** Removes every grant at or past its expiry (spec: "The host also removes expired peers on its own"). */
@@ -314,8 +350,8 @@ export class HostEndpoint {
   /** Gathers local and STUN candidates again. Never rejects. */
   async refreshCandidates(): Promise<void> {
     this.nextRefreshMs = this.o.clock.nowMs() + CANDIDATE_REFRESH_MS;
-    const local = localCandidates(this.o.listen.hostname, this.socket.port, this.o.interfaces());
-    const stun = await stunCandidates(this.o.stunServers, (s) => this.socket.stunBinding(s)).catch(() => []);
+    const local = localCandidates(this.o.listen.hostname, this.t.udp.port, this.o.interfaces());
+    const stun = await stunCandidates(this.o.stunServers, (s) => this.t.udp.stunBinding(s)).catch(() => []);
     const next = mergeCandidates(stun, local);
     const changed = JSON.stringify(next) !== JSON.stringify(this.candidates);
     this.candidates = next;
@@ -328,29 +364,24 @@ export class HostEndpoint {
     return m === null ? null : this.o.clock.nowMs() + Math.max(0, m - this.o.clock.wallMs());
   }
 
-  /** Re-arms the one alarm to the earliest deadline. */
-  private arm(): void {
-    if (this.closed) return;
-    const now = this.o.clock.nowMs();
-    const next = Math.min(...[this.mp.nextDeadlineMs(), this.nextExpiryMono(), this.nextRefreshMs].filter((x): x is number => x !== null));
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = setTimeout(() => this.fire(), Math.ceil(Math.min(MAX_ALARM_MS, Math.max(0, next - now))));
+  /** The endpoint's own next deadline (grant expiries, candidate refresh), folded into the tunnel's alarm. */
+  private ownerDeadline(): number {
+    const e = this.nextExpiryMono();
+    return e === null ? this.nextRefreshMs : Math.min(e, this.nextRefreshMs);
   }
 
+  /** The tunnel's alarm, after the Device's timers and probes. */
   private fire(): void {
-    this.timer = null;
     if (this.closed) return;
-    this.mp.tick();
-    void this.expire().then(() => this.arm());
-    if (this.o.clock.nowMs() >= this.nextRefreshMs) void this.refreshCandidates().then(() => this.arm());
-    this.arm();
+    void this.expire().then(() => this.t.arm());
+    if (this.o.clock.nowMs() >= this.nextRefreshMs) void this.refreshCandidates().then(() => this.t.arm());
   }
 
   /** What a connectivity_update reports now (without `seq` and `at`, which the agent's session assigns). */
   connectivity(): Omit<ConnectivityUpdate, "seq" | "at"> {
     const grants: AppliedGrant[] = [...this.applied.values()].map((a) => {
-      const s = this.mp.selector(a.peer)?.state();
-      const via = s?.path === "direct" ? s.direct : s?.path === "relay" ? s.relay : null;
+      const s = this.t.selector(a.peer)?.state();
+      const via = s?.path === "direct" ? s.direct : s?.path === "relay" && s.relay ? this.t.relays.relayIdOf(s.relay) : null;
       return { grantId: a.grant.grantId, allocationId: a.grant.allocationId, generation: a.grant.generation, expiresAtMs: a.grant.expiresAtMs, path: s?.path ?? "none", ...(via ? { via } : {}) };
     });
     return { hostPublicKey: this.publicKey, candidates: [...this.candidates], appliedGrants: grants, refusedGrants: [...this.refusals] };
@@ -359,21 +390,20 @@ export class HostEndpoint {
   /** Counters for tests and `bb agent doctor`. */
   stats() {
     return {
-      device: this.mp.device.counters,
-      socket: { ...this.socket.counters },
-      grants: [...this.applied.values()].map((a): GrantStats => ({ grantId: a.grant.grantId, path: this.mp.selector(a.peer)!.state(), filter: a.filter.counters, flows: a.filter.flowCount(this.o.clock.nowMs()) })),
+      device: this.t.mp.device.counters,
+      socket: { ...this.t.udp.counters },
+      grants: [...this.applied.values()].map((a): GrantStats => ({ grantId: a.grant.grantId, path: this.t.selector(a.peer)!.state(), filter: a.filter.counters, flows: a.filter.flowCount(this.o.clock.nowMs()), relaysRejected: a.relaysRejected })),
+      relays: this.t.relays.list(),
       links: [...this.links.entries()].map(([netns, e]) => ({ netns, grants: e.grants.size, ...e.link.stats() })),
     };
   }
 
-  /** Removes every grant (closing links), stops the alarm and closes the socket. Idempotent. */
+  /** Removes every grant (closing links and relay sessions), stops the alarm and closes the socket. Idempotent. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = null;
     await this.queue.catch(() => undefined);
     for (const id of [...this.applied.keys()]) await this.remove(id);
-    this.socket.close();
+    this.t.close();
   }
 }

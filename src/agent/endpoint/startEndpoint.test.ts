@@ -2,7 +2,10 @@
 import { expect, test } from "bun:test";
 import type { LocalPlacement } from "../store.ts";
 import { placementTargetOf } from "./placementLookup.ts";
-import { endpointSettings, parseStunServer } from "./startEndpoint.ts";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { endpointSettings, parseStunServer, relayCaOf } from "./startEndpoint.ts";
 
 const KEY = Buffer.alloc(32, 9).toString("base64");
 
@@ -30,4 +33,21 @@ test("a grant's placement: networked states only, not one being removed, the hig
   expect(placementTargetOf([row({ observed: "prepared" })], "a")?.generation).toBe(1);
   const both = [row({ generation: 1, dirName: "bb-old" }), row({ placementId: "q", generation: 2, dirName: "bb-new", observed: "starting" })];
   expect(placementTargetOf(both, "a")).toEqual(expect.objectContaining({ generation: 2, netns: "bb-new" }));
+});
+
+test("connections.relayCaPath: the PEM text when it holds a certificate; a clear error naming the field otherwise; undefined when unset", () => {
+  const dir = mkdtempSync(join(tmpdir(), "bb-relayca-"));
+  try {
+    const good = join(dir, "ca.pem");
+    const bad = join(dir, "empty.pem");
+    writeFileSync(good, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n");
+    writeFileSync(bad, "not a certificate\n");
+    const base = { verificationKeys: { "conn-1": KEY } };
+    expect(relayCaOf(base)).toBeUndefined();
+    expect(relayCaOf({ ...base, relayCaPath: good })).toContain("BEGIN CERTIFICATE");
+    expect(() => relayCaOf({ ...base, relayCaPath: bad })).toThrow("connections.relayCaPath");
+    expect(() => relayCaOf({ ...base, relayCaPath: join(dir, "missing.pem") })).toThrow("connections.relayCaPath");
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -3,15 +3,20 @@
  * the agent's `connections` settings (src/agent/config.ts) into a started
  * HostEndpoint with the host key from `<dataDir>/wireguard/host.key`, the
  * fastest available AEAD, the system clock and randomness, the kernel
- * placement links and the machine's interface list.
+ * placement links, the machine's interface list, and relay sessions over
+ * src/relayclient (certificates checked against the system's trust store
+ * plus `connections.relayCaPath`).
  *
  * Owns: checking those settings (clear errors naming the field). Must
- * never: start with a verification key or STUN server it could not parse.
+ * never: start with a verification key, STUN server or relay CA file it
+ * could not parse.
  */
+import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { networkInterfaces } from "node:os";
 import { DEFAULT_ENDPOINT_PORT } from "../../protocol/connection.ts";
 import { isVerificationKey } from "../../protocol/connectionSignature.ts";
+import { relayConnector } from "../../relayclient/index.ts";
 import { selectAead, systemClock, systemRandom } from "../../wireguard/index.ts";
 import type { AgentConnectionsConfig } from "../config.ts";
 import type { StunServer } from "./candidates.ts";
@@ -49,9 +54,23 @@ export function endpointSettings(c: AgentConnectionsConfig): { keys: Map<string,
   return { keys, listen: { hostname, port }, stun: list.map(parseStunServer) };
 }
 
+/** The PEM text of `connections.relayCaPath`, or undefined. Throws an Error naming the field when it cannot be read or holds no certificate. */
+export function relayCaOf(c: AgentConnectionsConfig): string | undefined {
+  if (c.relayCaPath === undefined) return undefined;
+  let text: string;
+  try {
+    text = readFileSync(c.relayCaPath, "utf8");
+  } catch (e) {
+    throw new Error(`connections.relayCaPath: ${(e as Error).message}`);
+  }
+  if (!text.includes("-----BEGIN CERTIFICATE-----")) throw new Error(`connections.relayCaPath: ${c.relayCaPath} holds no PEM certificate`);
+  return text;
+}
+
 /** Starts the endpoint of host `hostId` (see the module header). Rejects on bad settings, an unreadable key file or a port in use. */
 export async function startHostEndpoint(o: { hostId: string; dataDir: string; config: AgentConnectionsConfig; placements: PlacementLookup; onChange: () => void }): Promise<HostEndpoint> {
   const s = endpointSettings(o.config);
+  const ca = relayCaOf(o.config);
   const { aead } = await selectAead();
   return HostEndpoint.start({
     hostId: o.hostId,
@@ -65,6 +84,7 @@ export async function startHostEndpoint(o: { hostId: string; dataDir: string; co
     placements: o.placements,
     links: kernelPlacementLinks,
     interfaces: networkInterfaces,
+    relayConnector: relayConnector(ca ? { ca } : {}),
     onChange: o.onChange,
   });
 }
