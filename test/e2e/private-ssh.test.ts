@@ -10,13 +10,20 @@
  * process, no root needed by it).
  *
  *   laptop ns (10.88.0.2) ── nat ns: masquerade ── root ns 198.19.R.1: scheduler,
- *                                                  agent + host endpoint (UDP), the VM's
- *                                                  placement namespace (created by the agent)
+ *                                                  agent + host endpoint (UDP), `bb relay run`
+ *                                                  (TLS), the VM's placement namespace
+ *                                                  (created by the agent)
  *
- * The scheduler and the agent run in the root namespace (the agent creates
- * its placements' namespaces itself; running it inside another namespace
- * is not done here), bound to the root end of the laptop's link only; the
- * laptop sits behind a masquerading NAT namespace. Relays are not used.
+ * The scheduler, the agent and the relay run in the root namespace (the
+ * agent creates its placements' namespaces itself; running it inside
+ * another namespace is not done here), bound to the root end of the
+ * laptop's link only; the laptop sits behind a masquerading NAT namespace.
+ * The relay (`bb relay run`, a certificate for 198.19.R.1 made by openssl,
+ * trusting the scheduler's connection keys) is the one relay of the
+ * manifest's relay map, so every grant's signed map names it; the proxy
+ * gets the certificate with BB_RELAY_CA, the agent with
+ * `connections.relayCaPath`. The agent's QEMU gets 384 MiB beyond guest RAM
+ * (TCG's translation cache outgrows the 192 MiB default).
  * The agent's placement cgroups live under a parent of this run's own
  * (test/support/cgroupScope.ts).
  *
@@ -28,10 +35,20 @@
  * is refused (NOT_FOUND, exit 1) and nothing changed; after release the
  * running proxy ends with INVALID_STATE (exit 1) before its grant's expiry,
  * new connections fail, a new proxy is refused (INVALID_STATE, exit 1) and
- * the placement's VM, namespace and directory are gone.
- * About 50 s with the rootfs cached, plus about 2 min for mmdebstrap the
- * first time (2-core TCG machine).
- * Needs root, QEMU, squashfs-tools, mmdebstrap, ssh/scp/ssh-keygen, nft.
+ * the placement's VM, namespace and directory are gone. Relay: with UDP
+ * between the laptop and the host endpoint's port dropped (nftables in the
+ * NAT namespace; the relay's TCP passes), `ssh` through a new `bb proxy`
+ * runs a command in the VM, the proxy says `path: relay relay-ssh` and
+ * never `path: direct`, and the relay's metrics count forwarded frames; one
+ * `scp` of 24 MiB (rate-capped with `scp -l` so that it outlasts the move)
+ * has its first MiB carried by the relay (its byte counter), then the drop
+ * is lifted: the proxy prints `path: direct via <host endpoint>` while that
+ * scp still runs, the relay carries less than a quarter of the file's size
+ * after that, and the scp (one ssh connection, never reopened) exits 0
+ * with the file byte-exact (SHA-256) in the VM.
+ * About 70 s with the rootfs cached (about 20 s of it the relay part), plus
+ * about 2 min for mmdebstrap the first time (2-core TCG machine).
+ * Needs root, QEMU, squashfs-tools, mmdebstrap, ssh/scp/ssh-keygen, nft, openssl.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -50,6 +67,7 @@ import { placementCgroupOf, removePlacementCgroup } from "../../src/agent/isolat
 import { DEFAULT_CGROUP_POLICY } from "../../src/agent/isolation/cgroups/policy.ts";
 import type { WellKnown } from "../../src/protocol/api.ts";
 import { cgroupScope, type CgroupScope } from "../support/cgroupScope.ts";
+import { makeTestCert } from "../support/relay.ts";
 import { sshdPayload, writeSshdOciLayout } from "../support/debianOci.ts";
 import { must, Netns, sh } from "../support/netns.ts";
 import { cleanUpPlacements, freePort, leftoversOf, runRole, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
@@ -70,6 +88,15 @@ const ROOT_VETH = `bbsshr${id}`;
 /** The other tenant's bearer token (a second controller in the manifest). */
 const OTHER_TOKEN = `bbt_other_${randomBytes(12).toString("hex")}`;
 const BLOB_BYTES = 64 * 1024 * 1024;
+/** The agent's allowance beyond guest RAM for QEMU under TCG (translation cache), MiB; see where it is set. */
+const TCG_VMM_OVERHEAD_MIB = 384;
+/** The relay's ID in the manifest's relay map. */
+const RELAY_ID = "relay-ssh";
+/** The scp that moves from the relay to the direct path: its size, and its rate cap (scp -l, Kbit/s) so that it is still running when the path moves. */
+const MOVE_BYTES = 24 * 1024 * 1024;
+const MOVE_RATE_KBITS = 16_000;
+/** The proxy port of the relayed session (its own grant, started while the direct path is blocked). */
+const RELAYED_PORT = 2225;
 
 let work: string;
 let port: number;
@@ -87,6 +114,10 @@ let guestAddress: string;
 let cgroups: CgroupScope | undefined;
 let proxy: { proc: ReturnType<typeof Bun.spawn>; log: string; port: number };
 let grantExpiresAtMs: number;
+let relay: Role;
+let relayPort: number;
+let relayHealthPort: number;
+let relayCaPath: string;
 const agentDir = () => join(work, "agent");
 const sshKey = () => join(work, "id_ed25519");
 const knownHosts = () => join(work, "known_hosts");
@@ -98,7 +129,7 @@ function startProxy(localPort: number, token: string, name: string): { proc: Ret
   const fd = openSync(log, "a");
   const proc = Bun.spawn(laptop.exec([BUN, BB, "proxy", allocationId, "--local-port", String(localPort), "--remote-port", "22"]), {
     stdout: fd, stderr: fd, stdin: "ignore",
-    env: { ...process.env, NO_COLOR: "1", HOME: work, BB_SCHEDULER_URL: `http://${ROOT_ADDR}:${port}`, BB_TOKEN: token, BB_CONNECTION_KEYS: connectionKeys },
+    env: { ...process.env, NO_COLOR: "1", HOME: work, BB_SCHEDULER_URL: `http://${ROOT_ADDR}:${port}`, BB_TOKEN: token, BB_CONNECTION_KEYS: connectionKeys, BB_RELAY_CA: relayCaPath },
   });
   closeSync(fd);
   return { proc, log, port: localPort };
@@ -116,15 +147,35 @@ async function waitLog(p: { proc: ReturnType<typeof Bun.spawn>; log: string }, r
 }
 
 /** Runs Debian's `ssh` (or `scp`) in the laptop namespace with the test's key, the VM's host key pinned. */
-async function laptopRun(tool: "ssh" | "scp", args: string[]): Promise<{ code: number; out: string; err: string }> {
-  const portFlag = tool === "ssh" ? "-p" : "-P";
-  const cmd = laptop.exec([
-    tool, "-F", "/dev/null", portFlag, String(proxy.port), "-i", sshKey(), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-    "-o", `UserKnownHostsFile=${knownHosts()}`, "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=30", "-o", "LogLevel=ERROR", ...args,
-  ]);
-  const p = Bun.spawn(cmd, { stdout: "pipe", stderr: "pipe", stdin: "ignore" });
+async function laptopRun(tool: "ssh" | "scp", args: string[], localPort = proxy.port): Promise<{ code: number; out: string; err: string }> {
+  const p = Bun.spawn(laptopCommand(tool, args, localPort), { stdout: "pipe", stderr: "pipe", stdin: "ignore" });
   const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
   return { code, out, err };
+}
+
+/** The argv of `ssh` (or `scp`) in the laptop namespace to 127.0.0.1:<localPort> with the test's key and the VM's host key pinned. */
+function laptopCommand(tool: "ssh" | "scp", args: string[], localPort: number): string[] {
+  const portFlag = tool === "ssh" ? "-p" : "-P";
+  return laptop.exec([
+    tool, "-F", "/dev/null", portFlag, String(localPort), "-i", sshKey(), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+    "-o", `UserKnownHostsFile=${knownHosts()}`, "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=30", "-o", "LogLevel=ERROR", ...args,
+  ]);
+}
+
+/** Drops UDP between the laptop side and the host endpoint's port in the NAT namespace's forward path (the relay's TCP is untouched), or lifts the drop. */
+function blockDirect(on: boolean): void {
+  if (!on) return void must(nat.exec(["nft", "delete", "table", "ip", "bb_block"]));
+  const rules = `table ip bb_block {\n chain drop_udp { type filter hook forward priority -10; policy accept; ip daddr ${ROOT_ADDR} udp dport ${endpointPort} drop; ip saddr ${ROOT_ADDR} udp sport ${endpointPort} drop; }\n}\n`;
+  const r = Bun.spawnSync(nat.exec(["nft", "-f", "-"]), { stdin: new TextEncoder().encode(rules), stderr: "pipe" });
+  if (r.exitCode !== 0) throw new Error(`nft: ${r.stderr}`);
+}
+
+/** The relay's counter `name` from its metrics (plain HTTP on loopback). */
+async function relayCounter(name: string): Promise<number> {
+  const text = await (await fetch(`http://127.0.0.1:${relayHealthPort}/metrics`)).text();
+  const m = new RegExp(`^bb_relay_${name} (\\d+)$`, "m").exec(text);
+  if (!m) throw new Error(`relay metrics have no bb_relay_${name}: ${text}`);
+  return Number(m[1]);
 }
 
 async function waitUp(ms = 20_000): Promise<void> {
@@ -191,6 +242,25 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     const m = JSON.parse(readFileSync(dev.manifestPath, "utf8"));
     m.workloadClasses = { "ssh-box": { cpuMillis: 1000, memoryMiB: 512, ephemeralDiskMiB: 1024, imageDigest: built.digest, maxTtlSeconds: 3600 } };
     m.principals.push({ id: "controller:other", role: "controller", tokenSha256: tokenDigest(OTHER_TOKEN) });
+
+    // The relay: `bb relay run` in the root namespace on the laptop link's root end (TLS, a certificate for that
+    // address made by openssl), trusting the scheduler's connection keys; the manifest's relay map names it.
+    const cert = makeTestCert(work, `IP:${ROOT_ADDR}`);
+    relayCaPath = cert.certPath;
+    relayPort = await freePort();
+    relayHealthPort = await freePort();
+    const relayConfig = join(work, "relay.json");
+    writeFileSync(relayConfig, JSON.stringify({
+      relayId: RELAY_ID, listen: [`${ROOT_ADDR}:${relayPort}`], healthListen: `127.0.0.1:${relayHealthPort}`, tls: { certPath: cert.certPath, keyPath: cert.keyPath },
+      trustedKeys: Object.entries(m.connections.verificationKeys as Record<string, string>).map(([keyId, publicKey]) => ({ keyId, publicKey })),
+      limitCaps: { maxBytes: 4 * 1024 ** 3, maxBytesPerSecond: 64 * 1024 ** 2, idleTimeoutMs: 120_000 },
+    }));
+    m.connections.relays = [{ relayId: RELAY_ID, url: `wss://${ROOT_ADDR}:${relayPort}/v1/relay` }];
+    relay = startRole(["relay", "run", "--config", relayConfig], join(work, "relay.log"));
+    for (let i = 0; !tail(relay.log).includes(`relay ${RELAY_ID} listening`); i++) {
+      if (relay.proc.exitCode !== null || i > 300) throw new Error(`bb relay run did not come up: ${tail(relay.log)}`);
+      await Bun.sleep(50);
+    }
     writeFileSync(join(work, "manifest.json"), JSON.stringify(m));
     const tokens = JSON.parse(readFileSync(dev.clientConfigPath, "utf8")) as { token: string; operatorToken: string };
     ownerToken = tokens.token;
@@ -212,9 +282,13 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     const cfg = JSON.parse(readFileSync(cfgPath, "utf8"));
     cfg.connections.listenAddress = ROOT_ADDR;
     cfg.connections.listenPort = endpointPort;
+    cfg.connections.relayCaPath = relayCaPath;
     // Placement cgroups under a parent of this run's own: cgroups other runs left in the shared default would make the host unschedulable.
     cgroups = cgroupScope(`bbssh-${id}`);
     cfg.cgroupParent = cgroups.parent;
+    // QEMU under TCG needs more than the default 192 MiB beyond guest RAM once the guest has touched all of it
+    // (measured: 729 MiB anonymous RSS for this 512 MiB guest after 88 MiB of scp, OOM-killed by memory.max).
+    cfg.vmmMemoryOverheadMiB = TCG_VMM_OVERHEAD_MIB;
     writeFileSync(cfgPath, JSON.stringify(cfg, null, 2));
     agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"));
     await waitHealthy();
@@ -234,7 +308,8 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     const ready = await waitLog(proxy, /listening on 127\.0\.0\.1:2222 → \[([0-9a-f:]+)\]:22 .*expires (\S+)\)/);
     guestAddress = ready[1]!;
     grantExpiresAtMs = Date.parse(ready[2]!);
-    writeFileSync(knownHosts(), `[127.0.0.1]:2222 ${readFileSync(join(work, "host_key.pub"), "utf8").trim().split(" ").slice(0, 2).join(" ")}\n`);
+    const hostKey = readFileSync(join(work, "host_key.pub"), "utf8").trim().split(" ").slice(0, 2).join(" ");
+    writeFileSync(knownHosts(), `[127.0.0.1]:2222 ${hostKey}\n[127.0.0.1]:${RELAYED_PORT} ${hostKey}\n`);
   }, 900_000);
 
   afterAll(async () => {
@@ -244,6 +319,7 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     }
     if (agent) await stopRole(agent);
     if (scheduler) await stopRole(scheduler);
+    if (relay) await stopRole(relay);
     laptop?.delete();
     nat?.delete();
     sh(["ip", "link", "del", ROOT_VETH]);
@@ -298,6 +374,69 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     expect(r.code).toBe(0);
     expect(r.out.split("\n").slice(0, 2)).toEqual([`${local}  /root/blob.bin`, String(BLOB_BYTES)]);
   }, 300_000);
+
+  test("relay: with UDP to the host endpoint dropped, ssh through a new bb proxy runs a command over bb relay run; the drop lifted during an scp, that same connection moves to direct and the file arrives byte-exact", async () => {
+    const t0 = performance.now();
+    blockDirect(true);
+    let blocked = true;
+    const relayed = startProxy(RELAYED_PORT, ownerToken, "relayed");
+    const log = () => readFileSync(relayed.log, "utf8");
+    try {
+      await waitLog(relayed, new RegExp(`listening on 127\\.0\\.0\\.1:${RELAYED_PORT}`));
+      const framesBefore = await relayCounter("frames_forwarded_total");
+      const r = await laptopRun("ssh", ["root@127.0.0.1", "echo relayed-hi-$(hostname)"], RELAYED_PORT);
+      if (r.code !== 0) throw new Error(`ssh over the relay exited ${r.code}: ${r.err}\nproxy:\n${tail(relayed.log)}\nrelay:\n${tail(relay.log)}`);
+      expect(r.out.trim()).toBe("relayed-hi-beachball");
+      // The proxy says relay (the manifest's relay), never direct; the relay forwarded frames.
+      await waitLog(relayed, new RegExp(`path: relay ${RELAY_ID}`));
+      expect(log()).toContain(`relay ${RELAY_ID}: session open`);
+      expect(log()).not.toContain("path: direct");
+      expect(await relayCounter("frames_forwarded_total")).toBeGreaterThan(framesBefore);
+      timings.push(`relayed ssh command ${Math.round(performance.now() - t0)} ms after the block`);
+
+      // One scp (one ssh connection, rate-capped so that it outlasts the move): its first MiB over the relay, then the drop is lifted.
+      const blob = join(work, "move.bin");
+      writeFileSync(blob, randomBytes(MOVE_BYTES));
+      const local = createHash("sha256").update(readFileSync(blob)).digest("hex");
+      const t1 = performance.now();
+      const bytesBefore = await relayCounter("bytes_forwarded_total");
+      const scp = Bun.spawn(laptopCommand("scp", ["-q", "-l", String(MOVE_RATE_KBITS), blob, "root@127.0.0.1:/root/move.bin"], RELAYED_PORT), { stdout: "pipe", stderr: "pipe", stdin: "ignore" });
+      const scpErr = new Response(scp.stderr).text();
+      while ((await relayCounter("bytes_forwarded_total")) - bytesBefore < 1024 * 1024) {
+        if (scp.exitCode !== null) throw new Error(`scp ended (${scp.exitCode}) before the relay carried 1 MiB of it: ${await scpErr}`);
+        await Bun.sleep(100);
+      }
+      const atUnblock = log().length;
+      expect(log()).not.toContain("path: direct");
+      blockDirect(false);
+      blocked = false;
+      // The proxy's probes now reach the host endpoint: it pins the direct address while that scp still runs.
+      const direct = `path: direct via ${ROOT_ADDR}:${endpointPort}`;
+      let movedWhileRunning = false;
+      while (scp.exitCode === null && !(movedWhileRunning = log().slice(atUnblock).includes(direct))) await Bun.sleep(100);
+      const relayAtMove = (await relayCounter("bytes_forwarded_total")) - bytesBefore;
+      const code = await scp.exited;
+      const relayAfterMove = (await relayCounter("bytes_forwarded_total")) - bytesBefore - relayAtMove;
+      const ms = Math.round(performance.now() - t1);
+      timings.push(`relay→direct scp of ${MOVE_BYTES >> 20} MiB (capped at ${MOVE_RATE_KBITS} Kbit/s) in ${ms} ms, relay bytes ${relayAtMove} before the move and ${relayAfterMove} after`);
+      if (code !== 0) throw new Error(`scp exited ${code}: ${await scpErr}\nproxy:\n${tail(relayed.log)}`);
+      expect(movedWhileRunning).toBe(true);
+      expect(log().indexOf(direct)).toBeGreaterThan(log().search(new RegExp(`path: relay ${RELAY_ID}`)));
+      expect(log()).not.toContain("inner connection");
+      // The relay went quiet: after the move it carried less than a quarter of the file's size (both ends pinned the direct path).
+      expect(relayAfterMove).toBeLessThan(MOVE_BYTES / 4);
+      // Byte-exact on the VM (read over the now direct path).
+      const sum = await laptopRun("ssh", ["root@127.0.0.1", "sha256sum /root/move.bin; stat -c %s /root/move.bin; rm -f /root/move.bin"], RELAYED_PORT);
+      expect(sum.code).toBe(0);
+      expect(sum.out.split("\n").slice(0, 2)).toEqual([`${local}  /root/move.bin`, String(MOVE_BYTES)]);
+    } finally {
+      if (blocked) blockDirect(false);
+      relayed.proc.kill("SIGINT");
+      await relayed.proc.exited;
+    }
+    expect(relayed.proc.exitCode).toBe(0);
+    timings.push(`relay test ${Math.round(performance.now() - t0)} ms`);
+  }, 120_000);
 
   test("a proxy with another tenant's token is refused (NOT_FOUND, exit 1) and nothing changed", async () => {
     const before = await controller.get(allocationId);
