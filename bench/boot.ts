@@ -30,6 +30,7 @@ import { buildDevImage } from "../src/image/devBuild.ts";
 import { ensureDebianRootfsTar } from "../src/image/debianRootfs.ts";
 import { buildReferenceImage } from "../src/image/referenceBuild.ts";
 import { buildOciImage } from "../src/image/oci/build.ts";
+import { TCG_TRANSLATION_CACHE_MIB } from "../src/agent/vmm/qemu.ts";
 import { generateSigningKey } from "../src/image/signing.ts";
 import { publishImages } from "../src/image/publish.ts";
 import { sha256File } from "../src/image/verify.ts";
@@ -103,7 +104,7 @@ async function bare(dir: string, args: string[], work: string): Promise<{ done: 
   const root = m.rootfsFormat === "squashfs" ? ["beachball.lower=/dev/vda", "beachball.upper=/dev/vdb"] : ["root=/dev/vda", "rw"];
   const cmdline = ["console=ttyS0", "reboot=t", "panic=1", "pci=off", "quiet", `tsc_early_khz=${await hostTscKhz()}`, ...root, ...m.kernelArgs.filter((a) => !a.startsWith("init=")), ...args].join(" ");
   const t0 = performance.now();
-  const p = Bun.spawn(["qemu-system-x86_64", "-M", "microvm", "-accel", "tcg", "-cpu", "max", "-smp", "1", "-m", "512", "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+  const p = Bun.spawn(["qemu-system-x86_64", "-M", "microvm", "-accel", `tcg,tb-size=${TCG_TRANSLATION_CACHE_MIB}`, "-cpu", "max", "-smp", "1", "-m", "512", "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
     "-serial", "stdio", "-kernel", join(dir, m.kernel.path), "-initrd", join(dir, m.initrd!.path), "-append", cmdline, ...drives], { stdout: "pipe", stderr: "ignore", stdin: "ignore" });
   const kill = setTimeout(() => p.kill("SIGKILL"), 300_000);
   let seen = "";

@@ -22,8 +22,8 @@
  * trusting the scheduler's connection keys) is the one relay of the
  * manifest's relay map, so every grant's signed map names it; the proxy
  * gets the certificate with BB_RELAY_CA, the agent with
- * `connections.relayCaPath`. The agent's QEMU gets 384 MiB beyond guest RAM
- * (TCG's translation cache outgrows the 192 MiB default).
+ * `connections.relayCaPath`. The agent runs with the default VMM memory
+ * overhead (QEMU's TCG translation cache is bounded by the driver).
  * The agent's placement cgroups live under a parent of this run's own
  * (test/support/cgroupScope.ts).
  *
@@ -70,7 +70,7 @@ import { cgroupScope, type CgroupScope } from "../support/cgroupScope.ts";
 import { makeTestCert } from "../support/relay.ts";
 import { sshdPayload, writeSshdOciLayout } from "../support/debianOci.ts";
 import { must, Netns, sh } from "../support/netns.ts";
-import { cleanUpPlacements, freePort, leftoversOf, runRole, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
+import { cleanUpPlacements, freePort, leftoversOf, runRole, startRole, stopRole, tail, vmTestSkipReason, waitUntil, type Role } from "../support/processes.ts";
 
 const skip =
   vmTestSkipReason() ??
@@ -88,8 +88,6 @@ const ROOT_VETH = `bbsshr${id}`;
 /** The other tenant's bearer token (a second controller in the manifest). */
 const OTHER_TOKEN = `bbt_other_${randomBytes(12).toString("hex")}`;
 const BLOB_BYTES = 64 * 1024 * 1024;
-/** The agent's allowance beyond guest RAM for QEMU under TCG (translation cache), MiB; see where it is set. */
-const TCG_VMM_OVERHEAD_MIB = 384;
 /** The relay's ID in the manifest's relay map. */
 const RELAY_ID = "relay-ssh";
 /** The scp that moves from the relay to the direct path: its size, and its rate cap (scp -l, Kbit/s) so that it is still running when the path moves. */
@@ -178,23 +176,12 @@ async function relayCounter(name: string): Promise<number> {
   return Number(m[1]);
 }
 
-async function waitUp(ms = 20_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (await fetch(`http://${ROOT_ADDR}:${port}/healthz`).then((r) => r.ok).catch(() => false)) return;
-    await Bun.sleep(100);
-  }
-  throw new Error(`scheduler did not come up\n${tail(scheduler.log)}`);
+function waitUp(): Promise<boolean> {
+  return waitUntil("the scheduler's start", () => fetch(`http://${ROOT_ADDR}:${port}/healthz`).then((r) => r.ok), 20_000, [scheduler.log]);
 }
 
-async function waitHealthy(ms = 30_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    const h = await operator.hosts().catch(() => []);
-    if (h.some((x) => x.hostId === "ssh-host" && x.health === "healthy")) return;
-    await Bun.sleep(200);
-  }
-  throw new Error(`host never became healthy\n${tail(agent.log)}`);
+async function waitHealthy(): Promise<void> {
+  await waitUntil("a healthy host", async () => (await operator.hosts()).some((x) => x.hostId === "ssh-host" && x.health === "healthy"), 30_000, [agent.log]);
 }
 
 d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () => {
@@ -286,9 +273,6 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     // Placement cgroups under a parent of this run's own: cgroups other runs left in the shared default would make the host unschedulable.
     cgroups = cgroupScope(`bbssh-${id}`);
     cfg.cgroupParent = cgroups.parent;
-    // QEMU under TCG needs more than the default 192 MiB beyond guest RAM once the guest has touched all of it
-    // (measured: 729 MiB anonymous RSS for this 512 MiB guest after 88 MiB of scp, OOM-killed by memory.max).
-    cfg.vmmMemoryOverheadMiB = TCG_VMM_OVERHEAD_MIB;
     writeFileSync(cfgPath, JSON.stringify(cfg, null, 2));
     agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"));
     await waitHealthy();

@@ -14,7 +14,8 @@ test("qemuArgs follows the measured TCG recipe and carries the instance ID", () 
   const after = (flag: string) => a[a.indexOf(flag) + 1];
   expect(after("-name")).toBe("bb-0123456789ab");
   expect(after("-cpu")).toBe("max");
-  expect(after("-accel")).toBe("tcg");
+  expect(after("-accel")).toBe("tcg,tb-size=64"); // bounded translation cache: QEMU stays inside the placement's memory.max
+  expect(qemuArgs(spec, "kvm", 1)[qemuArgs(spec, "kvm", 1).indexOf("-accel") + 1]).toBe("kvm");
   expect(a).toContain("-no-reboot");
   expect(after("-append")).toBe(
     "console=ttyS0 reboot=t panic=1 pci=off quiet tsc_early_khz=2445406 root=/dev/vda rw beachball.generation=3",
