@@ -8,6 +8,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { createServer } from "node:net";
 import { relayCaFrom } from "./command.ts";
 
 const BB = resolve(import.meta.dir, "../../bin/bb.ts");
@@ -40,6 +41,21 @@ describe("bb proxy usage errors", () => {
       const r = bbProxy([ID, "--local-port", "2222", "--remote-port", "22", "--ttl", ttl]);
       expect(r.code).toBe(2);
       expect(r.stderr).toContain("--ttl must be 30..3600");
+    }
+  });
+});
+
+describe("bb proxy local port", () => {
+  test("a --local-port that is already taken exits 2 naming it, before a grant is requested", async () => {
+    const holder = createServer();
+    await new Promise<void>((r) => holder.listen(0, "127.0.0.1", () => r()));
+    const port = (holder.address() as { port: number }).port;
+    try {
+      const r = bbProxy([ID, "--local-port", String(port), "--remote-port", "22"]);
+      expect(r.code).toBe(2);
+      expect(r.stderr).toContain(`--local-port ${port}: cannot listen on 127.0.0.1:${port} (EADDRINUSE)`);
+    } finally {
+      await new Promise<void>((r) => holder.close(() => r()));
     }
   });
 });

@@ -25,6 +25,7 @@ import { resolveAllocationId } from "../cli/allocationId.ts";
 import { relayConnector } from "../relayclient/index.ts";
 import { parseVerificationKeys } from "../protocol/connectionSignature.ts";
 import { selectAead, systemClock, systemRandom } from "../wireguard/index.ts";
+import { probeLocalPort } from "./forwarder.ts";
 import { runProxy } from "./session.ts";
 
 function usage(message: string): Error {
@@ -87,6 +88,9 @@ export const proxyCommand = command({
       const cfg = resolveClientConfig(args);
       const keys = connectionKeysFrom(args["connection-key"], cfg.connectionKeys);
       const ca = relayCaFrom(args["relay-ca"]);
+      await probeLocalPort(localPort).catch((e: NodeJS.ErrnoException) => {
+        throw usage(`--local-port ${localPort}: cannot listen on 127.0.0.1:${localPort} (${e.code ?? e.message}); pick another port`);
+      });
       const client = new SchedulerClient(cfg.schedulerUrl, cfg.token, { origin: cfg.urlOrigin });
       const allocationId = await resolveAllocationId(client, args.allocation);
       const { aead } = await selectAead();
