@@ -36,6 +36,12 @@ describe("bb proxy usage errors", () => {
     expect(r.stderr).toContain('"not-an-id" is not an allocation ID');
   });
 
+  test("--json is not a flag of bb proxy (it prints progress lines, not a JSON result)", () => {
+    const r = bbProxy([ID, "--local-port", "2222", "--remote-port", "22", "--json"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain("unknown flag --json");
+  });
+
   test("--ttl takes decimal digits only (0x3c and 1e2 are refused, as ports are)", () => {
     for (const ttl of ["0x3c", "1e2", "60.0", " 60"]) {
       const r = bbProxy([ID, "--local-port", "2222", "--remote-port", "22", "--ttl", ttl]);

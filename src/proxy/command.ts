@@ -66,11 +66,14 @@ export function relayCaFrom(flag: string | undefined): string | undefined {
   return text;
 }
 
+/** The shared client flags without --json: the proxy prints progress lines, never a JSON result. */
+const { json: _json, ...proxyClientArgs } = clientArgs;
+
 /** The `bb proxy` command. */
 export const proxyCommand = command({
   meta: { name: "proxy", description: "Forward 127.0.0.1:LOCAL to a port inside a private allocation (no root)" },
   args: {
-    ...clientArgs,
+    ...proxyClientArgs,
     allocation: { type: "positional", required: true, valueHint: "ALLOCATION_ID", description: "Allocation ID, or a unique prefix of one" },
     "local-port": { type: "string", required: true, description: "Port to listen on at 127.0.0.1" },
     "remote-port": { type: "string", required: true, description: "Port inside the allocation" },
