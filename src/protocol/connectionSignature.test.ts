@@ -126,4 +126,5 @@ test("verification keys parse from KEYID=BASE64 pairs and bad entries are refuse
   expect(parseVerificationKeys(`k1=${pub}, k2=${pub}`)).toEqual(new Map([["k1", pub], ["k2", pub]]));
   expect(() => parseVerificationKeys(pub)).toThrow(/KEYID=BASE64/);
   expect(() => parseVerificationKeys("k1=abc")).toThrow(/KEYID=BASE64/);
+  expect(() => parseVerificationKeys(`k1=${pub},k1=${Buffer.alloc(32, 9).toString("base64")}`)).toThrow("verification key ID k1 is given twice");
 });

@@ -203,7 +203,7 @@ function firstError(schema: Parameters<typeof Value.Errors>[0], v: unknown): str
   return e ? `${e.path || "/"} ${e.message}` : "invalid";
 }
 
-/** Parses `keyId=base64` pairs (comma-separated) into verification keys. Throws an Error naming the bad entry. */
+/** Parses `keyId=base64` pairs (comma-separated) into verification keys. Throws an Error naming the bad entry, or a key ID given twice (which key would win is not for the parser to guess). */
 export function parseVerificationKeys(text: string): Map<string, string> {
   const keys = new Map<string, string>();
   for (const part of text.split(",").map((s) => s.trim()).filter(Boolean)) {
@@ -211,6 +211,7 @@ export function parseVerificationKeys(text: string): Map<string, string> {
     const id = eq > 0 ? part.slice(0, eq) : "";
     const key = part.slice(eq + 1);
     if (!/^[A-Za-z0-9._:-]{1,64}$/.test(id) || !isVerificationKey(key)) throw new Error(`verification key ${JSON.stringify(part.slice(0, 80))} is not KEYID=BASE64 of a 32-byte Ed25519 public key`);
+    if (keys.has(id)) throw new Error(`verification key ID ${id} is given twice; each key ID names one key`);
     keys.set(id, key);
   }
   return keys;

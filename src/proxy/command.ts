@@ -10,6 +10,8 @@
  * proxy refuses to start without one. Relay certificates are verified
  * against the system's trust store plus the PEM file of `--relay-ca` (else
  * BB_RELAY_CA), for a deployment whose relays use a private CA.
+ * The allocation may be given by a unique ID prefix, as for `bb allocation`
+ * (src/cli/allocationId.ts).
  * Must never: need root, touch the routing table, or print a token or key.
  */
 import { readFileSync } from "node:fs";
@@ -19,9 +21,11 @@ import { resolveClientConfig } from "../cli/config.ts";
 import { command } from "../command/define.ts";
 import { clientArgs } from "../cli/common.ts";
 import { runCli } from "../command/run.ts";
+import { resolveAllocationId } from "../cli/allocationId.ts";
 import { relayConnector } from "../relayclient/index.ts";
 import { parseVerificationKeys } from "../protocol/connectionSignature.ts";
 import { selectAead, systemClock, systemRandom } from "../wireguard/index.ts";
+import { probeLocalPort } from "./forwarder.ts";
 import { runProxy } from "./session.ts";
 
 function usage(message: string): Error {
@@ -47,26 +51,30 @@ export function connectionKeysFrom(flag: string | undefined, fromFile: Record<st
   return keys;
 }
 
-/** The extra relay CA (PEM text) from the flag or BB_RELAY_CA, or undefined. Throws a usage error when the file cannot be read or holds no certificate. */
+/** The extra relay CA (PEM text) from the flag or BB_RELAY_CA, or undefined. Throws a usage error naming where the path came from (the flag or BB_RELAY_CA) when the file cannot be read or holds no certificate. */
 export function relayCaFrom(flag: string | undefined): string | undefined {
   const path = flag ?? process.env["BB_RELAY_CA"];
   if (!path) return undefined;
+  const source = flag !== undefined ? "--relay-ca" : "BB_RELAY_CA";
   let text: string;
   try {
     text = readFileSync(path, "utf8");
   } catch (e) {
-    throw usage(`--relay-ca ${path}: ${(e as Error).message}`);
+    throw usage(`${source} ${path}: ${(e as Error).message}`);
   }
-  if (!text.includes("-----BEGIN CERTIFICATE-----")) throw usage(`--relay-ca ${path}: no PEM certificate in the file`);
+  if (!text.includes("-----BEGIN CERTIFICATE-----")) throw usage(`${source} ${path}: no PEM certificate in the file`);
   return text;
 }
+
+/** The shared client flags without --json: the proxy prints progress lines, never a JSON result. */
+const { json: _json, ...proxyClientArgs } = clientArgs;
 
 /** The `bb proxy` command. */
 export const proxyCommand = command({
   meta: { name: "proxy", description: "Forward 127.0.0.1:LOCAL to a port inside a private allocation (no root)" },
   args: {
-    ...clientArgs,
-    allocation: { type: "positional", required: true, valueHint: "ALLOCATION_ID", description: "Allocation ID" },
+    ...proxyClientArgs,
+    allocation: { type: "positional", required: true, valueHint: "ALLOCATION_ID", description: "Allocation ID, or a unique prefix of one" },
     "local-port": { type: "string", required: true, description: "Port to listen on at 127.0.0.1" },
     "remote-port": { type: "string", required: true, description: "Port inside the allocation" },
     ttl: { type: "string", description: "Grant lifetime in seconds (30..3600; default: the scheduler's)" },
@@ -78,12 +86,16 @@ export const proxyCommand = command({
     runCli(async () => {
       const localPort = port(args["local-port"], "local-port");
       const remotePort = port(args["remote-port"], "remote-port");
-      const ttl = args.ttl === undefined ? undefined : Number(args.ttl);
-      if (ttl !== undefined && (!Number.isInteger(ttl) || ttl < 30 || ttl > 3600)) throw usage("--ttl must be 30..3600 seconds");
+      const ttl = args.ttl === undefined ? undefined : /^\d{1,4}$/.test(args.ttl) ? Number(args.ttl) : NaN;
+      if (ttl !== undefined && (!Number.isInteger(ttl) || ttl < 30 || ttl > 3600)) throw usage("--ttl must be 30..3600 seconds (decimal digits)");
       const cfg = resolveClientConfig(args);
       const keys = connectionKeysFrom(args["connection-key"], cfg.connectionKeys);
       const ca = relayCaFrom(args["relay-ca"]);
+      await probeLocalPort(localPort).catch((e: NodeJS.ErrnoException) => {
+        throw usage(`--local-port ${localPort}: cannot listen on 127.0.0.1:${localPort} (${e.code ?? e.message}); pick another port`);
+      });
       const client = new SchedulerClient(cfg.schedulerUrl, cfg.token, { origin: cfg.urlOrigin });
+      const allocationId = await resolveAllocationId(client, args.allocation);
       const { aead } = await selectAead();
       const stop = new AbortController();
       const onSignal = () => stop.abort();
@@ -92,7 +104,7 @@ export const proxyCommand = command({
       try {
         await runProxy(
           {
-            client, allocationId: args.allocation, localPort, remotePort, keys, clock: systemClock, random: systemRandom, aead,
+            client, allocationId, localPort, remotePort, keys, clock: systemClock, random: systemRandom, aead,
             relayConnector: relayConnector(ca ? { ca } : {}),
             ...(ttl !== undefined ? { ttlSeconds: ttl } : {}),
             log: (line) => consola.info(line),

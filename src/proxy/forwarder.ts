@@ -131,3 +131,20 @@ export async function startForwarder(o: ForwarderOptions): Promise<Forwarder> {
     },
   };
 }
+
+/**
+ * Binds 127.0.0.1:`port` and lets it go at once, so `bb proxy` can refuse a
+ * port that is taken (or not allowed) before it asks the scheduler for a
+ * grant and configures the host. Resolves when the port could be bound;
+ * rejects with the bind error (EADDRINUSE, EACCES, …). Another process may
+ * still take the port in between; startForwarder then fails as before.
+ */
+export async function probeLocalPort(port: number, host = "127.0.0.1"): Promise<void> {
+  const probe = createServer();
+  await new Promise<void>((resolve, reject) => {
+    probe.once("error", reject);
+    probe.listen({ port, host, exclusive: true }, () => resolve());
+  });
+  await new Promise<void>((r) => probe.close(() => r()));
+}
+

@@ -2,6 +2,10 @@ import { describe, expect, test } from "bun:test";
 import { DEFAULT_HEALTH_LISTEN, DEFAULT_LIMIT_CAPS, DEFAULT_MAX_SESSIONS, isLoopback, parseListenAddress, RelayConfigError, relayConfigFrom } from "./config.ts";
 import { startRelay } from "./server.ts";
 import { makeSigner } from "./testing.ts";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { makeTestCert } from "../../test/support/relay.ts";
 
 const key = makeSigner("conn-1");
 const minimal = { relayId: "relay-a", trustedKeys: [{ keyId: "conn-1", publicKey: key.publicKeyB64 }] };
@@ -58,5 +62,40 @@ describe("relay config", () => {
     await expect(startRelay({ config, insecureListen: [{ hostname: "127.0.0.1", port: 0 }], quicListen: { hostname: "127.0.0.1", port: 0 } })).rejects.toThrow(/no tls/);
     const withMissingFiles = relayConfigFrom({ ...minimal, tls: { certPath: "/nonexistent/c.pem", keyPath: "/nonexistent/k.pem" } }, "t.json");
     await expect(startRelay({ config: withMissingFiles })).rejects.toThrow(/cannot read the TLS certificate \/nonexistent\/c\.pem: ENOENT/);
+  });
+
+  test("a TLS key that does not match the certificate, or a file that is not PEM, is a RelayConfigError naming the file, before binding", async () => {
+    const a = mkdtempSync(join(tmpdir(), "bb-relay-tls-a-"));
+    const b = mkdtempSync(join(tmpdir(), "bb-relay-tls-b-"));
+    try {
+      const one = makeTestCert(a);
+      const other = makeTestCert(b);
+      const notPem = join(a, "not.pem");
+      writeFileSync(notPem, "not pem\n");
+      const start = (certPath: string, keyPath: string) => startRelay({ config: relayConfigFrom({ ...minimal, listen: ["127.0.0.1:0"], healthListen: "127.0.0.1:0", tls: { certPath, keyPath } }, "t.json") });
+      await expect(start(one.certPath, other.keyPath)).rejects.toThrow(new RelayConfigError(`the TLS key ${other.keyPath} does not match the certificate ${one.certPath}`));
+      await expect(start(notPem, one.keyPath)).rejects.toThrow(`the TLS certificate ${notPem} holds no PEM certificate`);
+      await expect(start(one.certPath, notPem)).rejects.toThrow(`the TLS key ${notPem} holds no PEM private key`);
+      await expect(start(one.certPath, one.keyPath).then((r) => r.stop())).resolves.toBeUndefined();
+    } finally {
+      rmSync(a, { recursive: true, force: true });
+      rmSync(b, { recursive: true, force: true });
+    }
+  });
+
+  test("an address given twice among listen and healthListen is refused with the file and both fields named; a malformed one names the file", () => {
+    const problem = (raw: unknown) => {
+      try {
+        relayConfigFrom(raw, "t.json");
+        return "accepted";
+      } catch (e) {
+        expect(e).toBeInstanceOf(RelayConfigError);
+        return (e as Error).message;
+      }
+    };
+    expect(problem({ ...minimal, listen: ["127.0.0.1:8443", "127.0.0.1:8443"] })).toBe("invalid relay config t.json: /listen/1 repeats the address of /listen/0 (127.0.0.1:8443)");
+    expect(problem({ ...minimal, listen: ["127.0.0.1:9443"], healthListen: "127.0.0.1:9443" })).toMatch(/\/healthListen repeats the address of \/listen\/0/);
+    expect(problem({ ...minimal, listen: ["127.0.0.1:0", "127.0.0.1:0"], healthListen: "127.0.0.1:0" })).toBe("accepted");
+    expect(problem({ ...minimal, listen: ["127.0.0.1:70000"] })).toBe('invalid relay config t.json: /listen/0 must be HOST:PORT (IPv6 in brackets), got "127.0.0.1:70000"');
   });
 });

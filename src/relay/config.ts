@@ -125,7 +125,7 @@ export function isLoopback(hostname: string): boolean {
   return hostname === "localhost" || hostname === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(hostname);
 }
 
-/** Validates a parsed file and applies defaults. Throws RelayConfigError with the first problem (JSON pointer + message). */
+/** Validates a parsed file and applies defaults. Throws RelayConfigError with the first problem (JSON pointer + message), including a listen or health address given twice (port 0 aside). */
 export function relayConfigFrom(raw: unknown, source: string): RelayConfig {
   if (!Value.Check(RelayConfigFile, raw)) {
     const first = Value.Errors(RelayConfigFile, raw).First();
@@ -139,11 +139,27 @@ export function relayConfigFrom(raw: unknown, source: string): RelayConfig {
     if (bytes.length !== 32 || bytes.toString("base64") !== k.publicKey) throw new RelayConfigError(`invalid relay config ${source}: /trustedKeys/${i}/publicKey is not base64 of 32 bytes`);
     trustedKeys.set(k.keyId, new Uint8Array(bytes));
   });
+  const at = (addr: string, field: string): ListenAt => {
+    try {
+      return parseListenAddress(addr, field);
+    } catch (e) {
+      throw new RelayConfigError(`invalid relay config ${source}: ${(e as Error).message}`);
+    }
+  };
+  const listen = (f.listen ?? [DEFAULT_RELAY_LISTEN]).map((a, i) => at(a, `/listen/${i}`));
+  const health = at(f.healthListen ?? DEFAULT_HEALTH_LISTEN, "/healthListen");
+  const seen = new Map<string, string>();
+  [...listen.map((l, i) => [l, `/listen/${i}`] as const), [health, "/healthListen"] as const].forEach(([l, field]) => {
+    const key = `${l.hostname.toLowerCase()}:${l.port}`;
+    const earlier = seen.get(key);
+    if (earlier && l.port !== 0) throw new RelayConfigError(`invalid relay config ${source}: ${field} repeats the address of ${earlier} (${l.hostname}:${l.port})`);
+    seen.set(key, field);
+  });
   return {
     relayId: f.relayId,
-    listen: (f.listen ?? [DEFAULT_RELAY_LISTEN]).map((a, i) => parseListenAddress(a, `/listen/${i}`)),
-    quicListen: f.quicListen ? parseListenAddress(f.quicListen, "/quicListen") : null,
-    health: parseListenAddress(f.healthListen ?? DEFAULT_HEALTH_LISTEN, "/healthListen"),
+    listen,
+    quicListen: f.quicListen ? at(f.quicListen, "/quicListen") : null,
+    health,
     tls: f.tls ?? null,
     trustedKeys,
     limitCaps: f.limitCaps ?? DEFAULT_LIMIT_CAPS,

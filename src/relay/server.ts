@@ -9,7 +9,7 @@
  * plain WebSocket on an address other machines can reach.
  */
 import { readFileSync } from "node:fs";
-import { createPrivateKey } from "node:crypto";
+import { createPrivateKey, X509Certificate } from "node:crypto";
 import { isLoopback, RelayConfigError, type ListenAt, type RelayConfig } from "./config.ts";
 import { startHealthListener, type HealthListener } from "./health.ts";
 import { RelayHub } from "./hub.ts";
@@ -55,7 +55,32 @@ function readPem(path: string, what: string): string {
   }
 }
 
-/** Starts the relay. Throws RelayConfigError for a missing TLS setting or a non-loopback insecure address; rejects when an address cannot be bound (everything started so far is stopped). */
+/**
+ * Reads the TLS certificate chain and key and checks that the first
+ * certificate parses and matches the key, so a wrong or swapped file is a
+ * RelayConfigError (exit 2, the file named) before anything binds, not a
+ * TLS library error from the listener.
+ */
+function tlsMaterial(certPath: string, keyPath: string): { cert: string; key: string } {
+  const cert = readPem(certPath, "certificate");
+  const key = readPem(keyPath, "key");
+  let x509: X509Certificate;
+  try {
+    x509 = new X509Certificate(cert);
+  } catch {
+    throw new RelayConfigError(`the TLS certificate ${certPath} holds no PEM certificate`);
+  }
+  let keyObject: ReturnType<typeof createPrivateKey>;
+  try {
+    keyObject = createPrivateKey(key);
+  } catch {
+    throw new RelayConfigError(`the TLS key ${keyPath} holds no PEM private key`);
+  }
+  if (!x509.checkPrivateKey(keyObject)) throw new RelayConfigError(`the TLS key ${keyPath} does not match the certificate ${certPath}`);
+  return { cert, key };
+}
+
+/** Starts the relay. Throws RelayConfigError for a missing TLS setting, unreadable or mismatched TLS files, or a non-loopback insecure address; rejects when an address cannot be bound (everything started so far is stopped). */
 export async function startRelay(o: StartRelayOptions): Promise<RunningRelay> {
   const c = o.config;
   const insecure = o.insecureListen ?? [];
@@ -63,7 +88,7 @@ export async function startRelay(o: StartRelayOptions): Promise<RunningRelay> {
   const quicAt = o.quicListen === undefined ? c.quicListen : o.quicListen;
   const needTls = insecure.length === 0 || quicAt !== null;
   if (needTls && !c.tls) throw new RelayConfigError("the relay config has no tls {certPath, keyPath}: WebSocket and QUIC listeners need TLS (plain ws:// only with --insecure-listen on loopback)");
-  const tls = needTls && c.tls ? { cert: readPem(c.tls.certPath, "certificate"), key: readPem(c.tls.keyPath, "key") } : null;
+  const tls = needTls && c.tls ? tlsMaterial(c.tls.certPath, c.tls.keyPath) : null;
   const clock = o.clock ?? systemRelayClock;
   const hub = new RelayHub({
     policy: { relayId: c.relayId, keys: publicKeyObjects(c.trustedKeys), caps: c.limitCaps },

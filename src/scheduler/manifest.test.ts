@@ -2,7 +2,7 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ensureDevManifest, loadManifest, tokenDigest, type DeploymentManifest } from "./manifest.ts";
+import { ensureDevManifest, loadManifest, publishDevClientConfig, tokenDigest, type DeploymentManifest } from "./manifest.ts";
 
 const IMAGE = `sha256:${"cd".repeat(32)}`;
 const dirs: string[] = [];
@@ -96,5 +96,21 @@ describe("dev mode overwriting an edited manifest", () => {
     unlinkSync(p.manifestPath);
     expect(errorOf(() => ensureDevManifest(dir, IMAGE))).toContain(`${p.manifestPath} is missing`);
     expect(existsSync(p.manifestPath)).toBe(false);
+  });
+});
+
+describe("dev client config", () => {
+  test("carries the manifest's public connection verification keys (bb proxy needs them) and never the signing key", () => {
+    const dir = scratch();
+    const p = ensureDevManifest(dir, IMAGE);
+    const copy = join(dir, "copy", "client.json");
+    publishDevClientConfig(p, "http://127.0.0.1:1", [copy]);
+    const keys = loadManifest(p.manifestPath).connections!.verificationKeys;
+    expect(Object.keys(keys).length).toBeGreaterThan(0);
+    for (const file of [p.clientConfigPath, copy]) {
+      const cfg = JSON.parse(readFileSync(file, "utf8")) as Record<string, unknown>;
+      expect(cfg["connectionKeys"]).toEqual(keys);
+      expect(readFileSync(file, "utf8")).not.toContain("PRIVATE");
+    }
   });
 });

@@ -153,12 +153,18 @@ export function ensureDevManifest(dataDir: string, imageDigest: string): DevMani
 }
 
 /**
- * Points the dev client config at `schedulerUrl` and copies it to each of
- * `copies` (mode 0600), so the CLI finds it. Throws if the dev manifest was never written.
+ * Points the dev client config at `schedulerUrl`, copies the manifest's
+ * public connection verification keys into its `connectionKeys` (so `bb
+ * proxy` works against a dev scheduler without --connection-key; public keys
+ * only, never the signing key), and copies it to each of `copies` (mode
+ * 0600), so the CLI finds it. Throws if the dev manifest was never written.
  */
 export function publishDevClientConfig(paths: DevManifestPaths, schedulerUrl: string, copies: string[]): void {
   const cfg = JSON.parse(readFileSync(paths.clientConfigPath, "utf8")) as Record<string, unknown>;
   cfg["schedulerUrl"] = schedulerUrl;
+  const keys = loadManifest(paths.manifestPath).connections?.verificationKeys;
+  if (keys && Object.keys(keys).length > 0) cfg["connectionKeys"] = keys;
+  else delete cfg["connectionKeys"];
   const text = JSON.stringify(cfg, null, 2);
   for (const p of [paths.clientConfigPath, ...copies]) {
     mkdirSync(dirname(p), { recursive: true });
