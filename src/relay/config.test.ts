@@ -64,6 +64,13 @@ describe("relay config", () => {
     await expect(startRelay({ config: withMissingFiles })).rejects.toThrow(/cannot read the TLS certificate \/nonexistent\/c\.pem: ENOENT/);
   });
 
+  test("startRelay refuses command-line addresses that clash, before binding anything (the file's own check cannot see them)", async () => {
+    const config = relayConfigFrom(minimal, "t.json");
+    const at = { hostname: "127.0.0.1", port: 18443 };
+    await expect(startRelay({ config, insecureListen: [at], health: at })).rejects.toMatchObject({ name: "RelayConfigError", message: "--health-listen repeats the address of --insecure-listen (127.0.0.1:18443)" });
+    await expect(startRelay({ config, insecureListen: [at, at] })).rejects.toThrow(/--insecure-listen repeats the address of --insecure-listen/);
+  });
+
   test("a TLS key that does not match the certificate, or a file that is not PEM, is a RelayConfigError naming the file, before binding", async () => {
     const a = mkdtempSync(join(tmpdir(), "bb-relay-tls-a-"));
     const b = mkdtempSync(join(tmpdir(), "bb-relay-tls-b-"));

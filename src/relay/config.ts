@@ -125,6 +125,21 @@ export function isLoopback(hostname: string): boolean {
   return hostname === "localhost" || hostname === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(hostname);
 }
 
+/**
+ * Throws RelayConfigError (`prefix` + which field repeats which) when two
+ * TCP listeners name the same HOST:PORT (port 0 aside): the relay would
+ * otherwise fail on its own second bind with a bare "port in use".
+ */
+export function assertDistinctAddresses(entries: ReadonlyArray<readonly [ListenAt, string]>, prefix = ""): void {
+  const seen = new Map<string, string>();
+  for (const [l, field] of entries) {
+    const key = `${l.hostname.toLowerCase()}:${l.port}`;
+    const earlier = seen.get(key);
+    if (earlier && l.port !== 0) throw new RelayConfigError(`${prefix}${field} repeats the address of ${earlier} (${l.hostname}:${l.port})`);
+    seen.set(key, field);
+  }
+}
+
 /** Validates a parsed file and applies defaults. Throws RelayConfigError with the first problem (JSON pointer + message), including a listen or health address given twice (port 0 aside). */
 export function relayConfigFrom(raw: unknown, source: string): RelayConfig {
   if (!Value.Check(RelayConfigFile, raw)) {
@@ -148,13 +163,7 @@ export function relayConfigFrom(raw: unknown, source: string): RelayConfig {
   };
   const listen = (f.listen ?? [DEFAULT_RELAY_LISTEN]).map((a, i) => at(a, `/listen/${i}`));
   const health = at(f.healthListen ?? DEFAULT_HEALTH_LISTEN, "/healthListen");
-  const seen = new Map<string, string>();
-  [...listen.map((l, i) => [l, `/listen/${i}`] as const), [health, "/healthListen"] as const].forEach(([l, field]) => {
-    const key = `${l.hostname.toLowerCase()}:${l.port}`;
-    const earlier = seen.get(key);
-    if (earlier && l.port !== 0) throw new RelayConfigError(`invalid relay config ${source}: ${field} repeats the address of ${earlier} (${l.hostname}:${l.port})`);
-    seen.set(key, field);
-  });
+  assertDistinctAddresses([...listen.map((l, i) => [l, `/listen/${i}`] as const), [health, "/healthListen"]], `invalid relay config ${source}: `);
   return {
     relayId: f.relayId,
     listen,

@@ -10,7 +10,7 @@
  */
 import { readFileSync } from "node:fs";
 import { createPrivateKey, X509Certificate } from "node:crypto";
-import { isLoopback, RelayConfigError, type ListenAt, type RelayConfig } from "./config.ts";
+import { assertDistinctAddresses, isLoopback, RelayConfigError, type ListenAt, type RelayConfig } from "./config.ts";
 import { startHealthListener, type HealthListener } from "./health.ts";
 import { RelayHub } from "./hub.ts";
 import { systemRelayClock, type RelayClock } from "./ports.ts";
@@ -86,6 +86,11 @@ export async function startRelay(o: StartRelayOptions): Promise<RunningRelay> {
   const insecure = o.insecureListen ?? [];
   for (const a of insecure) if (!isLoopback(a.hostname)) throw new RelayConfigError(`--insecure-listen serves plain ws:// and is allowed on loopback only, not ${a.hostname}`);
   const quicAt = o.quicListen === undefined ? c.quicListen : o.quicListen;
+  // The command line may override addresses the config file's own check passed: check what will really be bound (TCP; QUIC is UDP).
+  assertDistinctAddresses([
+    ...(insecure.length > 0 ? insecure.map((a) => [a, "--insecure-listen"] as const) : c.listen.map((a, i) => [a, `listen[${i}]`] as const)),
+    [o.health ?? c.health, o.health ? "--health-listen" : "healthListen"],
+  ]);
   const needTls = insecure.length === 0 || quicAt !== null;
   if (needTls && !c.tls) throw new RelayConfigError("the relay config has no tls {certPath, keyPath}: WebSocket and QUIC listeners need TLS (plain ws:// only with --insecure-listen on loopback)");
   const tls = needTls && c.tls ? tlsMaterial(c.tls.certPath, c.tls.keyPath) : null;
