@@ -81,6 +81,7 @@ function errorAnswers(spec: RouteSpec): Record<string, Json> {
   if (spec.path.includes("/:")) out["404"] = problemAnswer("NOT_FOUND: no such object for this caller");
   if (spec.body) out["413"] = problemAnswer(`${spec.body.tooLarge}: body over ${spec.body.maxBytes} bytes`);
   if (spec.body || spec.query) out["422"] = problemAnswer("VALIDATION_FAILED (the first schema error, by path) or a route-specific code");
+  if (spec.response.status === 101) out["426"] = problemAnswer("UPGRADE_REQUIRED: the request asked for no WebSocket upgrade");
   return out;
 }
 
