@@ -286,6 +286,10 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
       throw new Error(`${e.message}\nagent:\n${tail(agent.log)}`);
     });
     timings.push(`allocation ready and payload delivered in ${Math.round(performance.now() - t)} ms`);
+    // sshd binds port 22 a moment after the payload starts (seconds under TCG; an ssh before that is reset): wait for its own
+    // "Server listening" line in the job's output, as a user following `bb allocation logs` would.
+    await waitUntil("sshd listening in the VM", async () => /Server listening on \S+ port 22/.test((await controller.logs(allocationId, 0)).text), 120_000, [agent.log]);
+    timings.push(`sshd listening ${Math.round(performance.now() - t)} ms after create`);
 
     // bb proxy on the laptop; the VM's host key pinned for 127.0.0.1:<its port>.
     proxy = startProxy(2222, ownerToken, "owner");
