@@ -2,7 +2,7 @@
  * Hostile-input benchmark (issue 7 item 7 and its fuzz "done when"): what
  * malformed requests cost the scheduler, against a benign baseline measured
  * in the same run on the same server. The scheduler runs in its own process
- * (bench/hostileServer.ts) and samples its own event loop every 2 ms; this
+ * (bench/children/hostileServer.ts) and samples its own event loop every 2 ms; this
  * process sends the requests and probes /healthz.
  *
  * Phases, each N requests with C in flight:
@@ -28,7 +28,7 @@ const { values } = parseArgs({ options: { requests: { type: "string", default: "
 const N = Number(values.requests);
 const C = Number(values.concurrency);
 
-const child = Bun.spawn([resolve("node_modules/.bin/bun"), resolve("bench/hostileServer.ts")], { stdin: "pipe", stdout: "pipe", stderr: "inherit" });
+const child = Bun.spawn([resolve("node_modules/.bin/bun"), resolve("bench/children/hostileServer.ts")], { stdin: "pipe", stdout: "pipe", stderr: "inherit" });
 const lines = (async function* () {
   let buf = "";
   for await (const chunk of child.stdout) {

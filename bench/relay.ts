@@ -183,7 +183,7 @@ const median = (xs: number[]) => {
 };
 
 const fmt = (x: number) => Math.round(x).toLocaleString("en-US");
-const echo = await spawnChild(["bench/relayEcho.ts", cert.certPath, cert.keyPath], /\}\n/, "stdout");
+const echo = await spawnChild(["bench/children/relayEcho.ts", cert.certPath, cert.keyPath], /\}\n/, "stdout");
 const echoUrls = JSON.parse(echo.line) as { ws: string; wss: string };
 const relayArgs = (tls: boolean) => {
   const cfg = relayConfigFile(signer, cert, { relayId: "relay-bench", maxHandshakes: 10_000, maxHandshakesPerAddress: 10_000, maxPendingPairs: 10_000, maxSessions: 100_000 });

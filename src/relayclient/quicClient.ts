@@ -88,29 +88,13 @@ export async function connectRelayQuic(o: ConnectRelayQuicOptions): Promise<Rela
       }
     })();
     await Promise.race([state.ready, timeout]);
-    return {
-      get paired() {
-        return state.paired;
-      },
-      get closedWith() {
-        return state.closedWith;
-      },
-      closed: state.closed,
-      counters: state.counters,
-      send(d) {
-        if (!state.admit(d)) return false;
-        if (!write(StreamFrameKind.datagram, d)) {
-          state.counters.datagramsDropped++;
-          return false;
-        }
-        state.counters.datagramsSent++;
-        return true;
-      },
-      close() {
+    return state.transport(
+      (d) => write(StreamFrameKind.datagram, d),
+      () => {
         write(StreamFrameKind.close, new Uint8Array([0x03, 0xe8]));
         finish(1000, "");
       },
-    };
+    );
   } catch (e) {
     session.destroy();
     throw e;

@@ -138,6 +138,35 @@ export class RelayClientState {
     this.resolveClosed(c);
   }
 
+  /**
+   * The RelayTransport over this state: `push` hands an admitted datagram to
+   * the wire (false when the wire's own buffer is full: counted as a drop),
+   * `close` ends the connection normally.
+   */
+  transport(push: (d: Uint8Array) => boolean, close: () => void): RelayTransport {
+    const state = this;
+    return {
+      get paired() {
+        return state.paired;
+      },
+      get closedWith() {
+        return state.closedWith;
+      },
+      closed: state.closed,
+      counters: state.counters,
+      send(d) {
+        if (!state.admit(d)) return false;
+        if (!push(d)) {
+          state.counters.datagramsDropped++;
+          return false;
+        }
+        state.counters.datagramsSent++;
+        return true;
+      },
+      close,
+    };
+  }
+
   private setPaired(p: boolean): void {
     if (p === this.paired) return;
     this.paired = p;

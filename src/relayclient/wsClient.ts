@@ -35,29 +35,14 @@ export async function connectRelay(o: ConnectRelayOptions): Promise<RelayTranspo
   };
   ws.onclose = (ev: CloseEvent) => state.ended(relayClose(ev.code, ev.reason));
   ws.onerror = () => {};
-  const transport: RelayTransport = {
-    get paired() {
-      return state.paired;
-    },
-    get closedWith() {
-      return state.closedWith;
-    },
-    closed: state.closed,
-    counters: state.counters,
-    send(d) {
-      if (!state.admit(d)) return false;
-      if (ws.readyState !== WebSocket.OPEN || ws.bufferedAmount > RELAY_CLIENT_SEND_BUFFER_BYTES) {
-        state.counters.datagramsDropped++;
-        return false;
-      }
+  const transport: RelayTransport = state.transport(
+    (d) => {
+      if (ws.readyState !== WebSocket.OPEN || ws.bufferedAmount > RELAY_CLIENT_SEND_BUFFER_BYTES) return false;
       ws.send(d);
-      state.counters.datagramsSent++;
       return true;
     },
-    close() {
-      ws.close(1000, "");
-    },
-  };
+    () => ws.close(1000, ""),
+  );
   const timeoutMs = o.timeoutMs ?? RELAY_CLIENT_CONNECT_TIMEOUT_MS;
   let timer: ReturnType<typeof setTimeout> | undefined;
   const timeout = new Promise<never>((_, reject) => {

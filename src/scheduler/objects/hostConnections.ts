@@ -144,15 +144,15 @@ export class HostConnections {
       .toArray()
       .map((r): HeldGrant => ({ grantId: r.grant_id, placementId: r.placement_id, generation: r.generation, expiresAtMs: r.expires_at_ms, apply: r.apply, revoke: r.revoke }));
     if (held.length === 0) return false;
-    const todo = reconcileGrants(held, new Set(u.appliedGrants.map((g) => g.grantId)), now, current, (id) => this.redeliveries.get(id) ?? 0);
+    const plan = reconcileGrants(held, new Set(u.appliedGrants.map((g) => g.grantId)), now, current, (id) => this.redeliveries.get(id) ?? 0);
     const again = (grantId: string, action: "apply" | "revoke") => {
       this.sql.exec("UPDATE host_connection_commands SET status = 'pending' WHERE obj = ? AND command_id = ?", this.state.name, connectionCommandIdFor(grantId, action));
       this.redeliveries.set(grantId, (this.redeliveries.get(grantId) ?? 0) + 1);
       this.env.metrics.inc("bb_connection_grant_redeliveries_total", "configure_connection commands handed out again because the host's connectivity_update disagreed", { phase: action, host: this.state.name });
     };
-    for (const id of todo.reapply) again(id, "apply");
-    for (const id of todo.rerevoke) again(id, "revoke");
-    return todo.reapply.length + todo.rerevoke.length > 0;
+    for (const id of plan.reapply) again(id, "apply");
+    for (const id of plan.rerevoke) again(id, "revoke");
+    return plan.reapply.length + plan.rerevoke.length > 0;
   }
 
   /**

@@ -238,12 +238,12 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
   /** Marks `grants` revoked (if not yet), then queues their revokes at their hosts and ends their Connections. */
   private async revoke(grants: GrantRow[]): Promise<void> {
     const now = this.now;
-    const todo = grants.filter((g) => g.gone_at_ms === null);
+    const live = grants.filter((g) => g.gone_at_ms === null);
     this.state.storage.transactionSync(() => {
-      for (const g of todo) if (g.revoked_at_ms === null) this.sql.exec("UPDATE network_grants SET revoked_at_ms = ? WHERE obj = ? AND grant_id = ?", now, this.state.name, g.grant_id);
-      if (todo.some((g) => g.expires_at_ms > now)) this.armAlarm(now + REVOKE_RESEND_MS);
+      for (const g of live) if (g.revoked_at_ms === null) this.sql.exec("UPDATE network_grants SET revoked_at_ms = ? WHERE obj = ? AND grant_id = ?", now, this.state.name, g.grant_id);
+      if (live.some((g) => g.expires_at_ms > now)) this.armAlarm(now + REVOKE_RESEND_MS);
     });
-    for (const g of todo) {
+    for (const g of live) {
       await this.env.Host.get(g.host_id).configureConnection({ action: "revoke", grantId: g.grant_id, networkId: this.state.name, allocationId: g.allocation_id, placementId: g.placement_id, generation: g.generation, connectionId: g.connection_id, expiresAtMs: g.expires_at_ms });
       await this.env.Connection.get(g.connection_id).close();
     }

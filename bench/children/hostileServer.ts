@@ -7,8 +7,8 @@
  * lines: `reset` (start a measurement), `report` (print event-loop delay
  * percentiles, ms, and CPU time used since `reset`, ms), `quit`.
  */
-import { startTestScheduler, rawPost } from "../test/support/scheduler.ts";
-import { percentile, sampleEventLoop } from "../test/support/hostileRequests.ts";
+import { startTestScheduler, rawPost } from "../../test/support/scheduler.ts";
+import { percentile, sampleEventLoop } from "../../test/support/hostileRequests.ts";
 
 const s = await startTestScheduler();
 const t = await s.operator.enrollmentToken("bench-host");

@@ -3,11 +3,11 @@
  * server with the relay's own WebSocket settings (src/relay/wsServer.ts),
  * on plain ws:// and on wss:// with the given certificate.
  *
- *   bun bench/relayEcho.ts CERT_PATH KEY_PATH
+ *   bun bench/children/relayEcho.ts CERT_PATH KEY_PATH
  * Prints one JSON line {ws, wss} with the two URLs, then runs until stdin closes.
  */
 import { readFileSync } from "node:fs";
-import { RELAY_WS_IDLE_SECONDS, RELAY_WS_MAX_MESSAGE_BYTES, RELAY_WS_SEND_BUFFER_BYTES } from "../src/relay/wsServer.ts";
+import { RELAY_WS_IDLE_SECONDS, RELAY_WS_MAX_MESSAGE_BYTES, RELAY_WS_SEND_BUFFER_BYTES } from "../../src/relay/wsServer.ts";
 
 const [certPath, keyPath] = process.argv.slice(2);
 const websocket = {
