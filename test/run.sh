@@ -29,6 +29,20 @@ count() { sed 's/\x1b\[[0-9;]*m//g' "$out" | grep -E "^ *[0-9]+ $1\$" | tail -n 
 pass=$(count pass); fail=$(count fail); skip=$(count skip)
 pass=${pass:-0}; fail=${fail:-0}; skip=${skip:-0}
 
+# Bun prints a failure's error above its "(fail)" line, far from the end of a
+# long run; repeat each one (at most 60 lines of it) so that the tail of the
+# log says why, then Bun's summary again so that the log still ends with it.
+if [ "$fail" -gt 0 ]; then
+  echo ""
+  echo "── why the failed tests failed (repeated from above) ──"
+  sed 's/\x1b\[[0-9;]*m//g' "$out" | awk '
+    /^\(pass\)|^\(skip\)|^\(todo\)|^[^ ].*\.test\.ts:$/ { n = 0; next }
+    /^\(fail\)/ { print ""; print $0; s = (n > 60) ? n - 60 : 0; for (i = s; i < n; i++) print "  " buf[i]; n = 0; next }
+    { buf[n++] = $0 }'
+  echo ""
+  sed 's/\x1b\[[0-9;]*m//g' "$out" | grep -E "^ *[0-9]+ (pass|fail|skip)$|^ *[0-9]+ expect\(\) calls$|^Ran [0-9]+ tests" | tail -n 5
+fi
+
 echo ""
 if [ "$skip" -gt 0 ]; then
   echo "$pass passed, $fail failed, $skip skipped"

@@ -35,7 +35,7 @@ import { placementDirName } from "../../src/agent/placementOps.ts";
 import { sha256File } from "../../src/image/verify.ts";
 import type { AllocationEvent } from "../../src/protocol/api.ts";
 import { GCC_JOB, writeDebianOciLayout } from "../support/debianOci.ts";
-import { cleanUpPlacements, freePort, leftoversOf, runRole, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
+import { cleanUpPlacements, freePort, settledLeftoversOf, runRole, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
 
 const skip = vmTestSkipReason() ?? (!Bun.which("mksquashfs") ? "mksquashfs missing" : !Bun.which("mmdebstrap") ? "mmdebstrap missing" : null);
 if (skip) console.log(`SKIP test/e2e/images.test.ts: ${skip}`);
@@ -113,7 +113,7 @@ async function runJob(workloadClass: string, script: string): Promise<{ exitCode
     const consoleText = readFileSync(join(agentDir(), "allocations", dirName, "logs", "console.log"), "utf8").replaceAll("\r\n", "\n");
     await controller.release(allocationId);
     await controller.follow(allocationId, (e) => events.push(e), { after: events[events.length - 1]!.seq, until: (e) => e.type === "allocation.released" || e.type === "allocation.failed" });
-    expect(await leftoversOf(join(agentDir(), "allocations"), dirName)).toEqual([]);
+    expect(await settledLeftoversOf(join(agentDir(), "allocations"), dirName)).toEqual([]);
     return { exitCode: v.workloadExitCode ?? undefined, console: consoleText, events };
   } catch (e) {
     throw new Error(`${(e as Error).message}\nagent:\n${tail(agent.log)}`);

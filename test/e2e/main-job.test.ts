@@ -98,11 +98,22 @@ async function waitLog(pred: (log: string) => boolean, what: string, ms = 60_000
   }
 }
 
-/** Delivers `script` and waits until the allocation ends (a crash fails it). */
+/**
+ * Delivers `script`, waits until the allocation ends (a crash fails it) and
+ * then until the agent has cleaned its placement up (`placement.absent`):
+ * the allocation turns failed as soon as the scheduler hears of the exit,
+ * before the agent has stopped the placement and kept its console.
+ */
 async function crashJob(id: string, script: string): Promise<AllocationEvent[]> {
   await controller.deliverWhenReady(id, new TextEncoder().encode(script), `dlv-${randomUUID()}`, 240_000);
   await waitState(id, ["failed", "released"]);
-  return controller.events(id, 0, 200);
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const events = await controller.events(id, 0, 200);
+    if (events.some((e) => e.type === "placement.absent")) return events;
+    if (Date.now() > deadline) throw new Error(`placement of ${id} was never cleaned up: ${events.map((e) => e.type).join(", ")}\nagent:\n${tail(agent.log)}`);
+    await Bun.sleep(200);
+  }
 }
 
 d("main job end to end (real QEMU)", () => {

@@ -70,7 +70,7 @@ import { cgroupScope, type CgroupScope } from "../support/cgroupScope.ts";
 import { makeTestCert } from "../support/relay.ts";
 import { sshdPayload, writeSshdOciLayout } from "../support/debianOci.ts";
 import { must, Netns, sh } from "../support/netns.ts";
-import { cleanUpPlacements, freePort, leftoversOf, runRole, startRole, stopRole, tail, vmTestSkipReason, waitUntil, type Role } from "../support/processes.ts";
+import { cleanUpPlacements, freePort, settledLeftoversOf, runRole, startRole, stopRole, tail, vmTestSkipReason, waitUntil, type Role } from "../support/processes.ts";
 
 const skip =
   vmTestSkipReason() ??
@@ -458,8 +458,6 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     expect(tail(again.log)).toContain("INVALID_STATE: allocation is released");
     expect(tail(again.log)).not.toContain("listening on");
     // The placement is gone from the host (VM, namespace, directory).
-    const deadline = Date.now() + 60_000;
-    while ((await leftoversOf(join(agentDir(), "allocations"), dirName)).length && Date.now() < deadline) await Bun.sleep(250);
-    expect(await leftoversOf(join(agentDir(), "allocations"), dirName)).toEqual([]);
+    expect(await settledLeftoversOf(join(agentDir(), "allocations"), dirName)).toEqual([]);
   }, 120_000);
 });

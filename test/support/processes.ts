@@ -81,6 +81,21 @@ export async function leftoversOf(allocationsDir: string, dirName: string): Prom
   return left;
 }
 
+/**
+ * leftoversOf once the agent has had up to `ms` to clean up: an allocation
+ * can read failed or released a moment before its placement's VM, network
+ * namespace and directory are gone, so the check polls (every 250 ms) until
+ * nothing is left or the time is up, and returns what is left then.
+ */
+export async function settledLeftoversOf(allocationsDir: string, dirName: string, ms = 60_000): Promise<string[]> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const left = await leftoversOf(allocationsDir, dirName);
+    if (!left.length || Date.now() > deadline) return left;
+    await Bun.sleep(250);
+  }
+}
+
 /** Why root-only VM tests cannot run here, or null if they can. */
 export function vmTestSkipReason(): string | null {
   if (process.getuid?.() !== 0) return "needs root (network namespaces, TAP devices)";
