@@ -25,7 +25,7 @@ import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
 import { prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { DamagedStateError } from "../runtime/faults.ts";
 import { BeachballError } from "../../protocol/errors.ts";
-import type { AllocationEvent, AllocationView, CreateAllocationBody } from "../../protocol/api.ts";
+import type { AllocationEvent, AllocationView, CreateAllocationBody, PlacementExitView } from "../../protocol/api.ts";
 import type { ConnectionGrantBody, ConnectionGrantResponse } from "../../protocol/connection.ts";
 import type { PlacementSpec } from "../../protocol/agent.ts";
 import { TERMINAL_STATES } from "../../domain/allocation.ts";
@@ -112,6 +112,8 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
   /** The row as last read or written (to update only the columns that change). */
   private written: Row | undefined;
   private lastSeq = 0;
+  /** The last VM exit its events recorded (undefined: not read since the last placement.error event was written). */
+  private lastExit: PlacementExitView | null | undefined;
   private running: Promise<void> | null = null;
   /** The index's copy of the view is behind: post it at the end of the pass (one message per pass, not per step). */
   private indexBehind = false;
@@ -225,6 +227,8 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
         this.writeChange(s, { ...noChange(), events: [{ type: "allocation.created", toState: "pending", data: { workloadClass: cmd.body.workloadClass, imageDigest: cmd.spec.imageDigest } }] });
         // The index learns of the allocation in the transaction that creates it (a listed allocation without a row is damage).
         this.stored = s;
+        // A new allocation has no exit yet (its only event is allocation.created).
+        this.lastExit = null;
         this.postIndexView();
       });
     } catch (e) {
@@ -232,6 +236,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       this.written = undefined;
       this.lastSeq = 0;
       this.indexBehind = false;
+      this.lastExit = undefined;
       throw e;
     }
     this.env.log.info("allocation state", { allocationId: cmd.allocationId, from: null, to: "pending", reason: null, generation: 1, hostId: null, workloadClass: cmd.body.workloadClass, by: cmd.identity });
@@ -415,6 +420,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       this.state.setAlarm(null);
     });
     this.stored = undefined;
+    this.lastExit = undefined;
     this.state.deleteSelf();
   }
 
@@ -575,6 +581,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     } catch (e) {
       this.lastSeq = seqBefore;
       this.written = undefined;
+      this.lastExit = undefined;
       throw e;
     }
     this.stored = next;
@@ -610,7 +617,8 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
 
   /** The view of `s`, with the last VM exit its events recorded (no column: it lives in the placement.error event). */
   private view(s: StoredAllocation): AllocationView {
-    return toAllocationView(s, placementExitOf(this.q.lastExit.get({ obj: this.state.name })));
+    if (this.lastExit === undefined) this.lastExit = placementExitOf(this.q.lastExit.get({ obj: this.state.name }));
+    return toAllocationView(s, this.lastExit);
   }
 
   /** Posts the current view to the index if it is behind (the latest pending copy is replaced, not queued). */
@@ -627,6 +635,8 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     const now = this.now;
     for (const e of c.events) {
       this.lastSeq++;
+      // The view's last exit comes from these events: read it again after one is written.
+      if (e.type === "placement.error") this.lastExit = undefined;
       this.state.storage.sql.exec(
         "INSERT INTO allocation_events (obj, seq, event_id, type, at_ms, generation, placement_id, host_id, from_state, to_state, reason, data_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         r.allocationId,

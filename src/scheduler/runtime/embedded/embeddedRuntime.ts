@@ -20,10 +20,12 @@
  */
 import type { TSchema } from "@sinclair/typebox";
 import { BeachballError } from "../../../protocol/errors.ts";
-import type { AnyAuthorityObject, MessageOf, Namespace, ObjectClass, ObjectState, Stub } from "../api.ts";
+import type { AnyAuthorityObject, InboxEntry, MessageOf, Namespace, ObjectClass, ObjectState, Stub } from "../api.ts";
 import { DamagedStateError, isStorageFault } from "../faults.ts";
 import type { Clock } from "../ports.ts";
-import { ackInbox, insertInbox, MAX_INBOX_BATCH, readAlarm, readInbox, upsertInbox, writeAlarm } from "../stateRows.ts";
+import { checkerOf, firstError } from "../check.ts";
+import { ackInbox, insertInbox, MAX_INBOX_BATCH, MAX_MESSAGE_BYTES, readAlarm, readInbox, writeAlarm } from "../stateRows.ts";
+import { HELD_SEQ_BASE, PendingInbox } from "./pendingInbox.ts";
 import { BatchAbandoned, SqlStore } from "./sqlStore.ts";
 
 /** Most instances kept in memory; idle ones beyond it are dropped (their rows stay). */
@@ -80,9 +82,11 @@ export class EmbeddedRuntime<E> {
   private readonly instances = new Map<string, Instance>();
   private readonly quarantined = new Map<string, string>();
   private readonly firing = new Set<string>();
-  /** Instances that may have inbox messages, with the version of the latest append (rebuilt from `_inbox` at start). */
+  /** Instances that may have rows in `_inbox`, with the version of the latest append (rebuilt from `_inbox` at start and after a failed commit). */
   readonly inboxVersion = new Map<string, number>();
   private inboxSeq = 0;
+  /** Latest-only messages of the open batch, held until it commits (./pendingInbox.ts). */
+  private readonly held: PendingInbox;
   private readonly background = new Set<Promise<unknown>>();
   private env: E | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;
@@ -99,7 +103,9 @@ export class EmbeddedRuntime<E> {
     classes: ObjectClass<AnyAuthorityObject, E>[],
     private readonly options: EmbeddedRuntimeOptions = {},
   ) {
-    this.store = new SqlStore(file, () => this.dropInstances());
+    this.store = new SqlStore(file, () => this.afterCommitFailure());
+    this.held = new PendingInbox(this.store);
+    this.store.setBeforeCommit(() => this.flushHeld());
     for (const c of classes) this.classes.set(c.className, c);
     this.maxLive = options.maxLiveInstances ?? MAX_LIVE_INSTANCES;
   }
@@ -107,7 +113,7 @@ export class EmbeddedRuntime<E> {
   /** Sets the environment instances receive (built from this runtime's namespaces, so it comes after construction). */
   bind(env: E): void {
     this.env = env;
-    for (const r of this.store.sql.exec<{ cls: string; obj: string }>("SELECT DISTINCT cls, obj FROM _inbox").toArray()) this.inboxVersion.set(key(r.cls, r.obj), ++this.inboxSeq);
+    this.rebuildInboxVersions();
     for (const r of this.store.sql.exec<{ cls: string; obj: string; reason: string }>("SELECT cls, obj, reason FROM _quarantine")) this.quarantined.set(key(r.cls, r.obj), r.reason);
   }
 
@@ -144,6 +150,7 @@ export class EmbeddedRuntime<E> {
     const names = new Set<string>();
     for (const t of c.tables) for (const r of this.store.sql.exec<{ obj: string }>(`SELECT DISTINCT obj FROM ${t}`)) names.add(r.obj);
     for (const t of ["_alarm", "_inbox"]) for (const r of this.store.sql.exec<{ obj: string }>(`SELECT DISTINCT obj FROM ${t} WHERE cls = ?`, className)) names.add(r.obj);
+    for (const t of this.held.targets()) if (t.cls === className) names.add(t.obj);
     return [...names].sort();
   }
 
@@ -161,7 +168,7 @@ export class EmbeddedRuntime<E> {
 
   /** Nudges instances with pending inbox messages without starting the timer (a simulation calls `tick()` itself). */
   recover(): void {
-    for (const k of [...this.inboxVersion.keys()]) {
+    for (const k of new Set([...this.inboxVersion.keys(), ...this.held.targets().map((t) => key(t.cls, t.obj))])) {
       const [cls, name] = k.split("\u0000") as [string, string];
       this.nudge(cls, name);
     }
@@ -274,6 +281,7 @@ export class EmbeddedRuntime<E> {
       for (const t of c.tables) this.store.sql.exec(`DELETE FROM ${t} WHERE obj = ?`, inst.name);
       this.store.sql.exec("DELETE FROM _alarm WHERE cls = ? AND obj = ?", inst.cls, inst.name);
       this.store.sql.exec("DELETE FROM _inbox WHERE cls = ? AND obj = ?", inst.cls, inst.name);
+      this.held.drop(key(inst.cls, inst.name));
     });
     this.instances.delete(key(inst.cls, inst.name));
   }
@@ -289,6 +297,8 @@ export class EmbeddedRuntime<E> {
     let alarmRollbacks = 0;
     let readVersion = -1;
     let readAll = false;
+    // The last stored message handed out with held ones (acknowledging a held one acknowledges it too).
+    let lastTableSeq: number | null = null;
     return {
       className: cls,
       name,
@@ -311,26 +321,51 @@ export class EmbeddedRuntime<E> {
       },
       post<T extends AnyAuthorityObject>(to: Namespace<T>, target: string, messageId: string, message: MessageOf<T>) {
         if (!rt.classes.has(to.className)) throw new Error(`unknown object class ${to.className}`);
-        if (insertInbox(sql, to.className, target, messageId, JSON.stringify(message))) rt.delivered(to.className, target);
+        // Messages held for the target go first: the inbox keeps the order they were sent in.
+        rt.flushHeldFor(key(to.className, target));
+        if (insertInbox(sql, to.className, target, messageId, JSON.stringify(message))) rt.delivered(to.className, target, true);
       },
       postLatest<T extends AnyAuthorityObject>(to: Namespace<T>, target: string, messageKey: string, message: MessageOf<T>) {
         if (!rt.classes.has(to.className)) throw new Error(`unknown object class ${to.className}`);
-        upsertInbox(sql, to.className, target, messageKey, JSON.stringify(message));
-        rt.delivered(to.className, target);
+        const body = JSON.stringify(message);
+        if (body.length > MAX_MESSAGE_BYTES) throw new Error(`message ${messageKey} for ${to.className} ${target} is ${body.length} bytes (limit ${MAX_MESSAGE_BYTES})`);
+        // Held until the batch commits: replaced or consumed before then, it costs no statement.
+        rt.held.upsert(key(to.className, target), to.className, target, messageKey, body);
+        rt.delivered(to.className, target, false);
       },
       readInbox: () => {
-        // The runtime knows which instances may have messages: most reads cost no statement.
+        // The runtime knows which instances may have rows in `_inbox`: most reads cost no statement.
         const version = rt.inboxVersion.get(k);
-        if (version === undefined) return [];
-        const rows = readInbox<M>(sql, cls, name, schema, (id, why) => console.error(`beachball: ${cls} ${name} dropped message ${id}: it ${why}`));
-        readVersion = version;
-        readAll = rows.length < MAX_INBOX_BATCH;
-        if (rows.length === 0 && readAll) rt.inboxVersion.delete(k);
+        let rows: InboxEntry<M>[] = [];
+        lastTableSeq = null;
+        readVersion = -1;
+        if (version !== undefined) {
+          rows = readInbox<M>(sql, cls, name, schema, (id, why) => console.error(`beachball: ${cls} ${name} dropped message ${id}: it ${why}`));
+          readVersion = version;
+          readAll = rows.length < MAX_INBOX_BATCH;
+          if (rows.length === 0 && readAll) rt.forgetInbox(k, version);
+        } else readAll = true;
+        // Held messages come after the stored ones, and only when every stored one was read.
+        if (!readAll || !rt.held.has(k)) return rows;
+        lastTableSeq = rows.length > 0 ? rows[rows.length - 1]!.seq : null;
+        for (const m of rt.held.read(k, MAX_INBOX_BATCH - rows.length)) {
+          const message = heldMessage<M>(m.body, schema, cls);
+          if (typeof message === "string") {
+            console.error(`beachball: ${cls} ${name} dropped message ${m.key}: it ${message}`);
+            rt.held.discard(k, m.seq);
+            continue;
+          }
+          rows.push({ seq: m.seq, messageId: m.key, message: message.value });
+        }
         return rows;
       },
       ackInbox: (seq) => {
-        ackInbox(sql, cls, name, seq);
-        if (readAll && rt.inboxVersion.get(k) === readVersion) rt.inboxVersion.delete(k);
+        if (seq >= HELD_SEQ_BASE) {
+          rt.held.ack(k, seq);
+          // Every stored message was read before any held one.
+          if (lastTableSeq !== null) ackInbox(sql, cls, name, lastTableSeq);
+        } else ackInbox(sql, cls, name, seq);
+        if (readAll && rt.inboxVersion.get(k) === readVersion) rt.forgetInbox(k, readVersion);
       },
       deleteSelf() {
         inst.deleteRequested = true;
@@ -338,11 +373,58 @@ export class EmbeddedRuntime<E> {
     };
   }
 
-  /** A message was appended for (cls, name): remember that it may have messages, and nudge it after the commit. */
-  private delivered(cls: string, name: string): void {
-    const k = key(cls, name);
-    this.inboxVersion.set(k, ++this.inboxSeq);
+  /** A message was sent to (cls, name) (`stored`: appended to `_inbox` now): remember that it may have messages, and nudge it after the commit. */
+  private delivered(cls: string, name: string, stored: boolean): void {
+    if (stored) this.storedFor(key(cls, name));
     this.store.onCommitted(() => this.nudge(cls, name));
+  }
+
+  /** Rows were appended to `_inbox` for instance `k` (a plain post, or held messages written at commit). */
+  private storedFor(k: string): void {
+    const before = this.inboxVersion.get(k);
+    this.inboxVersion.set(k, ++this.inboxSeq);
+    this.store.onRollback(() => {
+      if (before === undefined) this.inboxVersion.delete(k);
+      else this.inboxVersion.set(k, before);
+    });
+  }
+
+  /** Instance `k` read every stored message up to `version`: it has none left (restored if the savepoint rolls back). */
+  private forgetInbox(k: string, version: number): void {
+    this.inboxVersion.delete(k);
+    this.store.onRollback(() => {
+      if (!this.inboxVersion.has(k)) this.inboxVersion.set(k, version);
+    });
+  }
+
+  /** Writes the messages held for instance `k` to `_inbox` now. */
+  private flushHeldFor(k: string): void {
+    if (!this.held.has(k)) return;
+    this.storedFor(k);
+    this.held.flush(k);
+  }
+
+  /** Writes the held messages to `_inbox` (just before COMMIT). */
+  private flushHeld(): void {
+    for (const t of this.held.targets()) this.storedFor(key(t.cls, t.obj));
+    this.held.flushAll();
+  }
+
+  /** Which instances have rows in `_inbox`, from the table. */
+  private rebuildInboxVersions(): void {
+    this.inboxVersion.clear();
+    for (const r of this.store.sql.exec<{ cls: string; obj: string }>("SELECT DISTINCT cls, obj FROM _inbox").toArray()) this.inboxVersion.set(key(r.cls, r.obj), ++this.inboxSeq);
+  }
+
+  /** A batch failed to commit: its writes are gone, so are its held messages; in-memory copies are dropped and the inbox map re-read. */
+  private afterCommitFailure(): void {
+    this.held.clear();
+    this.dropInstances();
+    try {
+      this.rebuildInboxVersions();
+    } catch {
+      /* the store is failing: keep what is known; a later read finds the truth */
+    }
   }
 
   /** Runs the target's onInbox after a commit (background; errors are logged, the messages stay for the next nudge or alarm). */
@@ -468,6 +550,7 @@ export class EmbeddedRuntime<E> {
   /** Abandons a crashed runtime: the open batch is rolled back (as a real crash loses it) and the file closed. */
   async abandon(): Promise<void> {
     this.crashed = true;
+    this.held.clear();
     if (this.timer) clearTimeout(this.timer);
     await Promise.allSettled([...this.background]);
     this.closed = true;
@@ -477,6 +560,19 @@ export class EmbeddedRuntime<E> {
       this.options.onClosed?.();
     }
   }
+}
+
+/** A held message's body decoded and checked against the receiver's schema, or why it is dropped. */
+function heldMessage<M>(body: string, schema: TSchema | null, cls: string): { value: M } | string {
+  let v: unknown;
+  try {
+    v = JSON.parse(body);
+  } catch {
+    return "is not JSON";
+  }
+  if (!schema) return `${cls} receives no messages`;
+  if (!checkerOf(schema)(v)) return `does not match ${cls}'s message schema: ${firstError(schema, v)}`;
+  return { value: v as M };
 }
 
 function key(cls: string, name: string): string {

@@ -22,6 +22,24 @@ import { startCheckpointer, type Checkpointer } from "./checkpointer.ts";
 
 /** Statements whose SQL starts like this only read. */
 const READ_ONLY = /^\s*(select|with|pragma\s+\w+\s*$|explain)/i;
+/** Statements whose SQL starts like this change the schema (cached statements and their column names may be stale after one). */
+const SCHEMA_CHANGE = /^\s*(create|alter|drop)\b/i;
+/**
+ * Most prepared statements kept (bun:sqlite's own `query` cache holds only
+ * 20 SQL strings, fewer than the objects use, so it re-prepared on most
+ * calls). Statements are few and fixed per build; the bound covers
+ * column-set UPDATEs and DDL.
+ */
+export const MAX_CACHED_STATEMENTS = 512;
+
+/** A prepared statement with what `exec` needs to know about it, computed once. */
+interface Prepared {
+  readonly stmt: Statement;
+  readonly readOnly: boolean;
+  readonly schemaChange: boolean;
+  /** Column names of a read (empty for writes). */
+  readonly columns: string[];
+}
 
 /** A cursor over rows already read (bun:sqlite returns them at once). */
 class RowsCursor<T> implements SqlCursor<T> {
@@ -79,7 +97,11 @@ export class SqlStore {
   private depth = 0;
   private waiters: { resolve: () => void; reject: (e: unknown) => void }[] = [];
   private afterCommit: (() => void)[] = [];
-  private readonly readOnly = new Map<string, boolean>();
+  /** Undo actions for in-memory state changed inside each open savepoint (innermost last). */
+  private undo: (() => void)[][] = [];
+  /** Writes held in memory until the batch commits; run just before COMMIT (./pendingInbox.ts). */
+  private beforeCommit: (() => void) | null = null;
+  private readonly statements = new Map<string, Prepared>();
   private closed = false;
   private checkpointer: Checkpointer | null = null;
   /** Savepoints rolled back so far: a cache of a write made before may no longer hold. */
@@ -109,31 +131,45 @@ export class SqlStore {
     this.sql = { exec: (q, ...b) => store.exec(q, b) };
   }
 
-  private statement(query: string): Statement {
-    return this.db.query(query);
+  /** The prepared statement of `query` (prepared once; the oldest is finalized past MAX_CACHED_STATEMENTS). */
+  private statement(query: string): Prepared {
+    const found = this.statements.get(query);
+    if (found) return found;
+    if (this.statements.size >= MAX_CACHED_STATEMENTS) {
+      const [oldest, p] = this.statements.entries().next().value!;
+      this.statements.delete(oldest);
+      p.stmt.finalize();
+    }
+    const stmt = this.db.prepare(query);
+    const readOnly = READ_ONLY.test(query);
+    const p: Prepared = { stmt, readOnly, schemaChange: SCHEMA_CHANGE.test(query), columns: readOnly ? stmt.columnNames : [] };
+    this.statements.set(query, p);
+    return p;
+  }
+
+  /** Finalizes every cached statement (after a schema change). */
+  private forgetStatements(): void {
+    for (const p of this.statements.values()) p.stmt.finalize();
+    this.statements.clear();
   }
 
   private exec<T>(query: string, bindings: unknown[]): SqlCursor<T> {
-    let ro = this.readOnly.get(query);
-    if (ro === undefined) {
-      ro = READ_ONLY.test(query);
-      this.readOnly.set(query, ro);
-    }
-    const stmt = this.statement(query);
+    const p = this.statement(query);
     const args = bindings as never[];
-    if (ro) return new RowsCursor<T>(stmt.columnNames, stmt.values(...args) as SqlValue[][], 0);
+    if (p.readOnly) return new RowsCursor<T>(p.columns, p.stmt.values(...args) as SqlValue[][], 0);
     this.begin();
-    const r = stmt.run(...args);
+    const r = p.stmt.run(...args);
     if (r.changes > 0) this.dirty = true;
+    if (p.schemaChange) this.forgetStatements();
     return new RowsCursor<T>([], NO_ROWS, r.changes);
   }
 
-  /** Opens the batch if none is open and schedules its commit for the end of this event-loop turn. */
   /** A cached statement for transaction control (parsed once, not on every savepoint). */
   private control(sql: string): void {
-    this.db.query(sql).run();
+    this.statement(sql).stmt.run();
   }
 
+  /** Opens the batch if none is open and schedules its commit for the end of this event-loop turn. */
   private begin(): void {
     if (this.open) return;
     if (this.closed) throw new Error("the object store is closed");
@@ -147,19 +183,41 @@ export class SqlStore {
     this.begin();
     const name = `sp${++this.depth}`;
     this.control(`SAVEPOINT ${name}`);
+    this.undo.push([]);
     try {
       const r = fn();
       if (r && typeof (r as { then?: unknown }).then === "function") throw new Error("transactionSync needs a synchronous function");
       this.control(`RELEASE ${name}`);
+      // Kept: an enclosing savepoint that rolls back must still undo these.
+      const done = this.undo.pop()!;
+      const outer = this.undo[this.undo.length - 1];
+      if (outer) for (const u of done) outer.push(u);
       return r;
     } catch (e) {
       this.control(`ROLLBACK TO ${name}`);
       this.control(`RELEASE ${name}`);
       this.rollbacks++;
+      const undone = this.undo.pop()!;
+      for (let i = undone.length - 1; i >= 0; i--) undone[i]!();
       throw e;
     } finally {
       this.depth--;
     }
+  }
+
+  /**
+   * Registers how to undo an in-memory change made now: it runs if the
+   * innermost open savepoint rolls back (nothing to register outside one:
+   * the batch as a whole either commits or fails, and a failure is handled
+   * by its owner).
+   */
+  onRollback(fn: () => void): void {
+    this.undo[this.undo.length - 1]?.push(fn);
+  }
+
+  /** Sets the writes to run just before each COMMIT (inside the batch; a throw fails the commit). */
+  setBeforeCommit(fn: () => void): void {
+    this.beforeCommit = fn;
   }
 
   /** Marks the open batch as holding writes (for writes made outside `exec`, such as DDL). */
@@ -191,6 +249,12 @@ export class SqlStore {
   /** Commits the open batch now (group commit calls this once per event-loop turn). */
   commit(): void {
     if (!this.open || this.depth > 0) return;
+    let heldFailure: { error: unknown } | null = null;
+    try {
+      this.beforeCommit?.();
+    } catch (e) {
+      heldFailure = { error: e };
+    }
     const waiters = this.waiters;
     const after = this.afterCommit;
     this.waiters = [];
@@ -199,6 +263,7 @@ export class SqlStore {
     const wrote = this.dirty;
     this.dirty = false;
     try {
+      if (heldFailure) throw heldFailure.error;
       this.control("COMMIT");
       if (wrote) this.commits++;
       this.failure = null;
@@ -246,6 +311,7 @@ export class SqlStore {
     this.checkpointer?.stop();
     this.commit();
     this.closed = true;
+    this.forgetStatements();
     this.db.close();
   }
 
@@ -254,6 +320,7 @@ export class SqlStore {
     this.checkpointer?.stop();
     this.abandon();
     this.closed = true;
+    this.forgetStatements();
     this.db.close();
   }
 }
