@@ -87,6 +87,8 @@ export class EmbeddedRuntime<E> {
   private inboxSeq = 0;
   /** Latest-only messages of the open batch, held until it commits (./pendingInbox.ts). */
   private readonly held: PendingInbox;
+  /** Alarm writes of the open batch, the last one per instance, held until it commits (a pass that re-arms its alarm writes it once). */
+  private readonly heldAlarms = new Map<string, { cls: string; obj: string; at: number | null }>();
   private readonly background = new Set<Promise<unknown>>();
   private env: E | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;
@@ -151,6 +153,7 @@ export class EmbeddedRuntime<E> {
     for (const t of c.tables) for (const r of this.store.sql.exec<{ obj: string }>(`SELECT DISTINCT obj FROM ${t}`)) names.add(r.obj);
     for (const t of ["_alarm", "_inbox"]) for (const r of this.store.sql.exec<{ obj: string }>(`SELECT DISTINCT obj FROM ${t} WHERE cls = ?`, className)) names.add(r.obj);
     for (const t of this.held.targets()) if (t.cls === className) names.add(t.obj);
+    for (const h of this.heldAlarms.values()) if (h.cls === className && h.at !== null) names.add(h.obj);
     return [...names].sort();
   }
 
@@ -282,6 +285,7 @@ export class EmbeddedRuntime<E> {
       this.store.sql.exec("DELETE FROM _alarm WHERE cls = ? AND obj = ?", inst.cls, inst.name);
       this.store.sql.exec("DELETE FROM _inbox WHERE cls = ? AND obj = ?", inst.cls, inst.name);
       this.held.drop(key(inst.cls, inst.name));
+      this.dropHeldAlarm(key(inst.cls, inst.name));
     });
     this.instances.delete(key(inst.cls, inst.name));
   }
@@ -307,14 +311,14 @@ export class EmbeddedRuntime<E> {
         const at = atMs === null ? null : Math.floor(atMs);
         // A rolled-back savepoint may have undone the cached write: then write again.
         if (alarm === at && alarmRollbacks === rt.store.rollbacks) return;
-        writeAlarm(sql, cls, name, at);
+        rt.holdAlarm(cls, name, at);
         alarm = at;
         alarmRollbacks = rt.store.rollbacks;
         if (at !== null) rt.store.onCommitted(() => rt.alarmArmed(at));
       },
       getAlarm() {
         if (alarm === undefined || alarmRollbacks !== rt.store.rollbacks) {
-          alarm = readAlarm(sql, cls, name);
+          alarm = rt.alarmOf(cls, name);
           alarmRollbacks = rt.store.rollbacks;
         }
         return alarm;
@@ -404,10 +408,50 @@ export class EmbeddedRuntime<E> {
     this.held.flush(k);
   }
 
-  /** Writes the held messages to `_inbox` (just before COMMIT). */
+  /** Writes the held messages to `_inbox` and the held alarms to `_alarm` (just before COMMIT). */
   private flushHeld(): void {
     for (const t of this.held.targets()) this.storedFor(key(t.cls, t.obj));
     this.held.flushAll();
+    this.flushAlarms();
+  }
+
+  /** Sets the alarm of (cls, obj) in the open batch; written to `_alarm` when the batch commits (or the timer looks). */
+  private holdAlarm(cls: string, obj: string, at: number | null): void {
+    const k = key(cls, obj);
+    const before = this.heldAlarms.get(k);
+    this.store.markDirty();
+    this.heldAlarms.set(k, { cls, obj, at });
+    this.store.onRollback(() => {
+      if (before) this.heldAlarms.set(k, before);
+      else this.heldAlarms.delete(k);
+    });
+  }
+
+  /** The alarm of (cls, obj): the one held in the open batch, else the stored one. */
+  private alarmOf(cls: string, obj: string): number | null {
+    const h = this.heldAlarms.get(key(cls, obj));
+    return h ? h.at : readAlarm(this.store.sql, cls, obj);
+  }
+
+  /** Forgets the held alarm of instance `k` (its rows are being deleted). */
+  private dropHeldAlarm(k: string): void {
+    const before = this.heldAlarms.get(k);
+    if (!before) return;
+    this.heldAlarms.delete(k);
+    this.store.onRollback(() => {
+      if (!this.heldAlarms.has(k)) this.heldAlarms.set(k, before);
+    });
+  }
+
+  /** Writes the held alarms to `_alarm` in the open batch. */
+  private flushAlarms(): void {
+    if (this.heldAlarms.size === 0) return;
+    const held = [...this.heldAlarms];
+    this.heldAlarms.clear();
+    for (const [, h] of held) writeAlarm(this.store.sql, h.cls, h.obj, h.at);
+    this.store.onRollback(() => {
+      for (const [k, h] of held) if (!this.heldAlarms.has(k)) this.heldAlarms.set(k, h);
+    });
   }
 
   /** Which instances have rows in `_inbox`, from the table. */
@@ -419,6 +463,7 @@ export class EmbeddedRuntime<E> {
   /** A batch failed to commit: its writes are gone, so are its held messages; in-memory copies are dropped and the inbox map re-read. */
   private afterCommitFailure(): void {
     this.held.clear();
+    this.heldAlarms.clear();
     this.dropInstances();
     try {
       this.rebuildInboxVersions();
@@ -463,12 +508,14 @@ export class EmbeddedRuntime<E> {
   }
 
   private nextAlarmAt(): number | null {
+    this.flushAlarms();
     return this.store.sql.exec<{ at: number | null }>("SELECT MIN(at_ms) AS at FROM _alarm").one().at;
   }
 
   /** Fires every alarm that is due now (the timer calls this; a simulation calls it directly with its fake clock). */
   tick(): void {
     if (this.closed || this.crashed) return;
+    this.flushAlarms();
     const now = this.clock.now();
     const due = this.store.sql
       .exec<{ cls: string; obj: string; at_ms: number }>("SELECT cls, obj, at_ms FROM _alarm WHERE at_ms <= ? ORDER BY at_ms, cls, obj LIMIT ?", now, MAX_ALARMS_PER_TICK + this.firing.size)
@@ -488,11 +535,11 @@ export class EmbeddedRuntime<E> {
     await this.invoke(cls, name, "alarm", [], false, null).catch((e) => {
       if (this.crashed || this.closed) throw e;
       const damaged = e instanceof BeachballError && e.code === "OBJECT_DAMAGED";
-      if (readAlarm(this.store.sql, cls, name) === atMs) writeAlarm(this.store.sql, cls, name, damaged ? null : this.clock.now() + ALARM_RETRY_MS);
+      if (this.alarmOf(cls, name) === atMs) this.holdAlarm(cls, name, damaged ? null : this.clock.now() + ALARM_RETRY_MS);
       throw e;
     });
     if (this.crashed || this.closed) return;
-    if (readAlarm(this.store.sql, cls, name) === atMs) writeAlarm(this.store.sql, cls, name, null);
+    if (this.alarmOf(cls, name) === atMs) this.holdAlarm(cls, name, null);
   }
 
   /** Forgets every live instance (after a failed commit their in-memory copies may hold writes that are gone). */
@@ -551,6 +598,7 @@ export class EmbeddedRuntime<E> {
   async abandon(): Promise<void> {
     this.crashed = true;
     this.held.clear();
+    this.heldAlarms.clear();
     if (this.timer) clearTimeout(this.timer);
     await Promise.allSettled([...this.background]);
     this.closed = true;
