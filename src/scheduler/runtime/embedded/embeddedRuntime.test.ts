@@ -54,6 +54,35 @@ class Counter extends AuthorityObject<Env, Hello> {
   send(to: string, id: string): void {
     this.state.storage.transactionSync(() => this.state.post(this.env.Counter, to, id, { kind: "hello", from: this.state.name }));
   }
+  announce(to: string, key: string, text: string): void {
+    this.state.postLatest(this.env.Counter, to, key, { kind: "hello", from: text });
+  }
+  announceThenFail(to: string, key: string): void {
+    this.state.storage.transactionSync(() => {
+      this.state.postLatest(this.env.Counter, to, key, { kind: "hello", from: "rolled-back" });
+      this.state.setAlarm(123_456);
+      throw new Error("boom");
+    });
+  }
+  announceThenPost(to: string, key: string, id: string): void {
+    this.state.postLatest(this.env.Counter, to, key, { kind: "hello", from: this.state.name });
+    this.state.post(this.env.Counter, to, id, { kind: "hello", from: this.state.name });
+  }
+  armTwice(first: number, second: number): void {
+    this.state.setAlarm(first);
+    this.state.setAlarm(second);
+  }
+  async announceArmAndCall(to: string): Promise<void> {
+    this.state.postLatest(this.env.Counter, to, "before-crash", { kind: "hello", from: this.state.name });
+    this.state.setAlarm(9_000);
+    await this.env.Counter.get(to).get();
+  }
+  getAlarmForTest(): number | null {
+    return this.state.getAlarm();
+  }
+  readNow(): void {
+    this.onInbox();
+  }
   sendBad(to: string, id: string): void {
     this.state.post(this.env.Counter, to, id, { kind: "nope" } as unknown as Hello);
   }
@@ -213,5 +242,62 @@ describe("embedded runtime: Durable Objects semantics on one file", () => {
     const { front } = open(tmp(), new FakeClock(1000), { maxLiveInstances: 4 });
     for (let i = 0; i < 20; i++) await front.get(`x${i}`).increment();
     for (let i = 0; i < 20; i++) expect((await front.get(`x${i}`).get()).n).toBe(1);
+  });
+
+  test("latest-only messages wait in memory for the commit: a replaced one is written once, in its last version; one read in the same batch is never written", async () => {
+    const { rt, front } = open(tmp(), new FakeClock(1000));
+    rt.store.sql.exec("CREATE TABLE inbox_writes (n INTEGER)");
+    rt.store.sql.exec("CREATE TRIGGER count_inbox_writes AFTER INSERT ON _inbox BEGIN INSERT INTO inbox_writes VALUES (1); END");
+    await front.get("b").get();
+    const internal = rt.namespace(Counter, { gated: false });
+    const writes = () => rt.store.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM inbox_writes").one().n;
+    // Same turn, same batch: the second replaces the first before anything is written.
+    await Promise.all([internal.get("a").announce("b", "k", "v1"), internal.get("a").announce("b", "k", "v2")]);
+    await rt.idle();
+    expect((await front.get("b").get()).seen).toBe("k<v2;");
+    expect(writes()).toBe(1);
+    // Read and acknowledged by the receiver within the batch: delivered without a row.
+    await Promise.all([internal.get("a").announce("b", "k2", "v3"), internal.get("b").readNow()]);
+    await rt.idle();
+    expect((await front.get("b").get()).seen).toBe("k<v2;k2<v3;");
+    expect(writes()).toBe(1);
+    expect(rt.store.sql.exec("SELECT COUNT(*) AS n FROM _inbox").one()).toEqual({ n: 0 });
+  });
+
+  test("held messages and alarms of a savepoint that rolls back are undone; a plain post after a held message is read after it", async () => {
+    const { rt, front } = open(tmp(), new FakeClock(1000));
+    await expect(front.get("a").announceThenFail("b", "k")).rejects.toThrow("boom");
+    await rt.idle();
+    expect((await front.get("b").get()).seen).toBe("");
+    expect(await front.get("a").getAlarmForTest()).toBeNull();
+    expect(rt.store.sql.exec("SELECT COUNT(*) AS n FROM _alarm").one()).toEqual({ n: 0 });
+    await front.get("a").announceThenPost("b", "k", "m1");
+    await rt.idle();
+    expect((await front.get("b").get()).seen).toBe("k<a;m1<a;");
+  });
+
+  test("an alarm set twice in one batch is written once, with the last value", async () => {
+    const { rt, front } = open(tmp(), new FakeClock(1000));
+    rt.store.sql.exec("CREATE TABLE alarm_writes (n INTEGER)");
+    rt.store.sql.exec("CREATE TRIGGER count_alarm_inserts AFTER INSERT ON _alarm BEGIN INSERT INTO alarm_writes VALUES (1); END");
+    rt.store.sql.exec("CREATE TRIGGER count_alarm_updates AFTER UPDATE ON _alarm BEGIN INSERT INTO alarm_writes VALUES (1); END");
+    await front.get("a").armTwice(5_000, 7_000);
+    expect(rt.store.sql.exec("SELECT obj, at_ms FROM _alarm").toArray()).toEqual([{ obj: "a", at_ms: 7_000 }]);
+    expect(rt.store.sql.exec("SELECT COUNT(*) AS n FROM alarm_writes").one()).toEqual({ n: 1 });
+  });
+
+  test("the fault hook's commit includes held messages and alarms (the caller's intent is durable)", async () => {
+    const dir = tmp();
+    const clock = new FakeClock(1000);
+    let crash = false;
+    const { rt, front } = open(dir, clock, { faultHook: () => crash });
+    await front.get("b").get();
+    crash = true;
+    await expect(front.get("a").announceArmAndCall("b")).rejects.toBeInstanceOf(SimulatedCrash);
+    await rt.abandon();
+    const { rt: rt2, front: f2 } = open(dir, clock);
+    await rt2.idle();
+    expect((await f2.get("b").get()).seen).toBe("before-crash<a;");
+    expect(rt2.store.sql.exec("SELECT obj, at_ms FROM _alarm").toArray()).toEqual([{ obj: "a", at_ms: 9_000 }]);
   });
 });

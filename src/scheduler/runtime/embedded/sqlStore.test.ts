@@ -51,4 +51,71 @@ describe("the embedded store", () => {
     expect(again.query("SELECT COUNT(*) AS n FROM t").get()).toEqual({ n: 6000 });
     again.close();
   });
+
+  test("statements stay prepared past bun:sqlite's 20-string cache; a schema change prepares them again with the new columns", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "bb-store-"));
+    dirs.push(dir);
+    const s = new SqlStore(join(dir, "o.db"));
+    s.sql.exec("CREATE TABLE t (k INTEGER PRIMARY KEY)");
+    s.sql.exec("INSERT INTO t VALUES (1)");
+    let prepares = 0;
+    const prepare = s.db.prepare.bind(s.db);
+    s.db.prepare = ((q: string) => {
+      prepares++;
+      return prepare(q);
+    }) as typeof s.db.prepare;
+    for (let round = 0; round < 3; round++) for (let i = 0; i < 30; i++) expect(s.sql.exec(`SELECT k + ${i} AS v FROM t`).one()).toEqual({ v: 1 + i });
+    expect(prepares).toBe(30);
+    expect(s.sql.exec("SELECT * FROM t").toArray()).toEqual([{ k: 1 }]);
+    s.sql.exec("ALTER TABLE t ADD COLUMN w TEXT NOT NULL DEFAULT 'x'");
+    expect(s.sql.exec("SELECT * FROM t").toArray()).toEqual([{ k: 1, w: "x" }]);
+    s.close();
+  });
+
+  test("in-memory changes registered with onRollback are undone with their savepoint (also those of inner savepoints it had released)", () => {
+    const dir = mkdtempSync(join(tmpdir(), "bb-store-"));
+    dirs.push(dir);
+    const s = new SqlStore(join(dir, "o.db"));
+    const log: string[] = [];
+    const change = (what: string) => {
+      log.push(what);
+      s.onRollback(() => log.splice(log.lastIndexOf(what), 1));
+    };
+    s.transactionSync(() => change("kept"));
+    expect(() =>
+      s.transactionSync(() => {
+        change("outer");
+        s.transactionSync(() => change("inner"));
+        throw new Error("boom");
+      }),
+    ).toThrow("boom");
+    expect(log).toEqual(["kept"]);
+    s.close();
+  });
+
+  test("writes held until the commit land in the same commit; a failing one fails the commit and its waiters", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "bb-store-"));
+    dirs.push(dir);
+    const s = new SqlStore(join(dir, "o.db"));
+    s.sql.exec("CREATE TABLE t (k TEXT PRIMARY KEY)");
+    await s.durable();
+    let held: string | null = "held";
+    s.setBeforeCommit(() => {
+      if (held === "fail") throw new Error("held write failed");
+      if (held) s.sql.exec("INSERT INTO t VALUES (?)", held);
+      held = null;
+    });
+    s.sql.exec("INSERT INTO t VALUES ('direct')");
+    const commits = s.commits;
+    await s.durable();
+    expect(s.commits - commits).toBe(1);
+    expect(s.sql.exec("SELECT k FROM t ORDER BY k").toArray()).toEqual([{ k: "direct" }, { k: "held" }]);
+    held = "fail";
+    s.sql.exec("INSERT INTO t VALUES ('lost')");
+    await expect(s.durable()).rejects.toThrow("held write failed");
+    expect(s.failure?.message).toBe("held write failed");
+    expect(s.sql.exec("SELECT k FROM t ORDER BY k").toArray()).toEqual([{ k: "direct" }, { k: "held" }]);
+    held = null;
+    s.close();
+  });
 });
