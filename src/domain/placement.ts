@@ -162,27 +162,28 @@ export function rankCandidates(ads: Iterable<Advertisement>, req: PlacementReque
   const c = compile(req);
   const prefix = fnvPrefix(req.allocationId);
   const best: Keyed[] = [];
+  const want = req.imageDigest;
+  const memReq = req.resources.memoryMiB;
+  const cpuReq = req.resources.cpuMillis;
   for (const ad of ads) {
-    const k: Keyed = {
-      ad,
-      cached: ad.cachedImages.includes(req.imageDigest) ? 0 : 1,
-      hb: -(ad.heartbeatAtMs ?? 0),
-      mem: ad.free.memoryMiB - req.resources.memoryMiB,
-      cpu: ad.free.cpuMillis - req.resources.cpuMillis,
-      tie: -1,
-    };
+    // Keys in locals first: most hosts lose to the current last pick and never allocate anything.
+    const cached = ad.cachedImages.length > 0 && ad.cachedImages.includes(want) ? 0 : 1;
+    const hb = -(ad.heartbeatAtMs ?? 0);
+    const mem = ad.free.memoryMiB - memReq;
+    const cpu = ad.free.cpuMillis - cpuReq;
+    let tie = -1;
     // Ranking before filtering: a host that cannot beat the current last pick is never filtered at all.
     if (best.length >= limit) {
       const last = best[best.length - 1]!;
-      const d = k.cached - last.cached || k.hb - last.hb || k.mem - last.mem || k.cpu - last.cpu;
+      const d = cached - last.cached || hb - last.hb || mem - last.mem || cpu - last.cpu;
       if (d > 0) continue;
       if (d === 0) {
-        k.tie = fnvHost(prefix, ad.hostId);
-        if (k.tie >= last.tie) continue;
+        tie = fnvHost(prefix, ad.hostId);
+        if (tie >= last.tie) continue;
       }
     }
     if (reasonOf(ad, c, nowMs) !== null) continue;
-    if (k.tie < 0) k.tie = fnvHost(prefix, ad.hostId);
+    const k: Keyed = { ad, cached, hb, mem, cpu, tie: tie < 0 ? fnvHost(prefix, ad.hostId) : tie };
     let i = best.length;
     while (i > 0 && compare(k, best[i - 1]!) < 0) i--;
     best.splice(i, 0, k);
