@@ -101,13 +101,15 @@ export class SqlStore {
   private undo: (() => void)[][] = [];
   /** Writes held in memory until the batch commits; run just before COMMIT (./pendingInbox.ts). */
   private beforeCommit: (() => void) | null = null;
-  private readonly statements = new Map<string, Prepared>();
+  private readonly cache = new Map<string, Prepared>();
   private closed = false;
   private checkpointer: Checkpointer | null = null;
   /** Savepoints rolled back so far: a cache of a write made before may no longer hold. */
   rollbacks = 0;
   /** Commits so far (for benchmarks and tests). */
   commits = 0;
+  /** SQL statements run so far, transaction control included (for benchmarks). */
+  statements = 0;
   /** The last failed commit, until a later commit succeeds. */
   failure: Error | null = null;
 
@@ -133,27 +135,28 @@ export class SqlStore {
 
   /** The prepared statement of `query` (prepared once; the oldest is finalized past MAX_CACHED_STATEMENTS). */
   private statement(query: string): Prepared {
-    const found = this.statements.get(query);
+    const found = this.cache.get(query);
     if (found) return found;
-    if (this.statements.size >= MAX_CACHED_STATEMENTS) {
-      const [oldest, p] = this.statements.entries().next().value!;
-      this.statements.delete(oldest);
+    if (this.cache.size >= MAX_CACHED_STATEMENTS) {
+      const [oldest, p] = this.cache.entries().next().value!;
+      this.cache.delete(oldest);
       p.stmt.finalize();
     }
     const stmt = this.db.prepare(query);
     const readOnly = READ_ONLY.test(query);
     const p: Prepared = { stmt, readOnly, schemaChange: SCHEMA_CHANGE.test(query), columns: readOnly ? stmt.columnNames : [] };
-    this.statements.set(query, p);
+    this.cache.set(query, p);
     return p;
   }
 
   /** Finalizes every cached statement (after a schema change). */
   private forgetStatements(): void {
-    for (const p of this.statements.values()) p.stmt.finalize();
-    this.statements.clear();
+    for (const p of this.cache.values()) p.stmt.finalize();
+    this.cache.clear();
   }
 
   private exec<T>(query: string, bindings: unknown[]): SqlCursor<T> {
+    this.statements++;
     const p = this.statement(query);
     const args = bindings as never[];
     if (p.readOnly) return new RowsCursor<T>(p.columns, p.stmt.values(...args) as SqlValue[][], 0);
@@ -166,6 +169,7 @@ export class SqlStore {
 
   /** A cached statement for transaction control (parsed once, not on every savepoint). */
   private control(sql: string): void {
+    this.statements++;
     this.statement(sql).stmt.run();
   }
 
