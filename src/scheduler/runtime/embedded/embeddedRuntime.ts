@@ -9,8 +9,10 @@
  * rows on next use), typed stubs (a call is an RPC: it starts on a later
  * microtask and may interleave with other calls while it awaits another
  * object), the alarm timer (one timer for the earliest due alarm; rows in
- * `_alarm`), inbox delivery (a post appends to the target's inbox in the
- * sender's transaction; the target is nudged after the commit), retention
+ * `_alarm`; alarm writes wait in memory until the batch commits), inbox
+ * delivery (a post appends to the target's inbox in the sender's
+ * transaction, a latest-only post waits in memory until the batch commits
+ * (./pendingInbox.ts); the target is nudged after the commit), retention
  * deletion, quarantine of damaged instances, and the simulation's crash
  * hook. Stubs handed to the front (not to objects) pass the output gate:
  * their result leaves only after the writes it saw are durable.
@@ -20,12 +22,11 @@
  */
 import type { TSchema } from "@sinclair/typebox";
 import { BeachballError } from "../../../protocol/errors.ts";
-import type { AnyAuthorityObject, InboxEntry, MessageOf, Namespace, ObjectClass, ObjectState, Stub } from "../api.ts";
+import type { AnyAuthorityObject, MessageOf, Namespace, ObjectClass, ObjectState, Stub } from "../api.ts";
 import { DamagedStateError, isStorageFault } from "../faults.ts";
 import type { Clock } from "../ports.ts";
-import { checkerOf, firstError } from "../check.ts";
-import { ackInbox, insertInbox, MAX_INBOX_BATCH, MAX_MESSAGE_BYTES, readAlarm, readInbox, writeAlarm } from "../stateRows.ts";
-import { HELD_SEQ_BASE, PendingInbox } from "./pendingInbox.ts";
+import { Inboxes } from "./inboxes.ts";
+import { PendingAlarms } from "./pendingAlarms.ts";
 import { BatchAbandoned, SqlStore } from "./sqlStore.ts";
 
 /** Most instances kept in memory; idle ones beyond it are dropped (their rows stay). */
@@ -82,13 +83,10 @@ export class EmbeddedRuntime<E> {
   private readonly instances = new Map<string, Instance>();
   private readonly quarantined = new Map<string, string>();
   private readonly firing = new Set<string>();
-  /** Instances that may have rows in `_inbox`, with the version of the latest append (rebuilt from `_inbox` at start and after a failed commit). */
-  readonly inboxVersion = new Map<string, number>();
-  private inboxSeq = 0;
-  /** Latest-only messages of the open batch, held until it commits (./pendingInbox.ts). */
-  private readonly held: PendingInbox;
-  /** Alarm writes of the open batch, the last one per instance, held until it commits (a pass that re-arms its alarm writes it once). */
-  private readonly heldAlarms = new Map<string, { cls: string; obj: string; at: number | null }>();
+  /** Stored and held inbox messages (./inboxes.ts). */
+  private readonly inboxes: Inboxes;
+  /** Alarm writes of the open batch, held until it commits (./pendingAlarms.ts). */
+  private readonly heldAlarms: PendingAlarms;
   private readonly background = new Set<Promise<unknown>>();
   private env: E | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;
@@ -106,7 +104,8 @@ export class EmbeddedRuntime<E> {
     private readonly options: EmbeddedRuntimeOptions = {},
   ) {
     this.store = new SqlStore(file, () => this.afterCommitFailure());
-    this.held = new PendingInbox(this.store);
+    this.inboxes = new Inboxes(this.store, key);
+    this.heldAlarms = new PendingAlarms(this.store);
     this.store.setBeforeCommit(() => this.flushHeld());
     for (const c of classes) this.classes.set(c.className, c);
     this.maxLive = options.maxLiveInstances ?? MAX_LIVE_INSTANCES;
@@ -115,7 +114,7 @@ export class EmbeddedRuntime<E> {
   /** Sets the environment instances receive (built from this runtime's namespaces, so it comes after construction). */
   bind(env: E): void {
     this.env = env;
-    this.rebuildInboxVersions();
+    this.inboxes.rebuild();
     for (const r of this.store.sql.exec<{ cls: string; obj: string; reason: string }>("SELECT cls, obj, reason FROM _quarantine")) this.quarantined.set(key(r.cls, r.obj), r.reason);
   }
 
@@ -152,8 +151,8 @@ export class EmbeddedRuntime<E> {
     const names = new Set<string>();
     for (const t of c.tables) for (const r of this.store.sql.exec<{ obj: string }>(`SELECT DISTINCT obj FROM ${t}`)) names.add(r.obj);
     for (const t of ["_alarm", "_inbox"]) for (const r of this.store.sql.exec<{ obj: string }>(`SELECT DISTINCT obj FROM ${t} WHERE cls = ?`, className)) names.add(r.obj);
-    for (const t of this.held.targets()) if (t.cls === className) names.add(t.obj);
-    for (const h of this.heldAlarms.values()) if (h.cls === className && h.at !== null) names.add(h.obj);
+    for (const n of this.inboxes.heldNames(className)) names.add(n);
+    for (const n of this.heldAlarms.armedNames(className)) names.add(n);
     return [...names].sort();
   }
 
@@ -171,7 +170,7 @@ export class EmbeddedRuntime<E> {
 
   /** Nudges instances with pending inbox messages without starting the timer (a simulation calls `tick()` itself). */
   recover(): void {
-    for (const k of new Set([...this.inboxVersion.keys(), ...this.held.targets().map((t) => key(t.cls, t.obj))])) {
+    for (const k of this.inboxes.pending()) {
       const [cls, name] = k.split("\u0000") as [string, string];
       this.nudge(cls, name);
     }
@@ -284,8 +283,8 @@ export class EmbeddedRuntime<E> {
       for (const t of c.tables) this.store.sql.exec(`DELETE FROM ${t} WHERE obj = ?`, inst.name);
       this.store.sql.exec("DELETE FROM _alarm WHERE cls = ? AND obj = ?", inst.cls, inst.name);
       this.store.sql.exec("DELETE FROM _inbox WHERE cls = ? AND obj = ?", inst.cls, inst.name);
-      this.held.drop(key(inst.cls, inst.name));
-      this.dropHeldAlarm(key(inst.cls, inst.name));
+      this.inboxes.drop(key(inst.cls, inst.name));
+      this.heldAlarms.drop(key(inst.cls, inst.name));
     });
     this.instances.delete(key(inst.cls, inst.name));
   }
@@ -294,15 +293,11 @@ export class EmbeddedRuntime<E> {
     const rt = this;
     const cls = c.className;
     const schema: TSchema | null = c.messageSchema;
-    const sql = this.store.sql;
     const k = key(cls, name);
     // The alarm as last read or written by this instance (undefined: not known yet), so an unchanged alarm costs no write.
     let alarm: number | null | undefined;
     let alarmRollbacks = 0;
-    let readVersion = -1;
-    let readAll = false;
-    // The last stored message handed out with held ones (acknowledging a held one acknowledges it too).
-    let lastTableSeq: number | null = null;
+    const inbox = this.inboxes.reader<M>(cls, name, schema);
     return {
       className: cls,
       name,
@@ -311,162 +306,54 @@ export class EmbeddedRuntime<E> {
         const at = atMs === null ? null : Math.floor(atMs);
         // A rolled-back savepoint may have undone the cached write: then write again.
         if (alarm === at && alarmRollbacks === rt.store.rollbacks) return;
-        rt.holdAlarm(cls, name, at);
+        rt.heldAlarms.set(k, cls, name, at);
         alarm = at;
         alarmRollbacks = rt.store.rollbacks;
         if (at !== null) rt.store.onCommitted(() => rt.alarmArmed(at));
       },
       getAlarm() {
         if (alarm === undefined || alarmRollbacks !== rt.store.rollbacks) {
-          alarm = rt.alarmOf(cls, name);
+          alarm = rt.heldAlarms.get(k, cls, name);
           alarmRollbacks = rt.store.rollbacks;
         }
         return alarm;
       },
       post<T extends AnyAuthorityObject>(to: Namespace<T>, target: string, messageId: string, message: MessageOf<T>) {
         if (!rt.classes.has(to.className)) throw new Error(`unknown object class ${to.className}`);
-        // Messages held for the target go first: the inbox keeps the order they were sent in.
-        rt.flushHeldFor(key(to.className, target));
-        if (insertInbox(sql, to.className, target, messageId, JSON.stringify(message))) rt.delivered(to.className, target, true);
+        if (rt.inboxes.post(to.className, target, messageId, JSON.stringify(message))) rt.delivered(to.className, target);
       },
       postLatest<T extends AnyAuthorityObject>(to: Namespace<T>, target: string, messageKey: string, message: MessageOf<T>) {
         if (!rt.classes.has(to.className)) throw new Error(`unknown object class ${to.className}`);
-        const body = JSON.stringify(message);
-        if (body.length > MAX_MESSAGE_BYTES) throw new Error(`message ${messageKey} for ${to.className} ${target} is ${body.length} bytes (limit ${MAX_MESSAGE_BYTES})`);
         // Held until the batch commits: replaced or consumed before then, it costs no statement.
-        rt.held.upsert(key(to.className, target), to.className, target, messageKey, body);
-        rt.delivered(to.className, target, false);
+        rt.inboxes.postLatest(to.className, target, messageKey, JSON.stringify(message));
+        rt.delivered(to.className, target);
       },
-      readInbox: () => {
-        // The runtime knows which instances may have rows in `_inbox`: most reads cost no statement.
-        const version = rt.inboxVersion.get(k);
-        let rows: InboxEntry<M>[] = [];
-        lastTableSeq = null;
-        readVersion = -1;
-        if (version !== undefined) {
-          rows = readInbox<M>(sql, cls, name, schema, (id, why) => console.error(`beachball: ${cls} ${name} dropped message ${id}: it ${why}`));
-          readVersion = version;
-          readAll = rows.length < MAX_INBOX_BATCH;
-          if (rows.length === 0 && readAll) rt.forgetInbox(k, version);
-        } else readAll = true;
-        // Held messages come after the stored ones, and only when every stored one was read.
-        if (!readAll || !rt.held.has(k)) return rows;
-        lastTableSeq = rows.length > 0 ? rows[rows.length - 1]!.seq : null;
-        for (const m of rt.held.read(k, MAX_INBOX_BATCH - rows.length)) {
-          const message = heldMessage<M>(m.body, schema, cls);
-          if (typeof message === "string") {
-            console.error(`beachball: ${cls} ${name} dropped message ${m.key}: it ${message}`);
-            rt.held.discard(k, m.seq);
-            continue;
-          }
-          rows.push({ seq: m.seq, messageId: m.key, message: message.value });
-        }
-        return rows;
-      },
-      ackInbox: (seq) => {
-        if (seq >= HELD_SEQ_BASE) {
-          rt.held.ack(k, seq);
-          // Every stored message was read before any held one.
-          if (lastTableSeq !== null) ackInbox(sql, cls, name, lastTableSeq);
-        } else ackInbox(sql, cls, name, seq);
-        if (readAll && rt.inboxVersion.get(k) === readVersion) rt.forgetInbox(k, readVersion);
-      },
+      readInbox: () => inbox.read(),
+      ackInbox: (seq) => inbox.ack(seq),
       deleteSelf() {
         inst.deleteRequested = true;
       },
     };
   }
 
-  /** A message was sent to (cls, name) (`stored`: appended to `_inbox` now): remember that it may have messages, and nudge it after the commit. */
-  private delivered(cls: string, name: string, stored: boolean): void {
-    if (stored) this.storedFor(key(cls, name));
+  /** A message was sent to (cls, name): nudge it after the commit. */
+  private delivered(cls: string, name: string): void {
     this.store.onCommitted(() => this.nudge(cls, name));
-  }
-
-  /** Rows were appended to `_inbox` for instance `k` (a plain post, or held messages written at commit). */
-  private storedFor(k: string): void {
-    const before = this.inboxVersion.get(k);
-    this.inboxVersion.set(k, ++this.inboxSeq);
-    this.store.onRollback(() => {
-      if (before === undefined) this.inboxVersion.delete(k);
-      else this.inboxVersion.set(k, before);
-    });
-  }
-
-  /** Instance `k` read every stored message up to `version`: it has none left (restored if the savepoint rolls back). */
-  private forgetInbox(k: string, version: number): void {
-    this.inboxVersion.delete(k);
-    this.store.onRollback(() => {
-      if (!this.inboxVersion.has(k)) this.inboxVersion.set(k, version);
-    });
-  }
-
-  /** Writes the messages held for instance `k` to `_inbox` now. */
-  private flushHeldFor(k: string): void {
-    if (!this.held.has(k)) return;
-    this.storedFor(k);
-    this.held.flush(k);
   }
 
   /** Writes the held messages to `_inbox` and the held alarms to `_alarm` (just before COMMIT). */
   private flushHeld(): void {
-    for (const t of this.held.targets()) this.storedFor(key(t.cls, t.obj));
-    this.held.flushAll();
-    this.flushAlarms();
-  }
-
-  /** Sets the alarm of (cls, obj) in the open batch; written to `_alarm` when the batch commits (or the timer looks). */
-  private holdAlarm(cls: string, obj: string, at: number | null): void {
-    const k = key(cls, obj);
-    const before = this.heldAlarms.get(k);
-    this.store.markDirty();
-    this.heldAlarms.set(k, { cls, obj, at });
-    this.store.onRollback(() => {
-      if (before) this.heldAlarms.set(k, before);
-      else this.heldAlarms.delete(k);
-    });
-  }
-
-  /** The alarm of (cls, obj): the one held in the open batch, else the stored one. */
-  private alarmOf(cls: string, obj: string): number | null {
-    const h = this.heldAlarms.get(key(cls, obj));
-    return h ? h.at : readAlarm(this.store.sql, cls, obj);
-  }
-
-  /** Forgets the held alarm of instance `k` (its rows are being deleted). */
-  private dropHeldAlarm(k: string): void {
-    const before = this.heldAlarms.get(k);
-    if (!before) return;
-    this.heldAlarms.delete(k);
-    this.store.onRollback(() => {
-      if (!this.heldAlarms.has(k)) this.heldAlarms.set(k, before);
-    });
-  }
-
-  /** Writes the held alarms to `_alarm` in the open batch. */
-  private flushAlarms(): void {
-    if (this.heldAlarms.size === 0) return;
-    const held = [...this.heldAlarms];
-    this.heldAlarms.clear();
-    for (const [, h] of held) writeAlarm(this.store.sql, h.cls, h.obj, h.at);
-    this.store.onRollback(() => {
-      for (const [k, h] of held) if (!this.heldAlarms.has(k)) this.heldAlarms.set(k, h);
-    });
-  }
-
-  /** Which instances have rows in `_inbox`, from the table. */
-  private rebuildInboxVersions(): void {
-    this.inboxVersion.clear();
-    for (const r of this.store.sql.exec<{ cls: string; obj: string }>("SELECT DISTINCT cls, obj FROM _inbox").toArray()) this.inboxVersion.set(key(r.cls, r.obj), ++this.inboxSeq);
+    this.inboxes.flushAll();
+    this.heldAlarms.flush();
   }
 
   /** A batch failed to commit: its writes are gone, so are its held messages; in-memory copies are dropped and the inbox map re-read. */
   private afterCommitFailure(): void {
-    this.held.clear();
+    this.inboxes.clearHeld();
     this.heldAlarms.clear();
     this.dropInstances();
     try {
-      this.rebuildInboxVersions();
+      this.inboxes.rebuild();
     } catch {
       /* the store is failing: keep what is known; a later read finds the truth */
     }
@@ -508,14 +395,14 @@ export class EmbeddedRuntime<E> {
   }
 
   private nextAlarmAt(): number | null {
-    this.flushAlarms();
+    this.heldAlarms.flush();
     return this.store.sql.exec<{ at: number | null }>("SELECT MIN(at_ms) AS at FROM _alarm").one().at;
   }
 
   /** Fires every alarm that is due now (the timer calls this; a simulation calls it directly with its fake clock). */
   tick(): void {
     if (this.closed || this.crashed) return;
-    this.flushAlarms();
+    this.heldAlarms.flush();
     const now = this.clock.now();
     const due = this.store.sql
       .exec<{ cls: string; obj: string; at_ms: number }>("SELECT cls, obj, at_ms FROM _alarm WHERE at_ms <= ? ORDER BY at_ms, cls, obj LIMIT ?", now, MAX_ALARMS_PER_TICK + this.firing.size)
@@ -532,14 +419,15 @@ export class EmbeddedRuntime<E> {
 
   /** Runs one alarm: the row stays until the handler returns, so a crash inside it leaves the alarm armed for the next process. */
   private async fire(cls: string, name: string, atMs: number): Promise<void> {
+    const k = key(cls, name);
     await this.invoke(cls, name, "alarm", [], false, null).catch((e) => {
       if (this.crashed || this.closed) throw e;
       const damaged = e instanceof BeachballError && e.code === "OBJECT_DAMAGED";
-      if (this.alarmOf(cls, name) === atMs) this.holdAlarm(cls, name, damaged ? null : this.clock.now() + ALARM_RETRY_MS);
+      if (this.heldAlarms.get(k, cls, name) === atMs) this.heldAlarms.set(k, cls, name, damaged ? null : this.clock.now() + ALARM_RETRY_MS);
       throw e;
     });
     if (this.crashed || this.closed) return;
-    if (this.alarmOf(cls, name) === atMs) this.holdAlarm(cls, name, null);
+    if (this.heldAlarms.get(k, cls, name) === atMs) this.heldAlarms.set(k, cls, name, null);
   }
 
   /** Forgets every live instance (after a failed commit their in-memory copies may hold writes that are gone). */
@@ -597,7 +485,7 @@ export class EmbeddedRuntime<E> {
   /** Abandons a crashed runtime: the open batch is rolled back (as a real crash loses it) and the file closed. */
   async abandon(): Promise<void> {
     this.crashed = true;
-    this.held.clear();
+    this.inboxes.clearHeld();
     this.heldAlarms.clear();
     if (this.timer) clearTimeout(this.timer);
     await Promise.allSettled([...this.background]);
@@ -608,19 +496,6 @@ export class EmbeddedRuntime<E> {
       this.options.onClosed?.();
     }
   }
-}
-
-/** A held message's body decoded and checked against the receiver's schema, or why it is dropped. */
-function heldMessage<M>(body: string, schema: TSchema | null, cls: string): { value: M } | string {
-  let v: unknown;
-  try {
-    v = JSON.parse(body);
-  } catch {
-    return "is not JSON";
-  }
-  if (!schema) return `${cls} receives no messages`;
-  if (!checkerOf(schema)(v)) return `does not match ${cls}'s message schema: ${firstError(schema, v)}`;
-  return { value: v as M };
 }
 
 function key(cls: string, name: string): string {
