@@ -264,6 +264,13 @@ export interface ConnectionGrantResponse {
   endpointToken: string;
   /** The host endpoint's current candidates. */
   hostCandidates: Candidate[];
+  /**
+   * The deployment's STUN servers ("IPv4:PORT" / "[IPv6]:PORT", at most
+   * MAX_STUN_SERVERS, src/protocol/stunServers.ts): the client asks them
+   * from its tunnel socket for its public mapping and posts that as a
+   * candidate. Absent from older schedulers (then: none).
+   */
+  stunServers?: string[];
 }
 
 /**

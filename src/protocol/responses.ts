@@ -16,6 +16,7 @@ import { ALLOCATION_STATES, AllocationView } from "./api.ts";
 import { COMMAND_TYPES, CommandSpec, ConfigureConnection } from "./agent.ts";
 import { Candidate, ConnectionMessage, RelayRole, SignedGrant, SignedRelayMap, SignedRelayToken } from "./connection.ts";
 import { ERROR_STATUS } from "./errors.ts";
+import { MAX_STUN_SERVERS, StunServerText } from "./stunServers.ts";
 
 const nullable = <T extends TSchema>(s: T) => Type.Union([s, Type.Null()]);
 const Iso = Type.String({ description: "ISO 8601 time" });
@@ -259,6 +260,7 @@ export const ConnectionGrantResponse = Type.Object(
     connectionId: Type.String({ description: "the grant's Connection (rendezvous)" }),
     endpointToken: Type.String({ description: "the client role's bearer for that Connection only; shown once, stored as a digest" }),
     hostCandidates: Type.Array(Candidate),
+    stunServers: Type.Optional(Type.Array(StunServerText, { maxItems: MAX_STUN_SERVERS, description: "the deployment's STUN servers; the client asks them from its tunnel socket and posts its public mapping as a candidate" })),
   },
   { additionalProperties: false },
 );

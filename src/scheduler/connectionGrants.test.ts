@@ -113,6 +113,8 @@ describe("issuing a grant", () => {
     // Relay tokens are short-lived: the manifest's default (120 s), not the grant's 300 s.
     expect(t.ok && t.payload.expiresAtMs - t.payload.issuedAtMs).toBe(120_000);
     expect(r.hostCandidates).toEqual([{ address: "192.0.2.10", port: 51820, kind: "local" }]);
+    // The manifest's STUN servers, for the client to learn its public mapping.
+    expect(r.stunServers).toEqual(["192.0.2.53:3478", "[2001:db8::53]:3478"]);
     expect(r.endpointToken).toMatch(/^bbx_[0-9a-f]{64}$/);
     // The host gets configure_connection apply with the same grant and its own relay tokens and endpoint token.
     await x.owner.poll();
