@@ -19,7 +19,9 @@
  * Checked: bytes through `bb proxy` (the real CLI in the laptop namespace) reach the
  * kernel echo server and come back byte-exact; the path is direct through the host NAT's
  * STUN candidate (the laptop is behind a symmetric NAT, so the host learns it only by
- * roaming); the inner filter refuses other ports and addresses (counted) while the
+ * roaming); the proxy asks the STUN server the grant response lists from its tunnel
+ * socket and the laptop NAT's mapping it saw reaches the host as a stun candidate
+ * (through the stand-in's rendezvous route); the inner filter refuses other ports and addresses (counted) while the
  * granted flow passes; the guest cannot open a connection to the client; an expired
  * grant stops working (the host drops it by itself) and the proxy exits with
  * GRANT_EXPIRED; refused with stable codes: a tampered grant (GRANT_SIGNATURE_INVALID,
@@ -76,6 +78,7 @@ const allocationId = testId("alloc");
 const spaces: Netns[] = [];
 const children: LineChild[] = [];
 let issuerProc: LineChild;
+let stunProc: LineChild;
 let harness: LineChild;
 let W: Netns, LNAT: Netns, HNAT: Netns, L: Netns, H: Netns, S: Netns, T: Netns, P: Netns, G: Netns, R: Netns;
 let relayProc: ReturnType<typeof Bun.spawn> | null = null;
@@ -219,11 +222,11 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
   beforeAll(async () => {
     buildTopology();
     await startRelays();
-    issuerProc = child(S, [join(repo, "test/support/grantIssuerServer.ts"), JSON.stringify({ hostname: SCHED, port: 8080, token: TOKEN, seed: issuer.seed, keyId: issuer.keyId, relays: RELAYS })], "issuer");
+    issuerProc = child(S, [join(repo, "test/support/grantIssuerServer.ts"), JSON.stringify({ hostname: SCHED, port: 8080, token: TOKEN, seed: issuer.seed, keyId: issuer.keyId, relays: RELAYS, stunServers: [`${STUN}:3478`] })], "issuer");
     await issuerProc.waitFor((e) => e.ev === "ready", 15_000, "issuer ready");
     issuerProc.send({ op: "allocation", id: allocationId, state: "ready", generation: 1, hostId: "host-1", allocationAddress: ALLOC });
-    const stun = child(T, [join(repo, "test/support/stunResponder.ts"), STUN, "3478"], "stun");
-    await stun.waitFor((e) => e.ev === "ready", 15_000, "stun ready");
+    stunProc = child(T, [join(repo, "test/support/stunResponder.ts"), STUN, "3478"], "stun");
+    await stunProc.waitFor((e) => e.ev === "ready", 15_000, "stun ready");
     const echo = child(G, [join(repo, "test/support/tcpEcho.ts"), "listen", ALLOC, "22"], "echo");
     await echo.waitFor((e) => e.ev === "ready", 15_000, "echo ready");
     const cfg = {
@@ -253,7 +256,7 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     rmSync(work, { recursive: true, force: true });
   });
 
-  test("the host publishes its STUN-mapped candidate; bytes through bb proxy reach the guest's kernel echo server byte-exact over a direct path", async () => {
+  test("the host publishes its STUN-mapped candidate, and the proxy its own (the laptop NAT's mapping) through the rendezvous to the host; bytes through bb proxy reach the guest's kernel echo server byte-exact over a direct path", async () => {
     const c = await connectivity();
     expect(c.candidates).toContainEqual({ address: HNAT_PUBLIC, port: 51820, kind: "stun" });
     expect(c.candidates).toContainEqual({ address: "10.2.0.2", port: 51820, kind: "local" });
@@ -271,6 +274,17 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
       expect(g.path.direct).toStartWith(`${LNAT_PUBLIC}:`);
       expect(g.filter.inboundAccepted).toBeGreaterThan(100);
       expect(st.links).toEqual([expect.objectContaining({ netns: P.name, grants: 1 })]);
+      // The proxy asked the deployment's STUN server (from the grant response) out of its tunnel socket: the server saw
+      // the laptop NAT's public mapping, that mapping reached the Connection as a stun candidate, and the host holds it.
+      const grantId = g.grantId as string;
+      const seenFromLaptop = (await stunProc.waitFor((e) => e.ev === "binding" && String(e.from).startsWith(`${LNAT_PUBLIC}:`), 10_000, "a binding from the laptop NAT")).from as string;
+      const i0 = issuerProc.events.length;
+      issuerProc.send({ op: "client-candidates", grantId });
+      const posted = (await issuerProc.waitFor((e) => e.ev === "client-candidates", 5_000, "client candidates", i0)).candidates as Array<Record<string, unknown>>;
+      expect(posted).toContainEqual({ address: LNAT_PUBLIC, port: Number(seenFromLaptop.split(":")[1]), kind: "stun" });
+      expect(posted).toContainEqual(expect.objectContaining({ address: "10.1.0.2", kind: "local" }));
+      expect(g.candidates).toContain(seenFromLaptop);
+      expect(await px.text()).toContain("to the rendezvous (1 from STUN)");
       expect(P.ip("link", "show", "dev", "bbconn0")).toContain("bbconn0");
     } finally {
       px.proc.kill("SIGINT");
