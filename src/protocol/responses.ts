@@ -265,6 +265,17 @@ export const ConnectionGrantResponse = Type.Object(
   { additionalProperties: false },
 );
 
+/** POST /v1/connections/{id}/relay-tokens (src/protocol/connection.ts ConnectionRelayTokensResponse). */
+export const ConnectionRelayTokensResponse = Type.Object(
+  {
+    grantId: Type.String(),
+    role: RelayRole,
+    relayTokens: Type.Record(Type.String(), SignedRelayToken, { description: "the caller role's fresh relay token for each relay of the deployment, by relay ID" }),
+    expiresAtMs: Type.Integer({ description: "when the grant ends, ms since the epoch" }),
+  },
+  { additionalProperties: false },
+);
+
 /** POST /v1/connections/{id}/poll and …/messages (src/protocol/connection.ts ConnectionPollResponse). */
 export const ConnectionPollResponse = Type.Object(
   {

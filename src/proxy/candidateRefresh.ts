@@ -9,7 +9,7 @@
  * (a NAT that rebinds the mapping, an interface that comes up).
  *
  * Driven by the tunnel's one alarm (deadlineMs and tick, see
- * src/proxy/tunnel.ts setOwner); the clock, the gathering and the post are
+ * src/proxy/tunnel.ts addOwner); the clock, the gathering and the post are
  * ports, so tests fake them.
  * Owns: the sequence numbers of the proxy's candidate messages and their
  * bound (MAX_CANDIDATE_POSTS, like the scheduler's per-grant cap on client

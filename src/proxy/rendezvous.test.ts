@@ -4,7 +4,8 @@
  * with private networking) and a scripted agent; announceCandidates posts
  * to the grant's Connection under the client's endpoint token, and the
  * host's next configure_connection apply carries them; a later list (the
- * next sequence number, e.g. a refreshed STUN mapping) replaces them. A wrong token is
+ * next sequence number, e.g. a refreshed STUN mapping) replaces them;
+ * fetchRelayTokens gets fresh relay tokens from the same Connection. A wrong token is
  * refused with UNAUTHENTICATED. No root, no VM.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
@@ -12,7 +13,7 @@ import { BeachballError } from "../protocol/errors.ts";
 import type { Candidate } from "../protocol/connection.ts";
 import { openTestConnection, rawPost, startTestScheduler, type TestConnection, type TestScheduler } from "../../test/support/scheduler.ts";
 import { ScriptedAgent } from "../../test/support/scriptedAgent.ts";
-import { announceCandidates } from "./rendezvous.ts";
+import { announceCandidates, fetchRelayTokens } from "./rendezvous.ts";
 
 let s: TestScheduler;
 let conn: TestConnection;
@@ -43,8 +44,19 @@ describe("the proxy's rendezvous", () => {
     expect(again?.clientCandidates).toEqual(refreshed);
   });
 
+  test("fresh relay tokens over HTTP under the client's endpoint token: for this grant and role, at most one per 10 s (RATE_LIMITED)", async () => {
+    const r = await fetchRelayTokens(s.url, conn);
+    // The development manifest lists no relays: no token, but the grant, role and expiry of this Connection.
+    expect(r).toMatchObject({ grantId: conn.grantId, role: "client", relayTokens: {} });
+    expect(r.expiresAtMs).toBeGreaterThan(Date.now());
+    const again = await fetchRelayTokens(s.url, conn).catch((e: unknown) => e);
+    expect(again instanceof BeachballError && again.code).toBe("RATE_LIMITED");
+  });
+
   test("a wrong endpoint token is refused with UNAUTHENTICATED", async () => {
     const err = await announceCandidates(s.url, { ...conn, endpointToken: `bbx_${"0".repeat(64)}` }, [{ address: "10.1.0.2", port: 1, kind: "local" }]).catch((e: unknown) => e);
     expect(err instanceof BeachballError && err.code).toBe("UNAUTHENTICATED");
+    const tokens = await fetchRelayTokens(s.url, { ...conn, endpointToken: `bbx_${"0".repeat(64)}` }).catch((e: unknown) => e);
+    expect(tokens instanceof BeachballError && tokens.code).toBe("UNAUTHENTICATED");
   });
 });

@@ -7,11 +7,14 @@
  * sends to them (hole punching) instead of waiting to learn the client only
  * by roaming.
  *
+ * It also asks the same Connection for fresh relay tokens
+ * (src/proxy/relayTokenRefresh.ts), under the same token.
+ *
  * Owns: the candidates message and its bound (MAX_CANDIDATES). Must never:
  * send the endpoint token anywhere but the scheduler that issued it.
  */
 import { SchedulerClient } from "../client/index.ts";
-import type { Candidate } from "../protocol/connection.ts";
+import type { Candidate, ConnectionRelayTokensResponse } from "../protocol/connection.ts";
 import type { VerifiedGrant } from "./grant.ts";
 
 /** How long posting the candidates may take, ms (the tunnel works without them: the host learns the client by roaming). */
@@ -30,4 +33,18 @@ export async function announceCandidates(schedulerUrl: string, grant: Pick<Verif
   const rendezvous = new SchedulerClient(schedulerUrl, grant.endpointToken);
   await rendezvous.connectionMessages(grant.connectionId, { messages: [{ type: "candidates", seq, candidates }] }, ANNOUNCE_TIMEOUT_MS);
   return candidates.length;
+}
+
+/** How long a relay-token request may take, ms. */
+export const RELAY_TOKENS_TIMEOUT_MS = 10_000;
+
+/**
+ * Asks the scheduler `schedulerUrl` for fresh client relay tokens of the
+ * grant's Connection (POST /v1/connections/{id}/relay-tokens with the
+ * grant's endpoint token). Unverified: the caller checks every token.
+ * Rejects with the scheduler's stable code (UNAUTHENTICATED once the grant
+ * ended, RATE_LIMITED) or a transport error.
+ */
+export async function fetchRelayTokens(schedulerUrl: string, grant: Pick<VerifiedGrant, "connectionId" | "endpointToken">): Promise<ConnectionRelayTokensResponse> {
+  return new SchedulerClient(schedulerUrl, grant.endpointToken).connectionRelayTokens(grant.connectionId, RELAY_TOKENS_TIMEOUT_MS);
 }

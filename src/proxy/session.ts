@@ -4,7 +4,8 @@
  * tunnel started and its candidates (local, and STUN-discovered from the
  * deployment's STUN servers of the grant response, on the tunnel's socket)
  * posted to the grant's Connection and refreshed while no direct path is
- * confirmed (./candidateRefresh.ts); 127.0.0.1:<local port> bound; then watched until it must
+ * confirmed (./candidateRefresh.ts); the relay tokens renewed before they
+ * expire (./relayTokenRefresh.ts); 127.0.0.1:<local port> bound; then watched until it must
  * end; the grant revoked on every exit.
  *
  * Ends with a stable code (src/protocol/errors.ts) when the session cannot go
@@ -23,7 +24,8 @@ import { gatherCandidates, keyPairFromPrivate, type Aead, type PathState, type R
 import { startForwarder, type Forwarder } from "./forwarder.ts";
 import { requestGrant, type VerifiedGrant } from "./grant.ts";
 import { CandidateRefresh } from "./candidateRefresh.ts";
-import { announceCandidates } from "./rendezvous.ts";
+import { RelayTokenRefresh } from "./relayTokenRefresh.ts";
+import { announceCandidates, fetchRelayTokens } from "./rendezvous.ts";
 import { ClientTunnel } from "./tunnel.ts";
 
 /** How often the allocation is checked for release or replacement, ms. */
@@ -77,6 +79,7 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
   let tunnel: ClientTunnel | null = null;
   let forwarder: Forwarder | null = null;
   let candidates: CandidateRefresh | null = null;
+  let relayTokens: RelayTokenRefresh | null = null;
   let timer: ReturnType<typeof setTimeout> | null = null;
   try {
     tunnel = await ClientTunnel.start({
@@ -94,9 +97,21 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
       nowMs: () => o.clock.nowMs(),
       log: o.log,
     });
-    t.setOwner(candidates);
+    t.addOwner(candidates);
     o.onCandidates?.(candidates);
     void candidates.refresh();
+    if (o.relayConnector && verified.relays.length) {
+      relayTokens = new RelayTokenRefresh({
+        grant: verified,
+        keys: o.keys,
+        fetch: () => fetchRelayTokens(o.client.baseUrl, verified),
+        apply: (relays) => t.setRelayTokens(relays),
+        wallMs: () => o.clock.wallMs(),
+        nowMs: () => o.clock.nowMs(),
+        log: o.log,
+      });
+      t.addOwner(relayTokens);
+    }
     forwarder = await startForwarder({ port: o.localPort, connect: () => t.connect(o.remotePort), onConnectError: (m) => o.log(`inner connection to [${g.allocationAddress}]:${o.remotePort} failed: ${m}`) });
     o.log(`listening on 127.0.0.1:${forwarder.port} → [${g.allocationAddress}]:${o.remotePort} on ${g.hostId} (grant ${g.grantId}, generation ${g.generation}, expires ${new Date(g.expiresAtMs).toISOString()})`);
     o.onReady?.({ port: forwarder.port, grant: verified });
@@ -125,6 +140,7 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
     if (timer) clearTimeout(timer);
     await forwarder?.close().catch(() => {});
     candidates?.close();
+    relayTokens?.close();
     tunnel?.close();
     try {
       await o.client.revokeConnectionGrant(o.allocationId, g.grantId, REVOKE_TIMEOUT_MS);

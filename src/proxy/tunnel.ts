@@ -17,8 +17,10 @@
  *
  * The socket also carries the proxy's STUN bindings (socket(); spec "Data
  * path": one socket, one NAT mapping), and the tunnel's one alarm also
- * drives an owner's deadline (setOwner: the candidate refresh,
- * src/proxy/candidateRefresh.ts).
+ * drives its owners' deadlines (addOwner: the candidate refresh,
+ * src/proxy/candidateRefresh.ts, and the relay-token refresh,
+ * src/proxy/relayTokenRefresh.ts, whose tokens setRelayTokens hands to the
+ * sessions).
  *
  * Owns: the tunnel, the stack and the one peer. Must never: deliver a
  * packet to the stack that did not authenticate as the host, or keep a
@@ -68,7 +70,7 @@ export interface TunnelOwner {
 /** The running tunnel. */
 export class ClientTunnel {
   private lastChanges = 0;
-  private owner: TunnelOwner | null = null;
+  private owners: TunnelOwner[] = [];
   private closed = false;
   private stack!: Netstack;
   private readonly peer;
@@ -100,10 +102,26 @@ export class ClientTunnel {
     return this.t.udp;
   }
 
-  /** Folds `owner`'s deadline into the tunnel's alarm and runs its tick at each alarm (replaces any earlier owner). */
-  setOwner(owner: TunnelOwner): void {
-    this.owner = owner;
+  /** Folds `owner`'s deadline into the tunnel's alarm and runs its tick at each alarm. */
+  addOwner(owner: TunnelOwner): void {
+    this.owners.push(owner);
     this.t.arm();
+  }
+
+  /** Gives the relay sessions fresh tokens (verified by the caller; src/proxy/relayTokenRefresh.ts): a stopped session starts again. */
+  setRelayTokens(relays: VerifiedGrant["relays"]): void {
+    if (this.closed) return;
+    this.t.attachRelays(this.peer, relays, (relayId) => relayId);
+    this.t.arm();
+  }
+
+  private ownerDeadline(): number | null {
+    let m: number | null = null;
+    for (const o of this.owners) {
+      const d = o.deadlineMs();
+      if (d !== null && (m === null || d < m)) m = d;
+    }
+    return m;
   }
 
   /** Binds the socket, starts the stack, the relay sessions and the first handshake. Rejects when the socket cannot be bound. */
@@ -120,10 +138,10 @@ export class ClientTunnel {
       ...(o.relayConnector ? { relayConnector: o.relayConnector } : {}),
       deliver: (packet) => self?.stack?.input(packet),
       onAuthenticated: () => self?.notePath(),
-      ownerDeadlineMs: () => self?.owner?.deadlineMs() ?? null,
+      ownerDeadlineMs: () => self?.ownerDeadline() ?? null,
       onAlarm: () => {
         self?.notePath();
-        self?.owner?.tick();
+        for (const owner of self?.owners ?? []) owner.tick();
       },
       onRelayChange: (i) => {
         o.onRelayChange?.(i);
@@ -184,7 +202,7 @@ export class ClientTunnel {
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    this.owner = null;
+    this.owners = [];
     this.stack?.close();
     this.t.removePeer(this.peer);
     this.t.close();

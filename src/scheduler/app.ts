@@ -102,6 +102,10 @@ function handlers(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null)
       // Bun ignores this answer once the upgrade succeeded: the socket is rendezvousSocket.ts's.
       return new Response(null, { status: 200 });
     },
+    connectionRelayTokens: async (p) => {
+      const e = endpoint(p);
+      return { json: await worker.connectionRelayTokens(e.connectionId, e.role) };
+    },
     connectionMessages: async (p) => {
       const e = endpoint(p);
       return { json: await worker.connectionMessages(e.connectionId, e.role, p.body as ConnectionMessagesBody) };

@@ -135,6 +135,8 @@ export function fetchRouter(front: SchedulerFront): (req: Request) => Promise<Re
           // This host serves no WebSockets: the long-poll routes carry the same messages.
           await front.authenticateEndpoint(req.headers.get("authorization"), p[2]!);
           throw new BeachballError("UPGRADE_REQUIRED", "rendezvous WebSockets are not served by this host; use POST /v1/connections/{id}/poll and /messages");
+        case "POST /v1/connections/:id/relay-tokens":
+          return json(await front.connectionRelayTokens(p[2]!, await front.authenticateEndpoint(req.headers.get("authorization"), p[2]!)));
         case "POST /v1/connections/:id/poll":
         case "POST /v1/connections/:id/messages": {
           const role = await front.authenticateEndpoint(req.headers.get("authorization"), p[2]!);

@@ -17,7 +17,7 @@ import { BeachballError } from "../protocol/errors.ts";
 import { MAX_PAYLOAD_BYTES, type AllocationEvent, type AllocationView, type BootstrapBody, type CreateAllocationBody, type EnrollBody, type WellKnown } from "../protocol/api.ts";
 import type { EnrollResponse, Envelope, PollResponse } from "../protocol/agent.ts";
 import type { AlertItem, HostView } from "../protocol/views.ts";
-import type { ConnectionGrantBody, ConnectionGrantResponse, ConnectionMessagesBody, ConnectionPollBody, ConnectionPollResponse, RelayRole } from "../protocol/connection.ts";
+import type { ConnectionGrantBody, ConnectionGrantResponse, ConnectionMessagesBody, ConnectionPollBody, ConnectionPollResponse, ConnectionRelayTokensResponse, RelayRole } from "../protocol/connection.ts";
 import type { LogPage, LogPushBody, LogPushResponse } from "../protocol/logs.ts";
 import { allocationIdFor, canonicalJson, digestOf } from "../domain/identifiers.ts";
 import { identify, tokenDigest, type Identity } from "./manifestSchema.ts";
@@ -98,6 +98,11 @@ export class SchedulerFront {
   /** A rendezvous poll of `role` (long-poll up to `body.waitMs`). */
   async connectionPoll(connectionId: string, role: RelayRole, body: ConnectionPollBody): Promise<ConnectionPollResponse> {
     return this.env.Connection.get(connectionId).poll(role, body.after, body.waitMs ?? 0);
+  }
+
+  /** Fresh relay tokens for `role` of the Connection's grant (ConnectionObject.relayTokens: UNAUTHENTICATED once ended, RATE_LIMITED). */
+  async connectionRelayTokens(connectionId: string, role: RelayRole): Promise<ConnectionRelayTokensResponse> {
+    return this.env.Connection.get(connectionId).relayTokens(role);
   }
 
   /** Rendezvous messages from `role`. */

@@ -136,6 +136,13 @@ export const ROUTES = {
       "Rendezvous over a WebSocket (101 Switching Protocols): frames are a messages body one way, the peer's messages (as the poll answers them) and acceptances the other; `after` resumes past the peer's messages already processed. 426 UPGRADE_REQUIRED without an upgrade",
     response: { status: 101 },
   },
+  connectionRelayTokens: {
+    method: "POST",
+    path: "/v1/connections/:id/relay-tokens",
+    auth: "endpoint",
+    summary: "Fresh relay tokens for the caller's role of the Connection's grant (same grant, generation and host peer; never past the grant); at most one per 10 s per role; 401 UNAUTHENTICATED once the grant expired, was revoked or replaced",
+    response: ok(R.ConnectionRelayTokensResponse),
+  },
   connectionMessages: { method: "POST", path: "/v1/connections/:id/messages", auth: "endpoint", body: rendezvous(ConnectionMessagesBody), summary: "Rendezvous: post candidates, path observations and acks (per-role sequence numbers)", response: ok(R.ConnectionPollResponse) },
   enrollmentTokens: { method: "POST", path: "/v1/hosts/:id/enrollment-tokens", auth: "operator", body: api(EnrollmentTokenBody), summary: "Mint a one-use enrollment token bound to a host ID", response: ok(R.EnrollmentToken, 201) },
   hosts: { method: "GET", path: "/v1/hosts", auth: "operator", summary: "Every enrolled host with capacity, health and placements", response: ok(R.HostList) },
