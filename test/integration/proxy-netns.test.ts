@@ -36,7 +36,10 @@
  * exact lengths and never the marker the connection began with, and `bb relay run`
  * forwarded frames too (its metrics); a third party presenting the grant's client relay
  * token is refused RELAY_PAIR_TAKEN while the host's session stays open, paired and
- * unreconnected; the revoke closes the host's relay sessions.
+ * unreconnected; the revoke closes the host's relay sessions. Relay tokens: with client
+ * tokens that live 8 s the proxy renews them from the rendezvous (the stand-in's
+ * relay-tokens route), and after `bb relay run` restarts past the first tokens' expiry
+ * both ends reconnect to it.
  * Needs root, ip, nft; otherwise prints why and skips. Leaves nothing behind.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
@@ -84,6 +87,7 @@ let W: Netns, LNAT: Netns, HNAT: Netns, L: Netns, H: Netns, S: Netns, T: Netns, 
 let relayProc: ReturnType<typeof Bun.spawn> | null = null;
 let capture: LineChild;
 let relayCert: { certPath: string; keyPath: string; cert: string };
+let relay1Config: string;
 
 function veth(a: Netns, ifA: string, b: Netns, ifB: string): void {
   a.ip("link", "add", ifA, "type", "veth", "peer", "name", ifB, "netns", b.name);
@@ -154,17 +158,25 @@ async function startRelays(): Promise<void> {
     }));
     return path;
   };
-  const log = join(work, "relay-1.log");
-  const fd = openSync(log, "a");
-  relayProc = Bun.spawn(R.exec([bun, join(repo, "bin/bb.ts"), "relay", "run", "--config", file("relay-1", 443, 9443)]), { stdout: fd, stderr: fd, env: { ...process.env, NO_COLOR: "1" } });
-  closeSync(fd);
+  relay1Config = file("relay-1", 443, 9443);
   capture = child(R, [join(repo, "test/support/relayCapture.ts"), file("relay-cap", 8443, 9444)], "relay-cap");
+  await startRelay1();
   await capture.waitFor((e) => e.ev === "ready", 15_000, "relay-cap ready");
-  for (let i = 0; i < 300 && !/relay relay-1 listening/.test(readFileSync(log, "utf8")); i++) {
+}
+
+/** Starts `bb relay run` as relay-1 in R and waits until it listens (its log gains one more "listening" line). */
+async function startRelay1(): Promise<void> {
+  const log = join(work, "relay-1.log");
+  const listening = () => (readFileSync(log, "utf8").match(/relay relay-1 listening/g) ?? []).length;
+  const fd = openSync(log, "a");
+  const before = listening();
+  relayProc = Bun.spawn(R.exec([bun, join(repo, "bin/bb.ts"), "relay", "run", "--config", relay1Config]), { stdout: fd, stderr: fd, env: { ...process.env, NO_COLOR: "1" } });
+  closeSync(fd);
+  for (let i = 0; i < 300 && listening() === before; i++) {
     if (relayProc.exitCode !== null) throw new Error(`bb relay run exited ${relayProc.exitCode}: ${readFileSync(log, "utf8")}`);
     await Bun.sleep(50);
   }
-  expect(readFileSync(log, "utf8")).toContain("relay relay-1 listening");
+  expect(listening()).toBe(before + 1);
 }
 
 /** Runs a bun script inside namespace `n` and returns its stdout (15 s at most). */
@@ -381,6 +393,40 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     for (let i = 0; i < 50 && (await hostStats()).relays.length; i++) await Bun.sleep(100);
     expect((await hostStats()).relays).toEqual([]);
   }, 120_000);
+
+  test("relay tokens are renewed: with client tokens that live 8 s, the proxy gets fresh ones from the rendezvous, and when bb relay run restarts after the first ones expired it reconnects with them", async () => {
+    blockDirect(true);
+    let blocked = true;
+    issuerProc.send({ op: "next-grant", relays: true, clientRelayTokenTtlMs: 8_000 });
+    await issuerProc.waitFor((e) => e.ev === "next-grant", 5_000, "next-grant");
+    const px = await startProxy(2232);
+    const opens = async () => ((await px.text()).match(/relay relay-1: session open/g) ?? []).length;
+    try {
+      await px.waitFor(/listening on 127\.0\.0\.1:2232/);
+      const grantId = /grant (grt_[0-9a-f]{32})/.exec(await px.text())![1]!;
+      expect((await echoThrough(2232, 100_000)).ok).toBe(true);
+      // Two thirds into each token's 8 s: the second refresh comes after the first tokens expired.
+      for (let i = 0; i < 400 && ((await px.text()).match(/relay tokens refreshed/g) ?? []).length < 2; i++) await Bun.sleep(50);
+      expect(((await px.text()).match(/relay tokens refreshed/g) ?? []).length).toBeGreaterThanOrEqual(2);
+      const before = await opens();
+      relayProc!.kill("SIGTERM");
+      await relayProc!.exited;
+      await startRelay1();
+      for (let i = 0; i < 400 && (await opens()) === before; i++) await Bun.sleep(50);
+      expect(await opens()).toBeGreaterThan(before);
+      // With the grant's first token it would have been refused RELAY_TOKEN_EXPIRED.
+      expect(await px.text()).not.toMatch(/relay relay-1: refused/);
+      const hostRelay = async () => (await hostStats()).relays.find((x: any) => x.pathId === `relay-1/${grantId}`);
+      for (let i = 0; i < 200 && !((await hostRelay())?.state === "open" && (await hostRelay())?.connects >= 2); i++) await Bun.sleep(50);
+      expect(await hostRelay()).toMatchObject({ state: "open", paired: true });
+      expect((await echoThrough(2232, 100_000)).ok).toBe(true);
+    } finally {
+      if (blocked) blockDirect(false);
+      blocked = false;
+      px.proc.kill("SIGINT");
+      expect(await px.proc.exited).toBe(0);
+    }
+  }, 90_000);
 
   test("the inner filter passes only the granted flow and counts the rest; the guest cannot open a connection to the client", async () => {
     // A raw WireGuard client (test/support/wgHarness.ts) with a grant of its own, sending crafted packets.

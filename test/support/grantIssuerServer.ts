@@ -11,10 +11,13 @@
  *                                                          grant's endpoint token: its newest candidates
  *                                                          are recorded and go to the host in an apply
  *                                                          redelivery (as the scheduler's Host object does)
+ *   POST   /v1/connections/{id}/relay-tokens               fresh client relay tokens for the grant, under
+ *                                                          its endpoint token (never past the grant)
  * and, for the test and the host endpoint harness (no authentication; loopback or
  * test namespaces only):
  *   POST /test/allocations/{id}   {state?, generation?, hostId?, allocationAddress?}
- *   POST /test/next-grant         {tamper?: true, ttlMs?: number, generation?: number, relays?: true}
+ *   POST /test/next-grant         {tamper?: true, ttlMs?: number, generation?: number, relays?: true,
+ *                                 clientRelayTokenTtlMs?: number}
  *                                 (applies to the next grant only; relays: the grant's relay map lists
  *                                 the configured relays, the host's apply carries host-role tokens and
  *                                 the response client-role tokens)
@@ -52,11 +55,11 @@ export class IssuerState {
   readonly commands: Array<{ seq: number; command: ConfigureConnection }> = [];
   readonly grants: SignedGrant[] = [];
   /** How the next grant is made: tampered after signing, a lifetime, another generation, or with a client relay token that names another grant. */
-  next: { tamper?: boolean; ttlMs?: number; generation?: number; relayTokenForAnotherGrant?: boolean; relays?: boolean } = {};
+  next: { tamper?: boolean; ttlMs?: number; generation?: number; relayTokenForAnotherGrant?: boolean; relays?: boolean; clientRelayTokenTtlMs?: number } = {};
   /** The client-role relay tokens each grant's response carried, by grant ID then relay ID. */
   readonly clientRelayTokens = new Map<string, Record<string, SignedRelayToken>>();
   /** Each grant's Connection: its client endpoint token, the grant, the last accepted sequence number; by connection ID. */
-  readonly connections = new Map<string, { endpointToken: string; grant: SignedGrant; lastSeq: number }>();
+  readonly connections = new Map<string, { endpointToken: string; grant: SignedGrant; lastSeq: number; relays: RelayEntry[]; clientRelayTokenTtlMs: number }>();
   /** The newest candidates each grant's client posted, by grant ID. */
   readonly clientCandidates = new Map<string, Candidate[]>();
   /** STUN servers grant responses list ("IPv4:PORT"). */
@@ -110,6 +113,7 @@ export function startIssuerServer(o: { hostname: string; port: number; token: st
       const parts = url.pathname.split("/").filter(Boolean);
       if (parts[0] === "test") return control(req, parts.slice(1), url);
       if (parts[0] === "v1" && parts[1] === "connections" && parts[2] && parts[3] === "messages" && req.method === "POST") return messages(req, decodeURIComponent(parts[2]));
+      if (parts[0] === "v1" && parts[1] === "connections" && parts[2] && parts[3] === "relay-tokens" && req.method === "POST") return relayTokens(req, decodeURIComponent(parts[2]));
       if (req.headers.get("authorization") !== `Bearer ${o.token}`) return problem("UNAUTHENTICATED", "bad token");
       if (parts[0] !== "v1" || parts[1] !== "allocations" || !parts[2]) return problem("NOT_FOUND", "no such route");
       const id = decodeURIComponent(parts[2]);
@@ -148,8 +152,9 @@ export function startIssuerServer(o: { hostname: string; port: number; token: st
       // Without `relays`, a relay map with one unreachable entry exists only to carry a token for another grant.
       const relays = next.relays ? s.relays : next.relayTokenForAnotherGrant ? [{ relayId: "relay-1", url: "wss://relay.invalid/v1/relay" }] : [];
       const relayMap = s.issuer.relayMap(relays, now, ttlMs);
-      const tokens = (role: "client" | "host", forGrant: string) => Object.fromEntries(relays.map((r) => [r.relayId, s.issuer.relayToken(r.relayId, forGrant, role, now, 300_000)]));
-      const clientTokens = tokens("client", next.relayTokenForAnotherGrant ? testId("grt") : gid);
+      const tokens = (role: "client" | "host", forGrant: string, ttl = 300_000) => Object.fromEntries(relays.map((r) => [r.relayId, s.issuer.relayToken(r.relayId, forGrant, role, now, ttl)]));
+      const clientRelayTokenTtlMs = next.clientRelayTokenTtlMs ?? 300_000;
+      const clientTokens = tokens("client", next.relayTokenForAnotherGrant ? testId("grt") : gid, clientRelayTokenTtlMs);
       s.clientRelayTokens.set(gid, clientTokens);
       s.push({
         commandId: `${gid}:apply`, type: "configure_connection", action: "apply", grantId: gid, grant,
@@ -165,7 +170,7 @@ export function startIssuerServer(o: { hostname: string; port: number; token: st
         hostCandidates: host.candidates,
         ...(s.stunServers.length ? { stunServers: s.stunServers } : {}),
       };
-      s.connections.set(resp.connectionId, { endpointToken: resp.endpointToken, grant, lastSeq: 0 });
+      s.connections.set(resp.connectionId, { endpointToken: resp.endpointToken, grant, lastSeq: 0, relays, clientRelayTokenTtlMs });
       return json(resp, 201);
     },
   });
@@ -185,6 +190,17 @@ export function startIssuerServer(o: { hostname: string; port: number; token: st
       s.push({ commandId: `${gid}:apply`, type: "configure_connection", action: "apply", grantId: gid, grant: c.grant, clientCandidates: last.candidates });
     }
     return json({ role: "client", messages: [], lastAcceptedSeq: c.lastSeq, expiresAtMs: c.grant.payload.expiresAtMs, closed: false });
+  }
+
+  /** Fresh client relay tokens for the Connection's grant (the scheduler's Connection mints them the same way). */
+  function relayTokens(req: Request, connectionId: string): Response {
+    const c = s.connections.get(connectionId);
+    const now = Date.now();
+    const expiresAtMs = c?.grant.payload.expiresAtMs ?? 0;
+    if (!c || req.headers.get("authorization") !== `Bearer ${c.endpointToken}` || expiresAtMs <= now) return problem("UNAUTHENTICATED", "bad endpoint token, or the grant ended");
+    const gid = c.grant.payload.grantId;
+    const ttl = Math.min(c.clientRelayTokenTtlMs, expiresAtMs - now);
+    return json({ grantId: gid, role: "client", relayTokens: Object.fromEntries(c.relays.map((r) => [r.relayId, s.issuer.relayToken(r.relayId, gid, "client", now, ttl)])), expiresAtMs });
   }
 
   async function control(req: Request, parts: string[], url: URL): Promise<Response> {
