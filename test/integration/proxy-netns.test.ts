@@ -295,7 +295,9 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
       const posted = (await issuerProc.waitFor((e) => e.ev === "client-candidates", 5_000, "client candidates", i0)).candidates as Array<Record<string, unknown>>;
       expect(posted).toContainEqual({ address: LNAT_PUBLIC, port: Number(seenFromLaptop.split(":")[1]), kind: "stun" });
       expect(posted).toContainEqual(expect.objectContaining({ address: "10.1.0.2", kind: "local" }));
-      expect(g.candidates).toContain(seenFromLaptop);
+      const heldByHost = async () => ((await hostStats()).grants.find((x: any) => x.grantId === grantId)?.candidates ?? []) as string[];
+      for (let i = 0; i < 50 && !(await heldByHost()).includes(seenFromLaptop); i++) await Bun.sleep(100);
+      expect(await heldByHost()).toContain(seenFromLaptop);
       expect(await px.text()).toContain("to the rendezvous (1 from STUN)");
       expect(P.ip("link", "show", "dev", "bbconn0")).toContain("bbconn0");
     } finally {
