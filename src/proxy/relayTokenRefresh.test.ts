@@ -27,6 +27,7 @@ function harness(o: { relays?: string[]; grantMs?: number } = {}) {
     fetches: 0,
     applied: [] as VerifiedGrant["relays"][],
     logs: [] as string[],
+    settled: 0,
   };
   const grantExpires = T0 + (o.grantMs ?? GRANT_MS);
   const relays = (o.relays ?? ["relay-1", "relay-2"]).map((id) => ({ entry: relay(id), token: issuer.relayToken(id, grantId, "client", T0, TOKEN_MS) }));
@@ -46,6 +47,7 @@ function harness(o: { relays?: string[]; grantMs?: number } = {}) {
     wallMs: () => w.wall,
     nowMs: () => w.mono,
     log: (l) => w.logs.push(l),
+    onSettled: () => w.settled++,
   });
   /** Moves both clocks by `ms`, ticks, and lets a refresh it started finish. */
   const advance = async (ms: number) => {
@@ -73,6 +75,26 @@ test("due two thirds into the tokens' lifetime; the fresh tokens are verified an
   expect(r.dueWallMs()).toBe(T0 + 160_000);
   expect(w.logs.at(-1)).toMatch(/^relay tokens refreshed \(valid until /);
   expect(w.logs.join("\n")).not.toContain("signature");
+});
+
+test("no deadline while a request is under way (the alarm never spins on a due time that has passed); the owner is told when it ends", async () => {
+  const { w, r, advance } = harness();
+  let release!: () => void;
+  const gate = new Promise<void>((res) => (release = res));
+  const answer = w.answer!;
+  w.answer = async () => (await gate, answer());
+  w.wall += 80_000;
+  w.mono += 80_000;
+  r.tick();
+  expect(r.deadlineMs()).toBeNull();
+  r.tick();
+  expect(w.fetches).toBe(1);
+  release();
+  await r.settled();
+  expect(w.settled).toBe(1);
+  expect(r.deadlineMs()).toBe(w.mono + 80_000);
+  await advance(0);
+  expect(w.fetches).toBe(1);
 });
 
 test("a token that fails its check (another key, another grant) is not used; retried after RELAY_TOKEN_RETRY_MS; a transport error and RATE_LIMITED too", async () => {

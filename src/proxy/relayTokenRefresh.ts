@@ -42,6 +42,8 @@ export interface RelayTokenRefreshOptions {
   /** Monotonic time, ms (the alarm's). */
   nowMs(): number;
   log(line: string): void;
+  /** Called when a refresh finished (the owner re-arms its alarm: the deadline moved). */
+  onSettled?(): void;
 }
 
 /** The refresher of one run. */
@@ -66,8 +68,9 @@ export class RelayTokenRefresh {
     return Math.max(due, this.retryAtWallMs);
   }
 
-  /** The next deadline on the monotonic clock (for the tunnel's alarm), or null. */
+  /** The next deadline on the monotonic clock (for the tunnel's alarm), or null (also while a refresh is under way: onSettled re-arms). */
   deadlineMs(): number | null {
+    if (this.running) return null;
     const due = this.dueWallMs();
     return due === null ? null : this.o.nowMs() + Math.max(0, due - this.o.wallMs());
   }
@@ -86,7 +89,11 @@ export class RelayTokenRefresh {
   /** Refreshes now (joins one under way). Never rejects. */
   refresh(): Promise<void> {
     if (this.stopped) return Promise.resolve();
-    if (!this.running) this.running = this.run().finally(() => (this.running = null));
+    if (!this.running)
+      this.running = this.run().finally(() => {
+        this.running = null;
+        this.o.onSettled?.();
+      });
     return this.running;
   }
 

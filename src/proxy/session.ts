@@ -109,6 +109,7 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
         wallMs: () => o.clock.wallMs(),
         nowMs: () => o.clock.nowMs(),
         log: o.log,
+        onSettled: () => t.rearm(),
       });
       t.addOwner(relayTokens);
     }

@@ -108,6 +108,11 @@ export class ClientTunnel {
     this.t.arm();
   }
 
+  /** Re-arms the alarm (an owner's deadline moved outside an alarm). */
+  rearm(): void {
+    if (!this.closed) this.t.arm();
+  }
+
   /** Gives the relay sessions fresh tokens (verified by the caller; src/proxy/relayTokenRefresh.ts): a stopped session starts again. */
   setRelayTokens(relays: VerifiedGrant["relays"]): void {
     if (this.closed) return;
