@@ -9,15 +9,33 @@
  * "laptop", Debian's `ssh` and `scp` through `bb proxy` (a separate
  * process, no root needed by it).
  *
- *   laptop ns (10.88.0.2) ── nat ns: masquerade ── root ns 198.19.R.1: scheduler,
- *                                                  agent + host endpoint (UDP), `bb relay run`
- *                                                  (TLS), the VM's placement namespace
- *                                                  (created by the agent)
+ *   laptop ns 10.88.0.2 ── lnat ns: symmetric NAT ─────────┐ (masquerade random) 198.19.R.10
+ *                                                          wan ns: bridge 198.19.R.0/24
+ *   host ns 10.89.0.2 ──── hnat ns: endpoint-independent ──┤ 198.19.R.20 (the endpoint's UDP port
+ *     `bb agent run` (ip netns exec):  NAT                 │  mapped 1:1 both ways; the rest masqueraded)
+ *     host endpoint UDP socket, its                        │
+ *     TUN (moved into the placement),  root ns 198.19.R.1 ─┘ the public side: `bb scheduler serve`,
+ *     the VM's placement namespace                           `bb relay run` (TLS), the STUN responder
+ *     (created by the agent)                                 (test/support/stunResponder.ts)
  *
- * The scheduler, the agent and the relay run in the root namespace (the
- * agent creates its placements' namespaces itself; running it inside
- * another namespace is not done here), bound to the root end of the
- * laptop's link only; the laptop sits behind a masquerading NAT namespace.
+ * The agent runs inside the host namespace (`ip netns exec`, the way an
+ * operator would start it there): its placement namespaces, veth/TAP,
+ * nftables tables, cgroups (it mounts the hierarchies again in its own
+ * mount namespace, src/agent/isolation/cgroups/mountRestore.ts), its host
+ * endpoint's socket on 10.89.0.2 and `connections.stunServers` naming the
+ * STUN responder. Which NAT goes where follows what each side announces
+ * (as in test/integration/proxy-netns.test.ts): the host publishes its
+ * local and its STUN-mapped candidate, the proxy only its local ones (no
+ * STUN). So the first packet of a direct path must go from the laptop to
+ * the host's mapped address, and the host must answer wherever that
+ * packet came from (it learns the laptop's mapping by roaming). That
+ * works when the host's NAT keeps one public port for the endpoint's
+ * socket whoever it talks to and lets anyone reach it (endpoint-
+ * independent mapping and filtering), whatever the laptop's NAT does; the
+ * laptop's is symmetric (a new random port per destination), the hardest
+ * case for the client. The other way round (host symmetric) could not
+ * work: the STUN-mapped port would not be the one the host uses towards
+ * the laptop, and the laptop publishes no address the host could reach.
  * The relay (`bb relay run`, a certificate for 198.19.R.1 made by openssl,
  * trusting the scheduler's connection keys) is the one relay of the
  * manifest's relay map, so every grant's signed map names it; the proxy
@@ -27,25 +45,31 @@
  * The agent's placement cgroups live under a parent of this run's own
  * (test/support/cgroupScope.ts).
  *
- * Checked: the guest has exactly its allocation's address as a /128 on
- * eth0 with `default via fe80::1`, not tentative; `ssh` runs a command in
- * the VM (host key pinned: it is this VM's sshd); the VM's own connection
- * to the client gets no answer (the placement's table drops it); `scp` of 64 MiB is
- * byte-exact (SHA-256 on both sides); a proxy with another tenant's token
- * is refused (NOT_FOUND, exit 1) and nothing changed; after release the
- * running proxy ends with INVALID_STATE (exit 1) before its grant's expiry,
- * new connections fail, a new proxy is refused (INVALID_STATE, exit 1) and
- * the placement's VM, namespace and directory are gone. Relay: with UDP
- * between the laptop and the host endpoint's port dropped (nftables in the
- * NAT namespace; the relay's TCP passes), `ssh` through a new `bb proxy`
- * runs a command in the VM, the proxy says `path: relay relay-ssh` and
- * never `path: direct`, and the relay's metrics count forwarded frames; one
- * `scp` of 24 MiB (rate-capped with `scp -l` so that it outlasts the move)
- * has its first MiB carried by the relay (its byte counter), then the drop
- * is lifted: the proxy prints `path: direct via <host endpoint>` while that
- * scp still runs, the relay carries less than a quarter of the file's size
- * after that, and the scp (one ssh connection, never reopened) exits 0
- * with the file byte-exact (SHA-256) in the VM.
+ * Checked: a grant carries the host's candidates, its private socket
+ * address and the STUN-mapped one (the host NAT's public address, the
+ * endpoint's port; the STUN responder saw that source); the guest has
+ * exactly its allocation's address as a /128 on eth0 with `default via
+ * fe80::1`, not tentative; `ssh` runs a command in the VM (host key
+ * pinned: it is this VM's sshd) and the proxy says `path: direct via
+ * <host NAT public>:<port>`; the VM's own connection to the client gets no
+ * answer (the placement's table drops it); `scp` of 64 MiB is byte-exact
+ * (SHA-256 on both sides); a proxy with another tenant's token is refused
+ * (NOT_FOUND, exit 1) and nothing changed; after release the running
+ * proxy ends with INVALID_STATE (exit 1) before its grant's expiry, new
+ * connections fail, a new proxy is refused (INVALID_STATE, exit 1) and the
+ * placement's VM, namespace and directory are gone. Relay: with UDP
+ * between the laptop and the host NAT's endpoint port dropped (nftables
+ * in the laptop NAT's forward path; the relay's TCP passes), `ssh` through
+ * a new `bb proxy` runs a command in the VM, the proxy says `path: relay
+ * relay-ssh` and never `path: direct`, and the relay's metrics count
+ * forwarded frames; one `scp` of 24 MiB (rate-capped with `scp -l` so that
+ * it outlasts the move) has its first MiB carried by the relay (its byte
+ * counter), then the drop is lifted: the proxy prints `path: direct via
+ * <host NAT public>:<port>` while that scp still runs (the laptop NAT
+ * gives the new flow a new random port; the host follows it by roaming),
+ * the relay carries less than a quarter of the file's size after that,
+ * and the scp (one ssh connection, never reopened) exits 0 with the file
+ * byte-exact (SHA-256) in the VM.
  * About 70 s with the rootfs cached (about 20 s of it the relay part), plus
  * about 2 min for mmdebstrap the first time (2-core TCG machine).
  * Needs root, QEMU, squashfs-tools, mmdebstrap, ssh/scp/ssh-keygen, nft, openssl.
