@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { BeachballError } from "./errors.ts";
-import { declaredLength, MAX_JSON_DEPTH, nestsDeeperThan, parseBoundedJson, readBoundedBody, RequestBody } from "./boundedBody.ts";
+import { declaredLength, MAX_JSON_DEPTH, nestsDeeperThan, parseBoundedJson, readBoundedBody, RequestBody, requireJsonMediaType } from "./boundedBody.ts";
 
 const bytes = (s: string) => new TextEncoder().encode(s);
 
@@ -106,5 +106,28 @@ describe("a refused upload is drained, within bounds, so the refusal is not lost
     await lying.drain(1 << 20, 60_000, 50);
     expect(seen.pulled).toBe(10);
     expect(lying.unread).toBe(false);
+  });
+});
+
+describe("a JSON route takes application/json only, judged from the headers", () => {
+  const code = (h: Record<string, string>) => {
+    try {
+      requireJsonMediaType(new Headers(h));
+      return "ok";
+    } catch (e) {
+      return `${(e as BeachballError).code}: ${(e as BeachballError).message}`;
+    }
+  };
+  test("application/json with or without a UTF-8 charset, in any case, is accepted", () => {
+    for (const t of ["application/json", "Application/JSON", "application/json; charset=utf-8", 'application/json;charset="UTF-8"', "application/json; boundary=x"]) expect(code({ "content-type": t })).toBe("ok");
+    expect(code({ "content-type": "application/json", "content-encoding": "identity" })).toBe("ok");
+  });
+  test("anything else is UNSUPPORTED_MEDIA_TYPE, naming the type only when it is a plain token", () => {
+    expect(code({})).toBe("UNSUPPORTED_MEDIA_TYPE: this route takes a JSON body: send Content-Type: application/json");
+    expect(code({ "content-type": "text/plain;charset=UTF-8" })).toBe("UNSUPPORTED_MEDIA_TYPE: this route takes Content-Type: application/json (got text/plain)");
+    expect(code({ "content-type": "application/json-patch+json" })).toBe("UNSUPPORTED_MEDIA_TYPE: this route takes Content-Type: application/json (got application/json-patch+json)");
+    expect(code({ "content-type": `text/${"x".repeat(100)}` })).toBe("UNSUPPORTED_MEDIA_TYPE: this route takes Content-Type: application/json");
+    expect(code({ "content-type": "application/json; charset=utf-16" })).toBe("UNSUPPORTED_MEDIA_TYPE: a JSON body must be UTF-8 (charset=utf-8 or none)");
+    expect(code({ "content-type": "application/json", "content-encoding": "gzip" })).toBe("UNSUPPORTED_MEDIA_TYPE: request bodies may not be content-encoded; send plain application/json");
   });
 });

@@ -217,3 +217,33 @@ export function parseBoundedJson(bytes: Uint8Array, maxDepth = MAX_JSON_DEPTH): 
     throw new BeachballError("MALFORMED_JSON", "request body is not valid JSON");
   }
 }
+
+/** The one media type a JSON route reads (RFC 8259 §11); a `charset` parameter, if any, must be utf-8. */
+export const JSON_MEDIA_TYPE = "application/json";
+/** A media type that may be repeated in an error: RFC 9110 §8.3.1 token characters, bounded. */
+const SAFE_MEDIA_TYPE = /^[a-z0-9!#$&^_.+-]{1,64}\/[a-z0-9!#$&^_.+-]{1,64}$/;
+
+/**
+ * Checks, from the headers alone, that a request's body is plain JSON
+ * before any of it is read: Content-Type `application/json` (parameters
+ * allowed; a charset other than utf-8 is refused) and no Content-Encoding
+ * but `identity`. Throws UNSUPPORTED_MEDIA_TYPE (415, RFC 9110 §15.5.16)
+ * with `extra.acceptedMediaTypes`; a missing Content-Type is refused too
+ * (the body is never sniffed).
+ */
+export function requireJsonMediaType(headers: Headers): void {
+  const extra = { acceptedMediaTypes: [JSON_MEDIA_TYPE] };
+  const encoding = headers.get("content-encoding")?.trim().toLowerCase();
+  if (encoding && encoding !== "identity") throw new BeachballError("UNSUPPORTED_MEDIA_TYPE", "request bodies may not be content-encoded; send plain application/json", extra);
+  const raw = headers.get("content-type");
+  if (raw === null || raw.trim() === "") throw new BeachballError("UNSUPPORTED_MEDIA_TYPE", `this route takes a JSON body: send Content-Type: ${JSON_MEDIA_TYPE}`, extra);
+  const [type = "", ...params] = raw.split(";").map((p) => p.trim().toLowerCase());
+  if (type !== JSON_MEDIA_TYPE) {
+    const named = SAFE_MEDIA_TYPE.test(type) ? ` (got ${type})` : "";
+    throw new BeachballError("UNSUPPORTED_MEDIA_TYPE", `this route takes Content-Type: ${JSON_MEDIA_TYPE}${named}`, extra);
+  }
+  for (const p of params) {
+    const m = /^charset\s*=\s*"?([^"]*)"?$/.exec(p);
+    if (m && m[1] !== "utf-8" && m[1] !== "utf8") throw new BeachballError("UNSUPPORTED_MEDIA_TYPE", "a JSON body must be UTF-8 (charset=utf-8 or none)", extra);
+  }
+}

@@ -6,25 +6,34 @@
  *   1. route: unknown path 404; known path, other method 405 with `Allow`;
  *   2. framing: a Content-Length that is not a decimal count is 400;
  *   3. authentication from the Authorization header (401), then the role (403);
- *   4. query: only the route's parameters, each once, integers in decimal
- *      digits only (422);
- *   5. body: read with the route's byte limit however it is framed (413),
- *      nesting depth checked before parsing (400), parsed (400), validated
- *      against the route's TypeBox schema (422; only the first error is
- *      computed, and its path names no key the caller chose).
+ *   4. path parameters: each matches its route's ID pattern (400
+ *      VALIDATION_FAILED; a well-formed ID that names nothing is the
+ *      handler's 404, so "malformed" and "unknown" never read alike);
+ *   5. query: only the route's parameters, each once, integers in decimal
+ *      digits only (400 VALIDATION_FAILED);
+ *   6. media type, from the headers: a JSON route takes Content-Type
+ *      application/json and no Content-Encoding (415 UNSUPPORTED_MEDIA_TYPE,
+ *      nothing read);
+ *   7. body: read with the route's byte limit however it is framed (413),
+ *      nesting depth checked before parsing (400), parsed (400 MALFORMED_JSON),
+ *      validated against the route's TypeBox schema (400 VALIDATION_FAILED;
+ *      only the first error is computed and described by schemaErrors.ts:
+ *      its field path, and for an unknown field the allowed ones).
  *
  * Spec: "Authentication and identity", "Admission and limits"; RFC 9110
  * §15.5.6 (405 and Allow), RFC 9457 (problem details). Must never: parse or
- * validate a body before authenticating, echo a body or a key from it, or
+ * validate a body before authenticating, echo a body (or a key from it
+ * that is not a plain identifier), or
  * let a rejected request cost more than one bounded read and parse.
  */
 import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
 import type { TSchema } from "@sinclair/typebox";
 import { BeachballError } from "../protocol/errors.ts";
 import { problem, problemResponse } from "../protocol/problem.ts";
-import { declaredLength, parseBoundedJson, RequestBody } from "../protocol/boundedBody.ts";
+import { declaredLength, parseBoundedJson, RequestBody, requireJsonMediaType } from "../protocol/boundedBody.ts";
+import { declaredKeys, describeFirstSchemaError } from "./schemaErrors.ts";
 import { MAX_IGNORED_BODY_BYTES } from "../protocol/api.ts";
-import type { QueryParam, RouteSpec } from "./routes.ts";
+import { checkPathParams, type QueryParam, type RouteSpec } from "./routes.ts";
 import type { Identity } from "./manifest.ts";
 import type { RelayRole } from "../protocol/connection.ts";
 
@@ -63,35 +72,6 @@ interface CompiledRoute<N extends string> {
   knownKeys: Set<string>;
 }
 
-/** Property names declared anywhere in `schema`. */
-function declaredKeys(schema: unknown, out = new Set<string>()): Set<string> {
-  if (typeof schema !== "object" || schema === null) return out;
-  const props = (schema as { properties?: Record<string, unknown> }).properties;
-  if (props) for (const k of Object.keys(props)) out.add(k);
-  for (const v of Object.values(schema)) declaredKeys(v, out);
-  return out;
-}
-
-/** A JSON-pointer error path with every segment the caller chose replaced by `{key}`. */
-function safePath(path: string, known: Set<string>): string {
-  if (!path) return "/";
-  return path
-    .split("/")
-    .slice(1)
-    .map((s) => (/^\d{1,6}$/.test(s) || known.has(s) ? s : "{key}"))
-    .reduce((a, s) => `${a}/${s}`, "");
-}
-
-/** The first schema error of `body` as "path: reason", computing no other error (a hostile body can have thousands). */
-function describeFirstError(route: CompiledRoute<string>, body: unknown): string {
-  const first = route.check?.Errors(body).First();
-  if (!first) return "request body does not match the schema";
-  const path = safePath(first.path, route.knownKeys);
-  const keyPattern = Object.keys((first.schema as { patternProperties?: Record<string, unknown> }).patternProperties ?? {})[0];
-  if (keyPattern && first.message === "Unexpected property") return `${path}: key does not match ${keyPattern}`;
-  return `${path}: ${first.message}`;
-}
-
 /** Parses one query value by its declared kind. Throws VALIDATION_FAILED. */
 function queryValue(name: string, raw: string, spec: QueryParam): number | string {
   if (spec.kind === "string") {
@@ -114,6 +94,7 @@ export class RequestGuard<N extends string> {
   ) {
     this.routes = (Object.keys(routes) as N[]).map((name) => {
       const spec = routes[name];
+      for (const seg of spec.path.split("/")) if (seg.startsWith(":") && !spec.params?.[seg.slice(1)]) throw new Error(`route ${name}: path parameter ${seg} has no pattern`);
       return {
         name,
         spec,
@@ -181,15 +162,17 @@ export class RequestGuard<N extends string> {
   private async prepare(request: Request, url: URL, route: CompiledRoute<N>, params: Record<string, string>, raw: RequestBody): Promise<Prepared<N>> {
     declaredLength(request.headers);
     const caller = await this.authenticate(route.spec, request.headers.get("authorization"), params);
+    checkPathParams(route.spec, params);
     const query = this.query(url.searchParams, route.spec);
     const spec = route.spec.body;
     if (!spec || !route.check) {
       await raw.read(MAX_IGNORED_BODY_BYTES, "BODY_TOO_LARGE");
       return { route: route.name, caller, params, query, body: undefined };
     }
+    requireJsonMediaType(request.headers);
     const body = parseBoundedJson(await raw.read(spec.maxBytes, spec.tooLarge));
     if (!route.check.Check(body)) {
-      throw new BeachballError("VALIDATION_FAILED", describeFirstError(route, body));
+      throw new BeachballError("VALIDATION_FAILED", describeFirstSchemaError(route.check.Errors(body), route.knownKeys));
     }
     return { route: route.name, caller, params, query, body };
   }
