@@ -3,7 +3,8 @@
  * cheapest first, so a hostile request is refused after a bounded amount of
  * work (issue: schema work before authentication).
  *
- *   1. route: unknown path 404; known path, other method 405 with `Allow`;
+ *   1. route: unknown path 404; known path, other method 405 with `Allow`
+ *      (HEAD is allowed wherever GET is, RFC 9110 §9.3.2);
  *   2. framing: a Content-Length that is not a decimal count is 400;
  *   3. authentication from the Authorization header (401), then the role (403);
  *   4. path parameters: each matches its route's ID pattern (400
@@ -151,8 +152,9 @@ export class RequestGuard<N extends string> {
         } else ok = seg === parts[i];
       }
       if (!ok) continue;
-      if (r.spec.method === method) return { route: r, params };
-      allowed.push(r.spec.method);
+      // HEAD is GET without the body (RFC 9110 §9.3.2): every GET route answers it; Bun drops the body.
+      if (r.spec.method === method || (method === "HEAD" && r.spec.method === "GET")) return { route: r, params };
+      allowed.push(r.spec.method, ...(r.spec.method === "GET" ? ["HEAD"] : []));
     }
     if (allowed.length === 0) return problem("NOT_FOUND", "no such route");
     const allow = [...new Set(allowed)].sort().join(", ");

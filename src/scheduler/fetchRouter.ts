@@ -28,7 +28,10 @@ function allowedMethods(pathname: string): string[] {
   const out = new Set<string>();
   for (const r of Object.values(ROUTES)) {
     const segs = r.path.split("/");
-    if (segs.length === parts.length && segs.every((seg, i) => (seg.startsWith(":") ? parts[i] !== "" : seg === parts[i]))) out.add(r.method);
+    if (segs.length === parts.length && segs.every((seg, i) => (seg.startsWith(":") ? parts[i] !== "" : seg === parts[i]))) {
+      out.add(r.method);
+      if (r.method === "GET") out.add("HEAD");
+    }
   }
   return [...out].sort();
 }
@@ -76,7 +79,8 @@ export function fetchRouter(front: SchedulerFront): (req: Request) => Promise<Re
   return async (req) => {
     const url = new URL(req.url);
     const p = url.pathname.split("/").filter(Boolean);
-    const m = req.method;
+    // HEAD is GET without the body (RFC 9110 §9.3.2); the runtime drops the body.
+    const m = req.method === "HEAD" ? "GET" : req.method;
     try {
       const param = (s: string, i: number) => {
         if (p[0] !== "v1") return s;

@@ -186,7 +186,7 @@ export function openApiDocument(routes: Record<string, RouteSpec> = ROUTES): Rec
       version: API_VERSION,
       description:
         "The control plane of Beachball, a scheduler for disposable microVMs. Every error answer is application/problem+json (RFC 9457) with a stable `code`; " +
-        "a known path called with another method answers 405 METHOD_NOT_ALLOWED with `Allow`; an unknown path 404 NOT_FOUND. " +
+        "Every GET route also answers HEAD; a known path called with another method answers 405 METHOD_NOT_ALLOWED with `Allow`; an unknown path 404 NOT_FOUND. " +
         "Bad input is refused before anything is written: a malformed ID, query parameter or body field 400 VALIDATION_FAILED (the detail names the field path), " +
         "unparseable JSON 400 MALFORMED_JSON, a body that is not application/json 415 UNSUPPORTED_MEDIA_TYPE, a body over the route's bound 413. " +
         "429 RATE_LIMITED and 503 answers carry Retry-After (seconds). Creating an allocation is idempotent by `clientRequestId`.",

@@ -184,6 +184,7 @@ function rowsFor(name: RouteName, r: RouteSpec): Row[] {
       { what: "a body one byte over its bound", body: JSON.stringify({ ...sample, pad: "" }).replace('"pad":""', `"pad":"${"x".repeat(r.body.maxBytes)}"`), status: ERROR_STATUS[r.body.tooLarge], code: r.body.tooLarge, detail: `request body is over ${r.body.maxBytes} bytes` },
     );
     const first = keys.find((k) => k in sample)!;
+    rows.push({ what: "a repeated field", body: JSON.stringify(sample).replace(/}$/, `,${JSON.stringify(first)}:${JSON.stringify(sample[first])}}`), status: 400, code: "MALFORMED_JSON", detail: `request body repeats the field "${first}" in one object; field names must be unique (RFC 7493 §2.3)` });
     const [wrong, reason] = wrongTypeFor(schema.properties![first]!);
     rows.push({ what: `a wrong type at /${first}`, body: JSON.stringify({ ...sample, [first]: wrong }), status: 400, code: "VALIDATION_FAILED", detail: new RegExp(`^/${first}: ${reason.source.replace(/^\^/, "")}`) });
     const missing = keys.find((k) => k in sample && schema.required?.includes(k));
@@ -230,7 +231,7 @@ function rowsFor(name: RouteName, r: RouteSpec): Row[] {
     detail: r.query ? `unknown query parameter; this route takes ${Object.keys(r.query).join(", ")}` : "this route takes no query parameters",
   });
   const methods = routes.filter(([, x]) => x.path === r.path).map(([, x]) => x.method);
-  const allow = [...methods].sort().join(", ");
+  const allow = [...methods, ...(methods.includes("GET") ? ["HEAD"] : [])].sort().join(", ");
   for (const m of ["PUT", "PATCH"]) rows.push({ what: `method ${m}`, method: m, status: 405, code: "METHOD_NOT_ALLOWED", detail: `this path allows ${allow}`, allow });
   return rows;
 }
@@ -281,6 +282,17 @@ describe("every route answers bad input with a fitting status, a stable code and
       expect(wrong).toEqual([]);
     });
   }
+
+  test("HEAD on every GET route answers what GET answers (status, content type), without a body", async () => {
+    for (const [name, r] of routes.filter(([, x]) => x.method === "GET")) {
+      const token = tokenFor(r);
+      const headers: Record<string, string> = token ? { authorization: `Bearer ${token}` } : {};
+      const get = await fetch(`${s.url}${pathOf(r)}`, { headers });
+      const head = await fetch(`${s.url}${pathOf(r)}`, { method: "HEAD", headers });
+      await get.text();
+      expect({ name, status: head.status, contentType: head.headers.get("content-type"), body: await head.text() }).toEqual({ name, status: get.status, contentType: get.headers.get("content-type"), body: "" });
+    }
+  });
 
   test("the per-route map of unknown-ID answers covers exactly the routes with path parameters", () => {
     expect(Object.keys(UNKNOWN_ID).sort()).toEqual(routes.filter(([, r]) => r.path.includes("/:")).map(([n]) => n).sort());
