@@ -32,7 +32,7 @@ import type { TSchema } from "@sinclair/typebox";
 import { BeachballError } from "../protocol/errors.ts";
 import { problem, problemResponse } from "../protocol/problem.ts";
 import { declaredLength, parseBoundedJson, RequestBody, requireJsonMediaType } from "../protocol/boundedBody.ts";
-import { declaredKeys, describeFirstSchemaError } from "./schemaErrors.ts";
+import { declaredKeys, schemaValidationError } from "./schemaErrors.ts";
 import { MAX_IGNORED_BODY_BYTES } from "../protocol/api.ts";
 import { checkPathParams, type QueryParam, type RouteSpec } from "./routes.ts";
 import type { Identity } from "./manifest.ts";
@@ -76,12 +76,12 @@ interface CompiledRoute<N extends string> {
 /** Parses one query value by its declared kind. Throws VALIDATION_FAILED. */
 function queryValue(name: string, raw: string, spec: QueryParam): number | string {
   if (spec.kind === "string") {
-    if (!spec.pattern.test(raw)) throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} does not match ${spec.pattern.source}`);
+    if (!spec.pattern.test(raw)) throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} does not match ${spec.pattern.source}`, { parameter: name });
     return raw;
   }
   const digits = new RegExp(`^(?:0|[1-9][0-9]{0,${MAX_QUERY_INTEGER_DIGITS - 1}})$`);
   const n = digits.test(raw) ? Number(raw) : NaN;
-  if (!Number.isSafeInteger(n) || n < spec.min || n > spec.max) throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} must be a decimal integer from ${spec.min} to ${spec.max}`);
+  if (!Number.isSafeInteger(n) || n < spec.min || n > spec.max) throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} must be a decimal integer from ${spec.min} to ${spec.max}`, { parameter: name });
   return n;
 }
 
@@ -174,7 +174,7 @@ export class RequestGuard<N extends string> {
     requireJsonMediaType(request.headers);
     const body = parseBoundedJson(await raw.read(spec.maxBytes, spec.tooLarge));
     if (!route.check.Check(body)) {
-      throw new BeachballError("VALIDATION_FAILED", describeFirstSchemaError(route.check.Errors(body), route.knownKeys));
+      throw schemaValidationError(route.check.Errors(body), route.knownKeys);
     }
     return { route: route.name, caller, params, query, body };
   }
@@ -202,8 +202,8 @@ export class RequestGuard<N extends string> {
     const out: Record<string, number | string> = {};
     for (const [name, raw] of search) {
       const p = spec.query && Object.hasOwn(spec.query, name) ? spec.query[name] : undefined;
-      if (!p) throw new BeachballError("VALIDATION_FAILED", spec.query ? `unknown query parameter; this route takes ${Object.keys(spec.query).join(", ")}` : "this route takes no query parameters");
-      if (Object.hasOwn(out, name)) throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} is given more than once`);
+      if (!p) throw new BeachballError("VALIDATION_FAILED", spec.query ? `unknown query parameter; this route takes ${Object.keys(spec.query).join(", ")}` : "this route takes no query parameters", { allowedParameters: Object.keys(spec.query ?? {}) });
+      if (Object.hasOwn(out, name)) throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} is given more than once`, { parameter: name });
       out[name] = queryValue(name, raw, p);
     }
     return out;

@@ -20,7 +20,7 @@ import type { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody } 
 import { openApiDocument } from "./openapi.ts";
 import { checkPathParams, ROUTES, type RouteSpec } from "./routes.ts";
 import { parseBoundedJson, readBoundedBody, requireJsonMediaType } from "../protocol/boundedBody.ts";
-import { declaredKeys, describeFirstSchemaError } from "./schemaErrors.ts";
+import { declaredKeys, schemaValidationError } from "./schemaErrors.ts";
 
 /** The methods the route table allows on `pathname` (empty: no such path). */
 function allowedMethods(pathname: string): string[] {
@@ -61,7 +61,7 @@ async function jsonBody(req: Request, spec: RouteSpec | undefined): Promise<unkn
   if (!spec?.body) throw new BeachballError("INTERNAL", "a route without a body asked for one");
   requireJsonMediaType(req.headers);
   const v = parseBoundedJson(await readBoundedBody(req, spec.body.maxBytes, spec.body.tooLarge));
-  if (!Value.Check(spec.body.schema, v)) throw new BeachballError("VALIDATION_FAILED", describeFirstSchemaError(Value.Errors(spec.body.schema, v), declaredKeys(spec.body.schema)));
+  if (!Value.Check(spec.body.schema, v)) throw schemaValidationError(Value.Errors(spec.body.schema, v), declaredKeys(spec.body.schema));
   return v;
 }
 

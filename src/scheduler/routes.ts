@@ -192,6 +192,6 @@ export function checkPathParams(spec: RouteSpec, params: Record<string, string>)
     const pattern = spec.params?.[name];
     if (pattern && pattern.test(value)) continue;
     const kind = Object.entries(PATH_ID).find(([, p]) => p === pattern)?.[0];
-    throw new BeachballError("VALIDATION_FAILED", `path parameter ${name}${kind ? ` (${kind} ID)` : ""} must match ${pattern?.source ?? "nothing"}`);
+    throw new BeachballError("VALIDATION_FAILED", `path parameter ${name}${kind ? ` (${kind} ID)` : ""} must match ${pattern?.source ?? "nothing"}`, { parameter: name, pattern: pattern?.source ?? null });
   }
 }

@@ -3,7 +3,7 @@ import { Type } from "@sinclair/typebox";
 import { TypeCompiler } from "@sinclair/typebox/compiler";
 import { ConnectionMessagesBody } from "../protocol/connection.ts";
 import { Envelope } from "../protocol/agent.ts";
-import { declaredKeys, describeFirstSchemaError, MAX_ALLOWED_FIELDS_LISTED, MAX_SCHEMA_ERROR_CHARS } from "./schemaErrors.ts";
+import { declaredKeys, describeFirstSchemaError, MAX_ALLOWED_FIELDS_LISTED, MAX_SCHEMA_ERROR_CHARS, schemaValidationError } from "./schemaErrors.ts";
 
 const describeFor = (schema: Parameters<typeof TypeCompiler.Compile>[0]) => {
   const c = TypeCompiler.Compile(schema);
@@ -43,5 +43,13 @@ describe("describeFirstSchemaError", () => {
     expect(text.startsWith(`/bogus: unknown field; allowed fields here: field0`)).toBe(true);
     const fewer = Type.Object(Object.fromEntries(Array.from({ length: 30 }, (_, i) => [`f${i}`, Type.Optional(Type.String({ maxLength: 1 }))])), { additionalProperties: false });
     expect(describeFor(fewer)({ bogus: 1 })).toEndWith(`f${MAX_ALLOWED_FIELDS_LISTED - 1} and ${30 - MAX_ALLOWED_FIELDS_LISTED} more`);
+  });
+
+  test("the problem's extra carries the field and, for an unknown field, the allowed ones", () => {
+    const c = TypeCompiler.Compile(ConnectionMessagesBody);
+    const e = schemaValidationError(c.Errors({ messages: [{ type: "ack", seq: 1, upTo: 0, extra: 1 }] }), declaredKeys(ConnectionMessagesBody));
+    expect([e.code, e.status, e.extra]).toEqual(["VALIDATION_FAILED", 400, { field: "/messages/0/extra", allowedFields: ["type", "seq", "upTo"] }]);
+    const t = schemaValidationError(c.Errors({ messages: [{ type: "nope", seq: 1 }] }), declaredKeys(ConnectionMessagesBody));
+    expect(t.extra).toEqual({ field: "/messages/0/type" });
   });
 });

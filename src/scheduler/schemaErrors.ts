@@ -18,6 +18,7 @@
 import type { TSchema } from "@sinclair/typebox";
 import { Value } from "@sinclair/typebox/value";
 import { ValueErrorType, type ValueError, type ValueErrorIterator } from "@sinclair/typebox/errors";
+import { BeachballError } from "../protocol/errors.ts";
 
 /** Longest description returned, in characters (the problem's `detail` stays well under its own cap). */
 export const MAX_SCHEMA_ERROR_CHARS = 400;
@@ -67,40 +68,67 @@ function discriminator(variants: Node[]): { key: string; values: unknown[] } | n
   return null;
 }
 
-/** One error as "path: reason" (see the module header); `known` are the keys the schema declares. */
-function describe(e: ValueError, known: Set<string>, depth: number): string {
-  const path = safePath(e.path, known);
+/** What is wrong with a body, for a problem's `detail` and `extra` (VALIDATION_FAILED). */
+export interface SchemaErrorReport {
+  /** One bounded sentence "field: reason" (at most MAX_SCHEMA_ERROR_CHARS). */
+  detail: string;
+  /** The offending field as a JSON pointer ("/" for the whole body), caller-chosen keys that are not plain identifiers shown as `{key}`. */
+  field: string;
+  /** For an unknown field: the fields allowed at its place (at most MAX_ALLOWED_FIELDS_LISTED). */
+  allowedFields?: string[];
+}
+
+type Finding = { field: string; reason: string; allowedFields?: string[] };
+
+/** `field` + `/key` without doubling the root's slash. */
+const child = (field: string, key: string) => `${field === "/" ? "" : field}/${key}`;
+
+/** One error, described (see the module header); `known` are the keys the schema declares. */
+function describe(e: ValueError, known: Set<string>, depth: number): Finding {
+  const field = safePath(e.path, known);
   const schema = obj(e.schema);
   if (e.type === ValueErrorType.ObjectAdditionalProperties) {
     const patterns = Object.keys(obj(schema["patternProperties"]));
-    if (patterns.length) return `${path}: key does not match ${patterns[0]}`;
-    return `${path}: unknown field; allowed fields here: ${listOf(Object.keys(obj(schema["properties"])))}`;
+    if (patterns.length) return { field, reason: `key does not match ${patterns[0]}` };
+    const allowed = Object.keys(obj(schema["properties"]));
+    return { field, reason: `unknown field; allowed fields here: ${listOf(allowed)}`, allowedFields: allowed.slice(0, MAX_ALLOWED_FIELDS_LISTED) };
   }
-  if (e.type === ValueErrorType.ObjectRequiredProperty) return `${path}: required field is missing`;
+  if (e.type === ValueErrorType.ObjectRequiredProperty) return { field, reason: "required field is missing" };
   if (e.type === ValueErrorType.Union && Array.isArray(schema["anyOf"]) && depth < MAX_UNION_DEPTH) {
     const variants = (schema["anyOf"] as unknown[]).map(obj);
-    if (variants.every((v) => v["const"] !== undefined)) return `${path}: must be one of ${listOf(variants.map((v) => JSON.stringify(v["const"])))}`;
+    if (variants.every((v) => v["const"] !== undefined)) return { field, reason: `must be one of ${listOf(variants.map((v) => JSON.stringify(v["const"])))}` };
     const d = variants.every((v) => v["type"] === "object") ? discriminator(variants) : null;
     if (d) {
       const value = obj(e.value)[d.key];
       const i = d.values.findIndex((x) => x === value);
-      const allowed = d.values.map((x) => JSON.stringify(x)).join(", ");
-      if (i < 0) return `${path}/${d.key}: must be one of ${allowed}`;
+      if (i < 0) return { field: child(field, d.key), reason: `must be one of ${listOf(d.values.map((x) => JSON.stringify(x)))}` };
       const inner = Value.Errors(variants[i] as TSchema, e.value).First();
       if (inner) return describe({ ...inner, path: `${e.path}${inner.path}` }, known, depth + 1);
     }
-    return `${path}: matches none of the allowed shapes`;
+    return { field, reason: "matches none of the allowed shapes" };
   }
-  return `${path}: ${e.message}`;
+  return { field, reason: e.message };
 }
 
 /**
- * The first error of `errors` (only the first is computed) as one bounded
- * sentence "path: reason"; `known` is declaredKeys(schema). A generic
- * sentence when there is none.
+ * The first error of `errors` (only the first is computed), described for
+ * a VALIDATION_FAILED problem; `known` is declaredKeys(schema).
  */
-export function describeFirstSchemaError(errors: ValueErrorIterator, known: Set<string>): string {
+export function firstSchemaError(errors: ValueErrorIterator, known: Set<string>): SchemaErrorReport {
   const first = errors.First();
-  const text = first ? describe(first, known, 0) : "request body does not match the schema";
-  return text.length > MAX_SCHEMA_ERROR_CHARS ? `${text.slice(0, MAX_SCHEMA_ERROR_CHARS - 1)}…` : text;
+  const f: Finding = first ? describe(first, known, 0) : { field: "/", reason: "request body does not match the schema" };
+  const text = `${f.field}: ${f.reason}`;
+  const detail = text.length > MAX_SCHEMA_ERROR_CHARS ? `${text.slice(0, MAX_SCHEMA_ERROR_CHARS - 1)}…` : text;
+  return { detail, field: f.field, ...(f.allowedFields ? { allowedFields: f.allowedFields } : {}) };
+}
+
+/** firstSchemaError's sentence only (the rendezvous WebSocket's error frame carries no `extra`). */
+export function describeFirstSchemaError(errors: ValueErrorIterator, known: Set<string>): string {
+  return firstSchemaError(errors, known).detail;
+}
+
+/** The VALIDATION_FAILED error for the first schema error: `detail`, with `field` (and `allowedFields`) in `extra`. */
+export function schemaValidationError(errors: ValueErrorIterator, known: Set<string>): BeachballError {
+  const r = firstSchemaError(errors, known);
+  return new BeachballError("VALIDATION_FAILED", r.detail, { field: r.field, ...(r.allowedFields ? { allowedFields: r.allowedFields } : {}) });
 }

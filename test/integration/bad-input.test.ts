@@ -53,6 +53,8 @@ interface Row {
   status: number;
   code: ErrorCode;
   detail: string | RegExp;
+  /** The problem's machine-readable `extra`, when the row asserts it. */
+  extra?: Record<string, unknown>;
   allow?: string;
 }
 
@@ -76,7 +78,7 @@ function tokenFor(r: RouteSpec): string | null {
 }
 
 /** Sends `row` on route `r`; answers status, headers and the parsed problem. */
-async function send(r: RouteSpec, row: Row): Promise<{ status: number; allow: string | null; contentType: string | null; problem: { code?: string; status?: number; detail?: string } }> {
+async function send(r: RouteSpec, row: Row): Promise<{ status: number; allow: string | null; contentType: string | null; problem: { code?: string; status?: number; detail?: string; extra?: Record<string, unknown> } }> {
   const token = row.token ?? tokenFor(r);
   const headers: Record<string, string> = { ...(token ? { authorization: `Bearer ${token}` } : {}), ...row.headers };
   const path = `${pathOf(r, row.ids)}${row.query ? `?${row.query}` : ""}`;
@@ -179,7 +181,7 @@ function rowsFor(name: RouteName, r: RouteSpec): Row[] {
       { what: "invalid UTF-8", headers: { "content-type": "application/json" }, raw: { bytes: new Uint8Array([0x7b, 0x22, 0xff, 0x22, 0x3a, 0x31, 0x7d]) }, status: 400, code: "MALFORMED_JSON", detail: "request body is not valid UTF-8" },
       { what: "an array instead of an object", body: "[]", status: 400, code: "VALIDATION_FAILED", detail: "/: Expected object" },
       { what: "null", body: "null", status: 400, code: "VALIDATION_FAILED", detail: "/: Expected object" },
-      { what: "an unknown top-level field", body: JSON.stringify({ ...sample, bogusField: 1 }), status: 400, code: "VALIDATION_FAILED", detail: `/bogusField: unknown field; allowed fields here: ${allowedList(keys)}` },
+      { what: "an unknown top-level field", body: JSON.stringify({ ...sample, bogusField: 1 }), status: 400, code: "VALIDATION_FAILED", detail: `/bogusField: unknown field; allowed fields here: ${allowedList(keys)}`, extra: { field: "/bogusField", allowedFields: keys.slice(0, MAX_ALLOWED_FIELDS_LISTED) } },
       { what: "an unknown field whose name is not an identifier (never echoed)", body: JSON.stringify({ ...sample, "<script>": 1 }), status: 400, code: "VALIDATION_FAILED", detail: `/{key}: unknown field; allowed fields here: ${allowedList(keys)}` },
       { what: "a body one byte over its bound", body: JSON.stringify({ ...sample, pad: "" }).replace('"pad":""', `"pad":"${"x".repeat(r.body.maxBytes)}"`), status: ERROR_STATUS[r.body.tooLarge], code: r.body.tooLarge, detail: `request body is over ${r.body.maxBytes} bytes` },
     );
@@ -205,7 +207,7 @@ function rowsFor(name: RouteName, r: RouteSpec): Row[] {
         const row: Row =
           r.auth === "endpoint"
             ? { what: `malformed ${param} ${bad.slice(0, 40)}`, ids: { [param]: bad }, status: 401, code: "UNAUTHENTICATED", detail: "missing or malformed endpoint token" }
-            : { what: `malformed ${param} ${bad.slice(0, 40)}`, ids: { [param]: bad }, status: 400, code: "VALIDATION_FAILED", detail: `path parameter ${param} (${KIND[r.params[param]!.source]} ID) must match ${r.params[param]!.source}` };
+            : { what: `malformed ${param} ${bad.slice(0, 40)}`, ids: { [param]: bad }, status: 400, code: "VALIDATION_FAILED", detail: `path parameter ${param} (${KIND[r.params[param]!.source]} ID) must match ${r.params[param]!.source}`, extra: { parameter: param, pattern: r.params[param]!.source } };
         rows.push(row);
       }
     }
@@ -229,6 +231,7 @@ function rowsFor(name: RouteName, r: RouteSpec): Row[] {
     status: 400,
     code: "VALIDATION_FAILED",
     detail: r.query ? `unknown query parameter; this route takes ${Object.keys(r.query).join(", ")}` : "this route takes no query parameters",
+    extra: { allowedParameters: Object.keys(r.query ?? {}) },
   });
   const methods = routes.filter(([, x]) => x.path === r.path).map(([, x]) => x.method);
   const allow = [...methods, ...(methods.includes("GET") ? ["HEAD"] : [])].sort().join(", ");
@@ -273,9 +276,9 @@ describe("every route answers bad input with a fitting status, a stable code and
       const wrong: unknown[] = [];
       for (const row of rowsFor(name, r)) {
         const a = await send(r, row);
-        const got = { what: row.what, status: a.status, bodyStatus: a.problem.status, contentType: a.contentType, code: a.problem.code, detail: a.problem.detail, ...(row.allow ? { allow: a.allow } : {}) };
+        const got = { what: row.what, status: a.status, bodyStatus: a.problem.status, contentType: a.contentType, code: a.problem.code, detail: a.problem.detail, ...(row.allow ? { allow: a.allow } : {}), ...(row.extra ? { extra: a.problem.extra } : {}) };
         const detailOk = typeof row.detail === "string" ? a.problem.detail === row.detail : row.detail.test(a.problem.detail ?? "");
-        const want = { what: row.what, status: row.status, bodyStatus: row.status, contentType: "application/problem+json", code: row.code, detail: detailOk ? a.problem.detail : String(row.detail), ...(row.allow ? { allow: row.allow } : {}) };
+        const want = { what: row.what, status: row.status, bodyStatus: row.status, contentType: "application/problem+json", code: row.code, detail: detailOk ? a.problem.detail : String(row.detail), ...(row.allow ? { allow: row.allow } : {}), ...(row.extra ? { extra: row.extra } : {}) };
         if (JSON.stringify(got) !== JSON.stringify(want)) wrong.push({ got, want });
         expect(ERROR_STATUS[row.code] as number).toBe(row.status);
       }
