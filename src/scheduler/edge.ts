@@ -22,10 +22,10 @@
  *      its field path, and for an unknown field the allowed ones).
  *
  * Spec: "Authentication and identity", "Admission and limits"; RFC 9110
- * §15.5.6 (405 and Allow), RFC 9457 (problem details). Must never: parse or
- * validate a body before authenticating, echo a body (or a key from it
- * that is not a plain identifier), or
- * let a rejected request cost more than one bounded read and parse.
+ * §15.5.6 (405 and Allow), §15.5.16 (415), RFC 9457 (problem details).
+ * Must never: parse or validate a body before authenticating, echo a body
+ * (or a key from it that is not a plain identifier), or let a rejected
+ * request cost more than one bounded read and parse.
  */
 import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
 import type { TSchema } from "@sinclair/typebox";

@@ -48,8 +48,9 @@ export type QueryParam = { kind: "integer"; min: number; max: number } | { kind:
 /**
  * The shape of each kind of ID a path carries. A path parameter that does
  * not match its route's pattern is refused 400 VALIDATION_FAILED by the
- * guard before authentication; one that matches but names nothing the
- * caller may see is the handler's 404 NOT_FOUND.
+ * guard (after authentication, before the query and body); one that
+ * matches but names nothing the caller may see is the handler's 404
+ * NOT_FOUND.
  */
 export const PATH_ID = {
   allocation: /^alloc_[0-9a-f]{32}$/,
@@ -117,13 +118,14 @@ export const ROUTES = {
     summary: "Create an allocation; idempotent by clientRequestId (201 created, 200 the same request replayed, 422 IDEMPOTENCY_CONFLICT for another body)",
     response: { status: 201, schema: AllocationView, also: 200 },
   },
-  listAllocations: { method: "GET", path: "/v1/allocations", auth: "principal", query: { cursor: { kind: "string", pattern: /^alloc_[0-9a-f]{32}$/ }, limit }, summary: "List the caller's allocations, one page", response: ok(R.AllocationPage) },
+  listAllocations: { method: "GET", path: "/v1/allocations", auth: "principal", query: { cursor: { kind: "string", pattern: PATH_ID.allocation }, limit }, summary: "List the caller's allocations, one page", response: ok(R.AllocationPage) },
   getAllocation: { method: "GET", path: "/v1/allocations/:id", params: allocation, auth: "principal", summary: "One allocation", response: ok(AllocationView) },
   releaseAllocation: { method: "POST", path: "/v1/allocations/:id/release", params: allocation, auth: "principal", summary: "Request release (idempotent); the allocation reaches released once its VM is gone", response: ok(AllocationView, 202) },
   events: { method: "GET", path: "/v1/allocations/:id/events", params: allocation, auth: "principal", query: { after, limit }, summary: "The allocation's events after a sequence number (resumable)", response: ok(R.EventPage) },
   logs: {
     method: "GET",
-    path: "/v1/allocations/:id/logs", params: allocation,
+    path: "/v1/allocations/:id/logs",
+    params: allocation,
     auth: "principal",
     query: { offset: after, follow: { kind: "integer", min: 0, max: 1 } },
     summary: "The allocation's redacted console output from a byte offset (follow=1 waits for more; resumable)",
@@ -131,7 +133,8 @@ export const ROUTES = {
   },
   bootstrap: {
     method: "POST",
-    path: "/v1/allocations/:id/bootstrap", params: allocation,
+    path: "/v1/allocations/:id/bootstrap",
+    params: allocation,
     auth: "controller",
     body: { schema: BootstrapBody, maxBytes: MAX_REQUEST_BODY_BYTES, tooLarge: "PAYLOAD_TOO_LARGE" },
     summary: "Hand a bootstrap payload to the guest (memory only); answers once the guest consumed it, idempotent by deliveryId",
@@ -140,7 +143,8 @@ export const ROUTES = {
   replacementAuthorizations: { method: "POST", path: "/v1/allocations/:id/replacement-authorizations", params: allocation, auth: "controller", body: api(ReplacementAuthorizationBody), summary: "Certify the generation's external authority is revoked so a blocked replacement may proceed", response: ok(AllocationView) },
   createConnectionGrant: {
     method: "POST",
-    path: "/v1/allocations/:id/connection-grants", params: allocation,
+    path: "/v1/allocations/:id/connection-grants",
+    params: allocation,
     auth: "controller",
     body: api(ConnectionGrantBody),
     summary: "A signed connection grant for the caller's ready allocation (one generation, one host peer), its relay map, relay tokens and rendezvous endpoint token",
@@ -150,7 +154,8 @@ export const ROUTES = {
   connectionPoll: { method: "POST", path: "/v1/connections/:id/poll", params: connection, auth: "endpoint", body: rendezvous(ConnectionPollBody), summary: "Rendezvous: the peer's messages after a cursor (acknowledging those up to it); parks up to 25 s", response: ok(R.ConnectionPollResponse) },
   connectionConnect: {
     method: "GET",
-    path: "/v1/connections/:id/connect", params: connection,
+    path: "/v1/connections/:id/connect",
+    params: connection,
     auth: "endpoint",
     query: { after },
     summary:
