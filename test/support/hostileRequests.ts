@@ -318,6 +318,13 @@ export class HostileGenerator {
       if (r.auth === "enroll") return { ...authed, category: "unknown enrollment token", body: json({ ...(this.samples[name] as object), token: `bbe_${Buffer.from(rng.bytes(24)).toString("hex")}` }), expect: "ENROLLMENT_TOKEN_INVALID" };
       return { ...authed, category: "envelope for another host", body: json({ ...(this.samples[name] as object), hostId: "another-host" }), expect: "FORBIDDEN" };
     }
+    if (roll < 75) {
+      // A valid body under the wrong media type (or none): refused from the headers, before it is read.
+      const { "content-type": _json, ...rest } = authed.headers;
+      const type = rng.pick([null, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/json; charset=iso-8859-1", "application/jsonx"]);
+      const b = json(this.samples[name]);
+      return { ...authed, category: "wrong media type", headers: type ? { ...rest, "content-type": type } : rest, raw: { bytes: b }, expect: past("UNSUPPORTED_MEDIA_TYPE") };
+    }
     const check = this.checks.get(name)!;
     for (let attempt = 0; attempt < 20; attempt++) {
       const all = nodes(this.samples[name]!, r.body.schema as unknown as Record<string, unknown>);
