@@ -51,7 +51,8 @@
  * exactly its allocation's address as a /128 on eth0 with `default via
  * fe80::1`, not tentative; `ssh` runs a command in the VM (host key
  * pinned: it is this VM's sshd) and the proxy says `path: direct via
- * <host NAT public>:<port>`; the VM's own connection to the client gets no
+ * <host NAT public>:<port>`; the agent says it mounted the cgroup
+ * hierarchies again for itself; the VM's own connection to the client gets no
  * answer (the placement's table drops it); `scp` of 64 MiB is byte-exact
  * (SHA-256 on both sides); a proxy with another tenant's token is refused
  * (NOT_FOUND, exit 1) and nothing changed; after release the running
@@ -70,7 +71,7 @@
  * the relay carries less than a quarter of the file's size after that,
  * and the scp (one ssh connection, never reopened) exits 0 with the file
  * byte-exact (SHA-256) in the VM.
- * About 70 s with the rootfs cached (about 20 s of it the relay part), plus
+ * About 80 s with the rootfs cached (about 17 s of it the relay part), plus
  * about 2 min for mmdebstrap the first time (2-core TCG machine).
  * Needs root, QEMU, squashfs-tools, mmdebstrap, ssh/scp/ssh-keygen, nft, openssl.
  */
@@ -432,6 +433,8 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     expect(hostCandidates).toContainEqual({ address: HOST_ADDR, port: endpointPort, kind: "local" });
     expect(hostCandidates).toContainEqual({ address: HOST_NAT_PUBLIC, port: endpointPort, kind: "stun" });
     expect(stun.events.some((e) => e.ev === "binding" && e.from === `${HOST_NAT_PUBLIC}:${endpointPort}`)).toBe(true);
+    // The agent under `ip netns exec` found no cgroup hierarchy under the fresh /sys and mounted them again for itself (the VM got its cgroup).
+    expect(readFileSync(agent.log, "utf8")).toMatch(/cgroup hierarchies were not mounted in this mount namespace .*: mounted \/sys\/fs\/cgroup/);
     await waitLog(proxy, new RegExp(`path: direct via ${HOST_NAT_PUBLIC.replaceAll(".", "\\.")}:${endpointPort}`));
   }, 120_000);
 
