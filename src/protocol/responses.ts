@@ -32,7 +32,7 @@ export const Problem = Type.Object(
       { description: "stable error code: branch on this, never on detail" },
     ),
     detail: Type.Optional(Type.String({ description: "human-readable; never echoes a request body" })),
-    extra: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: "machine-readable facts (retryAfterSeconds, allow, limitBytes, …)" })),
+    extra: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: "machine-readable facts (retryAfterSeconds, allow, limitBytes; for VALIDATION_FAILED the field as a JSON pointer and, for an unknown field, allowedFields, or the path or query parameter; …)" })),
   },
   { additionalProperties: false },
 );

@@ -338,7 +338,7 @@ describe("the Connection (rendezvous)", () => {
     const x = await readyAllocation();
     const r = await x.w.createConnectionGrant(C, x.id, SSH);
     const ack = (seq: number) => ({ type: "ack" as const, seq, upTo: 0 });
-    expect(await code(x.w.connectionMessages(r.connectionId, "client", { messages: [ack(2), ack(1)] }))).toBe("VALIDATION_FAILED 422");
+    expect(await code(x.w.connectionMessages(r.connectionId, "client", { messages: [ack(2), ack(1)] }))).toBe("VALIDATION_FAILED 400");
     for (let s = 1; s <= 64; s += 16) await x.w.connectionMessages(r.connectionId, "client", { messages: Array.from({ length: 16 }, (_, i) => ack(s + i)) });
     expect(await code(x.w.connectionMessages(r.connectionId, "client", { messages: [ack(65)] }))).toBe("RATE_LIMITED 429");
     expect((await x.w.connectionMessages(r.connectionId, "client", { messages: [ack(64)] })).lastAcceptedSeq).toBe(64);

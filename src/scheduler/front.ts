@@ -79,11 +79,20 @@ export class SchedulerFront {
     return this.env.Allocation.get(checkAllocationIdShape(id)).requestConnectionGrant(who.id, body);
   }
 
-  /** Revokes a grant of the caller's allocation (idempotent). Throws NOT_FOUND for another caller's allocation or an unknown grant. */
+  /**
+   * Revokes a grant of the caller's allocation (idempotent). Throws
+   * NOT_FOUND "no such allocation" for an allocation that does not exist or
+   * is another caller's (whatever the grant ID), and NOT_FOUND "no such
+   * grant for this allocation" for an unknown grant of the caller's own.
+   */
   async revokeConnectionGrant(who: Identity, id: string, grantId: string): Promise<void> {
     requireRole(who, "controller");
-    if (!/^grt_[0-9a-f]{32}$/.test(grantId)) throw new BeachballError("NOT_FOUND", "no such grant");
-    await this.env.Allocation.get(checkAllocationIdShape(id)).revokeConnectionGrant(who.id, grantId);
+    const allocation = this.env.Allocation.get(checkAllocationIdShape(id));
+    if (!/^grt_[0-9a-f]{32}$/.test(grantId)) {
+      await allocation.get(who.id); // the allocation's NOT_FOUND comes first
+      throw new BeachballError("NOT_FOUND", "no such grant for this allocation");
+    }
+    await allocation.revokeConnectionGrant(who.id, grantId);
   }
 
   /** The role of an endpoint token in Connection `connectionId`. Throws UNAUTHENTICATED for a malformed or unknown token, or an ended Connection. */
