@@ -101,6 +101,12 @@ export function referenceText(doc: Obj = openApiDocument()): string {
     }
     out.push("");
   }
+  const codes = Object.entries(obj(doc["x-beachball-error-codes"]));
+  if (codes.length) {
+    out.push("## Error codes", "", "Every error answer's `code` (branch on it, never on `detail`) and the HTTP status it always comes with.", "", "| code | status |", "| --- | --- |");
+    for (const [code, status] of codes) out.push(`| \`${code}\` | ${status} |`);
+    out.push("");
+  }
   out.push("## Schemas", "");
   for (const [name, s] of Object.entries(obj(obj(doc["components"])["schemas"]))) out.push(`### ${name}`, "", ...fieldTable(obj(s)));
   return `${out.join("\n").replace(/\n{3,}/g, "\n\n").trimEnd()}\n`;

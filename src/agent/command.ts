@@ -159,6 +159,9 @@ const doctor = command({
       const { allPassed, formatResults } = await import("./doctor/format.ts");
       const cfgPath = agentPaths(resolve(args["data-dir"])).config;
       const config = existsSync(cfgPath) ? JSON.parse(readFileSync(cfgPath, "utf8")) : undefined;
+      // As `bb agent run` does: under `ip netns exec` the cgroup hierarchies are mounted again in this mount namespace only, so the check sees what the agent will.
+      const { restoreCgroupMounts, systemCgroupMountPorts } = await import("./isolation/cgroups/mountRestore.ts");
+      await restoreCgroupMounts(systemCgroupMountPorts).catch(() => undefined);
       const results = await runChecks(config);
       console.log(args.json ? JSON.stringify(results) : formatResults(results, useColour(process.stdout)));
       if (!allPassed(results)) process.exitCode = 1;

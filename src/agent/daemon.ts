@@ -23,6 +23,7 @@ import type { VmmDriver } from "./vmm/driver.ts";
 import { consolaLog, systemClock, systemHostProbe, systemRandom, systemTimers } from "./ports.ts";
 import { Agent } from "./agent.ts";
 import { startHostEndpoint } from "./endpoint/startEndpoint.ts";
+import { restoreCgroupMounts, systemCgroupMountPorts } from "./isolation/cgroups/mountRestore.ts";
 
 /** The kernel's boot ID, or a random one where /proc does not offer it. */
 export function machineBootId(): string {
@@ -52,6 +53,11 @@ export class AgentDaemon {
     const config = files.config;
     const p = agentPaths(opts.dataDir);
     const log = consolaLog;
+    // Under `ip netns exec` the fresh /sys hides the cgroup hierarchies: mount them again, in this mount namespace only.
+    await restoreCgroupMounts(systemCgroupMountPorts).then(
+      (r) => r.restored && log.info(`cgroup hierarchies were not mounted in this mount namespace (ip netns exec?): mounted ${r.mounted.join(", ")} for the agent`),
+      (e: Error) => log.warn(`cannot mount the cgroup hierarchies in this mount namespace: ${e.message}`),
+    );
     let driver = opts.driver;
     if (!driver) {
       const sel = await selectVmmDriver();

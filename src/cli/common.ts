@@ -25,11 +25,16 @@ export function clientFrom(args: { scheduler?: string | undefined; token?: strin
 
 /**
  * Turns the scheduler's VALIDATION_FAILED about a body field (`/ttlSeconds:
- * …`) into a usage error about the flag that set it (`--ttl: …`); other
- * errors pass through unchanged.
+ * …`) into a usage error about the flag that set it (`--ttl: …`), and one
+ * about a path parameter (`path parameter id (host ID) must match …`) into a
+ * usage error about the positional argument named by `flagFor[":id"]`
+ * (`HOST_ID must match …`); other errors pass through unchanged.
  */
 export function flagError(e: unknown, flagFor: Record<string, string>): unknown {
   if (!(e instanceof BeachballError) || e.code !== "VALIDATION_FAILED") return e;
+  const param = /^path parameter (\w+)(?: \([^)]*\))? (must match .*)$/s.exec(e.message);
+  const arg = param ? flagFor[`:${param[1]}`] : undefined;
+  if (arg) return new UsageError(`${arg} ${param![2]}`);
   const m = /^\/([A-Za-z]+)\b(.*)$/s.exec(e.message);
   const flag = m ? flagFor[m[1]!] : undefined;
   return flag ? new UsageError(`${flag}${m![2]}`) : e;

@@ -30,7 +30,7 @@ const tokenCreate = command({
       const ttl = optionalIntegerFlag("--ttl", args.ttl, ENROLLMENT_TTL_BOUNDS);
       const r = await clientFrom(args, true)
         .enrollmentToken(args.hostId, ttl)
-        .catch((e: unknown) => Promise.reject(flagError(e, { ttlSeconds: "--ttl" })));
+        .catch((e: unknown) => Promise.reject(flagError(e, { ttlSeconds: "--ttl", ":id": "HOST_ID" })));
       if (args.json) return console.log(JSON.stringify(r));
       console.log(r.joinCommand);
       consola.info(`expires ${r.expiresAt}; run the command above on the host as root (or \`bb agent setup\` there)`);
@@ -57,7 +57,9 @@ const stateCommand = (action: "activate" | "drain" | "disable", description: str
     examples: [`bb host ${action} host-1`, `bb host ${action} host-1 --json`],
     run: ({ args }) =>
       runCli(async () => {
-        const h = await clientFrom(args, true).setHostState(args.hostId, action);
+        const h = await clientFrom(args, true)
+          .setHostState(args.hostId, action)
+          .catch((e: unknown) => Promise.reject(flagError(e, { ":id": "HOST_ID" })));
         console.log(args.json ? JSON.stringify(h) : hostTable([h]));
       }),
   });

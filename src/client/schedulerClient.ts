@@ -21,7 +21,7 @@
 import { BeachballError } from "../protocol/errors.ts";
 import { errorFromAnswer, UnexpectedAnswerError } from "../protocol/problem.ts";
 import { LOG_FOLLOW_WAIT_MS } from "../protocol/logs.ts";
-import { connectionGrantsPath, type ConnectionGrantBody, type ConnectionGrantResponse, type ConnectionMessagesBody, type ConnectionPollResponse } from "../protocol/connection.ts";
+import { connectionGrantsPath, type ConnectionGrantBody, type ConnectionGrantResponse, type ConnectionMessagesBody, type ConnectionPollResponse, type ConnectionRelayTokensResponse } from "../protocol/connection.ts";
 import type { AllocationEvent, AllocationPage, AllocationView, AlertItem, BootstrapBody, CreateAllocationBody, DeliveryResult, EnrollmentToken, EventPage, HostView, LogPage, WellKnown } from "./types.ts";
 
 /** Longest a Retry-After is honoured, ms (a larger value is waited this long, then retried). */
@@ -240,6 +240,15 @@ export class SchedulerClient {
    */
   async connectionMessages(connectionId: string, body: ConnectionMessagesBody, timeoutMs = 10_000): Promise<ConnectionPollResponse> {
     return (await this.call<ConnectionPollResponse>("POST", `/v1/connections/${encodeURIComponent(connectionId)}/messages`, { body, timeoutMs, retry: false })).body;
+  }
+  /**
+   * POST /v1/connections/{id}/relay-tokens under this client's endpoint
+   * token: fresh relay tokens for its role of the Connection's grant. Throws
+   * UNAUTHENTICATED once the grant ended, RATE_LIMITED within 10 s of the
+   * last refresh.
+   */
+  async connectionRelayTokens(connectionId: string, timeoutMs = 10_000): Promise<ConnectionRelayTokensResponse> {
+    return (await this.call<ConnectionRelayTokensResponse>("POST", `/v1/connections/${encodeURIComponent(connectionId)}/relay-tokens`, { timeoutMs, retry: false })).body;
   }
   /** POST /v1/allocations/{id}/release (idempotent). */
   async release(id: string): Promise<AllocationView> {

@@ -1,8 +1,8 @@
 /**
  * Where one side of a connection can be reached from its local interfaces
  * (spec "Data path", "Coordination and path selection"): the host endpoint
- * (src/agent/endpoint/candidates.ts, with its STUN candidates) and the
- * proxy (src/proxy/rendezvous.ts) both publish these.
+ * and the proxy both publish these, with their STUN candidates, gathered
+ * by src/wireguard/candidates.ts.
  *
  * Owns: which interface addresses become candidates, the order of a merged
  * list (STUN first: behind NAT it is the one that works) and its bound

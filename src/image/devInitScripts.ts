@@ -9,7 +9,8 @@
  * the host (only a gateway inside the placement's /30 is set) or leave the
  * VM running after a boot failure (it powers off so QEMU exits).
  */
-import { GUEST_IPV6_CASES, guestIpv6Setup, guestIpv6Sysctls } from "./guestIpv6Init.ts";
+import { guestIpv6Setup, guestIpv6Sysctls } from "./guestIpv6Init.ts";
+import { GUEST_NET_CASES, GUEST_NET_VARS, guestIpv4Setup, initramfsPreamble } from "./guestNetInit.ts";
 
 /**
  * The initramfs /init for the given insmod order. It starts the kernel
@@ -24,14 +25,7 @@ export function INITRAMFS_INIT(modules: readonly string[]): string {
   return `#!/bin/busybox sh
 B=/bin/busybox
 $B mkdir -p /proc /sys /dev /newroot
-$B mount -t devtmpfs devtmpfs /dev
-exec 0</dev/console 1>/dev/console 2>&1
-$B mount -t proc proc /proc
-$B mount -t sysfs sysfs /sys
-fail() { echo "beachball-initramfs: $*"; $B sync; $B reboot -f; $B sleep 5; }
-for m in ${modules.join(" ")}; do
-  $B insmod /lib/modules/$m.ko || echo "beachball-initramfs: insmod $m failed"
-done
+${initramfsPreamble(modules)}
 i=0
 while [ ! -b /dev/vda ] && [ $i -lt 400 ]; do $B usleep 25000; i=$((i+1)); done
 [ -b /dev/vda ] || fail "no /dev/vda"
@@ -77,24 +71,14 @@ ln -sf /proc/self/fd/1 /dev/stdout
 ln -sf /proc/self/fd/2 /dev/stderr
 hostname beachball
 ip link set lo up
-ipv4=
-gw=
-dns=
-ipv6=
-ipv6_router=
+${GUEST_NET_VARS}
 for arg in $(cat /proc/cmdline); do
   case "$arg" in
-    beachball.ipv4=*) ipv4="\${arg#*=}" ;;
-    beachball.gateway=*) gw="\${arg#*=}" ;;
-    beachball.dns=*) dns="\${arg#*=}" ;;
-${GUEST_IPV6_CASES}
+${GUEST_NET_CASES}
   esac
 done
 ${guestIpv6Sysctls("beachball-init")}
-if [ -n "$ipv4" ]; then
-  ip link set eth0 up && ip addr add "$ipv4" dev eth0 || echo "beachball-init: eth0 setup failed"
-  if [ -n "$gw" ]; then ip route add default via "$gw" dev eth0 || echo "beachball-init: route failed"; fi
-fi
+${guestIpv4Setup("ip", "beachball-init")}
 ${guestIpv6Setup("ip", "beachball-init")}
 : > /etc/resolv.conf
 for r in $(echo "$dns" | tr , ' '); do echo "nameserver $r" >> /etc/resolv.conf; done

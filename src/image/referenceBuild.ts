@@ -19,7 +19,8 @@ import { type ImageManifest, MANIFEST_FILE_NAME, imageDigest } from "../protocol
 import { WORKLOAD_ADAPTER_ENV } from "../protocol/guest.ts";
 import { DEV_KERNEL_MODULES, ensureDevKernel, runChecked } from "./devKernel.ts";
 import { INITRAMFS_INIT } from "./devInitScripts.ts";
-import { GUEST_IPV6_CASES, guestIpv6Setup, guestIpv6Sysctls } from "./guestIpv6Init.ts";
+import { guestIpv6Setup, guestIpv6Sysctls } from "./guestIpv6Init.ts";
+import { GUEST_NET_CASES, GUEST_NET_VARS, guestIpv4Setup } from "./guestNetInit.ts";
 import { type CpioEntry, encodeCpio } from "./cpio.ts";
 import { DEV_GUEST_BOOTSTRAP_VERSION } from "./devBuild.ts";
 import { signManifest } from "./signing.ts";
@@ -44,21 +45,15 @@ esac
 
 /** Network setup from beachball.ipv4 / beachball.gateway / beachball.dns and the private IPv6 keys (src/image/guestIpv6Init.ts) on the kernel command line (iproute2). */
 export const NET_SETUP = `#!/bin/sh
-ipv4=; gw=; dns=; ipv6=; ipv6_router=
+${GUEST_NET_VARS}
 for arg in $(cat /proc/cmdline); do
   case "$arg" in
-    beachball.ipv4=*) ipv4="\${arg#*=}" ;;
-    beachball.gateway=*) gw="\${arg#*=}" ;;
-    beachball.dns=*) dns="\${arg#*=}" ;;
-${GUEST_IPV6_CASES}
+${GUEST_NET_CASES}
   esac
 done
 ip link set lo up
 ${guestIpv6Sysctls("beachball-net")}
-if [ -n "$ipv4" ]; then
-  ip link set eth0 up && ip addr add "$ipv4" dev eth0
-  [ -n "$gw" ] && ip route add default via "$gw" dev eth0
-fi
+${guestIpv4Setup("ip", "beachball-net")}
 ${guestIpv6Setup("ip", "beachball-net")}
 rm -f /etc/resolv.conf
 : > /etc/resolv.conf

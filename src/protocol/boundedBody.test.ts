@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { BeachballError } from "./errors.ts";
-import { declaredLength, MAX_JSON_DEPTH, nestsDeeperThan, parseBoundedJson, readBoundedBody, RequestBody } from "./boundedBody.ts";
+import { declaredLength, MAX_JSON_DEPTH, nestsDeeperThan, parseBoundedJson, readBoundedBody, repeatedKey, RequestBody, requireJsonMediaType } from "./boundedBody.ts";
 
 const bytes = (s: string) => new TextEncoder().encode(s);
 
@@ -106,5 +106,54 @@ describe("a refused upload is drained, within bounds, so the refusal is not lost
     await lying.drain(1 << 20, 60_000, 50);
     expect(seen.pulled).toBe(10);
     expect(lying.unread).toBe(false);
+  });
+});
+
+describe("a JSON route takes application/json only, judged from the headers", () => {
+  const code = (h: Record<string, string>) => {
+    try {
+      requireJsonMediaType(new Headers(h));
+      return "ok";
+    } catch (e) {
+      return `${(e as BeachballError).code}: ${(e as BeachballError).message}`;
+    }
+  };
+  test("application/json with or without a UTF-8 charset, in any case, is accepted", () => {
+    for (const t of ["application/json", "Application/JSON", "application/json; charset=utf-8", 'application/json;charset="UTF-8"', "application/json; boundary=x"]) expect(code({ "content-type": t })).toBe("ok");
+    expect(code({ "content-type": "application/json", "content-encoding": "identity" })).toBe("ok");
+  });
+  test("anything else is UNSUPPORTED_MEDIA_TYPE, naming the type only when it is a plain token", () => {
+    expect(code({})).toBe("UNSUPPORTED_MEDIA_TYPE: this route takes a JSON body: send Content-Type: application/json");
+    expect(code({ "content-type": "text/plain;charset=UTF-8" })).toBe("UNSUPPORTED_MEDIA_TYPE: this route takes Content-Type: application/json (got text/plain)");
+    expect(code({ "content-type": "application/json-patch+json" })).toBe("UNSUPPORTED_MEDIA_TYPE: this route takes Content-Type: application/json (got application/json-patch+json)");
+    expect(code({ "content-type": `text/${"x".repeat(100)}` })).toBe("UNSUPPORTED_MEDIA_TYPE: this route takes Content-Type: application/json");
+    expect(code({ "content-type": "application/json; charset=utf-16" })).toBe("UNSUPPORTED_MEDIA_TYPE: a JSON body must be UTF-8 (charset=utf-8 or none)");
+    expect(code({ "content-type": "application/json", "content-encoding": "gzip" })).toBe("UNSUPPORTED_MEDIA_TYPE: request bodies may not be content-encoded; send plain application/json");
+  });
+});
+
+describe("an object may not repeat a member name (RFC 7493 §2.3)", () => {
+  test("finds a repeat at any depth, escaped spellings included, and nothing else", () => {
+    expect(repeatedKey('{"a":1,"a":2}')).toBe("a");
+    expect(repeatedKey('{"x":[{"b":1},{"b":2,"c":{"d":1,"d":[]}}]}')).toBe("d");
+    expect(repeatedKey('{"a":1,"\\\\u0061":2}')).toBeNull();
+    expect(repeatedKey('{"a":1,"\\u0061":2}')).toBe("a");
+    expect(repeatedKey('{"a":"a","b":["a","a"],"c":{"a":1}}')).toBeNull();
+    expect(repeatedKey('[{"a":1},{"a":1}]')).toBeNull();
+    expect(repeatedKey('{"s":"\\\\\\"","s2":"{\\\\"}')).toBeNull();
+    for (const t of ['{"a":1,"\\\\u0061":2}', '{"s":"\\\\\\"","s2":"{\\\\"}']) expect(() => JSON.parse(t)).not.toThrow();
+    expect(repeatedKey('"a"')).toBeNull();
+  });
+  test("parseBoundedJson refuses a repeat as MALFORMED_JSON, naming a plain key only", async () => {
+    const err = (t: string) => {
+      try {
+        parseBoundedJson(bytes(t));
+        return "parsed";
+      } catch (e) {
+        return `${(e as BeachballError).code}: ${(e as BeachballError).message}`;
+      }
+    };
+    expect(err('{"workloadClass":"x","workloadClass":"y"}')).toBe('MALFORMED_JSON: request body repeats the field "workloadClass" in one object; field names must be unique (RFC 7493 §2.3)');
+    expect(err('{"<b>":1,"<b>":2}')).toBe("MALFORMED_JSON: request body repeats the field in one object; field names must be unique (RFC 7493 §2.3)");
   });
 });

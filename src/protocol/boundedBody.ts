@@ -24,6 +24,7 @@ const OPEN_BRACE = 0x7b;
 const CLOSE_BRACE = 0x7d;
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
+const COMMA = 0x2c;
 
 /**
  * True when the JSON text in `bytes` nests arrays and objects deeper than
@@ -199,8 +200,8 @@ const utf8 = new TextDecoder("utf-8", { fatal: true });
 
 /**
  * Parses a JSON body after checking its depth. Throws JSON_TOO_DEEP (400)
- * past `maxDepth`, MALFORMED_JSON (400) for an empty body, invalid UTF-8 or
- * invalid JSON.
+ * past `maxDepth`, MALFORMED_JSON (400) for an empty body, invalid UTF-8,
+ * invalid JSON, or an object that repeats a member name (repeatedKey).
  */
 export function parseBoundedJson(bytes: Uint8Array, maxDepth = MAX_JSON_DEPTH): unknown {
   if (bytes.length === 0) throw new BeachballError("MALFORMED_JSON", "request body is empty; a JSON document is required");
@@ -211,9 +212,86 @@ export function parseBoundedJson(bytes: Uint8Array, maxDepth = MAX_JSON_DEPTH): 
   } catch {
     throw new BeachballError("MALFORMED_JSON", "request body is not valid UTF-8");
   }
+  let value: unknown;
   try {
-    return JSON.parse(text) as unknown;
+    value = JSON.parse(text) as unknown;
   } catch {
     throw new BeachballError("MALFORMED_JSON", "request body is not valid JSON");
+  }
+  const repeated = repeatedKey(text);
+  if (repeated !== null) {
+    const named = /^[A-Za-z_][A-Za-z0-9_.-]{0,63}$/.test(repeated) ? ` "${repeated}"` : "";
+    throw new BeachballError("MALFORMED_JSON", `request body repeats the field${named} in one object; field names must be unique (RFC 7493 §2.3)`);
+  }
+  return value;
+}
+
+/**
+ * The first object member name that `text` repeats within one object, or
+ * null. `text` must be valid JSON (call it after JSON.parse accepted it):
+ * JSON.parse keeps the last of two equal names silently, so `{"a":1,"a":2}`
+ * would mean one thing here and another to a proxy or validator that keeps
+ * the first (RFC 7493 §2.3 forbids duplicates). Linear in the length.
+ */
+export function repeatedKey(text: string): string | null {
+  /** One entry per open container: the names seen so far in an object, null for an array. */
+  const open: (Set<string> | null)[] = [];
+  let expectName = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === QUOTE) {
+      let j = i + 1;
+      let escaped = false;
+      while (text.charCodeAt(j) !== QUOTE) {
+        if (text.charCodeAt(j) === BACKSLASH) ((escaped = true), j++);
+        j++;
+      }
+      if (expectName) {
+        const names = open[open.length - 1]!;
+        const name = escaped ? (JSON.parse(text.slice(i, j + 1)) as string) : text.slice(i + 1, j);
+        if (names.has(name)) return name;
+        names.add(name);
+        expectName = false;
+      }
+      i = j;
+    } else if (c === OPEN_BRACE) {
+      open.push(new Set());
+      expectName = true;
+    } else if (c === OPEN_BRACKET) open.push(null);
+    else if (c === CLOSE_BRACE || c === CLOSE_BRACKET) {
+      open.pop();
+      expectName = false;
+    } else if (c === COMMA) expectName = open[open.length - 1] !== null && open.length > 0;
+  }
+  return null;
+}
+
+/** The one media type a JSON route reads (RFC 8259 §11); a `charset` parameter, if any, must be utf-8. */
+export const JSON_MEDIA_TYPE = "application/json";
+/** A media type that may be repeated in an error: RFC 9110 §8.3.1 token characters, bounded. */
+const SAFE_MEDIA_TYPE = /^[a-z0-9!#$&^_.+-]{1,64}\/[a-z0-9!#$&^_.+-]{1,64}$/;
+
+/**
+ * Checks, from the headers alone, that a request's body is plain JSON
+ * before any of it is read: Content-Type `application/json` (parameters
+ * allowed; a charset other than utf-8 is refused) and no Content-Encoding
+ * but `identity`. Throws UNSUPPORTED_MEDIA_TYPE (415, RFC 9110 §15.5.16)
+ * with `extra.acceptedMediaTypes`; a missing Content-Type is refused too
+ * (the body is never sniffed).
+ */
+export function requireJsonMediaType(headers: Headers): void {
+  const extra = { acceptedMediaTypes: [JSON_MEDIA_TYPE] };
+  const encoding = headers.get("content-encoding")?.trim().toLowerCase();
+  if (encoding && encoding !== "identity") throw new BeachballError("UNSUPPORTED_MEDIA_TYPE", "request bodies may not be content-encoded; send plain application/json", extra);
+  const raw = headers.get("content-type");
+  if (raw === null || raw.trim() === "") throw new BeachballError("UNSUPPORTED_MEDIA_TYPE", `this route takes a JSON body: send Content-Type: ${JSON_MEDIA_TYPE}`, extra);
+  const [type = "", ...params] = raw.split(";").map((p) => p.trim().toLowerCase());
+  if (type !== JSON_MEDIA_TYPE) {
+    const named = SAFE_MEDIA_TYPE.test(type) ? ` (got ${type})` : "";
+    throw new BeachballError("UNSUPPORTED_MEDIA_TYPE", `this route takes Content-Type: ${JSON_MEDIA_TYPE}${named}`, extra);
+  }
+  for (const p of params) {
+    const m = /^charset\s*=\s*"?([^"]*)"?$/.exec(p);
+    if (m && m[1] !== "utf-8" && m[1] !== "utf8") throw new BeachballError("UNSUPPORTED_MEDIA_TYPE", "a JSON body must be UTF-8 (charset=utf-8 or none)", extra);
   }
 }

@@ -46,6 +46,13 @@ export const MAX_CONNECTION_BODY_BYTES = 64 * 1024;
 export const MAX_CONNECTION_POLL_WAIT_MS = 25_000;
 /** Largest sequence number or cursor a rendezvous message carries (2^53 - 1: exact in JSON and SQLite). */
 export const MAX_CONNECTION_SEQ = Number.MAX_SAFE_INTEGER;
+/**
+ * Shortest interval between two relay-token refreshes of one role of one
+ * Connection, ms (POST /v1/connections/{id}/relay-tokens; a sooner one is
+ * RATE_LIMITED): tokens live at least 30 s, an endpoint refreshes once per
+ * token lifetime.
+ */
+export const MIN_RELAY_TOKEN_REFRESH_MS = 10_000;
 /** An endpoint token: a bearer for one role of one Connection only (`bbx_` and 64 hex digits). */
 export const ENDPOINT_TOKEN_PATTERN = "^bbx_[0-9a-f]{64}$";
 
@@ -264,6 +271,29 @@ export interface ConnectionGrantResponse {
   endpointToken: string;
   /** The host endpoint's current candidates. */
   hostCandidates: Candidate[];
+  /**
+   * The deployment's STUN servers ("IPv4:PORT" / "[IPv6]:PORT", at most
+   * MAX_STUN_SERVERS, src/protocol/stunServers.ts): the client asks them
+   * from its tunnel socket for its public mapping and posts that as a
+   * candidate. Absent from older schedulers (then: none).
+   */
+  stunServers?: string[];
+}
+
+/**
+ * `POST /v1/connections/{id}/relay-tokens` response: freshly minted relay
+ * tokens for the caller's role of the Connection's grant (the same grant ID,
+ * so the same generation and host peer), one per relay of the deployment,
+ * each short-lived and never past the grant's expiry. An endpoint whose
+ * relay session drops after its first token expired reconnects with these.
+ */
+export interface ConnectionRelayTokensResponse {
+  grantId: string;
+  role: RelayRole;
+  /** Relay ID → signed relay token for `role`. */
+  relayTokens: Record<string, SignedRelayToken>;
+  /** When the grant (and the Connection) ends, ms since the epoch. */
+  expiresAtMs: number;
 }
 
 /**

@@ -17,8 +17,18 @@ export const ERROR_STATUS = {
   METHOD_NOT_ALLOWED: 405,
   /** The route speaks WebSocket only (`GET /v1/connections/{id}/connect`) and the request was no upgrade. */
   UPGRADE_REQUIRED: 426,
-  VALIDATION_FAILED: 422,
+  /**
+   * A request that breaks its route's declared shape: a body field of the
+   * wrong type or unknown to the schema (the detail names the field path and,
+   * for an unknown field, the allowed ones), a malformed path parameter, a
+   * query parameter out of range. 400 as for every other malformed request;
+   * 422 is kept for well-formed requests the scheduler cannot act on
+   * (UNKNOWN_WORKLOAD_CLASS, IDEMPOTENCY_CONFLICT).
+   */
+  VALIDATION_FAILED: 400,
   MALFORMED_JSON: 400,
+  /** A body on a JSON route that is not `application/json` (or is content-encoded); refused before it is read (RFC 9110 §15.5.16). */
+  UNSUPPORTED_MEDIA_TYPE: 415,
   /** JSON nested deeper than the route allows (checked before parsing). */
   JSON_TOO_DEEP: 400,
   /** A Content-Length that is not a decimal byte count, or a body that does not match it. */

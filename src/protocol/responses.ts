@@ -16,6 +16,7 @@ import { ALLOCATION_STATES, AllocationView } from "./api.ts";
 import { COMMAND_TYPES, CommandSpec, ConfigureConnection } from "./agent.ts";
 import { Candidate, ConnectionMessage, RelayRole, SignedGrant, SignedRelayMap, SignedRelayToken } from "./connection.ts";
 import { ERROR_STATUS } from "./errors.ts";
+import { MAX_STUN_SERVERS, StunServerText } from "./stunServers.ts";
 
 const nullable = <T extends TSchema>(s: T) => Type.Union([s, Type.Null()]);
 const Iso = Type.String({ description: "ISO 8601 time" });
@@ -31,7 +32,7 @@ export const Problem = Type.Object(
       { description: "stable error code: branch on this, never on detail" },
     ),
     detail: Type.Optional(Type.String({ description: "human-readable; never echoes a request body" })),
-    extra: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: "machine-readable facts (retryAfterSeconds, allow, limitBytes, …)" })),
+    extra: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: "machine-readable facts (retryAfterSeconds, allow, limitBytes; for VALIDATION_FAILED the field as a JSON pointer and, for an unknown field, allowedFields, or the path or query parameter; …)" })),
   },
   { additionalProperties: false },
 );
@@ -259,6 +260,18 @@ export const ConnectionGrantResponse = Type.Object(
     connectionId: Type.String({ description: "the grant's Connection (rendezvous)" }),
     endpointToken: Type.String({ description: "the client role's bearer for that Connection only; shown once, stored as a digest" }),
     hostCandidates: Type.Array(Candidate),
+    stunServers: Type.Optional(Type.Array(StunServerText, { maxItems: MAX_STUN_SERVERS, description: "the deployment's STUN servers; the client asks them from its tunnel socket and posts its public mapping as a candidate" })),
+  },
+  { additionalProperties: false },
+);
+
+/** POST /v1/connections/{id}/relay-tokens (src/protocol/connection.ts ConnectionRelayTokensResponse). */
+export const ConnectionRelayTokensResponse = Type.Object(
+  {
+    grantId: Type.String(),
+    role: RelayRole,
+    relayTokens: Type.Record(Type.String(), SignedRelayToken, { description: "the caller role's fresh relay token for each relay of the deployment, by relay ID" }),
+    expiresAtMs: Type.Integer({ description: "when the grant ends, ms since the epoch" }),
   },
   { additionalProperties: false },
 );

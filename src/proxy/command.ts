@@ -10,6 +10,9 @@
  * proxy refuses to start without one. Relay certificates are verified
  * against the system's trust store plus the PEM file of `--relay-ca` (else
  * BB_RELAY_CA), for a deployment whose relays use a private CA.
+ * STUN servers need no flag: the grant response lists the deployment's
+ * (the manifest's connections.stunServers), and the session asks them from
+ * its tunnel socket (src/proxy/candidateRefresh.ts).
  * The allocation may be given by a unique ID prefix, as for `bb allocation`
  * (src/cli/allocationId.ts).
  * Must never: need root, touch the routing table, or print a token or key.

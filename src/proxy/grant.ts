@@ -8,7 +8,11 @@
  * configured key that names exactly the allocation, this client's key, the
  * transport and the remote port asked for, and is fresh; a signed, fresh
  * relay map; a client-role relay token per relay, each signed and naming its
- * relay and this grant; well-formed host candidates (at most MAX_CANDIDATES).
+ * relay and this grant; well-formed host candidates (at most MAX_CANDIDATES);
+ * the deployment's STUN servers, when listed, as IP literals and ports (at
+ * most MAX_STUN_SERVERS; they only make this proxy ask for its public
+ * mapping, so they need no signature: a wrong one yields a candidate the
+ * host's WireGuard handshake never confirms).
  * Must never: use any part of a response that failed a check, or print a
  * token.
  */
@@ -17,6 +21,7 @@ import type { SchedulerClient } from "../cli/client.ts";
 import { Candidate, MAX_CANDIDATES, type ConnectionGrantResponse, type GrantPayload, type GrantTransport, type RelayEntry, type SignedRelayToken } from "../protocol/connection.ts";
 import { checkSignedGrant, checkSignedRelayMap, checkSignedRelayToken, type ConnectionVerificationKeys } from "../protocol/connectionSignature.ts";
 import { BeachballError } from "../protocol/errors.ts";
+import { parseStunServers, type StunServer } from "../protocol/stunServers.ts";
 
 /** Longest endpoint token or connection ID accepted, characters. */
 const MAX_TOKEN_CHARS = 512;
@@ -27,6 +32,8 @@ export interface VerifiedGrant {
   /** Each relay of the map with this client's token for it. */
   relays: Array<{ entry: RelayEntry; token: SignedRelayToken }>;
   hostCandidates: Candidate[];
+  /** The deployment's STUN servers (empty when the response lists none). */
+  stunServers: StunServer[];
   connectionId: string;
   endpointToken: string;
 }
@@ -43,7 +50,8 @@ export interface GrantRequest {
  * Verifies a grant response (see the module doc) at wall-clock `nowMs`.
  * Throws BeachballError with the failing check's code: GRANT_SIGNATURE_INVALID,
  * GRANT_EXPIRED, GRANT_NOT_YET_VALID, GRANT_MISMATCH, RELAY_TOKEN_INVALID,
- * RELAY_TOKEN_EXPIRED, RELAY_TOKEN_WRONG_RELAY.
+ * RELAY_TOKEN_EXPIRED, RELAY_TOKEN_WRONG_RELAY (GRANT_MISMATCH also for
+ * malformed candidates, STUN servers, connection ID or endpoint token).
  */
 export function verifyGrantResponse(resp: unknown, keys: ConnectionVerificationKeys, want: GrantRequest, nowMs: number): VerifiedGrant {
   const r = (typeof resp === "object" && resp !== null ? resp : {}) as Partial<ConnectionGrantResponse>;
@@ -62,9 +70,18 @@ export function verifyGrantResponse(resp: unknown, keys: ConnectionVerificationK
   }
   const cands = Array.isArray(r.hostCandidates) ? r.hostCandidates : null;
   if (!cands || cands.length > MAX_CANDIDATES || !cands.every((c) => Value.Check(Candidate, c))) throw new BeachballError("GRANT_MISMATCH", `the grant response's host candidates are not a list of at most ${MAX_CANDIDATES} candidates`);
+  let stunServers: StunServer[] = [];
+  if (r.stunServers !== undefined) {
+    if (!Array.isArray(r.stunServers) || !r.stunServers.every((x) => typeof x === "string")) throw new BeachballError("GRANT_MISMATCH", "the grant response's STUN servers are not a list of strings");
+    try {
+      stunServers = parseStunServers(r.stunServers, "the grant response's STUN servers");
+    } catch (e) {
+      throw new BeachballError("GRANT_MISMATCH", (e as Error).message);
+    }
+  }
   const str = (v: unknown) => typeof v === "string" && v.length > 0 && v.length <= MAX_TOKEN_CHARS;
   if (!str(r.connectionId) || !str(r.endpointToken)) throw new BeachballError("GRANT_MISMATCH", "the grant response carries no connection ID or endpoint token");
-  return { grant: g.payload, relays, hostCandidates: cands, connectionId: r.connectionId!, endpointToken: r.endpointToken! };
+  return { grant: g.payload, relays, hostCandidates: cands, stunServers, connectionId: r.connectionId!, endpointToken: r.endpointToken! };
 }
 
 /** Asks for a grant and verifies the answer (verifyGrantResponse). Throws the scheduler's BeachballError (e.g. INVALID_STATE for a released allocation) or a verification error. */

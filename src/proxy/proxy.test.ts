@@ -4,7 +4,8 @@
  * scheduler's grant route) over HTTP, the host endpoint with a placement link
  * that is a second userspace TCP/IP stack (the "guest", echoing on port 22),
  * and runProxy forwarding a local port. The kernel path (TUN in a placement
- * namespace, nftables) is test/integration/proxy-netns.test.ts.
+ * namespace, nftables) is test/integration/proxy-netns.test.ts. A STUN
+ * server on loopback answers as a NAT would (127.0.0.2, the port it saw).
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createHash, randomBytes } from "node:crypto";
@@ -17,6 +18,7 @@ import type { PlacementLinkPort } from "../agent/endpoint/placementLink.ts";
 import { SchedulerClient } from "../cli/client.ts";
 import { createNetstack, type Netstack } from "../netstack/index.ts";
 import { BeachballError } from "../protocol/errors.ts";
+import { startLoopbackStun } from "../../test/support/loopbackStun.ts";
 import { keyPairFromPrivate, selectAead, systemClock, systemRandom } from "../wireguard/index.ts";
 import { runProxy, type ProxyOptions } from "./session.ts";
 
@@ -110,6 +112,8 @@ function start(allocationId: string, extra: Partial<ProxyOptions> = {}) {
   const done = runProxy(
     {
       client, allocationId, localPort: 0, remotePort: 22, keys: issuer.verificationKeys(), clock: systemClock, random: systemRandom, aead,
+      // No interface addresses: the host would probe this machine's own ones (only loopback traffic here).
+      interfaces: () => ({}),
       log: (l) => lines.push(l), onReady: (i) => ready({ port: i.port, grantId: i.grant.grant.grantId }), ...extra,
     },
     stop.signal,
@@ -154,6 +158,30 @@ describe("bb proxy session (loopback, userspace guest)", () => {
     expect(p.lines.some((l) => l.includes(`grant ${grantId} revoked`))).toBe(true);
     for (let i = 0; i < 100 && endpoint.connectivity().appliedGrants.length; i++) await Bun.sleep(20);
     expect(endpoint.connectivity().appliedGrants).toEqual([]);
+  }, 30_000);
+
+  test("the deployment's STUN servers (grant response): the proxy asks them from its tunnel socket and the host learns that mapping as a candidate", async () => {
+    const stun = await startLoopbackStun((src) => ({ address: "127.0.0.2", port: src.port }));
+    state.stunServers = [`127.0.0.1:${stun.port}`];
+    try {
+      const p = start(allocation());
+      const { port, grantId } = await p.ready;
+      const grantStats = () => endpoint.stats().grants.find((g) => g.grantId === grantId);
+      for (let i = 0; i < 200 && !state.clientCandidates.has(grantId); i++) await Bun.sleep(10);
+      // The binding went out of the tunnel's socket: the port the STUN server saw is the one the host already hears the proxy from.
+      expect(stun.seen.length).toBeGreaterThan(0);
+      expect(state.clientCandidates.get(grantId)).toEqual([{ address: "127.0.0.2", port: stun.seen[0]!.port, kind: "stun" }]);
+      for (let i = 0; i < 200 && !grantStats()?.candidates.length; i++) await Bun.sleep(10);
+      expect(grantStats()?.candidates).toEqual([`127.0.0.2:${stun.seen[0]!.port}`]);
+      expect(await echo(port, 10_000)).toBe(true);
+      expect(grantStats()?.path.direct).toBe(`127.0.0.1:${stun.seen[0]!.port}`);
+      expect(p.lines).toContain("posted 1 candidate to the rendezvous (1 from STUN)");
+      p.stop.abort();
+      await p.done;
+    } finally {
+      state.stunServers = [];
+      stun.close();
+    }
   }, 30_000);
 
   test("refused before anything is bound: a tampered grant (GRANT_SIGNATURE_INVALID, also refused by the host on its own), a released allocation (INVALID_STATE)", async () => {

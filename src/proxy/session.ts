@@ -1,8 +1,11 @@
 /**
  * One `bb proxy` run (spec "Data path", steps 1–6): an ephemeral X25519 key
  * pair in memory; the grant requested and every signature verified; the
- * tunnel started and its candidates posted to the grant's Connection
- * (./rendezvous.ts); 127.0.0.1:<local port> bound; then watched until it must
+ * tunnel started and its candidates (local, and STUN-discovered from the
+ * deployment's STUN servers of the grant response, on the tunnel's socket)
+ * posted to the grant's Connection and refreshed while no direct path is
+ * confirmed (./candidateRefresh.ts); the relay tokens renewed before they
+ * expire (./relayTokenRefresh.ts); 127.0.0.1:<local port> bound; then watched until it must
  * end; the grant revoked on every exit.
  *
  * Ends with a stable code (src/protocol/errors.ts) when the session cannot go
@@ -17,10 +20,12 @@ import { networkInterfaces, type NetworkInterfaceInfo } from "node:os";
 import type { SchedulerClient } from "../cli/client.ts";
 import type { ConnectionVerificationKeys } from "../protocol/connectionSignature.ts";
 import { BeachballError } from "../protocol/errors.ts";
-import { keyPairFromPrivate, type Aead, type PathState, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../wireguard/index.ts";
+import { gatherCandidates, keyPairFromPrivate, type Aead, type PathState, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../wireguard/index.ts";
 import { startForwarder, type Forwarder } from "./forwarder.ts";
 import { requestGrant, type VerifiedGrant } from "./grant.ts";
-import { announceCandidates, proxyCandidates } from "./rendezvous.ts";
+import { CandidateRefresh } from "./candidateRefresh.ts";
+import { RelayTokenRefresh } from "./relayTokenRefresh.ts";
+import { announceCandidates, fetchRelayTokens } from "./rendezvous.ts";
 import { ClientTunnel } from "./tunnel.ts";
 
 /** How often the allocation is checked for release or replacement, ms. */
@@ -44,6 +49,8 @@ export interface ProxyOptions {
   /** Human progress lines (stderr). */
   log: (line: string) => void;
   watchIntervalMs?: number;
+  /** Called with the refresher once it exists (tests read its posts). */
+  onCandidates?: (refresh: CandidateRefresh) => void;
   /** The interface list this proxy's candidates come from (os.networkInterfaces by default). */
   interfaces?: () => NodeJS.Dict<NetworkInterfaceInfo[]>;
   /** Called once the local port is bound (tests read the port and grant here). */
@@ -71,6 +78,8 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
   const g = verified.grant;
   let tunnel: ClientTunnel | null = null;
   let forwarder: Forwarder | null = null;
+  let candidates: CandidateRefresh | null = null;
+  let relayTokens: RelayTokenRefresh | null = null;
   let timer: ReturnType<typeof setTimeout> | null = null;
   try {
     tunnel = await ClientTunnel.start({
@@ -81,10 +90,29 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
     });
     const t = tunnel;
     // Best effort: without them the host still learns this proxy by roaming.
-    announceCandidates(o.client.baseUrl, verified, proxyCandidates("0.0.0.0", t.port, (o.interfaces ?? networkInterfaces)())).then(
-      (n) => n > 0 && o.log(`posted ${n} candidate${n === 1 ? "" : "s"} to the rendezvous`),
-      (e) => o.log(`could not post candidates to the rendezvous (${(e as Error).message}); the host learns this proxy when it first hears from it`),
-    );
+    candidates = new CandidateRefresh({
+      gather: () => gatherCandidates(t.socket(), "0.0.0.0", (o.interfaces ?? networkInterfaces)(), verified.stunServers),
+      post: (seq, list) => announceCandidates(o.client.baseUrl, verified, list, seq),
+      directConfirmed: () => t.path().path === "direct",
+      nowMs: () => o.clock.nowMs(),
+      log: o.log,
+    });
+    t.addOwner(candidates);
+    o.onCandidates?.(candidates);
+    void candidates.refresh();
+    if (o.relayConnector && verified.relays.length) {
+      relayTokens = new RelayTokenRefresh({
+        grant: verified,
+        keys: o.keys,
+        fetch: () => fetchRelayTokens(o.client.baseUrl, verified),
+        apply: (relays) => t.setRelayTokens(relays),
+        wallMs: () => o.clock.wallMs(),
+        nowMs: () => o.clock.nowMs(),
+        log: o.log,
+        onSettled: () => t.rearm(),
+      });
+      t.addOwner(relayTokens);
+    }
     forwarder = await startForwarder({ port: o.localPort, connect: () => t.connect(o.remotePort), onConnectError: (m) => o.log(`inner connection to [${g.allocationAddress}]:${o.remotePort} failed: ${m}`) });
     o.log(`listening on 127.0.0.1:${forwarder.port} → [${g.allocationAddress}]:${o.remotePort} on ${g.hostId} (grant ${g.grantId}, generation ${g.generation}, expires ${new Date(g.expiresAtMs).toISOString()})`);
     o.onReady?.({ port: forwarder.port, grant: verified });
@@ -112,6 +140,8 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
   } finally {
     if (timer) clearTimeout(timer);
     await forwarder?.close().catch(() => {});
+    candidates?.close();
+    relayTokens?.close();
     tunnel?.close();
     try {
       await o.client.revokeConnectionGrant(o.allocationId, g.grantId, REVOKE_TIMEOUT_MS);

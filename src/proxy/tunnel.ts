@@ -15,13 +15,20 @@
  * connection survive it. A dropped relay session reconnects with bounded
  * backoff (src/wireguard/relaySessions.ts).
  *
+ * The socket also carries the proxy's STUN bindings (socket(); spec "Data
+ * path": one socket, one NAT mapping), and the tunnel's one alarm also
+ * drives its owners' deadlines (addOwner: the candidate refresh,
+ * src/proxy/candidateRefresh.ts, and the relay-token refresh,
+ * src/proxy/relayTokenRefresh.ts, whose tokens setRelayTokens hands to the
+ * sessions).
+ *
  * Owns: the tunnel, the stack and the one peer. Must never: deliver a
  * packet to the stack that did not authenticate as the host, or keep a
  * timer, socket or relay connection after close().
  */
 import { TUNNEL_MTU } from "../protocol/connection.ts";
 import { createNetstack, type Netstack, type TcpConnection } from "../netstack/index.ts";
-import { MultipathTunnel, type Aead, type KeyPair25519, type PathState, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../wireguard/index.ts";
+import { MultipathTunnel, type Aead, type CandidateSocket, type KeyPair25519, type PathState, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../wireguard/index.ts";
 import type { VerifiedGrant } from "./grant.ts";
 
 /** Persistent keepalive towards the host, seconds: keeps NAT mappings on both sides and the host's view of the path fresh. */
@@ -52,9 +59,18 @@ export interface ClientTunnelOptions {
   onRelayChange?: (info: RelaySessionInfo) => void;
 }
 
+/** Work the tunnel's alarm drives besides the Device's timers (e.g. src/proxy/candidateRefresh.ts). */
+export interface TunnelOwner {
+  /** The owner's next deadline, monotonic ms, or null. */
+  deadlineMs(): number | null;
+  /** Runs at each alarm. Must not throw. */
+  tick(): void;
+}
+
 /** The running tunnel. */
 export class ClientTunnel {
   private lastChanges = 0;
+  private owners: TunnelOwner[] = [];
   private closed = false;
   private stack!: Netstack;
   private readonly peer;
@@ -81,6 +97,38 @@ export class ClientTunnel {
     return this.t.udp.port;
   }
 
+  /** The tunnel's socket, for STUN bindings (src/wireguard/candidates.ts gatherCandidates). */
+  socket(): CandidateSocket {
+    return this.t.udp;
+  }
+
+  /** Folds `owner`'s deadline into the tunnel's alarm and runs its tick at each alarm. */
+  addOwner(owner: TunnelOwner): void {
+    this.owners.push(owner);
+    this.t.arm();
+  }
+
+  /** Re-arms the alarm (an owner's deadline moved outside an alarm). */
+  rearm(): void {
+    if (!this.closed) this.t.arm();
+  }
+
+  /** Gives the relay sessions fresh tokens (verified by the caller; src/proxy/relayTokenRefresh.ts): a stopped session starts again. */
+  setRelayTokens(relays: VerifiedGrant["relays"]): void {
+    if (this.closed) return;
+    this.t.attachRelays(this.peer, relays, (relayId) => relayId);
+    this.t.arm();
+  }
+
+  private ownerDeadline(): number | null {
+    let m: number | null = null;
+    for (const o of this.owners) {
+      const d = o.deadlineMs();
+      if (d !== null && (m === null || d < m)) m = d;
+    }
+    return m;
+  }
+
   /** Binds the socket, starts the stack, the relay sessions and the first handshake. Rejects when the socket cannot be bound. */
   static async start(o: ClientTunnelOptions): Promise<ClientTunnel> {
     let self: ClientTunnel | null = null;
@@ -95,7 +143,11 @@ export class ClientTunnel {
       ...(o.relayConnector ? { relayConnector: o.relayConnector } : {}),
       deliver: (packet) => self?.stack?.input(packet),
       onAuthenticated: () => self?.notePath(),
-      onAlarm: () => self?.notePath(),
+      ownerDeadlineMs: () => self?.ownerDeadline() ?? null,
+      onAlarm: () => {
+        self?.notePath();
+        for (const owner of self?.owners ?? []) owner.tick();
+      },
       onRelayChange: (i) => {
         o.onRelayChange?.(i);
         if (i.state === "open") relayOpened();
@@ -155,6 +207,7 @@ export class ClientTunnel {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    this.owners = [];
     this.stack?.close();
     this.t.removePeer(this.peer);
     this.t.close();

@@ -102,6 +102,10 @@ function handlers(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null)
       // Bun ignores this answer once the upgrade succeeded: the socket is rendezvousSocket.ts's.
       return new Response(null, { status: 200 });
     },
+    connectionRelayTokens: async (p) => {
+      const e = endpoint(p);
+      return { json: await worker.connectionRelayTokens(e.connectionId, e.role) };
+    },
     connectionMessages: async (p) => {
       const e = endpoint(p);
       return { json: await worker.connectionMessages(e.connectionId, e.role, p.body as ConnectionMessagesBody) };
@@ -140,13 +144,16 @@ export function buildApp(worker: SchedulerWorker, rendezvous: RendezvousUpgrade 
     });
   for (const name of Object.keys(ROUTES) as RouteName[]) {
     const spec = ROUTES[name];
-    app.route(spec.method, spec.path, async ({ request }) => {
+    const run = async ({ request }: { request: Request }) => {
       const p = admitted.get(request);
       if (!p || p.route !== name) return problem("INTERNAL", "request reached a handler without passing the guard");
       const r = await handle[name](p, request);
       if (r instanceof Response) return r;
       return new Response(JSON.stringify(r.json), { status: r.status ?? 200, headers: { "content-type": "application/json" } });
-    });
+    };
+    app.route(spec.method, spec.path, run);
+    // HEAD runs the GET handler; Bun sends its status and headers without the body.
+    if (spec.method === "GET") app.route("HEAD", spec.path, run);
   }
   return app;
 }

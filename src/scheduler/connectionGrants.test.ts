@@ -4,7 +4,7 @@
  * address assignment (stable across replacement, no collision, bounds),
  * grants verified with the shared verifier (src/protocol/connectionSignature.ts),
  * refusal codes, revocation, CONNECTIONS_NOT_FENCED across a replacement,
- * and the rendezvous of a Connection. The agent is a minimal in-process one
+ * and the rendezvous of a Connection (with its fresh relay tokens). The agent is a minimal in-process one
  * speaking the real envelope (no VM: this is the scheduler's side).
  */
 import { afterEach, describe, expect, test } from "bun:test";
@@ -113,6 +113,8 @@ describe("issuing a grant", () => {
     // Relay tokens are short-lived: the manifest's default (120 s), not the grant's 300 s.
     expect(t.ok && t.payload.expiresAtMs - t.payload.issuedAtMs).toBe(120_000);
     expect(r.hostCandidates).toEqual([{ address: "192.0.2.10", port: 51820, kind: "local" }]);
+    // The manifest's STUN servers, for the client to learn its public mapping.
+    expect(r.stunServers).toEqual(["192.0.2.53:3478", "[2001:db8::53]:3478"]);
     expect(r.endpointToken).toMatch(/^bbx_[0-9a-f]{64}$/);
     // The host gets configure_connection apply with the same grant and its own relay tokens and endpoint token.
     await x.owner.poll();
@@ -336,7 +338,7 @@ describe("the Connection (rendezvous)", () => {
     const x = await readyAllocation();
     const r = await x.w.createConnectionGrant(C, x.id, SSH);
     const ack = (seq: number) => ({ type: "ack" as const, seq, upTo: 0 });
-    expect(await code(x.w.connectionMessages(r.connectionId, "client", { messages: [ack(2), ack(1)] }))).toBe("VALIDATION_FAILED 422");
+    expect(await code(x.w.connectionMessages(r.connectionId, "client", { messages: [ack(2), ack(1)] }))).toBe("VALIDATION_FAILED 400");
     for (let s = 1; s <= 64; s += 16) await x.w.connectionMessages(r.connectionId, "client", { messages: Array.from({ length: 16 }, (_, i) => ack(s + i)) });
     expect(await code(x.w.connectionMessages(r.connectionId, "client", { messages: [ack(65)] }))).toBe("RATE_LIMITED 429");
     expect((await x.w.connectionMessages(r.connectionId, "client", { messages: [ack(64)] })).lastAcceptedSeq).toBe(64);
@@ -344,6 +346,30 @@ describe("the Connection (rendezvous)", () => {
     expect((await x.w.connectionPoll(r.connectionId, "host", { after: 0 })).messages.length).toBe(64);
     await x.w.connectionPoll(r.connectionId, "host", { after: 64 });
     expect((await x.w.connectionMessages(r.connectionId, "client", { messages: [ack(65)] })).lastAcceptedSeq).toBe(65);
+  });
+
+  test("fresh relay tokens for either role of a live grant (short-lived, never past the grant), at most one per 10 s per role; refused once the grant was revoked", async () => {
+    const x = await readyAllocation();
+    const r = await x.w.createConnectionGrant(C, x.id, { ...SSH, ttlSeconds: 300 });
+    const g = r.grant.payload;
+    // Past the first tokens' 120 s: a relay session could no longer reconnect with them.
+    await x.settle(150_000);
+    const now = x.clock.now();
+    const fresh = await x.w.connectionRelayTokens(r.connectionId, "client");
+    expect(fresh).toMatchObject({ grantId: g.grantId, role: "client", expiresAtMs: g.expiresAtMs });
+    const t = checkSignedRelayToken(fresh.relayTokens["relay-1"], x.keys, { relayId: "relay-1", grantId: g.grantId, role: "client" }, now);
+    expect(t.ok && [t.payload.issuedAtMs, t.payload.expiresAtMs]).toEqual([now, now + 120_000]);
+    expect(checkSignedRelayToken(r.relayTokens["relay-1"], x.keys, { relayId: "relay-1", grantId: g.grantId, role: "client" }, now)).toMatchObject({ ok: false, code: "RELAY_TOKEN_EXPIRED" });
+    expect(await code(x.w.connectionRelayTokens(r.connectionId, "client"))).toBe("RATE_LIMITED 429");
+    const host = await x.w.connectionRelayTokens(r.connectionId, "host");
+    expect(checkSignedRelayToken(host.relayTokens["relay-1"], x.keys, { relayId: "relay-1", grantId: g.grantId, role: "host" }, now).ok).toBe(true);
+    // Near the grant's end a token ends with it.
+    await x.settle(g.expiresAtMs - 30_000 - x.clock.now());
+    const late = await x.w.connectionRelayTokens(r.connectionId, "client");
+    expect(late.relayTokens["relay-1"]!.payload.expiresAtMs).toBe(g.expiresAtMs);
+    await x.w.revokeConnectionGrant(C, x.id, g.grantId);
+    await x.settle(10_000);
+    expect(await code(x.w.connectionRelayTokens(r.connectionId, "client"))).toBe("UNAUTHENTICATED 401");
   });
 
   test("the Connection ends with its grant's expiry: its tokens stop working", async () => {

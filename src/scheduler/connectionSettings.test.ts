@@ -37,10 +37,12 @@ describe("the manifest's connections section", () => {
     expect(s.ula.text).toMatch(/^fd[0-9a-f]{2}:[0-9a-f]{1,4}:[0-9a-f]{1,4}::\/48$/);
     expect(s.policyFor("small")).toEqual({ transports: ["tcp", "udp"], ports: ["1-65535"] });
     expect(s.defaultTtlSeconds).toBe(600);
+    expect(s.stunServers).toEqual([]);
+    expect(connectionSettings(manifest({ ...c, stunServers: ["192.0.2.53:3478", "[2001:DB8::53]:3478"] }))!.stunServers).toEqual(["192.0.2.53:3478", "[2001:DB8::53]:3478"]);
     expect(connectionSettings({ ...manifest(c), connections: undefined } as DeploymentManifest)).toBeNull();
   });
 
-  test("refused, naming the field: a bad prefix, an unknown key, an undeclared class, a relay twice, a reversed range, a key that is not canonical base64 of 32 bytes", () => {
+  test("refused, naming the field: a bad prefix, an unknown key, an undeclared class, a relay twice, a reversed range, a key that is not canonical base64 of 32 bytes, a STUN server that is not an address", () => {
     const { c, manifest } = fresh();
     const bad: [Partial<ConnectionsSection>, string][] = [
       [{ ulaPrefix: "fc00:1234:5678::/48" }, "/connections/ulaPrefix"],
@@ -49,6 +51,7 @@ describe("the manifest's connections section", () => {
       [{ relays: [{ relayId: "r", url: "wss://a:443/v1/relay" }, { relayId: "r", url: "wss://b:443/v1/relay" }] }, "listed twice"],
       [{ grants: { ...c.grants, default: { transports: ["tcp"], ports: ["9-8"] } } }, "/connections/grants/default/ports"],
       [{ verificationKeys: { ...c.verificationKeys, junk: "A".repeat(42) + "B=" } }, "/connections/verificationKeys/junk"],
+      [{ stunServers: ["999.0.0.1:3478"] }, "/connections/stunServers"],
     ];
     for (const [patch, field] of bad) expect(() => connectionSettings(manifest({ ...c, ...patch }))).toThrow(field);
   });

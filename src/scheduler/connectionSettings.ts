@@ -1,18 +1,20 @@
 /**
  * The manifest's private-networking section (manifestSchema.ts,
  * `connections`) checked beyond its schema and turned into the settings the
- * objects read: the parsed ULA /48, relays, token lifetimes and the grant
- * policy per workload class. Spec "Networks, addresses, and grants",
+ * objects read: the parsed ULA /48, relays, STUN servers, token lifetimes
+ * and the grant policy per workload class. Spec "Networks, addresses, and grants",
  * "Packet relays"; docs/manifest.md.
  * Pure (no file access: the signing key is resolved at use by
  * ./connectionSigner.ts), so both hosts use it.
  * Must never: accept a prefix outside fd00::/8, a relay listed twice, a
- * policy for a workload class the manifest does not declare, a verification
- * key that is not canonical base64 of 32 bytes, or a signing key ID clients
- * could not verify.
+ * STUN server that is not an IP literal and port, a policy for a workload
+ * class the manifest does not declare, a verification key that is not
+ * canonical base64 of 32 bytes, or a signing key ID clients could not
+ * verify.
  */
 import { DEFAULT_GRANT_TTL_SECONDS, type RelayEntry, type RelayLimits } from "../protocol/connection.ts";
 import { isVerificationKey } from "../protocol/connectionSignature.ts";
+import { formatStunServer, parseStunServers } from "../protocol/stunServers.ts";
 import { parseUlaPrefix, type UlaPrefix } from "../domain/network.ts";
 import { parsePortRange, type ConnectionPolicy } from "../domain/grants.ts";
 import type { DeploymentManifest } from "./manifestSchema.ts";
@@ -29,6 +31,8 @@ export interface ConnectionSettings {
   /** Key ID → base64 public key. */
   verificationKeys: Readonly<Record<string, string>>;
   relays: readonly RelayEntry[];
+  /** STUN servers handed to clients in grant responses, canonical "IPv4:PORT" / "[IPv6]:PORT" (at most MAX_STUN_SERVERS). */
+  stunServers: readonly string[];
   relayLimits: RelayLimits;
   relayTokenTtlMs: number;
   maxTtlSeconds: number;
@@ -41,8 +45,8 @@ export interface ConnectionSettings {
 /**
  * The settings of `manifest`, or null when it has no `connections`
  * section. Throws an Error naming the field for: an invalid ULA prefix, a
- * malformed or reversed port range, a policy for an undeclared workload
- * class, a relay ID listed twice, a verification key that is not canonical
+ * malformed or reversed port range, a malformed STUN server (or more than
+ * MAX_STUN_SERVERS), a policy for an undeclared workload class, a relay ID listed twice, a verification key that is not canonical
  * base64 of 32 bytes, or a signing key ID missing from `verificationKeys`.
  */
 export function connectionSettings(manifest: DeploymentManifest): ConnectionSettings | null {
@@ -57,6 +61,7 @@ export function connectionSettings(manifest: DeploymentManifest): ConnectionSett
     if (ids.has(r.relayId)) throw new Error(`/connections/relays: relay ${r.relayId} is listed twice`);
     ids.add(r.relayId);
   }
+  const stunServers = parseStunServers(c.stunServers ?? [], "/connections/stunServers").map(formatStunServer);
   const policies: [string, ConnectionPolicy][] = [];
   if (c.grants.default) policies.push(["default", c.grants.default]);
   for (const [name, p] of Object.entries(c.grants.workloadClasses ?? {})) {
@@ -74,6 +79,7 @@ export function connectionSettings(manifest: DeploymentManifest): ConnectionSett
     signingKeyFile: c.signingKey.file,
     verificationKeys: c.verificationKeys,
     relays: c.relays,
+    stunServers,
     relayLimits: c.relayLimits,
     relayTokenTtlMs: (c.relayTokenTtlSeconds ?? DEFAULT_RELAY_TOKEN_TTL_SECONDS) * 1000,
     maxTtlSeconds: g.maxTtlSeconds,

@@ -3,28 +3,38 @@
  * cheapest first, so a hostile request is refused after a bounded amount of
  * work (issue: schema work before authentication).
  *
- *   1. route: unknown path 404; known path, other method 405 with `Allow`;
+ *   1. route: unknown path 404; known path, other method 405 with `Allow`
+ *      (HEAD is allowed wherever GET is, RFC 9110 §9.3.2);
  *   2. framing: a Content-Length that is not a decimal count is 400;
  *   3. authentication from the Authorization header (401), then the role (403);
- *   4. query: only the route's parameters, each once, integers in decimal
- *      digits only (422);
- *   5. body: read with the route's byte limit however it is framed (413),
- *      nesting depth checked before parsing (400), parsed (400), validated
- *      against the route's TypeBox schema (422; only the first error is
- *      computed, and its path names no key the caller chose).
+ *   4. path parameters: each matches its route's ID pattern (400
+ *      VALIDATION_FAILED; a well-formed ID that names nothing is the
+ *      handler's 404, so "malformed" and "unknown" never read alike);
+ *   5. query: only the route's parameters, each once, integers in decimal
+ *      digits only (400 VALIDATION_FAILED);
+ *   6. media type, from the headers: a JSON route takes Content-Type
+ *      application/json and no Content-Encoding (415 UNSUPPORTED_MEDIA_TYPE,
+ *      nothing read);
+ *   7. body: read with the route's byte limit however it is framed (413),
+ *      nesting depth checked before parsing (400), parsed (400 MALFORMED_JSON),
+ *      validated against the route's TypeBox schema (400 VALIDATION_FAILED;
+ *      only the first error is computed and described by schemaErrors.ts:
+ *      its field path, and for an unknown field the allowed ones).
  *
  * Spec: "Authentication and identity", "Admission and limits"; RFC 9110
- * §15.5.6 (405 and Allow), RFC 9457 (problem details). Must never: parse or
- * validate a body before authenticating, echo a body or a key from it, or
- * let a rejected request cost more than one bounded read and parse.
+ * §15.5.6 (405 and Allow), §15.5.16 (415), RFC 9457 (problem details).
+ * Must never: parse or validate a body before authenticating, echo a body
+ * (or a key from it that is not a plain identifier), or let a rejected
+ * request cost more than one bounded read and parse.
  */
 import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
 import type { TSchema } from "@sinclair/typebox";
 import { BeachballError } from "../protocol/errors.ts";
 import { problem, problemResponse } from "../protocol/problem.ts";
-import { declaredLength, parseBoundedJson, RequestBody } from "../protocol/boundedBody.ts";
+import { declaredLength, parseBoundedJson, RequestBody, requireJsonMediaType } from "../protocol/boundedBody.ts";
+import { declaredKeys, schemaValidationError } from "./schemaErrors.ts";
 import { MAX_IGNORED_BODY_BYTES } from "../protocol/api.ts";
-import type { QueryParam, RouteSpec } from "./routes.ts";
+import { checkPathParams, type QueryParam, type RouteSpec } from "./routes.ts";
 import type { Identity } from "./manifest.ts";
 import type { RelayRole } from "../protocol/connection.ts";
 
@@ -63,44 +73,15 @@ interface CompiledRoute<N extends string> {
   knownKeys: Set<string>;
 }
 
-/** Property names declared anywhere in `schema`. */
-function declaredKeys(schema: unknown, out = new Set<string>()): Set<string> {
-  if (typeof schema !== "object" || schema === null) return out;
-  const props = (schema as { properties?: Record<string, unknown> }).properties;
-  if (props) for (const k of Object.keys(props)) out.add(k);
-  for (const v of Object.values(schema)) declaredKeys(v, out);
-  return out;
-}
-
-/** A JSON-pointer error path with every segment the caller chose replaced by `{key}`. */
-function safePath(path: string, known: Set<string>): string {
-  if (!path) return "/";
-  return path
-    .split("/")
-    .slice(1)
-    .map((s) => (/^\d{1,6}$/.test(s) || known.has(s) ? s : "{key}"))
-    .reduce((a, s) => `${a}/${s}`, "");
-}
-
-/** The first schema error of `body` as "path: reason", computing no other error (a hostile body can have thousands). */
-function describeFirstError(route: CompiledRoute<string>, body: unknown): string {
-  const first = route.check?.Errors(body).First();
-  if (!first) return "request body does not match the schema";
-  const path = safePath(first.path, route.knownKeys);
-  const keyPattern = Object.keys((first.schema as { patternProperties?: Record<string, unknown> }).patternProperties ?? {})[0];
-  if (keyPattern && first.message === "Unexpected property") return `${path}: key does not match ${keyPattern}`;
-  return `${path}: ${first.message}`;
-}
-
 /** Parses one query value by its declared kind. Throws VALIDATION_FAILED. */
 function queryValue(name: string, raw: string, spec: QueryParam): number | string {
   if (spec.kind === "string") {
-    if (!spec.pattern.test(raw)) throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} does not match ${spec.pattern.source}`);
+    if (!spec.pattern.test(raw)) throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} does not match ${spec.pattern.source}`, { parameter: name });
     return raw;
   }
   const digits = new RegExp(`^(?:0|[1-9][0-9]{0,${MAX_QUERY_INTEGER_DIGITS - 1}})$`);
   const n = digits.test(raw) ? Number(raw) : NaN;
-  if (!Number.isSafeInteger(n) || n < spec.min || n > spec.max) throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} must be a decimal integer from ${spec.min} to ${spec.max}`);
+  if (!Number.isSafeInteger(n) || n < spec.min || n > spec.max) throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} must be a decimal integer from ${spec.min} to ${spec.max}`, { parameter: name });
   return n;
 }
 
@@ -114,6 +95,7 @@ export class RequestGuard<N extends string> {
   ) {
     this.routes = (Object.keys(routes) as N[]).map((name) => {
       const spec = routes[name];
+      for (const seg of spec.path.split("/")) if (seg.startsWith(":") && !spec.params?.[seg.slice(1)]) throw new Error(`route ${name}: path parameter ${seg} has no pattern`);
       return {
         name,
         spec,
@@ -170,8 +152,9 @@ export class RequestGuard<N extends string> {
         } else ok = seg === parts[i];
       }
       if (!ok) continue;
-      if (r.spec.method === method) return { route: r, params };
-      allowed.push(r.spec.method);
+      // HEAD is GET without the body (RFC 9110 §9.3.2): every GET route answers it; Bun drops the body.
+      if (r.spec.method === method || (method === "HEAD" && r.spec.method === "GET")) return { route: r, params };
+      allowed.push(r.spec.method, ...(r.spec.method === "GET" ? ["HEAD"] : []));
     }
     if (allowed.length === 0) return problem("NOT_FOUND", "no such route");
     const allow = [...new Set(allowed)].sort().join(", ");
@@ -181,15 +164,17 @@ export class RequestGuard<N extends string> {
   private async prepare(request: Request, url: URL, route: CompiledRoute<N>, params: Record<string, string>, raw: RequestBody): Promise<Prepared<N>> {
     declaredLength(request.headers);
     const caller = await this.authenticate(route.spec, request.headers.get("authorization"), params);
+    checkPathParams(route.spec, params);
     const query = this.query(url.searchParams, route.spec);
     const spec = route.spec.body;
     if (!spec || !route.check) {
       await raw.read(MAX_IGNORED_BODY_BYTES, "BODY_TOO_LARGE");
       return { route: route.name, caller, params, query, body: undefined };
     }
+    requireJsonMediaType(request.headers);
     const body = parseBoundedJson(await raw.read(spec.maxBytes, spec.tooLarge));
     if (!route.check.Check(body)) {
-      throw new BeachballError("VALIDATION_FAILED", describeFirstError(route, body));
+      throw schemaValidationError(route.check.Errors(body), route.knownKeys);
     }
     return { route: route.name, caller, params, query, body };
   }
@@ -217,8 +202,8 @@ export class RequestGuard<N extends string> {
     const out: Record<string, number | string> = {};
     for (const [name, raw] of search) {
       const p = spec.query && Object.hasOwn(spec.query, name) ? spec.query[name] : undefined;
-      if (!p) throw new BeachballError("VALIDATION_FAILED", spec.query ? `unknown query parameter; this route takes ${Object.keys(spec.query).join(", ")}` : "this route takes no query parameters");
-      if (Object.hasOwn(out, name)) throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} is given more than once`);
+      if (!p) throw new BeachballError("VALIDATION_FAILED", spec.query ? `unknown query parameter; this route takes ${Object.keys(spec.query).join(", ")}` : "this route takes no query parameters", { allowedParameters: Object.keys(spec.query ?? {}) });
+      if (Object.hasOwn(out, name)) throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} is given more than once`, { parameter: name });
       out[name] = queryValue(name, raw, p);
     }
     return out;

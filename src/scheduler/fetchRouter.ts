@@ -3,21 +3,24 @@
  * Elysia cannot run: workerd forbids code generation (`new Function`),
  * which Elysia's compiled handlers and TypeBox's compiled checks use. Same
  * routes, same TypeBox schemas (interpreted with `Value`), same problem+json
- * errors as ./app.ts; the embedded host serves ./app.ts.
+ * errors as ./app.ts (path parameters, media type, body bounds and schema
+ * errors checked by the same functions as edge.ts); the embedded host
+ * serves ./app.ts.
  * Must never: hold a business rule (each route calls one front method), or
  * echo a request body in an error.
  */
-import type { TSchema } from "@sinclair/typebox";
 import { Value } from "@sinclair/typebox/value";
-import { Type } from "@sinclair/typebox";
 import { BeachballError, type ErrorCode } from "../protocol/errors.ts";
-import { BootstrapBody, CreateAllocationBody, EnrollBody, EnrollmentTokenBody, MAX_PAGE_SIZE, MAX_REQUEST_BODY_BYTES } from "../protocol/api.ts";
-import { Envelope, MAX_ENVELOPE_BYTES } from "../protocol/agent.ts";
-import { LogPushBody, MAX_LOG_PUSH_BODY_BYTES } from "../protocol/logs.ts";
+import type { BootstrapBody, CreateAllocationBody, EnrollBody } from "../protocol/api.ts";
+import { MAX_PAGE_SIZE } from "../protocol/api.ts";
+import type { Envelope } from "../protocol/agent.ts";
+import type { LogPushBody } from "../protocol/logs.ts";
 import type { SchedulerFront } from "./front.ts";
-import { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody, MAX_CONNECTION_BODY_BYTES } from "../protocol/connection.ts";
+import type { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody } from "../protocol/connection.ts";
 import { openApiDocument } from "./openapi.ts";
-import { ROUTES } from "./routes.ts";
+import { checkPathParams, ROUTES, type RouteSpec } from "./routes.ts";
+import { parseBoundedJson, readBoundedBody, requireJsonMediaType } from "../protocol/boundedBody.ts";
+import { declaredKeys, schemaValidationError } from "./schemaErrors.ts";
 
 /** The methods the route table allows on `pathname` (empty: no such path). */
 function allowedMethods(pathname: string): string[] {
@@ -25,7 +28,10 @@ function allowedMethods(pathname: string): string[] {
   const out = new Set<string>();
   for (const r of Object.values(ROUTES)) {
     const segs = r.path.split("/");
-    if (segs.length === parts.length && segs.every((seg, i) => (seg.startsWith(":") ? parts[i] !== "" : seg === parts[i]))) out.add(r.method);
+    if (segs.length === parts.length && segs.every((seg, i) => (seg.startsWith(":") ? parts[i] !== "" : seg === parts[i]))) {
+      out.add(r.method);
+      if (r.method === "GET") out.add("HEAD");
+    }
   }
   return [...out].sort();
 }
@@ -42,19 +48,20 @@ function json(v: unknown, status = 200): Response {
   return new Response(JSON.stringify(v), { status, headers: { "content-type": "application/json" } });
 }
 
-async function body<S extends TSchema>(req: Request, schema: S, limit: number): Promise<unknown> {
-  const text = await req.text();
-  if (text.length > limit) throw new BeachballError(limit === MAX_ENVELOPE_BYTES ? "ENVELOPE_TOO_LARGE" : "BODY_TOO_LARGE", `request body over ${limit} bytes`);
-  let v: unknown;
-  try {
-    v = JSON.parse(text);
-  } catch {
-    throw new BeachballError("MALFORMED_JSON", "request body is not valid JSON");
-  }
-  if (!Value.Check(schema, v)) {
-    const first = [...Value.Errors(schema, v)][0];
-    throw new BeachballError("VALIDATION_FAILED", first ? `${first.path || "/"}: ${first.message}` : "request does not match the schema");
-  }
+/** Routes by "METHOD /path/:param" (the form the switch below names them). */
+const SPECS = new Map(Object.values(ROUTES).map((r: RouteSpec) => [`${r.method} ${r.path}`, r]));
+
+/**
+ * A JSON route's body, checked as edge.ts checks it for the embedded host:
+ * the media type (415), read with the route's byte limit (413), parsed with
+ * its depth bound (400) and checked against the route's schema (400,
+ * described by schemaErrors.ts). Each case calls it after authenticating.
+ */
+async function jsonBody(req: Request, spec: RouteSpec | undefined): Promise<unknown> {
+  if (!spec?.body) throw new BeachballError("INTERNAL", "a route without a body asked for one");
+  requireJsonMediaType(req.headers);
+  const v = parseBoundedJson(await readBoundedBody(req, spec.body.maxBytes, spec.body.tooLarge));
+  if (!Value.Check(spec.body.schema, v)) throw schemaValidationError(Value.Errors(spec.body.schema, v), declaredKeys(spec.body.schema));
   return v;
 }
 
@@ -67,15 +74,13 @@ function intParam(url: URL, name: string, def: number, min: number, max: number)
   return n;
 }
 
-const Generation = Type.Object({ generation: Type.Integer({ minimum: 1 }) }, { additionalProperties: false });
-
 /** Builds the fetch handler over one front. */
 export function fetchRouter(front: SchedulerFront): (req: Request) => Promise<Response> {
-  const auth = (req: Request) => front.authenticate(req.headers.get("authorization"));
   return async (req) => {
     const url = new URL(req.url);
     const p = url.pathname.split("/").filter(Boolean);
-    const m = req.method;
+    // HEAD is GET without the body (RFC 9110 §9.3.2); the runtime drops the body.
+    const m = req.method === "HEAD" ? "GET" : req.method;
     try {
       const param = (s: string, i: number) => {
         if (p[0] !== "v1") return s;
@@ -84,6 +89,13 @@ export function fetchRouter(front: SchedulerFront): (req: Request) => Promise<Re
         return s;
       };
       const route = `${m} /${p.map(param).join("/")}`;
+      const spec = SPECS.get(route);
+      // A principal is authenticated first, then the path parameters are checked (400 for a malformed ID), as edge.ts does.
+      const auth = (r: Request) => {
+        const who = front.authenticate(r.headers.get("authorization"));
+        if (spec) checkPathParams(spec, Object.fromEntries(spec.path.split("/").flatMap((seg, i) => (seg.startsWith(":") ? [[seg.slice(1), p[i - 1] ?? ""]] : []))));
+        return who;
+      };
       switch (route) {
         case "GET /healthz":
           return json({ ok: true });
@@ -93,7 +105,7 @@ export function fetchRouter(front: SchedulerFront): (req: Request) => Promise<Re
           return json(front.wellKnown());
         case "POST /v1/allocations": {
           const who = auth(req);
-          const r = await front.createAllocation(who, (await body(req, CreateAllocationBody, MAX_REQUEST_BODY_BYTES)) as CreateAllocationBody);
+          const r = await front.createAllocation(who, (await jsonBody(req, spec)) as CreateAllocationBody);
           return json(r.view, r.created ? 201 : 200);
         }
         case "GET /v1/allocations": {
@@ -117,16 +129,16 @@ export function fetchRouter(front: SchedulerFront): (req: Request) => Promise<Re
         }
         case "POST /v1/allocations/:id/bootstrap": {
           const who = auth(req);
-          return json(await front.deliverBootstrap(who, p[2]!, (await body(req, BootstrapBody, MAX_REQUEST_BODY_BYTES)) as BootstrapBody));
+          return json(await front.deliverBootstrap(who, p[2]!, (await jsonBody(req, spec)) as BootstrapBody));
         }
         case "POST /v1/allocations/:id/replacement-authorizations": {
           const who = auth(req);
-          const b = (await body(req, Generation, MAX_REQUEST_BODY_BYTES)) as { generation: number };
+          const b = (await jsonBody(req, spec)) as { generation: number };
           return json(await front.authorizeReplacement(who, p[2]!, b.generation));
         }
         case "POST /v1/allocations/:id/connection-grants": {
           const who = auth(req);
-          return json(await front.createConnectionGrant(who, p[2]!, (await body(req, ConnectionGrantBody, MAX_REQUEST_BODY_BYTES)) as ConnectionGrantBody), 201);
+          return json(await front.createConnectionGrant(who, p[2]!, (await jsonBody(req, spec)) as ConnectionGrantBody), 201);
         }
         case "DELETE /v1/allocations/:id/connection-grants/:grantId":
           await front.revokeConnectionGrant(auth(req), p[2]!, p[4]!);
@@ -135,15 +147,17 @@ export function fetchRouter(front: SchedulerFront): (req: Request) => Promise<Re
           // This host serves no WebSockets: the long-poll routes carry the same messages.
           await front.authenticateEndpoint(req.headers.get("authorization"), p[2]!);
           throw new BeachballError("UPGRADE_REQUIRED", "rendezvous WebSockets are not served by this host; use POST /v1/connections/{id}/poll and /messages");
+        case "POST /v1/connections/:id/relay-tokens":
+          return json(await front.connectionRelayTokens(p[2]!, await front.authenticateEndpoint(req.headers.get("authorization"), p[2]!)));
         case "POST /v1/connections/:id/poll":
         case "POST /v1/connections/:id/messages": {
           const role = await front.authenticateEndpoint(req.headers.get("authorization"), p[2]!);
-          if (p[3] === "poll") return json(await front.connectionPoll(p[2]!, role, (await body(req, ConnectionPollBody, MAX_CONNECTION_BODY_BYTES)) as ConnectionPollBody));
-          return json(await front.connectionMessages(p[2]!, role, (await body(req, ConnectionMessagesBody, MAX_CONNECTION_BODY_BYTES)) as ConnectionMessagesBody));
+          if (p[3] === "poll") return json(await front.connectionPoll(p[2]!, role, (await jsonBody(req, spec)) as ConnectionPollBody));
+          return json(await front.connectionMessages(p[2]!, role, (await jsonBody(req, spec)) as ConnectionMessagesBody));
         }
         case "POST /v1/hosts/:id/enrollment-tokens": {
           const who = auth(req);
-          const b = (await body(req, EnrollmentTokenBody, MAX_REQUEST_BODY_BYTES)) as { ttlSeconds?: number };
+          const b = (await jsonBody(req, spec)) as { ttlSeconds?: number };
           return json(await front.createEnrollmentToken(who, p[2]!, b.ttlSeconds ?? 3600), 201);
         }
         case "GET /v1/hosts":
@@ -161,16 +175,16 @@ export function fetchRouter(front: SchedulerFront): (req: Request) => Promise<Re
           return json({ items: await front.alerts(who, intParam(url, "after", 0, 0, Number.MAX_SAFE_INTEGER), intParam(url, "limit", 100, 1, MAX_PAGE_SIZE)) });
         }
         case "POST /v1/agents/enroll":
-          return json(await front.enroll((await body(req, EnrollBody, MAX_REQUEST_BODY_BYTES)) as EnrollBody), 201);
+          return json(await front.enroll((await jsonBody(req, spec)) as EnrollBody), 201);
         case "POST /v1/agents/poll":
         case "POST /v1/agents/messages": {
           const hostId = await front.authenticateHost(req.headers.get("authorization"));
-          const env = (await body(req, Envelope, MAX_ENVELOPE_BYTES)) as Envelope;
+          const env = (await jsonBody(req, spec)) as Envelope;
           return json(await front.agentEnvelope(hostId, { ...env, type: p[2] === "poll" ? "poll" : "messages" }));
         }
         case "POST /v1/agents/logs": {
           const hostId = await front.authenticateHost(req.headers.get("authorization"));
-          return json(await front.pushLogs(hostId, (await body(req, LogPushBody, MAX_LOG_PUSH_BODY_BYTES)) as LogPushBody));
+          return json(await front.pushLogs(hostId, (await jsonBody(req, spec)) as LogPushBody));
         }
         default: {
           // Same answer as the embedded host's guard (edge.ts): a known path with another method is 405 with Allow.

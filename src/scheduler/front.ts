@@ -17,7 +17,7 @@ import { BeachballError } from "../protocol/errors.ts";
 import { MAX_PAYLOAD_BYTES, type AllocationEvent, type AllocationView, type BootstrapBody, type CreateAllocationBody, type EnrollBody, type WellKnown } from "../protocol/api.ts";
 import type { EnrollResponse, Envelope, PollResponse } from "../protocol/agent.ts";
 import type { AlertItem, HostView } from "../protocol/views.ts";
-import type { ConnectionGrantBody, ConnectionGrantResponse, ConnectionMessagesBody, ConnectionPollBody, ConnectionPollResponse, RelayRole } from "../protocol/connection.ts";
+import type { ConnectionGrantBody, ConnectionGrantResponse, ConnectionMessagesBody, ConnectionPollBody, ConnectionPollResponse, ConnectionRelayTokensResponse, RelayRole } from "../protocol/connection.ts";
 import type { LogPage, LogPushBody, LogPushResponse } from "../protocol/logs.ts";
 import { allocationIdFor, canonicalJson, digestOf } from "../domain/identifiers.ts";
 import { identify, tokenDigest, type Identity } from "./manifestSchema.ts";
@@ -79,11 +79,20 @@ export class SchedulerFront {
     return this.env.Allocation.get(checkAllocationIdShape(id)).requestConnectionGrant(who.id, body);
   }
 
-  /** Revokes a grant of the caller's allocation (idempotent). Throws NOT_FOUND for another caller's allocation or an unknown grant. */
+  /**
+   * Revokes a grant of the caller's allocation (idempotent). Throws
+   * NOT_FOUND "no such allocation" for an allocation that does not exist or
+   * is another caller's (whatever the grant ID), and NOT_FOUND "no such
+   * grant for this allocation" for an unknown grant of the caller's own.
+   */
   async revokeConnectionGrant(who: Identity, id: string, grantId: string): Promise<void> {
     requireRole(who, "controller");
-    if (!/^grt_[0-9a-f]{32}$/.test(grantId)) throw new BeachballError("NOT_FOUND", "no such grant");
-    await this.env.Allocation.get(checkAllocationIdShape(id)).revokeConnectionGrant(who.id, grantId);
+    const allocation = this.env.Allocation.get(checkAllocationIdShape(id));
+    if (!/^grt_[0-9a-f]{32}$/.test(grantId)) {
+      await allocation.get(who.id); // the allocation's NOT_FOUND comes first
+      throw new BeachballError("NOT_FOUND", "no such grant for this allocation");
+    }
+    await allocation.revokeConnectionGrant(who.id, grantId);
   }
 
   /** The role of an endpoint token in Connection `connectionId`. Throws UNAUTHENTICATED for a malformed or unknown token, or an ended Connection. */
@@ -98,6 +107,11 @@ export class SchedulerFront {
   /** A rendezvous poll of `role` (long-poll up to `body.waitMs`). */
   async connectionPoll(connectionId: string, role: RelayRole, body: ConnectionPollBody): Promise<ConnectionPollResponse> {
     return this.env.Connection.get(connectionId).poll(role, body.after, body.waitMs ?? 0);
+  }
+
+  /** Fresh relay tokens for `role` of the Connection's grant (ConnectionObject.relayTokens: UNAUTHENTICATED once ended, RATE_LIMITED). */
+  async connectionRelayTokens(connectionId: string, role: RelayRole): Promise<ConnectionRelayTokensResponse> {
+    return this.env.Connection.get(connectionId).relayTokens(role);
   }
 
   /** Rendezvous messages from `role`. */

@@ -9,6 +9,7 @@ import { Type, type Static } from "@sinclair/typebox";
 import { createHash } from "node:crypto";
 import { ClosedRecord } from "../protocol/api.ts";
 import { GrantTransport, MAX_GRANT_TTL_SECONDS, MAX_RELAY_TOKEN_TTL_SECONDS, MAX_RELAYS, RelayEntry } from "../protocol/connection.ts";
+import { MAX_STUN_SERVERS, StunServerText } from "../protocol/stunServers.ts";
 
 /** Most workload classes one manifest declares. */
 export const MAX_WORKLOAD_CLASSES = 256;
@@ -75,6 +76,12 @@ export const ConnectionsSection = Type.Object(
       },
       { additionalProperties: false },
     ),
+    /**
+     * STUN servers, "IPv4:PORT" or "[IPv6]:PORT" (at most MAX_STUN_SERVERS):
+     * handed to every `bb proxy` in its grant response, so a client behind
+     * NAT learns its public mapping without configuring anything (default none).
+     */
+    stunServers: Type.Optional(Type.Array(StunServerText, { maxItems: MAX_STUN_SERVERS })),
     /** Relay-token lifetime, seconds (default 120, at most 300). */
     relayTokenTtlSeconds: Type.Optional(Type.Integer({ minimum: 30, maximum: MAX_RELAY_TOKEN_TTL_SECONDS })),
     grants: Type.Object(

@@ -23,6 +23,7 @@ import * as agent from "../protocol/agent.ts";
 import * as responses from "../protocol/responses.ts";
 import * as connection from "../protocol/connection.ts";
 import { ROUTES, type RouteSpec } from "./routes.ts";
+import { ERROR_STATUS } from "../protocol/errors.ts";
 
 /** The API's version as the document names it (the path prefix and `apiVersion` of discovery). */
 export const API_VERSION = "v1";
@@ -74,13 +75,19 @@ const problemAnswer = (description: string): Json => ({ description, content: pr
 /** The error answers the guard and handlers can give for one route (beyond `default`). */
 function errorAnswers(spec: RouteSpec): Record<string, Json> {
   const out: Record<string, Json> = {};
-  if (spec.body) out["400"] = problemAnswer("MALFORMED_JSON, JSON_TOO_DEEP or INVALID_CONTENT_LENGTH");
+  const bad: string[] = [];
+  if (spec.path.includes("/:")) bad.push("VALIDATION_FAILED for a path parameter that does not match its pattern");
+  if (spec.query) bad.push("VALIDATION_FAILED for an unknown, repeated or out-of-range query parameter");
+  if (spec.body) bad.push("MALFORMED_JSON, JSON_TOO_DEEP or INVALID_CONTENT_LENGTH for an unreadable body; VALIDATION_FAILED for the first schema error, naming the field path (an unknown field lists the allowed ones)");
+  if (bad.length) out["400"] = problemAnswer(bad.join("; "));
   if (spec.auth !== "none" && spec.auth !== "enroll") out["401"] = problemAnswer("UNAUTHENTICATED: missing or unknown bearer token");
   if (spec.auth === "controller" || spec.auth === "operator") out["403"] = problemAnswer(`FORBIDDEN: the token's role is not ${spec.auth}`);
   if (spec.auth === "host") out["403"] = problemAnswer("FORBIDDEN: the envelope names another host");
-  if (spec.path.includes("/:")) out["404"] = problemAnswer("NOT_FOUND: no such object for this caller");
-  if (spec.body) out["413"] = problemAnswer(`${spec.body.tooLarge}: body over ${spec.body.maxBytes} bytes`);
-  if (spec.body || spec.query) out["422"] = problemAnswer("VALIDATION_FAILED (the first schema error, by path) or a route-specific code");
+  if (spec.path.includes("/:")) out["404"] = problemAnswer("NOT_FOUND: a well-formed ID that names nothing this caller may see (the detail says which: no such allocation, no such grant for this allocation, no such host)");
+  if (spec.body) out["413"] = problemAnswer(`${spec.body.tooLarge}: body over ${spec.body.maxBytes} bytes (a declared Content-Length over it is refused before the body is read)`);
+  if (spec.body) out["415"] = problemAnswer("UNSUPPORTED_MEDIA_TYPE: Content-Type is not application/json (or the body is content-encoded); refused before the body is read");
+  const semantic = (spec.refusals ?? []).filter((c) => ERROR_STATUS[c] === 422);
+  if (semantic.length) out["422"] = problemAnswer(`${semantic.join(" or ")}: a well-formed request the scheduler cannot act on`);
   if (spec.response.status === 101) out["426"] = problemAnswer("UPGRADE_REQUIRED: the request asked for no WebSocket upgrade");
   return out;
 }
@@ -89,14 +96,14 @@ function operation(name: string, spec: RouteSpec, names: Map<string, { name: str
   const op: Record<string, Json> = { operationId: name, summary: spec.summary, tags: [tagOf(spec)] };
   const params: Json[] = [];
   for (const seg of spec.path.split("/")) {
-    if (seg.startsWith(":")) params.push({ name: seg.slice(1), in: "path", required: true, schema: { type: "string", maxLength: 200 } });
+    if (seg.startsWith(":")) params.push({ name: seg.slice(1), in: "path", required: true, schema: { type: "string", pattern: spec.params?.[seg.slice(1)]?.source ?? "^$" } });
   }
   for (const [q, p] of Object.entries(spec.query ?? {})) {
     params.push({ name: q, in: "query", required: false, schema: p.kind === "integer" ? { type: "integer", minimum: p.min, maximum: p.max } : { type: "string", pattern: p.pattern.source } });
   }
   if (params.length) op["parameters"] = params;
   if (spec.body) {
-    op["requestBody"] = { required: true, description: `JSON, at most ${spec.body.maxBytes} bytes (413 ${spec.body.tooLarge} past it)`, content: { "application/json": { schema: ref(spec.body.schema, names, used) } } };
+    op["requestBody"] = { required: true, description: `Content-Type: application/json only (415 otherwise), at most ${spec.body.maxBytes} bytes (413 ${spec.body.tooLarge} past it)`, content: { "application/json": { schema: ref(spec.body.schema, names, used) } } };
   }
   const success: Json =
     "schema" in spec.response
@@ -179,10 +186,13 @@ export function openApiDocument(routes: Record<string, RouteSpec> = ROUTES): Rec
       version: API_VERSION,
       description:
         "The control plane of Beachball, a scheduler for disposable microVMs. Every error answer is application/problem+json (RFC 9457) with a stable `code`; " +
-        "a known path called with another method answers 405 METHOD_NOT_ALLOWED with `Allow`; an unknown path 404 NOT_FOUND. " +
+        "Every GET route also answers HEAD; a known path called with another method answers 405 METHOD_NOT_ALLOWED with `Allow`; an unknown path 404 NOT_FOUND. " +
+        "Bad input is refused before anything is written: a malformed ID, query parameter or body field 400 VALIDATION_FAILED (the detail names the field path), " +
+        "unparseable JSON 400 MALFORMED_JSON, a body that is not application/json 415 UNSUPPORTED_MEDIA_TYPE, a body over the route's bound 413. " +
         "429 RATE_LIMITED and 503 answers carry Retry-After (seconds). Creating an allocation is idempotent by `clientRequestId`.",
     },
     paths: Object.fromEntries(Object.entries(paths).sort(([a], [b]) => a.localeCompare(b))),
+    "x-beachball-error-codes": Object.fromEntries(Object.entries(ERROR_STATUS).sort(([a], [b]) => a.localeCompare(b))),
     components: {
       securitySchemes: Object.fromEntries(
         [PRINCIPAL_SCHEME, ...Object.values(SCHEMES)]

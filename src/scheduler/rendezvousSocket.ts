@@ -27,8 +27,12 @@
 import type { ServerWebSocket, WebSocketHandler } from "bun";
 import { Value } from "@sinclair/typebox/value";
 import { BeachballError } from "../protocol/errors.ts";
+import { parseBoundedJson } from "../protocol/boundedBody.ts";
+import { declaredKeys, describeFirstSchemaError } from "./schemaErrors.ts";
 import { ConnectionMessagesBody, MAX_CONNECTION_BODY_BYTES, MAX_CONNECTION_POLL_WAIT_MS, type ConnectionPollBody, type ConnectionPollResponse, type RelayRole } from "../protocol/connection.ts";
 
+/** The messages body's declared keys (schemaErrors.ts may name them). */
+const MESSAGES_KEYS = declaredKeys(ConnectionMessagesBody);
 /** Largest frame an endpoint may send, bytes (a `POST …/messages` body's bound). */
 export const MAX_RENDEZVOUS_FRAME_BYTES = MAX_CONNECTION_BODY_BYTES;
 /** Most frames one socket may send per RENDEZVOUS_RATE_WINDOW_MS; past it the socket is closed (1008). */
@@ -150,13 +154,14 @@ export class RendezvousSockets {
     live.frames.push(now);
     let body: unknown;
     try {
-      body = JSON.parse(typeof frame === "string" ? frame : frame.toString("utf8"));
-    } catch {
-      return this.fail(ws, 1008, "MALFORMED_JSON", "a frame is not valid JSON");
+      // The same depth bound and UTF-8 check as an HTTP body (the frame's size is Bun's maxPayloadLength).
+      body = parseBoundedJson(typeof frame === "string" ? new TextEncoder().encode(frame) : frame);
+    } catch (e) {
+      const err = e instanceof BeachballError ? e : new BeachballError("MALFORMED_JSON", "a frame is not valid JSON");
+      return this.fail(ws, 1008, err.code, err.message);
     }
     if (!Value.Check(ConnectionMessagesBody, body)) {
-      const first = [...Value.Errors(ConnectionMessagesBody, body)][0];
-      return this.fail(ws, 1008, "VALIDATION_FAILED", first ? `${first.path || "/"}: ${first.message}` : "a frame does not match the messages body");
+      return this.fail(ws, 1008, "VALIDATION_FAILED", describeFirstSchemaError(Value.Errors(ConnectionMessagesBody, body), MESSAGES_KEYS));
     }
     try {
       const r = await this.front.connectionMessages(ws.data.connectionId, ws.data.role, body);

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { ROUTES } from "./routes.ts";
+import { checkPathParams, ROUTES, type RouteSpec } from "./routes.ts";
 import { DeploymentManifest } from "./manifest.ts";
 
 /** Why a JSON-schema node lets a peer send something unbounded, or null. */
@@ -41,6 +41,22 @@ function findUnbounded(schema: unknown, path = ""): string[] {
   }
   return out;
 }
+
+describe("every path parameter has a pattern", () => {
+  test("each :name segment of every route names a pattern in the route's params, and no pattern is unused", () => {
+    for (const [name, r] of Object.entries(ROUTES) as [string, RouteSpec][]) {
+      const inPath = r.path.split("/").filter((seg) => seg.startsWith(":")).map((seg) => seg.slice(1)).sort();
+      expect({ name, params: Object.keys(r.params ?? {}).sort() }).toEqual({ name, params: inPath });
+      for (const p of Object.values(r.params ?? {})) expect(p.source.startsWith("^") && p.source.endsWith("$")).toBe(true);
+    }
+  });
+
+  test("a malformed ID is refused 400 VALIDATION_FAILED naming the parameter and its pattern, never the value", () => {
+    const spec = ROUTES.revokeConnectionGrant;
+    expect(() => checkPathParams(spec, { id: `alloc_${"0".repeat(32)}`, grantId: "grt_<script>" })).toThrow("path parameter grantId (grant ID) must match ^grt_[0-9a-f]{32}$");
+    expect(() => checkPathParams(spec, { id: `alloc_${"0".repeat(32)}`, grantId: `grt_${"0".repeat(32)}` })).not.toThrow();
+  });
+});
 
 describe("every size a peer controls has a bound", () => {
   test("every field of every route's body is bounded and every record (map) field is closed", () => {

@@ -14,7 +14,7 @@
  * Must never: hold a handler or a business rule.
  */
 import { Type, type TSchema } from "@sinclair/typebox";
-import type { ErrorCode } from "../protocol/errors.ts";
+import { BeachballError, type ErrorCode } from "../protocol/errors.ts";
 import {
   AllocationView,
   BootstrapBody,
@@ -45,6 +45,20 @@ export type RouteAuth = "none" | "enroll" | "principal" | "controller" | "operat
 /** A query parameter: a decimal integer in [min, max], or a string matching `pattern`. */
 export type QueryParam = { kind: "integer"; min: number; max: number } | { kind: "string"; pattern: RegExp };
 
+/**
+ * The shape of each kind of ID a path carries. A path parameter that does
+ * not match its route's pattern is refused 400 VALIDATION_FAILED by the
+ * guard (after authentication, before the query and body); one that
+ * matches but names nothing the caller may see is the handler's 404
+ * NOT_FOUND.
+ */
+export const PATH_ID = {
+  allocation: /^alloc_[0-9a-f]{32}$/,
+  grant: /^grt_[0-9a-f]{32}$/,
+  connection: /^con_[0-9a-f]{32}$/,
+  host: /^[a-z0-9][a-z0-9-]{0,62}$/,
+} as const;
+
 /** A route's JSON body: its schema, its byte limit and the 413 code past it. */
 export interface RouteBody {
   schema: TSchema;
@@ -67,7 +81,11 @@ export interface RouteSpec {
   path: string;
   auth: RouteAuth;
   body?: RouteBody;
+  /** The pattern of each `:name` segment of `path` (every one has a pattern; routes.test.ts checks). */
+  params?: Record<string, RegExp>;
   query?: Record<string, QueryParam>;
+  /** Route-specific codes a handler refuses a well-formed request with, published in the API document (the guard's own refusals are implied). */
+  refusals?: ErrorCode[];
   /** One line for the API reference (docs/http-api.md). */
   summary: string;
   /** The success answer (published in /openapi.json; the public client is typed from it). */
@@ -77,6 +95,9 @@ export interface RouteSpec {
 const api = (schema: TSchema): RouteBody => ({ schema, maxBytes: MAX_API_BODY_BYTES, tooLarge: "BODY_TOO_LARGE" });
 const envelope: RouteBody = { schema: Envelope, maxBytes: MAX_ENVELOPE_BYTES, tooLarge: "ENVELOPE_TOO_LARGE" };
 const rendezvous = (schema: TSchema): RouteBody => ({ schema, maxBytes: MAX_CONNECTION_BODY_BYTES, tooLarge: "BODY_TOO_LARGE" });
+const allocation = { id: PATH_ID.allocation };
+const host = { id: PATH_ID.host };
+const connection = { id: PATH_ID.connection };
 const limit: QueryParam = { kind: "integer", min: 1, max: MAX_PAGE_SIZE };
 const after: QueryParam = { kind: "integer", min: 0, max: MAX_WIRE_INTEGER };
 const ok = (schema: TSchema, status: 200 | 201 | 202 = 200): RouteResponse => ({ status, schema });
@@ -93,16 +114,18 @@ export const ROUTES = {
     path: "/v1/allocations",
     auth: "controller",
     body: api(CreateAllocationBody),
+    refusals: ["UNKNOWN_WORKLOAD_CLASS", "IDEMPOTENCY_CONFLICT"],
     summary: "Create an allocation; idempotent by clientRequestId (201 created, 200 the same request replayed, 422 IDEMPOTENCY_CONFLICT for another body)",
     response: { status: 201, schema: AllocationView, also: 200 },
   },
-  listAllocations: { method: "GET", path: "/v1/allocations", auth: "principal", query: { cursor: { kind: "string", pattern: /^alloc_[0-9a-f]{32}$/ }, limit }, summary: "List the caller's allocations, one page", response: ok(R.AllocationPage) },
-  getAllocation: { method: "GET", path: "/v1/allocations/:id", auth: "principal", summary: "One allocation", response: ok(AllocationView) },
-  releaseAllocation: { method: "POST", path: "/v1/allocations/:id/release", auth: "principal", summary: "Request release (idempotent); the allocation reaches released once its VM is gone", response: ok(AllocationView, 202) },
-  events: { method: "GET", path: "/v1/allocations/:id/events", auth: "principal", query: { after, limit }, summary: "The allocation's events after a sequence number (resumable)", response: ok(R.EventPage) },
+  listAllocations: { method: "GET", path: "/v1/allocations", auth: "principal", query: { cursor: { kind: "string", pattern: PATH_ID.allocation }, limit }, summary: "List the caller's allocations, one page", response: ok(R.AllocationPage) },
+  getAllocation: { method: "GET", path: "/v1/allocations/:id", params: allocation, auth: "principal", summary: "One allocation", response: ok(AllocationView) },
+  releaseAllocation: { method: "POST", path: "/v1/allocations/:id/release", params: allocation, auth: "principal", summary: "Request release (idempotent); the allocation reaches released once its VM is gone", response: ok(AllocationView, 202) },
+  events: { method: "GET", path: "/v1/allocations/:id/events", params: allocation, auth: "principal", query: { after, limit }, summary: "The allocation's events after a sequence number (resumable)", response: ok(R.EventPage) },
   logs: {
     method: "GET",
     path: "/v1/allocations/:id/logs",
+    params: allocation,
     auth: "principal",
     query: { offset: after, follow: { kind: "integer", min: 0, max: 1 } },
     summary: "The allocation's redacted console output from a byte offset (follow=1 waits for more; resumable)",
@@ -111,37 +134,48 @@ export const ROUTES = {
   bootstrap: {
     method: "POST",
     path: "/v1/allocations/:id/bootstrap",
+    params: allocation,
     auth: "controller",
     body: { schema: BootstrapBody, maxBytes: MAX_REQUEST_BODY_BYTES, tooLarge: "PAYLOAD_TOO_LARGE" },
     summary: "Hand a bootstrap payload to the guest (memory only); answers once the guest consumed it, idempotent by deliveryId",
     response: ok(R.DeliveryResult),
   },
-  replacementAuthorizations: { method: "POST", path: "/v1/allocations/:id/replacement-authorizations", auth: "controller", body: api(ReplacementAuthorizationBody), summary: "Certify the generation's external authority is revoked so a blocked replacement may proceed", response: ok(AllocationView) },
+  replacementAuthorizations: { method: "POST", path: "/v1/allocations/:id/replacement-authorizations", params: allocation, auth: "controller", body: api(ReplacementAuthorizationBody), summary: "Certify the generation's external authority is revoked so a blocked replacement may proceed", response: ok(AllocationView) },
   createConnectionGrant: {
     method: "POST",
     path: "/v1/allocations/:id/connection-grants",
+    params: allocation,
     auth: "controller",
     body: api(ConnectionGrantBody),
     summary: "A signed connection grant for the caller's ready allocation (one generation, one host peer), its relay map, relay tokens and rendezvous endpoint token",
     response: ok(R.ConnectionGrantResponse, 201),
   },
-  revokeConnectionGrant: { method: "DELETE", path: "/v1/allocations/:id/connection-grants/:grantId", auth: "controller", summary: "Revoke a connection grant (idempotent)", response: { status: 204 } },
-  connectionPoll: { method: "POST", path: "/v1/connections/:id/poll", auth: "endpoint", body: rendezvous(ConnectionPollBody), summary: "Rendezvous: the peer's messages after a cursor (acknowledging those up to it); parks up to 25 s", response: ok(R.ConnectionPollResponse) },
+  revokeConnectionGrant: { method: "DELETE", path: "/v1/allocations/:id/connection-grants/:grantId", params: { ...allocation, grantId: PATH_ID.grant }, auth: "controller", summary: "Revoke a connection grant (idempotent)", response: { status: 204 } },
+  connectionPoll: { method: "POST", path: "/v1/connections/:id/poll", params: connection, auth: "endpoint", body: rendezvous(ConnectionPollBody), summary: "Rendezvous: the peer's messages after a cursor (acknowledging those up to it); parks up to 25 s", response: ok(R.ConnectionPollResponse) },
   connectionConnect: {
     method: "GET",
     path: "/v1/connections/:id/connect",
+    params: connection,
     auth: "endpoint",
     query: { after },
     summary:
       "Rendezvous over a WebSocket (101 Switching Protocols): frames are a messages body one way, the peer's messages (as the poll answers them) and acceptances the other; `after` resumes past the peer's messages already processed. 426 UPGRADE_REQUIRED without an upgrade",
     response: { status: 101 },
   },
-  connectionMessages: { method: "POST", path: "/v1/connections/:id/messages", auth: "endpoint", body: rendezvous(ConnectionMessagesBody), summary: "Rendezvous: post candidates, path observations and acks (per-role sequence numbers)", response: ok(R.ConnectionPollResponse) },
-  enrollmentTokens: { method: "POST", path: "/v1/hosts/:id/enrollment-tokens", auth: "operator", body: api(EnrollmentTokenBody), summary: "Mint a one-use enrollment token bound to a host ID", response: ok(R.EnrollmentToken, 201) },
+  connectionRelayTokens: {
+    method: "POST",
+    path: "/v1/connections/:id/relay-tokens",
+    params: connection,
+    auth: "endpoint",
+    summary: "Fresh relay tokens for the caller's role of the Connection's grant (same grant, generation and host peer; never past the grant); at most one per 10 s per role; 401 UNAUTHENTICATED once the grant expired, was revoked or replaced",
+    response: ok(R.ConnectionRelayTokensResponse),
+  },
+  connectionMessages: { method: "POST", path: "/v1/connections/:id/messages", params: connection, auth: "endpoint", body: rendezvous(ConnectionMessagesBody), summary: "Rendezvous: post candidates, path observations and acks (per-role sequence numbers)", response: ok(R.ConnectionPollResponse) },
+  enrollmentTokens: { method: "POST", path: "/v1/hosts/:id/enrollment-tokens", params: host, auth: "operator", body: api(EnrollmentTokenBody), summary: "Mint a one-use enrollment token bound to a host ID", response: ok(R.EnrollmentToken, 201) },
   hosts: { method: "GET", path: "/v1/hosts", auth: "operator", summary: "Every enrolled host with capacity, health and placements", response: ok(R.HostList) },
-  activateHost: { method: "POST", path: "/v1/hosts/:id/activate", auth: "operator", summary: "Let a host take new placements", response: ok(R.HostView) },
-  drainHost: { method: "POST", path: "/v1/hosts/:id/drain", auth: "operator", summary: "Stop new placements on a host; running ones stay", response: ok(R.HostView) },
-  disableHost: { method: "POST", path: "/v1/hosts/:id/disable", auth: "operator", summary: "Fence a host for good (enroll it again to return)", response: ok(R.HostView) },
+  activateHost: { method: "POST", path: "/v1/hosts/:id/activate", params: host, auth: "operator", summary: "Let a host take new placements", response: ok(R.HostView) },
+  drainHost: { method: "POST", path: "/v1/hosts/:id/drain", params: host, auth: "operator", summary: "Stop new placements on a host; running ones stay", response: ok(R.HostView) },
+  disableHost: { method: "POST", path: "/v1/hosts/:id/disable", params: host, auth: "operator", summary: "Fence a host for good (enroll it again to return)", response: ok(R.HostView) },
   metrics: { method: "GET", path: "/v1/operations/metrics", auth: "operator", summary: "Prometheus text exposition", response: { status: 200, contentType: "text/plain; version=0.0.4" } },
   alerts: { method: "GET", path: "/v1/operations/alerts", auth: "operator", query: { after, limit }, summary: "Operator alerts after a sequence number", response: ok(R.AlertList) },
   enroll: { method: "POST", path: "/v1/agents/enroll", auth: "enroll", body: api(EnrollBody), summary: "Agent: enroll a host with a one-use token; answers the host credential once", response: ok(R.EnrollResponse, 201) },
@@ -159,3 +193,18 @@ export const ROUTES = {
 
 /** A route name. */
 export type RouteName = keyof typeof ROUTES;
+
+/**
+ * Refuses a path parameter that does not match its route's pattern
+ * (PATH_ID) with 400 VALIDATION_FAILED naming the parameter and
+ * the pattern (never the value): a malformed ID is the caller's mistake,
+ * distinct from a well-formed ID that names nothing (the handler's 404).
+ */
+export function checkPathParams(spec: RouteSpec, params: Record<string, string>): void {
+  for (const [name, value] of Object.entries(params)) {
+    const pattern = spec.params?.[name];
+    if (pattern && pattern.test(value)) continue;
+    const kind = Object.entries(PATH_ID).find(([, p]) => p === pattern)?.[0];
+    throw new BeachballError("VALIDATION_FAILED", `path parameter ${name}${kind ? ` (${kind} ID)` : ""} must match ${pattern?.source ?? "nothing"}`, { parameter: name, pattern: pattern?.source ?? null });
+  }
+}

@@ -129,6 +129,11 @@ export class PathSelector {
     this.candidates = out;
   }
 
+  /** The keys ("address:port") of the peer's known candidates, in order (for stats). */
+  candidateKeys(): string[] {
+    return this.candidates.map((c) => c.key);
+  }
+
   /** Adds one candidate learnt at run time (e.g. a peer-reflexive source), keeping the bound. */
   addCandidate(address: string, port: number): void {
     const p = udpPath(address, port);

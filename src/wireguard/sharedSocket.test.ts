@@ -1,6 +1,7 @@
 /** The shared socket on loopback: WireGuard and STUN demultiplexed, Binding transactions matched by ID and server. */
 import { afterAll, expect, test } from "bun:test";
-import { decodeStun, encodeBindingSuccess, STUN_BINDING_REQUEST } from "../protocol/stun.ts";
+import { encodeBindingSuccess } from "../protocol/stun.ts";
+import { startLoopbackStun } from "../../test/support/loopbackStun.ts";
 import { systemRandom } from "./ports.ts";
 import { openSharedSocket, type SharedSocket } from "./sharedSocket.ts";
 
@@ -9,17 +10,7 @@ afterAll(() => toClose.forEach((s) => s.close()));
 
 /** A STUN server on loopback answering every Binding request with the source it saw (or `lie` when set). */
 async function stunServer(lie?: { address: string; port: number }) {
-  const s = await Bun.udpSocket({
-    hostname: "127.0.0.1",
-    port: 0,
-    binaryType: "uint8array",
-    socket: {
-      data(sock, buf, port, address) {
-        const m = decodeStun(buf);
-        if (m?.type === STUN_BINDING_REQUEST) sock.send(encodeBindingSuccess(m.transactionId, lie ?? { address, port }), port, address);
-      },
-    },
-  });
+  const s = await startLoopbackStun(lie ? () => lie : undefined);
   toClose.push(s);
   return s;
 }

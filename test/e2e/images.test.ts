@@ -35,7 +35,7 @@ import { placementDirName } from "../../src/agent/placementOps.ts";
 import { sha256File } from "../../src/image/verify.ts";
 import type { AllocationEvent } from "../../src/protocol/api.ts";
 import { GCC_JOB, writeDebianOciLayout } from "../support/debianOci.ts";
-import { cleanUpPlacements, freePort, settledLeftoversOf, runRole, startRole, stopRole, tail, vmTestSkipReason, type Role } from "../support/processes.ts";
+import { cleanUpPlacements, freePort, settledLeftoversOf, runRole, startRole, stopRole, tail, vmTestSkipReason, type Role, waitUntil } from "../support/processes.ts";
 
 const skip = vmTestSkipReason() ?? (!Bun.which("mksquashfs") ? "mksquashfs missing" : !Bun.which("mmdebstrap") ? "mmdebstrap missing" : null);
 if (skip) console.log(`SKIP test/e2e/images.test.ts: ${skip}`);
@@ -80,24 +80,11 @@ function served(): string[] {
   return out;
 }
 
-async function waitUp(ms = 20_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (await fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok).catch(() => false)) return;
-    await Bun.sleep(100);
-  }
-  throw new Error(`scheduler did not come up\n${tail(scheduler.log)}`);
-}
+/** Waits until the scheduler answers /healthz. */
+const waitUp = () => waitUntil("the scheduler's /healthz", () => fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok), 20_000, [scheduler.log]);
 
-async function waitHealthy(ms = 30_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    const h = await operator.hosts().catch(() => []);
-    if (h.some((x) => x.hostId === "img-host" && x.health === "healthy")) return;
-    await Bun.sleep(200);
-  }
-  throw new Error(`host never became healthy\n${tail(agent.log)}`);
-}
+/** Waits until the agent's host reads healthy. */
+const waitHealthy = () => waitUntil("a healthy img-host", async () => (await operator.hosts()).some((h) => h.hostId === "img-host" && h.health === "healthy"), 30_000, [agent.log]);
 
 /** Runs `script` on a new allocation of `workloadClass`; returns exit code, console and events, after release. */
 async function runJob(workloadClass: string, script: string): Promise<{ exitCode: number | undefined; console: string; events: AllocationEvent[] }> {

@@ -22,7 +22,7 @@ import { compileBb } from "../../src/image/bbBinary.ts";
 import { buildDevImage } from "../../src/image/devBuild.ts";
 import { placementDirName } from "../../src/agent/placementOps.ts";
 import type { AllocationEvent } from "../../src/protocol/api.ts";
-import { cleanUpPlacements, freePort, kill9, leftoversOf, pidsMatching, publishImageSource, runRole, runRoleExit, startRole, stopRole, tail, vmTestSkipReason, walkFiles, type Role } from "../support/processes.ts";
+import { cleanUpPlacements, freePort, kill9, leftoversOf, pidsMatching, publishImageSource, runRole, runRoleExit, startRole, stopRole, tail, vmTestSkipReason, walkFiles, type Role, waitUntil } from "../support/processes.ts";
 
 const skip = vmTestSkipReason();
 if (skip) console.log(`SKIP test/e2e/main-job.test.ts: ${skip}`);
@@ -41,24 +41,11 @@ let firstInodes: Record<string, number> = {};
 const artifactInodes = () => Object.fromEntries(readdirSync(join(agentDir(), "images", "artifacts")).map((a) => [a, statSync(join(agentDir(), "images", "artifacts", a)).ino]));
 const allocationsDir = () => join(agentDir(), "allocations");
 
-async function waitHealthy(ms = 30_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    const h = await operator.hosts().catch(() => []);
-    if (h.some((x) => x.hostId === "e2e-host" && x.health === "healthy")) return;
-    await Bun.sleep(200);
-  }
-  throw new Error(`host never became healthy\n${tail(agent.log)}`);
-}
+/** Waits until the agent's host reads healthy. */
+const waitHealthy = () => waitUntil("a healthy e2e-host", async () => (await operator.hosts()).some((h) => h.hostId === "e2e-host" && h.health === "healthy"), 30_000, [agent.log]);
 
-async function waitUp(ms = 20_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (await fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok).catch(() => false)) return;
-    await Bun.sleep(100);
-  }
-  throw new Error(`scheduler did not come up\n${tail(scheduler.log)}`);
-}
+/** Waits until the scheduler answers /healthz. */
+const waitUp = () => waitUntil("the scheduler's /healthz", () => fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok), 20_000, [scheduler.log]);
 
 async function waitState(id: string, states: string[], ms = 240_000): Promise<string> {
   const deadline = Date.now() + ms;
@@ -107,13 +94,10 @@ async function waitLog(pred: (log: string) => boolean, what: string, ms = 60_000
 async function crashJob(id: string, script: string): Promise<AllocationEvent[]> {
   await controller.deliverWhenReady(id, new TextEncoder().encode(script), `dlv-${randomUUID()}`, 240_000);
   await waitState(id, ["failed", "released"]);
-  const deadline = Date.now() + 60_000;
-  for (;;) {
+  return waitUntil(`placement.absent of ${id}`, async () => {
     const events = await controller.events(id, 0, 200);
-    if (events.some((e) => e.type === "placement.absent")) return events;
-    if (Date.now() > deadline) throw new Error(`placement of ${id} was never cleaned up: ${events.map((e) => e.type).join(", ")}\nagent:\n${tail(agent.log)}`);
-    await Bun.sleep(200);
-  }
+    return events.some((e) => e.type === "placement.absent") ? events : null;
+  }, 60_000, [agent.log]);
 }
 
 d("main job end to end (real QEMU)", () => {

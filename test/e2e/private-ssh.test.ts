@@ -9,15 +9,33 @@
  * "laptop", Debian's `ssh` and `scp` through `bb proxy` (a separate
  * process, no root needed by it).
  *
- *   laptop ns (10.88.0.2) ── nat ns: masquerade ── root ns 198.19.R.1: scheduler,
- *                                                  agent + host endpoint (UDP), `bb relay run`
- *                                                  (TLS), the VM's placement namespace
- *                                                  (created by the agent)
+ *   laptop ns 10.88.0.2 ── lnat ns: symmetric NAT ─────────┐ (masquerade random) 198.19.R.10
+ *                                                          wan ns: bridge 198.19.R.0/24
+ *   host ns 10.89.0.2 ──── hnat ns: endpoint-independent ──┤ 198.19.R.20 (the endpoint's UDP port
+ *     `bb agent run` (ip netns exec):  NAT                 │  mapped 1:1 both ways; the rest masqueraded)
+ *     host endpoint UDP socket, its                        │
+ *     TUN (moved into the placement),  root ns 198.19.R.1 ─┘ the public side: `bb scheduler serve`,
+ *     the VM's placement namespace                           `bb relay run` (TLS), the STUN responder
+ *     (created by the agent)                                 (test/support/stunResponder.ts)
  *
- * The scheduler, the agent and the relay run in the root namespace (the
- * agent creates its placements' namespaces itself; running it inside
- * another namespace is not done here), bound to the root end of the
- * laptop's link only; the laptop sits behind a masquerading NAT namespace.
+ * The agent runs inside the host namespace (`ip netns exec`, the way an
+ * operator would start it there): its placement namespaces, veth/TAP,
+ * nftables tables, cgroups (it mounts the hierarchies again in its own
+ * mount namespace, src/agent/isolation/cgroups/mountRestore.ts), its host
+ * endpoint's socket on 10.89.0.2 and `connections.stunServers` naming the
+ * STUN responder. Which NAT goes where follows what each side announces
+ * (as in test/integration/proxy-netns.test.ts): the host publishes its
+ * local and its STUN-mapped candidate, the proxy only its local ones (no
+ * STUN). So the first packet of a direct path must go from the laptop to
+ * the host's mapped address, and the host must answer wherever that
+ * packet came from (it learns the laptop's mapping by roaming). That
+ * works when the host's NAT keeps one public port for the endpoint's
+ * socket whoever it talks to and lets anyone reach it (endpoint-
+ * independent mapping and filtering), whatever the laptop's NAT does; the
+ * laptop's is symmetric (a new random port per destination), the hardest
+ * case for the client. The other way round (host symmetric) could not
+ * work: the STUN-mapped port would not be the one the host uses towards
+ * the laptop, and the laptop publishes no address the host could reach.
  * The relay (`bb relay run`, a certificate for 198.19.R.1 made by openssl,
  * trusting the scheduler's connection keys) is the one relay of the
  * manifest's relay map, so every grant's signed map names it; the proxy
@@ -27,26 +45,33 @@
  * The agent's placement cgroups live under a parent of this run's own
  * (test/support/cgroupScope.ts).
  *
- * Checked: the guest has exactly its allocation's address as a /128 on
- * eth0 with `default via fe80::1`, not tentative; `ssh` runs a command in
- * the VM (host key pinned: it is this VM's sshd); the VM's own connection
- * to the client gets no answer (the placement's table drops it); `scp` of 64 MiB is
- * byte-exact (SHA-256 on both sides); a proxy with another tenant's token
- * is refused (NOT_FOUND, exit 1) and nothing changed; after release the
- * running proxy ends with INVALID_STATE (exit 1) before its grant's expiry,
- * new connections fail, a new proxy is refused (INVALID_STATE, exit 1) and
- * the placement's VM, namespace and directory are gone. Relay: with UDP
- * between the laptop and the host endpoint's port dropped (nftables in the
- * NAT namespace; the relay's TCP passes), `ssh` through a new `bb proxy`
- * runs a command in the VM, the proxy says `path: relay relay-ssh` and
- * never `path: direct`, and the relay's metrics count forwarded frames; one
- * `scp` of 24 MiB (rate-capped with `scp -l` so that it outlasts the move)
- * has its first MiB carried by the relay (its byte counter), then the drop
- * is lifted: the proxy prints `path: direct via <host endpoint>` while that
- * scp still runs, the relay carries less than a quarter of the file's size
- * after that, and the scp (one ssh connection, never reopened) exits 0
- * with the file byte-exact (SHA-256) in the VM.
- * About 70 s with the rootfs cached (about 20 s of it the relay part), plus
+ * Checked: a grant carries the host's candidates, its private socket
+ * address and the STUN-mapped one (the host NAT's public address, the
+ * endpoint's port; the STUN responder saw that source); the guest has
+ * exactly its allocation's address as a /128 on eth0 with `default via
+ * fe80::1`, not tentative; `ssh` runs a command in the VM (host key
+ * pinned: it is this VM's sshd) and the proxy says `path: direct via
+ * <host NAT public>:<port>`; the agent says it mounted the cgroup
+ * hierarchies again for itself; the VM's own connection to the client gets no
+ * answer (the placement's table drops it); `scp` of 64 MiB is byte-exact
+ * (SHA-256 on both sides); a proxy with another tenant's token is refused
+ * (NOT_FOUND, exit 1) and nothing changed; after release the running
+ * proxy ends with INVALID_STATE (exit 1) before its grant's expiry, new
+ * connections fail, a new proxy is refused (INVALID_STATE, exit 1) and the
+ * placement's VM, namespace and directory are gone. Relay: with UDP
+ * between the laptop and the host NAT's endpoint port dropped (nftables
+ * in the laptop NAT's forward path; the relay's TCP passes), `ssh` through
+ * a new `bb proxy` runs a command in the VM, the proxy says `path: relay
+ * relay-ssh` and never `path: direct`, and the relay's metrics count
+ * forwarded frames; one `scp` of 24 MiB (rate-capped with `scp -l` so that
+ * it outlasts the move) has its first MiB carried by the relay (its byte
+ * counter), then the drop is lifted: the proxy prints `path: direct via
+ * <host NAT public>:<port>` while that scp still runs (the laptop NAT
+ * gives the new flow a new random port; the host follows it by roaming),
+ * the relay carries less than a quarter of the file's size after that,
+ * and the scp (one ssh connection, never reopened) exits 0 with the file
+ * byte-exact (SHA-256) in the VM.
+ * About 80 s with the rootfs cached (about 17 s of it the relay part), plus
  * about 2 min for mmdebstrap the first time (2-core TCG machine).
  * Needs root, QEMU, squashfs-tools, mmdebstrap, ssh/scp/ssh-keygen, nft, openssl.
  */
@@ -70,6 +95,9 @@ import { cgroupScope, type CgroupScope } from "../support/cgroupScope.ts";
 import { makeTestCert } from "../support/relay.ts";
 import { sshdPayload, writeSshdOciLayout } from "../support/debianOci.ts";
 import { must, Netns, sh } from "../support/netns.ts";
+import { LineChild } from "../support/lineChild.ts";
+import { keyPairFromPrivate, systemRandom } from "../../src/wireguard/index.ts";
+import type { Candidate } from "../../src/protocol/connection.ts";
 import { cleanUpPlacements, freePort, settledLeftoversOf, runRole, startRole, stopRole, tail, vmTestSkipReason, waitUntil, type Role } from "../support/processes.ts";
 
 const skip =
@@ -82,8 +110,12 @@ const BUN = resolve("node_modules/.bin/bun");
 const BB = resolve("bin/bb.ts");
 const id = randomBytes(3).toString("hex");
 const R = 16 + (Number.parseInt(id.slice(0, 2), 16) % 200);
+/** The public side (root namespace): scheduler, relay and STUN responder; the two NATs' public addresses on the same bridge. */
 const ROOT_ADDR = `198.19.${R}.1`;
-const NAT_WAN = `198.19.${R}.2`;
+const LAPTOP_NAT_PUBLIC = `198.19.${R}.10`;
+const HOST_NAT_PUBLIC = `198.19.${R}.20`;
+/** The host's private address (its namespace's eth0), where the host endpoint's UDP socket binds. */
+const HOST_ADDR = "10.89.0.2";
 const ROOT_VETH = `bbsshr${id}`;
 /** The other tenant's bearer token (a second controller in the manifest). */
 const OTHER_TOKEN = `bbt_other_${randomBytes(12).toString("hex")}`;
@@ -102,7 +134,14 @@ let endpointPort: number;
 let scheduler: Role;
 let agent: Role;
 let laptop: Netns;
-let nat: Netns;
+let lnat: Netns;
+let hostNs: Netns;
+let hnat: Netns;
+let wan: Netns;
+let stun: LineChild;
+let stunPort: number;
+/** The host endpoint's candidates as a grant carried them (read before the first proxy starts). */
+let hostCandidates: Candidate[];
 let controller: SchedulerClient;
 let operator: SchedulerClient;
 let ownerToken: string;
@@ -160,12 +199,65 @@ function laptopCommand(tool: "ssh" | "scp", args: string[], localPort: number): 
   ]);
 }
 
-/** Drops UDP between the laptop side and the host endpoint's port in the NAT namespace's forward path (the relay's TCP is untouched), or lifts the drop. */
+/** Loads nftables rule text in namespace `n`. */
+function nft(n: Netns, text: string): void {
+  const r = Bun.spawnSync(n.exec(["nft", "-f", "-"]), { stdin: new TextEncoder().encode(text), stderr: "pipe" });
+  if (r.exitCode !== 0) throw new Error(`nft in ${n.name}: ${r.stderr}`);
+}
+
+/** Drops UDP between the laptop side and the host NAT's public endpoint port in the laptop NAT's forward path (the relay's TCP is untouched), or lifts the drop. */
 function blockDirect(on: boolean): void {
-  if (!on) return void must(nat.exec(["nft", "delete", "table", "ip", "bb_block"]));
-  const rules = `table ip bb_block {\n chain drop_udp { type filter hook forward priority -10; policy accept; ip daddr ${ROOT_ADDR} udp dport ${endpointPort} drop; ip saddr ${ROOT_ADDR} udp sport ${endpointPort} drop; }\n}\n`;
-  const r = Bun.spawnSync(nat.exec(["nft", "-f", "-"]), { stdin: new TextEncoder().encode(rules), stderr: "pipe" });
-  if (r.exitCode !== 0) throw new Error(`nft: ${r.stderr}`);
+  if (!on) return void must(lnat.exec(["nft", "delete", "table", "ip", "bb_block"]));
+  nft(lnat, `table ip bb_block {\n chain drop_udp { type filter hook forward priority -10; policy accept; ip daddr ${HOST_NAT_PUBLIC} udp dport ${endpointPort} drop; ip saddr ${HOST_NAT_PUBLIC} udp sport ${endpointPort} drop; }\n}\n`);
+}
+
+/** Links namespace `a`'s `ifA` to `b`'s `ifB` by a veth pair, both up. */
+function veth(a: Netns, ifA: string, b: Netns, ifB: string): void {
+  a.ip("link", "add", ifA, "type", "veth", "peer", "name", ifB, "netns", b.name);
+  a.ip("link", "set", ifA, "up");
+  b.ip("link", "set", ifB, "up");
+}
+
+/**
+ * The topology of the header: a bridge in `wan` joining the root namespace (ROOT_ADDR) and the two NATs' public sides;
+ * the laptop behind a symmetric NAT, the host behind an endpoint-independent one (its endpoint port mapped 1:1).
+ */
+function buildTopology(): void {
+  wan = new Netns(`bbsshw${id}`);
+  lnat = new Netns(`bbsshn${id}`);
+  hnat = new Netns(`bbsshm${id}`);
+  laptop = new Netns(`bbsshl${id}`);
+  hostNs = new Netns(`bbsshh${id}`);
+  wan.ip("link", "add", "br0", "type", "bridge");
+  wan.ip("link", "set", "br0", "up");
+  must(["ip", "link", "add", ROOT_VETH, "type", "veth", "peer", "name", "wr", "netns", wan.name]);
+  must(["ip", "addr", "add", `${ROOT_ADDR}/24`, "dev", ROOT_VETH]);
+  must(["ip", "link", "set", ROOT_VETH, "up"]);
+  wan.ip("link", "set", "wr", "master", "br0");
+  wan.ip("link", "set", "wr", "up");
+  for (const [n, addr, port] of [[lnat, LAPTOP_NAT_PUBLIC, "wl"], [hnat, HOST_NAT_PUBLIC, "wh"]] as const) {
+    veth(wan, port, n, "pub");
+    wan.ip("link", "set", port, "master", "br0");
+    n.ip("addr", "add", `${addr}/24`, "dev", "pub");
+  }
+  for (const [inner, nat, net] of [[laptop, lnat, "10.88.0"], [hostNs, hnat, "10.89.0"]] as const) {
+    veth(inner, "eth0", nat, "lan");
+    inner.ip("link", "set", "lo", "up");
+    inner.ip("addr", "add", `${net}.2/24`, "dev", "eth0");
+    inner.ip("route", "add", "default", "via", `${net}.1`);
+    nat.ip("addr", "add", `${net}.1/24`, "dev", "lan");
+    must(nat.exec(["sysctl", "-qw", "net.ipv4.ip_forward=1"]));
+  }
+  // The laptop's NAT is symmetric: a random public port per destination (address- and port-dependent mapping).
+  nft(lnat, `table ip nat {\n chain post { type nat hook postrouting priority srcnat; policy accept; oifname "pub" masquerade random; }\n}\n`);
+  // The host's NAT maps the endpoint's port to the same public port for every destination and lets anyone reach it
+  // (endpoint-independent mapping and filtering); everything else of the host (HTTP to the scheduler, TLS to the relay) is masqueraded.
+  nft(hnat, [
+    "table ip nat {",
+    ` chain post { type nat hook postrouting priority srcnat; policy accept; oifname "pub" ip saddr ${HOST_ADDR} udp sport ${endpointPort} snat to ${HOST_NAT_PUBLIC}:${endpointPort}; oifname "pub" masquerade; }`,
+    ` chain pre { type nat hook prerouting priority dstnat; policy accept; iifname "pub" udp dport ${endpointPort} dnat to ${HOST_ADDR}:${endpointPort}; }`,
+    "}",
+  ].join("\n") + "\n");
 }
 
 /** The relay's counter `name` from its metrics (plain HTTP on loopback). */
@@ -205,24 +297,12 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     must(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "private-ssh-test", "-f", sshKey()]);
     must(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "vm-host-key", "-f", join(work, "host_key")]);
 
-    // The laptop behind a masquerading NAT, linked to the root namespace by a veth.
-    laptop = new Netns(`bbsshl${id}`);
-    nat = new Netns(`bbsshn${id}`);
-    must(["ip", "link", "add", ROOT_VETH, "type", "veth", "peer", "name", "wan", "netns", nat.name]);
-    must(["ip", "addr", "add", `${ROOT_ADDR}/30`, "dev", ROOT_VETH]);
-    must(["ip", "link", "set", ROOT_VETH, "up"]);
-    nat.ip("addr", "add", `${NAT_WAN}/30`, "dev", "wan");
-    nat.ip("link", "set", "wan", "up");
-    nat.ip("link", "add", "lan", "type", "veth", "peer", "name", "eth0", "netns", laptop.name);
-    nat.ip("addr", "add", "10.88.0.1/24", "dev", "lan");
-    nat.ip("link", "set", "lan", "up");
-    laptop.ip("addr", "add", "10.88.0.2/24", "dev", "eth0");
-    laptop.ip("link", "set", "eth0", "up");
-    laptop.ip("route", "add", "default", "via", "10.88.0.1");
-    must(nat.exec(["sysctl", "-qw", "net.ipv4.ip_forward=1"]));
-    const natRules = `table ip nat {\n chain post { type nat hook postrouting priority srcnat; policy accept; oifname "wan" masquerade; }\n}\n`;
-    const r = Bun.spawnSync(nat.exec(["nft", "-f", "-"]), { stdin: new TextEncoder().encode(natRules), stderr: "pipe" });
-    if (r.exitCode !== 0) throw new Error(`nft: ${r.stderr}`);
+    // The laptop and the host, each behind its NAT; the public side is the root namespace (see buildTopology).
+    endpointPort = 20_000 + (Number.parseInt(id, 16) % 20_000);
+    buildTopology();
+    // The STUN responder on the public side: it tells the host endpoint its address as the host NAT maps it.
+    stun = new LineChild([BUN, resolve("test/support/stunResponder.ts"), ROOT_ADDR, "0"], join(work, "stun.log"));
+    stunPort = Number((await stun.waitFor((e) => e.ev === "ready", 15_000, "the STUN responder's start")).port);
 
     // The scheduler: the development manifest (private networking) with the sshd class and a second tenant.
     const dev = ensureDevManifest(join(work, "manifest"), built.digest);
@@ -252,7 +332,6 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     const tokens = JSON.parse(readFileSync(dev.clientConfigPath, "utf8")) as { token: string; operatorToken: string };
     ownerToken = tokens.token;
     port = await freePort();
-    endpointPort = 20_000 + (Number.parseInt(id, 16) % 20_000);
     scheduler = startRole(["scheduler", "serve", "--data-dir", join(work, "scheduler"), "--manifest", join(work, "manifest.json"), "--listen", `${ROOT_ADDR}:${port}`], join(work, "scheduler.log"));
     await waitUp();
     const base = `http://${ROOT_ADDR}:${port}`;
@@ -262,19 +341,21 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     connectionKeys = Object.entries(wk.connectionVerificationKeys ?? {}).map(([k, v]) => `${k}=${v}`).join(",");
     expect(connectionKeys).not.toBe("");
 
-    // The agent: its host endpoint bound to the laptop link's root end only, on a port of this run.
+    // The agent: in the host namespace (`ip netns exec`), its host endpoint bound to the host's private address on a port of
+    // this run, asking the STUN responder for its public mapping.
     const enroll = await operator.enrollmentToken("ssh-host");
     await runRole(["agent", "join", "--scheduler", base, "--token", enroll.token, "--data-dir", agentDir(), "--image-dir", join(work, "oci-image"), "--trusted-image-key", `${keyFile}.pub`, "--max-placements", "1"]);
     const cfgPath = agentPaths(agentDir()).config;
     const cfg = JSON.parse(readFileSync(cfgPath, "utf8"));
-    cfg.connections.listenAddress = ROOT_ADDR;
+    cfg.connections.listenAddress = HOST_ADDR;
     cfg.connections.listenPort = endpointPort;
+    cfg.connections.stunServers = [`${ROOT_ADDR}:${stunPort}`];
     cfg.connections.relayCaPath = relayCaPath;
     // Placement cgroups under a parent of this run's own: cgroups other runs left in the shared default would make the host unschedulable.
     cgroups = cgroupScope(`bbssh-${id}`);
     cfg.cgroupParent = cgroups.parent;
     writeFileSync(cfgPath, JSON.stringify(cfg, null, 2));
-    agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"));
+    agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"), {}, hostNs.exec([]));
     await waitHealthy();
 
     // The VM: sshd with the test's keys.
@@ -290,6 +371,14 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     // "Server listening" line in the job's output, as a user following `bb allocation logs` would.
     await waitUntil("sshd listening in the VM", async () => /Server listening on \S+ port 22/.test((await controller.logs(allocationId, 0)).text), 120_000, [agent.log]);
     timings.push(`sshd listening ${Math.round(performance.now() - t)} ms after create`);
+
+    // The host publishes its STUN-mapped candidate: a grant (made and revoked here) carries it once the endpoint has asked.
+    const probeKey = keyPairFromPrivate(systemRandom.fill(new Uint8Array(32)));
+    hostCandidates = await waitUntil("the host's STUN-mapped candidate in a grant", async () => {
+      const g = await controller.createConnectionGrant(allocationId, { clientPublicKey: Buffer.from(probeKey.publicKey).toString("base64"), transport: "tcp", ports: [22], ttlSeconds: 30 });
+      await controller.revokeConnectionGrant(allocationId, g.grant.payload.grantId);
+      return g.hostCandidates.some((c) => c.kind === "stun") ? g.hostCandidates : (await Bun.sleep(1_000), null);
+    }, 60_000, [agent.log]);
 
     // bb proxy on the laptop; the VM's host key pinned for 127.0.0.1:<its port>.
     proxy = startProxy(2222, ownerToken, "owner");
@@ -308,9 +397,9 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     if (agent) await stopRole(agent);
     if (scheduler) await stopRole(scheduler);
     if (relay) await stopRole(relay);
-    laptop?.delete();
-    nat?.delete();
-    sh(["ip", "link", "del", ROOT_VETH]);
+    await stun?.stop();
+    for (const n of [laptop, lnat, hostNs, hnat, wan]) n?.delete();
+    if (sh(["ip", "link", "show", "dev", ROOT_VETH]).code === 0) sh(["ip", "link", "del", ROOT_VETH]);
     if (!work) return;
     const allocations = join(agentDir(), "allocations");
     await cleanUpPlacements(allocations);
@@ -339,6 +428,14 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     expect(r.out).toContain("sysctls 0 0 0");
     // The grant's allocation address lies in the deployment's network: the scheduler's /64 for this tenant.
     expect(guestAddress).toMatch(/^fd[0-9a-f]{2}:/);
+    // Direct through the host NAT: the host published its private socket address and its STUN mapping (the STUN responder
+    // saw the endpoint's socket from the host NAT's public address and the same port); the proxy pinned the mapped one.
+    expect(hostCandidates).toContainEqual({ address: HOST_ADDR, port: endpointPort, kind: "local" });
+    expect(hostCandidates).toContainEqual({ address: HOST_NAT_PUBLIC, port: endpointPort, kind: "stun" });
+    expect(stun.events.some((e) => e.ev === "binding" && e.from === `${HOST_NAT_PUBLIC}:${endpointPort}`)).toBe(true);
+    // The agent under `ip netns exec` found no cgroup hierarchy under the fresh /sys and mounted them again for itself (the VM got its cgroup).
+    expect(readFileSync(agent.log, "utf8")).toMatch(/cgroup hierarchies were not mounted in this mount namespace .*: mounted \/sys\/fs\/cgroup/);
+    await waitLog(proxy, new RegExp(`path: direct via ${HOST_NAT_PUBLIC.replaceAll(".", "\\.")}:${endpointPort}`));
   }, 120_000);
 
   test("the VM cannot open a connection to the client: only replies of the granted flow pass", async () => {
@@ -398,8 +495,8 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
       expect(log()).not.toContain("path: direct");
       blockDirect(false);
       blocked = false;
-      // The proxy's probes now reach the host endpoint: it pins the direct address while that scp still runs.
-      const direct = `path: direct via ${ROOT_ADDR}:${endpointPort}`;
+      // The proxy's probes now reach the host endpoint through its NAT's mapping: it pins that address while that scp still runs.
+      const direct = `path: direct via ${HOST_NAT_PUBLIC}:${endpointPort}`;
       let movedWhileRunning = false;
       while (scp.exitCode === null && !(movedWhileRunning = log().slice(atUnblock).includes(direct))) await Bun.sleep(100);
       const relayAtMove = (await relayCounter("bytes_forwarded_total")) - bytesBefore;

@@ -90,12 +90,12 @@ describe("sequence numbers poisoned by one update", () => {
     await s.controller.release(view.allocationId);
   });
 
-  test("a sequence number past 2^53-1 is refused as a whole envelope (422), before anything is applied", async () => {
+  test("a sequence number past 2^53-1 is refused as a whole envelope (400), before anything is applied", async () => {
     const agent = await enrolledAgent("seq-host-4");
     const env = { protocolVersion: "1.0", messageId: "m-1", hostId: "seq-host-4", agentEpoch: agent.epoch, sentAt: new Date().toISOString(), type: "messages", payload: { bootId: agent.bootId, updates: [{ seq: 1e300, placementId: "p", allocationId: "a", generation: 1, state: "running", at: "x" }], acks: [], deliveryAcks: [] } };
     const credential = (agent.client as unknown as { credential: string }).credential;
     const r = await rawPost(`${s.url}/v1/agents/messages`, credential, JSON.stringify(env));
-    expect([r.status, r.body["code"]]).toEqual([422, "VALIDATION_FAILED"]);
+    expect([r.status, r.body["code"]]).toEqual([400, "VALIDATION_FAILED"]);
     expect(await agent.send({}).then(() => "ok", (e: unknown) => (e instanceof BeachballError ? e.code : String(e)))).toBe("ok");
   });
 });

@@ -101,6 +101,9 @@ describe("answers match the published schemas", () => {
     const grant = (await (await checkedFetch(`${s.url}/v1/allocations/${view.allocationId}/connection-grants`, json(s.tokens.token, { clientPublicKey: Buffer.alloc(32, 7).toString("base64"), transport: "tcp", ports: [22] }))).json()) as { grant: { payload: { grantId: string } }; connectionId: string; endpointToken: string };
     await checkedFetch(`${s.url}/v1/connections/${grant.connectionId}/messages`, json(grant.endpointToken, { messages: [{ type: "candidates", seq: 1, candidates: [{ address: "127.0.0.1", port: 40000, kind: "local" }] }] }));
     await checkedFetch(`${s.url}/v1/connections/${grant.connectionId}/poll`, json(grant.endpointToken, { after: 0 }));
+    await checkedFetch(`${s.url}/v1/connections/${grant.connectionId}/relay-tokens`, { method: "POST", headers: { authorization: `Bearer ${grant.endpointToken}` } });
+    // A second request within 10 s: 429 RATE_LIMITED, a Problem.
+    await checkedFetch(`${s.url}/v1/connections/${grant.connectionId}/relay-tokens`, { method: "POST", headers: { authorization: `Bearer ${grant.endpointToken}` } });
     await checkedFetch(`${s.url}/v1/agents/poll`, { method: "POST", headers: { authorization: `Bearer ${enrolled.credential}`, "content-type": "application/json" }, body: JSON.stringify(envelope("poll")) });
     await checkedFetch(`${s.url}/v1/allocations/${view.allocationId}/connection-grants/${grant.grant.payload.grantId}`, { method: "DELETE", headers: { authorization: `Bearer ${s.tokens.token}` } });
 
@@ -139,5 +142,6 @@ describe("answers match the published schemas", () => {
     const missing = Object.keys(ROUTES).filter((n) => ![...(checked.get(n) ?? [])].some((st) => st < 300));
     expect(missing).toEqual(["replacementAuthorizations", "connectionConnect"]);
     expect([...checked.get("replacementAuthorizations")!]).toEqual([409]);
+    expect([...checked.get("connectionRelayTokens")!]).toEqual([200, 429]);
   });
 });

@@ -96,12 +96,12 @@ describe("connection grants over HTTP", () => {
     expectProblem(await call("POST", path, null, body), 401, "UNAUTHENTICATED");
     expectProblem(await call("POST", path, s.tokens.operatorToken, body), 403, "FORBIDDEN");
     expectProblem(await call("POST", path, s.tokens.token, "{nope"), 400, "MALFORMED_JSON");
-    expectProblem(await call("POST", path, s.tokens.token, { ...body, clientPublicKey: "short" }), 422, "VALIDATION_FAILED");
-    expectProblem(await call("POST", path, s.tokens.token, { ...body, ports: [] }), 422, "VALIDATION_FAILED");
-    expectProblem(await call("POST", path, s.tokens.token, { ...body, extra: 1 }), 422, "VALIDATION_FAILED");
+    expectProblem(await call("POST", path, s.tokens.token, { ...body, clientPublicKey: "short" }), 400, "VALIDATION_FAILED");
+    expectProblem(await call("POST", path, s.tokens.token, { ...body, ports: [] }), 400, "VALIDATION_FAILED");
+    expectProblem(await call("POST", path, s.tokens.token, { ...body, extra: 1 }), 400, "VALIDATION_FAILED");
     expectProblem(await call("POST", path, s.tokens.token, { ...body, generation: 2 }), 409, "STALE_GENERATION");
     expectProblem(await call("POST", connectionGrantsPath(`alloc_${"0".repeat(32)}`), s.tokens.token, body), 404, "NOT_FOUND");
-    expectProblem(await call("POST", path, s.tokens.token, { ...body, ports: Array.from({ length: 17 }, (_, i) => i + 1) }), 422, "VALIDATION_FAILED");
+    expectProblem(await call("POST", path, s.tokens.token, { ...body, ports: Array.from({ length: 17 }, (_, i) => i + 1) }), 400, "VALIDATION_FAILED");
     expectProblem(await call("POST", path, s.tokens.token, JSON.stringify({ ...body, pad: "x".repeat(600_000) })), 413, "BODY_TOO_LARGE");
     expect((await agent.poll()).connections).toBeUndefined();
 
@@ -127,7 +127,7 @@ describe("connection grants over HTTP", () => {
     expectProblem(await call("POST", conn("poll"), `bbx_${"0".repeat(64)}`, { after: 0 }), 401, "UNAUTHENTICATED");
     expectProblem(await call("POST", conn("poll"), s.tokens.token, { after: 0 }), 401, "UNAUTHENTICATED");
     expectProblem(await call("POST", `/v1/connections/con_${"0".repeat(32)}/poll`, g.endpointToken, { after: 0 }), 401, "UNAUTHENTICATED");
-    expectProblem(await call("POST", conn("messages"), g.endpointToken, { messages: [] }), 422, "VALIDATION_FAILED");
+    expectProblem(await call("POST", conn("messages"), g.endpointToken, { messages: [] }), 400, "VALIDATION_FAILED");
     const sent = await call("POST", conn("messages"), g.endpointToken, { messages: [{ type: "candidates", seq: 1, candidates: [{ address: "127.0.0.1", port: 40001, kind: "local" }] }] });
     expect(sent.status).toBe(200);
     expect(sent.body).toMatchObject({ role: "client", lastAcceptedSeq: 1, closed: false });

@@ -179,15 +179,15 @@ describe("limits that trust Content-Length", () => {
     const body = JSON.stringify({ deliveryId: "d-big", generation: 1, contentType: "text/x-shellscript", payloadBase64 });
     expectProblem(await send("POST", `/v1/allocations/${allocationId}/bootstrap`, authFor(ROUTES.bootstrap), body), "PAYLOAD_TOO_LARGE", "fetch");
     const chunks = [new TextEncoder().encode(body)];
-    expectProblem(await rawRequest(port, "POST", `/v1/allocations/${allocationId}/bootstrap`, authFor(ROUTES.bootstrap), { chunked: chunks }), "PAYLOAD_TOO_LARGE", "chunked");
+    expectProblem(await rawRequest(port, "POST", `/v1/allocations/${allocationId}/bootstrap`, { ...authFor(ROUTES.bootstrap), "content-type": "application/json" }, { chunked: chunks }), "PAYLOAD_TOO_LARGE", "chunked");
   });
 
   test("an agent envelope over 256 KiB sent chunked is ENVELOPE_TOO_LARGE, and a create padded past its limit creates nothing", async () => {
     const before = await objectCounts();
     const env = JSON.stringify({ protocolVersion: "1.0", messageId: "m", hostId: "edge-host", agentEpoch: "", sentAt: "x", type: "poll", payload: { bootId: "b", updates: [], acks: [], deliveryAcks: [], pad: "x".repeat(300 * 1024) } });
-    expectProblem(await rawRequest(port, "POST", "/v1/agents/poll", authFor(ROUTES.poll), { chunked: [new TextEncoder().encode(env)] }), "ENVELOPE_TOO_LARGE", "envelope");
+    expectProblem(await rawRequest(port, "POST", "/v1/agents/poll", { ...authFor(ROUTES.poll), "content-type": "application/json" }, { chunked: [new TextEncoder().encode(env)] }), "ENVELOPE_TOO_LARGE", "envelope");
     const create = `{"clientRequestId":"pad-1","workloadClass":"ci-small"${" ".repeat(600 * 1024)}}`;
-    expectProblem(await rawRequest(port, "POST", "/v1/allocations", authFor(ROUTES.createAllocation), { chunked: filler(0).concat([new TextEncoder().encode(create)]) }), "BODY_TOO_LARGE", "padded create");
+    expectProblem(await rawRequest(port, "POST", "/v1/allocations", { ...authFor(ROUTES.createAllocation), "content-type": "application/json" }, { chunked: filler(0).concat([new TextEncoder().encode(create)]) }), "BODY_TOO_LARGE", "padded create");
     expect(await objectCounts()).toEqual(before);
   });
 
@@ -221,7 +221,7 @@ describe("record keys escaping their schema", () => {
     ["33 labels", Object.fromEntries(Array.from({ length: 33 }, (_, i) => [`l${i}`, "v"]))],
   ];
 
-  test("create refuses every label key or value outside the rules with 422 VALIDATION_FAILED (or 413 when the body is too large) and stores nothing", async () => {
+  test("create refuses every label key or value outside the rules with 400 VALIDATION_FAILED (or 413 when the body is too large) and stores nothing", async () => {
     const before = await objectCounts();
     for (const [what, labels] of badLabels) {
       const body = JSON.stringify({ clientRequestId: "labels-1", workloadClass: "ci-small", labels });
@@ -246,7 +246,7 @@ describe("record keys escaping their schema", () => {
 describe("lenient numbers", () => {
   const bad = ["1.5", "+5", " 5", "5 ", "0x10", "1e2", "-1", "", "05", "5abc", "NaN", "Infinity", "٥", "99999999999999999999"];
 
-  test("every integer query parameter of every route takes decimal digits only; anything else, a repeat or an unknown parameter is 422", async () => {
+  test("every integer query parameter of every route takes decimal digits only; anything else, a repeat or an unknown parameter is 400 VALIDATION_FAILED", async () => {
     for (const [name, r] of routes.filter(([, r]) => r.query)) {
       for (const [param, spec] of Object.entries(r.query!)) {
         if (spec.kind !== "integer") continue;
@@ -274,7 +274,7 @@ describe("wrong methods and unknown paths", () => {
       for (const m of ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"].filter((x) => !methods.includes(x))) {
         const a = await send(m, concrete, { authorization: `Bearer ${s.tokens.token}` });
         expectProblem(a, "METHOD_NOT_ALLOWED", `${m} ${path}`);
-        expect(a.headers.get("allow")).toBe([...methods].sort().join(", "));
+        expect(a.headers.get("allow")).toBe([...methods, ...(methods.includes("GET") ? ["HEAD"] : [])].sort().join(", "));
       }
     }
     for (const p of ["/v2/allocations", "/v1/allocations/", "/v1//allocations", "/v1/allocations/x/y/z", "/"]) expectProblem(await send("GET", p, {}), "NOT_FOUND", p);

@@ -19,7 +19,9 @@
  * Checked: bytes through `bb proxy` (the real CLI in the laptop namespace) reach the
  * kernel echo server and come back byte-exact; the path is direct through the host NAT's
  * STUN candidate (the laptop is behind a symmetric NAT, so the host learns it only by
- * roaming); the inner filter refuses other ports and addresses (counted) while the
+ * roaming); the proxy asks the STUN server the grant response lists from its tunnel
+ * socket and the laptop NAT's mapping it saw reaches the host as a stun candidate
+ * (through the stand-in's rendezvous route); the inner filter refuses other ports and addresses (counted) while the
  * granted flow passes; the guest cannot open a connection to the client; an expired
  * grant stops working (the host drops it by itself) and the proxy exits with
  * GRANT_EXPIRED; refused with stable codes: a tampered grant (GRANT_SIGNATURE_INVALID,
@@ -34,7 +36,10 @@
  * exact lengths and never the marker the connection began with, and `bb relay run`
  * forwarded frames too (its metrics); a third party presenting the grant's client relay
  * token is refused RELAY_PAIR_TAKEN while the host's session stays open, paired and
- * unreconnected; the revoke closes the host's relay sessions.
+ * unreconnected; the revoke closes the host's relay sessions. Relay tokens: with client
+ * tokens that live 8 s the proxy renews them from the rendezvous (the stand-in's
+ * relay-tokens route), and after `bb relay run` restarts past the first tokens' expiry
+ * both ends reconnect to it.
  * Needs root, ip, nft; otherwise prints why and skips. Leaves nothing behind.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
@@ -76,11 +81,13 @@ const allocationId = testId("alloc");
 const spaces: Netns[] = [];
 const children: LineChild[] = [];
 let issuerProc: LineChild;
+let stunProc: LineChild;
 let harness: LineChild;
 let W: Netns, LNAT: Netns, HNAT: Netns, L: Netns, H: Netns, S: Netns, T: Netns, P: Netns, G: Netns, R: Netns;
 let relayProc: ReturnType<typeof Bun.spawn> | null = null;
 let capture: LineChild;
 let relayCert: { certPath: string; keyPath: string; cert: string };
+let relay1Config: string;
 
 function veth(a: Netns, ifA: string, b: Netns, ifB: string): void {
   a.ip("link", "add", ifA, "type", "veth", "peer", "name", ifB, "netns", b.name);
@@ -151,17 +158,25 @@ async function startRelays(): Promise<void> {
     }));
     return path;
   };
-  const log = join(work, "relay-1.log");
-  const fd = openSync(log, "a");
-  relayProc = Bun.spawn(R.exec([bun, join(repo, "bin/bb.ts"), "relay", "run", "--config", file("relay-1", 443, 9443)]), { stdout: fd, stderr: fd, env: { ...process.env, NO_COLOR: "1" } });
-  closeSync(fd);
+  relay1Config = file("relay-1", 443, 9443);
   capture = child(R, [join(repo, "test/support/relayCapture.ts"), file("relay-cap", 8443, 9444)], "relay-cap");
+  await startRelay1();
   await capture.waitFor((e) => e.ev === "ready", 15_000, "relay-cap ready");
-  for (let i = 0; i < 300 && !/relay relay-1 listening/.test(readFileSync(log, "utf8")); i++) {
+}
+
+/** Starts `bb relay run` as relay-1 in R and waits until it listens (its log gains one more "listening" line). */
+async function startRelay1(): Promise<void> {
+  const log = join(work, "relay-1.log");
+  const listening = () => (readFileSync(log, "utf8").match(/relay relay-1 listening/g) ?? []).length;
+  const fd = openSync(log, "a");
+  const before = listening();
+  relayProc = Bun.spawn(R.exec([bun, join(repo, "bin/bb.ts"), "relay", "run", "--config", relay1Config]), { stdout: fd, stderr: fd, env: { ...process.env, NO_COLOR: "1" } });
+  closeSync(fd);
+  for (let i = 0; i < 300 && listening() === before; i++) {
     if (relayProc.exitCode !== null) throw new Error(`bb relay run exited ${relayProc.exitCode}: ${readFileSync(log, "utf8")}`);
     await Bun.sleep(50);
   }
-  expect(readFileSync(log, "utf8")).toContain("relay relay-1 listening");
+  expect(listening()).toBe(before + 1);
 }
 
 /** Runs a bun script inside namespace `n` and returns its stdout (15 s at most). */
@@ -219,11 +234,11 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
   beforeAll(async () => {
     buildTopology();
     await startRelays();
-    issuerProc = child(S, [join(repo, "test/support/grantIssuerServer.ts"), JSON.stringify({ hostname: SCHED, port: 8080, token: TOKEN, seed: issuer.seed, keyId: issuer.keyId, relays: RELAYS })], "issuer");
+    issuerProc = child(S, [join(repo, "test/support/grantIssuerServer.ts"), JSON.stringify({ hostname: SCHED, port: 8080, token: TOKEN, seed: issuer.seed, keyId: issuer.keyId, relays: RELAYS, stunServers: [`${STUN}:3478`] })], "issuer");
     await issuerProc.waitFor((e) => e.ev === "ready", 15_000, "issuer ready");
     issuerProc.send({ op: "allocation", id: allocationId, state: "ready", generation: 1, hostId: "host-1", allocationAddress: ALLOC });
-    const stun = child(T, [join(repo, "test/support/stunResponder.ts"), STUN, "3478"], "stun");
-    await stun.waitFor((e) => e.ev === "ready", 15_000, "stun ready");
+    stunProc = child(T, [join(repo, "test/support/stunResponder.ts"), STUN, "3478"], "stun");
+    await stunProc.waitFor((e) => e.ev === "ready", 15_000, "stun ready");
     const echo = child(G, [join(repo, "test/support/tcpEcho.ts"), "listen", ALLOC, "22"], "echo");
     await echo.waitFor((e) => e.ev === "ready", 15_000, "echo ready");
     const cfg = {
@@ -253,7 +268,7 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     rmSync(work, { recursive: true, force: true });
   });
 
-  test("the host publishes its STUN-mapped candidate; bytes through bb proxy reach the guest's kernel echo server byte-exact over a direct path", async () => {
+  test("the host publishes its STUN-mapped candidate, and the proxy its own (the laptop NAT's mapping) through the rendezvous to the host; bytes through bb proxy reach the guest's kernel echo server byte-exact over a direct path", async () => {
     const c = await connectivity();
     expect(c.candidates).toContainEqual({ address: HNAT_PUBLIC, port: 51820, kind: "stun" });
     expect(c.candidates).toContainEqual({ address: "10.2.0.2", port: 51820, kind: "local" });
@@ -271,6 +286,19 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
       expect(g.path.direct).toStartWith(`${LNAT_PUBLIC}:`);
       expect(g.filter.inboundAccepted).toBeGreaterThan(100);
       expect(st.links).toEqual([expect.objectContaining({ netns: P.name, grants: 1 })]);
+      // The proxy asked the deployment's STUN server (from the grant response) out of its tunnel socket: the server saw
+      // the laptop NAT's public mapping, that mapping reached the Connection as a stun candidate, and the host holds it.
+      const grantId = g.grantId as string;
+      const seenFromLaptop = (await stunProc.waitFor((e) => e.ev === "binding" && String(e.from).startsWith(`${LNAT_PUBLIC}:`), 10_000, "a binding from the laptop NAT")).from as string;
+      const i0 = issuerProc.events.length;
+      issuerProc.send({ op: "client-candidates", grantId });
+      const posted = (await issuerProc.waitFor((e) => e.ev === "client-candidates", 5_000, "client candidates", i0)).candidates as Array<Record<string, unknown>>;
+      expect(posted).toContainEqual({ address: LNAT_PUBLIC, port: Number(seenFromLaptop.split(":")[1]), kind: "stun" });
+      expect(posted).toContainEqual(expect.objectContaining({ address: "10.1.0.2", kind: "local" }));
+      const heldByHost = async () => ((await hostStats()).grants.find((x: any) => x.grantId === grantId)?.candidates ?? []) as string[];
+      for (let i = 0; i < 50 && !(await heldByHost()).includes(seenFromLaptop); i++) await Bun.sleep(100);
+      expect(await heldByHost()).toContain(seenFromLaptop);
+      expect(await px.text()).toContain("to the rendezvous (1 from STUN)");
       expect(P.ip("link", "show", "dev", "bbconn0")).toContain("bbconn0");
     } finally {
       px.proc.kill("SIGINT");
@@ -367,6 +395,40 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     for (let i = 0; i < 50 && (await hostStats()).relays.length; i++) await Bun.sleep(100);
     expect((await hostStats()).relays).toEqual([]);
   }, 120_000);
+
+  test("relay tokens are renewed: with client tokens that live 8 s, the proxy gets fresh ones from the rendezvous, and when bb relay run restarts after the first ones expired it reconnects with them", async () => {
+    blockDirect(true);
+    let blocked = true;
+    issuerProc.send({ op: "next-grant", relays: true, clientRelayTokenTtlMs: 8_000 });
+    await issuerProc.waitFor((e) => e.ev === "next-grant", 5_000, "next-grant");
+    const px = await startProxy(2232);
+    const opens = async () => ((await px.text()).match(/relay relay-1: session open/g) ?? []).length;
+    try {
+      await px.waitFor(/listening on 127\.0\.0\.1:2232/);
+      const grantId = /grant (grt_[0-9a-f]{32})/.exec(await px.text())![1]!;
+      expect((await echoThrough(2232, 100_000)).ok).toBe(true);
+      // Two thirds into each token's 8 s: the second refresh comes after the first tokens expired.
+      for (let i = 0; i < 400 && ((await px.text()).match(/relay tokens refreshed/g) ?? []).length < 2; i++) await Bun.sleep(50);
+      expect(((await px.text()).match(/relay tokens refreshed/g) ?? []).length).toBeGreaterThanOrEqual(2);
+      const before = await opens();
+      relayProc!.kill("SIGTERM");
+      await relayProc!.exited;
+      await startRelay1();
+      for (let i = 0; i < 400 && (await opens()) === before; i++) await Bun.sleep(50);
+      expect(await opens()).toBeGreaterThan(before);
+      // With the grant's first token it would have been refused RELAY_TOKEN_EXPIRED.
+      expect(await px.text()).not.toMatch(/relay relay-1: refused/);
+      const hostRelay = async () => (await hostStats()).relays.find((x: any) => x.pathId === `relay-1/${grantId}`);
+      for (let i = 0; i < 200 && !((await hostRelay())?.state === "open" && (await hostRelay())?.connects >= 2); i++) await Bun.sleep(50);
+      expect(await hostRelay()).toMatchObject({ state: "open", paired: true });
+      expect((await echoThrough(2232, 100_000)).ok).toBe(true);
+    } finally {
+      if (blocked) blockDirect(false);
+      blocked = false;
+      px.proc.kill("SIGINT");
+      expect(await px.proc.exited).toBe(0);
+    }
+  }, 90_000);
 
   test("the inner filter passes only the granted flow and counts the rest; the guest cannot open a connection to the client", async () => {
     // A raw WireGuard client (test/support/wgHarness.ts) with a grant of its own, sending crafted packets.

@@ -62,9 +62,9 @@ describe("bad input gets a stable code and changes nothing", () => {
       [null, ok, 401, "UNAUTHENTICATED"],
       ["wrong-token", ok, 401, "UNAUTHENTICATED"],
       [s.tokens.token, "{not json", 400, "MALFORMED_JSON"],
-      [s.tokens.token, JSON.stringify({ clientRequestId: "bad-1", workloadClass: "ci-small", sneaky: true }), 422, "VALIDATION_FAILED"],
+      [s.tokens.token, JSON.stringify({ clientRequestId: "bad-1", workloadClass: "ci-small", sneaky: true }), 400, "VALIDATION_FAILED"],
       [s.tokens.token, JSON.stringify({ clientRequestId: "bad-1", workloadClass: "no-such-class" }), 422, "UNKNOWN_WORKLOAD_CLASS"],
-      [s.tokens.token, JSON.stringify({ clientRequestId: "../../etc", workloadClass: "ci-small" }), 422, "VALIDATION_FAILED"],
+      [s.tokens.token, JSON.stringify({ clientRequestId: "../../etc", workloadClass: "ci-small" }), 400, "VALIDATION_FAILED"],
       [s.tokens.operatorToken, ok, 403, "FORBIDDEN"],
     ];
     for (const [token, body, status, code] of cases) {

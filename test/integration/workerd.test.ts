@@ -72,11 +72,21 @@ describe("the scheduler on workerd", () => {
     let url = await startWorkerd();
     // The same HTTP surface as the embedded host: 405 with Allow, the OpenAPI document, request IDs.
     const wrong = await fetch(`${url}/v1/allocations`, { method: "DELETE", headers: { "x-request-id": "wd-trace-1" } });
-    expect([wrong.status, wrong.headers.get("allow"), wrong.headers.get("content-type"), wrong.headers.get("x-request-id")]).toEqual([405, "GET, POST", "application/problem+json", "wd-trace-1"]);
+    expect([wrong.status, wrong.headers.get("allow"), wrong.headers.get("content-type"), wrong.headers.get("x-request-id")]).toEqual([405, "GET, HEAD, POST", "application/problem+json", "wd-trace-1"]);
     expect(((await wrong.json()) as { code: string }).code).toBe("METHOD_NOT_ALLOWED");
     expect(((await (await fetch(`${url}/openapi.json`)).json()) as { openapi: string }).openapi).toBe("3.1.0");
     const tokens = JSON.parse(readFileSync(join(dir, "manifest", "client.json"), "utf8")) as { token: string; operatorToken: string };
     const operator = new SchedulerClient(url, tokens.operatorToken);
+    // Bad input is refused as on the embedded host (test/integration/bad-input.test.ts walks every route there).
+    const refusal = async (path: string, init: RequestInit) => {
+      const r = await fetch(`${url}${path}`, { ...init, headers: { authorization: `Bearer ${tokens.token}`, ...(init.headers as Record<string, string>) } });
+      const p = (await r.json()) as { code: string; detail: string };
+      return [r.status, p.code, p.detail];
+    };
+    expect(await refusal("/v1/allocations", { method: "POST", headers: { "content-type": "text/plain" }, body: "{}" })).toEqual([415, "UNSUPPORTED_MEDIA_TYPE", "this route takes Content-Type: application/json (got text/plain)"]);
+    expect(await refusal("/v1/allocations", { method: "POST", headers: { "content-type": "application/json" }, body: '{"clientRequestId":"wd-x","workloadClass":"ci-small","bogus":1}' })).toEqual([400, "VALIDATION_FAILED", "/bogus: unknown field; allowed fields here: clientRequestId, workloadClass, labels, ttlSeconds"]);
+    expect(await refusal("/v1/allocations/alloc_xyz", { method: "GET" })).toEqual([400, "VALIDATION_FAILED", "path parameter id (allocation ID) must match ^alloc_[0-9a-f]{32}$"]);
+    expect(await refusal(`/v1/allocations/alloc_${"0".repeat(32)}/connection-grants/grt_${"0".repeat(32)}`, { method: "DELETE" })).toEqual([404, "NOT_FOUND", "no such allocation"]);
     const t = await operator.enrollmentToken("wd-host");
     const enrolled = await rawPost(`${url}/v1/agents/enroll`, null, JSON.stringify({ token: t.token, capacity: { cpuMillis: 2000, memoryMiB: 1024, ephemeralDiskMiB: 4096, maxPlacements: 2 }, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }));
     expect(enrolled.status).toBe(201);

@@ -32,13 +32,14 @@ const T0 = 1_900_000_000_000;
 const dirs: string[] = [];
 const workers: SchedulerWorker[] = [];
 
-/** A scheduler on the real objects (one SQLite file) under a fake clock, with private networking and one relay. */
+/** A scheduler on the real objects (one SQLite file) under a fake clock, with private networking, one relay and two STUN servers. */
 export function world() {
   const dir = mkdtempSync(join(tmpdir(), "bb-grants-"));
   dirs.push(dir);
   const clock = new FakeClock(T0);
   const connections = devConnections(dir);
   connections.relays = [{ relayId: "relay-1", url: "wss://relay-1.example:443/v1/relay" }];
+  connections.stunServers = ["192.0.2.53:3478", "[2001:db8::53]:3478"];
   connections.grants = { maxTtlSeconds: 600, defaultTtlSeconds: 120, policyRevision: 7, default: { transports: ["tcp"], ports: ["22", "8000-8010"] } };
   const base = testManifest();
   const manifest: DeploymentManifest = {

@@ -247,6 +247,10 @@ export class HostileGenerator {
     const base = { route: name, method: r.method, path: this.path(r), headers: { "content-type": "application/json" } as Record<string, string> };
     const authed = { ...base, headers: { ...base.headers, ...this.auth(r) } };
     const needsAuth = r.auth !== "none" && r.auth !== "enroll";
+    // Past authentication the guard checks the path's IDs first: a malformed one is VALIDATION_FAILED whatever else is wrong.
+    const pathParts = base.path.split("/");
+    const malformedId = r.path.split("/").some((seg, i) => seg.startsWith(":") && !(r.params?.[seg.slice(1)]?.test(pathParts[i]!) ?? false));
+    const past = (code: ErrorCode): ErrorCode => (malformedId ? "VALIDATION_FAILED" : code);
     // Bun hides a GET's body from the application (request.body is null) and discards it itself, so no
     // hostile GET carries one here: the server could not drain it for a client that asked to close.
     const sendable = (req: HostileRequest): HostileRequest => (req.method === "GET" ? { ...req, body: undefined as never, raw: undefined as never } : req);
@@ -281,17 +285,17 @@ export class HostileGenerator {
       else if (spec) query = `${param}=${encodeURIComponent(rng.pick(["x", "alloc_", "' OR 1=1", "a".repeat(200), ""]))}`;
       else query = `${param}=1`;
       // The query is checked before the body: a POST carries its valid sample body, which must not be acted on.
-      return { ...authed, category: "bad query", path: `${authed.path}?${query}`, ...(r.body ? { body: json(this.samples[name]) } : {}), expect: "VALIDATION_FAILED" };
+      return { ...authed, category: "bad query", path: `${authed.path}?${query}`, ...(r.body ? { body: json(this.samples[name]) } : {}), expect: past("VALIDATION_FAILED") };
     }
     if (!r.body) {
       if (r.method !== "POST") return null;
       // A body where none is taken: over the tolerated size, refused before the handler.
       return rng.chance(0.5)
-        ? { ...authed, category: "body on a bodyless route", body: rng.bytes(MAX_IGNORED_BODY_BYTES + 1 + rng.int(8192)), expect: "BODY_TOO_LARGE" }
-        : { ...authed, category: "body on a bodyless route", raw: { chunked: filler(MAX_IGNORED_BODY_BYTES + 1 + rng.int(200_000)) }, expect: "BODY_TOO_LARGE" };
+        ? { ...authed, category: "body on a bodyless route", body: rng.bytes(MAX_IGNORED_BODY_BYTES + 1 + rng.int(8192)), expect: past("BODY_TOO_LARGE") }
+        : { ...authed, category: "body on a bodyless route", raw: { chunked: filler(MAX_IGNORED_BODY_BYTES + 1 + rng.int(200_000)) }, expect: past("BODY_TOO_LARGE") };
     }
     const limit = r.body.maxBytes;
-    const sized = (b: Uint8Array, code: ErrorCode): ErrorCode => (b.byteLength > limit ? r.body!.tooLarge : code);
+    const sized = (b: Uint8Array, code: ErrorCode): ErrorCode => past(b.byteLength > limit ? r.body!.tooLarge : code);
     if (roll < 52) {
       const d = MAX_JSON_DEPTH + 1 + rng.int(rng.chance(0.5) ? 10 : 60_000);
       const b = text(`{"a":${"[".repeat(d)}${"]".repeat(d)}}`);
@@ -305,14 +309,21 @@ export class HostileGenerator {
     if (roll < 65) {
       const huge = limit + 1 + rng.int(rng.chance(0.2) ? 2 * 1024 * 1024 : 1024);
       return rng.chance(0.5)
-        ? { ...authed, category: "oversized (chunked)", raw: { chunked: filler(huge) }, expect: r.body.tooLarge }
-        : { ...authed, category: "oversized (declared)", raw: { bytes: json(this.samples[name]), contentLength: String(huge) }, expect: r.body.tooLarge };
+        ? { ...authed, category: "oversized (chunked)", raw: { chunked: filler(huge) }, expect: past(r.body.tooLarge) }
+        : { ...authed, category: "oversized (declared)", raw: { bytes: json(this.samples[name]), contentLength: String(huge) }, expect: past(r.body.tooLarge) };
     }
     if (roll < 70) {
       if (r.auth !== "enroll" && r.auth !== "host") return null;
       // Well formed, refused by the authority: an unknown enrollment token, an envelope for another host.
       if (r.auth === "enroll") return { ...authed, category: "unknown enrollment token", body: json({ ...(this.samples[name] as object), token: `bbe_${Buffer.from(rng.bytes(24)).toString("hex")}` }), expect: "ENROLLMENT_TOKEN_INVALID" };
       return { ...authed, category: "envelope for another host", body: json({ ...(this.samples[name] as object), hostId: "another-host" }), expect: "FORBIDDEN" };
+    }
+    if (roll < 75) {
+      // A valid body under the wrong media type (or none): refused from the headers, before it is read.
+      const { "content-type": _json, ...rest } = authed.headers;
+      const type = rng.pick([null, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/json; charset=iso-8859-1", "application/jsonx"]);
+      const b = json(this.samples[name]);
+      return { ...authed, category: "wrong media type", headers: type ? { ...rest, "content-type": type } : rest, raw: { bytes: b }, expect: past("UNSUPPORTED_MEDIA_TYPE") };
     }
     const check = this.checks.get(name)!;
     for (let attempt = 0; attempt < 20; attempt++) {

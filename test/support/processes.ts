@@ -19,10 +19,10 @@ export interface Role {
   log: string;
 }
 
-/** Starts `bb ARGS…` with output appended to `log` (`env` overrides variables, e.g. PATH). */
-export function startRole(args: string[], log: string, env: Record<string, string> = {}): Role {
+/** Starts `bb ARGS…` with output appended to `log` (`env` overrides variables, e.g. PATH); `prefix` goes before the command (e.g. `ip netns exec NAME`, so that the PID is still bb's: ip execs it). */
+export function startRole(args: string[], log: string, env: Record<string, string> = {}, prefix: readonly string[] = []): Role {
   const fd = openSync(log, "a");
-  const proc = Bun.spawn([BUN, BB, ...args], { stdout: fd, stderr: fd, stdin: "ignore", env: { ...process.env, NO_COLOR: "1", ...env } });
+  const proc = Bun.spawn([...prefix, BUN, BB, ...args], { stdout: fd, stderr: fd, stdin: "ignore", env: { ...process.env, NO_COLOR: "1", ...env } });
   closeSync(fd);
   return { proc, log };
 }

@@ -27,8 +27,8 @@ import { MAX_APPLIED_GRANTS, MAX_REPORTED_GRANT_REFUSALS } from "../../protocol/
 import type { Candidate, GrantPayload } from "../../protocol/connection.ts";
 import { checkSignedRelayMap, checkSignedRelayToken, type ConnectionVerificationKeys } from "../../protocol/connectionSignature.ts";
 import { canonicalIpv6, formatIpv6 } from "../../protocol/ipAddress.ts";
-import { MultipathTunnel, type Aead, type KeyPair25519, type Peer, type PathEndpoint, type PathState, type PeerRelay, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../../wireguard/index.ts";
-import { CANDIDATE_REFRESH_MS, localCandidates, mergeCandidates, stunCandidates, type StunServer } from "./candidates.ts";
+import type { StunServer } from "../../protocol/stunServers.ts";
+import { CANDIDATE_REFRESH_MS, gatherCandidates, MultipathTunnel, type Aead, type KeyPair25519, type Peer, type PathEndpoint, type PathState, type PeerRelay, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../../wireguard/index.ts";
 import { checkGrantForHost, type PlacementLookup, type PlacementTarget } from "./grantCheck.ts";
 import { InnerFilter, type FilterCounters } from "./innerFilter.ts";
 import type { PlacementLink, PlacementLinkPort } from "./placementLink.ts";
@@ -85,6 +85,8 @@ interface LinkEntry {
 export interface GrantStats {
   grantId: string;
   path: PathState;
+  /** The client's candidates this host probes ("address:port"), as posted through the rendezvous. */
+  candidates: string[];
   filter: FilterCounters;
   flows: number;
   /** Relays of the grant not used because their map or token failed its check. */
@@ -350,9 +352,7 @@ export class HostEndpoint {
   /** Gathers local and STUN candidates again. Never rejects. */
   async refreshCandidates(): Promise<void> {
     this.nextRefreshMs = this.o.clock.nowMs() + CANDIDATE_REFRESH_MS;
-    const local = localCandidates(this.o.listen.hostname, this.t.udp.port, this.o.interfaces());
-    const stun = await stunCandidates(this.o.stunServers, (s) => this.t.udp.stunBinding(s)).catch(() => []);
-    const next = mergeCandidates(stun, local);
+    const next = await gatherCandidates(this.t.udp, this.o.listen.hostname, this.o.interfaces(), this.o.stunServers);
     const changed = JSON.stringify(next) !== JSON.stringify(this.candidates);
     this.candidates = next;
     if (changed) this.o.onChange?.();
@@ -392,7 +392,7 @@ export class HostEndpoint {
     return {
       device: this.t.mp.device.counters,
       socket: { ...this.t.udp.counters },
-      grants: [...this.applied.values()].map((a): GrantStats => ({ grantId: a.grant.grantId, path: this.t.selector(a.peer)!.state(), filter: a.filter.counters, flows: a.filter.flowCount(this.o.clock.nowMs()), relaysRejected: a.relaysRejected })),
+      grants: [...this.applied.values()].map((a): GrantStats => ({ grantId: a.grant.grantId, path: this.t.selector(a.peer)!.state(), candidates: this.t.selector(a.peer)!.candidateKeys(), filter: a.filter.counters, flows: a.filter.flowCount(this.o.clock.nowMs()), relaysRejected: a.relaysRejected })),
       relays: this.t.relays.list(),
       links: [...this.links.entries()].map(([netns, e]) => ({ netns, grants: e.grants.size, ...e.link.stats() })),
     };

@@ -5,7 +5,7 @@ import { placementTargetOf } from "./placementLookup.ts";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { endpointSettings, parseStunServer, relayCaOf } from "./startEndpoint.ts";
+import { endpointSettings, relayCaOf } from "./startEndpoint.ts";
 
 const KEY = Buffer.alloc(32, 9).toString("base64");
 
@@ -19,7 +19,7 @@ test("settings: defaults, STUN servers of both families, and a clear error namin
   expect(() => endpointSettings({ verificationKeys: { "conn-1": KEY }, listenPort: 70000 })).toThrow("connections.listenPort");
   expect(() => endpointSettings({ verificationKeys: { "conn-1": KEY }, listenAddress: "example.org" })).toThrow("connections.listenAddress");
   expect(() => endpointSettings({ verificationKeys: { "conn-1": KEY }, stunServers: Array(5).fill("192.0.2.1:3478") })).toThrow("at most 4");
-  for (const bad of ["stun.example.org:3478", "192.0.2.1", "2001:db8::1:3478", "192.0.2.1:0", "192.0.2.1:65536"]) expect(() => parseStunServer(bad)).toThrow("connections.stunServers");
+  for (const bad of ["stun.example.org:3478", "192.0.2.1", "2001:db8::1:3478", "192.0.2.1:0", "192.0.2.1:65536"]) expect(() => endpointSettings({ verificationKeys: { "conn-1": KEY }, stunServers: [bad] })).toThrow("connections.stunServers");
 });
 
 test("a grant's placement: networked states only, not one being removed, the highest generation of a replacement", () => {

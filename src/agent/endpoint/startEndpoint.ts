@@ -16,26 +16,14 @@ import { isIP } from "node:net";
 import { networkInterfaces } from "node:os";
 import { DEFAULT_ENDPOINT_PORT } from "../../protocol/connection.ts";
 import { isVerificationKey } from "../../protocol/connectionSignature.ts";
+import { parseStunServers, type StunServer } from "../../protocol/stunServers.ts";
 import { relayConnector } from "../../relayclient/index.ts";
 import { selectAead, systemClock, systemRandom } from "../../wireguard/index.ts";
 import type { AgentConnectionsConfig } from "../config.ts";
-import type { StunServer } from "./candidates.ts";
 import { HostEndpoint } from "./endpoint.ts";
 import type { PlacementLookup } from "./grantCheck.ts";
 import { loadOrCreateHostKey } from "./hostKey.ts";
 import { kernelPlacementLinks } from "./placementLink.ts";
-
-/** Most STUN servers a host asks. */
-export const MAX_STUN_SERVERS = 4;
-
-/** Parses "IPv4:PORT" or "[IPv6]:PORT". Throws an Error naming the entry. */
-export function parseStunServer(text: string): StunServer {
-  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([0-9.]+)):(\d{1,5})$/.exec(text);
-  const address = m?.[1] ?? m?.[2];
-  const port = Number(m?.[3]);
-  if (!address || !isIP(address) || !(port >= 1 && port <= 65535)) throw new Error(`connections.stunServers: ${JSON.stringify(text.slice(0, 80))} is not IPv4:PORT or [IPv6]:PORT`);
-  return { address, port };
-}
 
 /** The checked settings: verification keys, listen address and port, STUN servers. Throws an Error naming the bad field. */
 export function endpointSettings(c: AgentConnectionsConfig): { keys: Map<string, string>; listen: { hostname: string; port: number }; stun: StunServer[] } {
@@ -49,9 +37,7 @@ export function endpointSettings(c: AgentConnectionsConfig): { keys: Map<string,
   if (!isIP(hostname)) throw new Error(`connections.listenAddress: ${JSON.stringify(hostname)} is not an IP address`);
   const port = c.listenPort ?? DEFAULT_ENDPOINT_PORT;
   if (!Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`connections.listenPort: ${port} is not a port`);
-  const list = c.stunServers ?? [];
-  if (list.length > MAX_STUN_SERVERS) throw new Error(`connections.stunServers: at most ${MAX_STUN_SERVERS}`);
-  return { keys, listen: { hostname, port }, stun: list.map(parseStunServer) };
+  return { keys, listen: { hostname, port }, stun: parseStunServers(c.stunServers ?? [], "connections.stunServers") };
 }
 
 /** The PEM text of `connections.relayCaPath`, or undefined. Throws an Error naming the field when it cannot be read or holds no certificate. */

@@ -24,7 +24,8 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { type CpioEntry, encodeCpio } from "../cpio.ts";
 import { runChecked } from "../devKernel.ts";
-import { GUEST_IPV6_CASES, guestIpv6Setup, guestIpv6Sysctls } from "../guestIpv6Init.ts";
+import { guestIpv6Setup, guestIpv6Sysctls } from "../guestIpv6Init.ts";
+import { GUEST_NET_CASES, GUEST_NET_VARS, guestIpv4Setup, initramfsPreamble } from "../guestNetInit.ts";
 
 /** Where the guest binary sits inside a converted image's squashfs. */
 export const GUEST_DIR_IN_IMAGE = ".beachball";
@@ -37,30 +38,16 @@ export const WORKLOAD_ROOT = "/newroot";
 export function squashfsInit(modules: readonly string[]): string {
   return `#!/bin/busybox sh
 B=/bin/busybox
-$B mount -t devtmpfs devtmpfs /dev
-exec 0</dev/console 1>/dev/console 2>&1
-$B mount -t proc proc /proc
-$B mount -t sysfs sysfs /sys
-fail() { echo "beachball-initramfs: $*"; $B sync; $B reboot -f; $B sleep 5; }
-for m in ${modules.join(" ")}; do
-  $B insmod /lib/modules/$m.ko || echo "beachball-initramfs: insmod $m failed"
-done
+${initramfsPreamble(modules)}
 lower=/dev/vda
 upper=/dev/vdb
-ipv4=
-gw=
-dns=
-ipv6=
-ipv6_router=
+${GUEST_NET_VARS}
 init=
 for arg in $($B cat /proc/cmdline); do
   case "$arg" in
     beachball.lower=*) lower="\${arg#*=}" ;;
     beachball.upper=*) upper="\${arg#*=}" ;;
-    beachball.ipv4=*) ipv4="\${arg#*=}" ;;
-    beachball.gateway=*) gw="\${arg#*=}" ;;
-    beachball.dns=*) dns="\${arg#*=}" ;;
-${GUEST_IPV6_CASES}
+${GUEST_NET_CASES}
     init=*) init="\${arg#init=}" ;;
   esac
 done
@@ -89,10 +76,7 @@ $B ln -sf /proc/self/fd/2 $R/dev/stderr
 $B hostname beachball
 $B ip link set lo up
 ${guestIpv6Sysctls("beachball-initramfs")}
-if [ -n "$ipv4" ]; then
-  $B ip link set eth0 up && $B ip addr add "$ipv4" dev eth0 || echo "beachball-initramfs: eth0 setup failed"
-  if [ -n "$gw" ]; then $B ip route add default via "$gw" dev eth0 || echo "beachball-initramfs: route failed"; fi
-fi
+${guestIpv4Setup("$B ip", "beachball-initramfs")}
 ${guestIpv6Setup("$B ip", "beachball-initramfs")}
 $B rm -f $R/etc/resolv.conf $R/etc/hostname
 : > $R/etc/resolv.conf

@@ -17,14 +17,20 @@
  * them to the host endpoint in configure_connection apply (the host never
  * calls the scheduler but through its control channel; it sends to them to
  * open its NAT towards the client: hole punching).
+ * Relay tokens: either role may ask for fresh ones for the Connection's
+ * grant (`relayTokens`; relay tokens live minutes, a grant up to an hour):
+ * minted like the grant's own (src/scheduler/objects/grantDocuments.ts),
+ * never past the grant, at most one per role per MIN_RELAY_TOKEN_REFRESH_MS
+ * (remembered in memory: a restarted object admits one more at once).
  * Calls only Host (which calls nobody back).
  * Must never: store a private key, a raw token or a packet, keep anything
  * past its grant, or let one role read or acknowledge its own messages.
  */
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
 import { BeachballError } from "../../protocol/errors.ts";
-import { MAX_CONNECTION_MESSAGE_BYTES, MAX_CONNECTION_MESSAGES_PER_ROLE, MAX_CONNECTION_POLL_WAIT_MS, type ConnectionMessage, type ConnectionPollResponse, type RelayRole } from "../../protocol/connection.ts";
+import { MAX_CONNECTION_MESSAGE_BYTES, MAX_CONNECTION_MESSAGES_PER_ROLE, MAX_CONNECTION_POLL_WAIT_MS, MIN_RELAY_TOKEN_REFRESH_MS, type ConnectionMessage, type ConnectionPollResponse, type ConnectionRelayTokensResponse, type RelayRole } from "../../protocol/connection.ts";
 import type { SchedulerEnv } from "../env.ts";
+import { relayTokens } from "./grantDocuments.ts";
 import { CONNECTION_TABLES } from "./networkSchema.ts";
 
 /** Most polls parked per role at once (a reconnecting endpoint may briefly have two). */
@@ -61,6 +67,8 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
   /** Parked polls by the role that waits (woken by the other role's messages or the end). */
   private readonly parked: Record<RelayRole, Set<() => void>> = { client: new Set(), host: new Set() };
   private draining = false;
+  /** When each role last got fresh relay tokens, clock ms (memory only). */
+  private readonly lastRelayTokensMs: Record<RelayRole, number> = { client: -Infinity, host: -Infinity };
   /** Set by `close`: the rows go when the call ends, but nothing may be served from them meanwhile. */
   private ended = false;
 
@@ -206,6 +214,27 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
     const candidates = role === "client" ? fresh.filter((m) => m.type === "candidates").pop() : undefined;
     if (candidates?.type === "candidates" && r.host_id) await this.env.Host.get(r.host_id).clientCandidates(r.grant_id, candidates.candidates);
     return this.answer(role, { ...r, [role === "client" ? "client_last_seq" : "host_last_seq"]: newLast }, []);
+  }
+
+  /**
+   * Fresh relay tokens for `role` (authenticated by the caller) of this
+   * Connection's grant: one per relay of the deployment, expiring after the
+   * relay-token lifetime or with the grant. Throws UNAUTHENTICATED once the
+   * Connection ended (the grant expired, was revoked, or its allocation was
+   * replaced or released: each revokes it), RATE_LIMITED within
+   * MIN_RELAY_TOKEN_REFRESH_MS of the role's last refresh, FORBIDDEN when
+   * the deployment has no private networking.
+   */
+  relayTokens(role: RelayRole): ConnectionRelayTokensResponse {
+    const r = this.mustLive();
+    const settings = this.env.config.connections;
+    const signer = this.env.signer;
+    if (!settings || !signer) throw new BeachballError("FORBIDDEN", "private networking is not configured in this deployment's manifest");
+    const now = this.env.clock.now();
+    const wait = this.lastRelayTokensMs[role] + MIN_RELAY_TOKEN_REFRESH_MS - now;
+    if (wait > 0) throw new BeachballError("RATE_LIMITED", `relay tokens are refreshed at most once per ${MIN_RELAY_TOKEN_REFRESH_MS / 1000} s`, { retryAfterSeconds: Math.ceil(wait / 1000) });
+    this.lastRelayTokensMs[role] = now;
+    return { grantId: r.grant_id, role, relayTokens: relayTokens(signer, settings, r.grant_id, role, r.expires_at_ms, now), expiresAtMs: r.expires_at_ms };
   }
 
   /** Ends the Connection now (its grant was revoked): every row goes, parked polls answer `closed`. Idempotent. */

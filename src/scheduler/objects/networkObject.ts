@@ -217,7 +217,7 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
       if (!cur || cur.terminal_at_ms !== null) throw new BeachballError("INVALID_STATE", "the allocation was released while the grant was issued");
       throw new BeachballError("STALE_GENERATION", "the allocation was replaced while the grant was issued");
     }
-    return { grant: docs.grant, relayMap: docs.relayMap, relayTokens: relayTokens(signer, settings, grantId, "client", expiresAtMs, now), connectionId, endpointToken: clientToken, hostCandidates: endpoint.candidates };
+    return { grant: docs.grant, relayMap: docs.relayMap, relayTokens: relayTokens(signer, settings, grantId, "client", expiresAtMs, now), connectionId, endpointToken: clientToken, hostCandidates: endpoint.candidates, stunServers: [...settings.stunServers] };
   }
 
   /**
