@@ -9,8 +9,9 @@
  * Owns: the syntax and MAX_STUN_SERVERS. Pure: no sockets, no name
  * resolution (a name would add a resolver dependency to every binding and
  * change under a running tunnel; deployments list literals).
- * Must never: accept a host name, a port outside 1..65535, or more than
- * MAX_STUN_SERVERS servers.
+ * Must never: accept a host name, an address that is not unicast
+ * (notUnicast), a port outside 1..65535, more than MAX_STUN_SERVERS
+ * servers, or one server twice.
  */
 import { isIP } from "node:net";
 import { Type } from "@sinclair/typebox";
@@ -27,13 +28,65 @@ export interface StunServer {
 /** The JSON shape of one server in text form (manifest, grant response); parseStunServer checks the address itself. */
 export const StunServerText = Type.String({ minLength: 9, maxLength: 53, pattern: "^(?:\\[[0-9a-fA-F:.]+\\]|[0-9.]+):[0-9]{1,5}$", description: "IPv4:PORT or [IPv6]:PORT" });
 
-/** Parses "IPv4:PORT" or "[IPv6]:PORT". Throws an Error quoting the entry when it is neither (a host name, a bad address or port). */
+/** The 8 16-bit groups of IPv6 address `a` (already checked by isIP). */
+function ipv6Groups(a: string): number[] {
+  const groups = (part: string) =>
+    part === ""
+      ? []
+      : part.split(":").flatMap((g) => {
+          if (!g.includes(".")) return [parseInt(g, 16)];
+          const [o0 = 0, o1 = 0, o2 = 0, o3 = 0] = g.split(".").map(Number);
+          return [o0 * 256 + o1, o2 * 256 + o3];
+        });
+  const at = a.indexOf("::");
+  if (at < 0) return groups(a);
+  const head = groups(a.slice(0, at));
+  const tail = groups(a.slice(at + 2));
+  return [...head, ...Array<number>(8 - head.length - tail.length).fill(0), ...tail];
+}
+
+/**
+ * Why `address` (an IP literal of `family`) cannot be a STUN server, or
+ * null: a STUN server is one unicast host the tunnel socket can reach
+ * without a zone. Refused: IPv4 0.0.0.0/8 ("this network", RFC 791),
+ * 224.0.0.0/4 multicast, 240.0.0.0/4 reserved and broadcast, 169.254.0.0/16
+ * link-local (RFC 3927); IPv6 `::` unspecified, ff00::/8 multicast,
+ * fe80::/10 link-local (RFC 4291 §2.5–2.7; it needs a zone, which the
+ * syntax does not take), ::ffff:0:0/96 IPv4-mapped (write the IPv4 form).
+ * A multicast or broadcast server would let any host on the link answer a
+ * binding and plant a candidate.
+ */
+function notUnicast(address: string, family: 4 | 6): string | null {
+  if (family === 4) {
+    const [a = 0, b = 0] = address.split(".").map(Number);
+    if (a === 0) return "an unspecified (0.0.0.0/8) address";
+    if (a >= 224) return "a multicast, reserved or broadcast address";
+    if (a === 169 && b === 254) return "a link-local address";
+    return null;
+  }
+  const g = ipv6Groups(address);
+  if (g.every((x) => x === 0)) return "the unspecified address";
+  if (g[0]! >= 0xff00) return "a multicast address";
+  if ((g[0]! & 0xffc0) === 0xfe80) return "a link-local address";
+  if (g.slice(0, 5).every((x) => x === 0) && g[5] === 0xffff) return "an IPv4-mapped address (write the IPv4 form)";
+  return null;
+}
+
+/**
+ * Parses "IPv4:PORT" or "[IPv6]:PORT" into a unicast address (IPv6 in its
+ * canonical lower-case compressed form, RFC 5952) and a port 1..65535.
+ * Throws an Error quoting the entry when it is neither (a host name, a bad
+ * address or port) or names an address no STUN server can have (notUnicast).
+ */
 export function parseStunServer(text: string): StunServer {
   const m = /^(?:\[([0-9a-fA-F:.]+)\]|([0-9.]+)):(\d{1,5})$/.exec(text);
   const address = m?.[1] ?? m?.[2];
   const port = Number(m?.[3]);
-  if (!address || isIP(address) !== (m?.[1] ? 6 : 4) || !(port >= 1 && port <= 65535)) throw new Error(`${JSON.stringify(text.slice(0, 80))} is not IPv4:PORT or [IPv6]:PORT`);
-  return { address, port };
+  const family = m?.[1] ? 6 : 4;
+  if (!address || isIP(address) !== family || !(port >= 1 && port <= 65535)) throw new Error(`${JSON.stringify(text.slice(0, 80))} is not IPv4:PORT or [IPv6]:PORT`);
+  const why = notUnicast(address, family);
+  if (why) throw new Error(`${JSON.stringify(text.slice(0, 80))} is not a unicast address: ${why} cannot be a STUN server`);
+  return { address: family === 6 ? new URL(`http://[${address}]/`).hostname.slice(1, -1) : address, port };
 }
 
 /** The text form of `s` (the inverse of parseStunServer). */
@@ -43,15 +96,22 @@ export function formatStunServer(s: StunServer): string {
 
 /**
  * Parses a list of servers in text form. Throws an Error prefixed with
- * `field` for more than MAX_STUN_SERVERS entries or a malformed one.
+ * `field` for more than MAX_STUN_SERVERS entries, a malformed one, or one
+ * that repeats an earlier server (compared in canonical form).
  */
 export function parseStunServers(list: readonly string[], field: string): StunServer[] {
   if (list.length > MAX_STUN_SERVERS) throw new Error(`${field}: at most ${MAX_STUN_SERVERS} STUN servers`);
+  const seen = new Set<string>();
   return list.map((text) => {
+    let s: StunServer;
     try {
-      return parseStunServer(text);
+      s = parseStunServer(text);
     } catch (e) {
       throw new Error(`${field}: ${(e as Error).message}`);
     }
+    const canonical = formatStunServer(s);
+    if (seen.has(canonical)) throw new Error(`${field}: ${JSON.stringify(text.slice(0, 80))} repeats ${canonical}`);
+    seen.add(canonical);
+    return s;
   });
 }
