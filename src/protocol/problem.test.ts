@@ -33,4 +33,11 @@ describe("problem bodies (RFC 9457)", () => {
     const e = errorFromAnswer(422, JSON.stringify({ code: "VALIDATION_FAILED", detail: "d".repeat(100_000) }));
     expect(e.message.length).toBe(MAX_PROBLEM_DETAIL_CHARS);
   });
+
+  test("a peer's detail reaches a terminal printable: control characters, escape sequences and bidi overrides become spaces", () => {
+    const e = errorFromAnswer(400, JSON.stringify({ code: "VALIDATION_FAILED", detail: "bad\u001b]0;owned\u0007\r\nOK \u009b31m\u202eevil\u2069 § …\tx\u007f" }));
+    expect(e.message).not.toMatch(/[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/);
+    // Printable text, non-ASCII included (the scheduler's own details quote § and …), stays as it was.
+    expect(e.message).toBe("bad ]0;owned OK 31m evil § … x");
+  });
 });

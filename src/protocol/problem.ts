@@ -47,7 +47,20 @@ export class UnexpectedAnswerError extends Error {
   }
 }
 
-/** The bounded fields of a problem body, or null when `text` is not a problem with a known code. */
+/**
+ * Characters of a peer's text that must not reach a terminal or a log line
+ * as they are: C0 and C1 controls and DEL (they start escape sequences: a
+ * title change, a cleared screen, a forged line) and the bidirectional
+ * overrides and isolates (they reorder what is shown, Unicode TR 9).
+ */
+const UNPRINTABLE = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]+/g;
+
+/** `text` with every run of UNPRINTABLE characters and spaces made one space, trimmed. */
+function printable(text: string): string {
+  return text.replace(UNPRINTABLE, " ").replace(/ {2,}/g, " ").trim();
+}
+
+/** The bounded fields of a problem body (the detail printable: see UNPRINTABLE), or null when `text` is not a problem with a known code. */
 export function parseProblem(text: string): { code: ErrorCode; detail: string; extra: Record<string, unknown> } | null {
   let v: unknown;
   try {
@@ -58,7 +71,7 @@ export function parseProblem(text: string): { code: ErrorCode; detail: string; e
   if (typeof v !== "object" || v === null || Array.isArray(v)) return null;
   const p = v as { code?: unknown; detail?: unknown; title?: unknown; extra?: unknown };
   if (!isErrorCode(p.code)) return null;
-  const detail = typeof p.detail === "string" ? p.detail.slice(0, MAX_PROBLEM_DETAIL_CHARS) : p.code;
+  const detail = typeof p.detail === "string" ? printable(p.detail.slice(0, MAX_PROBLEM_DETAIL_CHARS)) : p.code;
   const extra = typeof p.extra === "object" && p.extra !== null && !Array.isArray(p.extra) ? (p.extra as Record<string, unknown>) : {};
   return { code: p.code, detail, extra };
 }
