@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { BeachballError } from "./errors.ts";
-import { errorFromAnswer, errorFromResponse, MAX_PROBLEM_DETAIL_CHARS, MAX_QUOTED_ANSWER_CHARS, problem, problemResponse, UnexpectedAnswerError } from "./problem.ts";
+import { BEARER_CHALLENGE, errorFromAnswer, errorFromResponse, MAX_PROBLEM_DETAIL_CHARS, MAX_QUOTED_ANSWER_CHARS, problem, problemResponse, UnexpectedAnswerError } from "./problem.ts";
 
 describe("problem bodies (RFC 9457)", () => {
   test("a server's problem response carries the code, status, content type and Retry-After", async () => {
@@ -10,6 +10,11 @@ describe("problem bodies (RFC 9457)", () => {
     expect(res.headers.get("retry-after")).toBe("3");
     expect(await res.json()).toMatchObject({ code: "RATE_LIMITED", status: 429, title: "RATE_LIMITED", detail: "slow down" });
     expect(problem("METHOD_NOT_ALLOWED", "x", undefined, { allow: "GET" }).headers.get("allow")).toBe("GET");
+  });
+
+  test("every 401 carries a Bearer challenge (RFC 9110 §15.5.2, RFC 6750 §3); other statuses none", () => {
+    for (const code of ["UNAUTHENTICATED", "ENROLLMENT_TOKEN_INVALID", "RELAY_TOKEN_EXPIRED"] as const) expect(problem(code, "x").headers.get("www-authenticate")).toBe(BEARER_CHALLENGE);
+    expect(problem("FORBIDDEN", "x").headers.get("www-authenticate")).toBeNull();
   });
 
   test("a client reads it back into a BeachballError with the HTTP status in extra", async () => {

@@ -16,12 +16,20 @@ export const MAX_PROBLEM_DETAIL_CHARS = 1000;
 export const MAX_QUOTED_ANSWER_CHARS = 200;
 
 /**
+ * The challenge a 401 answer carries: every Beachball credential (principal
+ * token, host credential, endpoint token, relay token) is a bearer token
+ * (RFC 6750 §3; RFC 9110 §15.5.2 requires a challenge on every 401).
+ */
+export const BEARER_CHALLENGE = 'Bearer realm="beachball"';
+
+/**
  * The `application/problem+json` response for `err` (RFC 9457), with
- * `Retry-After` when `extra.retryAfterSeconds` is set and any `headers`
- * given (e.g. `Allow` on 405).
+ * `Retry-After` when `extra.retryAfterSeconds` is set, `WWW-Authenticate`
+ * (BEARER_CHALLENGE) on a 401, and any `headers` given (e.g. `Allow` on
+ * 405).
  */
 export function problemResponse(err: BeachballError, headers: Record<string, string> = {}): Response {
-  const h: Record<string, string> = { "content-type": "application/problem+json", ...headers };
+  const h: Record<string, string> = { "content-type": "application/problem+json", ...(err.status === 401 ? { "www-authenticate": BEARER_CHALLENGE } : {}), ...headers };
   const retry = err.extra?.["retryAfterSeconds"];
   if (typeof retry === "number") h["retry-after"] = String(retry);
   return new Response(JSON.stringify(err.toProblem()), { status: err.status, headers: h });
