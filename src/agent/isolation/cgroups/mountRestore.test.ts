@@ -26,6 +26,8 @@ test("plan: unified only → cgroup2 on /sys/fs/cgroup; hybrid → tmpfs, each v
   // Malformed or hostile text never reaches mount(8) options.
   expect(() => cgroupMountPlan("1:cpu,-o remount:/")).toThrow(/bad controller list/);
   expect(() => cgroupMountPlan("garbage")).toThrow(/unexpected line/);
+  // A named hierarchy's name becomes a directory under /sys/fs/cgroup: "." and ".." would mount over it or above it.
+  for (const name of ["name=..", "name=.", "..", "."]) expect(() => cgroupMountPlan(`9:${name}:/\n0::/`)).toThrow(/bad controller list/);
   expect(() => cgroupMountPlan(Array.from({ length: 18 }, (_, i) => `${i + 1}:c${i}:/`).join("\n"))).toThrow(/at most 17/);
 });
 

@@ -61,7 +61,8 @@ export function cgroupMountPlan(procCgroup: string): CgroupMountStep[] {
       continue;
     }
     const ctrls = m[2]!.split(",").filter(Boolean);
-    if (!ctrls.length || !ctrls.every((c) => /^(name=)?[A-Za-z0-9_.-]{1,64}$/.test(c))) throw new Error(`/proc/self/cgroup: bad controller list ${JSON.stringify(m[2]!.slice(0, 80))}`);
+    // Each name becomes (part of) a directory under CGROUP_MOUNT_ROOT: "." and ".." are not names.
+    if (!ctrls.length || !ctrls.every((c) => /^(name=)?[A-Za-z0-9_.-]{1,64}$/.test(c) && !/^(name=)?\.{1,2}$/.test(c))) throw new Error(`/proc/self/cgroup: bad controller list ${JSON.stringify(m[2]!.slice(0, 80))}`);
     const named = ctrls.length === 1 && ctrls[0]!.startsWith("name=");
     v1.push({ options: named ? `none,${ctrls[0]}` : ctrls.join(","), dir: named ? ctrls[0]!.slice(5) : ctrls.join(",") });
   }
