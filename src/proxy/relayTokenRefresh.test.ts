@@ -175,3 +175,16 @@ test("a relay whose ID names an Object.prototype member (constructor) and gets n
   expect(w.applied).toHaveLength(1);
   expect(w.logs.at(-1)).toMatch(/^relay tokens refreshed/);
 });
+
+test("an answer without a map of relay tokens is a failed refresh (retried), not a reason to stop refreshing", async () => {
+  const { w, r, advance, grantId } = harness();
+  for (const relayTokens of [null, "x", [1]]) {
+    w.answer = async () => ({ grantId, role: "client", relayTokens, expiresAtMs: 0 }) as unknown as ConnectionRelayTokensResponse;
+    const before = w.fetches;
+    await advance(r.dueWallMs()! - w.wall);
+    expect(w.fetches).toBe(before + 1);
+    expect(w.logs.at(-1)).toMatch(/refresh failed \(GRANT_MISMATCH\); retrying in 15 s/);
+    expect(r.dueWallMs()).toBe(w.wall + RELAY_TOKEN_RETRY_MS);
+  }
+});
+

@@ -113,9 +113,10 @@ export class RelayTokenRefresh {
       if (this.stopped) return;
       const now = this.o.wallMs();
       if (resp.grantId !== g.grantId) throw new BeachballError("GRANT_MISMATCH", "the relay tokens are for another grant");
+      const tokens: unknown = resp.relayTokens;
+      if (typeof tokens !== "object" || tokens === null || Array.isArray(tokens)) throw new BeachballError("GRANT_MISMATCH", "the relay-token answer carries no map of relay tokens");
       const next = this.relays.map((r) => {
-        const tokens = resp.relayTokens ?? {};
-        const token = Object.hasOwn(tokens, r.entry.relayId) ? tokens[r.entry.relayId] : undefined;
+        const token = Object.hasOwn(tokens, r.entry.relayId) ? (tokens as Record<string, ConnectionRelayTokensResponse["relayTokens"][string]>)[r.entry.relayId] : undefined;
         if (token === undefined) return r; // the deployment no longer lists it: keep the old token until it expires
         const c = checkSignedRelayToken(token, this.o.keys, { relayId: r.entry.relayId, grantId: g.grantId, role: "client" }, now);
         if (!c.ok) throw new BeachballError(c.code, c.reason);
@@ -123,7 +124,7 @@ export class RelayTokenRefresh {
       });
       this.relays = next;
       this.unissued.clear();
-      for (const r of this.relays) if (!Object.hasOwn(resp.relayTokens ?? {}, r.entry.relayId)) this.unissued.add(r.entry.relayId);
+      for (const r of this.relays) if (!Object.hasOwn(tokens, r.entry.relayId)) this.unissued.add(r.entry.relayId);
       this.retryAtWallMs = 0;
       this.refreshes++;
       this.o.apply(next);
