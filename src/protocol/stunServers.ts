@@ -14,6 +14,7 @@
  * servers, or one server twice.
  */
 import { isIP } from "node:net";
+import { ipScope, type IpScope } from "./ipScope.ts";
 import { Type } from "@sinclair/typebox";
 
 /** Most STUN servers one side (a host endpoint, a proxy) asks per refresh. */
@@ -28,48 +29,24 @@ export interface StunServer {
 /** The JSON shape of one server in text form (manifest, grant response); parseStunServer checks the address itself. */
 export const StunServerText = Type.String({ minLength: 9, maxLength: 53, pattern: "^(?:\\[[0-9a-fA-F:.]+\\]|[0-9.]+):[0-9]{1,5}$", description: "IPv4:PORT or [IPv6]:PORT" });
 
-/** The 8 16-bit groups of IPv6 address `a` (already checked by isIP). */
-function ipv6Groups(a: string): number[] {
-  const groups = (part: string) =>
-    part === ""
-      ? []
-      : part.split(":").flatMap((g) => {
-          if (!g.includes(".")) return [parseInt(g, 16)];
-          const [o0 = 0, o1 = 0, o2 = 0, o3 = 0] = g.split(".").map(Number);
-          return [o0 * 256 + o1, o2 * 256 + o3];
-        });
-  const at = a.indexOf("::");
-  if (at < 0) return groups(a);
-  const head = groups(a.slice(0, at));
-  const tail = groups(a.slice(at + 2));
-  return [...head, ...Array<number>(8 - head.length - tail.length).fill(0), ...tail];
-}
+/** What ipScope says of an address no STUN server can have, by scope. */
+const NOT_A_SERVER: Partial<Record<IpScope, string>> = {
+  unspecified: "an unspecified address",
+  multicast: "a multicast address",
+  reserved: "a reserved or broadcast address",
+  "link-local": "a link-local address",
+  mapped: "an IPv4-mapped address (write the IPv4 form)",
+};
 
 /**
- * Why `address` (an IP literal of `family`) cannot be a STUN server, or
- * null: a STUN server is one unicast host the tunnel socket can reach
- * without a zone. Refused: IPv4 0.0.0.0/8 ("this network", RFC 791),
- * 224.0.0.0/4 multicast, 240.0.0.0/4 reserved and broadcast, 169.254.0.0/16
- * link-local (RFC 3927); IPv6 `::` unspecified, ff00::/8 multicast,
- * fe80::/10 link-local (RFC 4291 §2.5–2.7; it needs a zone, which the
- * syntax does not take), ::ffff:0:0/96 IPv4-mapped (write the IPv4 form).
- * A multicast or broadcast server would let any host on the link answer a
- * binding and plant a candidate.
+ * Why `address` cannot be a STUN server, or null: a STUN server is one
+ * unicast host (loopback allowed) the tunnel socket can reach without a
+ * zone (src/protocol/ipScope.ts names the ranges). A multicast or broadcast
+ * server would let any host on the link answer a binding and plant a
+ * candidate; a link-local one needs a zone, which the syntax does not take.
  */
-function notUnicast(address: string, family: 4 | 6): string | null {
-  if (family === 4) {
-    const [a = 0, b = 0] = address.split(".").map(Number);
-    if (a === 0) return "an unspecified (0.0.0.0/8) address";
-    if (a >= 224) return "a multicast, reserved or broadcast address";
-    if (a === 169 && b === 254) return "a link-local address";
-    return null;
-  }
-  const g = ipv6Groups(address);
-  if (g.every((x) => x === 0)) return "the unspecified address";
-  if (g[0]! >= 0xff00) return "a multicast address";
-  if ((g[0]! & 0xffc0) === 0xfe80) return "a link-local address";
-  if (g.slice(0, 5).every((x) => x === 0) && g[5] === 0xffff) return "an IPv4-mapped address (write the IPv4 form)";
-  return null;
+function notUnicast(address: string): string | null {
+  return NOT_A_SERVER[ipScope(address)] ?? null;
 }
 
 /**
@@ -84,7 +61,7 @@ export function parseStunServer(text: string): StunServer {
   const port = Number(m?.[3]);
   const family = m?.[1] ? 6 : 4;
   if (!address || isIP(address) !== family || !(port >= 1 && port <= 65535)) throw new Error(`${JSON.stringify(text.slice(0, 80))} is not IPv4:PORT or [IPv6]:PORT`);
-  const why = notUnicast(address, family);
+  const why = notUnicast(address);
   if (why) throw new Error(`${JSON.stringify(text.slice(0, 80))} is not a unicast address: ${why} cannot be a STUN server`);
   return { address: family === 6 ? new URL(`http://[${address}]/`).hostname.slice(1, -1) : address, port };
 }
