@@ -130,6 +130,15 @@ describe("a JSON route takes application/json only, judged from the headers", ()
     expect(code({ "content-type": "application/json; charset=utf-16" })).toBe("UNSUPPORTED_MEDIA_TYPE: a JSON body must be UTF-8 (charset=utf-8 or none)");
     expect(code({ "content-type": "application/json", "content-encoding": "gzip" })).toBe("UNSUPPORTED_MEDIA_TYPE: request bodies may not be content-encoded; send plain application/json");
   });
+  test("a charset parameter must be well-formed to count as UTF-8 (a token or one quoted string, RFC 9110 §5.6.6)", () => {
+    for (const t of ['application/json; charset="utf-8"x', 'application/json; charset=utf-8"', 'application/json; charset="utf-8', 'application/json; charset=utf-8 x', "application/json; charset"]) {
+      expect(code({ "content-type": t })).toBe("UNSUPPORTED_MEDIA_TYPE: a JSON body must be UTF-8 (charset=utf-8 or none)");
+    }
+    // Two charsets, even both UTF-8, are one too many.
+    expect(code({ "content-type": "application/json; charset=utf-8; charset=utf-8" })).toBe("UNSUPPORTED_MEDIA_TYPE: a JSON body must be UTF-8 (charset=utf-8 or none)");
+    // Other parameters and an empty one (a trailing semicolon) do not matter.
+    for (const t of ["application/json;", "application/json; version=2", "application/json;charset=utf8"]) expect(code({ "content-type": t })).toBe("ok");
+  });
 });
 
 describe("an object may not repeat a member name (RFC 7493 §2.3)", () => {

@@ -274,7 +274,8 @@ const SAFE_MEDIA_TYPE = /^[a-z0-9!#$&^_.+-]{1,64}\/[a-z0-9!#$&^_.+-]{1,64}$/;
 /**
  * Checks, from the headers alone, that a request's body is plain JSON
  * before any of it is read: Content-Type `application/json` (parameters
- * allowed; a charset other than utf-8 is refused) and no Content-Encoding
+ * allowed; a charset other than utf-8, a malformed or repeated one is
+ * refused) and no Content-Encoding
  * but `identity`. Throws UNSUPPORTED_MEDIA_TYPE (415, RFC 9110 §15.5.16)
  * with `extra.acceptedMediaTypes`; a missing Content-Type is refused too
  * (the body is never sniffed).
@@ -290,8 +291,9 @@ export function requireJsonMediaType(headers: Headers): void {
     const named = SAFE_MEDIA_TYPE.test(type) ? ` (got ${type})` : "";
     throw new BeachballError("UNSUPPORTED_MEDIA_TYPE", `this route takes Content-Type: ${JSON_MEDIA_TYPE}${named}`, extra);
   }
-  for (const p of params) {
-    const m = /^charset\s*=\s*"?([^"]*)"?$/.exec(p);
-    if (m && m[1] !== "utf-8" && m[1] !== "utf8") throw new BeachballError("UNSUPPORTED_MEDIA_TYPE", "a JSON body must be UTF-8 (charset=utf-8 or none)", extra);
-  }
+  // A parameter named charset counts only as exactly one token or quoted string (RFC 9110 §5.6.6), given once.
+  const charsets = params.filter((p) => /^charset\s*(=|$)/.test(p));
+  const m = charsets.length === 1 ? /^charset\s*=\s*(?:"([^"\\]*)"|([^\s";\\]+))$/.exec(charsets[0]!) : null;
+  const charset = m?.[1] ?? m?.[2];
+  if (charsets.length > 0 && charset !== "utf-8" && charset !== "utf8") throw new BeachballError("UNSUPPORTED_MEDIA_TYPE", "a JSON body must be UTF-8 (charset=utf-8 or none)", extra);
 }

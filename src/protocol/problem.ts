@@ -16,12 +16,20 @@ export const MAX_PROBLEM_DETAIL_CHARS = 1000;
 export const MAX_QUOTED_ANSWER_CHARS = 200;
 
 /**
+ * The challenge a 401 answer carries: every Beachball credential (principal
+ * token, host credential, endpoint token, relay token) is a bearer token
+ * (RFC 6750 §3; RFC 9110 §15.5.2 requires a challenge on every 401).
+ */
+export const BEARER_CHALLENGE = 'Bearer realm="beachball"';
+
+/**
  * The `application/problem+json` response for `err` (RFC 9457), with
- * `Retry-After` when `extra.retryAfterSeconds` is set and any `headers`
- * given (e.g. `Allow` on 405).
+ * `Retry-After` when `extra.retryAfterSeconds` is set, `WWW-Authenticate`
+ * (BEARER_CHALLENGE) on a 401, and any `headers` given (e.g. `Allow` on
+ * 405).
  */
 export function problemResponse(err: BeachballError, headers: Record<string, string> = {}): Response {
-  const h: Record<string, string> = { "content-type": "application/problem+json", ...headers };
+  const h: Record<string, string> = { "content-type": "application/problem+json", ...(err.status === 401 ? { "www-authenticate": BEARER_CHALLENGE } : {}), ...headers };
   const retry = err.extra?.["retryAfterSeconds"];
   if (typeof retry === "number") h["retry-after"] = String(retry);
   return new Response(JSON.stringify(err.toProblem()), { status: err.status, headers: h });
@@ -47,7 +55,20 @@ export class UnexpectedAnswerError extends Error {
   }
 }
 
-/** The bounded fields of a problem body, or null when `text` is not a problem with a known code. */
+/**
+ * Characters of a peer's text that must not reach a terminal or a log line
+ * as they are: C0 and C1 controls and DEL (they start escape sequences: a
+ * title change, a cleared screen, a forged line) and the bidirectional
+ * overrides and isolates (they reorder what is shown, Unicode TR 9).
+ */
+const UNPRINTABLE = /[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]+/g;
+
+/** `text` with every run of UNPRINTABLE characters and spaces made one space, trimmed. */
+function printable(text: string): string {
+  return text.replace(UNPRINTABLE, " ").replace(/ {2,}/g, " ").trim();
+}
+
+/** The bounded fields of a problem body (the detail printable: see UNPRINTABLE), or null when `text` is not a problem with a known code. */
 export function parseProblem(text: string): { code: ErrorCode; detail: string; extra: Record<string, unknown> } | null {
   let v: unknown;
   try {
@@ -58,7 +79,7 @@ export function parseProblem(text: string): { code: ErrorCode; detail: string; e
   if (typeof v !== "object" || v === null || Array.isArray(v)) return null;
   const p = v as { code?: unknown; detail?: unknown; title?: unknown; extra?: unknown };
   if (!isErrorCode(p.code)) return null;
-  const detail = typeof p.detail === "string" ? p.detail.slice(0, MAX_PROBLEM_DETAIL_CHARS) : p.code;
+  const detail = typeof p.detail === "string" ? printable(p.detail.slice(0, MAX_PROBLEM_DETAIL_CHARS)) : p.code;
   const extra = typeof p.extra === "object" && p.extra !== null && !Array.isArray(p.extra) ? (p.extra as Record<string, unknown>) : {};
   return { code: p.code, detail, extra };
 }

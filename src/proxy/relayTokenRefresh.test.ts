@@ -144,3 +144,47 @@ test("stops when the scheduler says the grant ended (UNAUTHENTICATED), when the 
   await c.advance(100_000);
   expect(c.w.fetches).toBe(0);
 });
+
+test("a relay the scheduler no longer issues tokens for keeps its old token but does not set the schedule (no refresh storm once it is due)", async () => {
+  const { w, r, advance, fresh } = harness();
+  w.answer = async () => {
+    const all = fresh();
+    return { ...all, relayTokens: { "relay-1": all.relayTokens["relay-1"]! } };
+  };
+  await advance(80_000);
+  expect(w.fetches).toBe(1);
+  expect(w.applied[0]!.map((x) => [x.entry.relayId, x.token.payload.issuedAtMs])).toEqual([
+    ["relay-1", T0 + 80_000],
+    ["relay-2", T0],
+  ]);
+  // relay-2's old token was due at T0 + 80 s: it must not make every alarm ask again.
+  expect(r.dueWallMs()).toBe(T0 + 160_000);
+  for (let i = 0; i < 10; i++) await advance(1_000);
+  expect(w.fetches).toBe(1);
+  await advance(70_000);
+  expect(w.fetches).toBe(2);
+});
+
+test("a relay whose ID names an Object.prototype member (constructor) and gets no fresh token is just left out, not read from the prototype", async () => {
+  const { w, advance, fresh } = harness({ relays: ["relay-1", "constructor"] });
+  w.answer = async () => {
+    const all = fresh();
+    return { ...all, relayTokens: { "relay-1": all.relayTokens["relay-1"]! } };
+  };
+  await advance(80_000);
+  expect(w.applied).toHaveLength(1);
+  expect(w.logs.at(-1)).toMatch(/^relay tokens refreshed/);
+});
+
+test("an answer without a map of relay tokens is a failed refresh (retried), not a reason to stop refreshing", async () => {
+  const { w, r, advance, grantId } = harness();
+  for (const relayTokens of [null, "x", [1]]) {
+    w.answer = async () => ({ grantId, role: "client", relayTokens, expiresAtMs: 0 }) as unknown as ConnectionRelayTokensResponse;
+    const before = w.fetches;
+    await advance(r.dueWallMs()! - w.wall);
+    expect(w.fetches).toBe(before + 1);
+    expect(w.logs.at(-1)).toMatch(/refresh failed \(GRANT_MISMATCH\); retrying in 15 s/);
+    expect(r.dueWallMs()).toBe(w.wall + RELAY_TOKEN_RETRY_MS);
+  }
+});
+

@@ -49,6 +49,8 @@ export interface RelayTokenRefreshOptions {
 /** The refresher of one run. */
 export class RelayTokenRefresh {
   private relays: VerifiedGrant["relays"];
+  /** Relays the last answer carried no token for: their old tokens stay in use but no longer set the schedule. */
+  private readonly unissued = new Set<string>();
   private retryAtWallMs = 0;
   private running: Promise<void> | null = null;
   private stopped = false;
@@ -59,10 +61,17 @@ export class RelayTokenRefresh {
     this.relays = [...o.grant.relays];
   }
 
-  /** When the next refresh is due, wall-clock ms, or null when none will be (no relays, the tokens reach the grant's end, stopped). */
+  /**
+   * When the next refresh is due, wall-clock ms, or null when none will be
+   * (no relays the scheduler still issues tokens for, the tokens reach the
+   * grant's end, stopped). A relay the last answer left out does not count:
+   * asking again would not renew its token, and its past due time would
+   * make every alarm ask.
+   */
   dueWallMs(): number | null {
-    if (this.stopped || this.relays.length === 0) return null;
-    const earliest = this.relays.reduce((a, r) => (r.token.payload.expiresAtMs < a.token.payload.expiresAtMs ? r : a)).token.payload;
+    const issued = this.relays.filter((r) => !this.unissued.has(r.entry.relayId));
+    if (this.stopped || issued.length === 0) return null;
+    const earliest = issued.reduce((a, r) => (r.token.payload.expiresAtMs < a.token.payload.expiresAtMs ? r : a)).token.payload;
     if (earliest.expiresAtMs >= this.o.grant.grant.expiresAtMs) return null;
     const due = earliest.issuedAtMs + Math.floor((earliest.expiresAtMs - earliest.issuedAtMs) * RELAY_TOKEN_REFRESH_FRACTION);
     return Math.max(due, this.retryAtWallMs);
@@ -104,14 +113,18 @@ export class RelayTokenRefresh {
       if (this.stopped) return;
       const now = this.o.wallMs();
       if (resp.grantId !== g.grantId) throw new BeachballError("GRANT_MISMATCH", "the relay tokens are for another grant");
+      const tokens: unknown = resp.relayTokens;
+      if (typeof tokens !== "object" || tokens === null || Array.isArray(tokens)) throw new BeachballError("GRANT_MISMATCH", "the relay-token answer carries no map of relay tokens");
       const next = this.relays.map((r) => {
-        const token = resp.relayTokens?.[r.entry.relayId];
+        const token = Object.hasOwn(tokens, r.entry.relayId) ? (tokens as Record<string, ConnectionRelayTokensResponse["relayTokens"][string]>)[r.entry.relayId] : undefined;
         if (token === undefined) return r; // the deployment no longer lists it: keep the old token until it expires
         const c = checkSignedRelayToken(token, this.o.keys, { relayId: r.entry.relayId, grantId: g.grantId, role: "client" }, now);
         if (!c.ok) throw new BeachballError(c.code, c.reason);
         return { entry: r.entry, token };
       });
       this.relays = next;
+      this.unissued.clear();
+      for (const r of this.relays) if (!Object.hasOwn(tokens, r.entry.relayId)) this.unissued.add(r.entry.relayId);
       this.retryAtWallMs = 0;
       this.refreshes++;
       this.o.apply(next);

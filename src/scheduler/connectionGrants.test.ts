@@ -312,6 +312,17 @@ describe("replacement (CONNECTIONS_NOT_FENCED)", () => {
 });
 
 describe("the Connection (rendezvous)", () => {
+  test("a candidate that names no single peer (unspecified, multicast, broadcast) is refused with the message, nothing written", async () => {
+    const x = await readyAllocation();
+    const r = await x.w.createConnectionGrant(C, x.id, SSH);
+    for (const address of ["0.0.0.0", "255.255.255.255", "224.0.0.251", "::", "ff02::1", "1.2.3"]) {
+      const cand = { type: "candidates" as const, seq: 1, candidates: [{ address: "198.51.100.7", port: 40000, kind: "stun" as const }, { address, port: 40000, kind: "local" as const }] };
+      expect(await code(x.w.connectionMessages(r.connectionId, "client", { messages: [cand] }))).toBe("VALIDATION_FAILED 400");
+    }
+    expect((await x.w.connectionPoll(r.connectionId, "host", { after: 0 })).messages).toEqual([]);
+    expect((await x.w.connectionPoll(r.connectionId, "client", { after: 0 })).lastAcceptedSeq).toBe(0);
+  });
+
   test("client and host exchange candidates with per-role sequence numbers; redeliveries are dropped; the cursor acknowledges", async () => {
     const x = await readyAllocation();
     const r = await x.w.createConnectionGrant(C, x.id, SSH);

@@ -38,7 +38,7 @@ describe("the manifest's connections section", () => {
     expect(s.policyFor("small")).toEqual({ transports: ["tcp", "udp"], ports: ["1-65535"] });
     expect(s.defaultTtlSeconds).toBe(600);
     expect(s.stunServers).toEqual([]);
-    expect(connectionSettings(manifest({ ...c, stunServers: ["192.0.2.53:3478", "[2001:DB8::53]:3478"] }))!.stunServers).toEqual(["192.0.2.53:3478", "[2001:DB8::53]:3478"]);
+    expect(connectionSettings(manifest({ ...c, stunServers: ["192.0.2.53:3478", "[2001:DB8::53]:3478"] }))!.stunServers).toEqual(["192.0.2.53:3478", "[2001:db8::53]:3478"]);
     expect(connectionSettings({ ...manifest(c), connections: undefined } as DeploymentManifest)).toBeNull();
   });
 

@@ -18,6 +18,7 @@ import type { LogPushBody } from "../protocol/logs.ts";
 import type { SchedulerFront } from "./front.ts";
 import type { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody } from "../protocol/connection.ts";
 import { openApiDocument } from "./openapi.ts";
+import { problemResponse } from "../protocol/problem.ts";
 import { checkPathParams, ROUTES, type RouteSpec } from "./routes.ts";
 import { parseBoundedJson, readBoundedBody, requireJsonMediaType } from "../protocol/boundedBody.ts";
 import { declaredKeys, schemaValidationError } from "./schemaErrors.ts";
@@ -36,12 +37,9 @@ function allowedMethods(pathname: string): string[] {
   return [...out].sort();
 }
 
+/** The problem response for a code (problem.ts problemResponse: the same headers as the embedded host's). */
 function problem(code: ErrorCode, detail: string, extra?: Record<string, unknown>): Response {
-  const err = new BeachballError(code, detail, extra);
-  const headers: Record<string, string> = { "content-type": "application/problem+json" };
-  const retry = extra?.["retryAfterSeconds"];
-  if (typeof retry === "number") headers["retry-after"] = String(retry);
-  return new Response(JSON.stringify(err.toProblem()), { status: err.status, headers });
+  return problemResponse(new BeachballError(code, detail, extra));
 }
 
 function json(v: unknown, status = 200): Response {

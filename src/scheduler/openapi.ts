@@ -80,7 +80,7 @@ function errorAnswers(spec: RouteSpec): Record<string, Json> {
   if (spec.query) bad.push("VALIDATION_FAILED for an unknown, repeated or out-of-range query parameter");
   if (spec.body) bad.push("MALFORMED_JSON, JSON_TOO_DEEP or INVALID_CONTENT_LENGTH for an unreadable body; VALIDATION_FAILED for the first schema error, naming the field path (an unknown field lists the allowed ones)");
   if (bad.length) out["400"] = problemAnswer(bad.join("; "));
-  if (spec.auth !== "none" && spec.auth !== "enroll") out["401"] = problemAnswer("UNAUTHENTICATED: missing or unknown bearer token");
+  if (spec.auth !== "none" && spec.auth !== "enroll") out["401"] = { description: "UNAUTHENTICATED: missing or unknown bearer token", content: problemContent, headers: { "WWW-Authenticate": { description: 'the challenge, always `Bearer realm="beachball"` (RFC 6750 §3)', schema: { type: "string" } } } };
   if (spec.auth === "controller" || spec.auth === "operator") out["403"] = problemAnswer(`FORBIDDEN: the token's role is not ${spec.auth}`);
   if (spec.auth === "host") out["403"] = problemAnswer("FORBIDDEN: the envelope names another host");
   if (spec.path.includes("/:")) out["404"] = problemAnswer("NOT_FOUND: a well-formed ID that names nothing this caller may see (the detail says which: no such allocation, no such grant for this allocation, no such host)");
@@ -189,7 +189,7 @@ export function openApiDocument(routes: Record<string, RouteSpec> = ROUTES): Rec
         "Every GET route also answers HEAD; a known path called with another method answers 405 METHOD_NOT_ALLOWED with `Allow`; an unknown path 404 NOT_FOUND. " +
         "Bad input is refused before anything is written: a malformed ID, query parameter or body field 400 VALIDATION_FAILED (the detail names the field path), " +
         "unparseable JSON 400 MALFORMED_JSON, a body that is not application/json 415 UNSUPPORTED_MEDIA_TYPE, a body over the route's bound 413. " +
-        "429 RATE_LIMITED and 503 answers carry Retry-After (seconds). Creating an allocation is idempotent by `clientRequestId`.",
+        "429 RATE_LIMITED and 503 answers carry Retry-After (seconds); every 401 carries WWW-Authenticate: Bearer realm=\"beachball\". Creating an allocation is idempotent by `clientRequestId`.",
     },
     paths: Object.fromEntries(Object.entries(paths).sort(([a], [b]) => a.localeCompare(b))),
     "x-beachball-error-codes": Object.fromEntries(Object.entries(ERROR_STATUS).sort(([a], [b]) => a.localeCompare(b))),

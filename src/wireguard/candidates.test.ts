@@ -39,3 +39,13 @@ test("at most MAX_STUN_SERVERS are asked; a server that does not answer or a bin
   const none = await gatherCandidates({ port: 5000, stunBinding: () => Promise.reject(new Error("never asked")) }, "0.0.0.0", { eth0: [iface("10.1.0.2")] }, []);
   expect(none).toEqual([{ address: "10.1.0.2", port: 5000, kind: "local" }]);
 });
+
+test("a STUN answer that names no single peer or a link-local address (a forged or broken binding) yields no candidate", async () => {
+  const answers = ["0.0.0.0", "255.255.255.255", "224.0.0.1", "::", "ff02::1", "169.254.9.9", "fe80::1", "198.51.100.7"];
+  const servers = answers.slice(0, MAX_STUN_SERVERS).map((_, i) => ({ address: "192.0.2.1", port: 3478 + i }));
+  for (let i = 0; i < answers.length; i += MAX_STUN_SERVERS) {
+    const batch = answers.slice(i, i + MAX_STUN_SERVERS);
+    const list = await stunCandidates(servers.slice(0, batch.length), async (s) => ({ address: batch[s.port - 3478]!, port: 40_000 }));
+    expect(list).toEqual(batch.includes("198.51.100.7") ? [{ address: "198.51.100.7", port: 40_000, kind: "stun" }] : []);
+  }
+});

@@ -17,6 +17,7 @@
 import { localCandidates, mergeCandidates, type InterfaceAddress } from "../domain/candidates.ts";
 import type { Candidate } from "../protocol/connection.ts";
 import { MAX_STUN_SERVERS, type StunServer } from "../protocol/stunServers.ts";
+import { ipScope, isPeerAddress } from "../protocol/ipScope.ts";
 
 /** How often candidates are gathered again, ms (spec "Data path": every 20 seconds). */
 export const CANDIDATE_REFRESH_MS = 20_000;
@@ -27,10 +28,17 @@ export interface CandidateSocket {
   stunBinding(server: StunServer): Promise<{ address: string; port: number } | null>;
 }
 
-/** Asks the first MAX_STUN_SERVERS of `servers` (in parallel) through `binding`; the answers as `stun` candidates. Never rejects. */
+/**
+ * Asks the first MAX_STUN_SERVERS of `servers` (in parallel) through
+ * `binding`; the answers as `stun` candidates. An answer naming an address
+ * no peer can be reached at (unspecified, multicast, broadcast:
+ * src/protocol/ipScope.ts) or a link-local one is dropped: a binding
+ * response is unauthenticated, and the other side would send to it. Never
+ * rejects.
+ */
 export async function stunCandidates(servers: readonly StunServer[], binding: (s: StunServer) => Promise<{ address: string; port: number } | null>): Promise<Candidate[]> {
   const answers = await Promise.all(servers.slice(0, MAX_STUN_SERVERS).map((s) => binding(s).catch(() => null)));
-  return answers.filter((a): a is { address: string; port: number } => a !== null).map((a) => ({ address: a.address, port: a.port, kind: "stun" as const }));
+  return answers.filter((a): a is { address: string; port: number } => a !== null && isPeerAddress(a.address) && ipScope(a.address) !== "link-local").map((a) => ({ address: a.address, port: a.port, kind: "stun" as const }));
 }
 
 /**

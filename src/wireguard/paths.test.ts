@@ -28,3 +28,12 @@ test("two relays alternating count as one path; a takeover from a silent relay a
   expect(s.changes).toBe(3);
   expect(s.state()).toMatchObject({ path: "direct", direct: "198.51.100.20:51820" });
 });
+
+test("a candidate no datagram should go to (unspecified, multicast, broadcast, not an IP) is dropped; loopback, private and link-local stay", () => {
+  const s = new PathSelector({ sendUdp: () => undefined, sendRelay: () => undefined } as unknown as ConstructorParameters<typeof PathSelector>[0], new FakeClock());
+  s.setCandidates(["0.0.0.0", "255.255.255.255", "224.0.0.251", "240.1.2.3", "::", "ff02::1", "not-an-ip", "127.0.0.1", "10.0.0.2", "169.254.1.1", "2001:db8::1"].map((address) => ({ address, port: 51820 })));
+  expect(s.candidateKeys()).toEqual(["127.0.0.1:51820", "10.0.0.2:51820", "169.254.1.1:51820", "[2001:db8::1]:51820"]);
+  s.addCandidate("239.255.255.250", 1900);
+  s.addCandidate("0.0.0.0", 51820);
+  expect(s.candidateKeys()).toHaveLength(4);
+});

@@ -19,11 +19,13 @@
  * traffic more recently and the pinned one has been silent for
  * DIRECT_STALE_MS (the peer is alive, but not there).
  * Must never: send to more than MAX_CANDIDATES + 2 destinations per
- * datagram, or read a clock other than the one it is given.
+ * datagram, send to an address that names no single peer (unspecified,
+ * multicast, broadcast), or read a clock other than the one it is given.
  */
 import { MESSAGE_COOKIE_REPLY, MESSAGE_INITIATION, MESSAGE_RESPONSE } from "./constants.ts";
 import type { Endpoint } from "./peer.ts";
 import type { WgClock } from "./ports.ts";
+import { isPeerAddress } from "../protocol/ipScope.ts";
 
 /** Most candidates of a peer a selector keeps (src/protocol/connection.ts MAX_CANDIDATES). */
 export const MAX_PATH_CANDIDATES = 16;
@@ -116,11 +118,18 @@ export class PathSelector {
     private readonly clock: Pick<WgClock, "nowMs">,
   ) {}
 
-  /** Replaces the peer's known candidates (duplicates dropped, at most MAX_PATH_CANDIDATES kept). */
+  /**
+   * Replaces the peer's known candidates (duplicates dropped, at most
+   * MAX_PATH_CANDIDATES kept). A candidate that names no single peer
+   * (unspecified, multicast, broadcast, not an IP: ipScope.ts
+   * isPeerAddress) is dropped: the other side chose it, and a datagram to
+   * it would reach this machine itself or everyone on the link.
+   */
   setCandidates(list: ReadonlyArray<{ address: string; port: number }>): void {
     const seen = new Set<string>();
     const out: UdpPath[] = [];
     for (const c of list) {
+      if (!isPeerAddress(c.address)) continue;
       const p = udpPath(c.address, c.port);
       if (seen.has(p.key) || out.length >= MAX_PATH_CANDIDATES) continue;
       seen.add(p.key);
@@ -134,8 +143,9 @@ export class PathSelector {
     return this.candidates.map((c) => c.key);
   }
 
-  /** Adds one candidate learnt at run time (e.g. a peer-reflexive source), keeping the bound. */
+  /** Adds one candidate learnt at run time (e.g. a peer-reflexive source), keeping the bound; one that names no single peer is ignored (see setCandidates). */
   addCandidate(address: string, port: number): void {
+    if (!isPeerAddress(address)) return;
     const p = udpPath(address, port);
     if (this.candidates.some((c) => c.key === p.key)) return;
     if (this.candidates.length >= MAX_PATH_CANDIDATES) this.candidates.shift();

@@ -25,8 +25,10 @@
  * endpoint's socket on 10.89.0.2 and `connections.stunServers` naming the
  * STUN responder. Which NAT goes where follows what each side announces
  * (as in test/integration/proxy-netns.test.ts): the host publishes its
- * local and its STUN-mapped candidate, the proxy only its local ones (no
- * STUN). So the first packet of a direct path must go from the laptop to
+ * local and its STUN-mapped candidate, the proxy only its local ones
+ * (this test's manifest names no STUN servers, and behind the laptop's
+ * symmetric NAT a STUN mapping would not be the port the host sees
+ * anyway). So the first packet of a direct path must go from the laptop to
  * the host's mapped address, and the host must answer wherever that
  * packet came from (it learns the laptop's mapping by roaming). That
  * works when the host's NAT keeps one public port for the endpoint's

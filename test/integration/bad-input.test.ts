@@ -43,6 +43,7 @@ interface Row {
   method?: string;
   /** Path parameters to use instead of the live ones. */
   ids?: { id?: string; grantId?: string };
+  /** The bearer token to send instead of the route's own ("" sends no Authorization header). */
   token?: string;
   query?: string;
   /** Sent with fetch (plus `contentType`, default application/json), or raw framing (exact headers). */
@@ -78,20 +79,20 @@ function tokenFor(r: RouteSpec): string | null {
 }
 
 /** Sends `row` on route `r`; answers status, headers and the parsed problem. */
-async function send(r: RouteSpec, row: Row): Promise<{ status: number; allow: string | null; contentType: string | null; problem: { code?: string; status?: number; detail?: string; extra?: Record<string, unknown> } }> {
-  const token = row.token ?? tokenFor(r);
+async function send(r: RouteSpec, row: Row): Promise<{ status: number; allow: string | null; contentType: string | null; challenge: string | null; problem: { code?: string; status?: number; detail?: string; extra?: Record<string, unknown> } }> {
+  const token = row.token === "" ? null : (row.token ?? tokenFor(r));
   const headers: Record<string, string> = { ...(token ? { authorization: `Bearer ${token}` } : {}), ...row.headers };
   const path = `${pathOf(r, row.ids)}${row.query ? `?${row.query}` : ""}`;
   const method = row.method ?? r.method;
-  let status: number, allow: string | null, contentType: string | null, text: string;
+  let status: number, allow: string | null, contentType: string | null, challenge: string | null, text: string;
   if (row.raw !== undefined) {
     const a = await rawRequest(port, method, path, headers, row.raw);
-    [status, allow, contentType, text] = [a.status, a.headers["allow"] ?? null, a.headers["content-type"] ?? null, a.body];
+    [status, allow, contentType, challenge, text] = [a.status, a.headers["allow"] ?? null, a.headers["content-type"] ?? null, a.headers["www-authenticate"] ?? null, a.body];
   } else {
     if (row.contentType !== null) headers["content-type"] = row.contentType ?? "application/json";
     const body = row.body ?? (r.body && method === "POST" ? JSON.stringify(sampleBodies(HOST_ID)[nameOf(r)]) : undefined);
     const res = await fetch(`${s.url}${path}`, { method, headers, ...(body !== undefined ? { body } : {}) });
-    [status, allow, contentType, text] = [res.status, res.headers.get("allow"), res.headers.get("content-type"), await res.text()];
+    [status, allow, contentType, challenge, text] = [res.status, res.headers.get("allow"), res.headers.get("content-type"), res.headers.get("www-authenticate"), await res.text()];
   }
   let problem = {};
   try {
@@ -99,7 +100,7 @@ async function send(r: RouteSpec, row: Row): Promise<{ status: number; allow: st
   } catch {
     /* asserted by the caller */
   }
-  return { status, allow, contentType, problem };
+  return { status, allow, contentType, challenge, problem };
 }
 
 const nameOf = (r: RouteSpec) => routes.find(([, x]) => x === r)![0];
@@ -226,6 +227,9 @@ function rowsFor(name: RouteName, r: RouteSpec): Row[] {
       { what: "another controller's allocation with an unknown grant", token: OTHER_CONTROLLER_TOKEN, ids: { grantId: UNKNOWN.grant }, status: 404, code: "NOT_FOUND", detail: "no such allocation" },
     );
   }
+  const NO_CREDENTIALS: Partial<Record<RouteSpec["auth"], string>> = { controller: "missing or unknown bearer token", operator: "missing or unknown bearer token", principal: "missing or unknown bearer token", host: "missing or malformed host credential", endpoint: "missing or malformed endpoint token" };
+  const anonymous = NO_CREDENTIALS[r.auth];
+  if (anonymous) rows.push({ what: "no Authorization header", token: "", status: 401, code: "UNAUTHENTICATED", detail: anonymous });
   rows.push({
     what: "an unknown query parameter",
     query: "bogus=1",
@@ -277,9 +281,10 @@ describe("every route answers bad input with a fitting status, a stable code and
       const wrong: unknown[] = [];
       for (const row of rowsFor(name, r)) {
         const a = await send(r, row);
-        const got = { what: row.what, status: a.status, bodyStatus: a.problem.status, contentType: a.contentType, code: a.problem.code, detail: a.problem.detail, ...(row.allow ? { allow: a.allow } : {}), ...(row.extra ? { extra: a.problem.extra } : {}) };
+        // A 401 names the scheme to authenticate with (RFC 9110 §15.5.2, RFC 6750 §3).
+        const got = { what: row.what, status: a.status, bodyStatus: a.problem.status, contentType: a.contentType, code: a.problem.code, detail: a.problem.detail, ...(row.allow ? { allow: a.allow } : {}), ...(row.extra ? { extra: a.problem.extra } : {}), ...(row.status === 401 ? { challenge: a.challenge } : {}) };
         const detailOk = typeof row.detail === "string" ? a.problem.detail === row.detail : row.detail.test(a.problem.detail ?? "");
-        const want = { what: row.what, status: row.status, bodyStatus: row.status, contentType: "application/problem+json", code: row.code, detail: detailOk ? a.problem.detail : String(row.detail), ...(row.allow ? { allow: row.allow } : {}), ...(row.extra ? { extra: row.extra } : {}) };
+        const want = { what: row.what, status: row.status, bodyStatus: row.status, contentType: "application/problem+json", code: row.code, detail: detailOk ? a.problem.detail : String(row.detail), ...(row.allow ? { allow: row.allow } : {}), ...(row.extra ? { extra: row.extra } : {}), ...(row.status === 401 ? { challenge: 'Bearer realm="beachball"' } : {}) };
         if (JSON.stringify(got) !== JSON.stringify(want)) wrong.push({ got, want });
         expect(ERROR_STATUS[row.code] as number).toBe(row.status);
       }

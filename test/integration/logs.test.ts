@@ -74,7 +74,7 @@ describe("scheduler logs", () => {
     const freshId = refused.headers.get("x-request-id")!;
     expect(freshId).toMatch(/^[0-9a-f]{24}$/);
     const wrongMethod = await fetch(`${url}/v1/allocations`, { method: "DELETE" });
-    expect([wrongMethod.status, wrongMethod.headers.get("content-type"), wrongMethod.headers.get("allow")]).toEqual([405, "application/problem+json", "GET, POST"]);
+    expect([wrongMethod.status, wrongMethod.headers.get("content-type"), wrongMethod.headers.get("allow")]).toEqual([405, "application/problem+json", "GET, HEAD, POST"]);
 
     // A whole allocation with an enrolled host and a delivered payload.
     const enrollment = await operator.enrollmentToken("logs-host");

@@ -230,7 +230,8 @@ export class HostEndpoint {
     }
     const relays: PeerRelay[] = [];
     for (const entry of m.payload.relays) {
-      const token = cmd.relayTokens[entry.relayId];
+      // Own keys only: a relay ID such as "constructor" must not read Object.prototype's member.
+      const token = Object.hasOwn(cmd.relayTokens, entry.relayId) ? cmd.relayTokens[entry.relayId] : undefined;
       if (!token) continue;
       const c = checkSignedRelayToken(token, this.o.verificationKeys, { relayId: entry.relayId, grantId: a.grant.grantId, role: "host" }, now);
       if (c.ok) relays.push({ entry, token });

@@ -31,6 +31,7 @@ import { BeachballError } from "../../protocol/errors.ts";
 import { MAX_CONNECTION_MESSAGE_BYTES, MAX_CONNECTION_MESSAGES_PER_ROLE, MAX_CONNECTION_POLL_WAIT_MS, MIN_RELAY_TOKEN_REFRESH_MS, type ConnectionMessage, type ConnectionPollResponse, type ConnectionRelayTokensResponse, type RelayRole } from "../../protocol/connection.ts";
 import type { SchedulerEnv } from "../env.ts";
 import { relayTokens } from "./grantDocuments.ts";
+import { isPeerAddress } from "../../protocol/ipScope.ts";
 import { CONNECTION_TABLES } from "./networkSchema.ts";
 
 /** Most polls parked per role at once (a reconnecting endpoint may briefly have two). */
@@ -195,6 +196,9 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
       if (m.seq <= prev) throw new BeachballError("VALIDATION_FAILED", "message sequence numbers must increase within a request");
       prev = m.seq;
       if (JSON.stringify(m).length > MAX_CONNECTION_MESSAGE_BYTES) throw new BeachballError("VALIDATION_FAILED", `a rendezvous message is larger than ${MAX_CONNECTION_MESSAGE_BYTES} bytes`);
+      // The peer sends to every candidate: one that names no single peer would reach the peer's own machine or its whole link.
+      const bad = m.type === "candidates" ? m.candidates.findIndex((c) => !isPeerAddress(c.address)) : -1;
+      if (bad >= 0) throw new BeachballError("VALIDATION_FAILED", `candidate ${bad} of message ${m.seq} is not an address one peer can be reached at (unspecified, multicast, broadcast or not an IP)`);
     }
     const fresh = msgs.filter((m) => m.seq > last);
     if (fresh.length === 0) return this.answer(role, r, []);

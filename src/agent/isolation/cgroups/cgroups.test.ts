@@ -50,3 +50,8 @@ test("policy validation", () => {
   expect(() => cgroupPolicyFrom({ vmmPidsMax: 2 })).toThrow();
   expect(() => placementCgroupOf("../etc", DEFAULT_CGROUP_POLICY, [])).toThrow();
 });
+
+test("parseCgroupMounts unescapes the mount point and the root (octal escapes of mountinfo)", () => {
+  const m = parseCgroupMounts("30 23 0:27 /my\\040slice/a\\134b /sys/fs/cgroup/x\\011y rw shared:3 - cgroup2 cgroup2 rw\n");
+  expect(m).toEqual([{ version: 2, mountPoint: "/sys/fs/cgroup/x\ty", root: "/my slice/a\\b", controllers: [] }]);
+});

@@ -8,6 +8,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { LIMITED_CONTROLLERS, type LimitedController } from "./limits.ts";
+import { parseMountinfo } from "./mountinfo.ts";
 
 /** A cgroup hierarchy mount. */
 export interface CgroupMount {
@@ -31,16 +32,11 @@ export interface ControllerPlacement {
 /** Parses /proc/self/mountinfo into cgroup mounts (v2 controllers left empty). Pure. */
 export function parseCgroupMounts(mountinfo: string): CgroupMount[] {
   const mounts: CgroupMount[] = [];
-  for (const line of mountinfo.split("\n")) {
-    const [pre, post] = line.split(" - ");
-    if (!pre || !post) continue;
-    const f = pre.split(" ");
-    const [fstype, , superOpts = ""] = post.split(" ");
-    const mountPoint = (f[4] ?? "").replace(/\\040/g, " ");
-    if (fstype === "cgroup2") mounts.push({ version: 2, mountPoint, root: f[3] ?? "/", controllers: [] });
-    else if (fstype === "cgroup") {
-      const ctrls = superOpts.split(",").filter((o) => !o.includes("=") && !["rw", "ro", "relatime", "noexec", "nosuid", "nodev"].includes(o));
-      mounts.push({ version: 1, mountPoint, root: f[3] ?? "/", controllers: ctrls });
+  for (const m of parseMountinfo(mountinfo)) {
+    if (m.fstype === "cgroup2") mounts.push({ version: 2, mountPoint: m.point, root: m.root, controllers: [] });
+    else if (m.fstype === "cgroup") {
+      const ctrls = m.superOptions.split(",").filter((o) => !o.includes("=") && !["rw", "ro", "relatime", "noexec", "nosuid", "nodev"].includes(o));
+      mounts.push({ version: 1, mountPoint: m.point, root: m.root, controllers: ctrls });
     }
   }
   return mounts;

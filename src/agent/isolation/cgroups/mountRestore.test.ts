@@ -26,6 +26,8 @@ test("plan: unified only → cgroup2 on /sys/fs/cgroup; hybrid → tmpfs, each v
   // Malformed or hostile text never reaches mount(8) options.
   expect(() => cgroupMountPlan("1:cpu,-o remount:/")).toThrow(/bad controller list/);
   expect(() => cgroupMountPlan("garbage")).toThrow(/unexpected line/);
+  // A named hierarchy's name becomes a directory under /sys/fs/cgroup: "." and ".." would mount over it or above it.
+  for (const name of ["name=..", "name=.", "..", "."]) expect(() => cgroupMountPlan(`9:${name}:/\n0::/`)).toThrow(/bad controller list/);
   expect(() => cgroupMountPlan(Array.from({ length: 18 }, (_, i) => `${i + 1}:c${i}:/`).join("\n"))).toThrow(/at most 17/);
 });
 
@@ -55,4 +57,32 @@ test("restore: mounts the plan only when no hierarchy is visible and the mounts 
   expect(sharedNoCgroups.done).toEqual([]);
   // A refused mount is an error for the caller.
   await expect(restoreCgroupMounts({ readMountinfo: () => NETNS_EXEC_MOUNTINFO, readProcCgroup: () => "0::/", mount: async () => { throw new Error("mount: permission denied"); } })).rejects.toThrow("permission denied");
+});
+
+test("propagation: the mount that holds the path is the one a path walk reaches (overmounts and escaped mount points)", () => {
+  // /sys/fs is private but hidden: a shared sysfs was mounted over /sys afterwards (its parent is the /sys below).
+  const overmounted = `22 1 254:0 / / rw shared:1 - ext4 /dev/vda rw
+23 22 0:21 / /sys rw shared:2 - sysfs sysfs rw
+40 23 0:50 / /sys/fs rw - tmpfs t rw
+41 23 0:51 / /sys rw shared:5 - sysfs sysfs rw`;
+  expect(mountStaysLocal(overmounted, "/sys/fs/cgroup")).toBe(false);
+  // A deeper mount whose parent is "/" is hidden by a later mount at /sys on "/": the walk enters /sys first.
+  const hiddenDeeper = `22 1 254:0 / / rw master:1 - ext4 /dev/vda rw
+30 22 0:40 / /sys/fs rw - tmpfs t rw
+31 22 0:41 / /sys rw shared:7 - sysfs s rw`;
+  expect(mountStaysLocal(hiddenDeeper, "/sys/fs/cgroup")).toBe(false);
+  // And the other way round: a private mount over a shared one holds the path.
+  const privateOver = `22 1 254:0 / / rw shared:1 - ext4 /dev/vda rw
+23 22 0:21 / /sys rw shared:2 - sysfs sysfs rw
+41 23 0:51 / /sys rw - sysfs hostns rw`;
+  expect(mountStaysLocal(privateOver, "/sys/fs/cgroup")).toBe(true);
+  // Mount points escape space, tab, newline and backslash as octal (\\040 \\011 \\012 \\134).
+  const escaped = (point: string) => `22 1 254:0 / / rw shared:1 - ext4 /dev/vda rw\n50 22 0:60 / ${point} rw - tmpfs t rw`;
+  expect(mountStaysLocal(escaped("/mnt/a\\040b"), "/mnt/a b/c")).toBe(true);
+  expect(mountStaysLocal(escaped("/mnt/a\\011b"), "/mnt/a\tb/c")).toBe(true);
+  expect(mountStaysLocal(escaped("/mnt/a\\012b"), "/mnt/a\nb/c")).toBe(true);
+  expect(mountStaysLocal(escaped("/mnt/a\\134b"), "/mnt/a\\b/c")).toBe(true);
+  // An escaped backslash followed by digits is a backslash and the digits, not a second escape.
+  expect(mountStaysLocal(escaped("/mnt/a\\134040"), "/mnt/a\\040/c")).toBe(true);
+  expect(mountStaysLocal(escaped("/mnt/a\\134040"), "/mnt/a 040/c")).toBe(false);
 });

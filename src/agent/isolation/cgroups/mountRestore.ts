@@ -10,7 +10,8 @@
  * mount the same hierarchies again, each at its usual place.
  *
  * It acts only when the agent sees no cgroup mount at all AND the mount
- * holding /sys/fs/cgroup propagates to no other mount namespace (no
+ * holding /sys/fs/cgroup (the one a path walk reaches, overmounts
+ * followed: mountinfo.ts) propagates to no other mount namespace (no
  * `shared:` peer group in /proc/self/mountinfo), so what it mounts is
  * visible to the agent and its children only, never to the host.
  * Must never: mount anything when a cgroup hierarchy is already visible,
@@ -19,6 +20,7 @@
 import { mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { parseCgroupMounts } from "./hierarchy.ts";
+import { mountHolding, parseMountinfo } from "./mountinfo.ts";
 
 /** Where cgroup hierarchies are mounted by convention (systemd, container runtimes). */
 export const CGROUP_MOUNT_ROOT = "/sys/fs/cgroup";
@@ -59,7 +61,8 @@ export function cgroupMountPlan(procCgroup: string): CgroupMountStep[] {
       continue;
     }
     const ctrls = m[2]!.split(",").filter(Boolean);
-    if (!ctrls.length || !ctrls.every((c) => /^(name=)?[A-Za-z0-9_.-]{1,64}$/.test(c))) throw new Error(`/proc/self/cgroup: bad controller list ${JSON.stringify(m[2]!.slice(0, 80))}`);
+    // Each name becomes (part of) a directory under CGROUP_MOUNT_ROOT: "." and ".." are not names.
+    if (!ctrls.length || !ctrls.every((c) => /^(name=)?[A-Za-z0-9_.-]{1,64}$/.test(c) && !/^(name=)?\.{1,2}$/.test(c))) throw new Error(`/proc/self/cgroup: bad controller list ${JSON.stringify(m[2]!.slice(0, 80))}`);
     const named = ctrls.length === 1 && ctrls[0]!.startsWith("name=");
     v1.push({ options: named ? `none,${ctrls[0]}` : ctrls.join(","), dir: named ? ctrls[0]!.slice(5) : ctrls.join(",") });
   }
@@ -73,22 +76,14 @@ export function cgroupMountPlan(procCgroup: string): CgroupMountStep[] {
 
 /**
  * True when a mount at `path` would stay in this mount namespace: the
- * mount that holds `path` (longest mount point that is a prefix) carries
- * no `shared:` peer group in `mountinfo` (/proc/self/mountinfo text). A
- * slave (`master:`) or private mount propagates nothing outward. Pure.
+ * mount that holds `path` (the one a path walk reaches, overmounts
+ * followed: mountinfo.ts mountHolding) carries no `shared:` peer group in
+ * `mountinfo` (/proc/self/mountinfo text). A slave (`master:`) or private
+ * mount propagates nothing outward. False when no mount holds it. Pure.
  */
 export function mountStaysLocal(mountinfo: string, path: string): boolean {
-  let best: { point: string; shared: boolean } | null = null;
-  for (const line of mountinfo.split("\n")) {
-    const [pre] = line.split(" - ");
-    const f = (pre ?? "").split(" ");
-    const point = (f[4] ?? "").replace(/\\040/g, " ");
-    if (!point.startsWith("/")) continue;
-    const covers = point === "/" || path === point || path.startsWith(`${point}/`);
-    if (!covers || (best && best.point.length > point.length)) continue;
-    best = { point, shared: f.slice(6).some((o) => o.startsWith("shared:")) };
-  }
-  return best !== null && !best.shared;
+  const holder = mountHolding(parseMountinfo(mountinfo), path);
+  return holder !== null && !holder.optional.some((o) => o.startsWith("shared:"));
 }
 
 /** The side effects of restoreCgroupMounts, so tests can fake them. */
