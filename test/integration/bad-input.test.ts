@@ -135,19 +135,22 @@ const esc = (t: string) => t.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
  * path, so an unknown one is a token that does not open it (401); minting
  * an enrollment token for a host not enrolled yet is the route's purpose.
  */
-const UNKNOWN_ID: Partial<Record<RouteName, { ids: Row["ids"]; status: number; code: ErrorCode; detail: string } | "not an error">> = {
-  getAllocation: { ids: { id: UNKNOWN.allocation }, status: 404, code: "NOT_FOUND", detail: "no such allocation" },
-  releaseAllocation: { ids: { id: UNKNOWN.allocation }, status: 404, code: "NOT_FOUND", detail: "no such allocation" },
-  events: { ids: { id: UNKNOWN.allocation }, status: 404, code: "NOT_FOUND", detail: "no such allocation" },
-  logs: { ids: { id: UNKNOWN.allocation }, status: 404, code: "NOT_FOUND", detail: "no such allocation" },
-  bootstrap: { ids: { id: UNKNOWN.allocation }, status: 404, code: "NOT_FOUND", detail: "no such allocation" },
-  replacementAuthorizations: { ids: { id: UNKNOWN.allocation }, status: 404, code: "NOT_FOUND", detail: "no such allocation" },
-  createConnectionGrant: { ids: { id: UNKNOWN.allocation }, status: 404, code: "NOT_FOUND", detail: "no such allocation" },
-  revokeConnectionGrant: { ids: { id: UNKNOWN.allocation }, status: 404, code: "NOT_FOUND", detail: "no such allocation" },
-  connectionPoll: { ids: { id: UNKNOWN.connection }, status: 401, code: "UNAUTHENTICATED", detail: "unknown endpoint token, or the connection has ended" },
-  connectionConnect: { ids: { id: UNKNOWN.connection }, status: 401, code: "UNAUTHENTICATED", detail: "unknown endpoint token, or the connection has ended" },
-  connectionMessages: { ids: { id: UNKNOWN.connection }, status: 401, code: "UNAUTHENTICATED", detail: "unknown endpoint token, or the connection has ended" },
-  connectionRelayTokens: { ids: { id: UNKNOWN.connection }, status: 401, code: "UNAUTHENTICATED", detail: "unknown endpoint token, or the connection has ended" },
+type UnknownIdAnswer = { ids: Row["ids"]; status: number; code: ErrorCode; detail: string };
+const NO_ALLOCATION: UnknownIdAnswer = { ids: { id: UNKNOWN.allocation }, status: 404, code: "NOT_FOUND", detail: "no such allocation" };
+const NO_CONNECTION: UnknownIdAnswer = { ids: { id: UNKNOWN.connection }, status: 401, code: "UNAUTHENTICATED", detail: "unknown endpoint token, or the connection has ended" };
+const UNKNOWN_ID: Partial<Record<RouteName, UnknownIdAnswer | "not an error">> = {
+  getAllocation: NO_ALLOCATION,
+  releaseAllocation: NO_ALLOCATION,
+  events: NO_ALLOCATION,
+  logs: NO_ALLOCATION,
+  bootstrap: NO_ALLOCATION,
+  replacementAuthorizations: NO_ALLOCATION,
+  createConnectionGrant: NO_ALLOCATION,
+  revokeConnectionGrant: NO_ALLOCATION,
+  connectionPoll: NO_CONNECTION,
+  connectionConnect: NO_CONNECTION,
+  connectionMessages: NO_CONNECTION,
+  connectionRelayTokens: NO_CONNECTION,
   enrollmentTokens: "not an error",
   activateHost: { ids: { id: UNKNOWN.host }, status: 404, code: "NOT_FOUND", detail: "no such host" },
   drainHost: { ids: { id: UNKNOWN.host }, status: 404, code: "NOT_FOUND", detail: "no such host" },
