@@ -7,16 +7,11 @@
  * Prints one JSON line {ws, wss} with the two URLs, then runs until stdin closes.
  */
 import { readFileSync } from "node:fs";
-import { RELAY_WS_IDLE_SECONDS, RELAY_WS_MAX_MESSAGE_BYTES, RELAY_WS_SEND_BUFFER_BYTES } from "../../src/relay/wsServer.ts";
+import { RELAY_WS_SETTINGS } from "../../src/relay/wsServer.ts";
 
 const [certPath, keyPath] = process.argv.slice(2);
 const websocket = {
-  maxPayloadLength: RELAY_WS_MAX_MESSAGE_BYTES,
-  backpressureLimit: RELAY_WS_SEND_BUFFER_BYTES,
-  closeOnBackpressureLimit: false,
-  perMessageDeflate: false,
-  idleTimeout: RELAY_WS_IDLE_SECONDS,
-  sendPings: true,
+  ...RELAY_WS_SETTINGS,
   message(ws: Bun.ServerWebSocket<undefined>, m: string | Buffer) {
     ws.send(m);
   },

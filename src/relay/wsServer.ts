@@ -25,6 +25,20 @@ export const RELAY_WS_MAX_MESSAGE_BYTES = 16 * 1024;
 export const RELAY_WS_SEND_BUFFER_BYTES = 256 * 1024;
 /** Seconds without any frame (Bun pings first) before Bun closes a dead connection. */
 export const RELAY_WS_IDLE_SECONDS = 120;
+
+/**
+ * The relay's WebSocket settings for Bun.serve (frames ≤ 16 KiB, 256 KiB
+ * send buffer without closing on it, no compression, 120 s idle with
+ * pings); bench/relay.ts's baseline echo server uses the same ones.
+ */
+export const RELAY_WS_SETTINGS = {
+  maxPayloadLength: RELAY_WS_MAX_MESSAGE_BYTES,
+  backpressureLimit: RELAY_WS_SEND_BUFFER_BYTES,
+  closeOnBackpressureLimit: false,
+  perMessageDeflate: false,
+  idleTimeout: RELAY_WS_IDLE_SECONDS,
+  sendPings: true,
+} as const;
 /** Datagrams queued for one socket within one event-loop turn before further ones are dropped (≈ 360 KB of 1,400-byte frames). */
 export const RELAY_WS_MAX_BATCH_FRAMES = 256;
 
@@ -114,12 +128,7 @@ export function startWsListener(o: WsListenerOptions): WsListener {
       return new Response("a WebSocket upgrade is required\n", { status: 426, headers: { upgrade: "websocket" } });
     },
     websocket: {
-      maxPayloadLength: RELAY_WS_MAX_MESSAGE_BYTES,
-      backpressureLimit: RELAY_WS_SEND_BUFFER_BYTES,
-      closeOnBackpressureLimit: false,
-      perMessageDeflate: false,
-      idleTimeout: RELAY_WS_IDLE_SECONDS,
-      sendPings: true,
+      ...RELAY_WS_SETTINGS,
       open(ws) {
         ws.data.session = hub.open(relaySocketOf(ws, sender));
       },
