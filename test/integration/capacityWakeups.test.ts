@@ -11,10 +11,11 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { AgentCommand, Envelope, PlacementUpdate } from "../../src/protocol/agent.ts";
+import type { AgentCommand } from "../../src/protocol/agent.ts";
 import { SchedulerWorker } from "../../src/scheduler/worker.ts";
 import { TEST_CONTROLLER, TEST_OPERATOR, testManifest } from "../support/testManifest.ts";
 import { FakeClock, SeededRandom } from "../sim/rng.ts";
+import { InProcessAgent } from "../support/inProcessAgent.ts";
 
 const C = TEST_CONTROLLER;
 const O = TEST_OPERATOR;
@@ -37,25 +38,8 @@ function world() {
   return { w, clock };
 }
 
-/** An agent speaking the real envelope in-process; `skewMs` shifts its clock. */
-class Agent {
-  epoch = "";
-  seq = 0;
-  cmds: AgentCommand[] = [];
-  constructor(readonly w: SchedulerWorker, readonly hostId: string, readonly clock: FakeClock, public skewMs = 0) {}
-  env(type: Envelope["type"], updates: PlacementUpdate[] = []): Envelope {
-    return { protocolVersion: "1.0", messageId: `m${this.seq}`, hostId: this.hostId, agentEpoch: this.epoch, sentAt: new Date(this.clock.now() + this.skewMs).toISOString(), type, payload: { bootId: "boot", updates, acks: [], deliveryAcks: [], health: { isolationHealthy: true, quarantineCount: 0, vmmDriver: "t" }, waitMs: 0 } };
-  }
-  async poll(): Promise<void> {
-    const r = await this.w.agentEnvelope(this.hostId, this.env("poll"));
-    this.epoch = r.agentEpoch;
-    this.cmds.push(...r.commands);
-    await this.w.runtime.idle();
-  }
-  async report(c: AgentCommand, state: PlacementUpdate["state"]): Promise<void> {
-    await this.w.agentEnvelope(this.hostId, this.env("messages", [{ seq: ++this.seq, placementId: c.placementId, allocationId: c.allocationId, generation: c.generation, state, at: new Date(this.clock.now()).toISOString() }]));
-    await this.w.runtime.idle();
-  }
+/** An in-process agent (test/support/inProcessAgent.ts) that finds an allocation's ensure_present of any generation. */
+class Agent extends InProcessAgent {
   present(allocationId: string): AgentCommand {
     return this.cmds.find((c) => c.type === "ensure_present" && c.allocationId === allocationId)!;
   }
@@ -64,7 +48,7 @@ class Agent {
 async function enroll(w: SchedulerWorker, clock: FakeClock, hostId: string, maxPlacements: number, skewMs = 0): Promise<Agent> {
   const t = await w.createEnrollmentToken(O, hostId, 3600);
   await w.enroll({ token: t.token, capacity: { cpuMillis: 4000, memoryMiB: 4096, ephemeralDiskMiB: 10_000, maxPlacements }, region: "t", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "t" });
-  const a = new Agent(w, hostId, clock, skewMs);
+  const a = new Agent(w, hostId, clock, { bootId: "boot", skewMs });
   await a.poll();
   return a;
 }

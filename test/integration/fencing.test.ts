@@ -16,6 +16,7 @@ import { tokenDigest, type DeploymentManifest } from "../../src/scheduler/manife
 
 import { reservationKey } from "../../src/domain/identifiers.ts";
 import { TEST_CONTROLLER, TEST_OPERATOR, testManifest } from "../support/testManifest.ts";
+import { InProcessAgent } from "../support/inProcessAgent.ts";
 import { FakeClock, SeededRandom } from "../sim/rng.ts";
 
 const C = TEST_CONTROLLER;
@@ -40,37 +41,11 @@ function world(limits: Partial<DeploymentManifest["limits"]> = {}, leaseMs = 30_
   return { w, clock, settle };
 }
 
-/** A minimal agent speaking the real envelope to the worker in-process. */
-class Agent {
-  epoch = "";
-  seq = 0;
-  cmds: AgentCommand[] = [];
-  constructor(readonly w: SchedulerWorker, readonly hostId: string, readonly clock: FakeClock, public bootId = "boot-1", public skewMs = 0, public inventory = { cpuMillis: 2000, memoryMiB: 1024 }) {}
-  env(type: Envelope["type"], updates: PlacementUpdate[] = [], epoch = this.epoch): Envelope {
-    return { protocolVersion: "1.0", messageId: `m${this.seq}`, hostId: this.hostId, agentEpoch: epoch, sentAt: new Date(this.clock.now() + this.skewMs).toISOString(), type, payload: { bootId: this.bootId, updates, acks: [], deliveryAcks: [], health: { isolationHealthy: true, quarantineCount: 0, vmmDriver: "t", inventory: this.inventory }, waitMs: 0 } };
-  }
-  async poll(): Promise<PollResponse> {
-    const r = await this.w.agentEnvelope(this.hostId, this.env("poll"));
-    this.epoch = r.agentEpoch;
-    this.cmds.push(...r.commands);
-    await this.w.runtime.idle();
-    return r;
-  }
-  async report(c: Pick<AgentCommand, "placementId" | "allocationId" | "generation">, state: PlacementUpdate["state"]): Promise<void> {
-    await this.w.agentEnvelope(this.hostId, this.env("messages", [{ seq: ++this.seq, placementId: c.placementId, allocationId: c.allocationId, generation: c.generation, state, at: new Date(this.clock.now()).toISOString() }]));
-    await this.w.runtime.idle();
-  }
-  cmd(type: AgentCommand["type"], allocationId: string, generation = 1): AgentCommand | undefined {
-    return this.cmds.find((c) => c.type === type && c.allocationId === allocationId && c.generation === generation);
-  }
-  /** Drives one placement to running. */
-  async run(allocationId: string, generation = 1): Promise<AgentCommand> {
-    await this.poll();
-    const p = this.cmd("ensure_present", allocationId, generation)!;
-    await this.report(p, "prepared");
-    await this.poll();
-    await this.report(p, "running");
-    return p;
+/** An in-process agent with this file's inventory (test/support/inProcessAgent.ts). */
+const INVENTORY = { cpuMillis: 2000, memoryMiB: 1024 };
+class Agent extends InProcessAgent {
+  constructor(w: SchedulerWorker, hostId: string, clock: FakeClock, bootId = "boot-1", skewMs = 0) {
+    super(w, hostId, clock, { bootId, skewMs, inventory: INVENTORY });
   }
 }
 
@@ -208,8 +183,7 @@ describe("host conditions", () => {
     skewed.epoch = intruder.epoch;
     await skewed.poll();
     expect((await w.hosts(O))[0]!.unschedulable).toEqual(["CLOCK_SKEW"]);
-    skewed.skewMs = 0;
-    skewed.inventory = { cpuMillis: 1000, memoryMiB: 1024 };
+    skewed.o = { ...skewed.o, skewMs: 0, inventory: { cpuMillis: 1000, memoryMiB: 1024 } };
     await skewed.poll();
     expect((await w.hosts(O))[0]!.unschedulable).toEqual(["INVENTORY_MISMATCH"]);
   });

@@ -19,6 +19,7 @@ import { SchedulerWorker } from "../../src/scheduler/worker.ts";
 import { devConnections, tokenDigest, type DeploymentManifest, type Identity } from "../../src/scheduler/manifest.ts";
 import { FakeClock, SeededRandom } from "../sim/rng.ts";
 import { TEST_CONTROLLER, TEST_OPERATOR, testManifest } from "./testManifest.ts";
+import { InProcessAgent } from "./inProcessAgent.ts";
 
 /** The controller that owns the test allocations. */
 export const C = TEST_CONTROLLER;
@@ -64,66 +65,17 @@ export function world() {
 /** A 32-byte key in standard base64 (stands in for an X25519 public key: the scheduler only carries it). */
 export const key = (n: number) => Buffer.alloc(32, n).toString("base64");
 
-/** A minimal agent speaking the real envelope in-process, with a host endpoint's connectivity_update. */
-export class Agent {
-  epoch = "";
-  seq = 0;
+/** An in-process agent (test/support/inProcessAgent.ts) with a host endpoint's connectivity_update. */
+export class Agent extends InProcessAgent {
   connSeq = 0;
-  cmds: AgentCommand[] = [];
-  conns: ConfigureConnection[] = [];
   readonly publicKey: string;
-  constructor(
-    readonly w: SchedulerWorker,
-    readonly hostId: string,
-    readonly clock: FakeClock,
-    keyByte: number,
-  ) {
+  constructor(w: SchedulerWorker, hostId: string, clock: FakeClock, keyByte: number) {
+    super(w, hostId, clock, { inventory: CAP });
     this.publicKey = key(keyByte);
   }
   /** The next connectivity_update, reporting `appliedGrants` (none by default). */
   connectivity(appliedGrants: AppliedGrant[] = []): ConnectivityUpdate {
     return { seq: ++this.connSeq, hostPublicKey: this.publicKey, candidates: [{ address: "192.0.2.10", port: 51820, kind: "local" }], appliedGrants, refusedGrants: [], at: new Date(this.clock.now()).toISOString() };
-  }
-  env(type: Envelope["type"], extra: Partial<Envelope["payload"]> = {}): Envelope {
-    return {
-      protocolVersion: "1.0",
-      messageId: `m${this.hostId}${++this.seq}`,
-      hostId: this.hostId,
-      agentEpoch: this.epoch,
-      sentAt: new Date(this.clock.now()).toISOString(),
-      type,
-      payload: { bootId: "boot-1", updates: [], acks: [], deliveryAcks: [], health: { isolationHealthy: true, quarantineCount: 0, vmmDriver: "t", inventory: CAP }, waitMs: 0, ...extra },
-    };
-  }
-  async poll(extra: Partial<Envelope["payload"]> = {}): Promise<PollResponse> {
-    const r = await this.w.agentEnvelope(this.hostId, this.env("poll", extra));
-    this.epoch = r.agentEpoch;
-    this.cmds.push(...r.commands);
-    this.conns.push(...(r.connections ?? []));
-    await this.w.runtime.idle();
-    return r;
-  }
-  async send(extra: Partial<Envelope["payload"]>): Promise<void> {
-    await this.w.agentEnvelope(this.hostId, this.env("messages", extra));
-    await this.w.runtime.idle();
-  }
-  async report(c: Pick<AgentCommand, "placementId" | "allocationId" | "generation">, state: PlacementUpdate["state"]): Promise<void> {
-    await this.send({ updates: [{ seq: this.seq, placementId: c.placementId, allocationId: c.allocationId, generation: c.generation, state, at: new Date(this.clock.now()).toISOString() }] });
-  }
-  async ack(commandIds: string[]): Promise<void> {
-    await this.send({ acks: commandIds.map((commandId): CommandAck => ({ commandId, result: "accepted" })) });
-  }
-  cmd(type: AgentCommand["type"], allocationId: string, generation = 1): AgentCommand | undefined {
-    return this.cmds.find((c) => c.type === type && c.allocationId === allocationId && c.generation === generation);
-  }
-  async run(allocationId: string, generation = 1): Promise<AgentCommand> {
-    await this.poll();
-    const p = this.cmd("ensure_present", allocationId, generation)!;
-    await this.report(p, "prepared");
-    await this.poll();
-    await this.report(p, "running");
-    await this.poll();
-    return p;
   }
 }
 
