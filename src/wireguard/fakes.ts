@@ -36,7 +36,7 @@ export class FakeClock implements WgClock {
 /**
  * Raw time sources moved by hand, for the suspend-aware clock
  * (suspendClock.ts): advance() moves both, as awake time does; suspend()
- * moves only the wall clock, as CLOCK_MONOTONIC / performance.now() behave
+ * moves only the wall clock, as CLOCK_MONOTONIC and performance.now behave
  * while a Linux laptop sleeps; stepWall() moves the wall clock either way (NTP).
  */
 export class FakeSystemTime implements TimeSources {

@@ -1,7 +1,7 @@
 /**
  * Timers that stop during a laptop's suspend (issue 18 item 5): the
  * suspend-aware clock over fake time sources that jump (the wall clock moves
- * while the monotonic one, like performance.now() on Linux, does not), and
+ * while the monotonic one, like performance.now on Linux, does not), and
  * two Devices on it: a session that outlived REJECT_AFTER_TIME or
  * REKEY_AFTER_TIME while the machine slept is not used after wake, the first
  * packet handshakes at once, and the timers due during the sleep run at the

@@ -1,6 +1,6 @@
 /**
  * A monotonic clock that counts system suspend, built from two sources: a
- * monotonic one that stops while the machine sleeps (performance.now() on
+ * monotonic one that stops while the machine sleeps (performance.now on
  * Linux is CLOCK_MONOTONIC, on macOS mach_absolute_time; neither counts
  * suspend) and the wall clock, which does. Each read compares how far both
  * moved since the previous read; when the wall clock moved more than
