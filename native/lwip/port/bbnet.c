@@ -324,6 +324,9 @@ EXPORT(bb_tcp_sndbuf) uint32_t bb_tcp_sndbuf(struct tcp_pcb *pcb) {
   return tcp_sndbuf(pcb);
 }
 
+/* Bytes lwIP holds that the peer has not acknowledged (sent or not); tcp_sndbuf clamps to 65,535, this does not. */
+EXPORT(bb_tcp_outstanding) uint32_t bb_tcp_outstanding(struct tcp_pcb *pcb) { return (uint32_t)(TCP_SND_BUF - pcb->snd_buf); }
+
 /* Opens the receive window by `len` bytes the application has consumed. */
 EXPORT(bb_tcp_recved) void bb_tcp_recved(struct tcp_pcb *pcb, uint32_t len) {
   while (len > 0) {
