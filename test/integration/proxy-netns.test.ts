@@ -258,7 +258,7 @@ async function echoThrough(port: number, bytes: number, limitSeconds?: number): 
   const p = Bun.spawn(L.exec([...limit, bun, join(repo, "test/support/tcpEcho.ts"), "connect", "127.0.0.1", String(port), String(bytes)]), { stdout: "pipe", stderr: "pipe" });
   const out = await new Response(p.stdout).text();
   await p.exited;
-  return JSON.parse(out.trim().split("\n").at(-1) ?? "{}") as { ok: boolean; bytes: number; ms: number };
+  return JSON.parse(out.trim().split("\n").at(-1) || "{}") as { ok: boolean; bytes: number; ms: number };
 }
 
 async function hostStats(): Promise<Record<string, any>> {
