@@ -24,11 +24,11 @@ const EPOCH = "e".repeat(32);
 const SPEC = { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"a".repeat(64)}` };
 
 /** One agent process over fakes on a shared fake machine; `resolveMs` delays the n-th image resolve (0-based). */
-function rig(name: string, resolveMs: (n: number) => number = () => 0, bootMs: number | null = 500) {
+function rig(name: string, resolveMs: (n: number) => number = () => 0, bootMs: number | null = 500, exitCodeOnShutdown?: number) {
   const dir = join(work, name);
   const tl = new FakeTimeline(1_800_000_000_000);
   const launches: string[] = [];
-  const host = new FakeVmHost(tl.timers("host"), steadyBehaviour({ launchMs: 20, bootMs, shutdownMs: 100 }), (vm) => launches.push(vm.instanceId));
+  const host = new FakeVmHost(tl.timers("host"), steadyBehaviour({ launchMs: 20, bootMs, shutdownMs: 100, ...(exitCodeOnShutdown !== undefined ? { exitCodeOnShutdown } : {}) }), (vm) => launches.push(vm.instanceId));
   let resolves = 0;
   const isolation = new FakeIsolation();
   let n = 0;
@@ -99,6 +99,24 @@ test("commands drive a placement to running and then absent, each transition rep
   expect(states.slice(4)).toEqual(["stopping", "absent"]);
   expect(host.running()).toHaveLength(0);
   expect(isolation.networks.size).toBe(0);
+  await stop(tl, agent);
+});
+
+test("lost exit code: a workload that traps TERM and exits 5 during release has its code reported, before absent", async () => {
+  const { tl, incarnation } = rig("exit-while-stopping", () => 0, 500, 5);
+  const { agent, channel } = await incarnation();
+  const lease = () => tl.now() + 30_000;
+  const sent: PlacementUpdate[] = [];
+  sent.push(...(await exchange(tl, channel, [command("ensure_present", lease())])));
+  sent.push(...(await exchange(tl, channel, [command("ensure_running", lease())])));
+  await tl.advance(1_000);
+  sent.push(...(await exchange(tl, channel, [command("ensure_absent", lease())])));
+  await tl.advance(1_000);
+  sent.push(...(await exchange(tl, channel)));
+  const seen = [...new Map(sent.map((u) => [u.seq, u])).values()];
+  const exited = seen.findIndex((u) => u.workloadExitCode !== undefined);
+  expect(seen[exited]).toMatchObject({ state: "stopping", workloadExitCode: 5 });
+  expect(exited).toBeLessThan(seen.findIndex((u) => u.state === "absent"));
   await stop(tl, agent);
 });
 
