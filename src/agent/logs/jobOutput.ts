@@ -23,6 +23,11 @@ const TRIM_LINE = /^\[\.\.\. \d+ bytes trimmed \.\.\.\]$/;
 /** The exit marker at a line's end (a workload whose last output has no newline leaves its text before it). */
 const EXIT_AT_END = new RegExp(`${JOB_EXIT_MARKER} -?\\d+$`);
 
+/** True for a console line inside the job that is the workload's own (not a kernel or trim line). */
+export function isWorkloadLine(line: string): boolean {
+  return !KERNEL_LINE.test(line) && !TRIM_LINE.test(line);
+}
+
 /** The job's output among `lines` (each ending in "\n", redacted) and the phase after them. */
 export function jobOutput(lines: string, phase: JobPhase): { text: string; phase: JobPhase } {
   let text = "";
@@ -37,7 +42,7 @@ export function jobOutput(lines: string, phase: JobPhase): { text: string; phase
     if (exit) {
       text += line.slice(0, exit.index); // output the workload left without a newline
       phase = "ended";
-    } else if (!KERNEL_LINE.test(line) && !TRIM_LINE.test(line)) text += withNl;
+    } else if (isWorkloadLine(line)) text += withNl;
   }
   return { text, phase };
 }
