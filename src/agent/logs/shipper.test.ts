@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { JOB_EXIT_MARKER, JOB_START_MARKER } from "../../protocol/guest.ts";
 import { MAX_LOG_CHUNK_BYTES, MAX_LOG_CHUNKS_PER_PUSH, type LogChunk, type LogPushResponse } from "../../protocol/logs.ts";
 import { trimConsoleLogAt } from "../vmm/consoleLog.ts";
+import { BeachballError } from "../../protocol/errors.ts";
 import { ConsoleShipper, MAX_COLLECT_BYTES, MAX_QUEUED_BYTES, splitChunks, type ShippedPlacement } from "./shipper.ts";
 
 const NONCE = "e".repeat(64);
@@ -19,8 +20,11 @@ class RecordingSink {
   streams = new Map<string, string>();
   fail = false;
   refuse = false;
+  /** A placement whose chunks make the whole push fail, as the scheduler's RATE_LIMITED answer does. */
+  rateLimited: string | null = null;
   async push(chunks: LogChunk[]): Promise<LogPushResponse> {
     if (this.fail) throw new Error("connection refused");
+    if (chunks.some((c) => c.placementId === this.rateLimited)) throw new BeachballError("RATE_LIMITED", "this allocation's log takes at most 131072 bytes per second");
     this.pushes.push(chunks);
     return {
       results: chunks.map((c) => {
@@ -116,6 +120,20 @@ describe("the console shipper", () => {
     expect(sink.pushes.every((p) => p.length <= MAX_LOG_CHUNKS_PER_PUSH)).toBe(true);
     expect(sink.streams.get("plc_3")).toBe(line.repeat(total / 1024));
     expect(ship.droppedBytes).toBe(0);
+  });
+
+  test("a noisy neighbour: a placement refused for its rate holds up only its own output, not another placement's", async () => {
+    const { sink, ship, ref, write } = setup();
+    const [noisy, quiet] = [ref(15), ref(16)];
+    sink.rateLimited = noisy.placementId;
+    write(noisy, `${JOB_START_MARKER}\n${"n".repeat(1023)}\n`.repeat(64));
+    write(quiet, `${JOB_START_MARKER}\n`);
+    for (let i = 0; i < 3; i++) {
+      write(quiet, `quiet ${i}\n`);
+      await ship.tick([noisy, quiet]);
+    }
+    expect(sink.streams.get(quiet.placementId)).toBe("quiet 0\nquiet 1\nquiet 2\n");
+    expect(ship.queuedBytes).toBeGreaterThan(0); // the noisy one waits for its rate, its output kept
   });
 
   test("a trim that cuts unread output leaves a gap by offset, counts it and says so; read output is kept", async () => {

@@ -6,6 +6,8 @@
  * Housekeeping calls `tick` every LOG_SHIP_INTERVAL_MS (collect, then push
  * until the queue is empty or a push fails), and `collect` then `trimmed`
  * around each trim of a console file to its budget (vmm/consoleLog.ts).
+ * Each push carries chunks of one placement, the placements taking turns,
+ * so one refused for its rate (RATE_LIMITED) holds up only itself.
  * A collect reads at most MAX_COLLECT_BYTES new bytes, and nothing while
  * MAX_QUEUED_BYTES are queued: the console file holds the backlog (back
  * pressure, never a skip). Bytes are lost only when a trim cuts bytes not
@@ -100,8 +102,12 @@ export interface ShipperDeps {
 export class ConsoleShipper {
   private readonly streams = new Map<string, Stream>();
   private readonly payloads = new Map<string, PayloadDigests>();
-  private inFlight: Promise<void> | null = null;
+  private inFlight: Promise<boolean> | null = null;
   private ticking = false;
+  /** Round-robin position over the placements with output queued. */
+  private turn = 0;
+  /** The last push failed (a failure is logged once per run of failures). */
+  private failing = false;
   /** Bytes of workload output lost since start (a trim cut them before they were read). */
   droppedBytes = 0;
 
@@ -130,11 +136,10 @@ export class ConsoleShipper {
     this.ticking = true;
     try {
       for (const r of refs) this.collect(r);
-      for (let i = 0; i < MAX_PUSHES_PER_TICK && this.pushable(); i++) {
-        const before = this.queuedBytes;
-        await this.flush();
-        if (this.queuedBytes >= before) break; // the push failed: the next tick retries
-        for (const r of refs) this.collect(r); // room again: read on
+      // One placement per push: a placement refused for its rate (or any failure) holds up only itself.
+      for (let i = 0, failed = 0; i < MAX_PUSHES_PER_TICK && failed < this.pushableCount(); i++) {
+        if (await this.flush()) for (const r of refs) this.collect(r); // room again: read on
+        else failed++;
       }
     } finally {
       this.ticking = false;
@@ -186,7 +191,7 @@ export class ConsoleShipper {
         this.collect(ref);
         const s = this.streams.get(ref.placementId);
         if (!s || s.refused || (s.phase === "ended" && s.queue.length === 0)) return;
-        if (s.queue.length > 0) await Promise.race([this.flush(), deadline]);
+        if (s.queue.length > 0) await Promise.race([this.flush(ref.placementId), deadline]);
         else await Promise.race([this.deps.sleep(SETTLE_POLL_MS), deadline]);
       }
     } finally {
@@ -201,7 +206,7 @@ export class ConsoleShipper {
     const abort = new AbortController();
     const deadline = this.deps.sleep(FINISH_FLUSH_MS, abort.signal).then(() => "late" as const);
     for (let i = 0; i < 64 && (this.streams.get(ref.placementId)?.queue.length ?? 0) > 0; i++) {
-      if ((await Promise.race([this.flush().then(() => "ok" as const), deadline])) === "late") break;
+      if ((await Promise.race([this.flush(ref.placementId).then(() => "ok" as const), deadline])) === "late") break;
       this.collect(ref);
     }
     abort.abort();
@@ -226,9 +231,14 @@ export class ConsoleShipper {
     return n;
   }
 
-  /** Pushes one batch if none is in flight; resolves when that batch is done. Never throws. */
-  flush(): Promise<void> {
-    this.inFlight ??= this.pushOnce().finally(() => {
+  /**
+   * Pushes one batch (up to MAX_LOG_CHUNKS_PER_PUSH chunks of the next
+   * placement in turn, or of `placementId` when it has some) if none is in flight; resolves when that batch is
+   * done: true when it was stored (or refused for good), false when nothing
+   * was queued or the push failed (retried later). Never throws.
+   */
+  flush(placementId?: string): Promise<boolean> {
+    this.inFlight ??= this.pushOnce(placementId).finally(() => {
       this.inFlight = null;
     });
     return this.inFlight;
@@ -268,9 +278,12 @@ export class ConsoleShipper {
     this.deps.log.warn(`dropped ${lostBytes} bytes of workload output of ${s.ref.placementId}: its console was trimmed before they were shipped (output above the log rate, or the scheduler unreachable)`);
   }
 
-  private pushable(): boolean {
-    for (const s of this.streams.values()) if (!s.refused && s.queue.length > 0) return true;
-    return false;
+  private pushableStreams(): Stream[] {
+    return [...this.streams.values()].filter((s) => !s.refused && s.queue.length > 0);
+  }
+
+  private pushableCount(): number {
+    return this.pushableStreams().length;
   }
 
   private stream(ref: ShippedPlacement): Stream {
@@ -326,29 +339,22 @@ export class ConsoleShipper {
     }
   }
 
-  private async pushOnce(): Promise<void> {
-    const batch: { s: Stream; item: Queued }[] = [];
-    // Round robin: the oldest chunk of each placement first, so one noisy VM does not starve the others.
-    for (let round = 0; batch.length < MAX_LOG_CHUNKS_PER_PUSH; round++) {
-      let added = false;
-      for (const s of this.streams.values()) {
-        const item = s.queue[round];
-        if (!item || s.refused || batch.length >= MAX_LOG_CHUNKS_PER_PUSH) continue;
-        batch.push({ s, item });
-        added = true;
-      }
-      if (!added) break;
-    }
-    if (batch.length === 0) return;
+  private async pushOnce(placementId?: string): Promise<boolean> {
+    const ready = this.pushableStreams();
+    if (ready.length === 0) return false;
+    const one = ready.find((s) => s.ref.placementId === placementId) ?? ready[this.turn++ % ready.length]!;
+    const batch = one.queue.slice(0, MAX_LOG_CHUNKS_PER_PUSH).map((item) => ({ s: one, item }));
     let resp: LogPushResponse;
     try {
       resp = await this.deps.sink.push(
         batch.map(({ s, item }) => ({ allocationId: s.ref.allocationId, placementId: s.ref.placementId, generation: s.ref.generation, ...(item.offset === undefined ? {} : { offset: item.offset }), text: item.text })),
       );
     } catch (e) {
-      this.deps.log.warn(`log push failed (retried): ${(e as Error).message}`);
-      return;
+      if (!this.failing) this.deps.log.warn(`log push failed (retried; logged once until a push succeeds): ${(e as Error).message}`);
+      this.failing = true;
+      return false;
     }
+    this.failing = false;
     const stored = new Map<Stream, LogPosition>();
     batch.forEach(({ s, item }, i) => {
       const r = resp.results[i];
@@ -377,6 +383,7 @@ export class ConsoleShipper {
       if (item.resume) stored.set(s, { ...item.resume, streamOffset: item.offset === undefined ? r.streamEnd : item.offset + item.bytes });
     });
     for (const [s, p] of stored) this.save(s, p);
+    return true;
   }
 }
 
