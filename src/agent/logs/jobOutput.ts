@@ -10,7 +10,10 @@
  * - the agent's own `[... N bytes trimmed ...]` lines (vmm/consoleLog.ts).
  * A workload line that itself starts like a kernel line is dropped too (the
  * console cannot tell them apart); the whole console stays on the host for
- * the operator. Pure. Must never: pass a marker or a line from before the
+ * the operator. A workload can print the exit marker itself, so a marker
+ * ends the job only once the guest has reported the exit over its control
+ * channel (`exitReported`); before that a marker line is dropped and the
+ * lines after it are still the job's. Pure. Must never: pass a marker or a line from before the
  * job's start.
  */
 import { JOB_EXIT_MARKER, JOB_START_MARKER } from "../../protocol/guest.ts";
@@ -28,8 +31,13 @@ export function isWorkloadLine(line: string): boolean {
   return !KERNEL_LINE.test(line) && !TRIM_LINE.test(line);
 }
 
-/** The job's output among `lines` (each ending in "\n", redacted) and the phase after them. */
-export function jobOutput(lines: string, phase: JobPhase): { text: string; phase: JobPhase } {
+/**
+ * The job's output among `lines` (each ending in "\n", redacted), the phase
+ * after them, and `exitLast`: whether the last job line read so far is an
+ * exit marker (`exitLast` before these lines comes in; kernel lines do not
+ * change it, a workload line clears it).
+ */
+export function jobOutput(lines: string, phase: JobPhase, exitReported = true, exitLast = false): { text: string; phase: JobPhase; exitLast: boolean } {
   let text = "";
   for (const withNl of lines.split(/(?<=\n)/)) {
     if (phase === "ended" || !withNl) break;
@@ -41,8 +49,12 @@ export function jobOutput(lines: string, phase: JobPhase): { text: string; phase
     const exit = EXIT_AT_END.exec(line);
     if (exit) {
       text += line.slice(0, exit.index); // output the workload left without a newline
-      phase = "ended";
-    } else if (isWorkloadLine(line)) text += withNl;
+      exitLast = true;
+      if (exitReported) phase = "ended";
+    } else if (isWorkloadLine(line)) {
+      text += withNl;
+      exitLast = false;
+    }
   }
-  return { text, phase };
+  return { text, phase, exitLast };
 }

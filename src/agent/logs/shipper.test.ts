@@ -78,14 +78,27 @@ describe("the console shipper", () => {
     expect(sink.pushes.flat().map((c) => c.offset)).toEqual([0, Buffer.byteLength(`line 1\nnonce [redacted]\n`)]);
   });
 
-  test("internals in logs: job markers, kernel lines, trim lines and what follows the exit marker are not the job's output", async () => {
+  test("internals in logs: job markers, kernel lines, trim lines and what follows the guest's exit marker are not the job's output", async () => {
     const { sink, ship, ref, write } = setup();
     const r = ref(11);
     write(r, `[    0.5] booting\n${JOB_START_MARKER}\nhello\n[    3.141592] random: crng init done\n[... 12 bytes trimmed ...]\nworld, no newline`);
-    write(r, `${JOB_EXIT_MARKER} 3\n[    9.000001] reboot: Power down\nlater\n`);
+    write(r, `${JOB_EXIT_MARKER} 3\n[    9.000001] reboot: Power down\n[  OK  ] Stopped systemd-journald.service\n`);
+    await ship.settle(r); // the guest reported the exit over its control channel
+    write(r, "later\n");
     ship.collect(r);
     await ship.flush();
     expect(sink.streams.get("plc_11")).toBe("hello\nworld, no newline");
+  });
+
+  test("a fake exit marker: one the workload prints itself is dropped, and its output goes on", async () => {
+    const { sink, ship, ref, write } = setup();
+    const r = ref(17);
+    write(r, `${JOB_START_MARKER}\nrunning a nested job\n${JOB_EXIT_MARKER} 0\nstill the workload\n`);
+    ship.collect(r);
+    await ship.flush();
+    write(r, `done\n${JOB_EXIT_MARKER} 0\n`);
+    await ship.settle(r);
+    expect(sink.streams.get("plc_17")).toBe("running a nested job\nstill the workload\ndone\n");
   });
 
   test("a line the workload echoes from its payload is redacted; the payload's bytes are never pushed", async () => {

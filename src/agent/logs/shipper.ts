@@ -82,6 +82,10 @@ interface Stream {
   refused: boolean;
   /** The position last persisted (position.ts). */
   saved: LogPosition | null;
+  /** The last job line read is an exit marker (the guest's, or one the workload printed). */
+  exitLast: boolean;
+  /** The guest reported the workload's exit: the next exit marker ends the job (jobOutput.ts). */
+  exitReported: boolean;
   /** A trim cut bytes ahead of the read position: at raw offset `at`, reading jumps to `tailAt`, and `lostBytes` become a gap. */
   cut: { at: number; tailAt: number; lostBytes: number } | null;
 }
@@ -186,6 +190,10 @@ export class ConsoleShipper {
     const deadline = this.deps.sleep(SETTLE_MS, abort.signal).then(() => {
       late = true;
     });
+    const s0 = this.stream(ref);
+    s0.exitReported = true;
+    this.collect(ref);
+    if (s0.exitLast && s0.phase === "job") s0.phase = "ended"; // the guest's marker was read before its report came
     try {
       for (let i = 0; i < 4 * (SETTLE_MS / SETTLE_POLL_MS) && !late; i++) {
         this.collect(ref);
@@ -258,6 +266,7 @@ export class ConsoleShipper {
     if (saved && saved.rawOffset <= size) {
       s.rawOffset = saved.rawOffset;
       s.phase = saved.phase;
+      s.exitLast = s.exitReported = saved.phase === "ended";
       s.streamOffset = saved.streamOffset;
       s.saved = saved;
       return;
@@ -266,6 +275,7 @@ export class ConsoleShipper {
     s.rawOffset = size;
     const started = text.lastIndexOf(`${JOB_START_MARKER}\n`);
     s.phase = started < 0 ? "boot" : text.indexOf(JOB_EXIT_MARKER, started) >= 0 ? "ended" : "job";
+    s.exitLast = s.exitReported = s.phase === "ended";
     s.streamOffset = null;
   }
 
@@ -289,7 +299,7 @@ export class ConsoleShipper {
   private stream(ref: ShippedPlacement): Stream {
     let s = this.streams.get(ref.placementId);
     if (s) return s;
-    s = { ref, redactor: new ConsoleRedactor(this.deps.secretsOf(ref.dirName)), rawOffset: 0, phase: "boot", streamOffset: 0, queue: [], queuedBytes: 0, refused: false, saved: null, cut: null };
+    s = { ref, redactor: new ConsoleRedactor(this.deps.secretsOf(ref.dirName)), rawOffset: 0, phase: "boot", streamOffset: 0, queue: [], queuedBytes: 0, refused: false, saved: null, cut: null, exitLast: false, exitReported: false };
     const d = this.payloads.get(ref.placementId);
     if (d) s.redactor.payloadDigests = d;
     this.streams.set(ref.placementId, s);
@@ -310,8 +320,9 @@ export class ConsoleShipper {
     if (end <= s.rawOffset) return;
     const raw = readRange(path, s.rawOffset, Math.min(end - s.rawOffset, MAX_COLLECT_BYTES));
     s.rawOffset += raw.length;
-    const out = jobOutput(s.redactor.feed(raw), s.phase);
+    const out = jobOutput(s.redactor.feed(raw), s.phase, s.exitReported, s.exitLast);
     s.phase = out.phase;
+    s.exitLast = out.exitLast;
     const resume = { rawOffset: s.rawOffset - s.redactor.heldBytes, phase: s.phase };
     const pieces = splitChunks(out.text);
     pieces.forEach((piece, i) => this.enqueue(s, piece, i === pieces.length - 1 ? resume : null));
