@@ -155,8 +155,9 @@ export class PlacementReconciler {
     // stopping (a workload that traps TERM and exits during release), after
     // its last output was stored by the scheduler (bounded: ConsoleShipper.settle).
     session.onWorkloadExit = (code) => {
-      const ref = this.ref(this.current(placementId));
-      const report = (this.deps.ctx.consoleLogs?.settle(ref) ?? Promise.resolve()).then(() => {
+      const p = this.deps.store.placement(placementId);
+      if (!p) return;
+      const report = (this.deps.ctx.consoleLogs?.settle(this.ref(p)) ?? Promise.resolve()).then(() => {
         const cur = this.deps.store.placement(placementId);
         if (cur && cur.observed !== "absent" && cur.workloadExitCode === null) this.observe(cur, cur.observed, { workloadExitCode: code });
       });
