@@ -1,14 +1,20 @@
 /**
  * The repository's documentation stays true: the example manifest under
  * deploy/ loads with the scheduler's own loader, the example relay config
- * with the relay's, and every relative link in
- * docs/ and README.md points at a file that exists.
+ * with the relay's, every relative link in docs/ and README.md points at a
+ * file that exists, every `bb …` command line they show names commands and
+ * flags that exist (test/support/docCommands.ts), and every metric the
+ * scheduler and the relay register is in docs/operate.md.
  */
 import { describe, expect, test } from "bun:test";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { loadRelayConfig } from "../src/relay/config.ts";
 import { loadManifest } from "../src/scheduler/manifest.ts";
+import { bbCommand } from "../bin/root.ts";
+import { checkCommandLine, docCommandLines } from "./support/docCommands.ts";
+import { newRelayCounters, prometheusText } from "../src/relay/counters.ts";
+import { processMetricsText } from "../src/scheduler/processMetrics.ts";
 
 const ROOT = resolve(import.meta.dir, "..");
 
@@ -16,6 +22,65 @@ function markdownFiles(dir: string): string[] {
   return readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((d) =>
     d.isDirectory() ? markdownFiles(join(dir, d.name)) : d.name.endsWith(".md") ? [join(dir, d.name)] : [],
   );
+}
+
+/** The documents whose command lines are checked: README.md, docs/ (ADRs included) and deploy/README.md. */
+function documents(): string[] {
+  return ["README.md", "deploy/README.md", ...markdownFiles("docs")];
+}
+
+const NPM_SCRIPTS = (JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string> }).scripts;
+
+/** Every stale command line of `files` (an unknown subcommand or flag), as `file:line: bb …: problem`. */
+async function staleCommandLines(files: { name: string; text: string }[]): Promise<string[]> {
+  const out: string[] = [];
+  for (const f of files) {
+    for (const line of docCommandLines(f.name, f.text, NPM_SCRIPTS)) {
+      for (const p of await checkCommandLine(bbCommand, line.words, line.commentFlags)) out.push(`${line.where}: bb ${line.words.join(" ")}: ${p}`);
+    }
+  }
+  return out;
+}
+
+/** Non-test TypeScript files under `dir`. */
+function sourceFiles(dir: string): string[] {
+  return readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((d) =>
+    d.isDirectory() ? sourceFiles(join(dir, d.name)) : d.name.endsWith(".ts") && !d.name.endsWith(".test.ts") ? [join(dir, d.name)] : [],
+  );
+}
+
+/**
+ * The metric names the code registers: every whole `bb_…` string literal
+ * in a source file under src/ that speaks of metrics (the scheduler's
+ * `metrics.inc`/`observe` and gauges; a name may sit in a variable first),
+ * the relay's exposition (`bb_relay_…`, built from a prefix), and the
+ * process metrics prom-client renders. nftables names (`bb_conn`) live in
+ * files that never mention metrics.
+ */
+async function registeredMetrics(): Promise<Set<string>> {
+  const names = new Set<string>();
+  for (const f of sourceFiles("src")) {
+    const text = readFileSync(join(ROOT, f), "utf8");
+    if (!/metric/i.test(text)) continue;
+    for (const m of text.matchAll(/(["'`])(bb_[a-z0-9_]+)\1/g)) names.add(m[2]!);
+  }
+  const relay = newRelayCounters();
+  relay.closes = { RELAY_BUSY: 1 };
+  const exposition = `${prometheusText(relay)}\n${await processMetricsText()}`;
+  for (const m of exposition.matchAll(/^# TYPE (\S+) /gm)) names.add(m[1]!);
+  return names;
+}
+
+/** The metric names docs/operate.md lists in its metric tables (first column; `process_*` stands for a family). */
+function documentedMetrics(): string[] {
+  const out: string[] = [];
+  let inTable = false;
+  for (const line of readFileSync(join(ROOT, "docs/operate.md"), "utf8").split("\n")) {
+    if (/^\|\s*metric\s*\|/.test(line)) inTable = true;
+    else if (!line.startsWith("|")) inTable = false;
+    else if (inTable) for (const m of (line.split("|")[1] ?? "").matchAll(/`([a-z_*]+)`/g)) out.push(m[1]!);
+  }
+  return out;
 }
 
 describe("documentation", () => {
@@ -50,5 +115,44 @@ describe("documentation", () => {
     const index = readFileSync(join(ROOT, "docs/adr/README.md"), "utf8");
     const records = readdirSync(join(ROOT, "docs/adr")).filter((n) => /^\d{4}-.*\.md$/.test(n));
     for (const r of records) expect(index, `docs/adr/README.md does not list ${r}`).toContain(`(${r})`);
+  });
+
+  test("every bb command line in README.md, docs/ and deploy/README.md names a command and flags that exist", async () => {
+    const files = documents().map((name) => ({ name, text: readFileSync(join(ROOT, name), "utf8") }));
+    const lines = files.flatMap((f) => docCommandLines(f.name, f.text, NPM_SCRIPTS));
+    expect(lines.length).toBeGreaterThan(100);
+    expect(await staleCommandLines(files)).toEqual([]);
+  });
+
+  test("the command line check catches a stale subcommand, flag and comment flag (planted)", async () => {
+    const planted = [
+      "```sh",
+      "bb host list --json            # fine",
+      "bb host lsit",
+      "bb allocation create --class ci-small --wiat",
+      "bb agent join --scheduler URL \\",
+      "  --token T --image-directory /srv   # --max-placements N",
+      "bb allocation events ID --follow   # --resume N continues",
+      "```",
+      "Run `bb agent join|runn` or `ip netns exec x bb agent run --data-dirr D`.",
+    ].join("\n");
+    expect(await staleCommandLines([{ name: "planted.md", text: planted }])).toEqual([
+      'planted.md:3: bb host lsit: `bb host` has no subcommand "lsit"',
+      "planted.md:4: bb allocation create --class ci-small --wiat: `bb allocation create` has no flag --wiat",
+      "planted.md:5: bb agent join --scheduler URL --token T --image-directory /srv: `bb agent join` has no flag --image-directory",
+      "planted.md:7: bb allocation events ID --follow: `bb allocation events` has no flag --resume (named in the comment)",
+      'planted.md:9: bb agent join|runn: `bb agent` has no subcommand "runn"',
+      "planted.md:9: bb agent run --data-dirr D: `bb agent run` has no flag --data-dirr",
+    ]);
+  });
+
+  test("every metric the scheduler and the relay register is in docs/operate.md, and every bb_ metric there is registered", async () => {
+    const registered = await registeredMetrics();
+    expect(registered.has("bb_connection_paths_total")).toBe(true);
+    expect(registered.has("bb_relay_sessions")).toBe(true);
+    const documented = documentedMetrics();
+    const covers = (name: string) => documented.some((d) => (d.endsWith("*") ? name.startsWith(d.slice(0, -1)) : d === name));
+    expect([...registered].filter((n) => !covers(n)).sort()).toEqual([]);
+    expect(documented.filter((d) => d.startsWith("bb_") && !registered.has(d))).toEqual([]);
   });
 });
