@@ -4,7 +4,8 @@
  * with the relay's, every relative link in docs/ and README.md points at a
  * file that exists, every `bb …` command line they show names commands and
  * flags that exist (test/support/docCommands.ts), and every metric the
- * scheduler and the relay register is in docs/operate.md.
+ * scheduler and the relay register, every alert they raise and every
+ * reason a host is unschedulable is in docs/operate.md.
  */
 import { describe, expect, test } from "bun:test";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
@@ -154,5 +155,32 @@ describe("documentation", () => {
     const covers = (name: string) => documented.some((d) => (d.endsWith("*") ? name.startsWith(d.slice(0, -1)) : d === name));
     expect([...registered].filter((n) => !covers(n)).sort()).toEqual([]);
     expect(documented.filter((d) => d.startsWith("bb_") && !registered.has(d))).toEqual([]);
+  });
+
+  test("every alert the code raises and every unschedulable reason is in docs/operate.md's tables", () => {
+    const operate = readFileSync(join(ROOT, "docs/operate.md"), "utf8");
+    const rows = operate.split("\n").filter((l) => l.startsWith("| `"));
+    const alerts = new Set<string>();
+    for (const f of sourceFiles("src")) {
+      const text = readFileSync(join(ROOT, f), "utf8");
+      // An alert is posted as `{ kind: "alert", …, type, …, reason }` or returned in a reconcile pass's `alerts: [{ type, reason }]`.
+      for (const m of text.matchAll(/kind: "alert"|alerts: (?:first \? )?\[/g)) {
+        const near = text.slice(m.index!, m.index! + 300);
+        const type = /type: "([a-z_]+\.[a-z_]+)"/.exec(near)?.[1];
+        const reason = /reason: "([A-Z_]+)"/.exec(near)?.[1];
+        if (type && reason) alerts.add(`${type} ${reason}`);
+      }
+    }
+    expect(alerts.has("host.disabled HOST_FENCED")).toBe(true);
+    expect(alerts.has("allocation.no_eligible_host NO_CAPACITY")).toBe(true);
+    const undocumented = [...alerts].filter((a) => {
+      const [type, reason] = a.split(" ");
+      return !rows.some((r) => r.startsWith(`| \`${type}\` | \`${reason}\` |`));
+    });
+    expect(undocumented).toEqual([]);
+    const union = /export type UnschedulableReason =([^;]+);/.exec(readFileSync(join(ROOT, "src/domain/hostConditions.ts"), "utf8"))![1]!;
+    const reasons = [...union.matchAll(/"([A-Z_]+)"/g)].map((m) => m[1]!);
+    expect(reasons.length).toBeGreaterThanOrEqual(8);
+    expect(reasons.filter((r) => !rows.some((row) => row.startsWith(`| \`${r}\` |`)))).toEqual([]);
   });
 });
