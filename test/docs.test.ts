@@ -112,6 +112,40 @@ describe("documentation", () => {
     expect(broken).toEqual([]);
   });
 
+  test("every anchor a link in docs/ and README.md names is a heading of its target (GitHub's slugs)", () => {
+    const slugs = (file: string) => {
+      const out = new Set<string>();
+      const text = readFileSync(join(ROOT, file), "utf8").replace(/^```[\s\S]*?^```/gm, "");
+      for (const m of text.matchAll(/^#{1,6}\s+(.+?)\s*#*$/gm))
+        out.add(m[1]!.replace(/`/g, "").toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, "").replace(/\s/g, "-"));
+      for (const m of text.matchAll(/<a (?:id|name)="([^"]+)"/g)) out.add(m[1]!);
+      return out;
+    };
+    const broken: string[] = [];
+    for (const f of ["README.md", ...markdownFiles("docs")]) {
+      for (const m of readFileSync(join(ROOT, f), "utf8").replace(/`[^`\n]*`/g, "").matchAll(/\]\(([^)#\s]*)#([^)\s]+)\)/g)) {
+        const target = m[1] ? join(dirname(f), m[1]) : f;
+        if (/^[a-z]+:/.test(m[1]!) || !target.endsWith(".md")) continue;
+        if (!slugs(target).has(m[2]!)) broken.push(`${f} -> ${m[1]}#${m[2]}`);
+      }
+    }
+    expect(broken).toEqual([]);
+  });
+
+  test("the docs the packages ship link only to docs they ship (packaging/build.sh installs them flat in /usr/share/doc/beachball)", () => {
+    const line = readFileSync(join(ROOT, "packaging/build.sh"), "utf8").split("\n").find((l) => /install -m 0644 docs\/\S+\.md/.test(l))!;
+    const shipped = [...line.matchAll(/docs\/(\S+\.md)/g)].map((m) => m[1]!);
+    expect(shipped).toContain("install.md");
+    const outside: string[] = [];
+    for (const f of shipped) {
+      for (const m of readFileSync(join(ROOT, "docs", f), "utf8").replace(/`[^`\n]*`/g, "").matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)) {
+        if (/^[a-z]+:/.test(m[1]!)) continue;
+        if (!shipped.includes(m[1]!)) outside.push(`docs/${f} -> ${m[1]}`);
+      }
+    }
+    expect(outside).toEqual([]);
+  });
+
   test("the ADR index lists every record", () => {
     const index = readFileSync(join(ROOT, "docs/adr/README.md"), "utf8");
     const records = readdirSync(join(ROOT, "docs/adr")).filter((n) => /^\d{4}-.*\.md$/.test(n));
