@@ -146,6 +146,22 @@ describe("documentation", () => {
     expect(outside).toEqual([]);
   });
 
+  test("the README's Layout names every directory of src/ and every top-level directory", () => {
+    const readme = readFileSync(join(ROOT, "README.md"), "utf8");
+    const layout = /^## Layout\n+```\n([\s\S]*?)```/m.exec(readme)![1]!;
+    const named = new Set([...layout.matchAll(/^(\S+)\//gm)].map((m) => m[1]!));
+    // Tracked directories only: a checkout's own .bb/, dist/ or node_modules/ are not the layout.
+    const tracked = Bun.spawnSync(["git", "ls-files"], { cwd: ROOT }).stdout.toString().split("\n");
+    const dirs = new Set(tracked.flatMap((f) => {
+      const parts = f.split("/");
+      if (parts.length < 2 || parts[0]!.startsWith(".")) return [];
+      return parts[0] === "src" ? (parts.length > 2 ? [`src/${parts[1]}`] : []) : [parts[0]!];
+    }));
+    expect(dirs.size).toBeGreaterThan(10);
+    const missing = [...dirs].filter((d) => d !== "src" && !named.has(d)).sort();
+    expect(missing).toEqual([]);
+  });
+
   test("the ADR index lists every record", () => {
     const index = readFileSync(join(ROOT, "docs/adr/README.md"), "utf8");
     const records = readdirSync(join(ROOT, "docs/adr")).filter((n) => /^\d{4}-.*\.md$/.test(n));
