@@ -14,6 +14,7 @@ import { loadRelayConfig } from "../src/relay/config.ts";
 import { loadManifest } from "../src/scheduler/manifest.ts";
 import { bbCommand } from "../bin/root.ts";
 import { checkCommandLine, docCommandLines } from "./support/docCommands.ts";
+import { walkCommands } from "../src/command/define.ts";
 import { newRelayCounters, prometheusText } from "../src/relay/counters.ts";
 import { processMetricsText } from "../src/scheduler/processMetrics.ts";
 
@@ -173,6 +174,33 @@ describe("documentation", () => {
     const lines = files.flatMap((f) => docCommandLines(f.name, f.text, NPM_SCRIPTS));
     expect(lines.length).toBeGreaterThan(100);
     expect(await staleCommandLines(files)).toEqual([]);
+  });
+
+  test("every ExecStart of the systemd units under deploy/systemd runs a bb command and flags that exist", async () => {
+    const units = readdirSync(join(ROOT, "deploy/systemd")).filter((f) => f.endsWith(".service"));
+    const files = units.map((u) => {
+      const execs = readFileSync(join(ROOT, "deploy/systemd", u), "utf8").split("\n").filter((l) => l.startsWith("ExecStart=/usr/bin/bb "));
+      return { name: `deploy/systemd/${u}`, text: ["```", ...execs.map((l) => l.replace("ExecStart=/usr/bin/bb ", "bb ")), "```"].join("\n") };
+    });
+    expect(files.filter((f) => f.text.includes("bb ")).length).toBe(3);
+    expect(await staleCommandLines(files)).toEqual([]);
+  });
+
+  test("the man page (packaging/bb.1) lists every command, and every command it lists exists", async () => {
+    const lines = readFileSync(join(ROOT, "packaging/bb.1"), "utf8")
+      .split("\n")
+      .filter((l) => l.startsWith(".B bb "))
+      .map((l) => l.slice(3).replace(/\\f[IRB]/g, "").replace(/\\-/g, "-").replace(/\s*\|\s*/g, "|").trim());
+    expect(await staleCommandLines([{ name: "packaging/bb.1", text: ["```", ...lines, "```"].join("\n") }])).toEqual([]);
+    const leaves = (await walkCommands(bbCommand)).filter((n) => n.path.length > 1 && n.subCommandNames.length === 0 && !n.meta.hidden);
+    const unlisted = leaves
+      .map((n) => n.path)
+      .filter((path) => {
+        const rest = path.slice(2).join(" ");
+        return !lines.some((l) => (l === `bb ${path[1]}` || l.startsWith(`bb ${path[1]} `)) && (rest === "" || new RegExp(`(?:^bb ${path[1]} |\\|)${rest}(?:$|\\|)`).test(l)));
+      })
+      .map((p) => p.join(" "));
+    expect(unlisted).toEqual([]);
   });
 
   test("the command line check catches a stale subcommand, flag and comment flag (planted)", async () => {

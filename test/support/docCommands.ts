@@ -177,7 +177,8 @@ export async function checkCommandLine(root: BbCommand, words: readonly string[]
       }
       return;
     }
-    const flags = new Map<string, boolean>([["--help", true], ["-h", true]]);
+    // `--help` everywhere and `bb --version` are answered by runBb itself (src/command/main.ts).
+    const flags = new Map<string, boolean>([["--help", true], ["-h", true], ...(path.length === 1 ? ([["--version", true]] as const) : [])]);
     for (const [name, a] of Object.entries(r.args)) {
       if (a.type === "positional") continue;
       flags.set(`--${name}`, a.type === "boolean");
