@@ -87,7 +87,7 @@ function commandsIn(code: string, npmScripts: Record<string, string>): string[][
         bbWords = [...shellWords(m[1] ?? ""), ...(dashes > 0 ? words.slice(dashes + 1) : [])];
       }
     }
-    if (bbWords) out.push(bbWords);
+    if (bbWords) out.push(bbWords.map((w) => w.replace(/\u2039/g, "<").replace(/\u203a/g, ">")));
   }
   return out;
 }
@@ -156,7 +156,7 @@ export function docCommandLines(file: string, text: string, npmScripts: Record<s
 
 /** A word the docs write in place of a real one: `…`, `...`, `<id>`, `HOST_ID`, `[options]`. */
 function isPlaceholder(word: string): boolean {
-  return /^(?:…|\.\.\.|[<\u2039].*[>\u203a]|\[.*\]|[A-Z][A-Z0-9_]*…?)$/.test(word) || word.includes("…");
+  return /^(?:…|\.\.\.|<.*>|\[.*\]|[A-Z][A-Z0-9_]*…?)$/.test(word) || word.includes("…");
 }
 
 /**
