@@ -36,6 +36,8 @@ import { DEV_GUEST_BOOTSTRAP_VERSION } from "../devBuild.ts";
 import { SQUASHFS_ROOT_MODULES, ensureDevKernel, runChecked } from "../devKernel.ts";
 import { type LayerInput, type OciImageConfig, type OciImageInput, readDockerArchive, readOciLayout } from "./layout.ts";
 import { RootTree } from "./rootTree.ts";
+import { showName } from "./byteName.ts";
+import { squashfsCanStoreXattr } from "./squashfsXattrs.ts";
 import { TAR_END, readTar } from "./tar.ts";
 import { GUEST_BINARY_IN_IMAGE, GUEST_DIR_IN_IMAGE, buildSquashfsInitrd } from "./ociInitrd.ts";
 
@@ -47,6 +49,8 @@ export const SQUASHFS_COMPRESSOR = "zstd";
 export const DEFAULT_SQUASHFS_ZSTD_LEVEL = 15;
 /** Artifact file names of a converted image. */
 export const OCI_IMAGE_FILES = { kernel: "vmlinux", rootfs: "rootfs.squashfs", initrd: "initrd.cpio" } as const;
+/** Most dropped-metadata items listed one by one in a build result and its log (the count is always whole). */
+export const MAX_DROPPED_LISTED = 50;
 
 /** What to convert. */
 export type OciBuildInput = { kind: "oci-layout"; dir: string } | { kind: "docker-archive"; path: string };
@@ -81,6 +85,14 @@ export interface OciBuildResult {
   dir: string;
   /** Entries in the merged root, and the squashfs size in bytes. */
   stats: { entries: number; rootfsBytes: number; layers: number };
+  /**
+   * Metadata the squashfs cannot hold, left out of the image: extended
+   * attributes outside squashfsXattrs.ts's namespaces (e.g.
+   * `system.posix_acl_access`) and PAX ACL records. `count` is the total;
+   * `items` the first MAX_DROPPED_LISTED as `<path>: <name>` (names quoted
+   * as in errors). Empty when nothing was left out.
+   */
+  dropped: { count: number; items: string[] };
 }
 
 /** The workload description for an image config (Entrypoint, Cmd, Env, WorkingDir, User). */
@@ -202,7 +214,7 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
     const stage = stager(join(work, "bodies"));
     for (const [i, layer] of input.layers.entries()) {
       const seen = { hash: createHash("sha256"), size: 0 };
-      await tree.applyLayer(readTar(hashing(decompressed(layer), seen)), i, stage);
+      await tree.applyLayer(readTar(hashing(decompressed(layer), seen)), stage);
       const diffId = `sha256:${seen.hash.digest("hex")}`;
       if (diffId !== layer.diffId) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer ${i} (${layer.digest}) unpacks to ${diffId}, not its diff ID ${layer.diffId}`);
       log(`layer ${i}: ${seen.size} bytes applied (${tree.size} entries)`);
@@ -219,7 +231,13 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
     log("writing the merged root");
     const tarPath = join(work, "rootfs.tar");
     const w = await fileWriter(tarPath);
-    await tree.write((c) => w.write(c), (p) => createReadStream(p, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>);
+    const dropped = { count: 0, items: [] as string[] };
+    await tree.write((c) => w.write(c), (p) => createReadStream(p, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>, {
+      keep: squashfsCanStoreXattr,
+      dropped: (path, name) => {
+        if (++dropped.count <= MAX_DROPPED_LISTED) dropped.items.push(`${showName(`/${path}`)}: ${showName(name)}`);
+      },
+    });
     await w.write(TAR_END);
     await w.close();
     await rm(join(work, "bodies"), { recursive: true, force: true });
@@ -263,7 +281,7 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
     await rename(work, outDir);
     const digest = imageDigest(manifest);
     log(`built ${digest} in ${outDir}`);
-    return { manifest, digest, dir: outDir, stats };
+    return { manifest, digest, dir: outDir, stats, dropped };
   } catch (e) {
     await rm(work, { recursive: true, force: true });
     throw e;

@@ -20,6 +20,7 @@ import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { imageError } from "../errors.ts";
 import { readTar } from "./tar.ts";
+import { utf8Text } from "./byteName.ts";
 
 /** Largest JSON document (index, manifest, config) read from an input, bytes. */
 export const MAX_OCI_JSON_BYTES = 4 * 1024 * 1024;
@@ -282,7 +283,9 @@ export async function readDockerArchive(archivePath: string, workDir: string, re
   try {
     for await (const e of readTar(fileChunks(archivePath))) {
       if (++n > MAX_ARCHIVE_MEMBERS) throw bad(`archive has more than ${MAX_ARCHIVE_MEMBERS} members`);
-      const name = memberName(e.header.path);
+      // manifest.json names members as (UTF-8) text; a member whose name is not UTF-8 cannot be one of them.
+      const text = utf8Text(e.header.path);
+      const name = text === null ? null : memberName(text);
       if (!name) continue;
       if (e.header.kind === "file") {
         const p = join(workDir, `member-${n}`);
@@ -295,7 +298,8 @@ export async function readDockerArchive(archivePath: string, workDir: string, re
         files.set(name, p);
       } else if (e.header.kind === "symlink" || e.header.kind === "hardlink") {
         const base = e.header.kind === "symlink" ? name.split("/").slice(0, -1).join("/") : "";
-        const target = memberName(e.header.linkname.startsWith("/") ? e.header.linkname : `${base}/${e.header.linkname}`);
+        const link = utf8Text(e.header.linkname) ?? "";
+        const target = link === "" ? null : memberName(link.startsWith("/") ? link : `${base}/${link}`);
         if (target) links.set(name, target);
       }
     }

@@ -23,7 +23,7 @@ const stage = async (chunks: AsyncIterable<Uint8Array>) => {
 
 async function build(...layers: TestTarEntry[][]): Promise<RootTree> {
   const t = new RootTree();
-  for (const [i, l] of layers.entries()) await t.applyLayer(readTar(once(makeTar(l))), i, stage);
+  for (const l of layers) await t.applyLayer(readTar(once(makeTar(l))), stage);
   return t;
 }
 
