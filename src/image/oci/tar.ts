@@ -59,6 +59,8 @@ export type TarHeaderFormat = "posix" | "star" | "gnu" | "v7";
 
 const KIND_BY_TYPEFLAG: Record<string, TarEntryKind> = {
   "0": "file", "\0": "file", "7": "file", "1": "hardlink", "2": "symlink", "3": "char", "4": "block", "5": "dir", "6": "fifo",
+  // GNU incremental "dumpdir": a directory whose body lists its names for `tar -G`; extracted as a plain directory.
+  D: "dir",
 };
 
 
@@ -265,8 +267,10 @@ export async function* readTar(source: AsyncIterable<Uint8Array>): AsyncGenerato
       if (typeflag !== "\0") throw imageError("IMAGE_LAYER_INVALID", `regular file member ${showName(path)} ends in "/"`);
       kind = "dir";
     }
-    // Only regular files carry a body; like Go's archive/tar, the size of header-only types is ignored.
+    // Only regular files carry a body; like Go's archive/tar, the size of header-only types is ignored,
+    // but a GNU dumpdir's listing follows its header and is skipped.
     const bodySize = kind === "file" ? size : 0;
+    const skipSize = typeflag === "D" ? size : bodySize;
     const header: TarHeader = {
       path, kind, mode: parseTarNumber(h.subarray(100, 108), "mode") & 0o7777, uid, gid, mtime, size: bodySize, linkname,
       devmajor: kind === "char" || kind === "block" ? parseTarNumber(h.subarray(329, 337), "devmajor") : 0,
@@ -274,6 +278,7 @@ export async function* readTar(source: AsyncIterable<Uint8Array>): AsyncGenerato
       xattrs, ...(unkept.length ? { unkept } : {}),
     };
     const state = { left: bodySize };
+    const afterBody = skipSize - bodySize;
     async function* body(): AsyncGenerator<Uint8Array> {
       for await (const c of r.chunks(state.left)) {
         state.left -= c.length;
@@ -283,7 +288,8 @@ export async function* readTar(source: AsyncIterable<Uint8Array>): AsyncGenerato
     yield { header, body: body() };
     // Skip what the consumer left (it may have stopped early, which closes its generator).
     if (state.left > 0) for await (const c of r.chunks(state.left)) state.left -= c.length;
-    const total = bodySize;
+    if (afterBody > 0) for await (const _ of r.chunks(afterBody)) { /* skip */ }
+    const total = skipSize;
     const pad = (TAR_BLOCK_BYTES - (total % TAR_BLOCK_BYTES)) % TAR_BLOCK_BYTES;
     if (pad > 0 && !(await r.read(pad))) throw imageError("IMAGE_LAYER_INVALID", "tar stream ends inside padding");
   }
