@@ -7,8 +7,11 @@
  * blob (layout.ts); apply the layers in order into an in-memory tree
  * (rootTree.ts), checking each layer's diff ID; add the guest binary under
  * `/.beachball/` and `/etc/beachball/workload.json` from the image config;
- * write the tree as one canonical tar and turn it into a squashfs with
- * `mksquashfs -tar` (so no layer path is ever created on the build host);
+ * write the tree as one canonical tar stream straight into `mksquashfs
+ * -tar` (squashfsFromTar.ts; so no layer path is ever created on the build
+ * host, and mksquashfs compresses while the tree is written); file bodies
+ * are read by offset from each layer's private uncompressed copy, made
+ * while the layer was hashed;
  * build the initramfs (ociInitrd.ts); write a schema-2 manifest with its
  * `source` and sign it. The output directory appears by one rename, only
  * when everything succeeded.
@@ -21,7 +24,6 @@
  * Must never: leave a partial output directory, or sign an image whose
  * blobs did not verify.
  */
-import { createReadStream } from "node:fs";
 import { mkdir, open, rename, rm, stat, writeFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { Readable } from "node:stream";
@@ -33,13 +35,14 @@ import { imageError } from "../errors.ts";
 import { signManifest } from "../signing.ts";
 import { sha256File } from "../verify.ts";
 import { DEV_GUEST_BOOTSTRAP_VERSION } from "../devBuild.ts";
-import { SQUASHFS_ROOT_MODULES, ensureDevKernel, runChecked } from "../devKernel.ts";
+import { SQUASHFS_ROOT_MODULES, ensureDevKernel } from "../devKernel.ts";
 import { type LayerInput, type OciImageConfig, type OciImageInput, readDockerArchive, readOciLayout } from "./layout.ts";
 import { RootTree } from "./rootTree.ts";
 import { showName } from "./byteName.ts";
 import { squashfsCanStoreXattr } from "./squashfsXattrs.ts";
 import { TAR_END, readTar } from "./tar.ts";
 import { GUEST_BINARY_IN_IMAGE, GUEST_DIR_IN_IMAGE, buildSquashfsInitrd } from "./ociInitrd.ts";
+import { StagedBodyReader, squashfsFromTar } from "./squashfsFromTar.ts";
 
 /** Largest uncompressed layer accepted, bytes (64 GiB). */
 export const MAX_LAYER_BYTES = 64 * 2 ** 30;
@@ -128,59 +131,41 @@ function decompressed(layer: LayerInput): AsyncIterable<Uint8Array> {
   })();
 }
 
-/** Hashes what passes through and counts it (bounded by MAX_LAYER_BYTES). */
-function hashing(src: AsyncIterable<Uint8Array>, out: { hash: ReturnType<typeof createHash>; size: number }): AsyncIterable<Uint8Array> {
-  return (async function* () {
-    for await (const c of src) {
-      out.size += c.length;
-      if (out.size > MAX_LAYER_BYTES) throw imageError("IMAGE_LAYER_INVALID", `a layer is larger than ${MAX_LAYER_BYTES} bytes uncompressed`);
-      out.hash.update(c);
-      yield c;
-    }
-  })();
-}
+/** Bytes gathered before one write to a layer's private copy. */
+const LAYER_COPY_BATCH_BYTES = 1 << 20;
 
-/** Writes file bodies to numbered files in `dir`. */
-function stager(dir: string) {
-  let n = 0;
-  return async (chunks: AsyncIterable<Uint8Array>) => {
-    const path = join(dir, String(n++));
-    const fh = await open(path, "wx", 0o600);
-    let size = 0;
+/**
+ * Hashes what passes through, counts it (bounded by MAX_LAYER_BYTES) and
+ * appends it to the private file `copyPath`, so file bodies are later read
+ * from there by offset: the bytes that go into the image are the bytes that
+ * were hashed, never re-read from the input.
+ */
+function hashingCopy(src: AsyncIterable<Uint8Array>, out: { hash: ReturnType<typeof createHash>; size: number }, copyPath: string): AsyncIterable<Uint8Array> {
+  return (async function* () {
+    const fh = await open(copyPath, "wx", 0o600);
+    const parts: Uint8Array[] = [];
+    let buffered = 0;
+    const flush = async () => {
+      if (buffered === 0) return;
+      await fh.write(parts.length === 1 ? parts[0]! : Buffer.concat(parts, buffered));
+      parts.length = 0;
+      buffered = 0;
+    };
     try {
-      for await (const c of chunks) {
-        await fh.write(c);
-        size += c.length;
+      for await (const c of src) {
+        out.size += c.length;
+        if (out.size > MAX_LAYER_BYTES) throw imageError("IMAGE_LAYER_INVALID", `a layer is larger than ${MAX_LAYER_BYTES} bytes uncompressed`);
+        out.hash.update(c);
+        parts.push(c);
+        buffered += c.length;
+        if (buffered >= LAYER_COPY_BATCH_BYTES) await flush();
+        yield c;
       }
+      await flush();
     } finally {
       await fh.close();
     }
-    return { path, size };
-  };
-}
-
-/** A buffered sequential file writer. */
-async function fileWriter(path: string) {
-  const fh = await open(path, "wx", 0o600);
-  const parts: Uint8Array[] = [];
-  let buffered = 0;
-  const flush = async () => {
-    if (buffered === 0) return;
-    await fh.write(Buffer.concat(parts, buffered));
-    parts.length = 0;
-    buffered = 0;
-  };
-  return {
-    async write(c: Uint8Array) {
-      parts.push(c);
-      buffered += c.length;
-      if (buffered >= 1 << 20) await flush();
-    },
-    async close() {
-      await flush();
-      await fh.close();
-    },
-  };
+  })();
 }
 
 async function readInput(opts: OciBuildOptions, work: string): Promise<OciImageInput> {
@@ -211,10 +196,12 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
     const input = await readInput(opts, work);
     log(`${input.layers.length} layer(s) verified; manifest ${input.manifestDigest}`);
     const tree = new RootTree();
-    const stage = stager(join(work, "bodies"));
     for (const [i, layer] of input.layers.entries()) {
       const seen = { hash: createHash("sha256"), size: 0 };
-      await tree.applyLayer(readTar(hashing(decompressed(layer), seen)), stage);
+      const copy = join(work, "bodies", `layer-${i}.tar`);
+      // Bodies stay where the layer's private copy holds them (the tar reader skips them).
+      const stage = async (_chunks: AsyncIterable<Uint8Array>, at: { offset: number; size: number }) => ({ path: copy, offset: at.offset, size: at.size });
+      await tree.applyLayer(readTar(hashingCopy(decompressed(layer), seen, copy)), stage);
       const diffId = `sha256:${seen.hash.digest("hex")}`;
       if (diffId !== layer.diffId) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer ${i} (${layer.digest}) unpacks to ${diffId}, not its diff ID ${layer.diffId}`);
       log(`layer ${i}: ${seen.size} bytes applied (${tree.size} entries)`);
@@ -224,34 +211,30 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
     const mtime = Math.floor(Date.parse(createdAt) / 1000);
     const workloadPath = join(work, "workload.json");
     await writeFile(workloadPath, JSON.stringify(workloadFromConfig(input.config), null, 2) + "\n", { mode: 0o644 });
-    tree.addFile(WORKLOAD_CONFIG_PATH.slice(1), { path: workloadPath, size: (await stat(workloadPath)).size }, { mode: 0o644, mtime });
+    tree.addFile(WORKLOAD_CONFIG_PATH.slice(1), { path: workloadPath, offset: 0, size: (await stat(workloadPath)).size }, { mode: 0o644, mtime });
     const guest = resolve(opts.guestBinaryPath);
-    tree.addFile(GUEST_BINARY_IN_IMAGE, { path: guest, size: (await stat(guest)).size }, { mode: 0o755, mtime });
+    tree.addFile(GUEST_BINARY_IN_IMAGE, { path: guest, offset: 0, size: (await stat(guest)).size }, { mode: 0o755, mtime });
 
-    log("writing the merged root");
-    const tarPath = join(work, "rootfs.tar");
-    const w = await fileWriter(tarPath);
+    log("writing the merged root into mksquashfs");
     const dropped = { count: 0, items: [] as string[] };
-    await tree.write((c) => w.write(c), (p) => createReadStream(p, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>, {
-      keep: squashfsCanStoreXattr,
-      dropped: (path, name) => {
-        if (++dropped.count <= MAX_DROPPED_LISTED) dropped.items.push(`${showName(`/${path}`)}: ${showName(name)}`);
-      },
-    });
-    await w.write(TAR_END);
-    await w.close();
+    const bodies = new StagedBodyReader();
+    try {
+      await squashfsFromTar(join(work, OCI_IMAGE_FILES.rootfs), {
+        compressor: SQUASHFS_COMPRESSOR, level: opts.compressionLevel ?? DEFAULT_SQUASHFS_ZSTD_LEVEL, root: tree.rootMeta, sourceDateEpoch: mtime,
+      }, async (sink) => {
+        await tree.write(sink, (b) => bodies.read(b), {
+          keep: squashfsCanStoreXattr,
+          dropped: (path, name) => {
+            if (++dropped.count <= MAX_DROPPED_LISTED) dropped.items.push(`${showName(`/${path}`)}: ${showName(name)}`);
+          },
+        });
+        await sink(TAR_END);
+      });
+    } finally {
+      bodies.close();
+    }
     await rm(join(work, "bodies"), { recursive: true, force: true });
     await rm(join(work, "archive"), { recursive: true, force: true });
-
-    log("mksquashfs");
-    const root = tree.rootMeta;
-    const sq = Bun.spawn(["mksquashfs", "-", join(work, OCI_IMAGE_FILES.rootfs), "-tar", "-noappend", "-no-progress", "-quiet",
-      "-comp", SQUASHFS_COMPRESSOR, "-Xcompression-level", String(opts.compressionLevel ?? DEFAULT_SQUASHFS_ZSTD_LEVEL), "-root-mode", root.mode.toString(8), "-root-uid", String(root.uid), "-root-gid", String(root.gid)],
-      // mksquashfs 4.5 ignores -root-time with -tar (the root would get the clock's time); SOURCE_DATE_EPOCH sets it and the mkfs time.
-      { stdin: Bun.file(tarPath), stdout: "pipe", stderr: "pipe", env: { ...process.env, SOURCE_DATE_EPOCH: String(mtime) } });
-    const [sqOut, sqErr, sqCode] = await Promise.all([new Response(sq.stdout).text(), new Response(sq.stderr).text(), sq.exited]);
-    if (sqCode !== 0) throw new Error(`mksquashfs exited ${sqCode}: ${(sqErr || sqOut).trim().slice(-600)}`);
-    await rm(tarPath, { force: true });
 
     const kernel = await ensureDevKernel(opts.cacheDir, log);
     await Bun.write(join(work, OCI_IMAGE_FILES.kernel), Bun.file(kernel.vmlinuxPath));

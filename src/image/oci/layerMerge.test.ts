@@ -19,7 +19,7 @@ const stage = async (chunks: AsyncIterable<Uint8Array>) => {
   const b = Buffer.concat(parts);
   const path = `mem:${bodies.size}`;
   bodies.set(path, b);
-  return { path, size: b.length };
+  return { path, offset: 0, size: b.length };
 };
 
 async function* chunked(b: Uint8Array): AsyncGenerator<Uint8Array> {
@@ -31,7 +31,7 @@ async function merged(layers: TestTarEntry[][]): Promise<string[]> {
   const t = new RootTree();
   for (const l of layers) await t.applyLayer(readTar(chunked(makeTar(l))), stage);
   const parts: Uint8Array[] = [];
-  await t.write((c) => void parts.push(c.slice()), async function* (p) { yield bodies.get(p)!; });
+  await t.write((c) => void parts.push(c.slice()), async function* (p) { yield bodies.get(p.path)!; });
   const out: string[] = [];
   for await (const e of readTar(chunked(Buffer.concat(parts)))) {
     let body = "";

@@ -52,8 +52,8 @@ interface Inode {
   xattrs: Map<string, Uint8Array>;
   /** PAX records about this inode the tar reader could not keep (ACLs), by key. */
   unkept?: string[];
-  /** Files: staging file path and size. */
-  body?: { path: string; size: number };
+  /** Files: where the body's bytes are. */
+  body?: StagedBody;
   /** Symlinks: target as written. */
   target?: string;
   devmajor?: number;
@@ -70,11 +70,23 @@ interface Node {
 interface Change {
   h: TarHeader;
   parts: string[];
-  body?: { path: string; size: number };
+  body?: StagedBody;
 }
 
-/** Where file bodies go: `stage(chunks)` stores them and returns a path and size. */
-export type BodyStager = (chunks: AsyncIterable<Uint8Array>) => Promise<{ path: string; size: number }>;
+/** Where a file body's bytes are: `size` bytes at `offset` of the private file `path`. */
+export interface StagedBody {
+  path: string;
+  offset: number;
+  size: number;
+}
+
+/**
+ * Where file bodies go: `stage(chunks, at)` stores a body (or knows where a
+ * copy of the layer stream already holds it: `at.offset` in that stream)
+ * and says where it is. A stager that does not consume `chunks` leaves
+ * them to be skipped.
+ */
+export type BodyStager = (chunks: AsyncIterable<Uint8Array>, at: { offset: number; size: number }) => Promise<StagedBody>;
 
 const escape = (msg: string) => imageError("IMAGE_LAYER_PATH_ESCAPE", msg);
 const invalid = (msg: string) => imageError("IMAGE_LAYER_INVALID", msg);
@@ -163,11 +175,11 @@ export class RootTree {
    * IMAGE_LAYER_INVALID past MAX_LAYER_ENTRIES entries; the tree is then
    * unusable and the build must stop.
    */
-  async applyLayer(entries: AsyncIterable<{ header: TarHeader; body: AsyncIterable<Uint8Array> }>, stage: BodyStager): Promise<void> {
+  async applyLayer(entries: AsyncIterable<{ header: TarHeader; body: AsyncIterable<Uint8Array>; offset: number }>, stage: BodyStager): Promise<void> {
     const whiteouts: { parts: string[]; path: string }[] = [];
     const changes: Change[] = [];
     let n = 0;
-    for await (const { header: h, body } of entries) {
+    for await (const { header: h, body, offset } of entries) {
       if (++n > MAX_LAYER_ENTRIES) throw invalid(`layer has more than ${MAX_LAYER_ENTRIES} entries`);
       const parts = memberComponents(h.path);
       const name = parts[parts.length - 1];
@@ -177,7 +189,7 @@ export class RootTree {
         whiteouts.push({ parts, path: h.path });
         continue;
       }
-      changes.push({ h, parts, ...(h.kind === "file" ? { body: await stage(body) } : {}) });
+      changes.push({ h, parts, ...(h.kind === "file" ? { body: await stage(body, { offset, size: h.size }) } : {}) });
     }
     this.hideLower(whiteouts);
     for (const c of changes) this.applyChange(c);
@@ -279,7 +291,7 @@ export class RootTree {
    */
   async write(
     sink: (chunk: Uint8Array) => Promise<void> | void,
-    readBody: (path: string) => AsyncIterable<Uint8Array>,
+    readBody: (body: StagedBody) => AsyncIterable<Uint8Array>,
     filter: { keep?: (xattrName: string) => boolean; dropped?: (path: string, name: string) => void } = {},
   ): Promise<void> {
     const firstName = new Map<Inode, string>();
@@ -305,7 +317,7 @@ export class RootTree {
       if (i.kind === "file") {
         await sink(encodeTarHeader({ ...base, kind: "file", size: i.body!.size }));
         let n2 = 0;
-        for await (const c of readBody(i.body!.path)) {
+        for await (const c of readBody(i.body!)) {
           n2 += c.length;
           await sink(c);
         }
@@ -333,7 +345,7 @@ export class RootTree {
   }
 
   /** Adds or replaces a regular file (used for /etc/beachball/workload.json). Parents are created 0755 root. */
-  addFile(path: string, body: { path: string; size: number }, meta: { mode: number; mtime: number }): void {
+  addFile(path: string, body: StagedBody, meta: { mode: number; mtime: number }): void {
     const parts = memberComponents(path);
     const dir = this.resolveDir(parts.slice(0, -1), true, `file ${show(path)}`)!;
     const name = parts[parts.length - 1]!;
@@ -354,8 +366,8 @@ export class RootTree {
     }
   }
 
-  /** Reads a regular file's staged body path (following symlinks), or null. Used to read /etc/passwd for User. */
-  fileBody(path: string): string | null {
+  /** Where a regular file's body is (following symlinks), or null. */
+  fileBody(path: string): StagedBody | null {
     let parts = memberComponents(path);
     for (let hops = 0; hops <= MAX_SYMLINK_HOPS; hops++) {
       const name = parts[parts.length - 1];
@@ -368,7 +380,7 @@ export class RootTree {
       }
       const n = dir?.children!.get(name);
       if (!n) return null;
-      if (n.inode.kind === "file") return n.inode.body!.path;
+      if (n.inode.kind === "file") return n.inode.body!;
       if (n.inode.kind !== "symlink") return null;
       const t = n.inode.target!;
       try {

@@ -66,7 +66,7 @@ const KIND_BY_TYPEFLAG: Record<string, TarEntryKind> = {
 
 /** Pulls exact byte counts out of an async chunk stream. */
 class ByteReader {
-  private buf = new Uint8Array(0);
+  private buf: Uint8Array = new Uint8Array(0);
   private off = 0;
   private done = false;
   private readonly it: AsyncIterator<Uint8Array>;
@@ -83,6 +83,11 @@ class ByteReader {
       return false;
     }
     const rest = this.buf.subarray(this.off);
+    if (rest.length === 0) {
+      this.buf = r.value;
+      this.off = 0;
+      return true;
+    }
     const next = new Uint8Array(rest.length + r.value.length);
     next.set(rest, 0);
     next.set(r.value, rest.length);
@@ -186,6 +191,8 @@ const PREFIX_FIELD: Record<TarHeaderFormat, [number, number] | null> = { posix: 
 export interface TarEntry {
   header: TarHeader;
   body: AsyncGenerator<Uint8Array>;
+  /** Byte offset of the body in the tar stream (where a copy of the stream holds it). */
+  offset: number;
 }
 
 async function readMeta(r: ByteReader, size: number, what: string): Promise<Uint8Array> {
@@ -285,7 +292,7 @@ export async function* readTar(source: AsyncIterable<Uint8Array>): AsyncGenerato
         yield c;
       }
     }
-    yield { header, body: body() };
+    yield { header, body: body(), offset: r.position };
     // Skip what the consumer left (it may have stopped early, which closes its generator).
     if (state.left > 0) for await (const c of r.chunks(state.left)) state.left -= c.length;
     if (afterBody > 0) for await (const _ of r.chunks(afterBody)) { /* skip */ }
