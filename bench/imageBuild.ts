@@ -125,7 +125,7 @@ async function baseline(layerTars: string[], n: number): Promise<{ extractMs: nu
     for (const w of found) {
       const name = w.slice(w.lastIndexOf("/") + 1);
       if (name !== ".wh..wh..opq") rmSync(Buffer.from(join(root, w.slice(0, w.lastIndexOf("/")), name.slice(4)), "latin1"), { recursive: true, force: true });
-      rmSync(Buffer.from(join(root, w), "latin1"), { force: true });
+      rmSync(Buffer.from(join(root, w), "latin1"), { recursive: true, force: true });
     }
   }
   const extractMs = performance.now() - t0;

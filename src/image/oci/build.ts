@@ -192,9 +192,20 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
   const work = `${outDir}.building-${process.pid}`;
   await rm(work, { recursive: true, force: true });
   await mkdir(join(work, "bodies"), { recursive: true, mode: 0o700 });
+  let bootParts: Promise<{ vmlinuxPath: string; initrd: Uint8Array }> | null = null;
   try {
     const input = await readInput(opts, work);
     log(`${input.layers.length} layer(s) verified; manifest ${input.manifestDigest}`);
+    const guest = resolve(opts.guestBinaryPath);
+    // The kernel (an apt query, a download the first time) and the initramfs need nothing from the layers:
+    // they are made while the layers are applied and the squashfs is written.
+    bootParts = (async () => {
+      const kernel = await ensureDevKernel(opts.cacheDir, log);
+      log("building the initramfs");
+      const initrd = await buildSquashfsInitrd({ busyboxPath: opts.busyboxPath ?? "/bin/busybox", modulesDir: kernel.modulesDir, modules: SQUASHFS_ROOT_MODULES, guestBinaryPath: guest });
+      return { vmlinuxPath: kernel.vmlinuxPath, initrd };
+    })();
+    bootParts.catch(() => {}); // awaited below (or settled in the catch); never an unhandled rejection meanwhile
     const tree = new RootTree();
     for (const [i, layer] of input.layers.entries()) {
       const seen = { hash: createHash("sha256"), size: 0 };
@@ -212,7 +223,6 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
     const workloadPath = join(work, "workload.json");
     await writeFile(workloadPath, JSON.stringify(workloadFromConfig(input.config), null, 2) + "\n", { mode: 0o644 });
     tree.addFile(WORKLOAD_CONFIG_PATH.slice(1), { path: workloadPath, offset: 0, size: (await stat(workloadPath)).size }, { mode: 0o644, mtime });
-    const guest = resolve(opts.guestBinaryPath);
     tree.addFile(GUEST_BINARY_IN_IMAGE, { path: guest, offset: 0, size: (await stat(guest)).size }, { mode: 0o755, mtime });
 
     log("writing the merged root into mksquashfs");
@@ -236,10 +246,9 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
     await rm(join(work, "bodies"), { recursive: true, force: true });
     await rm(join(work, "archive"), { recursive: true, force: true });
 
-    const kernel = await ensureDevKernel(opts.cacheDir, log);
-    await Bun.write(join(work, OCI_IMAGE_FILES.kernel), Bun.file(kernel.vmlinuxPath));
-    log("building the initramfs");
-    const initrd = await buildSquashfsInitrd({ busyboxPath: opts.busyboxPath ?? "/bin/busybox", modulesDir: kernel.modulesDir, modules: SQUASHFS_ROOT_MODULES, guestBinaryPath: guest });
+    log("squashfs written");
+    const { vmlinuxPath, initrd } = await bootParts;
+    await Bun.write(join(work, OCI_IMAGE_FILES.kernel), Bun.file(vmlinuxPath));
     await writeFile(join(work, OCI_IMAGE_FILES.initrd), initrd, { mode: 0o644 });
 
     const unsigned: ImageManifest = {
@@ -266,6 +275,8 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
     log(`built ${digest} in ${outDir}`);
     return { manifest, digest, dir: outDir, stats, dropped };
   } catch (e) {
+    // Nothing of this build keeps running after it failed: let the kernel/initramfs work settle first.
+    if (bootParts) await bootParts.then(() => {}, () => {});
     await rm(work, { recursive: true, force: true });
     throw e;
   }
