@@ -10,8 +10,9 @@
  * write the tree as one canonical tar stream straight into `mksquashfs
  * -tar` (squashfsFromTar.ts; so no layer path is ever created on the build
  * host, and mksquashfs compresses while the tree is written); file bodies
- * are read by offset from each layer's private uncompressed copy, made
- * while the layer was hashed;
+ * are read by offset from the uncompressed layer blob (refused if it
+ * changed since it was hashed) or from a private uncompressed copy of a
+ * compressed one, made while it was hashed;
  * build the initramfs (ociInitrd.ts); write a schema-2 manifest with its
  * `source` and sign it. The output directory appears by one rename, only
  * when everything succeeded.
@@ -42,7 +43,7 @@ import { showName } from "./byteName.ts";
 import { squashfsCanStoreXattr } from "./squashfsXattrs.ts";
 import { TAR_END, readTar } from "./tar.ts";
 import { GUEST_BINARY_IN_IMAGE, GUEST_DIR_IN_IMAGE, buildSquashfsInitrd } from "./ociInitrd.ts";
-import { StagedBodyReader, squashfsFromTar } from "./squashfsFromTar.ts";
+import { squashfsFromTar } from "./squashfsFromTar.ts";
 
 /** Largest uncompressed layer accepted, bytes (64 GiB). */
 export const MAX_LAYER_BYTES = 64 * 2 ** 30;
@@ -135,18 +136,19 @@ function decompressed(layer: LayerInput): AsyncIterable<Uint8Array> {
 const LAYER_COPY_BATCH_BYTES = 1 << 20;
 
 /**
- * Hashes what passes through, counts it (bounded by MAX_LAYER_BYTES) and
- * appends it to the private file `copyPath`, so file bodies are later read
- * from there by offset: the bytes that go into the image are the bytes that
- * were hashed, never re-read from the input.
+ * Hashes what passes through, counts it (bounded by MAX_LAYER_BYTES) and,
+ * unless `copyPath` is null, appends it to that private file, so file
+ * bodies are later read from there by offset. With null (an uncompressed
+ * blob) bodies are read from the blob, whose identity is checked unchanged
+ * before the build uses them (fileIdentity).
  */
-function hashingCopy(src: AsyncIterable<Uint8Array>, out: { hash: ReturnType<typeof createHash>; size: number }, copyPath: string): AsyncIterable<Uint8Array> {
+function hashingCopy(src: AsyncIterable<Uint8Array>, out: { hash: ReturnType<typeof createHash>; size: number }, copyPath: string | null): AsyncIterable<Uint8Array> {
   return (async function* () {
-    const fh = await open(copyPath, "wx", 0o600);
+    const fh = copyPath === null ? null : await open(copyPath, "wx", 0o600);
     const parts: Uint8Array[] = [];
     let buffered = 0;
     const flush = async () => {
-      if (buffered === 0) return;
+      if (buffered === 0 || !fh) return;
       await fh.write(parts.length === 1 ? parts[0]! : Buffer.concat(parts, buffered));
       parts.length = 0;
       buffered = 0;
@@ -156,16 +158,24 @@ function hashingCopy(src: AsyncIterable<Uint8Array>, out: { hash: ReturnType<typ
         out.size += c.length;
         if (out.size > MAX_LAYER_BYTES) throw imageError("IMAGE_LAYER_INVALID", `a layer is larger than ${MAX_LAYER_BYTES} bytes uncompressed`);
         out.hash.update(c);
-        parts.push(c);
-        buffered += c.length;
-        if (buffered >= LAYER_COPY_BATCH_BYTES) await flush();
+        if (fh) {
+          parts.push(c);
+          buffered += c.length;
+          if (buffered >= LAYER_COPY_BATCH_BYTES) await flush();
+        }
         yield c;
       }
       await flush();
     } finally {
-      await fh.close();
+      await fh?.close();
     }
   })();
+}
+
+/** A file's identity and last change (device, inode, size, mtime and ctime in ns): any write changes it. */
+async function fileIdentity(path: string): Promise<string> {
+  const s = await stat(path, { bigint: true });
+  return `${s.dev}:${s.ino}:${s.size}:${s.mtimeNs}:${s.ctimeNs}`;
 }
 
 async function readInput(opts: OciBuildOptions, work: string): Promise<OciImageInput> {
@@ -207,12 +217,16 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
     })();
     bootParts.catch(() => {}); // awaited below (or settled in the catch); never an unhandled rejection meanwhile
     const tree = new RootTree();
+    const unchanged: { path: string; id: string }[] = [];
     for (const [i, layer] of input.layers.entries()) {
       const seen = { hash: createHash("sha256"), size: 0 };
-      const copy = join(work, "bodies", `layer-${i}.tar`);
-      // Bodies stay where the layer's private copy holds them (the tar reader skips them).
-      const stage = async (_chunks: AsyncIterable<Uint8Array>, at: { offset: number; size: number }) => ({ path: copy, offset: at.offset, size: at.size });
-      await tree.applyLayer(readTar(hashingCopy(decompressed(layer), seen, copy)), stage);
+      // Bodies stay where the uncompressed layer bytes are (the tar reader skips them): in the blob itself
+      // when it is not compressed (checked unchanged below), else in a private copy made while hashing.
+      const direct = layer.compression === "none";
+      const bodies = direct ? layer.path : join(work, "bodies", `layer-${i}.tar`);
+      if (direct) unchanged.push({ path: layer.path, id: await fileIdentity(layer.path) });
+      const stage = async (_chunks: AsyncIterable<Uint8Array>, at: { offset: number; size: number }) => ({ path: bodies, offset: at.offset, size: at.size });
+      await tree.applyLayer(readTar(hashingCopy(decompressed(layer), seen, direct ? null : bodies)), stage);
       const diffId = `sha256:${seen.hash.digest("hex")}`;
       if (diffId !== layer.diffId) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer ${i} (${layer.digest}) unpacks to ${diffId}, not its diff ID ${layer.diffId}`);
       log(`layer ${i}: ${seen.size} bytes applied (${tree.size} entries)`);
@@ -227,21 +241,20 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
 
     log("writing the merged root into mksquashfs");
     const dropped = { count: 0, items: [] as string[] };
-    const bodies = new StagedBodyReader();
-    try {
-      await squashfsFromTar(join(work, OCI_IMAGE_FILES.rootfs), {
-        compressor: SQUASHFS_COMPRESSOR, level: opts.compressionLevel ?? DEFAULT_SQUASHFS_ZSTD_LEVEL, root: tree.rootMeta, sourceDateEpoch: mtime,
-      }, async (sink) => {
-        await tree.write(sink, (b) => bodies.read(b), {
-          keep: squashfsCanStoreXattr,
-          dropped: (path, name) => {
-            if (++dropped.count <= MAX_DROPPED_LISTED) dropped.items.push(`${showName(`/${path}`)}: ${showName(name)}`);
-          },
-        });
-        await sink(TAR_END);
+    await squashfsFromTar(join(work, OCI_IMAGE_FILES.rootfs), {
+      compressor: SQUASHFS_COMPRESSOR, level: opts.compressionLevel ?? DEFAULT_SQUASHFS_ZSTD_LEVEL, root: tree.rootMeta, sourceDateEpoch: mtime,
+    }, async (sink) => {
+      await tree.write((c) => sink.write(c), (b) => sink.copyBody(b), {
+        keep: squashfsCanStoreXattr,
+        dropped: (path, name) => {
+          if (++dropped.count <= MAX_DROPPED_LISTED) dropped.items.push(`${showName(`/${path}`)}: ${showName(name)}`);
+        },
       });
-    } finally {
-      bodies.close();
+      await sink.write(TAR_END);
+    });
+    // The bytes read again for the squashfs must be the bytes hashed: an input blob that changed since is refused.
+    for (const u of unchanged) {
+      if ((await fileIdentity(u.path)) !== u.id) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer blob ${u.path} changed during the build`);
     }
     await rm(join(work, "bodies"), { recursive: true, force: true });
     await rm(join(work, "archive"), { recursive: true, force: true });

@@ -31,7 +31,7 @@ async function merged(layers: TestTarEntry[][]): Promise<string[]> {
   const t = new RootTree();
   for (const l of layers) await t.applyLayer(readTar(chunked(makeTar(l))), stage);
   const parts: Uint8Array[] = [];
-  await t.write((c) => void parts.push(c.slice()), async function* (p) { yield bodies.get(p.path)!; });
+  await t.write((c) => void parts.push(c.slice()), (b) => void parts.push(bodies.get(b.path)!));
   const out: string[] = [];
   for await (const e of readTar(chunked(Buffer.concat(parts)))) {
     let body = "";

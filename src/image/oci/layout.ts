@@ -54,6 +54,8 @@ export interface LayerInput {
   diffId: string;
   /** Opens the blob's bytes. */
   open(): AsyncIterable<Uint8Array>;
+  /** The blob's file (in the layout, or the build's private copy of a docker-archive member). */
+  path: string;
 }
 
 /** An image read from local input, every blob verified. */
@@ -245,7 +247,7 @@ export async function readOciLayout(dir: string, ref?: string): Promise<OciImage
   for (const [i, d] of layerDescs.entries()) {
     const compression = layerCompression(d.mediaType);
     const path = await blobs.verify(d, `layer ${i}`);
-    layers.push({ digest: d.digest, compression, diffId: diffIds[i]!, open: () => fileChunks(path) });
+    layers.push({ digest: d.digest, compression, diffId: diffIds[i]!, open: () => fileChunks(path), path });
   }
   return {
     manifestDigest: chosen.digest, configDigest: configDesc.digest, config, layers,
@@ -345,7 +347,7 @@ export async function readDockerArchive(archivePath: string, workDir: string, re
     await fh.read(head, 0, 4, 0).finally(() => fh.close());
     const compression: LayerCompression = head[0] === 0x1f && head[1] === 0x8b ? "gzip" : head[0] === 0x28 && head[1] === 0xb5 && head[2] === 0x2f && head[3] === 0xfd ? "zstd" : "none";
     const digest = `sha256:${(await hashFile(path, Number.MAX_SAFE_INTEGER)).hex}`;
-    layers.push({ digest, compression, diffId: diffIds[i]!, open: () => fileChunks(path) });
+    layers.push({ digest, compression, diffId: diffIds[i]!, open: () => fileChunks(path), path });
   }
   const tags = Array.isArray(entry.RepoTags) ? (entry.RepoTags as unknown[]).filter((t): t is string => typeof t === "string") : [];
   return {

@@ -29,7 +29,7 @@ async function build(...layers: TestTarEntry[][]): Promise<RootTree> {
 
 async function listing(t: RootTree): Promise<{ path: string; kind: string; linkname: string; body: string; uid: number; mode: number; xattrs: string[] }[]> {
   const parts: Uint8Array[] = [];
-  await t.write((c) => void parts.push(c.slice()), async function* (p) { yield readFileSync(p.path); });
+  await t.write((c) => void parts.push(c.slice()), (b) => void parts.push(readFileSync(b.path)));
   const out = [];
   for await (const e of readTar(once(Buffer.concat(parts)))) {
     let body = "";
@@ -108,7 +108,7 @@ describe("RootTree layers", () => {
     const layers: TestTarEntry[][] = [[{ path: "b", body: "2" }, { path: "a/", uid: 1 }, { path: "a/c", body: "3" }]];
     const bytes = async () => {
       const parts: Uint8Array[] = [];
-      await (await build(...layers)).write((c) => void parts.push(c.slice()), async function* (p) { yield readFileSync(p.path); });
+      await (await build(...layers)).write((c) => void parts.push(c.slice()), (b) => void parts.push(readFileSync(b.path)));
       return Buffer.concat(parts);
     };
     expect(Buffer.compare(await bytes(), await bytes())).toBe(0);

@@ -282,7 +282,8 @@ export class RootTree {
   /**
    * Writes the tree as one tar stream: depth first, names in byte order,
    * the root first as `./`, every later name of a shared inode as a hard
-   * link to the first, file bodies read back from their staging files.
+   * link to the first. `copyBody` puts a file's staged body (exactly
+   * `size` bytes) into the same stream, after its header.
    * Deterministic: the same tree gives the same bytes. `sink` receives the
    * chunks in order. With `keep`, only the extended attributes it accepts
    * are written; every other one, and every record the reader could not
@@ -291,7 +292,7 @@ export class RootTree {
    */
   async write(
     sink: (chunk: Uint8Array) => Promise<void> | void,
-    readBody: (body: StagedBody) => AsyncIterable<Uint8Array>,
+    copyBody: (body: StagedBody) => Promise<void> | void,
     filter: { keep?: (xattrName: string) => boolean; dropped?: (path: string, name: string) => void } = {},
   ): Promise<void> {
     const firstName = new Map<Inode, string>();
@@ -316,12 +317,7 @@ export class RootTree {
       if (i.kind !== "dir") firstName.set(i, path);
       if (i.kind === "file") {
         await sink(encodeTarHeader({ ...base, kind: "file", size: i.body!.size }));
-        let n2 = 0;
-        for await (const c of readBody(i.body!)) {
-          n2 += c.length;
-          await sink(c);
-        }
-        if (n2 !== i.body!.size) throw new Error(`staged body of ${path} changed size (${n2} != ${i.body!.size})`);
+        await copyBody(i.body!);
         await sink(tarPadding(i.body!.size));
         return;
       }

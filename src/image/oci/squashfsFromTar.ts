@@ -16,8 +16,6 @@ import type { StagedBody } from "./rootTree.ts";
 
 /** Bytes gathered before one write to mksquashfs's stdin. */
 export const SQUASHFS_PIPE_BATCH_BYTES = 1 << 20;
-/** Largest positional read of a staged body, bytes. */
-export const BODY_READ_BYTES = 1 << 20;
 /** Tail of mksquashfs's output kept for an error message, chars. */
 const MAX_TOOL_OUTPUT_CHARS = 4000;
 
@@ -30,14 +28,23 @@ export interface SquashfsOptions {
   sourceDateEpoch: number;
 }
 
+/** Where the merged tar stream goes: header and padding bytes, and staged bodies copied by position. */
+export interface TarSink {
+  /** Appends bytes (copied: the caller may reuse `chunk`). */
+  write(chunk: Uint8Array): Promise<void>;
+  /** Appends the `size` bytes at `offset` of `path`. Throws a plain Error when the file is shorter. */
+  copyBody(body: StagedBody): Promise<void>;
+}
+
 /**
  * Runs `mksquashfs - outPath -tar …` and lets `produce` write the tar stream
- * to it (`sink` batches; await it for backpressure). Resolves when the
- * stream is written and mksquashfs exited 0. Throws what `produce` throws
- * (mksquashfs is killed), or a plain Error with mksquashfs's output when it
- * fails or exits early.
+ * to it through a TarSink (batched into SQUASHFS_PIPE_BATCH_BYTES buffers
+ * that are reused once the pipe took them; await each call for
+ * backpressure). Resolves when the stream is written and mksquashfs exited
+ * 0. Throws what `produce` throws (mksquashfs is killed), or a plain Error
+ * with mksquashfs's output when it fails or exits early.
  */
-export async function squashfsFromTar(outPath: string, o: SquashfsOptions, produce: (sink: (chunk: Uint8Array) => Promise<void> | void) => Promise<void>): Promise<void> {
+export async function squashfsFromTar(outPath: string, o: SquashfsOptions, produce: (sink: TarSink) => Promise<void>): Promise<void> {
   const child = spawn("mksquashfs", ["-", outPath, "-tar", "-noappend", "-no-progress", "-quiet",
     "-comp", o.compressor, "-Xcompression-level", String(o.level), "-root-mode", o.root.mode.toString(8), "-root-uid", String(o.root.uid), "-root-gid", String(o.root.gid)],
   { stdio: ["pipe", "pipe", "pipe"], env: { ...process.env, SOURCE_DATE_EPOCH: String(o.sourceDateEpoch) } });
@@ -61,33 +68,52 @@ export async function squashfsFromTar(outPath: string, o: SquashfsOptions, produ
   child.stdin.on("error", () => void (pipeBroken = true));
   const fail = async () => new Error(`mksquashfs exited ${await exited}: ${output.trim().slice(-600)}`);
 
-  let batch = Buffer.allocUnsafe(SQUASHFS_PIPE_BATCH_BYTES);
+  const free: Buffer[] = [];
+  let batch: Buffer = Buffer.allocUnsafe(SQUASHFS_PIPE_BATCH_BYTES);
   let used = 0;
-  const send = async (b: Uint8Array) => {
+  const flush = async () => {
+    if (used === 0) return;
     if (closed || pipeBroken) throw await fail();
-    if (!child.stdin.write(b)) {
+    const full = batch;
+    const ok = child.stdin.write(full.subarray(0, used), () => void free.push(full));
+    batch = free.pop() ?? Buffer.allocUnsafe(SQUASHFS_PIPE_BATCH_BYTES);
+    used = 0;
+    if (!ok) {
       await new Promise<void>((res) => {
         child.stdin.once("drain", res);
         void exited.then(() => res());
       });
     }
   };
-  const flush = async () => {
-    if (used === 0) return;
-    const b = batch.subarray(0, used);
-    batch = Buffer.allocUnsafe(SQUASHFS_PIPE_BATCH_BYTES);
-    used = 0;
-    await send(b);
-  };
-  const sink = async (c: Uint8Array) => {
-    if (c.length >= SQUASHFS_PIPE_BATCH_BYTES / 2) {
-      await flush();
-      await send(c);
-      return;
-    }
-    if (used + c.length > batch.length) await flush();
-    batch.set(c, used);
-    used += c.length;
+  const fds = new Map<string, number>();
+  const sink: TarSink = {
+    async write(c) {
+      let at = 0;
+      while (at < c.length) {
+        const n = Math.min(c.length - at, batch.length - used);
+        batch.set(c.subarray(at, at + n), used);
+        used += n;
+        at += n;
+        if (used === batch.length) await flush();
+      }
+    },
+    async copyBody(b) {
+      let fd = fds.get(b.path);
+      if (fd === undefined) {
+        fd = openSync(b.path, "r");
+        fds.set(b.path, fd);
+      }
+      let pos = b.offset;
+      let left = b.size;
+      while (left > 0) {
+        const got = readSync(fd, batch, used, Math.min(left, batch.length - used), pos);
+        if (got === 0) throw new Error(`staged body at ${b.path}:${b.offset} ends early`);
+        used += got;
+        pos += got;
+        left -= got;
+        if (used === batch.length) await flush();
+      }
+    },
   };
   try {
     await produce(sink);
@@ -96,43 +122,10 @@ export async function squashfsFromTar(outPath: string, o: SquashfsOptions, produ
     child.kill("SIGKILL");
     await exited;
     throw e;
+  } finally {
+    for (const fd of fds.values()) closeSync(fd);
   }
   child.stdin.end();
   const code = await exited;
   if (code !== 0 || pipeBroken) throw await fail();
-}
-
-/** Reads staged bodies by position, one open descriptor per staging file; `close` when done. */
-export class StagedBodyReader {
-  private readonly fds = new Map<string, number>();
-
-  /**
-   * Yields the `body.size` bytes at `body.offset` of `body.path`. Throws a
-   * plain Error when the file is shorter (a staging file changed under the
-   * build).
-   */
-  async *read(body: StagedBody): AsyncGenerator<Uint8Array> {
-    let fd = this.fds.get(body.path);
-    if (fd === undefined) {
-      fd = openSync(body.path, "r");
-      this.fds.set(body.path, fd);
-    }
-    let pos = body.offset;
-    let left = body.size;
-    while (left > 0) {
-      const n = Math.min(left, BODY_READ_BYTES);
-      const buf = Buffer.allocUnsafe(n);
-      const got = readSync(fd, buf, 0, n, pos);
-      if (got === 0) throw new Error(`staged body at ${body.path}:${body.offset} ends early`);
-      yield got === n ? buf : buf.subarray(0, got);
-      pos += got;
-      left -= got;
-    }
-  }
-
-  /** Closes every descriptor. Throws nothing. */
-  close(): void {
-    for (const fd of this.fds.values()) closeSync(fd);
-    this.fds.clear();
-  }
 }

@@ -148,6 +148,11 @@ export function parseTarNumber(field: Uint8Array, what: string): number {
   return v;
 }
 
+function allZero(b: Uint8Array): boolean {
+  for (let i = 0; i < b.length; i++) if (b[i] !== 0) return false;
+  return true;
+}
+
 function cString(b: Uint8Array): string {
   const nul = b.indexOf(0);
   return byteName(nul >= 0 ? b.subarray(0, nul) : b);
@@ -219,7 +224,7 @@ export async function* readTar(source: AsyncIterable<Uint8Array>): AsyncGenerato
   const globalPax = new Map<string, Uint8Array>();
   for (;;) {
     const h = await r.read(TAR_BLOCK_BYTES);
-    if (!h || h.every((b) => b === 0)) break;
+    if (!h || allZero(h)) break;
     if (!checksumOk(h)) throw imageError("IMAGE_LAYER_INVALID", `tar header checksum mismatch at byte ${r.position - TAR_BLOCK_BYTES}`);
     const typeflag = String.fromCharCode(h[156]!);
     let size = parseTarNumber(h.subarray(124, 136), "size");
