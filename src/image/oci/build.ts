@@ -37,7 +37,7 @@ import { signManifest } from "../signing.ts";
 import { sha256File } from "../verify.ts";
 import { DEV_GUEST_BOOTSTRAP_VERSION } from "../devBuild.ts";
 import { SQUASHFS_ROOT_MODULES, ensureDevKernel } from "../devKernel.ts";
-import { type LayerInput, type OciImageConfig, type OciImageInput, readDockerArchive, readOciLayout } from "./layout.ts";
+import { type LayerInput, type OciImageConfig, type OciImageInput, fileIdentity, readDockerArchive, readOciLayout } from "./layout.ts";
 import { RootTree } from "./rootTree.ts";
 import { showName } from "./byteName.ts";
 import { squashfsCanStoreXattr } from "./squashfsXattrs.ts";
@@ -136,13 +136,13 @@ function decompressed(layer: LayerInput): AsyncIterable<Uint8Array> {
 const LAYER_COPY_BATCH_BYTES = 1 << 20;
 
 /**
- * Hashes what passes through, counts it (bounded by MAX_LAYER_BYTES) and,
- * unless `copyPath` is null, appends it to that private file, so file
- * bodies are later read from there by offset. With null (an uncompressed
- * blob) bodies are read from the blob, whose identity is checked unchanged
- * before the build uses them (fileIdentity).
+ * Counts what passes through (bounded by MAX_LAYER_BYTES), hashes it when
+ * `hash` is set and, unless `copyPath` is null, appends it to that private
+ * file, so file bodies are later read from there by offset. With null (an
+ * uncompressed blob) bodies are read from the blob, whose identity is
+ * checked unchanged once they were read (layout.ts fileIdentity).
  */
-function hashingCopy(src: AsyncIterable<Uint8Array>, out: { hash: ReturnType<typeof createHash>; size: number }, copyPath: string | null): AsyncIterable<Uint8Array> {
+function hashingCopy(src: AsyncIterable<Uint8Array>, out: { hash: ReturnType<typeof createHash>; size: number }, copyPath: string | null, hash: boolean): AsyncIterable<Uint8Array> {
   return (async function* () {
     const fh = copyPath === null ? null : await open(copyPath, "wx", 0o600);
     const parts: Uint8Array[] = [];
@@ -157,7 +157,7 @@ function hashingCopy(src: AsyncIterable<Uint8Array>, out: { hash: ReturnType<typ
       for await (const c of src) {
         out.size += c.length;
         if (out.size > MAX_LAYER_BYTES) throw imageError("IMAGE_LAYER_INVALID", `a layer is larger than ${MAX_LAYER_BYTES} bytes uncompressed`);
-        out.hash.update(c);
+        if (hash) out.hash.update(c);
         if (fh) {
           parts.push(c);
           buffered += c.length;
@@ -172,11 +172,6 @@ function hashingCopy(src: AsyncIterable<Uint8Array>, out: { hash: ReturnType<typ
   })();
 }
 
-/** A file's identity and last change (device, inode, size, mtime and ctime in ns): any write changes it. */
-async function fileIdentity(path: string): Promise<string> {
-  const s = await stat(path, { bigint: true });
-  return `${s.dev}:${s.ino}:${s.size}:${s.mtimeNs}:${s.ctimeNs}`;
-}
 
 async function readInput(opts: OciBuildOptions, work: string): Promise<OciImageInput> {
   if (opts.input.kind === "oci-layout") return readOciLayout(resolve(opts.input.dir), opts.ref);
@@ -221,14 +216,21 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
     for (const [i, layer] of input.layers.entries()) {
       const seen = { hash: createHash("sha256"), size: 0 };
       // Bodies stay where the uncompressed layer bytes are (the tar reader skips them): in the blob itself
-      // when it is not compressed (checked unchanged below), else in a private copy made while hashing.
+      // when it is not compressed, else in a private copy made while hashing.
       const direct = layer.compression === "none";
       const bodies = direct ? layer.path : join(work, "bodies", `layer-${i}.tar`);
-      if (direct) unchanged.push({ path: layer.path, id: await fileIdentity(layer.path) });
       const stage = async (_chunks: AsyncIterable<Uint8Array>, at: { offset: number; size: number }) => ({ path: bodies, offset: at.offset, size: at.size });
-      await tree.applyLayer(readTar(hashingCopy(decompressed(layer), seen, direct ? null : bodies)), stage);
-      const diffId = `sha256:${seen.hash.digest("hex")}`;
-      if (diffId !== layer.diffId) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer ${i} (${layer.digest}) unpacks to ${diffId}, not its diff ID ${layer.diffId}`);
+      if (direct) {
+        // An uncompressed blob is its own diff: its verified digest must be the diff ID. Its bytes were hashed
+        // while the file had `identity`, which is checked unchanged once the squashfs is written.
+        if (layer.digest !== layer.diffId) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer ${i} (${layer.digest}) is uncompressed, so its diff ID ${layer.diffId} must be its digest`);
+        unchanged.push({ path: layer.path, id: layer.identity });
+        await tree.applyLayer(readTar(hashingCopy(layer.open(), seen, null, false)), stage);
+      } else {
+        await tree.applyLayer(readTar(hashingCopy(decompressed(layer), seen, bodies, true)), stage);
+        const diffId = `sha256:${seen.hash.digest("hex")}`;
+        if (diffId !== layer.diffId) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer ${i} (${layer.digest}) unpacks to ${diffId}, not its diff ID ${layer.diffId}`);
+      }
       log(`layer ${i}: ${seen.size} bytes applied (${tree.size} entries)`);
     }
     if (tree.has(GUEST_DIR_IN_IMAGE)) throw imageError("IMAGE_LAYER_UNSUPPORTED", `the image already has /${GUEST_DIR_IN_IMAGE}, which Beachball reserves for its guest`);

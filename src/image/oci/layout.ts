@@ -56,6 +56,8 @@ export interface LayerInput {
   open(): AsyncIterable<Uint8Array>;
   /** The blob's file (in the layout, or the build's private copy of a docker-archive member). */
   path: string;
+  /** fileIdentity of `path` taken before its bytes were hashed for `digest`: while it is unchanged, so are they. */
+  identity: string;
 }
 
 /** An image read from local input, every blob verified. */
@@ -130,6 +132,16 @@ export function layerCompression(mediaType: string | undefined): LayerCompressio
   }
 }
 
+/**
+ * A file's identity and last change (device, inode, size, mtime and ctime in
+ * ns): any write to the file changes it, so bytes hashed while it held stay
+ * the bytes of the file while it holds.
+ */
+export async function fileIdentity(path: string): Promise<string> {
+  const s = await stat(path, { bigint: true });
+  return `${s.dev}:${s.ino}:${s.size}:${s.mtimeNs}:${s.ctimeNs}`;
+}
+
 /** Streams a file through SHA-256 and counts its bytes (stops counting past `limit` + 1). */
 async function hashFile(path: string, limit: number): Promise<{ hex: string; size: number }> {
   const h = createHash("sha256");
@@ -148,16 +160,21 @@ class BlobStore {
   path(hex: string): string {
     return join(this.dir, "blobs", "sha256", hex);
   }
-  /** Checks the blob's exact size and SHA-256. Throws IMAGE_SOURCE_INVALID (missing) or IMAGE_BLOB_DIGEST_MISMATCH. */
+  /** Checks the blob's exact size and SHA-256; returns its path. Throws IMAGE_SOURCE_INVALID (missing) or IMAGE_BLOB_DIGEST_MISMATCH. */
   async verify(d: Descriptor, what: string): Promise<string> {
+    return (await this.verified(d, what)).path;
+  }
+  /** verify, also returning the file's identity taken before it was hashed. */
+  async verified(d: Descriptor, what: string): Promise<{ path: string; identity: string }> {
     const hex = hexOf(d.digest, what);
     const p = this.path(hex);
     const s = await stat(p).catch(() => null);
     if (!s?.isFile()) throw bad(`${what} blob ${d.digest} is missing from the layout`);
     if (s.size !== d.size) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `${what} blob ${d.digest}: size ${s.size} != descriptor size ${d.size}`);
+    const identity = await fileIdentity(p);
     const got = await hashFile(p, d.size);
     if (got.size !== d.size || got.hex !== hex) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `${what} blob ${d.digest}: content hashes to sha256:${got.hex || "(over size)"}`);
-    return p;
+    return { path: p, identity };
   }
   /** Reads, verifies and parses a JSON blob. */
   async json(d: Descriptor, what: string): Promise<unknown> {
@@ -246,8 +263,8 @@ export async function readOciLayout(dir: string, ref?: string): Promise<OciImage
   const layers: LayerInput[] = [];
   for (const [i, d] of layerDescs.entries()) {
     const compression = layerCompression(d.mediaType);
-    const path = await blobs.verify(d, `layer ${i}`);
-    layers.push({ digest: d.digest, compression, diffId: diffIds[i]!, open: () => fileChunks(path), path });
+    const { path, identity } = await blobs.verified(d, `layer ${i}`);
+    layers.push({ digest: d.digest, compression, diffId: diffIds[i]!, open: () => fileChunks(path), path, identity });
   }
   return {
     manifestDigest: chosen.digest, configDigest: configDesc.digest, config, layers,
@@ -346,8 +363,9 @@ export async function readDockerArchive(archivePath: string, workDir: string, re
     const fh = await open(path, "r");
     await fh.read(head, 0, 4, 0).finally(() => fh.close());
     const compression: LayerCompression = head[0] === 0x1f && head[1] === 0x8b ? "gzip" : head[0] === 0x28 && head[1] === 0xb5 && head[2] === 0x2f && head[3] === 0xfd ? "zstd" : "none";
+    const identity = await fileIdentity(path);
     const digest = `sha256:${(await hashFile(path, Number.MAX_SAFE_INTEGER)).hex}`;
-    layers.push({ digest, compression, diffId: diffIds[i]!, open: () => fileChunks(path), path });
+    layers.push({ digest, compression, diffId: diffIds[i]!, open: () => fileChunks(path), path, identity });
   }
   const tags = Array.isArray(entry.RepoTags) ? (entry.RepoTags as unknown[]).filter((t): t is string => typeof t === "string") : [];
   return {
