@@ -175,13 +175,16 @@ describe("multipath", () => {
     expect(w.c.selector.state().acksReceived).toBe(0);
   });
 
-  test("one-way UDP the other way: the client's datagrams reach the host directly but the host's to it are dropped; neither side pins and the relay carries every packet", () => {
+  test("one-way UDP the other way: the client's datagrams reach the host directly but the host's to it are dropped; the first handshake completes (its response goes through the relays too), neither side pins and the relay carries every packet", () => {
     const w = world(5);
     w.h.selector.setCandidates([CLIENT_PUBLIC]);
     w.open.toClient = false;
     w.client.device.sendPacket(packet(1, 2, 1));
     w.pump();
     w.run(3_000);
+    // The handshake itself: the initiation's direct copy arrives first, and a response sent only back there would be lost.
+    expect(w.got.host).toEqual([1]);
+    expect(w.client.device.counters.initiationsSent).toBe(1);
     for (let i = 2; i <= 40; i++) {
       w.client.device.sendPacket(packet(1, 2, i));
       w.host.device.sendPacket(packet(2, 1, i));

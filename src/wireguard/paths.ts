@@ -25,7 +25,8 @@
  * - handshake initiations go to every path (they are rate-limited to one per
  *   5 s, and the first to arrive decides the path);
  * - handshake responses and cookie replies go exactly where the message they
- *   answer came from;
+ *   answer came from, and a response to a direct source that is not the
+ *   pin through the relays too (UDP may work towards us only);
  * - transport messages go to the pinned direct endpoint while it is pinned,
  *   else to every path.
  * Must never: send to more than MAX_CANDIDATES + MAX_LEARNED_SOURCES + 2
@@ -104,11 +105,11 @@ export interface PathIo {
 
 /** What the selector reports. */
 export interface PathState {
-  /** "direct" when a direct endpoint is pinned, "relay" when only a relay carried authenticated traffic recently, else "none". */
+  /** "direct" when a direct endpoint is pinned; "relay" when not, our datagrams go through the relays and the peer was heard within DIRECT_STALE_MS; else "none". */
   path: "direct" | "relay" | "none";
   /** The pinned direct endpoint's key, or null. */
   direct: string | null;
-  /** The relay that last carried authenticated traffic, or null. */
+  /** The relay reported: the one that took over carrying the peer's authenticated datagrams (another takes over only after it was silent DIRECT_STALE_MS), else the first relay; or null. */
   relay: string | null;
   /** The direct endpoint whose pin was lost (its probes went unanswered), until the next pin; else null. */
   lost: string | null;
@@ -138,6 +139,9 @@ export class PathSelector {
   private readonly outstanding = new Map<string, { key: string; sentMs: number }>();
   private readonly lastRelayMs = new Map<string, number>();
   private lastRelay: string | null = null;
+  private lastAuthAnyMs = -Infinity;
+  /** The reported path's identity when `changes` last moved (the direct path's relay is not part of it). */
+  private reported = "none null - null";
   private onlyTo: PathEndpoint | null = null;
   private readonly stats = { pins: 0, unpins: 0, probesSent: 0, acksReceived: 0, sentDirect: 0, sentMirrored: 0, sentRelay: 0 };
   /** Probe rounds since the last pin or loss (the owner's probe timer reads probeIntervalMs()). */
@@ -249,8 +253,8 @@ export class PathSelector {
     this.lost = null;
     this.pinUnanswered = 0;
     this.stats.pins++;
-    this.changes++;
     this.probeRounds = 0;
+    this.checkPin();
     return true;
   }
 
@@ -258,7 +262,13 @@ export class PathSelector {
   send(datagram: Uint8Array, to: PathEndpoint | null): void {
     if (this.onlyTo) return this.sendTo(this.onlyTo, datagram);
     const type = datagram[0];
-    if ((type === MESSAGE_RESPONSE || type === MESSAGE_COOKIE_REPLY) && to && to.kind !== "unknown") return this.sendTo(to, datagram);
+    if ((type === MESSAGE_RESPONSE || type === MESSAGE_COOKIE_REPLY) && to && to.kind !== "unknown") {
+      this.sendTo(to, datagram);
+      // A response to a direct source nothing has proven reachable goes through the relays too: the
+      // initiation's direct copy may have won the race over UDP that works towards us only.
+      if (type === MESSAGE_RESPONSE && to.kind === "udp" && this.pinned?.key !== to.key) for (const r of this.relays) if (this.io.sendRelay(r, datagram)) this.stats.sentRelay++;
+      return;
+    }
     this.checkPin();
     if (type !== MESSAGE_INITIATION && this.pinned) return this.sendTo(this.pinned, datagram);
     // Direct copies first: where both arrive, the direct one should win the race.
@@ -293,47 +303,54 @@ export class PathSelector {
   authenticated(from: PathEndpoint): void {
     if (from.kind === "unknown") return;
     const now = this.clock.nowMs();
+    this.lastAuthAnyMs = now;
     if (from.kind === "relay") {
       // With two relays the first copy to arrive alternates between them: that is no change of
-      // path. A relay taking over after DIRECT_STALE_MS without one (or the first) is, when not pinned.
+      // path. A relay takes over only from one silent for DIRECT_STALE_MS (or from none).
       const prevAt = this.lastRelay === null ? -Infinity : (this.lastRelayMs.get(this.lastRelay) ?? -Infinity);
-      if (now - prevAt >= DIRECT_STALE_MS && !this.pinned) this.changes++;
+      if (now - prevAt >= DIRECT_STALE_MS) this.lastRelay = from.relayId;
       this.lastRelayMs.set(from.relayId, now);
       if (this.lastRelayMs.size > 4) this.lastRelayMs.delete(this.lastRelayMs.keys().next().value!);
-      this.lastRelay = from.relayId;
-      return;
+    } else if (!this.candidates.some((c) => c.key === from.key) && isPeerAddress(from.address)) {
+      const i = this.learned.findIndex((c) => c.key === from.key);
+      if (i >= 0) this.learned.splice(i, 1);
+      this.learned.push(from);
+      if (this.learned.length > MAX_LEARNED_SOURCES) this.learned.shift();
     }
-    if (this.candidates.some((c) => c.key === from.key) || !isPeerAddress(from.address)) return;
-    const i = this.learned.findIndex((c) => c.key === from.key);
-    if (i >= 0) this.learned.splice(i, 1);
-    this.learned.push(from);
-    if (this.learned.length > MAX_LEARNED_SOURCES) this.learned.shift();
+    this.checkPin();
   }
 
-  /** Loses the pin once PIN_LOST_PROBES probes to it in a row, spanning PIN_LOST_MS, went unanswered. */
+  /** Loses the pin once PIN_LOST_PROBES probes to it in a row, spanning PIN_LOST_MS, went unanswered; then counts a change if the reported path changed. */
   private checkPin(): void {
     const p = this.pinned;
-    if (!p || this.pinUnanswered < PIN_LOST_PROBES || this.clock.nowMs() - this.pinFirstUnansweredMs < PIN_LOST_MS) return;
-    this.pinned = null;
-    this.lost = p.key;
-    this.pinUnanswered = 0;
-    this.probeRounds = 0;
-    this.stats.unpins++;
-    this.changes++;
+    if (p && this.pinUnanswered >= PIN_LOST_PROBES && this.clock.nowMs() - this.pinFirstUnansweredMs >= PIN_LOST_MS) {
+      this.pinned = null;
+      this.lost = p.key;
+      this.pinUnanswered = 0;
+      this.probeRounds = 0;
+      this.stats.unpins++;
+    }
+    const v = this.view();
+    const key = `${v.path} ${v.direct} ${v.path === "relay" ? v.relay : "-"} ${v.lost}`;
+    if (key !== this.reported) {
+      this.reported = key;
+      this.changes++;
+    }
+  }
+
+  private view(): Pick<PathState, "path" | "direct" | "relay" | "lost"> {
+    const now = this.clock.nowMs();
+    const relayFresh = this.lastRelay !== null && now - (this.lastRelayMs.get(this.lastRelay) ?? -Infinity) < DIRECT_STALE_MS;
+    const path = this.pinned ? "direct" : relayFresh || (this.relays.length > 0 && now - this.lastAuthAnyMs < DIRECT_STALE_MS) ? "relay" : "none";
+    // Relayed while the peer is heard only directly (UDP towards us only): ours go through the first relay.
+    const relay = path === "relay" && !relayFresh ? (this.relays[0] ?? null) : this.lastRelay;
+    return { path, direct: this.pinned?.key ?? null, relay, lost: this.lost };
   }
 
   /** The current path and counters. */
   state(): PathState {
     this.checkPin();
-    const now = this.clock.nowMs();
-    const relayFresh = this.lastRelay !== null && now - (this.lastRelayMs.get(this.lastRelay) ?? -Infinity) < DIRECT_STALE_MS;
-    return {
-      path: this.pinned ? "direct" : relayFresh ? "relay" : "none",
-      direct: this.pinned?.key ?? null,
-      relay: this.lastRelay,
-      lost: this.lost,
-      ...this.stats,
-    };
+    return { ...this.view(), ...this.stats };
   }
 
   /** True while a direct endpoint is pinned (after losing a pin whose probes went unanswered). */
