@@ -23,6 +23,9 @@
 import { parseArgs } from "node:util";
 import { sh } from "../test/support/netns.ts";
 import { clientStats, runJobs, startWgWorld, wgWorldSkipReason } from "../test/support/wgWorld.ts";
+import { limitRunTime } from "./runLimit.ts";
+
+limitRunTime("bench/tunnelLoss.ts", 900);
 
 const { values } = parseArgs({
   options: {
