@@ -39,7 +39,10 @@
  * unreconnected; the revoke closes the host's relay sessions. Relay tokens: with client
  * tokens that live 8 s the proxy renews them from the rendezvous (the stand-in's
  * relay-tokens route), and after `bb relay run` restarts past the first tokens' expiry
- * both ends reconnect to it.
+ * both ends reconnect to it. Path liveness (issue 18, items 2 and 3): with only the host's
+ * UDP to the laptop dropped, neither end pins direct and the relays carry the handshake and
+ * an echo; with the direct path pinned and an 8 MiB connection open, UDP between the NATs
+ * dropped: the connection completes over the relay and both ends report the direct path lost.
  * Needs root, ip, nft; otherwise prints why and skips. Leaves nothing behind.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
