@@ -58,8 +58,11 @@ export interface ProxyOptions {
   onReady?: (info: { port: number; grant: VerifiedGrant }) => void;
 }
 
-function describePath(s: PathState): string {
-  return s.path === "direct" ? `direct via ${s.direct}` : s.path === "relay" ? `relay ${s.relay}` : "no path yet";
+/** The `path:` line's text (docs/connect.md): the path, and a direct path lost since the last pin. */
+export function describePath(s: PathState): string {
+  if (s.path === "direct") return `direct via ${s.direct}`;
+  const lost = s.lost ? ` (direct via ${s.lost} lost)` : "";
+  return s.path === "relay" ? `relay ${s.relay}${lost}` : s.lost ? `none${lost}` : "no path yet";
 }
 
 function describeRelay(i: RelaySessionInfo): string {

@@ -27,6 +27,7 @@ import { HandshakeLoadMeter, type LoadPolicy } from "./load.ts";
 import { DEFAULT_HANDSHAKE_RATE_LIMITS, rateLimitSource, SourceRateLimiter, TokenBucket, type HandshakeRateLimits } from "./ratelimit.ts";
 import { consumeInitiation, consumeResponse, localStatic, remoteStatic, type NoiseContext, type RemoteStatic } from "./noise.ts";
 import { Peer, type Endpoint, type PeerHost } from "./peer.ts";
+import type { PathControl } from "./pathProbe.ts";
 import type { WgClock, WgRandom } from "./ports.ts";
 import { keyPairFromPrivate } from "./x25519.ts";
 
@@ -39,6 +40,8 @@ export interface DeviceIo<E extends Endpoint> {
   sendDatagram(datagram: Uint8Array, to: E, peer: Peer<E> | null): void;
   /** A decrypted, authenticated IP packet from `peer` (padding removed, source checked against its allowed IPs). */
   deliverPacket(packet: Uint8Array, peer: Peer<E>): void;
+  /** An authenticated path probe or ack (src/wireguard/pathProbe.ts) from `peer`, arrived from `from`. Without it such a plaintext is dropped as "invalid-ip-packet". */
+  deliverControl?(message: PathControl, peer: Peer<E>, from: E): void;
 }
 
 /** Everything a Device is built from. */
@@ -116,6 +119,7 @@ export class Device<E extends Endpoint> {
       },
       routeOf: (bytes, offset, version) => this.routes.lookupIn(bytes, offset, version),
       drop: (reason) => this.drop(reason),
+      ...(opts.io.deliverControl ? { control: (peer: Peer<E>, message: PathControl, from: E) => opts.io.deliverControl!(message, peer, from) } : {}),
     };
   }
 
