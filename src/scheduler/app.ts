@@ -7,7 +7,8 @@
  *
  * The routes themselves are data (routes.ts); this file binds one handler
  * to each. The guard runs in Elysia's onRequest hook, before Elysia would
- * parse anything; handlers never ask Elysia for a body.
+ * parse anything, and its match picks the handler (never Elysia's router,
+ * never the Host header); handlers never ask Elysia for a body.
  * Must never: hold a business rule, or echo a request body in an error.
  */
 import { Elysia } from "elysia";
@@ -125,16 +126,25 @@ function handlers(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null)
   };
 }
 
-/** Builds the Elysia app for one Worker; `rendezvous` serves the WebSocket route (see RendezvousUpgrade). */
+/**
+ * Builds the Elysia app for one Worker; `rendezvous` serves the WebSocket
+ * route (see RendezvousUpgrade). Routing is the guard's match on the
+ * request target (edge.ts, requestTarget.ts), and the handler answers from
+ * the onRequest hook: Elysia's own router is not used, because it cuts
+ * `request.url` at a fixed offset (Elysia 1.4: `url.indexOf("/", 11)`), so
+ * a short Host header (`Host: x`) sent every request to 404 (issue 18 item 20).
+ */
 export function buildApp(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null = null) {
   const guard = new RequestGuard<RouteName>(ROUTES, { principal: (h) => worker.authenticate(h), host: (h) => worker.authenticateHost(h), endpoint: (h, c) => worker.authenticateEndpoint(h, c) });
-  const admitted = new WeakMap<Request, Prepared<RouteName>>();
   const handle = handlers(worker, rendezvous);
-  const app = new Elysia({ normalize: false })
+  return new Elysia({ normalize: false })
     .onRequest(async ({ request }) => {
-      const r = await guard.admit(request);
+      const p = await guard.admit(request);
+      if (p instanceof Response) return p;
+      // HEAD runs the GET handler; Bun sends its status and headers without the body.
+      const r = await handle[p.route](p, request);
       if (r instanceof Response) return r;
-      admitted.set(request, r);
+      return new Response(JSON.stringify(r.json), { status: r.status ?? 200, headers: { "content-type": "application/json" } });
     })
     .onError(({ code, error }) => {
       if (error instanceof BeachballError) return problemResponse(error);
@@ -142,20 +152,6 @@ export function buildApp(worker: SchedulerWorker, rendezvous: RendezvousUpgrade 
       worker.env.log.error("unhandled error", { error: error instanceof Error ? `${error.name}: ${error.message}` : String(error) });
       return problem("INTERNAL", "internal error");
     });
-  for (const name of Object.keys(ROUTES) as RouteName[]) {
-    const spec = ROUTES[name];
-    const run = async ({ request }: { request: Request }) => {
-      const p = admitted.get(request);
-      if (!p || p.route !== name) return problem("INTERNAL", "request reached a handler without passing the guard");
-      const r = await handle[name](p, request);
-      if (r instanceof Response) return r;
-      return new Response(JSON.stringify(r.json), { status: r.status ?? 200, headers: { "content-type": "application/json" } });
-    };
-    app.route(spec.method, spec.path, run);
-    // HEAD runs the GET handler; Bun sends its status and headers without the body.
-    if (spec.method === "GET") app.route("HEAD", spec.path, run);
-  }
-  return app;
 }
 
 /** The app's type, for typed clients and tests. */
