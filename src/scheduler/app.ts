@@ -68,7 +68,8 @@ function handlers(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null)
     healthz: () => {
       // Health reflects storage: a store that cannot be written is not a healthy scheduler.
       const h = worker.health();
-      if (!h.ok) throw new BeachballError("STORAGE_UNAVAILABLE", h.detail, { retryAfterSeconds: 5 });
+      // Real writes, not the probe alone: a recorded fault of a real call or commit stands until a full-size probe commits (runtime/embedded/storageHealth.ts).
+      if (!h.ok) throw new BeachballError("STORAGE_UNAVAILABLE", h.detail, { retryAfterSeconds: 5, ...(h.code ? { sqliteCode: h.code } : {}) });
       return { json: { ok: true } };
     },
     wellKnown: () => ({ json: worker.wellKnown() }),
