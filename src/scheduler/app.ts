@@ -23,6 +23,7 @@ import type { Identity } from "./manifest.ts";
 import { RequestGuard, type Prepared } from "./edge.ts";
 import { ROUTES, type RouteName } from "./routes.ts";
 import { openApiDocument } from "./openapi.ts";
+import { CallerLimiter, isFollow } from "./callerLimits.ts";
 import type { RendezvousSocketData, RendezvousSockets } from "./rendezvousSocket.ts";
 
 /** What a handler answers: a JSON body with its status, or a ready Response. */
@@ -129,21 +130,29 @@ function handlers(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null)
 
 /**
  * Builds the Elysia app for one Worker; `rendezvous` serves the WebSocket
- * route (see RendezvousUpgrade). Routing is the guard's match on the
+ * route (see RendezvousUpgrade); `limiter` bounds each caller's requests in
+ * flight (callerLimits.ts). Routing is the guard's match on the
  * request target (edge.ts, requestTarget.ts), and the handler answers from
  * the onRequest hook: Elysia's own router is not used, because it cuts
  * `request.url` at a fixed offset (Elysia 1.4: `url.indexOf("/", 11)`), so
  * a short Host header (`Host: x`) sent every request to 404 (issue 18 item 20).
  */
-export function buildApp(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null = null) {
+export function buildApp(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null = null, limiter = new CallerLimiter()) {
   const guard = new RequestGuard<RouteName>(ROUTES, { principal: (h) => worker.authenticate(h), host: (h) => worker.authenticateHost(h), endpoint: (h, c) => worker.authenticateEndpoint(h, c) });
   const handle = handlers(worker, rendezvous);
   return new Elysia({ normalize: false })
     .onRequest(async ({ request }) => {
       const p = await guard.admit(request);
       if (p instanceof Response) return p;
-      // HEAD runs the GET handler; Bun sends its status and headers without the body.
-      const r = await handle[p.route](p, request);
+      // Per-caller bounds (callerLimits.ts): a caller past them is shed with 429 before any object is called.
+      const release = limiter.enter(p.caller, isFollow(p.route, p.query));
+      let r: Reply;
+      try {
+        // HEAD runs the GET handler; Bun sends its status and headers without the body.
+        r = await handle[p.route](p, request);
+      } finally {
+        release();
+      }
       if (r instanceof Response) return r;
       return new Response(JSON.stringify(r.json), { status: r.status ?? 200, headers: { "content-type": "application/json" } });
     })

@@ -21,6 +21,7 @@ import { problem, problemResponse } from "../protocol/problem.ts";
 import { ROUTES, type RouteName } from "./routes.ts";
 import { RequestGuard, type Prepared } from "./edge.ts";
 import type { Identity } from "./manifest.ts";
+import { CallerLimiter, isFollow } from "./callerLimits.ts";
 
 function json(v: unknown, status = 200): Response {
   return new Response(JSON.stringify(v), { status, headers: { "content-type": "application/json" } });
@@ -124,14 +125,19 @@ async function answer(front: SchedulerFront, p: Prepared<RouteName>): Promise<Re
 }
 
 /** Builds the fetch handler over one front. */
-export function fetchRouter(front: SchedulerFront): (req: Request) => Promise<Response> {
+export function fetchRouter(front: SchedulerFront, limiter = new CallerLimiter()): (req: Request) => Promise<Response> {
   // Interpreted schema checks: workerd forbids the code generation TypeCompiler uses.
   const guard = new RequestGuard<RouteName>(ROUTES, { principal: (h) => front.authenticate(h), host: (h) => front.authenticateHost(h), endpoint: (h, c) => front.authenticateEndpoint(h, c) }, "interpreted");
   return async (req) => {
     try {
       const p = await guard.admit(req);
       if (p instanceof Response) return p;
-      return await answer(front, p);
+      const release = limiter.enter(p.caller, isFollow(p.route, p.query));
+      try {
+        return await answer(front, p);
+      } finally {
+        release();
+      }
     } catch (e) {
       if (e instanceof BeachballError) return problemResponse(e);
       console.error("beachball scheduler: unhandled error", e);
