@@ -19,8 +19,8 @@
 import { BeachballError } from "../protocol/errors.ts";
 import type { Caller } from "./edge.ts";
 
-/** Requests one caller may have in flight at once. */
-export const MAX_IN_FLIGHT_PER_CALLER = 64;
+/** Requests one caller may have in flight at once (above bench/api.ts's 200 concurrent readers: a busy controller is not shed, a burst is). */
+export const MAX_IN_FLIGHT_PER_CALLER = 256;
 /** Parked log follows (`GET /v1/allocations/{id}/logs?follow=1`) one caller may hold at once. */
 export const MAX_FOLLOWS_PER_CALLER = 16;
 /** The `Retry-After` a refused caller is given, seconds. */
