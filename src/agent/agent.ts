@@ -19,7 +19,7 @@
  */
 import { mkdirSync } from "node:fs";
 import { AgentStore } from "./store.ts";
-import type { AgentClock, AgentLog, AgentRandom, ControlChannel, HostProbe, LogSink, Timers } from "./ports.ts";
+import { errorText, type AgentClock, type AgentLog, type AgentRandom, type ControlChannel, type HostProbe, type LogSink, type Timers } from "./ports.ts";
 import type { VmmDriver } from "./vmm/driver.ts";
 import type { IsolationPort } from "./isolation/isolationPort.ts";
 import type { ImagePort } from "./image/imagePort.ts";
@@ -30,6 +30,7 @@ import { ControlLoop } from "./control/controlLoop.ts";
 import { deliverBootstrap } from "./control/deliveries.ts";
 import { Housekeeping } from "./housekeeping.ts";
 import { failedPrerequisites, recoverPlacements, type StartupPorts } from "./startup.ts";
+import { applyInventory } from "./quarantine.ts";
 import { DEFAULT_VMM_SELF_CHECK_INTERVAL_MS, VmmHealth, type VmmSelfCheck } from "./vmmHealth.ts";
 import { VMM_BOOT_CHECK_ID } from "./doctor/checks.ts";
 import { consoleLogPath, placementSecrets, type PlacementContext } from "./placementOps.ts";
@@ -152,7 +153,7 @@ export class Agent {
         });
         connections = new AgentConnections(endpoint, clock);
       } catch (e) {
-        log.error(`host endpoint not started; configure_connection commands will be rejected: ${(e as Error).message}`);
+        log.error("host endpoint not started; configure_connection commands will be rejected", { error: errorText(e) });
       }
     }
     const reconciler = new PlacementReconciler({
@@ -175,6 +176,7 @@ export class Agent {
       timers,
       log,
       bootId: settings.bootId,
+      hostId: settings.hostId,
       health: () => health.report(),
       quarantined: () => health.quarantine.length > 0,
       onCommand: (id) => reconciler.kick(id),
@@ -198,6 +200,7 @@ export class Agent {
       failedConsoles: keepFailedConsoles ? { dir: keepFailedConsoles, retentionMs: settings.failedConsoleRetentionMs! } : null,
       consoleLogs,
       vmm,
+      inventory: (known) => ports.inventory(known),
       hasPending: () => control.hasPending(),
       flush: () => control.flush(),
     });
@@ -206,7 +209,7 @@ export class Agent {
       health.prerequisitesFailed = failedPrerequisites(checks.filter((c) => c.id !== VMM_BOOT_CHECK_ID), log);
       const boot = checks.find((c) => c.id === VMM_BOOT_CHECK_ID);
       if (boot) vmm.noteSelfCheck(boot);
-      health.quarantine = await recoverPlacements({ store, driver: ports.driver, reconciler, clock, log, ports });
+      applyInventory(health, await recoverPlacements({ store, driver: ports.driver, reconciler, clock, log, ports }), log, true);
       if (consoleLogs) for (const p of store.livePlacements()) if (reconciler.handleOf(p.placementId)) consoleLogs.adopt(p);
       const agent = new Agent(settings, ports, store, releaseLock, reconciler, control, health, housekeeping, consoleLogs, connections);
       housekeeping.start();

@@ -13,6 +13,7 @@ import { agentPaths, loadAgentFiles } from "./config.ts";
 import { takeAgentLock } from "./lock.ts";
 import { ControlClient } from "./controlClient.ts";
 import { inventoryForeign } from "./inventory.ts";
+import { hostTag } from "./resourceNames.ts";
 import { selectVmmDriver } from "./vmm/select.ts";
 import { isolationFromConfig } from "./isolation/isolation.ts";
 import { HostIsolation } from "./isolation/isolationOps.ts";
@@ -20,7 +21,7 @@ import { HostImages } from "./image/hostImages.ts";
 import { REAL_DOCTOR_DEPS, runChecks } from "./doctor/checks.ts";
 import { vmmBootCheck } from "./doctor/vmmBoot.ts";
 import type { VmmDriver } from "./vmm/driver.ts";
-import { consolaLog, systemClock, systemHostProbe, systemRandom, systemTimers } from "./ports.ts";
+import { consolaLog, type AgentLog, systemClock, systemHostProbe, systemRandom, systemTimers } from "./ports.ts";
 import { Agent } from "./agent.ts";
 import { startHostEndpoint } from "./endpoint/startEndpoint.ts";
 import { restoreCgroupMounts, systemCgroupMountPorts } from "./isolation/cgroups/mountRestore.ts";
@@ -41,6 +42,8 @@ export interface AgentOptions {
   dataDir: string;
   /** VMM driver (default: selected by probing, see vmm/select.ts). */
   driver?: VmmDriver;
+  /** The agent's log (default: text lines through consola, consolaLog). */
+  log?: AgentLog;
 }
 
 /** A running agent with real ports. */
@@ -52,7 +55,7 @@ export class AgentDaemon {
     const files = loadAgentFiles(opts.dataDir);
     const config = files.config;
     const p = agentPaths(opts.dataDir);
-    const log = consolaLog;
+    const log = opts.log ?? consolaLog;
     // Under `ip netns exec` the fresh /sys hides the cgroup hierarchies: mount them again, in this mount namespace only.
     await restoreCgroupMounts(systemCgroupMountPorts).then(
       (r) => r.restored && log.info(`cgroup hierarchies were not mounted in this mount namespace (ip netns exec?): mounted ${r.mounted.join(", ")} for the agent`),
@@ -100,7 +103,7 @@ export class AgentDaemon {
         lock: () => takeAgentLock(p.lock),
         selfChecks: () => runChecks(config, { ...REAL_DOCTOR_DEPS, vmmDriver: async () => driver }),
         vmmSelfCheck: () => vmmBootCheck(driver, config),
-        inventory: (known) => inventoryForeign(known, p.allocations, isolation.iso.cgroups),
+        inventory: (known) => inventoryForeign(known, hostTag(config.hostId), p.allocations, isolation.iso.cgroups),
         ...(config.connections ? { connections: (d) => startHostEndpoint({ hostId: config.hostId, dataDir: opts.dataDir, config: config.connections!, ...d }) } : {}),
       },
     );

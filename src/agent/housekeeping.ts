@@ -6,12 +6,13 @@
  * their budget (after reading what workload output they gained, for the
  * scheduler's log), deletes kept consoles of failed placements once their
  * retention passed, re-runs the VMM self-check while VMM starts are
- * failing, and flushes anything still queued.
+ * failing, re-runs the inventory while something is quarantined (so a
+ * resolved quarantine clears), and flushes anything still queued.
  * Must never: let a VM outlive its lease, or delete a resource itself
  * (stopping goes through the placement's runner).
  */
 import type { AgentStore } from "./store.ts";
-import type { AgentClock, AgentLog, Timers } from "./ports.ts";
+import { errorText, type AgentClock, type AgentLog, type Timers } from "./ports.ts";
 import type { PlacementReconciler } from "./reconcile/reconciler.ts";
 import type { ImagePort } from "./image/imagePort.ts";
 import type { AgentHealth } from "./health.ts";
@@ -20,6 +21,8 @@ import type { VmmHealth } from "./vmmHealth.ts";
 import { pruneKeptConsoles } from "./vmm/keptConsoles.ts";
 import { consoleLogPath } from "./placementOps.ts";
 import type { ConsoleShipper } from "./logs/shipper.ts";
+import type { ForeignResource } from "./inventory.ts";
+import { applyInventory, QUARANTINE_RECHECK_MS, recheckWanted } from "./quarantine.ts";
 
 /** Housekeeping period (lease checks, console trimming, cleanup retries), ms. */
 export const HOUSEKEEPING_MS = 2_000;
@@ -42,6 +45,8 @@ export interface HousekeepingDeps {
   consoleLogs: ConsoleShipper | null;
   /** VMM start health: re-checked while failing. */
   vmm: VmmHealth;
+  /** The startup inventory, run again while something is quarantined (quarantine.ts). */
+  inventory(known: ReadonlySet<string>): Promise<ForeignResource[]>;
   /** True when observations or acks wait to be sent. */
   hasPending(): boolean;
   flush(): void;
@@ -51,6 +56,7 @@ export interface HousekeepingDeps {
 export class Housekeeping {
   private cancel: (() => void) | null = null;
   private running = false;
+  private inventoryAtMs = 0;
 
   constructor(private readonly deps: HousekeepingDeps) {}
 
@@ -72,7 +78,7 @@ export class Housekeeping {
     try {
       await this.once();
     } catch (e) {
-      this.deps.log.error("housekeeping failed:", e);
+      this.deps.log.error("housekeeping failed", { error: errorText(e) });
     } finally {
       this.running = false;
     }
@@ -86,6 +92,18 @@ export class Housekeeping {
       this.deps.log.warn(`cannot trim the console log of ${dirName}: ${(e as Error).message}`);
       return 0;
     }
+  }
+
+  private async recheckQuarantine(now: number): Promise<void> {
+    const { health, store, log } = this.deps;
+    if (!recheckWanted(health)) return;
+    if (this.inventoryAtMs === 0) this.inventoryAtMs = now; // the startup inventory just ran
+    if (now - this.inventoryAtMs < QUARANTINE_RECHECK_MS) return;
+    this.inventoryAtMs = now;
+    const found = await this.deps.inventory(new Set(store.livePlacements().map((p) => p.dirName)));
+    const wasQuarantined = health.quarantine.length > 0;
+    applyInventory(health, found, log, false);
+    if (wasQuarantined && health.quarantine.length === 0) this.deps.flush(); // the scheduler learns at once
   }
 
   private async once(): Promise<void> {
@@ -117,6 +135,7 @@ export class Housekeeping {
     }
     if (this.deps.failedConsoles) pruneKeptConsoles(this.deps.failedConsoles.dir, this.deps.failedConsoles.retentionMs, now);
     await this.deps.vmm.recheckIfDue();
+    await this.recheckQuarantine(now);
     if (this.deps.hasPending()) this.deps.flush();
   }
 }

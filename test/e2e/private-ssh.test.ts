@@ -88,7 +88,7 @@ import { ensureDebianRootfsTar, SSHD_RECIPE } from "../../src/image/debianRootfs
 import { createPrivateKeyFile } from "../../src/image/keyFile.ts";
 import { ensureDevManifest, tokenDigest } from "../../src/scheduler/manifest.ts";
 import { agentPaths } from "../../src/agent/config.ts";
-import { placementDirName } from "../../src/agent/placementOps.ts";
+import { placementDirName } from "../../src/agent/resourceNames.ts";
 import { detectControllers } from "../../src/agent/isolation/cgroups/hierarchy.ts";
 import { placementCgroupOf, removePlacementCgroup } from "../../src/agent/isolation/cgroups/placementCgroup.ts";
 import { DEFAULT_CGROUP_POLICY } from "../../src/agent/isolation/cgroups/policy.ts";
@@ -544,7 +544,7 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
 
   test("after release the grant stops working within its bound: the proxy ends with INVALID_STATE (exit 1), new connections fail, a new proxy is refused", async () => {
     const v = await controller.get(allocationId);
-    const dirName = placementDirName(allocationId, v.placementId!, v.generation);
+    const dirName = placementDirName("ssh-host", allocationId, v.placementId!, v.generation);
     await controller.release(allocationId);
     const code = await Promise.race([proxy.proc.exited, Bun.sleep(Math.max(0, grantExpiresAtMs - Date.now())).then(() => "grant expired first" as const)]);
     expect(code).toBe(1);

@@ -39,6 +39,8 @@ export interface ControlLoopDeps {
   log: AgentLog;
   /** The machine's boot ID (spec "Sessions and epochs"). */
   bootId: string;
+  /** This host's ID: new placements' resource names carry its tag (resourceNames.ts). */
+  hostId: string;
   health(): HealthReport;
   /** True while quarantined resources block every command but ensure_absent. */
   quarantined(): boolean;
@@ -154,7 +156,7 @@ export class ControlLoop {
     const { store, clock } = this.deps;
     store.applyLeases(resp.leases);
     for (const cmd of resp.commands) {
-      const r = takeCommand(store, cmd, resp.agentEpoch, this.deps.quarantined(), clock.now());
+      const r = takeCommand(store, this.deps.hostId, cmd, resp.agentEpoch, this.deps.quarantined(), clock.now());
       if (r.ack) this.acks.push(r.ack);
       if (r.drive) this.deps.onCommand(cmd.placementId);
     }

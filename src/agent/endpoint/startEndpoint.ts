@@ -53,7 +53,20 @@ export function relayCaOf(c: AgentConnectionsConfig): string | undefined {
   return text;
 }
 
-/** Starts the endpoint of host `hostId` (see the module header). Rejects on bad settings, an unreadable key file or a port in use. */
+/**
+ * The startup error for the endpoint's UDP port being taken (EADDRINUSE):
+ * names the address, the port and the fix. Two agents on one machine (two
+ * host IDs, two data dirs) each need their own `connections.listenPort`.
+ */
+export function portInUseError(listen: { hostname: string; port: number }, cause: unknown): Error {
+  return new Error(
+    `connections.listenPort: UDP port ${listen.port} on ${listen.hostname} is already in use (another Beachball agent or a WireGuard interface on this machine?); ` +
+      `give each agent on a machine its own connections.listenPort in its agent.json, or stop what holds the port (ss -ulpn 'sport = :${listen.port}')`,
+    { cause },
+  );
+}
+
+/** Starts the endpoint of host `hostId` (see the module header). Rejects on bad settings, an unreadable key file or a port in use (portInUseError). */
 export async function startHostEndpoint(o: { hostId: string; dataDir: string; config: AgentConnectionsConfig; placements: PlacementLookup; onChange: () => void }): Promise<HostEndpoint> {
   const s = endpointSettings(o.config);
   const ca = relayCaOf(o.config);
@@ -72,5 +85,7 @@ export async function startHostEndpoint(o: { hostId: string; dataDir: string; co
     interfaces: networkInterfaces,
     relayConnector: relayConnector(ca ? { ca } : {}),
     onChange: o.onChange,
+  }).catch((e: unknown) => {
+    throw (e as { code?: string }).code === "EADDRINUSE" ? portInUseError(s.listen, e) : e;
   });
 }

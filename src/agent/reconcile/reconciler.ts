@@ -13,7 +13,7 @@
  */
 import type { PlacementObservedState } from "../../protocol/agent.ts";
 import type { AgentStore, LocalPlacement, ObservationExtra } from "../store.ts";
-import type { AgentClock, AgentLog } from "../ports.ts";
+import { errorText, type AgentClock, type AgentLog } from "../ports.ts";
 import type { VmHandle } from "../vmm/driver.ts";
 import type { GuestSession } from "../guestSession.ts";
 import { NO_AGENT_DEBUG, type AgentDebug } from "../debug.ts";
@@ -97,7 +97,7 @@ export class PlacementReconciler {
   kick(placementId: string): void {
     if (this.halted) return;
     const prev = this.runners.get(placementId) ?? Promise.resolve();
-    const next = prev.then(() => this.drive(placementId)).catch((e: unknown) => this.deps.log.error(`placement ${placementId}:`, e));
+    const next = prev.then(() => this.drive(placementId)).catch((e: unknown) => this.deps.log.error("placement step failed", { placementId, error: errorText(e) }));
     this.runners.set(placementId, next);
     void next.finally(() => {
       if (this.runners.get(placementId) === next) this.runners.delete(placementId);
