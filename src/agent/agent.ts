@@ -31,6 +31,8 @@ import { deliverBootstrap } from "./control/deliveries.ts";
 import { Housekeeping } from "./housekeeping.ts";
 import { failedPrerequisites, recoverPlacements, type StartupPorts } from "./startup.ts";
 import { applyInventory } from "./quarantine.ts";
+import { AgentMetrics } from "./metrics.ts";
+import { transitionSink } from "./placementTransitions.ts";
 import { DEFAULT_VMM_SELF_CHECK_INTERVAL_MS, VmmHealth, type VmmSelfCheck } from "./vmmHealth.ts";
 import { VMM_BOOT_CHECK_ID } from "./doctor/checks.ts";
 import { consoleLogPath, placementSecrets, type PlacementContext } from "./placementOps.ts";
@@ -105,6 +107,8 @@ export class Agent {
     private readonly housekeeping: Housekeeping,
     private readonly consoleLogs: ConsoleShipper | null,
     readonly connections: AgentConnections | null,
+    /** Prometheus metrics of this agent (metrics.ts), served by metricsServer.ts when configured. */
+    readonly metrics: AgentMetrics,
   ) {}
 
   /** Starts an agent: lock, agent.db, prerequisite registry, inventory and adoption, then the poll loop and housekeeping. Throws if locked. */
@@ -126,6 +130,7 @@ export class Agent {
     const { clock, timers, log } = ports;
     const vmm = new VmmHealth({ clock, log, selfCheck: () => ports.vmmSelfCheck(), intervalMs: settings.vmmSelfCheckIntervalMs ?? DEFAULT_VMM_SELF_CHECK_INTERVAL_MS });
     const health = new AgentHealth(ports.probe, settings.allocationsDir, ports.driver.name, vmm);
+    const metrics = new AgentMetrics(() => store.livePlacements().map((p) => p.observed));
     const keepFailedConsoles = settings.failedConsoleDir && (settings.failedConsoleRetentionMs ?? 0) > 0 ? settings.failedConsoleDir : null;
     const ctx: PlacementContext = {
       allocationsDir: settings.allocationsDir,
@@ -166,6 +171,7 @@ export class Agent {
         control?.flush();
       },
       onStartOutcome: (launched) => vmm.noteStart(launched),
+      transitions: transitionSink(log, metrics),
       ...(keepFailedConsoles ? { failedConsoleDir: keepFailedConsoles } : {}),
       ...(settings.debug ? { debug: settings.debug } : {}),
     });
@@ -211,7 +217,7 @@ export class Agent {
       if (boot) vmm.noteSelfCheck(boot);
       applyInventory(health, await recoverPlacements({ store, driver: ports.driver, reconciler, clock, log, ports }), log, true);
       if (consoleLogs) for (const p of store.livePlacements()) if (reconciler.handleOf(p.placementId)) consoleLogs.adopt(p);
-      const agent = new Agent(settings, ports, store, releaseLock, reconciler, control, health, housekeeping, consoleLogs, connections);
+      const agent = new Agent(settings, ports, store, releaseLock, reconciler, control, health, housekeeping, consoleLogs, connections, metrics);
       housekeeping.start();
       control.start();
       return agent;

@@ -89,7 +89,7 @@ export class Housekeeping {
     try {
       return trimConsoleLog(consoleLogPath({ allocationsDir: this.deps.allocationsDir }, dirName), this.deps.consoleBudgetBytes);
     } catch (e) {
-      this.deps.log.warn(`cannot trim the console log of ${dirName}: ${(e as Error).message}`);
+      this.deps.log.warn("cannot trim a console log", { dirName, error: errorText(e) });
       return 0;
     }
   }
@@ -117,7 +117,7 @@ export class Housekeeping {
     for (const p of store.livePlacements()) {
       // Every state counts: a VMM left running after a failed start (observed error) is still a VM on an ended lease.
       if (p.desired !== "absent" && p.leaseExpiresAtMs <= now) {
-        this.deps.log.warn(`lease of ${p.placementId} expired (observed ${p.observed}); stopping whatever it has`);
+        this.deps.log.warn("execution lease expired; stopping whatever the placement has", { allocationId: p.allocationId, placementId: p.placementId, generation: p.generation, state: p.observed });
         store.patch(p.placementId, { desired: "absent", errorCode: "LEASE_EXPIRED" });
         reconciler.kick(p.placementId);
       } else if (p.desired === "absent" && !reconciler.isRunning(p.placementId)) {

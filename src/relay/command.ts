@@ -34,7 +34,7 @@ const run = command({
         ...(args["quic-listen"] ? { quicListen: parseListenAddress(args["quic-listen"], "--quic-listen") } : {}),
         ...(args["health-listen"] ? { health: parseListenAddress(args["health-listen"], "--health-listen") } : {}),
       });
-      consola.info(`relay ${config.relayId} listening: ${[...relay.urls, ...(relay.quic ? [`quic://${relay.quic}`] : [])].join(" ")} health ${relay.healthUrl}/healthz`);
+      consola.info("relay listening", { relayId: config.relayId, urls: [...relay.urls, ...(relay.quic ? [`quic://${relay.quic}`] : [])].join(" "), health: `${relay.healthUrl}/healthz` });
       await new Promise<void>((done) => {
         const stop = () => void relay.stop().then(done);
         process.once("SIGINT", stop);

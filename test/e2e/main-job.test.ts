@@ -198,7 +198,7 @@ d("main job end to end (real QEMU)", () => {
     await waitHealthy();
     const r = await finishJob(view.allocationId, "echo after-agent-restart\n");
     expect(r.console).toContain("after-agent-restart");
-    expect(tail(agent.log)).toContain("adopted VM");
+    expect(tail(agent.log)).toContain("adopted a running VM");
     // Every placement of this file used one verified copy of the image: fetched once, then reused.
     expect(artifactInodes()).toEqual(firstInodes);
     for (const a of readdirSync(join(agentDir(), "images", "artifacts"))) expect(statSync(join(agentDir(), "images", "artifacts", a)).mode & 0o777).toBe(0o444);
@@ -240,7 +240,7 @@ d("main job end to end (real QEMU)", () => {
     const logBefore = readFileSync(agent.log, "utf8").length;
     agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"));
     await waitHealthy();
-    await waitLog((l) => (l.slice(logBefore).match(/adopted VM/g) ?? []).length >= 2, "adoption of both VMs");
+    await waitLog((l) => (l.slice(logBefore).match(/adopted a running VM/g) ?? []).length >= 2, "adoption of both VMs");
     const hb = (await operator.hosts()).find((h) => h.hostId === "e2e-host")!.heartbeatAt;
     for (let i = 0; i < 50 && (await operator.hosts()).find((h) => h.hostId === "e2e-host")!.heartbeatAt === hb; i++) await Bun.sleep(200);
     await Bun.sleep(1_000); // a few more envelopes: anything queued during the stop would be in them

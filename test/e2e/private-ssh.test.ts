@@ -326,7 +326,7 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     }));
     m.connections.relays = [{ relayId: RELAY_ID, url: `wss://${ROOT_ADDR}:${relayPort}/v1/relay` }];
     relay = startRole(["relay", "run", "--config", relayConfig], join(work, "relay.log"));
-    for (let i = 0; !tail(relay.log).includes(`relay ${RELAY_ID} listening`); i++) {
+    for (let i = 0; !new RegExp(`relay listening.*${RELAY_ID}`).test(tail(relay.log)); i++) {
       if (relay.proc.exitCode !== null || i > 300) throw new Error(`bb relay run did not come up: ${tail(relay.log)}`);
       await Bun.sleep(50);
     }

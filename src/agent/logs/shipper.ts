@@ -23,7 +23,7 @@
 import { closeSync, fstatSync, openSync, readFileSync, readSync, statSync } from "node:fs";
 import { JOB_START_MARKER } from "../../protocol/guest.ts";
 import { MAX_LOG_CHUNK_BYTES, MAX_LOG_CHUNKS_PER_PUSH, type LogPushResponse } from "../../protocol/logs.ts";
-import type { AgentLog, LogSink } from "../ports.ts";
+import { errorText, type AgentLog, type LogSink } from "../ports.ts";
 import { ConsoleRedactor, payloadDigests, type PayloadDigests } from "./redact.ts";
 
 /** Most new console bytes one collect reads per placement. */
@@ -89,7 +89,7 @@ export class ConsoleShipper {
     try {
       this.collectOnce(this.stream(ref));
     } catch (e) {
-      this.deps.log.warn(`cannot read the console of ${ref.dirName} for its log: ${(e as Error).message}`);
+      this.deps.log.warn("cannot read a console for its log", { dirName: ref.dirName, error: errorText(e) });
     }
   }
 
@@ -221,7 +221,7 @@ export class ConsoleShipper {
         batch.map(({ s, item }) => ({ allocationId: s.ref.allocationId, placementId: s.ref.placementId, generation: s.ref.generation, ...(item.offset === undefined ? {} : { offset: item.offset }), text: item.text })),
       );
     } catch (e) {
-      this.deps.log.warn(`log push failed (retried): ${(e as Error).message}`);
+      this.deps.log.warn("log push failed (retried)", { error: errorText(e) });
       return;
     }
     batch.forEach(({ s, item }, i) => {
@@ -233,7 +233,7 @@ export class ConsoleShipper {
       }
       if (!r) return;
       if (r.code) {
-        if (!s.refused) this.deps.log.warn(`the scheduler refused the log of ${s.ref.placementId} (${r.code}); not pushing it any more`);
+        if (!s.refused) this.deps.log.warn("the scheduler refused a placement's log; not pushing it any more", { placementId: s.ref.placementId, code: r.code });
         s.refused = true;
         s.queue = [];
         s.queuedBytes = 0;
