@@ -110,7 +110,7 @@ export class AgentDaemon {
         selfChecks: () => runChecks(config, { ...REAL_DOCTOR_DEPS, vmmDriver: async () => driver }),
         vmmSelfCheck: () => vmmBootCheck(driver, config),
         inventory: (known) => inventoryForeign(known, hostTag(config.hostId), p.allocations, isolation.iso.cgroups),
-        ...(config.connections ? { connections: (d) => startHostEndpoint({ hostId: config.hostId, dataDir: opts.dataDir, config: config.connections!, ...d }) } : {}),
+        ...(config.connections ? { connections: (d) => startHostEndpoint({ hostId: config.hostId, dataDir: opts.dataDir, config: config.connections!, log, ...d }) } : {}),
       },
     );
     let metricsServer: MetricsServer | null = null;

@@ -20,6 +20,7 @@ import { parseStunServers, type StunServer } from "../../protocol/stunServers.ts
 import { relayConnector } from "../../relayclient/index.ts";
 import { selectAead, systemClock, systemRandom } from "../../wireguard/index.ts";
 import type { AgentConnectionsConfig } from "../config.ts";
+import type { AgentLog } from "../ports.ts";
 import { HostEndpoint } from "./endpoint.ts";
 import type { PlacementLookup } from "./grantCheck.ts";
 import { loadOrCreateHostKey } from "./hostKey.ts";
@@ -67,7 +68,7 @@ export function portInUseError(listen: { hostname: string; port: number }, cause
 }
 
 /** Starts the endpoint of host `hostId` (see the module header). Rejects on bad settings, an unreadable key file or a port in use (portInUseError). */
-export async function startHostEndpoint(o: { hostId: string; dataDir: string; config: AgentConnectionsConfig; placements: PlacementLookup; onChange: () => void }): Promise<HostEndpoint> {
+export async function startHostEndpoint(o: { hostId: string; dataDir: string; config: AgentConnectionsConfig; placements: PlacementLookup; onChange: () => void; log?: AgentLog }): Promise<HostEndpoint> {
   const s = endpointSettings(o.config);
   const ca = relayCaOf(o.config);
   const { aead } = await selectAead();
@@ -85,6 +86,7 @@ export async function startHostEndpoint(o: { hostId: string; dataDir: string; co
     interfaces: networkInterfaces,
     relayConnector: relayConnector(ca ? { ca } : {}),
     onChange: o.onChange,
+    ...(o.log ? { onWarning: (msg: string, fields: Record<string, string>) => o.log!.warn(msg, fields) } : {}),
   }).catch((e: unknown) => {
     throw (e as { code?: string }).code === "EADDRINUSE" ? portInUseError(s.listen, e) : e;
   });
