@@ -18,7 +18,7 @@ import { localCandidates, mergeCandidates, type InterfaceAddress } from "../doma
 import type { Candidate } from "../protocol/connection.ts";
 import { MAX_STUN_SERVERS, type StunServer } from "../protocol/stunServers.ts";
 import { ipScope, isPeerAddress } from "../protocol/ipScope.ts";
-import { fixHintFor } from "../command/osErrorHint.ts";
+import { fixHintFor } from "../domain/osErrorHint.ts";
 
 /**
  * This machine's interface list through `enumerate` (os.networkInterfaces,

@@ -12,7 +12,7 @@
 import { expect, test } from "bun:test";
 import { arch } from "node:os";
 import { join } from "node:path";
-import { fixHintFor, isAddressFamilyRestricted, NETLINK_RESTRICTED_HINT } from "../../src/command/osErrorHint.ts";
+import { fixHintFor, isAddressFamilyRestricted, NETLINK_RESTRICTED_HINT } from "../../src/domain/osErrorHint.ts";
 import { interfaceAddresses } from "../../src/wireguard/index.ts";
 
 const skip = process.getuid?.() !== 0 ? "needs root" : arch() !== "x64" ? "the seccomp helper is x86_64 only" : !Bun.which("python3", { PATH: "/usr/bin" }) ? "no /usr/bin/python3" : null;

@@ -19,7 +19,7 @@ import type { CheckResult } from "./format.ts";
 import type { VmmDriver } from "../vmm/driver.ts";
 import { selectVmmDriver } from "../vmm/select.ts";
 import { testKernelOf, vmmBootCheck } from "./vmmBoot.ts";
-import { fixHintFor } from "../../command/osErrorHint.ts";
+import { fixHintFor } from "../../domain/osErrorHint.ts";
 
 /** ID of the VMM test boot check (its failure marks the VMM failing, not isolation unhealthy). */
 export const VMM_BOOT_CHECK_ID = "vmm-boot";

@@ -4,13 +4,13 @@
  *
  * Implements no spec rule by itself; placementNet.ts and the doctor use it.
  * A failure caused by an address-family restriction (EAFNOSUPPORT on
- * socket(AF_NETLINK)) says so in the error (command/osErrorHint.ts).
+ * socket(AF_NETLINK)) says so in the error (domain/osErrorHint.ts).
  * Must never: go through a shell (argv only), or throw on a non-zero exit
  * (callers decide; `checked` variants throw NETWORK_SETUP_FAILED), except
  * where the answer would be a lie (linkExists under a netlink restriction).
  */
 import { netError } from "./addressPool.ts";
-import { isAddressFamilyRestricted, withCauseHint } from "../../command/osErrorHint.ts";
+import { isAddressFamilyRestricted, withCauseHint } from "../../domain/osErrorHint.ts";
 
 /** Result of one command. */
 export interface CmdResult {

@@ -8,7 +8,7 @@
  * "getifaddrs returned an error") do not say what to change, and a generic
  * hint ("grant CAP_SYS_ADMIN") sends the operator the wrong way; this names
  * the real cause.
- * Lower layer: imports nothing. Must never: guess a cause the error text or
+ * Pure (src/domain): imports nothing. Must never: guess a cause the error text or
  * errno does not show.
  */
 
