@@ -81,7 +81,7 @@ stage() {
   install -m 0644 packaging/scheduler.env "$root/etc/beachball/scheduler.env"
   gzip -9n <packaging/bb.1 >"$root/usr/share/man/man1/bb.1.gz"
   chmod 0644 "$root/usr/share/man/man1/bb.1.gz"
-  install -m 0644 docs/install.md docs/operate.md docs/manifest.md docs/relay.md "$doc/"
+  install -m 0644 docs/install.md docs/operate.md docs/manifest.md docs/relay.md docs/connect.md docs/cli.md "$doc/"
   install -m 0644 deploy/manifest.example.json "$doc/examples/manifest.example.json"
   install -m 0644 deploy/relay.example.json "$doc/examples/relay.example.json"
   install -m 0644 packaging/copyright "$doc/copyright"

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Runs every *.test.ts in the repository with Bun and ends with one line:
-# "N passed, N failed" (plus ", N skipped" when Bun skipped any).
+# Type-checks the tree (tsc --noEmit), then runs every *.test.ts in the
+# repository with Bun and ends with one line: "N passed, N failed" (plus
+# ", N skipped" when Bun skipped any). The type check counts as one test:
+# a type error fails the run. BB_SKIP_TYPECHECK=1 leaves it out (for quick
+# local runs of a few files; CI never sets it).
 # Extra arguments after `--` go to `bun test`, e.g.
 #   bash test/run.sh -- --timeout 600000 src/domain
 # Exit code: Bun's (non-zero when a test failed or no test ran).
@@ -19,6 +22,19 @@ fi
 out=$(mktemp "${TMPDIR:-/tmp}/bb-test.XXXXXX")
 trap 'rm -f "$out"' EXIT
 
+typecheck_failed=0
+typecheck_passed=0
+if [ "${BB_SKIP_TYPECHECK:-}" != "1" ]; then
+  echo "typecheck: tsc --noEmit -p ."
+  if node_modules/.bin/tsc --noEmit -p . ; then
+    echo "typecheck: ok"
+    typecheck_passed=1
+  else
+    echo "typecheck: FAILED (the errors are above)"
+    typecheck_failed=1
+  fi
+fi
+
 # Bun 1.4 ignores bunfig.toml's [test] timeout, so the per-test default
 # (tests boot real VMs under TCG) is given here; a later --timeout wins.
 "$bun" test --timeout 180000 "$@" 2>&1 | tee "$out"
@@ -28,6 +44,7 @@ code=${PIPESTATUS[0]}
 count() { sed 's/\x1b\[[0-9;]*m//g' "$out" | grep -E "^ *[0-9]+ $1\$" | tail -n 1 | tr -dc '0-9'; }
 pass=$(count pass); fail=$(count fail); skip=$(count skip)
 pass=${pass:-0}; fail=${fail:-0}; skip=${skip:-0}
+pass=$((pass + typecheck_passed)); fail=$((fail + typecheck_failed))
 
 # Bun prints a failure's error above its "(fail)" line, far from the end of a
 # long run; repeat each one (at most 60 lines of it) so that the tail of the
@@ -50,7 +67,11 @@ else
   echo "$pass passed, $fail failed"
 fi
 
-if [ "$code" -eq 0 ] && [ $((pass + fail + skip)) -eq 0 ]; then
+if [ "$typecheck_failed" -eq 1 ]; then
+  echo "test/run.sh: the type check failed (tsc --noEmit -p .)" >&2
+  code=1
+fi
+if [ "$code" -eq 0 ] && [ $((pass + fail + skip - typecheck_passed)) -eq 0 ]; then
   echo "test/run.sh: no test ran" >&2
   code=1
 fi

@@ -10,6 +10,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { AgentCommand, PlacementUpdate, PollResponse } from "../protocol/agent.ts";
 import { Agent, type AgentPorts } from "./agent.ts";
+import type { LogSink } from "./ports.ts";
+import type { LogChunk, LogPushResponse } from "../protocol/logs.ts";
+import { appendFileSync } from "node:fs";
+import { JOB_START_MARKER } from "../protocol/guest.ts";
 import { FakeControlChannel, FakeTimeline, FixedHostProbe, MemoryLog, type FakeRequest } from "./fakePorts.ts";
 import { FakeVmHost, FakeVmmDriver, steadyBehaviour } from "./vmm/fakeDriver.ts";
 import { FakeIsolation } from "./isolation/fakeIsolation.ts";
@@ -24,15 +28,15 @@ const EPOCH = "e".repeat(32);
 const SPEC = { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"a".repeat(64)}` };
 
 /** One agent process over fakes on a shared fake machine; `resolveMs` delays the n-th image resolve (0-based). */
-function rig(name: string, resolveMs: (n: number) => number = () => 0, bootMs: number | null = 500) {
+function rig(name: string, resolveMs: (n: number) => number = () => 0, bootMs: number | null = 500, exitCodeOnShutdown?: number) {
   const dir = join(work, name);
   const tl = new FakeTimeline(1_800_000_000_000);
   const launches: string[] = [];
-  const host = new FakeVmHost(tl.timers("host"), steadyBehaviour({ launchMs: 20, bootMs, shutdownMs: 100 }), (vm) => launches.push(vm.instanceId));
+  const host = new FakeVmHost(tl.timers("host"), steadyBehaviour({ launchMs: 20, bootMs, shutdownMs: 100, ...(exitCodeOnShutdown !== undefined ? { exitCodeOnShutdown } : {}) }), (vm) => launches.push(vm.instanceId));
   let resolves = 0;
   const isolation = new FakeIsolation();
   let n = 0;
-  const incarnation = async (debug?: AgentDebug) => {
+  const incarnation = async (debug?: AgentDebug, logSink?: LogSink) => {
     const timers = tl.timers(`agent-${++n}`);
     const channel = new FakeControlChannel(timers);
     const driver = new FakeVmmDriver(host, timers);
@@ -41,6 +45,7 @@ function rig(name: string, resolveMs: (n: number) => number = () => 0, bootMs: n
       clock: tl, timers, random: { bytes: (k) => new Uint8Array(k).fill(7) }, log, probe: new FixedHostProbe(), channel, driver, isolation,
       images: new FakeImages(timers, join(dir, "image"), { resolveMs: () => resolveMs(resolves++) }),
       lock: () => () => {}, selfChecks: async () => [], inventory: async () => [], vmmSelfCheck: async () => ({ status: "pass", detail: "fake" }),
+      ...(logSink ? { logSink } : {}),
     };
     const agent = await Agent.start({ hostId: "h1", bootId: "boot-1", dbPath: join(dir, "agent.db"), allocationsDir: join(dir, "allocations"), guestBootTimeoutMs: 5_000, consoleBudgetBytes: 4096, ...(debug ? { debug } : {}) }, ports);
     return { agent, channel, driver, log };
@@ -99,6 +104,24 @@ test("commands drive a placement to running and then absent, each transition rep
   expect(states.slice(4)).toEqual(["stopping", "absent"]);
   expect(host.running()).toHaveLength(0);
   expect(isolation.networks.size).toBe(0);
+  await stop(tl, agent);
+});
+
+test("lost exit code: a workload that traps TERM and exits 5 during release has its code reported, before absent", async () => {
+  const { tl, incarnation } = rig("exit-while-stopping", () => 0, 500, 5);
+  const { agent, channel } = await incarnation();
+  const lease = () => tl.now() + 30_000;
+  const sent: PlacementUpdate[] = [];
+  sent.push(...(await exchange(tl, channel, [command("ensure_present", lease())])));
+  sent.push(...(await exchange(tl, channel, [command("ensure_running", lease())])));
+  await tl.advance(1_000);
+  sent.push(...(await exchange(tl, channel, [command("ensure_absent", lease())])));
+  await tl.advance(1_000);
+  sent.push(...(await exchange(tl, channel)));
+  const seen = [...new Map(sent.map((u) => [u.seq, u])).values()];
+  const exited = seen.findIndex((u) => u.workloadExitCode !== undefined);
+  expect(seen[exited]).toMatchObject({ state: "stopping", workloadExitCode: 5 });
+  expect(exited).toBeLessThan(seen.findIndex((u) => u.state === "absent"));
   await stop(tl, agent);
 });
 
@@ -194,4 +217,43 @@ test("silent failures: a placement that turns error is one warning line with its
   expect(err).toMatchObject({ level: "warn", fields: { from: "prepared", errorCode: "LEASE_EXPIRED", placementId: "plc-1" } });
   expect(await agent.metrics.text()).toContain('bb_agent_placement_failures_total{code="LEASE_EXPIRED"} 1');
   await stop(tl, agent);
+});
+
+/** The scheduler's log intake as a test double: each placement's stream by offset. */
+class StreamSink implements LogSink {
+  streams = new Map<string, string>();
+  async push(chunks: LogChunk[]): Promise<LogPushResponse> {
+    return {
+      results: chunks.map((c) => {
+        const cur = this.streams.get(c.placementId) ?? "";
+        const off = c.offset ?? Buffer.byteLength(cur);
+        const next = Buffer.concat([Buffer.from(cur).subarray(0, off), Buffer.from(c.text)]).toString();
+        this.streams.set(c.placementId, next);
+        return { placementId: c.placementId, streamEnd: Buffer.byteLength(next) };
+      }),
+    };
+  }
+}
+
+test("output lost across an agent restart: what the job printed while no agent ran is shipped by the next agent", async () => {
+  const { tl, host, incarnation } = rig("logs-restart");
+  const sink = new StreamSink();
+  const first = await incarnation(undefined, sink);
+  await exchange(tl, first.channel, [command("ensure_present", tl.now() + 60_000)]);
+  await exchange(tl, first.channel, [command("ensure_running", tl.now() + 60_000)]);
+  await tl.advance(1_000);
+  await exchange(tl, first.channel);
+  const console = host.running()[0]!.spec.consoleLogPath;
+  appendFileSync(console, `[    1.000000] booted\n${JOB_START_MARKER}\nbefore the restart\n`);
+  await tl.advance(3_000);
+  expect(sink.streams.get("plc-1")).toEndWith("before the restart\n");
+  await stop(tl, first.agent);
+  appendFileSync(console, "while no agent ran\n");
+  const second = await incarnation(undefined, sink);
+  await exchange(tl, second.channel);
+  appendFileSync(console, "after the restart\n");
+  await tl.advance(3_000);
+  await exchange(tl, second.channel);
+  expect(sink.streams.get("plc-1")).toEndWith("before the restart\nwhile no agent ran\nafter the restart\n");
+  await stop(tl, second.agent);
 });

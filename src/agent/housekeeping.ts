@@ -7,7 +7,9 @@
  * scheduler's log), deletes kept consoles of failed placements once their
  * retention passed, re-runs the VMM self-check while VMM starts are
  * failing, re-runs the inventory while something is quarantined (so a
- * resolved quarantine clears), and flushes anything still queued.
+ * resolved quarantine clears), and flushes anything still queued. Workload
+ * output is shipped on its own, faster tick (LOG_SHIP_INTERVAL_MS;
+ * logs/shipper.ts).
  * Must never: let a VM outlive its lease, or delete a resource itself
  * (stopping goes through the placement's runner).
  */
@@ -16,11 +18,11 @@ import { errorText, type AgentClock, type AgentLog, type Timers } from "./ports.
 import type { PlacementReconciler } from "./reconcile/reconciler.ts";
 import type { ImagePort } from "./image/imagePort.ts";
 import type { AgentHealth } from "./health.ts";
-import { trimConsoleLog } from "./vmm/consoleLog.ts";
+import { trimConsoleLogAt, type ConsoleTrim } from "./vmm/consoleLog.ts";
 import type { VmmHealth } from "./vmmHealth.ts";
 import { pruneKeptConsoles } from "./vmm/keptConsoles.ts";
 import { consoleLogPath } from "./placementOps.ts";
-import type { ConsoleShipper } from "./logs/shipper.ts";
+import { LOG_SHIP_INTERVAL_MS, type ConsoleShipper } from "./logs/shipper.ts";
 import type { ForeignResource } from "./inventory.ts";
 import { applyInventory, QUARANTINE_RECHECK_MS, recheckWanted } from "./quarantine.ts";
 
@@ -55,6 +57,7 @@ export interface HousekeepingDeps {
 /** See the module header. */
 export class Housekeeping {
   private cancel: (() => void) | null = null;
+  private cancelShipping: (() => void) | null = null;
   private running = false;
   private inventoryAtMs = 0;
 
@@ -63,12 +66,16 @@ export class Housekeeping {
   /** Runs a pass every HOUSEKEEPING_MS until stop(). */
   start(): void {
     this.cancel = this.deps.timers.every(HOUSEKEEPING_MS, () => void this.pass());
+    const logs = this.deps.consoleLogs;
+    if (logs) this.cancelShipping = this.deps.timers.every(LOG_SHIP_INTERVAL_MS, () => void logs.tick(this.deps.store.livePlacements().filter((p) => this.deps.reconciler.handleOf(p.placementId))));
   }
 
   /** Stops the periodic passes. */
   stop(): void {
     this.cancel?.();
     this.cancel = null;
+    this.cancelShipping?.();
+    this.cancelShipping = null;
   }
 
   /** One pass (skipped while the previous one still runs). */
@@ -84,13 +91,13 @@ export class Housekeeping {
     }
   }
 
-  /** Returns the bytes the trim dropped (0 when under budget or on error). */
-  private trim(dirName: string): number {
+  /** Returns how the trim moved the file's offsets (null when under budget or on error). */
+  private trim(dirName: string): ConsoleTrim | null {
     try {
-      return trimConsoleLog(consoleLogPath({ allocationsDir: this.deps.allocationsDir }, dirName), this.deps.consoleBudgetBytes);
+      return trimConsoleLogAt(consoleLogPath({ allocationsDir: this.deps.allocationsDir }, dirName), this.deps.consoleBudgetBytes);
     } catch (e) {
       this.deps.log.warn("cannot trim a console log", { dirName, error: errorText(e) });
-      return 0;
+      return null;
     }
   }
 
@@ -126,7 +133,8 @@ export class Housekeeping {
       if (reconciler.handleOf(p.placementId)) {
         // Workload output is read before the trim, so the trim never drops bytes not yet read.
         this.deps.consoleLogs?.collect(p);
-        if (this.trim(p.dirName) > 0) this.deps.consoleLogs?.trimmed(p);
+        const t = this.trim(p.dirName);
+        if (t) this.deps.consoleLogs?.trimmed(p, t);
       }
     }
     if (this.deps.consoleLogs) {

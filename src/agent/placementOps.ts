@@ -43,8 +43,12 @@ export interface PlacementContext {
   random: AgentRandom;
   /** How long the guest has to send a matching GuestReady after the VMM starts, ms. */
   guestBootTimeoutMs: number;
-  /** Pushes workload output to the scheduler (logs/shipper.ts); Stop sends the last of it before the console goes. */
-  consoleLogs?: { finish(ref: PlacementRef): Promise<void> };
+  /**
+   * Pushes workload output to the scheduler (logs/shipper.ts): `settle` stores
+   * the output up to the job's exit marker before the exit code is reported;
+   * Stop sends the last of it (`finish`) before the console goes.
+   */
+  consoleLogs?: { finish(ref: PlacementRef): Promise<void>; settle(ref: PlacementRef): Promise<void> };
 }
 
 /** The placement identity the ops work on. */

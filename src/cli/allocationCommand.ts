@@ -5,9 +5,11 @@
  * `--json`), progress on stderr (a spinner on a terminal). Allocation IDs
  * may be given by a unique prefix (src/cli/allocationId.ts).
  *
- * Exit codes (src/command/run.ts): 0 ok; 1 error, a failed allocation or
- * a payload that exited non-zero under `--wait`; 2 usage; 3 `--wait` gave
- * up before any host took the allocation; 4 auth.
+ * Exit codes (src/command/run.ts): 0 ok; 1 error or a failed allocation;
+ * 2 usage; 3 `--wait` gave up before any host took the allocation; 4 auth.
+ * `create --payload --wait` exits with the payload's own exit code once the
+ * guest reported it (`--no-workload-exit-code`: 1 for any non-zero code);
+ * see workloadExit.
  */
 import { readFileSync, statSync } from "node:fs";
 import { randomUUID } from "node:crypto";
@@ -54,6 +56,7 @@ const create = command({
     payload: { type: "string", valueHint: "FILE", description: "Shell script to run in the guest once it is ready (text/x-shellscript, at most 256 KiB)" },
     ttl: { type: "string", valueHint: "SECONDS", description: `Lifetime, ${TTL_BOUNDS.min} to ${TTL_BOUNDS.max} seconds (the class may cap it; default: the scheduler's)` },
     wait: { type: "boolean", description: "Wait until ready, or with --payload until the payload exits; exit 1 if it failed, 3 if no host took it in time", default: false },
+    "workload-exit-code": { type: "boolean", description: "With --payload --wait, exit with the payload's exit code (--no-workload-exit-code: exit 1 for any non-zero code)", default: true },
     timeout: timeoutArg,
     "client-request-id": { type: "string", valueHint: "KEY", description: "Idempotency key: the same key returns the same allocation (default: random)" },
     quiet: { type: "boolean", alias: "q", description: "Print only the allocation ID", default: false },
@@ -63,6 +66,7 @@ const create = command({
     "bb allocation create --class ci-small",
     "bb allocation create --class ci-small --ttl 600 --wait --timeout 120",
     "bb allocation create --class ci-small --payload job.sh --wait",
+    "bb allocation create --class ci-small --payload job.sh --wait --no-workload-exit-code",
     "bb allocation create --class ci-small --client-request-id build-1234 --json",
   ],
   run: ({ args }) =>
@@ -117,10 +121,19 @@ const create = command({
         process.exitCode = EXIT.error;
       } else if (args.wait && payload && view.workloadExitCode !== null && view.workloadExitCode !== 0) {
         consola.error(`the payload exited with code ${view.workloadExitCode}`);
-        process.exitCode = EXIT.error;
+        process.exitCode = workloadExit(view.workloadExitCode, args["workload-exit-code"]);
       }
     }),
 });
+
+/**
+ * The command's exit code for a payload that exited with `code` (non-zero):
+ * the code itself when `own` (the default), if it is one a process can exit
+ * with (1 to 255), else EXIT.error.
+ */
+export function workloadExit(code: number, own: boolean): number {
+  return own && Number.isInteger(code) && code >= 1 && code <= 255 ? code : EXIT.error;
+}
 
 /** The create result as `--quiet` (the ID), `--json` or a detail block asks. */
 function show(view: AllocationView, how: { quiet: boolean; json: boolean }): string {
@@ -229,7 +242,7 @@ const events = command({
 });
 
 const logs = command({
-  meta: { name: "logs", description: "Print an allocation's workload output (its guest's console from the job's start); --follow keeps streaming until it is released or failed" },
+  meta: { name: "logs", description: "Print an allocation's workload output (the job's own lines from its guest's console, without kernel lines or markers); --follow keeps streaming until it is released or failed" },
   args: {
     id: idArg,
     follow: { type: "boolean", default: false, description: "Keep streaming until the allocation is released or failed" },

@@ -19,6 +19,7 @@
  * a call the scheduler does not deduplicate after it may have acted.
  */
 import { BeachballError } from "../protocol/errors.ts";
+import { bytesToBase64 } from "./base64.ts";
 import { errorFromAnswer, UnexpectedAnswerError } from "../protocol/problem.ts";
 import { LOG_FOLLOW_WAIT_MS } from "../protocol/logs.ts";
 import { connectionGrantsPath, type ConnectionGrantBody, type ConnectionGrantResponse, type ConnectionMessagesBody, type ConnectionPollResponse, type ConnectionRelayTokensResponse } from "../protocol/connection.ts";
@@ -369,7 +370,7 @@ export class SchedulerClient {
       if (v.state === "released" || v.state === "failed") throw new BeachballError("INVALID_STATE", `allocation is ${v.state}${v.reason ? ` (${v.reason})` : ""}`);
       if (v.state === "ready") {
         try {
-          const r = await this.deliver(id, { deliveryId, generation: v.generation, contentType: "text/x-shellscript", payloadBase64: Buffer.from(payload).toString("base64") });
+          const r = await this.deliver(id, { deliveryId, generation: v.generation, contentType: "text/x-shellscript", payloadBase64: bytesToBase64(payload) });
           return { digest: r.digest, generation: v.generation };
         } catch (e) {
           if (!(e instanceof BeachballError) || !["GUEST_NOT_CONNECTED", "DELIVERY_TIMEOUT", "STALE_GENERATION"].includes(e.code)) throw e;

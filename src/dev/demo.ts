@@ -12,6 +12,7 @@ import { join, resolve } from "node:path";
 import { randomUUID } from "node:crypto";
 import { MAX_PAYLOAD_BYTES, type AllocationEvent } from "../protocol/api.ts";
 import { JOB_EXIT_MARKER, JOB_START_MARKER } from "../protocol/guest.ts";
+import { isWorkloadLine } from "../agent/logs/jobOutput.ts";
 import { buildDevImage } from "../image/devBuild.ts";
 import { ensureDevManifest, publishDevClientConfig } from "../scheduler/manifest.ts";
 import { serveScheduler, type RunningScheduler } from "../scheduler/serve.ts";
@@ -226,7 +227,7 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
         tail = tailFile(join(agentPaths(agentDir).allocations, dir, "logs", "console.log"), (line) => {
           if (line.includes(JOB_START_MARKER)) inJob = true;
           else if (line.includes(JOB_EXIT_MARKER)) inJob = false;
-          else if (inJob) {
+          else if (inJob && isWorkloadLine(line.replace(/\r$/, ""))) {
             jobOutput.push(line);
             opts.print(`job  │ ${line}`);
           }

@@ -29,7 +29,13 @@ export const LOG_RING_BYTES = 1024 * 1024;
 export const MAX_LOG_READ_BYTES = 256 * 1024;
 /** Longest a follow read waits for new bytes before answering with none, ms. */
 export const LOG_FOLLOW_WAIT_MS = 20_000;
-/** Bytes per second the scheduler takes into one allocation's log on average (twice what an agent reads per placement); past the burst a push is refused with RATE_LIMITED. */
+/**
+ * Bytes per second the scheduler takes into one allocation's log on average;
+ * past the burst a push is refused with RATE_LIMITED (the agent keeps the
+ * output and retries). The documented rate: output below it is never lost
+ * (src/agent/logs/shipper.ts); above it for longer than the console budget
+ * absorbs, the oldest unread bytes become a counted gap.
+ */
 export const LOG_APPEND_BYTES_PER_SECOND = 128 * 1024;
 /** Bytes one allocation's log may take at once before the rate applies. */
 export const LOG_APPEND_BURST_BYTES = 512 * 1024;

@@ -32,9 +32,9 @@ const chunk = (p: CurrentPlacement, offset: number | undefined, text: string): L
 describe("an allocation's log", () => {
   test("chunks append by stream offset; a resent chunk is a no-op and a partial overlap keeps only the new bytes", () => {
     const s = store();
-    expect(appendLogChunk(s.sql, A, P1, chunk(P1, 0, "one\n"))).toEqual({ placementId: "plc_1", streamEnd: 4, appended: true });
+    expect(appendLogChunk(s.sql, A, P1, chunk(P1, 0, "one\n"))).toEqual({ placementId: "plc_1", streamEnd: 4, appended: true, gapBytes: 0 });
     expect(appendLogChunk(s.sql, A, P1, chunk(P1, 0, "one\n")).appended).toBe(false);
-    expect(appendLogChunk(s.sql, A, P1, chunk(P1, 2, "e\ntwo\n"))).toEqual({ placementId: "plc_1", streamEnd: 8, appended: true });
+    expect(appendLogChunk(s.sql, A, P1, chunk(P1, 2, "e\ntwo\n"))).toEqual({ placementId: "plc_1", streamEnd: 8, appended: true, gapBytes: 0 });
     expect(readLogPage(s.sql, A, 0, 1024)).toEqual({ offset: 0, nextOffset: 8, droppedBytes: 0, text: "one\ntwo\n", complete: false });
     expect(readLogPage(s.sql, A, 4, 1024).text).toBe("two\n");
     expect(readLogPage(s.sql, A, 8, 1024)).toEqual({ offset: 8, nextOffset: 8, droppedBytes: 0, text: "", complete: false });
@@ -50,7 +50,7 @@ describe("an allocation's log", () => {
   test("a chunk past the stream's end leaves a gap the reader is told about; later bytes keep their offsets", () => {
     const s = store();
     appendLogChunk(s.sql, A, P1, chunk(P1, 0, "a\n"));
-    appendLogChunk(s.sql, A, P1, chunk(P1, 10, "b\n"));
+    expect(appendLogChunk(s.sql, A, P1, chunk(P1, 10, "b\n")).gapBytes).toBe(8); // counted as lost output (bb_log_lost_bytes_total)
     const first = readLogPage(s.sql, A, 0, 100);
     expect(first).toEqual({ offset: 0, nextOffset: 2, droppedBytes: 0, text: "a\n", complete: false });
     expect(readLogPage(s.sql, A, first.nextOffset, 100)).toEqual({ offset: 10, nextOffset: 12, droppedBytes: 8, text: "b\n", complete: false });

@@ -404,7 +404,7 @@ describe("operator commands and exit codes", () => {
 });
 
 describe("--wait with a host that takes the allocation (a scripted agent: the real protocol, no VM)", () => {
-  test("a payload that exits 3 fails the command with exit 1 naming the code; a wait that times out once placed exits 1 with the state", async () => {
+  test("wrong exit code: a payload that exits 7 makes create --wait exit 7 (the default), and 1 with --no-workload-exit-code, naming the code; a wait that times out once placed exits 1 with the state", async () => {
     // Earlier tests leave allocations pending; release them so this host takes only this test's.
     for (const v of (await s.controller.list(undefined, 200)).items) if (!["released", "releasing", "failed"].includes(v.state)) await s.controller.release(v.allocationId);
     const t = await s.operator.enrollmentToken("cli-agent");
@@ -427,23 +427,27 @@ describe("--wait with a host that takes the allocation (a scripted agent: the re
         for (const d of agent.deliveries.splice(0)) {
           const digest = `sha256:${createHash("sha256").update(Buffer.from(d.payloadBase64, "base64")).digest("hex")}`;
           await agent.send({ deliveryAcks: [{ deliveryId: d.deliveryId, placementId: d.placementId, generation: d.generation, result: "consumed", digest }] });
-          await agent.report(d, "running", { workloadExitCode: 3 });
+          // The scripted guest "runs" the payload: its exit code is the `exit N` it ends with.
+          const code = Number(/exit (\d+)/.exec(Buffer.from(d.payloadBase64, "base64").toString())?.[1] ?? 0);
+          await agent.report(d, "running", { workloadExitCode: code });
         }
       }
     })();
     try {
-      writeFileSync(join(work, "job.sh"), "echo hi; exit 3\n");
-      const r = await bb(["allocation", "create", "--class", "ci-small", "--payload", "job.sh", "--wait", "--timeout", "60"], { token: s.tokens.token });
-      expect(r.code).toBe(1);
-      expect(r.out).toMatch(/^State:\s+ready$/m);
-      expect(r.out).toMatch(/^Exit code:\s+3$/m);
-      expect(r.err).toMatch(/payload consumed \(sha256:[0-9a-f]{64}\)/);
-      expect(r.err).toMatch(/workload\.exited exitCode=3/);
-      expect(r.err).toEndWith("error: the payload exited with code 3\n");
-      // The host fits one ci-small at a time: release this one (its placement absent) before the next.
-      const rel = await bb(["allocation", "release", /ID:\s+(alloc_[0-9a-f]{32})/.exec(r.out)![1]!, "--wait", "--timeout", "30"], { token: s.tokens.token });
-      expect(rel.code).toBe(0);
-      expect(rel.out).toMatch(/^State:\s+released$/m);
+      writeFileSync(join(work, "job.sh"), "echo hi; exit 7\n");
+      for (const [flags, want] of [[[], 7], [["--no-workload-exit-code"], 1]] as const) {
+        const r = await bb(["allocation", "create", "--class", "ci-small", "--payload", "job.sh", "--wait", "--timeout", "60", ...flags], { token: s.tokens.token });
+        expect(r.code).toBe(want);
+        expect(r.out).toMatch(/^State:\s+ready$/m);
+        expect(r.out).toMatch(/^Exit code:\s+7$/m);
+        expect(r.err).toMatch(/payload consumed \(sha256:[0-9a-f]{64}\)/);
+        expect(r.err).toMatch(/workload\.exited exitCode=7/);
+        expect(r.err).toEndWith("error: the payload exited with code 7\n");
+        // The host fits one ci-small at a time: release this one (its placement absent) before the next.
+        const rel = await bb(["allocation", "release", /ID:\s+(alloc_[0-9a-f]{32})/.exec(r.out)![1]!, "--wait", "--timeout", "30"], { token: s.tokens.token });
+        expect(rel.code).toBe(0);
+        expect(rel.out).toMatch(/^State:\s+released$/m);
+      }
 
       const h = await bb(["allocation", "create", "--class", "ci-small", "--client-request-id", "cli-held", "--wait", "--timeout", "2"], { token: s.tokens.token });
       expect(h.code).toBe(1);

@@ -133,6 +133,11 @@ export class ConsoleRedactor {
     return lines.map((l) => `${redactLine(l.replace(/\r$/, ""), this.secrets, this.payloadDigests)}\n`).join("");
   }
 
+  /** Bytes of a line start held until its newline (fed, not yet emitted). */
+  get heldBytes(): number {
+    return this.partial.length;
+  }
+
   /** Forgets a held partial line (bytes were skipped after it). */
   reset(): void {
     this.partial = Buffer.alloc(0);

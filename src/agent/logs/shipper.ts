@@ -3,35 +3,53 @@
  * (issue 13, "Workload output"; shapes and bounds in src/protocol/logs.ts),
  * outbound only, through the LogSink port (`POST /v1/agents/logs`).
  *
- * Housekeeping calls `collect` for every placement with a VM, right before
- * it trims the console file to its budget (vmm/consoleLog.ts), and
- * `trimmed` after a trim, so the read position stays on the file's new
- * end. A collect reads at most MAX_COLLECT_BYTES new bytes (past that, the
- * oldest unread bytes are skipped and become a gap in the stream: a bound
- * on rate, 64 KiB/s per placement at one collect per 2 s), redacts whole
- * lines (redact.ts) from the guest's JOB_START marker on, and queues chunks
- * of at most MAX_LOG_CHUNK_BYTES with their stream offsets, at most
- * MAX_QUEUED_BYTES per placement (the oldest queued chunks go first: a
- * gap). One push is in flight at a time; a failed push is retried on the
- * next flush. Stop calls `finish` before it deletes the console.
- * State is in memory: a placement adopted after an agent restart resumes
- * at the console's end, with no offset until the scheduler says where its
- * stream ends (output printed while no agent pushed is lost).
+ * Housekeeping calls `tick` every LOG_SHIP_INTERVAL_MS (collect, then push
+ * until the queue is empty or a push fails), and `collect` then `trimmed`
+ * around each trim of a console file to its budget (vmm/consoleLog.ts).
+ * Each push carries chunks of one placement, the placements taking turns,
+ * so one refused for its rate (RATE_LIMITED) holds up only itself.
+ * A collect reads at most MAX_COLLECT_BYTES new bytes, and nothing while
+ * MAX_QUEUED_BYTES are queued: the console file holds the backlog (back
+ * pressure, never a skip). Bytes are lost only when a trim cuts bytes not
+ * yet read (output faster than LOG_APPEND_BYTES_PER_SECOND for longer than
+ * the console budget absorbs, or a scheduler unreachable that long): they
+ * become a gap in the stream (the reader is told how many bytes it missed;
+ * `bb allocation logs` prints a marker line), are counted in
+ * `droppedBytes`, and logged. Lines are redacted whole (redact.ts); only
+ * the job's own lines are kept (jobOutput.ts: no markers, no kernel lines).
+ * Ordering: `settle` (called when the guest reports the workload's exit)
+ * returns once the output up to the job's exit marker is acknowledged by
+ * the scheduler (bounded by SETTLE_MS), so the exit code is reported after
+ * the output it ends. Stop calls `finish` before it deletes the console.
+ * Restarts: the acknowledged position is persisted beside the console
+ * (position.ts); a placement adopted by the next agent resumes there, so
+ * output printed while no agent ran is shipped after it.
  * Must never: push bytes before redaction, a payload, or a placement's
  * output under another placement's identity.
  */
 import { closeSync, fstatSync, openSync, readFileSync, readSync, statSync } from "node:fs";
-import { JOB_START_MARKER } from "../../protocol/guest.ts";
+import { JOB_EXIT_MARKER, JOB_START_MARKER } from "../../protocol/guest.ts";
 import { MAX_LOG_CHUNK_BYTES, MAX_LOG_CHUNKS_PER_PUSH, type LogPushResponse } from "../../protocol/logs.ts";
 import { errorText, type AgentLog, type LogSink } from "../ports.ts";
+import { mapTrimmedOffset, type ConsoleTrim } from "../vmm/consoleLog.ts";
+import { jobOutput, type JobPhase } from "./jobOutput.ts";
+import { positionPath, readLogPosition, writeLogPosition, type LogPosition } from "./position.ts";
 import { ConsoleRedactor, payloadDigests, type PayloadDigests } from "./redact.ts";
 
 /** Most new console bytes one collect reads per placement. */
 export const MAX_COLLECT_BYTES = 128 * 1024;
-/** Most redacted bytes queued per placement while pushes fail or lag. */
+/** Most redacted bytes queued per placement before collects wait (the console file holds the rest). */
 export const MAX_QUEUED_BYTES = 256 * 1024;
+/** How often workload output is collected and pushed, ms. */
+export const LOG_SHIP_INTERVAL_MS = 250;
+/** Most pushes one tick makes (MAX_LOG_CHUNKS_PER_PUSH chunks each). */
+export const MAX_PUSHES_PER_TICK = 8;
 /** How long Stop waits for a placement's last output to be pushed, ms. */
 export const FINISH_FLUSH_MS = 3_000;
+/** How long the report of a workload's exit waits for its output up to the exit marker to be stored, ms. */
+export const SETTLE_MS = 3_000;
+/** How often `settle` looks for the exit marker on the console, ms. */
+export const SETTLE_POLL_MS = 50;
 
 /** The placement a collect is for. */
 export interface ShippedPlacement {
@@ -41,19 +59,35 @@ export interface ShippedPlacement {
   dirName: string;
 }
 
+interface Queued {
+  offset: number | undefined;
+  text: string;
+  bytes: number;
+  /** The console position (and phase) once this chunk and those before it are stored, or null mid-read. */
+  resume: { rawOffset: number; phase: JobPhase } | null;
+}
+
 interface Stream {
   ref: ShippedPlacement;
   redactor: ConsoleRedactor;
   /** Position in the console file read so far, bytes. */
   rawOffset: number;
-  /** The guest's JOB_START marker was seen: lines from it on are workload output. */
-  started: boolean;
-  /** Next stream offset, or null until the scheduler told us (after an agent restart). */
+  /** Where the read position is relative to the job's markers. */
+  phase: JobPhase;
+  /** Next stream offset, or null until the scheduler told us (after an agent restart without a saved position). */
   streamOffset: number | null;
-  queue: { offset: number | undefined; text: string; bytes: number }[];
+  queue: Queued[];
   queuedBytes: number;
   /** The scheduler refused this placement's output: nothing more is pushed. */
   refused: boolean;
+  /** The position last persisted (position.ts). */
+  saved: LogPosition | null;
+  /** The last job line read is an exit marker (the guest's, or one the workload printed). */
+  exitLast: boolean;
+  /** The guest reported the workload's exit: the next exit marker ends the job (jobOutput.ts). */
+  exitReported: boolean;
+  /** A trim cut bytes ahead of the read position: at raw offset `at`, reading jumps to `tailAt`, and `lostBytes` become a gap. */
+  cut: { at: number; tailAt: number; lostBytes: number } | null;
 }
 
 /** What the shipper works with. */
@@ -72,7 +106,14 @@ export interface ShipperDeps {
 export class ConsoleShipper {
   private readonly streams = new Map<string, Stream>();
   private readonly payloads = new Map<string, PayloadDigests>();
-  private inFlight: Promise<void> | null = null;
+  private inFlight: Promise<boolean> | null = null;
+  private ticking = false;
+  /** Round-robin position over the placements with output queued. */
+  private turn = 0;
+  /** The last push failed (a failure is logged once per run of failures). */
+  private failing = false;
+  /** Bytes of workload output lost since start (a trim cut them before they were read). */
+  droppedBytes = 0;
 
   constructor(private readonly deps: ShipperDeps) {}
 
@@ -93,10 +134,43 @@ export class ConsoleShipper {
     }
   }
 
-  /** The console file was rewritten by a trim: continue at its new end. */
-  trimmed(ref: ShippedPlacement): void {
+  /** One shipping pass: collects every placement in `refs`, then pushes until nothing is queued, a push fails, or MAX_PUSHES_PER_TICK. Skipped while the last one runs. Never throws. */
+  async tick(refs: readonly ShippedPlacement[]): Promise<void> {
+    if (this.ticking) return;
+    this.ticking = true;
+    try {
+      for (const r of refs) this.collect(r);
+      // One placement per push: a placement refused for its rate (or any failure) holds up only itself.
+      for (let i = 0, failed = 0; i < MAX_PUSHES_PER_TICK && failed < this.pushableCount(); i++) {
+        if (await this.flush()) for (const r of refs) this.collect(r); // room again: read on
+        else failed++;
+      }
+    } finally {
+      this.ticking = false;
+    }
+  }
+
+  /**
+   * The console file was rewritten by a trim (`t`): the read position and
+   * saved positions move with the bytes they point at; unread bytes the trim
+   * cut become a gap in the stream, counted and logged.
+   */
+  trimmed(ref: ShippedPlacement, t: ConsoleTrim): void {
     const s = this.streams.get(ref.placementId);
-    if (s) s.rawOffset = fileSize(this.deps.consolePath(ref.dirName));
+    if (!s) return;
+    if (s.rawOffset < t.headBytes) {
+      // The cut lies ahead: read the kept head, then jump over it (collectOnce).
+      s.cut = { at: t.headBytes, tailAt: t.tailAt, lostBytes: (s.cut?.lostBytes ?? 0) + t.droppedBytes };
+    } else {
+      const m = mapTrimmedOffset(t, s.rawOffset);
+      if (m.lostBytes > 0) this.lose(s, m.lostBytes);
+      s.rawOffset = m.offset;
+    }
+    for (const q of s.queue) if (q.resume) q.resume = { ...q.resume, rawOffset: mapTrimmedOffset(t, q.resume.rawOffset).offset };
+    if (s.saved) {
+      const saved = mapTrimmedOffset(t, s.saved.rawOffset);
+      this.save(s, { ...s.saved, rawOffset: saved.offset, streamOffset: s.saved.streamOffset + (s.saved.phase === "job" ? saved.lostBytes : 0) });
+    }
   }
 
   /** Forgets placements not in `live` (ended, or never started here). */
@@ -105,21 +179,50 @@ export class ConsoleShipper {
     for (const id of [...this.payloads.keys()]) if (!live.has(id)) this.payloads.delete(id);
   }
 
+  /**
+   * The guest reported the workload's exit: resolves once the output up to
+   * its exit marker was read and acknowledged by the scheduler, or after
+   * SETTLE_MS (the marker never came, or pushes fail). Never throws.
+   */
+  async settle(ref: ShippedPlacement): Promise<void> {
+    const abort = new AbortController();
+    let late = false;
+    const deadline = this.deps.sleep(SETTLE_MS, abort.signal).then(() => {
+      late = true;
+    });
+    const s0 = this.stream(ref);
+    s0.exitReported = true;
+    this.collect(ref);
+    if (s0.exitLast && s0.phase === "job") s0.phase = "ended"; // the guest's marker was read before its report came
+    try {
+      for (let i = 0; i < 4 * (SETTLE_MS / SETTLE_POLL_MS) && !late; i++) {
+        this.collect(ref);
+        const s = this.streams.get(ref.placementId);
+        if (!s || s.refused || (s.phase === "ended" && s.queue.length === 0)) return;
+        if (s.queue.length > 0) await Promise.race([this.flush(ref.placementId), deadline]);
+        else await Promise.race([this.deps.sleep(SETTLE_POLL_MS), deadline]);
+      }
+    } finally {
+      abort.abort();
+    }
+  }
+
   /** Stop: the placement's last output is collected and pushed (at most FINISH_FLUSH_MS), then forgotten. */
   async finish(ref: ShippedPlacement): Promise<void> {
     if (!this.streams.has(ref.placementId)) return;
     this.collect(ref);
     const abort = new AbortController();
     const deadline = this.deps.sleep(FINISH_FLUSH_MS, abort.signal).then(() => "late" as const);
-    for (let i = 0; i < 8 && (this.streams.get(ref.placementId)?.queue.length ?? 0) > 0; i++) {
-      if ((await Promise.race([this.flush().then(() => "ok" as const), deadline])) === "late") break;
+    for (let i = 0; i < 64 && (this.streams.get(ref.placementId)?.queue.length ?? 0) > 0; i++) {
+      if ((await Promise.race([this.flush(ref.placementId).then(() => "ok" as const), deadline])) === "late") break;
+      this.collect(ref);
     }
     abort.abort();
     this.streams.delete(ref.placementId);
     this.payloads.delete(ref.placementId);
   }
 
-  /** A graceful agent stop: pushes what is queued, for at most `ms`; the rest is lost (the next agent resumes at the console's end). */
+  /** A graceful agent stop: pushes what is queued, for at most `ms`; the rest is read again by the next agent from the saved position. */
   async drain(ms: number): Promise<void> {
     const abort = new AbortController();
     const deadline = this.deps.sleep(ms, abort.signal).then(() => "late" as const);
@@ -136,9 +239,14 @@ export class ConsoleShipper {
     return n;
   }
 
-  /** Pushes one batch if none is in flight; resolves when that batch is done. Never throws. */
-  flush(): Promise<void> {
-    this.inFlight ??= this.pushOnce().finally(() => {
+  /**
+   * Pushes one batch (up to MAX_LOG_CHUNKS_PER_PUSH chunks of the next
+   * placement in turn, or of `placementId` when it has some) if none is in flight; resolves when that batch is
+   * done: true when it was stored (or refused for good), false when nothing
+   * was queued or the push failed (retried later). Never throws.
+   */
+  flush(placementId?: string): Promise<boolean> {
+    this.inFlight ??= this.pushOnce(placementId).finally(() => {
       this.inFlight = null;
     });
     return this.inFlight;
@@ -146,22 +254,52 @@ export class ConsoleShipper {
 
   /**
    * A placement whose VM this agent adopted at start (it ran under an
-   * earlier agent process): its output so far was pushed by that process,
-   * or is lost; continue at the console's end, without an offset until the
-   * scheduler says where the stream ends.
+   * earlier agent process): continue at the position that process saved
+   * (position.ts), or, without one, at the console's end, without an offset
+   * until the scheduler says where the stream ends.
    */
   adopt(ref: ShippedPlacement): void {
     const path = this.deps.consolePath(ref.dirName);
     const s = this.stream(ref);
-    s.rawOffset = fileSize(path);
-    s.started = readText(path).includes(`${JOB_START_MARKER}\n`);
+    const size = fileSize(path);
+    const saved = readLogPosition(positionPath(path));
+    if (saved && saved.rawOffset <= size) {
+      s.rawOffset = saved.rawOffset;
+      s.phase = saved.phase;
+      s.exitLast = s.exitReported = saved.phase === "ended";
+      s.streamOffset = saved.streamOffset;
+      s.saved = saved;
+      return;
+    }
+    const text = readText(path);
+    s.rawOffset = size;
+    const started = text.lastIndexOf(`${JOB_START_MARKER}\n`);
+    s.phase = started < 0 ? "boot" : text.indexOf(JOB_EXIT_MARKER, started) >= 0 ? "ended" : "job";
+    s.exitLast = s.exitReported = s.phase === "ended";
     s.streamOffset = null;
+  }
+
+  /** Unread bytes of `s` are gone: a gap in the stream, counted and logged. */
+  private lose(s: Stream, lostBytes: number): void {
+    s.redactor.reset();
+    if (s.phase !== "job") return;
+    this.droppedBytes += lostBytes;
+    if (s.streamOffset !== null) s.streamOffset += lostBytes;
+    this.deps.log.warn("dropped workload output: its console was trimmed before it was shipped (output above the log rate, or the scheduler unreachable)", { placementId: s.ref.placementId, lostBytes });
+  }
+
+  private pushableStreams(): Stream[] {
+    return [...this.streams.values()].filter((s) => !s.refused && s.queue.length > 0);
+  }
+
+  private pushableCount(): number {
+    return this.pushableStreams().length;
   }
 
   private stream(ref: ShippedPlacement): Stream {
     let s = this.streams.get(ref.placementId);
     if (s) return s;
-    s = { ref, redactor: new ConsoleRedactor(this.deps.secretsOf(ref.dirName)), rawOffset: 0, started: false, streamOffset: 0, queue: [], queuedBytes: 0, refused: false };
+    s = { ref, redactor: new ConsoleRedactor(this.deps.secretsOf(ref.dirName)), rawOffset: 0, phase: "boot", streamOffset: 0, queue: [], queuedBytes: 0, refused: false, saved: null, cut: null, exitLast: false, exitReported: false };
     const d = this.payloads.get(ref.placementId);
     if (d) s.redactor.payloadDigests = d;
     this.streams.set(ref.placementId, s);
@@ -169,61 +307,66 @@ export class ConsoleShipper {
   }
 
   private collectOnce(s: Stream): void {
-    if (s.refused) return;
+    if (s.refused || s.queuedBytes >= MAX_QUEUED_BYTES) return; // back pressure: the console file holds the rest
     const path = this.deps.consolePath(s.ref.dirName);
     const size = fileSize(path);
+    if (s.cut && s.rawOffset >= s.cut.at) {
+      s.rawOffset = s.cut.tailAt;
+      this.lose(s, s.cut.lostBytes);
+      s.cut = null;
+    }
     if (size < s.rawOffset) s.rawOffset = size; // rewritten under us: continue at its end
-    let from = s.rawOffset;
-    if (size - from > MAX_COLLECT_BYTES) {
-      const skipped = size - MAX_COLLECT_BYTES - from;
-      from = size - MAX_COLLECT_BYTES;
-      s.redactor.reset();
-      if (s.started && s.streamOffset !== null) s.streamOffset += skipped;
-    }
-    if (size === from) return;
-    const raw = readRange(path, from, size - from);
-    s.rawOffset = from + raw.length;
-    let text = s.redactor.feed(raw);
-    if (!s.started) {
-      const at = text.startsWith(`${JOB_START_MARKER}\n`) ? 0 : text.indexOf(`\n${JOB_START_MARKER}\n`);
-      if (at < 0) return;
-      s.started = true;
-      text = text.slice(at === 0 ? 0 : at + 1);
-    }
-    for (const piece of splitChunks(text)) this.enqueue(s, piece);
+    const end = s.cut ? Math.min(size, s.cut.at) : size;
+    if (end <= s.rawOffset) return;
+    const raw = readRange(path, s.rawOffset, Math.min(end - s.rawOffset, MAX_COLLECT_BYTES));
+    s.rawOffset += raw.length;
+    const out = jobOutput(s.redactor.feed(raw), s.phase, s.exitReported, s.exitLast);
+    s.phase = out.phase;
+    s.exitLast = out.exitLast;
+    const resume = { rawOffset: s.rawOffset - s.redactor.heldBytes, phase: s.phase };
+    const pieces = splitChunks(out.text);
+    pieces.forEach((piece, i) => this.enqueue(s, piece, i === pieces.length - 1 ? resume : null));
+    if (pieces.length > 0) return;
+    const last = s.queue[s.queue.length - 1];
+    if (last) last.resume = resume; // storing the last queued chunk also covers the lines filtered after it
+    else if (s.streamOffset !== null) this.save(s, { ...resume, streamOffset: s.streamOffset });
   }
 
-  private enqueue(s: Stream, text: string): void {
+  private enqueue(s: Stream, text: string, resume: Queued["resume"]): void {
     const bytes = Buffer.byteLength(text);
-    s.queue.push({ offset: s.streamOffset ?? undefined, text, bytes });
+    s.queue.push({ offset: s.streamOffset ?? undefined, text, bytes, resume });
     s.queuedBytes += bytes;
     if (s.streamOffset !== null) s.streamOffset += bytes;
-    while (s.queuedBytes > MAX_QUEUED_BYTES && s.queue.length > 1) s.queuedBytes -= s.queue.shift()!.bytes; // a gap the reader is told about
   }
 
-  private async pushOnce(): Promise<void> {
-    const batch: { s: Stream; item: Stream["queue"][number] }[] = [];
-    // Round robin: the oldest chunk of each placement first, so one noisy VM does not starve the others.
-    for (let round = 0; batch.length < MAX_LOG_CHUNKS_PER_PUSH; round++) {
-      let added = false;
-      for (const s of this.streams.values()) {
-        const item = s.queue[round];
-        if (!item || s.refused || batch.length >= MAX_LOG_CHUNKS_PER_PUSH) continue;
-        batch.push({ s, item });
-        added = true;
-      }
-      if (!added) break;
+  /** Persists a stream's position when it moved (position.ts). Never throws. */
+  private save(s: Stream, p: LogPosition): void {
+    if (s.saved && s.saved.rawOffset === p.rawOffset && s.saved.streamOffset === p.streamOffset && s.saved.phase === p.phase) return;
+    try {
+      writeLogPosition(positionPath(this.deps.consolePath(s.ref.dirName)), p);
+      s.saved = p;
+    } catch (e) {
+      this.deps.log.warn("cannot save a log position", { placementId: s.ref.placementId, error: errorText(e) });
     }
-    if (batch.length === 0) return;
+  }
+
+  private async pushOnce(placementId?: string): Promise<boolean> {
+    const ready = this.pushableStreams();
+    if (ready.length === 0) return false;
+    const one = ready.find((s) => s.ref.placementId === placementId) ?? ready[this.turn++ % ready.length]!;
+    const batch = one.queue.slice(0, MAX_LOG_CHUNKS_PER_PUSH).map((item) => ({ s: one, item }));
     let resp: LogPushResponse;
     try {
       resp = await this.deps.sink.push(
         batch.map(({ s, item }) => ({ allocationId: s.ref.allocationId, placementId: s.ref.placementId, generation: s.ref.generation, ...(item.offset === undefined ? {} : { offset: item.offset }), text: item.text })),
       );
     } catch (e) {
-      this.deps.log.warn("log push failed (retried)", { error: errorText(e) });
-      return;
+      if (!this.failing) this.deps.log.warn("log push failed (retried; logged once until a push succeeds)", { error: errorText(e) });
+      this.failing = true;
+      return false;
     }
+    this.failing = false;
+    const stored = new Map<Stream, LogPosition>();
     batch.forEach(({ s, item }, i) => {
       const r = resp.results[i];
       const at = s.queue.indexOf(item);
@@ -237,7 +380,10 @@ export class ConsoleShipper {
         s.refused = true;
         s.queue = [];
         s.queuedBytes = 0;
-      } else if (s.streamOffset === null) {
+        stored.delete(s);
+        return;
+      }
+      if (s.streamOffset === null) {
         // After a restart: the scheduler placed this chunk at its stream's end; continue there.
         s.streamOffset = r.streamEnd;
         for (const q of s.queue) {
@@ -245,7 +391,10 @@ export class ConsoleShipper {
           s.streamOffset += q.bytes;
         }
       }
+      if (item.resume) stored.set(s, { ...item.resume, streamOffset: item.offset === undefined ? r.streamEnd : item.offset + item.bytes });
     });
+    for (const [s, p] of stored) this.save(s, p);
+    return true;
   }
 }
 

@@ -54,6 +54,8 @@ interface LiveVm {
   adopting: boolean;
   /** The VM ended on its own (its channel closed, or it was gone at startup): the runner reports VM_EXITED with a diagnosis. */
   exitPending: boolean;
+  /** The report of the workload's exit code in flight (its output is stored first); Stop awaits it before it reports absent. */
+  exitReport?: Promise<void>;
 }
 
 
@@ -160,9 +162,17 @@ export class PlacementReconciler {
 
   private attach(placementId: string, live: LiveVm, session: GuestSession): void {
     live.session = session;
+    // The code is recorded whenever the guest reports it: while running, and while
+    // stopping (a workload that traps TERM and exits during release), after
+    // its last output was stored by the scheduler (bounded: ConsoleShipper.settle).
     session.onWorkloadExit = (code) => {
-      const cur = this.deps.store.placement(placementId);
-      if (cur && cur.observed === "running") this.observe(cur, "running", { workloadExitCode: code });
+      const p = this.deps.store.placement(placementId);
+      if (!p) return;
+      const report = (this.deps.ctx.consoleLogs?.settle(this.ref(p)) ?? Promise.resolve()).then(() => {
+        const cur = this.deps.store.placement(placementId);
+        if (cur && cur.observed !== "absent" && cur.workloadExitCode === null) this.observe(cur, cur.observed, { workloadExitCode: code });
+      });
+      live.exitReport = report.catch((e: unknown) => this.deps.log.error("workload exit report failed", { placementId, error: errorText(e) }));
     };
     session.onClose = () => {
       const cur = this.deps.store.placement(placementId);
@@ -295,6 +305,7 @@ export class PlacementReconciler {
     if (p.observed !== "stopping") this.observe(p, "stopping");
     const keep = failed && this.deps.failedConsoleDir ? { keepConsoleAt: keptConsolePath(this.deps.failedConsoleDir, ref.dirName, this.deps.clock.now()) } : {};
     const left = await stopPlacement(this.deps.ctx, ref, live.handle, live.session, keep);
+    await live.exitReport; // a code the guest reported while stopping goes out before absent
     if (this.halted) return;
     p = this.current(placementId);
     if (left.length) {

@@ -15,24 +15,52 @@ import { closeSync, fstatSync, ftruncateSync, openSync, readSync, statSync, writ
 const MARKER_RE = /^\n\[\.\.\. (\d+) bytes trimmed \.\.\.\]\n/;
 
 /**
+ * What one trim did to the file's offsets: bytes before `headBytes` stayed,
+ * bytes from `cutEnd` on moved to start at `tailAt` (after the new marker),
+ * the bytes between were dropped (`droppedBytes` of them, old markers aside).
+ */
+export interface ConsoleTrim {
+  droppedBytes: number;
+  headBytes: number;
+  cutEnd: number;
+  tailAt: number;
+}
+
+/**
+ * Where old offset `x` of a trimmed file is now, and how many bytes from
+ * `x` on were dropped (0 unless `x` fell in the cut). Pure.
+ */
+export function mapTrimmedOffset(t: ConsoleTrim, x: number): { offset: number; lostBytes: number } {
+  if (x <= t.headBytes) return { offset: x, lostBytes: 0 };
+  if (x >= t.cutEnd) return { offset: x - t.cutEnd + t.tailAt, lostBytes: 0 };
+  return { offset: t.tailAt, lostBytes: t.cutEnd - x };
+}
+
+/** trimConsoleLogAt, answering only the bytes dropped now. */
+export function trimConsoleLog(path: string, budgetBytes: number): number {
+  return trimConsoleLogAt(path, budgetBytes)?.droppedBytes ?? 0;
+}
+
+/**
  * If `path` exceeds `budgetBytes`, keeps its first quarter and last part and
  * puts a `[... N bytes trimmed ...]` line between them (N counts every byte
- * dropped so far, across calls). Returns the number of bytes dropped now
- * (0 when under budget or absent). Throws on I/O errors other than ENOENT.
+ * dropped so far, across calls). Returns how the offsets moved (null when
+ * under budget or absent), for a reader of the file (logs/shipper.ts).
+ * Throws on I/O errors other than ENOENT.
  */
-export function trimConsoleLog(path: string, budgetBytes: number): number {
+export function trimConsoleLogAt(path: string, budgetBytes: number): ConsoleTrim | null {
   const st = statSync(path, { throwIfNoEntry: false });
-  if (!st || st.size <= budgetBytes) return 0; // the common case: one stat, no open
+  if (!st || st.size <= budgetBytes) return null; // the common case: one stat, no open
   let fd: number;
   try {
     fd = openSync(path, "r+");
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === "ENOENT") return 0;
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") return null;
     throw e;
   }
   try {
     const size = fstatSync(fd).size;
-    if (size <= budgetBytes) return 0;
+    if (size <= budgetBytes) return null;
     const headBytes = Math.floor(budgetBytes / 4);
     const probe = Buffer.alloc(64);
     const bytesRead = readSync(fd, probe, 0, probe.length, headBytes);
@@ -43,14 +71,14 @@ export function trimConsoleLog(path: string, budgetBytes: number): number {
     const tailBytes = Math.max(0, budgetBytes - headBytes - reserve);
     const tailStart = size - tailBytes;
     const droppedNow = tailStart - headBytes - prevMarkerBytes;
-    if (droppedNow <= 0) return 0;
+    if (droppedNow <= 0) return null;
     const tail = Buffer.alloc(tailBytes);
     readSync(fd, tail, 0, tailBytes, tailStart);
     const marker = Buffer.from(`\n[... ${prevTrimmed + droppedNow} bytes trimmed ...]\n`, "latin1");
     writeSync(fd, marker, 0, marker.length, headBytes);
     writeSync(fd, tail, 0, tailBytes, headBytes + marker.length);
     ftruncateSync(fd, headBytes + marker.length + tailBytes);
-    return droppedNow;
+    return { droppedBytes: droppedNow, headBytes, cutEnd: tailStart, tailAt: headBytes + marker.length };
   } finally {
     closeSync(fd);
   }

@@ -6,13 +6,13 @@
  * the agent's timers, a guest boots on the host's timers, then speaks the
  * real host–guest protocol (NDJSON, src/protocol/guest.ts): GuestReady with
  * the identity and nonce it was booted with, pongs, bootstrap receipts,
- * shutdown. The guest's answers are decided by a FakeVmBehaviour.
+ * workload exits, shutdown. The guest's answers are decided by a FakeVmBehaviour.
  * Must never: touch a real process or socket (the only file it writes is a
  * console text a test asks a dying VM to leave).
  */
 import { createHash } from "node:crypto";
 import { appendFileSync } from "node:fs";
-import { GUEST_CMDLINE_KEYS, NdjsonDecoder, encodeGuestMessage, type GuestIdentity, type GuestToHost } from "../../protocol/guest.ts";
+import { GUEST_CMDLINE_KEYS, JOB_EXIT_MARKER, NdjsonDecoder, encodeGuestMessage, type GuestIdentity, type GuestToHost } from "../../protocol/guest.ts";
 import type { Timers } from "../ports.ts";
 import type { GuestChannel, VmHandle, VmSpec, VmmDriver } from "./driver.ts";
 import { vmmError } from "./qemuHost.ts";
@@ -25,11 +25,16 @@ export interface FakeVmBehaviour {
   bootMs(spec: VmSpec): number | null;
   /** How long the guest takes to power off after `shutdown`. */
   shutdownMs(): number;
+  /** The exit code of a workload that traps TERM and exits while the guest shuts down (absent or null: none runs). */
+  exitCodeOnShutdown?(): number | null;
 }
 
 /** A behaviour with fixed answers. */
-export function steadyBehaviour(o: { launchMs?: number | null; bootMs?: number | null; shutdownMs?: number } = {}): FakeVmBehaviour {
-  return { launchMs: () => (o.launchMs === undefined ? 10 : o.launchMs), bootMs: () => (o.bootMs === undefined ? 100 : o.bootMs), shutdownMs: () => o.shutdownMs ?? 50 };
+export function steadyBehaviour(o: { launchMs?: number | null; bootMs?: number | null; shutdownMs?: number; exitCodeOnShutdown?: number } = {}): FakeVmBehaviour {
+  return {
+    launchMs: () => (o.launchMs === undefined ? 10 : o.launchMs), bootMs: () => (o.bootMs === undefined ? 100 : o.bootMs), shutdownMs: () => o.shutdownMs ?? 50,
+    exitCodeOnShutdown: () => o.exitCodeOnShutdown ?? null,
+  };
 }
 
 /** One simulated VMM process and its guest. */
@@ -117,6 +122,17 @@ export class FakeVmHost {
     for (const e of this.endsOf(vm)) this.closeEnd(e);
   }
 
+  /**
+   * The guest's workload ended with `code`: `output` and the JOB_EXIT marker
+   * are appended to the console (as the guest writes them, before it says so),
+   * then every channel hears `workload_exited`.
+   */
+  workloadExited(vm: FakeVm, code: number, output = ""): void {
+    if (vm.state === "exited") return;
+    appendFileSync(vm.spec.consoleLogPath, `${output}${JOB_EXIT_MARKER} ${code}\n`);
+    for (const e of this.endsOf(vm)) this.toHost(e, { type: "workload_exited", deliveryId: [...vm.consumed.keys()][0] ?? "none", exitCode: code });
+  }
+
   /** Connects a control channel to `vm`'s guest. */
   connect(vm: FakeVm): GuestEnd & GuestChannel {
     const end: GuestEnd = { vm, dataHandlers: [], closeHandlers: [], closed: false, detached: false };
@@ -187,10 +203,14 @@ export class FakeVmHost {
         }
         break;
       }
-      case "shutdown":
+      case "shutdown": {
+        // A workload that traps TERM and exits on its own while the guest shuts down.
+        const code = this.behaviour.exitCodeOnShutdown?.();
+        if (code !== undefined && code !== null) this.workloadExited(vm, code);
         this.toHost(e, { type: "shutting_down" });
         this.timers.after(this.behaviour.shutdownMs(), () => this.exit(vm, "poweroff"));
         break;
+      }
       default:
     }
   }

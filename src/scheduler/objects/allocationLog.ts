@@ -46,13 +46,14 @@ export function logEnd(sql: SqlStorage, obj: string): number {
 
 /**
  * Appends one chunk of `current`'s stream (see the module header). Returns
- * the stream's end after it, or a refusal code for a chunk of another
+ * the stream's end after it and `gapBytes` (bytes the agent skipped before
+ * it: lost output, counted by the caller), or a refusal code for a chunk of another
  * placement (UNKNOWN_PLACEMENT) or an older generation (STALE_GENERATION).
  * Throws BODY_TOO_LARGE for text over MAX_LOG_CHUNK_BYTES bytes. Call inside
  * a transaction.
  */
-export function appendLogChunk(sql: SqlStorage, obj: string, current: CurrentPlacement | null, chunk: LogChunk): LogChunkResult & { appended: boolean } {
-  const refuse = (code: "UNKNOWN_PLACEMENT" | "STALE_GENERATION") => ({ placementId: chunk.placementId, streamEnd: 0, code, appended: false });
+export function appendLogChunk(sql: SqlStorage, obj: string, current: CurrentPlacement | null, chunk: LogChunk): LogChunkResult & { appended: boolean; gapBytes: number } {
+  const refuse = (code: "UNKNOWN_PLACEMENT" | "STALE_GENERATION") => ({ placementId: chunk.placementId, streamEnd: 0, code, appended: false, gapBytes: 0 });
   if (!current) return refuse("UNKNOWN_PLACEMENT");
   if (chunk.generation < current.generation) return refuse("STALE_GENERATION");
   if (chunk.placementId !== current.placementId || chunk.generation !== current.generation) return refuse("UNKNOWN_PLACEMENT");
@@ -69,7 +70,7 @@ export function appendLogChunk(sql: SqlStorage, obj: string, current: CurrentPla
   }
   const streamEnd = m.end_offset - m.stream_base;
   const offset = chunk.offset ?? streamEnd;
-  if (bytes.length === 0 || offset + bytes.length <= streamEnd) return { placementId: chunk.placementId, streamEnd, appended: false };
+  if (bytes.length === 0 || offset + bytes.length <= streamEnd) return { placementId: chunk.placementId, streamEnd, appended: false, gapBytes: 0 };
   // A partial overlap (a resend after the scheduler kept part of it): keep only the new bytes.
   if (offset < streamEnd) bytes = bytes.subarray(streamEnd - offset);
   const start = m.stream_base + Math.max(offset, streamEnd);
@@ -79,7 +80,7 @@ export function appendLogChunk(sql: SqlStorage, obj: string, current: CurrentPla
   // The ring: whole chunks that end at or before the cut go, oldest first.
   // start_offset < cut bounds the primary-key range the delete walks.
   sql.exec("DELETE FROM allocation_log_chunks WHERE obj = ? AND start_offset < ? AND start_offset + bytes <= ?", obj, end - LOG_RING_BYTES, end - LOG_RING_BYTES);
-  return { placementId: chunk.placementId, streamEnd: end - m.stream_base, appended: true };
+  return { placementId: chunk.placementId, streamEnd: end - m.stream_base, appended: true, gapBytes: Math.max(0, offset - streamEnd) };
 }
 
 /**

@@ -306,7 +306,8 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
    * Appends a chunk of workload output pushed by `hostId` (allocationLog.ts):
    * only the host of the current placement may, for that placement and
    * generation; anything else is refused with UNKNOWN_PLACEMENT or
-   * STALE_GENERATION in the result. Wakes parked follow reads. Throws
+   * STALE_GENERATION in the result. Wakes parked follow reads; counts a
+   * gap the agent left (lost output) in bb_log_lost_bytes_total. Throws
    * RATE_LIMITED past the log's append rate (nothing written).
    */
   appendLog(hostId: string, chunk: LogChunk): LogChunkResult {
@@ -315,7 +316,8 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     if (current) this.logBudget.take(Buffer.byteLength(chunk.text), this.now);
     const out = this.state.storage.transactionSync(() => appendLogChunk(this.state.storage.sql, this.state.name, current, chunk));
     if (out.appended) this.followers.wake();
-    const { appended: _, ...result } = out;
+    if (out.gapBytes > 0) this.env.metrics.inc("bb_log_lost_bytes_total", "Bytes of workload output lost before they reached the scheduler (gaps agents left in placements' streams)", { workload_class: r!.workloadClass }, out.gapBytes);
+    const { appended: _, gapBytes: __, ...result } = out;
     return result;
   }
 
