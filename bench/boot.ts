@@ -42,6 +42,9 @@ import { writeDebianOciLayout } from "../test/support/debianOci.ts";
 import { phaseTimings } from "../src/dev/demo.ts";
 import { placementDirName } from "../src/agent/resourceNames.ts";
 import { runRole, startRole, stopRole, tail, type Role } from "../test/support/processes.ts";
+import { limitRunTime } from "./runLimit.ts";
+
+limitRunTime("bench/boot.ts", 1200);
 
 const RUNS = Number(process.env["BB_BENCH_RUNS"] ?? 3);
 const BENCH = resolve(".bb/bench");

@@ -21,6 +21,9 @@ import { startTunWorld } from "../test/support/tunWorld.ts";
 import { udp4 } from "../test/support/packets.ts";
 import { createHash } from "node:crypto";
 import { openTun } from "../native/tun/tun.ts";
+import { limitRunTime } from "./runLimit.ts";
+
+limitRunTime("bench/netstack.ts", 900);
 
 const { values } = parseArgs({ options: { mib: { type: "string", default: "256" }, packets: { type: "string", default: "200000" } } });
 const MIB = Number(values.mib);

@@ -21,7 +21,9 @@
  *   ours at TUNNEL_MTU / ours at N for the cost of the smaller MTU.
  *
  * Prints MiB/s each way and the ratio ours / baseline. Needs root, ip, nft,
- * wg and wireguard-go; prints why and exits 0 otherwise.
+ * wg and wireguard-go; prints why and exits 0 otherwise. Bounded: each
+ * transfer gets TRANSFER_SECONDS, the whole run RUN_SECONDS (then it cleans
+ * up and exits 1; bench/runLimit.ts).
  *
  *   bun bench/proxy.ts [--mib 64] [--relay] [--mtu-baseline 1420]
  * Run under `flock /tmp/bb-heavy.lock` on shared machines.
@@ -39,6 +41,13 @@ import { makeTestCert } from "../test/support/relay.ts";
 import { debugTunnelMtu } from "../src/protocol/debugKnobs.ts";
 import { TUNNEL_MTU } from "../src/protocol/tunnelMtu.ts";
 import { writeFileSync } from "node:fs";
+import { limitRunTime, onRunLimit } from "./runLimit.ts";
+
+/** Longest one transfer may take, seconds (then it counts as FAILED). */
+const TRANSFER_SECONDS = 180;
+/** Longest the whole benchmark may take, seconds. */
+const RUN_SECONDS = 900;
+limitRunTime("bench/proxy.ts", RUN_SECONDS);
 
 const { values } = parseArgs({ options: { mib: { type: "string", default: "64" }, relay: { type: "boolean", default: false }, "mtu-baseline": { type: "string" } } });
 /** BB_DEBUG_TUNNEL_MTU for the comparison run (checked here, before anything starts), or null. */
@@ -60,6 +69,14 @@ const work = mkdtempSync(join(tmpdir(), "bb-bench-proxy-"));
 const spaces: Netns[] = [];
 const children: LineChild[] = [];
 const mibps = (bytes: number, ms: number) => bytes / (1 << 20) / (ms / 1000);
+/** Processes started with Bun.spawn, killed if the run-time bound passes. */
+const procs: Array<ReturnType<typeof Bun.spawn>> = [];
+onRunLimit(async () => {
+  for (const p of procs) if (p.exitCode === null) p.kill("SIGKILL");
+  for (const c of children.reverse()) await c.stop(2_000).catch(() => {});
+  for (const n of spaces.reverse()) n.delete();
+  rmSync(work, { recursive: true, force: true });
+});
 
 function veth(a: Netns, ifA: string, b: Netns, ifB: string): void {
   a.ip("link", "add", ifA, "type", "veth", "peer", "name", ifB, "netns", b.name);
@@ -68,10 +85,12 @@ function veth(a: Netns, ifA: string, b: Netns, ifB: string): void {
 }
 
 async function tcpClient(ns: Netns, args: string[]): Promise<{ ok: boolean; bytes: number; ms: number }> {
-  const p = Bun.spawn(ns.exec([bun, join(repo, "test/support/tcpClient.ts"), ...args]), { stdout: "pipe", stderr: "inherit" });
+  const p = Bun.spawn(ns.exec(["timeout", String(TRANSFER_SECONDS), bun, join(repo, "test/support/tcpClient.ts"), ...args]), { stdout: "pipe", stderr: "inherit" });
   const out = await new Response(p.stdout).text();
   await p.exited;
-  return JSON.parse(out.trim().split("\n").at(-1) ?? "{}");
+  const r = JSON.parse(out.trim().split("\n").at(-1) || "{}");
+  // Killed at the bound: nothing printed; counted as FAILED, with the bound as its time.
+  return r.ok === undefined ? { ok: false, bytes: 0, ms: TRANSFER_SECONDS * 1000 } : r;
 }
 
 async function ours(relay: boolean, mtu: number | null = null): Promise<Record<"sink" | "source", { ok: boolean; bytes: number; ms: number }>> {
@@ -106,6 +125,7 @@ async function ours(relay: boolean, mtu: number | null = null): Promise<Record<"
       trustedKeys: [{ keyId: issuer.keyId, publicKey: issuer.publicKey }], limitCaps: { maxBytes: 1 << 30, maxBytesPerSecond: 100_000_000, idleTimeoutMs: 60_000 },
     }));
     relayProc = Bun.spawn(H.exec([bun, join(repo, "bin/bb.ts"), "relay", "run", "--config", conf]), { stdout: "ignore", stderr: "ignore" });
+    procs.push(relayProc);
     // Every WireGuard datagram between the two must take the relay.
     const block = Bun.spawnSync(L.exec(["nft", "-f", "-"]), { stdin: new TextEncoder().encode("table ip bb_block {\n chain drop_udp { type filter hook output priority 0; policy accept; ip daddr 192.0.2.2 udp dport 51820 drop; }\n}\n") });
     if (block.exitCode !== 0) throw new Error(`nft: ${block.stderr}`);
@@ -116,6 +136,7 @@ async function ours(relay: boolean, mtu: number | null = null): Promise<Record<"
   if (relay) iss.send({ op: "next-grant", relays: true });
   iss.send({ op: "allocation", id: allocationId, state: "ready", generation: 1, hostId: "host-1", allocationAddress: ALLOC });
   const peer = Bun.spawn(G.exec([bun, join(repo, "test/support/tcpPeer.ts"), "7000", ALLOC]), { stdout: "pipe", stderr: "inherit" });
+  procs.push(peer);
   const reader = peer.stdout.getReader();
   if (!new TextDecoder().decode((await reader.read()).value).includes("ready")) throw new Error("tcpPeer did not start");
   const cfg = {
@@ -132,6 +153,7 @@ async function ours(relay: boolean, mtu: number | null = null): Promise<Record<"
     stderr: "pipe",
     env: { ...process.env, NO_COLOR: "1", BB_SCHEDULER_URL: "http://192.0.2.2:8080", BB_TOKEN: TOKEN, BB_CONNECTION_KEYS: issuer.verificationKeyText(), BB_RELAY_CA: cert.certPath, ...mtuEnv },
   });
+  procs.push(proxy);
   let text = "";
   void (async () => {
     for await (const c of proxy.stderr) text += new TextDecoder().decode(c);

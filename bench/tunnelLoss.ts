@@ -24,6 +24,9 @@ import { parseArgs } from "node:util";
 import { sh } from "../test/support/netns.ts";
 import { TCP_MSS_BYTES } from "../src/netstack/limits.ts";
 import { clientStats, runJobs, startWgWorld, wgWorldSkipReason } from "../test/support/wgWorld.ts";
+import { limitRunTime } from "./runLimit.ts";
+
+limitRunTime("bench/tunnelLoss.ts", 900);
 
 const { values } = parseArgs({
   options: {

@@ -49,6 +49,15 @@ export const MAX_WRITE_CHUNK_BYTES = 65535;
 export const MAX_PACKET_BYTES = 65535;
 /** Packets queued when input() is called from inside the stack (e.g. a synchronous link); beyond, dropped. */
 export const REENTRANT_INPUT_QUEUE_PACKETS = 1024;
+/**
+ * After close() or closeWrite(), how long the peer may accept none of the
+ * data still to send (its window stays zero) before the connection is reset
+ * (RST, end code "timeout"), ms. Bounds what a peer that never reads holds
+ * after our side closed: the pcb, up to TCP_SEND_BUFFER_BYTES in the stack
+ * and WRITE_QUEUE_LIMIT_BYTES in write() calls (issue 18 item 4). Any byte
+ * the peer acknowledges starts the period again.
+ */
+export const DRAIN_STALL_LIMIT_MS = 30_000;
 /** How long connect() waits for the handshake before aborting, ms. */
 export const CONNECT_TIMEOUT_MS = 10_000;
 /** How often blocked writers retry when the heap was full, ms (the TCP timer interval). */

@@ -10,7 +10,8 @@
  * session per relay of the verified relay map (the client-role token; at
  * most two) go to the peer's PathSelector (src/wireguard/paths.ts): every
  * datagram goes to every candidate and is mirrored through the relays until
- * the first direct source that decrypts pins; moving between paths changes
+ * a direct path acknowledges our path probes, and again once it stops doing
+ * so (docs/adr/0158-proxy-paths.md "path liveness"); moving between paths changes
  * only the transport address, so the WireGuard session and every inner TCP
  * connection survive it. A dropped relay session reconnects with bounded
  * backoff (src/wireguard/relaySessions.ts).

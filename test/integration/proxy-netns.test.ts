@@ -39,7 +39,10 @@
  * unreconnected; the revoke closes the host's relay sessions. Relay tokens: with client
  * tokens that live 8 s the proxy renews them from the rendezvous (the stand-in's
  * relay-tokens route), and after `bb relay run` restarts past the first tokens' expiry
- * both ends reconnect to it.
+ * both ends reconnect to it. Path liveness (issue 18, items 2 and 3): with only the host's
+ * UDP to the laptop dropped, neither end pins direct and the relays carry the handshake and
+ * an echo; with the direct path pinned and an 8 MiB connection open, UDP between the NATs
+ * dropped: the connection completes over the relay and both ends report the direct path lost.
  * A path that drops full-size packets (issue 18 item 1, ADR 0103): every wan-side
  * interface at MTU 1,400 and ICMP "fragmentation needed" dropped at both NATs, so
  * path MTU discovery never learns the limit; 8 MiB echoes arrive byte-exact direct
@@ -163,6 +166,12 @@ function buildTopology(): void {
 function blockDirect(on: boolean): void {
   if (on) nft(LNAT, `table ip bb_block {\n chain drop_udp { type filter hook forward priority -10; policy accept; ip daddr ${HNAT_PUBLIC} udp dport 51820 drop; ip saddr ${HNAT_PUBLIC} udp sport 51820 drop; }\n}\n`);
   else must(LNAT.exec(["nft", "delete", "table", "ip", "bb_block"]));
+}
+
+/** Drops only the host NAT's UDP towards the laptop (the laptop's to it still arrives), or lifts the drop. */
+function blockTowardsLaptop(on: boolean): void {
+  if (on) nft(LNAT, `table ip bb_oneway {\n chain drop_udp { type filter hook forward priority -10; policy accept; ip saddr ${HNAT_PUBLIC} udp sport 51820 drop; }\n}\n`);
+  else must(LNAT.exec(["nft", "delete", "table", "ip", "bb_oneway"]));
 }
 
 /**
@@ -497,6 +506,67 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     // The revoke closed the host's relay sessions of the grant.
     for (let i = 0; i < 50 && (await hostStats()).relays.length; i++) await Bun.sleep(100);
     expect((await hostStats()).relays).toEqual([]);
+  }, 120_000);
+
+  test("one-way UDP (kind: a path kept on the peer's datagrams, not on ours getting through): with the host's UDP to the laptop dropped and the laptop's arriving, neither end pins direct; the relays carry the handshake and an echo byte-exact, and bb proxy never says direct", async () => {
+    blockTowardsLaptop(true);
+    let blocked = true;
+    issuerProc.send({ op: "next-grant", relays: true });
+    await issuerProc.waitFor((e) => e.ev === "next-grant", 5_000, "next-grant");
+    const px = await startProxy(2234);
+    try {
+      await px.waitFor(/listening on 127\.0\.0\.1:2234/);
+      const grantId = /grant (grt_[0-9a-f]{32})/.exec(await px.text())![1]!;
+      // Bounded: on a dead pin the echo never finishes.
+      const r = await echoThrough(2234, 1 << 20, 30);
+      expect([r.ok, r.bytes]).toEqual([true, 1 << 20]);
+      const g = (await hostStats()).grants.find((x: any) => x.grantId === grantId);
+      // The host hears the laptop directly, and that alone does not pin: its probes there go unanswered.
+      expect(g.path).toMatchObject({ path: "relay", direct: null, pins: 0 });
+      expect(g.path.probesSent).toBeGreaterThan(0);
+      expect(await px.text()).not.toContain("path: direct");
+      await px.waitFor(/path: relay relay-(1|cap)/);
+    } finally {
+      if (blocked) blockTowardsLaptop(false);
+      blocked = false;
+      px.proc.kill("SIGINT");
+      expect(await px.proc.exited).toBe(0);
+    }
+  }, 90_000);
+
+  test("black hole (kind: a dead pin kept until a handshake times out): with the direct path pinned and an 8 MiB transfer open, UDP between the NATs dropped: the same connection completes byte-exact over the relay, and bb proxy and the host report the direct path lost", async () => {
+    issuerProc.send({ op: "next-grant", relays: true });
+    await issuerProc.waitFor((e) => e.ev === "next-grant", 5_000, "next-grant");
+    const px = await startProxy(2236);
+    let blocked = false;
+    try {
+      await px.waitFor(/listening on 127\.0\.0\.1:2236/);
+      const grantId = /grant (grt_[0-9a-f]{32})/.exec(await px.text())![1]!;
+      expect((await echoThrough(2236, 100_000, 30)).ok).toBe(true);
+      await px.waitFor(new RegExp(`path: direct via ${HNAT_PUBLIC.replaceAll(".", "\\.")}:51820`));
+      await px.waitFor(/relay relay-1: session open, paired/);
+      const grantOf = async () => (await hostStats()).grants.find((g: any) => g.grantId === grantId);
+      for (let i = 0; i < 100 && (await grantOf()).path.path !== "direct"; i++) await Bun.sleep(100);
+      expect((await grantOf()).path.path).toBe("direct");
+      const staged = child(L, [join(repo, "test/support/tcpEcho.ts"), "staged", "127.0.0.1", "2236", String(8 << 20), "black-hole"], "staged-bh");
+      await staged.waitFor((e) => e.ev === "half", 60_000, "the first half echoed");
+      blockDirect(true);
+      blocked = true;
+      const t0 = performance.now();
+      staged.send({ op: "rest" });
+      const done = await staged.waitFor((e) => e.ev === "done", 60_000, "the whole echo");
+      expect([done.ok, done.bytes]).toEqual([true, 8 << 20]);
+      const lost = await px.waitFor(new RegExp(`path: relay relay-(1|cap) \\(direct via ${HNAT_PUBLIC.replaceAll(".", "\\.")}:51820 lost\\)`));
+      // For the record only (tests never assert timings): how long the transfer's second half took.
+      console.log(`black hole: ${lost[0]}; the rest of the 8 MiB echo took ${Math.round(performance.now() - t0)} ms`);
+      const g = (await grantOf()).path;
+      expect(g).toMatchObject({ path: "relay", direct: null });
+      expect(g.lost).toStartWith(`${LNAT_PUBLIC}:`);
+    } finally {
+      if (blocked) blockDirect(false);
+      px.proc.kill("SIGINT");
+      expect(await px.proc.exited).toBe(0);
+    }
   }, 120_000);
 
   test("relay tokens are renewed: with client tokens that live 8 s, the proxy gets fresh ones from the rendezvous, and when bb relay run restarts after the first ones expired it reconnects with them", async () => {

@@ -381,6 +381,8 @@ export class HostEndpoint {
   /** The tunnel's alarm, after the Device's timers and probes. */
   private fire(): void {
     if (this.closed) return;
+    // A pin lost in this alarm's probe round (no datagram announces it): report it now.
+    for (const a of this.applied.values()) this.notePath(a.peer);
     void this.expire().then(() => this.t.arm());
     if (this.o.clock.nowMs() >= this.nextRefreshMs) void this.refreshCandidates().then(() => this.t.arm());
   }

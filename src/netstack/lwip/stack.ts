@@ -144,6 +144,14 @@ export class LwipStack implements Netstack, ConnectionHost {
     this.receiveBuffered += delta;
   }
 
+  nowMs(): number {
+    return this.timers.now();
+  }
+
+  after(ms: number, fn: () => void): TimerHandle {
+    return this.timers.after(ms, fn);
+  }
+
   call(fn: () => void): void {
     if (this.failed) return;
     if (this.depth > 0 || this.draining) this.deferred.push(fn);
