@@ -20,7 +20,7 @@ import { networkInterfaces, type NetworkInterfaceInfo } from "node:os";
 import type { SchedulerClient } from "../cli/client.ts";
 import type { ConnectionVerificationKeys } from "../protocol/connectionSignature.ts";
 import { BeachballError } from "../protocol/errors.ts";
-import { gatherCandidates, keyPairFromPrivate, type Aead, type PathState, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../wireguard/index.ts";
+import { gatherCandidates, interfaceAddresses, keyPairFromPrivate, type Aead, type PathState, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../wireguard/index.ts";
 import { startForwarder, type Forwarder } from "./forwarder.ts";
 import { requestGrant, type VerifiedGrant } from "./grant.ts";
 import { CandidateRefresh } from "./candidateRefresh.ts";
@@ -85,6 +85,7 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
   let candidates: CandidateRefresh | null = null;
   let relayTokens: RelayTokenRefresh | null = null;
   let timer: ReturnType<typeof setTimeout> | null = null;
+  let interfaceError = "";
   try {
     tunnel = await ClientTunnel.start({
       keyPair, grant: verified, aead: o.aead, clock: o.clock, random: o.random,
@@ -95,7 +96,13 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
     const t = tunnel;
     // Best effort: without them the host still learns this proxy by roaming.
     candidates = new CandidateRefresh({
-      gather: () => gatherCandidates(t.socket(), "0.0.0.0", (o.interfaces ?? networkInterfaces)(), verified.stunServers),
+      gather: () => {
+        const interfaces = interfaceAddresses(o.interfaces ?? networkInterfaces, (message) => {
+          if (message !== interfaceError) o.log(message);
+          interfaceError = message;
+        });
+        return gatherCandidates(t.socket(), "0.0.0.0", interfaces, verified.stunServers);
+      },
       post: (seq, list) => announceCandidates(o.client.baseUrl, verified, list, seq),
       directConfirmed: () => t.path().path === "direct",
       nowMs: () => o.clock.nowMs(),

@@ -64,7 +64,7 @@ export function serveScheduler(opts: ServeOptions): RunningScheduler {
     throw e;
   }
   const url = `http://${server.hostname}:${server.port}`;
-  log.info(`scheduler listening on ${url}`, { url, dataDir: opts.dataDir, region: manifest.region });
+  log.info("scheduler listening", { url, dataDir: opts.dataDir, region: manifest.region });
   return {
     url,
     worker,

@@ -216,7 +216,7 @@ async function startRelays(): Promise<void> {
 /** Starts `bb relay run` as relay-1 in R and waits until it listens (its log gains one more "listening" line). */
 async function startRelay1(): Promise<void> {
   const log = join(work, "relay-1.log");
-  const listening = () => (readFileSync(log, "utf8").match(/relay relay-1 listening/g) ?? []).length;
+  const listening = () => (readFileSync(log, "utf8").match(/relay listening.*relay-1/g) ?? []).length;
   const fd = openSync(log, "a");
   const before = listening();
   relayProc = Bun.spawn(R.exec([bun, join(repo, "bin/bb.ts"), "relay", "run", "--config", relay1Config]), { stdout: fd, stderr: fd, env: { ...process.env, NO_COLOR: "1" } });
