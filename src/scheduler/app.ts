@@ -19,8 +19,7 @@ import type { Envelope } from "../protocol/agent.ts";
 import type { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody } from "../protocol/connection.ts";
 import type { LogPushBody } from "../protocol/logs.ts";
 import type { SchedulerWorker } from "./worker.ts";
-import type { Identity } from "./manifest.ts";
-import { RequestGuard, type Prepared } from "./edge.ts";
+import { endpointOf as endpoint, hostOf as host, principalOf as who, RequestGuard, type Prepared } from "./edge.ts";
 import { ROUTES, type RouteName } from "./routes.ts";
 import { openApiDocument } from "./openapi.ts";
 import { CallerLimiter, isFollow } from "./callerLimits.ts";
@@ -28,24 +27,6 @@ import type { RendezvousSocketData, RendezvousSockets } from "./rendezvousSocket
 
 /** What a handler answers: a JSON body with its status, or a ready Response. */
 type Reply = { status?: number; json: unknown } | Response;
-
-/** The principal a guarded request carries (routes whose auth is a principal role). */
-function who(p: Prepared): Identity {
-  if (p.caller.kind !== "principal") throw new BeachballError("UNAUTHENTICATED", "this call needs a principal's bearer token");
-  return p.caller.identity;
-}
-
-/** The host a guarded agent request carries. */
-function host(p: Prepared): string {
-  if (p.caller.kind !== "host") throw new BeachballError("UNAUTHENTICATED", "this call needs a host credential");
-  return p.caller.hostId;
-}
-
-/** The Connection and role a guarded rendezvous request carries. */
-function endpoint(p: Prepared): { connectionId: string; role: "client" | "host" } {
-  if (p.caller.kind !== "endpoint") throw new BeachballError("UNAUTHENTICATED", "this call needs an endpoint token");
-  return p.caller;
-}
 
 const id = (p: Prepared) => p.params["id"]!;
 const num = (p: Prepared, name: string, fallback: number) => (p.query[name] as number | undefined) ?? fallback;

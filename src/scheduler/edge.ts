@@ -68,6 +68,28 @@ export interface Prepared<N extends string = string> {
 const MAX_QUERY_INTEGER_DIGITS = 16;
 
 /**
+ * The principal a guarded request carries (routes whose auth is a principal
+ * role). Throws UNAUTHENTICATED (401) for any other caller. Used by both
+ * front doors (app.ts, fetchRouter.ts).
+ */
+export function principalOf(p: Prepared): Identity {
+  if (p.caller.kind !== "principal") throw new BeachballError("UNAUTHENTICATED", "this call needs a principal's bearer token");
+  return p.caller.identity;
+}
+
+/** The host ID a guarded agent request carries; UNAUTHENTICATED (401) for any other caller. */
+export function hostOf(p: Prepared): string {
+  if (p.caller.kind !== "host") throw new BeachballError("UNAUTHENTICATED", "this call needs a host credential");
+  return p.caller.hostId;
+}
+
+/** The Connection and role a guarded rendezvous request carries; UNAUTHENTICATED (401) for any other caller. */
+export function endpointOf(p: Prepared): { connectionId: string; role: RelayRole } {
+  if (p.caller.kind !== "endpoint") throw new BeachballError("UNAUTHENTICATED", "this call needs an endpoint token");
+  return p.caller;
+}
+
+/**
  * How the guard checks bodies against their schemas: `compiled` (TypeBox's
  * TypeCompiler, which generates code: the embedded host) or `interpreted`
  * (TypeBox's Value, for hosts that forbid code generation: workerd). Both

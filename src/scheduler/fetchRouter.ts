@@ -19,30 +19,11 @@ import type { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody } 
 import { openApiDocument } from "./openapi.ts";
 import { problem, problemResponse } from "../protocol/problem.ts";
 import { ROUTES, type RouteName } from "./routes.ts";
-import { RequestGuard, type Prepared } from "./edge.ts";
-import type { Identity } from "./manifest.ts";
+import { endpointOf as endpoint, hostOf as host, principalOf as who, RequestGuard, type Prepared } from "./edge.ts";
 import { CallerLimiter, isFollow } from "./callerLimits.ts";
 
 function json(v: unknown, status = 200): Response {
   return new Response(JSON.stringify(v), { status, headers: { "content-type": "application/json" } });
-}
-
-/** The principal a guarded request carries. */
-function who(p: Prepared): Identity {
-  if (p.caller.kind !== "principal") throw new BeachballError("UNAUTHENTICATED", "this call needs a principal's bearer token");
-  return p.caller.identity;
-}
-
-/** The host a guarded agent request carries. */
-function host(p: Prepared): string {
-  if (p.caller.kind !== "host") throw new BeachballError("UNAUTHENTICATED", "this call needs a host credential");
-  return p.caller.hostId;
-}
-
-/** The Connection and role a guarded rendezvous request carries. */
-function endpoint(p: Prepared): { connectionId: string; role: "client" | "host" } {
-  if (p.caller.kind !== "endpoint") throw new BeachballError("UNAUTHENTICATED", "this call needs an endpoint token");
-  return p.caller;
 }
 
 const num = (p: Prepared, name: string, fallback: number) => (p.query[name] as number | undefined) ?? fallback;
