@@ -29,6 +29,7 @@ import { makeTar, writeOciLayout, type TestTarEntry } from "../src/image/oci/tes
 import { generateSigningKey } from "../src/image/signing.ts";
 import { ensureDebianRootfsTar } from "../src/image/debianRootfs.ts";
 import { writeDebianOciLayout } from "../test/support/debianOci.ts";
+import { SeededRandom } from "../test/sim/rng.ts";
 
 const { values: args } = parseArgs({
   options: {
@@ -45,16 +46,10 @@ const CACHE = resolve(".bb/cache");
 const work = mkdtempSync(join(tmpdir(), "bb-bench-image-"));
 process.on("exit", () => rmSync(work, { recursive: true, force: true }));
 
-/** mulberry32, so every run makes the same root. */
+/** A seeded generator of floats in [0, 1) (the simulation's), so every run is the same. */
 function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const random = new SeededRandom(seed);
+  return () => random.float();
 }
 
 /**

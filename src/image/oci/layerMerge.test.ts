@@ -10,6 +10,7 @@ import { describe, expect, test } from "bun:test";
 import { makeTar, type TestTarEntry } from "./testLayout.ts";
 import { readTar } from "./tar.ts";
 import { RootTree } from "./rootTree.ts";
+import { SeededRandom } from "../../../test/sim/rng.ts";
 
 /** Bodies staged in memory (the tree only keeps their keys). */
 const bodies = new Map<string, Uint8Array>();
@@ -135,16 +136,10 @@ function model(layers: TestTarEntry[][]): string[] | "IMAGE_LAYER_INVALID" {
     .map(([p, n]) => `/${p} ${n.kind} uid=${n.uid}${n.kind === "file" ? ` ${n.body}` : ""}`);
 }
 
-/** mulberry32: a small seeded generator, so every run tries the same layers. */
+/** A seeded generator of floats in [0, 1) (the simulation's), so every run is the same. */
 function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const random = new SeededRandom(seed);
+  return () => random.float();
 }
 
 /** Random layers over a few short names, so paths collide, replace and hide each other often. */
