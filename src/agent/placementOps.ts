@@ -48,7 +48,7 @@ export interface PlacementContext {
    * the output up to the job's exit marker before the exit code is reported;
    * Stop sends the last of it (`finish`) before the console goes.
    */
-  consoleLogs?: { finish(ref: PlacementRef): Promise<void>; settle(ref: PlacementRef): Promise<void> };
+  consoleLogs?: { finish(ref: PlacementRef): Promise<void>; settle(ref: PlacementRef, exitCode?: number): Promise<void> };
 }
 
 /** The placement identity the ops work on. */

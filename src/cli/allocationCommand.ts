@@ -242,7 +242,11 @@ const events = command({
 });
 
 const logs = command({
-  meta: { name: "logs", description: "Print an allocation's workload output (the job's own lines from its guest's console, without kernel lines or markers); --follow keeps streaming until it is released or failed" },
+  meta: {
+    name: "logs",
+    description:
+      "Print an allocation's workload output (the job's own lines from its guest's console, without kernel lines or markers; the scheduler keeps its last 1 MiB, and output no longer kept or lost on the host shows as a `[... N bytes of output dropped ...]` line on stderr); --follow keeps streaming until it is released or failed",
+  },
   args: {
     id: idArg,
     follow: { type: "boolean", default: false, description: "Keep streaming until the allocation is released or failed" },

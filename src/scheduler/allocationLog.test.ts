@@ -123,6 +123,25 @@ describe("parked follow reads", () => {
 });
 
 describe("the append rate bound", () => {
+  test("a push retried after RATE_LIMITED: resent stored bytes cost nothing, so the retry is not refused forever (livelock)", () => {
+    const s = store();
+    const b = new AppendBudget();
+    const t0 = 1_000_000;
+    const take = (n: number) => b.take(n, t0);
+    const big = "x".repeat(MAX_LOG_CHUNK_BYTES - 1) + "\n";
+    let stored = 0;
+    while (stored + MAX_LOG_CHUNK_BYTES <= LOG_APPEND_BURST_BYTES) {
+      appendLogChunk(s.sql, A, P1, chunk(P1, stored, big), take);
+      stored += MAX_LOG_CHUNK_BYTES;
+    }
+    // the budget is spent; resending every stored chunk is a no-op that takes nothing
+    for (let off = 0; off < stored; off += MAX_LOG_CHUNK_BYTES) expect(appendLogChunk(s.sql, A, P1, chunk(P1, off, big), take).appended).toBe(false);
+    b.take(MAX_LOG_CHUNK_BYTES, t0 + (MAX_LOG_CHUNK_BYTES / LOG_APPEND_BYTES_PER_SECOND) * 1000); // what the refill gave is still there
+    // a new chunk over budget writes nothing
+    expect(() => s.transactionSync(() => appendLogChunk(s.sql, A, P1, chunk(P1, stored, big), (n) => b.take(n, t0 + 1)))).toThrow(expect.objectContaining({ code: "RATE_LIMITED" }));
+    expect(logEnd(s.sql, A)).toBe(stored);
+  });
+
   test("a burst, then the rate: an append over budget is RATE_LIMITED and takes nothing; time refills it", () => {
     const b = new AppendBudget();
     const t0 = 1_000_000;

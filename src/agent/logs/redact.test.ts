@@ -47,6 +47,15 @@ describe("redaction of pushed console output", () => {
     expect(r.feed(enc("\n"))).toBe(`${"y".repeat(10)}\n`);
   });
 
+  test("a long line is cut between characters, never inside a UTF-8 sequence (no U+FFFD in valid output)", () => {
+    const r = new ConsoleRedactor([]);
+    const line = "a".repeat(MAX_LINE_BYTES - 1) + "é€".repeat(10) + "\n";
+    const out = r.feed(enc(line));
+    expect(out).not.toContain("\uFFFD");
+    expect(out.replaceAll("\n", "")).toBe(line.slice(0, -1));
+    expect(out.split("\n")[0]!.length).toBe(MAX_LINE_BYTES - 1);
+  });
+
   test("payload digests are digests: the payload's bytes are not in them", () => {
     const d = payloadDigests(enc("export API_TOKEN=s3cr3t-value-0123456789\n"));
     const all = [...d.lines, ...d.words];

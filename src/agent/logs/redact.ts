@@ -24,7 +24,7 @@
 import { createHash } from "node:crypto";
 import { GUEST_CMDLINE_KEYS } from "../../protocol/guest.ts";
 
-/** A line longer than this (bytes) is cut and emitted in pieces of this size. */
+/** A line longer than this (bytes) is cut and emitted in pieces of at most this size (cut between UTF-8 characters). */
 export const MAX_LINE_BYTES = 4096;
 /** Payload lines shorter than this (after trimming) are not digested: too common to be a secret, and redacting them would hide ordinary output. */
 export const MIN_SECRET_LINE_CHARS = 8;
@@ -125,8 +125,12 @@ export class ConsoleRedactor {
         lines.push(buf.subarray(0, nl).toString("utf8"));
         buf = buf.subarray(nl + 1);
       } else if (buf.length > MAX_LINE_BYTES) {
-        lines.push(buf.subarray(0, MAX_LINE_BYTES).toString("utf8"));
-        buf = buf.subarray(MAX_LINE_BYTES);
+        // Cut before a UTF-8 continuation byte's sequence, so a character is never split in two U+FFFD.
+        let cut = MAX_LINE_BYTES;
+        while (cut > MAX_LINE_BYTES - 3 && (buf[cut]! & 0xc0) === 0x80) cut--;
+        if ((buf[cut]! & 0xc0) === 0x80) cut = MAX_LINE_BYTES; // not UTF-8 there: cut anyway
+        lines.push(buf.subarray(0, cut).toString("utf8"));
+        buf = buf.subarray(cut);
       } else break;
     }
     this.partial = Buffer.from(buf);

@@ -101,6 +101,39 @@ describe("the console shipper", () => {
     expect(sink.streams.get("plc_17")).toBe("running a nested job\nstill the workload\ndone\n");
   });
 
+  test("a fake exit marker not yet read when the guest reports the exit does not end the job's output (only the last marker does)", async () => {
+    const { sink, ship, ref, write } = setup();
+    const r = ref(18);
+    // The workload prints a marker-like line and more output, then exits; the guest's report comes before the next tick read any of it.
+    write(r, `${JOB_START_MARKER}\nbefore\n${JOB_EXIT_MARKER} 0\nafter the fake marker\n${JOB_EXIT_MARKER} 0\n[    9.000001] reboot: Power down\n`);
+    await ship.settle(r);
+    expect(sink.streams.get("plc_18")).toBe("before\nafter the fake marker\n");
+    // a marker with another code than the guest reported is the workload's, even as the last line read
+    const r2 = ref(21);
+    write(r2, `${JOB_START_MARKER}\nbefore\n${JOB_EXIT_MARKER} 0\n`);
+    await ship.settle(r2, 3); // gives up at its deadline: the guest's marker has not come
+    write(r2, `after\n${JOB_EXIT_MARKER} 3\nlater\n`);
+    ship.collect(r2);
+    await ship.flush();
+    expect(sink.streams.get("plc_21")).toBe("before\nafter\n");
+  });
+
+  test("a fake exit marker at the end of a workload line keeps the line's newline", async () => {
+    const { sink, ship, ref, write } = setup();
+    const r = ref(19);
+    write(r, `${JOB_START_MARKER}\nstatus: ${JOB_EXIT_MARKER} 3\nnext line\n`);
+    ship.collect(r);
+    await ship.flush();
+    write(r, `last\n${JOB_EXIT_MARKER} 0\n`);
+    await ship.settle(r);
+    expect(sink.streams.get("plc_19")).toBe("status: \nnext line\nlast\n");
+    // the same when the report comes before any of it was read
+    const r2 = ref(20);
+    write(r2, `${JOB_START_MARKER}\nstatus: ${JOB_EXIT_MARKER} 3\nnext line\nno newline${JOB_EXIT_MARKER} 0\n`);
+    await ship.settle(r2);
+    expect(sink.streams.get("plc_20")).toBe("status: \nnext line\nno newline");
+  });
+
   test("a line the workload echoes from its payload is redacted; the payload's bytes are never pushed", async () => {
     const { sink, ship, ref, write } = setup();
     const r = ref(2);

@@ -84,8 +84,14 @@ interface Stream {
   saved: LogPosition | null;
   /** The last job line read is an exit marker (the guest's, or one the workload printed). */
   exitLast: boolean;
-  /** The guest reported the workload's exit: the next exit marker ends the job (jobOutput.ts). */
+  /** The guest reported the workload's exit: the last exit marker ends the job (jobOutput.ts). */
   exitReported: boolean;
+  /** The exit code the guest reported (null: not known). */
+  reportedCode: number | null;
+  /** The code of the last exit marker read (null: none, or not known). */
+  lastCode: number | null;
+  /** The last exit marker read had workload text before it, whose newline is owed if a job line follows (jobOutput.ts). */
+  owedNewline: boolean;
   /** A trim cut bytes ahead of the read position: at raw offset `at`, reading jumps to `tailAt`, and `lostBytes` become a gap. */
   cut: { at: number; tailAt: number; lostBytes: number } | null;
 }
@@ -182,9 +188,11 @@ export class ConsoleShipper {
   /**
    * The guest reported the workload's exit: resolves once the output up to
    * its exit marker was read and acknowledged by the scheduler, or after
-   * SETTLE_MS (the marker never came, or pushes fail). Never throws.
+   * SETTLE_MS (the marker never came, or pushes fail). `exitCode`, the
+   * code the guest reported, tells its marker from ones the workload printed
+   * (jobOutput.ts). Never throws.
    */
-  async settle(ref: ShippedPlacement): Promise<void> {
+  async settle(ref: ShippedPlacement, exitCode?: number): Promise<void> {
     const abort = new AbortController();
     let late = false;
     const deadline = this.deps.sleep(SETTLE_MS, abort.signal).then(() => {
@@ -192,8 +200,12 @@ export class ConsoleShipper {
     });
     const s0 = this.stream(ref);
     s0.exitReported = true;
+    s0.reportedCode = exitCode ?? null;
     this.collect(ref);
-    if (s0.exitLast && s0.phase === "job") s0.phase = "ended"; // the guest's marker was read before its report came
+    if (s0.exitLast && s0.phase === "job" && (exitCode === undefined || s0.lastCode === null || s0.lastCode === exitCode)) {
+      s0.phase = "ended"; // the guest's marker was read before its report came
+      s0.owedNewline = false;
+    }
     try {
       for (let i = 0; i < 4 * (SETTLE_MS / SETTLE_POLL_MS) && !late; i++) {
         this.collect(ref);
@@ -299,7 +311,7 @@ export class ConsoleShipper {
   private stream(ref: ShippedPlacement): Stream {
     let s = this.streams.get(ref.placementId);
     if (s) return s;
-    s = { ref, redactor: new ConsoleRedactor(this.deps.secretsOf(ref.dirName)), rawOffset: 0, phase: "boot", streamOffset: 0, queue: [], queuedBytes: 0, refused: false, saved: null, cut: null, exitLast: false, exitReported: false };
+    s = { ref, redactor: new ConsoleRedactor(this.deps.secretsOf(ref.dirName)), rawOffset: 0, phase: "boot", streamOffset: 0, queue: [], queuedBytes: 0, refused: false, saved: null, cut: null, exitLast: false, exitReported: false, reportedCode: null, lastCode: null, owedNewline: false };
     const d = this.payloads.get(ref.placementId);
     if (d) s.redactor.payloadDigests = d;
     this.streams.set(ref.placementId, s);
@@ -319,10 +331,13 @@ export class ConsoleShipper {
     const end = s.cut ? Math.min(size, s.cut.at) : size;
     if (end <= s.rawOffset) return;
     const raw = readRange(path, s.rawOffset, Math.min(end - s.rawOffset, MAX_COLLECT_BYTES));
+    const atEnd = s.rawOffset + raw.length >= end && !s.cut;
     s.rawOffset += raw.length;
-    const out = jobOutput(s.redactor.feed(raw), s.phase, s.exitReported, s.exitLast);
+    const out = jobOutput(s.redactor.feed(raw), s.phase, { exitReported: s.exitReported, reportedCode: s.reportedCode, atEnd, exitLast: s.exitLast, owedNewline: s.owedNewline });
     s.phase = out.phase;
     s.exitLast = out.exitLast;
+    s.owedNewline = out.owedNewline;
+    if (out.lastCode !== null) s.lastCode = out.lastCode;
     const resume = { rawOffset: s.rawOffset - s.redactor.heldBytes, phase: s.phase };
     const pieces = splitChunks(out.text);
     pieces.forEach((piece, i) => this.enqueue(s, piece, i === pieces.length - 1 ? resume : null));

@@ -168,7 +168,7 @@ export class PlacementReconciler {
     session.onWorkloadExit = (code) => {
       const p = this.deps.store.placement(placementId);
       if (!p) return;
-      const report = (this.deps.ctx.consoleLogs?.settle(this.ref(p)) ?? Promise.resolve()).then(() => {
+      const report = (this.deps.ctx.consoleLogs?.settle(this.ref(p), code) ?? Promise.resolve()).then(() => {
         const cur = this.deps.store.placement(placementId);
         if (cur && cur.observed !== "absent" && cur.workloadExitCode === null) this.observe(cur, cur.observed, { workloadExitCode: code });
       });

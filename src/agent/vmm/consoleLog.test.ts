@@ -2,7 +2,7 @@ import { afterAll, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync, appendFileSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { trimConsoleLog } from "./consoleLog.ts";
+import { mapTrimmedOffset, trimConsoleLog, trimConsoleLogAt } from "./consoleLog.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "bb-console-test-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -31,4 +31,16 @@ test("is a no-op under budget or when absent", async () => {
   expect(await trimConsoleLog(p, 100)).toBe(0);
   expect(readFileSync(p, "utf8")).toBe("hello");
   expect(await trimConsoleLog(join(dir, "absent.log"), 100)).toBe(0);
+});
+
+test("console lines lost at a trim: bytes QEMU appends while the tail is copied are kept after it, where the offset map says", () => {
+  const p = join(dir, "racing.log");
+  const lines = (from: number, to: number) => Array.from({ length: to - from }, (_, i) => `line ${from + i}\n`).join("");
+  writeFileSync(p, lines(0, 2000));
+  const before = statSync(p).size;
+  const t = trimConsoleLogAt(p, 4000, () => appendFileSync(p, lines(2000, 2010)))!;
+  const text = readFileSync(p, "latin1");
+  expect(text.endsWith(lines(1900, 2010).slice(-2000))).toBe(true);
+  expect(text.endsWith(lines(2000, 2010))).toBe(true);
+  expect(text.slice(mapTrimmedOffset(t, before).offset)).toBe(lines(2000, 2010));
 });

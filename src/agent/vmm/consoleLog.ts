@@ -4,7 +4,10 @@
  *
  * The file is rewritten in place (never renamed: QEMU holds an O_APPEND fd,
  * so after truncation its writes land at the new end). Bytes QEMU appends
- * between our read and the truncate can be lost; that is accepted.
+ * while the tail is copied land past the old end: they are copied after the
+ * tail too, until the size holds still, so only an append in the moment
+ * between that last size check and the truncate can be lost (before, every
+ * append during the copy of up to the budget was lost, silently).
  * Synchronous on purpose: a trim is a few reads and writes of at most the
  * budget, and keeping it off the event loop's I/O pool keeps the agent's
  * housekeeping deterministic under the simulation's fake timers.
@@ -46,9 +49,10 @@ export function trimConsoleLog(path: string, budgetBytes: number): number {
  * puts a `[... N bytes trimmed ...]` line between them (N counts every byte
  * dropped so far, across calls). Returns how the offsets moved (null when
  * under budget or absent), for a reader of the file (logs/shipper.ts).
- * Throws on I/O errors other than ENOENT.
+ * Throws on I/O errors other than ENOENT. `afterCopy` (tests) runs once the
+ * tail is copied, as QEMU's appends would.
  */
-export function trimConsoleLogAt(path: string, budgetBytes: number): ConsoleTrim | null {
+export function trimConsoleLogAt(path: string, budgetBytes: number, afterCopy?: () => void): ConsoleTrim | null {
   const st = statSync(path, { throwIfNoEntry: false });
   if (!st || st.size <= budgetBytes) return null; // the common case: one stat, no open
   let fd: number;
@@ -77,7 +81,20 @@ export function trimConsoleLogAt(path: string, budgetBytes: number): ConsoleTrim
     const marker = Buffer.from(`\n[... ${prevTrimmed + droppedNow} bytes trimmed ...]\n`, "latin1");
     writeSync(fd, marker, 0, marker.length, headBytes);
     writeSync(fd, tail, 0, tailBytes, headBytes + marker.length);
-    ftruncateSync(fd, headBytes + marker.length + tailBytes);
+    afterCopy?.();
+    // Appends that came during the copy sit past the old end: move them after the tail (below the old end, so never over unread bytes).
+    let end = size;
+    let newEnd = headBytes + marker.length + tailBytes;
+    for (let i = 0; i < 64; i++) {
+      const now = fstatSync(fd).size;
+      if (now <= end) break;
+      const more = Buffer.alloc(now - end);
+      const got = readSync(fd, more, 0, more.length, end);
+      writeSync(fd, more, 0, got, newEnd);
+      end += got;
+      newEnd += got;
+    }
+    ftruncateSync(fd, newEnd);
     return { droppedBytes: droppedNow, headBytes, cutEnd: tailStart, tailAt: headBytes + marker.length };
   } finally {
     closeSync(fd);

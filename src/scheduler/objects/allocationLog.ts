@@ -52,7 +52,7 @@ export function logEnd(sql: SqlStorage, obj: string): number {
  * Throws BODY_TOO_LARGE for text over MAX_LOG_CHUNK_BYTES bytes. Call inside
  * a transaction.
  */
-export function appendLogChunk(sql: SqlStorage, obj: string, current: CurrentPlacement | null, chunk: LogChunk): LogChunkResult & { appended: boolean; gapBytes: number } {
+export function appendLogChunk(sql: SqlStorage, obj: string, current: CurrentPlacement | null, chunk: LogChunk, charge?: (newBytes: number) => void): LogChunkResult & { appended: boolean; gapBytes: number } {
   const refuse = (code: "UNKNOWN_PLACEMENT" | "STALE_GENERATION") => ({ placementId: chunk.placementId, streamEnd: 0, code, appended: false, gapBytes: 0 });
   if (!current) return refuse("UNKNOWN_PLACEMENT");
   if (chunk.generation < current.generation) return refuse("STALE_GENERATION");
@@ -73,6 +73,9 @@ export function appendLogChunk(sql: SqlStorage, obj: string, current: CurrentPla
   if (bytes.length === 0 || offset + bytes.length <= streamEnd) return { placementId: chunk.placementId, streamEnd, appended: false, gapBytes: 0 };
   // A partial overlap (a resend after the scheduler kept part of it): keep only the new bytes.
   if (offset < streamEnd) bytes = bytes.subarray(streamEnd - offset);
+  // Only new bytes count against the rate (AppendBudget; throws before anything is written): a resend of stored bytes is free,
+  // so an agent retrying a push refused halfway never spends the budget on what was already stored.
+  charge?.(bytes.length);
   const start = m.stream_base + Math.max(offset, streamEnd);
   const end = start + bytes.length;
   sql.exec("INSERT INTO allocation_log_chunks (obj, start_offset, bytes, text) VALUES (?, ?, ?, ?)", obj, start, bytes.length, bytes.toString("utf8"));

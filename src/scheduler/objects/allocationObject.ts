@@ -308,13 +308,13 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
    * generation; anything else is refused with UNKNOWN_PLACEMENT or
    * STALE_GENERATION in the result. Wakes parked follow reads; counts a
    * gap the agent left (lost output) in bb_log_lost_bytes_total. Throws
-   * RATE_LIMITED past the log's append rate (nothing written).
+   * RATE_LIMITED past the log's append rate (nothing written; only bytes
+   * not yet stored count, so a resend is free).
    */
   appendLog(hostId: string, chunk: LogChunk): LogChunkResult {
     const r = this.rec();
     const current = r && r.hostId === hostId && r.placementId && r.allocationId === chunk.allocationId ? { placementId: r.placementId, generation: r.generation } : null;
-    if (current) this.logBudget.take(Buffer.byteLength(chunk.text), this.now);
-    const out = this.state.storage.transactionSync(() => appendLogChunk(this.state.storage.sql, this.state.name, current, chunk));
+    const out = this.state.storage.transactionSync(() => appendLogChunk(this.state.storage.sql, this.state.name, current, chunk, (n) => this.logBudget.take(n, this.now)));
     if (out.appended) this.followers.wake();
     if (out.gapBytes > 0) this.env.metrics.inc("bb_log_lost_bytes_total", "Bytes of workload output lost before they reached the scheduler (gaps agents left in placements' streams)", { workload_class: r!.workloadClass }, out.gapBytes);
     const { appended: _, gapBytes: __, ...result } = out;
