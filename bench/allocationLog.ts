@@ -24,6 +24,9 @@ import { SqlStore } from "../src/scheduler/runtime/embedded/sqlStore.ts";
 import { migrate } from "../src/scheduler/runtime/migrate.ts";
 import { MIGRATIONS } from "../src/scheduler/migrations/index.ts";
 import { LOG_RING_BYTES, MAX_LOG_CHUNK_BYTES, MAX_LOG_CHUNKS_PER_PUSH, MAX_LOG_READ_BYTES } from "../src/protocol/logs.ts";
+import { limitRunTime } from "./runLimit.ts";
+
+limitRunTime("bench/allocationLog.ts", 600);
 
 const { values } = parseArgs({ options: { mib: { type: "string", default: "32" } } });
 const MIB = Number(values.mib);

@@ -25,6 +25,9 @@ const dir = mkdtempSync(join(tmpdir(), "bb-bench-api-"));
 
 const BASELINE = `
 import { Database } from "bun:sqlite";
+import { limitRunTime } from "./runLimit.ts";
+
+limitRunTime("bench/api.ts", 600);
 const db = new Database(process.argv[2], { create: true, strict: true });
 db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; CREATE TABLE IF NOT EXISTS a (id TEXT PRIMARY KEY, owner TEXT NOT NULL, body TEXT NOT NULL)");
 const ins = db.query("INSERT OR IGNORE INTO a (id, owner, body) VALUES (?, ?, ?)");

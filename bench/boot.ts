@@ -40,8 +40,11 @@ import type { ImageManifest } from "../src/protocol/image.ts";
 import type { AllocationEvent } from "../src/protocol/api.ts";
 import { writeDebianOciLayout } from "../test/support/debianOci.ts";
 import { phaseTimings } from "../src/dev/demo.ts";
-import { placementDirName } from "../src/agent/placementOps.ts";
+import { placementDirName } from "../src/agent/resourceNames.ts";
 import { runRole, startRole, stopRole, tail, type Role } from "../test/support/processes.ts";
+import { limitRunTime } from "./runLimit.ts";
+
+limitRunTime("bench/boot.ts", 1200);
 
 const RUNS = Number(process.env["BB_BENCH_RUNS"] ?? 3);
 const BENCH = resolve(".bb/bench");
@@ -159,7 +162,7 @@ async function main(): Promise<void> {
       const ev: AllocationEvent[] = [];
       await controller.follow(view.allocationId, (e) => ev.push(e), { intervalMs: 100, until: (e) => e.type === "workload.exited" });
       const v = await controller.get(view.allocationId);
-      const consoleText = readFileSync(join(work, "a", "allocations", placementDirName(v.allocationId, v.placementId!, v.generation), "logs", "console.log"), "utf8");
+      const consoleText = readFileSync(join(work, "a", "allocations", placementDirName("bench-host", v.allocationId, v.placementId!, v.generation), "logs", "console.log"), "utf8");
       // Inside the guest: kernel uptime when the init handed over to bb guest, and when bb guest was ready.
       const up = (re: RegExp) => Number(re.exec(consoleText)?.[1] ?? NaN) * 1000;
       const guestStart = up(/ready \([a-z]+ workload\) at ([0-9.]+)s/) - up(/starting bb guest at ([0-9.]+)s/);

@@ -19,6 +19,9 @@ import { connectionSigner } from "../src/scheduler/connectionSigner.ts";
 import { keyFileSeed } from "../src/scheduler/connectionKeyFile.ts";
 import type { Envelope } from "../src/protocol/agent.ts";
 import { TEST_CONTROLLER as C, TEST_OPERATOR as O, testManifest } from "../test/support/testManifest.ts";
+import { limitRunTime } from "./runLimit.ts";
+
+limitRunTime("bench/grants.ts", 600);
 
 const { values } = parseArgs({ options: { grants: { type: "string", default: "2000" }, allocations: { type: "string", default: "8" } } });
 const GRANTS = Number(values.grants);

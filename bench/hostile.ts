@@ -23,6 +23,9 @@ import { ROUTES } from "../src/scheduler/routes.ts";
 import { SeededRandom } from "../test/sim/rng.ts";
 import { HostileGenerator, outcomeProblem, percentile, probeHealth, sendHostile, type HostileRequest } from "../test/support/hostileRequests.ts";
 import { filler } from "../test/support/rawHttp.ts";
+import { limitRunTime } from "./runLimit.ts";
+
+limitRunTime("bench/hostile.ts", 600);
 
 const { values } = parseArgs({ options: { requests: { type: "string", default: "2000" }, concurrency: { type: "string", default: "12" }, seed: { type: "string", default: "1" } } });
 const N = Number(values.requests);

@@ -13,6 +13,7 @@
  *   flock /tmp/bb-heavy.lock node_modules/.bin/bun bench/netstack.ts [--mib 256] [--packets 200000]
  */
 import { parseArgs } from "node:util";
+import { TUNNEL_MTU } from "../src/protocol/tunnelMtu.ts";
 import { resolve } from "node:path";
 import { Netns, must } from "../test/support/netns.ts";
 import { forEachStreamChunk, streamSha256 } from "../test/support/stream.ts";
@@ -20,6 +21,9 @@ import { startTunWorld } from "../test/support/tunWorld.ts";
 import { udp4 } from "../test/support/packets.ts";
 import { createHash } from "node:crypto";
 import { openTun } from "../native/tun/tun.ts";
+import { limitRunTime } from "./runLimit.ts";
+
+limitRunTime("bench/netstack.ts", 900);
 
 const { values } = parseArgs({ options: { mib: { type: "string", default: "256" }, packets: { type: "string", default: "200000" } } });
 const MIB = Number(values.mib);
@@ -48,7 +52,7 @@ console.log(`netstack bench: ${MIB} MiB per TCP transfer, ${PACKETS} UDP packets
 {
   const ns = new Netns(`bbbt-${process.pid}`);
   const peer = new Netns(`bbbp-${process.pid}`);
-  const tun = openTun({ name: `bbbt${process.pid % 10000}`, mtu: 1420 });
+  const tun = openTun({ name: `bbbt${process.pid % 10000}`, mtu: TUNNEL_MTU });
   try {
     must(["ip", "link", "set", tun.name, "netns", ns.name]);
     ns.ip("addr", "add", "10.74.0.1/24", "dev", tun.name);

@@ -16,6 +16,9 @@ import { parseArgs } from "node:util";
 import { SchedulerWorker } from "../src/scheduler/worker.ts";
 import { tokenDigest, type DeploymentManifest, type Identity } from "../src/scheduler/manifest.ts";
 import { openDb } from "../src/storage/sqlite.ts";
+import { limitRunTime } from "./runLimit.ts";
+
+limitRunTime("bench/placement.ts", 600);
 
 const { values } = parseArgs({ options: { hosts: { type: "string", default: "1000" }, allocations: { type: "string", default: "3000" }, concurrency: { type: "string", default: "32" }, checkpoint: { type: "string", default: "worker" } } });
 const HOSTS = Number(values.hosts);

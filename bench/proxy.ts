@@ -16,10 +16,16 @@
  *   certificate made by openssl) in namespace H, UDP between L and H
  *   dropped by nftables in L, so every datagram goes through the relay.
  *
- * Prints MiB/s each way and the ratio ours / baseline. Needs root, ip, nft,
- * wg and wireguard-go; prints why and exits 0 otherwise.
+ * - with --mtu-baseline N, also ours direct with both ends at tunnel MTU N
+ *   (BB_DEBUG_TUNNEL_MTU, e.g. 1420, the MTU before ADR 0103), printing
+ *   ours at TUNNEL_MTU / ours at N for the cost of the smaller MTU.
  *
- *   bun bench/proxy.ts [--mib 64] [--relay]
+ * Prints MiB/s each way and the ratio ours / baseline. Needs root, ip, nft,
+ * wg and wireguard-go; prints why and exits 0 otherwise. Bounded: each
+ * transfer gets TRANSFER_SECONDS, the whole run RUN_SECONDS (then it cleans
+ * up and exits 1; bench/runLimit.ts).
+ *
+ *   bun bench/proxy.ts [--mib 64] [--relay] [--mtu-baseline 1420]
  * Run under `flock /tmp/bb-heavy.lock` on shared machines.
  */
 import { mkdtempSync, rmSync } from "node:fs";
@@ -32,9 +38,20 @@ import { LineChild } from "../test/support/lineChild.ts";
 import { Netns } from "../test/support/netns.ts";
 import { startWgWorld, wgWorldSkipReason } from "../test/support/wgWorld.ts";
 import { makeTestCert } from "../test/support/relay.ts";
+import { debugTunnelMtu } from "../src/protocol/debugKnobs.ts";
+import { TUNNEL_MTU } from "../src/protocol/tunnelMtu.ts";
 import { writeFileSync } from "node:fs";
+import { limitRunTime, onRunLimit } from "./runLimit.ts";
 
-const { values } = parseArgs({ options: { mib: { type: "string", default: "64" }, relay: { type: "boolean", default: false } } });
+/** Longest one transfer may take, seconds (then it counts as FAILED). */
+const TRANSFER_SECONDS = 180;
+/** Longest the whole benchmark may take, seconds. */
+const RUN_SECONDS = 900;
+limitRunTime("bench/proxy.ts", RUN_SECONDS);
+
+const { values } = parseArgs({ options: { mib: { type: "string", default: "64" }, relay: { type: "boolean", default: false }, "mtu-baseline": { type: "string" } } });
+/** BB_DEBUG_TUNNEL_MTU for the comparison run (checked here, before anything starts), or null. */
+const MTU_BASELINE = values["mtu-baseline"] === undefined ? null : debugTunnelMtu({ BB_DEBUG_TUNNEL_MTU: values["mtu-baseline"] });
 const BYTES = Number(values.mib) << 20;
 const repo = resolve(import.meta.dir, "..");
 const bun = process.execPath;
@@ -52,6 +69,14 @@ const work = mkdtempSync(join(tmpdir(), "bb-bench-proxy-"));
 const spaces: Netns[] = [];
 const children: LineChild[] = [];
 const mibps = (bytes: number, ms: number) => bytes / (1 << 20) / (ms / 1000);
+/** Processes started with Bun.spawn, killed if the run-time bound passes. */
+const procs: Array<ReturnType<typeof Bun.spawn>> = [];
+onRunLimit(async () => {
+  for (const p of procs) if (p.exitCode === null) p.kill("SIGKILL");
+  for (const c of children.reverse()) await c.stop(2_000).catch(() => {});
+  for (const n of spaces.reverse()) n.delete();
+  rmSync(work, { recursive: true, force: true });
+});
 
 function veth(a: Netns, ifA: string, b: Netns, ifB: string): void {
   a.ip("link", "add", ifA, "type", "veth", "peer", "name", ifB, "netns", b.name);
@@ -60,14 +85,18 @@ function veth(a: Netns, ifA: string, b: Netns, ifB: string): void {
 }
 
 async function tcpClient(ns: Netns, args: string[]): Promise<{ ok: boolean; bytes: number; ms: number }> {
-  const p = Bun.spawn(ns.exec([bun, join(repo, "test/support/tcpClient.ts"), ...args]), { stdout: "pipe", stderr: "inherit" });
+  const p = Bun.spawn(ns.exec(["timeout", String(TRANSFER_SECONDS), bun, join(repo, "test/support/tcpClient.ts"), ...args]), { stdout: "pipe", stderr: "inherit" });
   const out = await new Response(p.stdout).text();
   await p.exited;
-  return JSON.parse(out.trim().split("\n").at(-1) ?? "{}");
+  const r = JSON.parse(out.trim().split("\n").at(-1) || "{}");
+  // Killed at the bound: nothing printed; counted as FAILED, with the bound as its time.
+  return r.ok === undefined ? { ok: false, bytes: 0, ms: TRANSFER_SECONDS * 1000 } : r;
 }
 
-async function ours(relay: boolean): Promise<Record<"sink" | "source", { ok: boolean; bytes: number; ms: number }>> {
-  const tag = relay ? "r" : "";
+async function ours(relay: boolean, mtu: number | null = null): Promise<Record<"sink" | "source", { ok: boolean; bytes: number; ms: number }>> {
+  const tag = relay ? "r" : mtu !== null ? "m" : "";
+  // Both ends of the session take the same MTU (the proxy's stack, the host's TUN and SYN clamp).
+  const mtuEnv: Record<string, string> = mtu !== null ? { BB_DEBUG_TUNNEL_MTU: String(mtu) } : {};
   const [L, H, P, G] = ["l", "h", "p", "g"].map((n) => new Netns(`bbb-px${tag}${n}-${ID}`)) as [Netns, Netns, Netns, Netns];
   spaces.push(L, H, P, G);
   veth(L, "eth0", H, "eth0");
@@ -81,7 +110,7 @@ async function ours(relay: boolean): Promise<Record<"sink" | "source", { ok: boo
   G.ip("-6", "addr", "add", `${ALLOC}/128`, "dev", "eth0", "nodad");
   G.ip("-6", "route", "add", "default", "via", "fe80::1", "dev", "eth0");
   const child = (ns: Netns, args: string[], name: string) => {
-    const c = new LineChild(ns.exec([bun, ...args]), join(work, `${name}.log`));
+    const c = new LineChild(ns.exec([bun, ...args]), join(work, `${name}.log`), { ...process.env, ...mtuEnv });
     children.push(c);
     return c;
   };
@@ -96,6 +125,7 @@ async function ours(relay: boolean): Promise<Record<"sink" | "source", { ok: boo
       trustedKeys: [{ keyId: issuer.keyId, publicKey: issuer.publicKey }], limitCaps: { maxBytes: 1 << 30, maxBytesPerSecond: 100_000_000, idleTimeoutMs: 60_000 },
     }));
     relayProc = Bun.spawn(H.exec([bun, join(repo, "bin/bb.ts"), "relay", "run", "--config", conf]), { stdout: "ignore", stderr: "ignore" });
+    procs.push(relayProc);
     // Every WireGuard datagram between the two must take the relay.
     const block = Bun.spawnSync(L.exec(["nft", "-f", "-"]), { stdin: new TextEncoder().encode("table ip bb_block {\n chain drop_udp { type filter hook output priority 0; policy accept; ip daddr 192.0.2.2 udp dport 51820 drop; }\n}\n") });
     if (block.exitCode !== 0) throw new Error(`nft: ${block.stderr}`);
@@ -106,6 +136,7 @@ async function ours(relay: boolean): Promise<Record<"sink" | "source", { ok: boo
   if (relay) iss.send({ op: "next-grant", relays: true });
   iss.send({ op: "allocation", id: allocationId, state: "ready", generation: 1, hostId: "host-1", allocationAddress: ALLOC });
   const peer = Bun.spawn(G.exec([bun, join(repo, "test/support/tcpPeer.ts"), "7000", ALLOC]), { stdout: "pipe", stderr: "inherit" });
+  procs.push(peer);
   const reader = peer.stdout.getReader();
   if (!new TextDecoder().decode((await reader.read()).value).includes("ready")) throw new Error("tcpPeer did not start");
   const cfg = {
@@ -120,8 +151,9 @@ async function ours(relay: boolean): Promise<Record<"sink" | "source", { ok: boo
   const proxy = Bun.spawn(L.exec([bun, join(repo, "bin/bb.ts"), "proxy", allocationId, "--local-port", "2222", "--remote-port", "7000"]), {
     stdout: "pipe",
     stderr: "pipe",
-    env: { ...process.env, NO_COLOR: "1", BB_SCHEDULER_URL: "http://192.0.2.2:8080", BB_TOKEN: TOKEN, BB_CONNECTION_KEYS: issuer.verificationKeyText(), BB_RELAY_CA: cert.certPath },
+    env: { ...process.env, NO_COLOR: "1", BB_SCHEDULER_URL: "http://192.0.2.2:8080", BB_TOKEN: TOKEN, BB_CONNECTION_KEYS: issuer.verificationKeyText(), BB_RELAY_CA: cert.certPath, ...mtuEnv },
   });
+  procs.push(proxy);
   let text = "";
   void (async () => {
     for await (const c of proxy.stderr) text += new TextDecoder().decode(c);
@@ -155,6 +187,7 @@ try {
   }
   const runs: Array<[string, Awaited<ReturnType<typeof ours>>]> = [["direct", await ours(false)]];
   if (values.relay) runs.push(["relay ", await ours(true)]);
+  const atBaselineMtu = MTU_BASELINE !== null ? await ours(false, MTU_BASELINE) : null;
   console.log(`bb proxy throughput, ${BYTES >> 20} MiB each way, one connection (MiB/s; ratio vs wireguard-go + kernel TCP direct, same run):`);
   for (const [path, o] of runs) {
     for (const kind of ["sink", "source"] as const) {
@@ -162,6 +195,16 @@ try {
       const b = mibps(base[kind]!.bytes, base[kind]!.ms);
       const dir = kind === "sink" ? "to the VM  " : "from the VM";
       console.log(`  ${path} ${dir} bb proxy ${a.toFixed(1).padStart(6)}${o[kind].ok ? "" : " (FAILED)"}   wireguard-go+kernel ${b.toFixed(1).padStart(6)}${base[kind]!.ok ? "" : " (FAILED)"}   ratio ${(a / b).toFixed(2)}`);
+    }
+  }
+  if (atBaselineMtu) {
+    console.log(`bb proxy direct at tunnel MTU ${TUNNEL_MTU} against MTU ${MTU_BASELINE} (same run, MiB/s):`);
+    const direct = runs[0]![1];
+    for (const kind of ["sink", "source"] as const) {
+      const a = mibps(direct[kind].bytes, direct[kind].ms);
+      const b = mibps(atBaselineMtu[kind].bytes, atBaselineMtu[kind].ms);
+      const dir = kind === "sink" ? "to the VM  " : "from the VM";
+      console.log(`  ${dir} MTU ${TUNNEL_MTU} ${a.toFixed(1).padStart(6)}${direct[kind].ok ? "" : " (FAILED)"}   MTU ${MTU_BASELINE} ${b.toFixed(1).padStart(6)}${atBaselineMtu[kind].ok ? "" : " (FAILED)"}   ratio ${(a / b).toFixed(2)}`);
     }
   }
 } finally {

@@ -29,6 +29,9 @@ import { parseArgs } from "node:util";
 import { grantId, makeSigner, tokenPayload } from "../src/relay/testing.ts";
 import { connectRelay, type RelayTransport } from "../src/relayclient/index.ts";
 import { makeTestCert, relayConfigFile, writeRelayConfig } from "../test/support/relay.ts";
+import { limitRunTime } from "./runLimit.ts";
+
+limitRunTime("bench/relay.ts", 900);
 
 const { values } = parseArgs({ options: { seconds: { type: "string", default: "2" }, pairs: { type: "string", default: "1,1000" }, window: { type: "string", default: "8" }, rounds: { type: "string", default: "5" }, transports: { type: "string", default: "ws,wss" } } });
 const ROUNDS = Number(values.rounds);

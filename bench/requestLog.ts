@@ -20,6 +20,9 @@ import { buildApp } from "../src/scheduler/app.ts";
 import { withRequestLog } from "../src/scheduler/requestLog.ts";
 import { createLogger } from "../src/command/log.ts";
 import { readFileSync } from "node:fs";
+import { limitRunTime } from "./runLimit.ts";
+
+limitRunTime("bench/requestLog.ts", 600);
 
 const { values } = parseArgs({ options: { requests: { type: "string", default: "20000" }, rounds: { type: "string", default: "5" } } });
 const N = Number(values.requests);

@@ -41,6 +41,9 @@ import { probeSodium } from "../native/sodium/sodium.ts";
 import { fixedLoad } from "../src/wireguard/load.ts";
 import { icmpEcho } from "../test/support/ipCraft.ts";
 import { runJobs, startWgWorld, wgWorldSkipReason } from "../test/support/wgWorld.ts";
+import { limitRunTime } from "./runLimit.ts";
+
+limitRunTime("bench/tunnel.ts", 1200);
 
 const { values } = parseArgs({ options: { seconds: { type: "string", default: "1" }, handshakes: { type: "string", default: "400" }, "tcp-mib": { type: "string", default: "128" } } });
 const SECONDS = Number(values.seconds);

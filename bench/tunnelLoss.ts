@@ -11,7 +11,7 @@
  * SACK) or alternates.
  *
  * The reference printed beside the result is the Reno bound of one flow,
- * MSS/RTT × 1.22/√p (Mathis et al. 1997) with MSS 1,360 bytes, RTT = 2 ×
+ * MSS/RTT × 1.22/√p (Mathis et al. 1997) with the tunnel MSS (1,220 bytes over IPv6), RTT = 2 ×
  * delay and p = the loss per direction, as a ratio measured/bound.
  * Every transfer is checked byte-exact (SHA-256) by the client.
  *
@@ -22,7 +22,11 @@
  */
 import { parseArgs } from "node:util";
 import { sh } from "../test/support/netns.ts";
+import { TCP_MSS_BYTES } from "../src/netstack/limits.ts";
 import { clientStats, runJobs, startWgWorld, wgWorldSkipReason } from "../test/support/wgWorld.ts";
+import { limitRunTime } from "./runLimit.ts";
+
+limitRunTime("bench/tunnelLoss.ts", 900);
 
 const { values } = parseArgs({
   options: {
@@ -48,7 +52,7 @@ if (skip) {
   console.log(`tunnelLoss: skipped: ${skip}`);
   process.exit(0);
 }
-const MSS = 1_360;
+const MSS = TCP_MSS_BYTES;
 const renoMiBps = impair.lossPercent > 0 ? (MSS / ((2 * impair.delayMs) / 1000)) * (1.22 / Math.sqrt(impair.lossPercent / 100)) / 2 ** 20 : Infinity;
 
 const w = await startWgWorld("bbtl", 86, { impair });

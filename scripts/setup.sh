@@ -52,11 +52,15 @@ command -v npm >/dev/null 2>&1 || fail "npm not found: install Node.js and npm f
 
 export DEBIAN_FRONTEND=noninteractive
 
+# shellcheck source=lib/apt-wait.sh
+. scripts/lib/apt-wait.sh
+
+# apt_get_waiting waits (bounded, and says so) while unattended-upgrades or another apt holds the lock.
 step "apt-get update (the dev image builder downloads the kernel with apt-get download)"
-quiet "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+apt_get_waiting update -q || fail "failed: apt-get update"
 
 step "apt-get install ${PACKAGES[*]}"
-quiet "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"
+apt_get_waiting install -y -q --no-install-recommends "${PACKAGES[@]}" || fail "failed: apt-get install"
 
 if [ -f package-lock.json ]; then
   step "npm ci"

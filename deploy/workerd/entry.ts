@@ -9,7 +9,10 @@
  * BB_MANIFEST, the deployment manifest as JSON, and, with private
  * networking, BB_CONNECTION_SIGNING_KEY: the connection-signing key's seed
  * (the secret the manifest's `connections.signingKey` names; workerd has no
- * key file, so the reference resolves to this binding at each use).
+ * key file, so the reference resolves to this binding at each use), and
+ * BB_PUBLIC_URL, the URL agents use (printed in join commands; default
+ * DEFAULT_PUBLIC_URL, config.capnp's socket). It is never taken from a
+ * request's Host header: the first caller would choose it for everyone.
  */
 import { DurableObject } from "cloudflare:workers";
 import { Value } from "@sinclair/typebox/value";
@@ -96,6 +99,9 @@ export const Network = durableClass(DurableObject, NetworkObject, host);
 export const NetworkDirectory = durableClass(DurableObject, NetworkDirectoryObject, host);
 export const Connection = durableClass(DurableObject, ConnectionObject, host);
 
+/** The public URL when BB_PUBLIC_URL is not set: config.capnp's socket address. */
+const DEFAULT_PUBLIC_URL = "http://127.0.0.1:8787";
+
 const routers = new WeakMap<object, (req: Request) => Promise<Response>>();
 
 export default {
@@ -103,7 +109,7 @@ export default {
     let r = routers.get(raw);
     if (!r) {
       const env = buildEnv(raw);
-      r = withRequestLog(fetchRouter(new SchedulerFront(env, raw.BB_PUBLIC_URL ?? new URL(req.url).origin)), { log, clock: env.clock, random: env.random });
+      r = withRequestLog(fetchRouter(new SchedulerFront(env, raw.BB_PUBLIC_URL || DEFAULT_PUBLIC_URL)), { log, clock: env.clock, random: env.random });
       routers.set(raw, r);
     }
     return r(req);

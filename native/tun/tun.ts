@@ -32,10 +32,13 @@ const AF_INET = 2;
 const SOCK_DGRAM = 2;
 const SOCK_CLOEXEC = 0o2000000;
 
-/** Default MTU: the tunnel's 1,420-byte WireGuard MTU (docs/architecture.md, "Private networking"). */
-export const DEFAULT_TUN_MTU = 1420;
 /** Smallest MTU accepted (IPv6 minimum link MTU, RFC 8200 §5). */
 export const MIN_TUN_MTU = 1280;
+/**
+ * Default MTU: the IPv6 minimum, which is the tunnel MTU (src/protocol/tunnelMtu.ts,
+ * ADR 0103; native/ may not import it, a test holds the two equal). Callers pass TUNNEL_MTU.
+ */
+export const DEFAULT_TUN_MTU = MIN_TUN_MTU;
 /** Largest MTU accepted, bytes (bounds each ring slot). */
 export const MAX_TUN_MTU = 9000;
 /** Bytes per ring slot: one batch of packets. */

@@ -173,9 +173,50 @@ test("a graceful stop records nothing, leaves the VM running, and the next agent
   await tl.advance(1_000);
   sent.push(...(await exchange(tl, second.channel)));
   expect(sent.filter((u) => u.state === "error")).toEqual([]);
-  expect(second.log.lines.some((l) => l.includes("adopted VM"))).toBe(true);
+  expect(second.log.lines.some((l) => l.includes("adopted a running VM"))).toBe(true);
   expect(host.running()).toHaveLength(1);
   await stop(tl, second.agent);
+});
+
+test("silent placements: one structured line per placement transition with the IDs as fields, and metrics by state, time in state and failure code", async () => {
+  const { tl, incarnation } = rig("transitions");
+  const { agent, channel, log } = await incarnation();
+  const lease = () => tl.now() + 30_000;
+  await exchange(tl, channel, [command("ensure_present", lease())]);
+  await exchange(tl, channel, [command("ensure_running", lease())]);
+  await tl.advance(1_000);
+  await exchange(tl, channel);
+  const running = await agent.metrics.text();
+  expect(running).toContain('bb_agent_placements{state="running"} 1');
+  await exchange(tl, channel, [command("ensure_absent", lease())]);
+  await tl.advance(1_000);
+  await exchange(tl, channel);
+  const lines = log.records.filter((r) => r.msg === "placement transition");
+  expect(lines.map((r) => `${r.fields["from"]}>${r.fields["state"]}`)).toEqual(["accepted>preparing", "preparing>prepared", "prepared>starting", "starting>running", "running>stopping", "stopping>absent"]);
+  for (const r of lines) {
+    expect(r.fields).toMatchObject({ allocationId: "alc-1", placementId: "plc-1", generation: 1 });
+    expect(typeof r.fields["durationMs"]).toBe("number");
+  }
+  // No message of the agent embeds a variable: every line's text is one of a closed set, the rest is fields.
+  for (const r of log.records) expect(r.msg).not.toContain("plc-1");
+  const text = await agent.metrics.text();
+  expect(text).toContain('bb_agent_placement_transitions_total{from="starting",state="running"} 1');
+  expect(text).toContain('bb_agent_placement_state_seconds_count{state="starting"} 1');
+  expect(text).not.toContain('bb_agent_placements{state="running"}');
+  await stop(tl, agent);
+});
+
+test("silent failures: a placement that turns error is one warning line with its code and a failure counted by code", async () => {
+  const { tl, incarnation } = rig("failure-metrics", (n) => (n === 0 ? 0 : 40_000));
+  const { agent, channel, log } = await incarnation();
+  await exchange(tl, channel, [command("ensure_present", tl.now() + 30_000)]);
+  await exchange(tl, channel, [command("ensure_running", tl.now() + 30_000)]);
+  await tl.advance(45_000);
+  await exchange(tl, channel);
+  const err = log.records.find((r) => r.msg === "placement transition" && r.fields["state"] === "error");
+  expect(err).toMatchObject({ level: "warn", fields: { from: "prepared", errorCode: "LEASE_EXPIRED", placementId: "plc-1" } });
+  expect(await agent.metrics.text()).toContain('bb_agent_placement_failures_total{code="LEASE_EXPIRED"} 1');
+  await stop(tl, agent);
 });
 
 /** The scheduler's log intake as a test double: each placement's stream by offset. */

@@ -19,7 +19,7 @@
  */
 import { mkdirSync } from "node:fs";
 import { AgentStore } from "./store.ts";
-import type { AgentClock, AgentLog, AgentRandom, ControlChannel, HostProbe, LogSink, Timers } from "./ports.ts";
+import { errorText, type AgentClock, type AgentLog, type AgentRandom, type ControlChannel, type HostProbe, type LogSink, type Timers } from "./ports.ts";
 import type { VmmDriver } from "./vmm/driver.ts";
 import type { IsolationPort } from "./isolation/isolationPort.ts";
 import type { ImagePort } from "./image/imagePort.ts";
@@ -30,6 +30,9 @@ import { ControlLoop } from "./control/controlLoop.ts";
 import { deliverBootstrap } from "./control/deliveries.ts";
 import { Housekeeping } from "./housekeeping.ts";
 import { failedPrerequisites, recoverPlacements, type StartupPorts } from "./startup.ts";
+import { applyInventory } from "./quarantine.ts";
+import { AgentMetrics } from "./metrics.ts";
+import { transitionSink } from "./placementTransitions.ts";
 import { DEFAULT_VMM_SELF_CHECK_INTERVAL_MS, VmmHealth, type VmmSelfCheck } from "./vmmHealth.ts";
 import { VMM_BOOT_CHECK_ID } from "./doctor/checks.ts";
 import { consoleLogPath, placementSecrets, type PlacementContext } from "./placementOps.ts";
@@ -104,6 +107,8 @@ export class Agent {
     private readonly housekeeping: Housekeeping,
     private readonly consoleLogs: ConsoleShipper | null,
     readonly connections: AgentConnections | null,
+    /** Prometheus metrics of this agent (metrics.ts), served by metricsServer.ts when configured. */
+    readonly metrics: AgentMetrics,
   ) {}
 
   /** Starts an agent: lock, agent.db, prerequisite registry, inventory and adoption, then the poll loop and housekeeping. Throws if locked. */
@@ -125,6 +130,7 @@ export class Agent {
     const { clock, timers, log } = ports;
     const vmm = new VmmHealth({ clock, log, selfCheck: () => ports.vmmSelfCheck(), intervalMs: settings.vmmSelfCheckIntervalMs ?? DEFAULT_VMM_SELF_CHECK_INTERVAL_MS });
     const health = new AgentHealth(ports.probe, settings.allocationsDir, ports.driver.name, vmm);
+    const metrics = new AgentMetrics(() => store.livePlacements().map((p) => p.observed));
     const keepFailedConsoles = settings.failedConsoleDir && (settings.failedConsoleRetentionMs ?? 0) > 0 ? settings.failedConsoleDir : null;
     const ctx: PlacementContext = {
       allocationsDir: settings.allocationsDir,
@@ -152,7 +158,7 @@ export class Agent {
         });
         connections = new AgentConnections(endpoint, clock);
       } catch (e) {
-        log.error(`host endpoint not started; configure_connection commands will be rejected: ${(e as Error).message}`);
+        log.error("host endpoint not started; configure_connection commands will be rejected", { error: errorText(e) });
       }
     }
     const reconciler = new PlacementReconciler({
@@ -165,6 +171,7 @@ export class Agent {
         control?.flush();
       },
       onStartOutcome: (launched) => vmm.noteStart(launched),
+      transitions: transitionSink(log, metrics),
       ...(keepFailedConsoles ? { failedConsoleDir: keepFailedConsoles } : {}),
       ...(settings.debug ? { debug: settings.debug } : {}),
     });
@@ -175,6 +182,7 @@ export class Agent {
       timers,
       log,
       bootId: settings.bootId,
+      hostId: settings.hostId,
       health: () => health.report(),
       quarantined: () => health.quarantine.length > 0,
       onCommand: (id) => reconciler.kick(id),
@@ -198,6 +206,7 @@ export class Agent {
       failedConsoles: keepFailedConsoles ? { dir: keepFailedConsoles, retentionMs: settings.failedConsoleRetentionMs! } : null,
       consoleLogs,
       vmm,
+      inventory: (known) => ports.inventory(known),
       hasPending: () => control.hasPending(),
       flush: () => control.flush(),
     });
@@ -206,9 +215,9 @@ export class Agent {
       health.prerequisitesFailed = failedPrerequisites(checks.filter((c) => c.id !== VMM_BOOT_CHECK_ID), log);
       const boot = checks.find((c) => c.id === VMM_BOOT_CHECK_ID);
       if (boot) vmm.noteSelfCheck(boot);
-      health.quarantine = await recoverPlacements({ store, driver: ports.driver, reconciler, clock, log, ports });
+      applyInventory(health, await recoverPlacements({ store, driver: ports.driver, reconciler, clock, log, ports }), log, true);
       if (consoleLogs) for (const p of store.livePlacements()) if (reconciler.handleOf(p.placementId)) consoleLogs.adopt(p);
-      const agent = new Agent(settings, ports, store, releaseLock, reconciler, control, health, housekeeping, consoleLogs, connections);
+      const agent = new Agent(settings, ports, store, releaseLock, reconciler, control, health, housekeeping, consoleLogs, connections, metrics);
       housekeeping.start();
       control.start();
       return agent;

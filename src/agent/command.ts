@@ -135,7 +135,7 @@ const run = command({
       routeConsola(consola, createLogger({ format: parseLogFormat(args["log-format"] ?? process.env["BB_LOG_FORMAT"], !!process.stderr.isTTY), level }, { role: "agent" }), level);
       const { AgentDaemon } = await import("./daemon.ts");
       const agent = await AgentDaemon.start({ dataDir: resolve(args["data-dir"]) });
-      consola.info(`agent for host ${agent.hostId} running`);
+      consola.info("agent running", { hostId: agent.hostId });
       await new Promise<void>((done) => {
         const stop = () => void agent.stop().then(done);
         process.once("SIGINT", stop);

@@ -56,6 +56,8 @@ export interface AgentConfig {
   vmmMemoryOverheadMiB?: number;
   /** pids.max per placement (default 256). */
   vmmPidsMax?: number;
+  /** Where the agent serves its Prometheus metrics (`GET /metrics`), `IP:PORT`, e.g. `127.0.0.1:9465`; absent (the default): not served. */
+  metricsListen?: string;
   /** Kernel the VMM test boot uses (default: the first image directory's kernel); see doctor/vmmBoot.ts. */
   vmmTestKernel?: string;
   /** While VMM starts keep failing, how often the agent re-runs the VMM test boot, ms (default 60 000). */

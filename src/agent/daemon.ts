@@ -13,6 +13,7 @@ import { agentPaths, loadAgentFiles } from "./config.ts";
 import { takeAgentLock } from "./lock.ts";
 import { ControlClient } from "./controlClient.ts";
 import { inventoryForeign } from "./inventory.ts";
+import { hostTag } from "./resourceNames.ts";
 import { selectVmmDriver } from "./vmm/select.ts";
 import { isolationFromConfig } from "./isolation/isolation.ts";
 import { HostIsolation } from "./isolation/isolationOps.ts";
@@ -20,8 +21,9 @@ import { HostImages } from "./image/hostImages.ts";
 import { REAL_DOCTOR_DEPS, runChecks } from "./doctor/checks.ts";
 import { vmmBootCheck } from "./doctor/vmmBoot.ts";
 import type { VmmDriver } from "./vmm/driver.ts";
-import { consolaLog, systemClock, systemHostProbe, systemRandom, systemTimers } from "./ports.ts";
+import { consolaLog, type AgentLog, systemClock, systemHostProbe, systemRandom, systemTimers } from "./ports.ts";
 import { Agent } from "./agent.ts";
+import { parseListen, startMetricsServer, type MetricsServer } from "./metricsServer.ts";
 import { startHostEndpoint } from "./endpoint/startEndpoint.ts";
 import { restoreCgroupMounts, systemCgroupMountPorts } from "./isolation/cgroups/mountRestore.ts";
 
@@ -41,30 +43,37 @@ export interface AgentOptions {
   dataDir: string;
   /** VMM driver (default: selected by probing, see vmm/select.ts). */
   driver?: VmmDriver;
+  /** The agent's log (default: text lines through consola, consolaLog). */
+  log?: AgentLog;
 }
 
 /** A running agent with real ports. */
 export class AgentDaemon {
-  private constructor(private readonly agent: Agent) {}
+  private constructor(
+    private readonly agent: Agent,
+    /** The metrics endpoint, when agent.json sets metricsListen. */
+    readonly metricsServer: MetricsServer | null,
+  ) {}
 
   /** Starts an agent from `<dataDir>`. Throws if the host has not joined, or another agent holds the lock. */
   static async start(opts: AgentOptions): Promise<AgentDaemon> {
     const files = loadAgentFiles(opts.dataDir);
     const config = files.config;
     const p = agentPaths(opts.dataDir);
-    const log = consolaLog;
+    const log = opts.log ?? consolaLog;
     // Under `ip netns exec` the fresh /sys hides the cgroup hierarchies: mount them again, in this mount namespace only.
     await restoreCgroupMounts(systemCgroupMountPorts).then(
-      (r) => r.restored && log.info(`cgroup hierarchies were not mounted in this mount namespace (ip netns exec?): mounted ${r.mounted.join(", ")} for the agent`),
-      (e: Error) => log.warn(`cannot mount the cgroup hierarchies in this mount namespace: ${e.message}`),
+      (r) => r.restored && log.info("cgroup hierarchies were not mounted in this mount namespace (ip netns exec?): mounted them for the agent", { mounted: r.mounted.join(",") }),
+      (e: Error) => log.warn("cannot mount the cgroup hierarchies in this mount namespace", { error: e.message }),
     );
     let driver = opts.driver;
     if (!driver) {
       const sel = await selectVmmDriver();
-      log.info(`VMM driver ${sel.driver.name}: ${sel.reason}`);
+      log.info("VMM driver selected", { driver: sel.driver.name, reason: sel.reason });
       driver = sel.driver;
     }
     const isolation = new HostIsolation(isolationFromConfig(config));
+    const metricsListen = config.metricsListen === undefined ? null : parseListen(config.metricsListen, "metricsListen");
     const client = new ControlClient(config.schedulerUrl, config.hostId, files.credential);
     const agent = await Agent.start(
       {
@@ -94,17 +103,27 @@ export class AgentDaemon {
           cacheDir: p.images,
           ...(config.imageSource ? { source: config.imageSource } : {}),
           ...(config.imageCacheMaxBytes ? { cacheMaxBytes: config.imageCacheMaxBytes } : {}),
-          onRetry: (r) => log.warn(`download of ${r.name} interrupted at ${r.haveBytes} bytes (${r.error}); resuming`),
-          onEvictionError: (e) => log.warn(`image cache eviction failed: ${e.message}`),
+          onRetry: (r) => log.warn("image download interrupted; resuming", { name: r.name, haveBytes: r.haveBytes, error: r.error }),
+          onEvictionError: (e) => log.warn("image cache eviction failed", { error: e.message }),
         }),
         lock: () => takeAgentLock(p.lock),
         selfChecks: () => runChecks(config, { ...REAL_DOCTOR_DEPS, vmmDriver: async () => driver }),
         vmmSelfCheck: () => vmmBootCheck(driver, config),
-        inventory: (known) => inventoryForeign(known, p.allocations, isolation.iso.cgroups),
-        ...(config.connections ? { connections: (d) => startHostEndpoint({ hostId: config.hostId, dataDir: opts.dataDir, config: config.connections!, ...d }) } : {}),
+        inventory: (known) => inventoryForeign(known, hostTag(config.hostId), p.allocations, isolation.iso.cgroups),
+        ...(config.connections ? { connections: (d) => startHostEndpoint({ hostId: config.hostId, dataDir: opts.dataDir, config: config.connections!, log, ...d }) } : {}),
       },
     );
-    return new AgentDaemon(agent);
+    let metricsServer: MetricsServer | null = null;
+    if (metricsListen) {
+      try {
+        metricsServer = startMetricsServer(agent.metrics, metricsListen);
+        log.info("agent metrics served", { url: `http://${metricsListen.hostname.includes(":") ? `[${metricsListen.hostname}]` : metricsListen.hostname}:${metricsServer.port}/metrics` });
+      } catch (e) {
+        await agent.stop();
+        throw e;
+      }
+    }
+    return new AgentDaemon(agent, metricsServer);
   }
 
   /** The host ID this agent serves. */
@@ -114,6 +133,7 @@ export class AgentDaemon {
 
   /** Graceful stop: running VMs are left for the next agent to adopt (see Agent.stop). */
   stop(): Promise<void> {
+    this.metricsServer?.stop();
     return this.agent.stop();
   }
 }

@@ -11,6 +11,7 @@
  */
 import type { AgentPayload, Envelope, PollResponse } from "../protocol/agent.ts";
 import type { AgentClock, AgentLog, ControlChannel, HostProbe, Timers } from "./ports.ts";
+import type { LogFields } from "../command/log.ts";
 
 interface PendingTimer {
   at: number;
@@ -207,17 +208,22 @@ export class MemoryLog implements AgentLog {
   readonly lines: string[] = [];
   /** Most lines kept (older ones are dropped). */
   constructor(private readonly maxLines = 1000) {}
-  private push(level: string, msg: string): void {
-    this.lines.push(`${level} ${msg}`);
+  /** Every line's structured form, in order (same bound as `lines`). */
+  readonly records: { level: string; msg: string; fields: LogFields }[] = [];
+  private push(level: string, msg: string, fields: LogFields = {}): void {
+    const kv = Object.entries(fields).filter(([, v]) => v !== undefined).map(([k, v]) => ` ${k}=${String(v)}`).join("");
+    this.lines.push(`${level} ${msg}${kv}`);
+    this.records.push({ level, msg, fields });
     if (this.lines.length > this.maxLines) this.lines.shift();
+    if (this.records.length > this.maxLines) this.records.shift();
   }
-  info(msg: string): void {
-    this.push("info", msg);
+  info(msg: string, fields?: LogFields): void {
+    this.push("info", msg, fields);
   }
-  warn(msg: string): void {
-    this.push("warn", msg);
+  warn(msg: string, fields?: LogFields): void {
+    this.push("warn", msg, fields);
   }
-  error(msg: string, cause?: unknown): void {
-    this.push("error", `${msg}${cause === undefined ? "" : ` ${cause instanceof Error ? cause.message : String(cause)}`}`);
+  error(msg: string, fields?: LogFields): void {
+    this.push("error", msg, fields);
   }
 }

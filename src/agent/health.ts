@@ -18,8 +18,10 @@ export type HealthReport = NonNullable<AgentPayload["health"]>;
 
 /** What the agent knows about its own health; `report()` renders it. */
 export class AgentHealth {
-  /** Foreign `bb-` resources found at startup, as "kind name" (never deleted). */
+  /** Foreign `bb-` resources of this host found at startup and still present, as "kind name" (never deleted; quarantine.ts). */
   quarantine: string[] = [];
+  /** Resources named for another host on this machine, as "kind name" (reported, never counted). */
+  otherHostResources: string[] = [];
   /** IDs of prerequisite checks that failed at startup (scheduler liveness excluded). */
   prerequisitesFailed: string[] = [];
   /** Digests of verified cached images (refreshed by housekeeping). */

@@ -6,13 +6,15 @@
  * their budget (after reading what workload output they gained, for the
  * scheduler's log), deletes kept consoles of failed placements once their
  * retention passed, re-runs the VMM self-check while VMM starts are
- * failing, and flushes anything still queued. Workload output is shipped on
- * its own, faster tick (LOG_SHIP_INTERVAL_MS; logs/shipper.ts).
+ * failing, re-runs the inventory while something is quarantined (so a
+ * resolved quarantine clears), and flushes anything still queued. Workload
+ * output is shipped on its own, faster tick (LOG_SHIP_INTERVAL_MS;
+ * logs/shipper.ts).
  * Must never: let a VM outlive its lease, or delete a resource itself
  * (stopping goes through the placement's runner).
  */
 import type { AgentStore } from "./store.ts";
-import type { AgentClock, AgentLog, Timers } from "./ports.ts";
+import { errorText, type AgentClock, type AgentLog, type Timers } from "./ports.ts";
 import type { PlacementReconciler } from "./reconcile/reconciler.ts";
 import type { ImagePort } from "./image/imagePort.ts";
 import type { AgentHealth } from "./health.ts";
@@ -21,6 +23,8 @@ import type { VmmHealth } from "./vmmHealth.ts";
 import { pruneKeptConsoles } from "./vmm/keptConsoles.ts";
 import { consoleLogPath } from "./placementOps.ts";
 import { LOG_SHIP_INTERVAL_MS, type ConsoleShipper } from "./logs/shipper.ts";
+import type { ForeignResource } from "./inventory.ts";
+import { applyInventory, QUARANTINE_RECHECK_MS, recheckWanted } from "./quarantine.ts";
 
 /** Housekeeping period (lease checks, console trimming, cleanup retries), ms. */
 export const HOUSEKEEPING_MS = 2_000;
@@ -43,6 +47,8 @@ export interface HousekeepingDeps {
   consoleLogs: ConsoleShipper | null;
   /** VMM start health: re-checked while failing. */
   vmm: VmmHealth;
+  /** The startup inventory, run again while something is quarantined (quarantine.ts). */
+  inventory(known: ReadonlySet<string>): Promise<ForeignResource[]>;
   /** True when observations or acks wait to be sent. */
   hasPending(): boolean;
   flush(): void;
@@ -53,6 +59,7 @@ export class Housekeeping {
   private cancel: (() => void) | null = null;
   private cancelShipping: (() => void) | null = null;
   private running = false;
+  private inventoryAtMs = 0;
 
   constructor(private readonly deps: HousekeepingDeps) {}
 
@@ -78,7 +85,7 @@ export class Housekeeping {
     try {
       await this.once();
     } catch (e) {
-      this.deps.log.error("housekeeping failed:", e);
+      this.deps.log.error("housekeeping failed", { error: errorText(e) });
     } finally {
       this.running = false;
     }
@@ -89,9 +96,21 @@ export class Housekeeping {
     try {
       return trimConsoleLogAt(consoleLogPath({ allocationsDir: this.deps.allocationsDir }, dirName), this.deps.consoleBudgetBytes);
     } catch (e) {
-      this.deps.log.warn(`cannot trim the console log of ${dirName}: ${(e as Error).message}`);
+      this.deps.log.warn("cannot trim a console log", { dirName, error: errorText(e) });
       return null;
     }
+  }
+
+  private async recheckQuarantine(now: number): Promise<void> {
+    const { health, store, log } = this.deps;
+    if (!recheckWanted(health)) return;
+    if (this.inventoryAtMs === 0) this.inventoryAtMs = now; // the startup inventory just ran
+    if (now - this.inventoryAtMs < QUARANTINE_RECHECK_MS) return;
+    this.inventoryAtMs = now;
+    const found = await this.deps.inventory(new Set(store.livePlacements().map((p) => p.dirName)));
+    const wasQuarantined = health.quarantine.length > 0;
+    applyInventory(health, found, log, false);
+    if (wasQuarantined && health.quarantine.length === 0) this.deps.flush(); // the scheduler learns at once
   }
 
   private async once(): Promise<void> {
@@ -105,7 +124,7 @@ export class Housekeeping {
     for (const p of store.livePlacements()) {
       // Every state counts: a VMM left running after a failed start (observed error) is still a VM on an ended lease.
       if (p.desired !== "absent" && p.leaseExpiresAtMs <= now) {
-        this.deps.log.warn(`lease of ${p.placementId} expired (observed ${p.observed}); stopping whatever it has`);
+        this.deps.log.warn("execution lease expired; stopping whatever the placement has", { allocationId: p.allocationId, placementId: p.placementId, generation: p.generation, state: p.observed });
         store.patch(p.placementId, { desired: "absent", errorCode: "LEASE_EXPIRED" });
         reconciler.kick(p.placementId);
       } else if (p.desired === "absent" && !reconciler.isRunning(p.placementId)) {
@@ -124,6 +143,7 @@ export class Housekeeping {
     }
     if (this.deps.failedConsoles) pruneKeptConsoles(this.deps.failedConsoles.dir, this.deps.failedConsoles.retentionMs, now);
     await this.deps.vmm.recheckIfDue();
+    await this.recheckQuarantine(now);
     if (this.deps.hasPending()) this.deps.flush();
   }
 }

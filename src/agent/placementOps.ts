@@ -16,7 +16,6 @@
  */
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { createHash } from "node:crypto";
 import { GUEST_CMDLINE_KEYS, type GuestIdentity } from "../protocol/guest.ts";
 import { guestIpv6KernelArgs } from "./isolation/guestIpv6.ts";
 import type { CommandSpec, VmExit } from "../protocol/agent.ts";
@@ -28,11 +27,6 @@ import type { IsolationPort } from "./isolation/isolationPort.ts";
 import type { ImagePort } from "./image/imagePort.ts";
 import type { AgentRandom, Timers } from "./ports.ts";
 import { AgentError } from "./errors.ts";
-
-/** Directory name of a placement: `bb-` + SHA-256 of its identity (never client text). */
-export function placementDirName(allocationId: string, placementId: string, generation: number): string {
-  return `bb-${createHash("sha256").update(`${allocationId}\u0000${placementId}\u0000${generation}`).digest("hex").slice(0, 24)}`;
-}
 
 /** The ports and settings placement work runs with. */
 export interface PlacementContext {

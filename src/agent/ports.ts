@@ -14,6 +14,7 @@ import { randomBytes } from "node:crypto";
 import { statfsSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { consola } from "consola";
+import { createLogger, type LogFields, type Logger } from "../command/log.ts";
 import type { AgentPayload, Envelope, PollResponse } from "../protocol/agent.ts";
 import type { LogChunk, LogPushResponse } from "../protocol/logs.ts";
 
@@ -65,11 +66,25 @@ export interface HostProbe {
   volumeNearlyFull(dir: string, fraction: number): boolean;
 }
 
-/** The agent's log (operators read it; never a payload, nonce or credential). */
+/**
+ * The agent's log (operators read it; never a payload, nonce or credential).
+ * `msg` is constant text naming the event; what varies (IDs, names, codes,
+ * durations, an error's message) goes in `fields` (src/command/log.ts).
+ */
 export interface AgentLog {
-  info(msg: string): void;
-  warn(msg: string): void;
-  error(msg: string, cause?: unknown): void;
+  info(msg: string, fields?: LogFields): void;
+  warn(msg: string, fields?: LogFields): void;
+  error(msg: string, fields?: LogFields): void;
+}
+
+/** An AgentLog writing through the role's structured logger (one JSON object or text line per event). */
+export function loggerLog(logger: Logger): AgentLog {
+  return { info: (m, f) => logger.info(m, f), warn: (m, f) => logger.warn(m, f), error: (m, f) => logger.error(m, f) };
+}
+
+/** The message of a thrown value, for a log field. */
+export function errorText(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
 }
 
 /** Real clock. */
@@ -115,9 +130,5 @@ export const systemHostProbe: HostProbe = {
   },
 };
 
-/** The log through consola, every line prefixed `agent:`. */
-export const consolaLog: AgentLog = {
-  info: (msg) => consola.info(`agent: ${msg}`),
-  warn: (msg) => consola.warn(`agent: ${msg}`),
-  error: (msg, cause) => (cause === undefined ? consola.error(`agent: ${msg}`) : consola.error(`agent: ${msg}`, cause)),
-};
+/** The default log (when the daemon is given none, e.g. in tests): text lines on stderr with the fields as `key=value`. */
+export const consolaLog: AgentLog = loggerLog(createLogger({ format: "text", sink: (line, level) => (level === "error" ? consola.error(line) : level === "warn" ? consola.warn(line) : consola.info(line)) }, { role: "agent" }));

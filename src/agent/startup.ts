@@ -23,21 +23,22 @@ export interface StartupPorts {
   lock(): () => void;
   /** The prerequisite registry shared with `bb agent doctor`. */
   selfChecks(): Promise<CheckResult[]>;
-  /** Beachball-named resources on this host that none of `known` (placement names) owns. */
+  /** Beachball-named resources on this machine that none of `known` (placement names) owns; another host's marked `otherHost`. */
   inventory(known: ReadonlySet<string>): Promise<ForeignResource[]>;
 }
 
 /** IDs of failed prerequisite checks that make the host unhealthy (scheduler liveness is reported, not held against the host). */
 export function failedPrerequisites(checks: CheckResult[], log: AgentLog): string[] {
-  for (const c of checks) if (c.status === "fail") log.warn(`prerequisite ${c.id} failed: ${c.detail} (fix: ${c.fix})`);
+  for (const c of checks) if (c.status === "fail") log.warn("prerequisite failed", { check: c.id, detail: c.detail, fix: c.fix });
   return checks.filter((c) => c.status === "fail" && c.id !== "scheduler").map((c) => c.id);
 }
 
 /**
  * Reconciles agent.db with this host after a (re)start and queues every
- * live placement's runner. Returns the quarantine as "kind name" strings.
+ * live placement's runner. Returns what the inventory found (quarantine.ts
+ * records it).
  */
-export async function recoverPlacements(d: { store: AgentStore; driver: VmmDriver; reconciler: PlacementReconciler; clock: AgentClock; log: AgentLog; ports: StartupPorts }): Promise<string[]> {
+export async function recoverPlacements(d: { store: AgentStore; driver: VmmDriver; reconciler: PlacementReconciler; clock: AgentClock; log: AgentLog; ports: StartupPorts }): Promise<ForeignResource[]> {
   const known = new Set<string>();
   for (const p of d.store.livePlacements()) {
     known.add(p.dirName);
@@ -52,7 +53,5 @@ export async function recoverPlacements(d: { store: AgentStore; driver: VmmDrive
     if (p.observed === "preparing") d.store.patch(p.placementId, { observed: "accepted" });
     d.reconciler.kick(p.placementId);
   }
-  const foreign = await d.ports.inventory(known);
-  for (const f of foreign) d.log.warn(`quarantined foreign ${f.kind} ${f.name} (not deleted); isolation is unhealthy until an operator resolves it`);
-  return foreign.map((f) => `${f.kind} ${f.name}`);
+  return d.ports.inventory(known);
 }

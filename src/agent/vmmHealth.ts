@@ -74,13 +74,13 @@ export class VmmHealth {
   private raise(why: string): void {
     if (this.failingSince === null) {
       this.failingSince = this.deps.clock.now();
-      this.deps.log.warn(`VMM_START_FAILING: ${why}; this host takes no new work until a VMM self-check passes`);
+      this.deps.log.warn("VMM starts failing (VMM_START_FAILING); this host takes no new work until a VMM self-check passes", { code: "VMM_START_FAILING", reason: why });
     }
   }
 
   private clear(why: string): void {
     if (this.failingSince === null) return;
     this.failingSince = null;
-    this.deps.log.info(`VMM start failing cleared: ${why}`);
+    this.deps.log.info("VMM start failing cleared", { reason: why });
   }
 }

@@ -196,8 +196,13 @@ const build = command({
       });
       p.stop();
       const ms = Math.round(performance.now() - started);
-      if (args.json) console.log(JSON.stringify({ ok: true, digest: r.digest, dir: r.dir, buildMs: ms, publicKey: key.publicKey, ...r.stats }));
+      if (args.json) console.log(JSON.stringify({ ok: true, digest: r.digest, dir: r.dir, buildMs: ms, publicKey: key.publicKey, ...r.stats, dropped: r.dropped }));
       else {
+        if (r.dropped.count) {
+          consola.warn(`squashfs cannot hold ${r.dropped.count} extended attribute(s) or ACL(s) of the image; left out:`);
+          for (const item of r.dropped.items) consola.warn(`  ${item}`);
+          if (r.dropped.count > r.dropped.items.length) consola.warn(`  … and ${r.dropped.count - r.dropped.items.length} more`);
+        }
         consola.success(`built ${r.dir} in ${ms} ms (${r.stats.layers} layers, ${r.stats.entries} entries, rootfs ${r.stats.rootfsBytes} bytes)`);
         console.log(r.digest);
       }

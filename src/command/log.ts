@@ -105,6 +105,11 @@ export function createLogger(opts: Partial<LogOptions> = {}, base: LogFields = {
 /** A logger that writes nothing (tests and simulations that do not look at logs). */
 export const silentLogger: Logger = { error: () => {}, warn: () => {}, info: () => {}, debug: () => {}, child: () => silentLogger };
 
+function isPlainFields(v: unknown): v is LogFields {
+  if (typeof v !== "object" || v === null || Array.isArray(v) || Object.getPrototypeOf(v) !== Object.prototype) return false;
+  return Object.values(v).every((x) => x === null || x === undefined || ["string", "number", "boolean"].includes(typeof x));
+}
+
 /** The part of a consola instance routeConsola needs (so this module imports no logging library). */
 export interface ConsolaLike {
   setReporters(reporters: { log: (obj: { type: string; level: number; args: unknown[] }) => void }[]): unknown;
@@ -114,16 +119,21 @@ export interface ConsolaLike {
 /**
  * Sends every line the role's code writes through consola to `logger`
  * instead (same format, same redaction): after this, the process writes
- * one format only.
+ * one format only. A plain object as the last argument
+ * (`consola.info("relay listening", { relayId })`) becomes the line's
+ * fields, so a constant message keeps its variables out of its text.
  */
 export function routeConsola(consola: ConsolaLike, logger: Logger, level: number): void {
   consola.level = level;
   consola.setReporters([
     {
       log: (obj) => {
-        const msg = obj.args.map((a) => (a instanceof Error ? a.message : typeof a === "string" ? a : JSON.stringify(a))).join(" ");
+        const last = obj.args[obj.args.length - 1];
+        const fields = obj.args.length > 1 && isPlainFields(last) ? last : undefined;
+        const args = fields ? obj.args.slice(0, -1) : obj.args;
+        const msg = args.map((a) => (a instanceof Error ? a.message : typeof a === "string" ? a : JSON.stringify(a))).join(" ");
         const name: LogLevelName = obj.level <= 0 ? "error" : obj.level === 1 ? "warn" : obj.level >= 4 ? "debug" : "info";
-        logger[name](msg);
+        logger[name](msg, fields);
       },
     },
   ]);

@@ -19,7 +19,7 @@ import { serveScheduler, type RunningScheduler } from "../scheduler/serve.ts";
 import { AgentDaemon } from "../agent/daemon.ts";
 import { joinScheduler } from "../agent/join.ts";
 import { agentPaths } from "../agent/config.ts";
-import { placementDirName } from "../agent/placementOps.ts";
+import { placementDirName } from "../agent/resourceNames.ts";
 import { listPlacementNetworks } from "../agent/isolation/placementNet.ts";
 import { SchedulerClient } from "../client/index.ts";
 import { formatEvent } from "../cli/allocationCommand.ts";
@@ -223,7 +223,7 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
       if (e.toState) states.push(e.toState);
       opts.print(`event  ${formatEvent(e)}`);
       if (e.type === "allocation.provisioning" && !tail && e.placementId) {
-        const dir = placementDirName(view.allocationId, e.placementId, e.generation);
+        const dir = placementDirName(hostId, view.allocationId, e.placementId, e.generation);
         tail = tailFile(join(agentPaths(agentDir).allocations, dir, "logs", "console.log"), (line) => {
           if (line.includes(JOB_START_MARKER)) inJob = true;
           else if (line.includes(JOB_EXIT_MARKER)) inJob = false;
@@ -259,7 +259,7 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
     const leftovers: string[] = [];
     const final = await client.get(view.allocationId);
     if (final.placementId) {
-      const dir = placementDirName(view.allocationId, final.placementId, final.generation);
+      const dir = placementDirName(hostId, view.allocationId, final.placementId, final.generation);
       if (existsSync(join(agentPaths(agentDir).allocations, dir))) leftovers.push(`allocation directory ${dir}`);
       if ((await listPlacementNetworks()).includes(dir)) leftovers.push(`network namespace ${dir}`);
       const ps = Bun.spawnSync(["pgrep", "-f", dir]);

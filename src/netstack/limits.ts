@@ -13,10 +13,20 @@
  * segments and the peers retransmit).
  */
 
-/** The tunnel MTU (docs/architecture.md, "Private networking": WireGuard's 1,420 bytes), bytes. */
-export const TUNNEL_MTU = 1420;
-/** TCP maximum segment size: 1,420 − 40 (IPv6) − 20 (TCP), bytes. Compiled into the module (TCP_MSS). */
-export const TCP_MSS_BYTES = 1360;
+import { tcpMssBytes, TUNNEL_MTU } from "../protocol/tunnelMtu.ts";
+
+/** The default link MTU of a stack: the tunnel MTU (src/protocol/tunnelMtu.ts, ADR 0103), bytes. */
+export { TUNNEL_MTU };
+/**
+ * Ceiling on the TCP maximum segment size, bytes, compiled into the module
+ * (TCP_MSS): the MSS of a 1,420-byte MTU over IPv6. The segments a stack
+ * sends and the MSS its SYNs advertise follow the stack's link MTU (lwIP's
+ * TCP_CALCULATE_EFF_SEND_MSS: MTU − IP header − TCP header, per family),
+ * never above this ceiling; so MTUs up to 1,420 are exact.
+ */
+export const TCP_MSS_CEILING_BYTES = 1360;
+/** The MSS a stack at the default MTU uses over IPv6 (its SYNs advertise it), bytes: 1,220. */
+export const TCP_MSS_BYTES = Math.min(TCP_MSS_CEILING_BYTES, tcpMssBytes(TUNNEL_MTU, 6));
 /** Receive window per connection, bytes (TCP_WND, window scale 3). */
 export const TCP_WINDOW_BYTES = 256 * 1024;
 /** Send buffer per connection inside the stack, bytes (TCP_SND_BUF). */
@@ -39,6 +49,15 @@ export const MAX_WRITE_CHUNK_BYTES = 65535;
 export const MAX_PACKET_BYTES = 65535;
 /** Packets queued when input() is called from inside the stack (e.g. a synchronous link); beyond, dropped. */
 export const REENTRANT_INPUT_QUEUE_PACKETS = 1024;
+/**
+ * After close() or closeWrite(), how long the peer may accept none of the
+ * data still to send (its window stays zero) before the connection is reset
+ * (RST, end code "timeout"), ms. Bounds what a peer that never reads holds
+ * after our side closed: the pcb, up to TCP_SEND_BUFFER_BYTES in the stack
+ * and WRITE_QUEUE_LIMIT_BYTES in write() calls (issue 18 item 4). Any byte
+ * the peer acknowledges starts the period again.
+ */
+export const DRAIN_STALL_LIMIT_MS = 30_000;
 /** How long connect() waits for the handshake before aborting, ms. */
 export const CONNECT_TIMEOUT_MS = 10_000;
 /** How often blocked writers retry when the heap was full, ms (the TCP timer interval). */

@@ -5,7 +5,7 @@
  * a TypeScript TCP could replace it behind these types).
  *
  * Implements the client side of docs/architecture.md, "Private networking": TCP
- * over IPv4 and IPv6 with a 1,420-byte MTU, backpressure in both directions
+ * over IPv4 and IPv6 with the tunnel's 1,280-byte MTU, backpressure in both directions
  * and bounded memory (src/netstack/limits.ts).
  * Must never: import a role (agent, scheduler, cli, proxy), or expose lwIP
  * handles, pointers or error numbers.
@@ -27,7 +27,7 @@ export interface NetstackOptions {
   ipv4?: Ipv4Config;
   /** The stack's IPv6 addresses (at most 3), if any. */
   ipv6?: string[];
-  /** Link MTU, bytes (1,280..65,535). Default TUNNEL_MTU (1,420). */
+  /** Link MTU, bytes (1,280..65,535). Default TUNNEL_MTU (1,280). The TCP MSS follows it (limits.ts, TCP_MSS_CEILING_BYTES). */
   mtu?: number;
   /** Receives every outgoing packet. It must not call input() synchronously (input() then queues). */
   output: PacketOutput;

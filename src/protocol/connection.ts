@@ -32,10 +32,15 @@ export const MAX_CANDIDATES = 16;
 export const MAX_CONNECTION_MESSAGES_PER_ROLE = 64;
 /** Largest rendezvous message body, bytes of JSON. */
 export const MAX_CONNECTION_MESSAGE_BYTES = 4096;
-/** Largest frame a relay forwards: one WireGuard datagram (1,420-byte tunnel MTU + 32 bytes of transport overhead, rounded up). */
+/**
+ * Largest frame a relay forwards, bytes: one WireGuard datagram of an inner
+ * packet up to 1,468 bytes (1,500 − 32 bytes of transport overhead), so
+ * peers whose MTU is at or above TUNNEL_MTU (1,280; 1,420 before ADR 0103)
+ * all fit.
+ */
 export const MAX_RELAY_FRAME_BYTES = 1500;
-/** The tunnel MTU, bytes (WireGuard over IPv4 or IPv6 underlay). */
-export const TUNNEL_MTU = 1420;
+/** The tunnel MTU, bytes (src/protocol/tunnelMtu.ts, ADR 0103). */
+export { TUNNEL_MTU } from "./tunnelMtu.ts";
 /** Default UDP port of the host endpoint. */
 export const DEFAULT_ENDPOINT_PORT = 51820;
 /** Most rendezvous messages one `POST /v1/connections/{id}/messages` carries. */

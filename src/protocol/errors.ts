@@ -46,6 +46,8 @@ export const ERROR_STATUS = {
   OVERLAPPING_AGENT_SESSION: 409,
   HOST_UNSCHEDULABLE: 409,
   RATE_LIMITED: 429,
+  /** The caller already has its bound of requests (or of log follow streams) in flight; retry after `Retry-After` (src/scheduler/callerLimits.ts). */
+  CONCURRENCY_LIMITED: 429,
   INVALID_STATE: 409,
   STALE_GENERATION: 409,
   GUEST_NOT_CONNECTED: 503,

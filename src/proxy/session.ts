@@ -10,7 +10,7 @@
  *
  * Ends with a stable code (src/protocol/errors.ts) when the session cannot go
  * on: GRANT_EXPIRED at the grant's expiry (the host drops the peer at the
- * same moment), INVALID_STATE when the allocation was released or failed,
+ * same moment; checked on the wall clock, so also after a suspend, ./grantExpiry.ts), INVALID_STATE when the allocation was released or failed,
  * STALE_GENERATION when it moved to another generation (a grant never spans
  * a replacement); the scheduler's own code when it refuses the grant.
  * Owns: the order of start and teardown. Must never: write the private key
@@ -20,13 +20,14 @@ import { networkInterfaces, type NetworkInterfaceInfo } from "node:os";
 import type { SchedulerClient } from "../cli/client.ts";
 import type { ConnectionVerificationKeys } from "../protocol/connectionSignature.ts";
 import { BeachballError } from "../protocol/errors.ts";
-import { gatherCandidates, keyPairFromPrivate, type Aead, type PathState, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../wireguard/index.ts";
+import { gatherCandidates, interfaceAddresses, keyPairFromPrivate, type Aead, type PathState, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../wireguard/index.ts";
 import { startForwarder, type Forwarder } from "./forwarder.ts";
 import { requestGrant, type VerifiedGrant } from "./grant.ts";
 import { CandidateRefresh } from "./candidateRefresh.ts";
 import { RelayTokenRefresh } from "./relayTokenRefresh.ts";
 import { announceCandidates, fetchRelayTokens } from "./rendezvous.ts";
 import { ClientTunnel } from "./tunnel.ts";
+import { GrantExpiry } from "./grantExpiry.ts";
 
 /** How often the allocation is checked for release or replacement, ms. */
 export const WATCH_INTERVAL_MS = 10_000;
@@ -57,8 +58,11 @@ export interface ProxyOptions {
   onReady?: (info: { port: number; grant: VerifiedGrant }) => void;
 }
 
-function describePath(s: PathState): string {
-  return s.path === "direct" ? `direct via ${s.direct}` : s.path === "relay" ? `relay ${s.relay}` : "no path yet";
+/** The `path:` line's text (docs/connect.md): the path, and a direct path lost since the last pin. */
+export function describePath(s: PathState): string {
+  if (s.path === "direct") return `direct via ${s.direct}`;
+  const lost = s.lost ? ` (direct via ${s.lost} lost)` : "";
+  return s.path === "relay" ? `relay ${s.relay}${lost}` : s.lost ? `none${lost}` : "no path yet";
 }
 
 function describeRelay(i: RelaySessionInfo): string {
@@ -81,6 +85,7 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
   let candidates: CandidateRefresh | null = null;
   let relayTokens: RelayTokenRefresh | null = null;
   let timer: ReturnType<typeof setTimeout> | null = null;
+  let interfaceError = "";
   try {
     tunnel = await ClientTunnel.start({
       keyPair, grant: verified, aead: o.aead, clock: o.clock, random: o.random,
@@ -91,7 +96,13 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
     const t = tunnel;
     // Best effort: without them the host still learns this proxy by roaming.
     candidates = new CandidateRefresh({
-      gather: () => gatherCandidates(t.socket(), "0.0.0.0", (o.interfaces ?? networkInterfaces)(), verified.stunServers),
+      gather: () => {
+        const interfaces = interfaceAddresses(o.interfaces ?? networkInterfaces, (message) => {
+          if (message !== interfaceError) o.log(message);
+          interfaceError = message;
+        });
+        return gatherCandidates(t.socket(), "0.0.0.0", interfaces, verified.stunServers);
+      },
       post: (seq, list) => announceCandidates(o.client.baseUrl, verified, list, seq),
       directConfirmed: () => t.path().path === "direct",
       nowMs: () => o.clock.nowMs(),
@@ -119,17 +130,15 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
     await new Promise<void>((resolve, reject) => {
       if (signal.aborted) return resolve();
       signal.addEventListener("abort", () => resolve(), { once: true });
-      const expireIn = g.expiresAtMs - o.clock.wallMs();
-      const expiry = setTimeout(() => reject(new BeachballError("GRANT_EXPIRED", `grant ${g.grantId} expired at ${new Date(g.expiresAtMs).toISOString()}; run bb proxy again for a new one`)), Math.max(0, expireIn));
-      signal.addEventListener("abort", () => clearTimeout(expiry), { once: true });
+      t.addOwner(new GrantExpiry(g.expiresAtMs, o.clock, () => reject(new BeachballError("GRANT_EXPIRED", `grant ${g.grantId} expired at ${new Date(g.expiresAtMs).toISOString()}; run bb proxy again for a new one`))));
       const watch = async () => {
         timer = null;
         try {
           const v = await o.client.get(o.allocationId);
-          if (v.state === "released" || v.state === "failed") return clearTimeout(expiry), reject(new BeachballError("INVALID_STATE", `allocation ${o.allocationId} is ${v.state}`));
-          if (v.generation !== g.generation) return clearTimeout(expiry), reject(new BeachballError("STALE_GENERATION", `allocation ${o.allocationId} moved to generation ${v.generation}; this grant was for generation ${g.generation}: run bb proxy again`));
+          if (v.state === "released" || v.state === "failed") return reject(new BeachballError("INVALID_STATE", `allocation ${o.allocationId} is ${v.state}`));
+          if (v.generation !== g.generation) return reject(new BeachballError("STALE_GENERATION", `allocation ${o.allocationId} moved to generation ${v.generation}; this grant was for generation ${g.generation}: run bb proxy again`));
         } catch (e) {
-          if (e instanceof BeachballError && e.code === "NOT_FOUND") return clearTimeout(expiry), reject(new BeachballError("INVALID_STATE", `allocation ${o.allocationId} no longer exists`));
+          if (e instanceof BeachballError && e.code === "NOT_FOUND") return reject(new BeachballError("INVALID_STATE", `allocation ${o.allocationId} no longer exists`));
           // The scheduler is unreachable: keep going; the grant's expiry bounds the session.
         }
         if (!signal.aborted) timer = setTimeout(watch, o.watchIntervalMs ?? WATCH_INTERVAL_MS);

@@ -10,7 +10,8 @@
  * session per relay of the verified relay map (the client-role token; at
  * most two) go to the peer's PathSelector (src/wireguard/paths.ts): every
  * datagram goes to every candidate and is mirrored through the relays until
- * the first direct source that decrypts pins; moving between paths changes
+ * a direct path acknowledges our path probes, and again once it stops doing
+ * so (docs/adr/0158-proxy-paths.md "path liveness"); moving between paths changes
  * only the transport address, so the WireGuard session and every inner TCP
  * connection survive it. A dropped relay session reconnects with bounded
  * backoff (src/wireguard/relaySessions.ts).
@@ -26,7 +27,7 @@
  * packet to the stack that did not authenticate as the host, or keep a
  * timer, socket or relay connection after close().
  */
-import { TUNNEL_MTU } from "../protocol/connection.ts";
+import { debugTunnelMtu } from "../protocol/debugKnobs.ts";
 import { createNetstack, type Netstack, type TcpConnection } from "../netstack/index.ts";
 import { MultipathTunnel, type Aead, type CandidateSocket, type KeyPair25519, type PathState, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../wireguard/index.ts";
 import type { VerifiedGrant } from "./grant.ts";
@@ -160,7 +161,8 @@ export class ClientTunnel {
     const me = self;
     me.stack = createNetstack({
       ipv6: [o.grant.grant.clientAddress],
-      mtu: TUNNEL_MTU,
+      // TUNNEL_MTU (1,280, ADR 0103): the stack's segments and the MSS it advertises follow it.
+      mtu: debugTunnelMtu(process.env),
       // The view is valid only during the call, and the Device may stage the packet for a handshake.
       output: (p) => {
         t.mp.device.sendPacket(Uint8Array.from(p));

@@ -9,6 +9,7 @@ import { resolve } from "node:path";
 import { consola } from "consola";
 import { command } from "../command/define.ts";
 import { runCli } from "../command/run.ts";
+import { createLogger } from "../command/log.ts";
 
 const run = command({
   meta: { name: "run", description: "Run a packet relay (WebSocket over TLS, optional QUIC, health endpoint)" },
@@ -34,7 +35,9 @@ const run = command({
         ...(args["quic-listen"] ? { quicListen: parseListenAddress(args["quic-listen"], "--quic-listen") } : {}),
         ...(args["health-listen"] ? { health: parseListenAddress(args["health-listen"], "--health-listen") } : {}),
       });
-      consola.info(`relay ${config.relayId} listening: ${[...relay.urls, ...(relay.quic ? [`quic://${relay.quic}`] : [])].join(" ")} health ${relay.healthUrl}/healthz`);
+      // One line, constant message, fields as key=value (src/command/log.ts's text format).
+      const log = createLogger({ format: "text", sink: (line) => consola.info(line) }, { role: "relay" });
+      log.info("relay listening", { relayId: config.relayId, urls: [...relay.urls, ...(relay.quic ? [`quic://${relay.quic}`] : [])].join(","), health: `${relay.healthUrl}/healthz` });
       await new Promise<void>((done) => {
         const stop = () => void relay.stop().then(done);
         process.once("SIGINT", stop);

@@ -8,6 +8,7 @@
  * any frame content (the counters hold numbers only), or accept a body.
  */
 import { prometheusText, type RelayCounters } from "./counters.ts";
+import { requestTarget } from "../protocol/requestTarget.ts";
 
 /** A running health listener. */
 export interface HealthListener {
@@ -24,7 +25,7 @@ export function startHealthListener(o: { hostname: string; port: number; relayId
     maxRequestBodySize: 0,
     fetch(req) {
       if (req.method !== "GET") return new Response("method not allowed\n", { status: 405, headers: { allow: "GET" } });
-      const path = new URL(req.url).pathname;
+      const path = requestTarget(req).pathname;
       if (path === "/healthz") {
         const up = o.serving();
         return Response.json({ status: up ? "ok" : "shutting_down", relayId: o.relayId, counters: o.counters }, { status: up ? 200 : 503 });

@@ -18,6 +18,7 @@ import type { Server, ServerWebSocket } from "bun";
 import { RELAY_WS_PATH } from "../protocol/relay.ts";
 import type { RelayHub } from "./hub.ts";
 import type { RelaySession } from "./session.ts";
+import { requestTarget } from "../protocol/requestTarget.ts";
 
 /** Largest WebSocket message Bun accepts before closing with 1009 itself; between MAX_RELAY_FRAME_BYTES and this, the hub refuses with RELAY_FRAME_INVALID. */
 export const RELAY_WS_MAX_MESSAGE_BYTES = 16 * 1024;
@@ -122,7 +123,7 @@ export function startWsListener(o: WsListenerOptions): WsListener {
     port: o.port,
     ...(o.tls ? { tls: { cert: o.tls.cert, key: o.tls.key } } : {}),
     fetch(req, srv) {
-      if (new URL(req.url).pathname !== RELAY_WS_PATH) return new Response("not found\n", { status: 404 });
+      if (requestTarget(req).pathname !== RELAY_WS_PATH) return new Response("not found\n", { status: 404 });
       const remoteAddress = srv.requestIP(req)?.address ?? "unknown";
       if (srv.upgrade(req, { data: { remoteAddress, session: null } })) return undefined;
       return new Response("a WebSocket upgrade is required\n", { status: 426, headers: { upgrade: "websocket" } });

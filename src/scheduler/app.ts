@@ -7,7 +7,8 @@
  *
  * The routes themselves are data (routes.ts); this file binds one handler
  * to each. The guard runs in Elysia's onRequest hook, before Elysia would
- * parse anything; handlers never ask Elysia for a body.
+ * parse anything, and its match picks the handler (never Elysia's router,
+ * never the Host header); handlers never ask Elysia for a body.
  * Must never: hold a business rule, or echo a request body in an error.
  */
 import { Elysia } from "elysia";
@@ -18,32 +19,14 @@ import type { Envelope } from "../protocol/agent.ts";
 import type { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody } from "../protocol/connection.ts";
 import type { LogPushBody } from "../protocol/logs.ts";
 import type { SchedulerWorker } from "./worker.ts";
-import type { Identity } from "./manifest.ts";
-import { RequestGuard, type Prepared } from "./edge.ts";
+import { endpointOf as endpoint, hostOf as host, principalOf as who, RequestGuard, type Prepared } from "./edge.ts";
 import { ROUTES, type RouteName } from "./routes.ts";
 import { openApiDocument } from "./openapi.ts";
+import { CallerLimiter, isFollow } from "./callerLimits.ts";
 import type { RendezvousSocketData, RendezvousSockets } from "./rendezvousSocket.ts";
 
 /** What a handler answers: a JSON body with its status, or a ready Response. */
 type Reply = { status?: number; json: unknown } | Response;
-
-/** The principal a guarded request carries (routes whose auth is a principal role). */
-function who(p: Prepared): Identity {
-  if (p.caller.kind !== "principal") throw new BeachballError("UNAUTHENTICATED", "this call needs a principal's bearer token");
-  return p.caller.identity;
-}
-
-/** The host a guarded agent request carries. */
-function host(p: Prepared): string {
-  if (p.caller.kind !== "host") throw new BeachballError("UNAUTHENTICATED", "this call needs a host credential");
-  return p.caller.hostId;
-}
-
-/** The Connection and role a guarded rendezvous request carries. */
-function endpoint(p: Prepared): { connectionId: string; role: "client" | "host" } {
-  if (p.caller.kind !== "endpoint") throw new BeachballError("UNAUTHENTICATED", "this call needs an endpoint token");
-  return p.caller;
-}
 
 const id = (p: Prepared) => p.params["id"]!;
 const num = (p: Prepared, name: string, fallback: number) => (p.query[name] as number | undefined) ?? fallback;
@@ -67,7 +50,8 @@ function handlers(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null)
     healthz: () => {
       // Health reflects storage: a store that cannot be written is not a healthy scheduler.
       const h = worker.health();
-      if (!h.ok) throw new BeachballError("STORAGE_UNAVAILABLE", h.detail, { retryAfterSeconds: 5 });
+      // Real writes, not the probe alone: a recorded fault of a real call or commit stands until a full-size probe commits (runtime/embedded/storageHealth.ts).
+      if (!h.ok) throw new BeachballError("STORAGE_UNAVAILABLE", h.detail, { retryAfterSeconds: 5, ...(h.code ? { sqliteCode: h.code } : {}) });
       return { json: { ok: true } };
     },
     wellKnown: () => ({ json: worker.wellKnown() }),
@@ -125,16 +109,33 @@ function handlers(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null)
   };
 }
 
-/** Builds the Elysia app for one Worker; `rendezvous` serves the WebSocket route (see RendezvousUpgrade). */
-export function buildApp(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null = null) {
+/**
+ * Builds the Elysia app for one Worker; `rendezvous` serves the WebSocket
+ * route (see RendezvousUpgrade); `limiter` bounds each caller's requests in
+ * flight (callerLimits.ts). Routing is the guard's match on the
+ * request target (edge.ts, requestTarget.ts), and the handler answers from
+ * the onRequest hook: Elysia's own router is not used, because it cuts
+ * `request.url` at a fixed offset (Elysia 1.4: `url.indexOf("/", 11)`), so
+ * a short Host header (`Host: x`) sent every request to 404 (issue 18 item 20).
+ */
+export function buildApp(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null = null, limiter = new CallerLimiter()) {
   const guard = new RequestGuard<RouteName>(ROUTES, { principal: (h) => worker.authenticate(h), host: (h) => worker.authenticateHost(h), endpoint: (h, c) => worker.authenticateEndpoint(h, c) });
-  const admitted = new WeakMap<Request, Prepared<RouteName>>();
   const handle = handlers(worker, rendezvous);
-  const app = new Elysia({ normalize: false })
+  return new Elysia({ normalize: false })
     .onRequest(async ({ request }) => {
-      const r = await guard.admit(request);
+      const p = await guard.admit(request);
+      if (p instanceof Response) return p;
+      // Per-caller bounds (callerLimits.ts): a caller past them is shed with 429 before any object is called.
+      const release = limiter.enter(p.caller, isFollow(p.route, p.query));
+      let r: Reply;
+      try {
+        // HEAD runs the GET handler; Bun sends its status and headers without the body.
+        r = await handle[p.route](p, request);
+      } finally {
+        release();
+      }
       if (r instanceof Response) return r;
-      admitted.set(request, r);
+      return new Response(JSON.stringify(r.json), { status: r.status ?? 200, headers: { "content-type": "application/json" } });
     })
     .onError(({ code, error }) => {
       if (error instanceof BeachballError) return problemResponse(error);
@@ -142,20 +143,6 @@ export function buildApp(worker: SchedulerWorker, rendezvous: RendezvousUpgrade 
       worker.env.log.error("unhandled error", { error: error instanceof Error ? `${error.name}: ${error.message}` : String(error) });
       return problem("INTERNAL", "internal error");
     });
-  for (const name of Object.keys(ROUTES) as RouteName[]) {
-    const spec = ROUTES[name];
-    const run = async ({ request }: { request: Request }) => {
-      const p = admitted.get(request);
-      if (!p || p.route !== name) return problem("INTERNAL", "request reached a handler without passing the guard");
-      const r = await handle[name](p, request);
-      if (r instanceof Response) return r;
-      return new Response(JSON.stringify(r.json), { status: r.status ?? 200, headers: { "content-type": "application/json" } });
-    };
-    app.route(spec.method, spec.path, run);
-    // HEAD runs the GET handler; Bun sends its status and headers without the body.
-    if (spec.method === "GET") app.route("HEAD", spec.path, run);
-  }
-  return app;
 }
 
 /** The app's type, for typed clients and tests. */

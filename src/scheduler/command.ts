@@ -80,7 +80,7 @@ const serve = command({
       let dev: ReturnType<typeof ensureDevManifest> | null = null;
       if (!manifestPath) {
         const image = devClassDigest(resolve(args["dev-image"]), dataDir);
-        if (!image.built) consola.warn(`no dev image in ${resolve(args["dev-image"])}: the development classes name ${image.digest === DEV_IMAGE_PLACEHOLDER ? "a placeholder image" : `the image ${image.digest}`} and a host cannot boot them until you run \`bb image dev-build\` and restart the scheduler`);
+        if (!image.built) log.warn("no dev image: the development classes name an image a host cannot boot until you run `bb image dev-build` and restart the scheduler", { devImageDir: resolve(args["dev-image"]), image: image.digest === DEV_IMAGE_PLACEHOLDER ? "placeholder" : image.digest });
         dev = ensureDevManifest(dataDir, image.digest);
         manifestPath = dev.manifestPath;
       }
@@ -88,7 +88,7 @@ const serve = command({
       if (dev) {
         const clientConfig = resolve(args["client-config"]);
         publishDevClientConfig(dev, s.url, [clientConfig]);
-        log.info(`development manifest ${dev.manifestPath}; client config with tokens (mode 0600) ${clientConfig}`);
+        log.info("development manifest written; client config with tokens (mode 0600) published", { manifest: dev.manifestPath, clientConfig });
       }
       await new Promise<void>((done) => {
         const stop = () => void s.stop().then(done);

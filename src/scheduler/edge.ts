@@ -3,7 +3,8 @@
  * cheapest first, so a hostile request is refused after a bounded amount of
  * work (issue: schema work before authentication).
  *
- *   1. route: unknown path 404; known path, other method 405 with `Allow`
+ *   1. route, from the request target only (requestTarget.ts: never the
+ *      Host header): unknown path 404; known path, other method 405 with `Allow`
  *      (HEAD is allowed wherever GET is, RFC 9110 §9.3.2);
  *   2. framing: a Content-Length that is not a decimal count is 400;
  *   3. authentication from the Authorization header (401), then the role (403);
@@ -27,7 +28,8 @@
  * (or a key from it that is not a plain identifier), or let a rejected
  * request cost more than one bounded read and parse.
  */
-import { TypeCompiler, type TypeCheck } from "@sinclair/typebox/compiler";
+import { TypeCompiler } from "@sinclair/typebox/compiler";
+import { Value, type ValueErrorIterator } from "@sinclair/typebox/value";
 import type { TSchema } from "@sinclair/typebox";
 import { BeachballError } from "../protocol/errors.ts";
 import { problem, problemResponse } from "../protocol/problem.ts";
@@ -37,6 +39,7 @@ import { MAX_IGNORED_BODY_BYTES } from "../protocol/api.ts";
 import { checkPathParams, type QueryParam, type RouteSpec } from "./routes.ts";
 import type { Identity } from "./manifest.ts";
 import type { RelayRole } from "../protocol/connection.ts";
+import { requestTarget } from "../protocol/requestTarget.ts";
 
 /** How the guard resolves credentials (the Worker implements it). */
 export interface Authenticator {
@@ -64,11 +67,52 @@ export interface Prepared<N extends string = string> {
 /** Longest decimal integer a query parameter may spell, in digits (2^53 has 16). */
 const MAX_QUERY_INTEGER_DIGITS = 16;
 
+/**
+ * The principal a guarded request carries (routes whose auth is a principal
+ * role). Throws UNAUTHENTICATED (401) for any other caller. Used by both
+ * front doors (app.ts, fetchRouter.ts).
+ */
+export function principalOf(p: Prepared): Identity {
+  if (p.caller.kind !== "principal") throw new BeachballError("UNAUTHENTICATED", "this call needs a principal's bearer token");
+  return p.caller.identity;
+}
+
+/** The host ID a guarded agent request carries; UNAUTHENTICATED (401) for any other caller. */
+export function hostOf(p: Prepared): string {
+  if (p.caller.kind !== "host") throw new BeachballError("UNAUTHENTICATED", "this call needs a host credential");
+  return p.caller.hostId;
+}
+
+/** The Connection and role a guarded rendezvous request carries; UNAUTHENTICATED (401) for any other caller. */
+export function endpointOf(p: Prepared): { connectionId: string; role: RelayRole } {
+  if (p.caller.kind !== "endpoint") throw new BeachballError("UNAUTHENTICATED", "this call needs an endpoint token");
+  return p.caller;
+}
+
+/**
+ * How the guard checks bodies against their schemas: `compiled` (TypeBox's
+ * TypeCompiler, which generates code: the embedded host) or `interpreted`
+ * (TypeBox's Value, for hosts that forbid code generation: workerd). Both
+ * accept and refuse the same bodies with the same errors.
+ */
+export type SchemaChecking = "compiled" | "interpreted";
+
+/** A body check: does a value pass, and why not. */
+interface BodyCheck {
+  Check(value: unknown): boolean;
+  Errors(value: unknown): ValueErrorIterator;
+}
+
+function bodyCheck(schema: TSchema, checking: SchemaChecking): BodyCheck {
+  if (checking === "compiled") return TypeCompiler.Compile(schema);
+  return { Check: (v) => Value.Check(schema, v), Errors: (v) => Value.Errors(schema, v) };
+}
+
 interface CompiledRoute<N extends string> {
   name: N;
   spec: RouteSpec;
   segments: string[];
-  check: TypeCheck<TSchema> | null;
+  check: BodyCheck | null;
   /** Property names the schema declares: the only keys an error path may name. */
   knownKeys: Set<string>;
 }
@@ -85,13 +129,20 @@ function queryValue(name: string, raw: string, spec: QueryParam): number | strin
   return n;
 }
 
-/** See the module header. */
+/**
+ * See the module header. One guard for both hosts of the scheduler: the
+ * embedded app (app.ts) and the workerd fetch router (fetchRouter.ts) admit
+ * every request through it, so a route, a query or a body is refused alike
+ * on both (issue 18 item 16: the workerd host once had its own, laxer,
+ * query rules).
+ */
 export class RequestGuard<N extends string> {
   private readonly routes: CompiledRoute<N>[];
 
   constructor(
     routes: Record<N, RouteSpec>,
     private readonly auth: Authenticator,
+    checking: SchemaChecking = "compiled",
   ) {
     this.routes = (Object.keys(routes) as N[]).map((name) => {
       const spec = routes[name];
@@ -100,7 +151,7 @@ export class RequestGuard<N extends string> {
         name,
         spec,
         segments: spec.path.split("/"),
-        check: spec.body ? TypeCompiler.Compile(spec.body.schema) : null,
+        check: spec.body ? bodyCheck(spec.body.schema, checking) : null,
         knownKeys: spec.body ? declaredKeys(spec.body.schema) : new Set<string>(),
       };
     });
@@ -119,7 +170,7 @@ export class RequestGuard<N extends string> {
     const body = new RequestBody(request);
     let refusal: Response;
     try {
-      const url = new URL(request.url);
+      const url = requestTarget(request);
       const match = this.match(url.pathname, request.method);
       if (!(match instanceof Response)) return await this.prepare(request, url, match.route, match.params, body);
       refusal = match;

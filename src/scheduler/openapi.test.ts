@@ -52,7 +52,7 @@ describe("the OpenAPI document", () => {
   test("errors are problem+json and the guard's refusals are listed per route", () => {
     const doc = openApiDocument() as { paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, unknown> }> }>> };
     const create = doc.paths["/v1/allocations"]!["post"]!.responses;
-    expect(Object.keys(create).sort()).toEqual(["200", "201", "400", "401", "403", "413", "415", "422", "default"]);
+    expect(Object.keys(create).sort()).toEqual(["200", "201", "400", "401", "403", "413", "415", "422", "429", "default"]);
     expect(Object.keys(create["413"]!.content!)).toEqual(["application/problem+json"]);
     expect(Object.keys(doc.paths["/healthz"]!["get"]!.responses).sort()).toEqual(["200", "default"]);
   });

@@ -24,6 +24,7 @@ import * as responses from "../protocol/responses.ts";
 import * as connection from "../protocol/connection.ts";
 import { ROUTES, type RouteSpec } from "./routes.ts";
 import { ERROR_STATUS } from "../protocol/errors.ts";
+import { MAX_FOLLOWS_PER_CALLER, MAX_IN_FLIGHT_PER_CALLER } from "./callerLimits.ts";
 
 /** The API's version as the document names it (the path prefix and `apiVersion` of discovery). */
 export const API_VERSION = "v1";
@@ -88,6 +89,7 @@ function errorAnswers(spec: RouteSpec): Record<string, Json> {
   if (spec.body) out["415"] = problemAnswer("UNSUPPORTED_MEDIA_TYPE: Content-Type is not application/json (or the body is content-encoded); refused before the body is read");
   const semantic = (spec.refusals ?? []).filter((c) => ERROR_STATUS[c] === 422);
   if (semantic.length) out["422"] = problemAnswer(`${semantic.join(" or ")}: a well-formed request the scheduler cannot act on`);
+  if (spec.auth !== "none" && spec.auth !== "enroll") out["429"] = { description: `CONCURRENCY_LIMITED: this caller already has ${MAX_IN_FLIGHT_PER_CALLER} requests in flight (or ${MAX_FOLLOWS_PER_CALLER} log follows); shed before any work`, content: problemContent, headers: { "Retry-After": { description: "seconds to wait before retrying", schema: { type: "integer" } } } };
   if (spec.response.status === 101) out["426"] = problemAnswer("UPGRADE_REQUIRED: the request asked for no WebSocket upgrade");
   return out;
 }
@@ -189,7 +191,7 @@ export function openApiDocument(routes: Record<string, RouteSpec> = ROUTES): Rec
         "Every GET route also answers HEAD; a known path called with another method answers 405 METHOD_NOT_ALLOWED with `Allow`; an unknown path 404 NOT_FOUND. " +
         "Bad input is refused before anything is written: a malformed ID, query parameter or body field 400 VALIDATION_FAILED (the detail names the field path), " +
         "unparseable JSON 400 MALFORMED_JSON, a body that is not application/json 415 UNSUPPORTED_MEDIA_TYPE, a body over the route's bound 413. " +
-        "429 RATE_LIMITED and 503 answers carry Retry-After (seconds); every 401 carries WWW-Authenticate: Bearer realm=\"beachball\". Creating an allocation is idempotent by `clientRequestId`.",
+        "429 (RATE_LIMITED, CONCURRENCY_LIMITED) and 503 answers carry Retry-After (seconds); each authenticated caller may have " + MAX_IN_FLIGHT_PER_CALLER + " requests in flight, " + MAX_FOLLOWS_PER_CALLER + " of them log follows, and one past either is shed with 429 CONCURRENCY_LIMITED before any work; every 401 carries WWW-Authenticate: Bearer realm=\"beachball\". Creating an allocation is idempotent by `clientRequestId`.",
     },
     paths: Object.fromEntries(Object.entries(paths).sort(([a], [b]) => a.localeCompare(b))),
     "x-beachball-error-codes": Object.fromEntries(Object.entries(ERROR_STATUS).sort(([a], [b]) => a.localeCompare(b))),

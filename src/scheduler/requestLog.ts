@@ -11,6 +11,7 @@
  */
 import type { Logger } from "../command/log.ts";
 import type { Clock, Randomness } from "./runtime/ports.ts";
+import { requestTarget } from "../protocol/requestTarget.ts";
 
 /** The header that carries the request ID both ways. */
 export const REQUEST_ID_HEADER = "x-request-id";
@@ -54,7 +55,7 @@ export function withRequestLog(handle: (req: Request) => Response | Promise<Resp
       const m = /"code":"([A-Z_]{1,64})"/.exec(text.slice(0, MAX_PROBLEM_PEEK_BYTES));
       code = m?.[1];
     }
-    const path = new URL(req.url).pathname.slice(0, MAX_LOGGED_PATH_CHARS);
+    const path = requestTarget(req).pathname.slice(0, MAX_LOGGED_PATH_CHARS);
     const fields = { requestId, method: req.method.slice(0, 16), path, status: res.status, code, durationMs: deps.clock.now() - started };
     if (res.status >= 500) deps.log.warn("http request", fields);
     else if (path.startsWith("/v1/agents/poll") || path.startsWith("/v1/agents/messages")) deps.log.debug("http request", fields);

@@ -5,6 +5,7 @@
  * Must never: print a raw token except the dev client file's path.
  */
 import { buildApp } from "./app.ts";
+import { CallerLimiter, type CallerBounds } from "./callerLimits.ts";
 import { withRequestLog } from "./requestLog.ts";
 import { RendezvousSockets, type RendezvousSocketData } from "./rendezvousSocket.ts";
 import { silentLogger, type Logger } from "../command/log.ts";
@@ -32,6 +33,8 @@ export interface ServeOptions {
   timeouts?: Partial<TimeoutPolicy>;
   /** Where the scheduler logs requests and state changes (default: nowhere). */
   log?: Logger;
+  /** Per-caller concurrency bounds (default: callerLimits.ts's constants; the burst benchmark's baseline lifts them). */
+  callerBounds?: CallerBounds;
 }
 
 /** A running scheduler. */
@@ -51,7 +54,7 @@ export function serveScheduler(opts: ServeOptions): RunningScheduler {
   worker.start();
   const sockets = new RendezvousSockets(worker);
   let server: Bun.Server<RendezvousSocketData> | null = null;
-  const app = buildApp(worker, { sockets, upgrade: (req, data) => server?.upgrade(req, { data }) ?? false });
+  const app = buildApp(worker, { sockets, upgrade: (req, data) => server?.upgrade(req, { data }) ?? false }, new CallerLimiter(opts.callerBounds));
   // Bun.serve directly (not app.listen) so every answer, the guard's refusals included, passes the request log.
   const fetch = withRequestLog((req) => app.handle(req), { log, clock: worker.env.clock, random: worker.env.random });
   try {
@@ -61,7 +64,7 @@ export function serveScheduler(opts: ServeOptions): RunningScheduler {
     throw e;
   }
   const url = `http://${server.hostname}:${server.port}`;
-  log.info(`scheduler listening on ${url}`, { url, dataDir: opts.dataDir, region: manifest.region });
+  log.info("scheduler listening", { url, dataDir: opts.dataDir, region: manifest.region });
   return {
     url,
     worker,

@@ -13,6 +13,7 @@ import type { TimeoutPolicy } from "../domain/allocation.ts";
 import type { AnyAuthorityObject, Namespace, ObjectClass } from "./runtime/api.ts";
 import { EmbeddedRuntime, type EmbeddedRuntimeOptions } from "./runtime/embedded/embeddedRuntime.ts";
 import { migrate } from "./runtime/migrate.ts";
+import { nextStep } from "./runtime/embedded/storageHealth.ts";
 import { systemClock, systemRandomness, type Clock, type Randomness } from "./runtime/ports.ts";
 import { MIGRATIONS } from "./migrations/index.ts";
 import { lockDataDir, type DataDirLock } from "../storage/dataDirLock.ts";
@@ -108,7 +109,7 @@ export class SchedulerWorker extends SchedulerFront {
   }
 
   /** Storage health for /healthz: ok, or why not. */
-  health(): { ok: boolean; detail: string } {
+  health(): { ok: boolean; detail: string; code?: string } {
     return this.runtime.health();
   }
 
@@ -146,8 +147,27 @@ function prepareDataDir(dir: string): void {
 
 /** Opens the runtime over the store file and migrates it (the caller holds the data directory's lock). */
 function openRuntime(file: string, clock: Clock, opts: WorkerOptions, lock: DataDirLock): EmbeddedRuntime<SchedulerEnv> {
+  let runtime: EmbeddedRuntime<SchedulerEnv>;
+  try {
+    runtime = newRuntime(file, clock, opts, lock);
+  } catch (e) {
+    // Opening the file itself failed (a truncated or foreign file is SQLITE_CORRUPT or SQLITE_NOTADB here).
+    throw storageStartError(file, e);
+  }
+  try {
+    migrate(runtime.store, MIGRATIONS, file);
+    runtime.probe();
+  } catch (e) {
+    runtime.store.closeAbandoned();
+    throw storageStartError(file, e);
+  }
+  return runtime;
+}
+
+function newRuntime(file: string, clock: Clock, opts: WorkerOptions, lock: DataDirLock): EmbeddedRuntime<SchedulerEnv> {
   const runtime: EmbeddedRuntime<SchedulerEnv> = new EmbeddedRuntime<SchedulerEnv>(file, clock, [...OBJECT_CLASSES] as ObjectClass<AnyAuthorityObject, SchedulerEnv>[], {
     onClosed: () => lock.release(),
+    ...(opts.log ? { log: opts.log } : {}),
     ...(opts.faultHook ? { faultHook: opts.faultHook } : {}),
     ...(opts.maxLiveInstances ? { maxLiveInstances: opts.maxLiveInstances } : {}),
     onQuarantine: (cls, name, reason) => {
@@ -160,21 +180,20 @@ function openRuntime(file: string, clock: Clock, opts: WorkerOptions, lock: Data
         .catch(() => undefined);
     },
   });
-  try {
-    migrate(runtime.store, MIGRATIONS, file);
-    runtime.probe();
-  } catch (e) {
-    runtime.store.closeAbandoned();
-    throw storageStartError(file, e);
-  }
   return runtime;
 }
 
-/** A clear error for a store that cannot be opened for writing at start. */
-function storageStartError(file: string, e: unknown): Error {
+/**
+ * A clear error for a store that cannot be opened or written at start: the
+ * file, the SQLite code and SQLite's words, and what to do (storageHealth.ts
+ * nextStep). Errors that are not SQLite's (a migration mismatch) pass as they are.
+ */
+export function storageStartError(file: string, e: unknown): Error {
   const code = (e as { code?: string }).code ?? "";
-  if (code.startsWith("SQLITE_READONLY") || code.startsWith("SQLITE_CANTOPEN") || code === "SQLITE_PERM") return new Error(`cannot write the scheduler's store ${file} (${code}): the data directory must be writable by this user`);
-  if (code.startsWith("SQLITE_CORRUPT") || code === "SQLITE_NOTADB") return new Error(`the scheduler's store ${file} is damaged (${code}): restore it from a backup or move it aside`);
+  const said = e instanceof Error ? e.message : String(e);
+  if (code.startsWith("SQLITE_READONLY") || code.startsWith("SQLITE_CANTOPEN") || code === "SQLITE_PERM") return new Error(`cannot write the scheduler's store ${file} (${code}: ${said}): the data directory must be writable by this user`);
+  if (code.startsWith("SQLITE_CORRUPT") || code === "SQLITE_NOTADB") return new Error(`the scheduler's store ${file} is damaged (${code}: ${said}): ${nextStep(code, file)}`);
+  if (code.startsWith("SQLITE_")) return new Error(`cannot open the scheduler's store ${file} (${code}: ${said}): ${nextStep(code, file)}`);
   return e instanceof Error ? e : new Error(String(e));
 }
 

@@ -18,6 +18,24 @@ import { localCandidates, mergeCandidates, type InterfaceAddress } from "../doma
 import type { Candidate } from "../protocol/connection.ts";
 import { MAX_STUN_SERVERS, type StunServer } from "../protocol/stunServers.ts";
 import { ipScope, isPeerAddress } from "../protocol/ipScope.ts";
+import { fixHintFor } from "../domain/osErrorHint.ts";
+
+/**
+ * This machine's interface list through `enumerate` (os.networkInterfaces,
+ * which throws "getifaddrs returned an error" when netlink is restricted).
+ * On failure: calls `onError` with a message naming the cause and its fix,
+ * and returns no interfaces, so gathering goes on with STUN candidates (and
+ * the relay) instead of failing the whole endpoint or proxy.
+ */
+export function interfaceAddresses<T extends readonly InterfaceAddress[]>(enumerate: () => NodeJS.Dict<T>, onError: (message: string) => void): NodeJS.Dict<T> {
+  try {
+    return enumerate();
+  } catch (e) {
+    const what = e instanceof Error ? e.message : String(e);
+    onError(`cannot list this machine's network interfaces (${what}); only STUN and relay candidates are offered; fix: ${fixHintFor(e, "check that getifaddrs(3) works for this process")}`);
+    return {};
+  }
+}
 
 /** How often candidates are gathered again, ms (spec "Data path": every 20 seconds). */
 export const CANDIDATE_REFRESH_MS = 20_000;

@@ -13,7 +13,8 @@ import { selectAead } from "./aead/select.ts";
 import { messageType } from "./codec.ts";
 import { COOKIE_REPLY_BYTES, MESSAGE_COOKIE_REPLY, MESSAGE_INITIATION, REKEY_TIMEOUT_MS } from "./constants.ts";
 import { COOKIE_USE_MAX_AGE_MS } from "./cookie.ts";
-import { fixedLoad, HandshakeLoadMeter, RATE_LIMIT_BURST, SourceRateLimiter } from "./load.ts";
+import { fixedLoad, HandshakeLoadMeter } from "./load.ts";
+import { RATE_LIMIT_BURST, SourceRateLimiter } from "./ratelimit.ts";
 import { makePair } from "./testPair.ts";
 
 const { aead } = await selectAead();

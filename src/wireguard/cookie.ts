@@ -70,6 +70,11 @@ export class CookieChecker {
     return equalBytes(mac1Of(this.mac1KeyOwn, message), mac1Field(message));
   }
 
+  /** Whether the message's mac2 field is all zeros (the sender holds no cookie: no need to compute one to compare). */
+  mac2Absent(message: Uint8Array): boolean {
+    return mac2Field(message).every((b) => b === 0);
+  }
+
   /** Whether the message carries a valid mac2 for a cookie this Device would give `sourceKey` now. */
   checkMac2(message: Uint8Array, sourceKey: string): boolean {
     return equalBytes(mac2Of(this.cookieFor(sourceKey), message), mac2Field(message));

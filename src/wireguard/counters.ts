@@ -12,12 +12,16 @@
 export const DROP_REASONS = [
   /** Not a WireGuard message: too short, too long, wrong size for its type, unknown type or non-zero reserved bytes. */
   "malformed",
+  /** A handshake message dropped unverified: more than MAC1_CHECKS_PER_SECOND arrived (ratelimit.ts). */
+  "handshake-overload",
   /** A handshake message whose mac1 is not keyed with our public key (whitepaper §5.4.4). */
   "mac1-invalid",
   /** Under load, a handshake message without a valid mac2: answered with a cookie reply (whitepaper §5.3). */
   "cookie-required",
-  /** Under load, more handshake messages from one source than the per-source rate allows. */
+  /** Under load, more handshake messages from one source, or from all together, than the handshake limits allow (ratelimit.ts). */
   "rate-limited",
+  /** Under load, a message that needed a cookie reply, not sent: over the cookie-reply limits per source or in all (ratelimit.ts). */
+  "cookie-reply-limited",
   /** A handshake message that failed a DH or AEAD step. */
   "handshake-invalid",
   /** An initiation from a static key that is not a configured peer. */

@@ -23,9 +23,11 @@ import { equalBytes } from "./hash.ts";
 import { IndexTable } from "./indexTable.ts";
 import { parseIpHeader } from "./ipPacket.ts";
 import { DEFAULT_LIMITS, type WgLimits } from "./limits.ts";
-import { HandshakeLoadMeter, SourceRateLimiter, type LoadPolicy } from "./load.ts";
+import { HandshakeLoadMeter, type LoadPolicy } from "./load.ts";
+import { DEFAULT_HANDSHAKE_RATE_LIMITS, rateLimitSource, SourceRateLimiter, TokenBucket, type HandshakeRateLimits } from "./ratelimit.ts";
 import { consumeInitiation, consumeResponse, localStatic, remoteStatic, type NoiseContext, type RemoteStatic } from "./noise.ts";
 import { Peer, type Endpoint, type PeerHost } from "./peer.ts";
+import type { PathControl } from "./pathProbe.ts";
 import type { WgClock, WgRandom } from "./ports.ts";
 import { keyPairFromPrivate } from "./x25519.ts";
 
@@ -38,6 +40,8 @@ export interface DeviceIo<E extends Endpoint> {
   sendDatagram(datagram: Uint8Array, to: E, peer: Peer<E> | null): void;
   /** A decrypted, authenticated IP packet from `peer` (padding removed, source checked against its allowed IPs). */
   deliverPacket(packet: Uint8Array, peer: Peer<E>): void;
+  /** An authenticated path probe or ack (src/wireguard/pathProbe.ts) from `peer`, arrived from `from`. Without it such a plaintext is dropped as "invalid-ip-packet". */
+  deliverControl?(message: PathControl, peer: Peer<E>, from: E): void;
 }
 
 /** Everything a Device is built from. */
@@ -52,6 +56,8 @@ export interface DeviceOptions<E extends Endpoint> {
   load?: LoadPolicy;
   /** Protocol limits; default DEFAULT_LIMITS (whitepaper §6.1). Tests may shorten one and must say so. */
   limits?: WgLimits;
+  /** Ceilings on cookie replies and handshake work under load; default DEFAULT_HANDSHAKE_RATE_LIMITS (ratelimit.ts). Tests and bench/ may change them and must say so. */
+  rateLimits?: HandshakeRateLimits;
 }
 
 /** One peer's configuration (as `wg set … peer`). */
@@ -82,7 +88,9 @@ export class Device<E extends Endpoint> {
   private readonly noise: NoiseContext;
   private readonly checker: CookieChecker;
   private readonly load: LoadPolicy;
-  private readonly rateLimiter = new SourceRateLimiter();
+  private readonly handshakeLimiter: SourceRateLimiter;
+  private readonly cookieLimiter: SourceRateLimiter;
+  private readonly mac1Budget: TokenBucket;
 
   /** Throws only on a malformed private key (local configuration). */
   constructor(private readonly opts: DeviceOptions<E>) {
@@ -91,6 +99,10 @@ export class Device<E extends Endpoint> {
     this.noise = { aead: opts.aead, random: opts.random, local: localStatic(keyPair) };
     this.checker = new CookieChecker(keyPair.publicKey, opts.clock, opts.random, opts.aead);
     this.load = opts.load ?? new HandshakeLoadMeter();
+    const rl = opts.rateLimits ?? DEFAULT_HANDSHAKE_RATE_LIMITS;
+    this.handshakeLimiter = new SourceRateLimiter(rl.handshakesPerSource, rl.handshakes, rl.maxSources);
+    this.cookieLimiter = new SourceRateLimiter(rl.cookieRepliesPerSource, rl.cookieReplies, rl.maxSources);
+    this.mac1Budget = new TokenBucket(rl.mac1Checks, opts.clock.nowMs());
     const counters = this.counters;
     this.host = {
       clock: opts.clock,
@@ -107,6 +119,7 @@ export class Device<E extends Endpoint> {
       },
       routeOf: (bytes, offset, version) => this.routes.lookupIn(bytes, offset, version),
       drop: (reason) => this.drop(reason),
+      ...(opts.io.deliverControl ? { control: (peer: Peer<E>, message: PathControl, from: E) => opts.io.deliverControl!(message, peer, from) } : {}),
     };
   }
 
@@ -224,20 +237,24 @@ export class Device<E extends Endpoint> {
   }
 
   /**
-   * mac1, then under load mac2 (else a cookie reply) and the per-source rate
-   * limit (whitepaper §5.3). `sender` is the index a cookie reply goes to.
+   * The mac1-check budget, mac1, then under load mac2 (else a cookie reply,
+   * within the cookie-reply limits) and the handshake limits (whitepaper §5.3; ratelimit.ts). Limits
+   * count per source address (rateLimitSource: port ignored, IPv6 by /64).
+   * `sender` is the index a cookie reply goes to.
    */
   private admitHandshake(datagram: Uint8Array, sender: number, from: E): boolean {
-    if (!this.checker.checkMac1(datagram)) return this.drop("mac1-invalid"), false;
     const now = this.opts.clock.nowMs();
+    if (!this.mac1Budget.take(now)) return this.drop("handshake-overload"), false;
+    if (!this.checker.checkMac1(datagram)) return this.drop("mac1-invalid"), false;
     this.load.note(now);
     if (!this.load.underLoad(now)) return true;
-    if (!this.checker.checkMac2(datagram, from.key)) {
+    if (this.checker.mac2Absent(datagram) || !this.checker.checkMac2(datagram, from.key)) {
+      if (!this.cookieLimiter.allow(rateLimitSource(from.key), now)) return this.drop("cookie-reply-limited"), false;
       this.counters.cookieRepliesSent++;
       this.transmit(this.checker.createReply(datagram, sender, from.key), from, null);
       return this.drop("cookie-required"), false;
     }
-    if (!this.rateLimiter.allow(from.key, now)) return this.drop("rate-limited"), false;
+    if (!this.handshakeLimiter.allow(rateLimitSource(from.key), now)) return this.drop("rate-limited"), false;
     return true;
   }
 

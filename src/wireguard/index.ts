@@ -33,4 +33,4 @@ export {
   type RelaySessionInfo,
   type RelaySessionState,
 } from "./relaySessions.ts";
-export { CANDIDATE_REFRESH_MS, gatherCandidates, stunCandidates, type CandidateSocket } from "./candidates.ts";
+export { CANDIDATE_REFRESH_MS, gatherCandidates, interfaceAddresses, stunCandidates, type CandidateSocket } from "./candidates.ts";

@@ -3,24 +3,30 @@
  * candidates and relays; spec "Coordination and path selection"), shared by
  * the host endpoint and the client proxy: one PathSelector per peer, the
  * check after each received datagram of which peer it authenticated for,
- * and per-candidate probes while no direct path is pinned.
+ * and path probes (src/wireguard/pathProbe.ts): to every candidate while no
+ * direct path is pinned, to the pin while one is; each answered by an ack
+ * sent only back where the probe came from (docs/adr/0158-proxy-paths.md).
  *
- * Owns: the Device<PathEndpoint>, the selectors, and the probe schedule
- * (deadlines on the clock port; the owner calls tickProbes()). A probe is a
- * WireGuard keepalive sealed separately for each candidate, so each copy
- * has its own counter and can authenticate on its own (a mirrored copy of
- * one datagram would be dropped as a replay wherever it arrives second).
+ * Owns: the Device<PathEndpoint>, the selectors, the probe schedule
+ * (deadlines on the clock port; the owner calls tickProbes()) and the ack
+ * budget. A probe is sealed separately for each target, so each copy has
+ * its own counter and nonce and can authenticate on its own (a mirrored copy
+ * of one datagram would be dropped as a replay wherever it arrives second).
  * Must never: throw from receive() or send paths (the Device drops and
- * counts), or probe a peer that has no session (the keepalive would start a
- * handshake; handshakes follow the Device's own timers).
+ * counts), probe a peer that has no session (handshakes follow the Device's
+ * own timers), or send more than MAX_ACKS_PER_SECOND acks per peer.
  */
 import type { Aead } from "./aead/aead.ts";
 import { DROP_REASONS } from "./counters.ts";
 import { Device, type Peer, type PeerOptions } from "./device.ts";
 import type { WgLimits } from "./limits.ts";
 import type { LoadPolicy } from "./load.ts";
+import { encodePathControl, PATH_ACK, PATH_PROBE, type PathControl } from "./pathProbe.ts";
 import { PathSelector, unknownPath, type PathEndpoint, type PathIo } from "./paths.ts";
 import type { WgClock, WgRandom } from "./ports.ts";
+
+/** Most path acks a peer is sent per second (a peer controls how many probes it sends; ours send at most MAX_PATH_CANDIDATES + MAX_LEARNED_SOURCES a second). */
+export const MAX_ACKS_PER_SECOND = 32;
 
 /** Options of a MultipathDevice. */
 export interface MultipathOptions {
@@ -44,6 +50,9 @@ export class MultipathDevice {
   private readonly selectors = new Map<Peer<PathEndpoint>, PathSelector>();
   private readonly nextProbe = new Map<Peer<PathEndpoint>, number>();
   private readonly lastPeerByKey = new Map<string, Peer<PathEndpoint>>();
+  private readonly ackBudget = new Map<Peer<PathEndpoint>, { windowMs: number; sent: number }>();
+  /** Acks sent, and probes left unanswered because a peer exceeded MAX_ACKS_PER_SECOND. */
+  readonly probeCounters = { acksSent: 0, acksRefused: 0 };
 
   /** Throws only for a malformed private key. */
   constructor(private readonly o: MultipathOptions) {
@@ -59,6 +68,7 @@ export class MultipathDevice {
           else if (to.kind === "relay") o.io.sendRelay(to.relayId, datagram);
         },
         deliverPacket: (packet, peer) => o.deliver(packet, peer),
+        deliverControl: (message, peer, from) => this.control(message, peer, from),
       },
       ...(o.load ? { load: o.load } : {}),
       ...(o.limits ? { limits: o.limits } : {}),
@@ -89,6 +99,7 @@ export class MultipathDevice {
   private forget(p: Peer<PathEndpoint>): void {
     this.selectors.delete(p);
     this.nextProbe.delete(p);
+    this.ackBudget.delete(p);
     for (const [k, v] of this.lastPeerByKey) if (v === p) this.lastPeerByKey.delete(k);
   }
 
@@ -118,10 +129,32 @@ export class MultipathDevice {
     const selector = this.selectors.get(peer);
     if (selector) {
       selector.authenticated(from);
-      // A session that came up over a relay: probe the candidates at once rather than a round later.
-      if (from.kind === "relay" && selector.probeRounds === 0 && !selector.isDirect()) this.nextProbe.set(peer, this.o.clock.nowMs());
+      // A session that came up (or a pin just lost): probe at once rather than a round later.
+      if (selector.probeRounds === 0 && !selector.isDirect()) this.nextProbe.set(peer, this.o.clock.nowMs());
     }
     this.o.onAuthenticated?.(peer, from);
+  }
+
+  /** A path probe (answered with an ack to exactly where it came from, within the peer's budget) or an ack (to the peer's selector). */
+  private control(message: PathControl, peer: Peer<PathEndpoint>, from: PathEndpoint): void {
+    const selector = this.selectors.get(peer);
+    if (!selector) return;
+    if (message.kind === PATH_ACK) {
+      selector.acked(from, message.nonce);
+      return;
+    }
+    if (from.kind === "unknown") return;
+    const now = this.o.clock.nowMs();
+    let b = this.ackBudget.get(peer);
+    if (!b || now - b.windowMs >= 1_000) this.ackBudget.set(peer, (b = { windowMs: now, sent: 0 }));
+    if (b.sent >= MAX_ACKS_PER_SECOND) {
+      this.probeCounters.acksRefused++;
+      return;
+    }
+    b.sent++;
+    selector.sendingOnlyTo(from, () => {
+      if (peer.sendControl(encodePathControl(PATH_ACK, message.nonce))) this.probeCounters.acksSent++;
+    });
   }
 
   private dropTotal(): number {
@@ -132,19 +165,25 @@ export class MultipathDevice {
   }
 
   /**
-   * Sends each due peer's per-candidate probes (one keepalive per target)
-   * when it has a session and no pinned direct path, and schedules its next
-   * round. Never throws.
+   * Sends each due peer's path probes (one per target: every candidate and
+   * learnt source while unpinned, the pin while pinned) when it has a
+   * session, and schedules its next round. Never throws.
    */
   tickProbes(): void {
     const now = this.o.clock.nowMs();
     for (const [peer, selector] of this.selectors) {
+      const direct = selector.isDirect();
       const due = this.nextProbe.get(peer) ?? now;
-      if (due > now) continue;
+      // Unpinned with no round since the session came up or the pin was lost (just now, perhaps): probe at once.
+      if (due > now && (direct || selector.probeRounds !== 0)) continue;
       this.nextProbe.set(peer, now + selector.probeIntervalMs());
-      if (selector.isDirect() || !peer.keypairs.current) continue;
-      selector.probeRounds++;
-      for (const target of selector.probeTargets()) selector.sendingOnlyTo(target, () => peer.sendKeepalive());
+      if (!peer.keypairs.current) continue;
+      if (!direct) selector.probeRounds++;
+      for (const target of selector.probeTargets()) {
+        const nonce = Buffer.from(this.o.random.fill(new Uint8Array(8))).toString("hex");
+        selector.probeSent(target, nonce);
+        selector.sendingOnlyTo(target, () => peer.sendControl(encodePathControl(PATH_PROBE, nonce)));
+      }
     }
   }
 

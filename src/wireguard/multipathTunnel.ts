@@ -26,9 +26,10 @@ import { relayPath, type PathEndpoint, type PathSelector } from "./paths.ts";
 import type { WgClock, WgRandom } from "./ports.ts";
 import { MAX_RELAYS_PER_PEER, RelaySessions, type RelayConnector, type RelaySessionInfo } from "./relaySessions.ts";
 import { openSharedSocket, type SharedSocket } from "./sharedSocket.ts";
+import { SUSPEND_RECHECK_MS } from "./suspendClock.ts";
 
-/** Longest single alarm sleep, ms. */
-export const MAX_ALARM_MS = 60_000;
+/** Longest single alarm sleep, ms: a suspend is noticed within it (suspendClock.ts). */
+export const MAX_ALARM_MS = SUSPEND_RECHECK_MS;
 
 /** Options of MultipathTunnel.open. */
 export interface MultipathTunnelOptions {

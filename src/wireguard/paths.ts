@@ -1,26 +1,38 @@
 /**
  * Path selection for one WireGuard peer reachable several ways (spec
- * "Coordination and path selection"): until a direct path is confirmed,
- * every datagram goes to every known candidate of the peer and is mirrored
- * through the relay; the first datagram that decrypts from a direct source
- * pins that source. Switching relay → direct changes only the transport
- * address, never the session, so inner connections survive.
+ * "Coordination and path selection"; docs/adr/0158-proxy-paths.md): until a
+ * direct path is confirmed, every datagram goes to every known candidate of
+ * the peer and is mirrored through the relay. Switching relay ↔ direct
+ * changes only the transport address, never the session, so inner
+ * connections survive.
+ *
+ * The rule (path liveness): a direct path is pinned, and kept, only while
+ * OUR datagrams are seen to reach the peer over it: an authenticated ack
+ * (src/wireguard/pathProbe.ts) arriving from path P for a probe we sent to P
+ * within PIN_LOST_MS. The peer's own datagrams arriving over P prove nothing
+ * about ours (UDP may be blocked one way only), so they never pin. While
+ * pinned, the pin is probed every PIN_PROBE_INTERVAL_MS; PIN_LOST_PROBES
+ * unanswered probes spanning PIN_LOST_MS lose the pin: traffic is mirrored
+ * through the relays (whose sessions stay open) and to every candidate
+ * again, and the loss is reported (state().lost) as a change.
  *
  * Owns: the endpoint values a Device<PathEndpoint> sees (a UDP address or a
- * relay), the pinned direct endpoint, per-path evidence (when each path last
- * carried an authenticated datagram), and which paths a datagram goes to:
+ * relay), the pinned direct endpoint, the outstanding probes, sources the
+ * peer's authenticated datagrams came from (probe targets beside the
+ * candidates: a peer behind a symmetric NAT is reachable only there), when
+ * each relay last carried an authenticated datagram, and which paths a
+ * datagram goes to:
  * - handshake initiations go to every path (they are rate-limited to one per
  *   5 s, and the first to arrive decides the path);
  * - handshake responses and cookie replies go exactly where the message they
- *   answer came from;
+ *   answer came from, and a response to a direct source that is not the
+ *   pin through the relays too (UDP may work towards us only);
  * - transport messages go to the pinned direct endpoint while it is pinned,
  *   else to every path.
- * A pinned endpoint is dropped once another path has carried authenticated
- * traffic more recently and the pinned one has been silent for
- * DIRECT_STALE_MS (the peer is alive, but not there).
- * Must never: send to more than MAX_CANDIDATES + 2 destinations per
- * datagram, send to an address that names no single peer (unspecified,
- * multicast, broadcast), or read a clock other than the one it is given.
+ * Must never: send to more than MAX_CANDIDATES + MAX_LEARNED_SOURCES + 2
+ * destinations per datagram, send to an address that names no single peer
+ * (unspecified, multicast, broadcast), pin a path on anything but an ack, or
+ * read a clock other than the one it is given.
  */
 import { MESSAGE_COOKIE_REPLY, MESSAGE_INITIATION, MESSAGE_RESPONSE } from "./constants.ts";
 import type { Endpoint } from "./peer.ts";
@@ -29,7 +41,11 @@ import { isPeerAddress } from "../protocol/ipScope.ts";
 
 /** Most candidates of a peer a selector keeps (src/protocol/connection.ts MAX_CANDIDATES). */
 export const MAX_PATH_CANDIDATES = 16;
-/** A pinned direct endpoint silent this long while another path carries the peer's traffic is dropped, ms. */
+/** Most sources learnt from the peer's authenticated datagrams a selector probes besides its candidates (most recent kept). */
+export const MAX_LEARNED_SOURCES = 4;
+/** Most probes awaiting an ack per peer (oldest forgotten first): MAX_PATH_CANDIDATES + MAX_LEARNED_SOURCES per round, a few rounds. */
+export const MAX_OUTSTANDING_PROBES = 64;
+/** A relay that carried no authenticated datagram this long no longer counts as the current path, ms. */
 export const DIRECT_STALE_MS = 15_000;
 /** How often the owner should probe candidates while no direct path is pinned, ms. */
 export const PROBE_INTERVAL_MS = 1_000;
@@ -37,6 +53,12 @@ export const PROBE_INTERVAL_MS = 1_000;
 export const PROBE_SLOW_INTERVAL_MS = 5_000;
 /** Probe rounds at PROBE_INTERVAL_MS before slowing down. */
 export const PROBE_FAST_ROUNDS = 10;
+/** How often the pinned direct path is probed, ms. */
+export const PIN_PROBE_INTERVAL_MS = 1_000;
+/** Unanswered probes to the pin (in a row) that, spanning PIN_LOST_MS, lose it: one lost probe or ack is not a dead path. */
+export const PIN_LOST_PROBES = 3;
+/** How long the pin's probes must have gone unanswered before it is lost, ms; an ack older than this proves nothing. */
+export const PIN_LOST_MS = 2_500;
 
 /** A UDP destination. */
 export interface UdpPath extends Endpoint {
@@ -83,16 +105,21 @@ export interface PathIo {
 
 /** What the selector reports. */
 export interface PathState {
-  /** "direct" when a direct endpoint is pinned, "relay" when only a relay carried authenticated traffic recently, else "none". */
+  /** "direct" when a direct endpoint is pinned; "relay" when not, our datagrams go through the relays and the peer was heard within DIRECT_STALE_MS; else "none". */
   path: "direct" | "relay" | "none";
   /** The pinned direct endpoint's key, or null. */
   direct: string | null;
-  /** The relay that last carried authenticated traffic, or null. */
+  /** The relay reported: the one that took over carrying the peer's authenticated datagrams (another takes over only after it was silent DIRECT_STALE_MS), else the first relay; or null. */
   relay: string | null;
+  /** The direct endpoint whose pin was lost (its probes went unanswered), until the next pin; else null. */
+  lost: string | null;
   /** Times a direct endpoint was pinned (first time and every change). */
   pins: number;
-  /** Times a pinned endpoint was dropped as stale. */
+  /** Times a pinned endpoint was lost. */
   unpins: number;
+  /** Path probes sent, and acks received that answered one of ours over the path it went to. */
+  probesSent: number;
+  acksReceived: number;
   /** Datagrams sent, per kind of destination. */
   sentDirect: number;
   sentMirrored: number;
@@ -102,15 +129,24 @@ export interface PathState {
 /** The path selector of one peer. */
 export class PathSelector {
   private candidates: UdpPath[] = [];
+  private learned: UdpPath[] = [];
   private relays: string[] = [];
   private pinned: UdpPath | null = null;
-  private readonly lastAuthMs = new Map<string, number>();
+  private lost: string | null = null;
+  /** Probes to the pin since its last ack, and when the first of them went. */
+  private pinUnanswered = 0;
+  private pinFirstUnansweredMs = 0;
+  private readonly outstanding = new Map<string, { key: string; sentMs: number }>();
+  private readonly lastRelayMs = new Map<string, number>();
   private lastRelay: string | null = null;
+  private lastAuthAnyMs = -Infinity;
+  /** The reported path's identity when `changes` last moved (the direct path's relay is not part of it). */
+  private reported = "none null - null";
   private onlyTo: PathEndpoint | null = null;
-  private readonly stats = { pins: 0, unpins: 0, sentDirect: 0, sentMirrored: 0, sentRelay: 0 };
-  /** Probe rounds since the last pin (the owner's probe timer reads probeIntervalMs()). */
+  private readonly stats = { pins: 0, unpins: 0, probesSent: 0, acksReceived: 0, sentDirect: 0, sentMirrored: 0, sentRelay: 0 };
+  /** Probe rounds since the last pin or loss (the owner's probe timer reads probeIntervalMs()). */
   probeRounds = 0;
-  /** Incremented whenever the path changes (a pin, an unpin, another relay): owners report on change only. */
+  /** Incremented whenever the reported path changes (a pin, a loss, a relay taking over): owners report on change only. */
   changes = 0;
 
   constructor(
@@ -157,19 +193,21 @@ export class PathSelector {
     this.relays = [...new Set(relayIds)].slice(0, 2);
   }
 
-  /** The UDP destinations a probe round covers: every candidate, and the pinned endpoint. */
+  /** The UDP destinations of the next probe round: the pin alone while pinned, else every candidate and learnt source. */
   probeTargets(): UdpPath[] {
+    if (this.pinned) return [this.pinned];
     const t = [...this.candidates];
-    if (this.pinned && !t.some((c) => c.key === this.pinned!.key)) t.push(this.pinned);
+    for (const l of this.learned) if (!t.some((c) => c.key === l.key)) t.push(l);
     return t;
   }
 
-  /** The interval until the owner's next probe round, ms (fast at first, slower after PROBE_FAST_ROUNDS). */
+  /** The interval until the owner's next probe round, ms: PIN_PROBE_INTERVAL_MS while pinned, else fast at first and slower after PROBE_FAST_ROUNDS. */
   probeIntervalMs(): number {
+    if (this.pinned) return PIN_PROBE_INTERVAL_MS;
     return this.probeRounds < PROBE_FAST_ROUNDS ? PROBE_INTERVAL_MS : PROBE_SLOW_INTERVAL_MS;
   }
 
-  /** Runs `fn` with every datagram it produces sent only to `target` (for per-candidate probes: each gets its own keepalive). */
+  /** Runs `fn` with every datagram it produces sent only to `target` (for per-path probes and their acks). */
   sendingOnlyTo(target: PathEndpoint, fn: () => void): void {
     const prev = this.onlyTo;
     this.onlyTo = target;
@@ -180,12 +218,58 @@ export class PathSelector {
     }
   }
 
+  /** Records a probe with `nonce` about to go to `target` (MAX_OUTSTANDING_PROBES kept); a probe to the pin counts towards losing it. */
+  probeSent(target: UdpPath, nonce: string): void {
+    const now = this.clock.nowMs();
+    if (this.outstanding.size >= MAX_OUTSTANDING_PROBES) this.outstanding.delete(this.outstanding.keys().next().value!);
+    this.outstanding.set(nonce, { key: target.key, sentMs: now });
+    this.stats.probesSent++;
+    if (this.pinned?.key === target.key) {
+      if (this.pinUnanswered === 0) this.pinFirstUnansweredMs = now;
+      this.pinUnanswered++;
+    }
+  }
+
+  /**
+   * An authenticated ack with `nonce` arrived from `from`. It counts only
+   * when it answers a probe we sent to that same path less than PIN_LOST_MS
+   * ago: then the path carries our datagrams both ways. Unpinned, that path
+   * pins; pinned there, the pin is fresh again; an ack from another path
+   * while pinned changes nothing. Returns whether it counted.
+   */
+  acked(from: PathEndpoint, nonce: string): boolean {
+    const probe = this.outstanding.get(nonce);
+    if (!probe || from.kind !== "udp" || probe.key !== from.key) return false;
+    this.outstanding.delete(nonce);
+    const now = this.clock.nowMs();
+    if (now - probe.sentMs > PIN_LOST_MS) return false;
+    this.stats.acksReceived++;
+    if (this.pinned?.key === from.key) {
+      this.pinUnanswered = 0;
+      return true;
+    }
+    if (this.pinned) return true;
+    this.pinned = from;
+    this.lost = null;
+    this.pinUnanswered = 0;
+    this.stats.pins++;
+    this.probeRounds = 0;
+    this.checkPin();
+    return true;
+  }
+
   /** Sends one datagram the Device addressed to `to` (the peer's roaming endpoint, possibly null). See the module header for the rules. */
   send(datagram: Uint8Array, to: PathEndpoint | null): void {
     if (this.onlyTo) return this.sendTo(this.onlyTo, datagram);
     const type = datagram[0];
-    if ((type === MESSAGE_RESPONSE || type === MESSAGE_COOKIE_REPLY) && to && to.kind !== "unknown") return this.sendTo(to, datagram);
-    this.expireStalePin();
+    if ((type === MESSAGE_RESPONSE || type === MESSAGE_COOKIE_REPLY) && to && to.kind !== "unknown") {
+      this.sendTo(to, datagram);
+      // A response to a direct source nothing has proven reachable goes through the relays too: the
+      // initiation's direct copy may have won the race over UDP that works towards us only.
+      if (type === MESSAGE_RESPONSE && to.kind === "udp" && this.pinned?.key !== to.key) for (const r of this.relays) if (this.io.sendRelay(r, datagram)) this.stats.sentRelay++;
+      return;
+    }
+    this.checkPin();
     if (type !== MESSAGE_INITIATION && this.pinned) return this.sendTo(this.pinned, datagram);
     // Direct copies first: where both arrive, the direct one should win the race.
     const sent = new Set<string>();
@@ -212,64 +296,66 @@ export class PathSelector {
 
   /**
    * Records that a datagram from `from` authenticated (it completed a
-   * handshake or decrypted). The first direct source pins; a later direct
-   * source replaces the pin (the peer roamed).
+   * handshake or decrypted). A relay's datagram keeps that relay current; a
+   * direct source that is not a candidate is learnt as a probe target (the
+   * most recent MAX_LEARNED_SOURCES). Nothing here pins: only acks do.
    */
   authenticated(from: PathEndpoint): void {
     if (from.kind === "unknown") return;
     const now = this.clock.nowMs();
-    this.lastAuthMs.delete(from.key);
-    this.lastAuthMs.set(from.key, now);
-    // Insertion order is recency order: drop the oldest past the bound.
-    if (this.lastAuthMs.size > MAX_PATH_CANDIDATES + 4) this.lastAuthMs.delete(this.lastAuthMs.keys().next().value!);
+    this.lastAuthAnyMs = now;
     if (from.kind === "relay") {
       // With two relays the first copy to arrive alternates between them: that is no change of
-      // path. Only a relay taking over from one silent for DIRECT_STALE_MS (or from none) is.
-      const prevAt = this.lastRelay === null ? -Infinity : (this.lastAuthMs.get(`relay:${this.lastRelay}`) ?? -Infinity);
-      if (this.lastRelay !== from.relayId && (this.lastRelay === null || now - prevAt >= DIRECT_STALE_MS)) this.changes++;
-      this.lastRelay = from.relayId;
-      return;
+      // path. A relay takes over only from one silent for DIRECT_STALE_MS (or from none).
+      const prevAt = this.lastRelay === null ? -Infinity : (this.lastRelayMs.get(this.lastRelay) ?? -Infinity);
+      if (now - prevAt >= DIRECT_STALE_MS) this.lastRelay = from.relayId;
+      this.lastRelayMs.set(from.relayId, now);
+      if (this.lastRelayMs.size > 4) this.lastRelayMs.delete(this.lastRelayMs.keys().next().value!);
+    } else if (!this.candidates.some((c) => c.key === from.key) && isPeerAddress(from.address)) {
+      const i = this.learned.findIndex((c) => c.key === from.key);
+      if (i >= 0) this.learned.splice(i, 1);
+      this.learned.push(from);
+      if (this.learned.length > MAX_LEARNED_SOURCES) this.learned.shift();
     }
-    if (this.pinned?.key !== from.key) {
-      this.pinned = from;
-      this.stats.pins++;
-      this.changes++;
+    this.checkPin();
+  }
+
+  /** Loses the pin once PIN_LOST_PROBES probes to it in a row, spanning PIN_LOST_MS, went unanswered; then counts a change if the reported path changed. */
+  private checkPin(): void {
+    const p = this.pinned;
+    if (p && this.pinUnanswered >= PIN_LOST_PROBES && this.clock.nowMs() - this.pinFirstUnansweredMs >= PIN_LOST_MS) {
+      this.pinned = null;
+      this.lost = p.key;
+      this.pinUnanswered = 0;
       this.probeRounds = 0;
+      this.stats.unpins++;
+    }
+    const v = this.view();
+    const key = `${v.path} ${v.direct} ${v.path === "relay" ? v.relay : "-"} ${v.lost}`;
+    if (key !== this.reported) {
+      this.reported = key;
+      this.changes++;
     }
   }
 
-  private expireStalePin(): void {
-    const p = this.pinned;
-    if (!p) return;
+  private view(): Pick<PathState, "path" | "direct" | "relay" | "lost"> {
     const now = this.clock.nowMs();
-    const mine = this.lastAuthMs.get(p.key) ?? 0;
-    if (now - mine < DIRECT_STALE_MS) return;
-    for (const [key, at] of this.lastAuthMs) {
-      if (key !== p.key && at > mine) {
-        this.pinned = null;
-        this.stats.unpins++;
-        this.changes++;
-        return;
-      }
-    }
+    const relayFresh = this.lastRelay !== null && now - (this.lastRelayMs.get(this.lastRelay) ?? -Infinity) < DIRECT_STALE_MS;
+    const path = this.pinned ? "direct" : relayFresh || (this.relays.length > 0 && now - this.lastAuthAnyMs < DIRECT_STALE_MS) ? "relay" : "none";
+    // Relayed while the peer is heard only directly (UDP towards us only): ours go through the first relay.
+    const relay = path === "relay" && !relayFresh ? (this.relays[0] ?? null) : this.lastRelay;
+    return { path, direct: this.pinned?.key ?? null, relay, lost: this.lost };
   }
 
   /** The current path and counters. */
   state(): PathState {
-    this.expireStalePin();
-    const now = this.clock.nowMs();
-    const relayFresh = this.lastRelay !== null && now - (this.lastAuthMs.get(`relay:${this.lastRelay}`) ?? -Infinity) < DIRECT_STALE_MS;
-    return {
-      path: this.pinned ? "direct" : relayFresh ? "relay" : "none",
-      direct: this.pinned?.key ?? null,
-      relay: this.lastRelay,
-      ...this.stats,
-    };
+    this.checkPin();
+    return { ...this.view(), ...this.stats };
   }
 
-  /** True while a direct endpoint is pinned. */
+  /** True while a direct endpoint is pinned (after losing a pin whose probes went unanswered). */
   isDirect(): boolean {
-    this.expireStalePin();
+    this.checkPin();
     return this.pinned !== null;
   }
 }

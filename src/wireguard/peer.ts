@@ -18,6 +18,7 @@ import { CookieJar } from "./cookie.ts";
 import type { DeviceCounters, DropReason } from "./counters.ts";
 import type { IndexTable } from "./indexTable.ts";
 import { parseIpHeader } from "./ipPacket.ts";
+import { decodePathControl, type PathControl } from "./pathProbe.ts";
 import { Keypair, Keypairs } from "./keypair.ts";
 import type { WgLimits } from "./limits.ts";
 import {
@@ -56,6 +57,8 @@ export interface PeerHost<E extends Endpoint> {
   routeOf(bytes: Uint8Array, offset: number, version: 4 | 6): Peer<E> | null;
   /** Counts a drop. */
   drop(reason: DropReason): void;
+  /** An authenticated path probe or ack from `peer` that arrived from `from` (src/wireguard/pathProbe.ts); absent: dropped as not an IP packet. */
+  control?(peer: Peer<E>, message: PathControl, from: E): void;
 }
 
 /** A peer's traffic figures. */
@@ -116,6 +119,24 @@ export class Peer<E extends Endpoint> {
     if (this.removed) return;
     if (this.staged.length === 0) this.staged.push(new Uint8Array(0));
     this.sendStaged();
+  }
+
+  /**
+   * Seals one path control plaintext (src/wireguard/pathProbe.ts) with the
+   * current session and hands it to the transport like any datagram. Leaves
+   * the timers alone (a probe to one path must not stand in for a keepalive
+   * that goes to every path) and never starts a handshake: false when there
+   * is no usable session.
+   */
+  sendControl(plaintext: Uint8Array): boolean {
+    if (this.removed) return false;
+    const now = this.host.clock.nowMs();
+    const k = this.keypairs.current;
+    if (!k || now - k.createdMs >= this.host.limits.rejectAfterTimeMs || k.sendCounter >= this.host.limits.rejectAfterMessages) return false;
+    const counter = k.takeCounter();
+    if (counter === null) return false;
+    this.transmitTransport(k, counter, plaintext);
+    return true;
   }
 
   /** Seals and sends every staged packet with the current session; starts a handshake when there is no usable one. */
@@ -277,6 +298,9 @@ export class Peer<E extends Endpoint> {
       this.host.counters.keepalivesReceived++;
       return;
     }
+    const control = this.host.control ? decodePathControl(plaintext) : null;
+    // A probe or ack is not data: it arms no passive keepalive and reaches no application.
+    if (control) return this.host.control!(this, control, from);
     this.timers.dataReceived(now);
     const ip = parseIpHeader(plaintext);
     if (!ip) return this.host.drop("invalid-ip-packet");

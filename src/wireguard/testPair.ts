@@ -11,6 +11,7 @@ import { FakeClock, SeededRandom } from "./fakes.ts";
 import { MemoryNet, type MemEndpoint } from "./fakeNet.ts";
 import type { WgLimits } from "./limits.ts";
 import type { LoadPolicy } from "./load.ts";
+import type { WgClock } from "./ports.ts";
 
 /** Options of makePair. */
 export interface PairOptions {
@@ -20,11 +21,16 @@ export interface PairOptions {
   loadA?: LoadPolicy;
   loadB?: LoadPolicy;
   presharedKey?: Uint8Array;
+  /** The clock both Devices share (default a fresh FakeClock); run() moves it with advance(). */
+  clock?: PairClock;
 }
+
+/** A clock a pair can run on: a WgClock that the test moves forward. */
+export type PairClock = WgClock & { advance(ms: number): void };
 
 /** Two peered Devices and what drives them. */
 export interface TestPair {
-  clock: FakeClock;
+  clock: PairClock;
   rng: SeededRandom;
   net: MemoryNet;
   a: Device<MemEndpoint>;
@@ -42,7 +48,7 @@ export interface TestPair {
 
 /** Builds the pair. */
 export function makePair(o: PairOptions): TestPair {
-  const clock = new FakeClock();
+  const clock: PairClock = o.clock ?? new FakeClock();
   const rng = new SeededRandom(o.seed ?? 42);
   const net = new MemoryNet();
   const keyA = rng.bytes(32);

@@ -9,9 +9,10 @@
  */
 import type { Device, Endpoint } from "./device.ts";
 import type { WgClock } from "./ports.ts";
+import { SUSPEND_RECHECK_MS } from "./suspendClock.ts";
 
-/** Longest single sleep (ms); longer deadlines are reached by re-arming. */
-export const MAX_TIMER_SLEEP_MS = 60_000;
+/** Longest single sleep (ms); longer deadlines are reached by re-arming, and a suspend is noticed within it (suspendClock.ts). */
+export const MAX_TIMER_SLEEP_MS = SUSPEND_RECHECK_MS;
 
 /** The alarm of one Device. */
 export class DeviceTimerDriver<E extends Endpoint> {

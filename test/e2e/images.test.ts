@@ -31,7 +31,7 @@ import { buildReferenceImage } from "../../src/image/referenceBuild.ts";
 import { createPrivateKeyFile, readPrivateKeyFile } from "../../src/image/keyFile.ts";
 import { makeTestImage, writeTestImage } from "../../src/image/testImage.ts";
 import { ensureDevManifest } from "../../src/scheduler/manifest.ts";
-import { placementDirName } from "../../src/agent/placementOps.ts";
+import { placementDirName } from "../../src/agent/resourceNames.ts";
 import { sha256File } from "../../src/image/verify.ts";
 import type { AllocationEvent } from "../../src/protocol/api.ts";
 import { GCC_JOB, writeDebianOciLayout } from "../support/debianOci.ts";
@@ -95,7 +95,7 @@ async function runJob(workloadClass: string, script: string): Promise<{ exitCode
     await controller.deliverWhenReady(allocationId, new TextEncoder().encode(script), `dlv-${randomUUID()}`, 400_000);
     await controller.follow(allocationId, (e) => events.push(e), { until: (e) => e.type === "workload.exited" || e.type === "allocation.failed" });
     const v = await controller.get(allocationId);
-    const dirName = placementDirName(allocationId, v.placementId!, v.generation);
+    const dirName = placementDirName("img-host", allocationId, v.placementId!, v.generation);
     await Bun.sleep(300);
     const consoleText = readFileSync(join(agentDir(), "allocations", dirName, "logs", "console.log"), "utf8").replaceAll("\r\n", "\n");
     await controller.release(allocationId);

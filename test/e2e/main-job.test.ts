@@ -20,7 +20,7 @@ import { randomUUID } from "node:crypto";
 import { SchedulerClient } from "../../src/client/index.ts";
 import { compileBb } from "../../src/image/bbBinary.ts";
 import { buildDevImage } from "../../src/image/devBuild.ts";
-import { placementDirName } from "../../src/agent/placementOps.ts";
+import { placementDirName } from "../../src/agent/resourceNames.ts";
 import type { AllocationEvent } from "../../src/protocol/api.ts";
 import { cleanUpPlacements, freePort, kill9, leftoversOf, pidsMatching, publishImageSource, runRole, runRoleExit, startRole, stopRole, tail, vmTestSkipReason, walkFiles, type Role, waitUntil } from "../support/processes.ts";
 
@@ -62,7 +62,7 @@ async function finishJob(id: string, script: string): Promise<{ events: Allocati
   const events: AllocationEvent[] = [];
   await controller.follow(id, (e) => events.push(e), { until: (e) => e.type === "workload.exited" });
   const v = await controller.get(id);
-  const dirName = placementDirName(id, v.placementId!, v.generation);
+  const dirName = placementDirName("e2e-host", id, v.placementId!, v.generation);
   await Bun.sleep(300);
   const console = readFileSync(join(allocationsDir(), dirName, "logs", "console.log"), "utf8").replaceAll("\r\n", "\n");
   await controller.release(id);
@@ -138,7 +138,7 @@ d("main job end to end (real QEMU)", () => {
     expect(again.view.allocationId).toBe(first.view.allocationId);
     await expect(controller.create({ ...body, workloadClass: "ci-medium" })).rejects.toMatchObject({ code: "IDEMPOTENCY_CONFLICT" });
     const v = await controller.get(first.view.allocationId);
-    const vmPids = pidsMatching(placementDirName(v.allocationId, v.placementId!, v.generation));
+    const vmPids = pidsMatching(placementDirName("e2e-host", v.allocationId, v.placementId!, v.generation));
     expect(vmPids).toHaveLength(1);
     // The bootstrap nonce is a secret: it must not be on the VMM's command line (readable by every local user).
     const cmdline = readFileSync(`/proc/${vmPids[0]}/cmdline`, "utf8");
@@ -189,7 +189,7 @@ d("main job end to end (real QEMU)", () => {
     const { view } = await controller.create({ clientRequestId: `e2e-${randomUUID()}`, workloadClass: "ci-small" });
     await waitState(view.allocationId, ["ready"]);
     const v = await controller.get(view.allocationId);
-    const dirName = placementDirName(v.allocationId, v.placementId!, v.generation);
+    const dirName = placementDirName("e2e-host", v.allocationId, v.placementId!, v.generation);
     const vmPids = pidsMatching(dirName);
     expect(vmPids).toHaveLength(1);
     await kill9(agent);
@@ -198,7 +198,7 @@ d("main job end to end (real QEMU)", () => {
     await waitHealthy();
     const r = await finishJob(view.allocationId, "echo after-agent-restart\n");
     expect(r.console).toContain("after-agent-restart");
-    expect(tail(agent.log)).toContain("adopted VM");
+    expect(tail(agent.log)).toContain("adopted a running VM");
     // Every placement of this file used one verified copy of the image: fetched once, then reused.
     expect(artifactInodes()).toEqual(firstInodes);
     for (const a of readdirSync(join(agentDir(), "images", "artifacts"))) expect(statSync(join(agentDir(), "images", "artifacts", a)).mode & 0o777).toBe(0o444);
@@ -225,7 +225,7 @@ d("main job end to end (real QEMU)", () => {
     const created = await Promise.all([1, 2].map(() => controller.create({ clientRequestId: `e2e-${randomUUID()}`, workloadClass: "ci-small" })));
     const ids = created.map((c) => c.view.allocationId);
     await Promise.all(ids.map((id) => waitState(id, ["ready"])));
-    const dirs = await Promise.all(ids.map(async (id) => (async (v) => placementDirName(v.allocationId, v.placementId!, v.generation))(await controller.get(id))));
+    const dirs = await Promise.all(ids.map(async (id) => (async (v) => placementDirName("e2e-host", v.allocationId, v.placementId!, v.generation))(await controller.get(id))));
     const vmPids = dirs.map((dn) => pidsMatching(dn));
     for (const p of vmPids) expect(p).toHaveLength(1);
     const nonce = (JSON.parse(readFileSync(join(allocationsDir(), dirs[1]!, "runtime.json"), "utf8")) as { nonce: string }).nonce;
@@ -240,7 +240,7 @@ d("main job end to end (real QEMU)", () => {
     const logBefore = readFileSync(agent.log, "utf8").length;
     agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"));
     await waitHealthy();
-    await waitLog((l) => (l.slice(logBefore).match(/adopted VM/g) ?? []).length >= 2, "adoption of both VMs");
+    await waitLog((l) => (l.slice(logBefore).match(/adopted a running VM/g) ?? []).length >= 2, "adoption of both VMs");
     const hb = (await operator.hosts()).find((h) => h.hostId === "e2e-host")!.heartbeatAt;
     for (let i = 0; i < 50 && (await operator.hosts()).find((h) => h.hostId === "e2e-host")!.heartbeatAt === hb; i++) await Bun.sleep(200);
     await Bun.sleep(1_000); // a few more envelopes: anything queued during the stop would be in them

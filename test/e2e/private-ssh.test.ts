@@ -88,7 +88,7 @@ import { ensureDebianRootfsTar, SSHD_RECIPE } from "../../src/image/debianRootfs
 import { createPrivateKeyFile } from "../../src/image/keyFile.ts";
 import { ensureDevManifest, tokenDigest } from "../../src/scheduler/manifest.ts";
 import { agentPaths } from "../../src/agent/config.ts";
-import { placementDirName } from "../../src/agent/placementOps.ts";
+import { placementDirName } from "../../src/agent/resourceNames.ts";
 import { detectControllers } from "../../src/agent/isolation/cgroups/hierarchy.ts";
 import { placementCgroupOf, removePlacementCgroup } from "../../src/agent/isolation/cgroups/placementCgroup.ts";
 import { DEFAULT_CGROUP_POLICY } from "../../src/agent/isolation/cgroups/policy.ts";
@@ -326,7 +326,7 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     }));
     m.connections.relays = [{ relayId: RELAY_ID, url: `wss://${ROOT_ADDR}:${relayPort}/v1/relay` }];
     relay = startRole(["relay", "run", "--config", relayConfig], join(work, "relay.log"));
-    for (let i = 0; !tail(relay.log).includes(`relay ${RELAY_ID} listening`); i++) {
+    for (let i = 0; !new RegExp(`relay listening.*${RELAY_ID}`).test(tail(relay.log)); i++) {
       if (relay.proc.exitCode !== null || i > 300) throw new Error(`bb relay run did not come up: ${tail(relay.log)}`);
       await Bun.sleep(50);
     }
@@ -544,7 +544,7 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
 
   test("after release the grant stops working within its bound: the proxy ends with INVALID_STATE (exit 1), new connections fail, a new proxy is refused", async () => {
     const v = await controller.get(allocationId);
-    const dirName = placementDirName(allocationId, v.placementId!, v.generation);
+    const dirName = placementDirName("ssh-host", allocationId, v.placementId!, v.generation);
     await controller.release(allocationId);
     const code = await Promise.race([proxy.proc.exited, Bun.sleep(Math.max(0, grantExpiresAtMs - Date.now())).then(() => "grant expired first" as const)]);
     expect(code).toBe(1);

@@ -24,7 +24,7 @@ import { compileBb } from "../../src/image/bbBinary.ts";
 import { buildDevImage } from "../../src/image/devBuild.ts";
 import { ensureDevManifest } from "../../src/scheduler/manifest.ts";
 import { tokenDigest } from "../../src/scheduler/manifestSchema.ts";
-import { placementDirName } from "../../src/agent/placementOps.ts";
+import { placementDirName } from "../../src/agent/resourceNames.ts";
 import { cleanUpPlacements, freePort, publishImageSource, runRole, runRoleExit, startRole, stopRole, vmTestSkipReason, waitUntil, walkFiles, type Role } from "../support/processes.ts";
 
 const skip = vmTestSkipReason();
@@ -107,7 +107,7 @@ d("bb allocation logs (real agent, QEMU guest)", () => {
     const id = view.allocationId;
     await waitFor("ready", async () => (await controller.get(id)).state === "ready");
     const v = await controller.get(id);
-    const nonce = (JSON.parse(readFileSync(join(allocationsDir(), placementDirName(id, v.placementId!, v.generation), "runtime.json"), "utf8")) as { nonce: string }).nonce;
+    const nonce = (JSON.parse(readFileSync(join(allocationsDir(), placementDirName("logs-host", id, v.placementId!, v.generation), "runtime.json"), "utf8")) as { nonce: string }).nonce;
 
     // The follower starts before the payload exists: it waits (long-polls) for output.
     const follower = startLogs([id, "--follow"], tokens.controller);
@@ -166,7 +166,7 @@ d("bb allocation logs (real agent, QEMU guest)", () => {
     const id = view.allocationId;
     await controller.deliverWhenReady(id, new TextEncoder().encode(payload), `dlv-${randomUUID()}`, 240_000);
     const v = await controller.get(id);
-    const runtime = join(allocationsDir(), placementDirName(id, v.placementId!, v.generation), "runtime.json");
+    const runtime = join(allocationsDir(), placementDirName("logs-host", id, v.placementId!, v.generation), "runtime.json");
     const nonce = (JSON.parse(readFileSync(runtime, "utf8")) as { nonce: string }).nonce;
     const secrets: Record<string, string> = {
       payload: marker,

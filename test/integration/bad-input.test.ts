@@ -11,7 +11,10 @@
  * created and the live grant is still live: a refusal writes nothing.
  * The table is built from ROUTES, so a new route is covered without being
  * listed; the few per-route facts (what an unknown ID answers) are a map the
- * test checks is complete. ~2 s.
+ * test checks is complete. The whole table runs against both hosts of the
+ * scheduler, embedded and on workerd (issue 18 item 16: the workerd host
+ * once answered 200 to an unknown or malformed query parameter): the same
+ * request guard must give the same answers. ~4 s.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -23,15 +26,58 @@ import { PATH_ID, ROUTES, type RouteName, type RouteSpec } from "../../src/sched
 import { MAX_ALLOWED_FIELDS_LISTED } from "../../src/scheduler/schemaErrors.ts";
 import { sampleBodies } from "../support/hostileRequests.ts";
 import { rawRequest, type RawBody } from "../support/rawHttp.ts";
-import { FAKE_IMAGE_DIGEST, openTestConnection, rawPost, startTestScheduler, type TestConnection, type TestScheduler } from "../support/scheduler.ts";
+import { FAKE_IMAGE_DIGEST, openTestConnection, rawPost, startTestScheduler, type TestConnection } from "../support/scheduler.ts";
+import { startWorkerdScheduler } from "../support/workerdScheduler.ts";
+import { SchedulerClient } from "../../src/client/index.ts";
 
 /** A second controller: another caller's allocations must read as absent. */
 const OTHER_CONTROLLER_TOKEN = `bbt_${"7".repeat(48)}`;
 const HOST_ID = "bad-input-host";
 const UNKNOWN = { allocation: `alloc_${"0".repeat(32)}`, grant: `grt_${"0".repeat(32)}`, connection: `con_${"0".repeat(32)}`, host: "no-such-host" };
 
-let dir: string;
-let s: TestScheduler;
+/** The scheduler under test, on either host. */
+interface Target {
+  url: string;
+  port: number;
+  tokens: { token: string; operatorToken: string };
+  controller: SchedulerClient;
+  operator: SchedulerClient;
+  /** Instances per object class where the host lets the test count them (embedded), else none. */
+  objectInstances(): Record<string, number>;
+  stop(): Promise<void>;
+}
+
+/** Adds the second controller to a development manifest. */
+function addOtherController(m: { principals: unknown[] }): void {
+  m.principals.push({ id: "controller:other", role: "controller", tokenSha256: tokenDigest(OTHER_CONTROLLER_TOKEN) });
+}
+
+const HOSTS: Record<string, () => Promise<Target>> = {
+  embedded: async () => {
+    const dir = mkdtempSync(join(tmpdir(), "bb-bad-input-"));
+    const dev = ensureDevManifest(dir, FAKE_IMAGE_DIGEST);
+    const m = JSON.parse(readFileSync(dev.manifestPath, "utf8")) as { principals: unknown[] };
+    addOtherController(m);
+    writeFileSync(dev.manifestPath, JSON.stringify(m), { mode: 0o600 });
+    const t = await startTestScheduler({ dir });
+    return {
+      ...t,
+      port: Number(new URL(t.url).port),
+      objectInstances: () => Object.fromEntries(["Allocation", "AllocationIndex", "Admission", "Enrollment", "HostDirectory", "Host", "Operations", "Network", "NetworkDirectory", "Connection"].map((c) => [c, t.server.worker.runtime.listNames(c).length])),
+      async stop() {
+        await t.stop();
+        rmSync(dir, { recursive: true, force: true });
+      },
+    };
+  },
+  workerd: async () => {
+    const w = await startWorkerdScheduler((m) => addOtherController(m as { principals: unknown[] }));
+    return { ...w, controller: new SchedulerClient(w.url, w.tokens.token), operator: new SchedulerClient(w.url, w.tokens.operatorToken), objectInstances: () => ({}) };
+  },
+};
+
+for (const [hostName, startHost] of Object.entries(HOSTS)) {
+let s: Target;
 let port: number;
 let hostCredential: string;
 let conn: TestConnection;
@@ -248,8 +294,7 @@ function rowsFor(name: RouteName, r: RouteSpec): Row[] {
 }
 
 async function objectCounts(): Promise<Record<string, number>> {
-  const out: Record<string, number> = {};
-  for (const c of ["Allocation", "AllocationIndex", "Admission", "Enrollment", "HostDirectory", "Host", "Operations", "Network", "NetworkDirectory", "Connection"]) out[c] = s.server.worker.runtime.listNames(c).length;
+  const out: Record<string, number> = s.objectInstances();
   out["allocations"] = (await s.controller.list(undefined, 200)).items.length;
   out["hosts"] = (await s.operator.hosts()).length;
   return out;
@@ -258,13 +303,8 @@ async function objectCounts(): Promise<Record<string, number>> {
 let before: Record<string, number>;
 
 beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), "bb-bad-input-"));
-  const dev = ensureDevManifest(dir, FAKE_IMAGE_DIGEST);
-  const m = JSON.parse(readFileSync(dev.manifestPath, "utf8")) as { principals: unknown[] };
-  m.principals.push({ id: "controller:other", role: "controller", tokenSha256: tokenDigest(OTHER_CONTROLLER_TOKEN) });
-  writeFileSync(dev.manifestPath, JSON.stringify(m), { mode: 0o600 });
-  s = await startTestScheduler({ dir });
-  port = Number(new URL(s.url).port);
+  s = await startHost();
+  port = s.port;
   const t = await s.operator.enrollmentToken(HOST_ID);
   const e = await rawPost(`${s.url}/v1/agents/enroll`, null, JSON.stringify({ token: t.token, capacity: { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 4 }, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }));
   expect(e.status).toBe(201);
@@ -275,10 +315,9 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await s?.stop();
-  rmSync(dir, { recursive: true, force: true });
 });
 
-describe("every route answers bad input with a fitting status, a stable code and a detail that says what is wrong", () => {
+describe(`${hostName}: every route answers bad input with a fitting status, a stable code and a detail that says what is wrong`, () => {
   for (const [name, r] of routes) {
     test(name, async () => {
       const wrong: unknown[] = [];
@@ -318,3 +357,4 @@ describe("every route answers bad input with a fitting status, a stable code and
     expect(a.state).toBe("ready");
   });
 });
+}

@@ -203,8 +203,8 @@ describe("conventions (issue 13 item 7)", () => {
       }
       reader.releaseLock();
       // Off a terminal the scheduler logs JSON lines (src/command/log.ts); the warning is one of them.
-      expect(text).toMatch(/"level":"warn","msg":"no dev image in /);
-      expect(text).toContain("scheduler listening on http://127.0.0.1:");
+      expect(text).toMatch(/"level":"warn","msg":"no dev image: [^"]*","role":"scheduler","devImageDir":"/);
+      expect(text).toMatch(/"msg":"scheduler listening","role":"scheduler","url":"http:\/\/127\.0\.0\.1:/);
       const r = await bb(["allocation", "list"], { cwd: dir, env: { BB_SCHEDULER_URL: undefined, BB_CONFIG: join(dir, "client.json") } });
       expect(r).toMatchObject({ code: 0, out: "", err: "no allocations\n" });
       const both = await bb(["scheduler", "serve", "--dev", "--manifest", "m.json"], { cwd: dir });

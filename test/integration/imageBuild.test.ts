@@ -1,8 +1,11 @@
 /**
  * `bb image build` on small OCI inputs: the same input gives the same
  * digests; the squashfs holds exactly the merged tree (whiteouts applied,
- * ownership, modes, times, hard links, device nodes), the guest and
- * workload.json;
+ * also when they come after their siblings in a layer, ownership, modes,
+ * times, hard links, device nodes), the guest and workload.json; names
+ * reach the squashfs byte-exact (not UTF-8 ones too); a GNU tar layer's
+ * header fields are not read as a name prefix; extended attributes the
+ * squashfs cannot hold are reported, never dropped without a word;
  * hostile inputs are refused with their stable code through the CLI and
  * leave no output directory; a docker-archive tarball builds too.
  *
@@ -48,6 +51,20 @@ function unsquashList(img: string): string {
   return r.stdout.toString();
 }
 
+/** The squashfs's paths as byte names (one char per byte), from `unsquashfs -ls`. */
+function unsquashPaths(img: string): string[] {
+  const r = Bun.spawnSync(["unsquashfs", "-ls", "-d", "", join(img, "rootfs.squashfs")]);
+  return r.stdout.toString("latin1").split("\n").filter((l) => l.startsWith("/"));
+}
+
+/** Names of the extended attributes on `path` (python3's os.listxattr: Bun has no xattr call). */
+function getxattrNames(path: string): string[] {
+  const r = Bun.spawnSync(["python3", "-c", "import os,sys,json;print(json.dumps(os.listxattr(sys.argv[1])))", path]);
+  return JSON.parse(r.stdout.toString()) as string[];
+}
+
+const buildOpts = () => ({ cacheDir, guestBinaryPath: "/bin/busybox", privateKey: readFileSync(keyFile, "utf8").trim() });
+
 d("bb image build", () => {
   test("is deterministic and writes exactly the merged tree, the guest and workload.json", async () => {
     const layout = writeOciLayout(join(work, "layout"), [base, top], { config: { Entrypoint: ["/bin/sh", "-c"], Cmd: ["echo hi"], Env: ["A=1"], WorkingDir: "/srv", User: "33:33" } });
@@ -75,6 +92,61 @@ d("bb image build", () => {
       entrypoint: ["/bin/sh", "-c"], cmd: ["echo hi"], env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "A=1"], workingDir: "/srv", user: "33:33",
     });
   }, 180_000);
+
+  test("whiteouts after their siblings in the same layer hide only the lower layers (four layouts)", async () => {
+    const layout = writeOciLayout(join(work, "wh-after"), [
+      makeTar([{ path: "a/" }, { path: "a/sub/" }, { path: "a/sub/old", body: "o" }, { path: "b/" }, { path: "b/old", body: "o" }, { path: "c/old", body: "o" }, { path: "d/sub/old", body: "o" }]),
+      makeTar([
+        { path: "a/" }, { path: "a/sub/" }, { path: "a/sub/new", body: "n" }, { path: "a/.wh..wh..opq" },
+        { path: "b/" }, { path: "b/new", body: "n" }, { path: ".wh.b" },
+        { path: "c/new", body: "n" }, { path: ".wh.c" },
+        { path: "d/sub/new2", body: "n" }, { path: "d/.wh..wh..opq" },
+      ]),
+    ]);
+    const r = await buildOciImage({ ...buildOpts(), input: { kind: "oci-layout", dir: layout.dir }, outDir: join(work, "wh-after-out") });
+    const paths = unsquashPaths(r.dir).filter((p) => /^\/[abcd](\/|$)/.test(p));
+    expect(paths).toEqual(["/a", "/a/sub", "/a/sub/new", "/b", "/b/new", "/c", "/c/new", "/d", "/d/sub", "/d/sub/new2"]);
+  }, 120_000);
+
+  test("names that are not UTF-8 reach the squashfs byte-exact (caf\\xe9 and caf\\xe8 stay two files)", async () => {
+    const long = `${"l".repeat(120)}/caf\xe9`; // past 99 bytes: written as a PAX path
+    const layout = writeOciLayout(join(work, "latin1"), [makeTar([
+      { path: "n/", bytes: true }, { path: "n/caf\xe9", body: "1", bytes: true }, { path: "n/caf\xe8", body: "2", bytes: true },
+      { path: `n/${long}`, body: "3", bytes: true }, { path: "n/link\xff", kind: "symlink", linkname: "caf\xe9", bytes: true },
+    ])]);
+    const r = await buildOciImage({ ...buildOpts(), input: { kind: "oci-layout", dir: layout.dir }, outDir: join(work, "latin1-out") });
+    const paths = unsquashPaths(r.dir).filter((p) => p.startsWith("/n/"));
+    expect(paths.sort()).toEqual(["/n/caf\xe8", "/n/caf\xe9", "/n/link\xff", `/n/${"l".repeat(120)}`, `/n/${long}`]);
+    expect(Bun.spawnSync(["unsquashfs", "-lln", "-d", "", join(r.dir, "rootfs.squashfs")]).stdout.toString("latin1")).toContain("/n/link\xff -> caf\xe9");
+  }, 120_000);
+
+  test("a layer written by GNU tar --format=gnu -G (atime/ctime at offset 345) keeps its names", async () => {
+    const src = join(work, "gnu-src");
+    mkdirSync(join(src, "etc"), { recursive: true });
+    writeFileSync(join(src, "gnu-file"), "g");
+    writeFileSync(join(src, "etc", "gnu.conf"), "c");
+    const tarPath = join(work, "gnu.tar");
+    const t = Bun.spawnSync(["tar", "--format=gnu", "-G", "-cf", tarPath, "-C", src, "."], { env: { ...process.env, LC_ALL: "C" } });
+    expect(t.exitCode).toBe(0);
+    const layout = writeOciLayout(join(work, "gnu"), [readFileSync(tarPath)]);
+    const r = await buildOciImage({ ...buildOpts(), input: { kind: "oci-layout", dir: layout.dir }, outDir: join(work, "gnu-out") });
+    const paths = unsquashPaths(r.dir).filter((p) => !p.startsWith("/.beachball") && !p.startsWith("/etc/beachball"));
+    expect(paths).toEqual(["/etc", "/etc/gnu.conf", "/gnu-file"]);
+  }, 120_000);
+
+  test("extended attributes a squashfs cannot hold are reported by the CLI, the others kept", async () => {
+    const layout = writeOciLayout(join(work, "xattr"), [makeTar([
+      { path: "f", body: "x", xattrs: { "user.ok": "1", "trusted.t": "2", "system.posix_acl_access": "\u0002", "odd.name": "3" } },
+    ])]);
+    const out = join(work, "xattr-out");
+    const o = await runRole(["image", "build", "--oci-layout", layout.dir, "--key", keyFile, "--out", out, "--cache", cacheDir, "--bb", "/bin/busybox", "--json"]);
+    const res = JSON.parse(o.trim().split("\n").pop()!) as { ok: boolean; dropped: { count: number; items: string[] } };
+    expect(res.ok).toBe(true);
+    expect(res.dropped).toEqual({ count: 2, items: ['"/f": "odd.name"', '"/f": "system.posix_acl_access"'] });
+    const x = join(work, "xattr-x");
+    expect(Bun.spawnSync(["unsquashfs", "-q", "-d", x, join(out, "rootfs.squashfs"), "f"]).exitCode).toBe(0);
+    expect(getxattrNames(join(x, "f")).sort()).toEqual(["trusted.t", "user.ok"]);
+  }, 120_000);
 
   const hostile: [string, () => string, string][] = [
     ["a layer blob whose digest does not match", () => {

@@ -48,7 +48,7 @@ beforeAll(async () => {
   tokens = JSON.parse(readFileSync(dev.clientConfigPath, "utf8"));
   role = startRole(["scheduler", "serve", "--data-dir", join(dir, "data"), "--manifest", dev.manifestPath, "--listen", "127.0.0.1:0", "--log-format", "json"], join(dir, "scheduler.log"), { BB_LOG_LEVEL: "4" });
   for (let i = 0; i < 200 && !url; i++) {
-    const l = logLines().find((x) => String(x["msg"]).startsWith("scheduler listening on "));
+    const l = logLines().find((x) => x["msg"] === "scheduler listening");
     if (l) url = String(l["url"]);
     else await Bun.sleep(50);
   }

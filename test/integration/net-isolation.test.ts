@@ -25,7 +25,8 @@ import { systemRandom, systemTimers } from "../../src/agent/ports.ts";
 import { hostVethName, listPlacementNetworks } from "../../src/agent/isolation/placementNet.ts";
 import { nftTableName } from "../../src/agent/isolation/rules.ts";
 import { cgroupPids, type PlacementCgroup } from "../../src/agent/isolation/cgroups/placementCgroup.ts";
-import { placementDirName, preparePlacement, startPlacement, stopPlacement, type PlacementContext, type PlacementRef } from "../../src/agent/placementOps.ts";
+import { placementDirName } from "../../src/agent/resourceNames.ts";
+import { preparePlacement, startPlacement, stopPlacement, type PlacementContext, type PlacementRef } from "../../src/agent/placementOps.ts";
 import { QemuMicrovmDriver } from "../../src/agent/vmm/qemu.ts";
 import type { VmHandle } from "../../src/agent/vmm/driver.ts";
 import type { GuestSession } from "../../src/agent/guestSession.ts";
@@ -134,7 +135,7 @@ test.skipIf(!!skipReason)("guest egress: denied ranges dropped and counted, DNS 
   ctx = c0;
   mkdirSync(c0.allocationsDir, { recursive: true });
   const ids = { allocationId: `alloc-net-${process.pid}`, placementId: `plc-net-${process.pid}`, generation: 1 };
-  const dirName = placementDirName(ids.allocationId, ids.placementId, ids.generation);
+  const dirName = placementDirName("net-host", ids.allocationId, ids.placementId, ids.generation);
   ref = { ...ids, dirName, spec: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 512, imageDigest: img.digest } };
   const table = nftTableName(dirName);
 

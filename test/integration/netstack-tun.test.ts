@@ -4,8 +4,9 @@
  * process owns the device; its kernel side lives in the namespace bbnt-PID
  * with a kernel TCP server (test/support/tcpPeer.ts). Covers byte-exact
  * transfers both ways over IPv4 and IPv6, 100 concurrent connections, both
- * half-closes, abort and reset both ways, refusal, and backpressure bounds
- * (slow reader on either side). Nothing is routed outside the namespace.
+ * half-closes, abort and reset both ways (also under a zero window: the
+ * reset-lost-under-zero-window case of issue 18 item 4), refusal, and
+ * backpressure bounds (slow reader on either side). Nothing is routed outside the namespace.
  * Needs root and ip; otherwise prints why and skips.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
@@ -126,6 +127,28 @@ describe.skipIf(!!skipReason)("lwIP ⇄ Linux TCP through TUN", () => {
     const e = (await r.read().catch((e) => e)) as NetstackError;
     expect(e.code).toBe("reset");
   }, 30_000);
+
+  test("reset-lost-under-zero-window: an abort after writing into a zero window resets the kernel's socket", async () => {
+    const c = await w.stack.connect(w.kernel4, w.port);
+    await c.write(enc("NOREAD\n"));
+    // Write until a write waits 1 s: the kernel's window is zero and our queues are full.
+    const chunk = new Uint8Array(64 * 1024);
+    let written = 0;
+    for (let i = 0; i < 2_000; i++) {
+      const done = await Promise.race([c.write(chunk).then(() => true), Bun.sleep(1_000).then(() => false)]);
+      if (!done) break;
+      written += chunk.length;
+    }
+    expect(written).toBeGreaterThan(TCP_WINDOW_BYTES);
+    await Bun.sleep(1_500); // zero-window probes go out (they move lwIP's snd_nxt past what the kernel accepted)
+    const established = () => Bun.spawnSync(w.ns.exec(["ss", "-Htn", "state", "established", `( sport = :${w.port} )`])).stdout.toString().trim();
+    expect(established()).not.toBe("");
+    c.abort();
+    await c.ended;
+    for (let i = 0; i < 100 && established() !== ""; i++) await Bun.sleep(50);
+    expect(established()).toBe("");
+    expect(await serverLine((o) => o.event === "end")).toEqual({ event: "end", how: "reset" });
+  }, 60_000);
 
   test("a port with no listener refuses the connection", async () => {
     const e = (await w.stack.connect(w.kernel4, w.port + 1).catch((e) => e)) as NetstackError;

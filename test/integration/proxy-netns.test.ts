@@ -2,7 +2,7 @@
  * `bb proxy` to a private placement across two NATs, in namespaces this test
  * creates (issue 11, items 2 and 4):
  *
- *   laptop (10.1.0.2) ── lnat: symmetric NAT (masquerade random) ─┐
+ *   laptop (10.1.0.2) ── imp: router, lossy on demand ── lnat: symmetric NAT (masquerade random) ─┐
  *                                                                 wan bridge 198.51.100.0/24
  *   host   (10.2.0.2) ── hnat: endpoint-independent NAT ──────────┤  (snat/dnat of udp 51820)
  *                         sched 198.51.100.2: test grant issuer ──┤  (test/support, for the
@@ -39,7 +39,16 @@
  * unreconnected; the revoke closes the host's relay sessions. Relay tokens: with client
  * tokens that live 8 s the proxy renews them from the rendezvous (the stand-in's
  * relay-tokens route), and after `bb relay run` restarts past the first tokens' expiry
- * both ends reconnect to it.
+ * both ends reconnect to it. Path liveness (issue 18, items 2 and 3): with only the host's
+ * UDP to the laptop dropped, neither end pins direct and the relays carry the handshake and
+ * an echo; with the direct path pinned and an 8 MiB connection open, UDP between the NATs
+ * dropped: the connection completes over the relay and both ends report the direct path lost.
+ * A path that drops full-size packets (issue 18 item 1, ADR 0103): every wan-side
+ * interface at MTU 1,400 and ICMP "fragmentation needed" dropped at both NATs, so
+ * path MTU discovery never learns the limit; 8 MiB echoes arrive byte-exact direct
+ * (a relay offered too) without and with 1 % seeded loss both ways on the laptop's
+ * link (imp: test/support/impairRouter.ts, policy-routed through a TUN, since this
+ * kernel has no netem), and relayed with that loss.
  * Needs root, ip, nft; otherwise prints why and skips. Leaves nothing behind.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
@@ -83,7 +92,12 @@ const children: LineChild[] = [];
 let issuerProc: LineChild;
 let stunProc: LineChild;
 let harness: LineChild;
-let W: Netns, LNAT: Netns, HNAT: Netns, L: Netns, H: Netns, S: Netns, T: Netns, P: Netns, G: Netns, R: Netns;
+let W: Netns, LNAT: Netns, HNAT: Netns, L: Netns, H: Netns, S: Netns, T: Netns, P: Netns, G: Netns, R: Netns, M: Netns;
+let impairer: LineChild;
+/** The lossy link's settings (seeded userspace loss both ways; no delay, so the run stays short). */
+const LOSS = { lossPercent: 1, delayMs: 0, reorderPercent: 0, seed: 18_001 };
+/** The routing table that sends the laptop link's traffic through the impairment TUN. */
+const IMPAIR_TABLE = "100";
 let relayProc: ReturnType<typeof Bun.spawn> | null = null;
 let capture: LineChild;
 let relayCert: { certPath: string; keyPath: string; cert: string };
@@ -107,8 +121,8 @@ function child(n: Netns, args: string[], name: string, env?: Record<string, stri
 }
 
 function buildTopology(): void {
-  for (const name of ["w", "ln", "hn", "l", "h", "s", "t", "p", "g", "r"]) spaces.push(new Netns(ns(name)));
-  [W, LNAT, HNAT, L, H, S, T, P, G, R] = spaces as [Netns, Netns, Netns, Netns, Netns, Netns, Netns, Netns, Netns, Netns];
+  for (const name of ["w", "ln", "hn", "l", "h", "s", "t", "p", "g", "r", "m"]) spaces.push(new Netns(ns(name)));
+  [W, LNAT, HNAT, L, H, S, T, P, G, R, M] = spaces as [Netns, Netns, Netns, Netns, Netns, Netns, Netns, Netns, Netns, Netns, Netns];
   W.ip("link", "add", "br0", "type", "bridge");
   W.ip("link", "set", "br0", "up");
   for (const [n, addr, port] of [[LNAT, LNAT_PUBLIC, "wl"], [HNAT, HNAT_PUBLIC, "wh"], [S, SCHED, "ws"], [T, STUN, "wt"], [R, RELAY, "wr"]] as const) {
@@ -116,10 +130,17 @@ function buildTopology(): void {
     W.ip("link", "set", port, "master", "br0");
     n.ip("addr", "add", `${addr}/24`, "dev", "pub");
   }
-  veth(L, "eth0", LNAT, "lan");
+  // The laptop's link goes through M, a plain router until impairLaptopLink(true) routes it through the lossy TUN.
+  veth(L, "eth0", M, "in");
   L.ip("addr", "add", "10.1.0.2/24", "dev", "eth0");
   L.ip("route", "add", "default", "via", "10.1.0.1");
-  LNAT.ip("addr", "add", "10.1.0.1/24", "dev", "lan");
+  M.ip("addr", "add", "10.1.0.1/24", "dev", "in");
+  veth(M, "out", LNAT, "lan");
+  M.ip("addr", "add", "10.3.0.2/24", "dev", "out");
+  M.ip("route", "add", "default", "via", "10.3.0.1");
+  LNAT.ip("addr", "add", "10.3.0.1/24", "dev", "lan");
+  LNAT.ip("route", "add", "10.1.0.0/24", "via", "10.3.0.2");
+  for (const k of ["ip_forward=1", "conf.all.rp_filter=0", "conf.default.rp_filter=0"]) must(M.exec(["sysctl", "-qw", `net.ipv4.${k}`]));
   veth(H, "eth0", HNAT, "lan");
   H.ip("addr", "add", "10.2.0.2/24", "dev", "eth0");
   H.ip("route", "add", "default", "via", "10.2.0.1");
@@ -147,6 +168,34 @@ function blockDirect(on: boolean): void {
   else must(LNAT.exec(["nft", "delete", "table", "ip", "bb_block"]));
 }
 
+/** Drops only the host NAT's UDP towards the laptop (the laptop's to it still arrives), or lifts the drop. */
+function blockTowardsLaptop(on: boolean): void {
+  if (on) nft(LNAT, `table ip bb_oneway {\n chain drop_udp { type filter hook forward priority -10; policy accept; ip saddr ${HNAT_PUBLIC} udp sport 51820 drop; }\n}\n`);
+  else must(LNAT.exec(["nft", "delete", "table", "ip", "bb_oneway"]));
+}
+
+/**
+ * Makes the wan a path that drops full-size packets, or undoes it: every
+ * wan-side interface (the bridge's ports and each public side) at MTU 1,400,
+ * and ICMP "fragmentation needed" dropped where the NATs forward or send it,
+ * so no sender ever learns the limit (a PMTU black hole).
+ */
+function constrainWan(on: boolean): void {
+  const mtu = on ? "1400" : "1500";
+  for (const port of ["wl", "wh", "ws", "wt", "wr"]) W.ip("link", "set", port, "mtu", mtu);
+  for (const n of [LNAT, HNAT, S, T, R]) n.ip("link", "set", "pub", "mtu", mtu);
+  const drop = "icmp type destination-unreachable icmp code frag-needed counter drop;";
+  for (const n of [LNAT, HNAT]) {
+    if (on) nft(n, `table ip bb_pmtu {\n chain drop_fwd { type filter hook forward priority -20; policy accept; ${drop} }\n chain drop_out { type filter hook output priority -20; policy accept; ${drop} }\n}\n`);
+    else must(n.exec(["nft", "delete", "table", "ip", "bb_pmtu"]));
+  }
+}
+
+/** Routes the laptop's link, both ways, through the impairment TUN in M (LOSS), or back around it. */
+function impairLaptopLink(on: boolean): void {
+  for (const iif of ["in", "out"]) M.ip("rule", on ? "add" : "del", "iif", iif, "lookup", IMPAIR_TABLE);
+}
+
 /** Starts the relays in R: `bb relay run` (relay-1, the real command) and the relay server with its frame hook (relay-cap, test/support/relayCapture.ts), both TLS with one openssl-made certificate for RELAY. */
 async function startRelays(): Promise<void> {
   relayCert = makeTestCert(work, `IP:${RELAY}`);
@@ -167,7 +216,7 @@ async function startRelays(): Promise<void> {
 /** Starts `bb relay run` as relay-1 in R and waits until it listens (its log gains one more "listening" line). */
 async function startRelay1(): Promise<void> {
   const log = join(work, "relay-1.log");
-  const listening = () => (readFileSync(log, "utf8").match(/relay relay-1 listening/g) ?? []).length;
+  const listening = () => (readFileSync(log, "utf8").match(/relay listening.*relay-1/g) ?? []).length;
   const fd = openSync(log, "a");
   const before = listening();
   relayProc = Bun.spawn(R.exec([bun, join(repo, "bin/bb.ts"), "relay", "run", "--config", relay1Config]), { stdout: fd, stderr: fd, env: { ...process.env, NO_COLOR: "1" } });
@@ -212,12 +261,13 @@ async function startProxy(localPort: number, extraEnv: Record<string, string> = 
   return { proc, text, waitFor };
 }
 
-/** Runs the kernel TCP echo client in the laptop namespace against 127.0.0.1:port. */
-async function echoThrough(port: number, bytes: number): Promise<{ ok: boolean; bytes: number; ms: number }> {
-  const p = Bun.spawn(L.exec([bun, join(repo, "test/support/tcpEcho.ts"), "connect", "127.0.0.1", String(port), String(bytes)]), { stdout: "pipe", stderr: "pipe" });
+/** Runs the kernel TCP echo client in the laptop namespace against 127.0.0.1:port; with `limitSeconds`, an echo still unfinished then is cut off (ok undefined). */
+async function echoThrough(port: number, bytes: number, limitSeconds?: number): Promise<{ ok: boolean; bytes: number; ms: number }> {
+  const limit = limitSeconds ? ["timeout", String(limitSeconds)] : [];
+  const p = Bun.spawn(L.exec([...limit, bun, join(repo, "test/support/tcpEcho.ts"), "connect", "127.0.0.1", String(port), String(bytes)]), { stdout: "pipe", stderr: "pipe" });
   const out = await new Response(p.stdout).text();
   await p.exited;
-  return JSON.parse(out.trim().split("\n").at(-1) ?? "{}") as { ok: boolean; bytes: number; ms: number };
+  return JSON.parse(out.trim().split("\n").at(-1) || "{}") as { ok: boolean; bytes: number; ms: number };
 }
 
 async function hostStats(): Promise<Record<string, any>> {
@@ -253,6 +303,10 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     };
     harness = child(H, [join(repo, "test/support/endpointHarness.ts"), JSON.stringify(cfg)], "endpoint");
     await harness.waitFor((e) => e.ev === "ready", 15_000, "endpoint ready");
+    impairer = child(M, [join(repo, "test/support/impairRouter.ts"), "imp0", JSON.stringify(LOSS)], "impairer");
+    await impairer.waitFor((e) => e.ev === "ready", 15_000, "impairer ready");
+    M.ip("link", "set", "imp0", "up");
+    M.ip("route", "add", "default", "dev", "imp0", "table", IMPAIR_TABLE);
   }, 60_000);
 
   afterAll(async () => {
@@ -313,6 +367,64 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     expect(sh(P.exec(["ip", "link", "show", "dev", "bbconn0"])).code).not.toBe(0);
     expect(must(P.exec(["nft", "list", "chain", "inet", TABLE, "bb_conn"]))).not.toContain("accept");
   }, 90_000);
+
+  test("a path that drops full-size packets (wan MTU 1,400, ICMP frag-needed dropped at both NATs) carries every byte through bb proxy: direct with a relay offered, without and with 1 % loss, and relayed with 1 % loss", async () => {
+    constrainWan(true);
+    let impaired = false;
+    let blocked = false;
+    const pxs: Array<Awaited<ReturnType<typeof startProxy>>> = [];
+    try {
+      // The fault is real: a DF datagram of the old tunnel's full size (1,480 bytes) dies on the way and no ICMP says so;
+      // one of the tunnel's full size now (1,340 bytes: 1,280 + 32 + 8 + 20) arrives.
+      const ping = (size: number) => sh(L.exec(["ping", "-n", "-q", "-M", "do", "-c", "1", "-W", "1", "-s", String(size - 28), SCHED])).code;
+      expect([ping(1480), ping(1340)]).toEqual([1, 0]);
+
+      // (a) Direct, no loss, with the relays offered as well (as in the issue, where the proxy stayed on the dead direct path).
+      issuerProc.send({ op: "next-grant", relays: true });
+      await issuerProc.waitFor((e) => e.ev === "next-grant", 5_000, "next-grant");
+      const px = await startProxy(2240);
+      pxs.push(px);
+      await px.waitFor(/listening on 127\.0\.0\.1:2240/);
+      const grantId = /grant (grt_[0-9a-f]{32})/.exec(await px.text())![1]!;
+      const grantOf = async () => (await hostStats()).grants.find((g: any) => g.grantId === grantId);
+      const [small, big] = await Promise.all([echoThrough(2240, 1_000, 60), echoThrough(2240, 8 << 20, 60)]);
+      expect([small.ok, small.bytes, big.ok, big.bytes]).toEqual([true, 1_000, true, 8 << 20]);
+      await px.waitFor(new RegExp(`path: direct via ${HNAT_PUBLIC.replaceAll(".", "\\.")}:51820`));
+      expect((await grantOf()).path.path).toBe("direct");
+
+      // (b) The same, with 1 % loss each way on the laptop's link.
+      impairLaptopLink(true);
+      impaired = true;
+      const lossy = await echoThrough(2240, 8 << 20, 90);
+      expect([lossy.ok, lossy.bytes]).toEqual([true, 8 << 20]);
+      expect((await grantOf()).path.path).toBe("direct");
+      const st = (await impairer.stats()) as { up: { dropped: number; passed: number }; down: { dropped: number; passed: number } };
+      expect(st.up.dropped).toBeGreaterThan(0);
+      expect(st.down.dropped).toBeGreaterThan(0);
+
+      // (c) Relayed, with the same loss: UDP between the NATs dropped.
+      blockDirect(true);
+      blocked = true;
+      issuerProc.send({ op: "next-grant", relays: true });
+      await issuerProc.waitFor((e) => e.ev === "next-grant", 5_000, "next-grant");
+      const pr = await startProxy(2241);
+      pxs.push(pr);
+      await pr.waitFor(/listening on 127\.0\.0\.1:2241/);
+      const relayed = await echoThrough(2241, 8 << 20, 90);
+      expect([relayed.ok, relayed.bytes]).toEqual([true, 8 << 20]);
+      await pr.waitFor(/path: relay relay-(1|cap)/);
+      expect(await pr.text()).not.toContain("path: direct");
+      if (process.env.BB_TEST_SHOW_LOGS) console.log(JSON.stringify({ ms: [small.ms, big.ms, lossy.ms, relayed.ms], impairment: await impairer.stats() }));
+    } finally {
+      if (blocked) blockDirect(false);
+      if (impaired) impairLaptopLink(false);
+      constrainWan(false);
+      for (const p of pxs) {
+        p.proc.kill("SIGINT");
+        await p.proc.exited;
+      }
+    }
+  }, 240_000);
 
   test("relay: with UDP between the NATs dropped, bb relay run carries the session byte-exact; unblocked mid-transfer, the same inner TCP connection moves to direct and completes byte-exact; the relay sees only WireGuard messages; a third party with the grant's relay token is refused RELAY_PAIR_TAKEN and the pair stays", async () => {
     blockDirect(true);
@@ -394,6 +506,67 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     // The revoke closed the host's relay sessions of the grant.
     for (let i = 0; i < 50 && (await hostStats()).relays.length; i++) await Bun.sleep(100);
     expect((await hostStats()).relays).toEqual([]);
+  }, 120_000);
+
+  test("one-way UDP (kind: a path kept on the peer's datagrams, not on ours getting through): with the host's UDP to the laptop dropped and the laptop's arriving, neither end pins direct; the relays carry the handshake and an echo byte-exact, and bb proxy never says direct", async () => {
+    blockTowardsLaptop(true);
+    let blocked = true;
+    issuerProc.send({ op: "next-grant", relays: true });
+    await issuerProc.waitFor((e) => e.ev === "next-grant", 5_000, "next-grant");
+    const px = await startProxy(2234);
+    try {
+      await px.waitFor(/listening on 127\.0\.0\.1:2234/);
+      const grantId = /grant (grt_[0-9a-f]{32})/.exec(await px.text())![1]!;
+      // Bounded: on a dead pin the echo never finishes.
+      const r = await echoThrough(2234, 1 << 20, 30);
+      expect([r.ok, r.bytes]).toEqual([true, 1 << 20]);
+      const g = (await hostStats()).grants.find((x: any) => x.grantId === grantId);
+      // The host hears the laptop directly, and that alone does not pin: its probes there go unanswered.
+      expect(g.path).toMatchObject({ path: "relay", direct: null, pins: 0 });
+      expect(g.path.probesSent).toBeGreaterThan(0);
+      expect(await px.text()).not.toContain("path: direct");
+      await px.waitFor(/path: relay relay-(1|cap)/);
+    } finally {
+      if (blocked) blockTowardsLaptop(false);
+      blocked = false;
+      px.proc.kill("SIGINT");
+      expect(await px.proc.exited).toBe(0);
+    }
+  }, 90_000);
+
+  test("black hole (kind: a dead pin kept until a handshake times out): with the direct path pinned and an 8 MiB transfer open, UDP between the NATs dropped: the same connection completes byte-exact over the relay, and bb proxy and the host report the direct path lost", async () => {
+    issuerProc.send({ op: "next-grant", relays: true });
+    await issuerProc.waitFor((e) => e.ev === "next-grant", 5_000, "next-grant");
+    const px = await startProxy(2236);
+    let blocked = false;
+    try {
+      await px.waitFor(/listening on 127\.0\.0\.1:2236/);
+      const grantId = /grant (grt_[0-9a-f]{32})/.exec(await px.text())![1]!;
+      expect((await echoThrough(2236, 100_000, 30)).ok).toBe(true);
+      await px.waitFor(new RegExp(`path: direct via ${HNAT_PUBLIC.replaceAll(".", "\\.")}:51820`));
+      await px.waitFor(/relay relay-1: session open, paired/);
+      const grantOf = async () => (await hostStats()).grants.find((g: any) => g.grantId === grantId);
+      for (let i = 0; i < 100 && (await grantOf()).path.path !== "direct"; i++) await Bun.sleep(100);
+      expect((await grantOf()).path.path).toBe("direct");
+      const staged = child(L, [join(repo, "test/support/tcpEcho.ts"), "staged", "127.0.0.1", "2236", String(8 << 20), "black-hole"], "staged-bh");
+      await staged.waitFor((e) => e.ev === "half", 60_000, "the first half echoed");
+      blockDirect(true);
+      blocked = true;
+      const t0 = performance.now();
+      staged.send({ op: "rest" });
+      const done = await staged.waitFor((e) => e.ev === "done", 60_000, "the whole echo");
+      expect([done.ok, done.bytes]).toEqual([true, 8 << 20]);
+      const lost = await px.waitFor(new RegExp(`path: relay relay-(1|cap) \\(direct via ${HNAT_PUBLIC.replaceAll(".", "\\.")}:51820 lost\\)`));
+      // For the record only (tests never assert timings): how long the transfer's second half took.
+      console.log(`black hole: ${lost[0]}; the rest of the 8 MiB echo took ${Math.round(performance.now() - t0)} ms`);
+      const g = (await grantOf()).path;
+      expect(g).toMatchObject({ path: "relay", direct: null });
+      expect(g.lost).toStartWith(`${LNAT_PUBLIC}:`);
+    } finally {
+      if (blocked) blockDirect(false);
+      px.proc.kill("SIGINT");
+      expect(await px.proc.exited).toBe(0);
+    }
   }, 120_000);
 
   test("relay tokens are renewed: with client tokens that live 8 s, the proxy gets fresh ones from the rendezvous, and when bb relay run restarts after the first ones expired it reconnects with them", async () => {

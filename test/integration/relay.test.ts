@@ -227,13 +227,13 @@ describe("bb relay run as a process", () => {
       let out = "";
       // Messages go to stderr (results alone go to stdout; src/command/main.ts).
       const reader = proc.stderr.getReader();
-      while (!/listening: (\S+) health (\S+)/.test(out)) {
+      while (!/relay listening .*urls=([^,\s]+)\S* health=(\S+)/.test(out)) {
         const { value, done } = await reader.read();
         if (done) throw new Error(`relay exited: ${out}${await new Response(proc.stdout).text()}`);
         out += new TextDecoder().decode(value);
       }
       reader.releaseLock();
-      const [, url, health] = /listening: (\S+) health (\S+)/.exec(out)!;
+      const [, url, health] = /relay listening .*urls=([^,\s]+)\S* health=(\S+)/.exec(out)!;
       const grant = grantId(grantSeq++);
       const got: Uint8Array[] = [];
       const c = await connectRelay({ url: url!, token: token("client", grant), ca: cert.cert, onDatagram: () => {} });

@@ -19,6 +19,8 @@ import { SchedulerWorker, STORE_FILE } from "../../src/scheduler/worker.ts";
 import { ensureDevManifest, type DeploymentManifest } from "../../src/scheduler/manifest.ts";
 import { FAKE_IMAGE_DIGEST } from "../support/scheduler.ts";
 import { TEST_CONTROLLER, TEST_OPERATOR, testManifest } from "../support/testManifest.ts";
+import type { Logger } from "../../src/command/log.ts";
+import { closeSync, openSync, truncateSync, writeSync } from "node:fs";
 
 const C = TEST_CONTROLLER;
 const O = TEST_OPERATOR;
@@ -35,8 +37,17 @@ function tmp(): string {
   return d;
 }
 
-function open(dataDir: string): SchedulerWorker {
-  const w = new SchedulerWorker({ dataDir, manifest, publicUrl: "http://t" });
+/** Error lines a worker logged: message and fields. */
+type Lines = { msg: string; fields: Record<string, unknown> }[];
+
+/** A logger that keeps error lines in `into` (the rest is dropped). */
+function capture(into: Lines): Logger {
+  const l: Logger = { error: (msg, fields) => void into.push({ msg, fields: { ...fields } }), warn: () => {}, info: () => {}, debug: () => {}, child: () => l };
+  return l;
+}
+
+function open(dataDir: string, log?: Logger): SchedulerWorker {
+  const w = new SchedulerWorker({ dataDir, manifest, publicUrl: "http://t", ...(log ? { log } : {}) });
   w.runtime.recover();
   workers.push(w);
   return w;
@@ -140,6 +151,82 @@ describe("the data directory", () => {
     expect(w.health()).toEqual({ ok: true, detail: "ok" });
     expect(await codeOf(w.createAllocation(C, { clientRequestId: "after", workloadClass: "small" }))).toBe("ok");
   }, 60_000);
+});
+
+describe("health follows real writes, and storage errors name the code, the file and the next step", () => {
+  test.skipIf(!ROOT)("a full disk: health stays 503 with SQLITE_FULL while creates fail, even though a tiny probe write still fits; one error line names the code and the file", async () => {
+    const dir = tmp();
+    sh(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "bb-stfault", dir]);
+    mounts.push(dir);
+    const lines: Lines = [];
+    const w = open(join(dir, "data"), capture(lines));
+    w.start();
+    await w.createAllocation(C, { clientRequestId: "before", workloadClass: "small" });
+    const filler = join(dir, "filler");
+    spawnSync("dd", ["if=/dev/zero", `of=${filler}`, "bs=64k", "count=64"]);
+    const codes: string[] = [];
+    for (let i = 0; i < 2000 && !codes.includes("STORAGE_UNAVAILABLE"); i++) codes.push(await codeOf(w.createAllocation(C, { clientRequestId: `fill-${i}`, workloadClass: "small" })));
+    // Creates keep failing past the probe interval; health must say so each time (the probe then runs again).
+    for (let round = 0; round < 3; round++) {
+      await Bun.sleep(1100);
+      expect(await codeOf(w.createAllocation(C, { clientRequestId: `more-${round}`, workloadClass: "small" }))).toBe("STORAGE_UNAVAILABLE");
+      const h = w.health();
+      expect([h.ok, h.code]).toEqual([false, "SQLITE_FULL"]);
+      expect(h.detail).toContain(join(dir, "data", STORE_FILE));
+      expect(h.detail).toContain("free space");
+    }
+    const faults = lines.filter((l) => l.msg === "storage write failed");
+    expect(faults.map((l) => [l.fields["code"], l.fields["file"]])).toEqual([["SQLITE_FULL", join(dir, "data", STORE_FILE)]]);
+    rmSync(filler);
+    await Bun.sleep(1100);
+    expect(w.health()).toEqual({ ok: true, detail: "ok" });
+    expect(await codeOf(w.createAllocation(C, { clientRequestId: "after", workloadClass: "small" }))).toBe("ok");
+  }, 60_000);
+
+  test("a corrupted page: writes that meet it are 503, and health is 503 with SQLITE_CORRUPT until the file is restored (no probe clears it)", async () => {
+    const dir = tmp();
+    const w = open(dir);
+    for (let i = 0; i < 20; i++) await w.createAllocation(C, { clientRequestId: `c-${i}`, workloadClass: "small" });
+    await closeAll();
+    const file = join(dir, STORE_FILE);
+    const db = new Database(file);
+    const { rootpage } = db.query("SELECT rootpage FROM sqlite_master WHERE name = 'allocation'").get() as { rootpage: number };
+    const pageSize = (db.query("PRAGMA page_size").get() as { page_size: number }).page_size;
+    db.close();
+    const fd = openSync(file, "r+");
+    writeSync(fd, Buffer.alloc(pageSize, 0xab), 0, pageSize, pageSize * (rootpage - 1));
+    closeSync(fd);
+    const lines: Lines = [];
+    const w2 = open(dir, capture(lines));
+    expect(w2.health().ok).toBe(true);
+    expect(await codeOf(w2.createAllocation(C, { clientRequestId: "after-damage", workloadClass: "small" }))).toBe("STORAGE_UNAVAILABLE");
+    for (let round = 0; round < 2; round++) {
+      const h = w2.health();
+      expect([h.ok, h.code]).toEqual([false, "SQLITE_CORRUPT"]);
+      expect(h.detail).toContain(`restore ${file} from a backup`);
+      await Bun.sleep(1100);
+    }
+    expect(lines.filter((l) => l.msg === "storage write failed").map((l) => [l.fields["code"], l.fields["file"]])).toEqual([["SQLITE_CORRUPT", file]]);
+  });
+
+  test("a truncated store refuses to start naming the file, the code and what to do", async () => {
+    const dir = tmp();
+    const w = open(dir);
+    for (let i = 0; i < 50; i++) await w.createAllocation(C, { clientRequestId: `t-${i}`, workloadClass: "small" });
+    await closeAll();
+    const file = join(dir, STORE_FILE);
+    truncateSync(file, Math.floor(statSync(file).size / 2));
+    let said = "";
+    try {
+      open(dir);
+    } catch (e) {
+      said = (e as Error).message;
+    }
+    expect(said).toBe(`the scheduler's store ${file} is damaged (SQLITE_CORRUPT: database disk image is malformed): stop the scheduler, restore ${file} from a backup (or move the data directory aside to start empty), then start it again`);
+    // The lock went with the failed start: the directory is free for the restored file.
+    rmSync(file);
+    open(dir);
+  });
 });
 
 describe("damaged and missing object state", () => {

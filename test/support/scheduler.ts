@@ -78,7 +78,7 @@ export interface TestConnection {
  * controller asks for a grant over HTTP. For tests that need a live
  * Connection (the rendezvous routes authenticate against one).
  */
-export async function openTestConnection(s: TestScheduler, hostId: string, credential: string, clientRequestId = "conn-1"): Promise<TestConnection> {
+export async function openTestConnection(s: Pick<TestScheduler, "url" | "controller" | "tokens">, hostId: string, credential: string, clientRequestId = "conn-1"): Promise<TestConnection> {
   const agent = new ScriptedAgent(s.url, hostId, credential);
   await agent.poll(0, { connectivity: { seq: 1, hostPublicKey: Buffer.alloc(32, 3).toString("base64"), candidates: [{ address: "127.0.0.1", port: 51820, kind: "local" }], appliedGrants: [], refusedGrants: [], at: new Date().toISOString() } });
   const { view } = await s.controller.create({ clientRequestId, workloadClass: "ci-small" });

@@ -11,6 +11,7 @@
  *                     {"event":"drained","bytes":N,"sha256":HEX} to stdout, close
  *   HOLD              read and discard; on the end print {"event":"end","how":"eof"|"reset"|"error"} to stdout
  *   RESET             reset the connection (RST) at once
+ *   NOREAD            never read (the window closes); on the end print {"event":"end","how":...} like HOLD
  * Never listens outside the namespace (the addresses are the test's own).
  */
 import { createHash } from "node:crypto";
@@ -104,6 +105,18 @@ function run(sock: net.Socket, cmd: string, args: string[], rest: Buffer): void 
     case "RESET":
       sock.resetAndDestroy();
       return;
+    case "NOREAD": {
+      sock.pause();
+      let done = false;
+      const end = (how: string) => {
+        if (done) return;
+        done = true;
+        console.log(JSON.stringify({ event: "end", how }));
+      };
+      sock.on("error", (e: NodeJS.ErrnoException) => end(e.code === "ECONNRESET" ? "reset" : "error"));
+      sock.on("close", () => end("closed"));
+      return;
+    }
     default:
       sock.destroy();
   }

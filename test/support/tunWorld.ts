@@ -12,6 +12,7 @@
  */
 import { resolve } from "node:path";
 import { openTun, type TunDevice } from "../../native/tun/tun.ts";
+import { TUNNEL_MTU } from "../../src/protocol/tunnelMtu.ts";
 import { createNetstack, type Netstack } from "../../src/netstack/index.ts";
 import { Impairment, type ImpairmentOptions } from "./impairment.ts";
 import { netemQdiscArgs } from "./netem.ts";
@@ -44,7 +45,7 @@ export async function startTunWorld(name: string, octet: number, opts: { impair?
   const port = opts.port ?? 7000;
   const devName = `${name}${process.pid % 10000}`.slice(0, 15);
   const nsName = `${name}-${process.pid}`;
-  const tun = openTun({ name: devName, mtu: 1420 });
+  const tun = openTun({ name: devName, mtu: TUNNEL_MTU });
   let ns: Netns | null = null;
   let server: ReturnType<typeof Bun.spawn> | null = null;
   const impairments: Impairment[] = [];

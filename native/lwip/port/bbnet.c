@@ -18,6 +18,7 @@
 #include <malloc.h>
 #include "lwip/init.h"
 #include "lwip/tcp.h"
+#include "lwip/priv/tcp_priv.h"
 #include "lwip/netif.h"
 #include "lwip/ip.h"
 #include "lwip/ip6_addr.h"
@@ -323,6 +324,9 @@ EXPORT(bb_tcp_sndbuf) uint32_t bb_tcp_sndbuf(struct tcp_pcb *pcb) {
   return tcp_sndbuf(pcb);
 }
 
+/* Bytes lwIP holds that the peer has not acknowledged (sent or not); tcp_sndbuf clamps to 65,535, this does not. */
+EXPORT(bb_tcp_outstanding) uint32_t bb_tcp_outstanding(struct tcp_pcb *pcb) { return (uint32_t)(TCP_SND_BUF - pcb->snd_buf); }
+
 /* Opens the receive window by `len` bytes the application has consumed. */
 EXPORT(bb_tcp_recved) void bb_tcp_recved(struct tcp_pcb *pcb, uint32_t len) {
   while (len > 0) {
@@ -348,9 +352,22 @@ EXPORT(bb_tcp_close) int32_t bb_tcp_close(struct tcp_pcb *pcb) {
   return ERR_OK;
 }
 
-/* Resets the connection (RST) and frees the pcb without calling the error callback. */
+/* Resets the connection (RST) and frees the pcb without calling the error callback.
+ *
+ * Under a zero window lwIP's zero-window probe moves snd_nxt one past the byte
+ * the peer has not accepted (tcp_zero_window_probe), and tcp_abort's RST
+ * carries snd_nxt: a receiver with a zero window accepts a RST only at exactly
+ * its rcv_nxt (RFC 9293 3.10.7.4, RFC 5961 3.2), so Linux drops it and its
+ * socket stays ESTABLISHED (issue 18 item 4). While probing, nothing is in
+ * flight (lwIP asserts unacked == NULL), so the peer's rcv_nxt is lastack
+ * (our snd_una) unless it took the probe byte: a RST at lastack is sent
+ * first, then tcp_abort's at snd_nxt covers the other case. A RST out of
+ * the peer's window is dropped, so the spare one is harmless. */
 EXPORT(bb_tcp_abort) void bb_tcp_abort(struct tcp_pcb *pcb) {
   detach(pcb);
+  if (pcb->state >= ESTABLISHED && pcb->state != TIME_WAIT && pcb->snd_nxt != pcb->lastack && pcb->unacked == NULL) {
+    tcp_rst(pcb, pcb->lastack, pcb->rcv_nxt, &pcb->local_ip, &pcb->remote_ip, pcb->local_port, pcb->remote_port);
+  }
   tcp_abort(pcb);
 }
 

@@ -68,7 +68,7 @@
 
 /* --- TCP --- */
 #define LWIP_TCP                        1
-/* 1,420-byte tunnel MTU - 40 (IPv6) - 20 (TCP) = 1,360 (docs/architecture.md, "Private networking"). */
+/* A ceiling: segments follow the netif MTU (bb_set_mtu, TCP_CALCULATE_EFF_SEND_MSS); 1,420 - 40 - 20 (ADR 0103). */
 #define TCP_MSS                         1360
 #define LWIP_WND_SCALE                  1
 #define TCP_RCV_SCALE                   3

@@ -11,7 +11,7 @@ import { createHash } from "node:crypto";
 import { canonicalJson } from "../../domain/identifiers.ts";
 import type { AgentCommand, CommandAck } from "../../protocol/agent.ts";
 import type { AgentStore } from "../store.ts";
-import { placementDirName } from "../placementOps.ts";
+import { placementDirName } from "../resourceNames.ts";
 
 /** SHA-256 (hex) of a command's identity and content: what "same command" means for idempotency. */
 export function commandDigest(cmd: AgentCommand): string {
@@ -21,16 +21,17 @@ export function commandDigest(cmd: AgentCommand): string {
 }
 
 /**
- * The acknowledgement for `cmd` received in session `epoch` at `nowMs`
- * (null when the command belongs to another session and is ignored), and
- * whether its placement must be driven now.
+ * The acknowledgement for `cmd` received by host `hostId` in session
+ * `epoch` at `nowMs` (null when the command belongs to another session and
+ * is ignored), and whether its placement must be driven now. A new
+ * placement is named for this host (resourceNames.ts).
  */
-export function takeCommand(store: AgentStore, cmd: AgentCommand, epoch: string, quarantined: boolean, nowMs: number): { ack: CommandAck | null; drive: boolean } {
+export function takeCommand(store: AgentStore, hostId: string, cmd: AgentCommand, epoch: string, quarantined: boolean, nowMs: number): { ack: CommandAck | null; drive: boolean } {
   if (cmd.agentEpoch !== epoch) return { ack: null, drive: false };
   const newer = store.livePlacements().find((p) => p.allocationId === cmd.allocationId && p.generation > cmd.generation);
   if (newer && cmd.type !== "ensure_absent") return { ack: { commandId: cmd.commandId, result: "rejected", errorCode: "STALE_GENERATION" }, drive: false };
   if (quarantined && cmd.type !== "ensure_absent") return { ack: { commandId: cmd.commandId, result: "rejected", errorCode: "INTERNAL" }, drive: false };
-  const r = store.recordCommand(cmd, commandDigest(cmd), placementDirName(cmd.allocationId, cmd.placementId, cmd.generation), nowMs);
+  const r = store.recordCommand(cmd, commandDigest(cmd), placementDirName(hostId, cmd.allocationId, cmd.placementId, cmd.generation), nowMs);
   if (r === "conflict") return { ack: { commandId: cmd.commandId, result: "rejected", errorCode: "COMMAND_CONFLICT" }, drive: false };
   return { ack: { commandId: cmd.commandId, result: r }, drive: r === "accepted" };
 }

@@ -15,7 +15,7 @@
 import { BeachballError } from "../../protocol/errors.ts";
 import { MAX_DELIVERY_ACKS_PER_ENVELOPE, type AgentPayload, type BootstrapDelivery, type CommandAck, type ConfigureConnection, type ConnectivityUpdate, type DeliveryAck, type PollResponse } from "../../protocol/agent.ts";
 import type { AgentStore } from "../store.ts";
-import type { AgentClock, AgentLog, ControlChannel, Timers } from "../ports.ts";
+import { errorText, type AgentClock, type AgentLog, type ControlChannel, type Timers } from "../ports.ts";
 import type { HealthReport } from "../health.ts";
 import { takeCommand } from "./commandIntake.ts";
 
@@ -39,6 +39,8 @@ export interface ControlLoopDeps {
   log: AgentLog;
   /** The machine's boot ID (spec "Sessions and epochs"). */
   bootId: string;
+  /** This host's ID: new placements' resource names carry its tag (resourceNames.ts). */
+  hostId: string;
   health(): HealthReport;
   /** True while quarantined resources block every command but ensure_absent. */
   quarantined(): boolean;
@@ -109,7 +111,7 @@ export class ControlLoop {
       await this.deps.channel.send("messages", this.epoch, { bootId: this.deps.bootId, updates, acks: this.acks.splice(0, MAX_UPDATES_PER_SEND), deliveryAcks: this.deliveryAcks.splice(0, MAX_DELIVERY_ACKS_PER_ENVELOPE), health: this.deps.health() }, abort.signal);
       if (updates.length) this.deps.store.ackUpdates(updates[updates.length - 1]!.seq);
     } catch (e) {
-      this.deps.log.warn(`final flush failed (the next start sends it): ${(e as Error).message}`);
+      this.deps.log.warn("final flush failed (the next start sends it)", { error: errorText(e) });
     } finally {
       cancel();
     }
@@ -132,7 +134,7 @@ export class ControlLoop {
         if (this.stopped) break;
         if (this.epoch && updates.length) this.deps.store.ackUpdates(updates[updates.length - 1]!.seq);
         if (resp.agentEpoch !== this.epoch) {
-          this.deps.log.info(`session epoch ${resp.agentEpoch.slice(0, 8)}…`);
+          this.deps.log.info("session opened", { epoch: `${resp.agentEpoch.slice(0, 8)}…` });
           this.deps.connections?.changed();
         }
         this.epoch = resp.agentEpoch;
@@ -143,7 +145,7 @@ export class ControlLoop {
         connectivity = null;
         if (this.stopped) break;
         if (e instanceof BeachballError && e.code === "STALE_AGENT_EPOCH") this.epoch = "";
-        else this.deps.log.warn(`poll failed: ${(e as Error).message}`);
+        else this.deps.log.warn("poll failed", { error: errorText(e) });
         await this.deps.timers.sleep(backoffMs, this.pollAbort.signal);
         backoffMs = Math.min(backoffMs * 2, POLL_BACKOFF_MAX_MS);
       }
@@ -154,7 +156,7 @@ export class ControlLoop {
     const { store, clock } = this.deps;
     store.applyLeases(resp.leases);
     for (const cmd of resp.commands) {
-      const r = takeCommand(store, cmd, resp.agentEpoch, this.deps.quarantined(), clock.now());
+      const r = takeCommand(store, this.deps.hostId, cmd, resp.agentEpoch, this.deps.quarantined(), clock.now());
       if (r.ack) this.acks.push(r.ack);
       if (r.drive) this.deps.onCommand(cmd.placementId);
     }

@@ -19,6 +19,7 @@ import type { CheckResult } from "./format.ts";
 import type { VmmDriver } from "../vmm/driver.ts";
 import { selectVmmDriver } from "../vmm/select.ts";
 import { testKernelOf, vmmBootCheck } from "./vmmBoot.ts";
+import { fixHintFor } from "../../domain/osErrorHint.ts";
 
 /** ID of the VMM test boot check (its failure marks the VMM failing, not isolation unhealthy). */
 export const VMM_BOOT_CHECK_ID = "vmm-boot";
@@ -113,14 +114,14 @@ export const PREREQUISITES: readonly PrerequisiteCheck[] = [
       const ns = `bb-probe-${process.pid}`;
       const t0 = performance.now();
       const add = await ip(undefined, ["netns", "add", ns]);
-      if (add.code !== 0) return fail(`ip netns add failed: ${add.err}`, "grant CAP_SYS_ADMIN and access to /run/netns");
+      if (add.code !== 0) return fail(`ip netns add failed: ${add.err}`, fixHintFor(add.err, "grant CAP_SYS_ADMIN and access to /run/netns"));
       try {
         await nftLoad(ns, "table inet bb_probe {\n  chain input { type filter hook input priority filter; policy drop; }\n}\n");
         const tap = await ip(ns, ["tuntap", "add", "dev", "bbprobe0", "mode", "tap"]);
-        if (tap.code !== 0) return fail(`TAP create failed: ${tap.err}`, "modprobe tun; grant CAP_NET_ADMIN");
+        if (tap.code !== 0) return fail(`TAP create failed: ${tap.err}`, fixHintFor(tap.err, "modprobe tun; grant CAP_NET_ADMIN"));
         return pass(`create, TAP, nft load and delete in ${Math.round(performance.now() - t0)} ms`);
       } catch (e) {
-        return fail((e as Error).message, "install nftables and load nf_tables (modprobe nf_tables)");
+        return fail((e as Error).message, fixHintFor(e, "install nftables and load nf_tables (modprobe nf_tables)"));
       } finally {
         await ip(undefined, ["netns", "delete", ns]);
       }
@@ -145,7 +146,9 @@ export const PREREQUISITES: readonly PrerequisiteCheck[] = [
       const u = config?.uplink;
       if (!u) return { status: "skip", detail: "no uplink configured" };
       const where = u.netns ?? "the root namespace";
-      if (!(await linkExists(u.netns, u.device))) return fail(`device ${u.device} not found in ${where}`, "set uplink.device to the interface that leads out");
+      const exists = await linkExists(u.netns, u.device).catch((e: unknown) => e as Error);
+      if (exists instanceof Error) return fail(exists.message, fixHintFor(exists, "check that `ip link` works for the agent"));
+      if (!exists) return fail(`device ${u.device} not found in ${where}`, "set uplink.device to the interface that leads out");
       const fwd = (await runCmd(inNetns(u.netns, ["cat", "/proc/sys/net/ipv4/ip_forward"]))).out.trim();
       return fwd === "1" ? pass(`${u.device} in ${where}, forwarding on`) : fail(`net.ipv4.ip_forward=${fwd || "?"} in ${where}`, "sysctl -w net.ipv4.ip_forward=1 (persist it in /etc/sysctl.d)");
     },

@@ -28,7 +28,7 @@ import type { Candidate, GrantPayload } from "../../protocol/connection.ts";
 import { checkSignedRelayMap, checkSignedRelayToken, type ConnectionVerificationKeys } from "../../protocol/connectionSignature.ts";
 import { canonicalIpv6, formatIpv6 } from "../../protocol/ipAddress.ts";
 import type { StunServer } from "../../protocol/stunServers.ts";
-import { CANDIDATE_REFRESH_MS, gatherCandidates, MultipathTunnel, type Aead, type KeyPair25519, type Peer, type PathEndpoint, type PathState, type PeerRelay, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../../wireguard/index.ts";
+import { CANDIDATE_REFRESH_MS, gatherCandidates, interfaceAddresses, MultipathTunnel, type Aead, type KeyPair25519, type Peer, type PathEndpoint, type PathState, type PeerRelay, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../../wireguard/index.ts";
 import { checkGrantForHost, type PlacementLookup, type PlacementTarget } from "./grantCheck.ts";
 import { InnerFilter, type FilterCounters } from "./innerFilter.ts";
 import type { PlacementLink, PlacementLinkPort } from "./placementLink.ts";
@@ -54,6 +54,8 @@ export interface HostEndpointOptions {
   interfaces: () => NodeJS.Dict<import("node:os").NetworkInterfaceInfo[]>;
   /** Opens relay sessions (src/relayclient relayConnector); without it relay maps are ignored. */
   relayConnector?: RelayConnector;
+  /** Receives warnings (constant message, fields): a failed interface enumeration, once per distinct error. */
+  onWarning?: (msg: string, fields: Record<string, string>) => void;
   /** Called after anything a connectivity_update reports changed. */
   onChange?: () => void;
 }
@@ -102,6 +104,7 @@ export class HostEndpoint {
   private refusals: Array<{ grantId: string; code: GrantRefusalCode }> = [];
   private candidates: Candidate[] = [];
   private nextRefreshMs = Number.POSITIVE_INFINITY;
+  private interfaceError = "";
   private queue: Promise<unknown> = Promise.resolve();
   private closed = false;
   private t!: MultipathTunnel;
@@ -353,7 +356,11 @@ export class HostEndpoint {
   /** Gathers local and STUN candidates again. Never rejects. */
   async refreshCandidates(): Promise<void> {
     this.nextRefreshMs = this.o.clock.nowMs() + CANDIDATE_REFRESH_MS;
-    const next = await gatherCandidates(this.t.udp, this.o.listen.hostname, this.o.interfaces(), this.o.stunServers);
+    const interfaces = interfaceAddresses(this.o.interfaces, (message) => {
+      if (message !== this.interfaceError) this.o.onWarning?.("host endpoint: interface enumeration failed", { error: message });
+      this.interfaceError = message;
+    });
+    const next = await gatherCandidates(this.t.udp, this.o.listen.hostname, interfaces, this.o.stunServers);
     const changed = JSON.stringify(next) !== JSON.stringify(this.candidates);
     this.candidates = next;
     if (changed) this.o.onChange?.();
@@ -374,6 +381,8 @@ export class HostEndpoint {
   /** The tunnel's alarm, after the Device's timers and probes. */
   private fire(): void {
     if (this.closed) return;
+    // A pin lost in this alarm's probe round (no datagram announces it): report it now.
+    for (const a of this.applied.values()) this.notePath(a.peer);
     void this.expire().then(() => this.t.arm());
     if (this.o.clock.nowMs() >= this.nextRefreshMs) void this.refreshCandidates().then(() => this.t.arm());
   }

@@ -2,7 +2,8 @@
  * How the host endpoint reaches a placement (docs/adr/0157-host-endpoint-routing.md):
  * one TUN per placement that has grants, opened by the agent through
  * native/tun, moved into the placement's namespace and renamed `bbconn0`.
- * Inside the namespace: `bbconn0` up with the tunnel MTU; IPv6 forwarding
+ * Inside the namespace: `bbconn0` up with the tunnel MTU (TUNNEL_MTU, or
+ * BB_DEBUG_TUNNEL_MTU) and TCP SYNs clamped to its MSS; IPv6 forwarding
  * on (in that namespace only); `fe80::1/64` on the guest's TAP as the
  * guest's IPv6 router; `<allocation>/128 dev <tap>` and `<client>/128 dev
  * bbconn0` per grant; and the placement table's `bb_conn` chain with exactly
@@ -16,7 +17,8 @@
  */
 import { isIPv6 } from "node:net";
 import { openTun, type TunDevice } from "../../../native/tun/tun.ts";
-import { TUNNEL_MTU } from "../../protocol/connection.ts";
+import { debugTunnelMtu } from "../../protocol/debugKnobs.ts";
+import { tcpMssBytes } from "../../protocol/tunnelMtu.ts";
 import { GUEST_IPV6_ROUTER } from "../../protocol/guest.ts";
 import { canonicalIpv6 } from "../../protocol/ipAddress.ts";
 import { netError } from "../isolation/addressPool.ts";
@@ -104,7 +106,7 @@ class KernelPlacementLink implements PlacementLink {
       await ip(ns, ["-6", "route", "del", prefix!, "dev", dev!]);
     }
     this.routes = new Set(want.keys());
-    await nftLoad(ns, connectionChainText(this.target.table, this.target.tap, flows));
+    await nftLoad(ns, connectionChainText(this.target.table, this.target.tap, flows, tcpMssBytes(this.tun.mtu, 6)));
   }
 
   async close(): Promise<void> {
@@ -130,7 +132,7 @@ export const kernelPlacementLinks: PlacementLinkPort = {
     const tmp = temporaryName();
     let tun: TunDevice;
     try {
-      tun = openTun({ name: tmp, mtu: TUNNEL_MTU });
+      tun = openTun({ name: tmp, mtu: debugTunnelMtu(process.env) });
     } catch (e) {
       throw netError(`cannot open a TUN device for ${ns}: ${(e as Error).message}`);
     }

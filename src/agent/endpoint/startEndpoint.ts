@@ -20,6 +20,7 @@ import { parseStunServers, type StunServer } from "../../protocol/stunServers.ts
 import { relayConnector } from "../../relayclient/index.ts";
 import { selectAead, systemClock, systemRandom } from "../../wireguard/index.ts";
 import type { AgentConnectionsConfig } from "../config.ts";
+import type { AgentLog } from "../ports.ts";
 import { HostEndpoint } from "./endpoint.ts";
 import type { PlacementLookup } from "./grantCheck.ts";
 import { loadOrCreateHostKey } from "./hostKey.ts";
@@ -53,8 +54,21 @@ export function relayCaOf(c: AgentConnectionsConfig): string | undefined {
   return text;
 }
 
-/** Starts the endpoint of host `hostId` (see the module header). Rejects on bad settings, an unreadable key file or a port in use. */
-export async function startHostEndpoint(o: { hostId: string; dataDir: string; config: AgentConnectionsConfig; placements: PlacementLookup; onChange: () => void }): Promise<HostEndpoint> {
+/**
+ * The startup error for the endpoint's UDP port being taken (EADDRINUSE):
+ * names the address, the port and the fix. Two agents on one machine (two
+ * host IDs, two data dirs) each need their own `connections.listenPort`.
+ */
+export function portInUseError(listen: { hostname: string; port: number }, cause: unknown): Error {
+  return new Error(
+    `connections.listenPort: UDP port ${listen.port} on ${listen.hostname} is already in use (another Beachball agent or a WireGuard interface on this machine?); ` +
+      `give each agent on a machine its own connections.listenPort in its agent.json, or stop what holds the port (ss -ulpn 'sport = :${listen.port}')`,
+    { cause },
+  );
+}
+
+/** Starts the endpoint of host `hostId` (see the module header). Rejects on bad settings, an unreadable key file or a port in use (portInUseError). */
+export async function startHostEndpoint(o: { hostId: string; dataDir: string; config: AgentConnectionsConfig; placements: PlacementLookup; onChange: () => void; log?: AgentLog }): Promise<HostEndpoint> {
   const s = endpointSettings(o.config);
   const ca = relayCaOf(o.config);
   const { aead } = await selectAead();
@@ -72,5 +86,8 @@ export async function startHostEndpoint(o: { hostId: string; dataDir: string; co
     interfaces: networkInterfaces,
     relayConnector: relayConnector(ca ? { ca } : {}),
     onChange: o.onChange,
+    ...(o.log ? { onWarning: (msg: string, fields: Record<string, string>) => o.log!.warn(msg, fields) } : {}),
+  }).catch((e: unknown) => {
+    throw (e as { code?: string }).code === "EADDRINUSE" ? portInUseError(s.listen, e) : e;
   });
 }

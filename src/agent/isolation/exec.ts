@@ -3,10 +3,14 @@
  * inside a named network namespace) and returns exit code and output.
  *
  * Implements no spec rule by itself; placementNet.ts and the doctor use it.
+ * A failure caused by an address-family restriction (EAFNOSUPPORT on
+ * socket(AF_NETLINK)) says so in the error (domain/osErrorHint.ts).
  * Must never: go through a shell (argv only), or throw on a non-zero exit
- * (callers decide; `checked` variants throw NETWORK_SETUP_FAILED).
+ * (callers decide; `checked` variants throw NETWORK_SETUP_FAILED), except
+ * where the answer would be a lie (linkExists under a netlink restriction).
  */
 import { netError } from "./addressPool.ts";
+import { isAddressFamilyRestricted, withCauseHint } from "../../domain/osErrorHint.ts";
 
 /** Result of one command. */
 export interface CmdResult {
@@ -40,20 +44,20 @@ export function ip(netns: string | undefined, args: string[]): Promise<CmdResult
 /** `ip` that throws NETWORK_SETUP_FAILED on a non-zero exit; returns stdout. */
 export async function ipChecked(netns: string | undefined, args: string[]): Promise<string> {
   const r = await ip(netns, args);
-  if (r.code !== 0) throw netError(`ip ${netns ? `-n ${netns} ` : ""}${args.join(" ")} failed (exit ${r.code}): ${r.err}`);
+  if (r.code !== 0) throw netError(withCauseHint(`ip ${netns ? `-n ${netns} ` : ""}${args.join(" ")} failed (exit ${r.code}): ${r.err}`, r.err));
   return r.out;
 }
 
 /** Loads nft rule text with `nft -f -` in `netns` (root namespace when undefined). Throws NETWORK_SETUP_FAILED on failure. */
 export async function nftLoad(netns: string | undefined, text: string): Promise<void> {
   const r = await runCmd(inNetns(netns, ["nft", "-f", "-"]), text);
-  if (r.code !== 0) throw netError(`nft -f - in ${netns ?? "the root namespace"} failed (exit ${r.code}): ${r.err.slice(0, 600)}`);
+  if (r.code !== 0) throw netError(withCauseHint(`nft -f - in ${netns ?? "the root namespace"} failed (exit ${r.code}): ${r.err.slice(0, 600)}`, r.err));
 }
 
 /** Names (`family name`) of the nftables tables in `netns`. Throws NETWORK_SETUP_FAILED when nft fails. */
 export async function nftTables(netns: string | undefined): Promise<string[]> {
   const r = await runCmd(inNetns(netns, ["nft", "list", "tables"]));
-  if (r.code !== 0) throw netError(`nft list tables in ${netns ?? "the root namespace"} failed: ${r.err}`);
+  if (r.code !== 0) throw netError(withCauseHint(`nft list tables in ${netns ?? "the root namespace"} failed: ${r.err}`, r.err));
   return r.out.split("\n").map((l) => l.trim().replace(/^table\s+/, "")).filter(Boolean);
 }
 
@@ -64,7 +68,9 @@ export async function ipv4Addresses(netns: string | undefined): Promise<Array<{ 
   return links.flatMap((l) => (l.addr_info ?? []).filter((a) => a.local).map((a) => ({ ifname: l.ifname, local: a.local!, prefixlen: a.prefixlen ?? 32 })));
 }
 
-/** True when interface `name` exists in `netns`. */
+/** True when interface `name` exists in `netns`. Throws NETWORK_SETUP_FAILED when `ip` cannot ask (netlink restricted), rather than answer "absent". */
 export async function linkExists(netns: string | undefined, name: string): Promise<boolean> {
-  return (await ip(netns, ["link", "show", "dev", name])).code === 0;
+  const r = await ip(netns, ["link", "show", "dev", name]);
+  if (r.code !== 0 && isAddressFamilyRestricted(r.err)) throw netError(withCauseHint(`ip link show dev ${name} failed: ${r.err}`, r.err));
+  return r.code === 0;
 }

@@ -3,7 +3,7 @@
  * part of "Prepare" and step 5/6 of "Stop"): one namespace `bb-<digest>` with
  * TAP `bbtap0` (router 10.0.0.1/30, guest 10.0.0.2/30) and the placement's
  * nftables table, loaded before any VMM starts. With an uplink configured it
- * adds a veth pair (host side `bbv<12 hex>` in the uplink namespace, peer
+ * adds a veth pair (host side `bbh<tag><8 hex>` in the uplink namespace, peer
  * `bbup0` inside), a /31 from the egress pool, a default route, SNAT of the
  * guest to the slot address, and a per-placement masquerade table in the
  * uplink namespace. Without an uplink (the default) the guest has no route
@@ -16,6 +16,7 @@ import { netError, parseCidr, pickSlot, slotIndexOf, type PlacementSlot } from "
 import { inNetns, ip, ipChecked, ipv4Addresses, linkExists, nftLoad, nftTables, runCmd } from "./exec.ts";
 import { DEFAULT_NET_POLICY, type PlacementNetPolicy } from "./policy.ts";
 import { nftTableName, placementRuleset, uplinkRuleset } from "./rules.ts";
+import { LEGACY_VETH_PREFIX, TAGGED_VETH_PREFIX, taggedVethName } from "../resourceNames.ts";
 
 /** Prefix of every namespace Beachball owns (inventory on restart relies on it). */
 export const PLACEMENT_NETNS_PREFIX = "bb-";
@@ -23,8 +24,8 @@ export const PLACEMENT_NETNS_PREFIX = "bb-";
 export const PLACEMENT_TAP_NAME = "bbtap0";
 /** Namespace side of the uplink veth, inside every placement namespace. */
 export const PLACEMENT_UPLINK_VETH = "bbup0";
-/** Prefix of the host-side veth names (`bbv` + 12 hex of the placement digest). */
-export const HOST_VETH_PREFIX = "bbv";
+/** Prefixes of the host-side veth names: `bbh` + host tag + 8 hex (resourceNames.ts), or the legacy `bbv` + 12 hex. */
+export const HOST_VETH_PREFIXES = [TAGGED_VETH_PREFIX, LEGACY_VETH_PREFIX] as const;
 /** Host (TAP) side address of the placement /30. */
 export const PLACEMENT_HOST_CIDR = "10.0.0.1/30";
 /** Guest side address of the placement /30. */
@@ -62,10 +63,15 @@ function checkName(name: string): void {
   if (!/^bb-[A-Za-z0-9_-]{1,60}$/.test(name)) throw netError(`invalid placement namespace name: ${JSON.stringify(name)}`);
 }
 
-/** Host-side veth name of placement `name`: `bbv` + the first 12 characters of its digest (IFNAMSIZ allows 15). */
+/**
+ * Host-side veth name of placement `name` (IFNAMSIZ allows 15): `bbh` + its
+ * host tag + 8 hex of its digest for a host-tagged name; for a legacy
+ * `bb-<digest>` name (an older agent's placement), `bbv` + its first 12
+ * characters, as that agent named it.
+ */
 export function hostVethName(name: string): string {
   checkName(name);
-  return `${HOST_VETH_PREFIX}${name.slice(3, 15)}`;
+  return taggedVethName(name) ?? `${LEGACY_VETH_PREFIX}${name.slice(3, 15)}`;
 }
 
 /** Kernel arguments for the guest: address, gateway and (when configured) resolvers. Pure. */

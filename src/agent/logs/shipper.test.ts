@@ -48,7 +48,7 @@ function setup() {
   const consolePath = (d: string) => join(dir, d, "console.log");
   const ship = new ConsoleShipper({
     sink,
-    log: { info: () => {}, warn: (m) => warnings.push(m), error: () => {} },
+    log: { info: () => {}, warn: (m, f) => warnings.push(`${m} ${JSON.stringify(f ?? {})}`), error: () => {} },
     consolePath,
     secretsOf: () => [NONCE],
     sleep: (ms) => new Promise((r) => setTimeout(r, Math.min(ms, 5))),

@@ -30,7 +30,7 @@
 import { closeSync, fstatSync, openSync, readFileSync, readSync, statSync } from "node:fs";
 import { JOB_EXIT_MARKER, JOB_START_MARKER } from "../../protocol/guest.ts";
 import { MAX_LOG_CHUNK_BYTES, MAX_LOG_CHUNKS_PER_PUSH, type LogPushResponse } from "../../protocol/logs.ts";
-import type { AgentLog, LogSink } from "../ports.ts";
+import { errorText, type AgentLog, type LogSink } from "../ports.ts";
 import { mapTrimmedOffset, type ConsoleTrim } from "../vmm/consoleLog.ts";
 import { jobOutput, type JobPhase } from "./jobOutput.ts";
 import { positionPath, readLogPosition, writeLogPosition, type LogPosition } from "./position.ts";
@@ -130,7 +130,7 @@ export class ConsoleShipper {
     try {
       this.collectOnce(this.stream(ref));
     } catch (e) {
-      this.deps.log.warn(`cannot read the console of ${ref.dirName} for its log: ${(e as Error).message}`);
+      this.deps.log.warn("cannot read a console for its log", { dirName: ref.dirName, error: errorText(e) });
     }
   }
 
@@ -285,7 +285,7 @@ export class ConsoleShipper {
     if (s.phase !== "job") return;
     this.droppedBytes += lostBytes;
     if (s.streamOffset !== null) s.streamOffset += lostBytes;
-    this.deps.log.warn(`dropped ${lostBytes} bytes of workload output of ${s.ref.placementId}: its console was trimmed before they were shipped (output above the log rate, or the scheduler unreachable)`);
+    this.deps.log.warn("dropped workload output: its console was trimmed before it was shipped (output above the log rate, or the scheduler unreachable)", { placementId: s.ref.placementId, lostBytes });
   }
 
   private pushableStreams(): Stream[] {
@@ -346,7 +346,7 @@ export class ConsoleShipper {
       writeLogPosition(positionPath(this.deps.consolePath(s.ref.dirName)), p);
       s.saved = p;
     } catch (e) {
-      this.deps.log.warn(`cannot save the log position of ${s.ref.placementId}: ${(e as Error).message}`);
+      this.deps.log.warn("cannot save a log position", { placementId: s.ref.placementId, error: errorText(e) });
     }
   }
 
@@ -361,7 +361,7 @@ export class ConsoleShipper {
         batch.map(({ s, item }) => ({ allocationId: s.ref.allocationId, placementId: s.ref.placementId, generation: s.ref.generation, ...(item.offset === undefined ? {} : { offset: item.offset }), text: item.text })),
       );
     } catch (e) {
-      if (!this.failing) this.deps.log.warn(`log push failed (retried; logged once until a push succeeds): ${(e as Error).message}`);
+      if (!this.failing) this.deps.log.warn("log push failed (retried; logged once until a push succeeds)", { error: errorText(e) });
       this.failing = true;
       return false;
     }
@@ -376,7 +376,7 @@ export class ConsoleShipper {
       }
       if (!r) return;
       if (r.code) {
-        if (!s.refused) this.deps.log.warn(`the scheduler refused the log of ${s.ref.placementId} (${r.code}); not pushing it any more`);
+        if (!s.refused) this.deps.log.warn("the scheduler refused a placement's log; not pushing it any more", { placementId: s.ref.placementId, code: r.code });
         s.refused = true;
         s.queue = [];
         s.queuedBytes = 0;

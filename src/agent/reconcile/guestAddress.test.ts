@@ -14,7 +14,7 @@ import { FakeVmHost, FakeVmmDriver, steadyBehaviour } from "../vmm/fakeDriver.ts
 import { FakeIsolation } from "../isolation/fakeIsolation.ts";
 import { FakeImages } from "../image/fakeImages.ts";
 import { AgentStore } from "../store.ts";
-import { placementDirName } from "../placementOps.ts";
+import { placementDirName } from "../resourceNames.ts";
 import { commandDigest } from "../control/commandIntake.ts";
 import { PlacementReconciler } from "./reconciler.ts";
 
@@ -39,7 +39,7 @@ function rig(name: string, ipv6Address: string | undefined) {
       commandId: `p:${type}:1`, type, allocationId: "a", placementId: "p", generation: 1, agentEpoch: "e", leaseExpiresAt: new Date(tl.now() + 60_000).toISOString(),
       spec: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"b".repeat(64)}`, ...(ipv6Address !== undefined ? { ipv6Address } : {}) },
     };
-    store.recordCommand(cmd, commandDigest(cmd), placementDirName("a", "p", 1), tl.now());
+    store.recordCommand(cmd, commandDigest(cmd), placementDirName("h", "a", "p", 1), tl.now());
     reconciler.kick("p");
   };
   return { tl, store, host, isolation, give };

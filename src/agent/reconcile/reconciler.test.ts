@@ -15,7 +15,7 @@ import { FakeVmHost, FakeVmmDriver, steadyBehaviour } from "../vmm/fakeDriver.ts
 import { FakeIsolation } from "../isolation/fakeIsolation.ts";
 import { FakeImages } from "../image/fakeImages.ts";
 import { AgentStore } from "../store.ts";
-import { placementDirName } from "../placementOps.ts";
+import { placementDirName } from "../resourceNames.ts";
 import { commandDigest } from "../control/commandIntake.ts";
 import type { AgentDebug } from "../debug.ts";
 import { PlacementReconciler } from "./reconciler.ts";
@@ -51,7 +51,7 @@ function rig(name: string, debug?: AgentDebug, failedConsoleDir?: string) {
       commandId: `p:${type}:1:${leaseMs}`, type, allocationId: "a", placementId: "p", generation: 1, agentEpoch: "e", leaseExpiresAt: new Date(leaseMs).toISOString(),
       spec: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"b".repeat(64)}` },
     };
-    store.recordCommand(cmd, commandDigest(cmd), placementDirName("a", "p", 1), tl.now());
+    store.recordCommand(cmd, commandDigest(cmd), placementDirName("h", "a", "p", 1), tl.now());
     reconciler.kick("p");
   };
   return { tl, store, reconciler, launched, give, host };

@@ -13,13 +13,14 @@
  */
 import type { PlacementObservedState } from "../../protocol/agent.ts";
 import type { AgentStore, LocalPlacement, ObservationExtra } from "../store.ts";
-import type { AgentClock, AgentLog } from "../ports.ts";
+import { errorText, type AgentClock, type AgentLog } from "../ports.ts";
 import type { VmHandle } from "../vmm/driver.ts";
 import type { GuestSession } from "../guestSession.ts";
 import { NO_AGENT_DEBUG, type AgentDebug } from "../debug.ts";
 import { adoptPlacement, diagnoseVmExit, preparePlacement, startPlacement, stopPlacement, type PlacementContext, type PlacementRef } from "../placementOps.ts";
 import { keptConsolePath } from "../vmm/keptConsoles.ts";
 import { AgentError } from "../errors.ts";
+import type { TransitionSink } from "../placementTransitions.ts";
 
 /** What the reconciler works with. */
 export interface ReconcilerDeps {
@@ -31,6 +32,8 @@ export interface ReconcilerDeps {
   onObservation(): void;
   /** Called when a start attempt ends: `launched` false when the VMM failed to start (VMM_START_FAILED). */
   onStartOutcome?(launched: boolean): void;
+  /** Receives every recorded observation (one log line and the metrics per transition; placementTransitions.ts). */
+  transitions?: TransitionSink;
   /** Where Stop keeps the console log of a placement that failed (absent: deleted with it). */
   failedConsoleDir?: string;
   debug?: AgentDebug;
@@ -99,7 +102,7 @@ export class PlacementReconciler {
   kick(placementId: string): void {
     if (this.halted) return;
     const prev = this.runners.get(placementId) ?? Promise.resolve();
-    const next = prev.then(() => this.drive(placementId)).catch((e: unknown) => this.deps.log.error(`placement ${placementId}:`, e));
+    const next = prev.then(() => this.drive(placementId)).catch((e: unknown) => this.deps.log.error("placement step failed", { placementId, error: errorText(e) }));
     this.runners.set(placementId, next);
     void next.finally(() => {
       if (this.runners.get(placementId) === next) this.runners.delete(placementId);
@@ -130,8 +133,16 @@ export class PlacementReconciler {
   /** Records an observation (persisted with the outbox entry) unless halted. */
   observe(p: LocalPlacement, state: PlacementObservedState, extra: ObservationExtra = {}): void {
     if (this.halted) return;
-    this.deps.store.observe(p, state, extra, this.deps.clock.now());
+    this.record(p, state, extra);
     this.deps.onObservation();
+  }
+
+  /** Persists an observation (and its outbox entry) and hands the transition to the sink. */
+  private record(p: LocalPlacement, state: PlacementObservedState, extra: ObservationExtra): void {
+    const now = this.deps.clock.now();
+    const before = this.deps.store.placement(p.placementId) ?? p;
+    this.deps.store.observe(p, state, extra, now);
+    this.deps.transitions?.(before, state, extra, now);
   }
 
   private current(placementId: string): LocalPlacement {
@@ -161,7 +172,7 @@ export class PlacementReconciler {
         const cur = this.deps.store.placement(placementId);
         if (cur && cur.observed !== "absent" && cur.workloadExitCode === null) this.observe(cur, cur.observed, { workloadExitCode: code });
       });
-      live.exitReport = report.catch((e: unknown) => this.deps.log.error(`exit report of ${placementId}:`, e));
+      live.exitReport = report.catch((e: unknown) => this.deps.log.error("workload exit report failed", { placementId, error: errorText(e) }));
     };
     session.onClose = () => {
       const cur = this.deps.store.placement(placementId);
@@ -189,7 +200,7 @@ export class PlacementReconciler {
     const cur = this.current(placementId);
     if (cur.desired === "absent" || (cur.observed !== "running" && cur.observed !== "starting")) return;
     const exit = diagnoseVmExit(this.deps.ctx, ref, alive);
-    this.deps.log.warn(`VM of ${placementId} exited on its own: ${exit.reason}`);
+    this.deps.log.warn("VM exited on its own", { placementId, exitReason: exit.reason });
     this.observe(cur, "error", { errorCode: "VM_EXITED", exit });
   }
 
@@ -211,7 +222,7 @@ export class PlacementReconciler {
       const cur = this.current(placementId);
       if (session) {
         this.attach(placementId, live, session);
-        log.info(`adopted VM pid ${live.handle.pid} of placement ${placementId}`);
+        log.info("adopted a running VM", { placementId, vmPid: live.handle.pid });
         if (booting && cur.desired !== "absent") this.observe(cur, "running");
       } else if (cur.desired !== "absent") {
         this.observe(cur, "error", { errorCode: "GUEST_BOOT_TIMEOUT" });
@@ -233,7 +244,7 @@ export class PlacementReconciler {
       } catch (e) {
         if (this.halted) return;
         const err = AgentError.from(e, "INTERNAL");
-        log.warn(`prepare of ${placementId} failed: ${err.code} (${err.subsystem}): ${err.chain()}`);
+        log.warn("prepare failed", { placementId, code: err.code, subsystem: err.subsystem, error: err.chain() });
         this.observe(this.current(placementId), "error", { errorCode: err.code });
         return;
       }
@@ -256,7 +267,7 @@ export class PlacementReconciler {
           const launched = start().then(async (h) => {
             live.handle = h;
             // Recorded even while stopping: it is true, and the next agent needs the PID to adopt the VM.
-            this.deps.store.observe(this.current(placementId), "starting", { vmPid: h.pid, vmStartTime: h.startTime }, this.deps.clock.now());
+            this.record(this.current(placementId), "starting", { vmPid: h.pid, vmStartTime: h.startTime });
             if (!this.halted) this.deps.onObservation();
             if (!skipLease && !this.leaseLive(placementId)) {
               // The launch itself outlasted the lease (a stalled agent, a slow spawn): no VM may run on an ended lease.
@@ -282,7 +293,7 @@ export class PlacementReconciler {
       if (err.code === "VMM_START_FAILED") this.deps.onStartOutcome?.(false);
       else if (live.handle) this.deps.onStartOutcome?.(true); // the VMM ran; the guest failed
       if (!live.handle && err.code === "INTERNAL" && this.current(placementId).desired === "absent") return; // never launched and no longer wanted: Stop follows
-      this.deps.log.warn(`start of ${placementId} failed: ${err.code} (${err.subsystem}): ${err.chain()}`);
+      this.deps.log.warn("start failed", { placementId, code: err.code, subsystem: err.subsystem, error: err.chain() });
       this.observe(this.current(placementId), "error", { errorCode: err.code });
     }
   }
@@ -298,7 +309,7 @@ export class PlacementReconciler {
     if (this.halted) return;
     p = this.current(placementId);
     if (left.length) {
-      this.deps.log.warn(`cleanup of ${placementId} incomplete: ${left.join("; ")}`);
+      this.deps.log.warn("cleanup incomplete", { placementId, left: left.join("; ") });
       if (p.errorCode !== "CLEANUP_FAILED") this.observe(p, "error", { errorCode: "CLEANUP_FAILED" });
       return;
     }

@@ -7,8 +7,12 @@
  * blob (layout.ts); apply the layers in order into an in-memory tree
  * (rootTree.ts), checking each layer's diff ID; add the guest binary under
  * `/.beachball/` and `/etc/beachball/workload.json` from the image config;
- * write the tree as one canonical tar and turn it into a squashfs with
- * `mksquashfs -tar` (so no layer path is ever created on the build host);
+ * write the tree as one canonical tar stream straight into `mksquashfs
+ * -tar` (squashfsFromTar.ts; so no layer path is ever created on the build
+ * host, and mksquashfs compresses while the tree is written); file bodies
+ * are read by offset from the uncompressed layer blob (refused if it
+ * changed since it was hashed) or from a private uncompressed copy of a
+ * compressed one, made while it was hashed;
  * build the initramfs (ociInitrd.ts); write a schema-2 manifest with its
  * `source` and sign it. The output directory appears by one rename, only
  * when everything succeeded.
@@ -21,7 +25,6 @@
  * Must never: leave a partial output directory, or sign an image whose
  * blobs did not verify.
  */
-import { createReadStream } from "node:fs";
 import { mkdir, open, rename, rm, stat, writeFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { Readable } from "node:stream";
@@ -33,11 +36,14 @@ import { imageError } from "../errors.ts";
 import { signManifest } from "../signing.ts";
 import { sha256File } from "../verify.ts";
 import { DEV_GUEST_BOOTSTRAP_VERSION } from "../devBuild.ts";
-import { SQUASHFS_ROOT_MODULES, ensureDevKernel, runChecked } from "../devKernel.ts";
-import { type LayerInput, type OciImageConfig, type OciImageInput, readDockerArchive, readOciLayout } from "./layout.ts";
+import { SQUASHFS_ROOT_MODULES, ensureDevKernel } from "../devKernel.ts";
+import { type LayerInput, type OciImageConfig, type OciImageInput, fileIdentity, readDockerArchive, readOciLayout } from "./layout.ts";
 import { RootTree } from "./rootTree.ts";
+import { showName } from "./byteName.ts";
+import { squashfsCanStoreXattr } from "./squashfsXattrs.ts";
 import { TAR_END, readTar } from "./tar.ts";
 import { GUEST_BINARY_IN_IMAGE, GUEST_DIR_IN_IMAGE, buildSquashfsInitrd } from "./ociInitrd.ts";
+import { squashfsFromTar } from "./squashfsFromTar.ts";
 
 /** Largest uncompressed layer accepted, bytes (64 GiB). */
 export const MAX_LAYER_BYTES = 64 * 2 ** 30;
@@ -47,6 +53,8 @@ export const SQUASHFS_COMPRESSOR = "zstd";
 export const DEFAULT_SQUASHFS_ZSTD_LEVEL = 15;
 /** Artifact file names of a converted image. */
 export const OCI_IMAGE_FILES = { kernel: "vmlinux", rootfs: "rootfs.squashfs", initrd: "initrd.cpio" } as const;
+/** Most dropped-metadata items listed one by one in a build result and its log (the count is always whole). */
+export const MAX_DROPPED_LISTED = 50;
 
 /** What to convert. */
 export type OciBuildInput = { kind: "oci-layout"; dir: string } | { kind: "docker-archive"; path: string };
@@ -81,6 +89,14 @@ export interface OciBuildResult {
   dir: string;
   /** Entries in the merged root, and the squashfs size in bytes. */
   stats: { entries: number; rootfsBytes: number; layers: number };
+  /**
+   * Metadata the squashfs cannot hold, left out of the image: extended
+   * attributes outside squashfsXattrs.ts's namespaces (e.g.
+   * `system.posix_acl_access`) and PAX ACL records. `count` is the total;
+   * `items` the first MAX_DROPPED_LISTED as `<path>: <name>` (names quoted
+   * as in errors). Empty when nothing was left out.
+   */
+  dropped: { count: number; items: string[] };
 }
 
 /** The workload description for an image config (Entrypoint, Cmd, Env, WorkingDir, User). */
@@ -116,60 +132,46 @@ function decompressed(layer: LayerInput): AsyncIterable<Uint8Array> {
   })();
 }
 
-/** Hashes what passes through and counts it (bounded by MAX_LAYER_BYTES). */
-function hashing(src: AsyncIterable<Uint8Array>, out: { hash: ReturnType<typeof createHash>; size: number }): AsyncIterable<Uint8Array> {
+/** Bytes gathered before one write to a layer's private copy. */
+const LAYER_COPY_BATCH_BYTES = 1 << 20;
+
+/**
+ * Counts what passes through (bounded by MAX_LAYER_BYTES), hashes it when
+ * `hash` is set and, unless `copyPath` is null, appends it to that private
+ * file, so file bodies are later read from there by offset. With null (an
+ * uncompressed blob) bodies are read from the blob, whose identity is
+ * checked unchanged once they were read (layout.ts fileIdentity).
+ */
+function hashingCopy(src: AsyncIterable<Uint8Array>, out: { hash: ReturnType<typeof createHash>; size: number }, copyPath: string | null, hash: boolean): AsyncIterable<Uint8Array> {
   return (async function* () {
-    for await (const c of src) {
-      out.size += c.length;
-      if (out.size > MAX_LAYER_BYTES) throw imageError("IMAGE_LAYER_INVALID", `a layer is larger than ${MAX_LAYER_BYTES} bytes uncompressed`);
-      out.hash.update(c);
-      yield c;
+    const fh = copyPath === null ? null : await open(copyPath, "wx", 0o600);
+    const parts: Uint8Array[] = [];
+    let buffered = 0;
+    const flush = async () => {
+      if (buffered === 0 || !fh) return;
+      await fh.write(parts.length === 1 ? parts[0]! : Buffer.concat(parts, buffered));
+      parts.length = 0;
+      buffered = 0;
+    };
+    try {
+      for await (const c of src) {
+        out.size += c.length;
+        if (out.size > MAX_LAYER_BYTES) throw imageError("IMAGE_LAYER_INVALID", `a layer is larger than ${MAX_LAYER_BYTES} bytes uncompressed`);
+        if (hash) out.hash.update(c);
+        if (fh) {
+          parts.push(c);
+          buffered += c.length;
+          if (buffered >= LAYER_COPY_BATCH_BYTES) await flush();
+        }
+        yield c;
+      }
+      await flush();
+    } finally {
+      await fh?.close();
     }
   })();
 }
 
-/** Writes file bodies to numbered files in `dir`. */
-function stager(dir: string) {
-  let n = 0;
-  return async (chunks: AsyncIterable<Uint8Array>) => {
-    const path = join(dir, String(n++));
-    const fh = await open(path, "wx", 0o600);
-    let size = 0;
-    try {
-      for await (const c of chunks) {
-        await fh.write(c);
-        size += c.length;
-      }
-    } finally {
-      await fh.close();
-    }
-    return { path, size };
-  };
-}
-
-/** A buffered sequential file writer. */
-async function fileWriter(path: string) {
-  const fh = await open(path, "wx", 0o600);
-  const parts: Uint8Array[] = [];
-  let buffered = 0;
-  const flush = async () => {
-    if (buffered === 0) return;
-    await fh.write(Buffer.concat(parts, buffered));
-    parts.length = 0;
-    buffered = 0;
-  };
-  return {
-    async write(c: Uint8Array) {
-      parts.push(c);
-      buffered += c.length;
-      if (buffered >= 1 << 20) await flush();
-    },
-    async close() {
-      await flush();
-      await fh.close();
-    },
-  };
-}
 
 async function readInput(opts: OciBuildOptions, work: string): Promise<OciImageInput> {
   if (opts.input.kind === "oci-layout") return readOciLayout(resolve(opts.input.dir), opts.ref);
@@ -195,16 +197,40 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
   const work = `${outDir}.building-${process.pid}`;
   await rm(work, { recursive: true, force: true });
   await mkdir(join(work, "bodies"), { recursive: true, mode: 0o700 });
+  let bootParts: Promise<{ vmlinuxPath: string; initrd: Uint8Array }> | null = null;
   try {
     const input = await readInput(opts, work);
     log(`${input.layers.length} layer(s) verified; manifest ${input.manifestDigest}`);
+    const guest = resolve(opts.guestBinaryPath);
+    // The kernel (an apt query, a download the first time) and the initramfs need nothing from the layers:
+    // they are made while the layers are applied and the squashfs is written.
+    bootParts = (async () => {
+      const kernel = await ensureDevKernel(opts.cacheDir, log);
+      log("building the initramfs");
+      const initrd = await buildSquashfsInitrd({ busyboxPath: opts.busyboxPath ?? "/bin/busybox", modulesDir: kernel.modulesDir, modules: SQUASHFS_ROOT_MODULES, guestBinaryPath: guest });
+      return { vmlinuxPath: kernel.vmlinuxPath, initrd };
+    })();
+    bootParts.catch(() => {}); // awaited below (or settled in the catch); never an unhandled rejection meanwhile
     const tree = new RootTree();
-    const stage = stager(join(work, "bodies"));
+    const unchanged: { path: string; id: string }[] = [];
     for (const [i, layer] of input.layers.entries()) {
       const seen = { hash: createHash("sha256"), size: 0 };
-      await tree.applyLayer(readTar(hashing(decompressed(layer), seen)), i, stage);
-      const diffId = `sha256:${seen.hash.digest("hex")}`;
-      if (diffId !== layer.diffId) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer ${i} (${layer.digest}) unpacks to ${diffId}, not its diff ID ${layer.diffId}`);
+      // Bodies stay where the uncompressed layer bytes are (the tar reader skips them): in the blob itself
+      // when it is not compressed, else in a private copy made while hashing.
+      const direct = layer.compression === "none";
+      const bodies = direct ? layer.path : join(work, "bodies", `layer-${i}.tar`);
+      const stage = async (_chunks: AsyncIterable<Uint8Array>, at: { offset: number; size: number }) => ({ path: bodies, offset: at.offset, size: at.size });
+      if (direct) {
+        // An uncompressed blob is its own diff: its verified digest must be the diff ID. Its bytes were hashed
+        // while the file had `identity`, which is checked unchanged once the squashfs is written.
+        if (layer.digest !== layer.diffId) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer ${i} (${layer.digest}) is uncompressed, so its diff ID ${layer.diffId} must be its digest`);
+        unchanged.push({ path: layer.path, id: layer.identity });
+        await tree.applyLayer(readTar(hashingCopy(layer.open(), seen, null, false)), stage);
+      } else {
+        await tree.applyLayer(readTar(hashingCopy(decompressed(layer), seen, bodies, true)), stage);
+        const diffId = `sha256:${seen.hash.digest("hex")}`;
+        if (diffId !== layer.diffId) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer ${i} (${layer.digest}) unpacks to ${diffId}, not its diff ID ${layer.diffId}`);
+      }
       log(`layer ${i}: ${seen.size} bytes applied (${tree.size} entries)`);
     }
     if (tree.has(GUEST_DIR_IN_IMAGE)) throw imageError("IMAGE_LAYER_UNSUPPORTED", `the image already has /${GUEST_DIR_IN_IMAGE}, which Beachball reserves for its guest`);
@@ -212,33 +238,32 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
     const mtime = Math.floor(Date.parse(createdAt) / 1000);
     const workloadPath = join(work, "workload.json");
     await writeFile(workloadPath, JSON.stringify(workloadFromConfig(input.config), null, 2) + "\n", { mode: 0o644 });
-    tree.addFile(WORKLOAD_CONFIG_PATH.slice(1), { path: workloadPath, size: (await stat(workloadPath)).size }, { mode: 0o644, mtime });
-    const guest = resolve(opts.guestBinaryPath);
-    tree.addFile(GUEST_BINARY_IN_IMAGE, { path: guest, size: (await stat(guest)).size }, { mode: 0o755, mtime });
+    tree.addFile(WORKLOAD_CONFIG_PATH.slice(1), { path: workloadPath, offset: 0, size: (await stat(workloadPath)).size }, { mode: 0o644, mtime });
+    tree.addFile(GUEST_BINARY_IN_IMAGE, { path: guest, offset: 0, size: (await stat(guest)).size }, { mode: 0o755, mtime });
 
-    log("writing the merged root");
-    const tarPath = join(work, "rootfs.tar");
-    const w = await fileWriter(tarPath);
-    await tree.write((c) => w.write(c), (p) => createReadStream(p, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>);
-    await w.write(TAR_END);
-    await w.close();
+    log("writing the merged root into mksquashfs");
+    const dropped = { count: 0, items: [] as string[] };
+    await squashfsFromTar(join(work, OCI_IMAGE_FILES.rootfs), {
+      compressor: SQUASHFS_COMPRESSOR, level: opts.compressionLevel ?? DEFAULT_SQUASHFS_ZSTD_LEVEL, root: tree.rootMeta, sourceDateEpoch: mtime,
+    }, async (sink) => {
+      await tree.write((c) => sink.write(c), (b) => sink.copyBody(b), {
+        keep: squashfsCanStoreXattr,
+        dropped: (path, name) => {
+          if (++dropped.count <= MAX_DROPPED_LISTED) dropped.items.push(`${showName(`/${path}`)}: ${showName(name)}`);
+        },
+      });
+      await sink.write(TAR_END);
+    });
+    // The bytes read again for the squashfs must be the bytes hashed: an input blob that changed since is refused.
+    for (const u of unchanged) {
+      if ((await fileIdentity(u.path)) !== u.id) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer blob ${u.path} changed during the build`);
+    }
     await rm(join(work, "bodies"), { recursive: true, force: true });
     await rm(join(work, "archive"), { recursive: true, force: true });
 
-    log("mksquashfs");
-    const root = tree.rootMeta;
-    const sq = Bun.spawn(["mksquashfs", "-", join(work, OCI_IMAGE_FILES.rootfs), "-tar", "-noappend", "-no-progress", "-quiet",
-      "-comp", SQUASHFS_COMPRESSOR, "-Xcompression-level", String(opts.compressionLevel ?? DEFAULT_SQUASHFS_ZSTD_LEVEL), "-root-mode", root.mode.toString(8), "-root-uid", String(root.uid), "-root-gid", String(root.gid)],
-      // mksquashfs 4.5 ignores -root-time with -tar (the root would get the clock's time); SOURCE_DATE_EPOCH sets it and the mkfs time.
-      { stdin: Bun.file(tarPath), stdout: "pipe", stderr: "pipe", env: { ...process.env, SOURCE_DATE_EPOCH: String(mtime) } });
-    const [sqOut, sqErr, sqCode] = await Promise.all([new Response(sq.stdout).text(), new Response(sq.stderr).text(), sq.exited]);
-    if (sqCode !== 0) throw new Error(`mksquashfs exited ${sqCode}: ${(sqErr || sqOut).trim().slice(-600)}`);
-    await rm(tarPath, { force: true });
-
-    const kernel = await ensureDevKernel(opts.cacheDir, log);
-    await Bun.write(join(work, OCI_IMAGE_FILES.kernel), Bun.file(kernel.vmlinuxPath));
-    log("building the initramfs");
-    const initrd = await buildSquashfsInitrd({ busyboxPath: opts.busyboxPath ?? "/bin/busybox", modulesDir: kernel.modulesDir, modules: SQUASHFS_ROOT_MODULES, guestBinaryPath: guest });
+    log("squashfs written");
+    const { vmlinuxPath, initrd } = await bootParts;
+    await Bun.write(join(work, OCI_IMAGE_FILES.kernel), Bun.file(vmlinuxPath));
     await writeFile(join(work, OCI_IMAGE_FILES.initrd), initrd, { mode: 0o644 });
 
     const unsigned: ImageManifest = {
@@ -263,8 +288,10 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
     await rename(work, outDir);
     const digest = imageDigest(manifest);
     log(`built ${digest} in ${outDir}`);
-    return { manifest, digest, dir: outDir, stats };
+    return { manifest, digest, dir: outDir, stats, dropped };
   } catch (e) {
+    // Nothing of this build keeps running after it failed: let the kernel/initramfs work settle first.
+    if (bootParts) await bootParts.then(() => {}, () => {});
     await rm(work, { recursive: true, force: true });
     throw e;
   }

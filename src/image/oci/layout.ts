@@ -20,6 +20,7 @@ import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { imageError } from "../errors.ts";
 import { readTar } from "./tar.ts";
+import { utf8Text } from "./byteName.ts";
 
 /** Largest JSON document (index, manifest, config) read from an input, bytes. */
 export const MAX_OCI_JSON_BYTES = 4 * 1024 * 1024;
@@ -53,6 +54,10 @@ export interface LayerInput {
   diffId: string;
   /** Opens the blob's bytes. */
   open(): AsyncIterable<Uint8Array>;
+  /** The blob's file (in the layout, or the build's private copy of a docker-archive member). */
+  path: string;
+  /** fileIdentity of `path` taken before its bytes were hashed for `digest`: while it is unchanged, so are they. */
+  identity: string;
 }
 
 /** An image read from local input, every blob verified. */
@@ -127,6 +132,16 @@ export function layerCompression(mediaType: string | undefined): LayerCompressio
   }
 }
 
+/**
+ * A file's identity and last change (device, inode, size, mtime and ctime in
+ * ns): any write to the file changes it, so bytes hashed while it held stay
+ * the bytes of the file while it holds.
+ */
+export async function fileIdentity(path: string): Promise<string> {
+  const s = await stat(path, { bigint: true });
+  return `${s.dev}:${s.ino}:${s.size}:${s.mtimeNs}:${s.ctimeNs}`;
+}
+
 /** Streams a file through SHA-256 and counts its bytes (stops counting past `limit` + 1). */
 async function hashFile(path: string, limit: number): Promise<{ hex: string; size: number }> {
   const h = createHash("sha256");
@@ -145,16 +160,21 @@ class BlobStore {
   path(hex: string): string {
     return join(this.dir, "blobs", "sha256", hex);
   }
-  /** Checks the blob's exact size and SHA-256. Throws IMAGE_SOURCE_INVALID (missing) or IMAGE_BLOB_DIGEST_MISMATCH. */
+  /** Checks the blob's exact size and SHA-256; returns its path. Throws IMAGE_SOURCE_INVALID (missing) or IMAGE_BLOB_DIGEST_MISMATCH. */
   async verify(d: Descriptor, what: string): Promise<string> {
+    return (await this.verified(d, what)).path;
+  }
+  /** verify, also returning the file's identity taken before it was hashed. */
+  async verified(d: Descriptor, what: string): Promise<{ path: string; identity: string }> {
     const hex = hexOf(d.digest, what);
     const p = this.path(hex);
     const s = await stat(p).catch(() => null);
     if (!s?.isFile()) throw bad(`${what} blob ${d.digest} is missing from the layout`);
     if (s.size !== d.size) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `${what} blob ${d.digest}: size ${s.size} != descriptor size ${d.size}`);
+    const identity = await fileIdentity(p);
     const got = await hashFile(p, d.size);
     if (got.size !== d.size || got.hex !== hex) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `${what} blob ${d.digest}: content hashes to sha256:${got.hex || "(over size)"}`);
-    return p;
+    return { path: p, identity };
   }
   /** Reads, verifies and parses a JSON blob. */
   async json(d: Descriptor, what: string): Promise<unknown> {
@@ -243,8 +263,8 @@ export async function readOciLayout(dir: string, ref?: string): Promise<OciImage
   const layers: LayerInput[] = [];
   for (const [i, d] of layerDescs.entries()) {
     const compression = layerCompression(d.mediaType);
-    const path = await blobs.verify(d, `layer ${i}`);
-    layers.push({ digest: d.digest, compression, diffId: diffIds[i]!, open: () => fileChunks(path) });
+    const { path, identity } = await blobs.verified(d, `layer ${i}`);
+    layers.push({ digest: d.digest, compression, diffId: diffIds[i]!, open: () => fileChunks(path), path, identity });
   }
   return {
     manifestDigest: chosen.digest, configDigest: configDesc.digest, config, layers,
@@ -282,7 +302,9 @@ export async function readDockerArchive(archivePath: string, workDir: string, re
   try {
     for await (const e of readTar(fileChunks(archivePath))) {
       if (++n > MAX_ARCHIVE_MEMBERS) throw bad(`archive has more than ${MAX_ARCHIVE_MEMBERS} members`);
-      const name = memberName(e.header.path);
+      // manifest.json names members as (UTF-8) text; a member whose name is not UTF-8 cannot be one of them.
+      const text = utf8Text(e.header.path);
+      const name = text === null ? null : memberName(text);
       if (!name) continue;
       if (e.header.kind === "file") {
         const p = join(workDir, `member-${n}`);
@@ -295,7 +317,8 @@ export async function readDockerArchive(archivePath: string, workDir: string, re
         files.set(name, p);
       } else if (e.header.kind === "symlink" || e.header.kind === "hardlink") {
         const base = e.header.kind === "symlink" ? name.split("/").slice(0, -1).join("/") : "";
-        const target = memberName(e.header.linkname.startsWith("/") ? e.header.linkname : `${base}/${e.header.linkname}`);
+        const link = utf8Text(e.header.linkname) ?? "";
+        const target = link === "" ? null : memberName(link.startsWith("/") ? link : `${base}/${link}`);
         if (target) links.set(name, target);
       }
     }
@@ -340,8 +363,9 @@ export async function readDockerArchive(archivePath: string, workDir: string, re
     const fh = await open(path, "r");
     await fh.read(head, 0, 4, 0).finally(() => fh.close());
     const compression: LayerCompression = head[0] === 0x1f && head[1] === 0x8b ? "gzip" : head[0] === 0x28 && head[1] === 0xb5 && head[2] === 0x2f && head[3] === 0xfd ? "zstd" : "none";
+    const identity = await fileIdentity(path);
     const digest = `sha256:${(await hashFile(path, Number.MAX_SAFE_INTEGER)).hex}`;
-    layers.push({ digest, compression, diffId: diffIds[i]!, open: () => fileChunks(path) });
+    layers.push({ digest, compression, diffId: diffIds[i]!, open: () => fileChunks(path), path, identity });
   }
   const tags = Array.isArray(entry.RepoTags) ? (entry.RepoTags as unknown[]).filter((t): t is string => typeof t === "string") : [];
   return {

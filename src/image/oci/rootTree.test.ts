@@ -18,18 +18,18 @@ const stage = async (chunks: AsyncIterable<Uint8Array>) => {
   for await (const c of chunks) parts.push(c);
   const path = join(work, `b${n++}`);
   writeFileSync(path, Buffer.concat(parts));
-  return { path, size: Buffer.concat(parts).length };
+  return { path, offset: 0, size: Buffer.concat(parts).length };
 };
 
 async function build(...layers: TestTarEntry[][]): Promise<RootTree> {
   const t = new RootTree();
-  for (const [i, l] of layers.entries()) await t.applyLayer(readTar(once(makeTar(l))), i, stage);
+  for (const l of layers) await t.applyLayer(readTar(once(makeTar(l))), stage);
   return t;
 }
 
 async function listing(t: RootTree): Promise<{ path: string; kind: string; linkname: string; body: string; uid: number; mode: number; xattrs: string[] }[]> {
   const parts: Uint8Array[] = [];
-  await t.write((c) => void parts.push(c.slice()), async function* (p) { yield readFileSync(p); });
+  await t.write((c) => void parts.push(c.slice()), (b) => void parts.push(readFileSync(b.path)));
   const out = [];
   for await (const e of readTar(once(Buffer.concat(parts)))) {
     let body = "";
@@ -108,7 +108,7 @@ describe("RootTree layers", () => {
     const layers: TestTarEntry[][] = [[{ path: "b", body: "2" }, { path: "a/", uid: 1 }, { path: "a/c", body: "3" }]];
     const bytes = async () => {
       const parts: Uint8Array[] = [];
-      await (await build(...layers)).write((c) => void parts.push(c.slice()), async function* (p) { yield readFileSync(p); });
+      await (await build(...layers)).write((c) => void parts.push(c.slice()), (b) => void parts.push(readFileSync(b.path)));
       return Buffer.concat(parts);
     };
     expect(Buffer.compare(await bytes(), await bytes())).toBe(0);

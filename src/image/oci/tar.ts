@@ -1,17 +1,25 @@
 /**
  * A bounded, streaming tar reader and a deterministic tar writer for image
- * layers (POSIX ustar with PAX extended headers, GNU long names on input).
+ * layers.
  *
- * Owns: parsing header blocks (checksum, octal and base-256 numbers, ustar
- * prefix, PAX `path`/`linkpath`/`size`/`uid`/`gid`/`mtime` and
- * `SCHILY.xattr.*`, GNU `L`/`K` records) and writing entries back in one
- * canonical form. Implements the layer format the OCI image spec's "Image
- * Layer Filesystem Changeset" builds on (POSIX.1-2001 pax). Pure byte
- * handling: no file system access. Must never: trust a size, a name length
- * or a header count beyond the bounds below, or return a body longer than
- * its header says.
+ * Owns: parsing header blocks (checksum, octal and base-256 numbers) of the
+ * header variants writers use, each by its own layout: POSIX ustar/pax
+ * (magic `ustar\0`, version `00`: a 155-byte name prefix at 345), star
+ * (the same magic with `tar\0` at 508: a 131-byte prefix), GNU (magic
+ * `ustar  \0`: no prefix; atime, ctime and sparse data at 345, long names in
+ * `L`/`K` records) and v7 (no magic: no prefix; a directory is a `\0`-type
+ * member whose name ends in `/`); PAX records (tarPax.ts); and writing
+ * entries back in one canonical form. Implements the layer format the OCI
+ * image spec's "Image Layer Filesystem Changeset" builds on (POSIX.1-2001
+ * pax). Names, link targets and xattr names are byte names (byteName.ts),
+ * never decoded. Pure byte handling: no file system access. Must never:
+ * trust a size, a name length or a header count beyond the bounds below,
+ * read one variant's fields as another's, or return a body longer than its
+ * header says.
  */
 import { imageError } from "../errors.ts";
+import { byteName, nameBytes, showName, utf8Text } from "./byteName.ts";
+import { paxOverrides, parsePaxRecords } from "./tarPax.ts";
 
 /** Tar block size, bytes. */
 export const TAR_BLOCK_BYTES = 512;
@@ -19,15 +27,13 @@ export const TAR_BLOCK_BYTES = 512;
 export const MAX_TAR_META_BYTES = 1024 * 1024;
 /** Longest entry path or link target accepted, bytes (Linux PATH_MAX). */
 export const MAX_TAR_PATH_BYTES = 4096;
-/** Most extended-attribute bytes (names plus values) on one entry. */
-export const MAX_TAR_XATTR_BYTES = 64 * 1024;
 
 /** Kinds of tar entries an image may hold. */
 export type TarEntryKind = "file" | "hardlink" | "symlink" | "char" | "block" | "dir" | "fifo";
 
 /** One parsed tar header (after PAX and GNU records were applied). */
 export interface TarHeader {
-  /** Member name as written (not normalized). */
+  /** Member name as written (not normalized), a byte name (byteName.ts). */
   path: string;
   kind: TarEntryKind;
   /** Permission and special bits (mode & 0o7777). */
@@ -38,23 +44,29 @@ export interface TarHeader {
   mtime: number;
   /** Body size in bytes (0 for everything but files). */
   size: number;
-  /** Symlink target or hard-link member name ("" otherwise). */
+  /** Symlink target or hard-link member name ("" otherwise), a byte name. */
   linkname: string;
   devmajor: number;
   devminor: number;
-  /** Extended attributes from `SCHILY.xattr.<name>` records, values as raw bytes. */
+  /** Extended attributes from PAX records (tarPax.ts), name (a byte name) → raw value bytes. */
   xattrs: Map<string, Uint8Array>;
+  /** PAX records the reader read but cannot keep (POSIX ACLs), by key; absent when none. */
+  unkept?: string[];
 }
+
+/** The header layouts writers use (see the module header). */
+export type TarHeaderFormat = "posix" | "star" | "gnu" | "v7";
 
 const KIND_BY_TYPEFLAG: Record<string, TarEntryKind> = {
   "0": "file", "\0": "file", "7": "file", "1": "hardlink", "2": "symlink", "3": "char", "4": "block", "5": "dir", "6": "fifo",
+  // GNU incremental "dumpdir": a directory whose body lists its names for `tar -G`; extracted as a plain directory.
+  D: "dir",
 };
 
-const dec = new TextDecoder("utf-8");
 
 /** Pulls exact byte counts out of an async chunk stream. */
 class ByteReader {
-  private buf = new Uint8Array(0);
+  private buf: Uint8Array = new Uint8Array(0);
   private off = 0;
   private done = false;
   private readonly it: AsyncIterator<Uint8Array>;
@@ -71,6 +83,11 @@ class ByteReader {
       return false;
     }
     const rest = this.buf.subarray(this.off);
+    if (rest.length === 0) {
+      this.buf = r.value;
+      this.off = 0;
+      return true;
+    }
     const next = new Uint8Array(rest.length + r.value.length);
     next.set(rest, 0);
     next.set(r.value, rest.length);
@@ -123,7 +140,7 @@ export function parseTarNumber(field: Uint8Array, what: string): number {
     }
     return v;
   }
-  const text = dec.decode(field).replace(/\0.*$/s, "").trim();
+  const text = byteName(field).replace(/\0.*$/s, "").trim();
   if (text === "") return 0;
   if (!/^[0-7]+$/.test(text)) throw imageError("IMAGE_LAYER_INVALID", `bad octal ${what} ${JSON.stringify(text.slice(0, 20))}`);
   const v = parseInt(text, 8);
@@ -131,43 +148,56 @@ export function parseTarNumber(field: Uint8Array, what: string): number {
   return v;
 }
 
+function allZero(b: Uint8Array): boolean {
+  for (let i = 0; i < b.length; i++) if (b[i] !== 0) return false;
+  return true;
+}
+
 function cString(b: Uint8Array): string {
   const nul = b.indexOf(0);
-  return dec.decode(nul >= 0 ? b.subarray(0, nul) : b);
+  return byteName(nul >= 0 ? b.subarray(0, nul) : b);
 }
 
+/** True when the stored checksum matches the header's unsigned byte sum (or the signed one some old writers used). */
 function checksumOk(h: Uint8Array): boolean {
   const stored = parseTarNumber(h.subarray(148, 156), "checksum");
-  let sum = 0;
-  for (let i = 0; i < TAR_BLOCK_BYTES; i++) sum += i >= 148 && i < 156 ? 0x20 : h[i]!;
-  return sum === stored;
+  let unsigned = 0;
+  let signed = 0;
+  for (let i = 0; i < TAR_BLOCK_BYTES; i++) {
+    const x = i >= 148 && i < 156 ? 0x20 : h[i]!;
+    unsigned += x;
+    signed += x > 127 ? x - 256 : x;
+  }
+  return stored === unsigned || stored === signed;
 }
 
-/** Parses PAX records (`"<len> <key>=<value>\n"`) into key → raw value bytes. Throws IMAGE_LAYER_INVALID. */
-export function parsePaxRecords(body: Uint8Array): Map<string, Uint8Array> {
-  const out = new Map<string, Uint8Array>();
-  let i = 0;
-  while (i < body.length) {
-    if (body[i] === 0) break; // some writers pad with NULs
-    const sp = body.indexOf(0x20, i);
-    if (sp < 0) throw imageError("IMAGE_LAYER_INVALID", "PAX record without a length");
-    const len = Number(dec.decode(body.subarray(i, sp)));
-    if (!Number.isSafeInteger(len) || len <= sp - i + 1 || i + len > body.length || body[i + len - 1] !== 0x0a) {
-      throw imageError("IMAGE_LAYER_INVALID", "malformed PAX record");
-    }
-    const rec = body.subarray(sp + 1, i + len - 1);
-    const eq = rec.indexOf(0x3d);
-    if (eq <= 0) throw imageError("IMAGE_LAYER_INVALID", "PAX record without a key");
-    out.set(dec.decode(rec.subarray(0, eq)), rec.subarray(eq + 1));
-    i += len;
+const same = (h: Uint8Array, off: number, s: string) => s.split("").every((c, i) => h[off + i] === c.charCodeAt(0));
+
+/**
+ * Which header layout `h` uses, from its magic and version (as Go's
+ * archive/tar and GNU tar tell them apart). Throws IMAGE_LAYER_UNSUPPORTED
+ * for a `ustar` magic with an unknown version: its fields past the magic
+ * cannot be read safely.
+ */
+export function tarHeaderFormat(h: Uint8Array): TarHeaderFormat {
+  if (same(h, 257, "ustar\0")) {
+    if (!same(h, 263, "00")) throw imageError("IMAGE_LAYER_UNSUPPORTED", `tar header with magic "ustar\\0" and unknown version ${showName(byteName(h.subarray(263, 265)))}`);
+    return same(h, 508, "tar\0") ? "star" : "posix";
   }
-  return out;
+  if (same(h, 257, "ustar  \0")) return "gnu";
+  if (h.subarray(257, 265).every((b) => b === 0)) return "v7";
+  throw imageError("IMAGE_LAYER_UNSUPPORTED", `tar header with unknown magic ${showName(byteName(h.subarray(257, 265)))}`);
 }
+
+/** The name prefix field of each layout, [offset, length]; none for GNU and v7. */
+const PREFIX_FIELD: Record<TarHeaderFormat, [number, number] | null> = { posix: [345, 155], star: [345, 131], gnu: null, v7: null };
 
 /** One entry: its header and, for files, its body as chunks (consume it or it is skipped). */
 export interface TarEntry {
   header: TarHeader;
   body: AsyncGenerator<Uint8Array>;
+  /** Byte offset of the body in the tar stream (where a copy of the stream holds it). */
+  offset: number;
 }
 
 async function readMeta(r: ByteReader, size: number, what: string): Promise<Uint8Array> {
@@ -191,81 +221,87 @@ export async function* readTar(source: AsyncIterable<Uint8Array>): AsyncGenerato
   let pax: Map<string, Uint8Array> | null = null;
   let longName: string | null = null;
   let longLink: string | null = null;
+  const globalPax = new Map<string, Uint8Array>();
   for (;;) {
     const h = await r.read(TAR_BLOCK_BYTES);
-    if (!h || h.every((b) => b === 0)) break;
+    if (!h || allZero(h)) break;
     if (!checksumOk(h)) throw imageError("IMAGE_LAYER_INVALID", `tar header checksum mismatch at byte ${r.position - TAR_BLOCK_BYTES}`);
     const typeflag = String.fromCharCode(h[156]!);
     let size = parseTarNumber(h.subarray(124, 136), "size");
+    const format = tarHeaderFormat(h);
     if (typeflag === "x" || typeflag === "g" || typeflag === "L" || typeflag === "K") {
       const body = await readMeta(r, size, typeflag === "L" || typeflag === "K" ? "GNU long name" : "PAX");
       if (typeflag === "x") pax = parsePaxRecords(body);
       else if (typeflag === "L") longName = cString(body);
       else if (typeflag === "K") longLink = cString(body);
-      // "g" (global PAX defaults) carries nothing an image needs; it is parsed for validity and dropped.
-      else parsePaxRecords(body);
+      // "g": defaults for every later member (POSIX pax "typeflag g"), under each member's own "x" records.
+      else for (const [k, v] of parsePaxRecords(body)) globalPax.set(k, v);
       continue;
     }
-    const kind = KIND_BY_TYPEFLAG[typeflag];
+    let kind = KIND_BY_TYPEFLAG[typeflag];
     if (!kind) throw imageError("IMAGE_LAYER_UNSUPPORTED", `tar entry type ${JSON.stringify(typeflag)} is not supported`);
-    const magic = dec.decode(h.subarray(257, 263));
-    const prefix = magic.startsWith("ustar") ? cString(h.subarray(345, 500)) : "";
+    const prefixField = PREFIX_FIELD[format];
+    const prefix = prefixField ? cString(h.subarray(prefixField[0], prefixField[0] + prefixField[1])) : "";
     let path = longName ?? (prefix ? `${prefix}/${cString(h.subarray(0, 100))}` : cString(h.subarray(0, 100)));
     let linkname = longLink ?? cString(h.subarray(157, 257));
     let uid = parseTarNumber(h.subarray(108, 116), "uid");
     let gid = parseTarNumber(h.subarray(116, 124), "gid");
     let mtime = parseTarNumber(h.subarray(136, 148), "mtime");
-    const xattrs = new Map<string, Uint8Array>();
-    if (pax) {
-      const text = (k: string) => (pax!.has(k) ? dec.decode(pax!.get(k)) : undefined);
-      const num = (k: string, cur: number) => {
-        const t = text(k);
-        if (t === undefined) return cur;
-        const v = Math.floor(Number(t));
-        if (!Number.isSafeInteger(v) || v < 0) throw imageError("IMAGE_LAYER_INVALID", `bad PAX ${k}`);
-        return v;
-      };
-      path = text("path") ?? path;
-      linkname = text("linkpath") ?? linkname;
-      size = num("size", size);
-      uid = num("uid", uid);
-      gid = num("gid", gid);
-      mtime = num("mtime", mtime);
-      let xattrBytes = 0;
-      for (const [k, v] of pax) {
-        if (!k.startsWith("SCHILY.xattr.")) continue;
-        const name = k.slice("SCHILY.xattr.".length);
-        xattrBytes += name.length + v.length;
-        if (xattrBytes > MAX_TAR_XATTR_BYTES) throw imageError("IMAGE_LAYER_INVALID", `extended attributes of ${path.slice(0, 200)} exceed ${MAX_TAR_XATTR_BYTES} bytes`);
-        xattrs.set(name, v);
+    let xattrs = new Map<string, Uint8Array>();
+    let unkept: string[] = [];
+    const records = globalPax.size ? new Map([...globalPax, ...(pax ?? [])]) : pax;
+    if (records) {
+      let o;
+      try {
+        o = paxOverrides(records);
+      } catch (e) {
+        if (e instanceof Error) e.message += ` (member ${showName(records.has("path") ? byteName(records.get("path")!) : path)})`;
+        throw e;
       }
+      path = o.path ?? path;
+      linkname = o.linkname ?? linkname;
+      size = o.size ?? size;
+      uid = o.uid ?? uid;
+      gid = o.gid ?? gid;
+      mtime = o.mtime ?? mtime;
+      xattrs = o.xattrs;
+      unkept = o.unkept;
     }
     pax = null;
     longName = null;
     longLink = null;
-    if (Buffer.byteLength(path) > MAX_TAR_PATH_BYTES || Buffer.byteLength(linkname) > MAX_TAR_PATH_BYTES) {
+    if (path.length > MAX_TAR_PATH_BYTES || linkname.length > MAX_TAR_PATH_BYTES) {
       throw imageError("IMAGE_LAYER_INVALID", `tar member name longer than ${MAX_TAR_PATH_BYTES} bytes`);
     }
-    if (path.includes("\0") || linkname.includes("\0")) throw imageError("IMAGE_LAYER_INVALID", "tar member name holds a NUL byte");
-    // Only regular files carry a body; like Go's archive/tar, the size of header-only types is ignored.
+    if (path.includes("\0") || linkname.includes("\0")) throw imageError("IMAGE_LAYER_INVALID", `tar member name ${showName(path)} holds a NUL byte`);
+    if (kind === "file" && path.endsWith("/")) {
+      // v7 writers mark a directory only by the slash; a "0"/"7" member with one names no file.
+      if (typeflag !== "\0") throw imageError("IMAGE_LAYER_INVALID", `regular file member ${showName(path)} ends in "/"`);
+      kind = "dir";
+    }
+    // Only regular files carry a body; like Go's archive/tar, the size of header-only types is ignored,
+    // but a GNU dumpdir's listing follows its header and is skipped.
     const bodySize = kind === "file" ? size : 0;
+    const skipSize = typeflag === "D" ? size : bodySize;
     const header: TarHeader = {
       path, kind, mode: parseTarNumber(h.subarray(100, 108), "mode") & 0o7777, uid, gid, mtime, size: bodySize, linkname,
       devmajor: kind === "char" || kind === "block" ? parseTarNumber(h.subarray(329, 337), "devmajor") : 0,
       devminor: kind === "char" || kind === "block" ? parseTarNumber(h.subarray(337, 345), "devminor") : 0,
-      xattrs,
+      xattrs, ...(unkept.length ? { unkept } : {}),
     };
     const state = { left: bodySize };
+    const afterBody = skipSize - bodySize;
     async function* body(): AsyncGenerator<Uint8Array> {
       for await (const c of r.chunks(state.left)) {
         state.left -= c.length;
         yield c;
       }
     }
-    yield { header, body: body() };
+    yield { header, body: body(), offset: r.position };
     // Skip what the consumer left (it may have stopped early, which closes its generator).
     if (state.left > 0) for await (const c of r.chunks(state.left)) state.left -= c.length;
-    const total = bodySize;
+    if (afterBody > 0) for await (const _ of r.chunks(afterBody)) { /* skip */ }
+    const total = skipSize;
     const pad = (TAR_BLOCK_BYTES - (total % TAR_BLOCK_BYTES)) % TAR_BLOCK_BYTES;
     if (pad > 0 && !(await r.read(pad))) throw imageError("IMAGE_LAYER_INVALID", "tar stream ends inside padding");
   }
@@ -281,8 +317,9 @@ function octal(n: number, width: number): string {
   return n.toString(8).padStart(width - 1, "0") + "\0";
 }
 
+/** One PAX record; `key` is a byte name. */
 function paxRecord(key: string, value: Uint8Array): Uint8Array {
-  const k = enc.encode(` ${key}=`);
+  const k = nameBytes(` ${key}=`);
   const tail = value.length + 1;
   let len = k.length + tail + 1;
   for (;;) {
@@ -296,9 +333,9 @@ function paxRecord(key: string, value: Uint8Array): Uint8Array {
 
 const TYPEFLAG_BY_KIND: Record<TarEntryKind, string> = { file: "0", hardlink: "1", symlink: "2", char: "3", block: "4", dir: "5", fifo: "6" };
 
-function headerBlock(name: string, typeflag: string, h: { mode: number; uid: number; gid: number; mtime: number; size: number; linkname: string; devmajor: number; devminor: number }): Uint8Array {
+function headerBlock(name: Uint8Array, typeflag: string, h: { mode: number; uid: number; gid: number; mtime: number; size: number; linkname: Uint8Array; devmajor: number; devminor: number }): Uint8Array {
   const b = new Uint8Array(TAR_BLOCK_BYTES);
-  const put = (off: number, s: string, width: number) => b.set(enc.encode(s).subarray(0, width), off);
+  const put = (off: number, s: string | Uint8Array, width: number) => b.set((typeof s === "string" ? enc.encode(s) : s).subarray(0, width), off);
   put(0, name, 100);
   put(100, octal(h.mode, 8), 8);
   put(108, octal(h.uid, 8), 8);
@@ -325,28 +362,33 @@ const MAX_OCTAL_8 = 0o7777777;
 /**
  * Encodes one entry's header blocks (a PAX header first when the name,
  * link target, ids, size or extended attributes do not fit ustar), in a
- * canonical form: the same header always gives the same bytes. The caller
+ * canonical form: the same header always gives the same bytes. Names are
+ * byte names (byteName.ts), written byte-exact; throws a plain Error for a
+ * string that is not one (a caller bug). The caller
  * writes the body (for files) and `tarPadding(size)` after it.
  */
 export function encodeTarHeader(h: TarHeader): Uint8Array {
   const records: Uint8Array[] = [];
-  const nameBytes = enc.encode(h.path);
-  const linkBytes = enc.encode(h.linkname);
-  if (nameBytes.length > 99) records.push(paxRecord("path", nameBytes));
-  if (linkBytes.length > 99) records.push(paxRecord("linkpath", linkBytes));
+  const name = nameBytes(h.path);
+  const link = nameBytes(h.linkname);
+  const xattrNames = [...h.xattrs.keys()].sort();
+  // Names that are not UTF-8 go out byte-exact, marked as such (as GNU tar does).
+  const binary = [h.path, h.linkname, ...xattrNames].some((n) => utf8Text(n) === null);
+  if (binary && (name.length > 99 || link.length > 99 || xattrNames.length)) records.push(paxRecord("hdrcharset", enc.encode("BINARY")));
+  if (name.length > 99) records.push(paxRecord("path", name));
+  if (link.length > 99) records.push(paxRecord("linkpath", link));
   if (h.uid > MAX_OCTAL_8) records.push(paxRecord("uid", enc.encode(String(h.uid))));
   if (h.gid > MAX_OCTAL_8) records.push(paxRecord("gid", enc.encode(String(h.gid))));
   if (h.size > MAX_OCTAL_12) records.push(paxRecord("size", enc.encode(String(h.size))));
-  for (const name of [...h.xattrs.keys()].sort()) records.push(paxRecord(`SCHILY.xattr.${name}`, h.xattrs.get(name)!));
+  for (const x of xattrNames) records.push(paxRecord(`SCHILY.xattr.${x}`, h.xattrs.get(x)!));
   const fields = {
     mode: h.mode, uid: Math.min(h.uid, MAX_OCTAL_8), gid: Math.min(h.gid, MAX_OCTAL_8), mtime: Math.min(h.mtime, MAX_OCTAL_12),
-    size: Math.min(h.size, MAX_OCTAL_12), linkname: linkBytes.length > 99 ? "" : h.linkname, devmajor: h.devmajor, devminor: h.devminor,
+    size: Math.min(h.size, MAX_OCTAL_12), linkname: link.length > 99 ? new Uint8Array(0) : link, devmajor: h.devmajor, devminor: h.devminor,
   };
-  const name = nameBytes.length > 99 ? "././@PaxHeader" : h.path;
-  const main = headerBlock(nameBytes.length > 99 ? dec.decode(nameBytes.subarray(0, 99)).replace(/\uFFFD+$/, "") : name, TYPEFLAG_BY_KIND[h.kind], fields);
+  const main = headerBlock(name.length > 99 ? name.subarray(0, 99) : name, TYPEFLAG_BY_KIND[h.kind], fields);
   if (records.length === 0) return main;
   const paxBody = Buffer.concat(records);
-  const paxHeader = headerBlock("././@PaxHeader", "x", { mode: 0o644, uid: 0, gid: 0, mtime: 0, size: paxBody.length, linkname: "", devmajor: 0, devminor: 0 });
+  const paxHeader = headerBlock(enc.encode("././@PaxHeader"), "x", { mode: 0o644, uid: 0, gid: 0, mtime: 0, size: paxBody.length, linkname: new Uint8Array(0), devmajor: 0, devminor: 0 });
   return Buffer.concat([paxHeader, paxBody, tarPadding(paxBody.length), main]);
 }
 

@@ -11,10 +11,12 @@ import { join } from "node:path";
 import { createHash } from "node:crypto";
 import { gzipSync } from "node:zlib";
 import { TAR_END, type TarEntryKind, encodeTarHeader, tarPadding } from "./tar.ts";
+import { textName } from "./byteName.ts";
 
-/** One entry of a test tar. */
+/** One entry of a test tar. Names are text (written as UTF-8) unless `bytes` says they are byte names already. */
 export interface TestTarEntry {
   path: string;
+  bytes?: boolean;
   kind?: TarEntryKind;
   body?: string | Uint8Array;
   mode?: number;
@@ -33,10 +35,11 @@ export function makeTar(entries: TestTarEntry[]): Uint8Array {
   for (const e of entries) {
     const kind = e.kind ?? (e.body !== undefined ? "file" : "dir");
     const body = typeof e.body === "string" ? new TextEncoder().encode(e.body) : (e.body ?? new Uint8Array(0));
+    const n = (s: string) => (e.bytes ? s : textName(s));
     parts.push(encodeTarHeader({
-      path: e.path, kind, mode: e.mode ?? (kind === "dir" ? 0o755 : 0o644), uid: e.uid ?? 0, gid: e.gid ?? 0, mtime: e.mtime ?? 1_700_000_000,
-      size: kind === "file" ? body.length : 0, linkname: e.linkname ?? "", devmajor: e.devmajor ?? 0, devminor: e.devminor ?? 0,
-      xattrs: new Map(Object.entries(e.xattrs ?? {}).map(([k, v]) => [k, new TextEncoder().encode(v)])),
+      path: n(e.path), kind, mode: e.mode ?? (kind === "dir" ? 0o755 : 0o644), uid: e.uid ?? 0, gid: e.gid ?? 0, mtime: e.mtime ?? 1_700_000_000,
+      size: kind === "file" ? body.length : 0, linkname: n(e.linkname ?? ""), devmajor: e.devmajor ?? 0, devminor: e.devminor ?? 0,
+      xattrs: new Map(Object.entries(e.xattrs ?? {}).map(([k, v]) => [n(k), new TextEncoder().encode(v)])),
     }));
     if (kind === "file") parts.push(body, tarPadding(body.length));
   }

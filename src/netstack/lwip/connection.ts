@@ -9,11 +9,15 @@
  * copied the bytes into its send buffer (tcp_write in ≤ 65,535-byte chunks).
  * Callbacks from the module only change state here; every call into the
  * module happens in flush(), which the stack runs outside module calls.
+ * After close() the pcb is kept until the peer acknowledged all that is
+ * still to send; after close() or closeWrite() a peer that accepts nothing
+ * for DRAIN_STALL_LIMIT_MS is reset (the drain watch).
  * Must never: touch the pcb after it was released (error callback, close,
  * abort), or call into the module from a callback.
  */
 import { NetstackError, type NetstackErrorCode } from "../errors.ts";
-import { MAX_WRITE_CHUNK_BYTES, WRITE_QUEUE_LIMIT_BYTES } from "../limits.ts";
+import { DRAIN_STALL_LIMIT_MS, MAX_WRITE_CHUNK_BYTES, WRITE_QUEUE_LIMIT_BYTES } from "../limits.ts";
+import type { TimerHandle } from "../timers.ts";
 import type { ConnectionEnd, TcpConnection } from "../types.ts";
 import { Err, type LwipExports } from "./module.ts";
 
@@ -34,6 +38,10 @@ export interface ConnectionHost {
   accountReceived(delta: number): void;
   /** Runs `fn` (which calls into the module) now, or after the current module call returns. */
   call(fn: () => void): void;
+  /** The stack's clock, monotonic ms. */
+  nowMs(): number;
+  /** A one-shot timer on the stack's clock. */
+  after(ms: number, fn: () => void): TimerHandle;
 }
 
 interface PendingWrite {
@@ -78,6 +86,10 @@ export class LwipConnection implements TcpConnection {
   private closeRequested = false;
   private readonly closeWaiters: Array<() => void> = [];
   private recvedPending = 0;
+  /** The drain watch (DRAIN_STALL_LIMIT_MS) after close()/closeWrite(), while data is still to send. */
+  private drainTimer: TimerHandle | null = null;
+  /** When the peer last acknowledged data, stack ms. */
+  private lastAckedMs = 0;
   private endResolve!: (e: ConnectionEnd) => void;
   private connectWaiter: Waiter<LwipConnection> | null = null;
 
@@ -135,12 +147,15 @@ export class LwipConnection implements TcpConnection {
 
   /** lwIP: the peer acknowledged data; room in the send buffer. */
   onSent(): void {
+    this.lastAckedMs = this.host.nowMs();
     if (this.writes.length > 0 || this.writeSide === "pending" || this.closeRequested) this.host.markDirty(this);
   }
 
   /** lwIP: the pcb failed and is already freed. */
   onError(err: number): void {
     this.pcb = 0;
+    // Closed and lingering for the peer's acknowledgements (flush): the peer acknowledged everything and closed too.
+    if (err === Err.CLSD && this.closeRequested && !this.failure) return this.release({ reason: "closed" });
     this.fail(connectionError(err, this.connectWaiter !== null));
   }
 
@@ -171,6 +186,7 @@ export class LwipConnection implements TcpConnection {
     if (this.failure) return Promise.reject(this.failure);
     if (this.writeSide === "done" || !this.pcb) return Promise.resolve();
     if (this.writeSide === "open") this.writeSide = "pending";
+    this.watchDrain();
     return new Promise((resolve) => {
       this.closeWaiters.push(resolve);
       this.host.markDirty(this);
@@ -180,6 +196,7 @@ export class LwipConnection implements TcpConnection {
   close(): Promise<void> {
     if (!this.pcb) return Promise.resolve();
     this.closeRequested = true;
+    this.watchDrain();
     this.dropUnread();
     for (const r of this.readers.splice(0)) r.resolve(null);
     return new Promise((resolve) => {
@@ -235,6 +252,16 @@ export class LwipConnection implements TcpConnection {
     if (this.writes.length > 0) return;
     if (this.closeRequested) {
       const pcb = this.pcb;
+      if (lwip.bb_tcp_outstanding(pcb) > 0) {
+        // lwIP still holds data the peer has not acknowledged: FIN after it, and keep the pcb (so the
+        // drain watch can bound it) until the peer took it all; onSent brings us back here.
+        if (this.writeSide !== "done") {
+          const err = lwip.bb_tcp_shutdown(pcb, 0, 1);
+          if (err !== Err.OK && err !== Err.CONN) return this.abortWith(connectionError(err, false));
+          this.writeSide = "done";
+        }
+        return;
+      }
       this.release({ reason: "closed" });
       lwip.bb_tcp_close(pcb);
       return;
@@ -316,7 +343,30 @@ export class LwipConnection implements TcpConnection {
     this.release({ reason: "error", code: e.code as NetstackErrorCode, message: e.message });
   }
 
+  /** Starts the drain watch (once): from now, DRAIN_STALL_LIMIT_MS without an acknowledgement while data is still to send resets the connection. */
+  private watchDrain(): void {
+    if (this.drainTimer || !this.pcb) return;
+    this.lastAckedMs = this.host.nowMs();
+    this.armDrain();
+  }
+
+  private armDrain(): void {
+    const due = Math.max(0, this.lastAckedMs + DRAIN_STALL_LIMIT_MS - this.host.nowMs());
+    this.drainTimer = this.host.after(due, () => {
+      this.drainTimer = null;
+      if (!this.pcb) return;
+      const outstanding = this.queuedBytes > 0 || this.host.lwip.bb_tcp_outstanding(this.pcb) > 0;
+      if (!outstanding) return; // everything was taken; a later write would have to be after closeWrite(), which fails
+      if (this.host.nowMs() - this.lastAckedMs >= DRAIN_STALL_LIMIT_MS) {
+        return this.abortWithCode("timeout", `the peer accepted nothing for ${DRAIN_STALL_LIMIT_MS / 1000} s after the connection was closed`);
+      }
+      this.armDrain();
+    });
+  }
+
   private release(end: ConnectionEnd): void {
+    this.drainTimer?.cancel();
+    this.drainTimer = null;
     this.pcb = 0;
     for (const r of this.closeWaiters.splice(0)) r();
     this.host.released(this);

@@ -62,6 +62,7 @@ export interface LwipExports {
   bb_tcp_recved(pcb: number, len: number): void;
   bb_tcp_shutdown(pcb: number, rx: number, tx: number): number;
   bb_tcp_close(pcb: number): number;
+  bb_tcp_outstanding(pcb: number): number;
   bb_tcp_abort(pcb: number): void;
   bb_tcp_close_listener(pcb: number): void;
   bb_tcp_local(pcb: number): number;

@@ -8,7 +8,7 @@
 import { afterEach, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
 import { createNetstack, NetstackError, type Netstack, type TcpConnection } from "../index.ts";
-import { TCP_WINDOW_BYTES } from "../limits.ts";
+import { DRAIN_STALL_LIMIT_MS, TCP_WINDOW_BYTES } from "../limits.ts";
 import { FakeTimers } from "../timers.fake.ts";
 
 /** A wire between two stacks: packets cross on the next macrotask; `drop` loses them. */
@@ -184,6 +184,65 @@ describe("lwIP stack, two instances back to back", () => {
     await Promise.all(sending);
     for (const r of results) expect(r.got).toEqual({ bytes: PER, sha: sha(pattern(PER, 500 + r.i)) });
     expect(b.stats().receiveBufferedBytes).toBe(0);
+  }, 60_000);
+
+  test("closed-connection-held-by-a-peer-that-never-reads: after close() the peer gets DRAIN_STALL_LIMIT_MS to take the rest, then a reset (fake clock)", async () => {
+    const timers = new FakeTimers();
+    const { a, b } = track(pair({ timers }));
+    const serverSide = accepted(b, "10.1.0.2", 8090);
+    const cp = a.connect("10.1.0.2", 8090);
+    for (let i = 0; i < 20; i++) await Bun.sleep(0);
+    const client = await cp;
+    const srv = await serverSide;
+    const chunk = pattern(65536, 9);
+    for (let i = 0; i < 200; i++) {
+      const done = await Promise.race([client.write(chunk).then(() => true), Bun.sleep(30).then(() => false)]);
+      if (!done) break;
+    }
+    expect(a.stats().writeQueuedBytes + TCP_WINDOW_BYTES).toBeGreaterThan(TCP_WINDOW_BYTES); // the window is full
+    let closed = false;
+    void client.close().then(() => (closed = true));
+    // Half the limit: still held (the peer may yet read).
+    for (let t = 0; t < DRAIN_STALL_LIMIT_MS / 2; t += 500) {
+      timers.advance(500);
+      await Bun.sleep(1);
+    }
+    expect(closed).toBe(false);
+    expect(a.stats().connections).toBe(1);
+    for (let t = 0; t < DRAIN_STALL_LIMIT_MS; t += 500) {
+      timers.advance(500);
+      await Bun.sleep(1);
+    }
+    expect(await client.ended).toMatchObject({ reason: "error", code: "timeout" });
+    expect(closed).toBe(true);
+    expect(a.stats().connections).toBe(0);
+    expect(a.stats().writeQueuedBytes).toBe(0);
+    expect(((await srv.ended) as { code?: string }).code).toBe("reset");
+  }, 60_000);
+
+  test("a peer that reads after a while within the limit gets everything after close() (fake clock)", async () => {
+    const timers = new FakeTimers();
+    const { a, b } = track(pair({ timers }));
+    const serverSide = accepted(b, "10.1.0.2", 8091);
+    const cp = a.connect("10.1.0.2", 8091);
+    for (let i = 0; i < 20; i++) await Bun.sleep(0);
+    const client = await cp;
+    const srv = await serverSide;
+    const data = pattern(1 << 20, 10);
+    const writing = client.write(data).then(() => client.close());
+    for (let t = 0; t < DRAIN_STALL_LIMIT_MS / 2; t += 500) {
+      timers.advance(500);
+      await Bun.sleep(1);
+    }
+    const reading = readAll(srv);
+    for (let i = 0; i < 2_000; i++) {
+      timers.advance(20);
+      await Bun.sleep(0);
+      if (a.stats().connections === 0) break;
+    }
+    await writing;
+    expect(await reading).toEqual({ bytes: data.length, sha: sha(data) });
+    expect(await client.ended).toEqual({ reason: "closed" });
   }, 60_000);
 
   test("connect gives up after its timeout when nothing answers (fake clock)", async () => {

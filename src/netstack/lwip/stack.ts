@@ -25,6 +25,7 @@ import {
   TCP_TIMER_MS,
   TUNNEL_MTU,
 } from "../limits.ts";
+import { MIN_TUNNEL_MTU } from "../../protocol/tunnelMtu.ts";
 import { realTimers, type TimerHandle, type TimerPort } from "../timers.ts";
 import type { Netstack, NetstackOptions, NetstackStats, TcpConnection, TcpListener } from "../types.ts";
 import { LwipConnection, type ConnectionHost } from "./connection.ts";
@@ -73,7 +74,7 @@ export class LwipStack implements Netstack, ConnectionHost {
     if (!options.ipv4 && !options.ipv6?.length) throw new NetstackError("invalid-argument", "configure at least one of ipv4 and ipv6");
     if ((options.ipv6?.length ?? 0) > 3) throw new NetstackError("invalid-argument", "at most 3 IPv6 addresses");
     const mtu = options.mtu ?? TUNNEL_MTU;
-    if (!Number.isInteger(mtu) || mtu < 1280 || mtu > MAX_PACKET_BYTES) throw new NetstackError("invalid-argument", `MTU ${mtu} is outside 1280..${MAX_PACKET_BYTES}`);
+    if (!Number.isInteger(mtu) || mtu < MIN_TUNNEL_MTU || mtu > MAX_PACKET_BYTES) throw new NetstackError("invalid-argument", `MTU ${mtu} is outside ${MIN_TUNNEL_MTU}..${MAX_PACKET_BYTES}`);
     this.receiveBudget = options.receiveBudgetBytes ?? RECEIVE_BUDGET_BYTES;
     if (!Number.isInteger(this.receiveBudget) || this.receiveBudget < 65536 || this.receiveBudget > RECEIVE_BUDGET_BYTES) {
       throw new NetstackError("invalid-argument", `receiveBudgetBytes ${this.receiveBudget} is outside 65536..${RECEIVE_BUDGET_BYTES}`);
@@ -141,6 +142,14 @@ export class LwipStack implements Netstack, ConnectionHost {
 
   accountReceived(delta: number): void {
     this.receiveBuffered += delta;
+  }
+
+  nowMs(): number {
+    return this.timers.now();
+  }
+
+  after(ms: number, fn: () => void): TimerHandle {
+    return this.timers.after(ms, fn);
   }
 
   call(fn: () => void): void {

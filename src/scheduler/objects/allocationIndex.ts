@@ -25,29 +25,41 @@ export class AllocationIndexObject extends AuthorityObject<SchedulerEnv, IndexMe
     super(state, env);
   }
 
+  /**
+   * Applies the inbox: per allocation, a purge deletes its entry (and wins
+   * over any view in the same read); otherwise the highest-versioned view
+   * is written, and only over an entry of a lower or equal version, so the
+   * index never goes backwards however deliveries were ordered (issue 18
+   * item 17). A view without a version (an earlier release's) counts as 0.
+   */
   override onInbox(): void {
     const msgs = this.state.readInbox();
     if (msgs.length === 0) return;
     const sql = this.state.storage.sql;
-    // Only the latest view of each allocation in this read is written.
-    const last = new Map<string, number>();
-    msgs.forEach(({ message: m }, i) => last.set(m.kind === "purge" ? m.allocationId : m.view.allocationId, i));
+    const newest = new Map<string, IndexMessage>();
+    for (const { message: m } of msgs) {
+      const id = m.kind === "purge" ? m.allocationId : m.view.allocationId;
+      const seen = newest.get(id);
+      if (!seen || m.kind === "purge" || (seen.kind === "upsert" && (m.version ?? 0) >= (seen.version ?? 0))) {
+        if (seen?.kind !== "purge") newest.set(id, m);
+      }
+    }
     this.state.storage.transactionSync(() => {
-      for (const [i, { message: m }] of msgs.entries()) {
-        if (last.get(m.kind === "purge" ? m.allocationId : m.view.allocationId) !== i) continue;
+      for (const m of newest.values()) {
         if (m.kind === "purge") {
           sql.exec("DELETE FROM allocation_index WHERE obj = ? AND allocation_id = ?", this.state.name, m.allocationId);
           continue;
         }
         const v = m.view;
         sql.exec(
-          "INSERT INTO allocation_index (obj, allocation_id, identity, state, created_at_ms, view_json) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (obj, allocation_id) DO UPDATE SET state = excluded.state, view_json = excluded.view_json",
+          "INSERT INTO allocation_index (obj, allocation_id, identity, state, created_at_ms, view_json, view_version) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (obj, allocation_id) DO UPDATE SET state = excluded.state, view_json = excluded.view_json, view_version = excluded.view_version WHERE excluded.view_version >= allocation_index.view_version",
           this.state.name,
           v.allocationId,
           m.identity,
           v.state,
           Date.parse(v.createdAt),
           JSON.stringify(v),
+          m.version ?? 0,
         );
       }
       this.state.ackInbox(msgs[msgs.length - 1]!.seq);

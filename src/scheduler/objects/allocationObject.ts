@@ -623,12 +623,18 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     return toAllocationView(s, this.lastExit);
   }
 
-  /** Posts the current view to the index if it is behind (the latest pending copy is replaced, not queued). */
+  /**
+   * Posts the current view to the index if it is behind (the latest pending
+   * copy is replaced, not queued), versioned by the last event's sequence
+   * number: a view is posted only after a pass that wrote events, so the
+   * versions of posted views strictly increase and the index can refuse an
+   * older one that arrives late.
+   */
   private postIndexView(): void {
     const s = this.stored;
     if (!this.indexBehind || !s) return;
     this.indexBehind = false;
-    this.state.postLatest(this.env.AllocationIndex, GLOBAL, `idx:${s.rec.allocationId}`, { kind: "upsert", identity: s.rec.identity, view: this.view(s) });
+    this.state.postLatest(this.env.AllocationIndex, GLOBAL, `idx:${s.rec.allocationId}`, { kind: "upsert", identity: s.rec.identity, view: this.view(s), version: this.lastSeq });
   }
 
   /** Events, admission and alert messages of a change (inside the caller's transaction); the index view is posted at the end of the pass. */

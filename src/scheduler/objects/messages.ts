@@ -43,9 +43,10 @@ export type AllocationMessage = Static<typeof AllocationMessage>;
 const _allocationMessageIsInput: (m: AllocationMessage) => AllocationInput = (m) => m;
 void _allocationMessageIsInput;
 
-/** What the AllocationIndex receives: the latest view of an allocation, or its purge after retention. */
+/** What the AllocationIndex receives: the latest view of an allocation with its version (the index never stores an older one over a newer), or its purge after retention. */
 export const IndexMessage = Type.Union([
-  Type.Object({ kind: Type.Literal("upsert"), identity: Id, view: AllocationView }, { additionalProperties: false }),
+  // version: the allocation's last event sequence number when the view was taken (strictly increasing between posted views; absent from messages of earlier releases).
+  Type.Object({ kind: Type.Literal("upsert"), identity: Id, view: AllocationView, version: Type.Optional(Type.Integer({ minimum: 0 })) }, { additionalProperties: false }),
   Type.Object({ kind: Type.Literal("purge"), allocationId: Id }, { additionalProperties: false }),
 ]);
 /** What the AllocationIndex receives. */

@@ -56,6 +56,8 @@ export const allocationIndexTable = sqliteTable(
     createdAtMs: integer("created_at_ms").notNull(),
     /** The latest AllocationView as JSON. */
     viewJson: text("view_json").notNull(),
+    /** The stored view's version (the allocation's event sequence number when it was taken): an older view never replaces it. */
+    viewVersion: integer("view_version").notNull().default(0),
   },
   (t) => [primaryKey({ columns: [t.obj, t.allocationId] }), index("allocation_index_identity").on(t.obj, t.identity, t.allocationId)],
 );

@@ -28,6 +28,8 @@ import type { Clock } from "../ports.ts";
 import { Inboxes } from "./inboxes.ts";
 import { PendingAlarms } from "./pendingAlarms.ts";
 import { BatchAbandoned, SqlStore } from "./sqlStore.ts";
+import { HEALTH_PROBE_BYTES, StorageHealth } from "./storageHealth.ts";
+import { createLogger, type Logger } from "../../../command/log.ts";
 
 /** Most instances kept in memory; idle ones beyond it are dropped (their rows stay). */
 export const MAX_LIVE_INSTANCES = 8192;
@@ -62,6 +64,8 @@ export interface EmbeddedRuntimeOptions {
   maxLiveInstances?: number;
   /** Called once the store is closed (by `close` or `abandon`): the owner releases its data-directory lock. */
   onClosed?: () => void;
+  /** Where storage faults are logged (default: JSON lines on stderr). */
+  log?: Logger;
 }
 
 interface Instance {
@@ -95,7 +99,8 @@ export class EmbeddedRuntime<E> {
   private closed = false;
   private crashed = false;
   private readonly maxLive: number;
-  private lastProbeMs = 0;
+  /** Whether real writes succeed (./storageHealth.ts): what /healthz reports. */
+  readonly storageHealth: StorageHealth;
 
   constructor(
     file: string,
@@ -103,6 +108,7 @@ export class EmbeddedRuntime<E> {
     classes: ObjectClass<AnyAuthorityObject, E>[],
     private readonly options: EmbeddedRuntimeOptions = {},
   ) {
+    this.storageHealth = new StorageHealth(file, options.log ?? createLogger({ format: "json", sink: (line) => process.stderr.write(line + "\n") }, { role: "scheduler" }));
     this.store = new SqlStore(file, () => this.afterCommitFailure());
     this.inboxes = new Inboxes(this.store, key);
     this.heldAlarms = new PendingAlarms(this.store);
@@ -217,7 +223,7 @@ export class EmbeddedRuntime<E> {
       return new BeachballError("OBJECT_DAMAGED", `${inst.cls} ${inst.name} is damaged and was quarantined: ${e.message}`);
     }
     if (isStorageFault(e)) {
-      console.error(`beachball: storage fault in ${inst.cls} ${inst.name}:`, (e as Error).message);
+      this.storageHealth.record(e, `${inst.cls} ${inst.name}`, this.clock.now());
       return new BeachballError("STORAGE_UNAVAILABLE", "the scheduler could not read or write its state; retry later", { retryAfterSeconds: 5 });
     }
     return e;
@@ -349,6 +355,7 @@ export class EmbeddedRuntime<E> {
 
   /** A batch failed to commit: its writes are gone, so are its held messages; in-memory copies are dropped and the inbox map re-read. */
   private afterCommitFailure(): void {
+    if (this.store.failure && !this.crashed) this.storageHealth.record(this.store.failure, "commit", this.clock.now());
     this.inboxes.clearHeld();
     this.heldAlarms.clear();
     this.dropInstances();
@@ -447,26 +454,40 @@ export class EmbeddedRuntime<E> {
     }
   }
 
-  /** Writes and commits a probe row: throws if the store cannot be written (read-only, full, failing). */
-  probe(): void {
-    this.store.sql.exec("INSERT INTO _meta (key, value) VALUES ('probe', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", String(this.clock.now()));
+  /**
+   * Writes and commits a probe row of `bytes` (then, for a large one,
+   * deletes it in a second commit): throws if the store cannot be written
+   * (read-only, full, failing).
+   */
+  probe(bytes = 16): void {
+    const value = bytes <= 16 ? String(this.clock.now()) : "x".repeat(bytes);
+    this.store.sql.exec("INSERT INTO _meta (key, value) VALUES ('probe', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", value);
+    this.store.commit();
+    if (this.store.failure) throw this.store.failure;
+    if (bytes <= 16) return;
+    this.store.sql.exec("UPDATE _meta SET value = ? WHERE key = 'probe'", String(this.clock.now()));
     this.store.commit();
     if (this.store.failure) throw this.store.failure;
   }
 
-  /** Storage health: ok, or the last failure (after a fresh probe, at most once a second, while failing). */
-  health(): { ok: boolean; detail: string } {
+  /**
+   * Storage health (./storageHealth.ts): ok, or the recorded fault of a real
+   * write with its SQLite code, file and next step. While a fault that a
+   * probe can clear is recorded, a probe of HEALTH_PROBE_BYTES runs (at most
+   * once a second); only its success clears the fault.
+   */
+  health(): { ok: boolean; detail: string; code?: string } {
     if (this.closed) return { ok: false, detail: "shutting down" };
-    if (this.store.failure && this.clock.now() - this.lastProbeMs >= 1000) {
-      this.lastProbeMs = this.clock.now();
+    const now = this.clock.now();
+    if (this.storageHealth.probeDue(now)) {
       try {
-        this.probe();
+        this.probe(HEALTH_PROBE_BYTES);
+        this.storageHealth.probeSucceeded(now);
       } catch {
-        /* still failing */
+        /* still failing: the recorded fault stands */
       }
     }
-    const f = this.store.failure;
-    return f ? { ok: false, detail: `storage: ${(f as { code?: string }).code ?? f.message}` } : { ok: true, detail: "ok" };
+    return this.storageHealth.health();
   }
 
   /** Stops the timer, ends waits (parked polls), waits for background work, commits and closes the file. */

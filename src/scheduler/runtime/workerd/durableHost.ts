@@ -112,6 +112,10 @@ export function durableClass<T extends AnyAuthorityObject, E>(
     private name: string | undefined;
     private deleteRequested = false;
     private kicking = false;
+    /** The outbox delivery in flight (single-flight: at most one per object). */
+    private delivering: Promise<void> | null = null;
+    /** A call ended while a delivery was in flight: read the outbox again before that delivery settles. */
+    private deliverAgain = false;
     constructor(
       private readonly ctx: DurableState,
       private readonly raw: unknown,
@@ -232,8 +236,43 @@ export function durableClass<T extends AnyAuthorityObject, E>(
       this.armPlatform();
     }
 
-    /** Delivers the outbox (oldest first; a failed target is retried by alarm) and honours deleteSelf. */
-    private async afterCall(): Promise<void> {
+    /**
+     * After a call: delivers the outbox and honours deleteSelf. Single-flight
+     * (issue 18 item 17): while one delivery is awaiting its targets, calls
+     * (an RPC, the inbox, the alarm) interleave, and a second reader of the
+     * outbox would send the same rows again, or an older latest-only row
+     * after the newer one that replaced it. So a call that ends during a
+     * delivery only asks it to read the outbox once more, and waits for it:
+     * rows leave in seq order, each once per successful attempt.
+     */
+    private afterCall(): Promise<void> {
+      if (this.delivering) {
+        this.deliverAgain = true;
+        return this.delivering;
+      }
+      const run = async () => {
+        try {
+          do {
+            this.deliverAgain = false;
+            await this.deliverOutbox();
+          } while (this.deliverAgain);
+        } finally {
+          this.delivering = null;
+        }
+        if (this.deleteRequested) {
+          this.deleteRequested = false;
+          await this.ctx.storage.deleteAll();
+          // deleteAll drops the tables too: a later call on this name finds an empty object, as the embedded runtime does.
+          migrate(this.ctx.storage, host.migrations, `${className} object`);
+          this.impl = undefined;
+        }
+      };
+      this.delivering = run();
+      return this.delivering;
+    }
+
+    /** One pass over the outbox: oldest first, one RPC per target; a failed target is retried by alarm. */
+    private async deliverOutbox(): Promise<void> {
       const rows = this.sql
         .exec<{ seq: number; target_cls: string; target_obj: string; message_id: string; body: string; latest: number }>("SELECT seq, target_cls, target_obj, message_id, body, latest FROM _outbox ORDER BY seq LIMIT 256")
         .toArray();
@@ -255,13 +294,6 @@ export function durableClass<T extends AnyAuthorityObject, E>(
           console.error(`beachball: ${className} could not deliver to ${first.target_cls} ${first.target_obj}; retrying:`, e instanceof Error ? e.message : e);
           this.armPlatform(Date.now() + OUTBOX_RETRY_MS);
         }
-      }
-      if (this.deleteRequested) {
-        this.deleteRequested = false;
-        await this.ctx.storage.deleteAll();
-        // deleteAll drops the tables too: a later call on this name finds an empty object, as the embedded runtime does.
-        migrate(this.ctx.storage, host.migrations, `${className} object`);
-        this.impl = undefined;
       }
     }
 

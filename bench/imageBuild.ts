@@ -1,0 +1,184 @@
+/**
+ * `bb image build` speed (issue 18 item 10): in one run, on the same
+ * layers,
+ *
+ * - bb: `buildOciImage` (what `bb image build` runs) at zstd level N,
+ *   with the time of each phase from its progress lines;
+ * - baseline: the same layers extracted with GNU tar into a directory
+ *   (whiteouts applied with rm), then plain `mksquashfs DIR` of that merged
+ *   tree at the same level (`-comp zstd -Xcompression-level N`).
+ *
+ * Prints the times and the ratios bb ÷ mksquashfs and bb ÷ (extract +
+ * mksquashfs). The input is a seeded synthetic root (default: about
+ * 400 MB in 3 layers, many small files and some large ones, the last layer
+ * deleting files and a directory of the first) or, with `--debian`, the
+ * Debian reference root (mmdebstrap, cached in .bb/cache) in the 3-layer
+ * layout of test/support/debianOci.ts.
+ *
+ *   flock /tmp/bb-heavy.lock node_modules/.bin/bun bench/imageBuild.ts [--debian] [--mib 400] [--layers 3] [--level 3] [--runs 1]
+ * Needs mksquashfs (squashfs-tools), GNU tar and the kernel cache
+ * (downloaded once). Ends on its own; work files go to a temporary
+ * directory that is removed at the end.
+ */
+import { parseArgs } from "node:util";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { buildOciImage } from "../src/image/oci/build.ts";
+import { makeTar, writeOciLayout, type TestTarEntry } from "../src/image/oci/testLayout.ts";
+import { generateSigningKey } from "../src/image/signing.ts";
+import { ensureDebianRootfsTar } from "../src/image/debianRootfs.ts";
+import { writeDebianOciLayout } from "../test/support/debianOci.ts";
+
+const { values: args } = parseArgs({
+  options: {
+    debian: { type: "boolean", default: false },
+    mib: { type: "string", default: "400" },
+    layers: { type: "string", default: "3" },
+    level: { type: "string", default: "3" },
+    runs: { type: "string", default: "1" },
+  },
+});
+const LEVEL = Number(args.level);
+const RUNS = Math.max(1, Number(args.runs));
+const CACHE = resolve(".bb/cache");
+const work = mkdtempSync(join(tmpdir(), "bb-bench-image-"));
+process.on("exit", () => rmSync(work, { recursive: true, force: true }));
+
+/** mulberry32, so every run makes the same root. */
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/**
+ * A seeded root of about `mib` MiB in `layers` layers: file sizes like a
+ * distribution's (most under 16 KiB, a few of megabytes), contents cut from
+ * a pool of text-like and random bytes so zstd has real work; the last
+ * layer whites out every 10th file and one directory of layer 0.
+ */
+function syntheticLayers(mib: number, layers: number): Uint8Array[] {
+  const r = rng(18);
+  const words = Array.from({ length: 2000 }, () => Array.from({ length: 2 + Math.floor(r() * 8) }, () => String.fromCharCode(97 + Math.floor(r() * 26))).join(""));
+  const text = Buffer.from(Array.from({ length: 1_200_000 }, () => words[Math.floor(r() * words.length)]).join(" "));
+  const noise = Buffer.alloc(4 << 20);
+  for (let i = 0; i < noise.length; i++) noise[i] = Math.floor(r() * 256);
+  const pool = Buffer.concat([text, noise]);
+  const size = () => {
+    const x = r();
+    return x < 0.7 ? Math.floor(r() * 8192) : x < 0.95 ? 8192 + Math.floor(r() * 65536) : x < 0.995 ? 65536 + Math.floor(r() * 1 << 20) : (1 << 20) + Math.floor(r() * (6 << 20));
+  };
+  const out: TestTarEntry[][] = Array.from({ length: layers }, () => []);
+  const files: string[] = [];
+  let total = 0;
+  const budget = mib * 2 ** 20;
+  for (let d = 0; total < budget; d++) {
+    const layer = d % 10 < 7 || layers === 1 ? 0 : 1 + (d % Math.max(1, layers - 1));
+    const dir = `usr/lib/pkg${d}/${["share", "lib", "bin"][d % 3]}`;
+    out[layer]!.push({ path: `usr/lib/pkg${d}/` }, { path: `${dir}/` });
+    for (let f = 0, n = 5 + Math.floor(r() * 40); f < n && total < budget; f++) {
+      const s = Math.min(size(), pool.length);
+      const at = Math.floor(r() * (pool.length - s));
+      const path = `${dir}/file${f}.${["so", "txt", "py", "h"][f % 4]}`;
+      out[layer]!.push({ path, body: pool.subarray(at, at + s), mode: f % 4 === 0 ? 0o755 : 0o644 });
+      files.push(path);
+      total += s;
+    }
+  }
+  if (layers > 1) {
+    const last = out[layers - 1]!;
+    for (let i = 0; i < files.length; i += 10) {
+      const p = files[i]!;
+      last.push({ path: `${p.slice(0, p.lastIndexOf("/"))}/.wh.${p.slice(p.lastIndexOf("/") + 1)}` });
+    }
+    last.push({ path: "usr/lib/.wh.pkg0" });
+  }
+  return out.map((l) => makeTar(l));
+}
+
+const sec = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
+
+async function run(cmd: string[], opts: { cwd?: string } = {}): Promise<number> {
+  const t0 = performance.now();
+  const p = Bun.spawn(cmd, { stdout: "ignore", stderr: "pipe", cwd: opts.cwd });
+  const [err, code] = await Promise.all([new Response(p.stderr).text(), p.exited]);
+  if (code !== 0) throw new Error(`${cmd.join(" ")} exited ${code}: ${err.slice(-400)}`);
+  return performance.now() - t0;
+}
+
+/** The baseline: extract each layer with GNU tar (whiteouts applied by rm), then mksquashfs the directory. */
+async function baseline(layerTars: string[], n: number): Promise<{ extractMs: number; mksquashfsMs: number; bytes: number }> {
+  const root = join(work, `merged-${n}`);
+  mkdirSync(root);
+  const t0 = performance.now();
+  for (const t of layerTars) {
+    await run(["tar", "-xpf", t, "-C", root, "--numeric-owner"]);
+    // Whiteouts as a runtime that extracts first applies them: remove the hidden name and the marker
+    // (an opaque marker is only removed: this baseline is for timing, not for the exact tree).
+    const found = Bun.spawnSync(["find", ".", "-name", ".wh.*", "-print0"], { cwd: root }).stdout.toString("latin1").split("\0").filter(Boolean);
+    for (const w of found) {
+      const name = w.slice(w.lastIndexOf("/") + 1);
+      if (name !== ".wh..wh..opq") rmSync(Buffer.from(join(root, w.slice(0, w.lastIndexOf("/")), name.slice(4)), "latin1"), { recursive: true, force: true });
+      rmSync(Buffer.from(join(root, w), "latin1"), { recursive: true, force: true });
+    }
+  }
+  const extractMs = performance.now() - t0;
+  const out = join(work, `baseline-${n}.squashfs`);
+  const mksquashfsMs = await run(["mksquashfs", root, out, "-noappend", "-no-progress", "-quiet", "-comp", "zstd", "-Xcompression-level", String(LEVEL)]);
+  const bytes = statSync(out).size;
+  rmSync(root, { recursive: true, force: true });
+  rmSync(out, { force: true });
+  return { extractMs, mksquashfsMs, bytes };
+}
+
+const key = generateSigningKey();
+let layoutDir: string;
+let layerTars: string[];
+if (args.debian) {
+  const rootfs = await ensureDebianRootfsTar(CACHE, undefined, console.log);
+  const l = await writeDebianOciLayout(join(work, "layout"), rootfs);
+  layoutDir = l.dir;
+  layerTars = l.layerPaths;
+} else {
+  const layers = syntheticLayers(Number(args.mib), Number(args.layers));
+  const l = writeOciLayout(join(work, "layout"), layers, { gzip: false });
+  layoutDir = l.dir;
+  layerTars = l.layerPaths;
+}
+const inputBytes = layerTars.reduce((s, p) => s + statSync(p).size, 0);
+console.log(`input: ${args.debian ? "Debian reference root" : "synthetic root"}, ${layerTars.length} layers, ${(inputBytes / 2 ** 20).toFixed(0)} MiB of tar; zstd level ${LEVEL}; ${RUNS} run(s)`);
+
+const rows: { bb: number; extract: number; mksquashfs: number }[] = [];
+for (let i = 0; i < RUNS; i++) {
+  const phases: [string, number][] = [];
+  const t0 = performance.now();
+  let last = t0;
+  const r = await buildOciImage({
+    input: { kind: "oci-layout", dir: layoutDir }, outDir: join(work, `bb-${i}`), cacheDir: CACHE, guestBinaryPath: "/bin/busybox",
+    privateKey: key.privateKey, compressionLevel: LEVEL,
+    log: (m) => {
+      const now = performance.now();
+      phases.push([m.slice(0, 60), now - last]);
+      last = now;
+    },
+  });
+  const bb = performance.now() - t0;
+  phases.push(["(signing, rename)", performance.now() - last]);
+  const bbBytes = r.manifest.rootfs.sizeBytes;
+  rmSync(r.dir, { recursive: true, force: true });
+  const b = await baseline(layerTars, i);
+  rows.push({ bb, extract: b.extractMs, mksquashfs: b.mksquashfsMs });
+  console.log(`run ${i + 1}: bb image build ${sec(bb)} (squashfs ${(bbBytes / 2 ** 20).toFixed(1)} MiB); tar -x ${sec(b.extractMs)} + mksquashfs ${sec(b.mksquashfsMs)} (squashfs ${(b.bytes / 2 ** 20).toFixed(1)} MiB)`);
+  for (const [m, ms] of phases) console.log(`  ${sec(ms).padStart(8)}  until: ${m}`);
+}
+const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const bb = med(rows.map((x) => x.bb));
+const sq = med(rows.map((x) => x.mksquashfs));
+const ex = med(rows.map((x) => x.extract + x.mksquashfs));
+console.log(`ratio bb ÷ mksquashfs: ${(bb / sq).toFixed(2)}×   bb ÷ (tar -x + mksquashfs): ${(bb / ex).toFixed(2)}×   (medians: bb ${sec(bb)}, mksquashfs ${sec(sq)}, tar -x + mksquashfs ${sec(ex)})`);

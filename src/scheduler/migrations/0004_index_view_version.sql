@@ -1,0 +1,1 @@
+ALTER TABLE `allocation_index` ADD `view_version` integer DEFAULT 0 NOT NULL;
