@@ -3,9 +3,12 @@
  * Each role's module is imported only when that role (or the whole tree,
  * for completion and the CLI reference) is asked for, so entering one role
  * never loads another role's state or credentials (docs/architecture.md,
- * "Roles").
+ * "Roles"). Each entry carries the role's one-line summary beside its
+ * import, so `bb --help` and `bb --version` import no role at all (issue
+ * 19, "Fast start"); test/cli-definitions.test.ts fails when a summary
+ * differs from the role's own `meta` or a subcommand lacks one.
  */
-import { command, type BbCommand } from "../src/command/define.ts";
+import { command, lazyCommand, type BbCommand } from "../src/command/define.ts";
 import { completionCommand } from "../src/command/completion.ts";
 
 /** The version `bb --version` prints. */
@@ -16,15 +19,15 @@ export const bbCommand: BbCommand = command({
   meta: { name: "bb", version: BB_VERSION, description: "Beachball: disposable microVMs on your own hosts" },
   examples: ["bb scheduler serve --dev", "bb allocation create --class ci-small --wait", "bb host list"],
   subCommands: {
-    scheduler: () => import("../src/scheduler/command.ts").then((m) => m.schedulerCommand),
-    agent: () => import("../src/agent/command.ts").then((m) => m.agentCommand),
-    allocation: () => import("../src/cli/allocationCommand.ts").then((m) => m.allocationCommand),
-    host: () => import("../src/cli/hostCommand.ts").then((m) => m.hostCommand),
-    image: () => import("../src/cli/imageCommand.ts").then((m) => m.imageCommand),
-    proxy: () => import("../src/proxy/command.ts").then((m) => m.proxyCommand),
-    guest: () => import("../src/guest/command.ts").then((m) => m.guestCommand),
-    relay: () => import("../src/relay/command.ts").then((m) => m.relayCommand),
-    dev: () => import("../src/dev/command.ts").then((m) => m.devCommand),
-    completion: () => completionCommand(() => bbCommand),
+    scheduler: lazyCommand({ description: "The control plane" }, () => import("../src/scheduler/command.ts").then((m) => m.schedulerCommand)),
+    agent: lazyCommand({ description: "The host agent" }, () => import("../src/agent/command.ts").then((m) => m.agentCommand)),
+    allocation: lazyCommand({ description: "Request, inspect and release VMs" }, () => import("../src/cli/allocationCommand.ts").then((m) => m.allocationCommand)),
+    host: lazyCommand({ description: "Operator commands for hosts" }, () => import("../src/cli/hostCommand.ts").then((m) => m.hostCommand)),
+    image: lazyCommand({ description: "Build, sign, verify and publish Beachball images" }, () => import("../src/cli/imageCommand.ts").then((m) => m.imageCommand)),
+    proxy: lazyCommand({ description: "Forward 127.0.0.1:LOCAL to a port inside a private allocation (no root)" }, () => import("../src/proxy/command.ts").then((m) => m.proxyCommand)),
+    guest: lazyCommand({ description: "Guest bootstrap (PID 1 inside a Beachball VM); not for hosts" }, () => import("../src/guest/command.ts").then((m) => m.guestCommand)),
+    relay: lazyCommand({ description: "A packet relay for private networking" }, () => import("../src/relay/command.ts").then((m) => m.relayCommand)),
+    dev: lazyCommand({ description: "Developer conveniences" }, () => import("../src/dev/command.ts").then((m) => m.devCommand)),
+    completion: lazyCommand({ description: "Print a shell completion script (bash, zsh or fish)" }, async () => completionCommand(() => bbCommand)),
   },
 });

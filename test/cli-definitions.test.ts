@@ -3,13 +3,15 @@
  * examples in its `--help`, every example is a command line the strict
  * parser accepts for that command, help shows the full path (`bb
  * allocation create`, not `allocation create`), and docs/cli.md is what
- * the generator makes of the definitions today.
+ * the generator makes of the definitions today. Every subcommand of `bb`
+ * carries a static summary equal to its loaded definition, so `bb --help`
+ * and `bb --version` import no role (issue 19, "Fast start").
  */
 import { beforeAll, describe, expect, test } from "bun:test";
 import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { parseArgv } from "../src/command/argv.ts";
-import { walkCommands, type CommandNode } from "../src/command/define.ts";
+import { staticSummary, subCommand, subCommandEntries, walkCommands, type CommandNode } from "../src/command/define.ts";
 import { renderHelp } from "../src/command/help.ts";
 import { locate, subcommandLines } from "../src/command/main.ts";
 import { renderReference } from "../src/command/reference.ts";
@@ -75,5 +77,47 @@ describe("command definitions", () => {
 
   test("docs/cli.md is generated from these definitions (run `bun scripts/cli-reference.ts` after changing a command)", () => {
     expect(readFileSync(join(ROOT, "docs/cli.md"), "utf8")).toBe(renderReference(nodes));
+  });
+
+  test("every static summary matches the command it loads (a summary cannot drift from the role's meta)", async () => {
+    const drift: string[] = [];
+    for (const n of nodes) {
+      for (const [name, entry] of await subCommandEntries(n.def)) {
+        const summary = staticSummary(entry);
+        if (!summary) continue;
+        const loaded = nodes.find((m) => m.path.join(" ") === [...n.path, name].join(" "))!.meta;
+        const want = { description: loaded.description ?? "", ...(loaded.hidden ? { hidden: true } : {}) };
+        if (JSON.stringify({ description: summary.description, ...(summary.hidden ? { hidden: true } : {}) }) !== JSON.stringify(want)) drift.push(`${n.path.join(" ")} ${name}: summary ${JSON.stringify(summary)}, command ${JSON.stringify(want)}`);
+      }
+    }
+    expect(drift).toEqual([]);
+  });
+
+  test("every subcommand of bb has a static summary (bin/root.ts: lazyCommand), so bb --help loads no role", async () => {
+    const without = (await subCommandEntries(bbCommand)).filter(([, e]) => !staticSummary(e)).map(([name]) => name);
+    expect(without).toEqual([]);
+    expect(await subCommand(bbCommand, "allocation")).not.toBeNull();
+  });
+});
+
+describe("start-up", () => {
+  /** Modules of ours a fresh `bun` loads to answer `bb ARG` (runBb on the real tree, output discarded). */
+  function modulesLoadedFor(arg: string): string[] {
+    const script = `
+      const { runBb } = await import(${JSON.stringify(join(ROOT, "src/command/main.ts"))});
+      const { bbCommand } = await import(${JSON.stringify(join(ROOT, "bin/root.ts"))});
+      const sink = { write: () => true };
+      await runBb(bbCommand, [${JSON.stringify(arg)}], { stdout: sink, stderr: sink });
+      console.log(JSON.stringify(Object.keys(require.cache)));`;
+    const p = Bun.spawnSync([process.execPath, "-e", script], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+    if (p.exitCode !== 0) throw new Error(`bun -e failed: ${p.stderr.toString()}`);
+    return (JSON.parse(p.stdout.toString()) as string[]).filter((k) => k.startsWith(join(ROOT, "src/"))).map((k) => k.slice(ROOT.length + 1));
+  }
+
+  test("bb --help and bb --version import no role's module (kind: help that imports every role)", () => {
+    for (const arg of ["--help", "--version"]) {
+      const outside = modulesLoadedFor(arg).filter((m) => !m.startsWith("src/command/") && !m.startsWith("src/protocol/"));
+      expect({ arg, outside }).toEqual({ arg, outside: [] });
+    }
   });
 });

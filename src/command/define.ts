@@ -5,6 +5,12 @@
  * object: examples (every command shows at least one in `--help`) and
  * whether it takes any number of trailing arguments.
  *
+ * A group can name a subcommand lazily with a static summary beside the
+ * import (lazyCommand): the group's `--help` lists it from the summary, so
+ * `bb --help` loads no role's module (issue 19, "Fast start");
+ * test/cli-definitions.test.ts checks every summary against the loaded
+ * definition so the two cannot drift.
+ *
  * Lower layer: imports nothing of ours. Must never: run anything; it only
  * describes.
  */
@@ -38,6 +44,29 @@ export function command<const T extends ArgsDef = ArgsDef>(def: BbCommand<T>): B
   return def;
 }
 
+/** What a group's `--help` shows of a subcommand: its one-line description, and whether it is hidden. */
+export interface CommandSummary {
+  description: string;
+  hidden?: boolean;
+}
+
+/** A subcommand loader that carries its summary, so help can list it without loading it. */
+export type LazyCommand = (() => Promise<BbCommand>) & { readonly summary: CommandSummary };
+
+/**
+ * A subcommand imported only when it is run or walked; `summary` must equal
+ * the loaded command's `meta.description` and `meta.hidden`
+ * (test/cli-definitions.test.ts, "every static summary matches").
+ */
+export function lazyCommand(summary: CommandSummary, load: () => Promise<BbCommand>): LazyCommand {
+  return Object.assign(() => load(), { summary });
+}
+
+/** The static summary a subcommand entry carries, or null when it has none (it must be loaded to be described). */
+export function staticSummary(entry: unknown): CommandSummary | null {
+  return typeof entry === "function" && "summary" in entry ? (entry as LazyCommand).summary : null;
+}
+
 /** A resolved command: its definition, metadata, arguments and extras, with lazy parts loaded. */
 export interface ResolvedCommand {
   def: BbCommand;
@@ -65,6 +94,23 @@ export async function subCommand(def: BbCommand, name: string): Promise<BbComman
   const subs = (await value(def.subCommands)) ?? {};
   if (!Object.hasOwn(subs, name)) return null;
   return ((await value(subs[name])) as BbCommand | undefined) ?? null;
+}
+
+/** The summary of subcommand `name` of `def`: its static summary when it has one, else from its loaded meta; null when `def` has no such subcommand. */
+export async function subCommandSummary(def: BbCommand, name: string): Promise<CommandSummary | null> {
+  const subs = (await value(def.subCommands)) ?? {};
+  if (!Object.hasOwn(subs, name)) return null;
+  const known = staticSummary(subs[name]);
+  if (known) return known;
+  const sub = (await value(subs[name])) as BbCommand | undefined;
+  if (!sub) return null;
+  const meta = (await value(sub.meta)) ?? {};
+  return { description: meta.description ?? "", ...(meta.hidden ? { hidden: true } : {}) };
+}
+
+/** The raw subcommand entries of `def` (loaders not called), by name in declaration order. */
+export async function subCommandEntries(def: BbCommand): Promise<[string, unknown][]> {
+  return Object.entries((await value(def.subCommands)) ?? {});
 }
 
 /** One command of the tree with its full path (`["bb", "allocation", "create"]`). */

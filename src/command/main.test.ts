@@ -2,11 +2,12 @@
  * runBb over a small command tree with captured streams: help on stdout
  * (exit 0) or, for a bare group, on stderr (exit 2); usage errors as one
  * `error:` line with a pointer to the right `--help`, exit 2; a command's
- * own error with its exit code; nothing coloured off a terminal.
+ * own error with its exit code; nothing coloured off a terminal; a lazy
+ * subcommand with a static summary is loaded only when it is entered.
  */
 import { afterEach, describe, expect, test } from "bun:test";
 import { BeachballError } from "../protocol/errors.ts";
-import { command } from "./define.ts";
+import { command, lazyCommand, type BbCommand } from "./define.ts";
 import { runBb } from "./main.ts";
 import { UsageError } from "./run.ts";
 
@@ -81,5 +82,28 @@ describe("runBb", () => {
     expect([f.code, f.err]).toEqual([4, "error: not yours\n"]);
     const c = await run("thing", "config");
     expect(c).toEqual({ out: "", err: "error: config file /x is not valid JSON\n", code: 2 });
+  });
+
+  test("help lists a lazy subcommand from its summary and loads it only when it is entered (kind: help that imports every role)", async () => {
+    const loaded: string[] = [];
+    const lazy = command({
+      meta: { name: "lazy", version: "1.0.0", description: "Lazy" },
+      examples: ["lazy thing make a"],
+      subCommands: {
+        thing: lazyCommand({ description: "Things" }, async () => (loaded.push("thing"), root.subCommands as Record<string, BbCommand>)["thing"]!),
+        secret: lazyCommand({ description: "Not listed", hidden: true }, async () => (loaded.push("secret"), leaf)),
+      },
+    });
+    const { s, io: streams } = io();
+    await runBb(lazy, ["--help"], streams, "lazy");
+    expect(s.out).toContain("Commands:\n  thing  Things\n");
+    expect(s.out).not.toContain("secret");
+    await runBb(lazy, ["--version"], streams, "lazy");
+    await runBb(lazy, [], streams, "lazy");
+    expect(s.err).toContain("  thing  Things\n");
+    expect(loaded).toEqual([]);
+    await runBb(lazy, ["thing", "make", "x"], streams, "lazy");
+    expect(loaded).toEqual(["thing"]);
+    expect(ran).toEqual([{ _: [], name: "x", force: false, size: "1" }]);
   });
 });

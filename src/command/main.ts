@@ -12,7 +12,7 @@
  * Lower layer. Must never: import a role; the entry point hands it the tree.
  */
 import { closest, parseArgv } from "./argv.ts";
-import { resolveCommand, subCommand, type BbCommand, type CommandNode } from "./define.ts";
+import { resolveCommand, subCommand, subCommandSummary, type BbCommand, type CommandNode } from "./define.ts";
 import { renderHelp, type SubcommandLine } from "./help.ts";
 import { EXIT, exitCodeFor, UsageError } from "./run.ts";
 import { styles, useColour, type Stream } from "./terminal.ts";
@@ -31,14 +31,12 @@ export interface Located {
   help: boolean;
 }
 
-/** Descriptions of a group's subcommands, in declaration order (hidden ones left out). */
+/** Descriptions of a group's subcommands, in declaration order (hidden ones left out); a lazy subcommand with a static summary is not loaded. */
 export async function subcommandLines(node: CommandNode): Promise<SubcommandLine[]> {
   const out: SubcommandLine[] = [];
   for (const name of node.subCommandNames) {
-    const sub = await subCommand(node.def, name);
-    if (!sub) continue;
-    const r = await resolveCommand(sub);
-    if (!r.meta.hidden) out.push({ name, description: r.meta.description ?? "" });
+    const s = await subCommandSummary(node.def, name);
+    if (s && !s.hidden) out.push({ name, description: s.description });
   }
   return out;
 }

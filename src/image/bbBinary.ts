@@ -17,10 +17,18 @@ async function bunBuild(args: string[], what: string): Promise<void> {
   if (code !== 0) throw new Error(`bun build ${what} failed (exit ${code}): ${err.trim().slice(-800)}`);
 }
 
-/** Compiles bin/bb.ts into dist/bb with Bun; returns its absolute path. Throws with Bun's output when the build fails. */
-export async function compileBb(): Promise<string> {
-  const out = resolve("dist/bb");
-  await bunBuild(["--compile", "bin/bb.ts", "--outfile", out], "bin/bb.ts");
+/**
+ * The flags every full `bb` build uses (package.json "build", compileBb,
+ * test/packaging): ESM with bytecode, so the bundle is parsed at build time
+ * and `bb --version` starts in about half the time (issue 19, "Fast
+ * start"; bench/start.ts). test/cli-definitions.test.ts checks package.json
+ * uses these.
+ */
+export const BB_BUILD_FLAGS = ["--compile", "--format=esm", "--bytecode"] as const;
+
+/** Compiles bin/bb.ts into `out` (default dist/bb) with Bun and BB_BUILD_FLAGS; returns its absolute path. Throws with Bun's output when the build fails. */
+export async function compileBb(out = resolve("dist/bb"), entry = resolve("bin/bb.ts")): Promise<string> {
+  await bunBuild([...BB_BUILD_FLAGS, entry, "--outfile", out], "bin/bb.ts");
   return out;
 }
 
