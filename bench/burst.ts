@@ -15,6 +15,9 @@
 import { connect, type Socket } from "node:net";
 import { parseArgs } from "node:util";
 import { resolve } from "node:path";
+import { limitRunTime, onRunLimit } from "./runLimit.ts";
+
+limitRunTime("bench/burst.ts", 600);
 
 const { values } = parseArgs({ options: { allocations: { type: "string", default: "10000" }, burst: { type: "string", default: "2000" } } });
 const ALLOCATIONS = Number(values.allocations);
@@ -39,6 +42,7 @@ async function timeHealth(url: string): Promise<number> {
 
 async function run(mode: "unbounded" | "bounded"): Promise<{ quiet: number[]; burst: number[]; shed: number; answered: number }> {
   const child = Bun.spawn([process.execPath, resolve(import.meta.dir, "children/burstServer.ts"), mode, String(ALLOCATIONS)], { stdin: "pipe", stdout: "pipe", stderr: "inherit" });
+  onRunLimit(() => child.kill("SIGKILL"));
   try {
     const reader = child.stdout.getReader();
     let text = "";

@@ -24,6 +24,9 @@ import { Device } from "../src/wireguard/device.ts";
 import { FakeClock, SeededRandom } from "../src/wireguard/fakes.ts";
 import type { MemEndpoint } from "../src/wireguard/fakeNet.ts";
 import { DEFAULT_HANDSHAKE_RATE_LIMITS, type HandshakeRateLimits } from "../src/wireguard/ratelimit.ts";
+import { limitRunTime } from "./runLimit.ts";
+
+limitRunTime("bench/handshakeFlood.ts", 600);
 
 const { values } = parseArgs({ options: { seconds: { type: "string", default: "2" }, rates: { type: "string", default: "2000,20000" }, rounds: { type: "string", default: "3" } } });
 const SECONDS = Number(values.seconds);

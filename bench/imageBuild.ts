@@ -30,6 +30,9 @@ import { generateSigningKey } from "../src/image/signing.ts";
 import { ensureDebianRootfsTar } from "../src/image/debianRootfs.ts";
 import { writeDebianOciLayout } from "../test/support/debianOci.ts";
 import { SeededRandom } from "../test/sim/rng.ts";
+import { limitRunTime } from "./runLimit.ts";
+
+limitRunTime("bench/imageBuild.ts", 1200);
 
 const { values: args } = parseArgs({
   options: {

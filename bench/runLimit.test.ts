@@ -5,6 +5,7 @@
  * finishes first exits as it would have.
  */
 import { expect, test } from "bun:test";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 
 const runLimit = join(import.meta.dir, "runLimit.ts");
@@ -25,4 +26,15 @@ test("a hanging benchmark is ended at its bound, after its cleanups, with exit 1
 test("a benchmark that finishes first is not held up by the bound", async () => {
   const r = await run(`import { limitRunTime } from ${JSON.stringify(runLimit)}; limitRunTime("quick", 600); console.log("done");`);
   expect([r.code, r.out.trim()]).toEqual([0, "done"]);
+});
+
+test("every benchmark under bench/ bounds its own run time (kind: a benchmark added without a bound)", () => {
+  const glob = new Bun.Glob("*.ts");
+  const unbounded: string[] = [];
+  for (const name of glob.scanSync({ cwd: import.meta.dir })) {
+    if (name === "runLimit.ts" || name.endsWith(".test.ts")) continue;
+    const text = readFileSync(join(import.meta.dir, name), "utf8");
+    if (!/^limitRunTime\(/m.test(text)) unbounded.push(name);
+  }
+  expect(unbounded).toEqual([]);
 });

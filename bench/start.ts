@@ -19,6 +19,9 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { compileBb } from "../src/image/bbBinary.ts";
+import { limitRunTime, onRunLimit } from "./runLimit.ts";
+
+limitRunTime("bench/start.ts", 900);
 
 /** Fewest rounds the median is taken over. */
 const MIN_RUNS = 10;
@@ -76,6 +79,10 @@ const scheduler = Bun.spawn([bins[0]!, "scheduler", "serve", "--dev", "--listen"
   stdout: "ignore",
   stderr: "ignore",
   env: { ...process.env, BB_LOG_LEVEL: "1" },
+});
+onRunLimit(() => {
+  scheduler.kill("SIGKILL");
+  rmSync(dir, { recursive: true, force: true });
 });
 try {
   const deadline = Date.now() + SCHEDULER_START_MS;
