@@ -436,7 +436,7 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     expect(hostCandidates).toContainEqual({ address: HOST_NAT_PUBLIC, port: endpointPort, kind: "stun" });
     expect(stun.events.some((e) => e.ev === "binding" && e.from === `${HOST_NAT_PUBLIC}:${endpointPort}`)).toBe(true);
     // The agent under `ip netns exec` found no cgroup hierarchy under the fresh /sys and mounted them again for itself (the VM got its cgroup).
-    expect(readFileSync(agent.log, "utf8")).toMatch(/cgroup hierarchies were not mounted in this mount namespace .*: mounted \/sys\/fs\/cgroup/);
+    expect(readFileSync(agent.log, "utf8")).toMatch(/cgroup hierarchies were not mounted in this mount namespace .*mounted=\/sys\/fs\/cgroup/);
     await waitLog(proxy, new RegExp(`path: direct via ${HOST_NAT_PUBLIC.replaceAll(".", "\\.")}:${endpointPort}`));
   }, 120_000);
 

@@ -61,3 +61,10 @@ test("the tail is bounded in lines and characters, keeping the end", () => {
   expect(tail).toContain("line 499");
   expect(describeVmExit(many, false, []).reason).toBe("VMM_CRASHED");
 });
+
+test("a kernel line glued to workload output that had no newline is kept, the workload's part dropped (kind: a panic line hidden by unterminated output)", () => {
+  const text = `job output with no newline[   49.350000] Kernel panic - not syncing: sysrq triggered crash\n[   49.360314] CPU: 0 PID: 142 Comm: sh\n`;
+  const tail = redactedConsoleTail(text, []);
+  expect(tail).toContain("[   49.350000] Kernel panic - not syncing: sysrq triggered crash");
+  expect(tail).not.toContain("job output");
+});

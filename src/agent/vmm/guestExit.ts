@@ -27,6 +27,8 @@ export const MAX_KEY_LINES = 4;
 const ELIDED = "[...]";
 
 const KERNEL_LINE = /^\[\s*\d+\.\d+\]\s/;
+/** A kernel timestamp inside a line (after output that ended without a newline). */
+const GLUED_KERNEL_LINE = /\[\s*\d+\.\d{6}\]\s/;
 const OOM = /Out of memory|oom-kill|System is deadlocked on memory|out_of_memory/;
 const PANIC = /Kernel panic - not syncing/;
 const POWEROFF = /reboot: (Power down|System halted|Restarting system)/;
@@ -77,7 +79,10 @@ export function redactedConsoleTail(consoleText: string, secrets: readonly strin
   const nonceArg = new RegExp(`${GUEST_CMDLINE_KEYS.nonce.replaceAll(".", "\\.")}=\\S+`, "g");
   const kept: string[] = [];
   for (const raw of consoleText.split("\n")) {
-    const line = raw.replace(/\r$/, "").replace(/[\x00-\x08\x0b-\x1f\x7f]/g, "");
+    let line = raw.replace(/\r$/, "").replace(/[\x00-\x08\x0b-\x1f\x7f]/g, "");
+    // A kernel line printed after workload output that had no newline yet shares its line: keep the kernel part.
+    const glued = KERNEL_LINE.test(line) ? -1 : line.search(GLUED_KERNEL_LINE);
+    if (glued > 0) line = line.slice(glued);
     if (!KERNEL_LINE.test(line) && !line.startsWith(JOB_START_MARKER) && !line.startsWith(JOB_EXIT_MARKER)) continue;
     let clean = line.replace(nonceArg, `${GUEST_CMDLINE_KEYS.nonce}=[redacted]`);
     for (const s of secrets) if (s.length >= 8) clean = clean.replaceAll(s, "[redacted]");
