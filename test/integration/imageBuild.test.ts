@@ -201,6 +201,15 @@ d("bb image build", () => {
     }, 60_000);
   }
 
+  test("uncompressed layers (headers read by position, hashed in a worker) give the same squashfs as gzip ones", async () => {
+    const gz = writeOciLayout(join(work, "same-gz"), [base, top], { gzip: true });
+    const raw = writeOciLayout(join(work, "same-raw"), [base, top], { gzip: false });
+    const a = await buildOciImage({ ...buildOpts(), input: { kind: "oci-layout", dir: gz.dir }, outDir: join(work, "same-gz-out") });
+    const b = await buildOciImage({ ...buildOpts(), input: { kind: "oci-layout", dir: raw.dir }, outDir: join(work, "same-raw-out") });
+    expect(b.manifest.rootfs.sha256).toBe(a.manifest.rootfs.sha256);
+    expect(unsquashList(b.dir)).toContain("/var/cache/b");
+  }, 120_000);
+
   test("a layer blob changed during the build (after it was hashed, before its bodies were read) is refused and writes nothing", async () => {
     const l = writeOciLayout(join(work, "h-changed"), [base, top], { gzip: false });
     const out = join(work, "out-changed");

@@ -216,6 +216,8 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
   const work = `${outDir}.building-${process.pid}`;
   await rm(work, { recursive: true, force: true });
   await mkdir(join(work, "bodies"), { recursive: true, mode: 0o700 });
+  // Digest checks of layer blobs running in workers (see the layer loop), each settled before the build returns.
+  const checks: Promise<void>[] = [];
   let bootParts: Promise<{ kernel: ImageManifest["kernel"]; initrd: ImageManifest["kernel"] }> | null = null;
   try {
     const input = await readInput(opts, work);
@@ -247,7 +249,18 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
         // the diff ID. Its bytes are hashed while the file has `identity`, checked unchanged once the squashfs is written.
         if (layer.digest !== layer.diffId) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer ${i} (${layer.digest}) is uncompressed, so its diff ID ${layer.diffId} must be its digest`);
         unchanged.push({ path: layer.path, id: layer.identity });
-        await applyVerified(layer, () => tree.applyLayer(readTar(hashingCopy(layer.open(), seen, null, false)), stage));
+        if (layer.openSkipping && layer.verify) {
+          // Hashed in a worker while only its headers are read here (bodies are jumped over); awaited before
+          // anything is signed, and first when the build fails (a corrupt blob is a mismatch, whatever it broke).
+          const check = layer.verify();
+          check.catch(() => {});
+          checks.push(check);
+          seen.size = (await stat(layer.path)).size;
+          if (seen.size > MAX_LAYER_BYTES) throw imageError("IMAGE_LAYER_INVALID", `a layer is larger than ${MAX_LAYER_BYTES} bytes uncompressed`);
+          await tree.applyLayer(readTar(layer.openSkipping()), stage);
+        } else {
+          await applyVerified(layer, () => tree.applyLayer(readTar(hashingCopy(layer.open(), seen, null, false)), stage));
+        }
       } else {
         await applyVerified(layer, () => tree.applyLayer(readTar(hashingCopy(decompressed(layer), seen, bodies, true)), stage));
         const diffId = `sha256:${seen.hash.digest("hex")}`;
@@ -283,6 +296,7 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
     await rm(join(work, "bodies"), { recursive: true, force: true });
     await rm(join(work, "archive"), { recursive: true, force: true });
 
+    for (const c of checks) await c;
     log("squashfs written");
     const boot = await bootParts;
 
@@ -312,7 +326,8 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
   } catch (e) {
     // Nothing of this build keeps running after it failed: let the kernel/initramfs work settle first.
     if (bootParts) await bootParts.then(() => {}, () => {});
+    const mismatch = (await Promise.allSettled(checks)).find((r) => r.status === "rejected");
     await rm(work, { recursive: true, force: true });
-    throw e;
+    throw mismatch ? (mismatch as PromiseRejectedResult).reason : e;
   }
 }

@@ -18,12 +18,13 @@
  * digest, parse a JSON blob before its digest is checked, or read past the
  * bounds below.
  */
-import { createReadStream } from "node:fs";
+import { closeSync, createReadStream, openSync, readSync } from "node:fs";
 import { mkdir, open, readFile, stat } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { imageError } from "../errors.ts";
-import { readTar } from "./tar.ts";
+import { type SkippableChunks, readTar } from "./tar.ts";
+import { hashFileOffThread } from "./blobHash.ts";
 import { utf8Text } from "./byteName.ts";
 
 /** Largest JSON document (index, manifest, config) read from an input, bytes. */
@@ -71,6 +72,14 @@ export interface LayerInput {
    * corrupt blob is reported as a mismatch, not as whatever its bytes broke.
    */
   verify?(): Promise<void>;
+  /**
+   * The blob's bytes, NOT verified, read by position so a tar reader can
+   * jump over bodies it leaves unread (tar.ts SkippableChunks); present
+   * with `verify` (which hashes the blob in a worker, tar.ts's reader
+   * meanwhile on this thread). Whoever reads it must await `verify()`
+   * before anything it made from those bytes is published.
+   */
+  openSkipping?(): SkippableChunks;
   /** The blob's file (in the layout, or the build's private copy of a docker-archive member). */
   path: string;
   /** fileIdentity of `path` taken before its bytes were hashed for `digest`: while it is unchanged, so are they. */
@@ -199,7 +208,7 @@ class BlobStore {
    * digest-checking stream and re-check of LayerInput. Throws
    * IMAGE_SOURCE_INVALID (missing) or IMAGE_BLOB_DIGEST_MISMATCH (size).
    */
-  async layer(d: Descriptor, what: string): Promise<Pick<LayerInput, "path" | "identity" | "open" | "verify">> {
+  async layer(d: Descriptor, what: string): Promise<Pick<LayerInput, "path" | "identity" | "open" | "verify" | "openSkipping">> {
     const hex = hexOf(d.digest, what);
     const p = this.path(hex);
     const s = await stat(p).catch(() => null);
@@ -209,8 +218,9 @@ class BlobStore {
     return {
       path: p, identity,
       open: () => verifyingChunks(p, hex, d.size, what),
+      openSkipping: () => positionalChunks(p, d.size),
       verify: async () => {
-        const got = await hashFile(p, d.size);
+        const got = await hashFileOffThread(p, d.size);
         if (got.size !== d.size || got.hex !== hex) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `${what} blob ${d.digest}: content hashes to sha256:${got.hex || "(over size)"}`);
       },
     };
@@ -259,6 +269,35 @@ function checkConfig(v: unknown, what: string): OciImageConfig {
 
 function fileChunks(path: string): AsyncIterable<Uint8Array> {
   return createReadStream(path, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>;
+}
+
+/** Bytes read at a time by positionalChunks (small: most tar members are smaller, large bodies are jumped over). */
+const POSITIONAL_READ_BYTES = 64 * 1024;
+
+/** The `size` bytes of `path` read by position, jumping where told (tar.ts SkippableChunks); a file that shrank ends early. */
+function positionalChunks(path: string, size: number): SkippableChunks {
+  let pos = 0;
+  return {
+    skip(n: number): boolean {
+      if (pos + n > size) return false;
+      pos += n;
+      return true;
+    },
+    async *[Symbol.asyncIterator]() {
+      const fd = openSync(path, "r");
+      try {
+        while (pos < size) {
+          const buf = Buffer.allocUnsafe(Math.min(POSITIONAL_READ_BYTES, size - pos));
+          const got = readSync(fd, buf, 0, buf.length, pos);
+          if (got === 0) break;
+          pos += got;
+          yield buf.subarray(0, got);
+        }
+      } finally {
+        closeSync(fd);
+      }
+    },
+  };
 }
 
 /**
