@@ -7,7 +7,8 @@
  * header fields are not read as a name prefix; extended attributes the
  * squashfs cannot hold are reported, never dropped without a word;
  * hostile inputs are refused with their stable code through the CLI and
- * leave no output directory; a docker-archive tarball builds too.
+ * leave no output directory (a blob that differs from its digest however
+ * its bytes were changed, or that changed during the build, too); a docker-archive tarball builds too.
  *
  * Needs mksquashfs/unsquashfs (squashfs-tools) and the Debian kernel package
  * (downloaded once into .bb/cache like the dev image). The guest binary is
@@ -157,6 +158,31 @@ d("bb image build", () => {
       writeFileSync(p, bytes);
       return l.dir;
     }, "IMAGE_BLOB_DIGEST_MISMATCH"],
+    // The digest is checked in the pass that parses the blob: a corrupt body parses fine and is refused at the
+    // blob's end; corrupt compressed bytes break the decompressor first and are still refused as a mismatch.
+    ["an uncompressed layer blob with one body byte changed (it still parses)", () => {
+      const l = writeOciLayout(join(work, "h-body"), [base, top], { gzip: false });
+      const p = l.layerPaths[0]!;
+      const bytes = readFileSync(p);
+      const at = bytes.indexOf(Buffer.from("root:x:0:0"));
+      bytes[at] = bytes[at]! ^ 1;
+      writeFileSync(p, bytes);
+      return l.dir;
+    }, "IMAGE_BLOB_DIGEST_MISMATCH"],
+    ["a gzip layer blob whose compressed bytes were changed", () => {
+      const l = writeOciLayout(join(work, "h-gz"), [base, top], { gzip: true });
+      const p = l.layerPaths[0]!;
+      const bytes = readFileSync(p);
+      bytes[Math.floor(bytes.length / 2)] = bytes[Math.floor(bytes.length / 2)]! ^ 0xff;
+      writeFileSync(p, bytes);
+      return l.dir;
+    }, "IMAGE_BLOB_DIGEST_MISMATCH"],
+    ["a layer blob with bytes appended past its descriptor size", () => {
+      const l = writeOciLayout(join(work, "h-long"), [base, top], { gzip: false });
+      const p = l.layerPaths[1]!;
+      writeFileSync(p, Buffer.concat([readFileSync(p), Buffer.alloc(512)]));
+      return l.dir;
+    }, "IMAGE_BLOB_DIGEST_MISMATCH"],
     ["path traversal", () => writeOciLayout(join(work, "h-dotdot"), [makeTar([{ path: "../../etc/cron.d/x", body: "x" }])]).dir, "IMAGE_LAYER_PATH_ESCAPE"],
     ["a symlink escape", () => writeOciLayout(join(work, "h-link"), [makeTar([{ path: "l", kind: "symlink", linkname: "../../../../root" }]), makeTar([{ path: "l/.ssh/authorized_keys", body: "k" }])]).dir, "IMAGE_LAYER_PATH_ESCAPE"],
     ["a whiteout outside the root", () => writeOciLayout(join(work, "h-wh"), [base, makeTar([{ path: "../.wh.etc" }])]).dir, "IMAGE_LAYER_PATH_ESCAPE"],
@@ -174,6 +200,29 @@ d("bb image build", () => {
       expect(existsSync(`${out}.building-${process.pid}`)).toBe(false);
     }, 60_000);
   }
+
+  test("uncompressed layers (headers read by position, hashed in a worker) give the same squashfs as gzip ones", async () => {
+    const gz = writeOciLayout(join(work, "same-gz"), [base, top], { gzip: true });
+    const raw = writeOciLayout(join(work, "same-raw"), [base, top], { gzip: false });
+    const a = await buildOciImage({ ...buildOpts(), input: { kind: "oci-layout", dir: gz.dir }, outDir: join(work, "same-gz-out") });
+    const b = await buildOciImage({ ...buildOpts(), input: { kind: "oci-layout", dir: raw.dir }, outDir: join(work, "same-raw-out") });
+    expect(b.manifest.rootfs.sha256).toBe(a.manifest.rootfs.sha256);
+    expect(unsquashList(b.dir)).toContain("/var/cache/b");
+  }, 120_000);
+
+  test("a layer blob changed during the build (after it was hashed, before its bodies were read) is refused and writes nothing", async () => {
+    const l = writeOciLayout(join(work, "h-changed"), [base, top], { gzip: false });
+    const out = join(work, "out-changed");
+    const p = l.layerPaths[0]!;
+    // The same bytes written again: the content hashed is still the digest's, but the file changed under the build.
+    const r = await buildOciImage({
+      ...buildOpts(), input: { kind: "oci-layout", dir: l.dir }, outDir: out,
+      log: (m) => void (m.startsWith("writing the merged root") && writeFileSync(p, readFileSync(p))),
+    }).then(() => "built", (e: Error & { code?: string }) => e.code);
+    expect(r).toBe("IMAGE_BLOB_DIGEST_MISMATCH");
+    expect(existsSync(out)).toBe(false);
+    expect(existsSync(`${out}.building-${process.pid}`)).toBe(false);
+  }, 120_000);
 
   test("a docker-archive tarball builds the same tree", async () => {
     const cfg = new TextEncoder().encode(JSON.stringify({ architecture: "amd64", os: "linux", config: { Cmd: ["/bin/sh"] }, rootfs: { type: "layers", diff_ids: [base, top].map((l) => `sha256:${createHash("sha256").update(l).digest("hex")}`) } }));

@@ -3,9 +3,10 @@
  * docker-archive tarball, no registry) into a signed Beachball image with a
  * squashfs root.
  *
- * Steps (spec "Images", "Boot OCI images"): read the input and verify every
- * blob (layout.ts); apply the layers in order into an in-memory tree
- * (rootTree.ts), checking each layer's diff ID; add the guest binary under
+ * Steps (spec "Images", "Boot OCI images"): read the input, verifying its
+ * documents (layout.ts); apply the layers in order into an in-memory tree
+ * (rootTree.ts), each blob's digest and each layer's diff ID checked in
+ * the same pass that parses it (one read of each blob); add the guest binary under
  * `/.beachball/` and `/etc/beachball/workload.json` from the image config;
  * write the tree as one canonical tar stream straight into `mksquashfs
  * -tar` (squashfsFromTar.ts; so no layer path is ever created on the build
@@ -23,7 +24,8 @@
  * Beachball adds take the image config's `created` time, never the clock
  * (SOURCE_DATE_EPOCH: mksquashfs 4.5 ignores -root-time with -tar).
  * Must never: leave a partial output directory, or sign an image whose
- * blobs did not verify.
+ * blobs did not verify (every blob is read to its end, where its digest is
+ * checked, before the squashfs is written).
  */
 import { mkdir, open, rename, rm, stat, writeFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
@@ -126,7 +128,9 @@ function decompressed(layer: LayerInput): AsyncIterable<Uint8Array> {
     try {
       for await (const c of d as AsyncIterable<Buffer>) yield c;
     } catch (e) {
-      if ((e as { code?: string }).code) throw imageError("IMAGE_LAYER_INVALID", `layer ${layer.digest} does not decompress (${layer.compression}): ${(e as Error).message}`);
+      // zlib's own errors (Z_DATA_ERROR, ERR_…) mean bad compressed bytes; the blob stream's IMAGE_… codes pass as they are.
+      const code = (e as { code?: string }).code;
+      if (code && !code.startsWith("IMAGE_")) throw imageError("IMAGE_LAYER_INVALID", `layer ${layer.digest} does not decompress (${layer.compression}): ${(e as Error).message}`);
       throw e;
     }
   })();
@@ -183,6 +187,21 @@ async function artifact(dir: string, name: string) {
 }
 
 /**
+ * Applies one layer's tar stream to the tree. When reading fails before the
+ * stream's end (where a layout blob's digest is checked, LayerInput.open),
+ * the blob is hashed again: a blob that is not its digest's is refused
+ * IMAGE_BLOB_DIGEST_MISMATCH, whatever its bytes broke first.
+ */
+async function applyVerified(layer: LayerInput, apply: () => Promise<void>): Promise<void> {
+  try {
+    await apply();
+  } catch (e) {
+    if (layer.verify && (e as { code?: string }).code !== "IMAGE_BLOB_DIGEST_MISMATCH") await layer.verify();
+    throw e;
+  }
+}
+
+/**
  * Converts the OCI image to a signed squashfs image in `opts.outDir` (see
  * the module header). Throws the image build codes of
  * src/protocol/errors.ts IMAGE_BUILD_ERROR_CODES (IMAGE_SOURCE_INVALID,
@@ -197,18 +216,23 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
   const work = `${outDir}.building-${process.pid}`;
   await rm(work, { recursive: true, force: true });
   await mkdir(join(work, "bodies"), { recursive: true, mode: 0o700 });
-  let bootParts: Promise<{ vmlinuxPath: string; initrd: Uint8Array }> | null = null;
+  // Digest checks of layer blobs running in workers (see the layer loop), each settled before the build returns.
+  const checks: Promise<void>[] = [];
+  let bootParts: Promise<{ kernel: ImageManifest["kernel"]; initrd: ImageManifest["kernel"] }> | null = null;
   try {
     const input = await readInput(opts, work);
-    log(`${input.layers.length} layer(s) verified; manifest ${input.manifestDigest}`);
+    log(`${input.layers.length} layer(s) found; manifest ${input.manifestDigest}`);
     const guest = resolve(opts.guestBinaryPath);
     // The kernel (an apt query, a download the first time) and the initramfs need nothing from the layers:
     // they are made while the layers are applied and the squashfs is written.
+    // Both are written into the build directory and hashed there (what is hashed is what is published).
     bootParts = (async () => {
       const kernel = await ensureDevKernel(opts.cacheDir, log);
       log("building the initramfs");
       const initrd = await buildSquashfsInitrd({ busyboxPath: opts.busyboxPath ?? "/bin/busybox", modulesDir: kernel.modulesDir, modules: SQUASHFS_ROOT_MODULES, guestBinaryPath: guest });
-      return { vmlinuxPath: kernel.vmlinuxPath, initrd };
+      await Bun.write(join(work, OCI_IMAGE_FILES.kernel), Bun.file(kernel.vmlinuxPath));
+      await writeFile(join(work, OCI_IMAGE_FILES.initrd), initrd, { mode: 0o644 });
+      return { kernel: await artifact(work, OCI_IMAGE_FILES.kernel), initrd: await artifact(work, OCI_IMAGE_FILES.initrd) };
     })();
     bootParts.catch(() => {}); // awaited below (or settled in the catch); never an unhandled rejection meanwhile
     const tree = new RootTree();
@@ -221,13 +245,24 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
       const bodies = direct ? layer.path : join(work, "bodies", `layer-${i}.tar`);
       const stage = async (_chunks: AsyncIterable<Uint8Array>, at: { offset: number; size: number }) => ({ path: bodies, offset: at.offset, size: at.size });
       if (direct) {
-        // An uncompressed blob is its own diff: its verified digest must be the diff ID. Its bytes were hashed
-        // while the file had `identity`, which is checked unchanged once the squashfs is written.
+        // An uncompressed blob is its own diff: its digest (checked by its stream while it is parsed here) must be
+        // the diff ID. Its bytes are hashed while the file has `identity`, checked unchanged once the squashfs is written.
         if (layer.digest !== layer.diffId) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer ${i} (${layer.digest}) is uncompressed, so its diff ID ${layer.diffId} must be its digest`);
         unchanged.push({ path: layer.path, id: layer.identity });
-        await tree.applyLayer(readTar(hashingCopy(layer.open(), seen, null, false)), stage);
+        if (layer.openSkipping && layer.verify) {
+          // Hashed in a worker while only its headers are read here (bodies are jumped over); awaited before
+          // anything is signed, and first when the build fails (a corrupt blob is a mismatch, whatever it broke).
+          const check = layer.verify();
+          check.catch(() => {});
+          checks.push(check);
+          seen.size = (await stat(layer.path)).size;
+          if (seen.size > MAX_LAYER_BYTES) throw imageError("IMAGE_LAYER_INVALID", `a layer is larger than ${MAX_LAYER_BYTES} bytes uncompressed`);
+          await tree.applyLayer(readTar(layer.openSkipping()), stage);
+        } else {
+          await applyVerified(layer, () => tree.applyLayer(readTar(hashingCopy(layer.open(), seen, null, false)), stage));
+        }
       } else {
-        await tree.applyLayer(readTar(hashingCopy(decompressed(layer), seen, bodies, true)), stage);
+        await applyVerified(layer, () => tree.applyLayer(readTar(hashingCopy(decompressed(layer), seen, bodies, true)), stage));
         const diffId = `sha256:${seen.hash.digest("hex")}`;
         if (diffId !== layer.diffId) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer ${i} (${layer.digest}) unpacks to ${diffId}, not its diff ID ${layer.diffId}`);
       }
@@ -261,18 +296,17 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
     await rm(join(work, "bodies"), { recursive: true, force: true });
     await rm(join(work, "archive"), { recursive: true, force: true });
 
+    for (const c of checks) await c;
     log("squashfs written");
-    const { vmlinuxPath, initrd } = await bootParts;
-    await Bun.write(join(work, OCI_IMAGE_FILES.kernel), Bun.file(vmlinuxPath));
-    await writeFile(join(work, OCI_IMAGE_FILES.initrd), initrd, { mode: 0o644 });
+    const boot = await bootParts;
 
     const unsigned: ImageManifest = {
       schemaVersion: 2,
       architecture: "x86_64",
-      kernel: await artifact(work, OCI_IMAGE_FILES.kernel),
+      kernel: boot.kernel,
       rootfs: await artifact(work, OCI_IMAGE_FILES.rootfs),
       rootfsFormat: "squashfs",
-      initrd: await artifact(work, OCI_IMAGE_FILES.initrd),
+      initrd: boot.initrd,
       kernelArgs: [],
       agentProtocolRange: "1",
       guestBootstrapVersion: DEV_GUEST_BOOTSTRAP_VERSION,
@@ -292,7 +326,8 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
   } catch (e) {
     // Nothing of this build keeps running after it failed: let the kernel/initramfs work settle first.
     if (bootParts) await bootParts.then(() => {}, () => {});
+    const mismatch = (await Promise.allSettled(checks)).find((r) => r.status === "rejected");
     await rm(work, { recursive: true, force: true });
-    throw e;
+    throw mismatch ? (mismatch as PromiseRejectedResult).reason : e;
   }
 }

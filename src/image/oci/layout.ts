@@ -5,21 +5,26 @@
  * layer tars).
  *
  * Owns: picking the image manifest (by reference annotation and platform,
- * through nested indexes), checking every blob's exact size and SHA-256
- * before anything uses it, and describing each layer (compression and the
- * diff ID its uncompressed bytes must hash to). Implements the input side of
+ * through nested indexes), checking every blob's exact size and SHA-256,
+ * and describing each layer (compression and the diff ID its uncompressed
+ * bytes must hash to). JSON blobs are checked before they are parsed; a
+ * layer blob's size is checked up front and its SHA-256 while its one
+ * reader reads it (LayerInput.open: hashed in the same pass as it is
+ * parsed, so 400 MB are not read twice), the stream failing at its end
+ * when the bytes differ; the build publishes nothing before that end. Implements the input side of
  * spec "Images" (`bb image build`, `source: {kind: "oci", …}`) after the OCI
  * image-spec's image-layout, manifest, index and config documents.
  * Must never: read a blob by a path built from anything but its validated
  * digest, parse a JSON blob before its digest is checked, or read past the
  * bounds below.
  */
-import { createReadStream } from "node:fs";
+import { closeSync, createReadStream, openSync, readSync } from "node:fs";
 import { mkdir, open, readFile, stat } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { imageError } from "../errors.ts";
-import { readTar } from "./tar.ts";
+import { type SkippableChunks, readTar } from "./tar.ts";
+import { hashFileOffThread } from "./blobHash.ts";
 import { utf8Text } from "./byteName.ts";
 
 /** Largest JSON document (index, manifest, config) read from an input, bytes. */
@@ -52,8 +57,29 @@ export interface LayerInput {
   compression: LayerCompression;
   /** `sha256:<hex>` the uncompressed tar must hash to (config rootfs.diff_ids). */
   diffId: string;
-  /** Opens the blob's bytes. */
+  /**
+   * Opens the blob's bytes. For an OCI layout blob the stream hashes what
+   * it yields and, after its last chunk, throws IMAGE_BLOB_DIGEST_MISMATCH
+   * when the bytes are not `digest`'s (also as soon as more bytes than the
+   * descriptor's size arrive): a consumer that reads to the end has read
+   * verified bytes, and must not publish anything before that end.
+   */
   open(): AsyncIterable<Uint8Array>;
+  /**
+   * Hashes the whole blob again and throws IMAGE_BLOB_DIGEST_MISMATCH when
+   * it differs from `digest` (absent when `digest` was computed, not
+   * claimed). For a reader that failed before the end of `open()`: a
+   * corrupt blob is reported as a mismatch, not as whatever its bytes broke.
+   */
+  verify?(): Promise<void>;
+  /**
+   * The blob's bytes, NOT verified, read by position so a tar reader can
+   * jump over bodies it leaves unread (tar.ts SkippableChunks); present
+   * with `verify` (which hashes the blob in a worker, tar.ts's reader
+   * meanwhile on this thread). Whoever reads it must await `verify()`
+   * before anything it made from those bytes is published.
+   */
+  openSkipping?(): SkippableChunks;
   /** The blob's file (in the layout, or the build's private copy of a docker-archive member). */
   path: string;
   /** fileIdentity of `path` taken before its bytes were hashed for `digest`: while it is unchanged, so are they. */
@@ -176,6 +202,29 @@ class BlobStore {
     if (got.size !== d.size || got.hex !== hex) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `${what} blob ${d.digest}: content hashes to sha256:${got.hex || "(over size)"}`);
     return { path: p, identity };
   }
+  /**
+   * A layer blob: checks it is there with the descriptor's exact size and
+   * returns its path, its identity (taken before any hashing) and the
+   * digest-checking stream and re-check of LayerInput. Throws
+   * IMAGE_SOURCE_INVALID (missing) or IMAGE_BLOB_DIGEST_MISMATCH (size).
+   */
+  async layer(d: Descriptor, what: string): Promise<Pick<LayerInput, "path" | "identity" | "open" | "verify" | "openSkipping">> {
+    const hex = hexOf(d.digest, what);
+    const p = this.path(hex);
+    const s = await stat(p).catch(() => null);
+    if (!s?.isFile()) throw bad(`${what} blob ${d.digest} is missing from the layout`);
+    if (s.size !== d.size) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `${what} blob ${d.digest}: size ${s.size} != descriptor size ${d.size}`);
+    const identity = await fileIdentity(p);
+    return {
+      path: p, identity,
+      open: () => verifyingChunks(p, hex, d.size, what),
+      openSkipping: () => positionalChunks(p, d.size),
+      verify: async () => {
+        const got = await hashFileOffThread(p, d.size);
+        if (got.size !== d.size || got.hex !== hex) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `${what} blob ${d.digest}: content hashes to sha256:${got.hex || "(over size)"}`);
+      },
+    };
+  }
   /** Reads, verifies and parses a JSON blob. */
   async json(d: Descriptor, what: string): Promise<unknown> {
     if (d.size > MAX_OCI_JSON_BYTES) throw bad(`${what} is ${d.size} bytes, over ${MAX_OCI_JSON_BYTES}`);
@@ -222,12 +271,60 @@ function fileChunks(path: string): AsyncIterable<Uint8Array> {
   return createReadStream(path, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>;
 }
 
+/** Bytes read at a time by positionalChunks (small: most tar members are smaller, large bodies are jumped over). */
+const POSITIONAL_READ_BYTES = 64 * 1024;
+
+/** The `size` bytes of `path` read by position, jumping where told (tar.ts SkippableChunks); a file that shrank ends early. */
+function positionalChunks(path: string, size: number): SkippableChunks {
+  let pos = 0;
+  return {
+    skip(n: number): boolean {
+      if (pos + n > size) return false;
+      pos += n;
+      return true;
+    },
+    async *[Symbol.asyncIterator]() {
+      const fd = openSync(path, "r");
+      try {
+        while (pos < size) {
+          const buf = Buffer.allocUnsafe(Math.min(POSITIONAL_READ_BYTES, size - pos));
+          const got = readSync(fd, buf, 0, buf.length, pos);
+          if (got === 0) break;
+          pos += got;
+          yield buf.subarray(0, got);
+        }
+      } finally {
+        closeSync(fd);
+      }
+    },
+  };
+}
+
+/**
+ * The chunks of blob `path`, hashed as they pass; throws
+ * IMAGE_BLOB_DIGEST_MISMATCH after the last one when they are not `size`
+ * bytes hashing to `hex` (at once when more than `size` arrive).
+ */
+async function* verifyingChunks(path: string, hex: string, size: number, what: string): AsyncGenerator<Uint8Array> {
+  const h = createHash("sha256");
+  let seen = 0;
+  for await (const c of fileChunks(path)) {
+    seen += c.length;
+    if (seen > size) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `${what} blob sha256:${hex} grew past its descriptor size ${size} while it was read`);
+    h.update(c);
+    yield c;
+  }
+  const got = h.digest("hex");
+  if (seen !== size || got !== hex) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `${what} blob sha256:${hex}: content (${seen} bytes) hashes to sha256:${got}`);
+}
+
 /**
  * Reads the image in OCI layout `dir`: follows index.json (and nested
  * indexes, at most MAX_INDEX_DEPTH) to one image manifest, choosing by the
  * `org.opencontainers.image.ref.name` annotation `ref`, else the only
- * manifest, else the linux/amd64 one. Verifies the manifest, config and
- * every layer blob (exact size and SHA-256) before returning.
+ * manifest, else the linux/amd64 one. Verifies the manifest and config
+ * (exact size and SHA-256) and each layer blob's size before returning;
+ * each layer's SHA-256 is checked by its `open()` stream (LayerInput).
  * Throws IMAGE_SOURCE_INVALID (malformed or missing documents, no usable
  * manifest, a bound exceeded), IMAGE_BLOB_DIGEST_MISMATCH (a blob differs
  * from its descriptor) or IMAGE_LAYER_UNSUPPORTED (a layer media type).
@@ -263,8 +360,7 @@ export async function readOciLayout(dir: string, ref?: string): Promise<OciImage
   const layers: LayerInput[] = [];
   for (const [i, d] of layerDescs.entries()) {
     const compression = layerCompression(d.mediaType);
-    const { path, identity } = await blobs.verified(d, `layer ${i}`);
-    layers.push({ digest: d.digest, compression, diffId: diffIds[i]!, open: () => fileChunks(path), path, identity });
+    layers.push({ digest: d.digest, compression, diffId: diffIds[i]!, ...(await blobs.layer(d, `layer ${i}`)) });
   }
   return {
     manifestDigest: chosen.digest, configDigest: configDesc.digest, config, layers,

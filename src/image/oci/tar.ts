@@ -64,16 +64,42 @@ const KIND_BY_TYPEFLAG: Record<string, TarEntryKind> = {
 };
 
 
+/**
+ * A chunk stream that can also jump: `skip(n)` makes the next chunk start
+ * `n` bytes further on than it would have (a file read by position), and
+ * returns false when that is past the end. readTar uses it for the bodies
+ * its consumer leaves unread, so they are never read.
+ */
+export interface SkippableChunks extends AsyncIterable<Uint8Array> {
+  skip(n: number): boolean;
+}
+
 /** Pulls exact byte counts out of an async chunk stream. */
 class ByteReader {
   private buf: Uint8Array = new Uint8Array(0);
   private off = 0;
   private done = false;
   private readonly it: AsyncIterator<Uint8Array>;
+  private readonly jump: ((n: number) => boolean) | null;
   /** Bytes consumed so far. */
   position = 0;
-  constructor(source: AsyncIterable<Uint8Array>) {
+  constructor(source: AsyncIterable<Uint8Array> | SkippableChunks) {
     this.it = source[Symbol.asyncIterator]();
+    this.jump = "skip" in source ? (n) => source.skip(n) : null;
+  }
+  /** Passes over the next `n` bytes without yielding them (without reading them, from a SkippableChunks). Throws IMAGE_LAYER_INVALID when truncated. */
+  async skip(n: number): Promise<void> {
+    const held = Math.min(n, this.buf.length - this.off);
+    this.off += held;
+    this.position += held;
+    const left = n - held;
+    if (left === 0) return;
+    if (this.jump) {
+      if (this.done || !this.jump(left)) throw imageError("IMAGE_LAYER_INVALID", `tar stream truncated inside an entry at byte ${this.position}`);
+      this.position += left;
+      return;
+    }
+    for await (const _ of this.chunks(left)) { /* skip */ }
   }
   private async fill(): Promise<boolean> {
     if (this.done) return false;
@@ -214,9 +240,10 @@ async function readMeta(r: ByteReader, size: number, what: string): Promise<Uint
  * all-zero block or at the end of the stream. Throws IMAGE_LAYER_INVALID
  * (bad checksum, truncation, malformed PAX, a bound exceeded) and
  * IMAGE_LAYER_UNSUPPORTED (an entry type an image may not hold, e.g. GNU
- * sparse files).
+ * sparse files). From a SkippableChunks source, bodies left unread are
+ * jumped over, never read.
  */
-export async function* readTar(source: AsyncIterable<Uint8Array>): AsyncGenerator<TarEntry> {
+export async function* readTar(source: AsyncIterable<Uint8Array> | SkippableChunks): AsyncGenerator<TarEntry> {
   const r = new ByteReader(source);
   let pax: Map<string, Uint8Array> | null = null;
   let longName: string | null = null;
@@ -299,8 +326,8 @@ export async function* readTar(source: AsyncIterable<Uint8Array>): AsyncGenerato
     }
     yield { header, body: body(), offset: r.position };
     // Skip what the consumer left (it may have stopped early, which closes its generator).
-    if (state.left > 0) for await (const c of r.chunks(state.left)) state.left -= c.length;
-    if (afterBody > 0) for await (const _ of r.chunks(afterBody)) { /* skip */ }
+    if (state.left > 0) await r.skip(state.left);
+    if (afterBody > 0) await r.skip(afterBody);
     const total = skipSize;
     const pad = (TAR_BLOCK_BYTES - (total % TAR_BLOCK_BYTES)) % TAR_BLOCK_BYTES;
     if (pad > 0 && !(await r.read(pad))) throw imageError("IMAGE_LAYER_INVALID", "tar stream ends inside padding");

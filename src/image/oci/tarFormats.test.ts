@@ -9,7 +9,8 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { type TarHeader, readTar } from "./tar.ts";
+import { type SkippableChunks, type TarHeader, readTar } from "./tar.ts";
+import { makeTar } from "./testLayout.ts";
 import { byteName } from "./byteName.ts";
 
 const work = mkdtempSync(join(tmpdir(), "bb-tarfmt-"));
@@ -176,5 +177,46 @@ describe("names and extended attributes stay byte-exact", () => {
     const err = await headers(tarOf(pax([["path", "caf\xe9"], ["uid", "0x10"]]), block([...common("f", "0"), ...POSIX]))).then(() => null, (e: Error & { code?: string }) => e);
     expect(err?.code).toBe("IMAGE_LAYER_INVALID");
     expect(err?.message).toContain('"caf\\xe9"');
+  });
+});
+
+/** A SkippableChunks over `b` (as layout.ts reads a blob by position), counting the bytes it really yields. */
+function skippable(b: Uint8Array, read: { bytes: number }): SkippableChunks {
+  let pos = 0;
+  return {
+    skip(n: number) {
+      if (pos + n > b.length) return false;
+      pos += n;
+      return true;
+    },
+    async *[Symbol.asyncIterator]() {
+      while (pos < b.length) {
+        const c = b.subarray(pos, pos + 4096);
+        pos += c.length;
+        read.bytes += c.length;
+        yield c;
+      }
+    },
+  };
+}
+
+describe("a tar read by position (bodies jumped over)", () => {
+  const big = new Uint8Array(300_000).fill(1);
+  const tar = makeTar([{ path: "a/" }, { path: "a/big", body: big }, { path: "a/small", body: "s" }, { path: "a/big2", body: big }, { path: "z", kind: "symlink", linkname: "a" }]);
+
+  test("gives the same headers and body offsets as the stream, without reading the bodies it skips", async () => {
+    const seen = async (src: AsyncIterable<Uint8Array>) => {
+      const out: string[] = [];
+      for await (const e of readTar(src)) out.push(`${e.header.path}:${e.header.size}@${e.offset}`);
+      return out;
+    };
+    const read = { bytes: 0 };
+    expect(await seen(skippable(tar, read))).toEqual(await seen(chunked(tar)));
+    expect(read.bytes).toBeLessThan(tar.length - 2 * big.length + 2 * 4096);
+  });
+
+  test("a body cut short is refused IMAGE_LAYER_INVALID (truncated) there too", async () => {
+    const cut = tar.subarray(0, 512 * 3 + 1000);
+    expect(await code((async () => { for await (const _ of readTar(skippable(cut, { bytes: 0 }))) { /* skip */ } })())).toBe("IMAGE_LAYER_INVALID");
   });
 });
