@@ -3,10 +3,14 @@
  * data directory, development manifest with room for many allocations)
  * holding `--allocations` pending allocations of one controller, with the
  * per-caller bounds on (`bounded`, the shipped constants) or lifted
- * (`unbounded`, the baseline). Prints one JSON line with the URL, the
- * controller token and the allocation IDs, then runs until stdin closes.
+ * (`unbounded`, the baseline); or (`floor`) no scheduler at all, a bare
+ * `Bun.serve` that answers /healthz and refuses everything else with one
+ * fixed 429: what Bun alone costs to accept and parse the burst's
+ * connections, the floor no change of ours can go under. Prints one JSON
+ * line with the URL, the controller token and the allocation IDs, then runs
+ * until stdin closes.
  *
- *   bun bench/children/burstServer.ts bounded|unbounded <allocations>
+ *   bun bench/children/burstServer.ts bounded|unbounded|floor <allocations>
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -16,6 +20,19 @@ import { serveScheduler } from "../../src/scheduler/serve.ts";
 
 const mode = process.argv[2] ?? "bounded";
 const count = Number(process.argv[3] ?? "10000");
+if (mode === "floor") {
+  const server = Bun.serve({
+    hostname: "127.0.0.1",
+    port: 0,
+    fetch: (req) => (new URL(req.url).pathname === "/healthz" ? Response.json({ ok: true }) : new Response('{"code":"CONCURRENCY_LIMITED"}', { status: 429, headers: { "retry-after": "1" } })),
+  });
+  console.log(JSON.stringify({ url: `http://127.0.0.1:${server.port}`, token: "floor", ids: Array.from({ length: count }, (_, i) => `a${i}`) }));
+  for await (const _ of console) {
+    /* until stdin closes */
+  }
+  await server.stop(true);
+  process.exit(0);
+}
 const dir = mkdtempSync(join(tmpdir(), "bb-bench-burst-"));
 const dev = ensureDevManifest(join(dir, "m"), `sha256:${"ab".repeat(32)}`);
 const m = JSON.parse(readFileSync(dev.manifestPath, "utf8")) as { limits?: Record<string, number> };

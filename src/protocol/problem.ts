@@ -29,10 +29,39 @@ export const BEARER_CHALLENGE = 'Bearer realm="beachball"';
  * 405).
  */
 export function problemResponse(err: BeachballError, headers: Record<string, string> = {}): Response {
+  return problemFactory(err, headers)();
+}
+
+/** The stable code of every problem response made here, so the request log need not read a body to name it (see problemCodeOf). */
+const codes = new WeakMap<Response, ErrorCode>();
+
+/**
+ * The stable code of `res` when it is a problem response made by this
+ * module (problemResponse, problemFactory), else undefined: a cheap lookup,
+ * no body read (src/scheduler/requestLog.ts).
+ */
+export function problemCodeOf(res: Response): ErrorCode | undefined {
+  return codes.get(res);
+}
+
+/**
+ * A maker of fresh, identical problem responses for `err` (the same body,
+ * status and headers as problemResponse): the body is serialised once, so
+ * a refusal given thousands of times a second (a shed burst, issue 18 item
+ * 21) costs one Response, not an Error, a stack and a JSON.stringify each.
+ */
+export function problemFactory(err: BeachballError, headers: Record<string, string> = {}): () => Response {
   const h: Record<string, string> = { "content-type": "application/problem+json", ...(err.status === 401 ? { "www-authenticate": BEARER_CHALLENGE } : {}), ...headers };
   const retry = err.extra?.["retryAfterSeconds"];
   if (typeof retry === "number") h["retry-after"] = String(retry);
-  return new Response(JSON.stringify(err.toProblem()), { status: err.status, headers: h });
+  const body = JSON.stringify(err.toProblem());
+  const status = err.status;
+  const code = err.code;
+  return () => {
+    const res = new Response(body, { status, headers: h });
+    codes.set(res, code);
+    return res;
+  };
 }
 
 /** Shorthand: the problem response for a code and detail. */

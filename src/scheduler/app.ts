@@ -126,7 +126,8 @@ export function buildApp(worker: SchedulerWorker, rendezvous: RendezvousUpgrade 
       const p = await guard.admit(request);
       if (p instanceof Response) return p;
       // Per-caller bounds (callerLimits.ts): a caller past them is shed with 429 before any object is called.
-      const release = limiter.enter(p.caller, isFollow(p.route, p.query));
+      const release = limiter.admit(p.caller, isFollow(p.route, p.query));
+      if (release instanceof Response) return release;
       let r: Reply;
       try {
         // HEAD runs the GET handler; Bun sends its status and headers without the body.

@@ -7,7 +7,9 @@
  * flight, and at most MAX_FOLLOWS_PER_CALLER of them may be parked log
  * follows; one past either is refused at once with 429 CONCURRENCY_LIMITED
  * and `Retry-After`, after authentication and before any object is called,
- * so shedding costs no more than the guard did. Anonymous routes (health,
+ * so shedding costs no more than the guard did. The refusal is answered,
+ * not thrown: its body is serialised once (problemFactory), so a shed
+ * request makes no Error, stack or JSON of its own. Anonymous routes (health,
  * discovery, enroll) are not counted: they park nothing and call one object
  * at most. One limiter is shared by both hosts' routers (app.ts,
  * fetchRouter.ts); on workerd it counts per isolate.
@@ -17,6 +19,7 @@
  * ended (the release runs however the handler ends).
  */
 import { BeachballError } from "../protocol/errors.ts";
+import { problemFactory } from "../protocol/problem.ts";
 import type { Caller } from "./edge.ts";
 
 /** Requests one caller may have in flight at once (above bench/api.ts's 200 concurrent readers: a busy controller is not shed, a burst is). */
@@ -50,21 +53,27 @@ function keyOf(c: Caller): string | null {
 export class CallerLimiter {
   private readonly inFlight = new Map<string, number>();
   private readonly follows = new Map<string, number>();
+  private readonly tooMany: () => Response;
+  private readonly tooManyFollows: () => Response;
 
-  constructor(private readonly bounds: CallerBounds = { maxInFlight: MAX_IN_FLIGHT_PER_CALLER, maxFollows: MAX_FOLLOWS_PER_CALLER }) {}
+  constructor(private readonly bounds: CallerBounds = { maxInFlight: MAX_IN_FLIGHT_PER_CALLER, maxFollows: MAX_FOLLOWS_PER_CALLER }) {
+    this.tooMany = problemFactory(new BeachballError("CONCURRENCY_LIMITED", `this caller already has ${bounds.maxInFlight} requests in flight; retry when one has ended`, { retryAfterSeconds: CONCURRENCY_RETRY_AFTER_SECONDS, limit: bounds.maxInFlight }));
+    this.tooManyFollows = problemFactory(new BeachballError("CONCURRENCY_LIMITED", `this caller already follows ${bounds.maxFollows} logs; retry when one has ended`, { retryAfterSeconds: CONCURRENCY_RETRY_AFTER_SECONDS, limit: bounds.maxFollows }));
+  }
 
   /**
-   * Counts one request of `caller` (a follow when `follow`); answers the
-   * release to call exactly once when it ends. Throws CONCURRENCY_LIMITED
-   * (429, Retry-After) when the caller is at a bound; nothing is counted then.
+   * Counts one request of `caller` (a follow when `follow`) and answers the
+   * release to call exactly once when it ends; or, when the caller is at a
+   * bound, answers the refusal itself: a fresh 429 CONCURRENCY_LIMITED
+   * problem response with `Retry-After` (nothing is counted then).
    */
-  enter(caller: Caller, follow: boolean): () => void {
+  admit(caller: Caller, follow: boolean): (() => void) | Response {
     const key = keyOf(caller);
     if (key === null) return () => undefined;
     const n = this.inFlight.get(key) ?? 0;
     const f = this.follows.get(key) ?? 0;
-    if (n >= this.bounds.maxInFlight) throw new BeachballError("CONCURRENCY_LIMITED", `this caller already has ${this.bounds.maxInFlight} requests in flight; retry when one has ended`, { retryAfterSeconds: CONCURRENCY_RETRY_AFTER_SECONDS, limit: this.bounds.maxInFlight });
-    if (follow && f >= this.bounds.maxFollows) throw new BeachballError("CONCURRENCY_LIMITED", `this caller already follows ${this.bounds.maxFollows} logs; retry when one has ended`, { retryAfterSeconds: CONCURRENCY_RETRY_AFTER_SECONDS, limit: this.bounds.maxFollows });
+    if (n >= this.bounds.maxInFlight) return this.tooMany();
+    if (follow && f >= this.bounds.maxFollows) return this.tooManyFollows();
     this.inFlight.set(key, n + 1);
     if (follow) this.follows.set(key, f + 1);
     let released = false;

@@ -113,7 +113,8 @@ export function fetchRouter(front: SchedulerFront, limiter = new CallerLimiter()
     try {
       const p = await guard.admit(req);
       if (p instanceof Response) return p;
-      const release = limiter.enter(p.caller, isFollow(p.route, p.query));
+      const release = limiter.admit(p.caller, isFollow(p.route, p.query));
+      if (release instanceof Response) return release;
       try {
         return await answer(front, p);
       } finally {

@@ -12,6 +12,7 @@
 import type { Logger } from "../command/log.ts";
 import type { Clock, Randomness } from "./runtime/ports.ts";
 import { requestTarget } from "../protocol/requestTarget.ts";
+import { problemCodeOf } from "../protocol/problem.ts";
 
 /** The header that carries the request ID both ways. */
 export const REQUEST_ID_HEADER = "x-request-id";
@@ -41,6 +42,7 @@ export function withRequestLog(handle: (req: Request) => Response | Promise<Resp
     const given = req.headers.get(REQUEST_ID_HEADER);
     const requestId = given && REQUEST_ID_PATTERN.test(given) ? given : hex(deps.random.bytes(12));
     let res = await handle(req);
+    const ownCode = problemCodeOf(res);
     try {
       res.headers.set(REQUEST_ID_HEADER, requestId);
     } catch {
@@ -49,8 +51,9 @@ export function withRequestLog(handle: (req: Request) => Response | Promise<Resp
       headers.set(REQUEST_ID_HEADER, requestId);
       res = new Response(res.body, { status: res.status, statusText: res.statusText, headers });
     }
-    let code: string | undefined;
-    if (res.status >= 400 && (res.headers.get("content-type") ?? "").startsWith("application/problem+json")) {
+    // The code of our own problem responses is known without reading the body; only another answer is peeked at.
+    let code: string | undefined = ownCode;
+    if (code === undefined && res.status >= 400 && (res.headers.get("content-type") ?? "").startsWith("application/problem+json")) {
       const text = await res.clone().text().catch(() => "");
       const m = /"code":"([A-Z_]{1,64})"/.exec(text.slice(0, MAX_PROBLEM_PEEK_BYTES));
       code = m?.[1];
