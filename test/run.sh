@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Type-checks the tree (tsc --noEmit), then runs every *.test.ts in the
+# Type-checks the tree (tsc --noEmit), checks its formatting (Biome, pinned
+# in package.json, configured by biome.json), then runs every *.test.ts in the
 # repository with Bun and ends with one line: "N passed, N failed" (plus
-# ", N skipped" when Bun skipped any). The type check counts as one test:
-# a type error fails the run. BB_SKIP_TYPECHECK=1 leaves it out (for quick
-# local runs of a few files; CI never sets it).
+# ", N skipped" when Bun skipped any). The type check and the format check
+# count as one test each: a type error or an unformatted file fails the run
+# (`node_modules/.bin/biome format --write .` mends the second).
+# BB_SKIP_TYPECHECK=1 leaves both out (for quick local runs of a few files;
+# CI never sets it).
 # Extra arguments after `--` go to `bun test`, e.g.
 #   bash test/run.sh -- --timeout 600000 src/domain
 # Exit code: Bun's (non-zero when a test failed or no test ran).
@@ -32,6 +35,14 @@ if [ "${BB_SKIP_TYPECHECK:-}" != "1" ]; then
   else
     echo "typecheck: FAILED (the errors are above)"
     typecheck_failed=1
+  fi
+  echo "format: biome format ."
+  if node_modules/.bin/biome format . ; then
+    echo "format: ok"
+    typecheck_passed=$((typecheck_passed + 1))
+  else
+    echo "format: FAILED (run 'node_modules/.bin/biome format --write .'; the files are above)"
+    typecheck_failed=$((typecheck_failed + 1))
   fi
 fi
 
@@ -67,8 +78,8 @@ else
   echo "$pass passed, $fail failed"
 fi
 
-if [ "$typecheck_failed" -eq 1 ]; then
-  echo "test/run.sh: the type check failed (tsc --noEmit -p .)" >&2
+if [ "$typecheck_failed" -gt 0 ]; then
+  echo "test/run.sh: the type check or the format check failed (see 'typecheck:' and 'format:' above)" >&2
   code=1
 fi
 if [ "$code" -eq 0 ] && [ $((pass + fail + skip - typecheck_passed)) -eq 0 ]; then
