@@ -23,7 +23,12 @@ import { appendLogChunk, readLogPage } from "../src/scheduler/objects/allocation
 import { SqlStore } from "../src/scheduler/runtime/embedded/sqlStore.ts";
 import { migrate } from "../src/scheduler/runtime/migrate.ts";
 import { MIGRATIONS } from "../src/scheduler/migrations/index.ts";
-import { LOG_RING_BYTES, MAX_LOG_CHUNK_BYTES, MAX_LOG_CHUNKS_PER_PUSH, MAX_LOG_READ_BYTES } from "../src/protocol/logs.ts";
+import {
+  LOG_RING_BYTES,
+  MAX_LOG_CHUNK_BYTES,
+  MAX_LOG_CHUNKS_PER_PUSH,
+  MAX_LOG_READ_BYTES,
+} from "../src/protocol/logs.ts";
 import { limitRunTime } from "./runLimit.ts";
 
 limitRunTime("bench/allocationLog.ts", 600);
@@ -32,7 +37,8 @@ const { values } = parseArgs({ options: { mib: { type: "string", default: "32" }
 const MIB = Number(values.mib);
 const dir = mkdtempSync(join(tmpdir(), "bb-bench-alloclog-"));
 const mibps = (bytes: number, ms: number) => bytes / 1024 / 1024 / (ms / 1000);
-const line = (i: number) => `step ${i}: compiled module-${i % 97} in ${(i * 7) % 1000} ms, token-free output with some words and numbers ${i * 31}\n`;
+const line = (i: number) =>
+  `step ${i}: compiled module-${i % 97} in ${(i * 7) % 1000} ms, token-free output with some words and numbers ${i * 31}\n`;
 
 try {
   // 1. Redaction.
@@ -44,15 +50,26 @@ try {
     size += l.length;
   }
   const raw = Buffer.from(parts.join(""));
-  const reads = Array.from({ length: Math.ceil(raw.length / 65536) }, (_, i) => raw.subarray(i * 65536, (i + 1) * 65536));
-  const payload = new TextEncoder().encode(Array.from({ length: 200 }, (_, i) => `export SECRET_${i}=tok_${i}abcdef0123456789xyz\nrun-step ${i} --flag value-${i}`).join("\n"));
+  const reads = Array.from({ length: Math.ceil(raw.length / 65536) }, (_, i) =>
+    raw.subarray(i * 65536, (i + 1) * 65536),
+  );
+  const payload = new TextEncoder().encode(
+    Array.from(
+      { length: 200 },
+      (_, i) => `export SECRET_${i}=tok_${i}abcdef0123456789xyz\nrun-step ${i} --flag value-${i}`,
+    ).join("\n"),
+  );
   let t = performance.now();
   let partial = "";
   let baseOut = 0;
   for (const r of reads) {
     const text = partial + r.toString("utf8");
     const cut = text.lastIndexOf("\n") + 1;
-    baseOut += text.slice(0, cut).split("\n").map((l) => l.replace(/\r$/, "")).join("\n").length;
+    baseOut += text
+      .slice(0, cut)
+      .split("\n")
+      .map((l) => l.replace(/\r$/, ""))
+      .join("\n").length;
     partial = text.slice(cut);
   }
   const baseMs = performance.now() - t;
@@ -62,7 +79,9 @@ try {
   let out = 0;
   for (const r of reads) out += red.feed(r).length;
   const redMs = performance.now() - t;
-  console.log(`redaction: ${mibps(raw.length, redMs).toFixed(1)} MiB/s; split-and-join baseline ${mibps(raw.length, baseMs).toFixed(1)} MiB/s; ratio ${(redMs / baseMs).toFixed(1)}× the baseline's time (${out} / ${baseOut} chars out)`);
+  console.log(
+    `redaction: ${mibps(raw.length, redMs).toFixed(1)} MiB/s; split-and-join baseline ${mibps(raw.length, baseMs).toFixed(1)} MiB/s; ratio ${(redMs / baseMs).toFixed(1)}× the baseline's time (${out} / ${baseOut} chars out)`,
+  );
 
   // 2. The ring.
   const chunkText = ("x".repeat(1023) + "\n").repeat(MAX_LOG_CHUNK_BYTES / 1024);
@@ -76,7 +95,15 @@ try {
   let offset = 0;
   for (let p = 0; p < pushes; p++) {
     for (let c = 0; c < MAX_LOG_CHUNKS_PER_PUSH; c++) {
-      s.transactionSync(() => appendLogChunk(s.sql, A, current, { allocationId: A, placementId: "plc_1", generation: 1, offset, text: chunkText }));
+      s.transactionSync(() =>
+        appendLogChunk(s.sql, A, current, {
+          allocationId: A,
+          placementId: "plc_1",
+          generation: 1,
+          offset,
+          text: chunkText,
+        }),
+      );
       offset += MAX_LOG_CHUNK_BYTES;
     }
     s.commit();
@@ -95,7 +122,9 @@ try {
   s.close();
 
   const db = new Database(join(dir, "baseline.db"), { create: true, strict: true });
-  db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; CREATE TABLE c (obj TEXT NOT NULL, start INTEGER NOT NULL, bytes INTEGER NOT NULL, text TEXT NOT NULL, PRIMARY KEY (obj, start))");
+  db.exec(
+    "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; CREATE TABLE c (obj TEXT NOT NULL, start INTEGER NOT NULL, bytes INTEGER NOT NULL, text TEXT NOT NULL, PRIMARY KEY (obj, start))",
+  );
   const ins = db.query("INSERT INTO c (obj, start, bytes, text) VALUES (?, ?, ?, ?)");
   const del = db.query("DELETE FROM c WHERE obj = ? AND start + bytes <= ?");
   t = performance.now();
@@ -110,7 +139,9 @@ try {
     })();
   }
   const baseRingMs = performance.now() - t;
-  const sel = db.query<{ start: number; bytes: number; text: string }, [string, number]>("SELECT start, bytes, text FROM c WHERE obj = ? AND start + bytes > ? ORDER BY start LIMIT 16");
+  const sel = db.query<{ start: number; bytes: number; text: string }, [string, number]>(
+    "SELECT start, bytes, text FROM c WHERE obj = ? AND start + bytes > ? ORDER BY start LIMIT 16",
+  );
   t = performance.now();
   let bat = 0;
   let baseRead = 0;
@@ -123,8 +154,12 @@ try {
   const baseReadMs = performance.now() - t;
   db.close();
   const total = pushes * MAX_LOG_CHUNKS_PER_PUSH * MAX_LOG_CHUNK_BYTES;
-  console.log(`ring append: ${mibps(total, ringMs).toFixed(1)} MiB/s (${((pushes * 1000) / ringMs).toFixed(0)} pushes/s); bun:sqlite baseline ${mibps(total, baseRingMs).toFixed(1)} MiB/s; ratio ${(ringMs / baseRingMs).toFixed(2)}× the baseline's time`);
-  console.log(`ring read (the last ${(readBytes / 1024).toFixed(0)} KiB kept): ${mibps(readBytes, ringReadMs).toFixed(1)} MiB/s; baseline ${mibps(baseRead, baseReadMs).toFixed(1)} MiB/s; ratio ${(ringReadMs / baseReadMs).toFixed(2)}× the baseline's time`);
+  console.log(
+    `ring append: ${mibps(total, ringMs).toFixed(1)} MiB/s (${((pushes * 1000) / ringMs).toFixed(0)} pushes/s); bun:sqlite baseline ${mibps(total, baseRingMs).toFixed(1)} MiB/s; ratio ${(ringMs / baseRingMs).toFixed(2)}× the baseline's time`,
+  );
+  console.log(
+    `ring read (the last ${(readBytes / 1024).toFixed(0)} KiB kept): ${mibps(readBytes, ringReadMs).toFixed(1)} MiB/s; baseline ${mibps(baseRead, baseReadMs).toFixed(1)} MiB/s; ratio ${(ringReadMs / baseReadMs).toFixed(2)}× the baseline's time`,
+  );
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }

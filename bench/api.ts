@@ -16,7 +16,14 @@ import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { ensureDevManifest } from "../src/scheduler/manifest.ts";
 
-const { values } = parseArgs({ options: { allocations: { type: "string", default: "10000" }, readers: { type: "string", default: "200" }, gets: { type: "string", default: "20000" }, "idle-seconds": { type: "string", default: "10" } } });
+const { values } = parseArgs({
+  options: {
+    allocations: { type: "string", default: "10000" },
+    readers: { type: "string", default: "200" },
+    gets: { type: "string", default: "20000" },
+    "idle-seconds": { type: "string", default: "10" },
+  },
+});
 const N = Number(values.allocations);
 const R = Number(values.readers);
 const GETS = Number(values.gets);
@@ -51,7 +58,12 @@ interface Target {
   stop(): Promise<void>;
 }
 
-async function startProcess(name: string, cmd: string[], token: string, portOf: (line: string) => number | null): Promise<Target> {
+async function startProcess(
+  name: string,
+  cmd: string[],
+  token: string,
+  portOf: (line: string) => number | null,
+): Promise<Target> {
   const proc = Bun.spawn(cmd, { stdout: "pipe", stderr: "pipe" });
   const reader = proc.stdout.getReader();
   const errReader = proc.stderr.getReader();
@@ -130,7 +142,11 @@ async function run(t: Target): Promise<Result> {
   let start = performance.now();
   await pool(N, 64, async (i) => {
     const s = performance.now();
-    const r = await fetch(`${t.url}/v1/allocations`, { method: "POST", headers, body: JSON.stringify({ clientRequestId: `api-${i}`, workloadClass: "ci-small" }) });
+    const r = await fetch(`${t.url}/v1/allocations`, {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ clientRequestId: `api-${i}`, workloadClass: "ci-small" }),
+    });
     createMs.push(performance.now() - s);
     if (r.status !== 201) throw new Error(`${t.name}: create ${i} answered ${r.status} ${await r.text()}`);
     ids[i] = ((await r.json()) as { allocationId: string }).allocationId;
@@ -158,12 +174,28 @@ async function run(t: Target): Promise<Result> {
   const ticks0 = cpuTicks(t.pid);
   await Bun.sleep(IDLE_S * 1000);
   const idleCpuPct = ((cpuTicks(t.pid) - ticks0) / 100 / IDLE_S) * 100;
-  return { createP50: pct(createMs, 50), createP99: pct(createMs, 99), createRate, getP50: pct(getMs, 50), getP99: pct(getMs, 99), pageAllMs, idleCpuPct, rss: rssMiB(t.pid) };
+  return {
+    createP50: pct(createMs, 50),
+    createP99: pct(createMs, 99),
+    createRate,
+    getP50: pct(getMs, 50),
+    getP99: pct(getMs, 99),
+    pageAllMs,
+    idleCpuPct,
+    rss: rssMiB(t.pid),
+  };
 }
 
 const dev = ensureDevManifest(join(dir, "sched"), `sha256:${"ab".repeat(32)}`);
 const m = JSON.parse(readFileSync(dev.manifestPath, "utf8")) as { limits: Record<string, number> };
-m.limits = { ...m.limits, maxConcurrentAllocationsPerController: 1_000_000, controllerRequestsPerSecond: 1e9, deploymentRequestsPerSecond: 1e9, maxAllocations: 1_000_000, maxRetainedAllocations: 1_000_000 };
+m.limits = {
+  ...m.limits,
+  maxConcurrentAllocationsPerController: 1_000_000,
+  controllerRequestsPerSecond: 1e9,
+  deploymentRequestsPerSecond: 1e9,
+  maxAllocations: 1_000_000,
+  maxRetainedAllocations: 1_000_000,
+};
 writeFileSync(dev.manifestPath, JSON.stringify(m));
 const token = (JSON.parse(readFileSync(dev.clientConfigPath, "utf8")) as { token: string }).token;
 writeFileSync(join(dir, "baseline.ts"), BASELINE);
@@ -172,8 +204,29 @@ const results: [string, Result][] = [];
 for (const which of ["baseline", "scheduler"] as const) {
   const t =
     which === "baseline"
-      ? await startProcess("baseline", [process.execPath, join(dir, "baseline.ts"), join(dir, "baseline.db")], token, (l) => Number(/listening (\d+)/.exec(l)?.[1]) || null)
-      : await startProcess("scheduler", [process.execPath, resolve(import.meta.dir, "../bin/bb.ts"), "scheduler", "serve", "--data-dir", join(dir, "sched", "data"), "--manifest", dev.manifestPath, "--listen", "127.0.0.1:0"], token, (l) => Number(/listening on http:\/\/[^:]+:(\d+)/.exec(l)?.[1]) || null);
+      ? await startProcess(
+          "baseline",
+          [process.execPath, join(dir, "baseline.ts"), join(dir, "baseline.db")],
+          token,
+          (l) => Number(/listening (\d+)/.exec(l)?.[1]) || null,
+        )
+      : await startProcess(
+          "scheduler",
+          [
+            process.execPath,
+            resolve(import.meta.dir, "../bin/bb.ts"),
+            "scheduler",
+            "serve",
+            "--data-dir",
+            join(dir, "sched", "data"),
+            "--manifest",
+            dev.manifestPath,
+            "--listen",
+            "127.0.0.1:0",
+          ],
+          token,
+          (l) => Number(/listening on http:\/\/[^:]+:(\d+)/.exec(l)?.[1]) || null,
+        );
   try {
     results.push([which, await run(t)]);
   } finally {
@@ -189,4 +242,6 @@ for (const [name, r] of results) {
     `${name.padEnd(9)} create ${r.createRate.toFixed(0)}/s p50 ${r.createP50.toFixed(1)} ms p99 ${r.createP99.toFixed(1)} ms | get p50 ${r.getP50.toFixed(1)} ms p99 ${r.getP99.toFixed(1)} ms | page through all ${r.pageAllMs.toFixed(0)} ms | idle CPU ${r.idleCpuPct.toFixed(1)} % | RSS ${r.rss.toFixed(0)} MiB`,
   );
 }
-console.log(`ratios (scheduler ÷ baseline): get p99 ${(s.getP99 / b.getP99).toFixed(2)}×, get p50 ${(s.getP50 / b.getP50).toFixed(2)}×, create p99 ${(s.createP99 / b.createP99).toFixed(2)}×, paging ${(s.pageAllMs / b.pageAllMs).toFixed(2)}×, RSS ${(s.rss / b.rss).toFixed(2)}×`);
+console.log(
+  `ratios (scheduler ÷ baseline): get p99 ${(s.getP99 / b.getP99).toFixed(2)}×, get p50 ${(s.getP50 / b.getP50).toFixed(2)}×, create p99 ${(s.createP99 / b.createP99).toFixed(2)}×, paging ${(s.pageAllMs / b.pageAllMs).toFixed(2)}×, RSS ${(s.rss / b.rss).toFixed(2)}×`,
+);

@@ -72,19 +72,35 @@ async function images(): Promise<{ dev: string; oci: string; ref: string; devKey
   const key = JSON.parse(readFileSync(keyPath, "utf8")) as { privateKey: string; publicKey: string };
   const dev = await buildDevImage({ outDir: join(BENCH, "dev"), cacheDir: CACHE, bbBinaryPath: guest });
   const tar = await ensureDebianRootfsTar(CACHE, undefined, (m) => console.log(`bench: ${m}`));
-  const fresh = (dir: string) => existsSync(join(dir, "manifest.json")) && existsSync(join(dir, "bench-guest")) && readFileSync(join(dir, "bench-guest"), "utf8") === guestSha;
+  const fresh = (dir: string) =>
+    existsSync(join(dir, "manifest.json")) &&
+    existsSync(join(dir, "bench-guest")) &&
+    readFileSync(join(dir, "bench-guest"), "utf8") === guestSha;
   const oci = join(BENCH, "oci");
   if (!fresh(oci)) {
     console.log("bench: building the OCI image");
     const layout = await writeDebianOciLayout(join(BENCH, "layout"), tar);
-    await buildOciImage({ input: { kind: "oci-layout", dir: layout.dir }, outDir: oci, cacheDir: CACHE, guestBinaryPath: guest, privateKey: key.privateKey, compressionLevel: 3 });
+    await buildOciImage({
+      input: { kind: "oci-layout", dir: layout.dir },
+      outDir: oci,
+      cacheDir: CACHE,
+      guestBinaryPath: guest,
+      privateKey: key.privateKey,
+      compressionLevel: 3,
+    });
     rmSync(join(BENCH, "layout"), { recursive: true, force: true });
     writeFileSync(join(oci, "bench-guest"), guestSha);
   }
   const ref = join(BENCH, "ref");
   if (!fresh(ref)) {
     console.log("bench: building the reference image");
-    await buildReferenceImage({ rootfsTar: tar, guestBinaryPath: guest, outDir: ref, cacheDir: CACHE, privateKey: key.privateKey });
+    await buildReferenceImage({
+      rootfsTar: tar,
+      guestBinaryPath: guest,
+      outDir: ref,
+      cacheDir: CACHE,
+      privateKey: key.privateKey,
+    });
     writeFileSync(join(ref, "bench-guest"), guestSha);
   }
   return { dev: dev.dir, oci, ref, devKey: dev.publicKey, key: key.publicKey };
@@ -98,17 +114,68 @@ async function bare(dir: string, args: string[], work: string): Promise<{ done: 
   if (m.rootfsFormat === "squashfs") {
     Bun.spawnSync(["truncate", "-s", "2G", join(run, "scratch.ext4")]);
     Bun.spawnSync(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", join(run, "scratch.ext4")]);
-    drives.push("-drive", `id=root,file=${join(dir, m.rootfs.path)},format=raw,if=none,readonly=on`, "-device", "virtio-blk-device,drive=root",
-      "-drive", `id=scratch,file=${join(run, "scratch.ext4")},format=raw,if=none`, "-device", "virtio-blk-device,drive=scratch");
+    drives.push(
+      "-drive",
+      `id=root,file=${join(dir, m.rootfs.path)},format=raw,if=none,readonly=on`,
+      "-device",
+      "virtio-blk-device,drive=root",
+      "-drive",
+      `id=scratch,file=${join(run, "scratch.ext4")},format=raw,if=none`,
+      "-device",
+      "virtio-blk-device,drive=scratch",
+    );
   } else {
     Bun.spawnSync(["cp", "--sparse=always", join(dir, m.rootfs.path), join(run, "root.ext4")]);
-    drives.push("-drive", `id=root,file=${join(run, "root.ext4")},format=raw,if=none`, "-device", "virtio-blk-device,drive=root");
+    drives.push(
+      "-drive",
+      `id=root,file=${join(run, "root.ext4")},format=raw,if=none`,
+      "-device",
+      "virtio-blk-device,drive=root",
+    );
   }
-  const root = m.rootfsFormat === "squashfs" ? ["beachball.lower=/dev/vda", "beachball.upper=/dev/vdb"] : ["root=/dev/vda", "rw"];
-  const cmdline = ["console=ttyS0", "reboot=t", "panic=1", "pci=off", "quiet", `tsc_early_khz=${await hostTscKhz()}`, ...root, ...m.kernelArgs.filter((a) => !a.startsWith("init=")), ...args].join(" ");
+  const root =
+    m.rootfsFormat === "squashfs" ? ["beachball.lower=/dev/vda", "beachball.upper=/dev/vdb"] : ["root=/dev/vda", "rw"];
+  const cmdline = [
+    "console=ttyS0",
+    "reboot=t",
+    "panic=1",
+    "pci=off",
+    "quiet",
+    `tsc_early_khz=${await hostTscKhz()}`,
+    ...root,
+    ...m.kernelArgs.filter((a) => !a.startsWith("init=")),
+    ...args,
+  ].join(" ");
   const t0 = performance.now();
-  const p = Bun.spawn(["qemu-system-x86_64", "-M", "microvm", "-accel", `tcg,tb-size=${TCG_TRANSLATION_CACHE_MIB}`, "-cpu", "max", "-smp", "1", "-m", "512", "-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
-    "-serial", "stdio", "-kernel", join(dir, m.kernel.path), "-initrd", join(dir, m.initrd!.path), "-append", cmdline, ...drives], { stdout: "pipe", stderr: "ignore", stdin: "ignore" });
+  const p = Bun.spawn(
+    [
+      "qemu-system-x86_64",
+      "-M",
+      "microvm",
+      "-accel",
+      `tcg,tb-size=${TCG_TRANSLATION_CACHE_MIB}`,
+      "-cpu",
+      "max",
+      "-smp",
+      "1",
+      "-m",
+      "512",
+      "-nodefaults",
+      "-no-user-config",
+      "-nographic",
+      "-no-reboot",
+      "-serial",
+      "stdio",
+      "-kernel",
+      join(dir, m.kernel.path),
+      "-initrd",
+      join(dir, m.initrd!.path),
+      "-append",
+      cmdline,
+      ...drives,
+    ],
+    { stdout: "pipe", stderr: "ignore", stdin: "ignore" },
+  );
   const kill = setTimeout(() => p.kill("SIGKILL"), 300_000);
   let seen = "";
   let done = NaN;
@@ -129,48 +196,154 @@ async function main(): Promise<void> {
   const img = await images();
   const work = mkdtempSync(join(tmpdir(), "bb-bench-boot-"));
   const kinds: Kind[] = [
-    { name: "dev (ext4, bb guest PID 1)", cls: "b-dev", dir: img.dev, bareArgs: ["init=/bin/sh", "--", "-c", `"echo ${MARK}; reboot -f"`] },
-    { name: "OCI (squashfs + overlay)", cls: "b-oci", dir: img.oci, bareArgs: ["init=/bin/sh", "--", "-c", `"echo ${MARK}; echo b > /proc/sysrq-trigger"`] },
-    { name: "reference (systemd)", cls: "b-ref", dir: img.ref, bareArgs: ["init=/lib/systemd/systemd", "systemd.mask=beachball-guest.service", `systemd.run="/bin/sh -c 'echo ${MARK} > /dev/ttyS0'"`, "systemd.run_success_action=reboot"] },
+    {
+      name: "dev (ext4, bb guest PID 1)",
+      cls: "b-dev",
+      dir: img.dev,
+      bareArgs: ["init=/bin/sh", "--", "-c", `"echo ${MARK}; reboot -f"`],
+    },
+    {
+      name: "OCI (squashfs + overlay)",
+      cls: "b-oci",
+      dir: img.oci,
+      bareArgs: ["init=/bin/sh", "--", "-c", `"echo ${MARK}; echo b > /proc/sysrq-trigger"`],
+    },
+    {
+      name: "reference (systemd)",
+      cls: "b-ref",
+      dir: img.ref,
+      bareArgs: [
+        "init=/lib/systemd/systemd",
+        "systemd.mask=beachball-guest.service",
+        `systemd.run="/bin/sh -c 'echo ${MARK} > /dev/ttyS0'"`,
+        "systemd.run_success_action=reboot",
+      ],
+    },
   ];
   let scheduler: Role | undefined;
   let agent: Role | undefined;
   try {
     const source = join(work, "source");
     await publishImages([img.dev, img.oci, img.ref], source);
-    const digestOf = (d: string) => readdirSync(source).find((h) => readFileSync(join(source, h, "manifest.json"), "utf8") === readFileSync(join(d, "manifest.json"), "utf8"))!;
+    const digestOf = (d: string) =>
+      readdirSync(source).find(
+        (h) =>
+          readFileSync(join(source, h, "manifest.json"), "utf8") === readFileSync(join(d, "manifest.json"), "utf8"),
+      )!;
     const dev0 = ensureDevManifest(join(work, "m"), `sha256:${digestOf(img.dev)}`);
     const man = JSON.parse(readFileSync(dev0.manifestPath, "utf8"));
-    man.workloadClasses = Object.fromEntries(kinds.map((k) => [k.cls, { cpuMillis: 1000, memoryMiB: 512, ephemeralDiskMiB: 2048, imageDigest: `sha256:${digestOf(k.dir)}`, maxTtlSeconds: 3600 }]));
+    man.workloadClasses = Object.fromEntries(
+      kinds.map((k) => [
+        k.cls,
+        {
+          cpuMillis: 1000,
+          memoryMiB: 512,
+          ephemeralDiskMiB: 2048,
+          imageDigest: `sha256:${digestOf(k.dir)}`,
+          maxTtlSeconds: 3600,
+        },
+      ]),
+    );
     writeFileSync(join(work, "manifest.json"), JSON.stringify(man));
     const tokens = JSON.parse(readFileSync(dev0.clientConfigPath, "utf8")) as { token: string; operatorToken: string };
     const probe = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
     const url = `http://127.0.0.1:${probe.port}`;
     await probe.stop(true);
-    scheduler = startRole(["scheduler", "serve", "--data-dir", join(work, "s"), "--manifest", join(work, "manifest.json"), "--listen", url.slice(7)], join(work, "scheduler.log"));
-    for (let i = 0; i < 200 && !(await fetch(`${url}/healthz`).then((r) => r.ok).catch(() => false)); i++) await Bun.sleep(100);
+    scheduler = startRole(
+      [
+        "scheduler",
+        "serve",
+        "--data-dir",
+        join(work, "s"),
+        "--manifest",
+        join(work, "manifest.json"),
+        "--listen",
+        url.slice(7),
+      ],
+      join(work, "scheduler.log"),
+    );
+    for (
+      let i = 0;
+      i < 200 &&
+      !(await fetch(`${url}/healthz`)
+        .then((r) => r.ok)
+        .catch(() => false));
+      i++
+    )
+      await Bun.sleep(100);
     const controller = new SchedulerClient(url, tokens.token);
     const operator = new SchedulerClient(url, tokens.operatorToken);
     const t = await operator.enrollmentToken("bench-host");
-    await runRole(["agent", "join", "--scheduler", url, "--token", t.token, "--data-dir", join(work, "a"), "--image-dir", join(work, "none"), "--image-source", source, "--trusted-image-key", `${img.key},${img.devKey}`, "--max-placements", "1"]);
+    await runRole([
+      "agent",
+      "join",
+      "--scheduler",
+      url,
+      "--token",
+      t.token,
+      "--data-dir",
+      join(work, "a"),
+      "--image-dir",
+      join(work, "none"),
+      "--image-source",
+      source,
+      "--trusted-image-key",
+      `${img.key},${img.devKey}`,
+      "--max-placements",
+      "1",
+    ]);
     agent = startRole(["agent", "run", "--data-dir", join(work, "a")], join(work, "agent.log"));
-    for (let i = 0; i < 300 && !(await operator.hosts().catch(() => [])).some((h) => h.hostId === "bench-host" && h.health === "healthy"); i++) await Bun.sleep(100);
+    for (
+      let i = 0;
+      i < 300 &&
+      !(await operator.hosts().catch(() => [])).some((h) => h.hostId === "bench-host" && h.health === "healthy");
+      i++
+    )
+      await Bun.sleep(100);
 
     const beachball = async (cls: string) => {
       const { view } = await controller.create({ clientRequestId: `bench-${randomUUID()}`, workloadClass: cls });
-      await controller.deliverWhenReady(view.allocationId, new TextEncoder().encode("echo bench-payload\n"), `d-${randomUUID()}`, 300_000);
+      await controller.deliverWhenReady(
+        view.allocationId,
+        new TextEncoder().encode("echo bench-payload\n"),
+        `d-${randomUUID()}`,
+        300_000,
+      );
       const ev: AllocationEvent[] = [];
-      await controller.follow(view.allocationId, (e) => ev.push(e), { intervalMs: 100, until: (e) => e.type === "workload.exited" });
+      await controller.follow(view.allocationId, (e) => ev.push(e), {
+        intervalMs: 100,
+        until: (e) => e.type === "workload.exited",
+      });
       const v = await controller.get(view.allocationId);
-      const consoleText = readFileSync(join(work, "a", "allocations", placementDirName("bench-host", v.allocationId, v.placementId!, v.generation), "logs", "console.log"), "utf8");
+      const consoleText = readFileSync(
+        join(
+          work,
+          "a",
+          "allocations",
+          placementDirName("bench-host", v.allocationId, v.placementId!, v.generation),
+          "logs",
+          "console.log",
+        ),
+        "utf8",
+      );
       // Inside the guest: kernel uptime when the init handed over to bb guest, and when bb guest was ready.
       const up = (re: RegExp) => Number(re.exec(consoleText)?.[1] ?? NaN) * 1000;
       const guestStart = up(/ready \([a-z]+ workload\) at ([0-9.]+)s/) - up(/starting bb guest at ([0-9.]+)s/);
       await controller.release(view.allocationId);
-      await controller.follow(view.allocationId, (e) => ev.push(e), { after: ev[ev.length - 1]!.seq, intervalMs: 100, until: (e) => e.type === "allocation.released" || e.type === "allocation.failed" });
+      await controller.follow(view.allocationId, (e) => ev.push(e), {
+        after: ev[ev.length - 1]!.seq,
+        intervalMs: 100,
+        until: (e) => e.type === "allocation.released" || e.type === "allocation.failed",
+      });
       const at = (type: string) => Date.parse(ev.find((e) => e.type === type)!.at);
-      if (!ev.some((e) => e.type === "allocation.released")) throw new Error(`${cls}: not released cleanly\n${tail(agent!.log)}`);
-      return { done: at("workload.exited") - at("allocation.created"), release: at("allocation.released") - at("allocation.release_requested"), phases: phaseTimings(ev), guestStart };
+      if (!ev.some((e) => e.type === "allocation.released"))
+        throw new Error(`${cls}: not released cleanly\n${tail(agent!.log)}`);
+      return {
+        done: at("workload.exited") - at("allocation.created"),
+        release: at("allocation.released") - at("allocation.release_requested"),
+        phases: phaseTimings(ev),
+        guestStart,
+      };
     };
 
     const rows: string[][] = [];
@@ -183,11 +356,23 @@ async function main(): Promise<void> {
         bb.push(await beachball(k.cls));
         b.push(await bare(k.dir, k.bareArgs, work));
       }
-      const [d, bd, r, bs] = [median(bb.map((x) => x.done)), median(b.map((x) => x.done)), median(bb.map((x) => x.release)), median(b.map((x) => x.shutdown))];
+      const [d, bd, r, bs] = [
+        median(bb.map((x) => x.done)),
+        median(b.map((x) => x.done)),
+        median(bb.map((x) => x.release)),
+        median(b.map((x) => x.shutdown)),
+      ];
       rows.push([k.name, ms(d), ms(bd), `${(d / bd).toFixed(2)}×`.padStart(7), ms(r), ms(bs), ms(r - bs)]);
-      console.log(`bench: ${k.name}: create→done ${bb.map((x) => Math.round(x.done)).join("/")} ms, bare ${b.map((x) => Math.round(x.done)).join("/")} ms`);
-      const phases = bb[0]!.phases.map((p) => `${p.phase} ${Math.round(median(bb.map((x) => x.phases.find((q) => q.phase === p.phase)?.ms ?? NaN)))} ms`);
-      console.log(`bench: ${k.name}: phases (median): ${phases.join("; ")}; bb guest start → ready inside the VM ${Math.round(median(bb.map((x) => x.guestStart)))} ms`);
+      console.log(
+        `bench: ${k.name}: create→done ${bb.map((x) => Math.round(x.done)).join("/")} ms, bare ${b.map((x) => Math.round(x.done)).join("/")} ms`,
+      );
+      const phases = bb[0]!.phases.map(
+        (p) =>
+          `${p.phase} ${Math.round(median(bb.map((x) => x.phases.find((q) => q.phase === p.phase)?.ms ?? NaN)))} ms`,
+      );
+      console.log(
+        `bench: ${k.name}: phases (median): ${phases.join("; ")}; bb guest start → ready inside the VM ${Math.round(median(bb.map((x) => x.guestStart)))} ms`,
+      );
     }
     console.log(`\nboot and release overhead, QEMU microvm (TCG), median of ${RUNS}\n`);
     const head = ["image", "create→done", "bare done", "ratio", "release→absent", "bare shutdown", "release − bare"];

@@ -25,7 +25,9 @@ import { limitRunTime, onRunLimit } from "./runLimit.ts";
 
 limitRunTime("bench/burst.ts", 600);
 
-const { values } = parseArgs({ options: { allocations: { type: "string", default: "10000" }, burst: { type: "string", default: "2000" } } });
+const { values } = parseArgs({
+  options: { allocations: { type: "string", default: "10000" }, burst: { type: "string", default: "2000" } },
+});
 const ALLOCATIONS = Number(values.allocations);
 const BURST = Math.min(Number(values.burst), ALLOCATIONS);
 /** Health samples before the burst and during it. */
@@ -94,7 +96,10 @@ interface Burst {
 }
 
 async function run(mode: Mode): Promise<{ quiet: number[]; cold: Burst; warm: Burst }> {
-  const child = Bun.spawn([process.execPath, resolve(import.meta.dir, "children/burstServer.ts"), mode, String(ALLOCATIONS)], { stdin: "pipe", stdout: "pipe", stderr: "inherit" });
+  const child = Bun.spawn(
+    [process.execPath, resolve(import.meta.dir, "children/burstServer.ts"), mode, String(ALLOCATIONS)],
+    { stdin: "pipe", stdout: "pipe", stderr: "inherit" },
+  );
   onRunLimit(() => child.kill("SIGKILL"));
   let client: Bun.Subprocess<"pipe", "pipe", "inherit"> | null = null;
   try {
@@ -105,7 +110,10 @@ async function run(mode: Mode): Promise<{ quiet: number[]; cold: Burst; warm: Bu
     const bursts: Burst[] = [];
     // Twice: the first burst meets code never run before (cold, as after a restart); the second, warm code (as on a server up for a while).
     for (let round = 0; round < 2; round++) {
-      const c = Bun.spawn([process.execPath, resolve(import.meta.dir, "children/burstClient.ts"), String(port), info.token], { stdin: "pipe", stdout: "pipe", stderr: "inherit" });
+      const c = Bun.spawn(
+        [process.execPath, resolve(import.meta.dir, "children/burstClient.ts"), String(port), info.token],
+        { stdin: "pipe", stdout: "pipe", stderr: "inherit" },
+      );
       client = c;
       onRunLimit(() => c.kill("SIGKILL"));
       const fromClient = lines(c.stdout);
@@ -134,16 +142,26 @@ async function run(mode: Mode): Promise<{ quiet: number[]; cold: Burst; warm: Bu
 
 const fmt = (xs: number[]) => `p50 ${pct(xs, 50).toFixed(1)} ms, p99 ${pct(xs, 99).toFixed(1)} ms`;
 const fmtBurst = (b: Burst) => `${fmt(b.health)} (${b.answered} answered, ${b.shed} shed with 429)`;
-console.log(`health latency (fresh connection per sample) under a burst of ${BURST} follows from one controller (another process), ${ALLOCATIONS} pending allocations`);
+console.log(
+  `health latency (fresh connection per sample) under a burst of ${BURST} follows from one controller (another process), ${ALLOCATIONS} pending allocations`,
+);
 const results: Record<string, Awaited<ReturnType<typeof run>>> = {};
-const names: Record<Mode, string> = { floor: "bare Bun.serve (floor)", unbounded: "bounds lifted (baseline)", bounded: "bounds as shipped" };
+const names: Record<Mode, string> = {
+  floor: "bare Bun.serve (floor)",
+  unbounded: "bounds lifted (baseline)",
+  bounded: "bounds as shipped",
+};
 for (const mode of ["floor", "unbounded", "bounded"] as const) {
   const r = await run(mode);
   results[mode] = r;
-  console.log(`${names[mode]}: quiet ${fmt(r.quiet)}; first (cold) burst ${fmtBurst(r.cold)}; second (warm) burst ${fmtBurst(r.warm)}`);
+  console.log(
+    `${names[mode]}: quiet ${fmt(r.quiet)}; first (cold) burst ${fmtBurst(r.cold)}; second (warm) burst ${fmtBurst(r.warm)}`,
+  );
 }
 const p99 = (mode: Mode, b: "cold" | "warm") => pct(results[mode]![b].health, 99);
 for (const b of ["cold", "warm"] as const) {
-  console.log(`${b} burst, ratio of health p99, bounded / baseline: ${(p99("bounded", b) / p99("unbounded", b)).toFixed(3)}; bounded / floor: ${(p99("bounded", b) / p99("floor", b)).toFixed(3)}`);
+  console.log(
+    `${b} burst, ratio of health p99, bounded / baseline: ${(p99("bounded", b) / p99("unbounded", b)).toFixed(3)}; bounded / floor: ${(p99("bounded", b) / p99("floor", b)).toFixed(3)}`,
+  );
 }
 process.exit(0);

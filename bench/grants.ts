@@ -23,32 +23,63 @@ import { limitRunTime } from "./runLimit.ts";
 
 limitRunTime("bench/grants.ts", 600);
 
-const { values } = parseArgs({ options: { grants: { type: "string", default: "2000" }, allocations: { type: "string", default: "8" } } });
+const { values } = parseArgs({
+  options: { grants: { type: "string", default: "2000" }, allocations: { type: "string", default: "8" } },
+});
 const GRANTS = Number(values.grants);
 const ALLOCS = Number(values.allocations);
 const dir = mkdtempSync(join(tmpdir(), "bb-bench-grants-"));
 const connections = devConnections(dir);
 connections.relays = [{ relayId: "relay-1", url: "wss://relay-1.example:443/v1/relay" }];
 const base = testManifest();
-const manifest: DeploymentManifest = { ...base, workloadClasses: { small: { ...base.workloadClasses["small"]!, cpuMillis: 100 } }, connections };
+const manifest: DeploymentManifest = {
+  ...base,
+  workloadClasses: { small: { ...base.workloadClasses["small"]!, cpuMillis: 100 } },
+  connections,
+};
 const CAP = { cpuMillis: 64_000, memoryMiB: 65_536, ephemeralDiskMiB: 1 << 20, maxPlacements: 64 };
 
 try {
   // Baseline: the three signatures a grant carries, with the same signer.
-  const signer = connectionSigner(connections.signingKey.keyId, connections.verificationKeys[connections.signingKey.keyId]!, keyFileSeed(connections.signingKey.file));
-  const payload = { v: 1, grantId: `grt_${"a".repeat(32)}`, tenant: C.id, ports: [22], issuedAtMs: 0, expiresAtMs: 600_000 };
+  const signer = connectionSigner(
+    connections.signingKey.keyId,
+    connections.verificationKeys[connections.signingKey.keyId]!,
+    keyFileSeed(connections.signingKey.file),
+  );
+  const payload = {
+    v: 1,
+    grantId: `grt_${"a".repeat(32)}`,
+    tenant: C.id,
+    ports: [22],
+    issuedAtMs: 0,
+    expiresAtMs: 600_000,
+  };
   let t0 = performance.now();
   for (let i = 0; i < GRANTS; i++) {
     signer.sign("grant", { ...payload, issuedAtMs: i });
     signer.sign("relay-map", { v: 1, relays: connections.relays, issuedAtMs: i, expiresAtMs: 600_000 });
-    signer.sign("relay-token", { v: 1, relayId: "relay-1", grantId: payload.grantId, role: "client", issuedAtMs: i, expiresAtMs: 120_000 });
+    signer.sign("relay-token", {
+      v: 1,
+      relayId: "relay-1",
+      grantId: payload.grantId,
+      role: "client",
+      issuedAtMs: i,
+      expiresAtMs: 120_000,
+    });
   }
   const signPerSec = GRANTS / ((performance.now() - t0) / 1000);
 
   const w = new SchedulerWorker({ dataDir: join(dir, "sched"), manifest, publicUrl: "http://bench" });
   w.runtime.recover();
   const t = await w.createEnrollmentToken(O, "h1", 3600);
-  await w.enroll({ token: t.token, capacity: CAP, region: "t", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "t" });
+  await w.enroll({
+    token: t.token,
+    capacity: CAP,
+    region: "t",
+    architecture: "x86_64",
+    agentProtocolVersion: "1.0",
+    vmmDriver: "t",
+  });
   let epoch = "";
   let seq = 0;
   const env = (type: Envelope["type"], extra: Partial<Envelope["payload"]> = {}): Envelope => ({
@@ -58,7 +89,15 @@ try {
     agentEpoch: epoch,
     sentAt: new Date().toISOString(),
     type,
-    payload: { bootId: "b", updates: [], acks: [], deliveryAcks: [], health: { isolationHealthy: true, quarantineCount: 0, vmmDriver: "t", inventory: CAP }, waitMs: 0, ...extra },
+    payload: {
+      bootId: "b",
+      updates: [],
+      acks: [],
+      deliveryAcks: [],
+      health: { isolationHealthy: true, quarantineCount: 0, vmmDriver: "t", inventory: CAP },
+      waitMs: 0,
+      ...extra,
+    },
   });
   const poll = async (extra: Partial<Envelope["payload"]> = {}) => {
     const r = await w.agentEnvelope("h1", env("poll", extra));
@@ -66,19 +105,37 @@ try {
     await w.runtime.idle();
     return r;
   };
-  await poll({ connectivity: { seq: 1, hostPublicKey: Buffer.alloc(32, 1).toString("base64"), candidates: [{ address: "192.0.2.1", port: 51820, kind: "local" }], appliedGrants: [], refusedGrants: [], at: new Date().toISOString() } });
+  await poll({
+    connectivity: {
+      seq: 1,
+      hostPublicKey: Buffer.alloc(32, 1).toString("base64"),
+      candidates: [{ address: "192.0.2.1", port: 51820, kind: "local" }],
+      appliedGrants: [],
+      refusedGrants: [],
+      at: new Date().toISOString(),
+    },
+  });
   const ids: string[] = [];
-  for (let i = 0; i < ALLOCS; i++) ids.push((await w.createAllocation(C, { clientRequestId: `b${i}`, workloadClass: "small" })).view.allocationId);
+  for (let i = 0; i < ALLOCS; i++)
+    ids.push((await w.createAllocation(C, { clientRequestId: `b${i}`, workloadClass: "small" })).view.allocationId);
   for (let round = 0; round < 3; round++) {
     const r = await poll();
     for (const c of r.commands) {
-      const u = (state: "prepared" | "running") => ({ seq: ++seq, placementId: c.placementId, allocationId: c.allocationId, generation: c.generation, state, at: new Date().toISOString() });
+      const u = (state: "prepared" | "running") => ({
+        seq: ++seq,
+        placementId: c.placementId,
+        allocationId: c.allocationId,
+        generation: c.generation,
+        state,
+        at: new Date().toISOString(),
+      });
       if (c.type === "ensure_present") await w.agentEnvelope("h1", env("messages", { updates: [u("prepared")] }));
       if (c.type === "ensure_running") await w.agentEnvelope("h1", env("messages", { updates: [u("running")] }));
     }
     await w.runtime.idle();
   }
-  for (const id of ids) if ((await w.getAllocation(C, id)).state !== "ready") throw new Error(`allocation ${id} is not ready`);
+  for (const id of ids)
+    if ((await w.getAllocation(C, id)).state !== "ready") throw new Error(`allocation ${id} is not ready`);
 
   t0 = performance.now();
   let next = 0;
@@ -86,7 +143,11 @@ try {
     ids.map(async (id) => {
       while (next < GRANTS) {
         next++;
-        const g = await w.createConnectionGrant(C, id, { clientPublicKey: Buffer.alloc(32, 2).toString("base64"), transport: "tcp", ports: [22] });
+        const g = await w.createConnectionGrant(C, id, {
+          clientPublicKey: Buffer.alloc(32, 2).toString("base64"),
+          transport: "tcp",
+          ports: [22],
+        });
         await w.revokeConnectionGrant(C, id, g.grant.payload.grantId);
       }
     }),
@@ -94,7 +155,9 @@ try {
   const grantPerSec = GRANTS / ((performance.now() - t0) / 1000);
   await w.close();
   console.log(`signing only (baseline): ${signPerSec.toFixed(0)} grants/s`);
-  console.log(`issue + revoke through the objects: ${grantPerSec.toFixed(0)} grants/s (${ALLOCS} allocations in parallel)`);
+  console.log(
+    `issue + revoke through the objects: ${grantPerSec.toFixed(0)} grants/s (${ALLOCS} allocations in parallel)`,
+  );
   console.log(`ratio objects/baseline: ${(grantPerSec / signPerSec).toFixed(2)}`);
 } finally {
   rmSync(dir, { recursive: true, force: true });

@@ -28,14 +28,28 @@ import { limitRunTime } from "./runLimit.ts";
 
 limitRunTime("bench/handshakeFlood.ts", 600);
 
-const { values } = parseArgs({ options: { seconds: { type: "string", default: "2" }, rates: { type: "string", default: "2000,20000" }, rounds: { type: "string", default: "3" } } });
+const { values } = parseArgs({
+  options: {
+    seconds: { type: "string", default: "2" },
+    rates: { type: "string", default: "2000,20000" },
+    rounds: { type: "string", default: "3" },
+  },
+});
 const SECONDS = Number(values.seconds);
 const RATES = values.rates.split(",").map(Number);
 const ROUNDS = Number(values.rounds);
-if (!(SECONDS > 0) || !(ROUNDS >= 1) || RATES.some((r) => !(r > 0))) throw new Error("--seconds > 0, --rounds ≥ 1, --rates a list of positive numbers");
+if (!(SECONDS > 0) || !(ROUNDS >= 1) || RATES.some((r) => !(r > 0)))
+  throw new Error("--seconds > 0, --rounds ≥ 1, --rates a list of positive numbers");
 
 const LIFTED = { perSecond: 1e12, burst: 1e12 };
-const UNLIMITED: HandshakeRateLimits = { handshakesPerSource: LIFTED, handshakes: LIFTED, cookieRepliesPerSource: LIFTED, cookieReplies: LIFTED, mac1Checks: LIFTED, maxSources: 1e9 };
+const UNLIMITED: HandshakeRateLimits = {
+  handshakesPerSource: LIFTED,
+  handshakes: LIFTED,
+  cookieRepliesPerSource: LIFTED,
+  cookieReplies: LIFTED,
+  mac1Checks: LIFTED,
+  maxSources: 1e9,
+};
 const { aead } = await selectAead();
 const cpuUs = () => {
   const u = process.cpuUsage();
@@ -44,10 +58,20 @@ const cpuUs = () => {
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 /** One mac1-valid initiation to `responder` from a configured initiator (mac2 zero). */
-function floodInitiation(responderKey: Uint8Array, rng: SeededRandom, clock: FakeClock): { bytes: Uint8Array; responderPublic: Uint8Array } {
+function floodInitiation(
+  responderKey: Uint8Array,
+  rng: SeededRandom,
+  clock: FakeClock,
+): { bytes: Uint8Array; responderPublic: Uint8Array } {
   let out: Uint8Array | null = null;
   const noop = { sendDatagram: (d: Uint8Array) => (out = Uint8Array.from(d)), deliverPacket: () => {} };
-  const responder = new Device<MemEndpoint>({ privateKey: responderKey, clock, random: rng, aead, io: { sendDatagram: () => {}, deliverPacket: () => {} } });
+  const responder = new Device<MemEndpoint>({
+    privateKey: responderKey,
+    clock,
+    random: rng,
+    aead,
+    io: { sendDatagram: () => {}, deliverPacket: () => {} },
+  });
   const initiator = new Device<MemEndpoint>({ privateKey: rng.bytes(32), clock, random: rng, aead, io: noop });
   const peer = initiator.addPeer({ publicKey: responder.publicKey, endpoint: { key: "responder" } });
   initiator.initiateHandshake(peer);
@@ -67,10 +91,19 @@ function flood(limits: HandshakeRateLimits, rate: number, spoofed: boolean): Res
   const key = rng.bytes(32);
   const { bytes } = floodInitiation(key, rng, clock);
   let replies = 0;
-  const d = new Device<MemEndpoint>({ privateKey: key, clock, random: rng, aead, rateLimits: limits, io: { sendDatagram: () => void replies++, deliverPacket: () => {} } });
+  const d = new Device<MemEndpoint>({
+    privateKey: key,
+    clock,
+    random: rng,
+    aead,
+    rateLimits: limits,
+    io: { sendDatagram: () => void replies++, deliverPacket: () => {} },
+  });
   const n = Math.round(rate * SECONDS);
   const stepMs = 1_000 / rate;
-  const froms: MemEndpoint[] = Array.from({ length: Math.min(n, 65_536) }, (_, i) => ({ key: spoofed ? `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}:51820` : `198.51.100.7:${i}` }));
+  const froms: MemEndpoint[] = Array.from({ length: Math.min(n, 65_536) }, (_, i) => ({
+    key: spoofed ? `10.${(i >> 16) & 255}.${(i >> 8) & 255}.${i & 255}:51820` : `198.51.100.7:${i}`,
+  }));
   const t0 = cpuUs();
   for (let i = 0; i < n; i++) {
     d.receiveDatagram(bytes, froms[i % froms.length]!);
@@ -89,7 +122,8 @@ for (const rate of RATES) {
     const lim: Result[] = [];
     const base: Result[] = [];
     for (let r = 0; r < ROUNDS; r++) {
-      if (r % 2 === 0) base.push(flood(UNLIMITED, rate, spoofed)), lim.push(flood(DEFAULT_HANDSHAKE_RATE_LIMITS, rate, spoofed));
+      if (r % 2 === 0)
+        base.push(flood(UNLIMITED, rate, spoofed)), lim.push(flood(DEFAULT_HANDSHAKE_RATE_LIMITS, rate, spoofed));
       else lim.push(flood(DEFAULT_HANDSHAKE_RATE_LIMITS, rate, spoofed)), base.push(flood(UNLIMITED, rate, spoofed));
     }
     const ratios = lim.map((l, i) => l.cpuShare / base[i]!.cpuShare);

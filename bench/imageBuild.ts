@@ -63,14 +63,22 @@ function rng(seed: number): () => number {
  */
 function syntheticLayers(mib: number, layers: number): Uint8Array[] {
   const r = rng(18);
-  const words = Array.from({ length: 2000 }, () => Array.from({ length: 2 + Math.floor(r() * 8) }, () => String.fromCharCode(97 + Math.floor(r() * 26))).join(""));
+  const words = Array.from({ length: 2000 }, () =>
+    Array.from({ length: 2 + Math.floor(r() * 8) }, () => String.fromCharCode(97 + Math.floor(r() * 26))).join(""),
+  );
   const text = Buffer.from(Array.from({ length: 1_200_000 }, () => words[Math.floor(r() * words.length)]).join(" "));
   const noise = Buffer.alloc(4 << 20);
   for (let i = 0; i < noise.length; i++) noise[i] = Math.floor(r() * 256);
   const pool = Buffer.concat([text, noise]);
   const size = () => {
     const x = r();
-    return x < 0.7 ? Math.floor(r() * 8192) : x < 0.95 ? 8192 + Math.floor(r() * 65536) : x < 0.995 ? 65536 + Math.floor(r() * 1 << 20) : (1 << 20) + Math.floor(r() * (6 << 20));
+    return x < 0.7
+      ? Math.floor(r() * 8192)
+      : x < 0.95
+        ? 8192 + Math.floor(r() * 65536)
+        : x < 0.995
+          ? 65536 + Math.floor((r() * 1) << 20)
+          : (1 << 20) + Math.floor(r() * (6 << 20));
   };
   const out: TestTarEntry[][] = Array.from({ length: layers }, () => []);
   const files: string[] = [];
@@ -111,7 +119,10 @@ async function run(cmd: string[], opts: { cwd?: string } = {}): Promise<number> 
 }
 
 /** The baseline: extract each layer with GNU tar (whiteouts applied by rm), then mksquashfs the directory. */
-async function baseline(layerTars: string[], n: number): Promise<{ extractMs: number; mksquashfsMs: number; bytes: number }> {
+async function baseline(
+  layerTars: string[],
+  n: number,
+): Promise<{ extractMs: number; mksquashfsMs: number; bytes: number }> {
   const root = join(work, `merged-${n}`);
   mkdirSync(root);
   const t0 = performance.now();
@@ -119,16 +130,34 @@ async function baseline(layerTars: string[], n: number): Promise<{ extractMs: nu
     await run(["tar", "-xpf", t, "-C", root, "--numeric-owner"]);
     // Whiteouts as a runtime that extracts first applies them: remove the hidden name and the marker
     // (an opaque marker is only removed: this baseline is for timing, not for the exact tree).
-    const found = Bun.spawnSync(["find", ".", "-name", ".wh.*", "-print0"], { cwd: root }).stdout.toString("latin1").split("\0").filter(Boolean);
+    const found = Bun.spawnSync(["find", ".", "-name", ".wh.*", "-print0"], { cwd: root })
+      .stdout.toString("latin1")
+      .split("\0")
+      .filter(Boolean);
     for (const w of found) {
       const name = w.slice(w.lastIndexOf("/") + 1);
-      if (name !== ".wh..wh..opq") rmSync(Buffer.from(join(root, w.slice(0, w.lastIndexOf("/")), name.slice(4)), "latin1"), { recursive: true, force: true });
+      if (name !== ".wh..wh..opq")
+        rmSync(Buffer.from(join(root, w.slice(0, w.lastIndexOf("/")), name.slice(4)), "latin1"), {
+          recursive: true,
+          force: true,
+        });
       rmSync(Buffer.from(join(root, w), "latin1"), { recursive: true, force: true });
     }
   }
   const extractMs = performance.now() - t0;
   const out = join(work, `baseline-${n}.squashfs`);
-  const mksquashfsMs = await run(["mksquashfs", root, out, "-noappend", "-no-progress", "-quiet", "-comp", "zstd", "-Xcompression-level", String(LEVEL)]);
+  const mksquashfsMs = await run([
+    "mksquashfs",
+    root,
+    out,
+    "-noappend",
+    "-no-progress",
+    "-quiet",
+    "-comp",
+    "zstd",
+    "-Xcompression-level",
+    String(LEVEL),
+  ]);
   const bytes = statSync(out).size;
   rmSync(root, { recursive: true, force: true });
   rmSync(out, { force: true });
@@ -150,7 +179,9 @@ if (args.debian) {
   layerTars = l.layerPaths;
 }
 const inputBytes = layerTars.reduce((s, p) => s + statSync(p).size, 0);
-console.log(`input: ${args.debian ? "Debian reference root" : "synthetic root"}, ${layerTars.length} layers, ${(inputBytes / 2 ** 20).toFixed(0)} MiB of tar; zstd level ${LEVEL}; ${RUNS} run(s)`);
+console.log(
+  `input: ${args.debian ? "Debian reference root" : "synthetic root"}, ${layerTars.length} layers, ${(inputBytes / 2 ** 20).toFixed(0)} MiB of tar; zstd level ${LEVEL}; ${RUNS} run(s)`,
+);
 
 const rows: { bb: number; extract: number; mksquashfs: number }[] = [];
 for (let i = 0; i < RUNS; i++) {
@@ -158,8 +189,12 @@ for (let i = 0; i < RUNS; i++) {
   const t0 = performance.now();
   let last = t0;
   const r = await buildOciImage({
-    input: { kind: "oci-layout", dir: layoutDir }, outDir: join(work, `bb-${i}`), cacheDir: CACHE, guestBinaryPath: "/bin/busybox",
-    privateKey: key.privateKey, compressionLevel: LEVEL,
+    input: { kind: "oci-layout", dir: layoutDir },
+    outDir: join(work, `bb-${i}`),
+    cacheDir: CACHE,
+    guestBinaryPath: "/bin/busybox",
+    privateKey: key.privateKey,
+    compressionLevel: LEVEL,
     log: (m) => {
       const now = performance.now();
       phases.push([m.slice(0, 60), now - last]);
@@ -172,11 +207,15 @@ for (let i = 0; i < RUNS; i++) {
   rmSync(r.dir, { recursive: true, force: true });
   const b = await baseline(layerTars, i);
   rows.push({ bb, extract: b.extractMs, mksquashfs: b.mksquashfsMs });
-  console.log(`run ${i + 1}: bb image build ${sec(bb)} (squashfs ${(bbBytes / 2 ** 20).toFixed(1)} MiB); tar -x ${sec(b.extractMs)} + mksquashfs ${sec(b.mksquashfsMs)} (squashfs ${(b.bytes / 2 ** 20).toFixed(1)} MiB)`);
+  console.log(
+    `run ${i + 1}: bb image build ${sec(bb)} (squashfs ${(bbBytes / 2 ** 20).toFixed(1)} MiB); tar -x ${sec(b.extractMs)} + mksquashfs ${sec(b.mksquashfsMs)} (squashfs ${(b.bytes / 2 ** 20).toFixed(1)} MiB)`,
+  );
   for (const [m, ms] of phases) console.log(`  ${sec(ms).padStart(8)}  until: ${m}`);
 }
 const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 const bb = med(rows.map((x) => x.bb));
 const sq = med(rows.map((x) => x.mksquashfs));
 const ex = med(rows.map((x) => x.extract + x.mksquashfs));
-console.log(`ratio bb ÷ mksquashfs: ${(bb / sq).toFixed(2)}×   bb ÷ (tar -x + mksquashfs): ${(bb / ex).toFixed(2)}×   (medians: bb ${sec(bb)}, mksquashfs ${sec(sq)}, tar -x + mksquashfs ${sec(ex)})`);
+console.log(
+  `ratio bb ÷ mksquashfs: ${(bb / sq).toFixed(2)}×   bb ÷ (tar -x + mksquashfs): ${(bb / ex).toFixed(2)}×   (medians: bb ${sec(bb)}, mksquashfs ${sec(sq)}, tar -x + mksquashfs ${sec(ex)})`,
+);

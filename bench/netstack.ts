@@ -25,7 +25,9 @@ import { limitRunTime } from "./runLimit.ts";
 
 limitRunTime("bench/netstack.ts", 900);
 
-const { values } = parseArgs({ options: { mib: { type: "string", default: "256" }, packets: { type: "string", default: "200000" } } });
+const { values } = parseArgs({
+  options: { mib: { type: "string", default: "256" }, packets: { type: "string", default: "200000" } },
+});
 const MIB = Number(values.mib);
 const PACKETS = Number(values.packets);
 const BYTES = MIB << 20;
@@ -41,7 +43,8 @@ async function json(cmd: string[]): Promise<{ ok: boolean; bytes: number; ms: nu
 }
 
 const mibps = (bytes: number, ms: number) => bytes / (1 << 20) / (ms / 1000);
-const line = (label: string, value: string, ratio?: number) => console.log(`${label.padEnd(46)} ${value.padStart(14)}${ratio === undefined ? "" : `   ratio ${ratio.toFixed(2)}`}`);
+const line = (label: string, value: string, ratio?: number) =>
+  console.log(`${label.padEnd(46)} ${value.padStart(14)}${ratio === undefined ? "" : `   ratio ${ratio.toFixed(2)}`}`);
 
 const floodScript = (host: string) =>
   `const t=performance.now(); const s = await Bun.udpSocket({}); const b = Buffer.alloc(1372); for (let i=0;i<${PACKETS};i++){ while(!s.send(b, 9999, "${host}")) await Bun.sleep(0); } s.close(); console.log(JSON.stringify({ok:true,bytes:0,ms:performance.now()-t}))`;
@@ -76,7 +79,9 @@ console.log(`netstack bench: ${MIB} MiB per TCP transfer, ${PACKETS} UDP packets
     const sent = await json(ns.exec([bun, "-e", floodScript("10.74.0.2")]));
     await Bun.sleep(200);
     const readPps = received / ((last - first) / 1000);
-    const sink = Bun.spawn(peer.exec([bun, `${support}/udpPeer.ts`, "recv", "10.75.0.2", "9999", String(PACKETS)]), { stdout: "pipe" });
+    const sink = Bun.spawn(peer.exec([bun, `${support}/udpPeer.ts`, "recv", "10.75.0.2", "9999", String(PACKETS)]), {
+      stdout: "pipe",
+    });
     await sink.stdout.getReader().read();
     const base = await json(ns.exec([bun, "-e", floodScript("10.75.0.2")]));
     sink.kill();
@@ -115,7 +120,21 @@ console.log(`netstack bench: ${MIB} MiB per TCP transfer, ${PACKETS} UDP packets
   const peer = new Netns(`bbbn-peer-${process.pid}`);
   let vethServer: ReturnType<typeof Bun.spawn> | null = null;
   try {
-    must(["ip", "-n", peer.name, "link", "add", "bbbnv0", "type", "veth", "peer", "name", "bbbnv1", "netns", w.ns.name]);
+    must([
+      "ip",
+      "-n",
+      peer.name,
+      "link",
+      "add",
+      "bbbnv0",
+      "type",
+      "veth",
+      "peer",
+      "name",
+      "bbbnv1",
+      "netns",
+      w.ns.name,
+    ]);
     peer.ip("addr", "add", "10.75.0.2/24", "dev", "bbbnv0");
     peer.ip("link", "set", "bbbnv0", "up");
     w.ns.ip("addr", "add", "10.75.0.1/24", "dev", "bbbnv1");
@@ -160,7 +179,11 @@ console.log(`netstack bench: ${MIB} MiB per TCP transfer, ${PACKETS} UDP packets
     for (const dir of ["up", "down"] as const) {
       const o = mibps(BYTES, ours[dir].ms);
       const k = mibps(BYTES, base[dir].ms);
-      line(`TCP ${dir === "up" ? "to" : "from"} kernel: lwIP+TUN, MiB/s${ours[dir].ok ? "" : " (DATA MISMATCH)"}`, o.toFixed(1), o / k);
+      line(
+        `TCP ${dir === "up" ? "to" : "from"} kernel: lwIP+TUN, MiB/s${ours[dir].ok ? "" : " (DATA MISMATCH)"}`,
+        o.toFixed(1),
+        o / k,
+      );
       line(`  baseline: kernel TCP over veth, MiB/s${base[dir].ok ? "" : " (DATA MISMATCH)"}`, k.toFixed(1));
     }
     const s = w.stack.stats();

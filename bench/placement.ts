@@ -20,7 +20,14 @@ import { limitRunTime } from "./runLimit.ts";
 
 limitRunTime("bench/placement.ts", 600);
 
-const { values } = parseArgs({ options: { hosts: { type: "string", default: "1000" }, allocations: { type: "string", default: "3000" }, concurrency: { type: "string", default: "32" }, checkpoint: { type: "string", default: "worker" } } });
+const { values } = parseArgs({
+  options: {
+    hosts: { type: "string", default: "1000" },
+    allocations: { type: "string", default: "3000" },
+    concurrency: { type: "string", default: "32" },
+    checkpoint: { type: "string", default: "worker" },
+  },
+});
 const HOSTS = Number(values.hosts);
 const N = Number(values.allocations);
 const C = Number(values.concurrency);
@@ -28,7 +35,9 @@ const dir = mkdtempSync(join(tmpdir(), "bb-bench-"));
 
 function baselineCommitsPerSecond(): number {
   const db = openDb(join(dir, "baseline.db"));
-  db.exec("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); CREATE TABLE u (id INTEGER PRIMARY KEY, n INTEGER); INSERT INTO u VALUES (1, 0);");
+  db.exec(
+    "CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); CREATE TABLE u (id INTEGER PRIMARY KEY, n INTEGER); INSERT INTO u VALUES (1, 0);",
+  );
   const ins = db.query("INSERT INTO t (v) VALUES (?)");
   const upd = db.query("UPDATE u SET n = n + 1 WHERE id = 1");
   const tx = db.transaction((i: number) => {
@@ -52,26 +61,54 @@ const manifest: DeploymentManifest = {
     { id: controller.id, role: "controller", tokenSha256: tokenDigest("c") },
     { id: operator.id, role: "operator", tokenSha256: tokenDigest("o") },
   ],
-  workloadClasses: { small: { cpuMillis: 1000, memoryMiB: 512, ephemeralDiskMiB: 2048, imageDigest: `sha256:${"0".repeat(64)}` } },
-  limits: { maxConcurrentAllocationsPerController: 1_000_000, maxRegisteredHosts: HOSTS, controllerRequestsPerSecond: 1e9, deploymentRequestsPerSecond: 1e9, maxAllocations: 1_000_000 },
+  workloadClasses: {
+    small: { cpuMillis: 1000, memoryMiB: 512, ephemeralDiskMiB: 2048, imageDigest: `sha256:${"0".repeat(64)}` },
+  },
+  limits: {
+    maxConcurrentAllocationsPerController: 1_000_000,
+    maxRegisteredHosts: HOSTS,
+    controllerRequestsPerSecond: 1e9,
+    deploymentRequestsPerSecond: 1e9,
+    maxAllocations: 1_000_000,
+  },
   hostEnrollment: { autoActivate: true },
 };
 
 const baseline = baselineCommitsPerSecond();
 // WAL checkpoints on a worker thread, as `bb scheduler serve` runs them (`--checkpoint main` for SQLite's default).
-const worker = new SchedulerWorker({ dataDir: join(dir, "scheduler"), manifest, publicUrl: "http://bench", checkpointInBackground: values.checkpoint !== "main" });
+const worker = new SchedulerWorker({
+  dataDir: join(dir, "scheduler"),
+  manifest,
+  publicUrl: "http://bench",
+  checkpointInBackground: values.checkpoint !== "main",
+});
 worker.runtime.recover();
 let t = performance.now();
 const epochs: string[] = [];
 const heartbeat = async (i: number) => {
   const hostId = `h-${i}`;
-  const r = await worker.agentEnvelope(hostId, { protocolVersion: "1.0", messageId: `m-${i}-${Date.now()}`, hostId, agentEpoch: epochs[i] ?? "", sentAt: new Date().toISOString(), type: "poll", payload: { bootId: `b-${i}`, updates: [], acks: [], deliveryAcks: [], waitMs: 0 } });
+  const r = await worker.agentEnvelope(hostId, {
+    protocolVersion: "1.0",
+    messageId: `m-${i}-${Date.now()}`,
+    hostId,
+    agentEpoch: epochs[i] ?? "",
+    sentAt: new Date().toISOString(),
+    type: "poll",
+    payload: { bootId: `b-${i}`, updates: [], acks: [], deliveryAcks: [], waitMs: 0 },
+  });
   epochs[i] = r.agentEpoch;
 };
 for (let i = 0; i < HOSTS; i++) {
   const hostId = `h-${i}`;
   const tok = await worker.createEnrollmentToken(operator, hostId, 3600);
-  await worker.enroll({ token: tok.token, capacity: { cpuMillis: 16_000, memoryMiB: 65_536, ephemeralDiskMiB: 1_000_000, maxPlacements: 16 }, region: "bench", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "bench" });
+  await worker.enroll({
+    token: tok.token,
+    capacity: { cpuMillis: 16_000, memoryMiB: 65_536, ephemeralDiskMiB: 1_000_000, maxPlacements: 16 },
+    region: "bench",
+    architecture: "x86_64",
+    agentProtocolVersion: "1.0",
+    vmmDriver: "bench",
+  });
   await heartbeat(i);
 }
 await worker.runtime.idle();
@@ -80,7 +117,11 @@ await worker.runtime.idle();
 let beating = true;
 const beats = (async () => {
   for (let tick = 0; beating; tick++) {
-    await Promise.all(Array.from({ length: Math.ceil(HOSTS / 100) }, (_, k) => (tick % 100) + k * 100).filter((i) => i < HOSTS).map(heartbeat));
+    await Promise.all(
+      Array.from({ length: Math.ceil(HOSTS / 100) }, (_, k) => (tick % 100) + k * 100)
+        .filter((i) => i < HOSTS)
+        .map(heartbeat),
+    );
     await Bun.sleep(100);
   }
 })();
@@ -118,9 +159,17 @@ rmSync(dir, { recursive: true, force: true });
 latencies.sort((a, b) => a - b);
 const pct = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))]!;
 const rate = N / elapsed;
-console.log(`hosts ${HOSTS} (setup ${(setupMs / 1000).toFixed(1)} s), allocations ${N}, concurrency ${C}, checkpoints on ${values.checkpoint === "main" ? "the main thread" : "a worker thread"}`);
+console.log(
+  `hosts ${HOSTS} (setup ${(setupMs / 1000).toFixed(1)} s), allocations ${N}, concurrency ${C}, checkpoints on ${values.checkpoint === "main" ? "the main thread" : "a worker thread"}`,
+);
 console.log(`admitted and reserved: ${reserved}/${N} in ${elapsed.toFixed(2)} s = ${rate.toFixed(0)} allocations/s`);
-console.log(`create→reserved latency: p50 ${pct(50).toFixed(2)} ms, p99 ${pct(99).toFixed(2)} ms, max ${latencies[latencies.length - 1]!.toFixed(2)} ms`);
-console.log(`SQL statements per allocation ${(statements / N).toFixed(1)} (transaction control included), ${commits} commits (${(N / Math.max(1, commits)).toFixed(1)} allocations per commit)`);
+console.log(
+  `create→reserved latency: p50 ${pct(50).toFixed(2)} ms, p99 ${pct(99).toFixed(2)} ms, max ${latencies[latencies.length - 1]!.toFixed(2)} ms`,
+);
+console.log(
+  `SQL statements per allocation ${(statements / N).toFixed(1)} (transaction control included), ${commits} commits (${(N / Math.max(1, commits)).toFixed(1)} allocations per commit)`,
+);
 console.log(`baseline (same run): raw SQLite ${baseline.toFixed(0)} commits/s (1 insert + 1 update each)`);
-console.log(`ratio: allocations/s ÷ baseline commits/s = ${(rate / baseline).toFixed(4)} (≈ ${(baseline / rate).toFixed(1)} commit-equivalents per allocation)`);
+console.log(
+  `ratio: allocations/s ÷ baseline commits/s = ${(rate / baseline).toFixed(4)} (≈ ${(baseline / rate).toFixed(1)} commit-equivalents per allocation)`,
+);

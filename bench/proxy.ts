@@ -49,9 +49,16 @@ const TRANSFER_SECONDS = 180;
 const RUN_SECONDS = 900;
 limitRunTime("bench/proxy.ts", RUN_SECONDS);
 
-const { values } = parseArgs({ options: { mib: { type: "string", default: "64" }, relay: { type: "boolean", default: false }, "mtu-baseline": { type: "string" } } });
+const { values } = parseArgs({
+  options: {
+    mib: { type: "string", default: "64" },
+    relay: { type: "boolean", default: false },
+    "mtu-baseline": { type: "string" },
+  },
+});
 /** BB_DEBUG_TUNNEL_MTU for the comparison run (checked here, before anything starts), or null. */
-const MTU_BASELINE = values["mtu-baseline"] === undefined ? null : debugTunnelMtu({ BB_DEBUG_TUNNEL_MTU: values["mtu-baseline"] });
+const MTU_BASELINE =
+  values["mtu-baseline"] === undefined ? null : debugTunnelMtu({ BB_DEBUG_TUNNEL_MTU: values["mtu-baseline"] });
 const BYTES = Number(values.mib) << 20;
 const repo = resolve(import.meta.dir, "..");
 const bun = process.execPath;
@@ -85,7 +92,10 @@ function veth(a: Netns, ifA: string, b: Netns, ifB: string): void {
 }
 
 async function tcpClient(ns: Netns, args: string[]): Promise<{ ok: boolean; bytes: number; ms: number }> {
-  const p = Bun.spawn(ns.exec(["timeout", String(TRANSFER_SECONDS), bun, join(repo, "test/support/tcpClient.ts"), ...args]), { stdout: "pipe", stderr: "inherit" });
+  const p = Bun.spawn(
+    ns.exec(["timeout", String(TRANSFER_SECONDS), bun, join(repo, "test/support/tcpClient.ts"), ...args]),
+    { stdout: "pipe", stderr: "inherit" },
+  );
   const out = await new Response(p.stdout).text();
   await p.exited;
   const r = JSON.parse(out.trim().split("\n").at(-1) || "{}");
@@ -93,18 +103,36 @@ async function tcpClient(ns: Netns, args: string[]): Promise<{ ok: boolean; byte
   return r.ok === undefined ? { ok: false, bytes: 0, ms: TRANSFER_SECONDS * 1000 } : r;
 }
 
-async function ours(relay: boolean, mtu: number | null = null): Promise<Record<"sink" | "source", { ok: boolean; bytes: number; ms: number }>> {
+async function ours(
+  relay: boolean,
+  mtu: number | null = null,
+): Promise<Record<"sink" | "source", { ok: boolean; bytes: number; ms: number }>> {
   const tag = relay ? "r" : mtu !== null ? "m" : "";
   // Both ends of the session take the same MTU (the proxy's stack, the host's TUN and SYN clamp).
   const mtuEnv: Record<string, string> = mtu !== null ? { BB_DEBUG_TUNNEL_MTU: String(mtu) } : {};
-  const [L, H, P, G] = ["l", "h", "p", "g"].map((n) => new Netns(`bbb-px${tag}${n}-${ID}`)) as [Netns, Netns, Netns, Netns];
+  const [L, H, P, G] = ["l", "h", "p", "g"].map((n) => new Netns(`bbb-px${tag}${n}-${ID}`)) as [
+    Netns,
+    Netns,
+    Netns,
+    Netns,
+  ];
   spaces.push(L, H, P, G);
   veth(L, "eth0", H, "eth0");
   L.ip("addr", "add", "192.0.2.1/24", "dev", "eth0");
   H.ip("addr", "add", "192.0.2.2/24", "dev", "eth0");
   veth(P, "bbtap0", G, "eth0");
   const nft = Bun.spawnSync(P.exec(["nft", "-f", "-"]), {
-    stdin: new TextEncoder().encode(placementRuleset({ table: TABLE, tap: "bbtap0", guestIpv4: "10.0.0.2", routerIpv4: "10.0.0.1", resolvers: [], operatorRanges: [], hostRanges: ["100.127.0.0/16"] })),
+    stdin: new TextEncoder().encode(
+      placementRuleset({
+        table: TABLE,
+        tap: "bbtap0",
+        guestIpv4: "10.0.0.2",
+        routerIpv4: "10.0.0.1",
+        resolvers: [],
+        operatorRanges: [],
+        hostRanges: ["100.127.0.0/16"],
+      }),
+    ),
   });
   if (nft.exitCode !== 0) throw new Error(`nft: ${nft.stderr}`);
   G.ip("-6", "addr", "add", `${ALLOC}/128`, "dev", "eth0", "nodad");
@@ -120,39 +148,93 @@ async function ours(relay: boolean, mtu: number | null = null): Promise<Record<"
   const cert = makeTestCert(work, "IP:192.0.2.2");
   if (relay) {
     const conf = join(work, "relay.json");
-    writeFileSync(conf, JSON.stringify({
-      relayId: "relay-1", listen: ["192.0.2.2:8443"], healthListen: "127.0.0.1:0", tls: { certPath: cert.certPath, keyPath: cert.keyPath },
-      trustedKeys: [{ keyId: issuer.keyId, publicKey: issuer.publicKey }], limitCaps: { maxBytes: 1 << 30, maxBytesPerSecond: 100_000_000, idleTimeoutMs: 60_000 },
-    }));
-    relayProc = Bun.spawn(H.exec([bun, join(repo, "bin/bb.ts"), "relay", "run", "--config", conf]), { stdout: "ignore", stderr: "ignore" });
+    writeFileSync(
+      conf,
+      JSON.stringify({
+        relayId: "relay-1",
+        listen: ["192.0.2.2:8443"],
+        healthListen: "127.0.0.1:0",
+        tls: { certPath: cert.certPath, keyPath: cert.keyPath },
+        trustedKeys: [{ keyId: issuer.keyId, publicKey: issuer.publicKey }],
+        limitCaps: { maxBytes: 1 << 30, maxBytesPerSecond: 100_000_000, idleTimeoutMs: 60_000 },
+      }),
+    );
+    relayProc = Bun.spawn(H.exec([bun, join(repo, "bin/bb.ts"), "relay", "run", "--config", conf]), {
+      stdout: "ignore",
+      stderr: "ignore",
+    });
     procs.push(relayProc);
     // Every WireGuard datagram between the two must take the relay.
-    const block = Bun.spawnSync(L.exec(["nft", "-f", "-"]), { stdin: new TextEncoder().encode("table ip bb_block {\n chain drop_udp { type filter hook output priority 0; policy accept; ip daddr 192.0.2.2 udp dport 51820 drop; }\n}\n") });
+    const block = Bun.spawnSync(L.exec(["nft", "-f", "-"]), {
+      stdin: new TextEncoder().encode(
+        "table ip bb_block {\n chain drop_udp { type filter hook output priority 0; policy accept; ip daddr 192.0.2.2 udp dport 51820 drop; }\n}\n",
+      ),
+    });
     if (block.exitCode !== 0) throw new Error(`nft: ${block.stderr}`);
   }
   const relays = relay ? [{ relayId: "relay-1", url: "wss://192.0.2.2:8443/v1/relay" }] : [];
-  const iss = child(H, [join(repo, "test/support/grantIssuerServer.ts"), JSON.stringify({ hostname: "192.0.2.2", port: 8080, token: TOKEN, seed: issuer.seed, keyId: issuer.keyId, relays })], "issuer");
+  const iss = child(
+    H,
+    [
+      join(repo, "test/support/grantIssuerServer.ts"),
+      JSON.stringify({
+        hostname: "192.0.2.2",
+        port: 8080,
+        token: TOKEN,
+        seed: issuer.seed,
+        keyId: issuer.keyId,
+        relays,
+      }),
+    ],
+    "issuer",
+  );
   await iss.waitFor((e) => e.ev === "ready", 15_000, "issuer");
   if (relay) iss.send({ op: "next-grant", relays: true });
-  iss.send({ op: "allocation", id: allocationId, state: "ready", generation: 1, hostId: "host-1", allocationAddress: ALLOC });
-  const peer = Bun.spawn(G.exec([bun, join(repo, "test/support/tcpPeer.ts"), "7000", ALLOC]), { stdout: "pipe", stderr: "inherit" });
+  iss.send({
+    op: "allocation",
+    id: allocationId,
+    state: "ready",
+    generation: 1,
+    hostId: "host-1",
+    allocationAddress: ALLOC,
+  });
+  const peer = Bun.spawn(G.exec([bun, join(repo, "test/support/tcpPeer.ts"), "7000", ALLOC]), {
+    stdout: "pipe",
+    stderr: "inherit",
+  });
   procs.push(peer);
   const reader = peer.stdout.getReader();
-  if (!new TextDecoder().decode((await reader.read()).value).includes("ready")) throw new Error("tcpPeer did not start");
+  if (!new TextDecoder().decode((await reader.read()).value).includes("ready"))
+    throw new Error("tcpPeer did not start");
   const cfg = {
-    hostId: "host-1", dataDir: join(work, "host-data"), listen: { hostname: "0.0.0.0", port: 51820 }, stunServers: [],
-    issuerUrl: "http://192.0.2.2:8080", verificationKeys: issuer.verificationKeyText(),
+    hostId: "host-1",
+    dataDir: join(work, "host-data"),
+    listen: { hostname: "0.0.0.0", port: 51820 },
+    stunServers: [],
+    issuerUrl: "http://192.0.2.2:8080",
+    verificationKeys: issuer.verificationKeyText(),
     placements: [{ allocationId, generation: 1, netns: P.name, table: TABLE, tap: "bbtap0" }],
     relayCa: cert.certPath,
   };
   const ep = child(H, [join(repo, "test/support/endpointHarness.ts"), JSON.stringify(cfg)], "endpoint");
   await ep.waitFor((e) => e.ev === "ready", 15_000, "endpoint");
   await Bun.sleep(300); // its first connectivity report reaches the issuer
-  const proxy = Bun.spawn(L.exec([bun, join(repo, "bin/bb.ts"), "proxy", allocationId, "--local-port", "2222", "--remote-port", "7000"]), {
-    stdout: "pipe",
-    stderr: "pipe",
-    env: { ...process.env, NO_COLOR: "1", BB_SCHEDULER_URL: "http://192.0.2.2:8080", BB_TOKEN: TOKEN, BB_CONNECTION_KEYS: issuer.verificationKeyText(), BB_RELAY_CA: cert.certPath, ...mtuEnv },
-  });
+  const proxy = Bun.spawn(
+    L.exec([bun, join(repo, "bin/bb.ts"), "proxy", allocationId, "--local-port", "2222", "--remote-port", "7000"]),
+    {
+      stdout: "pipe",
+      stderr: "pipe",
+      env: {
+        ...process.env,
+        NO_COLOR: "1",
+        BB_SCHEDULER_URL: "http://192.0.2.2:8080",
+        BB_TOKEN: TOKEN,
+        BB_CONNECTION_KEYS: issuer.verificationKeyText(),
+        BB_RELAY_CA: cert.certPath,
+        ...mtuEnv,
+      },
+    },
+  );
   procs.push(proxy);
   let text = "";
   void (async () => {
@@ -163,7 +245,8 @@ async function ours(relay: boolean, mtu: number | null = null): Promise<Record<"
   try {
     const sink = await tcpClient(L, ["sink", "127.0.0.1", "2222", String(BYTES), "11"]);
     const source = await tcpClient(L, ["source", "127.0.0.1", "2222", String(BYTES), "11"]);
-    if (relay && (!/path: relay relay-1/.test(text) || text.includes("path: direct"))) throw new Error(`the relay run did not stay on the relay path: ${text}`);
+    if (relay && (!/path: relay relay-1/.test(text) || text.includes("path: direct")))
+      throw new Error(`the relay run did not stay on the relay path: ${text}`);
     return { sink, source };
   } finally {
     proxy.kill("SIGINT");
@@ -181,20 +264,25 @@ try {
   const w = await startWgWorld("bbpb", 86, { baseline: true });
   const base: Record<string, { ok: boolean; bytes: number; ms: number }> = {};
   try {
-    for (const kind of ["sink", "source"] as const) base[kind] = await w.baselineClient([kind, w.server4, String(w.port), String(BYTES), "11"]);
+    for (const kind of ["sink", "source"] as const)
+      base[kind] = await w.baselineClient([kind, w.server4, String(w.port), String(BYTES), "11"]);
   } finally {
     await w.close();
   }
   const runs: Array<[string, Awaited<ReturnType<typeof ours>>]> = [["direct", await ours(false)]];
   if (values.relay) runs.push(["relay ", await ours(true)]);
   const atBaselineMtu = MTU_BASELINE !== null ? await ours(false, MTU_BASELINE) : null;
-  console.log(`bb proxy throughput, ${BYTES >> 20} MiB each way, one connection (MiB/s; ratio vs wireguard-go + kernel TCP direct, same run):`);
+  console.log(
+    `bb proxy throughput, ${BYTES >> 20} MiB each way, one connection (MiB/s; ratio vs wireguard-go + kernel TCP direct, same run):`,
+  );
   for (const [path, o] of runs) {
     for (const kind of ["sink", "source"] as const) {
       const a = mibps(o[kind].bytes, o[kind].ms);
       const b = mibps(base[kind]!.bytes, base[kind]!.ms);
       const dir = kind === "sink" ? "to the VM  " : "from the VM";
-      console.log(`  ${path} ${dir} bb proxy ${a.toFixed(1).padStart(6)}${o[kind].ok ? "" : " (FAILED)"}   wireguard-go+kernel ${b.toFixed(1).padStart(6)}${base[kind]!.ok ? "" : " (FAILED)"}   ratio ${(a / b).toFixed(2)}`);
+      console.log(
+        `  ${path} ${dir} bb proxy ${a.toFixed(1).padStart(6)}${o[kind].ok ? "" : " (FAILED)"}   wireguard-go+kernel ${b.toFixed(1).padStart(6)}${base[kind]!.ok ? "" : " (FAILED)"}   ratio ${(a / b).toFixed(2)}`,
+      );
     }
   }
   if (atBaselineMtu) {
@@ -204,7 +292,9 @@ try {
       const a = mibps(direct[kind].bytes, direct[kind].ms);
       const b = mibps(atBaselineMtu[kind].bytes, atBaselineMtu[kind].ms);
       const dir = kind === "sink" ? "to the VM  " : "from the VM";
-      console.log(`  ${dir} MTU ${TUNNEL_MTU} ${a.toFixed(1).padStart(6)}${direct[kind].ok ? "" : " (FAILED)"}   MTU ${MTU_BASELINE} ${b.toFixed(1).padStart(6)}${atBaselineMtu[kind].ok ? "" : " (FAILED)"}   ratio ${(a / b).toFixed(2)}`);
+      console.log(
+        `  ${dir} MTU ${TUNNEL_MTU} ${a.toFixed(1).padStart(6)}${direct[kind].ok ? "" : " (FAILED)"}   MTU ${MTU_BASELINE} ${b.toFixed(1).padStart(6)}${atBaselineMtu[kind].ok ? "" : " (FAILED)"}   ratio ${(a / b).toFixed(2)}`,
+      );
     }
   }
 } finally {

@@ -33,7 +33,15 @@ import { limitRunTime } from "./runLimit.ts";
 
 limitRunTime("bench/relay.ts", 900);
 
-const { values } = parseArgs({ options: { seconds: { type: "string", default: "2" }, pairs: { type: "string", default: "1,1000" }, window: { type: "string", default: "8" }, rounds: { type: "string", default: "5" }, transports: { type: "string", default: "ws,wss" } } });
+const { values } = parseArgs({
+  options: {
+    seconds: { type: "string", default: "2" },
+    pairs: { type: "string", default: "1,1000" },
+    window: { type: "string", default: "8" },
+    rounds: { type: "string", default: "5" },
+    transports: { type: "string", default: "ws,wss" },
+  },
+});
 const ROUNDS = Number(values.rounds);
 if (!(ROUNDS >= 1)) throw new Error("--rounds must be at least 1");
 const SECONDS = Number(values.seconds);
@@ -56,7 +64,12 @@ interface Child {
 
 /** Starts `bun ARGS` and reads `from` (the echo prints its URLs on stdout, `bb` its messages on stderr) until `ready` matches; the other stream is inherited. */
 async function spawnChild(args: string[], ready: RegExp, from: "stdout" | "stderr"): Promise<Child> {
-  const proc = Bun.spawn([BUN, ...args], { stdout: from === "stdout" ? "pipe" : "inherit", stderr: from === "stderr" ? "pipe" : "inherit", stdin: "pipe", env: { ...process.env, NO_COLOR: "1" } });
+  const proc = Bun.spawn([BUN, ...args], {
+    stdout: from === "stdout" ? "pipe" : "inherit",
+    stderr: from === "stderr" ? "pipe" : "inherit",
+    stdin: "pipe",
+    env: { ...process.env, NO_COLOR: "1" },
+  });
   const reader = (proc[from] as ReadableStream<Uint8Array>).getReader();
   let out = "";
   while (!ready.test(out)) {
@@ -99,12 +112,18 @@ async function measure(pid: number, start: () => void, counter: { n: number; on:
   const driver = cpuSeconds(process.pid) - d0;
   counter.on = false;
   await Bun.sleep(200);
-  return { framesPerSecond: frames / wall, framesPerCpuSecond: cpu > 0 ? frames / cpu : 0, serverCores: cpu / wall, driverCores: driver / wall };
+  return {
+    framesPerSecond: frames / wall,
+    framesPerCpuSecond: cpu > 0 ? frames / cpu : 0,
+    serverCores: cpu / wall,
+    driverCores: driver / wall,
+  };
 }
 
 async function inBatches<T>(n: number, size: number, make: (i: number) => Promise<T>): Promise<T[]> {
   const out: T[] = [];
-  for (let i = 0; i < n; i += size) out.push(...(await Promise.all(Array.from({ length: Math.min(size, n - i) }, (_, k) => make(i + k)))));
+  for (let i = 0; i < n; i += size)
+    out.push(...(await Promise.all(Array.from({ length: Math.min(size, n - i) }, (_, k) => make(i + k)))));
   return out;
 }
 
@@ -130,7 +149,9 @@ async function relayBouncers(url: string, pairs: number, tls: boolean): Promise<
         counter.n++;
         self.t!.send(d);
       };
-      return connectRelay({ url, token, ...(ca ? { ca } : {}), onDatagram, timeoutMs: 60_000 }).then((t) => (self.t = t));
+      return connectRelay({ url, token, ...(ca ? { ca } : {}), onDatagram, timeoutMs: 60_000 }).then(
+        (t) => (self.t = t),
+      );
     };
     const c = await end("client");
     all.push(c, await end("host"));
@@ -189,20 +210,37 @@ const fmt = (x: number) => Math.round(x).toLocaleString("en-US");
 const echo = await spawnChild(["bench/children/relayEcho.ts", cert.certPath, cert.keyPath], /\}\n/, "stdout");
 const echoUrls = JSON.parse(echo.line) as { ws: string; wss: string };
 const relayArgs = (tls: boolean) => {
-  const cfg = relayConfigFile(signer, cert, { relayId: "relay-bench", maxHandshakes: 10_000, maxHandshakesPerAddress: 10_000, maxPendingPairs: 10_000, maxSessions: 100_000 });
+  const cfg = relayConfigFile(signer, cert, {
+    relayId: "relay-bench",
+    maxHandshakes: 10_000,
+    maxHandshakesPerAddress: 10_000,
+    maxPendingPairs: 10_000,
+    maxSessions: 100_000,
+  });
   const sub = join(dir, tls ? "tls" : "plain");
   mkdirSync(sub);
   const path = writeRelayConfig(sub, cfg);
-  return [...(process.env["BB_BENCH_RELAY_BUN_ARGS"]?.split(" ").filter(Boolean) ?? []), "bin/bb.ts", "relay", "run", "--config", path, ...(tls ? [] : ["--insecure-listen", "127.0.0.1:0"])];
+  return [
+    ...(process.env["BB_BENCH_RELAY_BUN_ARGS"]?.split(" ").filter(Boolean) ?? []),
+    "bin/bb.ts",
+    "relay",
+    "run",
+    "--config",
+    path,
+    ...(tls ? [] : ["--insecure-listen", "127.0.0.1:0"]),
+  ];
 };
 
-console.log(`relay forwarding vs raw WebSocket echo, 1,400-byte frames, window ${WINDOW} per pair, ${SECONDS} s per run (server frames/s; per server CPU-second)`);
+console.log(
+  `relay forwarding vs raw WebSocket echo, 1,400-byte frames, window ${WINDOW} per pair, ${SECONDS} s per run (server frames/s; per server CPU-second)`,
+);
 try {
   for (const tls of TRANSPORTS.map((t) => t === "wss")) {
     const relay = await spawnChild(relayArgs(tls), /listening: \S+ health \S+/, "stderr");
     const [, url, health] = /listening: (\S+) health (\S+)/.exec(relay.line)!;
     const dropped = async () => {
-      const c = ((await (await fetch(health!)).json()) as { counters: { framesDropped: Record<string, number> } }).counters.framesDropped;
+      const c = ((await (await fetch(health!)).json()) as { counters: { framesDropped: Record<string, number> } })
+        .counters.framesDropped;
       return Object.values(c).reduce((a, b) => a + b, 0);
     };
     try {
@@ -238,7 +276,10 @@ try {
       }
       // A dropped frame shrinks a pair's window for the rest of its run, so drops would make the relay look slower.
       const d = await dropped();
-      if (d > 0) console.log(`${tls ? "wss" : "ws "} the relay dropped ${d} frames (see its /metrics): the figures above understate it`);
+      if (d > 0)
+        console.log(
+          `${tls ? "wss" : "ws "} the relay dropped ${d} frames (see its /metrics): the figures above understate it`,
+        );
     } finally {
       relay.proc.kill("SIGTERM");
       await relay.proc.exited;

@@ -24,14 +24,20 @@ import { limitRunTime } from "./runLimit.ts";
 
 limitRunTime("bench/requestLog.ts", 600);
 
-const { values } = parseArgs({ options: { requests: { type: "string", default: "20000" }, rounds: { type: "string", default: "5" } } });
+const { values } = parseArgs({
+  options: { requests: { type: "string", default: "20000" }, rounds: { type: "string", default: "5" } },
+});
 const N = Number(values.requests);
 const ROUNDS = Number(values.rounds);
 const dir = mkdtempSync(join(tmpdir(), "bb-bench-reqlog-"));
 try {
   const dev = ensureDevManifest(join(dir, "m"), `sha256:${"ab".repeat(32)}`);
   const tokens = JSON.parse(readFileSync(dev.clientConfigPath, "utf8")) as { token: string };
-  const worker = new SchedulerWorker({ dataDir: join(dir, "data"), manifest: loadManifest(dev.manifestPath), publicUrl: "http://bench" });
+  const worker = new SchedulerWorker({
+    dataDir: join(dir, "data"),
+    manifest: loadManifest(dev.manifestPath),
+    publicUrl: "http://bench",
+  });
   worker.start();
   const app = buildApp(worker);
   const bare = (req: Request) => app.handle(req);
@@ -39,12 +45,29 @@ try {
   let lines = 0;
   const variants: [string, (req: Request) => Promise<Response>][] = [
     ["bare app (baseline)", bare],
-    ["request IDs, log level 0", withRequestLog(bare, { ...deps, log: createLogger({ format: "json", level: 0, sink: () => {} }) })],
-    ["request IDs + JSON lines", withRequestLog(bare, { ...deps, log: createLogger({ format: "json", level: 3, sink: () => void lines++ }) })],
+    [
+      "request IDs, log level 0",
+      withRequestLog(bare, { ...deps, log: createLogger({ format: "json", level: 0, sink: () => {} }) }),
+    ],
+    [
+      "request IDs + JSON lines",
+      withRequestLog(bare, { ...deps, log: createLogger({ format: "json", level: 3, sink: () => void lines++ }) }),
+    ],
   ];
-  const created = (await (await bare(new Request("http://bench/v1/allocations", { method: "POST", headers: { authorization: `Bearer ${tokens.token}`, "content-type": "application/json" }, body: JSON.stringify({ clientRequestId: "bench-1", workloadClass: "ci-small" }) }))).json()) as { allocationId: string };
+  const created = (await (
+    await bare(
+      new Request("http://bench/v1/allocations", {
+        method: "POST",
+        headers: { authorization: `Bearer ${tokens.token}`, "content-type": "application/json" },
+        body: JSON.stringify({ clientRequestId: "bench-1", workloadClass: "ci-small" }),
+      }),
+    )
+  ).json()) as { allocationId: string };
   const requests = {
-    "GET allocation": () => new Request(`http://bench/v1/allocations/${created.allocationId}`, { headers: { authorization: `Bearer ${tokens.token}` } }),
+    "GET allocation": () =>
+      new Request(`http://bench/v1/allocations/${created.allocationId}`, {
+        headers: { authorization: `Bearer ${tokens.token}` },
+      }),
     "401 refusal": () => new Request("http://bench/v1/allocations", { headers: { authorization: "Bearer nope" } }),
   };
   for (const [what, make] of Object.entries(requests)) {
@@ -58,7 +81,10 @@ try {
     }
     const base = totals[0]!;
     console.log(`${what}: ${N * ROUNDS} requests per variant`);
-    for (const [i, [name]] of variants.entries()) console.log(`  ${name.padEnd(26)} ${((totals[i]! * 1000) / (N * ROUNDS)).toFixed(1).padStart(6)} µs/request  ${(totals[i]! / base).toFixed(2)}x`);
+    for (const [i, [name]] of variants.entries())
+      console.log(
+        `  ${name.padEnd(26)} ${((totals[i]! * 1000) / (N * ROUNDS)).toFixed(1).padStart(6)} µs/request  ${(totals[i]! / base).toFixed(2)}x`,
+      );
   }
   console.log(`(${lines} JSON lines formatted)`);
   await worker.close();

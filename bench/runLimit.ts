@@ -21,10 +21,17 @@ export function limitRunTime(name: string, seconds: number): void {
   const env = Number(process.env[RUN_LIMIT_ENV]);
   const limit = Number.isFinite(env) && env > 0 ? env : seconds;
   const t = setTimeout(async () => {
-    console.error(`${name}: did not finish within ${limit} s (its run-time bound; ${RUN_LIMIT_ENV} overrides it); giving up`);
+    console.error(
+      `${name}: did not finish within ${limit} s (its run-time bound; ${RUN_LIMIT_ENV} overrides it); giving up`,
+    );
     for (const fn of cleanups.reverse()) {
       let timer: ReturnType<typeof setTimeout> | undefined;
-      await Promise.race([Promise.resolve().then(fn).catch(() => {}), new Promise((r) => (timer = setTimeout(r, CLEANUP_MS)))]);
+      await Promise.race([
+        Promise.resolve()
+          .then(fn)
+          .catch(() => {}),
+        new Promise((r) => (timer = setTimeout(r, CLEANUP_MS))),
+      ]);
       clearTimeout(timer);
     }
     process.exit(1);

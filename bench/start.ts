@@ -29,7 +29,9 @@ const MIN_RUNS = 10;
 const SCHEDULER_START_MS = 30_000;
 
 const ROOT = resolve(import.meta.dir, "..");
-const { values } = parseArgs({ options: { bb: { type: "string", multiple: true }, runs: { type: "string", default: "15" } } });
+const { values } = parseArgs({
+  options: { bb: { type: "string", multiple: true }, runs: { type: "string", default: "15" } },
+});
 const RUNS = Number(values.runs);
 if (!Number.isInteger(RUNS) || RUNS < MIN_RUNS) throw new Error(`--runs must be an integer ≥ ${MIN_RUNS}`);
 
@@ -75,11 +77,27 @@ function median(xs: number[]): number {
 const bins = await binaries();
 const dir = mkdtempSync(join(tmpdir(), "bb-bench-start-"));
 const clientConfig = join(dir, "client.json");
-const scheduler = Bun.spawn([bins[0]!, "scheduler", "serve", "--dev", "--listen", "127.0.0.1:0", "--data-dir", join(dir, "scheduler"), "--dev-image", join(dir, "no-image"), "--client-config", clientConfig], {
-  stdout: "ignore",
-  stderr: "ignore",
-  env: { ...process.env, BB_LOG_LEVEL: "1" },
-});
+const scheduler = Bun.spawn(
+  [
+    bins[0]!,
+    "scheduler",
+    "serve",
+    "--dev",
+    "--listen",
+    "127.0.0.1:0",
+    "--data-dir",
+    join(dir, "scheduler"),
+    "--dev-image",
+    join(dir, "no-image"),
+    "--client-config",
+    clientConfig,
+  ],
+  {
+    stdout: "ignore",
+    stderr: "ignore",
+    env: { ...process.env, BB_LOG_LEVEL: "1" },
+  },
+);
 onRunLimit(() => {
   scheduler.kill("SIGKILL");
   rmSync(dir, { recursive: true, force: true });
@@ -100,7 +118,8 @@ try {
   const cases: { name: string; argv: string[] }[] = [{ name: "bun -e 0", argv: [process.execPath, "-e", "0"] }];
   for (const bb of bins) {
     const tag = bins.length > 1 ? `${bb} ` : "bb ";
-    for (const args of [["--help"], ["--version"], ["allocation", "list"]]) cases.push({ name: `${tag}${args.join(" ")}`, argv: [bb, ...args] });
+    for (const args of [["--help"], ["--version"], ["allocation", "list"]])
+      cases.push({ name: `${tag}${args.join(" ")}`, argv: [bb, ...args] });
   }
   const samples = cases.map(() => [] as number[]);
   for (let round = -1; round < RUNS; round++) {
@@ -110,10 +129,14 @@ try {
     });
   }
   const base = median(samples[0]!);
-  console.log(`start-up, median of ${RUNS} runs (interleaved, after one warm-up), as a ratio to bun -e 0 in the same run`);
+  console.log(
+    `start-up, median of ${RUNS} runs (interleaved, after one warm-up), as a ratio to bun -e 0 in the same run`,
+  );
   cases.forEach((c, i) => {
     const m = median(samples[i]!);
-    console.log(`  ${c.name.padEnd(Math.max(...cases.map((x) => x.name.length)))}  ${m.toFixed(0).padStart(6)} ms  ${(m / base).toFixed(2)}×`);
+    console.log(
+      `  ${c.name.padEnd(Math.max(...cases.map((x) => x.name.length)))}  ${m.toFixed(0).padStart(6)} ms  ${(m / base).toFixed(2)}×`,
+    );
   });
 } finally {
   scheduler.kill("SIGTERM");

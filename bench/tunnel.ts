@@ -33,7 +33,17 @@ import { decodeMessage, type Initiation, type Response } from "../src/wireguard/
 import { CookieChecker, CookieJar } from "../src/wireguard/cookie.ts";
 import { Device } from "../src/wireguard/device.ts";
 import { MemoryNet, type MemEndpoint } from "../src/wireguard/fakeNet.ts";
-import { commitInitiation, consumeInitiation, consumeResponse, createInitiation, createResponse, deriveSessionKeys, HandshakeState, localStatic, remoteStatic } from "../src/wireguard/noise.ts";
+import {
+  commitInitiation,
+  consumeInitiation,
+  consumeResponse,
+  createInitiation,
+  createResponse,
+  deriveSessionKeys,
+  HandshakeState,
+  localStatic,
+  remoteStatic,
+} from "../src/wireguard/noise.ts";
 import { systemClock, systemRandom } from "../src/wireguard/ports.ts";
 import { tai64n } from "../src/wireguard/tai64n.ts";
 import { dh, generateKeyPair, keyPairFromPrivate } from "../src/wireguard/x25519.ts";
@@ -45,7 +55,13 @@ import { limitRunTime } from "./runLimit.ts";
 
 limitRunTime("bench/tunnel.ts", 1200);
 
-const { values } = parseArgs({ options: { seconds: { type: "string", default: "1" }, handshakes: { type: "string", default: "400" }, "tcp-mib": { type: "string", default: "128" } } });
+const { values } = parseArgs({
+  options: {
+    seconds: { type: "string", default: "1" },
+    handshakes: { type: "string", default: "400" },
+    "tcp-mib": { type: "string", default: "128" },
+  },
+});
 const SECONDS = Number(values.seconds);
 const HANDSHAKES = Number(values.handshakes);
 const PACKET = 1_400;
@@ -123,8 +139,12 @@ const dhUs = median(dhTimes.slice(200)) * 1000;
 const iUs = median(iWall) * 1000;
 const rUs = median(rWall) * 1000;
 console.log(`handshake (${HANDSHAKES} after 50 warm-up, AEAD ${selected.name}):`);
-console.log(`  initiator: median ${iUs.toFixed(0)} µs wall, ${(iCpu / HANDSHAKES).toFixed(0)} µs CPU per handshake = ${(iUs / dhUs).toFixed(1)} DH-equivalents`);
-console.log(`  responder: median ${rUs.toFixed(0)} µs wall, ${(rCpu / HANDSHAKES).toFixed(0)} µs CPU per handshake = ${(rUs / dhUs).toFixed(1)} DH-equivalents`);
+console.log(
+  `  initiator: median ${iUs.toFixed(0)} µs wall, ${(iCpu / HANDSHAKES).toFixed(0)} µs CPU per handshake = ${(iUs / dhUs).toFixed(1)} DH-equivalents`,
+);
+console.log(
+  `  responder: median ${rUs.toFixed(0)} µs wall, ${(rCpu / HANDSHAKES).toFixed(0)} µs CPU per handshake = ${(rUs / dhUs).toFixed(1)} DH-equivalents`,
+);
 console.log(`  baseline (same run): one node:crypto X25519 DH, median ${dhUs.toFixed(1)} µs (incl. raw-key import)`);
 
 // ---- 2. AEAD MB/s per provider ----
@@ -158,9 +178,13 @@ const probe = probeSodium();
 if (probe.ok) providers.push(sodiumFfiAead(probe.library));
 const results = providers.map((a) => ({ name: a.name, ...aeadMBps(a) }));
 const baseline = results.find((r) => r.name === "noble")!;
-console.log(`AEAD ChaCha20-Poly1305, ${PACKET}-byte packets, seal + open, one thread (MB of plaintext per wall second / per CPU-second):`);
+console.log(
+  `AEAD ChaCha20-Poly1305, ${PACKET}-byte packets, seal + open, one thread (MB of plaintext per wall second / per CPU-second):`,
+);
 for (const r of results) {
-  console.log(`  ${r.name.padEnd(12)} ${r.wall.toFixed(1).padStart(7)} MB/s wall ${r.cpu.toFixed(1).padStart(7)} MB/CPU-s   ratio vs @noble/ciphers ${(r.wall / baseline.wall).toFixed(2)}× wall, ${(r.cpu / baseline.cpu).toFixed(2)}× CPU`);
+  console.log(
+    `  ${r.name.padEnd(12)} ${r.wall.toFixed(1).padStart(7)} MB/s wall ${r.cpu.toFixed(1).padStart(7)} MB/CPU-s   ratio vs @noble/ciphers ${(r.wall / baseline.wall).toFixed(2)}× wall, ${(r.cpu / baseline.cpu).toFixed(2)}× CPU`,
+  );
 }
 if (!probe.ok) console.log(`  sodium-ffi unavailable: ${probe.reason}`);
 console.log(`  selected at runtime: ${selected.name}${ffiUnavailable ? ` (${ffiUnavailable})` : ""}`);
@@ -198,11 +222,20 @@ function deviceTransport(a: Aead): { pps: number; ppsCpu: number } {
 const dt = deviceTransport(selected);
 const dtNoble = deviceTransport(nobleAead());
 const mb = (pps: number) => ((pps * PACKET) / 1e6).toFixed(1);
-console.log(`Device → Device in memory, ${PACKET}-byte IP packets, both ends in this thread (route, pad, seal, decode, replay check, open, source check):`);
-for (const [name, r] of [[selected.name, dt], ["noble", dtNoble]] as const) {
-  console.log(`  ${name.padEnd(12)} ${r.pps.toFixed(0).padStart(6)} packets/s = ${mb(r.pps)} MB/s wall; ${r.ppsCpu.toFixed(0)} packets/CPU-s = ${mb(r.ppsCpu)} MB/CPU-s`);
+console.log(
+  `Device → Device in memory, ${PACKET}-byte IP packets, both ends in this thread (route, pad, seal, decode, replay check, open, source check):`,
+);
+for (const [name, r] of [
+  [selected.name, dt],
+  ["noble", dtNoble],
+] as const) {
+  console.log(
+    `  ${name.padEnd(12)} ${r.pps.toFixed(0).padStart(6)} packets/s = ${mb(r.pps)} MB/s wall; ${r.ppsCpu.toFixed(0)} packets/CPU-s = ${mb(r.ppsCpu)} MB/CPU-s`,
+  );
 }
-console.log(`  ratio ${selected.name} Device vs its raw AEAD (per CPU-s): ${((dt.ppsCpu * PACKET) / 1e6 / results.find((r) => r.name === selected.name)!.cpu).toFixed(2)}×`);
+console.log(
+  `  ratio ${selected.name} Device vs its raw AEAD (per CPU-s): ${((dt.ppsCpu * PACKET) / 1e6 / results.find((r) => r.name === selected.name)!.cpu).toFixed(2)}×`,
+);
 
 // ---- 4. TCP through our stack + our WireGuard vs wireguard-go + kernel TCP ----
 const tcpSkip = wgWorldSkipReason();
@@ -212,7 +245,9 @@ else {
   const w = await startWgWorld("bbtb", 84, { baseline: true });
   try {
     const mibps = (bytes: number, ms: number) => bytes / (1 << 20) / (ms / 1000);
-    console.log(`TCP through the tunnel, ${TCP_BYTES >> 20} MiB each way over IPv4, one connection (MiB/s; ratio vs wireguard-go + kernel TCP, same run):`);
+    console.log(
+      `TCP through the tunnel, ${TCP_BYTES >> 20} MiB each way over IPv4, one connection (MiB/s; ratio vs wireguard-go + kernel TCP, same run):`,
+    );
     for (const kind of ["sink", "source"] as const) {
       const run = await runJobs(w, [{ kind, host: w.server4, bytes: TCP_BYTES, seed: 11 }], 600_000);
       const ours = run.results[0]!;
@@ -220,7 +255,9 @@ else {
       const o = mibps(ours.bytes, ours.ms);
       const k = mibps(base.bytes, base.ms);
       const dir = kind === "sink" ? "to the server  " : "from the server";
-      console.log(`  ${dir} ours ${o.toFixed(1).padStart(6)}${ours.ok ? "" : " (FAILED)"}   wireguard-go+kernel ${k.toFixed(1).padStart(6)}${base.ok ? "" : " (FAILED)"}   ratio ${(o / k).toFixed(2)}   (ours: ${mibps(ours.bytes, run.cpuMs).toFixed(1)} MiB per CPU-second of the client process)`);
+      console.log(
+        `  ${dir} ours ${o.toFixed(1).padStart(6)}${ours.ok ? "" : " (FAILED)"}   wireguard-go+kernel ${k.toFixed(1).padStart(6)}${base.ok ? "" : " (FAILED)"}   ratio ${(o / k).toFixed(2)}   (ours: ${mibps(ours.bytes, run.cpuMs).toFixed(1)} MiB per CPU-second of the client process)`,
+      );
     }
   } finally {
     await w.close();

@@ -42,10 +42,17 @@ const MIB = Number(values.mib);
 const FLOWS = Number(values.flows);
 const direction = values.direction!;
 if (!(MIB > 0) || !(FLOWS >= 1) || !["up", "down", "both"].includes(direction)) {
-  console.error("usage: bun bench/tunnelLoss.ts [--mib M>0] [--flows N>=1] [--direction up|down|both] [--loss %] [--delay ms] [--reorder %]");
+  console.error(
+    "usage: bun bench/tunnelLoss.ts [--mib M>0] [--flows N>=1] [--direction up|down|both] [--loss %] [--delay ms] [--reorder %]",
+  );
   process.exit(2);
 }
-const impair = { lossPercent: Number(values.loss), delayMs: Number(values.delay), reorderPercent: Number(values.reorder), seed: 11 };
+const impair = {
+  lossPercent: Number(values.loss),
+  delayMs: Number(values.delay),
+  reorderPercent: Number(values.reorder),
+  seed: 11,
+};
 
 const skip = wgWorldSkipReason();
 if (skip) {
@@ -53,11 +60,16 @@ if (skip) {
   process.exit(0);
 }
 const MSS = TCP_MSS_BYTES;
-const renoMiBps = impair.lossPercent > 0 ? (MSS / ((2 * impair.delayMs) / 1000)) * (1.22 / Math.sqrt(impair.lossPercent / 100)) / 2 ** 20 : Infinity;
+const renoMiBps =
+  impair.lossPercent > 0
+    ? ((MSS / ((2 * impair.delayMs) / 1000)) * (1.22 / Math.sqrt(impair.lossPercent / 100))) / 2 ** 20
+    : Infinity;
 
 const w = await startWgWorld("bbtl", 86, { impair });
 try {
-  console.log(`tunnelLoss: ${MIB} MiB over ${FLOWS} flow(s), direction ${direction}; ${impair.lossPercent}% loss, ${impair.delayMs} ms delay, ${impair.reorderPercent}% reordering each way, by ${w.impairedBy}`);
+  console.log(
+    `tunnelLoss: ${MIB} MiB over ${FLOWS} flow(s), direction ${direction}; ${impair.lossPercent}% loss, ${impair.delayMs} ms delay, ${impair.reorderPercent}% reordering each way, by ${w.impairedBy}`,
+  );
   const total = MIB * 2 ** 20;
   const per = Math.floor(total / FLOWS);
   const jobs = Array.from({ length: FLOWS }, (_, i) => ({
@@ -71,14 +83,24 @@ try {
   const mibps = MIB / (r.ms / 1000);
   const perFlow = r.results.map((x) => x.bytes / 2 ** 20 / (x.ms / 1000)).sort((a, b) => a - b);
   console.log(`  ${r.results.length - bad.length}/${r.results.length} flows byte-exact (SHA-256)`);
-  console.log(`  ${(r.ms / 1000).toFixed(1)} s wall, ${mibps.toFixed(2)} MiB/s = ${((mibps * 8 * 2 ** 20) / 1e6).toFixed(1)} Mbit/s aggregate; client CPU ${(r.cpuMs / 1000).toFixed(1)} s`);
-  console.log(`  per flow MiB/s: min ${perFlow[0]!.toFixed(2)}, median ${perFlow[Math.floor(perFlow.length / 2)]!.toFixed(2)}, max ${perFlow.at(-1)!.toFixed(2)}`);
-  console.log(`  Reno bound of one flow: ${renoMiBps.toFixed(2)} MiB/s; median flow / bound = ${(perFlow[Math.floor(perFlow.length / 2)]! / renoMiBps).toFixed(2)}`);
+  console.log(
+    `  ${(r.ms / 1000).toFixed(1)} s wall, ${mibps.toFixed(2)} MiB/s = ${((mibps * 8 * 2 ** 20) / 1e6).toFixed(1)} Mbit/s aggregate; client CPU ${(r.cpuMs / 1000).toFixed(1)} s`,
+  );
+  console.log(
+    `  per flow MiB/s: min ${perFlow[0]!.toFixed(2)}, median ${perFlow[Math.floor(perFlow.length / 2)]!.toFixed(2)}, max ${perFlow.at(-1)!.toFixed(2)}`,
+  );
+  console.log(
+    `  Reno bound of one flow: ${renoMiBps.toFixed(2)} MiB/s; median flow / bound = ${(perFlow[Math.floor(perFlow.length / 2)]! / renoMiBps).toFixed(2)}`,
+  );
   for (const ns of [w.a, w.b]) {
-    const snmp = sh(ns.exec(["cat", "/proc/net/snmp"])).out.split("\n").filter((l) => l.startsWith("Udp:"));
+    const snmp = sh(ns.exec(["cat", "/proc/net/snmp"]))
+      .out.split("\n")
+      .filter((l) => l.startsWith("Udp:"));
     const [names, vals] = snmp.map((l) => l.split(/\s+/).slice(1));
     const udp = Object.fromEntries(names!.map((n, i) => [n, Number(vals![i])]));
-    console.log(`  UDP in ${ns.name}: in ${udp.InDatagrams}, out ${udp.OutDatagrams}, receive-buffer drops ${udp.RcvbufErrors}, send-buffer drops ${udp.SndbufErrors}`);
+    console.log(
+      `  UDP in ${ns.name}: in ${udp.InDatagrams}, out ${udp.OutDatagrams}, receive-buffer drops ${udp.RcvbufErrors}, send-buffer drops ${udp.SndbufErrors}`,
+    );
   }
   const stats = await clientStats(w);
   console.log(`  client: ${JSON.stringify({ stack: stats.stack, impairment: stats.impairment })}`);

@@ -19,15 +19,35 @@ export const bbCommand: BbCommand = command({
   meta: { name: "bb", version: BB_VERSION, description: "Beachball: disposable microVMs on your own hosts" },
   examples: ["bb scheduler serve --dev", "bb allocation create --class ci-small --wait", "bb host list"],
   subCommands: {
-    scheduler: lazyCommand({ description: "The control plane" }, () => import("../src/scheduler/command.ts").then((m) => m.schedulerCommand)),
-    agent: lazyCommand({ description: "The host agent" }, () => import("../src/agent/command.ts").then((m) => m.agentCommand)),
-    allocation: lazyCommand({ description: "Request, inspect and release VMs" }, () => import("../src/cli/allocationCommand.ts").then((m) => m.allocationCommand)),
-    host: lazyCommand({ description: "Operator commands for hosts" }, () => import("../src/cli/hostCommand.ts").then((m) => m.hostCommand)),
-    image: lazyCommand({ description: "Build, sign, verify and publish Beachball images" }, () => import("../src/cli/imageCommand.ts").then((m) => m.imageCommand)),
-    proxy: lazyCommand({ description: "Forward 127.0.0.1:LOCAL to a port inside a private allocation (no root)" }, () => import("../src/proxy/command.ts").then((m) => m.proxyCommand)),
-    guest: lazyCommand({ description: "Guest bootstrap (PID 1 inside a Beachball VM); not for hosts" }, () => import("../src/guest/command.ts").then((m) => m.guestCommand)),
-    relay: lazyCommand({ description: "A packet relay for private networking" }, () => import("../src/relay/command.ts").then((m) => m.relayCommand)),
-    dev: lazyCommand({ description: "Developer conveniences" }, () => import("../src/dev/command.ts").then((m) => m.devCommand)),
-    completion: lazyCommand({ description: "Print a shell completion script (bash, zsh or fish)" }, async () => completionCommand(() => bbCommand)),
+    scheduler: lazyCommand({ description: "The control plane" }, () =>
+      import("../src/scheduler/command.ts").then((m) => m.schedulerCommand),
+    ),
+    agent: lazyCommand({ description: "The host agent" }, () =>
+      import("../src/agent/command.ts").then((m) => m.agentCommand),
+    ),
+    allocation: lazyCommand({ description: "Request, inspect and release VMs" }, () =>
+      import("../src/cli/allocationCommand.ts").then((m) => m.allocationCommand),
+    ),
+    host: lazyCommand({ description: "Operator commands for hosts" }, () =>
+      import("../src/cli/hostCommand.ts").then((m) => m.hostCommand),
+    ),
+    image: lazyCommand({ description: "Build, sign, verify and publish Beachball images" }, () =>
+      import("../src/cli/imageCommand.ts").then((m) => m.imageCommand),
+    ),
+    proxy: lazyCommand({ description: "Forward 127.0.0.1:LOCAL to a port inside a private allocation (no root)" }, () =>
+      import("../src/proxy/command.ts").then((m) => m.proxyCommand),
+    ),
+    guest: lazyCommand({ description: "Guest bootstrap (PID 1 inside a Beachball VM); not for hosts" }, () =>
+      import("../src/guest/command.ts").then((m) => m.guestCommand),
+    ),
+    relay: lazyCommand({ description: "A packet relay for private networking" }, () =>
+      import("../src/relay/command.ts").then((m) => m.relayCommand),
+    ),
+    dev: lazyCommand({ description: "Developer conveniences" }, () =>
+      import("../src/dev/command.ts").then((m) => m.devCommand),
+    ),
+    completion: lazyCommand({ description: "Print a shell completion script (bash, zsh or fish)" }, async () =>
+      completionCommand(() => bbCommand),
+    ),
   },
 });

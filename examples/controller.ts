@@ -41,7 +41,9 @@ if (!Number.isInteger(count) || count < 1 || count > 50) usage("--count must be 
 if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) usage("--timeout-seconds must be a positive number");
 
 const emit = (step: string, v: AllocationView, extra: Record<string, unknown> = {}) =>
-  process.stdout.write(`${JSON.stringify({ step, allocationId: v.allocationId, state: v.state, hostId: v.hostId, ...extra })}\n`);
+  process.stdout.write(
+    `${JSON.stringify({ step, allocationId: v.allocationId, state: v.state, hostId: v.hostId, ...extra })}\n`,
+  );
 
 async function main(): Promise<void> {
   const client = new SchedulerClient(url!, token!);
@@ -51,17 +53,30 @@ async function main(): Promise<void> {
 
   // Create: the key is stable per run and index, so a rerun with the same --run-id finds the same allocations.
   const created = await Promise.all(
-    Array.from({ length: count }, (_, i) => client.create({ clientRequestId: `${values["run-id"]}-${i}`, workloadClass, labels: { "created-by": "example-controller" } })),
+    Array.from({ length: count }, (_, i) =>
+      client.create({
+        clientRequestId: `${values["run-id"]}-${i}`,
+        workloadClass,
+        labels: { "created-by": "example-controller" },
+      }),
+    ),
   );
   for (const c of created) emit("created", c.view, { replayed: !c.created });
 
   try {
     // Wait: ready means the VM runs and its guest can take a bootstrap payload.
-    const ready = await Promise.all(created.map((c) => client.waitFor(c.view.allocationId, (v) => v.state === "ready", { timeoutMs })));
+    const ready = await Promise.all(
+      created.map((c) => client.waitFor(c.view.allocationId, (v) => v.state === "ready", { timeoutMs })),
+    );
     for (const v of ready) emit("ready", v);
     if (values.script !== undefined) {
       for (const v of ready) {
-        const r = await client.deliverWhenReady(v.allocationId, new TextEncoder().encode(values.script), `${values["run-id"]}-script`, timeoutMs);
+        const r = await client.deliverWhenReady(
+          v.allocationId,
+          new TextEncoder().encode(values.script),
+          `${values["run-id"]}-script`,
+          timeoutMs,
+        );
         emit("delivered", v, { digest: r.digest });
       }
     }
@@ -70,7 +85,9 @@ async function main(): Promise<void> {
     const released = await Promise.all(
       created.map(async (c) => {
         await client.release(c.view.allocationId);
-        return client.waitFor(c.view.allocationId, (v) => v.state === "released" || v.state === "failed", { timeoutMs });
+        return client.waitFor(c.view.allocationId, (v) => v.state === "released" || v.state === "failed", {
+          timeoutMs,
+        });
       }),
     );
     for (const v of released) emit("released", v);

@@ -76,7 +76,8 @@ let cached: { libc: Libc } | { reason: string } | undefined;
 /** Loads libc.so.6 once. Returns the bindings or the reason they are unavailable (never throws). */
 export function loadLibc(): { libc: Libc } | { reason: string } {
   if (cached) return cached;
-  if (process.platform !== "linux") return (cached = { reason: `native bindings need Linux (this is ${process.platform})` });
+  if (process.platform !== "linux")
+    return (cached = { reason: `native bindings need Linux (this is ${process.platform})` });
   try {
     const lib = dlopen("libc.so.6", SYMBOLS);
     const sym = lib.symbols;

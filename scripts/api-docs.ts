@@ -43,7 +43,8 @@ function typeOf(s: Obj): string {
   if (typeof s["minLength"] === "number" && s["minLength"] > 0) bounds.push(`≥ ${s["minLength"]} chars`);
   if (typeof s["maxLength"] === "number") bounds.push(`≤ ${s["maxLength"]} chars`);
   if (typeof s["pattern"] === "string") bounds.push(`\`${s["pattern"]}\``);
-  if (typeof s["minimum"] === "number" || typeof s["maximum"] === "number") bounds.push(`${s["minimum"] ?? ""}..${s["maximum"] ?? ""}`);
+  if (typeof s["minimum"] === "number" || typeof s["maximum"] === "number")
+    bounds.push(`${s["minimum"] ?? ""}..${s["maximum"] ?? ""}`);
   if (typeof s["maxItems"] === "number") bounds.push(`≤ ${s["maxItems"]} items`);
   if (typeof s["maxProperties"] === "number") bounds.push(`≤ ${s["maxProperties"]} entries`);
   if (t === "array") return `array of ${typeOf(obj(s["items"]))}${bounds.length ? ` (${bounds.join(", ")})` : ""}`;
@@ -59,7 +60,10 @@ function fieldTable(s: Obj): string[] {
   if (Object.keys(props).length === 0) return [`${typeOf(s)}`, ""];
   const required = new Set((s["required"] as string[] | undefined) ?? []);
   const out = ["| field | type | required | notes |", "| --- | --- | --- | --- |"];
-  for (const [k, v] of Object.entries(props)) out.push(`| \`${k}\` | ${typeOf(obj(v))} | ${required.has(k) ? "yes" : "no"} | ${String(obj(v)["description"] ?? "").replace(/\|/g, "\\|")} |`);
+  for (const [k, v] of Object.entries(props))
+    out.push(
+      `| \`${k}\` | ${typeOf(obj(v))} | ${required.has(k) ? "yes" : "no"} | ${String(obj(v)["description"] ?? "").replace(/\|/g, "\\|")} |`,
+    );
   return [...out, ""];
 }
 
@@ -80,11 +84,22 @@ export function referenceText(doc: Obj = openApiDocument()): string {
     "| --- | --- | --- | --- |",
   ];
   const ops: [string, string, Obj][] = [];
-  for (const [path, methods] of Object.entries(obj(doc["paths"]))) for (const [m, op] of Object.entries(obj(methods))) ops.push([m.toUpperCase(), path, obj(op)]);
-  for (const [m, path, op] of ops) out.push(`| ${m} | [\`${path}\`](#${String(op["operationId"]).toLowerCase()}) | ${op["x-beachball-auth"]} | ${String(op["summary"]).replace(/\|/g, "\\|")} |`);
+  for (const [path, methods] of Object.entries(obj(doc["paths"])))
+    for (const [m, op] of Object.entries(obj(methods))) ops.push([m.toUpperCase(), path, obj(op)]);
+  for (const [m, path, op] of ops)
+    out.push(
+      `| ${m} | [\`${path}\`](#${String(op["operationId"]).toLowerCase()}) | ${op["x-beachball-auth"]} | ${String(op["summary"]).replace(/\|/g, "\\|")} |`,
+    );
   out.push("", "## Routes", "");
   for (const [m, path, op] of ops) {
-    out.push(`### ${op["operationId"]}`, "", `\`${m} ${path}\` (caller: ${op["x-beachball-auth"]})`, "", String(op["summary"]), "");
+    out.push(
+      `### ${op["operationId"]}`,
+      "",
+      `\`${m} ${path}\` (caller: ${op["x-beachball-auth"]})`,
+      "",
+      String(op["summary"]),
+      "",
+    );
     const params = (op["parameters"] as Obj[] | undefined) ?? [];
     if (params.length) {
       out.push("| parameter | in | type |", "| --- | --- | --- |");
@@ -92,24 +107,41 @@ export function referenceText(doc: Obj = openApiDocument()): string {
       out.push("");
     }
     const body = obj(op["requestBody"]);
-    if (body["content"]) out.push(`Request body: ${typeOf(obj(obj(obj(obj(body["content"])["application/json"])["schema"])))}; ${body["description"]}.`, "");
+    if (body["content"])
+      out.push(
+        `Request body: ${typeOf(obj(obj(obj(obj(body["content"])["application/json"])["schema"])))}; ${body["description"]}.`,
+        "",
+      );
     out.push("| status | body | meaning |", "| --- | --- | --- |");
     for (const [status, r] of Object.entries(obj(op["responses"]))) {
       const content = obj(obj(r)["content"]);
       const [type, media] = Object.entries(content)[0] ?? ["", {}];
-      out.push(`| ${status} | ${type ? `${typeOf(obj(obj(media)["schema"]))} (${type})` : ""} | ${String(obj(r)["description"]).replace(/\|/g, "\\|")} |`);
+      out.push(
+        `| ${status} | ${type ? `${typeOf(obj(obj(media)["schema"]))} (${type})` : ""} | ${String(obj(r)["description"]).replace(/\|/g, "\\|")} |`,
+      );
     }
     out.push("");
   }
   const codes = Object.entries(obj(doc["x-beachball-error-codes"]));
   if (codes.length) {
-    out.push("## Error codes", "", "Every error answer's `code` (branch on it, never on `detail`) and the HTTP status it always comes with.", "", "| code | status |", "| --- | --- |");
+    out.push(
+      "## Error codes",
+      "",
+      "Every error answer's `code` (branch on it, never on `detail`) and the HTTP status it always comes with.",
+      "",
+      "| code | status |",
+      "| --- | --- |",
+    );
     for (const [code, status] of codes) out.push(`| \`${code}\` | ${status} |`);
     out.push("");
   }
   out.push("## Schemas", "");
-  for (const [name, s] of Object.entries(obj(obj(doc["components"])["schemas"]))) out.push(`### ${name}`, "", ...fieldTable(obj(s)));
-  return `${out.join("\n").replace(/\n{3,}/g, "\n\n").trimEnd()}\n`;
+  for (const [name, s] of Object.entries(obj(obj(doc["components"])["schemas"])))
+    out.push(`### ${name}`, "", ...fieldTable(obj(s)));
+  return `${out
+    .join("\n")
+    .replace(/\n{3,}/g, "\n\n")
+    .trimEnd()}\n`;
 }
 
 if (import.meta.main) {

@@ -60,12 +60,32 @@ const ALLOWED: Record<string, readonly string[]> = {
   "src/relayclient": ["src/protocol"],
   native: [],
   "src/guest": ["src/protocol", "src/domain"],
-  "src/agent": ["src/protocol", "src/domain", "src/storage", "src/command", "src/image", "src/wireguard", "src/netstack", "native", "src/relayclient"],
+  "src/agent": [
+    "src/protocol",
+    "src/domain",
+    "src/storage",
+    "src/command",
+    "src/image",
+    "src/wireguard",
+    "src/netstack",
+    "native",
+    "src/relayclient",
+  ],
   "src/scheduler": ["src/protocol", "src/domain", "src/storage", "src/command"],
   "src/client": ["src/protocol"],
   "src/cli": ["src/protocol", "src/domain", "src/command", "src/image", "src/client"],
   "src/relay": ["src/protocol", "src/domain", "src/command", "src/wireguard"],
-  "src/proxy": ["src/protocol", "src/domain", "src/command", "src/cli", "src/client", "src/wireguard", "src/netstack", "native", "src/relayclient"],
+  "src/proxy": [
+    "src/protocol",
+    "src/domain",
+    "src/command",
+    "src/cli",
+    "src/client",
+    "src/wireguard",
+    "src/netstack",
+    "native",
+    "src/relayclient",
+  ],
 };
 
 /** Areas that compose roles and may import anything in src/. */
@@ -102,7 +122,9 @@ describe("dependency rules", () => {
   test("the rule check catches a violation (an agent file importing the scheduler)", () => {
     expect(violations("src/agent/daemon.ts", 'import { x } from "../scheduler/worker.ts";')).toHaveLength(1);
     expect(violations("src/scheduler/worker.ts", 'const m = await import("../agent/daemon.ts");')).toHaveLength(1);
-    expect(violations("src/cli/client.ts", 'import type { HostView } from "../scheduler/objects/hostObject.ts";')).toHaveLength(1);
+    expect(
+      violations("src/cli/client.ts", 'import type { HostView } from "../scheduler/objects/hostObject.ts";'),
+    ).toHaveLength(1);
     expect(violations("src/wireguard/device.ts", 'import { AgentDaemon } from "../agent/daemon.ts";')).toHaveLength(1);
     expect(violations("src/dev/demo.ts", 'import { AgentDaemon } from "../agent/daemon.ts";')).toHaveLength(0);
   });
@@ -125,20 +147,28 @@ describe("dependency rules", () => {
   test("the relay role and its client library stay apart: src/relayclient imports no role, and no other role imports src/relay", () => {
     expect(violations("src/relayclient/wsClient.ts", 'import { RelayHub } from "../relay/hub.ts";')).toHaveLength(1);
     expect(violations("src/proxy/main.ts", 'import { RelayHub } from "../relay/hub.ts";')).toHaveLength(1);
-    expect(violations("src/agent/daemon.ts", 'import { connectRelay } from "../relayclient/index.ts";')).toHaveLength(0);
+    expect(violations("src/agent/daemon.ts", 'import { connectRelay } from "../relayclient/index.ts";')).toHaveLength(
+      0,
+    );
     expect(violations("src/relay/hub.ts", 'import { connectRelay } from "../relayclient/index.ts";')).toHaveLength(1);
   });
 
   test("src/wireguard reads time and randomness only through its ports (ports.ts)", () => {
     for (const f of SOURCES.filter((f) => f.startsWith("src/wireguard/") && !f.endsWith("/ports.ts"))) {
-      expect(readFileSync(join(ROOT, f), "utf8"), f).not.toMatch(/Date\.now\(|performance\.now\(|Math\.random\(|randomFillSync|randomBytes\(|getRandomValues/);
+      expect(readFileSync(join(ROOT, f), "utf8"), f).not.toMatch(
+        /Date\.now\(|performance\.now\(|Math\.random\(|randomFillSync|randomBytes\(|getRandomValues/,
+      );
     }
   });
 
   test("src/domain touches no clock, randomness or Bun API, and imports only protocol and @noble/hashes", () => {
     for (const f of files("src/domain").filter((f) => !f.endsWith(".test.ts"))) {
       const src = readFileSync(join(ROOT, f), "utf8");
-      for (const i of specifiers(src)) expect(i.startsWith("./") || i.startsWith("../protocol/") || i.startsWith("@noble/hashes"), `${f} imports ${i}`).toBe(true);
+      for (const i of specifiers(src))
+        expect(
+          i.startsWith("./") || i.startsWith("../protocol/") || i.startsWith("@noble/hashes"),
+          `${f} imports ${i}`,
+        ).toBe(true);
       expect(src, f).not.toMatch(/\bBun\.|Date\.now\(|Math\.random\(/);
     }
   });
@@ -156,17 +186,21 @@ describe("dependency rules", () => {
     for (const f of scheduler) {
       const src = readFileSync(join(ROOT, f), "utf8");
       // Message receivers (objects and the runtime); HTTP bodies are checked by the request guard's schemas.
-      if (f.startsWith("src/scheduler/objects/") || f.startsWith("src/scheduler/runtime/")) expect(src, f).not.toMatch(/\bbody as\b/);
+      if (f.startsWith("src/scheduler/objects/") || f.startsWith("src/scheduler/runtime/"))
+        expect(src, f).not.toMatch(/\bbody as\b/);
       expect(src, f).not.toMatch(/services\s*:\s*unknown/);
       expect(src, f).not.toMatch(/\bctx\.call\(|\bruntime\.call\(/);
     }
     for (const f of files("src/scheduler/objects")) {
-      for (const i of specifiers(readFileSync(join(ROOT, f), "utf8"))) expect(i.includes("/embedded/") || i === "bun:sqlite", `${f} imports ${i}`).toBe(false);
+      for (const i of specifiers(readFileSync(join(ROOT, f), "utf8")))
+        expect(i.includes("/embedded/") || i === "bun:sqlite", `${f} imports ${i}`).toBe(false);
     }
   });
 
   test("the embedded migrations list is drizzle-kit's journal, in order", () => {
-    const journal = JSON.parse(readFileSync(join(ROOT, "src/scheduler/migrations/meta/_journal.json"), "utf8")) as { entries: { idx: number; tag: string }[] };
+    const journal = JSON.parse(readFileSync(join(ROOT, "src/scheduler/migrations/meta/_journal.json"), "utf8")) as {
+      entries: { idx: number; tag: string }[];
+    };
     const index = readFileSync(join(ROOT, "src/scheduler/migrations/index.ts"), "utf8");
     const listed = [...index.matchAll(/tag: "([^"]+)"/g)].map((m) => m[1]);
     expect(listed).toEqual(journal.entries.sort((a, b) => a.idx - b.idx).map((e) => e.tag));
@@ -174,7 +208,8 @@ describe("dependency rules", () => {
   });
 
   test("no comment in src/, native/ or bin/ names a file outside the repository", () => {
-    const outside = /\.\.\/shared\/|shared\/design\/|shared\/spec\/|\b(?:ARCHITECTURE|STYLE|RUNTIME-NOTES|BUN-NOTES|NET-NOTES)\.md\b/;
+    const outside =
+      /\.\.\/shared\/|shared\/design\/|shared\/spec\/|\b(?:ARCHITECTURE|STYLE|RUNTIME-NOTES|BUN-NOTES|NET-NOTES)\.md\b/;
     const offenders = SOURCES.filter((f) => outside.test(readFileSync(join(ROOT, f), "utf8")));
     expect(offenders).toEqual([]);
   });

@@ -27,7 +27,10 @@ beforeAll(async () => {
 function bbWords(example: string): string[] {
   const start = example.indexOf("bb ");
   const line = example.slice(start).split(/\s[|>;)]|\)/)[0]!;
-  return line.trim().split(/\s+/).map((w) => w.replace(/^['"]|['"]$/g, ""));
+  return line
+    .trim()
+    .split(/\s+/)
+    .map((w) => w.replace(/^['"]|['"]$/g, ""));
 }
 
 describe("command definitions", () => {
@@ -70,7 +73,12 @@ describe("command definitions", () => {
 
   test("every client, operator and image command takes --json (metrics is Prometheus text already)", () => {
     const without = nodes
-      .filter((n) => ["allocation", "host", "image"].includes(n.path[1] ?? "") && n.subCommandNames.length === 0 && !("json" in n.args))
+      .filter(
+        (n) =>
+          ["allocation", "host", "image"].includes(n.path[1] ?? "") &&
+          n.subCommandNames.length === 0 &&
+          !("json" in n.args),
+      )
       .map((n) => n.path.join(" "));
     expect(without).toEqual(["bb host metrics"]);
   });
@@ -87,7 +95,13 @@ describe("command definitions", () => {
         if (!summary) continue;
         const loaded = nodes.find((m) => m.path.join(" ") === [...n.path, name].join(" "))!.meta;
         const want = { description: loaded.description ?? "", ...(loaded.hidden ? { hidden: true } : {}) };
-        if (JSON.stringify({ description: summary.description, ...(summary.hidden ? { hidden: true } : {}) }) !== JSON.stringify(want)) drift.push(`${n.path.join(" ")} ${name}: summary ${JSON.stringify(summary)}, command ${JSON.stringify(want)}`);
+        if (
+          JSON.stringify({ description: summary.description, ...(summary.hidden ? { hidden: true } : {}) }) !==
+          JSON.stringify(want)
+        )
+          drift.push(
+            `${n.path.join(" ")} ${name}: summary ${JSON.stringify(summary)}, command ${JSON.stringify(want)}`,
+          );
       }
     }
     expect(drift).toEqual([]);
@@ -111,12 +125,16 @@ describe("start-up", () => {
       console.log(JSON.stringify(Object.keys(require.cache)));`;
     const p = Bun.spawnSync([process.execPath, "-e", script], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
     if (p.exitCode !== 0) throw new Error(`bun -e failed: ${p.stderr.toString()}`);
-    return (JSON.parse(p.stdout.toString()) as string[]).filter((k) => k.startsWith(join(ROOT, "src/"))).map((k) => k.slice(ROOT.length + 1));
+    return (JSON.parse(p.stdout.toString()) as string[])
+      .filter((k) => k.startsWith(join(ROOT, "src/")))
+      .map((k) => k.slice(ROOT.length + 1));
   }
 
   test("bb --help and bb --version import no role's module (kind: help that imports every role)", () => {
     for (const arg of ["--help", "--version"]) {
-      const outside = modulesLoadedFor(arg).filter((m) => !m.startsWith("src/command/") && !m.startsWith("src/protocol/"));
+      const outside = modulesLoadedFor(arg).filter(
+        (m) => !m.startsWith("src/command/") && !m.startsWith("src/protocol/"),
+      );
       expect({ arg, outside }).toEqual({ arg, outside: [] });
     }
   });

@@ -31,14 +31,17 @@ function documents(): string[] {
   return ["README.md", "deploy/README.md", ...markdownFiles("docs")];
 }
 
-const NPM_SCRIPTS = (JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string> }).scripts;
+const NPM_SCRIPTS = (
+  JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { scripts: Record<string, string> }
+).scripts;
 
 /** Every stale command line of `files` (an unknown subcommand or flag), as `file:line: bb …: problem`. */
 async function staleCommandLines(files: { name: string; text: string }[]): Promise<string[]> {
   const out: string[] = [];
   for (const f of files) {
     for (const line of docCommandLines(f.name, f.text, NPM_SCRIPTS)) {
-      for (const p of await checkCommandLine(bbCommand, line.words, line.commentFlags)) out.push(`${line.where}: bb ${line.words.join(" ")}: ${p}`);
+      for (const p of await checkCommandLine(bbCommand, line.words, line.commentFlags))
+        out.push(`${line.where}: bb ${line.words.join(" ")}: ${p}`);
     }
   }
   return out;
@@ -47,7 +50,11 @@ async function staleCommandLines(files: { name: string; text: string }[]): Promi
 /** Non-test TypeScript files under `dir`. */
 function sourceFiles(dir: string): string[] {
   return readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((d) =>
-    d.isDirectory() ? sourceFiles(join(dir, d.name)) : d.name.endsWith(".ts") && !d.name.endsWith(".test.ts") ? [join(dir, d.name)] : [],
+    d.isDirectory()
+      ? sourceFiles(join(dir, d.name))
+      : d.name.endsWith(".ts") && !d.name.endsWith(".test.ts")
+        ? [join(dir, d.name)]
+        : [],
   );
 }
 
@@ -104,7 +111,9 @@ describe("documentation", () => {
     const broken: string[] = [];
     for (const f of ["README.md", ...markdownFiles("docs")]) {
       // Inline code is not a link (an API pattern such as `[a-z](?:…)` only looks like one).
-      for (const m of readFileSync(join(ROOT, f), "utf8").replace(/`[^`\n]*`/g, "").matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)) {
+      for (const m of readFileSync(join(ROOT, f), "utf8")
+        .replace(/`[^`\n]*`/g, "")
+        .matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)) {
         const target = m[1]!;
         if (/^[a-z]+:/.test(target)) continue;
         if (!existsSync(resolve(ROOT, dirname(f), target))) broken.push(`${f} -> ${target}`);
@@ -118,13 +127,21 @@ describe("documentation", () => {
       const out = new Set<string>();
       const text = readFileSync(join(ROOT, file), "utf8").replace(/^```[\s\S]*?^```/gm, "");
       for (const m of text.matchAll(/^#{1,6}\s+(.+?)\s*#*$/gm))
-        out.add(m[1]!.replace(/`/g, "").toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, "").replace(/\s/g, "-"));
+        out.add(
+          m[1]!
+            .replace(/`/g, "")
+            .toLowerCase()
+            .replace(/[^\p{L}\p{N}\s_-]/gu, "")
+            .replace(/\s/g, "-"),
+        );
       for (const m of text.matchAll(/<a (?:id|name)="([^"]+)"/g)) out.add(m[1]!);
       return out;
     };
     const broken: string[] = [];
     for (const f of ["README.md", ...markdownFiles("docs")]) {
-      for (const m of readFileSync(join(ROOT, f), "utf8").replace(/`[^`\n]*`/g, "").matchAll(/\]\(([^)#\s]*)#([^)\s]+)\)/g)) {
+      for (const m of readFileSync(join(ROOT, f), "utf8")
+        .replace(/`[^`\n]*`/g, "")
+        .matchAll(/\]\(([^)#\s]*)#([^)\s]+)\)/g)) {
         const target = m[1] ? join(dirname(f), m[1]) : f;
         if (/^[a-z]+:/.test(m[1]!) || !target.endsWith(".md")) continue;
         if (!slugs(target).has(m[2]!)) broken.push(`${f} -> ${m[1]}#${m[2]}`);
@@ -134,12 +151,16 @@ describe("documentation", () => {
   });
 
   test("the docs the packages ship link only to docs they ship (packaging/build.sh installs them flat in /usr/share/doc/beachball)", () => {
-    const line = readFileSync(join(ROOT, "packaging/build.sh"), "utf8").split("\n").find((l) => /install -m 0644 docs\/\S+\.md/.test(l))!;
+    const line = readFileSync(join(ROOT, "packaging/build.sh"), "utf8")
+      .split("\n")
+      .find((l) => /install -m 0644 docs\/\S+\.md/.test(l))!;
     const shipped = [...line.matchAll(/docs\/(\S+\.md)/g)].map((m) => m[1]!);
     expect(shipped).toContain("install.md");
     const outside: string[] = [];
     for (const f of shipped) {
-      for (const m of readFileSync(join(ROOT, "docs", f), "utf8").replace(/`[^`\n]*`/g, "").matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)) {
+      for (const m of readFileSync(join(ROOT, "docs", f), "utf8")
+        .replace(/`[^`\n]*`/g, "")
+        .matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)) {
         if (/^[a-z]+:/.test(m[1]!)) continue;
         if (!shipped.includes(m[1]!)) outside.push(`docs/${f} -> ${m[1]}`);
       }
@@ -153,11 +174,13 @@ describe("documentation", () => {
     const named = new Set([...layout.matchAll(/^(\S+)\//gm)].map((m) => m[1]!));
     // Tracked directories only: a checkout's own .bb/, dist/ or node_modules/ are not the layout.
     const tracked = Bun.spawnSync(["git", "ls-files"], { cwd: ROOT }).stdout.toString().split("\n");
-    const dirs = new Set(tracked.flatMap((f) => {
-      const parts = f.split("/");
-      if (parts.length < 2 || parts[0]!.startsWith(".")) return [];
-      return parts[0] === "src" ? (parts.length > 2 ? [`src/${parts[1]}`] : []) : [parts[0]!];
-    }));
+    const dirs = new Set(
+      tracked.flatMap((f) => {
+        const parts = f.split("/");
+        if (parts.length < 2 || parts[0]!.startsWith(".")) return [];
+        return parts[0] === "src" ? (parts.length > 2 ? [`src/${parts[1]}`] : []) : [parts[0]!];
+      }),
+    );
     expect(dirs.size).toBeGreaterThan(10);
     const missing = [...dirs].filter((d) => d !== "src" && !named.has(d)).sort();
     expect(missing).toEqual([]);
@@ -179,8 +202,13 @@ describe("documentation", () => {
   test("every ExecStart of the systemd units under deploy/systemd runs a bb command and flags that exist", async () => {
     const units = readdirSync(join(ROOT, "deploy/systemd")).filter((f) => f.endsWith(".service"));
     const files = units.map((u) => {
-      const execs = readFileSync(join(ROOT, "deploy/systemd", u), "utf8").split("\n").filter((l) => l.startsWith("ExecStart=/usr/bin/bb "));
-      return { name: `deploy/systemd/${u}`, text: ["```", ...execs.map((l) => l.replace("ExecStart=/usr/bin/bb ", "bb ")), "```"].join("\n") };
+      const execs = readFileSync(join(ROOT, "deploy/systemd", u), "utf8")
+        .split("\n")
+        .filter((l) => l.startsWith("ExecStart=/usr/bin/bb "));
+      return {
+        name: `deploy/systemd/${u}`,
+        text: ["```", ...execs.map((l) => l.replace("ExecStart=/usr/bin/bb ", "bb ")), "```"].join("\n"),
+      };
     });
     expect(files.filter((f) => f.text.includes("bb ")).length).toBe(3);
     expect(await staleCommandLines(files)).toEqual([]);
@@ -190,14 +218,29 @@ describe("documentation", () => {
     const lines = readFileSync(join(ROOT, "packaging/bb.1"), "utf8")
       .split("\n")
       .filter((l) => l.startsWith(".B bb "))
-      .map((l) => l.slice(3).replace(/\\f[IRB]/g, "").replace(/\\-/g, "-").replace(/\s*\|\s*/g, "|").trim());
-    expect(await staleCommandLines([{ name: "packaging/bb.1", text: ["```", ...lines, "```"].join("\n") }])).toEqual([]);
-    const leaves = (await walkCommands(bbCommand)).filter((n) => n.path.length > 1 && n.subCommandNames.length === 0 && !n.meta.hidden);
+      .map((l) =>
+        l
+          .slice(3)
+          .replace(/\\f[IRB]/g, "")
+          .replace(/\\-/g, "-")
+          .replace(/\s*\|\s*/g, "|")
+          .trim(),
+      );
+    expect(await staleCommandLines([{ name: "packaging/bb.1", text: ["```", ...lines, "```"].join("\n") }])).toEqual(
+      [],
+    );
+    const leaves = (await walkCommands(bbCommand)).filter(
+      (n) => n.path.length > 1 && n.subCommandNames.length === 0 && !n.meta.hidden,
+    );
     const unlisted = leaves
       .map((n) => n.path)
       .filter((path) => {
         const rest = path.slice(2).join(" ");
-        return !lines.some((l) => (l === `bb ${path[1]}` || l.startsWith(`bb ${path[1]} `)) && (rest === "" || new RegExp(`(?:^bb ${path[1]} |\\|)${rest}(?:$|\\|)`).test(l)));
+        return !lines.some(
+          (l) =>
+            (l === `bb ${path[1]}` || l.startsWith(`bb ${path[1]} `)) &&
+            (rest === "" || new RegExp(`(?:^bb ${path[1]} |\\|)${rest}(?:$|\\|)`).test(l)),
+        );
       })
       .map((p) => p.join(" "));
     expect(unlisted).toEqual([]);
@@ -230,7 +273,8 @@ describe("documentation", () => {
     expect(registered.has("bb_connection_paths_total")).toBe(true);
     expect(registered.has("bb_relay_sessions")).toBe(true);
     const documented = documentedMetrics();
-    const covers = (name: string) => documented.some((d) => (d.endsWith("*") ? name.startsWith(d.slice(0, -1)) : d === name));
+    const covers = (name: string) =>
+      documented.some((d) => (d.endsWith("*") ? name.startsWith(d.slice(0, -1)) : d === name));
     expect([...registered].filter((n) => !covers(n)).sort()).toEqual([]);
     expect(documented.filter((d) => d.startsWith("bb_") && !registered.has(d))).toEqual([]);
   });
@@ -256,7 +300,9 @@ describe("documentation", () => {
       return !rows.some((r) => r.startsWith(`| \`${type}\` | \`${reason}\` |`));
     });
     expect(undocumented).toEqual([]);
-    const union = /export type UnschedulableReason =([^;]+);/.exec(readFileSync(join(ROOT, "src/domain/hostConditions.ts"), "utf8"))![1]!;
+    const union = /export type UnschedulableReason =([^;]+);/.exec(
+      readFileSync(join(ROOT, "src/domain/hostConditions.ts"), "utf8"),
+    )![1]!;
     const reasons = [...union.matchAll(/"([A-Z_]+)"/g)].map((m) => m[1]!);
     expect(reasons.length).toBeGreaterThanOrEqual(8);
     expect(reasons.filter((r) => !rows.some((row) => row.startsWith(`| \`${r}\` |`)))).toEqual([]);

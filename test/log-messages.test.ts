@@ -17,7 +17,13 @@ import { join, relative, resolve } from "node:path";
 const ROOT = resolve(import.meta.dir, "..");
 
 function files(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((d) => (d.isDirectory() ? files(join(dir, d.name)) : d.name.endsWith(".ts") && !d.name.endsWith(".test.ts") ? [join(dir, d.name)] : []));
+  return readdirSync(dir, { withFileTypes: true }).flatMap((d) =>
+    d.isDirectory()
+      ? files(join(dir, d.name))
+      : d.name.endsWith(".ts") && !d.name.endsWith(".test.ts")
+        ? [join(dir, d.name)]
+        : [],
+  );
 }
 
 /** Role modules whose consola output is their log (routeConsola); the agent's command.ts prints for join/setup at a terminal. */
@@ -33,7 +39,8 @@ test("constant log messages: no log line in src/ embeds a variable in its messag
     const text = readFileSync(abs, "utf8");
     const lineOf = (i: number) => text.slice(0, i).split("\n").length;
     for (const m of text.matchAll(LOGGER_CALL)) offenders.push(`${rel}:${lineOf(m.index!)}: ${m[0]}`);
-    if (ROLE_DIRS.some((d) => rel.startsWith(d)) && !TERMINAL_FILES.has(rel)) for (const m of text.matchAll(CONSOLA_CALL)) offenders.push(`${rel}:${lineOf(m.index!)}: ${m[0]}`);
+    if (ROLE_DIRS.some((d) => rel.startsWith(d)) && !TERMINAL_FILES.has(rel))
+      for (const m of text.matchAll(CONSOLA_CALL)) offenders.push(`${rel}:${lineOf(m.index!)}: ${m[0]}`);
   }
   expect(offenders).toEqual([]);
 });

@@ -15,9 +15,16 @@ describe("schema and migrations", () => {
     try {
       cpSync(resolve("src/scheduler/migrations"), join(dir, "migrations"), { recursive: true });
       // drizzle-kit resolves `out` against the working directory.
-      writeFileSync(join(dir, "drizzle.config.ts"), `export default { dialect: "sqlite", schema: ${JSON.stringify(resolve("src/scheduler/schema.ts"))}, out: "./migrations" };`);
+      writeFileSync(
+        join(dir, "drizzle.config.ts"),
+        `export default { dialect: "sqlite", schema: ${JSON.stringify(resolve("src/scheduler/schema.ts"))}, out: "./migrations" };`,
+      );
       const before = readdirSync(join(dir, "migrations")).sort();
-      const r = Bun.spawnSync([resolve("node_modules/.bin/drizzle-kit"), "generate", "--config", "drizzle.config.ts"], { cwd: dir, stdout: "pipe", stderr: "pipe" });
+      const r = Bun.spawnSync([resolve("node_modules/.bin/drizzle-kit"), "generate", "--config", "drizzle.config.ts"], {
+        cwd: dir,
+        stdout: "pipe",
+        stderr: "pipe",
+      });
       const out = r.stdout.toString() + r.stderr.toString();
       expect(out).toContain("No schema changes");
       expect(readdirSync(join(dir, "migrations")).sort(), out).toEqual(before);

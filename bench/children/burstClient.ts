@@ -30,9 +30,12 @@ for await (const chunk of console) {
         answered++;
         if (d.toString("latin1").startsWith("HTTP/1.1 429")) shed++;
       });
-      s.write(`GET /v1/allocations/${id}/logs?follow=1&offset=0 HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${token}\r\n\r\n`, () => {
-        if (++written === ids!.length) console.log("sent");
-      });
+      s.write(
+        `GET /v1/allocations/${id}/logs?follow=1&offset=0 HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer ${token}\r\n\r\n`,
+        () => {
+          if (++written === ids!.length) console.log("sent");
+        },
+      );
       sockets.push(s);
     }
   }

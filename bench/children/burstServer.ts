@@ -24,9 +24,18 @@ if (mode === "floor") {
   const server = Bun.serve({
     hostname: "127.0.0.1",
     port: 0,
-    fetch: (req) => (new URL(req.url).pathname === "/healthz" ? Response.json({ ok: true }) : new Response('{"code":"CONCURRENCY_LIMITED"}', { status: 429, headers: { "retry-after": "1" } })),
+    fetch: (req) =>
+      new URL(req.url).pathname === "/healthz"
+        ? Response.json({ ok: true })
+        : new Response('{"code":"CONCURRENCY_LIMITED"}', { status: 429, headers: { "retry-after": "1" } }),
   });
-  console.log(JSON.stringify({ url: `http://127.0.0.1:${server.port}`, token: "floor", ids: Array.from({ length: count }, (_, i) => `a${i}`) }));
+  console.log(
+    JSON.stringify({
+      url: `http://127.0.0.1:${server.port}`,
+      token: "floor",
+      ids: Array.from({ length: count }, (_, i) => `a${i}`),
+    }),
+  );
   for await (const _ of console) {
     /* until stdin closes */
   }
@@ -36,14 +45,32 @@ if (mode === "floor") {
 const dir = mkdtempSync(join(tmpdir(), "bb-bench-burst-"));
 const dev = ensureDevManifest(join(dir, "m"), `sha256:${"ab".repeat(32)}`);
 const m = JSON.parse(readFileSync(dev.manifestPath, "utf8")) as { limits?: Record<string, number> };
-m.limits = { ...m.limits, maxConcurrentAllocationsPerController: count + 10, maxAllocations: count + 10, controllerRequestsPerSecond: 1e9, deploymentRequestsPerSecond: 1e9 };
+m.limits = {
+  ...m.limits,
+  maxConcurrentAllocationsPerController: count + 10,
+  maxAllocations: count + 10,
+  controllerRequestsPerSecond: 1e9,
+  deploymentRequestsPerSecond: 1e9,
+};
 writeFileSync(dev.manifestPath, JSON.stringify(m), { mode: 0o600 });
 const tokens = JSON.parse(readFileSync(dev.clientConfigPath, "utf8")) as { token: string };
-const s = serveScheduler({ dataDir: join(dir, "data"), manifestPath: dev.manifestPath, hostname: "127.0.0.1", port: 0, ...(mode === "unbounded" ? { callerBounds: { maxInFlight: Number.POSITIVE_INFINITY, maxFollows: Number.POSITIVE_INFINITY } } : {}) });
+const s = serveScheduler({
+  dataDir: join(dir, "data"),
+  manifestPath: dev.manifestPath,
+  hostname: "127.0.0.1",
+  port: 0,
+  ...(mode === "unbounded"
+    ? { callerBounds: { maxInFlight: Number.POSITIVE_INFINITY, maxFollows: Number.POSITIVE_INFINITY } }
+    : {}),
+});
 const who = s.worker.authenticate(`Bearer ${tokens.token}`);
 const ids: string[] = [];
 for (let i = 0; i < count; i += 100) {
-  const batch = await Promise.all(Array.from({ length: Math.min(100, count - i) }, (_, j) => s.worker.createAllocation(who, { clientRequestId: `burst-${i + j}`, workloadClass: "ci-small" })));
+  const batch = await Promise.all(
+    Array.from({ length: Math.min(100, count - i) }, (_, j) =>
+      s.worker.createAllocation(who, { clientRequestId: `burst-${i + j}`, workloadClass: "ci-small" }),
+    ),
+  );
   for (const r of batch) ids.push(r.view.allocationId);
 }
 console.log(JSON.stringify({ url: s.url, token: tokens.token, ids }));

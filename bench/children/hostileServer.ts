@@ -12,9 +12,30 @@ import { percentile, sampleEventLoop } from "../../test/support/hostileRequests.
 
 const s = await startTestScheduler();
 const t = await s.operator.enrollmentToken("bench-host");
-const r = await rawPost(`${s.url}/v1/agents/enroll`, null, JSON.stringify({ token: t.token, capacity: { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 4 }, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }));
-const allocationId = (await s.controller.create({ clientRequestId: "bench-target", workloadClass: "ci-small" })).view.allocationId;
-console.log(JSON.stringify({ url: s.url, controllerToken: s.tokens.token, operatorToken: s.tokens.operatorToken, hostId: "bench-host", hostCredential: r.body["credential"], allocationId }));
+const r = await rawPost(
+  `${s.url}/v1/agents/enroll`,
+  null,
+  JSON.stringify({
+    token: t.token,
+    capacity: { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 4 },
+    region: "local",
+    architecture: "x86_64",
+    agentProtocolVersion: "1.0",
+    vmmDriver: "qemu-microvm",
+  }),
+);
+const allocationId = (await s.controller.create({ clientRequestId: "bench-target", workloadClass: "ci-small" })).view
+  .allocationId;
+console.log(
+  JSON.stringify({
+    url: s.url,
+    controllerToken: s.tokens.token,
+    operatorToken: s.tokens.operatorToken,
+    hostId: "bench-host",
+    hostCredential: r.body["credential"],
+    allocationId,
+  }),
+);
 
 let sampler = sampleEventLoop(2);
 let cpu = process.cpuUsage();
@@ -27,7 +48,15 @@ for await (const line of console) {
   } else if (cmd === "report") {
     const d = sampler.stop();
     const used = process.cpuUsage(cpu);
-    console.log(JSON.stringify({ samples: d.length, p50: percentile(d, 50), p99: percentile(d, 99), max: percentile(d, 100), cpuMs: (used.user + used.system) / 1000 }));
+    console.log(
+      JSON.stringify({
+        samples: d.length,
+        p50: percentile(d, 50),
+        p99: percentile(d, 99),
+        max: percentile(d, 100),
+        cpuMs: (used.user + used.system) / 1000,
+      }),
+    );
     sampler = sampleEventLoop(2);
   } else if (cmd === "quit") break;
 }

@@ -16,9 +16,16 @@ const websocket = {
     ws.send(m);
   },
 };
-const fetch = (req: Request, srv: Bun.Server<undefined>) => (srv.upgrade(req, { data: undefined }) ? undefined : new Response("no", { status: 426 }));
+const fetch = (req: Request, srv: Bun.Server<undefined>) =>
+  srv.upgrade(req, { data: undefined }) ? undefined : new Response("no", { status: 426 });
 const plain = Bun.serve({ hostname: "127.0.0.1", port: 0, fetch, websocket });
-const tls = Bun.serve({ hostname: "127.0.0.1", port: 0, tls: { cert: readFileSync(certPath!, "utf8"), key: readFileSync(keyPath!, "utf8") }, fetch, websocket });
+const tls = Bun.serve({
+  hostname: "127.0.0.1",
+  port: 0,
+  tls: { cert: readFileSync(certPath!, "utf8"), key: readFileSync(keyPath!, "utf8") },
+  fetch,
+  websocket,
+});
 console.log(JSON.stringify({ ws: `ws://127.0.0.1:${plain.port}/`, wss: `wss://127.0.0.1:${tls.port}/` }));
 for await (const _ of console) {
   // runs until stdin closes

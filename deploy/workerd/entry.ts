@@ -16,7 +16,12 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import { Value } from "@sinclair/typebox/value";
-import { durableClass, durableNamespace, type DurableNamespace, type HostBindings } from "../../src/scheduler/runtime/workerd/durableHost.ts";
+import {
+  durableClass,
+  durableNamespace,
+  type DurableNamespace,
+  type HostBindings,
+} from "../../src/scheduler/runtime/workerd/durableHost.ts";
 import { systemClock, systemRandomness } from "../../src/scheduler/runtime/ports.ts";
 import { MIGRATIONS } from "../../src/scheduler/migrations/index.ts";
 import { schedulerConfig, type SchedulerEnv } from "../../src/scheduler/env.ts";
@@ -38,7 +43,11 @@ import { NetworkDirectoryObject } from "../../src/scheduler/objects/networkDirec
 import { ConnectionObject } from "../../src/scheduler/objects/connectionObject.ts";
 import { connectionSigner } from "../../src/scheduler/connectionSigner.ts";
 
-type Raw = Record<string, unknown> & { BB_MANIFEST?: string; BB_PUBLIC_URL?: string; BB_CONNECTION_SIGNING_KEY?: string };
+type Raw = Record<string, unknown> & {
+  BB_MANIFEST?: string;
+  BB_PUBLIC_URL?: string;
+  BB_CONNECTION_SIGNING_KEY?: string;
+};
 
 const envs = new WeakMap<object, SchedulerEnv>();
 const metrics = new Metrics();
@@ -109,7 +118,11 @@ export default {
     let r = routers.get(raw);
     if (!r) {
       const env = buildEnv(raw);
-      r = withRequestLog(fetchRouter(new SchedulerFront(env, raw.BB_PUBLIC_URL || DEFAULT_PUBLIC_URL)), { log, clock: env.clock, random: env.random });
+      r = withRequestLog(fetchRouter(new SchedulerFront(env, raw.BB_PUBLIC_URL || DEFAULT_PUBLIC_URL)), {
+        log,
+        clock: env.clock,
+        random: env.random,
+      });
       routers.set(raw, r);
     }
     return r(req);

@@ -52,7 +52,8 @@ function getInt(libc: Libc, fd: number, option: number): number {
  * without libc or with a bad descriptor the reason says so and the sizes are -1.
  */
 export function setSocketBuffers(fd: number, bytes: number = TUNNEL_SOCKET_BUFFER_BYTES): SocketBuffers {
-  if (!Number.isInteger(bytes) || bytes < 1024 || bytes > 1 << 30) return { receiveBytes: -1, sendBytes: -1, forced: false, reason: `buffer size ${bytes} is outside 1 KiB..1 GiB` };
+  if (!Number.isInteger(bytes) || bytes < 1024 || bytes > 1 << 30)
+    return { receiveBytes: -1, sendBytes: -1, forced: false, reason: `buffer size ${bytes} is outside 1 KiB..1 GiB` };
   const loaded = loadLibc();
   if ("reason" in loaded) return { receiveBytes: -1, sendBytes: -1, forced: false, reason: loaded.reason };
   const { libc } = loaded;
@@ -65,11 +66,13 @@ export function setSocketBuffers(fd: number, bytes: number = TUNNEL_SOCKET_BUFFE
     if (setInt(libc, fd, force, bytes) === 0) continue;
     forced = false;
     const err = setInt(libc, fd, plain, bytes);
-    if (err !== 0) reason = `setsockopt(${plain === SO_RCVBUF ? "SO_RCVBUF" : "SO_SNDBUF"}) failed: ${libc.describe(err)}`;
+    if (err !== 0)
+      reason = `setsockopt(${plain === SO_RCVBUF ? "SO_RCVBUF" : "SO_SNDBUF"}) failed: ${libc.describe(err)}`;
   }
   const receiveBytes = getInt(libc, fd, SO_RCVBUF);
   const sendBytes = getInt(libc, fd, SO_SNDBUF);
-  if (!reason && (receiveBytes < bytes || sendBytes < bytes)) reason = `the kernel capped the buffers at ${receiveBytes}/${sendBytes} bytes (no CAP_NET_ADMIN; net.core.rmem_max/wmem_max)`;
+  if (!reason && (receiveBytes < bytes || sendBytes < bytes))
+    reason = `the kernel capped the buffers at ${receiveBytes}/${sendBytes} bytes (no CAP_NET_ADMIN; net.core.rmem_max/wmem_max)`;
   return { receiveBytes, sendBytes, forced, reason };
 }
 

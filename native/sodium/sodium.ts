@@ -17,11 +17,23 @@ export const SODIUM_LIBRARY_NAMES = ["libsodium.so.23", "libsodium.so"] as const
 const SYMBOLS = {
   sodium_init: { args: [], returns: FFIType.i32 },
   // (c, clen_p, m, mlen, ad, adlen, nsec, npub, k)
-  crypto_aead_chacha20poly1305_ietf_encrypt: { args: ["ptr", "ptr", "ptr", "u64", "ptr", "u64", "ptr", "ptr", "ptr"], returns: FFIType.i32 },
+  crypto_aead_chacha20poly1305_ietf_encrypt: {
+    args: ["ptr", "ptr", "ptr", "u64", "ptr", "u64", "ptr", "ptr", "ptr"],
+    returns: FFIType.i32,
+  },
   // (m, mlen_p, nsec, c, clen, ad, adlen, npub, k)
-  crypto_aead_chacha20poly1305_ietf_decrypt: { args: ["ptr", "ptr", "ptr", "ptr", "u64", "ptr", "u64", "ptr", "ptr"], returns: FFIType.i32 },
-  crypto_aead_xchacha20poly1305_ietf_encrypt: { args: ["ptr", "ptr", "ptr", "u64", "ptr", "u64", "ptr", "ptr", "ptr"], returns: FFIType.i32 },
-  crypto_aead_xchacha20poly1305_ietf_decrypt: { args: ["ptr", "ptr", "ptr", "ptr", "u64", "ptr", "u64", "ptr", "ptr"], returns: FFIType.i32 },
+  crypto_aead_chacha20poly1305_ietf_decrypt: {
+    args: ["ptr", "ptr", "ptr", "ptr", "u64", "ptr", "u64", "ptr", "ptr"],
+    returns: FFIType.i32,
+  },
+  crypto_aead_xchacha20poly1305_ietf_encrypt: {
+    args: ["ptr", "ptr", "ptr", "u64", "ptr", "u64", "ptr", "ptr", "ptr"],
+    returns: FFIType.i32,
+  },
+  crypto_aead_xchacha20poly1305_ietf_decrypt: {
+    args: ["ptr", "ptr", "ptr", "ptr", "u64", "ptr", "u64", "ptr", "ptr"],
+    returns: FFIType.i32,
+  },
 } as const;
 
 type Buf = Uint8Array | null;
@@ -57,7 +69,8 @@ export function probeSodium(names: readonly string[] = SODIUM_LIBRARY_NAMES): So
 }
 
 function load(names: readonly string[]): SodiumProbe {
-  if (process.platform !== "linux") return { ok: false, reason: `bun:ffi libsodium is only set up for Linux (this is ${process.platform})` };
+  if (process.platform !== "linux")
+    return { ok: false, reason: `bun:ffi libsodium is only set up for Linux (this is ${process.platform})` };
   const errors: string[] = [];
   for (const name of names) {
     let lib;
@@ -71,10 +84,54 @@ function load(names: readonly string[]): SodiumProbe {
     if (s.sodium_init() < 0) return { ok: false, reason: `${name}: sodium_init() failed` };
     const library: SodiumLibrary = {
       loadedFrom: name,
-      chachaEncrypt: (c, m, mlen, ad, adlen, npub, k) => s.crypto_aead_chacha20poly1305_ietf_encrypt(c, null, mlen ? m : null, mlen, adlen ? ad : null, adlen, null, npub, k),
-      chachaDecrypt: (m, c, clen, ad, adlen, npub, k) => s.crypto_aead_chacha20poly1305_ietf_decrypt(clen > 16 ? m : null, null, null, c, clen, adlen ? ad : null, adlen, npub, k),
-      xchachaEncrypt: (c, m, mlen, ad, adlen, npub, k) => s.crypto_aead_xchacha20poly1305_ietf_encrypt(c, null, mlen ? m : null, mlen, adlen ? ad : null, adlen, null, npub, k),
-      xchachaDecrypt: (m, c, clen, ad, adlen, npub, k) => s.crypto_aead_xchacha20poly1305_ietf_decrypt(clen > 16 ? m : null, null, null, c, clen, adlen ? ad : null, adlen, npub, k),
+      chachaEncrypt: (c, m, mlen, ad, adlen, npub, k) =>
+        s.crypto_aead_chacha20poly1305_ietf_encrypt(
+          c,
+          null,
+          mlen ? m : null,
+          mlen,
+          adlen ? ad : null,
+          adlen,
+          null,
+          npub,
+          k,
+        ),
+      chachaDecrypt: (m, c, clen, ad, adlen, npub, k) =>
+        s.crypto_aead_chacha20poly1305_ietf_decrypt(
+          clen > 16 ? m : null,
+          null,
+          null,
+          c,
+          clen,
+          adlen ? ad : null,
+          adlen,
+          npub,
+          k,
+        ),
+      xchachaEncrypt: (c, m, mlen, ad, adlen, npub, k) =>
+        s.crypto_aead_xchacha20poly1305_ietf_encrypt(
+          c,
+          null,
+          mlen ? m : null,
+          mlen,
+          adlen ? ad : null,
+          adlen,
+          null,
+          npub,
+          k,
+        ),
+      xchachaDecrypt: (m, c, clen, ad, adlen, npub, k) =>
+        s.crypto_aead_xchacha20poly1305_ietf_decrypt(
+          clen > 16 ? m : null,
+          null,
+          null,
+          c,
+          clen,
+          adlen ? ad : null,
+          adlen,
+          npub,
+          k,
+        ),
     };
     const problem = selfCheck(library);
     return problem ? { ok: false, reason: `${name}: ${problem}` } : { ok: true, library };

@@ -18,7 +18,11 @@ export type TunProbe = { available: true } | { available: false; code: TunErrorC
  */
 export async function probeTun(name?: string): Promise<TunProbe> {
   if (process.platform === "linux" && !existsSync("/dev/net/tun")) {
-    return { available: false, code: "unavailable", reason: "/dev/net/tun does not exist (kernel without CONFIG_TUN, or a container without the device)" };
+    return {
+      available: false,
+      code: "unavailable",
+      reason: "/dev/net/tun does not exist (kernel without CONFIG_TUN, or a container without the device)",
+    };
   }
   try {
     const dev = openTun(name ? { name } : {});

@@ -59,7 +59,8 @@ function run(init: ReaderInit): void {
     }
     if (pollView.getInt16(14, true) !== 0) return post({ type: "stopped", errno: 0, reason: "closed" });
     const revents = pollView.getInt16(6, true);
-    if (revents & (POLLERR | POLLHUP | POLLNVAL) && !(revents & POLLIN)) return fail(Errno.EIO, "poll reported the device closed");
+    if (revents & (POLLERR | POLLHUP | POLLNVAL) && !(revents & POLLIN))
+      return fail(Errno.EIO, "poll reported the device closed");
 
     const base = slot * init.slotBytes;
     let off = base;

@@ -106,7 +106,16 @@ const NAME_RE = /^[A-Za-z0-9_.-]{1,13}(%d)?$|^[A-Za-z0-9_.-]{1,15}$/;
 
 /** Linux's error for a failed call: code from the errno, the errno's text. */
 function tunError(libc: Libc, what: string, errno: number): TunError {
-  const code: TunErrorCode = errno === Errno.EPERM || errno === Errno.EACCES ? "permission" : errno === Errno.EBUSY ? "busy" : errno === Errno.ENOENT || errno === Errno.ENODEV ? "unavailable" : errno === Errno.EINVAL ? "invalid-argument" : "io";
+  const code: TunErrorCode =
+    errno === Errno.EPERM || errno === Errno.EACCES
+      ? "permission"
+      : errno === Errno.EBUSY
+        ? "busy"
+        : errno === Errno.ENOENT || errno === Errno.ENODEV
+          ? "unavailable"
+          : errno === Errno.EINVAL
+            ? "invalid-argument"
+            : "io";
   const hint =
     code === "permission"
       ? " (needs CAP_NET_ADMIN, or a persistent device made with `ip tuntap add NAME mode tun user UID`)"
@@ -147,8 +156,13 @@ function ensureMtu(libc: Libc, name: string, mtu: number): void {
 export function openTun(options: TunOptions = {}): TunDevice {
   const name = options.name ?? "tun%d";
   const mtu = options.mtu ?? DEFAULT_TUN_MTU;
-  if (!NAME_RE.test(name)) throw new TunError("invalid-argument", `invalid interface name ${JSON.stringify(name)}: 1-15 of [A-Za-z0-9_.-], optionally ending in %d`);
-  if (!Number.isInteger(mtu) || mtu < MIN_TUN_MTU || mtu > MAX_TUN_MTU) throw new TunError("invalid-argument", `MTU ${mtu} is outside ${MIN_TUN_MTU}..${MAX_TUN_MTU}`);
+  if (!NAME_RE.test(name))
+    throw new TunError(
+      "invalid-argument",
+      `invalid interface name ${JSON.stringify(name)}: 1-15 of [A-Za-z0-9_.-], optionally ending in %d`,
+    );
+  if (!Number.isInteger(mtu) || mtu < MIN_TUN_MTU || mtu > MAX_TUN_MTU)
+    throw new TunError("invalid-argument", `MTU ${mtu} is outside ${MIN_TUN_MTU}..${MAX_TUN_MTU}`);
   const loaded = loadLibc();
   if ("reason" in loaded) throw new TunError("unavailable", loaded.reason);
   const libc = loaded.libc;
@@ -172,7 +186,13 @@ export function openTun(options: TunOptions = {}): TunDevice {
  * packet to the kernel; close() stops the reader and closes the fd.
  */
 export class TunDevice {
-  private readonly stats_: TunStats = { packetsRead: 0, bytesRead: 0, batchesRead: 0, packetsWritten: 0, writesDropped: 0 };
+  private readonly stats_: TunStats = {
+    packetsRead: 0,
+    bytesRead: 0,
+    batchesRead: 0,
+    packetsWritten: 0,
+    writesDropped: 0,
+  };
   private worker: Worker | null = null;
   private wakeFd = -1;
   private control: Int32Array | null = null;

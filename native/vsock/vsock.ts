@@ -27,7 +27,14 @@ const SOCKADDR_VM_BYTES = 16;
 const IOCTL_VM_SOCKETS_GET_LOCAL_CID = 0x7b9;
 
 /** Stable error codes of vsock operations. */
-export type VsockErrorCode = "unavailable" | "permission" | "unreachable" | "refused" | "timeout" | "invalid-argument" | "io";
+export type VsockErrorCode =
+  | "unavailable"
+  | "permission"
+  | "unreachable"
+  | "refused"
+  | "timeout"
+  | "invalid-argument"
+  | "io";
 
 /** A vsock failure with a stable code and the errno behind it. */
 export class VsockError extends Error {
@@ -42,17 +49,25 @@ export class VsockError extends Error {
 }
 
 /** The probe's answer. `localCid` is null when /dev/vsock cannot be asked (no guest transport). */
-export type VsockProbe = { available: true; localCid: number | null } | { available: false; code: VsockErrorCode; reason: string };
+export type VsockProbe =
+  | { available: true; localCid: number | null }
+  | { available: false; code: VsockErrorCode; reason: string };
 
 function vsockError(libc: Libc, what: string, errno: number): VsockError {
   const code: VsockErrorCode =
-    errno === Errno.EAFNOSUPPORT ? "unavailable"
-    : errno === Errno.EPERM || errno === Errno.EACCES ? "permission"
-    : errno === Errno.ENODEV || errno === Errno.ENETUNREACH || errno === Errno.EHOSTUNREACH ? "unreachable"
-    : errno === Errno.ECONNREFUSED || errno === ECONNRESET ? "refused"
-    : errno === Errno.ETIMEDOUT ? "timeout"
-    : errno === Errno.EINVAL ? "invalid-argument"
-    : "io";
+    errno === Errno.EAFNOSUPPORT
+      ? "unavailable"
+      : errno === Errno.EPERM || errno === Errno.EACCES
+        ? "permission"
+        : errno === Errno.ENODEV || errno === Errno.ENETUNREACH || errno === Errno.EHOSTUNREACH
+          ? "unreachable"
+          : errno === Errno.ECONNREFUSED || errno === ECONNRESET
+            ? "refused"
+            : errno === Errno.ETIMEDOUT
+              ? "timeout"
+              : errno === Errno.EINVAL
+                ? "invalid-argument"
+                : "io";
   const hint = code === "unavailable" ? " (kernel without CONFIG_VSOCKETS, or the vsock module is not loaded)" : "";
   return new VsockError(code, `${what}: ${libc.describe(errno)}${hint}`, errno);
 }
@@ -100,8 +115,10 @@ export function probeVsock(): VsockProbe {
  * "timeout", "invalid-argument".
  */
 export function connectVsock(cid: number, port: number): number {
-  if (!Number.isInteger(cid) || cid < 0 || cid > 0xffffffff) throw new VsockError("invalid-argument", `CID ${cid} is outside 0..2^32-1`);
-  if (!Number.isInteger(port) || port < 0 || port > 0xffffffff) throw new VsockError("invalid-argument", `port ${port} is outside 0..2^32-1`);
+  if (!Number.isInteger(cid) || cid < 0 || cid > 0xffffffff)
+    throw new VsockError("invalid-argument", `CID ${cid} is outside 0..2^32-1`);
+  if (!Number.isInteger(port) || port < 0 || port > 0xffffffff)
+    throw new VsockError("invalid-argument", `port ${port} is outside 0..2^32-1`);
   const loaded = loadLibc();
   if ("reason" in loaded) throw new VsockError("unavailable", loaded.reason);
   const libc = loaded.libc;

@@ -27,7 +27,19 @@ function files(dir: string): string[] {
 }
 
 rmSync(OUT, { recursive: true, force: true });
-run([BUN, "build", "src/client/index.ts", "--target", "node", "--format", "esm", "--external", "@sinclair/typebox", "--outdir", OUT]);
+run([
+  BUN,
+  "build",
+  "src/client/index.ts",
+  "--target",
+  "node",
+  "--format",
+  "esm",
+  "--external",
+  "@sinclair/typebox",
+  "--outdir",
+  OUT,
+]);
 const bundle = readFileSync(join(OUT, "index.js"), "utf8");
 if (/\bBun\.|from\s+"bun(:[a-z]+)?"/.test(bundle)) throw new Error("the client bundle uses a Bun-only API");
 run([TSC, "-p", "packages/client/tsconfig.build.json"]);

@@ -28,11 +28,25 @@ const EPOCH = "e".repeat(32);
 const SPEC = { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"a".repeat(64)}` };
 
 /** One agent process over fakes on a shared fake machine; `resolveMs` delays the n-th image resolve (0-based). */
-function rig(name: string, resolveMs: (n: number) => number = () => 0, bootMs: number | null = 500, exitCodeOnShutdown?: number) {
+function rig(
+  name: string,
+  resolveMs: (n: number) => number = () => 0,
+  bootMs: number | null = 500,
+  exitCodeOnShutdown?: number,
+) {
   const dir = join(work, name);
   const tl = new FakeTimeline(1_800_000_000_000);
   const launches: string[] = [];
-  const host = new FakeVmHost(tl.timers("host"), steadyBehaviour({ launchMs: 20, bootMs, shutdownMs: 100, ...(exitCodeOnShutdown !== undefined ? { exitCodeOnShutdown } : {}) }), (vm) => launches.push(vm.instanceId));
+  const host = new FakeVmHost(
+    tl.timers("host"),
+    steadyBehaviour({
+      launchMs: 20,
+      bootMs,
+      shutdownMs: 100,
+      ...(exitCodeOnShutdown !== undefined ? { exitCodeOnShutdown } : {}),
+    }),
+    (vm) => launches.push(vm.instanceId),
+  );
   let resolves = 0;
   const isolation = new FakeIsolation();
   let n = 0;
@@ -42,12 +56,33 @@ function rig(name: string, resolveMs: (n: number) => number = () => 0, bootMs: n
     const driver = new FakeVmmDriver(host, timers);
     const log = new MemoryLog();
     const ports: AgentPorts = {
-      clock: tl, timers, random: { bytes: (k) => new Uint8Array(k).fill(7) }, log, probe: new FixedHostProbe(), channel, driver, isolation,
+      clock: tl,
+      timers,
+      random: { bytes: (k) => new Uint8Array(k).fill(7) },
+      log,
+      probe: new FixedHostProbe(),
+      channel,
+      driver,
+      isolation,
       images: new FakeImages(timers, join(dir, "image"), { resolveMs: () => resolveMs(resolves++) }),
-      lock: () => () => {}, selfChecks: async () => [], inventory: async () => [], vmmSelfCheck: async () => ({ status: "pass", detail: "fake" }),
+      lock: () => () => {},
+      selfChecks: async () => [],
+      inventory: async () => [],
+      vmmSelfCheck: async () => ({ status: "pass", detail: "fake" }),
       ...(logSink ? { logSink } : {}),
     };
-    const agent = await Agent.start({ hostId: "h1", bootId: "boot-1", dbPath: join(dir, "agent.db"), allocationsDir: join(dir, "allocations"), guestBootTimeoutMs: 5_000, consoleBudgetBytes: 4096, ...(debug ? { debug } : {}) }, ports);
+    const agent = await Agent.start(
+      {
+        hostId: "h1",
+        bootId: "boot-1",
+        dbPath: join(dir, "agent.db"),
+        allocationsDir: join(dir, "allocations"),
+        guestBootTimeoutMs: 5_000,
+        consoleBudgetBytes: 4096,
+        ...(debug ? { debug } : {}),
+      },
+      ports,
+    );
     return { agent, channel, driver, log };
   };
   return { tl, host, isolation, incarnation, dir, launches };
@@ -62,11 +97,25 @@ async function stop(tl: FakeTimeline, agent: Agent): Promise<void> {
 
 function command(type: AgentCommand["type"], leaseExpiresAtMs: number, generation = 1): AgentCommand {
   const kind = type === "ensure_present" ? "present" : type === "ensure_running" ? "running" : "absent";
-  return { commandId: `plc-1:${kind}:${generation}`, type, allocationId: "alc-1", placementId: "plc-1", generation, agentEpoch: EPOCH, leaseExpiresAt: new Date(leaseExpiresAtMs).toISOString(), spec: SPEC };
+  return {
+    commandId: `plc-1:${kind}:${generation}`,
+    type,
+    allocationId: "alc-1",
+    placementId: "plc-1",
+    generation,
+    agentEpoch: EPOCH,
+    leaseExpiresAt: new Date(leaseExpiresAtMs).toISOString(),
+    spec: SPEC,
+  };
 }
 
 /** Answers every waiting request: polls with `commands` (once), messages with nothing; returns the updates sent. */
-async function exchange(tl: FakeTimeline, ch: FakeControlChannel, commands: AgentCommand[] = [], leases: Record<string, string> = {}): Promise<PlacementUpdate[]> {
+async function exchange(
+  tl: FakeTimeline,
+  ch: FakeControlChannel,
+  commands: AgentCommand[] = [],
+  leases: Record<string, string> = {},
+): Promise<PlacementUpdate[]> {
   const sent: PlacementUpdate[] = [];
   let pending = commands;
   for (let i = 0; i < 20; i++) {
@@ -75,7 +124,12 @@ async function exchange(tl: FakeTimeline, ch: FakeControlChannel, commands: Agen
     if (!reqs.length && !pending.length) break;
     for (const r of reqs) {
       sent.push(...r.payload.updates);
-      const resp: PollResponse = { agentEpoch: EPOCH, commands: r.type === "poll" ? pending : [], deliveries: [], leases };
+      const resp: PollResponse = {
+        agentEpoch: EPOCH,
+        commands: r.type === "poll" ? pending : [],
+        deliveries: [],
+        leases,
+      };
       if (r.type === "poll") pending = [];
       r.resolve(resp);
     }
@@ -90,7 +144,7 @@ test("commands drive a placement to running and then absent, each transition rep
   const states: string[] = [];
   const seqs = new Set<number>();
   const record = (us: PlacementUpdate[]) => {
-    for (const u of us) if (!seqs.has(u.seq)) (seqs.add(u.seq), states.push(u.state));
+    for (const u of us) if (!seqs.has(u.seq)) seqs.add(u.seq), states.push(u.state);
   };
   record(await exchange(tl, channel, [command("ensure_present", lease())]));
   record(await exchange(tl, channel, [command("ensure_running", lease())]));
@@ -192,7 +246,14 @@ test("silent placements: one structured line per placement transition with the I
   await tl.advance(1_000);
   await exchange(tl, channel);
   const lines = log.records.filter((r) => r.msg === "placement transition");
-  expect(lines.map((r) => `${r.fields["from"]}>${r.fields["state"]}`)).toEqual(["accepted>preparing", "preparing>prepared", "prepared>starting", "starting>running", "running>stopping", "stopping>absent"]);
+  expect(lines.map((r) => `${r.fields["from"]}>${r.fields["state"]}`)).toEqual([
+    "accepted>preparing",
+    "preparing>prepared",
+    "prepared>starting",
+    "starting>running",
+    "running>stopping",
+    "stopping>absent",
+  ]);
   for (const r of lines) {
     expect(r.fields).toMatchObject({ allocationId: "alc-1", placementId: "plc-1", generation: 1 });
     expect(typeof r.fields["durationMs"]).toBe("number");
@@ -214,7 +275,10 @@ test("silent failures: a placement that turns error is one warning line with its
   await tl.advance(45_000);
   await exchange(tl, channel);
   const err = log.records.find((r) => r.msg === "placement transition" && r.fields["state"] === "error");
-  expect(err).toMatchObject({ level: "warn", fields: { from: "prepared", errorCode: "LEASE_EXPIRED", placementId: "plc-1" } });
+  expect(err).toMatchObject({
+    level: "warn",
+    fields: { from: "prepared", errorCode: "LEASE_EXPIRED", placementId: "plc-1" },
+  });
   expect(await agent.metrics.text()).toContain('bb_agent_placement_failures_total{code="LEASE_EXPIRED"} 1');
   await stop(tl, agent);
 });

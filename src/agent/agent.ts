@@ -19,7 +19,16 @@
  */
 import { mkdirSync } from "node:fs";
 import { AgentStore } from "./store.ts";
-import { errorText, type AgentClock, type AgentLog, type AgentRandom, type ControlChannel, type HostProbe, type LogSink, type Timers } from "./ports.ts";
+import {
+  errorText,
+  type AgentClock,
+  type AgentLog,
+  type AgentRandom,
+  type ControlChannel,
+  type HostProbe,
+  type LogSink,
+  type Timers,
+} from "./ports.ts";
 import type { VmmDriver } from "./vmm/driver.ts";
 import type { IsolationPort } from "./isolation/isolationPort.ts";
 import type { ImagePort } from "./image/imagePort.ts";
@@ -126,12 +135,23 @@ export class Agent {
     }
   }
 
-  private static async assemble(settings: AgentSettings, ports: AgentPorts, store: AgentStore, releaseLock: () => void): Promise<Agent> {
+  private static async assemble(
+    settings: AgentSettings,
+    ports: AgentPorts,
+    store: AgentStore,
+    releaseLock: () => void,
+  ): Promise<Agent> {
     const { clock, timers, log } = ports;
-    const vmm = new VmmHealth({ clock, log, selfCheck: () => ports.vmmSelfCheck(), intervalMs: settings.vmmSelfCheckIntervalMs ?? DEFAULT_VMM_SELF_CHECK_INTERVAL_MS });
+    const vmm = new VmmHealth({
+      clock,
+      log,
+      selfCheck: () => ports.vmmSelfCheck(),
+      intervalMs: settings.vmmSelfCheckIntervalMs ?? DEFAULT_VMM_SELF_CHECK_INTERVAL_MS,
+    });
     const health = new AgentHealth(ports.probe, settings.allocationsDir, ports.driver.name, vmm);
     const metrics = new AgentMetrics(() => store.livePlacements().map((p) => p.observed));
-    const keepFailedConsoles = settings.failedConsoleDir && (settings.failedConsoleRetentionMs ?? 0) > 0 ? settings.failedConsoleDir : null;
+    const keepFailedConsoles =
+      settings.failedConsoleDir && (settings.failedConsoleRetentionMs ?? 0) > 0 ? settings.failedConsoleDir : null;
     const ctx: PlacementContext = {
       allocationsDir: settings.allocationsDir,
       driver: ports.driver,
@@ -142,7 +162,13 @@ export class Agent {
       guestBootTimeoutMs: settings.guestBootTimeoutMs,
     };
     const consoleLogs = ports.logSink
-      ? new ConsoleShipper({ sink: ports.logSink, log, consolePath: (d) => consoleLogPath(ctx, d), secretsOf: (d) => placementSecrets(ctx, d), sleep: (ms, signal) => timers.sleep(ms, signal) })
+      ? new ConsoleShipper({
+          sink: ports.logSink,
+          log,
+          consolePath: (d) => consoleLogPath(ctx, d),
+          secretsOf: (d) => placementSecrets(ctx, d),
+          sleep: (ms, signal) => timers.sleep(ms, signal),
+        })
       : null;
     if (consoleLogs) ctx.consoleLogs = consoleLogs;
     let control: ControlLoop | null = null;
@@ -203,7 +229,9 @@ export class Agent {
       health,
       allocationsDir: settings.allocationsDir,
       consoleBudgetBytes: settings.consoleBudgetBytes,
-      failedConsoles: keepFailedConsoles ? { dir: keepFailedConsoles, retentionMs: settings.failedConsoleRetentionMs! } : null,
+      failedConsoles: keepFailedConsoles
+        ? { dir: keepFailedConsoles, retentionMs: settings.failedConsoleRetentionMs! }
+        : null,
       consoleLogs,
       vmm,
       inventory: (known) => ports.inventory(known),
@@ -212,12 +240,33 @@ export class Agent {
     });
     try {
       const checks = await ports.selfChecks();
-      health.prerequisitesFailed = failedPrerequisites(checks.filter((c) => c.id !== VMM_BOOT_CHECK_ID), log);
+      health.prerequisitesFailed = failedPrerequisites(
+        checks.filter((c) => c.id !== VMM_BOOT_CHECK_ID),
+        log,
+      );
       const boot = checks.find((c) => c.id === VMM_BOOT_CHECK_ID);
       if (boot) vmm.noteSelfCheck(boot);
-      applyInventory(health, await recoverPlacements({ store, driver: ports.driver, reconciler, clock, log, ports }), log, true);
-      if (consoleLogs) for (const p of store.livePlacements()) if (reconciler.handleOf(p.placementId)) consoleLogs.adopt(p);
-      const agent = new Agent(settings, ports, store, releaseLock, reconciler, control, health, housekeeping, consoleLogs, connections, metrics);
+      applyInventory(
+        health,
+        await recoverPlacements({ store, driver: ports.driver, reconciler, clock, log, ports }),
+        log,
+        true,
+      );
+      if (consoleLogs)
+        for (const p of store.livePlacements()) if (reconciler.handleOf(p.placementId)) consoleLogs.adopt(p);
+      const agent = new Agent(
+        settings,
+        ports,
+        store,
+        releaseLock,
+        reconciler,
+        control,
+        health,
+        housekeeping,
+        consoleLogs,
+        connections,
+        metrics,
+      );
       housekeeping.start();
       control.start();
       return agent;
@@ -255,7 +304,10 @@ export class Agent {
       this.housekeeping.stop();
       await this.control.stop();
       await this.reconciler.halt(STOP_STEP_GRACE_MS);
-      await Promise.all([this.control.finalFlush(STOP_FLUSH_TIMEOUT_MS), this.consoleLogs?.drain(STOP_FLUSH_TIMEOUT_MS)]);
+      await Promise.all([
+        this.control.finalFlush(STOP_FLUSH_TIMEOUT_MS),
+        this.consoleLogs?.drain(STOP_FLUSH_TIMEOUT_MS),
+      ]);
       // Grants live in memory only: the peers and the placements' links go with the process.
       await this.connections?.close();
       this.store.close();

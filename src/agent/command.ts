@@ -16,16 +16,38 @@ import { optionalIntegerFlag } from "../command/values.ts";
 import { DEFAULT_AGENT_DATA_DIR } from "./config.ts";
 import type { JoinSettings } from "./setup.ts";
 
-const dataDirArg = { type: "string", valueHint: "DIR", default: DEFAULT_AGENT_DATA_DIR, description: "Agent state directory" } as const;
+const dataDirArg = {
+  type: "string",
+  valueHint: "DIR",
+  default: DEFAULT_AGENT_DATA_DIR,
+  description: "Agent state directory",
+} as const;
 
 /** The join settings flags, shared by setup and join. */
 const joinArgs = {
   scheduler: { type: "string", valueHint: "URL", description: "Scheduler URL" },
-  token: { type: "string", valueHint: "TOKEN", description: "One-use enrollment token from `bb host enrollment-token create`" },
+  token: {
+    type: "string",
+    valueHint: "TOKEN",
+    description: "One-use enrollment token from `bb host enrollment-token create`",
+  },
   "data-dir": dataDirArg,
-  "image-dir": { type: "string", valueHint: "DIRS", description: "Local image directories, comma-separated (default .bb/images/dev)" },
-  "image-source": { type: "string", valueHint: "SOURCE", description: "Signed image source (dir, file:// or http(s):// base with <digest-hex>/manifest.json, see bb image publish) fetched through the verified cache" },
-  "trusted-image-key": { type: "string", valueHint: "KEYS", description: "Trusted image signing keys: base64 public keys or .pub files (comma-separated)" },
+  "image-dir": {
+    type: "string",
+    valueHint: "DIRS",
+    description: "Local image directories, comma-separated (default .bb/images/dev)",
+  },
+  "image-source": {
+    type: "string",
+    valueHint: "SOURCE",
+    description:
+      "Signed image source (dir, file:// or http(s):// base with <digest-hex>/manifest.json, see bb image publish) fetched through the verified cache",
+  },
+  "trusted-image-key": {
+    type: "string",
+    valueHint: "KEYS",
+    description: "Trusted image signing keys: base64 public keys or .pub files (comma-separated)",
+  },
   "max-placements": { type: "string", valueHint: "N", description: "Most VMs at once (default 8)" },
 } as const;
 
@@ -43,16 +65,30 @@ async function enroll(s: JoinSettings, dataDir: string): Promise<void> {
     ...(s.trustedImageKeys ? { trustedImageKeys: s.trustedImageKeys } : {}),
     ...(s.maxPlacements ? { capacity: { maxPlacements: s.maxPlacements } } : {}),
   });
-  consola.success(r.enrolled ? `enrolled as host ${r.hostId}` : `already enrolled as host ${r.hostId}; credential kept`);
+  consola.success(
+    r.enrolled ? `enrolled as host ${r.hostId}` : `already enrolled as host ${r.hostId}; credential kept`,
+  );
   consola.info(`start the agent: bb agent run --data-dir ${dataDir}`);
 }
 
 const setup = command({
-  meta: { name: "setup", description: "Set up this host to join a scheduler: asks for what flags leave out (on a terminal), writes DATA_DIR/join.json, and joins" },
+  meta: {
+    name: "setup",
+    description:
+      "Set up this host to join a scheduler: asks for what flags leave out (on a terminal), writes DATA_DIR/join.json, and joins",
+  },
   args: {
     ...joinArgs,
-    join: { type: "boolean", description: "Enroll now (default: ask on a terminal, else yes); --no-join only writes join.json for `bb agent join`" },
-    "no-input": { type: "boolean", default: false, description: "Never prompt; a missing --scheduler or --token is an error" },
+    join: {
+      type: "boolean",
+      description:
+        "Enroll now (default: ask on a terminal, else yes); --no-join only writes join.json for `bb agent join`",
+    },
+    "no-input": {
+      type: "boolean",
+      default: false,
+      description: "Never prompt; a missing --scheduler or --token is an error",
+    },
   },
   examples: [
     "bb agent setup",
@@ -77,7 +113,9 @@ const setup = command({
         prompter,
       );
       const file = setupMod.writeJoinSettings(dataDir, settings);
-      const joinNow = args.join ?? (prompter ? await prompter.confirm({ message: "Enroll this host now?", initialValue: true }) : true);
+      const joinNow =
+        args.join ??
+        (prompter ? await prompter.confirm({ message: "Enroll this host now?", initialValue: true }) : true);
       if (!joinNow) {
         consola.info(`wrote ${file} (mode 0600); enroll with: bb agent join --data-dir ${dataDir}`);
         return;
@@ -88,7 +126,10 @@ const setup = command({
 });
 
 const join = command({
-  meta: { name: "join", description: "Enroll this host with a one-use token (flags, else DATA_DIR/join.json from `bb agent setup`)" },
+  meta: {
+    name: "join",
+    description: "Enroll this host with a one-use token (flags, else DATA_DIR/join.json from `bb agent setup`)",
+  },
   args: joinArgs,
   examples: [
     "bb agent join --scheduler http://127.0.0.1:7380 --token bbe_… --data-dir /var/lib/beachball --image-dir .bb/images/dev --max-placements 8",
@@ -101,8 +142,13 @@ const join = command({
       const saved = readJoinSettings(dataDir);
       const schedulerUrl = args.scheduler ?? saved?.schedulerUrl;
       const token = args.token ?? saved?.token;
-      if (!schedulerUrl || !token) throw new UsageError(`missing ${[!schedulerUrl && "--scheduler", !token && "--token"].filter(Boolean).join(" and ")} (and no ${joinFilePath(dataDir)} from \`bb agent setup\`)`);
-      const maxPlacements = optionalIntegerFlag("--max-placements", args["max-placements"], { min: 1, max: MAX_SETUP_PLACEMENTS }) ?? saved?.maxPlacements;
+      if (!schedulerUrl || !token)
+        throw new UsageError(
+          `missing ${[!schedulerUrl && "--scheduler", !token && "--token"].filter(Boolean).join(" and ")} (and no ${joinFilePath(dataDir)} from \`bb agent setup\`)`,
+        );
+      const maxPlacements =
+        optionalIntegerFlag("--max-placements", args["max-placements"], { min: 1, max: MAX_SETUP_PLACEMENTS }) ??
+        saved?.maxPlacements;
       const imageSource = args["image-source"] ?? saved?.imageSource;
       const trustedImageKeys = split(args["trusted-image-key"]) ?? saved?.trustedImageKeys;
       await enroll(
@@ -124,7 +170,12 @@ const run = command({
   meta: { name: "run", description: "Run the host agent" },
   args: {
     "data-dir": dataDirArg,
-    "log-format": { type: "string", valueHint: "FORMAT", description: "json or text: log lines as JSON objects or plain text (default: text on a terminal, else JSON; or BB_LOG_FORMAT). How much: BB_LOG_LEVEL 0 errors … 4 debug" },
+    "log-format": {
+      type: "string",
+      valueHint: "FORMAT",
+      description:
+        "json or text: log lines as JSON objects or plain text (default: text on a terminal, else JSON; or BB_LOG_FORMAT). How much: BB_LOG_LEVEL 0 errors … 4 debug",
+    },
   },
   examples: ["bb agent run", "bb agent run --data-dir /var/lib/beachball", "bb agent run --log-format json"],
   run: ({ args }) =>
@@ -132,7 +183,14 @@ const run = command({
       const { createLogger, routeConsola } = await import("../command/log.ts");
       const { parseLogFormat, parseLogLevel } = await import("../command/logOptions.ts");
       const level = parseLogLevel(process.env["BB_LOG_LEVEL"]);
-      routeConsola(consola, createLogger({ format: parseLogFormat(args["log-format"] ?? process.env["BB_LOG_FORMAT"], !!process.stderr.isTTY), level }, { role: "agent" }), level);
+      routeConsola(
+        consola,
+        createLogger(
+          { format: parseLogFormat(args["log-format"] ?? process.env["BB_LOG_FORMAT"], !!process.stderr.isTTY), level },
+          { role: "agent" },
+        ),
+        level,
+      );
       const { AgentDaemon } = await import("./daemon.ts");
       const agent = await AgentDaemon.start({ dataDir: resolve(args["data-dir"]) });
       consola.info("agent running", { hostId: agent.hostId });

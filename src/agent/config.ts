@@ -123,8 +123,12 @@ export function saveAgentFiles(dataDir: string, config: AgentConfig, credential:
 /** Loads config and credential. Throws a clear Error if the agent has not joined or the credential mode is too wide. */
 export function loadAgentFiles(dataDir: string): { config: AgentConfig; credential: string } {
   const p = agentPaths(dataDir);
-  if (!existsSync(p.config) || !existsSync(p.credential)) throw new Error(`no agent configuration in ${dataDir}: run \`bb agent join --scheduler URL --token TOKEN\` first`);
+  if (!existsSync(p.config) || !existsSync(p.credential))
+    throw new Error(`no agent configuration in ${dataDir}: run \`bb agent join --scheduler URL --token TOKEN\` first`);
   const mode = statSync(p.credential).mode & 0o777;
   if (mode & 0o077) throw new Error(`${p.credential} has mode ${mode.toString(8)}; it must be 0600`);
-  return { config: JSON.parse(readFileSync(p.config, "utf8")) as AgentConfig, credential: readFileSync(p.credential, "utf8").trim() };
+  return {
+    config: JSON.parse(readFileSync(p.config, "utf8")) as AgentConfig,
+    credential: readFileSync(p.credential, "utf8").trim(),
+  };
 }

@@ -28,7 +28,12 @@ export class ControlClient implements ControlChannel, LogSink {
    * STALE_AGENT_EPOCH), UnexpectedAnswerError for an error answer without
    * one, and a plain Error for transport failures.
    */
-  async send(type: Envelope["type"], agentEpoch: string, payload: AgentPayload, signal?: AbortSignal): Promise<PollResponse> {
+  async send(
+    type: Envelope["type"],
+    agentEpoch: string,
+    payload: AgentPayload,
+    signal?: AbortSignal,
+  ): Promise<PollResponse> {
     const env: Envelope = {
       protocolVersion: "1.0",
       messageId: crypto.randomUUID(),
@@ -39,7 +44,8 @@ export class ControlClient implements ControlChannel, LogSink {
       payload,
     };
     const body = JSON.stringify(env);
-    if (body.length > MAX_ENVELOPE_BYTES) throw new Error(`envelope is ${body.length} bytes (limit ${MAX_ENVELOPE_BYTES})`);
+    if (body.length > MAX_ENVELOPE_BYTES)
+      throw new Error(`envelope is ${body.length} bytes (limit ${MAX_ENVELOPE_BYTES})`);
     const timeoutMs = (payload.waitMs ?? 0) + POLL_SLACK_MS;
     const res = await fetch(`${this.baseUrl}/v1/agents/${type === "poll" ? "poll" : "messages"}`, {
       method: "POST",
@@ -59,7 +65,8 @@ export class ControlClient implements ControlChannel, LogSink {
    */
   async push(chunks: LogChunk[], signal?: AbortSignal): Promise<LogPushResponse> {
     const body = JSON.stringify({ hostId: this.hostId, chunks } satisfies LogPushBody);
-    if (Buffer.byteLength(body) > MAX_LOG_PUSH_BODY_BYTES) throw new Error(`log push is ${Buffer.byteLength(body)} bytes (limit ${MAX_LOG_PUSH_BODY_BYTES})`);
+    if (Buffer.byteLength(body) > MAX_LOG_PUSH_BODY_BYTES)
+      throw new Error(`log push is ${Buffer.byteLength(body)} bytes (limit ${MAX_LOG_PUSH_BODY_BYTES})`);
     const timeout = AbortSignal.timeout(LOG_PUSH_TIMEOUT_MS);
     const res = await fetch(`${this.baseUrl}/v1/agents/logs`, {
       method: "POST",

@@ -63,7 +63,12 @@ export class AgentDaemon {
     const log = opts.log ?? consolaLog;
     // Under `ip netns exec` the fresh /sys hides the cgroup hierarchies: mount them again, in this mount namespace only.
     await restoreCgroupMounts(systemCgroupMountPorts).then(
-      (r) => r.restored && log.info("cgroup hierarchies were not mounted in this mount namespace (ip netns exec?): mounted them for the agent", { mounted: r.mounted.join(",") }),
+      (r) =>
+        r.restored &&
+        log.info(
+          "cgroup hierarchies were not mounted in this mount namespace (ip netns exec?): mounted them for the agent",
+          { mounted: r.mounted.join(",") },
+        ),
       (e: Error) => log.warn("cannot mount the cgroup hierarchies in this mount namespace", { error: e.message }),
     );
     let driver = opts.driver;
@@ -73,7 +78,8 @@ export class AgentDaemon {
       driver = sel.driver;
     }
     const isolation = new HostIsolation(isolationFromConfig(config));
-    const metricsListen = config.metricsListen === undefined ? null : parseListen(config.metricsListen, "metricsListen");
+    const metricsListen =
+      config.metricsListen === undefined ? null : parseListen(config.metricsListen, "metricsListen");
     const client = new ControlClient(config.schedulerUrl, config.hostId, files.credential);
     const agent = await Agent.start(
       {
@@ -103,21 +109,35 @@ export class AgentDaemon {
           cacheDir: p.images,
           ...(config.imageSource ? { source: config.imageSource } : {}),
           ...(config.imageCacheMaxBytes ? { cacheMaxBytes: config.imageCacheMaxBytes } : {}),
-          onRetry: (r) => log.warn("image download interrupted; resuming", { name: r.name, haveBytes: r.haveBytes, error: r.error }),
+          onRetry: (r) =>
+            log.warn("image download interrupted; resuming", { name: r.name, haveBytes: r.haveBytes, error: r.error }),
           onEvictionError: (e) => log.warn("image cache eviction failed", { error: e.message }),
         }),
         lock: () => takeAgentLock(p.lock),
         selfChecks: () => runChecks(config, { ...REAL_DOCTOR_DEPS, vmmDriver: async () => driver }),
         vmmSelfCheck: () => vmmBootCheck(driver, config),
         inventory: (known) => inventoryForeign(known, hostTag(config.hostId), p.allocations, isolation.iso.cgroups),
-        ...(config.connections ? { connections: (d) => startHostEndpoint({ hostId: config.hostId, dataDir: opts.dataDir, config: config.connections!, log, ...d }) } : {}),
+        ...(config.connections
+          ? {
+              connections: (d) =>
+                startHostEndpoint({
+                  hostId: config.hostId,
+                  dataDir: opts.dataDir,
+                  config: config.connections!,
+                  log,
+                  ...d,
+                }),
+            }
+          : {}),
       },
     );
     let metricsServer: MetricsServer | null = null;
     if (metricsListen) {
       try {
         metricsServer = startMetricsServer(agent.metrics, metricsListen);
-        log.info("agent metrics served", { url: `http://${metricsListen.hostname.includes(":") ? `[${metricsListen.hostname}]` : metricsListen.hostname}:${metricsServer.port}/metrics` });
+        log.info("agent metrics served", {
+          url: `http://${metricsListen.hostname.includes(":") ? `[${metricsListen.hostname}]` : metricsListen.hostname}:${metricsServer.port}/metrics`,
+        });
       } catch (e) {
         await agent.stop();
         throw e;

@@ -27,7 +27,9 @@ test("a foreign code (an errno) never becomes an agent code", () => {
 });
 
 test("chain() reads the causes in order and is bounded", () => {
-  const e = new AgentError("CLEANUP_FAILED", "rollback left: netns bb-x", { cause: vmmError("QEMU exited", new Error("exit 1")) });
+  const e = new AgentError("CLEANUP_FAILED", "rollback left: netns bb-x", {
+    cause: vmmError("QEMU exited", new Error("exit 1")),
+  });
   expect(e.chain()).toBe("rollback left: netns bb-x: QEMU exited: exit 1");
   expect(e.chain(10)).toHaveLength(10);
 });

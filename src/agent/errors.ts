@@ -17,7 +17,15 @@ import type { AgentErrorCode } from "../protocol/errors.ts";
 import { ImageError, type ImageErrorCode } from "../image/errors.ts";
 
 /** Which part of the agent an error comes from. */
-export type AgentSubsystem = "image" | "isolation" | "cgroup" | "vmm" | "jailer" | "firecracker-api" | "guest" | "placement";
+export type AgentSubsystem =
+  | "image"
+  | "isolation"
+  | "cgroup"
+  | "vmm"
+  | "jailer"
+  | "firecracker-api"
+  | "guest"
+  | "placement";
 
 /** Machine-readable facts about a failure (HTTP status, fault message, paths). Never secrets. */
 export type AgentErrorFacts = Record<string, string | number | boolean | undefined>;

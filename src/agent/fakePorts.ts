@@ -166,7 +166,9 @@ export class FakeControlChannel implements ControlChannel {
         f();
       };
       const onAbort = () => finish(() => reject(new Error("aborted")));
-      const cancel = this.timers.after((payload.waitMs ?? 0) + FAKE_REQUEST_SLACK_MS, () => finish(() => reject(new Error("request timed out"))));
+      const cancel = this.timers.after((payload.waitMs ?? 0) + FAKE_REQUEST_SLACK_MS, () =>
+        finish(() => reject(new Error("request timed out"))),
+      );
       const req: FakeRequest = {
         type,
         agentEpoch,
@@ -211,7 +213,10 @@ export class MemoryLog implements AgentLog {
   /** Every line's structured form, in order (same bound as `lines`). */
   readonly records: { level: string; msg: string; fields: LogFields }[] = [];
   private push(level: string, msg: string, fields: LogFields = {}): void {
-    const kv = Object.entries(fields).filter(([, v]) => v !== undefined).map(([k, v]) => ` ${k}=${String(v)}`).join("");
+    const kv = Object.entries(fields)
+      .filter(([, v]) => v !== undefined)
+      .map(([k, v]) => ` ${k}=${String(v)}`)
+      .join("");
     this.lines.push(`${level} ${msg}${kv}`);
     this.records.push({ level, msg, fields });
     if (this.lines.length > this.maxLines) this.lines.shift();

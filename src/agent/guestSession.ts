@@ -5,12 +5,20 @@
  * payload over in memory, and relays workload events.
  * Must never: log, persist or re-send payload bytes.
  */
-import { NdjsonDecoder, encodeGuestMessage, type GuestIdentity, type GuestToHost, type HostToGuest } from "../protocol/guest.ts";
+import {
+  NdjsonDecoder,
+  encodeGuestMessage,
+  type GuestIdentity,
+  type GuestToHost,
+  type HostToGuest,
+} from "../protocol/guest.ts";
 import type { GuestChannel } from "./vmm/driver.ts";
 import { systemTimers, type Timers } from "./ports.ts";
 
 /** Result of a delivery to the guest. */
-export type GuestDeliveryResult = { result: "consumed"; digest: string } | { result: "rejected" | "guest_not_connected" };
+export type GuestDeliveryResult =
+  | { result: "consumed"; digest: string }
+  | { result: "rejected" | "guest_not_connected" };
 
 /** How often a waiting host repeats `identify`, ms. */
 export const ASK_INTERVAL_MS = 2_000;
@@ -99,7 +107,12 @@ export class GuestSession {
     const stopAsking = ask ? this.timers.every(ASK_INTERVAL_MS, () => this.send({ type: "identify" })) : null;
     if (ask) this.send({ type: "identify" });
     const m = await this.waitFor(
-      (x) => x.type === "guest_ready" && x.allocationId === e.allocationId && x.placementId === e.placementId && x.generation === e.generation && x.nonce === e.nonce,
+      (x) =>
+        x.type === "guest_ready" &&
+        x.allocationId === e.allocationId &&
+        x.placementId === e.placementId &&
+        x.generation === e.generation &&
+        x.nonce === e.nonce,
       timeoutMs,
     ).finally(() => stopAsking?.());
     if (!m) return false;
@@ -116,9 +129,17 @@ export class GuestSession {
   }
 
   /** Hands a payload to the guest and waits for its consumption receipt. */
-  async deliver(deliveryId: string, contentType: string, dataBase64: string, timeoutMs: number): Promise<GuestDeliveryResult> {
+  async deliver(
+    deliveryId: string,
+    contentType: string,
+    dataBase64: string,
+    timeoutMs: number,
+  ): Promise<GuestDeliveryResult> {
     if (this.closed) return { result: "guest_not_connected" };
-    const reply = this.waitFor((x) => (x.type === "bootstrap_consumed" || x.type === "bootstrap_rejected") && x.deliveryId === deliveryId, timeoutMs);
+    const reply = this.waitFor(
+      (x) => (x.type === "bootstrap_consumed" || x.type === "bootstrap_rejected") && x.deliveryId === deliveryId,
+      timeoutMs,
+    );
     this.send({ type: "bootstrap", deliveryId, contentType, dataBase64 });
     const m = await reply;
     if (!m) return { result: "guest_not_connected" };

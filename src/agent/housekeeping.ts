@@ -67,7 +67,12 @@ export class Housekeeping {
   start(): void {
     this.cancel = this.deps.timers.every(HOUSEKEEPING_MS, () => void this.pass());
     const logs = this.deps.consoleLogs;
-    if (logs) this.cancelShipping = this.deps.timers.every(LOG_SHIP_INTERVAL_MS, () => void logs.tick(this.deps.store.livePlacements().filter((p) => this.deps.reconciler.handleOf(p.placementId))));
+    if (logs)
+      this.cancelShipping = this.deps.timers.every(
+        LOG_SHIP_INTERVAL_MS,
+        () =>
+          void logs.tick(this.deps.store.livePlacements().filter((p) => this.deps.reconciler.handleOf(p.placementId))),
+      );
   }
 
   /** Stops the periodic passes. */
@@ -94,7 +99,10 @@ export class Housekeeping {
   /** Returns how the trim moved the file's offsets (null when under budget or on error). */
   private trim(dirName: string): ConsoleTrim | null {
     try {
-      return trimConsoleLogAt(consoleLogPath({ allocationsDir: this.deps.allocationsDir }, dirName), this.deps.consoleBudgetBytes);
+      return trimConsoleLogAt(
+        consoleLogPath({ allocationsDir: this.deps.allocationsDir }, dirName),
+        this.deps.consoleBudgetBytes,
+      );
     } catch (e) {
       this.deps.log.warn("cannot trim a console log", { dirName, error: errorText(e) });
       return null;
@@ -116,7 +124,9 @@ export class Housekeeping {
   private async once(): Promise<void> {
     const { store, clock, reconciler, health } = this.deps;
     // Evict unused images under the cache's size bound; never one a placement here still references.
-    const inUse = new Set(store.livePlacements().map((p) => (JSON.parse(p.specJson) as { imageDigest: string }).imageDigest));
+    const inUse = new Set(
+      store.livePlacements().map((p) => (JSON.parse(p.specJson) as { imageDigest: string }).imageDigest),
+    );
     await this.deps.images.maintain(inUse);
     health.cachedImages = await this.deps.images.cachedDigests().catch(() => health.cachedImages);
     if (!this.cancel) return;
@@ -124,7 +134,12 @@ export class Housekeeping {
     for (const p of store.livePlacements()) {
       // Every state counts: a VMM left running after a failed start (observed error) is still a VM on an ended lease.
       if (p.desired !== "absent" && p.leaseExpiresAtMs <= now) {
-        this.deps.log.warn("execution lease expired; stopping whatever the placement has", { allocationId: p.allocationId, placementId: p.placementId, generation: p.generation, state: p.observed });
+        this.deps.log.warn("execution lease expired; stopping whatever the placement has", {
+          allocationId: p.allocationId,
+          placementId: p.placementId,
+          generation: p.generation,
+          state: p.observed,
+        });
         store.patch(p.placementId, { desired: "absent", errorCode: "LEASE_EXPIRED" });
         reconciler.kick(p.placementId);
       } else if (p.desired === "absent" && !reconciler.isRunning(p.placementId)) {
@@ -141,7 +156,8 @@ export class Housekeeping {
       this.deps.consoleLogs.retain(new Set(store.livePlacements().map((p) => p.placementId)));
       void this.deps.consoleLogs.flush();
     }
-    if (this.deps.failedConsoles) pruneKeptConsoles(this.deps.failedConsoles.dir, this.deps.failedConsoles.retentionMs, now);
+    if (this.deps.failedConsoles)
+      pruneKeptConsoles(this.deps.failedConsoles.dir, this.deps.failedConsoles.retentionMs, now);
     await this.deps.vmm.recheckIfDue();
     await this.recheckQuarantine(now);
     if (this.deps.hasPending()) this.deps.flush();

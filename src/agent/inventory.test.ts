@@ -16,7 +16,10 @@ describe("startup inventory", () => {
     const known = new Set(["bb-aaaaaaaaaaaaaaaa"]);
     const found = foreignResources(known, hostTag("h"), {
       directories: ["bb-aaaaaaaaaaaaaaaa", "bb-bbbbbbbbbbbbbbbb", "notes.txt"],
-      processes: [{ pid: 10, instance: "bb-aaaaaaaaaaaaaaaa" }, { pid: 11, instance: "bb-cccccccccccccccc" }],
+      processes: [
+        { pid: 10, instance: "bb-aaaaaaaaaaaaaaaa" },
+        { pid: 11, instance: "bb-cccccccccccccccc" },
+      ],
       netns: ["bb-aaaaaaaaaaaaaaaa", "bb-probe-123", "bb-dddddddddddddddd", "other"],
       veths: [hostVethName("bb-aaaaaaaaaaaaaaaa"), hostVethName("bb-eeeeeeeeeeeeeeee")],
       cgroups: ["bb-aaaaaaaaaaaaaaaa", "bb-ffffffffffffffff", "bb-ffffffffffffffff"],
@@ -37,7 +40,10 @@ describe("startup inventory", () => {
     const legacy = "bb-0123456789abcdef01234567";
     const found = foreignResources(new Set([mine]), hostTag("host-b"), {
       directories: [mine],
-      processes: [{ pid: 20, instance: theirs }, { pid: 21, instance: mine }],
+      processes: [
+        { pid: 20, instance: theirs },
+        { pid: 21, instance: mine },
+      ],
       netns: [theirs, mine, myOrphan, legacy],
       veths: [hostVethName(theirs), hostVethName(mine), hostVethName(legacy)],
       cgroups: [theirs, mine],

@@ -31,7 +31,8 @@ export const PROBE_PREFIX = "bb-probe-";
 /** The placement name a VMM command line carries (`-name bb-…` for QEMU, `--id bb-…`/`--id=bb-…` for jailer/Firecracker), or null. */
 export function vmmInstanceOf(argv: string[]): string | null {
   const exe = argv[0] ?? "";
-  if (!/qemu-system|firecracker|jailer/.test(exe) && !argv.some((a) => /qemu-system|firecracker|jailer/.test(a))) return null;
+  if (!/qemu-system|firecracker|jailer/.test(exe) && !argv.some((a) => /qemu-system|firecracker|jailer/.test(a)))
+    return null;
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     if ((a === "-name" || a === "--id") && argv[i + 1]?.startsWith("bb-")) return argv[i + 1]!;
@@ -45,7 +46,17 @@ export function vmmInstanceOf(argv: string[]): string | null {
  * tagged `ownTag` (pure). `found` lists names per kind; veths are matched
  * through hostVethName. Known names are never foreign, whatever their tag.
  */
-export function foreignResources(known: ReadonlySet<string>, ownTag: string, found: { directories: string[]; processes: { pid: number; instance: string }[]; netns: string[]; veths: string[]; cgroups: string[] }): ForeignResource[] {
+export function foreignResources(
+  known: ReadonlySet<string>,
+  ownTag: string,
+  found: {
+    directories: string[];
+    processes: { pid: number; instance: string }[];
+    netns: string[];
+    veths: string[];
+    cgroups: string[];
+  },
+): ForeignResource[] {
   const knownVeths = new Set([...known].map(hostVethName));
   const out: ForeignResource[] = [];
   const add = (kind: ForeignResource["kind"], name: string, shown = name) => {
@@ -53,10 +64,14 @@ export function foreignResources(known: ReadonlySet<string>, ownTag: string, fou
     out.push(tag !== null && tag !== ownTag ? { kind, name: shown, otherHost: tag } : { kind, name: shown });
   };
   for (const d of found.directories) if (d.startsWith("bb-") && !known.has(d)) add("directory", d);
-  for (const p of found.processes) if (!p.instance.startsWith(PROBE_PREFIX) && !known.has(p.instance)) add("process", p.instance, `${p.instance} (pid ${p.pid})`);
+  for (const p of found.processes)
+    if (!p.instance.startsWith(PROBE_PREFIX) && !known.has(p.instance))
+      add("process", p.instance, `${p.instance} (pid ${p.pid})`);
   for (const n of found.netns) if (n.startsWith("bb-") && !n.startsWith(PROBE_PREFIX) && !known.has(n)) add("netns", n);
-  for (const v of found.veths) if (HOST_VETH_PREFIXES.some((x) => v.startsWith(x)) && !knownVeths.has(v)) add("veth", v);
-  for (const c of new Set(found.cgroups)) if (c.startsWith("bb-") && !c.startsWith(PROBE_PREFIX) && !known.has(c)) add("cgroup", c);
+  for (const v of found.veths)
+    if (HOST_VETH_PREFIXES.some((x) => v.startsWith(x)) && !knownVeths.has(v)) add("veth", v);
+  for (const c of new Set(found.cgroups))
+    if (c.startsWith("bb-") && !c.startsWith(PROBE_PREFIX) && !known.has(c)) add("cgroup", c);
   return out;
 }
 
@@ -87,13 +102,16 @@ async function hostVeths(): Promise<string[]> {
   const p = Bun.spawn(["ip", "-o", "link", "show"], { stdout: "pipe", stderr: "ignore" });
   const text = await new Response(p.stdout).text();
   await p.exited;
-  return [...text.matchAll(/^\d+:\s+([^:@\s]+)/gm)].map((m) => m[1]!).filter((n) => HOST_VETH_PREFIXES.some((x) => n.startsWith(x)));
+  return [...text.matchAll(/^\d+:\s+([^:@\s]+)/gm)]
+    .map((m) => m[1]!)
+    .filter((n) => HOST_VETH_PREFIXES.some((x) => n.startsWith(x)));
 }
 
 function placementCgroups(policy: CgroupPolicy): string[] {
   const names: string[] = [];
   try {
-    for (const p of detectControllers()) names.push(...listDir(cgroupDir(p.mount, parentPath(p, policy))).filter((n) => n.startsWith("bb-")));
+    for (const p of detectControllers())
+      names.push(...listDir(cgroupDir(p.mount, parentPath(p, policy))).filter((n) => n.startsWith("bb-")));
   } catch {
     /* no usable cgroup hierarchy: nothing of ours there */
   }
@@ -101,7 +119,12 @@ function placementCgroups(policy: CgroupPolicy): string[] {
 }
 
 /** Inventories this machine (read-only) and returns what no known placement of the host tagged `ownTag` owns. */
-export async function inventoryForeign(known: ReadonlySet<string>, ownTag: string, allocationsDir: string, cgroupPolicy: CgroupPolicy): Promise<ForeignResource[]> {
+export async function inventoryForeign(
+  known: ReadonlySet<string>,
+  ownTag: string,
+  allocationsDir: string,
+  cgroupPolicy: CgroupPolicy,
+): Promise<ForeignResource[]> {
   return foreignResources(known, ownTag, {
     directories: listDir(allocationsDir),
     processes: vmmProcesses(),

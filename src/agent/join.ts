@@ -12,7 +12,13 @@ import { readPublicKeyArg, TRUSTED_DEV_KEY_FILE } from "../image/keyFile.ts";
 import { errorFromResponse } from "../protocol/problem.ts";
 import type { Capacity, WellKnown } from "../protocol/api.ts";
 import type { EnrollResponse } from "../protocol/agent.ts";
-import { agentPaths, DEFAULT_CONSOLE_BUDGET_BYTES, loadAgentFiles, saveAgentFiles, type AgentConfig } from "./config.ts";
+import {
+  agentPaths,
+  DEFAULT_CONSOLE_BUDGET_BYTES,
+  loadAgentFiles,
+  saveAgentFiles,
+  type AgentConfig,
+} from "./config.ts";
 
 /** Memory kept back for the host itself when detecting capacity, MiB. */
 export const HOST_MEMORY_RESERVE_MIB = 1024;
@@ -59,12 +65,22 @@ export async function joinScheduler(opts: JoinOptions): Promise<{ hostId: string
     return { hostId: config.hostId, enrolled: false };
   }
   const base = opts.schedulerUrl.replace(/\/+$/, "");
-  const wk = (await (await fetch(`${base}/v1/.well-known/beachball`, { signal: AbortSignal.timeout(10_000) })).json()) as WellKnown;
+  const wk = (await (
+    await fetch(`${base}/v1/.well-known/beachball`, { signal: AbortSignal.timeout(10_000) })
+  ).json()) as WellKnown;
   const capacity = { ...detectCapacity(dataDir), ...opts.capacity };
   const res = await fetch(`${base}/v1/agents/enroll`, {
     method: "POST",
     headers: { "content-type": "application/json" },
-    body: JSON.stringify({ token: opts.token, capacity, region: wk.region, architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm", labels: {} }),
+    body: JSON.stringify({
+      token: opts.token,
+      capacity,
+      region: wk.region,
+      architecture: "x86_64",
+      agentProtocolVersion: "1.0",
+      vmmDriver: "qemu-microvm",
+      labels: {},
+    }),
     signal: AbortSignal.timeout(10_000),
   });
   if (!res.ok) throw await errorFromResponse(res);
@@ -84,8 +100,14 @@ export async function joinScheduler(opts: JoinOptions): Promise<{ hostId: string
     consoleBudgetBytes: DEFAULT_CONSOLE_BUDGET_BYTES,
     guestBootTimeoutMs: opts.guestBootTimeoutMs ?? 180_000,
     trustedImageKeys,
-    ...(wk.connectionVerificationKeys && Object.keys(wk.connectionVerificationKeys).length ? { connections: { verificationKeys: wk.connectionVerificationKeys } } : {}),
-    ...(opts.imageSource ? { imageSource: /^[a-z][a-z0-9+.-]*:\/\//i.test(opts.imageSource) ? opts.imageSource : resolve(opts.imageSource) } : {}),
+    ...(wk.connectionVerificationKeys && Object.keys(wk.connectionVerificationKeys).length
+      ? { connections: { verificationKeys: wk.connectionVerificationKeys } }
+      : {}),
+    ...(opts.imageSource
+      ? {
+          imageSource: /^[a-z][a-z0-9+.-]*:\/\//i.test(opts.imageSource) ? opts.imageSource : resolve(opts.imageSource),
+        }
+      : {}),
   };
   saveAgentFiles(dataDir, config, body.credential);
   return { hostId: body.hostId, enrolled: true };

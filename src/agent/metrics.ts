@@ -13,7 +13,9 @@ import { Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { PlacementObservedState } from "../protocol/agent.ts";
 
 /** Histogram buckets for time in a placement state, seconds (a prepare takes ms to minutes; a VM runs up to its lease). */
-export const STATE_DURATION_BUCKETS_SECONDS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400] as const;
+export const STATE_DURATION_BUCKETS_SECONDS = [
+  0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400,
+] as const;
 
 /** See the module header. One per agent process. */
 export class AgentMetrics {
@@ -38,13 +40,34 @@ export class AgentMetrics {
         for (const [state, n] of counts) this.set({ state }, n);
       },
     });
-    this.transitions = new Counter({ name: "bb_agent_placement_transitions_total", help: "Placement state transitions recorded by this agent, by previous and new observed state", labelNames: ["from", "state"], registers });
-    this.durations = new Histogram({ name: "bb_agent_placement_state_seconds", help: "Time a placement spent in a state before its next transition, seconds, by the state it left", labelNames: ["state"], buckets: [...STATE_DURATION_BUCKETS_SECONDS], registers });
-    this.failures = new Counter({ name: "bb_agent_placement_failures_total", help: "Placements that turned error, by stable agent error code", labelNames: ["code"], registers });
+    this.transitions = new Counter({
+      name: "bb_agent_placement_transitions_total",
+      help: "Placement state transitions recorded by this agent, by previous and new observed state",
+      labelNames: ["from", "state"],
+      registers,
+    });
+    this.durations = new Histogram({
+      name: "bb_agent_placement_state_seconds",
+      help: "Time a placement spent in a state before its next transition, seconds, by the state it left",
+      labelNames: ["state"],
+      buckets: [...STATE_DURATION_BUCKETS_SECONDS],
+      registers,
+    });
+    this.failures = new Counter({
+      name: "bb_agent_placement_failures_total",
+      help: "Placements that turned error, by stable agent error code",
+      labelNames: ["code"],
+      registers,
+    });
   }
 
   /** Counts one transition `from` → `to` after `durationMs` in `from`; `errorCode` when `to` is error. */
-  transition(from: PlacementObservedState, to: PlacementObservedState, durationMs: number, errorCode: string | null): void {
+  transition(
+    from: PlacementObservedState,
+    to: PlacementObservedState,
+    durationMs: number,
+    errorCode: string | null,
+  ): void {
     this.transitions.inc({ from, state: to });
     if (durationMs >= 0 && Number.isFinite(durationMs)) this.durations.observe({ state: from }, durationMs / 1000);
     if (to === "error") this.failures.inc({ code: errorCode ?? "INTERNAL" });

@@ -23,7 +23,9 @@ test("port clash: a taken metrics port is a startup error naming the port and th
   const m = new AgentMetrics(() => []);
   const first = startMetricsServer(m, { hostname: "127.0.0.1", port: 0 });
   try {
-    expect(() => startMetricsServer(m, { hostname: "127.0.0.1", port: first.port })).toThrow(`metricsListen: TCP port ${first.port} on 127.0.0.1 is already in use; give each agent on a machine its own metricsListen`);
+    expect(() => startMetricsServer(m, { hostname: "127.0.0.1", port: first.port })).toThrow(
+      `metricsListen: TCP port ${first.port} on 127.0.0.1 is already in use; give each agent on a machine its own metricsListen`,
+    );
   } finally {
     first.stop();
   }

@@ -15,7 +15,8 @@ export function parseListen(text: string, field: string): { hostname: string; po
   const m = /^(?:\[([0-9a-fA-F:.]+)\]|([0-9.]+)):(\d{1,5})$/.exec(text);
   const hostname = m?.[1] ?? m?.[2] ?? "";
   const port = Number(m?.[3]);
-  if (!m || !isIP(hostname) || !Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`${field}: ${JSON.stringify(text)} is not IP:PORT (e.g. 127.0.0.1:9465)`);
+  if (!m || !isIP(hostname) || !Number.isInteger(port) || port < 1 || port > 65535)
+    throw new Error(`${field}: ${JSON.stringify(text)} is not IP:PORT (e.g. 127.0.0.1:9465)`);
   return { hostname, port };
 }
 
@@ -36,13 +37,18 @@ export function startMetricsServer(metrics: AgentMetrics, listen: { hostname: st
       hostname: listen.hostname,
       port: listen.port,
       async fetch(req) {
-        if (req.method !== "GET" || new URL(req.url).pathname !== "/metrics") return new Response("not found\n", { status: 404 });
+        if (req.method !== "GET" || new URL(req.url).pathname !== "/metrics")
+          return new Response("not found\n", { status: 404 });
         return new Response(await metrics.text(), { headers: { "content-type": metrics.registry.contentType } });
       },
     });
     return { port: server.port ?? listen.port, stop: () => void server.stop(true) };
   } catch (e) {
-    if ((e as { code?: string }).code === "EADDRINUSE") throw new Error(`metricsListen: TCP port ${listen.port} on ${listen.hostname} is already in use; give each agent on a machine its own metricsListen in its agent.json`, { cause: e });
+    if ((e as { code?: string }).code === "EADDRINUSE")
+      throw new Error(
+        `metricsListen: TCP port ${listen.port} on ${listen.hostname} is already in use; give each agent on a machine its own metricsListen in its agent.json`,
+        { cause: e },
+      );
     throw e;
   }
 }

@@ -48,7 +48,10 @@ export interface PlacementContext {
    * the output up to the job's exit marker before the exit code is reported;
    * Stop sends the last of it (`finish`) before the console goes.
    */
-  consoleLogs?: { finish(ref: PlacementRef): Promise<void>; settle(ref: PlacementRef, exitCode?: number): Promise<void> };
+  consoleLogs?: {
+    finish(ref: PlacementRef): Promise<void>;
+    settle(ref: PlacementRef, exitCode?: number): Promise<void>;
+  };
 }
 
 /** The placement identity the ops work on. */
@@ -103,9 +106,20 @@ export async function preparePlacement(ctx: PlacementContext, ref: PlacementRef)
     const squashfs = image.manifest.rootfsFormat === "squashfs";
     // A squashfs root is shared and read-only: only an ext4 clone is charged to the placement's ephemeral disk.
     if (!squashfs && image.manifest.rootfs.sizeBytes > ref.spec.ephemeralDiskMiB * 1024 * 1024)
-      throw new AgentError("INSUFFICIENT_LOCAL_DISK", `root disk ${image.manifest.rootfs.sizeBytes} B exceeds ephemeralDiskMiB ${ref.spec.ephemeralDiskMiB}`);
+      throw new AgentError(
+        "INSUFFICIENT_LOCAL_DISK",
+        `root disk ${image.manifest.rootfs.sizeBytes} B exceeds ephemeralDiskMiB ${ref.spec.ephemeralDiskMiB}`,
+      );
     mkdirSync(p.logs, { recursive: true, mode: 0o700 });
-    writeFileSync(p.metadata, JSON.stringify({ allocationId: ref.allocationId, placementId: ref.placementId, generation: ref.generation, imageDigest: ref.spec.imageDigest }) + "\n");
+    writeFileSync(
+      p.metadata,
+      JSON.stringify({
+        allocationId: ref.allocationId,
+        placementId: ref.placementId,
+        generation: ref.generation,
+        imageDigest: ref.spec.imageDigest,
+      }) + "\n",
+    );
     for (const f of [p.rootDisk, p.rootSquashfs, p.scratch]) rmSync(f, { force: true }); // leftovers of an interrupted Prepare
     if (squashfs) {
       await ctx.images.linkSharedRoot(join(image.dir, image.manifest.rootfs.path), p.rootSquashfs);
@@ -115,12 +129,20 @@ export async function preparePlacement(ctx: PlacementContext, ref: PlacementRef)
     }
     if (await ctx.isolation.networkExists(ref.dirName)) await ctx.isolation.destroyNetwork(ref.dirName); // a half-built leftover: rebuild with the current policy
     await ctx.isolation.prepareNetwork(ref.dirName, p.dir); // firewall loaded before any VMM can start
-    const runtime: RuntimeFile = { nonce: Buffer.from(ctx.random.bytes(32)).toString("hex"), imageDigest: ref.spec.imageDigest, imageDir: image.dir, kernelArgs: image.manifest.kernelArgs };
+    const runtime: RuntimeFile = {
+      nonce: Buffer.from(ctx.random.bytes(32)).toString("hex"),
+      imageDigest: ref.spec.imageDigest,
+      imageDir: image.dir,
+      kernelArgs: image.manifest.kernelArgs,
+    };
     writeFileSync(p.runtime, JSON.stringify(runtime) + "\n", { mode: 0o600 });
   } catch (e) {
     const err = AgentError.from(e, "INTERNAL");
     const left = await stopPlacement(ctx, ref, null, null).catch((x: unknown) => [String(x)]);
-    if (left.length) throw new AgentError("CLEANUP_FAILED", `prepare failed (${err.code}) and its rollback left: ${left.join(", ")}`, { cause: err });
+    if (left.length)
+      throw new AgentError("CLEANUP_FAILED", `prepare failed (${err.code}) and its rollback left: ${left.join(", ")}`, {
+        cause: err,
+      });
     throw err;
   }
 }
@@ -142,11 +164,20 @@ export interface StartHooks {
  * (LEASE_EXPIRED before launch; VMM_START_FAILED; GUEST_BOOT_TIMEOUT, the
  * VMM then still running for Stop to remove).
  */
-export async function startPlacement(ctx: PlacementContext, ref: PlacementRef, hooks: StartHooks): Promise<{ handle: VmHandle; session: GuestSession }> {
+export async function startPlacement(
+  ctx: PlacementContext,
+  ref: PlacementRef,
+  hooks: StartHooks,
+): Promise<{ handle: VmHandle; session: GuestSession }> {
   const p = paths(ctx, ref);
   const runtime = JSON.parse(readFileSync(p.runtime, "utf8")) as RuntimeFile;
   const image = await ctx.images.resolve(runtime.imageDigest);
-  const identity: GuestIdentity = { allocationId: ref.allocationId, placementId: ref.placementId, generation: ref.generation, nonce: runtime.nonce };
+  const identity: GuestIdentity = {
+    allocationId: ref.allocationId,
+    placementId: ref.placementId,
+    generation: ref.generation,
+    nonce: runtime.nonce,
+  };
   const spec: VmSpec = {
     instanceId: ref.dirName,
     dir: p.dir,
@@ -154,7 +185,9 @@ export async function startPlacement(ctx: PlacementContext, ref: PlacementRef, h
     memoryMiB: ref.spec.memoryMiB,
     kernelPath: join(image.dir, image.manifest.kernel.path),
     ...(image.manifest.initrd ? { initrdPath: join(image.dir, image.manifest.initrd.path) } : {}),
-    ...(image.manifest.rootfsFormat === "squashfs" ? { rootDiskPath: p.rootSquashfs, scratchDiskPath: p.scratch } : { rootDiskPath: p.rootDisk }),
+    ...(image.manifest.rootfsFormat === "squashfs"
+      ? { rootDiskPath: p.rootSquashfs, scratchDiskPath: p.scratch }
+      : { rootDiskPath: p.rootDisk }),
     netns: ref.dirName,
     tapName: PLACEMENT_TAP_NAME,
     kernelArgs: [
@@ -182,12 +215,17 @@ export async function startPlacement(ctx: PlacementContext, ref: PlacementRef, h
     throw AgentError.from(e, "VMM_START_FAILED", "vmm");
   }
   const channel = await ctx.driver.connectControl(spec, 10_000).catch((e: Error) => {
-    throw new AgentError("VMM_START_FAILED", "cannot connect to the guest control channel", { subsystem: "vmm", cause: e });
+    throw new AgentError("VMM_START_FAILED", "cannot connect to the guest control channel", {
+      subsystem: "vmm",
+      cause: e,
+    });
   });
   const session = new GuestSession(channel, identity, ctx.timers);
   if (!(await session.waitReady(ctx.guestBootTimeoutMs))) {
     session.close();
-    throw new AgentError("GUEST_BOOT_TIMEOUT", `no matching GuestReady within ${ctx.guestBootTimeoutMs} ms`, { subsystem: "guest" });
+    throw new AgentError("GUEST_BOOT_TIMEOUT", `no matching GuestReady within ${ctx.guestBootTimeoutMs} ms`, {
+      subsystem: "guest",
+    });
   }
   if (!(await session.ping(10_000))) {
     session.close();
@@ -203,12 +241,21 @@ export async function startPlacement(ctx: PlacementContext, ref: PlacementRef, h
  * send a GuestReady with the exact identity and nonce within `timeoutMs`.
  * Null if it does neither.
  */
-export async function adoptPlacement(ctx: PlacementContext, ref: PlacementRef, confirmIdentity: boolean, timeoutMs: number): Promise<GuestSession | null> {
+export async function adoptPlacement(
+  ctx: PlacementContext,
+  ref: PlacementRef,
+  confirmIdentity: boolean,
+  timeoutMs: number,
+): Promise<GuestSession | null> {
   const p = paths(ctx, ref);
   const runtime = JSON.parse(readFileSync(p.runtime, "utf8")) as RuntimeFile;
   const channel = await ctx.driver.connectControl({ controlSocketPath: p.control }, 5_000).catch(() => null);
   if (!channel) return null;
-  const session = new GuestSession(channel, { allocationId: ref.allocationId, placementId: ref.placementId, generation: ref.generation, nonce: runtime.nonce }, ctx.timers);
+  const session = new GuestSession(
+    channel,
+    { allocationId: ref.allocationId, placementId: ref.placementId, generation: ref.generation, nonce: runtime.nonce },
+    ctx.timers,
+  );
   const ok = confirmIdentity ? await session.waitReady(timeoutMs, true) : await session.ping(10_000);
   if (ok) {
     ctx.driver.forgetBootSecrets({ dir: p.dir }); // an agent that died between launch and GuestReady left it
@@ -239,14 +286,23 @@ function keepConsole(from: string, to: string): void {
  * redacted kernel tail of its console (vmm/guestExit.ts), the placement's
  * nonce scrubbed. `vmmAlive`: whether its VMM process still runs.
  */
-export function diagnoseVmExit(ctx: Pick<PlacementContext, "allocationsDir">, ref: Pick<PlacementRef, "dirName">, vmmAlive: boolean): VmExit {
-  return describeVmExit(readConsoleTail(consoleLogPath(ctx, ref.dirName)), vmmAlive, placementSecrets(ctx, ref.dirName));
+export function diagnoseVmExit(
+  ctx: Pick<PlacementContext, "allocationsDir">,
+  ref: Pick<PlacementRef, "dirName">,
+  vmmAlive: boolean,
+): VmExit {
+  return describeVmExit(
+    readConsoleTail(consoleLogPath(ctx, ref.dirName)),
+    vmmAlive,
+    placementSecrets(ctx, ref.dirName),
+  );
 }
 
 /** The placement's own secrets to scrub from anything taken from its console: its bootstrap nonce ([] without runtime.json). */
 export function placementSecrets(ctx: Pick<PlacementContext, "allocationsDir">, dirName: string): string[] {
   try {
-    const nonce = (JSON.parse(readFileSync(join(ctx.allocationsDir, dirName, "runtime.json"), "utf8")) as RuntimeFile).nonce;
+    const nonce = (JSON.parse(readFileSync(join(ctx.allocationsDir, dirName, "runtime.json"), "utf8")) as RuntimeFile)
+      .nonce;
     return nonce ? [nonce] : [];
   } catch {
     return []; // no runtime.json: nothing of the placement's own to scrub
@@ -259,12 +315,19 @@ export function placementSecrets(ctx: Pick<PlacementContext, "allocationsDir">, 
  * keeps the console log when asked, deletes disks, sockets, logs and the
  * directory. Every step is attempted; returns what remains (empty when absent).
  */
-export async function stopPlacement(ctx: PlacementContext, ref: PlacementRef, handle: VmHandle | null, session: GuestSession | null, opts: StopOptions = {}): Promise<string[]> {
+export async function stopPlacement(
+  ctx: PlacementContext,
+  ref: PlacementRef,
+  handle: VmHandle | null,
+  session: GuestSession | null,
+  opts: StopOptions = {},
+): Promise<string[]> {
   const p = paths(ctx, ref);
   const left: string[] = [];
   if (session?.connected && handle) {
     session.shutdown();
-    for (let i = 0; i < GUEST_SHUTDOWN_POLLS && (await ctx.driver.isAlive(handle)); i++) await ctx.timers.sleep(GUEST_SHUTDOWN_POLL_MS);
+    for (let i = 0; i < GUEST_SHUTDOWN_POLLS && (await ctx.driver.isAlive(handle)); i++)
+      await ctx.timers.sleep(GUEST_SHUTDOWN_POLL_MS);
   }
   session?.close();
   if (handle) {

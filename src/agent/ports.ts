@@ -131,4 +131,13 @@ export const systemHostProbe: HostProbe = {
 };
 
 /** The default log (when the daemon is given none, e.g. in tests): text lines on stderr with the fields as `key=value`. */
-export const consolaLog: AgentLog = loggerLog(createLogger({ format: "text", sink: (line, level) => (level === "error" ? consola.error(line) : level === "warn" ? consola.warn(line) : consola.info(line)) }, { role: "agent" }));
+export const consolaLog: AgentLog = loggerLog(
+  createLogger(
+    {
+      format: "text",
+      sink: (line, level) =>
+        level === "error" ? consola.error(line) : level === "warn" ? consola.warn(line) : consola.info(line),
+    },
+    { role: "agent" },
+  ),
+);

@@ -29,15 +29,27 @@ export function applyInventory(health: AgentHealth, found: ForeignResource[], lo
   const before = new Set(health.quarantine);
   const counted = found.filter((f) => f.otherHost === undefined);
   const next = startup ? counted : counted.filter((f) => before.has(keyOf(f)));
-  for (const f of next) if (!before.has(keyOf(f))) log.warn("foreign resource quarantined (not deleted); isolation is unhealthy until an operator resolves it", { kind: f.kind, name: f.name });
+  for (const f of next)
+    if (!before.has(keyOf(f)))
+      log.warn("foreign resource quarantined (not deleted); isolation is unhealthy until an operator resolves it", {
+        kind: f.kind,
+        name: f.name,
+      });
   const seenOthers = new Set(health.otherHostResources);
   const others = found.filter((f) => f.otherHost !== undefined);
-  for (const f of others) if (!seenOthers.has(keyOf(f))) log.info("resource of another host on this machine; ignored", { kind: f.kind, name: f.name, ownerTag: f.otherHost });
+  for (const f of others)
+    if (!seenOthers.has(keyOf(f)))
+      log.info("resource of another host on this machine; ignored", {
+        kind: f.kind,
+        name: f.name,
+        ownerTag: f.otherHost,
+      });
   const still = new Set(next.map(keyOf));
   if (!startup) for (const k of before) if (!still.has(k)) log.info("quarantined resource gone", { resource: k });
   health.quarantine = next.map(keyOf);
   health.otherHostResources = others.map(keyOf);
-  if (!startup && before.size > 0 && next.length === 0) log.info("quarantine cleared: every quarantined resource is gone", { resolved: before.size });
+  if (!startup && before.size > 0 && next.length === 0)
+    log.info("quarantine cleared: every quarantined resource is gone", { resolved: before.size });
 }
 
 /** True when housekeeping should run the inventory again. */

@@ -34,8 +34,16 @@ export function hostTag(hostId: string): string {
 }
 
 /** Directory (and namespace, cgroup, VMM instance) name of a placement on host `hostId`: `bb-<tag>-` + 24 hex of SHA-256 of its identity. */
-export function placementDirName(hostId: string, allocationId: string, placementId: string, generation: number): string {
-  const digest = createHash("sha256").update(`${allocationId}\u0000${placementId}\u0000${generation}`).digest("hex").slice(0, PLACEMENT_DIGEST_HEX);
+export function placementDirName(
+  hostId: string,
+  allocationId: string,
+  placementId: string,
+  generation: number,
+): string {
+  const digest = createHash("sha256")
+    .update(`${allocationId}\u0000${placementId}\u0000${generation}`)
+    .digest("hex")
+    .slice(0, PLACEMENT_DIGEST_HEX);
   return `bb-${hostTag(hostId)}-${digest}`;
 }
 

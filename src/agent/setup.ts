@@ -47,7 +47,12 @@ export type JoinSettings = Static<typeof JoinSettings>;
 /** The questions setup may ask (a port: @clack/prompts on a terminal, a script in tests). */
 export interface Prompter {
   /** A line of text; `validate` returns an error message or undefined. Resolves to the answer (the default when left empty). */
-  text(q: { message: string; placeholder?: string; defaultValue?: string; validate?: (v: string) => string | undefined }): Promise<string>;
+  text(q: {
+    message: string;
+    placeholder?: string;
+    defaultValue?: string;
+    validate?: (v: string) => string | undefined;
+  }): Promise<string>;
   /** A secret line (not echoed). */
   password(q: { message: string; validate?: (v: string) => string | undefined }): Promise<string>;
   /** Yes or no. */
@@ -73,7 +78,11 @@ const asMessage = (check: (v: string) => unknown) => (v: string) => {
     return (e as Error).message;
   }
 };
-const list = (v: string) => v.split(",").map((x) => x.trim()).filter(Boolean);
+const list = (v: string) =>
+  v
+    .split(",")
+    .map((x) => x.trim())
+    .filter(Boolean);
 
 /**
  * The join settings from `flags`, asking `prompter` (when given) for each
@@ -84,19 +93,54 @@ export async function collectJoinSettings(flags: SetupFlags, prompter: Prompter 
   const checkUrl = (v: string) => httpUrlValue(v, `--scheduler ${JSON.stringify(v)}`);
   const checkPlacements = (v: string) => integerFlag("--max-placements", v, { min: 1, max: MAX_SETUP_PLACEMENTS });
   let url = flags.scheduler;
-  if (url === undefined && prompter) url = await prompter.text({ message: "Scheduler URL", placeholder: "http://scheduler.example:7380", validate: asMessage(checkUrl) });
+  if (url === undefined && prompter)
+    url = await prompter.text({
+      message: "Scheduler URL",
+      placeholder: "http://scheduler.example:7380",
+      validate: asMessage(checkUrl),
+    });
   if (!url) throw new UsageError("missing --scheduler URL (the scheduler this host joins)");
   let token = flags.token;
-  if (token === undefined && prompter) token = await prompter.password({ message: "Enrollment token (from `bb host enrollment-token create HOST_ID`)", validate: (v) => (v.trim() ? undefined : "the token is required") });
+  if (token === undefined && prompter)
+    token = await prompter.password({
+      message: "Enrollment token (from `bb host enrollment-token create HOST_ID`)",
+      validate: (v) => (v.trim() ? undefined : "the token is required"),
+    });
   if (!token?.trim()) throw new UsageError("missing --token TOKEN (from `bb host enrollment-token create HOST_ID`)");
   let imageSource = flags.imageSource;
-  if (imageSource === undefined && prompter) imageSource = (await prompter.text({ message: "Image source (a directory or http(s) base from `bb image publish`; empty: local image directories only)", defaultValue: "" })).trim();
+  if (imageSource === undefined && prompter)
+    imageSource = (
+      await prompter.text({
+        message:
+          "Image source (a directory or http(s) base from `bb image publish`; empty: local image directories only)",
+        defaultValue: "",
+      })
+    ).trim();
   let imageDirs = flags.imageDirs;
-  if (imageDirs === undefined && prompter) imageDirs = list(await prompter.text({ message: "Local image directories (comma-separated)", defaultValue: ".bb/images/dev", placeholder: ".bb/images/dev" }));
+  if (imageDirs === undefined && prompter)
+    imageDirs = list(
+      await prompter.text({
+        message: "Local image directories (comma-separated)",
+        defaultValue: ".bb/images/dev",
+        placeholder: ".bb/images/dev",
+      }),
+    );
   let keys = flags.trustedImageKeys;
-  if (keys === undefined && prompter && imageSource) keys = list(await prompter.text({ message: "Trusted image signing keys (base64 or .pub files, comma-separated)", defaultValue: "" }));
+  if (keys === undefined && prompter && imageSource)
+    keys = list(
+      await prompter.text({
+        message: "Trusted image signing keys (base64 or .pub files, comma-separated)",
+        defaultValue: "",
+      }),
+    );
   let placements = flags.maxPlacements;
-  if (placements === undefined && prompter) placements = await prompter.text({ message: "Most VMs at once", defaultValue: String(DEFAULT_MAX_PLACEMENTS), placeholder: String(DEFAULT_MAX_PLACEMENTS), validate: (v) => (v === "" ? undefined : asMessage(checkPlacements)(v)) });
+  if (placements === undefined && prompter)
+    placements = await prompter.text({
+      message: "Most VMs at once",
+      defaultValue: String(DEFAULT_MAX_PLACEMENTS),
+      placeholder: String(DEFAULT_MAX_PLACEMENTS),
+      validate: (v) => (v === "" ? undefined : asMessage(checkPlacements)(v)),
+    });
   return {
     schedulerUrl: checkUrl(url),
     token: token.trim(),
@@ -150,12 +194,32 @@ export async function clackPrompter(): Promise<Prompter> {
   const clack = await import("@clack/prompts");
   const output = process.stderr;
   function answer<T>(v: T | symbol): Exclude<T, symbol> {
-    if (clack.isCancel(v) || typeof v === "symbol") throw Object.assign(new Error("setup cancelled"), { exitCode: 130 });
+    if (clack.isCancel(v) || typeof v === "symbol")
+      throw Object.assign(new Error("setup cancelled"), { exitCode: 130 });
     return v as Exclude<T, symbol>;
   }
   return {
-    text: async (q) => answer<string | undefined>(await clack.text({ output, message: q.message, ...(q.placeholder ? { placeholder: q.placeholder } : {}), ...(q.defaultValue !== undefined ? { defaultValue: q.defaultValue } : {}), ...(q.validate ? { validate: (v) => q.validate!(v ?? "") } : {}) })) ?? q.defaultValue ?? "",
-    password: async (q) => answer<string>(await clack.password({ output, message: q.message, ...(q.validate ? { validate: (v) => q.validate!(v ?? "") } : {}) })),
-    confirm: async (q) => answer<boolean>(await clack.confirm({ output, message: q.message, initialValue: q.initialValue })),
+    text: async (q) =>
+      answer<string | undefined>(
+        await clack.text({
+          output,
+          message: q.message,
+          ...(q.placeholder ? { placeholder: q.placeholder } : {}),
+          ...(q.defaultValue !== undefined ? { defaultValue: q.defaultValue } : {}),
+          ...(q.validate ? { validate: (v) => q.validate!(v ?? "") } : {}),
+        }),
+      ) ??
+      q.defaultValue ??
+      "",
+    password: async (q) =>
+      answer<string>(
+        await clack.password({
+          output,
+          message: q.message,
+          ...(q.validate ? { validate: (v) => q.validate!(v ?? "") } : {}),
+        }),
+      ),
+    confirm: async (q) =>
+      answer<boolean>(await clack.confirm({ output, message: q.message, initialValue: q.initialValue })),
   };
 }

@@ -29,7 +29,8 @@ export interface StartupPorts {
 
 /** IDs of failed prerequisite checks that make the host unhealthy (scheduler liveness is reported, not held against the host). */
 export function failedPrerequisites(checks: CheckResult[], log: AgentLog): string[] {
-  for (const c of checks) if (c.status === "fail") log.warn("prerequisite failed", { check: c.id, detail: c.detail, fix: c.fix });
+  for (const c of checks)
+    if (c.status === "fail") log.warn("prerequisite failed", { check: c.id, detail: c.detail, fix: c.fix });
   return checks.filter((c) => c.status === "fail" && c.id !== "scheduler").map((c) => c.id);
 }
 
@@ -38,7 +39,14 @@ export function failedPrerequisites(checks: CheckResult[], log: AgentLog): strin
  * live placement's runner. Returns what the inventory found (quarantine.ts
  * records it).
  */
-export async function recoverPlacements(d: { store: AgentStore; driver: VmmDriver; reconciler: PlacementReconciler; clock: AgentClock; log: AgentLog; ports: StartupPorts }): Promise<ForeignResource[]> {
+export async function recoverPlacements(d: {
+  store: AgentStore;
+  driver: VmmDriver;
+  reconciler: PlacementReconciler;
+  clock: AgentClock;
+  log: AgentLog;
+  ports: StartupPorts;
+}): Promise<ForeignResource[]> {
   const known = new Set<string>();
   for (const p of d.store.livePlacements()) {
     known.add(p.dirName);

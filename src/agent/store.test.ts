@@ -10,8 +10,14 @@ const dir = mkdtempSync(join(tmpdir(), "bb-store-test-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 const cmd: AgentCommand = {
-  commandId: "p:present:1", type: "ensure_present", allocationId: "a", placementId: "p", generation: 1, agentEpoch: "e",
-  leaseExpiresAt: new Date(2_000_000).toISOString(), spec: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"c".repeat(64)}` },
+  commandId: "p:present:1",
+  type: "ensure_present",
+  allocationId: "a",
+  placementId: "p",
+  generation: 1,
+  agentEpoch: "e",
+  leaseExpiresAt: new Date(2_000_000).toISOString(),
+  spec: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"c".repeat(64)}` },
 };
 
 test("outbox batches are bounded in bytes, oldest first, at least one", () => {
@@ -21,7 +27,8 @@ test("outbox batches are bounded in bytes, oldest first, at least one", () => {
   expect(s.recordCommand(cmd, "d2", "bb-x", 1)).toBe("conflict");
   const p = s.placement("p")!;
   const tail = "[    1.000000] Kernel panic - not syncing: x\n".repeat(40).slice(0, 2000);
-  for (let i = 0; i < 10; i++) s.observe(p, "error", { errorCode: "VM_EXITED", exit: { reason: "KERNEL_PANIC", consoleTail: tail } }, 1_000 + i);
+  for (let i = 0; i < 10; i++)
+    s.observe(p, "error", { errorCode: "VM_EXITED", exit: { reason: "KERNEL_PANIC", consoleTail: tail } }, 1_000 + i);
   expect(s.hasPendingUpdates()).toBe(true);
   const batch = s.pendingUpdates(200, 5_000);
   expect(batch.length).toBe(2);

@@ -73,7 +73,11 @@ export type LocalPlacement = typeof placements.$inferSelect;
 export const MAX_OUTBOX_BATCH_BYTES = 160 * 1024;
 
 /** Fields an observation may set besides the state: the row's own columns, plus the exit diagnosis that only travels in the update. */
-export type ObservationExtra = { errorCode?: string | null; workloadExitCode?: number; exit?: VmExit } & Partial<LocalPlacement>;
+export type ObservationExtra = {
+  errorCode?: string | null;
+  workloadExitCode?: number;
+  exit?: VmExit;
+} & Partial<LocalPlacement>;
 
 /** Outcome of recording a command. */
 export type RecordResult = "accepted" | "duplicate" | "conflict";
@@ -94,11 +98,17 @@ export class AgentStore {
     this.sql.exec(`PRAGMA user_version = ${AGENT_SCHEMA_VERSION}`);
     this.db = drizzle({ client: this.sql });
     this.q = {
-      byId: this.db.select().from(placements).where(eq(placements.placementId, sql.placeholder("id"))).prepare(),
+      byId: this.db
+        .select()
+        .from(placements)
+        .where(eq(placements.placementId, sql.placeholder("id")))
+        .prepare(),
       live: this.db.select().from(placements).where(ne(placements.observed, "absent")).prepare(),
       pending: this.db.select().from(outbox).orderBy(asc(outbox.seq)).limit(sql.placeholder("limit")).prepare(),
       anyPending: this.sql.prepare<{ one: number }, []>("SELECT 1 AS one FROM outbox LIMIT 1"),
-      renewLease: this.sql.prepare<unknown, [number, string, number]>("UPDATE placements SET lease_expires_at_ms = ? WHERE placement_id = ? AND lease_expires_at_ms <= ?"),
+      renewLease: this.sql.prepare<unknown, [number, string, number]>(
+        "UPDATE placements SET lease_expires_at_ms = ? WHERE placement_id = ? AND lease_expires_at_ms <= ?",
+      ),
       commandById: this.sql.prepare<{ digest: string }, [string]>("SELECT digest FROM commands WHERE command_id = ?"),
     };
   }
@@ -116,7 +126,17 @@ export class AgentStore {
     return this.sql.transaction((): RecordResult => {
       const prior = this.q.commandById.get(cmd.commandId);
       if (prior) return prior.digest === digest ? "duplicate" : "conflict";
-      this.db.insert(commands).values({ commandId: cmd.commandId, placementId: cmd.placementId, type: cmd.type, generation: cmd.generation, digest, receivedAtMs: nowMs }).run();
+      this.db
+        .insert(commands)
+        .values({
+          commandId: cmd.commandId,
+          placementId: cmd.placementId,
+          type: cmd.type,
+          generation: cmd.generation,
+          digest,
+          receivedAtMs: nowMs,
+        })
+        .run();
       const desired = cmd.type === "ensure_present" ? "present" : cmd.type === "ensure_running" ? "running" : "absent";
       const existing = this.placement(cmd.placementId);
       const lease = Date.parse(cmd.leaseExpiresAt);
@@ -141,7 +161,11 @@ export class AgentStore {
           })
           .run();
       } else if (existing.desired !== "absent") {
-        this.db.update(placements).set({ desired, leaseExpiresAtMs: Math.max(lease, existing.leaseExpiresAtMs), updatedAtMs: nowMs }).where(eq(placements.placementId, cmd.placementId)).run();
+        this.db
+          .update(placements)
+          .set({ desired, leaseExpiresAtMs: Math.max(lease, existing.leaseExpiresAtMs), updatedAtMs: nowMs })
+          .where(eq(placements.placementId, cmd.placementId))
+          .run();
       }
       return "accepted";
     })();
@@ -168,7 +192,13 @@ export class AgentStore {
       const { errorCode, workloadExitCode, exit, ...rest } = extra;
       this.db
         .update(placements)
-        .set({ ...rest, observed: state, updatedAtMs: nowMs, ...(errorCode !== undefined ? { errorCode } : {}), ...(workloadExitCode !== undefined ? { workloadExitCode } : {}) })
+        .set({
+          ...rest,
+          observed: state,
+          updatedAtMs: nowMs,
+          ...(errorCode !== undefined ? { errorCode } : {}),
+          ...(workloadExitCode !== undefined ? { workloadExitCode } : {}),
+        })
         .where(eq(placements.placementId, p.placementId))
         .run();
       const u: Omit<PlacementUpdate, "seq"> = {
@@ -181,7 +211,10 @@ export class AgentStore {
         ...(workloadExitCode !== undefined ? { workloadExitCode } : {}),
         ...(exit ? { exit } : {}),
       };
-      this.db.insert(outbox).values({ updateJson: JSON.stringify(u) }).run();
+      this.db
+        .insert(outbox)
+        .values({ updateJson: JSON.stringify(u) })
+        .run();
     })();
   }
 

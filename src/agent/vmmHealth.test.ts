@@ -6,7 +6,12 @@ import { VMM_START_FAILURES_UNHEALTHY, VmmHealth, type VmmSelfCheck } from "./vm
 function rig(result: () => VmmSelfCheck) {
   const tl = new FakeTimeline(1_000_000);
   let checks = 0;
-  const h = new VmmHealth({ clock: tl, log: new MemoryLog(), intervalMs: 10_000, selfCheck: async () => (checks++, result()) });
+  const h = new VmmHealth({
+    clock: tl,
+    log: new MemoryLog(),
+    intervalMs: 10_000,
+    selfCheck: async () => (checks++, result()),
+  });
   return { tl, h, checks: () => checks };
 }
 

@@ -29,7 +29,12 @@ export class VmmHealth {
   private checking = false;
 
   constructor(
-    private readonly deps: { clock: AgentClock; log: AgentLog; selfCheck: () => Promise<VmmSelfCheck>; intervalMs: number },
+    private readonly deps: {
+      clock: AgentClock;
+      log: AgentLog;
+      selfCheck: () => Promise<VmmSelfCheck>;
+      intervalMs: number;
+    },
   ) {}
 
   /** True while VMM starts are failing (reported as `vmmStartFailing`). */
@@ -45,7 +50,8 @@ export class VmmHealth {
       return;
     }
     this.consecutiveFailures++;
-    if (this.consecutiveFailures >= VMM_START_FAILURES_UNHEALTHY) this.raise(`${this.consecutiveFailures} VMM starts in a row failed`);
+    if (this.consecutiveFailures >= VMM_START_FAILURES_UNHEALTHY)
+      this.raise(`${this.consecutiveFailures} VMM starts in a row failed`);
   }
 
   /** A self-check finished (at startup, from the prerequisite registry, or a re-check). */
@@ -74,7 +80,10 @@ export class VmmHealth {
   private raise(why: string): void {
     if (this.failingSince === null) {
       this.failingSince = this.deps.clock.now();
-      this.deps.log.warn("VMM starts failing (VMM_START_FAILING); this host takes no new work until a VMM self-check passes", { code: "VMM_START_FAILING", reason: why });
+      this.deps.log.warn(
+        "VMM starts failing (VMM_START_FAILING); this host takes no new work until a VMM self-check passes",
+        { code: "VMM_START_FAILING", reason: why },
+      );
     }
   }
 

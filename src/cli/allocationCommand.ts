@@ -14,7 +14,14 @@
 import { readFileSync, statSync } from "node:fs";
 import { randomUUID } from "node:crypto";
 import { consola } from "consola";
-import { CreateAllocationBody, MAX_PAGE_SIZE, MAX_PAYLOAD_BYTES, MAX_WIRE_INTEGER, type AllocationEvent, type AllocationView } from "../protocol/api.ts";
+import {
+  CreateAllocationBody,
+  MAX_PAGE_SIZE,
+  MAX_PAYLOAD_BYTES,
+  MAX_WIRE_INTEGER,
+  type AllocationEvent,
+  type AllocationView,
+} from "../protocol/api.ts";
 import { command } from "../command/define.ts";
 import { EXIT, runCli, UsageError } from "../command/run.ts";
 import { progress } from "../command/terminal.ts";
@@ -29,9 +36,18 @@ export { formatEvent } from "./format.ts";
 /** Longest `--timeout`, seconds (a week, the longest TTL a create accepts). */
 export const MAX_WAIT_SECONDS = 7 * 24 * 3600;
 /** Bounds of `--ttl`, seconds: the create body's own (src/protocol/api.ts). */
-export const TTL_BOUNDS = { min: CreateAllocationBody.properties.ttlSeconds.minimum!, max: CreateAllocationBody.properties.ttlSeconds.maximum!, unit: "seconds" };
+export const TTL_BOUNDS = {
+  min: CreateAllocationBody.properties.ttlSeconds.minimum!,
+  max: CreateAllocationBody.properties.ttlSeconds.maximum!,
+  unit: "seconds",
+};
 
-const timeoutArg = { type: "string", valueHint: "SECONDS", description: "Give up waiting after this long, whatever the state", default: "300" } as const;
+const timeoutArg = {
+  type: "string",
+  valueHint: "SECONDS",
+  description: "Give up waiting after this long, whatever the state",
+  default: "300",
+} as const;
 const idArg = { type: "positional", required: true, description: "Allocation ID, or a unique prefix of one" } as const;
 
 function printView(v: AllocationView, json: boolean): void {
@@ -45,20 +61,48 @@ function readPayload(path: string): Uint8Array {
   } catch (e) {
     throw new UsageError(`cannot read --payload ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
   }
-  if (size > MAX_PAYLOAD_BYTES) throw new UsageError(`--payload ${path} is ${size} bytes; a payload is at most ${MAX_PAYLOAD_BYTES} bytes`);
+  if (size > MAX_PAYLOAD_BYTES)
+    throw new UsageError(`--payload ${path} is ${size} bytes; a payload is at most ${MAX_PAYLOAD_BYTES} bytes`);
   return readFileSync(path);
 }
 
 const create = command({
   meta: { name: "create", description: "Request a VM of a workload class; optionally hand it a payload and wait" },
   args: {
-    class: { type: "string", valueHint: "CLASS", description: "Workload class (the manifest's workloadClasses)", required: true },
-    payload: { type: "string", valueHint: "FILE", description: "Shell script to run in the guest once it is ready (text/x-shellscript, at most 256 KiB)" },
-    ttl: { type: "string", valueHint: "SECONDS", description: `Lifetime, ${TTL_BOUNDS.min} to ${TTL_BOUNDS.max} seconds (the class may cap it; default: the scheduler's)` },
-    wait: { type: "boolean", description: "Wait until ready, or with --payload until the payload exits; exit 1 if it failed, 3 if no host took it in time", default: false },
-    "workload-exit-code": { type: "boolean", description: "With --payload --wait, exit with the payload's exit code (--no-workload-exit-code: exit 1 for any non-zero code)", default: true },
+    class: {
+      type: "string",
+      valueHint: "CLASS",
+      description: "Workload class (the manifest's workloadClasses)",
+      required: true,
+    },
+    payload: {
+      type: "string",
+      valueHint: "FILE",
+      description: "Shell script to run in the guest once it is ready (text/x-shellscript, at most 256 KiB)",
+    },
+    ttl: {
+      type: "string",
+      valueHint: "SECONDS",
+      description: `Lifetime, ${TTL_BOUNDS.min} to ${TTL_BOUNDS.max} seconds (the class may cap it; default: the scheduler's)`,
+    },
+    wait: {
+      type: "boolean",
+      description:
+        "Wait until ready, or with --payload until the payload exits; exit 1 if it failed, 3 if no host took it in time",
+      default: false,
+    },
+    "workload-exit-code": {
+      type: "boolean",
+      description:
+        "With --payload --wait, exit with the payload's exit code (--no-workload-exit-code: exit 1 for any non-zero code)",
+      default: true,
+    },
     timeout: timeoutArg,
-    "client-request-id": { type: "string", valueHint: "KEY", description: "Idempotency key: the same key returns the same allocation (default: random)" },
+    "client-request-id": {
+      type: "string",
+      valueHint: "KEY",
+      description: "Idempotency key: the same key returns the same allocation (default: random)",
+    },
     quiet: { type: "boolean", alias: "q", description: "Print only the allocation ID", default: false },
     ...clientArgs,
   },
@@ -79,7 +123,11 @@ const create = command({
       const deadline = Date.now() + timeoutS * 1000;
       let view: AllocationView;
       try {
-        ({ view } = await client.create({ clientRequestId: args["client-request-id"] ?? randomUUID(), workloadClass: args.class, ...(ttl !== undefined ? { ttlSeconds: ttl } : {}) }));
+        ({ view } = await client.create({
+          clientRequestId: args["client-request-id"] ?? randomUUID(),
+          workloadClass: args.class,
+          ...(ttl !== undefined ? { ttlSeconds: ttl } : {}),
+        }));
       } catch (e) {
         throw flagError(e, { ttlSeconds: "--ttl", workloadClass: "--class", clientRequestId: "--client-request-id" });
       }
@@ -101,7 +149,12 @@ const create = command({
         }
         if (payload && view.state === "ready") {
           p.update(`${id}: handing over the payload`);
-          const d = await client.deliverWhenReady(id, payload, `dlv-${randomUUID()}`, Math.max(1, deadline - Date.now()));
+          const d = await client.deliverWhenReady(
+            id,
+            payload,
+            `dlv-${randomUUID()}`,
+            Math.max(1, deadline - Date.now()),
+          );
           p.note(`payload consumed (${d.digest})`);
           if (args.wait) {
             p.update(`${id}: payload running`);
@@ -141,14 +194,21 @@ function show(view: AllocationView, how: { quiet: boolean; json: boolean }): str
 }
 
 /** Prints the view and why the wait gave up; exit 3 when no host took it, else 1. */
-function finishTimedOut(view: AllocationView, waitedS: number, how: { quiet: boolean; json: boolean }, stop: () => void): void {
+function finishTimedOut(
+  view: AllocationView,
+  waitedS: number,
+  how: { quiet: boolean; json: boolean },
+  stop: () => void,
+): void {
   stop();
   console.log(show(view, how));
   if (UNPLACED_STATES.has(view.state)) {
     consola.error(notPlacedMessage(view, waitedS));
     process.exitCode = EXIT.notPlaced;
   } else {
-    consola.error(`gave up after ${waitedS} s: allocation ${view.allocationId} is ${view.state} on ${view.hostId ?? "no host"}`);
+    consola.error(
+      `gave up after ${waitedS} s: allocation ${view.allocationId} is ${view.state} on ${view.hostId ?? "no host"}`,
+    );
     process.exitCode = EXIT.error;
   }
 }
@@ -156,7 +216,11 @@ function finishTimedOut(view: AllocationView, waitedS: number, how: { quiet: boo
 const get = command({
   meta: { name: "get", description: "Show one allocation, and why it is still pending" },
   args: { id: idArg, ...clientArgs },
-  examples: ["bb allocation get alloc_3f2a9c0e7b1d4a5f8e6c2b0a9d8f7e6c", "bb allocation get 3f2a", "bb allocation get 3f2a --json"],
+  examples: [
+    "bb allocation get alloc_3f2a9c0e7b1d4a5f8e6c2b0a9d8f7e6c",
+    "bb allocation get 3f2a",
+    "bb allocation get 3f2a --json",
+  ],
   run: ({ args }) =>
     runCli(async () => {
       const client = clientFrom(args);
@@ -167,8 +231,17 @@ const get = command({
 const list = command({
   meta: { name: "list", description: "List your allocations" },
   args: {
-    limit: { type: "string", valueHint: "N", description: `Most allocations on one page, 1 to ${MAX_PAGE_SIZE}`, default: "50" },
-    cursor: { type: "string", valueHint: "ID", description: "Resume after this allocation ID (printed as `next:` under a full page)" },
+    limit: {
+      type: "string",
+      valueHint: "N",
+      description: `Most allocations on one page, 1 to ${MAX_PAGE_SIZE}`,
+      default: "50",
+    },
+    cursor: {
+      type: "string",
+      valueHint: "ID",
+      description: "Resume after this allocation ID (printed as `next:` under a full page)",
+    },
     quiet: { type: "boolean", alias: "q", description: "Print only the allocation IDs", default: false },
     ...clientArgs,
   },
@@ -176,7 +249,8 @@ const list = command({
   run: ({ args }) =>
     runCli(async () => {
       const limit = integerFlag("--limit", args.limit, { min: 1, max: MAX_PAGE_SIZE });
-      if (args.cursor !== undefined && !/^alloc_[0-9a-f]{32}$/.test(args.cursor)) throw new UsageError(`--cursor must be an allocation ID (got ${JSON.stringify(args.cursor)})`);
+      if (args.cursor !== undefined && !/^alloc_[0-9a-f]{32}$/.test(args.cursor))
+        throw new UsageError(`--cursor must be an allocation ID (got ${JSON.stringify(args.cursor)})`);
       const page = await clientFrom(args).list(args.cursor, limit);
       if (args.json) return console.log(JSON.stringify(page));
       if (args.quiet) return page.items.forEach((v) => console.log(v.allocationId));
@@ -194,7 +268,10 @@ const release = command({
     timeout: timeoutArg,
     ...clientArgs,
   },
-  examples: ["bb allocation release 3f2a", "bb allocation release alloc_3f2a9c0e7b1d4a5f8e6c2b0a9d8f7e6c --wait --timeout 60"],
+  examples: [
+    "bb allocation release 3f2a",
+    "bb allocation release alloc_3f2a9c0e7b1d4a5f8e6c2b0a9d8f7e6c --wait --timeout 60",
+  ],
   run: ({ args }) =>
     runCli(async () => {
       const timeoutS = integerFlag("--timeout", args.timeout, { min: 1, max: MAX_WAIT_SECONDS, unit: "seconds" });
@@ -205,10 +282,18 @@ const release = command({
         const p = progress(process.stderr, args.json);
         p.update(`${id}: releasing`);
         try {
-          const r = await waitFor(client, id, "released", Date.now() + timeoutS * 1000, (e) => e.toState && p.update(`${id}: ${e.toState}`));
+          const r = await waitFor(
+            client,
+            id,
+            "released",
+            Date.now() + timeoutS * 1000,
+            (e) => e.toState && p.update(`${id}: ${e.toState}`),
+          );
           v = r.view;
           if (r.timedOut) {
-            consola.error(`gave up after ${timeoutS} s: allocation ${id} is ${v.state}${v.conditions.length ? ` (${v.conditions.join(", ")})` : ""}`);
+            consola.error(
+              `gave up after ${timeoutS} s: allocation ${id} is ${v.state}${v.conditions.length ? ` (${v.conditions.join(", ")})` : ""}`,
+            );
             process.exitCode = EXIT.error;
           }
         } finally {
@@ -220,14 +305,25 @@ const release = command({
 });
 
 const events = command({
-  meta: { name: "events", description: "Show an allocation's events; --follow streams them until it is released or failed" },
+  meta: {
+    name: "events",
+    description: "Show an allocation's events; --follow streams them until it is released or failed",
+  },
   args: {
     id: idArg,
-    follow: { type: "boolean", default: false, description: "Keep streaming (NDJSON with --json) until the allocation is terminal" },
+    follow: {
+      type: "boolean",
+      default: false,
+      description: "Keep streaming (NDJSON with --json) until the allocation is terminal",
+    },
     after: { type: "string", valueHint: "SEQ", default: "0", description: "Resume after this sequence number" },
     ...clientArgs,
   },
-  examples: ["bb allocation events 3f2a", "bb allocation events 3f2a --follow --json", "bb allocation events 3f2a --follow --after 12"],
+  examples: [
+    "bb allocation events 3f2a",
+    "bb allocation events 3f2a --follow --json",
+    "bb allocation events 3f2a --follow --after 12",
+  ],
   run: ({ args }) =>
     runCli(async () => {
       const after = integerFlag("--after", args.after, { min: 0, max: MAX_WIRE_INTEGER });
@@ -249,11 +345,24 @@ const logs = command({
   },
   args: {
     id: idArg,
-    follow: { type: "boolean", default: false, description: "Keep streaming until the allocation is released or failed" },
-    offset: { type: "string", valueHint: "BYTES", default: "0", description: "Start at this byte offset (--json prints nextOffset to resume at)" },
+    follow: {
+      type: "boolean",
+      default: false,
+      description: "Keep streaming until the allocation is released or failed",
+    },
+    offset: {
+      type: "string",
+      valueHint: "BYTES",
+      default: "0",
+      description: "Start at this byte offset (--json prints nextOffset to resume at)",
+    },
     ...clientArgs,
   },
-  examples: ["bb allocation logs 3f2a", "bb allocation logs 3f2a --follow", "bb allocation logs 3f2a --follow --json --offset 4096"],
+  examples: [
+    "bb allocation logs 3f2a",
+    "bb allocation logs 3f2a --follow",
+    "bb allocation logs 3f2a --follow --json --offset 4096",
+  ],
   run: ({ args }) =>
     runCli(async () => {
       const offset = integerFlag("--offset", args.offset, { min: 0, max: MAX_WIRE_INTEGER, unit: "bytes" });
@@ -273,10 +382,18 @@ const logs = command({
 });
 
 const authorizeReplacement = command({
-  meta: { name: "authorize-replacement", description: "Certify that the workload's external authority was revoked, so a blocked replacement may start" },
+  meta: {
+    name: "authorize-replacement",
+    description: "Certify that the workload's external authority was revoked, so a blocked replacement may start",
+  },
   args: {
     id: idArg,
-    generation: { type: "string", valueHint: "N", required: true, description: "The generation being replaced (from `bb allocation get`)" },
+    generation: {
+      type: "string",
+      valueHint: "N",
+      required: true,
+      description: "The generation being replaced (from `bb allocation get`)",
+    },
     ...clientArgs,
   },
   examples: ["bb allocation authorize-replacement 3f2a --generation 1"],

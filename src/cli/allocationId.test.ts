@@ -58,7 +58,9 @@ describe("resolveAllocationId", () => {
   });
 
   test("the scan stops at MAX_PREFIX_SCAN_ALLOCATIONS and says how many it read", async () => {
-    const ids = Array.from({ length: MAX_PREFIX_SCAN_ALLOCATIONS + 500 }, (_, i) => id(`a${i.toString(16).padStart(5, "0")}`));
+    const ids = Array.from({ length: MAX_PREFIX_SCAN_ALLOCATIONS + 500 }, (_, i) =>
+      id(`a${i.toString(16).padStart(5, "0")}`),
+    );
     const { client, calls } = lister(ids, 500);
     const e = await resolveAllocationId(client, "b").catch((x) => x);
     expect(e.message).toBe(`no allocation of yours starts with b among the ${MAX_PREFIX_SCAN_ALLOCATIONS} most recent`);

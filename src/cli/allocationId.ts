@@ -27,7 +27,10 @@ export const MAX_MATCHES_SHOWN = 5;
 export async function resolveAllocationId(client: Pick<SchedulerClient, "list">, input: string): Promise<string> {
   if (ALLOCATION_ID_PATTERN.test(input)) return input;
   const hex = input.startsWith("alloc_") ? input.slice("alloc_".length) : input;
-  if (!/^[0-9a-f]{1,31}$/.test(hex)) throw new UsageError(`${JSON.stringify(input)} is not an allocation ID or the start of one (alloc_ and up to 32 lower-case hex digits)`);
+  if (!/^[0-9a-f]{1,31}$/.test(hex))
+    throw new UsageError(
+      `${JSON.stringify(input)} is not an allocation ID or the start of one (alloc_ and up to 32 lower-case hex digits)`,
+    );
   const prefix = `alloc_${hex}`;
   const matches: string[] = [];
   let cursor: string | undefined;
@@ -39,7 +42,13 @@ export async function resolveAllocationId(client: Pick<SchedulerClient, "list">,
     cursor = page.nextCursor ?? undefined;
   } while (cursor && scanned < MAX_PREFIX_SCAN_ALLOCATIONS && matches.length <= MAX_MATCHES_SHOWN);
   if (matches.length === 1) return matches[0]!;
-  if (matches.length === 0) throw new BeachballError("NOT_FOUND", `no allocation of yours starts with ${input}${cursor ? ` among the ${scanned} most recent` : ""}`);
+  if (matches.length === 0)
+    throw new BeachballError(
+      "NOT_FOUND",
+      `no allocation of yours starts with ${input}${cursor ? ` among the ${scanned} most recent` : ""}`,
+    );
   const shown = matches.slice(0, MAX_MATCHES_SHOWN);
-  throw new UsageError(`${input} matches ${matches.length > MAX_MATCHES_SHOWN ? "more than " + MAX_MATCHES_SHOWN : matches.length} allocations (${shown.join(", ")}); give more of the ID`);
+  throw new UsageError(
+    `${input} matches ${matches.length > MAX_MATCHES_SHOWN ? "more than " + MAX_MATCHES_SHOWN : matches.length} allocations (${shown.join(", ")}); give more of the ID`,
+  );
 }

@@ -11,15 +11,23 @@ import { resolveClientConfig } from "./config.ts";
 
 /** citty args every client command accepts. */
 export const clientArgs = {
-  scheduler: { type: "string", valueHint: "URL", description: "Scheduler URL (or BB_SCHEDULER_URL, or the config file)" },
+  scheduler: {
+    type: "string",
+    valueHint: "URL",
+    description: "Scheduler URL (or BB_SCHEDULER_URL, or the config file)",
+  },
   token: { type: "string", valueHint: "TOKEN", description: "Bearer token (or BB_TOKEN, or the config file)" },
   json: { type: "boolean", description: "Print JSON", default: false },
 } as const;
 
 /** A client from flags, environment or config file; `operator` picks the operator token from the config file when no token flag/env is given. */
-export function clientFrom(args: { scheduler?: string | undefined; token?: string | undefined }, operator = false): SchedulerClient {
+export function clientFrom(
+  args: { scheduler?: string | undefined; token?: string | undefined },
+  operator = false,
+): SchedulerClient {
   const cfg = resolveClientConfig(args);
-  const token = operator && !args.token && !process.env["BB_TOKEN"] && cfg.operatorToken ? cfg.operatorToken : cfg.token;
+  const token =
+    operator && !args.token && !process.env["BB_TOKEN"] && cfg.operatorToken ? cfg.operatorToken : cfg.token;
   return new SchedulerClient(cfg.schedulerUrl, token, { origin: cfg.urlOrigin });
 }
 

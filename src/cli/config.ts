@@ -24,7 +24,9 @@ export const ClientConfigFile = Type.Object(
     token: Type.Optional(Type.String({ maxLength: 1024 })),
     operatorToken: Type.Optional(Type.String({ maxLength: 1024 })),
     /** `bb proxy`: connection verification keys, key ID → standard base64 Ed25519 public key. */
-    connectionKeys: Type.Optional(Type.Record(Type.String({ maxLength: 64 }), Type.String({ maxLength: 64 }), { maxProperties: 16 })),
+    connectionKeys: Type.Optional(
+      Type.Record(Type.String({ maxLength: 64 }), Type.String({ maxLength: 64 }), { maxProperties: 16 }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -51,7 +53,11 @@ export interface ClientConfig {
 }
 
 /** Config file candidates, in order: BB_CONFIG alone when set, else ./.bb/client.json and ~/.config/beachball/client.json. */
-export function configFileCandidates(env: Record<string, string | undefined> = process.env, cwd = process.cwd(), home = homedir()): string[] {
+export function configFileCandidates(
+  env: Record<string, string | undefined> = process.env,
+  cwd = process.cwd(),
+  home = homedir(),
+): string[] {
   const explicit = env["BB_CONFIG"];
   if (explicit) return [explicit];
   return [join(cwd, ".bb", "client.json"), join(home, ".config", "beachball", "client.json")];
@@ -62,11 +68,18 @@ export function readConfigFile(path: string): ClientConfigFile {
   let text: string;
   try {
     const buf = readFileSync(path);
-    if (buf.length > MAX_CLIENT_CONFIG_BYTES) throw new UsageError(`config file ${path} is ${buf.length} bytes; a client config is at most ${MAX_CLIENT_CONFIG_BYTES} bytes`, NO_HINT);
+    if (buf.length > MAX_CLIENT_CONFIG_BYTES)
+      throw new UsageError(
+        `config file ${path} is ${buf.length} bytes; a client config is at most ${MAX_CLIENT_CONFIG_BYTES} bytes`,
+        NO_HINT,
+      );
     text = buf.toString("utf8");
   } catch (e) {
     if (e instanceof UsageError) throw e;
-    throw new UsageError(`cannot read config file ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`, NO_HINT);
+    throw new UsageError(
+      `cannot read config file ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`,
+      NO_HINT,
+    );
   }
   let raw: unknown;
   try {
@@ -76,7 +89,10 @@ export function readConfigFile(path: string): ClientConfigFile {
   }
   if (!Value.Check(ClientConfigFile, raw)) {
     const first = Value.Errors(ClientConfigFile, raw).First();
-    throw new UsageError(`config file ${path}: ${first?.path || "/"} ${first?.message ?? "does not match the client config shape"} (it may hold schedulerUrl, token, operatorToken and connectionKeys)`, NO_HINT);
+    throw new UsageError(
+      `config file ${path}: ${first?.path || "/"} ${first?.message ?? "does not match the client config shape"} (it may hold schedulerUrl, token, operatorToken and connectionKeys)`,
+      NO_HINT,
+    );
   }
   return raw;
 }
@@ -93,7 +109,8 @@ export function resolveClientConfig(
 ): ClientConfig {
   let file: ClientConfigFile = {};
   let filePath: string | null = null;
-  if (env["BB_CONFIG"] && !existsSync(env["BB_CONFIG"])) throw new UsageError(`BB_CONFIG names ${env["BB_CONFIG"]}, which does not exist`, NO_HINT);
+  if (env["BB_CONFIG"] && !existsSync(env["BB_CONFIG"]))
+    throw new UsageError(`BB_CONFIG names ${env["BB_CONFIG"]}, which does not exist`, NO_HINT);
   for (const c of candidates) {
     if (existsSync(c)) {
       file = readConfigFile(c);
@@ -111,10 +128,17 @@ export function resolveClientConfig(
   if (!schedulerUrl || !token) {
     const missing = [!schedulerUrl && "scheduler URL", !token && "token"].filter(Boolean).join(" and ");
     const looked = filePath ? `config file ${filePath}` : `no config file (looked for ${candidates.join(", ")})`;
-    throw new UsageError(`no ${missing}: pass --scheduler/--token, set BB_SCHEDULER_URL/BB_TOKEN, or run \`bb scheduler serve --dev\` (it writes .bb/client.json); read: ${looked}`, NO_HINT);
+    throw new UsageError(
+      `no ${missing}: pass --scheduler/--token, set BB_SCHEDULER_URL/BB_TOKEN, or run \`bb scheduler serve --dev\` (it writes .bb/client.json); read: ${looked}`,
+      NO_HINT,
+    );
   }
   return {
-    schedulerUrl: httpUrlValue(schedulerUrl, `scheduler URL ${JSON.stringify(schedulerUrl)} (from ${urlOrigin})`, urlOrigin === "--scheduler"),
+    schedulerUrl: httpUrlValue(
+      schedulerUrl,
+      `scheduler URL ${JSON.stringify(schedulerUrl)} (from ${urlOrigin})`,
+      urlOrigin === "--scheduler",
+    ),
     token,
     ...(file.operatorToken ? { operatorToken: file.operatorToken } : {}),
     ...(file.connectionKeys ? { connectionKeys: file.connectionKeys } : {}),

@@ -9,10 +9,30 @@ import { allocationDetail, allocationTable, formatEvent, stripControl } from "./
 
 const ID = `alloc_${"b".repeat(32)}`;
 const v: AllocationView = {
-  allocationId: ID, clientRequestId: "c", workloadClass: "ci-small", state: "pending", generation: 2, hostId: null, placementId: null, reason: null,
-  conditions: ["NO_CAPACITY"], resources: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024 }, imageDigest: "sha256:00", labels: { team: "ci" },
-  createdAt: "2026-11-30T00:00:00.000Z", updatedAt: "2026-11-30T00:00:00.000Z", expiresAt: "2026-11-30T01:00:00.000Z", workloadExitCode: null,
-  placement: { at: "2026-11-30T00:00:05.000Z", result: "no_eligible_host", hostId: null, hostsConsidered: 1, noFit: { INSUFFICIENT_MEMORY: 1 }, unschedulable: {} },
+  allocationId: ID,
+  clientRequestId: "c",
+  workloadClass: "ci-small",
+  state: "pending",
+  generation: 2,
+  hostId: null,
+  placementId: null,
+  reason: null,
+  conditions: ["NO_CAPACITY"],
+  resources: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024 },
+  imageDigest: "sha256:00",
+  labels: { team: "ci" },
+  createdAt: "2026-11-30T00:00:00.000Z",
+  updatedAt: "2026-11-30T00:00:00.000Z",
+  expiresAt: "2026-11-30T01:00:00.000Z",
+  workloadExitCode: null,
+  placement: {
+    at: "2026-11-30T00:00:05.000Z",
+    result: "no_eligible_host",
+    hostId: null,
+    hostsConsidered: 1,
+    noFit: { INSUFFICIENT_MEMORY: 1 },
+    unschedulable: {},
+  },
 };
 
 describe("allocation detail", () => {
@@ -20,15 +40,27 @@ describe("allocation detail", () => {
     const d = allocationDetail(v);
     expect(d).toContain(`ID:          ${ID}\nState:       pending\n`);
     expect(d).toContain("Conditions:  NO_CAPACITY\n");
-    expect(d).toContain("Why pending: no eligible host among 1: INSUFFICIENT_MEMORY on 1 host (last attempt 2026-11-30T00:00:05.000Z)");
+    expect(d).toContain(
+      "Why pending: no eligible host among 1: INSUFFICIENT_MEMORY on 1 host (last attempt 2026-11-30T00:00:05.000Z)",
+    );
     expect(d).toContain("Resources:   1000m CPU, 256 MiB memory, 1024 MiB disk");
   });
 
   test("a placed allocation shows its last attempt instead; a VM that ended on its own shows its diagnosis and console tail, control characters removed", () => {
     const placed: AllocationView = {
-      ...v, state: "failed", conditions: [], reason: "VM_EXITED", hostId: "h-1",
+      ...v,
+      state: "failed",
+      conditions: [],
+      reason: "VM_EXITED",
+      hostId: "h-1",
       placement: { ...v.placement!, result: "reserved", hostId: "h-1" },
-      placementExit: { generation: 2, placementId: "p-1", reason: "KERNEL_PANIC", consoleTail: "Kernel panic - not syncing\x1b[2J\n\x07end trace\n", at: "2026-11-30T00:01:00.000Z" },
+      placementExit: {
+        generation: 2,
+        placementId: "p-1",
+        reason: "KERNEL_PANIC",
+        consoleTail: "Kernel panic - not syncing\x1b[2J\n\x07end trace\n",
+        at: "2026-11-30T00:01:00.000Z",
+      },
     };
     const d = allocationDetail(placed);
     expect(d).not.toContain("Why pending");
@@ -41,13 +73,39 @@ describe("allocation detail", () => {
   test("the table has a header and shows conditions when there is no reason", () => {
     const lines = allocationTable([v]).split("\n");
     expect(lines[0]).toMatch(/^ID\s+STATE\s+CLASS\s+HOST\s+GEN\s+EXIT\s+REASON\s+CREATED$/);
-    expect(lines[1]).toMatch(new RegExp(`^${ID}  pending  ci-small  -\\s+2\\s+-\\s+NO_CAPACITY\\s+2026-11-30T00:00:00.000Z$`));
+    expect(lines[1]).toMatch(
+      new RegExp(`^${ID}  pending  ci-small  -\\s+2\\s+-\\s+NO_CAPACITY\\s+2026-11-30T00:00:00.000Z$`),
+    );
   });
 
   test("events: state change, reason, workload exit code, VM exit reason", () => {
-    const e: AllocationEvent = { seq: 9, eventId: "e", type: "placement.error", at: "T", allocationId: ID, generation: 2, placementId: "p", hostId: "h", fromState: "ready", toState: "failed", reason: "VM_EXITED", clientId: "c", correlationId: "c", data: { exitReason: "GUEST_OOM\x1b]0;x\x07" } };
+    const e: AllocationEvent = {
+      seq: 9,
+      eventId: "e",
+      type: "placement.error",
+      at: "T",
+      allocationId: ID,
+      generation: 2,
+      placementId: "p",
+      hostId: "h",
+      fromState: "ready",
+      toState: "failed",
+      reason: "VM_EXITED",
+      clientId: "c",
+      correlationId: "c",
+      data: { exitReason: "GUEST_OOM\x1b]0;x\x07" },
+    };
     expect(formatEvent(e)).toBe("T  #9 placement.error ready → failed [VM_EXITED] vmExit=GUEST_OOM]0;x");
-    expect(formatEvent({ ...e, type: "workload.exited", fromState: null, toState: null, reason: null, data: { exitCode: 3 } })).toBe("T  #9 workload.exited exitCode=3");
+    expect(
+      formatEvent({
+        ...e,
+        type: "workload.exited",
+        fromState: null,
+        toState: null,
+        reason: null,
+        data: { exitCode: 3 },
+      }),
+    ).toBe("T  #9 workload.exited exitCode=3");
     expect(stripControl("a\tb\nc\x9bd")).toBe("a\tb\ncd");
   });
 });

@@ -23,7 +23,16 @@ export function formatEvent(e: AllocationEvent): string {
 export function allocationTable(views: readonly AllocationView[]): string {
   return table(
     ["ID", "STATE", "CLASS", "HOST", "GEN", "EXIT", "REASON", "CREATED"],
-    views.map((v) => [v.allocationId, v.state, v.workloadClass, v.hostId ?? "-", String(v.generation), v.workloadExitCode === null ? "-" : String(v.workloadExitCode), v.reason ?? (v.conditions.join(",") || "-"), v.createdAt]),
+    views.map((v) => [
+      v.allocationId,
+      v.state,
+      v.workloadClass,
+      v.hostId ?? "-",
+      String(v.generation),
+      v.workloadExitCode === null ? "-" : String(v.workloadExitCode),
+      v.reason ?? (v.conditions.join(",") || "-"),
+      v.createdAt,
+    ]),
   );
 }
 
@@ -36,7 +45,10 @@ export function allocationDetail(v: AllocationView): string {
     ["Generation", String(v.generation)],
     ["Host", v.hostId ?? "-"],
     ["Placement", v.placementId ?? "-"],
-    ["Resources", `${v.resources.cpuMillis}m CPU, ${v.resources.memoryMiB} MiB memory, ${v.resources.ephemeralDiskMiB} MiB disk`],
+    [
+      "Resources",
+      `${v.resources.cpuMillis}m CPU, ${v.resources.memoryMiB} MiB memory, ${v.resources.ephemeralDiskMiB} MiB disk`,
+    ],
     ["Image", v.imageDigest],
     ["Created", v.createdAt],
     ["Expires", v.expiresAt],
@@ -46,7 +58,13 @@ export function allocationDetail(v: AllocationView): string {
   if (v.workloadExitCode !== null) rows.push(["Exit code", String(v.workloadExitCode)]);
   if (UNPLACED_STATES.has(v.state)) rows.push(["Why pending", describePlacement(v.placement)]);
   else if (v.placement) rows.push(["Last attempt", describePlacement(v.placement)]);
-  if (Object.keys(v.labels).length) rows.push(["Labels", Object.entries(v.labels).map(([k, x]) => `${k}=${x}`).join(", ")]);
+  if (Object.keys(v.labels).length)
+    rows.push([
+      "Labels",
+      Object.entries(v.labels)
+        .map(([k, x]) => `${k}=${x}`)
+        .join(", "),
+    ]);
   const x = v.placementExit;
   if (x) rows.push(["VM exit", `generation ${x.generation} ended on its own: ${stripControl(x.reason)} (${x.at})`]);
   const w = Math.max(...rows.map(([k]) => k.length)) + 1;
@@ -83,5 +101,8 @@ export function hostTable(hosts: readonly HostView[]): string {
 
 /** Alerts as a table: SEQ, AT, TYPE, SUBJECT, REASON, RUNBOOK. */
 export function alertTable(alerts: readonly AlertItem[]): string {
-  return table(["SEQ", "AT", "TYPE", "SUBJECT", "REASON", "RUNBOOK"], alerts.map((a) => [String(a.seq), a.at, a.type, a.subject, a.reason, a.runbook]));
+  return table(
+    ["SEQ", "AT", "TYPE", "SUBJECT", "REASON", "RUNBOOK"],
+    alerts.map((a) => [String(a.seq), a.at, a.type, a.subject, a.reason, a.runbook]),
+  );
 }

@@ -13,7 +13,11 @@ import { clientArgs, clientFrom, flagError } from "./common.ts";
 import { alertTable, hostTable } from "./format.ts";
 
 /** Bounds of `--ttl` of an enrollment token, seconds: the body's own (src/protocol/api.ts). */
-export const ENROLLMENT_TTL_BOUNDS = { min: EnrollmentTokenBody.properties.ttlSeconds.minimum!, max: EnrollmentTokenBody.properties.ttlSeconds.maximum!, unit: "seconds" };
+export const ENROLLMENT_TTL_BOUNDS = {
+  min: EnrollmentTokenBody.properties.ttlSeconds.minimum!,
+  max: EnrollmentTokenBody.properties.ttlSeconds.maximum!,
+  unit: "seconds",
+};
 
 const hostIdArg = { type: "positional", required: true, description: "Host ID" } as const;
 
@@ -21,7 +25,11 @@ const tokenCreate = command({
   meta: { name: "create", description: "Mint a one-use enrollment token for HOST_ID and print the join command" },
   args: {
     hostId: hostIdArg,
-    ttl: { type: "string", valueHint: "SECONDS", description: `Token lifetime, ${ENROLLMENT_TTL_BOUNDS.min} to ${ENROLLMENT_TTL_BOUNDS.max} seconds (default 3600)` },
+    ttl: {
+      type: "string",
+      valueHint: "SECONDS",
+      description: `Token lifetime, ${ENROLLMENT_TTL_BOUNDS.min} to ${ENROLLMENT_TTL_BOUNDS.max} seconds (default 3600)`,
+    },
     ...clientArgs,
   },
   examples: ["bb host enrollment-token create host-1", "bb host enrollment-token create host-1 --ttl 600 --json"],
@@ -45,7 +53,8 @@ const list = command({
     runCli(async () => {
       const hosts = await clientFrom(args, true).hosts();
       if (args.json) return console.log(JSON.stringify(hosts));
-      if (hosts.length === 0) consola.info("no hosts: mint an enrollment token with `bb host enrollment-token create HOST_ID`");
+      if (hosts.length === 0)
+        consola.info("no hosts: mint an enrollment token with `bb host enrollment-token create HOST_ID`");
       else console.log(hostTable(hosts));
     }),
 });
@@ -65,8 +74,14 @@ const stateCommand = (action: "activate" | "drain" | "disable", description: str
   });
 
 const alerts = command({
-  meta: { name: "alerts", description: "Operator alerts (no eligible host, replacement blocked, host disabled, overlapping session)" },
-  args: { after: { type: "string", valueHint: "SEQ", default: "0", description: "Resume after this sequence number" }, ...clientArgs },
+  meta: {
+    name: "alerts",
+    description: "Operator alerts (no eligible host, replacement blocked, host disabled, overlapping session)",
+  },
+  args: {
+    after: { type: "string", valueHint: "SEQ", default: "0", description: "Resume after this sequence number" },
+    ...clientArgs,
+  },
   examples: ["bb host alerts", "bb host alerts --after 40 --json"],
   run: ({ args }) =>
     runCli(async () => {

@@ -33,10 +33,18 @@ import { progress } from "../command/terminal.ts";
 import { integerFlag } from "../command/values.ts";
 
 const devBuild = command({
-  meta: { name: "dev-build", description: "Build the dev image (Debian kernel + busybox + bb), sign it with the dev key, print its digest" },
+  meta: {
+    name: "dev-build",
+    description: "Build the dev image (Debian kernel + busybox + bb), sign it with the dev key, print its digest",
+  },
   args: {
     out: { type: "string", valueHint: "DIR", description: "Image output directory", default: ".bb/images/dev" },
-    cache: { type: "string", valueHint: "DIR", description: "Cache directory for the kernel download", default: ".bb/cache" },
+    cache: {
+      type: "string",
+      valueHint: "DIR",
+      description: "Cache directory for the kernel download",
+      default: ".bb/cache",
+    },
     bb: { type: "string", valueHint: "FILE", description: "bb binary to put in the image (default: compile dist/bb)" },
     json: { type: "boolean", description: "Print the result as JSON", default: false },
   },
@@ -47,12 +55,17 @@ const devBuild = command({
       const { buildDevImage } = await import("../image/devBuild.ts");
       const started = performance.now();
       const r = await buildDevImage({
-        outDir: args.out, cacheDir: args.cache, bbBinaryPath: await pickBb(args.bb),
+        outDir: args.out,
+        cacheDir: args.cache,
+        bbBinaryPath: await pickBb(args.bb),
         log: args.json ? undefined : p.step,
       });
       p.stop();
       const ms = Math.round(performance.now() - started);
-      if (args.json) console.log(JSON.stringify({ digest: r.digest, dir: r.dir, reused: r.reused, buildMs: ms, publicKey: r.publicKey }));
+      if (args.json)
+        console.log(
+          JSON.stringify({ digest: r.digest, dir: r.dir, reused: r.reused, buildMs: ms, publicKey: r.publicKey }),
+        );
       else {
         consola.success(`${r.reused ? "reused" : "built"} ${r.dir} in ${ms} ms`);
         consola.info(`signed with dev key ${r.publicKey} (also in ${r.dir}/trusted-dev-key.pub)`);
@@ -91,7 +104,10 @@ function fail(e: unknown, json: boolean): void {
 const usage = (msg: string) => Object.assign(new Error(msg), { exitCode: 2 });
 
 const keygen = command({
-  meta: { name: "keygen", description: "Create an Ed25519 image signing key (KEYFILE mode 0600, KEYFILE.pub) and print the public key" },
+  meta: {
+    name: "keygen",
+    description: "Create an Ed25519 image signing key (KEYFILE mode 0600, KEYFILE.pub) and print the public key",
+  },
   args: {
     out: { type: "string", valueHint: "KEYFILE", description: "Private key file to create (must not exist)" },
     json: { type: "boolean", description: "Print the result as JSON", default: false },
@@ -103,7 +119,10 @@ const keygen = command({
       const { createPrivateKeyFile } = await import("../image/keyFile.ts");
       const { publicKey } = createPrivateKeyFile(args.out);
       await Bun.write(`${args.out}.pub`, `${publicKey}\n`);
-      if (args.json) console.log(JSON.stringify({ publicKey, keyFile: resolve(args.out), publicKeyFile: resolve(`${args.out}.pub`) }));
+      if (args.json)
+        console.log(
+          JSON.stringify({ publicKey, keyFile: resolve(args.out), publicKeyFile: resolve(`${args.out}.pub`) }),
+        );
       else console.log(publicKey);
     } catch (e) {
       fail(e, args.json);
@@ -134,13 +153,24 @@ const sign = command({
 });
 
 const verify = command({
-  meta: { name: "verify", description: "Verify DIR's signature (any --trusted-key), digest and artifacts; print the digest or the stable error code" },
+  meta: {
+    name: "verify",
+    description:
+      "Verify DIR's signature (any --trusted-key), digest and artifacts; print the digest or the stable error code",
+  },
   args: {
-    "trusted-key": { type: "string", valueHint: "KEY", description: "Trusted public key (base64) or a file holding one; repeatable" },
+    "trusted-key": {
+      type: "string",
+      valueHint: "KEY",
+      description: "Trusted public key (base64) or a file holding one; repeatable",
+    },
     dir: { type: "positional", description: "Image directory", required: true },
     json: { type: "boolean", description: "Print the result as JSON", default: false },
   },
-  examples: ["bb image verify --trusted-key op.key.pub .bb/images/myimg", "bb image verify --trusted-key op.key.pub --trusted-key old.key.pub --json .bb/images/myimg"],
+  examples: [
+    "bb image verify --trusted-key op.key.pub .bb/images/myimg",
+    "bb image verify --trusted-key op.key.pub --trusted-key old.key.pub --json .bb/images/myimg",
+  ],
   async run({ args, rawArgs }) {
     try {
       const keyArgs = repeatedFlag(rawArgs, "trusted-key");
@@ -163,24 +193,60 @@ const verify = command({
 });
 
 const build = command({
-  meta: { name: "build", description: "Convert an OCI image (layout dir or docker-archive tarball) into a signed squashfs image; print its digest" },
+  meta: {
+    name: "build",
+    description:
+      "Convert an OCI image (layout dir or docker-archive tarball) into a signed squashfs image; print its digest",
+  },
   args: {
-    "oci-layout": { type: "string", valueHint: "DIR", description: "OCI image layout directory (oci-layout, index.json, blobs/)" },
+    "oci-layout": {
+      type: "string",
+      valueHint: "DIR",
+      description: "OCI image layout directory (oci-layout, index.json, blobs/)",
+    },
     "docker-archive": { type: "string", valueHint: "FILE", description: "docker-archive tarball (docker save)" },
-    ref: { type: "string", valueHint: "REF", description: "Image to pick: org.opencontainers.image.ref.name annotation or RepoTag" },
-    key: { type: "string", valueHint: "KEYFILE", description: "Private key file that signs the manifest (from bb image keygen)" },
+    ref: {
+      type: "string",
+      valueHint: "REF",
+      description: "Image to pick: org.opencontainers.image.ref.name annotation or RepoTag",
+    },
+    key: {
+      type: "string",
+      valueHint: "KEYFILE",
+      description: "Private key file that signs the manifest (from bb image keygen)",
+    },
     out: { type: "string", valueHint: "DIR", description: "Image output directory (replaced)" },
-    cache: { type: "string", valueHint: "DIR", description: "Cache directory for the kernel download", default: ".bb/cache" },
-    bb: { type: "string", valueHint: "FILE", description: "Guest binary to put in the image (default: compile dist/bb-guest)" },
-    "compression-level": { type: "string", valueHint: "LEVEL", description: "zstd level of the squashfs root, 1-22 (default 15)" },
+    cache: {
+      type: "string",
+      valueHint: "DIR",
+      description: "Cache directory for the kernel download",
+      default: ".bb/cache",
+    },
+    bb: {
+      type: "string",
+      valueHint: "FILE",
+      description: "Guest binary to put in the image (default: compile dist/bb-guest)",
+    },
+    "compression-level": {
+      type: "string",
+      valueHint: "LEVEL",
+      description: "zstd level of the squashfs root, 1-22 (default 15)",
+    },
     json: { type: "boolean", description: "Print the result as JSON", default: false },
   },
-  examples: ["bb image build --oci-layout ./layout --key op.key --out .bb/images/myimg", "bb image build --docker-archive image.tar --ref app:1 --key op.key --out .bb/images/app"],
+  examples: [
+    "bb image build --oci-layout ./layout --key op.key --out .bb/images/myimg",
+    "bb image build --docker-archive image.tar --ref app:1 --key op.key --out .bb/images/app",
+  ],
   async run({ args }) {
     const p = progress(process.stderr, args.json);
     try {
-      const level = args["compression-level"] === undefined ? undefined : integerFlag("--compression-level", args["compression-level"], { min: 1, max: 22 });
-      if (!args["oci-layout"] === !args["docker-archive"]) throw usage("give exactly one of --oci-layout DIR or --docker-archive FILE");
+      const level =
+        args["compression-level"] === undefined
+          ? undefined
+          : integerFlag("--compression-level", args["compression-level"], { min: 1, max: 22 });
+      if (!args["oci-layout"] === !args["docker-archive"])
+        throw usage("give exactly one of --oci-layout DIR or --docker-archive FILE");
       if (!args.key) throw usage("--key KEYFILE is required");
       if (!args.out) throw usage("--out DIR is required");
       const { readPrivateKeyFile } = await import("../image/keyFile.ts");
@@ -188,22 +254,43 @@ const build = command({
       const key = readPrivateKeyFile(args.key);
       const started = performance.now();
       const r = await buildOciImage({
-        input: args["oci-layout"] ? { kind: "oci-layout", dir: args["oci-layout"] } : { kind: "docker-archive", path: args["docker-archive"]! },
+        input: args["oci-layout"]
+          ? { kind: "oci-layout", dir: args["oci-layout"] }
+          : { kind: "docker-archive", path: args["docker-archive"]! },
         ...(args.ref ? { ref: args.ref } : {}),
-        outDir: args.out, cacheDir: args.cache, privateKey: key.privateKey, ...(level ? { compressionLevel: level } : {}),
+        outDir: args.out,
+        cacheDir: args.cache,
+        privateKey: key.privateKey,
+        ...(level ? { compressionLevel: level } : {}),
         guestBinaryPath: await pickBb(args.bb, args.json ? undefined : p.step),
         log: args.json ? undefined : p.step,
       });
       p.stop();
       const ms = Math.round(performance.now() - started);
-      if (args.json) console.log(JSON.stringify({ ok: true, digest: r.digest, dir: r.dir, buildMs: ms, publicKey: key.publicKey, ...r.stats, dropped: r.dropped }));
+      if (args.json)
+        console.log(
+          JSON.stringify({
+            ok: true,
+            digest: r.digest,
+            dir: r.dir,
+            buildMs: ms,
+            publicKey: key.publicKey,
+            ...r.stats,
+            dropped: r.dropped,
+          }),
+        );
       else {
         if (r.dropped.count) {
-          consola.warn(`squashfs cannot hold ${r.dropped.count} extended attribute(s) or ACL(s) of the image; left out:`);
+          consola.warn(
+            `squashfs cannot hold ${r.dropped.count} extended attribute(s) or ACL(s) of the image; left out:`,
+          );
           for (const item of r.dropped.items) consola.warn(`  ${item}`);
-          if (r.dropped.count > r.dropped.items.length) consola.warn(`  … and ${r.dropped.count - r.dropped.items.length} more`);
+          if (r.dropped.count > r.dropped.items.length)
+            consola.warn(`  … and ${r.dropped.count - r.dropped.items.length} more`);
         }
-        consola.success(`built ${r.dir} in ${ms} ms (${r.stats.layers} layers, ${r.stats.entries} entries, rootfs ${r.stats.rootfsBytes} bytes)`);
+        consola.success(
+          `built ${r.dir} in ${ms} ms (${r.stats.layers} layers, ${r.stats.entries} entries, rootfs ${r.stats.rootfsBytes} bytes)`,
+        );
         console.log(r.digest);
       }
     } catch (e) {
@@ -214,15 +301,31 @@ const build = command({
 });
 
 const referenceBuild = command({
-  meta: { name: "reference-build", description: "Build the Debian reference image (systemd PID 1, bb guest as a service); print its digest" },
+  meta: {
+    name: "reference-build",
+    description: "Build the Debian reference image (systemd PID 1, bb guest as a service); print its digest",
+  },
   args: {
     key: { type: "string", valueHint: "KEYFILE", description: "Private key file that signs the manifest" },
-    out: { type: "string", valueHint: "DIR", description: "Image output directory (replaced)", default: ".bb/images/reference" },
-    cache: { type: "string", valueHint: "DIR", description: "Cache for the kernel and the Debian root tarball", default: ".bb/cache" },
+    out: {
+      type: "string",
+      valueHint: "DIR",
+      description: "Image output directory (replaced)",
+      default: ".bb/images/reference",
+    },
+    cache: {
+      type: "string",
+      valueHint: "DIR",
+      description: "Cache for the kernel and the Debian root tarball",
+      default: ".bb/cache",
+    },
     bb: { type: "string", valueHint: "FILE", description: "Guest binary to install (default: compile dist/bb-guest)" },
     json: { type: "boolean", description: "Print the result as JSON", default: false },
   },
-  examples: ["bb image reference-build --key op.key", "bb image reference-build --key op.key --out .bb/images/reference --json"],
+  examples: [
+    "bb image reference-build --key op.key",
+    "bb image reference-build --key op.key --out .bb/images/reference --json",
+  ],
   async run({ args }) {
     const p = progress(process.stderr, args.json);
     try {
@@ -233,8 +336,12 @@ const referenceBuild = command({
       const log = args.json ? undefined : p.step;
       const key = readPrivateKeyFile(args.key);
       const r = await buildReferenceImage({
-        rootfsTar: await ensureDebianRootfsTar(args.cache, undefined, log), guestBinaryPath: await pickBb(args.bb, log),
-        outDir: args.out, cacheDir: args.cache, privateKey: key.privateKey, ...(log ? { log } : {}),
+        rootfsTar: await ensureDebianRootfsTar(args.cache, undefined, log),
+        guestBinaryPath: await pickBb(args.bb, log),
+        outDir: args.out,
+        cacheDir: args.cache,
+        privateKey: key.privateKey,
+        ...(log ? { log } : {}),
       });
       p.stop();
       if (args.json) console.log(JSON.stringify({ ok: true, digest: r.digest, dir: r.dir, publicKey: key.publicKey }));
@@ -247,13 +354,19 @@ const referenceBuild = command({
 });
 
 const publish = command({
-  meta: { name: "publish", description: "Lay out image directories under BASE/<digest hex>/ for a static web server; print each digest" },
+  meta: {
+    name: "publish",
+    description: "Lay out image directories under BASE/<digest hex>/ for a static web server; print each digest",
+  },
   args: {
     out: { type: "string", valueHint: "BASE", description: "Base directory a web server serves (created)" },
     json: { type: "boolean", description: "Print the result as JSON", default: false },
   },
   variadic: "DIR…",
-  examples: ["bb image publish --out /srv/www .bb/images/myimg", "bb image publish --out /srv/www .bb/images/dev .bb/images/app --json"],
+  examples: [
+    "bb image publish --out /srv/www .bb/images/myimg",
+    "bb image publish --out /srv/www .bb/images/dev .bb/images/app --json",
+  ],
   async run({ args }) {
     try {
       const dirs = (args._ as string[]).filter(Boolean);
@@ -272,6 +385,10 @@ const publish = command({
 /** The `bb image` command group. */
 export const imageCommand = command({
   meta: { name: "image", description: "Build, sign, verify and publish Beachball images" },
-  examples: ["bb image dev-build", "bb image keygen --out op.key", "bb image build --oci-layout ./layout --key op.key --out .bb/images/myimg"],
+  examples: [
+    "bb image dev-build",
+    "bb image keygen --out op.key",
+    "bb image build --oci-layout ./layout --key op.key --out .bb/images/myimg",
+  ],
   subCommands: { "dev-build": devBuild, build, "reference-build": referenceBuild, keygen, sign, verify, publish },
 });

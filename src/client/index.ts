@@ -4,7 +4,19 @@
  * Everything a workload controller needs; examples/controller.ts uses only
  * this module. Must never: export scheduler or agent internals.
  */
-export { SchedulerClient, SchedulerUnreachableError, WaitTimeoutError, retryTransport, retryDelayMs, parseRetryAfter, MAX_RETRY_AFTER_MS, RETRY_BACKOFF_MS, DEFAULT_MAX_ATTEMPTS, TRANSPORT_RETRY_MS, REQUEST_TIMEOUT_MS } from "./schedulerClient.ts";
+export {
+  SchedulerClient,
+  SchedulerUnreachableError,
+  WaitTimeoutError,
+  retryTransport,
+  retryDelayMs,
+  parseRetryAfter,
+  MAX_RETRY_AFTER_MS,
+  RETRY_BACKOFF_MS,
+  DEFAULT_MAX_ATTEMPTS,
+  TRANSPORT_RETRY_MS,
+  REQUEST_TIMEOUT_MS,
+} from "./schedulerClient.ts";
 export type { ClientOptions, ClientPorts, CreateRequest } from "./schedulerClient.ts";
 export type * from "./types.ts";
 export { BeachballError, ERROR_STATUS, isErrorCode, type ErrorCode } from "../protocol/errors.ts";

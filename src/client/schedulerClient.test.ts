@@ -8,7 +8,11 @@ const view = { allocationId: "alloc_" + "0".repeat(32), state: "pending" };
 function fakeFetch(answers: (Response | Error)[]) {
   const seen: { method: string; path: string; body: unknown }[] = [];
   const fetch = async (url: string, init: RequestInit) => {
-    seen.push({ method: String(init.method), path: new URL(url).pathname, body: init.body ? JSON.parse(String(init.body)) : undefined });
+    seen.push({
+      method: String(init.method),
+      path: new URL(url).pathname,
+      body: init.body ? JSON.parse(String(init.body)) : undefined,
+    });
     const a = answers.shift();
     if (!a) throw new Error("no more answers");
     if (a instanceof Error) throw a;
@@ -17,20 +21,32 @@ function fakeFetch(answers: (Response | Error)[]) {
   return { fetch, seen };
 }
 const problem = (status: number, code: string, headers: Record<string, string> = {}, extra?: Record<string, unknown>) =>
-  new Response(JSON.stringify({ type: "x", title: code, status, code, detail: "d", ...(extra ? { extra } : {}) }), { status, headers: { "content-type": "application/problem+json", ...headers } });
-const ok = (body: unknown, status = 200) => new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
+  new Response(JSON.stringify({ type: "x", title: code, status, code, detail: "d", ...(extra ? { extra } : {}) }), {
+    status,
+    headers: { "content-type": "application/problem+json", ...headers },
+  });
+const ok = (body: unknown, status = 200) =>
+  new Response(JSON.stringify(body), { status, headers: { "content-type": "application/json" } });
 
 function client(answers: (Response | Error)[], maxAttempts?: number) {
   const f = fakeFetch(answers);
   const sleeps: number[] = [];
   let n = 0;
-  const c = new SchedulerClient("http://sched.test/", "tok", { fetch: f.fetch, sleep: async (ms) => void sleeps.push(ms), newRequestId: () => `key-${++n}`, ...(maxAttempts ? { maxAttempts } : {}) });
+  const c = new SchedulerClient("http://sched.test/", "tok", {
+    fetch: f.fetch,
+    sleep: async (ms) => void sleeps.push(ms),
+    newRequestId: () => `key-${++n}`,
+    ...(maxAttempts ? { maxAttempts } : {}),
+  });
   return { c, seen: f.seen, sleeps };
 }
 
 describe("the public client's retries", () => {
   test("a 429 is retried after its Retry-After, and create keeps one idempotency key across the retries", async () => {
-    const { c, seen, sleeps } = client([problem(429, "RATE_LIMITED", { "retry-after": "2" }, { retryAfterSeconds: 2 }), ok(view, 201)]);
+    const { c, seen, sleeps } = client([
+      problem(429, "RATE_LIMITED", { "retry-after": "2" }, { retryAfterSeconds: 2 }),
+      ok(view, 201),
+    ]);
     const r = await c.create({ workloadClass: "ci-small" });
     expect(r.created).toBe(true);
     expect(sleeps).toEqual([2000]);
@@ -39,7 +55,11 @@ describe("the public client's retries", () => {
   });
 
   test("a Retry-After header alone (no problem extra) is honoured; a huge one is capped", async () => {
-    const { c, sleeps } = client([problem(503, "STORAGE_UNAVAILABLE", { "retry-after": "7" }), problem(503, "STORAGE_UNAVAILABLE", { "retry-after": "99999" }), ok(view)]);
+    const { c, sleeps } = client([
+      problem(503, "STORAGE_UNAVAILABLE", { "retry-after": "7" }),
+      problem(503, "STORAGE_UNAVAILABLE", { "retry-after": "99999" }),
+      ok(view),
+    ]);
     await c.get(view.allocationId);
     expect(sleeps).toEqual([7000, MAX_RETRY_AFTER_MS]);
   });
@@ -56,7 +76,10 @@ describe("the public client's retries", () => {
     const a = client([problem(422, "UNKNOWN_WORKLOAD_CLASS"), ok(view)]);
     const e = await a.c.create({ workloadClass: "nope" }).catch((x: unknown) => x);
     expect(e).toBeInstanceOf(BeachballError);
-    expect([(e as BeachballError).code, (e as BeachballError).extra?.["status"]]).toEqual(["UNKNOWN_WORKLOAD_CLASS", 422]);
+    expect([(e as BeachballError).code, (e as BeachballError).extra?.["status"]]).toEqual([
+      "UNKNOWN_WORKLOAD_CLASS",
+      422,
+    ]);
     expect(a.seen).toHaveLength(1);
     const b = client([problem(429, "RATE_LIMITED"), problem(429, "RATE_LIMITED"), problem(429, "RATE_LIMITED")], 3);
     expect(((await b.c.list().catch((x: unknown) => x)) as BeachballError).code).toBe("RATE_LIMITED");
@@ -68,7 +91,18 @@ describe("the public client's retries", () => {
     expect(((await a.c.enrollmentToken("h1").catch((x: unknown) => x)) as BeachballError).code).toBe("SHUTTING_DOWN");
     expect(a.seen).toHaveLength(1);
     const b = client([problem(503, "GUEST_NOT_CONNECTED", { "retry-after": "2" }), ok({})]);
-    expect(((await b.c.deliver(view.allocationId, { deliveryId: "d", generation: 1, contentType: "text/x-shellscript", payloadBase64: "" }).catch((x: unknown) => x)) as BeachballError).code).toBe("GUEST_NOT_CONNECTED");
+    expect(
+      (
+        (await b.c
+          .deliver(view.allocationId, {
+            deliveryId: "d",
+            generation: 1,
+            contentType: "text/x-shellscript",
+            payloadBase64: "",
+          })
+          .catch((x: unknown) => x)) as BeachballError
+      ).code,
+    ).toBe("GUEST_NOT_CONNECTED");
     expect(b.seen).toHaveLength(1);
   });
 

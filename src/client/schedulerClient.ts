@@ -22,8 +22,28 @@ import { BeachballError } from "../protocol/errors.ts";
 import { bytesToBase64 } from "./base64.ts";
 import { errorFromAnswer, UnexpectedAnswerError } from "../protocol/problem.ts";
 import { LOG_FOLLOW_WAIT_MS } from "../protocol/logs.ts";
-import { connectionGrantsPath, type ConnectionGrantBody, type ConnectionGrantResponse, type ConnectionMessagesBody, type ConnectionPollResponse, type ConnectionRelayTokensResponse } from "../protocol/connection.ts";
-import type { AllocationEvent, AllocationPage, AllocationView, AlertItem, BootstrapBody, CreateAllocationBody, DeliveryResult, EnrollmentToken, EventPage, HostView, LogPage, WellKnown } from "./types.ts";
+import {
+  connectionGrantsPath,
+  type ConnectionGrantBody,
+  type ConnectionGrantResponse,
+  type ConnectionMessagesBody,
+  type ConnectionPollResponse,
+  type ConnectionRelayTokensResponse,
+} from "../protocol/connection.ts";
+import type {
+  AllocationEvent,
+  AllocationPage,
+  AllocationView,
+  AlertItem,
+  BootstrapBody,
+  CreateAllocationBody,
+  DeliveryResult,
+  EnrollmentToken,
+  EventPage,
+  HostView,
+  LogPage,
+  WellKnown,
+} from "./types.ts";
 
 /** Longest a Retry-After is honoured, ms (a larger value is waited this long, then retried). */
 export const MAX_RETRY_AFTER_MS = 30_000;
@@ -65,10 +85,13 @@ export class SchedulerUnreachableError extends Error {
   ) {
     const c = cause as { code?: unknown; name?: unknown; message?: unknown } | null;
     const why =
-      c?.code === "ConnectionRefused" || c?.code === "ECONNREFUSED" ? "connection refused"
-      : c?.name === "TimeoutError" ? "no answer in time"
-      : typeof c?.code === "string" ? `${c.code}${typeof c.message === "string" ? ` (${c.message})` : ""}`
-      : String(c?.message ?? cause);
+      c?.code === "ConnectionRefused" || c?.code === "ECONNREFUSED"
+        ? "connection refused"
+        : c?.name === "TimeoutError"
+          ? "no answer in time"
+          : typeof c?.code === "string"
+            ? `${c.code}${typeof c.message === "string" ? ` (${c.message})` : ""}`
+            : String(c?.message ?? cause);
     super(`cannot reach the scheduler at ${url}${origin ? ` (from ${origin})` : ""}: ${why}`);
     this.name = "SchedulerUnreachableError";
   }
@@ -90,7 +113,9 @@ export function retryDelayMs(e: unknown, attempt: number): number | null {
     const status = Number(e.extra?.["status"] ?? e.status);
     if (status !== 429 && status !== 503) return null;
     const after = e.extra?.["retryAfterSeconds"];
-    return typeof after === "number" && Number.isFinite(after) && after >= 0 ? Math.min(after * 1000, MAX_RETRY_AFTER_MS) : backoff;
+    return typeof after === "number" && Number.isFinite(after) && after >= 0
+      ? Math.min(after * 1000, MAX_RETRY_AFTER_MS)
+      : backoff;
   }
   if (e instanceof UnexpectedAnswerError) return e.status === 429 || e.status >= 500 ? backoff : null;
   if (e instanceof SchedulerUnreachableError) return backoff; // refused, reset or timed out: the scheduler deduplicates a repeat
@@ -111,15 +136,29 @@ export function parseRetryAfter(header: string | null, nowMs: number): number | 
  * until `deadline` (epoch ms), after each answer's Retry-After or one second
  * (the last sleep cut to the deadline); other error answers are thrown at once.
  */
-export async function retryTransport<T>(fn: () => Promise<T>, deadline: number, sleep: (ms: number) => Promise<void> = defaultPorts.sleep): Promise<T> {
+export async function retryTransport<T>(
+  fn: () => Promise<T>,
+  deadline: number,
+  sleep: (ms: number) => Promise<void> = defaultPorts.sleep,
+): Promise<T> {
   for (;;) {
     try {
       return await fn();
     } catch (e) {
-      const transient = e instanceof BeachballError ? Number(e.extra?.["status"] ?? e.status) === 503 : e instanceof UnexpectedAnswerError ? e.status >= 500 : !(e instanceof Error && e.name === "AbortError");
+      const transient =
+        e instanceof BeachballError
+          ? Number(e.extra?.["status"] ?? e.status) === 503
+          : e instanceof UnexpectedAnswerError
+            ? e.status >= 500
+            : !(e instanceof Error && e.name === "AbortError");
       if (!transient || Date.now() >= deadline) throw e;
       const after = e instanceof BeachballError ? e.extra?.["retryAfterSeconds"] : undefined;
-      await sleep(Math.max(0, Math.min(typeof after === "number" ? after * 1000 : 1_000, MAX_RETRY_AFTER_MS, deadline - Date.now())));
+      await sleep(
+        Math.max(
+          0,
+          Math.min(typeof after === "number" ? after * 1000 : 1_000, MAX_RETRY_AFTER_MS, deadline - Date.now()),
+        ),
+      );
     }
   }
 }
@@ -142,7 +181,10 @@ export class SchedulerClient {
     opts: ClientOptions = {},
   ) {
     this.baseUrl = baseUrl.replace(/\/+$/, "");
-    this.ports = { ...defaultPorts, ...Object.fromEntries(Object.entries(opts).filter(([k]) => k in defaultPorts)) } as ClientPorts;
+    this.ports = {
+      ...defaultPorts,
+      ...Object.fromEntries(Object.entries(opts).filter(([k]) => k in defaultPorts)),
+    } as ClientPorts;
     this.maxAttempts = Math.max(1, opts.maxAttempts ?? DEFAULT_MAX_ATTEMPTS);
     this.origin = opts.origin;
   }
@@ -157,10 +199,19 @@ export class SchedulerClient {
   }
 
   /** One request; parses JSON or throws the answer's error. */
-  private async once(method: string, path: string, body: unknown, timeoutMs: number, raw: boolean): Promise<{ status: number; body: unknown }> {
+  private async once(
+    method: string,
+    path: string,
+    body: unknown,
+    timeoutMs: number,
+    raw: boolean,
+  ): Promise<{ status: number; body: unknown }> {
     const res = await this.send(path, {
       method,
-      headers: { authorization: `Bearer ${this.token}`, ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+      headers: {
+        authorization: `Bearer ${this.token}`,
+        ...(body !== undefined ? { "content-type": "application/json" } : {}),
+      },
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
       signal: AbortSignal.timeout(timeoutMs),
     });
@@ -168,7 +219,8 @@ export class SchedulerClient {
     if (!res.ok) {
       const err = errorFromAnswer(res.status, text);
       const after = parseRetryAfter(res.headers.get("retry-after"), Date.now());
-      if (err instanceof BeachballError && after !== null && err.extra?.["retryAfterSeconds"] === undefined) throw new BeachballError(err.code, err.message, { ...err.extra, retryAfterSeconds: after });
+      if (err instanceof BeachballError && after !== null && err.extra?.["retryAfterSeconds"] === undefined)
+        throw new BeachballError(err.code, err.message, { ...err.extra, retryAfterSeconds: after });
       throw err;
     }
     if (raw) return { status: res.status, body: text };
@@ -180,11 +232,18 @@ export class SchedulerClient {
   }
 
   /** A request, retried per the module header when `retry` is true. */
-  private async call<T>(method: string, path: string, opts: { body?: unknown; retry?: boolean; timeoutMs?: number; raw?: boolean } = {}): Promise<{ status: number; body: T }> {
+  private async call<T>(
+    method: string,
+    path: string,
+    opts: { body?: unknown; retry?: boolean; timeoutMs?: number; raw?: boolean } = {},
+  ): Promise<{ status: number; body: T }> {
     const tries = opts.retry === false ? 1 : this.maxAttempts;
     for (let attempt = 1; ; attempt++) {
       try {
-        return (await this.once(method, path, opts.body, opts.timeoutMs ?? REQUEST_TIMEOUT_MS, opts.raw ?? false)) as { status: number; body: T };
+        return (await this.once(method, path, opts.body, opts.timeoutMs ?? REQUEST_TIMEOUT_MS, opts.raw ?? false)) as {
+          status: number;
+          body: T;
+        };
       } catch (e) {
         const delay = attempt < tries ? retryDelayMs(e, attempt) : null;
         if (delay === null) throw e;
@@ -239,8 +298,18 @@ export class SchedulerClient {
    * (`new SchedulerClient(url, endpointToken)`). One try within
    * `timeoutMs` (sequence numbers make a retry by the caller safe).
    */
-  async connectionMessages(connectionId: string, body: ConnectionMessagesBody, timeoutMs = 10_000): Promise<ConnectionPollResponse> {
-    return (await this.call<ConnectionPollResponse>("POST", `/v1/connections/${encodeURIComponent(connectionId)}/messages`, { body, timeoutMs, retry: false })).body;
+  async connectionMessages(
+    connectionId: string,
+    body: ConnectionMessagesBody,
+    timeoutMs = 10_000,
+  ): Promise<ConnectionPollResponse> {
+    return (
+      await this.call<ConnectionPollResponse>("POST", `/v1/connections/${encodeURIComponent(connectionId)}/messages`, {
+        body,
+        timeoutMs,
+        retry: false,
+      })
+    ).body;
   }
   /**
    * POST /v1/connections/{id}/relay-tokens under this client's endpoint
@@ -249,7 +318,13 @@ export class SchedulerClient {
    * last refresh.
    */
   async connectionRelayTokens(connectionId: string, timeoutMs = 10_000): Promise<ConnectionRelayTokensResponse> {
-    return (await this.call<ConnectionRelayTokensResponse>("POST", `/v1/connections/${encodeURIComponent(connectionId)}/relay-tokens`, { timeoutMs, retry: false })).body;
+    return (
+      await this.call<ConnectionRelayTokensResponse>(
+        "POST",
+        `/v1/connections/${encodeURIComponent(connectionId)}/relay-tokens`,
+        { timeoutMs, retry: false },
+      )
+    ).body;
   }
   /** POST /v1/allocations/{id}/release (idempotent). */
   async release(id: string): Promise<AllocationView> {
@@ -257,16 +332,32 @@ export class SchedulerClient {
   }
   /** GET /v1/allocations/{id}/events after sequence number `after`. */
   async events(id: string, after = 0, limit = 100): Promise<AllocationEvent[]> {
-    return (await this.call<EventPage>("GET", `/v1/allocations/${encodeURIComponent(id)}/events?after=${after}&limit=${limit}`)).body.items;
+    return (
+      await this.call<EventPage>(
+        "GET",
+        `/v1/allocations/${encodeURIComponent(id)}/events?after=${after}&limit=${limit}`,
+      )
+    ).body.items;
   }
   /** POST /v1/allocations/{id}/bootstrap (waits up to ~35 s for the guest's receipt; idempotent by deliveryId). */
   async deliver(id: string, body: BootstrapBody): Promise<DeliveryResult> {
     // Not retried here: GUEST_NOT_CONNECTED / DELIVERY_TIMEOUT mean "not yet"; deliverWhenReady retries them with the allocation's state in view.
-    return (await this.call<DeliveryResult>("POST", `/v1/allocations/${encodeURIComponent(id)}/bootstrap`, { body, timeoutMs: 40_000, retry: false })).body;
+    return (
+      await this.call<DeliveryResult>("POST", `/v1/allocations/${encodeURIComponent(id)}/bootstrap`, {
+        body,
+        timeoutMs: 40_000,
+        retry: false,
+      })
+    ).body;
   }
   /** POST /v1/hosts/{id}/enrollment-tokens (operator). Not retried: each call mints a token. */
   async enrollmentToken(hostId: string, ttlSeconds?: number): Promise<EnrollmentToken> {
-    return (await this.call<EnrollmentToken>("POST", `/v1/hosts/${encodeURIComponent(hostId)}/enrollment-tokens`, { body: ttlSeconds ? { ttlSeconds } : {}, retry: false })).body;
+    return (
+      await this.call<EnrollmentToken>("POST", `/v1/hosts/${encodeURIComponent(hostId)}/enrollment-tokens`, {
+        body: ttlSeconds ? { ttlSeconds } : {},
+        retry: false,
+      })
+    ).body;
   }
   /** POST /v1/hosts/{id}/activate|drain|disable (operator); `disable` fences the host. */
   async setHostState(hostId: string, action: "activate" | "drain" | "disable"): Promise<HostView> {
@@ -274,11 +365,16 @@ export class SchedulerClient {
   }
   /** POST /v1/allocations/{id}/replacement-authorizations (controller). */
   async authorizeReplacement(id: string, generation: number): Promise<AllocationView> {
-    return (await this.call<AllocationView>("POST", `/v1/allocations/${encodeURIComponent(id)}/replacement-authorizations`, { body: { generation } })).body;
+    return (
+      await this.call<AllocationView>("POST", `/v1/allocations/${encodeURIComponent(id)}/replacement-authorizations`, {
+        body: { generation },
+      })
+    ).body;
   }
   /** GET /v1/operations/alerts (operator). */
   async alerts(after = 0, limit = 100): Promise<AlertItem[]> {
-    return (await this.call<{ items: AlertItem[] }>("GET", `/v1/operations/alerts?after=${after}&limit=${limit}`)).body.items;
+    return (await this.call<{ items: AlertItem[] }>("GET", `/v1/operations/alerts?after=${after}&limit=${limit}`)).body
+      .items;
   }
   /** GET /v1/operations/metrics (operator): Prometheus text. */
   async metrics(): Promise<string> {
@@ -296,14 +392,22 @@ export class SchedulerClient {
    * passes or `signal` aborts (the message names the state and conditions,
    * e.g. NO_CAPACITY).
    */
-  async waitFor(id: string, until: (v: AllocationView) => boolean, opts: { timeoutMs: number; intervalMs?: number; signal?: AbortSignal }): Promise<AllocationView> {
+  async waitFor(
+    id: string,
+    until: (v: AllocationView) => boolean,
+    opts: { timeoutMs: number; intervalMs?: number; signal?: AbortSignal },
+  ): Promise<AllocationView> {
     const deadline = Date.now() + opts.timeoutMs;
     for (;;) {
       if (opts.signal?.aborted) throw new WaitTimeoutError(`interrupted while waiting for ${id}`);
       const v = await retryTransport(() => this.get(id), deadline, this.ports.sleep);
       if (until(v)) return v;
-      if (v.state === "released" || v.state === "failed") throw new BeachballError("INVALID_STATE", `allocation is ${v.state}${v.reason ? ` (${v.reason})` : ""}`);
-      if (Date.now() > deadline) throw new WaitTimeoutError(`allocation ${id} still ${v.state} after ${opts.timeoutMs} ms${v.conditions.length ? ` (${v.conditions.join(", ")})` : ""}`);
+      if (v.state === "released" || v.state === "failed")
+        throw new BeachballError("INVALID_STATE", `allocation is ${v.state}${v.reason ? ` (${v.reason})` : ""}`);
+      if (Date.now() > deadline)
+        throw new WaitTimeoutError(
+          `allocation ${id} still ${v.state} after ${opts.timeoutMs} ms${v.conditions.length ? ` (${v.conditions.join(", ")})` : ""}`,
+        );
       await this.ports.sleep(opts.intervalMs ?? 250);
     }
   }
@@ -313,11 +417,19 @@ export class SchedulerClient {
    * returns true), calling `onEvent` for each. Polls every `intervalMs`.
    * Returns the last sequence number seen.
    */
-  async follow(id: string, onEvent: (e: AllocationEvent) => void, opts: { after?: number; intervalMs?: number; until?: (e: AllocationEvent) => boolean; signal?: AbortSignal } = {}): Promise<number> {
+  async follow(
+    id: string,
+    onEvent: (e: AllocationEvent) => void,
+    opts: { after?: number; intervalMs?: number; until?: (e: AllocationEvent) => boolean; signal?: AbortSignal } = {},
+  ): Promise<number> {
     let after = opts.after ?? 0;
     for (;;) {
       if (opts.signal?.aborted) return after;
-      const batch = await retryTransport(() => this.events(id, after, 100), Date.now() + TRANSPORT_RETRY_MS, this.ports.sleep);
+      const batch = await retryTransport(
+        () => this.events(id, after, 100),
+        Date.now() + TRANSPORT_RETRY_MS,
+        this.ports.sleep,
+      );
       for (const e of batch) {
         after = e.seq;
         onEvent(e);
@@ -335,7 +447,11 @@ export class SchedulerClient {
    */
   async logs(id: string, offset = 0, follow = false): Promise<LogPage> {
     const q = `offset=${offset}${follow ? "&follow=1" : ""}`;
-    return (await this.call<LogPage>("GET", `/v1/allocations/${encodeURIComponent(id)}/logs?${q}`, { timeoutMs: LOG_FOLLOW_WAIT_MS + 15_000 })).body;
+    return (
+      await this.call<LogPage>("GET", `/v1/allocations/${encodeURIComponent(id)}/logs?${q}`, {
+        timeoutMs: LOG_FOLLOW_WAIT_MS + 15_000,
+      })
+    ).body;
   }
 
   /**
@@ -346,11 +462,19 @@ export class SchedulerClient {
    * TRANSPORT_RETRY_MS) until the allocation is terminal and read to its
    * end, or `signal` aborts. Returns the offset to resume at.
    */
-  async streamLogs(id: string, onPage: (p: LogPage) => void, opts: { offset?: number; follow?: boolean; signal?: AbortSignal } = {}): Promise<number> {
+  async streamLogs(
+    id: string,
+    onPage: (p: LogPage) => void,
+    opts: { offset?: number; follow?: boolean; signal?: AbortSignal } = {},
+  ): Promise<number> {
     let offset = opts.offset ?? 0;
     for (;;) {
       if (opts.signal?.aborted) return offset;
-      const page = await retryTransport(() => this.logs(id, offset, opts.follow ?? false), Date.now() + TRANSPORT_RETRY_MS, this.ports.sleep);
+      const page = await retryTransport(
+        () => this.logs(id, offset, opts.follow ?? false),
+        Date.now() + TRANSPORT_RETRY_MS,
+        this.ports.sleep,
+      );
       if (page.text || page.droppedBytes) onPage(page);
       const moved = page.nextOffset !== offset;
       offset = page.nextOffset;
@@ -362,21 +486,38 @@ export class SchedulerClient {
    * Hands a payload to a ready allocation, waiting for readiness and retrying
    * GUEST_NOT_CONNECTED / DELIVERY_TIMEOUT until `timeoutMs`.
    */
-  async deliverWhenReady(id: string, payload: Uint8Array, deliveryId: string, timeoutMs: number, signal?: AbortSignal): Promise<{ digest: string; generation: number }> {
+  async deliverWhenReady(
+    id: string,
+    payload: Uint8Array,
+    deliveryId: string,
+    timeoutMs: number,
+    signal?: AbortSignal,
+  ): Promise<{ digest: string; generation: number }> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       if (signal?.aborted) throw Object.assign(new Error("interrupted"), { exitCode: 130 });
       const v = await retryTransport(() => this.get(id), deadline, this.ports.sleep);
-      if (v.state === "released" || v.state === "failed") throw new BeachballError("INVALID_STATE", `allocation is ${v.state}${v.reason ? ` (${v.reason})` : ""}`);
+      if (v.state === "released" || v.state === "failed")
+        throw new BeachballError("INVALID_STATE", `allocation is ${v.state}${v.reason ? ` (${v.reason})` : ""}`);
       if (v.state === "ready") {
         try {
-          const r = await this.deliver(id, { deliveryId, generation: v.generation, contentType: "text/x-shellscript", payloadBase64: bytesToBase64(payload) });
+          const r = await this.deliver(id, {
+            deliveryId,
+            generation: v.generation,
+            contentType: "text/x-shellscript",
+            payloadBase64: bytesToBase64(payload),
+          });
           return { digest: r.digest, generation: v.generation };
         } catch (e) {
-          if (!(e instanceof BeachballError) || !["GUEST_NOT_CONNECTED", "DELIVERY_TIMEOUT", "STALE_GENERATION"].includes(e.code)) throw e;
+          if (
+            !(e instanceof BeachballError) ||
+            !["GUEST_NOT_CONNECTED", "DELIVERY_TIMEOUT", "STALE_GENERATION"].includes(e.code)
+          )
+            throw e;
         }
       }
-      if (Date.now() > deadline) throw new BeachballError("DELIVERY_TIMEOUT", `allocation not ready within ${timeoutMs} ms (state ${v.state})`);
+      if (Date.now() > deadline)
+        throw new BeachballError("DELIVERY_TIMEOUT", `allocation not ready within ${timeoutMs} ms (state ${v.state})`);
       await this.ports.sleep(300);
     }
   }

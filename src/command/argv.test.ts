@@ -33,14 +33,28 @@ function usage(fn: () => unknown): string {
 describe("parseArgv", () => {
   test("accepts every documented form and applies defaults", () => {
     const a = parseArgv(["x1", "--ttl", "60", "--wait", "-q", "--kind=b", "--data-dir=/d"], ARGS);
-    expect(a).toMatchObject({ id: "x1", ttl: "60", wait: true, quiet: true, kind: "b", "data-dir": "/d", timeout: "300", _: [] });
-    expect(parseArgv(["x", "--data-dir", "d", "--wait=false", "--no-quiet"], ARGS)).toMatchObject({ wait: false, quiet: false });
+    expect(a).toMatchObject({
+      id: "x1",
+      ttl: "60",
+      wait: true,
+      quiet: true,
+      kind: "b",
+      "data-dir": "/d",
+      timeout: "300",
+      _: [],
+    });
+    expect(parseArgv(["x", "--data-dir", "d", "--wait=false", "--no-quiet"], ARGS)).toMatchObject({
+      wait: false,
+      quiet: false,
+    });
     expect(parseArgv(["--data-dir", "d", "--", "--not-a-flag"], ARGS)).toMatchObject({ id: "--not-a-flag" });
     expect(parseArgv(["x", "--data-dir", "d", "--ttl", "-"], ARGS)).toMatchObject({ ttl: "-" });
   });
 
   test("refuses an unknown flag, naming it and the closest known one", () => {
-    expect(usage(() => parseArgv(["x", "--data-dir", "d", "--tttl", "5"], ARGS))).toBe("unknown flag --tttl (did you mean --ttl?)");
+    expect(usage(() => parseArgv(["x", "--data-dir", "d", "--tttl", "5"], ARGS))).toBe(
+      "unknown flag --tttl (did you mean --ttl?)",
+    );
     expect(usage(() => parseArgv(["x", "--data-dir", "d", "--bogus"], ARGS))).toBe("unknown flag --bogus");
     expect(usage(() => parseArgv(["x", "--data-dir", "d", "-z"], ARGS))).toBe("unknown flag -z");
     expect(usage(() => parseArgv(["x", "--data-dir", "d", "--no-ttl"], ARGS))).toContain("unknown flag --no-ttl");
@@ -50,7 +64,9 @@ describe("parseArgv", () => {
     expect(usage(() => parseArgv(["x", "--data-dir", "d", "--ttl"], ARGS))).toBe("--ttl needs a value");
     expect(usage(() => parseArgv(["x", "--data-dir", "d", "--ttl", "--wait"], ARGS))).toBe("--ttl needs a value");
     expect(usage(() => parseArgv(["x", "--data-dir", "d", "--wait=yes"], ARGS))).toContain("--wait is a switch");
-    expect(usage(() => parseArgv(["x", "--data-dir", "d", "--kind", "c"], ARGS))).toBe('--kind must be one of a, b (got "c")');
+    expect(usage(() => parseArgv(["x", "--data-dir", "d", "--kind", "c"], ARGS))).toBe(
+      '--kind must be one of a, b (got "c")',
+    );
     expect(usage(() => parseArgv(["--data-dir", "d"], ARGS))).toBe("missing argument ID");
     expect(usage(() => parseArgv(["x"], ARGS))).toBe("missing required flag --data-dir");
     expect(usage(() => parseArgv(["x", "y", "--data-dir", "d"], ARGS))).toBe('unexpected argument "y"');
@@ -66,8 +82,15 @@ describe("parseArgv", () => {
 
 describe("placeholder", () => {
   test("arguments and values are named in upper snake case", () => {
-    expect([placeholder("id"), placeholder("hostId"), placeholder("data-dir"), placeholder("client-request-id")]).toEqual(["ID", "HOST_ID", "DATA_DIR", "CLIENT_REQUEST_ID"]);
-    expect(usage(() => parseArgv([], { hostId: { type: "positional", required: true } }))).toBe("missing argument HOST_ID");
+    expect([
+      placeholder("id"),
+      placeholder("hostId"),
+      placeholder("data-dir"),
+      placeholder("client-request-id"),
+    ]).toEqual(["ID", "HOST_ID", "DATA_DIR", "CLIENT_REQUEST_ID"]);
+    expect(usage(() => parseArgv([], { hostId: { type: "positional", required: true } }))).toBe(
+      "missing argument HOST_ID",
+    );
   });
 });
 
@@ -75,13 +98,21 @@ describe("checked values", () => {
   test("integerFlag takes plain decimal digits inside the bounds and names the flag otherwise", () => {
     const b = { min: 10, max: 604800, unit: "seconds" };
     expect(integerFlag("--ttl", "600", b)).toBe(600);
-    for (const bad of ["abc", "1e3", "-5", "12.5", " 60", "0x10", ""]) expect(usage(() => integerFlag("--ttl", bad, b))).toBe(`--ttl must be a whole number of seconds from 10 to 604800 (got ${JSON.stringify(bad)})`);
-    expect(usage(() => integerFlag("--ttl", "5", b))).toBe("--ttl must be a whole number of seconds from 10 to 604800 (got 5)");
+    for (const bad of ["abc", "1e3", "-5", "12.5", " 60", "0x10", ""])
+      expect(usage(() => integerFlag("--ttl", bad, b))).toBe(
+        `--ttl must be a whole number of seconds from 10 to 604800 (got ${JSON.stringify(bad)})`,
+      );
+    expect(usage(() => integerFlag("--ttl", "5", b))).toBe(
+      "--ttl must be a whole number of seconds from 10 to 604800 (got 5)",
+    );
     expect(usage(() => integerFlag("--ttl", "99999999999999999", b))).toContain("--ttl must be");
   });
 
   test("httpUrlValue takes http(s) URLs only and names where the value came from", () => {
     expect(httpUrlValue("http://127.0.0.1:7380/", "x")).toBe("http://127.0.0.1:7380");
-    for (const bad of ["foo", "127.0.0.1:7380", "ftp://h/", "http://h/?q=1", "http://u:p@h/"]) expect(usage(() => httpUrlValue(bad, `scheduler URL ${JSON.stringify(bad)} (from BB_SCHEDULER_URL)`))).toContain("(from BB_SCHEDULER_URL) is not an http");
+    for (const bad of ["foo", "127.0.0.1:7380", "ftp://h/", "http://h/?q=1", "http://u:p@h/"])
+      expect(usage(() => httpUrlValue(bad, `scheduler URL ${JSON.stringify(bad)} (from BB_SCHEDULER_URL)`))).toContain(
+        "(from BB_SCHEDULER_URL) is not an http",
+      );
   });
 });

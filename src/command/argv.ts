@@ -23,7 +23,9 @@ export type ParsedArgv = { _: string[] } & Record<string, string | boolean | str
 
 /** Edit distance (insertions, deletions, substitutions, adjacent swaps) between two short strings. */
 export function editDistance(a: string, b: string): number {
-  const d: number[][] = Array.from({ length: a.length + 1 }, (_, i) => Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)));
+  const d: number[][] = Array.from({ length: a.length + 1 }, (_, i) =>
+    Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)),
+  );
   for (let i = 1; i <= a.length; i++)
     for (let j = 1; j <= b.length; j++) {
       const cost = a[i - 1] === b[j - 1] ? 0 : 1;
@@ -102,17 +104,22 @@ export function parseArgv(argv: readonly string[], args: Record<string, ArgDef>,
     if (def.type === "boolean") {
       if (inline === undefined) out[name] = true;
       else if (inline === "true" || inline === "false") out[name] = inline === "true";
-      else throw new UsageError(`${flag} is a switch: give it alone, or as ${flag}=true or ${flag}=false (got ${JSON.stringify(inline)})`);
+      else
+        throw new UsageError(
+          `${flag} is a switch: give it alone, or as ${flag}=true or ${flag}=false (got ${JSON.stringify(inline)})`,
+        );
       continue;
     }
     let v = inline;
     if (v === undefined) {
       const next = argv[i + 1];
-      if (next === undefined || (next.startsWith("--") && next.length > 2)) throw new UsageError(`${flag} needs a value${def.valueHint ? ` (${def.valueHint})` : ""}`);
+      if (next === undefined || (next.startsWith("--") && next.length > 2))
+        throw new UsageError(`${flag} needs a value${def.valueHint ? ` (${def.valueHint})` : ""}`);
       v = next;
       i++;
     }
-    if (def.type === "enum" && def.options && !def.options.includes(v)) throw new UsageError(`${flag} must be one of ${def.options.join(", ")} (got ${JSON.stringify(v)})`);
+    if (def.type === "enum" && def.options && !def.options.includes(v))
+      throw new UsageError(`${flag} must be one of ${def.options.join(", ")} (got ${JSON.stringify(v)})`);
     out[name] = v;
   }
   for (const { name, def } of positionals) {
@@ -125,7 +132,8 @@ export function parseArgv(argv: readonly string[], args: Record<string, ArgDef>,
   out._ = words;
   for (const [flag, { name, def }] of flags) {
     if (!flag.startsWith("--") || flag !== `--${name}`) continue;
-    if (out[name] === undefined && def.default !== undefined) out[name] = def.type === "boolean" ? Boolean(def.default) : String(def.default);
+    if (out[name] === undefined && def.default !== undefined)
+      out[name] = def.type === "boolean" ? Boolean(def.default) : String(def.default);
     if (out[name] === undefined && def.required) throw new UsageError(`missing required flag --${name}`);
   }
   return out;

@@ -24,7 +24,14 @@ export type Shell = (typeof SHELLS)[number];
 interface Entry {
   path: string;
   subs: { name: string; description: string }[];
-  flags: { names: string[]; long: string; short?: string; takesValue: boolean; choices?: string[]; description: string }[];
+  flags: {
+    names: string[];
+    long: string;
+    short?: string;
+    takesValue: boolean;
+    choices?: string[];
+    description: string;
+  }[];
 }
 
 function entries(nodes: readonly CommandNode[]): Entry[] {
@@ -33,7 +40,9 @@ function entries(nodes: readonly CommandNode[]): Entry[] {
     .filter((n) => !n.meta.hidden)
     .map((n) => ({
       path: n.path.join(" "),
-      subs: n.subCommandNames.map((name) => ({ name, description: byPath.get([...n.path, name].join(" "))?.meta.description ?? "" })).filter((s) => !byPath.get(`${n.path.join(" ")} ${s.name}`)?.meta.hidden),
+      subs: n.subCommandNames
+        .map((name) => ({ name, description: byPath.get([...n.path, name].join(" "))?.meta.description ?? "" }))
+        .filter((s) => !byPath.get(`${n.path.join(" ")} ${s.name}`)?.meta.hidden),
       flags: Object.entries(n.args)
         .filter(([, d]) => d.type !== "positional")
         .map(([name, d]) => {
@@ -62,8 +71,20 @@ function fishQ(s: string): string {
 function bash(es: Entry[]): string {
   const subs = es.map((e) => `    [${sq(e.path)}]=${sq(e.subs.map((s) => s.name).join(" "))}`);
   const flags = es.map((e) => `    [${sq(e.path)}]=${sq([...e.flags.flatMap((f) => f.names), "--help"].join(" "))}`);
-  const valued = es.map((e) => `    [${sq(e.path)}]=${sq(` ${e.flags.filter((f) => f.takesValue).flatMap((f) => f.names).join(" ")} `)}`);
-  const choices = es.flatMap((e) => e.flags.filter((f) => f.choices).flatMap((f) => f.names.map((n) => `    [${sq(`${e.path} ${n}`)}]=${sq(f.choices!.join(" "))}`)));
+  const valued = es.map(
+    (e) =>
+      `    [${sq(e.path)}]=${sq(
+        ` ${e.flags
+          .filter((f) => f.takesValue)
+          .flatMap((f) => f.names)
+          .join(" ")} `,
+      )}`,
+  );
+  const choices = es.flatMap((e) =>
+    e.flags
+      .filter((f) => f.choices)
+      .flatMap((f) => f.names.map((n) => `    [${sq(`${e.path} ${n}`)}]=${sq(f.choices!.join(" "))}`)),
+  );
   return `# bash completion for bb, generated from its command definitions by \`bb completion bash\`.
 # Load it now:  source <(bb completion bash)
 # Or for every shell:  bb completion bash > /etc/bash_completion.d/bb
@@ -115,10 +136,27 @@ complete -F _bb_complete bb
 function zsh(es: Entry[]): string {
   const colon = (s: string) => s.replace(/\\/g, "\\\\").replace(/:/g, "\\:");
   const subs = es.map((e) => `    ${sq(e.path)} ${sq(e.subs.map((s) => s.name).join(" "))}`);
-  const valued = es.map((e) => `    ${sq(e.path)} ${sq(` ${e.flags.filter((f) => f.takesValue).flatMap((f) => f.names).join(" ")} `)}`);
-  const cmds = es.map((e) => `    ${sq(e.path)} ${sq(e.subs.map((s) => `${s.name}:${colon(s.description)}`).join("\n"))}`);
-  const opts = es.map((e) => `    ${sq(e.path)} ${sq([...e.flags.flatMap((f) => f.names.map((n) => `${n}:${colon(f.description)}`)), "--help:Show this help"].join("\n"))}`);
-  const choices = es.flatMap((e) => e.flags.filter((f) => f.choices).flatMap((f) => f.names.map((n) => `    ${sq(`${e.path} ${n}`)} ${sq(f.choices!.join(" "))}`)));
+  const valued = es.map(
+    (e) =>
+      `    ${sq(e.path)} ${sq(
+        ` ${e.flags
+          .filter((f) => f.takesValue)
+          .flatMap((f) => f.names)
+          .join(" ")} `,
+      )}`,
+  );
+  const cmds = es.map(
+    (e) => `    ${sq(e.path)} ${sq(e.subs.map((s) => `${s.name}:${colon(s.description)}`).join("\n"))}`,
+  );
+  const opts = es.map(
+    (e) =>
+      `    ${sq(e.path)} ${sq([...e.flags.flatMap((f) => f.names.map((n) => `${n}:${colon(f.description)}`)), "--help:Show this help"].join("\n"))}`,
+  );
+  const choices = es.flatMap((e) =>
+    e.flags
+      .filter((f) => f.choices)
+      .flatMap((f) => f.names.map((n) => `    ${sq(`${e.path} ${n}`)} ${sq(f.choices!.join(" "))}`)),
+  );
   return `#compdef bb
 # zsh completion for bb, generated from its command definitions by \`bb completion zsh\`.
 # Load it now:  source <(bb completion zsh)   (after compinit)
@@ -179,7 +217,8 @@ fi
 }
 
 function fish(es: Entry[]): string {
-  const cases = (pick: (e: Entry) => string[]) => es.map((e) => `    case ${fishQ(e.path)}\n      printf '%s\\n' ${pick(e).map(fishQ).join(" ")}`).join("\n");
+  const cases = (pick: (e: Entry) => string[]) =>
+    es.map((e) => `    case ${fishQ(e.path)}\n      printf '%s\\n' ${pick(e).map(fishQ).join(" ")}`).join("\n");
   const lines: string[] = [];
   for (const e of es) {
     const at = fishQ(`test (__bb_path) = ${fishQ(e.path)}`);
@@ -189,7 +228,9 @@ function fish(es: Entry[]): string {
     }
     for (const f of e.flags) {
       const value = f.choices ? ` -x -a ${fishQ(f.choices.join(" "))}` : f.takesValue ? " -r" : "";
-      lines.push(`complete -c bb -n ${at} -l ${f.long}${f.short ? ` -s ${f.short}` : ""}${value} -d ${fishQ(f.description)}`);
+      lines.push(
+        `complete -c bb -n ${at} -l ${f.long}${f.short ? ` -s ${f.short}` : ""}${value} -d ${fishQ(f.description)}`,
+      );
     }
     lines.push(`complete -c bb -n ${at} -l help -s h -d 'Show this help'`);
   }
@@ -240,10 +281,15 @@ export function completionCommand(root: () => BbCommand): BbCommand {
   return command({
     meta: { name: "completion", description: "Print a shell completion script (bash, zsh or fish)" },
     args: { shell: { type: "positional", required: true, description: "bash, zsh or fish" } },
-    examples: ["bb completion bash > /etc/bash_completion.d/bb", "source <(bb completion zsh)", "bb completion fish > ~/.config/fish/completions/bb.fish"],
+    examples: [
+      "bb completion bash > /etc/bash_completion.d/bb",
+      "source <(bb completion zsh)",
+      "bb completion fish > ~/.config/fish/completions/bb.fish",
+    ],
     async run({ args }) {
       const shell = args.shell as Shell;
-      if (!SHELLS.includes(shell)) throw new UsageError(`unknown shell ${JSON.stringify(args.shell)}: give one of ${SHELLS.join(", ")}`);
+      if (!SHELLS.includes(shell))
+        throw new UsageError(`unknown shell ${JSON.stringify(args.shell)}: give one of ${SHELLS.join(", ")}`);
       process.stdout.write(completionScript(shell, await walkCommands(root())));
     },
   });

@@ -36,7 +36,10 @@ export function aliasesOf(def: ArgDef): string[] {
 
 /** How help and errors name an argument or a value: upper snake case (`hostId` and `host-id` are HOST_ID). */
 export function placeholder(name: string): string {
-  return name.replace(/([a-z0-9])([A-Z])/g, "$1_$2").replace(/-/g, "_").toUpperCase();
+  return name
+    .replace(/([a-z0-9])([A-Z])/g, "$1_$2")
+    .replace(/-/g, "_")
+    .toUpperCase();
 }
 
 /** Declares a command (citty's defineCommand plus examples and variadic arguments). */
@@ -86,7 +89,16 @@ export async function resolveCommand(def: BbCommand): Promise<ResolvedCommand> {
   const meta = (await value(def.meta)) ?? {};
   const args = ((await value(def.args)) ?? {}) as Record<string, ArgDef>;
   const subs = (await value(def.subCommands)) ?? {};
-  return { def, meta, args, extras: { ...(def.examples ? { examples: def.examples } : {}), ...(def.variadic ? { variadic: def.variadic } : {}) }, subCommandNames: Object.keys(subs) };
+  return {
+    def,
+    meta,
+    args,
+    extras: {
+      ...(def.examples ? { examples: def.examples } : {}),
+      ...(def.variadic ? { variadic: def.variadic } : {}),
+    },
+    subCommandNames: Object.keys(subs),
+  };
 }
 
 /** The subcommand `name` of `def`, or null when it has none by that name. */

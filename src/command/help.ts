@@ -25,7 +25,10 @@ export function valueHint(name: string, def: ArgDef): string {
 /** `-x, --name VALUE` for a flag. */
 export function flagLabel(name: string, def: ArgDef): string {
   const aliases = aliasesOf(def).map((a) => (a.length === 1 ? `-${a}` : `--${a}`));
-  const value = def.type === "boolean" ? "" : ` ${def.type === "enum" && def.options ? def.options.join("|") : valueHint(name, def)}`;
+  const value =
+    def.type === "boolean"
+      ? ""
+      : ` ${def.type === "enum" && def.options ? def.options.join("|") : valueHint(name, def)}`;
   return [...aliases, `--${name}`].join(", ") + value;
 }
 
@@ -33,7 +36,8 @@ export function flagLabel(name: string, def: ArgDef): string {
 export function flagDescription(def: ArgDef): string {
   const parts = [def.description ?? ""];
   if (def.required && def.default === undefined) parts.push("(required)");
-  if (def.default !== undefined && def.default !== false && def.default !== "") parts.push(`(default: ${String(def.default)})`);
+  if (def.default !== undefined && def.default !== false && def.default !== "")
+    parts.push(`(default: ${String(def.default)})`);
   return parts.filter(Boolean).join(" ");
 }
 
@@ -42,11 +46,15 @@ export function usageLine(node: CommandNode): string {
   const parts = [...node.path];
   if (node.subCommandNames.length > 0) return `${parts.join(" ")} <command>`;
   for (const [name, def] of Object.entries(node.args)) {
-    if (def.type === "positional") parts.push(def.required === false || def.default !== undefined ? `[${placeholder(name)}]` : `<${placeholder(name)}>`);
+    if (def.type === "positional")
+      parts.push(
+        def.required === false || def.default !== undefined ? `[${placeholder(name)}]` : `<${placeholder(name)}>`,
+      );
     else if (def.required && def.default === undefined) parts.push(`--${name} ${valueHint(name, def)}`);
   }
   if (node.extras.variadic) parts.push(node.extras.variadic);
-  if (Object.values(node.args).some((d) => d.type !== "positional" && !(d.required && d.default === undefined))) parts.push("[options]");
+  if (Object.values(node.args).some((d) => d.type !== "positional" && !(d.required && d.default === undefined)))
+    parts.push("[options]");
   return parts.join(" ");
 }
 
@@ -64,14 +72,29 @@ export function renderHelp(node: CommandNode, subs: readonly SubcommandLine[], c
   out.push(`${s.bold("Usage:")} ${usageLine(node)}`, "");
   const positionals = Object.entries(node.args).filter(([, d]) => d.type === "positional");
   if (positionals.length > 0) {
-    out.push(s.bold("Arguments:"), ...columns(positionals.map(([n, d]) => [placeholder(n), d.description ?? ""]), s.cyan), "");
+    out.push(
+      s.bold("Arguments:"),
+      ...columns(
+        positionals.map(([n, d]) => [placeholder(n), d.description ?? ""]),
+        s.cyan,
+      ),
+      "",
+    );
   }
   const flags = Object.entries(node.args).filter(([, d]) => d.type !== "positional");
   const flagRows: [string, string][] = flags.map(([n, d]) => [flagLabel(n, d), flagDescription(d)]);
   flagRows.push(["-h, --help", "Show this help"]);
   if (node.path.length === 1 && node.meta.version) flagRows.push(["--version", "Print the version"]);
   out.push(s.bold("Options:"), ...columns(flagRows, s.cyan), "");
-  if (subs.length > 0) out.push(s.bold("Commands:"), ...columns(subs.map((c) => [c.name, c.description]), s.cyan), "");
+  if (subs.length > 0)
+    out.push(
+      s.bold("Commands:"),
+      ...columns(
+        subs.map((c) => [c.name, c.description]),
+        s.cyan,
+      ),
+      "",
+    );
   if (node.extras.examples?.length) out.push(s.bold("Examples:"), ...node.extras.examples.map((e) => `  ${e}`), "");
   if (subs.length > 0) out.push(`Run \`${node.path.join(" ")} <command> --help\` for a command's options.`, "");
   return out.join("\n").replace(/\n+$/, "\n");

@@ -13,12 +13,24 @@ describe("the role log", () => {
   test("JSON lines carry time, level, msg and the fields; child loggers add theirs", () => {
     const { lines, log } = capture("json");
     log.child({ role: "scheduler" }).info("allocation state", { allocationId: "alloc_1", to: "ready", generation: 2 });
-    expect(JSON.parse(lines[0]!)).toEqual({ time: "2026-01-02T03:04:05.000Z", level: "info", msg: "allocation state", role: "scheduler", allocationId: "alloc_1", to: "ready", generation: 2 });
+    expect(JSON.parse(lines[0]!)).toEqual({
+      time: "2026-01-02T03:04:05.000Z",
+      level: "info",
+      msg: "allocation state",
+      role: "scheduler",
+      allocationId: "alloc_1",
+      to: "ready",
+      generation: 2,
+    });
   });
 
   test("text lines are one line like the CLI's messages, with key=value pairs quoted when needed", () => {
-    expect(formatLine("text", "warn", "http request", { path: "/v1/x", note: "two words" }, T0)).toBe('warning: http request path=/v1/x note="two words"');
-    expect(formatLine("text", "info", "scheduler listening on http://127.0.0.1:7380", {}, T0)).toBe("scheduler listening on http://127.0.0.1:7380");
+    expect(formatLine("text", "warn", "http request", { path: "/v1/x", note: "two words" }, T0)).toBe(
+      'warning: http request path=/v1/x note="two words"',
+    );
+    expect(formatLine("text", "info", "scheduler listening on http://127.0.0.1:7380", {}, T0)).toBe(
+      "scheduler listening on http://127.0.0.1:7380",
+    );
   });
 
   test("levels filter (BB_LOG_LEVEL numbers), and bad values are usage errors", () => {
@@ -42,12 +54,23 @@ describe("the role log", () => {
       enroll: `bbe_${"cd".repeat(24)}`,
       pem: "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkq\n-----END PRIVATE KEY-----",
     };
-    const fields: LogFields = { token: "t0k3n", payloadBase64: "ZWNobyBoaQ==", authorization: "x", privateKey: "k", note: `joined with ${secrets.host} and ${secrets.enroll}` };
+    const fields: LogFields = {
+      token: "t0k3n",
+      payloadBase64: "ZWNobyBoaQ==",
+      authorization: "x",
+      privateKey: "k",
+      note: `joined with ${secrets.host} and ${secrets.enroll}`,
+    };
     const { lines, log } = capture("json");
     log.error(`failed: ${secrets.bearer} ${secrets.pem}`, fields);
     const text = lines.join("\n");
-    for (const s of [...Object.values(secrets), "t0k3n", "ZWNobyBoaQ==", "sk-live", "MIIEvQIBADANBgkq", "abababab"]) expect(text).not.toContain(s);
-    expect(redactFields(fields)).toMatchObject({ token: "[redacted]", payloadBase64: "[redacted]", note: "joined with bbh_host-1.[redacted] and bbe_[redacted]" });
+    for (const s of [...Object.values(secrets), "t0k3n", "ZWNobyBoaQ==", "sk-live", "MIIEvQIBADANBgkq", "abababab"])
+      expect(text).not.toContain(s);
+    expect(redactFields(fields)).toMatchObject({
+      token: "[redacted]",
+      payloadBase64: "[redacted]",
+      note: "joined with bbh_host-1.[redacted] and bbe_[redacted]",
+    });
     expect(redactText("x".repeat(5000)).length).toBeLessThanOrEqual(2001);
   });
 
@@ -56,7 +79,11 @@ describe("the role log", () => {
     let reporters: { log: (o: { type: string; level: number; args: unknown[] }) => void }[] = [];
     const fake = { level: 0, setReporters: (r: typeof reporters) => void (reporters = r) };
     routeConsola(fake, log, 3);
-    reporters[0]!.log({ type: "error", level: 0, args: ["could not enroll with", `bbe_${"00".repeat(24)}`, new Error("boom")] });
+    reporters[0]!.log({
+      type: "error",
+      level: 0,
+      args: ["could not enroll with", `bbe_${"00".repeat(24)}`, new Error("boom")],
+    });
     expect(JSON.parse(lines[0]!)).toMatchObject({ level: "error", msg: "could not enroll with bbe_[redacted] boom" });
     expect(fake.level).toBe(3);
   });

@@ -77,7 +77,13 @@ export function redactFields(fields: LogFields): LogFields {
 const TEXT_PREFIX: Record<LogLevelName, string> = { error: "error: ", warn: "warning: ", info: "", debug: "debug: " };
 
 /** One finished line (no newline). */
-export function formatLine(format: LogFormat, level: LogLevelName, msg: string, fields: LogFields, nowMs: number): string {
+export function formatLine(
+  format: LogFormat,
+  level: LogLevelName,
+  msg: string,
+  fields: LogFields,
+  nowMs: number,
+): string {
   const f = redactFields(fields);
   const m = redactText(msg);
   if (format === "json") return JSON.stringify({ time: new Date(nowMs).toISOString(), level, msg: m, ...f });
@@ -95,19 +101,36 @@ export function createLogger(opts: Partial<LogOptions> = {}, base: LogFields = {
     sink: opts.sink ?? ((line) => void process.stderr.write(`${line}\n`)),
     now: opts.now ?? Date.now,
   };
-  const write = (level: LogLevelName) => (msg: string, fields: LogFields = {}) => {
-    if (LOG_LEVELS[level] > o.level) return;
-    o.sink(formatLine(o.format, level, msg, { ...base, ...fields }, o.now()), level);
+  const write =
+    (level: LogLevelName) =>
+    (msg: string, fields: LogFields = {}) => {
+      if (LOG_LEVELS[level] > o.level) return;
+      o.sink(formatLine(o.format, level, msg, { ...base, ...fields }, o.now()), level);
+    };
+  return {
+    error: write("error"),
+    warn: write("warn"),
+    info: write("info"),
+    debug: write("debug"),
+    child: (f) => createLogger(o, { ...base, ...f }),
   };
-  return { error: write("error"), warn: write("warn"), info: write("info"), debug: write("debug"), child: (f) => createLogger(o, { ...base, ...f }) };
 }
 
 /** A logger that writes nothing (tests and simulations that do not look at logs). */
-export const silentLogger: Logger = { error: () => {}, warn: () => {}, info: () => {}, debug: () => {}, child: () => silentLogger };
+export const silentLogger: Logger = {
+  error: () => {},
+  warn: () => {},
+  info: () => {},
+  debug: () => {},
+  child: () => silentLogger,
+};
 
 function isPlainFields(v: unknown): v is LogFields {
-  if (typeof v !== "object" || v === null || Array.isArray(v) || Object.getPrototypeOf(v) !== Object.prototype) return false;
-  return Object.values(v).every((x) => x === null || x === undefined || ["string", "number", "boolean"].includes(typeof x));
+  if (typeof v !== "object" || v === null || Array.isArray(v) || Object.getPrototypeOf(v) !== Object.prototype)
+    return false;
+  return Object.values(v).every(
+    (x) => x === null || x === undefined || ["string", "number", "boolean"].includes(typeof x),
+  );
 }
 
 /** The part of a consola instance routeConsola needs (so this module imports no logging library). */
@@ -131,8 +154,11 @@ export function routeConsola(consola: ConsolaLike, logger: Logger, level: number
         const last = obj.args[obj.args.length - 1];
         const fields = obj.args.length > 1 && isPlainFields(last) ? last : undefined;
         const args = fields ? obj.args.slice(0, -1) : obj.args;
-        const msg = args.map((a) => (a instanceof Error ? a.message : typeof a === "string" ? a : JSON.stringify(a))).join(" ");
-        const name: LogLevelName = obj.level <= 0 ? "error" : obj.level === 1 ? "warn" : obj.level >= 4 ? "debug" : "info";
+        const msg = args
+          .map((a) => (a instanceof Error ? a.message : typeof a === "string" ? a : JSON.stringify(a)))
+          .join(" ");
+        const name: LogLevelName =
+          obj.level <= 0 ? "error" : obj.level === 1 ? "warn" : obj.level >= 4 ? "debug" : "info";
         logger[name](msg, fields);
       },
     },

@@ -22,6 +22,9 @@ export function parseLogFormat(v: string | undefined, stderrIsTty: boolean): Log
 /** Parses BB_LOG_LEVEL (0..5; default 3). Throws UsageError (exit 2) for another value. */
 export function parseLogLevel(v: string | undefined): number {
   if (v === undefined || v === "") return LOG_LEVELS.info;
-  if (!/^[0-5]$/.test(v)) throw new UsageError(`BB_LOG_LEVEL must be a digit from 0 (errors) to 5, got ${JSON.stringify(v)}`, { helpHint: false });
+  if (!/^[0-5]$/.test(v))
+    throw new UsageError(`BB_LOG_LEVEL must be a digit from 0 (errors) to 5, got ${JSON.stringify(v)}`, {
+      helpHint: false,
+    });
   return Number(v);
 }

@@ -14,7 +14,11 @@ import { UsageError } from "./run.ts";
 const ran: unknown[] = [];
 const leaf = command({
   meta: { name: "make", description: "Make a thing" },
-  args: { name: { type: "positional", required: true, description: "Its name" }, size: { type: "string", valueHint: "N", default: "1", description: "How big" }, force: { type: "boolean", default: false } },
+  args: {
+    name: { type: "positional", required: true, description: "Its name" },
+    size: { type: "string", valueHint: "N", default: "1", description: "How big" },
+    force: { type: "boolean", default: false },
+  },
   examples: ["demo thing make a --size 2"],
   run: async ({ args }) => void ran.push(args),
 });
@@ -32,11 +36,27 @@ const badConfig = command({
     throw new UsageError("config file /x is not valid JSON", { helpHint: false });
   },
 });
-const root = command({ meta: { name: "demo", version: "9.9.9", description: "Demo" }, examples: ["demo thing make a"], subCommands: { thing: command({ meta: { name: "thing", description: "Things" }, examples: ["demo thing make a"], subCommands: { make: leaf, fail: failing, config: badConfig } }) } });
+const root = command({
+  meta: { name: "demo", version: "9.9.9", description: "Demo" },
+  examples: ["demo thing make a"],
+  subCommands: {
+    thing: command({
+      meta: { name: "thing", description: "Things" },
+      examples: ["demo thing make a"],
+      subCommands: { make: leaf, fail: failing, config: badConfig },
+    }),
+  },
+});
 
 function io() {
   const s = { out: "", err: "" };
-  return { s, io: { stdout: { isTTY: false, write: (t: string) => void (s.out += t) }, stderr: { isTTY: false, write: (t: string) => void (s.err += t) } } };
+  return {
+    s,
+    io: {
+      stdout: { isTTY: false, write: (t: string) => void (s.out += t) },
+      stderr: { isTTY: false, write: (t: string) => void (s.err += t) },
+    },
+  };
 }
 
 async function run(...argv: string[]) {
@@ -70,9 +90,19 @@ describe("runBb", () => {
   });
 
   test("usage errors: one line, a pointer to the right --help, exit 2, nothing run", async () => {
-    expect(await run("thing", "make", "a", "--sise", "3")).toEqual({ out: "", err: "error: unknown flag --sise (did you mean --size?)\nRun `demo thing make --help` for usage.\n", code: 2 });
-    expect(await run("thing", "mkae")).toEqual({ out: "", err: 'error: unknown command "mkae" for `demo thing` (did you mean `demo thing make`?)\nRun `demo thing --help` for usage.\n', code: 2 });
-    expect((await run("thing", "--force", "make")).err).toStartWith("error: `demo thing` needs a command before --force");
+    expect(await run("thing", "make", "a", "--sise", "3")).toEqual({
+      out: "",
+      err: "error: unknown flag --sise (did you mean --size?)\nRun `demo thing make --help` for usage.\n",
+      code: 2,
+    });
+    expect(await run("thing", "mkae")).toEqual({
+      out: "",
+      err: 'error: unknown command "mkae" for `demo thing` (did you mean `demo thing make`?)\nRun `demo thing --help` for usage.\n',
+      code: 2,
+    });
+    expect((await run("thing", "--force", "make")).err).toStartWith(
+      "error: `demo thing` needs a command before --force",
+    );
     expect((await run("thing", "make")).err).toStartWith("error: missing argument NAME\n");
     expect(ran).toEqual([]);
   });
@@ -90,7 +120,10 @@ describe("runBb", () => {
       meta: { name: "lazy", version: "1.0.0", description: "Lazy" },
       examples: ["lazy thing make a"],
       subCommands: {
-        thing: lazyCommand({ description: "Things" }, async () => (loaded.push("thing"), root.subCommands as Record<string, BbCommand>)["thing"]!),
+        thing: lazyCommand(
+          { description: "Things" },
+          async () => (loaded.push("thing"), root.subCommands as Record<string, BbCommand>)["thing"]!,
+        ),
         secret: lazyCommand({ description: "Not listed", hidden: true }, async () => (loaded.push("secret"), leaf)),
       },
     });

@@ -56,11 +56,15 @@ export async function locate(root: BbCommand, argv: readonly string[], rootName 
     const r = await resolveCommand(def);
     const node: CommandNode = { ...r, path: [...path] };
     const word = argv[i];
-    if (r.subCommandNames.length === 0 || word === undefined || word.startsWith("-")) return { node, rest: argv.slice(i), help };
+    if (r.subCommandNames.length === 0 || word === undefined || word.startsWith("-"))
+      return { node, rest: argv.slice(i), help };
     const sub = await subCommand(def, word);
     if (!sub) {
       const guess = closest(word, r.subCommandNames);
-      throw new UsageError(`unknown command ${JSON.stringify(word)} for \`${path.join(" ")}\`${guess ? ` (did you mean \`${path.join(" ")} ${guess}\`?)` : ""}`, { commandPath: path.join(" ") });
+      throw new UsageError(
+        `unknown command ${JSON.stringify(word)} for \`${path.join(" ")}\`${guess ? ` (did you mean \`${path.join(" ")} ${guess}\`?)` : ""}`,
+        { commandPath: path.join(" ") },
+      );
     }
     path.push(word);
     def = sub;
@@ -69,7 +73,12 @@ export async function locate(root: BbCommand, argv: readonly string[], rootName 
 }
 
 /** Runs one command line; sets `process.exitCode` (never calls process.exit). */
-export async function runBb(root: BbCommand, argv: readonly string[] = process.argv.slice(2), io: MainIo = { stdout: process.stdout, stderr: process.stderr }, rootName = "bb"): Promise<void> {
+export async function runBb(
+  root: BbCommand,
+  argv: readonly string[] = process.argv.slice(2),
+  io: MainIo = { stdout: process.stdout, stderr: process.stderr },
+  rootName = "bb",
+): Promise<void> {
   const err = styles(useColour(io.stderr));
   let path = rootName;
   try {
@@ -93,7 +102,9 @@ export async function runBb(root: BbCommand, argv: readonly string[] = process.a
     await node.def.run({ rawArgs: rest, args: args as never, cmd: node.def });
   } catch (e) {
     if (e instanceof UsageError) {
-      io.stderr.write(`${err.red("error:")} ${e.message}\n${e.helpHint ? `Run \`${e.commandPath ?? path} --help\` for usage.\n` : ""}`);
+      io.stderr.write(
+        `${err.red("error:")} ${e.message}\n${e.helpHint ? `Run \`${e.commandPath ?? path} --help\` for usage.\n` : ""}`,
+      );
       process.exitCode = EXIT.usage;
       return;
     }

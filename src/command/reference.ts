@@ -24,7 +24,10 @@ function cell(s: string): string {
 
 /** The anchor GitHub gives a heading `bb allocation create` (`#bb-allocation-create`). */
 export function anchorOf(path: readonly string[]): string {
-  return path.join("-").toLowerCase().replace(/[^a-z0-9-]/g, "");
+  return path
+    .join("-")
+    .toLowerCase()
+    .replace(/[^a-z0-9-]/g, "");
 }
 
 /** The Markdown reference for `nodes` (as walkCommands returns them, root first). */
@@ -76,7 +79,8 @@ export function renderReference(nodes: readonly CommandNode[]): string {
   ];
   for (const n of visible) {
     const depth = "  ".repeat(Math.max(0, n.path.length - 2));
-    if (n.path.length > 1) out.push(`${depth}- [\`${n.path.join(" ")}\`](#${anchorOf(n.path)}): ${prose(n.meta.description ?? "")}`);
+    if (n.path.length > 1)
+      out.push(`${depth}- [\`${n.path.join(" ")}\`](#${anchorOf(n.path)}): ${prose(n.meta.description ?? "")}`);
   }
   out.push("");
   for (const n of visible) {

@@ -39,7 +39,11 @@ export class UsageError extends Error {
 }
 
 /** Error codes that mean "authentication or permission refused" (exit 4). */
-const AUTH_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>(["UNAUTHENTICATED", "FORBIDDEN", "ENROLLMENT_TOKEN_INVALID"]);
+const AUTH_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
+  "UNAUTHENTICATED",
+  "FORBIDDEN",
+  "ENROLLMENT_TOKEN_INVALID",
+]);
 
 /** The exit code for an error: 4 for refused credentials, its own `exitCode` if it carries one, else 1. */
 export function exitCodeFor(e: unknown): number {

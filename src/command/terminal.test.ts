@@ -56,9 +56,15 @@ describe("colour", () => {
 
 describe("table", () => {
   test("a header row, columns two spaces apart, the last column unpadded", () => {
-    expect(table(["ID", "STATE", "REASON"], [["a", "pending", "NO_CAPACITY"], ["bbbb", "ready", "-"]])).toBe(
-      ["ID    STATE    REASON", "a     pending  NO_CAPACITY", "bbbb  ready    -"].join("\n"),
-    );
+    expect(
+      table(
+        ["ID", "STATE", "REASON"],
+        [
+          ["a", "pending", "NO_CAPACITY"],
+          ["bbbb", "ready", "-"],
+        ],
+      ),
+    ).toBe(["ID    STATE    REASON", "a     pending  NO_CAPACITY", "bbbb  ready    -"].join("\n"));
     expect(table(["HOST"], [])).toBe("HOST");
   });
 });

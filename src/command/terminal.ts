@@ -23,7 +23,14 @@ export function useColour(stream: Stream, env: Record<string, string | undefined
 /** ANSI styles that are the identity when colour is off. */
 export function styles(colour: boolean) {
   const wrap = (open: number, close: number) => (t: string) => (colour ? `\x1b[${open}m${t}\x1b[${close}m` : t);
-  return { bold: wrap(1, 22), dim: wrap(2, 22), red: wrap(31, 39), yellow: wrap(33, 39), green: wrap(32, 39), cyan: wrap(36, 39) };
+  return {
+    bold: wrap(1, 22),
+    dim: wrap(2, 22),
+    red: wrap(31, 39),
+    yellow: wrap(33, 39),
+    green: wrap(32, 39),
+    cyan: wrap(36, 39),
+  };
 }
 
 /** consola's levels: 0 error, 1 warn, 2 log, 3 info/success, 4 debug, 5 trace. */
@@ -41,12 +48,17 @@ const PREFIX: Record<string, (s: ReturnType<typeof styles>) => string> = {
  * (`error: …`, `warning: …`, info as is), coloured only per useColour.
  * Called once by the entry point.
  */
-export function routeMessagesTo(stream: Stream = process.stderr, env: Record<string, string | undefined> = process.env): void {
+export function routeMessagesTo(
+  stream: Stream = process.stderr,
+  env: Record<string, string | undefined> = process.env,
+): void {
   const s = styles(useColour(stream, env));
   consola.setReporters([
     {
       log(o: LogObject) {
-        const text = o.args.map((a) => (a instanceof Error ? a.message : typeof a === "string" ? a : String(a))).join(" ");
+        const text = o.args
+          .map((a) => (a instanceof Error ? a.message : typeof a === "string" ? a : String(a)))
+          .join(" ");
         stream.write(`${PREFIX[o.type]?.(s) ?? ""}${text}\n`);
       },
     },
@@ -60,7 +72,11 @@ export function routeMessagesTo(stream: Stream = process.stderr, env: Record<str
  */
 export function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? "").length)));
-  const line = (cells: readonly string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join("  ").trimEnd();
+  const line = (cells: readonly string[]) =>
+    cells
+      .map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!)))
+      .join("  ")
+      .trimEnd();
   return [line(header), ...rows.map(line)].join("\n");
 }
 
@@ -86,8 +102,14 @@ export function progress(stream: NodeJS.WriteStream | Stream = process.stderr, q
   if (quiet) return { update() {}, step() {}, note() {}, stop() {} };
   const line = (t: string) => void stream.write(`${t}\n`);
   const columns = (stream as { columns?: unknown }).columns;
-  if (!stream.isTTY || typeof columns !== "number" || columns < 1) return { update() {}, step: line, note: line, stop: (t) => void (t && line(t)) };
-  const sp = clackSpinner({ output: stream as NodeJS.WriteStream, withGuide: false, onCancel: () => process.exit(130), ...(useColour(stream) ? {} : { styleFrame: (f: string) => f }) });
+  if (!stream.isTTY || typeof columns !== "number" || columns < 1)
+    return { update() {}, step: line, note: line, stop: (t) => void (t && line(t)) };
+  const sp = clackSpinner({
+    output: stream as NodeJS.WriteStream,
+    withGuide: false,
+    onCancel: () => process.exit(130),
+    ...(useColour(stream) ? {} : { styleFrame: (f: string) => f }),
+  });
   let running = false;
   let current = "";
   const update = (text: string) => {

@@ -25,7 +25,12 @@ const demo = command({
         try {
           size = statSync(args.payload).size;
         } catch (e) {
-          throw Object.assign(new Error(`cannot read --payload ${args.payload}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`), { exitCode: 2 });
+          throw Object.assign(
+            new Error(
+              `cannot read --payload ${args.payload}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`,
+            ),
+            { exitCode: 2 },
+          );
         }
         checkPayloadSize(size, `--payload ${args.payload}`);
         payload = readFileSync(args.payload, "utf8");
@@ -41,7 +46,13 @@ const demo = command({
       process.on("SIGTERM", onSignal);
       let r: Awaited<ReturnType<typeof runDevDemo>>;
       try {
-        r = await runDevDemo({ signal: interrupt.signal, root: args.root, payload, print: (l) => console.log(l), status: (l) => consola.info(l) });
+        r = await runDevDemo({
+          signal: interrupt.signal,
+          root: args.root,
+          payload,
+          print: (l) => console.log(l),
+          status: (l) => consola.info(l),
+        });
       } finally {
         process.off("SIGINT", onSignal);
         process.off("SIGTERM", onSignal);
@@ -54,7 +65,10 @@ const demo = command({
       if (r.leftovers.length) {
         consola.error(`left behind: ${r.leftovers.join("; ")}`);
         process.exitCode = 1;
-      } else console.log("cleanup: no VMM process, namespace, TAP or allocation directory left; host capacity back to its registered value");
+      } else
+        console.log(
+          "cleanup: no VMM process, namespace, TAP or allocation directory left; host capacity back to its registered value",
+        );
     }),
 });
 

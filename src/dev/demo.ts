@@ -69,7 +69,11 @@ const PHASES: [string, (e: AllocationEvent) => boolean, (e: AllocationEvent) => 
   ["booted → guest ready", (e) => e.type === "placement.starting", (e) => e.type === "allocation.ready"],
   ["guest ready → payload consumed", (e) => e.type === "allocation.ready", (e) => e.type === "bootstrap.consumed"],
   ["payload consumed → payload done", (e) => e.type === "bootstrap.consumed", (e) => e.type === "workload.exited"],
-  ["release → absent (released)", (e) => e.type === "allocation.release_requested", (e) => e.type === "allocation.released" || e.type === "allocation.failed"],
+  [
+    "release → absent (released)",
+    (e) => e.type === "allocation.release_requested",
+    (e) => e.type === "allocation.released" || e.type === "allocation.failed",
+  ],
 ];
 
 /** Per-phase durations from an event list (ms). Phases whose events are missing are skipped. */
@@ -147,7 +151,12 @@ async function releaseLeftovers(client: SchedulerClient, status: (l: string) => 
  */
 export function checkPayloadSize(bytes: number, what = "the payload"): void {
   if (bytes > MAX_PAYLOAD_BYTES)
-    throw Object.assign(new Error(`${what} is ${bytes} bytes; a bootstrap payload is at most ${MAX_PAYLOAD_BYTES} bytes (${MAX_PAYLOAD_BYTES / 1024} KiB): nothing was started`), { exitCode: 2 });
+    throw Object.assign(
+      new Error(
+        `${what} is ${bytes} bytes; a bootstrap payload is at most ${MAX_PAYLOAD_BYTES} bytes (${MAX_PAYLOAD_BYTES / 1024} KiB): nothing was started`,
+      ),
+      { exitCode: 2 },
+    );
 }
 
 /**
@@ -160,7 +169,8 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
   checkPayloadSize(Buffer.byteLength(opts.payload));
   const root = resolve(opts.root);
   if (process.getuid?.() !== 0) throw new Error("the demo creates network namespaces and TAP devices: run it as root");
-  if (!Bun.which("qemu-system-x86_64")) throw new Error("qemu-system-x86_64 is missing: apt-get install -y qemu-system-x86");
+  if (!Bun.which("qemu-system-x86_64"))
+    throw new Error("qemu-system-x86_64 is missing: apt-get install -y qemu-system-x86");
   opts.status("building the dev image (cached after the first run)");
   const image = await buildDevImage({
     outDir: join(root, "images", "dev"),
@@ -173,7 +183,12 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
   const schedDir = join(root, "demo", "scheduler");
   const agentDir = join(root, "demo", "agent");
   const dev = ensureDevManifest(schedDir, image.digest);
-  let scheduler: RunningScheduler | null = serveScheduler({ dataDir: schedDir, manifestPath: dev.manifestPath, hostname: "127.0.0.1", port: 0 });
+  let scheduler: RunningScheduler | null = serveScheduler({
+    dataDir: schedDir,
+    manifestPath: dev.manifestPath,
+    hostname: "127.0.0.1",
+    port: 0,
+  });
   let agent: AgentDaemon | null = null;
   let allocationId: string | null = null;
   let released = false;
@@ -196,7 +211,10 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
       // The scheduler's port changes per run: point the joined agent at it.
       const cfgPath = agentPaths(agentDir).config;
       const cfg = JSON.parse(readFileSync(cfgPath, "utf8")) as { schedulerUrl: string; imageDirs: string[] };
-      await Bun.write(cfgPath, JSON.stringify({ ...cfg, schedulerUrl: scheduler.url, imageDirs: [image.dir] }, null, 2) + "\n");
+      await Bun.write(
+        cfgPath,
+        JSON.stringify({ ...cfg, schedulerUrl: scheduler.url, imageDirs: [image.dir] }, null, 2) + "\n",
+      );
     }
     agent = await AgentDaemon.start({ dataDir: agentDir });
     for (let i = 0; i < 100; i++) {
@@ -206,13 +224,17 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
     }
     const registered = (await operator.hosts()).find((h) => h.hostId === hostId)!;
     if (registered.health !== "healthy" || registered.unschedulable.length)
-      throw new Error(`host ${hostId} is not schedulable (${registered.health}; ${registered.unschedulable.join(", ") || "no heartbeat"}); see the agent's warnings above (a foreign bb- namespace is quarantined, never deleted: remove it with \`ip netns delete NAME\` if it is yours)`);
+      throw new Error(
+        `host ${hostId} is not schedulable (${registered.health}; ${registered.unschedulable.join(", ") || "no heartbeat"}); see the agent's warnings above (a foreign bb- namespace is quarantined, never deleted: remove it with \`ip netns delete NAME\` if it is yours)`,
+      );
 
     await releaseLeftovers(client, opts.status);
     opts.status("submitting the sample job");
     const { view } = await client.create({ clientRequestId: `demo-${randomUUID()}`, workloadClass: "ci-small" });
     // The client config holds the scheduler's URL and the token; only its path is printed.
-    opts.status(`allocation ${view.allocationId}; follow its output from another terminal: BB_CONFIG=${dev.clientConfigPath} bb allocation logs ${view.allocationId} --follow`);
+    opts.status(
+      `allocation ${view.allocationId}; follow its output from another terminal: BB_CONFIG=${dev.clientConfigPath} bb allocation logs ${view.allocationId} --follow`,
+    );
     const events: AllocationEvent[] = [];
     const states: string[] = [];
     const jobOutput: string[] = [];
@@ -238,10 +260,19 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
     allocationId = view.allocationId;
     const stopFollowing = new AbortController();
     opts.signal?.addEventListener("abort", () => stopFollowing.abort());
-    const followToExit = client.follow(view.allocationId, onEvent, { until: (e) => e.type === "workload.exited", signal: stopFollowing.signal });
+    const followToExit = client.follow(view.allocationId, onEvent, {
+      until: (e) => e.type === "workload.exited",
+      signal: stopFollowing.signal,
+    });
     let lastSeq = 0;
     try {
-      await client.deliverWhenReady(view.allocationId, new TextEncoder().encode(opts.payload), `dlv-${randomUUID()}`, 300_000, opts.signal);
+      await client.deliverWhenReady(
+        view.allocationId,
+        new TextEncoder().encode(opts.payload),
+        `dlv-${randomUUID()}`,
+        300_000,
+        opts.signal,
+      );
       lastSeq = await followToExit;
       if (opts.signal?.aborted) throw Object.assign(new Error("interrupted"), { exitCode: 130 });
     } finally {
@@ -266,8 +297,19 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
       if (ps.exitCode === 0) leftovers.push(`VMM process ${ps.stdout.toString().trim()}`);
     }
     const after = (await operator.hosts()).find((h) => h.hostId === hostId)!;
-    if (JSON.stringify(after.free) !== JSON.stringify(registered.allocatable)) leftovers.push(`host free capacity ${JSON.stringify(after.free)} != allocatable ${JSON.stringify(registered.allocatable)}`);
-    return { allocationId: view.allocationId, jobOutput, exitCode, states, events, timings: phaseTimings(events), leftovers };
+    if (JSON.stringify(after.free) !== JSON.stringify(registered.allocatable))
+      leftovers.push(
+        `host free capacity ${JSON.stringify(after.free)} != allocatable ${JSON.stringify(registered.allocatable)}`,
+      );
+    return {
+      allocationId: view.allocationId,
+      jobOutput,
+      exitCode,
+      states,
+      events,
+      timings: phaseTimings(events),
+      leftovers,
+    };
   } finally {
     // The console follower is a timer: left running, it would keep the process alive after an error.
     (tail as { stop: () => void } | null)?.stop();

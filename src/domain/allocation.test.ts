@@ -1,6 +1,12 @@
 import { describe, expect, test } from "bun:test";
 import { ALLOCATION_STATES } from "../protocol/api.ts";
-import { canTransition, DEFAULT_TIMEOUTS, mayReplaceAutomatically, noCapacityBackoffMs, TERMINAL_STATES } from "./allocation.ts";
+import {
+  canTransition,
+  DEFAULT_TIMEOUTS,
+  mayReplaceAutomatically,
+  noCapacityBackoffMs,
+  TERMINAL_STATES,
+} from "./allocation.ts";
 import { healthFromHeartbeat } from "./health.ts";
 import { allocationIdFor, canonicalJson, commandIdFor, reservationKey } from "./identifiers.ts";
 
@@ -14,10 +20,21 @@ describe("allocation state machine", () => {
     expect(canTransition("releasing", "released")).toBe(true);
   });
   test("automatic replacement only before readiness and payload", () => {
-    expect(mayReplaceAutomatically({ guestReady: false, payloadConsumed: false, attempts: 1 }, DEFAULT_TIMEOUTS)).toBe(true);
-    expect(mayReplaceAutomatically({ guestReady: true, payloadConsumed: false, attempts: 1 }, DEFAULT_TIMEOUTS)).toBe(false);
-    expect(mayReplaceAutomatically({ guestReady: false, payloadConsumed: true, attempts: 1 }, DEFAULT_TIMEOUTS)).toBe(false);
-    expect(mayReplaceAutomatically({ guestReady: false, payloadConsumed: false, attempts: DEFAULT_TIMEOUTS.maxAttempts }, DEFAULT_TIMEOUTS)).toBe(false);
+    expect(mayReplaceAutomatically({ guestReady: false, payloadConsumed: false, attempts: 1 }, DEFAULT_TIMEOUTS)).toBe(
+      true,
+    );
+    expect(mayReplaceAutomatically({ guestReady: true, payloadConsumed: false, attempts: 1 }, DEFAULT_TIMEOUTS)).toBe(
+      false,
+    );
+    expect(mayReplaceAutomatically({ guestReady: false, payloadConsumed: true, attempts: 1 }, DEFAULT_TIMEOUTS)).toBe(
+      false,
+    );
+    expect(
+      mayReplaceAutomatically(
+        { guestReady: false, payloadConsumed: false, attempts: DEFAULT_TIMEOUTS.maxAttempts },
+        DEFAULT_TIMEOUTS,
+      ),
+    ).toBe(false);
   });
   test("backoff grows and is capped", () => {
     expect(noCapacityBackoffMs(1)).toBeLessThan(noCapacityBackoffMs(3));

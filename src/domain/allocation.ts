@@ -76,6 +76,9 @@ export function noCapacityBackoffMs(roundsWithoutCapacity: number): number {
  * Whether a failed attempt may be replaced automatically: only if the guest
  * never reported readiness and no bootstrap payload was consumed (spec "Replacement").
  */
-export function mayReplaceAutomatically(a: { guestReady: boolean; payloadConsumed: boolean; attempts: number }, policy: TimeoutPolicy): boolean {
+export function mayReplaceAutomatically(
+  a: { guestReady: boolean; payloadConsumed: boolean; attempts: number },
+  policy: TimeoutPolicy,
+): boolean {
   return !a.guestReady && !a.payloadConsumed && a.attempts < policy.maxAttempts;
 }

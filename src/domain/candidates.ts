@@ -25,14 +25,20 @@ const IPV4 = /^\d{1,3}(?:\.\d{1,3}){3}$/;
  * of the families the socket bound to `bindHost` receives (`0.0.0.0`: IPv4;
  * `::`: both; a literal: just that address), on `port`.
  */
-export function localCandidates(bindHost: string, port: number, interfaces: NodeJS.Dict<readonly InterfaceAddress[]>): Candidate[] {
+export function localCandidates(
+  bindHost: string,
+  port: number,
+  interfaces: NodeJS.Dict<readonly InterfaceAddress[]>,
+): Candidate[] {
   if (bindHost !== "0.0.0.0" && bindHost !== "::") return [{ address: bindHost, port, kind: "local" }];
   const out: Candidate[] = [];
   for (const list of Object.values(interfaces)) {
     for (const a of list ?? []) {
       if (a.internal) continue;
-      if (IPV4.test(a.address) && !a.address.startsWith("169.254.")) out.push({ address: a.address, port, kind: "local" });
-      else if (bindHost === "::" && a.address.includes(":") && !/^fe[89ab]/i.test(a.address)) out.push({ address: a.address.toLowerCase(), port, kind: "local" });
+      if (IPV4.test(a.address) && !a.address.startsWith("169.254."))
+        out.push({ address: a.address, port, kind: "local" });
+      else if (bindHost === "::" && a.address.includes(":") && !/^fe[89ab]/i.test(a.address))
+        out.push({ address: a.address.toLowerCase(), port, kind: "local" });
     }
   }
   return out;

@@ -1,7 +1,12 @@
 import { describe, expect, test } from "bun:test";
 import { fits, sub, used, type Resources } from "./capacity.ts";
 
-const r = (cpuMillis: number, memoryMiB: number, ephemeralDiskMiB: number, slots: number): Resources => ({ cpuMillis, memoryMiB, ephemeralDiskMiB, slots });
+const r = (cpuMillis: number, memoryMiB: number, ephemeralDiskMiB: number, slots: number): Resources => ({
+  cpuMillis,
+  memoryMiB,
+  ephemeralDiskMiB,
+  slots,
+});
 
 describe("capacity", () => {
   test("fits names the first failing dimension", () => {

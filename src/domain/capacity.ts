@@ -27,12 +27,22 @@ export const ZERO: Resources = { cpuMillis: 0, memoryMiB: 0, ephemeralDiskMiB: 0
 
 /** a + b, component-wise. */
 export function add(a: Resources, b: Resources): Resources {
-  return { cpuMillis: a.cpuMillis + b.cpuMillis, memoryMiB: a.memoryMiB + b.memoryMiB, ephemeralDiskMiB: a.ephemeralDiskMiB + b.ephemeralDiskMiB, slots: a.slots + b.slots };
+  return {
+    cpuMillis: a.cpuMillis + b.cpuMillis,
+    memoryMiB: a.memoryMiB + b.memoryMiB,
+    ephemeralDiskMiB: a.ephemeralDiskMiB + b.ephemeralDiskMiB,
+    slots: a.slots + b.slots,
+  };
 }
 
 /** a − b, component-wise (may go negative; callers compare with `fits`). */
 export function sub(a: Resources, b: Resources): Resources {
-  return { cpuMillis: a.cpuMillis - b.cpuMillis, memoryMiB: a.memoryMiB - b.memoryMiB, ephemeralDiskMiB: a.ephemeralDiskMiB - b.ephemeralDiskMiB, slots: a.slots - b.slots };
+  return {
+    cpuMillis: a.cpuMillis - b.cpuMillis,
+    memoryMiB: a.memoryMiB - b.memoryMiB,
+    ephemeralDiskMiB: a.ephemeralDiskMiB - b.ephemeralDiskMiB,
+    slots: a.slots - b.slots,
+  };
 }
 
 /** Why a request does not fit, as the Host object's stable rejection code, or null if it fits. */

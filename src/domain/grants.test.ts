@@ -1,5 +1,13 @@
 import { describe, expect, test } from "bun:test";
-import { checkGrantRequest, generationFenced, GRANT_EXPIRY_GRACE_MS, grantGone, parsePortRange, portAllowed, type ConnectionPolicy } from "./grants.ts";
+import {
+  checkGrantRequest,
+  generationFenced,
+  GRANT_EXPIRY_GRACE_MS,
+  grantGone,
+  parsePortRange,
+  portAllowed,
+  type ConnectionPolicy,
+} from "./grants.ts";
 
 const ssh: ConnectionPolicy = { transports: ["tcp"], ports: ["22", "8000-8010"] };
 const limits = { maxTtlSeconds: 900, defaultTtlSeconds: 300 };
@@ -9,18 +17,40 @@ describe("grant policy", () => {
     expect(parsePortRange("22")).toEqual([22, 22]);
     expect(parsePortRange("8000-8010")).toEqual([8000, 8010]);
     for (const bad of ["0", "65536", "10-9", "1-", "-5", "a", "1,2", " 22"]) expect(parsePortRange(bad)).toBeNull();
-    expect([21, 22, 23, 7999, 8000, 8010, 8011].map((p) => portAllowed(ssh, p))).toEqual([false, true, false, false, true, true, false]);
+    expect([21, 22, 23, 7999, 8000, 8010, 8011].map((p) => portAllowed(ssh, p))).toEqual([
+      false,
+      true,
+      false,
+      false,
+      true,
+      true,
+      false,
+    ]);
   });
   test("a request inside the policy gets its TTL (default when absent, never above the maximum)", () => {
-    expect(checkGrantRequest(ssh, { transport: "tcp", ports: [22, 8005] }, limits)).toEqual({ ok: true, ttlMs: 300_000 });
-    expect(checkGrantRequest(ssh, { transport: "tcp", ports: [22], ttlSeconds: 60 }, limits)).toEqual({ ok: true, ttlMs: 60_000 });
-    expect(checkGrantRequest(ssh, { transport: "tcp", ports: [22], ttlSeconds: 3600 }, limits)).toEqual({ ok: true, ttlMs: 900_000 });
+    expect(checkGrantRequest(ssh, { transport: "tcp", ports: [22, 8005] }, limits)).toEqual({
+      ok: true,
+      ttlMs: 300_000,
+    });
+    expect(checkGrantRequest(ssh, { transport: "tcp", ports: [22], ttlSeconds: 60 }, limits)).toEqual({
+      ok: true,
+      ttlMs: 60_000,
+    });
+    expect(checkGrantRequest(ssh, { transport: "tcp", ports: [22], ttlSeconds: 3600 }, limits)).toEqual({
+      ok: true,
+      ttlMs: 900_000,
+    });
   });
   test("refused with FORBIDDEN naming the transport or the first port outside the policy, or a class without a policy", () => {
     const r1 = checkGrantRequest(ssh, { transport: "udp", ports: [22] }, limits);
-    expect(r1.ok ? null : r1.refusal).toEqual({ code: "FORBIDDEN", message: "transport udp is not allowed for this workload class (allowed: tcp)" });
+    expect(r1.ok ? null : r1.refusal).toEqual({
+      code: "FORBIDDEN",
+      message: "transport udp is not allowed for this workload class (allowed: tcp)",
+    });
     const r2 = checkGrantRequest(ssh, { transport: "tcp", ports: [22, 25, 26] }, limits);
-    expect(r2.ok ? null : r2.refusal.message).toBe("port 25 is not allowed for this workload class (allowed: 22, 8000-8010)");
+    expect(r2.ok ? null : r2.refusal.message).toBe(
+      "port 25 is not allowed for this workload class (allowed: 22, 8000-8010)",
+    );
     const r3 = checkGrantRequest(null, { transport: "tcp", ports: [22] }, limits);
     expect(r3.ok ? null : r3.refusal.code).toBe("FORBIDDEN");
   });

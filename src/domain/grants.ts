@@ -66,9 +66,15 @@ export function checkGrantRequest(
 ): { ok: true; ttlMs: number } | { ok: false; refusal: PolicyRefusal } {
   const refuse = (message: string) => ({ ok: false as const, refusal: { code: "FORBIDDEN" as const, message } });
   if (!policy) return refuse("this workload class allows no connection grants");
-  if (!policy.transports.includes(req.transport)) return refuse(`transport ${req.transport} is not allowed for this workload class (allowed: ${policy.transports.join(", ") || "none"})`);
+  if (!policy.transports.includes(req.transport))
+    return refuse(
+      `transport ${req.transport} is not allowed for this workload class (allowed: ${policy.transports.join(", ") || "none"})`,
+    );
   const denied = req.ports.find((p) => !portAllowed(policy, p));
-  if (denied !== undefined) return refuse(`port ${denied} is not allowed for this workload class (allowed: ${policy.ports.join(", ") || "none"})`);
+  if (denied !== undefined)
+    return refuse(
+      `port ${denied} is not allowed for this workload class (allowed: ${policy.ports.join(", ") || "none"})`,
+    );
   const seconds = Math.min(req.ttlSeconds ?? limits.defaultTtlSeconds, limits.maxTtlSeconds);
   return { ok: true, ttlMs: seconds * 1000 };
 }
@@ -89,7 +95,10 @@ export function grantGone(g: GrantFacts, nowMs: number): boolean {
  * Whether every grant of a generation is gone, and if not, the latest time
  * by which expiry alone fences them all (ms), so a caller can wait.
  */
-export function generationFenced(grants: readonly GrantFacts[], nowMs: number): { fenced: true } | { fenced: false; byMs: number } {
+export function generationFenced(
+  grants: readonly GrantFacts[],
+  nowMs: number,
+): { fenced: true } | { fenced: false; byMs: number } {
   let byMs = 0;
   for (const g of grants) if (!grantGone(g, nowMs)) byMs = Math.max(byMs, g.expiresAtMs + GRANT_EXPIRY_GRACE_MS);
   return byMs === 0 ? { fenced: true } : { fenced: false, byMs };

@@ -19,7 +19,9 @@ describe("host schedulability", () => {
     expect(unschedulableReasons({ ...ok, adminState: "draining" }, now)).toEqual(["HOST_NOT_ACTIVE"]);
     expect(unschedulableReasons({ ...ok, heartbeatAtMs: now - 40_000 }, now)).toEqual(["HOST_NOT_HEALTHY"]);
     expect(unschedulableReasons({ ...ok, overlapUntilMs: now + 1 }, now)).toEqual(["OVERLAPPING_AGENT_SESSION"]);
-    expect(unschedulableReasons({ ...ok, inventory: { cpuMillis: 2000, memoryMiB: 8192 } }, now)).toEqual(["INVENTORY_MISMATCH"]);
+    expect(unschedulableReasons({ ...ok, inventory: { cpuMillis: 2000, memoryMiB: 8192 } }, now)).toEqual([
+      "INVENTORY_MISMATCH",
+    ]);
     expect(unschedulableReasons({ ...ok, clockSkewMs: 5001 }, now)).toEqual(["CLOCK_SKEW"]);
     expect(unschedulableReasons({ ...ok, clockSkewMs: 5000 }, now)).toEqual([]);
     expect(unschedulableReasons({ ...ok, isolationHealthy: false }, now)).toEqual(["ISOLATION_UNHEALTHY"]);

@@ -52,7 +52,8 @@ export function unschedulableReasons(f: HostFacts, nowMs: number): Unschedulable
   if (f.adminState !== "active") out.push("HOST_NOT_ACTIVE");
   if (healthFromHeartbeat(f.heartbeatAtMs, nowMs) !== "healthy") out.push("HOST_NOT_HEALTHY");
   if (f.overlapUntilMs > nowMs) out.push("OVERLAPPING_AGENT_SESSION");
-  if (f.inventory && (f.inventory.cpuMillis < f.registered.cpuMillis || f.inventory.memoryMiB < f.registered.memoryMiB)) out.push("INVENTORY_MISMATCH");
+  if (f.inventory && (f.inventory.cpuMillis < f.registered.cpuMillis || f.inventory.memoryMiB < f.registered.memoryMiB))
+    out.push("INVENTORY_MISMATCH");
   if (f.clockSkewMs > MAX_CLOCK_SKEW_MS) out.push("CLOCK_SKEW");
   if (!f.isolationHealthy) out.push("ISOLATION_UNHEALTHY");
   if (f.volumesNearlyFull) out.push("VOLUMES_NEARLY_FULL");

@@ -13,7 +13,11 @@ export function allocationIdFor(identity: string, clientRequestId: string): stri
 }
 
 /** Deterministic command ID: `{placement}:{present|running|absent}:{generation}`. */
-export function commandIdFor(placementId: string, type: "ensure_present" | "ensure_running" | "ensure_absent", generation: number): string {
+export function commandIdFor(
+  placementId: string,
+  type: "ensure_present" | "ensure_running" | "ensure_absent",
+  generation: number,
+): string {
   return `${placementId}:${type.slice("ensure_".length)}:${generation}`;
 }
 

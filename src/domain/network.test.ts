@@ -1,5 +1,13 @@
 import { describe, expect, test } from "bun:test";
-import { MAX_ADDRESS_INDEX, MAX_NETWORKS, networkAddress, networkPrefix, parseUlaPrefix, subnetOf, type UlaPrefix } from "./network.ts";
+import {
+  MAX_ADDRESS_INDEX,
+  MAX_NETWORKS,
+  networkAddress,
+  networkPrefix,
+  parseUlaPrefix,
+  subnetOf,
+  type UlaPrefix,
+} from "./network.ts";
 
 const ula = parseUlaPrefix("fd3c:91a2:7e10::/48") as UlaPrefix;
 
@@ -35,7 +43,8 @@ describe("Network /64s and /128s", () => {
     expect(networkAddress(ula, 1, "allocation", MAX_ADDRESS_INDEX)).toBe("fd3c:91a2:7e10:1:1:ffff:ffff:ffff");
     expect(() => networkAddress(ula, 1, "client", 0)).toThrow(RangeError);
     const seen = new Set<string>();
-    for (let i = 1; i <= 500; i++) for (const k of ["allocation", "client"] as const) seen.add(networkAddress(ula, 7, k, i));
+    for (let i = 1; i <= 500; i++)
+      for (const k of ["allocation", "client"] as const) seen.add(networkAddress(ula, 7, k, i));
     expect(seen.size).toBe(1000);
   });
   test("subnetOf finds the Network of an address inside the /48 only", () => {

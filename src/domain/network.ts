@@ -54,9 +54,11 @@ export function parseUlaPrefix(text: string): UlaPrefix | string {
     return `${JSON.stringify(m[1])} is not an IPv6 address`;
   }
   if (b[0] !== 0xfd) return "the ULA prefix must be inside fd00::/8 (RFC 4193, locally assigned)";
-  if (b.subarray(6).some((x) => x !== 0)) return "the ULA prefix has bits set beyond its 48th; write it as fdxx:xxxx:xxxx::/48";
+  if (b.subarray(6).some((x) => x !== 0))
+    return "the ULA prefix has bits set beyond its 48th; write it as fdxx:xxxx:xxxx::/48";
   const gid = b.subarray(1, 6);
-  if (gid.every((x) => x === gid[0])) return "the ULA global ID must be random (RFC 4193 §3.2), not zero or one repeated byte";
+  if (gid.every((x) => x === gid[0]))
+    return "the ULA global ID must be random (RFC 4193 §3.2), not zero or one repeated byte";
   return { bytes: b.slice(0, 6), text: `${formatIpv6(b)}/48` };
 }
 
@@ -66,7 +68,8 @@ export function networkPrefix(ula: UlaPrefix, subnet: number): string {
 }
 
 function prefix64(ula: UlaPrefix, subnet: number): Uint8Array {
-  if (!Number.isInteger(subnet) || subnet < 1 || subnet > MAX_NETWORKS) throw new RangeError(`subnet index ${subnet} is outside 1..${MAX_NETWORKS}`);
+  if (!Number.isInteger(subnet) || subnet < 1 || subnet > MAX_NETWORKS)
+    throw new RangeError(`subnet index ${subnet} is outside 1..${MAX_NETWORKS}`);
   const b = new Uint8Array(16);
   b.set(ula.bytes, 0);
   b[6] = subnet >> 8;
@@ -80,7 +83,8 @@ function prefix64(ula: UlaPrefix, subnet: number): Uint8Array {
  * outside those ranges.
  */
 export function networkAddress(ula: UlaPrefix, subnet: number, kind: AddressKind, index: number): string {
-  if (!Number.isInteger(index) || index < 1 || index > MAX_ADDRESS_INDEX) throw new RangeError(`address index ${index} is outside 1..${MAX_ADDRESS_INDEX}`);
+  if (!Number.isInteger(index) || index < 1 || index > MAX_ADDRESS_INDEX)
+    throw new RangeError(`address index ${index} is outside 1..${MAX_ADDRESS_INDEX}`);
   const b = prefix64(ula, subnet);
   b[8] = 0;
   b[9] = KIND_TAG[kind];

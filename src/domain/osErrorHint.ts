@@ -24,7 +24,12 @@ export function isAddressFamilyRestricted(e: unknown): boolean {
   if (typeof e === "string") return /Address family not supported|EAFNOSUPPORT/i.test(e);
   if (e && typeof e === "object") {
     const o = e as { errno?: unknown; code?: unknown; message?: unknown; info?: { errno?: unknown } };
-    if (Math.abs(Number(o.errno)) === EAFNOSUPPORT || Math.abs(Number(o.info?.errno)) === EAFNOSUPPORT || o.code === "EAFNOSUPPORT") return true;
+    if (
+      Math.abs(Number(o.errno)) === EAFNOSUPPORT ||
+      Math.abs(Number(o.info?.errno)) === EAFNOSUPPORT ||
+      o.code === "EAFNOSUPPORT"
+    )
+      return true;
     if (typeof o.message === "string") return isAddressFamilyRestricted(o.message);
   }
   return false;

@@ -1,5 +1,12 @@
 import { describe, expect, test } from "bun:test";
-import { explainNoCandidate, filterReason, rankCandidates, supersedes, type Advertisement, type PlacementRequest } from "./placement.ts";
+import {
+  explainNoCandidate,
+  filterReason,
+  rankCandidates,
+  supersedes,
+  type Advertisement,
+  type PlacementRequest,
+} from "./placement.ts";
 
 const now = 1_000_000;
 const ad = (hostId: string, o: Partial<Advertisement> = {}): Advertisement => ({
@@ -39,7 +46,13 @@ describe("placement filter", () => {
     expect(filterReason(ad("h", { agentProtocolVersion: "2.0" }), req, now)).toBe("PROTOCOL_INCOMPATIBLE");
     expect(filterReason(ad("h", { isolationHealthy: false }), req, now)).toBe("ISOLATION_UNHEALTHY");
     expect(filterReason(ad("h", { unschedulable: ["CLOCK_SKEW"] }), req, now)).toBe("CLOCK_SKEW");
-    expect(filterReason(ad("h", { free: { cpuMillis: 500, memoryMiB: 4096, ephemeralDiskMiB: 10_000, slots: 4 } }), req, now)).toBe("INSUFFICIENT_CPU");
+    expect(
+      filterReason(
+        ad("h", { free: { cpuMillis: 500, memoryMiB: 4096, ephemeralDiskMiB: 10_000, slots: 4 } }),
+        req,
+        now,
+      ),
+    ).toBe("INSUFFICIENT_CPU");
     expect(filterReason(ad("h"), { ...req, exclude: new Set(["h"]) }, now)).toBe("ALREADY_TRIED");
   });
 });
@@ -50,7 +63,10 @@ describe("placement scoring", () => {
       [
         ad("roomy", { heartbeatAtMs: now - 100 }),
         ad("cached", { cachedImages: ["sha256:x"], heartbeatAtMs: now - 5000 }),
-        ad("tight", { heartbeatAtMs: now - 100, free: { cpuMillis: 1000, memoryMiB: 600, ephemeralDiskMiB: 2000, slots: 1 } }),
+        ad("tight", {
+          heartbeatAtMs: now - 100,
+          free: { cpuMillis: 1000, memoryMiB: 600, ephemeralDiskMiB: 2000, slots: 1 },
+        }),
         ad("stale", { heartbeatAtMs: now - 9000 }),
       ],
       req,
@@ -73,7 +89,20 @@ describe("placement scoring", () => {
 describe("why no host took a request", () => {
   test("counts each host's first failing check, split into misfits and host conditions", () => {
     const full = { cpuMillis: 500, memoryMiB: 4096, ephemeralDiskMiB: 10_000, slots: 4 };
-    const why = explainNoCandidate([ad("a", { free: full }), ad("b", { free: full }), ad("c", { unschedulable: ["CLOCK_SKEW"] }), ad("d", { adminState: "draining" })], req, now);
-    expect(why).toEqual({ hostsConsidered: 4, noFit: { INSUFFICIENT_CPU: 2 }, unschedulable: { CLOCK_SKEW: 1, HOST_NOT_ACTIVE: 1 } });
+    const why = explainNoCandidate(
+      [
+        ad("a", { free: full }),
+        ad("b", { free: full }),
+        ad("c", { unschedulable: ["CLOCK_SKEW"] }),
+        ad("d", { adminState: "draining" }),
+      ],
+      req,
+      now,
+    );
+    expect(why).toEqual({
+      hostsConsidered: 4,
+      noFit: { INSUFFICIENT_CPU: 2 },
+      unschedulable: { CLOCK_SKEW: 1, HOST_NOT_ACTIVE: 1 },
+    });
   });
 });

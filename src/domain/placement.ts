@@ -108,7 +108,11 @@ export interface NoCandidateExplanation {
 }
 
 /** Counts, over every advertisement, why it was filtered out for `req` (issue "Pending is unexplained"). */
-export function explainNoCandidate(ads: Iterable<Advertisement>, req: PlacementRequest, nowMs: number): NoCandidateExplanation {
+export function explainNoCandidate(
+  ads: Iterable<Advertisement>,
+  req: PlacementRequest,
+  nowMs: number,
+): NoCandidateExplanation {
   const c = compile(req);
   const out: NoCandidateExplanation = { hostsConsidered: 0, noFit: {}, unschedulable: {} };
   for (const ad of ads) {
@@ -158,7 +162,12 @@ function compare(a: Keyed, b: Keyed): number {
  * least memory left, least CPU left, then the stable hash. Returns at most
  * `limit` (a partial selection: O(hosts × limit), no full sort).
  */
-export function rankCandidates(ads: Iterable<Advertisement>, req: PlacementRequest, nowMs: number, limit = Number.POSITIVE_INFINITY): Advertisement[] {
+export function rankCandidates(
+  ads: Iterable<Advertisement>,
+  req: PlacementRequest,
+  nowMs: number,
+  limit = Number.POSITIVE_INFINITY,
+): Advertisement[] {
   const c = compile(req);
   const prefix = fnvPrefix(req.allocationId);
   const best: Keyed[] = [];

@@ -58,8 +58,12 @@ const base: AllocationRecord = {
   pendingReplacement: null,
 };
 const rec = (o: Partial<AllocationRecord> = {}): AllocationRecord => ({ ...base, ...o });
-const placed = (o: Partial<AllocationRecord> = {}) => rec({ state: "provisioning", hostId: "h1", placementId: "plc_1", reservationKey: "k", ...o });
-const obs = (state: "running" | "error" | "absent", o: { errorCode?: string | null; generation?: number; placementId?: string } = {}) => ({
+const placed = (o: Partial<AllocationRecord> = {}) =>
+  rec({ state: "provisioning", hostId: "h1", placementId: "plc_1", reservationKey: "k", ...o });
+const obs = (
+  state: "running" | "error" | "absent",
+  o: { errorCode?: string | null; generation?: number; placementId?: string } = {},
+) => ({
   kind: "observation" as const,
   hostId: "h1",
   placementId: o.placementId ?? "plc_1",
@@ -91,33 +95,62 @@ describe("placement and waiting for capacity", () => {
   });
   test("a capacity wake-up brings the next attempt forward; ignored unless pending", () => {
     const waiting = rec({ nextAttemptAtMs: T + 60_000, conditions: [NO_CAPACITY_CONDITION] });
-    expect(applyInput(waiting, { kind: "capacity_available", hostId: "h1" }, T + 5, P).patch).toEqual({ nextAttemptAtMs: T + 5 });
+    expect(applyInput(waiting, { kind: "capacity_available", hostId: "h1" }, T + 5, P).patch).toEqual({
+      nextAttemptAtMs: T + 5,
+    });
     expect(applyInput(placed(), { kind: "capacity_available", hostId: "h1" }, T, P).patch).toEqual({});
   });
   test("a candidate moves to reserving; acceptance to provisioning (clearing NO_CAPACITY); a rejection back to pending with the host tried", () => {
     const waiting = rec({ conditions: [NO_CAPACITY_CONDITION] });
     const reserving = applied(waiting, afterFindHost(waiting, { hostId: "h1", outcome: null }, "plc_1", "k", T));
     expect([reserving.state, reserving.hostId, reserving.placementId]).toEqual(["reserving", "h1", "plc_1"]);
-    expect(nextIntent(reserving, T, P)).toEqual({ type: "reserve", hostId: "h1", placementId: "plc_1", reservationKey: "k" });
+    expect(nextIntent(reserving, T, P)).toEqual({
+      type: "reserve",
+      hostId: "h1",
+      placementId: "plc_1",
+      reservationKey: "k",
+    });
     const ok = applied(reserving, afterReserve(reserving, { accepted: true }, T));
     expect([ok.state, ok.conditions, ok.placement?.result]).toEqual(["provisioning", [], "reserved"]);
     const no = applied(reserving, afterReserve(reserving, { accepted: false, code: "INSUFFICIENT_CPU" }, T));
-    expect([no.state, no.hostId, no.triedHosts, no.placement?.noFit]).toEqual(["pending", null, ["h1"], { INSUFFICIENT_CPU: 1 }]);
+    expect([no.state, no.hostId, no.triedHosts, no.placement?.noFit]).toEqual([
+      "pending",
+      null,
+      ["h1"],
+      { INSUFFICIENT_CPU: 1 },
+    ]);
   });
 });
 
 describe("observations", () => {
   test("running makes a provisioning allocation ready; a stale generation or placement changes nothing", () => {
     expect(states(applyInput(placed(), obs("running"), T, P))).toEqual(["ready"]);
-    expect(applyInput(placed(), obs("running", { generation: 2 }), T, P)).toEqual({ patch: {}, events: [], terminal: false, alerts: [], transition: null });
+    expect(applyInput(placed(), obs("running", { generation: 2 }), T, P)).toEqual({
+      patch: {},
+      events: [],
+      terminal: false,
+      alerts: [],
+      transition: null,
+    });
     expect(applyInput(placed(), obs("running", { placementId: "plc_other" }), T, P).events).toEqual([]);
   });
   test("an error before readiness is replaced after absence (next generation, old host tried)", () => {
     const releasing = applied(placed(), applyInput(placed(), obs("error", { errorCode: "VM_EXITED" }), T, P));
-    expect([releasing.state, releasing.replaceAfterAbsent, releasing.desired, releasing.reason]).toEqual(["releasing", true, "ready", null]);
+    expect([releasing.state, releasing.replaceAfterAbsent, releasing.desired, releasing.reason]).toEqual([
+      "releasing",
+      true,
+      "ready",
+      null,
+    ]);
     const c = applyInput(releasing, obs("absent"), T, P);
     const next = applied(releasing, c);
-    expect([next.state, next.generation, next.attempts, next.placementId, next.triedHosts]).toEqual(["pending", 2, 2, null, ["h1"]]);
+    expect([next.state, next.generation, next.attempts, next.placementId, next.triedHosts]).toEqual([
+      "pending",
+      2,
+      2,
+      null,
+      ["h1"],
+    ]);
     expect(c.terminal).toBe(false);
   });
   test("an error after the payload was consumed fails the allocation once absence is observed", () => {
@@ -136,7 +169,13 @@ describe("observations", () => {
 });
 
 describe("host loss", () => {
-  const lost = { exists: true, state: "running", leaseExpiresAtMs: T + 1000, hostHealth: "lost" as const, fenced: false };
+  const lost = {
+    exists: true,
+    state: "running",
+    leaseExpiresAtMs: T + 1000,
+    hostHealth: "lost" as const,
+    fenced: false,
+  };
   test("before readiness: replaced only after the old lease expired plus grace", () => {
     const r = placed();
     const early = afterHostCheck(r, lost, T, P);
@@ -152,10 +191,21 @@ describe("host loss", () => {
     const blocked = applied(r, first.change);
     expect(blocked.conditions).toEqual([REPLACEMENT_BLOCKED]);
     expect(afterHostCheck(blocked, lost, T + 1, P).change.events).toEqual([]);
-    expect(afterHostCheck({ ...blocked, replacementAuthorized: true }, lost, T + 1000 + P.leaseGraceMs, P).replaceNow).toBe(true);
+    expect(
+      afterHostCheck({ ...blocked, replacementAuthorized: true }, lost, T + 1000 + P.leaseGraceMs, P).replaceNow,
+    ).toBe(true);
   });
   test("a healthy host only moves the next check", () => {
-    expect(afterHostCheck(placed(), { ...lost, hostHealth: "healthy" }, T, P)).toEqual({ change: { patch: { hostCheckAtMs: T + P.hostCheckIntervalMs }, events: [], terminal: false, alerts: [], transition: null }, replaceNow: false });
+    expect(afterHostCheck(placed(), { ...lost, hostHealth: "healthy" }, T, P)).toEqual({
+      change: {
+        patch: { hostCheckAtMs: T + P.hostCheckIntervalMs },
+        events: [],
+        terminal: false,
+        alerts: [],
+        transition: null,
+      },
+      replaceNow: false,
+    });
   });
 });
 
@@ -167,12 +217,25 @@ describe("release and timeouts", () => {
     expect(releaseOrPlace(timeout, T)).toMatchObject({ type: "persist", change: { patch: { state: "failed" } } });
   });
   test("TTL, boot and pending timeouts request release with their reason", () => {
-    expect(nextIntent(placed({ state: "ready", expiresAtMs: T }), T, P)).toMatchObject({ type: "persist", change: { patch: { reason: "TTL_EXPIRED" } } });
-    expect(nextIntent(placed(), T + P.provisioningTimeoutMs, P)).toMatchObject({ type: "persist", change: { patch: { reason: "GUEST_BOOT_TIMEOUT" } } });
-    expect(nextIntent(rec(), T + P.pendingTimeoutMs, P)).toMatchObject({ type: "persist", change: { patch: { reason: "NO_CAPACITY" } } });
+    expect(nextIntent(placed({ state: "ready", expiresAtMs: T }), T, P)).toMatchObject({
+      type: "persist",
+      change: { patch: { reason: "TTL_EXPIRED" } },
+    });
+    expect(nextIntent(placed(), T + P.provisioningTimeoutMs, P)).toMatchObject({
+      type: "persist",
+      change: { patch: { reason: "GUEST_BOOT_TIMEOUT" } },
+    });
+    expect(nextIntent(rec(), T + P.pendingTimeoutMs, P)).toMatchObject({
+      type: "persist",
+      change: { patch: { reason: "NO_CAPACITY" } },
+    });
   });
   test("a releasing allocation with a placement asks its host for absence", () => {
-    expect(releaseOrPlace(placed({ state: "releasing", desired: "released" }), T)).toEqual({ type: "request_absent", hostId: "h1", placementId: "plc_1" });
+    expect(releaseOrPlace(placed({ state: "releasing", desired: "released" }), T)).toEqual({
+      type: "request_absent",
+      hostId: "h1",
+      placementId: "plc_1",
+    });
   });
   test("the state machine refuses a forbidden transition", () => {
     expect(() => transition(rec({ state: "released" }), "pending", {}, null, T)).toThrow("forbidden transition");
@@ -198,8 +261,17 @@ describe("connection grants across a replacement (CONNECTIONS_NOT_FENCED)", () =
     const c = applyInput(r0, obs("absent", { errorCode: "HOST_FENCED" }), T, P);
     const r = applied(r0, c);
     expect(states(c)).toEqual(["releasing"]);
-    expect([r.state, r.generation, r.pendingReplacement, r.conditions]).toEqual(["releasing", 1, "REPLACEMENT", [CONNECTIONS_NOT_FENCED]]);
-    expect(c.events.map((e) => e.type)).toEqual(["placement.absent", "allocation.releasing", "allocation.connections_not_fenced"]);
+    expect([r.state, r.generation, r.pendingReplacement, r.conditions]).toEqual([
+      "releasing",
+      1,
+      "REPLACEMENT",
+      [CONNECTIONS_NOT_FENCED],
+    ]);
+    expect(c.events.map((e) => e.type)).toEqual([
+      "placement.absent",
+      "allocation.releasing",
+      "allocation.connections_not_fenced",
+    ]);
     expect(nextIntent(r, T, P)).toEqual({ type: "fence_connections", networkId: "net_1", generation: 1 });
     // A repeated absence changes nothing more.
     const again = applyInput(r, obs("absent"), T + 1, P);
@@ -208,17 +280,34 @@ describe("connection grants across a replacement (CONNECTIONS_NOT_FENCED)", () =
   });
 
   test("not fenced: nothing moves; fenced: the generation advances and the condition clears", () => {
-    const r = applied(ready({ grantGeneration: 1 }), applyInput(ready({ grantGeneration: 1 }), obs("absent", { errorCode: "HOST_FENCED" }), T, P));
-    expect(afterFenceCheck(r, false, T + 5_000)).toEqual({ patch: {}, events: [], terminal: false, alerts: [], transition: null });
+    const r = applied(
+      ready({ grantGeneration: 1 }),
+      applyInput(ready({ grantGeneration: 1 }), obs("absent", { errorCode: "HOST_FENCED" }), T, P),
+    );
+    expect(afterFenceCheck(r, false, T + 5_000)).toEqual({
+      patch: {},
+      events: [],
+      terminal: false,
+      alerts: [],
+      transition: null,
+    });
     const c = afterFenceCheck(r, true, T + 5_000);
     const next = applied(r, c);
-    expect([next.state, next.generation, next.pendingReplacement, next.connectionsFencedGeneration, next.conditions]).toEqual(["pending", 2, null, 1, []]);
+    expect([
+      next.state,
+      next.generation,
+      next.pendingReplacement,
+      next.connectionsFencedGeneration,
+      next.conditions,
+    ]).toEqual(["pending", 2, null, 1, []]);
     expect(states(c)).toEqual(["pending"]);
   });
 
   test("a grant for an older generation does not hold a later replacement", () => {
     const r0 = ready({ generation: 2, placementId: "plc_2", grantGeneration: 1, connectionsFencedGeneration: 1 });
-    expect(states(applyInput(r0, obs("absent", { generation: 2, placementId: "plc_2", errorCode: "HOST_FENCED" }), T, P))).toEqual(["releasing", "pending"]);
+    expect(
+      states(applyInput(r0, obs("absent", { generation: 2, placementId: "plc_2", errorCode: "HOST_FENCED" }), T, P)),
+    ).toEqual(["releasing", "pending"]);
   });
 
   test("an authorized replacement of a ready allocation is held too (ready → releasing); released while held, it ends released", () => {

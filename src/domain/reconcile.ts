@@ -14,7 +14,13 @@
  */
 import type { AllocationState, PlacementOutcome } from "../protocol/api.ts";
 import type { PlacementObservedState, VmExit } from "../protocol/agent.ts";
-import { canTransition, MAX_ALARM_DELAY_MS, mayReplaceAutomatically, TERMINAL_STATES, type TimeoutPolicy } from "./allocation.ts";
+import {
+  canTransition,
+  MAX_ALARM_DELAY_MS,
+  mayReplaceAutomatically,
+  TERMINAL_STATES,
+  type TimeoutPolicy,
+} from "./allocation.ts";
 import type { HostHealth } from "./health.ts";
 
 /** Condition shown while an allocation waits for capacity. */
@@ -114,11 +120,24 @@ export function applied(r: AllocationRecord, c: Change): AllocationRecord {
  * terminal state, the terminal mark. Throws Error for a transition the state
  * machine forbids (a bug: the object answers INTERNAL).
  */
-export function transition(r: AllocationRecord, to: AllocationState, patch: Partial<AllocationRecord>, reason: string | null, nowMs: number, data?: Record<string, unknown>): Change {
+export function transition(
+  r: AllocationRecord,
+  to: AllocationState,
+  patch: Partial<AllocationRecord>,
+  reason: string | null,
+  nowMs: number,
+  data?: Record<string, unknown>,
+): Change {
   if (!canTransition(r.state, to)) throw new Error(`forbidden transition ${r.state} -> ${to}`);
   const terminal = TERMINAL_STATES.has(to);
   return {
-    patch: { ...patch, state: to, stateEnteredAtMs: nowMs, updatedAtMs: nowMs, ...(terminal ? { terminalAtMs: nowMs } : {}) },
+    patch: {
+      ...patch,
+      state: to,
+      stateEnteredAtMs: nowMs,
+      updatedAtMs: nowMs,
+      ...(terminal ? { terminalAtMs: nowMs } : {}),
+    },
     events: [{ type: `allocation.${to}`, fromState: r.state, toState: to, reason, ...(data ? { data } : {}) }],
     terminal,
     alerts: [],
@@ -155,7 +174,17 @@ export type Intent =
 
 /** Messages an allocation receives (decoded from its inbox). */
 export type AllocationInput =
-  | { kind: "observation"; hostId: string; placementId: string; generation: number; state: PlacementObservedState; errorCode: string | null; workloadExitCode: number | null; exit?: VmExit; at: string }
+  | {
+      kind: "observation";
+      hostId: string;
+      placementId: string;
+      generation: number;
+      state: PlacementObservedState;
+      errorCode: string | null;
+      workloadExitCode: number | null;
+      exit?: VmExit;
+      at: string;
+    }
   | { kind: "delivery_consumed"; deliveryId: string; generation: number; digest: string }
   | { kind: "capacity_available"; hostId: string }
   | { kind: "connections_fenced"; generation: number };
@@ -164,7 +193,10 @@ export type AllocationInput =
 export function applyInput(r: AllocationRecord, m: AllocationInput, nowMs: number, policy: TimeoutPolicy): Change {
   if (m.kind === "delivery_consumed") {
     if (m.generation !== r.generation || r.payloadConsumed) return noChange();
-    return { ...noChange({ payloadConsumed: true, updatedAtMs: nowMs }), events: [{ type: "bootstrap.consumed", data: { deliveryId: m.deliveryId, digest: m.digest } }] };
+    return {
+      ...noChange({ payloadConsumed: true, updatedAtMs: nowMs }),
+      events: [{ type: "bootstrap.consumed", data: { deliveryId: m.deliveryId, digest: m.digest } }],
+    };
   }
   // The Network saw the last grant of a closed generation go: the pass that follows asks it again.
   if (m.kind === "connections_fenced") return noChange();
@@ -175,29 +207,65 @@ export function applyInput(r: AllocationRecord, m: AllocationInput, nowMs: numbe
   return applyObservation(r, m, nowMs, policy);
 }
 
-function applyObservation(r: AllocationRecord, o: Extract<AllocationInput, { kind: "observation" }>, nowMs: number, policy: TimeoutPolicy): Change {
+function applyObservation(
+  r: AllocationRecord,
+  o: Extract<AllocationInput, { kind: "observation" }>,
+  nowMs: number,
+  policy: TimeoutPolicy,
+): Change {
   if (o.placementId !== r.placementId || o.generation !== r.generation) return noChange();
   let c = noChange();
   if (o.workloadExitCode !== null && r.workloadExitCode === null) {
-    c = merge(c, { ...noChange({ workloadExitCode: o.workloadExitCode, updatedAtMs: nowMs }), events: [{ type: "workload.exited", data: { exitCode: o.workloadExitCode } }] });
+    c = merge(c, {
+      ...noChange({ workloadExitCode: o.workloadExitCode, updatedAtMs: nowMs }),
+      events: [{ type: "workload.exited", data: { exitCode: o.workloadExitCode } }],
+    });
   }
   if (o.state !== r.observedState) {
     // A VM that ended on its own carries the agent's diagnosis: the reason and the redacted kernel tail of its console.
     const exit = o.exit ? { exitReason: o.exit.reason, consoleTail: o.exit.consoleTail } : {};
-    c = merge(c, { ...noChange({ observedState: o.state, updatedAtMs: nowMs }), events: [{ type: `placement.${o.state}`, reason: o.errorCode, data: { hostId: o.hostId, ...exit } }] });
+    c = merge(c, {
+      ...noChange({ observedState: o.state, updatedAtMs: nowMs }),
+      events: [{ type: `placement.${o.state}`, reason: o.errorCode, data: { hostId: o.hostId, ...exit } }],
+    });
   }
   const cur = applied(r, c);
-  if (o.state === "running" && cur.state === "provisioning") return merge(c, transition(cur, "ready", { guestReady: true }, null, nowMs));
+  if (o.state === "running" && cur.state === "provisioning")
+    return merge(c, transition(cur, "ready", { guestReady: true }, null, nowMs));
   if (o.state === "error" && cur.desired !== "released" && cur.state !== "releasing") {
     const replace = mayReplaceAutomatically(cur, policy);
-    return merge(c, transition(cur, "releasing", { replaceAfterAbsent: replace, reason: replace ? null : (o.errorCode ?? "PLACEMENT_FAILED"), desired: replace ? "ready" : "released" }, o.errorCode ?? "PLACEMENT_FAILED", nowMs));
+    return merge(
+      c,
+      transition(
+        cur,
+        "releasing",
+        {
+          replaceAfterAbsent: replace,
+          reason: replace ? null : (o.errorCode ?? "PLACEMENT_FAILED"),
+          desired: replace ? "ready" : "released",
+        },
+        o.errorCode ?? "PLACEMENT_FAILED",
+        nowMs,
+      ),
+    );
   }
   if (o.state === "absent") {
     if (cur.state === "releasing") return merge(c, afterAbsent(cur, nowMs, policy));
     if (cur.state === "provisioning" || cur.state === "ready") {
       // A fenced host's VM can no longer act for the workload: fencing unblocks replacement (spec "Replacement").
-      const replace = o.errorCode === "HOST_FENCED" || mayReplaceAutomatically(cur, policy) || cur.replacementAuthorized;
-      const toReleasing = transition(cur, "releasing", { replaceAfterAbsent: replace, reason: replace ? null : "PLACEMENT_LOST", desired: replace ? "ready" : "released" }, "PLACEMENT_LOST", nowMs);
+      const replace =
+        o.errorCode === "HOST_FENCED" || mayReplaceAutomatically(cur, policy) || cur.replacementAuthorized;
+      const toReleasing = transition(
+        cur,
+        "releasing",
+        {
+          replaceAfterAbsent: replace,
+          reason: replace ? null : "PLACEMENT_LOST",
+          desired: replace ? "ready" : "released",
+        },
+        "PLACEMENT_LOST",
+        nowMs,
+      );
       const c2 = merge(c, toReleasing);
       return merge(c2, afterAbsent(applied(cur, toReleasing), nowMs, policy));
     }
@@ -209,7 +277,13 @@ function applyObservation(r: AllocationRecord, o: Extract<AllocationInput, { kin
 export function afterAbsent(r: AllocationRecord, nowMs: number, policy: TimeoutPolicy): Change {
   void policy;
   if (r.replaceAfterAbsent && r.desired !== "released") return replace(r, "REPLACEMENT", nowMs);
-  return transition(r, r.reason && r.reason !== "CLIENT_RELEASE" && r.reason !== "TTL_EXPIRED" ? "failed" : "released", {}, r.reason, nowMs);
+  return transition(
+    r,
+    r.reason && r.reason !== "CLIENT_RELEASE" && r.reason !== "TTL_EXPIRED" ? "failed" : "released",
+    {},
+    r.reason,
+    nowMs,
+  );
 }
 
 /** True while a grant may exist for the current generation that the Network has not confirmed gone. */
@@ -258,9 +332,21 @@ function holdReplacement(r: AllocationRecord, reason: string, nowMs: number): Ch
     replaceAfterAbsent: true,
     desired: "ready",
     updatedAtMs: nowMs,
-    conditions: [...r.conditions.filter((c) => c !== REPLACEMENT_BLOCKED && c !== CONNECTIONS_NOT_FENCED), CONNECTIONS_NOT_FENCED],
+    conditions: [
+      ...r.conditions.filter((c) => c !== REPLACEMENT_BLOCKED && c !== CONNECTIONS_NOT_FENCED),
+      CONNECTIONS_NOT_FENCED,
+    ],
   };
-  const held: Change = { ...noChange(), events: [{ type: "allocation.connections_not_fenced", reason: CONNECTIONS_NOT_FENCED, data: { generation: r.generation, replacement: reason } }] };
+  const held: Change = {
+    ...noChange(),
+    events: [
+      {
+        type: "allocation.connections_not_fenced",
+        reason: CONNECTIONS_NOT_FENCED,
+        data: { generation: r.generation, replacement: reason },
+      },
+    ],
+  };
   if (r.state === "releasing") return merge(noChange(patch), held);
   return merge(transition(r, "releasing", patch, reason, nowMs), held);
 }
@@ -284,8 +370,18 @@ export function afterFenceCheck(r: AllocationRecord, fenced: boolean, nowMs: num
  * the placement being gone already.
  */
 function abandonReplacement(r: AllocationRecord, nowMs: number): Change {
-  const patch: Partial<AllocationRecord> = { pendingReplacement: null, replaceAfterAbsent: false, conditions: r.conditions.filter((c) => c !== CONNECTIONS_NOT_FENCED) };
-  return transition(r, r.reason && r.reason !== "CLIENT_RELEASE" && r.reason !== "TTL_EXPIRED" ? "failed" : "released", patch, r.reason, nowMs);
+  const patch: Partial<AllocationRecord> = {
+    pendingReplacement: null,
+    replaceAfterAbsent: false,
+    conditions: r.conditions.filter((c) => c !== CONNECTIONS_NOT_FENCED),
+  };
+  return transition(
+    r,
+    r.reason && r.reason !== "CLIENT_RELEASE" && r.reason !== "TTL_EXPIRED" ? "failed" : "released",
+    patch,
+    r.reason,
+    nowMs,
+  );
 }
 
 /**
@@ -296,11 +392,27 @@ function abandonReplacement(r: AllocationRecord, nowMs: number): Change {
  * STALE_GENERATION for another generation (the allocation was replaced);
  * INVALID_STATE otherwise.
  */
-export function grantRefusal(r: AllocationRecord, expectedGeneration: number | undefined): { code: "STALE_GENERATION" | "INVALID_STATE"; message: string } | null {
-  if (TERMINAL_STATES.has(r.state) || r.desired === "released" || r.state === "releasing") return { code: "INVALID_STATE", message: `allocation is ${r.desired === "released" && !TERMINAL_STATES.has(r.state) ? "being released" : r.state}` };
-  if (expectedGeneration !== undefined && expectedGeneration !== r.generation) return { code: "STALE_GENERATION", message: `generation ${expectedGeneration} is not current (${r.generation}): the allocation was replaced` };
-  if (r.state !== "ready" || !r.hostId || !r.placementId) return { code: "INVALID_STATE", message: `allocation is ${r.state}, not ready` };
-  if (!r.networkId || !r.address) return { code: "INVALID_STATE", message: "allocation has no private address (created before private networking was configured)" };
+export function grantRefusal(
+  r: AllocationRecord,
+  expectedGeneration: number | undefined,
+): { code: "STALE_GENERATION" | "INVALID_STATE"; message: string } | null {
+  if (TERMINAL_STATES.has(r.state) || r.desired === "released" || r.state === "releasing")
+    return {
+      code: "INVALID_STATE",
+      message: `allocation is ${r.desired === "released" && !TERMINAL_STATES.has(r.state) ? "being released" : r.state}`,
+    };
+  if (expectedGeneration !== undefined && expectedGeneration !== r.generation)
+    return {
+      code: "STALE_GENERATION",
+      message: `generation ${expectedGeneration} is not current (${r.generation}): the allocation was replaced`,
+    };
+  if (r.state !== "ready" || !r.hostId || !r.placementId)
+    return { code: "INVALID_STATE", message: `allocation is ${r.state}, not ready` };
+  if (!r.networkId || !r.address)
+    return {
+      code: "INVALID_STATE",
+      message: "allocation has no private address (created before private networking was configured)",
+    };
   return null;
 }
 
@@ -310,7 +422,10 @@ export function grantRefusal(r: AllocationRecord, expectedGeneration: number | u
  * (CLIENT_RELEASE, recorded in the event only) ends it released.
  */
 export function requestRelease(reason: string, nowMs: number): Change {
-  const patch: Partial<AllocationRecord> = reason === "CLIENT_RELEASE" ? { desired: "released", updatedAtMs: nowMs } : { desired: "released", reason, updatedAtMs: nowMs };
+  const patch: Partial<AllocationRecord> =
+    reason === "CLIENT_RELEASE"
+      ? { desired: "released", updatedAtMs: nowMs }
+      : { desired: "released", reason, updatedAtMs: nowMs };
   return { ...noChange(patch), events: [{ type: "allocation.release_requested", reason }] };
 }
 
@@ -330,11 +445,15 @@ export function nextIntent(r: AllocationRecord, nowMs: number, policy: TimeoutPo
     return { type: "fence_connections", networkId: r.networkId, generation: r.generation };
   }
   if (r.desired !== "released") {
-    if (r.state === "ready" && nowMs >= r.expiresAtMs) return { type: "persist", change: requestRelease("TTL_EXPIRED", nowMs) };
-    if (r.state === "provisioning" && nowMs >= r.stateEnteredAtMs + policy.provisioningTimeoutMs) return { type: "persist", change: requestRelease("GUEST_BOOT_TIMEOUT", nowMs) };
-    if (r.state === "pending" && nowMs >= r.createdAtMs + policy.pendingTimeoutMs) return { type: "persist", change: requestRelease("NO_CAPACITY", nowMs) };
+    if (r.state === "ready" && nowMs >= r.expiresAtMs)
+      return { type: "persist", change: requestRelease("TTL_EXPIRED", nowMs) };
+    if (r.state === "provisioning" && nowMs >= r.stateEnteredAtMs + policy.provisioningTimeoutMs)
+      return { type: "persist", change: requestRelease("GUEST_BOOT_TIMEOUT", nowMs) };
+    if (r.state === "pending" && nowMs >= r.createdAtMs + policy.pendingTimeoutMs)
+      return { type: "persist", change: requestRelease("NO_CAPACITY", nowMs) };
   }
-  if (r.hostId && r.placementId && HOST_STATES.has(r.state) && nowMs >= r.hostCheckAtMs) return { type: "check_host", hostId: r.hostId, placementId: r.placementId };
+  if (r.hostId && r.placementId && HOST_STATES.has(r.state) && nowMs >= r.hostCheckAtMs)
+    return { type: "check_host", hostId: r.hostId, placementId: r.placementId };
   return releaseOrPlace(r, nowMs);
 }
 
@@ -342,13 +461,26 @@ export function nextIntent(r: AllocationRecord, nowMs: number, policy: TimeoutPo
 export function releaseOrPlace(r: AllocationRecord, nowMs: number): Intent {
   if (TERMINAL_STATES.has(r.state)) return { type: "none" };
   if (r.desired === "released" || r.state === "releasing") {
-    if (r.state === "pending") return { type: "persist", change: transition(r, r.reason ? "failed" : "released", { conditions: r.conditions.filter((c) => c !== NO_CAPACITY_CONDITION) }, r.reason, nowMs) };
-    if (r.state !== "releasing") return { type: "persist", change: transition(r, "releasing", {}, r.reason ?? "CLIENT_RELEASE", nowMs) };
-    if (!r.hostId || !r.placementId) return { type: "persist", change: transition(r, r.reason ? "failed" : "released", {}, r.reason, nowMs) };
+    if (r.state === "pending")
+      return {
+        type: "persist",
+        change: transition(
+          r,
+          r.reason ? "failed" : "released",
+          { conditions: r.conditions.filter((c) => c !== NO_CAPACITY_CONDITION) },
+          r.reason,
+          nowMs,
+        ),
+      };
+    if (r.state !== "releasing")
+      return { type: "persist", change: transition(r, "releasing", {}, r.reason ?? "CLIENT_RELEASE", nowMs) };
+    if (!r.hostId || !r.placementId)
+      return { type: "persist", change: transition(r, r.reason ? "failed" : "released", {}, r.reason, nowMs) };
     return { type: "request_absent", hostId: r.hostId, placementId: r.placementId };
   }
   if (r.state === "pending") return nowMs >= r.nextAttemptAtMs ? { type: "find_host" } : { type: "none" };
-  if (r.state === "reserving" && r.hostId && r.placementId && r.reservationKey) return { type: "reserve", hostId: r.hostId, placementId: r.placementId, reservationKey: r.reservationKey };
+  if (r.state === "reserving" && r.hostId && r.placementId && r.reservationKey)
+    return { type: "reserve", hostId: r.hostId, placementId: r.placementId, reservationKey: r.reservationKey };
   return { type: "none" };
 }
 
@@ -369,12 +501,18 @@ export interface PlacementStatus {
  * replacement_blocked until the host is fenced (spec "Replacement").
  * `replaceNow` asks the caller to request absence, then `replace`.
  */
-export function afterHostCheck(r: AllocationRecord, st: PlacementStatus, nowMs: number, policy: TimeoutPolicy): { change: Change; replaceNow: boolean } {
+export function afterHostCheck(
+  r: AllocationRecord,
+  st: PlacementStatus,
+  nowMs: number,
+  policy: TimeoutPolicy,
+): { change: Change; replaceNow: boolean } {
   const next = nowMs + policy.hostCheckIntervalMs;
   const lost = st.hostHealth === "lost" && st.state !== "absent";
   if (!lost || r.state === "releasing") return { change: noChange({ hostCheckAtMs: next }), replaceNow: false };
   if (!mayReplaceAutomatically(r, policy) && !r.replacementAuthorized) {
-    if (r.conditions.includes(REPLACEMENT_BLOCKED)) return { change: noChange({ hostCheckAtMs: next }), replaceNow: false };
+    if (r.conditions.includes(REPLACEMENT_BLOCKED))
+      return { change: noChange({ hostCheckAtMs: next }), replaceNow: false };
     return {
       change: {
         ...noChange({ conditions: [...r.conditions, REPLACEMENT_BLOCKED], hostCheckAtMs: next, updatedAtMs: nowMs }),
@@ -390,19 +528,34 @@ export function afterHostCheck(r: AllocationRecord, st: PlacementStatus, nowMs: 
 }
 
 /** What the directory answered for a placement round. */
-export type CandidateAnswer = { hostId: string; outcome: null } | { hostId: null; outcome: Omit<PlacementOutcome, "at" | "result" | "hostId"> };
+export type CandidateAnswer =
+  | { hostId: string; outcome: null }
+  | { hostId: null; outcome: Omit<PlacementOutcome, "at" | "result" | "hostId"> };
 
 /**
  * After asking the directory: reserve on the first candidate (a fresh
  * placement ID comes from the caller), or wait for capacity (the directory
  * registered the allocation as a waiter; the alarm stays as a safety net).
  */
-export function afterFindHost(r: AllocationRecord, answer: CandidateAnswer, placementId: string, reservationKey: string, nowMs: number): Change {
+export function afterFindHost(
+  r: AllocationRecord,
+  answer: CandidateAnswer,
+  placementId: string,
+  reservationKey: string,
+  nowMs: number,
+): Change {
   if (answer.hostId !== null) {
-    return transition(r, "reserving", { hostId: answer.hostId, placementId, reservationKey }, null, nowMs, { hostId: answer.hostId });
+    return transition(r, "reserving", { hostId: answer.hostId, placementId, reservationKey }, null, nowMs, {
+      hostId: answer.hostId,
+    });
   }
   const first = !r.conditions.includes(NO_CAPACITY_CONDITION);
-  const outcome: PlacementOutcome = { at: new Date(nowMs).toISOString(), result: "no_eligible_host", hostId: null, ...answer.outcome };
+  const outcome: PlacementOutcome = {
+    at: new Date(nowMs).toISOString(),
+    result: "no_eligible_host",
+    hostId: null,
+    ...answer.outcome,
+  };
   return {
     ...noChange({
       conditions: first ? [...r.conditions, NO_CAPACITY_CONDITION] : r.conditions,
@@ -411,27 +564,79 @@ export function afterFindHost(r: AllocationRecord, answer: CandidateAnswer, plac
       placement: outcome,
       updatedAtMs: first || r.placement?.result !== "no_eligible_host" ? nowMs : r.updatedAtMs,
     }),
-    events: first ? [{ type: "allocation.no_eligible_host", reason: "NO_CAPACITY", data: { tried: r.triedHosts, hosts: answer.outcome.hostsConsidered, noFit: answer.outcome.noFit, unschedulable: answer.outcome.unschedulable } }] : [],
+    events: first
+      ? [
+          {
+            type: "allocation.no_eligible_host",
+            reason: "NO_CAPACITY",
+            data: {
+              tried: r.triedHosts,
+              hosts: answer.outcome.hostsConsidered,
+              noFit: answer.outcome.noFit,
+              unschedulable: answer.outcome.unschedulable,
+            },
+          },
+        ]
+      : [],
     alerts: first ? [{ type: "allocation.no_eligible_host", reason: "NO_CAPACITY" }] : [],
   };
 }
 
 /** After the reservation call: provisioning on acceptance, else back to pending with the host marked as tried. */
-export function afterReserve(r: AllocationRecord, result: { accepted: true } | { accepted: false; code: string }, nowMs: number): Change {
+export function afterReserve(
+  r: AllocationRecord,
+  result: { accepted: true } | { accepted: false; code: string },
+  nowMs: number,
+): Change {
   const hostId = r.hostId;
   if (result.accepted) {
-    const outcome: PlacementOutcome = { at: new Date(nowMs).toISOString(), result: "reserved", hostId, hostsConsidered: r.placement?.hostsConsidered ?? 0, noFit: {}, unschedulable: {} };
-    return transition(r, "provisioning", { conditions: r.conditions.filter((c) => c !== NO_CAPACITY_CONDITION), placement: outcome }, null, nowMs, { hostId });
+    const outcome: PlacementOutcome = {
+      at: new Date(nowMs).toISOString(),
+      result: "reserved",
+      hostId,
+      hostsConsidered: r.placement?.hostsConsidered ?? 0,
+      noFit: {},
+      unschedulable: {},
+    };
+    return transition(
+      r,
+      "provisioning",
+      { conditions: r.conditions.filter((c) => c !== NO_CAPACITY_CONDITION), placement: outcome },
+      null,
+      nowMs,
+      { hostId },
+    );
   }
-  const outcome: PlacementOutcome = { at: new Date(nowMs).toISOString(), result: "rejected", hostId, hostsConsidered: r.placement?.hostsConsidered ?? 0, noFit: { [result.code]: 1 }, unschedulable: {} };
-  return transition(r, "pending", { hostId: null, placementId: null, reservationKey: null, triedHosts: hostId ? [...r.triedHosts, hostId] : r.triedHosts, placement: outcome }, result.code, nowMs, { hostId });
+  const outcome: PlacementOutcome = {
+    at: new Date(nowMs).toISOString(),
+    result: "rejected",
+    hostId,
+    hostsConsidered: r.placement?.hostsConsidered ?? 0,
+    noFit: { [result.code]: 1 },
+    unschedulable: {},
+  };
+  return transition(
+    r,
+    "pending",
+    {
+      hostId: null,
+      placementId: null,
+      reservationKey: null,
+      triedHosts: hostId ? [...r.triedHosts, hostId] : r.triedHosts,
+      placement: outcome,
+    },
+    result.code,
+    nowMs,
+    { hostId },
+  );
 }
 
 /** When the alarm should fire next for `r` at `nowMs` (terminal: the retention purge). */
 export function nextAlarmAt(r: AllocationRecord, nowMs: number, policy: TimeoutPolicy): number {
   if (TERMINAL_STATES.has(r.state)) return (r.terminalAtMs ?? r.updatedAtMs) + policy.retentionDays * 86_400_000;
   let at = nowMs + MAX_ALARM_DELAY_MS;
-  if (r.state === "pending") at = Math.min(at, Math.max(nowMs + MIN_ALARM_DELAY_MS, r.nextAttemptAtMs), r.createdAtMs + policy.pendingTimeoutMs);
+  if (r.state === "pending")
+    at = Math.min(at, Math.max(nowMs + MIN_ALARM_DELAY_MS, r.nextAttemptAtMs), r.createdAtMs + policy.pendingTimeoutMs);
   if (r.state === "releasing" || r.state === "reserving") at = Math.min(at, nowMs + BUSY_RECHECK_MS);
   if (r.state === "provisioning") at = Math.min(at, r.stateEnteredAtMs + policy.provisioningTimeoutMs);
   if (r.state === "ready") at = Math.min(at, r.expiresAtMs);

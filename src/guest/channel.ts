@@ -58,7 +58,9 @@ export class PortChannel {
     const buf = Buffer.alloc(READ_CHUNK_BYTES);
     const decoder = new TextDecoder();
     for (;;) {
-      const n = await new Promise<number>((res) => read(this.fd, buf, 0, buf.length, null, (err, n) => res(err ? -1 : n)));
+      const n = await new Promise<number>((res) =>
+        read(this.fd, buf, 0, buf.length, null, (err, n) => res(err ? -1 : n)),
+      );
       if (n > 0) onChunk(decoder.decode(buf.subarray(0, n), { stream: true }));
       else await Bun.sleep(EOF_RETRY_MS);
     }
@@ -68,6 +70,8 @@ export class PortChannel {
 async function writeAll(fd: number, bytes: Buffer): Promise<void> {
   let off = 0;
   while (off < bytes.length) {
-    off += await new Promise<number>((res, rej) => write(fd, bytes, off, bytes.length - off, null, (e, n) => (e ? rej(e) : res(n))));
+    off += await new Promise<number>((res, rej) =>
+      write(fd, bytes, off, bytes.length - off, null, (e, n) => (e ? rej(e) : res(n))),
+    );
   }
 }

@@ -16,7 +16,11 @@
 import { closeSync, openSync, readdirSync, readFileSync, writeSync } from "node:fs";
 import { createHash, randomBytes } from "node:crypto";
 import {
-  GUEST_CMDLINE_KEYS, type GuestIdentity, type GuestToHost, NdjsonDecoder, encodeGuestMessage,
+  GUEST_CMDLINE_KEYS,
+  type GuestIdentity,
+  type GuestToHost,
+  NdjsonDecoder,
+  encodeGuestMessage,
 } from "../protocol/guest.ts";
 import { PortChannel, findControlPort } from "./channel.ts";
 import { enterRoot, loadLibc, reapIfZombie, syncAndReboot } from "./libc.ts";
@@ -110,7 +114,8 @@ export interface GuestOptions {
 export async function runGuest(opts: GuestOptions = {}): Promise<never> {
   const identity = parseGuestIdentity(`${readFileSync("/proc/cmdline", "utf8")} ${readPrivateArgs()}`);
   const port = new PortChannel(await findControlPort(PORT_WAIT_MS));
-  const send = (m: GuestToHost) => port.send(encodeGuestMessage(m)).catch((e) => consoleLine(`beachball-guest: send failed: ${e}`));
+  const send = (m: GuestToHost) =>
+    port.send(encodeGuestMessage(m)).catch((e) => consoleLine(`beachball-guest: send failed: ${e}`));
   const bootId = randomBytes(16).toString("hex");
   loadLibc();
   if (opts.workloadRoot) enterRoot(opts.workloadRoot);

@@ -2,7 +2,8 @@ import { describe, expect, test } from "bun:test";
 import { resolveUser, workloadPlan } from "./workload.ts";
 import { workloadConfigProblem } from "../protocol/guest.ts";
 
-const passwd = "root:x:0:0:root:/root:/bin/sh\nci:x:1000:1001:CI:/home/ci:/bin/sh\nweb:x:33:33::/var/www:/usr/sbin/nologin\n";
+const passwd =
+  "root:x:0:0:root:/root:/bin/sh\nci:x:1000:1001:CI:/home/ci:/bin/sh\nweb:x:33:33::/var/www:/usr/sbin/nologin\n";
 const group = "root:x:0:\nci:x:1001:\nbuilders:x:2000:ci\n";
 
 describe("resolveUser (OCI config User)", () => {

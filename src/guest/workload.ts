@@ -17,8 +17,14 @@
 import { chownSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync } from "node:fs";
 import { constants } from "node:os";
 import {
-  BOOTSTRAP_CONTENT_TYPE_ENV, BOOTSTRAP_PATH_ENV, JOB_EXIT_MARKER, JOB_START_MARKER, WORKLOAD_ADAPTER_ENV, WORKLOAD_CONFIG_PATH,
-  type WorkloadConfig, workloadConfigProblem,
+  BOOTSTRAP_CONTENT_TYPE_ENV,
+  BOOTSTRAP_PATH_ENV,
+  JOB_EXIT_MARKER,
+  JOB_START_MARKER,
+  WORKLOAD_ADAPTER_ENV,
+  WORKLOAD_CONFIG_PATH,
+  type WorkloadConfig,
+  workloadConfigProblem,
 } from "../protocol/guest.ts";
 
 /** The one payload content type the dev image's shell runner accepts. */
@@ -37,14 +43,24 @@ export interface WorkloadPlan {
   /** Why `contentType` is refused, or null when it is accepted. */
   refuses(contentType: string): string | null;
   /** argv, environment, identity and working directory; `stdin` is the payload for the shell runner. */
-  command: { argv: string[]; env: Record<string, string>; uid: number; gid: number; cwd: string; storesPayload: boolean };
+  command: {
+    argv: string[];
+    env: Record<string, string>;
+    uid: number;
+    gid: number;
+    cwd: string;
+    storesPayload: boolean;
+  };
 }
 
 /** Resolves a Docker/OCI `User` (`name`, `uid`, `name:group`, `uid:gid`) against /etc/passwd and /etc/group. Throws when a name is unknown. */
 export function resolveUser(user: string, passwd: string, group: string): { uid: number; gid: number; home: string } {
   if (!user) return { uid: 0, gid: 0, home: "/root" };
   const [u, g] = user.split(":", 2) as [string, string | undefined];
-  const pw = passwd.split("\n").map((l) => l.split(":")).filter((f) => f.length >= 7);
+  const pw = passwd
+    .split("\n")
+    .map((l) => l.split(":"))
+    .filter((f) => f.length >= 7);
   const entry = /^\d+$/.test(u) ? pw.find((f) => f[2] === u) : pw.find((f) => f[0] === u);
   if (!entry && !/^\d+$/.test(u)) throw new Error(`user ${JSON.stringify(u)} is not in /etc/passwd`);
   const uid = Number(entry ? entry[2] : u);
@@ -52,7 +68,10 @@ export function resolveUser(user: string, passwd: string, group: string): { uid:
   if (g !== undefined && g !== "") {
     if (/^\d+$/.test(g)) gid = Number(g);
     else {
-      const gr = group.split("\n").map((l) => l.split(":")).find((f) => f[0] === g);
+      const gr = group
+        .split("\n")
+        .map((l) => l.split(":"))
+        .find((f) => f[0] === g);
       if (!gr) throw new Error(`group ${JSON.stringify(g)} is not in /etc/group`);
       gid = Number(gr[2]);
     }
@@ -78,21 +97,44 @@ export function workloadPlan(env: Record<string, string | undefined> = process.e
     const vars: Record<string, string> = { PATH: DEFAULT_PATH, HOME: who.home };
     for (const e of w.env) vars[e.slice(0, e.indexOf("="))] = e.slice(e.indexOf("=") + 1);
     return {
-      kind: "oci", refuses: () => null,
-      command: { argv: [...w.entrypoint, ...w.cmd], env: vars, uid: who.uid, gid: who.gid, cwd: w.workingDir || "/", storesPayload: true },
+      kind: "oci",
+      refuses: () => null,
+      command: {
+        argv: [...w.entrypoint, ...w.cmd],
+        env: vars,
+        uid: who.uid,
+        gid: who.gid,
+        cwd: w.workingDir || "/",
+        storesPayload: true,
+      },
     };
   }
   const adapter = env[WORKLOAD_ADAPTER_ENV];
   if (adapter) {
     return {
-      kind: "adapter", refuses: () => null,
-      command: { argv: [adapter], env: { PATH: DEFAULT_PATH, HOME: "/root" }, uid: 0, gid: 0, cwd: "/root", storesPayload: true },
+      kind: "adapter",
+      refuses: () => null,
+      command: {
+        argv: [adapter],
+        env: { PATH: DEFAULT_PATH, HOME: "/root" },
+        uid: 0,
+        gid: 0,
+        cwd: "/root",
+        storesPayload: true,
+      },
     };
   }
   return {
     kind: "shell",
     refuses: (t) => (t === SHELL_SCRIPT_CONTENT_TYPE ? null : `unsupported content type ${t}`),
-    command: { argv: ["/bin/sh", "-c", SHELL_RUNNER], env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", HOME: "/root" }, uid: 0, gid: 0, cwd: "/root", storesPayload: false },
+    command: {
+      argv: ["/bin/sh", "-c", SHELL_RUNNER],
+      env: { PATH: "/usr/sbin:/usr/bin:/sbin:/bin", HOME: "/root" },
+      uid: 0,
+      gid: 0,
+      cwd: "/root",
+      storesPayload: false,
+    },
   };
 }
 
@@ -130,17 +172,25 @@ export function startWorkload(plan: WorkloadPlan, payload: Uint8Array, contentTy
   let p: ReturnType<typeof Bun.spawn>;
   try {
     p = Bun.spawn(c.argv, {
-      stdin: c.storesPayload ? "ignore" : payload, stdout: consoleFd, stderr: consoleFd, cwd: c.cwd, env,
+      stdin: c.storesPayload ? "ignore" : payload,
+      stdout: consoleFd,
+      stderr: consoleFd,
+      cwd: c.cwd,
+      env,
       ...(c.uid !== 0 || c.gid !== 0 ? { uid: c.uid, gid: c.gid } : {}),
     });
   } catch (e) {
-    writeSync(consoleFd, `beachball-guest: cannot start ${JSON.stringify(c.argv[0])}: ${(e as Error).message}\n${JOB_EXIT_MARKER} 127\n`);
+    writeSync(
+      consoleFd,
+      `beachball-guest: cannot start ${JSON.stringify(c.argv[0])}: ${(e as Error).message}\n${JOB_EXIT_MARKER} 127\n`,
+    );
     closeSync(consoleFd);
     throw e;
   }
   const exited = p.exited.then((code) => {
     const sig = p.signalCode;
-    const exitCode = sig === null || sig === undefined ? code : 128 + (typeof sig === "number" ? sig : (constants.signals[sig] ?? 0));
+    const exitCode =
+      sig === null || sig === undefined ? code : 128 + (typeof sig === "number" ? sig : (constants.signals[sig] ?? 0));
     writeSync(consoleFd, `${JOB_EXIT_MARKER} ${exitCode}\n`);
     closeSync(consoleFd);
     return exitCode;

@@ -9,6 +9,8 @@ import { join } from "node:path";
 import { BB_BUILD_FLAGS } from "./bbBinary.ts";
 
 test("package.json's build script compiles bin/bb.ts with BB_BUILD_FLAGS", () => {
-  const pkg = JSON.parse(readFileSync(join(import.meta.dir, "../../package.json"), "utf8")) as { scripts: Record<string, string> };
+  const pkg = JSON.parse(readFileSync(join(import.meta.dir, "../../package.json"), "utf8")) as {
+    scripts: Record<string, string>;
+  };
   expect(pkg.scripts["build"]).toBe(`bun build ${BB_BUILD_FLAGS.join(" ")} bin/bb.ts --outfile dist/bb`);
 });

@@ -38,7 +38,10 @@ export async function compileBb(out = resolve("dist/bb"), entry = resolve("bin/b
  * parsed at build time, and nothing but src/guest and src/protocol is
  * loaded at start. Returns the absolute path. Throws with Bun's output.
  */
-export async function compileGuest(out = resolve("dist/bb-guest"), entry = resolve("bin/bb-guest.ts")): Promise<string> {
+export async function compileGuest(
+  out = resolve("dist/bb-guest"),
+  entry = resolve("bin/bb-guest.ts"),
+): Promise<string> {
   await bunBuild(["--compile", "--bytecode", "--minify", entry, "--outfile", out], "bin/bb-guest.ts");
   return out;
 }

@@ -23,7 +23,13 @@ function pad4(n: number): Uint8Array {
   return new Uint8Array((4 - (n % 4)) % 4);
 }
 
-function record(name: string, mode: number, data: Uint8Array, ino: number, rdev: [number, number] = [0, 0]): Uint8Array[] {
+function record(
+  name: string,
+  mode: number,
+  data: Uint8Array,
+  ino: number,
+  rdev: [number, number] = [0, 0],
+): Uint8Array[] {
   const nameBytes = enc.encode(`${name}\0`);
   const fields = [ino, mode, 0, 0, 1, 0, data.length, 0, 0, rdev[0], rdev[1], nameBytes.length, 0];
   const header = enc.encode("070701" + fields.map((f) => f.toString(16).padStart(8, "0")).join(""));
@@ -39,7 +45,11 @@ export function encodeCpio(entries: CpioEntry[]): Uint8Array {
   const seen = new Set<string>();
   let ino = 1;
   for (const e of entries) {
-    if (e.path.startsWith("/") || e.path.split("/").some((c) => c === ".." || c === "" || c === ".") || seen.has(e.path)) {
+    if (
+      e.path.startsWith("/") ||
+      e.path.split("/").some((c) => c === ".." || c === "" || c === ".") ||
+      seen.has(e.path)
+    ) {
       throw new Error(`unsafe or duplicate initramfs entry ${JSON.stringify(e.path)}`);
     }
     seen.add(e.path);

@@ -29,18 +29,29 @@ export interface DebianRecipe {
  * with systemd as init, iproute2 for the network, and a C toolchain for the
  * CI-like job.
  */
-export const REFERENCE_RECIPE: DebianRecipe = { suite: "bookworm", variant: "minbase", packages: ["systemd-sysv", "iproute2", "gcc", "libc6-dev"] };
+export const REFERENCE_RECIPE: DebianRecipe = {
+  suite: "bookworm",
+  variant: "minbase",
+  packages: ["systemd-sysv", "iproute2", "gcc", "libc6-dev"],
+};
 
 /**
  * The recipe of the private-networking end-to-end test's image: Debian 12
  * minbase with OpenSSH's server (and iproute2 to show the guest's
  * addresses). No init system: the image's entrypoint starts `sshd -D -e`.
  */
-export const SSHD_RECIPE: DebianRecipe = { suite: "bookworm", variant: "minbase", packages: ["openssh-server", "iproute2"] };
+export const SSHD_RECIPE: DebianRecipe = {
+  suite: "bookworm",
+  variant: "minbase",
+  packages: ["openssh-server", "iproute2"],
+};
 
 /** The cache file name of `recipe`: `debian-<suite>-<12 hex of its hash>.tar`. Pure. */
 export function debianTarName(recipe: DebianRecipe): string {
-  const h = createHash("sha256").update(JSON.stringify([recipe.suite, recipe.variant, [...recipe.packages].sort()])).digest("hex").slice(0, 12);
+  const h = createHash("sha256")
+    .update(JSON.stringify([recipe.suite, recipe.variant, [...recipe.packages].sort()]))
+    .digest("hex")
+    .slice(0, 12);
   return `debian-${recipe.suite}-${h}.tar`;
 }
 
@@ -49,7 +60,11 @@ export function debianTarName(recipe: DebianRecipe): string {
  * running mmdebstrap (network to the host's Debian mirror, a few minutes)
  * when it is not cached yet. Throws with mmdebstrap's output when it fails.
  */
-export async function ensureDebianRootfsTar(cacheDir: string, recipe: DebianRecipe = REFERENCE_RECIPE, log: (m: string) => void = () => {}): Promise<string> {
+export async function ensureDebianRootfsTar(
+  cacheDir: string,
+  recipe: DebianRecipe = REFERENCE_RECIPE,
+  log: (m: string) => void = () => {},
+): Promise<string> {
   const dir = join(cacheDir, "debian");
   const out = join(dir, debianTarName(recipe));
   if ((await stat(out).catch(() => null))?.isFile()) return out;
@@ -58,7 +73,16 @@ export async function ensureDebianRootfsTar(cacheDir: string, recipe: DebianReci
   await rm(tmp, { force: true });
   log(`mmdebstrap ${recipe.suite} (${recipe.variant} + ${recipe.packages.join(", ")})`);
   try {
-    await runChecked(["mmdebstrap", "--quiet", `--variant=${recipe.variant}`, "--dpkgopt=force-unsafe-io", `--include=${recipe.packages.join(",")}`, "--format=tar", recipe.suite, tmp]);
+    await runChecked([
+      "mmdebstrap",
+      "--quiet",
+      `--variant=${recipe.variant}`,
+      "--dpkgopt=force-unsafe-io",
+      `--include=${recipe.packages.join(",")}`,
+      "--format=tar",
+      recipe.suite,
+      tmp,
+    ]);
     await rename(tmp, out);
   } catch (e) {
     await rm(tmp, { force: true });

@@ -51,7 +51,11 @@ const ROOTFS_SLACK_MIB = 64;
 /** Sidecar recording what a build was made from (not part of the manifest). */
 const BUILD_INFO_FILE = "build-info.json";
 
-interface BuildInfo { bbSha256: string; kernelPackage: string; recipeSha256: string }
+interface BuildInfo {
+  bbSha256: string;
+  kernelPackage: string;
+  recipeSha256: string;
+}
 
 /** Hash of everything else that shapes the image: scripts, module order, busybox. */
 async function recipeSha256(): Promise<string> {
@@ -65,7 +69,11 @@ async function recipeSha256(): Promise<string> {
 async function reuse(dir: string, info: BuildInfo): Promise<Omit<DevBuildResult, "publicKey"> | null> {
   try {
     const old = (await Bun.file(join(dir, BUILD_INFO_FILE)).json()) as BuildInfo;
-    if (old.bbSha256 !== info.bbSha256 || old.kernelPackage !== info.kernelPackage || old.recipeSha256 !== info.recipeSha256) {
+    if (
+      old.bbSha256 !== info.bbSha256 ||
+      old.kernelPackage !== info.kernelPackage ||
+      old.recipeSha256 !== info.recipeSha256
+    ) {
       return null;
     }
     const m = (await Bun.file(join(dir, MANIFEST_FILE_NAME)).json()) as ImageManifest;
@@ -78,19 +86,25 @@ async function reuse(dir: string, info: BuildInfo): Promise<Omit<DevBuildResult,
 
 /** Writes the initramfs (newc cpio, uncompressed: TCG decompresses slowly) to `out`. */
 async function buildInitramfs(kernel: CachedKernel, staging: string, out: string): Promise<void> {
-  for (const d of ["bin", "dev", "proc", "sys", "newroot", "lib/modules"]) await mkdir(join(staging, d), { recursive: true });
+  for (const d of ["bin", "dev", "proc", "sys", "newroot", "lib/modules"])
+    await mkdir(join(staging, d), { recursive: true });
   await copyFile("/bin/busybox", join(staging, "bin/busybox"));
   await chmod(join(staging, "bin/busybox"), 0o755);
-  for (const m of DEV_KERNEL_MODULES) await copyFile(join(kernel.modulesDir, `${m}.ko`), join(staging, "lib/modules", `${m}.ko`));
+  for (const m of DEV_KERNEL_MODULES)
+    await copyFile(join(kernel.modulesDir, `${m}.ko`), join(staging, "lib/modules", `${m}.ko`));
   await Bun.write(join(staging, "init"), INITRAMFS_INIT(DEV_KERNEL_MODULES));
   await chmod(join(staging, "init"), 0o755);
   await runChecked(["mknod", "-m", "600", join(staging, "dev/console"), "c", "5", "1"]);
-  await runChecked(["sh", "-c", `find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet > '${out}'`], { cwd: staging });
+  await runChecked(["sh", "-c", `find . | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet > '${out}'`], {
+    cwd: staging,
+  });
 }
 
 /** Shared libraries (and the ELF interpreter) `bin` needs, as absolute host paths. */
 async function sharedLibraries(bin: string): Promise<string[]> {
-  const out = await runChecked(["ldd", bin]).catch((e: Error) => (/not a dynamic/.test(e.message) ? "" : Promise.reject(e)));
+  const out = await runChecked(["ldd", bin]).catch((e: Error) =>
+    /not a dynamic/.test(e.message) ? "" : Promise.reject(e),
+  );
   const libs = new Set<string>();
   for (const line of out.split("\n")) {
     const m = /=>\s*(\/\S+)/.exec(line) ?? /^\s*(\/\S+)\s+\(/.exec(line);
@@ -101,7 +115,21 @@ async function sharedLibraries(bin: string): Promise<string[]> {
 
 /** Fills `staging` with the root tree and writes an ext4 image sized to content + slack to `out`. */
 async function buildRootfs(bbPath: string, staging: string, out: string): Promise<void> {
-  for (const d of ["bin", "sbin", "usr/bin", "usr/sbin", "etc", "proc", "sys", "dev", "tmp", "run", "root", "var/tmp", "mnt"]) {
+  for (const d of [
+    "bin",
+    "sbin",
+    "usr/bin",
+    "usr/sbin",
+    "etc",
+    "proc",
+    "sys",
+    "dev",
+    "tmp",
+    "run",
+    "root",
+    "var/tmp",
+    "mnt",
+  ]) {
     await mkdir(join(staging, d), { recursive: true });
   }
   await copyFile("/bin/busybox", join(staging, "bin/busybox"));
@@ -150,7 +178,11 @@ export async function buildDevImage(opts: DevBuildOptions): Promise<DevBuildResu
   const bbPath = opts.bbBinaryPath;
   if (!(await Bun.file(bbPath).exists())) throw new Error(`bb binary not found: ${bbPath}`);
   const kernel = await ensureDevKernel(opts.cacheDir, log);
-  const info: BuildInfo = { bbSha256: await sha256File(bbPath), kernelPackage: kernel.packageName, recipeSha256: await recipeSha256() };
+  const info: BuildInfo = {
+    bbSha256: await sha256File(bbPath),
+    kernelPackage: kernel.packageName,
+    recipeSha256: await recipeSha256(),
+  };
   const existing = await reuse(outDir, info);
   if (existing) {
     const signed = ensureDevSigned(outDir, opts.cacheDir);

@@ -13,9 +13,19 @@ import { basename, join } from "node:path";
 
 /** Modules the initramfs insmods, in this order (docs/architecture.md, "Booting without KVM"). */
 export const DEV_KERNEL_MODULES = [
-  "virtio_ring", "virtio", "virtio_mmio", "virtio_console",
-  "failover", "net_failover", "virtio_net",
-  "virtio_blk", "crc16", "mbcache", "jbd2", "ext4", "crc32c_generic",
+  "virtio_ring",
+  "virtio",
+  "virtio_mmio",
+  "virtio_console",
+  "failover",
+  "net_failover",
+  "virtio_net",
+  "virtio_blk",
+  "crc16",
+  "mbcache",
+  "jbd2",
+  "ext4",
+  "crc32c_generic",
 ] as const;
 
 /**
@@ -89,7 +99,11 @@ export async function extractVmlinux(vmlinuzPath: string, outPath: string): Prom
   const magic = [0xfd, 0x37, 0x7a, 0x58, 0x5a, 0x00];
   for (let i = img.indexOf(0xfd); i >= 0 && i < img.length - 6; i = img.indexOf(0xfd, i + 1)) {
     if (!magic.every((b, k) => img[i + k] === b)) continue;
-    const p = Bun.spawn(["xz", "-dc", "--single-stream"], { stdin: img.subarray(i), stdout: Bun.file(outPath), stderr: "pipe" });
+    const p = Bun.spawn(["xz", "-dc", "--single-stream"], {
+      stdin: img.subarray(i),
+      stdout: Bun.file(outPath),
+      stderr: "pipe",
+    });
     const code = await p.exited;
     const head = new Uint8Array(await Bun.file(outPath).slice(0, 4).arrayBuffer());
     if (code === 0 && head[0] === 0x7f && head[1] === 0x45 && head[2] === 0x4c && head[3] === 0x46) return;
@@ -106,7 +120,12 @@ async function pickModules(root: string, release: string, outDir: string): Promi
   for (const line of dep.split("\n")) {
     const rel = line.split(":")[0];
     if (!rel) continue;
-    byName.set(basename(rel).replace(/\.ko(\.xz|\.zst|\.gz)?$/, "").replaceAll("-", "_"), rel);
+    byName.set(
+      basename(rel)
+        .replace(/\.ko(\.xz|\.zst|\.gz)?$/, "")
+        .replaceAll("-", "_"),
+      rel,
+    );
   }
   await mkdir(outDir, { recursive: true });
   for (const m of CACHED_MODULES) {
@@ -118,8 +137,7 @@ async function pickModules(root: string, release: string, outDir: string): Promi
     else if (rel.endsWith(".ko.xz")) {
       const p = Bun.spawn(["xz", "-dc", src], { stdout: Bun.file(dst), stderr: "ignore" });
       if ((await p.exited) !== 0) throw new Error(`xz -dc ${src} failed`);
-    }
-    else throw new Error(`unsupported module compression: ${rel}`);
+    } else throw new Error(`unsupported module compression: ${rel}`);
   }
 }
 
@@ -133,7 +151,10 @@ export async function ensureDevKernel(cacheDir: string, log: (m: string) => void
   const packageName = await resolveKernelPackage(log);
   const dir = join(cacheDir, "kernel", packageName);
   const cached = (release: string): CachedKernel => ({
-    packageName, release, vmlinuxPath: join(dir, "vmlinux"), modulesDir: join(dir, "modules"),
+    packageName,
+    release,
+    vmlinuxPath: join(dir, "vmlinux"),
+    modulesDir: join(dir, "modules"),
   });
   const releaseFile = Bun.file(join(dir, "release"));
   if (await releaseFile.exists()) {

@@ -15,7 +15,12 @@ import { IMAGE_BUILD_ERROR_CODES } from "../protocol/errors.ts";
  * "Prepare"), and the OCI builder's refusals (IMAGE_BUILD_ERROR_CODES in
  * src/protocol/errors.ts).
  */
-export const IMAGE_ERROR_CODES = ["IMAGE_NOT_FOUND", "IMAGE_DIGEST_MISMATCH", "IMAGE_SIGNATURE_INVALID", ...IMAGE_BUILD_ERROR_CODES] as const;
+export const IMAGE_ERROR_CODES = [
+  "IMAGE_NOT_FOUND",
+  "IMAGE_DIGEST_MISMATCH",
+  "IMAGE_SIGNATURE_INVALID",
+  ...IMAGE_BUILD_ERROR_CODES,
+] as const;
 
 /** One image error code. */
 export type ImageErrorCode = (typeof IMAGE_ERROR_CODES)[number];

@@ -25,7 +25,11 @@ function run(name: string, cmdline: string): { ipCalls: string[]; sysctls: Recor
   const ip = join(dir, "ip");
   writeFileSync(ip, `#!/bin/sh\necho "$*" >> ${join(dir, "calls")}\n`);
   chmodSync(ip, 0o755);
-  const script = `ipv6=\nipv6_router=\nfor arg in $(cat ${join(dir, "cmdline")}); do\n  case "$arg" in\n${GUEST_IPV6_CASES}\n  esac\ndone\n${guestIpv6Sysctls("t")}\n${guestIpv6Setup(ip, "t")}\n`.replaceAll(GUEST_IPV6_SYSCTL_DIR, sys);
+  const script =
+    `ipv6=\nipv6_router=\nfor arg in $(cat ${join(dir, "cmdline")}); do\n  case "$arg" in\n${GUEST_IPV6_CASES}\n  esac\ndone\n${guestIpv6Sysctls("t")}\n${guestIpv6Setup(ip, "t")}\n`.replaceAll(
+      GUEST_IPV6_SYSCTL_DIR,
+      sys,
+    );
   const r = Bun.spawnSync(["sh", "-c", script], { stdout: "pipe", stderr: "pipe" });
   const calls = (() => {
     try {
@@ -34,15 +38,24 @@ function run(name: string, cmdline: string): { ipCalls: string[]; sysctls: Recor
       return [];
     }
   })();
-  const sysctls = Object.fromEntries(["accept_ra", "autoconf", "accept_dad"].map((k) => [k, readFileSync(join(sys, k), "utf8").trim()]));
+  const sysctls = Object.fromEntries(
+    ["accept_ra", "autoconf", "accept_dad"].map((k) => [k, readFileSync(join(sys, k), "utf8").trim()]),
+  );
   return { ipCalls: calls, sysctls, out: `${r.stdout}${r.stderr}` };
 }
 
 describe("the guest's IPv6 setup fragments", () => {
   test("with the keys: RA, autoconf and DAD off on eth0, <address>/128 on eth0, default via the router", () => {
-    const r = run("with", `console=ttyS0 beachball.ipv4=10.0.0.2/30 ${GUEST_IPV6_KEYS.address}=fd00:bb:1:2::7 ${GUEST_IPV6_KEYS.router}=fe80::1 quiet`);
+    const r = run(
+      "with",
+      `console=ttyS0 beachball.ipv4=10.0.0.2/30 ${GUEST_IPV6_KEYS.address}=fd00:bb:1:2::7 ${GUEST_IPV6_KEYS.router}=fe80::1 quiet`,
+    );
     expect(r.sysctls).toEqual({ accept_ra: "0", autoconf: "0", accept_dad: "0" });
-    expect(r.ipCalls).toEqual(["link set eth0 up", "-6 addr add fd00:bb:1:2::7/128 dev eth0", "-6 route add default via fe80::1 dev eth0"]);
+    expect(r.ipCalls).toEqual([
+      "link set eth0 up",
+      "-6 addr add fd00:bb:1:2::7/128 dev eth0",
+      "-6 route add default via fe80::1 dev eth0",
+    ]);
     expect(r.out).toBe("");
   });
 
@@ -58,17 +71,28 @@ describe("the guest's IPv6 setup fragments", () => {
   });
 
   test("every image's init script still parses (sh -n)", () => {
-    for (const [name, script] of [["dev rootfs init", ROOTFS_INIT], ["dev initramfs", INITRAMFS_INIT(["virtio"])], ["OCI initramfs", squashfsInit(["virtio"])], ["reference net setup", NET_SETUP]] as const) {
+    for (const [name, script] of [
+      ["dev rootfs init", ROOTFS_INIT],
+      ["dev initramfs", INITRAMFS_INIT(["virtio"])],
+      ["OCI initramfs", squashfsInit(["virtio"])],
+      ["reference net setup", NET_SETUP],
+    ] as const) {
       // dash, and busybox's ash (the initramfs shell) where installed (scripts/setup.sh installs busybox-static).
       for (const shell of Bun.which("busybox") ? [["sh"], ["busybox", "sh"]] : [["sh"]]) {
         const r = Bun.spawnSync([...shell, "-n"], { stdin: new TextEncoder().encode(script), stderr: "pipe" });
-        expect(`${name} (${shell.join(" ")}): exit ${r.exitCode} ${r.stderr}`).toBe(`${name} (${shell.join(" ")}): exit 0 `);
+        expect(`${name} (${shell.join(" ")}): exit ${r.exitCode} ${r.stderr}`).toBe(
+          `${name} (${shell.join(" ")}): exit 0 `,
+        );
       }
     }
   });
 
   test("every image's network setup embeds the fragments, the sysctls before eth0 comes up", () => {
-    for (const [name, script, ip] of [["dev rootfs init", ROOTFS_INIT, "ip"], ["OCI initramfs", squashfsInit(["virtio"]), "$B ip"], ["reference net setup", NET_SETUP, "ip"]] as const) {
+    for (const [name, script, ip] of [
+      ["dev rootfs init", ROOTFS_INIT, "ip"],
+      ["OCI initramfs", squashfsInit(["virtio"]), "$B ip"],
+      ["reference net setup", NET_SETUP, "ip"],
+    ] as const) {
       expect(script, name).toContain(GUEST_IPV6_CASES);
       const sysctls = script.indexOf(GUEST_IPV6_SYSCTL_DIR);
       expect(sysctls, name).toBeGreaterThan(0);

@@ -3,7 +3,15 @@ import { chmodSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync }
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MANIFEST_FILE_NAME, imageDigest } from "../protocol/image.ts";
-import { DEV_SIGNING_KEY_FILE, TRUSTED_DEV_KEY_FILE, createPrivateKeyFile, ensureDevSigned, readPrivateKeyFile, readPublicKeyArg, signImageDir } from "./keyFile.ts";
+import {
+  DEV_SIGNING_KEY_FILE,
+  TRUSTED_DEV_KEY_FILE,
+  createPrivateKeyFile,
+  ensureDevSigned,
+  readPrivateKeyFile,
+  readPublicKeyArg,
+  signImageDir,
+} from "./keyFile.ts";
 import { verifyManifestSignature } from "./signing.ts";
 import { makeTestImage, writeTestImage } from "./testImage.ts";
 

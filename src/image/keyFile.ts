@@ -8,12 +8,30 @@
  * proves the digest did not change. Must never: overwrite an existing key
  * file, print or log a private key, or leave a half-written manifest.
  */
-import { chmodSync, closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, statSync, writeFileSync, writeSync } from "node:fs";
+import {
+  chmodSync,
+  closeSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  writeFileSync,
+  writeSync,
+} from "node:fs";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { type ImageManifest, MANIFEST_FILE_NAME, imageDigest, manifestShapeProblem } from "../protocol/image.ts";
 import { imageError } from "./errors.ts";
-import { generateSigningKey, isPublicKey, publicKeyOf, signManifest, type SigningKeyPair, verifyManifestSignature } from "./signing.ts";
+import {
+  generateSigningKey,
+  isPublicKey,
+  publicKeyOf,
+  signManifest,
+  type SigningKeyPair,
+  verifyManifestSignature,
+} from "./signing.ts";
 
 /** Largest key file we read, bytes (a key line is 45). */
 const MAX_KEY_FILE_BYTES = 4096;
@@ -54,7 +72,10 @@ export function createPrivateKeyFile(path: string): SigningKeyPair {
  */
 export function readPrivateKeyFile(path: string): SigningKeyPair {
   const mode = statSync(path).mode & 0o777;
-  if (mode & 0o077) throw new Error(`${path} has mode ${mode.toString(8)}; a private key file must not be readable by group or others (chmod 600)`);
+  if (mode & 0o077)
+    throw new Error(
+      `${path} has mode ${mode.toString(8)}; a private key file must not be readable by group or others (chmod 600)`,
+    );
   const privateKey = readSmall(path).trim();
   return { privateKey, publicKey: publicKeyOf(privateKey) };
 }
@@ -80,7 +101,9 @@ export function readPublicKeyArg(arg: string): string {
   try {
     text = readSmall(v).trim();
   } catch {
-    throw new Error(`trusted key ${JSON.stringify(v.slice(0, 80))} is neither a base64 Ed25519 public key nor a readable key file`);
+    throw new Error(
+      `trusted key ${JSON.stringify(v.slice(0, 80))} is neither a base64 Ed25519 public key nor a readable key file`,
+    );
   }
   if (!isPublicKey(text)) throw new Error(`${v} does not hold a base64 Ed25519 public key`);
   return text;
@@ -91,7 +114,8 @@ export function readManifestFile(dir: string): ImageManifest {
   const path = join(dir, MANIFEST_FILE_NAME);
   let text: string;
   try {
-    if (statSync(path).size > MAX_MANIFEST_FILE_BYTES) throw imageError("IMAGE_DIGEST_MISMATCH", `${path} exceeds ${MAX_MANIFEST_FILE_BYTES} bytes`);
+    if (statSync(path).size > MAX_MANIFEST_FILE_BYTES)
+      throw imageError("IMAGE_DIGEST_MISMATCH", `${path} exceeds ${MAX_MANIFEST_FILE_BYTES} bytes`);
     text = readFileSync(path, "utf8");
   } catch (e) {
     if ((e as { code?: string }).code === "IMAGE_DIGEST_MISMATCH") throw e;
@@ -131,7 +155,8 @@ export function signImageDir(dir: string, privateKey: string): { manifest: Image
   const before = readManifestFile(dir);
   const digest = imageDigest(before);
   const manifest = signManifest(before, privateKey);
-  if (imageDigest(manifest) !== digest) throw new Error("signing changed the image digest (canonical bytes must exclude the signature)");
+  if (imageDigest(manifest) !== digest)
+    throw new Error("signing changed the image digest (canonical bytes must exclude the signature)");
   writeAtomically(join(dir, MANIFEST_FILE_NAME), JSON.stringify(manifest, null, 2) + "\n", 0o644);
   return { manifest, digest };
 }

@@ -91,7 +91,17 @@ RemainAfterExit=yes
 `;
 
 /** Units that only slow a disposable VM's boot (or offer a login). */
-const MASKED_UNITS = ["serial-getty@.service", "getty@.service", "getty.target", "systemd-timesyncd.service", "apt-daily.timer", "apt-daily-upgrade.timer", "e2scrub_all.timer", "fstrim.timer", "systemd-logind.service"];
+const MASKED_UNITS = [
+  "serial-getty@.service",
+  "getty@.service",
+  "getty.target",
+  "systemd-timesyncd.service",
+  "apt-daily.timer",
+  "apt-daily-upgrade.timer",
+  "e2scrub_all.timer",
+  "fstrim.timer",
+  "systemd-logind.service",
+];
 
 /** Options of buildReferenceImage. */
 export interface ReferenceBuildOptions {
@@ -113,11 +123,26 @@ async function artifact(dir: string, name: string) {
 
 /** The dev initramfs (busybox, modules, /init), deterministic. */
 async function devInitrd(modulesDir: string): Promise<Uint8Array> {
-  const entries: CpioEntry[] = ["bin", "dev", "proc", "sys", "newroot", "lib", "lib/modules"].map((p) => ({ path: p, kind: "dir" as const, mode: 0o755 }));
+  const entries: CpioEntry[] = ["bin", "dev", "proc", "sys", "newroot", "lib", "lib/modules"].map((p) => ({
+    path: p,
+    kind: "dir" as const,
+    mode: 0o755,
+  }));
   entries.push({ path: "dev/console", kind: "char", mode: 0o600, major: 5, minor: 1 });
-  entries.push({ path: "init", kind: "file", mode: 0o755, data: new TextEncoder().encode(INITRAMFS_INIT(DEV_KERNEL_MODULES)) });
+  entries.push({
+    path: "init",
+    kind: "file",
+    mode: 0o755,
+    data: new TextEncoder().encode(INITRAMFS_INIT(DEV_KERNEL_MODULES)),
+  });
   entries.push({ path: "bin/busybox", kind: "file", mode: 0o755, data: await readFile("/bin/busybox") });
-  for (const m of DEV_KERNEL_MODULES) entries.push({ path: `lib/modules/${m}.ko`, kind: "file", mode: 0o644, data: await readFile(join(modulesDir, `${m}.ko`)) });
+  for (const m of DEV_KERNEL_MODULES)
+    entries.push({
+      path: `lib/modules/${m}.ko`,
+      kind: "file",
+      mode: 0o644,
+      data: await readFile(join(modulesDir, `${m}.ko`)),
+    });
   return encodeCpio(entries);
 }
 
@@ -127,7 +152,9 @@ async function devInitrd(modulesDir: string): Promise<Uint8Array> {
  * manifest and digest. Throws when tar, mkfs.ext4 or the kernel download
  * fail.
  */
-export async function buildReferenceImage(opts: ReferenceBuildOptions): Promise<{ manifest: ImageManifest; digest: string; dir: string }> {
+export async function buildReferenceImage(
+  opts: ReferenceBuildOptions,
+): Promise<{ manifest: ImageManifest; digest: string; dir: string }> {
   const log = opts.log ?? (() => {});
   const outDir = resolve(opts.outDir);
   const work = `${outDir}.building-${process.pid}`;
@@ -136,7 +163,17 @@ export async function buildReferenceImage(opts: ReferenceBuildOptions): Promise<
   await mkdir(root, { recursive: true });
   try {
     log("unpacking the Debian root");
-    await runChecked(["tar", "-xpf", resolve(opts.rootfsTar), "-C", root, "--numeric-owner", "--xattrs", "--xattrs-include=*", "--exclude=./dev/*"]);
+    await runChecked([
+      "tar",
+      "-xpf",
+      resolve(opts.rootfsTar),
+      "-C",
+      root,
+      "--numeric-owner",
+      "--xattrs",
+      "--xattrs-include=*",
+      "--exclude=./dev/*",
+    ]);
     const lib = join(root, REFERENCE_LIB_DIR);
     await mkdir(lib, { recursive: true });
     await Bun.write(join(lib, "bb-guest"), Bun.file(resolve(opts.guestBinaryPath)));
@@ -163,19 +200,22 @@ export async function buildReferenceImage(opts: ReferenceBuildOptions): Promise<
     const kernel = await ensureDevKernel(opts.cacheDir, log);
     await Bun.write(join(work, "vmlinux"), Bun.file(kernel.vmlinuxPath));
     await writeFile(join(work, "initrd.cpio"), await devInitrd(kernel.modulesDir));
-    const manifest = signManifest({
-      schemaVersion: 2,
-      architecture: "x86_64",
-      kernel: await artifact(work, "vmlinux"),
-      rootfs: await artifact(work, "rootfs.ext4"),
-      rootfsFormat: "ext4",
-      initrd: await artifact(work, "initrd.cpio"),
-      kernelArgs: [`init=${SYSTEMD_INIT}`, "systemd.show_status=false"],
-      agentProtocolRange: "1",
-      guestBootstrapVersion: DEV_GUEST_BOOTSTRAP_VERSION,
-      createdAt: new Date().toISOString(),
-      signature: "",
-    }, opts.privateKey);
+    const manifest = signManifest(
+      {
+        schemaVersion: 2,
+        architecture: "x86_64",
+        kernel: await artifact(work, "vmlinux"),
+        rootfs: await artifact(work, "rootfs.ext4"),
+        rootfsFormat: "ext4",
+        initrd: await artifact(work, "initrd.cpio"),
+        kernelArgs: [`init=${SYSTEMD_INIT}`, "systemd.show_status=false"],
+        agentProtocolRange: "1",
+        guestBootstrapVersion: DEV_GUEST_BOOTSTRAP_VERSION,
+        createdAt: new Date().toISOString(),
+        signature: "",
+      },
+      opts.privateKey,
+    );
     await writeFile(join(work, MANIFEST_FILE_NAME), JSON.stringify(manifest, null, 2) + "\n");
     if ((await readdir(work)).length !== 4) throw new Error("reference image: unexpected files in the build directory");
     await rm(outDir, { recursive: true, force: true });

@@ -22,7 +22,8 @@ describe("keys", () => {
     expect(isPublicKey(key.publicKey)).toBe(true);
     expect(publicKeyOf(key.privateKey)).toBe(key.publicKey);
     expect(key.publicKey).not.toBe(other.publicKey);
-    for (const bad of ["", "abc", key.publicKey.slice(1), `${key.publicKey}A`, Buffer.alloc(31).toString("base64")]) expect(isPublicKey(bad)).toBe(false);
+    for (const bad of ["", "abc", key.publicKey.slice(1), `${key.publicKey}A`, Buffer.alloc(31).toString("base64")])
+      expect(isPublicKey(bad)).toBe(false);
     expect(() => signManifest(makeTestImage().manifest, "not-a-key")).toThrow(/32-byte Ed25519 seed/);
   });
 });
@@ -42,20 +43,39 @@ describe("signManifest / verifyManifestSignature", () => {
   });
 
   test("a tampered field fails with IMAGE_SIGNATURE_INVALID", () => {
-    expect(codeOf(() => verifyManifestSignature({ ...signed, kernelArgs: ["init=/bin/sh"] }, [key.publicKey]))).toBe("IMAGE_SIGNATURE_INVALID");
-    expect(codeOf(() => verifyManifestSignature({ ...signed, rootfs: { ...signed.rootfs, sha256: "0".repeat(64) } }, [key.publicKey]))).toBe("IMAGE_SIGNATURE_INVALID");
-    expect(codeOf(() => verifyManifestSignature({ ...signed, createdAt: "2030-01-01T00:00:00.000Z" }, [key.publicKey]))).toBe("IMAGE_SIGNATURE_INVALID");
+    expect(codeOf(() => verifyManifestSignature({ ...signed, kernelArgs: ["init=/bin/sh"] }, [key.publicKey]))).toBe(
+      "IMAGE_SIGNATURE_INVALID",
+    );
+    expect(
+      codeOf(() =>
+        verifyManifestSignature({ ...signed, rootfs: { ...signed.rootfs, sha256: "0".repeat(64) } }, [key.publicKey]),
+      ),
+    ).toBe("IMAGE_SIGNATURE_INVALID");
+    expect(
+      codeOf(() => verifyManifestSignature({ ...signed, createdAt: "2030-01-01T00:00:00.000Z" }, [key.publicKey])),
+    ).toBe("IMAGE_SIGNATURE_INVALID");
   });
 
   test("a signature by an untrusted key fails", () => {
     expect(codeOf(() => verifyManifestSignature(signed, [other.publicKey]))).toBe("IMAGE_SIGNATURE_INVALID");
-    expect(codeOf(() => verifyManifestSignature(signManifest(unsigned, other.privateKey), [key.publicKey]))).toBe("IMAGE_SIGNATURE_INVALID");
+    expect(codeOf(() => verifyManifestSignature(signManifest(unsigned, other.privateKey), [key.publicKey]))).toBe(
+      "IMAGE_SIGNATURE_INVALID",
+    );
   });
 
   test("empty, malformed or truncated signatures, no keys and malformed keys fail closed", () => {
     expect(codeOf(() => verifyManifestSignature(unsigned, [key.publicKey]))).toBe("IMAGE_SIGNATURE_INVALID");
-    expect(codeOf(() => verifyManifestSignature({ ...signed, signature: "!!" }, [key.publicKey]))).toBe("IMAGE_SIGNATURE_INVALID");
-    expect(codeOf(() => verifyManifestSignature({ ...signed, signature: Buffer.from(signed.signature, "base64").subarray(0, 63).toString("base64") }, [key.publicKey]))).toBe("IMAGE_SIGNATURE_INVALID");
+    expect(codeOf(() => verifyManifestSignature({ ...signed, signature: "!!" }, [key.publicKey]))).toBe(
+      "IMAGE_SIGNATURE_INVALID",
+    );
+    expect(
+      codeOf(() =>
+        verifyManifestSignature(
+          { ...signed, signature: Buffer.from(signed.signature, "base64").subarray(0, 63).toString("base64") },
+          [key.publicKey],
+        ),
+      ),
+    ).toBe("IMAGE_SIGNATURE_INVALID");
     expect(codeOf(() => verifyManifestSignature(signed, []))).toBe("IMAGE_SIGNATURE_INVALID");
     expect(codeOf(() => verifyManifestSignature(signed, ["bogus", key.publicKey]))).toBe("IMAGE_SIGNATURE_INVALID");
   });
@@ -66,17 +86,30 @@ describe("signManifest / verifyManifestSignature", () => {
       overrides: {
         schemaVersion: 2,
         rootfsFormat: "squashfs",
-        source: { kind: "oci", reference: "docker.io/library/alpine:3.20", manifestDigest: `sha256:${"1".repeat(64)}`, configDigest: `sha256:${"2".repeat(64)}`, platform: "linux/amd64" },
+        source: {
+          kind: "oci",
+          reference: "docker.io/library/alpine:3.20",
+          manifestDigest: `sha256:${"1".repeat(64)}`,
+          configDigest: `sha256:${"2".repeat(64)}`,
+          platform: "linux/amd64",
+        },
       },
     }).manifest;
     expect(verifyManifestSignature(m2, [key.publicKey])).toBe(key.publicKey);
-    expect(codeOf(() => verifyManifestSignature({ ...m2, source: { ...m2.source!, reference: "evil/alpine" } }, [key.publicKey]))).toBe("IMAGE_SIGNATURE_INVALID");
+    expect(
+      codeOf(() =>
+        verifyManifestSignature({ ...m2, source: { ...m2.source!, reference: "evil/alpine" } }, [key.publicKey]),
+      ),
+    ).toBe("IMAGE_SIGNATURE_INVALID");
   });
 
   test("a malformed manifest is refused before the signature (IMAGE_DIGEST_MISMATCH)", () => {
     const v3 = signManifest({ ...unsigned, schemaVersion: 3 as unknown as 1 }, key.privateKey);
     expect(codeOf(() => verifyManifestSignature(v3, [key.publicKey]))).toBe("IMAGE_DIGEST_MISMATCH");
-    const s1 = signManifest({ ...unsigned, source: { kind: "oci", reference: "r", manifestDigest: "m", configDigest: "c", platform: "p" } }, key.privateKey);
+    const s1 = signManifest(
+      { ...unsigned, source: { kind: "oci", reference: "r", manifestDigest: "m", configDigest: "c", platform: "p" } },
+      key.privateKey,
+    );
     expect(codeOf(() => verifyManifestSignature(s1, [key.publicKey]))).toBe("IMAGE_DIGEST_MISMATCH"); // source needs schema 2
   });
 });

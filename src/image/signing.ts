@@ -65,7 +65,10 @@ function rawPublicKey(k: KeyObject): string {
 export function generateSigningKey(): SigningKeyPair {
   const { privateKey } = generateKeyPairSync("ed25519");
   const der = privateKey.export({ format: "der", type: "pkcs8" });
-  return { privateKey: Buffer.from(der.subarray(PKCS8_ED25519_PREFIX.length)).toString("base64"), publicKey: rawPublicKey(privateKey) };
+  return {
+    privateKey: Buffer.from(der.subarray(PKCS8_ED25519_PREFIX.length)).toString("base64"),
+    publicKey: rawPublicKey(privateKey),
+  };
 }
 
 /** The public key (base64) of a private key (base64 seed). Throws an Error when the private key is malformed. */
@@ -99,16 +102,27 @@ export function signManifest(manifest: ImageManifest, privateKey: string): Image
 export function verifyManifestSignature(manifest: ImageManifest, trustedPublicKeys: readonly string[]): string {
   const problem = manifestShapeProblem(manifest);
   if (problem) throw imageError("IMAGE_DIGEST_MISMATCH", `malformed manifest: ${problem}`);
-  if (trustedPublicKeys.length === 0) throw imageError("IMAGE_SIGNATURE_INVALID", "no trusted image keys are configured");
+  if (trustedPublicKeys.length === 0)
+    throw imageError("IMAGE_SIGNATURE_INVALID", "no trusted image keys are configured");
   const keys = trustedPublicKeys.map((k, i) => {
     const raw = decodeExact(k.trim(), ED25519_KEY_BYTES);
-    if (!raw) throw imageError("IMAGE_SIGNATURE_INVALID", `trusted key #${i + 1} is not base64 of a 32-byte Ed25519 public key`);
-    return { text: raw.toString("base64"), key: createPublicKey({ key: Buffer.concat([SPKI_ED25519_PREFIX, raw]), format: "der", type: "spki" }) };
+    if (!raw)
+      throw imageError(
+        "IMAGE_SIGNATURE_INVALID",
+        `trusted key #${i + 1} is not base64 of a 32-byte Ed25519 public key`,
+      );
+    return {
+      text: raw.toString("base64"),
+      key: createPublicKey({ key: Buffer.concat([SPKI_ED25519_PREFIX, raw]), format: "der", type: "spki" }),
+    };
   });
   if (manifest.signature === "") throw imageError("IMAGE_SIGNATURE_INVALID", "manifest is unsigned");
   const sig = decodeExact(manifest.signature, ED25519_SIGNATURE_BYTES);
   if (!sig) throw imageError("IMAGE_SIGNATURE_INVALID", "manifest signature is not base64 of 64 bytes");
   const bytes = canonicalManifestBytes(manifest);
   for (const k of keys) if (verify(null, bytes, k.key, sig)) return k.text;
-  throw imageError("IMAGE_SIGNATURE_INVALID", `manifest signature does not verify under any of ${keys.length} trusted key(s)`);
+  throw imageError(
+    "IMAGE_SIGNATURE_INVALID",
+    `manifest signature does not verify under any of ${keys.length} trusted key(s)`,
+  );
 }

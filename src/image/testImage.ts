@@ -31,16 +31,26 @@ export interface TestImage {
   manifest: ImageManifest;
   digest: string;
   /** Artifact bytes by file name. */
-  files: { vmlinux: Uint8Array<ArrayBuffer>; "rootfs.ext4": Uint8Array<ArrayBuffer>; "initrd.cpio": Uint8Array<ArrayBuffer> };
+  files: {
+    vmlinux: Uint8Array<ArrayBuffer>;
+    "rootfs.ext4": Uint8Array<ArrayBuffer>;
+    "initrd.cpio": Uint8Array<ArrayBuffer>;
+  };
 }
 
 /**
  * A synthetic image (kernel 4 KiB, rootfs 8 KiB, initrd 1 KiB by default)
  * signed with `privateKey` when given. `seed` varies the bytes.
  */
-export function makeTestImage(opts: { privateKey?: string; seed?: number; overrides?: Partial<ImageManifest> } = {}): TestImage {
+export function makeTestImage(
+  opts: { privateKey?: string; seed?: number; overrides?: Partial<ImageManifest> } = {},
+): TestImage {
   const seed = opts.seed ?? 1;
-  const files: TestImage["files"] = { vmlinux: testBytes(4096, seed), "rootfs.ext4": testBytes(8192, seed + 1000), "initrd.cpio": testBytes(1024, seed + 2000) };
+  const files: TestImage["files"] = {
+    vmlinux: testBytes(4096, seed),
+    "rootfs.ext4": testBytes(8192, seed + 1000),
+    "initrd.cpio": testBytes(1024, seed + 2000),
+  };
   let manifest: ImageManifest = {
     schemaVersion: 1,
     architecture: "x86_64",

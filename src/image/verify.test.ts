@@ -19,11 +19,16 @@ function makeImage(): { dir: string; digest: string; manifest: ImageManifest } {
   const dir = join(root, `img${n++}`);
   mkdirSync(dir);
   const manifest: ImageManifest = {
-    schemaVersion: 1, architecture: "x86_64",
+    schemaVersion: 1,
+    architecture: "x86_64",
     kernel: art(dir, "vmlinux", new Uint8Array(100_000).fill(7)),
     rootfs: art(dir, "rootfs.ext4", new Uint8Array(300_000).fill(9)),
     initrd: art(dir, "initrd.cpio", new TextEncoder().encode("initrd")),
-    kernelArgs: [], agentProtocolRange: "1", guestBootstrapVersion: "0.1.0", createdAt: "2025-01-01T00:00:00Z", signature: "",
+    kernelArgs: [],
+    agentProtocolRange: "1",
+    guestBootstrapVersion: "0.1.0",
+    createdAt: "2025-01-01T00:00:00Z",
+    signature: "",
   };
   writeFileSync(join(dir, "manifest.json"), JSON.stringify(manifest));
   return { dir, digest: imageDigest(manifest), manifest };

@@ -11,7 +11,13 @@
  */
 import { stat } from "node:fs/promises";
 import { join } from "node:path";
-import { type Artifact, type ImageManifest, MANIFEST_FILE_NAME, imageDigest, manifestShapeProblem } from "../protocol/image.ts";
+import {
+  type Artifact,
+  type ImageManifest,
+  MANIFEST_FILE_NAME,
+  imageDigest,
+  manifestShapeProblem,
+} from "../protocol/image.ts";
 
 import { imageError } from "./errors.ts";
 
@@ -91,7 +97,8 @@ export async function verifyImage(dir: string, expectedDigest: string): Promise<
     if (h !== a.sha256) throw imageError("IMAGE_DIGEST_MISMATCH", `${a.path}: sha256 ${h} != ${a.sha256}`);
   }
   // Re-stat: a file replaced while we hashed must not be memoized as verified.
-  if ((await statKey(files)) !== key) throw imageError("IMAGE_DIGEST_MISMATCH", `image in ${dir} changed during verification`);
+  if ((await statKey(files)) !== key)
+    throw imageError("IMAGE_DIGEST_MISMATCH", `image in ${dir} changed during verification`);
   if (verified.size >= MAX_MEMO_ENTRIES) verified.delete(verified.keys().next().value as string);
   verified.set(dir, { digest, statKey: key, manifest });
   return manifest;

@@ -47,7 +47,8 @@ export function formatIp(bytes: Uint8Array): string {
 
 /** The IPv4 netmask for a prefix length 0..32, as 4 bytes. Throws "invalid-argument" otherwise. */
 export function ipv4Mask(prefixLength: number): Uint8Array {
-  if (!Number.isInteger(prefixLength) || prefixLength < 0 || prefixLength > 32) throw new NetstackError("invalid-argument", `IPv4 prefix length ${prefixLength} is outside 0..32`);
+  if (!Number.isInteger(prefixLength) || prefixLength < 0 || prefixLength > 32)
+    throw new NetstackError("invalid-argument", `IPv4 prefix length ${prefixLength} is outside 0..32`);
   const m = prefixLength === 0 ? 0 : (0xffffffff << (32 - prefixLength)) >>> 0;
   return Uint8Array.from([m >>> 24, (m >>> 16) & 0xff, (m >>> 8) & 0xff, m & 0xff]);
 }

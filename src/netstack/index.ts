@@ -8,7 +8,15 @@ import { LwipStack } from "./lwip/stack.ts";
 import type { Netstack, NetstackOptions } from "./types.ts";
 
 export { NetstackError, type NetstackErrorCode } from "./errors.ts";
-export type { ConnectionEnd, Netstack, NetstackOptions, NetstackStats, PacketOutput, TcpConnection, TcpListener } from "./types.ts";
+export type {
+  ConnectionEnd,
+  Netstack,
+  NetstackOptions,
+  NetstackStats,
+  PacketOutput,
+  TcpConnection,
+  TcpListener,
+} from "./types.ts";
 
 /** A stack with the given addresses, sending packets to `options.output`. Throws NetstackError "invalid-argument". */
 export function createNetstack(options: NetstackOptions): Netstack {

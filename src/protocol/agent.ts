@@ -11,7 +11,15 @@
 import { Type, type Static } from "@sinclair/typebox";
 import { AGENT_ERROR_CODES, type ErrorCode } from "./errors.ts";
 import { MAX_WIRE_INTEGER } from "./api.ts";
-import { Candidate, ENDPOINT_TOKEN_PATTERN, MAX_CANDIDATES, MAX_RELAYS, SignedGrant, SignedRelayMap, SignedRelayToken } from "./connection.ts";
+import {
+  Candidate,
+  ENDPOINT_TOKEN_PATTERN,
+  MAX_CANDIDATES,
+  MAX_RELAYS,
+  SignedGrant,
+  SignedRelayMap,
+  SignedRelayToken,
+} from "./connection.ts";
 import { VmExit } from "./vmExit.ts";
 
 /** Envelope size bound in bytes. */
@@ -78,7 +86,15 @@ export const CommandSpec = Type.Composite(
   [
     PlacementSpec,
     Type.Object({
-      ipv6Address: Type.Optional(Type.String({ minLength: 2, maxLength: MAX_IPV6_TEXT, pattern: "^[0-9a-f:]+$", description: "the allocation's private IPv6 address (canonical RFC 5952 text); the guest configures it as a /128" })),
+      ipv6Address: Type.Optional(
+        Type.String({
+          minLength: 2,
+          maxLength: MAX_IPV6_TEXT,
+          pattern: "^[0-9a-f:]+$",
+          description:
+            "the allocation's private IPv6 address (canonical RFC 5952 text); the guest configures it as a /128",
+        }),
+      ),
     }),
   ],
   { additionalProperties: false },
@@ -109,7 +125,10 @@ export interface BootstrapDelivery {
 }
 
 /** Why the scheduler did not apply one placement_update (it is acknowledged all the same, so the agent drops it). */
-export type UpdateRejectionCode = Extract<ErrorCode, "UNKNOWN_PLACEMENT" | "STALE_GENERATION" | "SEQUENCE_NOT_INCREASING" | "INVALID_STATE">;
+export type UpdateRejectionCode = Extract<
+  ErrorCode,
+  "UNKNOWN_PLACEMENT" | "STALE_GENERATION" | "SEQUENCE_NOT_INCREASING" | "INVALID_STATE"
+>;
 
 /** One placement_update the scheduler did not apply, with the stable reason. */
 export interface UpdateRejection {
@@ -248,7 +267,11 @@ export const ConfigureConnection = Type.Object(
     grant: Type.Optional(SignedGrant),
     /** apply: the relays the host may meet the client at, and the host role's relay token for each (by relay ID). */
     relayMap: Type.Optional(SignedRelayMap),
-    relayTokens: Type.Optional(Type.Record(Type.String({ pattern: "^[a-z0-9][a-z0-9-]{0,62}$" }), SignedRelayToken, { maxProperties: MAX_RELAYS })),
+    relayTokens: Type.Optional(
+      Type.Record(Type.String({ pattern: "^[a-z0-9][a-z0-9-]{0,62}$" }), SignedRelayToken, {
+        maxProperties: MAX_RELAYS,
+      }),
+    ),
     /** apply: the client's candidates, when the rendezvous has them. */
     clientCandidates: Type.Optional(Type.Array(Candidate, { maxItems: MAX_CANDIDATES })),
     /** apply: the grant's Connection (rendezvous) and the host role's endpoint token for it (`POST /v1/connections/{id}/poll`). */
@@ -298,7 +321,10 @@ export const ConnectivityUpdate = Type.Object(
     candidates: Type.Array(Candidate, { maxItems: MAX_CANDIDATES }),
     appliedGrants: Type.Array(AppliedGrant, { maxItems: MAX_APPLIED_GRANTS }),
     refusedGrants: Type.Array(
-      Type.Object({ grantId: Type.String({ maxLength: 64 }), code: Type.Union(GRANT_REFUSAL_CODES.map((c) => Type.Literal(c))) }, { additionalProperties: false }),
+      Type.Object(
+        { grantId: Type.String({ maxLength: 64 }), code: Type.Union(GRANT_REFUSAL_CODES.map((c) => Type.Literal(c))) },
+        { additionalProperties: false },
+      ),
       { maxItems: MAX_REPORTED_GRANT_REFUSALS },
     ),
     at: Type.String({ maxLength: 40 }),
@@ -315,13 +341,23 @@ export const HealthReport = Type.Object(
     quarantineCount: Type.Integer({ minimum: 0, maximum: MAX_WIRE_INTEGER }),
     vmmDriver: Type.String({ maxLength: 32 }),
     /** Physical inventory; below the registered capacity makes the host unschedulable. */
-    inventory: Type.Optional(Type.Object({ cpuMillis: Type.Integer({ minimum: 0, maximum: MAX_WIRE_INTEGER }), memoryMiB: Type.Integer({ minimum: 0, maximum: MAX_WIRE_INTEGER }) }, { additionalProperties: false })),
+    inventory: Type.Optional(
+      Type.Object(
+        {
+          cpuMillis: Type.Integer({ minimum: 0, maximum: MAX_WIRE_INTEGER }),
+          memoryMiB: Type.Integer({ minimum: 0, maximum: MAX_WIRE_INTEGER }),
+        },
+        { additionalProperties: false },
+      ),
+    ),
     /** The state or image-cache volume is nearly full. */
     volumesNearlyFull: Type.Optional(Type.Boolean()),
     /** Repeated VMM start failures (or a failed VMM test boot) since the last passing self-check: the host takes no new work. */
     vmmStartFailing: Type.Optional(Type.Boolean()),
     /** Digests of verified images in the host's cache (placement scoring key 1). */
-    cachedImages: Type.Optional(Type.Array(Type.String({ pattern: "^sha256:[0-9a-f]{64}$" }), { maxItems: MAX_REPORTED_IMAGES_PER_HEARTBEAT })),
+    cachedImages: Type.Optional(
+      Type.Array(Type.String({ pattern: "^sha256:[0-9a-f]{64}$" }), { maxItems: MAX_REPORTED_IMAGES_PER_HEARTBEAT }),
+    ),
   },
   { additionalProperties: false },
 );

@@ -32,7 +32,13 @@ export const LABEL_KEY_PATTERN = "^[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?$";
 /** A label value: printable ASCII (no control characters), at most 256 characters. */
 export const LABEL_VALUE_PATTERN = "^[\\x20-\\x7e]*$";
 
-const Ident = (maxLength: number, description?: string) => Type.String({ minLength: 1, maxLength, pattern: "^[A-Za-z0-9][A-Za-z0-9._:-]*$", ...(description ? { description } : {}) });
+const Ident = (maxLength: number, description?: string) =>
+  Type.String({
+    minLength: 1,
+    maxLength,
+    pattern: "^[A-Za-z0-9][A-Za-z0-9._:-]*$",
+    ...(description ? { description } : {}),
+  });
 
 /**
  * A record (JSON object used as a map) whose keys must match `keyPattern`:
@@ -42,11 +48,18 @@ const Ident = (maxLength: number, description?: string) => Type.String({ minLeng
  * of a request body is built with this.
  */
 export function ClosedRecord<V extends TSchema>(keyPattern: string, value: V, maxEntries: number) {
-  return Type.Record(Type.String({ pattern: keyPattern }), value, { maxProperties: maxEntries, additionalProperties: false });
+  return Type.Record(Type.String({ pattern: keyPattern }), value, {
+    maxProperties: maxEntries,
+    additionalProperties: false,
+  });
 }
 
 /** Labels of an allocation or a host: at most MAX_LABELS entries, keys and values per LABEL_KEY_PATTERN and LABEL_VALUE_PATTERN. */
-export const Labels = ClosedRecord(LABEL_KEY_PATTERN, Type.String({ maxLength: MAX_LABEL_VALUE_CHARS, pattern: LABEL_VALUE_PATTERN }), MAX_LABELS);
+export const Labels = ClosedRecord(
+  LABEL_KEY_PATTERN,
+  Type.String({ maxLength: MAX_LABEL_VALUE_CHARS, pattern: LABEL_VALUE_PATTERN }),
+  MAX_LABELS,
+);
 
 /** Allocation states (spec "States"). paused/suspending/suspended exist as states; their runtime comes later. */
 export const ALLOCATION_STATES = [
@@ -67,11 +80,20 @@ export type AllocationState = (typeof ALLOCATION_STATES)[number];
 /** POST /v1/allocations body. */
 export const CreateAllocationBody = Type.Object(
   {
-    clientRequestId: Ident(128, "idempotency key: the same key and body answer the same allocation; another body is 422 IDEMPOTENCY_CONFLICT"),
+    clientRequestId: Ident(
+      128,
+      "idempotency key: the same key and body answer the same allocation; another body is 422 IDEMPOTENCY_CONFLICT",
+    ),
     workloadClass: Ident(64, "a class from the deployment manifest (GET /v1/.well-known/beachball lists them)"),
     labels: Type.Optional(Labels),
     /** Lifetime in seconds after which the allocation is released; capped by policy. */
-    ttlSeconds: Type.Optional(Type.Integer({ minimum: 10, maximum: 7 * 24 * 3600, description: "seconds until the allocation is released; capped by the class's maxTtlSeconds" })),
+    ttlSeconds: Type.Optional(
+      Type.Integer({
+        minimum: 10,
+        maximum: 7 * 24 * 3600,
+        description: "seconds until the allocation is released; capped by the class's maxTtlSeconds",
+      }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -133,7 +155,10 @@ export const AllocationView = Type.Object(
     reason: Type.Union([Type.String(), Type.Null()]),
     /** Conditions now in force: NO_CAPACITY (waiting for a host), replacement_blocked, CLEANUP_PENDING. */
     conditions: Type.Array(Type.String(), { maxItems: 16 }),
-    resources: Type.Object({ cpuMillis: Type.Integer(), memoryMiB: Type.Integer(), ephemeralDiskMiB: Type.Integer() }, { additionalProperties: false }),
+    resources: Type.Object(
+      { cpuMillis: Type.Integer(), memoryMiB: Type.Integer(), ephemeralDiskMiB: Type.Integer() },
+      { additionalProperties: false },
+    ),
     imageDigest: Type.String(),
     labels: Type.Record(Type.String(), Type.String(), { maxProperties: 32 }),
     createdAt: Type.String(),
@@ -175,7 +200,11 @@ export interface AllocationEvent {
 export const BootstrapBody = Type.Object(
   {
     deliveryId: Ident(128, "idempotency key of the delivery: repeating it with the same payload answers replayed"),
-    generation: Type.Integer({ minimum: 1, maximum: MAX_WIRE_INTEGER, description: "the allocation's current generation (409 STALE_GENERATION otherwise)" }),
+    generation: Type.Integer({
+      minimum: 1,
+      maximum: MAX_WIRE_INTEGER,
+      description: "the allocation's current generation (409 STALE_GENERATION otherwise)",
+    }),
     contentType: Type.Literal("text/x-shellscript"),
     /** Base64 of at most MAX_PAYLOAD_BYTES bytes, checked after decoding (413 PAYLOAD_TOO_LARGE). */
     payloadBase64: Type.String({ maxLength: MAX_REQUEST_BODY_BYTES }),
@@ -207,7 +236,10 @@ export const EnrollmentTokenBody = Type.Object(
 export type EnrollmentTokenBody = Static<typeof EnrollmentTokenBody>;
 
 /** POST /v1/allocations/{id}/replacement-authorizations body: the generation whose external authority was revoked. */
-export const ReplacementAuthorizationBody = Type.Object({ generation: Type.Integer({ minimum: 1, maximum: MAX_WIRE_INTEGER }) }, { additionalProperties: false });
+export const ReplacementAuthorizationBody = Type.Object(
+  { generation: Type.Integer({ minimum: 1, maximum: MAX_WIRE_INTEGER }) },
+  { additionalProperties: false },
+);
 /** POST /v1/allocations/{id}/replacement-authorizations body. */
 export type ReplacementAuthorizationBody = Static<typeof ReplacementAuthorizationBody>;
 

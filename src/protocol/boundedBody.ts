@@ -56,7 +56,8 @@ export function declaredLength(headers: Headers): number | null {
   const v = headers.get("content-length");
   if (v === null) return null;
   const t = v.trim();
-  if (!/^[0-9]+$/.test(t) || t.replace(/^0+(?=\d)/, "").length > MAX_LENGTH_DIGITS) throw new BeachballError("INVALID_CONTENT_LENGTH", "Content-Length must be one decimal byte count");
+  if (!/^[0-9]+$/.test(t) || t.replace(/^0+(?=\d)/, "").length > MAX_LENGTH_DIGITS)
+    throw new BeachballError("INVALID_CONTENT_LENGTH", "Content-Length must be one decimal byte count");
   return Number(t);
 }
 
@@ -80,7 +81,10 @@ export const DRAIN_IDLE_MS = 200;
  * the common case.
  */
 export class RequestBody {
-  private reader: { read(): Promise<{ done: true; value?: undefined } | { done: false; value: Uint8Array }>; cancel(): Promise<void> } | null = null;
+  private reader: {
+    read(): Promise<{ done: true; value?: undefined } | { done: false; value: Uint8Array }>;
+    cancel(): Promise<void>;
+  } | null = null;
   private finished: boolean;
 
   constructor(private readonly req: Request) {
@@ -150,7 +154,10 @@ export class RequestBody {
       while (total <= maxBytes) {
         const left = Math.min(deadline - Date.now(), idleMs);
         if (left <= 0) break;
-        const next = await Promise.race([reader.read(), new Promise<null>((r) => (timer = setTimeout(() => r(null), left)))]);
+        const next = await Promise.race([
+          reader.read(),
+          new Promise<null>((r) => (timer = setTimeout(() => r(null), left))),
+        ]);
         clearTimeout(timer);
         if (next === null) break;
         if (next.done) {
@@ -204,8 +211,10 @@ const utf8 = new TextDecoder("utf-8", { fatal: true });
  * invalid JSON, or an object that repeats a member name (repeatedKey).
  */
 export function parseBoundedJson(bytes: Uint8Array, maxDepth = MAX_JSON_DEPTH): unknown {
-  if (bytes.length === 0) throw new BeachballError("MALFORMED_JSON", "request body is empty; a JSON document is required");
-  if (nestsDeeperThan(bytes, maxDepth)) throw new BeachballError("JSON_TOO_DEEP", `request body nests deeper than ${maxDepth} levels`, { maxDepth });
+  if (bytes.length === 0)
+    throw new BeachballError("MALFORMED_JSON", "request body is empty; a JSON document is required");
+  if (nestsDeeperThan(bytes, maxDepth))
+    throw new BeachballError("JSON_TOO_DEEP", `request body nests deeper than ${maxDepth} levels`, { maxDepth });
   let text: string;
   try {
     text = utf8.decode(bytes);
@@ -221,7 +230,10 @@ export function parseBoundedJson(bytes: Uint8Array, maxDepth = MAX_JSON_DEPTH): 
   const repeated = repeatedKey(text);
   if (repeated !== null) {
     const named = /^[A-Za-z_][A-Za-z0-9_.-]{0,63}$/.test(repeated) ? ` "${repeated}"` : "";
-    throw new BeachballError("MALFORMED_JSON", `request body repeats the field${named} in one object; field names must be unique (RFC 7493 §2.3)`);
+    throw new BeachballError(
+      "MALFORMED_JSON",
+      `request body repeats the field${named} in one object; field names must be unique (RFC 7493 §2.3)`,
+    );
   }
   return value;
 }
@@ -243,7 +255,7 @@ export function repeatedKey(text: string): string | null {
       let j = i + 1;
       let escaped = false;
       while (text.charCodeAt(j) !== QUOTE) {
-        if (text.charCodeAt(j) === BACKSLASH) ((escaped = true), j++);
+        if (text.charCodeAt(j) === BACKSLASH) (escaped = true), j++;
         j++;
       }
       if (expectName) {
@@ -283,17 +295,32 @@ const SAFE_MEDIA_TYPE = /^[a-z0-9!#$&^_.+-]{1,64}\/[a-z0-9!#$&^_.+-]{1,64}$/;
 export function requireJsonMediaType(headers: Headers): void {
   const extra = { acceptedMediaTypes: [JSON_MEDIA_TYPE] };
   const encoding = headers.get("content-encoding")?.trim().toLowerCase();
-  if (encoding && encoding !== "identity") throw new BeachballError("UNSUPPORTED_MEDIA_TYPE", "request bodies may not be content-encoded; send plain application/json", extra);
+  if (encoding && encoding !== "identity")
+    throw new BeachballError(
+      "UNSUPPORTED_MEDIA_TYPE",
+      "request bodies may not be content-encoded; send plain application/json",
+      extra,
+    );
   const raw = headers.get("content-type");
-  if (raw === null || raw.trim() === "") throw new BeachballError("UNSUPPORTED_MEDIA_TYPE", `this route takes a JSON body: send Content-Type: ${JSON_MEDIA_TYPE}`, extra);
+  if (raw === null || raw.trim() === "")
+    throw new BeachballError(
+      "UNSUPPORTED_MEDIA_TYPE",
+      `this route takes a JSON body: send Content-Type: ${JSON_MEDIA_TYPE}`,
+      extra,
+    );
   const [type = "", ...params] = raw.split(";").map((p) => p.trim().toLowerCase());
   if (type !== JSON_MEDIA_TYPE) {
     const named = SAFE_MEDIA_TYPE.test(type) ? ` (got ${type})` : "";
-    throw new BeachballError("UNSUPPORTED_MEDIA_TYPE", `this route takes Content-Type: ${JSON_MEDIA_TYPE}${named}`, extra);
+    throw new BeachballError(
+      "UNSUPPORTED_MEDIA_TYPE",
+      `this route takes Content-Type: ${JSON_MEDIA_TYPE}${named}`,
+      extra,
+    );
   }
   // A parameter named charset counts only as exactly one token or quoted string (RFC 9110 §5.6.6), given once.
   const charsets = params.filter((p) => /^charset\s*(=|$)/.test(p));
   const m = charsets.length === 1 ? /^charset\s*=\s*(?:"([^"\\]*)"|([^\s";\\]+))$/.exec(charsets[0]!) : null;
   const charset = m?.[1] ?? m?.[2];
-  if (charsets.length > 0 && charset !== "utf-8" && charset !== "utf8") throw new BeachballError("UNSUPPORTED_MEDIA_TYPE", "a JSON body must be UTF-8 (charset=utf-8 or none)", extra);
+  if (charsets.length > 0 && charset !== "utf-8" && charset !== "utf8")
+    throw new BeachballError("UNSUPPORTED_MEDIA_TYPE", "a JSON body must be UTF-8 (charset=utf-8 or none)", extra);
 }

@@ -61,10 +61,23 @@ export const MIN_RELAY_TOKEN_REFRESH_MS = 10_000;
 /** An endpoint token: a bearer for one role of one Connection only (`bbx_` and 64 hex digits). */
 export const ENDPOINT_TOKEN_PATTERN = "^bbx_[0-9a-f]{64}$";
 
-const B64Key = Type.String({ maxLength: 44, pattern: "^[A-Za-z0-9+/]{43}=$", description: "32-byte key, standard base64" });
-const B64Sig = Type.String({ maxLength: 88, pattern: "^[A-Za-z0-9+/]{86}==$", description: "64-byte Ed25519 signature, standard base64" });
+const B64Key = Type.String({
+  maxLength: 44,
+  pattern: "^[A-Za-z0-9+/]{43}=$",
+  description: "32-byte key, standard base64",
+});
+const B64Sig = Type.String({
+  maxLength: 88,
+  pattern: "^[A-Za-z0-9+/]{86}==$",
+  description: "64-byte Ed25519 signature, standard base64",
+});
 const Id = (prefix: string) => Type.String({ pattern: `^${prefix}_[0-9a-f]{32}$` });
-const Ipv6 = Type.String({ minLength: 2, maxLength: 45, pattern: "^[0-9a-f:]+$", description: "IPv6 address, lowercase, no prefix length" });
+const Ipv6 = Type.String({
+  minLength: 2,
+  maxLength: 45,
+  pattern: "^[0-9a-f:]+$",
+  description: "IPv6 address, lowercase, no prefix length",
+});
 const Port = Type.Integer({ minimum: 1, maximum: 65535 });
 const KeyId = Type.String({ minLength: 1, maxLength: 64, pattern: "^[A-Za-z0-9._:-]+$" });
 
@@ -213,7 +226,11 @@ export type Candidate = Static<typeof Candidate>;
 /** A rendezvous message one side posts to its Connection (spec "Coordination and path selection"). */
 export const ConnectionMessage = Type.Union([
   Type.Object(
-    { type: Type.Literal("candidates"), seq: Type.Integer({ minimum: 1, maximum: MAX_CONNECTION_SEQ }), candidates: Type.Array(Candidate, { maxItems: MAX_CANDIDATES }) },
+    {
+      type: Type.Literal("candidates"),
+      seq: Type.Integer({ minimum: 1, maximum: MAX_CONNECTION_SEQ }),
+      candidates: Type.Array(Candidate, { maxItems: MAX_CANDIDATES }),
+    },
     { additionalProperties: false },
   ),
   Type.Object(
@@ -227,7 +244,11 @@ export const ConnectionMessage = Type.Union([
     { additionalProperties: false },
   ),
   Type.Object(
-    { type: Type.Literal("ack"), seq: Type.Integer({ minimum: 1, maximum: MAX_CONNECTION_SEQ }), upTo: Type.Integer({ minimum: 0, maximum: MAX_CONNECTION_SEQ }) },
+    {
+      type: Type.Literal("ack"),
+      seq: Type.Integer({ minimum: 1, maximum: MAX_CONNECTION_SEQ }),
+      upTo: Type.Integer({ minimum: 0, maximum: MAX_CONNECTION_SEQ }),
+    },
     { additionalProperties: false },
   ),
 ]);
@@ -358,7 +379,11 @@ export type SignedDocumentProblem =
  * `issuedAtMs - skewMs` until `expiresAtMs` (exclusive). Returns the
  * problem, or null when `nowMs` is inside the window. Pure.
  */
-export function freshness(p: { issuedAtMs: number; expiresAtMs: number }, nowMs: number, skewMs: number): "expired" | "not_yet_valid" | null {
+export function freshness(
+  p: { issuedAtMs: number; expiresAtMs: number },
+  nowMs: number,
+  skewMs: number,
+): "expired" | "not_yet_valid" | null {
   if (nowMs >= p.expiresAtMs) return "expired";
   if (nowMs < p.issuedAtMs - skewMs) return "not_yet_valid";
   return null;

@@ -42,14 +42,25 @@ const grant: GrantPayload = {
 
 describe("grants", () => {
   test("a grant signed by a configured key verifies and returns its payload", () => {
-    const r = checkSignedGrant(signConnectionDocument("grant", grant, "k1", signer), keys, { allocationId: grant.allocationId, generation: 2, port: 22, hostId: "host-1" }, NOW);
+    const r = checkSignedGrant(
+      signConnectionDocument("grant", grant, "k1", signer),
+      keys,
+      { allocationId: grant.allocationId, generation: 2, port: 22, hostId: "host-1" },
+      NOW,
+    );
     expect(r).toEqual({ ok: true, payload: grant });
   });
 
   test("every payload field is covered by the signature: changing any one is GRANT_SIGNATURE_INVALID", () => {
     const doc = signConnectionDocument("grant", grant, "k1", signer);
     const edits: Array<Partial<GrantPayload>> = [
-      { ports: [22, 23] }, { generation: 3 }, { clientAddress: "fd00:1:2:3::11" }, { expiresAtMs: NOW + 61_000 }, { hostId: "host-2" }, { transport: "udp" }, { policyRevision: 1 },
+      { ports: [22, 23] },
+      { generation: 3 },
+      { clientAddress: "fd00:1:2:3::11" },
+      { expiresAtMs: NOW + 61_000 },
+      { hostId: "host-2" },
+      { transport: "udp" },
+      { policyRevision: 1 },
     ];
     for (const e of edits) {
       const r = checkSignedGrant({ ...doc, payload: { ...grant, ...e } }, keys, {}, NOW);
@@ -61,7 +72,16 @@ describe("grants", () => {
     const byOther = signConnectionDocument("grant", grant, "k1", other);
     const unknownId = signConnectionDocument("grant", grant, "k2", signer);
     const asToken = signConnectionDocument("relay-token", grant, "k1", signer);
-    for (const d of [byOther, unknownId, asToken, { ...byOther, extra: 1 }, { payload: grant }, null, "grant", { ...byOther, signature: "x" }]) {
+    for (const d of [
+      byOther,
+      unknownId,
+      asToken,
+      { ...byOther, extra: 1 },
+      { payload: grant },
+      null,
+      "grant",
+      { ...byOther, signature: "x" },
+    ]) {
       const r = checkSignedGrant(d, keys, {}, NOW);
       expect(r.ok ? "ok" : r.code).toBe("GRANT_SIGNATURE_INVALID");
     }
@@ -89,12 +109,28 @@ describe("grants", () => {
 });
 
 describe("relay maps and relay tokens", () => {
-  const map: RelayMapPayload = { v: 1, relays: [{ relayId: "r1", url: "wss://relay.example:443/v1/relay" }], issuedAtMs: NOW, expiresAtMs: NOW + 60_000 };
-  const token: RelayTokenPayload = { v: 1, relayId: "r1", grantId: grant.grantId, role: "client", limits: { maxBytes: 1 << 30, maxBytesPerSecond: 1 << 20, idleTimeoutMs: 30_000 }, issuedAtMs: NOW, expiresAtMs: NOW + 60_000 };
+  const map: RelayMapPayload = {
+    v: 1,
+    relays: [{ relayId: "r1", url: "wss://relay.example:443/v1/relay" }],
+    issuedAtMs: NOW,
+    expiresAtMs: NOW + 60_000,
+  };
+  const token: RelayTokenPayload = {
+    v: 1,
+    relayId: "r1",
+    grantId: grant.grantId,
+    role: "client",
+    limits: { maxBytes: 1 << 30, maxBytesPerSecond: 1 << 20, idleTimeoutMs: 30_000 },
+    issuedAtMs: NOW,
+    expiresAtMs: NOW + 60_000,
+  };
 
   test("a relay map verifies; tampering, a grant signature and a duplicate relay ID are refused", () => {
     expect(checkSignedRelayMap(signConnectionDocument("relay-map", map, "k1", signer), keys, NOW).ok).toBe(true);
-    const tampered = { ...signConnectionDocument("relay-map", map, "k1", signer), payload: { ...map, relays: [{ relayId: "evil", url: "ws://127.0.0.1:1/x" }] } };
+    const tampered = {
+      ...signConnectionDocument("relay-map", map, "k1", signer),
+      payload: { ...map, relays: [{ relayId: "evil", url: "ws://127.0.0.1:1/x" }] },
+    };
     const r1 = checkSignedRelayMap(tampered, keys, NOW);
     expect(r1.ok ? "ok" : r1.code).toBe("GRANT_SIGNATURE_INVALID");
     const r2 = checkSignedRelayMap(signConnectionDocument("grant", map, "k1", signer), keys, NOW);
@@ -123,8 +159,15 @@ describe("relay maps and relay tokens", () => {
 
 test("verification keys parse from KEYID=BASE64 pairs and bad entries are refused", () => {
   const pub = connectionPublicKeyOf(signer);
-  expect(parseVerificationKeys(`k1=${pub}, k2=${pub}`)).toEqual(new Map([["k1", pub], ["k2", pub]]));
+  expect(parseVerificationKeys(`k1=${pub}, k2=${pub}`)).toEqual(
+    new Map([
+      ["k1", pub],
+      ["k2", pub],
+    ]),
+  );
   expect(() => parseVerificationKeys(pub)).toThrow(/KEYID=BASE64/);
   expect(() => parseVerificationKeys("k1=abc")).toThrow(/KEYID=BASE64/);
-  expect(() => parseVerificationKeys(`k1=${pub},k1=${Buffer.alloc(32, 9).toString("base64")}`)).toThrow("verification key ID k1 is given twice");
+  expect(() => parseVerificationKeys(`k1=${pub},k1=${Buffer.alloc(32, 9).toString("base64")}`)).toThrow(
+    "verification key ID k1 is given twice",
+  );
 });

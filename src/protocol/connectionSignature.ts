@@ -85,7 +85,12 @@ export function isVerificationKey(b64: string): boolean {
  * scheduler and test issuers. Throws an Error (without the key) when the
  * seed is malformed.
  */
-export function signConnectionDocument<P>(kind: SignedKind, payload: P, keyId: string, privateKeyB64: string): { payload: P; keyId: string; signature: string } {
+export function signConnectionDocument<P>(
+  kind: SignedKind,
+  payload: P,
+  keyId: string,
+  privateKeyB64: string,
+): { payload: P; keyId: string; signature: string } {
   const seed = decodeExact(privateKeyB64, 32);
   if (!seed) throw new Error("connection-signing key is not standard base64 of a 32-byte Ed25519 seed");
   const key = createPrivateKey({ key: Buffer.concat([PKCS8_ED25519_PREFIX, seed]), format: "der", type: "pkcs8" });
@@ -97,12 +102,18 @@ export function signConnectionDocument<P>(kind: SignedKind, payload: P, keyId: s
 export function connectionPublicKeyOf(privateKeyB64: string): string {
   const seed = decodeExact(privateKeyB64, 32);
   if (!seed) throw new Error("connection-signing key is not standard base64 of a 32-byte Ed25519 seed");
-  const der = createPublicKey(createPrivateKey({ key: Buffer.concat([PKCS8_ED25519_PREFIX, seed]), format: "der", type: "pkcs8" })).export({ format: "der", type: "spki" });
+  const der = createPublicKey(
+    createPrivateKey({ key: Buffer.concat([PKCS8_ED25519_PREFIX, seed]), format: "der", type: "pkcs8" }),
+  ).export({ format: "der", type: "spki" });
   return Buffer.from(der.subarray(SPKI_ED25519_PREFIX.length)).toString("base64");
 }
 
 /** True when `doc.signature` is a valid Ed25519 signature of `kind` over `doc.payload` by the trusted key named `doc.keyId`. */
-export function verifyConnectionSignature(kind: SignedKind, doc: { payload: unknown; keyId: string; signature: string }, keys: ConnectionVerificationKeys): boolean {
+export function verifyConnectionSignature(
+  kind: SignedKind,
+  doc: { payload: unknown; keyId: string; signature: string },
+  keys: ConnectionVerificationKeys,
+): boolean {
   const pub = keys.get(doc.keyId);
   const key = pub === undefined ? null : publicKeyObject(pub);
   const sig = decodeExact(doc.signature, 64);
@@ -135,23 +146,80 @@ export interface GrantExpectation {
  * (GRANT_MISMATCH), freshness (GRANT_EXPIRED, GRANT_NOT_YET_VALID with
  * `skewMs`), then every field of `expect` (GRANT_MISMATCH naming the field).
  */
-export function checkSignedGrant(doc: unknown, keys: ConnectionVerificationKeys, expect: GrantExpectation, nowMs: number, skewMs = CONNECTION_CLOCK_SKEW_MS): Checked<GrantPayload> {
-  if (!Value.Check(SignedGrant, doc)) return { ok: false, code: "GRANT_SIGNATURE_INVALID", reason: `not a signed grant: ${firstError(SignedGrant, doc)}` };
-  if (!keys.has(doc.keyId)) return { ok: false, code: "GRANT_SIGNATURE_INVALID", reason: `grant signed with key ${JSON.stringify(doc.keyId)}, which is not a configured verification key` };
-  if (!verifyConnectionSignature("grant", doc, keys)) return { ok: false, code: "GRANT_SIGNATURE_INVALID", reason: `grant ${doc.payload.grantId}: the signature does not verify with key ${JSON.stringify(doc.keyId)}` };
+export function checkSignedGrant(
+  doc: unknown,
+  keys: ConnectionVerificationKeys,
+  expect: GrantExpectation,
+  nowMs: number,
+  skewMs = CONNECTION_CLOCK_SKEW_MS,
+): Checked<GrantPayload> {
+  if (!Value.Check(SignedGrant, doc))
+    return {
+      ok: false,
+      code: "GRANT_SIGNATURE_INVALID",
+      reason: `not a signed grant: ${firstError(SignedGrant, doc)}`,
+    };
+  if (!keys.has(doc.keyId))
+    return {
+      ok: false,
+      code: "GRANT_SIGNATURE_INVALID",
+      reason: `grant signed with key ${JSON.stringify(doc.keyId)}, which is not a configured verification key`,
+    };
+  if (!verifyConnectionSignature("grant", doc, keys))
+    return {
+      ok: false,
+      code: "GRANT_SIGNATURE_INVALID",
+      reason: `grant ${doc.payload.grantId}: the signature does not verify with key ${JSON.stringify(doc.keyId)}`,
+    };
   const g = doc.payload;
   if (g.expiresAtMs <= g.issuedAtMs || g.expiresAtMs - g.issuedAtMs > MAX_GRANT_TTL_SECONDS * 1000)
-    return { ok: false, code: "GRANT_MISMATCH", reason: `grant ${g.grantId}: lifetime ${g.expiresAtMs - g.issuedAtMs} ms is outside 1..${MAX_GRANT_TTL_SECONDS * 1000} ms` };
+    return {
+      ok: false,
+      code: "GRANT_MISMATCH",
+      reason: `grant ${g.grantId}: lifetime ${g.expiresAtMs - g.issuedAtMs} ms is outside 1..${MAX_GRANT_TTL_SECONDS * 1000} ms`,
+    };
   if (!isIPv6(g.clientAddress) || !isIPv6(g.allocationAddress) || g.clientAddress === g.allocationAddress)
-    return { ok: false, code: "GRANT_MISMATCH", reason: `grant ${g.grantId}: client and allocation addresses must be two different IPv6 addresses` };
+    return {
+      ok: false,
+      code: "GRANT_MISMATCH",
+      reason: `grant ${g.grantId}: client and allocation addresses must be two different IPv6 addresses`,
+    };
   const fresh = freshness(g, nowMs, skewMs);
-  if (fresh === "expired") return { ok: false, code: "GRANT_EXPIRED", reason: `grant ${g.grantId} expired at ${new Date(g.expiresAtMs).toISOString()}` };
-  if (fresh === "not_yet_valid") return { ok: false, code: "GRANT_NOT_YET_VALID", reason: `grant ${g.grantId} is issued at ${new Date(g.issuedAtMs).toISOString()}, beyond the allowed clock skew` };
-  for (const field of ["grantId", "allocationId", "generation", "hostId", "hostPublicKey", "clientPublicKey", "transport"] as const) {
+  if (fresh === "expired")
+    return {
+      ok: false,
+      code: "GRANT_EXPIRED",
+      reason: `grant ${g.grantId} expired at ${new Date(g.expiresAtMs).toISOString()}`,
+    };
+  if (fresh === "not_yet_valid")
+    return {
+      ok: false,
+      code: "GRANT_NOT_YET_VALID",
+      reason: `grant ${g.grantId} is issued at ${new Date(g.issuedAtMs).toISOString()}, beyond the allowed clock skew`,
+    };
+  for (const field of [
+    "grantId",
+    "allocationId",
+    "generation",
+    "hostId",
+    "hostPublicKey",
+    "clientPublicKey",
+    "transport",
+  ] as const) {
     const want = expect[field];
-    if (want !== undefined && g[field] !== want) return { ok: false, code: "GRANT_MISMATCH", reason: `grant ${g.grantId}: ${field} is ${JSON.stringify(g[field])}, expected ${JSON.stringify(want)}` };
+    if (want !== undefined && g[field] !== want)
+      return {
+        ok: false,
+        code: "GRANT_MISMATCH",
+        reason: `grant ${g.grantId}: ${field} is ${JSON.stringify(g[field])}, expected ${JSON.stringify(want)}`,
+      };
   }
-  if (expect.port !== undefined && !g.ports.includes(expect.port)) return { ok: false, code: "GRANT_MISMATCH", reason: `grant ${g.grantId} does not allow port ${expect.port} (it allows ${g.ports.join(", ")})` };
+  if (expect.port !== undefined && !g.ports.includes(expect.port))
+    return {
+      ok: false,
+      code: "GRANT_MISMATCH",
+      reason: `grant ${g.grantId} does not allow port ${expect.port} (it allows ${g.ports.join(", ")})`,
+    };
   return { ok: true, payload: g };
 }
 
@@ -160,15 +228,42 @@ export function checkSignedGrant(doc: unknown, keys: ConnectionVerificationKeys,
  * lifetime within MAX_RELAY_MAP_TTL_MS (GRANT_MISMATCH), freshness
  * (GRANT_EXPIRED, GRANT_NOT_YET_VALID). Relay IDs must be unique (GRANT_MISMATCH).
  */
-export function checkSignedRelayMap(doc: unknown, keys: ConnectionVerificationKeys, nowMs: number, skewMs = CONNECTION_CLOCK_SKEW_MS): Checked<RelayMapPayload> {
-  if (!Value.Check(SignedRelayMap, doc)) return { ok: false, code: "GRANT_SIGNATURE_INVALID", reason: `not a signed relay map: ${firstError(SignedRelayMap, doc)}` };
-  if (!verifyConnectionSignature("relay-map", doc, keys)) return { ok: false, code: "GRANT_SIGNATURE_INVALID", reason: `relay map: the signature does not verify with a configured key (key ID ${JSON.stringify(doc.keyId)})` };
+export function checkSignedRelayMap(
+  doc: unknown,
+  keys: ConnectionVerificationKeys,
+  nowMs: number,
+  skewMs = CONNECTION_CLOCK_SKEW_MS,
+): Checked<RelayMapPayload> {
+  if (!Value.Check(SignedRelayMap, doc))
+    return {
+      ok: false,
+      code: "GRANT_SIGNATURE_INVALID",
+      reason: `not a signed relay map: ${firstError(SignedRelayMap, doc)}`,
+    };
+  if (!verifyConnectionSignature("relay-map", doc, keys))
+    return {
+      ok: false,
+      code: "GRANT_SIGNATURE_INVALID",
+      reason: `relay map: the signature does not verify with a configured key (key ID ${JSON.stringify(doc.keyId)})`,
+    };
   const m = doc.payload;
-  if (m.expiresAtMs <= m.issuedAtMs || m.expiresAtMs - m.issuedAtMs > MAX_RELAY_MAP_TTL_MS) return { ok: false, code: "GRANT_MISMATCH", reason: `relay map lifetime ${m.expiresAtMs - m.issuedAtMs} ms is outside 1..${MAX_RELAY_MAP_TTL_MS} ms` };
-  if (new Set(m.relays.map((r) => r.relayId)).size !== m.relays.length) return { ok: false, code: "GRANT_MISMATCH", reason: "relay map lists a relay ID twice" };
+  if (m.expiresAtMs <= m.issuedAtMs || m.expiresAtMs - m.issuedAtMs > MAX_RELAY_MAP_TTL_MS)
+    return {
+      ok: false,
+      code: "GRANT_MISMATCH",
+      reason: `relay map lifetime ${m.expiresAtMs - m.issuedAtMs} ms is outside 1..${MAX_RELAY_MAP_TTL_MS} ms`,
+    };
+  if (new Set(m.relays.map((r) => r.relayId)).size !== m.relays.length)
+    return { ok: false, code: "GRANT_MISMATCH", reason: "relay map lists a relay ID twice" };
   const fresh = freshness(m, nowMs, skewMs);
-  if (fresh === "expired") return { ok: false, code: "GRANT_EXPIRED", reason: `relay map expired at ${new Date(m.expiresAtMs).toISOString()}` };
-  if (fresh === "not_yet_valid") return { ok: false, code: "GRANT_NOT_YET_VALID", reason: "relay map is issued beyond the allowed clock skew" };
+  if (fresh === "expired")
+    return {
+      ok: false,
+      code: "GRANT_EXPIRED",
+      reason: `relay map expired at ${new Date(m.expiresAtMs).toISOString()}`,
+    };
+  if (fresh === "not_yet_valid")
+    return { ok: false, code: "GRANT_NOT_YET_VALID", reason: "relay map is issued beyond the allowed clock skew" };
   return { ok: true, payload: m };
 }
 
@@ -185,16 +280,52 @@ export interface RelayTokenExpectation {
  * within MAX_RELAY_TOKEN_TTL_SECONDS and freshness (RELAY_TOKEN_EXPIRED),
  * relay ID (RELAY_TOKEN_WRONG_RELAY), grant ID and role (RELAY_TOKEN_INVALID).
  */
-export function checkSignedRelayToken(doc: unknown, keys: ConnectionVerificationKeys, expect: RelayTokenExpectation, nowMs: number, skewMs = CONNECTION_CLOCK_SKEW_MS): Checked<RelayTokenPayload> {
-  if (!Value.Check(SignedRelayToken, doc)) return { ok: false, code: "RELAY_TOKEN_INVALID", reason: `not a signed relay token: ${firstError(SignedRelayToken, doc)}` };
-  if (!verifyConnectionSignature("relay-token", doc, keys)) return { ok: false, code: "RELAY_TOKEN_INVALID", reason: `relay token: the signature does not verify with a configured key (key ID ${JSON.stringify(doc.keyId)})` };
+export function checkSignedRelayToken(
+  doc: unknown,
+  keys: ConnectionVerificationKeys,
+  expect: RelayTokenExpectation,
+  nowMs: number,
+  skewMs = CONNECTION_CLOCK_SKEW_MS,
+): Checked<RelayTokenPayload> {
+  if (!Value.Check(SignedRelayToken, doc))
+    return {
+      ok: false,
+      code: "RELAY_TOKEN_INVALID",
+      reason: `not a signed relay token: ${firstError(SignedRelayToken, doc)}`,
+    };
+  if (!verifyConnectionSignature("relay-token", doc, keys))
+    return {
+      ok: false,
+      code: "RELAY_TOKEN_INVALID",
+      reason: `relay token: the signature does not verify with a configured key (key ID ${JSON.stringify(doc.keyId)})`,
+    };
   const t = doc.payload;
   if (t.expiresAtMs <= t.issuedAtMs || t.expiresAtMs - t.issuedAtMs > MAX_RELAY_TOKEN_TTL_SECONDS * 1000)
-    return { ok: false, code: "RELAY_TOKEN_EXPIRED", reason: `relay token lifetime ${t.expiresAtMs - t.issuedAtMs} ms is outside 1..${MAX_RELAY_TOKEN_TTL_SECONDS * 1000} ms` };
-  if (freshness(t, nowMs, skewMs) !== null) return { ok: false, code: "RELAY_TOKEN_EXPIRED", reason: `relay token for grant ${t.grantId} is not valid now` };
-  if (expect.relayId !== undefined && t.relayId !== expect.relayId) return { ok: false, code: "RELAY_TOKEN_WRONG_RELAY", reason: `relay token is for relay ${t.relayId}, not ${expect.relayId}` };
-  if (expect.grantId !== undefined && t.grantId !== expect.grantId) return { ok: false, code: "RELAY_TOKEN_INVALID", reason: `relay token is for grant ${t.grantId}, not ${expect.grantId}` };
-  if (expect.role !== undefined && t.role !== expect.role) return { ok: false, code: "RELAY_TOKEN_INVALID", reason: `relay token is for the ${t.role} role, not ${expect.role}` };
+    return {
+      ok: false,
+      code: "RELAY_TOKEN_EXPIRED",
+      reason: `relay token lifetime ${t.expiresAtMs - t.issuedAtMs} ms is outside 1..${MAX_RELAY_TOKEN_TTL_SECONDS * 1000} ms`,
+    };
+  if (freshness(t, nowMs, skewMs) !== null)
+    return { ok: false, code: "RELAY_TOKEN_EXPIRED", reason: `relay token for grant ${t.grantId} is not valid now` };
+  if (expect.relayId !== undefined && t.relayId !== expect.relayId)
+    return {
+      ok: false,
+      code: "RELAY_TOKEN_WRONG_RELAY",
+      reason: `relay token is for relay ${t.relayId}, not ${expect.relayId}`,
+    };
+  if (expect.grantId !== undefined && t.grantId !== expect.grantId)
+    return {
+      ok: false,
+      code: "RELAY_TOKEN_INVALID",
+      reason: `relay token is for grant ${t.grantId}, not ${expect.grantId}`,
+    };
+  if (expect.role !== undefined && t.role !== expect.role)
+    return {
+      ok: false,
+      code: "RELAY_TOKEN_INVALID",
+      reason: `relay token is for the ${t.role} role, not ${expect.role}`,
+    };
   return { ok: true, payload: t };
 }
 
@@ -206,11 +337,17 @@ function firstError(schema: Parameters<typeof Value.Errors>[0], v: unknown): str
 /** Parses `keyId=base64` pairs (comma-separated) into verification keys. Throws an Error naming the bad entry, or a key ID given twice (which key would win is not for the parser to guess). */
 export function parseVerificationKeys(text: string): Map<string, string> {
   const keys = new Map<string, string>();
-  for (const part of text.split(",").map((s) => s.trim()).filter(Boolean)) {
+  for (const part of text
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean)) {
     const eq = part.indexOf("=");
     const id = eq > 0 ? part.slice(0, eq) : "";
     const key = part.slice(eq + 1);
-    if (!/^[A-Za-z0-9._:-]{1,64}$/.test(id) || !isVerificationKey(key)) throw new Error(`verification key ${JSON.stringify(part.slice(0, 80))} is not KEYID=BASE64 of a 32-byte Ed25519 public key`);
+    if (!/^[A-Za-z0-9._:-]{1,64}$/.test(id) || !isVerificationKey(key))
+      throw new Error(
+        `verification key ${JSON.stringify(part.slice(0, 80))} is not KEYID=BASE64 of a 32-byte Ed25519 public key`,
+      );
     if (keys.has(id)) throw new Error(`verification key ID ${id} is given twice; each key ID names one key`);
     keys.set(id, key);
   }

@@ -22,6 +22,9 @@ export function debugTunnelMtu(env: Readonly<Record<string, string | undefined>>
   const text = env["BB_DEBUG_TUNNEL_MTU"];
   if (text === undefined || text === "") return TUNNEL_MTU;
   const mtu = /^\d{1,5}$/.test(text) ? Number(text) : NaN;
-  if (!(mtu >= MIN_TUNNEL_MTU && mtu <= MAX_DEBUG_TUNNEL_MTU)) throw new RangeError(`BB_DEBUG_TUNNEL_MTU ${JSON.stringify(text)} is not an integer in ${MIN_TUNNEL_MTU}..${MAX_DEBUG_TUNNEL_MTU}`);
+  if (!(mtu >= MIN_TUNNEL_MTU && mtu <= MAX_DEBUG_TUNNEL_MTU))
+    throw new RangeError(
+      `BB_DEBUG_TUNNEL_MTU ${JSON.stringify(text)} is not an integer in ${MIN_TUNNEL_MTU}..${MAX_DEBUG_TUNNEL_MTU}`,
+    );
   return mtu;
 }

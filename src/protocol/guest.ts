@@ -143,9 +143,15 @@ export function workloadConfigProblem(v: unknown): string | null {
   const w = v as Record<string, unknown>;
   for (const k of ["entrypoint", "cmd", "env"]) {
     const a = w[k];
-    if (!Array.isArray(a) || a.length > MAX_WORKLOAD_LIST || !a.every((s) => typeof s === "string" && s.length <= MAX_WORKLOAD_STRING_BYTES)) return `${k} is not a bounded string array`;
+    if (
+      !Array.isArray(a) ||
+      a.length > MAX_WORKLOAD_LIST ||
+      !a.every((s) => typeof s === "string" && s.length <= MAX_WORKLOAD_STRING_BYTES)
+    )
+      return `${k} is not a bounded string array`;
   }
-  for (const k of ["workingDir", "user"]) if (typeof w[k] !== "string" || (w[k] as string).length > MAX_WORKLOAD_STRING_BYTES) return `${k} is not a string`;
+  for (const k of ["workingDir", "user"])
+    if (typeof w[k] !== "string" || (w[k] as string).length > MAX_WORKLOAD_STRING_BYTES) return `${k} is not a string`;
   if ((w.entrypoint as string[]).length + (w.cmd as string[]).length === 0) return "entrypoint and cmd are both empty";
   if (!(w.env as string[]).every((e) => e.indexOf("=") > 0)) return "env entries must be NAME=value";
   return null;

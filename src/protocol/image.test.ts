@@ -1,5 +1,11 @@
 import { describe, expect, test } from "bun:test";
-import { type ImageManifest, canonicalManifestBytes, imageDigest, isSafeArtifactName, manifestShapeProblem } from "./image.ts";
+import {
+  type ImageManifest,
+  canonicalManifestBytes,
+  imageDigest,
+  isSafeArtifactName,
+  manifestShapeProblem,
+} from "./image.ts";
 
 const base: ImageManifest = {
   schemaVersion: 1,
@@ -46,7 +52,13 @@ test("isSafeArtifactName rejects paths", () => {
 });
 
 describe("manifestShapeProblem", () => {
-  const source = { kind: "oci", reference: "alpine:3.20", manifestDigest: "sha256:1", configDigest: "sha256:2", platform: "linux/amd64" } as const;
+  const source = {
+    kind: "oci",
+    reference: "alpine:3.20",
+    manifestDigest: "sha256:1",
+    configDigest: "sha256:2",
+    platform: "linux/amd64",
+  } as const;
   const initrd = { path: "initrd.cpio", sizeBytes: 5, sha256: "c".repeat(64) };
   test("accepts schema 1 (with rootfsFormat/initrd, as dev images carry) and schema 2 with source", () => {
     expect(manifestShapeProblem(base)).toBeNull();

@@ -89,8 +89,18 @@ export function isSafeArtifactName(name: string): boolean {
 export const SUPPORTED_SCHEMA_VERSIONS: readonly number[] = [1, 2];
 
 const MANIFEST_FIELDS = new Set([
-  "schemaVersion", "architecture", "kernel", "rootfs", "rootfsFormat", "initrd", "kernelArgs",
-  "agentProtocolRange", "guestBootstrapVersion", "source", "createdAt", "signature",
+  "schemaVersion",
+  "architecture",
+  "kernel",
+  "rootfs",
+  "rootfsFormat",
+  "initrd",
+  "kernelArgs",
+  "agentProtocolRange",
+  "guestBootstrapVersion",
+  "source",
+  "createdAt",
+  "signature",
 ]);
 
 function artifactProblem(name: string, a: unknown): string | null {
@@ -117,7 +127,8 @@ export function manifestShapeProblem(v: unknown): string | null {
   const m = v as Record<string, unknown>;
   const unknown = Object.keys(m).find((k) => !MANIFEST_FIELDS.has(k));
   if (unknown !== undefined) return `unknown manifest field ${JSON.stringify(unknown.slice(0, 64))}`;
-  if (!SUPPORTED_SCHEMA_VERSIONS.includes(m["schemaVersion"] as number)) return `unsupported schemaVersion ${JSON.stringify(m["schemaVersion"])}`;
+  if (!SUPPORTED_SCHEMA_VERSIONS.includes(m["schemaVersion"] as number))
+    return `unsupported schemaVersion ${JSON.stringify(m["schemaVersion"])}`;
   if (m["architecture"] !== "x86_64") return "architecture is not x86_64";
   for (const name of ["kernel", "rootfs"]) {
     const p = artifactProblem(name, m[name]);
@@ -130,7 +141,8 @@ export function manifestShapeProblem(v: unknown): string | null {
   const fmt = m["rootfsFormat"];
   if (fmt !== undefined && fmt !== "ext4" && fmt !== "squashfs") return "rootfsFormat is neither ext4 nor squashfs";
   if (fmt === "squashfs" && m["initrd"] === undefined) return "a squashfs root needs an initrd";
-  if (!Array.isArray(m["kernelArgs"]) || !m["kernelArgs"].every((a) => typeof a === "string")) return "kernelArgs is not a string array";
+  if (!Array.isArray(m["kernelArgs"]) || !m["kernelArgs"].every((a) => typeof a === "string"))
+    return "kernelArgs is not a string array";
   for (const k of ["agentProtocolRange", "guestBootstrapVersion", "createdAt", "signature"]) {
     if (typeof m[k] !== "string") return `${k} is not a string`;
   }
@@ -138,7 +150,8 @@ export function manifestShapeProblem(v: unknown): string | null {
     if (m["schemaVersion"] !== 2) return "source needs schemaVersion 2";
     const s = m["source"] as Record<string, unknown>;
     if (!s || typeof s !== "object" || s["kind"] !== "oci") return "source.kind is not oci";
-    if (Object.keys(s).some((k) => !["kind", "reference", "manifestDigest", "configDigest", "platform"].includes(k))) return "unknown source field";
+    if (Object.keys(s).some((k) => !["kind", "reference", "manifestDigest", "configDigest", "platform"].includes(k)))
+      return "unknown source field";
     for (const k of ["reference", "manifestDigest", "configDigest", "platform"]) {
       if (typeof s[k] !== "string") return `source.${k} is not a string`;
     }

@@ -19,7 +19,8 @@ export function ipv6Bytes(a: string): Uint8Array {
   const v4 = /(\d+\.\d+\.\d+\.\d+)$/.exec(text);
   if (v4) {
     const b = ipv4Bytes(v4[1]!);
-    text = text.slice(0, -v4[1]!.length) + `${((b[0]! << 8) | b[1]!).toString(16)}:${((b[2]! << 8) | b[3]!).toString(16)}`;
+    text =
+      text.slice(0, -v4[1]!.length) + `${((b[0]! << 8) | b[1]!).toString(16)}:${((b[2]! << 8) | b[3]!).toString(16)}`;
   }
   const [head, tail] = text.includes("::") ? text.split("::") : [text, null];
   const h = head ? head.split(":") : [];

@@ -17,7 +17,15 @@ import { isIP } from "node:net";
  * `loopback` (127.0.0.0/8, ::1), `unicast` (everything else), or `invalid`
  * (not an IP literal).
  */
-export type IpScope = "unspecified" | "multicast" | "reserved" | "link-local" | "mapped" | "loopback" | "unicast" | "invalid";
+export type IpScope =
+  | "unspecified"
+  | "multicast"
+  | "reserved"
+  | "link-local"
+  | "mapped"
+  | "loopback"
+  | "unicast"
+  | "invalid";
 
 /** The 8 16-bit groups of IPv6 address `a` (already checked by isIP). */
 function ipv6Groups(a: string): number[] {

@@ -1,6 +1,15 @@
 import { describe, expect, test } from "bun:test";
 import { BeachballError } from "./errors.ts";
-import { BEARER_CHALLENGE, errorFromAnswer, errorFromResponse, MAX_PROBLEM_DETAIL_CHARS, MAX_QUOTED_ANSWER_CHARS, problem, problemResponse, UnexpectedAnswerError } from "./problem.ts";
+import {
+  BEARER_CHALLENGE,
+  errorFromAnswer,
+  errorFromResponse,
+  MAX_PROBLEM_DETAIL_CHARS,
+  MAX_QUOTED_ANSWER_CHARS,
+  problem,
+  problemResponse,
+  UnexpectedAnswerError,
+} from "./problem.ts";
 
 describe("problem bodies (RFC 9457)", () => {
   test("a server's problem response carries the code, status, content type and Retry-After", async () => {
@@ -8,12 +17,18 @@ describe("problem bodies (RFC 9457)", () => {
     expect(res.status).toBe(429);
     expect(res.headers.get("content-type")).toBe("application/problem+json");
     expect(res.headers.get("retry-after")).toBe("3");
-    expect(await res.json()).toMatchObject({ code: "RATE_LIMITED", status: 429, title: "RATE_LIMITED", detail: "slow down" });
+    expect(await res.json()).toMatchObject({
+      code: "RATE_LIMITED",
+      status: 429,
+      title: "RATE_LIMITED",
+      detail: "slow down",
+    });
     expect(problem("METHOD_NOT_ALLOWED", "x", undefined, { allow: "GET" }).headers.get("allow")).toBe("GET");
   });
 
   test("every 401 carries a Bearer challenge (RFC 9110 §15.5.2, RFC 6750 §3); other statuses none", () => {
-    for (const code of ["UNAUTHENTICATED", "ENROLLMENT_TOKEN_INVALID", "RELAY_TOKEN_EXPIRED"] as const) expect(problem(code, "x").headers.get("www-authenticate")).toBe(BEARER_CHALLENGE);
+    for (const code of ["UNAUTHENTICATED", "ENROLLMENT_TOKEN_INVALID", "RELAY_TOKEN_EXPIRED"] as const)
+      expect(problem(code, "x").headers.get("www-authenticate")).toBe(BEARER_CHALLENGE);
     expect(problem("FORBIDDEN", "x").headers.get("www-authenticate")).toBeNull();
   });
 
@@ -24,7 +39,14 @@ describe("problem bodies (RFC 9457)", () => {
   });
 
   test("an answer without a known problem is an UnexpectedAnswerError, quoted briefly and printably", () => {
-    for (const text of ["", "<html>bad gateway</html>", "[1,2]", "null", '{"code":"NOT_A_CODE","detail":"x"}', "{\"code\": 5}"]) {
+    for (const text of [
+      "",
+      "<html>bad gateway</html>",
+      "[1,2]",
+      "null",
+      '{"code":"NOT_A_CODE","detail":"x"}',
+      '{"code": 5}',
+    ]) {
       const e = errorFromAnswer(502, text);
       expect(e).toBeInstanceOf(UnexpectedAnswerError);
       expect((e as UnexpectedAnswerError).status).toBe(502);
@@ -40,7 +62,13 @@ describe("problem bodies (RFC 9457)", () => {
   });
 
   test("a peer's detail reaches a terminal printable: control characters, escape sequences and bidi overrides become spaces", () => {
-    const e = errorFromAnswer(400, JSON.stringify({ code: "VALIDATION_FAILED", detail: "bad\u001b]0;owned\u0007\r\nOK \u009b31m\u202eevil\u2069 § …\tx\u007f" }));
+    const e = errorFromAnswer(
+      400,
+      JSON.stringify({
+        code: "VALIDATION_FAILED",
+        detail: "bad\u001b]0;owned\u0007\r\nOK \u009b31m\u202eevil\u2069 § …\tx\u007f",
+      }),
+    );
     expect(e.message).not.toMatch(/[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/);
     // Printable text, non-ASCII included (the scheduler's own details quote § and …), stays as it was.
     expect(e.message).toBe("bad ]0;owned OK 31m evil § … x");

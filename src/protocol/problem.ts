@@ -51,7 +51,11 @@ export function problemCodeOf(res: Response): ErrorCode | undefined {
  * 21) costs one Response, not an Error, a stack and a JSON.stringify each.
  */
 export function problemFactory(err: BeachballError, headers: Record<string, string> = {}): () => Response {
-  const h: Record<string, string> = { "content-type": "application/problem+json", ...(err.status === 401 ? { "www-authenticate": BEARER_CHALLENGE } : {}), ...headers };
+  const h: Record<string, string> = {
+    "content-type": "application/problem+json",
+    ...(err.status === 401 ? { "www-authenticate": BEARER_CHALLENGE } : {}),
+    ...headers,
+  };
   const retry = err.extra?.["retryAfterSeconds"];
   if (typeof retry === "number") h["retry-after"] = String(retry);
   const body = JSON.stringify(err.toProblem());
@@ -65,7 +69,12 @@ export function problemFactory(err: BeachballError, headers: Record<string, stri
 }
 
 /** Shorthand: the problem response for a code and detail. */
-export function problem(code: ErrorCode, detail: string, extra?: Record<string, unknown>, headers?: Record<string, string>): Response {
+export function problem(
+  code: ErrorCode,
+  detail: string,
+  extra?: Record<string, unknown>,
+  headers?: Record<string, string>,
+): Response {
   return problemResponse(new BeachballError(code, detail, extra), headers);
 }
 
@@ -109,7 +118,10 @@ export function parseProblem(text: string): { code: ErrorCode; detail: string; e
   const p = v as { code?: unknown; detail?: unknown; title?: unknown; extra?: unknown };
   if (!isErrorCode(p.code)) return null;
   const detail = typeof p.detail === "string" ? printable(p.detail.slice(0, MAX_PROBLEM_DETAIL_CHARS)) : p.code;
-  const extra = typeof p.extra === "object" && p.extra !== null && !Array.isArray(p.extra) ? (p.extra as Record<string, unknown>) : {};
+  const extra =
+    typeof p.extra === "object" && p.extra !== null && !Array.isArray(p.extra)
+      ? (p.extra as Record<string, unknown>)
+      : {};
   return { code: p.code, detail, extra };
 }
 
@@ -122,7 +134,10 @@ export function parseProblem(text: string): { code: ErrorCode; detail: string; e
 export function errorFromAnswer(status: number, text: string): BeachballError | UnexpectedAnswerError {
   const p = parseProblem(text);
   if (p) return new BeachballError(p.code, p.detail, { ...p.extra, status });
-  const quoted = text.replace(/[^\x20-\x7e]+/g, " ").trim().slice(0, MAX_QUOTED_ANSWER_CHARS);
+  const quoted = text
+    .replace(/[^\x20-\x7e]+/g, " ")
+    .trim()
+    .slice(0, MAX_QUOTED_ANSWER_CHARS);
   return new UnexpectedAnswerError(status, `HTTP ${status} without a problem body${quoted ? `: ${quoted}` : ""}`);
 }
 

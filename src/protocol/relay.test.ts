@@ -1,6 +1,15 @@
 import { describe, expect, test } from "bun:test";
 import { MAX_RELAY_FRAME_BYTES } from "./connection.ts";
-import { closeReasonCode, decodeCloseBody, encodeCloseBody, encodeStreamFrame, MAX_RELAY_TOKEN_BYTES, relayCloseCode, StreamFrameDecoder, StreamFrameKind } from "./relay.ts";
+import {
+  closeReasonCode,
+  decodeCloseBody,
+  encodeCloseBody,
+  encodeStreamFrame,
+  MAX_RELAY_TOKEN_BYTES,
+  relayCloseCode,
+  StreamFrameDecoder,
+  StreamFrameKind,
+} from "./relay.ts";
 
 describe("relay wire", () => {
   test("close codes are 4000 + the code's HTTP status; a reason is a stable code or not", () => {
@@ -25,7 +34,8 @@ describe("relay wire", () => {
     for (const step of [1, 3, 1000, all.length]) {
       const d = new StreamFrameDecoder();
       const out: { kind: number; body: Uint8Array }[] = [];
-      for (let i = 0; i < all.length; i += step) for (const f of d.push(all.slice(i, i + step))) out.push({ kind: f.kind, body: f.body.slice() });
+      for (let i = 0; i < all.length; i += step)
+        for (const f of d.push(all.slice(i, i + step))) out.push({ kind: f.kind, body: f.body.slice() });
       expect(out.map((f) => f.kind)).toEqual([1, 0, 3, 2]);
       expect(out[1]!.body.length).toBe(MAX_RELAY_FRAME_BYTES);
       expect(decodeCloseBody(out[3]!.body)).toEqual({ code: 4409, reason: "RELAY_PAIR_TAKEN" });
@@ -42,7 +52,11 @@ describe("relay wire", () => {
       expect(d.failed).toBe(true);
       expect(d.push(encodeStreamFrame(StreamFrameKind.ping, Uint8Array.of(1)))).toEqual([]);
     }
-    expect(() => encodeStreamFrame(StreamFrameKind.datagram, new Uint8Array(MAX_RELAY_FRAME_BYTES + 1))).toThrow(RangeError);
-    expect(() => encodeStreamFrame(StreamFrameKind.text, new Uint8Array(MAX_RELAY_TOKEN_BYTES + 1))).toThrow(RangeError);
+    expect(() => encodeStreamFrame(StreamFrameKind.datagram, new Uint8Array(MAX_RELAY_FRAME_BYTES + 1))).toThrow(
+      RangeError,
+    );
+    expect(() => encodeStreamFrame(StreamFrameKind.text, new Uint8Array(MAX_RELAY_TOKEN_BYTES + 1))).toThrow(
+      RangeError,
+    );
   });
 });

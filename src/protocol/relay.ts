@@ -101,7 +101,8 @@ const bodyLimit = (kind: number): number | null => {
 /** Encodes one stream frame. Throws a RangeError when `body` exceeds the kind's bound (a local programming error). */
 export function encodeStreamFrame(kind: StreamFrameKind, body: Uint8Array): Uint8Array {
   const limit = bodyLimit(kind);
-  if (limit === null || body.length > limit) throw new RangeError(`stream frame of kind ${kind} with ${body.length} bytes is over its bound`);
+  if (limit === null || body.length > limit)
+    throw new RangeError(`stream frame of kind ${kind} with ${body.length} bytes is over its bound`);
   const out = new Uint8Array(3 + body.length);
   const n = body.length + 1;
   out[0] = n >>> 8;

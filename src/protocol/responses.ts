@@ -14,7 +14,14 @@
 import { Type, type Static, type TSchema } from "@sinclair/typebox";
 import { ALLOCATION_STATES, AllocationView } from "./api.ts";
 import { COMMAND_TYPES, CommandSpec, ConfigureConnection } from "./agent.ts";
-import { Candidate, ConnectionMessage, RelayRole, SignedGrant, SignedRelayMap, SignedRelayToken } from "./connection.ts";
+import {
+  Candidate,
+  ConnectionMessage,
+  RelayRole,
+  SignedGrant,
+  SignedRelayMap,
+  SignedRelayToken,
+} from "./connection.ts";
 import { ERROR_STATUS } from "./errors.ts";
 import { MAX_STUN_SERVERS, StunServerText } from "./stunServers.ts";
 
@@ -32,7 +39,12 @@ export const Problem = Type.Object(
       { description: "stable error code: branch on this, never on detail" },
     ),
     detail: Type.Optional(Type.String({ description: "human-readable; never echoes a request body" })),
-    extra: Type.Optional(Type.Record(Type.String(), Type.Unknown(), { description: "machine-readable facts (retryAfterSeconds, allow, limitBytes; for VALIDATION_FAILED the field as a JSON pointer and, for an unknown field, allowedFields, or the path or query parameter; …)" })),
+    extra: Type.Optional(
+      Type.Record(Type.String(), Type.Unknown(), {
+        description:
+          "machine-readable facts (retryAfterSeconds, allow, limitBytes; for VALIDATION_FAILED the field as a JSON pointer and, for an unknown field, allowedFields, or the path or query parameter; …)",
+      }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -49,7 +61,12 @@ export const WellKnown = Type.Object(
     agentProtocolVersion: Type.Literal("1.0"),
     region: Type.String(),
     workloadClasses: Type.Array(Type.String()),
-    connectionVerificationKeys: Type.Optional(Type.Record(Type.String(), Type.String(), { description: "with private networking: key ID → base64 Ed25519 public key grants, relay maps and relay tokens verify with" })),
+    connectionVerificationKeys: Type.Optional(
+      Type.Record(Type.String(), Type.String(), {
+        description:
+          "with private networking: key ID → base64 Ed25519 public key grants, relay maps and relay tokens verify with",
+      }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -59,7 +76,9 @@ export const AllocationEvent = Type.Object(
   {
     seq: Type.Integer({ minimum: 1, description: "position in the allocation's event log; resume with after=seq" }),
     eventId: Type.String(),
-    type: Type.String({ description: "e.g. allocation.created, allocation.state_changed, allocation.no_eligible_host" }),
+    type: Type.String({
+      description: "e.g. allocation.created, allocation.state_changed, allocation.no_eligible_host",
+    }),
     at: Iso,
     allocationId: Type.String(),
     generation: Type.Integer({ minimum: 1 }),
@@ -80,7 +99,9 @@ export const AllocationPage = Type.Object(
   {
     items: Type.Array(AllocationView),
     nextCursor: nullable(Type.String({ description: "pass as cursor for the next page; null on the last" })),
-    damaged: Type.Array(Type.String(), { description: "allocation IDs the index lists whose stored view failed its checks" }),
+    damaged: Type.Array(Type.String(), {
+      description: "allocation IDs the index lists whose stored view failed its checks",
+    }),
   },
   { additionalProperties: false },
 );
@@ -89,7 +110,10 @@ export const AllocationPage = Type.Object(
 export const EventPage = Type.Object(
   {
     items: Type.Array(AllocationEvent),
-    nextCursor: Type.Integer({ minimum: 0, description: "the last seq returned (or `after` when none): pass as after" }),
+    nextCursor: Type.Integer({
+      minimum: 0,
+      description: "the last seq returned (or `after` when none): pass as after",
+    }),
   },
   { additionalProperties: false },
 );
@@ -126,14 +150,26 @@ export const HostView = Type.Object(
   {
     hostId: Type.String(),
     adminState: Type.String({ description: "active, draining or disabled" }),
-    health: Type.Union([Type.Literal("unknown"), Type.Literal("healthy"), Type.Literal("suspect"), Type.Literal("lost")]),
+    health: Type.Union([
+      Type.Literal("unknown"),
+      Type.Literal("healthy"),
+      Type.Literal("suspect"),
+      Type.Literal("lost"),
+    ]),
     registered: Resources,
     allocatable: Resources,
     free: Resources,
-    placements: Type.Array(Type.Object({ placementId: Type.String(), allocationId: Type.String(), generation: Type.Integer(), state: Type.String() }, { additionalProperties: false })),
+    placements: Type.Array(
+      Type.Object(
+        { placementId: Type.String(), allocationId: Type.String(), generation: Type.Integer(), state: Type.String() },
+        { additionalProperties: false },
+      ),
+    ),
     heartbeatAt: nullable(Iso),
     vmmDriver: Type.String(),
-    unschedulable: Type.Array(Type.String(), { description: "why the host takes no reservations now (empty: schedulable)" }),
+    unschedulable: Type.Array(Type.String(), {
+      description: "why the host takes no reservations now (empty: schedulable)",
+    }),
     credentialVersion: Type.Integer(),
   },
   { additionalProperties: false },
@@ -204,20 +240,29 @@ export const PollResponse = Type.Object(
     agentEpoch: Type.String(),
     commands: Type.Array(AgentCommand),
     deliveries: Type.Array(BootstrapDelivery),
-    leases: Type.Record(Type.String(), Type.String(), { description: "authoritative lease expiry (ISO 8601) per placement ID" }),
+    leases: Type.Record(Type.String(), Type.String(), {
+      description: "authoritative lease expiry (ISO 8601) per placement ID",
+    }),
     rejectedUpdates: Type.Optional(
       Type.Array(
         Type.Object(
           {
             seq: Type.Integer(),
             placementId: Type.String(),
-            code: Type.Union([Type.Literal("UNKNOWN_PLACEMENT"), Type.Literal("STALE_GENERATION"), Type.Literal("SEQUENCE_NOT_INCREASING"), Type.Literal("INVALID_STATE")]),
+            code: Type.Union([
+              Type.Literal("UNKNOWN_PLACEMENT"),
+              Type.Literal("STALE_GENERATION"),
+              Type.Literal("SEQUENCE_NOT_INCREASING"),
+              Type.Literal("INVALID_STATE"),
+            ]),
           },
           { additionalProperties: false },
         ),
       ),
     ),
-    connections: Type.Optional(Type.Array(ConfigureConnection, { description: "configure_connection commands, redelivered until acknowledged" })),
+    connections: Type.Optional(
+      Type.Array(ConfigureConnection, { description: "configure_connection commands, redelivered until acknowledged" }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -225,9 +270,16 @@ export const PollResponse = Type.Object(
 /** GET /v1/allocations/{id}/logs: one page of the allocation's redacted console output. */
 export const LogPage = Type.Object(
   {
-    offset: Type.Integer({ minimum: 0, description: "where `text` starts in the stream, bytes (may be past the asked offset when older bytes were dropped)" }),
+    offset: Type.Integer({
+      minimum: 0,
+      description:
+        "where `text` starts in the stream, bytes (may be past the asked offset when older bytes were dropped)",
+    }),
     nextOffset: Type.Integer({ minimum: 0, description: "pass as offset to read on" }),
-    droppedBytes: Type.Integer({ minimum: 0, description: "bytes between the asked offset and `offset` that the bounded ring no longer holds" }),
+    droppedBytes: Type.Integer({
+      minimum: 0,
+      description: "bytes between the asked offset and `offset` that the bounded ring no longer holds",
+    }),
     text: Type.String(),
     complete: Type.Boolean({ description: "the allocation has ended and nothing more will come" }),
   },
@@ -256,11 +308,21 @@ export const ConnectionGrantResponse = Type.Object(
   {
     grant: SignedGrant,
     relayMap: SignedRelayMap,
-    relayTokens: Type.Record(Type.String(), SignedRelayToken, { description: "the client's relay token for each relay of the map, by relay ID" }),
+    relayTokens: Type.Record(Type.String(), SignedRelayToken, {
+      description: "the client's relay token for each relay of the map, by relay ID",
+    }),
     connectionId: Type.String({ description: "the grant's Connection (rendezvous)" }),
-    endpointToken: Type.String({ description: "the client role's bearer for that Connection only; shown once, stored as a digest" }),
+    endpointToken: Type.String({
+      description: "the client role's bearer for that Connection only; shown once, stored as a digest",
+    }),
     hostCandidates: Type.Array(Candidate),
-    stunServers: Type.Optional(Type.Array(StunServerText, { maxItems: MAX_STUN_SERVERS, description: "the deployment's STUN servers; the client asks them from its tunnel socket and posts its public mapping as a candidate" })),
+    stunServers: Type.Optional(
+      Type.Array(StunServerText, {
+        maxItems: MAX_STUN_SERVERS,
+        description:
+          "the deployment's STUN servers; the client asks them from its tunnel socket and posts its public mapping as a candidate",
+      }),
+    ),
   },
   { additionalProperties: false },
 );
@@ -270,7 +332,9 @@ export const ConnectionRelayTokensResponse = Type.Object(
   {
     grantId: Type.String(),
     role: RelayRole,
-    relayTokens: Type.Record(Type.String(), SignedRelayToken, { description: "the caller role's fresh relay token for each relay of the deployment, by relay ID" }),
+    relayTokens: Type.Record(Type.String(), SignedRelayToken, {
+      description: "the caller role's fresh relay token for each relay of the deployment, by relay ID",
+    }),
     expiresAtMs: Type.Integer({ description: "when the grant ends, ms since the epoch" }),
   },
   { additionalProperties: false },
@@ -280,7 +344,9 @@ export const ConnectionRelayTokensResponse = Type.Object(
 export const ConnectionPollResponse = Type.Object(
   {
     role: RelayRole,
-    messages: Type.Array(ConnectionMessage, { description: "the peer's messages after the caller's cursor, oldest first" }),
+    messages: Type.Array(ConnectionMessage, {
+      description: "the peer's messages after the caller's cursor, oldest first",
+    }),
     lastAcceptedSeq: Type.Integer({ minimum: 0 }),
     expiresAtMs: Type.Integer({ minimum: 0 }),
     closed: Type.Boolean({ description: "the grant was revoked or expired: nothing more will arrive" }),

@@ -1,6 +1,13 @@
 import { describe, expect, test } from "bun:test";
 import { canonicalIpv6, formatIpv6, ipv6Bytes } from "./ipAddress.ts";
-import { decodeStun, encodeBindingRequest, encodeBindingSuccess, isStunMessage, STUN_BINDING_REQUEST, STUN_BINDING_SUCCESS } from "./stun.ts";
+import {
+  decodeStun,
+  encodeBindingRequest,
+  encodeBindingSuccess,
+  isStunMessage,
+  STUN_BINDING_REQUEST,
+  STUN_BINDING_SUCCESS,
+} from "./stun.ts";
 
 const tx = Uint8Array.from({ length: 12 }, (_, i) => i + 1);
 
@@ -12,7 +19,10 @@ describe("STUN (RFC 5389)", () => {
   });
 
   test("XOR-MAPPED-ADDRESS round-trips for IPv4 and IPv6", () => {
-    for (const mapped of [{ address: "198.51.100.7", port: 51820 }, { address: "2001:db8::1:2", port: 1 }]) {
+    for (const mapped of [
+      { address: "198.51.100.7", port: 51820 },
+      { address: "2001:db8::1:2", port: 1 },
+    ]) {
       const m = decodeStun(encodeBindingSuccess(tx, mapped));
       expect(m).toEqual({ type: STUN_BINDING_SUCCESS, transactionId: tx, mapped });
     }
@@ -38,7 +48,20 @@ describe("STUN (RFC 5389)", () => {
     const badCookie = ok.slice();
     badCookie[4] = 0;
     expect(decodeStun(badCookie)).toBeNull();
-    const unknown = new Uint8Array([...ok.subarray(0, 2), 0, ok[3]! + 8, ...ok.subarray(4), 0x00, 0x7f, 0x00, 0x04, 1, 2, 3, 4]);
+    const unknown = new Uint8Array([
+      ...ok.subarray(0, 2),
+      0,
+      ok[3]! + 8,
+      ...ok.subarray(4),
+      0x00,
+      0x7f,
+      0x00,
+      0x04,
+      1,
+      2,
+      3,
+      4,
+    ]);
     expect(isStunMessage(unknown)).toBe(true);
     expect(decodeStun(unknown)).toBeNull();
     const overrun = ok.slice();

@@ -27,7 +27,12 @@ export interface StunServer {
 }
 
 /** The JSON shape of one server in text form (manifest, grant response); parseStunServer checks the address itself. */
-export const StunServerText = Type.String({ minLength: 9, maxLength: 53, pattern: "^(?:\\[[0-9a-fA-F:.]+\\]|[0-9.]+):[0-9]{1,5}$", description: "IPv4:PORT or [IPv6]:PORT" });
+export const StunServerText = Type.String({
+  minLength: 9,
+  maxLength: 53,
+  pattern: "^(?:\\[[0-9a-fA-F:.]+\\]|[0-9.]+):[0-9]{1,5}$",
+  description: "IPv4:PORT or [IPv6]:PORT",
+});
 
 /** What ipScope says of an address no STUN server can have, by scope. */
 const NOT_A_SERVER: Partial<Record<IpScope, string>> = {
@@ -60,9 +65,11 @@ export function parseStunServer(text: string): StunServer {
   const address = m?.[1] ?? m?.[2];
   const port = Number(m?.[3]);
   const family = m?.[1] ? 6 : 4;
-  if (!address || isIP(address) !== family || !(port >= 1 && port <= 65535)) throw new Error(`${JSON.stringify(text.slice(0, 80))} is not IPv4:PORT or [IPv6]:PORT`);
+  if (!address || isIP(address) !== family || !(port >= 1 && port <= 65535))
+    throw new Error(`${JSON.stringify(text.slice(0, 80))} is not IPv4:PORT or [IPv6]:PORT`);
   const why = notUnicast(address);
-  if (why) throw new Error(`${JSON.stringify(text.slice(0, 80))} is not a unicast address: ${why} cannot be a STUN server`);
+  if (why)
+    throw new Error(`${JSON.stringify(text.slice(0, 80))} is not a unicast address: ${why} cannot be a STUN server`);
   return { address: family === 6 ? new URL(`http://[${address}]/`).hostname.slice(1, -1) : address, port };
 }
 

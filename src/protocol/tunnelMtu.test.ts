@@ -11,7 +11,14 @@ import { DEFAULT_TUN_MTU, MIN_TUN_MTU } from "../../native/tun/tun.ts";
 import { TCP_MSS_BYTES, TCP_MSS_CEILING_BYTES, TUNNEL_MTU as NETSTACK_MTU } from "../netstack/limits.ts";
 import { MAX_RELAY_FRAME_BYTES, TUNNEL_MTU as CONNECTION_MTU } from "./connection.ts";
 import { debugTunnelMtu, MAX_DEBUG_TUNNEL_MTU } from "./debugKnobs.ts";
-import { MIN_TUNNEL_MTU, outerDatagramBytes, tcpMssBytes, TUNNEL_MTU, TUNNEL_TCP_MSS_BYTES, WIREGUARD_OVERHEAD_BYTES } from "./tunnelMtu.ts";
+import {
+  MIN_TUNNEL_MTU,
+  outerDatagramBytes,
+  tcpMssBytes,
+  TUNNEL_MTU,
+  TUNNEL_TCP_MSS_BYTES,
+  WIREGUARD_OVERHEAD_BYTES,
+} from "./tunnelMtu.ts";
 
 describe("tunnel MTU", () => {
   test("the tunnel MTU is the IPv6 minimum, 1,280 bytes, and every module uses that one value", () => {

@@ -31,7 +31,8 @@ export const TUNNEL_MTU = MIN_TUNNEL_MTU;
 export type IpFamily = 4 | 6;
 
 function checkMtu(mtu: number): void {
-  if (!Number.isInteger(mtu) || mtu < MIN_TUNNEL_MTU || mtu > 65535) throw new RangeError(`MTU ${mtu} is outside ${MIN_TUNNEL_MTU}..65535`);
+  if (!Number.isInteger(mtu) || mtu < MIN_TUNNEL_MTU || mtu > 65535)
+    throw new RangeError(`MTU ${mtu} is outside ${MIN_TUNNEL_MTU}..65535`);
 }
 
 /**

@@ -17,7 +17,13 @@ import { Type, type Static } from "@sinclair/typebox";
  * process died with no guest-side reason, or the guest's control channel
  * closed while the VMM kept running.
  */
-export const VM_EXIT_REASONS = ["KERNEL_PANIC", "GUEST_OOM", "GUEST_POWEROFF", "VMM_CRASHED", "GUEST_CHANNEL_LOST"] as const;
+export const VM_EXIT_REASONS = [
+  "KERNEL_PANIC",
+  "GUEST_OOM",
+  "GUEST_POWEROFF",
+  "VMM_CRASHED",
+  "GUEST_CHANNEL_LOST",
+] as const;
 /** One VM exit reason. */
 export type VmExitReason = (typeof VM_EXIT_REASONS)[number];
 /** Longest console tail an observation carries, characters (kernel lines only, redacted; see src/agent/vmm/guestExit.ts). */

@@ -80,7 +80,10 @@ export class CandidateRefresh {
     const json = JSON.stringify(list);
     if (this.closed || json === this.postedJson || (this.postedJson === null && list.length === 0)) return;
     if (this.seq >= MAX_CANDIDATE_POSTS) {
-      if (!this.capLogged) this.o.log(`candidates changed again after ${MAX_CANDIDATE_POSTS} posts; not posting more (the host still learns this proxy when it hears from it)`);
+      if (!this.capLogged)
+        this.o.log(
+          `candidates changed again after ${MAX_CANDIDATE_POSTS} posts; not posting more (the host still learns this proxy when it hears from it)`,
+        );
       this.capLogged = true;
       return;
     }
@@ -89,10 +92,14 @@ export class CandidateRefresh {
       await this.o.post(seq, list);
       this.postedJson = json;
       const stun = list.filter((c) => c.kind === "stun").length;
-      this.o.log(`posted ${list.length} candidate${list.length === 1 ? "" : "s"} to the rendezvous (${stun} from STUN)`);
+      this.o.log(
+        `posted ${list.length} candidate${list.length === 1 ? "" : "s"} to the rendezvous (${stun} from STUN)`,
+      );
     } catch (e) {
       // Retried at the next refresh under a new sequence number.
-      this.o.log(`could not post candidates to the rendezvous (${(e as Error).message}); the host learns this proxy when it first hears from it`);
+      this.o.log(
+        `could not post candidates to the rendezvous (${(e as Error).message}); the host learns this proxy when it first hears from it`,
+      );
     }
   }
 

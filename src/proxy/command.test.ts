@@ -17,7 +17,14 @@ const ID = `alloc_${"ab".repeat(16)}`;
 
 function bbProxy(args: string[], env: Record<string, string> = {}): { code: number; stderr: string } {
   const r = Bun.spawnSync([process.execPath, BB, "proxy", ...args], {
-    env: { PATH: process.env["PATH"] ?? "", HOME: tmpdir(), BB_SCHEDULER_URL: "http://127.0.0.1:1", BB_TOKEN: "bbt_x", BB_CONNECTION_KEYS: KEY, ...env },
+    env: {
+      PATH: process.env["PATH"] ?? "",
+      HOME: tmpdir(),
+      BB_SCHEDULER_URL: "http://127.0.0.1:1",
+      BB_TOKEN: "bbt_x",
+      BB_CONNECTION_KEYS: KEY,
+      ...env,
+    },
     stdout: "pipe",
     stderr: "pipe",
   });

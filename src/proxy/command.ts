@@ -42,15 +42,27 @@ function port(text: string | undefined, flag: string): number {
 }
 
 /** The verification keys from the flag, the environment or the config file. Throws a usage error when none is configured or one is malformed. */
-export function connectionKeysFrom(flag: string | undefined, fromFile: Record<string, string> | undefined): Map<string, string> {
+export function connectionKeysFrom(
+  flag: string | undefined,
+  fromFile: Record<string, string> | undefined,
+): Map<string, string> {
   const text = flag ?? process.env["BB_CONNECTION_KEYS"];
   let keys: Map<string, string>;
   try {
-    keys = text ? parseVerificationKeys(text) : parseVerificationKeys(Object.entries(fromFile ?? {}).map(([k, v]) => `${k}=${v}`).join(","));
+    keys = text
+      ? parseVerificationKeys(text)
+      : parseVerificationKeys(
+          Object.entries(fromFile ?? {})
+            .map(([k, v]) => `${k}=${v}`)
+            .join(","),
+        );
   } catch (e) {
     throw usage((e as Error).message);
   }
-  if (keys.size === 0) throw usage("no connection verification key: pass --connection-key KEYID=BASE64, set BB_CONNECTION_KEYS, or add connectionKeys to the client config");
+  if (keys.size === 0)
+    throw usage(
+      "no connection verification key: pass --connection-key KEYID=BASE64, set BB_CONNECTION_KEYS, or add connectionKeys to the client config",
+    );
   return keys;
 }
 
@@ -77,25 +89,43 @@ export const proxyCommand = command({
   meta: { name: "proxy", description: "Forward 127.0.0.1:LOCAL to a port inside a private allocation (no root)" },
   args: {
     ...proxyClientArgs,
-    allocation: { type: "positional", required: true, valueHint: "ALLOCATION_ID", description: "Allocation ID, or a unique prefix of one" },
+    allocation: {
+      type: "positional",
+      required: true,
+      valueHint: "ALLOCATION_ID",
+      description: "Allocation ID, or a unique prefix of one",
+    },
     "local-port": { type: "string", required: true, description: "Port to listen on at 127.0.0.1" },
     "remote-port": { type: "string", required: true, description: "Port inside the allocation" },
     ttl: { type: "string", description: "Grant lifetime in seconds (30..3600; default: the scheduler's)" },
-    "connection-key": { type: "string", description: "Trusted grant-signing keys, KEYID=BASE64[,…] (or BB_CONNECTION_KEYS)" },
-    "relay-ca": { type: "string", valueHint: "FILE", description: "PEM CA certificates to trust for relays, besides the system's (or BB_RELAY_CA)" },
+    "connection-key": {
+      type: "string",
+      description: "Trusted grant-signing keys, KEYID=BASE64[,…] (or BB_CONNECTION_KEYS)",
+    },
+    "relay-ca": {
+      type: "string",
+      valueHint: "FILE",
+      description: "PEM CA certificates to trust for relays, besides the system's (or BB_RELAY_CA)",
+    },
   },
-  examples: ["bb proxy alloc_0123456789abcdef0123456789abcdef --local-port 2222 --remote-port 22", "bb proxy alloc_0123456789abcdef0123456789abcdef --local-port 8080 --remote-port 80 --ttl 600"],
+  examples: [
+    "bb proxy alloc_0123456789abcdef0123456789abcdef --local-port 2222 --remote-port 22",
+    "bb proxy alloc_0123456789abcdef0123456789abcdef --local-port 8080 --remote-port 80 --ttl 600",
+  ],
   run: ({ args }) =>
     runCli(async () => {
       const localPort = port(args["local-port"], "local-port");
       const remotePort = port(args["remote-port"], "remote-port");
       const ttl = args.ttl === undefined ? undefined : /^\d{1,4}$/.test(args.ttl) ? Number(args.ttl) : NaN;
-      if (ttl !== undefined && (!Number.isInteger(ttl) || ttl < 30 || ttl > 3600)) throw usage("--ttl must be 30..3600 seconds (decimal digits)");
+      if (ttl !== undefined && (!Number.isInteger(ttl) || ttl < 30 || ttl > 3600))
+        throw usage("--ttl must be 30..3600 seconds (decimal digits)");
       const cfg = resolveClientConfig(args);
       const keys = connectionKeysFrom(args["connection-key"], cfg.connectionKeys);
       const ca = relayCaFrom(args["relay-ca"]);
       await probeLocalPort(localPort).catch((e: NodeJS.ErrnoException) => {
-        throw usage(`--local-port ${localPort}: cannot listen on 127.0.0.1:${localPort} (${e.code ?? e.message}); pick another port`);
+        throw usage(
+          `--local-port ${localPort}: cannot listen on 127.0.0.1:${localPort} (${e.code ?? e.message}); pick another port`,
+        );
       });
       const client = new SchedulerClient(cfg.schedulerUrl, cfg.token, { origin: cfg.urlOrigin });
       const allocationId = await resolveAllocationId(client, args.allocation);
@@ -107,7 +137,14 @@ export const proxyCommand = command({
       try {
         await runProxy(
           {
-            client, allocationId, localPort, remotePort, keys, clock: systemClock, random: systemRandom, aead,
+            client,
+            allocationId,
+            localPort,
+            remotePort,
+            keys,
+            clock: systemClock,
+            random: systemRandom,
+            aead,
             relayConnector: relayConnector(ca ? { ca } : {}),
             ...(ttl !== undefined ? { ttlSeconds: ttl } : {}),
             log: (line) => consola.info(line),

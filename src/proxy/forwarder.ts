@@ -99,20 +99,22 @@ export async function startForwarder(o: ForwarderOptions): Promise<Forwarder> {
     stats.active++;
     open.add(local);
     local.setNoDelay(true);
-    o.connect().then(
-      (inner) => {
-        local.resume();
-        return join(local, inner, stats);
-      },
-      (e) => {
-        stats.connectFailures++;
-        o.onConnectError?.((e as Error).message);
-        local.destroy();
-      },
-    ).finally(() => {
-      stats.active--;
-      open.delete(local);
-    });
+    o.connect()
+      .then(
+        (inner) => {
+          local.resume();
+          return join(local, inner, stats);
+        },
+        (e) => {
+          stats.connectFailures++;
+          o.onConnectError?.((e as Error).message);
+          local.destroy();
+        },
+      )
+      .finally(() => {
+        stats.active--;
+        open.delete(local);
+      });
   });
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
@@ -147,4 +149,3 @@ export async function probeLocalPort(port: number, host = "127.0.0.1"): Promise<
   });
   await new Promise<void>((r) => probe.close(() => r()));
 }
-

@@ -18,8 +18,21 @@
  */
 import { Value } from "@sinclair/typebox/value";
 import type { SchedulerClient } from "../cli/client.ts";
-import { Candidate, MAX_CANDIDATES, type ConnectionGrantResponse, type GrantPayload, type GrantTransport, type RelayEntry, type SignedRelayToken } from "../protocol/connection.ts";
-import { checkSignedGrant, checkSignedRelayMap, checkSignedRelayToken, type ConnectionVerificationKeys } from "../protocol/connectionSignature.ts";
+import {
+  Candidate,
+  MAX_CANDIDATES,
+  type ConnectionGrantResponse,
+  type GrantPayload,
+  type GrantTransport,
+  type RelayEntry,
+  type SignedRelayToken,
+} from "../protocol/connection.ts";
+import {
+  checkSignedGrant,
+  checkSignedRelayMap,
+  checkSignedRelayToken,
+  type ConnectionVerificationKeys,
+} from "../protocol/connectionSignature.ts";
 import { BeachballError } from "../protocol/errors.ts";
 import { parseStunServers, type StunServer } from "../protocol/stunServers.ts";
 
@@ -53,9 +66,24 @@ export interface GrantRequest {
  * RELAY_TOKEN_EXPIRED, RELAY_TOKEN_WRONG_RELAY (GRANT_MISMATCH also for
  * malformed candidates, STUN servers, connection ID or endpoint token).
  */
-export function verifyGrantResponse(resp: unknown, keys: ConnectionVerificationKeys, want: GrantRequest, nowMs: number): VerifiedGrant {
+export function verifyGrantResponse(
+  resp: unknown,
+  keys: ConnectionVerificationKeys,
+  want: GrantRequest,
+  nowMs: number,
+): VerifiedGrant {
   const r = (typeof resp === "object" && resp !== null ? resp : {}) as Partial<ConnectionGrantResponse>;
-  const g = checkSignedGrant(r.grant, keys, { allocationId: want.allocationId, clientPublicKey: want.clientPublicKey, transport: want.transport, port: want.port }, nowMs);
+  const g = checkSignedGrant(
+    r.grant,
+    keys,
+    {
+      allocationId: want.allocationId,
+      clientPublicKey: want.clientPublicKey,
+      transport: want.transport,
+      port: want.port,
+    },
+    nowMs,
+  );
   if (!g.ok) throw new BeachballError(g.code, g.reason);
   const m = checkSignedRelayMap(r.relayMap, keys, nowMs);
   if (!m.ok) throw new BeachballError(m.code, m.reason);
@@ -63,16 +91,25 @@ export function verifyGrantResponse(resp: unknown, keys: ConnectionVerificationK
   const relays: VerifiedGrant["relays"] = [];
   for (const [relayId, token] of Object.entries(tokens)) {
     const entry = m.payload.relays.find((x) => x.relayId === relayId);
-    if (!entry) throw new BeachballError("RELAY_TOKEN_WRONG_RELAY", `a relay token is for relay ${JSON.stringify(relayId.slice(0, 64))}, which the relay map does not list`);
+    if (!entry)
+      throw new BeachballError(
+        "RELAY_TOKEN_WRONG_RELAY",
+        `a relay token is for relay ${JSON.stringify(relayId.slice(0, 64))}, which the relay map does not list`,
+      );
     const t = checkSignedRelayToken(token, keys, { relayId, grantId: g.payload.grantId, role: "client" }, nowMs);
     if (!t.ok) throw new BeachballError(t.code, t.reason);
     relays.push({ entry, token: token as SignedRelayToken });
   }
   const cands = Array.isArray(r.hostCandidates) ? r.hostCandidates : null;
-  if (!cands || cands.length > MAX_CANDIDATES || !cands.every((c) => Value.Check(Candidate, c))) throw new BeachballError("GRANT_MISMATCH", `the grant response's host candidates are not a list of at most ${MAX_CANDIDATES} candidates`);
+  if (!cands || cands.length > MAX_CANDIDATES || !cands.every((c) => Value.Check(Candidate, c)))
+    throw new BeachballError(
+      "GRANT_MISMATCH",
+      `the grant response's host candidates are not a list of at most ${MAX_CANDIDATES} candidates`,
+    );
   let stunServers: StunServer[] = [];
   if (r.stunServers !== undefined) {
-    if (!Array.isArray(r.stunServers) || !r.stunServers.every((x) => typeof x === "string")) throw new BeachballError("GRANT_MISMATCH", "the grant response's STUN servers are not a list of strings");
+    if (!Array.isArray(r.stunServers) || !r.stunServers.every((x) => typeof x === "string"))
+      throw new BeachballError("GRANT_MISMATCH", "the grant response's STUN servers are not a list of strings");
     try {
       stunServers = parseStunServers(r.stunServers, "the grant response's STUN servers");
     } catch (e) {
@@ -80,12 +117,26 @@ export function verifyGrantResponse(resp: unknown, keys: ConnectionVerificationK
     }
   }
   const str = (v: unknown) => typeof v === "string" && v.length > 0 && v.length <= MAX_TOKEN_CHARS;
-  if (!str(r.connectionId) || !str(r.endpointToken)) throw new BeachballError("GRANT_MISMATCH", "the grant response carries no connection ID or endpoint token");
-  return { grant: g.payload, relays, hostCandidates: cands, stunServers, connectionId: r.connectionId!, endpointToken: r.endpointToken! };
+  if (!str(r.connectionId) || !str(r.endpointToken))
+    throw new BeachballError("GRANT_MISMATCH", "the grant response carries no connection ID or endpoint token");
+  return {
+    grant: g.payload,
+    relays,
+    hostCandidates: cands,
+    stunServers,
+    connectionId: r.connectionId!,
+    endpointToken: r.endpointToken!,
+  };
 }
 
 /** Asks for a grant and verifies the answer (verifyGrantResponse). Throws the scheduler's BeachballError (e.g. INVALID_STATE for a released allocation) or a verification error. */
-export async function requestGrant(client: SchedulerClient, want: GrantRequest, keys: ConnectionVerificationKeys, ttlSeconds: number | undefined, nowMs: () => number): Promise<VerifiedGrant> {
+export async function requestGrant(
+  client: SchedulerClient,
+  want: GrantRequest,
+  keys: ConnectionVerificationKeys,
+  ttlSeconds: number | undefined,
+  nowMs: () => number,
+): Promise<VerifiedGrant> {
   const resp = await client.createConnectionGrant(want.allocationId, {
     clientPublicKey: want.clientPublicKey,
     transport: want.transport,

@@ -37,7 +37,10 @@ let pollTimer: ReturnType<typeof setInterval>;
 const links: PlacementLinkPort = {
   async open(_t, onPackets) {
     let up = true;
-    const guest: Netstack = createNetstack({ ipv6: [ALLOC_ADDR], output: (p) => up && queueMicrotask(() => onPackets([p.slice()])) });
+    const guest: Netstack = createNetstack({
+      ipv6: [ALLOC_ADDR],
+      output: (p) => up && queueMicrotask(() => onPackets([p.slice()])),
+    });
     guest.listen(ALLOC_ADDR, 22, (c) => {
       void (async () => {
         for (;;) {
@@ -74,7 +77,10 @@ beforeAll(async () => {
     links,
     interfaces: () => ({}),
   });
-  state.hosts.set("host-1", { hostPublicKey: endpoint.publicKey, candidates: [{ address: "127.0.0.1", port: endpoint.port, kind: "local" }] });
+  state.hosts.set("host-1", {
+    hostPublicKey: endpoint.publicKey,
+    candidates: [{ address: "127.0.0.1", port: endpoint.port, kind: "local" }],
+  });
   // The host side of the agent protocol, in miniature: apply commands in order.
   let after = 0;
   let busy = false;
@@ -85,7 +91,10 @@ beforeAll(async () => {
       after = c.seq;
       await endpoint.configure(c.command);
       const conn = endpoint.connectivity();
-      state.report(conn.appliedGrants.map((g) => g.grantId), conn.refusedGrants.map((g) => g.grantId));
+      state.report(
+        conn.appliedGrants.map((g) => g.grantId),
+        conn.refusedGrants.map((g) => g.grantId),
+      );
     }
     busy = false;
   }, 20);
@@ -111,10 +120,19 @@ function start(allocationId: string, extra: Partial<ProxyOptions> = {}) {
   const readyP = new Promise<{ port: number; grantId: string }>((r) => (ready = r));
   const done = runProxy(
     {
-      client, allocationId, localPort: 0, remotePort: 22, keys: issuer.verificationKeys(), clock: systemClock, random: systemRandom, aead,
+      client,
+      allocationId,
+      localPort: 0,
+      remotePort: 22,
+      keys: issuer.verificationKeys(),
+      clock: systemClock,
+      random: systemRandom,
+      aead,
       // No interface addresses: the host would probe this machine's own ones (only loopback traffic here).
       interfaces: () => ({}),
-      log: (l) => lines.push(l), onReady: (i) => ready({ port: i.port, grantId: i.grant.grant.grantId }), ...extra,
+      log: (l) => lines.push(l),
+      onReady: (i) => ready({ port: i.port, grantId: i.grant.grant.grantId }),
+      ...extra,
     },
     stop.signal,
   );
@@ -170,7 +188,9 @@ describe("bb proxy session (loopback, userspace guest)", () => {
       for (let i = 0; i < 200 && !state.clientCandidates.has(grantId); i++) await Bun.sleep(10);
       // The binding went out of the tunnel's socket: the port the STUN server saw is the one the host already hears the proxy from.
       expect(stun.seen.length).toBeGreaterThan(0);
-      expect(state.clientCandidates.get(grantId)).toEqual([{ address: "127.0.0.2", port: stun.seen[0]!.port, kind: "stun" }]);
+      expect(state.clientCandidates.get(grantId)).toEqual([
+        { address: "127.0.0.2", port: stun.seen[0]!.port, kind: "stun" },
+      ]);
       for (let i = 0; i < 200 && !grantStats()?.candidates.length; i++) await Bun.sleep(10);
       expect(grantStats()?.candidates).toEqual([`127.0.0.2:${stun.seen[0]!.port}`]);
       expect(await echo(port, 10_000)).toBe(true);

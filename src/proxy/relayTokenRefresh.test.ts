@@ -30,12 +30,20 @@ function harness(o: { relays?: string[]; grantMs?: number } = {}) {
     settled: 0,
   };
   const grantExpires = T0 + (o.grantMs ?? GRANT_MS);
-  const relays = (o.relays ?? ["relay-1", "relay-2"]).map((id) => ({ entry: relay(id), token: issuer.relayToken(id, grantId, "client", T0, TOKEN_MS) }));
+  const relays = (o.relays ?? ["relay-1", "relay-2"]).map((id) => ({
+    entry: relay(id),
+    token: issuer.relayToken(id, grantId, "client", T0, TOKEN_MS),
+  }));
   /** What the scheduler would answer at the current time. */
   const fresh = (by = issuer, forGrant = grantId): ConnectionRelayTokensResponse => ({
     grantId,
     role: "client",
-    relayTokens: Object.fromEntries(relays.map((r) => [r.entry.relayId, by.relayToken(r.entry.relayId, forGrant, "client", w.wall, Math.min(TOKEN_MS, grantExpires - w.wall))])),
+    relayTokens: Object.fromEntries(
+      relays.map((r) => [
+        r.entry.relayId,
+        by.relayToken(r.entry.relayId, forGrant, "client", w.wall, Math.min(TOKEN_MS, grantExpires - w.wall)),
+      ]),
+    ),
     expiresAtMs: grantExpires,
   });
   w.answer = async () => fresh();
@@ -179,7 +187,8 @@ test("a relay whose ID names an Object.prototype member (constructor) and gets n
 test("an answer without a map of relay tokens is a failed refresh (retried), not a reason to stop refreshing", async () => {
   const { w, r, advance, grantId } = harness();
   for (const relayTokens of [null, "x", [1]]) {
-    w.answer = async () => ({ grantId, role: "client", relayTokens, expiresAtMs: 0 }) as unknown as ConnectionRelayTokensResponse;
+    w.answer = async () =>
+      ({ grantId, role: "client", relayTokens, expiresAtMs: 0 }) as unknown as ConnectionRelayTokensResponse;
     const before = w.fetches;
     await advance(r.dueWallMs()! - w.wall);
     expect(w.fetches).toBe(before + 1);
@@ -187,4 +196,3 @@ test("an answer without a map of relay tokens is a failed refresh (retried), not
     expect(r.dueWallMs()).toBe(w.wall + RELAY_TOKEN_RETRY_MS);
   }
 });
-

@@ -71,9 +71,11 @@ export class RelayTokenRefresh {
   dueWallMs(): number | null {
     const issued = this.relays.filter((r) => !this.unissued.has(r.entry.relayId));
     if (this.stopped || issued.length === 0) return null;
-    const earliest = issued.reduce((a, r) => (r.token.payload.expiresAtMs < a.token.payload.expiresAtMs ? r : a)).token.payload;
+    const earliest = issued.reduce((a, r) => (r.token.payload.expiresAtMs < a.token.payload.expiresAtMs ? r : a)).token
+      .payload;
     if (earliest.expiresAtMs >= this.o.grant.grant.expiresAtMs) return null;
-    const due = earliest.issuedAtMs + Math.floor((earliest.expiresAtMs - earliest.issuedAtMs) * RELAY_TOKEN_REFRESH_FRACTION);
+    const due =
+      earliest.issuedAtMs + Math.floor((earliest.expiresAtMs - earliest.issuedAtMs) * RELAY_TOKEN_REFRESH_FRACTION);
     return Math.max(due, this.retryAtWallMs);
   }
 
@@ -112,13 +114,22 @@ export class RelayTokenRefresh {
       const resp = await this.o.fetch();
       if (this.stopped) return;
       const now = this.o.wallMs();
-      if (resp.grantId !== g.grantId) throw new BeachballError("GRANT_MISMATCH", "the relay tokens are for another grant");
+      if (resp.grantId !== g.grantId)
+        throw new BeachballError("GRANT_MISMATCH", "the relay tokens are for another grant");
       const tokens: unknown = resp.relayTokens;
-      if (typeof tokens !== "object" || tokens === null || Array.isArray(tokens)) throw new BeachballError("GRANT_MISMATCH", "the relay-token answer carries no map of relay tokens");
+      if (typeof tokens !== "object" || tokens === null || Array.isArray(tokens))
+        throw new BeachballError("GRANT_MISMATCH", "the relay-token answer carries no map of relay tokens");
       const next = this.relays.map((r) => {
-        const token = Object.hasOwn(tokens, r.entry.relayId) ? (tokens as Record<string, ConnectionRelayTokensResponse["relayTokens"][string]>)[r.entry.relayId] : undefined;
+        const token = Object.hasOwn(tokens, r.entry.relayId)
+          ? (tokens as Record<string, ConnectionRelayTokensResponse["relayTokens"][string]>)[r.entry.relayId]
+          : undefined;
         if (token === undefined) return r; // the deployment no longer lists it: keep the old token until it expires
-        const c = checkSignedRelayToken(token, this.o.keys, { relayId: r.entry.relayId, grantId: g.grantId, role: "client" }, now);
+        const c = checkSignedRelayToken(
+          token,
+          this.o.keys,
+          { relayId: r.entry.relayId, grantId: g.grantId, role: "client" },
+          now,
+        );
         if (!c.ok) throw new BeachballError(c.code, c.reason);
         return { entry: r.entry, token };
       });

@@ -11,7 +11,13 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { BeachballError } from "../protocol/errors.ts";
 import type { Candidate } from "../protocol/connection.ts";
-import { openTestConnection, rawPost, startTestScheduler, type TestConnection, type TestScheduler } from "../../test/support/scheduler.ts";
+import {
+  openTestConnection,
+  rawPost,
+  startTestScheduler,
+  type TestConnection,
+  type TestScheduler,
+} from "../../test/support/scheduler.ts";
 import { ScriptedAgent } from "../../test/support/scriptedAgent.ts";
 import { announceCandidates, fetchRelayTokens } from "./rendezvous.ts";
 
@@ -22,7 +28,18 @@ let credential: string;
 beforeAll(async () => {
   s = await startTestScheduler();
   const t = await s.operator.enrollmentToken("rdv-host");
-  const r = await rawPost(`${s.url}/v1/agents/enroll`, null, JSON.stringify({ token: t.token, capacity: { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 2 }, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }));
+  const r = await rawPost(
+    `${s.url}/v1/agents/enroll`,
+    null,
+    JSON.stringify({
+      token: t.token,
+      capacity: { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 2 },
+      region: "local",
+      architecture: "x86_64",
+      agentProtocolVersion: "1.0",
+      vmmDriver: "qemu-microvm",
+    }),
+  );
   credential = String(r.body["credential"]);
   conn = await openTestConnection(s, "rdv-host", credential, "rdv-conn");
 });
@@ -54,9 +71,13 @@ describe("the proxy's rendezvous", () => {
   });
 
   test("a wrong endpoint token is refused with UNAUTHENTICATED", async () => {
-    const err = await announceCandidates(s.url, { ...conn, endpointToken: `bbx_${"0".repeat(64)}` }, [{ address: "10.1.0.2", port: 1, kind: "local" }]).catch((e: unknown) => e);
+    const err = await announceCandidates(s.url, { ...conn, endpointToken: `bbx_${"0".repeat(64)}` }, [
+      { address: "10.1.0.2", port: 1, kind: "local" },
+    ]).catch((e: unknown) => e);
     expect(err instanceof BeachballError && err.code).toBe("UNAUTHENTICATED");
-    const tokens = await fetchRelayTokens(s.url, { ...conn, endpointToken: `bbx_${"0".repeat(64)}` }).catch((e: unknown) => e);
+    const tokens = await fetchRelayTokens(s.url, { ...conn, endpointToken: `bbx_${"0".repeat(64)}` }).catch(
+      (e: unknown) => e,
+    );
     expect(tokens instanceof BeachballError && tokens.code).toBe("UNAUTHENTICATED");
   });
 });

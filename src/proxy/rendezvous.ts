@@ -29,9 +29,18 @@ export const ANNOUNCE_TIMEOUT_MS = 5_000;
  * UNAUTHENTICATED once the grant ended, RATE_LIMITED, VALIDATION_FAILED) or
  * a transport error; the caller logs and goes on.
  */
-export async function announceCandidates(schedulerUrl: string, grant: Pick<VerifiedGrant, "connectionId" | "endpointToken">, candidates: Candidate[], seq = 1): Promise<number> {
+export async function announceCandidates(
+  schedulerUrl: string,
+  grant: Pick<VerifiedGrant, "connectionId" | "endpointToken">,
+  candidates: Candidate[],
+  seq = 1,
+): Promise<number> {
   const rendezvous = new SchedulerClient(schedulerUrl, grant.endpointToken);
-  await rendezvous.connectionMessages(grant.connectionId, { messages: [{ type: "candidates", seq, candidates }] }, ANNOUNCE_TIMEOUT_MS);
+  await rendezvous.connectionMessages(
+    grant.connectionId,
+    { messages: [{ type: "candidates", seq, candidates }] },
+    ANNOUNCE_TIMEOUT_MS,
+  );
   return candidates.length;
 }
 
@@ -45,6 +54,12 @@ export const RELAY_TOKENS_TIMEOUT_MS = 10_000;
  * Rejects with the scheduler's stable code (UNAUTHENTICATED once the grant
  * ended, RATE_LIMITED) or a transport error.
  */
-export async function fetchRelayTokens(schedulerUrl: string, grant: Pick<VerifiedGrant, "connectionId" | "endpointToken">): Promise<ConnectionRelayTokensResponse> {
-  return new SchedulerClient(schedulerUrl, grant.endpointToken).connectionRelayTokens(grant.connectionId, RELAY_TOKENS_TIMEOUT_MS);
+export async function fetchRelayTokens(
+  schedulerUrl: string,
+  grant: Pick<VerifiedGrant, "connectionId" | "endpointToken">,
+): Promise<ConnectionRelayTokensResponse> {
+  return new SchedulerClient(schedulerUrl, grant.endpointToken).connectionRelayTokens(
+    grant.connectionId,
+    RELAY_TOKENS_TIMEOUT_MS,
+  );
 }

@@ -20,7 +20,17 @@ import { networkInterfaces, type NetworkInterfaceInfo } from "node:os";
 import type { SchedulerClient } from "../cli/client.ts";
 import type { ConnectionVerificationKeys } from "../protocol/connectionSignature.ts";
 import { BeachballError } from "../protocol/errors.ts";
-import { gatherCandidates, interfaceAddresses, keyPairFromPrivate, type Aead, type PathState, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../wireguard/index.ts";
+import {
+  gatherCandidates,
+  interfaceAddresses,
+  keyPairFromPrivate,
+  type Aead,
+  type PathState,
+  type RelayConnector,
+  type RelaySessionInfo,
+  type WgClock,
+  type WgRandom,
+} from "../wireguard/index.ts";
 import { startForwarder, type Forwarder } from "./forwarder.ts";
 import { requestGrant, type VerifiedGrant } from "./grant.ts";
 import { CandidateRefresh } from "./candidateRefresh.ts";
@@ -67,7 +77,11 @@ export function describePath(s: PathState): string {
 
 function describeRelay(i: RelaySessionInfo): string {
   const why = i.lastCode ? ` (${i.lastCode})` : "";
-  return i.state === "open" ? `relay ${i.relayId}: session open${i.paired ? ", paired" : ""}` : i.state === "stopped" ? `relay ${i.relayId}: refused${why}; not retrying with this token` : `relay ${i.relayId}: ${i.state}${why}`;
+  return i.state === "open"
+    ? `relay ${i.relayId}: session open${i.paired ? ", paired" : ""}`
+    : i.state === "stopped"
+      ? `relay ${i.relayId}: refused${why}; not retrying with this token`
+      : `relay ${i.relayId}: ${i.state}${why}`;
 }
 
 /**
@@ -78,7 +92,13 @@ function describeRelay(i: RelaySessionInfo): string {
 export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<void> {
   const keyPair = keyPairFromPrivate(o.random.fill(new Uint8Array(32)));
   const clientPublicKey = Buffer.from(keyPair.publicKey).toString("base64");
-  const verified = await requestGrant(o.client, { allocationId: o.allocationId, clientPublicKey, transport: "tcp", port: o.remotePort }, o.keys, o.ttlSeconds, () => o.clock.wallMs());
+  const verified = await requestGrant(
+    o.client,
+    { allocationId: o.allocationId, clientPublicKey, transport: "tcp", port: o.remotePort },
+    o.keys,
+    o.ttlSeconds,
+    () => o.clock.wallMs(),
+  );
   const g = verified.grant;
   let tunnel: ClientTunnel | null = null;
   let forwarder: Forwarder | null = null;
@@ -88,7 +108,11 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
   let interfaceError = "";
   try {
     tunnel = await ClientTunnel.start({
-      keyPair, grant: verified, aead: o.aead, clock: o.clock, random: o.random,
+      keyPair,
+      grant: verified,
+      aead: o.aead,
+      clock: o.clock,
+      random: o.random,
       ...(o.relayConnector ? { relayConnector: o.relayConnector } : {}),
       onPathChange: (s) => o.log(`path: ${describePath(s)}`),
       onRelayChange: (i) => o.log(describeRelay(i)),
@@ -124,21 +148,44 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
       });
       t.addOwner(relayTokens);
     }
-    forwarder = await startForwarder({ port: o.localPort, connect: () => t.connect(o.remotePort), onConnectError: (m) => o.log(`inner connection to [${g.allocationAddress}]:${o.remotePort} failed: ${m}`) });
-    o.log(`listening on 127.0.0.1:${forwarder.port} → [${g.allocationAddress}]:${o.remotePort} on ${g.hostId} (grant ${g.grantId}, generation ${g.generation}, expires ${new Date(g.expiresAtMs).toISOString()})`);
+    forwarder = await startForwarder({
+      port: o.localPort,
+      connect: () => t.connect(o.remotePort),
+      onConnectError: (m) => o.log(`inner connection to [${g.allocationAddress}]:${o.remotePort} failed: ${m}`),
+    });
+    o.log(
+      `listening on 127.0.0.1:${forwarder.port} → [${g.allocationAddress}]:${o.remotePort} on ${g.hostId} (grant ${g.grantId}, generation ${g.generation}, expires ${new Date(g.expiresAtMs).toISOString()})`,
+    );
     o.onReady?.({ port: forwarder.port, grant: verified });
     await new Promise<void>((resolve, reject) => {
       if (signal.aborted) return resolve();
       signal.addEventListener("abort", () => resolve(), { once: true });
-      t.addOwner(new GrantExpiry(g.expiresAtMs, o.clock, () => reject(new BeachballError("GRANT_EXPIRED", `grant ${g.grantId} expired at ${new Date(g.expiresAtMs).toISOString()}; run bb proxy again for a new one`))));
+      t.addOwner(
+        new GrantExpiry(g.expiresAtMs, o.clock, () =>
+          reject(
+            new BeachballError(
+              "GRANT_EXPIRED",
+              `grant ${g.grantId} expired at ${new Date(g.expiresAtMs).toISOString()}; run bb proxy again for a new one`,
+            ),
+          ),
+        ),
+      );
       const watch = async () => {
         timer = null;
         try {
           const v = await o.client.get(o.allocationId);
-          if (v.state === "released" || v.state === "failed") return reject(new BeachballError("INVALID_STATE", `allocation ${o.allocationId} is ${v.state}`));
-          if (v.generation !== g.generation) return reject(new BeachballError("STALE_GENERATION", `allocation ${o.allocationId} moved to generation ${v.generation}; this grant was for generation ${g.generation}: run bb proxy again`));
+          if (v.state === "released" || v.state === "failed")
+            return reject(new BeachballError("INVALID_STATE", `allocation ${o.allocationId} is ${v.state}`));
+          if (v.generation !== g.generation)
+            return reject(
+              new BeachballError(
+                "STALE_GENERATION",
+                `allocation ${o.allocationId} moved to generation ${v.generation}; this grant was for generation ${g.generation}: run bb proxy again`,
+              ),
+            );
         } catch (e) {
-          if (e instanceof BeachballError && e.code === "NOT_FOUND") return reject(new BeachballError("INVALID_STATE", `allocation ${o.allocationId} no longer exists`));
+          if (e instanceof BeachballError && e.code === "NOT_FOUND")
+            return reject(new BeachballError("INVALID_STATE", `allocation ${o.allocationId} no longer exists`));
           // The scheduler is unreachable: keep going; the grant's expiry bounds the session.
         }
         if (!signal.aborted) timer = setTimeout(watch, o.watchIntervalMs ?? WATCH_INTERVAL_MS);
@@ -156,7 +203,9 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
       await o.client.revokeConnectionGrant(o.allocationId, g.grantId, REVOKE_TIMEOUT_MS);
       o.log(`grant ${g.grantId} revoked`);
     } catch (e) {
-      o.log(`could not revoke grant ${g.grantId} (${(e as Error).message}); it expires at ${new Date(g.expiresAtMs).toISOString()}`);
+      o.log(
+        `could not revoke grant ${g.grantId} (${(e as Error).message}); it expires at ${new Date(g.expiresAtMs).toISOString()}`,
+      );
     }
   }
 }

@@ -8,7 +8,14 @@
 import { afterEach, expect, test } from "bun:test";
 import { TestGrantIssuer, testId } from "../../test/support/grantIssuer.ts";
 import type { RelayEntry, SignedRelayToken } from "../protocol/connection.ts";
-import { keyPairFromPrivate, selectAead, systemClock, systemRandom, type RelayConnector, type RelaySessionInfo } from "../wireguard/index.ts";
+import {
+  keyPairFromPrivate,
+  selectAead,
+  systemClock,
+  systemRandom,
+  type RelayConnector,
+  type RelaySessionInfo,
+} from "../wireguard/index.ts";
 import type { VerifiedGrant } from "./grant.ts";
 import { ClientTunnel } from "./tunnel.ts";
 
@@ -23,7 +30,17 @@ test("a session refused RELAY_TOKEN_EXPIRED stops; setRelayTokens starts it agai
   const entry: RelayEntry = { relayId: "relay-1", url: "wss://relay-1.example:443/v1/relay" };
   const host = keyPairFromPrivate(systemRandom.fill(new Uint8Array(32)));
   const grant = issuer.grant(
-    { allocationId: testId("alloc"), generation: 1, hostId: "host-1", hostPublicKey: Buffer.from(host.publicKey).toString("base64"), clientPublicKey: Buffer.alloc(32, 1).toString("base64"), clientAddress: "fd00:bb:1:2::c:1", allocationAddress: "fd00:bb:1:2::2", transport: "tcp", ports: [22] },
+    {
+      allocationId: testId("alloc"),
+      generation: 1,
+      hostId: "host-1",
+      hostPublicKey: Buffer.from(host.publicKey).toString("base64"),
+      clientPublicKey: Buffer.alloc(32, 1).toString("base64"),
+      clientAddress: "fd00:bb:1:2::c:1",
+      allocationAddress: "fd00:bb:1:2::2",
+      transport: "tcp",
+      ports: [22],
+    },
     now,
     600_000,
   ).payload;
@@ -33,12 +50,28 @@ test("a session refused RELAY_TOKEN_EXPIRED stops; setRelayTokens starts it agai
   // The relay double refuses an expired token as the real one does, and admits a live one.
   const connector: RelayConnector = async (_e, token) => {
     presented.push(token);
-    if (token.payload.expiresAtMs <= Date.now()) throw Object.assign(new Error("refused"), { close: { code: "RELAY_TOKEN_EXPIRED" } });
+    if (token.payload.expiresAtMs <= Date.now())
+      throw Object.assign(new Error("refused"), { close: { code: "RELAY_TOKEN_EXPIRED" } });
     return { paired: false, closed: new Promise(() => {}), send: () => true, close: () => {} };
   };
   const changes: RelaySessionInfo[] = [];
-  const verified: VerifiedGrant = { grant, relays: [{ entry, token: stale }], hostCandidates: [], stunServers: [], connectionId: testId("con"), endpointToken: "bbx_" + "0".repeat(64) };
-  const t = await ClientTunnel.start({ keyPair: keyPairFromPrivate(systemRandom.fill(new Uint8Array(32))), grant: verified, aead, clock: systemClock, random: systemRandom, relayConnector: connector, onRelayChange: (i) => changes.push(i) });
+  const verified: VerifiedGrant = {
+    grant,
+    relays: [{ entry, token: stale }],
+    hostCandidates: [],
+    stunServers: [],
+    connectionId: testId("con"),
+    endpointToken: "bbx_" + "0".repeat(64),
+  };
+  const t = await ClientTunnel.start({
+    keyPair: keyPairFromPrivate(systemRandom.fill(new Uint8Array(32))),
+    grant: verified,
+    aead,
+    clock: systemClock,
+    random: systemRandom,
+    relayConnector: connector,
+    onRelayChange: (i) => changes.push(i),
+  });
   tunnels.push(t);
   for (let i = 0; i < 100 && !changes.some((c) => c.state === "stopped"); i++) await Bun.sleep(10);
   expect(changes.at(-1)).toMatchObject({ relayId: "relay-1", state: "stopped", lastCode: "RELAY_TOKEN_EXPIRED" });

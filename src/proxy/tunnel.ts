@@ -29,7 +29,17 @@
  */
 import { debugTunnelMtu } from "../protocol/debugKnobs.ts";
 import { createNetstack, type Netstack, type TcpConnection } from "../netstack/index.ts";
-import { MultipathTunnel, type Aead, type CandidateSocket, type KeyPair25519, type PathState, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../wireguard/index.ts";
+import {
+  MultipathTunnel,
+  type Aead,
+  type CandidateSocket,
+  type KeyPair25519,
+  type PathState,
+  type RelayConnector,
+  type RelaySessionInfo,
+  type WgClock,
+  type WgRandom,
+} from "../wireguard/index.ts";
 import type { VerifiedGrant } from "./grant.ts";
 
 /** Persistent keepalive towards the host, seconds: keeps NAT mappings on both sides and the host's view of the path fresh. */
@@ -202,7 +212,13 @@ export class ClientTunnel {
 
   /** Counters for logs and tests. */
   stats() {
-    return { device: this.t.mp.device.counters, socket: { ...this.t.udp.counters }, path: this.selector.state(), relays: this.t.relays.list(), stack: this.stack.stats() };
+    return {
+      device: this.t.mp.device.counters,
+      socket: { ...this.t.udp.counters },
+      path: this.selector.state(),
+      relays: this.t.relays.list(),
+      stack: this.stack.stats(),
+    };
   }
 
   /** Aborts every inner connection, closes the relay sessions, stops the alarm and closes the socket. Idempotent. */

@@ -14,10 +14,27 @@ import { createLogger } from "../command/log.ts";
 const run = command({
   meta: { name: "run", description: "Run a packet relay (WebSocket over TLS, optional QUIC, health endpoint)" },
   args: {
-    config: { type: "string", valueHint: "FILE", description: "Relay config file (docs/relay.md; example deploy/relay.example.json)", required: true },
-    "insecure-listen": { type: "string", valueHint: "HOST:PORT", description: "Serve plain ws:// on this loopback address instead of TLS (tests and benchmarks only)" },
-    "quic-listen": { type: "string", valueHint: "HOST:PORT", description: "Also serve QUIC (Bun's experimental node:quic; one stream per session) here; overrides quicListen" },
-    "health-listen": { type: "string", valueHint: "HOST:PORT", description: "Health endpoint address; overrides healthListen" },
+    config: {
+      type: "string",
+      valueHint: "FILE",
+      description: "Relay config file (docs/relay.md; example deploy/relay.example.json)",
+      required: true,
+    },
+    "insecure-listen": {
+      type: "string",
+      valueHint: "HOST:PORT",
+      description: "Serve plain ws:// on this loopback address instead of TLS (tests and benchmarks only)",
+    },
+    "quic-listen": {
+      type: "string",
+      valueHint: "HOST:PORT",
+      description: "Also serve QUIC (Bun's experimental node:quic; one stream per session) here; overrides quicListen",
+    },
+    "health-listen": {
+      type: "string",
+      valueHint: "HOST:PORT",
+      description: "Health endpoint address; overrides healthListen",
+    },
   },
   examples: [
     "bb relay run --config /etc/beachball/relay.json",
@@ -31,13 +48,19 @@ const run = command({
       const config = loadRelayConfig(resolve(args.config));
       const relay = await startRelay({
         config,
-        ...(args["insecure-listen"] ? { insecureListen: [parseListenAddress(args["insecure-listen"], "--insecure-listen")] } : {}),
+        ...(args["insecure-listen"]
+          ? { insecureListen: [parseListenAddress(args["insecure-listen"], "--insecure-listen")] }
+          : {}),
         ...(args["quic-listen"] ? { quicListen: parseListenAddress(args["quic-listen"], "--quic-listen") } : {}),
         ...(args["health-listen"] ? { health: parseListenAddress(args["health-listen"], "--health-listen") } : {}),
       });
       // One line, constant message, fields as key=value (src/command/log.ts's text format).
       const log = createLogger({ format: "text", sink: (line) => consola.info(line) }, { role: "relay" });
-      log.info("relay listening", { relayId: config.relayId, urls: [...relay.urls, ...(relay.quic ? [`quic://${relay.quic}`] : [])].join(","), health: `${relay.healthUrl}/healthz` });
+      log.info("relay listening", {
+        relayId: config.relayId,
+        urls: [...relay.urls, ...(relay.quic ? [`quic://${relay.quic}`] : [])].join(","),
+        health: `${relay.healthUrl}/healthz`,
+      });
       await new Promise<void>((done) => {
         const stop = () => void relay.stop().then(done);
         process.once("SIGINT", stop);

@@ -1,5 +1,13 @@
 import { describe, expect, test } from "bun:test";
-import { DEFAULT_HEALTH_LISTEN, DEFAULT_LIMIT_CAPS, DEFAULT_MAX_SESSIONS, isLoopback, parseListenAddress, RelayConfigError, relayConfigFrom } from "./config.ts";
+import {
+  DEFAULT_HEALTH_LISTEN,
+  DEFAULT_LIMIT_CAPS,
+  DEFAULT_MAX_SESSIONS,
+  isLoopback,
+  parseListenAddress,
+  RelayConfigError,
+  relayConfigFrom,
+} from "./config.ts";
 import { startRelay } from "./server.ts";
 import { makeSigner } from "./testing.ts";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -34,13 +42,17 @@ describe("relay config", () => {
   test("unknown fields anywhere are rejected with their path", () => {
     expect(problem({ ...minimal, extra: 1 })).toBe("invalid relay config t.json: /extra Unexpected property");
     expect(problem({ ...minimal, tls: { certPath: "/c", keyPath: "/k", ca: "/x" } })).toMatch(/\/tls/);
-    expect(problem({ ...minimal, trustedKeys: [{ keyId: "k", publicKey: key.publicKeyB64, note: "x" }] })).toMatch(/\/trustedKeys\/0/);
+    expect(problem({ ...minimal, trustedKeys: [{ keyId: "k", publicKey: key.publicKeyB64, note: "x" }] })).toMatch(
+      /\/trustedKeys\/0/,
+    );
     expect(problem({ ...minimal, limitCaps: { ...DEFAULT_LIMIT_CAPS, burst: 1 } })).toMatch(/\/limitCaps/);
   });
 
   test("missing keys, repeated key IDs, malformed keys and addresses, and bounds out of range are refused", () => {
     expect(problem({ relayId: "relay-a", trustedKeys: [] })).toMatch(/\/trustedKeys/);
-    expect(problem({ ...minimal, trustedKeys: [minimal.trustedKeys[0], minimal.trustedKeys[0]] })).toMatch(/repeats the key ID conn-1/);
+    expect(problem({ ...minimal, trustedKeys: [minimal.trustedKeys[0], minimal.trustedKeys[0]] })).toMatch(
+      /repeats the key ID conn-1/,
+    );
     expect(problem({ ...minimal, trustedKeys: [{ keyId: "k", publicKey: "not-base64" }] })).toMatch(/publicKey/);
     expect(problem({ ...minimal, listen: ["443"] })).toMatch(/\/listen\/0 must be HOST:PORT/);
     expect(problem({ ...minimal, quicListen: "[::1]:70000" })).toMatch(/\/quicListen/);
@@ -57,18 +69,36 @@ describe("relay config", () => {
 
   test("startRelay refuses plain ws:// off loopback, and TLS listeners without a certificate, before binding anything", async () => {
     const config = relayConfigFrom(minimal, "t.json");
-    await expect(startRelay({ config, insecureListen: [{ hostname: "0.0.0.0", port: 0 }] })).rejects.toThrow(/loopback only/);
+    await expect(startRelay({ config, insecureListen: [{ hostname: "0.0.0.0", port: 0 }] })).rejects.toThrow(
+      /loopback only/,
+    );
     await expect(startRelay({ config })).rejects.toThrow(/no tls/);
-    await expect(startRelay({ config, insecureListen: [{ hostname: "127.0.0.1", port: 0 }], quicListen: { hostname: "127.0.0.1", port: 0 } })).rejects.toThrow(/no tls/);
-    const withMissingFiles = relayConfigFrom({ ...minimal, tls: { certPath: "/nonexistent/c.pem", keyPath: "/nonexistent/k.pem" } }, "t.json");
-    await expect(startRelay({ config: withMissingFiles })).rejects.toThrow(/cannot read the TLS certificate \/nonexistent\/c\.pem: ENOENT/);
+    await expect(
+      startRelay({
+        config,
+        insecureListen: [{ hostname: "127.0.0.1", port: 0 }],
+        quicListen: { hostname: "127.0.0.1", port: 0 },
+      }),
+    ).rejects.toThrow(/no tls/);
+    const withMissingFiles = relayConfigFrom(
+      { ...minimal, tls: { certPath: "/nonexistent/c.pem", keyPath: "/nonexistent/k.pem" } },
+      "t.json",
+    );
+    await expect(startRelay({ config: withMissingFiles })).rejects.toThrow(
+      /cannot read the TLS certificate \/nonexistent\/c\.pem: ENOENT/,
+    );
   });
 
   test("startRelay refuses command-line addresses that clash, before binding anything (the file's own check cannot see them)", async () => {
     const config = relayConfigFrom(minimal, "t.json");
     const at = { hostname: "127.0.0.1", port: 18443 };
-    await expect(startRelay({ config, insecureListen: [at], health: at })).rejects.toMatchObject({ name: "RelayConfigError", message: "--health-listen repeats the address of --insecure-listen (127.0.0.1:18443)" });
-    await expect(startRelay({ config, insecureListen: [at, at] })).rejects.toThrow(/--insecure-listen repeats the address of --insecure-listen/);
+    await expect(startRelay({ config, insecureListen: [at], health: at })).rejects.toMatchObject({
+      name: "RelayConfigError",
+      message: "--health-listen repeats the address of --insecure-listen (127.0.0.1:18443)",
+    });
+    await expect(startRelay({ config, insecureListen: [at, at] })).rejects.toThrow(
+      /--insecure-listen repeats the address of --insecure-listen/,
+    );
   });
 
   test("a TLS key that does not match the certificate, or a file that is not PEM, is a RelayConfigError naming the file, before binding", async () => {
@@ -79,9 +109,19 @@ describe("relay config", () => {
       const other = makeTestCert(b);
       const notPem = join(a, "not.pem");
       writeFileSync(notPem, "not pem\n");
-      const start = (certPath: string, keyPath: string) => startRelay({ config: relayConfigFrom({ ...minimal, listen: ["127.0.0.1:0"], healthListen: "127.0.0.1:0", tls: { certPath, keyPath } }, "t.json") });
-      await expect(start(one.certPath, other.keyPath)).rejects.toThrow(new RelayConfigError(`the TLS key ${other.keyPath} does not match the certificate ${one.certPath}`));
-      await expect(start(notPem, one.keyPath)).rejects.toThrow(`the TLS certificate ${notPem} holds no PEM certificate`);
+      const start = (certPath: string, keyPath: string) =>
+        startRelay({
+          config: relayConfigFrom(
+            { ...minimal, listen: ["127.0.0.1:0"], healthListen: "127.0.0.1:0", tls: { certPath, keyPath } },
+            "t.json",
+          ),
+        });
+      await expect(start(one.certPath, other.keyPath)).rejects.toThrow(
+        new RelayConfigError(`the TLS key ${other.keyPath} does not match the certificate ${one.certPath}`),
+      );
+      await expect(start(notPem, one.keyPath)).rejects.toThrow(
+        `the TLS certificate ${notPem} holds no PEM certificate`,
+      );
       await expect(start(one.certPath, notPem)).rejects.toThrow(`the TLS key ${notPem} holds no PEM private key`);
       await expect(start(one.certPath, one.keyPath).then((r) => r.stop())).resolves.toBeUndefined();
     } finally {
@@ -100,9 +140,17 @@ describe("relay config", () => {
         return (e as Error).message;
       }
     };
-    expect(problem({ ...minimal, listen: ["127.0.0.1:8443", "127.0.0.1:8443"] })).toBe("invalid relay config t.json: /listen/1 repeats the address of /listen/0 (127.0.0.1:8443)");
-    expect(problem({ ...minimal, listen: ["127.0.0.1:9443"], healthListen: "127.0.0.1:9443" })).toMatch(/\/healthListen repeats the address of \/listen\/0/);
-    expect(problem({ ...minimal, listen: ["127.0.0.1:0", "127.0.0.1:0"], healthListen: "127.0.0.1:0" })).toBe("accepted");
-    expect(problem({ ...minimal, listen: ["127.0.0.1:70000"] })).toBe('invalid relay config t.json: /listen/0 must be HOST:PORT (IPv6 in brackets), got "127.0.0.1:70000"');
+    expect(problem({ ...minimal, listen: ["127.0.0.1:8443", "127.0.0.1:8443"] })).toBe(
+      "invalid relay config t.json: /listen/1 repeats the address of /listen/0 (127.0.0.1:8443)",
+    );
+    expect(problem({ ...minimal, listen: ["127.0.0.1:9443"], healthListen: "127.0.0.1:9443" })).toMatch(
+      /\/healthListen repeats the address of \/listen\/0/,
+    );
+    expect(problem({ ...minimal, listen: ["127.0.0.1:0", "127.0.0.1:0"], healthListen: "127.0.0.1:0" })).toBe(
+      "accepted",
+    );
+    expect(problem({ ...minimal, listen: ["127.0.0.1:70000"] })).toBe(
+      'invalid relay config t.json: /listen/0 must be HOST:PORT (IPv6 in brackets), got "127.0.0.1:70000"',
+    );
   });
 });

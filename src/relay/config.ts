@@ -58,7 +58,15 @@ export const RelayConfigFile = Type.Object(
     /** Health endpoint address (default "127.0.0.1:9443"). */
     healthListen: Type.Optional(ListenAddress),
     /** PEM certificate chain and private key paths. Required unless the relay runs with --insecure-listen only. */
-    tls: Type.Optional(Type.Object({ certPath: Type.String({ minLength: 1, maxLength: 4096 }), keyPath: Type.String({ minLength: 1, maxLength: 4096 }) }, { additionalProperties: false })),
+    tls: Type.Optional(
+      Type.Object(
+        {
+          certPath: Type.String({ minLength: 1, maxLength: 4096 }),
+          keyPath: Type.String({ minLength: 1, maxLength: 4096 }),
+        },
+        { additionalProperties: false },
+      ),
+    ),
     /** Ed25519 public keys (base64 of 32 raw bytes) whose signed relay tokens this relay accepts, by key ID. */
     trustedKeys: Type.Array(
       Type.Object(
@@ -116,7 +124,8 @@ export class RelayConfigError extends UsageError {
 export function parseListenAddress(addr: string, field: string): ListenAt {
   const m = /^(?:\[([0-9a-fA-F:.]+)\]|([A-Za-z0-9.-]+)):(\d{1,5})$/.exec(addr);
   const port = Number(m?.[3]);
-  if (!m || port > 65535) throw new RelayConfigError(`${field} must be HOST:PORT (IPv6 in brackets), got ${JSON.stringify(addr)}`);
+  if (!m || port > 65535)
+    throw new RelayConfigError(`${field} must be HOST:PORT (IPv6 in brackets), got ${JSON.stringify(addr)}`);
   return { hostname: m[1] ?? m[2]!, port };
 }
 
@@ -135,7 +144,8 @@ export function assertDistinctAddresses(entries: ReadonlyArray<readonly [ListenA
   for (const [l, field] of entries) {
     const key = `${l.hostname.toLowerCase()}:${l.port}`;
     const earlier = seen.get(key);
-    if (earlier && l.port !== 0) throw new RelayConfigError(`${prefix}${field} repeats the address of ${earlier} (${l.hostname}:${l.port})`);
+    if (earlier && l.port !== 0)
+      throw new RelayConfigError(`${prefix}${field} repeats the address of ${earlier} (${l.hostname}:${l.port})`);
     seen.set(key, field);
   }
 }
@@ -144,14 +154,20 @@ export function assertDistinctAddresses(entries: ReadonlyArray<readonly [ListenA
 export function relayConfigFrom(raw: unknown, source: string): RelayConfig {
   if (!Value.Check(RelayConfigFile, raw)) {
     const first = Value.Errors(RelayConfigFile, raw).First();
-    throw new RelayConfigError(`invalid relay config ${source}: ${first?.path || "/"} ${first?.message ?? "does not match the schema"}`);
+    throw new RelayConfigError(
+      `invalid relay config ${source}: ${first?.path || "/"} ${first?.message ?? "does not match the schema"}`,
+    );
   }
   const f = raw;
   const trustedKeys = new Map<string, Uint8Array>();
   f.trustedKeys.forEach((k, i) => {
-    if (trustedKeys.has(k.keyId)) throw new RelayConfigError(`invalid relay config ${source}: /trustedKeys/${i} repeats the key ID ${k.keyId}`);
+    if (trustedKeys.has(k.keyId))
+      throw new RelayConfigError(`invalid relay config ${source}: /trustedKeys/${i} repeats the key ID ${k.keyId}`);
     const bytes = Buffer.from(k.publicKey, "base64");
-    if (bytes.length !== 32 || bytes.toString("base64") !== k.publicKey) throw new RelayConfigError(`invalid relay config ${source}: /trustedKeys/${i}/publicKey is not base64 of 32 bytes`);
+    if (bytes.length !== 32 || bytes.toString("base64") !== k.publicKey)
+      throw new RelayConfigError(
+        `invalid relay config ${source}: /trustedKeys/${i}/publicKey is not base64 of 32 bytes`,
+      );
     trustedKeys.set(k.keyId, new Uint8Array(bytes));
   });
   const at = (addr: string, field: string): ListenAt => {
@@ -163,7 +179,10 @@ export function relayConfigFrom(raw: unknown, source: string): RelayConfig {
   };
   const listen = (f.listen ?? [DEFAULT_RELAY_LISTEN]).map((a, i) => at(a, `/listen/${i}`));
   const health = at(f.healthListen ?? DEFAULT_HEALTH_LISTEN, "/healthListen");
-  assertDistinctAddresses([...listen.map((l, i) => [l, `/listen/${i}`] as const), [health, "/healthListen"]], `invalid relay config ${source}: `);
+  assertDistinctAddresses(
+    [...listen.map((l, i) => [l, `/listen/${i}`] as const), [health, "/healthListen"]],
+    `invalid relay config ${source}: `,
+  );
   return {
     relayId: f.relayId,
     listen,
@@ -185,7 +204,9 @@ export function loadRelayConfig(path: string): RelayConfig {
   try {
     text = readFileSync(path, "utf8");
   } catch (e) {
-    throw new RelayConfigError(`cannot read relay config ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+    throw new RelayConfigError(
+      `cannot read relay config ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`,
+    );
   }
   let raw: unknown;
   try {

@@ -50,7 +50,8 @@ export function newRelayCounters(): RelayCounters {
 /** The counters in Prometheus text format, every name prefixed `bb_relay_`. */
 export function prometheusText(c: RelayCounters): string {
   const lines: string[] = [];
-  const one = (name: string, type: "counter" | "gauge", help: string, v: number) => lines.push(`# HELP bb_relay_${name} ${help}`, `# TYPE bb_relay_${name} ${type}`, `bb_relay_${name} ${v}`);
+  const one = (name: string, type: "counter" | "gauge", help: string, v: number) =>
+    lines.push(`# HELP bb_relay_${name} ${help}`, `# TYPE bb_relay_${name} ${type}`, `bb_relay_${name} ${v}`);
   one("connections_opened_total", "counter", "Sockets accepted.", c.connectionsOpened);
   one("handshakes", "gauge", "Sockets without a token yet.", c.handshakes);
   one("sessions", "gauge", "Admitted sessions.", c.sessions);
@@ -59,9 +60,15 @@ export function prometheusText(c: RelayCounters): string {
   one("tokens_accepted_total", "counter", "Relay tokens accepted.", c.tokensAccepted);
   one("frames_forwarded_total", "counter", "Datagrams forwarded.", c.framesForwarded);
   one("bytes_forwarded_total", "counter", "Datagram bytes forwarded.", c.bytesForwarded);
-  lines.push("# HELP bb_relay_frames_dropped_total Datagrams not forwarded, by reason.", "# TYPE bb_relay_frames_dropped_total counter");
+  lines.push(
+    "# HELP bb_relay_frames_dropped_total Datagrams not forwarded, by reason.",
+    "# TYPE bb_relay_frames_dropped_total counter",
+  );
   for (const [r, v] of Object.entries(c.framesDropped)) lines.push(`bb_relay_frames_dropped_total{reason="${r}"} ${v}`);
-  lines.push("# HELP bb_relay_closes_total Sockets closed by the relay, by stable code.", "# TYPE bb_relay_closes_total counter");
+  lines.push(
+    "# HELP bb_relay_closes_total Sockets closed by the relay, by stable code.",
+    "# TYPE bb_relay_closes_total counter",
+  );
   for (const [code, v] of Object.entries(c.closes)) lines.push(`bb_relay_closes_total{code="${code}"} ${v}`);
   return `${lines.join("\n")}\n`;
 }

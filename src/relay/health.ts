@@ -18,7 +18,13 @@ export interface HealthListener {
 }
 
 /** Starts the health listener. `serving()` is false once the relay shuts down. Throws when the address cannot be bound. */
-export function startHealthListener(o: { hostname: string; port: number; relayId: string; counters: RelayCounters; serving: () => boolean }): HealthListener {
+export function startHealthListener(o: {
+  hostname: string;
+  port: number;
+  relayId: string;
+  counters: RelayCounters;
+  serving: () => boolean;
+}): HealthListener {
   const server = Bun.serve({
     hostname: o.hostname,
     port: o.port,
@@ -28,9 +34,13 @@ export function startHealthListener(o: { hostname: string; port: number; relayId
       const path = requestTarget(req).pathname;
       if (path === "/healthz") {
         const up = o.serving();
-        return Response.json({ status: up ? "ok" : "shutting_down", relayId: o.relayId, counters: o.counters }, { status: up ? 200 : 503 });
+        return Response.json(
+          { status: up ? "ok" : "shutting_down", relayId: o.relayId, counters: o.counters },
+          { status: up ? 200 : 503 },
+        );
       }
-      if (path === "/metrics") return new Response(prometheusText(o.counters), { headers: { "content-type": "text/plain; version=0.0.4" } });
+      if (path === "/metrics")
+        return new Response(prometheusText(o.counters), { headers: { "content-type": "text/plain; version=0.0.4" } });
       return new Response("not found\n", { status: 404 });
     },
   });

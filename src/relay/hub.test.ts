@@ -14,7 +14,11 @@ function setup(bounds: Partial<HubBounds> = {}) {
   const clock = new FakeRelayClock();
   const seen: Uint8Array[] = [];
   const hub = new RelayHub({
-    policy: { relayId: "relay-a", keys: publicKeyObjects(new Map([[signer.keyId, signer.publicKey]])), caps: TEST_LIMITS },
+    policy: {
+      relayId: "relay-a",
+      keys: publicKeyObjects(new Map([[signer.keyId, signer.publicKey]])),
+      caps: TEST_LIMITS,
+    },
     bounds: { ...BOUNDS, ...bounds },
     clock,
     observeFrame: (f) => seen.push(f),
@@ -41,7 +45,13 @@ describe("pairing", () => {
     const h = join("host");
     expect(h.sock.texts).toEqual([{ type: "ready", paired: true }]);
     expect(c.sock.texts).toEqual([{ type: "ready", paired: false }, { type: "paired" }]);
-    expect(hub.counters).toMatchObject({ pairsPending: 0, pairsPaired: 1, sessions: 2, handshakes: 0, tokensAccepted: 2 });
+    expect(hub.counters).toMatchObject({
+      pairsPending: 0,
+      pairsPaired: 1,
+      sessions: 2,
+      handshakes: 0,
+      tokensAccepted: 2,
+    });
     const up = Uint8Array.from([1, 2, 3, 4, 5]);
     const down = bytes(1500, 9);
     hub.binary(c.s, up);

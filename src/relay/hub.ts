@@ -89,11 +89,20 @@ export class RelayHub {
   /** A transport accepted `socket`. Returns its session (already closed when refused). */
   open(socket: RelaySocket): RelaySession {
     const now = this.o.clock.nowMs();
-    const s: RelaySession = { socket, state: "handshake", openedAtMs: now, token: null, pair: null, lastActivityMs: now, waiting: [] };
+    const s: RelaySession = {
+      socket,
+      state: "handshake",
+      openedAtMs: now,
+      token: null,
+      pair: null,
+      lastActivityMs: now,
+      waiting: [],
+    };
     this.counters.connectionsOpened++;
     const fromAddress = this.handshakesByAddress.get(socket.remoteAddress) ?? 0;
     if (this.shuttingDown) return this.refuseNew(s, "SHUTTING_DOWN");
-    if (this.counters.handshakes >= this.o.bounds.maxHandshakes || fromAddress >= this.o.bounds.maxHandshakesPerAddress) return this.refuseNew(s, "RELAY_BUSY");
+    if (this.counters.handshakes >= this.o.bounds.maxHandshakes || fromAddress >= this.o.bounds.maxHandshakesPerAddress)
+      return this.refuseNew(s, "RELAY_BUSY");
     this.counters.handshakes++;
     this.handshakesByAddress.set(socket.remoteAddress, fromAddress + 1);
     this.live.add(s);
@@ -166,8 +175,10 @@ export class RelayHub {
       this.unprobe(pair);
     }
     for (const s of [...this.live]) {
-      if (s.state === "handshake" && now - s.openedAtMs >= RELAY_HANDSHAKE_DEADLINE_MS) this.close(s, "RELAY_HANDSHAKE_TIMEOUT");
-      else if (s.state === "admitted" && now - s.lastActivityMs >= s.pair!.limits.idleTimeoutMs) this.close(s, "RELAY_IDLE_TIMEOUT");
+      if (s.state === "handshake" && now - s.openedAtMs >= RELAY_HANDSHAKE_DEADLINE_MS)
+        this.close(s, "RELAY_HANDSHAKE_TIMEOUT");
+      else if (s.state === "admitted" && now - s.lastActivityMs >= s.pair!.limits.idleTimeoutMs)
+        this.close(s, "RELAY_IDLE_TIMEOUT");
     }
   }
 
@@ -228,7 +239,10 @@ export class RelayHub {
         contenders: { client: null, host: null },
         limits: token.limits,
         bytes: 0,
-        buckets: { client: new ByteBucket(token.limits.maxBytesPerSecond, now), host: new ByteBucket(token.limits.maxBytesPerSecond, now) },
+        buckets: {
+          client: new ByteBucket(token.limits.maxBytesPerSecond, now),
+          host: new ByteBucket(token.limits.maxBytesPerSecond, now),
+        },
       };
       this.pairs.set(token.grantId, pair);
     }
@@ -271,7 +285,12 @@ export class RelayHub {
     const to = pair.holders[otherRole(from)]!;
     const now = this.o.clock.nowMs();
     if (pair.bytes + frame.length > pair.limits.maxBytes) {
-      const everyone = [pair.contenders.client?.session, pair.contenders.host?.session, pair.holders.client, pair.holders.host];
+      const everyone = [
+        pair.contenders.client?.session,
+        pair.contenders.host?.session,
+        pair.holders.client,
+        pair.holders.host,
+      ];
       for (const x of everyone) if (x) this.close(x, "RELAY_BYTES_EXHAUSTED");
       return;
     }

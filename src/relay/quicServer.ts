@@ -17,7 +17,13 @@
  */
 import type { KeyObject } from "node:crypto";
 import type { QuicEndpoint, QuicSession, QuicStream } from "node:quic";
-import { encodeCloseBody, encodeStreamFrame, RELAY_QUIC_ALPN, StreamFrameDecoder, StreamFrameKind } from "../protocol/relay.ts";
+import {
+  encodeCloseBody,
+  encodeStreamFrame,
+  RELAY_QUIC_ALPN,
+  StreamFrameDecoder,
+  StreamFrameKind,
+} from "../protocol/relay.ts";
 import type { RelayHub } from "./hub.ts";
 import type { RelaySession, RelaySocket } from "./session.ts";
 import { RELAY_WS_SEND_BUFFER_BYTES } from "./wsServer.ts";
@@ -96,7 +102,10 @@ async function serveStream(hub: RelayHub, session: QuicSession, stream: QuicStre
       ended = true;
       writer.endSync();
       const t = setTimeout(() => session.destroy(), RELAY_QUIC_CLOSE_GRACE_MS);
-      void session.close().catch(() => {}).finally(() => clearTimeout(t));
+      void session
+        .close()
+        .catch(() => {})
+        .finally(() => clearTimeout(t));
     },
   };
   const s: RelaySession = hub.open(socket);
@@ -106,7 +115,8 @@ async function serveStream(hub: RelayHub, session: QuicSession, stream: QuicStre
     for await (const chunks of stream) {
       for (const chunk of chunks) {
         for (const f of decoder.push(chunk)) {
-          if (f.kind === StreamFrameKind.datagram) hub.binary(s, f.body.slice()); // a copy: WebSocket sends are deferred to the end of the turn
+          if (f.kind === StreamFrameKind.datagram)
+            hub.binary(s, f.body.slice()); // a copy: WebSocket sends are deferred to the end of the turn
           else if (f.kind === StreamFrameKind.text) hub.text(s, text.decode(f.body));
           else if (f.kind === StreamFrameKind.pong) hub.heard(s);
           else if (f.kind === StreamFrameKind.ping) write(StreamFrameKind.pong, f.body);

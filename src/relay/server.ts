@@ -51,7 +51,9 @@ function readPem(path: string, what: string): string {
   try {
     return readFileSync(path, "utf8");
   } catch (e) {
-    throw new RelayConfigError(`cannot read the TLS ${what} ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`);
+    throw new RelayConfigError(
+      `cannot read the TLS ${what} ${path}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`,
+    );
   }
 }
 
@@ -76,7 +78,8 @@ function tlsMaterial(certPath: string, keyPath: string): { cert: string; key: st
   } catch {
     throw new RelayConfigError(`the TLS key ${keyPath} holds no PEM private key`);
   }
-  if (!x509.checkPrivateKey(keyObject)) throw new RelayConfigError(`the TLS key ${keyPath} does not match the certificate ${certPath}`);
+  if (!x509.checkPrivateKey(keyObject))
+    throw new RelayConfigError(`the TLS key ${keyPath} does not match the certificate ${certPath}`);
   return { cert, key };
 }
 
@@ -84,20 +87,34 @@ function tlsMaterial(certPath: string, keyPath: string): { cert: string; key: st
 export async function startRelay(o: StartRelayOptions): Promise<RunningRelay> {
   const c = o.config;
   const insecure = o.insecureListen ?? [];
-  for (const a of insecure) if (!isLoopback(a.hostname)) throw new RelayConfigError(`--insecure-listen serves plain ws:// and is allowed on loopback only, not ${a.hostname}`);
+  for (const a of insecure)
+    if (!isLoopback(a.hostname))
+      throw new RelayConfigError(
+        `--insecure-listen serves plain ws:// and is allowed on loopback only, not ${a.hostname}`,
+      );
   const quicAt = o.quicListen === undefined ? c.quicListen : o.quicListen;
   // The command line may override addresses the config file's own check passed: check what will really be bound (TCP; QUIC is UDP).
   assertDistinctAddresses([
-    ...(insecure.length > 0 ? insecure.map((a) => [a, "--insecure-listen"] as const) : c.listen.map((a, i) => [a, `listen[${i}]`] as const)),
+    ...(insecure.length > 0
+      ? insecure.map((a) => [a, "--insecure-listen"] as const)
+      : c.listen.map((a, i) => [a, `listen[${i}]`] as const)),
     [o.health ?? c.health, o.health ? "--health-listen" : "healthListen"],
   ]);
   const needTls = insecure.length === 0 || quicAt !== null;
-  if (needTls && !c.tls) throw new RelayConfigError("the relay config has no tls {certPath, keyPath}: WebSocket and QUIC listeners need TLS (plain ws:// only with --insecure-listen on loopback)");
+  if (needTls && !c.tls)
+    throw new RelayConfigError(
+      "the relay config has no tls {certPath, keyPath}: WebSocket and QUIC listeners need TLS (plain ws:// only with --insecure-listen on loopback)",
+    );
   const tls = needTls && c.tls ? tlsMaterial(c.tls.certPath, c.tls.keyPath) : null;
   const clock = o.clock ?? systemRelayClock;
   const hub = new RelayHub({
     policy: { relayId: c.relayId, keys: publicKeyObjects(c.trustedKeys), caps: c.limitCaps },
-    bounds: { maxSessions: c.maxSessions, maxPendingPairs: c.maxPendingPairs, maxHandshakes: c.maxHandshakes, maxHandshakesPerAddress: c.maxHandshakesPerAddress },
+    bounds: {
+      maxSessions: c.maxSessions,
+      maxPendingPairs: c.maxPendingPairs,
+      maxHandshakes: c.maxHandshakes,
+      maxHandshakesPerAddress: c.maxHandshakesPerAddress,
+    },
     clock,
     ...(o.observeFrame ? { observeFrame: o.observeFrame } : {}),
   });
@@ -124,9 +141,19 @@ export async function startRelay(o: StartRelayOptions): Promise<RunningRelay> {
       } catch (e) {
         throw new RelayConfigError(`the TLS key ${c.tls!.keyPath} is not a PEM private key: ${(e as Error).message}`);
       }
-      quic = await startQuicListener({ hub, ...quicAt, tls: { cert: tls.cert, key }, maxConnections: c.maxSessions + c.maxHandshakes });
+      quic = await startQuicListener({
+        hub,
+        ...quicAt,
+        tls: { cert: tls.cert, key },
+        maxConnections: c.maxSessions + c.maxHandshakes,
+      });
     }
-    health = startHealthListener({ ...(o.health ?? c.health), relayId: c.relayId, counters: hub.counters, serving: () => serving });
+    health = startHealthListener({
+      ...(o.health ?? c.health),
+      relayId: c.relayId,
+      counters: hub.counters,
+      serving: () => serving,
+    });
   } catch (e) {
     await stop();
     throw e;

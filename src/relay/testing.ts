@@ -7,7 +7,13 @@
  * running code (only tests, benches and test support).
  */
 import { createPublicKey, generateKeyPairSync, sign, type KeyObject } from "node:crypto";
-import { signingBytes, type RelayLimits, type RelayRole, type RelayTokenPayload, type SignedRelayToken } from "../protocol/connection.ts";
+import {
+  signingBytes,
+  type RelayLimits,
+  type RelayRole,
+  type RelayTokenPayload,
+  type SignedRelayToken,
+} from "../protocol/connection.ts";
 import type { RelaySocket } from "./session.ts";
 
 /** A signing key as the scheduler holds one. */
@@ -30,7 +36,11 @@ export function makeSigner(keyId: string): TokenSigner {
     keyId,
     publicKey,
     publicKeyB64: Buffer.from(publicKey).toString("base64"),
-    sign: (payload) => ({ payload, keyId, signature: sign(null, signingBytes("relay-token", payload), privateKey).toString("base64") }),
+    sign: (payload) => ({
+      payload,
+      keyId,
+      signature: sign(null, signingBytes("relay-token", payload), privateKey).toString("base64"),
+    }),
   };
 }
 
@@ -43,8 +53,23 @@ export function grantId(n: number): string {
 }
 
 /** A token payload for `relayId`, valid for 60 s from `wallMs`; `over` replaces fields. */
-export function tokenPayload(relayId: string, role: RelayRole, grant: string, wallMs: number, over: Partial<RelayTokenPayload> = {}): RelayTokenPayload {
-  return { v: 1, relayId, grantId: grant, role, limits: TEST_LIMITS, issuedAtMs: wallMs, expiresAtMs: wallMs + 60_000, ...over };
+export function tokenPayload(
+  relayId: string,
+  role: RelayRole,
+  grant: string,
+  wallMs: number,
+  over: Partial<RelayTokenPayload> = {},
+): RelayTokenPayload {
+  return {
+    v: 1,
+    relayId,
+    grantId: grant,
+    role,
+    limits: TEST_LIMITS,
+    issuedAtMs: wallMs,
+    expiresAtMs: wallMs + 60_000,
+    ...over,
+  };
 }
 
 /** A RelaySocket that records what the hub does to it. */

@@ -6,9 +6,14 @@ import { publicKeyObjects, RELAY_TOKEN_SKEW_MS, verifyRelayToken, type TokenPoli
 const NOW = 1_800_000_000_000;
 const signer = makeSigner("conn-1");
 const other = makeSigner("conn-2");
-const policy: TokenPolicy = { relayId: "relay-a", keys: publicKeyObjects(new Map([[signer.keyId, signer.publicKey]])), caps: TEST_LIMITS };
+const policy: TokenPolicy = {
+  relayId: "relay-a",
+  keys: publicKeyObjects(new Map([[signer.keyId, signer.publicKey]])),
+  caps: TEST_LIMITS,
+};
 const good = tokenPayload("relay-a", "client", grantId(1), NOW);
-const check = (doc: unknown, at = NOW) => verifyRelayToken(typeof doc === "string" ? doc : JSON.stringify(doc), policy, at);
+const check = (doc: unknown, at = NOW) =>
+  verifyRelayToken(typeof doc === "string" ? doc : JSON.stringify(doc), policy, at);
 const code = (doc: unknown, at = NOW) => {
   const r = check(doc, at);
   return r.ok ? "ok" : r.code;
@@ -24,7 +29,9 @@ describe("relay token verification", () => {
     const t = signer.sign(good);
     expect(code({ ...t, payload: { ...t.payload, role: "host" } })).toBe("RELAY_TOKEN_INVALID");
     expect(code({ ...t, payload: { ...t.payload, grantId: grantId(2) } })).toBe("RELAY_TOKEN_INVALID");
-    expect(code({ ...t, payload: { ...t.payload, limits: { ...t.payload.limits, maxBytes: 1 } } })).toBe("RELAY_TOKEN_INVALID");
+    expect(code({ ...t, payload: { ...t.payload, limits: { ...t.payload.limits, maxBytes: 1 } } })).toBe(
+      "RELAY_TOKEN_INVALID",
+    );
     const sig = Buffer.from(t.signature, "base64");
     sig[10]! ^= 1;
     expect(code({ ...t, signature: sig.toString("base64") })).toBe("RELAY_TOKEN_INVALID");
@@ -60,21 +67,36 @@ describe("relay token verification", () => {
   });
 
   test("a lifetime over MAX_RELAY_TOKEN_TTL_SECONDS, or an empty one, is RELAY_TOKEN_INVALID even when signed", () => {
-    expect(code(signer.sign({ ...good, expiresAtMs: good.issuedAtMs + MAX_RELAY_TOKEN_TTL_SECONDS * 1000 }))).toBe("ok");
-    expect(code(signer.sign({ ...good, expiresAtMs: good.issuedAtMs + MAX_RELAY_TOKEN_TTL_SECONDS * 1000 + 1 }))).toBe("RELAY_TOKEN_INVALID");
+    expect(code(signer.sign({ ...good, expiresAtMs: good.issuedAtMs + MAX_RELAY_TOKEN_TTL_SECONDS * 1000 }))).toBe(
+      "ok",
+    );
+    expect(code(signer.sign({ ...good, expiresAtMs: good.issuedAtMs + MAX_RELAY_TOKEN_TTL_SECONDS * 1000 + 1 }))).toBe(
+      "RELAY_TOKEN_INVALID",
+    );
     expect(code(signer.sign({ ...good, expiresAtMs: good.issuedAtMs }))).toBe("RELAY_TOKEN_INVALID");
   });
 
   test("limits over any of the relay's caps are RELAY_LIMITS_OVER_CAP; at the caps they are accepted", () => {
     expect(code(signer.sign({ ...good, limits: TEST_LIMITS }))).toBe("ok");
     for (const k of ["maxBytes", "maxBytesPerSecond", "idleTimeoutMs"] as const) {
-      expect(code(signer.sign({ ...good, limits: { ...TEST_LIMITS, [k]: TEST_LIMITS[k] + 1 } })), k).toBe("RELAY_LIMITS_OVER_CAP");
+      expect(code(signer.sign({ ...good, limits: { ...TEST_LIMITS, [k]: TEST_LIMITS[k] + 1 } })), k).toBe(
+        "RELAY_LIMITS_OVER_CAP",
+      );
     }
   });
 
   test("malformed input is RELAY_TOKEN_INVALID: not JSON, wrong shape, unknown fields, oversized text", () => {
     const t = signer.sign(good);
-    for (const bad of ["", "{", "null", "[]", JSON.stringify({ ...t, extra: 1 }), JSON.stringify({ ...t, payload: { ...t.payload, extra: 1 } }), JSON.stringify({ payload: t.payload, keyId: t.keyId }), `${JSON.stringify(t)}${" ".repeat(5000)}`]) {
+    for (const bad of [
+      "",
+      "{",
+      "null",
+      "[]",
+      JSON.stringify({ ...t, extra: 1 }),
+      JSON.stringify({ ...t, payload: { ...t.payload, extra: 1 } }),
+      JSON.stringify({ payload: t.payload, keyId: t.keyId }),
+      `${JSON.stringify(t)}${" ".repeat(5000)}`,
+    ]) {
       expect(code(bad), bad.slice(0, 40)).toBe("RELAY_TOKEN_INVALID");
     }
   });

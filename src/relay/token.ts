@@ -17,7 +17,14 @@
  */
 import { createPublicKey, verify, type KeyObject } from "node:crypto";
 import { TypeCompiler } from "@sinclair/typebox/compiler";
-import { freshness, MAX_RELAY_TOKEN_TTL_SECONDS, SignedRelayToken, signingBytes, type RelayLimits, type RelayTokenPayload } from "../protocol/connection.ts";
+import {
+  freshness,
+  MAX_RELAY_TOKEN_TTL_SECONDS,
+  SignedRelayToken,
+  signingBytes,
+  type RelayLimits,
+  type RelayTokenPayload,
+} from "../protocol/connection.ts";
 import type { ErrorCode } from "../protocol/errors.ts";
 import { MAX_RELAY_TOKEN_BYTES } from "../protocol/relay.ts";
 
@@ -28,7 +35,10 @@ const SPKI_ED25519_PREFIX = Buffer.from("302a300506032b6570032100", "hex");
 const checkToken = TypeCompiler.Compile(SignedRelayToken);
 
 /** Codes a token can be refused with. */
-export type TokenRefusal = Extract<ErrorCode, "RELAY_TOKEN_INVALID" | "RELAY_TOKEN_EXPIRED" | "RELAY_TOKEN_WRONG_RELAY" | "RELAY_LIMITS_OVER_CAP">;
+export type TokenRefusal = Extract<
+  ErrorCode,
+  "RELAY_TOKEN_INVALID" | "RELAY_TOKEN_EXPIRED" | "RELAY_TOKEN_WRONG_RELAY" | "RELAY_LIMITS_OVER_CAP"
+>;
 
 /** The outcome of verifyRelayToken. */
 export type TokenCheck = { ok: true; token: RelayTokenPayload } | { ok: false; code: TokenRefusal };
@@ -56,7 +66,8 @@ export function publicKeyObjects(raw: ReadonlyMap<string, Uint8Array>): Map<stri
 /** Verifies the text of a token message against `policy` at wall-clock `wallMs` (see the module header for the order). Never throws. */
 export function verifyRelayToken(text: string, policy: TokenPolicy, wallMs: number): TokenCheck {
   const bad = (code: TokenRefusal): TokenCheck => ({ ok: false, code });
-  if (text.length > MAX_RELAY_TOKEN_BYTES || Buffer.byteLength(text) > MAX_RELAY_TOKEN_BYTES) return bad("RELAY_TOKEN_INVALID");
+  if (text.length > MAX_RELAY_TOKEN_BYTES || Buffer.byteLength(text) > MAX_RELAY_TOKEN_BYTES)
+    return bad("RELAY_TOKEN_INVALID");
   let doc: unknown;
   try {
     doc = JSON.parse(text);
@@ -75,9 +86,15 @@ export function verifyRelayToken(text: string, policy: TokenPolicy, wallMs: numb
   if (!signed) return bad("RELAY_TOKEN_INVALID");
   const p = doc.payload;
   if (p.relayId !== policy.relayId) return bad("RELAY_TOKEN_WRONG_RELAY");
-  if (p.expiresAtMs <= p.issuedAtMs || p.expiresAtMs - p.issuedAtMs > MAX_RELAY_TOKEN_TTL_SECONDS * 1000) return bad("RELAY_TOKEN_INVALID");
+  if (p.expiresAtMs <= p.issuedAtMs || p.expiresAtMs - p.issuedAtMs > MAX_RELAY_TOKEN_TTL_SECONDS * 1000)
+    return bad("RELAY_TOKEN_INVALID");
   if (freshness(p, wallMs, policy.skewMs ?? RELAY_TOKEN_SKEW_MS) !== null) return bad("RELAY_TOKEN_EXPIRED");
   const caps = policy.caps;
-  if (p.limits.maxBytes > caps.maxBytes || p.limits.maxBytesPerSecond > caps.maxBytesPerSecond || p.limits.idleTimeoutMs > caps.idleTimeoutMs) return bad("RELAY_LIMITS_OVER_CAP");
+  if (
+    p.limits.maxBytes > caps.maxBytes ||
+    p.limits.maxBytesPerSecond > caps.maxBytesPerSecond ||
+    p.limits.idleTimeoutMs > caps.idleTimeoutMs
+  )
+    return bad("RELAY_LIMITS_OVER_CAP");
   return { ok: true, token: p };
 }

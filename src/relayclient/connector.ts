@@ -36,12 +36,26 @@ export interface RelayConnectorOptions {
  * Error when it could not be reached.
  */
 export function relayConnector(o: RelayConnectorOptions = {}) {
-  return async (entry: RelayEntry, token: SignedRelayToken, onDatagram: (d: Uint8Array) => void): Promise<RelayTransport> => {
-    const common = { token, onDatagram, ...(o.ca ? { ca: o.ca } : {}), ...(o.timeoutMs ? { timeoutMs: o.timeoutMs } : {}) };
+  return async (
+    entry: RelayEntry,
+    token: SignedRelayToken,
+    onDatagram: (d: Uint8Array) => void,
+  ): Promise<RelayTransport> => {
+    const common = {
+      token,
+      onDatagram,
+      ...(o.ca ? { ca: o.ca } : {}),
+      ...(o.timeoutMs ? { timeoutMs: o.timeoutMs } : {}),
+    };
     if (entry.quic) {
       try {
         const timeoutMs = Math.min(o.timeoutMs ?? RELAY_QUIC_ATTEMPT_MS, RELAY_QUIC_ATTEMPT_MS);
-        return await connectRelayQuic({ ...common, timeoutMs, address: entry.quic, servername: new URL(entry.url).hostname.replace(/^\[|\]$/g, "") });
+        return await connectRelayQuic({
+          ...common,
+          timeoutMs,
+          address: entry.quic,
+          servername: new URL(entry.url).hostname.replace(/^\[|\]$/g, ""),
+        });
       } catch (e) {
         if (e instanceof RelayConnectError && e.close.code) throw e;
       }

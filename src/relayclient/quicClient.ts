@@ -9,8 +9,21 @@
  * `node:quic` before it is called.
  */
 import type { SignedRelayToken } from "../protocol/connection.ts";
-import { decodeCloseBody, encodeStreamFrame, RELAY_QUIC_ALPN, StreamFrameDecoder, StreamFrameKind } from "../protocol/relay.ts";
-import { RELAY_CLIENT_CONNECT_TIMEOUT_MS, RELAY_CLIENT_SEND_BUFFER_BYTES, RelayClientState, relayClose, type RelayHandlers, type RelayTransport } from "./transport.ts";
+import {
+  decodeCloseBody,
+  encodeStreamFrame,
+  RELAY_QUIC_ALPN,
+  StreamFrameDecoder,
+  StreamFrameKind,
+} from "../protocol/relay.ts";
+import {
+  RELAY_CLIENT_CONNECT_TIMEOUT_MS,
+  RELAY_CLIENT_SEND_BUFFER_BYTES,
+  RelayClientState,
+  relayClose,
+  type RelayHandlers,
+  type RelayTransport,
+} from "./transport.ts";
 
 /** Options of connectRelayQuic. */
 export interface ConnectRelayQuicOptions extends RelayHandlers {

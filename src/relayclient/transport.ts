@@ -134,7 +134,12 @@ export class RelayClientState {
     if (this.closedWith) return;
     this.closedWith = c;
     if (this.paired) this.setPaired(false);
-    this.rejectReady(new RelayConnectError(`relay closed the session before accepting it: ${c.code ?? c.closeCode}${c.reason && !c.code ? ` (${c.reason})` : ""}`, c));
+    this.rejectReady(
+      new RelayConnectError(
+        `relay closed the session before accepting it: ${c.code ?? c.closeCode}${c.reason && !c.code ? ` (${c.reason})` : ""}`,
+        c,
+      ),
+    );
     this.resolveClosed(c);
   }
 

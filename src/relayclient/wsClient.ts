@@ -9,7 +9,14 @@
  * needs a token the caller decides to use; see docs/relay.md).
  */
 import type { SignedRelayToken } from "../protocol/connection.ts";
-import { RELAY_CLIENT_CONNECT_TIMEOUT_MS, RELAY_CLIENT_SEND_BUFFER_BYTES, RelayClientState, relayClose, type RelayHandlers, type RelayTransport } from "./transport.ts";
+import {
+  RELAY_CLIENT_CONNECT_TIMEOUT_MS,
+  RELAY_CLIENT_SEND_BUFFER_BYTES,
+  RelayClientState,
+  relayClose,
+  type RelayHandlers,
+  type RelayTransport,
+} from "./transport.ts";
 
 /** Options of connectRelay. */
 export interface ConnectRelayOptions extends RelayHandlers {

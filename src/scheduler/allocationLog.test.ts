@@ -5,8 +5,22 @@ import { join } from "node:path";
 import { SqlStore } from "./runtime/embedded/sqlStore.ts";
 import { migrate } from "./runtime/migrate.ts";
 import { MIGRATIONS } from "./migrations/index.ts";
-import { LOG_APPEND_BURST_BYTES, LOG_APPEND_BYTES_PER_SECOND, LOG_RING_BYTES, MAX_LOG_CHUNK_BYTES, MAX_LOG_FOLLOWERS, type LogChunk } from "../protocol/logs.ts";
-import { AppendBudget, appendLogChunk, LogFollowers, logEnd, readLogPage, type CurrentPlacement } from "./objects/allocationLog.ts";
+import {
+  LOG_APPEND_BURST_BYTES,
+  LOG_APPEND_BYTES_PER_SECOND,
+  LOG_RING_BYTES,
+  MAX_LOG_CHUNK_BYTES,
+  MAX_LOG_FOLLOWERS,
+  type LogChunk,
+} from "../protocol/logs.ts";
+import {
+  AppendBudget,
+  appendLogChunk,
+  LogFollowers,
+  logEnd,
+  readLogPage,
+  type CurrentPlacement,
+} from "./objects/allocationLog.ts";
 
 const dirs: string[] = [];
 const stores: SqlStore[] = [];
@@ -27,17 +41,45 @@ function store(): SqlStore {
 const A = "alloc_" + "a".repeat(32);
 const P1: CurrentPlacement = { placementId: "plc_1", generation: 1 };
 const P2: CurrentPlacement = { placementId: "plc_2", generation: 2 };
-const chunk = (p: CurrentPlacement, offset: number | undefined, text: string): LogChunk => ({ allocationId: A, placementId: p.placementId, generation: p.generation, ...(offset === undefined ? {} : { offset }), text });
+const chunk = (p: CurrentPlacement, offset: number | undefined, text: string): LogChunk => ({
+  allocationId: A,
+  placementId: p.placementId,
+  generation: p.generation,
+  ...(offset === undefined ? {} : { offset }),
+  text,
+});
 
 describe("an allocation's log", () => {
   test("chunks append by stream offset; a resent chunk is a no-op and a partial overlap keeps only the new bytes", () => {
     const s = store();
-    expect(appendLogChunk(s.sql, A, P1, chunk(P1, 0, "one\n"))).toEqual({ placementId: "plc_1", streamEnd: 4, appended: true, gapBytes: 0 });
+    expect(appendLogChunk(s.sql, A, P1, chunk(P1, 0, "one\n"))).toEqual({
+      placementId: "plc_1",
+      streamEnd: 4,
+      appended: true,
+      gapBytes: 0,
+    });
     expect(appendLogChunk(s.sql, A, P1, chunk(P1, 0, "one\n")).appended).toBe(false);
-    expect(appendLogChunk(s.sql, A, P1, chunk(P1, 2, "e\ntwo\n"))).toEqual({ placementId: "plc_1", streamEnd: 8, appended: true, gapBytes: 0 });
-    expect(readLogPage(s.sql, A, 0, 1024)).toEqual({ offset: 0, nextOffset: 8, droppedBytes: 0, text: "one\ntwo\n", complete: false });
+    expect(appendLogChunk(s.sql, A, P1, chunk(P1, 2, "e\ntwo\n"))).toEqual({
+      placementId: "plc_1",
+      streamEnd: 8,
+      appended: true,
+      gapBytes: 0,
+    });
+    expect(readLogPage(s.sql, A, 0, 1024)).toEqual({
+      offset: 0,
+      nextOffset: 8,
+      droppedBytes: 0,
+      text: "one\ntwo\n",
+      complete: false,
+    });
     expect(readLogPage(s.sql, A, 4, 1024).text).toBe("two\n");
-    expect(readLogPage(s.sql, A, 8, 1024)).toEqual({ offset: 8, nextOffset: 8, droppedBytes: 0, text: "", complete: false });
+    expect(readLogPage(s.sql, A, 8, 1024)).toEqual({
+      offset: 8,
+      nextOffset: 8,
+      droppedBytes: 0,
+      text: "",
+      complete: false,
+    });
   });
 
   test("offsets count UTF-8 bytes", () => {
@@ -53,7 +95,13 @@ describe("an allocation's log", () => {
     expect(appendLogChunk(s.sql, A, P1, chunk(P1, 10, "b\n")).gapBytes).toBe(8); // counted as lost output (bb_log_lost_bytes_total)
     const first = readLogPage(s.sql, A, 0, 100);
     expect(first).toEqual({ offset: 0, nextOffset: 2, droppedBytes: 0, text: "a\n", complete: false });
-    expect(readLogPage(s.sql, A, first.nextOffset, 100)).toEqual({ offset: 10, nextOffset: 12, droppedBytes: 8, text: "b\n", complete: false });
+    expect(readLogPage(s.sql, A, first.nextOffset, 100)).toEqual({
+      offset: 10,
+      nextOffset: 12,
+      droppedBytes: 8,
+      text: "b\n",
+      complete: false,
+    });
   });
 
   test("the ring drops whole chunks oldest first past LOG_RING_BYTES and never renumbers", () => {
@@ -63,7 +111,12 @@ describe("an allocation's log", () => {
     for (let i = 0; i < n; i++) appendLogChunk(s.sql, A, P1, chunk(P1, i * MAX_LOG_CHUNK_BYTES, line));
     const end = n * MAX_LOG_CHUNK_BYTES;
     expect(logEnd(s.sql, A)).toBe(end);
-    const kept = s.sql.exec<{ b: number; first: number }>("SELECT SUM(bytes) AS b, MIN(start_offset) AS first FROM allocation_log_chunks WHERE obj = ?", A).one();
+    const kept = s.sql
+      .exec<{ b: number; first: number }>(
+        "SELECT SUM(bytes) AS b, MIN(start_offset) AS first FROM allocation_log_chunks WHERE obj = ?",
+        A,
+      )
+      .one();
     expect(kept.b).toBeLessThanOrEqual(LOG_RING_BYTES);
     expect(kept.b).toBeGreaterThan(LOG_RING_BYTES - MAX_LOG_CHUNK_BYTES);
     const p = readLogPage(s.sql, A, 0, 64 * 1024);
@@ -87,21 +140,36 @@ describe("an allocation's log", () => {
   test("a read past the end is LOG_OFFSET_PAST_END with the end; an oversized chunk is BODY_TOO_LARGE and writes nothing", () => {
     const s = store();
     appendLogChunk(s.sql, A, P1, chunk(P1, 0, "abc"));
-    expect(() => readLogPage(s.sql, A, 4, 10)).toThrow(expect.objectContaining({ code: "LOG_OFFSET_PAST_END", extra: { endOffset: 3 } }));
-    expect(() => appendLogChunk(s.sql, A, P1, chunk(P1, 3, "é".repeat(MAX_LOG_CHUNK_BYTES / 2 + 1)))).toThrow(expect.objectContaining({ code: "BODY_TOO_LARGE" }));
+    expect(() => readLogPage(s.sql, A, 4, 10)).toThrow(
+      expect.objectContaining({ code: "LOG_OFFSET_PAST_END", extra: { endOffset: 3 } }),
+    );
+    expect(() => appendLogChunk(s.sql, A, P1, chunk(P1, 3, "é".repeat(MAX_LOG_CHUNK_BYTES / 2 + 1)))).toThrow(
+      expect.objectContaining({ code: "BODY_TOO_LARGE" }),
+    );
     expect(logEnd(s.sql, A)).toBe(3);
   });
 
   test("only the current placement appends: another placement or an older generation is refused; a new placement's stream starts at the log's end", () => {
     const s = store();
     appendLogChunk(s.sql, A, P1, chunk(P1, 0, "gen1\n"));
-    expect(appendLogChunk(s.sql, A, null, chunk(P1, 5, "late\n"))).toMatchObject({ code: "UNKNOWN_PLACEMENT", appended: false });
-    expect(appendLogChunk(s.sql, A, P2, chunk(P1, 5, "late\n"))).toMatchObject({ code: "STALE_GENERATION", appended: false });
-    expect(appendLogChunk(s.sql, A, P1, { ...chunk(P1, 5, "forged\n"), placementId: "plc_x" })).toMatchObject({ code: "UNKNOWN_PLACEMENT" });
+    expect(appendLogChunk(s.sql, A, null, chunk(P1, 5, "late\n"))).toMatchObject({
+      code: "UNKNOWN_PLACEMENT",
+      appended: false,
+    });
+    expect(appendLogChunk(s.sql, A, P2, chunk(P1, 5, "late\n"))).toMatchObject({
+      code: "STALE_GENERATION",
+      appended: false,
+    });
+    expect(appendLogChunk(s.sql, A, P1, { ...chunk(P1, 5, "forged\n"), placementId: "plc_x" })).toMatchObject({
+      code: "UNKNOWN_PLACEMENT",
+    });
     expect(appendLogChunk(s.sql, A, P2, chunk(P2, 0, "gen2\n"))).toMatchObject({ streamEnd: 5, appended: true });
     expect(readLogPage(s.sql, A, 0, 100).text).toBe("gen1\ngen2\n");
     // After an agent restart (no offset): appended at the stream's end, which the answer reports.
-    expect(appendLogChunk(s.sql, A, P2, chunk(P2, undefined, "again\n"))).toMatchObject({ streamEnd: 11, appended: true });
+    expect(appendLogChunk(s.sql, A, P2, chunk(P2, undefined, "again\n"))).toMatchObject({
+      streamEnd: 11,
+      appended: true,
+    });
     expect(readLogPage(s.sql, A, 5, 100).text).toBe("gen2\nagain\n");
   });
 });
@@ -135,10 +203,13 @@ describe("the append rate bound", () => {
       stored += MAX_LOG_CHUNK_BYTES;
     }
     // the budget is spent; resending every stored chunk is a no-op that takes nothing
-    for (let off = 0; off < stored; off += MAX_LOG_CHUNK_BYTES) expect(appendLogChunk(s.sql, A, P1, chunk(P1, off, big), take).appended).toBe(false);
+    for (let off = 0; off < stored; off += MAX_LOG_CHUNK_BYTES)
+      expect(appendLogChunk(s.sql, A, P1, chunk(P1, off, big), take).appended).toBe(false);
     b.take(MAX_LOG_CHUNK_BYTES, t0 + (MAX_LOG_CHUNK_BYTES / LOG_APPEND_BYTES_PER_SECOND) * 1000); // what the refill gave is still there
     // a new chunk over budget writes nothing
-    expect(() => s.transactionSync(() => appendLogChunk(s.sql, A, P1, chunk(P1, stored, big), (n) => b.take(n, t0 + 1)))).toThrow(expect.objectContaining({ code: "RATE_LIMITED" }));
+    expect(() =>
+      s.transactionSync(() => appendLogChunk(s.sql, A, P1, chunk(P1, stored, big), (n) => b.take(n, t0 + 1))),
+    ).toThrow(expect.objectContaining({ code: "RATE_LIMITED" }));
     expect(logEnd(s.sql, A)).toBe(stored);
   });
 

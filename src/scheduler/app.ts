@@ -14,7 +14,13 @@
 import { Elysia } from "elysia";
 import { BeachballError } from "../protocol/errors.ts";
 import { problem, problemResponse } from "../protocol/problem.ts";
-import type { BootstrapBody, CreateAllocationBody, EnrollBody, EnrollmentTokenBody, ReplacementAuthorizationBody } from "../protocol/api.ts";
+import type {
+  BootstrapBody,
+  CreateAllocationBody,
+  EnrollBody,
+  EnrollmentTokenBody,
+  ReplacementAuthorizationBody,
+} from "../protocol/api.ts";
 import type { Envelope } from "../protocol/agent.ts";
 import type { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody } from "../protocol/connection.ts";
 import type { LogPushBody } from "../protocol/logs.ts";
@@ -43,7 +49,10 @@ export interface RendezvousUpgrade {
 }
 
 /** One handler per route name. */
-function handlers(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null): Record<RouteName, (p: Prepared, request: Request) => Promise<Reply> | Reply> {
+function handlers(
+  worker: SchedulerWorker,
+  rendezvous: RendezvousUpgrade | null,
+): Record<RouteName, (p: Prepared, request: Request) => Promise<Reply> | Reply> {
   const document = openApiDocument();
   return {
     openapi: () => ({ json: document }),
@@ -51,7 +60,11 @@ function handlers(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null)
       // Health reflects storage: a store that cannot be written is not a healthy scheduler.
       const h = worker.health();
       // Real writes, not the probe alone: a recorded fault of a real call or commit stands until a full-size probe commits (runtime/embedded/storageHealth.ts).
-      if (!h.ok) throw new BeachballError("STORAGE_UNAVAILABLE", h.detail, { retryAfterSeconds: 5, ...(h.code ? { sqliteCode: h.code } : {}) });
+      if (!h.ok)
+        throw new BeachballError("STORAGE_UNAVAILABLE", h.detail, {
+          retryAfterSeconds: 5,
+          ...(h.code ? { sqliteCode: h.code } : {}),
+        });
       return { json: { ok: true } };
     },
     wellKnown: () => ({ json: worker.wellKnown() }),
@@ -59,7 +72,13 @@ function handlers(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null)
       const r = await worker.createAllocation(who(p), p.body as CreateAllocationBody);
       return { status: r.created ? 201 : 200, json: r.view };
     },
-    listAllocations: async (p) => ({ json: await worker.listAllocations(who(p), (p.query["cursor"] as string | undefined) ?? null, num(p, "limit", 50)) }),
+    listAllocations: async (p) => ({
+      json: await worker.listAllocations(
+        who(p),
+        (p.query["cursor"] as string | undefined) ?? null,
+        num(p, "limit", 50),
+      ),
+    }),
     getAllocation: async (p) => ({ json: await worker.getAllocation(who(p), id(p)) }),
     releaseAllocation: async (p) => ({ status: 202, json: await worker.releaseAllocation(who(p), id(p)) }),
     events: async (p) => {
@@ -69,7 +88,10 @@ function handlers(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null)
     },
     logs: async (p) => ({ json: await worker.readLog(who(p), id(p), num(p, "offset", 0), num(p, "follow", 0) === 1) }),
     bootstrap: async (p) => ({ json: await worker.deliverBootstrap(who(p), id(p), p.body as BootstrapBody) }),
-    createConnectionGrant: async (p) => ({ status: 201, json: await worker.createConnectionGrant(who(p), id(p), p.body as ConnectionGrantBody) }),
+    createConnectionGrant: async (p) => ({
+      status: 201,
+      json: await worker.createConnectionGrant(who(p), id(p), p.body as ConnectionGrantBody),
+    }),
     revokeConnectionGrant: async (p) => {
       await worker.revokeConnectionGrant(who(p), id(p), p.params["grantId"]!);
       return new Response(null, { status: 204 });
@@ -80,9 +102,14 @@ function handlers(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null)
     },
     connectionConnect: (p, request) => {
       const e = endpoint(p);
-      if (request.headers.get("upgrade")?.toLowerCase() !== "websocket" || !rendezvous) throw new BeachballError("UPGRADE_REQUIRED", "this route speaks WebSocket only: send an Upgrade: websocket request");
+      if (request.headers.get("upgrade")?.toLowerCase() !== "websocket" || !rendezvous)
+        throw new BeachballError(
+          "UPGRADE_REQUIRED",
+          "this route speaks WebSocket only: send an Upgrade: websocket request",
+        );
       rendezvous.sockets.admit(e.connectionId, e.role);
-      if (!rendezvous.upgrade(request, { connectionId: e.connectionId, role: e.role, after: num(p, "after", 0) })) throw new BeachballError("UPGRADE_REQUIRED", "the WebSocket upgrade failed (a malformed handshake)");
+      if (!rendezvous.upgrade(request, { connectionId: e.connectionId, role: e.role, after: num(p, "after", 0) }))
+        throw new BeachballError("UPGRADE_REQUIRED", "the WebSocket upgrade failed (a malformed handshake)");
       // Bun ignores this answer once the upgrade succeeded: the socket is rendezvousSocket.ts's.
       return new Response(null, { status: 200 });
     },
@@ -94,17 +121,25 @@ function handlers(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null)
       const e = endpoint(p);
       return { json: await worker.connectionMessages(e.connectionId, e.role, p.body as ConnectionMessagesBody) };
     },
-    replacementAuthorizations: async (p) => ({ json: await worker.authorizeReplacement(who(p), id(p), (p.body as ReplacementAuthorizationBody).generation) }),
-    enrollmentTokens: async (p) => ({ status: 201, json: await worker.createEnrollmentToken(who(p), id(p), (p.body as EnrollmentTokenBody).ttlSeconds ?? 3600) }),
+    replacementAuthorizations: async (p) => ({
+      json: await worker.authorizeReplacement(who(p), id(p), (p.body as ReplacementAuthorizationBody).generation),
+    }),
+    enrollmentTokens: async (p) => ({
+      status: 201,
+      json: await worker.createEnrollmentToken(who(p), id(p), (p.body as EnrollmentTokenBody).ttlSeconds ?? 3600),
+    }),
     hosts: async (p) => ({ json: { items: await worker.hosts(who(p)) } }),
     activateHost: async (p) => ({ json: await worker.setHostState(who(p), id(p), "active") }),
     drainHost: async (p) => ({ json: await worker.setHostState(who(p), id(p), "draining") }),
     disableHost: async (p) => ({ json: await worker.setHostState(who(p), id(p), "disabled") }),
-    metrics: async (p) => new Response(await worker.metrics(who(p)), { headers: { "content-type": "text/plain; version=0.0.4" } }),
+    metrics: async (p) =>
+      new Response(await worker.metrics(who(p)), { headers: { "content-type": "text/plain; version=0.0.4" } }),
     alerts: async (p) => ({ json: { items: await worker.alerts(who(p), num(p, "after", 0), num(p, "limit", 100)) } }),
     enroll: async (p) => ({ status: 201, json: await worker.enroll(p.body as EnrollBody) }),
     poll: async (p) => ({ json: await worker.agentEnvelope(host(p), { ...(p.body as Envelope), type: "poll" }) }),
-    messages: async (p) => ({ json: await worker.agentEnvelope(host(p), { ...(p.body as Envelope), type: "messages" }) }),
+    messages: async (p) => ({
+      json: await worker.agentEnvelope(host(p), { ...(p.body as Envelope), type: "messages" }),
+    }),
     pushLogs: async (p) => ({ json: await worker.pushLogs(host(p), p.body as LogPushBody) }),
   };
 }
@@ -118,8 +153,16 @@ function handlers(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null)
  * `request.url` at a fixed offset (Elysia 1.4: `url.indexOf("/", 11)`), so
  * a short Host header (`Host: x`) sent every request to 404 (issue 18 item 20).
  */
-export function buildApp(worker: SchedulerWorker, rendezvous: RendezvousUpgrade | null = null, limiter = new CallerLimiter()) {
-  const guard = new RequestGuard<RouteName>(ROUTES, { principal: (h) => worker.authenticate(h), host: (h) => worker.authenticateHost(h), endpoint: (h, c) => worker.authenticateEndpoint(h, c) });
+export function buildApp(
+  worker: SchedulerWorker,
+  rendezvous: RendezvousUpgrade | null = null,
+  limiter = new CallerLimiter(),
+) {
+  const guard = new RequestGuard<RouteName>(ROUTES, {
+    principal: (h) => worker.authenticate(h),
+    host: (h) => worker.authenticateHost(h),
+    endpoint: (h, c) => worker.authenticateEndpoint(h, c),
+  });
   const handle = handlers(worker, rendezvous);
   return new Elysia({ normalize: false })
     .onRequest(async ({ request }) => {
@@ -136,12 +179,17 @@ export function buildApp(worker: SchedulerWorker, rendezvous: RendezvousUpgrade 
         release();
       }
       if (r instanceof Response) return r;
-      return new Response(JSON.stringify(r.json), { status: r.status ?? 200, headers: { "content-type": "application/json" } });
+      return new Response(JSON.stringify(r.json), {
+        status: r.status ?? 200,
+        headers: { "content-type": "application/json" },
+      });
     })
     .onError(({ code, error }) => {
       if (error instanceof BeachballError) return problemResponse(error);
       if (code === "NOT_FOUND") return problem("NOT_FOUND", "no such route");
-      worker.env.log.error("unhandled error", { error: error instanceof Error ? `${error.name}: ${error.message}` : String(error) });
+      worker.env.log.error("unhandled error", {
+        error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+      });
       return problem("INTERNAL", "internal error");
     });
 }

@@ -56,9 +56,26 @@ export class CallerLimiter {
   private readonly tooMany: () => Response;
   private readonly tooManyFollows: () => Response;
 
-  constructor(private readonly bounds: CallerBounds = { maxInFlight: MAX_IN_FLIGHT_PER_CALLER, maxFollows: MAX_FOLLOWS_PER_CALLER }) {
-    this.tooMany = problemFactory(new BeachballError("CONCURRENCY_LIMITED", `this caller already has ${bounds.maxInFlight} requests in flight; retry when one has ended`, { retryAfterSeconds: CONCURRENCY_RETRY_AFTER_SECONDS, limit: bounds.maxInFlight }));
-    this.tooManyFollows = problemFactory(new BeachballError("CONCURRENCY_LIMITED", `this caller already follows ${bounds.maxFollows} logs; retry when one has ended`, { retryAfterSeconds: CONCURRENCY_RETRY_AFTER_SECONDS, limit: bounds.maxFollows }));
+  constructor(
+    private readonly bounds: CallerBounds = {
+      maxInFlight: MAX_IN_FLIGHT_PER_CALLER,
+      maxFollows: MAX_FOLLOWS_PER_CALLER,
+    },
+  ) {
+    this.tooMany = problemFactory(
+      new BeachballError(
+        "CONCURRENCY_LIMITED",
+        `this caller already has ${bounds.maxInFlight} requests in flight; retry when one has ended`,
+        { retryAfterSeconds: CONCURRENCY_RETRY_AFTER_SECONDS, limit: bounds.maxInFlight },
+      ),
+    );
+    this.tooManyFollows = problemFactory(
+      new BeachballError(
+        "CONCURRENCY_LIMITED",
+        `this caller already follows ${bounds.maxFollows} logs; retry when one has ended`,
+        { retryAfterSeconds: CONCURRENCY_RETRY_AFTER_SECONDS, limit: bounds.maxFollows },
+      ),
+    );
   }
 
   /**

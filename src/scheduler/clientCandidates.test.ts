@@ -13,7 +13,10 @@ import { C, closeWorlds, code, readyAllocation, SSH } from "../../test/support/g
 
 afterEach(closeWorlds);
 
-const cands = (n: number): Candidate[] => [{ address: "198.51.100.7", port: 40_000 + n, kind: "stun" }, { address: "10.1.0.2", port: 40_000 + n, kind: "local" }];
+const cands = (n: number): Candidate[] => [
+  { address: "198.51.100.7", port: 40_000 + n, kind: "stun" },
+  { address: "10.1.0.2", port: 40_000 + n, kind: "local" },
+];
 
 /** A ready allocation with one grant whose apply its host acknowledged. */
 async function acked() {
@@ -23,7 +26,8 @@ async function acked() {
   expect(apply.clientCandidates).toBeUndefined();
   await x.owner.ack([apply.commandId]);
   let seq = 0;
-  const post = (role: "client" | "host", list: Candidate[]) => x.w.connectionMessages(r.connectionId, role, { messages: [{ type: "candidates", seq: ++seq, candidates: list }] });
+  const post = (role: "client" | "host", list: Candidate[]) =>
+    x.w.connectionMessages(r.connectionId, role, { messages: [{ type: "candidates", seq: ++seq, candidates: list }] });
   return { ...x, r, apply, post };
 }
 
@@ -70,8 +74,12 @@ describe("client candidates from the Connection to the host", () => {
     const y = await readyAllocation();
     const r = await y.w.createConnectionGrant(C, y.id, SSH);
     const apply = (await y.owner.poll()).connections![0]!;
-    await y.owner.send({ acks: [{ commandId: apply.commandId, result: "rejected", errorCode: "NETWORK_SETUP_FAILED" }] });
-    await y.w.connectionMessages(r.connectionId, "client", { messages: [{ type: "candidates", seq: 1, candidates: cands(1) }] });
+    await y.owner.send({
+      acks: [{ commandId: apply.commandId, result: "rejected", errorCode: "NETWORK_SETUP_FAILED" }],
+    });
+    await y.w.connectionMessages(r.connectionId, "client", {
+      messages: [{ type: "candidates", seq: 1, candidates: cands(1) }],
+    });
     expect((await y.owner.poll()).connections).toBeUndefined();
   });
 });

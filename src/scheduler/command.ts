@@ -41,7 +41,9 @@ export function devClassDigest(imageDir: string, dataDir: string): { digest: str
   if (built) return { digest: built, built: true };
   const manifest = join(dataDir, "manifest.json");
   if (existsSync(manifest)) {
-    const classes = (JSON.parse(readFileSync(manifest, "utf8")) as { workloadClasses?: Record<string, { imageDigest?: string }> }).workloadClasses ?? {};
+    const classes =
+      (JSON.parse(readFileSync(manifest, "utf8")) as { workloadClasses?: Record<string, { imageDigest?: string }> })
+        .workloadClasses ?? {};
     const named = Object.values(classes)[0]?.imageDigest;
     if (named) return { digest: named, built: false };
   }
@@ -51,13 +53,41 @@ export function devClassDigest(imageDir: string, dataDir: string): { digest: str
 const serve = command({
   meta: { name: "serve", description: "Run the scheduler (control plane)" },
   args: {
-    manifest: { type: "string", valueHint: "FILE", description: "Deployment manifest (docs/manifest.md); without it, --dev is implied" },
-    dev: { type: "boolean", default: false, description: "Development mode: write a development manifest and tokens into the data dir, and the client config" },
-    listen: { type: "string", valueHint: "HOST:PORT", description: "Address to listen on (port 0: any free port)", default: "127.0.0.1:7380" },
+    manifest: {
+      type: "string",
+      valueHint: "FILE",
+      description: "Deployment manifest (docs/manifest.md); without it, --dev is implied",
+    },
+    dev: {
+      type: "boolean",
+      default: false,
+      description: "Development mode: write a development manifest and tokens into the data dir, and the client config",
+    },
+    listen: {
+      type: "string",
+      valueHint: "HOST:PORT",
+      description: "Address to listen on (port 0: any free port)",
+      default: "127.0.0.1:7380",
+    },
     "data-dir": { type: "string", valueHint: "DIR", description: "State directory", default: ".bb/scheduler" },
-    "dev-image": { type: "string", valueHint: "DIR", description: "Dev image directory the development classes boot (--dev)", default: ".bb/images/dev" },
-    "client-config": { type: "string", valueHint: "FILE", description: "Where --dev copies the client config (URL + tokens, mode 0600)", default: ".bb/client.json" },
-    "log-format": { type: "string", valueHint: "FORMAT", description: "json or text: log lines as JSON objects or plain text (default: text on a terminal, else JSON; or BB_LOG_FORMAT). How much: BB_LOG_LEVEL 0 errors … 4 debug" },
+    "dev-image": {
+      type: "string",
+      valueHint: "DIR",
+      description: "Dev image directory the development classes boot (--dev)",
+      default: ".bb/images/dev",
+    },
+    "client-config": {
+      type: "string",
+      valueHint: "FILE",
+      description: "Where --dev copies the client config (URL + tokens, mode 0600)",
+      default: ".bb/client.json",
+    },
+    "log-format": {
+      type: "string",
+      valueHint: "FORMAT",
+      description:
+        "json or text: log lines as JSON objects or plain text (default: text on a terminal, else JSON; or BB_LOG_FORMAT). How much: BB_LOG_LEVEL 0 errors … 4 debug",
+    },
   },
   examples: [
     "bb scheduler serve --dev",
@@ -73,14 +103,24 @@ const serve = command({
       const { createLogger, routeConsola } = await import("../command/log.ts");
       const { parseLogFormat, parseLogLevel } = await import("../command/logOptions.ts");
       const level = parseLogLevel(process.env["BB_LOG_LEVEL"]);
-      const log = createLogger({ format: parseLogFormat(args["log-format"] ?? process.env["BB_LOG_FORMAT"], !!process.stderr.isTTY), level }, { role: "scheduler" });
+      const log = createLogger(
+        { format: parseLogFormat(args["log-format"] ?? process.env["BB_LOG_FORMAT"], !!process.stderr.isTTY), level },
+        { role: "scheduler" },
+      );
       routeConsola(consola, log, level);
       const dataDir = resolve(args["data-dir"]);
       let manifestPath = args.manifest ? resolve(args.manifest) : "";
       let dev: ReturnType<typeof ensureDevManifest> | null = null;
       if (!manifestPath) {
         const image = devClassDigest(resolve(args["dev-image"]), dataDir);
-        if (!image.built) log.warn("no dev image: the development classes name an image a host cannot boot until you run `bb image dev-build` and restart the scheduler", { devImageDir: resolve(args["dev-image"]), image: image.digest === DEV_IMAGE_PLACEHOLDER ? "placeholder" : image.digest });
+        if (!image.built)
+          log.warn(
+            "no dev image: the development classes name an image a host cannot boot until you run `bb image dev-build` and restart the scheduler",
+            {
+              devImageDir: resolve(args["dev-image"]),
+              image: image.digest === DEV_IMAGE_PLACEHOLDER ? "placeholder" : image.digest,
+            },
+          );
         dev = ensureDevManifest(dataDir, image.digest);
         manifestPath = dev.manifestPath;
       }
@@ -88,7 +128,10 @@ const serve = command({
       if (dev) {
         const clientConfig = resolve(args["client-config"]);
         publishDevClientConfig(dev, s.url, [clientConfig]);
-        log.info("development manifest written; client config with tokens (mode 0600) published", { manifest: dev.manifestPath, clientConfig });
+        log.info("development manifest written; client config with tokens (mode 0600) published", {
+          manifest: dev.manifestPath,
+          clientConfig,
+        });
       }
       await new Promise<void>((done) => {
         const stop = () => void s.stop().then(done);

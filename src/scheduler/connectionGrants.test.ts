@@ -16,7 +16,20 @@ import { GRANT_EXPIRY_GRACE_MS } from "../domain/grants.ts";
 import { CONNECTIONS_NOT_FENCED } from "../domain/reconcile.ts";
 import { defaultNetworkIdFor } from "../domain/identifiers.ts";
 import { MAX_LIVE_GRANTS_PER_ALLOCATION } from "./objects/networkObject.ts";
-import { Agent, C, C2, closeWorlds, code, enroll, key, loseAndAuthorize, O, readyAllocation, SSH, world } from "../../test/support/grantWorld.ts";
+import {
+  Agent,
+  C,
+  C2,
+  closeWorlds,
+  code,
+  enroll,
+  key,
+  loseAndAuthorize,
+  O,
+  readyAllocation,
+  SSH,
+  world,
+} from "../../test/support/grantWorld.ts";
 
 afterEach(closeWorlds);
 
@@ -24,7 +37,8 @@ describe("addresses", () => {
   test("each allocation gets its own /128 at creation, inside its owner's Network /64; owners get distinct /64s; client peers get /128s of their own", async () => {
     const { w, settle, ula } = world();
     const made: string[] = [];
-    for (let i = 0; i < 5; i++) made.push((await w.createAllocation(C, { clientRequestId: `c${i}`, workloadClass: "small" })).view.allocationId);
+    for (let i = 0; i < 5; i++)
+      made.push((await w.createAllocation(C, { clientRequestId: `c${i}`, workloadClass: "small" })).view.allocationId);
     const other = (await w.createAllocation(C2, { clientRequestId: "u0", workloadClass: "small" })).view.allocationId;
     await settle();
     const netC = await w.env.Network.get(defaultNetworkIdFor(C.id)).describe();
@@ -73,7 +87,8 @@ describe("addresses", () => {
   test("bounds: at most MAX_LIVE_GRANTS_PER_ALLOCATION live grants (RATE_LIMITED); a revoked one makes room; client addresses never collide", async () => {
     const x = await readyAllocation();
     const grants: ConnectionGrantResponse[] = [];
-    for (let i = 0; i < MAX_LIVE_GRANTS_PER_ALLOCATION; i++) grants.push(await x.w.createConnectionGrant(C, x.id, { ...SSH, clientPublicKey: key(100 + i) }));
+    for (let i = 0; i < MAX_LIVE_GRANTS_PER_ALLOCATION; i++)
+      grants.push(await x.w.createConnectionGrant(C, x.id, { ...SSH, clientPublicKey: key(100 + i) }));
     expect(new Set(grants.map((g) => g.grant.payload.clientAddress)).size).toBe(MAX_LIVE_GRANTS_PER_ALLOCATION);
     expect(await code(x.w.createConnectionGrant(C, x.id, SSH))).toBe("RATE_LIMITED 429");
     await x.w.revokeConnectionGrant(C, x.id, grants[0]!.grant.payload.grantId);
@@ -103,12 +118,41 @@ describe("issuing a grant", () => {
     const x = await readyAllocation();
     const r = await x.w.createConnectionGrant(C, x.id, { ...SSH, ports: [22, 8005], ttlSeconds: 300 });
     const now = x.clock.now();
-    const checked = checkSignedGrant(r.grant, x.keys, { allocationId: x.id, generation: 1, hostId: x.owner.hostId, hostPublicKey: x.owner.publicKey, clientPublicKey: SSH.clientPublicKey, transport: "tcp", port: 8005 }, now);
+    const checked = checkSignedGrant(
+      r.grant,
+      x.keys,
+      {
+        allocationId: x.id,
+        generation: 1,
+        hostId: x.owner.hostId,
+        hostPublicKey: x.owner.publicKey,
+        clientPublicKey: SSH.clientPublicKey,
+        transport: "tcp",
+        port: 8005,
+      },
+      now,
+    );
     expect(checked.ok).toBe(true);
     const g = r.grant.payload;
-    expect(g).toMatchObject({ v: 1, tenant: C.id, networkId: defaultNetworkIdFor(C.id), policyRevision: 7, issuedAtMs: now, expiresAtMs: now + 300_000, ports: [22, 8005] });
-    expect(checkSignedRelayMap(r.relayMap, x.keys, now)).toMatchObject({ ok: true, payload: { relays: [{ relayId: "relay-1" }], expiresAtMs: g.expiresAtMs } });
-    const t = checkSignedRelayToken(r.relayTokens["relay-1"], x.keys, { relayId: "relay-1", grantId: g.grantId, role: "client" }, now);
+    expect(g).toMatchObject({
+      v: 1,
+      tenant: C.id,
+      networkId: defaultNetworkIdFor(C.id),
+      policyRevision: 7,
+      issuedAtMs: now,
+      expiresAtMs: now + 300_000,
+      ports: [22, 8005],
+    });
+    expect(checkSignedRelayMap(r.relayMap, x.keys, now)).toMatchObject({
+      ok: true,
+      payload: { relays: [{ relayId: "relay-1" }], expiresAtMs: g.expiresAtMs },
+    });
+    const t = checkSignedRelayToken(
+      r.relayTokens["relay-1"],
+      x.keys,
+      { relayId: "relay-1", grantId: g.grantId, role: "client" },
+      now,
+    );
     expect(t.ok).toBe(true);
     // Relay tokens are short-lived: the manifest's default (120 s), not the grant's 300 s.
     expect(t.ok && t.payload.expiresAtMs - t.payload.issuedAtMs).toBe(120_000);
@@ -119,9 +163,21 @@ describe("issuing a grant", () => {
     // The host gets configure_connection apply with the same grant and its own relay tokens and endpoint token.
     await x.owner.poll();
     const apply = x.owner.conns.find((c) => c.action === "apply")!;
-    expect(apply).toMatchObject({ commandId: `${g.grantId}:apply`, type: "configure_connection", grantId: g.grantId, connectionId: r.connectionId });
+    expect(apply).toMatchObject({
+      commandId: `${g.grantId}:apply`,
+      type: "configure_connection",
+      grantId: g.grantId,
+      connectionId: r.connectionId,
+    });
     expect(apply.grant).toEqual(r.grant);
-    expect(checkSignedRelayToken(apply.relayTokens!["relay-1"], x.keys, { relayId: "relay-1", grantId: g.grantId, role: "host" }, now).ok).toBe(true);
+    expect(
+      checkSignedRelayToken(
+        apply.relayTokens!["relay-1"],
+        x.keys,
+        { relayId: "relay-1", grantId: g.grantId, role: "host" },
+        now,
+      ).ok,
+    ).toBe(true);
     expect(apply.endpointToken).toMatch(/^bbx_[0-9a-f]{64}$/);
     expect(apply.endpointToken).not.toBe(r.endpointToken);
     // Redelivered until acknowledged, then not again.
@@ -140,9 +196,15 @@ describe("issuing a grant", () => {
     expect(checkSignedGrant(tampered, x.keys, {}, now)).toMatchObject({ ok: false, code: "GRANT_SIGNATURE_INVALID" });
     const stolenKey = { ...r.grant, payload: { ...r.grant.payload, clientPublicKey: key(201) } };
     expect(checkSignedGrant(stolenKey, x.keys, {}, now)).toMatchObject({ ok: false, code: "GRANT_SIGNATURE_INVALID" });
-    expect(checkSignedGrant(r.grant, x.keys, { generation: 2 }, now)).toMatchObject({ ok: false, code: "GRANT_MISMATCH" });
+    expect(checkSignedGrant(r.grant, x.keys, { generation: 2 }, now)).toMatchObject({
+      ok: false,
+      code: "GRANT_MISMATCH",
+    });
     expect(checkSignedGrant(r.grant, x.keys, {}, now + 60_000)).toMatchObject({ ok: false, code: "GRANT_EXPIRED" });
-    expect(checkSignedGrant(r.grant, new Map([["other", x.keys.values().next().value!]]), {}, now)).toMatchObject({ ok: false, code: "GRANT_SIGNATURE_INVALID" });
+    expect(checkSignedGrant(r.grant, new Map([["other", x.keys.values().next().value!]]), {}, now)).toMatchObject({
+      ok: false,
+      code: "GRANT_SIGNATURE_INVALID",
+    });
     expect(ERROR_STATUS.GRANT_SIGNATURE_INVALID).toBe(401);
     expect(ERROR_STATUS.GRANT_EXPIRED).toBe(401);
     expect(ERROR_STATUS.GRANT_MISMATCH).toBe(403);
@@ -198,9 +260,14 @@ describe("revocation", () => {
     await x.w.revokeConnectionGrant(C, x.id, grantId);
     await x.owner.poll();
     expect(x.owner.conns.map((c) => `${c.commandId} ${c.action}`)).toEqual([`${grantId}:revoke revoke`]);
-    expect(await code(x.w.authenticateEndpoint(`Bearer ${r.endpointToken}`, r.connectionId))).toBe("UNAUTHENTICATED 401");
+    expect(await code(x.w.authenticateEndpoint(`Bearer ${r.endpointToken}`, r.connectionId))).toBe(
+      "UNAUTHENTICATED 401",
+    );
     const events = await x.w.events(C, x.id, 0, 100);
-    expect(events.filter((e) => e.type.startsWith("connection.")).map((e) => e.type)).toEqual(["connection.granted", "connection.revoked"]);
+    expect(events.filter((e) => e.type.startsWith("connection.")).map((e) => e.type)).toEqual([
+      "connection.granted",
+      "connection.revoked",
+    ]);
     // Until the host acknowledges, the revoke is resent; the Network counts the grant as possibly applied.
     let net = await x.w.env.Network.get(r.grant.payload.networkId).describe();
     expect(net.grants[0]).toMatchObject({ revoked: true, gone: false });
@@ -236,7 +303,10 @@ describe("revocation without an acknowledgement", () => {
     expect(await revokes()).toBe(1);
     await x.settle(30_000 + GRANT_EXPIRY_GRACE_MS);
     expect(await revokes()).toBe(0);
-    expect((await x.w.env.Network.get(r.grant.payload.networkId).describe()).grants[0]).toMatchObject({ revoked: true, gone: true });
+    expect((await x.w.env.Network.get(r.grant.payload.networkId).describe()).grants[0]).toMatchObject({
+      revoked: true,
+      gone: true,
+    });
   });
 });
 
@@ -316,8 +386,17 @@ describe("the Connection (rendezvous)", () => {
     const x = await readyAllocation();
     const r = await x.w.createConnectionGrant(C, x.id, SSH);
     for (const address of ["0.0.0.0", "255.255.255.255", "224.0.0.251", "::", "ff02::1", "1.2.3"]) {
-      const cand = { type: "candidates" as const, seq: 1, candidates: [{ address: "198.51.100.7", port: 40000, kind: "stun" as const }, { address, port: 40000, kind: "local" as const }] };
-      expect(await code(x.w.connectionMessages(r.connectionId, "client", { messages: [cand] }))).toBe("VALIDATION_FAILED 400");
+      const cand = {
+        type: "candidates" as const,
+        seq: 1,
+        candidates: [
+          { address: "198.51.100.7", port: 40000, kind: "stun" as const },
+          { address, port: 40000, kind: "local" as const },
+        ],
+      };
+      expect(await code(x.w.connectionMessages(r.connectionId, "client", { messages: [cand] }))).toBe(
+        "VALIDATION_FAILED 400",
+      );
     }
     expect((await x.w.connectionPoll(r.connectionId, "host", { after: 0 })).messages).toEqual([]);
     expect((await x.w.connectionPoll(r.connectionId, "client", { after: 0 })).lastAcceptedSeq).toBe(0);
@@ -329,8 +408,16 @@ describe("the Connection (rendezvous)", () => {
     await x.owner.poll();
     const hostToken = x.owner.conns.find((c) => c.action === "apply")!.endpointToken!;
     expect(await x.w.authenticateEndpoint(`Bearer ${hostToken}`, r.connectionId)).toBe("host");
-    const cand = { type: "candidates" as const, seq: 1, candidates: [{ address: "198.51.100.7", port: 40000, kind: "stun" as const }] };
-    expect(await x.w.connectionMessages(r.connectionId, "client", { messages: [cand] })).toMatchObject({ role: "client", lastAcceptedSeq: 1, closed: false });
+    const cand = {
+      type: "candidates" as const,
+      seq: 1,
+      candidates: [{ address: "198.51.100.7", port: 40000, kind: "stun" as const }],
+    };
+    expect(await x.w.connectionMessages(r.connectionId, "client", { messages: [cand] })).toMatchObject({
+      role: "client",
+      lastAcceptedSeq: 1,
+      closed: false,
+    });
     // A redelivery of seq 1 is dropped.
     await x.w.connectionMessages(r.connectionId, "client", { messages: [cand] });
     const seen = await x.w.connectionPoll(r.connectionId, "host", { after: 0 });
@@ -341,17 +428,28 @@ describe("the Connection (rendezvous)", () => {
     expect((await x.w.connectionPoll(r.connectionId, "client", { after: 0 })).messages).toEqual([]);
     // A parked poll is woken by the peer's message.
     const parked = x.w.connectionPoll(r.connectionId, "client", { after: 0, waitMs: 20_000 });
-    await x.w.connectionMessages(r.connectionId, "host", { messages: [{ type: "path_observation", seq: 1, path: "direct", via: "198.51.100.7:40000" }] });
-    expect((await parked).messages).toEqual([{ type: "path_observation", seq: 1, path: "direct", via: "198.51.100.7:40000" }]);
+    await x.w.connectionMessages(r.connectionId, "host", {
+      messages: [{ type: "path_observation", seq: 1, path: "direct", via: "198.51.100.7:40000" }],
+    });
+    expect((await parked).messages).toEqual([
+      { type: "path_observation", seq: 1, path: "direct", via: "198.51.100.7:40000" },
+    ]);
   });
 
   test("bounds: sequence numbers must increase in a request; a role holds at most 64 unacknowledged messages (RATE_LIMITED, nothing written)", async () => {
     const x = await readyAllocation();
     const r = await x.w.createConnectionGrant(C, x.id, SSH);
     const ack = (seq: number) => ({ type: "ack" as const, seq, upTo: 0 });
-    expect(await code(x.w.connectionMessages(r.connectionId, "client", { messages: [ack(2), ack(1)] }))).toBe("VALIDATION_FAILED 400");
-    for (let s = 1; s <= 64; s += 16) await x.w.connectionMessages(r.connectionId, "client", { messages: Array.from({ length: 16 }, (_, i) => ack(s + i)) });
-    expect(await code(x.w.connectionMessages(r.connectionId, "client", { messages: [ack(65)] }))).toBe("RATE_LIMITED 429");
+    expect(await code(x.w.connectionMessages(r.connectionId, "client", { messages: [ack(2), ack(1)] }))).toBe(
+      "VALIDATION_FAILED 400",
+    );
+    for (let s = 1; s <= 64; s += 16)
+      await x.w.connectionMessages(r.connectionId, "client", {
+        messages: Array.from({ length: 16 }, (_, i) => ack(s + i)),
+      });
+    expect(await code(x.w.connectionMessages(r.connectionId, "client", { messages: [ack(65)] }))).toBe(
+      "RATE_LIMITED 429",
+    );
     expect((await x.w.connectionMessages(r.connectionId, "client", { messages: [ack(64)] })).lastAcceptedSeq).toBe(64);
     // The host's cursor acknowledges them; room again.
     expect((await x.w.connectionPoll(r.connectionId, "host", { after: 0 })).messages.length).toBe(64);
@@ -368,12 +466,31 @@ describe("the Connection (rendezvous)", () => {
     const now = x.clock.now();
     const fresh = await x.w.connectionRelayTokens(r.connectionId, "client");
     expect(fresh).toMatchObject({ grantId: g.grantId, role: "client", expiresAtMs: g.expiresAtMs });
-    const t = checkSignedRelayToken(fresh.relayTokens["relay-1"], x.keys, { relayId: "relay-1", grantId: g.grantId, role: "client" }, now);
+    const t = checkSignedRelayToken(
+      fresh.relayTokens["relay-1"],
+      x.keys,
+      { relayId: "relay-1", grantId: g.grantId, role: "client" },
+      now,
+    );
     expect(t.ok && [t.payload.issuedAtMs, t.payload.expiresAtMs]).toEqual([now, now + 120_000]);
-    expect(checkSignedRelayToken(r.relayTokens["relay-1"], x.keys, { relayId: "relay-1", grantId: g.grantId, role: "client" }, now)).toMatchObject({ ok: false, code: "RELAY_TOKEN_EXPIRED" });
+    expect(
+      checkSignedRelayToken(
+        r.relayTokens["relay-1"],
+        x.keys,
+        { relayId: "relay-1", grantId: g.grantId, role: "client" },
+        now,
+      ),
+    ).toMatchObject({ ok: false, code: "RELAY_TOKEN_EXPIRED" });
     expect(await code(x.w.connectionRelayTokens(r.connectionId, "client"))).toBe("RATE_LIMITED 429");
     const host = await x.w.connectionRelayTokens(r.connectionId, "host");
-    expect(checkSignedRelayToken(host.relayTokens["relay-1"], x.keys, { relayId: "relay-1", grantId: g.grantId, role: "host" }, now).ok).toBe(true);
+    expect(
+      checkSignedRelayToken(
+        host.relayTokens["relay-1"],
+        x.keys,
+        { relayId: "relay-1", grantId: g.grantId, role: "host" },
+        now,
+      ).ok,
+    ).toBe(true);
     // Near the grant's end a token ends with it.
     await x.settle(g.expiresAtMs - 30_000 - x.clock.now());
     const late = await x.w.connectionRelayTokens(r.connectionId, "client");
@@ -387,6 +504,8 @@ describe("the Connection (rendezvous)", () => {
     const x = await readyAllocation();
     const r = await x.w.createConnectionGrant(C, x.id, { ...SSH, ttlSeconds: 60 });
     await x.settle(61_000);
-    expect(await code(x.w.authenticateEndpoint(`Bearer ${r.endpointToken}`, r.connectionId))).toBe("UNAUTHENTICATED 401");
+    expect(await code(x.w.authenticateEndpoint(`Bearer ${r.endpointToken}`, r.connectionId))).toBe(
+      "UNAUTHENTICATED 401",
+    );
   });
 });

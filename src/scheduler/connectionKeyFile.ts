@@ -30,8 +30,12 @@ export function keyFileSeed(path: string): SeedSource {
       const st = fstatSync(fd);
       if (!st.isFile()) throw new Error(`${path} is not a regular file`);
       const mode = st.mode & 0o777;
-      if (mode & 0o077) throw new Error(`${path} has mode ${mode.toString(8)}; the connection-signing key must not be readable by group or others (chmod 600)`);
-      if (st.size > MAX_KEY_FILE_BYTES) throw new Error(`${path} is larger than ${MAX_KEY_FILE_BYTES} bytes; not a key file`);
+      if (mode & 0o077)
+        throw new Error(
+          `${path} has mode ${mode.toString(8)}; the connection-signing key must not be readable by group or others (chmod 600)`,
+        );
+      if (st.size > MAX_KEY_FILE_BYTES)
+        throw new Error(`${path} is larger than ${MAX_KEY_FILE_BYTES} bytes; not a key file`);
       const buf = Buffer.alloc(MAX_KEY_FILE_BYTES);
       const n = readSync(fd, buf, 0, buf.length, 0);
       return buf.subarray(0, n).toString("utf8");

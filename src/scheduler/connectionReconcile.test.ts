@@ -16,7 +16,13 @@ import { Agent, C, closeWorlds, code, O, readyAllocation, SSH } from "../../test
 afterEach(closeWorlds);
 
 /** What the host endpoint reports for grant `r`. */
-const applied = (r: ConnectionGrantResponse): AppliedGrant => ({ grantId: r.grant.payload.grantId, allocationId: r.grant.payload.allocationId, generation: r.grant.payload.generation, expiresAtMs: r.grant.payload.expiresAtMs, path: "none" });
+const applied = (r: ConnectionGrantResponse): AppliedGrant => ({
+  grantId: r.grant.payload.grantId,
+  allocationId: r.grant.payload.allocationId,
+  generation: r.grant.payload.generation,
+  expiresAtMs: r.grant.payload.expiresAtMs,
+  path: "none",
+});
 
 /** Polls once; the configure_connection commands of the answer. */
 async function connections(a: Agent): Promise<ConfigureConnection[]> {
@@ -29,7 +35,10 @@ async function appliedGrant(ttlSeconds = 600) {
   const r = await x.w.createConnectionGrant(C, x.id, { ...SSH, ttlSeconds });
   const [apply] = await connections(x.owner);
   expect(apply?.action).toBe("apply");
-  await x.owner.send({ acks: [{ commandId: apply!.commandId, result: "accepted" }], connectivity: x.owner.connectivity([applied(r)]) });
+  await x.owner.send({
+    acks: [{ commandId: apply!.commandId, result: "accepted" }],
+    connectivity: x.owner.connectivity([applied(r)]),
+  });
   expect(await connections(x.owner)).toEqual([]);
   return { ...x, r, apply: apply! };
 }
@@ -52,13 +61,18 @@ describe("applied grants after an agent restart", () => {
     expect(again[0]!.relayMap).toEqual(x.apply.relayMap);
     expect(again[0]!.connectionId).toBe(x.apply.connectionId);
     expect(again[0]!.endpointToken).toBe(x.apply.endpointToken);
-    await x.owner.send({ acks: [{ commandId: again[0]!.commandId, result: "accepted" }], connectivity: x.owner.connectivity([applied(x.r)]) });
+    await x.owner.send({
+      acks: [{ commandId: again[0]!.commandId, result: "accepted" }],
+      connectivity: x.owner.connectivity([applied(x.r)]),
+    });
     expect(await connections(x.owner)).toEqual([]);
     // A later update that reports it changes nothing; neither does an older one of the session.
     await x.owner.send({ connectivity: x.owner.connectivity([applied(x.r)]) });
     await x.owner.send({ connectivity: { ...x.owner.connectivity([]), seq: 1 } });
     expect(await connections(x.owner)).toEqual([]);
-    expect(await x.w.metrics(O)).toContain(`bb_connection_grant_redeliveries_total{host="${x.owner.hostId}",phase="apply"} 1`);
+    expect(await x.w.metrics(O)).toContain(
+      `bb_connection_grant_redeliveries_total{host="${x.owner.hostId}",phase="apply"} 1`,
+    );
   });
 
   test("an envelope of the old session is refused (STALE_AGENT_EPOCH) and hands nothing out", async () => {
@@ -98,7 +112,9 @@ describe("applied grants after an agent restart", () => {
     const x = await readyAllocation();
     await x.w.createConnectionGrant(C, x.id, SSH);
     const [apply] = await connections(x.owner);
-    await x.owner.send({ acks: [{ commandId: apply!.commandId, result: "rejected", errorCode: "NETWORK_SETUP_FAILED" }] });
+    await x.owner.send({
+      acks: [{ commandId: apply!.commandId, result: "rejected", errorCode: "NETWORK_SETUP_FAILED" }],
+    });
     await restart(x.owner);
     expect(await connections(x.owner)).toEqual([]);
   });
@@ -110,7 +126,10 @@ describe("applied grants after an agent restart", () => {
     for (let i = 0; i < MAX_GRANT_REDELIVERIES_PER_SESSION + 3; i++) {
       const c = await connections(x.owner);
       handed += c.length;
-      await x.owner.send({ acks: c.map((a) => ({ commandId: a.commandId, result: "accepted" as const })), connectivity: x.owner.connectivity([]) });
+      await x.owner.send({
+        acks: c.map((a) => ({ commandId: a.commandId, result: "accepted" as const })),
+        connectivity: x.owner.connectivity([]),
+      });
     }
     handed += (await connections(x.owner)).length;
     expect(handed).toBe(MAX_GRANT_REDELIVERIES_PER_SESSION);

@@ -22,7 +22,9 @@ function fresh(): { dir: string; c: ConnectionsSection; manifest: (c: Connection
     version: 1,
     region: "t",
     principals: [{ id: "controller:t", role: "controller", tokenSha256: tokenDigest("c") }],
-    workloadClasses: { small: { cpuMillis: 500, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"0".repeat(64)}` } },
+    workloadClasses: {
+      small: { cpuMillis: 500, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"0".repeat(64)}` },
+    },
     limits: { maxConcurrentAllocationsPerController: 10, maxRegisteredHosts: 10 },
     hostEnrollment: { autoActivate: true },
     connections: conn,
@@ -38,7 +40,9 @@ describe("the manifest's connections section", () => {
     expect(s.policyFor("small")).toEqual({ transports: ["tcp", "udp"], ports: ["1-65535"] });
     expect(s.defaultTtlSeconds).toBe(600);
     expect(s.stunServers).toEqual([]);
-    expect(connectionSettings(manifest({ ...c, stunServers: ["192.0.2.53:3478", "[2001:DB8::53]:3478"] }))!.stunServers).toEqual(["192.0.2.53:3478", "[2001:db8::53]:3478"]);
+    expect(
+      connectionSettings(manifest({ ...c, stunServers: ["192.0.2.53:3478", "[2001:DB8::53]:3478"] }))!.stunServers,
+    ).toEqual(["192.0.2.53:3478", "[2001:db8::53]:3478"]);
     expect(connectionSettings({ ...manifest(c), connections: undefined } as DeploymentManifest)).toBeNull();
   });
 
@@ -47,10 +51,27 @@ describe("the manifest's connections section", () => {
     const bad: [Partial<ConnectionsSection>, string][] = [
       [{ ulaPrefix: "fc00:1234:5678::/48" }, "/connections/ulaPrefix"],
       [{ signingKey: { keyId: "other", file: c.signingKey.file } }, "/connections/signingKey/keyId"],
-      [{ grants: { ...c.grants, workloadClasses: { nope: { transports: ["tcp"], ports: ["22"] } } } }, "/connections/grants/workloadClasses/nope"],
-      [{ relays: [{ relayId: "r", url: "wss://a:443/v1/relay" }, { relayId: "r", url: "wss://b:443/v1/relay" }] }, "listed twice"],
-      [{ grants: { ...c.grants, default: { transports: ["tcp"], ports: ["9-8"] } } }, "/connections/grants/default/ports"],
-      [{ verificationKeys: { ...c.verificationKeys, junk: "A".repeat(42) + "B=" } }, "/connections/verificationKeys/junk"],
+      [
+        { grants: { ...c.grants, workloadClasses: { nope: { transports: ["tcp"], ports: ["22"] } } } },
+        "/connections/grants/workloadClasses/nope",
+      ],
+      [
+        {
+          relays: [
+            { relayId: "r", url: "wss://a:443/v1/relay" },
+            { relayId: "r", url: "wss://b:443/v1/relay" },
+          ],
+        },
+        "listed twice",
+      ],
+      [
+        { grants: { ...c.grants, default: { transports: ["tcp"], ports: ["9-8"] } } },
+        "/connections/grants/default/ports",
+      ],
+      [
+        { verificationKeys: { ...c.verificationKeys, junk: "A".repeat(42) + "B=" } },
+        "/connections/verificationKeys/junk",
+      ],
       [{ stunServers: ["999.0.0.1:3478"] }, "/connections/stunServers"],
     ];
     for (const [patch, field] of bad) expect(() => connectionSettings(manifest({ ...c, ...patch }))).toThrow(field);
@@ -60,7 +81,11 @@ describe("the manifest's connections section", () => {
 describe("the signer and its key file", () => {
   test("signs documents the shared verifier accepts; the host endpoint token is stable per Connection and differs between them", () => {
     const { c } = fresh();
-    const signer = connectionSigner(c.signingKey.keyId, c.verificationKeys[c.signingKey.keyId]!, keyFileSeed(c.signingKey.file));
+    const signer = connectionSigner(
+      c.signingKey.keyId,
+      c.verificationKeys[c.signingKey.keyId]!,
+      keyFileSeed(c.signingKey.file),
+    );
     signer.check();
     const t = signer.hostEndpointToken(`con_${"1".repeat(32)}`);
     expect(t).toMatch(/^bbx_[0-9a-f]{64}$/);
@@ -91,7 +116,11 @@ describe("the signer and its key file", () => {
   test("a key that is not the listed one, a loose key file and a missing one are refused without the seed in the message", () => {
     const { dir, c } = fresh();
     const seed = readFileSync(c.signingKey.file, "utf8").trim();
-    const wrong = connectionSigner(c.signingKey.keyId, Buffer.alloc(32, 9).toString("base64"), keyFileSeed(c.signingKey.file));
+    const wrong = connectionSigner(
+      c.signingKey.keyId,
+      Buffer.alloc(32, 9).toString("base64"),
+      keyFileSeed(c.signingKey.file),
+    );
     expect(() => wrong.check()).toThrow("is not the verification key listed");
     try {
       wrong.sign("grant", {});

@@ -54,8 +54,13 @@ export function connectionSettings(manifest: DeploymentManifest): ConnectionSett
   if (!c) return null;
   const ula = parseUlaPrefix(c.ulaPrefix);
   if (typeof ula === "string") throw new Error(`/connections/ulaPrefix: ${ula}`);
-  for (const [id, key] of Object.entries(c.verificationKeys)) if (!isVerificationKey(key)) throw new Error(`/connections/verificationKeys/${id}: not canonical base64 of a 32-byte Ed25519 public key`);
-  if (!Object.hasOwn(c.verificationKeys, c.signingKey.keyId)) throw new Error(`/connections/signingKey/keyId: ${c.signingKey.keyId} is not listed in /connections/verificationKeys, so no client or host could verify what it signs`);
+  for (const [id, key] of Object.entries(c.verificationKeys))
+    if (!isVerificationKey(key))
+      throw new Error(`/connections/verificationKeys/${id}: not canonical base64 of a 32-byte Ed25519 public key`);
+  if (!Object.hasOwn(c.verificationKeys, c.signingKey.keyId))
+    throw new Error(
+      `/connections/signingKey/keyId: ${c.signingKey.keyId} is not listed in /connections/verificationKeys, so no client or host could verify what it signs`,
+    );
   const ids = new Set<string>();
   for (const r of c.relays) {
     if (ids.has(r.relayId)) throw new Error(`/connections/relays: relay ${r.relayId} is listed twice`);
@@ -65,11 +70,16 @@ export function connectionSettings(manifest: DeploymentManifest): ConnectionSett
   const policies: [string, ConnectionPolicy][] = [];
   if (c.grants.default) policies.push(["default", c.grants.default]);
   for (const [name, p] of Object.entries(c.grants.workloadClasses ?? {})) {
-    if (!Object.hasOwn(manifest.workloadClasses, name)) throw new Error(`/connections/grants/workloadClasses/${name}: no such workload class`);
+    if (!Object.hasOwn(manifest.workloadClasses, name))
+      throw new Error(`/connections/grants/workloadClasses/${name}: no such workload class`);
     policies.push([name, p]);
   }
   for (const [name, p] of policies) {
-    for (const range of p.ports) if (!parsePortRange(range)) throw new Error(`/connections/grants/${name === "default" ? "default" : `workloadClasses/${name}`}/ports: ${JSON.stringify(range)} is not a port (1-65535) or a range LO-HI with LO <= HI`);
+    for (const range of p.ports)
+      if (!parsePortRange(range))
+        throw new Error(
+          `/connections/grants/${name === "default" ? "default" : `workloadClasses/${name}`}/ports: ${JSON.stringify(range)} is not a port (1-65535) or a range LO-HI with LO <= HI`,
+        );
   }
   const g = c.grants;
   const perClass = g.workloadClasses ?? {};
@@ -85,6 +95,7 @@ export function connectionSettings(manifest: DeploymentManifest): ConnectionSett
     maxTtlSeconds: g.maxTtlSeconds,
     defaultTtlSeconds: Math.min(g.defaultTtlSeconds ?? DEFAULT_GRANT_TTL_SECONDS, g.maxTtlSeconds),
     policyRevision: g.policyRevision,
-    policyFor: (workloadClass) => (Object.hasOwn(perClass, workloadClass) ? perClass[workloadClass]! : (g.default ?? null)),
+    policyFor: (workloadClass) =>
+      Object.hasOwn(perClass, workloadClass) ? perClass[workloadClass]! : (g.default ?? null),
   };
 }

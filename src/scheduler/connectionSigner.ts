@@ -49,7 +49,11 @@ export interface ConnectionSigner {
  * match (the scheduler calls it at start, so a misconfiguration stops it
  * there instead of at the first grant).
  */
-export function connectionSigner(keyId: string, publicKey: string, seedOf: SeedSource): ConnectionSigner & { check(): void } {
+export function connectionSigner(
+  keyId: string,
+  publicKey: string,
+  seedOf: SeedSource,
+): ConnectionSigner & { check(): void } {
   let checkedSeed: string | null = null;
   let tokenKey: Uint8Array | null = null;
   const resolve = (): string => {
@@ -57,12 +61,22 @@ export function connectionSigner(keyId: string, publicKey: string, seedOf: SeedS
     try {
       seed = seedOf().trim();
       if (seed !== checkedSeed) {
-        if (connectionPublicKeyOf(seed) !== publicKey) throw new Error(`its public key is not the verification key listed for ${keyId}`);
+        if (connectionPublicKeyOf(seed) !== publicKey)
+          throw new Error(`its public key is not the verification key listed for ${keyId}`);
         checkedSeed = seed;
-        tokenKey = hkdf(sha256, Buffer.from(seed, "base64"), utf8ToBytes("beachball"), utf8ToBytes("beachball endpoint-token v1"), 32);
+        tokenKey = hkdf(
+          sha256,
+          Buffer.from(seed, "base64"),
+          utf8ToBytes("beachball"),
+          utf8ToBytes("beachball endpoint-token v1"),
+          32,
+        );
       }
     } catch (e) {
-      throw new BeachballError("INTERNAL", `the connection-signing key ${keyId} cannot be used: ${(e as Error).message}`);
+      throw new BeachballError(
+        "INTERNAL",
+        `the connection-signing key ${keyId} cannot be used: ${(e as Error).message}`,
+      );
     }
     return seed;
   };

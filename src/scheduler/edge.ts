@@ -52,7 +52,11 @@ export interface Authenticator {
 }
 
 /** Who is calling, as established by the guard. */
-export type Caller = { kind: "anonymous" } | { kind: "principal"; identity: Identity } | { kind: "host"; hostId: string } | { kind: "endpoint"; connectionId: string; role: RelayRole };
+export type Caller =
+  | { kind: "anonymous" }
+  | { kind: "principal"; identity: Identity }
+  | { kind: "host"; hostId: string }
+  | { kind: "endpoint"; connectionId: string; role: RelayRole };
 
 /** A request that passed the guard: its route, caller, path parameters, query and validated body. */
 export interface Prepared<N extends string = string> {
@@ -73,7 +77,8 @@ const MAX_QUERY_INTEGER_DIGITS = 16;
  * front doors (app.ts, fetchRouter.ts).
  */
 export function principalOf(p: Prepared): Identity {
-  if (p.caller.kind !== "principal") throw new BeachballError("UNAUTHENTICATED", "this call needs a principal's bearer token");
+  if (p.caller.kind !== "principal")
+    throw new BeachballError("UNAUTHENTICATED", "this call needs a principal's bearer token");
   return p.caller.identity;
 }
 
@@ -120,12 +125,20 @@ interface CompiledRoute<N extends string> {
 /** Parses one query value by its declared kind. Throws VALIDATION_FAILED. */
 function queryValue(name: string, raw: string, spec: QueryParam): number | string {
   if (spec.kind === "string") {
-    if (!spec.pattern.test(raw)) throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} does not match ${spec.pattern.source}`, { parameter: name });
+    if (!spec.pattern.test(raw))
+      throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} does not match ${spec.pattern.source}`, {
+        parameter: name,
+      });
     return raw;
   }
   const digits = new RegExp(`^(?:0|[1-9][0-9]{0,${MAX_QUERY_INTEGER_DIGITS - 1}})$`);
   const n = digits.test(raw) ? Number(raw) : NaN;
-  if (!Number.isSafeInteger(n) || n < spec.min || n > spec.max) throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} must be a decimal integer from ${spec.min} to ${spec.max}`, { parameter: name });
+  if (!Number.isSafeInteger(n) || n < spec.min || n > spec.max)
+    throw new BeachballError(
+      "VALIDATION_FAILED",
+      `query parameter ${name} must be a decimal integer from ${spec.min} to ${spec.max}`,
+      { parameter: name },
+    );
   return n;
 }
 
@@ -146,7 +159,9 @@ export class RequestGuard<N extends string> {
   ) {
     this.routes = (Object.keys(routes) as N[]).map((name) => {
       const spec = routes[name];
-      for (const seg of spec.path.split("/")) if (seg.startsWith(":") && !spec.params?.[seg.slice(1)]) throw new Error(`route ${name}: path parameter ${seg} has no pattern`);
+      for (const seg of spec.path.split("/"))
+        if (seg.startsWith(":") && !spec.params?.[seg.slice(1)])
+          throw new Error(`route ${name}: path parameter ${seg} has no pattern`);
       return {
         name,
         spec,
@@ -188,7 +203,10 @@ export class RequestGuard<N extends string> {
     return refusal;
   }
 
-  private match(pathname: string, method: string): { route: CompiledRoute<N>; params: Record<string, string> } | Response {
+  private match(
+    pathname: string,
+    method: string,
+  ): { route: CompiledRoute<N>; params: Record<string, string> } | Response {
     const parts = pathname.split("/");
     const allowed: string[] = [];
     for (const r of this.routes) {
@@ -212,7 +230,13 @@ export class RequestGuard<N extends string> {
     return problem("METHOD_NOT_ALLOWED", `this path allows ${allow}`, { allow }, { allow });
   }
 
-  private async prepare(request: Request, url: URL, route: CompiledRoute<N>, params: Record<string, string>, raw: RequestBody): Promise<Prepared<N>> {
+  private async prepare(
+    request: Request,
+    url: URL,
+    route: CompiledRoute<N>,
+    params: Record<string, string>,
+    raw: RequestBody,
+  ): Promise<Prepared<N>> {
     declaredLength(request.headers);
     const caller = await this.authenticate(route.spec, request.headers.get("authorization"), params);
     checkPathParams(route.spec, params);
@@ -230,7 +254,11 @@ export class RequestGuard<N extends string> {
     return { route: route.name, caller, params, query, body };
   }
 
-  private async authenticate(spec: RouteSpec, authorization: string | null, params: Record<string, string>): Promise<Caller> {
+  private async authenticate(
+    spec: RouteSpec,
+    authorization: string | null,
+    params: Record<string, string>,
+  ): Promise<Caller> {
     switch (spec.auth) {
       case "none":
       case "enroll":
@@ -243,7 +271,8 @@ export class RequestGuard<N extends string> {
       }
       default: {
         const identity = this.auth.principal(authorization);
-        if (spec.auth !== "principal" && identity.role !== spec.auth) throw new BeachballError("FORBIDDEN", `this call needs the ${spec.auth} role`);
+        if (spec.auth !== "principal" && identity.role !== spec.auth)
+          throw new BeachballError("FORBIDDEN", `this call needs the ${spec.auth} role`);
         return { kind: "principal", identity };
       }
     }
@@ -253,8 +282,18 @@ export class RequestGuard<N extends string> {
     const out: Record<string, number | string> = {};
     for (const [name, raw] of search) {
       const p = spec.query && Object.hasOwn(spec.query, name) ? spec.query[name] : undefined;
-      if (!p) throw new BeachballError("VALIDATION_FAILED", spec.query ? `unknown query parameter; this route takes ${Object.keys(spec.query).join(", ")}` : "this route takes no query parameters", { allowedParameters: Object.keys(spec.query ?? {}) });
-      if (Object.hasOwn(out, name)) throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} is given more than once`, { parameter: name });
+      if (!p)
+        throw new BeachballError(
+          "VALIDATION_FAILED",
+          spec.query
+            ? `unknown query parameter; this route takes ${Object.keys(spec.query).join(", ")}`
+            : "this route takes no query parameters",
+          { allowedParameters: Object.keys(spec.query ?? {}) },
+        );
+      if (Object.hasOwn(out, name))
+        throw new BeachballError("VALIDATION_FAILED", `query parameter ${name} is given more than once`, {
+          parameter: name,
+        });
       out[name] = queryValue(name, raw, p);
     }
     return out;

@@ -76,9 +76,13 @@ export interface SchedulerEnv {
 export const GLOBAL = "global";
 
 /** The configuration objects read, from the manifest and option overrides. Throws an Error for a `connections` section that fails its checks (./connectionSettings.ts). */
-export function schedulerConfig(manifest: DeploymentManifest, timeouts: Partial<TimeoutPolicy> = {}, debug: InjectedBugs = {}): SchedulerConfig {
+export function schedulerConfig(
+  manifest: DeploymentManifest,
+  timeouts: Partial<TimeoutPolicy> = {},
+  debug: InjectedBugs = {},
+): SchedulerConfig {
   const t: TimeoutPolicy = { ...DEFAULT_TIMEOUTS, ...timeouts };
-  if (manifest.limits.retentionDays !== undefined && timeouts.retentionDays === undefined) t.retentionDays = manifest.limits.retentionDays;
+  if (manifest.limits.retentionDays !== undefined && timeouts.retentionDays === undefined)
+    t.retentionDays = manifest.limits.retentionDays;
   return { manifest, timeouts: t, debug, connections: connectionSettings(manifest) };
 }
-

@@ -11,7 +11,13 @@
  * echo a request body in an error.
  */
 import { BeachballError } from "../protocol/errors.ts";
-import type { BootstrapBody, CreateAllocationBody, EnrollBody, EnrollmentTokenBody, ReplacementAuthorizationBody } from "../protocol/api.ts";
+import type {
+  BootstrapBody,
+  CreateAllocationBody,
+  EnrollBody,
+  EnrollmentTokenBody,
+  ReplacementAuthorizationBody,
+} from "../protocol/api.ts";
 import type { Envelope } from "../protocol/agent.ts";
 import type { LogPushBody } from "../protocol/logs.ts";
 import type { SchedulerFront } from "./front.ts";
@@ -43,7 +49,9 @@ async function answer(front: SchedulerFront, p: Prepared<RouteName>): Promise<Re
       return json(r.view, r.created ? 201 : 200);
     }
     case "listAllocations":
-      return json(await front.listAllocations(who(p), (p.query["cursor"] as string | undefined) ?? null, num(p, "limit", 50)));
+      return json(
+        await front.listAllocations(who(p), (p.query["cursor"] as string | undefined) ?? null, num(p, "limit", 50)),
+      );
     case "getAllocation":
       return json(await front.getAllocation(who(p), id));
     case "releaseAllocation":
@@ -67,7 +75,10 @@ async function answer(front: SchedulerFront, p: Prepared<RouteName>): Promise<Re
     case "connectionConnect":
       // This host serves no WebSockets: the long-poll routes carry the same messages.
       endpoint(p);
-      throw new BeachballError("UPGRADE_REQUIRED", "rendezvous WebSockets are not served by this host; use POST /v1/connections/{id}/poll and /messages");
+      throw new BeachballError(
+        "UPGRADE_REQUIRED",
+        "rendezvous WebSockets are not served by this host; use POST /v1/connections/{id}/poll and /messages",
+      );
     case "connectionRelayTokens": {
       const e = endpoint(p);
       return json(await front.connectionRelayTokens(e.connectionId, e.role));
@@ -81,7 +92,10 @@ async function answer(front: SchedulerFront, p: Prepared<RouteName>): Promise<Re
       return json(await front.connectionMessages(e.connectionId, e.role, p.body as ConnectionMessagesBody));
     }
     case "enrollmentTokens":
-      return json(await front.createEnrollmentToken(who(p), id, (p.body as EnrollmentTokenBody).ttlSeconds ?? 3600), 201);
+      return json(
+        await front.createEnrollmentToken(who(p), id, (p.body as EnrollmentTokenBody).ttlSeconds ?? 3600),
+        201,
+      );
     case "hosts":
       return json({ items: await front.hosts(who(p)) });
     case "activateHost":
@@ -108,7 +122,15 @@ async function answer(front: SchedulerFront, p: Prepared<RouteName>): Promise<Re
 /** Builds the fetch handler over one front. */
 export function fetchRouter(front: SchedulerFront, limiter = new CallerLimiter()): (req: Request) => Promise<Response> {
   // Interpreted schema checks: workerd forbids the code generation TypeCompiler uses.
-  const guard = new RequestGuard<RouteName>(ROUTES, { principal: (h) => front.authenticate(h), host: (h) => front.authenticateHost(h), endpoint: (h, c) => front.authenticateEndpoint(h, c) }, "interpreted");
+  const guard = new RequestGuard<RouteName>(
+    ROUTES,
+    {
+      principal: (h) => front.authenticate(h),
+      host: (h) => front.authenticateHost(h),
+      endpoint: (h, c) => front.authenticateEndpoint(h, c),
+    },
+    "interpreted",
+  );
   return async (req) => {
     try {
       const p = await guard.admit(req);

@@ -14,10 +14,26 @@
  */
 import { createHash } from "node:crypto";
 import { BeachballError } from "../protocol/errors.ts";
-import { MAX_PAYLOAD_BYTES, type AllocationEvent, type AllocationView, type BootstrapBody, type CreateAllocationBody, type EnrollBody, type WellKnown } from "../protocol/api.ts";
+import {
+  MAX_PAYLOAD_BYTES,
+  type AllocationEvent,
+  type AllocationView,
+  type BootstrapBody,
+  type CreateAllocationBody,
+  type EnrollBody,
+  type WellKnown,
+} from "../protocol/api.ts";
 import type { EnrollResponse, Envelope, PollResponse } from "../protocol/agent.ts";
 import type { AlertItem, HostView } from "../protocol/views.ts";
-import type { ConnectionGrantBody, ConnectionGrantResponse, ConnectionMessagesBody, ConnectionPollBody, ConnectionPollResponse, ConnectionRelayTokensResponse, RelayRole } from "../protocol/connection.ts";
+import type {
+  ConnectionGrantBody,
+  ConnectionGrantResponse,
+  ConnectionMessagesBody,
+  ConnectionPollBody,
+  ConnectionPollResponse,
+  ConnectionRelayTokensResponse,
+  RelayRole,
+} from "../protocol/connection.ts";
 import type { LogPage, LogPushBody, LogPushResponse } from "../protocol/logs.ts";
 import { allocationIdFor, canonicalJson, digestOf } from "../domain/identifiers.ts";
 import { identify, tokenDigest, type Identity } from "./manifestSchema.ts";
@@ -59,7 +75,12 @@ export class SchedulerFront {
 
   /** Discovery document for agents and clients. */
   wellKnown(): WellKnown {
-    const w: WellKnown = { apiVersion: "v1", agentProtocolVersion: "1.0", region: this.manifest.region, workloadClasses: Object.keys(this.manifest.workloadClasses) };
+    const w: WellKnown = {
+      apiVersion: "v1",
+      agentProtocolVersion: "1.0",
+      region: this.manifest.region,
+      workloadClasses: Object.keys(this.manifest.workloadClasses),
+    };
     const c = this.env.config.connections;
     if (c) w.connectionVerificationKeys = { ...c.verificationKeys };
     return w;
@@ -75,7 +96,8 @@ export class SchedulerFront {
    */
   async createConnectionGrant(who: Identity, id: string, body: ConnectionGrantBody): Promise<ConnectionGrantResponse> {
     requireRole(who, "controller");
-    if (!this.env.config.connections) throw new BeachballError("FORBIDDEN", "private networking is not configured in this deployment's manifest");
+    if (!this.env.config.connections)
+      throw new BeachballError("FORBIDDEN", "private networking is not configured in this deployment's manifest");
     return this.env.Allocation.get(checkAllocationIdShape(id)).requestConnectionGrant(who.id, body);
   }
 
@@ -98,14 +120,19 @@ export class SchedulerFront {
   /** The role of an endpoint token in Connection `connectionId`. Throws UNAUTHENTICATED for a malformed or unknown token, or an ended Connection. */
   async authenticateEndpoint(authorization: string | null | undefined, connectionId: string): Promise<RelayRole> {
     const token = bearer(authorization);
-    if (!token || !/^bbx_[0-9a-f]{64}$/.test(token) || !/^con_[0-9a-f]{32}$/.test(connectionId)) throw new BeachballError("UNAUTHENTICATED", "missing or malformed endpoint token");
+    if (!token || !/^bbx_[0-9a-f]{64}$/.test(token) || !/^con_[0-9a-f]{32}$/.test(connectionId))
+      throw new BeachballError("UNAUTHENTICATED", "missing or malformed endpoint token");
     const role = await this.env.Connection.get(connectionId).authenticate(tokenDigest(token));
     if (!role) throw new BeachballError("UNAUTHENTICATED", "unknown endpoint token, or the connection has ended");
     return role;
   }
 
   /** A rendezvous poll of `role` (long-poll up to `body.waitMs`). */
-  async connectionPoll(connectionId: string, role: RelayRole, body: ConnectionPollBody): Promise<ConnectionPollResponse> {
+  async connectionPoll(
+    connectionId: string,
+    role: RelayRole,
+    body: ConnectionPollBody,
+  ): Promise<ConnectionPollResponse> {
     return this.env.Connection.get(connectionId).poll(role, body.after, body.waitMs ?? 0);
   }
 
@@ -115,7 +142,11 @@ export class SchedulerFront {
   }
 
   /** Rendezvous messages from `role`. */
-  async connectionMessages(connectionId: string, role: RelayRole, body: ConnectionMessagesBody): Promise<ConnectionPollResponse> {
+  async connectionMessages(
+    connectionId: string,
+    role: RelayRole,
+    body: ConnectionMessagesBody,
+  ): Promise<ConnectionPollResponse> {
     return this.env.Connection.get(connectionId).messages(role, body.messages);
   }
 
@@ -124,18 +155,30 @@ export class SchedulerFront {
    * QUOTA_*, RATE_LIMITED, IDEMPOTENCY_CONFLICT, and OBJECT_DAMAGED when an
    * allocation the index lists has lost its state (never a fresh start).
    */
-  async createAllocation(who: Identity, body: CreateAllocationBody): Promise<{ created: boolean; view: AllocationView }> {
+  async createAllocation(
+    who: Identity,
+    body: CreateAllocationBody,
+  ): Promise<{ created: boolean; view: AllocationView }> {
     requireRole(who, "controller");
     const cls = this.manifest.workloadClasses[body.workloadClass];
     if (!cls) {
       // The caller may see the class names (GET /v1/.well-known/beachball lists them too); the detail names the first few, extra all (at most MAX_WORKLOAD_CLASSES).
       const known = Object.keys(this.manifest.workloadClasses);
-      const named = known.slice(0, KNOWN_CLASSES_IN_DETAIL).join(", ") + (known.length > KNOWN_CLASSES_IN_DETAIL ? ` and ${known.length - KNOWN_CLASSES_IN_DETAIL} more` : "");
-      throw new BeachballError("UNKNOWN_WORKLOAD_CLASS", `unknown workload class ${JSON.stringify(body.workloadClass)}; known classes: ${named || "none"}`, { knownClasses: known });
+      const named =
+        known.slice(0, KNOWN_CLASSES_IN_DETAIL).join(", ") +
+        (known.length > KNOWN_CLASSES_IN_DETAIL ? ` and ${known.length - KNOWN_CLASSES_IN_DETAIL} more` : "");
+      throw new BeachballError(
+        "UNKNOWN_WORKLOAD_CLASS",
+        `unknown workload class ${JSON.stringify(body.workloadClass)}; known classes: ${named || "none"}`,
+        { knownClasses: known },
+      );
     }
     const allocationId = allocationIdFor(who.id, body.clientRequestId);
     const timeouts = this.env.config.timeouts;
-    const ttlSeconds = Math.min(body.ttlSeconds ?? Math.floor(timeouts.defaultTtlMs / 1000), cls.maxTtlSeconds ?? Number.MAX_SAFE_INTEGER);
+    const ttlSeconds = Math.min(
+      body.ttlSeconds ?? Math.floor(timeouts.defaultTtlMs / 1000),
+      cls.maxTtlSeconds ?? Number.MAX_SAFE_INTEGER,
+    );
     const bodyDigest = digestOf(canonicalJson(body));
     const l = this.manifest.limits;
     // One call: the Allocation asks Admission itself (one output gate per create, not three).
@@ -144,7 +187,12 @@ export class SchedulerFront {
       identity: who.id,
       body,
       bodyDigest,
-      spec: { cpuMillis: cls.cpuMillis, memoryMiB: cls.memoryMiB, ephemeralDiskMiB: cls.ephemeralDiskMiB, imageDigest: cls.imageDigest },
+      spec: {
+        cpuMillis: cls.cpuMillis,
+        memoryMiB: cls.memoryMiB,
+        ephemeralDiskMiB: cls.ephemeralDiskMiB,
+        imageDigest: cls.imageDigest,
+      },
       ttlMs: ttlSeconds * 1000,
       limits: {
         perControllerConcurrent: l.maxConcurrentAllocationsPerController,
@@ -177,7 +225,11 @@ export class SchedulerFront {
       if (e.view) items.push(e.view);
       else damaged.push(e.allocationId);
     }
-    return { items, nextCursor: entries.length === limit ? (entries[entries.length - 1]?.allocationId ?? null) : null, damaged };
+    return {
+      items,
+      nextCursor: entries.length === limit ? (entries[entries.length - 1]?.allocationId ?? null) : null,
+      damaged,
+    };
   }
 
   /** Requests release. Throws NOT_FOUND. */
@@ -209,7 +261,8 @@ export class SchedulerFront {
     if (body.hostId !== hostId) throw new BeachballError("FORBIDDEN", "push hostId does not match the credential");
     const results: LogPushResponse["results"] = [];
     for (const c of body.chunks) {
-      if (!ALLOCATION_ID.test(c.allocationId)) results.push({ placementId: c.placementId, streamEnd: 0, code: "UNKNOWN_PLACEMENT" });
+      if (!ALLOCATION_ID.test(c.allocationId))
+        results.push({ placementId: c.placementId, streamEnd: 0, code: "UNKNOWN_PLACEMENT" });
       else results.push(await this.env.Allocation.get(c.allocationId).appendLog(hostId, c));
     }
     return { results };
@@ -221,39 +274,75 @@ export class SchedulerFront {
    * STALE_GENERATION / DELIVERY_CONFLICT (409), GUEST_NOT_CONNECTED /
    * DELIVERY_TIMEOUT (503), PAYLOAD_TOO_LARGE (413), RATE_LIMITED (429).
    */
-  async deliverBootstrap(who: Identity, id: string, body: BootstrapBody): Promise<{ deliveryId: string; digest: string; replayed: boolean }> {
+  async deliverBootstrap(
+    who: Identity,
+    id: string,
+    body: BootstrapBody,
+  ): Promise<{ deliveryId: string; digest: string; replayed: boolean }> {
     requireRole(who, "controller");
     const bytes = Buffer.from(body.payloadBase64, "base64");
-    if (bytes.length > MAX_PAYLOAD_BYTES) throw new BeachballError("PAYLOAD_TOO_LARGE", `payload is ${bytes.length} bytes; the limit is ${MAX_PAYLOAD_BYTES}`, { limitBytes: MAX_PAYLOAD_BYTES });
-    if (bytes.toString("base64") !== body.payloadBase64.replace(/\s+/g, "")) throw new BeachballError("VALIDATION_FAILED", "payloadBase64 is not canonical base64");
+    if (bytes.length > MAX_PAYLOAD_BYTES)
+      throw new BeachballError(
+        "PAYLOAD_TOO_LARGE",
+        `payload is ${bytes.length} bytes; the limit is ${MAX_PAYLOAD_BYTES}`,
+        { limitBytes: MAX_PAYLOAD_BYTES },
+      );
+    if (bytes.toString("base64") !== body.payloadBase64.replace(/\s+/g, ""))
+      throw new BeachballError("VALIDATION_FAILED", "payloadBase64 is not canonical base64");
     const digest = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
     const target = await this.env.Allocation.get(checkAllocationIdShape(id)).deliveryTarget(who.id, body.generation);
     const host = this.env.Host.get(target.hostId);
     const check = await host.checkDelivery(body.deliveryId, target.placementId, body.generation);
     if (check.earlierDigest) {
-      if (check.earlierDigest !== digest) throw new BeachballError("DELIVERY_CONFLICT", "deliveryId was used with a different payload");
+      if (check.earlierDigest !== digest)
+        throw new BeachballError("DELIVERY_CONFLICT", "deliveryId was used with a different payload");
       return { deliveryId: body.deliveryId, digest, replayed: true };
     }
     const outcome = await host.deliver(
-      { deliveryId: body.deliveryId, allocationId: target.allocationId, placementId: target.placementId, generation: body.generation, contentType: body.contentType, payloadBase64: body.payloadBase64 },
+      {
+        deliveryId: body.deliveryId,
+        allocationId: target.allocationId,
+        placementId: target.placementId,
+        generation: body.generation,
+        contentType: body.contentType,
+        payloadBase64: body.payloadBase64,
+      },
       DELIVERY_TIMEOUT_MS,
     );
     if (outcome.result === "consumed") {
-      if (outcome.digest !== digest) throw new BeachballError("DELIVERY_CONFLICT", "the guest consumed a payload with another digest");
+      if (outcome.digest !== digest)
+        throw new BeachballError("DELIVERY_CONFLICT", "the guest consumed a payload with another digest");
       return { deliveryId: body.deliveryId, digest, replayed: false };
     }
-    if (outcome.result === "timeout") throw new BeachballError("DELIVERY_TIMEOUT", "the agent did not confirm the delivery within 30 s", { retryAfterSeconds: 5 });
-    if (outcome.result === "guest_not_connected") throw new BeachballError("GUEST_NOT_CONNECTED", "the guest is not connected", { retryAfterSeconds: 2 });
-    throw new BeachballError("DELIVERY_CONFLICT", "the guest rejected the delivery (a payload was already consumed or the content type is unsupported)");
+    if (outcome.result === "timeout")
+      throw new BeachballError("DELIVERY_TIMEOUT", "the agent did not confirm the delivery within 30 s", {
+        retryAfterSeconds: 5,
+      });
+    if (outcome.result === "guest_not_connected")
+      throw new BeachballError("GUEST_NOT_CONNECTED", "the guest is not connected", { retryAfterSeconds: 2 });
+    throw new BeachballError(
+      "DELIVERY_CONFLICT",
+      "the guest rejected the delivery (a payload was already consumed or the content type is unsupported)",
+    );
   }
 
   /** Mints a one-use enrollment token bound to `hostId`. Operators only. */
-  async createEnrollmentToken(who: Identity, hostId: string, ttlSeconds: number): Promise<{ token: string; hostId: string; expiresAt: string; joinCommand: string }> {
+  async createEnrollmentToken(
+    who: Identity,
+    hostId: string,
+    ttlSeconds: number,
+  ): Promise<{ token: string; hostId: string; expiresAt: string; joinCommand: string }> {
     requireRole(who, "operator");
-    if (!HOST_ID_PATTERN.test(hostId)) throw new BeachballError("VALIDATION_FAILED", "host ID must match ^[a-z0-9][a-z0-9-]{0,62}$");
+    if (!HOST_ID_PATTERN.test(hostId))
+      throw new BeachballError("VALIDATION_FAILED", "host ID must match ^[a-z0-9][a-z0-9-]{0,62}$");
     const token = `bbe_${Buffer.from(this.env.random.bytes(24)).toString("hex")}`;
     const expires = await this.env.Enrollment.get(GLOBAL).mint(tokenDigest(token), hostId, ttlSeconds * 1000, who.id);
-    return { token, hostId, expiresAt: new Date(expires).toISOString(), joinCommand: `bb agent join --scheduler ${this.publicUrl} --token ${token}` };
+    return {
+      token,
+      hostId,
+      expiresAt: new Date(expires).toISOString(),
+      joinCommand: `bb agent join --scheduler ${this.publicUrl} --token ${token}`,
+    };
   }
 
   /** Enrolls a host with a one-use token. Throws ENROLLMENT_TOKEN_INVALID, ENROLLMENT_CONFLICT, QUOTA_REGISTERED_HOSTS. */
@@ -261,7 +350,11 @@ export class SchedulerFront {
     const { token, ...config } = body;
     const configDigest = digestOf(canonicalJson(config));
     const { hostId, replay } = await this.env.Enrollment.get(GLOBAL).consume(tokenDigest(token), configDigest);
-    if (replay) throw new BeachballError("ENROLLMENT_TOKEN_INVALID", "enrollment token was already used; keep the credential from the first enrollment");
+    if (replay)
+      throw new BeachballError(
+        "ENROLLMENT_TOKEN_INVALID",
+        "enrollment token was already used; keep the credential from the first enrollment",
+      );
     const admission = this.env.Admission.get(GLOBAL);
     const limits = this.manifest.limits;
     await admission.admitHost(hostId, limits.maxRegisteredHosts);
@@ -288,10 +381,22 @@ export class SchedulerFront {
       autoActivate,
     });
     // Admission counts the host as active exactly when it is, whatever the registration's outcome.
-    const reg = await registered.finally(async () => admission.setHostActive(hostId, (await this.env.Host.get(hostId).adminState()) === "active"));
+    const reg = await registered.finally(async () =>
+      admission.setHostActive(hostId, (await this.env.Host.get(hostId).adminState()) === "active"),
+    );
     if (!reg.created) throw new BeachballError("ENROLLMENT_CONFLICT", "host is already enrolled");
-    this.env.log.info("host enrolled", { hostId, adminState: reg.adminState, region: body.region, vmmDriver: body.vmmDriver });
-    return { hostId, credential: `bbh_${hostId}.${secret}`, credentialVersion: reg.credentialVersion, adminState: reg.adminState as EnrollResponse["adminState"] };
+    this.env.log.info("host enrolled", {
+      hostId,
+      adminState: reg.adminState,
+      region: body.region,
+      vmmDriver: body.vmmDriver,
+    });
+    return {
+      hostId,
+      credential: `bbh_${hostId}.${secret}`,
+      credentialVersion: reg.credentialVersion,
+      adminState: reg.adminState as EnrollResponse["adminState"],
+    };
   }
 
   /** Authenticates a host credential; returns the host ID. Throws UNAUTHENTICATED. */
@@ -299,7 +404,8 @@ export class SchedulerFront {
     const m = /^bbh_([a-z0-9][a-z0-9-]{0,62})\.([0-9a-f]{64})$/.exec(bearer(authorization) ?? "");
     if (!m) throw new BeachballError("UNAUTHENTICATED", "missing or malformed host credential");
     const hostId = m[1]!;
-    if (!(await this.env.Host.get(hostId).authenticate(tokenDigest(m[2]!)))) throw new BeachballError("UNAUTHENTICATED", "unknown host credential");
+    if (!(await this.env.Host.get(hostId).authenticate(tokenDigest(m[2]!))))
+      throw new BeachballError("UNAUTHENTICATED", "unknown host credential");
     return hostId;
   }
 
@@ -328,7 +434,10 @@ export class SchedulerFront {
     const host = this.env.Host.get(hostId);
     const l = this.manifest.limits;
     const r = await host.changeAdminState(state, l.maxActiveHosts ?? l.maxRegisteredHosts);
-    this.env.metrics.inc("bb_host_admin_changes_total", "Host administrative state changes", { state: r.adminState, host: hostId });
+    this.env.metrics.inc("bb_host_admin_changes_total", "Host administrative state changes", {
+      state: r.adminState,
+      host: hostId,
+    });
     this.env.log.info("host admin state", { hostId, adminState: r.adminState, by: who.id });
     return host.view();
   }
@@ -343,12 +452,29 @@ export class SchedulerFront {
     requireRole(who, "operator");
     const hosts = await this.hosts(who);
     const byState = new Map<string, number>();
-    for (const h of hosts) byState.set(`${h.adminState}/${h.health}`, (byState.get(`${h.adminState}/${h.health}`) ?? 0) + 1);
+    for (const h of hosts)
+      byState.set(`${h.adminState}/${h.health}`, (byState.get(`${h.adminState}/${h.health}`) ?? 0) + 1);
     return this.env.metrics.renderAll([
-      { name: "bb_hosts", help: "Hosts by admin state and health", series: [...byState].map(([k, v]) => ({ labels: { state: k }, value: v })) },
-      { name: "bb_host_free_cpu_millicores", help: "Free CPU per host", series: hosts.map((h) => ({ labels: { host: h.hostId }, value: h.free.cpuMillis })) },
-      { name: "bb_host_free_memory_mib", help: "Free memory per host", series: hosts.map((h) => ({ labels: { host: h.hostId }, value: h.free.memoryMiB })) },
-      { name: "bb_host_placements", help: "Capacity-consuming placements per host", series: hosts.map((h) => ({ labels: { host: h.hostId }, value: h.placements.length })) },
+      {
+        name: "bb_hosts",
+        help: "Hosts by admin state and health",
+        series: [...byState].map(([k, v]) => ({ labels: { state: k }, value: v })),
+      },
+      {
+        name: "bb_host_free_cpu_millicores",
+        help: "Free CPU per host",
+        series: hosts.map((h) => ({ labels: { host: h.hostId }, value: h.free.cpuMillis })),
+      },
+      {
+        name: "bb_host_free_memory_mib",
+        help: "Free memory per host",
+        series: hosts.map((h) => ({ labels: { host: h.hostId }, value: h.free.memoryMiB })),
+      },
+      {
+        name: "bb_host_placements",
+        help: "Capacity-consuming placements per host",
+        series: hosts.map((h) => ({ labels: { host: h.hostId }, value: h.placements.length })),
+      },
     ]);
   }
 
@@ -362,7 +488,9 @@ export class SchedulerFront {
   async hosts(who: Identity): Promise<HostView[]> {
     requireRole(who, "operator");
     const ids = await this.env.Admission.get(GLOBAL).hostIds();
-    const views = await Promise.all(ids.map(async (id) => ((await this.env.Host.get(id).isRegistered()) ? this.env.Host.get(id).view() : null)));
+    const views = await Promise.all(
+      ids.map(async (id) => ((await this.env.Host.get(id).isRegistered()) ? this.env.Host.get(id).view() : null)),
+    );
     return views.filter((v): v is HostView => v !== null);
   }
 }

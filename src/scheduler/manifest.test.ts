@@ -2,7 +2,13 @@ import { afterEach, describe, expect, test } from "bun:test";
 import { existsSync, mkdtempSync, readFileSync, rmSync, unlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ensureDevManifest, loadManifest, publishDevClientConfig, tokenDigest, type DeploymentManifest } from "./manifest.ts";
+import {
+  ensureDevManifest,
+  loadManifest,
+  publishDevClientConfig,
+  tokenDigest,
+  type DeploymentManifest,
+} from "./manifest.ts";
 
 const IMAGE = `sha256:${"cd".repeat(32)}`;
 const dirs: string[] = [];
@@ -39,7 +45,15 @@ describe("shadowed principals and unnamed manifest errors", () => {
   test("two principals with the same token digest are refused, naming the file and both principals", () => {
     const path = join(scratch(), "m.json");
     const d = tokenDigest("same-token");
-    writeFileSync(path, JSON.stringify(manifest([{ id: "controller:a", role: "controller", tokenSha256: d }, { id: "operator:b", role: "operator", tokenSha256: d }])));
+    writeFileSync(
+      path,
+      JSON.stringify(
+        manifest([
+          { id: "controller:a", role: "controller", tokenSha256: d },
+          { id: "operator:b", role: "operator", tokenSha256: d },
+        ]),
+      ),
+    );
     const msg = errorOf(() => loadManifest(path));
     expect(msg).toContain(path);
     expect(msg).toContain("controller:a");
@@ -48,7 +62,15 @@ describe("shadowed principals and unnamed manifest errors", () => {
 
   test("a repeated principal id is refused", () => {
     const path = join(scratch(), "m.json");
-    writeFileSync(path, JSON.stringify(manifest([{ id: "c", role: "controller", tokenSha256: tokenDigest("a") }, { id: "c", role: "operator", tokenSha256: tokenDigest("b") }])));
+    writeFileSync(
+      path,
+      JSON.stringify(
+        manifest([
+          { id: "c", role: "controller", tokenSha256: tokenDigest("a") },
+          { id: "c", role: "operator", tokenSha256: tokenDigest("b") },
+        ]),
+      ),
+    );
     expect(errorOf(() => loadManifest(path))).toContain("repeats the principal id c");
   });
 
@@ -59,7 +81,10 @@ describe("shadowed principals and unnamed manifest errors", () => {
     expect(errorOf(() => loadManifest(broken))).toContain(`manifest ${broken} is not valid JSON`);
     expect(errorOf(() => loadManifest(join(dir, "missing.json")))).toContain(join(dir, "missing.json"));
     const badClass = join(dir, "class.json");
-    writeFileSync(badClass, JSON.stringify({ ...manifest([]), workloadClasses: { "bad key!": manifest([]).workloadClasses["small"] } }));
+    writeFileSync(
+      badClass,
+      JSON.stringify({ ...manifest([]), workloadClasses: { "bad key!": manifest([]).workloadClasses["small"] } }),
+    );
     expect(errorOf(() => loadManifest(badClass))).toContain(badClass);
   });
 });

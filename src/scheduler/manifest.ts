@@ -8,10 +8,29 @@
  */
 import { Value } from "@sinclair/typebox/value";
 import { generateKeyPairSync, randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, writeFileSync, renameSync, chmodSync, openSync, writeSync, fsyncSync, closeSync, rmSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  writeFileSync,
+  renameSync,
+  chmodSync,
+  openSync,
+  writeSync,
+  fsyncSync,
+  closeSync,
+  rmSync,
+} from "node:fs";
 import { dirname, join, resolve } from "node:path";
 
-export { DeploymentManifest, MAX_WORKLOAD_CLASSES, WorkloadClass, identify, tokenDigest, type Identity } from "./manifestSchema.ts";
+export {
+  DeploymentManifest,
+  MAX_WORKLOAD_CLASSES,
+  WorkloadClass,
+  identify,
+  tokenDigest,
+  type Identity,
+} from "./manifestSchema.ts";
 import { DeploymentManifest, tokenDigest, type ConnectionsSection } from "./manifestSchema.ts";
 import { connectionSettings } from "./connectionSettings.ts";
 
@@ -43,10 +62,16 @@ export function loadManifest(path: string): DeploymentManifest {
   const ids = new Map<string, number>();
   const digests = new Map<string, string>();
   for (const [i, p] of raw.principals.entries()) {
-    if (ids.has(p.id)) throw new Error(`invalid manifest ${path}: /principals/${i} repeats the principal id ${p.id} (first at /principals/${ids.get(p.id)})`);
+    if (ids.has(p.id))
+      throw new Error(
+        `invalid manifest ${path}: /principals/${i} repeats the principal id ${p.id} (first at /principals/${ids.get(p.id)})`,
+      );
     ids.set(p.id, i);
     const other = digests.get(p.tokenSha256);
-    if (other !== undefined) throw new Error(`invalid manifest ${path}: principals ${other} and ${p.id} have the same tokenSha256; each principal needs its own token`);
+    if (other !== undefined)
+      throw new Error(
+        `invalid manifest ${path}: principals ${other} and ${p.id} have the same tokenSha256; each principal needs its own token`,
+      );
     digests.set(p.tokenSha256, p.id);
   }
   try {
@@ -118,15 +143,23 @@ export function ensureDevManifest(dataDir: string, imageDigest: string): DevMani
   const haveClient = existsSync(clientConfigPath);
   if (haveManifest && !haveClient)
     throw Object.assign(
-      new Error(`${clientConfigPath} is missing, and it holds the only copy of the development tokens of ${manifestPath}; dev mode never replaces an existing manifest: restore ${clientConfigPath}, or serve this manifest with --manifest and your own tokens, or move ${manifestPath} aside to start a fresh development deployment`),
+      new Error(
+        `${clientConfigPath} is missing, and it holds the only copy of the development tokens of ${manifestPath}; dev mode never replaces an existing manifest: restore ${clientConfigPath}, or serve this manifest with --manifest and your own tokens, or move ${manifestPath} aside to start a fresh development deployment`,
+      ),
       { exitCode: 2 },
     );
   if (!haveManifest && haveClient)
-    throw Object.assign(new Error(`${manifestPath} is missing but ${clientConfigPath} exists; restore the manifest, or move ${clientConfigPath} aside to start a fresh development deployment`), { exitCode: 2 });
+    throw Object.assign(
+      new Error(
+        `${manifestPath} is missing but ${clientConfigPath} exists; restore the manifest, or move ${clientConfigPath} aside to start a fresh development deployment`,
+      ),
+      { exitCode: 2 },
+    );
   if (haveManifest) {
     const m = loadManifest(manifestPath);
     let changed = false;
-    for (const c of Object.values(m.workloadClasses)) if (c.imageDigest !== imageDigest) ((c.imageDigest = imageDigest), (changed = true));
+    for (const c of Object.values(m.workloadClasses))
+      if (c.imageDigest !== imageDigest) (c.imageDigest = imageDigest), (changed = true);
     if (changed) writeAtomic(manifestPath, JSON.stringify(m, null, 2), 0o600);
     return { manifestPath, clientConfigPath };
   }
@@ -148,7 +181,11 @@ export function ensureDevManifest(dataDir: string, imageDigest: string): DevMani
     connections: devConnections(dataDir),
   };
   writeAtomic(manifestPath, JSON.stringify(manifest, null, 2), 0o600);
-  writeAtomic(clientConfigPath, JSON.stringify({ schedulerUrl: "", token: controllerToken, operatorToken }, null, 2), 0o600);
+  writeAtomic(
+    clientConfigPath,
+    JSON.stringify({ schedulerUrl: "", token: controllerToken, operatorToken }, null, 2),
+    0o600,
+  );
   return { manifestPath, clientConfigPath };
 }
 

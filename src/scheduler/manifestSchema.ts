@@ -8,7 +8,13 @@
 import { Type, type Static } from "@sinclair/typebox";
 import { createHash } from "node:crypto";
 import { ClosedRecord } from "../protocol/api.ts";
-import { GrantTransport, MAX_GRANT_TTL_SECONDS, MAX_RELAY_TOKEN_TTL_SECONDS, MAX_RELAYS, RelayEntry } from "../protocol/connection.ts";
+import {
+  GrantTransport,
+  MAX_GRANT_TTL_SECONDS,
+  MAX_RELAY_TOKEN_TTL_SECONDS,
+  MAX_RELAYS,
+  RelayEntry,
+} from "../protocol/connection.ts";
 import { MAX_STUN_SERVERS, StunServerText } from "../protocol/stunServers.ts";
 
 /** Most workload classes one manifest declares. */
@@ -42,7 +48,10 @@ const WORKLOAD_CLASS_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$";
 export const GrantPolicySchema = Type.Object(
   {
     transports: Type.Array(GrantTransport, { minItems: 1, maxItems: 2, uniqueItems: true }),
-    ports: Type.Array(Type.String({ maxLength: 11, pattern: "^[0-9]{1,5}(-[0-9]{1,5})?$" }), { minItems: 1, maxItems: MAX_POLICY_PORT_ENTRIES }),
+    ports: Type.Array(Type.String({ maxLength: 11, pattern: "^[0-9]{1,5}(-[0-9]{1,5})?$" }), {
+      minItems: 1,
+      maxItems: MAX_POLICY_PORT_ENTRIES,
+    }),
   },
   { additionalProperties: false },
 );
@@ -61,11 +70,18 @@ export const ConnectionsSection = Type.Object(
     ulaPrefix: Type.String({ minLength: 4, maxLength: 64 }),
     /** The Ed25519 connection-signing key: its key ID and the absolute path of a file (mode 0600) holding the base64 seed. */
     signingKey: Type.Object(
-      { keyId: Type.String({ pattern: KEY_ID_PATTERN, maxLength: 64 }), file: Type.String({ minLength: 2, maxLength: 4096, pattern: "^/" }) },
+      {
+        keyId: Type.String({ pattern: KEY_ID_PATTERN, maxLength: 64 }),
+        file: Type.String({ minLength: 2, maxLength: 4096, pattern: "^/" }),
+      },
       { additionalProperties: false },
     ),
     /** Key ID → base64 Ed25519 public key: what clients and hosts verify grants, relay maps and relay tokens with. Must include the signing key's. */
-    verificationKeys: ClosedRecord(KEY_ID_PATTERN, Type.String({ maxLength: 44, pattern: "^[A-Za-z0-9+/]{43}=$" }), MAX_VERIFICATION_KEYS),
+    verificationKeys: ClosedRecord(
+      KEY_ID_PATTERN,
+      Type.String({ maxLength: 44, pattern: "^[A-Za-z0-9+/]{43}=$" }),
+      MAX_VERIFICATION_KEYS,
+    ),
     relays: Type.Array(RelayEntry, { maxItems: MAX_RELAYS }),
     /** Limits every relay token carries (each relay also enforces its own caps). */
     relayLimits: Type.Object(
@@ -166,4 +182,3 @@ export function identify(manifest: DeploymentManifest, token: string): Identity 
   const p = manifest.principals.find((x) => x.tokenSha256 === d);
   return p ? { id: p.id, role: p.role } : null;
 }
-

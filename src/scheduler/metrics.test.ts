@@ -20,7 +20,8 @@ describe("metrics", () => {
 describe("histograms and sources", () => {
   test("a histogram renders cumulative buckets, +Inf, sum and count", () => {
     const m = new Metrics();
-    for (const v of [0.004, 0.2, 3]) m.observe("bb_allocation_create_to_ready_seconds", "Create to ready", v, { workload_class: "ci-small" });
+    for (const v of [0.004, 0.2, 3])
+      m.observe("bb_allocation_create_to_ready_seconds", "Create to ready", v, { workload_class: "ci-small" });
     m.observe("bb_allocation_create_to_ready_seconds", "Create to ready", -1, { workload_class: "ci-small" });
     const text = m.render([]);
     expect(text).toContain("# TYPE bb_allocation_create_to_ready_seconds histogram");
@@ -41,7 +42,13 @@ describe("histograms and sources", () => {
     const m = new Metrics();
     m.addSource(processMetricsText);
     const text = await m.renderAll([]);
-    for (const name of ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds", "nodejs_heap_size_used_bytes"]) expect(text).toContain(`# TYPE ${name} `);
+    for (const name of [
+      "process_cpu_seconds_total",
+      "process_resident_memory_bytes",
+      "process_open_fds",
+      "nodejs_heap_size_used_bytes",
+    ])
+      expect(text).toContain(`# TYPE ${name} `);
     // Bun has no event-loop delay monitor: those families would read nonsense, so they are left out.
     expect(text).not.toContain("nodejs_eventloop_lag");
     expect(text).not.toMatch(/\n\n/);

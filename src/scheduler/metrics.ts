@@ -14,7 +14,9 @@ export const ALLOWED_LABELS = new Set(["result", "reason", "state", "workload_cl
 export const MAX_SERIES_PER_METRIC = 1000;
 
 /** Histogram buckets for latencies, seconds (a VM boot under TCG takes tens of seconds; a wake-up, milliseconds). */
-export const LATENCY_BUCKETS_SECONDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300] as const;
+export const LATENCY_BUCKETS_SECONDS = [
+  0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
+] as const;
 
 type Labels = Record<string, string>;
 
@@ -39,7 +41,10 @@ function key(labels: Labels): string {
 /** In-memory counters; they reset when the process restarts, as Prometheus counters may. */
 export class Metrics {
   private readonly counters = new Map<string, { help: string; series: Map<string, number> }>();
-  private readonly histograms = new Map<string, { help: string; buckets: readonly number[]; series: Map<string, HistogramSeries> }>();
+  private readonly histograms = new Map<
+    string,
+    { help: string; buckets: readonly number[]; series: Map<string, HistogramSeries> }
+  >();
   private readonly sources: (() => Promise<string> | string)[] = [];
 
   /** Adds `by` to counter `name` with `labels`. Throws on a label outside ALLOWED_LABELS. */
@@ -57,7 +62,13 @@ export class Metrics {
    * `_seconds` names) in histogram `name` with `labels`. Throws on a label
    * outside ALLOWED_LABELS; a negative or non-finite value is dropped.
    */
-  observe(name: string, help: string, value: number, labels: Labels = {}, buckets: readonly number[] = LATENCY_BUCKETS_SECONDS): void {
+  observe(
+    name: string,
+    help: string,
+    value: number,
+    labels: Labels = {},
+    buckets: readonly number[] = LATENCY_BUCKETS_SECONDS,
+  ): void {
     checkLabels(labels);
     if (!Number.isFinite(value) || value < 0) return;
     const h = this.histograms.get(name) ?? { help, buckets, series: new Map<string, HistogramSeries>() };
@@ -98,7 +109,11 @@ export class Metrics {
       for (const [k, s] of h.series) {
         const sep = k ? `${k},` : "";
         h.buckets.forEach((b, i) => out.push(`${name}_bucket{${sep}le="${b}"} ${s.counts[i]}`));
-        out.push(`${name}_bucket{${sep}le="+Inf"} ${s.count}`, `${name}_sum${k ? `{${k}}` : ""} ${s.sum}`, `${name}_count${k ? `{${k}}` : ""} ${s.count}`);
+        out.push(
+          `${name}_bucket{${sep}le="+Inf"} ${s.count}`,
+          `${name}_sum${k ? `{${k}}` : ""} ${s.sum}`,
+          `${name}_count${k ? `{${k}}` : ""} ${s.count}`,
+        );
       }
     }
     for (const g of gauges) {

@@ -14,4 +14,15 @@ import { NetworkDirectoryObject } from "./objects/networkDirectory.ts";
 import { ConnectionObject } from "./objects/connectionObject.ts";
 
 /** The classes, each with its stable class name. */
-export const OBJECT_CLASSES = [AllocationObject, AllocationIndexObject, AdmissionObject, EnrollmentObject, HostObject, HostDirectoryObject, OperationsObject, NetworkObject, NetworkDirectoryObject, ConnectionObject] as const;
+export const OBJECT_CLASSES = [
+  AllocationObject,
+  AllocationIndexObject,
+  AdmissionObject,
+  EnrollmentObject,
+  HostObject,
+  HostDirectoryObject,
+  OperationsObject,
+  NetworkObject,
+  NetworkDirectoryObject,
+  ConnectionObject,
+] as const;

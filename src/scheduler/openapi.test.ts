@@ -18,7 +18,9 @@ describe("the OpenAPI document", () => {
   });
 
   test("the validator does catch a broken document (the check can fail)", async () => {
-    const doc = structuredClone(openApiDocument()) as { paths: Record<string, Record<string, { responses?: unknown }>> };
+    const doc = structuredClone(openApiDocument()) as {
+      paths: Record<string, Record<string, { responses?: unknown }>>;
+    };
     delete doc.paths["/healthz"]!["get"]!.responses;
     doc.paths["/healthz"]!["get"]!["parameters" as "responses"] = [{ in: "path" }];
     expect((await new Validator().validate(doc)).valid).toBe(false);
@@ -33,7 +35,9 @@ describe("the OpenAPI document", () => {
   });
 
   test("every route of the table is an operation with a success response schema, and a new route appears with no other change", () => {
-    const doc = openApiDocument() as { paths: Record<string, Record<string, { operationId: string; responses: Record<string, unknown> }>> };
+    const doc = openApiDocument() as {
+      paths: Record<string, Record<string, { operationId: string; responses: Record<string, unknown> }>>;
+    };
     for (const [name, r] of Object.entries(ROUTES) as [string, RouteSpec][]) {
       const op = doc.paths[openApiPath(r.path)]?.[r.method.toLowerCase()];
       expect(op?.operationId).toBe(name);
@@ -41,7 +45,14 @@ describe("the OpenAPI document", () => {
     }
     const extra: Record<string, RouteSpec> = {
       ...ROUTES,
-      grant: { method: "POST", path: "/v1/allocations/:id/grants", auth: "controller", summary: "x", body: { schema: Type.Object({ a: Type.String({ maxLength: 3 }) }), maxBytes: 100, tooLarge: "BODY_TOO_LARGE" }, response: { status: 201, schema: Type.Object({ b: Type.Integer() }) } },
+      grant: {
+        method: "POST",
+        path: "/v1/allocations/:id/grants",
+        auth: "controller",
+        summary: "x",
+        body: { schema: Type.Object({ a: Type.String({ maxLength: 3 }) }), maxBytes: 100, tooLarge: "BODY_TOO_LARGE" },
+        response: { status: 201, schema: Type.Object({ b: Type.Integer() }) },
+      },
     };
     const grown = openApiDocument(extra) as typeof doc;
     const op = grown.paths["/v1/allocations/{id}/grants"]!["post"]!;
@@ -50,9 +61,22 @@ describe("the OpenAPI document", () => {
   });
 
   test("errors are problem+json and the guard's refusals are listed per route", () => {
-    const doc = openApiDocument() as { paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, unknown> }> }>> };
+    const doc = openApiDocument() as {
+      paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, unknown> }> }>>;
+    };
     const create = doc.paths["/v1/allocations"]!["post"]!.responses;
-    expect(Object.keys(create).sort()).toEqual(["200", "201", "400", "401", "403", "413", "415", "422", "429", "default"]);
+    expect(Object.keys(create).sort()).toEqual([
+      "200",
+      "201",
+      "400",
+      "401",
+      "403",
+      "413",
+      "415",
+      "422",
+      "429",
+      "default",
+    ]);
     expect(Object.keys(create["413"]!.content!)).toEqual(["application/problem+json"]);
     expect(Object.keys(doc.paths["/healthz"]!["get"]!.responses).sort()).toEqual(["200", "default"]);
   });

@@ -50,7 +50,12 @@ function isObjectSchema(v: unknown): v is TSchema {
 }
 
 /** `schema` as plain JSON with every named object schema below the top replaced by a $ref (and collected). */
-function toJson(schema: unknown, names: Map<string, { name: string; schema: TSchema }>, used: Set<string>, top = true): Json {
+function toJson(
+  schema: unknown,
+  names: Map<string, { name: string; schema: TSchema }>,
+  used: Set<string>,
+  top = true,
+): Json {
   if (typeof schema !== "object" || schema === null) return schema as Json;
   if (Array.isArray(schema)) return schema.map((x) => toJson(x, names, used, false));
   if (!top && isObjectSchema(schema)) {
@@ -79,42 +84,106 @@ function errorAnswers(spec: RouteSpec): Record<string, Json> {
   const bad: string[] = [];
   if (spec.path.includes("/:")) bad.push("VALIDATION_FAILED for a path parameter that does not match its pattern");
   if (spec.query) bad.push("VALIDATION_FAILED for an unknown, repeated or out-of-range query parameter");
-  if (spec.body) bad.push("MALFORMED_JSON, JSON_TOO_DEEP or INVALID_CONTENT_LENGTH for an unreadable body; VALIDATION_FAILED for the first schema error, naming the field path (an unknown field lists the allowed ones)");
+  if (spec.body)
+    bad.push(
+      "MALFORMED_JSON, JSON_TOO_DEEP or INVALID_CONTENT_LENGTH for an unreadable body; VALIDATION_FAILED for the first schema error, naming the field path (an unknown field lists the allowed ones)",
+    );
   if (bad.length) out["400"] = problemAnswer(bad.join("; "));
-  if (spec.auth !== "none" && spec.auth !== "enroll") out["401"] = { description: "UNAUTHENTICATED: missing or unknown bearer token", content: problemContent, headers: { "WWW-Authenticate": { description: 'the challenge, always `Bearer realm="beachball"` (RFC 6750 §3)', schema: { type: "string" } } } };
-  if (spec.auth === "controller" || spec.auth === "operator") out["403"] = problemAnswer(`FORBIDDEN: the token's role is not ${spec.auth}`);
+  if (spec.auth !== "none" && spec.auth !== "enroll")
+    out["401"] = {
+      description: "UNAUTHENTICATED: missing or unknown bearer token",
+      content: problemContent,
+      headers: {
+        "WWW-Authenticate": {
+          description: 'the challenge, always `Bearer realm="beachball"` (RFC 6750 §3)',
+          schema: { type: "string" },
+        },
+      },
+    };
+  if (spec.auth === "controller" || spec.auth === "operator")
+    out["403"] = problemAnswer(`FORBIDDEN: the token's role is not ${spec.auth}`);
   if (spec.auth === "host") out["403"] = problemAnswer("FORBIDDEN: the envelope names another host");
-  if (spec.path.includes("/:")) out["404"] = problemAnswer("NOT_FOUND: a well-formed ID that names nothing this caller may see (the detail says which: no such allocation, no such grant for this allocation, no such host)");
-  if (spec.body) out["413"] = problemAnswer(`${spec.body.tooLarge}: body over ${spec.body.maxBytes} bytes (a declared Content-Length over it is refused before the body is read)`);
-  if (spec.body) out["415"] = problemAnswer("UNSUPPORTED_MEDIA_TYPE: Content-Type is not application/json (or the body is content-encoded); refused before the body is read");
+  if (spec.path.includes("/:"))
+    out["404"] = problemAnswer(
+      "NOT_FOUND: a well-formed ID that names nothing this caller may see (the detail says which: no such allocation, no such grant for this allocation, no such host)",
+    );
+  if (spec.body)
+    out["413"] = problemAnswer(
+      `${spec.body.tooLarge}: body over ${spec.body.maxBytes} bytes (a declared Content-Length over it is refused before the body is read)`,
+    );
+  if (spec.body)
+    out["415"] = problemAnswer(
+      "UNSUPPORTED_MEDIA_TYPE: Content-Type is not application/json (or the body is content-encoded); refused before the body is read",
+    );
   const semantic = (spec.refusals ?? []).filter((c) => ERROR_STATUS[c] === 422);
-  if (semantic.length) out["422"] = problemAnswer(`${semantic.join(" or ")}: a well-formed request the scheduler cannot act on`);
-  if (spec.auth !== "none" && spec.auth !== "enroll") out["429"] = { description: `CONCURRENCY_LIMITED: this caller already has ${MAX_IN_FLIGHT_PER_CALLER} requests in flight (or ${MAX_FOLLOWS_PER_CALLER} log follows); shed before any work`, content: problemContent, headers: { "Retry-After": { description: "seconds to wait before retrying", schema: { type: "integer" } } } };
-  if (spec.response.status === 101) out["426"] = problemAnswer("UPGRADE_REQUIRED: the request asked for no WebSocket upgrade");
+  if (semantic.length)
+    out["422"] = problemAnswer(`${semantic.join(" or ")}: a well-formed request the scheduler cannot act on`);
+  if (spec.auth !== "none" && spec.auth !== "enroll")
+    out["429"] = {
+      description: `CONCURRENCY_LIMITED: this caller already has ${MAX_IN_FLIGHT_PER_CALLER} requests in flight (or ${MAX_FOLLOWS_PER_CALLER} log follows); shed before any work`,
+      content: problemContent,
+      headers: { "Retry-After": { description: "seconds to wait before retrying", schema: { type: "integer" } } },
+    };
+  if (spec.response.status === 101)
+    out["426"] = problemAnswer("UPGRADE_REQUIRED: the request asked for no WebSocket upgrade");
   return out;
 }
 
-function operation(name: string, spec: RouteSpec, names: Map<string, { name: string; schema: TSchema }>, used: Set<string>): Json {
+function operation(
+  name: string,
+  spec: RouteSpec,
+  names: Map<string, { name: string; schema: TSchema }>,
+  used: Set<string>,
+): Json {
   const op: Record<string, Json> = { operationId: name, summary: spec.summary, tags: [tagOf(spec)] };
   const params: Json[] = [];
   for (const seg of spec.path.split("/")) {
-    if (seg.startsWith(":")) params.push({ name: seg.slice(1), in: "path", required: true, schema: { type: "string", pattern: spec.params?.[seg.slice(1)]?.source ?? "^$" } });
+    if (seg.startsWith(":"))
+      params.push({
+        name: seg.slice(1),
+        in: "path",
+        required: true,
+        schema: { type: "string", pattern: spec.params?.[seg.slice(1)]?.source ?? "^$" },
+      });
   }
   for (const [q, p] of Object.entries(spec.query ?? {})) {
-    params.push({ name: q, in: "query", required: false, schema: p.kind === "integer" ? { type: "integer", minimum: p.min, maximum: p.max } : { type: "string", pattern: p.pattern.source } });
+    params.push({
+      name: q,
+      in: "query",
+      required: false,
+      schema:
+        p.kind === "integer"
+          ? { type: "integer", minimum: p.min, maximum: p.max }
+          : { type: "string", pattern: p.pattern.source },
+    });
   }
   if (params.length) op["parameters"] = params;
   if (spec.body) {
-    op["requestBody"] = { required: true, description: `Content-Type: application/json only (415 otherwise), at most ${spec.body.maxBytes} bytes (413 ${spec.body.tooLarge} past it)`, content: { "application/json": { schema: ref(spec.body.schema, names, used) } } };
+    op["requestBody"] = {
+      required: true,
+      description: `Content-Type: application/json only (415 otherwise), at most ${spec.body.maxBytes} bytes (413 ${spec.body.tooLarge} past it)`,
+      content: { "application/json": { schema: ref(spec.body.schema, names, used) } },
+    };
   }
   const success: Json =
     "schema" in spec.response
-      ? { description: spec.summary, content: { "application/json": { schema: ref(spec.response.schema, names, used) } } }
+      ? {
+          description: spec.summary,
+          content: { "application/json": { schema: ref(spec.response.schema, names, used) } },
+        }
       : "contentType" in spec.response
-        ? { description: spec.summary, content: { [spec.response.contentType.split(";")[0]!]: { schema: { type: "string" } } } }
+        ? {
+            description: spec.summary,
+            content: { [spec.response.contentType.split(";")[0]!]: { schema: { type: "string" } } },
+          }
         : { description: spec.summary };
   const also = "also" in spec.response && spec.response.also ? { [String(spec.response.also)]: success } : {};
-  op["responses"] = { ...also, [String(spec.response.status)]: success, ...errorAnswers(spec), default: problemAnswer("Any other error, with its stable code (429 and 503 carry Retry-After)") };
+  op["responses"] = {
+    ...also,
+    [String(spec.response.status)]: success,
+    ...errorAnswers(spec),
+    default: problemAnswer("Any other error, with its stable code (429 and 503 carry Retry-After)"),
+  };
   const scheme = schemeOf(spec.auth);
   op["security"] = scheme ? [{ [scheme]: [] }] : [];
   op["x-beachball-auth"] = spec.auth;
@@ -131,9 +200,15 @@ const SCHEMES: Record<string, { name: string; description: string } | null> = {
   none: null,
   enroll: null,
   host: { name: "hostCredential", description: "An enrolled host's credential bbh_<hostId>.<secret>" },
-  endpoint: { name: "connectionEndpointToken", description: "The endpoint token of one role of the connection named in the path" },
+  endpoint: {
+    name: "connectionEndpointToken",
+    description: "The endpoint token of one role of the connection named in the path",
+  },
 };
-const PRINCIPAL_SCHEME = { name: "bearerToken", description: "A principal's token from the deployment manifest (role controller or operator)" };
+const PRINCIPAL_SCHEME = {
+  name: "bearerToken",
+  description: "A principal's token from the deployment manifest (role controller or operator)",
+};
 
 function schemeOf(auth: string): string | null {
   const s = auth in SCHEMES ? SCHEMES[auth]! : PRINCIPAL_SCHEME;
@@ -167,7 +242,11 @@ export function openApiDocument(routes: Record<string, RouteSpec> = ROUTES): Rec
     const p = (paths[openApiPath(spec.path)] ??= {});
     p[spec.method.toLowerCase()] = operation(name, spec, names, used);
   }
-  const usedSchemes = new Set(Object.values(routes).map((r) => schemeOf(r.auth)).filter((x): x is string => x !== null));
+  const usedSchemes = new Set(
+    Object.values(routes)
+      .map((r) => schemeOf(r.auth))
+      .filter((x): x is string => x !== null),
+  );
   // Components, including those named only inside other components.
   const schemas: Record<string, Json> = {};
   const byName = new Map([...names.values()].map((n) => [n.name, n.schema]));
@@ -191,7 +270,11 @@ export function openApiDocument(routes: Record<string, RouteSpec> = ROUTES): Rec
         "Every GET route also answers HEAD; a known path called with another method answers 405 METHOD_NOT_ALLOWED with `Allow`; an unknown path 404 NOT_FOUND. " +
         "Bad input is refused before anything is written: a malformed ID, query parameter or body field 400 VALIDATION_FAILED (the detail names the field path), " +
         "unparseable JSON 400 MALFORMED_JSON, a body that is not application/json 415 UNSUPPORTED_MEDIA_TYPE, a body over the route's bound 413. " +
-        "429 (RATE_LIMITED, CONCURRENCY_LIMITED) and 503 answers carry Retry-After (seconds); each authenticated caller may have " + MAX_IN_FLIGHT_PER_CALLER + " requests in flight, " + MAX_FOLLOWS_PER_CALLER + " of them log follows, and one past either is shed with 429 CONCURRENCY_LIMITED before any work; every 401 carries WWW-Authenticate: Bearer realm=\"beachball\". Creating an allocation is idempotent by `clientRequestId`.",
+        "429 (RATE_LIMITED, CONCURRENCY_LIMITED) and 503 answers carry Retry-After (seconds); each authenticated caller may have " +
+        MAX_IN_FLIGHT_PER_CALLER +
+        " requests in flight, " +
+        MAX_FOLLOWS_PER_CALLER +
+        ' of them log follows, and one past either is shed with 429 CONCURRENCY_LIMITED before any work; every 401 carries WWW-Authenticate: Bearer realm="beachball". Creating an allocation is idempotent by `clientRequestId`.',
     },
     paths: Object.fromEntries(Object.entries(paths).sort(([a], [b]) => a.localeCompare(b))),
     "x-beachball-error-codes": Object.fromEntries(Object.entries(ERROR_STATUS).sort(([a], [b]) => a.localeCompare(b))),

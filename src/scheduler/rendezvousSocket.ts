@@ -29,7 +29,14 @@ import { Value } from "@sinclair/typebox/value";
 import { BeachballError } from "../protocol/errors.ts";
 import { parseBoundedJson } from "../protocol/boundedBody.ts";
 import { declaredKeys, describeFirstSchemaError } from "./schemaErrors.ts";
-import { ConnectionMessagesBody, MAX_CONNECTION_BODY_BYTES, MAX_CONNECTION_POLL_WAIT_MS, type ConnectionPollBody, type ConnectionPollResponse, type RelayRole } from "../protocol/connection.ts";
+import {
+  ConnectionMessagesBody,
+  MAX_CONNECTION_BODY_BYTES,
+  MAX_CONNECTION_POLL_WAIT_MS,
+  type ConnectionPollBody,
+  type ConnectionPollResponse,
+  type RelayRole,
+} from "../protocol/connection.ts";
 
 /** The messages body's declared keys (schemaErrors.ts may name them). */
 const MESSAGES_KEYS = declaredKeys(ConnectionMessagesBody);
@@ -55,7 +62,11 @@ export interface RendezvousSocketData {
 /** The front's Connection methods the bridge calls. */
 export interface RendezvousFront {
   connectionPoll(connectionId: string, role: RelayRole, body: ConnectionPollBody): Promise<ConnectionPollResponse>;
-  connectionMessages(connectionId: string, role: RelayRole, body: ConnectionMessagesBody): Promise<ConnectionPollResponse>;
+  connectionMessages(
+    connectionId: string,
+    role: RelayRole,
+    body: ConnectionMessagesBody,
+  ): Promise<ConnectionPollResponse>;
 }
 
 /** The clock and timer the bridge uses (monotonic ms). */
@@ -86,7 +97,11 @@ export class RendezvousSockets {
   /** Throws RATE_LIMITED when MAX_RENDEZVOUS_SOCKETS_PER_ROLE sockets of this Connection role are open (checked before upgrading). */
   admit(connectionId: string, role: RelayRole): void {
     if ((this.open.get(`${connectionId}:${role}`) ?? 0) >= MAX_RENDEZVOUS_SOCKETS_PER_ROLE) {
-      throw new BeachballError("RATE_LIMITED", `at most ${MAX_RENDEZVOUS_SOCKETS_PER_ROLE} rendezvous sockets per Connection and role`, { retryAfterSeconds: 5 });
+      throw new BeachballError(
+        "RATE_LIMITED",
+        `at most ${MAX_RENDEZVOUS_SOCKETS_PER_ROLE} rendezvous sockets per Connection and role`,
+        { retryAfterSeconds: 5 },
+      );
     }
   }
 
@@ -128,13 +143,17 @@ export class RendezvousSockets {
       const started = this.nowMs();
       let r: ConnectionPollResponse;
       try {
-        r = await this.front.connectionPoll(ws.data.connectionId, ws.data.role, { after, waitMs: MAX_CONNECTION_POLL_WAIT_MS });
+        r = await this.front.connectionPoll(ws.data.connectionId, ws.data.role, {
+          after,
+          waitMs: MAX_CONNECTION_POLL_WAIT_MS,
+        });
       } catch (e) {
         const err = e instanceof BeachballError ? e : new BeachballError("INTERNAL", "internal error");
         return this.fail(ws, err.code === "UNAUTHENTICATED" ? 1000 : 1011, err.code, err.message);
       }
       if (live.closed) return;
-      if (r.closed) return this.fail(ws, 1000, "UNAUTHENTICATED", "the connection has ended (its grant expired or was revoked)");
+      if (r.closed)
+        return this.fail(ws, 1000, "UNAUTHENTICATED", "the connection has ended (its grant expired or was revoked)");
       if (r.messages.length > 0) {
         ws.send(JSON.stringify({ type: "messages", ...r }));
         after = Math.max(after, ...r.messages.map((m) => m.seq));
@@ -150,7 +169,13 @@ export class RendezvousSockets {
     if (!live || live.closed) return;
     const now = this.nowMs();
     live.frames = live.frames.filter((t) => now - t < RENDEZVOUS_RATE_WINDOW_MS);
-    if (live.frames.length >= MAX_RENDEZVOUS_FRAMES_PER_WINDOW) return this.fail(ws, 1008, "RATE_LIMITED", `at most ${MAX_RENDEZVOUS_FRAMES_PER_WINDOW} frames per ${RENDEZVOUS_RATE_WINDOW_MS / 1000} s`);
+    if (live.frames.length >= MAX_RENDEZVOUS_FRAMES_PER_WINDOW)
+      return this.fail(
+        ws,
+        1008,
+        "RATE_LIMITED",
+        `at most ${MAX_RENDEZVOUS_FRAMES_PER_WINDOW} frames per ${RENDEZVOUS_RATE_WINDOW_MS / 1000} s`,
+      );
     live.frames.push(now);
     let body: unknown;
     try {
@@ -161,7 +186,12 @@ export class RendezvousSockets {
       return this.fail(ws, 1008, err.code, err.message);
     }
     if (!Value.Check(ConnectionMessagesBody, body)) {
-      return this.fail(ws, 1008, "VALIDATION_FAILED", describeFirstSchemaError(Value.Errors(ConnectionMessagesBody, body), MESSAGES_KEYS));
+      return this.fail(
+        ws,
+        1008,
+        "VALIDATION_FAILED",
+        describeFirstSchemaError(Value.Errors(ConnectionMessagesBody, body), MESSAGES_KEYS),
+      );
     }
     try {
       const r = await this.front.connectionMessages(ws.data.connectionId, ws.data.role, body);

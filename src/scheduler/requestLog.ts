@@ -36,7 +36,10 @@ export interface RequestLogDeps {
 }
 
 /** `handle` with request IDs and the request log (see the module header). */
-export function withRequestLog(handle: (req: Request) => Response | Promise<Response>, deps: RequestLogDeps): (req: Request) => Promise<Response> {
+export function withRequestLog(
+  handle: (req: Request) => Response | Promise<Response>,
+  deps: RequestLogDeps,
+): (req: Request) => Promise<Response> {
   return async (req) => {
     const started = deps.clock.now();
     const given = req.headers.get(REQUEST_ID_HEADER);
@@ -53,15 +56,30 @@ export function withRequestLog(handle: (req: Request) => Response | Promise<Resp
     }
     // The code of our own problem responses is known without reading the body; only another answer is peeked at.
     let code: string | undefined = ownCode;
-    if (code === undefined && res.status >= 400 && (res.headers.get("content-type") ?? "").startsWith("application/problem+json")) {
-      const text = await res.clone().text().catch(() => "");
+    if (
+      code === undefined &&
+      res.status >= 400 &&
+      (res.headers.get("content-type") ?? "").startsWith("application/problem+json")
+    ) {
+      const text = await res
+        .clone()
+        .text()
+        .catch(() => "");
       const m = /"code":"([A-Z_]{1,64})"/.exec(text.slice(0, MAX_PROBLEM_PEEK_BYTES));
       code = m?.[1];
     }
     const path = requestTarget(req).pathname.slice(0, MAX_LOGGED_PATH_CHARS);
-    const fields = { requestId, method: req.method.slice(0, 16), path, status: res.status, code, durationMs: deps.clock.now() - started };
+    const fields = {
+      requestId,
+      method: req.method.slice(0, 16),
+      path,
+      status: res.status,
+      code,
+      durationMs: deps.clock.now() - started,
+    };
     if (res.status >= 500) deps.log.warn("http request", fields);
-    else if (path.startsWith("/v1/agents/poll") || path.startsWith("/v1/agents/messages")) deps.log.debug("http request", fields);
+    else if (path.startsWith("/v1/agents/poll") || path.startsWith("/v1/agents/messages"))
+      deps.log.debug("http request", fields);
     else deps.log.info("http request", fields);
     return res;
   };

@@ -28,7 +28,12 @@ import {
   ReplacementAuthorizationBody,
 } from "../protocol/api.ts";
 import { Envelope, MAX_ENVELOPE_BYTES } from "../protocol/agent.ts";
-import { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody, MAX_CONNECTION_BODY_BYTES } from "../protocol/connection.ts";
+import {
+  ConnectionGrantBody,
+  ConnectionMessagesBody,
+  ConnectionPollBody,
+  MAX_CONNECTION_BODY_BYTES,
+} from "../protocol/connection.ts";
 import * as R from "../protocol/responses.ts";
 import { LogPushBody, MAX_LOG_PUSH_BODY_BYTES } from "../protocol/logs.ts";
 
@@ -72,7 +77,11 @@ export interface RouteBody {
  * with the same body (create's 200 for a replayed request). Errors are
  * always problem+json.
  */
-export type RouteResponse = { status: 200 | 201 | 202; schema: TSchema; also?: 200 } | { status: 200; contentType: string } | { status: 204 } | { status: 101 };
+export type RouteResponse =
+  | { status: 200 | 201 | 202; schema: TSchema; also?: 200 }
+  | { status: 200; contentType: string }
+  | { status: 204 }
+  | { status: 101 };
 
 /** One route as data (see the module header). */
 export interface RouteSpec {
@@ -94,7 +103,11 @@ export interface RouteSpec {
 
 const api = (schema: TSchema): RouteBody => ({ schema, maxBytes: MAX_API_BODY_BYTES, tooLarge: "BODY_TOO_LARGE" });
 const envelope: RouteBody = { schema: Envelope, maxBytes: MAX_ENVELOPE_BYTES, tooLarge: "ENVELOPE_TOO_LARGE" };
-const rendezvous = (schema: TSchema): RouteBody => ({ schema, maxBytes: MAX_CONNECTION_BODY_BYTES, tooLarge: "BODY_TOO_LARGE" });
+const rendezvous = (schema: TSchema): RouteBody => ({
+  schema,
+  maxBytes: MAX_CONNECTION_BODY_BYTES,
+  tooLarge: "BODY_TOO_LARGE",
+});
 const allocation = { id: PATH_ID.allocation };
 const host = { id: PATH_ID.host };
 const connection = { id: PATH_ID.connection };
@@ -106,22 +119,70 @@ const OpenApiDocument = Type.Object({ openapi: Type.String() }, { additionalProp
 
 /** The scheduler's routes by name. */
 export const ROUTES = {
-  healthz: { method: "GET", path: "/healthz", auth: "none", summary: "Liveness and storage health (503 STORAGE_UNAVAILABLE when the store cannot be written)", response: ok(R.Health) },
-  openapi: { method: "GET", path: "/openapi.json", auth: "none", summary: "This API as an OpenAPI 3.1 document", response: ok(OpenApiDocument) },
-  wellKnown: { method: "GET", path: "/v1/.well-known/beachball", auth: "none", summary: "Discovery: API and agent protocol versions, region, workload classes", response: ok(R.WellKnown) },
+  healthz: {
+    method: "GET",
+    path: "/healthz",
+    auth: "none",
+    summary: "Liveness and storage health (503 STORAGE_UNAVAILABLE when the store cannot be written)",
+    response: ok(R.Health),
+  },
+  openapi: {
+    method: "GET",
+    path: "/openapi.json",
+    auth: "none",
+    summary: "This API as an OpenAPI 3.1 document",
+    response: ok(OpenApiDocument),
+  },
+  wellKnown: {
+    method: "GET",
+    path: "/v1/.well-known/beachball",
+    auth: "none",
+    summary: "Discovery: API and agent protocol versions, region, workload classes",
+    response: ok(R.WellKnown),
+  },
   createAllocation: {
     method: "POST",
     path: "/v1/allocations",
     auth: "controller",
     body: api(CreateAllocationBody),
     refusals: ["UNKNOWN_WORKLOAD_CLASS", "IDEMPOTENCY_CONFLICT"],
-    summary: "Create an allocation; idempotent by clientRequestId (201 created, 200 the same request replayed, 422 IDEMPOTENCY_CONFLICT for another body)",
+    summary:
+      "Create an allocation; idempotent by clientRequestId (201 created, 200 the same request replayed, 422 IDEMPOTENCY_CONFLICT for another body)",
     response: { status: 201, schema: AllocationView, also: 200 },
   },
-  listAllocations: { method: "GET", path: "/v1/allocations", auth: "principal", query: { cursor: { kind: "string", pattern: PATH_ID.allocation }, limit }, summary: "List the caller's allocations, one page", response: ok(R.AllocationPage) },
-  getAllocation: { method: "GET", path: "/v1/allocations/:id", params: allocation, auth: "principal", summary: "One allocation", response: ok(AllocationView) },
-  releaseAllocation: { method: "POST", path: "/v1/allocations/:id/release", params: allocation, auth: "principal", summary: "Request release (idempotent); the allocation reaches released once its VM is gone", response: ok(AllocationView, 202) },
-  events: { method: "GET", path: "/v1/allocations/:id/events", params: allocation, auth: "principal", query: { after, limit }, summary: "The allocation's events after a sequence number (resumable)", response: ok(R.EventPage) },
+  listAllocations: {
+    method: "GET",
+    path: "/v1/allocations",
+    auth: "principal",
+    query: { cursor: { kind: "string", pattern: PATH_ID.allocation }, limit },
+    summary: "List the caller's allocations, one page",
+    response: ok(R.AllocationPage),
+  },
+  getAllocation: {
+    method: "GET",
+    path: "/v1/allocations/:id",
+    params: allocation,
+    auth: "principal",
+    summary: "One allocation",
+    response: ok(AllocationView),
+  },
+  releaseAllocation: {
+    method: "POST",
+    path: "/v1/allocations/:id/release",
+    params: allocation,
+    auth: "principal",
+    summary: "Request release (idempotent); the allocation reaches released once its VM is gone",
+    response: ok(AllocationView, 202),
+  },
+  events: {
+    method: "GET",
+    path: "/v1/allocations/:id/events",
+    params: allocation,
+    auth: "principal",
+    query: { after, limit },
+    summary: "The allocation's events after a sequence number (resumable)",
+    response: ok(R.EventPage),
+  },
   logs: {
     method: "GET",
     path: "/v1/allocations/:id/logs",
@@ -137,21 +198,46 @@ export const ROUTES = {
     params: allocation,
     auth: "controller",
     body: { schema: BootstrapBody, maxBytes: MAX_REQUEST_BODY_BYTES, tooLarge: "PAYLOAD_TOO_LARGE" },
-    summary: "Hand a bootstrap payload to the guest (memory only); answers once the guest consumed it, idempotent by deliveryId",
+    summary:
+      "Hand a bootstrap payload to the guest (memory only); answers once the guest consumed it, idempotent by deliveryId",
     response: ok(R.DeliveryResult),
   },
-  replacementAuthorizations: { method: "POST", path: "/v1/allocations/:id/replacement-authorizations", params: allocation, auth: "controller", body: api(ReplacementAuthorizationBody), summary: "Certify the generation's external authority is revoked so a blocked replacement may proceed", response: ok(AllocationView) },
+  replacementAuthorizations: {
+    method: "POST",
+    path: "/v1/allocations/:id/replacement-authorizations",
+    params: allocation,
+    auth: "controller",
+    body: api(ReplacementAuthorizationBody),
+    summary: "Certify the generation's external authority is revoked so a blocked replacement may proceed",
+    response: ok(AllocationView),
+  },
   createConnectionGrant: {
     method: "POST",
     path: "/v1/allocations/:id/connection-grants",
     params: allocation,
     auth: "controller",
     body: api(ConnectionGrantBody),
-    summary: "A signed connection grant for the caller's ready allocation (one generation, one host peer), its relay map, relay tokens and rendezvous endpoint token",
+    summary:
+      "A signed connection grant for the caller's ready allocation (one generation, one host peer), its relay map, relay tokens and rendezvous endpoint token",
     response: ok(R.ConnectionGrantResponse, 201),
   },
-  revokeConnectionGrant: { method: "DELETE", path: "/v1/allocations/:id/connection-grants/:grantId", params: { ...allocation, grantId: PATH_ID.grant }, auth: "controller", summary: "Revoke a connection grant (idempotent)", response: { status: 204 } },
-  connectionPoll: { method: "POST", path: "/v1/connections/:id/poll", params: connection, auth: "endpoint", body: rendezvous(ConnectionPollBody), summary: "Rendezvous: the peer's messages after a cursor (acknowledging those up to it); parks up to 25 s", response: ok(R.ConnectionPollResponse) },
+  revokeConnectionGrant: {
+    method: "DELETE",
+    path: "/v1/allocations/:id/connection-grants/:grantId",
+    params: { ...allocation, grantId: PATH_ID.grant },
+    auth: "controller",
+    summary: "Revoke a connection grant (idempotent)",
+    response: { status: 204 },
+  },
+  connectionPoll: {
+    method: "POST",
+    path: "/v1/connections/:id/poll",
+    params: connection,
+    auth: "endpoint",
+    body: rendezvous(ConnectionPollBody),
+    summary: "Rendezvous: the peer's messages after a cursor (acknowledging those up to it); parks up to 25 s",
+    response: ok(R.ConnectionPollResponse),
+  },
   connectionConnect: {
     method: "GET",
     path: "/v1/connections/:id/connect",
@@ -167,20 +253,98 @@ export const ROUTES = {
     path: "/v1/connections/:id/relay-tokens",
     params: connection,
     auth: "endpoint",
-    summary: "Fresh relay tokens for the caller's role of the Connection's grant (same grant, generation and host peer; never past the grant); at most one per 10 s per role; 401 UNAUTHENTICATED once the grant expired, was revoked or replaced",
+    summary:
+      "Fresh relay tokens for the caller's role of the Connection's grant (same grant, generation and host peer; never past the grant); at most one per 10 s per role; 401 UNAUTHENTICATED once the grant expired, was revoked or replaced",
     response: ok(R.ConnectionRelayTokensResponse),
   },
-  connectionMessages: { method: "POST", path: "/v1/connections/:id/messages", params: connection, auth: "endpoint", body: rendezvous(ConnectionMessagesBody), summary: "Rendezvous: post candidates, path observations and acks (per-role sequence numbers)", response: ok(R.ConnectionPollResponse) },
-  enrollmentTokens: { method: "POST", path: "/v1/hosts/:id/enrollment-tokens", params: host, auth: "operator", body: api(EnrollmentTokenBody), summary: "Mint a one-use enrollment token bound to a host ID", response: ok(R.EnrollmentToken, 201) },
-  hosts: { method: "GET", path: "/v1/hosts", auth: "operator", summary: "Every enrolled host with capacity, health and placements", response: ok(R.HostList) },
-  activateHost: { method: "POST", path: "/v1/hosts/:id/activate", params: host, auth: "operator", summary: "Let a host take new placements", response: ok(R.HostView) },
-  drainHost: { method: "POST", path: "/v1/hosts/:id/drain", params: host, auth: "operator", summary: "Stop new placements on a host; running ones stay", response: ok(R.HostView) },
-  disableHost: { method: "POST", path: "/v1/hosts/:id/disable", params: host, auth: "operator", summary: "Fence a host for good (enroll it again to return)", response: ok(R.HostView) },
-  metrics: { method: "GET", path: "/v1/operations/metrics", auth: "operator", summary: "Prometheus text exposition", response: { status: 200, contentType: "text/plain; version=0.0.4" } },
-  alerts: { method: "GET", path: "/v1/operations/alerts", auth: "operator", query: { after, limit }, summary: "Operator alerts after a sequence number", response: ok(R.AlertList) },
-  enroll: { method: "POST", path: "/v1/agents/enroll", auth: "enroll", body: api(EnrollBody), summary: "Agent: enroll a host with a one-use token; answers the host credential once", response: ok(R.EnrollResponse, 201) },
-  poll: { method: "POST", path: "/v1/agents/poll", auth: "host", body: envelope, summary: "Agent: report and fetch commands; parks up to 25 s when there is nothing to do", response: ok(R.PollResponse) },
-  messages: { method: "POST", path: "/v1/agents/messages", auth: "host", body: envelope, summary: "Agent: report observations without parking", response: ok(R.PollResponse) },
+  connectionMessages: {
+    method: "POST",
+    path: "/v1/connections/:id/messages",
+    params: connection,
+    auth: "endpoint",
+    body: rendezvous(ConnectionMessagesBody),
+    summary: "Rendezvous: post candidates, path observations and acks (per-role sequence numbers)",
+    response: ok(R.ConnectionPollResponse),
+  },
+  enrollmentTokens: {
+    method: "POST",
+    path: "/v1/hosts/:id/enrollment-tokens",
+    params: host,
+    auth: "operator",
+    body: api(EnrollmentTokenBody),
+    summary: "Mint a one-use enrollment token bound to a host ID",
+    response: ok(R.EnrollmentToken, 201),
+  },
+  hosts: {
+    method: "GET",
+    path: "/v1/hosts",
+    auth: "operator",
+    summary: "Every enrolled host with capacity, health and placements",
+    response: ok(R.HostList),
+  },
+  activateHost: {
+    method: "POST",
+    path: "/v1/hosts/:id/activate",
+    params: host,
+    auth: "operator",
+    summary: "Let a host take new placements",
+    response: ok(R.HostView),
+  },
+  drainHost: {
+    method: "POST",
+    path: "/v1/hosts/:id/drain",
+    params: host,
+    auth: "operator",
+    summary: "Stop new placements on a host; running ones stay",
+    response: ok(R.HostView),
+  },
+  disableHost: {
+    method: "POST",
+    path: "/v1/hosts/:id/disable",
+    params: host,
+    auth: "operator",
+    summary: "Fence a host for good (enroll it again to return)",
+    response: ok(R.HostView),
+  },
+  metrics: {
+    method: "GET",
+    path: "/v1/operations/metrics",
+    auth: "operator",
+    summary: "Prometheus text exposition",
+    response: { status: 200, contentType: "text/plain; version=0.0.4" },
+  },
+  alerts: {
+    method: "GET",
+    path: "/v1/operations/alerts",
+    auth: "operator",
+    query: { after, limit },
+    summary: "Operator alerts after a sequence number",
+    response: ok(R.AlertList),
+  },
+  enroll: {
+    method: "POST",
+    path: "/v1/agents/enroll",
+    auth: "enroll",
+    body: api(EnrollBody),
+    summary: "Agent: enroll a host with a one-use token; answers the host credential once",
+    response: ok(R.EnrollResponse, 201),
+  },
+  poll: {
+    method: "POST",
+    path: "/v1/agents/poll",
+    auth: "host",
+    body: envelope,
+    summary: "Agent: report and fetch commands; parks up to 25 s when there is nothing to do",
+    response: ok(R.PollResponse),
+  },
+  messages: {
+    method: "POST",
+    path: "/v1/agents/messages",
+    auth: "host",
+    body: envelope,
+    summary: "Agent: report observations without parking",
+    response: ok(R.PollResponse),
+  },
   pushLogs: {
     method: "POST",
     path: "/v1/agents/logs",
@@ -205,6 +369,10 @@ export function checkPathParams(spec: RouteSpec, params: Record<string, string>)
     const pattern = spec.params?.[name];
     if (pattern && pattern.test(value)) continue;
     const kind = Object.entries(PATH_ID).find(([, p]) => p === pattern)?.[0];
-    throw new BeachballError("VALIDATION_FAILED", `path parameter ${name}${kind ? ` (${kind} ID)` : ""} must match ${pattern?.source ?? "nothing"}`, { parameter: name, pattern: pattern?.source ?? null });
+    throw new BeachballError(
+      "VALIDATION_FAILED",
+      `path parameter ${name}${kind ? ` (${kind} ID)` : ""} must match ${pattern?.source ?? "nothing"}`,
+      { parameter: name, pattern: pattern?.source ?? null },
+    );
   }
 }

@@ -55,7 +55,9 @@ function safePath(path: string, known: Set<string>): string {
 function listOf(names: string[]): string {
   if (names.length === 0) return "none";
   const shown = names.slice(0, MAX_ALLOWED_FIELDS_LISTED).join(", ");
-  return names.length > MAX_ALLOWED_FIELDS_LISTED ? `${shown} and ${names.length - MAX_ALLOWED_FIELDS_LISTED} more` : shown;
+  return names.length > MAX_ALLOWED_FIELDS_LISTED
+    ? `${shown} and ${names.length - MAX_ALLOWED_FIELDS_LISTED} more`
+    : shown;
 }
 
 /** The literal-valued property that tells a union's object shapes apart, with each shape's value; null when there is none. */
@@ -91,17 +93,26 @@ function describe(e: ValueError, known: Set<string>, depth: number): Finding {
     const patterns = Object.keys(obj(schema["patternProperties"]));
     if (patterns.length) return { field, reason: `key does not match ${patterns[0]}` };
     const allowed = Object.keys(obj(schema["properties"]));
-    return { field, reason: `unknown field; allowed fields here: ${listOf(allowed)}`, allowedFields: allowed.slice(0, MAX_ALLOWED_FIELDS_LISTED) };
+    return {
+      field,
+      reason: `unknown field; allowed fields here: ${listOf(allowed)}`,
+      allowedFields: allowed.slice(0, MAX_ALLOWED_FIELDS_LISTED),
+    };
   }
   if (e.type === ValueErrorType.ObjectRequiredProperty) return { field, reason: "required field is missing" };
   if (e.type === ValueErrorType.Union && Array.isArray(schema["anyOf"]) && depth < MAX_UNION_DEPTH) {
     const variants = (schema["anyOf"] as unknown[]).map(obj);
-    if (variants.every((v) => v["const"] !== undefined)) return { field, reason: `must be one of ${listOf(variants.map((v) => JSON.stringify(v["const"])))}` };
+    if (variants.every((v) => v["const"] !== undefined))
+      return { field, reason: `must be one of ${listOf(variants.map((v) => JSON.stringify(v["const"])))}` };
     const d = variants.every((v) => v["type"] === "object") ? discriminator(variants) : null;
     if (d) {
       const value = obj(e.value)[d.key];
       const i = d.values.findIndex((x) => x === value);
-      if (i < 0) return { field: child(field, d.key), reason: `must be one of ${listOf(d.values.map((x) => JSON.stringify(x)))}` };
+      if (i < 0)
+        return {
+          field: child(field, d.key),
+          reason: `must be one of ${listOf(d.values.map((x) => JSON.stringify(x)))}`,
+        };
       const inner = Value.Errors(variants[i] as TSchema, e.value).First();
       if (inner) return describe({ ...inner, path: `${e.path}${inner.path}` }, known, depth + 1);
     }
@@ -116,7 +127,9 @@ function describe(e: ValueError, known: Set<string>, depth: number): Finding {
  */
 export function firstSchemaError(errors: ValueErrorIterator, known: Set<string>): SchemaErrorReport {
   const first = errors.First();
-  const f: Finding = first ? describe(first, known, 0) : { field: "/", reason: "request body does not match the schema" };
+  const f: Finding = first
+    ? describe(first, known, 0)
+    : { field: "/", reason: "request body does not match the schema" };
   const text = `${f.field}: ${f.reason}`;
   const detail = text.length > MAX_SCHEMA_ERROR_CHARS ? `${text.slice(0, MAX_SCHEMA_ERROR_CHARS - 1)}…` : text;
   return { detail, field: f.field, ...(f.allowedFields ? { allowedFields: f.allowedFields } : {}) };
@@ -130,5 +143,8 @@ export function describeFirstSchemaError(errors: ValueErrorIterator, known: Set<
 /** The VALIDATION_FAILED error for the first schema error: `detail`, with `field` (and `allowedFields`) in `extra`. */
 export function schemaValidationError(errors: ValueErrorIterator, known: Set<string>): BeachballError {
   const r = firstSchemaError(errors, known);
-  return new BeachballError("VALIDATION_FAILED", r.detail, { field: r.field, ...(r.allowedFields ? { allowedFields: r.allowedFields } : {}) });
+  return new BeachballError("VALIDATION_FAILED", r.detail, {
+    field: r.field,
+    ...(r.allowedFields ? { allowedFields: r.allowedFields } : {}),
+  });
 }

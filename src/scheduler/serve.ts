@@ -50,15 +50,34 @@ export function serveScheduler(opts: ServeOptions): RunningScheduler {
   const manifest: DeploymentManifest = loadManifest(opts.manifestPath);
   const publicUrl = `http://${opts.hostname.includes(":") ? `[${opts.hostname}]` : opts.hostname}:${opts.port}`;
   const log = opts.log ?? silentLogger;
-  const worker = new SchedulerWorker({ dataDir: opts.dataDir, manifest, publicUrl, checkpointInBackground: true, processMetrics: true, log, ...(opts.timeouts ? { timeouts: opts.timeouts } : {}) });
+  const worker = new SchedulerWorker({
+    dataDir: opts.dataDir,
+    manifest,
+    publicUrl,
+    checkpointInBackground: true,
+    processMetrics: true,
+    log,
+    ...(opts.timeouts ? { timeouts: opts.timeouts } : {}),
+  });
   worker.start();
   const sockets = new RendezvousSockets(worker);
   let server: Bun.Server<RendezvousSocketData> | null = null;
-  const app = buildApp(worker, { sockets, upgrade: (req, data) => server?.upgrade(req, { data }) ?? false }, new CallerLimiter(opts.callerBounds));
+  const app = buildApp(
+    worker,
+    { sockets, upgrade: (req, data) => server?.upgrade(req, { data }) ?? false },
+    new CallerLimiter(opts.callerBounds),
+  );
   // Bun.serve directly (not app.listen) so every answer, the guard's refusals included, passes the request log.
   const fetch = withRequestLog((req) => app.handle(req), { log, clock: worker.env.clock, random: worker.env.random });
   try {
-    server = Bun.serve<RendezvousSocketData>({ hostname: opts.hostname, port: opts.port, maxRequestBodySize: BUN_MAX_REQUEST_BODY_BYTES, idleTimeout: 60, fetch, websocket: sockets.handlers });
+    server = Bun.serve<RendezvousSocketData>({
+      hostname: opts.hostname,
+      port: opts.port,
+      maxRequestBodySize: BUN_MAX_REQUEST_BODY_BYTES,
+      idleTimeout: 60,
+      fetch,
+      websocket: sockets.handlers,
+    });
   } catch (e) {
     void worker.close();
     throw e;

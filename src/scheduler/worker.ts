@@ -95,7 +95,14 @@ export class SchedulerWorker extends SchedulerFront {
       startProcessMetrics();
       metrics.addSource(processMetricsText);
     }
-    const base = { config, signer, clock, random: opts.random ?? systemRandomness, metrics, log: opts.log ?? silentLogger };
+    const base = {
+      config,
+      signer,
+      clock,
+      random: opts.random ?? systemRandomness,
+      metrics,
+      log: opts.log ?? silentLogger,
+    };
     const objectEnv: SchedulerEnv = { ...namespaces(runtime, false), ...base };
     runtime.bind(objectEnv);
     super({ ...namespaces(runtime, true), ...base }, opts.publicUrl);
@@ -133,20 +140,28 @@ function fileSigner(c: ConnectionSettings): ConnectionSigner {
 /** Creates the data directory mode 0700 (tightening an existing one). Throws a clear error if it cannot be written. */
 function prepareDataDir(dir: string): void {
   if (existsSync(join(dir, "registry.db"))) {
-    throw new Error(`${dir} holds the per-object files of an earlier release (registry.db, objects/): this release keeps every object in ${STORE_FILE} and cannot convert them; move the directory aside and start fresh`);
+    throw new Error(
+      `${dir} holds the per-object files of an earlier release (registry.db, objects/): this release keeps every object in ${STORE_FILE} and cannot convert them; move the directory aside and start fresh`,
+    );
   }
   try {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
     chmodSync(dir, 0o700);
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
-    if (code === "EROFS" || code === "EACCES" || code === "EPERM") throw new Error(`cannot write ${dir} (${code}): the data directory must be writable by this user`);
+    if (code === "EROFS" || code === "EACCES" || code === "EPERM")
+      throw new Error(`cannot write ${dir} (${code}): the data directory must be writable by this user`);
     throw e;
   }
 }
 
 /** Opens the runtime over the store file and migrates it (the caller holds the data directory's lock). */
-function openRuntime(file: string, clock: Clock, opts: WorkerOptions, lock: DataDirLock): EmbeddedRuntime<SchedulerEnv> {
+function openRuntime(
+  file: string,
+  clock: Clock,
+  opts: WorkerOptions,
+  lock: DataDirLock,
+): EmbeddedRuntime<SchedulerEnv> {
   let runtime: EmbeddedRuntime<SchedulerEnv>;
   try {
     runtime = newRuntime(file, clock, opts, lock);
@@ -165,21 +180,33 @@ function openRuntime(file: string, clock: Clock, opts: WorkerOptions, lock: Data
 }
 
 function newRuntime(file: string, clock: Clock, opts: WorkerOptions, lock: DataDirLock): EmbeddedRuntime<SchedulerEnv> {
-  const runtime: EmbeddedRuntime<SchedulerEnv> = new EmbeddedRuntime<SchedulerEnv>(file, clock, [...OBJECT_CLASSES] as ObjectClass<AnyAuthorityObject, SchedulerEnv>[], {
-    onClosed: () => lock.release(),
-    ...(opts.log ? { log: opts.log } : {}),
-    ...(opts.faultHook ? { faultHook: opts.faultHook } : {}),
-    ...(opts.maxLiveInstances ? { maxLiveInstances: opts.maxLiveInstances } : {}),
-    onQuarantine: (cls, name, reason) => {
-      const now = clock.now();
-      const alertId = `alert:quarantine:${cls}:${name}`;
-      runtime
-        .namespace(OperationsObject, { gated: false })
-        .get(GLOBAL)
-        .raise({ kind: "alert", alertId, type: "object.quarantined", subject: `${cls} ${name}`.slice(0, 200), reason: "OBJECT_DAMAGED", atMs: now })
-        .catch(() => undefined);
+  const runtime: EmbeddedRuntime<SchedulerEnv> = new EmbeddedRuntime<SchedulerEnv>(
+    file,
+    clock,
+    [...OBJECT_CLASSES] as ObjectClass<AnyAuthorityObject, SchedulerEnv>[],
+    {
+      onClosed: () => lock.release(),
+      ...(opts.log ? { log: opts.log } : {}),
+      ...(opts.faultHook ? { faultHook: opts.faultHook } : {}),
+      ...(opts.maxLiveInstances ? { maxLiveInstances: opts.maxLiveInstances } : {}),
+      onQuarantine: (cls, name, reason) => {
+        const now = clock.now();
+        const alertId = `alert:quarantine:${cls}:${name}`;
+        runtime
+          .namespace(OperationsObject, { gated: false })
+          .get(GLOBAL)
+          .raise({
+            kind: "alert",
+            alertId,
+            type: "object.quarantined",
+            subject: `${cls} ${name}`.slice(0, 200),
+            reason: "OBJECT_DAMAGED",
+            atMs: now,
+          })
+          .catch(() => undefined);
+      },
     },
-  });
+  );
   return runtime;
 }
 
@@ -191,16 +218,34 @@ function newRuntime(file: string, clock: Clock, opts: WorkerOptions, lock: DataD
 export function storageStartError(file: string, e: unknown): Error {
   const code = (e as { code?: string }).code ?? "";
   const said = e instanceof Error ? e.message : String(e);
-  if (code.startsWith("SQLITE_READONLY") || code.startsWith("SQLITE_CANTOPEN") || code === "SQLITE_PERM") return new Error(`cannot write the scheduler's store ${file} (${code}: ${said}): the data directory must be writable by this user`);
-  if (code.startsWith("SQLITE_CORRUPT") || code === "SQLITE_NOTADB") return new Error(`the scheduler's store ${file} is damaged (${code}: ${said}): ${nextStep(code, file)}`);
-  if (code.startsWith("SQLITE_")) return new Error(`cannot open the scheduler's store ${file} (${code}: ${said}): ${nextStep(code, file)}`);
+  if (code.startsWith("SQLITE_READONLY") || code.startsWith("SQLITE_CANTOPEN") || code === "SQLITE_PERM")
+    return new Error(
+      `cannot write the scheduler's store ${file} (${code}: ${said}): the data directory must be writable by this user`,
+    );
+  if (code.startsWith("SQLITE_CORRUPT") || code === "SQLITE_NOTADB")
+    return new Error(`the scheduler's store ${file} is damaged (${code}: ${said}): ${nextStep(code, file)}`);
+  if (code.startsWith("SQLITE_"))
+    return new Error(`cannot open the scheduler's store ${file} (${code}: ${said}): ${nextStep(code, file)}`);
   return e instanceof Error ? e : new Error(String(e));
 }
 
-type Namespaces = Pick<SchedulerEnv, "Allocation" | "AllocationIndex" | "Admission" | "Enrollment" | "Host" | "HostDirectory" | "Operations" | "Network" | "NetworkDirectory" | "Connection">;
+type Namespaces = Pick<
+  SchedulerEnv,
+  | "Allocation"
+  | "AllocationIndex"
+  | "Admission"
+  | "Enrollment"
+  | "Host"
+  | "HostDirectory"
+  | "Operations"
+  | "Network"
+  | "NetworkDirectory"
+  | "Connection"
+>;
 
 function namespaces(rt: EmbeddedRuntime<SchedulerEnv>, gated: boolean): Namespaces {
-  const ns = <T extends AnyAuthorityObject>(c: ObjectClass<T, SchedulerEnv>): Namespace<T> => rt.namespace(c, gated ? { gated } : { gated, from: "object" });
+  const ns = <T extends AnyAuthorityObject>(c: ObjectClass<T, SchedulerEnv>): Namespace<T> =>
+    rt.namespace(c, gated ? { gated } : { gated, from: "object" });
   return {
     Allocation: ns(AllocationObject),
     AllocationIndex: ns(AllocationIndexObject),

@@ -24,8 +24,13 @@ function flock(fd: number, op: number): number {
 
 /** Thrown when another process holds the lock. */
 export class DataDirLocked extends Error {
-  constructor(readonly dir: string, readonly holderPid: number | null) {
-    super(`${dir} is in use by another process${holderPid ? ` (PID ${holderPid})` : ""}: stop it first, or use another data directory`);
+  constructor(
+    readonly dir: string,
+    readonly holderPid: number | null,
+  ) {
+    super(
+      `${dir} is in use by another process${holderPid ? ` (PID ${holderPid})` : ""}: stop it first, or use another data directory`,
+    );
     this.name = "DataDirLocked";
   }
 }
@@ -44,7 +49,8 @@ export function lockDataDir(dir: string): DataDirLock {
     fd = openSync(path, "a+", 0o600);
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
-    if (code === "EROFS" || code === "EACCES" || code === "EPERM") throw new Error(`cannot write ${dir} (${code}): the data directory must be writable by this user`);
+    if (code === "EROFS" || code === "EACCES" || code === "EPERM")
+      throw new Error(`cannot write ${dir} (${code}): the data directory must be writable by this user`);
     throw e;
   }
   if (flock(fd, LOCK_EX | LOCK_NB) !== 0) {

@@ -19,7 +19,12 @@ describe("database files readable by other users", () => {
       const file = join(root, "objects", "Host", "x.db");
       const db = openDb(file);
       db.exec("CREATE TABLE t (a INTEGER); INSERT INTO t VALUES (1);");
-      expect([mode(file), mode(`${file}-wal`), mode(`${file}-shm`), mode(join(root, "objects", "Host"))]).toEqual(["600", "600", "600", "700"]);
+      expect([mode(file), mode(`${file}-wal`), mode(`${file}-shm`), mode(join(root, "objects", "Host"))]).toEqual([
+        "600",
+        "600",
+        "600",
+        "700",
+      ]);
       db.close();
     } finally {
       process.umask(old);

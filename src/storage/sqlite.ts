@@ -40,7 +40,9 @@ export function checkSchemaVersion(sql: Database, file: string, expected: number
   const found = sql.query<{ user_version: number }, []>("PRAGMA user_version").get()?.user_version ?? 0;
   if (found !== 0 && found !== expected) {
     sql.close();
-    throw new Error(`${file} has schema version ${found} but this build expects ${expected}; this release has no migrations: move the data directory aside and start fresh`);
+    throw new Error(
+      `${file} has schema version ${found} but this build expects ${expected}; this release has no migrations: move the data directory aside and start fresh`,
+    );
   }
 }
 
@@ -59,6 +61,8 @@ export function openDb(file: string): Database {
   for (const f of [file, `${file}-wal`, `${file}-shm`]) ensureMode(f, DB_FILE_MODE);
   const db = new Database(file, { create: true, strict: true });
   // synchronous is set before the switch to WAL so that switch does not wait for fsync (a new object's file has nothing to lose yet).
-  db.exec("PRAGMA synchronous = NORMAL; PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;");
+  db.exec(
+    "PRAGMA synchronous = NORMAL; PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;",
+  );
   return db;
 }

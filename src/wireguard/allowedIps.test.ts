@@ -34,7 +34,8 @@ describe("AllowedIps", () => {
   });
 
   test("IPv6 text round trips in RFC 5952 form", () => {
-    for (const s of ["fd77::1", "::", "::1", "fd00:1::", "1:0:0:2::3", "2001:db8::1:0:0:1"]) expect(formatAddress(a(s))).toBe(s);
+    for (const s of ["fd77::1", "::", "::1", "fd00:1::", "1:0:0:2::3", "2001:db8::1:0:0:1"])
+      expect(formatAddress(a(s))).toBe(s);
     expect(formatAddress(a("::ffff:10.0.0.1"))).toBe("::ffff:a00:1");
   });
 });

@@ -17,7 +17,8 @@ export function parsePrefix(cidr: string): { address: Uint8Array; bits: number }
   if (!address) throw new Error(`not an IP address: ${JSON.stringify(addr)}`);
   const max = address.length * 8;
   const bits = slash < 0 ? max : Number(cidr.slice(slash + 1));
-  if (!Number.isInteger(bits) || bits < 0 || bits > max) throw new Error(`bad prefix length in ${JSON.stringify(cidr)}`);
+  if (!Number.isInteger(bits) || bits < 0 || bits > max)
+    throw new Error(`bad prefix length in ${JSON.stringify(cidr)}`);
   return { address: mask(address, bits), bits };
 }
 
@@ -72,7 +73,6 @@ function mask(a: Uint8Array, bits: number): Uint8Array {
   }
   return out;
 }
-
 
 /** IPv4 address bytes at `o` as an unsigned 32-bit number. */
 function v4At(b: Uint8Array, o: number): number {
@@ -165,7 +165,9 @@ export class AllowedIps<P> {
   prefixesOf(peer: P): string[] {
     const out: string[] = [];
     for (const [bits, t] of this.v4) {
-      for (const [k, p] of t) if (p === peer) out.push(`${formatAddress(Uint8Array.of(k >>> 24, (k >>> 16) & 255, (k >>> 8) & 255, k & 255))}/${bits}`);
+      for (const [k, p] of t)
+        if (p === peer)
+          out.push(`${formatAddress(Uint8Array.of(k >>> 24, (k >>> 16) & 255, (k >>> 8) & 255, k & 255))}/${bits}`);
     }
     for (const [bits, t] of this.v6) {
       for (const [k, p] of t) {

@@ -17,7 +17,12 @@ test("gathered on the tunnel's socket: the STUN server sees that socket's port, 
   toClose.push(server);
   const sock = await openSharedSocket({ hostname: "127.0.0.1", port: 0, random: systemRandom, onWireGuard: () => {} });
   toClose.push(sock);
-  const list = await gatherCandidates(sock, "0.0.0.0", { lo: [iface("127.0.0.1", true)], eth0: [iface("10.1.0.2"), iface("169.254.1.1"), iface("fe80::1")] }, [{ address: "127.0.0.1", port: server.port }]);
+  const list = await gatherCandidates(
+    sock,
+    "0.0.0.0",
+    { lo: [iface("127.0.0.1", true)], eth0: [iface("10.1.0.2"), iface("169.254.1.1"), iface("fe80::1")] },
+    [{ address: "127.0.0.1", port: server.port }],
+  );
   expect(list).toEqual([
     { address: "198.51.100.10", port: sock.port, kind: "stun" },
     { address: "10.1.0.2", port: sock.port, kind: "local" },
@@ -36,16 +41,35 @@ test("at most MAX_STUN_SERVERS are asked; a server that does not answer or a bin
   });
   expect(asked).toEqual(servers.slice(0, MAX_STUN_SERVERS).map((s) => s.port));
   expect(list).toEqual([{ address: "198.51.100.20", port: 40_000, kind: "stun" }]);
-  const none = await gatherCandidates({ port: 5000, stunBinding: () => Promise.reject(new Error("never asked")) }, "0.0.0.0", { eth0: [iface("10.1.0.2")] }, []);
+  const none = await gatherCandidates(
+    { port: 5000, stunBinding: () => Promise.reject(new Error("never asked")) },
+    "0.0.0.0",
+    { eth0: [iface("10.1.0.2")] },
+    [],
+  );
   expect(none).toEqual([{ address: "10.1.0.2", port: 5000, kind: "local" }]);
 });
 
 test("a STUN answer that names no single peer or a link-local address (a forged or broken binding) yields no candidate", async () => {
-  const answers = ["0.0.0.0", "255.255.255.255", "224.0.0.1", "::", "ff02::1", "169.254.9.9", "fe80::1", "198.51.100.7"];
+  const answers = [
+    "0.0.0.0",
+    "255.255.255.255",
+    "224.0.0.1",
+    "::",
+    "ff02::1",
+    "169.254.9.9",
+    "fe80::1",
+    "198.51.100.7",
+  ];
   const servers = answers.slice(0, MAX_STUN_SERVERS).map((_, i) => ({ address: "192.0.2.1", port: 3478 + i }));
   for (let i = 0; i < answers.length; i += MAX_STUN_SERVERS) {
     const batch = answers.slice(i, i + MAX_STUN_SERVERS);
-    const list = await stunCandidates(servers.slice(0, batch.length), async (s) => ({ address: batch[s.port - 3478]!, port: 40_000 }));
-    expect(list).toEqual(batch.includes("198.51.100.7") ? [{ address: "198.51.100.7", port: 40_000, kind: "stun" }] : []);
+    const list = await stunCandidates(servers.slice(0, batch.length), async (s) => ({
+      address: batch[s.port - 3478]!,
+      port: 40_000,
+    }));
+    expect(list).toEqual(
+      batch.includes("198.51.100.7") ? [{ address: "198.51.100.7", port: 40_000, kind: "stun" }] : [],
+    );
   }
 });

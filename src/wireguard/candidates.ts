@@ -27,12 +27,17 @@ import { fixHintFor } from "../domain/osErrorHint.ts";
  * and returns no interfaces, so gathering goes on with STUN candidates (and
  * the relay) instead of failing the whole endpoint or proxy.
  */
-export function interfaceAddresses<T extends readonly InterfaceAddress[]>(enumerate: () => NodeJS.Dict<T>, onError: (message: string) => void): NodeJS.Dict<T> {
+export function interfaceAddresses<T extends readonly InterfaceAddress[]>(
+  enumerate: () => NodeJS.Dict<T>,
+  onError: (message: string) => void,
+): NodeJS.Dict<T> {
   try {
     return enumerate();
   } catch (e) {
     const what = e instanceof Error ? e.message : String(e);
-    onError(`cannot list this machine's network interfaces (${what}); only STUN and relay candidates are offered; fix: ${fixHintFor(e, "check that getifaddrs(3) works for this process")}`);
+    onError(
+      `cannot list this machine's network interfaces (${what}); only STUN and relay candidates are offered; fix: ${fixHintFor(e, "check that getifaddrs(3) works for this process")}`,
+    );
     return {};
   }
 }
@@ -54,9 +59,17 @@ export interface CandidateSocket {
  * response is unauthenticated, and the other side would send to it. Never
  * rejects.
  */
-export async function stunCandidates(servers: readonly StunServer[], binding: (s: StunServer) => Promise<{ address: string; port: number } | null>): Promise<Candidate[]> {
+export async function stunCandidates(
+  servers: readonly StunServer[],
+  binding: (s: StunServer) => Promise<{ address: string; port: number } | null>,
+): Promise<Candidate[]> {
   const answers = await Promise.all(servers.slice(0, MAX_STUN_SERVERS).map((s) => binding(s).catch(() => null)));
-  return answers.filter((a): a is { address: string; port: number } => a !== null && isPeerAddress(a.address) && ipScope(a.address) !== "link-local").map((a) => ({ address: a.address, port: a.port, kind: "stun" as const }));
+  return answers
+    .filter(
+      (a): a is { address: string; port: number } =>
+        a !== null && isPeerAddress(a.address) && ipScope(a.address) !== "link-local",
+    )
+    .map((a) => ({ address: a.address, port: a.port, kind: "stun" as const }));
 }
 
 /**
@@ -64,7 +77,12 @@ export async function stunCandidates(servers: readonly StunServer[], binding: (s
  * addresses of `interfaces` of the family the socket bound to `bindHost`,
  * without duplicates, at most MAX_CANDIDATES. Never rejects.
  */
-export async function gatherCandidates(socket: CandidateSocket, bindHost: string, interfaces: NodeJS.Dict<readonly InterfaceAddress[]>, servers: readonly StunServer[]): Promise<Candidate[]> {
+export async function gatherCandidates(
+  socket: CandidateSocket,
+  bindHost: string,
+  interfaces: NodeJS.Dict<readonly InterfaceAddress[]>,
+  servers: readonly StunServer[],
+): Promise<Candidate[]> {
   const local = localCandidates(bindHost, socket.port, interfaces);
   const stun = await stunCandidates(servers, (s) => socket.stunBinding(s));
   return mergeCandidates(stun, local);

@@ -16,7 +16,13 @@ import {
   type Response,
   type Transport,
 } from "./codec.ts";
-import { COOKIE_REPLY_BYTES, INITIATION_BYTES, MAX_DATAGRAM_BYTES, RESPONSE_BYTES, TRANSPORT_HEADER_BYTES } from "./constants.ts";
+import {
+  COOKIE_REPLY_BYTES,
+  INITIATION_BYTES,
+  MAX_DATAGRAM_BYTES,
+  RESPONSE_BYTES,
+  TRANSPORT_HEADER_BYTES,
+} from "./constants.ts";
 import { SeededRandom } from "./fakes.ts";
 
 const rng = new SeededRandom(0xc0dec);
@@ -24,7 +30,14 @@ const b = (n: number) => rng.bytes(n);
 
 describe("codec", () => {
   test("initiation: 148 bytes, round trip", () => {
-    const m = { sender: 0xdeadbeef, ephemeral: b(32), encryptedStatic: b(48), encryptedTimestamp: b(28), mac1: b(16), mac2: b(16) };
+    const m = {
+      sender: 0xdeadbeef,
+      ephemeral: b(32),
+      encryptedStatic: b(48),
+      encryptedTimestamp: b(28),
+      mac1: b(16),
+      mac2: b(16),
+    };
     const bytes = encodeInitiation(m);
     expect(bytes.length).toBe(INITIATION_BYTES);
     expect([...bytes.subarray(0, 4)]).toEqual([1, 0, 0, 0]);
@@ -72,7 +85,11 @@ describe("codec", () => {
   test("refusals: short, long, wrong size per type, unknown type, non-zero reserved", () => {
     expect(decodeMessage(new Uint8Array(3))).toEqual({ ok: false, error: "too-short" });
     expect(decodeMessage(new Uint8Array(MAX_DATAGRAM_BYTES + 1))).toEqual({ ok: false, error: "too-long" });
-    for (const [type, size] of [[1, 148], [2, 92], [3, 64]] as const) {
+    for (const [type, size] of [
+      [1, 148],
+      [2, 92],
+      [3, 64],
+    ] as const) {
       for (const n of [size - 1, size + 1, 4]) {
         const x = new Uint8Array(n);
         x[0] = type;
@@ -82,7 +99,14 @@ describe("codec", () => {
     const t = new Uint8Array(31);
     t[0] = 4;
     expect(decodeMessage(t)).toEqual({ ok: false, error: "bad-length" });
-    const init = encodeInitiation({ sender: 1, ephemeral: b(32), encryptedStatic: b(48), encryptedTimestamp: b(28), mac1: b(16), mac2: b(16) });
+    const init = encodeInitiation({
+      sender: 1,
+      ephemeral: b(32),
+      encryptedStatic: b(48),
+      encryptedTimestamp: b(28),
+      mac1: b(16),
+      mac2: b(16),
+    });
     init[2] = 1;
     expect(decodeMessage(init)).toEqual({ ok: false, error: "unknown-type" });
     expect(messageType(init)).toBe(0x10001);

@@ -143,14 +143,28 @@ export function decodeMessage(datagram: Uint8Array): Decoded {
       };
     case MESSAGE_COOKIE_REPLY:
       if (datagram.length !== COOKIE_REPLY_BYTES) return { ok: false, error: "bad-length" };
-      return { ok: true, message: { type, receiver: u32(datagram, 4), nonce: view(8, COOKIE_NONCE_BYTES), encryptedCookie: view(32, MAC_BYTES + TAG_BYTES) } };
+      return {
+        ok: true,
+        message: {
+          type,
+          receiver: u32(datagram, 4),
+          nonce: view(8, COOKIE_NONCE_BYTES),
+          encryptedCookie: view(32, MAC_BYTES + TAG_BYTES),
+        },
+      };
     case MESSAGE_TRANSPORT: {
       if (datagram.length < TRANSPORT_MIN_BYTES) return { ok: false, error: "bad-length" };
       const lo = u32(datagram, 8);
       const hi = u32(datagram, 12);
       return {
         ok: true,
-        message: { type, receiver: u32(datagram, 4), counter: hi * 2 ** 32 + lo, counterTooLarge: hi >= 2 ** 21, encrypted: datagram.subarray(TRANSPORT_HEADER_BYTES) },
+        message: {
+          type,
+          receiver: u32(datagram, 4),
+          counter: hi * 2 ** 32 + lo,
+          counterTooLarge: hi >= 2 ** 21,
+          encrypted: datagram.subarray(TRANSPORT_HEADER_BYTES),
+        },
       };
     }
     default:

@@ -19,7 +19,14 @@
  * answer the last mac1 this side sent.
  */
 import type { Aead } from "./aead/aead.ts";
-import { COOKIE_NONCE_BYTES, COOKIE_SECRET_MAX_AGE_MS, LABEL_COOKIE, LABEL_MAC1, MAC_BYTES, REKEY_TIMEOUT_MS } from "./constants.ts";
+import {
+  COOKIE_NONCE_BYTES,
+  COOKIE_SECRET_MAX_AGE_MS,
+  LABEL_COOKIE,
+  LABEL_MAC1,
+  MAC_BYTES,
+  REKEY_TIMEOUT_MS,
+} from "./constants.ts";
 import type { CookieReply } from "./codec.ts";
 import { encodeCookieReply } from "./codec.ts";
 import { equalBytes, hash, mac, utf8 } from "./hash.ts";

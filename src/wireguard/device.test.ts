@@ -12,7 +12,15 @@ import { icmpEcho, parseIcmpEcho, udpPacket } from "../../test/support/ipCraft.t
 import { nobleAead } from "./aead/noble.ts";
 import { selectAead } from "./aead/select.ts";
 import { sodiumWasmAead } from "./aead/sodiumWasm.ts";
-import { KEEPALIVE_TIMEOUT_MS, MESSAGE_INITIATION, MESSAGE_TRANSPORT, REJECT_AFTER_TIME_MS, REKEY_AFTER_TIME_MS, REKEY_ATTEMPT_TIME_MS, REKEY_TIMEOUT_MS } from "./constants.ts";
+import {
+  KEEPALIVE_TIMEOUT_MS,
+  MESSAGE_INITIATION,
+  MESSAGE_TRANSPORT,
+  REJECT_AFTER_TIME_MS,
+  REKEY_AFTER_TIME_MS,
+  REKEY_ATTEMPT_TIME_MS,
+  REKEY_TIMEOUT_MS,
+} from "./constants.ts";
 import { messageType } from "./codec.ts";
 import { DEFAULT_LIMITS } from "./limits.ts";
 import { makePair } from "./testPair.ts";
@@ -20,7 +28,8 @@ import { Device } from "./device.ts";
 import type { MemEndpoint } from "./fakeNet.ts";
 
 const { aead } = await selectAead();
-const ping = (seq: number, from = "10.0.0.1", to = "10.0.0.2") => icmpEcho(from, to, 7, seq, new TextEncoder().encode(`hello ${seq}`));
+const ping = (seq: number, from = "10.0.0.1", to = "10.0.0.2") =>
+  icmpEcho(from, to, 7, seq, new TextEncoder().encode(`hello ${seq}`));
 const typesOf = (frames: { bytes: Uint8Array }[]) => frames.map((f) => messageType(f.bytes));
 
 describe("Device handshake and transport", () => {
@@ -64,7 +73,12 @@ describe("Device handshake and transport", () => {
     p.net.pump();
     expect(p.net.delivered.get("b")!.length).toBe(1);
     const q = makePair({ aead, seed: 7 });
-    q.b.addPeer({ publicKey: q.a.publicKey, endpoint: q.net.endpoint("a"), allowedIps: ["10.0.0.1/32"], presharedKey: psk });
+    q.b.addPeer({
+      publicKey: q.a.publicKey,
+      endpoint: q.net.endpoint("a"),
+      allowedIps: ["10.0.0.1/32"],
+      presharedKey: psk,
+    });
     q.a.sendPacket(ping(1));
     q.net.pump();
     expect(q.a.counters.drops["handshake-invalid"]).toBe(1);
@@ -261,7 +275,13 @@ describe("Device handshake and transport", () => {
     const first = p.net.queue.shift()!;
     // A second Device with a's key, 20 ms later (a's own REKEY_TIMEOUT limit would not send so soon).
     p.clock.advance(20);
-    const twin = new Device<MemEndpoint>({ privateKey: p.keyA, clock: p.clock, random: p.rng, aead, io: p.net.io("twin") });
+    const twin = new Device<MemEndpoint>({
+      privateKey: p.keyA,
+      clock: p.clock,
+      random: p.rng,
+      aead,
+      io: p.net.io("twin"),
+    });
     twin.initiateHandshake(twin.addPeer({ publicKey: p.b.publicKey, endpoint: p.net.endpoint("b") }));
     const second = p.net.queue.shift()!;
     p.net.inject("a", "b", first.bytes);

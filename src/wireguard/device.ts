@@ -16,7 +16,13 @@
 import type { Aead } from "./aead/aead.ts";
 import { AllowedIps } from "./allowedIps.ts";
 import { decodeMessage, type CookieReply, type Initiation, type Response, type Transport } from "./codec.ts";
-import { MAX_PACKET_BYTES, MESSAGE_COOKIE_REPLY, MESSAGE_INITIATION, MESSAGE_RESPONSE, MESSAGE_TRANSPORT } from "./constants.ts";
+import {
+  MAX_PACKET_BYTES,
+  MESSAGE_COOKIE_REPLY,
+  MESSAGE_INITIATION,
+  MESSAGE_RESPONSE,
+  MESSAGE_TRANSPORT,
+} from "./constants.ts";
 import { CookieChecker } from "./cookie.ts";
 import { newCounters, type DeviceCounters, type DropReason } from "./counters.ts";
 import { equalBytes } from "./hash.ts";
@@ -24,8 +30,21 @@ import { IndexTable } from "./indexTable.ts";
 import { parseIpHeader } from "./ipPacket.ts";
 import { DEFAULT_LIMITS, type WgLimits } from "./limits.ts";
 import { HandshakeLoadMeter, type LoadPolicy } from "./load.ts";
-import { DEFAULT_HANDSHAKE_RATE_LIMITS, rateLimitSource, SourceRateLimiter, TokenBucket, type HandshakeRateLimits } from "./ratelimit.ts";
-import { consumeInitiation, consumeResponse, localStatic, remoteStatic, type NoiseContext, type RemoteStatic } from "./noise.ts";
+import {
+  DEFAULT_HANDSHAKE_RATE_LIMITS,
+  rateLimitSource,
+  SourceRateLimiter,
+  TokenBucket,
+  type HandshakeRateLimits,
+} from "./ratelimit.ts";
+import {
+  consumeInitiation,
+  consumeResponse,
+  localStatic,
+  remoteStatic,
+  type NoiseContext,
+  type RemoteStatic,
+} from "./noise.ts";
 import { Peer, type Endpoint, type PeerHost } from "./peer.ts";
 import type { PathControl } from "./pathProbe.ts";
 import type { WgClock, WgRandom } from "./ports.ts";
@@ -119,14 +138,17 @@ export class Device<E extends Endpoint> {
       },
       routeOf: (bytes, offset, version) => this.routes.lookupIn(bytes, offset, version),
       drop: (reason) => this.drop(reason),
-      ...(opts.io.deliverControl ? { control: (peer: Peer<E>, message: PathControl, from: E) => opts.io.deliverControl!(message, peer, from) } : {}),
+      ...(opts.io.deliverControl
+        ? { control: (peer: Peer<E>, message: PathControl, from: E) => opts.io.deliverControl!(message, peer, from) }
+        : {}),
     };
   }
 
   /** Adds a peer (or replaces the one with the same public key). Throws on malformed keys or prefixes (local configuration). */
   addPeer(o: PeerOptions<E>): Peer<E> {
     const remote: RemoteStatic = remoteStatic(this.noise.local, o.publicKey, o.presharedKey);
-    if (equalBytes(remote.publicKey, this.publicKey)) throw new Error("a peer cannot have this Device's own public key");
+    if (equalBytes(remote.publicKey, this.publicKey))
+      throw new Error("a peer cannot have this Device's own public key");
     this.removePeer(o.publicKey);
     const peer = new Peer<E>(this.host, remote, o.endpoint ?? null, Math.max(0, o.persistentKeepaliveSec ?? 0) * 1000);
     for (const cidr of o.allowedIps ?? []) this.routes.insert(cidr, peer);
@@ -244,17 +266,17 @@ export class Device<E extends Endpoint> {
    */
   private admitHandshake(datagram: Uint8Array, sender: number, from: E): boolean {
     const now = this.opts.clock.nowMs();
-    if (!this.mac1Budget.take(now)) return this.drop("handshake-overload"), false;
-    if (!this.checker.checkMac1(datagram)) return this.drop("mac1-invalid"), false;
+    if (!this.mac1Budget.take(now)) return (this.drop("handshake-overload"), false);
+    if (!this.checker.checkMac1(datagram)) return (this.drop("mac1-invalid"), false);
     this.load.note(now);
     if (!this.load.underLoad(now)) return true;
     if (this.checker.mac2Absent(datagram) || !this.checker.checkMac2(datagram, from.key)) {
-      if (!this.cookieLimiter.allow(rateLimitSource(from.key), now)) return this.drop("cookie-reply-limited"), false;
+      if (!this.cookieLimiter.allow(rateLimitSource(from.key), now)) return (this.drop("cookie-reply-limited"), false);
       this.counters.cookieRepliesSent++;
       this.transmit(this.checker.createReply(datagram, sender, from.key), from, null);
-      return this.drop("cookie-required"), false;
+      return (this.drop("cookie-required"), false);
     }
-    if (!this.handshakeLimiter.allow(rateLimitSource(from.key), now)) return this.drop("rate-limited"), false;
+    if (!this.handshakeLimiter.allow(rateLimitSource(from.key), now)) return (this.drop("rate-limited"), false);
     return true;
   }
 

@@ -77,7 +77,8 @@ function mutate(rng: SeededRandom, src: Uint8Array, corpus: Uint8Array[]): Uint8
       default: {
         const at = 16 + rng.below(Math.max(1, x.length - 16));
         if (at < x.length) x.set(rng.bytes(Math.min(8, x.length - at)), at);
-        if (x.length === src.length && x.every((v, j) => v === src[j]) && x.length > 0) x[at % x.length] = x[at % x.length]! ^ 4;
+        if (x.length === src.length && x.every((v, j) => v === src[j]) && x.length > 0)
+          x[at % x.length] = x[at % x.length]! ^ 4;
       }
     }
   }
@@ -89,7 +90,14 @@ function generate(rng: SeededRandom, corpus: Uint8Array[]): Uint8Array {
   if (k < 2) return rng.bytes(rng.below(k === 0 ? 40 : 2_000));
   if (k < 4) {
     const type = 1 + rng.below(4);
-    const size = type === 1 ? INITIATION_BYTES : type === 2 ? RESPONSE_BYTES : type === 3 ? COOKIE_REPLY_BYTES : 32 + rng.below(1_500);
+    const size =
+      type === 1
+        ? INITIATION_BYTES
+        : type === 2
+          ? RESPONSE_BYTES
+          : type === 3
+            ? COOKIE_REPLY_BYTES
+            : 32 + rng.below(1_500);
     const x = rng.bytes(size);
     x.set([type, 0, 0, 0]);
     return x;
@@ -97,14 +105,18 @@ function generate(rng: SeededRandom, corpus: Uint8Array[]): Uint8Array {
   if (k === 4) {
     // A live receiver index with a fresh counter: only the AEAD tag stands between it and delivery.
     const live = corpus.filter((c) => messageType(c) === 4);
-    const x = Uint8Array.from([...live[rng.below(live.length)]!.subarray(0, 8), ...rng.bytes(8 + 16 + rng.below(1_400))]);
+    const x = Uint8Array.from([
+      ...live[rng.below(live.length)]!.subarray(0, 8),
+      ...rng.bytes(8 + 16 + rng.below(1_400)),
+    ]);
     x.fill(0, 13, 16); // counter below 2^40: inside the range a session accepts
     return x;
   }
   const src = corpus[rng.below(corpus.length)]!;
   let x = mutate(rng, src, corpus);
   // A mutation may by chance give back the original: flip one more bit then.
-  if (x.length === src.length && x.every((v, j) => v === src[j])) x = Uint8Array.from(x, (v, j) => (j === 0 ? v ^ 0x10 : v));
+  if (x.length === src.length && x.every((v, j) => v === src[j]))
+    x = Uint8Array.from(x, (v, j) => (j === 0 ? v ^ 0x10 : v));
   return x;
 }
 
@@ -117,7 +129,14 @@ describe(`fuzz (seed ${SEED}, ${INPUTS} inputs)`, () => {
       const d = decodeMessage(x);
       if (!d.ok) continue;
       const m = d.message;
-      const again = m.type === 1 ? encodeInitiation(m) : m.type === 2 ? encodeResponse(m) : m.type === 3 ? encodeCookieReply(m) : null;
+      const again =
+        m.type === 1
+          ? encodeInitiation(m)
+          : m.type === 2
+            ? encodeResponse(m)
+            : m.type === 3
+              ? encodeCookieReply(m)
+              : null;
       if (again) expect(Buffer.from(again).equals(Buffer.from(x)), `seed ${SEED} input ${i}`).toBe(true);
     }
   });
@@ -136,13 +155,22 @@ describe(`fuzz (seed ${SEED}, ${INPUTS} inputs)`, () => {
         const x = generate(rng, corpus);
         const drops = totalDrops(device.counters);
         expect(() => device.receiveDatagram(x, target.net.endpoint("a")), `seed ${SEED} input ${i}`).not.toThrow();
-        expect(totalDrops(device.counters), `seed ${SEED} input ${i} (type ${messageType(x)}, ${x.length} bytes) was not dropped`).toBe(drops + 1);
+        expect(
+          totalDrops(device.counters),
+          `seed ${SEED} input ${i} (type ${messageType(x)}, ${x.length} bytes) was not dropped`,
+        ).toBe(drops + 1);
       }
-      console.log(`fuzz drops${loaded ? " (under load)" : ""}:`, JSON.stringify(Object.fromEntries(Object.entries(device.counters.drops).filter(([, n]) => n > 0))));
+      console.log(
+        `fuzz drops${loaded ? " (under load)" : ""}:`,
+        JSON.stringify(Object.fromEntries(Object.entries(device.counters.drops).filter(([, n]) => n > 0))),
+      );
       expect(device.counters.drops.internal).toBe(0);
       expect(target.net.delivered.get("b")!.length).toBe(deliveredBefore);
       const sent = target.net.log.slice(logBefore).map((f) => messageType(f.bytes));
-      expect(sent.every((t) => t === MESSAGE_COOKIE_REPLY), `sent ${sent.join(",")}`).toBe(true);
+      expect(
+        sent.every((t) => t === MESSAGE_COOKIE_REPLY),
+        `sent ${sent.join(",")}`,
+      ).toBe(true);
       if (loaded) expect(sent.length).toBeGreaterThan(0);
     });
   }

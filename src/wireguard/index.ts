@@ -18,7 +18,17 @@ export { DEFAULT_LIMITS, type WgLimits } from "./limits.ts";
 export { systemClock, systemRandom, type WgClock, type WgRandom } from "./ports.ts";
 export { keyPairFromPrivate, type KeyPair25519 } from "./x25519.ts";
 export { MultipathDevice, type MultipathOptions } from "./multipath.ts";
-export { PathSelector, relayPath, udpPath, unknownPath, type PathEndpoint, type PathIo, type PathState, type RelayPath, type UdpPath } from "./paths.ts";
+export {
+  PathSelector,
+  relayPath,
+  udpPath,
+  unknownPath,
+  type PathEndpoint,
+  type PathIo,
+  type PathState,
+  type RelayPath,
+  type UdpPath,
+} from "./paths.ts";
 export { openSharedSocket, SharedSocket, type SharedSocketCounters, type SharedSocketOptions } from "./sharedSocket.ts";
 export { MultipathTunnel, MAX_ALARM_MS, type MultipathTunnelOptions, type PeerRelay } from "./multipathTunnel.ts";
 export {
@@ -33,4 +43,10 @@ export {
   type RelaySessionInfo,
   type RelaySessionState,
 } from "./relaySessions.ts";
-export { CANDIDATE_REFRESH_MS, gatherCandidates, interfaceAddresses, stunCandidates, type CandidateSocket } from "./candidates.ts";
+export {
+  CANDIDATE_REFRESH_MS,
+  gatherCandidates,
+  interfaceAddresses,
+  stunCandidates,
+  type CandidateSocket,
+} from "./candidates.ts";

@@ -29,7 +29,8 @@ function world(seed: number) {
   const clientIo: PathIo = {
     sendUdp: (d, address, port) => {
       const copy = d.slice();
-      if (open.toHost && address === HOST_PUBLIC.address && port === HOST_PUBLIC.port) queue.push(() => host.receive(copy, udpPath(CLIENT_PUBLIC.address, CLIENT_PUBLIC.port)));
+      if (open.toHost && address === HOST_PUBLIC.address && port === HOST_PUBLIC.port)
+        queue.push(() => host.receive(copy, udpPath(CLIENT_PUBLIC.address, CLIENT_PUBLIC.port)));
     },
     sendRelay: (id, d) => {
       const copy = d.slice();
@@ -41,7 +42,8 @@ function world(seed: number) {
   const hostIo: PathIo = {
     sendUdp: (d, address, port) => {
       const copy = d.slice();
-      if (open.toClient && address === CLIENT_PUBLIC.address && port === CLIENT_PUBLIC.port) queue.push(() => client.receive(copy, udpPath(HOST_PUBLIC.address, HOST_PUBLIC.port)));
+      if (open.toClient && address === CLIENT_PUBLIC.address && port === CLIENT_PUBLIC.port)
+        queue.push(() => client.receive(copy, udpPath(HOST_PUBLIC.address, HOST_PUBLIC.port)));
     },
     sendRelay: (id, d) => {
       const copy = d.slice();
@@ -53,8 +55,22 @@ function world(seed: number) {
   const num = (p: Uint8Array) => (p[40]! << 8) | p[41]!;
   const clientKey = rng.bytes(32);
   const hostKey = rng.bytes(32);
-  client = new MultipathDevice({ privateKey: clientKey, clock, random: rng, aead, io: clientIo, deliver: (p) => got.client.push(num(p)) });
-  host = new MultipathDevice({ privateKey: hostKey, clock, random: rng, aead, io: hostIo, deliver: (p) => got.host.push(num(p)) });
+  client = new MultipathDevice({
+    privateKey: clientKey,
+    clock,
+    random: rng,
+    aead,
+    io: clientIo,
+    deliver: (p) => got.client.push(num(p)),
+  });
+  host = new MultipathDevice({
+    privateKey: hostKey,
+    clock,
+    random: rng,
+    aead,
+    io: hostIo,
+    deliver: (p) => got.host.push(num(p)),
+  });
   const c = client.addPeer({ publicKey: host.device.publicKey, allowedIps: ["fd00::2/128"] });
   c.selector.setCandidates([HOST_LOCAL, HOST_PUBLIC]);
   c.selector.setRelays(["r1"]);
@@ -72,7 +88,13 @@ function world(seed: number) {
     }
   };
   return {
-    clock, client, host, got, relayLog, pump, run,
+    clock,
+    client,
+    host,
+    got,
+    relayLog,
+    pump,
+    run,
     c: c as { peer: Peer<PathEndpoint>; selector: typeof c.selector },
     h,
     setDirect: (on: boolean) => (open.toHost = open.toClient = on),

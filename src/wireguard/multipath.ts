@@ -82,10 +82,15 @@ export class MultipathDevice {
     const selector = new PathSelector(this.o.io, this.o.clock);
     // Device.addPeer sends a keepalive at once when persistent keepalive is on, before the
     // selector could be found: add the peer without it, then turn it on.
-    const peer = this.device.addPeer({ ...options, endpoint: options.endpoint ?? unknownPath(), persistentKeepaliveSec: 0 });
+    const peer = this.device.addPeer({
+      ...options,
+      endpoint: options.endpoint ?? unknownPath(),
+      persistentKeepaliveSec: 0,
+    });
     this.selectors.set(peer, selector);
     this.nextProbe.set(peer, this.o.clock.nowMs());
-    if (options.persistentKeepaliveSec) peer.timers.persistentKeepaliveMs = Math.max(0, options.persistentKeepaliveSec) * 1000;
+    if (options.persistentKeepaliveSec)
+      peer.timers.persistentKeepaliveMs = Math.max(0, options.persistentKeepaliveSec) * 1000;
     return { peer, selector };
   }
 

@@ -22,30 +22,35 @@ afterEach(() => {
 
 /** Connectors for two ends whose links pass datagrams to each other (asynchronously, as a relay would). */
 function relayDouble() {
-  const ends: Array<{ onDatagram: (d: Uint8Array) => void; link: RelayLink & { closedByOwner: boolean } } | null> = [null, null];
+  const ends: Array<{ onDatagram: (d: Uint8Array) => void; link: RelayLink & { closedByOwner: boolean } } | null> = [
+    null,
+    null,
+  ];
   let forwarded = 0;
-  const connector = (side: 0 | 1): RelayConnector => async (_entry, _token, onDatagram) => {
-    let end!: (c: { code: string | null; closeCode: number }) => void;
-    const link = {
-      paired: true,
-      closed: new Promise<{ code: string | null; closeCode: number }>((r) => (end = r)),
-      send: (d: Uint8Array) => {
-        const other = ends[1 - side];
-        if (!other || link.closedByOwner) return false;
-        const copy = d.slice();
-        forwarded++;
-        queueMicrotask(() => other.onDatagram(copy));
-        return true;
-      },
-      close: () => {
-        link.closedByOwner = true;
-        end({ code: null, closeCode: 1000 });
-      },
-      closedByOwner: false,
+  const connector =
+    (side: 0 | 1): RelayConnector =>
+    async (_entry, _token, onDatagram) => {
+      let end!: (c: { code: string | null; closeCode: number }) => void;
+      const link = {
+        paired: true,
+        closed: new Promise<{ code: string | null; closeCode: number }>((r) => (end = r)),
+        send: (d: Uint8Array) => {
+          const other = ends[1 - side];
+          if (!other || link.closedByOwner) return false;
+          const copy = d.slice();
+          forwarded++;
+          queueMicrotask(() => other.onDatagram(copy));
+          return true;
+        },
+        close: () => {
+          link.closedByOwner = true;
+          end({ code: null, closeCode: 1000 });
+        },
+        closedByOwner: false,
+      };
+      ends[side] = { onDatagram, link };
+      return link;
     };
-    ends[side] = { onDatagram, link };
-    return link;
-  };
   return { connector, ends, forwarded: () => forwarded };
 }
 
@@ -64,9 +69,19 @@ test("a session that came up over the relay moves to the direct path without a n
   const atClient: number[] = [];
   const atHost: number[] = [];
   const common = { clock: systemClock, random: systemRandom, aead, listen: { hostname: "127.0.0.1", port: 0 } };
-  const host = await MultipathTunnel.open({ ...common, privateKey: hk.privateKey, relayConnector: relay.connector(1), deliver: (p) => void atHost.push(p[41]!) });
+  const host = await MultipathTunnel.open({
+    ...common,
+    privateKey: hk.privateKey,
+    relayConnector: relay.connector(1),
+    deliver: (p) => void atHost.push(p[41]!),
+  });
   open.push(host);
-  const client = await MultipathTunnel.open({ ...common, privateKey: ck.privateKey, relayConnector: relay.connector(0), deliver: (p) => void atClient.push(p[41]!) });
+  const client = await MultipathTunnel.open({
+    ...common,
+    privateKey: ck.privateKey,
+    relayConnector: relay.connector(0),
+    deliver: (p) => void atClient.push(p[41]!),
+  });
   open.push(client);
   const hp = host.mp.addPeer({ publicKey: ck.publicKey, allowedIps: ["fd00::1/128"] });
   host.attachRelays(hp.peer, [{ entry, token }], (id) => `${id}/grant-a`);
@@ -75,7 +90,10 @@ test("a session that came up over the relay moves to the direct path without a n
   cp.selector.setCandidates([{ address: "127.0.0.1", port: 9 }]);
   client.attachRelays(cp.peer, [{ entry, token }], (id) => id);
   await waitFor(() => relay.ends.every((e) => e !== null), "both relay links");
-  await waitFor(() => client.relays.list()[0]?.state === "open" && host.relays.list()[0]?.state === "open", "both sessions open");
+  await waitFor(
+    () => client.relays.list()[0]?.state === "open" && host.relays.list()[0]?.state === "open",
+    "both sessions open",
+  );
 
   cp.peer.send(packet(1, 2, 1));
   client.arm();

@@ -156,7 +156,10 @@ export class MultipathTunnel {
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
     if (!cands.length) return;
-    this.timer = setTimeout(() => this.fire(), Math.ceil(Math.min(MAX_ALARM_MS, Math.max(0, Math.min(...cands) - now))));
+    this.timer = setTimeout(
+      () => this.fire(),
+      Math.ceil(Math.min(MAX_ALARM_MS, Math.max(0, Math.min(...cands) - now))),
+    );
   }
 
   private fire(): void {

@@ -28,7 +28,12 @@ export const INITIAL_HASH = hash(INITIAL_CHAIN_KEY, utf8(IDENTIFIER));
 const ZERO_MAC = new Uint8Array(MAC_BYTES);
 
 /** Where a handshake stands (wireguard-go's handshakeState names). */
-export type HandshakePhase = "zeroed" | "initiation-created" | "initiation-consumed" | "response-created" | "response-consumed";
+export type HandshakePhase =
+  | "zeroed"
+  | "initiation-created"
+  | "initiation-consumed"
+  | "response-created"
+  | "response-consumed";
 
 /** Why a handshake message was refused (mapped to a Device drop reason). */
 export type HandshakeError = "handshake-invalid" | "unknown-peer" | "unexpected-response";
@@ -113,7 +118,13 @@ export interface NoiseContext {
  * for the CookieJar) and moves `hs` to "initiation-created". Returns null only
  * when the peer's static key is unusable (a low-order point in configuration).
  */
-export function createInitiation(ctx: NoiseContext, peer: RemoteStatic, hs: HandshakeState, senderIndex: number, timestamp: Uint8Array): Uint8Array | null {
+export function createInitiation(
+  ctx: NoiseContext,
+  peer: RemoteStatic,
+  hs: HandshakeState,
+  senderIndex: number,
+  timestamp: Uint8Array,
+): Uint8Array | null {
   if (!peer.staticShared) return null;
   const e = generateKeyPair(ctx.random);
   let h = hash(peer.initialHash, e.publicKey);
@@ -133,7 +144,14 @@ export function createInitiation(ctx: NoiseContext, peer: RemoteStatic, hs: Hand
   hs.chainKey = ck;
   hs.localEphemeral = e;
   hs.localIndex = senderIndex;
-  return encodeInitiation({ sender: senderIndex, ephemeral: e.publicKey, encryptedStatic, encryptedTimestamp, mac1: ZERO_MAC, mac2: ZERO_MAC });
+  return encodeInitiation({
+    sender: senderIndex,
+    ephemeral: e.publicKey,
+    encryptedStatic,
+    encryptedTimestamp,
+    mac1: ZERO_MAC,
+    mac2: ZERO_MAC,
+  });
 }
 
 /** What the responder learned from a valid initiation, before it commits to a peer's state. */
@@ -174,7 +192,18 @@ export function consumeInitiation(
   const timestamp = open(ctx.aead, k, 0, msg.encryptedTimestamp, h);
   if (!timestamp) return { ok: false, error: "handshake-invalid" };
   h = hash(h, msg.encryptedTimestamp);
-  return { ok: true, peer, value: { initiatorStatic, timestamp, hash: h, chainKey: ck, remoteEphemeral: Uint8Array.from(msg.ephemeral), remoteIndex: msg.sender } };
+  return {
+    ok: true,
+    peer,
+    value: {
+      initiatorStatic,
+      timestamp,
+      hash: h,
+      chainKey: ck,
+      remoteEphemeral: Uint8Array.from(msg.ephemeral),
+      remoteIndex: msg.sender,
+    },
+  };
 }
 
 /** Stores a consumed initiation in the peer's state ("initiation-consumed") after the caller's timestamp and flood checks. */
@@ -194,7 +223,12 @@ export function commitInitiation(hs: HandshakeState, c: ConsumedInitiation, nowM
  * "response-created". Null when `hs` holds no consumed initiation or the
  * initiator's ephemeral is a low-order point.
  */
-export function createResponse(ctx: NoiseContext, peer: RemoteStatic, hs: HandshakeState, senderIndex: number): Uint8Array | null {
+export function createResponse(
+  ctx: NoiseContext,
+  peer: RemoteStatic,
+  hs: HandshakeState,
+  senderIndex: number,
+): Uint8Array | null {
   if (hs.phase !== "initiation-consumed" || !hs.remoteEphemeral) return null;
   const e = generateKeyPair(ctx.random);
   let h = hash(hs.hash, e.publicKey);
@@ -213,15 +247,28 @@ export function createResponse(ctx: NoiseContext, peer: RemoteStatic, hs: Handsh
   hs.chainKey = ck2;
   hs.localEphemeral = e;
   hs.localIndex = senderIndex;
-  return encodeResponse({ sender: senderIndex, receiver: hs.remoteIndex, ephemeral: e.publicKey, encryptedNothing, mac1: ZERO_MAC, mac2: ZERO_MAC });
+  return encodeResponse({
+    sender: senderIndex,
+    receiver: hs.remoteIndex,
+    ephemeral: e.publicKey,
+    encryptedNothing,
+    mac1: ZERO_MAC,
+    mac2: ZERO_MAC,
+  });
 }
 
 /**
  * Initiator, §5.4.3 on receipt: checks the response against the initiation
  * this state created and moves it to "response-consumed".
  */
-export function consumeResponse(ctx: NoiseContext, peer: RemoteStatic, hs: HandshakeState, msg: Response): HandshakeError | null {
-  if (hs.phase !== "initiation-created" || !hs.localEphemeral || msg.receiver !== hs.localIndex) return "unexpected-response";
+export function consumeResponse(
+  ctx: NoiseContext,
+  peer: RemoteStatic,
+  hs: HandshakeState,
+  msg: Response,
+): HandshakeError | null {
+  if (hs.phase !== "initiation-created" || !hs.localEphemeral || msg.receiver !== hs.localIndex)
+    return "unexpected-response";
   let h = hash(hs.hash, msg.ephemeral);
   let ck = kdf1(hs.chainKey, msg.ephemeral);
   const ee = dh(hs.localEphemeral.privateObject, msg.ephemeral);
@@ -259,7 +306,13 @@ export function deriveSessionKeys(hs: HandshakeState): SessionKeys | null {
   else if (hs.phase === "response-created") isInitiator = false;
   else return null;
   const [t1, t2] = kdf2(hs.chainKey, EMPTY_BYTES);
-  const keys = { sendKey: isInitiator ? t1 : t2, receiveKey: isInitiator ? t2 : t1, isInitiator, localIndex: hs.localIndex, remoteIndex: hs.remoteIndex };
+  const keys = {
+    sendKey: isInitiator ? t1 : t2,
+    receiveKey: isInitiator ? t2 : t1,
+    isInitiator,
+    localIndex: hs.localIndex,
+    remoteIndex: hs.remoteIndex,
+  };
   hs.clear();
   return keys;
 }

@@ -7,7 +7,15 @@
  */
 import { expect, test } from "bun:test";
 import { FakeClock } from "./fakes.ts";
-import { DIRECT_STALE_MS, PathSelector, PIN_LOST_MS, PIN_LOST_PROBES, PIN_PROBE_INTERVAL_MS, relayPath, udpPath } from "./paths.ts";
+import {
+  DIRECT_STALE_MS,
+  PathSelector,
+  PIN_LOST_MS,
+  PIN_LOST_PROBES,
+  PIN_PROBE_INTERVAL_MS,
+  relayPath,
+  udpPath,
+} from "./paths.ts";
 
 test("two relays alternating count as one path; a takeover from a silent relay and a direct pin are changes", () => {
   const clock = new FakeClock();
@@ -33,8 +41,27 @@ test("two relays alternating count as one path; a takeover from a silent relay a
 });
 
 test("a candidate no datagram should go to (unspecified, multicast, broadcast, not an IP) is dropped; loopback, private and link-local stay", () => {
-  const s = new PathSelector({ sendUdp: () => undefined, sendRelay: () => undefined } as unknown as ConstructorParameters<typeof PathSelector>[0], new FakeClock());
-  s.setCandidates(["0.0.0.0", "255.255.255.255", "224.0.0.251", "240.1.2.3", "::", "ff02::1", "not-an-ip", "127.0.0.1", "10.0.0.2", "169.254.1.1", "2001:db8::1"].map((address) => ({ address, port: 51820 })));
+  const s = new PathSelector(
+    { sendUdp: () => undefined, sendRelay: () => undefined } as unknown as ConstructorParameters<
+      typeof PathSelector
+    >[0],
+    new FakeClock(),
+  );
+  s.setCandidates(
+    [
+      "0.0.0.0",
+      "255.255.255.255",
+      "224.0.0.251",
+      "240.1.2.3",
+      "::",
+      "ff02::1",
+      "not-an-ip",
+      "127.0.0.1",
+      "10.0.0.2",
+      "169.254.1.1",
+      "2001:db8::1",
+    ].map((address) => ({ address, port: 51820 })),
+  );
   expect(s.candidateKeys()).toEqual(["127.0.0.1:51820", "10.0.0.2:51820", "169.254.1.1:51820", "[2001:db8::1]:51820"]);
   s.addCandidate("239.255.255.250", 1900);
   s.addCandidate("0.0.0.0", 51820);
@@ -44,7 +71,10 @@ test("a candidate no datagram should go to (unspecified, multicast, broadcast, n
 test("one-way UDP (kind: a path kept on the peer's datagrams, not on ours getting through): authenticated datagrams from a direct source never pin it; an ack pins only the path its probe went to, and only while fresh", () => {
   const clock = new FakeClock();
   const s = new PathSelector({ sendUdp: () => {}, sendRelay: () => true }, clock);
-  s.setCandidates([{ address: "198.51.100.20", port: 51820 }, { address: "10.2.0.2", port: 51820 }]);
+  s.setCandidates([
+    { address: "198.51.100.20", port: 51820 },
+    { address: "10.2.0.2", port: 51820 },
+  ]);
   for (let i = 0; i < 50; i++) {
     clock.advance(100);
     s.authenticated(udpPath("198.51.100.20", 51820));

@@ -143,7 +143,15 @@ export class PathSelector {
   /** The reported path's identity when `changes` last moved (the direct path's relay is not part of it). */
   private reported = "none null - null";
   private onlyTo: PathEndpoint | null = null;
-  private readonly stats = { pins: 0, unpins: 0, probesSent: 0, acksReceived: 0, sentDirect: 0, sentMirrored: 0, sentRelay: 0 };
+  private readonly stats = {
+    pins: 0,
+    unpins: 0,
+    probesSent: 0,
+    acksReceived: 0,
+    sentDirect: 0,
+    sentMirrored: 0,
+    sentRelay: 0,
+  };
   /** Probe rounds since the last pin or loss (the owner's probe timer reads probeIntervalMs()). */
   probeRounds = 0;
   /** Incremented whenever the reported path changes (a pin, a loss, a relay taking over): owners report on change only. */
@@ -266,7 +274,8 @@ export class PathSelector {
       this.sendTo(to, datagram);
       // A response to a direct source nothing has proven reachable goes through the relays too: the
       // initiation's direct copy may have won the race over UDP that works towards us only.
-      if (type === MESSAGE_RESPONSE && to.kind === "udp" && this.pinned?.key !== to.key) for (const r of this.relays) if (this.io.sendRelay(r, datagram)) this.stats.sentRelay++;
+      if (type === MESSAGE_RESPONSE && to.kind === "udp" && this.pinned?.key !== to.key)
+        for (const r of this.relays) if (this.io.sendRelay(r, datagram)) this.stats.sentRelay++;
       return;
     }
     this.checkPin();
@@ -284,7 +293,8 @@ export class PathSelector {
     for (const r of this.relays) {
       if (this.io.sendRelay(r, datagram)) this.stats.sentRelay++;
     }
-    if (to?.kind === "relay" && !this.relays.includes(to.relayId) && this.io.sendRelay(to.relayId, datagram)) this.stats.sentRelay++;
+    if (to?.kind === "relay" && !this.relays.includes(to.relayId) && this.io.sendRelay(to.relayId, datagram))
+      this.stats.sentRelay++;
   }
 
   private sendTo(t: PathEndpoint, datagram: Uint8Array): void {
@@ -340,8 +350,13 @@ export class PathSelector {
 
   private view(): Pick<PathState, "path" | "direct" | "relay" | "lost"> {
     const now = this.clock.nowMs();
-    const relayFresh = this.lastRelay !== null && now - (this.lastRelayMs.get(this.lastRelay) ?? -Infinity) < DIRECT_STALE_MS;
-    const path = this.pinned ? "direct" : relayFresh || (this.relays.length > 0 && now - this.lastAuthAnyMs < DIRECT_STALE_MS) ? "relay" : "none";
+    const relayFresh =
+      this.lastRelay !== null && now - (this.lastRelayMs.get(this.lastRelay) ?? -Infinity) < DIRECT_STALE_MS;
+    const path = this.pinned
+      ? "direct"
+      : relayFresh || (this.relays.length > 0 && now - this.lastAuthAnyMs < DIRECT_STALE_MS)
+        ? "relay"
+        : "none";
     // Relayed while the peer is heard only directly (UDP towards us only): ours go through the first relay.
     const relay = path === "relay" && !relayFresh ? (this.relays[0] ?? null) : this.lastRelay;
     return { path, direct: this.pinned?.key ?? null, relay, lost: this.lost };

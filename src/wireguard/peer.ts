@@ -13,7 +13,13 @@
  */
 import type { Aead } from "./aead/aead.ts";
 import { writeTransportHeader, type Transport } from "./codec.ts";
-import { INITIATION_MIN_INTERVAL_MS, MAX_STAGED_PACKETS, PADDING_MULTIPLE, TAG_BYTES, TRANSPORT_HEADER_BYTES } from "./constants.ts";
+import {
+  INITIATION_MIN_INTERVAL_MS,
+  MAX_STAGED_PACKETS,
+  PADDING_MULTIPLE,
+  TAG_BYTES,
+  TRANSPORT_HEADER_BYTES,
+} from "./constants.ts";
 import { CookieJar } from "./cookie.ts";
 import type { DeviceCounters, DropReason } from "./counters.ts";
 import type { IndexTable } from "./indexTable.ts";
@@ -93,7 +99,11 @@ export class Peer<E extends Endpoint> {
     this.endpoint = endpoint;
     this.keypairs = new Keypairs((k) => host.indices.release(k.localIndex));
     this.cookies = new CookieJar(remote.publicKey, host.clock, host.aead);
-    this.timers = new PeerTimers(host.limits, () => host.random.fill(new Uint8Array(1))[0]! * (host.limits.jitterMaxMs / 256), persistentKeepaliveMs);
+    this.timers = new PeerTimers(
+      host.limits,
+      () => host.random.fill(new Uint8Array(1))[0]! * (host.limits.jitterMaxMs / 256),
+      persistentKeepaliveMs,
+    );
   }
 
   /** Packets waiting for a session (for tests and stats). */
@@ -132,7 +142,12 @@ export class Peer<E extends Endpoint> {
     if (this.removed) return false;
     const now = this.host.clock.nowMs();
     const k = this.keypairs.current;
-    if (!k || now - k.createdMs >= this.host.limits.rejectAfterTimeMs || k.sendCounter >= this.host.limits.rejectAfterMessages) return false;
+    if (
+      !k ||
+      now - k.createdMs >= this.host.limits.rejectAfterTimeMs ||
+      k.sendCounter >= this.host.limits.rejectAfterMessages
+    )
+      return false;
     const counter = k.takeCounter();
     if (counter === null) return false;
     this.transmitTransport(k, counter, plaintext);
@@ -143,7 +158,11 @@ export class Peer<E extends Endpoint> {
   private sendStaged(): void {
     const now = this.host.clock.nowMs();
     const k = this.keypairs.current;
-    if (!k || now - k.createdMs >= this.host.limits.rejectAfterTimeMs || k.sendCounter >= this.host.limits.rejectAfterMessages) {
+    if (
+      !k ||
+      now - k.createdMs >= this.host.limits.rejectAfterTimeMs ||
+      k.sendCounter >= this.host.limits.rejectAfterMessages
+    ) {
       this.sendInitiation(false);
       return;
     }
@@ -172,7 +191,10 @@ export class Peer<E extends Endpoint> {
       return;
     }
     // Whitepaper §6.2: the initiator of a session rekeys after REKEY_AFTER_TIME; either side after REKEY_AFTER_MESSAGES.
-    if (k.sendCounter > this.host.limits.rekeyAfterMessages || (k.isInitiator && now - k.createdMs >= this.host.limits.rekeyAfterTimeMs)) {
+    if (
+      k.sendCounter > this.host.limits.rekeyAfterMessages ||
+      (k.isInitiator && now - k.createdMs >= this.host.limits.rekeyAfterTimeMs)
+    ) {
       this.sendInitiation(false);
     }
   }
@@ -228,7 +250,8 @@ export class Peer<E extends Endpoint> {
   receiveInitiation(c: ConsumedInitiation, from: E, datagramBytes: number): void {
     const now = this.host.clock.nowMs();
     if (!isLaterTimestamp(c.timestamp, this.handshake.lastTimestamp)) return this.host.drop("timestamp-replayed");
-    if (now - this.handshake.lastInitiationConsumedMs < INITIATION_MIN_INTERVAL_MS) return this.host.drop("initiation-flood");
+    if (now - this.handshake.lastInitiationConsumedMs < INITIATION_MIN_INTERVAL_MS)
+      return this.host.drop("initiation-flood");
     if (this.handshake.localIndex) this.host.indices.release(this.handshake.localIndex);
     commitInitiation(this.handshake, c, now);
     this.stats.rxBytes += datagramBytes;
@@ -283,7 +306,8 @@ export class Peer<E extends Endpoint> {
     if (now - k.createdMs >= this.host.limits.rejectAfterTimeMs) return this.host.drop("session-expired");
     if (msg.counterTooLarge || !k.replay.wouldAccept(msg.counter)) return this.host.drop("counter-replayed");
     const plaintext = new Uint8Array(msg.encrypted.length - TAG_BYTES);
-    if (!this.host.aead.openInto(plaintext, k.receiveKey, msg.counter, msg.encrypted, null)) return this.host.drop("decrypt-failed");
+    if (!this.host.aead.openInto(plaintext, k.receiveKey, msg.counter, msg.encrypted, null))
+      return this.host.drop("decrypt-failed");
     if (!k.replay.accept(msg.counter)) return this.host.drop("counter-replayed");
     this.stats.rxBytes += datagramBytes;
     this.endpoint = from;

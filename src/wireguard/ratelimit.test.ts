@@ -111,7 +111,9 @@ describe("handshake-flood-unbounded: a Device under a flood", () => {
     const d = p.b.counters.drops;
     expect(d["cookie-required"]).toBe(cookieReplies());
     expect(d["cookie-reply-limited"] + d["handshake-overload"]).toBe(10_000 - cookieReplies());
-    expect((p.b as unknown as { cookieLimiter: SourceRateLimiter }).cookieLimiter.size).toBeLessThanOrEqual(RATE_LIMIT_MAX_SOURCES);
+    expect((p.b as unknown as { cookieLimiter: SourceRateLimiter }).cookieLimiter.size).toBeLessThanOrEqual(
+      RATE_LIMIT_MAX_SOURCES,
+    );
   });
 
   test("20,000 junk handshake messages in 1 s: at most the mac1 budget is verified, the rest dropped unverified", () => {
@@ -152,7 +154,9 @@ describe("handshake-flood-unbounded: a Device under a flood", () => {
     const withMac2 = p.net.queue.shift()!.bytes;
     for (let i = 0; i < 100; i++) p.net.inject("a", "b", withMac2);
     expect(p.b.counters.drops["rate-limited"]).toBe(100 - RATE_LIMIT_BURST);
-    expect(p.b.counters.responsesSent + p.b.counters.drops["timestamp-replayed"] + p.b.counters.drops["initiation-flood"]).toBe(RATE_LIMIT_BURST);
+    expect(
+      p.b.counters.responsesSent + p.b.counters.drops["timestamp-replayed"] + p.b.counters.drops["initiation-flood"],
+    ).toBe(RATE_LIMIT_BURST);
   });
 
   test("the global handshake bound is part of the defaults", () => {

@@ -127,7 +127,8 @@ export function rateLimitSource(endpointKey: string): string {
     if (end < 0) return endpointKey;
     const a = parseV6(endpointKey.slice(1, end));
     if (!a) return endpointKey;
-    if (a.slice(0, 10).every((b) => b === 0) && a[10] === 0xff && a[11] === 0xff) return `${a[12]}.${a[13]}.${a[14]}.${a[15]}`;
+    if (a.slice(0, 10).every((b) => b === 0) && a[10] === 0xff && a[11] === 0xff)
+      return `${a[12]}.${a[13]}.${a[14]}.${a[15]}`;
     const g = [0, 2, 4, 6].map((i) => ((a[i]! << 8) | a[i + 1]!).toString(16));
     return `${g.join(":")}::/64`;
   }
@@ -139,12 +140,16 @@ export function rateLimitSource(endpointKey: string): string {
 function parseV6(text: string): number[] | null {
   let s = text.toLowerCase();
   const v4 = s.match(/(\d+)\.(\d+)\.(\d+)\.(\d+)$/);
-  if (v4) s = s.slice(0, -v4[0].length) + `${((+v4[1]! << 8) | +v4[2]!).toString(16)}:${((+v4[3]! << 8) | +v4[4]!).toString(16)}`;
+  if (v4)
+    s =
+      s.slice(0, -v4[0].length) +
+      `${((+v4[1]! << 8) | +v4[2]!).toString(16)}:${((+v4[3]! << 8) | +v4[4]!).toString(16)}`;
   const parts = s.split("::");
   if (parts.length > 2) return null;
   const head = parts[0] ? parts[0].split(":") : [];
   const tail = parts.length === 2 && parts[1] ? parts[1].split(":") : [];
-  const groups = parts.length === 2 ? [...head, ...Array(Math.max(0, 8 - head.length - tail.length)).fill("0"), ...tail] : head;
+  const groups =
+    parts.length === 2 ? [...head, ...Array(Math.max(0, 8 - head.length - tail.length)).fill("0"), ...tail] : head;
   if (groups.length !== 8 || groups.some((g) => !/^[0-9a-f]{1,4}$/.test(g))) return null;
   return groups.flatMap((g) => {
     const v = parseInt(g, 16);
@@ -172,7 +177,8 @@ export class SourceRateLimiter {
   allow(source: string, nowMs: number): boolean {
     let b = this.buckets.get(source);
     if (!b) {
-      if (this.buckets.size >= this.maxSources && nowMs - this.lastPruneMs >= RATE_LIMIT_PRUNE_INTERVAL_MS) this.prune(nowMs);
+      if (this.buckets.size >= this.maxSources && nowMs - this.lastPruneMs >= RATE_LIMIT_PRUNE_INTERVAL_MS)
+        this.prune(nowMs);
       if (this.buckets.size >= this.maxSources) return false;
       b = new TokenBucket(this.perSource, nowMs);
       this.buckets.set(source, b);

@@ -7,7 +7,13 @@
 import { describe, expect, test } from "bun:test";
 import type { RelayEntry, SignedRelayToken } from "../protocol/connection.ts";
 import { SeededRandom } from "./fakes.ts";
-import { MAX_RELAY_SESSIONS, RELAY_RECONNECT_MAX_MS, RELAY_RECONNECT_MIN_MS, RelaySessions, type RelayLink } from "./relaySessions.ts";
+import {
+  MAX_RELAY_SESSIONS,
+  RELAY_RECONNECT_MAX_MS,
+  RELAY_RECONNECT_MIN_MS,
+  RelaySessions,
+  type RelayLink,
+} from "./relaySessions.ts";
 
 const entry: RelayEntry = { relayId: "relay-1", url: "wss://relay.example/v1/relay" };
 const token = (n: number) => ({ payload: { n }, keyId: "k", signature: "s" }) as unknown as SignedRelayToken;
@@ -32,13 +38,19 @@ function fakeLink() {
 }
 
 function table() {
-  const attempts: Array<{ token: SignedRelayToken; onDatagram: (d: Uint8Array) => void; resolve: (l: RelayLink) => void; reject: (e: unknown) => void }> = [];
+  const attempts: Array<{
+    token: SignedRelayToken;
+    onDatagram: (d: Uint8Array) => void;
+    resolve: (l: RelayLink) => void;
+    reject: (e: unknown) => void;
+  }> = [];
   const delays: number[] = [];
   const pending = new Map<number, () => void>();
   let nextTimer = 1;
   const got: Array<[string, number]> = [];
   const t = new RelaySessions({
-    connect: (_e, tok, onDatagram) => new Promise((resolve, reject) => attempts.push({ token: tok, onDatagram, resolve, reject })),
+    connect: (_e, tok, onDatagram) =>
+      new Promise((resolve, reject) => attempts.push({ token: tok, onDatagram, resolve, reject })),
     onDatagram: (id, d) => got.push([id, d[0]!]),
     random: new SeededRandom(7),
     nowMs: () => 0,
@@ -70,7 +82,9 @@ describe("relay sessions", () => {
     const link = fakeLink();
     w.attempts[0]!.resolve(link);
     await tick();
-    expect(w.t.list()).toEqual([{ pathId: "relay-1", relayId: "relay-1", state: "open", paired: true, connects: 1, lastCode: null }]);
+    expect(w.t.list()).toEqual([
+      { pathId: "relay-1", relayId: "relay-1", state: "open", paired: true, connects: 1, lastCode: null },
+    ]);
     expect(w.t.send("relay-1", new Uint8Array([4, 0, 0, 0]))).toBe(true);
     expect(link.sent.length).toBe(1);
     w.attempts[0]!.onDatagram(new Uint8Array([2]));

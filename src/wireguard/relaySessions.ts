@@ -30,7 +30,13 @@ export const RELAY_RECONNECT_MAX_MS = 30_000;
 /** A session that stayed open this long resets the backoff, ms. */
 export const RELAY_STABLE_MS = 10_000;
 /** Refusals a retry with the same token cannot fix: the session waits for setToken(). */
-export const RELAY_PERMANENT_CODES: ReadonlySet<string> = new Set(["RELAY_TOKEN_INVALID", "RELAY_TOKEN_EXPIRED", "RELAY_TOKEN_WRONG_RELAY", "RELAY_LIMITS_OVER_CAP", "RELAY_BYTES_EXHAUSTED"]);
+export const RELAY_PERMANENT_CODES: ReadonlySet<string> = new Set([
+  "RELAY_TOKEN_INVALID",
+  "RELAY_TOKEN_EXPIRED",
+  "RELAY_TOKEN_WRONG_RELAY",
+  "RELAY_LIMITS_OVER_CAP",
+  "RELAY_BYTES_EXHAUSTED",
+]);
 
 /** An admitted relay connection, as the connector returns it (src/relayclient's RelayTransport fits). */
 export interface RelayLink {
@@ -48,7 +54,11 @@ export interface RelayLink {
  * (an error with `close.code`, as src/relayclient's RelayConnectError) or
  * could not be reached.
  */
-export type RelayConnector = (entry: RelayEntry, token: SignedRelayToken, onDatagram: (datagram: Uint8Array) => void) => Promise<RelayLink>;
+export type RelayConnector = (
+  entry: RelayEntry,
+  token: SignedRelayToken,
+  onDatagram: (datagram: Uint8Array) => void,
+) => Promise<RelayLink>;
 
 /** What a session is doing. */
 export type RelaySessionState = "connecting" | "open" | "backoff" | "stopped";
@@ -100,7 +110,10 @@ export class RelaySessions {
   private readonly timers: NonNullable<RelaySessionsOptions["timers"]>;
 
   constructor(private readonly o: RelaySessionsOptions) {
-    this.timers = o.timers ?? { set: (fn, ms) => setTimeout(fn, ms), clear: (h) => clearTimeout(h as ReturnType<typeof setTimeout>) };
+    this.timers = o.timers ?? {
+      set: (fn, ms) => setTimeout(fn, ms),
+      clear: (h) => clearTimeout(h as ReturnType<typeof setTimeout>),
+    };
   }
 
   /**
@@ -116,7 +129,19 @@ export class RelaySessions {
       return true;
     }
     if (this.sessions.size >= MAX_RELAY_SESSIONS) return false;
-    const n: Session = { pathId, entry, token, state: "connecting", link: null, timer: null, attempts: 0, connects: 0, openedAtMs: 0, lastCode: null, epoch: 0 };
+    const n: Session = {
+      pathId,
+      entry,
+      token,
+      state: "connecting",
+      link: null,
+      timer: null,
+      attempts: 0,
+      connects: 0,
+      openedAtMs: 0,
+      lastCode: null,
+      epoch: 0,
+    };
     this.sessions.set(pathId, n);
     this.start(n);
     return true;
@@ -174,7 +199,14 @@ export class RelaySessions {
   }
 
   private info(s: Session): RelaySessionInfo {
-    return { pathId: s.pathId, relayId: s.entry.relayId, state: s.state, paired: s.link?.paired ?? false, connects: s.connects, lastCode: s.lastCode };
+    return {
+      pathId: s.pathId,
+      relayId: s.entry.relayId,
+      state: s.state,
+      paired: s.link?.paired ?? false,
+      connects: s.connects,
+      lastCode: s.lastCode,
+    };
   }
 
   private start(s: Session): void {
@@ -221,10 +253,13 @@ export class RelaySessions {
     s.attempts++;
     const jitter = (this.o.random.fill(new Uint8Array(1))[0]! / 255) * 0.5 * base;
     const epoch = s.epoch;
-    s.timer = this.timers.set(() => {
-      s.timer = null;
-      if (s.epoch === epoch && this.sessions.has(s.pathId)) this.start(s);
-    }, Math.round(base + jitter));
+    s.timer = this.timers.set(
+      () => {
+        s.timer = null;
+        if (s.epoch === epoch && this.sessions.has(s.pathId)) this.start(s);
+      },
+      Math.round(base + jitter),
+    );
     this.o.onChange?.(this.info(s));
   }
 }

@@ -24,7 +24,7 @@ export class ReplayWindow {
     if (!(counter >= 0 && counter < REJECT_AFTER_MESSAGES)) return false;
     if (counter > this.greatest) return true;
     if (this.greatest - counter > REPLAY_WINDOW_PACKETS) return false;
-    return (this.bitmap[Math.floor(counter / 32) % WORDS]! & (1 << counter % 32)) === 0;
+    return (this.bitmap[Math.floor(counter / 32) % WORDS]! & (1 << (counter % 32))) === 0;
   }
 
   /** Records `counter` if acceptable; returns false for a replay, a counter too old, or one out of range. */
@@ -40,7 +40,7 @@ export class ReplayWindow {
       return false;
     }
     const word = index % WORDS;
-    const bit = 1 << counter % 32;
+    const bit = 1 << (counter % 32);
     if (this.bitmap[word]! & bit) return false;
     this.bitmap[word] = this.bitmap[word]! | bit;
     return true;

@@ -17,10 +17,18 @@ async function stunServer(lie?: { address: string; port: number }) {
 
 test("a Binding request learns the socket's mapped address; WireGuard-shaped datagrams go to the Device; junk is counted", async () => {
   const got: string[] = [];
-  const sock: SharedSocket = await openSharedSocket({ hostname: "127.0.0.1", port: 0, random: systemRandom, onWireGuard: (d, from) => got.push(`${d[0]}@${from.key}`) });
+  const sock: SharedSocket = await openSharedSocket({
+    hostname: "127.0.0.1",
+    port: 0,
+    random: systemRandom,
+    onWireGuard: (d, from) => got.push(`${d[0]}@${from.key}`),
+  });
   toClose.push(sock);
   const server = await stunServer();
-  expect(await sock.stunBinding({ address: "127.0.0.1", port: server.port })).toEqual({ address: "127.0.0.1", port: sock.port });
+  expect(await sock.stunBinding({ address: "127.0.0.1", port: server.port })).toEqual({
+    address: "127.0.0.1",
+    port: sock.port,
+  });
 
   const peer = await Bun.udpSocket({ hostname: "127.0.0.1", port: 0, binaryType: "uint8array" });
   toClose.push(peer);
@@ -52,7 +60,12 @@ test("a server that never answers gives null after the retransmissions; close() 
 
 test("an unreachable candidate (ICMP port unreachable) is counted as a socket error and the socket keeps working", async () => {
   const got: number[] = [];
-  const sock = await openSharedSocket({ hostname: "127.0.0.1", port: 0, random: systemRandom, onWireGuard: (d) => got.push(d[0]!) });
+  const sock = await openSharedSocket({
+    hostname: "127.0.0.1",
+    port: 0,
+    random: systemRandom,
+    onWireGuard: (d) => got.push(d[0]!),
+  });
   toClose.push(sock);
   // A port nobody listens on: bind and close one to find it.
   const gone = await Bun.udpSocket({ hostname: "127.0.0.1", port: 0 });

@@ -15,7 +15,13 @@
  * Must never: throw from the receive callback, keep more than
  * MAX_PENDING_STUN transactions, or keep a timer after close().
  */
-import { decodeStun, encodeBindingRequest, STUN_BINDING_SUCCESS, STUN_TRANSACTION_ID_BYTES, type StunAddress } from "../protocol/stun.ts";
+import {
+  decodeStun,
+  encodeBindingRequest,
+  STUN_BINDING_SUCCESS,
+  STUN_TRANSACTION_ID_BYTES,
+  type StunAddress,
+} from "../protocol/stun.ts";
 import { udpPath, type UdpPath } from "./paths.ts";
 import type { WgRandom } from "./ports.ts";
 
@@ -58,7 +64,15 @@ interface Pending {
 
 /** The socket. */
 export class SharedSocket {
-  readonly counters: SharedSocketCounters = { wireguardIn: 0, stunRequestsSent: 0, stunResponsesMatched: 0, stunUnmatched: 0, unknownDropped: 0, sendFailures: 0, socketErrors: 0 };
+  readonly counters: SharedSocketCounters = {
+    wireguardIn: 0,
+    stunRequestsSent: 0,
+    stunResponsesMatched: 0,
+    stunUnmatched: 0,
+    unknownDropped: 0,
+    sendFailures: 0,
+    socketErrors: 0,
+  };
   private readonly pending = new Map<string, Pending>();
   private closed = false;
 

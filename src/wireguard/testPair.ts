@@ -54,14 +54,31 @@ export function makePair(o: PairOptions): TestPair {
   const keyA = rng.bytes(32);
   const keyB = rng.bytes(32);
   const common = { clock, random: rng, aead: o.aead, ...(o.limits ? { limits: o.limits } : {}) };
-  const a = new Device<MemEndpoint>({ ...common, privateKey: keyA, io: net.io("a"), ...(o.loadA ? { load: o.loadA } : {}) });
-  const mkB = () => new Device<MemEndpoint>({ ...common, privateKey: keyB, io: net.io("b"), ...(o.loadB ? { load: o.loadB } : {}) });
+  const a = new Device<MemEndpoint>({
+    ...common,
+    privateKey: keyA,
+    io: net.io("a"),
+    ...(o.loadA ? { load: o.loadA } : {}),
+  });
+  const mkB = () =>
+    new Device<MemEndpoint>({ ...common, privateKey: keyB, io: net.io("b"), ...(o.loadB ? { load: o.loadB } : {}) });
   let b = mkB();
   net.attach("a", a);
   net.attach("b", b);
   const psk = o.presharedKey ? { presharedKey: o.presharedKey } : {};
-  const pa = a.addPeer({ publicKey: b.publicKey, endpoint: net.endpoint("b"), allowedIps: ["10.0.0.2/32", "fd00::2/128"], ...psk });
-  const peerB = (d: Device<MemEndpoint>) => d.addPeer({ publicKey: a.publicKey, endpoint: net.endpoint("a"), allowedIps: ["10.0.0.1/32", "fd00::1/128"], ...psk });
+  const pa = a.addPeer({
+    publicKey: b.publicKey,
+    endpoint: net.endpoint("b"),
+    allowedIps: ["10.0.0.2/32", "fd00::2/128"],
+    ...psk,
+  });
+  const peerB = (d: Device<MemEndpoint>) =>
+    d.addPeer({
+      publicKey: a.publicKey,
+      endpoint: net.endpoint("a"),
+      allowedIps: ["10.0.0.1/32", "fd00::1/128"],
+      ...psk,
+    });
   const pair: TestPair = {
     clock,
     rng,
@@ -82,7 +99,9 @@ export function makePair(o: PairOptions): TestPair {
       const end = clock.nowMs() + ms;
       net.pump();
       for (let guard = 0; guard < 100_000; guard++) {
-        const next = [pair.a.nextDeadlineMs(), pair.b.nextDeadlineMs()].filter((d): d is number => d !== null && d <= end);
+        const next = [pair.a.nextDeadlineMs(), pair.b.nextDeadlineMs()].filter(
+          (d): d is number => d !== null && d <= end,
+        );
         if (next.length === 0) break;
         const at = Math.min(...next);
         if (at > clock.nowMs()) clock.advance(at - clock.nowMs());

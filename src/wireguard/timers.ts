@@ -54,7 +54,8 @@ export class PeerTimers {
 
   /** A data (non-keepalive) packet was sent: expect something back within KEEPALIVE + REKEY_TIMEOUT, else rehandshake (§6.5). */
   dataSent(now: number): void {
-    if (this.newHandshake === null) this.newHandshake = now + this.limits.keepaliveTimeoutMs + this.limits.rekeyTimeoutMs + this.jitter();
+    if (this.newHandshake === null)
+      this.newHandshake = now + this.limits.keepaliveTimeoutMs + this.limits.rekeyTimeoutMs + this.jitter();
   }
 
   /** A data packet arrived: answer within KEEPALIVE_TIMEOUT, with a keepalive if nothing else goes out (§6.5). */
@@ -97,13 +98,24 @@ export class PeerTimers {
 
   /** Stops every timer (the peer is removed or zeroed). */
   stopAll(): void {
-    this.retransmitHandshake = this.sendKeepalive = this.newHandshake = this.zeroKeyMaterial = this.persistentKeepalive = null;
+    this.retransmitHandshake =
+      this.sendKeepalive =
+      this.newHandshake =
+      this.zeroKeyMaterial =
+      this.persistentKeepalive =
+        null;
   }
 
   /** The earliest deadline, or null when none is set. */
   earliest(): number | null {
     let m: number | null = null;
-    for (const d of [this.retransmitHandshake, this.sendKeepalive, this.newHandshake, this.zeroKeyMaterial, this.persistentKeepalive]) {
+    for (const d of [
+      this.retransmitHandshake,
+      this.sendKeepalive,
+      this.newHandshake,
+      this.zeroKeyMaterial,
+      this.persistentKeepalive,
+    ]) {
       if (d !== null && (m === null || d < m)) m = d;
     }
     return m;

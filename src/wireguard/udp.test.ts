@@ -31,10 +31,16 @@ test("two UDP Devices on loopback exchange packets both ways", async () => {
   const a = await startUdpDevice({ privateKey: keyA, aead, hostname: "127.0.0.1", port: 0, onPacket: onPacket("a") });
   const b = await startUdpDevice({ privateKey: keyB, aead, hostname: "127.0.0.1", port: 0, onPacket: onPacket("b") });
   // Root gets wireguard-go's 7 MiB each way (the kernel reports double); elsewhere the cap is explained.
-  for (const d of [a, b]) expect(d.socketBuffers.receiveBytes > 0 && (d.socketBuffers.forced || d.socketBuffers.reason !== null)).toBe(true);
-  if (process.getuid?.() === 0) expect(a.socketBuffers).toEqual({ receiveBytes: 14 << 20, sendBytes: 14 << 20, forced: true, reason: null });
+  for (const d of [a, b])
+    expect(d.socketBuffers.receiveBytes > 0 && (d.socketBuffers.forced || d.socketBuffers.reason !== null)).toBe(true);
+  if (process.getuid?.() === 0)
+    expect(a.socketBuffers).toEqual({ receiveBytes: 14 << 20, sendBytes: 14 << 20, forced: true, reason: null });
   opened.push(a, b);
-  a.device.addPeer({ publicKey: b.device.publicKey, endpoint: udpEndpoint("127.0.0.1", b.port), allowedIps: ["10.9.0.2/32"] });
+  a.device.addPeer({
+    publicKey: b.device.publicKey,
+    endpoint: udpEndpoint("127.0.0.1", b.port),
+    allowedIps: ["10.9.0.2/32"],
+  });
   b.device.addPeer({ publicKey: a.device.publicKey, allowedIps: ["10.9.0.1/32"] }); // no endpoint: learnt from a's initiation
   a.sendPacket(icmpEcho("10.9.0.1", "10.9.0.2", 1, 1, new Uint8Array(10)));
   await until(() => got.b!.length === 1);

@@ -34,7 +34,8 @@ function clamp(k: Uint8Array): Uint8Array {
 
 /** The key pair of a raw private key. Throws when `privateKey` is not 32 bytes (a local configuration error). */
 export function keyPairFromPrivate(privateKey: Uint8Array): KeyPair25519 {
-  if (privateKey.length !== KEY_BYTES) throw new Error(`a Curve25519 private key is ${KEY_BYTES} bytes, got ${privateKey.length}`);
+  if (privateKey.length !== KEY_BYTES)
+    throw new Error(`a Curve25519 private key is ${KEY_BYTES} bytes, got ${privateKey.length}`);
   const clamped = clamp(privateKey);
   const privateObject = createPrivateKey({ key: Buffer.concat([PKCS8_PREFIX, clamped]), format: "der", type: "pkcs8" });
   const spki = createPublicKey(privateObject).export({ format: "der", type: "spki" });

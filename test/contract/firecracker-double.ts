@@ -23,7 +23,15 @@
  */
 import { appendFileSync, existsSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { bodyParameter, findOperation, isPostBootOnly, isPreBootOnly, loadOpenApi, type OpenApiDoc, validateSchema } from "./openapi.ts";
+import {
+  bodyParameter,
+  findOperation,
+  isPostBootOnly,
+  isPreBootOnly,
+  loadOpenApi,
+  type OpenApiDoc,
+  validateSchema,
+} from "./openapi.ts";
 
 /** One request as the double saw it. `schemaErrors` is empty when the body matched the OpenAPI document. */
 export interface RecordedRequest {
@@ -83,14 +91,21 @@ export async function startFirecrackerDouble(opts: DoubleOptions, doc?: OpenApiD
     if (!opts.root) return null;
     for (const k of ["kernel_image_path", "initrd_path", "path_on_host"]) {
       const v = body[k];
-      if (typeof v === "string" && !existsSync(join(opts.root, v))) return `${k} ${v}: No such file or directory (os error 2)`;
+      if (typeof v === "string" && !existsSync(join(opts.root, v)))
+        return `${k} ${v}: No such file or directory (os error 2)`;
     }
     return null;
   };
 
   const handle = async (req: Request): Promise<Response> => {
     const url = new URL(req.url);
-    const rec: RecordedRequest = { method: req.method, path: url.pathname, body: undefined, status: 0, schemaErrors: [] };
+    const rec: RecordedRequest = {
+      method: req.method,
+      path: url.pathname,
+      body: undefined,
+      status: 0,
+      schemaErrors: [],
+    };
     const text = await req.text();
     if (text.length > MAX_BODY_BYTES) return reply(rec, 400, "Request payload is too large.");
     if (text) {
@@ -111,27 +126,44 @@ export async function startFirecrackerDouble(opts: DoubleOptions, doc?: OpenApiD
     if (rec.schemaErrors.length > 0) return reply(rec, 400, rec.schemaErrors.join("; "));
     const body = (rec.body ?? {}) as Record<string, unknown>;
     for (const [name, value] of Object.entries(params)) {
-      if (body[name] !== undefined && body[name] !== value) return reply(rec, 400, "The id from the path does not match the id from the body!");
+      if (body[name] !== undefined && body[name] !== value)
+        return reply(rec, 400, "The id from the path does not match the id from the body!");
     }
-    if (isPreBootOnly(op) && state === "Running") return reply(rec, 400, "The requested operation is not supported after starting the microVM.");
-    if (isPostBootOnly(op) && state !== "Running") return reply(rec, 400, "The requested operation is not supported before starting the microVM.");
+    if (isPreBootOnly(op) && state === "Running")
+      return reply(rec, 400, "The requested operation is not supported after starting the microVM.");
+    if (isPostBootOnly(op) && state !== "Running")
+      return reply(rec, 400, "The requested operation is not supported before starting the microVM.");
 
     if (req.method === "GET") {
-      if (op.template === "/") return reply(rec, 200, undefined, { id: opts.id ?? "anonymous-instance", state, vmm_version: api.version, app_name: "Firecracker" });
+      if (op.template === "/")
+        return reply(rec, 200, undefined, {
+          id: opts.id ?? "anonymous-instance",
+          state,
+          vmm_version: api.version,
+          app_name: "Firecracker",
+        });
       if (op.template === "/version") return reply(rec, 200, undefined, { firecracker_version: api.version });
-      if (op.template === "/machine-config") return reply(rec, 200, undefined, config["/machine-config"] ?? { vcpu_count: 1, mem_size_mib: 128, smt: false });
+      if (op.template === "/machine-config")
+        return reply(
+          rec,
+          200,
+          undefined,
+          config["/machine-config"] ?? { vcpu_count: 1, mem_size_mib: 128, smt: false },
+        );
       return reply(rec, 501, `${op.method} ${op.template} is not implemented by the test double.`);
     }
     if (op.template === "/actions") {
       const action = body.action_type;
       if (action === "InstanceStart") {
-        if (state === "Running") return reply(rec, 400, "The requested operation is not supported after starting the microVM.");
+        if (state === "Running")
+          return reply(rec, 400, "The requested operation is not supported after starting the microVM.");
         if (!config["/boot-source"]) return reply(rec, 400, "Cannot start microvm without kernel configuration.");
         state = "Running";
         return reply(rec, 204);
       }
       if (action === "SendCtrlAltDel") {
-        if (state !== "Running") return reply(rec, 400, "The requested operation is not supported before starting the microVM.");
+        if (state !== "Running")
+          return reply(rec, 400, "The requested operation is not supported before starting the microVM.");
         if (!opts.ignoreCtrlAltDel) setTimeout(() => opts.onGuestExit?.(), GUEST_SHUTDOWN_MS);
         return reply(rec, 204);
       }

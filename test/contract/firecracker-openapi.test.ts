@@ -28,21 +28,40 @@ afterAll(() => {
   rmSync(work, { recursive: true, force: true });
 });
 
-async function fresh(): Promise<{ d: FirecrackerDouble; send: (method: string, path: string, body?: string) => Promise<{ status: number; fault?: string }> }> {
+async function fresh(): Promise<{
+  d: FirecrackerDouble;
+  send: (method: string, path: string, body?: string) => Promise<{ status: number; fault?: string }>;
+}> {
   const socketPath = join(work, `api${++n}.sock`);
   const d = await startFirecrackerDouble({ socketPath }, doc);
   doubles.push(d);
   const send = async (method: string, path: string, body?: string) => {
-    const res = await fetch(`http://localhost${path}`, { unix: socketPath, method, ...(body === undefined ? {} : { body }) });
+    const res = await fetch(`http://localhost${path}`, {
+      unix: socketPath,
+      method,
+      ...(body === undefined ? {} : { body }),
+    });
     const text = await res.text();
-    return { status: res.status, ...(text ? { fault: (JSON.parse(text) as { fault_message?: string }).fault_message } : {}) };
+    return {
+      status: res.status,
+      ...(text ? { fault: (JSON.parse(text) as { fault_message?: string }).fault_message } : {}),
+    };
   };
   return { d, send };
 }
 
 const spec: VmSpec = {
-  instanceId: "bb-000000000000000000000001", dir: "/a", vcpus: 2, memoryMiB: 256, kernelPath: "/a/k", rootDiskPath: "/a/rootfs.ext4",
-  netns: "n", tapName: "bbtap0", kernelArgs: ["beachball.generation=1"], consoleLogPath: "/a/c", controlSocketPath: "/a/s",
+  instanceId: "bb-000000000000000000000001",
+  dir: "/a",
+  vcpus: 2,
+  memoryMiB: 256,
+  kernelPath: "/a/k",
+  rootDiskPath: "/a/rootfs.ext4",
+  netns: "n",
+  tapName: "bbtap0",
+  kernelArgs: ["beachball.generation=1"],
+  consoleLogPath: "/a/c",
+  controlSocketPath: "/a/s",
 };
 
 describe("the OpenAPI document as loaded", () => {
@@ -58,7 +77,11 @@ describe("the OpenAPI document as loaded", () => {
   test("every body the driver builds validates, for ext4 and squashfs roots", () => {
     const squash = { ...spec, rootDiskPath: "/a/rootfs.squashfs", initrdPath: "/a/initrd" };
     for (const s of [spec, squash])
-      for (const r of [...preBootRequests(s), { path: "/actions", body: actionBody("InstanceStart") }, { path: "/actions", body: actionBody("SendCtrlAltDel") }]) {
+      for (const r of [
+        ...preBootRequests(s),
+        { path: "/actions", body: actionBody("InstanceStart") },
+        { path: "/actions", body: actionBody("SendCtrlAltDel") },
+      ]) {
         const { op } = findOperation(doc, "PUT", r.path)!;
         const schema = op.parameters.find((p) => p.in === "body")!.schema!;
         expect(validateSchema(doc, schema, r.body), r.path).toEqual([]);
@@ -72,9 +95,19 @@ describe("the double rejects what Firecracker rejects", () => {
     ["below minimum", "/machine-config", '{"vcpu_count":0,"mem_size_mib":128}', "minimum 1"],
     ["above maximum", "/machine-config", '{"vcpu_count":33,"mem_size_mib":128}', "maximum 32"],
     ["missing required", "/machine-config", '{"vcpu_count":1}', "missing required field mem_size_mib"],
-    ["unknown field", "/drives/rootfs", '{"drive_id":"rootfs","is_root_device":true,"path_on_host":"/r","readonly":true}', "unknown field readonly"],
+    [
+      "unknown field",
+      "/drives/rootfs",
+      '{"drive_id":"rootfs","is_root_device":true,"path_on_host":"/r","readonly":true}',
+      "unknown field readonly",
+    ],
     ["bad enum", "/actions", '{"action_type":"Reboot"}', "is not one of"],
-    ["nested $ref", "/network-interfaces/eth0", '{"iface_id":"eth0","host_dev_name":"t","rx_rate_limiter":{"bandwidth":{"size":"x","refill_time":1}}}', "bandwidth.size: expected integer"],
+    [
+      "nested $ref",
+      "/network-interfaces/eth0",
+      '{"iface_id":"eth0","host_dev_name":"t","rx_rate_limiter":{"bandwidth":{"size":"x","refill_time":1}}}',
+      "bandwidth.size: expected integer",
+    ],
     ["vsock cid below minimum", "/vsock", '{"guest_cid":2,"uds_path":"/v.sock"}', "minimum 3"],
     ["not JSON", "/boot-source", "{kernel_image_path:", "deserializing"],
   ];
@@ -90,26 +123,43 @@ describe("the double rejects what Firecracker rejects", () => {
 
   test("unknown path and unknown method: 400 'Invalid request method and/or path'", async () => {
     const { send } = await fresh();
-    expect(await send("PUT", "/machine_config", '{"vcpu_count":1,"mem_size_mib":128}')).toEqual({ status: 400, fault: "Invalid request method and/or path: PUT /machine_config." });
+    expect(await send("PUT", "/machine_config", '{"vcpu_count":1,"mem_size_mib":128}')).toEqual({
+      status: 400,
+      fault: "Invalid request method and/or path: PUT /machine_config.",
+    });
     expect((await send("DELETE", "/vsock")).fault).toContain("Invalid request method and/or path");
   });
 
   test("path ID and body ID must agree", async () => {
     const { send } = await fresh();
-    const r = await send("PUT", "/drives/rootfs", '{"drive_id":"other","is_root_device":true,"is_read_only":false,"path_on_host":"/r"}');
+    const r = await send(
+      "PUT",
+      "/drives/rootfs",
+      '{"drive_id":"other","is_root_device":true,"is_read_only":false,"path_on_host":"/r"}',
+    );
     expect(r).toEqual({ status: 400, fault: "The id from the path does not match the id from the body!" });
   });
 
   test("state rules: InstanceStart needs a boot source; pre-boot calls are refused after it; SendCtrlAltDel only after it", async () => {
     const { d, send } = await fresh();
     expect(await send("PUT", "/actions", '{"action_type":"SendCtrlAltDel"}')).toMatchObject({ status: 400 });
-    expect(await send("PUT", "/actions", '{"action_type":"InstanceStart"}')).toEqual({ status: 400, fault: "Cannot start microvm without kernel configuration." });
+    expect(await send("PUT", "/actions", '{"action_type":"InstanceStart"}')).toEqual({
+      status: 400,
+      fault: "Cannot start microvm without kernel configuration.",
+    });
     expect(d.state()).toBe("Not started");
     expect(await send("PUT", "/boot-source", '{"kernel_image_path":"/vmlinux"}')).toEqual({ status: 204 });
     expect(await send("PUT", "/actions", '{"action_type":"InstanceStart"}')).toEqual({ status: 204 });
     expect(d.state()).toBe("Running");
-    for (const [p, b] of [["/machine-config", '{"vcpu_count":1,"mem_size_mib":128}'], ["/vsock", '{"guest_cid":3,"uds_path":"/v"}'], ["/boot-source", '{"kernel_image_path":"/k"}']])
-      expect(await send("PUT", p!, b), p).toEqual({ status: 400, fault: "The requested operation is not supported after starting the microVM." });
+    for (const [p, b] of [
+      ["/machine-config", '{"vcpu_count":1,"mem_size_mib":128}'],
+      ["/vsock", '{"guest_cid":3,"uds_path":"/v"}'],
+      ["/boot-source", '{"kernel_image_path":"/k"}'],
+    ])
+      expect(await send("PUT", p!, b), p).toEqual({
+        status: 400,
+        fault: "The requested operation is not supported after starting the microVM.",
+      });
     expect(await send("PUT", "/actions", '{"action_type":"InstanceStart"}')).toMatchObject({ status: 400 });
     expect(d.requests.map((r) => r.status)).toEqual([400, 400, 204, 204, 400, 400, 400, 400]);
     expect(d.requests.every((r) => r.schemaErrors.length === 0)).toBe(true); // rejected for state, not shape
@@ -120,7 +170,9 @@ describe("the double rejects what Firecracker rejects", () => {
     const d = await startFirecrackerDouble({ socketPath, root: work }, doc);
     doubles.push(d);
     const res = await fetch("http://localhost/drives/rootfs", {
-      unix: socketPath, method: "PUT", body: '{"drive_id":"rootfs","is_root_device":true,"is_read_only":false,"path_on_host":"/missing.ext4"}',
+      unix: socketPath,
+      method: "PUT",
+      body: '{"drive_id":"rootfs","is_root_device":true,"is_read_only":false,"path_on_host":"/missing.ext4"}',
     });
     expect(res.status).toBe(400);
     expect(((await res.json()) as { fault_message: string }).fault_message).toContain("No such file");

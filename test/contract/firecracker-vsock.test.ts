@@ -11,7 +11,12 @@ import { existsSync, mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { FirecrackerDriver } from "../../src/agent/vmm/firecracker/driver.ts";
-import { connectHybridVsock, GUEST_CONTROL_PORT, listenHybridVsock, parseConnectAck } from "../../src/agent/vmm/firecracker/vsock.ts";
+import {
+  connectHybridVsock,
+  GUEST_CONTROL_PORT,
+  listenHybridVsock,
+  parseConnectAck,
+} from "../../src/agent/vmm/firecracker/vsock.ts";
 
 const work = mkdtempSync(join(tmpdir(), "bb-fc-vsock-"));
 const listeners: UnixSocketListener<undefined>[] = [];
@@ -31,23 +36,25 @@ function fakeVsock(reply: string, refuse = 0): { path: string; received: string[
   const received: string[] = [];
   let refused = 0;
   const state = new Map<Socket<undefined>, { connected: boolean; buf: string }>();
-  listeners.push(Bun.listen<undefined>({
-    unix: path,
-    socket: {
-      open: (s) => void state.set(s, { connected: false, buf: "" }),
-      data: (s, d) => {
-        const st = state.get(s)!;
-        if (st.connected) return void s.write(`guest:${d.toString()}`);
-        st.buf += d.toString();
-        const nl = st.buf.indexOf("\n");
-        if (nl < 0) return;
-        received.push(st.buf.slice(0, nl + 1));
-        if (refused++ < refuse) return void s.end();
-        st.connected = true;
-        s.write(reply);
+  listeners.push(
+    Bun.listen<undefined>({
+      unix: path,
+      socket: {
+        open: (s) => void state.set(s, { connected: false, buf: "" }),
+        data: (s, d) => {
+          const st = state.get(s)!;
+          if (st.connected) return void s.write(`guest:${d.toString()}`);
+          st.buf += d.toString();
+          const nl = st.buf.indexOf("\n");
+          if (nl < 0) return;
+          received.push(st.buf.slice(0, nl + 1));
+          if (refused++ < refuse) return void s.end();
+          st.connected = true;
+          s.write(reply);
+        },
       },
-    },
-  }));
+    }),
+  );
   return { path, received };
 }
 
@@ -117,7 +124,10 @@ test("adoption: a driver that did not start the VM dials guest port 1024 through
   const fake = fakeVsock("OK 1073741826\n");
   const control = join(work, "control.sock");
   symlinkSync(fake.path, control);
-  const ch = await new FirecrackerDriver({ chrootBase: join(work, "jails") }).connectControl({ controlSocketPath: control }, 2_000);
+  const ch = await new FirecrackerDriver({ chrootBase: join(work, "jails") }).connectControl(
+    { controlSocketPath: control },
+    2_000,
+  );
   expect(fake.received).toEqual(["CONNECT 1024\n"]);
   ch.close();
 });

@@ -64,12 +64,22 @@ export async function loadOpenApi(path = FIRECRACKER_OPENAPI_PATH): Promise<Open
   const operations: Operation[] = [];
   for (const [template, methods] of Object.entries(raw.paths))
     for (const [method, op] of Object.entries(methods))
-      operations.push({ method: method.toUpperCase(), template, summary: op.summary ?? "", description: op.description ?? "", parameters: op.parameters ?? [] });
+      operations.push({
+        method: method.toUpperCase(),
+        template,
+        summary: op.summary ?? "",
+        description: op.description ?? "",
+        parameters: op.parameters ?? [],
+      });
   return { version: raw.info.version, definitions: raw.definitions, operations };
 }
 
 /** The operation for `method` and concrete `path` with its path parameters, or null (unknown path or method). */
-export function findOperation(doc: OpenApiDoc, method: string, path: string): { op: Operation; params: Record<string, string> } | null {
+export function findOperation(
+  doc: OpenApiDoc,
+  method: string,
+  path: string,
+): { op: Operation; params: Record<string, string> } | null {
   const segs = path.split("/");
   for (const op of doc.operations) {
     if (op.method !== method) continue;
@@ -117,19 +127,22 @@ export function validateSchema(doc: OpenApiDoc, schema: Schema, value: unknown, 
     const fits = s.type === t || (s.type === "number" && t === "integer");
     if (!fits) return [`${at}: expected ${s.type}, got ${t}`];
   }
-  if (s.enum && !s.enum.some((e) => e === value)) errors.push(`${at}: ${JSON.stringify(value)} is not one of ${JSON.stringify(s.enum)}`);
+  if (s.enum && !s.enum.some((e) => e === value))
+    errors.push(`${at}: ${JSON.stringify(value)} is not one of ${JSON.stringify(s.enum)}`);
   if (typeof value === "number") {
     if (s.minimum !== undefined && value < s.minimum) errors.push(`${at}: ${value} < minimum ${s.minimum}`);
     if (s.maximum !== undefined && value > s.maximum) errors.push(`${at}: ${value} > maximum ${s.maximum}`);
   }
-  if (t === "array" && s.items) (value as unknown[]).forEach((v, i) => errors.push(...validateSchema(doc, s.items!, v, `${at}[${i}]`)));
+  if (t === "array" && s.items)
+    (value as unknown[]).forEach((v, i) => errors.push(...validateSchema(doc, s.items!, v, `${at}[${i}]`)));
   if (t === "object" && (s.type === "object" || s.properties)) {
     const obj = value as Record<string, unknown>;
     for (const r of s.required ?? []) if (!(r in obj)) errors.push(`${at}: missing required field ${r}`);
     for (const [k, v] of Object.entries(obj)) {
       const p = s.properties?.[k];
       if (p) errors.push(...validateSchema(doc, p, v, `${at}.${k}`));
-      else if (typeof s.additionalProperties === "object") errors.push(...validateSchema(doc, s.additionalProperties, v, `${at}.${k}`));
+      else if (typeof s.additionalProperties === "object")
+        errors.push(...validateSchema(doc, s.additionalProperties, v, `${at}.${k}`));
       else if (s.additionalProperties !== true) errors.push(`${at}: unknown field ${k}`);
     }
   }

@@ -17,16 +17,31 @@ const kvmLike = join(work, "kvm");
 writeFileSync(kvmLike, "");
 
 test("Firecracker when the KVM device opens and both binaries run", async () => {
-  const s = await selectVmmDriver({ kvmDevice: kvmLike, firecracker: { firecrackerBinary: exe("fc-ok", "exit 0"), jailerBinary: exe("jailer", "exit 0") } });
+  const s = await selectVmmDriver({
+    kvmDevice: kvmLike,
+    firecracker: { firecrackerBinary: exe("fc-ok", "exit 0"), jailerBinary: exe("jailer", "exit 0") },
+  });
   expect(s.driver.name).toBe("firecracker");
 });
 
 test("QEMU, with the reason, when any probe fails", async () => {
   const jailer = exe("jailer2", "exit 0");
   const cases: [Parameters<typeof selectVmmDriver>[0], RegExp][] = [
-    [{ kvmDevice: join(work, "no-kvm"), firecracker: { firecrackerBinary: exe("fc1", "exit 0"), jailerBinary: jailer } }, /cannot be opened/],
-    [{ kvmDevice: kvmLike, firecracker: { firecrackerBinary: join(work, "absent"), jailerBinary: jailer } }, /not an executable file/],
-    [{ kvmDevice: kvmLike, firecracker: { firecrackerBinary: exe("fc-broken", "exit 1"), jailerBinary: jailer } }, /--version did not exit 0/],
+    [
+      {
+        kvmDevice: join(work, "no-kvm"),
+        firecracker: { firecrackerBinary: exe("fc1", "exit 0"), jailerBinary: jailer },
+      },
+      /cannot be opened/,
+    ],
+    [
+      { kvmDevice: kvmLike, firecracker: { firecrackerBinary: join(work, "absent"), jailerBinary: jailer } },
+      /not an executable file/,
+    ],
+    [
+      { kvmDevice: kvmLike, firecracker: { firecrackerBinary: exe("fc-broken", "exit 1"), jailerBinary: jailer } },
+      /--version did not exit 0/,
+    ],
   ];
   for (const [opts, why] of cases) {
     const s = await selectVmmDriver(opts);

@@ -49,7 +49,10 @@ d("a demo that stops after an error", () => {
       // Releasing under TCG takes seconds; a process that hangs is killed here and the test fails.
       killer = setTimeout(() => p.kill("SIGKILL"), 150_000);
       const code = await p.exited;
-      expect({ code, signal: p.signalCode }, readFileSync(log, "utf8").slice(-3000)).toEqual({ code: 130, signal: null });
+      expect({ code, signal: p.signalCode }, readFileSync(log, "utf8").slice(-3000)).toEqual({
+        code: 130,
+        signal: null,
+      });
       expect(readFileSync(log, "utf8")).toContain("interrupted");
     } finally {
       clearTimeout(killer);

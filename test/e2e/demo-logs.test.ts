@@ -39,10 +39,17 @@ d("the demo job's output from a second terminal", () => {
       }
       expect(m, readFileSync(log, "utf8").slice(-3000)).not.toBeNull();
       // The second terminal: the command the demo printed, as a separate process.
-      const { code, stdout: out, out: both } = await runRoleExit(["allocation", "logs", m![2]!, "--follow"], { BB_CONFIG: m![1]! });
+      const {
+        code,
+        stdout: out,
+        out: both,
+      } = await runRoleExit(["allocation", "logs", m![2]!, "--follow"], { BB_CONFIG: m![1]! });
       expect(await demo.exited, readFileSync(log, "utf8").slice(-3000)).toBe(0);
       expect(code, both).toBe(0);
-      const shown = readFileSync(log, "utf8").split("\n").filter((l) => l.startsWith("job  │ ")).map((l) => l.slice("job  │ ".length));
+      const shown = readFileSync(log, "utf8")
+        .split("\n")
+        .filter((l) => l.startsWith("job  │ "))
+        .map((l) => l.slice("job  │ ".length));
       expect(shown.length).toBeGreaterThanOrEqual(5);
       expect(shown).toContain("job: tests passed");
       const lines = out.replaceAll("\r", "").split("\n");

@@ -35,9 +35,22 @@ import { placementDirName } from "../../src/agent/resourceNames.ts";
 import { sha256File } from "../../src/image/verify.ts";
 import type { AllocationEvent } from "../../src/protocol/api.ts";
 import { GCC_JOB, writeDebianOciLayout } from "../support/debianOci.ts";
-import { cleanUpPlacements, freePort, settledLeftoversOf, runRole, startRole, stopRole, tail, vmTestSkipReason, type Role, waitUntil } from "../support/processes.ts";
+import {
+  cleanUpPlacements,
+  freePort,
+  settledLeftoversOf,
+  runRole,
+  startRole,
+  stopRole,
+  tail,
+  vmTestSkipReason,
+  type Role,
+  waitUntil,
+} from "../support/processes.ts";
 
-const skip = vmTestSkipReason() ?? (!Bun.which("mksquashfs") ? "mksquashfs missing" : !Bun.which("mmdebstrap") ? "mmdebstrap missing" : null);
+const skip =
+  vmTestSkipReason() ??
+  (!Bun.which("mksquashfs") ? "mksquashfs missing" : !Bun.which("mmdebstrap") ? "mmdebstrap missing" : null);
 if (skip) console.log(`SKIP test/e2e/images.test.ts: ${skip}`);
 const d = skip ? describe.skip : describe;
 
@@ -81,25 +94,45 @@ function served(): string[] {
 }
 
 /** Waits until the scheduler answers /healthz. */
-const waitUp = () => waitUntil("the scheduler's /healthz", () => fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok), 20_000, [scheduler.log]);
+const waitUp = () =>
+  waitUntil("the scheduler's /healthz", () => fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok), 20_000, [
+    scheduler.log,
+  ]);
 
 /** Waits until the agent's host reads healthy. */
-const waitHealthy = () => waitUntil("a healthy img-host", async () => (await operator.hosts()).some((h) => h.hostId === "img-host" && h.health === "healthy"), 30_000, [agent.log]);
+const waitHealthy = () =>
+  waitUntil(
+    "a healthy img-host",
+    async () => (await operator.hosts()).some((h) => h.hostId === "img-host" && h.health === "healthy"),
+    30_000,
+    [agent.log],
+  );
 
 /** Runs `script` on a new allocation of `workloadClass`; returns exit code, console and events, after release. */
-async function runJob(workloadClass: string, script: string): Promise<{ exitCode: number | undefined; console: string; events: AllocationEvent[] }> {
+async function runJob(
+  workloadClass: string,
+  script: string,
+): Promise<{ exitCode: number | undefined; console: string; events: AllocationEvent[] }> {
   const { view } = await controller.create({ clientRequestId: `img-${randomUUID()}`, workloadClass });
   const allocationId = view.allocationId;
   const events: AllocationEvent[] = [];
   try {
     await controller.deliverWhenReady(allocationId, new TextEncoder().encode(script), `dlv-${randomUUID()}`, 400_000);
-    await controller.follow(allocationId, (e) => events.push(e), { until: (e) => e.type === "workload.exited" || e.type === "allocation.failed" });
+    await controller.follow(allocationId, (e) => events.push(e), {
+      until: (e) => e.type === "workload.exited" || e.type === "allocation.failed",
+    });
     const v = await controller.get(allocationId);
     const dirName = placementDirName("img-host", allocationId, v.placementId!, v.generation);
     await Bun.sleep(300);
-    const consoleText = readFileSync(join(agentDir(), "allocations", dirName, "logs", "console.log"), "utf8").replaceAll("\r\n", "\n");
+    const consoleText = readFileSync(
+      join(agentDir(), "allocations", dirName, "logs", "console.log"),
+      "utf8",
+    ).replaceAll("\r\n", "\n");
     await controller.release(allocationId);
-    await controller.follow(allocationId, (e) => events.push(e), { after: events[events.length - 1]!.seq, until: (e) => e.type === "allocation.released" || e.type === "allocation.failed" });
+    await controller.follow(allocationId, (e) => events.push(e), {
+      after: events[events.length - 1]!.seq,
+      until: (e) => e.type === "allocation.released" || e.type === "allocation.failed",
+    });
     expect(await settledLeftoversOf(join(agentDir(), "allocations"), dirName)).toEqual([]);
     return { exitCode: v.workloadExitCode ?? undefined, console: consoleText, events };
   } catch (e) {
@@ -116,19 +149,47 @@ d("real images over HTTP (real QEMU)", () => {
     writeFileSync(`${keyFile}.pub`, `${key.publicKey}\n`);
     let t = performance.now();
     const guest = await compileGuest(resolve(".bb/test-build/bb-guest"));
-    const dev = await buildDevImage({ outDir: resolve(".bb/test-images/dev-guest"), cacheDir: cache, bbBinaryPath: guest });
+    const dev = await buildDevImage({
+      outDir: resolve(".bb/test-images/dev-guest"),
+      cacheDir: cache,
+      bbBinaryPath: guest,
+    });
     digests.dev = dev.digest;
     const rootfsTar = await ensureDebianRootfsTar(cache, undefined, (m) => console.log(`images.test: ${m}`));
     console.log(`images.test: guest, dev image and Debian rootfs ready in ${Math.round(performance.now() - t)} ms`);
     t = performance.now();
     const layout = await writeDebianOciLayout(join(work, "layout"), rootfsTar);
-    const out = await runRole(["image", "build", "--oci-layout", layout.dir, "--key", keyFile, "--out", join(work, "oci-image"), "--cache", cache, "--bb", guest, "--compression-level", "3", "--json"]);
+    const out = await runRole([
+      "image",
+      "build",
+      "--oci-layout",
+      layout.dir,
+      "--key",
+      keyFile,
+      "--out",
+      join(work, "oci-image"),
+      "--cache",
+      cache,
+      "--bb",
+      guest,
+      "--compression-level",
+      "3",
+      "--json",
+    ]);
     const built = JSON.parse(out.trim().split("\n").pop()!) as { digest: string; entries: number; layers: number };
     expect(built.layers).toBe(3);
     digests.oci = built.digest;
-    console.log(`images.test: bb image build (3 layers, ${built.entries} entries) in ${Math.round(performance.now() - t)} ms`);
+    console.log(
+      `images.test: bb image build (3 layers, ${built.entries} entries) in ${Math.round(performance.now() - t)} ms`,
+    );
     t = performance.now();
-    const ref = await buildReferenceImage({ rootfsTar, guestBinaryPath: guest, outDir: join(work, "ref-image"), cacheDir: cache, privateKey: readPrivateKeyFile(keyFile).privateKey });
+    const ref = await buildReferenceImage({
+      rootfsTar,
+      guestBinaryPath: guest,
+      outDir: join(work, "ref-image"),
+      cacheDir: cache,
+      privateKey: readPrivateKeyFile(keyFile).privateKey,
+    });
     digests.ref = ref.digest;
     console.log(`images.test: reference image in ${Math.round(performance.now() - t)} ms`);
     // A small signed image whose root disk the server will serve tampered.
@@ -151,29 +212,87 @@ d("real images over HTTP (real QEMU)", () => {
     await sh(["ip", "-n", SRV_NS, "link", "set", "eth0", "up"]);
     await sh(["ip", "-n", SRV_NS, "link", "set", "lo", "up"]);
     // The client's next packet after CUT_BYTES is answered with a reset (so the client sees the cut at once, not after a timeout).
-    writeFileSync(join(work, "cut.nft"), `table inet bbimgcut {\n  chain in {\n    type filter hook input priority 0;\n    tcp dport 8080 ct reply bytes > ${CUT_BYTES} reject with tcp reset\n  }\n}\n`);
+    writeFileSync(
+      join(work, "cut.nft"),
+      `table inet bbimgcut {\n  chain in {\n    type filter hook input priority 0;\n    tcp dport 8080 ct reply bytes > ${CUT_BYTES} reject with tcp reset\n  }\n}\n`,
+    );
     await sh(["ip", "netns", "exec", SRV_NS, "nft", "-f", join(work, "cut.nft")]);
-    httpd = Bun.spawn(["ip", "netns", "exec", SRV_NS, "busybox", "httpd", "-f", "-vv", "-p", `${SRV_ADDR}:8080`, "-h", www], { stdout: "ignore", stderr: Bun.file(httpdLog()) });
+    httpd = Bun.spawn(
+      ["ip", "netns", "exec", SRV_NS, "busybox", "httpd", "-f", "-vv", "-p", `${SRV_ADDR}:8080`, "-h", www],
+      { stdout: "ignore", stderr: Bun.file(httpdLog()) },
+    );
 
     const sched = join(work, "scheduler");
     const dev0 = ensureDevManifest(join(work, "manifest"), dev.digest);
     const m = JSON.parse(readFileSync(dev0.manifestPath, "utf8"));
     m.workloadClasses = {
-      "ci-dev": { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: digests.dev, maxTtlSeconds: 3600 },
-      "ci-oci": { cpuMillis: 1000, memoryMiB: 512, ephemeralDiskMiB: 2048, imageDigest: digests.oci, maxTtlSeconds: 3600 },
-      "ci-ref": { cpuMillis: 1000, memoryMiB: 512, ephemeralDiskMiB: 2048, imageDigest: digests.ref, maxTtlSeconds: 3600 },
-      "ci-tampered": { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: digests.tampered, maxTtlSeconds: 3600 },
+      "ci-dev": {
+        cpuMillis: 1000,
+        memoryMiB: 256,
+        ephemeralDiskMiB: 1024,
+        imageDigest: digests.dev,
+        maxTtlSeconds: 3600,
+      },
+      "ci-oci": {
+        cpuMillis: 1000,
+        memoryMiB: 512,
+        ephemeralDiskMiB: 2048,
+        imageDigest: digests.oci,
+        maxTtlSeconds: 3600,
+      },
+      "ci-ref": {
+        cpuMillis: 1000,
+        memoryMiB: 512,
+        ephemeralDiskMiB: 2048,
+        imageDigest: digests.ref,
+        maxTtlSeconds: 3600,
+      },
+      "ci-tampered": {
+        cpuMillis: 1000,
+        memoryMiB: 256,
+        ephemeralDiskMiB: 1024,
+        imageDigest: digests.tampered,
+        maxTtlSeconds: 3600,
+      },
     };
     writeFileSync(join(work, "manifest.json"), JSON.stringify(m));
     const tokens = JSON.parse(readFileSync(dev0.clientConfigPath, "utf8")) as { token: string; operatorToken: string };
     port = await freePort();
-    scheduler = startRole(["scheduler", "serve", "--data-dir", sched, "--manifest", join(work, "manifest.json"), "--listen", `127.0.0.1:${port}`], join(work, "scheduler.log"));
+    scheduler = startRole(
+      [
+        "scheduler",
+        "serve",
+        "--data-dir",
+        sched,
+        "--manifest",
+        join(work, "manifest.json"),
+        "--listen",
+        `127.0.0.1:${port}`,
+      ],
+      join(work, "scheduler.log"),
+    );
     await waitUp();
     controller = new SchedulerClient(`http://127.0.0.1:${port}`, tokens.token);
     operator = new SchedulerClient(`http://127.0.0.1:${port}`, tokens.operatorToken);
     const enroll = await operator.enrollmentToken("img-host");
-    await runRole(["agent", "join", "--scheduler", `http://127.0.0.1:${port}`, "--token", enroll.token, "--data-dir", agentDir(), "--image-dir", join(work, "none"),
-      "--image-source", `http://${SRV_ADDR}:8080`, "--trusted-image-key", `${keyFile}.pub,${dev.publicKey}`, "--max-placements", "2"]);
+    await runRole([
+      "agent",
+      "join",
+      "--scheduler",
+      `http://127.0.0.1:${port}`,
+      "--token",
+      enroll.token,
+      "--data-dir",
+      agentDir(),
+      "--image-dir",
+      join(work, "none"),
+      "--image-source",
+      `http://${SRV_ADDR}:8080`,
+      "--trusted-image-key",
+      `${keyFile}.pub,${dev.publicKey}`,
+      "--max-placements",
+      "2",
+    ]);
     agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"));
     await waitHealthy();
   }, 900_000);
@@ -186,8 +305,16 @@ d("real images over HTTP (real QEMU)", () => {
       await httpd.exited;
     }
     // httpd forks per connection: end every process left in the server's namespace (ours) before deleting it.
-    const pids = await new Response(Bun.spawn(["ip", "netns", "pids", SRV_NS], { stdout: "pipe", stderr: "ignore" }).stdout).text().catch(() => "");
-    for (const pid of pids.split("\n").map(Number).filter((n) => n > 0)) process.kill(pid, "SIGKILL");
+    const pids = await new Response(
+      Bun.spawn(["ip", "netns", "pids", SRV_NS], { stdout: "pipe", stderr: "ignore" }).stdout,
+    )
+      .text()
+      .catch(() => "");
+    for (const pid of pids
+      .split("\n")
+      .map(Number)
+      .filter((n) => n > 0))
+      process.kill(pid, "SIGKILL");
     await sh(["ip", "netns", "del", SRV_NS]).catch(() => {});
     await sh(["ip", "link", "del", HOST_VETH]).catch(() => {});
     if (!work) return;
@@ -224,7 +351,10 @@ d("real images over HTTP (real QEMU)", () => {
     expect(r.console).toMatch(/BEACHBALL_JOB_EXIT 0/);
     expect(r.exitCode).toBe(0);
     // The layer that deleted files really hid them; a failing job's code comes back too.
-    const r2 = await runJob("ci-oci", "test ! -e /opt/junk/big.bin && test -e /opt/junk/keep.txt && test ! -e /usr/share/doc && ls /usr/share/man\nexit 9\n");
+    const r2 = await runJob(
+      "ci-oci",
+      "test ! -e /opt/junk/big.bin && test -e /opt/junk/keep.txt && test ! -e /usr/share/doc && ls /usr/share/man\nexit 9\n",
+    );
     expect(r2.console).toContain("README.beachball");
     expect(r2.exitCode).toBe(9);
   }, 600_000);
@@ -239,12 +369,20 @@ d("real images over HTTP (real QEMU)", () => {
   test("a tampered artifact on the server is refused and quarantined; nothing of it is published", async () => {
     const { view } = await controller.create({ clientRequestId: `img-${randomUUID()}`, workloadClass: "ci-tampered" });
     const events: AllocationEvent[] = [];
-    await controller.follow(view.allocationId, (e) => events.push(e), { until: (e) => e.type === "allocation.failed" || e.type === "allocation.ready" || e.type === "placement.failed" });
+    await controller.follow(view.allocationId, (e) => events.push(e), {
+      until: (e) => e.type === "allocation.failed" || e.type === "allocation.ready" || e.type === "placement.failed",
+    });
     const v = await controller.get(view.allocationId);
     expect(JSON.stringify(events) + JSON.stringify(v)).toContain("IMAGE_DIGEST_MISMATCH");
     const q = join(agentDir(), "images", "quarantine");
-    const reasons = readdirSync(q).filter((f) => f.endsWith(".reason.json")).map((f) => JSON.parse(readFileSync(join(q, f), "utf8")) as { name: string; code: string; imageDigest: string });
-    expect(reasons.some((r) => r.imageDigest === digests.tampered && r.name === "rootfs.ext4" && r.code === "IMAGE_DIGEST_MISMATCH")).toBe(true);
+    const reasons = readdirSync(q)
+      .filter((f) => f.endsWith(".reason.json"))
+      .map((f) => JSON.parse(readFileSync(join(q, f), "utf8")) as { name: string; code: string; imageDigest: string });
+    expect(
+      reasons.some(
+        (r) => r.imageDigest === digests.tampered && r.name === "rootfs.ext4" && r.code === "IMAGE_DIGEST_MISMATCH",
+      ),
+    ).toBe(true);
     expect(existsSync(join(agentDir(), "images", "manifests", `${digests.tampered!.slice(7)}.json`))).toBe(false);
     await controller.release(view.allocationId).catch(() => {});
   }, 300_000);

@@ -22,7 +22,23 @@ import { compileBb } from "../../src/image/bbBinary.ts";
 import { buildDevImage } from "../../src/image/devBuild.ts";
 import { placementDirName } from "../../src/agent/resourceNames.ts";
 import type { AllocationEvent } from "../../src/protocol/api.ts";
-import { cleanUpPlacements, freePort, kill9, leftoversOf, pidsMatching, publishImageSource, runRole, runRoleExit, startRole, stopRole, tail, vmTestSkipReason, walkFiles, type Role, waitUntil } from "../support/processes.ts";
+import {
+  cleanUpPlacements,
+  freePort,
+  kill9,
+  leftoversOf,
+  pidsMatching,
+  publishImageSource,
+  runRole,
+  runRoleExit,
+  startRole,
+  stopRole,
+  tail,
+  vmTestSkipReason,
+  walkFiles,
+  type Role,
+  waitUntil,
+} from "../support/processes.ts";
 
 const skip = vmTestSkipReason();
 if (skip) console.log(`SKIP test/e2e/main-job.test.ts: ${skip}`);
@@ -35,29 +51,61 @@ let scheduler: Role;
 let agent: Role;
 let controller: SchedulerClient;
 let operator: SchedulerClient;
-const schedulerArgs = () => ["scheduler", "serve", "--data-dir", join(work, "scheduler"), "--listen", `127.0.0.1:${port}`, "--dev-image", imageDir, "--client-config", join(work, "client.json")];
+const schedulerArgs = () => [
+  "scheduler",
+  "serve",
+  "--data-dir",
+  join(work, "scheduler"),
+  "--listen",
+  `127.0.0.1:${port}`,
+  "--dev-image",
+  imageDir,
+  "--client-config",
+  join(work, "client.json"),
+];
 const agentDir = () => join(work, "agent");
 let firstInodes: Record<string, number> = {};
-const artifactInodes = () => Object.fromEntries(readdirSync(join(agentDir(), "images", "artifacts")).map((a) => [a, statSync(join(agentDir(), "images", "artifacts", a)).ino]));
+const artifactInodes = () =>
+  Object.fromEntries(
+    readdirSync(join(agentDir(), "images", "artifacts")).map((a) => [
+      a,
+      statSync(join(agentDir(), "images", "artifacts", a)).ino,
+    ]),
+  );
 const allocationsDir = () => join(agentDir(), "allocations");
 
 /** Waits until the agent's host reads healthy. */
-const waitHealthy = () => waitUntil("a healthy e2e-host", async () => (await operator.hosts()).some((h) => h.hostId === "e2e-host" && h.health === "healthy"), 30_000, [agent.log]);
+const waitHealthy = () =>
+  waitUntil(
+    "a healthy e2e-host",
+    async () => (await operator.hosts()).some((h) => h.hostId === "e2e-host" && h.health === "healthy"),
+    30_000,
+    [agent.log],
+  );
 
 /** Waits until the scheduler answers /healthz. */
-const waitUp = () => waitUntil("the scheduler's /healthz", () => fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok), 20_000, [scheduler.log]);
+const waitUp = () =>
+  waitUntil("the scheduler's /healthz", () => fetch(`http://127.0.0.1:${port}/healthz`).then((r) => r.ok), 20_000, [
+    scheduler.log,
+  ]);
 
 async function waitState(id: string, states: string[], ms = 240_000): Promise<string> {
   const deadline = Date.now() + ms;
   for (;;) {
     const v = await controller.get(id).catch(() => null);
     if (v && states.includes(v.state)) return v.state;
-    if (Date.now() > deadline) throw new Error(`allocation ${id} never reached ${states.join("/")} (now ${v?.state})\nagent:\n${tail(agent.log)}\nscheduler:\n${tail(scheduler.log)}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `allocation ${id} never reached ${states.join("/")} (now ${v?.state})\nagent:\n${tail(agent.log)}\nscheduler:\n${tail(scheduler.log)}`,
+      );
     await Bun.sleep(200);
   }
 }
 
-async function finishJob(id: string, script: string): Promise<{ events: AllocationEvent[]; console: string; dirName: string }> {
+async function finishJob(
+  id: string,
+  script: string,
+): Promise<{ events: AllocationEvent[]; console: string; dirName: string }> {
   await controller.deliverWhenReady(id, new TextEncoder().encode(script), `dlv-${randomUUID()}`, 240_000);
   const events: AllocationEvent[] = [];
   await controller.follow(id, (e) => events.push(e), { until: (e) => e.type === "workload.exited" });
@@ -94,17 +142,26 @@ async function waitLog(pred: (log: string) => boolean, what: string, ms = 60_000
 async function crashJob(id: string, script: string): Promise<AllocationEvent[]> {
   await controller.deliverWhenReady(id, new TextEncoder().encode(script), `dlv-${randomUUID()}`, 240_000);
   await waitState(id, ["failed", "released"]);
-  return waitUntil(`placement.absent of ${id}`, async () => {
-    const events = await controller.events(id, 0, 200);
-    return events.some((e) => e.type === "placement.absent") ? events : null;
-  }, 60_000, [agent.log]);
+  return waitUntil(
+    `placement.absent of ${id}`,
+    async () => {
+      const events = await controller.events(id, 0, 200);
+      return events.some((e) => e.type === "placement.absent") ? events : null;
+    },
+    60_000,
+    [agent.log],
+  );
 }
 
 d("main job end to end (real QEMU)", () => {
   beforeAll(async () => {
     work = mkdtempSync(join(tmpdir(), "bb-e2e-"));
     imageDir = resolve(".bb/images/dev");
-    const img = await buildDevImage({ outDir: imageDir, cacheDir: resolve(".bb/cache"), bbBinaryPath: await compileBb() });
+    const img = await buildDevImage({
+      outDir: imageDir,
+      cacheDir: resolve(".bb/cache"),
+      bbBinaryPath: await compileBb(),
+    });
     expect(img.digest).toMatch(/^sha256:/);
     port = await freePort();
     scheduler = startRole(schedulerArgs(), join(work, "scheduler.log"));
@@ -115,7 +172,22 @@ d("main job end to end (real QEMU)", () => {
     // Publish the signed dev image under a source base (<digest hex>/…) so the agent fetches it through its verified cache.
     publishImageSource(imageDir, img.digest, join(work, "source"));
     const t = await operator.enrollmentToken("e2e-host");
-    await runRole(["agent", "join", "--scheduler", `http://127.0.0.1:${port}`, "--token", t.token, "--data-dir", agentDir(), "--image-dir", imageDir, "--image-source", join(work, "source"), "--max-placements", "2"]);
+    await runRole([
+      "agent",
+      "join",
+      "--scheduler",
+      `http://127.0.0.1:${port}`,
+      "--token",
+      t.token,
+      "--data-dir",
+      agentDir(),
+      "--image-dir",
+      imageDir,
+      "--image-source",
+      join(work, "source"),
+      "--max-placements",
+      "2",
+    ]);
     agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"));
     await waitHealthy();
   }, 600_000);
@@ -136,7 +208,9 @@ d("main job end to end (real QEMU)", () => {
     const again = await controller.create(body);
     expect(again.created).toBe(false);
     expect(again.view.allocationId).toBe(first.view.allocationId);
-    await expect(controller.create({ ...body, workloadClass: "ci-medium" })).rejects.toMatchObject({ code: "IDEMPOTENCY_CONFLICT" });
+    await expect(controller.create({ ...body, workloadClass: "ci-medium" })).rejects.toMatchObject({
+      code: "IDEMPOTENCY_CONFLICT",
+    });
     const v = await controller.get(first.view.allocationId);
     const vmPids = pidsMatching(placementDirName("e2e-host", v.allocationId, v.placementId!, v.generation));
     expect(vmPids).toHaveLength(1);
@@ -159,7 +233,19 @@ d("main job end to end (real QEMU)", () => {
     const types = r.events.map((e) => e.type);
     expect(
       isSubsequence(
-        ["allocation.created", "allocation.provisioning", "placement.prepared", "placement.starting", "placement.running", "allocation.ready", "bootstrap.consumed", "workload.exited", "allocation.releasing", "placement.absent", "allocation.released"],
+        [
+          "allocation.created",
+          "allocation.provisioning",
+          "placement.prepared",
+          "placement.starting",
+          "placement.running",
+          "allocation.ready",
+          "bootstrap.consumed",
+          "workload.exited",
+          "allocation.releasing",
+          "placement.absent",
+          "allocation.released",
+        ],
         types,
       ),
     ).toBe(true);
@@ -201,7 +287,8 @@ d("main job end to end (real QEMU)", () => {
     expect(tail(agent.log)).toContain("adopted a running VM");
     // Every placement of this file used one verified copy of the image: fetched once, then reused.
     expect(artifactInodes()).toEqual(firstInodes);
-    for (const a of readdirSync(join(agentDir(), "images", "artifacts"))) expect(statSync(join(agentDir(), "images", "artifacts", a)).mode & 0o777).toBe(0o444);
+    for (const a of readdirSync(join(agentDir(), "images", "artifacts")))
+      expect(statSync(join(agentDir(), "images", "artifacts", a)).mode & 0o777).toBe(0o444);
     expect((await controller.get(view.allocationId)).state).toBe("released");
     expect(await leftoversOf(allocationsDir(), r.dirName)).toEqual([]);
   }, 600_000);
@@ -222,13 +309,23 @@ d("main job end to end (real QEMU)", () => {
   }, 600_000);
 
   test("a graceful agent stop (SIGTERM) leaves two ready VMs running; the next agent adopts both and reports no exit; a guest panic is diagnosed", async () => {
-    const created = await Promise.all([1, 2].map(() => controller.create({ clientRequestId: `e2e-${randomUUID()}`, workloadClass: "ci-small" })));
+    const created = await Promise.all(
+      [1, 2].map(() => controller.create({ clientRequestId: `e2e-${randomUUID()}`, workloadClass: "ci-small" })),
+    );
     const ids = created.map((c) => c.view.allocationId);
     await Promise.all(ids.map((id) => waitState(id, ["ready"])));
-    const dirs = await Promise.all(ids.map(async (id) => (async (v) => placementDirName("e2e-host", v.allocationId, v.placementId!, v.generation))(await controller.get(id))));
+    const dirs = await Promise.all(
+      ids.map(async (id) =>
+        (async (v) => placementDirName("e2e-host", v.allocationId, v.placementId!, v.generation))(
+          await controller.get(id),
+        ),
+      ),
+    );
     const vmPids = dirs.map((dn) => pidsMatching(dn));
     for (const p of vmPids) expect(p).toHaveLength(1);
-    const nonce = (JSON.parse(readFileSync(join(allocationsDir(), dirs[1]!, "runtime.json"), "utf8")) as { nonce: string }).nonce;
+    const nonce = (
+      JSON.parse(readFileSync(join(allocationsDir(), dirs[1]!, "runtime.json"), "utf8")) as { nonce: string }
+    ).nonce;
     const eventsBefore = await Promise.all(ids.map((id) => controller.events(id, 0, 200)));
 
     await stopRole(agent); // SIGTERM
@@ -236,13 +333,17 @@ d("main job end to end (real QEMU)", () => {
     expect(dirs.map((dn) => pidsMatching(dn))).toEqual(vmPids);
     // Keep failed placements' consoles from now on (agent config).
     const cfgPath = join(agentDir(), "agent.json");
-    writeFileSync(cfgPath, JSON.stringify({ ...JSON.parse(readFileSync(cfgPath, "utf8")), failedConsoleRetentionMs: 600_000 }));
+    writeFileSync(
+      cfgPath,
+      JSON.stringify({ ...JSON.parse(readFileSync(cfgPath, "utf8")), failedConsoleRetentionMs: 600_000 }),
+    );
     const logBefore = readFileSync(agent.log, "utf8").length;
     agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"));
     await waitHealthy();
     await waitLog((l) => (l.slice(logBefore).match(/adopted a running VM/g) ?? []).length >= 2, "adoption of both VMs");
     const hb = (await operator.hosts()).find((h) => h.hostId === "e2e-host")!.heartbeatAt;
-    for (let i = 0; i < 50 && (await operator.hosts()).find((h) => h.hostId === "e2e-host")!.heartbeatAt === hb; i++) await Bun.sleep(200);
+    for (let i = 0; i < 50 && (await operator.hosts()).find((h) => h.hostId === "e2e-host")!.heartbeatAt === hb; i++)
+      await Bun.sleep(200);
     await Bun.sleep(1_000); // a few more envelopes: anything queued during the stop would be in them
     for (const [i, id] of ids.entries()) {
       const v = await controller.get(id);
@@ -276,7 +377,10 @@ d("main job end to end (real QEMU)", () => {
     const v = await controller.get(ids[1]!);
     expect(v.placementExit).toMatchObject({ reason: "KERNEL_PANIC", consoleTail });
     const cfg = JSON.parse(readFileSync(join(work, "client.json"), "utf8")) as { token: string };
-    const shown = await runRoleExit(["allocation", "get", ids[1]!], { BB_SCHEDULER_URL: `http://127.0.0.1:${port}`, BB_TOKEN: cfg.token });
+    const shown = await runRoleExit(["allocation", "get", ids[1]!], {
+      BB_SCHEDULER_URL: `http://127.0.0.1:${port}`,
+      BB_TOKEN: cfg.token,
+    });
     expect(shown.code).toBe(0);
     expect(shown.out).toContain("KERNEL_PANIC");
     expect(shown.out).toContain("Kernel panic - not syncing");
@@ -293,7 +397,8 @@ d("main job end to end (real QEMU)", () => {
     const { view } = await controller.create({ clientRequestId: `e2e-${randomUUID()}`, workloadClass: "ci-small" });
     await waitState(view.allocationId, ["ready"]);
     // Nothing may be killed (the shell and its children opt out, PID 1 never is) while a tmpfs as large as RAM fills.
-    const script = "echo -1000 > /proc/self/oom_score_adj\nmkdir -p /mnt/fill && mount -t tmpfs -o size=100% fill /mnt/fill\ndd if=/dev/zero of=/mnt/fill/zero bs=1M\n";
+    const script =
+      "echo -1000 > /proc/self/oom_score_adj\nmkdir -p /mnt/fill && mount -t tmpfs -o size=100% fill /mnt/fill\ndd if=/dev/zero of=/mnt/fill/zero bs=1M\n";
     const events = await crashJob(view.allocationId, script);
     const err = events.find((e) => e.type === "placement.error")!;
     expect(err.reason).toBe("VM_EXITED");

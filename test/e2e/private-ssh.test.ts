@@ -78,7 +78,16 @@
  * Needs root, QEMU, squashfs-tools, mmdebstrap, ssh/scp/ssh-keygen, nft, openssl.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import {
+  closeSync,
+  existsSync,
+  mkdtempSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createHash, randomBytes, randomUUID } from "node:crypto";
@@ -100,11 +109,30 @@ import { must, Netns, sh } from "../support/netns.ts";
 import { LineChild } from "../support/lineChild.ts";
 import { keyPairFromPrivate, systemRandom } from "../../src/wireguard/index.ts";
 import type { Candidate } from "../../src/protocol/connection.ts";
-import { cleanUpPlacements, freePort, settledLeftoversOf, runRole, startRole, stopRole, tail, vmTestSkipReason, waitUntil, type Role } from "../support/processes.ts";
+import {
+  cleanUpPlacements,
+  freePort,
+  settledLeftoversOf,
+  runRole,
+  startRole,
+  stopRole,
+  tail,
+  vmTestSkipReason,
+  waitUntil,
+  type Role,
+} from "../support/processes.ts";
 
 const skip =
   vmTestSkipReason() ??
-  (!Bun.which("mksquashfs") ? "mksquashfs missing" : !Bun.which("mmdebstrap") ? "mmdebstrap missing" : !Bun.which("ssh") || !Bun.which("scp") || !Bun.which("ssh-keygen") ? "openssh-client missing (apt-get install -y openssh-client)" : !Bun.which("nft") ? "nft missing" : null);
+  (!Bun.which("mksquashfs")
+    ? "mksquashfs missing"
+    : !Bun.which("mmdebstrap")
+      ? "mmdebstrap missing"
+      : !Bun.which("ssh") || !Bun.which("scp") || !Bun.which("ssh-keygen")
+        ? "openssh-client missing (apt-get install -y openssh-client)"
+        : !Bun.which("nft")
+          ? "nft missing"
+          : null);
 if (skip) console.log(`SKIP test/e2e/private-ssh.test.ts: ${skip}`);
 const d = skip ? describe.skip : describe;
 
@@ -163,18 +191,39 @@ const knownHosts = () => join(work, "known_hosts");
 const timings: string[] = [];
 
 /** Starts `bb proxy` in the laptop namespace with `token`; output to its own log. */
-function startProxy(localPort: number, token: string, name: string): { proc: ReturnType<typeof Bun.spawn>; log: string; port: number } {
+function startProxy(
+  localPort: number,
+  token: string,
+  name: string,
+): { proc: ReturnType<typeof Bun.spawn>; log: string; port: number } {
   const log = join(work, `proxy-${name}.log`);
   const fd = openSync(log, "a");
-  const proc = Bun.spawn(laptop.exec([BUN, BB, "proxy", allocationId, "--local-port", String(localPort), "--remote-port", "22"]), {
-    stdout: fd, stderr: fd, stdin: "ignore",
-    env: { ...process.env, NO_COLOR: "1", HOME: work, BB_SCHEDULER_URL: `http://${ROOT_ADDR}:${port}`, BB_TOKEN: token, BB_CONNECTION_KEYS: connectionKeys, BB_RELAY_CA: relayCaPath },
-  });
+  const proc = Bun.spawn(
+    laptop.exec([BUN, BB, "proxy", allocationId, "--local-port", String(localPort), "--remote-port", "22"]),
+    {
+      stdout: fd,
+      stderr: fd,
+      stdin: "ignore",
+      env: {
+        ...process.env,
+        NO_COLOR: "1",
+        HOME: work,
+        BB_SCHEDULER_URL: `http://${ROOT_ADDR}:${port}`,
+        BB_TOKEN: token,
+        BB_CONNECTION_KEYS: connectionKeys,
+        BB_RELAY_CA: relayCaPath,
+      },
+    },
+  );
   closeSync(fd);
   return { proc, log, port: localPort };
 }
 
-async function waitLog(p: { proc: ReturnType<typeof Bun.spawn>; log: string }, re: RegExp, ms = 30_000): Promise<RegExpExecArray> {
+async function waitLog(
+  p: { proc: ReturnType<typeof Bun.spawn>; log: string },
+  re: RegExp,
+  ms = 30_000,
+): Promise<RegExpExecArray> {
   const deadline = Date.now() + ms;
   for (;;) {
     const m = re.exec(tail(p.log, 20_000));
@@ -186,7 +235,11 @@ async function waitLog(p: { proc: ReturnType<typeof Bun.spawn>; log: string }, r
 }
 
 /** Runs Debian's `ssh` (or `scp`) in the laptop namespace with the test's key, the VM's host key pinned. */
-async function laptopRun(tool: "ssh" | "scp", args: string[], localPort = proxy.port): Promise<{ code: number; out: string; err: string }> {
+async function laptopRun(
+  tool: "ssh" | "scp",
+  args: string[],
+  localPort = proxy.port,
+): Promise<{ code: number; out: string; err: string }> {
   const p = Bun.spawn(laptopCommand(tool, args, localPort), { stdout: "pipe", stderr: "pipe", stdin: "ignore" });
   const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
   return { code, out, err };
@@ -196,8 +249,26 @@ async function laptopRun(tool: "ssh" | "scp", args: string[], localPort = proxy.
 function laptopCommand(tool: "ssh" | "scp", args: string[], localPort: number): string[] {
   const portFlag = tool === "ssh" ? "-p" : "-P";
   return laptop.exec([
-    tool, "-F", "/dev/null", portFlag, String(localPort), "-i", sshKey(), "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
-    "-o", `UserKnownHostsFile=${knownHosts()}`, "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=30", "-o", "LogLevel=ERROR", ...args,
+    tool,
+    "-F",
+    "/dev/null",
+    portFlag,
+    String(localPort),
+    "-i",
+    sshKey(),
+    "-o",
+    "IdentitiesOnly=yes",
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    `UserKnownHostsFile=${knownHosts()}`,
+    "-o",
+    "StrictHostKeyChecking=yes",
+    "-o",
+    "ConnectTimeout=30",
+    "-o",
+    "LogLevel=ERROR",
+    ...args,
   ]);
 }
 
@@ -210,7 +281,10 @@ function nft(n: Netns, text: string): void {
 /** Drops UDP between the laptop side and the host NAT's public endpoint port in the laptop NAT's forward path (the relay's TCP is untouched), or lifts the drop. */
 function blockDirect(on: boolean): void {
   if (!on) return void must(lnat.exec(["nft", "delete", "table", "ip", "bb_block"]));
-  nft(lnat, `table ip bb_block {\n chain drop_udp { type filter hook forward priority -10; policy accept; ip daddr ${HOST_NAT_PUBLIC} udp dport ${endpointPort} drop; ip saddr ${HOST_NAT_PUBLIC} udp sport ${endpointPort} drop; }\n}\n`);
+  nft(
+    lnat,
+    `table ip bb_block {\n chain drop_udp { type filter hook forward priority -10; policy accept; ip daddr ${HOST_NAT_PUBLIC} udp dport ${endpointPort} drop; ip saddr ${HOST_NAT_PUBLIC} udp sport ${endpointPort} drop; }\n}\n`,
+  );
 }
 
 /** Links namespace `a`'s `ifA` to `b`'s `ifB` by a veth pair, both up. */
@@ -237,12 +311,18 @@ function buildTopology(): void {
   must(["ip", "link", "set", ROOT_VETH, "up"]);
   wan.ip("link", "set", "wr", "master", "br0");
   wan.ip("link", "set", "wr", "up");
-  for (const [n, addr, port] of [[lnat, LAPTOP_NAT_PUBLIC, "wl"], [hnat, HOST_NAT_PUBLIC, "wh"]] as const) {
+  for (const [n, addr, port] of [
+    [lnat, LAPTOP_NAT_PUBLIC, "wl"],
+    [hnat, HOST_NAT_PUBLIC, "wh"],
+  ] as const) {
     veth(wan, port, n, "pub");
     wan.ip("link", "set", port, "master", "br0");
     n.ip("addr", "add", `${addr}/24`, "dev", "pub");
   }
-  for (const [inner, nat, net] of [[laptop, lnat, "10.88.0"], [hostNs, hnat, "10.89.0"]] as const) {
+  for (const [inner, nat, net] of [
+    [laptop, lnat, "10.88.0"],
+    [hostNs, hnat, "10.89.0"],
+  ] as const) {
     veth(inner, "eth0", nat, "lan");
     inner.ip("link", "set", "lo", "up");
     inner.ip("addr", "add", `${net}.2/24`, "dev", "eth0");
@@ -251,15 +331,21 @@ function buildTopology(): void {
     must(nat.exec(["sysctl", "-qw", "net.ipv4.ip_forward=1"]));
   }
   // The laptop's NAT is symmetric: a random public port per destination (address- and port-dependent mapping).
-  nft(lnat, `table ip nat {\n chain post { type nat hook postrouting priority srcnat; policy accept; oifname "pub" masquerade random; }\n}\n`);
+  nft(
+    lnat,
+    `table ip nat {\n chain post { type nat hook postrouting priority srcnat; policy accept; oifname "pub" masquerade random; }\n}\n`,
+  );
   // The host's NAT maps the endpoint's port to the same public port for every destination and lets anyone reach it
   // (endpoint-independent mapping and filtering); everything else of the host (HTTP to the scheduler, TLS to the relay) is masqueraded.
-  nft(hnat, [
-    "table ip nat {",
-    ` chain post { type nat hook postrouting priority srcnat; policy accept; oifname "pub" ip saddr ${HOST_ADDR} udp sport ${endpointPort} snat to ${HOST_NAT_PUBLIC}:${endpointPort}; oifname "pub" masquerade; }`,
-    ` chain pre { type nat hook prerouting priority dstnat; policy accept; iifname "pub" udp dport ${endpointPort} dnat to ${HOST_ADDR}:${endpointPort}; }`,
-    "}",
-  ].join("\n") + "\n");
+  nft(
+    hnat,
+    [
+      "table ip nat {",
+      ` chain post { type nat hook postrouting priority srcnat; policy accept; oifname "pub" ip saddr ${HOST_ADDR} udp sport ${endpointPort} snat to ${HOST_NAT_PUBLIC}:${endpointPort}; oifname "pub" masquerade; }`,
+      ` chain pre { type nat hook prerouting priority dstnat; policy accept; iifname "pub" udp dport ${endpointPort} dnat to ${HOST_ADDR}:${endpointPort}; }`,
+      "}",
+    ].join("\n") + "\n",
+  );
 }
 
 /** The relay's counter `name` from its metrics (plain HTTP on loopback). */
@@ -271,11 +357,21 @@ async function relayCounter(name: string): Promise<number> {
 }
 
 function waitUp(): Promise<boolean> {
-  return waitUntil("the scheduler's start", () => fetch(`http://${ROOT_ADDR}:${port}/healthz`).then((r) => r.ok), 20_000, [scheduler.log]);
+  return waitUntil(
+    "the scheduler's start",
+    () => fetch(`http://${ROOT_ADDR}:${port}/healthz`).then((r) => r.ok),
+    20_000,
+    [scheduler.log],
+  );
 }
 
 async function waitHealthy(): Promise<void> {
-  await waitUntil("a healthy host", async () => (await operator.hosts()).some((x) => x.hostId === "ssh-host" && x.health === "healthy"), 30_000, [agent.log]);
+  await waitUntil(
+    "a healthy host",
+    async () => (await operator.hosts()).some((x) => x.hostId === "ssh-host" && x.health === "healthy"),
+    30_000,
+    [agent.log],
+  );
 }
 
 d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () => {
@@ -291,7 +387,23 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     const key = createPrivateKeyFile(keyFile);
     writeFileSync(`${keyFile}.pub`, `${key.publicKey}\n`);
     const layout = await writeSshdOciLayout(join(work, "layout"), rootfsTar);
-    const out = await runRole(["image", "build", "--oci-layout", layout.dir, "--key", keyFile, "--out", join(work, "oci-image"), "--cache", cache, "--bb", guest, "--compression-level", "1", "--json"]);
+    const out = await runRole([
+      "image",
+      "build",
+      "--oci-layout",
+      layout.dir,
+      "--key",
+      keyFile,
+      "--out",
+      join(work, "oci-image"),
+      "--cache",
+      cache,
+      "--bb",
+      guest,
+      "--compression-level",
+      "1",
+      "--json",
+    ]);
     const built = JSON.parse(out.trim().split("\n").pop()!) as { digest: string };
     timings.push(`bb image build in ${Math.round(performance.now() - t)} ms`);
 
@@ -309,7 +421,15 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     // The scheduler: the development manifest (private networking) with the sshd class and a second tenant.
     const dev = ensureDevManifest(join(work, "manifest"), built.digest);
     const m = JSON.parse(readFileSync(dev.manifestPath, "utf8"));
-    m.workloadClasses = { "ssh-box": { cpuMillis: 1000, memoryMiB: 512, ephemeralDiskMiB: 1024, imageDigest: built.digest, maxTtlSeconds: 3600 } };
+    m.workloadClasses = {
+      "ssh-box": {
+        cpuMillis: 1000,
+        memoryMiB: 512,
+        ephemeralDiskMiB: 1024,
+        imageDigest: built.digest,
+        maxTtlSeconds: 3600,
+      },
+    };
     m.principals.push({ id: "controller:other", role: "controller", tokenSha256: tokenDigest(OTHER_TOKEN) });
 
     // The relay: `bb relay run` in the root namespace on the laptop link's root end (TLS, a certificate for that
@@ -319,11 +439,19 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     relayPort = await freePort();
     relayHealthPort = await freePort();
     const relayConfig = join(work, "relay.json");
-    writeFileSync(relayConfig, JSON.stringify({
-      relayId: RELAY_ID, listen: [`${ROOT_ADDR}:${relayPort}`], healthListen: `127.0.0.1:${relayHealthPort}`, tls: { certPath: cert.certPath, keyPath: cert.keyPath },
-      trustedKeys: Object.entries(m.connections.verificationKeys as Record<string, string>).map(([keyId, publicKey]) => ({ keyId, publicKey })),
-      limitCaps: { maxBytes: 4 * 1024 ** 3, maxBytesPerSecond: 64 * 1024 ** 2, idleTimeoutMs: 120_000 },
-    }));
+    writeFileSync(
+      relayConfig,
+      JSON.stringify({
+        relayId: RELAY_ID,
+        listen: [`${ROOT_ADDR}:${relayPort}`],
+        healthListen: `127.0.0.1:${relayHealthPort}`,
+        tls: { certPath: cert.certPath, keyPath: cert.keyPath },
+        trustedKeys: Object.entries(m.connections.verificationKeys as Record<string, string>).map(
+          ([keyId, publicKey]) => ({ keyId, publicKey }),
+        ),
+        limitCaps: { maxBytes: 4 * 1024 ** 3, maxBytesPerSecond: 64 * 1024 ** 2, idleTimeoutMs: 120_000 },
+      }),
+    );
     m.connections.relays = [{ relayId: RELAY_ID, url: `wss://${ROOT_ADDR}:${relayPort}/v1/relay` }];
     relay = startRole(["relay", "run", "--config", relayConfig], join(work, "relay.log"));
     for (let i = 0; !new RegExp(`relay listening.*${RELAY_ID}`).test(tail(relay.log)); i++) {
@@ -334,19 +462,48 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     const tokens = JSON.parse(readFileSync(dev.clientConfigPath, "utf8")) as { token: string; operatorToken: string };
     ownerToken = tokens.token;
     port = await freePort();
-    scheduler = startRole(["scheduler", "serve", "--data-dir", join(work, "scheduler"), "--manifest", join(work, "manifest.json"), "--listen", `${ROOT_ADDR}:${port}`], join(work, "scheduler.log"));
+    scheduler = startRole(
+      [
+        "scheduler",
+        "serve",
+        "--data-dir",
+        join(work, "scheduler"),
+        "--manifest",
+        join(work, "manifest.json"),
+        "--listen",
+        `${ROOT_ADDR}:${port}`,
+      ],
+      join(work, "scheduler.log"),
+    );
     await waitUp();
     const base = `http://${ROOT_ADDR}:${port}`;
     controller = new SchedulerClient(base, tokens.token);
     operator = new SchedulerClient(base, tokens.operatorToken);
     const wk = (await (await fetch(`${base}/v1/.well-known/beachball`)).json()) as WellKnown;
-    connectionKeys = Object.entries(wk.connectionVerificationKeys ?? {}).map(([k, v]) => `${k}=${v}`).join(",");
+    connectionKeys = Object.entries(wk.connectionVerificationKeys ?? {})
+      .map(([k, v]) => `${k}=${v}`)
+      .join(",");
     expect(connectionKeys).not.toBe("");
 
     // The agent: in the host namespace (`ip netns exec`), its host endpoint bound to the host's private address on a port of
     // this run, asking the STUN responder for its public mapping.
     const enroll = await operator.enrollmentToken("ssh-host");
-    await runRole(["agent", "join", "--scheduler", base, "--token", enroll.token, "--data-dir", agentDir(), "--image-dir", join(work, "oci-image"), "--trusted-image-key", `${keyFile}.pub`, "--max-placements", "1"]);
+    await runRole([
+      "agent",
+      "join",
+      "--scheduler",
+      base,
+      "--token",
+      enroll.token,
+      "--data-dir",
+      agentDir(),
+      "--image-dir",
+      join(work, "oci-image"),
+      "--trusted-image-key",
+      `${keyFile}.pub`,
+      "--max-placements",
+      "1",
+    ]);
     const cfgPath = agentPaths(agentDir()).config;
     const cfg = JSON.parse(readFileSync(cfgPath, "utf8"));
     cfg.connections.listenAddress = HOST_ADDR;
@@ -365,22 +522,39 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     const { view } = await controller.create({ clientRequestId: `ssh-${randomUUID()}`, workloadClass: "ssh-box" });
     allocationId = view.allocationId;
     const payload = sshdPayload(readFileSync(`${sshKey()}.pub`, "utf8"), readFileSync(join(work, "host_key"), "utf8"));
-    await controller.deliverWhenReady(allocationId, new TextEncoder().encode(payload), `dlv-${randomUUID()}`, 300_000).catch((e: Error) => {
-      throw new Error(`${e.message}\nagent:\n${tail(agent.log)}`);
-    });
+    await controller
+      .deliverWhenReady(allocationId, new TextEncoder().encode(payload), `dlv-${randomUUID()}`, 300_000)
+      .catch((e: Error) => {
+        throw new Error(`${e.message}\nagent:\n${tail(agent.log)}`);
+      });
     timings.push(`allocation ready and payload delivered in ${Math.round(performance.now() - t)} ms`);
     // sshd binds port 22 a moment after the payload starts (seconds under TCG; an ssh before that is reset): wait for its own
     // "Server listening" line in the job's output, as a user following `bb allocation logs` would.
-    await waitUntil("sshd listening in the VM", async () => /Server listening on \S+ port 22/.test((await controller.logs(allocationId, 0)).text), 120_000, [agent.log]);
+    await waitUntil(
+      "sshd listening in the VM",
+      async () => /Server listening on \S+ port 22/.test((await controller.logs(allocationId, 0)).text),
+      120_000,
+      [agent.log],
+    );
     timings.push(`sshd listening ${Math.round(performance.now() - t)} ms after create`);
 
     // The host publishes its STUN-mapped candidate: a grant (made and revoked here) carries it once the endpoint has asked.
     const probeKey = keyPairFromPrivate(systemRandom.fill(new Uint8Array(32)));
-    hostCandidates = await waitUntil("the host's STUN-mapped candidate in a grant", async () => {
-      const g = await controller.createConnectionGrant(allocationId, { clientPublicKey: Buffer.from(probeKey.publicKey).toString("base64"), transport: "tcp", ports: [22], ttlSeconds: 30 });
-      await controller.revokeConnectionGrant(allocationId, g.grant.payload.grantId);
-      return g.hostCandidates.some((c) => c.kind === "stun") ? g.hostCandidates : (await Bun.sleep(1_000), null);
-    }, 60_000, [agent.log]);
+    hostCandidates = await waitUntil(
+      "the host's STUN-mapped candidate in a grant",
+      async () => {
+        const g = await controller.createConnectionGrant(allocationId, {
+          clientPublicKey: Buffer.from(probeKey.publicKey).toString("base64"),
+          transport: "tcp",
+          ports: [22],
+          ttlSeconds: 30,
+        });
+        await controller.revokeConnectionGrant(allocationId, g.grant.payload.grantId);
+        return g.hostCandidates.some((c) => c.kind === "stun") ? g.hostCandidates : (await Bun.sleep(1_000), null);
+      },
+      60_000,
+      [agent.log],
+    );
 
     // bb proxy on the laptop; the VM's host key pinned for 127.0.0.1:<its port>.
     proxy = startProxy(2222, ownerToken, "owner");
@@ -408,19 +582,29 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     if (cgroups) {
       // Placement cgroups under this run's parent (cleanUpPlacements removes those under the default one), then the parent.
       const controllers = detectControllers();
-      for (const n of existsSync(allocations) ? readdirSync(allocations) : []) if (/^bb-[A-Za-z0-9_-]{1,60}$/.test(n)) removePlacementCgroup(placementCgroupOf(n, { ...DEFAULT_CGROUP_POLICY, parent: cgroups.parent }, controllers));
+      for (const n of existsSync(allocations) ? readdirSync(allocations) : [])
+        if (/^bb-[A-Za-z0-9_-]{1,60}$/.test(n))
+          removePlacementCgroup(
+            placementCgroupOf(n, { ...DEFAULT_CGROUP_POLICY, parent: cgroups.parent }, controllers),
+          );
       cgroups.remove();
     }
     console.log(`private-ssh.test: ${timings.join("; ")}`);
-    if (process.env.BB_TEST_SHOW_LOGS) for (const f of readdirSync(work).filter((f) => f.endsWith(".log"))) console.log(`--- ${f}\n${tail(join(work, f), 4000)}`);
+    if (process.env.BB_TEST_SHOW_LOGS)
+      for (const f of readdirSync(work).filter((f) => f.endsWith(".log")))
+        console.log(`--- ${f}\n${tail(join(work, f), 4000)}`);
     rmSync(work, { recursive: true, force: true });
   }, 60_000);
 
   test("ssh runs a command in the VM: its address is the allocation's /128, its route default via fe80::1", async () => {
     const t = performance.now();
-    const r = await laptopRun("ssh", ["root@127.0.0.1", "echo ssh-says-hi-$(hostname); ip -6 addr show dev eth0 scope global; ip -6 route show default; cd /proc/sys/net/ipv6/conf/eth0 && echo sysctls $(cat accept_ra autoconf accept_dad)"]);
+    const r = await laptopRun("ssh", [
+      "root@127.0.0.1",
+      "echo ssh-says-hi-$(hostname); ip -6 addr show dev eth0 scope global; ip -6 route show default; cd /proc/sys/net/ipv6/conf/eth0 && echo sysctls $(cat accept_ra autoconf accept_dad)",
+    ]);
     timings.push(`first ssh command in ${Math.round(performance.now() - t)} ms`);
-    if (r.code !== 0) throw new Error(`ssh exited ${r.code}: ${r.err}\nproxy:\n${tail(proxy.log)}\nagent:\n${tail(agent.log)}`);
+    if (r.code !== 0)
+      throw new Error(`ssh exited ${r.code}: ${r.err}\nproxy:\n${tail(proxy.log)}\nagent:\n${tail(agent.log)}`);
     expect(r.out).toContain("ssh-says-hi-beachball");
     const inet6 = r.out.split("\n").filter((l) => l.includes("inet6"));
     expect(inet6).toHaveLength(1);
@@ -436,13 +620,18 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     expect(hostCandidates).toContainEqual({ address: HOST_NAT_PUBLIC, port: endpointPort, kind: "stun" });
     expect(stun.events.some((e) => e.ev === "binding" && e.from === `${HOST_NAT_PUBLIC}:${endpointPort}`)).toBe(true);
     // The agent under `ip netns exec` found no cgroup hierarchy under the fresh /sys and mounted them again for itself (the VM got its cgroup).
-    expect(readFileSync(agent.log, "utf8")).toMatch(/cgroup hierarchies were not mounted in this mount namespace .*mounted=\/sys\/fs\/cgroup/);
+    expect(readFileSync(agent.log, "utf8")).toMatch(
+      /cgroup hierarchies were not mounted in this mount namespace .*mounted=\/sys\/fs\/cgroup/,
+    );
     await waitLog(proxy, new RegExp(`path: direct via ${HOST_NAT_PUBLIC.replaceAll(".", "\\.")}:${endpointPort}`));
   }, 120_000);
 
   test("the VM cannot open a connection to the client: only replies of the granted flow pass", async () => {
     // sshd names the client's tunnel address; a new connection from the VM to it is dropped by the placement's table (no answer, not even a reset).
-    const r = await laptopRun("ssh", ["root@127.0.0.1", "set -- $SSH_CLIENT; echo client $1; timeout 5 bash -c \"exec 3<>/dev/tcp/$1/9\"; echo outbound-exit $?"]);
+    const r = await laptopRun("ssh", [
+      "root@127.0.0.1",
+      'set -- $SSH_CLIENT; echo client $1; timeout 5 bash -c "exec 3<>/dev/tcp/$1/9"; echo outbound-exit $?',
+    ]);
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/^client fd[0-9a-f]{2}:[0-9a-f:]+$/m);
     expect(r.out).toContain("outbound-exit 124");
@@ -455,7 +644,7 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     const t = performance.now();
     const up = await laptopRun("scp", ["-q", blob, "root@127.0.0.1:/root/blob.bin"]);
     const ms = Math.round(performance.now() - t);
-    timings.push(`scp 64 MiB in ${ms} ms (${((BLOB_BYTES / 1024 / 1024) / (ms / 1000)).toFixed(1)} MiB/s)`);
+    timings.push(`scp 64 MiB in ${ms} ms (${(BLOB_BYTES / 1024 / 1024 / (ms / 1000)).toFixed(1)} MiB/s)`);
     if (up.code !== 0) throw new Error(`scp exited ${up.code}: ${up.err}\nproxy:\n${tail(proxy.log)}`);
     const r = await laptopRun("ssh", ["root@127.0.0.1", "sha256sum /root/blob.bin; stat -c %s /root/blob.bin"]);
     expect(r.code).toBe(0);
@@ -472,7 +661,10 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
       await waitLog(relayed, new RegExp(`listening on 127\\.0\\.0\\.1:${RELAYED_PORT}`));
       const framesBefore = await relayCounter("frames_forwarded_total");
       const r = await laptopRun("ssh", ["root@127.0.0.1", "echo relayed-hi-$(hostname)"], RELAYED_PORT);
-      if (r.code !== 0) throw new Error(`ssh over the relay exited ${r.code}: ${r.err}\nproxy:\n${tail(relayed.log)}\nrelay:\n${tail(relay.log)}`);
+      if (r.code !== 0)
+        throw new Error(
+          `ssh over the relay exited ${r.code}: ${r.err}\nproxy:\n${tail(relayed.log)}\nrelay:\n${tail(relay.log)}`,
+        );
       expect(r.out.trim()).toBe("relayed-hi-beachball");
       // The proxy says relay (the manifest's relay), never direct; the relay forwarded frames.
       await waitLog(relayed, new RegExp(`path: relay ${RELAY_ID}`));
@@ -487,10 +679,18 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
       const local = createHash("sha256").update(readFileSync(blob)).digest("hex");
       const t1 = performance.now();
       const bytesBefore = await relayCounter("bytes_forwarded_total");
-      const scp = Bun.spawn(laptopCommand("scp", ["-q", "-l", String(MOVE_RATE_KBITS), blob, "root@127.0.0.1:/root/move.bin"], RELAYED_PORT), { stdout: "pipe", stderr: "pipe", stdin: "ignore" });
+      const scp = Bun.spawn(
+        laptopCommand(
+          "scp",
+          ["-q", "-l", String(MOVE_RATE_KBITS), blob, "root@127.0.0.1:/root/move.bin"],
+          RELAYED_PORT,
+        ),
+        { stdout: "pipe", stderr: "pipe", stdin: "ignore" },
+      );
       const scpErr = new Response(scp.stderr).text();
       while ((await relayCounter("bytes_forwarded_total")) - bytesBefore < 1024 * 1024) {
-        if (scp.exitCode !== null) throw new Error(`scp ended (${scp.exitCode}) before the relay carried 1 MiB of it: ${await scpErr}`);
+        if (scp.exitCode !== null)
+          throw new Error(`scp ended (${scp.exitCode}) before the relay carried 1 MiB of it: ${await scpErr}`);
         await Bun.sleep(100);
       }
       const atUnblock = log().length;
@@ -500,12 +700,15 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
       // The proxy's probes now reach the host endpoint through its NAT's mapping: it pins that address while that scp still runs.
       const direct = `path: direct via ${HOST_NAT_PUBLIC}:${endpointPort}`;
       let movedWhileRunning = false;
-      while (scp.exitCode === null && !(movedWhileRunning = log().slice(atUnblock).includes(direct))) await Bun.sleep(100);
+      while (scp.exitCode === null && !(movedWhileRunning = log().slice(atUnblock).includes(direct)))
+        await Bun.sleep(100);
       const relayAtMove = (await relayCounter("bytes_forwarded_total")) - bytesBefore;
       const code = await scp.exited;
       const relayAfterMove = (await relayCounter("bytes_forwarded_total")) - bytesBefore - relayAtMove;
       const ms = Math.round(performance.now() - t1);
-      timings.push(`relay→direct scp of ${MOVE_BYTES >> 20} MiB (capped at ${MOVE_RATE_KBITS} Kbit/s) in ${ms} ms, relay bytes ${relayAtMove} before the move and ${relayAfterMove} after`);
+      timings.push(
+        `relay→direct scp of ${MOVE_BYTES >> 20} MiB (capped at ${MOVE_RATE_KBITS} Kbit/s) in ${ms} ms, relay bytes ${relayAtMove} before the move and ${relayAfterMove} after`,
+      );
       if (code !== 0) throw new Error(`scp exited ${code}: ${await scpErr}\nproxy:\n${tail(relayed.log)}`);
       expect(movedWhileRunning).toBe(true);
       expect(log().indexOf(direct)).toBeGreaterThan(log().search(new RegExp(`path: relay ${RELAY_ID}`)));
@@ -513,7 +716,11 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
       // The relay went quiet: after the move it carried less than a quarter of the file's size (both ends pinned the direct path).
       expect(relayAfterMove).toBeLessThan(MOVE_BYTES / 4);
       // Byte-exact on the VM (read over the now direct path).
-      const sum = await laptopRun("ssh", ["root@127.0.0.1", "sha256sum /root/move.bin; stat -c %s /root/move.bin; rm -f /root/move.bin"], RELAYED_PORT);
+      const sum = await laptopRun(
+        "ssh",
+        ["root@127.0.0.1", "sha256sum /root/move.bin; stat -c %s /root/move.bin; rm -f /root/move.bin"],
+        RELAYED_PORT,
+      );
       expect(sum.code).toBe(0);
       expect(sum.out.split("\n").slice(0, 2)).toEqual([`${local}  /root/move.bin`, String(MOVE_BYTES)]);
     } finally {
@@ -533,11 +740,29 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     expect(tail(other.log)).toContain("NOT_FOUND");
     expect(tail(other.log)).not.toContain("listening on");
     // Nothing bound on the laptop, the allocation is as it was, and the owner's session still works.
-    const probe = sh(laptop.exec(["ssh", "-F", "/dev/null", "-p", "2223", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "root@127.0.0.1", "true"]));
+    const probe = sh(
+      laptop.exec([
+        "ssh",
+        "-F",
+        "/dev/null",
+        "-p",
+        "2223",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ConnectTimeout=5",
+        "root@127.0.0.1",
+        "true",
+      ]),
+    );
     expect(probe.code).not.toBe(0);
     expect(probe.err).toContain("Connection refused");
     const after = await controller.get(allocationId);
-    expect([after.state, after.generation, after.placementId]).toEqual([before.state, before.generation, before.placementId]);
+    expect([after.state, after.generation, after.placementId]).toEqual([
+      before.state,
+      before.generation,
+      before.placementId,
+    ]);
     const r = await laptopRun("ssh", ["root@127.0.0.1", "echo still-mine"]);
     expect([r.code, r.out.trim()]).toEqual([0, "still-mine"]);
   }, 120_000);
@@ -546,7 +771,10 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     const v = await controller.get(allocationId);
     const dirName = placementDirName("ssh-host", allocationId, v.placementId!, v.generation);
     await controller.release(allocationId);
-    const code = await Promise.race([proxy.proc.exited, Bun.sleep(Math.max(0, grantExpiresAtMs - Date.now())).then(() => "grant expired first" as const)]);
+    const code = await Promise.race([
+      proxy.proc.exited,
+      Bun.sleep(Math.max(0, grantExpiresAtMs - Date.now())).then(() => "grant expired first" as const),
+    ]);
     expect(code).toBe(1);
     expect(tail(proxy.log)).toMatch(/INVALID_STATE: allocation \S+ is released/);
     expect(tail(proxy.log)).toContain("revoked");

@@ -17,14 +17,30 @@ let s: TestScheduler;
 
 async function enrolledAgent(hostId: string): Promise<ScriptedAgent> {
   const t = await s.operator.enrollmentToken(hostId);
-  const r = await rawPost(`${s.url}/v1/agents/enroll`, null, JSON.stringify({ token: t.token, capacity: { cpuMillis: 4000, memoryMiB: 4096, ephemeralDiskMiB: 8192, maxPlacements: 4 }, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }));
+  const r = await rawPost(
+    `${s.url}/v1/agents/enroll`,
+    null,
+    JSON.stringify({
+      token: t.token,
+      capacity: { cpuMillis: 4000, memoryMiB: 4096, ephemeralDiskMiB: 8192, maxPlacements: 4 },
+      region: "local",
+      architecture: "x86_64",
+      agentProtocolVersion: "1.0",
+      vmmDriver: "qemu-microvm",
+    }),
+  );
   expect(r.status).toBe(201);
   const a = new ScriptedAgent(s.url, hostId, (r.body as unknown as EnrollResponse).credential);
   await a.poll();
   return a;
 }
 
-const update = (cmd: Pick<AgentCommand, "placementId" | "allocationId" | "generation">, seq: number, state: PlacementUpdate["state"], extra: Partial<PlacementUpdate> = {}): PlacementUpdate => ({
+const update = (
+  cmd: Pick<AgentCommand, "placementId" | "allocationId" | "generation">,
+  seq: number,
+  state: PlacementUpdate["state"],
+  extra: Partial<PlacementUpdate> = {},
+): PlacementUpdate => ({
   seq,
   placementId: cmd.placementId,
   allocationId: cmd.allocationId,
@@ -63,7 +79,9 @@ describe("sequence numbers poisoned by one update", () => {
     const b = (await s.controller.create({ clientRequestId: "seq-2b", workloadClass: "ci-small" })).view;
     const pa = await agent.waitCommand("ensure_present", a.allocationId);
     const pb = await agent.waitCommand("ensure_present", b.allocationId);
-    expect((await agent.send({ updates: [update(pa, MAX_WIRE_INTEGER - 1, "preparing")] })).rejectedUpdates).toBeUndefined();
+    expect(
+      (await agent.send({ updates: [update(pa, MAX_WIRE_INTEGER - 1, "preparing")] })).rejectedUpdates,
+    ).toBeUndefined();
     expect((await agent.send({ updates: [update(pb, 2, "prepared")] })).rejectedUpdates).toBeUndefined();
     await agent.waitCommand("ensure_running", b.allocationId);
     for (const v of [a, b]) await s.controller.release(v.allocationId);
@@ -74,7 +92,9 @@ describe("sequence numbers poisoned by one update", () => {
     const { view } = await s.controller.create({ clientRequestId: "seq-3", workloadClass: "ci-small" });
     const p = await agent.waitCommand("ensure_present", view.allocationId);
     expect((await agent.send({ updates: [update(p, 10, "preparing")] })).rejectedUpdates).toBeUndefined();
-    const r = await agent.send({ updates: [update(p, 10, "prepared"), update(p, 9, "prepared"), update({ ...p, generation: 7 }, 11, "prepared")] });
+    const r = await agent.send({
+      updates: [update(p, 10, "prepared"), update(p, 9, "prepared"), update({ ...p, generation: 7 }, 11, "prepared")],
+    });
     expect(r.rejectedUpdates).toEqual([
       { seq: 10, placementId: p.placementId, code: "SEQUENCE_NOT_INCREASING" },
       { seq: 9, placementId: p.placementId, code: "SEQUENCE_NOT_INCREASING" },
@@ -83,7 +103,11 @@ describe("sequence numbers poisoned by one update", () => {
     // None of the rejected "prepared" updates took effect: no ensure_running was enqueued.
     expect((await agent.poll()).commands.some((c) => c.type === "ensure_running")).toBe(false);
     // A new session starts the per-placement sequence afresh (spec: per session).
-    const fresh = new ScriptedAgent(s.url, "seq-host-3", (agent.client as unknown as { credential: string }).credential);
+    const fresh = new ScriptedAgent(
+      s.url,
+      "seq-host-3",
+      (agent.client as unknown as { credential: string }).credential,
+    );
     await fresh.poll();
     expect((await fresh.send({ updates: [update(p, 1, "prepared")] })).rejectedUpdates).toBeUndefined();
     await fresh.waitCommand("ensure_running", view.allocationId);
@@ -92,10 +116,28 @@ describe("sequence numbers poisoned by one update", () => {
 
   test("a sequence number past 2^53-1 is refused as a whole envelope (400), before anything is applied", async () => {
     const agent = await enrolledAgent("seq-host-4");
-    const env = { protocolVersion: "1.0", messageId: "m-1", hostId: "seq-host-4", agentEpoch: agent.epoch, sentAt: new Date().toISOString(), type: "messages", payload: { bootId: agent.bootId, updates: [{ seq: 1e300, placementId: "p", allocationId: "a", generation: 1, state: "running", at: "x" }], acks: [], deliveryAcks: [] } };
+    const env = {
+      protocolVersion: "1.0",
+      messageId: "m-1",
+      hostId: "seq-host-4",
+      agentEpoch: agent.epoch,
+      sentAt: new Date().toISOString(),
+      type: "messages",
+      payload: {
+        bootId: agent.bootId,
+        updates: [{ seq: 1e300, placementId: "p", allocationId: "a", generation: 1, state: "running", at: "x" }],
+        acks: [],
+        deliveryAcks: [],
+      },
+    };
     const credential = (agent.client as unknown as { credential: string }).credential;
     const r = await rawPost(`${s.url}/v1/agents/messages`, credential, JSON.stringify(env));
     expect([r.status, r.body["code"]]).toEqual([400, "VALIDATION_FAILED"]);
-    expect(await agent.send({}).then(() => "ok", (e: unknown) => (e instanceof BeachballError ? e.code : String(e)))).toBe("ok");
+    expect(
+      await agent.send({}).then(
+        () => "ok",
+        (e: unknown) => (e instanceof BeachballError ? e.code : String(e)),
+      ),
+    ).toBe("ok");
   });
 });

@@ -25,7 +25,12 @@ function routeOf(method: string, pathname: string): [string, RouteSpec] | null {
   const parts = pathname.split("/");
   for (const [name, r] of Object.entries(ROUTES) as [string, RouteSpec][]) {
     const segs = r.path.split("/");
-    if (r.method === method && segs.length === parts.length && segs.every((seg, i) => seg.startsWith(":") || seg === parts[i])) return [name, r];
+    if (
+      r.method === method &&
+      segs.length === parts.length &&
+      segs.every((seg, i) => seg.startsWith(":") || seg === parts[i])
+    )
+      return [name, r];
   }
   return null;
 }
@@ -44,15 +49,24 @@ async function checkedFetch(url: string | URL | Request, init: RequestInit = {})
   const [name, r] = found;
   (checked.get(name) ?? checked.set(name, new Set()).get(name)!).add(res.status);
   if (res.ok) {
-    if (res.status !== r.response.status && !("also" in r.response && r.response.also === res.status)) mismatches.push(`${name}: status ${res.status}, published ${r.response.status}`);
+    if (res.status !== r.response.status && !("also" in r.response && r.response.also === res.status))
+      mismatches.push(`${name}: status ${res.status}, published ${r.response.status}`);
     if ("schema" in r.response) {
       const body = JSON.parse(text);
-      if (!Value.Check(r.response.schema, body)) mismatches.push(`${name}: ${[...Value.Errors(r.response.schema, body)].slice(0, 3).map((e) => `${e.path} ${e.message}`).join("; ")}`);
+      if (!Value.Check(r.response.schema, body))
+        mismatches.push(
+          `${name}: ${[...Value.Errors(r.response.schema, body)]
+            .slice(0, 3)
+            .map((e) => `${e.path} ${e.message}`)
+            .join("; ")}`,
+        );
     } else if ("contentType" in r.response) {
-      if (!res.headers.get("content-type")?.startsWith(r.response.contentType.split(";")[0]!)) mismatches.push(`${name}: content type ${res.headers.get("content-type")}`);
+      if (!res.headers.get("content-type")?.startsWith(r.response.contentType.split(";")[0]!))
+        mismatches.push(`${name}: content type ${res.headers.get("content-type")}`);
     } else if (text !== "") mismatches.push(`${name}: ${res.status} with a body`);
   } else {
-    if (res.headers.get("content-type") !== "application/problem+json") mismatches.push(`${name} ${res.status}: content type ${res.headers.get("content-type")}`);
+    if (res.headers.get("content-type") !== "application/problem+json")
+      mismatches.push(`${name} ${res.status}: content type ${res.headers.get("content-type")}`);
     const body = JSON.parse(text);
     if (!Value.Check(Problem, body)) mismatches.push(`${name} ${res.status}: not a Problem: ${text.slice(0, 200)}`);
   }
@@ -77,10 +91,27 @@ describe("answers match the published schemas", () => {
 
     const token = await operator.enrollmentToken("conf-host");
     const cap = { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 2 };
-    const enrolled = (await (await checkedFetch(`${s.url}/v1/agents/enroll`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ token: token.token, capacity: cap, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }) })).json()) as EnrollResponse;
+    const enrolled = (await (
+      await checkedFetch(`${s.url}/v1/agents/enroll`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({
+          token: token.token,
+          capacity: cap,
+          region: "local",
+          architecture: "x86_64",
+          agentProtocolVersion: "1.0",
+          vmmDriver: "qemu-microvm",
+        }),
+      })
+    ).json()) as EnrollResponse;
     const agent = new ScriptedAgent(s.url, "conf-host", enrolled.credential);
     await agent.poll();
-    const { view } = await controller.create({ clientRequestId: "conf-1", workloadClass: "ci-small", labels: { team: "a" } });
+    const { view } = await controller.create({
+      clientRequestId: "conf-1",
+      workloadClass: "ci-small",
+      labels: { team: "a" },
+    });
     await controller.create({ clientRequestId: "conf-1", workloadClass: "ci-small", labels: { team: "a" } });
     const present = await agent.waitCommand("ensure_present", view.allocationId);
     await agent.report(present, "prepared");
@@ -88,30 +119,113 @@ describe("answers match the published schemas", () => {
     await agent.report(present, "running");
     await controller.waitFor(view.allocationId, (v) => v.state === "ready", { timeoutMs: 5000 });
     // The agent routes, through the checking fetch (the scripted agent's own client is not instrumented).
-    const envelope = (type: "poll" | "messages") => ({ protocolVersion: "1.0", messageId: crypto.randomUUID(), hostId: "conf-host", agentEpoch: agent.epoch, sentAt: new Date().toISOString(), type, payload: { bootId: agent.bootId, updates: [], acks: [], deliveryAcks: [], ...(type === "poll" ? { waitMs: 0 } : {}) } });
-    for (const type of ["poll", "messages"] as const) await checkedFetch(`${s.url}/v1/agents/${type}`, { method: "POST", headers: { authorization: `Bearer ${enrolled.credential}`, "content-type": "application/json" }, body: JSON.stringify(envelope(type)) });
+    const envelope = (type: "poll" | "messages") => ({
+      protocolVersion: "1.0",
+      messageId: crypto.randomUUID(),
+      hostId: "conf-host",
+      agentEpoch: agent.epoch,
+      sentAt: new Date().toISOString(),
+      type,
+      payload: {
+        bootId: agent.bootId,
+        updates: [],
+        acks: [],
+        deliveryAcks: [],
+        ...(type === "poll" ? { waitMs: 0 } : {}),
+      },
+    });
+    for (const type of ["poll", "messages"] as const)
+      await checkedFetch(`${s.url}/v1/agents/${type}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${enrolled.credential}`, "content-type": "application/json" },
+        body: JSON.stringify(envelope(type)),
+      });
 
     // Workload output: the agent pushes a chunk, the owner reads it.
-    await checkedFetch(`${s.url}/v1/agents/logs`, { method: "POST", headers: { authorization: `Bearer ${enrolled.credential}`, "content-type": "application/json" }, body: JSON.stringify({ hostId: "conf-host", chunks: [{ allocationId: view.allocationId, placementId: present.placementId, generation: 1, offset: 0, text: "hello from the guest\n" }] }) });
+    await checkedFetch(`${s.url}/v1/agents/logs`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${enrolled.credential}`, "content-type": "application/json" },
+      body: JSON.stringify({
+        hostId: "conf-host",
+        chunks: [
+          {
+            allocationId: view.allocationId,
+            placementId: present.placementId,
+            generation: 1,
+            offset: 0,
+            text: "hello from the guest\n",
+          },
+        ],
+      }),
+    });
     expect((await controller.logs(view.allocationId)).text).toBe("hello from the guest\n");
 
     // Private networking: the host endpoint reports itself, then a grant, its rendezvous and its revocation.
-    await agent.send({ connectivity: { seq: 1, hostPublicKey: Buffer.alloc(32, 9).toString("base64"), candidates: [{ address: "127.0.0.1", port: 51820, kind: "local" }], appliedGrants: [], refusedGrants: [], at: new Date().toISOString() } });
-    const json = (token: string, body: unknown): RequestInit => ({ method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify(body) });
-    const grant = (await (await checkedFetch(`${s.url}/v1/allocations/${view.allocationId}/connection-grants`, json(s.tokens.token, { clientPublicKey: Buffer.alloc(32, 7).toString("base64"), transport: "tcp", ports: [22] }))).json()) as { grant: { payload: { grantId: string } }; connectionId: string; endpointToken: string };
-    await checkedFetch(`${s.url}/v1/connections/${grant.connectionId}/messages`, json(grant.endpointToken, { messages: [{ type: "candidates", seq: 1, candidates: [{ address: "127.0.0.1", port: 40000, kind: "local" }] }] }));
+    await agent.send({
+      connectivity: {
+        seq: 1,
+        hostPublicKey: Buffer.alloc(32, 9).toString("base64"),
+        candidates: [{ address: "127.0.0.1", port: 51820, kind: "local" }],
+        appliedGrants: [],
+        refusedGrants: [],
+        at: new Date().toISOString(),
+      },
+    });
+    const json = (token: string, body: unknown): RequestInit => ({
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    const grant = (await (
+      await checkedFetch(
+        `${s.url}/v1/allocations/${view.allocationId}/connection-grants`,
+        json(s.tokens.token, {
+          clientPublicKey: Buffer.alloc(32, 7).toString("base64"),
+          transport: "tcp",
+          ports: [22],
+        }),
+      )
+    ).json()) as { grant: { payload: { grantId: string } }; connectionId: string; endpointToken: string };
+    await checkedFetch(
+      `${s.url}/v1/connections/${grant.connectionId}/messages`,
+      json(grant.endpointToken, {
+        messages: [{ type: "candidates", seq: 1, candidates: [{ address: "127.0.0.1", port: 40000, kind: "local" }] }],
+      }),
+    );
     await checkedFetch(`${s.url}/v1/connections/${grant.connectionId}/poll`, json(grant.endpointToken, { after: 0 }));
-    await checkedFetch(`${s.url}/v1/connections/${grant.connectionId}/relay-tokens`, { method: "POST", headers: { authorization: `Bearer ${grant.endpointToken}` } });
+    await checkedFetch(`${s.url}/v1/connections/${grant.connectionId}/relay-tokens`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${grant.endpointToken}` },
+    });
     // A second request within 10 s: 429 RATE_LIMITED, a Problem.
-    await checkedFetch(`${s.url}/v1/connections/${grant.connectionId}/relay-tokens`, { method: "POST", headers: { authorization: `Bearer ${grant.endpointToken}` } });
-    await checkedFetch(`${s.url}/v1/agents/poll`, { method: "POST", headers: { authorization: `Bearer ${enrolled.credential}`, "content-type": "application/json" }, body: JSON.stringify(envelope("poll")) });
-    await checkedFetch(`${s.url}/v1/allocations/${view.allocationId}/connection-grants/${grant.grant.payload.grantId}`, { method: "DELETE", headers: { authorization: `Bearer ${s.tokens.token}` } });
+    await checkedFetch(`${s.url}/v1/connections/${grant.connectionId}/relay-tokens`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${grant.endpointToken}` },
+    });
+    await checkedFetch(`${s.url}/v1/agents/poll`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${enrolled.credential}`, "content-type": "application/json" },
+      body: JSON.stringify(envelope("poll")),
+    });
+    await checkedFetch(
+      `${s.url}/v1/allocations/${view.allocationId}/connection-grants/${grant.grant.payload.grantId}`,
+      { method: "DELETE", headers: { authorization: `Bearer ${s.tokens.token}` } },
+    );
 
     const payload = "echo conformance";
     const digest = `sha256:${createHash("sha256").update(payload).digest("hex")}`;
-    const delivery = controller.deliver(view.allocationId, { deliveryId: "conf-d", generation: 1, contentType: "text/x-shellscript", payloadBase64: Buffer.from(payload).toString("base64") });
+    const delivery = controller.deliver(view.allocationId, {
+      deliveryId: "conf-d",
+      generation: 1,
+      contentType: "text/x-shellscript",
+      payloadBase64: Buffer.from(payload).toString("base64"),
+    });
     for (let i = 0; i < 20 && agent.deliveries.length === 0; i++) await agent.poll(200);
-    await agent.send({ deliveryAcks: [{ deliveryId: "conf-d", placementId: present.placementId, generation: 1, result: "consumed", digest }] });
+    await agent.send({
+      deliveryAcks: [
+        { deliveryId: "conf-d", placementId: present.placementId, generation: 1, result: "consumed", digest },
+      ],
+    });
     await delivery;
 
     await controller.list();

@@ -36,7 +36,10 @@ afterAll(async () => {
 describe("per-caller concurrency bounds over HTTP", () => {
   test("one follow past the bound is 429 CONCURRENCY_LIMITED with Retry-After; the caller's other requests, other callers and health still answer", async () => {
     const ids: string[] = [];
-    for (let i = 0; i <= MAX_FOLLOWS_PER_CALLER; i++) ids.push((await s.controller.create({ clientRequestId: `burst-${i}`, workloadClass: "ci-small" })).view.allocationId);
+    for (let i = 0; i <= MAX_FOLLOWS_PER_CALLER; i++)
+      ids.push(
+        (await s.controller.create({ clientRequestId: `burst-${i}`, workloadClass: "ci-small" })).view.allocationId,
+      );
     const auth = { authorization: `Bearer ${s.tokens.token}` };
     const follow = (id: string) => fetch(`${s.url}/v1/allocations/${id}/logs?follow=1&offset=0`, { headers: auth });
     const parked = ids.slice(0, MAX_FOLLOWS_PER_CALLER).map((id) => follow(id).catch(() => null));
@@ -44,7 +47,10 @@ describe("per-caller concurrency bounds over HTTP", () => {
     let refused: Response | null = null;
     for (let i = 0; i < 20 && !refused; i++) {
       // A follow that is not shed parks (up to 20 s): give up on it after a second and try again.
-      const r = await fetch(`${s.url}/v1/allocations/${ids[MAX_FOLLOWS_PER_CALLER]}/logs?follow=1&offset=0`, { headers: auth, signal: AbortSignal.timeout(1000) }).catch(() => null);
+      const r = await fetch(`${s.url}/v1/allocations/${ids[MAX_FOLLOWS_PER_CALLER]}/logs?follow=1&offset=0`, {
+        headers: auth,
+        signal: AbortSignal.timeout(1000),
+      }).catch(() => null);
       if (r?.status === 429) refused = r;
       else {
         await r?.text().catch(() => "");
@@ -53,11 +59,18 @@ describe("per-caller concurrency bounds over HTTP", () => {
     }
     expect(refused).not.toBeNull();
     const p = (await refused!.json()) as { code: string; status: number; detail: string };
-    expect([refused!.headers.get("retry-after"), refused!.headers.get("content-type"), p.code, p.status]).toEqual(["1", "application/problem+json", "CONCURRENCY_LIMITED", 429]);
+    expect([refused!.headers.get("retry-after"), refused!.headers.get("content-type"), p.code, p.status]).toEqual([
+      "1",
+      "application/problem+json",
+      "CONCURRENCY_LIMITED",
+      429,
+    ]);
     expect(p.detail).toBe(`this caller already follows ${MAX_FOLLOWS_PER_CALLER} logs; retry when one has ended`);
     // The same caller's ordinary requests, another caller and the health check are not shed.
     expect((await fetch(`${s.url}/v1/allocations/${ids[0]}`, { headers: auth })).status).toBe(200);
-    expect((await fetch(`${s.url}/v1/hosts`, { headers: { authorization: `Bearer ${s.tokens.operatorToken}` } })).status).toBe(200);
+    expect(
+      (await fetch(`${s.url}/v1/hosts`, { headers: { authorization: `Bearer ${s.tokens.operatorToken}` } })).status,
+    ).toBe(200);
     expect((await fetch(`${s.url}/healthz`)).status).toBe(200);
     // Stopping the scheduler ends the parked follows (afterAll); they answer or fail, nothing is left behind.
     void parked;

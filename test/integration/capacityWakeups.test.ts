@@ -45,9 +45,22 @@ class Agent extends InProcessAgent {
   }
 }
 
-async function enroll(w: SchedulerWorker, clock: FakeClock, hostId: string, maxPlacements: number, skewMs = 0): Promise<Agent> {
+async function enroll(
+  w: SchedulerWorker,
+  clock: FakeClock,
+  hostId: string,
+  maxPlacements: number,
+  skewMs = 0,
+): Promise<Agent> {
   const t = await w.createEnrollmentToken(O, hostId, 3600);
-  await w.enroll({ token: t.token, capacity: { cpuMillis: 4000, memoryMiB: 4096, ephemeralDiskMiB: 10_000, maxPlacements }, region: "t", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "t" });
+  await w.enroll({
+    token: t.token,
+    capacity: { cpuMillis: 4000, memoryMiB: 4096, ephemeralDiskMiB: 10_000, maxPlacements },
+    region: "t",
+    architecture: "x86_64",
+    agentProtocolVersion: "1.0",
+    vmmDriver: "t",
+  });
   const a = new Agent(w, hostId, clock, { bootId: "boot", skewMs });
   await a.poll();
   return a;
@@ -66,7 +79,12 @@ describe("freed capacity wakes waiting work", () => {
     for (const v of [older, younger]) {
       expect(v.state).toBe("pending");
       expect(v.conditions).toEqual(["NO_CAPACITY"]);
-      expect(v.placement).toMatchObject({ result: "no_eligible_host", hostsConsidered: 1, noFit: { PLACEMENT_LIMIT_REACHED: 1 }, unschedulable: {} });
+      expect(v.placement).toMatchObject({
+        result: "no_eligible_host",
+        hostsConsidered: 1,
+        noFit: { PLACEMENT_LIMIT_REACHED: 1 },
+        unschedulable: {},
+      });
     }
 
     await agent.poll();
@@ -89,9 +107,13 @@ describe("freed capacity wakes waiting work", () => {
     const { w, clock } = world();
     const gone = (await w.createAllocation(C, { clientRequestId: "gone", workloadClass: "small" })).view;
     const waiting = (await w.createAllocation(C, { clientRequestId: "waiting", workloadClass: "small" })).view;
-    expect((await w.env.HostDirectory.get("global").waiters()).map((x) => x.allocationId)).toEqual([gone.allocationId, waiting.allocationId].sort((x, y) => (x < y ? -1 : 1)));
+    expect((await w.env.HostDirectory.get("global").waiters()).map((x) => x.allocationId)).toEqual(
+      [gone.allocationId, waiting.allocationId].sort((x, y) => (x < y ? -1 : 1)),
+    );
     await w.releaseAllocation(C, gone.allocationId);
-    expect((await w.env.HostDirectory.get("global").waiters()).map((x) => x.allocationId)).toEqual([waiting.allocationId]);
+    expect((await w.env.HostDirectory.get("global").waiters()).map((x) => x.allocationId)).toEqual([
+      waiting.allocationId,
+    ]);
     await enroll(w, clock, "h1", 1);
     await w.runtime.idle();
     expect((await w.getAllocation(C, waiting.allocationId)).state).toBe("provisioning");
@@ -106,7 +128,12 @@ describe("a pending allocation explains itself", () => {
     await w.createAllocation(C, { clientRequestId: "fill", workloadClass: "small" });
     const v = (await w.createAllocation(C, { clientRequestId: "p", workloadClass: "small" })).view;
     expect(v.state).toBe("pending");
-    expect(v.placement).toMatchObject({ result: "no_eligible_host", hostsConsidered: 2, unschedulable: { CLOCK_SKEW: 1 }, noFit: { PLACEMENT_LIMIT_REACHED: 1 } });
+    expect(v.placement).toMatchObject({
+      result: "no_eligible_host",
+      hostsConsidered: 2,
+      unschedulable: { CLOCK_SKEW: 1 },
+      noFit: { PLACEMENT_LIMIT_REACHED: 1 },
+    });
     const listed = (await w.listAllocations(C, null, 10)).items.find((x) => x.allocationId === v.allocationId);
     expect(listed?.placement?.unschedulable).toEqual({ CLOCK_SKEW: 1 });
   });

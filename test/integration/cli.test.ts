@@ -38,11 +38,24 @@ interface Run {
 }
 
 /** Runs `bb ARGS` in the empty work directory; `env` adds to (or, with undefined, removes from) the base environment. */
-async function bb(args: string[], opts: { token?: string; env?: Record<string, string | undefined>; cwd?: string } = {}): Promise<Run> {
-  const env: Record<string, string | undefined> = { ...process.env, HOME: join(work, "home"), BB_SCHEDULER_URL: s.url, ...opts.env };
+async function bb(
+  args: string[],
+  opts: { token?: string; env?: Record<string, string | undefined>; cwd?: string } = {},
+): Promise<Run> {
+  const env: Record<string, string | undefined> = {
+    ...process.env,
+    HOME: join(work, "home"),
+    BB_SCHEDULER_URL: s.url,
+    ...opts.env,
+  };
   for (const k of ["NO_COLOR", "BB_TOKEN", "BB_CONFIG", "FORCE_COLOR"]) if (!(opts.env && k in opts.env)) delete env[k];
   for (const [k, v] of Object.entries(env)) if (v === undefined) delete env[k];
-  const p = Bun.spawn([BUN, BB, ...args, ...(opts.token ? ["--token", opts.token] : [])], { stdout: "pipe", stderr: "pipe", env: env as Record<string, string>, cwd: opts.cwd ?? work });
+  const p = Bun.spawn([BUN, BB, ...args, ...(opts.token ? ["--token", opts.token] : [])], {
+    stdout: "pipe",
+    stderr: "pipe",
+    env: env as Record<string, string>,
+    cwd: opts.cwd ?? work,
+  });
   const timer = setTimeout(() => p.kill("SIGKILL"), 30_000);
   const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
   clearTimeout(timer);
@@ -52,9 +65,18 @@ async function bb(args: string[], opts: { token?: string; env?: Record<string, s
 /** Runs `bb ARGS` on a pseudo-terminal of 120 columns (util-linux `script`), stdout and stderr both to it; returns what the terminal showed. */
 async function bbOnTty(args: string[], env: Record<string, string> = {}): Promise<Run> {
   const quote = (w: string) => `'${w.replace(/'/g, `'\\''`)}'`;
-  const base: Record<string, string | undefined> = { ...process.env, HOME: join(work, "home"), BB_SCHEDULER_URL: s.url, TERM: "xterm-256color", ...env };
+  const base: Record<string, string | undefined> = {
+    ...process.env,
+    HOME: join(work, "home"),
+    BB_SCHEDULER_URL: s.url,
+    TERM: "xterm-256color",
+    ...env,
+  };
   for (const k of ["NO_COLOR", "BB_TOKEN", "BB_CONFIG", "FORCE_COLOR"]) if (!(k in env)) delete base[k];
-  const p = Bun.spawn(["script", "-qec", `stty cols 120 rows 40; exec ${[BUN, BB, ...args].map(quote).join(" ")}`, "/dev/null"], { stdin: "ignore", stdout: "pipe", stderr: "pipe", env: base as Record<string, string>, cwd: work });
+  const p = Bun.spawn(
+    ["script", "-qec", `stty cols 120 rows 40; exec ${[BUN, BB, ...args].map(quote).join(" ")}`, "/dev/null"],
+    { stdin: "ignore", stdout: "pipe", stderr: "pipe", env: base as Record<string, string>, cwd: work },
+  );
   const timer = setTimeout(() => p.kill("SIGKILL"), 30_000);
   const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
   clearTimeout(timer);
@@ -66,7 +88,18 @@ beforeAll(async () => {
   mkdirSync(join(work, "home"));
   s = await startTestScheduler();
   const t = await s.operator.enrollmentToken("cli-host");
-  const r = await rawPost(`${s.url}/v1/agents/enroll`, null, JSON.stringify({ token: t.token, capacity: { cpuMillis: 2000, memoryMiB: 1024, ephemeralDiskMiB: 4096, maxPlacements: 2 }, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }));
+  const r = await rawPost(
+    `${s.url}/v1/agents/enroll`,
+    null,
+    JSON.stringify({
+      token: t.token,
+      capacity: { cpuMillis: 2000, memoryMiB: 1024, ephemeralDiskMiB: 4096, maxPlacements: 2 },
+      region: "local",
+      architecture: "x86_64",
+      agentProtocolVersion: "1.0",
+      vmmDriver: "qemu-microvm",
+    }),
+  );
   expect(r.status).toBe(201);
 });
 afterAll(async () => {
@@ -105,12 +138,17 @@ describe("conventions (issue 13 item 7)", () => {
     const plain = await bbOnTty(["allocation", "get", "ffff", "--token", s.tokens.token], { NO_COLOR: "1" });
     expect(plain.out).toContain("error: NOT_FOUND: no allocation of yours starts with ffff");
     expect(plain.out).not.toMatch(NO_ESCAPES);
-    const waiting = await bbOnTty(["allocation", "create", "--class", "ci-medium", "--wait", "--timeout", "1", "--token", s.tokens.token], { NO_COLOR: "1" });
+    const waiting = await bbOnTty(
+      ["allocation", "create", "--class", "ci-medium", "--wait", "--timeout", "1", "--token", s.tokens.token],
+      { NO_COLOR: "1" },
+    );
     const id = /ID:\s+(alloc_[0-9a-f]{32})/.exec(waiting.out)![1]!;
     expect(waiting.out).toMatch(new RegExp(`[◒◐◓◑]  ${id}: pending`));
     expect(waiting.out).toContain("was not placed within 1 s");
     expect(waiting.out).not.toMatch(/\x1b\[[0-9;]*m/);
-    const piped = await bb(["allocation", "create", "--class", "ci-medium", "--wait", "--timeout", "1"], { token: s.tokens.token });
+    const piped = await bb(["allocation", "create", "--class", "ci-medium", "--wait", "--timeout", "1"], {
+      token: s.tokens.token,
+    });
     expect(piped.code).toBe(3);
     expect(piped.out + piped.err).not.toMatch(/[◒◐◓◑]/);
     expect(piped.out + piped.err).not.toMatch(NO_ESCAPES);
@@ -159,7 +197,8 @@ describe("conventions (issue 13 item 7)", () => {
       else seen.set(p2, crid);
     }
     const ids = [];
-    for (const crid of pair) ids.push((await s.controller.create({ clientRequestId: crid, workloadClass: "ci-small" })).view.allocationId);
+    for (const crid of pair)
+      ids.push((await s.controller.create({ clientRequestId: crid, workloadClass: "ci-small" })).view.allocationId);
     const unique = await bb(["allocation", "get", ids[0]!.slice(0, 16), "--json"], { token: s.tokens.token });
     expect(unique.code).toBe(0);
     expect(JSON.parse(unique.out).allocationId).toBe(ids[0]);
@@ -177,7 +216,9 @@ describe("conventions (issue 13 item 7)", () => {
 
   test("create --wait honours --timeout when no host takes the allocation: exit 3 and why", async () => {
     const started = Date.now();
-    const r = await bb(["allocation", "create", "--class", "ci-medium", "--wait", "--timeout", "2"], { token: s.tokens.token });
+    const r = await bb(["allocation", "create", "--class", "ci-medium", "--wait", "--timeout", "2"], {
+      token: s.tokens.token,
+    });
     expect(Date.now() - started).toBeLessThan(20_000);
     expect(r.code).toBe(3);
     expect(r.out).toContain("Why pending:");
@@ -191,7 +232,22 @@ describe("conventions (issue 13 item 7)", () => {
     mkdirSync(dir);
     const env = { ...process.env, HOME: join(work, "home") } as Record<string, string>;
     delete env["BB_CONFIG"];
-    const p = Bun.spawn([BUN, BB, "scheduler", "serve", "--dev", "--listen", "127.0.0.1:0", "--data-dir", "sched", "--client-config", "client.json"], { cwd: dir, stdout: "pipe", stderr: "pipe", env });
+    const p = Bun.spawn(
+      [
+        BUN,
+        BB,
+        "scheduler",
+        "serve",
+        "--dev",
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        "sched",
+        "--client-config",
+        "client.json",
+      ],
+      { cwd: dir, stdout: "pipe", stderr: "pipe", env },
+    );
     try {
       const reader = p.stderr.getReader();
       let text = "";
@@ -205,7 +261,10 @@ describe("conventions (issue 13 item 7)", () => {
       // Off a terminal the scheduler logs JSON lines (src/command/log.ts); the warning is one of them.
       expect(text).toMatch(/"level":"warn","msg":"no dev image: [^"]*","role":"scheduler","devImageDir":"/);
       expect(text).toMatch(/"msg":"scheduler listening","role":"scheduler","url":"http:\/\/127\.0\.0\.1:/);
-      const r = await bb(["allocation", "list"], { cwd: dir, env: { BB_SCHEDULER_URL: undefined, BB_CONFIG: join(dir, "client.json") } });
+      const r = await bb(["allocation", "list"], {
+        cwd: dir,
+        env: { BB_SCHEDULER_URL: undefined, BB_CONFIG: join(dir, "client.json") },
+      });
       expect(r).toMatchObject({ code: 0, out: "", err: "no allocations\n" });
       const both = await bb(["scheduler", "serve", "--dev", "--manifest", "m.json"], { cwd: dir });
       expect(both.code).toBe(2);
@@ -220,8 +279,19 @@ describe("conventions (issue 13 item 7)", () => {
     const tok = await s.operator.enrollmentToken("setup-tty");
     const dir = join(work, "agent-tty");
     const quote = (w: string) => `'${w.replace(/'/g, `'\\''`)}'`;
-    const env = { ...process.env, HOME: join(work, "home"), TERM: "xterm-256color", NO_COLOR: "1" } as Record<string, string>;
-    const p = Bun.spawn(["script", "-qec", `stty cols 160 rows 40; exec ${[BUN, BB, "agent", "setup", "--data-dir", dir, "--image-dir", "/img"].map(quote).join(" ")}`, "/dev/null"], { stdin: "pipe", stdout: "pipe", stderr: "pipe", env, cwd: work });
+    const env = { ...process.env, HOME: join(work, "home"), TERM: "xterm-256color", NO_COLOR: "1" } as Record<
+      string,
+      string
+    >;
+    const p = Bun.spawn(
+      [
+        "script",
+        "-qec",
+        `stty cols 160 rows 40; exec ${[BUN, BB, "agent", "setup", "--data-dir", dir, "--image-dir", "/img"].map(quote).join(" ")}`,
+        "/dev/null",
+      ],
+      { stdin: "pipe", stdout: "pipe", stderr: "pipe", env, cwd: work },
+    );
     const timer = setTimeout(() => p.kill("SIGKILL"), 45_000);
     let screen = "";
     const reading = (async () => {
@@ -229,7 +299,13 @@ describe("conventions (issue 13 item 7)", () => {
     })();
     let from = 0;
     // Answers each prompt once it is on the screen (keys typed before a prompt is ready could be read by the previous one).
-    for (const [prompt, keys] of [["Scheduler URL", `${s.url}\r`], ["Enrollment token", `${tok.token}\r`], ["Image source", "\r"], ["Most VMs at once", "3\r"], ["Enroll this host now?", "\r"]] as const) {
+    for (const [prompt, keys] of [
+      ["Scheduler URL", `${s.url}\r`],
+      ["Enrollment token", `${tok.token}\r`],
+      ["Image source", "\r"],
+      ["Most VMs at once", "3\r"],
+      ["Enroll this host now?", "\r"],
+    ] as const) {
       const deadline = Date.now() + 20_000;
       while (screen.indexOf(prompt, from) < 0 && Date.now() < deadline) await Bun.sleep(50);
       const at = screen.indexOf(prompt, from);
@@ -254,11 +330,28 @@ describe("conventions (issue 13 item 7)", () => {
   test("bb agent setup: non-interactive with flags, writes join.json (0600) for bb agent join, or joins at once", async () => {
     const later = await s.operator.enrollmentToken("setup-later");
     const d1 = join(work, "agent-1");
-    const w = await bb(["agent", "setup", "--no-input", "--scheduler", s.url, "--token", later.token, "--data-dir", d1, "--max-placements", "3", "--no-join"]);
+    const w = await bb([
+      "agent",
+      "setup",
+      "--no-input",
+      "--scheduler",
+      s.url,
+      "--token",
+      later.token,
+      "--data-dir",
+      d1,
+      "--max-placements",
+      "3",
+      "--no-join",
+    ]);
     expect(w.code).toBe(0);
     expect(w.err).toContain(`wrote ${join(d1, "join.json")} (mode 0600); enroll with: bb agent join --data-dir ${d1}`);
     expect(statSync(join(d1, "join.json")).mode & 0o777).toBe(0o600);
-    expect(JSON.parse(readFileSync(join(d1, "join.json"), "utf8"))).toMatchObject({ schedulerUrl: s.url, token: later.token, maxPlacements: 3 });
+    expect(JSON.parse(readFileSync(join(d1, "join.json"), "utf8"))).toMatchObject({
+      schedulerUrl: s.url,
+      token: later.token,
+      maxPlacements: 3,
+    });
     expect(w.out + w.err).not.toContain(later.token);
     const j = await bb(["agent", "join", "--data-dir", d1]);
     expect(j.code).toBe(0);
@@ -286,7 +379,16 @@ describe("bad input is refused, not accepted silently (issue 13 item 5)", () => 
   test("--lisen is an unknown flag: exit 2 naming it and suggesting --listen; nothing starts", async () => {
     const dir = join(work, "lisen");
     const dev = ensureDevManifest(dir, `sha256:${"ab".repeat(32)}`);
-    const r = await bb(["scheduler", "serve", "--manifest", dev.manifestPath, "--data-dir", join(dir, "data"), "--lisen", "127.0.0.1:0"]);
+    const r = await bb([
+      "scheduler",
+      "serve",
+      "--manifest",
+      dev.manifestPath,
+      "--data-dir",
+      join(dir, "data"),
+      "--lisen",
+      "127.0.0.1:0",
+    ]);
     expect(r.code).toBe(2);
     expect(r.err).toContain("error: unknown flag --lisen (did you mean --listen?)");
     expect(existsSync(join(dir, "data"))).toBe(false);
@@ -307,7 +409,10 @@ describe("bad input is refused, not accepted silently (issue 13 item 5)", () => 
   });
 
   test("a BB_CONFIG naming a missing file is an error naming it", async () => {
-    const r = await bb(["allocation", "list"], { token: s.tokens.token, env: { BB_CONFIG: join(work, "no-such.json") } });
+    const r = await bb(["allocation", "list"], {
+      token: s.tokens.token,
+      env: { BB_CONFIG: join(work, "no-such.json") },
+    });
     expect(r.code).toBe(2);
     expect(r.err).toContain(`BB_CONFIG names ${join(work, "no-such.json")}, which does not exist`);
   });
@@ -343,7 +448,10 @@ describe("bad input is refused, not accepted silently (issue 13 item 5)", () => 
   });
 
   test("a dead or malformed scheduler URL is reported with the URL and where it came from", async () => {
-    const dead = await bb(["allocation", "list"], { token: s.tokens.token, env: { BB_SCHEDULER_URL: "http://127.0.0.1:1" } });
+    const dead = await bb(["allocation", "list"], {
+      token: s.tokens.token,
+      env: { BB_SCHEDULER_URL: "http://127.0.0.1:1" },
+    });
     expect(dead.code).toBe(1);
     expect(dead.err).toContain("cannot reach the scheduler at http://127.0.0.1:1 (from BB_SCHEDULER_URL)");
     const flag = await bb(["allocation", "list", "--scheduler", "not a url"], { token: s.tokens.token });
@@ -358,7 +466,9 @@ describe("bad input is refused, not accepted silently (issue 13 item 5)", () => 
   test("UNKNOWN_WORKLOAD_CLASS lists the known classes", async () => {
     const r = await bb(["allocation", "create", "--class", "ci-huge"], { token: s.tokens.token });
     expect(r.code).toBe(1);
-    expect(r.err).toContain('UNKNOWN_WORKLOAD_CLASS: unknown workload class "ci-huge"; known classes: ci-small, ci-medium');
+    expect(r.err).toContain(
+      'UNKNOWN_WORKLOAD_CLASS: unknown workload class "ci-huge"; known classes: ci-small, ci-medium',
+    );
   });
 });
 
@@ -366,7 +476,9 @@ describe("operator commands and exit codes", () => {
   test("host drain, activate and disable (fence) change the admin state", async () => {
     const op = s.tokens.operatorToken;
     expect((await bb(["host", "drain", "cli-host", "--json"], { token: op })).out).toContain('"adminState":"draining"');
-    expect((await bb(["host", "activate", "cli-host", "--json"], { token: op })).out).toContain('"adminState":"active"');
+    expect((await bb(["host", "activate", "cli-host", "--json"], { token: op })).out).toContain(
+      '"adminState":"active"',
+    );
     const fenced = await bb(["host", "disable", "cli-host", "--json"], { token: op });
     expect(fenced.code).toBe(0);
     expect(fenced.out).toContain('"adminState":"disabled"');
@@ -389,14 +501,21 @@ describe("operator commands and exit codes", () => {
     expect((await bb(["host", "list"], { token: "wrong-token" })).code).toBe(4);
     expect((await bb(["host", "list"], { token: s.tokens.token })).code).toBe(4);
     expect((await bb(["allocation", "list"])).code).toBe(2);
-    const missing = await bb(["allocation", "authorize-replacement", "alloc_00000000000000000000000000000000", "--generation", "1"], { token: s.tokens.token });
+    const missing = await bb(
+      ["allocation", "authorize-replacement", "alloc_00000000000000000000000000000000", "--generation", "1"],
+      { token: s.tokens.token },
+    );
     expect(missing.code).toBe(1);
     expect(missing.err).toContain("NOT_FOUND");
     const { view } = await s.controller.create({ clientRequestId: "cli-1", workloadClass: "ci-small" });
-    const notBlocked = await bb(["allocation", "authorize-replacement", view.allocationId, "--generation", "1"], { token: s.tokens.token });
+    const notBlocked = await bb(["allocation", "authorize-replacement", view.allocationId, "--generation", "1"], {
+      token: s.tokens.token,
+    });
     expect(notBlocked.code).toBe(1);
     expect(notBlocked.err).toContain("REPLACEMENT_NOT_BLOCKED");
-    const badGen = await bb(["allocation", "authorize-replacement", view.allocationId, "--generation", "one"], { token: s.tokens.token });
+    const badGen = await bb(["allocation", "authorize-replacement", view.allocationId, "--generation", "one"], {
+      token: s.tokens.token,
+    });
     expect(badGen.code).toBe(2);
     expect(badGen.err).toContain("--generation must be a whole number");
     await s.controller.release(view.allocationId);
@@ -406,9 +525,21 @@ describe("operator commands and exit codes", () => {
 describe("--wait with a host that takes the allocation (a scripted agent: the real protocol, no VM)", () => {
   test("wrong exit code: a payload that exits 7 makes create --wait exit 7 (the default), and 1 with --no-workload-exit-code, naming the code; a wait that times out once placed exits 1 with the state", async () => {
     // Earlier tests leave allocations pending; release them so this host takes only this test's.
-    for (const v of (await s.controller.list(undefined, 200)).items) if (!["released", "releasing", "failed"].includes(v.state)) await s.controller.release(v.allocationId);
+    for (const v of (await s.controller.list(undefined, 200)).items)
+      if (!["released", "releasing", "failed"].includes(v.state)) await s.controller.release(v.allocationId);
     const t = await s.operator.enrollmentToken("cli-agent");
-    const e = await rawPost(`${s.url}/v1/agents/enroll`, null, JSON.stringify({ token: t.token, capacity: { cpuMillis: 1500, memoryMiB: 1024, ephemeralDiskMiB: 4096, maxPlacements: 2 }, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }));
+    const e = await rawPost(
+      `${s.url}/v1/agents/enroll`,
+      null,
+      JSON.stringify({
+        token: t.token,
+        capacity: { cpuMillis: 1500, memoryMiB: 1024, ephemeralDiskMiB: 4096, maxPlacements: 2 },
+        region: "local",
+        architecture: "x86_64",
+        agentProtocolVersion: "1.0",
+        vmmDriver: "qemu-microvm",
+      }),
+    );
     expect(e.status).toBe(201);
     const agent = new ScriptedAgent(s.url, "cli-agent", String(e.body["credential"]));
     await agent.poll();
@@ -420,13 +551,25 @@ describe("--wait with a host that takes the allocation (a scripted agent: the re
         await agent.poll(200);
         for (const c of agent.commands.splice(0)) {
           if (c.allocationId === held && c.type !== "ensure_absent") continue;
-          if (c.type === "ensure_present") for (const st of ["preparing", "prepared"] as const) await agent.report(c, st);
-          else if (c.type === "ensure_running") for (const st of ["starting", "running"] as const) await agent.report(c, st);
+          if (c.type === "ensure_present")
+            for (const st of ["preparing", "prepared"] as const) await agent.report(c, st);
+          else if (c.type === "ensure_running")
+            for (const st of ["starting", "running"] as const) await agent.report(c, st);
           else await agent.report(c, "absent");
         }
         for (const d of agent.deliveries.splice(0)) {
           const digest = `sha256:${createHash("sha256").update(Buffer.from(d.payloadBase64, "base64")).digest("hex")}`;
-          await agent.send({ deliveryAcks: [{ deliveryId: d.deliveryId, placementId: d.placementId, generation: d.generation, result: "consumed", digest }] });
+          await agent.send({
+            deliveryAcks: [
+              {
+                deliveryId: d.deliveryId,
+                placementId: d.placementId,
+                generation: d.generation,
+                result: "consumed",
+                digest,
+              },
+            ],
+          });
           // The scripted guest "runs" the payload: its exit code is the `exit N` it ends with.
           const code = Number(/exit (\d+)/.exec(Buffer.from(d.payloadBase64, "base64").toString())?.[1] ?? 0);
           await agent.report(d, "running", { workloadExitCode: code });
@@ -435,8 +578,14 @@ describe("--wait with a host that takes the allocation (a scripted agent: the re
     })();
     try {
       writeFileSync(join(work, "job.sh"), "echo hi; exit 7\n");
-      for (const [flags, want] of [[[], 7], [["--no-workload-exit-code"], 1]] as const) {
-        const r = await bb(["allocation", "create", "--class", "ci-small", "--payload", "job.sh", "--wait", "--timeout", "60", ...flags], { token: s.tokens.token });
+      for (const [flags, want] of [
+        [[], 7],
+        [["--no-workload-exit-code"], 1],
+      ] as const) {
+        const r = await bb(
+          ["allocation", "create", "--class", "ci-small", "--payload", "job.sh", "--wait", "--timeout", "60", ...flags],
+          { token: s.tokens.token },
+        );
         expect(r.code).toBe(want);
         expect(r.out).toMatch(/^State:\s+ready$/m);
         expect(r.out).toMatch(/^Exit code:\s+7$/m);
@@ -444,12 +593,18 @@ describe("--wait with a host that takes the allocation (a scripted agent: the re
         expect(r.err).toMatch(/workload\.exited exitCode=7/);
         expect(r.err).toEndWith("error: the payload exited with code 7\n");
         // The host fits one ci-small at a time: release this one (its placement absent) before the next.
-        const rel = await bb(["allocation", "release", /ID:\s+(alloc_[0-9a-f]{32})/.exec(r.out)![1]!, "--wait", "--timeout", "30"], { token: s.tokens.token });
+        const rel = await bb(
+          ["allocation", "release", /ID:\s+(alloc_[0-9a-f]{32})/.exec(r.out)![1]!, "--wait", "--timeout", "30"],
+          { token: s.tokens.token },
+        );
         expect(rel.code).toBe(0);
         expect(rel.out).toMatch(/^State:\s+released$/m);
       }
 
-      const h = await bb(["allocation", "create", "--class", "ci-small", "--client-request-id", "cli-held", "--wait", "--timeout", "2"], { token: s.tokens.token });
+      const h = await bb(
+        ["allocation", "create", "--class", "ci-small", "--client-request-id", "cli-held", "--wait", "--timeout", "2"],
+        { token: s.tokens.token },
+      );
       expect(h.code).toBe(1);
       expect(h.out).toMatch(/^Host:\s+cli-agent$/m);
       expect(h.err).toContain(`error: gave up after 2 s: allocation ${held} is provisioning on cli-agent`);

@@ -20,7 +20,11 @@ afterAll(() => rmSync(work, { recursive: true, force: true }));
 
 /** Runs `bb dev demo ARGS` and kills it if it is still running after `ms` (it should be long gone). */
 async function demo(args: string[], ms = 30_000): Promise<{ code: number | null; out: string }> {
-  const p = Bun.spawn([BUN, BB, "dev", "demo", ...args], { stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1" } });
+  const p = Bun.spawn([BUN, BB, "dev", "demo", ...args], {
+    stdout: "pipe",
+    stderr: "pipe",
+    env: { ...process.env, NO_COLOR: "1" },
+  });
   const killer = setTimeout(() => p.kill("SIGKILL"), ms);
   const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
   clearTimeout(killer);

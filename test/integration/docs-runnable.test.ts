@@ -29,7 +29,13 @@ interface RunnableBlock {
 
 /** Every `sh runnable` block of README.md and docs/*.md, in file order (fences may be indented, as in lists). */
 function runnableBlocks(): RunnableBlock[] {
-  const files = ["README.md", ...readdirSync(join(ROOT, "docs")).filter((f) => f.endsWith(".md")).sort().map((f) => `docs/${f}`)];
+  const files = [
+    "README.md",
+    ...readdirSync(join(ROOT, "docs"))
+      .filter((f) => f.endsWith(".md"))
+      .sort()
+      .map((f) => `docs/${f}`),
+  ];
   const out: RunnableBlock[] = [];
   for (const file of files) {
     const lines = readFileSync(join(ROOT, file), "utf8").split("\n");
@@ -39,7 +45,8 @@ function runnableBlocks(): RunnableBlock[] {
       const indent = open[1]!.length;
       const body: string[] = [];
       let j = i + 1;
-      for (; j < lines.length && !/^\s*```\s*$/.test(lines[j]!); j++) body.push(lines[j]!.slice(Math.min(indent, lines[j]!.length - lines[j]!.trimStart().length)));
+      for (; j < lines.length && !/^\s*```\s*$/.test(lines[j]!); j++)
+        body.push(lines[j]!.slice(Math.min(indent, lines[j]!.length - lines[j]!.trimStart().length)));
       if (j === lines.length) throw new Error(`${file}:${i + 1}: a runnable block is never closed`);
       out.push({ file, line: i + 1, script: body.join("\n") });
       i = j;
@@ -58,11 +65,25 @@ beforeAll(async () => {
   work = mkdtempSync(join(tmpdir(), "bb-docs-"));
   const bin = join(work, "bin");
   mkdirSync(bin);
-  writeFileSync(join(bin, "bb"), `#!/bin/sh\nexec ${JSON.stringify(process.execPath)} ${JSON.stringify(join(ROOT, "bin/bb.ts"))} "$@"\n`);
+  writeFileSync(
+    join(bin, "bb"),
+    `#!/bin/sh\nexec ${JSON.stringify(process.execPath)} ${JSON.stringify(join(ROOT, "bin/bb.ts"))} "$@"\n`,
+  );
   chmodSync(join(bin, "bb"), 0o755);
   s = await startTestScheduler();
   const t = await s.operator.enrollmentToken(HOST_ID);
-  const e = await rawPost(`${s.url}/v1/agents/enroll`, null, JSON.stringify({ token: t.token, capacity: { cpuMillis: 2000, memoryMiB: 1024, ephemeralDiskMiB: 4096, maxPlacements: 2 }, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }));
+  const e = await rawPost(
+    `${s.url}/v1/agents/enroll`,
+    null,
+    JSON.stringify({
+      token: t.token,
+      capacity: { cpuMillis: 2000, memoryMiB: 1024, ephemeralDiskMiB: 4096, maxPlacements: 2 },
+      region: "local",
+      architecture: "x86_64",
+      agentProtocolVersion: "1.0",
+      vmmDriver: "qemu-microvm",
+    }),
+  );
   expect(e.status).toBe(201);
   agent = new ScriptedAgent(s.url, HOST_ID, String(e.body["credential"]));
   await agent.poll();
@@ -87,20 +108,37 @@ describe("documentation commands marked `sh runnable`", () => {
   });
 
   for (const b of blocks) {
-    test(`${b.file}:${b.line} runs`, async () => {
-      const token = b.file === "docs/operate.md" ? s.tokens.operatorToken : s.tokens.token;
-      const cwd = join(work, `run-${b.line}`);
-      mkdirSync(cwd, { recursive: true });
-      const p = Bun.spawn(["bash", "-e", "-o", "pipefail", "-c", b.script], {
-        cwd,
-        env: { PATH: `${join(work, "bin")}:${process.env["PATH"] ?? ""}`, HOME: work, BB_SCHEDULER_URL: s.url, BB_TOKEN: token, NO_COLOR: "1" },
-        stdout: "pipe",
-        stderr: "pipe",
-      });
-      const timer = setTimeout(() => p.kill("SIGKILL"), BLOCK_TIMEOUT_MS);
-      const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
-      clearTimeout(timer);
-      expect(code, `${b.file}:${b.line} exited ${code}\n--- script\n${b.script}\n--- stdout\n${out}\n--- stderr\n${err}`).toBe(0);
-    }, BLOCK_TIMEOUT_MS + 10_000);
+    test(
+      `${b.file}:${b.line} runs`,
+      async () => {
+        const token = b.file === "docs/operate.md" ? s.tokens.operatorToken : s.tokens.token;
+        const cwd = join(work, `run-${b.line}`);
+        mkdirSync(cwd, { recursive: true });
+        const p = Bun.spawn(["bash", "-e", "-o", "pipefail", "-c", b.script], {
+          cwd,
+          env: {
+            PATH: `${join(work, "bin")}:${process.env["PATH"] ?? ""}`,
+            HOME: work,
+            BB_SCHEDULER_URL: s.url,
+            BB_TOKEN: token,
+            NO_COLOR: "1",
+          },
+          stdout: "pipe",
+          stderr: "pipe",
+        });
+        const timer = setTimeout(() => p.kill("SIGKILL"), BLOCK_TIMEOUT_MS);
+        const [out, err, code] = await Promise.all([
+          new Response(p.stdout).text(),
+          new Response(p.stderr).text(),
+          p.exited,
+        ]);
+        clearTimeout(timer);
+        expect(
+          code,
+          `${b.file}:${b.line} exited ${code}\n--- script\n${b.script}\n--- stdout\n${out}\n--- stderr\n${err}`,
+        ).toBe(0);
+      },
+      BLOCK_TIMEOUT_MS + 10_000,
+    );
   }
 });

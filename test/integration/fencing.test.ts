@@ -30,7 +30,14 @@ function world(limits: Partial<DeploymentManifest["limits"]> = {}, leaseMs = 30_
   dirs.push(dir);
   const clock = new FakeClock(1_900_000_000_000);
   const manifest = testManifest(limits);
-  const w = new SchedulerWorker({ dataDir: dir, manifest, publicUrl: "http://t", clock, random: new SeededRandom(42), timeouts: { leaseMs, hostCheckIntervalMs: 5_000, leaseGraceMs: 10_000, retentionDays: 1 } });
+  const w = new SchedulerWorker({
+    dataDir: dir,
+    manifest,
+    publicUrl: "http://t",
+    clock,
+    random: new SeededRandom(42),
+    timeouts: { leaseMs, hostCheckIntervalMs: 5_000, leaseGraceMs: 10_000, retentionDays: 1 },
+  });
   w.runtime.recover();
   workers.push(w);
   const settle = async (ms = 0) => {
@@ -51,7 +58,14 @@ class Agent extends InProcessAgent {
 
 async function enroll(w: SchedulerWorker, hostId: string, cap = CAP): Promise<void> {
   const t = await w.createEnrollmentToken(O, hostId, 3600);
-  await w.enroll({ token: t.token, capacity: cap, region: "t", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "t" });
+  await w.enroll({
+    token: t.token,
+    capacity: cap,
+    region: "t",
+    architecture: "x86_64",
+    agentProtocolVersion: "1.0",
+    vmmDriver: "t",
+  });
 }
 
 async function code(p: Promise<unknown>): Promise<string> {
@@ -162,7 +176,11 @@ describe("host loss and replacement", () => {
     const v = await w.getAllocation(C, view.allocationId);
     expect(v.generation).toBe(2);
     expect(v.hostId).toBe(other.hostId);
-    expect((await w.events(C, view.allocationId, 0, 100)).some((e) => e.type === "placement.absent" && e.reason === "HOST_FENCED")).toBe(true);
+    expect(
+      (await w.events(C, view.allocationId, 0, 100)).some(
+        (e) => e.type === "placement.absent" && e.reason === "HOST_FENCED",
+      ),
+    ).toBe(true);
   });
 });
 
@@ -176,7 +194,15 @@ describe("host conditions", () => {
     const intruder = new Agent(w, "a", clock, "boot-2");
     await intruder.poll();
     expect((await w.hosts(O))[0]!.unschedulable).toContain("OVERLAPPING_AGENT_SESSION");
-    expect(await w.env.Host.get("a").reserve({ key: "k1", allocationId: "alloc_x", generation: 1, placementId: "plc_x", spec: { cpuMillis: 100, memoryMiB: 16, ephemeralDiskMiB: 1, imageDigest: `sha256:${"0".repeat(64)}` } })).toEqual({ accepted: false, code: "OVERLAPPING_AGENT_SESSION" });
+    expect(
+      await w.env.Host.get("a").reserve({
+        key: "k1",
+        allocationId: "alloc_x",
+        generation: 1,
+        placementId: "plc_x",
+        spec: { cpuMillis: 100, memoryMiB: 16, ephemeralDiskMiB: 1, imageDigest: `sha256:${"0".repeat(64)}` },
+      }),
+    ).toEqual({ accepted: false, code: "OVERLAPPING_AGENT_SESSION" });
     expect(await code(w.agentEnvelope("a", a.env("messages")))).toBe("STALE_AGENT_EPOCH");
     await settle(91_000);
     const skewed = new Agent(w, "a", clock, "boot-2", 6_000);
@@ -194,21 +220,29 @@ describe("admission", () => {
     const { w } = world({ controllerRequestsPerSecond: 1, maxAllocations: 100 });
     expect(await code(w.createAllocation(C, { clientRequestId: "a", workloadClass: "small" }))).toBe("OK");
     expect(await code(w.createAllocation(C, { clientRequestId: "b", workloadClass: "small" }))).toBe("OK");
-    const e = await w.createAllocation(C, { clientRequestId: "c", workloadClass: "small" }).catch((x: BeachballError) => x);
+    const e = await w
+      .createAllocation(C, { clientRequestId: "c", workloadClass: "small" })
+      .catch((x: BeachballError) => x);
     expect((e as BeachballError).code).toBe("RATE_LIMITED");
     expect((e as BeachballError).status).toBe(429);
     expect(((e as BeachballError).extra?.["retryAfterSeconds"] as number) >= 1).toBe(true);
     expect((await w.listAllocations(C, null, 10)).items).toHaveLength(2);
     const q = world({ maxConcurrentAllocationsPerController: 1 });
     await q.w.createAllocation(C, { clientRequestId: "a", workloadClass: "small" });
-    expect(await code(q.w.createAllocation(C, { clientRequestId: "b", workloadClass: "small" }))).toBe("QUOTA_CONCURRENT_ALLOCATIONS");
+    expect(await code(q.w.createAllocation(C, { clientRequestId: "b", workloadClass: "small" }))).toBe(
+      "QUOTA_CONCURRENT_ALLOCATIONS",
+    );
     const d = world({ maxAllocations: 1 });
     await d.w.createAllocation(C, { clientRequestId: "a", workloadClass: "small" });
-    expect(await code(d.w.createAllocation(C, { clientRequestId: "b", workloadClass: "small" }))).toBe("QUOTA_DEPLOYMENT_ALLOCATIONS");
+    expect(await code(d.w.createAllocation(C, { clientRequestId: "b", workloadClass: "small" }))).toBe(
+      "QUOTA_DEPLOYMENT_ALLOCATIONS",
+    );
     const r = world({ maxRetainedAllocations: 1 });
     const first = await r.w.createAllocation(C, { clientRequestId: "a", workloadClass: "small" });
     await r.w.releaseAllocation(C, first.view.allocationId);
-    expect(await code(r.w.createAllocation(C, { clientRequestId: "b", workloadClass: "small" }))).toBe("QUOTA_RETAINED_RECORDS");
+    expect(await code(r.w.createAllocation(C, { clientRequestId: "b", workloadClass: "small" }))).toBe(
+      "QUOTA_RETAINED_RECORDS",
+    );
     const h = world({ maxRegisteredHosts: 1 });
     await enroll(h.w, "one");
     expect(await code(enroll(h.w, "two"))).toBe("QUOTA_REGISTERED_HOSTS");
@@ -236,12 +270,30 @@ describe("reservation, leases and metrics", () => {
     await new Agent(w, "a", clock).poll();
     const spec = { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"0".repeat(64)}` };
     const key = reservationKey("alloc_x", 1, "a");
-    const r1 = await w.env.Host.get("a").reserve({ key, allocationId: "alloc_x", generation: 1, placementId: "plc_1", spec });
-    const r2 = await w.env.Host.get("a").reserve({ key, allocationId: "alloc_x", generation: 1, placementId: "plc_2", spec });
+    const r1 = await w.env.Host.get("a").reserve({
+      key,
+      allocationId: "alloc_x",
+      generation: 1,
+      placementId: "plc_1",
+      spec,
+    });
+    const r2 = await w.env.Host.get("a").reserve({
+      key,
+      allocationId: "alloc_x",
+      generation: 1,
+      placementId: "plc_2",
+      spec,
+    });
     expect(r1).toEqual({ accepted: true, placementId: "plc_1" });
     expect(r2).toEqual({ accepted: true, placementId: "plc_1" });
     expect((await w.hosts(O))[0]!.free.cpuMillis).toBe(1000);
-    const r3 = await w.env.Host.get("a").reserve({ key: reservationKey("alloc_y", 1, "a"), allocationId: "alloc_y", generation: 1, placementId: "plc_3", spec: { ...spec, cpuMillis: 1500 } });
+    const r3 = await w.env.Host.get("a").reserve({
+      key: reservationKey("alloc_y", 1, "a"),
+      allocationId: "alloc_y",
+      generation: 1,
+      placementId: "plc_3",
+      spec: { ...spec, cpuMillis: 1500 },
+    });
     expect(r3).toEqual({ accepted: false, code: "INSUFFICIENT_CPU" });
   });
 
@@ -261,7 +313,9 @@ describe("reservation, leases and metrics", () => {
     expect(Date.parse(r.leases[px.placementId]!)).toBe(clock.now() + 30_000);
     expect(Date.parse(r.leases[py.placementId]!)).toBeLessThan(Date.parse(r.leases[px.placementId]!) - 15_000);
     const metrics = await w.metrics(O);
-    expect(metrics).toContain('bb_allocation_transitions_total{reason="CLIENT_RELEASE",state="releasing",workload_class="small"} 1');
+    expect(metrics).toContain(
+      'bb_allocation_transitions_total{reason="CLIENT_RELEASE",state="releasing",workload_class="small"} 1',
+    );
     expect(metrics).not.toContain("alloc_");
   });
 });

@@ -22,9 +22,25 @@ import { compileBb } from "../../src/image/bbBinary.ts";
 import { joinScheduler } from "../../src/agent/join.ts";
 import { agentPaths } from "../../src/agent/config.ts";
 import { connectionGrantsPath, type ConnectionGrantResponse } from "../../src/protocol/connection.ts";
-import { keyPairFromPrivate, MultipathDevice, openSharedSocket, selectAead, systemClock, systemRandom, type KeyPair25519, type SharedSocket } from "../../src/wireguard/index.ts";
+import {
+  keyPairFromPrivate,
+  MultipathDevice,
+  openSharedSocket,
+  selectAead,
+  systemClock,
+  systemRandom,
+  type KeyPair25519,
+  type SharedSocket,
+} from "../../src/wireguard/index.ts";
 import { startTestScheduler, type TestScheduler } from "../support/scheduler.ts";
-import { cleanUpPlacements, startRole, stopRole, vmTestSkipReason, waitUntil, type Role } from "../support/processes.ts";
+import {
+  cleanUpPlacements,
+  startRole,
+  stopRole,
+  vmTestSkipReason,
+  waitUntil,
+  type Role,
+} from "../support/processes.ts";
 
 const skip = vmTestSkipReason();
 if (skip) console.log(`SKIP test/integration/grant-restart.test.ts: ${skip}`);
@@ -39,7 +55,8 @@ let endpointPort = 0;
 let allocationId: string | null = null;
 
 /** Waits for `probe` (test/support/processes.ts waitUntil), with the agent's log on failure. */
-const until = <T>(what: string, probe: () => Promise<T | null | undefined | false>, ms = 240_000) => waitUntil(what, probe, ms, agent ? [agent.log] : []);
+const until = <T>(what: string, probe: () => Promise<T | null | undefined | false>, ms = 240_000) =>
+  waitUntil(what, probe, ms, agent ? [agent.log] : []);
 
 /** A free UDP port on 127.0.0.1 (bound, read, released). */
 async function freeUdpPort(): Promise<number> {
@@ -57,10 +74,25 @@ async function freeUdpPort(): Promise<number> {
 async function handshakes(client: KeyPair25519, hostPublicKey: string, ms: number): Promise<boolean> {
   const { aead } = await selectAead();
   let sock: SharedSocket | null = null;
-  const mp = new MultipathDevice({ privateKey: client.privateKey, clock: systemClock, random: systemRandom, aead, io: { sendUdp: (d, a, p) => sock?.sendUdp(d, a, p), sendRelay: () => false }, deliver: () => {} });
-  sock = await openSharedSocket({ hostname: "127.0.0.1", port: 0, random: systemRandom, onWireGuard: (d, from) => mp.receive(d, from) });
+  const mp = new MultipathDevice({
+    privateKey: client.privateKey,
+    clock: systemClock,
+    random: systemRandom,
+    aead,
+    io: { sendUdp: (d, a, p) => sock?.sendUdp(d, a, p), sendRelay: () => false },
+    deliver: () => {},
+  });
+  sock = await openSharedSocket({
+    hostname: "127.0.0.1",
+    port: 0,
+    random: systemRandom,
+    onWireGuard: (d, from) => mp.receive(d, from),
+  });
   try {
-    const { peer, selector } = mp.addPeer({ publicKey: new Uint8Array(Buffer.from(hostPublicKey, "base64")), allowedIps: ["::/0"] });
+    const { peer, selector } = mp.addPeer({
+      publicKey: new Uint8Array(Buffer.from(hostPublicKey, "base64")),
+      allowedIps: ["::/0"],
+    });
     selector.setCandidates([{ address: "127.0.0.1", port: endpointPort }]);
     mp.device.initiateHandshake(peer);
     const deadline = Date.now() + ms;
@@ -78,16 +110,32 @@ const hostHealthy = async () => (await s!.operator.hosts()).some((h) => h.hostId
 
 d("applied grants across an agent restart (real agent, QEMU guest)", () => {
   beforeAll(async () => {
-    const img = await buildDevImage({ outDir: resolve(".bb/images/dev"), cacheDir: resolve(".bb/cache"), bbBinaryPath: await compileBb() });
+    const img = await buildDevImage({
+      outDir: resolve(".bb/images/dev"),
+      cacheDir: resolve(".bb/cache"),
+      bbBinaryPath: await compileBb(),
+    });
     s = await startTestScheduler({ imageDigest: img.digest });
     const t = await s.operator.enrollmentToken(HOST);
-    await joinScheduler({ schedulerUrl: s.url, token: t.token, dataDir, imageDirs: [img.dir], capacity: { maxPlacements: 1 } });
+    await joinScheduler({
+      schedulerUrl: s.url,
+      token: t.token,
+      dataDir,
+      imageDirs: [img.dir],
+      capacity: { maxPlacements: 1 },
+    });
     // The endpoint on loopback and a port of its own (not the machine's 51820).
     endpointPort = await freeUdpPort();
     const cfgPath = agentPaths(dataDir).config;
     const cfg = JSON.parse(readFileSync(cfgPath, "utf8")) as { connections?: Record<string, unknown> };
     expect(cfg.connections).toBeDefined();
-    writeFileSync(cfgPath, JSON.stringify({ ...cfg, connections: { ...cfg.connections, listenAddress: "127.0.0.1", listenPort: endpointPort } }));
+    writeFileSync(
+      cfgPath,
+      JSON.stringify({
+        ...cfg,
+        connections: { ...cfg.connections, listenAddress: "127.0.0.1", listenPort: endpointPort },
+      }),
+    );
     agent = startRole(["agent", "run", "--data-dir", dataDir], join(work, "agent.log"));
     await until("a healthy host", hostHealthy, 60_000);
   }, 600_000);
@@ -95,9 +143,14 @@ d("applied grants across an agent restart (real agent, QEMU guest)", () => {
   afterAll(async () => {
     // A test that failed midway leaves its allocation: release it through a running agent, which removes the VM, its namespace and its cgroup.
     if (s && allocationId && (await s.controller.get(allocationId).catch(() => null))?.state !== "released") {
-      if (!agent || agent.proc.exitCode !== null || agent.proc.signalCode !== null) agent = startRole(["agent", "run", "--data-dir", dataDir], join(work, "agent-cleanup.log"));
+      if (!agent || agent.proc.exitCode !== null || agent.proc.signalCode !== null)
+        agent = startRole(["agent", "run", "--data-dir", dataDir], join(work, "agent-cleanup.log"));
       await s.controller.release(allocationId).catch(() => undefined);
-      await waitUntil("the allocation released in clean-up", async () => (await s!.controller.get(allocationId!)).state === "released", 120_000).catch(() => undefined);
+      await waitUntil(
+        "the allocation released in clean-up",
+        async () => (await s!.controller.get(allocationId!)).state === "released",
+        120_000,
+      ).catch(() => undefined);
     }
     if (agent) await stopRole(agent);
     await s?.stop();
@@ -106,7 +159,10 @@ d("applied grants across an agent restart (real agent, QEMU guest)", () => {
   }, 60_000);
 
   test("grant applied → agent SIGTERM → agent started again → the grant is applied on the new endpoint, the client never asked again", async () => {
-    const { view } = await s!.controller.create({ clientRequestId: `grestart-${randomUUID()}`, workloadClass: "ci-small" });
+    const { view } = await s!.controller.create({
+      clientRequestId: `grestart-${randomUUID()}`,
+      workloadClass: "ci-small",
+    });
     const id = view.allocationId;
     allocationId = id;
     await until("the allocation ready", async () => (await s!.controller.get(id)).state === "ready");
@@ -116,7 +172,12 @@ d("applied grants across an agent restart (real agent, QEMU guest)", () => {
     const res = await fetch(`${s!.url}${connectionGrantsPath(id)}`, {
       method: "POST",
       headers: { authorization: `Bearer ${s!.tokens.token}`, "content-type": "application/json" },
-      body: JSON.stringify({ clientPublicKey: Buffer.from(client.publicKey).toString("base64"), transport: "tcp", ports: [22], ttlSeconds: 600 }),
+      body: JSON.stringify({
+        clientPublicKey: Buffer.from(client.publicKey).toString("base64"),
+        transport: "tcp",
+        ports: [22],
+        ttlSeconds: 600,
+      }),
     });
     expect(res.status).toBe(201);
     const g = (await res.json()) as ConnectionGrantResponse;
@@ -139,7 +200,9 @@ d("applied grants across an agent restart (real agent, QEMU guest)", () => {
     await until("the grant applied on the new endpoint", () => handshakes(client, hostKey, 1_000), 60_000);
     expect(await handshakes(stranger, hostKey, 2_000)).toBe(false);
     const metrics = await s!.operator.metrics();
-    expect(metrics).toMatch(new RegExp(`bb_connection_grant_redeliveries_total\\{host="${HOST}",phase="apply"\\} [1-9]`));
+    expect(metrics).toMatch(
+      new RegExp(`bb_connection_grant_redeliveries_total\\{host="${HOST}",phase="apply"\\} [1-9]`),
+    );
 
     await s!.controller.release(id);
     await until("the allocation released", async () => (await s!.controller.get(id)).state === "released");

@@ -92,7 +92,9 @@ describe("admission counters that disagree with host states", () => {
         (e: unknown) => (e instanceof BeachballError ? e.code : String(e)),
       );
       expect(refused).toBe("HOST_DISABLED");
-      expect(await w.setHostState(OPERATOR, "a", "draining").catch((e: BeachballError) => e.code)).toBe("HOST_DISABLED");
+      expect(await w.setHostState(OPERATOR, "a", "draining").catch((e: BeachballError) => e.code)).toBe(
+        "HOST_DISABLED",
+      );
       expect((await w.setHostState(OPERATOR, "a", "disabled")).adminState).toBe("disabled");
       await enroll(w, "d");
       expect((await w.setHostState(OPERATOR, "d", "active")).adminState).toBe("active");
@@ -137,10 +139,17 @@ describe("admission counters that disagree with host states", () => {
     const s = await startTestScheduler();
     try {
       const t = await s.operator.enrollmentToken("http-host");
-      const r = await fetch(`${s.url}/v1/agents/enroll`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(enrollBody(t.token)) });
+      const r = await fetch(`${s.url}/v1/agents/enroll`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(enrollBody(t.token)),
+      });
       expect(r.status).toBe(201);
       await s.operator.setHostState("http-host", "disable");
-      const res = await fetch(`${s.url}/v1/hosts/http-host/activate`, { method: "POST", headers: { authorization: `Bearer ${s.tokens.operatorToken}` } });
+      const res = await fetch(`${s.url}/v1/hosts/http-host/activate`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${s.tokens.operatorToken}` },
+      });
       expect(res.status).toBe(409);
       expect(res.headers.get("content-type")).toBe("application/problem+json");
       expect(((await res.json()) as { code: string }).code).toBe("HOST_DISABLED");

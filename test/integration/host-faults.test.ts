@@ -16,11 +16,24 @@ import { ScriptedAgent } from "../support/scriptedAgent.ts";
 
 let s: TestScheduler;
 const capacity = { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 2 };
-const health = (vmmStartFailing: boolean) => ({ health: { isolationHealthy: true, quarantineCount: 0, vmmDriver: "scripted", vmmStartFailing } });
+const health = (vmmStartFailing: boolean) => ({
+  health: { isolationHealthy: true, quarantineCount: 0, vmmDriver: "scripted", vmmStartFailing },
+});
 
 async function enroll(hostId: string): Promise<ScriptedAgent> {
   const t = await s.operator.enrollmentToken(hostId);
-  const r = await rawPost(`${s.url}/v1/agents/enroll`, null, JSON.stringify({ token: t.token, capacity, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }));
+  const r = await rawPost(
+    `${s.url}/v1/agents/enroll`,
+    null,
+    JSON.stringify({
+      token: t.token,
+      capacity,
+      region: "local",
+      architecture: "x86_64",
+      agentProtocolVersion: "1.0",
+      vmmDriver: "qemu-microvm",
+    }),
+  );
   expect(r.status).toBe(201);
   return new ScriptedAgent(s.url, hostId, (r.body as unknown as EnrollResponse).credential);
 }
@@ -62,13 +75,32 @@ test("a VM's exit diagnosis shows in events and the allocation view; a payload c
   for (let i = 0; i < 100 && (await s.controller.get(view.allocationId)).state !== "ready"; i++) await Bun.sleep(20);
   const payload = Buffer.from("echo c > /proc/sysrq-trigger\n");
   const digest = `sha256:${createHash("sha256").update(payload).digest("hex")}`;
-  const delivery = s.controller.deliver(view.allocationId, { deliveryId: "d-crash", generation: 1, contentType: "text/x-shellscript", payloadBase64: payload.toString("base64") });
+  const delivery = s.controller.deliver(view.allocationId, {
+    deliveryId: "d-crash",
+    generation: 1,
+    contentType: "text/x-shellscript",
+    payloadBase64: payload.toString("base64"),
+  });
   for (let i = 0; i < 20 && agent.deliveries.length === 0; i++) await agent.poll(200);
-  const tail = "[    5.121000] Kernel panic - not syncing: sysrq triggered crash\n[    5.124000] Rebooting in 1 seconds..";
+  const tail =
+    "[    5.121000] Kernel panic - not syncing: sysrq triggered crash\n[    5.124000] Rebooting in 1 seconds..";
   // The crash and the receipt arrive in one envelope, the crash first (as the real agent flushes them).
   await agent.send({
-    updates: [{ seq: 100, placementId: present.placementId, allocationId: present.allocationId, generation: 1, state: "error", errorCode: "VM_EXITED", exit: { reason: "KERNEL_PANIC", consoleTail: tail }, at: new Date().toISOString() }],
-    deliveryAcks: [{ deliveryId: "d-crash", placementId: present.placementId, generation: 1, result: "consumed", digest }],
+    updates: [
+      {
+        seq: 100,
+        placementId: present.placementId,
+        allocationId: present.allocationId,
+        generation: 1,
+        state: "error",
+        errorCode: "VM_EXITED",
+        exit: { reason: "KERNEL_PANIC", consoleTail: tail },
+        at: new Date().toISOString(),
+      },
+    ],
+    deliveryAcks: [
+      { deliveryId: "d-crash", placementId: present.placementId, generation: 1, result: "consumed", digest },
+    ],
   });
   expect((await delivery).digest).toBe(digest);
   const events = await s.controller.events(view.allocationId);
@@ -77,8 +109,28 @@ test("a VM's exit diagnosis shows in events and the allocation view; a payload c
   expect(err.data).toMatchObject({ exitReason: "KERNEL_PANIC", consoleTail: tail });
   expect(events.some((e) => e.type === "bootstrap.consumed")).toBe(true);
   const v = await s.controller.get(view.allocationId);
-  expect(v.placementExit).toMatchObject({ generation: 1, placementId: present.placementId, reason: "KERNEL_PANIC", consoleTail: tail });
+  expect(v.placementExit).toMatchObject({
+    generation: 1,
+    placementId: present.placementId,
+    reason: "KERNEL_PANIC",
+    consoleTail: tail,
+  });
   // An oversized or unknown diagnosis is refused by the envelope schema, never stored.
-  const bad = await agent.send({ updates: [{ seq: 101, placementId: present.placementId, allocationId: present.allocationId, generation: 1, state: "error", errorCode: "VM_EXITED", exit: { reason: "KERNEL_PANIC", consoleTail: "x".repeat(5000) }, at: new Date().toISOString() }] }).catch((e: { code?: string }) => e.code);
+  const bad = await agent
+    .send({
+      updates: [
+        {
+          seq: 101,
+          placementId: present.placementId,
+          allocationId: present.allocationId,
+          generation: 1,
+          state: "error",
+          errorCode: "VM_EXITED",
+          exit: { reason: "KERNEL_PANIC", consoleTail: "x".repeat(5000) },
+          at: new Date().toISOString(),
+        },
+      ],
+    })
+    .catch((e: { code?: string }) => e.code);
   expect(bad).toBe("VALIDATION_FAILED");
 });

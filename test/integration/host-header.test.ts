@@ -31,7 +31,10 @@ let relay: RunningRelay;
 beforeAll(async () => {
   embedded = await startTestScheduler();
   workerd = await startWorkerdScheduler();
-  relay = await startRelay({ config: relayConfig(makeSigner("k1"), null), insecureListen: [{ hostname: "127.0.0.1", port: 0 }] });
+  relay = await startRelay({
+    config: relayConfig(makeSigner("k1"), null),
+    insecureListen: [{ hostname: "127.0.0.1", port: 0 }],
+  });
 });
 
 afterAll(async () => {
@@ -41,14 +44,24 @@ afterAll(async () => {
 });
 
 /** One request per Host value (plus an absolute-form target): status and body, with the Host value beside each. */
-async function answers(port: number, method: string, path: string, headers: Record<string, string> = {}, hosts = HOSTS): Promise<{ host: string; status: number; body: string }[]> {
+async function answers(
+  port: number,
+  method: string,
+  path: string,
+  headers: Record<string, string> = {},
+  hosts = HOSTS,
+): Promise<{ host: string; status: number; body: string }[]> {
   const out: { host: string; status: number; body: string }[] = [];
   for (const host of hosts) {
     const a = await rawRequest(port, method, path, { ...headers, host }, null);
     out.push({ host, status: a.status, body: a.body.replace(/"(requestId|at|seq)":("[^"]*"|\d+)/g, "") });
   }
   const a = await rawRequest(port, method, `http://other.example${path}`, { ...headers, host: "x" }, null);
-  out.push({ host: "absolute-form", status: a.status, body: a.body.replace(/"(requestId|at|seq)":("[^"]*"|\d+)/g, "") });
+  out.push({
+    host: "absolute-form",
+    status: a.status,
+    body: a.body.replace(/"(requestId|at|seq)":("[^"]*"|\d+)/g, ""),
+  });
   return out;
 }
 

@@ -14,8 +14,22 @@ import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { EnrollResponse } from "../../src/protocol/agent.ts";
 import { ROUTES } from "../../src/scheduler/routes.ts";
 import { SeededRandom } from "../sim/rng.ts";
-import { HostileGenerator, outcomeProblem, percentile, probeHealth, sampleEventLoop, sendHostile, type HostileOutcome } from "../support/hostileRequests.ts";
-import { openTestConnection, rawPost, startTestScheduler, type TestConnection, type TestScheduler } from "../support/scheduler.ts";
+import {
+  HostileGenerator,
+  outcomeProblem,
+  percentile,
+  probeHealth,
+  sampleEventLoop,
+  sendHostile,
+  type HostileOutcome,
+} from "../support/hostileRequests.ts";
+import {
+  openTestConnection,
+  rawPost,
+  startTestScheduler,
+  type TestConnection,
+  type TestScheduler,
+} from "../support/scheduler.ts";
 
 const SEED = Number(process.env["BB_FUZZ_SEED"] ?? 1);
 const REQUESTS = Number(process.env["BB_FUZZ_REQUESTS"] ?? 5200);
@@ -30,10 +44,25 @@ let connection: TestConnection;
 /** Everything a malformed request could have created or changed, as comparable data. */
 async function snapshot(): Promise<unknown> {
   const rt = s.server.worker.runtime;
-  const classes = ["Allocation", "AllocationIndex", "Admission", "Enrollment", "HostDirectory", "Host", "Operations", "Network", "NetworkDirectory", "Connection"];
+  const classes = [
+    "Allocation",
+    "AllocationIndex",
+    "Admission",
+    "Enrollment",
+    "HostDirectory",
+    "Host",
+    "Operations",
+    "Network",
+    "NetworkDirectory",
+    "Connection",
+  ];
   const names = Object.fromEntries(classes.map((c) => [c, rt.listNames(c).sort()]));
-  const allocations = (await s.controller.list(undefined, 200)).items.map((v) => `${v.allocationId}:${v.clientRequestId}:${v.generation}`);
-  const hosts = (await s.operator.hosts()).map((h) => `${h.hostId}:${h.adminState}:${h.credentialVersion}:${h.heartbeatAt}`);
+  const allocations = (await s.controller.list(undefined, 200)).items.map(
+    (v) => `${v.allocationId}:${v.clientRequestId}:${v.generation}`,
+  );
+  const hosts = (await s.operator.hosts()).map(
+    (h) => `${h.hostId}:${h.adminState}:${h.credentialVersion}:${h.heartbeatAt}`,
+  );
   // Test-only peek at the Enrollment object's table: a refused request must mint no token.
   const tokens = rt.store.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM enrollment_tokens").one().n;
   return { names, allocations, hosts, tokens };
@@ -42,11 +71,23 @@ async function snapshot(): Promise<unknown> {
 beforeAll(async () => {
   s = await startTestScheduler();
   const t = await s.operator.enrollmentToken("fuzz-host");
-  const r = await rawPost(`${s.url}/v1/agents/enroll`, null, JSON.stringify({ token: t.token, capacity: { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 4 }, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }));
+  const r = await rawPost(
+    `${s.url}/v1/agents/enroll`,
+    null,
+    JSON.stringify({
+      token: t.token,
+      capacity: { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 4 },
+      region: "local",
+      architecture: "x86_64",
+      agentProtocolVersion: "1.0",
+      vmmDriver: "qemu-microvm",
+    }),
+  );
   expect(r.status).toBe(201);
   hostCredential = (r.body as unknown as EnrollResponse).credential;
   connection = await openTestConnection(s, "fuzz-host", hostCredential, "fuzz-conn");
-  allocationId = (await s.controller.create({ clientRequestId: "fuzz-target", workloadClass: "ci-small" })).view.allocationId;
+  allocationId = (await s.controller.create({ clientRequestId: "fuzz-target", workloadClass: "ci-small" })).view
+    .allocationId;
 });
 afterAll(async () => {
   await s.stop();
@@ -54,7 +95,15 @@ afterAll(async () => {
 
 describe("hostile input across every route", () => {
   test(`${REQUESTS} seeded malformed requests (seed ${SEED}): no 5xx, a stable problem code each, nothing created, /healthz answering`, async () => {
-    const gen = new HostileGenerator(new SeededRandom(SEED), { routes: ROUTES, controllerToken: s.tokens.token, operatorToken: s.tokens.operatorToken, hostId: "fuzz-host", hostCredential, allocationId, connection });
+    const gen = new HostileGenerator(new SeededRandom(SEED), {
+      routes: ROUTES,
+      controllerToken: s.tokens.token,
+      operatorToken: s.tokens.operatorToken,
+      hostId: "fuzz-host",
+      hostCredential,
+      allocationId,
+      connection,
+    });
     const before = await snapshot();
     const loop = sampleEventLoop();
     const health = probeHealth(s.url);
@@ -88,7 +137,9 @@ describe("hostile input across every route", () => {
     );
 
     const wrong = outcomes.map((o) => ({ o, why: outcomeProblem(o) })).filter((x) => x.why);
-    expect(wrong.slice(0, 10).map(({ o, why }) => `${o.req.category} ${o.req.method} ${o.req.path.slice(0, 80)}: ${why}`)).toEqual([]);
+    expect(
+      wrong.slice(0, 10).map(({ o, why }) => `${o.req.category} ${o.req.method} ${o.req.path.slice(0, 80)}: ${why}`),
+    ).toEqual([]);
     expect(outcomes.length).toBeGreaterThanOrEqual(REQUESTS);
     expect(byRoute.size).toBe(Object.keys(ROUTES).length);
     expect(await snapshot()).toEqual(before);

@@ -16,7 +16,12 @@ const work = mkdtempSync(join(tmpdir(), "bb-images-cli-test-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
 async function bb(...args: string[]): Promise<{ code: number; out: string; err: string }> {
-  const p = Bun.spawn([bun, join(repo, "bin/bb.ts"), "image", ...args], { cwd: work, stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1" } });
+  const p = Bun.spawn([bun, join(repo, "bin/bb.ts"), "image", ...args], {
+    cwd: work,
+    stdout: "pipe",
+    stderr: "pipe",
+    env: { ...process.env, NO_COLOR: "1" },
+  });
   const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
   return { code, out: out.trim(), err };
 }
@@ -62,7 +67,10 @@ describe("bb image keygen / sign / verify", () => {
     expect([wrong.code, wrong.out]).toEqual([1, "IMAGE_SIGNATURE_INVALID"]);
 
     const signed = readFileSync(join(dir, MANIFEST_FILE_NAME), "utf8");
-    writeFileSync(join(dir, MANIFEST_FILE_NAME), JSON.stringify({ ...JSON.parse(signed), kernelArgs: ["init=/bin/sh"] }));
+    writeFileSync(
+      join(dir, MANIFEST_FILE_NAME),
+      JSON.stringify({ ...JSON.parse(signed), kernelArgs: ["init=/bin/sh"] }),
+    );
     const tampered = await bb("verify", "--json", "--trusted-key", "release.key.pub", dir);
     expect(tampered.code).toBe(1);
     expect(JSON.parse(tampered.out)).toMatchObject({ ok: false, code: "IMAGE_SIGNATURE_INVALID" });

@@ -46,7 +46,22 @@ beforeAll(async () => {
   dir = mkdtempSync(join(tmpdir(), "bb-logs-"));
   const dev = ensureDevManifest(join(dir, "m"), FAKE_IMAGE_DIGEST);
   tokens = JSON.parse(readFileSync(dev.clientConfigPath, "utf8"));
-  role = startRole(["scheduler", "serve", "--data-dir", join(dir, "data"), "--manifest", dev.manifestPath, "--listen", "127.0.0.1:0", "--log-format", "json"], join(dir, "scheduler.log"), { BB_LOG_LEVEL: "4" });
+  role = startRole(
+    [
+      "scheduler",
+      "serve",
+      "--data-dir",
+      join(dir, "data"),
+      "--manifest",
+      dev.manifestPath,
+      "--listen",
+      "127.0.0.1:0",
+      "--log-format",
+      "json",
+    ],
+    join(dir, "scheduler.log"),
+    { BB_LOG_LEVEL: "4" },
+  );
   for (let i = 0; i < 200 && !url; i++) {
     const l = logLines().find((x) => x["msg"] === "scheduler listening");
     if (l) url = String(l["url"]);
@@ -69,18 +84,38 @@ describe("scheduler logs", () => {
     const echoed = await fetch(`${url}/healthz`, { headers: { "x-request-id": "trace-abc.123" } });
     expect(echoed.headers.get("x-request-id")).toBe("trace-abc.123");
     const bogusBearer = "bbt_planted_bogus_token_0123456789abcdef";
-    const refused = await fetch(`${url}/v1/allocations`, { headers: { authorization: `Bearer ${bogusBearer}`, "x-request-id": "bad id with spaces" } });
+    const refused = await fetch(`${url}/v1/allocations`, {
+      headers: { authorization: `Bearer ${bogusBearer}`, "x-request-id": "bad id with spaces" },
+    });
     expect(refused.status).toBe(401);
     const freshId = refused.headers.get("x-request-id")!;
     expect(freshId).toMatch(/^[0-9a-f]{24}$/);
     const wrongMethod = await fetch(`${url}/v1/allocations`, { method: "DELETE" });
-    expect([wrongMethod.status, wrongMethod.headers.get("content-type"), wrongMethod.headers.get("allow")]).toEqual([405, "application/problem+json", "GET, HEAD, POST"]);
+    expect([wrongMethod.status, wrongMethod.headers.get("content-type"), wrongMethod.headers.get("allow")]).toEqual([
+      405,
+      "application/problem+json",
+      "GET, HEAD, POST",
+    ]);
 
     // A whole allocation with an enrolled host and a delivered payload.
     const enrollment = await operator.enrollmentToken("logs-host");
     // The real `bb agent join` enrolls (its output is checked for secrets too); the scripted agent then speaks for the host.
     const agentDir = join(dir, "agent");
-    const joined = await runRoleExit(["agent", "join", "--scheduler", url, "--token", enrollment.token, "--data-dir", agentDir, "--max-placements", "2"], { BB_LOG_LEVEL: "4" });
+    const joined = await runRoleExit(
+      [
+        "agent",
+        "join",
+        "--scheduler",
+        url,
+        "--token",
+        enrollment.token,
+        "--data-dir",
+        agentDir,
+        "--max-placements",
+        "2",
+      ],
+      { BB_LOG_LEVEL: "4" },
+    );
     expect(joined.code, joined.out).toBe(0);
     const e = { credential: loadAgentFiles(agentDir).credential };
     const agent = new ScriptedAgent(url, "logs-host", e.credential);
@@ -93,10 +128,19 @@ describe("scheduler logs", () => {
     await controller.waitFor(view.allocationId, (v) => v.state === "ready", { timeoutMs: 10_000 });
     const secretPayload = `echo planted-payload-${crypto.randomUUID()}`;
     const b64 = Buffer.from(secretPayload).toString("base64");
-    const delivery = controller.deliver(view.allocationId, { deliveryId: "logs-d1", generation: 1, contentType: "text/x-shellscript", payloadBase64: b64 });
+    const delivery = controller.deliver(view.allocationId, {
+      deliveryId: "logs-d1",
+      generation: 1,
+      contentType: "text/x-shellscript",
+      payloadBase64: b64,
+    });
     for (let i = 0; i < 20 && agent.deliveries.length === 0; i++) await agent.poll(200);
     const digest = `sha256:${createHash("sha256").update(secretPayload).digest("hex")}`;
-    await agent.send({ deliveryAcks: [{ deliveryId: "logs-d1", placementId: present.placementId, generation: 1, result: "consumed", digest }] });
+    await agent.send({
+      deliveryAcks: [
+        { deliveryId: "logs-d1", placementId: present.placementId, generation: 1, result: "consumed", digest },
+      ],
+    });
     expect((await delivery).digest).toBe(digest);
     // A poll parked before the release is woken by it (the wake-up latency histogram).
     await agent.send({ acks: agent.commands.map((c) => ({ commandId: c.commandId, result: "accepted" as const })) });
@@ -110,9 +154,11 @@ describe("scheduler logs", () => {
 
     // The same run in the metrics: latency histograms and process metrics.
     const metrics = await operator.metrics();
-    for (const h of ["bb_allocation_create_to_reserved_seconds", "bb_allocation_create_to_ready_seconds"]) expect(metrics).toContain(`${h}_count{workload_class="ci-small"} 1`);
+    for (const h of ["bb_allocation_create_to_reserved_seconds", "bb_allocation_create_to_ready_seconds"])
+      expect(metrics).toContain(`${h}_count{workload_class="ci-small"} 1`);
     expect(metrics).toMatch(/bb_agent_poll_wakeup_seconds_count [1-9]/);
-    for (const name of ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"]) expect(metrics).toContain(`# TYPE ${name} `);
+    for (const name of ["process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"])
+      expect(metrics).toContain(`# TYPE ${name} `);
     expect(metrics).not.toContain(view.allocationId);
     expect(metrics).not.toContain("nodejs_eventloop_lag");
     expect(Number(/^process_cpu_seconds_total (\S+)$/m.exec(metrics)?.[1])).toBeGreaterThan(0);
@@ -121,13 +167,27 @@ describe("scheduler logs", () => {
     const text = `${readFileSync(role.log, "utf8")}\n${joined.out}`;
     const lines = logLines();
     expect(lines.filter((l) => "unparsed" in l)).toEqual([]);
-    for (const l of lines) expect(typeof l["time"] === "string" && typeof l["level"] === "string" && typeof l["msg"] === "string", JSON.stringify(l)).toBe(true);
+    for (const l of lines)
+      expect(
+        typeof l["time"] === "string" && typeof l["level"] === "string" && typeof l["msg"] === "string",
+        JSON.stringify(l),
+      ).toBe(true);
     const requests = lines.filter((l) => l["msg"] === "http request");
-    expect(requests.find((l) => l["requestId"] === "trace-abc.123")).toMatchObject({ method: "GET", path: "/healthz", status: 200 });
-    expect(requests.find((l) => l["requestId"] === freshId)).toMatchObject({ path: "/v1/allocations", status: 401, code: "UNAUTHENTICATED" });
+    expect(requests.find((l) => l["requestId"] === "trace-abc.123")).toMatchObject({
+      method: "GET",
+      path: "/healthz",
+      status: 200,
+    });
+    expect(requests.find((l) => l["requestId"] === freshId)).toMatchObject({
+      path: "/v1/allocations",
+      status: 401,
+      code: "UNAUTHENTICATED",
+    });
     expect(requests.find((l) => l["status"] === 405)).toMatchObject({ method: "DELETE", code: "METHOD_NOT_ALLOWED" });
     expect(requests.some((l) => l["path"] === "/v1/agents/poll" && l["level"] === "debug")).toBe(true);
-    const states = lines.filter((l) => l["msg"] === "allocation state" && l["allocationId"] === view.allocationId).map((l) => l["to"]);
+    const states = lines
+      .filter((l) => l["msg"] === "allocation state" && l["allocationId"] === view.allocationId)
+      .map((l) => l["to"]);
     expect(states[0]).toBe("pending");
     expect(states).toContain("ready");
     expect(states[states.length - 1]).toBe("released");
@@ -135,8 +195,17 @@ describe("scheduler logs", () => {
     expect(lines.some((l) => l["msg"] === "scheduler stopped")).toBe(true);
 
     const credentialSecret = e.credential.split(".")[1]!;
-    const planted = { controllerToken: tokens.token, operatorToken: tokens.operatorToken, bogusBearer, enrollmentToken: enrollment.token, credentialSecret, payload: secretPayload, payloadBase64: b64 };
-    for (const [name, secret] of Object.entries(planted)) expect(text.includes(secret), `${name} is in the log`).toBe(false);
+    const planted = {
+      controllerToken: tokens.token,
+      operatorToken: tokens.operatorToken,
+      bogusBearer,
+      enrollmentToken: enrollment.token,
+      credentialSecret,
+      payload: secretPayload,
+      payloadBase64: b64,
+    };
+    for (const [name, secret] of Object.entries(planted))
+      expect(text.includes(secret), `${name} is in the log`).toBe(false);
     // The check can fail: the same grep finds a planted value in a line that carries it.
     expect(`${text}\n${JSON.stringify({ msg: tokens.token })}`.includes(tokens.token)).toBe(true);
   });

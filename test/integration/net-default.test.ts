@@ -7,11 +7,21 @@
  */
 import { afterAll, expect, test } from "bun:test";
 import { randomBytes } from "node:crypto";
-import { createPlacementNetwork, destroyPlacementNetwork, hostVethName, listPlacementNetworks } from "../../src/agent/isolation/placementNet.ts";
+import {
+  createPlacementNetwork,
+  destroyPlacementNetwork,
+  hostVethName,
+  listPlacementNetworks,
+} from "../../src/agent/isolation/placementNet.ts";
 import { netPolicyFrom } from "../../src/agent/isolation/policy.ts";
 import { nftTableName } from "../../src/agent/isolation/rules.ts";
 
-const skipReason = process.getuid?.() !== 0 ? "needs root (network namespaces)" : !Bun.which("ip") || !Bun.which("nft") ? "ip or nft missing (apt-get install -y iproute2 nftables)" : null;
+const skipReason =
+  process.getuid?.() !== 0
+    ? "needs root (network namespaces)"
+    : !Bun.which("ip") || !Bun.which("nft")
+      ? "ip or nft missing (apt-get install -y iproute2 nftables)"
+      : null;
 if (skipReason) console.log(`SKIP test/integration/net-default.test.ts: ${skipReason}`);
 
 const a = `bb-${randomBytes(6).toString("hex")}`;
@@ -27,7 +37,9 @@ test.skipIf(!!skipReason)("no uplink: firewall loaded, no veth, no default route
   const net = await createPlacementNetwork(a);
   console.log(`net-default: created in ${Math.round(performance.now() - t)} ms`);
   expect(net.uplink).toBeUndefined();
-  expect(run(["ip", "netns", "exec", a, "nft", "list", "tables"]).stdout.toString()).toContain(`inet ${nftTableName(a)}`);
+  expect(run(["ip", "netns", "exec", a, "nft", "list", "tables"]).stdout.toString()).toContain(
+    `inet ${nftTableName(a)}`,
+  );
   expect(run(["ip", "-n", a, "route", "show", "default"]).stdout.toString().trim()).toBe("");
   expect(run(["ip", "-n", a, "-o", "link"]).stdout.toString()).not.toContain("veth");
   expect(run(["ip", "link", "show", hostVethName(a)]).exitCode).not.toBe(0);

@@ -58,7 +58,10 @@ async function sink(host: string, bytes: number, seed: number, chunk = 64 * 1024
 }
 
 /** Waits for a server stdout line that satisfies `match`. */
-async function serverLine(match: (o: Record<string, unknown>) => boolean, timeoutMs = 5000): Promise<Record<string, unknown>> {
+async function serverLine(
+  match: (o: Record<string, unknown>) => boolean,
+  timeoutMs = 5000,
+): Promise<Record<string, unknown>> {
   const deadline = performance.now() + timeoutMs;
   for (;;) {
     for (const l of w.serverLines) {
@@ -92,7 +95,11 @@ describe.skipIf(!!skipReason)("lwIP ⇄ Linux TCP through TUN", () => {
     const n = 1 << 20;
     await forEachStreamChunk(n, 21, 50_000, (ch) => c.write(ch));
     await c.closeWrite();
-    expect(await serverLine((o) => o.event === "drained")).toEqual({ event: "drained", bytes: n, sha256: await streamSha256(n, 21) });
+    expect(await serverLine((o) => o.event === "drained")).toEqual({
+      event: "drained",
+      bytes: n,
+      sha256: await streamSha256(n, 21),
+    });
     expect(await c.ended).toEqual({ reason: "closed" });
   }, 30_000);
 
@@ -141,7 +148,10 @@ describe.skipIf(!!skipReason)("lwIP ⇄ Linux TCP through TUN", () => {
     }
     expect(written).toBeGreaterThan(TCP_WINDOW_BYTES);
     await Bun.sleep(1_500); // zero-window probes go out (they move lwIP's snd_nxt past what the kernel accepted)
-    const established = () => Bun.spawnSync(w.ns.exec(["ss", "-Htn", "state", "established", `( sport = :${w.port} )`])).stdout.toString().trim();
+    const established = () =>
+      Bun.spawnSync(w.ns.exec(["ss", "-Htn", "state", "established", `( sport = :${w.port} )`]))
+        .stdout.toString()
+        .trim();
     expect(established()).not.toBe("");
     c.abort();
     await c.ended;

@@ -38,37 +38,42 @@ function netemDropped(ns: { exec(cmd: string[]): string[] }, dev: string): numbe
   return m ? Number(m[1]) : 0;
 }
 
-describe.skipIf(!!skipReason)("lwIP → our WireGuard → wireguard-go → kernel TCP, 1% loss + 20 ms delay + 25% reordering", () => {
-  test(`256 MiB in total over ${CONNECTIONS} concurrent connections (IPv4 and IPv6, both directions), each byte-exact`, async () => {
-    w = await startWgWorld("bbwm", 83, { impair: { lossPercent: 1, delayMs: 20, reorderPercent: 25, seed: 7 } });
-    console.log(`netstack-wireguard-loss: impairment by ${w.impairedBy}`);
-    const world = w;
-    const jobs = Array.from({ length: CONNECTIONS }, (_, i) => ({
-      kind: (i % 4 < 2 ? "sink" : "source") as "sink" | "source",
-      host: i % 2 === 0 ? world.server4 : world.server6,
-      bytes: Math.floor(TOTAL_BYTES / CONNECTIONS) + (i === 0 ? TOTAL_BYTES % CONNECTIONS : 0),
-      seed: 400 + i,
-    }));
-    expect(jobs.reduce((a, j) => a + j.bytes, 0)).toBe(TOTAL_BYTES);
-    const r = await runJobs(world, jobs, 600_000);
-    expect(r.results.filter((x) => !x.ok)).toEqual([]);
-    expect(r.results).toHaveLength(CONNECTIONS);
-    expect(r.results.reduce((a, x) => a + x.bytes, 0)).toBe(TOTAL_BYTES);
-    // Every mix was present: both families, both directions.
-    const mix = new Set(r.results.map((x) => `${x.kind} ${x.host.includes(":") ? 6 : 4}`));
-    expect(mix.size).toBe(4);
-    // The link really was bad: packets were dropped (and, in userspace, reordered) both ways.
-    if (world.impairedBy === "netem") {
-      expect(netemDropped(world.a, "bbwma0")).toBeGreaterThan(0);
-      expect(netemDropped(world.b, "bbwmb0")).toBeGreaterThan(0);
-    } else {
-      const impairment = (await clientStats(world)).impairment as { dropped: number; reordered: number }[];
-      expect(impairment).toHaveLength(2);
-      for (const way of impairment) {
-        expect(way.dropped).toBeGreaterThan(0);
-        expect(way.reordered).toBeGreaterThan(0);
+describe.skipIf(!!skipReason)(
+  "lwIP → our WireGuard → wireguard-go → kernel TCP, 1% loss + 20 ms delay + 25% reordering",
+  () => {
+    test(`256 MiB in total over ${CONNECTIONS} concurrent connections (IPv4 and IPv6, both directions), each byte-exact`, async () => {
+      w = await startWgWorld("bbwm", 83, { impair: { lossPercent: 1, delayMs: 20, reorderPercent: 25, seed: 7 } });
+      console.log(`netstack-wireguard-loss: impairment by ${w.impairedBy}`);
+      const world = w;
+      const jobs = Array.from({ length: CONNECTIONS }, (_, i) => ({
+        kind: (i % 4 < 2 ? "sink" : "source") as "sink" | "source",
+        host: i % 2 === 0 ? world.server4 : world.server6,
+        bytes: Math.floor(TOTAL_BYTES / CONNECTIONS) + (i === 0 ? TOTAL_BYTES % CONNECTIONS : 0),
+        seed: 400 + i,
+      }));
+      expect(jobs.reduce((a, j) => a + j.bytes, 0)).toBe(TOTAL_BYTES);
+      const r = await runJobs(world, jobs, 600_000);
+      expect(r.results.filter((x) => !x.ok)).toEqual([]);
+      expect(r.results).toHaveLength(CONNECTIONS);
+      expect(r.results.reduce((a, x) => a + x.bytes, 0)).toBe(TOTAL_BYTES);
+      // Every mix was present: both families, both directions.
+      const mix = new Set(r.results.map((x) => `${x.kind} ${x.host.includes(":") ? 6 : 4}`));
+      expect(mix.size).toBe(4);
+      // The link really was bad: packets were dropped (and, in userspace, reordered) both ways.
+      if (world.impairedBy === "netem") {
+        expect(netemDropped(world.a, "bbwma0")).toBeGreaterThan(0);
+        expect(netemDropped(world.b, "bbwmb0")).toBeGreaterThan(0);
+      } else {
+        const impairment = (await clientStats(world)).impairment as { dropped: number; reordered: number }[];
+        expect(impairment).toHaveLength(2);
+        for (const way of impairment) {
+          expect(way.dropped).toBeGreaterThan(0);
+          expect(way.reordered).toBeGreaterThan(0);
+        }
       }
-    }
-    console.log(`netstack-wireguard-loss: 256 MiB over ${CONNECTIONS} connections in ${(r.ms / 1000).toFixed(1)} s (${(256 / (r.ms / 1000)).toFixed(2)} MiB/s aggregate), client CPU ${(r.cpuMs / 1000).toFixed(1)} s`);
-  }, 660_000);
-});
+      console.log(
+        `netstack-wireguard-loss: 256 MiB over ${CONNECTIONS} connections in ${(r.ms / 1000).toFixed(1)} s (${(256 / (r.ms / 1000)).toFixed(2)} MiB/s aggregate), client CPU ${(r.cpuMs / 1000).toFixed(1)} s`,
+      );
+    }, 660_000);
+  },
+);

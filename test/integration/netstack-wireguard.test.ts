@@ -30,11 +30,18 @@ describe.skipIf(!!skipReason)("lwIP → our WireGuard → wireguard-go → kerne
     expect(up.results).toEqual([expect.objectContaining({ ok: true, bytes: 256 << 20 })]);
     const down = await runJobs(w, [{ kind: "source", host: w.server6, bytes: 64 << 20, seed: 102 }], 120_000);
     expect(down.results).toEqual([expect.objectContaining({ ok: true, bytes: 64 << 20 })]);
-    console.log(`netstack-wireguard: 256 MiB up in ${(up.ms / 1000).toFixed(1)} s, 64 MiB down in ${(down.ms / 1000).toFixed(1)} s`);
+    console.log(
+      `netstack-wireguard: 256 MiB up in ${(up.ms / 1000).toFixed(1)} s, 64 MiB down in ${(down.ms / 1000).toFixed(1)} s`,
+    );
   }, 400_000);
 
   test("100 concurrent connections, half IPv4 and half IPv6, each echo 64 KiB byte-exact", async () => {
-    const jobs = Array.from({ length: 100 }, (_, i) => ({ kind: "echo" as const, host: i % 2 ? w.server6 : w.server4, bytes: 64 * 1024, seed: 200 + i }));
+    const jobs = Array.from({ length: 100 }, (_, i) => ({
+      kind: "echo" as const,
+      host: i % 2 ? w.server6 : w.server4,
+      bytes: 64 * 1024,
+      seed: 200 + i,
+    }));
     const r = await runJobs(w, jobs, 120_000);
     expect(r.results.filter((x) => !x.ok)).toEqual([]);
     expect(r.results).toHaveLength(100);

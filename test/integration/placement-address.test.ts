@@ -25,10 +25,30 @@ afterAll(async () => {
 test("ensure_present and ensure_running carry the allocation's address, the one its grants name", async () => {
   const t = await s.operator.enrollmentToken("addr-host");
   const capacity = { cpuMillis: 2500, memoryMiB: 1024, ephemeralDiskMiB: 4096, maxPlacements: 2 };
-  const r = await rawPost(`${s.url}/v1/agents/enroll`, null, JSON.stringify({ token: t.token, capacity, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }));
+  const r = await rawPost(
+    `${s.url}/v1/agents/enroll`,
+    null,
+    JSON.stringify({
+      token: t.token,
+      capacity,
+      region: "local",
+      architecture: "x86_64",
+      agentProtocolVersion: "1.0",
+      vmmDriver: "qemu-microvm",
+    }),
+  );
   expect(r.status).toBe(201);
   const agent = new ScriptedAgent(s.url, "addr-host", (r.body as unknown as EnrollResponse).credential);
-  await agent.poll(0, { connectivity: { seq: 1, hostPublicKey: Buffer.alloc(32, 3).toString("base64"), candidates: [{ address: "127.0.0.1", port: 51820, kind: "local" }], appliedGrants: [], refusedGrants: [], at: new Date().toISOString() } });
+  await agent.poll(0, {
+    connectivity: {
+      seq: 1,
+      hostPublicKey: Buffer.alloc(32, 3).toString("base64"),
+      candidates: [{ address: "127.0.0.1", port: 51820, kind: "local" }],
+      appliedGrants: [],
+      refusedGrants: [],
+      at: new Date().toISOString(),
+    },
+  });
   const { view } = await s.controller.create({ clientRequestId: "addr-1", workloadClass: "ci-small" });
   const present = await agent.waitCommand("ensure_present", view.allocationId);
   const address = present.spec.ipv6Address;

@@ -67,7 +67,8 @@ import { writeFileSync } from "node:fs";
 
 const repo = resolve(import.meta.dir, "../..");
 const bun = process.execPath;
-const skipReason = netnsSkipReason() ?? (!Bun.which("nft") ? "nft is not installed (apt-get install -y nftables)" : null);
+const skipReason =
+  netnsSkipReason() ?? (!Bun.which("nft") ? "nft is not installed (apt-get install -y nftables)" : null);
 if (skipReason) console.log(`SKIP test/integration/proxy-netns.test.ts: ${skipReason}`);
 
 const ID = process.pid.toString(36);
@@ -122,10 +123,28 @@ function child(n: Netns, args: string[], name: string, env?: Record<string, stri
 
 function buildTopology(): void {
   for (const name of ["w", "ln", "hn", "l", "h", "s", "t", "p", "g", "r", "m"]) spaces.push(new Netns(ns(name)));
-  [W, LNAT, HNAT, L, H, S, T, P, G, R, M] = spaces as [Netns, Netns, Netns, Netns, Netns, Netns, Netns, Netns, Netns, Netns, Netns];
+  [W, LNAT, HNAT, L, H, S, T, P, G, R, M] = spaces as [
+    Netns,
+    Netns,
+    Netns,
+    Netns,
+    Netns,
+    Netns,
+    Netns,
+    Netns,
+    Netns,
+    Netns,
+    Netns,
+  ];
   W.ip("link", "add", "br0", "type", "bridge");
   W.ip("link", "set", "br0", "up");
-  for (const [n, addr, port] of [[LNAT, LNAT_PUBLIC, "wl"], [HNAT, HNAT_PUBLIC, "wh"], [S, SCHED, "ws"], [T, STUN, "wt"], [R, RELAY, "wr"]] as const) {
+  for (const [n, addr, port] of [
+    [LNAT, LNAT_PUBLIC, "wl"],
+    [HNAT, HNAT_PUBLIC, "wh"],
+    [S, SCHED, "ws"],
+    [T, STUN, "wt"],
+    [R, RELAY, "wr"],
+  ] as const) {
     veth(W, port, n, "pub");
     W.ip("link", "set", port, "master", "br0");
     n.ip("addr", "add", `${addr}/24`, "dev", "pub");
@@ -140,37 +159,63 @@ function buildTopology(): void {
   M.ip("route", "add", "default", "via", "10.3.0.1");
   LNAT.ip("addr", "add", "10.3.0.1/24", "dev", "lan");
   LNAT.ip("route", "add", "10.1.0.0/24", "via", "10.3.0.2");
-  for (const k of ["ip_forward=1", "conf.all.rp_filter=0", "conf.default.rp_filter=0"]) must(M.exec(["sysctl", "-qw", `net.ipv4.${k}`]));
+  for (const k of ["ip_forward=1", "conf.all.rp_filter=0", "conf.default.rp_filter=0"])
+    must(M.exec(["sysctl", "-qw", `net.ipv4.${k}`]));
   veth(H, "eth0", HNAT, "lan");
   H.ip("addr", "add", "10.2.0.2/24", "dev", "eth0");
   H.ip("route", "add", "default", "via", "10.2.0.1");
   HNAT.ip("addr", "add", "10.2.0.1/24", "dev", "lan");
   for (const n of [LNAT, HNAT]) must(n.exec(["sysctl", "-qw", "net.ipv4.ip_forward=1"]));
   // The laptop's NAT is symmetric: a random public port per destination (address- and port-dependent mapping).
-  nft(LNAT, `table ip nat {\n chain post { type nat hook postrouting priority srcnat; policy accept; oifname "pub" masquerade random; }\n}\n`);
+  nft(
+    LNAT,
+    `table ip nat {\n chain post { type nat hook postrouting priority srcnat; policy accept; oifname "pub" masquerade random; }\n}\n`,
+  );
   // The host's NAT maps its endpoint port to the same public port for every destination and admits anyone to it.
-  nft(HNAT, [
-    "table ip nat {",
-    ` chain post { type nat hook postrouting priority srcnat; policy accept; oifname "pub" ip saddr 10.2.0.2 udp sport 51820 snat to ${HNAT_PUBLIC}:51820; oifname "pub" masquerade; }`,
-    ` chain pre { type nat hook prerouting priority dstnat; policy accept; iifname "pub" udp dport 51820 dnat to 10.2.0.2:51820; }`,
-    "}",
-  ].join("\n") + "\n");
+  nft(
+    HNAT,
+    [
+      "table ip nat {",
+      ` chain post { type nat hook postrouting priority srcnat; policy accept; oifname "pub" ip saddr 10.2.0.2 udp sport 51820 snat to ${HNAT_PUBLIC}:51820; oifname "pub" masquerade; }`,
+      ` chain pre { type nat hook prerouting priority dstnat; policy accept; iifname "pub" udp dport 51820 dnat to 10.2.0.2:51820; }`,
+      "}",
+    ].join("\n") + "\n",
+  );
   // The placement: the real default-deny table; "bbtap0" is a veth to the guest.
   veth(P, "bbtap0", G, "eth0");
-  nft(P, placementRuleset({ table: TABLE, tap: "bbtap0", guestIpv4: "10.0.0.2", routerIpv4: "10.0.0.1", resolvers: [], operatorRanges: [], hostRanges: ["100.127.0.0/16"] }));
+  nft(
+    P,
+    placementRuleset({
+      table: TABLE,
+      tap: "bbtap0",
+      guestIpv4: "10.0.0.2",
+      routerIpv4: "10.0.0.1",
+      resolvers: [],
+      operatorRanges: [],
+      hostRanges: ["100.127.0.0/16"],
+    }),
+  );
   G.ip("-6", "addr", "add", `${ALLOC}/128`, "dev", "eth0", "nodad");
   G.ip("-6", "route", "add", "default", "via", "fe80::1", "dev", "eth0");
 }
 
 /** Drops UDP between the two NATs' public addresses in the laptop NAT's forward path (the relay's TCP is untouched), or lifts the drop. */
 function blockDirect(on: boolean): void {
-  if (on) nft(LNAT, `table ip bb_block {\n chain drop_udp { type filter hook forward priority -10; policy accept; ip daddr ${HNAT_PUBLIC} udp dport 51820 drop; ip saddr ${HNAT_PUBLIC} udp sport 51820 drop; }\n}\n`);
+  if (on)
+    nft(
+      LNAT,
+      `table ip bb_block {\n chain drop_udp { type filter hook forward priority -10; policy accept; ip daddr ${HNAT_PUBLIC} udp dport 51820 drop; ip saddr ${HNAT_PUBLIC} udp sport 51820 drop; }\n}\n`,
+    );
   else must(LNAT.exec(["nft", "delete", "table", "ip", "bb_block"]));
 }
 
 /** Drops only the host NAT's UDP towards the laptop (the laptop's to it still arrives), or lifts the drop. */
 function blockTowardsLaptop(on: boolean): void {
-  if (on) nft(LNAT, `table ip bb_oneway {\n chain drop_udp { type filter hook forward priority -10; policy accept; ip saddr ${HNAT_PUBLIC} udp sport 51820 drop; }\n}\n`);
+  if (on)
+    nft(
+      LNAT,
+      `table ip bb_oneway {\n chain drop_udp { type filter hook forward priority -10; policy accept; ip saddr ${HNAT_PUBLIC} udp sport 51820 drop; }\n}\n`,
+    );
   else must(LNAT.exec(["nft", "delete", "table", "ip", "bb_oneway"]));
 }
 
@@ -186,7 +231,11 @@ function constrainWan(on: boolean): void {
   for (const n of [LNAT, HNAT, S, T, R]) n.ip("link", "set", "pub", "mtu", mtu);
   const drop = "icmp type destination-unreachable icmp code frag-needed counter drop;";
   for (const n of [LNAT, HNAT]) {
-    if (on) nft(n, `table ip bb_pmtu {\n chain drop_fwd { type filter hook forward priority -20; policy accept; ${drop} }\n chain drop_out { type filter hook output priority -20; policy accept; ${drop} }\n}\n`);
+    if (on)
+      nft(
+        n,
+        `table ip bb_pmtu {\n chain drop_fwd { type filter hook forward priority -20; policy accept; ${drop} }\n chain drop_out { type filter hook output priority -20; policy accept; ${drop} }\n}\n`,
+      );
     else must(n.exec(["nft", "delete", "table", "ip", "bb_pmtu"]));
   }
 }
@@ -201,10 +250,17 @@ async function startRelays(): Promise<void> {
   relayCert = makeTestCert(work, `IP:${RELAY}`);
   const file = (relayId: string, port: number, health: number) => {
     const path = join(work, `${relayId}.json`);
-    writeFileSync(path, JSON.stringify({
-      relayId, listen: [`${RELAY}:${port}`], healthListen: `127.0.0.1:${health}`, tls: { certPath: relayCert.certPath, keyPath: relayCert.keyPath },
-      trustedKeys: [{ keyId: issuer.keyId, publicKey: issuer.publicKey }], limitCaps: { maxBytes: 1 << 30, maxBytesPerSecond: 100_000_000, idleTimeoutMs: 60_000 },
-    }));
+    writeFileSync(
+      path,
+      JSON.stringify({
+        relayId,
+        listen: [`${RELAY}:${port}`],
+        healthListen: `127.0.0.1:${health}`,
+        tls: { certPath: relayCert.certPath, keyPath: relayCert.keyPath },
+        trustedKeys: [{ keyId: issuer.keyId, publicKey: issuer.publicKey }],
+        limitCaps: { maxBytes: 1 << 30, maxBytesPerSecond: 100_000_000, idleTimeoutMs: 60_000 },
+      }),
+    );
     return path;
   };
   relay1Config = file("relay-1", 443, 9443);
@@ -219,10 +275,15 @@ async function startRelay1(): Promise<void> {
   const listening = () => (readFileSync(log, "utf8").match(/relay listening.*relay-1/g) ?? []).length;
   const fd = openSync(log, "a");
   const before = listening();
-  relayProc = Bun.spawn(R.exec([bun, join(repo, "bin/bb.ts"), "relay", "run", "--config", relay1Config]), { stdout: fd, stderr: fd, env: { ...process.env, NO_COLOR: "1" } });
+  relayProc = Bun.spawn(R.exec([bun, join(repo, "bin/bb.ts"), "relay", "run", "--config", relay1Config]), {
+    stdout: fd,
+    stderr: fd,
+    env: { ...process.env, NO_COLOR: "1" },
+  });
   closeSync(fd);
   for (let i = 0; i < 300 && listening() === before; i++) {
-    if (relayProc.exitCode !== null) throw new Error(`bb relay run exited ${relayProc.exitCode}: ${readFileSync(log, "utf8")}`);
+    if (relayProc.exitCode !== null)
+      throw new Error(`bb relay run exited ${relayProc.exitCode}: ${readFileSync(log, "utf8")}`);
     await Bun.sleep(50);
   }
   expect(listening()).toBe(before + 1);
@@ -242,13 +303,36 @@ async function startProxy(localPort: number, extraEnv: Record<string, string> = 
   const log = join(work, `proxy-${localPort}.log`);
   // One descriptor opened for appending, shared by stdout and stderr (two opens would overwrite each other).
   const fd = openSync(log, "a");
-  const proc = Bun.spawn(L.exec([bun, join(repo, "bin/bb.ts"), "proxy", allocationId, "--local-port", String(localPort), "--remote-port", "22"]), {
-    stdout: fd,
-    stderr: fd,
-    env: { ...process.env, NO_COLOR: "1", BB_SCHEDULER_URL: `http://${SCHED}:8080`, BB_TOKEN: TOKEN, BB_CONNECTION_KEYS: issuer.verificationKeyText(), BB_RELAY_CA: relayCert.certPath, ...extraEnv },
-  });
+  const proc = Bun.spawn(
+    L.exec([
+      bun,
+      join(repo, "bin/bb.ts"),
+      "proxy",
+      allocationId,
+      "--local-port",
+      String(localPort),
+      "--remote-port",
+      "22",
+    ]),
+    {
+      stdout: fd,
+      stderr: fd,
+      env: {
+        ...process.env,
+        NO_COLOR: "1",
+        BB_SCHEDULER_URL: `http://${SCHED}:8080`,
+        BB_TOKEN: TOKEN,
+        BB_CONNECTION_KEYS: issuer.verificationKeyText(),
+        BB_RELAY_CA: relayCert.certPath,
+        ...extraEnv,
+      },
+    },
+  );
   closeSync(fd);
-  const text = () => Bun.file(log).text().catch(() => "");
+  const text = () =>
+    Bun.file(log)
+      .text()
+      .catch(() => "");
   const waitFor = async (re: RegExp, ms = 20_000) => {
     for (let t = 0; t < ms; t += 50) {
       const m = re.exec(await text());
@@ -262,9 +346,16 @@ async function startProxy(localPort: number, extraEnv: Record<string, string> = 
 }
 
 /** Runs the kernel TCP echo client in the laptop namespace against 127.0.0.1:port; with `limitSeconds`, an echo still unfinished then is cut off (ok undefined). */
-async function echoThrough(port: number, bytes: number, limitSeconds?: number): Promise<{ ok: boolean; bytes: number; ms: number }> {
+async function echoThrough(
+  port: number,
+  bytes: number,
+  limitSeconds?: number,
+): Promise<{ ok: boolean; bytes: number; ms: number }> {
   const limit = limitSeconds ? ["timeout", String(limitSeconds)] : [];
-  const p = Bun.spawn(L.exec([...limit, bun, join(repo, "test/support/tcpEcho.ts"), "connect", "127.0.0.1", String(port), String(bytes)]), { stdout: "pipe", stderr: "pipe" });
+  const p = Bun.spawn(
+    L.exec([...limit, bun, join(repo, "test/support/tcpEcho.ts"), "connect", "127.0.0.1", String(port), String(bytes)]),
+    { stdout: "pipe", stderr: "pipe" },
+  );
   const out = await new Response(p.stdout).text();
   await p.exited;
   return JSON.parse(out.trim().split("\n").at(-1) || "{}") as { ok: boolean; bytes: number; ms: number };
@@ -284,9 +375,31 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
   beforeAll(async () => {
     buildTopology();
     await startRelays();
-    issuerProc = child(S, [join(repo, "test/support/grantIssuerServer.ts"), JSON.stringify({ hostname: SCHED, port: 8080, token: TOKEN, seed: issuer.seed, keyId: issuer.keyId, relays: RELAYS, stunServers: [`${STUN}:3478`] })], "issuer");
+    issuerProc = child(
+      S,
+      [
+        join(repo, "test/support/grantIssuerServer.ts"),
+        JSON.stringify({
+          hostname: SCHED,
+          port: 8080,
+          token: TOKEN,
+          seed: issuer.seed,
+          keyId: issuer.keyId,
+          relays: RELAYS,
+          stunServers: [`${STUN}:3478`],
+        }),
+      ],
+      "issuer",
+    );
     await issuerProc.waitFor((e) => e.ev === "ready", 15_000, "issuer ready");
-    issuerProc.send({ op: "allocation", id: allocationId, state: "ready", generation: 1, hostId: "host-1", allocationAddress: ALLOC });
+    issuerProc.send({
+      op: "allocation",
+      id: allocationId,
+      state: "ready",
+      generation: 1,
+      hostId: "host-1",
+      allocationAddress: ALLOC,
+    });
     stunProc = child(T, [join(repo, "test/support/stunResponder.ts"), STUN, "3478"], "stun");
     await stunProc.waitFor((e) => e.ev === "ready", 15_000, "stun ready");
     const echo = child(G, [join(repo, "test/support/tcpEcho.ts"), "listen", ALLOC, "22"], "echo");
@@ -318,7 +431,9 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
       clearTimeout(t);
     }
     for (const n of spaces.reverse()) n.delete();
-    if (process.env.BB_TEST_SHOW_LOGS) for (const f of readdirSync(work).filter((f) => f.endsWith(".log"))) console.log(`--- ${f}\n${readFileSync(join(work, f), "utf8").slice(-4000)}`);
+    if (process.env.BB_TEST_SHOW_LOGS)
+      for (const f of readdirSync(work).filter((f) => f.endsWith(".log")))
+        console.log(`--- ${f}\n${readFileSync(join(work, f), "utf8").slice(-4000)}`);
     rmSync(work, { recursive: true, force: true });
   });
 
@@ -330,8 +445,13 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     try {
       await px.waitFor(/listening on 127\.0\.0\.1:2222/);
       const results = await Promise.all([echoThrough(2222, 8 << 20), echoThrough(2222, 100_000), echoThrough(2222, 1)]);
-      if (process.env.BB_TEST_SHOW_LOGS) console.log(JSON.stringify(await hostStats()), JSON.stringify(harness.events.filter((e) => e.ev !== "stats")));
-      expect(results.map((r) => [r.ok, r.bytes])).toEqual([[true, 8 << 20], [true, 100_000], [true, 1]]);
+      if (process.env.BB_TEST_SHOW_LOGS)
+        console.log(JSON.stringify(await hostStats()), JSON.stringify(harness.events.filter((e) => e.ev !== "stats")));
+      expect(results.map((r) => [r.ok, r.bytes])).toEqual([
+        [true, 8 << 20],
+        [true, 100_000],
+        [true, 1],
+      ]);
       await px.waitFor(new RegExp(`path: direct via ${HNAT_PUBLIC.replaceAll(".", "\\.")}:51820`));
       const st = await hostStats();
       const g = st.grants[0];
@@ -343,13 +463,21 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
       // The proxy asked the deployment's STUN server (from the grant response) out of its tunnel socket: the server saw
       // the laptop NAT's public mapping, that mapping reached the Connection as a stun candidate, and the host holds it.
       const grantId = g.grantId as string;
-      const seenFromLaptop = (await stunProc.waitFor((e) => e.ev === "binding" && String(e.from).startsWith(`${LNAT_PUBLIC}:`), 10_000, "a binding from the laptop NAT")).from as string;
+      const seenFromLaptop = (
+        await stunProc.waitFor(
+          (e) => e.ev === "binding" && String(e.from).startsWith(`${LNAT_PUBLIC}:`),
+          10_000,
+          "a binding from the laptop NAT",
+        )
+      ).from as string;
       const i0 = issuerProc.events.length;
       issuerProc.send({ op: "client-candidates", grantId });
-      const posted = (await issuerProc.waitFor((e) => e.ev === "client-candidates", 5_000, "client candidates", i0)).candidates as Array<Record<string, unknown>>;
+      const posted = (await issuerProc.waitFor((e) => e.ev === "client-candidates", 5_000, "client candidates", i0))
+        .candidates as Array<Record<string, unknown>>;
       expect(posted).toContainEqual({ address: LNAT_PUBLIC, port: Number(seenFromLaptop.split(":")[1]), kind: "stun" });
       expect(posted).toContainEqual(expect.objectContaining({ address: "10.1.0.2", kind: "local" }));
-      const heldByHost = async () => ((await hostStats()).grants.find((x: any) => x.grantId === grantId)?.candidates ?? []) as string[];
+      const heldByHost = async () =>
+        ((await hostStats()).grants.find((x: any) => x.grantId === grantId)?.candidates ?? []) as string[];
       for (let i = 0; i < 50 && !(await heldByHost()).includes(seenFromLaptop); i++) await Bun.sleep(100);
       expect(await heldByHost()).toContain(seenFromLaptop);
       expect(await px.text()).toContain("to the rendezvous (1 from STUN)");
@@ -363,7 +491,8 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     for (let i = 0; i < 50 && (await hostStats()).grants.length; i++) await Bun.sleep(100);
     expect((await hostStats()).grants).toEqual([]);
     // The grant leaves the table first; the link (chain flushed, then the TUN closed) follows within moments.
-    for (let i = 0; i < 50 && sh(P.exec(["ip", "link", "show", "dev", "bbconn0"])).code === 0; i++) await Bun.sleep(100);
+    for (let i = 0; i < 50 && sh(P.exec(["ip", "link", "show", "dev", "bbconn0"])).code === 0; i++)
+      await Bun.sleep(100);
     expect(sh(P.exec(["ip", "link", "show", "dev", "bbconn0"])).code).not.toBe(0);
     expect(must(P.exec(["nft", "list", "chain", "inet", TABLE, "bb_conn"]))).not.toContain("accept");
   }, 90_000);
@@ -376,7 +505,8 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     try {
       // The fault is real: a DF datagram of the old tunnel's full size (1,480 bytes) dies on the way and no ICMP says so;
       // one of the tunnel's full size now (1,340 bytes: 1,280 + 32 + 8 + 20) arrives.
-      const ping = (size: number) => sh(L.exec(["ping", "-n", "-q", "-M", "do", "-c", "1", "-W", "1", "-s", String(size - 28), SCHED])).code;
+      const ping = (size: number) =>
+        sh(L.exec(["ping", "-n", "-q", "-M", "do", "-c", "1", "-W", "1", "-s", String(size - 28), SCHED])).code;
       expect([ping(1480), ping(1340)]).toEqual([1, 0]);
 
       // (a) Direct, no loss, with the relays offered as well (as in the issue, where the proxy stayed on the dead direct path).
@@ -398,7 +528,10 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
       const lossy = await echoThrough(2240, 8 << 20, 90);
       expect([lossy.ok, lossy.bytes]).toEqual([true, 8 << 20]);
       expect((await grantOf()).path.path).toBe("direct");
-      const st = (await impairer.stats()) as { up: { dropped: number; passed: number }; down: { dropped: number; passed: number } };
+      const st = (await impairer.stats()) as {
+        up: { dropped: number; passed: number };
+        down: { dropped: number; passed: number };
+      };
       expect(st.up.dropped).toBeGreaterThan(0);
       expect(st.down.dropped).toBeGreaterThan(0);
 
@@ -414,7 +547,10 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
       expect([relayed.ok, relayed.bytes]).toEqual([true, 8 << 20]);
       await pr.waitFor(/path: relay relay-(1|cap)/);
       expect(await pr.text()).not.toContain("path: direct");
-      if (process.env.BB_TEST_SHOW_LOGS) console.log(JSON.stringify({ ms: [small.ms, big.ms, lossy.ms, relayed.ms], impairment: await impairer.stats() }));
+      if (process.env.BB_TEST_SHOW_LOGS)
+        console.log(
+          JSON.stringify({ ms: [small.ms, big.ms, lossy.ms, relayed.ms], impairment: await impairer.stats() }),
+        );
     } finally {
       if (blocked) blockDirect(false);
       if (impaired) impairLaptopLink(false);
@@ -448,10 +584,17 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
       expect(await px.text()).not.toContain("path: direct");
       expect((await grantOf()).path.path).toBe("relay");
       const hostRelays = (await hostStats()).relays.filter((x: any) => x.pathId.endsWith(`/${grantId}`));
-      expect(hostRelays.map((x: any) => [x.relayId, x.state, x.paired]).sort()).toEqual([["relay-1", "open", true], ["relay-cap", "open", true]]);
+      expect(hostRelays.map((x: any) => [x.relayId, x.state, x.paired]).sort()).toEqual([
+        ["relay-1", "open", true],
+        ["relay-cap", "open", true],
+      ]);
 
       // (b) One inner TCP connection: its first half (starting with the marker) over the relay; then the drop is lifted.
-      const staged = child(L, [join(repo, "test/support/tcpEcho.ts"), "staged", "127.0.0.1", "2230", String(8 << 20), marker], "staged");
+      const staged = child(
+        L,
+        [join(repo, "test/support/tcpEcho.ts"), "staged", "127.0.0.1", "2230", String(8 << 20), marker],
+        "staged",
+      );
       await staged.waitFor((e) => e.ev === "half", 60_000, "the first half echoed");
       expect(await px.text()).not.toContain("path: direct");
       expect((await grantOf()).path.path).toBe("relay");
@@ -482,8 +625,11 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
       // (d) A third party presenting the client's relay token of this grant, while client and host are paired: refused, the pair stays.
       const i0 = issuerProc.events.length;
       issuerProc.send({ op: "client-relay-tokens", grantId });
-      const toks = (await issuerProc.waitFor((e) => e.ev === "client-relay-tokens", 5_000, "tokens", i0)).tokens as Record<string, unknown>;
-      const out = await runIn(L, `
+      const toks = (await issuerProc.waitFor((e) => e.ev === "client-relay-tokens", 5_000, "tokens", i0))
+        .tokens as Record<string, unknown>;
+      const out = await runIn(
+        L,
+        `
         import { readFileSync } from "node:fs";
         import { connectRelay } from ${JSON.stringify(join(repo, "src/relayclient/index.ts"))};
         try {
@@ -492,7 +638,8 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
           console.log(JSON.stringify({ admitted: true }));
         } catch (e) {
           console.log(JSON.stringify({ admitted: false, code: e?.close?.code ?? null }));
-        }`);
+        }`,
+      );
       expect(JSON.parse(out.trim())).toEqual({ admitted: false, code: "RELAY_PAIR_TAKEN" });
       const after = (await hostStats()).relays.find((x: any) => x.pathId === `relay-1/${grantId}`);
       expect([after.state, after.paired, after.connects]).toEqual(["open", true, 1]);
@@ -548,7 +695,11 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
       const grantOf = async () => (await hostStats()).grants.find((g: any) => g.grantId === grantId);
       for (let i = 0; i < 100 && (await grantOf()).path.path !== "direct"; i++) await Bun.sleep(100);
       expect((await grantOf()).path.path).toBe("direct");
-      const staged = child(L, [join(repo, "test/support/tcpEcho.ts"), "staged", "127.0.0.1", "2236", String(8 << 20), "black-hole"], "staged-bh");
+      const staged = child(
+        L,
+        [join(repo, "test/support/tcpEcho.ts"), "staged", "127.0.0.1", "2236", String(8 << 20), "black-hole"],
+        "staged-bh",
+      );
       await staged.waitFor((e) => e.ev === "half", 60_000, "the first half echoed");
       blockDirect(true);
       blocked = true;
@@ -556,7 +707,9 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
       staged.send({ op: "rest" });
       const done = await staged.waitFor((e) => e.ev === "done", 60_000, "the whole echo");
       expect([done.ok, done.bytes]).toEqual([true, 8 << 20]);
-      const lost = await px.waitFor(new RegExp(`path: relay relay-(1|cap) \\(direct via ${HNAT_PUBLIC.replaceAll(".", "\\.")}:51820 lost\\)`));
+      const lost = await px.waitFor(
+        new RegExp(`path: relay relay-(1|cap) \\(direct via ${HNAT_PUBLIC.replaceAll(".", "\\.")}:51820 lost\\)`),
+      );
       // For the record only (tests never assert timings): how long the transfer's second half took.
       console.log(`black hole: ${lost[0]}; the rest of the 8 MiB echo took ${Math.round(performance.now() - t0)} ms`);
       const g = (await grantOf()).path;
@@ -581,7 +734,8 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
       const grantId = /grant (grt_[0-9a-f]{32})/.exec(await px.text())![1]!;
       expect((await echoThrough(2232, 100_000)).ok).toBe(true);
       // Two thirds into each token's 8 s: the second refresh comes after the first tokens expired.
-      for (let i = 0; i < 400 && ((await px.text()).match(/relay tokens refreshed/g) ?? []).length < 2; i++) await Bun.sleep(50);
+      for (let i = 0; i < 400 && ((await px.text()).match(/relay tokens refreshed/g) ?? []).length < 2; i++)
+        await Bun.sleep(50);
       expect(((await px.text()).match(/relay tokens refreshed/g) ?? []).length).toBeGreaterThanOrEqual(2);
       const before = await opens();
       relayProc!.kill("SIGTERM");
@@ -592,7 +746,8 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
       // With the grant's first token it would have been refused RELAY_TOKEN_EXPIRED.
       expect(await px.text()).not.toMatch(/relay relay-1: refused/);
       const hostRelay = async () => (await hostStats()).relays.find((x: any) => x.pathId === `relay-1/${grantId}`);
-      for (let i = 0; i < 200 && !((await hostRelay())?.state === "open" && (await hostRelay())?.connects >= 2); i++) await Bun.sleep(50);
+      for (let i = 0; i < 200 && !((await hostRelay())?.state === "open" && (await hostRelay())?.connects >= 2); i++)
+        await Bun.sleep(50);
       expect(await hostRelay()).toMatchObject({ state: "open", paired: true });
       expect((await echoThrough(2232, 100_000)).ok).toBe(true);
     } finally {
@@ -607,22 +762,42 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     // A raw WireGuard client (test/support/wgHarness.ts) with a grant of its own, sending crafted packets.
     const key = keyPairFromPrivate(systemRandom.fill(new Uint8Array(32)));
     const b64 = (k: Uint8Array) => Buffer.from(k).toString("base64");
-    const resp = await fetchFromLaptop(`/v1/allocations/${allocationId}/connection-grants`, { clientPublicKey: b64(key.publicKey), transport: "tcp", ports: [22] });
+    const resp = await fetchFromLaptop(`/v1/allocations/${allocationId}/connection-grants`, {
+      clientPublicKey: b64(key.publicKey),
+      transport: "tcp",
+      ports: [22],
+    });
     const client: string = resp.grant.payload.clientAddress;
-    const raw = child(L, [join(repo, "test/support/wgHarness.ts"), JSON.stringify({
-      privateKey: b64(key.privateKey), listen: { address: "10.1.0.2", port: 0 },
-      peer: { publicKey: resp.grant.payload.hostPublicKey, endpoint: { address: HNAT_PUBLIC, port: 51820 }, allowedIps: ["fd00:bb:1:2::/64"] },
-    })], "raw-client");
+    const raw = child(
+      L,
+      [
+        join(repo, "test/support/wgHarness.ts"),
+        JSON.stringify({
+          privateKey: b64(key.privateKey),
+          listen: { address: "10.1.0.2", port: 0 },
+          peer: {
+            publicKey: resp.grant.payload.hostPublicKey,
+            endpoint: { address: HNAT_PUBLIC, port: 51820 },
+            allowedIps: ["fd00:bb:1:2::/64"],
+          },
+        }),
+      ],
+      "raw-client",
+    );
     await raw.waitFor((e) => e.ev === "ready", 15_000, "raw client ready");
     const send = (p: Uint8Array) => raw.send({ op: "send", packet: b64(p) });
     send(tcpPacket(client, ALLOC, 40001, 23, 0x02)); // another port
     send(tcpPacket(client, "fd00:bb:1:2::99", 40002, 22, 0x02)); // another address
     send(tcpPacket(client, ALLOC, 40003, 22, 0x02)); // the granted flow: the guest's kernel answers SYN-ACK
-    const synAck = await raw.waitFor((e) => {
-      if (e.ev !== "packet") return false;
-      const t = parseTcp(new Uint8Array(Buffer.from(e.data as string, "base64")));
-      return t !== null && t.sport === 22 && t.dport === 40003 && (t.flags & 0x12) === 0x12;
-    }, 15_000, "SYN-ACK from the guest");
+    const synAck = await raw.waitFor(
+      (e) => {
+        if (e.ev !== "packet") return false;
+        const t = parseTcp(new Uint8Array(Buffer.from(e.data as string, "base64")));
+        return t !== null && t.sport === 22 && t.dport === 40003 && (t.flags & 0x12) === 0x12;
+      },
+      15_000,
+      "SYN-ACK from the guest",
+    );
     expect(synAck).toBeTruthy();
     const g = (await hostStats()).grants.find((x: any) => x.grantId === resp.grant.payload.grantId);
     expect(g.filter.drops.port).toBe(1);
@@ -631,7 +806,10 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     // The guest opening a connection to the client is stopped by the placement's table (counted there).
     const before = nftCounter("ipv6_denied");
     // Its SYN is dropped silently, so the attempt is cut short after 3 s (asynchronously: a blocking spawn would stall the test).
-    const attempt = Bun.spawn(G.exec(["timeout", "3", bun, join(repo, "test/support/tcpEcho.ts"), "connect", client, "22", "10"]), { stdout: "ignore", stderr: "ignore" });
+    const attempt = Bun.spawn(
+      G.exec(["timeout", "3", bun, join(repo, "test/support/tcpEcho.ts"), "connect", client, "22", "10"]),
+      { stdout: "ignore", stderr: "ignore" },
+    );
     expect(await attempt.exited).not.toBe(0);
     expect(nftCounter("ipv6_denied")).toBeGreaterThan(before);
     expect(g.filter.drops["no-flow"]).toBe(0);
@@ -649,7 +827,8 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     expect(await px.proc.exited).toBe(1);
     expect(await px.text()).toContain("GRANT_EXPIRED");
     // The host drops the peer at the grant's expiry by itself (the proxy's revoke is not what removed it: it comes after).
-    for (let i = 0; i < 50 && (await hostStats()).grants.some((g: any) => g.grantId === grantId); i++) await Bun.sleep(100);
+    for (let i = 0; i < 50 && (await hostStats()).grants.some((g: any) => g.grantId === grantId); i++)
+      await Bun.sleep(100);
     expect((await hostStats()).grants.map((g: any) => g.grantId)).not.toContain(grantId);
     const c = await connectivity();
     expect(c.appliedGrants.filter((a: any) => a.expiresAtMs <= Date.now())).toEqual([]);
@@ -663,7 +842,12 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     expect(await px.proc.exited).toBe(1);
     expect(await px.text()).toContain("GRANT_SIGNATURE_INVALID");
     expect(await px.text()).not.toContain("listening on");
-    await harness.waitFor((e) => e.ev === "refused" && e.code === "GRANT_SIGNATURE_INVALID", 10_000, "the host's refusal", from);
+    await harness.waitFor(
+      (e) => e.ev === "refused" && e.code === "GRANT_SIGNATURE_INVALID",
+      10_000,
+      "the host's refusal",
+      from,
+    );
   }, 60_000);
 
   test("a client relay token for another grant is refused by the proxy with RELAY_TOKEN_INVALID before anything is bound", async () => {
@@ -692,7 +876,12 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
       const px = await startProxy(2225);
       expect(await px.proc.exited).toBe(1);
       expect(await px.text()).toContain("STALE_GENERATION");
-      await harness.waitFor((e) => e.ev === "refused" && e.code === "STALE_GENERATION", 10_000, "the host's refusal", from);
+      await harness.waitFor(
+        (e) => e.ev === "refused" && e.code === "STALE_GENERATION",
+        10_000,
+        "the host's refusal",
+        from,
+      );
       expect((await hostStats()).grants).toEqual([]);
     } finally {
       issuerProc.send({ op: "allocation", id: allocationId, generation: 1 });

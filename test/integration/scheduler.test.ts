@@ -20,13 +20,26 @@ const capacity = { cpuMillis: 1500, memoryMiB: 1024, ephemeralDiskMiB: 4096, max
 
 async function enroll(hostId: string, cap = capacity): Promise<EnrollResponse> {
   const t = await s.operator.enrollmentToken(hostId);
-  const r = await rawPost(`${s.url}/v1/agents/enroll`, null, JSON.stringify({ token: t.token, capacity: cap, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" }));
+  const r = await rawPost(
+    `${s.url}/v1/agents/enroll`,
+    null,
+    JSON.stringify({
+      token: t.token,
+      capacity: cap,
+      region: "local",
+      architecture: "x86_64",
+      agentProtocolVersion: "1.0",
+      vmmDriver: "qemu-microvm",
+    }),
+  );
   expect(r.status).toBe(201);
   return r.body as unknown as EnrollResponse;
 }
 
 function walk(dir: string): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((d) => (d.isDirectory() ? walk(join(dir, d.name)) : [join(dir, d.name)]));
+  return readdirSync(dir, { withFileTypes: true }).flatMap((d) =>
+    d.isDirectory() ? walk(join(dir, d.name)) : [join(dir, d.name)],
+  );
 }
 
 async function codeOf(p: Promise<unknown>): Promise<string> {
@@ -62,16 +75,35 @@ describe("bad input gets a stable code and changes nothing", () => {
       [null, ok, 401, "UNAUTHENTICATED"],
       ["wrong-token", ok, 401, "UNAUTHENTICATED"],
       [s.tokens.token, "{not json", 400, "MALFORMED_JSON"],
-      [s.tokens.token, JSON.stringify({ clientRequestId: "bad-1", workloadClass: "ci-small", sneaky: true }), 400, "VALIDATION_FAILED"],
-      [s.tokens.token, JSON.stringify({ clientRequestId: "bad-1", workloadClass: "no-such-class" }), 422, "UNKNOWN_WORKLOAD_CLASS"],
-      [s.tokens.token, JSON.stringify({ clientRequestId: "../../etc", workloadClass: "ci-small" }), 400, "VALIDATION_FAILED"],
+      [
+        s.tokens.token,
+        JSON.stringify({ clientRequestId: "bad-1", workloadClass: "ci-small", sneaky: true }),
+        400,
+        "VALIDATION_FAILED",
+      ],
+      [
+        s.tokens.token,
+        JSON.stringify({ clientRequestId: "bad-1", workloadClass: "no-such-class" }),
+        422,
+        "UNKNOWN_WORKLOAD_CLASS",
+      ],
+      [
+        s.tokens.token,
+        JSON.stringify({ clientRequestId: "../../etc", workloadClass: "ci-small" }),
+        400,
+        "VALIDATION_FAILED",
+      ],
       [s.tokens.operatorToken, ok, 403, "FORBIDDEN"],
     ];
     for (const [token, body, status, code] of cases) {
       const r = await rawPost(url, token, body);
       expect({ status: r.status, code: r.body["code"] }).toEqual({ status, code });
     }
-    const big = await rawPost(url, s.tokens.token, JSON.stringify({ clientRequestId: "x".repeat(600_000), workloadClass: "ci-small" }));
+    const big = await rawPost(
+      url,
+      s.tokens.token,
+      JSON.stringify({ clientRequestId: "x".repeat(600_000), workloadClass: "ci-small" }),
+    );
     expect([big.status, big.body["code"]]).toEqual([413, "BODY_TOO_LARGE"]);
     expect((await s.controller.list()).items).toHaveLength(0);
   });
@@ -84,8 +116,12 @@ describe("idempotent create", () => {
     expect(a.created).toBe(true);
     expect(b.created).toBe(false);
     expect(b.view.allocationId).toBe(a.view.allocationId);
-    expect(await codeOf(s.controller.create({ clientRequestId: "idem-1", workloadClass: "ci-medium" }))).toBe("IDEMPOTENCY_CONFLICT");
-    const many = await Promise.all(Array.from({ length: 50 }, () => s.controller.create({ clientRequestId: "idem-50", workloadClass: "ci-small" })));
+    expect(await codeOf(s.controller.create({ clientRequestId: "idem-1", workloadClass: "ci-medium" }))).toBe(
+      "IDEMPOTENCY_CONFLICT",
+    );
+    const many = await Promise.all(
+      Array.from({ length: 50 }, () => s.controller.create({ clientRequestId: "idem-50", workloadClass: "ci-small" })),
+    );
     expect(new Set(many.map((m) => m.view.allocationId)).size).toBe(1);
     expect(many.filter((m) => m.created)).toHaveLength(1);
     const ids = (await s.controller.list()).items.map((v) => v.allocationId);
@@ -98,7 +134,14 @@ describe("idempotent create", () => {
 describe("enrollment", () => {
   test("one-use token bound to a host; reuse with other config conflicts", async () => {
     const t = await s.operator.enrollmentToken("enroll-host");
-    const body = { token: t.token, capacity, region: "local", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" };
+    const body = {
+      token: t.token,
+      capacity,
+      region: "local",
+      architecture: "x86_64",
+      agentProtocolVersion: "1.0",
+      vmmDriver: "qemu-microvm",
+    };
     const first = await rawPost(`${s.url}/v1/agents/enroll`, null, JSON.stringify(body));
     expect(first.status).toBe(201);
     expect(String(first.body["credential"])).toMatch(/^bbh_enroll-host\.[0-9a-f]{64}$/);
@@ -106,7 +149,11 @@ describe("enrollment", () => {
     expect(again.body["code"]).toBe("ENROLLMENT_TOKEN_INVALID");
     const other = await rawPost(`${s.url}/v1/agents/enroll`, null, JSON.stringify({ ...body, region: "elsewhere" }));
     expect([other.status, other.body["code"]]).toEqual([409, "ENROLLMENT_CONFLICT"]);
-    const unknown = await rawPost(`${s.url}/v1/agents/enroll`, null, JSON.stringify({ ...body, token: "bbe_nope_nope_nope" }));
+    const unknown = await rawPost(
+      `${s.url}/v1/agents/enroll`,
+      null,
+      JSON.stringify({ ...body, token: "bbe_nope_nope_nope" }),
+    );
     expect(unknown.status).toBe(401);
     expect(await codeOf(s.controller.enrollmentToken("x"))).toBe("FORBIDDEN");
   });
@@ -124,7 +171,16 @@ describe("lifecycle with a scripted agent", () => {
     const host = async () => (await s.operator.hosts()).find((h) => h.hostId === "life-host")!;
     expect((await host()).free.cpuMillis).toBe(500);
 
-    expect(await codeOf(s.controller.deliver(view.allocationId, { deliveryId: "d-early", generation: 1, contentType: "text/x-shellscript", payloadBase64: "ZWNobyBoaQ==" }))).toBe("GUEST_NOT_CONNECTED");
+    expect(
+      await codeOf(
+        s.controller.deliver(view.allocationId, {
+          deliveryId: "d-early",
+          generation: 1,
+          contentType: "text/x-shellscript",
+          payloadBase64: "ZWNobyBoaQ==",
+        }),
+      ),
+    ).toBe("GUEST_NOT_CONNECTED");
     await agent.report(present, "preparing");
     await agent.report(present, "prepared");
     const running = await agent.waitCommand("ensure_running", view.allocationId);
@@ -133,23 +189,64 @@ describe("lifecycle with a scripted agent", () => {
     await agent.report(present, "running");
     await waitState(view.allocationId, "ready");
 
-    expect(await codeOf(s.controller.deliver(view.allocationId, { deliveryId: "d-stale", generation: 2, contentType: "text/x-shellscript", payloadBase64: "ZWNobyBoaQ==" }))).toBe("STALE_GENERATION");
+    expect(
+      await codeOf(
+        s.controller.deliver(view.allocationId, {
+          deliveryId: "d-stale",
+          generation: 2,
+          contentType: "text/x-shellscript",
+          payloadBase64: "ZWNobyBoaQ==",
+        }),
+      ),
+    ).toBe("STALE_GENERATION");
     const tooBig = Buffer.alloc(MAX_PAYLOAD_BYTES + 1, 65).toString("base64");
-    expect(await codeOf(s.controller.deliver(view.allocationId, { deliveryId: "d-big", generation: 1, contentType: "text/x-shellscript", payloadBase64: tooBig }))).toBe("PAYLOAD_TOO_LARGE");
+    expect(
+      await codeOf(
+        s.controller.deliver(view.allocationId, {
+          deliveryId: "d-big",
+          generation: 1,
+          contentType: "text/x-shellscript",
+          payloadBase64: tooBig,
+        }),
+      ),
+    ).toBe("PAYLOAD_TOO_LARGE");
 
     const payload = Buffer.from("echo hello; exit 3\n");
     const digest = `sha256:${createHash("sha256").update(payload).digest("hex")}`;
-    const delivery = s.controller.deliver(view.allocationId, { deliveryId: "d-1", generation: 1, contentType: "text/x-shellscript", payloadBase64: payload.toString("base64") });
+    const delivery = s.controller.deliver(view.allocationId, {
+      deliveryId: "d-1",
+      generation: 1,
+      contentType: "text/x-shellscript",
+      payloadBase64: payload.toString("base64"),
+    });
     for (let i = 0; i < 20 && agent.deliveries.length === 0; i++) await agent.poll(200);
     expect(agent.deliveries[0]?.deliveryId).toBe("d-1");
-    await agent.send({ deliveryAcks: [{ deliveryId: "d-1", placementId: present.placementId, generation: 1, result: "consumed", digest }] });
+    await agent.send({
+      deliveryAcks: [
+        { deliveryId: "d-1", placementId: present.placementId, generation: 1, result: "consumed", digest },
+      ],
+    });
     expect((await delivery).digest).toBe(digest);
     // No secret rests in the scheduler: the payload bytes are in no file of its data directory (WAL included).
     const marker = Buffer.from("echo hello; exit 3");
     for (const f of walk(s.dir)) expect(readFileSync(f).includes(marker), f).toBe(false);
-    const replay = await s.controller.deliver(view.allocationId, { deliveryId: "d-1", generation: 1, contentType: "text/x-shellscript", payloadBase64: payload.toString("base64") });
+    const replay = await s.controller.deliver(view.allocationId, {
+      deliveryId: "d-1",
+      generation: 1,
+      contentType: "text/x-shellscript",
+      payloadBase64: payload.toString("base64"),
+    });
     expect(replay.replayed).toBe(true);
-    expect(await codeOf(s.controller.deliver(view.allocationId, { deliveryId: "d-1", generation: 1, contentType: "text/x-shellscript", payloadBase64: "b3RoZXI=" }))).toBe("DELIVERY_CONFLICT");
+    expect(
+      await codeOf(
+        s.controller.deliver(view.allocationId, {
+          deliveryId: "d-1",
+          generation: 1,
+          contentType: "text/x-shellscript",
+          payloadBase64: "b3RoZXI=",
+        }),
+      ),
+    ).toBe("DELIVERY_CONFLICT");
 
     await agent.report(present, "running", { workloadExitCode: 3 });
     await Bun.sleep(100);
@@ -204,7 +301,9 @@ describe("lifecycle with a scripted agent", () => {
     await Bun.sleep(200);
     const v = await s.controller.get(view.allocationId);
     expect(v.state).toBe("pending");
-    expect((await s.controller.events(view.allocationId)).some((x) => x.type === "allocation.no_eligible_host")).toBe(true);
+    expect((await s.controller.events(view.allocationId)).some((x) => x.type === "allocation.no_eligible_host")).toBe(
+      true,
+    );
     await s.controller.release(view.allocationId);
     await waitState(view.allocationId, "released");
   });
@@ -228,11 +327,19 @@ describe("lifecycle with a scripted agent", () => {
   });
 
   test("the agent protocol's bounds: a poll hands out at most 16 commands; an envelope over 256 KiB is refused", async () => {
-    const e = await enroll("bounds-host", { cpuMillis: 64_000, memoryMiB: 16_384, ephemeralDiskMiB: 65_536, maxPlacements: 32 });
+    const e = await enroll("bounds-host", {
+      cpuMillis: 64_000,
+      memoryMiB: 16_384,
+      ephemeralDiskMiB: 65_536,
+      maxPlacements: 32,
+    });
     const agent = new ScriptedAgent(s.url, "bounds-host", e.credential);
     await agent.poll();
     const ids: string[] = [];
-    for (let i = 0; i < 16; i++) ids.push((await s.controller.create({ clientRequestId: `bounds-${i}`, workloadClass: "ci-small" })).view.allocationId);
+    for (let i = 0; i < 16; i++)
+      ids.push(
+        (await s.controller.create({ clientRequestId: `bounds-${i}`, workloadClass: "ci-small" })).view.allocationId,
+      );
     const first = await agent.poll();
     expect(first.commands).toHaveLength(16);
     await agent.report(first.commands[0]!, "prepared");

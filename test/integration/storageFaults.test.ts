@@ -29,7 +29,12 @@ const dirs: string[] = [];
 const mounts: string[] = [];
 const workers: SchedulerWorker[] = [];
 
-const manifest = testManifest({ maxConcurrentAllocationsPerController: 100_000, controllerRequestsPerSecond: 1e9, deploymentRequestsPerSecond: 1e9, maxAllocations: 100_000 });
+const manifest = testManifest({
+  maxConcurrentAllocationsPerController: 100_000,
+  controllerRequestsPerSecond: 1e9,
+  deploymentRequestsPerSecond: 1e9,
+  maxAllocations: 100_000,
+});
 
 function tmp(): string {
   const d = mkdtempSync(join(tmpdir(), "bb-stfault-"));
@@ -42,7 +47,13 @@ type Lines = { msg: string; fields: Record<string, unknown> }[];
 
 /** A logger that keeps error lines in `into` (the rest is dropped). */
 function capture(into: Lines): Logger {
-  const l: Logger = { error: (msg, fields) => void into.push({ msg, fields: { ...fields } }), warn: () => {}, info: () => {}, debug: () => {}, child: () => l };
+  const l: Logger = {
+    error: (msg, fields) => void into.push({ msg, fields: { ...fields } }),
+    warn: () => {},
+    info: () => {},
+    debug: () => {},
+    child: () => l,
+  };
   return l;
 }
 
@@ -79,7 +90,9 @@ describe("the data directory", () => {
   test("a second scheduler on the same data directory refuses to start, in-process and as a second bb scheduler serve", async () => {
     const dir = tmp();
     const w = open(dir);
-    expect(() => new SchedulerWorker({ dataDir: dir, manifest, publicUrl: "http://t" })).toThrow(/in use by another process \(PID \d+\)/);
+    expect(() => new SchedulerWorker({ dataDir: dir, manifest, publicUrl: "http://t" })).toThrow(
+      /in use by another process \(PID \d+\)/,
+    );
     await w.close();
     workers.splice(workers.indexOf(w), 1);
     // The lock went with the first one: the directory opens again.
@@ -89,11 +102,17 @@ describe("the data directory", () => {
     const served = tmp();
     const m = ensureDevManifest(served, FAKE_IMAGE_DIGEST).manifestPath;
     const bb = resolve("bin/bb.ts");
-    const first = Bun.spawn([process.execPath, bb, "scheduler", "serve", "--data-dir", served, "--manifest", m, "--listen", "127.0.0.1:0"], { stdout: "pipe", stderr: "pipe" });
+    const first = Bun.spawn(
+      [process.execPath, bb, "scheduler", "serve", "--data-dir", served, "--manifest", m, "--listen", "127.0.0.1:0"],
+      { stdout: "pipe", stderr: "pipe" },
+    );
     try {
       for (let i = 0; i < 100 && !readdirSync(served).includes(STORE_FILE); i++) await Bun.sleep(50);
       await Bun.sleep(200);
-      const second = Bun.spawnSync([process.execPath, bb, "scheduler", "serve", "--data-dir", served, "--manifest", m, "--listen", "127.0.0.1:0"], { stdout: "pipe", stderr: "pipe" });
+      const second = Bun.spawnSync(
+        [process.execPath, bb, "scheduler", "serve", "--data-dir", served, "--manifest", m, "--listen", "127.0.0.1:0"],
+        { stdout: "pipe", stderr: "pipe" },
+      );
       expect(second.exitCode).toBe(1);
       expect(second.stderr.toString() + second.stdout.toString()).toContain("in use by another process");
     } finally {
@@ -105,7 +124,9 @@ describe("the data directory", () => {
   test("a data directory of the earlier per-object-file layout is refused, not silently ignored", () => {
     const dir = tmp();
     writeFileSync(join(dir, "registry.db"), "");
-    expect(() => new SchedulerWorker({ dataDir: dir, manifest, publicUrl: "http://t" })).toThrow(/earlier release .*move the directory aside/);
+    expect(() => new SchedulerWorker({ dataDir: dir, manifest, publicUrl: "http://t" })).toThrow(
+      /earlier release .*move the directory aside/,
+    );
   });
 
   test("storage files are 0600 in a 0700 directory", async () => {
@@ -118,70 +139,88 @@ describe("the data directory", () => {
     for (const f of files) expect([f, statSync(join(dir, f)).mode & 0o777]).toEqual([f, 0o600]);
   });
 
-  test.skipIf(!ROOT)("a read-only data directory refuses to start with a clear error instead of serving 500s", async () => {
-    const dir = tmp();
-    const w = open(dir);
-    await w.createAllocation(C, { clientRequestId: "ro", workloadClass: "small" });
-    await closeAll();
-    sh(["mount", "--bind", dir, dir]);
-    mounts.push(dir);
-    sh(["mount", "-o", "remount,bind,ro", dir]);
-    expect(() => new SchedulerWorker({ dataDir: dir, manifest, publicUrl: "http://t" })).toThrow(/cannot write .*the data directory must be writable/);
-  });
+  test.skipIf(!ROOT)(
+    "a read-only data directory refuses to start with a clear error instead of serving 500s",
+    async () => {
+      const dir = tmp();
+      const w = open(dir);
+      await w.createAllocation(C, { clientRequestId: "ro", workloadClass: "small" });
+      await closeAll();
+      sh(["mount", "--bind", dir, dir]);
+      mounts.push(dir);
+      sh(["mount", "-o", "remount,bind,ro", dir]);
+      expect(() => new SchedulerWorker({ dataDir: dir, manifest, publicUrl: "http://t" })).toThrow(
+        /cannot write .*the data directory must be writable/,
+      );
+    },
+  );
 
-  test.skipIf(!ROOT)("a full disk makes health fail and calls answer 503 STORAGE_UNAVAILABLE; freeing space recovers", async () => {
-    const dir = tmp();
-    sh(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "bb-stfault", dir]);
-    mounts.push(dir);
-    const w = open(join(dir, "data"));
-    w.start();
-    await w.createAllocation(C, { clientRequestId: "before", workloadClass: "small" });
-    const filler = join(dir, "filler");
-    // Leave a little room, then create until the store cannot commit.
-    spawnSync("dd", ["if=/dev/zero", `of=${filler}`, "bs=64k", "count=64"]);
-    let fault = "";
-    for (let i = 0; i < 2000 && !fault; i++) {
-      const code = await codeOf(w.createAllocation(C, { clientRequestId: `fill-${i}`, workloadClass: "small" }));
-      if (code !== "ok") fault = code;
-    }
-    expect(fault).toBe("STORAGE_UNAVAILABLE");
-    expect(w.health().ok).toBe(false);
-    rmSync(filler);
-    await Bun.sleep(1100);
-    expect(w.health()).toEqual({ ok: true, detail: "ok" });
-    expect(await codeOf(w.createAllocation(C, { clientRequestId: "after", workloadClass: "small" }))).toBe("ok");
-  }, 60_000);
+  test.skipIf(!ROOT)(
+    "a full disk makes health fail and calls answer 503 STORAGE_UNAVAILABLE; freeing space recovers",
+    async () => {
+      const dir = tmp();
+      sh(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "bb-stfault", dir]);
+      mounts.push(dir);
+      const w = open(join(dir, "data"));
+      w.start();
+      await w.createAllocation(C, { clientRequestId: "before", workloadClass: "small" });
+      const filler = join(dir, "filler");
+      // Leave a little room, then create until the store cannot commit.
+      spawnSync("dd", ["if=/dev/zero", `of=${filler}`, "bs=64k", "count=64"]);
+      let fault = "";
+      for (let i = 0; i < 2000 && !fault; i++) {
+        const code = await codeOf(w.createAllocation(C, { clientRequestId: `fill-${i}`, workloadClass: "small" }));
+        if (code !== "ok") fault = code;
+      }
+      expect(fault).toBe("STORAGE_UNAVAILABLE");
+      expect(w.health().ok).toBe(false);
+      rmSync(filler);
+      await Bun.sleep(1100);
+      expect(w.health()).toEqual({ ok: true, detail: "ok" });
+      expect(await codeOf(w.createAllocation(C, { clientRequestId: "after", workloadClass: "small" }))).toBe("ok");
+    },
+    60_000,
+  );
 });
 
 describe("health follows real writes, and storage errors name the code, the file and the next step", () => {
-  test.skipIf(!ROOT)("a full disk: health stays 503 with SQLITE_FULL while creates fail, even though a tiny probe write still fits; one error line names the code and the file", async () => {
-    const dir = tmp();
-    sh(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "bb-stfault", dir]);
-    mounts.push(dir);
-    const lines: Lines = [];
-    const w = open(join(dir, "data"), capture(lines));
-    w.start();
-    await w.createAllocation(C, { clientRequestId: "before", workloadClass: "small" });
-    const filler = join(dir, "filler");
-    spawnSync("dd", ["if=/dev/zero", `of=${filler}`, "bs=64k", "count=64"]);
-    const codes: string[] = [];
-    for (let i = 0; i < 2000 && !codes.includes("STORAGE_UNAVAILABLE"); i++) codes.push(await codeOf(w.createAllocation(C, { clientRequestId: `fill-${i}`, workloadClass: "small" })));
-    // Creates keep failing past the probe interval; health must say so each time (the probe then runs again).
-    for (let round = 0; round < 3; round++) {
+  test.skipIf(!ROOT)(
+    "a full disk: health stays 503 with SQLITE_FULL while creates fail, even though a tiny probe write still fits; one error line names the code and the file",
+    async () => {
+      const dir = tmp();
+      sh(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "bb-stfault", dir]);
+      mounts.push(dir);
+      const lines: Lines = [];
+      const w = open(join(dir, "data"), capture(lines));
+      w.start();
+      await w.createAllocation(C, { clientRequestId: "before", workloadClass: "small" });
+      const filler = join(dir, "filler");
+      spawnSync("dd", ["if=/dev/zero", `of=${filler}`, "bs=64k", "count=64"]);
+      const codes: string[] = [];
+      for (let i = 0; i < 2000 && !codes.includes("STORAGE_UNAVAILABLE"); i++)
+        codes.push(await codeOf(w.createAllocation(C, { clientRequestId: `fill-${i}`, workloadClass: "small" })));
+      // Creates keep failing past the probe interval; health must say so each time (the probe then runs again).
+      for (let round = 0; round < 3; round++) {
+        await Bun.sleep(1100);
+        expect(await codeOf(w.createAllocation(C, { clientRequestId: `more-${round}`, workloadClass: "small" }))).toBe(
+          "STORAGE_UNAVAILABLE",
+        );
+        const h = w.health();
+        expect([h.ok, h.code]).toEqual([false, "SQLITE_FULL"]);
+        expect(h.detail).toContain(join(dir, "data", STORE_FILE));
+        expect(h.detail).toContain("free space");
+      }
+      const faults = lines.filter((l) => l.msg === "storage write failed");
+      expect(faults.map((l) => [l.fields["code"], l.fields["file"]])).toEqual([
+        ["SQLITE_FULL", join(dir, "data", STORE_FILE)],
+      ]);
+      rmSync(filler);
       await Bun.sleep(1100);
-      expect(await codeOf(w.createAllocation(C, { clientRequestId: `more-${round}`, workloadClass: "small" }))).toBe("STORAGE_UNAVAILABLE");
-      const h = w.health();
-      expect([h.ok, h.code]).toEqual([false, "SQLITE_FULL"]);
-      expect(h.detail).toContain(join(dir, "data", STORE_FILE));
-      expect(h.detail).toContain("free space");
-    }
-    const faults = lines.filter((l) => l.msg === "storage write failed");
-    expect(faults.map((l) => [l.fields["code"], l.fields["file"]])).toEqual([["SQLITE_FULL", join(dir, "data", STORE_FILE)]]);
-    rmSync(filler);
-    await Bun.sleep(1100);
-    expect(w.health()).toEqual({ ok: true, detail: "ok" });
-    expect(await codeOf(w.createAllocation(C, { clientRequestId: "after", workloadClass: "small" }))).toBe("ok");
-  }, 60_000);
+      expect(w.health()).toEqual({ ok: true, detail: "ok" });
+      expect(await codeOf(w.createAllocation(C, { clientRequestId: "after", workloadClass: "small" }))).toBe("ok");
+    },
+    60_000,
+  );
 
   test("a corrupted page: writes that meet it are 503, and health is 503 with SQLITE_CORRUPT until the file is restored (no probe clears it)", async () => {
     const dir = tmp();
@@ -190,7 +229,9 @@ describe("health follows real writes, and storage errors name the code, the file
     await closeAll();
     const file = join(dir, STORE_FILE);
     const db = new Database(file);
-    const { rootpage } = db.query("SELECT rootpage FROM sqlite_master WHERE name = 'allocation'").get() as { rootpage: number };
+    const { rootpage } = db.query("SELECT rootpage FROM sqlite_master WHERE name = 'allocation'").get() as {
+      rootpage: number;
+    };
     const pageSize = (db.query("PRAGMA page_size").get() as { page_size: number }).page_size;
     db.close();
     const fd = openSync(file, "r+");
@@ -199,14 +240,18 @@ describe("health follows real writes, and storage errors name the code, the file
     const lines: Lines = [];
     const w2 = open(dir, capture(lines));
     expect(w2.health().ok).toBe(true);
-    expect(await codeOf(w2.createAllocation(C, { clientRequestId: "after-damage", workloadClass: "small" }))).toBe("STORAGE_UNAVAILABLE");
+    expect(await codeOf(w2.createAllocation(C, { clientRequestId: "after-damage", workloadClass: "small" }))).toBe(
+      "STORAGE_UNAVAILABLE",
+    );
     for (let round = 0; round < 2; round++) {
       const h = w2.health();
       expect([h.ok, h.code]).toEqual([false, "SQLITE_CORRUPT"]);
       expect(h.detail).toContain(`restore ${file} from a backup`);
       await Bun.sleep(1100);
     }
-    expect(lines.filter((l) => l.msg === "storage write failed").map((l) => [l.fields["code"], l.fields["file"]])).toEqual([["SQLITE_CORRUPT", file]]);
+    expect(
+      lines.filter((l) => l.msg === "storage write failed").map((l) => [l.fields["code"], l.fields["file"]]),
+    ).toEqual([["SQLITE_CORRUPT", file]]);
   });
 
   test("a truncated store refuses to start naming the file, the code and what to do", async () => {
@@ -222,7 +267,9 @@ describe("health follows real writes, and storage errors name the code, the file
     } catch (e) {
       said = (e as Error).message;
     }
-    expect(said).toBe(`the scheduler's store ${file} is damaged (SQLITE_CORRUPT: database disk image is malformed): stop the scheduler, restore ${file} from a backup (or move the data directory aside to start empty), then start it again`);
+    expect(said).toBe(
+      `the scheduler's store ${file} is damaged (SQLITE_CORRUPT: database disk image is malformed): stop the scheduler, restore ${file} from a backup (or move the data directory aside to start empty), then start it again`,
+    );
     // The lock went with the failed start: the directory is free for the restored file.
     rmSync(file);
     open(dir);
@@ -248,7 +295,10 @@ describe("damaged and missing object state", () => {
     const page = await w2.listAllocations(C, null, 50);
     expect(page.items.map((v) => v.allocationId).sort()).toEqual([good.allocationId, bad.allocationId].sort());
     await w2.runtime.idle();
-    expect((await w2.alerts(O, 0, 50)).map((a) => [a.type, a.subject])).toContainEqual(["object.quarantined", `Allocation ${bad.allocationId}`]);
+    expect((await w2.alerts(O, 0, 50)).map((a) => [a.type, a.subject])).toContainEqual([
+      "object.quarantined",
+      `Allocation ${bad.allocationId}`,
+    ]);
     // Quarantine outlives a restart: the object is not re-read as if it were healthy.
     await closeAll();
     expect(await codeOf(open(dir).getAllocation(C, bad.allocationId))).toBe("OBJECT_DAMAGED");
@@ -265,7 +315,9 @@ describe("damaged and missing object state", () => {
     db.close();
     const w2 = open(dir);
     expect(await codeOf(w2.getAllocation(C, v.allocationId))).toBe("OBJECT_DAMAGED");
-    expect(await codeOf(w2.createAllocation(C, { clientRequestId: "gone", workloadClass: "small" }))).toBe("OBJECT_DAMAGED");
+    expect(await codeOf(w2.createAllocation(C, { clientRequestId: "gone", workloadClass: "small" }))).toBe(
+      "OBJECT_DAMAGED",
+    );
     // A never-created allocation is still simply absent.
     expect(await codeOf(w2.getAllocation(C, `alloc_${"0".repeat(32)}`))).toBe("NOT_FOUND");
   });
@@ -276,21 +328,54 @@ describe("open descriptors", () => {
     const dir = tmp();
     const m = ensureDevManifest(dir, FAKE_IMAGE_DIGEST).manifestPath;
     const cfg = JSON.parse(await Bun.file(m).text()) as DeploymentManifest;
-    cfg.limits = { ...cfg.limits, maxConcurrentAllocationsPerController: 10_000, controllerRequestsPerSecond: 1e9, deploymentRequestsPerSecond: 1e9 };
+    cfg.limits = {
+      ...cfg.limits,
+      maxConcurrentAllocationsPerController: 10_000,
+      controllerRequestsPerSecond: 1e9,
+      deploymentRequestsPerSecond: 1e9,
+    };
     writeFileSync(m, JSON.stringify(cfg));
     const token = (JSON.parse(await Bun.file(join(dir, "client.json")).text()) as { token: string }).token;
     const data = join(dir, "data");
     mkdirSync(data);
     const port = 20_000 + Math.floor(Math.random() * 20_000);
-    const proc = Bun.spawn(["prlimit", "--nofile=64:64", process.execPath, resolve("bin/bb.ts"), "scheduler", "serve", "--data-dir", data, "--manifest", m, "--listen", `127.0.0.1:${port}`], { stdout: "pipe", stderr: "pipe" });
+    const proc = Bun.spawn(
+      [
+        "prlimit",
+        "--nofile=64:64",
+        process.execPath,
+        resolve("bin/bb.ts"),
+        "scheduler",
+        "serve",
+        "--data-dir",
+        data,
+        "--manifest",
+        m,
+        "--listen",
+        `127.0.0.1:${port}`,
+      ],
+      { stdout: "pipe", stderr: "pipe" },
+    );
     try {
       const url = `http://127.0.0.1:${port}`;
-      for (let i = 0; i < 200 && !(await fetch(`${url}/healthz`).then((r) => r.ok).catch(() => false)); i++) await Bun.sleep(50);
+      for (
+        let i = 0;
+        i < 200 &&
+        !(await fetch(`${url}/healthz`)
+          .then((r) => r.ok)
+          .catch(() => false));
+        i++
+      )
+        await Bun.sleep(50);
       let ok = 0;
       for (let i = 0; i < 600; i += 20) {
         const rs = await Promise.all(
           Array.from({ length: 20 }, (_, j) =>
-            fetch(`${url}/v1/allocations`, { method: "POST", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }, body: JSON.stringify({ clientRequestId: `fd-${i + j}`, workloadClass: "ci-small" }) }),
+            fetch(`${url}/v1/allocations`, {
+              method: "POST",
+              headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+              body: JSON.stringify({ clientRequestId: `fd-${i + j}`, workloadClass: "ci-small" }),
+            }),
           ),
         );
         ok += rs.filter((r) => r.status === 201).length;
@@ -299,7 +384,9 @@ describe("open descriptors", () => {
       const fds = readdirSync(`/proc/${proc.pid}/fd`).length;
       console.log(`open descriptors after 600 allocations: ${fds} (limit 64)`);
       expect(fds).toBeLessThan(64);
-      const list = (await (await fetch(`${url}/v1/allocations?limit=200`, { headers: { authorization: `Bearer ${token}` } })).json()) as { items: unknown[] };
+      const list = (await (
+        await fetch(`${url}/v1/allocations?limit=200`, { headers: { authorization: `Bearer ${token}` } })
+      ).json()) as { items: unknown[] };
       expect(list.items).toHaveLength(200);
     } finally {
       proc.kill("SIGTERM");

@@ -78,7 +78,9 @@ describe.skipIf(!!skipReason)("TUN through bun:ffi", () => {
         if (u && u.dport === 9999) received.push(Buffer.from(u.payload));
       }
     });
-    const send = Bun.spawn(ns.exec([process.execPath, peer, "send", "10.77.0.2", "9999", String(COUNT), "1372"]), { stdout: "pipe" });
+    const send = Bun.spawn(ns.exec([process.execPath, peer, "send", "10.77.0.2", "9999", String(COUNT), "1372"]), {
+      stdout: "pipe",
+    });
     expect(await new Response(send.stdout).text()).toContain(`sent ${COUNT}`);
     for (let i = 0; i < 200 && received.length < COUNT; i++) await Bun.sleep(10);
     expect(received.length).toBe(COUNT);
@@ -92,7 +94,9 @@ describe.skipIf(!!skipReason)("TUN through bun:ffi", () => {
     // reports every 25 datagrams and we send the next 25 only then, so a receiver descheduled on a loaded
     // machine never finds its socket buffer overrun (UDP would drop, and the test would measure the load).
     const STEP = 25;
-    const recv = Bun.spawn(ns.exec([process.execPath, peer, "recv", "10.77.0.1", "9998", "500", String(STEP)]), { stdout: "pipe" });
+    const recv = Bun.spawn(ns.exec([process.execPath, peer, "recv", "10.77.0.1", "9998", "500", String(STEP)]), {
+      stdout: "pipe",
+    });
     const lines = recv.stdout.pipeThrough(new TextDecoderStream()).getReader();
     let buffered = "";
     const nextLine = async (): Promise<string> => {
@@ -146,7 +150,10 @@ await dev.close();
 `,
     );
     const out = join(dir, "tunread");
-    const build = Bun.spawnSync([process.execPath, "build", "--compile", entry, join(repo, "native/tun/reader.worker.ts"), "--outfile", out], { cwd: repo, stderr: "pipe" });
+    const build = Bun.spawnSync(
+      [process.execPath, "build", "--compile", entry, join(repo, "native/tun/reader.worker.ts"), "--outfile", out],
+      { cwd: repo, stderr: "pipe" },
+    );
     expect(build.exitCode, build.stderr.toString()).toBe(0);
     const name = `${DEV}c`;
     const proc = Bun.spawn([out, name], { stdout: "pipe", stderr: "inherit" });
@@ -155,7 +162,9 @@ await dev.close();
     sh(["ip", "link", "set", name, "netns", NS]);
     ns!.ip("addr", "add", "10.77.1.1/24", "dev", name);
     ns!.ip("link", "set", name, "up");
-    const send = Bun.spawn(ns!.exec([process.execPath, peer, "send", "10.77.1.2", "9999", "3", "100"]), { stdout: "ignore" });
+    const send = Bun.spawn(ns!.exec([process.execPath, peer, "send", "10.77.1.2", "9999", "3", "100"]), {
+      stdout: "ignore",
+    });
     await send.exited;
     let text = "";
     for (;;) {

@@ -21,7 +21,11 @@ import { AgentDaemon } from "../../src/agent/daemon.ts";
 import { agentPaths } from "../../src/agent/config.ts";
 import { MemoryLog } from "../../src/agent/fakePorts.ts";
 import { placementDirName } from "../../src/agent/resourceNames.ts";
-import { createPlacementCgroup, removePlacementCgroup, type PlacementCgroup } from "../../src/agent/isolation/cgroups/placementCgroup.ts";
+import {
+  createPlacementCgroup,
+  removePlacementCgroup,
+  type PlacementCgroup,
+} from "../../src/agent/isolation/cgroups/placementCgroup.ts";
 import { DEFAULT_CGROUP_POLICY } from "../../src/agent/isolation/cgroups/policy.ts";
 import { placementLimits } from "../../src/agent/isolation/cgroups/limits.ts";
 
@@ -50,7 +54,8 @@ async function waitFor<T>(what: string, fn: () => Promise<T | undefined | null |
   for (;;) {
     const v = await fn();
     if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}\nagent log:\n${logB.lines.slice(-30).join("\n")}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out waiting for ${what}\nagent log:\n${logB.lines.slice(-30).join("\n")}`);
     await Bun.sleep(200);
   }
 }
@@ -70,8 +75,19 @@ d("two agents on one machine", () => {
     s = await startTestScheduler();
     // host-a's running VM, as its agent leaves it on the machine.
     expect(Bun.spawnSync(["ip", "netns", "add", nameA]).exitCode).toBe(0);
-    cgroupA = createPlacementCgroup(nameA, placementLimits({ cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 64 }, DEFAULT_CGROUP_POLICY), DEFAULT_CGROUP_POLICY);
-    vmmStandIn = Bun.spawn(["bash", "-c", `exec -a qemu-system-x86_64 /usr/bin/python3 -c 'import time; time.sleep(600)' -M microvm -name ${nameA}`], { stdout: "ignore", stderr: "ignore" });
+    cgroupA = createPlacementCgroup(
+      nameA,
+      placementLimits({ cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 64 }, DEFAULT_CGROUP_POLICY),
+      DEFAULT_CGROUP_POLICY,
+    );
+    vmmStandIn = Bun.spawn(
+      [
+        "bash",
+        "-c",
+        `exec -a qemu-system-x86_64 /usr/bin/python3 -c 'import time; time.sleep(600)' -M microvm -name ${nameA}`,
+      ],
+      { stdout: "ignore", stderr: "ignore" },
+    );
     // host-a's endpoint holds its UDP port.
     const held = await Bun.udpSocket({ hostname: "127.0.0.1", port: 0 });
     udpA = held;
@@ -84,7 +100,11 @@ d("two agents on one machine", () => {
     await joinScheduler({ schedulerUrl: s.url, token: t.token, dataDir: dataB, imageDirs: [] });
     const cfgPath = agentPaths(dataB).config;
     const cfg = JSON.parse(readFileSync(cfgPath, "utf8")) as Record<string, unknown>;
-    cfg["connections"] = { verificationKeys: { k1: Buffer.alloc(32, 7).toString("base64") }, listenAddress: "127.0.0.1", listenPort: held.port };
+    cfg["connections"] = {
+      verificationKeys: { k1: Buffer.alloc(32, 7).toString("base64") },
+      listenAddress: "127.0.0.1",
+      listenPort: held.port,
+    };
     writeFileSync(cfgPath, JSON.stringify(cfg));
     agentB = await AgentDaemon.start({ dataDir: dataB, log: logB });
 
@@ -94,27 +114,45 @@ d("two agents on one machine", () => {
     expect(String(clash?.fields["error"])).toContain("its own connections.listenPort");
 
     // host-a's resources: reported as another host's, never quarantined.
-    const others = logB.records.filter((r) => r.msg.startsWith("resource of another host")).map((r) => `${r.fields["kind"]} ${r.fields["name"]}`);
+    const others = logB.records
+      .filter((r) => r.msg.startsWith("resource of another host"))
+      .map((r) => `${r.fields["kind"]} ${r.fields["name"]}`);
     expect(others).toContain(`netns ${nameA}`);
     expect(others).toContain(`cgroup ${nameA}`);
     expect(others.some((o) => o.startsWith(`process ${nameA} (pid `))).toBe(true);
-    const quarantined = logB.records.filter((r) => r.msg.startsWith("foreign resource quarantined")).map((r) => `${r.fields["kind"]} ${r.fields["name"]}`);
+    const quarantined = logB.records
+      .filter((r) => r.msg.startsWith("foreign resource quarantined"))
+      .map((r) => `${r.fields["kind"]} ${r.fields["name"]}`);
     expect(quarantined).toContain(`netns ${orphanB}`);
     expect(quarantined.filter((q) => q.includes(nameA))).toEqual([]);
     // Other developers' VMs on a shared machine, named the old way (untagged), count as this host's: noted, not asserted.
     const noise = quarantined.filter((q) => q !== `netns ${orphanB}`);
-    if (noise.length) console.log(`two-agents: untagged resources of others on this machine are quarantined too: ${noise.join(", ")}`);
-    const first = await waitFor("host-b's first heartbeat", async () => ((await hostB())?.heartbeatAt ? hostB() : null), 20_000);
+    if (noise.length)
+      console.log(`two-agents: untagged resources of others on this machine are quarantined too: ${noise.join(", ")}`);
+    const first = await waitFor(
+      "host-b's first heartbeat",
+      async () => ((await hostB())?.heartbeatAt ? hostB() : null),
+      20_000,
+    );
     expect(first!.unschedulable).toContain("ISOLATION_UNHEALTHY");
 
     // The operator resolves the orphan: host-b turns healthy without a restart; host-a's VM is still there.
     expect(Bun.spawnSync(["ip", "netns", "delete", orphanB]).exitCode).toBe(0);
-    await waitFor("the orphan leaving the quarantine", async () => logB.records.some((r) => r.msg === "quarantined resource gone" && r.fields["resource"] === `netns ${orphanB}`), 60_000);
+    await waitFor(
+      "the orphan leaving the quarantine",
+      async () =>
+        logB.records.some((r) => r.msg === "quarantined resource gone" && r.fields["resource"] === `netns ${orphanB}`),
+      60_000,
+    );
     if (noise.length) return; // the rest of the quarantine is someone else's, still there
-    const healthy = await waitFor("host-b healthy again", async () => {
-      const h = await hostB();
-      return h && !h.unschedulable.includes("ISOLATION_UNHEALTHY") ? h : null;
-    }, 60_000);
+    const healthy = await waitFor(
+      "host-b healthy again",
+      async () => {
+        const h = await hostB();
+        return h && !h.unschedulable.includes("ISOLATION_UNHEALTHY") ? h : null;
+      },
+      60_000,
+    );
     expect(healthy.unschedulable).toEqual([]);
     expect(logB.records.some((r) => r.msg.startsWith("quarantine cleared"))).toBe(true);
     expect(vmmStandIn.exitCode).toBeNull();

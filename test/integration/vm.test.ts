@@ -13,7 +13,11 @@ import { join, resolve } from "node:path";
 import { createHash, randomBytes } from "node:crypto";
 import { buildDevImage } from "../../src/image/devBuild.ts";
 import { verifyImage } from "../../src/image/verify.ts";
-import { createPlacementNetwork, destroyPlacementNetwork, listPlacementNetworks } from "../../src/agent/isolation/placementNet.ts";
+import {
+  createPlacementNetwork,
+  destroyPlacementNetwork,
+  listPlacementNetworks,
+} from "../../src/agent/isolation/placementNet.ts";
 import type { VmHandle, VmSpec } from "../../src/agent/vmm/driver.ts";
 import { QemuMicrovmDriver } from "../../src/agent/vmm/qemu.ts";
 import { GUEST_CMDLINE_KEYS, NdjsonDecoder, encodeGuestMessage, type HostToGuest } from "../../src/protocol/guest.ts";
@@ -21,12 +25,21 @@ import { GUEST_CMDLINE_KEYS, NdjsonDecoder, encodeGuestMessage, type HostToGuest
 const repo = resolve(import.meta.dir, "../..");
 const bun = process.execPath;
 const skipReason =
-  process.getuid?.() !== 0 ? "not root" : !Bun.which("qemu-system-x86_64") ? "qemu-system-x86_64 missing" : !Bun.which("ip") ? "ip missing" : "";
-if (skipReason) console.log(`SKIP test/integration/vm.test.ts: ${skipReason} (needs root, qemu-system-x86_64 and iproute2)`);
+  process.getuid?.() !== 0
+    ? "not root"
+    : !Bun.which("qemu-system-x86_64")
+      ? "qemu-system-x86_64 missing"
+      : !Bun.which("ip")
+        ? "ip missing"
+        : "";
+if (skipReason)
+  console.log(`SKIP test/integration/vm.test.ts: ${skipReason} (needs root, qemu-system-x86_64 and iproute2)`);
 
 const work = mkdtempSync(join(tmpdir(), "bb-vm-test-"));
 const netns = `bb-${randomBytes(6).toString("hex")}`;
-const driver = new QemuMicrovmDriver({ accel: (process.env.BB_TEST_VM_ACCEL as "auto" | "kvm" | "tcg" | undefined) ?? "auto" });
+const driver = new QemuMicrovmDriver({
+  accel: (process.env.BB_TEST_VM_ACCEL as "auto" | "kvm" | "tcg" | undefined) ?? "auto",
+});
 let handle: VmHandle | undefined;
 
 afterAll(async () => {
@@ -40,11 +53,22 @@ async function compileBb(): Promise<string> {
   const buildDir = join(repo, ".bb/test-build"); // stable paths keep the binary (and so the image) reusable
   mkdirSync(buildDir, { recursive: true });
   const out = join(buildDir, "bb");
-  const full = Bun.spawnSync([bun, "build", "--compile", join(repo, "bin/bb.ts"), "--outfile", out], { stderr: "pipe" });
+  const full = Bun.spawnSync([bun, "build", "--compile", join(repo, "bin/bb.ts"), "--outfile", out], {
+    stderr: "pipe",
+  });
   if (full.exitCode === 0) return out;
-  console.log(`vm.test: bin/bb.ts does not compile yet (${full.stderr.toString().split("\n").find((l) => l.includes("error:"))?.trim()}); using a guest-only bb`);
+  console.log(
+    `vm.test: bin/bb.ts does not compile yet (${full.stderr
+      .toString()
+      .split("\n")
+      .find((l) => l.includes("error:"))
+      ?.trim()}); using a guest-only bb`,
+  );
   const entry = join(buildDir, "guest-entry.ts");
-  writeFileSync(entry, `import { runGuest } from ${JSON.stringify(join(repo, "src/guest/main.ts"))};\nawait runGuest();\n`);
+  writeFileSync(
+    entry,
+    `import { runGuest } from ${JSON.stringify(join(repo, "src/guest/main.ts"))};\nawait runGuest();\n`,
+  );
   const guest = Bun.spawnSync([bun, "build", "--compile", entry, "--outfile", out], { stderr: "pipe" });
   if (guest.exitCode !== 0) throw new Error(`guest-only build failed: ${guest.stderr}`);
   return out;
@@ -53,12 +77,15 @@ async function compileBb(): Promise<string> {
 /** Starts the VM from a separate process (a stand-in agent), then SIGKILLs that process. */
 async function startFromDoomedAgent(spec: VmSpec): Promise<VmHandle> {
   const script = join(work, "agent-stub.ts");
-  writeFileSync(script, `import { QemuMicrovmDriver } from ${JSON.stringify(join(repo, "src/agent/vmm/qemu.ts"))};
+  writeFileSync(
+    script,
+    `import { QemuMicrovmDriver } from ${JSON.stringify(join(repo, "src/agent/vmm/qemu.ts"))};
 const accel = ${JSON.stringify(process.env.BB_TEST_VM_ACCEL ?? "auto")};
 const h = await new QemuMicrovmDriver({ accel }).start(JSON.parse(process.argv[2]));
 console.log(JSON.stringify(h));
 setInterval(() => {}, 1000);
-`);
+`,
+  );
   const agent = Bun.spawn([bun, script, JSON.stringify(spec)], { stdout: "pipe", stderr: "inherit" });
   const reader = agent.stdout.getReader();
   let text = "";
@@ -72,96 +99,151 @@ setInterval(() => {}, 1000);
   return JSON.parse(text) as VmHandle;
 }
 
-test.skipIf(!!skipReason)("dev image boots, runs one payload, survives agent SIGKILL, shuts down clean", async () => {
-  const bb = await compileBb();
-  let t = performance.now();
-  const img = await buildDevImage({ outDir: join(repo, ".bb/test-images/dev"), cacheDir: join(repo, ".bb/cache"), bbBinaryPath: bb });
-  console.log(`vm.test: image ${img.reused ? "reused" : "built"} in ${Math.round(performance.now() - t)} ms: ${img.digest}`);
-  expect((await verifyImage(img.dir, img.digest)).rootfsFormat).toBe("ext4");
+test.skipIf(!!skipReason)(
+  "dev image boots, runs one payload, survives agent SIGKILL, shuts down clean",
+  async () => {
+    const bb = await compileBb();
+    let t = performance.now();
+    const img = await buildDevImage({
+      outDir: join(repo, ".bb/test-images/dev"),
+      cacheDir: join(repo, ".bb/cache"),
+      bbBinaryPath: bb,
+    });
+    console.log(
+      `vm.test: image ${img.reused ? "reused" : "built"} in ${Math.round(performance.now() - t)} ms: ${img.digest}`,
+    );
+    expect((await verifyImage(img.dir, img.digest)).rootfsFormat).toBe("ext4");
 
-  const net = await createPlacementNetwork(netns);
-  expect(await listPlacementNetworks()).toContain(netns);
-  const dir = join(work, "alloc");
-  mkdirSync(dir);
-  const rootDisk = join(dir, "rootfs.ext4");
-  expect(Bun.spawnSync(["cp", "--sparse=always", join(img.dir, img.manifest.rootfs.path), rootDisk]).exitCode).toBe(0);
-  const identity = { allocationId: "alloc-test-1", placementId: "plc-test-1", generation: 7, nonce: randomBytes(32).toString("hex") };
-  const spec: VmSpec = {
-    instanceId: netns, dir, vcpus: 1, memoryMiB: 256,
-    kernelPath: join(img.dir, img.manifest.kernel.path), initrdPath: join(img.dir, img.manifest.initrd!.path), rootDiskPath: rootDisk,
-    netns: net.netns, tapName: net.tapName, consoleLogPath: join(dir, "console.log"), controlSocketPath: join(dir, "ctl.sock"),
-    kernelArgs: [
-      ...net.guestKernelArgs,
-      `${GUEST_CMDLINE_KEYS.allocationId}=${identity.allocationId}`, `${GUEST_CMDLINE_KEYS.placementId}=${identity.placementId}`,
-      `${GUEST_CMDLINE_KEYS.generation}=${identity.generation}`, `${GUEST_CMDLINE_KEYS.nonce}=${identity.nonce}`,
-    ],
-  };
+    const net = await createPlacementNetwork(netns);
+    expect(await listPlacementNetworks()).toContain(netns);
+    const dir = join(work, "alloc");
+    mkdirSync(dir);
+    const rootDisk = join(dir, "rootfs.ext4");
+    expect(Bun.spawnSync(["cp", "--sparse=always", join(img.dir, img.manifest.rootfs.path), rootDisk]).exitCode).toBe(
+      0,
+    );
+    const identity = {
+      allocationId: "alloc-test-1",
+      placementId: "plc-test-1",
+      generation: 7,
+      nonce: randomBytes(32).toString("hex"),
+    };
+    const spec: VmSpec = {
+      instanceId: netns,
+      dir,
+      vcpus: 1,
+      memoryMiB: 256,
+      kernelPath: join(img.dir, img.manifest.kernel.path),
+      initrdPath: join(img.dir, img.manifest.initrd!.path),
+      rootDiskPath: rootDisk,
+      netns: net.netns,
+      tapName: net.tapName,
+      consoleLogPath: join(dir, "console.log"),
+      controlSocketPath: join(dir, "ctl.sock"),
+      kernelArgs: [
+        ...net.guestKernelArgs,
+        `${GUEST_CMDLINE_KEYS.allocationId}=${identity.allocationId}`,
+        `${GUEST_CMDLINE_KEYS.placementId}=${identity.placementId}`,
+        `${GUEST_CMDLINE_KEYS.generation}=${identity.generation}`,
+        `${GUEST_CMDLINE_KEYS.nonce}=${identity.nonce}`,
+      ],
+    };
 
-  t = performance.now();
-  handle = await startFromDoomedAgent(spec);
-  expect(await driver.isAlive(handle)).toBe(true); // survived its parent's SIGKILL
-  expect(await driver.isAlive({ ...handle, startTime: handle.startTime + 1 })).toBe(false);
-  expect(await driver.isAlive({ ...handle, instanceId: "bb-someoneelse" })).toBe(false);
+    t = performance.now();
+    handle = await startFromDoomedAgent(spec);
+    expect(await driver.isAlive(handle)).toBe(true); // survived its parent's SIGKILL
+    expect(await driver.isAlive({ ...handle, startTime: handle.startTime + 1 })).toBe(false);
+    expect(await driver.isAlive({ ...handle, instanceId: "bb-someoneelse" })).toBe(false);
 
-  let ch = await driver.connectControl(spec, 10_000);
-  const inbox: Record<string, unknown>[] = [];
-  const attach = () => {
-    const dec = new NdjsonDecoder();
-    ch.onData((c) => inbox.push(...dec.push(c).messages));
-  };
-  attach();
-  const next = async (type: string, timeoutMs: number) => {
-    const deadline = performance.now() + timeoutMs;
-    for (;;) {
-      const i = inbox.findIndex((m) => m.type === type);
-      if (i >= 0) return inbox.splice(i, 1)[0]!;
-      if (performance.now() > deadline) throw new Error(`no ${type} within ${timeoutMs} ms; got ${JSON.stringify(inbox)}`);
-      await Bun.sleep(10);
-    }
-  };
-  const send = (m: HostToGuest) => ch.send(encodeGuestMessage(m));
+    let ch = await driver.connectControl(spec, 10_000);
+    const inbox: Record<string, unknown>[] = [];
+    const attach = () => {
+      const dec = new NdjsonDecoder();
+      ch.onData((c) => inbox.push(...dec.push(c).messages));
+    };
+    attach();
+    const next = async (type: string, timeoutMs: number) => {
+      const deadline = performance.now() + timeoutMs;
+      for (;;) {
+        const i = inbox.findIndex((m) => m.type === type);
+        if (i >= 0) return inbox.splice(i, 1)[0]!;
+        if (performance.now() > deadline)
+          throw new Error(`no ${type} within ${timeoutMs} ms; got ${JSON.stringify(inbox)}`);
+        await Bun.sleep(10);
+      }
+    };
+    const send = (m: HostToGuest) => ch.send(encodeGuestMessage(m));
 
-  const ready = await next("guest_ready", 90_000);
-  console.log(`vm.test: guest_ready ${Math.round(performance.now() - t)} ms after start (${driver.accelerator ?? "auto"})`);
-  expect(ready).toMatchObject({ ...identity, guestVersion: "0.1.0" });
-  expect(String(ready.bootId)).toMatch(/^[0-9a-f]{32}$/);
+    const ready = await next("guest_ready", 90_000);
+    console.log(
+      `vm.test: guest_ready ${Math.round(performance.now() - t)} ms after start (${driver.accelerator ?? "auto"})`,
+    );
+    expect(ready).toMatchObject({ ...identity, guestVersion: "0.1.0" });
+    expect(String(ready.bootId)).toMatch(/^[0-9a-f]{32}$/);
 
-  send({ type: "ping", id: "p1" });
-  expect(await next("pong", 10_000)).toEqual({ type: "pong", id: "p1" });
-  send({ type: "bootstrap", deliveryId: "d0", contentType: "application/json", dataBase64: "e30=" });
-  expect(await next("bootstrap_rejected", 10_000)).toMatchObject({ deliveryId: "d0" });
+    send({ type: "ping", id: "p1" });
+    expect(await next("pong", 10_000)).toEqual({ type: "pong", id: "p1" });
+    send({ type: "bootstrap", deliveryId: "d0", contentType: "application/json", dataBase64: "e30=" });
+    expect(await next("bootstrap_rejected", 10_000)).toMatchObject({ deliveryId: "d0" });
 
-  const payload = Buffer.from("echo payload-says-hello-$((40+2))\nexit 3\n");
-  const digest = `sha256:${createHash("sha256").update(payload).digest("hex")}`;
-  send({ type: "bootstrap", deliveryId: "d1", contentType: "text/x-shellscript", dataBase64: payload.toString("base64") });
-  expect(await next("bootstrap_consumed", 10_000)).toEqual({ type: "bootstrap_consumed", deliveryId: "d1", digest });
-  expect(await next("workload_exited", 30_000)).toEqual({ type: "workload_exited", deliveryId: "d1", exitCode: 3 });
-  send({ type: "bootstrap", deliveryId: "d1", contentType: "text/x-shellscript", dataBase64: payload.toString("base64") });
-  expect(await next("bootstrap_consumed", 10_000)).toEqual({ type: "bootstrap_consumed", deliveryId: "d1", digest });
-  send({ type: "bootstrap", deliveryId: "d2", contentType: "text/x-shellscript", dataBase64: payload.toString("base64") });
-  expect(await next("bootstrap_rejected", 10_000)).toMatchObject({ deliveryId: "d2" });
+    const payload = Buffer.from("echo payload-says-hello-$((40+2))\nexit 3\n");
+    const digest = `sha256:${createHash("sha256").update(payload).digest("hex")}`;
+    send({
+      type: "bootstrap",
+      deliveryId: "d1",
+      contentType: "text/x-shellscript",
+      dataBase64: payload.toString("base64"),
+    });
+    expect(await next("bootstrap_consumed", 10_000)).toEqual({ type: "bootstrap_consumed", deliveryId: "d1", digest });
+    expect(await next("workload_exited", 30_000)).toEqual({ type: "workload_exited", deliveryId: "d1", exitCode: 3 });
+    send({
+      type: "bootstrap",
+      deliveryId: "d1",
+      contentType: "text/x-shellscript",
+      dataBase64: payload.toString("base64"),
+    });
+    expect(await next("bootstrap_consumed", 10_000)).toEqual({ type: "bootstrap_consumed", deliveryId: "d1", digest });
+    send({
+      type: "bootstrap",
+      deliveryId: "d2",
+      contentType: "text/x-shellscript",
+      dataBase64: payload.toString("base64"),
+    });
+    expect(await next("bootstrap_rejected", 10_000)).toMatchObject({ deliveryId: "d2" });
 
-  const console_ = readFileSync(spec.consoleLogPath, "utf8").replaceAll("\r\n", "\n"); // the serial tty adds CR
-  expect(console_).toContain("BEACHBALL_JOB_START\npayload-says-hello-42\n");
-  expect(console_).toContain("BEACHBALL_JOB_EXIT 3");
-  expect(console_).not.toContain("echo payload-says-hello"); // the payload text itself never reaches the console
+    const console_ = readFileSync(spec.consoleLogPath, "utf8").replaceAll("\r\n", "\n"); // the serial tty adds CR
+    expect(console_).toContain("BEACHBALL_JOB_START\npayload-says-hello-42\n");
+    expect(console_).toContain("BEACHBALL_JOB_EXIT 3");
+    expect(console_).not.toContain("echo payload-says-hello"); // the payload text itself never reaches the console
 
-  ch.close(); // the host side goes away and comes back
-  ch = await driver.connectControl(spec, 10_000);
-  attach();
-  send({ type: "ping", id: "p2" });
-  expect(await next("pong", 10_000)).toEqual({ type: "pong", id: "p2" });
+    ch.close(); // the host side goes away and comes back
+    ch = await driver.connectControl(spec, 10_000);
+    attach();
+    send({ type: "ping", id: "p2" });
+    expect(await next("pong", 10_000)).toEqual({ type: "pong", id: "p2" });
 
-  send({ type: "shutdown" });
-  await next("shutting_down", 10_000);
-  expect(await driver.waitGone(handle, 30_000)).toBe(true);
-  ch.close();
+    send({ type: "shutdown" });
+    await next("shutting_down", 10_000);
+    expect(await driver.waitGone(handle, 30_000)).toBe(true);
+    ch.close();
 
-  await destroyPlacementNetwork(netns);
-  await destroyPlacementNetwork(netns); // idempotent
-  expect(await listPlacementNetworks()).not.toContain(netns);
-  const leftovers = readdirSync("/proc").filter((p) => /^\d+$/.test(p) && existsSync(`/proc/${p}/cmdline`) &&
-    (() => { try { return readFileSync(`/proc/${p}/cmdline`, "utf8").split("\0").includes(netns); } catch { return false; } })());
-  expect(leftovers).toEqual([]);
-  handle = undefined;
-}, 300_000);
+    await destroyPlacementNetwork(netns);
+    await destroyPlacementNetwork(netns); // idempotent
+    expect(await listPlacementNetworks()).not.toContain(netns);
+    const leftovers = readdirSync("/proc").filter(
+      (p) =>
+        /^\d+$/.test(p) &&
+        existsSync(`/proc/${p}/cmdline`) &&
+        (() => {
+          try {
+            return readFileSync(`/proc/${p}/cmdline`, "utf8").split("\0").includes(netns);
+          } catch {
+            return false;
+          }
+        })(),
+    );
+    expect(leftovers).toEqual([]);
+    handle = undefined;
+  },
+  300_000,
+);

@@ -18,7 +18,16 @@ import { compileBb } from "../../src/image/bbBinary.ts";
 import { joinScheduler } from "../../src/agent/join.ts";
 import { agentPaths } from "../../src/agent/config.ts";
 import { startTestScheduler, type TestScheduler } from "../support/scheduler.ts";
-import { cleanUpPlacements, runRoleExit, startRole, stopRole, tail, vmTestSkipReason, waitUntil, type Role } from "../support/processes.ts";
+import {
+  cleanUpPlacements,
+  runRoleExit,
+  startRole,
+  stopRole,
+  tail,
+  vmTestSkipReason,
+  waitUntil,
+  type Role,
+} from "../support/processes.ts";
 
 const skip = vmTestSkipReason();
 if (skip) console.log(`SKIP test/integration/vmm-health.test.ts: ${skip}`);
@@ -45,12 +54,25 @@ d("a VMM that cannot start", () => {
       `#!/bin/sh\nif [ -e '${flag}' ]; then echo "qemu-system-x86_64: fake failure: cannot initialise the accelerator" >&2; exit 1; fi\nexec '${realQemu}' "$@"\n`,
     );
     chmodSync(join(fakeBin, "qemu-system-x86_64"), 0o755);
-    const img = await buildDevImage({ outDir: resolve(".bb/images/dev"), cacheDir: resolve(".bb/cache"), bbBinaryPath: await compileBb() });
+    const img = await buildDevImage({
+      outDir: resolve(".bb/images/dev"),
+      cacheDir: resolve(".bb/cache"),
+      bbBinaryPath: await compileBb(),
+    });
     s = await startTestScheduler({ imageDigest: img.digest });
     const t = await s.operator.enrollmentToken("vmmh-host");
-    await joinScheduler({ schedulerUrl: s.url, token: t.token, dataDir, imageDirs: [img.dir], capacity: { maxPlacements: 2 } });
+    await joinScheduler({
+      schedulerUrl: s.url,
+      token: t.token,
+      dataDir,
+      imageDirs: [img.dir],
+      capacity: { maxPlacements: 2 },
+    });
     const cfgPath = agentPaths(dataDir).config;
-    writeFileSync(cfgPath, JSON.stringify({ ...JSON.parse(readFileSync(cfgPath, "utf8")), vmmSelfCheckIntervalMs: 1_000 }));
+    writeFileSync(
+      cfgPath,
+      JSON.stringify({ ...JSON.parse(readFileSync(cfgPath, "utf8")), vmmSelfCheckIntervalMs: 1_000 }),
+    );
   }, 600_000);
 
   afterAll(async () => {
@@ -64,7 +86,8 @@ d("a VMM that cannot start", () => {
     writeFileSync(flag, "");
     const broken = await runRoleExit(["agent", "doctor", "--data-dir", dataDir, "--json"], env());
     expect(broken.code).toBe(1);
-    const bootOf = (out: string) => (JSON.parse(out) as { id: string; status: string; detail: string }[]).find((c) => c.id === "vmm-boot")!;
+    const bootOf = (out: string) =>
+      (JSON.parse(out) as { id: string; status: string; detail: string }[]).find((c) => c.id === "vmm-boot")!;
     expect(bootOf(broken.stdout)).toMatchObject({ status: "fail" });
     expect(bootOf(broken.stdout).detail).toContain("fake failure: cannot initialise the accelerator");
     rmSync(flag);
@@ -84,21 +107,37 @@ d("a VMM that cannot start", () => {
     // the three failures in a row come sooner on a loaded machine.
     const { view } = await s!.controller.create({ clientRequestId: "vmmh-1", workloadClass: "ci-small" });
     const { view: second } = await s!.controller.create({ clientRequestId: "vmmh-2", workloadClass: "ci-small" });
-    const h = await until("VMM_START_FAILING", async () => {
-      const x = await host();
-      return x?.unschedulable.includes("VMM_START_FAILING") ? x : null;
-    }, 200_000);
+    const h = await until(
+      "VMM_START_FAILING",
+      async () => {
+        const x = await host();
+        return x?.unschedulable.includes("VMM_START_FAILING") ? x : null;
+      },
+      200_000,
+    );
     expect(h.unschedulable).toEqual(["VMM_START_FAILING"]);
-    const events = [...(await s!.controller.events(view.allocationId)), ...(await s!.controller.events(second.allocationId))];
+    const events = [
+      ...(await s!.controller.events(view.allocationId)),
+      ...(await s!.controller.events(second.allocationId)),
+    ];
     expect(events.filter((e) => e.type === "placement.error").map((e) => e.reason)).toContain("VMM_START_FAILED");
-    expect((await s!.operator.alerts()).some((a) => a.type === "host.vmm_start_failing" && a.subject === "vmmh-host" && a.reason === "VMM_START_FAILING")).toBe(true);
+    expect(
+      (await s!.operator.alerts()).some(
+        (a) => a.type === "host.vmm_start_failing" && a.subject === "vmmh-host" && a.reason === "VMM_START_FAILING",
+      ),
+    ).toBe(true);
     expect(tail(agent.log)).toContain("VMM_START_FAILING");
     rmSync(flag);
-    await until("the condition clearing after a passing self-check", async () => (await host())?.unschedulable.length === 0);
+    await until(
+      "the condition clearing after a passing self-check",
+      async () => (await host())?.unschedulable.length === 0,
+    );
     expect(tail(agent.log)).toContain("VMM test boot passed");
     for (const a of [view, second]) {
       await s!.controller.release(a.allocationId).catch(() => undefined);
-      await until("the allocation ending", async () => ["released", "failed"].includes((await s!.controller.get(a.allocationId)).state));
+      await until("the allocation ending", async () =>
+        ["released", "failed"].includes((await s!.controller.get(a.allocationId)).state),
+      );
     }
   }, 480_000);
 });

@@ -29,7 +29,13 @@ const repo = resolve(import.meta.dir, "../..");
 const bun = process.execPath;
 const missing = ["ip", "wg", "wireguard-go", "ping"].filter((c) => !Bun.which(c));
 const skipReason =
-  process.getuid?.() !== 0 ? "needs root (network namespaces, TUN)" : missing.length ? `missing ${missing.join(", ")} (apt-get install -y iproute2 wireguard-tools wireguard-go iputils-ping)` : !existsSync("/dev/net/tun") ? "no /dev/net/tun" : null;
+  process.getuid?.() !== 0
+    ? "needs root (network namespaces, TUN)"
+    : missing.length
+      ? `missing ${missing.join(", ")} (apt-get install -y iproute2 wireguard-tools wireguard-go iputils-ping)`
+      : !existsSync("/dev/net/tun")
+        ? "no /dev/net/tun"
+        : null;
 if (skipReason) console.log(`SKIP test/integration/wireguard-interop.test.ts: ${skipReason}`);
 
 const NS_A = `bbt-wga-${process.pid}`;
@@ -64,11 +70,30 @@ async function startWireguardGo(): Promise<void> {
   if (!existsSync(sock)) throw new Error(`wireguard-go did not create ${sock}`);
   const keyFile = join(work, "wg-go.key");
   writeFileSync(keyFile, b64(theirs.privateKey) + "\n", { mode: 0o600 });
-  must(inB(["wg", "set", IF, "private-key", keyFile, "listen-port", String(WG_PORT), "peer", b64(ours.publicKey), "allowed-ips", "10.77.0.1/32,fd77::1/128", "endpoint", `192.0.2.1:${OUR_PORT}`]));
+  must(
+    inB([
+      "wg",
+      "set",
+      IF,
+      "private-key",
+      keyFile,
+      "listen-port",
+      String(WG_PORT),
+      "peer",
+      b64(ours.publicKey),
+      "allowed-ips",
+      "10.77.0.1/32,fd77::1/128",
+      "endpoint",
+      `192.0.2.1:${OUR_PORT}`,
+    ]),
+  );
   must(["ip", "-n", NS_B, "addr", "add", "10.77.0.2/24", "dev", IF]);
   must(["ip", "-n", NS_B, "addr", "add", "fd77::2/64", "dev", IF, "nodad"]);
   must(["ip", "-n", NS_B, "link", "set", IF, "up"]);
-  echo4 = new LineChild(inB([bun, join(repo, "test/support/udpEcho.ts"), "10.77.0.2", "7777"]), join(work, "echo4.log"));
+  echo4 = new LineChild(
+    inB([bun, join(repo, "test/support/udpEcho.ts"), "10.77.0.2", "7777"]),
+    join(work, "echo4.log"),
+  );
   echo6 = new LineChild(inB([bun, join(repo, "test/support/udpEcho.ts"), "fd77::2", "7777"]), join(work, "echo6.log"));
   await echo4.waitFor((e) => e.ev === "ready", 10_000, "udp echo (IPv4)");
   await echo6.waitFor((e) => e.ev === "ready", 10_000, "udp echo (IPv6)");
@@ -92,17 +117,30 @@ async function startHarness(tun?: string): Promise<LineChild> {
     ...(tun ? { tun } : {}),
     privateKey: b64(ours.privateKey),
     listen: { address: "192.0.2.1", port: OUR_PORT },
-    peer: { publicKey: b64(theirs.publicKey), endpoint: { address: "192.0.2.2", port: WG_PORT }, allowedIps: ["10.77.0.0/24", "fd77::/64"] },
+    peer: {
+      publicKey: b64(theirs.publicKey),
+      endpoint: { address: "192.0.2.2", port: WG_PORT },
+      allowedIps: ["10.77.0.0/24", "fd77::/64"],
+    },
     floodSource: "192.0.2.3",
   };
-  const h = new LineChild(["ip", "netns", "exec", NS_A, bun, join(repo, "test/support/wgHarness.ts"), JSON.stringify(cfg)], join(work, "harness.log"));
+  const h = new LineChild(
+    ["ip", "netns", "exec", NS_A, bun, join(repo, "test/support/wgHarness.ts"), JSON.stringify(cfg)],
+    join(work, "harness.log"),
+  );
   await h.waitFor((e) => e.ev === "ready", 15_000, "harness ready");
   harness = h;
   return h;
 }
 
 /** Waits for a decrypted packet from the tunnel that `match` accepts (looking only at events after `from`). */
-async function packetFrom<T>(h: LineChild, match: (p: Uint8Array) => T | null, what: string, from: number, timeoutMs = 10_000): Promise<T> {
+async function packetFrom<T>(
+  h: LineChild,
+  match: (p: Uint8Array) => T | null,
+  what: string,
+  from: number,
+  timeoutMs = 10_000,
+): Promise<T> {
   let found: T | null = null;
   await h.waitFor(
     (e) => {
@@ -124,10 +162,16 @@ async function kernelPing(dst: string, seq: number, timeoutS: number): Promise<v
   const h = harness!;
   const from = h.events.length;
   const ping = Bun.spawn(inB(["ping", "-c", "1", "-W", String(timeoutS), dst]), { stdout: "pipe", stderr: "pipe" });
-  const req = await packetFrom(h, (p) => {
-    const e = parseIcmpEcho(p);
-    return e && !e.reply ? e : null;
-  }, `echo request to ${dst}`, from, timeoutS * 1000);
+  const req = await packetFrom(
+    h,
+    (p) => {
+      const e = parseIcmpEcho(p);
+      return e && !e.reply ? e : null;
+    },
+    `echo request to ${dst}`,
+    from,
+    timeoutS * 1000,
+  );
   sendPacket(h, icmpEcho(req.dst, req.src, req.id, req.seq, req.data, true));
   expect(await ping.exited, `ping ${dst} (seq ${seq}): ${await new Response(ping.stdout).text()}`).toBe(0);
 }
@@ -137,10 +181,16 @@ async function ourPing(src: string, dst: string, seq: number, timeoutMs = 10_000
   const from = h.events.length;
   const data = new TextEncoder().encode(`bb-ping-${seq}`);
   sendPacket(h, icmpEcho(src, dst, 0x4242, seq, data));
-  const rep = await packetFrom(h, (p) => {
-    const e = parseIcmpEcho(p);
-    return e && e.reply && e.seq === seq ? e : null;
-  }, `echo reply from ${dst}`, from, timeoutMs);
+  const rep = await packetFrom(
+    h,
+    (p) => {
+      const e = parseIcmpEcho(p);
+      return e && e.reply && e.seq === seq ? e : null;
+    },
+    `echo reply from ${dst}`,
+    from,
+    timeoutMs,
+  );
   expect(rep).toMatchObject({ src: dst, dst: src, id: 0x4242 });
   expect(new TextDecoder().decode(rep.data)).toBe(`bb-ping-${seq}`);
 }
@@ -181,20 +231,31 @@ describe.skipIf(!!skipReason)("WireGuard interop with wireguard-go", () => {
   }, 30_000);
 
   test("we initiate; ICMP echo over IPv4 and IPv6 comes back decrypted from the kernel", async () => {
-    const before = Number(must(inB(["wg", "show", IF, "latest-handshakes"])).trim().split(/\s+/)[1]);
+    const before = Number(
+      must(inB(["wg", "show", IF, "latest-handshakes"]))
+        .trim()
+        .split(/\s+/)[1],
+    );
     harness!.send({ op: "initiate" });
     await ourPing("10.77.0.1", "10.77.0.2", 10);
     await ourPing("fd77::1", "fd77::2", 11);
     const s = await harness!.stats();
     expect(s.counters.initiationsSent).toBe(1);
     expect(s.counters.handshakesCompleted).toBe(2);
-    const after = Number(must(inB(["wg", "show", IF, "latest-handshakes"])).trim().split(/\s+/)[1]);
+    const after = Number(
+      must(inB(["wg", "show", IF, "latest-handshakes"]))
+        .trim()
+        .split(/\s+/)[1],
+    );
     expect(after).toBeGreaterThanOrEqual(before);
   }, 30_000);
 
   test("UDP both ways over IPv4 and IPv6", async () => {
     const h = harness!;
-    for (const [us, them, echo] of [["10.77.0.1", "10.77.0.2", echo4!], ["fd77::1", "fd77::2", echo6!]] as const) {
+    for (const [us, them, echo] of [
+      ["10.77.0.1", "10.77.0.2", echo4!],
+      ["fd77::1", "fd77::2", echo6!],
+    ] as const) {
       // us → kernel socket, and its echo back to us
       let from = h.events.length;
       sendPacket(h, udpPacket(us, them, 40_000, 7777, new TextEncoder().encode(`hi-${us}`)));
@@ -209,7 +270,12 @@ describe.skipIf(!!skipReason)("WireGuard interop with wireguard-go", () => {
       expect(inbound).toMatchObject({ src: them, dst: us, dport: 40_001 });
       expect(new TextDecoder().decode(inbound.payload)).toBe(`from-kernel-${them}`);
       sendPacket(h, udpPacket(us, them, 40_001, inbound.sport, new TextEncoder().encode(`echo:answer-${us}`)));
-      await echo.waitFor((e) => e.ev === "recv" && e.data === `echo:answer-${us}`, 10_000, `our UDP answer at ${them}`, echoFrom);
+      await echo.waitFor(
+        (e) => e.ev === "recv" && e.data === `echo:answer-${us}`,
+        10_000,
+        `our UDP answer at ${them}`,
+        echoFrom,
+      );
     }
   });
 
@@ -279,7 +345,11 @@ describe.skipIf(!!skipReason)("WireGuard interop with wireguard-go", () => {
       ];
       for (const cmd of runs) {
         const p = Bun.spawn(cmd, { stdout: "pipe", stderr: "pipe" });
-        const [text, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+        const [text, err, code] = await Promise.all([
+          new Response(p.stdout).text(),
+          new Response(p.stderr).text(),
+          p.exited,
+        ]);
         console.log(`TCP ${cmd.slice(-4).join(" ")}: ${text.trim()}`);
         expect(code, `${cmd.join(" ")}: ${text}${err}`).toBe(0);
         expect(JSON.parse(text.trim().split("\n").pop()!)).toMatchObject({ ok: true, bytes: Number(bytes) });
@@ -306,8 +376,13 @@ describe.skipIf(!!skipReason)("WireGuard interop with wireguard-go", () => {
       s = await h.stats();
     }
     h.send({ op: "flood-stop" });
-    const flooded = (await h.waitFor((e) => e.ev === "flooded" || e.ev === "error", 5_000, "flood end")) as { sent?: number; message?: string };
-    console.log(`wireguard-go flood: ${flooded.sent ?? flooded.message} initiations sent; cookie replies accepted by us: ${s.counters.cookieRepliesAccepted}; our initiations: ${s.counters.initiationsSent}`);
+    const flooded = (await h.waitFor((e) => e.ev === "flooded" || e.ev === "error", 5_000, "flood end")) as {
+      sent?: number;
+      message?: string;
+    };
+    console.log(
+      `wireguard-go flood: ${flooded.sent ?? flooded.message} initiations sent; cookie replies accepted by us: ${s.counters.cookieRepliesAccepted}; our initiations: ${s.counters.initiationsSent}`,
+    );
     expect(s.counters.cookieRepliesAccepted).toBeGreaterThanOrEqual(1);
     expect(s.counters.handshakesCompleted).toBe(1);
     expect(s.counters.initiationsSent).toBeGreaterThanOrEqual(2);

@@ -21,7 +21,12 @@ let work: string;
 let s: TestScheduler;
 
 function sh(argv: string[], cwd: string, env: Record<string, string> = {}) {
-  const p = Bun.spawnSync(argv, { cwd, stdout: "pipe", stderr: "pipe", env: { PATH: process.env.PATH!, HOME: work, npm_config_cache: join(work, "npm-cache"), ...env } });
+  const p = Bun.spawnSync(argv, {
+    cwd,
+    stdout: "pipe",
+    stderr: "pipe",
+    env: { PATH: process.env.PATH!, HOME: work, npm_config_cache: join(work, "npm-cache"), ...env },
+  });
   return { code: p.exitCode, out: p.stdout.toString(), err: p.stderr.toString() };
 }
 
@@ -52,7 +57,18 @@ const released = await client.release(view.allocationId);
 console.log(JSON.stringify({ created, id: again.allocationId, listed: page.items.some((v) => v.allocationId === view.allocationId), missing, state: released.state }));
 `;
 
-const TSCONFIG = JSON.stringify({ compilerOptions: { target: "ES2022", module: "NodeNext", moduleResolution: "NodeNext", lib: ["ES2022", "DOM"], types: [], strict: true, noEmit: true }, files: ["controller.ts"] });
+const TSCONFIG = JSON.stringify({
+  compilerOptions: {
+    target: "ES2022",
+    module: "NodeNext",
+    moduleResolution: "NodeNext",
+    lib: ["ES2022", "DOM"],
+    types: [],
+    strict: true,
+    noEmit: true,
+  },
+  files: ["controller.ts"],
+});
 
 test("not installable: the packed @beachball/client installs offline outside the repo, type-checks a controller and runs it on Node against a scheduler", async () => {
   const packs = join(work, "packs");
@@ -67,9 +83,23 @@ test("not installable: the packed @beachball/client installs offline outside the
   const app = join(work, "app");
   mkdirSync(app);
   writeFileSync(join(app, "package.json"), JSON.stringify({ name: "controller", private: true, type: "module" }));
-  const inst = sh(["npm", "install", "--offline", "--no-audit", "--no-fund", join(packs, tarball), join(packs, dep.out.trim().split("\n").pop()!)], app);
+  const inst = sh(
+    [
+      "npm",
+      "install",
+      "--offline",
+      "--no-audit",
+      "--no-fund",
+      join(packs, tarball),
+      join(packs, dep.out.trim().split("\n").pop()!),
+    ],
+    app,
+  );
   expect(inst.code, inst.err).toBe(0);
-  const manifest = JSON.parse(readFileSync(join(app, "node_modules/@beachball/client/package.json"), "utf8")) as { name: string; private?: boolean };
+  const manifest = JSON.parse(readFileSync(join(app, "node_modules/@beachball/client/package.json"), "utf8")) as {
+    name: string;
+    private?: boolean;
+  };
   expect(manifest.name).toBe("@beachball/client");
   expect(manifest.private).toBeUndefined();
   const bundle = readFileSync(join(app, "node_modules/@beachball/client/dist/index.js"), "utf8");
@@ -90,8 +120,17 @@ test("not installable: the packed @beachball/client installs offline outside the
   writeFileSync(join(app, "tsconfig.json"), TSCONFIG.replace('"noEmit":true', '"outDir":"out"'));
   const emitted = sh([TSC, "-p", "tsconfig.json"], app);
   expect(emitted.code, emitted.out + emitted.err).toBe(0);
-  const run = Bun.spawn(["node", "out/controller.js"], { cwd: app, stdout: "pipe", stderr: "pipe", env: { PATH: process.env.PATH!, BB_SCHEDULER_URL: s.url, BB_TOKEN: s.tokens.token } });
-  const [out, err, code] = await Promise.all([new Response(run.stdout).text(), new Response(run.stderr).text(), run.exited]);
+  const run = Bun.spawn(["node", "out/controller.js"], {
+    cwd: app,
+    stdout: "pipe",
+    stderr: "pipe",
+    env: { PATH: process.env.PATH!, BB_SCHEDULER_URL: s.url, BB_TOKEN: s.tokens.token },
+  });
+  const [out, err, code] = await Promise.all([
+    new Response(run.stdout).text(),
+    new Response(run.stderr).text(),
+    run.exited,
+  ]);
   expect(code, err).toBe(0);
   const r = JSON.parse(out) as { created: boolean; id: string; listed: boolean; missing: string; state: string };
   expect(r).toMatchObject({ created: true, listed: true, missing: "NOT_FOUND" });

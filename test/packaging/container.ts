@@ -12,7 +12,19 @@
  * mount, process, cgroup or directory behind (stop() removes everything it
  * made, also after a failed boot).
  */
-import { closeSync, existsSync, mkdirSync, openSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, rmdirSync, writeFileSync } from "node:fs";
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  rmSync,
+  rmdirSync,
+  writeFileSync,
+} from "node:fs";
 import { join, resolve } from "node:path";
 
 /** Result of a command run inside the container. */
@@ -42,7 +54,8 @@ const BOOT_TIMEOUT_MS = 90_000;
 /** How long a powered-off container may take to exit before it is killed, ms. */
 const STOP_TIMEOUT_MS = 30_000;
 /** The only unit the container boots into: basic.target and nothing the lower root enables. */
-const TEST_TARGET = "[Unit]\nDescription=Beachball package test\nRequires=basic.target\nAfter=basic.target\nAllowIsolate=yes\n";
+const TEST_TARGET =
+  "[Unit]\nDescription=Beachball package test\nRequires=basic.target\nAfter=basic.target\nAllowIsolate=yes\n";
 /** Packages of the `minbase` root besides Debian's minbase: systemd, and what the agent runs. */
 const MINBASE_INCLUDE = "systemd,systemd-sysv,iproute2,nftables,e2fsprogs";
 
@@ -73,7 +86,8 @@ function cgroupMounts(): string[] {
     const [pre, post] = line.split(" - ");
     const mountPoint = pre?.split(" ")[4];
     if (!post || !mountPoint) continue;
-    if (post.startsWith("cgroup2 ") || (post.startsWith("cgroup ") && post.includes("name=systemd"))) out.push(mountPoint);
+    if (post.startsWith("cgroup2 ") || (post.startsWith("cgroup ") && post.includes("name=systemd")))
+      out.push(mountPoint);
   }
   return out;
 }
@@ -96,18 +110,27 @@ function removeCgroupTree(dir: string): void {
 export function minbaseRoot(repoRoot: string, log: (s: string) => void): string {
   const dir = resolve(repoRoot, ".bb/cache/packaging/bookworm-minbase");
   if (existsSync(join(dir, "usr/lib/systemd/systemd")) || existsSync(join(dir, "lib/systemd/systemd"))) return dir;
-  if (!Bun.which("mmdebstrap", { PATH })) throw new Error("BB_PACKAGING_ROOT=minbase needs mmdebstrap (apt-get install -y mmdebstrap)");
+  if (!Bun.which("mmdebstrap", { PATH }))
+    throw new Error("BB_PACKAGING_ROOT=minbase needs mmdebstrap (apt-get install -y mmdebstrap)");
   mkdirSync(resolve(dir, ".."), { recursive: true });
   const tmp = `${dir}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });
   const t0 = performance.now();
   must([
-    "mmdebstrap", "--quiet", "--variant=minbase", `--include=${MINBASE_INCLUDE}`,
-    "--dpkgopt=force-unsafe-io", "--dpkgopt=path-exclude=/usr/share/man/*", "--dpkgopt=path-exclude=/usr/share/doc/*",
+    "mmdebstrap",
+    "--quiet",
+    "--variant=minbase",
+    `--include=${MINBASE_INCLUDE}`,
+    "--dpkgopt=force-unsafe-io",
+    "--dpkgopt=path-exclude=/usr/share/man/*",
+    "--dpkgopt=path-exclude=/usr/share/doc/*",
     "--dpkgopt=path-exclude=/usr/share/locale/*",
     // The mirror is a snapshot whose Release files may be past their Valid-Until date.
-    '--aptopt=Acquire::Check-Valid-Until "false"', '--aptopt=Acquire::Check-Date "false"',
-    "bookworm", tmp, "deb http://deb.debian.org/debian bookworm main",
+    '--aptopt=Acquire::Check-Valid-Until "false"',
+    '--aptopt=Acquire::Check-Date "false"',
+    "bookworm",
+    tmp,
+    "deb http://deb.debian.org/debian bookworm main",
   ]);
   renameSync(tmp, dir);
   log(`made the minbase root in ${Math.round((performance.now() - t0) / 1000)} s (cached in ${dir})`);
@@ -136,7 +159,12 @@ export async function bootContainer(lower: string, name: string): Promise<TestCo
     for (const cg of cgroups) removeCgroupTree(cg);
     rmSync(base, { recursive: true, force: true });
     // nspawn leaves its (empty) propagation directory behind.
-    for (const d of [`/run/systemd/nspawn/propagate/${name}`, "/run/systemd/nspawn/propagate", "/run/systemd/nspawn/locks", "/run/systemd/nspawn"])
+    for (const d of [
+      `/run/systemd/nspawn/propagate/${name}`,
+      "/run/systemd/nspawn/propagate",
+      "/run/systemd/nspawn/locks",
+      "/run/systemd/nspawn",
+    ])
       try {
         rmdirSync(d);
       } catch {
@@ -151,7 +179,15 @@ export async function bootContainer(lower: string, name: string): Promise<TestCo
     mounted.push(uw);
     mkdirSync(join(uw, "upper"));
     mkdirSync(join(uw, "work"));
-    must(["mount", "-t", "overlay", "overlay", "-o", `lowerdir=${lower},upperdir=${uw}/upper,workdir=${uw}/work`, root]);
+    must([
+      "mount",
+      "-t",
+      "overlay",
+      "overlay",
+      "-o",
+      `lowerdir=${lower},upperdir=${uw}/upper,workdir=${uw}/work`,
+      root,
+    ]);
     mounted.push(root);
     mkdirSync(join(root, "etc/systemd/system"), { recursive: true });
     writeFileSync(join(root, "etc/systemd/system/bbpkg-test.target"), TEST_TARGET);
@@ -161,8 +197,23 @@ export async function bootContainer(lower: string, name: string): Promise<TestCo
     const consoleFd = openSync(join(base, "console.log"), "w");
     const join_ = cgroups.map((cg) => `echo $$ > ${cg}/cgroup.procs`).join(" && ");
     nspawn = Bun.spawn(
-      ["sh", "-c", `${join_ || "true"} && exec "$@"`, "sh", "systemd-nspawn", "--quiet", "--directory", root, "--machine", name,
-        "--register=no", "--keep-unit", "--private-network", "--boot", "systemd.unit=bbpkg-test.target"],
+      [
+        "sh",
+        "-c",
+        `${join_ || "true"} && exec "$@"`,
+        "sh",
+        "systemd-nspawn",
+        "--quiet",
+        "--directory",
+        root,
+        "--machine",
+        name,
+        "--register=no",
+        "--keep-unit",
+        "--private-network",
+        "--boot",
+        "systemd.unit=bbpkg-test.target",
+      ],
       { stdin: "ignore", stdout: consoleFd, stderr: consoleFd, env: { PATH } },
     );
     closeSync(consoleFd);
@@ -170,7 +221,9 @@ export async function bootContainer(lower: string, name: string): Promise<TestCo
     const deadline = Date.now() + BOOT_TIMEOUT_MS;
     while (Date.now() < deadline && nspawn.exitCode === null) {
       if (!leader) {
-        const kids = existsSync(`/proc/${nspawn.pid}/task/${nspawn.pid}/children`) ? readFileSync(`/proc/${nspawn.pid}/task/${nspawn.pid}/children`, "utf8").trim().split(/\s+/).filter(Boolean) : [];
+        const kids = existsSync(`/proc/${nspawn.pid}/task/${nspawn.pid}/children`)
+          ? readFileSync(`/proc/${nspawn.pid}/task/${nspawn.pid}/children`, "utf8").trim().split(/\s+/).filter(Boolean)
+          : [];
         leader = Number(kids.find((k) => readFileSync(`/proc/${k}/comm`, "utf8").trim() === "systemd") ?? 0);
       }
       if (leader) {
@@ -180,7 +233,9 @@ export async function bootContainer(lower: string, name: string): Promise<TestCo
       await Bun.sleep(250);
     }
     if (!leader || nspawn.exitCode !== null || Date.now() >= deadline)
-      throw new Error(`the container did not boot (nspawn ${nspawn.exitCode === null ? "running" : `exited ${nspawn.exitCode}`}):\n${readFileSync(join(base, "console.log"), "utf8").slice(-3000)}`);
+      throw new Error(
+        `the container did not boot (nspawn ${nspawn.exitCode === null ? "running" : `exited ${nspawn.exitCode}`}):\n${readFileSync(join(base, "console.log"), "utf8").slice(-3000)}`,
+      );
   } catch (e) {
     await stop();
     throw e;
@@ -190,7 +245,11 @@ export async function bootContainer(lower: string, name: string): Promise<TestCo
     root,
     leader,
     exec: (argv, env = {}) => {
-      const p = Bun.spawnSync(["nsenter", "-t", String(leader), "-a", "--", ...argv], { stdout: "pipe", stderr: "pipe", env: { PATH, LANG: "C.UTF-8", ...env } });
+      const p = Bun.spawnSync(["nsenter", "-t", String(leader), "-a", "--", ...argv], {
+        stdout: "pipe",
+        stderr: "pipe",
+        env: { PATH, LANG: "C.UTF-8", ...env },
+      });
       return { code: p.exitCode ?? -1, out: p.stdout.toString(), err: p.stderr.toString() };
     },
     console: () => (existsSync(join(base, "console.log")) ? readFileSync(join(base, "console.log"), "utf8") : ""),

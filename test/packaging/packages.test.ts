@@ -27,7 +27,11 @@ const VERSION = (JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as
 const UNITS = ["beachball-scheduler.service", "beachball-agent.service", "beachball-relay.service"] as const;
 const PREFIX = `bbpkg${randomBytes(3).toString("hex")}`;
 /** Exposure ceilings (systemd-analyze security, 0 = fully locked down … 10): a weakened unit fails here. */
-const MAX_EXPOSURE: Record<(typeof UNITS)[number], number> = { "beachball-scheduler.service": 2.0, "beachball-agent.service": 6.0, "beachball-relay.service": 2.0 };
+const MAX_EXPOSURE: Record<(typeof UNITS)[number], number> = {
+  "beachball-scheduler.service": 2.0,
+  "beachball-agent.service": 6.0,
+  "beachball-relay.service": 2.0,
+};
 /** Effective capabilities of the agent: CHOWN DAC_OVERRIDE KILL SETGID SETUID NET_ADMIN SYS_CHROOT SYS_ADMIN SYS_RESOURCE MKNOD. */
 const AGENT_CAPS = [0, 1, 5, 6, 7, 12, 18, 21, 24, 27].reduce((m, b) => m | (1n << BigInt(b)), 0n);
 /** CAP_NET_BIND_SERVICE alone. */
@@ -52,7 +56,9 @@ beforeAll(() => {
   const b = run(["bash", "packaging/build.sh", "--fast", "--binary", bin, "--out", join(work, "out")]);
   if (b.code !== 0) throw new Error(`packaging/build.sh failed: ${b.err}`);
   [deb = "", rpm = ""] = b.out.trim().split("\n");
-  console.log(`packages: compiled bb in ${Math.round(t1 - t0)} ms, built .deb and .rpm in ${Math.round(performance.now() - t1)} ms`);
+  console.log(
+    `packages: compiled bb in ${Math.round(t1 - t0)} ms, built .deb and .rpm in ${Math.round(performance.now() - t1)} ms`,
+  );
 }, 300_000);
 
 describe("packages", () => {
@@ -71,9 +77,17 @@ describe("packages", () => {
 
   test("the .deb holds bb, the units, the sysusers entry, a conffile and the docs", () => {
     const files = run(["dpkg-deb", "--contents", deb]).out;
-    for (const f of ["./usr/bin/bb", ...UNITS.map((u) => `./lib/systemd/system/${u}`), "./usr/lib/sysusers.d/beachball.conf", "./etc/beachball/scheduler.env",
-      "./usr/share/man/man1/bb.1.gz", "./usr/share/doc/beachball/copyright", "./usr/share/doc/beachball/install.md", "./usr/share/doc/beachball/operate.md",
-      "./usr/share/doc/beachball/examples/manifest.example.json"])
+    for (const f of [
+      "./usr/bin/bb",
+      ...UNITS.map((u) => `./lib/systemd/system/${u}`),
+      "./usr/lib/sysusers.d/beachball.conf",
+      "./etc/beachball/scheduler.env",
+      "./usr/share/man/man1/bb.1.gz",
+      "./usr/share/doc/beachball/copyright",
+      "./usr/share/doc/beachball/install.md",
+      "./usr/share/doc/beachball/operate.md",
+      "./usr/share/doc/beachball/examples/manifest.example.json",
+    ])
       expect(files).toContain(` ${f}\n`);
     expect(files).toMatch(/^-rwxr-xr-x root\/root +\d+ .* \.\/usr\/bin\/bb$/m);
     expect(run(["dpkg-deb", "--field", deb, "Version"]).out.trim()).toBe(VERSION);
@@ -82,7 +96,13 @@ describe("packages", () => {
 
   test("the .rpm holds the same files with the units under /usr/lib and scriptlets for the user and upgrades", () => {
     const files = run(["rpm", "-qlp", rpm]).out.split("\n");
-    for (const f of ["/usr/bin/bb", ...UNITS.map((u) => `/usr/lib/systemd/system/${u}`), "/usr/lib/sysusers.d/beachball.conf", "/etc/beachball/scheduler.env", "/usr/share/man/man1/bb.1.gz"])
+    for (const f of [
+      "/usr/bin/bb",
+      ...UNITS.map((u) => `/usr/lib/systemd/system/${u}`),
+      "/usr/lib/sysusers.d/beachball.conf",
+      "/etc/beachball/scheduler.env",
+      "/usr/share/man/man1/bb.1.gz",
+    ])
       expect(files).toContain(f);
     const scripts = run(["rpm", "-qp", "--scripts", rpm]).out;
     expect(scripts).toContain("useradd --system");
@@ -131,7 +151,9 @@ describe.skipIf(!!skipReason)("the .deb installed in a systemd container", () =>
     expect(ct.exec(["/usr/bin/bb", "--version"]).out.trim()).toBe(VERSION);
     expect(ok(ct.exec(["getent", "passwd", "beachball"]), "getent")).toContain("/usr/sbin/nologin");
     for (const u of UNITS) {
-      expect(ct.exec(["systemctl", "show", "-P", "FragmentPath", u]).out.trim()).toMatch(new RegExp(`^(/usr)?/lib/systemd/system/${u}$`));
+      expect(ct.exec(["systemctl", "show", "-P", "FragmentPath", u]).out.trim()).toMatch(
+        new RegExp(`^(/usr)?/lib/systemd/system/${u}$`),
+      );
       expect(ct.exec(["systemctl", "is-enabled", u]).out.trim()).toBe("disabled");
       expect(ct.exec(["systemctl", "is-active", u]).out.trim()).toBe("inactive");
     }
@@ -185,15 +207,37 @@ describe.skipIf(!!skipReason)("the .deb installed in a systemd container", () =>
     }
     expect(hosts.code).toBe(0);
 
-    const token = JSON.parse(ok(ct.exec(["bb", "host", "enrollment-token", "create", "pkg-host", "--ttl", "600", "--json"], api), "token")).token as string;
-    ok(ct.exec(["bb", "agent", "join", "--scheduler", api.BB_SCHEDULER_URL, "--token", token, "--data-dir", "/var/lib/beachball", "--image-dir", "/srv/beachball/images", "--max-placements", "2"]), "agent join");
+    const token = JSON.parse(
+      ok(ct.exec(["bb", "host", "enrollment-token", "create", "pkg-host", "--ttl", "600", "--json"], api), "token"),
+    ).token as string;
+    ok(
+      ct.exec([
+        "bb",
+        "agent",
+        "join",
+        "--scheduler",
+        api.BB_SCHEDULER_URL,
+        "--token",
+        token,
+        "--data-dir",
+        "/var/lib/beachball",
+        "--image-dir",
+        "/srv/beachball/images",
+        "--max-placements",
+        "2",
+      ]),
+      "agent join",
+    );
     ok(ct.exec(["systemctl", "start", "beachball-agent.service"]), "start agent");
 
     let host: { health?: string; unschedulable?: string[] } | undefined;
     for (let i = 0; i < 80 && host?.health !== "healthy"; i++) {
       await Bun.sleep(250);
       const r = ct.exec(["bb", "host", "list", "--json"], api);
-      if (r.code === 0) host = (JSON.parse(r.out) as { hostId: string; health?: string; unschedulable?: string[] }[]).find((h) => h.hostId === "pkg-host");
+      if (r.code === 0)
+        host = (JSON.parse(r.out) as { hostId: string; health?: string; unschedulable?: string[] }[]).find(
+          (h) => h.hostId === "pkg-host",
+        );
     }
     const journal = ct.exec(["journalctl", "--no-pager", "-o", "cat", "-u", "beachball-agent.service"]).out;
     // The agent runs `bb agent doctor`'s checks at start (netns, nftables, TAP, capabilities, tools) and
@@ -203,7 +247,12 @@ describe.skipIf(!!skipReason)("the .deb installed in a systemd container", () =>
     const failed = [...journal.matchAll(/prerequisite (\S+) failed/g)].map((m) => m[1]);
     expect(failed).toEqual(qemu ? [] : ["kvm", "cmd.qemu-system-x86_64"]);
     expect(host, journal).toMatchObject({ health: "healthy", unschedulable: qemu ? [] : ["ISOLATION_UNHEALTHY"] });
-    expect(ct.exec(["systemctl", "is-active", "beachball-scheduler.service", "beachball-agent.service"]).out.split("\n").filter(Boolean)).toEqual(["active", "active"]);
+    expect(
+      ct
+        .exec(["systemctl", "is-active", "beachball-scheduler.service", "beachball-agent.service"])
+        .out.split("\n")
+        .filter(Boolean),
+    ).toEqual(["active", "active"]);
   }, 180_000);
 
   /**
@@ -214,12 +263,22 @@ describe.skipIf(!!skipReason)("the .deb installed in a systemd container", () =>
     const dropIn = `/etc/systemd/system/${unit}.d`; // (the container's /run is its own tmpfs, out of reach from here)
     const tag = `${PREFIX}-probe-${role}-${randomBytes(3).toString("hex")}`;
     mkdirSync(join(ct.root, dropIn), { recursive: true });
-    writeFileSync(join(ct.root, dropIn, "probe.conf"), [
-      "[Unit]", "AssertPathExists=", "[Service]", "Type=oneshot", "Restart=no",
-      "Environment=BUN_BE_BUN=1 BUN_RUNTIME_TRANSPILER_CACHE_PATH=0",
-      "ExecStart=", `ExecStart=/usr/bin/bb /usr/local/lib/bbpkg/unitProbe.ts ${role} ${PREFIX}`,
-      "StandardOutput=journal", `SyslogIdentifier=${tag}`, "",
-    ].join("\n"));
+    writeFileSync(
+      join(ct.root, dropIn, "probe.conf"),
+      [
+        "[Unit]",
+        "AssertPathExists=",
+        "[Service]",
+        "Type=oneshot",
+        "Restart=no",
+        "Environment=BUN_BE_BUN=1 BUN_RUNTIME_TRANSPILER_CACHE_PATH=0",
+        "ExecStart=",
+        `ExecStart=/usr/bin/bb /usr/local/lib/bbpkg/unitProbe.ts ${role} ${PREFIX}`,
+        "StandardOutput=journal",
+        `SyslogIdentifier=${tag}`,
+        "",
+      ].join("\n"),
+    );
     try {
       ok(ct.exec(["systemctl", "daemon-reload"]), "daemon-reload");
       ok(ct.exec(["systemctl", "start", unit]), `probe in ${unit}`);
@@ -228,7 +287,11 @@ describe.skipIf(!!skipReason)("the .deb installed in a systemd container", () =>
       ct.exec(["systemctl", "daemon-reload"]);
     }
     for (let i = 0; i < 40; i++) {
-      const line = ct.exec(["journalctl", "--no-pager", "-o", "cat", "-t", tag]).out.trim().split("\n").find((l) => l.startsWith("{"));
+      const line = ct
+        .exec(["journalctl", "--no-pager", "-o", "cat", "-t", tag])
+        .out.trim()
+        .split("\n")
+        .find((l) => l.startsWith("{"));
       if (line) return JSON.parse(line);
       await Bun.sleep(250);
     }
@@ -236,10 +299,23 @@ describe.skipIf(!!skipReason)("the .deb installed in a systemd container", () =>
   }
 
   test("each unit's sandbox allows what its role needs and nothing the baseline shows is possible", async () => {
-    const base = JSON.parse(ok(ct.exec(["/usr/bin/bb", "/usr/local/lib/bbpkg/unitProbe.ts", "baseline", PREFIX], { BUN_BE_BUN: "1", BUN_RUNTIME_TRANSPILER_CACHE_PATH: "0" }), "baseline probe"));
+    const base = JSON.parse(
+      ok(
+        ct.exec(["/usr/bin/bb", "/usr/local/lib/bbpkg/unitProbe.ts", "baseline", PREFIX], {
+          BUN_BE_BUN: "1",
+          BUN_RUNTIME_TRANSPILER_CACHE_PATH: "0",
+        }),
+        "baseline probe",
+      ),
+    );
     // Unconfined root in the container can do all of it, so every refusal below is the unit's doing.
-    expect(base).toMatchObject({ uid: 0, noNewPrivs: "0", read: { "/var/lib/beachball/credential": "ok", "/etc/beachball/manifest.json": "ok", "/var/lib": "ok" } });
-    for (const d of ["/etc", "/usr/local", "/var/lib", "/var/lib/beachball", "/var/lib/beachball-scheduler"]) expect(base.write[d]).toBe("ok");
+    expect(base).toMatchObject({
+      uid: 0,
+      noNewPrivs: "0",
+      read: { "/var/lib/beachball/credential": "ok", "/etc/beachball/manifest.json": "ok", "/var/lib": "ok" },
+    });
+    for (const d of ["/etc", "/usr/local", "/var/lib", "/var/lib/beachball", "/var/lib/beachball-scheduler"])
+      expect(base.write[d]).toBe("ok");
     expect(base.devices["/dev/net/tun"]).toBe("ok");
     expect(base.bind["tcp:8443"]).toBe("ok");
     expect(base.bind["tcp:443"]).toBe("ok");
@@ -256,7 +332,12 @@ describe.skipIf(!!skipReason)("the .deb installed in a systemd container", () =>
     expect(sched).toMatchObject({ uid, capEff: "0000000000000000", noNewPrivs: "1" });
     expect(sched.read["/etc/beachball/manifest.json"]).toBe("ok");
     expect(sched.read["/var/lib/beachball/credential"]).not.toBe("ok");
-    expect(Object.entries(sched.write).filter(([, v]) => v === "ok").map(([k]) => k).sort()).toEqual(["/var/lib/beachball-scheduler", "/var/tmp"]);
+    expect(
+      Object.entries(sched.write)
+        .filter(([, v]) => v === "ok")
+        .map(([k]) => k)
+        .sort(),
+    ).toEqual(["/var/lib/beachball-scheduler", "/var/tmp"]);
     expect(sched.devices["/dev/net/tun"]).not.toBe("ok");
     expect(sched.bind["tcp:443"]).not.toBe("ok");
 
@@ -267,8 +348,13 @@ describe.skipIf(!!skipReason)("the .deb installed in a systemd container", () =>
     expect(BigInt(`0x${relay.capEff}`)).toBe(RELAY_CAPS);
     expect(relay.noNewPrivs).toBe("1");
     expect(relay.read["/var/lib"]).toBe("HIDDEN");
-    for (const p of ["/var/lib/beachball/agent.json", "/var/lib/beachball/credential", "/etc/beachball/manifest.json"]) expect(relay.read[p]).not.toBe("ok");
-    expect(Object.entries(relay.write).filter(([, v]) => v === "ok").map(([k]) => k)).toEqual(["/var/tmp"]);
+    for (const p of ["/var/lib/beachball/agent.json", "/var/lib/beachball/credential", "/etc/beachball/manifest.json"])
+      expect(relay.read[p]).not.toBe("ok");
+    expect(
+      Object.entries(relay.write)
+        .filter(([, v]) => v === "ok")
+        .map(([k]) => k),
+    ).toEqual(["/var/tmp"]);
     expect(relay.devices).toEqual({ "/dev/net/tun": "ENOENT", "/dev/kvm": "ENOENT" });
     expect(relay.bind).toMatchObject({ "tcp:443": "ok", "udp:443": "ok", "tcp:9443": "ok" });
     // SocketBindDeny= and DevicePolicy= (below) are cgroup BPF programs: systemd applies them only when the
@@ -278,14 +364,23 @@ describe.skipIf(!!skipReason)("the .deb installed in a systemd container", () =>
     const unified = ct.exec(["stat", "-fc", "%T", "/sys/fs/cgroup"]).out.trim() === "cgroup2fs";
     const socketBind = unified && ct.exec(["systemctl", "--version"]).out.includes("+BPF_FRAMEWORK");
     if (socketBind) expect(relay.bind["tcp:8443"]).not.toBe("ok");
-    console.log(`packages: cgroups ${unified ? "unified" : "v1/hybrid"}: SocketBindDeny= ${socketBind ? "enforced" : `not enforceable (relay bind tcp:8443 ${relay.bind["tcp:8443"]})`}, DevicePolicy= ${unified ? "enforced" : `not enforceable (agent opens a block device: ${agent.blockDevice})`}`);
+    console.log(
+      `packages: cgroups ${unified ? "unified" : "v1/hybrid"}: SocketBindDeny= ${socketBind ? "enforced" : `not enforceable (relay bind tcp:8443 ${relay.bind["tcp:8443"]})`}, DevicePolicy= ${unified ? "enforced" : `not enforceable (agent opens a block device: ${agent.blockDevice})`}`,
+    );
 
     // Agent: root with exactly its ten capabilities; TUN, network namespaces (visible outside
     // the unit: no mount namespace), sysctls and nftables inside them, TAP, its cgroup subtree.
     expect(agent.uid).toBe(0);
     // Its ten, less any the container itself lacks (this machine's bounding set has no CAP_SYS_RESOURCE).
     expect(BigInt(`0x${agent.capEff}`)).toBe(AGENT_CAPS & BigInt(`0x${base.capEff}`));
-    expect(agent).toMatchObject({ noNewPrivs: "1", netnsAdd: "ok", netnsSysctl: "ok", netnsNft: "ok", tap: "ok", cgroupChild: "ok" });
+    expect(agent).toMatchObject({
+      noNewPrivs: "1",
+      netnsAdd: "ok",
+      netnsSysctl: "ok",
+      netnsNft: "ok",
+      tap: "ok",
+      cgroupChild: "ok",
+    });
     expect(agent.devices["/dev/net/tun"]).toBe("ok");
     expect(agent.bind["tcp:443"]).not.toBe("ok"); // no CAP_NET_BIND_SERVICE
     expect(ct.exec(["ip", "netns", "list"]).out).toContain(`${PREFIX}-agent`);

@@ -12,7 +12,16 @@
  * except the namespace, which the test looks for from outside and deletes.
  * Must never touch anything outside the container it runs in.
  */
-import { closeSync, mkdirSync, openSync, readFileSync, readdirSync, rmdirSync, unlinkSync, writeFileSync } from "node:fs";
+import {
+  closeSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  rmdirSync,
+  unlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 
 const [role = "baseline", prefix = "bbpkg"] = process.argv.slice(2);
@@ -62,7 +71,14 @@ report.read = read;
 
 // Where it can create a file.
 const write: Record<string, string> = {};
-for (const dir of ["/etc", "/usr/local", "/var/lib", "/var/lib/beachball", "/var/lib/beachball-scheduler", "/var/tmp"]) {
+for (const dir of [
+  "/etc",
+  "/usr/local",
+  "/var/lib",
+  "/var/lib/beachball",
+  "/var/lib/beachball-scheduler",
+  "/var/tmp",
+]) {
   const f = join(dir, `${prefix}-${role}-probe`);
   write[dir] = attempt(() => {
     writeFileSync(f, "x");
@@ -100,7 +116,10 @@ if (role === "agent" || role === "baseline") {
 
   // A child of its own cgroup in the unified hierarchy (the delegated subtree).
   const own = /^0::(\S+)$/m.exec(readFileSync("/proc/self/cgroup", "utf8"))?.[1] ?? "/";
-  const mount = readFileSync("/proc/self/mountinfo", "utf8").split("\n").find((l) => l.split(" - ")[1]?.startsWith("cgroup2 "))?.split(" ")[4];
+  const mount = readFileSync("/proc/self/mountinfo", "utf8")
+    .split("\n")
+    .find((l) => l.split(" - ")[1]?.startsWith("cgroup2 "))
+    ?.split(" ")[4];
   const child = mount ? join(mount, own, `${prefix}-cg`) : "";
   report.cgroupChild = mount ? attempt(() => mkdirSync(child)) : "no cgroup2 mount";
   if (report.cgroupChild === "ok") attempt(() => rmdirSync(child));

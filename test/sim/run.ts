@@ -72,8 +72,12 @@ if (workers > 1 && !values.seed) {
       } else if (line.trim()) console.log(line);
     }
   }
-  for (const out of outs) if (stopped && !/^\d+ seeds, \d+ with violations/m.test(out)) failed += /^seed \d+: \d+ violation/m.test(out) ? 1 : 0;
-  console.log(`${ran} seeds, ${failed} with violations, ${Math.round(performance.now() - started)} ms${stopped ? " (stopped at the first violation)" : ""}`);
+  for (const out of outs)
+    if (stopped && !/^\d+ seeds, \d+ with violations/m.test(out))
+      failed += /^seed \d+: \d+ violation/m.test(out) ? 1 : 0;
+  console.log(
+    `${ran} seeds, ${failed} with violations, ${Math.round(performance.now() - started)} ms${stopped ? " (stopped at the first violation)" : ""}`,
+  );
   process.exitCode = failed ? 1 : 0;
 } else {
   const base = existsSync("/dev/shm") ? `/dev/shm/bb-sim-${process.pid}` : `${tmpdir()}/bb-sim-${process.pid}`;
@@ -81,13 +85,20 @@ if (workers > 1 && !values.seed) {
   let ran = 0;
   for (let seed = from; seed < from + count; seed++) {
     ran++;
-    const r = await runSimulation({ seed, baseDir: base, injectBug: values["inject-bug"], injectAgentBug: values["inject-agent-bug"], injectConnectionsBug: values["inject-connections-bug"] });
+    const r = await runSimulation({
+      seed,
+      baseDir: base,
+      injectBug: values["inject-bug"],
+      injectAgentBug: values["inject-agent-bug"],
+      injectConnectionsBug: values["inject-connections-bug"],
+    });
     if (r.violations.length) {
       failed++;
       console.log(`seed ${seed}: ${r.violations.length} violation(s), trace ${r.traceHash}`);
       for (const v of r.violations.slice(0, 5)) console.log(`  ${v}`);
       if (values["stop-on-violation"]) break;
-    } else if (values.verbose || count === 1) console.log(`seed ${seed}: ok, trace ${r.traceHash}, ${JSON.stringify(r.stats)}`);
+    } else if (values.verbose || count === 1)
+      console.log(`seed ${seed}: ok, trace ${r.traceHash}, ${JSON.stringify(r.stats)}`);
   }
   console.log(`${ran} seeds, ${failed} with violations, ${Math.round(performance.now() - started)} ms`);
   process.exitCode = failed ? 1 : 0;

@@ -46,7 +46,14 @@ describe("fencing simulation", () => {
   }, 3_600_000);
 
   test("the injected fencing bug (a replacement without CONNECTIONS_NOT_FENCED) is caught within those seeds", async () => {
-    const r = await sim(["--seeds", String(SEEDS), "--workers", "2", "--inject-connections-bug", "--stop-on-violation"]);
+    const r = await sim([
+      "--seeds",
+      String(SEEDS),
+      "--workers",
+      "2",
+      "--inject-connections-bug",
+      "--stop-on-violation",
+    ]);
     console.log(r.out.trim().split("\n").slice(-4).join("\n"));
     expect(r.out).toMatch(/address is routed through .* at once|still routes its address for generation/);
     expect(r.code).toBe(1);

@@ -70,7 +70,12 @@ export class SimEndpoint {
         this.held.delete(c.grantId);
         this.revoked.add(c.grantId);
         if (this.revoked.size > MAX_REMEMBERED_REVOCATIONS) this.revoked.delete(this.revoked.values().next().value!);
-      } else if (c.grant && !this.revoked.has(c.grantId) && c.grant.payload.expiresAtMs > this.clock.now()) this.held.set(c.grantId, { allocationId: c.grant.payload.allocationId, generation: c.grant.payload.generation, expiresAtMs: c.grant.payload.expiresAtMs });
+      } else if (c.grant && !this.revoked.has(c.grantId) && c.grant.payload.expiresAtMs > this.clock.now())
+        this.held.set(c.grantId, {
+          allocationId: c.grant.payload.allocationId,
+          generation: c.grant.payload.generation,
+          expiresAtMs: c.grant.payload.expiresAtMs,
+        });
       this.acks.push({ commandId: c.commandId, result: "accepted" });
     }
   }

@@ -97,7 +97,10 @@ export class SimHost {
   ) {
     this.bootId = rng.id("boot");
     this.clock = { now: () => timeline.now() + this.skewMs };
-    const vmm: FakeVmBehaviour = { ...behaviour, launchMs: (spec) => (this.vmmBroken ? null : behaviour.launchMs(spec)) };
+    const vmm: FakeVmBehaviour = {
+      ...behaviour,
+      launchMs: (spec) => (this.vmmBroken ? null : behaviour.launchMs(spec)),
+    };
     this.vmHost = new FakeVmHost(timeline.timers(`${hostId}/machine`), vmm);
   }
 
@@ -113,7 +116,14 @@ export class SimHost {
     this.driver = new FakeVmmDriver(this.vmHost, timers);
     const driver = new RecordingDriver(this.driver, (spec) => {
       const id = fakeGuestIdentity(spec);
-      this.onExecute({ hostId: this.hostId, allocationId: id.allocationId, placementId: id.placementId, generation: id.generation, agentNowMs: this.clock.now(), epoch: this.agent?.control.agentEpoch ?? "" });
+      this.onExecute({
+        hostId: this.hostId,
+        allocationId: id.allocationId,
+        placementId: id.placementId,
+        generation: id.generation,
+        agentNowMs: this.clock.now(),
+        epoch: this.agent?.control.agentEpoch ?? "",
+      });
     });
     const ports: AgentPorts = {
       clock: this.clock,
@@ -126,9 +136,18 @@ export class SimHost {
       isolation: this.isolation,
       images: new FakeImages(timers, join(this.dir, "image"), this.behaviour),
       lock: () => () => {},
-      selfChecks: async () => [{ id: VMM_BOOT_CHECK_ID, title: "VMM test boot", ...(this.vmmBroken ? { status: "fail" as const, detail: "fake VMM broken", fix: "-" } : { status: "pass" as const, detail: "fake VMM" }) }],
+      selfChecks: async () => [
+        {
+          id: VMM_BOOT_CHECK_ID,
+          title: "VMM test boot",
+          ...(this.vmmBroken
+            ? { status: "fail" as const, detail: "fake VMM broken", fix: "-" }
+            : { status: "pass" as const, detail: "fake VMM" }),
+        },
+      ],
       inventory: async (known) => this.foreign(known),
-      vmmSelfCheck: async () => (this.vmmBroken ? { status: "fail", detail: "fake VMM broken" } : { status: "pass", detail: "fake VMM" }),
+      vmmSelfCheck: async () =>
+        this.vmmBroken ? { status: "fail", detail: "fake VMM broken" } : { status: "pass", detail: "fake VMM" },
     };
     this.agent = await Agent.start(
       {
@@ -148,7 +167,8 @@ export class SimHost {
   /** What an honest inventory of this machine finds: VMs and namespaces no known placement owns. */
   private foreign(known: ReadonlySet<string>): ForeignResource[] {
     const out: ForeignResource[] = [];
-    for (const vm of this.vmHost.running()) if (!known.has(vm.instanceId)) out.push({ kind: "process", name: `${vm.instanceId} (pid ${vm.pid})` });
+    for (const vm of this.vmHost.running())
+      if (!known.has(vm.instanceId)) out.push({ kind: "process", name: `${vm.instanceId} (pid ${vm.pid})` });
     for (const n of this.isolation.networks) if (!known.has(n)) out.push({ kind: "netns", name: n });
     return out;
   }

@@ -57,7 +57,22 @@ export interface SimResult {
   seed: number;
   violations: string[];
   traceHash: string;
-  stats: { steps: number; allocations: number; grants: number; schedulerCrashes: number; agentCrashes: number; reboots: number; stalls: number; vmmOutages: number; vmmFailingSteps: number; vmCrashes: number; fenced: number; replaced: number; executions: number; envelopes: number };
+  stats: {
+    steps: number;
+    allocations: number;
+    grants: number;
+    schedulerCrashes: number;
+    agentCrashes: number;
+    reboots: number;
+    stalls: number;
+    vmmOutages: number;
+    vmmFailingSteps: number;
+    vmCrashes: number;
+    fenced: number;
+    replaced: number;
+    executions: number;
+    envelopes: number;
+  };
 }
 
 const CONTROLLER: Identity = { id: "controller:sim", role: "controller" };
@@ -76,7 +91,12 @@ function manifest(connections: ConnectionsSection): DeploymentManifest {
       small: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"0".repeat(64)}` },
       medium: { cpuMillis: 2000, memoryMiB: 512, ephemeralDiskMiB: 2048, imageDigest: `sha256:${"0".repeat(64)}` },
     },
-    limits: { maxConcurrentAllocationsPerController: 1000, maxRegisteredHosts: 16, controllerRequestsPerSecond: 1000, deploymentRequestsPerSecond: 1000 },
+    limits: {
+      maxConcurrentAllocationsPerController: 1000,
+      maxRegisteredHosts: 16,
+      controllerRequestsPerSecond: 1000,
+      deploymentRequestsPerSecond: 1000,
+    },
     hostEnrollment: { autoActivate: true },
     connections,
   };
@@ -97,7 +117,8 @@ function behaviourFor(rng: SeededRandom, faults: () => boolean) {
     launchMs: () => 50 + rng.int(1_500),
     bootMs: () => (faults() && rng.chance(0.04) ? null : 500 + rng.int(6_000)),
     shutdownMs: () => 100 + rng.int(2_000),
-    resolveMs: () => (faults() && rng.chance(0.04) ? null : faults() && rng.chance(0.05) ? 20_000 + rng.int(40_000) : rng.int(2_500)),
+    resolveMs: () =>
+      faults() && rng.chance(0.04) ? null : faults() && rng.chance(0.05) ? 20_000 + rng.int(40_000) : rng.int(2_500),
   };
 }
 
@@ -114,9 +135,31 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
   mkdirSync(dir, { recursive: true });
   const violations: string[] = [];
   const trace = createHash("sha256");
-  const stats = { steps: 0, allocations: 0, grants: 0, schedulerCrashes: 0, agentCrashes: 0, reboots: 0, stalls: 0, vmmOutages: 0, vmmFailingSteps: 0, vmCrashes: 0, fenced: 0, replaced: 0, executions: 0, envelopes: 0 };
+  const stats = {
+    steps: 0,
+    allocations: 0,
+    grants: 0,
+    schedulerCrashes: 0,
+    agentCrashes: 0,
+    reboots: 0,
+    stalls: 0,
+    vmmOutages: 0,
+    vmmFailingSteps: 0,
+    vmCrashes: 0,
+    fenced: 0,
+    replaced: 0,
+    executions: 0,
+    envelopes: 0,
+  };
   let faults = true;
-  const timeouts = { leaseMs: 30_000, pendingTimeoutMs: 180_000, provisioningTimeoutMs: 120_000, hostCheckIntervalMs: 5_000, leaseGraceMs: 20_000, defaultTtlMs: 3_600_000 };
+  const timeouts = {
+    leaseMs: 30_000,
+    pendingTimeoutMs: 180_000,
+    provisioningTimeoutMs: 120_000,
+    hostCheckIntervalMs: 5_000,
+    leaseGraceMs: 20_000,
+    defaultTtlMs: 3_600_000,
+  };
   // Private networking on: addresses at create, grants, their fencing across replacement (the key file lives in the seed's directory).
   const connections = devConnections(dir);
   const grantRng = new SeededRandom(opts.seed ^ 0x6a1170);
@@ -129,7 +172,14 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
       random: schedRng,
       timeouts,
       faultHook: () => faults && rng.chance(0.004),
-      ...(opts.injectBug || opts.injectConnectionsBug ? { debug: { ...(opts.injectBug ? { releaseCapacityOnLeaseExpiry: true } : {}), ...(opts.injectConnectionsBug ? { connectionsNotFenced: true } : {}) } } : {}),
+      ...(opts.injectBug || opts.injectConnectionsBug
+        ? {
+            debug: {
+              ...(opts.injectBug ? { releaseCapacityOnLeaseExpiry: true } : {}),
+              ...(opts.injectConnectionsBug ? { connectionsNotFenced: true } : {}),
+            },
+          }
+        : {}),
     });
     w.runtime.recover();
     return w;
@@ -174,7 +224,16 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
   for (let i = 0; i < (opts.hosts ?? 3); i++) {
     const hostId = `host-${i}`;
     const t = await sched((w) => w.createEnrollmentToken(OPERATOR, hostId, 3600));
-    await sched((w) => w.enroll({ token: t!.token, capacity: HOST_CAPACITY, region: "sim", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "fake" }));
+    await sched((w) =>
+      w.enroll({
+        token: t!.token,
+        capacity: HOST_CAPACITY,
+        region: "sim",
+        architecture: "x86_64",
+        agentProtocolVersion: "1.0",
+        vmmDriver: "fake",
+      }),
+    );
     const h = new SimHost(hostId, join(dir, hostId), timeline, rng, behaviour, (r) => executions.push(r), agentDebug);
     await h.boot();
     hosts.push(h);
@@ -213,7 +272,11 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
       };
       // The host endpoint rides in the agent's envelopes: its connectivity_update and its configure_connection acks.
       const ep = endpoints.get(h.hostId)!.outgoing(req.agentEpoch);
-      env.payload = { ...env.payload, ...(ep.connectivity ? { connectivity: ep.connectivity } : {}), acks: [...env.payload.acks, ...ep.acks] };
+      env.payload = {
+        ...env.payload,
+        ...(ep.connectivity ? { connectivity: ep.connectivity } : {}),
+        acks: [...env.payload.acks, ...ep.acks],
+      };
       const copies = faults && rng.chance(0.05) ? 2 : 1;
       stats.envelopes += copies;
       let resp: PollResponse | null = null;
@@ -250,12 +313,18 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
     for (const r of executions.splice(0)) {
       stats.executions++;
       const v = await sched((w) => w.env.Allocation.get(r.allocationId).get(CONTROLLER.id));
-      if (v && v.generation !== r.generation) violations.push(`step ${step}: ${r.hostId} started a VM for ${r.allocationId} generation ${r.generation}, but the allocation is at generation ${v.generation}`);
-      if (v && (v.state === "released" || v.state === "failed")) violations.push(`step ${step}: ${r.hostId} started a VM for ${r.allocationId}, which is ${v.state}`);
+      if (v && v.generation !== r.generation)
+        violations.push(
+          `step ${step}: ${r.hostId} started a VM for ${r.allocationId} generation ${r.generation}, but the allocation is at generation ${v.generation}`,
+        );
+      if (v && (v.state === "released" || v.state === "failed"))
+        violations.push(`step ${step}: ${r.hostId} started a VM for ${r.allocationId}, which is ${v.state}`);
       const ps = await sched((w) => w.env.Host.get(r.hostId).placementStatus(r.placementId));
       // The scheduler's lease only grows, and the agent only learns leases from it: a correct agent launches only before it ends.
       if (ps?.exists && ps.leaseExpiresAtMs <= r.agentNowMs)
-        violations.push(`step ${step}: ${r.hostId} started a VM for ${r.placementId} at ${r.agentNowMs} (its clock), but its execution lease ended at ${ps.leaseExpiresAtMs}`);
+        violations.push(
+          `step ${step}: ${r.hostId} started a VM for ${r.placementId} at ${r.agentNowMs} (its clock), but its execution lease ended at ${ps.leaseExpiresAtMs}`,
+        );
     }
   };
 
@@ -278,7 +347,10 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
     // Controller.
     if (faults && createAttempts < (opts.maxAllocations ?? 6) && rng.chance(0.15)) {
       // A controller retries with the same body after a failure; each new request gets a new clientRequestId.
-      pendingCreate ??= { clientRequestId: `req-${createAttempts}`, workloadClass: rng.chance(0.7) ? "small" : "medium" };
+      pendingCreate ??= {
+        clientRequestId: `req-${createAttempts}`,
+        workloadClass: rng.chance(0.7) ? "small" : "medium",
+      };
       const r = await sched((w) => w.createAllocation(CONTROLLER, pendingCreate!));
       if (r) {
         if (!allocations.includes(r.view.allocationId)) allocations.push(r.view.allocationId);
@@ -294,7 +366,8 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
     if (faults && allocations.length && rng.chance(0.05)) {
       const id = rng.pick(allocations);
       const v = await sched((w) => w.getAllocation(CONTROLLER, id));
-      if (v && v.conditions.includes("replacement_blocked")) await sched((w) => w.authorizeReplacement(CONTROLLER, id, v.generation)).catch(() => null);
+      if (v && v.conditions.includes("replacement_blocked"))
+        await sched((w) => w.authorizeReplacement(CONTROLLER, id, v.generation)).catch(() => null);
     }
 
     // Controller: connection grants for ready allocations (CONNECTIVITY_UNAVAILABLE, INVALID_STATE and the like are expected refusals), and revocations.
@@ -306,8 +379,18 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
         if (!returning.includes(id)) returning.push(id);
         const ttlSeconds = 120 + grantRng.int(480);
         // Asked for, so possibly issued even if the answer is lost: a replacement may wait for it until then.
-        grantMayLive.set(id, Math.max(grantMayLive.get(id) ?? 0, timeline.now() + ttlSeconds * 1000 + GRANT_EXPIRY_GRACE_MS));
-        const g = await sched((w) => w.createConnectionGrant(CONTROLLER, id, { clientPublicKey: Buffer.alloc(32, 200).toString("base64"), transport: "tcp", ports: [22], ttlSeconds })).catch((e: unknown) => {
+        grantMayLive.set(
+          id,
+          Math.max(grantMayLive.get(id) ?? 0, timeline.now() + ttlSeconds * 1000 + GRANT_EXPIRY_GRACE_MS),
+        );
+        const g = await sched((w) =>
+          w.createConnectionGrant(CONTROLLER, id, {
+            clientPublicKey: Buffer.alloc(32, 200).toString("base64"),
+            transport: "tcp",
+            ports: [22],
+            ttlSeconds,
+          }),
+        ).catch((e: unknown) => {
           if (e instanceof BeachballError) return null;
           throw e;
         });
@@ -390,8 +473,14 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
     if (!v) continue;
     trace.update(`${id}:${v.state}:${v.generation}`);
     // A replacement held for CONNECTIONS_NOT_FENCED may wait for its old grant's expiry (a fenced host never acknowledges a revoke), no longer.
-    const held = v.state === "releasing" && v.conditions.includes("CONNECTIONS_NOT_FENCED") && timeline.now() < (grantMayLive.get(id) ?? 0) + stepMs * 20;
-    if (v.state !== "ready" && v.state !== "released" && v.state !== "failed" && !held) violations.push(`liveness: ${id} is still ${v.state} (gen ${v.generation}, reason ${v.reason}) ${healSteps * stepMs} ms after the faults stopped`);
+    const held =
+      v.state === "releasing" &&
+      v.conditions.includes("CONNECTIONS_NOT_FENCED") &&
+      timeline.now() < (grantMayLive.get(id) ?? 0) + stepMs * 20;
+    if (v.state !== "ready" && v.state !== "released" && v.state !== "failed" && !held)
+      violations.push(
+        `liveness: ${id} is still ${v.state} (gen ${v.generation}, reason ${v.reason}) ${healSteps * stepMs} ms after the faults stopped`,
+      );
     if (v.generation > 1) stats.replaced++;
   }
   for (const h of hosts) h.close();
@@ -410,28 +499,43 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
       for (const vm of vms) {
         cpu += vm.spec.vcpus * 1000;
         mem += vm.spec.memoryMiB;
-        running.set(vm.identity.allocationId, [...(running.get(vm.identity.allocationId) ?? []), `${h.hostId}/g${vm.identity.generation}`]);
+        running.set(vm.identity.allocationId, [
+          ...(running.get(vm.identity.allocationId) ?? []),
+          `${h.hostId}/g${vm.identity.generation}`,
+        ]);
       }
       if (cpu > HOST_CAPACITY.cpuMillis || mem > HOST_CAPACITY.memoryMiB || vms.length > HOST_CAPACITY.maxPlacements)
         violations.push(`step ${step}: ${h.hostId} runs ${vms.length} VMs using ${cpu}m/${mem} MiB: over its capacity`);
     }
-    for (const [alloc, where] of running) if (where.length > 1) violations.push(`step ${step}: allocation ${alloc} has ${where.length} running VMs (${where.join(", ")})`);
+    for (const [alloc, where] of running)
+      if (where.length > 1)
+        violations.push(`step ${step}: allocation ${alloc} has ${where.length} running VMs (${where.join(", ")})`);
     // One private address is never routed through two hosts or two generations at once (fenced hosts included: their peers live until expiry).
     const routed = new Map<string, Set<string>>();
-    for (const [hostId, ep] of endpoints) for (const [alloc, gens] of ep.applied()) for (const g of gens) routed.set(alloc, new Set([...(routed.get(alloc) ?? []), `${hostId}/g${g}`]));
-    for (const [alloc, where] of routed) if (where.size > 1) violations.push(`step ${step}: allocation ${alloc}'s address is routed through ${[...where].join(" and ")} at once`);
+    for (const [hostId, ep] of endpoints)
+      for (const [alloc, gens] of ep.applied())
+        for (const g of gens) routed.set(alloc, new Set([...(routed.get(alloc) ?? []), `${hostId}/g${g}`]));
+    for (const [alloc, where] of routed)
+      if (where.size > 1)
+        violations.push(
+          `step ${step}: allocation ${alloc}'s address is routed through ${[...where].join(" and ")} at once`,
+        );
     // An allocation never moves past a generation while a host still holds a grant for it (spec "Revocation and replacement": CONNECTIONS_NOT_FENCED).
     for (const [hostId, ep] of endpoints) {
       for (const [alloc, gens] of ep.applied()) {
         const v = await sched((w) => w.getAllocation(CONTROLLER, alloc));
         const stale = gens.filter((g) => v !== null && v.generation > g);
-        if (stale.length) violations.push(`step ${step}: allocation ${alloc} moved to generation ${v!.generation} while ${hostId} still routes its address for generation ${stale.join(", ")}`);
+        if (stale.length)
+          violations.push(
+            `step ${step}: allocation ${alloc} moved to generation ${v!.generation} while ${hostId} still routes its address for generation ${stale.join(", ")}`,
+          );
       }
     }
     for (const v of views) {
       trace.update(`${v.hostId}:${v.free.cpuMillis}:${v.placements.length}`);
       if (v.unschedulable.includes("VMM_START_FAILING")) stats.vmmFailingSteps++;
-      if (v.free.cpuMillis < 0 || v.free.memoryMiB < 0 || v.free.ephemeralDiskMiB < 0 || v.free.slots < 0) violations.push(`step ${step}: ${v.hostId} accounting is overcommitted: free ${JSON.stringify(v.free)}`);
+      if (v.free.cpuMillis < 0 || v.free.memoryMiB < 0 || v.free.ephemeralDiskMiB < 0 || v.free.slots < 0)
+        violations.push(`step ${step}: ${v.hostId} accounting is overcommitted: free ${JSON.stringify(v.free)}`);
       const now = new Set(v.placements.map((p) => p.placementId));
       const before = lastConsuming.get(v.hostId) ?? new Set();
       const h = hosts.find((x) => x.hostId === v.hostId)!;
@@ -439,7 +543,10 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
         if (now.has(id) || fenced.has(v.hostId)) continue;
         const local = h.observed(id);
         const vm = h.runsVmOf(id);
-        if (vm || (local && local !== "absent")) violations.push(`step ${step}: ${v.hostId} freed the capacity of ${id} before the agent observed it absent (agent: ${local ?? "unknown"}, VM ${vm ? "running" : "gone"})`);
+        if (vm || (local && local !== "absent"))
+          violations.push(
+            `step ${step}: ${v.hostId} freed the capacity of ${id} before the agent observed it absent (agent: ${local ?? "unknown"}, VM ${vm ? "running" : "gone"})`,
+          );
       }
       lastConsuming.set(v.hostId, now);
     }

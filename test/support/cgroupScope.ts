@@ -26,7 +26,9 @@ function ownMemoryPath(): string {
 /** Hierarchy mount points under /sys/fs/cgroup (v1 directories with a cgroup.procs file, or the v2 root). */
 function hierarchies(): string[] {
   if (existsSync(join(ROOT, "cgroup.controllers"))) return [ROOT];
-  return readdirSync(ROOT).map((d) => join(ROOT, d)).filter((d) => existsSync(join(d, "cgroup.procs")));
+  return readdirSync(ROOT)
+    .map((d) => join(ROOT, d))
+    .filter((d) => existsSync(join(d, "cgroup.procs")));
 }
 
 /** A run's cgroup parent: `parent` for agent.json, `remove()` for afterAll. */

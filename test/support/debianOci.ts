@@ -65,8 +65,14 @@ export async function writeDebianOciLayout(dir: string, rootfsTar: string): Prom
     { path: "usr/share/man/README.beachball", body: "man pages were removed by layer 2\n" },
   ]);
   return writeOciLayout(dir, [readFileSync(rootfsTar), layer1, layer2], {
-    gzip: false, ref: "debian-ci:12",
-    config: { Entrypoint: ["/usr/local/bin/ci-job"], Env: ["CI=true", "PATH=/usr/local/bin:/usr/bin:/bin"], WorkingDir: "/home/ci", User: "ci" },
+    gzip: false,
+    ref: "debian-ci:12",
+    config: {
+      Entrypoint: ["/usr/local/bin/ci-job"],
+      Env: ["CI=true", "PATH=/usr/local/bin:/usr/bin:/bin"],
+      WorkingDir: "/home/ci",
+      User: "ci",
+    },
   });
 }
 
@@ -83,8 +89,14 @@ exec /bin/sh "$BEACHBALL_BOOTSTRAP_PATH"
 export async function writeSshdOciLayout(dir: string, rootfsTar: string): Promise<TestLayout> {
   const layer1 = makeTar([{ path: "usr/local/bin/run-payload", body: PAYLOAD_ENTRYPOINT, mode: 0o755 }]);
   return writeOciLayout(dir, [readFileSync(rootfsTar), layer1], {
-    gzip: false, ref: "debian-sshd:12",
-    config: { Entrypoint: ["/usr/local/bin/run-payload"], Env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"], WorkingDir: "/root", User: "" },
+    gzip: false,
+    ref: "debian-sshd:12",
+    config: {
+      Entrypoint: ["/usr/local/bin/run-payload"],
+      Env: ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+      WorkingDir: "/root",
+      User: "",
+    },
   });
 }
 

@@ -60,7 +60,8 @@ export function shellWords(s: string): string[] {
 }
 
 /** Where a shell command may start inside a line (so `echo bb` or `.bb/` never counts). */
-const COMMAND_START = /(?:^\s*\$\s+|\bsudo\s+|\bip\s+netns\s+exec\s+\S+\s+|\bnsenter\s+(?:-\S+\s+)*|\bflock\s+\S+\s+|\b[A-Z_][A-Z0-9_]*=\S*\s+|^|&&|\|\||;|\s\|\s|\$\()\s*/g;
+const COMMAND_START =
+  /(?:^\s*\$\s+|\bsudo\s+|\bip\s+netns\s+exec\s+\S+\s+|\bnsenter\s+(?:-\S+\s+)*|\bflock\s+\S+\s+|\b[A-Z_][A-Z0-9_]*=\S*\s+|^|&&|\|\||;|\s\|\s|\$\()\s*/g;
 
 /** The bb words of each command starting in `code` (one shell line, comment removed), given how `npm run` scripts expand. */
 function commandsIn(code: string, npmScripts: Record<string, string>): string[][] {
@@ -78,7 +79,11 @@ function commandsIn(code: string, npmScripts: Record<string, string>): string[][
     let bbWords: string[] | null = null;
     if (words[0] === "bb") bbWords = words.slice(1);
     else if (words[0] === "./bin/bb.ts") bbWords = words.slice(1);
-    else if ((words[0] === "bun" || words[0] === "node_modules/.bin/bun") && /(?:^|\/)bin\/bb\.ts$/.test(words[1] ?? "")) bbWords = words.slice(2);
+    else if (
+      (words[0] === "bun" || words[0] === "node_modules/.bin/bun") &&
+      /(?:^|\/)bin\/bb\.ts$/.test(words[1] ?? "")
+    )
+      bbWords = words.slice(2);
     else if (words[0] === "npm" && words[1] === "run" && words[2]) {
       const script = npmScripts[words[2]] ?? "";
       const m = /(?:^|\s)bun bin\/bb\.ts((?:\s+\S+)*)$/.exec(script);
@@ -129,7 +134,8 @@ export function docCommandLines(file: string, text: string, npmScripts: Record<s
     }
     if (fence === null) {
       for (const m of raw.matchAll(/`([^`]+)`/g)) {
-        for (const words of commandsIn(m[1]!, npmScripts)) out.push({ where: `${file}:${i + 1}`, words, commentFlags: [] });
+        for (const words of commandsIn(m[1]!, npmScripts))
+          out.push({ where: `${file}:${i + 1}`, words, commentFlags: [] });
       }
       continue;
     }
@@ -149,7 +155,9 @@ export function docCommandLines(file: string, text: string, npmScripts: Record<s
       break;
     }
     const cmds = commandsIn(code, npmScripts);
-    cmds.forEach((words, k) => out.push({ where: `${file}:${first + 1}`, words, commentFlags: k === cmds.length - 1 ? flagsIn(comments) : [] }));
+    cmds.forEach((words, k) =>
+      out.push({ where: `${file}:${first + 1}`, words, commentFlags: k === cmds.length - 1 ? flagsIn(comments) : [] }),
+    );
   }
   return out;
 }
@@ -164,7 +172,11 @@ function isPlaceholder(word: string): boolean {
  * unknown subcommand or an unknown flag, as messages; empty when it holds.
  * `a|b|c` as a subcommand word is checked as each of a, b and c.
  */
-export async function checkCommandLine(root: BbCommand, words: readonly string[], commentFlags: readonly string[] = []): Promise<string[]> {
+export async function checkCommandLine(
+  root: BbCommand,
+  words: readonly string[],
+  commentFlags: readonly string[] = [],
+): Promise<string[]> {
   const problems: string[] = [];
   const walk = async (def: BbCommand, path: string[], i: number): Promise<void> => {
     const r = await resolveCommand(def);
@@ -178,13 +190,18 @@ export async function checkCommandLine(root: BbCommand, words: readonly string[]
       return;
     }
     // `--help` everywhere and `bb --version` are answered by runBb itself (src/command/main.ts).
-    const flags = new Map<string, boolean>([["--help", true], ["-h", true], ...(path.length === 1 ? ([["--version", true]] as const) : [])]);
+    const flags = new Map<string, boolean>([
+      ["--help", true],
+      ["-h", true],
+      ...(path.length === 1 ? ([["--version", true]] as const) : []),
+    ]);
     for (const [name, a] of Object.entries(r.args)) {
       if (a.type === "positional") continue;
       flags.set(`--${name}`, a.type === "boolean");
       for (const al of aliasesOf(a)) flags.set(al.length === 1 ? `-${al}` : `--${al}`, a.type === "boolean");
     }
-    const known = (flag: string) => flags.has(flag) || (flag.startsWith("--no-") && flags.get(`--${flag.slice(5)}`) === true);
+    const known = (flag: string) =>
+      flags.has(flag) || (flag.startsWith("--no-") && flags.get(`--${flag.slice(5)}`) === true);
     const rest = words.slice(i);
     const dashes = rest.indexOf("--");
     for (const w of dashes < 0 ? rest : rest.slice(0, dashes)) {
@@ -192,7 +209,8 @@ export async function checkCommandLine(root: BbCommand, words: readonly string[]
       const flag = w.split("=")[0]!;
       if (!known(flag)) problems.push(`\`${path.join(" ")}\` has no flag ${flag}`);
     }
-    for (const flag of commentFlags) if (!known(flag)) problems.push(`\`${path.join(" ")}\` has no flag ${flag} (named in the comment)`);
+    for (const flag of commentFlags)
+      if (!known(flag)) problems.push(`\`${path.join(" ")}\` has no flag ${flag} (named in the comment)`);
   };
   await walk(root, ["bb"], 0);
   return problems;

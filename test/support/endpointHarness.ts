@@ -52,7 +52,11 @@ const postConnectivity = () => {
   posting = posting.then(async () => {
     if (!endpoint) return;
     const body = { hostId: cfg.hostId, ...endpoint.connectivity() };
-    await fetch(`${cfg.issuerUrl}/test/host/connectivity`, { method: "POST", body: JSON.stringify(body), headers: { "content-type": "application/json" } }).catch(() => {});
+    await fetch(`${cfg.issuerUrl}/test/host/connectivity`, {
+      method: "POST",
+      body: JSON.stringify(body),
+      headers: { "content-type": "application/json" },
+    }).catch(() => {});
   });
 };
 endpoint = await HostEndpoint.start({
@@ -78,11 +82,17 @@ let stopped = false;
 const poll = async () => {
   while (!stopped) {
     try {
-      const r = (await (await fetch(`${cfg.issuerUrl}/test/host/commands?after=${after}`)).json()) as { commands: Array<{ seq: number; command: ConfigureConnection }> };
+      const r = (await (await fetch(`${cfg.issuerUrl}/test/host/commands?after=${after}`)).json()) as {
+        commands: Array<{ seq: number; command: ConfigureConnection }>;
+      };
       for (const c of r.commands) {
         after = c.seq;
         const res = await ep.configure(c.command);
-        emit(res.ok ? { ev: "applied", grantId: c.command.grantId, action: c.command.action } : { ev: "refused", grantId: c.command.grantId, code: res.code, reason: res.reason });
+        emit(
+          res.ok
+            ? { ev: "applied", grantId: c.command.grantId, action: c.command.action }
+            : { ev: "refused", grantId: c.command.grantId, code: res.code, reason: res.reason },
+        );
         postConnectivity();
       }
     } catch {

@@ -8,7 +8,15 @@
  * (only tests, test/support and bench/ use it).
  */
 import { generateKeyPairSync, randomBytes } from "node:crypto";
-import type { GrantPayload, GrantTransport, RelayEntry, RelayRole, SignedGrant, SignedRelayMap, SignedRelayToken } from "../../src/protocol/connection.ts";
+import type {
+  GrantPayload,
+  GrantTransport,
+  RelayEntry,
+  RelayRole,
+  SignedGrant,
+  SignedRelayMap,
+  SignedRelayToken,
+} from "../../src/protocol/connection.ts";
 import { connectionPublicKeyOf, signConnectionDocument } from "../../src/protocol/connectionSignature.ts";
 
 /** A fresh identifier `<prefix>_<32 hex>`. */
@@ -41,7 +49,11 @@ export class TestGrantIssuer {
     readonly keyId = "test-issuer",
     seed?: string,
   ) {
-    this.seed = seed ?? Buffer.from(generateKeyPairSync("ed25519").privateKey.export({ format: "der", type: "pkcs8" }).subarray(16)).toString("base64");
+    this.seed =
+      seed ??
+      Buffer.from(
+        generateKeyPairSync("ed25519").privateKey.export({ format: "der", type: "pkcs8" }).subarray(16),
+      ).toString("base64");
     this.publicKey = connectionPublicKeyOf(this.seed);
   }
 
@@ -80,12 +92,25 @@ export class TestGrantIssuer {
 
   /** A signed relay map. */
   relayMap(relays: RelayEntry[], nowMs: number, ttlMs: number): SignedRelayMap {
-    return signConnectionDocument("relay-map", { v: 1 as const, relays, issuedAtMs: nowMs, expiresAtMs: nowMs + ttlMs }, this.keyId, this.seed);
+    return signConnectionDocument(
+      "relay-map",
+      { v: 1 as const, relays, issuedAtMs: nowMs, expiresAtMs: nowMs + ttlMs },
+      this.keyId,
+      this.seed,
+    );
   }
 
   /** A signed relay token. */
   relayToken(relayId: string, grantId: string, role: RelayRole, nowMs: number, ttlMs: number): SignedRelayToken {
-    const payload = { v: 1 as const, relayId, grantId, role, limits: { maxBytes: 1 << 30, maxBytesPerSecond: 64 << 20, idleTimeoutMs: 60_000 }, issuedAtMs: nowMs, expiresAtMs: nowMs + ttlMs };
+    const payload = {
+      v: 1 as const,
+      relayId,
+      grantId,
+      role,
+      limits: { maxBytes: 1 << 30, maxBytesPerSecond: 64 << 20, idleTimeoutMs: 60_000 },
+      issuedAtMs: nowMs,
+      expiresAtMs: nowMs + ttlMs,
+    };
     return signConnectionDocument("relay-token", payload, this.keyId, this.seed);
   }
 }

@@ -35,7 +35,15 @@
 import { randomBytes } from "node:crypto";
 import { Value } from "@sinclair/typebox/value";
 import type { ConfigureConnection } from "../../src/protocol/agent.ts";
-import { ConnectionGrantBody, ConnectionMessagesBody, type Candidate, type ConnectionGrantResponse, type RelayEntry, type SignedGrant, type SignedRelayToken } from "../../src/protocol/connection.ts";
+import {
+  ConnectionGrantBody,
+  ConnectionMessagesBody,
+  type Candidate,
+  type ConnectionGrantResponse,
+  type RelayEntry,
+  type SignedGrant,
+  type SignedRelayToken,
+} from "../../src/protocol/connection.ts";
 import { problem } from "../../src/protocol/problem.ts";
 import { TestGrantIssuer, testId } from "./grantIssuer.ts";
 import { stdinCommands } from "./stdinLines.ts";
@@ -55,11 +63,21 @@ export class IssuerState {
   readonly commands: Array<{ seq: number; command: ConfigureConnection }> = [];
   readonly grants: SignedGrant[] = [];
   /** How the next grant is made: tampered after signing, a lifetime, another generation, or with a client relay token that names another grant. */
-  next: { tamper?: boolean; ttlMs?: number; generation?: number; relayTokenForAnotherGrant?: boolean; relays?: boolean; clientRelayTokenTtlMs?: number } = {};
+  next: {
+    tamper?: boolean;
+    ttlMs?: number;
+    generation?: number;
+    relayTokenForAnotherGrant?: boolean;
+    relays?: boolean;
+    clientRelayTokenTtlMs?: number;
+  } = {};
   /** The client-role relay tokens each grant's response carried, by grant ID then relay ID. */
   readonly clientRelayTokens = new Map<string, Record<string, SignedRelayToken>>();
   /** Each grant's Connection: its client endpoint token, the grant, the last accepted sequence number; by connection ID. */
-  readonly connections = new Map<string, { endpointToken: string; grant: SignedGrant; lastSeq: number; relays: RelayEntry[]; clientRelayTokenTtlMs: number }>();
+  readonly connections = new Map<
+    string,
+    { endpointToken: string; grant: SignedGrant; lastSeq: number; relays: RelayEntry[]; clientRelayTokenTtlMs: number }
+  >();
   /** The newest candidates each grant's client posted, by grant ID. */
   readonly clientCandidates = new Map<string, Candidate[]>();
   /** STUN servers grant responses list ("IPv4:PORT"). */
@@ -100,7 +118,8 @@ export class IssuerState {
   }
 }
 
-const json = (v: unknown, status = 200) => new Response(JSON.stringify(v), { status, headers: { "content-type": "application/json" } });
+const json = (v: unknown, status = 200) =>
+  new Response(JSON.stringify(v), { status, headers: { "content-type": "application/json" } });
 
 /** Starts the server. */
 export function startIssuerServer(o: { hostname: string; port: number; token: string; state: IssuerState }) {
@@ -112,8 +131,22 @@ export function startIssuerServer(o: { hostname: string; port: number; token: st
       const url = new URL(req.url);
       const parts = url.pathname.split("/").filter(Boolean);
       if (parts[0] === "test") return control(req, parts.slice(1), url);
-      if (parts[0] === "v1" && parts[1] === "connections" && parts[2] && parts[3] === "messages" && req.method === "POST") return messages(req, decodeURIComponent(parts[2]));
-      if (parts[0] === "v1" && parts[1] === "connections" && parts[2] && parts[3] === "relay-tokens" && req.method === "POST") return relayTokens(req, decodeURIComponent(parts[2]));
+      if (
+        parts[0] === "v1" &&
+        parts[1] === "connections" &&
+        parts[2] &&
+        parts[3] === "messages" &&
+        req.method === "POST"
+      )
+        return messages(req, decodeURIComponent(parts[2]));
+      if (
+        parts[0] === "v1" &&
+        parts[1] === "connections" &&
+        parts[2] &&
+        parts[3] === "relay-tokens" &&
+        req.method === "POST"
+      )
+        return relayTokens(req, decodeURIComponent(parts[2]));
       if (req.headers.get("authorization") !== `Bearer ${o.token}`) return problem("UNAUTHENTICATED", "bad token");
       if (parts[0] !== "v1" || parts[1] !== "allocations" || !parts[2]) return problem("NOT_FOUND", "no such route");
       const id = decodeURIComponent(parts[2]);
@@ -140,8 +173,15 @@ export function startIssuerServer(o: { hostname: string; port: number; token: st
       const ttlMs = next.ttlMs ?? (body.ttlSeconds ?? 600) * 1000;
       let grant = s.issuer.grant(
         {
-          allocationId: id, generation: next.generation ?? a.generation, hostId: a.hostId, hostPublicKey: host.hostPublicKey, clientPublicKey: body.clientPublicKey,
-          clientAddress: s.clientAddressFor(a.allocationAddress), allocationAddress: a.allocationAddress, transport: body.transport, ports: body.ports,
+          allocationId: id,
+          generation: next.generation ?? a.generation,
+          hostId: a.hostId,
+          hostPublicKey: host.hostPublicKey,
+          clientPublicKey: body.clientPublicKey,
+          clientAddress: s.clientAddressFor(a.allocationAddress),
+          allocationAddress: a.allocationAddress,
+          transport: body.transport,
+          ports: body.ports,
         },
         now,
         ttlMs,
@@ -150,14 +190,27 @@ export function startIssuerServer(o: { hostname: string; port: number; token: st
       s.grants.push(grant);
       const gid = grant.payload.grantId;
       // Without `relays`, a relay map with one unreachable entry exists only to carry a token for another grant.
-      const relays = next.relays ? s.relays : next.relayTokenForAnotherGrant ? [{ relayId: "relay-1", url: "wss://relay.invalid/v1/relay" }] : [];
+      const relays = next.relays
+        ? s.relays
+        : next.relayTokenForAnotherGrant
+          ? [{ relayId: "relay-1", url: "wss://relay.invalid/v1/relay" }]
+          : [];
       const relayMap = s.issuer.relayMap(relays, now, ttlMs);
-      const tokens = (role: "client" | "host", forGrant: string, ttl = 300_000) => Object.fromEntries(relays.map((r) => [r.relayId, s.issuer.relayToken(r.relayId, forGrant, role, now, ttl)]));
+      const tokens = (role: "client" | "host", forGrant: string, ttl = 300_000) =>
+        Object.fromEntries(relays.map((r) => [r.relayId, s.issuer.relayToken(r.relayId, forGrant, role, now, ttl)]));
       const clientRelayTokenTtlMs = next.clientRelayTokenTtlMs ?? 300_000;
-      const clientTokens = tokens("client", next.relayTokenForAnotherGrant ? testId("grt") : gid, clientRelayTokenTtlMs);
+      const clientTokens = tokens(
+        "client",
+        next.relayTokenForAnotherGrant ? testId("grt") : gid,
+        clientRelayTokenTtlMs,
+      );
       s.clientRelayTokens.set(gid, clientTokens);
       s.push({
-        commandId: `${gid}:apply`, type: "configure_connection", action: "apply", grantId: gid, grant,
+        commandId: `${gid}:apply`,
+        type: "configure_connection",
+        action: "apply",
+        grantId: gid,
+        grant,
         ...(next.relays ? { relayMap, relayTokens: tokens("host", gid) } : {}),
       });
       await s.waitSettled(gid, 5_000);
@@ -170,7 +223,13 @@ export function startIssuerServer(o: { hostname: string; port: number; token: st
         hostCandidates: host.candidates,
         ...(s.stunServers.length ? { stunServers: s.stunServers } : {}),
       };
-      s.connections.set(resp.connectionId, { endpointToken: resp.endpointToken, grant, lastSeq: 0, relays, clientRelayTokenTtlMs });
+      s.connections.set(resp.connectionId, {
+        endpointToken: resp.endpointToken,
+        grant,
+        lastSeq: 0,
+        relays,
+        clientRelayTokenTtlMs,
+      });
       return json(resp, 201);
     },
   });
@@ -178,7 +237,8 @@ export function startIssuerServer(o: { hostname: string; port: number; token: st
   /** The client's rendezvous messages: the newest fresh candidates list goes to the host with the grant's apply. */
   async function messages(req: Request, connectionId: string): Promise<Response> {
     const c = s.connections.get(connectionId);
-    if (!c || req.headers.get("authorization") !== `Bearer ${c.endpointToken}`) return problem("UNAUTHENTICATED", "bad endpoint token");
+    if (!c || req.headers.get("authorization") !== `Bearer ${c.endpointToken}`)
+      return problem("UNAUTHENTICATED", "bad endpoint token");
     const body = await req.json().catch(() => null);
     if (!Value.Check(ConnectionMessagesBody, body)) return problem("VALIDATION_FAILED", "bad messages body");
     const fresh = body.messages.filter((m) => m.seq > c.lastSeq);
@@ -187,9 +247,22 @@ export function startIssuerServer(o: { hostname: string; port: number; token: st
     if (last?.type === "candidates") {
       const gid = c.grant.payload.grantId;
       s.clientCandidates.set(gid, last.candidates);
-      s.push({ commandId: `${gid}:apply`, type: "configure_connection", action: "apply", grantId: gid, grant: c.grant, clientCandidates: last.candidates });
+      s.push({
+        commandId: `${gid}:apply`,
+        type: "configure_connection",
+        action: "apply",
+        grantId: gid,
+        grant: c.grant,
+        clientCandidates: last.candidates,
+      });
     }
-    return json({ role: "client", messages: [], lastAcceptedSeq: c.lastSeq, expiresAtMs: c.grant.payload.expiresAtMs, closed: false });
+    return json({
+      role: "client",
+      messages: [],
+      lastAcceptedSeq: c.lastSeq,
+      expiresAtMs: c.grant.payload.expiresAtMs,
+      closed: false,
+    });
   }
 
   /** Fresh client relay tokens for the Connection's grant (the scheduler's Connection mints them the same way). */
@@ -197,17 +270,30 @@ export function startIssuerServer(o: { hostname: string; port: number; token: st
     const c = s.connections.get(connectionId);
     const now = Date.now();
     const expiresAtMs = c?.grant.payload.expiresAtMs ?? 0;
-    if (!c || req.headers.get("authorization") !== `Bearer ${c.endpointToken}` || expiresAtMs <= now) return problem("UNAUTHENTICATED", "bad endpoint token, or the grant ended");
+    if (!c || req.headers.get("authorization") !== `Bearer ${c.endpointToken}` || expiresAtMs <= now)
+      return problem("UNAUTHENTICATED", "bad endpoint token, or the grant ended");
     const gid = c.grant.payload.grantId;
     const ttl = Math.min(c.clientRelayTokenTtlMs, expiresAtMs - now);
-    return json({ grantId: gid, role: "client", relayTokens: Object.fromEntries(c.relays.map((r) => [r.relayId, s.issuer.relayToken(r.relayId, gid, "client", now, ttl)])), expiresAtMs });
+    return json({
+      grantId: gid,
+      role: "client",
+      relayTokens: Object.fromEntries(
+        c.relays.map((r) => [r.relayId, s.issuer.relayToken(r.relayId, gid, "client", now, ttl)]),
+      ),
+      expiresAtMs,
+    });
   }
 
   async function control(req: Request, parts: string[], url: URL): Promise<Response> {
     if (req.method === "POST" && parts[0] === "allocations" && parts[1]) {
       const id = decodeURIComponent(parts[1]);
       const patch = (await req.json()) as Partial<TestAllocation>;
-      const cur = s.allocations.get(id) ?? { state: "ready", generation: 1, hostId: "host-1", allocationAddress: "fd00:bb:1:2::2" };
+      const cur = s.allocations.get(id) ?? {
+        state: "ready",
+        generation: 1,
+        hostId: "host-1",
+        allocationAddress: "fd00:bb:1:2::2",
+      };
       s.allocations.set(id, { ...cur, ...patch });
       return json(s.allocations.get(id));
     }
@@ -216,9 +302,18 @@ export function startIssuerServer(o: { hostname: string; port: number; token: st
       return json(s.next);
     }
     if (req.method === "POST" && parts[0] === "host" && parts[1] === "connectivity") {
-      const c = (await req.json()) as { hostId: string; hostPublicKey: string; candidates: Candidate[]; appliedGrants?: Array<{ grantId: string }>; refusedGrants?: Array<{ grantId: string }> };
+      const c = (await req.json()) as {
+        hostId: string;
+        hostPublicKey: string;
+        candidates: Candidate[];
+        appliedGrants?: Array<{ grantId: string }>;
+        refusedGrants?: Array<{ grantId: string }>;
+      };
       s.hosts.set(c.hostId, { hostPublicKey: c.hostPublicKey, candidates: c.candidates });
-      s.report((c.appliedGrants ?? []).map((g) => g.grantId), (c.refusedGrants ?? []).map((g) => g.grantId));
+      s.report(
+        (c.appliedGrants ?? []).map((g) => g.grantId),
+        (c.refusedGrants ?? []).map((g) => g.grantId),
+      );
       return json({ ok: true });
     }
     if (req.method === "GET" && parts[0] === "host" && parts[1] === "commands") {
@@ -231,7 +326,15 @@ export function startIssuerServer(o: { hostname: string; port: number; token: st
 }
 
 if (import.meta.main) {
-  const cfg = JSON.parse(process.argv[2]!) as { hostname: string; port: number; token: string; seed: string; keyId: string; relays?: RelayEntry[]; stunServers?: string[] };
+  const cfg = JSON.parse(process.argv[2]!) as {
+    hostname: string;
+    port: number;
+    token: string;
+    seed: string;
+    keyId: string;
+    relays?: RelayEntry[];
+    stunServers?: string[];
+  };
   const state = new IssuerState(new TestGrantIssuer(cfg.keyId, cfg.seed), cfg.relays ?? []);
   state.stunServers = cfg.stunServers ?? [];
   const server = startIssuerServer({ hostname: cfg.hostname, port: cfg.port, token: cfg.token, state });
@@ -243,15 +346,22 @@ if (import.meta.main) {
   // {"op":"client-candidates","grantId"} → {"ev":"client-candidates","candidates"} (null: none posted).
   for await (const { op, id, ...rest } of stdinCommands<{ op: string; id?: string } & Record<string, unknown>>()) {
     if (op === "allocation" && id) {
-      const cur = state.allocations.get(id) ?? { state: "ready", generation: 1, hostId: "host-1", allocationAddress: "fd00:bb:1:2::2" };
+      const cur = state.allocations.get(id) ?? {
+        state: "ready",
+        generation: 1,
+        hostId: "host-1",
+        allocationAddress: "fd00:bb:1:2::2",
+      };
       state.allocations.set(id, { ...cur, ...(rest as Partial<TestAllocation>) });
       emit({ ev: "allocation", id, ...state.allocations.get(id) });
     } else if (op === "next-grant") {
       state.next = rest as IssuerState["next"];
       emit({ ev: "next-grant" });
     } else if (op === "grants") emit({ ev: "grants", grants: state.grants.map((g) => g.payload) });
-    else if (op === "client-candidates") emit({ ev: "client-candidates", candidates: state.clientCandidates.get(String(rest["grantId"])) ?? null });
-    else if (op === "client-relay-tokens") emit({ ev: "client-relay-tokens", tokens: state.clientRelayTokens.get(String(rest["grantId"])) ?? {} });
+    else if (op === "client-candidates")
+      emit({ ev: "client-candidates", candidates: state.clientCandidates.get(String(rest["grantId"])) ?? null });
+    else if (op === "client-relay-tokens")
+      emit({ ev: "client-relay-tokens", tokens: state.clientRelayTokens.get(String(rest["grantId"])) ?? {} });
   }
   server.stop(true);
   process.exit(0);

@@ -12,7 +12,16 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { expect } from "bun:test";
 import { BeachballError, ERROR_STATUS } from "../../src/protocol/errors.ts";
-import type { AgentCommand, AppliedGrant, CommandAck, ConfigureConnection, ConnectivityUpdate, Envelope, PlacementUpdate, PollResponse } from "../../src/protocol/agent.ts";
+import type {
+  AgentCommand,
+  AppliedGrant,
+  CommandAck,
+  ConfigureConnection,
+  ConnectivityUpdate,
+  Envelope,
+  PlacementUpdate,
+  PollResponse,
+} from "../../src/protocol/agent.ts";
 import type { ConnectionGrantBody } from "../../src/protocol/connection.ts";
 import { parseUlaPrefix, type UlaPrefix } from "../../src/domain/network.ts";
 import { SchedulerWorker } from "../../src/scheduler/worker.ts";
@@ -41,7 +50,12 @@ export function world() {
   const connections = devConnections(dir);
   connections.relays = [{ relayId: "relay-1", url: "wss://relay-1.example:443/v1/relay" }];
   connections.stunServers = ["192.0.2.53:3478", "[2001:db8::53]:3478"];
-  connections.grants = { maxTtlSeconds: 600, defaultTtlSeconds: 120, policyRevision: 7, default: { transports: ["tcp"], ports: ["22", "8000-8010"] } };
+  connections.grants = {
+    maxTtlSeconds: 600,
+    defaultTtlSeconds: 120,
+    policyRevision: 7,
+    default: { transports: ["tcp"], ports: ["22", "8000-8010"] },
+  };
   const base = testManifest();
   const manifest: DeploymentManifest = {
     ...base,
@@ -50,7 +64,14 @@ export function world() {
     workloadClasses: { small: { ...base.workloadClasses["small"]!, cpuMillis: 500 } },
     connections,
   };
-  const w = new SchedulerWorker({ dataDir: dir, manifest, publicUrl: "http://t", clock, random: new SeededRandom(7), timeouts: { leaseMs: 30_000, hostCheckIntervalMs: 5_000, leaseGraceMs: 10_000, retentionDays: 1 } });
+  const w = new SchedulerWorker({
+    dataDir: dir,
+    manifest,
+    publicUrl: "http://t",
+    clock,
+    random: new SeededRandom(7),
+    timeouts: { leaseMs: 30_000, hostCheckIntervalMs: 5_000, leaseGraceMs: 10_000, retentionDays: 1 },
+  });
   w.runtime.recover();
   workers.push(w);
   const settle = async (ms = 0) => {
@@ -75,14 +96,28 @@ export class Agent extends InProcessAgent {
   }
   /** The next connectivity_update, reporting `appliedGrants` (none by default). */
   connectivity(appliedGrants: AppliedGrant[] = []): ConnectivityUpdate {
-    return { seq: ++this.connSeq, hostPublicKey: this.publicKey, candidates: [{ address: "192.0.2.10", port: 51820, kind: "local" }], appliedGrants, refusedGrants: [], at: new Date(this.clock.now()).toISOString() };
+    return {
+      seq: ++this.connSeq,
+      hostPublicKey: this.publicKey,
+      candidates: [{ address: "192.0.2.10", port: 51820, kind: "local" }],
+      appliedGrants,
+      refusedGrants: [],
+      at: new Date(this.clock.now()).toISOString(),
+    };
   }
 }
 
 /** Enrolls host `hostId`. */
 export async function enroll(w: SchedulerWorker, hostId: string): Promise<void> {
   const t = await w.createEnrollmentToken(O, hostId, 3600);
-  await w.enroll({ token: t.token, capacity: CAP, region: "t", architecture: "x86_64", agentProtocolVersion: "1.0", vmmDriver: "t" });
+  await w.enroll({
+    token: t.token,
+    capacity: CAP,
+    region: "t",
+    architecture: "x86_64",
+    agentProtocolVersion: "1.0",
+    vmmDriver: "t",
+  });
 }
 
 /** The stable code (and its HTTP status) a call fails with, or "OK". */

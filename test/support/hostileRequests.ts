@@ -59,10 +59,33 @@ export function sampleBodies(hostId: string): Record<string, Json> {
     type: "poll",
     payload: {
       bootId: "boot-1",
-      updates: [{ seq: 1, placementId: "plc_1", allocationId: "alloc_1", generation: 1, state: "running", at: "2026-01-01T00:00:00.000Z" }],
+      updates: [
+        {
+          seq: 1,
+          placementId: "plc_1",
+          allocationId: "alloc_1",
+          generation: 1,
+          state: "running",
+          at: "2026-01-01T00:00:00.000Z",
+        },
+      ],
       acks: [{ commandId: "plc_1:present:1", result: "accepted" }],
-      deliveryAcks: [{ deliveryId: "d-1", placementId: "plc_1", generation: 1, result: "consumed", digest: `sha256:${"a".repeat(64)}` }],
-      health: { isolationHealthy: true, quarantineCount: 0, vmmDriver: "qemu-microvm", inventory: { cpuMillis: 1000, memoryMiB: 1024 }, cachedImages: [`sha256:${"b".repeat(64)}`] },
+      deliveryAcks: [
+        {
+          deliveryId: "d-1",
+          placementId: "plc_1",
+          generation: 1,
+          result: "consumed",
+          digest: `sha256:${"a".repeat(64)}`,
+        },
+      ],
+      health: {
+        isolationHealthy: true,
+        quarantineCount: 0,
+        vmmDriver: "qemu-microvm",
+        inventory: { cpuMillis: 1000, memoryMiB: 1024 },
+        cachedImages: [`sha256:${"b".repeat(64)}`],
+      },
       waitMs: 0,
     },
   };
@@ -71,10 +94,25 @@ export function sampleBodies(hostId: string): Record<string, Json> {
     bootstrap: { deliveryId: "d-1", generation: 1, contentType: "text/x-shellscript", payloadBase64: "ZWNobw==" },
     replacementAuthorizations: { generation: 1 },
     enrollmentTokens: { ttlSeconds: 600 },
-    enroll: { token: `bbe_${"c".repeat(48)}`, capacity, reserve: capacity, region: "local", architecture: "x86_64", labels: { zone: "a" }, agentProtocolVersion: "1.0", vmmDriver: "qemu-microvm" },
+    enroll: {
+      token: `bbe_${"c".repeat(48)}`,
+      capacity,
+      reserve: capacity,
+      region: "local",
+      architecture: "x86_64",
+      labels: { zone: "a" },
+      agentProtocolVersion: "1.0",
+      vmmDriver: "qemu-microvm",
+    },
     poll: envelope,
     messages: { ...envelope, type: "messages" },
-    createConnectionGrant: { clientPublicKey: Buffer.alloc(32, 5).toString("base64"), transport: "tcp", ports: [22, 8080], ttlSeconds: 300, generation: 1 },
+    createConnectionGrant: {
+      clientPublicKey: Buffer.alloc(32, 5).toString("base64"),
+      transport: "tcp",
+      ports: [22, 8080],
+      ttlSeconds: 300,
+      generation: 1,
+    },
     connectionPoll: { after: 3, waitMs: 0 },
     connectionMessages: {
       messages: [
@@ -83,7 +121,10 @@ export function sampleBodies(hostId: string): Record<string, Json> {
         { type: "ack", seq: 3, upTo: 1 },
       ],
     },
-    pushLogs: { hostId, chunks: [{ allocationId: "alloc_1", placementId: "plc_1", generation: 1, offset: 0, text: "line\n" }] },
+    pushLogs: {
+      hostId,
+      chunks: [{ allocationId: "alloc_1", placementId: "plc_1", generation: 1, offset: 0, text: "line\n" }],
+    },
   };
 }
 
@@ -103,7 +144,8 @@ interface Node {
 /** Every (value, schema) pair of `value` walked along `schema`. */
 function nodes(value: Json, schema: Record<string, unknown>, path: (string | number)[] = []): Node[] {
   const out: Node[] = [{ path, value, schema }];
-  if (Array.isArray(value) && schema["items"]) value.forEach((v, i) => out.push(...nodes(v, schema["items"] as Record<string, unknown>, [...path, i])));
+  if (Array.isArray(value) && schema["items"])
+    value.forEach((v, i) => out.push(...nodes(v, schema["items"] as Record<string, unknown>, [...path, i])));
   else if (value && typeof value === "object" && !Array.isArray(value)) {
     const props = (schema["properties"] ?? {}) as Record<string, Record<string, unknown>>;
     const rec = Object.values((schema["patternProperties"] ?? {}) as Record<string, Record<string, unknown>>)[0];
@@ -140,8 +182,18 @@ function mutateNode(rng: SeededRandom, n: Node): Json | undefined {
         delete copy[rng.pick(required)];
         return copy;
       }
-      if (pick === 1) return { ...obj, [s["patternProperties"] ? rng.pick(["Bad Key", "UPPER", "a/../x", "k".repeat(64), "__proto__", ""]) : `unknown_${rng.int(1000)}`]: rng.pick<Json>(["v", 5, { nested: [1] }]) };
-      if (pick === 2 && s["maxProperties"]) return { ...obj, ...Object.fromEntries(Array.from({ length: (s["maxProperties"] as number) + 1 }, (_, i) => [`k${i}`, "v"])) };
+      if (pick === 1)
+        return {
+          ...obj,
+          [s["patternProperties"]
+            ? rng.pick(["Bad Key", "UPPER", "a/../x", "k".repeat(64), "__proto__", ""])
+            : `unknown_${rng.int(1000)}`]: rng.pick<Json>(["v", 5, { nested: [1] }]),
+        };
+      if (pick === 2 && s["maxProperties"])
+        return {
+          ...obj,
+          ...Object.fromEntries(Array.from({ length: (s["maxProperties"] as number) + 1 }, (_, i) => [`k${i}`, "v"])),
+        };
       return wrongType();
     }
     case "string": {
@@ -159,7 +211,8 @@ function mutateNode(rng: SeededRandom, n: Node): Json | undefined {
     }
     case "array": {
       const max = s["maxItems"] as number | undefined;
-      if (max !== undefined && rng.chance(0.3)) return Array.from({ length: max + 1 }, () => (n.value as Json[])[0] ?? null);
+      if (max !== undefined && rng.chance(0.3))
+        return Array.from({ length: max + 1 }, () => (n.value as Json[])[0] ?? null);
       return rng.chance(0.5) ? [null, "x", 3] : wrongType();
     }
     case "boolean":
@@ -184,7 +237,10 @@ export class HostileGenerator {
     for (const [name, r] of Object.entries(ctx.routes)) {
       if (r.body) {
         const check = TypeCompiler.Compile(r.body.schema);
-        if (!check.Check(this.samples[name])) throw new Error(`sample body of ${name} does not match its schema: ${check.Errors(this.samples[name]).First()?.message}`);
+        if (!check.Check(this.samples[name]))
+          throw new Error(
+            `sample body of ${name} does not match its schema: ${check.Errors(this.samples[name]).First()?.message}`,
+          );
         this.checks.set(name, check);
       }
       this.byPath.set(r.path, [...(this.byPath.get(r.path) ?? []), r.method]);
@@ -194,11 +250,24 @@ export class HostileGenerator {
   private path(r: RouteSpec): string {
     const rng = this.rng;
     // A rendezvous route authenticates against the Connection in its path: only the one the token belongs to gets past it.
-    if (r.auth === "endpoint") return r.path.replace(":id", this.ctx.connection?.connectionId ?? `con_${"0".repeat(32)}`);
-    const grant = rng.pick([this.ctx.connection?.grantId ?? `grt_${"1".repeat(32)}`, `grt_${Buffer.from(rng.bytes(16)).toString("hex")}`, "grt_xyz", "x".repeat(300)]);
+    if (r.auth === "endpoint")
+      return r.path.replace(":id", this.ctx.connection?.connectionId ?? `con_${"0".repeat(32)}`);
+    const grant = rng.pick([
+      this.ctx.connection?.grantId ?? `grt_${"1".repeat(32)}`,
+      `grt_${Buffer.from(rng.bytes(16)).toString("hex")}`,
+      "grt_xyz",
+      "x".repeat(300),
+    ]);
     const id = r.path.startsWith("/v1/hosts")
       ? rng.pick([this.ctx.hostId, "no-such-host", "Bad_Host", "x".repeat(80), "a%2Fb"])
-      : rng.pick([this.ctx.allocationId, `alloc_${"0".repeat(32)}`, `alloc_${Buffer.from(rng.bytes(16)).toString("hex")}`, "alloc_xyz", "..%2F..", "x".repeat(300)]);
+      : rng.pick([
+          this.ctx.allocationId,
+          `alloc_${"0".repeat(32)}`,
+          `alloc_${Buffer.from(rng.bytes(16)).toString("hex")}`,
+          "alloc_xyz",
+          "..%2F..",
+          "x".repeat(300),
+        ]);
     return r.path.replace(":id", id).replace(":grantId", grant);
   }
 
@@ -206,8 +275,10 @@ export class HostileGenerator {
   private auth(r: RouteSpec): Record<string, string> {
     if (r.auth === "host") return { authorization: `Bearer ${this.ctx.hostCredential}` };
     if (r.auth === "operator") return { authorization: `Bearer ${this.ctx.operatorToken}` };
-    if (r.auth === "controller" || r.auth === "principal") return { authorization: `Bearer ${this.ctx.controllerToken}` };
-    if (r.auth === "endpoint" && this.ctx.connection) return { authorization: `Bearer ${this.ctx.connection.endpointToken}` };
+    if (r.auth === "controller" || r.auth === "principal")
+      return { authorization: `Bearer ${this.ctx.controllerToken}` };
+    if (r.auth === "endpoint" && this.ctx.connection)
+      return { authorization: `Bearer ${this.ctx.connection.endpointToken}` };
     return {};
   }
 
@@ -244,55 +315,119 @@ export class HostileGenerator {
 
   private forRoute(name: string, r: RouteSpec, roll: number): HostileRequest | null {
     const rng = this.rng;
-    const base = { route: name, method: r.method, path: this.path(r), headers: { "content-type": "application/json" } as Record<string, string> };
+    const base = {
+      route: name,
+      method: r.method,
+      path: this.path(r),
+      headers: { "content-type": "application/json" } as Record<string, string>,
+    };
     const authed = { ...base, headers: { ...base.headers, ...this.auth(r) } };
     const needsAuth = r.auth !== "none" && r.auth !== "enroll";
     // Past authentication the guard checks the path's IDs first: a malformed one is VALIDATION_FAILED whatever else is wrong.
     const pathParts = base.path.split("/");
-    const malformedId = r.path.split("/").some((seg, i) => seg.startsWith(":") && !(r.params?.[seg.slice(1)]?.test(pathParts[i]!) ?? false));
+    const malformedId = r.path
+      .split("/")
+      .some((seg, i) => seg.startsWith(":") && !(r.params?.[seg.slice(1)]?.test(pathParts[i]!) ?? false));
     const past = (code: ErrorCode): ErrorCode => (malformedId ? "VALIDATION_FAILED" : code);
     // Bun hides a GET's body from the application (request.body is null) and discards it itself, so no
     // hostile GET carries one here: the server could not drain it for a client that asked to close.
-    const sendable = (req: HostileRequest): HostileRequest => (req.method === "GET" ? { ...req, body: undefined as never, raw: undefined as never } : req);
+    const sendable = (req: HostileRequest): HostileRequest =>
+      req.method === "GET" ? { ...req, body: undefined as never, raw: undefined as never } : req;
 
     if (roll < 14) {
       if (!needsAuth) return null;
-      const bad = rng.pick<Record<string, string>>([{}, { authorization: "Bearer nope" }, { authorization: "Basic dXNlcjpwYXNz" }, { authorization: `Bearer ${"t".repeat(600)}` }, { authorization: `Bearer bbh_${this.ctx.hostId}.${"0".repeat(64)}` }, { authorization: `Bearer ${r.auth === "host" ? this.ctx.controllerToken : this.ctx.hostCredential}` }, { authorization: "bearer" }]);
-      return sendable({ ...base, category: "unauthenticated", headers: { ...base.headers, ...bad }, ...this.anyHostileBody(r), expect: "UNAUTHENTICATED" });
+      const bad = rng.pick<Record<string, string>>([
+        {},
+        { authorization: "Bearer nope" },
+        { authorization: "Basic dXNlcjpwYXNz" },
+        { authorization: `Bearer ${"t".repeat(600)}` },
+        { authorization: `Bearer bbh_${this.ctx.hostId}.${"0".repeat(64)}` },
+        { authorization: `Bearer ${r.auth === "host" ? this.ctx.controllerToken : this.ctx.hostCredential}` },
+        { authorization: "bearer" },
+      ]);
+      return sendable({
+        ...base,
+        category: "unauthenticated",
+        headers: { ...base.headers, ...bad },
+        ...this.anyHostileBody(r),
+        expect: "UNAUTHENTICATED",
+      });
     }
     if (r.auth === "endpoint" && !this.ctx.connection) return null;
     if (roll < 22) {
       if (r.auth !== "controller" && r.auth !== "operator") return null;
       const other = r.auth === "controller" ? this.ctx.operatorToken : this.ctx.controllerToken;
-      return sendable({ ...base, category: "wrong role", headers: { ...base.headers, authorization: `Bearer ${other}` }, ...this.anyHostileBody(r), expect: "FORBIDDEN" });
+      return sendable({
+        ...base,
+        category: "wrong role",
+        headers: { ...base.headers, authorization: `Bearer ${other}` },
+        ...this.anyHostileBody(r),
+        expect: "FORBIDDEN",
+      });
     }
     if (roll < 30) {
       const allowed = this.byPath.get(r.path)!;
       const m = rng.pick(OTHER_METHODS.filter((x) => !allowed.includes(x)));
-      return { ...authed, category: "wrong method", method: m, ...(m === "GET" ? {} : { raw: { bytes: rng.bytes(rng.int(64)) } }), expect: "METHOD_NOT_ALLOWED" };
+      return {
+        ...authed,
+        category: "wrong method",
+        method: m,
+        ...(m === "GET" ? {} : { raw: { bytes: rng.bytes(rng.int(64)) } }),
+        expect: "METHOD_NOT_ALLOWED",
+      };
     }
     if (roll < 35) {
-      const p = rng.pick([`${r.path.replace(":id", "x")}/extra`, `${r.path.replace(":id", "x")}/`, r.path.replace(":id", "").replace(/\/$/, "//"), r.path.toUpperCase(), `/v2${r.path}`, `/${Buffer.from(rng.bytes(6)).toString("hex")}`]);
+      const p = rng.pick([
+        `${r.path.replace(":id", "x")}/extra`,
+        `${r.path.replace(":id", "x")}/`,
+        r.path.replace(":id", "").replace(/\/$/, "//"),
+        r.path.toUpperCase(),
+        `/v2${r.path}`,
+        `/${Buffer.from(rng.bytes(6)).toString("hex")}`,
+      ]);
       if (this.matchesSomeRoute(p)) return null;
       return { ...authed, category: "unknown path", path: p, expect: "NOT_FOUND" };
     }
     if (roll < 45) {
       const q = r.query ? Object.keys(r.query) : [];
-      const param = q.length && rng.chance(0.8) ? rng.pick(q) : rng.pick(["bogus", "limit", "after", "cursor", "__proto__", "constructor"]);
+      const param =
+        q.length && rng.chance(0.8)
+          ? rng.pick(q)
+          : rng.pick(["bogus", "limit", "after", "cursor", "__proto__", "constructor"]);
       const spec = r.query && Object.hasOwn(r.query, param) ? r.query[param]! : null;
       let query: string;
-      if (spec && spec.kind === "integer") query = rng.chance(0.2) ? `${param}=1&${param}=1` : `${param}=${encodeURIComponent(rng.pick(["1.5", "+5", " 5", "0x10", "1e2", "-1", "", "05", "NaN", "٥", String(spec.max + 1), "99999999999999999999"]))}`;
-      else if (spec) query = `${param}=${encodeURIComponent(rng.pick(["x", "alloc_", "' OR 1=1", "a".repeat(200), ""]))}`;
+      if (spec && spec.kind === "integer")
+        query = rng.chance(0.2)
+          ? `${param}=1&${param}=1`
+          : `${param}=${encodeURIComponent(rng.pick(["1.5", "+5", " 5", "0x10", "1e2", "-1", "", "05", "NaN", "٥", String(spec.max + 1), "99999999999999999999"]))}`;
+      else if (spec)
+        query = `${param}=${encodeURIComponent(rng.pick(["x", "alloc_", "' OR 1=1", "a".repeat(200), ""]))}`;
       else query = `${param}=1`;
       // The query is checked before the body: a POST carries its valid sample body, which must not be acted on.
-      return { ...authed, category: "bad query", path: `${authed.path}?${query}`, ...(r.body ? { body: json(this.samples[name]) } : {}), expect: past("VALIDATION_FAILED") };
+      return {
+        ...authed,
+        category: "bad query",
+        path: `${authed.path}?${query}`,
+        ...(r.body ? { body: json(this.samples[name]) } : {}),
+        expect: past("VALIDATION_FAILED"),
+      };
     }
     if (!r.body) {
       if (r.method !== "POST") return null;
       // A body where none is taken: over the tolerated size, refused before the handler.
       return rng.chance(0.5)
-        ? { ...authed, category: "body on a bodyless route", body: rng.bytes(MAX_IGNORED_BODY_BYTES + 1 + rng.int(8192)), expect: past("BODY_TOO_LARGE") }
-        : { ...authed, category: "body on a bodyless route", raw: { chunked: filler(MAX_IGNORED_BODY_BYTES + 1 + rng.int(200_000)) }, expect: past("BODY_TOO_LARGE") };
+        ? {
+            ...authed,
+            category: "body on a bodyless route",
+            body: rng.bytes(MAX_IGNORED_BODY_BYTES + 1 + rng.int(8192)),
+            expect: past("BODY_TOO_LARGE"),
+          }
+        : {
+            ...authed,
+            category: "body on a bodyless route",
+            raw: { chunked: filler(MAX_IGNORED_BODY_BYTES + 1 + rng.int(200_000)) },
+            expect: past("BODY_TOO_LARGE"),
+          };
     }
     const limit = r.body.maxBytes;
     const sized = (b: Uint8Array, code: ErrorCode): ErrorCode => past(b.byteLength > limit ? r.body!.tooLarge : code);
@@ -303,27 +438,62 @@ export class HostileGenerator {
     }
     if (roll < 60) {
       const t = JSON.stringify(this.samples[name]);
-      const b = rng.pick([text(t.slice(0, rng.int(t.length))), new Uint8Array([0xff, 0xfe, ...text(t)]), text(`\u0000${t}`), text(t.replace(":", "")), new Uint8Array(0)]);
+      const b = rng.pick([
+        text(t.slice(0, rng.int(t.length))),
+        new Uint8Array([0xff, 0xfe, ...text(t)]),
+        text(`\u0000${t}`),
+        text(t.replace(":", "")),
+        new Uint8Array(0),
+      ]);
       return { ...authed, category: "malformed JSON", body: b, expect: sized(b, "MALFORMED_JSON") };
     }
     if (roll < 65) {
       const huge = limit + 1 + rng.int(rng.chance(0.2) ? 2 * 1024 * 1024 : 1024);
       return rng.chance(0.5)
         ? { ...authed, category: "oversized (chunked)", raw: { chunked: filler(huge) }, expect: past(r.body.tooLarge) }
-        : { ...authed, category: "oversized (declared)", raw: { bytes: json(this.samples[name]), contentLength: String(huge) }, expect: past(r.body.tooLarge) };
+        : {
+            ...authed,
+            category: "oversized (declared)",
+            raw: { bytes: json(this.samples[name]), contentLength: String(huge) },
+            expect: past(r.body.tooLarge),
+          };
     }
     if (roll < 70) {
       if (r.auth !== "enroll" && r.auth !== "host") return null;
       // Well formed, refused by the authority: an unknown enrollment token, an envelope for another host.
-      if (r.auth === "enroll") return { ...authed, category: "unknown enrollment token", body: json({ ...(this.samples[name] as object), token: `bbe_${Buffer.from(rng.bytes(24)).toString("hex")}` }), expect: "ENROLLMENT_TOKEN_INVALID" };
-      return { ...authed, category: "envelope for another host", body: json({ ...(this.samples[name] as object), hostId: "another-host" }), expect: "FORBIDDEN" };
+      if (r.auth === "enroll")
+        return {
+          ...authed,
+          category: "unknown enrollment token",
+          body: json({ ...(this.samples[name] as object), token: `bbe_${Buffer.from(rng.bytes(24)).toString("hex")}` }),
+          expect: "ENROLLMENT_TOKEN_INVALID",
+        };
+      return {
+        ...authed,
+        category: "envelope for another host",
+        body: json({ ...(this.samples[name] as object), hostId: "another-host" }),
+        expect: "FORBIDDEN",
+      };
     }
     if (roll < 75) {
       // A valid body under the wrong media type (or none): refused from the headers, before it is read.
       const { "content-type": _json, ...rest } = authed.headers;
-      const type = rng.pick([null, "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/json; charset=iso-8859-1", "application/jsonx"]);
+      const type = rng.pick([
+        null,
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/json; charset=iso-8859-1",
+        "application/jsonx",
+      ]);
       const b = json(this.samples[name]);
-      return { ...authed, category: "wrong media type", headers: type ? { ...rest, "content-type": type } : rest, raw: { bytes: b }, expect: past("UNSUPPORTED_MEDIA_TYPE") };
+      return {
+        ...authed,
+        category: "wrong media type",
+        headers: type ? { ...rest, "content-type": type } : rest,
+        raw: { bytes: b },
+        expect: past("UNSUPPORTED_MEDIA_TYPE"),
+      };
     }
     const check = this.checks.get(name)!;
     for (let attempt = 0; attempt < 20; attempt++) {
@@ -341,7 +511,9 @@ export class HostileGenerator {
     const parts = p.split("?")[0]!.split("/");
     return [...this.byPath.keys()].some((route) => {
       const segs = route.split("/");
-      return segs.length === parts.length && segs.every((s, i) => (s.startsWith(":") ? parts[i] !== "" : s === parts[i]));
+      return (
+        segs.length === parts.length && segs.every((s, i) => (s.startsWith(":") ? parts[i] !== "" : s === parts[i]))
+      );
     });
   }
 }
@@ -365,10 +537,20 @@ export async function sendHostile(baseUrl: string, req: HostileRequest): Promise
     } catch {
       /* reported below */
     }
-    return { req, status: a.status, contentType: a.headers["content-type"] ?? null, code, transportError: a.status ? null : a.error };
+    return {
+      req,
+      status: a.status,
+      contentType: a.headers["content-type"] ?? null,
+      code,
+      transportError: a.status ? null : a.error,
+    };
   }
   try {
-    const res = await fetch(`${baseUrl}${req.path}`, { method: req.method, headers: req.headers, ...(req.body ? { body: req.body } : {}) });
+    const res = await fetch(`${baseUrl}${req.path}`, {
+      method: req.method,
+      headers: req.headers,
+      ...(req.body ? { body: req.body } : {}),
+    });
     const text = await res.text();
     let code: string | null = null;
     try {
@@ -417,7 +599,10 @@ export function sampleEventLoop(intervalMs = 5): { stop: () => number[] } {
 }
 
 /** Probes GET /healthz every `intervalMs` until stopped; returns each probe's status and latency (ms). */
-export function probeHealth(baseUrl: string, intervalMs = 10): { stop: () => Promise<{ status: number; ms: number }[]> } {
+export function probeHealth(
+  baseUrl: string,
+  intervalMs = 10,
+): { stop: () => Promise<{ status: number; ms: number }[]> } {
   const out: { status: number; ms: number }[] = [];
   let running = true;
   const loop = (async () => {

@@ -33,7 +33,8 @@ tun.start((packets) => {
   for (const p of packets) (p[0]! >> 4 === 4 && p[12] === 10 ? up : down).send(p);
 });
 emit({ ev: "ready" });
-for await (const c of stdinCommands<{ op: string }>()) if (c.op === "stats") emit({ ev: "stats", up: up.stats, down: down.stats });
+for await (const c of stdinCommands<{ op: string }>())
+  if (c.op === "stats") emit({ ev: "stats", up: up.stats, down: down.stats });
 up.stop();
 down.stop();
 await tun.close();

@@ -75,7 +75,8 @@ export class Impairment {
     this.timer = setTimeout(() => {
       this.timer = null;
       const now = performance.now();
-      while (this.head < this.queue.length && this.queue[this.head]!.at <= now + 0.5) this.deliver(this.queue[this.head++]!.packet);
+      while (this.head < this.queue.length && this.queue[this.head]!.at <= now + 0.5)
+        this.deliver(this.queue[this.head++]!.packet);
       if (this.head > 1024 && this.head * 2 > this.queue.length) {
         this.queue.splice(0, this.head);
         this.head = 0;

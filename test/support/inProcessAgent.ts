@@ -4,7 +4,14 @@
  * fake clock, with no VM, and keeps the commands it was handed. Used by
  * the fencing, capacity and connection-grant tests (one copy).
  */
-import type { AgentCommand, CommandAck, ConfigureConnection, Envelope, PlacementUpdate, PollResponse } from "../../src/protocol/agent.ts";
+import type {
+  AgentCommand,
+  CommandAck,
+  ConfigureConnection,
+  Envelope,
+  PlacementUpdate,
+  PollResponse,
+} from "../../src/protocol/agent.ts";
 import type { SchedulerWorker } from "../../src/scheduler/worker.ts";
 import type { FakeClock } from "../sim/rng.ts";
 
@@ -35,7 +42,12 @@ export class InProcessAgent {
   ) {}
   /** An envelope of `type` under `epoch` (the current one by default), with `extra` over an empty payload. */
   env(type: Envelope["type"], extra: Partial<Envelope["payload"]> = {}, epoch = this.epoch): Envelope {
-    const health = { isolationHealthy: true, quarantineCount: 0, vmmDriver: "t", ...(this.o.inventory ? { inventory: this.o.inventory } : {}) };
+    const health = {
+      isolationHealthy: true,
+      quarantineCount: 0,
+      vmmDriver: "t",
+      ...(this.o.inventory ? { inventory: this.o.inventory } : {}),
+    };
     return {
       protocolVersion: "1.0",
       messageId: `m${this.hostId}${++this.seq}`,
@@ -43,7 +55,15 @@ export class InProcessAgent {
       agentEpoch: epoch,
       sentAt: new Date(this.clock.now() + (this.o.skewMs ?? 0)).toISOString(),
       type,
-      payload: { bootId: this.o.bootId ?? "boot-1", updates: [], acks: [], deliveryAcks: [], health, waitMs: 0, ...extra },
+      payload: {
+        bootId: this.o.bootId ?? "boot-1",
+        updates: [],
+        acks: [],
+        deliveryAcks: [],
+        health,
+        waitMs: 0,
+        ...extra,
+      },
     };
   }
   /** Polls once: takes the epoch, the commands and the connections handed out, then lets the runtime settle. */
@@ -61,8 +81,22 @@ export class InProcessAgent {
     await this.w.runtime.idle();
   }
   /** Reports placement `c` observed in `state`. */
-  async report(c: Pick<AgentCommand, "placementId" | "allocationId" | "generation">, state: PlacementUpdate["state"]): Promise<void> {
-    await this.send({ updates: [{ seq: ++this.updateSeq, placementId: c.placementId, allocationId: c.allocationId, generation: c.generation, state, at: new Date(this.clock.now()).toISOString() }] });
+  async report(
+    c: Pick<AgentCommand, "placementId" | "allocationId" | "generation">,
+    state: PlacementUpdate["state"],
+  ): Promise<void> {
+    await this.send({
+      updates: [
+        {
+          seq: ++this.updateSeq,
+          placementId: c.placementId,
+          allocationId: c.allocationId,
+          generation: c.generation,
+          state,
+          at: new Date(this.clock.now()).toISOString(),
+        },
+      ],
+    });
   }
   /** Acknowledges `commandIds` as accepted. */
   async ack(commandIds: string[]): Promise<void> {

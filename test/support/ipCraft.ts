@@ -72,7 +72,14 @@ export function ipPacket(src: string, dst: string, proto: number, payload: Uint8
 }
 
 /** An ICMP (IPv4) or ICMPv6 echo request (or reply with `reply`) with identifier, sequence and data. */
-export function icmpEcho(src: string, dst: string, id: number, seq: number, data: Uint8Array, reply = false): Uint8Array {
+export function icmpEcho(
+  src: string,
+  dst: string,
+  id: number,
+  seq: number,
+  data: Uint8Array,
+  reply = false,
+): Uint8Array {
   const v6 = addr(src).length === 16;
   const m = new Uint8Array(8 + data.length);
   m[0] = v6 ? (reply ? 129 : 128) : reply ? 0 : 8;
@@ -105,7 +112,15 @@ export function udpPacket(src: string, dst: string, sport: number, dport: number
 }
 
 /** A TCP segment (20-byte header, no options) with `flags` (SYN = 0x02, ACK = 0x10, RST = 0x04) in an IP packet, with its checksum. */
-export function tcpPacket(src: string, dst: string, sport: number, dport: number, flags: number, seq = 1000, ack = 0): Uint8Array {
+export function tcpPacket(
+  src: string,
+  dst: string,
+  sport: number,
+  dport: number,
+  flags: number,
+  seq = 1000,
+  ack = 0,
+): Uint8Array {
   const t = new Uint8Array(20);
   const v = new DataView(t.buffer);
   v.setUint16(0, sport);
@@ -121,7 +136,9 @@ export function tcpPacket(src: string, dst: string, sport: number, dport: number
 }
 
 /** The TCP ports and flags of a packet; null when it is not TCP. */
-export function parseTcp(p: Uint8Array): { src: string; dst: string; sport: number; dport: number; flags: number } | null {
+export function parseTcp(
+  p: Uint8Array,
+): { src: string; dst: string; sport: number; dport: number; flags: number } | null {
   const ip = parseIp(p);
   if (!ip || ip.proto !== 6 || ip.payload.length < 20) return null;
   const t = ip.payload;
@@ -143,37 +160,78 @@ export function parseIp(p: Uint8Array): ParsedIp | null {
     const ihl = (p[0]! & 15) * 4;
     const total = (p[2]! << 8) | p[3]!;
     if (total > p.length || inetChecksum(p.subarray(0, ihl)) !== 0) return null;
-    return { family: 4, src: formatAddress(p.subarray(12, 16)), dst: formatAddress(p.subarray(16, 20)), proto: p[9]!, payload: p.subarray(ihl, total) };
+    return {
+      family: 4,
+      src: formatAddress(p.subarray(12, 16)),
+      dst: formatAddress(p.subarray(16, 20)),
+      proto: p[9]!,
+      payload: p.subarray(ihl, total),
+    };
   }
   if (p.length >= 40 && p[0]! >> 4 === 6) {
     const len = (p[4]! << 8) | p[5]!;
     if (40 + len > p.length) return null;
-    return { family: 6, src: formatAddress(p.subarray(8, 24)), dst: formatAddress(p.subarray(24, 40)), proto: p[6]!, payload: p.subarray(40, 40 + len) };
+    return {
+      family: 6,
+      src: formatAddress(p.subarray(8, 24)),
+      dst: formatAddress(p.subarray(24, 40)),
+      proto: p[6]!,
+      payload: p.subarray(40, 40 + len),
+    };
   }
   return null;
 }
 
 /** An ICMP/ICMPv6 echo message of a packet, checksum verified; null when it is not one. */
-export function parseIcmpEcho(p: Uint8Array): { family: 4 | 6; src: string; dst: string; reply: boolean; id: number; seq: number; data: Uint8Array } | null {
+export function parseIcmpEcho(
+  p: Uint8Array,
+): { family: 4 | 6; src: string; dst: string; reply: boolean; id: number; seq: number; data: Uint8Array } | null {
   const ip = parseIp(p);
   if (!ip || ip.payload.length < 8) return null;
   const m = ip.payload;
-  if (ip.family === 4 ? ip.proto !== PROTO_ICMP || inetChecksum(m) !== 0 : ip.proto !== PROTO_ICMPV6 || inetChecksum(pseudoHeader(addr(ip.src), addr(ip.dst), PROTO_ICMPV6, m.length), m) !== 0) return null;
+  if (
+    ip.family === 4
+      ? ip.proto !== PROTO_ICMP || inetChecksum(m) !== 0
+      : ip.proto !== PROTO_ICMPV6 ||
+        inetChecksum(pseudoHeader(addr(ip.src), addr(ip.dst), PROTO_ICMPV6, m.length), m) !== 0
+  )
+    return null;
   const type = m[0]!;
   const reply = ip.family === 4 ? type === 0 : type === 129;
   const request = ip.family === 4 ? type === 8 : type === 128;
   if (!reply && !request) return null;
-  return { family: ip.family, src: ip.src, dst: ip.dst, reply, id: (m[4]! << 8) | m[5]!, seq: (m[6]! << 8) | m[7]!, data: m.subarray(8) };
+  return {
+    family: ip.family,
+    src: ip.src,
+    dst: ip.dst,
+    reply,
+    id: (m[4]! << 8) | m[5]!,
+    seq: (m[6]! << 8) | m[7]!,
+    data: m.subarray(8),
+  };
 }
 
 /** The UDP datagram of a packet, checksum verified; null when it is not one. */
-export function parseUdp(p: Uint8Array): { family: 4 | 6; src: string; dst: string; sport: number; dport: number; payload: Uint8Array } | null {
+export function parseUdp(
+  p: Uint8Array,
+): { family: 4 | 6; src: string; dst: string; sport: number; dport: number; payload: Uint8Array } | null {
   const ip = parseIp(p);
   if (!ip || ip.proto !== PROTO_UDP || ip.payload.length < 8) return null;
   const u = ip.payload;
   const len = (u[4]! << 8) | u[5]!;
   if (len < 8 || len > u.length) return null;
   const stored = (u[6]! << 8) | u[7]!;
-  if ((stored !== 0 || ip.family === 6) && inetChecksum(pseudoHeader(addr(ip.src), addr(ip.dst), PROTO_UDP, len), u.subarray(0, len)) !== 0) return null;
-  return { family: ip.family, src: ip.src, dst: ip.dst, sport: (u[0]! << 8) | u[1]!, dport: (u[2]! << 8) | u[3]!, payload: u.subarray(8, len) };
+  if (
+    (stored !== 0 || ip.family === 6) &&
+    inetChecksum(pseudoHeader(addr(ip.src), addr(ip.dst), PROTO_UDP, len), u.subarray(0, len)) !== 0
+  )
+    return null;
+  return {
+    family: ip.family,
+    src: ip.src,
+    dst: ip.dst,
+    sport: (u[0]! << 8) | u[1]!,
+    dport: (u[2]! << 8) | u[3]!,
+    payload: u.subarray(8, len),
+  };
 }

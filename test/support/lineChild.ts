@@ -47,13 +47,19 @@ export class LineChild {
   }
 
   /** The first event at index ≥ `from` matching `pred`, waiting up to `timeoutMs`; throws with `what` on timeout. */
-  async waitFor(pred: (e: Record<string, unknown>) => boolean, timeoutMs: number, what: string, from = 0): Promise<Record<string, unknown>> {
+  async waitFor(
+    pred: (e: Record<string, unknown>) => boolean,
+    timeoutMs: number,
+    what: string,
+    from = 0,
+  ): Promise<Record<string, unknown>> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const hit = this.events.slice(from).find(pred);
       if (hit) return hit;
       if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-      if (this.proc.exitCode !== null) throw new Error(`child exited (${this.proc.exitCode}) while waiting for ${what}`);
+      if (this.proc.exitCode !== null)
+        throw new Error(`child exited (${this.proc.exitCode}) while waiting for ${what}`);
       await new Promise<void>((r) => {
         this.waiters.push(r);
         setTimeout(r, Math.min(100, Math.max(1, deadline - Date.now())));

@@ -16,7 +16,9 @@ export interface LoopbackStun {
 }
 
 /** Starts the server on an ephemeral loopback port. */
-export async function startLoopbackStun(answerAs: (source: StunAddress) => StunAddress = (s) => s): Promise<LoopbackStun> {
+export async function startLoopbackStun(
+  answerAs: (source: StunAddress) => StunAddress = (s) => s,
+): Promise<LoopbackStun> {
   const seen: StunAddress[] = [];
   const s = await Bun.udpSocket({
     hostname: "127.0.0.1",

@@ -31,8 +31,12 @@ function dnsReply(q: Uint8Array): Uint8Array | null {
   const qEnd = i + 5; // zero byte + QTYPE + QCLASS
   if (qEnd > q.length) return null;
   const head = Buffer.from(q.subarray(0, qEnd));
-  head[2] = 0x81; head[3] = 0x80; // response, recursion desired + available, NOERROR
-  head.writeUInt16BE(1, 4); head.writeUInt16BE(1, 6); head.writeUInt16BE(0, 8); head.writeUInt16BE(0, 10);
+  head[2] = 0x81;
+  head[3] = 0x80; // response, recursion desired + available, NOERROR
+  head.writeUInt16BE(1, 4);
+  head.writeUInt16BE(1, 6);
+  head.writeUInt16BE(0, 8);
+  head.writeUInt16BE(0, 10);
   const rr = Buffer.from([0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, ...answer!.split(".").map(Number)]);
   return Buffer.concat([head, rr]);
 }

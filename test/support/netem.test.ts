@@ -8,11 +8,37 @@ import { NETEM_LIMIT_PACKETS, NETEM_REORDER_CORRELATION_PERCENT, netemMissingRea
 
 test("loss, delay and reordering become one netem qdisc with a queue for high rates", () => {
   expect(netemQdiscArgs("veth0", { lossPercent: 1, delayMs: 20, reorderPercent: 25, seed: 1 })).toEqual([
-    "tc", "qdisc", "add", "dev", "veth0", "root", "netem", "limit", String(NETEM_LIMIT_PACKETS),
-    "loss", "1%", "delay", "20ms", "reorder", "25%", `${NETEM_REORDER_CORRELATION_PERCENT}%`,
+    "tc",
+    "qdisc",
+    "add",
+    "dev",
+    "veth0",
+    "root",
+    "netem",
+    "limit",
+    String(NETEM_LIMIT_PACKETS),
+    "loss",
+    "1%",
+    "delay",
+    "20ms",
+    "reorder",
+    "25%",
+    `${NETEM_REORDER_CORRELATION_PERCENT}%`,
   ]);
   // netem reorders only delayed traffic: without a delay there is no reorder clause.
-  expect(netemQdiscArgs("veth0", { lossPercent: 2, delayMs: 0, reorderPercent: 25, seed: 1 })).toEqual(["tc", "qdisc", "add", "dev", "veth0", "root", "netem", "limit", String(NETEM_LIMIT_PACKETS), "loss", "2%"]);
+  expect(netemQdiscArgs("veth0", { lossPercent: 2, delayMs: 0, reorderPercent: 25, seed: 1 })).toEqual([
+    "tc",
+    "qdisc",
+    "add",
+    "dev",
+    "veth0",
+    "root",
+    "netem",
+    "limit",
+    String(NETEM_LIMIT_PACKETS),
+    "loss",
+    "2%",
+  ]);
 });
 
 const skip = netnsSkipReason();

@@ -43,10 +43,23 @@ export function netemAvailable(scratchNs: string): boolean {
  * kernel's loss is not reproducible run to run.
  */
 export function netemQdiscArgs(dev: string, opts: ImpairmentOptions): string[] {
-  const args = ["tc", "qdisc", "add", "dev", dev, "root", "netem", "limit", String(NETEM_LIMIT_PACKETS), "loss", `${opts.lossPercent}%`];
+  const args = [
+    "tc",
+    "qdisc",
+    "add",
+    "dev",
+    dev,
+    "root",
+    "netem",
+    "limit",
+    String(NETEM_LIMIT_PACKETS),
+    "loss",
+    `${opts.lossPercent}%`,
+  ];
   if (opts.delayMs > 0) {
     args.push("delay", `${opts.delayMs}ms`);
-    if (opts.reorderPercent > 0) args.push("reorder", `${opts.reorderPercent}%`, `${NETEM_REORDER_CORRELATION_PERCENT}%`);
+    if (opts.reorderPercent > 0)
+      args.push("reorder", `${opts.reorderPercent}%`, `${NETEM_REORDER_CORRELATION_PERCENT}%`);
   }
   return args;
 }

@@ -20,9 +20,19 @@ export interface Role {
 }
 
 /** Starts `bb ARGS…` with output appended to `log` (`env` overrides variables, e.g. PATH); `prefix` goes before the command (e.g. `ip netns exec NAME`, so that the PID is still bb's: ip execs it). */
-export function startRole(args: string[], log: string, env: Record<string, string> = {}, prefix: readonly string[] = []): Role {
+export function startRole(
+  args: string[],
+  log: string,
+  env: Record<string, string> = {},
+  prefix: readonly string[] = [],
+): Role {
   const fd = openSync(log, "a");
-  const proc = Bun.spawn([...prefix, BUN, BB, ...args], { stdout: fd, stderr: fd, stdin: "ignore", env: { ...process.env, NO_COLOR: "1", ...env } });
+  const proc = Bun.spawn([...prefix, BUN, BB, ...args], {
+    stdout: fd,
+    stderr: fd,
+    stdin: "ignore",
+    env: { ...process.env, NO_COLOR: "1", ...env },
+  });
   closeSync(fd);
   return { proc, log };
 }
@@ -35,9 +45,20 @@ export async function runRole(args: string[]): Promise<string> {
 }
 
 /** Runs `bb ARGS…` to completion and returns its exit code and output (stdout, then stderr). */
-export async function runRoleExit(args: string[], env: Record<string, string> = {}): Promise<{ code: number; stdout: string; out: string }> {
-  const p = Bun.spawn([BUN, BB, ...args], { stdout: "pipe", stderr: "pipe", env: { ...process.env, NO_COLOR: "1", ...env } });
-  const [stdout, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+export async function runRoleExit(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number; stdout: string; out: string }> {
+  const p = Bun.spawn([BUN, BB, ...args], {
+    stdout: "pipe",
+    stderr: "pipe",
+    env: { ...process.env, NO_COLOR: "1", ...env },
+  });
+  const [stdout, err, code] = await Promise.all([
+    new Response(p.stdout).text(),
+    new Response(p.stderr).text(),
+    p.exited,
+  ]);
   return { code, stdout, out: stdout + err };
 }
 
@@ -99,7 +120,8 @@ export async function settledLeftoversOf(allocationsDir: string, dirName: string
 /** Why root-only VM tests cannot run here, or null if they can. */
 export function vmTestSkipReason(): string | null {
   if (process.getuid?.() !== 0) return "needs root (network namespaces, TAP devices)";
-  if (!Bun.which("qemu-system-x86_64")) return "qemu-system-x86_64 is not installed (apt-get install -y qemu-system-x86)";
+  if (!Bun.which("qemu-system-x86_64"))
+    return "qemu-system-x86_64 is not installed (apt-get install -y qemu-system-x86)";
   if (!Bun.which("ip")) return "iproute2 is not installed";
   return null;
 }
@@ -117,12 +139,18 @@ export async function freePort(): Promise<number> {
  * that; a probe that throws counts as "not yet". After `ms` it throws
  * `"<what> never happened"` with the tails of `logs` (role log files).
  */
-export async function waitUntil<T>(what: string, probe: () => Promise<T | null | undefined | false>, ms: number, logs: readonly string[] = []): Promise<T> {
+export async function waitUntil<T>(
+  what: string,
+  probe: () => Promise<T | null | undefined | false>,
+  ms: number,
+  logs: readonly string[] = [],
+): Promise<T> {
   const deadline = Date.now() + ms;
   for (;;) {
     const v = await probe().catch(() => null);
     if (v) return v;
-    if (Date.now() > deadline) throw new Error(`${what} never happened\n${logs.map((l) => `${l}:\n${tail(l)}`).join("\n")}`);
+    if (Date.now() > deadline)
+      throw new Error(`${what} never happened\n${logs.map((l) => `${l}:\n${tail(l)}`).join("\n")}`);
     await Bun.sleep(200);
   }
 }
@@ -154,7 +182,9 @@ export async function cleanUpPlacements(allocationsDir: string): Promise<void> {
   const ours = new Set(existsSync(allocationsDir) ? readdirSync(allocationsDir) : []);
   for (const n of await listPlacementNetworks()) if (ours.has(n)) await destroyPlacementNetwork(n);
   const controllers = detectControllers();
-  for (const n of ours) if (/^bb-[A-Za-z0-9_-]{1,60}$/.test(n)) removePlacementCgroup(placementCgroupOf(n, DEFAULT_CGROUP_POLICY, controllers));
+  for (const n of ours)
+    if (/^bb-[A-Za-z0-9_-]{1,60}$/.test(n))
+      removePlacementCgroup(placementCgroupOf(n, DEFAULT_CGROUP_POLICY, controllers));
 }
 
 /**
@@ -181,5 +211,7 @@ export function walkFiles(dir: string): string[] {
   } catch {
     return [];
   }
-  return entries.flatMap((e) => (e.isDirectory() ? walkFiles(join(dir, e.name)) : e.isFile() ? [join(dir, e.name)] : []));
+  return entries.flatMap((e) =>
+    e.isDirectory() ? walkFiles(join(dir, e.name)) : e.isFile() ? [join(dir, e.name)] : [],
+  );
 }

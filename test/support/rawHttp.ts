@@ -25,7 +25,14 @@ export type RawBody = { chunked: Uint8Array[] } | { bytes: Uint8Array; contentLe
  * in pieces while the server may already be answering; write errors after a
  * response are ignored (the server may stop reading once it refused).
  */
-export function rawRequest(port: number, method: string, path: string, headers: Record<string, string>, body: RawBody, timeoutMs = 10_000): Promise<RawAnswer> {
+export function rawRequest(
+  port: number,
+  method: string,
+  path: string,
+  headers: Record<string, string>,
+  body: RawBody,
+  timeoutMs = 10_000,
+): Promise<RawAnswer> {
   return new Promise((resolve) => {
     const s = connect({ port, host: "127.0.0.1" });
     const chunks: Buffer[] = [];
@@ -77,7 +84,13 @@ export function rawRequest(port: number, method: string, path: string, headers: 
 
 function parse(text: string, error: string | null): RawAnswer {
   const end = text.indexOf("\r\n\r\n");
-  if (!text.startsWith("HTTP/1.1 ") || end < 0) return { status: 0, headers: {}, body: "", error: error ?? (text ? "incomplete response" : "closed without a response") };
+  if (!text.startsWith("HTTP/1.1 ") || end < 0)
+    return {
+      status: 0,
+      headers: {},
+      body: "",
+      error: error ?? (text ? "incomplete response" : "closed without a response"),
+    };
   const [statusLine, ...lines] = text.slice(0, end).split("\r\n");
   const headers: Record<string, string> = {};
   for (const l of lines) {

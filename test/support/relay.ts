@@ -6,17 +6,46 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
-import { Device, DeviceTimerDriver, systemClock, systemRandom, type Aead, type Peer } from "../../src/wireguard/index.ts";
+import {
+  Device,
+  DeviceTimerDriver,
+  systemClock,
+  systemRandom,
+  type Aead,
+  type Peer,
+} from "../../src/wireguard/index.ts";
 import { relayConfigFrom, type RelayConfig, type RelayConfigFile } from "../../src/relay/config.ts";
 import type { TokenSigner } from "../../src/relay/testing.ts";
 import type { RelayTransport } from "../../src/relayclient/index.ts";
 
 /** A self-signed P-256 certificate for localhost, 127.0.0.1 and ::1 (or the given subjectAltName list), written into `dir`. */
-export function makeTestCert(dir: string, subjectAltName = "DNS:localhost,IP:127.0.0.1,IP:::1"): { certPath: string; keyPath: string; cert: string } {
+export function makeTestCert(
+  dir: string,
+  subjectAltName = "DNS:localhost,IP:127.0.0.1,IP:::1",
+): { certPath: string; keyPath: string; cert: string } {
   const certPath = join(dir, "relay.crt");
   const keyPath = join(dir, "relay.key");
   const r = Bun.spawnSync(
-    ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2", "-subj", "/CN=localhost", "-addext", `subjectAltName=${subjectAltName}`, "-keyout", keyPath, "-out", certPath],
+    [
+      "openssl",
+      "req",
+      "-x509",
+      "-newkey",
+      "ec",
+      "-pkeyopt",
+      "ec_paramgen_curve:P-256",
+      "-nodes",
+      "-days",
+      "2",
+      "-subj",
+      "/CN=localhost",
+      "-addext",
+      `subjectAltName=${subjectAltName}`,
+      "-keyout",
+      keyPath,
+      "-out",
+      certPath,
+    ],
     { stdout: "pipe", stderr: "pipe" },
   );
   if (r.exitCode !== 0) throw new Error(`openssl failed: ${r.stderr.toString()}`);
@@ -24,7 +53,11 @@ export function makeTestCert(dir: string, subjectAltName = "DNS:localhost,IP:127
 }
 
 /** A relay config file's content for loopback with ephemeral ports; `over` replaces fields. */
-export function relayConfigFile(signer: TokenSigner, tls: { certPath: string; keyPath: string } | null, over: Partial<RelayConfigFile> = {}): RelayConfigFile {
+export function relayConfigFile(
+  signer: TokenSigner,
+  tls: { certPath: string; keyPath: string } | null,
+  over: Partial<RelayConfigFile> = {},
+): RelayConfigFile {
   return {
     relayId: "relay-test",
     listen: ["127.0.0.1:0"],
@@ -37,7 +70,11 @@ export function relayConfigFile(signer: TokenSigner, tls: { certPath: string; ke
 }
 
 /** The loaded form of relayConfigFile. */
-export function relayConfig(signer: TokenSigner, tls: { certPath: string; keyPath: string } | null, over: Partial<RelayConfigFile> = {}): RelayConfig {
+export function relayConfig(
+  signer: TokenSigner,
+  tls: { certPath: string; keyPath: string } | null,
+  over: Partial<RelayConfigFile> = {},
+): RelayConfig {
   return relayConfigFrom(relayConfigFile(signer, tls, over), "test");
 }
 

@@ -29,10 +29,19 @@ export interface TestScheduler {
 }
 
 /** Starts a scheduler in-process on 127.0.0.1 with an ephemeral port. */
-export async function startTestScheduler(opts: { imageDigest?: string; dir?: string; timeouts?: Partial<TimeoutPolicy> } = {}): Promise<TestScheduler> {
+export async function startTestScheduler(
+  opts: { imageDigest?: string; dir?: string; timeouts?: Partial<TimeoutPolicy> } = {},
+): Promise<TestScheduler> {
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), "bb-sched-"));
   const dev = ensureDevManifest(dir, opts.imageDigest ?? FAKE_IMAGE_DIGEST);
-  const start = (port: number) => serveScheduler({ dataDir: dir, manifestPath: dev.manifestPath, hostname: "127.0.0.1", port, ...(opts.timeouts ? { timeouts: opts.timeouts } : {}) });
+  const start = (port: number) =>
+    serveScheduler({
+      dataDir: dir,
+      manifestPath: dev.manifestPath,
+      hostname: "127.0.0.1",
+      port,
+      ...(opts.timeouts ? { timeouts: opts.timeouts } : {}),
+    });
   let server = start(0);
   publishDevClientConfig(dev, server.url, []);
   const tokens = JSON.parse(readFileSync(dev.clientConfigPath, "utf8")) as { token: string; operatorToken: string };
@@ -58,8 +67,17 @@ export async function startTestScheduler(opts: { imageDigest?: string; dir?: str
 }
 
 /** POSTs raw bytes with a bearer token; returns status and parsed body. */
-export async function rawPost(url: string, token: string | null, body: string, headers: Record<string, string> = {}): Promise<{ status: number; body: Record<string, unknown> }> {
-  const res = await fetch(url, { method: "POST", headers: { "content-type": "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}), ...headers }, body });
+export async function rawPost(
+  url: string,
+  token: string | null,
+  body: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: Record<string, unknown> }> {
+  const res = await fetch(url, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...(token ? { authorization: `Bearer ${token}` } : {}), ...headers },
+    body,
+  });
   return { status: res.status, body: (await res.json().catch(() => ({}))) as Record<string, unknown> };
 }
 
@@ -78,9 +96,23 @@ export interface TestConnection {
  * controller asks for a grant over HTTP. For tests that need a live
  * Connection (the rendezvous routes authenticate against one).
  */
-export async function openTestConnection(s: Pick<TestScheduler, "url" | "controller" | "tokens">, hostId: string, credential: string, clientRequestId = "conn-1"): Promise<TestConnection> {
+export async function openTestConnection(
+  s: Pick<TestScheduler, "url" | "controller" | "tokens">,
+  hostId: string,
+  credential: string,
+  clientRequestId = "conn-1",
+): Promise<TestConnection> {
   const agent = new ScriptedAgent(s.url, hostId, credential);
-  await agent.poll(0, { connectivity: { seq: 1, hostPublicKey: Buffer.alloc(32, 3).toString("base64"), candidates: [{ address: "127.0.0.1", port: 51820, kind: "local" }], appliedGrants: [], refusedGrants: [], at: new Date().toISOString() } });
+  await agent.poll(0, {
+    connectivity: {
+      seq: 1,
+      hostPublicKey: Buffer.alloc(32, 3).toString("base64"),
+      candidates: [{ address: "127.0.0.1", port: 51820, kind: "local" }],
+      appliedGrants: [],
+      refusedGrants: [],
+      at: new Date().toISOString(),
+    },
+  });
   const { view } = await s.controller.create({ clientRequestId, workloadClass: "ci-small" });
   const present = await agent.waitCommand("ensure_present", view.allocationId);
   await agent.report(present, "prepared");
@@ -94,5 +126,10 @@ export async function openTestConnection(s: Pick<TestScheduler, "url" | "control
   });
   if (res.status !== 201) throw new Error(`connection grant refused: ${res.status} ${await res.text()}`);
   const g = (await res.json()) as ConnectionGrantResponse;
-  return { allocationId: view.allocationId, grantId: g.grant.payload.grantId, connectionId: g.connectionId, endpointToken: g.endpointToken };
+  return {
+    allocationId: view.allocationId,
+    grantId: g.grant.payload.grantId,
+    connectionId: g.connectionId,
+    endpointToken: g.endpointToken,
+  };
 }

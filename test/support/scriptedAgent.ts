@@ -5,7 +5,13 @@
  * tested in milliseconds; the real agent with a real QEMU VM is covered by
  * test/e2e.
  */
-import type { AgentCommand, AgentPayload, BootstrapDelivery, PlacementUpdate, PollResponse } from "../../src/protocol/agent.ts";
+import type {
+  AgentCommand,
+  AgentPayload,
+  BootstrapDelivery,
+  PlacementUpdate,
+  PollResponse,
+} from "../../src/protocol/agent.ts";
 import { ControlClient } from "../../src/agent/controlClient.ts";
 
 /** See the module header. */
@@ -17,13 +23,24 @@ export class ScriptedAgent {
   readonly commands: AgentCommand[] = [];
   readonly deliveries: BootstrapDelivery[] = [];
 
-  constructor(url: string, readonly hostId: string, credential: string) {
+  constructor(
+    url: string,
+    readonly hostId: string,
+    credential: string,
+  ) {
     this.client = new ControlClient(url, hostId, credential);
   }
 
   /** One poll (short park); records commands and deliveries. */
   async poll(waitMs = 0, extra: Partial<AgentPayload> = {}): Promise<PollResponse> {
-    const r = await this.client.send("poll", this.epoch, { bootId: this.bootId, updates: [], acks: [], deliveryAcks: [], waitMs, ...extra });
+    const r = await this.client.send("poll", this.epoch, {
+      bootId: this.bootId,
+      updates: [],
+      acks: [],
+      deliveryAcks: [],
+      waitMs,
+      ...extra,
+    });
     this.epoch = r.agentEpoch;
     this.commands.push(...r.commands);
     this.deliveries.push(...r.deliveries);
@@ -31,14 +48,32 @@ export class ScriptedAgent {
   }
 
   /** Reports an observed state for the placement of `cmd`. */
-  async report(cmd: Pick<AgentCommand, "placementId" | "allocationId" | "generation">, state: PlacementUpdate["state"], extra: Partial<PlacementUpdate> = {}): Promise<PollResponse> {
-    const u: PlacementUpdate = { seq: ++this.seq, placementId: cmd.placementId, allocationId: cmd.allocationId, generation: cmd.generation, state, at: new Date().toISOString(), ...extra };
+  async report(
+    cmd: Pick<AgentCommand, "placementId" | "allocationId" | "generation">,
+    state: PlacementUpdate["state"],
+    extra: Partial<PlacementUpdate> = {},
+  ): Promise<PollResponse> {
+    const u: PlacementUpdate = {
+      seq: ++this.seq,
+      placementId: cmd.placementId,
+      allocationId: cmd.allocationId,
+      generation: cmd.generation,
+      state,
+      at: new Date().toISOString(),
+      ...extra,
+    };
     return this.client.send("messages", this.epoch, { bootId: this.bootId, updates: [u], acks: [], deliveryAcks: [] });
   }
 
   /** Sends a raw messages envelope. */
   send(payload: Partial<AgentPayload>, epoch = this.epoch): Promise<PollResponse> {
-    return this.client.send("messages", epoch, { bootId: this.bootId, updates: [], acks: [], deliveryAcks: [], ...payload });
+    return this.client.send("messages", epoch, {
+      bootId: this.bootId,
+      updates: [],
+      acks: [],
+      deliveryAcks: [],
+      ...payload,
+    });
   }
 
   /** Polls until a command of `type` for `allocationId` arrives (bounded). */

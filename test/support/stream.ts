@@ -28,7 +28,12 @@ export function streamBlock(seed: number): Uint8Array {
 }
 
 /** Calls `chunk` with consecutive pieces (≤ `chunkBytes`) of the N-byte stream for `seed`. Pieces are fresh copies. */
-export async function forEachStreamChunk(bytes: number, seed: number, chunkBytes: number, chunk: (c: Uint8Array) => unknown): Promise<void> {
+export async function forEachStreamChunk(
+  bytes: number,
+  seed: number,
+  chunkBytes: number,
+  chunk: (c: Uint8Array) => unknown,
+): Promise<void> {
   const block = streamBlock(seed);
   for (let off = 0; off < bytes; ) {
     const index = Math.floor(off / STREAM_BLOCK_BYTES);

@@ -23,7 +23,9 @@ if (mode === "sink") {
   let answer = "";
   sock.on("data", (d) => (answer += d.toString()));
   const ended = new Promise((r) => sock.once("end", r));
-  await forEachStreamChunk(bytes, seed, 256 * 1024, (c) => (sock.write(c) ? undefined : new Promise((r) => sock.once("drain", r))));
+  await forEachStreamChunk(bytes, seed, 256 * 1024, (c) =>
+    sock.write(c) ? undefined : new Promise((r) => sock.once("drain", r)),
+  );
   sock.end();
   await ended;
   ok = answer.trim() === `${bytes} ${want}`;

@@ -59,7 +59,9 @@ function run(sock: net.Socket, cmd: string, args: string[], rest: Buffer): void 
       return;
     case "SOURCE": {
       void (async () => {
-        await forEachStreamChunk(Number(args[0]), Number(args[1]), 256 * 1024, (c) => (sock.write(c) ? undefined : new Promise((r) => sock.once("drain", r))));
+        await forEachStreamChunk(Number(args[0]), Number(args[1]), 256 * 1024, (c) =>
+          sock.write(c) ? undefined : new Promise((r) => sock.once("drain", r)),
+        );
         sock.end();
       })();
       sock.on("data", () => {});

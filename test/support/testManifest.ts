@@ -24,8 +24,15 @@ export function testManifest(limits: Partial<DeploymentManifest["limits"]> = {})
       { id: TEST_CONTROLLER.id, role: "controller", tokenSha256: tokenDigest("c") },
       { id: TEST_OPERATOR.id, role: "operator", tokenSha256: tokenDigest("o") },
     ],
-    workloadClasses: { small: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"0".repeat(64)}` } },
-    limits: { maxConcurrentAllocationsPerController: 100, maxRegisteredHosts: 10, controllerRequestsPerSecond: 1000, ...limits },
+    workloadClasses: {
+      small: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"0".repeat(64)}` },
+    },
+    limits: {
+      maxConcurrentAllocationsPerController: 100,
+      maxRegisteredHosts: 10,
+      controllerRequestsPerSecond: 1000,
+      ...limits,
+    },
     hostEnrollment: { autoActivate: true },
   };
 }

@@ -41,7 +41,11 @@ export interface TunWorld {
  * Builds the world. `octet` picks the subnets (10.octet.0.0/24, fd00:octet::/64);
  * `name` prefixes the namespace and device (unique per test file).
  */
-export async function startTunWorld(name: string, octet: number, opts: { impair?: ImpairmentOptions; port?: number } = {}): Promise<TunWorld> {
+export async function startTunWorld(
+  name: string,
+  octet: number,
+  opts: { impair?: ImpairmentOptions; port?: number } = {},
+): Promise<TunWorld> {
   const port = opts.port ?? 7000;
   const devName = `${name}${process.pid % 10000}`.slice(0, 15);
   const nsName = `${name}-${process.pid}`;
@@ -71,7 +75,10 @@ export async function startTunWorld(name: string, octet: number, opts: { impair?
     if (opts.impair) {
       const i = opts.impair;
       const netem = sh(ns.exec(netemQdiscArgs(tun.name, i)));
-      const toKernelLoss = new Impairment({ ...i, delayMs: 0, reorderPercent: 0, seed: i.seed + 1 }, (p) => void tun.write(p));
+      const toKernelLoss = new Impairment(
+        { ...i, delayMs: 0, reorderPercent: 0, seed: i.seed + 1 },
+        (p) => void tun.write(p),
+      );
       impairments.push(toKernelLoss);
       toKernel = (p) => toKernelLoss.send(p);
       if (netem.code === 0) impairedBy = "netem";
@@ -92,7 +99,10 @@ export async function startTunWorld(name: string, octet: number, opts: { impair?
           },
     );
 
-    const proc = Bun.spawn(ns.exec([process.execPath, peerScript, String(port), kernel4, kernel6]), { stdout: "pipe", stderr: "inherit" });
+    const proc = Bun.spawn(ns.exec([process.execPath, peerScript, String(port), kernel4, kernel6]), {
+      stdout: "pipe",
+      stderr: "inherit",
+    });
     server = proc;
     const serverLines: string[] = [];
     const reader = proc.stdout.getReader();

@@ -92,9 +92,19 @@ let flooding = false;
  * queue and stays so for 1 s), and the gaps let the queue drain so our own
  * handshake messages are not lost at its door.
  */
-async function flood(ms: number, burst: number, intervalMs: number, to: { address: string; port: number }): Promise<number> {
+async function flood(
+  ms: number,
+  burst: number,
+  intervalMs: number,
+  to: { address: string; port: number },
+): Promise<number> {
   if (!cfg.floodSource) throw new Error("no floodSource configured");
-  const sock = await Bun.udpSocket({ hostname: cfg.floodSource, port: 0, binaryType: "uint8array", socket: { data() {} } });
+  const sock = await Bun.udpSocket({
+    hostname: cfg.floodSource,
+    port: 0,
+    binaryType: "uint8array",
+    socket: { data() {} },
+  });
   const msg = floodInitiation();
   const batch: (Uint8Array | number | string)[] = [];
   for (let i = 0; i < 64; i++) batch.push(msg, to.port, to.address);
@@ -116,19 +126,36 @@ emit({ ev: "ready", port: wg.port });
 for await (const line of lines) {
   if (!line.trim()) continue;
   try {
-    const c = JSON.parse(line) as { op: string; packet?: string; on?: boolean; ms?: number; burst?: number; intervalMs?: number; to?: { address: string; port: number } };
+    const c = JSON.parse(line) as {
+      op: string;
+      packet?: string;
+      on?: boolean;
+      ms?: number;
+      burst?: number;
+      intervalMs?: number;
+      to?: { address: string; port: number };
+    };
     if (c.op === "send") wg.sendPacket(b64(c.packet!));
     else if (c.op === "initiate") wg.initiateHandshake(peer);
     else if (c.op === "load") loaded = !!c.on;
     else if (c.op === "flood-stop") flooding = false;
-    else if (c.op === "flood") void flood(c.ms!, c.burst ?? 1_536, c.intervalMs ?? 250, c.to!).then((sent) => emit({ ev: "flooded", sent }), (e) => emit({ ev: "error", message: String(e) }));
+    else if (c.op === "flood")
+      void flood(c.ms!, c.burst ?? 1_536, c.intervalMs ?? 250, c.to!).then(
+        (sent) => emit({ ev: "flooded", sent }),
+        (e) => emit({ ev: "error", message: String(e) }),
+      );
     else if (c.op === "stats") {
       const k = peer.keypairs;
       emit({
         ev: "stats",
         aead: aead.name,
         counters: wg.device.counters,
-        peer: { endpoint: peer.endpoint?.key ?? null, lastHandshakeWallMs: peer.stats.lastHandshakeWallMs, hasCookie: peer.cookies.hasFreshCookie(), sessions: [k.previous, k.current, k.next].filter(Boolean).length },
+        peer: {
+          endpoint: peer.endpoint?.key ?? null,
+          lastHandshakeWallMs: peer.stats.lastHandshakeWallMs,
+          hasCookie: peer.cookies.hasFreshCookie(),
+          sessions: [k.previous, k.current, k.next].filter(Boolean).length,
+        },
       });
     } else emit({ ev: "error", message: `unknown op ${c.op}` });
   } catch (e) {

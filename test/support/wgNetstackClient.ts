@@ -146,7 +146,9 @@ const cpuMs = () => {
   return (u.user + u.system) / 1000;
 };
 
-async function runJob(j: Job): Promise<{ kind: string; host: string; bytes: number; ms: number; ok: boolean; error?: string }> {
+async function runJob(
+  j: Job,
+): Promise<{ kind: string; host: string; bytes: number; ms: number; ok: boolean; error?: string }> {
   const t0 = performance.now();
   try {
     const want = await streamSha256(j.bytes, j.seed);

@@ -88,7 +88,11 @@ async function stopWireguardGo(w: WgGo): Promise<void> {
  * Builds the world; `name` prefixes namespaces and interfaces (unique per caller), `octet` picks the tunnel subnets.
  * `clientBunArgs` go to the client's bun (e.g. --cpu-prof-md for a profile).
  */
-export async function startWgWorld(name: string, octet: number, opts: { baseline?: boolean; impair?: ImpairmentOptions; clientBunArgs?: string[] } = {}): Promise<WgWorld> {
+export async function startWgWorld(
+  name: string,
+  octet: number,
+  opts: { baseline?: boolean; impair?: ImpairmentOptions; clientBunArgs?: string[] } = {},
+): Promise<WgWorld> {
   const pid = process.pid;
   const work = mkdtempSync(join(tmpdir(), `${name}-`));
   const namespaces: Netns[] = [];
@@ -115,7 +119,21 @@ export async function startWgWorld(name: string, octet: number, opts: { baseline
     namespaces.push(a);
     const b = new Netns(`${name}-b-${pid}`);
     namespaces.push(b);
-    must(["ip", "-n", a.name, "link", "add", `${name}a0`, "type", "veth", "peer", "name", `${name}b0`, "netns", b.name]);
+    must([
+      "ip",
+      "-n",
+      a.name,
+      "link",
+      "add",
+      `${name}a0`,
+      "type",
+      "veth",
+      "peer",
+      "name",
+      `${name}b0`,
+      "netns",
+      b.name,
+    ]);
     a.ip("addr", "add", "192.0.2.1/24", "dev", `${name}a0`);
     a.ip("link", "set", `${name}a0`, "up");
     b.ip("addr", "add", "192.0.2.2/24", "dev", `${name}b0`);
@@ -142,14 +160,34 @@ export async function startWgWorld(name: string, octet: number, opts: { baseline
     wgs.push(wgB);
     const keyB = join(work, "b.key");
     writeFileSync(keyB, b64(server.privateKey) + "\n", { mode: 0o600 });
-    must(b.exec(["wg", "set", ifB, "private-key", keyB, "listen-port", "51820", "peer", b64(ours.publicKey), "allowed-ips", `10.${octet}.0.1/32,fd${octet}::1/128`, "endpoint", "192.0.2.1:51821"]));
+    must(
+      b.exec([
+        "wg",
+        "set",
+        ifB,
+        "private-key",
+        keyB,
+        "listen-port",
+        "51820",
+        "peer",
+        b64(ours.publicKey),
+        "allowed-ips",
+        `10.${octet}.0.1/32,fd${octet}::1/128`,
+        "endpoint",
+        "192.0.2.1:51821",
+      ]),
+    );
     b.ip("addr", "add", `${server4}/24`, "dev", ifB);
     b.ip("-6", "addr", "add", `${server6}/64`, "dev", ifB, "nodad");
     b.ip("link", "set", ifB, "up");
-    const tp = Bun.spawn(b.exec([bun, join(support, "tcpPeer.ts"), "7000", server4, server6]), { stdout: "pipe", stderr: "inherit" });
+    const tp = Bun.spawn(b.exec([bun, join(support, "tcpPeer.ts"), "7000", server4, server6]), {
+      stdout: "pipe",
+      stderr: "inherit",
+    });
     tcpPeer = tp;
     const reader = tp.stdout.getReader();
-    if (!new TextDecoder().decode((await reader.read()).value).includes("ready")) throw new Error("tcpPeer did not start");
+    if (!new TextDecoder().decode((await reader.read()).value).includes("ready"))
+      throw new Error("tcpPeer did not start");
     reader.releaseLock();
     void tp.stdout.pipeTo(new WritableStream());
 
@@ -158,17 +196,59 @@ export async function startWgWorld(name: string, octet: number, opts: { baseline
       const base = newKey();
       c = new Netns(`${name}-c-${pid}`);
       namespaces.push(c);
-      must(["ip", "-n", c.name, "link", "add", `${name}c0`, "type", "veth", "peer", "name", `${name}b1`, "netns", b.name]);
+      must([
+        "ip",
+        "-n",
+        c.name,
+        "link",
+        "add",
+        `${name}c0`,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        `${name}b1`,
+        "netns",
+        b.name,
+      ]);
       c.ip("addr", "add", "198.51.100.1/24", "dev", `${name}c0`);
       c.ip("link", "set", `${name}c0`, "up");
       b.ip("addr", "add", "198.51.100.2/24", "dev", `${name}b1`);
       b.ip("link", "set", `${name}b1`, "up");
-      must(b.exec(["wg", "set", ifB, "peer", b64(base.publicKey), "allowed-ips", `10.${octet}.0.3/32,fd${octet}::3/128`, "endpoint", "198.51.100.1:51820"]));
+      must(
+        b.exec([
+          "wg",
+          "set",
+          ifB,
+          "peer",
+          b64(base.publicKey),
+          "allowed-ips",
+          `10.${octet}.0.3/32,fd${octet}::3/128`,
+          "endpoint",
+          "198.51.100.1:51820",
+        ]),
+      );
       const ifC = `${name}h${pid}`.slice(0, 15);
       wgs.push(await startWireguardGo(c, ifC, work));
       const keyC = join(work, "c.key");
       writeFileSync(keyC, b64(base.privateKey) + "\n", { mode: 0o600 });
-      must(c.exec(["wg", "set", ifC, "private-key", keyC, "listen-port", "51820", "peer", b64(server.publicKey), "allowed-ips", `10.${octet}.0.0/24,fd${octet}::/64`, "endpoint", "198.51.100.2:51820"]));
+      must(
+        c.exec([
+          "wg",
+          "set",
+          ifC,
+          "private-key",
+          keyC,
+          "listen-port",
+          "51820",
+          "peer",
+          b64(server.publicKey),
+          "allowed-ips",
+          `10.${octet}.0.0/24,fd${octet}::/64`,
+          "endpoint",
+          "198.51.100.2:51820",
+        ]),
+      );
       c.ip("addr", "add", `10.${octet}.0.3/24`, "dev", ifC);
       c.ip("-6", "addr", "add", `fd${octet}::3/64`, "dev", ifC, "nodad");
       c.ip("link", "set", ifC, "up");
@@ -177,11 +257,18 @@ export async function startWgWorld(name: string, octet: number, opts: { baseline
     const cfg = {
       privateKey: b64(ours.privateKey),
       listen: { address: "192.0.2.1", port: 51821 },
-      peer: { publicKey: b64(server.publicKey), endpoint: { address: "192.0.2.2", port: 51820 }, allowedIps: [`10.${octet}.0.0/24`, `fd${octet}::/64`] },
+      peer: {
+        publicKey: b64(server.publicKey),
+        endpoint: { address: "192.0.2.2", port: 51820 },
+        allowedIps: [`10.${octet}.0.0/24`, `fd${octet}::/64`],
+      },
       stack: { ipv4: { address: `10.${octet}.0.1`, prefixLength: 24 }, ipv6: [`fd${octet}::1`] },
       ...(impairClient ? { impair: impairClient } : {}),
     };
-    const client = new LineChild(a.exec([bun, ...(opts.clientBunArgs ?? []), join(support, "wgNetstackClient.ts"), JSON.stringify(cfg)]), join(work, "client.log"));
+    const client = new LineChild(
+      a.exec([bun, ...(opts.clientBunArgs ?? []), join(support, "wgNetstackClient.ts"), JSON.stringify(cfg)]),
+      join(work, "client.log"),
+    );
     children.push(client);
     await client.waitFor((e) => e.ev === "ready", 20_000, "wgNetstackClient ready");
     const cNs = c;
@@ -196,8 +283,15 @@ export async function startWgWorld(name: string, octet: number, opts: { baseline
       impairedBy,
       async baselineClient(args) {
         if (!cNs) throw new Error("world started without baseline");
-        const p = Bun.spawn(cNs.exec([bun, join(support, "tcpClient.ts"), ...args]), { stdout: "pipe", stderr: "pipe" });
-        const [out, err, code] = await Promise.all([new Response(p.stdout).text(), new Response(p.stderr).text(), p.exited]);
+        const p = Bun.spawn(cNs.exec([bun, join(support, "tcpClient.ts"), ...args]), {
+          stdout: "pipe",
+          stderr: "pipe",
+        });
+        const [out, err, code] = await Promise.all([
+          new Response(p.stdout).text(),
+          new Response(p.stderr).text(),
+          p.exited,
+        ]);
         if (code !== 0) throw new Error(`tcpClient ${args.join(" ")} exited ${code}: ${err}`);
         return JSON.parse(out.trim().split("\n").pop()!);
       },
@@ -210,11 +304,23 @@ export async function startWgWorld(name: string, octet: number, opts: { baseline
 }
 
 /** Runs jobs in the client and returns its "done" event. */
-export async function runJobs(w: WgWorld, jobs: { kind: "sink" | "source" | "echo"; host: string; bytes: number; seed: number }[], timeoutMs: number): Promise<{ ms: number; cpuMs: number; results: { kind: string; host: string; bytes: number; ms: number; ok: boolean; error?: string }[] }> {
+export async function runJobs(
+  w: WgWorld,
+  jobs: { kind: "sink" | "source" | "echo"; host: string; bytes: number; seed: number }[],
+  timeoutMs: number,
+): Promise<{
+  ms: number;
+  cpuMs: number;
+  results: { kind: string; host: string; bytes: number; ms: number; ok: boolean; error?: string }[];
+}> {
   const from = w.client.events.length;
   w.client.send({ op: "run", jobs: jobs.map((j) => ({ ...j, port: w.port })) });
   const done = await w.client.waitFor((e) => e.ev === "done", timeoutMs, "jobs done", from);
-  return done as unknown as { ms: number; cpuMs: number; results: { kind: string; host: string; bytes: number; ms: number; ok: boolean; error?: string }[] };
+  return done as unknown as {
+    ms: number;
+    cpuMs: number;
+    results: { kind: string; host: string; bytes: number; ms: number; ok: boolean; error?: string }[];
+  };
 }
 
 /** The client's counters. */

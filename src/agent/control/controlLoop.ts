@@ -13,7 +13,16 @@
  * observation the scheduler has not accepted, or keep polling once stopped.
  */
 import { BeachballError } from "../../protocol/errors.ts";
-import { MAX_DELIVERY_ACKS_PER_ENVELOPE, type AgentPayload, type BootstrapDelivery, type CommandAck, type ConfigureConnection, type ConnectivityUpdate, type DeliveryAck, type PollResponse } from "../../protocol/agent.ts";
+import {
+  MAX_DELIVERY_ACKS_PER_ENVELOPE,
+  type AgentPayload,
+  type BootstrapDelivery,
+  type CommandAck,
+  type ConfigureConnection,
+  type ConnectivityUpdate,
+  type DeliveryAck,
+  type PollResponse,
+} from "../../protocol/agent.ts";
 import type { AgentStore } from "../store.ts";
 import { errorText, type AgentClock, type AgentLog, type ControlChannel, type Timers } from "../ports.ts";
 import type { HealthReport } from "../health.ts";
@@ -108,7 +117,18 @@ export class ControlLoop {
     const abort = new AbortController();
     const cancel = this.deps.timers.after(timeoutMs, () => abort.abort());
     try {
-      await this.deps.channel.send("messages", this.epoch, { bootId: this.deps.bootId, updates, acks: this.acks.splice(0, MAX_UPDATES_PER_SEND), deliveryAcks: this.deliveryAcks.splice(0, MAX_DELIVERY_ACKS_PER_ENVELOPE), health: this.deps.health() }, abort.signal);
+      await this.deps.channel.send(
+        "messages",
+        this.epoch,
+        {
+          bootId: this.deps.bootId,
+          updates,
+          acks: this.acks.splice(0, MAX_UPDATES_PER_SEND),
+          deliveryAcks: this.deliveryAcks.splice(0, MAX_DELIVERY_ACKS_PER_ENVELOPE),
+          health: this.deps.health(),
+        },
+        abort.signal,
+      );
       if (updates.length) this.deps.store.ackUpdates(updates[updates.length - 1]!.seq);
     } catch (e) {
       this.deps.log.warn("final flush failed (the next start sends it)", { error: errorText(e) });
@@ -127,7 +147,15 @@ export class ControlLoop {
         const resp = await this.deps.channel.send(
           "poll",
           this.epoch,
-          { bootId: this.deps.bootId, updates: this.epoch ? updates : [], acks: [], deliveryAcks: [], health: this.deps.health(), ...withConnectivity(connectivity), waitMs: AGENT_POLL_WAIT_MS },
+          {
+            bootId: this.deps.bootId,
+            updates: this.epoch ? updates : [],
+            acks: [],
+            deliveryAcks: [],
+            health: this.deps.health(),
+            ...withConnectivity(connectivity),
+            waitMs: AGENT_POLL_WAIT_MS,
+          },
           this.pollAbort.signal,
         );
         connectivity = null;
@@ -177,12 +205,22 @@ export class ControlLoop {
         this.flush();
       });
     }
-    if (resp.commands.length || (resp.connections?.length && !this.deps.connections) || this.deps.connections?.hasPending()) this.flush();
+    if (
+      resp.commands.length ||
+      (resp.connections?.length && !this.deps.connections) ||
+      this.deps.connections?.hasPending()
+    )
+      this.flush();
   }
 
   /** True when observations or acknowledgements wait to be sent. */
   hasPending(): boolean {
-    return this.acks.length > 0 || this.deliveryAcks.length > 0 || this.deps.store.hasPendingUpdates() || (!!this.epoch && !!this.deps.connections?.hasPending());
+    return (
+      this.acks.length > 0 ||
+      this.deliveryAcks.length > 0 ||
+      this.deps.store.hasPendingUpdates() ||
+      (!!this.epoch && !!this.deps.connections?.hasPending())
+    );
   }
 
   /** Sends pending observations and acks through /v1/agents/messages (one send in flight; retried until accepted). */
@@ -202,7 +240,19 @@ export class ControlLoop {
         if (!updates.length && !acks.length && !deliveryAcks.length && !connectivity) break;
         try {
           // Aborted by stop(): finalFlush then sends once, within its own bound.
-          await this.deps.channel.send("messages", this.epoch, { bootId: this.deps.bootId, updates, acks, deliveryAcks, health: this.deps.health(), ...withConnectivity(connectivity) }, this.pollAbort.signal);
+          await this.deps.channel.send(
+            "messages",
+            this.epoch,
+            {
+              bootId: this.deps.bootId,
+              updates,
+              acks,
+              deliveryAcks,
+              health: this.deps.health(),
+              ...withConnectivity(connectivity),
+            },
+            this.pollAbort.signal,
+          );
           if (updates.length) this.deps.store.ackUpdates(updates[updates.length - 1]!.seq);
         } catch (e) {
           if (connectivity) this.deps.connections?.failed();

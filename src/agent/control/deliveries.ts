@@ -15,12 +15,17 @@ import type { GuestSession } from "../guestSession.ts";
 export const GUEST_DELIVERY_TIMEOUT_MS = 20_000;
 
 /** Delivers `d` to `session` (null: no connected guest) and returns the acknowledgement to send. */
-export async function deliverBootstrap(store: AgentStore, d: BootstrapDelivery, session: GuestSession | null): Promise<DeliveryAck> {
+export async function deliverBootstrap(
+  store: AgentStore,
+  d: BootstrapDelivery,
+  session: GuestSession | null,
+): Promise<DeliveryAck> {
   const base = { deliveryId: d.deliveryId, placementId: d.placementId, generation: d.generation };
   const earlier = store.deliveryDigest(d.deliveryId);
   if (earlier) return { ...base, result: "consumed", digest: earlier };
   const p = store.placement(d.placementId);
-  if (!p || p.generation !== d.generation || p.desired === "absent" || !session?.connected) return { ...base, result: "guest_not_connected" };
+  if (!p || p.generation !== d.generation || p.desired === "absent" || !session?.connected)
+    return { ...base, result: "guest_not_connected" };
   const expected = `sha256:${createHash("sha256").update(Buffer.from(d.payloadBase64, "base64")).digest("hex")}`;
   const r = await session.deliver(d.deliveryId, d.contentType, d.payloadBase64, GUEST_DELIVERY_TIMEOUT_MS);
   if (r.result === "consumed" && r.digest === expected) {

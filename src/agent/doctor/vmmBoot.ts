@@ -57,7 +57,11 @@ export function testKernelOf(config: Partial<AgentConfig>): string | null {
  * VMM_TEST_BOOT_MARKER on its console. Never throws: a failure says what
  * the VMM printed or why it did not start. Cleans up in every case.
  */
-export async function testBootVmm(driver: VmmDriver, kernelPath: string, timeoutMs = VMM_TEST_BOOT_TIMEOUT_MS): Promise<VmmBootResult> {
+export async function testBootVmm(
+  driver: VmmDriver,
+  kernelPath: string,
+  timeoutMs = VMM_TEST_BOOT_TIMEOUT_MS,
+): Promise<VmmBootResult> {
   const name = `${PROBE_PREFIX}vmm-${process.pid}`;
   const dir = mkdtempSync(join(tmpdir(), `${name}-`));
   const consolePath = join(dir, "console.log");
@@ -90,8 +94,15 @@ export async function testBootVmm(driver: VmmDriver, kernelPath: string, timeout
       const text = readConsoleTail(consolePath);
       if (text.includes(VMM_TEST_BOOT_MARKER)) return { ok: true, ms: Math.round(performance.now() - t0) };
       if (!(await driver.isAlive(handle)))
-        return { ok: false, detail: `the VMM exited before the kernel printed "${VMM_TEST_BOOT_MARKER}": ${lastLine(readConsoleTail(consolePath))}` };
-      if (performance.now() > deadline) return { ok: false, detail: `no "${VMM_TEST_BOOT_MARKER}" on the console within ${timeoutMs} ms: ${lastLine(text)}` };
+        return {
+          ok: false,
+          detail: `the VMM exited before the kernel printed "${VMM_TEST_BOOT_MARKER}": ${lastLine(readConsoleTail(consolePath))}`,
+        };
+      if (performance.now() > deadline)
+        return {
+          ok: false,
+          detail: `no "${VMM_TEST_BOOT_MARKER}" on the console within ${timeoutMs} ms: ${lastLine(text)}`,
+        };
       await Bun.sleep(50);
     }
   } catch (e) {
@@ -104,14 +115,24 @@ export async function testBootVmm(driver: VmmDriver, kernelPath: string, timeout
 }
 
 /** The `vmm-boot` check's outcome for `driver` and the configured kernel (skip when there is none). Never throws. */
-export async function vmmBootCheck(driver: VmmDriver, config: Partial<AgentConfig>): Promise<{ status: "pass" | "fail" | "skip"; detail: string }> {
+export async function vmmBootCheck(
+  driver: VmmDriver,
+  config: Partial<AgentConfig>,
+): Promise<{ status: "pass" | "fail" | "skip"; detail: string }> {
   const kernel = testKernelOf(config);
-  if (!kernel) return { status: "skip", detail: "no kernel to boot: no image directory with a manifest and no vmmTestKernel" };
+  if (!kernel)
+    return { status: "skip", detail: "no kernel to boot: no image directory with a manifest and no vmmTestKernel" };
   const r = await testBootVmm(driver, kernel);
-  return r.ok ? { status: "pass", detail: `${driver.name} booted ${kernel} to "${VMM_TEST_BOOT_MARKER}" in ${r.ms} ms` } : { status: "fail", detail: `${driver.name}: ${r.detail}` };
+  return r.ok
+    ? { status: "pass", detail: `${driver.name} booted ${kernel} to "${VMM_TEST_BOOT_MARKER}" in ${r.ms} ms` }
+    : { status: "fail", detail: `${driver.name}: ${r.detail}` };
 }
 
 function lastLine(text: string): string {
-  const lines = text.replaceAll("\r", "").split("\n").map((l) => l.trim()).filter(Boolean);
+  const lines = text
+    .replaceAll("\r", "")
+    .split("\n")
+    .map((l) => l.trim())
+    .filter(Boolean);
   return (lines.slice(-3).join(" | ") || "(empty console)").slice(0, 400);
 }

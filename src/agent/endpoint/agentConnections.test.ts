@@ -41,7 +41,12 @@ class RecordingLinks implements PlacementLinkPort {
   closed = 0;
   async open(t: PlacementTarget): Promise<PlacementLink> {
     this.opened.push(t);
-    return { write: () => true, configure: async () => {}, close: async () => void this.closed++, stats: () => ({ packetsIn: 0, packetsOut: 0, writesDropped: 0 }) };
+    return {
+      write: () => true,
+      configure: async () => {},
+      close: async () => void this.closed++,
+      stats: () => ({ packetsIn: 0, packetsOut: 0, writesDropped: 0 }),
+    };
   }
 }
 
@@ -55,20 +60,50 @@ async function rig(name: string, withEndpoint: boolean) {
   const hostKey = keyPairFromPrivate(systemRandom.fill(new Uint8Array(32)));
   let endpoint: HostEndpoint | null = null;
   const ports: AgentPorts = {
-    clock: tl, timers, random: { bytes: (k) => new Uint8Array(k).fill(7) }, log: new MemoryLog(), probe: new FixedHostProbe(), channel,
-    driver: new FakeVmmDriver(host, timers), isolation: new FakeIsolation(), images: new FakeImages(timers, join(dir, "image"), { resolveMs: () => 0 }),
-    lock: () => () => {}, selfChecks: async () => [], inventory: async () => [], vmmSelfCheck: async () => ({ status: "pass", detail: "fake" }),
+    clock: tl,
+    timers,
+    random: { bytes: (k) => new Uint8Array(k).fill(7) },
+    log: new MemoryLog(),
+    probe: new FixedHostProbe(),
+    channel,
+    driver: new FakeVmmDriver(host, timers),
+    isolation: new FakeIsolation(),
+    images: new FakeImages(timers, join(dir, "image"), { resolveMs: () => 0 }),
+    lock: () => () => {},
+    selfChecks: async () => [],
+    inventory: async () => [],
+    vmmSelfCheck: async () => ({ status: "pass", detail: "fake" }),
     ...(withEndpoint
       ? {
           connections: async ({ placements, onChange }) =>
             (endpoint = await HostEndpoint.start({
-              hostId: "h1", keyPair: hostKey, verificationKeys: issuer.verificationKeys(), listen: { hostname: "127.0.0.1", port: 0 }, stunServers: [],
-              clock: systemClock, random: systemRandom, aead, placements, links, interfaces: () => ({}), onChange,
+              hostId: "h1",
+              keyPair: hostKey,
+              verificationKeys: issuer.verificationKeys(),
+              listen: { hostname: "127.0.0.1", port: 0 },
+              stunServers: [],
+              clock: systemClock,
+              random: systemRandom,
+              aead,
+              placements,
+              links,
+              interfaces: () => ({}),
+              onChange,
             })),
         }
       : {}),
   };
-  const agent = await Agent.start({ hostId: "h1", bootId: "boot-1", dbPath: join(dir, "agent.db"), allocationsDir: join(dir, "allocations"), guestBootTimeoutMs: 5_000, consoleBudgetBytes: 4096 }, ports);
+  const agent = await Agent.start(
+    {
+      hostId: "h1",
+      bootId: "boot-1",
+      dbPath: join(dir, "agent.db"),
+      allocationsDir: join(dir, "allocations"),
+      guestBootTimeoutMs: 5_000,
+      consoleBudgetBytes: 4096,
+    },
+    ports,
+  );
   const payloads: AgentPayload[] = [];
   /** Answers waiting requests for a while: polls with `commands` and `connections` (once each), messages with nothing. */
   const exchange = async (commands: AgentCommand[] = [], connections: ConfigureConnection[] = []) => {
@@ -79,7 +114,13 @@ async function rig(name: string, withEndpoint: boolean) {
       await Bun.sleep(1); // the endpoint's own work (UDP, its queue) runs on real time
       for (const r of channel.take()) {
         payloads.push(r.payload);
-        const resp: PollResponse = { agentEpoch: EPOCH, commands: r.type === "poll" ? pc : [], deliveries: [], leases: {}, ...(r.type === "poll" && pn.length ? { connections: pn } : {}) };
+        const resp: PollResponse = {
+          agentEpoch: EPOCH,
+          commands: r.type === "poll" ? pc : [],
+          deliveries: [],
+          leases: {},
+          ...(r.type === "poll" && pn.length ? { connections: pn } : {}),
+        };
         if (r.type === "poll") (pc = []), (pn = []);
         r.resolve(resp);
       }
@@ -88,12 +129,40 @@ async function rig(name: string, withEndpoint: boolean) {
   const allocationId = testId("alloc");
   const command = (type: AgentCommand["type"], generation = 1): AgentCommand => {
     const kind = type === "ensure_present" ? "present" : type === "ensure_running" ? "running" : "absent";
-    return { commandId: `plc-1:${kind}:${generation}`, type, allocationId, placementId: "plc-1", generation, agentEpoch: EPOCH, leaseExpiresAt: new Date(tl.now() + 60_000).toISOString(), spec: SPEC };
+    return {
+      commandId: `plc-1:${kind}:${generation}`,
+      type,
+      allocationId,
+      placementId: "plc-1",
+      generation,
+      agentEpoch: EPOCH,
+      leaseExpiresAt: new Date(tl.now() + 60_000).toISOString(),
+      spec: SPEC,
+    };
   };
   const clientKey = keyPairFromPrivate(systemRandom.fill(new Uint8Array(32)));
   const grant = (generation = 1): SignedGrant =>
-    issuer.grant({ allocationId, generation, hostId: "h1", hostPublicKey: b64(hostKey.publicKey), clientPublicKey: b64(clientKey.publicKey), clientAddress: "fd00:1::10", allocationAddress: "fd00:1::2", ports: [22] }, Date.now(), 60_000);
-  const apply = (g: SignedGrant): ConfigureConnection => ({ commandId: `${g.payload.grantId}:apply`, type: "configure_connection", action: "apply", grantId: g.payload.grantId, grant: g });
+    issuer.grant(
+      {
+        allocationId,
+        generation,
+        hostId: "h1",
+        hostPublicKey: b64(hostKey.publicKey),
+        clientPublicKey: b64(clientKey.publicKey),
+        clientAddress: "fd00:1::10",
+        allocationAddress: "fd00:1::2",
+        ports: [22],
+      },
+      Date.now(),
+      60_000,
+    );
+  const apply = (g: SignedGrant): ConfigureConnection => ({
+    commandId: `${g.payload.grantId}:apply`,
+    type: "configure_connection",
+    action: "apply",
+    grantId: g.payload.grantId,
+    grant: g,
+  });
   const acks = () => payloads.flatMap((p) => p.acks);
   const updates = () => payloads.flatMap((p) => (p.connectivity ? [p.connectivity] : []));
   const stop = async () => {
@@ -118,7 +187,10 @@ test("configure_connection is applied and acknowledged, connectivity_update repo
   const cmd = r.apply(g);
   // Redelivered on the next poll while the first copy may still be applying: applied once, acknowledged.
   await r.exchange([], [cmd, cmd]);
-  expect(r.acks().filter((a) => a.commandId === cmd.commandId)[0]).toEqual({ commandId: cmd.commandId, result: "accepted" });
+  expect(r.acks().filter((a) => a.commandId === cmd.commandId)[0]).toEqual({
+    commandId: cmd.commandId,
+    result: "accepted",
+  });
   expect(r.links.opened).toHaveLength(1);
   expect(r.links.opened[0]!.generation).toBe(1);
   expect(r.links.opened[0]!.netns).toMatch(/^bb-/);
@@ -130,7 +202,10 @@ test("configure_connection is applied and acknowledged, connectivity_update repo
   // A grant for another generation is refused; its ack says rejected and the update names the code.
   const newer = r.apply(r.grant(2));
   await r.exchange([], [newer]);
-  expect(r.acks().find((a) => a.commandId === newer.commandId)).toEqual({ commandId: newer.commandId, result: "rejected" });
+  expect(r.acks().find((a) => a.commandId === newer.commandId)).toEqual({
+    commandId: newer.commandId,
+    result: "rejected",
+  });
   expect(r.updates().at(-1)!.refusedGrants).toContainEqual({ grantId: newer.grantId, code: "GRANT_MISMATCH" });
   // The placement goes away: the grant goes with it, without a revoke.
   await r.exchange([r.command("ensure_absent")]);
@@ -138,9 +213,17 @@ test("configure_connection is applied and acknowledged, connectivity_update repo
   expect(r.updates().at(-1)!.appliedGrants).toEqual([]);
   expect(r.links.closed).toBe(1);
   // A late revoke is acknowledged (the peer is gone).
-  const revoke: ConfigureConnection = { commandId: `${g.payload.grantId}:revoke`, type: "configure_connection", action: "revoke", grantId: g.payload.grantId };
+  const revoke: ConfigureConnection = {
+    commandId: `${g.payload.grantId}:revoke`,
+    type: "configure_connection",
+    action: "revoke",
+    grantId: g.payload.grantId,
+  };
   await r.exchange([], [revoke]);
-  expect(r.acks().find((a) => a.commandId === revoke.commandId)).toEqual({ commandId: revoke.commandId, result: "accepted" });
+  expect(r.acks().find((a) => a.commandId === revoke.commandId)).toEqual({
+    commandId: revoke.commandId,
+    result: "accepted",
+  });
   await r.stop();
 });
 
@@ -149,7 +232,11 @@ test("a host without an endpoint rejects configure_connection with NETWORK_SETUP
   await r.exchange();
   const cmd = r.apply(r.grant());
   await r.exchange([], [cmd]);
-  expect(r.acks().find((a) => a.commandId === cmd.commandId)).toEqual({ commandId: cmd.commandId, result: "rejected", errorCode: "NETWORK_SETUP_FAILED" });
+  expect(r.acks().find((a) => a.commandId === cmd.commandId)).toEqual({
+    commandId: cmd.commandId,
+    result: "rejected",
+    errorCode: "NETWORK_SETUP_FAILED",
+  });
   expect(r.updates()).toEqual([]);
   await r.stop();
 });

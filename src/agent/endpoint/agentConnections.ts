@@ -47,7 +47,11 @@ const AGENT_CODES: ReadonlySet<string> = new Set(AGENT_ERROR_CODES);
  */
 export function connectionAck(cmd: ConfigureConnection, result: ConfigureResult): CommandAck {
   if (result.ok) return { commandId: cmd.commandId, result: "accepted" };
-  return { commandId: cmd.commandId, result: "rejected", ...(AGENT_CODES.has(result.code) ? { errorCode: result.code as AgentErrorCode } : {}) };
+  return {
+    commandId: cmd.commandId,
+    result: "rejected",
+    ...(AGENT_CODES.has(result.code) ? { errorCode: result.code as AgentErrorCode } : {}),
+  };
 }
 
 /** See the module header. */

@@ -52,25 +52,39 @@ function addr6(a: string): string {
  * the namespace; `mssBytes` the MSS that SYNs are clamped to (default the
  * tunnel's, 1,220). Throws NETWORK_SETUP_FAILED on an invalid input.
  */
-export function connectionChainText(table: string, tap: string, flows: readonly ConnectionFlow[], mssBytes: number = TUNNEL_TCP_MSS_BYTES): string {
+export function connectionChainText(
+  table: string,
+  tap: string,
+  flows: readonly ConnectionFlow[],
+  mssBytes: number = TUNNEL_TCP_MSS_BYTES,
+): string {
   const t = ident(table, /^bb_[A-Za-z0-9_]{1,60}$/, "table name");
   const tapName = `"${ident(tap, /^[A-Za-z0-9_.-]{1,15}$/, "interface name")}"`;
   const tun = `"${CONNECTION_TUN_NAME}"`;
   const head = `add rule inet ${t} ${CONNECTION_CHAIN}`;
   const lines = [`flush chain inet ${t} ${CONNECTION_CHAIN}`];
-  if (!Number.isInteger(mssBytes) || mssBytes < 536 || mssBytes > 65495) throw netError(`invalid MSS ${JSON.stringify(mssBytes)}`);
+  if (!Number.isInteger(mssBytes) || mssBytes < 536 || mssBytes > 65495)
+    throw netError(`invalid MSS ${JSON.stringify(mssBytes)}`);
   if (flows.length) {
     // Not a verdict: the SYN goes on to the flow rules below with its MSS lowered (never raised).
-    lines.push(`${head} iifname { ${tun}, ${tapName} } tcp flags & syn == syn tcp option maxseg size > ${mssBytes} tcp option maxseg size set ${mssBytes}`);
-    lines.push(`${head} iifname ${tapName} icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 accept`);
+    lines.push(
+      `${head} iifname { ${tun}, ${tapName} } tcp flags & syn == syn tcp option maxseg size > ${mssBytes} tcp option maxseg size set ${mssBytes}`,
+    );
+    lines.push(
+      `${head} iifname ${tapName} icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert } ip6 hoplimit 255 accept`,
+    );
   }
   for (const f of flows) {
     const c = addr6(f.clientAddress);
     const a = addr6(f.allocationAddress);
-    if (f.transport !== "tcp" && f.transport !== "udp") throw netError(`invalid transport ${JSON.stringify(f.transport)}`);
-    if (!f.ports.length || f.ports.some((p) => !Number.isInteger(p) || p < 1 || p > 65535)) throw netError(`invalid ports ${JSON.stringify(f.ports)}`);
+    if (f.transport !== "tcp" && f.transport !== "udp")
+      throw netError(`invalid transport ${JSON.stringify(f.transport)}`);
+    if (!f.ports.length || f.ports.some((p) => !Number.isInteger(p) || p < 1 || p > 65535))
+      throw netError(`invalid ports ${JSON.stringify(f.ports)}`);
     const ports = [...new Set(f.ports)].sort((x, y) => x - y).join(", ");
-    lines.push(`${head} iifname ${tun} oifname ${tapName} ip6 saddr ${c} ip6 daddr ${a} ${f.transport} dport { ${ports} } ct state new accept`);
+    lines.push(
+      `${head} iifname ${tun} oifname ${tapName} ip6 saddr ${c} ip6 daddr ${a} ${f.transport} dport { ${ports} } ct state new accept`,
+    );
     // The guest's reply, matched the same way in prerouting (no output interface yet) and in forward: the
     // client's /128 is routed only to bbconn0, so the destination fixes the way out (nft 1.0.6 refuses oifname "").
     lines.push(`${head} iifname ${tapName} ip6 saddr ${a} ip6 daddr ${c} ct state established,related accept`);

@@ -13,7 +13,15 @@ import { TestGrantIssuer, testId } from "../../../test/support/grantIssuer.ts";
 import type { ConfigureConnection } from "../../protocol/agent.ts";
 import type { SignedGrant } from "../../protocol/connection.ts";
 import { ipv6Bytes } from "../../protocol/ipAddress.ts";
-import { MultipathDevice, openSharedSocket, selectAead, systemClock, systemRandom, type RelayConnector, type SharedSocket } from "../../wireguard/index.ts";
+import {
+  MultipathDevice,
+  openSharedSocket,
+  selectAead,
+  systemClock,
+  systemRandom,
+  type RelayConnector,
+  type SharedSocket,
+} from "../../wireguard/index.ts";
 import { keyPairFromPrivate } from "../../wireguard/x25519.ts";
 import { HostEndpoint } from "./endpoint.ts";
 import type { PlacementTarget } from "./grantCheck.ts";
@@ -66,12 +74,24 @@ afterEach(async () => {
 
 /** A connector that records every connect and hands out links that stay open until closed. */
 function recordingConnector() {
-  const connects: Array<{ relayId: string; tokenGrant: string; role: string; issuedAtMs: number; closed: boolean }> = [];
+  const connects: Array<{ relayId: string; tokenGrant: string; role: string; issuedAtMs: number; closed: boolean }> =
+    [];
   const connector: RelayConnector = async (entry, token) => {
-    const rec = { relayId: entry.relayId, tokenGrant: token.payload.grantId, role: token.payload.role, issuedAtMs: token.payload.issuedAtMs, closed: false };
+    const rec = {
+      relayId: entry.relayId,
+      tokenGrant: token.payload.grantId,
+      role: token.payload.role,
+      issuedAtMs: token.payload.issuedAtMs,
+      closed: false,
+    };
     connects.push(rec);
     let end!: (c: { code: string | null; closeCode: number }) => void;
-    return { paired: false, closed: new Promise((r) => (end = r)), send: () => true, close: () => ((rec.closed = true), end({ code: null, closeCode: 1000 })) };
+    return {
+      paired: false,
+      closed: new Promise((r) => (end = r)),
+      send: () => true,
+      close: () => ((rec.closed = true), end({ code: null, closeCode: 1000 })),
+    };
   };
   return { connector, connects };
 }
@@ -80,7 +100,13 @@ async function setup(generation = 3, relayConnector?: RelayConnector) {
   const hostKey = keyPairFromPrivate(systemRandom.fill(new Uint8Array(32)));
   const links = new RecordingLinks();
   const allocationId = testId("alloc");
-  let placement: PlacementTarget | null = { allocationId, generation, netns: "bb-test", table: "bb_test", tap: "bbtap0" };
+  let placement: PlacementTarget | null = {
+    allocationId,
+    generation,
+    netns: "bb-test",
+    table: "bb_test",
+    tap: "bbtap0",
+  };
   let changes = 0;
   const ep = await HostEndpoint.start({
     hostId: "host-1",
@@ -102,25 +128,67 @@ async function setup(generation = 3, relayConnector?: RelayConnector) {
   const got: Uint8Array[] = [];
   let sock!: SharedSocket;
   const client = new MultipathDevice({
-    privateKey: clientKey.privateKey, clock: systemClock, random: systemRandom, aead,
+    privateKey: clientKey.privateKey,
+    clock: systemClock,
+    random: systemRandom,
+    aead,
     io: { sendUdp: (d, a, p) => sock.sendUdp(d, a, p), sendRelay: () => false },
     deliver: (p) => got.push(p.slice()),
   });
-  sock = await openSharedSocket({ hostname: "127.0.0.1", port: 0, random: systemRandom, onWireGuard: (d, from) => client.receive(d, from) });
+  sock = await openSharedSocket({
+    hostname: "127.0.0.1",
+    port: 0,
+    random: systemRandom,
+    onWireGuard: (d, from) => client.receive(d, from),
+  });
   cleanups.push(() => sock.close());
   const { peer, selector } = client.addPeer({ publicKey: hostKey.publicKey, allowedIps: ["fd00:1:2:3::/64"] });
   selector.setCandidates([{ address: "127.0.0.1", port: ep.port }]);
   const b64 = (k: Uint8Array) => Buffer.from(k).toString("base64");
   const grantFor = (over: Partial<Parameters<TestGrantIssuer["grant"]>[0]> = {}, ttlMs = 60_000): SignedGrant =>
-    issuer.grant({ allocationId, generation, hostId: "host-1", hostPublicKey: b64(hostKey.publicKey), clientPublicKey: b64(clientKey.publicKey), clientAddress: CLIENT, allocationAddress: ALLOC, ports: [22], ...over }, Date.now(), ttlMs);
+    issuer.grant(
+      {
+        allocationId,
+        generation,
+        hostId: "host-1",
+        hostPublicKey: b64(hostKey.publicKey),
+        clientPublicKey: b64(clientKey.publicKey),
+        clientAddress: CLIENT,
+        allocationAddress: ALLOC,
+        ports: [22],
+        ...over,
+      },
+      Date.now(),
+      ttlMs,
+    );
   const apply = (grant: SignedGrant, grantId = grant.payload.grantId): Promise<unknown> =>
-    ep.configure({ commandId: `${grantId}:apply`, type: "configure_connection", action: "apply", grantId, grant } as ConfigureConnection);
+    ep.configure({
+      commandId: `${grantId}:apply`,
+      type: "configure_connection",
+      action: "apply",
+      grantId,
+      grant,
+    } as ConfigureConnection);
   const until = async (what: string, f: () => boolean, ms = 5000) => {
     for (let t = 0; t < ms / 10 && !f(); t++) await Bun.sleep(10);
     if (!f()) throw new Error(`timed out waiting for ${what}`);
   };
   const setPlacement = (p: PlacementTarget | null) => void (placement = p);
-  return { ep, links, client, peer, got, grantFor, apply, until, changes: () => changes, allocationId, setPlacement, clientPort: sock.port, configure: (c: ConfigureConnection) => ep.configure(c) };
+  return {
+    ep,
+    links,
+    client,
+    peer,
+    got,
+    grantFor,
+    apply,
+    until,
+    changes: () => changes,
+    allocationId,
+    setPlacement,
+    clientPort: sock.port,
+    configure: (c: ConfigureConnection) => ep.configure(c),
+  };
 }
 
 describe("host endpoint", () => {
@@ -140,7 +208,10 @@ describe("host endpoint", () => {
     s.client.device.sendPacket(tcp(CLIENT, "fd00:1:2:3::99", 40001, 22));
     s.client.device.sendPacket(tcp("fd00:1:2:3::11", ALLOC, 40001, 22));
     s.links.emit!([tcp(ALLOC, CLIENT, 22, 40005), tcp(ALLOC, CLIENT, 23, 40000)]);
-    await s.until("the refusals", () => s.ep.stats().device.drops["source-not-allowed"] === 1 && s.ep.stats().grants[0]!.filter.drops.port >= 2);
+    await s.until(
+      "the refusals",
+      () => s.ep.stats().device.drops["source-not-allowed"] === 1 && s.ep.stats().grants[0]!.filter.drops.port >= 2,
+    );
     const st = s.ep.stats().grants[0]!;
     expect(st.filter.drops.port).toBe(2);
     expect(st.filter.drops.destination).toBe(1);
@@ -149,7 +220,9 @@ describe("host endpoint", () => {
     expect(s.links.written.length).toBe(1);
     expect(s.got.length).toBe(1);
     const c = s.ep.connectivity();
-    expect(c.appliedGrants).toEqual([expect.objectContaining({ grantId: grant.payload.grantId, generation: 3, path: "direct" })]);
+    expect(c.appliedGrants).toEqual([
+      expect.objectContaining({ grantId: grant.payload.grantId, generation: 3, path: "direct" }),
+    ]);
     expect(c.hostPublicKey).toBe(s.ep.publicKey);
     expect(JSON.stringify(c)).not.toContain(Buffer.from(s.ep["o"].keyPair.privateKey).toString("base64"));
   });
@@ -175,7 +248,12 @@ describe("host endpoint", () => {
     expect(s.links.opened).toBe(0);
     expect(s.ep.connectivity().appliedGrants).toEqual([]);
     expect(s.ep.connectivity().refusedGrants.map((r) => r.code)).toContain("GRANT_SIGNATURE_INVALID");
-    await s.ep.configure({ commandId: "x", type: "configure_connection", action: "revoke", grantId: g.payload.grantId });
+    await s.ep.configure({
+      commandId: "x",
+      type: "configure_connection",
+      action: "revoke",
+      grantId: g.payload.grantId,
+    });
     expect(await s.apply(g)).toEqual(expect.objectContaining({ ok: false, code: "GRANT_REVOKED" }));
   });
 
@@ -183,7 +261,12 @@ describe("host endpoint", () => {
     const s = await setup();
     const g1 = s.grantFor();
     expect(await s.apply(g1)).toEqual({ ok: true });
-    await s.ep.configure({ commandId: "r", type: "configure_connection", action: "revoke", grantId: g1.payload.grantId });
+    await s.ep.configure({
+      commandId: "r",
+      type: "configure_connection",
+      action: "revoke",
+      grantId: g1.payload.grantId,
+    });
     expect(s.ep.connectivity().appliedGrants).toEqual([]);
     expect(s.links.closed).toBe(1);
     const g2 = s.grantFor({}, 1_500);
@@ -204,7 +287,13 @@ describe("host endpoint", () => {
     await s.ep.prune();
     expect(s.ep.connectivity().appliedGrants.map((a) => a.grantId)).toEqual([g.payload.grantId]);
     const before = s.changes();
-    s.setPlacement({ allocationId: s.allocationId, generation: 4, netns: "bb-test2", table: "bb_test2", tap: "bbtap0" });
+    s.setPlacement({
+      allocationId: s.allocationId,
+      generation: 4,
+      netns: "bb-test2",
+      table: "bb_test2",
+      tap: "bbtap0",
+    });
     await s.ep.prune();
     expect(s.ep.connectivity().appliedGrants).toEqual([]);
     expect(s.links.closed).toBe(1);
@@ -229,21 +318,62 @@ describe("host endpoint", () => {
     const map = issuer.relayMap(relays, now, 60_000);
     const g = s.grantFor();
     const id = g.payload.grantId;
-    const cmd = (tokens: Record<string, ReturnType<TestGrantIssuer["relayToken"]>>, relayMap = map): ConfigureConnection => ({ commandId: `${id}:apply`, type: "configure_connection", action: "apply", grantId: id, grant: g, relayMap, relayTokens: tokens });
+    const cmd = (
+      tokens: Record<string, ReturnType<TestGrantIssuer["relayToken"]>>,
+      relayMap = map,
+    ): ConfigureConnection => ({
+      commandId: `${id}:apply`,
+      type: "configure_connection",
+      action: "apply",
+      grantId: id,
+      grant: g,
+      relayMap,
+      relayTokens: tokens,
+    });
     // relay-b's token is the client's role, relay-c's is for another grant: neither is used.
-    expect(await s.configure(cmd({ "relay-a": issuer.relayToken("relay-a", id, "host", now, 60_000), "relay-b": issuer.relayToken("relay-b", id, "client", now, 60_000), "relay-c": issuer.relayToken("relay-c", testId("grt"), "host", now, 60_000) }))).toEqual({ ok: true });
+    expect(
+      await s.configure(
+        cmd({
+          "relay-a": issuer.relayToken("relay-a", id, "host", now, 60_000),
+          "relay-b": issuer.relayToken("relay-b", id, "client", now, 60_000),
+          "relay-c": issuer.relayToken("relay-c", testId("grt"), "host", now, 60_000),
+        }),
+      ),
+    ).toEqual({ ok: true });
     await s.until("the relay session", () => rc.connects.length === 1);
-    expect(rc.connects).toEqual([expect.objectContaining({ relayId: "relay-a", tokenGrant: id, role: "host", closed: false })]);
+    expect(rc.connects).toEqual([
+      expect.objectContaining({ relayId: "relay-a", tokenGrant: id, role: "host", closed: false }),
+    ]);
     expect(s.ep.stats().grants[0]!.relaysRejected).toBe(2);
-    expect(s.ep.stats().relays).toEqual([expect.objectContaining({ pathId: `relay-a/${id}`, relayId: "relay-a", state: "open" })]);
+    expect(s.ep.stats().relays).toEqual([
+      expect.objectContaining({ pathId: `relay-a/${id}`, relayId: "relay-a", state: "open" }),
+    ]);
     // A redelivery carries fresh tokens: the session keeps running.
-    expect(await s.configure(cmd({ "relay-a": issuer.relayToken("relay-a", id, "host", now + 1, 60_000) }))).toEqual({ ok: true });
+    expect(await s.configure(cmd({ "relay-a": issuer.relayToken("relay-a", id, "host", now + 1, 60_000) }))).toEqual({
+      ok: true,
+    });
     expect(rc.connects.length).toBe(1);
     // A relay map that does not verify is not used at all.
-    const g2 = s.grantFor({ clientAddress: "fd00:1:2:3::11", clientPublicKey: Buffer.alloc(32, 9).toString("base64") }, 1_500);
-    const tamperedMap = { ...map, payload: { ...map.payload, relays: [{ relayId: "relay-a", url: "wss://evil.example/v1/relay" }] } };
+    const g2 = s.grantFor(
+      { clientAddress: "fd00:1:2:3::11", clientPublicKey: Buffer.alloc(32, 9).toString("base64") },
+      1_500,
+    );
+    const tamperedMap = {
+      ...map,
+      payload: { ...map.payload, relays: [{ relayId: "relay-a", url: "wss://evil.example/v1/relay" }] },
+    };
     const id2 = g2.payload.grantId;
-    expect(await s.configure({ commandId: `${id2}:apply`, type: "configure_connection", action: "apply", grantId: id2, grant: g2, relayMap: tamperedMap, relayTokens: { "relay-a": issuer.relayToken("relay-a", id2, "host", now, 60_000) } })).toEqual({ ok: true });
+    expect(
+      await s.configure({
+        commandId: `${id2}:apply`,
+        type: "configure_connection",
+        action: "apply",
+        grantId: id2,
+        grant: g2,
+        relayMap: tamperedMap,
+        relayTokens: { "relay-a": issuer.relayToken("relay-a", id2, "host", now, 60_000) },
+      }),
+    ).toEqual({ ok: true });
     expect(s.ep.stats().grants.find((x) => x.grantId === id2)!.relaysRejected).toBe(1);
     expect(rc.connects.length).toBe(1);
     await s.ep.configure({ commandId: `${id}:revoke`, type: "configure_connection", action: "revoke", grantId: id });
@@ -252,7 +382,17 @@ describe("host endpoint", () => {
     // Expiry closes a grant's sessions too.
     const g3 = s.grantFor({}, 1_500);
     const id3 = g3.payload.grantId;
-    expect(await s.configure({ commandId: `${id3}:apply`, type: "configure_connection", action: "apply", grantId: id3, grant: g3, relayMap: map, relayTokens: { "relay-a": issuer.relayToken("relay-a", id3, "host", now, 60_000) } })).toEqual({ ok: true });
+    expect(
+      await s.configure({
+        commandId: `${id3}:apply`,
+        type: "configure_connection",
+        action: "apply",
+        grantId: id3,
+        grant: g3,
+        relayMap: map,
+        relayTokens: { "relay-a": issuer.relayToken("relay-a", id3, "host", now, 60_000) },
+      }),
+    ).toEqual({ ok: true });
     await s.until("the second session", () => rc.connects.length === 2);
     await s.until("expiry", () => s.ep.connectivity().appliedGrants.every((a) => a.grantId !== id3), 4_000);
     expect(rc.connects[1]!.closed).toBe(true);
@@ -266,7 +406,14 @@ describe("host endpoint", () => {
     await Bun.sleep(200);
     // Without candidates the host has nowhere to send: it waits for the client.
     expect(s.ep.stats().device.initiationsSent).toBe(0);
-    const withCandidates = { commandId: `${grant.payload.grantId}:apply`, type: "configure_connection", action: "apply", grantId: grant.payload.grantId, grant, clientCandidates: [{ address: "127.0.0.1", port: s.clientPort, kind: "local" }] } as ConfigureConnection;
+    const withCandidates = {
+      commandId: `${grant.payload.grantId}:apply`,
+      type: "configure_connection",
+      action: "apply",
+      grantId: grant.payload.grantId,
+      grant,
+      clientCandidates: [{ address: "127.0.0.1", port: s.clientPort, kind: "local" }],
+    } as ConfigureConnection;
     expect(await s.ep.configure(withCandidates)).toEqual({ ok: true });
     await s.until("the host's handshake with the client", () => s.ep.stats().device.handshakesCompleted === 1);
     expect(s.ep.stats().device.initiationsSent).toBeGreaterThanOrEqual(1);
@@ -274,4 +421,3 @@ describe("host endpoint", () => {
     expect(s.ep.stats().grants).toHaveLength(1);
   });
 });
-

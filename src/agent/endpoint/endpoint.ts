@@ -25,10 +25,29 @@
 import type { AppliedGrant, ConfigureConnection, ConnectivityUpdate, GrantRefusalCode } from "../../protocol/agent.ts";
 import { MAX_APPLIED_GRANTS, MAX_REPORTED_GRANT_REFUSALS } from "../../protocol/agent.ts";
 import type { Candidate, GrantPayload } from "../../protocol/connection.ts";
-import { checkSignedRelayMap, checkSignedRelayToken, type ConnectionVerificationKeys } from "../../protocol/connectionSignature.ts";
+import {
+  checkSignedRelayMap,
+  checkSignedRelayToken,
+  type ConnectionVerificationKeys,
+} from "../../protocol/connectionSignature.ts";
 import { canonicalIpv6, formatIpv6 } from "../../protocol/ipAddress.ts";
 import type { StunServer } from "../../protocol/stunServers.ts";
-import { CANDIDATE_REFRESH_MS, gatherCandidates, interfaceAddresses, MultipathTunnel, type Aead, type KeyPair25519, type Peer, type PathEndpoint, type PathState, type PeerRelay, type RelayConnector, type RelaySessionInfo, type WgClock, type WgRandom } from "../../wireguard/index.ts";
+import {
+  CANDIDATE_REFRESH_MS,
+  gatherCandidates,
+  interfaceAddresses,
+  MultipathTunnel,
+  type Aead,
+  type KeyPair25519,
+  type Peer,
+  type PathEndpoint,
+  type PathState,
+  type PeerRelay,
+  type RelayConnector,
+  type RelaySessionInfo,
+  type WgClock,
+  type WgRandom,
+} from "../../wireguard/index.ts";
 import { checkGrantForHost, type PlacementLookup, type PlacementTarget } from "./grantCheck.ts";
 import { InnerFilter, type FilterCounters } from "./innerFilter.ts";
 import type { PlacementLink, PlacementLinkPort } from "./placementLink.ts";
@@ -165,30 +184,42 @@ export class HostEndpoint {
 
   private refuse(grantId: string, code: GrantRefusalCode, reason: string): ConfigureResult {
     this.refusals.push({ grantId: grantId.slice(0, 64), code });
-    if (this.refusals.length > MAX_REPORTED_GRANT_REFUSALS) this.refusals = this.refusals.slice(-MAX_REPORTED_GRANT_REFUSALS);
+    if (this.refusals.length > MAX_REPORTED_GRANT_REFUSALS)
+      this.refusals = this.refusals.slice(-MAX_REPORTED_GRANT_REFUSALS);
     this.o.onChange?.();
     return { ok: false, code, reason };
   }
 
   private async apply(cmd: ConfigureConnection): Promise<ConfigureResult> {
     if (this.closed) return this.refuse(cmd.grantId, "NETWORK_SETUP_FAILED", "the endpoint is closed");
-    if (!cmd.grant) return this.refuse(cmd.grantId, "GRANT_SIGNATURE_INVALID", "configure_connection apply carries no grant");
-    if (this.revoked.has(cmd.grantId)) return this.refuse(cmd.grantId, "GRANT_REVOKED", `grant ${cmd.grantId} was revoked`);
+    if (!cmd.grant)
+      return this.refuse(cmd.grantId, "GRANT_SIGNATURE_INVALID", "configure_connection apply carries no grant");
+    if (this.revoked.has(cmd.grantId))
+      return this.refuse(cmd.grantId, "GRANT_REVOKED", `grant ${cmd.grantId} was revoked`);
     const existing = this.applied.get(cmd.grantId);
     if (existing) {
-      if (existing.signature !== cmd.grant.signature) return this.refuse(cmd.grantId, "GRANT_MISMATCH", `grant ${cmd.grantId} is applied with other content`);
+      if (existing.signature !== cmd.grant.signature)
+        return this.refuse(cmd.grantId, "GRANT_MISMATCH", `grant ${cmd.grantId} is applied with other content`);
       // A redelivery: its relay tokens are fresh (they are minted per delivery), the sessions keep running.
       this.attachRelays(existing, cmd);
       if (cmd.clientCandidates) this.learnClientCandidates(existing, cmd.clientCandidates);
       return { ok: true };
     }
-    if (this.applied.size >= MAX_APPLIED_GRANTS) return this.refuse(cmd.grantId, "RATE_LIMITED", `this host holds ${MAX_APPLIED_GRANTS} grants`);
-    const c = checkGrantForHost(cmd.grant, cmd.grantId, { hostId: this.o.hostId, hostPublicKey: this.publicKey, verificationKeys: this.o.verificationKeys }, this.o.placements, this.o.clock.wallMs());
+    if (this.applied.size >= MAX_APPLIED_GRANTS)
+      return this.refuse(cmd.grantId, "RATE_LIMITED", `this host holds ${MAX_APPLIED_GRANTS} grants`);
+    const c = checkGrantForHost(
+      cmd.grant,
+      cmd.grantId,
+      { hostId: this.o.hostId, hostPublicKey: this.publicKey, verificationKeys: this.o.verificationKeys },
+      this.o.placements,
+      this.o.clock.wallMs(),
+    );
     if (!c.ok) return this.refuse(cmd.grantId, c.code, c.reason);
     const g = c.grant;
     const client = canonicalIpv6(g.clientAddress);
     for (const a of this.applied.values()) {
-      if (a.client === client && a.grant.clientPublicKey !== g.clientPublicKey) return this.refuse(g.grantId, "GRANT_MISMATCH", `client address ${client} belongs to another applied grant`);
+      if (a.client === client && a.grant.clientPublicKey !== g.clientPublicKey)
+        return this.refuse(g.grantId, "GRANT_MISMATCH", `client address ${client} belongs to another applied grant`);
       if (a.grant.clientPublicKey === g.clientPublicKey) await this.remove(a.grant.grantId); // a renewal replaces the older grant of the same key
     }
     const placementKey = c.placement.netns;
@@ -198,8 +229,20 @@ export class HostEndpoint {
       entry = { target: c.placement, link, grants: new Set() };
       this.links.set(placementKey, entry);
     }
-    const { peer } = this.t.mp.addPeer({ publicKey: new Uint8Array(Buffer.from(g.clientPublicKey, "base64")), allowedIps: [`${client}/128`] });
-    const applied: Applied = { grant: g, signature: cmd.grant.signature, placementKey, filter: new InnerFilter(g), peer, client, pathVersion: 0, relaysRejected: 0 };
+    const { peer } = this.t.mp.addPeer({
+      publicKey: new Uint8Array(Buffer.from(g.clientPublicKey, "base64")),
+      allowedIps: [`${client}/128`],
+    });
+    const applied: Applied = {
+      grant: g,
+      signature: cmd.grant.signature,
+      placementKey,
+      filter: new InnerFilter(g),
+      peer,
+      client,
+      pathVersion: 0,
+      relaysRejected: 0,
+    };
     this.applied.set(g.grantId, applied);
     this.byPeer.set(peer, applied);
     this.attachRelays(applied, cmd);
@@ -236,7 +279,12 @@ export class HostEndpoint {
       // Own keys only: a relay ID such as "constructor" must not read Object.prototype's member.
       const token = Object.hasOwn(cmd.relayTokens, entry.relayId) ? cmd.relayTokens[entry.relayId] : undefined;
       if (!token) continue;
-      const c = checkSignedRelayToken(token, this.o.verificationKeys, { relayId: entry.relayId, grantId: a.grant.grantId, role: "host" }, now);
+      const c = checkSignedRelayToken(
+        token,
+        this.o.verificationKeys,
+        { relayId: entry.relayId, grantId: a.grant.grantId, role: "host" },
+        now,
+      );
       if (c.ok) relays.push({ entry, token });
       else a.relaysRejected++;
     }
@@ -357,7 +405,8 @@ export class HostEndpoint {
   async refreshCandidates(): Promise<void> {
     this.nextRefreshMs = this.o.clock.nowMs() + CANDIDATE_REFRESH_MS;
     const interfaces = interfaceAddresses(this.o.interfaces, (message) => {
-      if (message !== this.interfaceError) this.o.onWarning?.("host endpoint: interface enumeration failed", { error: message });
+      if (message !== this.interfaceError)
+        this.o.onWarning?.("host endpoint: interface enumeration failed", { error: message });
       this.interfaceError = message;
     });
     const next = await gatherCandidates(this.t.udp, this.o.listen.hostname, interfaces, this.o.stunServers);
@@ -391,10 +440,23 @@ export class HostEndpoint {
   connectivity(): Omit<ConnectivityUpdate, "seq" | "at"> {
     const grants: AppliedGrant[] = [...this.applied.values()].map((a) => {
       const s = this.t.selector(a.peer)?.state();
-      const via = s?.path === "direct" ? s.direct : s?.path === "relay" && s.relay ? this.t.relays.relayIdOf(s.relay) : null;
-      return { grantId: a.grant.grantId, allocationId: a.grant.allocationId, generation: a.grant.generation, expiresAtMs: a.grant.expiresAtMs, path: s?.path ?? "none", ...(via ? { via } : {}) };
+      const via =
+        s?.path === "direct" ? s.direct : s?.path === "relay" && s.relay ? this.t.relays.relayIdOf(s.relay) : null;
+      return {
+        grantId: a.grant.grantId,
+        allocationId: a.grant.allocationId,
+        generation: a.grant.generation,
+        expiresAtMs: a.grant.expiresAtMs,
+        path: s?.path ?? "none",
+        ...(via ? { via } : {}),
+      };
     });
-    return { hostPublicKey: this.publicKey, candidates: [...this.candidates], appliedGrants: grants, refusedGrants: [...this.refusals] };
+    return {
+      hostPublicKey: this.publicKey,
+      candidates: [...this.candidates],
+      appliedGrants: grants,
+      refusedGrants: [...this.refusals],
+    };
   }
 
   /** Counters for tests and `bb agent doctor`. */
@@ -402,7 +464,16 @@ export class HostEndpoint {
     return {
       device: this.t.mp.device.counters,
       socket: { ...this.t.udp.counters },
-      grants: [...this.applied.values()].map((a): GrantStats => ({ grantId: a.grant.grantId, path: this.t.selector(a.peer)!.state(), candidates: this.t.selector(a.peer)!.candidateKeys(), filter: a.filter.counters, flows: a.filter.flowCount(this.o.clock.nowMs()), relaysRejected: a.relaysRejected })),
+      grants: [...this.applied.values()].map(
+        (a): GrantStats => ({
+          grantId: a.grant.grantId,
+          path: this.t.selector(a.peer)!.state(),
+          candidates: this.t.selector(a.peer)!.candidateKeys(),
+          filter: a.filter.counters,
+          flows: a.filter.flowCount(this.o.clock.nowMs()),
+          relaysRejected: a.relaysRejected,
+        }),
+      ),
       relays: this.t.relays.list(),
       links: [...this.links.entries()].map(([netns, e]) => ({ netns, grants: e.grants.size, ...e.link.stats() })),
     };

@@ -43,16 +43,44 @@ export interface EndpointIdentity {
 }
 
 /** A grant the endpoint may apply, with its placement; or why not. */
-export type HostGrantCheck = { ok: true; grant: GrantPayload; placement: PlacementTarget } | { ok: false; code: GrantRefusalCode; reason: string };
+export type HostGrantCheck =
+  | { ok: true; grant: GrantPayload; placement: PlacementTarget }
+  | { ok: false; code: GrantRefusalCode; reason: string };
 
 /** Runs every check (see the module doc) for a signed grant delivered under `grantId`, at wall-clock `nowMs`. */
-export function checkGrantForHost(doc: unknown, grantId: string, id: EndpointIdentity, placements: PlacementLookup, nowMs: number): HostGrantCheck {
-  const r = checkSignedGrant(doc, id.verificationKeys, { grantId, hostId: id.hostId, hostPublicKey: id.hostPublicKey }, nowMs);
+export function checkGrantForHost(
+  doc: unknown,
+  grantId: string,
+  id: EndpointIdentity,
+  placements: PlacementLookup,
+  nowMs: number,
+): HostGrantCheck {
+  const r = checkSignedGrant(
+    doc,
+    id.verificationKeys,
+    { grantId, hostId: id.hostId, hostPublicKey: id.hostPublicKey },
+    nowMs,
+  );
   if (!r.ok) return { ok: false, code: r.code as GrantRefusalCode, reason: r.reason };
   const g = r.payload;
   const placement = placements.byAllocation(g.allocationId);
-  if (!placement) return { ok: false, code: "UNKNOWN_PLACEMENT", reason: `grant ${g.grantId}: this host runs no placement of ${g.allocationId}` };
-  if (g.generation < placement.generation) return { ok: false, code: "STALE_GENERATION", reason: `grant ${g.grantId} is for generation ${g.generation}; the placement here is generation ${placement.generation}` };
-  if (g.generation !== placement.generation) return { ok: false, code: "GRANT_MISMATCH", reason: `grant ${g.grantId} is for generation ${g.generation}; the placement here is generation ${placement.generation}` };
+  if (!placement)
+    return {
+      ok: false,
+      code: "UNKNOWN_PLACEMENT",
+      reason: `grant ${g.grantId}: this host runs no placement of ${g.allocationId}`,
+    };
+  if (g.generation < placement.generation)
+    return {
+      ok: false,
+      code: "STALE_GENERATION",
+      reason: `grant ${g.grantId} is for generation ${g.generation}; the placement here is generation ${placement.generation}`,
+    };
+  if (g.generation !== placement.generation)
+    return {
+      ok: false,
+      code: "GRANT_MISMATCH",
+      reason: `grant ${g.grantId} is for generation ${g.generation}; the placement here is generation ${placement.generation}`,
+    };
   return { ok: true, grant: g, placement };
 }

@@ -9,7 +9,17 @@
  * Must never: log or report the private key, write it with a wider mode, or
  * use a key file that others can read (refused with a clear error instead).
  */
-import { chmodSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, renameSync, statSync, writeSync } from "node:fs";
+import {
+  chmodSync,
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  writeSync,
+} from "node:fs";
 import { join } from "node:path";
 import { keyPairFromPrivate, type KeyPair25519, type WgRandom } from "../../wireguard/index.ts";
 
@@ -34,7 +44,10 @@ export function loadOrCreateHostKey(dataDir: string, random: WgRandom): KeyPair2
     const fd = openSync(tmp, "wx", 0o600);
     try {
       // Stored clamped (RFC 7748 §5), as `wg genkey` does, so the file reads the same in `wg`.
-      writeSync(fd, Buffer.from(keyPairFromPrivate(random.fill(new Uint8Array(32))).privateKey).toString("base64") + "\n");
+      writeSync(
+        fd,
+        Buffer.from(keyPairFromPrivate(random.fill(new Uint8Array(32))).privateKey).toString("base64") + "\n",
+      );
     } finally {
       closeSync(fd);
     }
@@ -44,6 +57,7 @@ export function loadOrCreateHostKey(dataDir: string, random: WgRandom): KeyPair2
   if (mode & 0o077) throw new Error(`${path} has mode ${mode.toString(8)}; the WireGuard host key must be 0600`);
   const text = readFileSync(path, "utf8").trim();
   const raw = Buffer.from(text, "base64");
-  if (!/^[A-Za-z0-9+/]{43}=$/.test(text) || raw.length !== 32) throw new Error(`${path} does not hold a base64 32-byte key`);
+  if (!/^[A-Za-z0-9+/]{43}=$/.test(text) || raw.length !== 32)
+    throw new Error(`${path} does not hold a base64 32-byte key`);
   return keyPairFromPrivate(new Uint8Array(raw));
 }

@@ -7,7 +7,15 @@ const ALLOC = "fd00:1:2:3::2";
 const OTHER = "fd00:1:2:3::99";
 
 /** An IPv6 packet with a TCP (20-byte) or UDP (8-byte) header. */
-function pkt(o: { src?: string; dst?: string; next?: number; sport?: number; dport?: number; transportBytes?: number; version?: number }): Uint8Array {
+function pkt(o: {
+  src?: string;
+  dst?: string;
+  next?: number;
+  sport?: number;
+  dport?: number;
+  transportBytes?: number;
+  version?: number;
+}): Uint8Array {
   const next = o.next ?? 6;
   const tb = o.transportBytes ?? (next === 17 ? 8 : 20);
   const p = new Uint8Array(40 + tb);
@@ -27,7 +35,13 @@ function pkt(o: { src?: string; dst?: string; next?: number; sport?: number; dpo
   return p;
 }
 const reply = (o: { sport?: number; dport?: number; src?: string; dst?: string; next?: number } = {}) =>
-  pkt({ src: o.src ?? ALLOC, dst: o.dst ?? CLIENT, sport: o.sport ?? 22, dport: o.dport ?? 40000, ...(o.next ? { next: o.next } : {}) });
+  pkt({
+    src: o.src ?? ALLOC,
+    dst: o.dst ?? CLIENT,
+    sport: o.sport ?? 22,
+    dport: o.dport ?? 40000,
+    ...(o.next ? { next: o.next } : {}),
+  });
 
 describe("inner filter", () => {
   test("the exact pair, transport and port pass inbound; the reply of that flow passes outbound", () => {
@@ -88,7 +102,8 @@ describe("inner filter", () => {
 
   test("the flow table is bounded: a new flow past the bound is refused until old ones expire", () => {
     const f = new InnerFilter({ clientAddress: CLIENT, allocationAddress: ALLOC, transport: "udp", ports: [53] });
-    for (let i = 0; i < MAX_FLOWS_PER_GRANT; i++) expect(f.inbound(pkt({ next: 17, sport: 1024 + i, dport: 53 }), i)).toBe(true);
+    for (let i = 0; i < MAX_FLOWS_PER_GRANT; i++)
+      expect(f.inbound(pkt({ next: 17, sport: 1024 + i, dport: 53 }), i)).toBe(true);
     expect(f.inbound(pkt({ next: 17, sport: 60000, dport: 53 }), MAX_FLOWS_PER_GRANT)).toBe(false);
     expect(f.counters.drops["flow-table-full"]).toBe(1);
     // An existing flow still passes.

@@ -66,7 +66,11 @@ const PROTO = { tcp: 6, udp: 17 } as const;
 
 /** A new counters object, every reason at 0. */
 export function newFilterCounters(): FilterCounters {
-  return { inboundAccepted: 0, outboundAccepted: 0, drops: Object.fromEntries(FILTER_DROP_REASONS.map((r) => [r, 0])) as Record<FilterDropReason, number> };
+  return {
+    inboundAccepted: 0,
+    outboundAccepted: 0,
+    drops: Object.fromEntries(FILTER_DROP_REASONS.map((r) => [r, 0])) as Record<FilterDropReason, number>,
+  };
 }
 
 /** The filter of one grant. */

@@ -97,7 +97,14 @@ class KernelPlacementLink implements PlacementLink {
       const a = canonicalIpv6(f.allocationAddress);
       const c = canonicalIpv6(f.clientAddress);
       want.set(`${a}/128 dev ${this.target.tap}`, ["-6", "route", "replace", `${a}/128`, "dev", this.target.tap]);
-      want.set(`${c}/128 dev ${CONNECTION_TUN_NAME}`, ["-6", "route", "replace", `${c}/128`, "dev", CONNECTION_TUN_NAME]);
+      want.set(`${c}/128 dev ${CONNECTION_TUN_NAME}`, [
+        "-6",
+        "route",
+        "replace",
+        `${c}/128`,
+        "dev",
+        CONNECTION_TUN_NAME,
+      ]);
     }
     for (const [key, args] of want) if (!this.routes.has(key)) await ipChecked(ns, args);
     for (const key of this.routes) {

@@ -26,7 +26,13 @@ export function placementTargetOf(rows: readonly LocalPlacement[], allocationId:
     if (!best || p.generation > best.generation) best = p;
   }
   if (!best) return null;
-  return { allocationId, generation: best.generation, netns: best.dirName, table: nftTableName(best.dirName), tap: PLACEMENT_TAP_NAME };
+  return {
+    allocationId,
+    generation: best.generation,
+    netns: best.dirName,
+    table: nftTableName(best.dirName),
+    tap: PLACEMENT_TAP_NAME,
+  };
 }
 
 /** A lookup over the live placements `rows()` returns (AgentStore.livePlacements). */

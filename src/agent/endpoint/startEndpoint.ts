@@ -27,17 +27,26 @@ import { loadOrCreateHostKey } from "./hostKey.ts";
 import { kernelPlacementLinks } from "./placementLink.ts";
 
 /** The checked settings: verification keys, listen address and port, STUN servers. Throws an Error naming the bad field. */
-export function endpointSettings(c: AgentConnectionsConfig): { keys: Map<string, string>; listen: { hostname: string; port: number }; stun: StunServer[] } {
+export function endpointSettings(c: AgentConnectionsConfig): {
+  keys: Map<string, string>;
+  listen: { hostname: string; port: number };
+  stun: StunServer[];
+} {
   const keys = new Map<string, string>();
   for (const [id, key] of Object.entries(c.verificationKeys ?? {})) {
-    if (!/^[A-Za-z0-9._:-]{1,64}$/.test(id) || typeof key !== "string" || !isVerificationKey(key)) throw new Error(`connections.verificationKeys.${id.slice(0, 64)}: not a base64 32-byte Ed25519 public key under a key ID of [A-Za-z0-9._:-]{1,64}`);
+    if (!/^[A-Za-z0-9._:-]{1,64}$/.test(id) || typeof key !== "string" || !isVerificationKey(key))
+      throw new Error(
+        `connections.verificationKeys.${id.slice(0, 64)}: not a base64 32-byte Ed25519 public key under a key ID of [A-Za-z0-9._:-]{1,64}`,
+      );
     keys.set(id, key);
   }
-  if (!keys.size) throw new Error("connections.verificationKeys: at least one key is needed, or no grant could ever be applied");
+  if (!keys.size)
+    throw new Error("connections.verificationKeys: at least one key is needed, or no grant could ever be applied");
   const hostname = c.listenAddress ?? "0.0.0.0";
   if (!isIP(hostname)) throw new Error(`connections.listenAddress: ${JSON.stringify(hostname)} is not an IP address`);
   const port = c.listenPort ?? DEFAULT_ENDPOINT_PORT;
-  if (!Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`connections.listenPort: ${port} is not a port`);
+  if (!Number.isInteger(port) || port < 1 || port > 65535)
+    throw new Error(`connections.listenPort: ${port} is not a port`);
   return { keys, listen: { hostname, port }, stun: parseStunServers(c.stunServers ?? [], "connections.stunServers") };
 }
 
@@ -50,7 +59,8 @@ export function relayCaOf(c: AgentConnectionsConfig): string | undefined {
   } catch (e) {
     throw new Error(`connections.relayCaPath: ${(e as Error).message}`);
   }
-  if (!text.includes("-----BEGIN CERTIFICATE-----")) throw new Error(`connections.relayCaPath: ${c.relayCaPath} holds no PEM certificate`);
+  if (!text.includes("-----BEGIN CERTIFICATE-----"))
+    throw new Error(`connections.relayCaPath: ${c.relayCaPath} holds no PEM certificate`);
   return text;
 }
 
@@ -68,7 +78,14 @@ export function portInUseError(listen: { hostname: string; port: number }, cause
 }
 
 /** Starts the endpoint of host `hostId` (see the module header). Rejects on bad settings, an unreadable key file or a port in use (portInUseError). */
-export async function startHostEndpoint(o: { hostId: string; dataDir: string; config: AgentConnectionsConfig; placements: PlacementLookup; onChange: () => void; log?: AgentLog }): Promise<HostEndpoint> {
+export async function startHostEndpoint(o: {
+  hostId: string;
+  dataDir: string;
+  config: AgentConnectionsConfig;
+  placements: PlacementLookup;
+  onChange: () => void;
+  log?: AgentLog;
+}): Promise<HostEndpoint> {
   const s = endpointSettings(o.config);
   const ca = relayCaOf(o.config);
   const { aead } = await selectAead();

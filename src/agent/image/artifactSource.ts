@@ -40,7 +40,10 @@ export type SourceStream = AsyncIterable<Uint8Array> & { destroy?(): void; start
 
 function checkName(digestHex: string, name: string): void {
   if (!/^[0-9a-f]{64}$/.test(digestHex) || !isSafeArtifactName(name)) {
-    throw imageError("IMAGE_NOT_FOUND", `unsafe source path ${JSON.stringify(`${digestHex.slice(0, 80)}/${name.slice(0, 80)}`)}`);
+    throw imageError(
+      "IMAGE_NOT_FOUND",
+      `unsafe source path ${JSON.stringify(`${digestHex.slice(0, 80)}/${name.slice(0, 80)}`)}`,
+    );
   }
 }
 
@@ -79,10 +82,15 @@ export class HttpArtifactSource implements ArtifactSource {
   readonly description: string;
   private readonly base: string;
   /** `fetchImpl` is the network port (tests may pass their own). Throws an Error for a base with userinfo, a query or a fragment. */
-  constructor(base: string, private readonly fetchImpl: typeof fetch = fetch) {
+  constructor(
+    base: string,
+    private readonly fetchImpl: typeof fetch = fetch,
+  ) {
     const u = new URL(base);
-    if (u.protocol !== "http:" && u.protocol !== "https:") throw new Error(`not an http(s) image source: ${u.protocol}`);
-    if (u.username || u.password || u.search || u.hash) throw new Error("an image source URL must not carry credentials, a query or a fragment");
+    if (u.protocol !== "http:" && u.protocol !== "https:")
+      throw new Error(`not an http(s) image source: ${u.protocol}`);
+    if (u.username || u.password || u.search || u.hash)
+      throw new Error("an image source URL must not carry credentials, a query or a fragment");
     this.base = u.href.replace(/\/+$/, "");
     this.description = this.base;
   }
@@ -92,10 +100,17 @@ export class HttpArtifactSource implements ArtifactSource {
     checkName(digestHex, name);
     const url = `${this.base}/${digestHex}/${name}`;
     const abort = new AbortController();
-    const headersTimer = setTimeout(() => abort.abort(new Error(`no response from ${url} within ${HTTP_HEADERS_TIMEOUT_MS} ms`)), HTTP_HEADERS_TIMEOUT_MS);
+    const headersTimer = setTimeout(
+      () => abort.abort(new Error(`no response from ${url} within ${HTTP_HEADERS_TIMEOUT_MS} ms`)),
+      HTTP_HEADERS_TIMEOUT_MS,
+    );
     let res: Response;
     try {
-      res = await this.fetchImpl(url, { headers: fromByte > 0 ? { range: `bytes=${fromByte}-` } : {}, redirect: "manual", signal: abort.signal });
+      res = await this.fetchImpl(url, {
+        headers: fromByte > 0 ? { range: `bytes=${fromByte}-` } : {},
+        redirect: "manual",
+        signal: abort.signal,
+      });
     } finally {
       clearTimeout(headersTimer);
     }
@@ -119,7 +134,10 @@ export class HttpArtifactSource implements ArtifactSource {
     let idle: ReturnType<typeof setTimeout> | undefined;
     const arm = () => {
       clearTimeout(idle);
-      idle = setTimeout(() => abort.abort(new Error(`${url}: no data for ${HTTP_IDLE_TIMEOUT_MS} ms`)), HTTP_IDLE_TIMEOUT_MS);
+      idle = setTimeout(
+        () => abort.abort(new Error(`${url}: no data for ${HTTP_IDLE_TIMEOUT_MS} ms`)),
+        HTTP_IDLE_TIMEOUT_MS,
+      );
     };
     const stream = (async function* () {
       try {
@@ -147,6 +165,7 @@ export class HttpArtifactSource implements ArtifactSource {
 export function artifactSourceFor(base: string): ArtifactSource {
   if (base.startsWith("file://")) return new FileArtifactSource(fileURLToPath(base));
   if (/^https?:\/\//i.test(base)) return new HttpArtifactSource(base);
-  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(base)) throw new Error(`image source scheme not supported: ${base.split(":")[0]}`);
+  if (/^[a-z][a-z0-9+.-]*:\/\//i.test(base))
+    throw new Error(`image source scheme not supported: ${base.split(":")[0]}`);
   return new FileArtifactSource(base);
 }

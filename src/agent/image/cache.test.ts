@@ -1,5 +1,14 @@
 import { afterAll, describe, expect, test } from "bun:test";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -21,8 +30,12 @@ function setup() {
   const base = join(dir, "source");
   const opens: string[] = [];
   const inner = new FileArtifactSource(base);
-  const source: ArtifactSource = { description: inner.description, open: (hex, name) => (opens.push(name), inner.open(hex, name)) };
-  const publish = (img: TestImage, manifest = img.manifest) => writeTestImage(join(base, img.digest.slice(7)), img, manifest);
+  const source: ArtifactSource = {
+    description: inner.description,
+    open: (hex, name) => (opens.push(name), inner.open(hex, name)),
+  };
+  const publish = (img: TestImage, manifest = img.manifest) =>
+    writeTestImage(join(base, img.digest.slice(7)), img, manifest);
   return { root: join(dir, "cache"), base, opens, source, publish };
 }
 
@@ -40,7 +53,11 @@ function quarantined(root: string): { name: string; size: number; reason: Record
   const q = join(root, "quarantine");
   return readdirSync(q)
     .filter((f) => !f.endsWith(".reason.json"))
-    .map((f) => ({ name: f, size: statSync(join(q, f)).size, reason: JSON.parse(readFileSync(join(q, `${f}.reason.json`), "utf8")) }));
+    .map((f) => ({
+      name: f,
+      size: statSync(join(q, f)).size,
+      reason: JSON.parse(readFileSync(join(q, `${f}.reason.json`), "utf8")),
+    }));
 }
 
 describe("ImageCache.resolve", () => {
@@ -80,7 +97,10 @@ describe("ImageCache.resolve", () => {
     const [a, b] = await Promise.all([cache.resolve(img.digest, s.source), cache.resolve(img.digest, s.source)]);
     expect(a).toBe(b);
     expect(s.opens.length).toBe(4);
-    const viaUrl = await new ImageCache(join(s.root, "..", "cache2"), [key.publicKey]).resolve(img.digest, pathToFileURL(s.base).href);
+    const viaUrl = await new ImageCache(join(s.root, "..", "cache2"), [key.publicKey]).resolve(
+      img.digest,
+      pathToFileURL(s.base).href,
+    );
     expect(viaUrl.fetchedArtifacts).toBe(3);
   });
 
@@ -94,14 +114,23 @@ describe("ImageCache.resolve", () => {
     const q = quarantined(s.root);
     expect(q.length).toBe(1);
     expect(q[0]!.size).toBe(img.manifest.rootfs.sizeBytes + 1);
-    expect(q[0]!.reason).toMatchObject({ code: "IMAGE_DIGEST_MISMATCH", imageDigest: img.digest, name: "rootfs.ext4", at: "2025-06-01T00:00:00.000Z" });
+    expect(q[0]!.reason).toMatchObject({
+      code: "IMAGE_DIGEST_MISMATCH",
+      imageDigest: img.digest,
+      name: "rootfs.ext4",
+      at: "2025-06-01T00:00:00.000Z",
+    });
     expect(statSync(join(s.root, "quarantine", q[0]!.name)).mode & 0o777).toBe(0o600);
     expect(existsSync(join(s.root, "artifacts", `sha256-${img.manifest.rootfs.sha256}`))).toBe(false);
     expect(existsSync(join(s.root, "manifests", `${img.digest.slice(7)}.json`))).toBe(false); // not cached: the image is incomplete
     // A short file is caught too.
     truncateSync(join(dir, "rootfs.ext4"), 100);
     expect(await codeOf(cache.resolve(img.digest, s.source))).toBe("IMAGE_DIGEST_MISMATCH");
-    expect(quarantined(s.root).map((x) => x.size).sort((a, b) => a - b)).toEqual([100, 8193]);
+    expect(
+      quarantined(s.root)
+        .map((x) => x.size)
+        .sort((a, b) => a - b),
+    ).toEqual([100, 8193]);
   });
 
   test("an artifact with the right size but wrong bytes is quarantined and IMAGE_DIGEST_MISMATCH", async () => {
@@ -111,9 +140,15 @@ describe("ImageCache.resolve", () => {
     const bytes = new Uint8Array(img.files.vmlinux);
     bytes[4000] = bytes[4000]! ^ 1;
     writeFileSync(join(dir, "vmlinux"), bytes);
-    expect(await codeOf(new ImageCache(s.root, [key.publicKey]).resolve(img.digest, s.source))).toBe("IMAGE_DIGEST_MISMATCH");
+    expect(await codeOf(new ImageCache(s.root, [key.publicKey]).resolve(img.digest, s.source))).toBe(
+      "IMAGE_DIGEST_MISMATCH",
+    );
     const [q] = quarantined(s.root);
-    expect(q!.reason).toMatchObject({ name: "vmlinux", expected: { sha256: img.manifest.kernel.sha256 }, actual: { sizeBytes: 4096 } });
+    expect(q!.reason).toMatchObject({
+      name: "vmlinux",
+      expected: { sha256: img.manifest.kernel.sha256 },
+      actual: { sizeBytes: 4096 },
+    });
     expect(existsSync(join(s.root, "artifacts", `sha256-${img.manifest.kernel.sha256}`))).toBe(false);
   });
 
@@ -122,7 +157,9 @@ describe("ImageCache.resolve", () => {
     const img = makeTestImage({ privateKey: key.privateKey, seed: 17 });
     // The source serves a different (validly signed!) manifest under img's digest.
     s.publish(img, signManifest({ ...img.manifest, kernelArgs: ["init=/bin/sh"] }, key.privateKey));
-    expect(await codeOf(new ImageCache(s.root, [key.publicKey]).resolve(img.digest, s.source))).toBe("IMAGE_DIGEST_MISMATCH");
+    expect(await codeOf(new ImageCache(s.root, [key.publicKey]).resolve(img.digest, s.source))).toBe(
+      "IMAGE_DIGEST_MISMATCH",
+    );
     expect(s.opens).toEqual(["manifest.json"]);
     const [q] = quarantined(s.root);
     expect(q!.reason).toMatchObject({ code: "IMAGE_DIGEST_MISMATCH", name: "manifest.json" });
@@ -140,7 +177,10 @@ describe("ImageCache.resolve", () => {
     s.publish(unsigned);
     expect(await codeOf(cache.resolve(unsigned.digest, s.source))).toBe("IMAGE_SIGNATURE_INVALID");
     expect(s.opens).toEqual(["manifest.json", "manifest.json"]); // no artifact of an untrusted image is fetched
-    expect(quarantined(s.root).map((q) => q.reason["code"])).toEqual(["IMAGE_SIGNATURE_INVALID", "IMAGE_SIGNATURE_INVALID"]);
+    expect(quarantined(s.root).map((q) => q.reason["code"])).toEqual([
+      "IMAGE_SIGNATURE_INVALID",
+      "IMAGE_SIGNATURE_INVALID",
+    ]);
     expect(readdirSync(join(s.root, "artifacts"))).toEqual([]);
   });
 
@@ -148,8 +188,12 @@ describe("ImageCache.resolve", () => {
     const s = setup();
     const img = makeTestImage({ privateKey: key.privateKey, seed: 29 });
     s.publish(img);
-    expect(await codeOf(new ImageCache(s.root, [key.publicKey], { maxManifestBytes: 200 }).resolve(img.digest, s.source))).toBe("IMAGE_DIGEST_MISMATCH");
-    expect(await codeOf(new ImageCache(s.root, [key.publicKey], { maxArtifactBytes: 5000 }).resolve(img.digest, s.source))).toBe("IMAGE_DIGEST_MISMATCH");
+    expect(
+      await codeOf(new ImageCache(s.root, [key.publicKey], { maxManifestBytes: 200 }).resolve(img.digest, s.source)),
+    ).toBe("IMAGE_DIGEST_MISMATCH");
+    expect(
+      await codeOf(new ImageCache(s.root, [key.publicKey], { maxArtifactBytes: 5000 }).resolve(img.digest, s.source)),
+    ).toBe("IMAGE_DIGEST_MISMATCH");
     expect(s.opens.filter((o) => o === "rootfs.ext4")).toEqual([]); // 8 KiB rootfs over the 5000-byte bound
   });
 
@@ -158,7 +202,9 @@ describe("ImageCache.resolve", () => {
     const cache = new ImageCache(s.root, [key.publicKey]);
     expect(await codeOf(cache.resolve(`sha256:${"a".repeat(64)}`, s.source))).toBe("IMAGE_NOT_FOUND");
     expect(await codeOf(cache.resolve("sha256:../../etc", s.source))).toBe("IMAGE_NOT_FOUND");
-    expect(() => new ImageCache(s.root, []).resolve(`sha256:${"a".repeat(64)}`, "ftp://example.invalid/images")).toThrow(/not supported/);
+    expect(() =>
+      new ImageCache(s.root, []).resolve(`sha256:${"a".repeat(64)}`, "ftp://example.invalid/images"),
+    ).toThrow(/not supported/);
   });
 
   test("a rotated key: the cached manifest no longer verifies, a re-signed one is fetched, artifacts are reused", async () => {
@@ -207,31 +253,41 @@ describe("ImageCache.resolve", () => {
         const cut = cutOnce.delete(name);
         open++;
         maxOpen = Math.max(maxOpen, open);
-        return Object.assign((async function* () {
-          let sent = 0;
-          try {
-            for await (const c of st) {
-              await Bun.sleep(1);
-              if (cut && sent + c.length > 1000) {
-                yield c.subarray(0, 1000 - sent);
-                throw new Error("connection reset");
+        return Object.assign(
+          (async function* () {
+            let sent = 0;
+            try {
+              for await (const c of st) {
+                await Bun.sleep(1);
+                if (cut && sent + c.length > 1000) {
+                  yield c.subarray(0, 1000 - sent);
+                  throw new Error("connection reset");
+                }
+                sent += c.length;
+                yield c;
               }
-              sent += c.length;
-              yield c;
+            } finally {
+              open--;
             }
-          } finally {
-            open--;
-          }
-        })(), { startsAt: st.startsAt });
+          })(),
+          { startsAt: st.startsAt },
+        );
       },
     };
     const retries: string[] = [];
-    const cache = new ImageCache(s.root, [key.publicKey], { maxConcurrentFetches: 1, sleep: async () => {}, onRetry: (r) => retries.push(`${r.name}@${r.haveBytes}`) });
+    const cache = new ImageCache(s.root, [key.publicKey], {
+      maxConcurrentFetches: 1,
+      sleep: async () => {},
+      onRetry: (r) => retries.push(`${r.name}@${r.haveBytes}`),
+    });
     const r = await cache.resolve(img.digest, flaky);
     expect(new Uint8Array(readFileSync(r.artifactPaths.kernel))).toEqual(img.files.vmlinux);
     expect(new Uint8Array(readFileSync(r.artifactPaths.rootfs))).toEqual(img.files["rootfs.ext4"]);
     expect(retries.sort()).toEqual(["rootfs.ext4@1000", "vmlinux@1000"]);
-    expect(starts.filter((x) => x.name === "vmlinux")).toEqual([{ name: "vmlinux", from: 0 }, { name: "vmlinux", from: 1000 }]);
+    expect(starts.filter((x) => x.name === "vmlinux")).toEqual([
+      { name: "vmlinux", from: 0 },
+      { name: "vmlinux", from: 1000 },
+    ]);
     expect(maxOpen).toBe(1);
     expect(readdirSync(join(s.root, "tmp"))).toEqual([]);
     cutOnce = new Set();
@@ -256,9 +312,12 @@ describe("ImageCache.resolve", () => {
     const r = await cache.evict(0, new Set([a.digest]));
     expect(r.evicted).toEqual([b.digest, c.digest]);
     expect((await cache.cachedDigests()).sort()).toEqual([a.digest]);
-    for (const art of [a.manifest.kernel, a.manifest.rootfs, a.manifest.initrd!]) expect(existsSync(join(s.root, "artifacts", `sha256-${art.sha256}`))).toBe(true);
+    for (const art of [a.manifest.kernel, a.manifest.rootfs, a.manifest.initrd!])
+      expect(existsSync(join(s.root, "artifacts", `sha256-${art.sha256}`))).toBe(true);
     expect(readdirSync(join(s.root, "artifacts")).length).toBe(3);
-    expect(r.artifactBytes).toBe(a.files.vmlinux.length + a.files["rootfs.ext4"].length + a.files["initrd.cpio"].length);
+    expect(r.artifactBytes).toBe(
+      a.files.vmlinux.length + a.files["rootfs.ext4"].length + a.files["initrd.cpio"].length,
+    );
     // Under a generous bound nothing goes.
     expect((await cache.evict(10 ** 9, new Set())).evicted).toEqual([]);
     // An evicted image resolves again from the source.

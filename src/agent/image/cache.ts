@@ -20,9 +20,24 @@
 import { link, lstat, mkdir, readdir, readFile, rename, rm, stat, utimes } from "node:fs/promises";
 import { join, resolve as resolvePath } from "node:path";
 import { randomBytes } from "node:crypto";
-import { type Artifact, type ImageManifest, MANIFEST_FILE_NAME, imageDigest, manifestShapeProblem } from "../../protocol/image.ts";
+import {
+  type Artifact,
+  type ImageManifest,
+  MANIFEST_FILE_NAME,
+  imageDigest,
+  manifestShapeProblem,
+} from "../../protocol/image.ts";
 import { type ArtifactSource, artifactSourceFor } from "./artifactSource.ts";
-import { type CacheLayout, cacheLayout, ensureLayout, publishArtifact, quarantine, type QuarantineReason, resumeDownload, writeFileAtomically } from "./cacheFiles.ts";
+import {
+  type CacheLayout,
+  cacheLayout,
+  ensureLayout,
+  publishArtifact,
+  quarantine,
+  type QuarantineReason,
+  resumeDownload,
+  writeFileAtomically,
+} from "./cacheFiles.ts";
 import { imageError, imageErrorCode } from "../../image/errors.ts";
 import { verifyManifestSignature } from "../../image/signing.ts";
 
@@ -152,7 +167,11 @@ export class ImageCache {
   /** Set while evict() runs; resolves wait for it. */
   private evicting: Promise<unknown> | null = null;
 
-  constructor(rootDir: string, private readonly trustedKeys: readonly string[], opts: ImageCacheOptions = {}) {
+  constructor(
+    rootDir: string,
+    private readonly trustedKeys: readonly string[],
+    opts: ImageCacheOptions = {},
+  ) {
     this.layout = cacheLayout(resolvePath(rootDir));
     this.maxManifestBytes = opts.maxManifestBytes ?? DEFAULT_MAX_MANIFEST_BYTES;
     this.maxArtifactBytes = opts.maxArtifactBytes ?? DEFAULT_MAX_ARTIFACT_BYTES;
@@ -179,7 +198,10 @@ export class ImageCache {
    */
   resolve(digest: string, source: string | ArtifactSource): Promise<ResolvedImage> {
     const hex = /^sha256:([0-9a-f]{64})$/.exec(digest)?.[1];
-    if (!hex) return Promise.reject(imageError("IMAGE_NOT_FOUND", `malformed image digest ${JSON.stringify(digest.slice(0, 80))}`));
+    if (!hex)
+      return Promise.reject(
+        imageError("IMAGE_NOT_FOUND", `malformed image digest ${JSON.stringify(digest.slice(0, 80))}`),
+      );
     const running = this.inflight.get(hex);
     if (running) return running;
     const src = typeof source === "string" ? artifactSourceFor(source) : source;
@@ -204,7 +226,10 @@ export class ImageCache {
     let fetchedArtifacts = 0;
     for (const [role, a] of artifactsOf(manifest)) {
       if (a.sizeBytes > this.maxArtifactBytes) {
-        throw imageError("IMAGE_DIGEST_MISMATCH", `${role} ${a.path} declares ${a.sizeBytes} bytes, over maxArtifactBytes ${this.maxArtifactBytes}`);
+        throw imageError(
+          "IMAGE_DIGEST_MISMATCH",
+          `${role} ${a.path} declares ${a.sizeBytes} bytes, over maxArtifactBytes ${this.maxArtifactBytes}`,
+        );
       }
       let p = await this.cachedArtifact(digest, a, src);
       if (!p) {
@@ -215,9 +240,18 @@ export class ImageCache {
     }
     // The manifest is cached last: a cached manifest means its artifacts were published.
     if (fetchedManifest) {
-      await writeFileAtomically(this.layout.tmpDir, join(this.layout.manifestsDir, `${hex}.json`), JSON.stringify(manifest) + "\n", 0o444);
+      await writeFileAtomically(
+        this.layout.tmpDir,
+        join(this.layout.manifestsDir, `${hex}.json`),
+        JSON.stringify(manifest) + "\n",
+        0o444,
+      );
     }
-    const artifactPaths = { kernel: paths.kernel!, rootfs: paths.rootfs!, ...(paths.initrd ? { initrd: paths.initrd } : {}) };
+    const artifactPaths = {
+      kernel: paths.kernel!,
+      rootfs: paths.rootfs!,
+      ...(paths.initrd ? { initrd: paths.initrd } : {}),
+    };
     const dir = await this.ensureView(hex, manifest, artifactPaths);
     // Last use, for eviction (least recently used first).
     const t = this.now();
@@ -225,13 +259,24 @@ export class ImageCache {
     return { digest, manifest, dir, artifactPaths, fetchedManifest, fetchedArtifacts };
   }
 
-  private reason(digest: string, name: string, src: ArtifactSource, code: QuarantineReason["code"], reason: string, extra: Partial<QuarantineReason> = {}): QuarantineReason {
+  private reason(
+    digest: string,
+    name: string,
+    src: ArtifactSource,
+    code: QuarantineReason["code"],
+    reason: string,
+    extra: Partial<QuarantineReason> = {},
+  ): QuarantineReason {
     return { code, reason, imageDigest: digest, name, source: src.description, at: this.now().toISOString(), ...extra };
   }
 
   /** Checks bytes claimed to be the manifest of `digest`: the manifest, or why it fails (no side effects). */
-  private checkManifest(digest: string, bytes: Uint8Array): ImageManifest | { code: QuarantineReason["code"]; why: string } {
-    if (bytes.length > this.maxManifestBytes) return { code: "IMAGE_DIGEST_MISMATCH", why: `larger than maxManifestBytes ${this.maxManifestBytes}` };
+  private checkManifest(
+    digest: string,
+    bytes: Uint8Array,
+  ): ImageManifest | { code: QuarantineReason["code"]; why: string } {
+    if (bytes.length > this.maxManifestBytes)
+      return { code: "IMAGE_DIGEST_MISMATCH", why: `larger than maxManifestBytes ${this.maxManifestBytes}` };
     let m: unknown;
     try {
       m = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes));
@@ -245,7 +290,10 @@ export class ImageCache {
     try {
       verifyManifestSignature(m as ImageManifest, this.trustedKeys);
     } catch (e) {
-      return { code: imageErrorCode(e) === "IMAGE_DIGEST_MISMATCH" ? "IMAGE_DIGEST_MISMATCH" : "IMAGE_SIGNATURE_INVALID", why: (e as Error).message };
+      return {
+        code: imageErrorCode(e) === "IMAGE_DIGEST_MISMATCH" ? "IMAGE_DIGEST_MISMATCH" : "IMAGE_SIGNATURE_INVALID",
+        why: (e as Error).message,
+      };
     }
     return m as ImageManifest;
   }
@@ -262,7 +310,12 @@ export class ImageCache {
     if (!bytes) return null;
     const r = this.checkManifest(digest, bytes);
     if (!("code" in r)) return r;
-    if (r.code === "IMAGE_DIGEST_MISMATCH") await quarantine(this.layout, { tempPath: path }, this.reason(digest, MANIFEST_FILE_NAME, src, r.code, `cached manifest: ${r.why}`));
+    if (r.code === "IMAGE_DIGEST_MISMATCH")
+      await quarantine(
+        this.layout,
+        { tempPath: path },
+        this.reason(digest, MANIFEST_FILE_NAME, src, r.code, `cached manifest: ${r.why}`),
+      );
     return null;
   }
 
@@ -281,9 +334,13 @@ export class ImageCache {
     const s = await lstat(path).catch(() => null);
     if (!s) return null;
     if (s.isFile() && s.size === a.sizeBytes) return path;
-    await quarantine(this.layout, { tempPath: path }, this.reason(digest, a.path, src, "IMAGE_DIGEST_MISMATCH", "cached artifact has the wrong size or type", {
-      expected: { sizeBytes: a.sizeBytes, sha256: a.sha256 },
-    }));
+    await quarantine(
+      this.layout,
+      { tempPath: path },
+      this.reason(digest, a.path, src, "IMAGE_DIGEST_MISMATCH", "cached artifact has the wrong size or type", {
+        expected: { sizeBytes: a.sizeBytes, sha256: a.sha256 },
+      }),
+    );
     return null;
   }
 
@@ -310,17 +367,30 @@ export class ImageCache {
           }
           failures = ((e as { progressed?: number }).progressed ?? 0) > 0 ? 1 : failures + 1;
           const have = (await stat(partial).catch(() => null))?.size ?? 0;
-          if (failures >= MAX_FETCH_ATTEMPTS_WITHOUT_PROGRESS) throw Object.assign(new Error(`${a.path} of ${digest}: ${failures} attempts without progress (${have} of ${a.sizeBytes} bytes kept to resume): ${(e as Error).message}`), { cause: e });
+          if (failures >= MAX_FETCH_ATTEMPTS_WITHOUT_PROGRESS)
+            throw Object.assign(
+              new Error(
+                `${a.path} of ${digest}: ${failures} attempts without progress (${have} of ${a.sizeBytes} bytes kept to resume): ${(e as Error).message}`,
+              ),
+              { cause: e },
+            );
           this.onRetry({ name: a.path, attempt, haveBytes: have, error: (e as Error).message });
           await this.sleep(FETCH_RETRY_BASE_MS * failures);
         }
       }
       if (got.sizeBytes !== a.sizeBytes || got.sha256 !== a.sha256) {
-        const why = got.sizeBytes !== a.sizeBytes ? `size ${got.sizeBytes > a.sizeBytes ? `over ${a.sizeBytes}` : got.sizeBytes} != ${a.sizeBytes}` : `sha256 ${got.sha256} != ${a.sha256}`;
-        await quarantine(this.layout, { tempPath: partial }, this.reason(digest, a.path, src, "IMAGE_DIGEST_MISMATCH", why, {
-          expected: { sizeBytes: a.sizeBytes, sha256: a.sha256 },
-          actual: { sizeBytes: got.sizeBytes, sha256: got.sha256 },
-        }));
+        const why =
+          got.sizeBytes !== a.sizeBytes
+            ? `size ${got.sizeBytes > a.sizeBytes ? `over ${a.sizeBytes}` : got.sizeBytes} != ${a.sizeBytes}`
+            : `sha256 ${got.sha256} != ${a.sha256}`;
+        await quarantine(
+          this.layout,
+          { tempPath: partial },
+          this.reason(digest, a.path, src, "IMAGE_DIGEST_MISMATCH", why, {
+            expected: { sizeBytes: a.sizeBytes, sha256: a.sha256 },
+            actual: { sizeBytes: got.sizeBytes, sha256: got.sha256 },
+          }),
+        );
         throw imageError("IMAGE_DIGEST_MISMATCH", `${a.path} of ${digest}: ${why} (quarantined)`);
       }
       return publishArtifact(this.layout, partial, a.sha256);
@@ -356,7 +426,8 @@ export class ImageCache {
    * resolve is in flight (resolves wait for an eviction to finish).
    */
   async evict(maxBytes: number, inUse: ReadonlySet<string>): Promise<EvictionResult> {
-    if (this.inflight.size > 0 || this.evicting) return { evicted: [], freedBytes: 0, artifactBytes: (await this.usage()).artifactBytes };
+    if (this.inflight.size > 0 || this.evicting)
+      return { evicted: [], freedBytes: 0, artifactBytes: (await this.usage()).artifactBytes };
     const run = this.evictNow(maxBytes, inUse);
     this.evicting = run;
     try {
@@ -367,7 +438,8 @@ export class ImageCache {
   }
 
   private async evictNow(maxBytes: number, inUse: ReadonlySet<string>): Promise<EvictionResult> {
-    const artifactSize = async (hex: string) => (await stat(join(this.layout.artifactsDir, `sha256-${hex}`)).catch(() => null))?.size ?? 0;
+    const artifactSize = async (hex: string) =>
+      (await stat(join(this.layout.artifactsDir, `sha256-${hex}`)).catch(() => null))?.size ?? 0;
     const manifests = new Map<string, ImageManifest>();
     const lastUse = new Map<string, number>();
     for (const d of await this.cachedDigests()) {
@@ -381,10 +453,13 @@ export class ImageCache {
     }
     const named = () => new Set([...manifests.values()].flatMap((m) => artifactsOf(m).map(([, a]) => a.sha256)));
     let total = 0;
-    for (const n of await readdir(this.layout.artifactsDir).catch(() => [] as string[])) if (/^sha256-[0-9a-f]{64}$/.test(n)) total += await artifactSize(n.slice(7));
+    for (const n of await readdir(this.layout.artifactsDir).catch(() => [] as string[]))
+      if (/^sha256-[0-9a-f]{64}$/.test(n)) total += await artifactSize(n.slice(7));
     const evicted: string[] = [];
     let freed = 0;
-    const candidates = [...manifests.keys()].filter((d) => !inUse.has(d)).sort((x, y) => lastUse.get(x)! - lastUse.get(y)!);
+    const candidates = [...manifests.keys()]
+      .filter((d) => !inUse.has(d))
+      .sort((x, y) => lastUse.get(x)! - lastUse.get(y)!);
     for (const d of candidates) {
       if (total <= maxBytes) break;
       const hex = d.slice(7);
@@ -406,7 +481,11 @@ export class ImageCache {
   }
 
   /** `views/<hex>/` with manifest.json and hard links to the published artifacts; rebuilt when stale. */
-  private async ensureView(hex: string, manifest: ImageManifest, paths: ResolvedImage["artifactPaths"]): Promise<string> {
+  private async ensureView(
+    hex: string,
+    manifest: ImageManifest,
+    paths: ResolvedImage["artifactPaths"],
+  ): Promise<string> {
     const dir = join(this.layout.viewsDir, hex);
     const links = artifactsOf(manifest).map(([role, a]) => ({ name: a.path, target: paths[role]! }));
     const sameInode = async (x: string, y: string) => {
@@ -418,7 +497,12 @@ export class ImageCache {
     const tmp = join(this.layout.tmpDir, `view-${randomBytes(8).toString("hex")}`);
     await mkdir(tmp, { mode: 0o755 });
     for (const l of links) await link(l.target, join(tmp, l.name));
-    await writeFileAtomically(this.layout.tmpDir, join(tmp, MANIFEST_FILE_NAME), JSON.stringify(manifest, null, 2) + "\n", 0o444);
+    await writeFileAtomically(
+      this.layout.tmpDir,
+      join(tmp, MANIFEST_FILE_NAME),
+      JSON.stringify(manifest, null, 2) + "\n",
+      0o444,
+    );
     await rm(dir, { recursive: true, force: true });
     await rename(tmp, dir);
     return dir;

@@ -45,7 +45,8 @@ export function cacheLayout(root: string): CacheLayout {
 
 /** Creates every directory of the layout (tmp/ and quarantine/ mode 0700). Idempotent. */
 export async function ensureLayout(l: CacheLayout): Promise<void> {
-  for (const d of [l.root, l.artifactsDir, l.manifestsDir, l.viewsDir]) await mkdir(d, { recursive: true, mode: 0o755 });
+  for (const d of [l.root, l.artifactsDir, l.manifestsDir, l.viewsDir])
+    await mkdir(d, { recursive: true, mode: 0o755 });
   for (const d of [l.tmpDir, l.quarantineDir]) {
     await mkdir(d, { recursive: true, mode: 0o700 });
     await chmod(d, 0o700);
@@ -87,7 +88,11 @@ export interface CopiedFile {
  * error the temp file is left for the caller to quarantine or remove, and
  * the error is rethrown with `tempPath` attached.
  */
-export async function copyBounded(stream: AsyncIterable<Uint8Array> & { destroy?(): void }, tmpDir: string, maxBytes: number): Promise<CopiedFile> {
+export async function copyBounded(
+  stream: AsyncIterable<Uint8Array> & { destroy?(): void },
+  tmpDir: string,
+  maxBytes: number,
+): Promise<CopiedFile> {
   const path = join(tmpDir, uniqueName("download"));
   const fh = await open(path, "wx", 0o600);
   const hash = createHash("sha256");
@@ -141,8 +146,15 @@ export interface QuarantineReason {
  * name and writes its reason file. Returns the quarantined path. Throws
  * only on I/O errors.
  */
-export async function quarantine(l: CacheLayout, what: { tempPath: string } | { bytes: Uint8Array }, reason: QuarantineReason): Promise<string> {
-  const dst = join(l.quarantineDir, uniqueName(`${reason.imageDigest.replace(/^sha256:/, "").slice(0, 16)}-${reason.name}`));
+export async function quarantine(
+  l: CacheLayout,
+  what: { tempPath: string } | { bytes: Uint8Array },
+  reason: QuarantineReason,
+): Promise<string> {
+  const dst = join(
+    l.quarantineDir,
+    uniqueName(`${reason.imageDigest.replace(/^sha256:/, "").slice(0, 16)}-${reason.name}`),
+  );
   if ("tempPath" in what) await rename(what.tempPath, dst);
   else await writeFile(dst, what.bytes, { mode: 0o600, flag: "wx" });
   await writeFile(`${dst}.reason.json`, JSON.stringify(reason, null, 2) + "\n", { mode: 0o600, flag: "wx" });

@@ -1,5 +1,15 @@
 import { afterAll, expect, test } from "bun:test";
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  truncateSync,
+  writeFileSync,
+  writeSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type CommandRunner, cloneRootDisk, spawnCommand } from "./cloneDisk.ts";
@@ -39,9 +49,13 @@ test("falls back to a sparse copy when reflink fails, and reports which method r
   };
   expect(await cloneRootDisk(src, join(work, "fallback.ext4"), noReflink)).toBe("sparse-copy");
   expect(calls).toEqual(["--reflink=always", "--sparse=always"]);
-  const reflinkOk: CommandRunner = async (argv) => (writeFileSync(argv[argv.length - 1]!, "x"), { exitCode: 0, stderr: "" });
+  const reflinkOk: CommandRunner = async (argv) => (
+    writeFileSync(argv[argv.length - 1]!, "x"), { exitCode: 0, stderr: "" }
+  );
   expect(await cloneRootDisk(src, join(work, "reflinked.ext4"), reflinkOk)).toBe("reflink");
-  const broken: CommandRunner = async (argv) => (writeFileSync(argv[argv.length - 1]!, "partial"), { exitCode: 1, stderr: "No space left on device" });
+  const broken: CommandRunner = async (argv) => (
+    writeFileSync(argv[argv.length - 1]!, "partial"), { exitCode: 1, stderr: "No space left on device" }
+  );
   await expect(cloneRootDisk(src, join(work, "broken.ext4"), broken)).rejects.toThrow(/No space/);
   expect(() => statSync(join(work, "broken.ext4"))).toThrow(); // partial copy removed
 });

@@ -40,7 +40,9 @@ export async function cloneRootDisk(src: string, dst: string, run: CommandRunner
     const copy = await run(["cp", "--sparse=always", "--", src, dst]);
     if (copy.exitCode !== 0) {
       await rm(dst, { force: true });
-      throw new Error(`cannot clone ${src}: reflink: ${reflink.stderr.trim().slice(0, 200)}; copy: ${copy.stderr.trim().slice(0, 200)}`);
+      throw new Error(
+        `cannot clone ${src}: reflink: ${reflink.stderr.trim().slice(0, 200)}; copy: ${copy.stderr.trim().slice(0, 200)}`,
+      );
     }
   }
   await chmod(dst, 0o600);

@@ -26,7 +26,10 @@ import type { ImagePort, ResolvedImageDir } from "./imagePort.ts";
  * Throws AgentError IMAGE_NOT_FOUND, IMAGE_DIGEST_MISMATCH or
  * IMAGE_SIGNATURE_INVALID (the image library's ImageError as `cause`).
  */
-export function imageResolver(imageDirs: string[], trustedKeys?: string[]): (digest: string) => Promise<ResolvedImageDir> {
+export function imageResolver(
+  imageDirs: string[],
+  trustedKeys?: string[],
+): (digest: string) => Promise<ResolvedImageDir> {
   return async (digest) => {
     for (const dir of imageDirs) {
       let m: ImageManifest;
@@ -50,7 +53,11 @@ export function imageResolver(imageDirs: string[], trustedKeys?: string[]): (dig
         throw AgentError.from(e, "IMAGE_DIGEST_MISMATCH", "image");
       }
     }
-    throw new AgentError("IMAGE_NOT_FOUND", `no image ${digest} in ${imageDirs.join(", ") || "(no image directories)"}`, { subsystem: "image" });
+    throw new AgentError(
+      "IMAGE_NOT_FOUND",
+      `no image ${digest} in ${imageDirs.join(", ") || "(no image directories)"}`,
+      { subsystem: "image" },
+    );
   };
 }
 
@@ -84,14 +91,18 @@ export class HostImages implements ImagePort {
   private readonly fromDirs: (digest: string) => Promise<ResolvedImageDir>;
 
   constructor(private readonly opts: HostImagesOptions) {
-    this.cache = opts.source ? new ImageCache(opts.cacheDir, opts.trustedKeys, opts.onRetry ? { onRetry: opts.onRetry } : {}) : null;
+    this.cache = opts.source
+      ? new ImageCache(opts.cacheDir, opts.trustedKeys, opts.onRetry ? { onRetry: opts.onRetry } : {})
+      : null;
     this.fromDirs = imageResolver(opts.imageDirs, opts.trustedKeys);
   }
 
   /** See ImagePort.resolve. */
   resolve(digest: string): Promise<ResolvedImageDir> {
     if (!this.cache) return this.fromDirs(digest);
-    return this.cache.resolve(digest, this.opts.source!).catch((e: unknown) => Promise.reject(AgentError.from(e, "IMAGE_DIGEST_MISMATCH", "image")));
+    return this.cache
+      .resolve(digest, this.opts.source!)
+      .catch((e: unknown) => Promise.reject(AgentError.from(e, "IMAGE_DIGEST_MISMATCH", "image")));
   }
 
   /** See ImagePort.cachedDigests. */
@@ -102,7 +113,9 @@ export class HostImages implements ImagePort {
   /** See ImagePort.maintain: evicts least recently used images past cacheMaxBytes, never one in use. */
   async maintain(inUse: ReadonlySet<string>): Promise<void> {
     if (!this.cache) return;
-    await this.cache.evict(this.opts.cacheMaxBytes ?? DEFAULT_IMAGE_CACHE_MAX_BYTES, inUse).catch((e: Error) => this.opts.onEvictionError?.(e));
+    await this.cache
+      .evict(this.opts.cacheMaxBytes ?? DEFAULT_IMAGE_CACHE_MAX_BYTES, inUse)
+      .catch((e: Error) => this.opts.onEvictionError?.(e));
   }
 
   /** See ImagePort.linkSharedRoot. */
@@ -111,7 +124,10 @@ export class HostImages implements ImagePort {
       linkSync(src, dst);
     } catch {
       await run(["cp", "--sparse=always", "--reflink=auto", src, dst]).catch((e: Error) => {
-        throw new AgentError("INSUFFICIENT_LOCAL_DISK", "cannot link or copy the squashfs root", { subsystem: "image", cause: e });
+        throw new AgentError("INSUFFICIENT_LOCAL_DISK", "cannot link or copy the squashfs root", {
+          subsystem: "image",
+          cause: e,
+        });
       });
     }
   }
@@ -125,7 +141,18 @@ export class HostImages implements ImagePort {
       } finally {
         closeSync(fd);
       }
-      await run(["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-E", "lazy_itable_init=1,root_owner=0:0", "-L", "bbscratch", path]);
+      await run([
+        "mkfs.ext4",
+        "-q",
+        "-F",
+        "-O",
+        "^has_journal",
+        "-E",
+        "lazy_itable_init=1,root_owner=0:0",
+        "-L",
+        "bbscratch",
+        path,
+      ]);
     } catch (e) {
       throw new AgentError("INSUFFICIENT_LOCAL_DISK", "cannot make the scratch disk", { subsystem: "image", cause: e });
     }

@@ -21,7 +21,11 @@ const rogue = generateSigningKey();
 const signedImg = makeTestImage({ privateKey: key.privateKey, seed: 3 });
 const rogueImg = makeTestImage({ privateKey: rogue.privateKey, seed: 4 });
 const unsignedImg = makeTestImage({ seed: 5 });
-const dirs = [writeTestImage(join(work, "signed"), signedImg), writeTestImage(join(work, "rogue"), rogueImg), writeTestImage(join(work, "unsigned"), unsignedImg)];
+const dirs = [
+  writeTestImage(join(work, "signed"), signedImg),
+  writeTestImage(join(work, "rogue"), rogueImg),
+  writeTestImage(join(work, "unsigned"), unsignedImg),
+];
 writeFileSync(join(work, "junk.json"), "");
 
 async function codeOf(p: Promise<unknown>): Promise<string | undefined> {

@@ -1,6 +1,15 @@
 /** Unit tests of the egress pool arithmetic and slot allocation (addressPool.ts). */
 import { expect, test } from "bun:test";
-import { cidrContains, formatIpv4, parseCidr, parseIpv4, pickSlot, slotAt, slotCount, slotIndexOf } from "./addressPool.ts";
+import {
+  cidrContains,
+  formatIpv4,
+  parseCidr,
+  parseIpv4,
+  pickSlot,
+  slotAt,
+  slotCount,
+  slotIndexOf,
+} from "./addressPool.ts";
 
 test("IPv4 parse/format round trip and rejects junk", () => {
   expect(formatIpv4(parseIpv4("100.127.255.1"))).toBe("100.127.255.1");
@@ -13,7 +22,12 @@ test("IPv4 parse/format round trip and rejects junk", () => {
 test("slots are /31s inside the pool, host even, placement odd", () => {
   const pool = parseCidr("100.127.0.0/16");
   expect(slotCount(pool)).toBe(32768);
-  expect(slotAt(pool, 0)).toEqual({ index: 0, cidr: "100.127.0.0/31", hostAddress: "100.127.0.0", placementAddress: "100.127.0.1" });
+  expect(slotAt(pool, 0)).toEqual({
+    index: 0,
+    cidr: "100.127.0.0/31",
+    hostAddress: "100.127.0.0",
+    placementAddress: "100.127.0.1",
+  });
   expect(slotAt(pool, 32767).placementAddress).toBe("100.127.255.255");
   expect(() => slotAt(pool, 32768)).toThrow();
   expect(slotIndexOf(pool, "100.127.1.3")).toBe(129);

@@ -22,7 +22,10 @@ export const SLOT_PREFIX = 31;
 
 /** The isolation subsystem's network failure: an AgentError with code NETWORK_SETUP_FAILED. */
 export function netError(msg: string, cause?: unknown): AgentError {
-  return new AgentError("NETWORK_SETUP_FAILED", msg, { subsystem: "isolation", ...(cause === undefined ? {} : { cause }) });
+  return new AgentError("NETWORK_SETUP_FAILED", msg, {
+    subsystem: "isolation",
+    ...(cause === undefined ? {} : { cause }),
+  });
 }
 
 /** Parses dotted-quad IPv4 into an unsigned 32-bit number. Throws NETWORK_SETUP_FAILED when malformed. */
@@ -48,7 +51,8 @@ export interface Ipv4Cidr {
 export function parseCidr(text: string): Ipv4Cidr {
   const [addr, len, extra] = text.split("/");
   const prefix = len === undefined ? 32 : /^\d{1,2}$/.test(len) ? Number(len) : NaN;
-  if (extra !== undefined || !(prefix >= 0 && prefix <= 32)) throw netError(`invalid IPv4 CIDR: ${JSON.stringify(text)}`);
+  if (extra !== undefined || !(prefix >= 0 && prefix <= 32))
+    throw netError(`invalid IPv4 CIDR: ${JSON.stringify(text)}`);
   const base = parseIpv4(addr ?? "");
   if ((base & ~maskOf(prefix)) >>> 0) throw netError(`CIDR ${text} has host bits set`);
   return { base, prefix };
@@ -66,7 +70,7 @@ function maskOf(prefix: number): number {
 /** True when `addr` (dotted quad) lies inside `cidr`. */
 export function cidrContains(cidr: Ipv4Cidr, addr: string | number): boolean {
   const a = typeof addr === "number" ? addr : parseIpv4(addr);
-  return ((a & maskOf(cidr.prefix)) >>> 0) === cidr.base;
+  return (a & maskOf(cidr.prefix)) >>> 0 === cidr.base;
 }
 
 /** One placement's /31 from the pool. */
@@ -89,9 +93,15 @@ export function slotCount(pool: Ipv4Cidr): number {
 
 /** The slot at `index` (0 ≤ index < slotCount). */
 export function slotAt(pool: Ipv4Cidr, index: number): PlacementSlot {
-  if (!Number.isInteger(index) || index < 0 || index >= slotCount(pool)) throw netError(`slot ${index} outside pool ${formatCidr(pool)}`);
+  if (!Number.isInteger(index) || index < 0 || index >= slotCount(pool))
+    throw netError(`slot ${index} outside pool ${formatCidr(pool)}`);
   const base = pool.base + index * 2;
-  return { index, cidr: `${formatIpv4(base)}/${SLOT_PREFIX}`, hostAddress: formatIpv4(base), placementAddress: formatIpv4(base + 1) };
+  return {
+    index,
+    cidr: `${formatIpv4(base)}/${SLOT_PREFIX}`,
+    hostAddress: formatIpv4(base),
+    placementAddress: formatIpv4(base + 1),
+  };
 }
 
 /** Index of the slot holding `addr`, or null when `addr` is outside the pool. */

@@ -4,7 +4,10 @@ import { guestIpv6KernelArgs, isGuestIpv6Address } from "./guestIpv6.ts";
 
 describe("the guest's private IPv6 kernel arguments", () => {
   test("a canonical unique-local or global unicast address becomes the address and router keys", () => {
-    expect(guestIpv6KernelArgs("fd12:3456:789a:1::2")).toEqual(["beachball.ipv6=fd12:3456:789a:1::2", "beachball.ipv6_router=fe80::1"]);
+    expect(guestIpv6KernelArgs("fd12:3456:789a:1::2")).toEqual([
+      "beachball.ipv6=fd12:3456:789a:1::2",
+      "beachball.ipv6_router=fe80::1",
+    ]);
     expect(guestIpv6KernelArgs("2001:db8::5")).toEqual(["beachball.ipv6=2001:db8::5", "beachball.ipv6_router=fe80::1"]);
     expect(guestIpv6KernelArgs("fc00::1:2:3:4:5")).toHaveLength(2);
   });

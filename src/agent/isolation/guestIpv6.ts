@@ -39,7 +39,11 @@ export function isGuestIpv6Address(a: unknown): a is string {
 export function guestIpv6KernelArgs(address: string | undefined): string[] {
   if (address === undefined) return [];
   if (!isGuestIpv6Address(address)) {
-    throw new AgentError("NETWORK_SETUP_FAILED", `the command's ipv6Address ${JSON.stringify(String(address).slice(0, 64))} is not a canonical global or unique-local IPv6 address`, { subsystem: "isolation" });
+    throw new AgentError(
+      "NETWORK_SETUP_FAILED",
+      `the command's ipv6Address ${JSON.stringify(String(address).slice(0, 64))} is not a canonical global or unique-local IPv6 address`,
+      { subsystem: "isolation" },
+    );
   }
   return [`${GUEST_IPV6_KEYS.address}=${address}`, `${GUEST_IPV6_KEYS.router}=${GUEST_IPV6_ROUTER}`];
 }

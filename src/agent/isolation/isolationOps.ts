@@ -11,10 +11,23 @@ import { readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { detectControllers } from "./cgroups/hierarchy.ts";
 import { placementLimits } from "./cgroups/limits.ts";
-import { addToPlacementCgroup, applyFileSizeLimit, createPlacementCgroup, placementCgroupOf, removePlacementCgroup, type PlacementCgroup } from "./cgroups/placementCgroup.ts";
+import {
+  addToPlacementCgroup,
+  applyFileSizeLimit,
+  createPlacementCgroup,
+  placementCgroupOf,
+  removePlacementCgroup,
+  type PlacementCgroup,
+} from "./cgroups/placementCgroup.ts";
 import { DEFAULT_ISOLATION, type PlacementIsolation } from "./isolation.ts";
 import type { IsolationPort } from "./isolationPort.ts";
-import { createPlacementNetwork, destroyPlacementNetwork, guestKernelArgs, listPlacementNetworks, type PlacementNetwork } from "./placementNet.ts";
+import {
+  createPlacementNetwork,
+  destroyPlacementNetwork,
+  guestKernelArgs,
+  listPlacementNetworks,
+  type PlacementNetwork,
+} from "./placementNet.ts";
 
 /** File in the allocation directory recording the placement network (spec "Agent runtime and local state"). */
 export const NETWORK_FILE = "network.json";
@@ -60,7 +73,11 @@ export class HostIsolation implements IsolationPort {
   }
 
   /** Creates the cgroup with the spec's limits and records it in `<dir>/cgroup.json`; the returned step moves the VMM in and sets RLIMIT_FSIZE. Throws (cgroup errors). */
-  prepareCgroup(name: string, dir: string, spec: { cpuMillis: number; memoryMiB: number; ephemeralDiskMiB: number }): (pid: number) => Promise<void> {
+  prepareCgroup(
+    name: string,
+    dir: string,
+    spec: { cpuMillis: number; memoryMiB: number; ephemeralDiskMiB: number },
+  ): (pid: number) => Promise<void> {
     const policy = this.iso.cgroups;
     const cg = createPlacementCgroup(name, placementLimits(spec, policy), policy);
     writeFileSync(join(dir, CGROUP_FILE), JSON.stringify(cg) + "\n");

@@ -19,7 +19,11 @@ export interface IsolationPort {
    * records it in `dir`; returns the step that moves the started VMM (by
    * PID) into it and caps its file size at `ephemeralDiskMiB`.
    */
-  prepareCgroup(name: string, dir: string, spec: { cpuMillis: number; memoryMiB: number; ephemeralDiskMiB: number }): (pid: number) => Promise<void>;
+  prepareCgroup(
+    name: string,
+    dir: string,
+    spec: { cpuMillis: number; memoryMiB: number; ephemeralDiskMiB: number },
+  ): (pid: number) => Promise<void>;
   /** Removes namespace, TAP, veth, nft tables and cgroup, attempting every step; returns what remains (empty: all gone). */
   teardown(name: string, dir: string): Promise<string[]>;
   /** True while a network namespace named `name` exists. */

@@ -60,7 +60,8 @@ export interface PlacementNetwork {
 }
 
 function checkName(name: string): void {
-  if (!/^bb-[A-Za-z0-9_-]{1,60}$/.test(name)) throw netError(`invalid placement namespace name: ${JSON.stringify(name)}`);
+  if (!/^bb-[A-Za-z0-9_-]{1,60}$/.test(name))
+    throw netError(`invalid placement namespace name: ${JSON.stringify(name)}`);
 }
 
 /**
@@ -96,11 +97,18 @@ async function readForwarding(netns: string | undefined): Promise<string> {
 }
 
 /** Builds the veth, slot, routes and uplink table; returns the uplink record and the host ranges the guest must not reach. */
-async function buildUplink(name: string, policy: PlacementNetPolicy): Promise<{ uplink: PlacementUplink; hostRanges: string[] }> {
+async function buildUplink(
+  name: string,
+  policy: PlacementNetPolicy,
+): Promise<{ uplink: PlacementUplink; hostRanges: string[] }> {
   const up = policy.uplink!;
   const upNs = up.netns;
-  if (!(await linkExists(upNs, up.device))) throw netError(`uplink device ${up.device} not found in ${upNs ?? "the root namespace"}`);
-  if ((await readForwarding(upNs)) !== "1") throw netError(`net.ipv4.ip_forward is not 1 in ${upNs ?? "the root namespace"}; the uplink cannot forward guest traffic`);
+  if (!(await linkExists(upNs, up.device)))
+    throw netError(`uplink device ${up.device} not found in ${upNs ?? "the root namespace"}`);
+  if ((await readForwarding(upNs)) !== "1")
+    throw netError(
+      `net.ipv4.ip_forward is not 1 in ${upNs ?? "the root namespace"}; the uplink cannot forward guest traffic`,
+    );
   const pool = parseCidr(policy.egressPoolCidr);
   const hostVeth = hostVethName(name);
   const { slot, upAddrs } = await withAllocLock(async () => {
@@ -111,7 +119,18 @@ async function buildUplink(name: string, policy: PlacementNetPolicy): Promise<{ 
       if (idx !== null) used.add(idx);
     }
     const s = pickSlot(pool, name, used);
-    await ipChecked(upNs, ["link", "add", hostVeth, "type", "veth", "peer", "name", PLACEMENT_UPLINK_VETH, "netns", name]);
+    await ipChecked(upNs, [
+      "link",
+      "add",
+      hostVeth,
+      "type",
+      "veth",
+      "peer",
+      "name",
+      PLACEMENT_UPLINK_VETH,
+      "netns",
+      name,
+    ]);
     await ipChecked(upNs, ["addr", "add", `${s.hostAddress}/31`, "dev", hostVeth]);
     return { slot: s, upAddrs: addrs };
   });
@@ -121,8 +140,17 @@ async function buildUplink(name: string, policy: PlacementNetPolicy): Promise<{ 
   await ipChecked(name, ["route", "add", "default", "via", slot.hostAddress, "dev", PLACEMENT_UPLINK_VETH]);
   const fwd = await runCmd(["ip", "netns", "exec", name, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"]);
   if (fwd.code !== 0) throw netError(`cannot enable forwarding in ${name}: ${fwd.err}`);
-  await nftLoad(upNs, uplinkRuleset({ table: nftTableName(name), hostVeth, device: up.device, placementAddress: slot.placementAddress }));
-  const hostRanges = [policy.egressPoolCidr, ...upAddrs.map((a) => a.local).filter((a) => isIPv4(a)).map((a) => `${a}/32`)];
+  await nftLoad(
+    upNs,
+    uplinkRuleset({ table: nftTableName(name), hostVeth, device: up.device, placementAddress: slot.placementAddress }),
+  );
+  const hostRanges = [
+    policy.egressPoolCidr,
+    ...upAddrs
+      .map((a) => a.local)
+      .filter((a) => isIPv4(a))
+      .map((a) => `${a}/32`),
+  ];
   return { uplink: { ...(upNs ? { netns: upNs } : {}), device: up.device, hostVeth, slot }, hostRanges };
 }
 
@@ -133,7 +161,10 @@ async function buildUplink(name: string, policy: PlacementNetPolicy): Promise<{ 
  * invalid, the namespace exists, the uplink is missing or not forwarding,
  * the pool is exhausted, or an `ip`/`nft` step fails.
  */
-export async function createPlacementNetwork(name: string, policy: PlacementNetPolicy = DEFAULT_NET_POLICY): Promise<PlacementNetwork> {
+export async function createPlacementNetwork(
+  name: string,
+  policy: PlacementNetPolicy = DEFAULT_NET_POLICY,
+): Promise<PlacementNetwork> {
   checkName(name);
   const table = nftTableName(name);
   await ipChecked(undefined, ["netns", "add", name]);
@@ -144,18 +175,30 @@ export async function createPlacementNetwork(name: string, policy: PlacementNetP
     await ipChecked(name, ["addr", "add", PLACEMENT_HOST_CIDR, "dev", PLACEMENT_TAP_NAME]);
     let hostRanges = [policy.egressPoolCidr];
     if (policy.uplink) ({ uplink, hostRanges } = await buildUplink(name, policy));
-    await nftLoad(name, placementRuleset({
-      table, tap: PLACEMENT_TAP_NAME, guestIpv4: PLACEMENT_GUEST_CIDR.split("/")[0]!, routerIpv4: PLACEMENT_HOST_CIDR.split("/")[0]!,
-      ...(uplink ? { uplink: { device: PLACEMENT_UPLINK_VETH, snatAddress: uplink.slot.placementAddress } } : {}),
-      resolvers: policy.dnsResolvers, operatorRanges: policy.deniedRanges, hostRanges,
-    }));
+    await nftLoad(
+      name,
+      placementRuleset({
+        table,
+        tap: PLACEMENT_TAP_NAME,
+        guestIpv4: PLACEMENT_GUEST_CIDR.split("/")[0]!,
+        routerIpv4: PLACEMENT_HOST_CIDR.split("/")[0]!,
+        ...(uplink ? { uplink: { device: PLACEMENT_UPLINK_VETH, snatAddress: uplink.slot.placementAddress } } : {}),
+        resolvers: policy.dnsResolvers,
+        operatorRanges: policy.deniedRanges,
+        hostRanges,
+      }),
+    );
     await ipChecked(name, ["link", "set", PLACEMENT_TAP_NAME, "up"]); // link up only once the rules are in place
   } catch (e) {
     await destroyPlacementNetwork(name, policy.uplink ? [policy.uplink.netns] : []).catch(() => {});
     throw e;
   }
   return {
-    netns: name, tapName: PLACEMENT_TAP_NAME, hostCidr: PLACEMENT_HOST_CIDR, guestCidr: PLACEMENT_GUEST_CIDR, table,
+    netns: name,
+    tapName: PLACEMENT_TAP_NAME,
+    hostCidr: PLACEMENT_HOST_CIDR,
+    guestCidr: PLACEMENT_GUEST_CIDR,
+    table,
     ...(uplink ? { uplink } : {}),
     guestKernelArgs: guestKernelArgs(policy),
   };
@@ -168,7 +211,10 @@ export async function createPlacementNetwork(name: string, policy: PlacementNetP
  * confirms nothing remains. Idempotent: absent resources count as removed.
  * Throws NETWORK_SETUP_FAILED listing what is left.
  */
-export async function destroyPlacementNetwork(name: string, uplinkNetnses: Array<string | undefined> = []): Promise<void> {
+export async function destroyPlacementNetwork(
+  name: string,
+  uplinkNetnses: Array<string | undefined> = [],
+): Promise<void> {
   checkName(name);
   const table = nftTableName(name);
   const veth = hostVethName(name);
@@ -195,11 +241,15 @@ export async function destroyPlacementNetwork(name: string, uplinkNetnses: Array
   }
   const left: string[] = [];
   for (const ns of spaces) {
-    if ((await nftTables(ns).catch(() => [`ip ${table}`])).includes(`ip ${table}`)) left.push(`nft table ip ${table} in ${ns ?? "root"}`);
+    if ((await nftTables(ns).catch(() => [`ip ${table}`])).includes(`ip ${table}`))
+      left.push(`nft table ip ${table} in ${ns ?? "root"}`);
     if (await linkExists(ns, veth)) left.push(`veth ${veth} in ${ns ?? "root"}`);
   }
   if ((await listPlacementNetworks().catch(() => [name])).includes(name)) left.push(`netns ${name}`);
-  if (left.length) throw netError(`placement network ${name} not fully removed: ${left.join(", ")}${errors.length ? ` (${errors.join("; ")})` : ""}`);
+  if (left.length)
+    throw netError(
+      `placement network ${name} not fully removed: ${left.join(", ")}${errors.length ? ` (${errors.join("; ")})` : ""}`,
+    );
 }
 
 /** Names of all namespaces with the `bb-` prefix. Throws NETWORK_SETUP_FAILED if `ip netns list` fails. */

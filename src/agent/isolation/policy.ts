@@ -29,7 +29,11 @@ export interface PlacementNetPolicy {
 }
 
 /** No uplink, no resolvers, no extra ranges, the default pool. */
-export const DEFAULT_NET_POLICY: PlacementNetPolicy = { dnsResolvers: [], deniedRanges: [], egressPoolCidr: DEFAULT_EGRESS_POOL_CIDR };
+export const DEFAULT_NET_POLICY: PlacementNetPolicy = {
+  dnsResolvers: [],
+  deniedRanges: [],
+  egressPoolCidr: DEFAULT_EGRESS_POOL_CIDR,
+};
 
 const IFNAME = /^[A-Za-z0-9_.-]{1,15}$/;
 const NETNS = /^[A-Za-z0-9_.-]{1,64}$/;

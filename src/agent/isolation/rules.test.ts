@@ -5,9 +5,14 @@ import { netPolicyFrom } from "./policy.ts";
 import { guestKernelArgs, hostVethName } from "./placementNet.ts";
 
 const base: PlacementRulesInput = {
-  table: "bb_0123456789ab", tap: "bbtap0", guestIpv4: "10.0.0.2", routerIpv4: "10.0.0.1",
+  table: "bb_0123456789ab",
+  tap: "bbtap0",
+  guestIpv4: "10.0.0.2",
+  routerIpv4: "10.0.0.1",
   uplink: { device: "bbup0", snatAddress: "100.127.0.1" },
-  resolvers: ["198.51.100.53"], operatorRanges: ["203.0.113.0/24"], hostRanges: ["100.127.0.0/16", "192.0.2.1/32"],
+  resolvers: ["198.51.100.53"],
+  operatorRanges: ["203.0.113.0/24"],
+  hostRanges: ["100.127.0.0/16", "192.0.2.1/32"],
 };
 
 test("names derive from the placement directory", () => {
@@ -20,12 +25,25 @@ test("names derive from the placement directory", () => {
 test("placement table: default deny, DNS only to resolvers before range drops, counters per class, SNAT", () => {
   const t = placementRuleset(base);
   expect(t.startsWith("table inet bb_0123456789ab\ndelete table inet bb_0123456789ab\n")).toBe(true); // idempotent reload
-  for (const c of ["metadata", "link_local", "rfc1918", "cgnat", "multicast", "reserved", "operator", "host", "dns_denied", "egress_allowed"]) {
+  for (const c of [
+    "metadata",
+    "link_local",
+    "rfc1918",
+    "cgnat",
+    "multicast",
+    "reserved",
+    "operator",
+    "host",
+    "dns_denied",
+    "egress_allowed",
+  ]) {
     expect(t).toContain(`counter ${c} { }`);
   }
   const lines = t.split("\n");
   const at = (s: string) => lines.findIndex((l) => l.includes(s));
-  expect(at("@bb_resolvers meta l4proto { tcp, udp } th dport 53")).toBeLessThan(at("th dport 53 counter name dns_denied drop"));
+  expect(at("@bb_resolvers meta l4proto { tcp, udp } th dport 53")).toBeLessThan(
+    at("th dport 53 counter name dns_denied drop"),
+  );
   expect(at("dns_denied drop")).toBeLessThan(at("@bb_rfc1918"));
   expect(at("@bb_metadata")).toBeLessThan(at("@bb_link_local"));
   expect(at("@bb_host counter name host drop")).toBeLessThan(at("counter name egress_allowed accept"));
@@ -54,7 +72,9 @@ test("rule text rejects injection attempts", () => {
   expect(() => placementRuleset({ ...base, resolvers: ["1.2.3.4; drop"] })).toThrow();
   expect(() => placementRuleset({ ...base, operatorRanges: ["10.0.0.0/8 }"] })).toThrow();
   expect(() => placementRuleset({ ...base, guestIpv6: "fd00::1 accept" })).toThrow();
-  expect(() => uplinkRuleset({ table: "bb_x", hostVeth: "bbvx", device: "eth0 }", placementAddress: "100.127.0.1" })).toThrow();
+  expect(() =>
+    uplinkRuleset({ table: "bb_x", hostVeth: "bbvx", device: "eth0 }", placementAddress: "100.127.0.1" }),
+  ).toThrow();
 });
 
 test("uplink table masquerades only the slot address out of the named device", () => {
@@ -69,5 +89,7 @@ test("policy validation and guest kernel args", () => {
   expect(() => netPolicyFrom({ uplink: { device: "eth0", netns: "bb-mine" } })).toThrow(/bb- prefix/);
   expect(() => netPolicyFrom({ deniedRanges: ["10.1.0.0/8"] })).toThrow();
   expect(guestKernelArgs({ dnsResolvers: [] })).toEqual(["beachball.ipv4=10.0.0.2/30", "beachball.gateway=10.0.0.1"]);
-  expect(guestKernelArgs({ dnsResolvers: ["198.51.100.53", "198.51.100.54"] })).toContain("beachball.dns=198.51.100.53,198.51.100.54");
+  expect(guestKernelArgs({ dnsResolvers: ["198.51.100.53", "198.51.100.54"] })).toContain(
+    "beachball.dns=198.51.100.53,198.51.100.54",
+  );
 });

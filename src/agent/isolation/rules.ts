@@ -35,8 +35,16 @@ export const DENIED_RANGE_CLASSES: ReadonlyArray<{ name: string; ranges: readonl
 /** Every named counter of a placement table (range classes plus verdict counters). */
 export const PLACEMENT_COUNTERS = [
   ...DENIED_RANGE_CLASSES.map((c) => c.name),
-  "operator", "host", "dns_allowed", "dns_denied", "egress_allowed", "spoofed", "invalid",
-  "router_denied", "ipv6_denied", "inbound_denied",
+  "operator",
+  "host",
+  "dns_allowed",
+  "dns_denied",
+  "egress_allowed",
+  "spoofed",
+  "invalid",
+  "router_denied",
+  "ipv6_denied",
+  "inbound_denied",
 ] as const;
 
 /** The placement table's chain the host endpoint owns (see the module doc). */
@@ -96,14 +104,22 @@ export function placementRuleset(i: PlacementRulesInput): string {
   const t = tableIdent(i.table);
   const tap = dev(i.tap);
   const guest = addr4(i.guestIpv4);
-  if (i.guestIpv6 !== undefined && !isIPv6(i.guestIpv6)) throw netError(`invalid guest IPv6 ${JSON.stringify(i.guestIpv6)}`);
-  const classes = [...DENIED_RANGE_CLASSES, { name: "operator", ranges: i.operatorRanges }, { name: "host", ranges: i.hostRanges }];
+  if (i.guestIpv6 !== undefined && !isIPv6(i.guestIpv6))
+    throw netError(`invalid guest IPv6 ${JSON.stringify(i.guestIpv6)}`);
+  const classes = [
+    ...DENIED_RANGE_CLASSES,
+    { name: "operator", ranges: i.operatorRanges },
+    { name: "host", ranges: i.hostRanges },
+  ];
   const lines = [
     `table inet ${t}`,
     `delete table inet ${t}`,
     `table inet ${t} {`,
     ...PLACEMENT_COUNTERS.map((c) => `  counter ${c} { }`),
-    set4("bb_resolvers", i.resolvers.map((r) => `${addr4(r)}/32`)),
+    set4(
+      "bb_resolvers",
+      i.resolvers.map((r) => `${addr4(r)}/32`),
+    ),
     ...classes.map((c) => set4(`bb_${c.name}`, c.ranges)),
     `  chain ${CONNECTION_CHAIN} {`,
     `  }`,
@@ -122,7 +138,10 @@ export function placementRuleset(i: PlacementRulesInput): string {
     `  }`,
     `  chain bb_from_guest6 {`,
     ...(i.guestIpv6
-      ? [`    ip6 saddr ${i.guestIpv6} accept`, `    ip6 saddr fe80::/10 icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit } accept`]
+      ? [
+          `    ip6 saddr ${i.guestIpv6} accept`,
+          `    ip6 saddr fe80::/10 icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit } accept`,
+        ]
       : []),
     `    jump ${CONNECTION_CHAIN}`,
     `    counter name ipv6_denied drop`,
@@ -174,19 +193,21 @@ export function uplinkRuleset(i: UplinkRulesInput): string {
   const veth = dev(i.hostVeth);
   const up = dev(i.device);
   const src = addr4(i.placementAddress);
-  return [
-    `table ip ${t}`,
-    `delete table ip ${t}`,
-    `table ip ${t} {`,
-    `  chain bb_forward {`,
-    `    type filter hook forward priority filter; policy accept;`,
-    `    iifname ${veth} ip saddr != ${src} drop`,
-    `    iifname ${veth} oifname != ${up} drop`,
-    `  }`,
-    `  chain bb_postrouting {`,
-    `    type nat hook postrouting priority srcnat; policy accept;`,
-    `    oifname ${up} ip saddr ${src} masquerade`,
-    `  }`,
-    `}`,
-  ].join("\n") + "\n";
+  return (
+    [
+      `table ip ${t}`,
+      `delete table ip ${t}`,
+      `table ip ${t} {`,
+      `  chain bb_forward {`,
+      `    type filter hook forward priority filter; policy accept;`,
+      `    iifname ${veth} ip saddr != ${src} drop`,
+      `    iifname ${veth} oifname != ${up} drop`,
+      `  }`,
+      `  chain bb_postrouting {`,
+      `    type nat hook postrouting priority srcnat; policy accept;`,
+      `    oifname ${up} ip saddr ${src} masquerade`,
+      `  }`,
+      `}`,
+    ].join("\n") + "\n"
+  );
 }

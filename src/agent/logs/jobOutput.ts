@@ -55,7 +55,11 @@ export interface JobOutputState {
  * `lastCode`: the code of the last marker among these lines (null: none),
  * and `owedNewline` (JobOutputState).
  */
-export function jobOutput(lines: string, phase: JobPhase, st: JobOutputState = { exitReported: true, atEnd: true }): { text: string; phase: JobPhase; exitLast: boolean; lastCode: number | null; owedNewline: boolean } {
+export function jobOutput(
+  lines: string,
+  phase: JobPhase,
+  st: JobOutputState = { exitReported: true, atEnd: true },
+): { text: string; phase: JobPhase; exitLast: boolean; lastCode: number | null; owedNewline: boolean } {
   let text = "";
   let exitLast = st.exitLast ?? false;
   let owedNewline = st.owedNewline ?? false;
@@ -84,7 +88,16 @@ export function jobOutput(lines: string, phase: JobPhase, st: JobOutputState = {
       const rest = all.slice(i + 1);
       const c = code(line)!;
       lastCode = c;
-      if (st.exitReported && ends(c) && !rest.some((l) => { const k = code(l); return k !== null && ends(k); }) && (st.atEnd || !rest.some((l) => isWorkloadLine(l.replace(/\n$/, ""))))) phase = "ended";
+      if (
+        st.exitReported &&
+        ends(c) &&
+        !rest.some((l) => {
+          const k = code(l);
+          return k !== null && ends(k);
+        }) &&
+        (st.atEnd || !rest.some((l) => isWorkloadLine(l.replace(/\n$/, ""))))
+      )
+        phase = "ended";
     } else if (isWorkloadLine(line)) {
       if (owedNewline) text += "\n";
       owedNewline = false;

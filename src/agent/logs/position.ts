@@ -33,7 +33,8 @@ export function readLogPosition(path: string): LogPosition | null {
   try {
     const p = JSON.parse(readFileSync(path, "utf8")) as Partial<LogPosition>;
     const ok = (n: unknown) => typeof n === "number" && Number.isSafeInteger(n) && n >= 0;
-    if (!ok(p.rawOffset) || !ok(p.streamOffset) || (p.phase !== "boot" && p.phase !== "job" && p.phase !== "ended")) return null;
+    if (!ok(p.rawOffset) || !ok(p.streamOffset) || (p.phase !== "boot" && p.phase !== "job" && p.phase !== "ended"))
+      return null;
     return { rawOffset: p.rawOffset!, streamOffset: p.streamOffset!, phase: p.phase };
   } catch {
     return null;

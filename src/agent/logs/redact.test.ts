@@ -8,12 +8,14 @@ describe("redaction of pushed console output", () => {
   test("the nonce, a nonce argument and control characters (terminal escapes included) never pass", () => {
     const none = NO_PAYLOAD;
     expect(redactLine(`token ${NONCE} here`, [NONCE], none)).toBe(`token ${REDACTED} here`);
-    expect(redactLine("cmdline beachball.bootstrap_nonce=abcdef0123 quiet", [], none)).toBe(`cmdline beachball.bootstrap_nonce=${REDACTED} quiet`);
+    expect(redactLine("cmdline beachball.bootstrap_nonce=abcdef0123 quiet", [], none)).toBe(
+      `cmdline beachball.bootstrap_nonce=${REDACTED} quiet`,
+    );
     expect(redactLine("\x1b[31mred\x1b[0m\tok\x07", [], none)).toBe("[31mred[0m\tok");
   });
 
   test("a line of the payload, bare or behind a shell trace prefix, is replaced whole; ordinary output of the payload is kept", () => {
-    const payload = enc("export API_TOKEN=s3cr3t-value-0123456789\nfor i in 1 2 3; do echo \"line $i\"; done\necho hi\n");
+    const payload = enc('export API_TOKEN=s3cr3t-value-0123456789\nfor i in 1 2 3; do echo "line $i"; done\necho hi\n');
     const d = payloadDigests(payload);
     expect(redactLine("export API_TOKEN=s3cr3t-value-0123456789", [], d)).toBe(REDACTED);
     expect(redactLine("+ export API_TOKEN=s3cr3t-value-0123456789", [], d)).toBe(REDACTED);
@@ -24,11 +26,21 @@ describe("redaction of pushed console output", () => {
   });
 
   test("a secret-looking word of the payload is replaced wherever it appears; ordinary words of the payload are not", () => {
-    const d = payloadDigests(enc("TOKEN=ghp_0123456789abcdefABCDEF\ncurl -H \"Authorization: Bearer sk-live-9f8e7d6c5b4a39281706\" https://example.invalid/deployments\necho building-the-documentation\n"));
+    const d = payloadDigests(
+      enc(
+        'TOKEN=ghp_0123456789abcdefABCDEF\ncurl -H "Authorization: Bearer sk-live-9f8e7d6c5b4a39281706" https://example.invalid/deployments\necho building-the-documentation\n',
+      ),
+    );
     expect(redactLine("token is ghp_0123456789abcdefABCDEF.", [], d)).toBe(`token is ${REDACTED}.`);
     expect(redactLine("token is ghp_0123456789abcdefABCDEF", [], d)).toBe(`token is ${REDACTED}`);
-    expect(redactLine("+ curl -H 'Authorization: Bearer sk-live-9f8e7d6c5b4a39281706' https://example.invalid/deployments", [], d)).toBe(`+ curl -H 'Authorization: Bearer ${REDACTED}' https://example.invalid/deployments`);
-    expect(redactLine("{\"key\":\"ghp_0123456789abcdefABCDEF\"}", [], d)).toBe(`{"key":"${REDACTED}"}`);
+    expect(
+      redactLine(
+        "+ curl -H 'Authorization: Bearer sk-live-9f8e7d6c5b4a39281706' https://example.invalid/deployments",
+        [],
+        d,
+      ),
+    ).toBe(`+ curl -H 'Authorization: Bearer ${REDACTED}' https://example.invalid/deployments`);
+    expect(redactLine('{"key":"ghp_0123456789abcdefABCDEF"}', [], d)).toBe(`{"key":"${REDACTED}"}`);
     // Long words without digits (ordinary output the script prints) stay.
     expect(redactLine("building-the-documentation", [], d)).toBe("building-the-documentation");
   });

@@ -78,7 +78,8 @@ export function payloadDigests(payload: Uint8Array): PayloadDigests {
       lines.add(digest(line));
       lineLengths.add(line.length);
     }
-    for (const w of line.split(WORD_SPLIT)) if (secretLooking(w) && words.size < MAX_PAYLOAD_LINE_DIGESTS) words.add(digest(w));
+    for (const w of line.split(WORD_SPLIT))
+      if (secretLooking(w) && words.size < MAX_PAYLOAD_LINE_DIGESTS) words.add(digest(w));
   }
   return { lines, lineLengths, words };
 }
@@ -94,12 +95,17 @@ export function redactLine(line: string, secrets: readonly string[], payload: Pa
   if (payload.lines.size > 0) {
     const t = clean.trim();
     const untraced = t.replace(/^\++ /, "");
-    const isLine = (x: string) => x.length >= MIN_SECRET_LINE_CHARS && payload.lineLengths.has(x.length) && payload.lines.has(digest(x));
+    const isLine = (x: string) =>
+      x.length >= MIN_SECRET_LINE_CHARS && payload.lineLengths.has(x.length) && payload.lines.has(digest(x));
     if (isLine(t) || (untraced !== t && isLine(untraced))) return REDACTED;
   }
   clean = clean.replace(NONCE_ARG, `${GUEST_CMDLINE_KEYS.nonce}=${REDACTED}`);
   for (const s of secrets) if (s.length >= 8) clean = clean.replaceAll(s, REDACTED);
-  if (payload.words.size > 0 && LONG_WORD.test(clean)) clean = clean.split(WORD_SPLIT).map((w) => (secretLooking(w) && payload.words.has(digest(w)) ? REDACTED : w)).join("");
+  if (payload.words.size > 0 && LONG_WORD.test(clean))
+    clean = clean
+      .split(WORD_SPLIT)
+      .map((w) => (secretLooking(w) && payload.words.has(digest(w)) ? REDACTED : w))
+      .join("");
   return clean;
 }
 

@@ -3,7 +3,12 @@ import { appendFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "n
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { JOB_EXIT_MARKER, JOB_START_MARKER } from "../../protocol/guest.ts";
-import { MAX_LOG_CHUNK_BYTES, MAX_LOG_CHUNKS_PER_PUSH, type LogChunk, type LogPushResponse } from "../../protocol/logs.ts";
+import {
+  MAX_LOG_CHUNK_BYTES,
+  MAX_LOG_CHUNKS_PER_PUSH,
+  type LogChunk,
+  type LogPushResponse,
+} from "../../protocol/logs.ts";
 import { trimConsoleLogAt } from "../vmm/consoleLog.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import { ConsoleShipper, MAX_COLLECT_BYTES, MAX_QUEUED_BYTES, splitChunks, type ShippedPlacement } from "./shipper.ts";
@@ -24,7 +29,8 @@ class RecordingSink {
   rateLimited: string | null = null;
   async push(chunks: LogChunk[]): Promise<LogPushResponse> {
     if (this.fail) throw new Error("connection refused");
-    if (chunks.some((c) => c.placementId === this.rateLimited)) throw new BeachballError("RATE_LIMITED", "this allocation's log takes at most 131072 bytes per second");
+    if (chunks.some((c) => c.placementId === this.rateLimited))
+      throw new BeachballError("RATE_LIMITED", "this allocation's log takes at most 131072 bytes per second");
     this.pushes.push(chunks);
     return {
       results: chunks.map((c) => {
@@ -32,7 +38,10 @@ class RecordingSink {
         const cur = this.streams.get(c.placementId) ?? "";
         const off = c.offset ?? Buffer.byteLength(cur);
         const b = Buffer.from(cur);
-        const next = off >= b.length ? cur + "\0".repeat(off - b.length) + c.text : Buffer.concat([b.subarray(0, off), Buffer.from(c.text)]).toString();
+        const next =
+          off >= b.length
+            ? cur + "\0".repeat(off - b.length) + c.text
+            : Buffer.concat([b.subarray(0, off), Buffer.from(c.text)]).toString();
         this.streams.set(c.placementId, next);
         return { placementId: c.placementId, streamEnd: Buffer.byteLength(next) };
       }),
@@ -53,7 +62,12 @@ function setup() {
     secretsOf: () => [NONCE],
     sleep: (ms) => new Promise((r) => setTimeout(r, Math.min(ms, 5))),
   });
-  const ref = (n: number): ShippedPlacement => ({ allocationId: `alloc_${String(n).repeat(32)}`, placementId: `plc_${n}`, generation: 1, dirName: `bb-${n}` });
+  const ref = (n: number): ShippedPlacement => ({
+    allocationId: `alloc_${String(n).repeat(32)}`,
+    placementId: `plc_${n}`,
+    generation: 1,
+    dirName: `bb-${n}`,
+  });
   const write = (r: ShippedPlacement, text: string) => {
     mkdirSync(join(dir, r.dirName), { recursive: true });
     appendFileSync(consolePath(r.dirName), text);
@@ -81,7 +95,10 @@ describe("the console shipper", () => {
   test("internals in logs: job markers, kernel lines, trim lines and what follows the guest's exit marker are not the job's output", async () => {
     const { sink, ship, ref, write } = setup();
     const r = ref(11);
-    write(r, `[    0.5] booting\n${JOB_START_MARKER}\nhello\n[    3.141592] random: crng init done\n[... 12 bytes trimmed ...]\nworld, no newline`);
+    write(
+      r,
+      `[    0.5] booting\n${JOB_START_MARKER}\nhello\n[    3.141592] random: crng init done\n[... 12 bytes trimmed ...]\nworld, no newline`,
+    );
     write(r, `${JOB_EXIT_MARKER} 3\n[    9.000001] reboot: Power down\n[  OK  ] Stopped systemd-journald.service\n`);
     await ship.settle(r); // the guest reported the exit over its control channel
     write(r, "later\n");
@@ -105,7 +122,10 @@ describe("the console shipper", () => {
     const { sink, ship, ref, write } = setup();
     const r = ref(18);
     // The workload prints a marker-like line and more output, then exits; the guest's report comes before the next tick read any of it.
-    write(r, `${JOB_START_MARKER}\nbefore\n${JOB_EXIT_MARKER} 0\nafter the fake marker\n${JOB_EXIT_MARKER} 0\n[    9.000001] reboot: Power down\n`);
+    write(
+      r,
+      `${JOB_START_MARKER}\nbefore\n${JOB_EXIT_MARKER} 0\nafter the fake marker\n${JOB_EXIT_MARKER} 0\n[    9.000001] reboot: Power down\n`,
+    );
     await ship.settle(r);
     expect(sink.streams.get("plc_18")).toBe("before\nafter the fake marker\n");
     // a marker with another code than the guest reported is the workload's, even as the last line read
@@ -139,7 +159,10 @@ describe("the console shipper", () => {
     const r = ref(2);
     const payload = "SECRET_TOKEN=do-not-leak-0123456789\necho visible-output\n";
     ship.notePayload(r.placementId, new TextEncoder().encode(payload));
-    write(r, `${JOB_START_MARKER}\n+ SECRET_TOKEN=do-not-leak-0123456789\nSECRET_TOKEN=do-not-leak-0123456789\nvisible-output\n`);
+    write(
+      r,
+      `${JOB_START_MARKER}\n+ SECRET_TOKEN=do-not-leak-0123456789\nSECRET_TOKEN=do-not-leak-0123456789\nvisible-output\n`,
+    );
     ship.collect(r);
     await ship.flush();
     const got = sink.streams.get("plc_2")!;
@@ -160,7 +183,8 @@ describe("the console shipper", () => {
     expect(ship.queuedBytes).toBeLessThanOrEqual(MAX_QUEUED_BYTES + MAX_COLLECT_BYTES);
     await ship.tick([r]);
     sink.fail = false;
-    for (let i = 0; i < 20 && (ship.queuedBytes > 0 || Buffer.byteLength(sink.streams.get("plc_3") ?? "") < total); i++) await ship.tick([r]);
+    for (let i = 0; i < 20 && (ship.queuedBytes > 0 || Buffer.byteLength(sink.streams.get("plc_3") ?? "") < total); i++)
+      await ship.tick([r]);
     const pushed = sink.pushes.flat();
     expect(pushed.every((c) => Buffer.byteLength(c.text) <= MAX_LOG_CHUNK_BYTES)).toBe(true);
     expect(sink.pushes.every((p) => p.length <= MAX_LOG_CHUNKS_PER_PUSH)).toBe(true);
@@ -251,17 +275,35 @@ describe("the console shipper", () => {
     await first.ship.tick([r]); // the agent dies with this queued
     first.write(r, "printed while no agent ran\n");
     // The next agent process: a new shipper over the same directory and the same scheduler.
-    const next = new ConsoleShipper({ sink: first.sink, log: { info: () => {}, warn: () => {}, error: () => {} }, consolePath: first.consolePath, secretsOf: () => [NONCE], sleep: (ms) => new Promise((res) => setTimeout(res, Math.min(ms, 5))) });
+    const next = new ConsoleShipper({
+      sink: first.sink,
+      log: { info: () => {}, warn: () => {}, error: () => {} },
+      consolePath: first.consolePath,
+      secretsOf: () => [NONCE],
+      sleep: (ms) => new Promise((res) => setTimeout(res, Math.min(ms, 5))),
+    });
     first.sink.fail = false;
     next.adopt(r);
     first.write(r, "after restart\n");
     await next.tick([r]);
-    expect(first.sink.streams.get("plc_13")).toBe("before restart\nread but never acknowledged\nprinted while no agent ran\nafter restart\n");
+    expect(first.sink.streams.get("plc_13")).toBe(
+      "before restart\nread but never acknowledged\nprinted while no agent ran\nafter restart\n",
+    );
   });
 
   test("lagging logs: settle returns only once the output up to the job's exit marker is stored", async () => {
     const { sink, ref, write, consolePath } = setup();
-    const ship = new ConsoleShipper({ sink, log: { info: () => {}, warn: () => {}, error: () => {} }, consolePath, secretsOf: () => [], sleep: (ms, signal) => new Promise((res) => { const t = setTimeout(res, ms); signal?.addEventListener("abort", () => (clearTimeout(t), res())); }) });
+    const ship = new ConsoleShipper({
+      sink,
+      log: { info: () => {}, warn: () => {}, error: () => {} },
+      consolePath,
+      secretsOf: () => [],
+      sleep: (ms, signal) =>
+        new Promise((res) => {
+          const t = setTimeout(res, ms);
+          signal?.addEventListener("abort", () => (clearTimeout(t), res()));
+        }),
+    });
     const r = ref(14);
     write(r, `${JOB_START_MARKER}\nfirst\n`);
     ship.collect(r);

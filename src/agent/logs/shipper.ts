@@ -148,7 +148,8 @@ export class ConsoleShipper {
       for (const r of refs) this.collect(r);
       // One placement per push: a placement refused for its rate (or any failure) holds up only itself.
       for (let i = 0, failed = 0; i < MAX_PUSHES_PER_TICK && failed < this.pushableCount(); i++) {
-        if (await this.flush()) for (const r of refs) this.collect(r); // room again: read on
+        if (await this.flush())
+          for (const r of refs) this.collect(r); // room again: read on
         else failed++;
       }
     } finally {
@@ -172,10 +173,15 @@ export class ConsoleShipper {
       if (m.lostBytes > 0) this.lose(s, m.lostBytes);
       s.rawOffset = m.offset;
     }
-    for (const q of s.queue) if (q.resume) q.resume = { ...q.resume, rawOffset: mapTrimmedOffset(t, q.resume.rawOffset).offset };
+    for (const q of s.queue)
+      if (q.resume) q.resume = { ...q.resume, rawOffset: mapTrimmedOffset(t, q.resume.rawOffset).offset };
     if (s.saved) {
       const saved = mapTrimmedOffset(t, s.saved.rawOffset);
-      this.save(s, { ...s.saved, rawOffset: saved.offset, streamOffset: s.saved.streamOffset + (s.saved.phase === "job" ? saved.lostBytes : 0) });
+      this.save(s, {
+        ...s.saved,
+        rawOffset: saved.offset,
+        streamOffset: s.saved.streamOffset + (s.saved.phase === "job" ? saved.lostBytes : 0),
+      });
     }
   }
 
@@ -202,7 +208,11 @@ export class ConsoleShipper {
     s0.exitReported = true;
     s0.reportedCode = exitCode ?? null;
     this.collect(ref);
-    if (s0.exitLast && s0.phase === "job" && (exitCode === undefined || s0.lastCode === null || s0.lastCode === exitCode)) {
+    if (
+      s0.exitLast &&
+      s0.phase === "job" &&
+      (exitCode === undefined || s0.lastCode === null || s0.lastCode === exitCode)
+    ) {
       s0.phase = "ended"; // the guest's marker was read before its report came
       s0.owedNewline = false;
     }
@@ -297,7 +307,10 @@ export class ConsoleShipper {
     if (s.phase !== "job") return;
     this.droppedBytes += lostBytes;
     if (s.streamOffset !== null) s.streamOffset += lostBytes;
-    this.deps.log.warn("dropped workload output: its console was trimmed before it was shipped (output above the log rate, or the scheduler unreachable)", { placementId: s.ref.placementId, lostBytes });
+    this.deps.log.warn(
+      "dropped workload output: its console was trimmed before it was shipped (output above the log rate, or the scheduler unreachable)",
+      { placementId: s.ref.placementId, lostBytes },
+    );
   }
 
   private pushableStreams(): Stream[] {
@@ -311,7 +324,23 @@ export class ConsoleShipper {
   private stream(ref: ShippedPlacement): Stream {
     let s = this.streams.get(ref.placementId);
     if (s) return s;
-    s = { ref, redactor: new ConsoleRedactor(this.deps.secretsOf(ref.dirName)), rawOffset: 0, phase: "boot", streamOffset: 0, queue: [], queuedBytes: 0, refused: false, saved: null, cut: null, exitLast: false, exitReported: false, reportedCode: null, lastCode: null, owedNewline: false };
+    s = {
+      ref,
+      redactor: new ConsoleRedactor(this.deps.secretsOf(ref.dirName)),
+      rawOffset: 0,
+      phase: "boot",
+      streamOffset: 0,
+      queue: [],
+      queuedBytes: 0,
+      refused: false,
+      saved: null,
+      cut: null,
+      exitLast: false,
+      exitReported: false,
+      reportedCode: null,
+      lastCode: null,
+      owedNewline: false,
+    };
     const d = this.payloads.get(ref.placementId);
     if (d) s.redactor.payloadDigests = d;
     this.streams.set(ref.placementId, s);
@@ -333,7 +362,13 @@ export class ConsoleShipper {
     const raw = readRange(path, s.rawOffset, Math.min(end - s.rawOffset, MAX_COLLECT_BYTES));
     const atEnd = s.rawOffset + raw.length >= end && !s.cut;
     s.rawOffset += raw.length;
-    const out = jobOutput(s.redactor.feed(raw), s.phase, { exitReported: s.exitReported, reportedCode: s.reportedCode, atEnd, exitLast: s.exitLast, owedNewline: s.owedNewline });
+    const out = jobOutput(s.redactor.feed(raw), s.phase, {
+      exitReported: s.exitReported,
+      reportedCode: s.reportedCode,
+      atEnd,
+      exitLast: s.exitLast,
+      owedNewline: s.owedNewline,
+    });
     s.phase = out.phase;
     s.exitLast = out.exitLast;
     s.owedNewline = out.owedNewline;
@@ -343,7 +378,8 @@ export class ConsoleShipper {
     pieces.forEach((piece, i) => this.enqueue(s, piece, i === pieces.length - 1 ? resume : null));
     if (pieces.length > 0) return;
     const last = s.queue[s.queue.length - 1];
-    if (last) last.resume = resume; // storing the last queued chunk also covers the lines filtered after it
+    if (last)
+      last.resume = resume; // storing the last queued chunk also covers the lines filtered after it
     else if (s.streamOffset !== null) this.save(s, { ...resume, streamOffset: s.streamOffset });
   }
 
@@ -356,7 +392,13 @@ export class ConsoleShipper {
 
   /** Persists a stream's position when it moved (position.ts). Never throws. */
   private save(s: Stream, p: LogPosition): void {
-    if (s.saved && s.saved.rawOffset === p.rawOffset && s.saved.streamOffset === p.streamOffset && s.saved.phase === p.phase) return;
+    if (
+      s.saved &&
+      s.saved.rawOffset === p.rawOffset &&
+      s.saved.streamOffset === p.streamOffset &&
+      s.saved.phase === p.phase
+    )
+      return;
     try {
       writeLogPosition(positionPath(this.deps.consolePath(s.ref.dirName)), p);
       s.saved = p;
@@ -373,10 +415,17 @@ export class ConsoleShipper {
     let resp: LogPushResponse;
     try {
       resp = await this.deps.sink.push(
-        batch.map(({ s, item }) => ({ allocationId: s.ref.allocationId, placementId: s.ref.placementId, generation: s.ref.generation, ...(item.offset === undefined ? {} : { offset: item.offset }), text: item.text })),
+        batch.map(({ s, item }) => ({
+          allocationId: s.ref.allocationId,
+          placementId: s.ref.placementId,
+          generation: s.ref.generation,
+          ...(item.offset === undefined ? {} : { offset: item.offset }),
+          text: item.text,
+        })),
       );
     } catch (e) {
-      if (!this.failing) this.deps.log.warn("log push failed (retried; logged once until a push succeeds)", { error: errorText(e) });
+      if (!this.failing)
+        this.deps.log.warn("log push failed (retried; logged once until a push succeeds)", { error: errorText(e) });
       this.failing = true;
       return false;
     }
@@ -391,7 +440,11 @@ export class ConsoleShipper {
       }
       if (!r) return;
       if (r.code) {
-        if (!s.refused) this.deps.log.warn("the scheduler refused a placement's log; not pushing it any more", { placementId: s.ref.placementId, code: r.code });
+        if (!s.refused)
+          this.deps.log.warn("the scheduler refused a placement's log; not pushing it any more", {
+            placementId: s.ref.placementId,
+            code: r.code,
+          });
         s.refused = true;
         s.queue = [];
         s.queuedBytes = 0;
@@ -406,7 +459,11 @@ export class ConsoleShipper {
           s.streamOffset += q.bytes;
         }
       }
-      if (item.resume) stored.set(s, { ...item.resume, streamOffset: item.offset === undefined ? r.streamEnd : item.offset + item.bytes });
+      if (item.resume)
+        stored.set(s, {
+          ...item.resume,
+          streamOffset: item.offset === undefined ? r.streamEnd : item.offset + item.bytes,
+        });
     });
     for (const [s, p] of stored) this.save(s, p);
     return true;

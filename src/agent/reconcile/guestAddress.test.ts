@@ -28,16 +28,36 @@ function rig(name: string, ipv6Address: string | undefined) {
   const store = new AgentStore(join(work, `${name}.db`));
   const isolation = new FakeIsolation();
   const reconciler = new PlacementReconciler({
-    store, clock: tl, log: new MemoryLog(), onObservation: () => {},
+    store,
+    clock: tl,
+    log: new MemoryLog(),
+    onObservation: () => {},
     ctx: {
-      allocationsDir: join(work, name), driver: new FakeVmmDriver(host, timers), images: new FakeImages(timers, join(work, "img")), isolation, timers,
-      random: { bytes: (n) => new Uint8Array(n).fill(1) }, guestBootTimeoutMs: 5_000,
+      allocationsDir: join(work, name),
+      driver: new FakeVmmDriver(host, timers),
+      images: new FakeImages(timers, join(work, "img")),
+      isolation,
+      timers,
+      random: { bytes: (n) => new Uint8Array(n).fill(1) },
+      guestBootTimeoutMs: 5_000,
     },
   });
   const give = (type: AgentCommand["type"]) => {
     const cmd: AgentCommand = {
-      commandId: `p:${type}:1`, type, allocationId: "a", placementId: "p", generation: 1, agentEpoch: "e", leaseExpiresAt: new Date(tl.now() + 60_000).toISOString(),
-      spec: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"b".repeat(64)}`, ...(ipv6Address !== undefined ? { ipv6Address } : {}) },
+      commandId: `p:${type}:1`,
+      type,
+      allocationId: "a",
+      placementId: "p",
+      generation: 1,
+      agentEpoch: "e",
+      leaseExpiresAt: new Date(tl.now() + 60_000).toISOString(),
+      spec: {
+        cpuMillis: 1000,
+        memoryMiB: 256,
+        ephemeralDiskMiB: 1024,
+        imageDigest: `sha256:${"b".repeat(64)}`,
+        ...(ipv6Address !== undefined ? { ipv6Address } : {}),
+      },
     };
     store.recordCommand(cmd, commandDigest(cmd), placementDirName("h", "a", "p", 1), tl.now());
     reconciler.kick("p");

@@ -27,7 +27,9 @@ function rig(name: string, debug?: AgentDebug, failedConsoleDir?: string) {
   const tl = new FakeTimeline(1_800_000_000_000);
   const timers = tl.timers();
   const launched: string[] = [];
-  const host = new FakeVmHost(timers, steadyBehaviour({ launchMs: 10, bootMs: 200 }), (vm) => launched.push(vm.instanceId));
+  const host = new FakeVmHost(timers, steadyBehaviour({ launchMs: 10, bootMs: 200 }), (vm) =>
+    launched.push(vm.instanceId),
+  );
   const store = new AgentStore(join(work, `${name}.db`));
   const reconciler = new PlacementReconciler({
     store,
@@ -48,7 +50,13 @@ function rig(name: string, debug?: AgentDebug, failedConsoleDir?: string) {
   });
   const give = (type: AgentCommand["type"], leaseMs: number) => {
     const cmd: AgentCommand = {
-      commandId: `p:${type}:1:${leaseMs}`, type, allocationId: "a", placementId: "p", generation: 1, agentEpoch: "e", leaseExpiresAt: new Date(leaseMs).toISOString(),
+      commandId: `p:${type}:1:${leaseMs}`,
+      type,
+      allocationId: "a",
+      placementId: "p",
+      generation: 1,
+      agentEpoch: "e",
+      leaseExpiresAt: new Date(leaseMs).toISOString(),
       spec: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"b".repeat(64)}` },
     };
     store.recordCommand(cmd, commandDigest(cmd), placementDirName("h", "a", "p", 1), tl.now());

@@ -17,7 +17,15 @@ import { errorText, type AgentClock, type AgentLog } from "../ports.ts";
 import type { VmHandle } from "../vmm/driver.ts";
 import type { GuestSession } from "../guestSession.ts";
 import { NO_AGENT_DEBUG, type AgentDebug } from "../debug.ts";
-import { adoptPlacement, diagnoseVmExit, preparePlacement, startPlacement, stopPlacement, type PlacementContext, type PlacementRef } from "../placementOps.ts";
+import {
+  adoptPlacement,
+  diagnoseVmExit,
+  preparePlacement,
+  startPlacement,
+  stopPlacement,
+  type PlacementContext,
+  type PlacementRef,
+} from "../placementOps.ts";
 import { keptConsolePath } from "../vmm/keptConsoles.ts";
 import { AgentError } from "../errors.ts";
 import type { TransitionSink } from "../placementTransitions.ts";
@@ -57,7 +65,6 @@ interface LiveVm {
   /** The report of the workload's exit code in flight (its output is stored first); Stop awaits it before it reports absent. */
   exitReport?: Promise<void>;
 }
-
 
 /** See the module header. */
 export class PlacementReconciler {
@@ -102,7 +109,9 @@ export class PlacementReconciler {
   kick(placementId: string): void {
     if (this.halted) return;
     const prev = this.runners.get(placementId) ?? Promise.resolve();
-    const next = prev.then(() => this.drive(placementId)).catch((e: unknown) => this.deps.log.error("placement step failed", { placementId, error: errorText(e) }));
+    const next = prev
+      .then(() => this.drive(placementId))
+      .catch((e: unknown) => this.deps.log.error("placement step failed", { placementId, error: errorText(e) }));
     this.runners.set(placementId, next);
     void next.finally(() => {
       if (this.runners.get(placementId) === next) this.runners.delete(placementId);
@@ -119,7 +128,10 @@ export class PlacementReconciler {
   async halt(graceMs: number): Promise<void> {
     this.halted = true;
     const done = new AbortController();
-    await Promise.race([Promise.allSettled([...this.runners.values()]), this.deps.ctx.timers.sleep(graceMs, done.signal)]);
+    await Promise.race([
+      Promise.allSettled([...this.runners.values()]),
+      this.deps.ctx.timers.sleep(graceMs, done.signal),
+    ]);
     done.abort(); // no timer outlives the stop
     await Promise.allSettled([...this.launches]);
     for (const l of this.live.values()) {
@@ -152,7 +164,13 @@ export class PlacementReconciler {
   }
 
   private ref(p: LocalPlacement): PlacementRef {
-    return { allocationId: p.allocationId, placementId: p.placementId, generation: p.generation, dirName: p.dirName, spec: JSON.parse(p.specJson) };
+    return {
+      allocationId: p.allocationId,
+      placementId: p.placementId,
+      generation: p.generation,
+      dirName: p.dirName,
+      spec: JSON.parse(p.specJson),
+    };
   }
 
   /** True when the placement's execution lease is live on this agent's clock. */
@@ -170,9 +188,12 @@ export class PlacementReconciler {
       if (!p) return;
       const report = (this.deps.ctx.consoleLogs?.settle(this.ref(p), code) ?? Promise.resolve()).then(() => {
         const cur = this.deps.store.placement(placementId);
-        if (cur && cur.observed !== "absent" && cur.workloadExitCode === null) this.observe(cur, cur.observed, { workloadExitCode: code });
+        if (cur && cur.observed !== "absent" && cur.workloadExitCode === null)
+          this.observe(cur, cur.observed, { workloadExitCode: code });
       });
-      live.exitReport = report.catch((e: unknown) => this.deps.log.error("workload exit report failed", { placementId, error: errorText(e) }));
+      live.exitReport = report.catch((e: unknown) =>
+        this.deps.log.error("workload exit report failed", { placementId, error: errorText(e) }),
+      );
     };
     session.onClose = () => {
       const cur = this.deps.store.placement(placementId);
@@ -210,7 +231,13 @@ export class PlacementReconciler {
     const { store, ctx, log } = this.deps;
     let p = store.placement(placementId);
     if (!p || p.observed === "absent") return;
-    const live = this.live.get(placementId) ?? { handle: null, session: null, stopping: false, adopting: false, exitPending: false };
+    const live = this.live.get(placementId) ?? {
+      handle: null,
+      session: null,
+      stopping: false,
+      adopting: false,
+      exitPending: false,
+    };
     this.live.set(placementId, live);
     const ref = this.ref(p);
     if (live.adopting && live.handle && p.desired !== "absent") {
@@ -256,14 +283,20 @@ export class PlacementReconciler {
 
   private async driveStart(placementId: string, ref: PlacementRef, live: LiveVm): Promise<void> {
     const skipLease = this.debug.startDespiteExpiredLease === true;
-    if (!skipLease && !this.leaseLive(placementId)) return this.observe(this.current(placementId), "error", { errorCode: "LEASE_EXPIRED" });
+    if (!skipLease && !this.leaseLive(placementId))
+      return this.observe(this.current(placementId), "error", { errorCode: "LEASE_EXPIRED" });
     try {
       const { handle, session } = await startPlacement(this.deps.ctx, ref, {
         launch: (start) => {
           // Checked again right before the launch: resolving the image or building the cgroup may have outlasted the lease.
           if (this.halted) throw new AgentError("INTERNAL", "the agent is stopping");
-          if (!skipLease && !this.leaseLive(placementId)) throw new AgentError("LEASE_EXPIRED", `the execution lease of ${placementId} expired before the VMM launched`);
-          if (this.current(placementId).desired === "absent") throw new AgentError("INTERNAL", "the placement is no longer wanted");
+          if (!skipLease && !this.leaseLive(placementId))
+            throw new AgentError(
+              "LEASE_EXPIRED",
+              `the execution lease of ${placementId} expired before the VMM launched`,
+            );
+          if (this.current(placementId).desired === "absent")
+            throw new AgentError("INTERNAL", "the placement is no longer wanted");
           const launched = start().then(async (h) => {
             live.handle = h;
             // Recorded even while stopping: it is true, and the next agent needs the PID to adopt the VM.
@@ -272,7 +305,10 @@ export class PlacementReconciler {
             if (!skipLease && !this.leaseLive(placementId)) {
               // The launch itself outlasted the lease (a stalled agent, a slow spawn): no VM may run on an ended lease.
               await this.deps.ctx.driver.stop(h, 1_000).catch(() => undefined);
-              throw new AgentError("LEASE_EXPIRED", `the execution lease of ${placementId} ended while its VMM launched; stopped it`);
+              throw new AgentError(
+                "LEASE_EXPIRED",
+                `the execution lease of ${placementId} ended while its VMM launched; stopped it`,
+              );
             }
             return h;
           });
@@ -303,7 +339,10 @@ export class PlacementReconciler {
     let p = this.current(placementId);
     const failed = p.observed === "error" && p.errorCode !== null && p.errorCode !== "CLEANUP_FAILED";
     if (p.observed !== "stopping") this.observe(p, "stopping");
-    const keep = failed && this.deps.failedConsoleDir ? { keepConsoleAt: keptConsolePath(this.deps.failedConsoleDir, ref.dirName, this.deps.clock.now()) } : {};
+    const keep =
+      failed && this.deps.failedConsoleDir
+        ? { keepConsoleAt: keptConsolePath(this.deps.failedConsoleDir, ref.dirName, this.deps.clock.now()) }
+        : {};
     const left = await stopPlacement(this.deps.ctx, ref, live.handle, live.session, keep);
     await live.exitReport; // a code the guest reported while stopping goes out before absent
     if (this.halted) return;

@@ -35,7 +35,8 @@ test("is a no-op under budget or when absent", async () => {
 
 test("console lines lost at a trim: bytes QEMU appends while the tail is copied are kept after it, where the offset map says", () => {
   const p = join(dir, "racing.log");
-  const lines = (from: number, to: number) => Array.from({ length: to - from }, (_, i) => `line ${from + i}\n`).join("");
+  const lines = (from: number, to: number) =>
+    Array.from({ length: to - from }, (_, i) => `line ${from + i}\n`).join("");
   writeFileSync(p, lines(0, 2000));
   const before = statSync(p).size;
   const t = trimConsoleLogAt(p, 4000, () => appendFileSync(p, lines(2000, 2010)))!;

@@ -12,7 +12,14 @@
  */
 import { createHash } from "node:crypto";
 import { appendFileSync } from "node:fs";
-import { GUEST_CMDLINE_KEYS, JOB_EXIT_MARKER, NdjsonDecoder, encodeGuestMessage, type GuestIdentity, type GuestToHost } from "../../protocol/guest.ts";
+import {
+  GUEST_CMDLINE_KEYS,
+  JOB_EXIT_MARKER,
+  NdjsonDecoder,
+  encodeGuestMessage,
+  type GuestIdentity,
+  type GuestToHost,
+} from "../../protocol/guest.ts";
 import type { Timers } from "../ports.ts";
 import type { GuestChannel, VmHandle, VmSpec, VmmDriver } from "./driver.ts";
 import { vmmError } from "./qemuHost.ts";
@@ -30,9 +37,13 @@ export interface FakeVmBehaviour {
 }
 
 /** A behaviour with fixed answers. */
-export function steadyBehaviour(o: { launchMs?: number | null; bootMs?: number | null; shutdownMs?: number; exitCodeOnShutdown?: number } = {}): FakeVmBehaviour {
+export function steadyBehaviour(
+  o: { launchMs?: number | null; bootMs?: number | null; shutdownMs?: number; exitCodeOnShutdown?: number } = {},
+): FakeVmBehaviour {
   return {
-    launchMs: () => (o.launchMs === undefined ? 10 : o.launchMs), bootMs: () => (o.bootMs === undefined ? 100 : o.bootMs), shutdownMs: () => o.shutdownMs ?? 50,
+    launchMs: () => (o.launchMs === undefined ? 10 : o.launchMs),
+    bootMs: () => (o.bootMs === undefined ? 100 : o.bootMs),
+    shutdownMs: () => o.shutdownMs ?? 50,
     exitCodeOnShutdown: () => o.exitCodeOnShutdown ?? null,
   };
 }
@@ -94,7 +105,15 @@ export class FakeVmHost {
 
   /** Creates a VM for `spec` (called by a driver once its launch delay passed). */
   launch(spec: VmSpec): FakeVm {
-    const vm: FakeVm = { instanceId: spec.instanceId, pid: this.nextPid++, startTime: this.nextPid * 7, spec, identity: fakeGuestIdentity(spec), state: "booting", consumed: new Map() };
+    const vm: FakeVm = {
+      instanceId: spec.instanceId,
+      pid: this.nextPid++,
+      startTime: this.nextPid * 7,
+      spec,
+      identity: fakeGuestIdentity(spec),
+      state: "booting",
+      consumed: new Map(),
+    };
     this.vms.set(vm.instanceId, vm);
     this.onLaunch(vm);
     const bootMs = this.behaviour.bootMs(spec);
@@ -102,7 +121,8 @@ export class FakeVmHost {
       this.timers.after(bootMs, () => {
         if (vm.state !== "booting") return;
         vm.state = "ready";
-        for (const e of this.endsOf(vm)) this.toHost(e, { type: "guest_ready", bootId: `boot-${vm.pid}`, guestVersion: "fake", ...vm.identity });
+        for (const e of this.endsOf(vm))
+          this.toHost(e, { type: "guest_ready", bootId: `boot-${vm.pid}`, guestVersion: "fake", ...vm.identity });
       });
     return vm;
   }
@@ -130,7 +150,8 @@ export class FakeVmHost {
   workloadExited(vm: FakeVm, code: number, output = ""): void {
     if (vm.state === "exited") return;
     appendFileSync(vm.spec.consoleLogPath, `${output}${JOB_EXIT_MARKER} ${code}\n`);
-    for (const e of this.endsOf(vm)) this.toHost(e, { type: "workload_exited", deliveryId: [...vm.consumed.keys()][0] ?? "none", exitCode: code });
+    for (const e of this.endsOf(vm))
+      this.toHost(e, { type: "workload_exited", deliveryId: [...vm.consumed.keys()][0] ?? "none", exitCode: code });
   }
 
   /** Connects a control channel to `vm`'s guest. */
@@ -188,15 +209,23 @@ export class FakeVmHost {
     if (vm.state === "exited") return;
     switch (m["type"]) {
       case "identify":
-        if (vm.state === "ready") this.toHost(e, { type: "guest_ready", bootId: `boot-${vm.pid}`, guestVersion: "fake", ...vm.identity });
+        if (vm.state === "ready")
+          this.toHost(e, { type: "guest_ready", bootId: `boot-${vm.pid}`, guestVersion: "fake", ...vm.identity });
         break;
       case "ping":
         if (vm.state === "ready" && typeof m["id"] === "string") this.toHost(e, { type: "pong", id: m["id"] });
         break;
       case "bootstrap": {
         const id = String(m["deliveryId"]);
-        const digest = `sha256:${createHash("sha256").update(Buffer.from(String(m["dataBase64"]), "base64")).digest("hex")}`;
-        if (!vm.consumed.has(id) && vm.consumed.size > 0) this.toHost(e, { type: "bootstrap_rejected", deliveryId: id, reason: "a payload was already consumed in this boot" });
+        const digest = `sha256:${createHash("sha256")
+          .update(Buffer.from(String(m["dataBase64"]), "base64"))
+          .digest("hex")}`;
+        if (!vm.consumed.has(id) && vm.consumed.size > 0)
+          this.toHost(e, {
+            type: "bootstrap_rejected",
+            deliveryId: id,
+            reason: "a payload was already consumed in this boot",
+          });
         else {
           vm.consumed.set(id, digest);
           this.toHost(e, { type: "bootstrap_consumed", deliveryId: id, digest });
@@ -246,7 +275,9 @@ export class FakeVmmDriver implements VmmDriver {
   }
 
   async connectControl(spec: Pick<VmSpec, "controlSocketPath">, timeoutMs: number): Promise<GuestChannel> {
-    const vm = [...this.host.vms.values()].find((v) => v.spec.controlSocketPath === spec.controlSocketPath && v.state !== "exited");
+    const vm = [...this.host.vms.values()].find(
+      (v) => v.spec.controlSocketPath === spec.controlSocketPath && v.state !== "exited",
+    );
     if (!vm) {
       await this.timers.sleep(timeoutMs);
       throw vmmError(`no control socket at ${spec.controlSocketPath}`);

@@ -43,7 +43,10 @@ test("the tail keeps kernel lines and job markers, drops what the workload print
 });
 
 test("a long stack trace does not push out the line that says why", () => {
-  const trace = Array.from({ length: 120 }, (_, i) => `[   12.${String(300 + i).padStart(6, "0")}]  frame_${i}+0x10/0x20`).join("\n");
+  const trace = Array.from(
+    { length: 120 },
+    (_, i) => `[   12.${String(300 + i).padStart(6, "0")}]  frame_${i}+0x10/0x20`,
+  ).join("\n");
   const tail = redactedConsoleTail(`${OOM}\n${trace}\n[   12.999000] Rebooting in 1 seconds..`, []);
   expect(tail).toContain("Out of memory and no killable processes");
   expect(tail).toContain("Kernel panic - not syncing: System is deadlocked on memory");
@@ -54,7 +57,10 @@ test("a long stack trace does not push out the line that says why", () => {
 });
 
 test("the tail is bounded in lines and characters, keeping the end", () => {
-  const many = Array.from({ length: 500 }, (_, i) => `[ ${String(i).padStart(5)}.000000] ${"x".repeat(100)} line ${i}`).join("\n");
+  const many = Array.from(
+    { length: 500 },
+    (_, i) => `[ ${String(i).padStart(5)}.000000] ${"x".repeat(100)} line ${i}`,
+  ).join("\n");
   const tail = redactedConsoleTail(many, []);
   expect(tail.split("\n").length).toBeLessThanOrEqual(MAX_TAIL_LINES);
   expect(tail.length).toBeLessThanOrEqual(MAX_CONSOLE_TAIL_CHARS);

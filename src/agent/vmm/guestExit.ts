@@ -60,7 +60,10 @@ export function readConsoleTail(path: string, maxBytes = CONSOLE_SCAN_BYTES): st
  * a dead one that the VMM itself died.
  */
 export function classifyVmExit(consoleText: string, vmmAlive: boolean): VmExitReason {
-  const kernel = consoleText.split("\n").filter((l) => KERNEL_LINE.test(l.replace(/\r$/, ""))).join("\n");
+  const kernel = consoleText
+    .split("\n")
+    .filter((l) => KERNEL_LINE.test(l.replace(/\r$/, "")))
+    .join("\n");
   if (OOM.test(kernel)) return "GUEST_OOM";
   if (PANIC.test(kernel)) return "KERNEL_PANIC";
   if (POWEROFF.test(kernel)) return "GUEST_POWEROFF";
@@ -89,7 +92,10 @@ export function redactedConsoleTail(consoleText: string, secrets: readonly strin
     kept.push(clean);
   }
   const lastStart = Math.max(0, kept.length - MAX_TAIL_LINES);
-  const key = kept.slice(0, lastStart).filter((l) => OOM.test(l) || PANIC.test(l) || POWEROFF.test(l)).slice(0, MAX_KEY_LINES);
+  const key = kept
+    .slice(0, lastStart)
+    .filter((l) => OOM.test(l) || PANIC.test(l) || POWEROFF.test(l))
+    .slice(0, MAX_KEY_LINES);
   const last = kept.slice(lastStart);
   const compose = () => [...key, ...(key.length ? [ELIDED] : []), ...last].join("\n");
   let tail = compose();

@@ -29,5 +29,9 @@ function entry(name: string, mode: number, data: Buffer, ino: number): Buffer {
 /** A newc cpio archive holding `beachball/` (0700) and `beachball/kernel-args` (0400) with `args` space-separated. Pure. */
 export function privateArgsArchive(args: string[]): Buffer {
   const data = Buffer.from(`${args.join(" ")}\n`, "utf8");
-  return Buffer.concat([entry("beachball", 0o040700, Buffer.alloc(0), 1), entry(PRIVATE_ARGS_PATH, 0o100400, data, 2), entry("TRAILER!!!", 0, Buffer.alloc(0), 0)]);
+  return Buffer.concat([
+    entry("beachball", 0o040700, Buffer.alloc(0), 1),
+    entry(PRIVATE_ARGS_PATH, 0o100400, data, 2),
+    entry("TRAILER!!!", 0, Buffer.alloc(0), 0),
+  ]);
 }

@@ -4,9 +4,18 @@ import { qemuArgs } from "./qemu.ts";
 import type { VmSpec } from "./driver.ts";
 
 const spec: VmSpec = {
-  instanceId: "bb-0123456789ab", dir: "/a", vcpus: 2, memoryMiB: 256, kernelPath: "/a/vmlinux", initrdPath: "/a/initrd.cpio",
-  rootDiskPath: "/a/root.ext4", netns: "bb-0123456789ab", tapName: "bbtap0", kernelArgs: ["beachball.generation=3"],
-  consoleLogPath: "/a/console.log", controlSocketPath: "/a/ctl.sock",
+  instanceId: "bb-0123456789ab",
+  dir: "/a",
+  vcpus: 2,
+  memoryMiB: 256,
+  kernelPath: "/a/vmlinux",
+  initrdPath: "/a/initrd.cpio",
+  rootDiskPath: "/a/root.ext4",
+  netns: "bb-0123456789ab",
+  tapName: "bbtap0",
+  kernelArgs: ["beachball.generation=3"],
+  consoleLogPath: "/a/console.log",
+  controlSocketPath: "/a/ctl.sock",
 };
 
 test("qemuArgs follows the measured TCG recipe and carries the instance ID", () => {
@@ -32,7 +41,9 @@ test("a squashfs root is read-only vda with the scratch disk as vdb, booted thro
   const a = qemuArgs({ ...spec, rootDiskPath: "/a/rootfs.squashfs" }, "tcg", 1000);
   expect(a).toContain("id=root,file=/a/rootfs.squashfs,format=raw,if=none,readonly=on");
   expect(a).toContain("id=scratch,file=/a/scratch.ext4,format=raw,if=none");
-  expect(a.indexOf("id=root,file=/a/rootfs.squashfs,format=raw,if=none,readonly=on")).toBeLessThan(a.indexOf("id=scratch,file=/a/scratch.ext4,format=raw,if=none"));
+  expect(a.indexOf("id=root,file=/a/rootfs.squashfs,format=raw,if=none,readonly=on")).toBeLessThan(
+    a.indexOf("id=scratch,file=/a/scratch.ext4,format=raw,if=none"),
+  );
   const cmdline = a[a.indexOf("-append") + 1]!;
   expect(cmdline).toContain("beachball.lower=/dev/vda beachball.upper=/dev/vdb");
   expect(cmdline).not.toContain("root=/dev/vda");
@@ -40,6 +51,10 @@ test("a squashfs root is read-only vda with the scratch disk as vdb, booted thro
 
 test("parseTscKhzFromKernelLog prefers the refined calibration", () => {
   expect(parseTscKhzFromKernelLog("tsc: Detected 2445.406 MHz processor")).toBe(2445406);
-  expect(parseTscKhzFromKernelLog("tsc: Detected 2000.000 MHz processor\ntsc: Refined TSC clocksource calibration: 2001.5 MHz")).toBe(2001500);
+  expect(
+    parseTscKhzFromKernelLog(
+      "tsc: Detected 2000.000 MHz processor\ntsc: Refined TSC clocksource calibration: 2001.5 MHz",
+    ),
+  ).toBe(2001500);
   expect(parseTscKhzFromKernelLog("nothing")).toBeUndefined();
 });

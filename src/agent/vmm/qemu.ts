@@ -65,16 +65,40 @@ export async function processExited(handle: VmHandle): Promise<boolean> {
  * 1.5 s failing before the kernel falls back (docs/adr/0130-guest-start-and-stop.md).
  */
 export function qemuKernelCmdline(spec: Pick<VmSpec, "kernelArgs" | "rootDiskPath">, tscKhz: number): string {
-  const root = rootFormat(spec.rootDiskPath) === "ext4" ? ["root=/dev/vda", "rw"] : ["beachball.lower=/dev/vda", "beachball.upper=/dev/vdb"];
-  return ["console=ttyS0", "reboot=t", "panic=1", "pci=off", "quiet", `tsc_early_khz=${tscKhz}`, ...root, ...spec.kernelArgs].join(" ");
+  const root =
+    rootFormat(spec.rootDiskPath) === "ext4"
+      ? ["root=/dev/vda", "rw"]
+      : ["beachball.lower=/dev/vda", "beachball.upper=/dev/vdb"];
+  return [
+    "console=ttyS0",
+    "reboot=t",
+    "panic=1",
+    "pci=off",
+    "quiet",
+    `tsc_early_khz=${tscKhz}`,
+    ...root,
+    ...spec.kernelArgs,
+  ].join(" ");
 }
 
 /** `-drive`/`-device` pairs: the root (read-only for squashfs) as vda, then a squashfs root's scratch disk as vdb. Pure. */
 function rootDrives(spec: VmSpec): string[] {
-  if (rootFormat(spec.rootDiskPath) === "ext4") return ["-drive", `id=root,file=${spec.rootDiskPath},format=raw,if=none`, "-device", "virtio-blk-device,drive=root"];
+  if (rootFormat(spec.rootDiskPath) === "ext4")
+    return [
+      "-drive",
+      `id=root,file=${spec.rootDiskPath},format=raw,if=none`,
+      "-device",
+      "virtio-blk-device,drive=root",
+    ];
   return [
-    "-drive", `id=root,file=${spec.rootDiskPath},format=raw,if=none,readonly=on`, "-device", "virtio-blk-device,drive=root",
-    "-drive", `id=scratch,file=${scratchDiskOf(spec)},format=raw,if=none`, "-device", "virtio-blk-device,drive=scratch",
+    "-drive",
+    `id=root,file=${spec.rootDiskPath},format=raw,if=none,readonly=on`,
+    "-device",
+    "virtio-blk-device,drive=root",
+    "-drive",
+    `id=scratch,file=${scratchDiskOf(spec)},format=raw,if=none`,
+    "-device",
+    "virtio-blk-device,drive=scratch",
   ];
 }
 
@@ -92,17 +116,39 @@ export const TCG_TRANSLATION_CACHE_MIB = 64;
 /** The QEMU argument vector (without the binary) for `spec`. Pure. */
 export function qemuArgs(spec: VmSpec, accel: "kvm" | "tcg", tscKhz: number): string[] {
   const args = [
-    "-name", spec.instanceId,
-    "-M", "microvm", "-accel", accel === "tcg" ? `tcg,tb-size=${TCG_TRANSLATION_CACHE_MIB}` : "kvm", "-cpu", accel === "kvm" ? "host" : "max",
-    "-smp", String(spec.vcpus), "-m", String(spec.memoryMiB),
-    "-nodefaults", "-no-user-config", "-nographic", "-no-reboot", "-serial", "stdio",
-    "-kernel", spec.kernelPath,
-    "-append", qemuKernelCmdline(spec, tscKhz),
-    "-chardev", `socket,id=c0,path=${spec.controlSocketPath},server=on,wait=off`,
-    "-device", "virtio-serial-device", "-device", "virtserialport,chardev=c0,name=ctl",
+    "-name",
+    spec.instanceId,
+    "-M",
+    "microvm",
+    "-accel",
+    accel === "tcg" ? `tcg,tb-size=${TCG_TRANSLATION_CACHE_MIB}` : "kvm",
+    "-cpu",
+    accel === "kvm" ? "host" : "max",
+    "-smp",
+    String(spec.vcpus),
+    "-m",
+    String(spec.memoryMiB),
+    "-nodefaults",
+    "-no-user-config",
+    "-nographic",
+    "-no-reboot",
+    "-serial",
+    "stdio",
+    "-kernel",
+    spec.kernelPath,
+    "-append",
+    qemuKernelCmdline(spec, tscKhz),
+    "-chardev",
+    `socket,id=c0,path=${spec.controlSocketPath},server=on,wait=off`,
+    "-device",
+    "virtio-serial-device",
+    "-device",
+    "virtserialport,chardev=c0,name=ctl",
     ...rootDrives(spec),
-    "-netdev", `tap,id=n0,ifname=${spec.tapName},script=no,downscript=no`,
-    "-device", "virtio-net-device,netdev=n0",
+    "-netdev",
+    `tap,id=n0,ifname=${spec.tapName},script=no,downscript=no`,
+    "-device",
+    "virtio-net-device,netdev=n0",
   ];
   if (spec.initrdPath) args.push("-initrd", spec.initrdPath);
   return args;
@@ -148,7 +194,11 @@ export class QemuMicrovmDriver implements VmmDriver {
     let proc: ReturnType<typeof Bun.spawn>;
     try {
       proc = Bun.spawn(["ip", "netns", "exec", spec.netns, this.qemuBinary, ...qemuArgs(spec, accel, tscKhz)], {
-        cwd: spec.dir, detached: true, stdin: "ignore", stdout: fd, stderr: fd,
+        cwd: spec.dir,
+        detached: true,
+        stdin: "ignore",
+        stdout: fd,
+        stderr: fd,
       });
     } catch (e) {
       throw vmmError(`cannot spawn QEMU: ${(e as Error).message}`);
@@ -161,7 +211,9 @@ export class QemuMicrovmDriver implements VmmDriver {
       if (proc.exitCode !== null || proc.signalCode !== null || performance.now() > deadline) {
         if (proc.exitCode === null) proc.kill("SIGKILL");
         const tail = (await readFile(spec.consoleLogPath, "utf8").catch(() => "")).slice(-800);
-        throw vmmError(`QEMU for ${spec.instanceId} did not start (exit ${proc.exitCode ?? "timeout"}): ${tail.trim()}`);
+        throw vmmError(
+          `QEMU for ${spec.instanceId} did not start (exit ${proc.exitCode ?? "timeout"}): ${tail.trim()}`,
+        );
       }
       await Bun.sleep(10);
     }
@@ -179,7 +231,9 @@ export class QemuMicrovmDriver implements VmmDriver {
     if (!spec.privateKernelArgs?.length) return spec;
     if (!spec.initrdPath) throw vmmError("QEMU needs an initramfs to hand the guest its private arguments");
     const path = join(spec.dir, PRIVATE_INITRD_FILE);
-    writeFileSync(path, Buffer.concat([readFileSync(spec.initrdPath), privateArgsArchive(spec.privateKernelArgs)]), { mode: 0o600 });
+    writeFileSync(path, Buffer.concat([readFileSync(spec.initrdPath), privateArgsArchive(spec.privateKernelArgs)]), {
+      mode: 0o600,
+    });
     const { privateKernelArgs: _, ...rest } = spec;
     return { ...rest, initrdPath: path };
   }
@@ -201,13 +255,15 @@ export class QemuMicrovmDriver implements VmmDriver {
   async stop(handle: VmHandle, graceMs: number): Promise<void> {
     // Not ours to signal (or already exiting): just wait until it has really exited.
     if (!(await this.isAlive(handle))) {
-      if (!(await this.waitGone(handle, 10_000))) throw new AgentError("CLEANUP_FAILED", `QEMU pid ${handle.pid} did not finish exiting`, { subsystem: "vmm" });
+      if (!(await this.waitGone(handle, 10_000)))
+        throw new AgentError("CLEANUP_FAILED", `QEMU pid ${handle.pid} did not finish exiting`, { subsystem: "vmm" });
       return;
     }
     process.kill(handle.pid, "SIGTERM");
     if (await this.waitGone(handle, graceMs)) return;
     if (await this.isAlive(handle)) process.kill(handle.pid, "SIGKILL");
-    if (!(await this.waitGone(handle, 10_000))) throw new AgentError("CLEANUP_FAILED", `QEMU pid ${handle.pid} survived SIGKILL`, { subsystem: "vmm" });
+    if (!(await this.waitGone(handle, 10_000)))
+      throw new AgentError("CLEANUP_FAILED", `QEMU pid ${handle.pid} survived SIGKILL`, { subsystem: "vmm" });
   }
 
   /** Waits until the process has exited (see processExited) or `ms` elapse; true when gone. */

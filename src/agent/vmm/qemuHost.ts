@@ -56,9 +56,30 @@ const KVM_PROBE_TIMEOUT_MS = 4000;
 export async function probeKvm(qemuBinary: string, kernelPath: string): Promise<boolean> {
   let p: ReturnType<typeof Bun.spawn> | undefined;
   try {
-    p = Bun.spawn([qemuBinary, "-M", "microvm", "-accel", "kvm", "-cpu", "host", "-m", "128", "-nodefaults", "-no-user-config",
-      "-nographic", "-no-reboot", "-serial", "stdio", "-kernel", kernelPath, "-append", "console=ttyS0 panic=-1 reboot=k"],
-      { stdin: "ignore", stdout: "pipe", stderr: "ignore" });
+    p = Bun.spawn(
+      [
+        qemuBinary,
+        "-M",
+        "microvm",
+        "-accel",
+        "kvm",
+        "-cpu",
+        "host",
+        "-m",
+        "128",
+        "-nodefaults",
+        "-no-user-config",
+        "-nographic",
+        "-no-reboot",
+        "-serial",
+        "stdio",
+        "-kernel",
+        kernelPath,
+        "-append",
+        "console=ttyS0 panic=-1 reboot=k",
+      ],
+      { stdin: "ignore", stdout: "pipe", stderr: "ignore" },
+    );
     const reader = (p.stdout as ReadableStream<Uint8Array>).getReader();
     const decoder = new TextDecoder();
     let seen = "";

@@ -72,10 +72,14 @@ export async function firecrackerUnusableReason(opts: VmmSelectionOptions = {}):
   } catch (e) {
     return `${kvm} cannot be opened read-write (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`;
   }
-  for (const bin of [fc.firecrackerBinary, fc.jailerBinary]) if (!isExecutableFile(bin)) return `${bin} is not an executable file`;
+  for (const bin of [fc.firecrackerBinary, fc.jailerBinary])
+    if (!isExecutableFile(bin)) return `${bin} is not an executable file`;
   if (!(await (opts.runsOk ?? spawnRunsOk)([fc.firecrackerBinary, "--version"], VERSION_PROBE_TIMEOUT_MS)))
     return `${fc.firecrackerBinary} --version did not exit 0 within ${VERSION_PROBE_TIMEOUT_MS} ms`;
-  if (opts.kvmProbeKernelPath && !(await probeKvm(opts.qemu?.qemuBinary ?? "qemu-system-x86_64", opts.kvmProbeKernelPath)))
+  if (
+    opts.kvmProbeKernelPath &&
+    !(await probeKvm(opts.qemu?.qemuBinary ?? "qemu-system-x86_64", opts.kvmProbeKernelPath))
+  )
     return `KVM did not boot ${opts.kvmProbeKernelPath} (device present but not working)`;
   return null;
 }
@@ -83,6 +87,10 @@ export async function firecrackerUnusableReason(opts: VmmSelectionOptions = {}):
 /** Firecracker when firecrackerUnusableReason finds nothing, else QemuMicrovmDriver; never throws. */
 export async function selectVmmDriver(opts: VmmSelectionOptions = {}): Promise<VmmSelection> {
   const why = await firecrackerUnusableReason(opts);
-  if (why === null) return { driver: new FirecrackerDriver(opts.firecracker), reason: "KVM and the pinned firecracker and jailer binaries are usable" };
+  if (why === null)
+    return {
+      driver: new FirecrackerDriver(opts.firecracker),
+      reason: "KVM and the pinned firecracker and jailer binaries are usable",
+    };
   return { driver: new QemuMicrovmDriver(opts.qemu), reason: `firecracker unusable: ${why}; using QEMU microvm` };
 }

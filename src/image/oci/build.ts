@@ -39,7 +39,14 @@ import { signManifest } from "../signing.ts";
 import { sha256File } from "../verify.ts";
 import { DEV_GUEST_BOOTSTRAP_VERSION } from "../devBuild.ts";
 import { SQUASHFS_ROOT_MODULES, ensureDevKernel } from "../devKernel.ts";
-import { type LayerInput, type OciImageConfig, type OciImageInput, fileIdentity, readDockerArchive, readOciLayout } from "./layout.ts";
+import {
+  type LayerInput,
+  type OciImageConfig,
+  type OciImageInput,
+  fileIdentity,
+  readDockerArchive,
+  readOciLayout,
+} from "./layout.ts";
 import { RootTree } from "./rootTree.ts";
 import { showName } from "./byteName.ts";
 import { squashfsCanStoreXattr } from "./squashfsXattrs.ts";
@@ -105,8 +112,15 @@ export interface OciBuildResult {
 export function workloadFromConfig(c: OciImageConfig): WorkloadConfig {
   const cfg = c.config ?? {};
   const env = [...(cfg.Env ?? [])];
-  if (!env.some((e) => e.startsWith("PATH="))) env.unshift("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
-  const w: WorkloadConfig = { entrypoint: [...(cfg.Entrypoint ?? [])], cmd: [...(cfg.Cmd ?? [])], env, workingDir: cfg.WorkingDir ?? "", user: cfg.User ?? "" };
+  if (!env.some((e) => e.startsWith("PATH=")))
+    env.unshift("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+  const w: WorkloadConfig = {
+    entrypoint: [...(cfg.Entrypoint ?? [])],
+    cmd: [...(cfg.Cmd ?? [])],
+    env,
+    workingDir: cfg.WorkingDir ?? "",
+    user: cfg.User ?? "",
+  };
   if (w.entrypoint.length + w.cmd.length === 0) w.cmd = ["/bin/sh"];
   return w;
 }
@@ -130,7 +144,11 @@ function decompressed(layer: LayerInput): AsyncIterable<Uint8Array> {
     } catch (e) {
       // zlib's own errors (Z_DATA_ERROR, ERR_…) mean bad compressed bytes; the blob stream's IMAGE_… codes pass as they are.
       const code = (e as { code?: string }).code;
-      if (code && !code.startsWith("IMAGE_")) throw imageError("IMAGE_LAYER_INVALID", `layer ${layer.digest} does not decompress (${layer.compression}): ${(e as Error).message}`);
+      if (code && !code.startsWith("IMAGE_"))
+        throw imageError(
+          "IMAGE_LAYER_INVALID",
+          `layer ${layer.digest} does not decompress (${layer.compression}): ${(e as Error).message}`,
+        );
       throw e;
     }
   })();
@@ -146,7 +164,12 @@ const LAYER_COPY_BATCH_BYTES = 1 << 20;
  * uncompressed blob) bodies are read from the blob, whose identity is
  * checked unchanged once they were read (layout.ts fileIdentity).
  */
-function hashingCopy(src: AsyncIterable<Uint8Array>, out: { hash: ReturnType<typeof createHash>; size: number }, copyPath: string | null, hash: boolean): AsyncIterable<Uint8Array> {
+function hashingCopy(
+  src: AsyncIterable<Uint8Array>,
+  out: { hash: ReturnType<typeof createHash>; size: number },
+  copyPath: string | null,
+  hash: boolean,
+): AsyncIterable<Uint8Array> {
   return (async function* () {
     const fh = copyPath === null ? null : await open(copyPath, "wx", 0o600);
     const parts: Uint8Array[] = [];
@@ -160,7 +183,8 @@ function hashingCopy(src: AsyncIterable<Uint8Array>, out: { hash: ReturnType<typ
     try {
       for await (const c of src) {
         out.size += c.length;
-        if (out.size > MAX_LAYER_BYTES) throw imageError("IMAGE_LAYER_INVALID", `a layer is larger than ${MAX_LAYER_BYTES} bytes uncompressed`);
+        if (out.size > MAX_LAYER_BYTES)
+          throw imageError("IMAGE_LAYER_INVALID", `a layer is larger than ${MAX_LAYER_BYTES} bytes uncompressed`);
         if (hash) out.hash.update(c);
         if (fh) {
           parts.push(c);
@@ -175,7 +199,6 @@ function hashingCopy(src: AsyncIterable<Uint8Array>, out: { hash: ReturnType<typ
     }
   })();
 }
-
 
 async function readInput(opts: OciBuildOptions, work: string): Promise<OciImageInput> {
   if (opts.input.kind === "oci-layout") return readOciLayout(resolve(opts.input.dir), opts.ref);
@@ -229,10 +252,18 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
     bootParts = (async () => {
       const kernel = await ensureDevKernel(opts.cacheDir, log);
       log("building the initramfs");
-      const initrd = await buildSquashfsInitrd({ busyboxPath: opts.busyboxPath ?? "/bin/busybox", modulesDir: kernel.modulesDir, modules: SQUASHFS_ROOT_MODULES, guestBinaryPath: guest });
+      const initrd = await buildSquashfsInitrd({
+        busyboxPath: opts.busyboxPath ?? "/bin/busybox",
+        modulesDir: kernel.modulesDir,
+        modules: SQUASHFS_ROOT_MODULES,
+        guestBinaryPath: guest,
+      });
       await Bun.write(join(work, OCI_IMAGE_FILES.kernel), Bun.file(kernel.vmlinuxPath));
       await writeFile(join(work, OCI_IMAGE_FILES.initrd), initrd, { mode: 0o644 });
-      return { kernel: await artifact(work, OCI_IMAGE_FILES.kernel), initrd: await artifact(work, OCI_IMAGE_FILES.initrd) };
+      return {
+        kernel: await artifact(work, OCI_IMAGE_FILES.kernel),
+        initrd: await artifact(work, OCI_IMAGE_FILES.initrd),
+      };
     })();
     bootParts.catch(() => {}); // awaited below (or settled in the catch); never an unhandled rejection meanwhile
     const tree = new RootTree();
@@ -243,11 +274,19 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
       // when it is not compressed, else in a private copy made while hashing.
       const direct = layer.compression === "none";
       const bodies = direct ? layer.path : join(work, "bodies", `layer-${i}.tar`);
-      const stage = async (_chunks: AsyncIterable<Uint8Array>, at: { offset: number; size: number }) => ({ path: bodies, offset: at.offset, size: at.size });
+      const stage = async (_chunks: AsyncIterable<Uint8Array>, at: { offset: number; size: number }) => ({
+        path: bodies,
+        offset: at.offset,
+        size: at.size,
+      });
       if (direct) {
         // An uncompressed blob is its own diff: its digest (checked by its stream while it is parsed here) must be
         // the diff ID. Its bytes are hashed while the file has `identity`, checked unchanged once the squashfs is written.
-        if (layer.digest !== layer.diffId) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer ${i} (${layer.digest}) is uncompressed, so its diff ID ${layer.diffId} must be its digest`);
+        if (layer.digest !== layer.diffId)
+          throw imageError(
+            "IMAGE_BLOB_DIGEST_MISMATCH",
+            `layer ${i} (${layer.digest}) is uncompressed, so its diff ID ${layer.diffId} must be its digest`,
+          );
         unchanged.push({ path: layer.path, id: layer.identity });
         if (layer.openSkipping && layer.verify) {
           // Hashed in a worker while only its headers are read here (bodies are jumped over); awaited before
@@ -256,42 +295,76 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
           check.catch(() => {});
           checks.push(check);
           seen.size = (await stat(layer.path)).size;
-          if (seen.size > MAX_LAYER_BYTES) throw imageError("IMAGE_LAYER_INVALID", `a layer is larger than ${MAX_LAYER_BYTES} bytes uncompressed`);
+          if (seen.size > MAX_LAYER_BYTES)
+            throw imageError("IMAGE_LAYER_INVALID", `a layer is larger than ${MAX_LAYER_BYTES} bytes uncompressed`);
           await tree.applyLayer(readTar(layer.openSkipping()), stage);
         } else {
-          await applyVerified(layer, () => tree.applyLayer(readTar(hashingCopy(layer.open(), seen, null, false)), stage));
+          await applyVerified(layer, () =>
+            tree.applyLayer(readTar(hashingCopy(layer.open(), seen, null, false)), stage),
+          );
         }
       } else {
-        await applyVerified(layer, () => tree.applyLayer(readTar(hashingCopy(decompressed(layer), seen, bodies, true)), stage));
+        await applyVerified(layer, () =>
+          tree.applyLayer(readTar(hashingCopy(decompressed(layer), seen, bodies, true)), stage),
+        );
         const diffId = `sha256:${seen.hash.digest("hex")}`;
-        if (diffId !== layer.diffId) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer ${i} (${layer.digest}) unpacks to ${diffId}, not its diff ID ${layer.diffId}`);
+        if (diffId !== layer.diffId)
+          throw imageError(
+            "IMAGE_BLOB_DIGEST_MISMATCH",
+            `layer ${i} (${layer.digest}) unpacks to ${diffId}, not its diff ID ${layer.diffId}`,
+          );
       }
       log(`layer ${i}: ${seen.size} bytes applied (${tree.size} entries)`);
     }
-    if (tree.has(GUEST_DIR_IN_IMAGE)) throw imageError("IMAGE_LAYER_UNSUPPORTED", `the image already has /${GUEST_DIR_IN_IMAGE}, which Beachball reserves for its guest`);
+    if (tree.has(GUEST_DIR_IN_IMAGE))
+      throw imageError(
+        "IMAGE_LAYER_UNSUPPORTED",
+        `the image already has /${GUEST_DIR_IN_IMAGE}, which Beachball reserves for its guest`,
+      );
     const createdAt = createdAtOf(input.config);
     const mtime = Math.floor(Date.parse(createdAt) / 1000);
     const workloadPath = join(work, "workload.json");
     await writeFile(workloadPath, JSON.stringify(workloadFromConfig(input.config), null, 2) + "\n", { mode: 0o644 });
-    tree.addFile(WORKLOAD_CONFIG_PATH.slice(1), { path: workloadPath, offset: 0, size: (await stat(workloadPath)).size }, { mode: 0o644, mtime });
-    tree.addFile(GUEST_BINARY_IN_IMAGE, { path: guest, offset: 0, size: (await stat(guest)).size }, { mode: 0o755, mtime });
+    tree.addFile(
+      WORKLOAD_CONFIG_PATH.slice(1),
+      { path: workloadPath, offset: 0, size: (await stat(workloadPath)).size },
+      { mode: 0o644, mtime },
+    );
+    tree.addFile(
+      GUEST_BINARY_IN_IMAGE,
+      { path: guest, offset: 0, size: (await stat(guest)).size },
+      { mode: 0o755, mtime },
+    );
 
     log("writing the merged root into mksquashfs");
     const dropped = { count: 0, items: [] as string[] };
-    await squashfsFromTar(join(work, OCI_IMAGE_FILES.rootfs), {
-      compressor: SQUASHFS_COMPRESSOR, level: opts.compressionLevel ?? DEFAULT_SQUASHFS_ZSTD_LEVEL, root: tree.rootMeta, sourceDateEpoch: mtime,
-    }, async (sink) => {
-      await tree.write((c) => sink.write(c), (b) => sink.copyBody(b), {
-        keep: squashfsCanStoreXattr,
-        dropped: (path, name) => {
-          if (++dropped.count <= MAX_DROPPED_LISTED) dropped.items.push(`${showName(`/${path}`)}: ${showName(name)}`);
-        },
-      });
-      await sink.write(TAR_END);
-    });
+    await squashfsFromTar(
+      join(work, OCI_IMAGE_FILES.rootfs),
+      {
+        compressor: SQUASHFS_COMPRESSOR,
+        level: opts.compressionLevel ?? DEFAULT_SQUASHFS_ZSTD_LEVEL,
+        root: tree.rootMeta,
+        sourceDateEpoch: mtime,
+      },
+      async (sink) => {
+        await tree.write(
+          (c) => sink.write(c),
+          (b) => sink.copyBody(b),
+          {
+            keep: squashfsCanStoreXattr,
+            dropped: (path, name) => {
+              if (++dropped.count <= MAX_DROPPED_LISTED)
+                dropped.items.push(`${showName(`/${path}`)}: ${showName(name)}`);
+            },
+          },
+        );
+        await sink.write(TAR_END);
+      },
+    );
     // The bytes read again for the squashfs must be the bytes hashed: an input blob that changed since is refused.
     for (const u of unchanged) {
-      if ((await fileIdentity(u.path)) !== u.id) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer blob ${u.path} changed during the build`);
+      if ((await fileIdentity(u.path)) !== u.id)
+        throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `layer blob ${u.path} changed during the build`);
     }
     await rm(join(work, "bodies"), { recursive: true, force: true });
     await rm(join(work, "archive"), { recursive: true, force: true });
@@ -310,7 +383,13 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
       kernelArgs: [],
       agentProtocolRange: "1",
       guestBootstrapVersion: DEV_GUEST_BOOTSTRAP_VERSION,
-      source: { kind: "oci", reference: input.reference, manifestDigest: input.manifestDigest, configDigest: input.configDigest, platform: input.platform },
+      source: {
+        kind: "oci",
+        reference: input.reference,
+        manifestDigest: input.manifestDigest,
+        configDigest: input.configDigest,
+        platform: input.platform,
+      },
       createdAt,
       signature: "",
     };
@@ -325,7 +404,11 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
     return { manifest, digest, dir: outDir, stats, dropped };
   } catch (e) {
     // Nothing of this build keeps running after it failed: let the kernel/initramfs work settle first.
-    if (bootParts) await bootParts.then(() => {}, () => {});
+    if (bootParts)
+      await bootParts.then(
+        () => {},
+        () => {},
+      );
     const mismatch = (await Promise.allSettled(checks)).find((r) => r.status === "rejected");
     await rm(work, { recursive: true, force: true });
     throw mismatch ? (mismatch as PromiseRejectedResult).reason : e;

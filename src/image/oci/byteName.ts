@@ -19,7 +19,8 @@ export function byteName(b: Uint8Array): string {
 
 /** The bytes of byte name `s`. Throws a plain Error when `s` holds a char above 0xFF (not a byte name: a caller bug). */
 export function nameBytes(s: string): Buffer {
-  for (let i = 0; i < s.length; i++) if (s.charCodeAt(i) > 0xff) throw new Error(`not a byte name: ${JSON.stringify(s.slice(0, 80))}`);
+  for (let i = 0; i < s.length; i++)
+    if (s.charCodeAt(i) > 0xff) throw new Error(`not a byte name: ${JSON.stringify(s.slice(0, 80))}`);
   return Buffer.from(s, "latin1");
 }
 
@@ -53,7 +54,12 @@ export function showName(s: string, max = 200): string {
   let out = "";
   for (let i = 0; i < cut.length; i++) {
     const c = cut.charCodeAt(i);
-    out += c > 0x7e || c < 0x20 ? `\\x${c.toString(16).padStart(2, "0")}` : cut[i] === '"' || cut[i] === "\\" ? `\\${cut[i]}` : cut[i];
+    out +=
+      c > 0x7e || c < 0x20
+        ? `\\x${c.toString(16).padStart(2, "0")}`
+        : cut[i] === '"' || cut[i] === "\\"
+          ? `\\${cut[i]}`
+          : cut[i];
   }
   return `"${out}${more}"`;
 }

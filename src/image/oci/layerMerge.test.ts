@@ -32,7 +32,10 @@ async function merged(layers: TestTarEntry[][]): Promise<string[]> {
   const t = new RootTree();
   for (const l of layers) await t.applyLayer(readTar(chunked(makeTar(l))), stage);
   const parts: Uint8Array[] = [];
-  await t.write((c) => void parts.push(c.slice()), (b) => void parts.push(bodies.get(b.path)!));
+  await t.write(
+    (c) => void parts.push(c.slice()),
+    (b) => void parts.push(bodies.get(b.path)!),
+  );
   const out: string[] = [];
   for await (const e of readTar(chunked(Buffer.concat(parts)))) {
     let body = "";
@@ -50,31 +53,42 @@ const paths = async (layers: TestTarEntry[][]) => (await merged(layers)).map((l)
 
 describe("whiteouts after their siblings in the same layer (OCI: a whiteout hides only lower layers)", () => {
   test("opaque marker after the layer's own subdirectory: the lower files in it stay hidden", async () => {
-    expect(await paths([
-      [{ path: "a/" }, { path: "a/sub/" }, { path: "a/sub/old", body: "o" }],
-      [{ path: "a/" }, { path: "a/sub/" }, { path: "a/sub/new", body: "n" }, { path: "a/.wh..wh..opq" }],
-    ])).toEqual(["/a", "/a/sub", "/a/sub/new"]);
+    expect(
+      await paths([
+        [{ path: "a/" }, { path: "a/sub/" }, { path: "a/sub/old", body: "o" }],
+        [{ path: "a/" }, { path: "a/sub/" }, { path: "a/sub/new", body: "n" }, { path: "a/.wh..wh..opq" }],
+      ]),
+    ).toEqual(["/a", "/a/sub", "/a/sub/new"]);
   });
   test("whiteout of a directory after the layer re-made it: only the layer's own files", async () => {
-    expect(await paths([
-      [{ path: "a/" }, { path: "a/old", body: "o" }],
-      [{ path: "a/" }, { path: "a/new", body: "n" }, { path: ".wh.a" }],
-    ])).toEqual(["/a", "/a/new"]);
+    expect(
+      await paths([
+        [{ path: "a/" }, { path: "a/old", body: "o" }],
+        [{ path: "a/" }, { path: "a/new", body: "n" }, { path: ".wh.a" }],
+      ]),
+    ).toEqual(["/a", "/a/new"]);
   });
   test("whiteout of a directory after a file the layer put in it (no directory entry): the file stays", async () => {
-    expect(await paths([
-      [{ path: "a/old", body: "o" }],
-      [{ path: "a/new", body: "n" }, { path: ".wh.a" }],
-    ])).toEqual(["/a", "/a/new"]);
+    expect(await paths([[{ path: "a/old", body: "o" }], [{ path: "a/new", body: "n" }, { path: ".wh.a" }]])).toEqual([
+      "/a",
+      "/a/new",
+    ]);
   });
   test("opaque marker after a deeper file of the layer: that file stays", async () => {
-    expect(await paths([
-      [{ path: "a/sub/old", body: "o" }],
-      [{ path: "a/sub/new2", body: "n" }, { path: "a/.wh..wh..opq" }],
-    ])).toEqual(["/a", "/a/sub", "/a/sub/new2"]);
+    expect(
+      await paths([
+        [{ path: "a/sub/old", body: "o" }],
+        [{ path: "a/sub/new2", body: "n" }, { path: "a/.wh..wh..opq" }],
+      ]),
+    ).toEqual(["/a", "/a/sub", "/a/sub/new2"]);
   });
   test("whiteouts resolve against the lower tree together: removing a symlink does not change what another whiteout hides through it", async () => {
-    const lower: TestTarEntry[] = [{ path: "usr/lib/" }, { path: "usr/lib/x", body: "x" }, { path: "usr/lib/y", body: "y" }, { path: "lib", kind: "symlink", linkname: "usr/lib" }];
+    const lower: TestTarEntry[] = [
+      { path: "usr/lib/" },
+      { path: "usr/lib/x", body: "x" },
+      { path: "usr/lib/y", body: "y" },
+      { path: "lib", kind: "symlink", linkname: "usr/lib" },
+    ];
     const one = await paths([lower, [{ path: ".wh.lib" }, { path: "lib/.wh.x" }]]);
     const other = await paths([lower, [{ path: "lib/.wh.x" }, { path: ".wh.lib" }]]);
     expect(one).toEqual(["/usr", "/usr/lib", "/usr/lib/y"]);
@@ -85,7 +99,11 @@ describe("whiteouts after their siblings in the same layer (OCI: a whiteout hide
 // ---------------------------------------------------------------------------
 // Reference model: a map from full path to what is there, no symlinks.
 
-interface ModelNode { kind: "dir" | "file"; uid: number; body: string }
+interface ModelNode {
+  kind: "dir" | "file";
+  uid: number;
+  body: string;
+}
 
 /** What the OCI changeset rules give for `layers` (dirs, files, whiteouts, opaque markers), or the error code. */
 function model(layers: TestTarEntry[][]): string[] | "IMAGE_LAYER_INVALID" {
@@ -132,7 +150,8 @@ function model(layers: TestTarEntry[][]): string[] | "IMAGE_LAYER_INVALID" {
       tree.set(p, { kind, uid: e.uid ?? 0, body: typeof e.body === "string" ? e.body : "" });
     }
   }
-  return [...tree].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+  return [...tree]
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
     .map(([p, n]) => `/${p} ${n.kind} uid=${n.uid}${n.kind === "file" ? ` ${n.body}` : ""}`);
 }
 
@@ -155,7 +174,8 @@ function randomLayers(seed: number): TestTarEntry[][] {
       const at = (name: string) => (d ? `${d}/${name}` : name);
       const x = r();
       if (x < 0.4) layer.push({ path: `${at(pick(["a", "b", "c"]))}/`, uid: 1 + Math.floor(r() * 9) });
-      else if (x < 0.7) layer.push({ path: at(pick(["a", "b", "c", "f"])), body: `L${l}.${i}`, uid: 1 + Math.floor(r() * 9) });
+      else if (x < 0.7)
+        layer.push({ path: at(pick(["a", "b", "c", "f"])), body: `L${l}.${i}`, uid: 1 + Math.floor(r() * 9) });
       else if (x < 0.87) layer.push({ path: at(`.wh.${pick(["a", "b", "c", "f"])}`) });
       else layer.push({ path: at(".wh..wh..opq") });
     }
@@ -176,7 +196,9 @@ describe("the merge matches the reference model over random layers", () => {
       const got = await merged(layers).catch((e: { code?: string }) => e.code ?? String(e));
       if (want === "IMAGE_LAYER_INVALID") errors++;
       if (JSON.stringify(got) !== JSON.stringify(want)) {
-        throw new Error(`seed ${seed}: layers ${JSON.stringify(layers)}\nwant ${JSON.stringify(want)}\ngot  ${JSON.stringify(got)}`);
+        throw new Error(
+          `seed ${seed}: layers ${JSON.stringify(layers)}\nwant ${JSON.stringify(want)}\ngot  ${JSON.stringify(got)}`,
+        );
       }
     }
     // The generator must mostly make valid images, or the comparison proves little.

@@ -43,7 +43,13 @@ export interface OciImageConfig {
   architecture?: string;
   os?: string;
   created?: string;
-  config?: { Entrypoint?: string[] | null; Cmd?: string[] | null; Env?: string[] | null; WorkingDir?: string; User?: string };
+  config?: {
+    Entrypoint?: string[] | null;
+    Cmd?: string[] | null;
+    Env?: string[] | null;
+    WorkingDir?: string;
+    User?: string;
+  };
   rootfs?: { type?: string; diff_ids?: string[] };
 }
 
@@ -154,7 +160,10 @@ export function layerCompression(mediaType: string | undefined): LayerCompressio
     case "application/vnd.oci.image.layer.v1.tar+zstd":
       return "zstd";
     default:
-      throw imageError("IMAGE_LAYER_UNSUPPORTED", `layer media type ${JSON.stringify(String(mediaType).slice(0, 100))} is not supported`);
+      throw imageError(
+        "IMAGE_LAYER_UNSUPPORTED",
+        `layer media type ${JSON.stringify(String(mediaType).slice(0, 100))} is not supported`,
+      );
   }
 }
 
@@ -196,10 +205,18 @@ class BlobStore {
     const p = this.path(hex);
     const s = await stat(p).catch(() => null);
     if (!s?.isFile()) throw bad(`${what} blob ${d.digest} is missing from the layout`);
-    if (s.size !== d.size) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `${what} blob ${d.digest}: size ${s.size} != descriptor size ${d.size}`);
+    if (s.size !== d.size)
+      throw imageError(
+        "IMAGE_BLOB_DIGEST_MISMATCH",
+        `${what} blob ${d.digest}: size ${s.size} != descriptor size ${d.size}`,
+      );
     const identity = await fileIdentity(p);
     const got = await hashFile(p, d.size);
-    if (got.size !== d.size || got.hex !== hex) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `${what} blob ${d.digest}: content hashes to sha256:${got.hex || "(over size)"}`);
+    if (got.size !== d.size || got.hex !== hex)
+      throw imageError(
+        "IMAGE_BLOB_DIGEST_MISMATCH",
+        `${what} blob ${d.digest}: content hashes to sha256:${got.hex || "(over size)"}`,
+      );
     return { path: p, identity };
   }
   /**
@@ -208,20 +225,32 @@ class BlobStore {
    * digest-checking stream and re-check of LayerInput. Throws
    * IMAGE_SOURCE_INVALID (missing) or IMAGE_BLOB_DIGEST_MISMATCH (size).
    */
-  async layer(d: Descriptor, what: string): Promise<Pick<LayerInput, "path" | "identity" | "open" | "verify" | "openSkipping">> {
+  async layer(
+    d: Descriptor,
+    what: string,
+  ): Promise<Pick<LayerInput, "path" | "identity" | "open" | "verify" | "openSkipping">> {
     const hex = hexOf(d.digest, what);
     const p = this.path(hex);
     const s = await stat(p).catch(() => null);
     if (!s?.isFile()) throw bad(`${what} blob ${d.digest} is missing from the layout`);
-    if (s.size !== d.size) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `${what} blob ${d.digest}: size ${s.size} != descriptor size ${d.size}`);
+    if (s.size !== d.size)
+      throw imageError(
+        "IMAGE_BLOB_DIGEST_MISMATCH",
+        `${what} blob ${d.digest}: size ${s.size} != descriptor size ${d.size}`,
+      );
     const identity = await fileIdentity(p);
     return {
-      path: p, identity,
+      path: p,
+      identity,
       open: () => verifyingChunks(p, hex, d.size, what),
       openSkipping: () => positionalChunks(p, d.size),
       verify: async () => {
         const got = await hashFileOffThread(p, d.size);
-        if (got.size !== d.size || got.hex !== hex) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `${what} blob ${d.digest}: content hashes to sha256:${got.hex || "(over size)"}`);
+        if (got.size !== d.size || got.hex !== hex)
+          throw imageError(
+            "IMAGE_BLOB_DIGEST_MISMATCH",
+            `${what} blob ${d.digest}: content hashes to sha256:${got.hex || "(over size)"}`,
+          );
       },
     };
   }
@@ -247,21 +276,30 @@ function pick(ds: Descriptor[], ref: string | undefined, what: string): Descript
   if (ds.length === 1) return ds[0]!;
   const plat = ds.filter(platformOk);
   if (plat.length === 1) return plat[0]!;
-  throw bad(`${what} has ${ds.length} manifests; name one with --ref (org.opencontainers.image.ref.name)${ref ? `; none is named ${JSON.stringify(ref)}` : ""}`);
+  throw bad(
+    `${what} has ${ds.length} manifests; name one with --ref (org.opencontainers.image.ref.name)${ref ? `; none is named ${JSON.stringify(ref)}` : ""}`,
+  );
 }
 
 function checkConfig(v: unknown, what: string): OciImageConfig {
   if (!v || typeof v !== "object") throw bad(`${what} is not an object`);
   const c = v as OciImageConfig;
   if (c.os !== undefined && c.os !== OCI_PLATFORM.os) throw bad(`${what}: os ${JSON.stringify(c.os)} is not linux`);
-  if (c.architecture !== undefined && c.architecture !== OCI_PLATFORM.architecture) throw bad(`${what}: architecture ${JSON.stringify(c.architecture)} is not amd64`);
+  if (c.architecture !== undefined && c.architecture !== OCI_PLATFORM.architecture)
+    throw bad(`${what}: architecture ${JSON.stringify(c.architecture)} is not amd64`);
   const ids = c.rootfs?.diff_ids;
-  if (!Array.isArray(ids) || ids.length > MAX_OCI_LAYERS) throw bad(`${what} has no rootfs.diff_ids (or more than ${MAX_OCI_LAYERS})`);
+  if (!Array.isArray(ids) || ids.length > MAX_OCI_LAYERS)
+    throw bad(`${what} has no rootfs.diff_ids (or more than ${MAX_OCI_LAYERS})`);
   ids.forEach((id, i) => hexOf(id, `${what} diff_ids[${i}]`));
   const cfg = c.config ?? {};
-  const strings = (x: unknown) => x === undefined || x === null || (Array.isArray(x) && x.every((s) => typeof s === "string"));
-  if (!strings(cfg.Entrypoint) || !strings(cfg.Cmd) || !strings(cfg.Env)) throw bad(`${what}: Entrypoint, Cmd and Env must be string arrays`);
-  if ((cfg.WorkingDir !== undefined && typeof cfg.WorkingDir !== "string") || (cfg.User !== undefined && typeof cfg.User !== "string")) {
+  const strings = (x: unknown) =>
+    x === undefined || x === null || (Array.isArray(x) && x.every((s) => typeof s === "string"));
+  if (!strings(cfg.Entrypoint) || !strings(cfg.Cmd) || !strings(cfg.Env))
+    throw bad(`${what}: Entrypoint, Cmd and Env must be string arrays`);
+  if (
+    (cfg.WorkingDir !== undefined && typeof cfg.WorkingDir !== "string") ||
+    (cfg.User !== undefined && typeof cfg.User !== "string")
+  ) {
     throw bad(`${what}: WorkingDir and User must be strings`);
   }
   return c;
@@ -310,12 +348,20 @@ async function* verifyingChunks(path: string, hex: string, size: number, what: s
   let seen = 0;
   for await (const c of fileChunks(path)) {
     seen += c.length;
-    if (seen > size) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `${what} blob sha256:${hex} grew past its descriptor size ${size} while it was read`);
+    if (seen > size)
+      throw imageError(
+        "IMAGE_BLOB_DIGEST_MISMATCH",
+        `${what} blob sha256:${hex} grew past its descriptor size ${size} while it was read`,
+      );
     h.update(c);
     yield c;
   }
   const got = h.digest("hex");
-  if (seen !== size || got !== hex) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `${what} blob sha256:${hex}: content (${seen} bytes) hashes to sha256:${got}`);
+  if (seen !== size || got !== hex)
+    throw imageError(
+      "IMAGE_BLOB_DIGEST_MISMATCH",
+      `${what} blob sha256:${hex}: content (${seen} bytes) hashes to sha256:${got}`,
+    );
 }
 
 /**
@@ -332,7 +378,8 @@ async function* verifyingChunks(path: string, hex: string, size: number, what: s
 export async function readOciLayout(dir: string, ref?: string): Promise<OciImageInput> {
   const layoutFile = await readFile(join(dir, "oci-layout")).catch(() => null);
   if (!layoutFile) throw bad(`${dir} is not an OCI image layout (no oci-layout file)`);
-  if ((parseJson(layoutFile, "oci-layout") as { imageLayoutVersion?: unknown }).imageLayoutVersion !== "1.0.0") throw bad("oci-layout: imageLayoutVersion is not 1.0.0");
+  if ((parseJson(layoutFile, "oci-layout") as { imageLayoutVersion?: unknown }).imageLayoutVersion !== "1.0.0")
+    throw bad("oci-layout: imageLayoutVersion is not 1.0.0");
   const indexBytes = await readFile(join(dir, "index.json")).catch(() => null);
   if (!indexBytes) throw bad(`${dir} has no index.json`);
   if (indexBytes.length > MAX_OCI_JSON_BYTES) throw bad(`index.json is over ${MAX_OCI_JSON_BYTES} bytes`);
@@ -343,7 +390,8 @@ export async function readOciLayout(dir: string, ref?: string): Promise<OciImage
     if (!Array.isArray(index.manifests)) throw bad("index has no manifests array");
     const ds = index.manifests.map((m, i) => descriptor(m, `index manifests[${i}]`));
     const d = pick(ds, depth === 0 ? ref : undefined, depth === 0 ? "index.json" : "nested index");
-    if (d.mediaType === MT.index || d.mediaType === MT.dockerList) index = (await blobs.json(d, "nested index")) as { manifests?: unknown };
+    if (d.mediaType === MT.index || d.mediaType === MT.dockerList)
+      index = (await blobs.json(d, "nested index")) as { manifests?: unknown };
     else chosen = d;
   }
   if (!chosen) throw bad(`image indexes nest deeper than ${MAX_INDEX_DEPTH}`);
@@ -352,18 +400,23 @@ export async function readOciLayout(dir: string, ref?: string): Promise<OciImage
   }
   const manifest = (await blobs.json(chosen, "image manifest")) as { config?: unknown; layers?: unknown };
   const configDesc = descriptor(manifest.config, "manifest config");
-  if (!Array.isArray(manifest.layers) || manifest.layers.length > MAX_OCI_LAYERS) throw bad(`manifest has no layers array (or more than ${MAX_OCI_LAYERS})`);
+  if (!Array.isArray(manifest.layers) || manifest.layers.length > MAX_OCI_LAYERS)
+    throw bad(`manifest has no layers array (or more than ${MAX_OCI_LAYERS})`);
   const layerDescs = manifest.layers.map((l, i) => descriptor(l, `layer ${i}`));
   const config = checkConfig(await blobs.json(configDesc, "image config"), "image config");
   const diffIds = config.rootfs!.diff_ids!;
-  if (diffIds.length !== layerDescs.length) throw bad(`config has ${diffIds.length} diff_ids for ${layerDescs.length} layers`);
+  if (diffIds.length !== layerDescs.length)
+    throw bad(`config has ${diffIds.length} diff_ids for ${layerDescs.length} layers`);
   const layers: LayerInput[] = [];
   for (const [i, d] of layerDescs.entries()) {
     const compression = layerCompression(d.mediaType);
     layers.push({ digest: d.digest, compression, diffId: diffIds[i]!, ...(await blobs.layer(d, `layer ${i}`)) });
   }
   return {
-    manifestDigest: chosen.digest, configDigest: configDesc.digest, config, layers,
+    manifestDigest: chosen.digest,
+    configDigest: configDesc.digest,
+    config,
+    layers,
     reference: ref ?? chosen.annotations?.["org.opencontainers.image.ref.name"] ?? "",
     platform: `${OCI_PLATFORM.os}/${OCI_PLATFORM.architecture}`,
   };
@@ -420,7 +473,8 @@ export async function readDockerArchive(archivePath: string, workDir: string, re
     }
   } catch (e) {
     const code = (e as { code?: string }).code;
-    if (code === "IMAGE_LAYER_INVALID" || code === "IMAGE_LAYER_UNSUPPORTED") throw bad(`not a readable docker-archive tarball: ${(e as Error).message}`);
+    if (code === "IMAGE_LAYER_INVALID" || code === "IMAGE_LAYER_UNSUPPORTED")
+      throw bad(`not a readable docker-archive tarball: ${(e as Error).message}`);
     throw e;
   }
   const member = (name: string): string => {
@@ -435,11 +489,29 @@ export async function readDockerArchive(archivePath: string, workDir: string, re
   const manifestPath = member("manifest.json");
   const manifestBytes = await readFile(manifestPath);
   if (manifestBytes.length > MAX_OCI_JSON_BYTES) throw bad("manifest.json is too large");
-  const entries = parseJson(manifestBytes, "manifest.json") as { Config?: unknown; RepoTags?: unknown; Layers?: unknown }[];
+  const entries = parseJson(manifestBytes, "manifest.json") as {
+    Config?: unknown;
+    RepoTags?: unknown;
+    Layers?: unknown;
+  }[];
   if (!Array.isArray(entries) || entries.length === 0) throw bad("manifest.json lists no image");
-  const entry = ref ? entries.find((x) => Array.isArray(x.RepoTags) && x.RepoTags.includes(ref)) : entries.length === 1 ? entries[0] : undefined;
-  if (!entry) throw bad(ref ? `no image tagged ${JSON.stringify(ref)} in the archive` : `the archive holds ${entries.length} images; name one with --ref`);
-  if (typeof entry.Config !== "string" || !Array.isArray(entry.Layers) || entry.Layers.length > MAX_OCI_LAYERS || !entry.Layers.every((l) => typeof l === "string")) {
+  const entry = ref
+    ? entries.find((x) => Array.isArray(x.RepoTags) && x.RepoTags.includes(ref))
+    : entries.length === 1
+      ? entries[0]
+      : undefined;
+  if (!entry)
+    throw bad(
+      ref
+        ? `no image tagged ${JSON.stringify(ref)} in the archive`
+        : `the archive holds ${entries.length} images; name one with --ref`,
+    );
+  if (
+    typeof entry.Config !== "string" ||
+    !Array.isArray(entry.Layers) ||
+    entry.Layers.length > MAX_OCI_LAYERS ||
+    !entry.Layers.every((l) => typeof l === "string")
+  ) {
     throw bad("manifest.json entry lacks Config or Layers");
   }
   const configHex = /([0-9a-f]{64})(\.json)?$/.exec(entry.Config)?.[1];
@@ -447,26 +519,37 @@ export async function readDockerArchive(archivePath: string, workDir: string, re
   const configPath = member(entry.Config);
   const got = await hashFile(configPath, MAX_OCI_JSON_BYTES);
   if (got.size > MAX_OCI_JSON_BYTES) throw bad("image config is too large");
-  if (got.hex !== configHex) throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `image config hashes to sha256:${got.hex}, not sha256:${configHex}`);
+  if (got.hex !== configHex)
+    throw imageError("IMAGE_BLOB_DIGEST_MISMATCH", `image config hashes to sha256:${got.hex}, not sha256:${configHex}`);
   const config = checkConfig(parseJson(await readFile(configPath), "image config"), "image config");
   const diffIds = config.rootfs!.diff_ids!;
   const layerNames = entry.Layers as string[];
-  if (diffIds.length !== layerNames.length) throw bad(`config has ${diffIds.length} diff_ids for ${layerNames.length} layers`);
+  if (diffIds.length !== layerNames.length)
+    throw bad(`config has ${diffIds.length} diff_ids for ${layerNames.length} layers`);
   const layers: LayerInput[] = [];
   for (const [i, name] of layerNames.entries()) {
     const path = member(name);
     const head = new Uint8Array(4);
     const fh = await open(path, "r");
     await fh.read(head, 0, 4, 0).finally(() => fh.close());
-    const compression: LayerCompression = head[0] === 0x1f && head[1] === 0x8b ? "gzip" : head[0] === 0x28 && head[1] === 0xb5 && head[2] === 0x2f && head[3] === 0xfd ? "zstd" : "none";
+    const compression: LayerCompression =
+      head[0] === 0x1f && head[1] === 0x8b
+        ? "gzip"
+        : head[0] === 0x28 && head[1] === 0xb5 && head[2] === 0x2f && head[3] === 0xfd
+          ? "zstd"
+          : "none";
     const identity = await fileIdentity(path);
     const digest = `sha256:${(await hashFile(path, Number.MAX_SAFE_INTEGER)).hex}`;
     layers.push({ digest, compression, diffId: diffIds[i]!, open: () => fileChunks(path), path, identity });
   }
-  const tags = Array.isArray(entry.RepoTags) ? (entry.RepoTags as unknown[]).filter((t): t is string => typeof t === "string") : [];
+  const tags = Array.isArray(entry.RepoTags)
+    ? (entry.RepoTags as unknown[]).filter((t): t is string => typeof t === "string")
+    : [];
   return {
     manifestDigest: `sha256:${createHash("sha256").update(manifestBytes).digest("hex")}`,
-    configDigest: `sha256:${configHex}`, config, layers,
+    configDigest: `sha256:${configHex}`,
+    config,
+    layers,
     reference: ref ?? tags[0] ?? "",
     platform: `${OCI_PLATFORM.os}/${OCI_PLATFORM.architecture}`,
   };

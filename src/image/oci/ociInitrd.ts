@@ -98,7 +98,9 @@ exec /lower/${GUEST_BINARY_IN_IMAGE} guest --workload-root ${WORKLOAD_ROOT}
 
 /** Shared libraries (and the ELF interpreter) `bin` needs, as absolute host paths (empty for a static binary). */
 export async function sharedLibraries(bin: string): Promise<string[]> {
-  const out = await runChecked(["ldd", bin]).catch((e: Error) => (/not a dynamic/.test(e.message) ? "" : Promise.reject(e)));
+  const out = await runChecked(["ldd", bin]).catch((e: Error) =>
+    /not a dynamic/.test(e.message) ? "" : Promise.reject(e),
+  );
   const libs = new Set<string>();
   for (const line of out.split("\n")) {
     const m = /=>\s*(\/\S+)/.exec(line) ?? /^\s*(\/\S+)\s+\(/.exec(line);
@@ -115,7 +117,12 @@ export async function sharedLibraries(bin: string): Promise<string[]> {
  * interpreter in the initramfs). Deterministic for the same inputs.
  * Throws when a file is missing or `ldd` fails.
  */
-export async function buildSquashfsInitrd(opts: { busyboxPath: string; modulesDir: string; modules: readonly string[]; guestBinaryPath: string }): Promise<Uint8Array> {
+export async function buildSquashfsInitrd(opts: {
+  busyboxPath: string;
+  modulesDir: string;
+  modules: readonly string[];
+  guestBinaryPath: string;
+}): Promise<Uint8Array> {
   const entries: CpioEntry[] = [];
   const dirs = new Set<string>();
   const dir = (p: string) => {
@@ -132,7 +139,13 @@ export async function buildSquashfsInitrd(opts: { busyboxPath: string; modulesDi
   entries.push({ path: "dev/console", kind: "char", mode: 0o600, major: 5, minor: 1 });
   entries.push({ path: "init", kind: "file", mode: 0o755, data: new TextEncoder().encode(squashfsInit(opts.modules)) });
   entries.push({ path: "bin/busybox", kind: "file", mode: 0o755, data: await readFile(opts.busyboxPath) });
-  for (const m of opts.modules) entries.push({ path: `lib/modules/${m}.ko`, kind: "file", mode: 0o644, data: await readFile(join(opts.modulesDir, `${m}.ko`)) });
+  for (const m of opts.modules)
+    entries.push({
+      path: `lib/modules/${m}.ko`,
+      kind: "file",
+      mode: 0o644,
+      data: await readFile(join(opts.modulesDir, `${m}.ko`)),
+    });
   for (const lib of await sharedLibraries(opts.guestBinaryPath)) {
     const rel = lib.replace(/^\/+/, "");
     dir(rel.split("/").slice(0, -1).join("/"));

@@ -86,7 +86,10 @@ export interface StagedBody {
  * and says where it is. A stager that does not consume `chunks` leaves
  * them to be skipped.
  */
-export type BodyStager = (chunks: AsyncIterable<Uint8Array>, at: { offset: number; size: number }) => Promise<StagedBody>;
+export type BodyStager = (
+  chunks: AsyncIterable<Uint8Array>,
+  at: { offset: number; size: number },
+) => Promise<StagedBody>;
 
 const escape = (msg: string) => imageError("IMAGE_LAYER_PATH_ESCAPE", msg);
 const invalid = (msg: string) => imageError("IMAGE_LAYER_INVALID", msg);
@@ -156,7 +159,8 @@ export class RootTree {
         queue.unshift(...t.split("/"));
         continue;
       }
-      if (child.inode.kind !== "dir") throw invalid(`${what}: a path component is a ${child.inode.kind}, not a directory`);
+      if (child.inode.kind !== "dir")
+        throw invalid(`${what}: a path component is a ${child.inode.kind}, not a directory`);
       stack.push(child);
     }
     return stack[stack.length - 1]!;
@@ -175,7 +179,10 @@ export class RootTree {
    * IMAGE_LAYER_INVALID past MAX_LAYER_ENTRIES entries; the tree is then
    * unusable and the build must stop.
    */
-  async applyLayer(entries: AsyncIterable<{ header: TarHeader; body: AsyncIterable<Uint8Array>; offset: number }>, stage: BodyStager): Promise<void> {
+  async applyLayer(
+    entries: AsyncIterable<{ header: TarHeader; body: AsyncIterable<Uint8Array>; offset: number }>,
+    stage: BodyStager,
+  ): Promise<void> {
     const whiteouts: { parts: string[]; path: string }[] = [];
     const changes: Change[] = [];
     let n = 0;
@@ -185,7 +192,8 @@ export class RootTree {
       const name = parts[parts.length - 1];
       if (name?.startsWith(WHITEOUT_PREFIX)) {
         const hidden = name.slice(WHITEOUT_PREFIX.length);
-        if (name !== OPAQUE_MARKER && (hidden === "" || hidden === "." || hidden === "..")) throw invalid(`whiteout ${show(h.path)} names no file`);
+        if (name !== OPAQUE_MARKER && (hidden === "" || hidden === "." || hidden === ".."))
+          throw invalid(`whiteout ${show(h.path)} names no file`);
         whiteouts.push({ parts, path: h.path });
         continue;
       }
@@ -243,7 +251,8 @@ export class RootTree {
     const name = parts[parts.length - 1];
     if (name === undefined) {
       // The root itself: keep its metadata when given as a directory.
-      if (h.kind === "dir") Object.assign(this.root.inode, { mode: h.mode, uid: h.uid, gid: h.gid, mtime: h.mtime, xattrs: h.xattrs });
+      if (h.kind === "dir")
+        Object.assign(this.root.inode, { mode: h.mode, uid: h.uid, gid: h.gid, mtime: h.mtime, xattrs: h.xattrs });
       return;
     }
     const dir = this.resolveDir(parts.slice(0, -1), true, `member ${show(h.path)}`)!;
@@ -265,7 +274,15 @@ export class RootTree {
     if ((h.kind === "char" || h.kind === "block") && parts[0] !== "dev") {
       throw imageError("IMAGE_LAYER_UNSUPPORTED", `device node ${show(h.path)} outside /dev`);
     }
-    const inode: Inode = { kind: h.kind, mode: h.mode, uid: h.uid, gid: h.gid, mtime: h.mtime, xattrs: h.xattrs, ...(h.unkept ? { unkept: h.unkept } : {}) };
+    const inode: Inode = {
+      kind: h.kind,
+      mode: h.mode,
+      uid: h.uid,
+      gid: h.gid,
+      mtime: h.mtime,
+      xattrs: h.xattrs,
+      ...(h.unkept ? { unkept: h.unkept } : {}),
+    };
     if (h.kind === "dir" && existing?.inode.kind === "dir") {
       // A directory entry over a directory changes its metadata and keeps its contents.
       existing.inode = { ...inode, kind: "dir" };
@@ -309,7 +326,18 @@ export class RootTree {
     const emit = async (path: string, n: Node): Promise<void> => {
       const i = n.inode;
       const seen = i.kind !== "dir" ? firstName.get(i) : undefined;
-      const base = { path, mode: i.mode, uid: i.uid, gid: i.gid, mtime: i.mtime, size: 0, linkname: "", devmajor: 0, devminor: 0, xattrs: seen === undefined ? xattrsOf(path, i) : new Map() };
+      const base = {
+        path,
+        mode: i.mode,
+        uid: i.uid,
+        gid: i.gid,
+        mtime: i.mtime,
+        size: 0,
+        linkname: "",
+        devmajor: 0,
+        devminor: 0,
+        xattrs: seen === undefined ? xattrsOf(path, i) : new Map(),
+      };
       if (seen !== undefined) {
         await sink(encodeTarHeader({ ...base, kind: "hardlink", linkname: seen, xattrs: new Map() }));
         return;
@@ -321,10 +349,15 @@ export class RootTree {
         await sink(tarPadding(i.body!.size));
         return;
       }
-      await sink(encodeTarHeader({
-        ...base, kind: i.kind, linkname: i.target ?? "",
-        devmajor: i.devmajor ?? 0, devminor: i.devminor ?? 0,
-      }));
+      await sink(
+        encodeTarHeader({
+          ...base,
+          kind: i.kind,
+          linkname: i.target ?? "",
+          devmajor: i.devmajor ?? 0,
+          devminor: i.devminor ?? 0,
+        }),
+      );
       if (n.children) {
         // Byte names: string order is byte order.
         const names = [...n.children.keys()].sort();
@@ -346,7 +379,9 @@ export class RootTree {
     const dir = this.resolveDir(parts.slice(0, -1), true, `file ${show(path)}`)!;
     const name = parts[parts.length - 1]!;
     if (dir.children!.has(name)) this.remove(dir, name);
-    dir.children!.set(name, { inode: { kind: "file", mode: meta.mode, uid: 0, gid: 0, mtime: meta.mtime, xattrs: new Map(), body } });
+    dir.children!.set(name, {
+      inode: { kind: "file", mode: meta.mode, uid: 0, gid: 0, mtime: meta.mtime, xattrs: new Map(), body },
+    });
     this.count(1);
   }
 
@@ -380,7 +415,9 @@ export class RootTree {
       if (n.inode.kind !== "symlink") return null;
       const t = n.inode.target!;
       try {
-        parts = t.startsWith("/") ? memberComponents(t.slice(1)) : memberComponents([...parts.slice(0, -1), t].join("/"));
+        parts = t.startsWith("/")
+          ? memberComponents(t.slice(1))
+          : memberComponents([...parts.slice(0, -1), t].join("/"));
       } catch {
         return null;
       }

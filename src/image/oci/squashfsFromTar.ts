@@ -44,10 +44,33 @@ export interface TarSink {
  * 0. Throws what `produce` throws (mksquashfs is killed), or a plain Error
  * with mksquashfs's output when it fails or exits early.
  */
-export async function squashfsFromTar(outPath: string, o: SquashfsOptions, produce: (sink: TarSink) => Promise<void>): Promise<void> {
-  const child = spawn("mksquashfs", ["-", outPath, "-tar", "-noappend", "-no-progress", "-quiet",
-    "-comp", o.compressor, "-Xcompression-level", String(o.level), "-root-mode", o.root.mode.toString(8), "-root-uid", String(o.root.uid), "-root-gid", String(o.root.gid)],
-  { stdio: ["pipe", "pipe", "pipe"], env: { ...process.env, SOURCE_DATE_EPOCH: String(o.sourceDateEpoch) } });
+export async function squashfsFromTar(
+  outPath: string,
+  o: SquashfsOptions,
+  produce: (sink: TarSink) => Promise<void>,
+): Promise<void> {
+  const child = spawn(
+    "mksquashfs",
+    [
+      "-",
+      outPath,
+      "-tar",
+      "-noappend",
+      "-no-progress",
+      "-quiet",
+      "-comp",
+      o.compressor,
+      "-Xcompression-level",
+      String(o.level),
+      "-root-mode",
+      o.root.mode.toString(8),
+      "-root-uid",
+      String(o.root.uid),
+      "-root-gid",
+      String(o.root.gid),
+    ],
+    { stdio: ["pipe", "pipe", "pipe"], env: { ...process.env, SOURCE_DATE_EPOCH: String(o.sourceDateEpoch) } },
+  );
   let output = "";
   const keep = (d: Buffer) => void (output = (output + d.toString()).slice(-MAX_TOOL_OUTPUT_CHARS));
   child.stdout.on("data", keep);

@@ -58,11 +58,18 @@ export interface TarHeader {
 export type TarHeaderFormat = "posix" | "star" | "gnu" | "v7";
 
 const KIND_BY_TYPEFLAG: Record<string, TarEntryKind> = {
-  "0": "file", "\0": "file", "7": "file", "1": "hardlink", "2": "symlink", "3": "char", "4": "block", "5": "dir", "6": "fifo",
+  "0": "file",
+  "\0": "file",
+  "7": "file",
+  "1": "hardlink",
+  "2": "symlink",
+  "3": "char",
+  "4": "block",
+  "5": "dir",
+  "6": "fifo",
   // GNU incremental "dumpdir": a directory whose body lists its names for `tar -G`; extracted as a plain directory.
   D: "dir",
 };
-
 
 /**
  * A chunk stream that can also jump: `skip(n)` makes the next chunk start
@@ -95,11 +102,14 @@ class ByteReader {
     const left = n - held;
     if (left === 0) return;
     if (this.jump) {
-      if (this.done || !this.jump(left)) throw imageError("IMAGE_LAYER_INVALID", `tar stream truncated inside an entry at byte ${this.position}`);
+      if (this.done || !this.jump(left))
+        throw imageError("IMAGE_LAYER_INVALID", `tar stream truncated inside an entry at byte ${this.position}`);
       this.position += left;
       return;
     }
-    for await (const _ of this.chunks(left)) { /* skip */ }
+    for await (const _ of this.chunks(left)) {
+      /* skip */
+    }
   }
   private async fill(): Promise<boolean> {
     if (this.done) return false;
@@ -126,7 +136,10 @@ class ByteReader {
     while (this.buf.length - this.off < n) {
       if (!(await this.fill())) {
         if (this.buf.length - this.off === 0) return null;
-        throw imageError("IMAGE_LAYER_INVALID", `tar stream truncated at byte ${this.position + this.buf.length - this.off}`);
+        throw imageError(
+          "IMAGE_LAYER_INVALID",
+          `tar stream truncated at byte ${this.position + this.buf.length - this.off}`,
+        );
       }
     }
     const out = this.buf.subarray(this.off, this.off + n);
@@ -168,7 +181,8 @@ export function parseTarNumber(field: Uint8Array, what: string): number {
   }
   const text = byteName(field).replace(/\0.*$/s, "").trim();
   if (text === "") return 0;
-  if (!/^[0-7]+$/.test(text)) throw imageError("IMAGE_LAYER_INVALID", `bad octal ${what} ${JSON.stringify(text.slice(0, 20))}`);
+  if (!/^[0-7]+$/.test(text))
+    throw imageError("IMAGE_LAYER_INVALID", `bad octal ${what} ${JSON.stringify(text.slice(0, 20))}`);
   const v = parseInt(text, 8);
   if (!Number.isSafeInteger(v)) throw imageError("IMAGE_LAYER_INVALID", `${what} too large`);
   return v;
@@ -207,16 +221,28 @@ const same = (h: Uint8Array, off: number, s: string) => s.split("").every((c, i)
  */
 export function tarHeaderFormat(h: Uint8Array): TarHeaderFormat {
   if (same(h, 257, "ustar\0")) {
-    if (!same(h, 263, "00")) throw imageError("IMAGE_LAYER_UNSUPPORTED", `tar header with magic "ustar\\0" and unknown version ${showName(byteName(h.subarray(263, 265)))}`);
+    if (!same(h, 263, "00"))
+      throw imageError(
+        "IMAGE_LAYER_UNSUPPORTED",
+        `tar header with magic "ustar\\0" and unknown version ${showName(byteName(h.subarray(263, 265)))}`,
+      );
     return same(h, 508, "tar\0") ? "star" : "posix";
   }
   if (same(h, 257, "ustar  \0")) return "gnu";
   if (h.subarray(257, 265).every((b) => b === 0)) return "v7";
-  throw imageError("IMAGE_LAYER_UNSUPPORTED", `tar header with unknown magic ${showName(byteName(h.subarray(257, 265)))}`);
+  throw imageError(
+    "IMAGE_LAYER_UNSUPPORTED",
+    `tar header with unknown magic ${showName(byteName(h.subarray(257, 265)))}`,
+  );
 }
 
 /** The name prefix field of each layout, [offset, length]; none for GNU and v7. */
-const PREFIX_FIELD: Record<TarHeaderFormat, [number, number] | null> = { posix: [345, 155], star: [345, 131], gnu: null, v7: null };
+const PREFIX_FIELD: Record<TarHeaderFormat, [number, number] | null> = {
+  posix: [345, 155],
+  star: [345, 131],
+  gnu: null,
+  v7: null,
+};
 
 /** One entry: its header and, for files, its body as chunks (consume it or it is skipped). */
 export interface TarEntry {
@@ -227,7 +253,8 @@ export interface TarEntry {
 }
 
 async function readMeta(r: ByteReader, size: number, what: string): Promise<Uint8Array> {
-  if (size > MAX_TAR_META_BYTES) throw imageError("IMAGE_LAYER_INVALID", `${what} record of ${size} bytes exceeds ${MAX_TAR_META_BYTES}`);
+  if (size > MAX_TAR_META_BYTES)
+    throw imageError("IMAGE_LAYER_INVALID", `${what} record of ${size} bytes exceeds ${MAX_TAR_META_BYTES}`);
   const padded = Math.ceil(size / TAR_BLOCK_BYTES) * TAR_BLOCK_BYTES;
   const b = await r.read(padded);
   if (!b) throw imageError("IMAGE_LAYER_INVALID", `tar stream ends inside a ${what} record`);
@@ -252,7 +279,8 @@ export async function* readTar(source: AsyncIterable<Uint8Array> | SkippableChun
   for (;;) {
     const h = await r.read(TAR_BLOCK_BYTES);
     if (!h || allZero(h)) break;
-    if (!checksumOk(h)) throw imageError("IMAGE_LAYER_INVALID", `tar header checksum mismatch at byte ${r.position - TAR_BLOCK_BYTES}`);
+    if (!checksumOk(h))
+      throw imageError("IMAGE_LAYER_INVALID", `tar header checksum mismatch at byte ${r.position - TAR_BLOCK_BYTES}`);
     const typeflag = String.fromCharCode(h[156]!);
     let size = parseTarNumber(h.subarray(124, 136), "size");
     const format = tarHeaderFormat(h);
@@ -266,7 +294,8 @@ export async function* readTar(source: AsyncIterable<Uint8Array> | SkippableChun
       continue;
     }
     let kind = KIND_BY_TYPEFLAG[typeflag];
-    if (!kind) throw imageError("IMAGE_LAYER_UNSUPPORTED", `tar entry type ${JSON.stringify(typeflag)} is not supported`);
+    if (!kind)
+      throw imageError("IMAGE_LAYER_UNSUPPORTED", `tar entry type ${JSON.stringify(typeflag)} is not supported`);
     const prefixField = PREFIX_FIELD[format];
     const prefix = prefixField ? cString(h.subarray(prefixField[0], prefixField[0] + prefixField[1])) : "";
     let path = longName ?? (prefix ? `${prefix}/${cString(h.subarray(0, 100))}` : cString(h.subarray(0, 100)));
@@ -282,7 +311,8 @@ export async function* readTar(source: AsyncIterable<Uint8Array> | SkippableChun
       try {
         o = paxOverrides(records);
       } catch (e) {
-        if (e instanceof Error) e.message += ` (member ${showName(records.has("path") ? byteName(records.get("path")!) : path)})`;
+        if (e instanceof Error)
+          e.message += ` (member ${showName(records.has("path") ? byteName(records.get("path")!) : path)})`;
         throw e;
       }
       path = o.path ?? path;
@@ -300,10 +330,12 @@ export async function* readTar(source: AsyncIterable<Uint8Array> | SkippableChun
     if (path.length > MAX_TAR_PATH_BYTES || linkname.length > MAX_TAR_PATH_BYTES) {
       throw imageError("IMAGE_LAYER_INVALID", `tar member name longer than ${MAX_TAR_PATH_BYTES} bytes`);
     }
-    if (path.includes("\0") || linkname.includes("\0")) throw imageError("IMAGE_LAYER_INVALID", `tar member name ${showName(path)} holds a NUL byte`);
+    if (path.includes("\0") || linkname.includes("\0"))
+      throw imageError("IMAGE_LAYER_INVALID", `tar member name ${showName(path)} holds a NUL byte`);
     if (kind === "file" && path.endsWith("/")) {
       // v7 writers mark a directory only by the slash; a "0"/"7" member with one names no file.
-      if (typeflag !== "\0") throw imageError("IMAGE_LAYER_INVALID", `regular file member ${showName(path)} ends in "/"`);
+      if (typeflag !== "\0")
+        throw imageError("IMAGE_LAYER_INVALID", `regular file member ${showName(path)} ends in "/"`);
       kind = "dir";
     }
     // Only regular files carry a body; like Go's archive/tar, the size of header-only types is ignored,
@@ -311,10 +343,18 @@ export async function* readTar(source: AsyncIterable<Uint8Array> | SkippableChun
     const bodySize = kind === "file" ? size : 0;
     const skipSize = typeflag === "D" ? size : bodySize;
     const header: TarHeader = {
-      path, kind, mode: parseTarNumber(h.subarray(100, 108), "mode") & 0o7777, uid, gid, mtime, size: bodySize, linkname,
+      path,
+      kind,
+      mode: parseTarNumber(h.subarray(100, 108), "mode") & 0o7777,
+      uid,
+      gid,
+      mtime,
+      size: bodySize,
+      linkname,
       devmajor: kind === "char" || kind === "block" ? parseTarNumber(h.subarray(329, 337), "devmajor") : 0,
       devminor: kind === "char" || kind === "block" ? parseTarNumber(h.subarray(337, 345), "devminor") : 0,
-      xattrs, ...(unkept.length ? { unkept } : {}),
+      xattrs,
+      ...(unkept.length ? { unkept } : {}),
     };
     const state = { left: bodySize };
     const afterBody = skipSize - bodySize;
@@ -358,11 +398,33 @@ function paxRecord(key: string, value: Uint8Array): Uint8Array {
   return Buffer.concat([enc.encode(String(len)), k, value, enc.encode("\n")]);
 }
 
-const TYPEFLAG_BY_KIND: Record<TarEntryKind, string> = { file: "0", hardlink: "1", symlink: "2", char: "3", block: "4", dir: "5", fifo: "6" };
+const TYPEFLAG_BY_KIND: Record<TarEntryKind, string> = {
+  file: "0",
+  hardlink: "1",
+  symlink: "2",
+  char: "3",
+  block: "4",
+  dir: "5",
+  fifo: "6",
+};
 
-function headerBlock(name: Uint8Array, typeflag: string, h: { mode: number; uid: number; gid: number; mtime: number; size: number; linkname: Uint8Array; devmajor: number; devminor: number }): Uint8Array {
+function headerBlock(
+  name: Uint8Array,
+  typeflag: string,
+  h: {
+    mode: number;
+    uid: number;
+    gid: number;
+    mtime: number;
+    size: number;
+    linkname: Uint8Array;
+    devmajor: number;
+    devminor: number;
+  },
+): Uint8Array {
   const b = new Uint8Array(TAR_BLOCK_BYTES);
-  const put = (off: number, s: string | Uint8Array, width: number) => b.set((typeof s === "string" ? enc.encode(s) : s).subarray(0, width), off);
+  const put = (off: number, s: string | Uint8Array, width: number) =>
+    b.set((typeof s === "string" ? enc.encode(s) : s).subarray(0, width), off);
   put(0, name, 100);
   put(100, octal(h.mode, 8), 8);
   put(108, octal(h.uid, 8), 8);
@@ -401,7 +463,8 @@ export function encodeTarHeader(h: TarHeader): Uint8Array {
   const xattrNames = [...h.xattrs.keys()].sort();
   // Names that are not UTF-8 go out byte-exact, marked as such (as GNU tar does).
   const binary = [h.path, h.linkname, ...xattrNames].some((n) => utf8Text(n) === null);
-  if (binary && (name.length > 99 || link.length > 99 || xattrNames.length)) records.push(paxRecord("hdrcharset", enc.encode("BINARY")));
+  if (binary && (name.length > 99 || link.length > 99 || xattrNames.length))
+    records.push(paxRecord("hdrcharset", enc.encode("BINARY")));
   if (name.length > 99) records.push(paxRecord("path", name));
   if (link.length > 99) records.push(paxRecord("linkpath", link));
   if (h.uid > MAX_OCTAL_8) records.push(paxRecord("uid", enc.encode(String(h.uid))));
@@ -409,13 +472,28 @@ export function encodeTarHeader(h: TarHeader): Uint8Array {
   if (h.size > MAX_OCTAL_12) records.push(paxRecord("size", enc.encode(String(h.size))));
   for (const x of xattrNames) records.push(paxRecord(`SCHILY.xattr.${x}`, h.xattrs.get(x)!));
   const fields = {
-    mode: h.mode, uid: Math.min(h.uid, MAX_OCTAL_8), gid: Math.min(h.gid, MAX_OCTAL_8), mtime: Math.min(h.mtime, MAX_OCTAL_12),
-    size: Math.min(h.size, MAX_OCTAL_12), linkname: link.length > 99 ? new Uint8Array(0) : link, devmajor: h.devmajor, devminor: h.devminor,
+    mode: h.mode,
+    uid: Math.min(h.uid, MAX_OCTAL_8),
+    gid: Math.min(h.gid, MAX_OCTAL_8),
+    mtime: Math.min(h.mtime, MAX_OCTAL_12),
+    size: Math.min(h.size, MAX_OCTAL_12),
+    linkname: link.length > 99 ? new Uint8Array(0) : link,
+    devmajor: h.devmajor,
+    devminor: h.devminor,
   };
   const main = headerBlock(name.length > 99 ? name.subarray(0, 99) : name, TYPEFLAG_BY_KIND[h.kind], fields);
   if (records.length === 0) return main;
   const paxBody = Buffer.concat(records);
-  const paxHeader = headerBlock(enc.encode("././@PaxHeader"), "x", { mode: 0o644, uid: 0, gid: 0, mtime: 0, size: paxBody.length, linkname: new Uint8Array(0), devmajor: 0, devminor: 0 });
+  const paxHeader = headerBlock(enc.encode("././@PaxHeader"), "x", {
+    mode: 0o644,
+    uid: 0,
+    gid: 0,
+    mtime: 0,
+    size: paxBody.length,
+    linkname: new Uint8Array(0),
+    devmajor: 0,
+    devminor: 0,
+  });
   return Buffer.concat([paxHeader, paxBody, tarPadding(paxBody.length), main]);
 }
 

@@ -25,13 +25,18 @@ async function headers(b: Uint8Array): Promise<TarHeader[]> {
   const out: TarHeader[] = [];
   for await (const e of readTar(chunked(b))) {
     out.push(e.header);
-    for await (const _ of e.body) { /* skip */ }
+    for await (const _ of e.body) {
+      /* skip */
+    }
   }
   return out;
 }
 
 async function code(p: Promise<unknown>): Promise<string | undefined> {
-  return p.then(() => undefined, (e: { code?: string }) => e.code ?? String(e));
+  return p.then(
+    () => undefined,
+    (e: { code?: string }) => e.code ?? String(e),
+  );
 }
 
 /** GNU tar run in `dir` with the C locale (names as bytes); returns the archive. */
@@ -54,10 +59,18 @@ function block(fields: [number, string | Uint8Array][]): Uint8Array {
 }
 
 const common = (name: string, typeflag: string, size = 0): [number, string][] => [
-  [0, name], [100, "0000644\0"], [108, "0000000\0"], [116, "0000000\0"], [124, `${size.toString(8).padStart(11, "0")}\0`],
-  [136, "14565713056\0"], [156, typeflag],
+  [0, name],
+  [100, "0000644\0"],
+  [108, "0000000\0"],
+  [116, "0000000\0"],
+  [124, `${size.toString(8).padStart(11, "0")}\0`],
+  [136, "14565713056\0"],
+  [156, typeflag],
 ];
-const POSIX: [number, string][] = [[257, "ustar\0"], [263, "00"]];
+const POSIX: [number, string][] = [
+  [257, "ustar\0"],
+  [263, "00"],
+];
 const GNU: [number, string][] = [[257, "ustar  \0"]];
 const END = new Uint8Array(1024);
 const pad = (n: number) => new Uint8Array((512 - (n % 512)) % 512);
@@ -65,12 +78,14 @@ const tarOf = (...parts: Uint8Array[]) => Buffer.concat([...parts, END]);
 
 /** A PAX `x` header carrying `records` (key → raw value bytes). */
 function pax(records: [string, string][]): Uint8Array {
-  const body = Buffer.concat(records.map(([k, v]) => {
-    const rest = Buffer.from(` ${k}=${v}\n`, "latin1");
-    let len = rest.length + 1;
-    while (String(len).length + rest.length !== len) len = String(len).length + rest.length;
-    return Buffer.concat([Buffer.from(String(len)), rest]);
-  }));
+  const body = Buffer.concat(
+    records.map(([k, v]) => {
+      const rest = Buffer.from(` ${k}=${v}\n`, "latin1");
+      let len = rest.length + 1;
+      while (String(len).length + rest.length !== len) len = String(len).length + rest.length;
+      return Buffer.concat([Buffer.from(String(len)), rest]);
+    }),
+  );
   return Buffer.concat([block([...common("././@PaxHeader", "x", body.length), ...POSIX]), body, pad(body.length)]);
 }
 
@@ -79,15 +94,21 @@ describe("GNU tar headers are not read as POSIX", () => {
     const h = block([...common("gnu-file", "0"), ...GNU, [345, "14565713056\0"], [357, "14565713056\0"]]);
     expect((await headers(tarOf(h))).map((x) => x.path)).toEqual(["gnu-file"]);
   });
-  test.skipIf(!haveTar)("real `tar --format=gnu -G` (dumpdir D records) and `--format=oldgnu` members keep their names", async () => {
-    const d = join(work, "gnu");
-    mkdirSync(d);
-    writeFileSync(join(d, "gnu-file"), "g");
-    for (const args of [["--format=gnu", "-G"], ["--format=oldgnu"], ["--format=gnu", "--atime-preserve"]]) {
-      const hs = await headers(gnuTar(d, args));
-      expect(hs.map((x) => [x.path, x.kind])).toEqual([["./", "dir"], ["./gnu-file", "file"]]);
-    }
-  });
+  test.skipIf(!haveTar)(
+    "real `tar --format=gnu -G` (dumpdir D records) and `--format=oldgnu` members keep their names",
+    async () => {
+      const d = join(work, "gnu");
+      mkdirSync(d);
+      writeFileSync(join(d, "gnu-file"), "g");
+      for (const args of [["--format=gnu", "-G"], ["--format=oldgnu"], ["--format=gnu", "--atime-preserve"]]) {
+        const hs = await headers(gnuTar(d, args));
+        expect(hs.map((x) => [x.path, x.kind])).toEqual([
+          ["./", "dir"],
+          ["./gnu-file", "file"],
+        ]);
+      }
+    },
+  );
   test.skipIf(!haveTar)("real GNU long names and long link targets (L and K records) are exact", async () => {
     const d = join(work, "long");
     const deep = join(d, "x".repeat(120), "y".repeat(120));
@@ -95,7 +116,9 @@ describe("GNU tar headers are not read as POSIX", () => {
     writeFileSync(join(deep, `f${"é".repeat(30)}`), "1");
     symlinkSync(`../${"t".repeat(180)}`, join(d, "l"));
     const hs = await headers(gnuTar(d, ["--format=gnu"]));
-    expect(hs.map((x) => x.path)).toContain(byteName(Buffer.from(`./${"x".repeat(120)}/${"y".repeat(120)}/f${"é".repeat(30)}`)));
+    expect(hs.map((x) => x.path)).toContain(
+      byteName(Buffer.from(`./${"x".repeat(120)}/${"y".repeat(120)}/f${"é".repeat(30)}`)),
+    );
     expect(hs.find((x) => x.path === "./l")!.linkname).toBe(`../${"t".repeat(180)}`);
   });
 });
@@ -103,7 +126,14 @@ describe("GNU tar headers are not read as POSIX", () => {
 describe("other header variants", () => {
   test("star: the prefix is 131 bytes; atime and ctime after it are not part of the name", async () => {
     const prefix = "p".repeat(131);
-    const h = block([...common("star-file", "0"), ...POSIX, [345, prefix], [476, "14565713056\0"], [488, "14565713056\0"], [508, "tar\0"]]);
+    const h = block([
+      ...common("star-file", "0"),
+      ...POSIX,
+      [345, prefix],
+      [476, "14565713056\0"],
+      [488, "14565713056\0"],
+      [508, "tar\0"],
+    ]);
     expect((await headers(tarOf(h))).map((x) => x.path)).toEqual([`${prefix}/star-file`]);
   });
   test("POSIX ustar: the 155-byte prefix joins the name", async () => {
@@ -114,14 +144,21 @@ describe("other header variants", () => {
     const dir = block([...common("d/", "\0"), [345, "junk"]]);
     const file = block([...common("d/f", "\0"), [345, "junk"]]);
     const hs = await headers(tarOf(dir, file));
-    expect(hs.map((x) => [x.path, x.kind])).toEqual([["d/", "dir"], ["d/f", "file"]]);
+    expect(hs.map((x) => [x.path, x.kind])).toEqual([
+      ["d/", "dir"],
+      ["d/f", "file"],
+    ]);
   });
   test("a regular-file member whose name ends in / is IMAGE_LAYER_INVALID (not silently a file without the slash)", async () => {
     expect(await code(headers(tarOf(block([...common("x/", "0"), ...POSIX]))))).toBe("IMAGE_LAYER_INVALID");
   });
   test("an unknown magic, or ustar with an unknown version, is IMAGE_LAYER_UNSUPPORTED", async () => {
-    expect(await code(headers(tarOf(block([...common("f", "0"), [257, "ustar\0"], [263, "\0\0"]]))))).toBe("IMAGE_LAYER_UNSUPPORTED");
-    expect(await code(headers(tarOf(block([...common("f", "0"), [257, "pstar\0"], [263, "00"]]))))).toBe("IMAGE_LAYER_UNSUPPORTED");
+    expect(await code(headers(tarOf(block([...common("f", "0"), [257, "ustar\0"], [263, "\0\0"]]))))).toBe(
+      "IMAGE_LAYER_UNSUPPORTED",
+    );
+    expect(await code(headers(tarOf(block([...common("f", "0"), [257, "pstar\0"], [263, "00"]]))))).toBe(
+      "IMAGE_LAYER_UNSUPPORTED",
+    );
   });
   test("a checksum summed over signed bytes (old writers) is accepted", async () => {
     const h = block([...common("caf\xe9", "0"), ...POSIX]);
@@ -135,21 +172,36 @@ describe("other header variants", () => {
 
 describe("names and extended attributes stay byte-exact", () => {
   test("PAX paths caf\\xe9 and caf\\xe8 (not UTF-8) stay two names, byte for byte", async () => {
-    const t = tarOf(pax([["path", "caf\xe9"]]), block([...common("x", "0"), ...POSIX]), pax([["path", "caf\xe8"]]), block([...common("y", "0"), ...POSIX]));
+    const t = tarOf(
+      pax([["path", "caf\xe9"]]),
+      block([...common("x", "0"), ...POSIX]),
+      pax([["path", "caf\xe8"]]),
+      block([...common("y", "0"), ...POSIX]),
+    );
     const hs = await headers(t);
-    expect(hs.map((x) => Buffer.from(x.path, "latin1").toString("hex"))).toEqual([Buffer.from("caf\xe9", "latin1").toString("hex"), Buffer.from("caf\xe8", "latin1").toString("hex")]);
+    expect(hs.map((x) => Buffer.from(x.path, "latin1").toString("hex"))).toEqual([
+      Buffer.from("caf\xe9", "latin1").toString("hex"),
+      Buffer.from("caf\xe8", "latin1").toString("hex"),
+    ]);
   });
   test.skipIf(!haveTar)("real GNU tar --format=posix with Latin-1 names: both files, exact bytes", async () => {
     const d = join(work, "latin1");
     mkdirSync(d);
     writeFileSync(Buffer.from(`${d}/caf\xe9`, "latin1"), "1");
     writeFileSync(Buffer.from(`${d}/caf\xe8`, "latin1"), "2");
-    const paths = (await headers(gnuTar(d, ["--format=posix"]))).map((x) => x.path).filter((p) => p !== "./").sort();
+    const paths = (await headers(gnuTar(d, ["--format=posix"])))
+      .map((x) => x.path)
+      .filter((p) => p !== "./")
+      .sort();
     expect(paths).toEqual(["./caf\xe8", "./caf\xe9"]);
   });
   test("xattr names are byte names; LIBARCHIVE.xattr (bsdtar) is read; POSIX ACL records are kept as unkept", async () => {
     const t = tarOf(
-      pax([["SCHILY.xattr.user.caf\xe9", "v1"], ["LIBARCHIVE.xattr.user.%41b", Buffer.from("\x00\x01").toString("base64")], ["SCHILY.acl.access", "user::rw-"]]),
+      pax([
+        ["SCHILY.xattr.user.caf\xe9", "v1"],
+        ["LIBARCHIVE.xattr.user.%41b", Buffer.from("\x00\x01").toString("base64")],
+        ["SCHILY.acl.access", "user::rw-"],
+      ]),
       block([...common("f", "0"), ...POSIX]),
     );
     const [h] = await headers(t);
@@ -158,23 +210,44 @@ describe("names and extended attributes stay byte-exact", () => {
     expect(h!.unkept).toEqual(["SCHILY.acl.access"]);
   });
   test("global PAX records apply to later members", async () => {
-    const g = pax([["uid", "4242"], ["SCHILY.xattr.user.g", "1"]]);
+    const g = pax([
+      ["uid", "4242"],
+      ["SCHILY.xattr.user.g", "1"],
+    ]);
     g[156] = "g".charCodeAt(0);
-    const fixed = block([...[...g.subarray(0, 512)].map((b, i): [number, string] => [i, String.fromCharCode(b)]).filter(([i]) => i < 148 || i >= 156)]);
+    const fixed = block([
+      ...[...g.subarray(0, 512)]
+        .map((b, i): [number, string] => [i, String.fromCharCode(b)])
+        .filter(([i]) => i < 148 || i >= 156),
+    ]);
     const t = tarOf(fixed, g.subarray(512), block([...common("f", "0"), ...POSIX]));
     const [h] = await headers(t);
     expect(h!.uid).toBe(4242);
     expect([...h!.xattrs.keys()]).toEqual(["user.g"]);
   });
-  test.skipIf(!haveTar)("a GNU PAX sparse file (tar --sparse --format=posix) is IMAGE_LAYER_UNSUPPORTED, not a file with the wrong bytes", async () => {
-    const d = join(work, "sparse");
-    mkdirSync(d);
-    Bun.spawnSync(["truncate", "-s", "1M", join(d, "s")]);
-    Bun.spawnSync(["sh", "-c", `printf data | dd of=${join(d, "s")} bs=1 seek=4096 conv=notrunc 2>/dev/null`]);
-    expect(await code(headers(gnuTar(d, ["--format=posix", "--sparse"])))).toBe("IMAGE_LAYER_UNSUPPORTED");
-  });
+  test.skipIf(!haveTar)(
+    "a GNU PAX sparse file (tar --sparse --format=posix) is IMAGE_LAYER_UNSUPPORTED, not a file with the wrong bytes",
+    async () => {
+      const d = join(work, "sparse");
+      mkdirSync(d);
+      Bun.spawnSync(["truncate", "-s", "1M", join(d, "s")]);
+      Bun.spawnSync(["sh", "-c", `printf data | dd of=${join(d, "s")} bs=1 seek=4096 conv=notrunc 2>/dev/null`]);
+      expect(await code(headers(gnuTar(d, ["--format=posix", "--sparse"])))).toBe("IMAGE_LAYER_UNSUPPORTED");
+    },
+  );
   test("a non-numeric PAX number is IMAGE_LAYER_INVALID and names the member", async () => {
-    const err = await headers(tarOf(pax([["path", "caf\xe9"], ["uid", "0x10"]]), block([...common("f", "0"), ...POSIX]))).then(() => null, (e: Error & { code?: string }) => e);
+    const err = await headers(
+      tarOf(
+        pax([
+          ["path", "caf\xe9"],
+          ["uid", "0x10"],
+        ]),
+        block([...common("f", "0"), ...POSIX]),
+      ),
+    ).then(
+      () => null,
+      (e: Error & { code?: string }) => e,
+    );
     expect(err?.code).toBe("IMAGE_LAYER_INVALID");
     expect(err?.message).toContain('"caf\\xe9"');
   });
@@ -202,7 +275,13 @@ function skippable(b: Uint8Array, read: { bytes: number }): SkippableChunks {
 
 describe("a tar read by position (bodies jumped over)", () => {
   const big = new Uint8Array(300_000).fill(1);
-  const tar = makeTar([{ path: "a/" }, { path: "a/big", body: big }, { path: "a/small", body: "s" }, { path: "a/big2", body: big }, { path: "z", kind: "symlink", linkname: "a" }]);
+  const tar = makeTar([
+    { path: "a/" },
+    { path: "a/big", body: big },
+    { path: "a/small", body: "s" },
+    { path: "a/big2", body: big },
+    { path: "z", kind: "symlink", linkname: "a" },
+  ]);
 
   test("gives the same headers and body offsets as the stream, without reading the bodies it skips", async () => {
     const seen = async (src: AsyncIterable<Uint8Array>) => {
@@ -217,6 +296,14 @@ describe("a tar read by position (bodies jumped over)", () => {
 
   test("a body cut short is refused IMAGE_LAYER_INVALID (truncated) there too", async () => {
     const cut = tar.subarray(0, 512 * 3 + 1000);
-    expect(await code((async () => { for await (const _ of readTar(skippable(cut, { bytes: 0 }))) { /* skip */ } })())).toBe("IMAGE_LAYER_INVALID");
+    expect(
+      await code(
+        (async () => {
+          for await (const _ of readTar(skippable(cut, { bytes: 0 }))) {
+            /* skip */
+          }
+        })(),
+      ),
+    ).toBe("IMAGE_LAYER_INVALID");
   });
 });

@@ -67,7 +67,8 @@ export interface PaxOverrides {
 function whole(key: string, v: Uint8Array, fraction: boolean): number | undefined {
   const t = byteName(v);
   if (t === "") return undefined; // an empty value reverts to the header's field
-  if (!(fraction ? /^[0-9]{1,20}(\.[0-9]{0,20})?$/ : /^[0-9]{1,20}$/).test(t)) throw invalid(`bad PAX ${key} ${showName(t, 40)}`);
+  if (!(fraction ? /^[0-9]{1,20}(\.[0-9]{0,20})?$/ : /^[0-9]{1,20}$/).test(t))
+    throw invalid(`bad PAX ${key} ${showName(t, 40)}`);
   const n = Math.floor(Number(t));
   if (!Number.isSafeInteger(n)) throw invalid(`PAX ${key} too large`);
   return n;

@@ -36,11 +36,21 @@ export function makeTar(entries: TestTarEntry[]): Uint8Array {
     const kind = e.kind ?? (e.body !== undefined ? "file" : "dir");
     const body = typeof e.body === "string" ? new TextEncoder().encode(e.body) : (e.body ?? new Uint8Array(0));
     const n = (s: string) => (e.bytes ? s : textName(s));
-    parts.push(encodeTarHeader({
-      path: n(e.path), kind, mode: e.mode ?? (kind === "dir" ? 0o755 : 0o644), uid: e.uid ?? 0, gid: e.gid ?? 0, mtime: e.mtime ?? 1_700_000_000,
-      size: kind === "file" ? body.length : 0, linkname: n(e.linkname ?? ""), devmajor: e.devmajor ?? 0, devminor: e.devminor ?? 0,
-      xattrs: new Map(Object.entries(e.xattrs ?? {}).map(([k, v]) => [n(k), new TextEncoder().encode(v)])),
-    }));
+    parts.push(
+      encodeTarHeader({
+        path: n(e.path),
+        kind,
+        mode: e.mode ?? (kind === "dir" ? 0o755 : 0o644),
+        uid: e.uid ?? 0,
+        gid: e.gid ?? 0,
+        mtime: e.mtime ?? 1_700_000_000,
+        size: kind === "file" ? body.length : 0,
+        linkname: n(e.linkname ?? ""),
+        devmajor: e.devmajor ?? 0,
+        devminor: e.devminor ?? 0,
+        xattrs: new Map(Object.entries(e.xattrs ?? {}).map(([k, v]) => [n(k), new TextEncoder().encode(v)])),
+      }),
+    );
     if (kind === "file") parts.push(body, tarPadding(body.length));
   }
   parts.push(TAR_END);
@@ -64,10 +74,16 @@ export interface TestLayout {
  * Entrypoint/Cmd/Env/WorkingDir/User, a manifest, and index.json naming it
  * `ref` (default `test:latest`).
  */
-export function writeOciLayout(dir: string, layers: Uint8Array[], opts: {
-  gzip?: boolean; ref?: string; created?: string;
-  config?: { Entrypoint?: string[]; Cmd?: string[]; Env?: string[]; WorkingDir?: string; User?: string };
-} = {}): TestLayout {
+export function writeOciLayout(
+  dir: string,
+  layers: Uint8Array[],
+  opts: {
+    gzip?: boolean;
+    ref?: string;
+    created?: string;
+    config?: { Entrypoint?: string[]; Cmd?: string[]; Env?: string[]; WorkingDir?: string; User?: string };
+  } = {},
+): TestLayout {
   const blobs = join(dir, "blobs", "sha256");
   mkdirSync(blobs, { recursive: true });
   const put = (b: Uint8Array) => {
@@ -76,20 +92,40 @@ export function writeOciLayout(dir: string, layers: Uint8Array[], opts: {
     return { digest: `sha256:${hex}`, size: b.length };
   };
   const gz = opts.gzip ?? true;
-  const layerDescs = layers.map((l) => ({ mediaType: `application/vnd.oci.image.layer.v1.tar${gz ? "+gzip" : ""}`, ...put(gz ? gzipSync(l, { level: 1 }) : l) }));
+  const layerDescs = layers.map((l) => ({
+    mediaType: `application/vnd.oci.image.layer.v1.tar${gz ? "+gzip" : ""}`,
+    ...put(gz ? gzipSync(l, { level: 1 }) : l),
+  }));
   const config = {
-    architecture: "amd64", os: "linux", created: opts.created ?? "2025-06-01T00:00:00Z",
+    architecture: "amd64",
+    os: "linux",
+    created: opts.created ?? "2025-06-01T00:00:00Z",
     config: opts.config ?? { Cmd: ["/bin/sh"] },
     rootfs: { type: "layers", diff_ids: layers.map((l) => `sha256:${sha(l)}`) },
     history: layers.map((_, i) => ({ created_by: `test layer ${i}` })),
   };
-  const configDesc = { mediaType: "application/vnd.oci.image.config.v1+json", ...put(new TextEncoder().encode(JSON.stringify(config))) };
-  const manifest = { schemaVersion: 2, mediaType: "application/vnd.oci.image.manifest.v1+json", config: configDesc, layers: layerDescs };
+  const configDesc = {
+    mediaType: "application/vnd.oci.image.config.v1+json",
+    ...put(new TextEncoder().encode(JSON.stringify(config))),
+  };
+  const manifest = {
+    schemaVersion: 2,
+    mediaType: "application/vnd.oci.image.manifest.v1+json",
+    config: configDesc,
+    layers: layerDescs,
+  };
   const manifestDesc = {
-    mediaType: "application/vnd.oci.image.manifest.v1+json", ...put(new TextEncoder().encode(JSON.stringify(manifest))),
-    annotations: { "org.opencontainers.image.ref.name": opts.ref ?? "test:latest" }, platform: { os: "linux", architecture: "amd64" },
+    mediaType: "application/vnd.oci.image.manifest.v1+json",
+    ...put(new TextEncoder().encode(JSON.stringify(manifest))),
+    annotations: { "org.opencontainers.image.ref.name": opts.ref ?? "test:latest" },
+    platform: { os: "linux", architecture: "amd64" },
   };
   writeFileSync(join(dir, "oci-layout"), JSON.stringify({ imageLayoutVersion: "1.0.0" }));
   writeFileSync(join(dir, "index.json"), JSON.stringify({ schemaVersion: 2, manifests: [manifestDesc] }));
-  return { dir, manifestDigest: manifestDesc.digest, configDigest: configDesc.digest, layerPaths: layerDescs.map((d) => join(blobs, d.digest.slice(7))) };
+  return {
+    dir,
+    manifestDigest: manifestDesc.digest,
+    configDigest: configDesc.digest,
+    layerPaths: layerDescs.map((d) => join(blobs, d.digest.slice(7))),
+  };
 }

@@ -58,8 +58,17 @@ interface Waiter<T> {
 
 /** Maps an lwIP err_t reported by the error callback to a stable code and sentence. */
 export function connectionError(err: number, connecting: boolean): NetstackError {
-  if (err === Err.RST) return connecting ? new NetstackError("refused", "connection refused (RST in answer to SYN)") : new NetstackError("reset", "connection reset by peer");
-  if (err === Err.ABRT) return new NetstackError("timeout", connecting ? "connect timed out (SYN retransmissions exhausted)" : "connection timed out (retransmissions exhausted) or reclaimed by the stack");
+  if (err === Err.RST)
+    return connecting
+      ? new NetstackError("refused", "connection refused (RST in answer to SYN)")
+      : new NetstackError("reset", "connection reset by peer");
+  if (err === Err.ABRT)
+    return new NetstackError(
+      "timeout",
+      connecting
+        ? "connect timed out (SYN retransmissions exhausted)"
+        : "connection timed out (retransmissions exhausted) or reclaimed by the stack",
+    );
   if (err === Err.CLSD) return new NetstackError("closed", "connection closed");
   if (err === Err.MEM) return new NetstackError("no-memory", "the stack ran out of memory");
   return new NetstackError("aborted", `connection failed (lwIP err ${err})`);
@@ -170,10 +179,16 @@ export class LwipConnection implements TcpConnection {
 
   write(data: Uint8Array): Promise<void> {
     if (this.failure) return Promise.reject(this.failure);
-    if (this.writeSide !== "open" || this.closeRequested) return Promise.reject(new NetstackError("closed", "write after closeWrite() or close()"));
+    if (this.writeSide !== "open" || this.closeRequested)
+      return Promise.reject(new NetstackError("closed", "write after closeWrite() or close()"));
     if (data.length === 0) return Promise.resolve();
     if (this.queuedBytes > 0 && this.queuedBytes + data.length > WRITE_QUEUE_LIMIT_BYTES) {
-      return Promise.reject(new NetstackError("write-queue-full", `${this.queuedBytes} bytes already wait in write(); await each write (limit ${WRITE_QUEUE_LIMIT_BYTES})`));
+      return Promise.reject(
+        new NetstackError(
+          "write-queue-full",
+          `${this.queuedBytes} bytes already wait in write(); await each write (limit ${WRITE_QUEUE_LIMIT_BYTES})`,
+        ),
+      );
     }
     return new Promise((resolve, reject) => {
       this.writes.push({ data, offset: 0, resolve, reject });
@@ -358,7 +373,10 @@ export class LwipConnection implements TcpConnection {
       const outstanding = this.queuedBytes > 0 || this.host.lwip.bb_tcp_outstanding(this.pcb) > 0;
       if (!outstanding) return; // everything was taken; a later write would have to be after closeWrite(), which fails
       if (this.host.nowMs() - this.lastAckedMs >= DRAIN_STALL_LIMIT_MS) {
-        return this.abortWithCode("timeout", `the peer accepted nothing for ${DRAIN_STALL_LIMIT_MS / 1000} s after the connection was closed`);
+        return this.abortWithCode(
+          "timeout",
+          `the peer accepted nothing for ${DRAIN_STALL_LIMIT_MS / 1000} s after the connection was closed`,
+        );
       }
       this.armDrain();
     });

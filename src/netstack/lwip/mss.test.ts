@@ -37,7 +37,11 @@ async function drain(c: TcpConnection): Promise<number> {
 }
 
 /** Moves `bytes` each way between two stacks at `mtu` over `family`; returns the largest packet and the SYNs' MSS values. */
-async function exchange(mtu: number | undefined, family: IpFamily, bytes: number): Promise<{ largest: number; mss: number[]; received: number[] }> {
+async function exchange(
+  mtu: number | undefined,
+  family: IpFamily,
+  bytes: number,
+): Promise<{ largest: number; mss: number[]; received: number[] }> {
   const queues: [Uint8Array[], Uint8Array[]] = [[], []];
   const stacks: Netstack[] = [];
   let scheduled = false;
@@ -61,18 +65,33 @@ async function exchange(mtu: number | undefined, family: IpFamily, bytes: number
     }
   };
   const link = mtu === undefined ? {} : { mtu };
-  for (const i of [0, 1]) stacks.push(createNetstack({ ipv4: { address: `10.1.0.${i + 1}`, prefixLength: 24 }, ipv6: [`fd00:1::${i + 1}`], output: out(i), ...link }));
+  for (const i of [0, 1])
+    stacks.push(
+      createNetstack({
+        ipv4: { address: `10.1.0.${i + 1}`, prefixLength: 24 },
+        ipv6: [`fd00:1::${i + 1}`],
+        output: out(i),
+        ...link,
+      }),
+    );
   try {
     const served = new Promise<number>((done) => {
       stacks[1]!.listen(family === 4 ? "0.0.0.0" : "::", 80, (c) => {
         void (async () => {
-          const [, n] = await Promise.all([c.write(new Uint8Array(bytes).fill(1)).then(() => c.closeWrite()), drain(c)]);
+          const [, n] = await Promise.all([
+            c.write(new Uint8Array(bytes).fill(1)).then(() => c.closeWrite()),
+            drain(c),
+          ]);
           done(n);
         })();
       });
     });
     const c = await stacks[0]!.connect(family === 4 ? "10.1.0.2" : "fd00:1::2", 80);
-    const [, got, sent] = await Promise.all([c.write(new Uint8Array(bytes).fill(2)).then(() => c.closeWrite()), drain(c), served]);
+    const [, got, sent] = await Promise.all([
+      c.write(new Uint8Array(bytes).fill(2)).then(() => c.closeWrite()),
+      drain(c),
+      served,
+    ]);
     return { largest, mss, received: [got, sent] };
   } finally {
     for (const s of stacks) s.close();

@@ -31,7 +31,12 @@ function pair(opts: { timers?: FakeTimers; drop?: () => boolean; receiveBudgetBy
       setImmediate(deliver);
     }
   };
-  const a = createNetstack({ ipv4: { address: "10.1.0.1", prefixLength: 24 }, ipv6: ["fd00:1::1"], output: out(0), ...(opts.timers ? { timers: opts.timers } : {}) });
+  const a = createNetstack({
+    ipv4: { address: "10.1.0.1", prefixLength: 24 },
+    ipv6: ["fd00:1::1"],
+    output: out(0),
+    ...(opts.timers ? { timers: opts.timers } : {}),
+  });
   const b = createNetstack({
     ipv4: { address: "10.1.0.2", prefixLength: 24 },
     ipv6: ["fd00:1::2"],
@@ -91,7 +96,10 @@ function accepted(s: Netstack, host: string, port: number): Promise<TcpConnectio
 }
 
 describe("lwIP stack, two instances back to back", () => {
-  for (const [family, server, any] of [["IPv4", "10.1.0.2", "0.0.0.0"], ["IPv6", "fd00:1::2", "::"]] as const) {
+  for (const [family, server, any] of [
+    ["IPv4", "10.1.0.2", "0.0.0.0"],
+    ["IPv6", "fd00:1::2", "::"],
+  ] as const) {
     test(`${family}: 4 MiB each way byte-exact, with half-close in between`, async () => {
       const { a, b } = track(pair());
       const up = pattern(4 << 20, 7);
@@ -180,7 +188,9 @@ describe("lwIP stack, two instances back to back", () => {
     expect(servers).toHaveLength(COUNT);
     // Map each server connection to its client by port, then read everything.
     const byPort = new Map(clients.map((c, i) => [c.localPort, i]));
-    const results = await Promise.all(servers.map(async (s) => ({ i: byPort.get(s.remotePort)!, got: await readAll(s) })));
+    const results = await Promise.all(
+      servers.map(async (s) => ({ i: byPort.get(s.remotePort)!, got: await readAll(s) })),
+    );
     await Promise.all(sending);
     for (const r of results) expect(r.got).toEqual({ bytes: PER, sha: sha(pattern(PER, 500 + r.i)) });
     expect(b.stats().receiveBufferedBytes).toBe(0);
@@ -261,15 +271,24 @@ describe("lwIP stack, two instances back to back", () => {
 
   test("bad arguments fail with invalid-argument; a taken port with address-in-use", async () => {
     const { a } = track(pair());
-    for (const [host, port] of [["example.com", 80], ["10.1.0.2", 0], ["10.1.0.2", 70000], ["::1::2", 80]] as const) {
+    for (const [host, port] of [
+      ["example.com", 80],
+      ["10.1.0.2", 0],
+      ["10.1.0.2", 70000],
+      ["::1::2", 80],
+    ] as const) {
       const e = await a.connect(host, port).catch((e) => e);
       expect((e as NetstackError).code, `${host}:${port}`).toBe("invalid-argument");
     }
     a.listen("0.0.0.0", 5000, () => {});
     expect(() => a.listen("0.0.0.0", 5000, () => {})).toThrow(expect.objectContaining({ code: "address-in-use" }));
     expect(() => createNetstack({ output: () => {} })).toThrow(expect.objectContaining({ code: "invalid-argument" }));
-    expect(() => createNetstack({ ipv4: { address: "10.0.0.1", prefixLength: 33 }, output: () => {} })).toThrow(expect.objectContaining({ code: "invalid-argument" }));
-    expect(() => createNetstack({ ipv6: ["fd00::1"], receiveBudgetBytes: 1 << 30, output: () => {} })).toThrow(expect.objectContaining({ code: "invalid-argument" }));
+    expect(() => createNetstack({ ipv4: { address: "10.0.0.1", prefixLength: 33 }, output: () => {} })).toThrow(
+      expect.objectContaining({ code: "invalid-argument" }),
+    );
+    expect(() => createNetstack({ ipv6: ["fd00::1"], receiveBudgetBytes: 1 << 30, output: () => {} })).toThrow(
+      expect.objectContaining({ code: "invalid-argument" }),
+    );
   });
 
   test("packets that are empty or larger than 64 KiB are dropped and counted", () => {

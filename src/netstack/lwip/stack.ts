@@ -29,7 +29,14 @@ import { MIN_TUNNEL_MTU } from "../../protocol/tunnelMtu.ts";
 import { realTimers, type TimerHandle, type TimerPort } from "../timers.ts";
 import type { Netstack, NetstackOptions, NetstackStats, TcpConnection, TcpListener } from "../types.ts";
 import { LwipConnection, type ConnectionHost } from "./connection.ts";
-import { ADDR_RECORD_BYTES, Err, instantiateLwip, readCString, SLEEPTIME_INFINITE, type LwipExports } from "./module.ts";
+import {
+  ADDR_RECORD_BYTES,
+  Err,
+  instantiateLwip,
+  readCString,
+  SLEEPTIME_INFINITE,
+  type LwipExports,
+} from "./module.ts";
 
 interface Listener extends TcpListener {
   id: number;
@@ -71,13 +78,22 @@ export class LwipStack implements Netstack, ConnectionHost {
 
   /** Instantiates lwIP and configures its addresses. Throws NetstackError "invalid-argument" on bad options. */
   constructor(options: NetstackOptions) {
-    if (!options.ipv4 && !options.ipv6?.length) throw new NetstackError("invalid-argument", "configure at least one of ipv4 and ipv6");
+    if (!options.ipv4 && !options.ipv6?.length)
+      throw new NetstackError("invalid-argument", "configure at least one of ipv4 and ipv6");
     if ((options.ipv6?.length ?? 0) > 3) throw new NetstackError("invalid-argument", "at most 3 IPv6 addresses");
     const mtu = options.mtu ?? TUNNEL_MTU;
-    if (!Number.isInteger(mtu) || mtu < MIN_TUNNEL_MTU || mtu > MAX_PACKET_BYTES) throw new NetstackError("invalid-argument", `MTU ${mtu} is outside ${MIN_TUNNEL_MTU}..${MAX_PACKET_BYTES}`);
+    if (!Number.isInteger(mtu) || mtu < MIN_TUNNEL_MTU || mtu > MAX_PACKET_BYTES)
+      throw new NetstackError("invalid-argument", `MTU ${mtu} is outside ${MIN_TUNNEL_MTU}..${MAX_PACKET_BYTES}`);
     this.receiveBudget = options.receiveBudgetBytes ?? RECEIVE_BUDGET_BYTES;
-    if (!Number.isInteger(this.receiveBudget) || this.receiveBudget < 65536 || this.receiveBudget > RECEIVE_BUDGET_BYTES) {
-      throw new NetstackError("invalid-argument", `receiveBudgetBytes ${this.receiveBudget} is outside 65536..${RECEIVE_BUDGET_BYTES}`);
+    if (
+      !Number.isInteger(this.receiveBudget) ||
+      this.receiveBudget < 65536 ||
+      this.receiveBudget > RECEIVE_BUDGET_BYTES
+    ) {
+      throw new NetstackError(
+        "invalid-argument",
+        `receiveBudgetBytes ${this.receiveBudget} is outside 65536..${RECEIVE_BUDGET_BYTES}`,
+      );
     }
     this.timers = options.timers ?? realTimers;
     this.output = options.output;
@@ -113,7 +129,8 @@ export class LwipStack implements Netstack, ConnectionHost {
         const a = parseIp(text);
         if (!a.v6) throw new NetstackError("invalid-argument", `ipv6 address ${text} is IPv4`);
         this.mem().set(a.bytes, this.addrBuf);
-        if (this.lwip.bb_add_ipv6() !== Err.OK) throw new NetstackError("invalid-argument", `cannot add IPv6 address ${text}`);
+        if (this.lwip.bb_add_ipv6() !== Err.OK)
+          throw new NetstackError("invalid-argument", `cannot add IPv6 address ${text}`);
       }
     });
   }
@@ -185,7 +202,9 @@ export class LwipStack implements Netstack, ConnectionHost {
     if (this.depth > 0 || this.draining) return packets.filter((p) => this.input(p)).length;
     return this.run(() => {
       let n = 0;
-      for (const p of packets) if (p.length > 0 && p.length <= MAX_PACKET_BYTES ? this.inputNow(p) : (this.counters.packetsDropped++, false)) n++;
+      for (const p of packets)
+        if (p.length > 0 && p.length <= MAX_PACKET_BYTES ? this.inputNow(p) : (this.counters.packetsDropped++, false))
+          n++;
       return n;
     });
   }
@@ -194,7 +213,8 @@ export class LwipStack implements Netstack, ConnectionHost {
     if (this.failed) throw this.failed;
     const addr = parseIp(host);
     checkPort(port, false);
-    if (this.connections.size >= MAX_CONNECTIONS) throw new NetstackError("too-many-connections", `${MAX_CONNECTIONS} connections are open`);
+    if (this.connections.size >= MAX_CONNECTIONS)
+      throw new NetstackError("too-many-connections", `${MAX_CONNECTIONS} connections are open`);
     const id = this.allocateId();
     const conn = this.run(() => {
       const pcb = this.lwip.bb_tcp_new(id, addr.v6 ? 1 : 0);
@@ -206,7 +226,12 @@ export class LwipStack implements Netstack, ConnectionHost {
       if (err !== Err.OK) {
         this.lwip.bb_tcp_abort(pcb);
         c.forget(new NetstackError("invalid-argument", `connect: lwIP err ${err}`));
-        throw new NetstackError(err === Err.RTE ? "invalid-argument" : err === Err.MEM ? "no-memory" : "invalid-argument", err === Err.RTE ? `no route to ${host} (the stack has no address of that family)` : `connect to ${host}:${port} failed (lwIP err ${err})`);
+        throw new NetstackError(
+          err === Err.RTE ? "invalid-argument" : err === Err.MEM ? "no-memory" : "invalid-argument",
+          err === Err.RTE
+            ? `no route to ${host} (the stack has no address of that family)`
+            : `connect to ${host}:${port} failed (lwIP err ${err})`,
+        );
       }
       this.lwip.bb_tcp_local(pcb);
       const local = this.readAddr(this.addrBuf);
@@ -230,7 +255,8 @@ export class LwipStack implements Netstack, ConnectionHost {
     if (this.failed) throw this.failed;
     const addr = parseIp(host);
     checkPort(port, false);
-    if (this.listeners.size >= MAX_LISTENERS) throw new NetstackError("too-many-connections", `${MAX_LISTENERS} listeners are open`);
+    if (this.listeners.size >= MAX_LISTENERS)
+      throw new NetstackError("too-many-connections", `${MAX_LISTENERS} listeners are open`);
     const id = this.allocateId();
     const listener: Listener = {
       id,
@@ -251,7 +277,9 @@ export class LwipStack implements Netstack, ConnectionHost {
       const lpcb = this.lwip.bb_tcp_listen(pcb, addr.v6 ? 1 : 0, LISTEN_BACKLOG);
       if (lpcb === 0) {
         const err = this.lwip.bb_last_err();
-        throw err === Err.USE ? new NetstackError("address-in-use", `${host}:${port} is already in use`) : new NetstackError("no-memory", `listen on ${host}:${port} failed (lwIP err ${err})`);
+        throw err === Err.USE
+          ? new NetstackError("address-in-use", `${host}:${port} is already in use`)
+          : new NetstackError("no-memory", `listen on ${host}:${port} failed (lwIP err ${err})`);
       }
       listener.pcb = lpcb;
     });
@@ -303,7 +331,8 @@ export class LwipStack implements Netstack, ConnectionHost {
       throw e;
     }
     this.depth--;
-    if (this.hookError) throw this.fail(`a host function threw: ${(this.hookError as Error)?.message ?? this.hookError}`);
+    if (this.hookError)
+      throw this.fail(`a host function threw: ${(this.hookError as Error)?.message ?? this.hookError}`);
     if (this.depth === 0 && !this.draining) this.drain();
     return result;
   }
@@ -449,5 +478,6 @@ export class LwipStack implements Netstack, ConnectionHost {
 }
 
 function checkPort(port: number, allowZero: boolean): void {
-  if (!Number.isInteger(port) || port < (allowZero ? 0 : 1) || port > 65535) throw new NetstackError("invalid-argument", `port ${port} is outside ${allowZero ? 0 : 1}..65535`);
+  if (!Number.isInteger(port) || port < (allowZero ? 0 : 1) || port > 65535)
+    throw new NetstackError("invalid-argument", `port ${port} is outside ${allowZero ? 0 : 1}..65535`);
 }

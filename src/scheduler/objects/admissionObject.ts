@@ -105,7 +105,12 @@ export class AdmissionObject extends AuthorityObject<SchedulerEnv, AdmissionMess
       this.buckets.set(key, b);
     }
     const wait = b.take(now);
-    if (wait > 0) throw new BeachballError("RATE_LIMITED", `${key === "*" ? "deployment" : "controller"} request rate over ${rps}/s`, { retryAfterSeconds: wait });
+    if (wait > 0)
+      throw new BeachballError(
+        "RATE_LIMITED",
+        `${key === "*" ? "deployment" : "controller"} request rate over ${rps}/s`,
+        { retryAfterSeconds: wait },
+      );
   }
 
   /**
@@ -121,9 +126,24 @@ export class AdmissionObject extends AuthorityObject<SchedulerEnv, AdmissionMess
     this.rate(`c:${identity}`, limits.perControllerRps);
     this.rate("*", limits.deploymentRps);
     const mine = c.activeByIdentity.get(identity) ?? 0;
-    if (mine >= limits.perControllerConcurrent) throw new BeachballError("QUOTA_CONCURRENT_ALLOCATIONS", `controller has ${mine} active allocations (limit ${limits.perControllerConcurrent})`, { limit: limits.perControllerConcurrent });
-    if (c.active.size >= limits.maxAllocations) throw new BeachballError("QUOTA_DEPLOYMENT_ALLOCATIONS", `deployment has ${c.active.size} active allocations (limit ${limits.maxAllocations})`, { limit: limits.maxAllocations });
-    if (c.retained.size >= limits.maxRetained) throw new BeachballError("QUOTA_RETAINED_RECORDS", `deployment retains ${c.retained.size} allocation records (limit ${limits.maxRetained})`, { limit: limits.maxRetained });
+    if (mine >= limits.perControllerConcurrent)
+      throw new BeachballError(
+        "QUOTA_CONCURRENT_ALLOCATIONS",
+        `controller has ${mine} active allocations (limit ${limits.perControllerConcurrent})`,
+        { limit: limits.perControllerConcurrent },
+      );
+    if (c.active.size >= limits.maxAllocations)
+      throw new BeachballError(
+        "QUOTA_DEPLOYMENT_ALLOCATIONS",
+        `deployment has ${c.active.size} active allocations (limit ${limits.maxAllocations})`,
+        { limit: limits.maxAllocations },
+      );
+    if (c.retained.size >= limits.maxRetained)
+      throw new BeachballError(
+        "QUOTA_RETAINED_RECORDS",
+        `deployment retains ${c.retained.size} allocation records (limit ${limits.maxRetained})`,
+        { limit: limits.maxRetained },
+      );
     this.state.storage.sql.exec(
       "INSERT INTO admission_allocations (obj, allocation_id, identity, active, admitted_at_ms) VALUES (?, ?, ?, 1, ?)",
       this.state.name,
@@ -145,9 +165,17 @@ export class AdmissionObject extends AuthorityObject<SchedulerEnv, AdmissionMess
     this.state.storage.transactionSync(() => {
       for (const { message: m } of msgs) {
         if (m.kind === "allocation_terminal") {
-          this.state.storage.sql.exec("UPDATE admission_allocations SET active = 0 WHERE obj = ? AND allocation_id = ?", this.state.name, m.allocationId);
+          this.state.storage.sql.exec(
+            "UPDATE admission_allocations SET active = 0 WHERE obj = ? AND allocation_id = ?",
+            this.state.name,
+            m.allocationId,
+          );
         } else {
-          this.state.storage.sql.exec("DELETE FROM admission_allocations WHERE obj = ? AND allocation_id = ?", this.state.name, m.allocationId);
+          this.state.storage.sql.exec(
+            "DELETE FROM admission_allocations WHERE obj = ? AND allocation_id = ?",
+            this.state.name,
+            m.allocationId,
+          );
         }
       }
       this.state.ackInbox(msgs[msgs.length - 1]!.seq);
@@ -172,8 +200,15 @@ export class AdmissionObject extends AuthorityObject<SchedulerEnv, AdmissionMess
     if (c.hosts.get(hostId) === true) return;
     let n = 0;
     for (const a of c.hosts.values()) if (a) n++;
-    if (n >= maxActive) throw new BeachballError("QUOTA_ACTIVE_HOSTS", `deployment has ${n} active hosts (limit ${maxActive})`, { limit: maxActive });
-    this.state.storage.sql.exec("UPDATE admission_hosts SET active = 1 WHERE obj = ? AND host_id = ?", this.state.name, hostId);
+    if (n >= maxActive)
+      throw new BeachballError("QUOTA_ACTIVE_HOSTS", `deployment has ${n} active hosts (limit ${maxActive})`, {
+        limit: maxActive,
+      });
+    this.state.storage.sql.exec(
+      "UPDATE admission_hosts SET active = 1 WHERE obj = ? AND host_id = ?",
+      this.state.name,
+      hostId,
+    );
     if (c.hosts.has(hostId)) c.hosts.set(hostId, true);
   }
 
@@ -185,7 +220,12 @@ export class AdmissionObject extends AuthorityObject<SchedulerEnv, AdmissionMess
    */
   setHostActive(hostId: string, active: boolean): void {
     const c = this.counts();
-    this.state.storage.sql.exec("UPDATE admission_hosts SET active = ? WHERE obj = ? AND host_id = ?", active ? 1 : 0, this.state.name, hostId);
+    this.state.storage.sql.exec(
+      "UPDATE admission_hosts SET active = ? WHERE obj = ? AND host_id = ?",
+      active ? 1 : 0,
+      this.state.name,
+      hostId,
+    );
     if (c.hosts.has(hostId)) c.hosts.set(hostId, active);
   }
 
@@ -201,8 +241,18 @@ export class AdmissionObject extends AuthorityObject<SchedulerEnv, AdmissionMess
   admitHost(hostId: string, maxHosts: number): void {
     const c = this.counts();
     if (c.hosts.has(hostId)) return;
-    if (c.hosts.size >= maxHosts) throw new BeachballError("QUOTA_REGISTERED_HOSTS", `deployment has ${c.hosts.size} registered hosts (limit ${maxHosts})`, { limit: maxHosts });
-    this.state.storage.sql.exec("INSERT INTO admission_hosts (obj, host_id, registered_at_ms, active) VALUES (?, ?, ?, 0)", this.state.name, hostId, this.env.clock.now());
+    if (c.hosts.size >= maxHosts)
+      throw new BeachballError(
+        "QUOTA_REGISTERED_HOSTS",
+        `deployment has ${c.hosts.size} registered hosts (limit ${maxHosts})`,
+        { limit: maxHosts },
+      );
+    this.state.storage.sql.exec(
+      "INSERT INTO admission_hosts (obj, host_id, registered_at_ms, active) VALUES (?, ?, ?, 0)",
+      this.state.name,
+      hostId,
+      this.env.clock.now(),
+    );
     c.hosts.set(hostId, false);
   }
 

@@ -69,7 +69,14 @@ export class AllocationIndexObject extends AuthorityObject<SchedulerEnv, IndexMe
   /** True if the index lists `allocationId` for `identity` (an allocation with a committed create). */
   has(identity: string, allocationId: string): boolean {
     this.onInbox();
-    return !this.state.storage.sql.exec("SELECT 1 FROM allocation_index WHERE obj = ? AND allocation_id = ? AND identity = ?", this.state.name, allocationId, identity).next().done;
+    return !this.state.storage.sql
+      .exec(
+        "SELECT 1 FROM allocation_index WHERE obj = ? AND allocation_id = ? AND identity = ?",
+        this.state.name,
+        allocationId,
+        identity,
+      )
+      .next().done;
   }
 
   /** Entries of `identity` after `cursor` (an allocation ID), in allocation-ID order, at most `limit`. */

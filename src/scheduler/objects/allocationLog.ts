@@ -16,7 +16,16 @@
  * more than LOG_RING_BYTES + MAX_LOG_CHUNK_BYTES of text per allocation.
  */
 import { BeachballError } from "../../protocol/errors.ts";
-import { LOG_APPEND_BURST_BYTES, LOG_APPEND_BYTES_PER_SECOND, LOG_RING_BYTES, MAX_LOG_CHUNK_BYTES, MAX_LOG_FOLLOWERS, type LogChunk, type LogChunkResult, type LogPage } from "../../protocol/logs.ts";
+import {
+  LOG_APPEND_BURST_BYTES,
+  LOG_APPEND_BYTES_PER_SECOND,
+  LOG_RING_BYTES,
+  MAX_LOG_CHUNK_BYTES,
+  MAX_LOG_FOLLOWERS,
+  type LogChunk,
+  type LogChunkResult,
+  type LogPage,
+} from "../../protocol/logs.ts";
 import type { SqlStorage } from "../runtime/api.ts";
 
 /** Most chunks one read walks (bounds a read of many small chunks). */
@@ -36,7 +45,11 @@ export interface CurrentPlacement {
 }
 
 function meta(sql: SqlStorage, obj: string): MetaRow | null {
-  return sql.exec<MetaRow>("SELECT placement_id, generation, stream_base, end_offset FROM allocation_log WHERE obj = ?", obj).toArray()[0] ?? null;
+  return (
+    sql
+      .exec<MetaRow>("SELECT placement_id, generation, stream_base, end_offset FROM allocation_log WHERE obj = ?", obj)
+      .toArray()[0] ?? null
+  );
 }
 
 /** Log offset just past the last byte received (0 for an empty log). */
@@ -52,25 +65,48 @@ export function logEnd(sql: SqlStorage, obj: string): number {
  * Throws BODY_TOO_LARGE for text over MAX_LOG_CHUNK_BYTES bytes. Call inside
  * a transaction.
  */
-export function appendLogChunk(sql: SqlStorage, obj: string, current: CurrentPlacement | null, chunk: LogChunk, charge?: (newBytes: number) => void): LogChunkResult & { appended: boolean; gapBytes: number } {
-  const refuse = (code: "UNKNOWN_PLACEMENT" | "STALE_GENERATION") => ({ placementId: chunk.placementId, streamEnd: 0, code, appended: false, gapBytes: 0 });
+export function appendLogChunk(
+  sql: SqlStorage,
+  obj: string,
+  current: CurrentPlacement | null,
+  chunk: LogChunk,
+  charge?: (newBytes: number) => void,
+): LogChunkResult & { appended: boolean; gapBytes: number } {
+  const refuse = (code: "UNKNOWN_PLACEMENT" | "STALE_GENERATION") => ({
+    placementId: chunk.placementId,
+    streamEnd: 0,
+    code,
+    appended: false,
+    gapBytes: 0,
+  });
   if (!current) return refuse("UNKNOWN_PLACEMENT");
   if (chunk.generation < current.generation) return refuse("STALE_GENERATION");
-  if (chunk.placementId !== current.placementId || chunk.generation !== current.generation) return refuse("UNKNOWN_PLACEMENT");
+  if (chunk.placementId !== current.placementId || chunk.generation !== current.generation)
+    return refuse("UNKNOWN_PLACEMENT");
   let bytes = Buffer.from(chunk.text, "utf8");
-  if (bytes.length > MAX_LOG_CHUNK_BYTES) throw new BeachballError("BODY_TOO_LARGE", `a log chunk holds ${bytes.length} bytes; the limit is ${MAX_LOG_CHUNK_BYTES}`, { limitBytes: MAX_LOG_CHUNK_BYTES });
+  if (bytes.length > MAX_LOG_CHUNK_BYTES)
+    throw new BeachballError(
+      "BODY_TOO_LARGE",
+      `a log chunk holds ${bytes.length} bytes; the limit is ${MAX_LOG_CHUNK_BYTES}`,
+      { limitBytes: MAX_LOG_CHUNK_BYTES },
+    );
   let m = meta(sql, obj);
   if (!m || m.placement_id !== chunk.placementId) {
     const end = m?.end_offset ?? 0;
     m = { placement_id: chunk.placementId, generation: chunk.generation, stream_base: end, end_offset: end };
     sql.exec(
       "INSERT INTO allocation_log (obj, placement_id, generation, stream_base, end_offset) VALUES (?, ?, ?, ?, ?) ON CONFLICT (obj) DO UPDATE SET placement_id = excluded.placement_id, generation = excluded.generation, stream_base = excluded.stream_base, end_offset = excluded.end_offset",
-      obj, m.placement_id, m.generation, m.stream_base, m.end_offset,
+      obj,
+      m.placement_id,
+      m.generation,
+      m.stream_base,
+      m.end_offset,
     );
   }
   const streamEnd = m.end_offset - m.stream_base;
   const offset = chunk.offset ?? streamEnd;
-  if (bytes.length === 0 || offset + bytes.length <= streamEnd) return { placementId: chunk.placementId, streamEnd, appended: false, gapBytes: 0 };
+  if (bytes.length === 0 || offset + bytes.length <= streamEnd)
+    return { placementId: chunk.placementId, streamEnd, appended: false, gapBytes: 0 };
   // A partial overlap (a resend after the scheduler kept part of it): keep only the new bytes.
   if (offset < streamEnd) bytes = bytes.subarray(streamEnd - offset);
   // Only new bytes count against the rate (AppendBudget; throws before anything is written): a resend of stored bytes is free,
@@ -78,12 +114,28 @@ export function appendLogChunk(sql: SqlStorage, obj: string, current: CurrentPla
   charge?.(bytes.length);
   const start = m.stream_base + Math.max(offset, streamEnd);
   const end = start + bytes.length;
-  sql.exec("INSERT INTO allocation_log_chunks (obj, start_offset, bytes, text) VALUES (?, ?, ?, ?)", obj, start, bytes.length, bytes.toString("utf8"));
+  sql.exec(
+    "INSERT INTO allocation_log_chunks (obj, start_offset, bytes, text) VALUES (?, ?, ?, ?)",
+    obj,
+    start,
+    bytes.length,
+    bytes.toString("utf8"),
+  );
   sql.exec("UPDATE allocation_log SET end_offset = ? WHERE obj = ?", end, obj);
   // The ring: whole chunks that end at or before the cut go, oldest first.
   // start_offset < cut bounds the primary-key range the delete walks.
-  sql.exec("DELETE FROM allocation_log_chunks WHERE obj = ? AND start_offset < ? AND start_offset + bytes <= ?", obj, end - LOG_RING_BYTES, end - LOG_RING_BYTES);
-  return { placementId: chunk.placementId, streamEnd: end - m.stream_base, appended: true, gapBytes: Math.max(0, offset - streamEnd) };
+  sql.exec(
+    "DELETE FROM allocation_log_chunks WHERE obj = ? AND start_offset < ? AND start_offset + bytes <= ?",
+    obj,
+    end - LOG_RING_BYTES,
+    end - LOG_RING_BYTES,
+  );
+  return {
+    placementId: chunk.placementId,
+    streamEnd: end - m.stream_base,
+    appended: true,
+    gapBytes: Math.max(0, offset - streamEnd),
+  };
 }
 
 /**
@@ -94,12 +146,18 @@ export function appendLogChunk(sql: SqlStorage, obj: string, current: CurrentPla
  */
 export function readLogPage(sql: SqlStorage, obj: string, offset: number, maxBytes: number): LogPage {
   const end = logEnd(sql, obj);
-  if (offset > end) throw new BeachballError("LOG_OFFSET_PAST_END", `offset ${offset} is past the log's end (${end})`, { endOffset: end });
+  if (offset > end)
+    throw new BeachballError("LOG_OFFSET_PAST_END", `offset ${offset} is past the log's end (${end})`, {
+      endOffset: end,
+    });
   const rows = sql
     .exec<{ start_offset: number; bytes: number; text: string }>(
       // A chunk holding `offset` starts less than MAX_LOG_CHUNK_BYTES before it: that bounds the primary-key range.
       "SELECT start_offset, bytes, text FROM allocation_log_chunks WHERE obj = ? AND start_offset > ? AND start_offset + bytes > ? ORDER BY start_offset LIMIT ?",
-      obj, offset - MAX_LOG_CHUNK_BYTES, offset, MAX_CHUNKS_PER_READ,
+      obj,
+      offset - MAX_LOG_CHUNK_BYTES,
+      offset,
+      MAX_CHUNKS_PER_READ,
     )
     .toArray();
   const first = rows[0];
@@ -114,7 +172,13 @@ export function readLogPage(sql: SqlStorage, obj: string, offset: number, maxByt
     parts.push(b);
     at += b.length;
   }
-  return { offset: from, nextOffset: at, droppedBytes: from - offset, text: Buffer.concat(parts).toString("utf8"), complete: false };
+  return {
+    offset: from,
+    nextOffset: at,
+    droppedBytes: from - offset,
+    text: Buffer.concat(parts).toString("utf8"),
+    complete: false,
+  };
 }
 
 /** Follow reads parked on one allocation (memory only; a restart ends them, and readers resume by offset). */
@@ -123,7 +187,10 @@ export class LogFollowers {
 
   /** Parks until woken or `ms` passed. Throws RATE_LIMITED when MAX_LOG_FOLLOWERS are already parked. */
   wait(ms: number): Promise<void> {
-    if (this.parked.size >= MAX_LOG_FOLLOWERS) throw new BeachballError("RATE_LIMITED", `${MAX_LOG_FOLLOWERS} readers already follow this allocation's log`, { retryAfterSeconds: 5 });
+    if (this.parked.size >= MAX_LOG_FOLLOWERS)
+      throw new BeachballError("RATE_LIMITED", `${MAX_LOG_FOLLOWERS} readers already follow this allocation's log`, {
+        retryAfterSeconds: 5,
+      });
     return new Promise((resolve) => {
       const done = () => {
         clearTimeout(timer);
@@ -152,9 +219,18 @@ export class AppendBudget {
 
   /** Takes `bytes` at `nowMs`. Throws RATE_LIMITED (nothing taken) when the bucket holds fewer. */
   take(bytes: number, nowMs: number): void {
-    if (this.atMs !== null) this.tokens = Math.min(LOG_APPEND_BURST_BYTES, this.tokens + (Math.max(0, nowMs - this.atMs) * LOG_APPEND_BYTES_PER_SECOND) / 1000);
+    if (this.atMs !== null)
+      this.tokens = Math.min(
+        LOG_APPEND_BURST_BYTES,
+        this.tokens + (Math.max(0, nowMs - this.atMs) * LOG_APPEND_BYTES_PER_SECOND) / 1000,
+      );
     this.atMs = Math.max(this.atMs ?? nowMs, nowMs); // a clock stepping back refills nothing, now or later
-    if (bytes > this.tokens) throw new BeachballError("RATE_LIMITED", `this allocation's log takes at most ${LOG_APPEND_BYTES_PER_SECOND} bytes per second`, { retryAfterSeconds: Math.ceil((bytes - this.tokens) / LOG_APPEND_BYTES_PER_SECOND) });
+    if (bytes > this.tokens)
+      throw new BeachballError(
+        "RATE_LIMITED",
+        `this allocation's log takes at most ${LOG_APPEND_BYTES_PER_SECOND} bytes per second`,
+        { retryAfterSeconds: Math.ceil((bytes - this.tokens) / LOG_APPEND_BYTES_PER_SECOND) },
+      );
     this.tokens -= bytes;
   }
 }

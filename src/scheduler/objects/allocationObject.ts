@@ -57,10 +57,23 @@ import { GLOBAL, type SchedulerEnv } from "../env.ts";
 import type { AdmissionLimits } from "./admissionObject.ts";
 import { commandSpecOf } from "./hostTypes.ts";
 import { ALLOCATION_TABLES, allocationEventTable, allocationTable } from "./allocationSchema.ts";
-import { decodeAllocation, encodeAllocation, placementExitOf, toAllocationEvent, toAllocationView, type StoredAllocation } from "./allocationView.ts";
+import {
+  decodeAllocation,
+  encodeAllocation,
+  placementExitOf,
+  toAllocationEvent,
+  toAllocationView,
+  type StoredAllocation,
+} from "./allocationView.ts";
 import { AllocationMessage } from "./messages.ts";
 import { AppendBudget, appendLogChunk, LogFollowers, logEnd, readLogPage } from "./allocationLog.ts";
-import { LOG_FOLLOW_WAIT_MS, MAX_LOG_READ_BYTES, type LogChunk, type LogChunkResult, type LogPage } from "../../protocol/logs.ts";
+import {
+  LOG_FOLLOW_WAIT_MS,
+  MAX_LOG_READ_BYTES,
+  type LogChunk,
+  type LogChunkResult,
+  type LogPage,
+} from "../../protocol/logs.ts";
 
 /** Most reconcile steps in one pass (each step persists one intent). */
 export const MAX_STEPS_PER_PASS = 8;
@@ -80,7 +93,11 @@ const queries = (db: ObjectDb) => {
   const obj = sql.placeholder("obj");
   return {
     row: db.select().from(allocationTable).where(eq(allocationTable.obj, obj)).prepare(),
-    lastSeq: db.select({ seq: sql<number>`max(${allocationEventTable.seq})` }).from(allocationEventTable).where(eq(allocationEventTable.obj, obj)).prepare(),
+    lastSeq: db
+      .select({ seq: sql<number>`max(${allocationEventTable.seq})` })
+      .from(allocationEventTable)
+      .where(eq(allocationEventTable.obj, obj))
+      .prepare(),
     events: db
       .select()
       .from(allocationEventTable)
@@ -91,7 +108,13 @@ const queries = (db: ObjectDb) => {
     lastExit: db
       .select()
       .from(allocationEventTable)
-      .where(and(eq(allocationEventTable.obj, obj), eq(allocationEventTable.type, "placement.error"), like(allocationEventTable.dataJson, '%"exitReason"%')))
+      .where(
+        and(
+          eq(allocationEventTable.obj, obj),
+          eq(allocationEventTable.type, "placement.error"),
+          like(allocationEventTable.dataJson, '%"exitReason"%'),
+        ),
+      )
       .orderBy(desc(allocationEventTable.seq))
       .limit(1)
       .prepare(),
@@ -171,7 +194,11 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     const raced = this.replayOf(cmd);
     if (raced) return raced;
     // Admitted before but no row: a create that never committed (carry on), or state that was lost (the index knows it).
-    if (admittedBefore && (await this.env.AllocationIndex.get(GLOBAL).has(cmd.identity, cmd.allocationId)) && !this.load()) {
+    if (
+      admittedBefore &&
+      (await this.env.AllocationIndex.get(GLOBAL).has(cmd.identity, cmd.allocationId)) &&
+      !this.load()
+    ) {
       throw new DamagedStateError(`allocation ${cmd.allocationId} is listed by the index but its state is missing`);
     }
     const again = this.replayOf(cmd);
@@ -179,11 +206,17 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     // The private address is reserved before any host is chosen (spec "Networks, addresses, and grants"); idempotent per allocation.
     let network: { networkId: string; address: string } | null = null;
     if (this.env.config.connections) {
-      network = await this.env.Network.get(defaultNetworkIdFor(cmd.identity)).reserveAllocationAddress(cmd.allocationId, cmd.identity);
+      network = await this.env.Network.get(defaultNetworkIdFor(cmd.identity)).reserveAllocationAddress(
+        cmd.allocationId,
+        cmd.identity,
+      );
       const late = this.replayOf(cmd);
       if (late) return late;
     }
-    if (!admittedBefore) this.env.metrics.inc("bb_allocations_admitted_total", "Allocations admitted", { workload_class: cmd.body.workloadClass });
+    if (!admittedBefore)
+      this.env.metrics.inc("bb_allocations_admitted_total", "Allocations admitted", {
+        workload_class: cmd.body.workloadClass,
+      });
     const now = this.now;
     const rec: AllocationRecord = {
       allocationId: cmd.allocationId,
@@ -224,7 +257,16 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     try {
       this.state.storage.transactionSync(() => {
         this.writeRow(s, true);
-        this.writeChange(s, { ...noChange(), events: [{ type: "allocation.created", toState: "pending", data: { workloadClass: cmd.body.workloadClass, imageDigest: cmd.spec.imageDigest } }] });
+        this.writeChange(s, {
+          ...noChange(),
+          events: [
+            {
+              type: "allocation.created",
+              toState: "pending",
+              data: { workloadClass: cmd.body.workloadClass, imageDigest: cmd.spec.imageDigest },
+            },
+          ],
+        });
         // The index learns of the allocation in the transaction that creates it (a listed allocation without a row is damage).
         this.stored = s;
         // A new allocation has no exit yet (its only event is allocation.created).
@@ -239,7 +281,16 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       this.lastExit = undefined;
       throw e;
     }
-    this.env.log.info("allocation state", { allocationId: cmd.allocationId, from: null, to: "pending", reason: null, generation: 1, hostId: null, workloadClass: cmd.body.workloadClass, by: cmd.identity });
+    this.env.log.info("allocation state", {
+      allocationId: cmd.allocationId,
+      from: null,
+      to: "pending",
+      reason: null,
+      generation: 1,
+      hostId: null,
+      workloadClass: cmd.body.workloadClass,
+      by: cmd.identity,
+    });
     await this.reconcile();
     return { created: true, view: this.view(this.load()!) };
   }
@@ -248,7 +299,8 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
   private replayOf(cmd: CreateCommand): { created: false; view: AllocationView } | null {
     const existing = this.load();
     if (!existing) return null;
-    if (existing.bodyDigest !== cmd.bodyDigest) throw new BeachballError("IDEMPOTENCY_CONFLICT", "clientRequestId was used with a different request body");
+    if (existing.bodyDigest !== cmd.bodyDigest)
+      throw new BeachballError("IDEMPOTENCY_CONFLICT", "clientRequestId was used with a different request body");
     return { created: false, view: this.view(existing) };
   }
 
@@ -268,14 +320,16 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
    * row is damaged state (OBJECT_DAMAGED), not absence.
    */
   get(identity: string, listed = false): AllocationView {
-    if (listed && !this.load()) throw new DamagedStateError(`allocation ${this.state.name} is listed by the index but its state is missing`);
+    if (listed && !this.load())
+      throw new DamagedStateError(`allocation ${this.state.name} is listed by the index but its state is missing`);
     return this.view(this.owned(identity));
   }
 
   /** Requests release (idempotent) and runs a reconcile pass. */
   async release(identity: string): Promise<AllocationView> {
     const s = this.owned(identity);
-    if (s.rec.desired !== "released" && !TERMINAL_STATES.has(s.rec.state)) this.persist(requestRelease("CLIENT_RELEASE", this.now));
+    if (s.rec.desired !== "released" && !TERMINAL_STATES.has(s.rec.state))
+      this.persist(requestRelease("CLIENT_RELEASE", this.now));
     await this.reconcile();
     return this.view(this.load()!);
   }
@@ -293,10 +347,15 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
    */
   async authorizeReplacement(identity: string, generation: number): Promise<AllocationView> {
     const r = this.owned(identity).rec;
-    if (generation !== r.generation) throw new BeachballError("STALE_GENERATION", `generation ${generation} is not current (${r.generation})`);
-    if (!r.conditions.includes(REPLACEMENT_BLOCKED)) throw new BeachballError("REPLACEMENT_NOT_BLOCKED", "no replacement is blocked for this allocation");
+    if (generation !== r.generation)
+      throw new BeachballError("STALE_GENERATION", `generation ${generation} is not current (${r.generation})`);
+    if (!r.conditions.includes(REPLACEMENT_BLOCKED))
+      throw new BeachballError("REPLACEMENT_NOT_BLOCKED", "no replacement is blocked for this allocation");
     if (!r.replacementAuthorized) {
-      this.persist({ ...noChange({ replacementAuthorized: true, hostCheckAtMs: 0, updatedAtMs: this.now }), events: [{ type: "allocation.replacement_authorized", reason: "CONTROLLER_AUTHORIZED" }] });
+      this.persist({
+        ...noChange({ replacementAuthorized: true, hostCheckAtMs: 0, updatedAtMs: this.now }),
+        events: [{ type: "allocation.replacement_authorized", reason: "CONTROLLER_AUTHORIZED" }],
+      });
     }
     await this.reconcile();
     return this.view(this.load()!);
@@ -313,10 +372,21 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
    */
   appendLog(hostId: string, chunk: LogChunk): LogChunkResult {
     const r = this.rec();
-    const current = r && r.hostId === hostId && r.placementId && r.allocationId === chunk.allocationId ? { placementId: r.placementId, generation: r.generation } : null;
-    const out = this.state.storage.transactionSync(() => appendLogChunk(this.state.storage.sql, this.state.name, current, chunk, (n) => this.logBudget.take(n, this.now)));
+    const current =
+      r && r.hostId === hostId && r.placementId && r.allocationId === chunk.allocationId
+        ? { placementId: r.placementId, generation: r.generation }
+        : null;
+    const out = this.state.storage.transactionSync(() =>
+      appendLogChunk(this.state.storage.sql, this.state.name, current, chunk, (n) => this.logBudget.take(n, this.now)),
+    );
     if (out.appended) this.followers.wake();
-    if (out.gapBytes > 0) this.env.metrics.inc("bb_log_lost_bytes_total", "Bytes of workload output lost before they reached the scheduler (gaps agents left in placements' streams)", { workload_class: r!.workloadClass }, out.gapBytes);
+    if (out.gapBytes > 0)
+      this.env.metrics.inc(
+        "bb_log_lost_bytes_total",
+        "Bytes of workload output lost before they reached the scheduler (gaps agents left in placements' streams)",
+        { workload_class: r!.workloadClass },
+        out.gapBytes,
+      );
     const { appended: _, gapBytes: __, ...result } = out;
     return result;
   }
@@ -332,7 +402,10 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     const page = (): LogPage => {
       const s = this.owned(identity);
       const p = readLogPage(this.state.storage.sql, this.state.name, offset, MAX_LOG_READ_BYTES);
-      return { ...p, complete: TERMINAL_STATES.has(s.rec.state) && p.nextOffset >= logEnd(this.state.storage.sql, this.state.name) };
+      return {
+        ...p,
+        complete: TERMINAL_STATES.has(s.rec.state) && p.nextOffset >= logEnd(this.state.storage.sql, this.state.name),
+      };
     };
     const first = page();
     if (!follow || first.text || first.complete || first.nextOffset > offset) return first;
@@ -352,8 +425,10 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
    */
   deliveryTarget(identity: string, generation: number): { hostId: string; placementId: string; allocationId: string } {
     const r = this.owned(identity).rec;
-    if (generation !== r.generation) throw new BeachballError("STALE_GENERATION", `generation ${generation} is not current (${r.generation})`);
-    if (r.state !== "ready" || !r.hostId || !r.placementId) throw new BeachballError("GUEST_NOT_CONNECTED", `allocation is ${r.state}, not ready`);
+    if (generation !== r.generation)
+      throw new BeachballError("STALE_GENERATION", `generation ${generation} is not current (${r.generation})`);
+    if (r.state !== "ready" || !r.hostId || !r.placementId)
+      throw new BeachballError("GUEST_NOT_CONNECTED", `allocation is ${r.state}, not ready`);
     return { hostId: r.hostId, placementId: r.placementId, allocationId: r.allocationId };
   }
 
@@ -385,7 +460,21 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       ttlSeconds: body.ttlSeconds,
     });
     const g = res.grant.payload;
-    this.persist({ ...noChange(), events: [{ type: "connection.granted", data: { grantId: g.grantId, generation: g.generation, transport: g.transport, ports: g.ports, expiresAt: new Date(g.expiresAtMs).toISOString() } }] });
+    this.persist({
+      ...noChange(),
+      events: [
+        {
+          type: "connection.granted",
+          data: {
+            grantId: g.grantId,
+            generation: g.generation,
+            transport: g.transport,
+            ports: g.ports,
+            expiresAt: new Date(g.expiresAtMs).toISOString(),
+          },
+        },
+      ],
+    });
     this.postIndexView();
     return res;
   }
@@ -396,7 +485,10 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     if (!r.networkId) throw new BeachballError("NOT_FOUND", "no such grant for this allocation");
     const changed = await this.env.Network.get(r.networkId).revokeGrant(r.allocationId, grantId);
     if (changed) {
-      this.persist({ ...noChange(), events: [{ type: "connection.revoked", reason: "CLIENT_REVOKED", data: { grantId } }] });
+      this.persist({
+        ...noChange(),
+        events: [{ type: "connection.revoked", reason: "CLIENT_REVOKED", data: { grantId } }],
+      });
       this.postIndexView();
     }
   }
@@ -417,8 +509,14 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     const dueAt = nextAlarmAt(r, this.now, this.policy);
     if (this.now < dueAt) return this.state.setAlarm(dueAt);
     this.state.storage.transactionSync(() => {
-      this.state.post(this.env.AllocationIndex, GLOBAL, `idx:${r.allocationId}:purge`, { kind: "purge", allocationId: r.allocationId });
-      this.state.post(this.env.Admission, GLOBAL, `adm:${r.allocationId}:purge`, { kind: "allocation_purged", allocationId: r.allocationId });
+      this.state.post(this.env.AllocationIndex, GLOBAL, `idx:${r.allocationId}:purge`, {
+        kind: "purge",
+        allocationId: r.allocationId,
+      });
+      this.state.post(this.env.Admission, GLOBAL, `adm:${r.allocationId}:purge`, {
+        kind: "allocation_purged",
+        allocationId: r.allocationId,
+      });
       this.state.setAlarm(null);
     });
     this.stored = undefined;
@@ -450,7 +548,8 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     if (!r) return;
     // Safety net first: if this pass dies mid-way (say, in a remote call), the alarm resumes it.
     const armed = this.state.getAlarm();
-    if (!TERMINAL_STATES.has(r.state) && (armed === null || armed > this.now + RECONCILE_RETRY_MS)) this.state.setAlarm(this.now + RECONCILE_RETRY_MS);
+    if (!TERMINAL_STATES.has(r.state) && (armed === null || armed > this.now + RECONCILE_RETRY_MS))
+      this.state.setAlarm(this.now + RECONCILE_RETRY_MS);
     try {
       for (let i = 0; i < MAX_STEPS_PER_PASS; i++) if (!(await this.step())) break;
     } finally {
@@ -513,7 +612,8 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
         this.persist(intent.change);
         // A waiter that stops waiting (released or failed while pending) gives up its place in the queue.
         const after = this.rec()!;
-        if (r.conditions.includes(NO_CAPACITY_CONDITION) && after.state !== "pending") await this.env.HostDirectory.get(GLOBAL).cancelWait(r.allocationId);
+        if (r.conditions.includes(NO_CAPACITY_CONDITION) && after.state !== "pending")
+          await this.env.HostDirectory.get(GLOBAL).cancelWait(r.allocationId);
         return true;
       }
       case "request_absent": {
@@ -527,7 +627,12 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
         const spec = this.load()!.spec;
         const answer = await this.env.HostDirectory.get(GLOBAL).candidates({
           allocationId: r.allocationId,
-          resources: { cpuMillis: spec.cpuMillis, memoryMiB: spec.memoryMiB, ephemeralDiskMiB: spec.ephemeralDiskMiB, slots: 1 },
+          resources: {
+            cpuMillis: spec.cpuMillis,
+            memoryMiB: spec.memoryMiB,
+            ephemeralDiskMiB: spec.ephemeralDiskMiB,
+            slots: 1,
+          },
           imageDigest: spec.imageDigest,
           architecture: "x86_64",
           regions: null,
@@ -537,7 +642,8 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
           waiter: { createdAtMs: r.createdAtMs, untilMs: r.createdAtMs + this.policy.pendingTimeoutMs },
         });
         const cur = this.rec();
-        if (!cur || cur.state !== "pending" || cur.generation !== r.generation || cur.desired === "released") return true;
+        if (!cur || cur.state !== "pending" || cur.generation !== r.generation || cur.desired === "released")
+          return true;
         const placementId = answer.hostId === null ? "" : this.env.random.id("plc");
         const key = answer.hostId === null ? "" : reservationKey(cur.allocationId, cur.generation, answer.hostId);
         this.persist(afterFindHost(cur, answer, placementId, key, now));
@@ -554,7 +660,13 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       }
       case "reserve": {
         const result = await this.env.Host.get(intent.hostId)
-          .reserve({ key: intent.reservationKey, allocationId: r.allocationId, generation: r.generation, placementId: intent.placementId, spec: commandSpecOf(this.load()!.spec, r.address) })
+          .reserve({
+            key: intent.reservationKey,
+            allocationId: r.allocationId,
+            generation: r.generation,
+            placementId: intent.placementId,
+            spec: commandSpecOf(this.load()!.spec, r.address),
+          })
           .catch((e: unknown) => {
             if (e instanceof BeachballError) return { accepted: false as const, code: e.code };
             throw e;
@@ -594,11 +706,27 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       this.env.metrics.inc("bb_allocation_transitions_total", "Allocation state transitions", labels);
       // Latencies of the first placement only: a replacement's clock would start at the original create.
       if (next.rec.generation === 1 && (c.transition.to === "provisioning" || c.transition.to === "ready")) {
-        const name = c.transition.to === "provisioning" ? "bb_allocation_create_to_reserved_seconds" : "bb_allocation_create_to_ready_seconds";
-        const help = c.transition.to === "provisioning" ? "From create to a host accepting the reservation" : "From create to the guest running (ready)";
-        this.env.metrics.observe(name, help, (this.now - next.rec.createdAtMs) / 1000, { workload_class: next.rec.workloadClass });
+        const name =
+          c.transition.to === "provisioning"
+            ? "bb_allocation_create_to_reserved_seconds"
+            : "bb_allocation_create_to_ready_seconds";
+        const help =
+          c.transition.to === "provisioning"
+            ? "From create to a host accepting the reservation"
+            : "From create to the guest running (ready)";
+        this.env.metrics.observe(name, help, (this.now - next.rec.createdAtMs) / 1000, {
+          workload_class: next.rec.workloadClass,
+        });
       }
-      this.env.log.info("allocation state", { allocationId: next.rec.allocationId, from: s.rec.state, to: c.transition.to, reason: c.transition.reason ?? null, generation: next.rec.generation, hostId: next.rec.hostId ?? null, workloadClass: next.rec.workloadClass });
+      this.env.log.info("allocation state", {
+        allocationId: next.rec.allocationId,
+        from: s.rec.state,
+        to: c.transition.to,
+        reason: c.transition.reason ?? null,
+        generation: next.rec.generation,
+        hostId: next.rec.hostId ?? null,
+        workloadClass: next.rec.workloadClass,
+      });
     }
   }
 
@@ -613,7 +741,11 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     const before = this.written ?? encodeAllocation(this.load()!);
     const changed = COLUMNS.filter(([k]) => k !== "obj" && row[k] !== before[k]);
     if (changed.length === 0) return;
-    this.state.storage.sql.exec(`UPDATE allocation SET ${changed.map(([, c]) => `${c.name} = ?`).join(", ")} WHERE obj = ?`, ...changed.map(([k]) => dbValue(row[k])), row.obj);
+    this.state.storage.sql.exec(
+      `UPDATE allocation SET ${changed.map(([, c]) => `${c.name} = ?`).join(", ")} WHERE obj = ?`,
+      ...changed.map(([k]) => dbValue(row[k])),
+      row.obj,
+    );
     this.written = row;
   }
 
@@ -634,7 +766,12 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     const s = this.stored;
     if (!this.indexBehind || !s) return;
     this.indexBehind = false;
-    this.state.postLatest(this.env.AllocationIndex, GLOBAL, `idx:${s.rec.allocationId}`, { kind: "upsert", identity: s.rec.identity, view: this.view(s), version: this.lastSeq });
+    this.state.postLatest(this.env.AllocationIndex, GLOBAL, `idx:${s.rec.allocationId}`, {
+      kind: "upsert",
+      identity: s.rec.identity,
+      view: this.view(s),
+      version: this.lastSeq,
+    });
   }
 
   /** Events, admission and alert messages of a change (inside the caller's transaction); the index view is posted at the end of the pass. */
@@ -662,16 +799,35 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
       );
     }
     if (c.events.length > 0) this.indexBehind = true;
-    if (c.terminal) this.state.post(this.env.Admission, GLOBAL, `adm:${r.allocationId}:terminal`, { kind: "allocation_terminal", allocationId: r.allocationId });
+    if (c.terminal)
+      this.state.post(this.env.Admission, GLOBAL, `adm:${r.allocationId}:terminal`, {
+        kind: "allocation_terminal",
+        allocationId: r.allocationId,
+      });
     // Release requested: the Network closes the generation and revokes its grants now, not when the VM is gone.
     if (c.patch.desired === "released" && r.networkId && r.grantGeneration > 0) {
-      this.state.post(this.env.Network, r.networkId, `net:${r.allocationId}:close:${r.generation}`, { kind: "close_generation", allocationId: r.allocationId, generation: r.generation });
+      this.state.post(this.env.Network, r.networkId, `net:${r.allocationId}:close:${r.generation}`, {
+        kind: "close_generation",
+        allocationId: r.allocationId,
+        generation: r.generation,
+      });
     }
     // Its placement's cleanup completed: the Network revokes its grants and frees its address once they are gone.
-    if (c.terminal && r.networkId) this.state.post(this.env.Network, r.networkId, `net:${r.allocationId}:terminal`, { kind: "allocation_terminal", allocationId: r.allocationId });
+    if (c.terminal && r.networkId)
+      this.state.post(this.env.Network, r.networkId, `net:${r.allocationId}:terminal`, {
+        kind: "allocation_terminal",
+        allocationId: r.allocationId,
+      });
     for (const a of c.alerts) {
       const alertId = `alert:${a.type}:${r.allocationId}:${r.generation}:${this.lastSeq}`;
-      this.state.post(this.env.Operations, GLOBAL, alertId, { kind: "alert", alertId, type: a.type, subject: r.workloadClass, reason: a.reason, atMs: now });
+      this.state.post(this.env.Operations, GLOBAL, alertId, {
+        kind: "alert",
+        alertId,
+        type: a.type,
+        subject: r.workloadClass,
+        reason: a.reason,
+        atMs: now,
+      });
     }
   }
 }

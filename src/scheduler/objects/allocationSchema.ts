@@ -103,4 +103,9 @@ export const allocationLogChunkTable = sqliteTable(
 );
 
 /** Tables retention deletes with the instance. */
-export const ALLOCATION_TABLES = ["allocation", "allocation_events", "allocation_log", "allocation_log_chunks"] as const;
+export const ALLOCATION_TABLES = [
+  "allocation",
+  "allocation_events",
+  "allocation_log",
+  "allocation_log_chunks",
+] as const;

@@ -7,7 +7,13 @@
  */
 import { Type, type TSchema } from "@sinclair/typebox";
 import { checkerOf } from "../runtime/check.ts";
-import { ALLOCATION_STATES, PlacementOutcome, type AllocationEvent, type AllocationView, type PlacementExitView } from "../../protocol/api.ts";
+import {
+  ALLOCATION_STATES,
+  PlacementOutcome,
+  type AllocationEvent,
+  type AllocationView,
+  type PlacementExitView,
+} from "../../protocol/api.ts";
 import { PlacementSpec, PLACEMENT_OBSERVED_STATES } from "../../protocol/agent.ts";
 import type { AllocationRecord } from "../../domain/reconcile.ts";
 import { DamagedStateError } from "../runtime/faults.ts";
@@ -45,8 +51,10 @@ function json<T>(text: string | null, schema: TSchema, what: string, id: string)
 export function decodeAllocation(r: AllocationRow): StoredAllocation {
   const id = r.obj;
   if (!STATES.has(r.state)) throw new DamagedStateError(`allocation ${id}: unknown state ${JSON.stringify(r.state)}`);
-  if (r.desired !== "ready" && r.desired !== "released") throw new DamagedStateError(`allocation ${id}: unknown desired state`);
-  if (r.observedState !== null && !OBSERVED.has(r.observedState)) throw new DamagedStateError(`allocation ${id}: unknown observed state`);
+  if (r.desired !== "ready" && r.desired !== "released")
+    throw new DamagedStateError(`allocation ${id}: unknown desired state`);
+  if (r.observedState !== null && !OBSERVED.has(r.observedState))
+    throw new DamagedStateError(`allocation ${id}: unknown observed state`);
   const rec: AllocationRecord = {
     allocationId: id,
     identity: r.identity,
@@ -82,7 +90,12 @@ export function decodeAllocation(r: AllocationRow): StoredAllocation {
     connectionsFencedGeneration: r.connectionsFencedGeneration,
     pendingReplacement: r.pendingReplacement,
   };
-  return { rec, spec: json(r.specJson, PlacementSpec, "spec", id), labels: json(r.labelsJson, Labels, "labels", id), bodyDigest: r.bodyDigest };
+  return {
+    rec,
+    spec: json(r.specJson, PlacementSpec, "spec", id),
+    labels: json(r.labelsJson, Labels, "labels", id),
+    bodyDigest: r.bodyDigest,
+  };
 }
 
 /** The row that stores `s` (the inverse of decodeAllocation). */
@@ -156,11 +169,19 @@ export function toAllocationView(s: StoredAllocation, exit: PlacementExitView | 
 }
 
 /** The diagnosed VM exit a `placement.error` event row carries (data.exitReason and data.consoleTail), or null. */
-export function placementExitOf(e: Pick<EventRow, "generation" | "placementId" | "atMs" | "dataJson"> | undefined): PlacementExitView | null {
+export function placementExitOf(
+  e: Pick<EventRow, "generation" | "placementId" | "atMs" | "dataJson"> | undefined,
+): PlacementExitView | null {
   if (!e?.dataJson) return null;
   const d = JSON.parse(e.dataJson) as { exitReason?: PlacementExitView["reason"]; consoleTail?: string };
   if (!d.exitReason) return null;
-  return { generation: e.generation, placementId: e.placementId, reason: d.exitReason, consoleTail: d.consoleTail ?? "", at: new Date(e.atMs).toISOString() };
+  return {
+    generation: e.generation,
+    placementId: e.placementId,
+    reason: d.exitReason,
+    consoleTail: d.consoleTail ?? "",
+    at: new Date(e.atMs).toISOString(),
+  };
 }
 
 /** The API view of one event row of allocation `r` (client and correlation IDs come from the allocation). */

@@ -28,7 +28,16 @@
  */
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
 import { BeachballError } from "../../protocol/errors.ts";
-import { MAX_CONNECTION_MESSAGE_BYTES, MAX_CONNECTION_MESSAGES_PER_ROLE, MAX_CONNECTION_POLL_WAIT_MS, MIN_RELAY_TOKEN_REFRESH_MS, type ConnectionMessage, type ConnectionPollResponse, type ConnectionRelayTokensResponse, type RelayRole } from "../../protocol/connection.ts";
+import {
+  MAX_CONNECTION_MESSAGE_BYTES,
+  MAX_CONNECTION_MESSAGES_PER_ROLE,
+  MAX_CONNECTION_POLL_WAIT_MS,
+  MIN_RELAY_TOKEN_REFRESH_MS,
+  type ConnectionMessage,
+  type ConnectionPollResponse,
+  type ConnectionRelayTokensResponse,
+  type RelayRole,
+} from "../../protocol/connection.ts";
 import type { SchedulerEnv } from "../env.ts";
 import { relayTokens } from "./grantDocuments.ts";
 import { isPeerAddress } from "../../protocol/ipScope.ts";
@@ -82,7 +91,12 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
   }
 
   private row(): Row | null {
-    const r = this.sql.exec<Row>("SELECT grant_id, expires_at_ms, client_token_digest, host_token_digest, client_last_seq, host_last_seq, host_id FROM connection WHERE obj = ?", this.state.name).next();
+    const r = this.sql
+      .exec<Row>(
+        "SELECT grant_id, expires_at_ms, client_token_digest, host_token_digest, client_last_seq, host_last_seq, host_id FROM connection WHERE obj = ?",
+        this.state.name,
+      )
+      .next();
     return r.done ? null : r.value;
   }
 
@@ -129,15 +143,32 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
   }
 
   private answer(role: RelayRole, r: Row, messages: ConnectionMessage[], closed = false): ConnectionPollResponse {
-    return { role, messages, lastAcceptedSeq: role === "client" ? r.client_last_seq : r.host_last_seq, expiresAtMs: r.expires_at_ms, closed };
+    return {
+      role,
+      messages,
+      lastAcceptedSeq: role === "client" ? r.client_last_seq : r.host_last_seq,
+      expiresAtMs: r.expires_at_ms,
+      closed,
+    };
   }
 
   /** The peer's messages after `after` (acknowledging those up to it), oldest first. */
   private pending(role: RelayRole, after: number): ConnectionMessage[] {
     const peer = peerOf(role);
-    this.sql.exec("DELETE FROM connection_messages WHERE obj = ? AND role = ? AND seq <= ?", this.state.name, peer, after);
+    this.sql.exec(
+      "DELETE FROM connection_messages WHERE obj = ? AND role = ? AND seq <= ?",
+      this.state.name,
+      peer,
+      after,
+    );
     return this.sql
-      .exec<{ body_json: string }>("SELECT body_json FROM connection_messages WHERE obj = ? AND role = ? AND seq > ? ORDER BY seq LIMIT ?", this.state.name, peer, after, MAX_CONNECTION_MESSAGES_PER_ROLE)
+      .exec<{ body_json: string }>(
+        "SELECT body_json FROM connection_messages WHERE obj = ? AND role = ? AND seq > ? ORDER BY seq LIMIT ?",
+        this.state.name,
+        peer,
+        after,
+        MAX_CONNECTION_MESSAGES_PER_ROLE,
+      )
       .toArray()
       .map((m) => JSON.parse(m.body_json) as ConnectionMessage);
   }
@@ -193,30 +224,66 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
     const last = role === "client" ? r.client_last_seq : r.host_last_seq;
     let prev = 0;
     for (const m of msgs) {
-      if (m.seq <= prev) throw new BeachballError("VALIDATION_FAILED", "message sequence numbers must increase within a request");
+      if (m.seq <= prev)
+        throw new BeachballError("VALIDATION_FAILED", "message sequence numbers must increase within a request");
       prev = m.seq;
-      if (JSON.stringify(m).length > MAX_CONNECTION_MESSAGE_BYTES) throw new BeachballError("VALIDATION_FAILED", `a rendezvous message is larger than ${MAX_CONNECTION_MESSAGE_BYTES} bytes`);
+      if (JSON.stringify(m).length > MAX_CONNECTION_MESSAGE_BYTES)
+        throw new BeachballError(
+          "VALIDATION_FAILED",
+          `a rendezvous message is larger than ${MAX_CONNECTION_MESSAGE_BYTES} bytes`,
+        );
       // The peer sends to every candidate: one that names no single peer would reach the peer's own machine or its whole link.
       const bad = m.type === "candidates" ? m.candidates.findIndex((c) => !isPeerAddress(c.address)) : -1;
-      if (bad >= 0) throw new BeachballError("VALIDATION_FAILED", `candidate ${bad} of message ${m.seq} is not an address one peer can be reached at (unspecified, multicast, broadcast or not an IP)`);
+      if (bad >= 0)
+        throw new BeachballError(
+          "VALIDATION_FAILED",
+          `candidate ${bad} of message ${m.seq} is not an address one peer can be reached at (unspecified, multicast, broadcast or not an IP)`,
+        );
     }
     const fresh = msgs.filter((m) => m.seq > last);
     if (fresh.length === 0) return this.answer(role, r, []);
-    const stored = this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM connection_messages WHERE obj = ? AND role = ?", this.state.name, role).one().n;
+    const stored = this.sql
+      .exec<{ n: number }>(
+        "SELECT COUNT(*) AS n FROM connection_messages WHERE obj = ? AND role = ?",
+        this.state.name,
+        role,
+      )
+      .one().n;
     if (stored + fresh.length > MAX_CONNECTION_MESSAGES_PER_ROLE) {
-      throw new BeachballError("RATE_LIMITED", `at most ${MAX_CONNECTION_MESSAGES_PER_ROLE} messages wait for the peer; poll for its acknowledgements first`, { retryAfterSeconds: 1 });
+      throw new BeachballError(
+        "RATE_LIMITED",
+        `at most ${MAX_CONNECTION_MESSAGES_PER_ROLE} messages wait for the peer; poll for its acknowledgements first`,
+        { retryAfterSeconds: 1 },
+      );
     }
     const newLast = fresh[fresh.length - 1]!.seq;
     this.state.storage.transactionSync(() => {
       for (const m of fresh) {
-        this.sql.exec("INSERT INTO connection_messages (obj, role, seq, body_json) VALUES (?, ?, ?, ?)", this.state.name, role, m.seq, JSON.stringify(m));
-        if (m.type === "ack") this.sql.exec("DELETE FROM connection_messages WHERE obj = ? AND role = ? AND seq <= ?", this.state.name, peerOf(role), m.upTo);
+        this.sql.exec(
+          "INSERT INTO connection_messages (obj, role, seq, body_json) VALUES (?, ?, ?, ?)",
+          this.state.name,
+          role,
+          m.seq,
+          JSON.stringify(m),
+        );
+        if (m.type === "ack")
+          this.sql.exec(
+            "DELETE FROM connection_messages WHERE obj = ? AND role = ? AND seq <= ?",
+            this.state.name,
+            peerOf(role),
+            m.upTo,
+          );
       }
-      this.sql.exec(`UPDATE connection SET ${role === "client" ? "client_last_seq" : "host_last_seq"} = ? WHERE obj = ?`, newLast, this.state.name);
+      this.sql.exec(
+        `UPDATE connection SET ${role === "client" ? "client_last_seq" : "host_last_seq"} = ? WHERE obj = ?`,
+        newLast,
+        this.state.name,
+      );
     });
     this.wake(peerOf(role));
     const candidates = role === "client" ? fresh.filter((m) => m.type === "candidates").pop() : undefined;
-    if (candidates?.type === "candidates" && r.host_id) await this.env.Host.get(r.host_id).clientCandidates(r.grant_id, candidates.candidates);
+    if (candidates?.type === "candidates" && r.host_id)
+      await this.env.Host.get(r.host_id).clientCandidates(r.grant_id, candidates.candidates);
     return this.answer(role, { ...r, [role === "client" ? "client_last_seq" : "host_last_seq"]: newLast }, []);
   }
 
@@ -233,12 +300,23 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
     const r = this.mustLive();
     const settings = this.env.config.connections;
     const signer = this.env.signer;
-    if (!settings || !signer) throw new BeachballError("FORBIDDEN", "private networking is not configured in this deployment's manifest");
+    if (!settings || !signer)
+      throw new BeachballError("FORBIDDEN", "private networking is not configured in this deployment's manifest");
     const now = this.env.clock.now();
     const wait = this.lastRelayTokensMs[role] + MIN_RELAY_TOKEN_REFRESH_MS - now;
-    if (wait > 0) throw new BeachballError("RATE_LIMITED", `relay tokens are refreshed at most once per ${MIN_RELAY_TOKEN_REFRESH_MS / 1000} s`, { retryAfterSeconds: Math.ceil(wait / 1000) });
+    if (wait > 0)
+      throw new BeachballError(
+        "RATE_LIMITED",
+        `relay tokens are refreshed at most once per ${MIN_RELAY_TOKEN_REFRESH_MS / 1000} s`,
+        { retryAfterSeconds: Math.ceil(wait / 1000) },
+      );
     this.lastRelayTokensMs[role] = now;
-    return { grantId: r.grant_id, role, relayTokens: relayTokens(signer, settings, r.grant_id, role, r.expires_at_ms, now), expiresAtMs: r.expires_at_ms };
+    return {
+      grantId: r.grant_id,
+      role,
+      relayTokens: relayTokens(signer, settings, r.grant_id, role, r.expires_at_ms, now),
+      expiresAtMs: r.expires_at_ms,
+    };
   }
 
   /** Ends the Connection now (its grant was revoked): every row goes, parked polls answer `closed`. Idempotent. */

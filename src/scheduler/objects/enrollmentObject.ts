@@ -43,16 +43,27 @@ export class EnrollmentObject extends AuthorityObject<SchedulerEnv, never> {
    */
   consume(tokenDigest: string, configDigest: string): { hostId: string; replay: boolean } {
     const found = this.state.storage.sql
-      .exec<{ host_id: string; expires_at_ms: number; used_with: string | null }>("SELECT host_id, expires_at_ms, used_with FROM enrollment_tokens WHERE obj = ? AND token_digest = ?", this.state.name, tokenDigest)
+      .exec<{ host_id: string; expires_at_ms: number; used_with: string | null }>(
+        "SELECT host_id, expires_at_ms, used_with FROM enrollment_tokens WHERE obj = ? AND token_digest = ?",
+        this.state.name,
+        tokenDigest,
+      )
       .next();
     if (found.done) throw new BeachballError("ENROLLMENT_TOKEN_INVALID", "unknown enrollment token");
     const t = found.value;
     if (t.used_with !== null) {
-      if (t.used_with !== configDigest) throw new BeachballError("ENROLLMENT_CONFLICT", "token already used with another host configuration");
+      if (t.used_with !== configDigest)
+        throw new BeachballError("ENROLLMENT_CONFLICT", "token already used with another host configuration");
       return { hostId: t.host_id, replay: true };
     }
-    if (t.expires_at_ms <= this.env.clock.now()) throw new BeachballError("ENROLLMENT_TOKEN_INVALID", "enrollment token expired");
-    this.state.storage.sql.exec("UPDATE enrollment_tokens SET used_with = ? WHERE obj = ? AND token_digest = ?", configDigest, this.state.name, tokenDigest);
+    if (t.expires_at_ms <= this.env.clock.now())
+      throw new BeachballError("ENROLLMENT_TOKEN_INVALID", "enrollment token expired");
+    this.state.storage.sql.exec(
+      "UPDATE enrollment_tokens SET used_with = ? WHERE obj = ? AND token_digest = ?",
+      configDigest,
+      this.state.name,
+      tokenDigest,
+    );
     return { hostId: t.host_id, replay: false };
   }
 }

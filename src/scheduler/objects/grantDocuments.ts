@@ -8,13 +8,30 @@
  * Must never: sign a grant spanning more than one generation and host
  * peer, or a relay token outliving its grant.
  */
-import type { GrantPayload, RelayMapPayload, RelayRole, RelayTokenPayload, SignedGrant, SignedRelayMap, SignedRelayToken } from "../../protocol/connection.ts";
+import type {
+  GrantPayload,
+  RelayMapPayload,
+  RelayRole,
+  RelayTokenPayload,
+  SignedGrant,
+  SignedRelayMap,
+  SignedRelayToken,
+} from "../../protocol/connection.ts";
 import type { ConnectionSettings } from "../connectionSettings.ts";
 import type { ConnectionSigner } from "../connectionSigner.ts";
 
 /** Signs the grant `payload` and the relay map that goes with it (same lifetime). */
-export function signGrant(signer: ConnectionSigner, settings: ConnectionSettings, payload: GrantPayload): { grant: SignedGrant; relayMap: SignedRelayMap } {
-  const map: RelayMapPayload = { v: 1, relays: [...settings.relays], issuedAtMs: payload.issuedAtMs, expiresAtMs: payload.expiresAtMs };
+export function signGrant(
+  signer: ConnectionSigner,
+  settings: ConnectionSettings,
+  payload: GrantPayload,
+): { grant: SignedGrant; relayMap: SignedRelayMap } {
+  const map: RelayMapPayload = {
+    v: 1,
+    relays: [...settings.relays],
+    issuedAtMs: payload.issuedAtMs,
+    expiresAtMs: payload.expiresAtMs,
+  };
   return { grant: signer.sign("grant", payload), relayMap: signer.sign("relay-map", map) };
 }
 
@@ -23,12 +40,27 @@ export function signGrant(signer: ConnectionSigner, settings: ConnectionSettings
  * `grantId`, issued at `nowMs`, expiring after the relay-token lifetime or
  * at `grantExpiresAtMs`, whichever is first. Empty once the grant expired.
  */
-export function relayTokens(signer: ConnectionSigner, settings: ConnectionSettings, grantId: string, role: RelayRole, grantExpiresAtMs: number, nowMs: number): Record<string, SignedRelayToken> {
+export function relayTokens(
+  signer: ConnectionSigner,
+  settings: ConnectionSettings,
+  grantId: string,
+  role: RelayRole,
+  grantExpiresAtMs: number,
+  nowMs: number,
+): Record<string, SignedRelayToken> {
   const out: Record<string, SignedRelayToken> = {};
   const expiresAtMs = Math.min(nowMs + settings.relayTokenTtlMs, grantExpiresAtMs);
   if (expiresAtMs <= nowMs) return out;
   for (const r of settings.relays) {
-    const t: RelayTokenPayload = { v: 1, relayId: r.relayId, grantId, role, limits: { ...settings.relayLimits }, issuedAtMs: nowMs, expiresAtMs };
+    const t: RelayTokenPayload = {
+      v: 1,
+      relayId: r.relayId,
+      grantId,
+      role,
+      limits: { ...settings.relayLimits },
+      issuedAtMs: nowMs,
+      expiresAtMs,
+    };
     out[r.relayId] = signer.sign("relay-token", t);
   }
   return out;

@@ -33,7 +33,12 @@
  */
 import type { ObjectState } from "../runtime/api.ts";
 import { BeachballError } from "../../protocol/errors.ts";
-import { MAX_CONNECTION_COMMANDS_PER_POLL, type CommandAck, type ConfigureConnection, type ConnectivityUpdate } from "../../protocol/agent.ts";
+import {
+  MAX_CONNECTION_COMMANDS_PER_POLL,
+  type CommandAck,
+  type ConfigureConnection,
+  type ConnectivityUpdate,
+} from "../../protocol/agent.ts";
 import type { Candidate, SignedGrant, SignedRelayMap } from "../../protocol/connection.ts";
 import { connectionCommandIdFor } from "../../domain/identifiers.ts";
 import { GRANT_EXPIRY_GRACE_MS } from "../../domain/grants.ts";
@@ -94,8 +99,15 @@ export class HostConnections {
 
   /** The endpoint's public key and candidates, or null before its first connectivity_update. */
   endpoint(): HostEndpointFacts | null {
-    const r = this.sql.exec<{ public_key: string; candidates_json: string }>("SELECT public_key, candidates_json FROM host_connectivity WHERE obj = ?", this.state.name).next();
-    return r.done ? null : { publicKey: r.value.public_key, candidates: JSON.parse(r.value.candidates_json) as Candidate[] };
+    const r = this.sql
+      .exec<{ public_key: string; candidates_json: string }>(
+        "SELECT public_key, candidates_json FROM host_connectivity WHERE obj = ?",
+        this.state.name,
+      )
+      .next();
+    return r.done
+      ? null
+      : { publicKey: r.value.public_key, candidates: JSON.parse(r.value.candidates_json) as Candidate[] };
   }
 
   /**
@@ -108,8 +120,17 @@ export class HostConnections {
    * true when a command went back in the queue (the caller wakes parked
    * polls). Call inside the envelope's transaction.
    */
-  applyConnectivity(epoch: string, u: ConnectivityUpdate, current: (placementId: string, generation: number) => boolean): boolean {
-    const prev = this.sql.exec<{ agent_epoch: string; seq: number }>("SELECT agent_epoch, seq FROM host_connectivity WHERE obj = ?", this.state.name).next();
+  applyConnectivity(
+    epoch: string,
+    u: ConnectivityUpdate,
+    current: (placementId: string, generation: number) => boolean,
+  ): boolean {
+    const prev = this.sql
+      .exec<{ agent_epoch: string; seq: number }>(
+        "SELECT agent_epoch, seq FROM host_connectivity WHERE obj = ?",
+        this.state.name,
+      )
+      .next();
     if (!prev.done && prev.value.agent_epoch === epoch && prev.value.seq >= u.seq) return false;
     this.sql.exec(
       "INSERT INTO host_connectivity (obj, public_key, candidates_json, agent_epoch, seq, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (obj) DO UPDATE SET public_key = excluded.public_key, candidates_json = excluded.candidates_json, agent_epoch = excluded.agent_epoch, seq = excluded.seq, updated_at_ms = excluded.updated_at_ms",
@@ -121,20 +142,39 @@ export class HostConnections {
       this.env.clock.now(),
     );
     const m = this.env.metrics;
-    for (const g of u.appliedGrants) m.inc("bb_connection_paths_total", "Applied grants by path, per connectivity_update", { phase: g.path, host: this.state.name });
-    for (const r of u.refusedGrants) m.inc("bb_connection_grant_refusals_total", "Grants a host endpoint refused", { reason: r.code, host: this.state.name });
+    for (const g of u.appliedGrants)
+      m.inc("bb_connection_paths_total", "Applied grants by path, per connectivity_update", {
+        phase: g.path,
+        host: this.state.name,
+      });
+    for (const r of u.refusedGrants)
+      m.inc("bb_connection_grant_refusals_total", "Grants a host endpoint refused", {
+        reason: r.code,
+        host: this.state.name,
+      });
     return this.reconcile(epoch, u, current);
   }
 
   /** Puts back in the queue the applies and revokes `u` shows the host lacks (see the module header). */
-  private reconcile(epoch: string, u: ConnectivityUpdate, current: (placementId: string, generation: number) => boolean): boolean {
+  private reconcile(
+    epoch: string,
+    u: ConnectivityUpdate,
+    current: (placementId: string, generation: number) => boolean,
+  ): boolean {
     if (epoch !== this.redeliveryEpoch) {
       this.redeliveries.clear();
       this.redeliveryEpoch = epoch;
     }
     const now = this.env.clock.now();
     const held = this.sql
-      .exec<{ grant_id: string; placement_id: string; generation: number; expires_at_ms: number; apply: CommandStatus | null; revoke: CommandStatus | null }>(
+      .exec<{
+        grant_id: string;
+        placement_id: string;
+        generation: number;
+        expires_at_ms: number;
+        apply: CommandStatus | null;
+        revoke: CommandStatus | null;
+      }>(
         `SELECT grant_id, MAX(placement_id) AS placement_id, MAX(generation) AS generation, MAX(expires_at_ms) AS expires_at_ms,
                 MAX(CASE WHEN action = 'apply' THEN status END) AS apply, MAX(CASE WHEN action = 'revoke' THEN status END) AS revoke
          FROM host_connection_commands WHERE obj = ? AND expires_at_ms > ? GROUP BY grant_id`,
@@ -142,13 +182,36 @@ export class HostConnections {
         now,
       )
       .toArray()
-      .map((r): HeldGrant => ({ grantId: r.grant_id, placementId: r.placement_id, generation: r.generation, expiresAtMs: r.expires_at_ms, apply: r.apply, revoke: r.revoke }));
+      .map(
+        (r): HeldGrant => ({
+          grantId: r.grant_id,
+          placementId: r.placement_id,
+          generation: r.generation,
+          expiresAtMs: r.expires_at_ms,
+          apply: r.apply,
+          revoke: r.revoke,
+        }),
+      );
     if (held.length === 0) return false;
-    const plan = reconcileGrants(held, new Set(u.appliedGrants.map((g) => g.grantId)), now, current, (id) => this.redeliveries.get(id) ?? 0);
+    const plan = reconcileGrants(
+      held,
+      new Set(u.appliedGrants.map((g) => g.grantId)),
+      now,
+      current,
+      (id) => this.redeliveries.get(id) ?? 0,
+    );
     const again = (grantId: string, action: "apply" | "revoke") => {
-      this.sql.exec("UPDATE host_connection_commands SET status = 'pending' WHERE obj = ? AND command_id = ?", this.state.name, connectionCommandIdFor(grantId, action));
+      this.sql.exec(
+        "UPDATE host_connection_commands SET status = 'pending' WHERE obj = ? AND command_id = ?",
+        this.state.name,
+        connectionCommandIdFor(grantId, action),
+      );
       this.redeliveries.set(grantId, (this.redeliveries.get(grantId) ?? 0) + 1);
-      this.env.metrics.inc("bb_connection_grant_redeliveries_total", "configure_connection commands handed out again because the host's connectivity_update disagreed", { phase: action, host: this.state.name });
+      this.env.metrics.inc(
+        "bb_connection_grant_redeliveries_total",
+        "configure_connection commands handed out again because the host's connectivity_update disagreed",
+        { phase: action, host: this.state.name },
+      );
     };
     for (const id of plan.reapply) again(id, "apply");
     for (const id of plan.rerevoke) again(id, "revoke");
@@ -165,11 +228,22 @@ export class HostConnections {
   enqueue(c: ConnectionCommandRequest): boolean {
     const commandId = connectionCommandIdFor(c.grantId, c.action);
     if (c.action === "apply") {
-      if (!c.grant || !c.relayMap) throw new BeachballError("INTERNAL", "an apply needs the signed grant and relay map");
-      const revoked = this.sql.exec("SELECT 1 FROM host_connection_commands WHERE obj = ? AND command_id = ?", this.state.name, connectionCommandIdFor(c.grantId, "revoke")).next();
+      if (!c.grant || !c.relayMap)
+        throw new BeachballError("INTERNAL", "an apply needs the signed grant and relay map");
+      const revoked = this.sql
+        .exec(
+          "SELECT 1 FROM host_connection_commands WHERE obj = ? AND command_id = ?",
+          this.state.name,
+          connectionCommandIdFor(c.grantId, "revoke"),
+        )
+        .next();
       if (!revoked.done) return false;
     } else {
-      this.sql.exec("UPDATE host_connection_commands SET status = 'superseded' WHERE obj = ? AND command_id = ? AND status = 'pending'", this.state.name, connectionCommandIdFor(c.grantId, "apply"));
+      this.sql.exec(
+        "UPDATE host_connection_commands SET status = 'superseded' WHERE obj = ? AND command_id = ? AND status = 'pending'",
+        this.state.name,
+        connectionCommandIdFor(c.grantId, "apply"),
+      );
     }
     const cur = this.sql.exec(
       "INSERT OR IGNORE INTO host_connection_commands (obj, command_id, grant_id, action, network_id, allocation_id, placement_id, generation, connection_id, grant_json, relay_map_json, expires_at_ms, status, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
@@ -200,12 +274,28 @@ export class HostConnections {
     const now = this.env.clock.now();
     for (const a of acks) {
       if (!a.commandId.startsWith("grt_")) continue;
-      const r = this.sql.exec<{ grant_id: string; action: string; network_id: string; status: string }>("SELECT grant_id, action, network_id, status FROM host_connection_commands WHERE obj = ? AND command_id = ?", this.state.name, a.commandId).next();
+      const r = this.sql
+        .exec<{ grant_id: string; action: string; network_id: string; status: string }>(
+          "SELECT grant_id, action, network_id, status FROM host_connection_commands WHERE obj = ? AND command_id = ?",
+          this.state.name,
+          a.commandId,
+        )
+        .next();
       if (r.done || r.value.status !== "pending") continue;
       const ok = a.result !== "rejected";
-      this.sql.exec("UPDATE host_connection_commands SET status = ? WHERE obj = ? AND command_id = ?", ok ? "acked" : "rejected", this.state.name, a.commandId);
+      this.sql.exec(
+        "UPDATE host_connection_commands SET status = ? WHERE obj = ? AND command_id = ?",
+        ok ? "acked" : "rejected",
+        this.state.name,
+        a.commandId,
+      );
       if (r.value.action === "revoke" && ok) {
-        this.state.post(this.env.Network, r.value.network_id, `rvk:${r.value.grant_id}`, { kind: "revoke_observed", grantId: r.value.grant_id, hostId: this.state.name, atMs: now });
+        this.state.post(this.env.Network, r.value.network_id, `rvk:${r.value.grant_id}`, {
+          kind: "revoke_observed",
+          grantId: r.value.grant_id,
+          hostId: this.state.name,
+          atMs: now,
+        });
       }
     }
   }
@@ -221,7 +311,12 @@ export class HostConnections {
   clientCandidates(grantId: string, candidates: readonly Candidate[]): boolean {
     const now = this.env.clock.now();
     const apply = this.sql
-      .exec<{ status: CommandStatus; expires_at_ms: number; client_candidates_json: string | null; client_candidate_updates: number }>(
+      .exec<{
+        status: CommandStatus;
+        expires_at_ms: number;
+        client_candidates_json: string | null;
+        client_candidate_updates: number;
+      }>(
         "SELECT status, expires_at_ms, client_candidates_json, client_candidate_updates FROM host_connection_commands WHERE obj = ? AND command_id = ?",
         this.state.name,
         connectionCommandIdFor(grantId, "apply"),
@@ -230,9 +325,21 @@ export class HostConnections {
     if (apply.done) return false;
     const a = apply.value;
     const json = JSON.stringify(candidates);
-    if (a.status === "rejected" || a.status === "superseded" || a.expires_at_ms <= now || a.client_candidates_json === json) return false;
+    if (
+      a.status === "rejected" ||
+      a.status === "superseded" ||
+      a.expires_at_ms <= now ||
+      a.client_candidates_json === json
+    )
+      return false;
     if (a.client_candidate_updates >= MAX_CLIENT_CANDIDATE_UPDATES_PER_GRANT) return false;
-    const revoked = !this.sql.exec("SELECT 1 FROM host_connection_commands WHERE obj = ? AND command_id = ?", this.state.name, connectionCommandIdFor(grantId, "revoke")).next().done;
+    const revoked = !this.sql
+      .exec(
+        "SELECT 1 FROM host_connection_commands WHERE obj = ? AND command_id = ?",
+        this.state.name,
+        connectionCommandIdFor(grantId, "revoke"),
+      )
+      .next().done;
     if (revoked) return false;
     this.sql.exec(
       "UPDATE host_connection_commands SET client_candidates_json = ?, client_candidate_updates = client_candidate_updates + 1, status = 'pending' WHERE obj = ? AND command_id = ?",
@@ -245,7 +352,9 @@ export class HostConnections {
 
   /** True if a configure_connection waits for the agent. */
   hasPending(): boolean {
-    return !this.sql.exec("SELECT 1 FROM host_connection_commands WHERE obj = ? AND status = 'pending' LIMIT 1", this.state.name).next().done;
+    return !this.sql
+      .exec("SELECT 1 FROM host_connection_commands WHERE obj = ? AND status = 'pending' LIMIT 1", this.state.name)
+      .next().done;
   }
 
   /**
@@ -269,7 +378,11 @@ export class HostConnections {
       if (c.action === "revoke") {
         // Long expired: the host removed the peer on its own (and the Network counts the grant gone by expiry).
         if (c.expires_at_ms + GRANT_EXPIRY_GRACE_MS <= now) {
-          this.sql.exec("UPDATE host_connection_commands SET status = 'superseded' WHERE obj = ? AND command_id = ?", this.state.name, c.command_id);
+          this.sql.exec(
+            "UPDATE host_connection_commands SET status = 'superseded' WHERE obj = ? AND command_id = ?",
+            this.state.name,
+            c.command_id,
+          );
           continue;
         }
         out.push({ commandId: c.command_id, type: "configure_connection", action: "revoke", grantId: c.grant_id });
@@ -278,7 +391,11 @@ export class HostConnections {
       const signer = this.env.signer;
       const settings = this.env.config.connections;
       if (c.expires_at_ms <= now || !signer || !settings) {
-        this.sql.exec("UPDATE host_connection_commands SET status = 'superseded' WHERE obj = ? AND command_id = ?", this.state.name, c.command_id);
+        this.sql.exec(
+          "UPDATE host_connection_commands SET status = 'superseded' WHERE obj = ? AND command_id = ?",
+          this.state.name,
+          c.command_id,
+        );
         continue;
       }
       out.push({
@@ -311,7 +428,13 @@ export class HostConnections {
       this.env.clock.now(),
     );
     for (const id of [...this.redeliveries.keys()]) {
-      const kept = !this.sql.exec("SELECT 1 FROM host_connection_commands WHERE obj = ? AND command_id = ?", this.state.name, connectionCommandIdFor(id, "apply")).next().done;
+      const kept = !this.sql
+        .exec(
+          "SELECT 1 FROM host_connection_commands WHERE obj = ? AND command_id = ?",
+          this.state.name,
+          connectionCommandIdFor(id, "apply"),
+        )
+        .next().done;
       if (!kept) this.redeliveries.delete(id);
     }
   }

@@ -19,7 +19,15 @@ import { and, eq, sql } from "drizzle-orm";
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
 import { prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { add, sub, type Resources } from "../../domain/capacity.ts";
-import { explainNoCandidate, filterReason, rankCandidates, supersedes, type Advertisement, type NoCandidateExplanation, type PlacementRequest } from "../../domain/placement.ts";
+import {
+  explainNoCandidate,
+  filterReason,
+  rankCandidates,
+  supersedes,
+  type Advertisement,
+  type NoCandidateExplanation,
+  type PlacementRequest,
+} from "../../domain/placement.ts";
 import { healthFromHeartbeat } from "../../domain/health.ts";
 import type { CandidateAnswer } from "../../domain/reconcile.ts";
 import type { SchedulerEnv } from "../env.ts";
@@ -62,7 +70,12 @@ interface Waiter {
 }
 
 const WaiterRequest = Type.Object({
-  resources: Type.Object({ cpuMillis: Type.Integer(), memoryMiB: Type.Integer(), ephemeralDiskMiB: Type.Integer(), slots: Type.Integer() }),
+  resources: Type.Object({
+    cpuMillis: Type.Integer(),
+    memoryMiB: Type.Integer(),
+    ephemeralDiskMiB: Type.Integer(),
+    slots: Type.Integer(),
+  }),
   imageDigest: Type.String(),
   architecture: Type.String(),
   regions: Type.Union([Type.Array(Type.String()), Type.Null()]),
@@ -84,12 +97,24 @@ const queries = (db: ObjectDb) => {
 
 /** The request part that decides fit (waiters with the same shape queue together). */
 function shapeOf(req: Omit<PlacementRequest, "allocationId" | "exclude">): string {
-  return JSON.stringify([req.resources, req.imageDigest, req.architecture, req.regions, req.requiredLabels, req.agentProtocolVersion]);
+  return JSON.stringify([
+    req.resources,
+    req.imageDigest,
+    req.architecture,
+    req.regions,
+    req.requiredLabels,
+    req.agentProtocolVersion,
+  ]);
 }
 
 /** True if a host could take work at `nowMs` regardless of the request's size. */
 function usable(ad: Advertisement, nowMs: number): boolean {
-  return ad.adminState === "active" && ad.isolationHealthy && ad.unschedulable.length === 0 && healthFromHeartbeat(ad.heartbeatAtMs, nowMs) === "healthy";
+  return (
+    ad.adminState === "active" &&
+    ad.isolationHealthy &&
+    ad.unschedulable.length === 0 &&
+    healthFromHeartbeat(ad.heartbeatAtMs, nowMs) === "healthy"
+  );
 }
 
 /** True if `next` offers capacity `prev` did not (the event that wakes waiters). */
@@ -98,7 +123,12 @@ function gained(prev: Advertisement | undefined, next: Advertisement, prevUsable
   if (!prev || !prevUsable) return true;
   const a = prev.free;
   const b = next.free;
-  return b.slots > a.slots || b.cpuMillis > a.cpuMillis || b.memoryMiB > a.memoryMiB || b.ephemeralDiskMiB > a.ephemeralDiskMiB;
+  return (
+    b.slots > a.slots ||
+    b.cpuMillis > a.cpuMillis ||
+    b.memoryMiB > a.memoryMiB ||
+    b.ephemeralDiskMiB > a.ephemeralDiskMiB
+  );
 }
 
 /** See the module header. */
@@ -134,7 +164,13 @@ export class HostDirectoryObject extends AuthorityObject<SchedulerEnv, Directory
     for (const w of this.q.waiters.all({ obj: this.state.name })) {
       const req: unknown = JSON.parse(w.requestJson);
       if (!checkerOf(WaiterRequest)(req)) continue;
-      this.enqueue({ allocationId: w.allocationId, createdAtMs: w.createdAtMs, untilMs: w.untilMs, req: { ...req, allocationId: w.allocationId, exclude: new Set() }, shape: shapeOf(req) });
+      this.enqueue({
+        allocationId: w.allocationId,
+        createdAtMs: w.createdAtMs,
+        untilMs: w.untilMs,
+        req: { ...req, allocationId: w.allocationId, exclude: new Set() },
+        shape: shapeOf(req),
+      });
     }
     this.ads = ads;
     this.state.setAlarm(now + 3600_000);
@@ -146,7 +182,12 @@ export class HostDirectoryObject extends AuthorityObject<SchedulerEnv, Directory
     let q = this.queues.get(w.shape);
     if (!q) this.queues.set(w.shape, (q = []));
     let i = q.length;
-    while (i > 0 && (q[i - 1]!.createdAtMs > w.createdAtMs || (q[i - 1]!.createdAtMs === w.createdAtMs && q[i - 1]!.allocationId > w.allocationId))) i--;
+    while (
+      i > 0 &&
+      (q[i - 1]!.createdAtMs > w.createdAtMs ||
+        (q[i - 1]!.createdAtMs === w.createdAtMs && q[i - 1]!.allocationId > w.allocationId))
+    )
+      i--;
     q.splice(i, 0, w);
   }
 
@@ -199,13 +240,27 @@ export class HostDirectoryObject extends AuthorityObject<SchedulerEnv, Directory
         while (q.length > 0 && q[0]!.untilMs < now) this.dequeue(q[0]!.allocationId);
         const head = q[0];
         if (!head || filterReason(ad, head.req, now) !== null) continue;
-        if (!oldest || head.createdAtMs < oldest.createdAtMs || (head.createdAtMs === oldest.createdAtMs && head.allocationId < oldest.allocationId)) oldest = head;
+        if (
+          !oldest ||
+          head.createdAtMs < oldest.createdAtMs ||
+          (head.createdAtMs === oldest.createdAtMs && head.allocationId < oldest.allocationId)
+        )
+          oldest = head;
       }
       if (!oldest) return;
       this.dequeue(oldest.allocationId);
       ad.free = sub(ad.free, oldest.req.resources);
-      this.earmarks.set(oldest.allocationId, { hostId: ad.hostId, untilMs: now + EARMARK_MS, resources: oldest.req.resources });
-      this.state.post(this.env.Allocation, oldest.allocationId, `cap:${oldest.allocationId}:${ad.hostId}:${ad.revision}`, { kind: "capacity_available", hostId: ad.hostId });
+      this.earmarks.set(oldest.allocationId, {
+        hostId: ad.hostId,
+        untilMs: now + EARMARK_MS,
+        resources: oldest.req.resources,
+      });
+      this.state.post(
+        this.env.Allocation,
+        oldest.allocationId,
+        `cap:${oldest.allocationId}:${ad.hostId}:${ad.revision}`,
+        { kind: "capacity_available", hostId: ad.hostId },
+      );
     }
   }
 
@@ -246,14 +301,27 @@ export class HostDirectoryObject extends AuthorityObject<SchedulerEnv, Directory
     }
     if (r.waiter && !this.waiting.has(r.allocationId) && this.waiting.size < MAX_WAITERS) {
       const { allocationId, exclude: _x, waiter: _w, ...rest } = r;
-      const w: Waiter = { allocationId, createdAtMs: r.waiter.createdAtMs, untilMs: r.waiter.untilMs, req: { ...rest, allocationId, exclude: new Set() }, shape };
+      const w: Waiter = {
+        allocationId,
+        createdAtMs: r.waiter.createdAtMs,
+        untilMs: r.waiter.untilMs,
+        req: { ...rest, allocationId, exclude: new Set() },
+        shape,
+      };
       this.state.storage.sql.exec(
         "INSERT OR REPLACE INTO directory_waiters (obj, allocation_id, created_at_ms, until_ms, request_json) VALUES (?, ?, ?, ?, ?)",
         this.state.name,
         allocationId,
         w.createdAtMs,
         w.untilMs,
-        JSON.stringify({ resources: rest.resources, imageDigest: rest.imageDigest, architecture: rest.architecture, regions: rest.regions, requiredLabels: rest.requiredLabels, agentProtocolVersion: rest.agentProtocolVersion }),
+        JSON.stringify({
+          resources: rest.resources,
+          imageDigest: rest.imageDigest,
+          architecture: rest.architecture,
+          regions: rest.regions,
+          requiredLabels: rest.requiredLabels,
+          agentProtocolVersion: rest.agentProtocolVersion,
+        }),
       );
       this.enqueue(w);
     }
@@ -270,7 +338,9 @@ export class HostDirectoryObject extends AuthorityObject<SchedulerEnv, Directory
   /** Allocations waiting for capacity, oldest first (for operators and tests). */
   waiters(): { allocationId: string; createdAtMs: number }[] {
     this.load();
-    return [...this.waiting.values()].sort((a, b) => a.createdAtMs - b.createdAtMs || (a.allocationId < b.allocationId ? -1 : 1)).map((w) => ({ allocationId: w.allocationId, createdAtMs: w.createdAtMs }));
+    return [...this.waiting.values()]
+      .sort((a, b) => a.createdAtMs - b.createdAtMs || (a.allocationId < b.allocationId ? -1 : 1))
+      .map((w) => ({ allocationId: w.allocationId, createdAtMs: w.createdAtMs }));
   }
 
   /** Hourly: drops advertisements older than AD_MAX_AGE_MS and expired waiters (spec "Observability and retention"). */
@@ -278,8 +348,13 @@ export class HostDirectoryObject extends AuthorityObject<SchedulerEnv, Directory
     const ads = this.load();
     const now = this.env.clock.now();
     this.state.storage.transactionSync(() => {
-      this.state.storage.sql.exec("DELETE FROM directory_ads WHERE obj = ? AND received_at_ms < ?", this.state.name, now - AD_MAX_AGE_MS);
-      for (const [id, ad] of ads) if (ad.heartbeatAtMs !== null && now - ad.heartbeatAtMs > AD_MAX_AGE_MS) ads.delete(id);
+      this.state.storage.sql.exec(
+        "DELETE FROM directory_ads WHERE obj = ? AND received_at_ms < ?",
+        this.state.name,
+        now - AD_MAX_AGE_MS,
+      );
+      for (const [id, ad] of ads)
+        if (ad.heartbeatAtMs !== null && now - ad.heartbeatAtMs > AD_MAX_AGE_MS) ads.delete(id);
       for (const w of [...this.waiting.values()]) if (w.untilMs < now) this.dequeue(w.allocationId);
       this.state.setAlarm(now + 3600_000);
     });

@@ -25,14 +25,42 @@ import { healthFromHeartbeat, HEALTHY_HEARTBEAT_AGE_MS } from "../../domain/heal
 import { OVERLAP_SUSPECT_MS, unschedulableReasons, type HostFacts } from "../../domain/hostConditions.ts";
 import type { Advertisement } from "../../domain/placement.ts";
 import type { Capacity } from "../../protocol/api.ts";
-import { POLL_PARK_MS, type AgentCommand, type BootstrapDelivery, type Envelope, type CommandSpec, type PollResponse, type PlacementUpdate, type UpdateRejection, type UpdateRejectionCode } from "../../protocol/agent.ts";
+import {
+  POLL_PARK_MS,
+  type AgentCommand,
+  type BootstrapDelivery,
+  type Envelope,
+  type CommandSpec,
+  type PollResponse,
+  type PlacementUpdate,
+  type UpdateRejection,
+  type UpdateRejectionCode,
+} from "../../protocol/agent.ts";
 import type { Candidate } from "../../protocol/connection.ts";
 import { GLOBAL, type SchedulerEnv } from "../env.ts";
 import { HOST_TABLES, type hostTable, type placementTable } from "./hostSchema.ts";
 import { HostConnections, type ConnectionCommandRequest, type HostEndpointFacts } from "./hostConnections.ts";
-import { NO_FACTS, prepareHostQueries, toRes, type AgentFacts, type DeliveryOutcome, type HostRegistration, type HostView, type PlacementStatus, type ReserveRequest, type ReserveResult } from "./hostTypes.ts";
+import {
+  NO_FACTS,
+  prepareHostQueries,
+  toRes,
+  type AgentFacts,
+  type DeliveryOutcome,
+  type HostRegistration,
+  type HostView,
+  type PlacementStatus,
+  type ReserveRequest,
+  type ReserveResult,
+} from "./hostTypes.ts";
 
-export type { DeliveryOutcome, HostRegistration, HostView, PlacementStatus, ReserveRequest, ReserveResult } from "./hostTypes.ts";
+export type {
+  DeliveryOutcome,
+  HostRegistration,
+  HostView,
+  PlacementStatus,
+  ReserveRequest,
+  ReserveResult,
+} from "./hostTypes.ts";
 export type { ConnectionCommandRequest, HostEndpointFacts } from "./hostConnections.ts";
 
 /** How long acknowledged or superseded commands (and absent placements) are kept, ms. */
@@ -95,7 +123,11 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     const r = this.mustRow();
     const cols = Object.keys(patch) as (keyof HostRow)[];
     if (cols.length === 0) return;
-    this.sql.exec(`UPDATE host SET ${cols.map((c) => `${HOST_COLUMN[c]} = ?`).join(", ")} WHERE obj = ?`, ...cols.map((c) => dbValue(patch[c])), this.state.name);
+    this.sql.exec(
+      `UPDATE host SET ${cols.map((c) => `${HOST_COLUMN[c]} = ?`).join(", ")} WHERE obj = ?`,
+      ...cols.map((c) => dbValue(patch[c])),
+      this.state.name,
+    );
     this.cachedRow = { ...r, ...patch };
   }
 
@@ -110,7 +142,12 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
 
   private setPlacement(p: PlacementRow, patch: Partial<PlacementRow>): PlacementRow {
     const cols = Object.keys(patch) as (keyof PlacementRow)[];
-    this.sql.exec(`UPDATE host_placements SET ${cols.map((c) => `${PLACEMENT_COLUMN[c]} = ?`).join(", ")} WHERE obj = ? AND placement_id = ?`, ...cols.map((c) => dbValue(patch[c])), this.state.name, p.placementId);
+    this.sql.exec(
+      `UPDATE host_placements SET ${cols.map((c) => `${PLACEMENT_COLUMN[c]} = ?`).join(", ")} WHERE obj = ? AND placement_id = ?`,
+      ...cols.map((c) => dbValue(patch[c])),
+      this.state.name,
+      p.placementId,
+    );
     const next = { ...p, ...patch };
     if (next.state === "absent") this.placements().delete(p.placementId);
     else this.placements().set(p.placementId, next);
@@ -136,7 +173,8 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
   register(reg: HostRegistration): { created: boolean; adminState: string; credentialVersion: number } {
     const existing = this.row();
     if (existing) {
-      if (existing.enrollDigest !== reg.enrollDigest) throw new BeachballError("ENROLLMENT_CONFLICT", "host already enrolled with another configuration");
+      if (existing.enrollDigest !== reg.enrollDigest)
+        throw new BeachballError("ENROLLMENT_CONFLICT", "host already enrolled with another configuration");
       return { created: false, adminState: existing.adminState, credentialVersion: existing.credentialVersion };
     }
     const now = this.env.clock.now();
@@ -166,7 +204,10 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     };
     const cols = Object.keys(row) as (keyof HostRow)[];
     this.atomically(() => {
-      this.sql.exec(`INSERT INTO host (${cols.map((c) => HOST_COLUMN[c]).join(", ")}) VALUES (${cols.map(() => "?").join(", ")})`, ...cols.map((c) => dbValue(row[c])));
+      this.sql.exec(
+        `INSERT INTO host (${cols.map((c) => HOST_COLUMN[c]).join(", ")}) VALUES (${cols.map(() => "?").join(", ")})`,
+        ...cols.map((c) => dbValue(row[c])),
+      );
       this.cachedRow = row;
       this.live = new Map();
       this.publish(true);
@@ -192,7 +233,10 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
    * active exactly when it is, whatever the change's outcome. Throws
    * NOT_FOUND, HOST_DISABLED, QUOTA_ACTIVE_HOSTS.
    */
-  changeAdminState(state: "active" | "draining" | "disabled", maxActive: number): Promise<{ adminState: string; credentialVersion: number; fenced: number }> {
+  changeAdminState(
+    state: "active" | "draining" | "disabled",
+    maxActive: number,
+  ): Promise<{ adminState: string; credentialVersion: number; fenced: number }> {
     const run = this.adminChain.then(
       () => this.changeNow(state, maxActive),
       () => this.changeNow(state, maxActive),
@@ -203,10 +247,17 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
 
   private adminChain: Promise<unknown> = Promise.resolve();
 
-  private async changeNow(state: "active" | "draining" | "disabled", maxActive: number): Promise<{ adminState: string; credentialVersion: number; fenced: number }> {
+  private async changeNow(
+    state: "active" | "draining" | "disabled",
+    maxActive: number,
+  ): Promise<{ adminState: string; credentialVersion: number; fenced: number }> {
     const before = this.adminState();
     if (before === null) throw new BeachballError("NOT_FOUND", "no such host");
-    if (before === "disabled" && state !== "disabled") throw new BeachballError("HOST_DISABLED", `host ${this.state.name} is disabled (fenced for good); enroll it again to use it`);
+    if (before === "disabled" && state !== "disabled")
+      throw new BeachballError(
+        "HOST_DISABLED",
+        `host ${this.state.name} is disabled (fenced for good); enroll it again to use it`,
+      );
     const admission = this.env.Admission.get(GLOBAL);
     try {
       if (state === "active") await admission.admitActiveHost(this.state.name, maxActive);
@@ -224,7 +275,12 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
 
   private freeCapacity(r: HostRow): Resources {
     const allocatable = sub(toRes(parsed<Capacity>(r.capacityJson)), toRes(parsed<Capacity>(r.reserveJson)));
-    return sub(allocatable, used([...this.placements().values()].map((p) => ({ state: p.state, resources: parsed<Resources>(p.resourcesJson) }))));
+    return sub(
+      allocatable,
+      used(
+        [...this.placements().values()].map((p) => ({ state: p.state, resources: parsed<Resources>(p.resourcesJson) })),
+      ),
+    );
   }
 
   /** Reserves capacity for one placement (idempotent by `key`). Rejects with a stable code. */
@@ -236,7 +292,12 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     const now = this.env.clock.now();
     const blocked = unschedulableReasons(this.facts(r), now);
     if (blocked.length) return { accepted: false, code: blocked[0]! };
-    const request: Resources = { cpuMillis: req.spec.cpuMillis, memoryMiB: req.spec.memoryMiB, ephemeralDiskMiB: req.spec.ephemeralDiskMiB, slots: 1 };
+    const request: Resources = {
+      cpuMillis: req.spec.cpuMillis,
+      memoryMiB: req.spec.memoryMiB,
+      ephemeralDiskMiB: req.spec.ephemeralDiskMiB,
+      slots: 1,
+    };
     const misfit = fits(this.freeCapacity(r), request);
     if (misfit) return { accepted: false, code: misfit };
     const p: PlacementRow = {
@@ -281,7 +342,13 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
 
   private facts(r: HostRow): HostFacts {
     const cap = JSON.parse(r.capacityJson) as Capacity;
-    return { adminState: r.adminState, heartbeatAtMs: r.heartbeatAtMs, isolationHealthy: r.isolationHealthy, registered: cap, ...(JSON.parse(r.factsJson) as AgentFacts) };
+    return {
+      adminState: r.adminState,
+      heartbeatAtMs: r.heartbeatAtMs,
+      isolationHealthy: r.isolationHealthy,
+      registered: cap,
+      ...(JSON.parse(r.factsJson) as AgentFacts),
+    };
   }
 
   /**
@@ -293,10 +360,18 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
    * disabled: disabling it again changes nothing; activating or draining it
    * throws HOST_DISABLED.
    */
-  setAdminState(state: "active" | "draining" | "disabled"): { adminState: string; credentialVersion: number; fenced: number } {
+  setAdminState(state: "active" | "draining" | "disabled"): {
+    adminState: string;
+    credentialVersion: number;
+    fenced: number;
+  } {
     const r = this.mustRow();
     if (r.adminState === "disabled") {
-      if (state !== "disabled") throw new BeachballError("HOST_DISABLED", `host ${r.obj} is disabled (fenced for good); enroll it again to use it`);
+      if (state !== "disabled")
+        throw new BeachballError(
+          "HOST_DISABLED",
+          `host ${r.obj} is disabled (fenced for good); enroll it again to use it`,
+        );
       return { adminState: r.adminState, credentialVersion: r.credentialVersion, fenced: 0 };
     }
     const now = this.env.clock.now();
@@ -305,7 +380,12 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
       if (state !== "disabled") {
         this.setRow({ adminState: state });
       } else {
-        this.setRow({ adminState: "disabled", credentialDigest: null, credentialVersion: r.credentialVersion + 1, fencedAtMs: now });
+        this.setRow({
+          adminState: "disabled",
+          credentialDigest: null,
+          credentialVersion: r.credentialVersion + 1,
+          fencedAtMs: now,
+        });
         for (const p of [...this.placements().values()]) {
           fenced++;
           this.setPlacement(p, { state: "absent", desired: "absent", errorCode: "HOST_FENCED", updatedAtMs: now });
@@ -320,9 +400,19 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
             at: new Date(now).toISOString(),
           });
         }
-        this.sql.exec("UPDATE host_commands SET status = 'superseded' WHERE obj = ? AND status = 'pending'", this.state.name);
+        this.sql.exec(
+          "UPDATE host_commands SET status = 'superseded' WHERE obj = ? AND status = 'pending'",
+          this.state.name,
+        );
         const alertId = `alert:host_disabled:${r.obj}:${now}`;
-        this.state.post(this.env.Operations, GLOBAL, alertId, { kind: "alert", alertId, type: "host.disabled", subject: r.obj, reason: "HOST_FENCED", atMs: now });
+        this.state.post(this.env.Operations, GLOBAL, alertId, {
+          kind: "alert",
+          alertId,
+          type: "host.disabled",
+          subject: r.obj,
+          reason: "HOST_FENCED",
+          atMs: now,
+        });
       }
       this.publish(true);
     });
@@ -356,7 +446,11 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     if (p.desired !== "absent") {
       this.atomically(() => {
         this.setPlacement(p, { desired: "absent", updatedAtMs: this.env.clock.now() });
-        this.sql.exec("UPDATE host_commands SET status = 'superseded' WHERE obj = ? AND placement_id = ? AND status = 'pending'", this.state.name, placementId);
+        this.sql.exec(
+          "UPDATE host_commands SET status = 'superseded' WHERE obj = ? AND placement_id = ? AND status = 'pending'",
+          this.state.name,
+          placementId,
+        );
         this.enqueue(placementId, "ensure_absent", generation);
       });
       this.wakePolls();
@@ -376,16 +470,26 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     const r = this.mustRow();
     if (r.adminState === "disabled") throw new BeachballError("HOST_DISABLED", "the allocation's host is fenced");
     const p = this.placement(placementId);
-    if (!p || p.generation !== generation || p.state !== "running" || p.desired !== "running") throw new BeachballError("STALE_GENERATION", "the placement is not this host's current running one");
+    if (!p || p.generation !== generation || p.state !== "running" || p.desired !== "running")
+      throw new BeachballError("STALE_GENERATION", "the placement is not this host's current running one");
     const ep = this.conn.endpoint();
-    if (!ep) throw new BeachballError("CONNECTIVITY_UNAVAILABLE", "the host has not reported its WireGuard endpoint yet", { retryAfterSeconds: 5 });
+    if (!ep)
+      throw new BeachballError("CONNECTIVITY_UNAVAILABLE", "the host has not reported its WireGuard endpoint yet", {
+        retryAfterSeconds: 5,
+      });
     return ep;
   }
 
   /** True when `placementId` is this host's placement at `generation` and the scheduler still wants it (not absent, not going). */
   private wantedPlacement(placementId: string, generation: number): boolean {
     const p = this.placement(placementId);
-    return !!p && p.generation === generation && p.state !== "absent" && p.desired !== "absent" && this.row()?.adminState !== "disabled";
+    return (
+      !!p &&
+      p.generation === generation &&
+      p.state !== "absent" &&
+      p.desired !== "absent" &&
+      this.row()?.adminState !== "disabled"
+    );
   }
 
   /** The client of grant `grantId` posted candidates to its Connection: they go to the host with the grant's apply (see HostConnections.clientCandidates). */
@@ -420,12 +524,27 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
   async poll(env: Envelope, waitMs: number): Promise<PollResponse> {
     const first = this.handleEnvelope(env);
     const park = Math.min(waitMs, POLL_PARK_MS);
-    if (env.type !== "poll" || first.commands.length > 0 || first.deliveries.length > 0 || (first.connections?.length ?? 0) > 0 || park <= 0 || this.draining) return first;
+    if (
+      env.type !== "poll" ||
+      first.commands.length > 0 ||
+      first.deliveries.length > 0 ||
+      (first.connections?.length ?? 0) > 0 ||
+      park <= 0 ||
+      this.draining
+    )
+      return first;
     const wokenAtMs = await this.park(park);
     const answer = this.work(first.agentEpoch);
     // Wake-up latency: from the work that woke the poll to its answer (a park that timed out is not a wake-up).
-    if (wokenAtMs !== null && (answer.commands.length > 0 || answer.deliveries.length > 0 || (answer.connections?.length ?? 0) > 0)) {
-      this.env.metrics.observe("bb_agent_poll_wakeup_seconds", "From work for a host to its parked poll answering with it", (this.env.clock.now() - wokenAtMs) / 1000);
+    if (
+      wokenAtMs !== null &&
+      (answer.commands.length > 0 || answer.deliveries.length > 0 || (answer.connections?.length ?? 0) > 0)
+    ) {
+      this.env.metrics.observe(
+        "bb_agent_poll_wakeup_seconds",
+        "From work for a host to its parked poll answering with it",
+        (this.env.clock.now() - wokenAtMs) / 1000,
+      );
     }
     return answer;
   }
@@ -469,11 +588,18 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     if (newSession) {
       epoch = Buffer.from(this.env.random.bytes(16)).toString("hex");
     } else if (env.agentEpoch !== r.agentEpoch) {
-      throw new BeachballError("STALE_AGENT_EPOCH", "the agent epoch is not the current session", { currentEpochKnown: r.agentEpoch !== "" });
+      throw new BeachballError("STALE_AGENT_EPOCH", "the agent epoch is not the current session", {
+        currentEpochKnown: r.agentEpoch !== "",
+      });
     }
     const prevFacts = JSON.parse(r.factsJson) as AgentFacts;
     const sentAtMs = Date.parse(env.sentAt);
-    const overlapping = newSession && r.bootId !== "" && r.bootId !== env.payload.bootId && r.heartbeatAtMs !== null && now - r.heartbeatAtMs < HEALTHY_HEARTBEAT_AGE_MS;
+    const overlapping =
+      newSession &&
+      r.bootId !== "" &&
+      r.bootId !== env.payload.bootId &&
+      r.heartbeatAtMs !== null &&
+      now - r.heartbeatAtMs < HEALTHY_HEARTBEAT_AGE_MS;
     const facts: AgentFacts = {
       clockSkewMs: Number.isFinite(sentAtMs) ? Math.abs(sentAtMs - now) : prevFacts.clockSkewMs,
       inventory: env.payload.health?.inventory ?? prevFacts.inventory,
@@ -488,11 +614,25 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     this.atomically(() => {
       if (overlapping) {
         const alertId = `alert:overlap:${r.obj}:${now}`;
-        this.state.post(this.env.Operations, GLOBAL, alertId, { kind: "alert", alertId, type: "host.overlapping_agent_session", subject: r.obj, reason: "OVERLAPPING_AGENT_SESSION", atMs: now });
+        this.state.post(this.env.Operations, GLOBAL, alertId, {
+          kind: "alert",
+          alertId,
+          type: "host.overlapping_agent_session",
+          subject: r.obj,
+          reason: "OVERLAPPING_AGENT_SESSION",
+          atMs: now,
+        });
       }
       if (facts.vmmStartFailing && !prevFacts.vmmStartFailing) {
         const alertId = `alert:vmm:${r.obj}:${now}`;
-        this.state.post(this.env.Operations, GLOBAL, alertId, { kind: "alert", alertId, type: "host.vmm_start_failing", subject: r.obj, reason: "VMM_START_FAILING", atMs: now });
+        this.state.post(this.env.Operations, GLOBAL, alertId, {
+          kind: "alert",
+          alertId,
+          type: "host.vmm_start_failing",
+          subject: r.obj,
+          reason: "VMM_START_FAILING",
+          atMs: now,
+        });
       }
       if (newSession) this.sql.exec("DELETE FROM host_update_seqs WHERE obj = ?", this.state.name);
       let lastSeq = newSession ? 0 : r.lastSeq;
@@ -506,18 +646,41 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
         lastSeq = Math.max(lastSeq, u.seq);
         if (outcome.material) material = true;
       }
-      this.setRow({ heartbeatAtMs: now, agentEpoch: epoch, bootId: env.payload.bootId, lastSeq, isolationHealthy, factsJson, adRevision: this.row()!.adRevision, adPublishedAtMs: this.row()!.adPublishedAtMs });
+      this.setRow({
+        heartbeatAtMs: now,
+        agentEpoch: epoch,
+        bootId: env.payload.bootId,
+        lastSeq,
+        isolationHealthy,
+        factsJson,
+        adRevision: this.row()!.adRevision,
+        adPublishedAtMs: this.row()!.adPublishedAtMs,
+      });
       for (const a of env.payload.acks) {
-        this.sql.exec("UPDATE host_commands SET status = ? WHERE obj = ? AND command_id = ? AND status = 'pending'", a.result === "rejected" ? "rejected" : "acked", this.state.name, a.commandId);
+        this.sql.exec(
+          "UPDATE host_commands SET status = ? WHERE obj = ? AND command_id = ? AND status = 'pending'",
+          a.result === "rejected" ? "rejected" : "acked",
+          this.state.name,
+          a.commandId,
+        );
       }
       for (const d of env.payload.deliveryAcks) this.applyDeliveryAck(r.obj, d);
       this.conn.applyAcks(env.payload.acks);
-      if (env.payload.connectivity) this.conn.applyConnectivity(epoch, env.payload.connectivity, (placementId, generation) => this.wantedPlacement(placementId, generation));
+      if (env.payload.connectivity)
+        this.conn.applyConnectivity(epoch, env.payload.connectivity, (placementId, generation) =>
+          this.wantedPlacement(placementId, generation),
+        );
       // Leases are renewed by heartbeats, but never for a placement the scheduler wants gone.
       const lease = now + this.env.config.timeouts.leaseMs;
-      const renew = [...this.placements().values()].filter((p) => p.desired !== "absent" && p.leaseExpiresAtMs !== lease);
+      const renew = [...this.placements().values()].filter(
+        (p) => p.desired !== "absent" && p.leaseExpiresAtMs !== lease,
+      );
       if (renew.length > 0) {
-        this.sql.exec("UPDATE host_placements SET lease_expires_at_ms = ? WHERE obj = ? AND state != 'absent' AND desired != 'absent'", lease, this.state.name);
+        this.sql.exec(
+          "UPDATE host_placements SET lease_expires_at_ms = ? WHERE obj = ? AND state != 'absent' AND desired != 'absent'",
+          lease,
+          this.state.name,
+        );
         for (const p of renew) this.placements().set(p.placementId, { ...p, leaseExpiresAtMs: lease });
       }
       this.publish(material || now - r.adPublishedAtMs > AD_REFRESH_MS);
@@ -525,7 +688,8 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     if (newSession) for (const p of this.deliveries.values()) p.handedOut = false;
     // A messages envelope may have enqueued work (prepared ⇒ ensure_running): wake the parked poll.
     // Commands and deliveries ride only in poll responses, so each is handed out once per poll.
-    const withRejections = (res: PollResponse): PollResponse => (rejected.length ? { ...res, rejectedUpdates: rejected } : res);
+    const withRejections = (res: PollResponse): PollResponse =>
+      rejected.length ? { ...res, rejectedUpdates: rejected } : res;
     if (env.type === "messages") {
       if (this.hasWork()) this.wakePolls();
       return withRejections({ agentEpoch: epoch, commands: [], deliveries: [], leases: this.leases() });
@@ -545,7 +709,13 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     const p = this.placement(u.placementId);
     if (!p) return "UNKNOWN_PLACEMENT";
     if (p.generation !== u.generation) return "STALE_GENERATION";
-    const seen = this.sql.exec<{ last_seq: number }>("SELECT last_seq FROM host_update_seqs WHERE obj = ? AND placement_id = ?", this.state.name, p.placementId).next();
+    const seen = this.sql
+      .exec<{ last_seq: number }>(
+        "SELECT last_seq FROM host_update_seqs WHERE obj = ? AND placement_id = ?",
+        this.state.name,
+        p.placementId,
+      )
+      .next();
     if (u.seq <= (seen.done ? 0 : seen.value.last_seq)) return "SEQUENCE_NOT_INCREASING";
     if (p.state === "absent") return "INVALID_STATE";
     this.sql.exec(
@@ -566,7 +736,12 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
       cur = this.setPlacement(cur, { desired: "running" });
       this.enqueue(p.placementId, "ensure_running", p.generation);
     }
-    if (u.state === "absent") this.sql.exec("UPDATE host_commands SET status = 'superseded' WHERE obj = ? AND placement_id = ? AND status = 'pending'", this.state.name, p.placementId);
+    if (u.state === "absent")
+      this.sql.exec(
+        "UPDATE host_commands SET status = 'superseded' WHERE obj = ? AND placement_id = ? AND status = 'pending'",
+        this.state.name,
+        p.placementId,
+      );
     this.state.post(this.env.Allocation, p.allocationId, `obs:${hostId}:${epoch}:${p.placementId}:${u.seq}`, {
       kind: "observation",
       hostId,
@@ -593,10 +768,18 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
         d.digest,
         this.env.clock.now(),
       );
-      if (p) this.state.post(this.env.Allocation, p.allocationId, `dlv:${d.deliveryId}`, { kind: "delivery_consumed", deliveryId: d.deliveryId, generation: d.generation, digest: d.digest });
+      if (p)
+        this.state.post(this.env.Allocation, p.allocationId, `dlv:${d.deliveryId}`, {
+          kind: "delivery_consumed",
+          deliveryId: d.deliveryId,
+          generation: d.generation,
+          digest: d.digest,
+        });
       this.deliveries.get(d.deliveryId)?.settle({ result: "consumed", digest: d.digest });
     } else {
-      this.deliveries.get(d.deliveryId)?.settle({ result: d.result === "guest_not_connected" ? "guest_not_connected" : "rejected" });
+      this.deliveries
+        .get(d.deliveryId)
+        ?.settle({ result: d.result === "guest_not_connected" ? "guest_not_connected" : "rejected" });
     }
     void hostId;
   }
@@ -633,7 +816,13 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
       deliveries.push(p.delivery);
     }
     const connections = this.conn.pending();
-    return { agentEpoch: epoch, commands, deliveries, leases: this.leases(), ...(connections.length > 0 ? { connections } : {}) };
+    return {
+      agentEpoch: epoch,
+      commands,
+      deliveries,
+      leases: this.leases(),
+      ...(connections.length > 0 ? { connections } : {}),
+    };
   }
 
   /** Authoritative lease expiry of every placement not yet absent. */
@@ -648,8 +837,10 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     const prior = this.q.delivery.get({ obj: this.state.name, id: deliveryId });
     if (prior) return { earlierDigest: prior.digest };
     const p = this.placement(placementId);
-    if (!p || p.generation !== generation) throw new BeachballError("STALE_GENERATION", "the placement generation is not current");
-    if (p.state !== "running" || p.desired !== "running") throw new BeachballError("GUEST_NOT_CONNECTED", "the guest is not running");
+    if (!p || p.generation !== generation)
+      throw new BeachballError("STALE_GENERATION", "the placement generation is not current");
+    if (p.state !== "running" || p.desired !== "running")
+      throw new BeachballError("GUEST_NOT_CONNECTED", "the guest is not running");
     return { earlierDigest: null };
   }
 
@@ -660,7 +851,8 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
    */
   deliver(delivery: BootstrapDelivery, timeoutMs: number): Promise<DeliveryOutcome> {
     if (this.deliveries.has(delivery.deliveryId)) return Promise.resolve({ result: "rejected" });
-    if (this.deliveries.size >= MAX_PENDING_DELIVERIES_PER_HOST) throw new BeachballError("RATE_LIMITED", "too many deliveries in flight for this host", { retryAfterSeconds: 5 });
+    if (this.deliveries.size >= MAX_PENDING_DELIVERIES_PER_HOST)
+      throw new BeachballError("RATE_LIMITED", "too many deliveries in flight for this host", { retryAfterSeconds: 5 });
     const outcome = new Promise<DeliveryOutcome>((resolve) => {
       const timer = setTimeout(() => finish({ result: "timeout" }), timeoutMs);
       const finish = (o: DeliveryOutcome) => {
@@ -686,7 +878,12 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
       registered,
       allocatable,
       free: this.freeCapacity(r),
-      placements: [...this.placements().values()].map((p) => ({ placementId: p.placementId, allocationId: p.allocationId, generation: p.generation, state: p.state })),
+      placements: [...this.placements().values()].map((p) => ({
+        placementId: p.placementId,
+        allocationId: p.allocationId,
+        generation: p.generation,
+        state: p.state,
+      })),
       heartbeatAt: r.heartbeatAtMs ? new Date(r.heartbeatAtMs).toISOString() : null,
       vmmDriver: r.vmmDriver,
       unschedulable: unschedulableReasons(this.facts(r), this.env.clock.now()),
@@ -711,7 +908,9 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
       labels: JSON.parse(r.labelsJson) as Record<string, string>,
       agentProtocolVersion: r.agentProtocolVersion,
       isolationHealthy: r.isolationHealthy,
-      unschedulable: unschedulableReasons(this.facts(r), now).filter((x) => x !== "HOST_NOT_ACTIVE" && x !== "HOST_NOT_HEALTHY"),
+      unschedulable: unschedulableReasons(this.facts(r), now).filter(
+        (x) => x !== "HOST_NOT_ACTIVE" && x !== "HOST_NOT_HEALTHY",
+      ),
       free: this.freeCapacity(r),
       cachedImages: (JSON.parse(r.factsJson) as AgentFacts).cachedImages ?? [],
     };
@@ -727,8 +926,16 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
     if (!this.row()) return;
     const cutoff = this.env.clock.now() - COMMAND_RETENTION_MS;
     this.atomically(() => {
-      this.sql.exec("DELETE FROM host_commands WHERE obj = ? AND status != 'pending' AND created_at_ms < ?", this.state.name, cutoff);
-      this.sql.exec("DELETE FROM host_placements WHERE obj = ? AND state = 'absent' AND updated_at_ms < ?", this.state.name, cutoff);
+      this.sql.exec(
+        "DELETE FROM host_commands WHERE obj = ? AND status != 'pending' AND created_at_ms < ?",
+        this.state.name,
+        cutoff,
+      );
+      this.sql.exec(
+        "DELETE FROM host_placements WHERE obj = ? AND state = 'absent' AND updated_at_ms < ?",
+        this.state.name,
+        cutoff,
+      );
       this.conn.prune(cutoff);
       this.publish(true);
     });

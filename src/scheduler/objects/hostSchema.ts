@@ -51,7 +51,10 @@ export const placementTable = sqliteTable(
     createdAtMs: integer("created_at_ms").notNull(),
     updatedAtMs: integer("updated_at_ms").notNull(),
   },
-  (t) => [primaryKey({ columns: [t.obj, t.placementId] }), uniqueIndex("host_placements_key").on(t.obj, t.reservationKey)],
+  (t) => [
+    primaryKey({ columns: [t.obj, t.placementId] }),
+    uniqueIndex("host_placements_key").on(t.obj, t.reservationKey),
+  ],
 );
 
 /** Commands for the agent; redelivered until acknowledged or superseded. */
@@ -66,7 +69,10 @@ export const commandTable = sqliteTable(
     status: text("status").$type<"pending" | "acked" | "rejected" | "superseded">().notNull(),
     createdAtMs: integer("created_at_ms").notNull(),
   },
-  (t) => [primaryKey({ columns: [t.obj, t.commandId] }), index("host_commands_pending").on(t.obj, t.status, t.createdAtMs)],
+  (t) => [
+    primaryKey({ columns: [t.obj, t.commandId] }),
+    index("host_commands_pending").on(t.obj, t.status, t.createdAtMs),
+  ],
 );
 
 /** Consumed deliveries: ID and digest only, never the bytes. */
@@ -142,8 +148,19 @@ export const connectionCommandTable = sqliteTable(
     /** apply: how often the client's candidates changed (bounded by MAX_CLIENT_CANDIDATE_UPDATES_PER_GRANT). */
     clientCandidateUpdates: integer("client_candidate_updates").notNull().default(0),
   },
-  (t) => [primaryKey({ columns: [t.obj, t.commandId] }), index("host_connection_commands_pending").on(t.obj, t.status, t.createdAtMs)],
+  (t) => [
+    primaryKey({ columns: [t.obj, t.commandId] }),
+    index("host_connection_commands_pending").on(t.obj, t.status, t.createdAtMs),
+  ],
 );
 
 /** Tables retention deletes with the instance. */
-export const HOST_TABLES = ["host", "host_placements", "host_commands", "host_deliveries", "host_update_seqs", "host_connectivity", "host_connection_commands"] as const;
+export const HOST_TABLES = [
+  "host",
+  "host_placements",
+  "host_commands",
+  "host_deliveries",
+  "host_update_seqs",
+  "host_connectivity",
+  "host_connection_commands",
+] as const;

@@ -10,7 +10,12 @@ import type { ObjectDb } from "../runtime/drizzle.ts";
 import type { Resources } from "../../domain/capacity.ts";
 import type { HostFacts } from "../../domain/hostConditions.ts";
 import type { Capacity } from "../../protocol/api.ts";
-import { MAX_COMMANDS_PER_POLL, type CommandSpec, type PlacementSpec, type PlacementUpdate } from "../../protocol/agent.ts";
+import {
+  MAX_COMMANDS_PER_POLL,
+  type CommandSpec,
+  type PlacementSpec,
+  type PlacementUpdate,
+} from "../../protocol/agent.ts";
 import { commandTable, deliveryTable, hostTable, placementTable } from "./hostSchema.ts";
 
 /** Registration facts from enrollment. */
@@ -66,16 +71,28 @@ export interface ObservationMessage {
 }
 
 /** Agent-reported facts before the first envelope. */
-export const NO_FACTS: AgentFacts = { clockSkewMs: 0, inventory: null, volumesNearlyFull: false, overlapUntilMs: 0, vmmStartFailing: false, cachedImages: [] };
+export const NO_FACTS: AgentFacts = {
+  clockSkewMs: 0,
+  inventory: null,
+  volumesNearlyFull: false,
+  overlapUntilMs: 0,
+  vmmStartFailing: false,
+  cachedImages: [],
+};
 
 /** The part of HostFacts that comes from agent reports (stored as JSON), plus the cached image digests. */
-export type AgentFacts = Pick<HostFacts, "clockSkewMs" | "inventory" | "volumesNearlyFull" | "overlapUntilMs" | "vmmStartFailing"> & { cachedImages?: string[] };
+export type AgentFacts = Pick<
+  HostFacts,
+  "clockSkewMs" | "inventory" | "volumesNearlyFull" | "overlapUntilMs" | "vmmStartFailing"
+> & { cachedImages?: string[] };
 
 /** Where an allocation's placement stands, for host-loss detection (src/domain/reconcile.ts). */
 export type { PlacementStatus } from "../../domain/reconcile.ts";
 
 /** A bootstrap delivery's outcome as the controller sees it. */
-export type DeliveryOutcome = { result: "consumed"; digest: string } | { result: "guest_not_connected" | "rejected" | "timeout" };
+export type DeliveryOutcome =
+  | { result: "consumed"; digest: string }
+  | { result: "guest_not_connected" | "rejected" | "timeout" };
 
 /** Builds the Host object's prepared statements (once per storage; every one takes the host ID as `obj`). */
 export function prepareHostQueries(db: ObjectDb) {
@@ -113,5 +130,9 @@ export function prepareHostQueries(db: ObjectDb) {
 }
 
 /** A registered capacity as a resource vector (slots = maxPlacements). */
-export const toRes = (c: Capacity): Resources => ({ cpuMillis: c.cpuMillis, memoryMiB: c.memoryMiB, ephemeralDiskMiB: c.ephemeralDiskMiB, slots: c.maxPlacements });
-
+export const toRes = (c: Capacity): Resources => ({
+  cpuMillis: c.cpuMillis,
+  memoryMiB: c.memoryMiB,
+  ephemeralDiskMiB: c.ephemeralDiskMiB,
+  slots: c.maxPlacements,
+});

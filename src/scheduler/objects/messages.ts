@@ -33,9 +33,20 @@ export const AllocationMessage = Type.Union([
     },
     { additionalProperties: false },
   ),
-  Type.Object({ kind: Type.Literal("delivery_consumed"), deliveryId: Id, generation: Type.Integer({ minimum: 1 }), digest: Type.String({ maxLength: 80 }) }, { additionalProperties: false }),
+  Type.Object(
+    {
+      kind: Type.Literal("delivery_consumed"),
+      deliveryId: Id,
+      generation: Type.Integer({ minimum: 1 }),
+      digest: Type.String({ maxLength: 80 }),
+    },
+    { additionalProperties: false },
+  ),
   Type.Object({ kind: Type.Literal("capacity_available"), hostId: Id }, { additionalProperties: false }),
-  Type.Object({ kind: Type.Literal("connections_fenced"), generation: Type.Integer({ minimum: 1 }) }, { additionalProperties: false }),
+  Type.Object(
+    { kind: Type.Literal("connections_fenced"), generation: Type.Integer({ minimum: 1 }) },
+    { additionalProperties: false },
+  ),
 ]);
 /** What an Allocation receives. */
 export type AllocationMessage = Static<typeof AllocationMessage>;
@@ -46,7 +57,15 @@ void _allocationMessageIsInput;
 /** What the AllocationIndex receives: the latest view of an allocation with its version (the index never stores an older one over a newer), or its purge after retention. */
 export const IndexMessage = Type.Union([
   // version: the allocation's last event sequence number when the view was taken (strictly increasing between posted views; absent from messages of earlier releases).
-  Type.Object({ kind: Type.Literal("upsert"), identity: Id, view: AllocationView, version: Type.Optional(Type.Integer({ minimum: 0 })) }, { additionalProperties: false }),
+  Type.Object(
+    {
+      kind: Type.Literal("upsert"),
+      identity: Id,
+      view: AllocationView,
+      version: Type.Optional(Type.Integer({ minimum: 0 })),
+    },
+    { additionalProperties: false },
+  ),
   Type.Object({ kind: Type.Literal("purge"), allocationId: Id }, { additionalProperties: false }),
 ]);
 /** What the AllocationIndex receives. */
@@ -62,13 +81,23 @@ export type AdmissionMessage = Static<typeof AdmissionMessage>;
 
 /** What Operations receives: an alert, deduplicated by `alertId`. */
 export const OperationsMessage = Type.Object(
-  { kind: Type.Literal("alert"), alertId: Id, type: Type.String({ maxLength: 80 }), subject: Type.String({ maxLength: 200 }), reason: Type.String({ maxLength: 80 }), atMs: Ms },
+  {
+    kind: Type.Literal("alert"),
+    alertId: Id,
+    type: Type.String({ maxLength: 80 }),
+    subject: Type.String({ maxLength: 200 }),
+    reason: Type.String({ maxLength: 80 }),
+    atMs: Ms,
+  },
   { additionalProperties: false },
 );
 /** What Operations receives. */
 export type OperationsMessage = Static<typeof OperationsMessage>;
 
-const Free = Type.Object({ cpuMillis: Type.Integer(), memoryMiB: Type.Integer(), ephemeralDiskMiB: Type.Integer(), slots: Type.Integer() }, { additionalProperties: false });
+const Free = Type.Object(
+  { cpuMillis: Type.Integer(), memoryMiB: Type.Integer(), ephemeralDiskMiB: Type.Integer(), slots: Type.Integer() },
+  { additionalProperties: false },
+);
 
 /** A host's advertisement as the directory receives it (the domain's `Advertisement`). */
 export const AdvertisementSchema = Type.Object(
@@ -92,7 +121,10 @@ const _adIsDomain: (a: Static<typeof AdvertisementSchema>) => Advertisement = (a
 void _adIsDomain;
 
 /** What the HostDirectory receives: advertisements (newer revisions win). */
-export const DirectoryMessage = Type.Object({ kind: Type.Literal("advertisement"), ad: AdvertisementSchema }, { additionalProperties: false });
+export const DirectoryMessage = Type.Object(
+  { kind: Type.Literal("advertisement"), ad: AdvertisementSchema },
+  { additionalProperties: false },
+);
 /** What the HostDirectory receives. */
 export type DirectoryMessage = Static<typeof DirectoryMessage>;
 
@@ -104,8 +136,14 @@ export type DirectoryMessage = Static<typeof DirectoryMessage>;
  * revoked and its address freed once they are gone).
  */
 export const NetworkMessage = Type.Union([
-  Type.Object({ kind: Type.Literal("revoke_observed"), grantId: Id, hostId: Id, atMs: Ms }, { additionalProperties: false }),
-  Type.Object({ kind: Type.Literal("close_generation"), allocationId: Id, generation: Type.Integer({ minimum: 1 }) }, { additionalProperties: false }),
+  Type.Object(
+    { kind: Type.Literal("revoke_observed"), grantId: Id, hostId: Id, atMs: Ms },
+    { additionalProperties: false },
+  ),
+  Type.Object(
+    { kind: Type.Literal("close_generation"), allocationId: Id, generation: Type.Integer({ minimum: 1 }) },
+    { additionalProperties: false },
+  ),
   Type.Object({ kind: Type.Literal("allocation_terminal"), allocationId: Id }, { additionalProperties: false }),
 ]);
 /** What a Network receives. */

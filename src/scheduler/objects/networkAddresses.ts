@@ -53,24 +53,45 @@ export class NetworkAddresses {
 
   /** The Network's row, or null before its first use. */
   net(): NetRow | null {
-    const r = this.sql.exec<NetRow>("SELECT tenant, subnet, last_allocation_index, last_client_index FROM network WHERE obj = ?", this.state.name).next();
+    const r = this.sql
+      .exec<NetRow>(
+        "SELECT tenant, subnet, last_allocation_index, last_client_index FROM network WHERE obj = ?",
+        this.state.name,
+      )
+      .next();
     return r.done ? null : r.value;
   }
 
   /** The allocation's row, or null. */
   alloc(allocationId: string): AllocRow | null {
-    const r = this.sql.exec<AllocRow>(`SELECT ${ALLOC_COLUMNS} FROM network_allocations WHERE obj = ? AND allocation_id = ?`, this.state.name, allocationId).next();
+    const r = this.sql
+      .exec<AllocRow>(
+        `SELECT ${ALLOC_COLUMNS} FROM network_allocations WHERE obj = ? AND allocation_id = ?`,
+        this.state.name,
+        allocationId,
+      )
+      .next();
     return r.done ? null : r.value;
   }
 
   /** Allocations waiting for a fence or ended (the ones a settle pass looks at). */
   unsettled(): AllocRow[] {
-    return this.sql.exec<AllocRow>(`SELECT ${ALLOC_COLUMNS} FROM network_allocations WHERE obj = ? AND (waiting_generation > 0 OR terminal_at_ms IS NOT NULL)`, this.state.name).toArray();
+    return this.sql
+      .exec<AllocRow>(
+        `SELECT ${ALLOC_COLUMNS} FROM network_allocations WHERE obj = ? AND (waiting_generation > 0 OR terminal_at_ms IS NOT NULL)`,
+        this.state.name,
+      )
+      .toArray();
   }
 
   /** Every allocation, by ID. */
   allocations(): AllocRow[] {
-    return this.sql.exec<AllocRow>(`SELECT ${ALLOC_COLUMNS} FROM network_allocations WHERE obj = ? ORDER BY allocation_id`, this.state.name).toArray();
+    return this.sql
+      .exec<AllocRow>(
+        `SELECT ${ALLOC_COLUMNS} FROM network_allocations WHERE obj = ? ORDER BY allocation_id`,
+        this.state.name,
+      )
+      .toArray();
   }
 
   /** The Network row, created on first use with the next subnet from the directory (single-flight). Throws FORBIDDEN for another tenant. */
@@ -85,7 +106,13 @@ export class NetworkAddresses {
         const subnet = await this.env.NetworkDirectory.get(GLOBAL).subnetFor(this.state.name, tenant);
         const again = this.net();
         if (again) return again;
-        this.sql.exec("INSERT INTO network (obj, tenant, subnet, last_allocation_index, last_client_index, created_at_ms) VALUES (?, ?, ?, 0, 0, ?)", this.state.name, tenant, subnet, this.env.clock.now());
+        this.sql.exec(
+          "INSERT INTO network (obj, tenant, subnet, last_allocation_index, last_client_index, created_at_ms) VALUES (?, ?, ?, 0, 0, ?)",
+          this.state.name,
+          tenant,
+          subnet,
+          this.env.clock.now(),
+        );
         return this.net()!;
       } finally {
         this.creating = null;
@@ -98,9 +125,19 @@ export class NetworkAddresses {
 
   /** The next address of `kind` in the Network's /64 of `ula`: the oldest freed one, else the next index of its counter. Call inside a transaction, after `ensure`. */
   take(kind: AddressKind, ula: UlaPrefix): string {
-    const free = this.sql.exec<{ address: string }>("SELECT address FROM network_free_addresses WHERE obj = ? AND kind = ? ORDER BY freed_at_ms, address LIMIT 1", this.state.name, kind).next();
+    const free = this.sql
+      .exec<{ address: string }>(
+        "SELECT address FROM network_free_addresses WHERE obj = ? AND kind = ? ORDER BY freed_at_ms, address LIMIT 1",
+        this.state.name,
+        kind,
+      )
+      .next();
     if (!free.done) {
-      this.sql.exec("DELETE FROM network_free_addresses WHERE obj = ? AND address = ?", this.state.name, free.value.address);
+      this.sql.exec(
+        "DELETE FROM network_free_addresses WHERE obj = ? AND address = ?",
+        this.state.name,
+        free.value.address,
+      );
       return free.value.address;
     }
     const net = this.net()!;
@@ -117,24 +154,45 @@ export class NetworkAddresses {
     if (existing) return existing.address;
     return this.state.storage.transactionSync(() => {
       const a = this.take("allocation", ula);
-      this.sql.exec(`INSERT INTO network_allocations (obj, ${ALLOC_COLUMNS}) VALUES (?, ?, ?, 0, 0, NULL)`, this.state.name, allocationId, a);
+      this.sql.exec(
+        `INSERT INTO network_allocations (obj, ${ALLOC_COLUMNS}) VALUES (?, ?, ?, 0, 0, NULL)`,
+        this.state.name,
+        allocationId,
+        a,
+      );
       return a;
     });
   }
 
   /** Returns `address` to the free list. Call inside a transaction, once nothing may still route it. */
   free(kind: AddressKind, address: string): void {
-    this.sql.exec("INSERT OR IGNORE INTO network_free_addresses (obj, kind, address, freed_at_ms) VALUES (?, ?, ?, ?)", this.state.name, kind, address, this.env.clock.now());
+    this.sql.exec(
+      "INSERT OR IGNORE INTO network_free_addresses (obj, kind, address, freed_at_ms) VALUES (?, ?, ?, ?)",
+      this.state.name,
+      kind,
+      address,
+      this.env.clock.now(),
+    );
   }
 
   /** Forgets an ended allocation and frees its address. Call inside a transaction, once its grants are gone. */
   release(a: AllocRow): void {
-    this.sql.exec("DELETE FROM network_allocations WHERE obj = ? AND allocation_id = ?", this.state.name, a.allocation_id);
+    this.sql.exec(
+      "DELETE FROM network_allocations WHERE obj = ? AND allocation_id = ?",
+      this.state.name,
+      a.allocation_id,
+    );
     this.free("allocation", a.address);
   }
 
   /** Free addresses, oldest first. */
   freeList(): string[] {
-    return this.sql.exec<{ address: string }>("SELECT address FROM network_free_addresses WHERE obj = ? ORDER BY freed_at_ms, address", this.state.name).toArray().map((r) => r.address);
+    return this.sql
+      .exec<{ address: string }>(
+        "SELECT address FROM network_free_addresses WHERE obj = ? ORDER BY freed_at_ms, address",
+        this.state.name,
+      )
+      .toArray()
+      .map((r) => r.address);
   }
 }

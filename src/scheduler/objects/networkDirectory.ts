@@ -32,21 +32,45 @@ export class NetworkDirectoryObject extends AuthorityObject<SchedulerEnv, never>
    */
   subnetFor(networkId: string, tenant: string): number {
     const sql = this.state.storage.sql;
-    const found = sql.exec<{ subnet: number; tenant: string }>("SELECT subnet, tenant FROM network_directory WHERE obj = ? AND network_id = ?", this.state.name, networkId).next();
+    const found = sql
+      .exec<{ subnet: number; tenant: string }>(
+        "SELECT subnet, tenant FROM network_directory WHERE obj = ? AND network_id = ?",
+        this.state.name,
+        networkId,
+      )
+      .next();
     if (!found.done) {
-      if (found.value.tenant !== tenant) throw new BeachballError("FORBIDDEN", "this Network belongs to another principal");
+      if (found.value.tenant !== tenant)
+        throw new BeachballError("FORBIDDEN", "this Network belongs to another principal");
       return found.value.subnet;
     }
-    const last = sql.exec<{ m: number | null }>("SELECT MAX(subnet) AS m FROM network_directory WHERE obj = ?", this.state.name).one().m ?? 0;
-    if (last >= MAX_NETWORKS) throw new BeachballError("INTERNAL", `every one of the ${MAX_NETWORKS} Network subnets of the deployment's /48 is assigned`);
-    sql.exec("INSERT INTO network_directory (obj, network_id, tenant, subnet, created_at_ms) VALUES (?, ?, ?, ?, ?)", this.state.name, networkId, tenant, last + 1, this.env.clock.now());
+    const last =
+      sql
+        .exec<{ m: number | null }>("SELECT MAX(subnet) AS m FROM network_directory WHERE obj = ?", this.state.name)
+        .one().m ?? 0;
+    if (last >= MAX_NETWORKS)
+      throw new BeachballError(
+        "INTERNAL",
+        `every one of the ${MAX_NETWORKS} Network subnets of the deployment's /48 is assigned`,
+      );
+    sql.exec(
+      "INSERT INTO network_directory (obj, network_id, tenant, subnet, created_at_ms) VALUES (?, ?, ?, ?, ?)",
+      this.state.name,
+      networkId,
+      tenant,
+      last + 1,
+      this.env.clock.now(),
+    );
     return last + 1;
   }
 
   /** Every Network with its subnet index, in assignment order (operators' view and tests). */
   list(): { networkId: string; tenant: string; subnet: number }[] {
     return this.state.storage.sql
-      .exec<{ network_id: string; tenant: string; subnet: number }>("SELECT network_id, tenant, subnet FROM network_directory WHERE obj = ? ORDER BY subnet", this.state.name)
+      .exec<{ network_id: string; tenant: string; subnet: number }>(
+        "SELECT network_id, tenant, subnet FROM network_directory WHERE obj = ? ORDER BY subnet",
+        this.state.name,
+      )
       .toArray()
       .map((r) => ({ networkId: r.network_id, tenant: r.tenant, subnet: r.subnet }));
   }

@@ -79,7 +79,8 @@ interface GrantRow {
   gone_at_ms: number | null;
 }
 
-const GRANT_COLUMNS = "grant_id, allocation_id, generation, host_id, placement_id, client_address, connection_id, expires_at_ms, revoked_at_ms, revoke_observed_at_ms, gone_at_ms";
+const GRANT_COLUMNS =
+  "grant_id, allocation_id, generation, host_id, placement_id, client_address, connection_id, expires_at_ms, revoked_at_ms, revoke_observed_at_ms, gone_at_ms";
 const facts = (g: GrantRow) => ({ expiresAtMs: g.expires_at_ms, revokeObservedAtMs: g.revoke_observed_at_ms });
 
 /** See the module header. */
@@ -106,17 +107,30 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
   private settings(): { settings: ConnectionSettings; signer: ConnectionSigner } {
     const settings = this.env.config.connections;
     const signer = this.env.signer;
-    if (!settings || !signer) throw new BeachballError("FORBIDDEN", "private networking is not configured in this deployment's manifest");
+    if (!settings || !signer)
+      throw new BeachballError("FORBIDDEN", "private networking is not configured in this deployment's manifest");
     return { settings, signer };
   }
 
   private grant(grantId: string): GrantRow | null {
-    const r = this.sql.exec<GrantRow>(`SELECT ${GRANT_COLUMNS} FROM network_grants WHERE obj = ? AND grant_id = ?`, this.state.name, grantId).next();
+    const r = this.sql
+      .exec<GrantRow>(
+        `SELECT ${GRANT_COLUMNS} FROM network_grants WHERE obj = ? AND grant_id = ?`,
+        this.state.name,
+        grantId,
+      )
+      .next();
     return r.done ? null : r.value;
   }
 
   private grantsWhere(where: string, ...args: unknown[]): GrantRow[] {
-    return this.sql.exec<GrantRow>(`SELECT ${GRANT_COLUMNS} FROM network_grants WHERE obj = ? AND ${where}`, this.state.name, ...args).toArray();
+    return this.sql
+      .exec<GrantRow>(
+        `SELECT ${GRANT_COLUMNS} FROM network_grants WHERE obj = ? AND ${where}`,
+        this.state.name,
+        ...args,
+      )
+      .toArray();
   }
 
   /**
@@ -125,7 +139,10 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
    * is created, before any host is chosen. Throws FORBIDDEN without private
    * networking or for another tenant's Network.
    */
-  async reserveAllocationAddress(allocationId: string, tenant: string): Promise<{ networkId: string; address: string }> {
+  async reserveAllocationAddress(
+    allocationId: string,
+    tenant: string,
+  ): Promise<{ networkId: string; address: string }> {
     const { settings } = this.settings();
     await this.book.ensure(tenant);
     return { networkId: this.state.name, address: this.book.reserve(allocationId, settings.ula) };
@@ -133,9 +150,14 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
 
   /** Throws the stable refusal when no grant may be issued for `generation` of `a`. */
   private refuseClosed(a: AllocRow | null, generation: number): AllocRow {
-    if (!a) throw new BeachballError("INVALID_STATE", "allocation has no private address (created before private networking was configured)");
+    if (!a)
+      throw new BeachballError(
+        "INVALID_STATE",
+        "allocation has no private address (created before private networking was configured)",
+      );
     if (a.terminal_at_ms !== null) throw new BeachballError("INVALID_STATE", "allocation is released");
-    if (generation <= a.closed_generation) throw new BeachballError("STALE_GENERATION", `generation ${generation} was replaced; no grant is issued for it`);
+    if (generation <= a.closed_generation)
+      throw new BeachballError("STALE_GENERATION", `generation ${generation} was replaced; no grant is issued for it`);
     return a;
   }
 
@@ -150,10 +172,29 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
     const { settings, signer } = this.settings();
     this.refuseClosed(this.book.alloc(req.allocationId), req.generation);
     const now0 = this.now;
-    const live = this.grantsWhere("allocation_id = ? AND revoked_at_ms IS NULL AND expires_at_ms > ?", req.allocationId, now0).length;
-    if (live >= MAX_LIVE_GRANTS_PER_ALLOCATION) throw new BeachballError("RATE_LIMITED", `an allocation holds at most ${MAX_LIVE_GRANTS_PER_ALLOCATION} live grants; revoke one first`, { retryAfterSeconds: 5 });
-    const held = this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM network_grants WHERE obj = ? AND gone_at_ms IS NULL", this.state.name).one().n;
-    if (held >= MAX_GRANTS_PER_NETWORK) throw new BeachballError("RATE_LIMITED", `a Network holds at most ${MAX_GRANTS_PER_NETWORK} grants that may still be applied`, { retryAfterSeconds: 30 });
+    const live = this.grantsWhere(
+      "allocation_id = ? AND revoked_at_ms IS NULL AND expires_at_ms > ?",
+      req.allocationId,
+      now0,
+    ).length;
+    if (live >= MAX_LIVE_GRANTS_PER_ALLOCATION)
+      throw new BeachballError(
+        "RATE_LIMITED",
+        `an allocation holds at most ${MAX_LIVE_GRANTS_PER_ALLOCATION} live grants; revoke one first`,
+        { retryAfterSeconds: 5 },
+      );
+    const held = this.sql
+      .exec<{ n: number }>(
+        "SELECT COUNT(*) AS n FROM network_grants WHERE obj = ? AND gone_at_ms IS NULL",
+        this.state.name,
+      )
+      .one().n;
+    if (held >= MAX_GRANTS_PER_NETWORK)
+      throw new BeachballError(
+        "RATE_LIMITED",
+        `a Network holds at most ${MAX_GRANTS_PER_NETWORK} grants that may still be applied`,
+        { retryAfterSeconds: 30 },
+      );
     const policy = checkGrantRequest(settings.policyFor(req.workloadClass), req, settings);
     if (!policy.ok) throw new BeachballError(policy.refusal.code, policy.refusal.message);
 
@@ -204,8 +245,25 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
       return signed;
     });
     try {
-      await this.env.Connection.get(connectionId).open({ grantId, expiresAtMs, clientTokenDigest: tokenDigest(clientToken), hostTokenDigest: tokenDigest(signer.hostEndpointToken(connectionId)), hostId: req.hostId });
-      await this.env.Host.get(req.hostId).configureConnection({ action: "apply", grantId, networkId: this.state.name, allocationId: req.allocationId, placementId: req.placementId, generation: req.generation, connectionId, expiresAtMs, grant: docs.grant, relayMap: docs.relayMap });
+      await this.env.Connection.get(connectionId).open({
+        grantId,
+        expiresAtMs,
+        clientTokenDigest: tokenDigest(clientToken),
+        hostTokenDigest: tokenDigest(signer.hostEndpointToken(connectionId)),
+        hostId: req.hostId,
+      });
+      await this.env.Host.get(req.hostId).configureConnection({
+        action: "apply",
+        grantId,
+        networkId: this.state.name,
+        allocationId: req.allocationId,
+        placementId: req.placementId,
+        generation: req.generation,
+        connectionId,
+        expiresAtMs,
+        grant: docs.grant,
+        relayMap: docs.relayMap,
+      });
     } catch (e) {
       await this.revoke(this.grantsWhere("grant_id = ?", grantId)).catch(() => undefined);
       throw e;
@@ -214,10 +272,19 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
     const issued = this.grant(grantId);
     if (!issued || issued.revoked_at_ms !== null) {
       const cur = this.book.alloc(req.allocationId);
-      if (!cur || cur.terminal_at_ms !== null) throw new BeachballError("INVALID_STATE", "the allocation was released while the grant was issued");
+      if (!cur || cur.terminal_at_ms !== null)
+        throw new BeachballError("INVALID_STATE", "the allocation was released while the grant was issued");
       throw new BeachballError("STALE_GENERATION", "the allocation was replaced while the grant was issued");
     }
-    return { grant: docs.grant, relayMap: docs.relayMap, relayTokens: relayTokens(signer, settings, grantId, "client", expiresAtMs, now), connectionId, endpointToken: clientToken, hostCandidates: endpoint.candidates, stunServers: [...settings.stunServers] };
+    return {
+      grant: docs.grant,
+      relayMap: docs.relayMap,
+      relayTokens: relayTokens(signer, settings, grantId, "client", expiresAtMs, now),
+      connectionId,
+      endpointToken: clientToken,
+      hostCandidates: endpoint.candidates,
+      stunServers: [...settings.stunServers],
+    };
   }
 
   /**
@@ -229,7 +296,8 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
    */
   async revokeGrant(allocationId: string, grantId: string): Promise<boolean> {
     const g = this.grant(grantId);
-    if (!g || g.allocation_id !== allocationId) throw new BeachballError("NOT_FOUND", "no such grant for this allocation");
+    if (!g || g.allocation_id !== allocationId)
+      throw new BeachballError("NOT_FOUND", "no such grant for this allocation");
     if (g.revoked_at_ms !== null) return false;
     await this.revoke([g]);
     return true;
@@ -240,11 +308,27 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
     const now = this.now;
     const live = grants.filter((g) => g.gone_at_ms === null);
     this.state.storage.transactionSync(() => {
-      for (const g of live) if (g.revoked_at_ms === null) this.sql.exec("UPDATE network_grants SET revoked_at_ms = ? WHERE obj = ? AND grant_id = ?", now, this.state.name, g.grant_id);
+      for (const g of live)
+        if (g.revoked_at_ms === null)
+          this.sql.exec(
+            "UPDATE network_grants SET revoked_at_ms = ? WHERE obj = ? AND grant_id = ?",
+            now,
+            this.state.name,
+            g.grant_id,
+          );
       if (live.some((g) => g.expires_at_ms > now)) this.armAlarm(now + REVOKE_RESEND_MS);
     });
     for (const g of live) {
-      await this.env.Host.get(g.host_id).configureConnection({ action: "revoke", grantId: g.grant_id, networkId: this.state.name, allocationId: g.allocation_id, placementId: g.placement_id, generation: g.generation, connectionId: g.connection_id, expiresAtMs: g.expires_at_ms });
+      await this.env.Host.get(g.host_id).configureConnection({
+        action: "revoke",
+        grantId: g.grant_id,
+        networkId: this.state.name,
+        allocationId: g.allocation_id,
+        placementId: g.placement_id,
+        generation: g.generation,
+        connectionId: g.connection_id,
+        expiresAtMs: g.expires_at_ms,
+      });
       await this.env.Connection.get(g.connection_id).close();
     }
   }
@@ -268,9 +352,19 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
         allocationId,
       );
     });
-    await this.revoke(this.grantsWhere("allocation_id = ? AND generation <= ? AND revoked_at_ms IS NULL AND gone_at_ms IS NULL", allocationId, generation));
+    await this.revoke(
+      this.grantsWhere(
+        "allocation_id = ? AND generation <= ? AND revoked_at_ms IS NULL AND gone_at_ms IS NULL",
+        allocationId,
+        generation,
+      ),
+    );
     await this.settle();
-    const open = this.grantsWhere("allocation_id = ? AND generation <= ? AND gone_at_ms IS NULL", allocationId, generation);
+    const open = this.grantsWhere(
+      "allocation_id = ? AND generation <= ? AND gone_at_ms IS NULL",
+      allocationId,
+      generation,
+    );
     const f = generationFenced(open.map(facts), this.now);
     return f.fenced ? { fenced: true, byMs: null } : { fenced: false, byMs: f.byMs };
   }
@@ -281,11 +375,27 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
     this.state.storage.transactionSync(() => {
       for (const { message: m } of msgs) {
         if (m.kind === "revoke_observed") {
-          this.sql.exec("UPDATE network_grants SET revoke_observed_at_ms = ? WHERE obj = ? AND grant_id = ? AND host_id = ? AND revoke_observed_at_ms IS NULL", m.atMs, this.state.name, m.grantId, m.hostId);
+          this.sql.exec(
+            "UPDATE network_grants SET revoke_observed_at_ms = ? WHERE obj = ? AND grant_id = ? AND host_id = ? AND revoke_observed_at_ms IS NULL",
+            m.atMs,
+            this.state.name,
+            m.grantId,
+            m.hostId,
+          );
         } else if (m.kind === "close_generation") {
-          this.sql.exec("UPDATE network_allocations SET closed_generation = MAX(closed_generation, ?) WHERE obj = ? AND allocation_id = ?", m.generation, this.state.name, m.allocationId);
+          this.sql.exec(
+            "UPDATE network_allocations SET closed_generation = MAX(closed_generation, ?) WHERE obj = ? AND allocation_id = ?",
+            m.generation,
+            this.state.name,
+            m.allocationId,
+          );
         } else {
-          this.sql.exec("UPDATE network_allocations SET terminal_at_ms = ? WHERE obj = ? AND allocation_id = ? AND terminal_at_ms IS NULL", this.now, this.state.name, m.allocationId);
+          this.sql.exec(
+            "UPDATE network_allocations SET terminal_at_ms = ? WHERE obj = ? AND allocation_id = ? AND terminal_at_ms IS NULL",
+            this.now,
+            this.state.name,
+            m.allocationId,
+          );
         }
       }
       this.state.ackInbox(msgs[msgs.length - 1]!.seq);
@@ -296,9 +406,21 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
   /** Resends revokes the hosts have not acknowledged, then settles. */
   override async alarm(): Promise<void> {
     const now = this.now;
-    const unacked = this.grantsWhere("revoked_at_ms IS NOT NULL AND revoke_observed_at_ms IS NULL AND gone_at_ms IS NULL AND expires_at_ms > ?", now);
+    const unacked = this.grantsWhere(
+      "revoked_at_ms IS NOT NULL AND revoke_observed_at_ms IS NULL AND gone_at_ms IS NULL AND expires_at_ms > ?",
+      now,
+    );
     for (const g of unacked) {
-      await this.env.Host.get(g.host_id).configureConnection({ action: "revoke", grantId: g.grant_id, networkId: this.state.name, allocationId: g.allocation_id, placementId: g.placement_id, generation: g.generation, connectionId: g.connection_id, expiresAtMs: g.expires_at_ms });
+      await this.env.Host.get(g.host_id).configureConnection({
+        action: "revoke",
+        grantId: g.grant_id,
+        networkId: this.state.name,
+        allocationId: g.allocation_id,
+        placementId: g.placement_id,
+        generation: g.generation,
+        connectionId: g.connection_id,
+        expiresAtMs: g.expires_at_ms,
+      });
     }
     await this.settle();
   }
@@ -313,7 +435,11 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
   private async settle(): Promise<void> {
     const stale = this.sql
       .exec<GrantRow>(
-        `SELECT ${GRANT_COLUMNS.split(", ").map((c) => `g.${c}`).join(", ")} FROM network_grants g JOIN network_allocations a ON a.obj = g.obj AND a.allocation_id = g.allocation_id WHERE g.obj = ? AND g.revoked_at_ms IS NULL AND g.gone_at_ms IS NULL AND (a.terminal_at_ms IS NOT NULL OR g.generation <= a.closed_generation)`,
+        `SELECT ${GRANT_COLUMNS.split(", ")
+          .map((c) => `g.${c}`)
+          .join(
+            ", ",
+          )} FROM network_grants g JOIN network_allocations a ON a.obj = g.obj AND a.allocation_id = g.allocation_id WHERE g.obj = ? AND g.revoked_at_ms IS NULL AND g.gone_at_ms IS NULL AND (a.terminal_at_ms IS NOT NULL OR g.generation <= a.closed_generation)`,
         this.state.name,
       )
       .toArray();
@@ -323,18 +449,34 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
       const open = this.grantsWhere("gone_at_ms IS NULL");
       for (const g of open) {
         if (!grantGone(facts(g), now)) continue;
-        this.sql.exec("UPDATE network_grants SET gone_at_ms = ? WHERE obj = ? AND grant_id = ?", now, this.state.name, g.grant_id);
+        this.sql.exec(
+          "UPDATE network_grants SET gone_at_ms = ? WHERE obj = ? AND grant_id = ?",
+          now,
+          this.state.name,
+          g.grant_id,
+        );
         this.book.free("client", g.client_address);
       }
       for (const a of this.book.unsettled()) {
         const remaining = this.grantsWhere("allocation_id = ? AND gone_at_ms IS NULL", a.allocation_id);
         if (a.waiting_generation > 0 && remaining.every((g) => g.generation > a.waiting_generation)) {
-          this.sql.exec("UPDATE network_allocations SET waiting_generation = 0 WHERE obj = ? AND allocation_id = ?", this.state.name, a.allocation_id);
-          this.state.post(this.env.Allocation, a.allocation_id, `fenced:${a.allocation_id}:${a.waiting_generation}`, { kind: "connections_fenced", generation: a.waiting_generation });
+          this.sql.exec(
+            "UPDATE network_allocations SET waiting_generation = 0 WHERE obj = ? AND allocation_id = ?",
+            this.state.name,
+            a.allocation_id,
+          );
+          this.state.post(this.env.Allocation, a.allocation_id, `fenced:${a.allocation_id}:${a.waiting_generation}`, {
+            kind: "connections_fenced",
+            generation: a.waiting_generation,
+          });
         }
         if (a.terminal_at_ms !== null && remaining.length === 0) this.book.release(a);
       }
-      this.sql.exec("DELETE FROM network_grants WHERE obj = ? AND gone_at_ms IS NOT NULL AND gone_at_ms < ?", this.state.name, now - GRANT_RETENTION_MS);
+      this.sql.exec(
+        "DELETE FROM network_grants WHERE obj = ? AND gone_at_ms IS NOT NULL AND gone_at_ms < ?",
+        this.state.name,
+        now - GRANT_RETENTION_MS,
+      );
       this.state.setAlarm(this.nextAlarm(now));
     });
   }
@@ -364,13 +506,32 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
   }
 
   /** Addresses and grants of this Network, for operators and tests. */
-  describe(): { subnet: number | null; allocations: { allocationId: string; address: string; closedGeneration: number }[]; grants: { grantId: string; allocationId: string; generation: number; clientAddress: string; revoked: boolean; gone: boolean }[]; free: string[] } {
+  describe(): {
+    subnet: number | null;
+    allocations: { allocationId: string; address: string; closedGeneration: number }[];
+    grants: {
+      grantId: string;
+      allocationId: string;
+      generation: number;
+      clientAddress: string;
+      revoked: boolean;
+      gone: boolean;
+    }[];
+    free: string[];
+  } {
     return {
       subnet: this.book.net()?.subnet ?? null,
       allocations: this.book
         .allocations()
         .map((a) => ({ allocationId: a.allocation_id, address: a.address, closedGeneration: a.closed_generation })),
-      grants: this.grantsWhere("1 = 1 ORDER BY issued_at_ms, grant_id").map((g) => ({ grantId: g.grant_id, allocationId: g.allocation_id, generation: g.generation, clientAddress: g.client_address, revoked: g.revoked_at_ms !== null, gone: g.gone_at_ms !== null })),
+      grants: this.grantsWhere("1 = 1 ORDER BY issued_at_ms, grant_id").map((g) => ({
+        grantId: g.grant_id,
+        allocationId: g.allocation_id,
+        generation: g.generation,
+        clientAddress: g.client_address,
+        revoked: g.revoked_at_ms !== null,
+        gone: g.gone_at_ms !== null,
+      })),
       free: this.book.freeList(),
     };
   }

@@ -49,7 +49,10 @@ export const networkAllocationTable = sqliteTable(
     /** When the allocation became terminal (its placement's cleanup completed), or null. */
     terminalAtMs: integer("terminal_at_ms"),
   },
-  (t) => [primaryKey({ columns: [t.obj, t.allocationId] }), uniqueIndex("network_allocations_address").on(t.obj, t.address)],
+  (t) => [
+    primaryKey({ columns: [t.obj, t.allocationId] }),
+    uniqueIndex("network_allocations_address").on(t.obj, t.address),
+  ],
 );
 
 /** Grants issued in the Network (public facts only; the signed grant itself goes to the host's command row). */
@@ -72,7 +75,10 @@ export const networkGrantTable = sqliteTable(
     /** When the grant was found gone from its host and its client address freed, or null. */
     goneAtMs: integer("gone_at_ms"),
   },
-  (t) => [primaryKey({ columns: [t.obj, t.grantId] }), index("network_grants_allocation").on(t.obj, t.allocationId, t.generation)],
+  (t) => [
+    primaryKey({ columns: [t.obj, t.grantId] }),
+    index("network_grants_allocation").on(t.obj, t.allocationId, t.generation),
+  ],
 );
 
 /** Addresses free for reuse (every grant of their old holder gone and its cleanup completed), oldest first. */
@@ -84,7 +90,10 @@ export const networkFreeAddressTable = sqliteTable(
     address: text("address").notNull(),
     freedAtMs: integer("freed_at_ms").notNull(),
   },
-  (t) => [primaryKey({ columns: [t.obj, t.address] }), index("network_free_addresses_kind").on(t.obj, t.kind, t.freedAtMs)],
+  (t) => [
+    primaryKey({ columns: [t.obj, t.address] }),
+    index("network_free_addresses_kind").on(t.obj, t.kind, t.freedAtMs),
+  ],
 );
 
 /** Tables of the NetworkDirectory (retention deletes nothing of it). */

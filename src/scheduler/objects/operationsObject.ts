@@ -29,16 +29,37 @@ export class OperationsObject extends AuthorityObject<SchedulerEnv, OperationsMe
     const sql = this.state.storage.sql;
     this.state.storage.transactionSync(() => {
       for (const { message: a } of msgs) {
-        sql.exec("INSERT OR IGNORE INTO operations_alerts (obj, alert_id, type, subject, reason, at_ms) VALUES (?, ?, ?, ?, ?, ?)", this.state.name, a.alertId, a.type, a.subject, a.reason, a.atMs);
+        sql.exec(
+          "INSERT OR IGNORE INTO operations_alerts (obj, alert_id, type, subject, reason, at_ms) VALUES (?, ?, ?, ?, ?, ?)",
+          this.state.name,
+          a.alertId,
+          a.type,
+          a.subject,
+          a.reason,
+          a.atMs,
+        );
       }
-      sql.exec("DELETE FROM operations_alerts WHERE obj = ? AND seq <= (SELECT MAX(seq) FROM operations_alerts WHERE obj = ?) - ?", this.state.name, this.state.name, MAX_RETAINED_ALERTS);
+      sql.exec(
+        "DELETE FROM operations_alerts WHERE obj = ? AND seq <= (SELECT MAX(seq) FROM operations_alerts WHERE obj = ?) - ?",
+        this.state.name,
+        this.state.name,
+        MAX_RETAINED_ALERTS,
+      );
       this.state.ackInbox(msgs[msgs.length - 1]!.seq);
     });
   }
 
   /** Records an alert raised by the host itself (a quarantined object), deduplicated by ID. */
   raise(a: OperationsMessage): void {
-    this.state.storage.sql.exec("INSERT OR IGNORE INTO operations_alerts (obj, alert_id, type, subject, reason, at_ms) VALUES (?, ?, ?, ?, ?, ?)", this.state.name, a.alertId, a.type, a.subject, a.reason, a.atMs);
+    this.state.storage.sql.exec(
+      "INSERT OR IGNORE INTO operations_alerts (obj, alert_id, type, subject, reason, at_ms) VALUES (?, ?, ?, ?, ?, ?)",
+      this.state.name,
+      a.alertId,
+      a.type,
+      a.subject,
+      a.reason,
+      a.atMs,
+    );
   }
 
   /** Alerts after sequence `after`, oldest first. */
@@ -52,6 +73,14 @@ export class OperationsObject extends AuthorityObject<SchedulerEnv, OperationsMe
         limit,
       )
       .toArray()
-      .map((r) => ({ seq: r.seq, alertId: r.alert_id, type: r.type, subject: r.subject, reason: r.reason, at: new Date(r.at_ms).toISOString(), runbook: `https://beachball.dev/runbooks#${r.type.replaceAll(".", "-")}` }));
+      .map((r) => ({
+        seq: r.seq,
+        alertId: r.alert_id,
+        type: r.type,
+        subject: r.subject,
+        reason: r.reason,
+        at: new Date(r.at_ms).toISOString(),
+        runbook: `https://beachball.dev/runbooks#${r.type.replaceAll(".", "-")}`,
+      }));
   }
 }

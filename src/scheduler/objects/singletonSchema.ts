@@ -59,7 +59,10 @@ export const allocationIndexTable = sqliteTable(
     /** The stored view's version (the allocation's event sequence number when it was taken): an older view never replaces it. */
     viewVersion: integer("view_version").notNull().default(0),
   },
-  (t) => [primaryKey({ columns: [t.obj, t.allocationId] }), index("allocation_index_identity").on(t.obj, t.identity, t.allocationId)],
+  (t) => [
+    primaryKey({ columns: [t.obj, t.allocationId] }),
+    index("allocation_index_identity").on(t.obj, t.identity, t.allocationId),
+  ],
 );
 
 /** Alerts for operators, deduplicated by alert ID. */

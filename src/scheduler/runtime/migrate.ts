@@ -30,12 +30,18 @@ export class MigrationMismatch extends Error {
  */
 export function migrate(storage: ObjectStorage, migrations: readonly MigrationText[], where: string): number {
   const sql = storage.sql;
-  sql.exec("CREATE TABLE IF NOT EXISTS _migrations (idx INTEGER PRIMARY KEY, tag TEXT NOT NULL, applied_at_ms INTEGER NOT NULL)");
+  sql.exec(
+    "CREATE TABLE IF NOT EXISTS _migrations (idx INTEGER PRIMARY KEY, tag TEXT NOT NULL, applied_at_ms INTEGER NOT NULL)",
+  );
   const done = sql.exec<{ idx: number; tag: string }>("SELECT idx, tag FROM _migrations ORDER BY idx").toArray();
   for (const d of done) {
     const known = migrations[d.idx];
-    if (!known) throw new MigrationMismatch(`${where} was migrated by a newer build (migration ${d.idx} ${d.tag} is unknown to this one); run the newer build, or restore a backup`);
-    if (known.tag !== d.tag) throw new MigrationMismatch(`${where} records migration ${d.idx} as ${d.tag}, but this build's is ${known.tag}`);
+    if (!known)
+      throw new MigrationMismatch(
+        `${where} was migrated by a newer build (migration ${d.idx} ${d.tag} is unknown to this one); run the newer build, or restore a backup`,
+      );
+    if (known.tag !== d.tag)
+      throw new MigrationMismatch(`${where} records migration ${d.idx} as ${d.tag}, but this build's is ${known.tag}`);
   }
   let applied = 0;
   for (let i = done.length; i < migrations.length; i++) {

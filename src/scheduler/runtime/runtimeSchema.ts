@@ -11,7 +11,6 @@
  */
 import { index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 
-
 /** The one alarm of each instance (ms since the epoch). */
 export const alarmTable = sqliteTable(
   "_alarm",

@@ -25,7 +25,9 @@ else console.log(`SKIP sodium-ffi cross-check: ${probe.reason}`);
 describe("AEAD providers", () => {
   test("the reference matches RFC 8439 §2.8.2 (its nonce has a non-zero constant, so @noble is called directly)", () => {
     const key = hex("808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f");
-    const pt = new TextEncoder().encode("Ladies and Gentlemen of the class of '99: If I could offer you only one tip for the future, sunscreen would be it.");
+    const pt = new TextEncoder().encode(
+      "Ladies and Gentlemen of the class of '99: If I could offer you only one tip for the future, sunscreen would be it.",
+    );
     const ad = hex("50515253c0c1c2c3c4c5c6c7");
     const out = chacha20poly1305(key, hex("070000004041424344454647"), ad).encrypt(pt);
     expect(Buffer.from(out.subarray(0, 16)).toString("hex")).toBe("d31a8d34648e60db7b86afbc53ef7ec2");
@@ -77,7 +79,8 @@ describe("AEAD providers", () => {
         t[at] = t[at]! ^ (1 << rng.below(8));
         expect(open(p, key, counter, t, ad), `${p.name} accepted a flipped bit at ${at}/${t.length}`).toBeNull();
         expect(open(p, key, counter + 1, ct, ad), `${p.name} accepted another counter`).toBeNull();
-        if (ad && ad.length) expect(open(p, key, counter, ct, ad.subarray(1)), `${p.name} accepted other AD`).toBeNull();
+        if (ad && ad.length)
+          expect(open(p, key, counter, ct, ad.subarray(1)), `${p.name} accepted other AD`).toBeNull();
         expect(open(p, key, counter, ct.subarray(0, Math.min(15, ct.length)), ad)).toBeNull();
       }
     }

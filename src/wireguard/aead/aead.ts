@@ -57,14 +57,26 @@ export function writeNonce(nonce: Uint8Array, counter: number): void {
 }
 
 /** Seals into a fresh buffer (convenience over sealInto). */
-export function seal(aead: Aead, key: Uint8Array, counter: number, plaintext: Uint8Array, ad: Uint8Array | null): Uint8Array {
+export function seal(
+  aead: Aead,
+  key: Uint8Array,
+  counter: number,
+  plaintext: Uint8Array,
+  ad: Uint8Array | null,
+): Uint8Array {
   const out = new Uint8Array(plaintext.length + 16);
   aead.sealInto(out, key, counter, plaintext, ad);
   return out;
 }
 
 /** Opens into a fresh buffer; null when the ciphertext is shorter than a tag or does not verify. */
-export function open(aead: Aead, key: Uint8Array, counter: number, ciphertext: Uint8Array, ad: Uint8Array | null): Uint8Array | null {
+export function open(
+  aead: Aead,
+  key: Uint8Array,
+  counter: number,
+  ciphertext: Uint8Array,
+  ad: Uint8Array | null,
+): Uint8Array | null {
   if (ciphertext.length < 16) return null;
   const out = new Uint8Array(ciphertext.length - 16);
   return aead.openInto(out, key, counter, ciphertext, ad) ? out : null;

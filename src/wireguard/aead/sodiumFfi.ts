@@ -15,7 +15,8 @@ export function sodiumFfiAead(lib: SodiumLibrary): Aead {
   return {
     name: "sodium-ffi",
     sealInto(out, key, counter, plaintext, ad) {
-      if (out.length !== plaintext.length + 16) throw new Error(`sealInto: out must be ${plaintext.length + 16} bytes, got ${out.length}`);
+      if (out.length !== plaintext.length + 16)
+        throw new Error(`sealInto: out must be ${plaintext.length + 16} bytes, got ${out.length}`);
       writeNonce(nonce, counter);
       lib.chachaEncrypt(out, plaintext, plaintext.length, ad, ad?.length ?? 0, nonce, key);
     },

@@ -9,13 +9,30 @@ const MIB = 1024 * 1024;
 
 test("limits: cpu quota from cpuMillis, memory = RAM + overhead, fsize = ephemeral disk", () => {
   const l = placementLimits({ cpuMillis: 1500, memoryMiB: 256, ephemeralDiskMiB: 2048 }, DEFAULT_CGROUP_POLICY);
-  expect(l).toEqual({ cpuQuotaUs: 150_000, cpuPeriodUs: 100_000, memoryBytes: (256 + 192) * MIB, pidsMax: 256, fileSizeBytes: 2048 * MIB });
-  expect(placementLimits({ cpuMillis: 1, memoryMiB: 16, ephemeralDiskMiB: 1 }, DEFAULT_CGROUP_POLICY).cpuQuotaUs).toBe(1000); // kernel minimum
+  expect(l).toEqual({
+    cpuQuotaUs: 150_000,
+    cpuPeriodUs: 100_000,
+    memoryBytes: (256 + 192) * MIB,
+    pidsMax: 256,
+    fileSizeBytes: 2048 * MIB,
+  });
+  expect(placementLimits({ cpuMillis: 1, memoryMiB: 16, ephemeralDiskMiB: 1 }, DEFAULT_CGROUP_POLICY).cpuQuotaUs).toBe(
+    1000,
+  ); // kernel minimum
   expect(v2Writes("cpu", l, true)).toEqual([["cpu.max", "150000 100000"]]);
-  expect(v2Writes("memory", l, true)).toEqual([["memory.max", String(448 * MIB)], ["memory.swap.max", "0"]]);
+  expect(v2Writes("memory", l, true)).toEqual([
+    ["memory.max", String(448 * MIB)],
+    ["memory.swap.max", "0"],
+  ]);
   expect(v2Writes("memory", l, false)).toEqual([["memory.max", String(448 * MIB)]]);
-  expect(v1Writes("cpu", l, true)).toEqual([["cpu.cfs_period_us", "100000"], ["cpu.cfs_quota_us", "150000"]]);
-  expect(v1Writes("memory", l, true)).toEqual([["memory.limit_in_bytes", String(448 * MIB)], ["memory.memsw.limit_in_bytes", String(448 * MIB)]]);
+  expect(v1Writes("cpu", l, true)).toEqual([
+    ["cpu.cfs_period_us", "100000"],
+    ["cpu.cfs_quota_us", "150000"],
+  ]);
+  expect(v1Writes("memory", l, true)).toEqual([
+    ["memory.limit_in_bytes", String(448 * MIB)],
+    ["memory.memsw.limit_in_bytes", String(448 * MIB)],
+  ]);
   expect(v1Writes("pids", l, true)).toEqual([["pids.max", "256"]]);
 });
 
@@ -29,19 +46,38 @@ const HYBRID_MOUNTINFO = `30 25 0:26 / /sys/fs/cgroup rw - tmpfs tmpfs rw,mode=7
 test("hybrid host: each controller found on its own hierarchy; v2 wins when it offers the controller", () => {
   const mounts = parseCgroupMounts(HYBRID_MOUNTINFO);
   expect(mounts.map((m) => `${m.version}:${m.mountPoint}:${m.controllers.join(",")}`)).toEqual([
-    "1:/sys/fs/cgroup/cpu:cpu", "1:/sys/fs/cgroup/memory:memory", "1:/sys/fs/cgroup/pids:pids", "1:/sys/fs/cgroup/systemd:", "2:/sys/fs/cgroup/unified:",
+    "1:/sys/fs/cgroup/cpu:cpu",
+    "1:/sys/fs/cgroup/memory:memory",
+    "1:/sys/fs/cgroup/pids:pids",
+    "1:/sys/fs/cgroup/systemd:",
+    "2:/sys/fs/cgroup/unified:",
   ]);
   const proc = parseProcCgroup("4:memory:/process_api/abc\n1:cpu:/\n8:pids:/\n0::/");
   const placed = placeControllers(mounts, proc);
-  expect(placed.map((p) => `${p.controller} v${p.mount.version} ${p.ownPath}`)).toEqual(["cpu v1 /", "memory v1 /process_api/abc", "pids v1 /"]);
+  expect(placed.map((p) => `${p.controller} v${p.mount.version} ${p.ownPath}`)).toEqual([
+    "cpu v1 /",
+    "memory v1 /process_api/abc",
+    "pids v1 /",
+  ]);
   const cg = placementCgroupOf("bb-0011", DEFAULT_CGROUP_POLICY, placed);
-  expect(cg.dirs.map((d) => d.dir)).toEqual(["/sys/fs/cgroup/cpu/beachball/bb-0011", "/sys/fs/cgroup/memory/process_api/abc/beachball/bb-0011", "/sys/fs/cgroup/pids/beachball/bb-0011"]);
+  expect(cg.dirs.map((d) => d.dir)).toEqual([
+    "/sys/fs/cgroup/cpu/beachball/bb-0011",
+    "/sys/fs/cgroup/memory/process_api/abc/beachball/bb-0011",
+    "/sys/fs/cgroup/pids/beachball/bb-0011",
+  ]);
 
   const v2 = parseCgroupMounts("35 30 0:31 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw");
   v2[0]!.controllers = ["cpu", "memory", "pids"];
   const placedV2 = placeControllers(v2, parseProcCgroup("0::/system.slice/beachball.service"));
   const cg2 = placementCgroupOf("bb-0011", cgroupPolicyFrom({ cgroupParent: "/beachball.slice" }), placedV2);
-  expect(cg2.dirs).toEqual([{ version: 2, mountPoint: "/sys/fs/cgroup", dir: "/sys/fs/cgroup/beachball.slice/bb-0011", controllers: ["cpu", "memory", "pids"] }]);
+  expect(cg2.dirs).toEqual([
+    {
+      version: 2,
+      mountPoint: "/sys/fs/cgroup",
+      dir: "/sys/fs/cgroup/beachball.slice/bb-0011",
+      controllers: ["cpu", "memory", "pids"],
+    },
+  ]);
 });
 
 test("policy validation", () => {
@@ -52,6 +88,8 @@ test("policy validation", () => {
 });
 
 test("parseCgroupMounts unescapes the mount point and the root (octal escapes of mountinfo)", () => {
-  const m = parseCgroupMounts("30 23 0:27 /my\\040slice/a\\134b /sys/fs/cgroup/x\\011y rw shared:3 - cgroup2 cgroup2 rw\n");
+  const m = parseCgroupMounts(
+    "30 23 0:27 /my\\040slice/a\\134b /sys/fs/cgroup/x\\011y rw shared:3 - cgroup2 cgroup2 rw\n",
+  );
   expect(m).toEqual([{ version: 2, mountPoint: "/sys/fs/cgroup/x\ty", root: "/my slice/a\\b", controllers: [] }]);
 });

@@ -35,7 +35,9 @@ export function parseCgroupMounts(mountinfo: string): CgroupMount[] {
   for (const m of parseMountinfo(mountinfo)) {
     if (m.fstype === "cgroup2") mounts.push({ version: 2, mountPoint: m.point, root: m.root, controllers: [] });
     else if (m.fstype === "cgroup") {
-      const ctrls = m.superOptions.split(",").filter((o) => !o.includes("=") && !["rw", "ro", "relatime", "noexec", "nosuid", "nodev"].includes(o));
+      const ctrls = m.superOptions
+        .split(",")
+        .filter((o) => !o.includes("=") && !["rw", "ro", "relatime", "noexec", "nosuid", "nodev"].includes(o));
       mounts.push({ version: 1, mountPoint: m.point, root: m.root, controllers: ctrls });
     }
   }
@@ -76,7 +78,10 @@ export function detectControllers(): ControllerPlacement[] {
   for (const m of mounts) {
     if (m.version !== 2) continue;
     try {
-      m.controllers = readFileSync(join(m.mountPoint, "cgroup.controllers"), "utf8").trim().split(/\s+/).filter(Boolean);
+      m.controllers = readFileSync(join(m.mountPoint, "cgroup.controllers"), "utf8")
+        .trim()
+        .split(/\s+/)
+        .filter(Boolean);
     } catch {
       m.controllers = [];
     }

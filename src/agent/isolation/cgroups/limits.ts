@@ -29,7 +29,10 @@ export interface PlacementLimits {
 }
 
 /** Limits for a spec under a policy. */
-export function placementLimits(spec: { cpuMillis: number; memoryMiB: number; ephemeralDiskMiB: number }, policy: CgroupPolicy): PlacementLimits {
+export function placementLimits(
+  spec: { cpuMillis: number; memoryMiB: number; ephemeralDiskMiB: number },
+  policy: CgroupPolicy,
+): PlacementLimits {
   return {
     cpuQuotaUs: Math.max(MIN_CPU_QUOTA_US, Math.ceil((spec.cpuMillis * CPU_PERIOD_US) / 1000)),
     cpuPeriodUs: CPU_PERIOD_US,
@@ -42,7 +45,13 @@ export function placementLimits(spec: { cpuMillis: number; memoryMiB: number; ep
 /** Ordered [file, value] writes for one controller on cgroup v2 (memory.swap.max only when the kernel has it: `hasSwap`). */
 export function v2Writes(c: LimitedController, l: PlacementLimits, hasSwap: boolean): Array<[string, string]> {
   if (c === "cpu") return [["cpu.max", `${l.cpuQuotaUs} ${l.cpuPeriodUs}`]];
-  if (c === "memory") return hasSwap ? [["memory.max", String(l.memoryBytes)], ["memory.swap.max", "0"]] : [["memory.max", String(l.memoryBytes)]];
+  if (c === "memory")
+    return hasSwap
+      ? [
+          ["memory.max", String(l.memoryBytes)],
+          ["memory.swap.max", "0"],
+        ]
+      : [["memory.max", String(l.memoryBytes)]];
   return [["pids.max", String(l.pidsMax)]];
 }
 
@@ -53,7 +62,11 @@ export function v2Writes(c: LimitedController, l: PlacementLimits, hasSwap: bool
  * has swap accounting (`hasMemsw`).
  */
 export function v1Writes(c: LimitedController, l: PlacementLimits, hasMemsw: boolean): Array<[string, string]> {
-  if (c === "cpu") return [["cpu.cfs_period_us", String(l.cpuPeriodUs)], ["cpu.cfs_quota_us", String(l.cpuQuotaUs)]];
+  if (c === "cpu")
+    return [
+      ["cpu.cfs_period_us", String(l.cpuPeriodUs)],
+      ["cpu.cfs_quota_us", String(l.cpuQuotaUs)],
+    ];
   if (c === "memory") {
     const w: Array<[string, string]> = [["memory.limit_in_bytes", String(l.memoryBytes)]];
     if (hasMemsw) w.push(["memory.memsw.limit_in_bytes", String(l.memoryBytes)]);

@@ -50,7 +50,8 @@ export interface CgroupMountStep {
  */
 export function cgroupMountPlan(procCgroup: string): CgroupMountStep[] {
   const lines = procCgroup.split("\n").filter((l) => l.trim() !== "");
-  if (lines.length > MAX_CGROUP_HIERARCHIES) throw new Error(`/proc/self/cgroup lists ${lines.length} hierarchies (at most ${MAX_CGROUP_HIERARCHIES})`);
+  if (lines.length > MAX_CGROUP_HIERARCHIES)
+    throw new Error(`/proc/self/cgroup lists ${lines.length} hierarchies (at most ${MAX_CGROUP_HIERARCHIES})`);
   const v1: Array<{ options: string; dir: string }> = [];
   let unified = false;
   for (const line of lines) {
@@ -62,9 +63,13 @@ export function cgroupMountPlan(procCgroup: string): CgroupMountStep[] {
     }
     const ctrls = m[2]!.split(",").filter(Boolean);
     // Each name becomes (part of) a directory under CGROUP_MOUNT_ROOT: "." and ".." are not names.
-    if (!ctrls.length || !ctrls.every((c) => /^(name=)?[A-Za-z0-9_.-]{1,64}$/.test(c) && !/^(name=)?\.{1,2}$/.test(c))) throw new Error(`/proc/self/cgroup: bad controller list ${JSON.stringify(m[2]!.slice(0, 80))}`);
+    if (!ctrls.length || !ctrls.every((c) => /^(name=)?[A-Za-z0-9_.-]{1,64}$/.test(c) && !/^(name=)?\.{1,2}$/.test(c)))
+      throw new Error(`/proc/self/cgroup: bad controller list ${JSON.stringify(m[2]!.slice(0, 80))}`);
     const named = ctrls.length === 1 && ctrls[0]!.startsWith("name=");
-    v1.push({ options: named ? `none,${ctrls[0]}` : ctrls.join(","), dir: named ? ctrls[0]!.slice(5) : ctrls.join(",") });
+    v1.push({
+      options: named ? `none,${ctrls[0]}` : ctrls.join(","),
+      dir: named ? ctrls[0]!.slice(5) : ctrls.join(","),
+    });
   }
   if (!v1.length) return unified ? [{ fstype: "cgroup2", options: "", target: CGROUP_MOUNT_ROOT }] : [];
   return [
@@ -107,7 +112,11 @@ export type CgroupRestore = { restored: false; reason: string } | { restored: tr
 export async function restoreCgroupMounts(ports: CgroupMountPorts): Promise<CgroupRestore> {
   const mountinfo = ports.readMountinfo();
   if (parseCgroupMounts(mountinfo).length) return { restored: false, reason: "cgroup hierarchies are mounted" };
-  if (!mountStaysLocal(mountinfo, CGROUP_MOUNT_ROOT)) return { restored: false, reason: `no cgroup hierarchy is mounted, and a mount at ${CGROUP_MOUNT_ROOT} would propagate to other mount namespaces` };
+  if (!mountStaysLocal(mountinfo, CGROUP_MOUNT_ROOT))
+    return {
+      restored: false,
+      reason: `no cgroup hierarchy is mounted, and a mount at ${CGROUP_MOUNT_ROOT} would propagate to other mount namespaces`,
+    };
   const plan = cgroupMountPlan(ports.readProcCgroup());
   if (!plan.length) return { restored: false, reason: "/proc/self/cgroup lists no hierarchy" };
   for (const step of plan) await ports.mount(step);

@@ -43,7 +43,15 @@ export function parseMountinfo(text: string): MountinfoEntry[] {
     const f = line.slice(0, sep).split(" ");
     const [fstype = "", , superOptions = ""] = line.slice(sep + 3).split(" ");
     if (f.length < 6) continue;
-    out.push({ id: f[0]!, parent: f[1]!, root: unescapeMountinfo(f[3]!), point: unescapeMountinfo(f[4]!), optional: f.slice(6), fstype, superOptions });
+    out.push({
+      id: f[0]!,
+      parent: f[1]!,
+      root: unescapeMountinfo(f[3]!),
+      point: unescapeMountinfo(f[4]!),
+      optional: f.slice(6),
+      fstype,
+      superOptions,
+    });
   }
   return out;
 }

@@ -33,7 +33,8 @@ export interface PlacementCgroup {
 }
 
 function checkName(name: string): void {
-  if (!/^bb-[A-Za-z0-9_-]{1,60}$/.test(name)) throw cgroupError(`invalid placement cgroup name ${JSON.stringify(name)}`);
+  if (!/^bb-[A-Za-z0-9_-]{1,60}$/.test(name))
+    throw cgroupError(`invalid placement cgroup name ${JSON.stringify(name)}`);
 }
 
 /** Hierarchy path of the Beachball parent for `p`: policy.parent, else `<agent's cgroup>/beachball`. */
@@ -42,7 +43,11 @@ export function parentPath(p: ControllerPlacement, policy: CgroupPolicy): string
 }
 
 /** The directories placement `name` has (or would have) on this host, grouped by hierarchy. Pure given `placements`. */
-export function placementCgroupOf(name: string, policy: CgroupPolicy, placements: ControllerPlacement[]): PlacementCgroup {
+export function placementCgroupOf(
+  name: string,
+  policy: CgroupPolicy,
+  placements: ControllerPlacement[],
+): PlacementCgroup {
   checkName(name);
   const byDir = new Map<string, PlacementCgroupDir>();
   for (const p of placements) {
@@ -66,7 +71,9 @@ function enableV2(mountPoint: string, dir: string, controllers: LimitedControlle
       try {
         writeFileSync(ctl, missing.map((c) => `+${c}`).join(" "));
       } catch (e) {
-        throw cgroupError(`cannot delegate ${missing.join(",")} in ${level} (${(e as Error).message}); run the agent in a delegated cgroup (systemd Delegate=yes) or set cgroupParent`);
+        throw cgroupError(
+          `cannot delegate ${missing.join(",")} in ${level} (${(e as Error).message}); run the agent in a delegated cgroup (systemd Delegate=yes) or set cgroupParent`,
+        );
       }
     }
     level = join(level, seg);
@@ -79,7 +86,12 @@ function enableV2(mountPoint: string, dir: string, controllers: LimitedControlle
  * limits.ts for the files). Throws CGROUP_SETUP_FAILED (after removing what it made)
  * when a controller is missing, delegation fails or a write is refused.
  */
-export function createPlacementCgroup(name: string, limits: PlacementLimits, policy: CgroupPolicy, placements: ControllerPlacement[] = detectControllers()): PlacementCgroup {
+export function createPlacementCgroup(
+  name: string,
+  limits: PlacementLimits,
+  policy: CgroupPolicy,
+  placements: ControllerPlacement[] = detectControllers(),
+): PlacementCgroup {
   const cg = placementCgroupOf(name, policy, placements);
   const found = new Set(cg.dirs.flatMap((d) => d.controllers));
   const absent = (["cpu", "memory", "pids"] as const).filter((c) => !found.has(c));
@@ -89,7 +101,10 @@ export function createPlacementCgroup(name: string, limits: PlacementLimits, pol
       if (d.version === 2) enableV2(d.mountPoint, d.dir, d.controllers);
       else mkdirSync(d.dir, { recursive: true });
       for (const c of d.controllers) {
-        const writes = d.version === 2 ? v2Writes(c, limits, existsSync(join(d.dir, "memory.swap.max"))) : v1Writes(c, limits, existsSync(join(d.dir, "memory.memsw.limit_in_bytes")));
+        const writes =
+          d.version === 2
+            ? v2Writes(c, limits, existsSync(join(d.dir, "memory.swap.max")))
+            : v1Writes(c, limits, existsSync(join(d.dir, "memory.memsw.limit_in_bytes")));
         for (const [file, value] of writes) writeFileSync(join(d.dir, file), value);
       }
     }
@@ -149,7 +164,8 @@ export function removePlacementCgroup(cg: PlacementCgroup): string[] {
       }
       if (existsSync(d.dir)) Bun.sleepSync(20);
     }
-    if (existsSync(d.dir)) left.push(`cgroup ${d.dir}${cgroupPids(d.dir).length ? ` (pids ${cgroupPids(d.dir).join(",")})` : ""}`);
+    if (existsSync(d.dir))
+      left.push(`cgroup ${d.dir}${cgroupPids(d.dir).length ? ` (pids ${cgroupPids(d.dir).join(",")})` : ""}`);
   }
   return left;
 }

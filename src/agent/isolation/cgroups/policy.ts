@@ -23,7 +23,10 @@ export interface CgroupPolicy {
 }
 
 /** Defaults (see the constants). */
-export const DEFAULT_CGROUP_POLICY: CgroupPolicy = { vmmMemoryOverheadMiB: DEFAULT_VMM_MEMORY_OVERHEAD_MIB, pidsMax: DEFAULT_VMM_PIDS_MAX };
+export const DEFAULT_CGROUP_POLICY: CgroupPolicy = {
+  vmmMemoryOverheadMiB: DEFAULT_VMM_MEMORY_OVERHEAD_MIB,
+  pidsMax: DEFAULT_VMM_PIDS_MAX,
+};
 
 /** The cgroup subsystem's failure (a bad setting or a failed operation): an AgentError with code CGROUP_SETUP_FAILED. */
 export function cgroupError(msg: string, cause?: unknown): AgentError {
@@ -31,12 +34,19 @@ export function cgroupError(msg: string, cause?: unknown): AgentError {
 }
 
 /** Validates `cgroupParent`, `vmmMemoryOverheadMiB`, `vmmPidsMax` from AgentConfig. Throws CGROUP_SETUP_FAILED naming the bad field. */
-export function cgroupPolicyFrom(c: { cgroupParent?: string; vmmMemoryOverheadMiB?: number; vmmPidsMax?: number }): CgroupPolicy {
-  if (c.cgroupParent !== undefined && !/^(\/[A-Za-z0-9_.-]+)+$/.test(c.cgroupParent)) throw cgroupError(`cgroupParent ${JSON.stringify(c.cgroupParent)} must be an absolute path of plain names`);
-  if (c.cgroupParent?.split("/").some((p) => p === "." || p === "..")) throw cgroupError("cgroupParent must not contain . or ..");
+export function cgroupPolicyFrom(c: {
+  cgroupParent?: string;
+  vmmMemoryOverheadMiB?: number;
+  vmmPidsMax?: number;
+}): CgroupPolicy {
+  if (c.cgroupParent !== undefined && !/^(\/[A-Za-z0-9_.-]+)+$/.test(c.cgroupParent))
+    throw cgroupError(`cgroupParent ${JSON.stringify(c.cgroupParent)} must be an absolute path of plain names`);
+  if (c.cgroupParent?.split("/").some((p) => p === "." || p === ".."))
+    throw cgroupError("cgroupParent must not contain . or ..");
   const overhead = c.vmmMemoryOverheadMiB ?? DEFAULT_VMM_MEMORY_OVERHEAD_MIB;
   const pids = c.vmmPidsMax ?? DEFAULT_VMM_PIDS_MAX;
-  if (!Number.isInteger(overhead) || overhead < 0) throw cgroupError("vmmMemoryOverheadMiB must be a non-negative integer");
+  if (!Number.isInteger(overhead) || overhead < 0)
+    throw cgroupError("vmmMemoryOverheadMiB must be a non-negative integer");
   if (!Number.isInteger(pids) || pids < 16) throw cgroupError("vmmPidsMax must be an integer ≥ 16");
   return { ...(c.cgroupParent ? { parent: c.cgroupParent } : {}), vmmMemoryOverheadMiB: overhead, pidsMax: pids };
 }

@@ -24,12 +24,23 @@ export const MAX_API_RESPONSE_BYTES = 64 * 1024;
  * failure or timeout) and `faultMessage` (Firecracker's `fault_message`,
  * when it sent one).
  */
-export function firecrackerApiError(method: string, path: string, status: number, faultMessage: string | undefined, detail: string, cause?: unknown): AgentError {
-  return new AgentError("VMM_START_FAILED", `Firecracker API ${method} ${path} failed (${status || "no response"}): ${faultMessage ?? detail}`, {
-    subsystem: "firecracker-api",
-    facts: { method, path, status, faultMessage },
-    ...(cause === undefined ? {} : { cause }),
-  });
+export function firecrackerApiError(
+  method: string,
+  path: string,
+  status: number,
+  faultMessage: string | undefined,
+  detail: string,
+  cause?: unknown,
+): AgentError {
+  return new AgentError(
+    "VMM_START_FAILED",
+    `Firecracker API ${method} ${path} failed (${status || "no response"}): ${faultMessage ?? detail}`,
+    {
+      subsystem: "firecracker-api",
+      facts: { method, path, status, faultMessage },
+      ...(cause === undefined ? {} : { cause }),
+    },
+  );
 }
 
 /** The port the driver talks through; a fake may record calls instead. */
@@ -54,13 +65,22 @@ export function unixSocketApi(socketPath: string, timeoutMs = DEFAULT_API_TIMEOU
         keepalive: false,
       });
     } catch (e) {
-      throw firecrackerApiError(method, path, 0, undefined, `${(e as Error).message} (socket ${socketPath}, timeout ${timeoutMs} ms)`, e);
+      throw firecrackerApiError(
+        method,
+        path,
+        0,
+        undefined,
+        `${(e as Error).message} (socket ${socketPath}, timeout ${timeoutMs} ms)`,
+        e,
+      );
     }
     const text = await readBounded(res);
     const json = parseJson(text);
     if (res.status >= 200 && res.status < 300) return json;
-    const fault = json && typeof json === "object" && typeof (json as { fault_message?: unknown }).fault_message === "string"
-      ? (json as { fault_message: string }).fault_message : undefined;
+    const fault =
+      json && typeof json === "object" && typeof (json as { fault_message?: unknown }).fault_message === "string"
+        ? (json as { fault_message: string }).fault_message
+        : undefined;
     throw firecrackerApiError(method, path, res.status, fault, text.slice(0, 200));
   }
   return { put: async (path, body) => void (await call("PUT", path, body)), get: (path) => call("GET", path) };

@@ -3,8 +3,17 @@ import type { VmSpec } from "../driver.ts";
 import { bootArgs, bootSourceBody, guestMac, preBootRequests, rootDriveBody } from "./config.ts";
 
 const spec: VmSpec = {
-  instanceId: "bb-1", dir: "/a", vcpus: 1, memoryMiB: 128, kernelPath: "/a/k", rootDiskPath: "/a/rootfs.ext4", netns: "n", tapName: "t",
-  kernelArgs: ["beachball.nonce=x"], consoleLogPath: "/a/c", controlSocketPath: "/a/s",
+  instanceId: "bb-1",
+  dir: "/a",
+  vcpus: 1,
+  memoryMiB: 128,
+  kernelPath: "/a/k",
+  rootDiskPath: "/a/rootfs.ext4",
+  netns: "n",
+  tapName: "t",
+  kernelArgs: ["beachball.nonce=x"],
+  consoleLogPath: "/a/c",
+  controlSocketPath: "/a/s",
 };
 
 test("boot args force console and panic settings, then the root settings, then the spec's arguments", () => {
@@ -16,7 +25,12 @@ test("boot args force console and panic settings, then the root settings, then t
 
 test("a squashfs root is attached read-only, not as the root device, and needs an initrd", () => {
   const sq = { ...spec, rootDiskPath: "/a/rootfs.squashfs" };
-  expect(rootDriveBody(sq)).toEqual({ drive_id: "rootfs", path_on_host: "/rootfs.squashfs", is_root_device: false, is_read_only: true });
+  expect(rootDriveBody(sq)).toEqual({
+    drive_id: "rootfs",
+    path_on_host: "/rootfs.squashfs",
+    is_root_device: false,
+    is_read_only: true,
+  });
   expect(() => bootSourceBody(sq)).toThrow(expect.objectContaining({ code: "VMM_START_FAILED" }));
   expect(bootSourceBody({ ...sq, initrdPath: "/a/i" })).toMatchObject({ initrd_path: "/initrd" });
 });

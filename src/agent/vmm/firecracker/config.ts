@@ -43,7 +43,10 @@ export interface ApiRequest {
  * through the initrd), then spec.kernelArgs in order (spec "Start"). Pure.
  */
 export function bootArgs(spec: Pick<VmSpec, "kernelArgs" | "rootDiskPath" | "privateKernelArgs">): string {
-  const root = rootFormat(spec.rootDiskPath) === "ext4" ? ["root=/dev/vda", "rw"] : ["beachball.lower=/dev/vda", "beachball.upper=/dev/vdb"];
+  const root =
+    rootFormat(spec.rootDiskPath) === "ext4"
+      ? ["root=/dev/vda", "rw"]
+      : ["beachball.lower=/dev/vda", "beachball.upper=/dev/vdb"];
   return [...FORCED_BOOT_ARGS, ...root, ...spec.kernelArgs, ...(spec.privateKernelArgs ?? [])].join(" ");
 }
 
@@ -63,7 +66,9 @@ export function machineConfigBody(spec: Pick<VmSpec, "vcpus" | "memoryMiB">): Re
 }
 
 /** PUT /boot-source body. Throws VMM_START_FAILED for a squashfs root without an initrd (nothing could mount the overlay). */
-export function bootSourceBody(spec: Pick<VmSpec, "kernelArgs" | "rootDiskPath" | "initrdPath" | "privateKernelArgs">): Record<string, unknown> {
+export function bootSourceBody(
+  spec: Pick<VmSpec, "kernelArgs" | "rootDiskPath" | "initrdPath" | "privateKernelArgs">,
+): Record<string, unknown> {
   if (rootFormat(spec.rootDiskPath) === "squashfs" && !spec.initrdPath)
     throw vmmError("a squashfs root needs the image's initrd");
   return {
@@ -76,7 +81,12 @@ export function bootSourceBody(spec: Pick<VmSpec, "kernelArgs" | "rootDiskPath" 
 /** PUT /drives/rootfs body: /dev/vda. An ext4 root is the writable root device; a squashfs root is attached read-only and mounted by the initrd. */
 export function rootDriveBody(spec: Pick<VmSpec, "rootDiskPath">): Record<string, unknown> {
   const ext4 = rootFormat(spec.rootDiskPath) === "ext4";
-  return { drive_id: DRIVE_ROOT, path_on_host: ext4 ? JAIL_FILES.rootExt4 : JAIL_FILES.rootSquashfs, is_root_device: ext4, is_read_only: !ext4 };
+  return {
+    drive_id: DRIVE_ROOT,
+    path_on_host: ext4 ? JAIL_FILES.rootExt4 : JAIL_FILES.rootSquashfs,
+    is_root_device: ext4,
+    is_read_only: !ext4,
+  };
 }
 
 /** PUT /drives/scratch body: /dev/vdb, the placement's writable scratch disk (a squashfs guest's overlay upper). */

@@ -21,10 +21,24 @@ import { DEFAULT_API_TIMEOUT_MS, type FirecrackerApi, unixSocketApi } from "./ap
 import { actionBody, preBootRequests } from "./config.ts";
 import { buildJail, type ChownPort, jailIdsInUse, removeJail, writableDiskBytes } from "./jailFs.ts";
 import {
-  allocateJailId, cgroupLimits, DEFAULT_PARENT_CGROUP, DEFAULT_PIDS_MAX, DEFAULT_VMM_OVERHEAD_MIB, type IdRange, jailerArgv, jailLayout, type JailLayout,
+  allocateJailId,
+  cgroupLimits,
+  DEFAULT_PARENT_CGROUP,
+  DEFAULT_PIDS_MAX,
+  DEFAULT_VMM_OVERHEAD_MIB,
+  type IdRange,
+  jailerArgv,
+  jailLayout,
+  type JailLayout,
 } from "./jailer.ts";
 import { acceptsConnections, signalGroup, spawnDetached, type SpawnedVmm, type VmmSpawner } from "./hostProcess.ts";
-import { connectHybridVsock, GUEST_CONTROL_PORT, HOST_LISTEN_PORT, listenHybridVsock, type VsockListener } from "./vsock.ts";
+import {
+  connectHybridVsock,
+  GUEST_CONTROL_PORT,
+  HOST_LISTEN_PORT,
+  listenHybridVsock,
+  type VsockListener,
+} from "./vsock.ts";
 import { AgentError } from "../../errors.ts";
 
 /** Side effects of the driver, replaceable in tests. */
@@ -124,7 +138,10 @@ export class FirecrackerDriver implements VmmDriver {
   /** Allocates a UID and builds the jail, serialized across concurrent starts. */
   private prepareJail(spec: VmSpec, layout: JailLayout): Promise<number> {
     const run = this.allocating.then(() => {
-      const uid = allocateJailId(jailIdsInUse(join(layout.jailDir, ".."), this.uidRange, spec.instanceId), this.uidRange);
+      const uid = allocateJailId(
+        jailIdsInUse(join(layout.jailDir, ".."), this.uidRange, spec.instanceId),
+        this.uidRange,
+      );
       try {
         buildJail(layout, spec, uid, uid, this.ports.chown);
       } catch (e) {
@@ -159,9 +176,16 @@ export class FirecrackerDriver implements VmmDriver {
       rmSync(spec.controlSocketPath, { force: true });
       symlinkSync(layout.vsockUds, spec.controlSocketPath);
       const argv = jailerArgv({
-        jailerBinary: this.jailerBinary, firecrackerBinary: this.firecrackerBinary, instanceId: spec.instanceId, uid, gid: uid,
-        chrootBase: this.chrootBase, netns: spec.netns, limits: cgroupLimits(spec.vcpus, spec.memoryMiB, this.overheadMiB, this.pidsMax),
-        parentCgroup: this.parentCgroup, fsizeBytes: writableDiskBytes(spec),
+        jailerBinary: this.jailerBinary,
+        firecrackerBinary: this.firecrackerBinary,
+        instanceId: spec.instanceId,
+        uid,
+        gid: uid,
+        chrootBase: this.chrootBase,
+        netns: spec.netns,
+        limits: cgroupLimits(spec.vcpus, spec.memoryMiB, this.overheadMiB, this.pidsMax),
+        parentCgroup: this.parentCgroup,
+        fsizeBytes: writableDiskBytes(spec),
       });
       const fd = openSync(spec.consoleLogPath, "a");
       try {
@@ -195,7 +219,9 @@ export class FirecrackerDriver implements VmmDriver {
       if (await acceptsConnections(layout.apiSocket)) return;
       if (proc.exitCode !== null || proc.signalCode !== null || performance.now() > deadline) {
         const tail = (await readFile(spec.consoleLogPath, "utf8").catch(() => "")).slice(-800).trim();
-        throw vmmError(`Firecracker for ${spec.instanceId} did not open its API socket (exit ${proc.exitCode ?? proc.signalCode ?? "timeout"}): ${tail}`);
+        throw vmmError(
+          `Firecracker for ${spec.instanceId} did not open its API socket (exit ${proc.exitCode ?? proc.signalCode ?? "timeout"}): ${tail}`,
+        );
       }
       await Bun.sleep(10);
     }
@@ -239,17 +265,24 @@ export class FirecrackerDriver implements VmmDriver {
   async stop(handle: VmHandle, graceMs: number): Promise<void> {
     const layout = this.layout(handle.instanceId);
     if (await this.isAlive(handle)) {
-      const asked = await this.ports.api(layout.apiSocket, Math.min(this.apiTimeoutMs, 2_000))
-        .put("/actions", actionBody("SendCtrlAltDel")).then(() => true, () => false);
+      const asked = await this.ports
+        .api(layout.apiSocket, Math.min(this.apiTimeoutMs, 2_000))
+        .put("/actions", actionBody("SendCtrlAltDel"))
+        .then(
+          () => true,
+          () => false,
+        );
       if (!asked || !(await this.waitGone(handle, this.shutdownWaitMs))) {
         if (await this.isAlive(handle)) signalGroup(handle.pid, "SIGTERM");
         if (!(await this.waitGone(handle, graceMs))) {
           if (await this.isAlive(handle)) signalGroup(handle.pid, "SIGKILL");
-          if (!(await this.waitGone(handle, KILL_WAIT_MS))) throw cleanupError(`Firecracker pid ${handle.pid} survived SIGKILL`);
+          if (!(await this.waitGone(handle, KILL_WAIT_MS)))
+            throw cleanupError(`Firecracker pid ${handle.pid} survived SIGKILL`);
         }
       }
     }
-    if (!(await this.waitGone(handle, KILL_WAIT_MS))) throw cleanupError(`Firecracker pid ${handle.pid} did not finish exiting`);
+    if (!(await this.waitGone(handle, KILL_WAIT_MS)))
+      throw cleanupError(`Firecracker pid ${handle.pid} did not finish exiting`);
     this.closeListener(handle.instanceId);
     const left = removeJail(layout, this.cgroupDir(handle.instanceId));
     if (left.length > 0) throw cleanupError(left.join("; "));

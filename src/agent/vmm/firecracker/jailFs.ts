@@ -63,7 +63,10 @@ function link(src: string, dst: string): void {
     linkSync(src, dst);
   } catch (e) {
     const err = e as NodeJS.ErrnoException;
-    const why = err.code === "EXDEV" ? " (different file systems: the image cache, allocation dirs and the chroot base must share one)" : "";
+    const why =
+      err.code === "EXDEV"
+        ? " (different file systems: the image cache, allocation dirs and the chroot base must share one)"
+        : "";
     throw vmmError(`cannot hard-link ${src} into the jail: ${err.code ?? err.message}${why}`);
   }
 }
@@ -78,7 +81,12 @@ function link(src: string, dst: string): void {
  */
 export function buildJail(layout: JailLayout, spec: VmSpec, uid: number, gid: number, chown: ChownPort): void {
   const scratch = scratchDiskPath(spec);
-  for (const [what, p] of [["kernel", spec.kernelPath], ["root disk", spec.rootDiskPath], ["scratch disk", scratch], ...(spec.initrdPath ? [["initrd", spec.initrdPath]] : [])] as const)
+  for (const [what, p] of [
+    ["kernel", spec.kernelPath],
+    ["root disk", spec.rootDiskPath],
+    ["scratch disk", scratch],
+    ...(spec.initrdPath ? [["initrd", spec.initrdPath]] : []),
+  ] as const)
     if (!existsSync(p)) throw vmmError(`${what} ${p} is missing (spec "Prepare" creates it)`);
   rmSync(layout.jailDir, { recursive: true, force: true });
   mkdirSync(join(layout.root, "run"), { recursive: true, mode: 0o755 });

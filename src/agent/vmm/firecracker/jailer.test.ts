@@ -20,19 +20,35 @@ test("allocateJailId picks the lowest free ID and fails when the range is exhaus
 test("jailLayout places the jail under <base>/<exec_file_name>/<id>/root", () => {
   const l = jailLayout("/srv/jailer", "/usr/bin/firecracker-v1.9", "bb-1");
   expect(l).toEqual({
-    jailDir: "/srv/jailer/firecracker-v1.9/bb-1", root: "/srv/jailer/firecracker-v1.9/bb-1/root",
+    jailDir: "/srv/jailer/firecracker-v1.9/bb-1",
+    root: "/srv/jailer/firecracker-v1.9/bb-1/root",
     apiSocket: "/srv/jailer/firecracker-v1.9/bb-1/root/run/firecracker.socket",
-    pidFile: "/srv/jailer/firecracker-v1.9/bb-1/root/firecracker-v1.9.pid", vsockUds: "/srv/jailer/firecracker-v1.9/bb-1/root/v.sock",
+    pidFile: "/srv/jailer/firecracker-v1.9/bb-1/root/firecracker-v1.9.pid",
+    vsockUds: "/srv/jailer/firecracker-v1.9/bb-1/root/v.sock",
   });
   expect(() => jailLayout("/srv/jailer", "/usr/bin/firecracker", "../../etc")).toThrow();
 });
 
 test("cgroup limits: vcpus CPUs per 100 ms period, guest RAM plus overhead in bytes", () => {
-  expect(cgroupLimits(3, 512, 32, 10)).toEqual({ cpuMax: "300000 100000", memoryMaxBytes: 544 * 1024 * 1024, pidsMax: 10 });
+  expect(cgroupLimits(3, 512, 32, 10)).toEqual({
+    cpuMax: "300000 100000",
+    memoryMaxBytes: 544 * 1024 * 1024,
+    pidsMax: 10,
+  });
 });
 
 test("jailerArgv rejects a netns name that is not a plain name", () => {
-  const a = { jailerBinary: "j", firecrackerBinary: "f", instanceId: "bb-1", uid: 1, gid: 1, chrootBase: "/c", limits: cgroupLimits(1, 128), parentCgroup: "p", fsizeBytes: 1 };
+  const a = {
+    jailerBinary: "j",
+    firecrackerBinary: "f",
+    instanceId: "bb-1",
+    uid: 1,
+    gid: 1,
+    chrootBase: "/c",
+    limits: cgroupLimits(1, 128),
+    parentCgroup: "p",
+    fsizeBytes: 1,
+  };
   expect(jailerArgv({ ...a, netns: "bb-1" })).toContain("/var/run/netns/bb-1");
   expect(() => jailerArgv({ ...a, netns: "../x" })).toThrow(/netns/);
   expect(jailerArgv({ ...a, netns: "n" })).not.toContain("--daemonize");

@@ -34,7 +34,10 @@ function jailError(msg: string): AgentError {
 
 /** Throws VMM_START_FAILED unless `id` satisfies JAILER_ID_PATTERN (jailer.md "Jailer Usage"). */
 export function assertJailerId(id: string): void {
-  if (!JAILER_ID_PATTERN.test(id)) throw jailError(`instance ID ${JSON.stringify(id)} is not a valid jailer --id (alphanumerics and hyphens, 1..64 chars)`);
+  if (!JAILER_ID_PATTERN.test(id))
+    throw jailError(
+      `instance ID ${JSON.stringify(id)} is not a valid jailer --id (alphanumerics and hyphens, 1..64 chars)`,
+    );
 }
 
 /** A contiguous range of host IDs reserved for jails: `first` .. `first + count - 1`. */
@@ -91,7 +94,8 @@ export function jailLayout(chrootBase: string, firecrackerBinary: string, instan
   const jailDir = join(chrootBase, exe, instanceId);
   const root = join(jailDir, "root");
   return {
-    jailDir, root,
+    jailDir,
+    root,
     apiSocket: hostPath(root, JAIL_API_SOCKET),
     pidFile: join(root, `${exe}.pid`),
     vsockUds: hostPath(root, JAIL_FILES.vsock),
@@ -109,7 +113,12 @@ export interface CgroupLimits {
 }
 
 /** Limits for `vcpus` and `memoryMiB`: a quota of `vcpus` CPUs per period, guest RAM plus `overheadMiB`. Pure. */
-export function cgroupLimits(vcpus: number, memoryMiB: number, overheadMiB = DEFAULT_VMM_OVERHEAD_MIB, pidsMax = DEFAULT_PIDS_MAX): CgroupLimits {
+export function cgroupLimits(
+  vcpus: number,
+  memoryMiB: number,
+  overheadMiB = DEFAULT_VMM_OVERHEAD_MIB,
+  pidsMax = DEFAULT_PIDS_MAX,
+): CgroupLimits {
   return {
     cpuMax: `${vcpus * CPU_MAX_PERIOD_US} ${CPU_MAX_PERIOD_US}`,
     memoryMaxBytes: (memoryMiB + overheadMiB) * 1024 * 1024,
@@ -144,23 +153,38 @@ export interface JailerArgs {
  */
 export function jailerArgv(a: JailerArgs): string[] {
   assertJailerId(a.instanceId);
-  if (!/^[A-Za-z0-9_.-]{1,64}$/.test(a.netns) || a.netns.startsWith(".")) throw jailError(`invalid netns name ${JSON.stringify(a.netns)}`);
+  if (!/^[A-Za-z0-9_.-]{1,64}$/.test(a.netns) || a.netns.startsWith("."))
+    throw jailError(`invalid netns name ${JSON.stringify(a.netns)}`);
   return [
     a.jailerBinary,
-    "--id", a.instanceId,
-    "--exec-file", a.firecrackerBinary,
-    "--uid", String(a.uid),
-    "--gid", String(a.gid),
-    "--chroot-base-dir", a.chrootBase,
-    "--netns", `/var/run/netns/${a.netns}`,
-    "--cgroup-version", "2",
-    "--parent-cgroup", a.parentCgroup,
-    "--cgroup", `cpu.max=${a.limits.cpuMax}`,
-    "--cgroup", `memory.max=${a.limits.memoryMaxBytes}`,
-    "--cgroup", "memory.swap.max=0",
-    "--cgroup", `pids.max=${a.limits.pidsMax}`,
-    "--resource-limit", `fsize=${a.fsizeBytes}`,
+    "--id",
+    a.instanceId,
+    "--exec-file",
+    a.firecrackerBinary,
+    "--uid",
+    String(a.uid),
+    "--gid",
+    String(a.gid),
+    "--chroot-base-dir",
+    a.chrootBase,
+    "--netns",
+    `/var/run/netns/${a.netns}`,
+    "--cgroup-version",
+    "2",
+    "--parent-cgroup",
+    a.parentCgroup,
+    "--cgroup",
+    `cpu.max=${a.limits.cpuMax}`,
+    "--cgroup",
+    `memory.max=${a.limits.memoryMaxBytes}`,
+    "--cgroup",
+    "memory.swap.max=0",
+    "--cgroup",
+    `pids.max=${a.limits.pidsMax}`,
+    "--resource-limit",
+    `fsize=${a.fsizeBytes}`,
     "--",
-    "--api-sock", JAIL_API_SOCKET,
+    "--api-sock",
+    JAIL_API_SOCKET,
   ];
 }

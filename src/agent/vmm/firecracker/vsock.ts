@@ -50,7 +50,10 @@ function attempt(udsPath: string, port: number, timeoutMs: number): Promise<Atte
       if (!a.ok) s?.end();
       resolve(a);
     };
-    const timer = setTimeout(() => finish({ ok: false, retry: true, reason: "no acknowledgement" }, ch.socket ?? undefined), timeoutMs);
+    const timer = setTimeout(
+      () => finish({ ok: false, retry: true, reason: "no acknowledgement" }, ch.socket ?? undefined),
+      timeoutMs,
+    );
     Bun.connect<undefined>({
       unix: udsPath,
       socket: {
@@ -60,17 +63,29 @@ function attempt(udsPath: string, port: number, timeoutMs: number): Promise<Atte
           ack = Buffer.concat([ack, data]);
           const nl = ack.indexOf(0x0a);
           if (nl < 0) {
-            if (ack.length > MAX_ACK_LINE_BYTES) finish({ ok: false, retry: false, reason: "acknowledgement line too long" }, s);
+            if (ack.length > MAX_ACK_LINE_BYTES)
+              finish({ ok: false, retry: false, reason: "acknowledgement line too long" }, s);
             return;
           }
           const hostPort = parseConnectAck(ack.subarray(0, nl).toString("utf8"));
-          if (hostPort === null) return finish({ ok: false, retry: false, reason: `unexpected reply ${JSON.stringify(ack.subarray(0, nl).toString("utf8"))}` }, s);
+          if (hostPort === null)
+            return finish(
+              {
+                ok: false,
+                retry: false,
+                reason: `unexpected reply ${JSON.stringify(ack.subarray(0, nl).toString("utf8"))}`,
+              },
+              s,
+            );
           ch.socket = s;
           finish({ ok: true, channel: ch, hostPort });
           if (ack.length > nl + 1) ch.received(ack.subarray(nl + 1));
         },
         drain: () => ch.flush(),
-        close: () => (done ? ch.closedByPeer() : finish({ ok: false, retry: true, reason: "closed before acknowledgement (no guest listener yet)" })),
+        close: () =>
+          done
+            ? ch.closedByPeer()
+            : finish({ ok: false, retry: true, reason: "closed before acknowledgement (no guest listener yet)" }),
         error: () => (done ? ch.closedByPeer() : finish({ ok: false, retry: true, reason: "socket error" })),
       },
     }).catch((e: Error) => finish({ ok: false, retry: true, reason: e.message }));
@@ -84,14 +99,19 @@ function attempt(udsPath: string, port: number, timeoutMs: number): Promise<Atte
  * host-side port from `OK <hostport>`. Throws VMM_START_FAILED on timeout or
  * on a reply that is not `OK <n>`.
  */
-export async function connectHybridVsock(udsPath: string, port: number, timeoutMs: number): Promise<{ channel: GuestChannel; hostPort: number }> {
+export async function connectHybridVsock(
+  udsPath: string,
+  port: number,
+  timeoutMs: number,
+): Promise<{ channel: GuestChannel; hostPort: number }> {
   const deadline = performance.now() + timeoutMs;
   for (;;) {
     const left = Math.max(1, deadline - performance.now());
     const a = await attempt(udsPath, port, left);
     if (a.ok) return { channel: a.channel, hostPort: a.hostPort };
     if (!a.retry) throw vmmError(`vsock CONNECT ${port} via ${udsPath}: ${a.reason}`);
-    if (performance.now() >= deadline) throw vmmError(`vsock CONNECT ${port} via ${udsPath} timed out after ${timeoutMs} ms: ${a.reason}`);
+    if (performance.now() >= deadline)
+      throw vmmError(`vsock CONNECT ${port} via ${udsPath} timed out after ${timeoutMs} ms: ${a.reason}`);
     await Bun.sleep(RETRY_MS);
   }
 }

@@ -27,12 +27,23 @@ class Counter extends AuthorityObject<Env, Hello> {
     super(state, env);
   }
   private row(): { n: number; alarms: number; seen: string } {
-    const r = this.state.storage.sql.exec<{ n: number; alarms: number; seen: string }>("SELECT n, alarms, seen FROM counter WHERE obj = ?", this.state.name).next();
+    const r = this.state.storage.sql
+      .exec<{ n: number; alarms: number; seen: string }>(
+        "SELECT n, alarms, seen FROM counter WHERE obj = ?",
+        this.state.name,
+      )
+      .next();
     return r.done ? { n: 0, alarms: 0, seen: "" } : r.value;
   }
   private write(p: { n?: number; alarms?: number; seen?: string }): void {
     const r = { ...this.row(), ...p };
-    this.state.storage.sql.exec("INSERT OR REPLACE INTO counter (obj, n, alarms, seen) VALUES (?, ?, ?, ?)", this.state.name, r.n, r.alarms, r.seen);
+    this.state.storage.sql.exec(
+      "INSERT OR REPLACE INTO counter (obj, n, alarms, seen) VALUES (?, ?, ?, ?)",
+      this.state.name,
+      r.n,
+      r.alarms,
+      r.seen,
+    );
   }
   get(): { n: number; alarms: number; seen: string } {
     return this.row();
@@ -52,7 +63,9 @@ class Counter extends AuthorityObject<Env, Hello> {
     this.state.setAlarm(at);
   }
   send(to: string, id: string): void {
-    this.state.storage.transactionSync(() => this.state.post(this.env.Counter, to, id, { kind: "hello", from: this.state.name }));
+    this.state.storage.transactionSync(() =>
+      this.state.post(this.env.Counter, to, id, { kind: "hello", from: this.state.name }),
+    );
   }
   announce(to: string, key: string, text: string): void {
     this.state.postLatest(this.env.Counter, to, key, { kind: "hello", from: text });
@@ -115,7 +128,9 @@ afterEach(async () => {
 function open(dir: string, clock: FakeClock, opts: ConstructorParameters<typeof EmbeddedRuntime<Env>>[3] = {}) {
   const rt = new EmbeddedRuntime<Env>(join(dir, "objects.db"), clock, [Counter], opts);
   migrate(rt.store, MIGRATIONS, "test");
-  rt.store.sql.exec("CREATE TABLE IF NOT EXISTS counter (obj TEXT PRIMARY KEY, n INTEGER NOT NULL, alarms INTEGER NOT NULL, seen TEXT NOT NULL)");
+  rt.store.sql.exec(
+    "CREATE TABLE IF NOT EXISTS counter (obj TEXT PRIMARY KEY, n INTEGER NOT NULL, alarms INTEGER NOT NULL, seen TEXT NOT NULL)",
+  );
   rt.store.commit();
   rt.bind({ Counter: rt.namespace(Counter, { gated: false, from: "object" }) });
   rt.recover();
@@ -217,14 +232,24 @@ describe("embedded runtime: Durable Objects semantics on one file", () => {
     const quarantined: string[] = [];
     const { rt, front } = open(dir, clock, { onQuarantine: (c, n) => quarantined.push(`${c}/${n}`) });
     await front.get("ok").increment();
-    const err = await front.get("bad").broken().catch((e: unknown) => e);
+    const err = await front
+      .get("bad")
+      .broken()
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BeachballError);
     expect((err as BeachballError).code).toBe("OBJECT_DAMAGED");
     expect((err as BeachballError).message).toContain("Counter bad");
     expect(quarantined).toEqual(["Counter/bad"]);
     await rt.close();
     const { front: f2 } = open(dir, clock);
-    expect(((await f2.get("bad").get().catch((e: unknown) => e)) as BeachballError).code).toBe("OBJECT_DAMAGED");
+    expect(
+      (
+        (await f2
+          .get("bad")
+          .get()
+          .catch((e: unknown) => e)) as BeachballError
+      ).code,
+    ).toBe("OBJECT_DAMAGED");
     expect((await f2.get("ok").get()).n).toBe(1);
   });
 
@@ -247,7 +272,9 @@ describe("embedded runtime: Durable Objects semantics on one file", () => {
   test("latest-only messages wait in memory for the commit: a replaced one is written once, in its last version; one read in the same batch is never written", async () => {
     const { rt, front } = open(tmp(), new FakeClock(1000));
     rt.store.sql.exec("CREATE TABLE inbox_writes (n INTEGER)");
-    rt.store.sql.exec("CREATE TRIGGER count_inbox_writes AFTER INSERT ON _inbox BEGIN INSERT INTO inbox_writes VALUES (1); END");
+    rt.store.sql.exec(
+      "CREATE TRIGGER count_inbox_writes AFTER INSERT ON _inbox BEGIN INSERT INTO inbox_writes VALUES (1); END",
+    );
     await front.get("b").get();
     const internal = rt.namespace(Counter, { gated: false });
     const writes = () => rt.store.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM inbox_writes").one().n;
@@ -279,8 +306,12 @@ describe("embedded runtime: Durable Objects semantics on one file", () => {
   test("an alarm set twice in one batch is written once, with the last value", async () => {
     const { rt, front } = open(tmp(), new FakeClock(1000));
     rt.store.sql.exec("CREATE TABLE alarm_writes (n INTEGER)");
-    rt.store.sql.exec("CREATE TRIGGER count_alarm_inserts AFTER INSERT ON _alarm BEGIN INSERT INTO alarm_writes VALUES (1); END");
-    rt.store.sql.exec("CREATE TRIGGER count_alarm_updates AFTER UPDATE ON _alarm BEGIN INSERT INTO alarm_writes VALUES (1); END");
+    rt.store.sql.exec(
+      "CREATE TRIGGER count_alarm_inserts AFTER INSERT ON _alarm BEGIN INSERT INTO alarm_writes VALUES (1); END",
+    );
+    rt.store.sql.exec(
+      "CREATE TRIGGER count_alarm_updates AFTER UPDATE ON _alarm BEGIN INSERT INTO alarm_writes VALUES (1); END",
+    );
     await front.get("a").armTwice(5_000, 7_000);
     expect(rt.store.sql.exec("SELECT obj, at_ms FROM _alarm").toArray()).toEqual([{ obj: "a", at_ms: 7_000 }]);
     expect(rt.store.sql.exec("SELECT COUNT(*) AS n FROM alarm_writes").one()).toEqual({ n: 1 });

@@ -108,7 +108,11 @@ export class EmbeddedRuntime<E> {
     classes: ObjectClass<AnyAuthorityObject, E>[],
     private readonly options: EmbeddedRuntimeOptions = {},
   ) {
-    this.storageHealth = new StorageHealth(file, options.log ?? createLogger({ format: "json", sink: (line) => process.stderr.write(line + "\n") }, { role: "scheduler" }));
+    this.storageHealth = new StorageHealth(
+      file,
+      options.log ??
+        createLogger({ format: "json", sink: (line) => process.stderr.write(line + "\n") }, { role: "scheduler" }),
+    );
     this.store = new SqlStore(file, () => this.afterCommitFailure());
     this.inboxes = new Inboxes(this.store, key);
     this.heldAlarms = new PendingAlarms(this.store);
@@ -121,7 +125,10 @@ export class EmbeddedRuntime<E> {
   bind(env: E): void {
     this.env = env;
     this.inboxes.rebuild();
-    for (const r of this.store.sql.exec<{ cls: string; obj: string; reason: string }>("SELECT cls, obj, reason FROM _quarantine")) this.quarantined.set(key(r.cls, r.obj), r.reason);
+    for (const r of this.store.sql.exec<{ cls: string; obj: string; reason: string }>(
+      "SELECT cls, obj, reason FROM _quarantine",
+    ))
+      this.quarantined.set(key(r.cls, r.obj), r.reason);
   }
 
   /**
@@ -129,7 +136,10 @@ export class EmbeddedRuntime<E> {
    * the writes they saw are durable; stubs for objects are not gated (one
    * file keeps intent and effect in order) but pass the crash hook.
    */
-  namespace<T extends AnyAuthorityObject>(cls: ObjectClass<T, E>, opts: { gated: boolean; from?: string }): Namespace<T> {
+  namespace<T extends AnyAuthorityObject>(
+    cls: ObjectClass<T, E>,
+    opts: { gated: boolean; from?: string },
+  ): Namespace<T> {
     const stubs = new Map<string, Stub<T>>();
     const rt = this;
     return {
@@ -138,7 +148,10 @@ export class EmbeddedRuntime<E> {
         let s = stubs.get(name);
         if (s) return s;
         s = new Proxy({} as Stub<T>, {
-          get: (_t, method) => (typeof method === "string" && method !== "then" ? (...args: unknown[]) => rt.invoke(cls.className, name, method, args, opts.gated, opts.from ?? null) : undefined),
+          get: (_t, method) =>
+            typeof method === "string" && method !== "then"
+              ? (...args: unknown[]) => rt.invoke(cls.className, name, method, args, opts.gated, opts.from ?? null)
+              : undefined,
         });
         if (stubs.size < 1024) stubs.set(name, s);
         return s;
@@ -155,8 +168,11 @@ export class EmbeddedRuntime<E> {
     const c = this.classes.get(className);
     if (!c) return [];
     const names = new Set<string>();
-    for (const t of c.tables) for (const r of this.store.sql.exec<{ obj: string }>(`SELECT DISTINCT obj FROM ${t}`)) names.add(r.obj);
-    for (const t of ["_alarm", "_inbox"]) for (const r of this.store.sql.exec<{ obj: string }>(`SELECT DISTINCT obj FROM ${t} WHERE cls = ?`, className)) names.add(r.obj);
+    for (const t of c.tables)
+      for (const r of this.store.sql.exec<{ obj: string }>(`SELECT DISTINCT obj FROM ${t}`)) names.add(r.obj);
+    for (const t of ["_alarm", "_inbox"])
+      for (const r of this.store.sql.exec<{ obj: string }>(`SELECT DISTINCT obj FROM ${t} WHERE cls = ?`, className))
+        names.add(r.obj);
     for (const n of this.inboxes.heldNames(className)) names.add(n);
     for (const n of this.heldAlarms.armedNames(className)) names.add(n);
     return [...names].sort();
@@ -183,7 +199,14 @@ export class EmbeddedRuntime<E> {
   }
 
   /** Calls `method` on the instance (cls, name) as an RPC. */
-  private async invoke(cls: string, name: string, method: string, args: unknown[], gated: boolean, from: string | null): Promise<unknown> {
+  private async invoke(
+    cls: string,
+    name: string,
+    method: string,
+    args: unknown[],
+    gated: boolean,
+    from: string | null,
+  ): Promise<unknown> {
     if (from !== null && !this.crashed && this.options.faultHook?.(from, cls)) {
       this.store.commit();
       this.crashed = true;
@@ -211,7 +234,9 @@ export class EmbeddedRuntime<E> {
       await this.store.durable();
     } catch (e) {
       if (e instanceof BatchAbandoned || this.crashed) throw new SimulatedCrash();
-      throw new BeachballError("STORAGE_UNAVAILABLE", "the scheduler could not write its state; retry later", { retryAfterSeconds: 5 });
+      throw new BeachballError("STORAGE_UNAVAILABLE", "the scheduler could not write its state; retry later", {
+        retryAfterSeconds: 5,
+      });
     }
   }
 
@@ -220,11 +245,16 @@ export class EmbeddedRuntime<E> {
     if (this.crashed) return new SimulatedCrash();
     if (e instanceof DamagedStateError) {
       this.quarantine(inst.cls, inst.name, e.message);
-      return new BeachballError("OBJECT_DAMAGED", `${inst.cls} ${inst.name} is damaged and was quarantined: ${e.message}`);
+      return new BeachballError(
+        "OBJECT_DAMAGED",
+        `${inst.cls} ${inst.name} is damaged and was quarantined: ${e.message}`,
+      );
     }
     if (isStorageFault(e)) {
       this.storageHealth.record(e, `${inst.cls} ${inst.name}`, this.clock.now());
-      return new BeachballError("STORAGE_UNAVAILABLE", "the scheduler could not read or write its state; retry later", { retryAfterSeconds: 5 });
+      return new BeachballError("STORAGE_UNAVAILABLE", "the scheduler could not read or write its state; retry later", {
+        retryAfterSeconds: 5,
+      });
     }
     return e;
   }
@@ -235,7 +265,13 @@ export class EmbeddedRuntime<E> {
     this.quarantined.set(k, reason);
     this.instances.delete(k);
     try {
-      this.store.sql.exec("INSERT OR REPLACE INTO _quarantine (cls, obj, reason, at_ms) VALUES (?, ?, ?, ?)", cls, name, reason.slice(0, 500), this.clock.now());
+      this.store.sql.exec(
+        "INSERT OR REPLACE INTO _quarantine (cls, obj, reason, at_ms) VALUES (?, ?, ?, ?)",
+        cls,
+        name,
+        reason.slice(0, 500),
+        this.clock.now(),
+      );
     } catch {
       /* the in-memory mark still holds for this process */
     }
@@ -245,7 +281,8 @@ export class EmbeddedRuntime<E> {
 
   private instance(cls: string, name: string): Instance {
     if (this.crashed) throw new SimulatedCrash();
-    if (this.closed) throw new BeachballError("SHUTTING_DOWN", "the scheduler is shutting down", { retryAfterSeconds: 1 });
+    if (this.closed)
+      throw new BeachballError("SHUTTING_DOWN", "the scheduler is shutting down", { retryAfterSeconds: 1 });
     const k = key(cls, name);
     const reason = this.quarantined.get(k);
     if (reason !== undefined) throw new BeachballError("OBJECT_DAMAGED", `${cls} ${name} is quarantined: ${reason}`);
@@ -260,7 +297,14 @@ export class EmbeddedRuntime<E> {
     if (!c) throw new Error(`unknown object class ${cls}`);
     if (!this.env) throw new Error("the runtime has no environment yet (call bind)");
     this.evict();
-    const inst: Instance = { cls, name, obj: undefined as unknown as AnyAuthorityObject, busy: 0, deleteRequested: false, stale: false };
+    const inst: Instance = {
+      cls,
+      name,
+      obj: undefined as unknown as AnyAuthorityObject,
+      busy: 0,
+      deleteRequested: false,
+      stale: false,
+    };
     const state = this.makeState(c, name, inst);
     (inst as { obj: AnyAuthorityObject }).obj = new c(state, this.env);
     this.instances.set(k, inst);
@@ -279,7 +323,8 @@ export class EmbeddedRuntime<E> {
     inst.busy--;
     if (inst.busy > 0) return;
     if (inst.deleteRequested) this.destroy(inst);
-    else if (inst.stale && this.instances.get(key(inst.cls, inst.name)) === inst) this.instances.delete(key(inst.cls, inst.name));
+    else if (inst.stale && this.instances.get(key(inst.cls, inst.name)) === inst)
+      this.instances.delete(key(inst.cls, inst.name));
   }
 
   /** Deletes every row of the instance (its class's tables, alarm, inbox) and forgets it. */
@@ -326,9 +371,15 @@ export class EmbeddedRuntime<E> {
       },
       post<T extends AnyAuthorityObject>(to: Namespace<T>, target: string, messageId: string, message: MessageOf<T>) {
         if (!rt.classes.has(to.className)) throw new Error(`unknown object class ${to.className}`);
-        if (rt.inboxes.post(to.className, target, messageId, JSON.stringify(message))) rt.delivered(to.className, target);
+        if (rt.inboxes.post(to.className, target, messageId, JSON.stringify(message)))
+          rt.delivered(to.className, target);
       },
-      postLatest<T extends AnyAuthorityObject>(to: Namespace<T>, target: string, messageKey: string, message: MessageOf<T>) {
+      postLatest<T extends AnyAuthorityObject>(
+        to: Namespace<T>,
+        target: string,
+        messageKey: string,
+        message: MessageOf<T>,
+      ) {
         if (!rt.classes.has(to.className)) throw new Error(`unknown object class ${to.className}`);
         // Held until the batch commits: replaced or consumed before then, it costs no statement.
         rt.inboxes.postLatest(to.className, target, messageKey, JSON.stringify(message));
@@ -375,7 +426,8 @@ export class EmbeddedRuntime<E> {
   private spawn(p: Promise<unknown>): void {
     const q = p
       .catch((e) => {
-        if (!this.crashed && !this.closed && !(e instanceof SimulatedCrash)) console.error("beachball: background object work failed:", e instanceof Error ? e.message : e);
+        if (!this.crashed && !this.closed && !(e instanceof SimulatedCrash))
+          console.error("beachball: background object work failed:", e instanceof Error ? e.message : e);
       })
       .finally(() => this.background.delete(q));
     this.background.add(q);
@@ -389,7 +441,10 @@ export class EmbeddedRuntime<E> {
     if (!this.started || this.closed) return;
     const now = this.clock.now();
     // Alarms still firing keep their rows until their handler returns: never spin on them.
-    const next = Math.max(at ?? this.nextAlarmAt() ?? now + MAX_TIMER_SLEEP_MS, now + (at === undefined ? ALARM_COALESCE_MS : 0));
+    const next = Math.max(
+      at ?? this.nextAlarmAt() ?? now + MAX_TIMER_SLEEP_MS,
+      now + (at === undefined ? ALARM_COALESCE_MS : 0),
+    );
     if (this.timer) clearTimeout(this.timer);
     this.timerAt = next;
     const delay = Math.max(0, Math.min(next - now, MAX_TIMER_SLEEP_MS));
@@ -412,7 +467,11 @@ export class EmbeddedRuntime<E> {
     this.heldAlarms.flush();
     const now = this.clock.now();
     const due = this.store.sql
-      .exec<{ cls: string; obj: string; at_ms: number }>("SELECT cls, obj, at_ms FROM _alarm WHERE at_ms <= ? ORDER BY at_ms, cls, obj LIMIT ?", now, MAX_ALARMS_PER_TICK + this.firing.size)
+      .exec<{ cls: string; obj: string; at_ms: number }>(
+        "SELECT cls, obj, at_ms FROM _alarm WHERE at_ms <= ? ORDER BY at_ms, cls, obj LIMIT ?",
+        now,
+        MAX_ALARMS_PER_TICK + this.firing.size,
+      )
       .toArray();
     let fired = 0;
     for (const d of due) {
@@ -430,7 +489,8 @@ export class EmbeddedRuntime<E> {
     await this.invoke(cls, name, "alarm", [], false, null).catch((e) => {
       if (this.crashed || this.closed) throw e;
       const damaged = e instanceof BeachballError && e.code === "OBJECT_DAMAGED";
-      if (this.heldAlarms.get(k, cls, name) === atMs) this.heldAlarms.set(k, cls, name, damaged ? null : this.clock.now() + ALARM_RETRY_MS);
+      if (this.heldAlarms.get(k, cls, name) === atMs)
+        this.heldAlarms.set(k, cls, name, damaged ? null : this.clock.now() + ALARM_RETRY_MS);
       throw e;
     });
     if (this.crashed || this.closed) return;
@@ -461,7 +521,10 @@ export class EmbeddedRuntime<E> {
    */
   probe(bytes = 16): void {
     const value = bytes <= 16 ? String(this.clock.now()) : "x".repeat(bytes);
-    this.store.sql.exec("INSERT INTO _meta (key, value) VALUES ('probe', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", value);
+    this.store.sql.exec(
+      "INSERT INTO _meta (key, value) VALUES ('probe', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+      value,
+    );
     this.store.commit();
     if (this.store.failure) throw this.store.failure;
     if (bytes <= 16) return;

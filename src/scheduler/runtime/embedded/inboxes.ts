@@ -46,7 +46,8 @@ export class Inboxes {
 
   /** Holds a latest-only message for (cls, obj) until the batch commits. Throws if the body is over MAX_MESSAGE_BYTES. */
   postLatest(cls: string, obj: string, messageKey: string, body: string): void {
-    if (body.length > MAX_MESSAGE_BYTES) throw new Error(`message ${messageKey} for ${cls} ${obj} is ${body.length} bytes (limit ${MAX_MESSAGE_BYTES})`);
+    if (body.length > MAX_MESSAGE_BYTES)
+      throw new Error(`message ${messageKey} for ${cls} ${obj} is ${body.length} bytes (limit ${MAX_MESSAGE_BYTES})`);
     this.held.upsert(this.key(cls, obj), cls, obj, messageKey, body);
   }
 
@@ -54,7 +55,8 @@ export class Inboxes {
   reader<M>(cls: string, obj: string, schema: TSchema | null): InboxReader<M> {
     const k = this.key(cls, obj);
     const sql = this.store.sql;
-    const drop = (id: string, why: string) => console.error(`beachball: ${cls} ${obj} dropped message ${id}: it ${why}`);
+    const drop = (id: string, why: string) =>
+      console.error(`beachball: ${cls} ${obj} dropped message ${id}: it ${why}`);
     let readVersion = -1;
     let readAll = false;
     // The last stored message handed out with held ones (acknowledging a held one acknowledges it too).
@@ -121,7 +123,8 @@ export class Inboxes {
   /** Re-reads which instances have stored messages (at start, and after a failed commit brought back rows it had deleted). */
   rebuild(): void {
     this.versions.clear();
-    for (const r of this.store.sql.exec<{ cls: string; obj: string }>("SELECT DISTINCT cls, obj FROM _inbox").toArray()) this.versions.set(this.key(r.cls, r.obj), ++this.seq);
+    for (const r of this.store.sql.exec<{ cls: string; obj: string }>("SELECT DISTINCT cls, obj FROM _inbox").toArray())
+      this.versions.set(this.key(r.cls, r.obj), ++this.seq);
   }
 
   /** Forgets the held messages (the batch failed or was abandoned: they are gone with its other writes). */

@@ -17,10 +17,12 @@ describe("the embedded store", () => {
     const s = new SqlStore(join(dir, "o.db"));
     s.sql.exec("CREATE TABLE t (k TEXT PRIMARY KEY)");
     s.transactionSync(() => s.sql.exec("INSERT INTO t VALUES ('kept')"));
-    expect(() => s.transactionSync(() => {
-      s.sql.exec("INSERT INTO t VALUES ('lost')");
-      throw new Error("boom");
-    })).toThrow("boom");
+    expect(() =>
+      s.transactionSync(() => {
+        s.sql.exec("INSERT INTO t VALUES ('lost')");
+        throw new Error("boom");
+      }),
+    ).toThrow("boom");
     await s.durable();
     expect(s.sql.exec("SELECT k FROM t").toArray()).toEqual([{ k: "kept" }]);
     s.close();
@@ -64,7 +66,8 @@ describe("the embedded store", () => {
       prepares++;
       return prepare(q);
     }) as typeof s.db.prepare;
-    for (let round = 0; round < 3; round++) for (let i = 0; i < 30; i++) expect(s.sql.exec(`SELECT k + ${i} AS v FROM t`).one()).toEqual({ v: 1 + i });
+    for (let round = 0; round < 3; round++)
+      for (let i = 0; i < 30; i++) expect(s.sql.exec(`SELECT k + ${i} AS v FROM t`).one()).toEqual({ v: 1 + i });
     expect(prepares).toBe(30);
     expect(s.sql.exec("SELECT * FROM t").toArray()).toEqual([{ k: 1 }]);
     s.sql.exec("ALTER TABLE t ADD COLUMN w TEXT NOT NULL DEFAULT 'x'");

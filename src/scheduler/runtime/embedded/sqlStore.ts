@@ -128,7 +128,9 @@ export class SqlStore {
       for (const f of [file, `${file}-wal`, `${file}-shm`]) if (existsSync(f)) chmodSync(f, 0o600);
     }
     this.db = new Database(file, { create: true, strict: true });
-    this.db.exec("PRAGMA synchronous = NORMAL; PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;");
+    this.db.exec(
+      "PRAGMA synchronous = NORMAL; PRAGMA journal_mode = WAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;",
+    );
     const store = this;
     this.sql = { exec: (q, ...b) => store.exec(q, b) };
   }
@@ -144,7 +146,12 @@ export class SqlStore {
     }
     const stmt = this.db.prepare(query);
     const readOnly = READ_ONLY.test(query);
-    const p: Prepared = { stmt, readOnly, schemaChange: SCHEMA_CHANGE.test(query), columns: readOnly ? stmt.columnNames : [] };
+    const p: Prepared = {
+      stmt,
+      readOnly,
+      schemaChange: SCHEMA_CHANGE.test(query),
+      columns: readOnly ? stmt.columnNames : [],
+    };
     this.cache.set(query, p);
     return p;
   }
@@ -190,7 +197,8 @@ export class SqlStore {
     this.undo.push([]);
     try {
       const r = fn();
-      if (r && typeof (r as { then?: unknown }).then === "function") throw new Error("transactionSync needs a synchronous function");
+      if (r && typeof (r as { then?: unknown }).then === "function")
+        throw new Error("transactionSync needs a synchronous function");
       this.control(`RELEASE ${name}`);
       // Kept: an enclosing savepoint that rolls back must still undo these.
       const done = this.undo.pop()!;

@@ -75,7 +75,13 @@ export class StorageHealth {
       return;
     }
     this.current = { code, message, where, sinceMs: nowMs, count: (c?.count ?? 0) + 1 };
-    this.log.error("storage write failed", { code, file: this.file, where, error: message, next: nextStep(code, this.file) });
+    this.log.error("storage write failed", {
+      code,
+      file: this.file,
+      where,
+      error: message,
+      next: nextStep(code, this.file),
+    });
   }
 
   /** True when a probe may run now (a clearable fault is recorded and the last probe is PROBE_INTERVAL_MS old); marks the probe as run. */
@@ -91,21 +97,32 @@ export class StorageHealth {
     const c = this.current;
     if (!c) return;
     this.current = null;
-    this.log.info("storage writes succeed again", { code: c.code, file: this.file, faults: c.count, failingMs: nowMs - c.sinceMs });
+    this.log.info("storage writes succeed again", {
+      code: c.code,
+      file: this.file,
+      faults: c.count,
+      failingMs: nowMs - c.sinceMs,
+    });
   }
 
   /** Health: ok, or the code, the file and what to do. */
   health(): { ok: boolean; detail: string; code?: string } {
     const c = this.current;
     if (!c) return { ok: true, detail: "ok" };
-    return { ok: false, code: c.code, detail: `storage: ${c.code} (${c.message}) writing ${this.file}; ${nextStep(c.code, this.file)}` };
+    return {
+      ok: false,
+      code: c.code,
+      detail: `storage: ${c.code} (${c.message}) writing ${this.file}; ${nextStep(c.code, this.file)}`,
+    };
   }
 }
 
 /** What an operator does about `code` on `file`. */
 export function nextStep(code: string, file: string): string {
   if (code.startsWith("SQLITE_FULL")) return `free space on the file system of ${file}`;
-  if (code.startsWith("SQLITE_READONLY") || code.startsWith("SQLITE_CANTOPEN") || code.startsWith("SQLITE_PERM")) return `make ${file} and its directory writable by this user`;
-  if (CORRUPTION.test(code)) return `stop the scheduler, restore ${file} from a backup (or move the data directory aside to start empty), then start it again`;
+  if (code.startsWith("SQLITE_READONLY") || code.startsWith("SQLITE_CANTOPEN") || code.startsWith("SQLITE_PERM"))
+    return `make ${file} and its directory writable by this user`;
+  if (CORRUPTION.test(code))
+    return `stop the scheduler, restore ${file} from a backup (or move the data directory aside to start empty), then start it again`;
   return `check the disk holding ${file} (kernel log, SMART), then restart the scheduler`;
 }

@@ -18,7 +18,13 @@ import { AuthorityObject, type Namespace, type SqlCursor, type SqlStorage, type 
 import { MIGRATIONS } from "../../migrations/index.ts";
 import { AllocationIndexObject } from "../../objects/allocationIndex.ts";
 import type { AllocationView } from "../../../protocol/api.ts";
-import { durableClass, durableNamespace, type DurableNamespace, type DurableRpc, type DurableState } from "./durableHost.ts";
+import {
+  durableClass,
+  durableNamespace,
+  type DurableNamespace,
+  type DurableRpc,
+  type DurableState,
+} from "./durableHost.ts";
 
 /** Test double of workerd's `ctx.storage.sql` over bun:sqlite. */
 function fakeSql(db: Database): SqlStorage {
@@ -27,7 +33,9 @@ function fakeSql(db: Database): SqlStorage {
       const st = db.query(query);
       const reads = st.columnNames.length > 0;
       let written = 0;
-      const rows = (reads ? st.all(...(bindings as never[])) : ((written = st.run(...(bindings as never[])).changes), [])) as T[];
+      const rows = (
+        reads ? st.all(...(bindings as never[])) : ((written = st.run(...(bindings as never[])).changes), [])
+      ) as T[];
       let i = 0;
       return {
         toArray: () => rows,
@@ -36,7 +44,11 @@ function fakeSql(db: Database): SqlStorage {
           return rows[0]!;
         },
         next: () => (i < rows.length ? { done: false, value: rows[i++]! } : { done: true, value: undefined }),
-        raw: () => Object.assign(rows.map((r) => Object.values(r as object) as SqlValue[]), { toArray: () => rows.map((r) => Object.values(r as object) as SqlValue[]) }),
+        raw: () =>
+          Object.assign(
+            rows.map((r) => Object.values(r as object) as SqlValue[]),
+            { toArray: () => rows.map((r) => Object.values(r as object) as SqlValue[]) },
+          ),
         columnNames: st.columnNames,
         rowsWritten: written,
         [Symbol.iterator]: () => rows[Symbol.iterator](),
@@ -113,15 +125,27 @@ class Publisher extends AuthorityObject<{ index: Namespace<AllocationIndexObject
   publish(n: number): void {
     this.state.storage.transactionSync(() => {
       // A plain post to the index's class: a purge of another allocation (harmless, and deduplicated by its ID).
-      this.state.post(this.env.index, "global", `plain:${n}`, { kind: "purge", allocationId: `alloc_${String(n).padStart(32, "0")}` });
-      this.state.postLatest(this.env.index, "global", `idx:${ALLOCATION}`, { kind: "upsert", identity: IDENTITY, view: view(STATES[n - 1]!), version: n });
+      this.state.post(this.env.index, "global", `plain:${n}`, {
+        kind: "purge",
+        allocationId: `alloc_${String(n).padStart(32, "0")}`,
+      });
+      this.state.postLatest(this.env.index, "global", `idx:${ALLOCATION}`, {
+        kind: "upsert",
+        identity: IDENTITY,
+        view: view(STATES[n - 1]!),
+        version: n,
+      });
     });
   }
 }
 
 /** The index's binding: every delivery recorded; the first `held` deliveries wait until released. */
 function world(held: number) {
-  const Index = durableClass(class {}, AllocationIndexObject, { env: () => ({}) as never, binding: () => indexBinding, migrations: MIGRATIONS });
+  const Index = durableClass(class {}, AllocationIndexObject, {
+    env: () => ({}) as never,
+    binding: () => indexBinding,
+    migrations: MIGRATIONS,
+  });
   const index = new Index(fakeState(), {});
   const deliveries: string[][] = [];
   let inFlight = 0;
@@ -134,7 +158,11 @@ function world(held: number) {
       async deliver(name, messages) {
         inFlight++;
         maxInFlight = Math.max(maxInFlight, inFlight);
-        deliveries.push(messages.map((m) => m.messageId + (m.latest ? `=${(JSON.parse(m.body) as { version: number }).version}` : "")));
+        deliveries.push(
+          messages.map(
+            (m) => m.messageId + (m.latest ? `=${(JSON.parse(m.body) as { version: number }).version}` : ""),
+          ),
+        );
         if (deliveries.length <= held) await new Promise<void>((r) => gates.push(r));
         await index.deliver(name, messages);
         inFlight--;
@@ -142,9 +170,16 @@ function world(held: number) {
     }),
   };
   const env = { index: durableNamespace<AllocationIndexObject>("AllocationIndex", indexBinding) };
-  const Sender = durableClass(class {}, Publisher, { env: () => env, binding: () => indexBinding, migrations: MIGRATIONS });
+  const Sender = durableClass(class {}, Publisher, {
+    env: () => env,
+    binding: () => indexBinding,
+    migrations: MIGRATIONS,
+  });
   const sender = new Sender(fakeState(), {});
-  const listed = async () => ((await index.invoke("global", "list", [IDENTITY, null, 10])) as { view: AllocationView | null }[]).map((e) => e.view?.state);
+  const listed = async () =>
+    ((await index.invoke("global", "list", [IDENTITY, null, 10])) as { view: AllocationView | null }[]).map(
+      (e) => e.view?.state,
+    );
   return { sender, index, deliveries, gates, listed, maxInFlight: () => maxInFlight };
 }
 
@@ -159,20 +194,34 @@ describe("workerd outbox delivery is single-flight per object, and index views n
     await Bun.sleep(5);
     w.gates.shift()!();
     await Promise.all([first, second]);
-    expect({ deliveries: w.deliveries, maxInFlight: w.maxInFlight() }).toEqual({ deliveries: [["plain:1", `idx:${ALLOCATION}=1`], ["plain:2", `idx:${ALLOCATION}=2`]], maxInFlight: 1 });
+    expect({ deliveries: w.deliveries, maxInFlight: w.maxInFlight() }).toEqual({
+      deliveries: [
+        ["plain:1", `idx:${ALLOCATION}=1`],
+        ["plain:2", `idx:${ALLOCATION}=2`],
+      ],
+      maxInFlight: 1,
+    });
     await Bun.sleep(5);
     expect(await w.listed()).toEqual(["provisioning"]);
   });
 
   test("the index keeps the newer view when an older one arrives after it", async () => {
     const w = world(0);
-    const upsert = (n: number) => ({ messageId: `idx:${ALLOCATION}`, body: JSON.stringify({ kind: "upsert", identity: IDENTITY, view: view(STATES[n - 1]!), version: n }), latest: true });
+    const upsert = (n: number) => ({
+      messageId: `idx:${ALLOCATION}`,
+      body: JSON.stringify({ kind: "upsert", identity: IDENTITY, view: view(STATES[n - 1]!), version: n }),
+      latest: true,
+    });
     await w.index.deliver("global", [upsert(3)]);
     expect(await w.listed()).toEqual(["ready"]);
     await w.index.deliver("global", [upsert(2)]);
     expect(await w.listed()).toEqual(["ready"]);
     // Two in one inbox read, oldest last: the highest version wins.
-    await w.index.deliver("global", [{ ...upsert(1), messageId: "a" }, { ...upsert(3), messageId: "b" }, { ...upsert(2), messageId: "c" }]);
+    await w.index.deliver("global", [
+      { ...upsert(1), messageId: "a" },
+      { ...upsert(3), messageId: "b" },
+      { ...upsert(2), messageId: "c" },
+    ]);
     expect(await w.listed()).toEqual(["ready"]);
   });
 });

@@ -17,7 +17,15 @@
  * before the target acknowledged it.
  */
 import { BeachballError, type ErrorCode } from "../../../protocol/errors.ts";
-import type { AnyAuthorityObject, MessageOf, Namespace, ObjectClass, ObjectState, ObjectStorage, Stub } from "../api.ts";
+import type {
+  AnyAuthorityObject,
+  MessageOf,
+  Namespace,
+  ObjectClass,
+  ObjectState,
+  ObjectStorage,
+  Stub,
+} from "../api.ts";
 import { DamagedStateError } from "../faults.ts";
 import { migrate, type MigrationText } from "../migrate.ts";
 import { ackInbox, insertInbox, readAlarm, readInbox, upsertInbox, writeAlarm } from "../stateRows.ts";
@@ -52,8 +60,10 @@ const ERROR_MARK = "bb-error:";
 
 /** An error as data that survives an RPC (workerd keeps only the message of a thrown error). */
 function encodeError(e: unknown): Error {
-  if (e instanceof BeachballError) return new Error(ERROR_MARK + JSON.stringify({ code: e.code, message: e.message, extra: e.extra ?? null }));
-  if (e instanceof DamagedStateError) return new Error(ERROR_MARK + JSON.stringify({ code: "OBJECT_DAMAGED", message: e.message, extra: null }));
+  if (e instanceof BeachballError)
+    return new Error(ERROR_MARK + JSON.stringify({ code: e.code, message: e.message, extra: e.extra ?? null }));
+  if (e instanceof DamagedStateError)
+    return new Error(ERROR_MARK + JSON.stringify({ code: "OBJECT_DAMAGED", message: e.message, extra: null }));
   return e instanceof Error ? e : new Error(String(e));
 }
 
@@ -62,12 +72,19 @@ function decodeError(e: unknown): unknown {
   const msg = e instanceof Error ? e.message : "";
   const i = msg.indexOf(ERROR_MARK);
   if (i < 0) return e;
-  const d = JSON.parse(msg.slice(i + ERROR_MARK.length)) as { code: ErrorCode; message: string; extra: Record<string, unknown> | null };
+  const d = JSON.parse(msg.slice(i + ERROR_MARK.length)) as {
+    code: ErrorCode;
+    message: string;
+    extra: Record<string, unknown> | null;
+  };
   return new BeachballError(d.code, d.message, d.extra ?? undefined);
 }
 
 /** A typed namespace over a workerd binding: stubs call `invoke` with the instance name (errors rebuilt). */
-export function durableNamespace<T extends AnyAuthorityObject>(className: string, binding: DurableNamespace): Namespace<T> {
+export function durableNamespace<T extends AnyAuthorityObject>(
+  className: string,
+  binding: DurableNamespace,
+): Namespace<T> {
   return {
     className,
     get(name: string): Stub<T> {
@@ -105,7 +122,10 @@ export function durableClass<T extends AnyAuthorityObject, E>(
   Base: new (ctx: never, env: never) => object,
   cls: ObjectClass<T, E>,
   host: HostBindings<E>,
-): new (ctx: DurableState, env: unknown) => DurableRpc & { alarm(): Promise<void> } {
+): new (
+  ctx: DurableState,
+  env: unknown,
+) => DurableRpc & { alarm(): Promise<void> } {
   const className = cls.className;
   class Wrapped extends (Base as unknown as new (ctx: DurableState, env: unknown) => object) implements DurableRpc {
     private impl: T | undefined;
@@ -165,10 +185,26 @@ export function durableClass<T extends AnyAuthorityObject, E>(
           );
         },
         postLatest<U extends AnyAuthorityObject>(to: Namespace<U>, target: string, key: string, message: MessageOf<U>) {
-          sql.exec("DELETE FROM _outbox WHERE target_cls = ? AND target_obj = ? AND message_id = ?", to.className, target, key);
-          sql.exec("INSERT INTO _outbox (cls, obj, target_cls, target_obj, message_id, body, latest) VALUES (?, ?, ?, ?, ?, ?, 1)", className, name, to.className, target, key, JSON.stringify(message));
+          sql.exec(
+            "DELETE FROM _outbox WHERE target_cls = ? AND target_obj = ? AND message_id = ?",
+            to.className,
+            target,
+            key,
+          );
+          sql.exec(
+            "INSERT INTO _outbox (cls, obj, target_cls, target_obj, message_id, body, latest) VALUES (?, ?, ?, ?, ?, ?, 1)",
+            className,
+            name,
+            to.className,
+            target,
+            key,
+            JSON.stringify(message),
+          );
         },
-        readInbox: () => readInbox<M>(sql, className, name, cls.messageSchema, (id, why) => console.error(`beachball: ${className} ${name} dropped message ${id}: it ${why}`)),
+        readInbox: () =>
+          readInbox<M>(sql, className, name, cls.messageSchema, (id, why) =>
+            console.error(`beachball: ${className} ${name} dropped message ${id}: it ${why}`),
+          ),
         ackInbox: (seq) => ackInbox(sql, className, name, seq),
         deleteSelf() {
           self.deleteRequested = true;
@@ -180,7 +216,14 @@ export function durableClass<T extends AnyAuthorityObject, E>(
     async invoke(name: string, method: string, args: unknown[]): Promise<unknown> {
       const obj = this.instance(name) as unknown as Record<string, (...a: unknown[]) => unknown>;
       const fn = obj[method];
-      if (typeof fn !== "function" || method.startsWith("_") || method === "alarm" || method === "onInbox" || method === "drain") throw new Error(`${className} has no method ${method}`);
+      if (
+        typeof fn !== "function" ||
+        method.startsWith("_") ||
+        method === "alarm" ||
+        method === "onInbox" ||
+        method === "drain"
+      )
+        throw new Error(`${className} has no method ${method}`);
       try {
         return await fn.apply(obj, args);
       } catch (e) {
@@ -274,7 +317,14 @@ export function durableClass<T extends AnyAuthorityObject, E>(
     /** One pass over the outbox: oldest first, one RPC per target; a failed target is retried by alarm. */
     private async deliverOutbox(): Promise<void> {
       const rows = this.sql
-        .exec<{ seq: number; target_cls: string; target_obj: string; message_id: string; body: string; latest: number }>("SELECT seq, target_cls, target_obj, message_id, body, latest FROM _outbox ORDER BY seq LIMIT 256")
+        .exec<{
+          seq: number;
+          target_cls: string;
+          target_obj: string;
+          message_id: string;
+          body: string;
+          latest: number;
+        }>("SELECT seq, target_cls, target_obj, message_id, body, latest FROM _outbox ORDER BY seq LIMIT 256")
         .toArray();
       const byTarget = new Map<string, typeof rows>();
       for (const r of rows) {
@@ -291,7 +341,10 @@ export function durableClass<T extends AnyAuthorityObject, E>(
           );
           for (const r of group) this.sql.exec("DELETE FROM _outbox WHERE seq = ?", r.seq);
         } catch (e) {
-          console.error(`beachball: ${className} could not deliver to ${first.target_cls} ${first.target_obj}; retrying:`, e instanceof Error ? e.message : e);
+          console.error(
+            `beachball: ${className} could not deliver to ${first.target_cls} ${first.target_obj}; retrying:`,
+            e instanceof Error ? e.message : e,
+          );
           this.armPlatform(Date.now() + OUTBOX_RETRY_MS);
         }
       }
@@ -301,10 +354,18 @@ export function durableClass<T extends AnyAuthorityObject, E>(
     private armPlatform(soon?: number): void {
       const name = this.name;
       const own = name ? readAlarm(this.sql, className, name) : null;
-      const outbox = this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM _outbox").one().n > 0 ? Date.now() + OUTBOX_RETRY_MS : null;
-      const at = [soon, own, outbox].filter((x): x is number => typeof x === "number").reduce((a, b) => Math.min(a, b), Number.POSITIVE_INFINITY);
+      const outbox =
+        this.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM _outbox").one().n > 0
+          ? Date.now() + OUTBOX_RETRY_MS
+          : null;
+      const at = [soon, own, outbox]
+        .filter((x): x is number => typeof x === "number")
+        .reduce((a, b) => Math.min(a, b), Number.POSITIVE_INFINITY);
       if (Number.isFinite(at)) void this.ctx.storage.setAlarm(at);
     }
   }
-  return Wrapped as unknown as new (ctx: DurableState, env: unknown) => DurableRpc & { alarm(): Promise<void> };
+  return Wrapped as unknown as new (
+    ctx: DurableState,
+    env: unknown,
+  ) => DurableRpc & { alarm(): Promise<void> };
 }
