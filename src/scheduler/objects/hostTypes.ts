@@ -1,22 +1,14 @@
 /**
  * Shapes the Host object exchanges with its callers (registration,
- * reservation, views, observations, placement status), the agent facts it
- * stores, and its prepared statements. Pure declarations; the behaviour is
- * in hostObject.ts.
+ * reservation, views, observations, placement status, delivery outcomes)
+ * and two pure conversions. Declarations only: no storage, no queries (the
+ * Host's rows are read and written in ./hostStore.ts; its rules are in
+ * src/domain/host*.ts; the object is ./hostObject.ts).
  */
 import type { HostView } from "../../protocol/views.ts";
-import { and, eq, ne, sql } from "drizzle-orm";
-import type { ObjectDb } from "../runtime/drizzle.ts";
 import type { Resources } from "../../domain/capacity.ts";
-import type { HostFacts } from "../../domain/hostConditions.ts";
 import type { Capacity } from "../../protocol/api.ts";
-import {
-  MAX_COMMANDS_PER_POLL,
-  type CommandSpec,
-  type PlacementSpec,
-  type PlacementUpdate,
-} from "../../protocol/agent.ts";
-import { commandTable, deliveryTable, hostTable, placementTable } from "./hostSchema.ts";
+import type { CommandSpec, PlacementSpec, PlacementUpdate } from "../../protocol/agent.ts";
 
 /** Registration facts from enrollment. */
 export interface HostRegistration {
@@ -70,22 +62,6 @@ export interface ObservationMessage {
   at: string;
 }
 
-/** Agent-reported facts before the first envelope. */
-export const NO_FACTS: AgentFacts = {
-  clockSkewMs: 0,
-  inventory: null,
-  volumesNearlyFull: false,
-  overlapUntilMs: 0,
-  vmmStartFailing: false,
-  cachedImages: [],
-};
-
-/** The part of HostFacts that comes from agent reports (stored as JSON), plus the cached image digests. */
-export type AgentFacts = Pick<
-  HostFacts,
-  "clockSkewMs" | "inventory" | "volumesNearlyFull" | "overlapUntilMs" | "vmmStartFailing"
-> & { cachedImages?: string[] };
-
 /** Where an allocation's placement stands, for host-loss detection (src/domain/reconcile.ts). */
 export type { PlacementStatus } from "../../domain/reconcile.ts";
 
@@ -93,41 +69,6 @@ export type { PlacementStatus } from "../../domain/reconcile.ts";
 export type DeliveryOutcome =
   | { result: "consumed"; digest: string }
   | { result: "guest_not_connected" | "rejected" | "timeout" };
-
-/** Builds the Host object's prepared statements (once per storage; every one takes the host ID as `obj`). */
-export function prepareHostQueries(db: ObjectDb) {
-  const obj = sql.placeholder("obj");
-  return {
-    host: db.select().from(hostTable).where(eq(hostTable.obj, obj)).prepare(),
-    consuming: db
-      .select()
-      .from(placementTable)
-      .where(and(eq(placementTable.obj, obj), ne(placementTable.state, "absent")))
-      .prepare(),
-    byId: db
-      .select()
-      .from(placementTable)
-      .where(and(eq(placementTable.obj, obj), eq(placementTable.placementId, sql.placeholder("id"))))
-      .prepare(),
-    byKey: db
-      .select()
-      .from(placementTable)
-      .where(and(eq(placementTable.obj, obj), eq(placementTable.reservationKey, sql.placeholder("key"))))
-      .prepare(),
-    pending: db
-      .select()
-      .from(commandTable)
-      .where(and(eq(commandTable.obj, obj), eq(commandTable.status, "pending")))
-      .orderBy(commandTable.createdAtMs)
-      .limit(MAX_COMMANDS_PER_POLL)
-      .prepare(),
-    delivery: db
-      .select()
-      .from(deliveryTable)
-      .where(and(eq(deliveryTable.obj, obj), eq(deliveryTable.deliveryId, sql.placeholder("id"))))
-      .prepare(),
-  };
-}
 
 /** A registered capacity as a resource vector (slots = maxPlacements). */
 export const toRes = (c: Capacity): Resources => ({
