@@ -6,6 +6,7 @@ describe("when a host raises an alert", () => {
   test("an overlapping session raises one, with an ID from host and time", () => {
     expect(alertsAfterReport("h1", NO_FACTS, NO_FACTS, true, 7)).toEqual([
       {
+        kind: "alert",
         alertId: "alert:overlap:h1:7",
         type: "host.overlapping_agent_session",
         subject: "h1",
@@ -36,6 +37,7 @@ describe("when a host raises an alert", () => {
 
   test("fencing raises host.disabled", () => {
     expect(fencingAlert("h1", 9)).toEqual({
+      kind: "alert",
       alertId: "alert:host_disabled:h1:9",
       type: "host.disabled",
       subject: "h1",

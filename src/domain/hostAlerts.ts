@@ -9,8 +9,9 @@
  */
 import type { AgentFacts } from "./hostSession.ts";
 
-/** An alert as Operations stores it (without the message kind). */
+/** An alert as Operations receives it (src/scheduler/objects/messages.ts, OperationsMessage). */
 export interface HostAlert {
+  kind: "alert";
   alertId: string;
   type: "host.overlapping_agent_session" | "host.vmm_start_failing" | "host.disabled";
   /** The host ID. */
@@ -35,6 +36,7 @@ export function alertsAfterReport(
   const out: HostAlert[] = [];
   if (overlapping)
     out.push({
+      kind: "alert",
       alertId: `alert:overlap:${hostId}:${nowMs}`,
       type: "host.overlapping_agent_session",
       subject: hostId,
@@ -43,6 +45,7 @@ export function alertsAfterReport(
     });
   if (next.vmmStartFailing && !prev.vmmStartFailing)
     out.push({
+      kind: "alert",
       alertId: `alert:vmm:${hostId}:${nowMs}`,
       type: "host.vmm_start_failing",
       subject: hostId,
@@ -55,6 +58,7 @@ export function alertsAfterReport(
 /** The alert an operator's fencing (admin state `disabled`) raises. */
 export function fencingAlert(hostId: string, nowMs: number): HostAlert {
   return {
+    kind: "alert",
     alertId: `alert:host_disabled:${hostId}:${nowMs}`,
     type: "host.disabled",
     subject: hostId,

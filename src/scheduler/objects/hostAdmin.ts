@@ -164,6 +164,6 @@ function fence(ctx: HostContext, r: HostRow, now: number): number {
   }
   store.supersedePending(null);
   const alert = fencingAlert(r.obj, now);
-  state.post(env.Operations, GLOBAL, alert.alertId, { kind: "alert", ...alert });
+  state.post(env.Operations, GLOBAL, alert.alertId, alert);
   return fenced;
 }

@@ -71,7 +71,7 @@ export function handleEnvelope(ctx: HostContext, env: Envelope): PollResponse {
   const rejected: UpdateRejection[] = [];
   store.atomically(() => {
     for (const alert of alertsAfterReport(r.obj, prevFacts, facts, overlapping, now))
-      ctx.state.post(ctx.env.Operations, GLOBAL, alert.alertId, { kind: "alert", ...alert });
+      ctx.state.post(ctx.env.Operations, GLOBAL, alert.alertId, alert);
     if (newSession) store.clearUpdateSeqs();
     let lastSeq = newSession ? 0 : r.lastSeq;
     let material = newSession || factsJson !== r.factsJson || isolationHealthy !== r.isolationHealthy;

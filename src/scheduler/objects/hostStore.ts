@@ -23,10 +23,16 @@ export type PlacementRow = typeof placementTable.$inferSelect;
 /** The stored state of a host command. */
 type CommandStatus = (typeof commandTable.$inferSelect)["status"];
 
+const obj = sql.placeholder("obj");
+const placementId = sql.placeholder("placementId");
+
 /** Builds the Host object's prepared statements (once per storage; every one takes the host ID as `obj`). */
 function prepareHostQueries(db: ObjectDb) {
-  const obj = sql.placeholder("obj");
-  const placementId = sql.placeholder("placementId");
+  return { ...prepareReads(db), ...prepareCommandWrites(db), ...prepareSessionWrites(db) };
+}
+
+/** Reads of the host row, placements, pending commands and consumed deliveries. */
+function prepareReads(db: ObjectDb) {
   return {
     host: db.select().from(hostTable).where(eq(hostTable.obj, obj)).prepare(),
     consuming: db
@@ -56,6 +62,17 @@ function prepareHostQueries(db: ObjectDb) {
       .from(deliveryTable)
       .where(and(eq(deliveryTable.obj, obj), eq(deliveryTable.deliveryId, sql.placeholder("id"))))
       .prepare(),
+    lastSeq: db
+      .select({ lastSeq: updateSeqTable.lastSeq })
+      .from(updateSeqTable)
+      .where(and(eq(updateSeqTable.obj, obj), eq(updateSeqTable.placementId, placementId)))
+      .prepare(),
+  };
+}
+
+/** Writes of leases and of the agent command queue, and retention. */
+function prepareCommandWrites(db: ObjectDb) {
+  return {
     renewLeases: db
       .update(placementTable)
       .set({ leaseExpiresAtMs: sql`${sql.placeholder("lease")}` })
@@ -97,11 +114,32 @@ function prepareHostQueries(db: ObjectDb) {
         ),
       )
       .prepare(),
-    lastSeq: db
-      .select({ lastSeq: updateSeqTable.lastSeq })
-      .from(updateSeqTable)
-      .where(and(eq(updateSeqTable.obj, obj), eq(updateSeqTable.placementId, placementId)))
+    pruneCommands: db
+      .delete(commandTable)
+      .where(
+        and(
+          eq(commandTable.obj, obj),
+          ne(commandTable.status, "pending"),
+          lt(commandTable.createdAtMs, sql.placeholder("cutoff")),
+        ),
+      )
       .prepare(),
+    prunePlacements: db
+      .delete(placementTable)
+      .where(
+        and(
+          eq(placementTable.obj, obj),
+          eq(placementTable.state, "absent"),
+          lt(placementTable.updatedAtMs, sql.placeholder("cutoff")),
+        ),
+      )
+      .prepare(),
+  };
+}
+
+/** Writes of the per-session update sequence numbers and consumed deliveries. */
+function prepareSessionWrites(db: ObjectDb) {
+  return {
     recordSeq: db
       .insert(updateSeqTable)
       .values({ obj, placementId, lastSeq: sql.placeholder("seq") })
@@ -122,26 +160,6 @@ function prepareHostQueries(db: ObjectDb) {
         consumedAtMs: sql.placeholder("now"),
       })
       .onConflictDoNothing()
-      .prepare(),
-    pruneCommands: db
-      .delete(commandTable)
-      .where(
-        and(
-          eq(commandTable.obj, obj),
-          ne(commandTable.status, "pending"),
-          lt(commandTable.createdAtMs, sql.placeholder("cutoff")),
-        ),
-      )
-      .prepare(),
-    prunePlacements: db
-      .delete(placementTable)
-      .where(
-        and(
-          eq(placementTable.obj, obj),
-          eq(placementTable.state, "absent"),
-          lt(placementTable.updatedAtMs, sql.placeholder("cutoff")),
-        ),
-      )
       .prepare(),
   };
 }
