@@ -14,17 +14,17 @@
  * (the manifest's connections.stunServers), and the session asks them from
  * its tunnel socket (src/proxy/candidateRefresh.ts).
  * The allocation may be given by a unique ID prefix, as for `bb allocation`
- * (src/cli/allocationId.ts).
+ * (src/command/allocationId.ts).
  * Must never: need root, touch the routing table, or print a token or key.
  */
 import { readFileSync } from "node:fs";
 import { consola } from "consola";
-import { SchedulerClient } from "../cli/client.ts";
-import { resolveClientConfig } from "../cli/config.ts";
+import { SchedulerClient } from "../client/index.ts";
+import { clientArgs } from "../command/clientArgs.ts";
+import { resolveClientConfig } from "../command/clientConfig.ts";
 import { command } from "../command/define.ts";
-import { clientArgs } from "../cli/common.ts";
 import { runCli } from "../command/run.ts";
-import { resolveAllocationId } from "../cli/allocationId.ts";
+import { resolveAllocationId } from "../command/allocationId.ts";
 import { relayConnector } from "../relayclient/index.ts";
 import { parseVerificationKeys } from "../protocol/connectionSignature.ts";
 import { selectAead, systemClock, systemRandom } from "../wireguard/index.ts";
