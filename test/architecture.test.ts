@@ -201,6 +201,22 @@ describe("dependency rules", () => {
     expect(violations("src/relay/hub.ts", 'import { connectRelay } from "../relayclient/index.ts";')).toHaveLength(1);
   });
 
+  test("ID patterns are declared once (src/protocol/ids.ts): no other source spells one out", () => {
+    // An ID's full shape (a prefix and 32 or 64 hex digits, or a DNS-label name); the log
+    // redaction's looser patterns (src/command/log.ts) catch partial tokens on purpose.
+    const copy = /[a-z]_\[0-9a-f\]\{(?:32|64)\}|\[a-z0-9\]\[a-z0-9-\]\{0,62\}/;
+    expect(copy.test('grantId: Type.String({ pattern: "^grt_[0-9a-f]{32}$" })')).toBe(true);
+    expect(copy.test("const HOST = /^[a-z0-9][a-z0-9-]{0,62}$/;")).toBe(true);
+    const offenders = SOURCES.filter((f) => f !== "src/protocol/ids.ts").flatMap((f) =>
+      readFileSync(join(ROOT, f), "utf8")
+        .split("\n")
+        .flatMap((line, i) =>
+          copy.test(line) ? [`${f}:${i + 1}: ${line.trim()} (import it from src/protocol/ids.ts)`] : [],
+        ),
+    );
+    expect(offenders).toEqual([]);
+  });
+
   test("src/wireguard reads time and randomness only through its ports (ports.ts)", () => {
     for (const f of SOURCES.filter((f) => f.startsWith("src/wireguard/") && !f.endsWith("/ports.ts"))) {
       expect(readFileSync(join(ROOT, f), "utf8"), f).not.toMatch(

@@ -26,6 +26,7 @@ import { command } from "../command/define.ts";
 import { EXIT, runCli, UsageError } from "../command/run.ts";
 import { progress } from "../command/terminal.ts";
 import { integerFlag, optionalIntegerFlag } from "../command/values.ts";
+import { ALLOCATION_ID } from "../protocol/ids.ts";
 import { resolveAllocationId } from "../command/allocationId.ts";
 import { clientArgs } from "../command/clientArgs.ts";
 import { clientFrom, flagError } from "./common.ts";
@@ -250,7 +251,7 @@ const list = command({
   run: ({ args }) =>
     runCli(async () => {
       const limit = integerFlag("--limit", args.limit, { min: 1, max: MAX_PAGE_SIZE });
-      if (args.cursor !== undefined && !/^alloc_[0-9a-f]{32}$/.test(args.cursor))
+      if (args.cursor !== undefined && !ALLOCATION_ID.test(args.cursor))
         throw new UsageError(`--cursor must be an allocation ID (got ${JSON.stringify(args.cursor)})`);
       const page = await clientFrom(args).list(args.cursor, limit);
       if (args.json) return console.log(JSON.stringify(page));
