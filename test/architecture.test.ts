@@ -217,6 +217,18 @@ describe("dependency rules", () => {
     expect(offenders).toEqual([]);
   });
 
+  test("usage errors have one shape: no source builds its own error with exit code 2 (src/command/run.ts UsageError)", () => {
+    const adHoc = /exitCode:\s*(?:2\b|EXIT\.usage\b)/;
+    expect(adHoc.test('throw Object.assign(new Error("--out is required"), { exitCode: 2 });')).toBe(true);
+    const offenders = SOURCES.filter(
+      (f) => f !== "src/command/run.ts" && adHoc.test(readFileSync(join(ROOT, f), "utf8")),
+    );
+    expect(offenders).toEqual([]);
+    // bb-guest loads no parser; it exits 2 itself but prints the one text form.
+    for (const f of SOURCES.filter((f) => /process\.exit\(2\)/.test(readFileSync(join(ROOT, f), "utf8"))))
+      expect(readFileSync(join(ROOT, f), "utf8"), f).toContain("usageErrorText(");
+  });
+
   test("src/wireguard reads time and randomness only through its ports (ports.ts)", () => {
     for (const f of SOURCES.filter((f) => f.startsWith("src/wireguard/") && !f.endsWith("/ports.ts"))) {
       expect(readFileSync(join(ROOT, f), "utf8"), f).not.toMatch(
