@@ -168,8 +168,30 @@ class ByteReader {
   }
 }
 
+/**
+ * The value of an octal field in its common spelling (spaces, octal digits,
+ * spaces, then NUL or the field's end), read from the bytes; null for any
+ * other spelling, which parseTarNumber reads (and refuses) as text.
+ */
+function plainOctal(field: Uint8Array): number | null {
+  const n = field.length;
+  let i = 0;
+  while (i < n && field[i] === 0x20) i++;
+  let v = 0;
+  let digits = 0;
+  for (; i < n; i++, digits++) {
+    const c = field[i]!;
+    if (c < 0x30 || c > 0x37) break;
+    v = v * 8 + (c - 0x30);
+  }
+  while (i < n && field[i] === 0x20) i++;
+  return digits > 0 && (i === n || field[i] === 0) && Number.isSafeInteger(v) ? v : null;
+}
+
 /** Parses an octal or base-256 numeric field. Throws IMAGE_LAYER_INVALID. */
 export function parseTarNumber(field: Uint8Array, what: string): number {
+  const plain = plainOctal(field);
+  if (plain !== null) return plain;
   if (field.length > 0 && (field[0]! & 0x80) !== 0) {
     if (field[0] === 0xff) throw imageError("IMAGE_LAYER_INVALID", `negative base-256 ${what}`);
     let v = field[0]! & 0x7f;
@@ -211,7 +233,10 @@ function checksumOk(h: Uint8Array): boolean {
   return stored === unsigned || stored === signed;
 }
 
-const same = (h: Uint8Array, off: number, s: string) => s.split("").every((c, i) => h[off + i] === c.charCodeAt(0));
+const same = (h: Uint8Array, off: number, s: string) => {
+  for (let i = 0; i < s.length; i++) if (h[off + i] !== s.charCodeAt(i)) return false;
+  return true;
+};
 
 /**
  * Which header layout `h` uses, from its magic and version (as Go's
