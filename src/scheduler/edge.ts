@@ -73,8 +73,8 @@ const MAX_QUERY_INTEGER_DIGITS = 16;
 
 /**
  * The principal a guarded request carries (routes whose auth is a principal
- * role). Throws UNAUTHENTICATED (401) for any other caller. Used by both
- * front doors (app.ts, fetchRouter.ts).
+ * role). Throws UNAUTHENTICATED (401) for any other caller. Used by the
+ * route handlers (routeHandlers.ts).
  */
 export function principalOf(p: Prepared): Identity {
   if (p.caller.kind !== "principal")
@@ -144,10 +144,10 @@ function queryValue(name: string, raw: string, spec: QueryParam): number | strin
 
 /**
  * See the module header. One guard for both hosts of the scheduler: the
- * embedded app (app.ts) and the workerd fetch router (fetchRouter.ts) admit
- * every request through it, so a route, a query or a body is refused alike
- * on both (issue 18 item 16: the workerd host once had its own, laxer,
- * query rules).
+ * one app (app.ts), embedded and on workerd, admits every request through
+ * it, so a route, a query or a body is refused alike on both (issue 18
+ * item 16: the workerd host once had its own, laxer, query rules; issue 19
+ * item 2: one app, docs/adr/0170-one-front-door.md).
  */
 export class RequestGuard<N extends string> {
   private readonly routes: CompiledRoute<N>[];
