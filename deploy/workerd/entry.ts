@@ -120,7 +120,10 @@ export default {
     let r = routers.get(raw);
     if (!r) {
       const env = buildEnv(raw);
-      const app = buildApp(new SchedulerFront(env, raw.BB_PUBLIC_URL || DEFAULT_PUBLIC_URL), { codeGeneration: false });
+      const app = buildApp(new SchedulerFront(env, raw.BB_PUBLIC_URL || DEFAULT_PUBLIC_URL), {
+        codeGeneration: false,
+        drainRefusedBodies: "always",
+      });
       r = withRequestLog((req) => app.handle(req), {
         log,
         clock: env.clock,

@@ -23,7 +23,7 @@ import { Elysia } from "elysia";
 import { BeachballError } from "../protocol/errors.ts";
 import { problem, problemResponse } from "../protocol/problem.ts";
 import type { SchedulerFront } from "./front.ts";
-import { RequestGuard } from "./edge.ts";
+import { RequestGuard, type RefusedBodyDrain } from "./edge.ts";
 import { ROUTES, type RouteName } from "./routes.ts";
 import { CallerLimiter, isFollow } from "./callerLimits.ts";
 import { routeHandlers, type RendezvousUpgrade, type Reply, type StorageHealth } from "./routeHandlers.ts";
@@ -40,6 +40,8 @@ export interface FrontDoorOptions {
   health?: () => StorageHealth;
   /** Whether the host allows code generation (`new Function`): true on Bun (default), false on workerd. */
   codeGeneration?: boolean;
+  /** When the guard drains a refused request's unread body (edge.ts RefusedBodyDrain): `on-close` on Bun (default), `always` on workerd. */
+  drainRefusedBodies?: RefusedBodyDrain;
 }
 
 const HEALTHY: StorageHealth = { ok: true, detail: "" };
@@ -62,6 +64,7 @@ export function buildApp(front: SchedulerFront, opts: FrontDoorOptions = {}) {
       endpoint: (h, c) => front.authenticateEndpoint(h, c),
     },
     codeGeneration ? "compiled" : "interpreted",
+    opts.drainRefusedBodies ?? "on-close",
   );
   const handle = routeHandlers({
     front,
