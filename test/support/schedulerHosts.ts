@@ -8,7 +8,7 @@
  * null on the other, and a test says so where it skips it.
  */
 import { SchedulerClient } from "../../src/client/index.ts";
-import { startTestScheduler } from "./scheduler.ts";
+import { startTestScheduler, type TestScheduler } from "./scheduler.ts";
 import { startWorkerdScheduler } from "./workerdScheduler.ts";
 
 /** The object classes the embedded host lets a test count instances of. */
@@ -38,6 +38,8 @@ export interface SchedulerUnderTest {
   objectInstances(): Record<string, number> | null;
   /** The data directory (embedded), or null (workerd keeps its storage to itself). */
   dataDir: string | null;
+  /** The in-process scheduler (embedded: its runtime may be peeked at), or null (workerd). */
+  embedded: TestScheduler | null;
   stop(): Promise<void>;
 }
 
@@ -55,6 +57,7 @@ export async function startSchedulerOn(host: SchedulerHostName): Promise<Schedul
       operator: new SchedulerClient(w.url, w.tokens.operatorToken),
       objectInstances: () => null,
       dataDir: null,
+      embedded: null,
     };
   }
   const t = await startTestScheduler();
@@ -68,6 +71,7 @@ export async function startSchedulerOn(host: SchedulerHostName): Promise<Schedul
     objectInstances: () =>
       Object.fromEntries(OBJECT_CLASSES.map((c) => [c, t.server.worker.runtime.listNames(c).length])),
     dataDir: t.dir,
+    embedded: t,
     stop: () => t.stop(),
   };
 }
