@@ -3,7 +3,7 @@
  * behind the same front door as the embedded host (src/scheduler/app.ts,
  * built with `codeGeneration: false`: workerd forbids the code generation
  * Elysia's compiled handlers and TypeBox's compiled checks use; see
- * docs/adr/0170-one-front-door.md), and every
+ * docs/adr/0161-one-front-door.md), and every
  * object class wrapped as a SQLite-backed Durable Object
  * (src/scheduler/runtime/workerd/durableHost.ts). Built by
  * deploy/workerd/build.ts into dist/workerd/; config.capnp serves it.

@@ -2,7 +2,7 @@
  * The scheduler's HTTP surface (Elysia), the one front door of both hosts:
  * the embedded host (serve.ts, under Bun.serve) and workerd
  * (deploy/workerd/entry.ts) build this same app over their front
- * (docs/adr/0170-one-front-door.md). Every request first passes the
+ * (docs/adr/0161-one-front-door.md). Every request first passes the
  * request guard (edge.ts: route, framing, authentication, path parameters,
  * query, bounded body, schema, in that order), then the per-caller bounds
  * (callerLimits.ts); its route's handler (routeHandlers.ts) then only

@@ -157,7 +157,7 @@ function queryValue(name: string, raw: string, spec: QueryParam): number | strin
  * one app (app.ts), embedded and on workerd, admits every request through
  * it, so a route, a query or a body is refused alike on both (issue 18
  * item 16: the workerd host once had its own, laxer, query rules; issue 19
- * item 2: one app, docs/adr/0170-one-front-door.md).
+ * item 2: one app, docs/adr/0161-one-front-door.md).
  */
 export class RequestGuard<N extends string> {
   private readonly routes: CompiledRoute<N>[];

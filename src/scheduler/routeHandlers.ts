@@ -8,7 +8,7 @@
  * errors are thrown as BeachballError and answered as problem+json by the
  * app. The map is typed `Record<RouteName, …>`, so a route without a
  * handler (or a handler without a route) does not compile: this is a
- * binding of the one table, not a second one (docs/adr/0170-one-front-door.md).
+ * binding of the one table, not a second one (docs/adr/0161-one-front-door.md).
  * Must never: hold a business rule, a path, a method or a query rule (those
  * are routes.ts's and the guard's), or echo a request body in an error.
  */

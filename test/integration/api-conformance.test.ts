@@ -5,7 +5,7 @@
  * against the route's response schema, error bodies against Problem. The
  * public client runs with a validating fetch port, so its calls are checked
  * too. The same run on both hosts of the scheduler (embedded, in-process,
- * and workerd: docs/adr/0170-one-front-door.md), on loopback (~1 s, and
+ * and workerd: docs/adr/0161-one-front-door.md), on loopback (~1 s, and
  * ~5 s on workerd).
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";

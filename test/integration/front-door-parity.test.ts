@@ -1,5 +1,5 @@
 /**
- * One front door, the same answers (issue 19 item 2, docs/adr/0170-one-front-door.md):
+ * One front door, the same answers (issue 19 item 2, docs/adr/0161-one-front-door.md):
  * the query rules of the route table (routes.ts: only the route's
  * parameters, each once, integers in decimal digits within their bounds,
  * strings matching their pattern) give the same problem (status, code,

@@ -10,7 +10,7 @@
  * event-loop delay and /healthz latency it saw (figures, not assertions;
  * bench/hostile.ts compares them with a benign baseline). The same run on
  * both hosts of the scheduler (embedded and workerd: one front door,
- * docs/adr/0170-one-front-door.md); what only the embedded host shows
+ * docs/adr/0161-one-front-door.md); what only the embedded host shows
  * (object instances, enrollment tokens in its store) is compared there.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";

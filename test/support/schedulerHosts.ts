@@ -3,7 +3,7 @@
  * a conformance or bad-input test runs the same requests against the
  * embedded host (in-process, `bb scheduler serve`'s code) and workerd (the
  * real binary, test/support/workerdScheduler.ts) and asserts the same
- * answers: both serve the one front door (docs/adr/0170-one-front-door.md).
+ * answers: both serve the one front door (docs/adr/0161-one-front-door.md).
  * What only one host can show (object instances, the data directory) is
  * null on the other, and a test says so where it skips it.
  */
