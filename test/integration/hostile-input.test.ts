@@ -27,7 +27,12 @@ import {
   type HostileOutcome,
 } from "../support/hostileRequests.ts";
 import { openTestConnection, rawPost, type TestConnection } from "../support/scheduler.ts";
-import { SCHEDULER_HOSTS, startSchedulerOn, type SchedulerUnderTest } from "../support/schedulerHosts.ts";
+import {
+  SCHEDULER_HOSTS,
+  startSchedulerOn,
+  type SchedulerHostName,
+  type SchedulerUnderTest,
+} from "../support/schedulerHosts.ts";
 
 const SEED = Number(process.env["BB_FUZZ_SEED"] ?? 1);
 const REQUESTS = Number(process.env["BB_FUZZ_REQUESTS"] ?? 5200);
@@ -71,29 +76,32 @@ async function snapshot(): Promise<unknown> {
   return { names, allocations, hosts, tokens };
 }
 
+/** Starts the scheduler on `host` with an enrolled host, a live Connection and an allocation to aim at. */
+async function setUp(host: SchedulerHostName): Promise<void> {
+  s = await startSchedulerOn(host);
+  const t = await s.operator.enrollmentToken("fuzz-host");
+  const r = await rawPost(
+    `${s.url}/v1/agents/enroll`,
+    null,
+    JSON.stringify({
+      token: t.token,
+      capacity: { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 4 },
+      region: "local",
+      architecture: "x86_64",
+      agentProtocolVersion: "1.0",
+      vmmDriver: "qemu-microvm",
+    }),
+  );
+  expect(r.status).toBe(201);
+  hostCredential = (r.body as unknown as EnrollResponse).credential;
+  connection = await openTestConnection(s, "fuzz-host", hostCredential, "fuzz-conn");
+  allocationId = (await s.controller.create({ clientRequestId: "fuzz-target", workloadClass: "ci-small" })).view
+    .allocationId;
+}
+
 for (const host of SCHEDULER_HOSTS)
   describe(host, () => {
-    beforeAll(async () => {
-      s = await startSchedulerOn(host);
-      const t = await s.operator.enrollmentToken("fuzz-host");
-      const r = await rawPost(
-        `${s.url}/v1/agents/enroll`,
-        null,
-        JSON.stringify({
-          token: t.token,
-          capacity: { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 4 },
-          region: "local",
-          architecture: "x86_64",
-          agentProtocolVersion: "1.0",
-          vmmDriver: "qemu-microvm",
-        }),
-      );
-      expect(r.status).toBe(201);
-      hostCredential = (r.body as unknown as EnrollResponse).credential;
-      connection = await openTestConnection(s, "fuzz-host", hostCredential, "fuzz-conn");
-      allocationId = (await s.controller.create({ clientRequestId: "fuzz-target", workloadClass: "ci-small" })).view
-        .allocationId;
-    });
+    beforeAll(() => setUp(host));
     afterAll(async () => {
       await s.stop();
     });
