@@ -8,6 +8,7 @@
  * (configure_connection, connectivity_update). Must never: carry a bootstrap payload in anything that is persisted
  * (deliveries ride only in the poll response).
  */
+import { AGENT_PROTOCOL_VERSION } from "./platform.ts";
 import { Type, type Static } from "@sinclair/typebox";
 import { AGENT_ERROR_CODES, type ErrorCode } from "./errors.ts";
 import { MAX_WIRE_INTEGER } from "./api.ts";
@@ -377,7 +378,7 @@ export type AgentPayload = Static<typeof AgentPayload>;
 /** The agent envelope (spec "Messages"). */
 export const Envelope = Type.Object(
   {
-    protocolVersion: Type.Literal("1.0"),
+    protocolVersion: Type.Literal(AGENT_PROTOCOL_VERSION),
     messageId: Type.String({ minLength: 1, maxLength: 64 }),
     hostId: Id,
     agentEpoch: Type.String({ maxLength: 64 }),
