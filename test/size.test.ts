@@ -26,15 +26,11 @@ const MAX_FUNCTION_LINES = 80;
  * comes within the limit; never add one.
  */
 const OVERSIZED_FILES_ALLOWED: ReadonlySet<string> = new Set([
-  "src/scheduler/objects/allocationObject.ts",
   "src/scheduler/objects/hostConnections.ts",
   "src/scheduler/objects/networkObject.ts",
 ]);
 /** Functions over the limit today, as "file:name" (see OVERSIZED_FILES_ALLOWED: this list must only shrink). */
 const LONG_FUNCTIONS_ALLOWED: ReadonlySet<string> = new Set([
-  "src/scheduler/app.ts:handlers",
-  "src/scheduler/fetchRouter.ts:answer",
-  "src/scheduler/objects/allocationObject.ts:create",
   "src/scheduler/objects/networkObject.ts:issueGrant",
   "src/scheduler/runtime/workerd/durableHost.ts:durableClass",
 ]);
