@@ -200,4 +200,19 @@ describe("health listener", () => {
     // The listener still answers after all of it.
     expect((await fetch(`${healthUrl}/healthz`)).status).toBe(200);
   });
+  test("a taken health address: the listener's start rejects with Bun's message, and the scheduler still stops", async () => {
+    const other = serveScheduler({
+      dataDir: join(dir, "data2"),
+      manifestPath: join(dir, "m", "manifest.json"),
+      hostname: "127.0.0.1",
+      port: 0,
+      healthListen: { hostname: "127.0.0.1", port: Number(new URL(healthUrl).port) },
+    });
+    try {
+      await expect(other.health!).rejects.toThrow(`health listener 127.0.0.1:${new URL(healthUrl).port}`);
+    } finally {
+      await other.stop();
+    }
+    expect((await fetch(`${healthUrl}/healthz`)).status).toBe(200);
+  });
 });
