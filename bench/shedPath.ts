@@ -48,7 +48,7 @@ try {
   worker.start();
   // No follow may park: every follow is shed, as past the bound in a burst.
   const limiter = new CallerLimiter({ maxInFlight: 256, maxFollows: 0 });
-  const app = buildApp(worker, null, limiter);
+  const app = buildApp(worker, { limiter, health: () => worker.health() });
   const guard = new RequestGuard(ROUTES, {
     principal: (h) => worker.authenticate(h),
     host: (h) => worker.authenticateHost(h),
