@@ -7,6 +7,7 @@
  * name as its `obj` placeholder).
  * Must never: build a statement on a hot path that could be prepared once.
  */
+import { sql, type SQL } from "drizzle-orm";
 import { drizzle, type DrizzleSqliteDODatabase } from "drizzle-orm/durable-sqlite";
 import type { ObjectStorage } from "./api.ts";
 
@@ -39,4 +40,13 @@ export function prepared<T>(storage: ObjectStorage, build: (db: ObjectDb) => T):
     m.set(build, v);
   }
   return v;
+}
+
+/**
+ * A named placeholder of a prepared statement typed as a value of `T`, for
+ * the places drizzle's types take a value but not a bare placeholder (the
+ * `set` of an update): `set({ n: param<number>("n") })`, then `.run({ n })`.
+ */
+export function param<T>(name: string): SQL<T> {
+  return sql<T>`${sql.placeholder(name)}`;
 }
