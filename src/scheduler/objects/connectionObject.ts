@@ -27,7 +27,7 @@
  * past its grant, or let one role read or acknowledge its own messages.
  */
 import { and, asc, count, eq, gt, lte, sql } from "drizzle-orm";
-import { param, prepared, type ObjectDb } from "../runtime/drizzle.ts";
+import { param, placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import {
@@ -72,13 +72,9 @@ const queries = (db: ObjectDb) => {
       .insert(c)
       .values({
         obj,
-        grantId: sql.placeholder("grantId"),
-        expiresAtMs: sql.placeholder("expiresAtMs"),
-        clientTokenDigest: sql.placeholder("clientTokenDigest"),
-        hostTokenDigest: sql.placeholder("hostTokenDigest"),
+        ...placeholders("grantId", "expiresAtMs", "clientTokenDigest", "hostTokenDigest", "hostId"),
         clientLastSeq: 0,
         hostLastSeq: 0,
-        hostId: sql.placeholder("hostId"),
       })
       .prepare(),
     setClientLastSeq: db
@@ -108,9 +104,7 @@ const queries = (db: ObjectDb) => {
       .insert(m)
       .values({
         obj,
-        role: sql.placeholder("role"),
-        seq: sql.placeholder("seq"),
-        bodyJson: sql.placeholder("bodyJson"),
+        ...placeholders("role", "seq", "bodyJson"),
       })
       .prepare(),
   };

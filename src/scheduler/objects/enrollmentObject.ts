@@ -7,7 +7,7 @@
  */
 import { and, eq, sql } from "drizzle-orm";
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
-import { param, prepared, type ObjectDb } from "../runtime/drizzle.ts";
+import { param, placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import type { SchedulerEnv } from "../env.ts";
 import { enrollmentTokenTable } from "./singletonSchema.ts";
@@ -22,12 +22,8 @@ const queries = (db: ObjectDb) => {
     insert: db
       .insert(t)
       .values({
-        obj: sql.placeholder("obj"),
-        tokenDigest: sql.placeholder("tokenDigest"),
-        hostId: sql.placeholder("hostId"),
-        expiresAtMs: sql.placeholder("expiresAtMs"),
+        ...placeholders("obj", "tokenDigest", "hostId", "expiresAtMs", "createdBy"),
         usedWith: null,
-        createdBy: sql.placeholder("createdBy"),
       })
       .prepare(),
     token: db.select().from(t).where(token).prepare(),

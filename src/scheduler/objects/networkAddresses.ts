@@ -14,7 +14,7 @@
  */
 import { and, asc, eq, gt, isNotNull, or, sql } from "drizzle-orm";
 import type { ObjectState } from "../runtime/api.ts";
-import { param, prepared, type ObjectDb } from "../runtime/drizzle.ts";
+import { param, placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import { networkAddress, type AddressKind, type UlaPrefix } from "../../domain/network.ts";
 import { GLOBAL, type SchedulerEnv } from "../env.ts";
@@ -49,8 +49,7 @@ const queries = (db: ObjectDb) => {
       .insert(n)
       .values({
         obj,
-        tenant: sql.placeholder("tenant"),
-        subnet: sql.placeholder("subnet"),
+        ...placeholders("tenant", "subnet"),
         lastAllocationIndex: 0,
         lastClientIndex: 0,
         createdAtMs: sql.placeholder("now"),
@@ -96,8 +95,7 @@ const queries = (db: ObjectDb) => {
       .insert(f)
       .values({
         obj,
-        kind: sql.placeholder("kind"),
-        address: sql.placeholder("address"),
+        ...placeholders("kind", "address"),
         freedAtMs: sql.placeholder("now"),
       })
       .onConflictDoNothing()

@@ -10,7 +10,7 @@
  */
 import { and, asc, eq, max, sql } from "drizzle-orm";
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
-import { prepared, type ObjectDb } from "../runtime/drizzle.ts";
+import { placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import { MAX_NETWORKS } from "../../domain/network.ts";
 import type { SchedulerEnv } from "../env.ts";
@@ -34,9 +34,7 @@ const queries = (db: ObjectDb) => {
       .insert(d)
       .values({
         obj,
-        networkId: sql.placeholder("networkId"),
-        tenant: sql.placeholder("tenant"),
-        subnet: sql.placeholder("subnet"),
+        ...placeholders("networkId", "tenant", "subnet"),
         createdAtMs: sql.placeholder("now"),
       })
       .prepare(),

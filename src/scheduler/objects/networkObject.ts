@@ -31,7 +31,7 @@
  */
 import { and, asc, count, eq, gt, isNotNull, isNull, lt, lte, min, sql } from "drizzle-orm";
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
-import { param, prepared, type ObjectDb } from "../runtime/drizzle.ts";
+import { param, placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import type { ConnectionGrantResponse, GrantPayload, GrantTransport } from "../../protocol/connection.ts";
 import {
@@ -104,15 +104,17 @@ const queries = (db: ObjectDb) => {
       .insert(g)
       .values({
         obj,
-        grantId: sql.placeholder("grantId"),
+        ...placeholders(
+          "grantId",
+          "generation",
+          "hostId",
+          "placementId",
+          "clientAddress",
+          "connectionId",
+          "expiresAtMs",
+        ),
         allocationId: sql.placeholder("id"),
-        generation: sql.placeholder("generation"),
-        hostId: sql.placeholder("hostId"),
-        placementId: sql.placeholder("placementId"),
-        clientAddress: sql.placeholder("clientAddress"),
-        connectionId: sql.placeholder("connectionId"),
         issuedAtMs: sql.placeholder("now"),
-        expiresAtMs: sql.placeholder("expiresAtMs"),
         revokedAtMs: null,
         revokeObservedAtMs: null,
         goneAtMs: null,

@@ -7,7 +7,7 @@
  */
 import { and, asc, eq, gt, lte, max, sql } from "drizzle-orm";
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
-import { prepared, type ObjectDb } from "../runtime/drizzle.ts";
+import { placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import type { AlertItem } from "../../protocol/views.ts";
 import type { SchedulerEnv } from "../env.ts";
 import { OperationsMessage } from "./messages.ts";
@@ -24,11 +24,7 @@ const queries = (db: ObjectDb) => {
       .insert(t)
       .values({
         obj,
-        alertId: sql.placeholder("alertId"),
-        type: sql.placeholder("type"),
-        subject: sql.placeholder("subject"),
-        reason: sql.placeholder("reason"),
-        atMs: sql.placeholder("atMs"),
+        ...placeholders("alertId", "type", "subject", "reason", "atMs"),
       })
       .onConflictDoNothing()
       .prepare(),
