@@ -10,11 +10,13 @@
  * - Role-free libraries (src/image, src/wireguard, src/netstack, native/,
  *   src/relayclient) import only the lower layer (and, for the tunnel, each
  *   other); the relay client imports src/protocol only.
- * - Roles never import each other: the agent never imports the scheduler
- *   and vice versa; the CLI (src/cli) imports neither's internals, and the
- *   public client library (src/client) imports only src/protocol; the
+ * - Roles (ROLES: scheduler, agent, cli, proxy, relay, guest) never import
+ *   each other, whatever ALLOWED says: what two roles share moves down a
+ *   floor (the CLI and `bb proxy` share the client flags, config and
+ *   ID-prefix lookup in src/command, the scheduler client in src/client).
+ *   The public client library (src/client) imports only src/protocol; the
  *   guest imports only the lower layer; relay and proxy import only the
- *   lower layer and the tunnel libraries; the relay's clients (proxy, agent)
+ *   lower layer and the libraries; the relay's clients (proxy, agent)
  *   reach it through src/relayclient, never src/relay.
  * - src/dev (the one-machine demo) and bin/bb.ts compose roles: the only
  *   places allowed to import more than one.
@@ -79,7 +81,6 @@ const ALLOWED: Record<string, readonly string[]> = {
     "src/protocol",
     "src/domain",
     "src/command",
-    "src/cli",
     "src/client",
     "src/wireguard",
     "src/netstack",
@@ -90,6 +91,29 @@ const ALLOWED: Record<string, readonly string[]> = {
 
 /** Areas that compose roles and may import anything in src/. */
 const COMPOSERS = new Set(["src/dev", "bin"]);
+
+/** The roles (docs/architecture.md, "Roles"): one process each; none imports another. */
+const ROLES = new Set(["src/scheduler", "src/agent", "src/cli", "src/proxy", "src/relay", "src/guest"]);
+
+/**
+ * Role-to-role imports in one file's source, each with the rule it breaks:
+ * "src/proxy/command.ts imports ../cli/config.ts: role src/proxy imports
+ * role src/cli; roles never import each other (move what both need down a floor)".
+ */
+function roleViolations(file: string, source: string): string[] {
+  const from = areaOf(file);
+  if (!ROLES.has(from)) return [];
+  const out: string[] = [];
+  for (const spec of specifiers(source)) {
+    if (!spec.startsWith(".")) continue;
+    const to = areaOf(relative(ROOT, resolve(ROOT, dirname(file), spec)));
+    if (to !== from && ROLES.has(to))
+      out.push(
+        `${file} imports ${spec}: role ${from} imports role ${to}; roles never import each other (docs/architecture.md, "Layers"): move what both need down a floor (src/command, src/client, a library)`,
+      );
+  }
+  return out;
+}
 
 /** Import violations of the rules above for one file's source, as "file imports spec (area)". */
 function violations(file: string, source: string): string[] {
@@ -112,6 +136,30 @@ describe("dependency rules", () => {
   test("every area under src/ has a rule", () => {
     const areas = new Set(SOURCES.filter((f) => f.startsWith("src/")).map(areaOf));
     for (const a of areas) expect(a in ALLOWED || COMPOSERS.has(a), `${a} has no dependency rule`).toBe(true);
+  });
+
+  test("no role imports another role (its sources and the unit tests beside them), and no rule allows it", () => {
+    const found = files("src").flatMap((f) => roleViolations(f, readFileSync(join(ROOT, f), "utf8")));
+    expect(found).toEqual([]);
+    for (const [area, allowed] of Object.entries(ALLOWED))
+      if (ROLES.has(area))
+        expect(
+          allowed.filter((a) => ROLES.has(a)),
+          `ALLOWED lets role ${area} import a role`,
+        ).toEqual([]);
+  });
+
+  test("the role rule catches a role importing another, statically or dynamically, and lets a composer do it", () => {
+    expect(roleViolations("src/proxy/command.ts", 'import { clientArgs } from "../cli/common.ts";')).toEqual([
+      'src/proxy/command.ts imports ../cli/common.ts: role src/proxy imports role src/cli; roles never import each other (docs/architecture.md, "Layers"): move what both need down a floor (src/command, src/client, a library)',
+    ]);
+    expect(roleViolations("src/cli/hostCommand.ts", 'const m = await import("../agent/daemon.ts");')).toHaveLength(1);
+    expect(roleViolations("src/relay/hub.ts", 'import type { X } from "../guest/main.ts";')).toHaveLength(1);
+    expect(roleViolations("src/proxy/command.ts", 'import { clientArgs } from "../command/clientArgs.ts";')).toEqual(
+      [],
+    );
+    expect(roleViolations("src/dev/demo.ts", 'import { AgentDaemon } from "../agent/daemon.ts";')).toEqual([]);
+    expect(violations("src/proxy/command.ts", 'import { clientArgs } from "../cli/common.ts";')).toHaveLength(1);
   });
 
   test("roles and libraries import only what their layer allows", () => {
@@ -151,6 +199,34 @@ describe("dependency rules", () => {
       0,
     );
     expect(violations("src/relay/hub.ts", 'import { connectRelay } from "../relayclient/index.ts";')).toHaveLength(1);
+  });
+
+  test("ID patterns are declared once (src/protocol/ids.ts): no other source spells one out", () => {
+    // An ID's full shape (a prefix and 32 or 64 hex digits, or a DNS-label name); the log
+    // redaction's looser patterns (src/command/log.ts) catch partial tokens on purpose.
+    const copy = /[a-z]_\[0-9a-f\]\{(?:32|64)\}|\[a-z0-9\]\[a-z0-9-\]\{0,62\}/;
+    expect(copy.test('grantId: Type.String({ pattern: "^grt_[0-9a-f]{32}$" })')).toBe(true);
+    expect(copy.test("const HOST = /^[a-z0-9][a-z0-9-]{0,62}$/;")).toBe(true);
+    const offenders = SOURCES.filter((f) => f !== "src/protocol/ids.ts").flatMap((f) =>
+      readFileSync(join(ROOT, f), "utf8")
+        .split("\n")
+        .flatMap((line, i) =>
+          copy.test(line) ? [`${f}:${i + 1}: ${line.trim()} (import it from src/protocol/ids.ts)`] : [],
+        ),
+    );
+    expect(offenders).toEqual([]);
+  });
+
+  test("usage errors have one shape: no source builds its own error with exit code 2 (src/command/run.ts UsageError)", () => {
+    const adHoc = /exitCode:\s*(?:2\b|EXIT\.usage\b)/;
+    expect(adHoc.test('throw Object.assign(new Error("--out is required"), { exitCode: 2 });')).toBe(true);
+    const offenders = SOURCES.filter(
+      (f) => f !== "src/command/run.ts" && adHoc.test(readFileSync(join(ROOT, f), "utf8")),
+    );
+    expect(offenders).toEqual([]);
+    // bb-guest loads no parser; it exits 2 itself but prints the one text form.
+    for (const f of SOURCES.filter((f) => /process\.exit\(2\)/.test(readFileSync(join(ROOT, f), "utf8"))))
+      expect(readFileSync(join(ROOT, f), "utf8"), f).toContain("usageErrorText(");
   });
 
   test("src/wireguard reads time and randomness only through its ports (ports.ts)", () => {

@@ -4,6 +4,7 @@
  * initiates every connection.
  * Must never: send the credential anywhere but the configured scheduler URL.
  */
+import { AGENT_PROTOCOL_VERSION } from "../protocol/platform.ts";
 import { errorFromAnswer } from "../protocol/problem.ts";
 import { MAX_ENVELOPE_BYTES, type AgentPayload, type Envelope, type PollResponse } from "../protocol/agent.ts";
 import { MAX_LOG_PUSH_BODY_BYTES, type LogChunk, type LogPushBody, type LogPushResponse } from "../protocol/logs.ts";
@@ -35,7 +36,7 @@ export class ControlClient implements ControlChannel, LogSink {
     signal?: AbortSignal,
   ): Promise<PollResponse> {
     const env: Envelope = {
-      protocolVersion: "1.0",
+      protocolVersion: AGENT_PROTOCOL_VERSION,
       messageId: crypto.randomUUID(),
       hostId: this.hostId,
       agentEpoch,

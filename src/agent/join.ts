@@ -5,6 +5,7 @@
  * (mode 0600). Run again with an existing credential, it validates the
  * files and does not enroll again.
  */
+import { AGENT_PROTOCOL_VERSION, SUPPORTED_ARCHITECTURE } from "../protocol/platform.ts";
 import { existsSync, statfsSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { join, resolve } from "node:path";
@@ -76,8 +77,8 @@ export async function joinScheduler(opts: JoinOptions): Promise<{ hostId: string
       token: opts.token,
       capacity,
       region: wk.region,
-      architecture: "x86_64",
-      agentProtocolVersion: "1.0",
+      architecture: SUPPORTED_ARCHITECTURE,
+      agentProtocolVersion: AGENT_PROTOCOL_VERSION,
       vmmDriver: "qemu-microvm",
       labels: {},
     }),

@@ -3,7 +3,7 @@
  * the client commands over the public API. They only check flags, call
  * SchedulerClient and print: results on stdout (tables, detail blocks or
  * `--json`), progress on stderr (a spinner on a terminal). Allocation IDs
- * may be given by a unique prefix (src/cli/allocationId.ts).
+ * may be given by a unique prefix (src/command/allocationId.ts).
  *
  * Exit codes (src/command/run.ts): 0 ok; 1 error or a failed allocation;
  * 2 usage; 3 `--wait` gave up before any host took the allocation; 4 auth.
@@ -26,8 +26,10 @@ import { command } from "../command/define.ts";
 import { EXIT, runCli, UsageError } from "../command/run.ts";
 import { progress } from "../command/terminal.ts";
 import { integerFlag, optionalIntegerFlag } from "../command/values.ts";
-import { resolveAllocationId } from "./allocationId.ts";
-import { clientArgs, clientFrom, flagError } from "./common.ts";
+import { ALLOCATION_ID } from "../protocol/ids.ts";
+import { resolveAllocationId } from "../command/allocationId.ts";
+import { clientArgs } from "../command/clientArgs.ts";
+import { clientFrom, flagError } from "./common.ts";
 import { allocationDetail, allocationTable, formatEvent } from "./format.ts";
 import { notPlacedMessage, UNPLACED_STATES, waitFor } from "./wait.ts";
 
@@ -249,7 +251,7 @@ const list = command({
   run: ({ args }) =>
     runCli(async () => {
       const limit = integerFlag("--limit", args.limit, { min: 1, max: MAX_PAGE_SIZE });
-      if (args.cursor !== undefined && !/^alloc_[0-9a-f]{32}$/.test(args.cursor))
+      if (args.cursor !== undefined && !ALLOCATION_ID.test(args.cursor))
         throw new UsageError(`--cursor must be an allocation ID (got ${JSON.stringify(args.cursor)})`);
       const page = await clientFrom(args).list(args.cursor, limit);
       if (args.json) return console.log(JSON.stringify(page));

@@ -1,24 +1,14 @@
 /**
- * Shared client-command plumbing: the flags every client command accepts
- * and how a client is made from flags, environment and config file
- * (src/cli/config.ts). Exit codes and error printing live in
+ * Shared client-command plumbing of the CLI: how a client is made from the
+ * client flags (src/command/clientArgs.ts), environment and config file
+ * (src/command/clientConfig.ts), and how the scheduler's field errors
+ * become flag errors. Exit codes and error printing live in
  * src/command/run.ts.
  */
 import { BeachballError } from "../protocol/errors.ts";
 import { UsageError } from "../command/run.ts";
+import { resolveClientConfig } from "../command/clientConfig.ts";
 import { SchedulerClient } from "./client.ts";
-import { resolveClientConfig } from "./config.ts";
-
-/** citty args every client command accepts. */
-export const clientArgs = {
-  scheduler: {
-    type: "string",
-    valueHint: "URL",
-    description: "Scheduler URL (or BB_SCHEDULER_URL, or the config file)",
-  },
-  token: { type: "string", valueHint: "TOKEN", description: "Bearer token (or BB_TOKEN, or the config file)" },
-  json: { type: "boolean", description: "Print JSON", default: false },
-} as const;
 
 /** A client from flags, environment or config file; `operator` picks the operator token from the config file when no token flag/env is given. */
 export function clientFrom(

@@ -9,7 +9,8 @@ import { EnrollmentTokenBody, MAX_PAGE_SIZE, MAX_WIRE_INTEGER } from "../protoco
 import { command } from "../command/define.ts";
 import { runCli } from "../command/run.ts";
 import { integerFlag, optionalIntegerFlag } from "../command/values.ts";
-import { clientArgs, clientFrom, flagError } from "./common.ts";
+import { clientArgs } from "../command/clientArgs.ts";
+import { clientFrom, flagError } from "./common.ts";
 import { alertTable, hostTable } from "./format.ts";
 
 /** Bounds of `--ttl` of an enrollment token, seconds: the body's own (src/protocol/api.ts). */

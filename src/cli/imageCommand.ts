@@ -27,6 +27,7 @@
 import { resolve } from "node:path";
 import { consola } from "consola";
 import { pickBb } from "../image/bbBinary.ts";
+import { UsageError } from "../command/run.ts";
 import { imageErrorCode } from "../image/errors.ts";
 import { command } from "../command/define.ts";
 import { progress } from "../command/terminal.ts";
@@ -90,8 +91,16 @@ export function repeatedFlag(rawArgs: string[], name: string): string[] {
   return out;
 }
 
-/** Prints an error and sets the exit code (1, or 2 for usage errors). */
+/**
+ * Prints an error and sets the exit code 1. A UsageError is rethrown, so
+ * the entry point prints it as every command's usage error does (exit 2);
+ * with --json its result line comes first, code USAGE.
+ */
 function fail(e: unknown, json: boolean): void {
+  if (e instanceof UsageError) {
+    if (json) console.log(JSON.stringify({ ok: false, code: e.code, message: e.message }));
+    throw e;
+  }
   const stable = imageErrorCode(e);
   if (json) console.log(JSON.stringify({ ok: false, code: stable ?? "ERROR", message: (e as Error).message }));
   else {
@@ -101,7 +110,7 @@ function fail(e: unknown, json: boolean): void {
   process.exitCode = (e as { exitCode?: number }).exitCode ?? 1;
 }
 
-const usage = (msg: string) => Object.assign(new Error(msg), { exitCode: 2 });
+const usage = (msg: string) => new UsageError(msg);
 
 const keygen = command({
   meta: {

@@ -16,6 +16,7 @@ import { resolveCommand, subCommand, subCommandSummary, type BbCommand, type Com
 import { renderHelp, type SubcommandLine } from "./help.ts";
 import { EXIT, exitCodeFor, UsageError } from "./run.ts";
 import { styles, useColour, type Stream } from "./terminal.ts";
+import { usageErrorText } from "./usageText.ts";
 
 /** Where runBb writes (ports, so tests capture them). */
 export interface MainIo {
@@ -102,9 +103,7 @@ export async function runBb(
     await node.def.run({ rawArgs: rest, args: args as never, cmd: node.def });
   } catch (e) {
     if (e instanceof UsageError) {
-      io.stderr.write(
-        `${err.red("error:")} ${e.message}\n${e.helpHint ? `Run \`${e.commandPath ?? path} --help\` for usage.\n` : ""}`,
-      );
+      io.stderr.write(usageErrorText(e.message, e.helpHint ? (e.commandPath ?? path) : undefined, err.red));
       process.exitCode = EXIT.usage;
       return;
     }

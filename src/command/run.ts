@@ -22,10 +22,21 @@ export const EXIT = {
   auth: 4,
 } as const;
 
-/** A mistake in the command line or the client configuration: exit 2, nothing was done. */
+/** The stable code of a usage error, where a command answers in JSON (`bb image … --json`: `{"ok":false,"code":"USAGE",…}`). */
+export const USAGE_CODE = "USAGE";
+
+/**
+ * A mistake in the command line or the client configuration: exit 2,
+ * nothing was done. The one shape of usage error for every command: the
+ * entry point prints it as `error: MESSAGE` and a pointer to `--help`
+ * (src/command/usageText.ts); test/architecture.test.ts refuses any other
+ * error built with exit code 2.
+ */
 export class UsageError extends Error {
   /** Always EXIT.usage. */
   readonly exitCode = EXIT.usage;
+  /** Always USAGE_CODE. */
+  readonly code = USAGE_CODE;
   /** Whether the message ends with a pointer to `--help` (not for a faulty config file or environment). */
   readonly helpHint: boolean;
   /** The command whose `--help` to point at, when not the one being run (an unknown subcommand's group). */

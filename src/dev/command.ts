@@ -6,7 +6,7 @@
 import { readFileSync, statSync } from "node:fs";
 import { consola } from "consola";
 import { command } from "../command/define.ts";
-import { runCli } from "../command/run.ts";
+import { runCli, UsageError } from "../command/run.ts";
 
 const demo = command({
   meta: { name: "demo", description: "Run a sample CI job in a real VM on this machine, end to end" },
@@ -25,11 +25,8 @@ const demo = command({
         try {
           size = statSync(args.payload).size;
         } catch (e) {
-          throw Object.assign(
-            new Error(
-              `cannot read --payload ${args.payload}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`,
-            ),
-            { exitCode: 2 },
+          throw new UsageError(
+            `cannot read --payload ${args.payload}: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`,
           );
         }
         checkPayloadSize(size, `--payload ${args.payload}`);

@@ -24,6 +24,7 @@ import { listPlacementNetworks } from "../agent/isolation/placementNet.ts";
 import { SchedulerClient } from "../client/index.ts";
 import { formatEvent } from "../cli/allocationCommand.ts";
 import { pickBb } from "../image/bbBinary.ts";
+import { UsageError } from "../command/run.ts";
 
 /** The sample job: a small CI-like script (runs in the guest with /bin/sh). */
 export const SAMPLE_JOB = `#!/bin/sh
@@ -147,15 +148,12 @@ async function releaseLeftovers(client: SchedulerClient, status: (l: string) => 
 
 /**
  * Refuses a job script the scheduler would refuse, before anything boots.
- * Throws an Error with exit code 2 (usage) naming the size and the limit.
+ * Throws UsageError (exit 2) naming the size and the limit.
  */
 export function checkPayloadSize(bytes: number, what = "the payload"): void {
   if (bytes > MAX_PAYLOAD_BYTES)
-    throw Object.assign(
-      new Error(
-        `${what} is ${bytes} bytes; a bootstrap payload is at most ${MAX_PAYLOAD_BYTES} bytes (${MAX_PAYLOAD_BYTES / 1024} KiB): nothing was started`,
-      ),
-      { exitCode: 2 },
+    throw new UsageError(
+      `${what} is ${bytes} bytes; a bootstrap payload is at most ${MAX_PAYLOAD_BYTES} bytes (${MAX_PAYLOAD_BYTES / 1024} KiB): nothing was started`,
     );
 }
 

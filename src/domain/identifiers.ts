@@ -1,15 +1,18 @@
 /**
  * Deterministic identifiers (spec "Worker and Durable Objects", "Messages").
  * Pure. The allocation ID is a digest of identity + clientRequestId, so two
- * identical requests from one client reach the same object.
+ * identical requests from one client reach the same object. The shapes
+ * (prefixes, digit counts, patterns) are declared once in
+ * src/protocol/ids.ts, which the checks everywhere use.
  */
 import { canonicalJson } from "../protocol/canonical.ts";
+import { ALLOCATION_ID_PREFIX, ID_HEX_DIGITS, NETWORK_ID_PREFIX } from "../protocol/ids.ts";
 import { sha256 } from "@noble/hashes/sha2.js";
 import { utf8ToBytes, bytesToHex } from "@noble/hashes/utils.js";
 
 /** `alloc_` + the first 128 bits of SHA-256(identity NUL clientRequestId), hex. */
 export function allocationIdFor(identity: string, clientRequestId: string): string {
-  return `alloc_${bytesToHex(sha256(utf8ToBytes(`${identity}\u0000${clientRequestId}`))).slice(0, 32)}`;
+  return `${ALLOCATION_ID_PREFIX}${bytesToHex(sha256(utf8ToBytes(`${identity}\u0000${clientRequestId}`))).slice(0, ID_HEX_DIGITS)}`;
 }
 
 /** Deterministic command ID: `{placement}:{present|running|absent}:{generation}`. */
@@ -41,7 +44,7 @@ export { canonicalJson };
  * object; addresses are never derived from it.
  */
 export function defaultNetworkIdFor(identity: string): string {
-  return `net_${bytesToHex(sha256(utf8ToBytes(`network\u0000default\u0000${identity}`))).slice(0, 32)}`;
+  return `${NETWORK_ID_PREFIX}${bytesToHex(sha256(utf8ToBytes(`network\u0000default\u0000${identity}`))).slice(0, ID_HEX_DIGITS)}`;
 }
 
 /** Deterministic configure_connection command ID: `{grantId}:{apply|revoke}`. */

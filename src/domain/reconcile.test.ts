@@ -9,6 +9,7 @@ import {
   applyInput,
   CONNECTIONS_NOT_FENCED,
   grantRefusal,
+  newAllocationRecord,
   nextAlarmAt,
   nextIntent,
   NO_CAPACITY_CONDITION,
@@ -333,5 +334,36 @@ describe("connection grants across a replacement (CONNECTIONS_NOT_FENCED)", () =
     expect(grantRefusal(ready({ state: "releasing" }), undefined)?.code).toBe("INVALID_STATE");
     expect(grantRefusal(placed(net), undefined)?.message).toBe("allocation is provisioning, not ready");
     expect(grantRefusal(ready({ networkId: null, address: null }), undefined)?.code).toBe("INVALID_STATE");
+  });
+});
+
+describe("a new allocation's record", () => {
+  test("pending toward ready, generation 1, placed at once, first host check one interval out, expiring after its TTL", () => {
+    const r = newAllocationRecord(
+      {
+        allocationId: "alloc_9",
+        identity: "c",
+        clientRequestId: "r9",
+        workloadClass: "small",
+        ttlMs: 60_000,
+        network: { networkId: "net_1", address: "fd00::9" },
+      },
+      T,
+      P,
+    );
+    expect(r).toMatchObject({ state: "pending", desired: "ready", generation: 1, attempts: 1, hostId: null });
+    expect(r.nextAttemptAtMs).toBe(T);
+    expect(r.hostCheckAtMs).toBe(T + P.hostCheckIntervalMs);
+    expect(r.expiresAtMs).toBe(T + 60_000);
+    expect([r.createdAtMs, r.updatedAtMs, r.stateEnteredAtMs]).toEqual([T, T, T]);
+    expect([r.networkId, r.address, r.grantGeneration, r.connectionsFencedGeneration]).toEqual([
+      "net_1",
+      "fd00::9",
+      0,
+      0,
+    ]);
+    expect(nextIntent(r, T, P).type).toBe("find_host");
+    const plain = newAllocationRecord({ ...r, ttlMs: 1, network: null }, T, P);
+    expect([plain.networkId, plain.address]).toEqual([null, null]);
   });
 });

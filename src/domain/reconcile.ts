@@ -84,6 +84,62 @@ export interface AllocationRecord {
   pendingReplacement: string | null;
 }
 
+/** What a create fixes about a new allocation (the caller resolved and admitted it). */
+export interface NewAllocation {
+  allocationId: string;
+  identity: string;
+  clientRequestId: string;
+  workloadClass: string;
+  /** Lifetime from creation, ms. */
+  ttlMs: number;
+  /** The allocation's Network and /128 when the deployment has private networking, else null. */
+  network: { networkId: string; address: string } | null;
+}
+
+/**
+ * The record of an allocation created at `nowMs` (spec "Allocation
+ * lifecycle"): pending toward ready, generation 1 on its first attempt, to
+ * be placed at once, its first host check one interval out, expiring
+ * `ttlMs` after creation.
+ */
+export function newAllocationRecord(a: NewAllocation, nowMs: number, policy: TimeoutPolicy): AllocationRecord {
+  return {
+    allocationId: a.allocationId,
+    identity: a.identity,
+    clientRequestId: a.clientRequestId,
+    workloadClass: a.workloadClass,
+    state: "pending",
+    desired: "ready",
+    generation: 1,
+    attempts: 1,
+    hostId: null,
+    placementId: null,
+    reservationKey: null,
+    observedState: null,
+    reason: null,
+    conditions: [],
+    triedHosts: [],
+    nextAttemptAtMs: nowMs,
+    guestReady: false,
+    payloadConsumed: false,
+    replaceAfterAbsent: false,
+    workloadExitCode: null,
+    createdAtMs: nowMs,
+    updatedAtMs: nowMs,
+    stateEnteredAtMs: nowMs,
+    expiresAtMs: nowMs + a.ttlMs,
+    replacementAuthorized: false,
+    hostCheckAtMs: nowMs + policy.hostCheckIntervalMs,
+    terminalAtMs: null,
+    placement: null,
+    networkId: a.network?.networkId ?? null,
+    address: a.network?.address ?? null,
+    grantGeneration: 0,
+    connectionsFencedGeneration: 0,
+    pendingReplacement: null,
+  };
+}
+
 /** An event to append (the object adds ID, time, generation, placement and host). */
 export interface EventDraft {
   type: string;

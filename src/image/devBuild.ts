@@ -10,6 +10,7 @@
  * is reused. Must never: use files other than Debian packages' and our bb
  * binary, or publish a half-built directory (it is built beside and renamed).
  */
+import { SUPPORTED_ARCHITECTURE } from "../protocol/platform.ts";
 import { chmod, copyFile, mkdir, rename, rm, stat, symlink } from "node:fs/promises";
 import { openSync, ftruncateSync, closeSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
@@ -201,7 +202,7 @@ export async function buildDevImage(opts: DevBuildOptions): Promise<DevBuildResu
     await rm(join(work, "staging"), { recursive: true, force: true });
     const manifest: ImageManifest = {
       schemaVersion: 1,
-      architecture: "x86_64",
+      architecture: SUPPORTED_ARCHITECTURE,
       kernel: await artifact(work, "vmlinux"),
       rootfs: await artifact(work, "rootfs.ext4"),
       rootfsFormat: "ext4",

@@ -12,6 +12,7 @@
  * on the console). Must never: publish a half-built directory (it is built
  * beside and renamed), or enable a login on the console.
  */
+import { SUPPORTED_ARCHITECTURE } from "../protocol/platform.ts";
 import { chmod, mkdir, readdir, rename, rm, stat, symlink, writeFile } from "node:fs/promises";
 import { closeSync, ftruncateSync, openSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
@@ -203,7 +204,7 @@ export async function buildReferenceImage(
     const manifest = signManifest(
       {
         schemaVersion: 2,
-        architecture: "x86_64",
+        architecture: SUPPORTED_ARCHITECTURE,
         kernel: await artifact(work, "vmlinux"),
         rootfs: await artifact(work, "rootfs.ext4"),
         rootfsFormat: "ext4",

@@ -4,6 +4,7 @@
  * need no kernel, no root and no network. Must never: be imported by
  * production code.
  */
+import { SUPPORTED_ARCHITECTURE } from "../protocol/platform.ts";
 import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { createHash } from "node:crypto";
@@ -53,7 +54,7 @@ export function makeTestImage(
   };
   let manifest: ImageManifest = {
     schemaVersion: 1,
-    architecture: "x86_64",
+    architecture: SUPPORTED_ARCHITECTURE,
     kernel: artifactOf("vmlinux", files.vmlinux),
     rootfs: artifactOf("rootfs.ext4", files["rootfs.ext4"]),
     rootfsFormat: "ext4",

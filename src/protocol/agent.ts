@@ -8,19 +8,13 @@
  * (configure_connection, connectivity_update). Must never: carry a bootstrap payload in anything that is persisted
  * (deliveries ride only in the poll response).
  */
+import { AGENT_PROTOCOL_VERSION } from "./platform.ts";
 import { Type, type Static } from "@sinclair/typebox";
 import { AGENT_ERROR_CODES, type ErrorCode } from "./errors.ts";
 import { MAX_WIRE_INTEGER } from "./api.ts";
-import {
-  Candidate,
-  ENDPOINT_TOKEN_PATTERN,
-  MAX_CANDIDATES,
-  MAX_RELAYS,
-  SignedGrant,
-  SignedRelayMap,
-  SignedRelayToken,
-} from "./connection.ts";
+import { Candidate, MAX_CANDIDATES, MAX_RELAYS, SignedGrant, SignedRelayMap, SignedRelayToken } from "./connection.ts";
 import { VmExit } from "./vmExit.ts";
+import { CONNECTION_ID_PATTERN, ENDPOINT_TOKEN_PATTERN, GRANT_ID_PATTERN, RELAY_ID_PATTERN } from "./ids.ts";
 
 /** Envelope size bound in bytes. */
 export const MAX_ENVELOPE_BYTES = 256 * 1024;
@@ -262,20 +256,20 @@ export const ConfigureConnection = Type.Object(
     commandId: Id,
     type: Type.Literal("configure_connection"),
     action: Type.Union([Type.Literal("apply"), Type.Literal("revoke")]),
-    grantId: Type.String({ pattern: "^grt_[0-9a-f]{32}$" }),
+    grantId: Type.String({ pattern: GRANT_ID_PATTERN }),
     /** apply: the signed grant. */
     grant: Type.Optional(SignedGrant),
     /** apply: the relays the host may meet the client at, and the host role's relay token for each (by relay ID). */
     relayMap: Type.Optional(SignedRelayMap),
     relayTokens: Type.Optional(
-      Type.Record(Type.String({ pattern: "^[a-z0-9][a-z0-9-]{0,62}$" }), SignedRelayToken, {
+      Type.Record(Type.String({ pattern: RELAY_ID_PATTERN }), SignedRelayToken, {
         maxProperties: MAX_RELAYS,
       }),
     ),
     /** apply: the client's candidates, when the rendezvous has them. */
     clientCandidates: Type.Optional(Type.Array(Candidate, { maxItems: MAX_CANDIDATES })),
     /** apply: the grant's Connection (rendezvous) and the host role's endpoint token for it (`POST /v1/connections/{id}/poll`). */
-    connectionId: Type.Optional(Type.String({ pattern: "^con_[0-9a-f]{32}$" })),
+    connectionId: Type.Optional(Type.String({ pattern: CONNECTION_ID_PATTERN })),
     endpointToken: Type.Optional(Type.String({ pattern: ENDPOINT_TOKEN_PATTERN })),
   },
   { additionalProperties: false },
@@ -286,7 +280,7 @@ export type ConfigureConnection = Static<typeof ConfigureConnection>;
 /** One grant as the host endpoint holds it. */
 export const AppliedGrant = Type.Object(
   {
-    grantId: Type.String({ pattern: "^grt_[0-9a-f]{32}$" }),
+    grantId: Type.String({ pattern: GRANT_ID_PATTERN }),
     allocationId: Id,
     generation: Type.Integer({ minimum: 1, maximum: MAX_WIRE_INTEGER }),
     expiresAtMs: Type.Integer({ minimum: 0, maximum: MAX_WIRE_INTEGER }),
@@ -384,7 +378,7 @@ export type AgentPayload = Static<typeof AgentPayload>;
 /** The agent envelope (spec "Messages"). */
 export const Envelope = Type.Object(
   {
-    protocolVersion: Type.Literal("1.0"),
+    protocolVersion: Type.Literal(AGENT_PROTOCOL_VERSION),
     messageId: Type.String({ minLength: 1, maxLength: 64 }),
     hostId: Id,
     agentEpoch: Type.String({ maxLength: 64 }),

@@ -5,6 +5,7 @@
  * unknown fields (`additionalProperties: false`). Spec: "Allocation
  * lifecycle", "One allocation end to end", "Enrollment".
  */
+import { AGENT_PROTOCOL_VERSION, SUPPORTED_ARCHITECTURE } from "./platform.ts";
 import { Type, type Static, type TSchema } from "@sinclair/typebox";
 import { MAX_CONSOLE_TAIL_CHARS, VM_EXIT_REASONS } from "./vmExit.ts";
 
@@ -250,9 +251,9 @@ export const EnrollBody = Type.Object(
     capacity: Capacity,
     reserve: Type.Optional(Capacity),
     region: Ident(64),
-    architecture: Type.Literal("x86_64"),
+    architecture: Type.Literal(SUPPORTED_ARCHITECTURE),
     labels: Type.Optional(Labels),
-    agentProtocolVersion: Type.Literal("1.0"),
+    agentProtocolVersion: Type.Literal(AGENT_PROTOCOL_VERSION),
     vmmDriver: Ident(32),
   },
   { additionalProperties: false },
@@ -263,7 +264,7 @@ export type EnrollBody = Static<typeof EnrollBody>;
 /** GET /v1/.well-known/beachball response. */
 export interface WellKnown {
   apiVersion: "v1";
-  agentProtocolVersion: "1.0";
+  agentProtocolVersion: typeof AGENT_PROTOCOL_VERSION;
   region: string;
   workloadClasses: string[];
   /** With private networking: key ID → base64 Ed25519 public key that grants, relay maps and relay tokens verify with. */

@@ -15,6 +15,13 @@
  */
 import { Type, type Static } from "@sinclair/typebox";
 import { canonicalJson } from "./canonical.ts";
+import {
+  ALLOCATION_ID_PATTERN,
+  GRANT_ID_PATTERN,
+  HOST_ID_PATTERN,
+  NETWORK_ID_PATTERN,
+  RELAY_ID_PATTERN,
+} from "./ids.ts";
 
 /** Most ports one grant may open. */
 export const MAX_GRANT_PORTS = 16;
@@ -58,8 +65,6 @@ export const MAX_CONNECTION_SEQ = Number.MAX_SAFE_INTEGER;
  * token lifetime.
  */
 export const MIN_RELAY_TOKEN_REFRESH_MS = 10_000;
-/** An endpoint token: a bearer for one role of one Connection only (`bbx_` and 64 hex digits). */
-export const ENDPOINT_TOKEN_PATTERN = "^bbx_[0-9a-f]{64}$";
 
 const B64Key = Type.String({
   maxLength: 44,
@@ -71,7 +76,6 @@ const B64Sig = Type.String({
   pattern: "^[A-Za-z0-9+/]{86}==$",
   description: "64-byte Ed25519 signature, standard base64",
 });
-const Id = (prefix: string) => Type.String({ pattern: `^${prefix}_[0-9a-f]{32}$` });
 const Ipv6 = Type.String({
   minLength: 2,
   maxLength: 45,
@@ -94,14 +98,14 @@ export type GrantTransport = Static<typeof GrantTransport>;
 export const GrantPayload = Type.Object(
   {
     v: Type.Literal(1),
-    grantId: Id("grt"),
+    grantId: Type.String({ pattern: GRANT_ID_PATTERN }),
     /** The principal that owns the allocation and asked for the grant. */
     tenant: Type.String({ minLength: 1, maxLength: 64 }),
-    networkId: Id("net"),
-    allocationId: Id("alloc"),
+    networkId: Type.String({ pattern: NETWORK_ID_PATTERN }),
+    allocationId: Type.String({ pattern: ALLOCATION_ID_PATTERN }),
     /** The one placement generation this grant targets; never spans a replacement. */
     generation: Type.Integer({ minimum: 1 }),
-    hostId: Type.String({ pattern: "^[a-z0-9][a-z0-9-]{0,62}$" }),
+    hostId: Type.String({ pattern: HOST_ID_PATTERN }),
     clientPublicKey: B64Key,
     hostPublicKey: B64Key,
     /** The client's /128 inside the Network. */
@@ -122,7 +126,7 @@ export type GrantPayload = Static<typeof GrantPayload>;
 /** One relay a client or host may use. */
 export const RelayEntry = Type.Object(
   {
-    relayId: Type.String({ pattern: "^[a-z0-9][a-z0-9-]{0,62}$" }),
+    relayId: Type.String({ pattern: RELAY_ID_PATTERN }),
     /** WebSocket URL, `wss://host:443/v1/relay` (or `ws://` in tests on loopback). */
     url: Type.String({ minLength: 8, maxLength: 512, pattern: "^wss?://" }),
     /** QUIC endpoint `host:port`, when the relay offers one. */
@@ -170,8 +174,8 @@ export type RelayRole = Static<typeof RelayRole>;
 export const RelayTokenPayload = Type.Object(
   {
     v: Type.Literal(1),
-    relayId: Type.String({ pattern: "^[a-z0-9][a-z0-9-]{0,62}$" }),
-    grantId: Id("grt"),
+    relayId: Type.String({ pattern: RELAY_ID_PATTERN }),
+    grantId: Type.String({ pattern: GRANT_ID_PATTERN }),
     role: RelayRole,
     limits: RelayLimits,
     issuedAtMs: Type.Integer({ minimum: 0 }),

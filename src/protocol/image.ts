@@ -7,6 +7,7 @@
  * `signature` field in the canonical bytes (the signature is computed over
  * them), or depend on key order of the input object.
  */
+import { SUPPORTED_ARCHITECTURE } from "./platform.ts";
 import { canonicalJson } from "./canonical.ts";
 import { createHash } from "node:crypto";
 
@@ -36,7 +37,7 @@ export interface ImageSource {
 /** A bootable image (spec "Images"). Referenced everywhere by `imageDigest(manifest)`. */
 export interface ImageManifest {
   schemaVersion: 1 | 2;
-  architecture: "x86_64";
+  architecture: typeof SUPPORTED_ARCHITECTURE;
   /** Uncompressed kernel ELF (PVH entry for QEMU microvm). */
   kernel: Artifact;
   rootfs: Artifact;
@@ -129,7 +130,7 @@ export function manifestShapeProblem(v: unknown): string | null {
   if (unknown !== undefined) return `unknown manifest field ${JSON.stringify(unknown.slice(0, 64))}`;
   if (!SUPPORTED_SCHEMA_VERSIONS.includes(m["schemaVersion"] as number))
     return `unsupported schemaVersion ${JSON.stringify(m["schemaVersion"])}`;
-  if (m["architecture"] !== "x86_64") return "architecture is not x86_64";
+  if (m["architecture"] !== SUPPORTED_ARCHITECTURE) return `architecture is not ${SUPPORTED_ARCHITECTURE}`;
   for (const name of ["kernel", "rootfs"]) {
     const p = artifactProblem(name, m[name]);
     if (p) return p;

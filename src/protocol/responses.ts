@@ -11,6 +11,7 @@
  * Must never: describe a field the scheduler does not send, or carry a
  * secret in an example.
  */
+import { AGENT_PROTOCOL_VERSION } from "./platform.ts";
 import { Type, type Static, type TSchema } from "@sinclair/typebox";
 import { ALLOCATION_STATES, AllocationView } from "./api.ts";
 import { COMMAND_TYPES, CommandSpec, ConfigureConnection } from "./agent.ts";
@@ -58,7 +59,7 @@ export const Health = Type.Object({ ok: Type.Literal(true) }, { additionalProper
 export const WellKnown = Type.Object(
   {
     apiVersion: Type.Literal("v1"),
-    agentProtocolVersion: Type.Literal("1.0"),
+    agentProtocolVersion: Type.Literal(AGENT_PROTOCOL_VERSION),
     region: Type.String(),
     workloadClasses: Type.Array(Type.String()),
     connectionVerificationKeys: Type.Optional(

@@ -14,25 +14,26 @@
  * (the manifest's connections.stunServers), and the session asks them from
  * its tunnel socket (src/proxy/candidateRefresh.ts).
  * The allocation may be given by a unique ID prefix, as for `bb allocation`
- * (src/cli/allocationId.ts).
+ * (src/command/allocationId.ts).
  * Must never: need root, touch the routing table, or print a token or key.
  */
 import { readFileSync } from "node:fs";
 import { consola } from "consola";
-import { SchedulerClient } from "../cli/client.ts";
-import { resolveClientConfig } from "../cli/config.ts";
+import { SchedulerClient } from "../client/index.ts";
+import { clientArgs } from "../command/clientArgs.ts";
+import { resolveClientConfig } from "../command/clientConfig.ts";
 import { command } from "../command/define.ts";
-import { clientArgs } from "../cli/common.ts";
-import { runCli } from "../command/run.ts";
-import { resolveAllocationId } from "../cli/allocationId.ts";
+import { runCli, UsageError } from "../command/run.ts";
+import { resolveAllocationId } from "../command/allocationId.ts";
 import { relayConnector } from "../relayclient/index.ts";
 import { parseVerificationKeys } from "../protocol/connectionSignature.ts";
 import { selectAead, systemClock, systemRandom } from "../wireguard/index.ts";
 import { probeLocalPort } from "./forwarder.ts";
 import { runProxy } from "./session.ts";
 
-function usage(message: string): Error {
-  return Object.assign(new Error(message), { exitCode: 2 });
+/** A usage error (exit 2); `flagAtFault` false for a fault in the environment or the config file (no pointer to --help). */
+function usage(message: string, flagAtFault = true): UsageError {
+  return new UsageError(message, { helpHint: flagAtFault });
 }
 
 function port(text: string | undefined, flag: string): number {
@@ -57,7 +58,7 @@ export function connectionKeysFrom(
             .join(","),
         );
   } catch (e) {
-    throw usage((e as Error).message);
+    throw usage((e as Error).message, flag !== undefined);
   }
   if (keys.size === 0)
     throw usage(
@@ -75,9 +76,10 @@ export function relayCaFrom(flag: string | undefined): string | undefined {
   try {
     text = readFileSync(path, "utf8");
   } catch (e) {
-    throw usage(`${source} ${path}: ${(e as Error).message}`);
+    throw usage(`${source} ${path}: ${(e as Error).message}`, flag !== undefined);
   }
-  if (!text.includes("-----BEGIN CERTIFICATE-----")) throw usage(`${source} ${path}: no PEM certificate in the file`);
+  if (!text.includes("-----BEGIN CERTIFICATE-----"))
+    throw usage(`${source} ${path}: no PEM certificate in the file`, flag !== undefined);
   return text;
 }
 

@@ -17,7 +17,7 @@
  * token.
  */
 import { Value } from "@sinclair/typebox/value";
-import type { SchedulerClient } from "../cli/client.ts";
+import type { SchedulerClient } from "../client/index.ts";
 import {
   Candidate,
   MAX_CANDIDATES,

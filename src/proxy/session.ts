@@ -17,7 +17,7 @@
  * anywhere, bind anything but loopback, or exit without trying to revoke.
  */
 import { networkInterfaces, type NetworkInterfaceInfo } from "node:os";
-import type { SchedulerClient } from "../cli/client.ts";
+import type { SchedulerClient } from "../client/index.ts";
 import type { ConnectionVerificationKeys } from "../protocol/connectionSignature.ts";
 import { BeachballError } from "../protocol/errors.ts";
 import {

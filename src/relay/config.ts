@@ -16,6 +16,7 @@ import { Type, type Static } from "@sinclair/typebox";
 import { Value } from "@sinclair/typebox/value";
 import { UsageError } from "../command/run.ts";
 import { RelayLimits } from "../protocol/connection.ts";
+import { RELAY_ID_PATTERN } from "../protocol/ids.ts";
 
 /** Default WebSocket-over-TLS listen address. */
 export const DEFAULT_RELAY_LISTEN = "0.0.0.0:443";
@@ -50,7 +51,7 @@ const Bound = (max: number, d: string) => Type.Integer({ minimum: 1, maximum: ma
 export const RelayConfigFile = Type.Object(
   {
     /** This relay's ID; tokens name it in `relayId`. */
-    relayId: Type.String({ pattern: "^[a-z0-9][a-z0-9-]{0,62}$" }),
+    relayId: Type.String({ pattern: RELAY_ID_PATTERN }),
     /** WebSocket-over-TLS listen addresses (default ["0.0.0.0:443"]). */
     listen: Type.Optional(Type.Array(ListenAddress, { minItems: 1, maxItems: MAX_LISTEN_ADDRESSES })),
     /** QUIC listen address (same certificate); absent: no QUIC. */

@@ -36,6 +36,15 @@ import type {
 } from "../protocol/connection.ts";
 import type { LogPage, LogPushBody, LogPushResponse } from "../protocol/logs.ts";
 import { allocationIdFor, canonicalJson, digestOf } from "../domain/identifiers.ts";
+import {
+  ALLOCATION_ID,
+  CONNECTION_ID,
+  ENDPOINT_TOKEN,
+  GRANT_ID,
+  HOST_CREDENTIAL,
+  HOST_ID,
+  HOST_ID_PATTERN,
+} from "../protocol/ids.ts";
 import { identify, tokenDigest, type Identity } from "./manifestSchema.ts";
 import { GLOBAL, type SchedulerEnv } from "./env.ts";
 
@@ -43,8 +52,6 @@ import { GLOBAL, type SchedulerEnv } from "./env.ts";
 export const KNOWN_CLASSES_IN_DETAIL = 20;
 /** How long a controller's delivery request waits for the agent's acknowledgement, ms (spec: 30 s). */
 export const DELIVERY_TIMEOUT_MS = 30_000;
-
-const HOST_ID_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
 
 /** A page of the caller's allocations, from the index. `damaged` names entries whose stored view failed its checks. */
 export interface AllocationPage {
@@ -110,7 +117,7 @@ export class SchedulerFront {
   async revokeConnectionGrant(who: Identity, id: string, grantId: string): Promise<void> {
     requireRole(who, "controller");
     const allocation = this.env.Allocation.get(checkAllocationIdShape(id));
-    if (!/^grt_[0-9a-f]{32}$/.test(grantId)) {
+    if (!GRANT_ID.test(grantId)) {
       await allocation.get(who.id); // the allocation's NOT_FOUND comes first
       throw new BeachballError("NOT_FOUND", "no such grant for this allocation");
     }
@@ -120,7 +127,7 @@ export class SchedulerFront {
   /** The role of an endpoint token in Connection `connectionId`. Throws UNAUTHENTICATED for a malformed or unknown token, or an ended Connection. */
   async authenticateEndpoint(authorization: string | null | undefined, connectionId: string): Promise<RelayRole> {
     const token = bearer(authorization);
-    if (!token || !/^bbx_[0-9a-f]{64}$/.test(token) || !/^con_[0-9a-f]{32}$/.test(connectionId))
+    if (!token || !ENDPOINT_TOKEN.test(token) || !CONNECTION_ID.test(connectionId))
       throw new BeachballError("UNAUTHENTICATED", "missing or malformed endpoint token");
     const role = await this.env.Connection.get(connectionId).authenticate(tokenDigest(token));
     if (!role) throw new BeachballError("UNAUTHENTICATED", "unknown endpoint token, or the connection has ended");
@@ -333,8 +340,7 @@ export class SchedulerFront {
     ttlSeconds: number,
   ): Promise<{ token: string; hostId: string; expiresAt: string; joinCommand: string }> {
     requireRole(who, "operator");
-    if (!HOST_ID_PATTERN.test(hostId))
-      throw new BeachballError("VALIDATION_FAILED", "host ID must match ^[a-z0-9][a-z0-9-]{0,62}$");
+    if (!HOST_ID.test(hostId)) throw new BeachballError("VALIDATION_FAILED", `host ID must match ${HOST_ID_PATTERN}`);
     const token = `bbe_${Buffer.from(this.env.random.bytes(24)).toString("hex")}`;
     const expires = await this.env.Enrollment.get(GLOBAL).mint(tokenDigest(token), hostId, ttlSeconds * 1000, who.id);
     return {
@@ -401,7 +407,7 @@ export class SchedulerFront {
 
   /** Authenticates a host credential; returns the host ID. Throws UNAUTHENTICATED. */
   async authenticateHost(authorization: string | null | undefined): Promise<string> {
-    const m = /^bbh_([a-z0-9][a-z0-9-]{0,62})\.([0-9a-f]{64})$/.exec(bearer(authorization) ?? "");
+    const m = HOST_CREDENTIAL.exec(bearer(authorization) ?? "");
     if (!m) throw new BeachballError("UNAUTHENTICATED", "missing or malformed host credential");
     const hostId = m[1]!;
     if (!(await this.env.Host.get(hostId).authenticate(tokenDigest(m[2]!))))
@@ -430,7 +436,7 @@ export class SchedulerFront {
    */
   async setHostState(who: Identity, hostId: string, state: "active" | "draining" | "disabled"): Promise<HostView> {
     requireRole(who, "operator");
-    if (!HOST_ID_PATTERN.test(hostId)) throw new BeachballError("NOT_FOUND", "no such host");
+    if (!HOST_ID.test(hostId)) throw new BeachballError("NOT_FOUND", "no such host");
     const host = this.env.Host.get(hostId);
     const l = this.manifest.limits;
     const r = await host.changeAdminState(state, l.maxActiveHosts ?? l.maxRegisteredHosts);
@@ -503,8 +509,6 @@ function bearer(h: string | null | undefined): string | null {
 function requireRole(who: Identity, role: Identity["role"]): void {
   if (who.role !== role) throw new BeachballError("FORBIDDEN", `this call needs the ${role} role`);
 }
-
-const ALLOCATION_ID = /^alloc_[0-9a-f]{32}$/;
 
 function checkAllocationIdShape(id: string): string {
   if (!ALLOCATION_ID.test(id)) throw new BeachballError("NOT_FOUND", "no such allocation");

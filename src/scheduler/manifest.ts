@@ -33,6 +33,10 @@ export {
 } from "./manifestSchema.ts";
 import { DeploymentManifest, tokenDigest, type ConnectionsSection } from "./manifestSchema.ts";
 import { connectionSettings } from "./connectionSettings.ts";
+import { UsageError } from "../command/run.ts";
+
+/** A fault in the data directory, not the command line: no pointer to --help. */
+const NOT_THE_COMMAND_LINE = { helpHint: false } as const;
 
 /**
  * Loads and validates a manifest file. Every error names the file: it cannot
@@ -142,18 +146,14 @@ export function ensureDevManifest(dataDir: string, imageDigest: string): DevMani
   const haveManifest = existsSync(manifestPath);
   const haveClient = existsSync(clientConfigPath);
   if (haveManifest && !haveClient)
-    throw Object.assign(
-      new Error(
-        `${clientConfigPath} is missing, and it holds the only copy of the development tokens of ${manifestPath}; dev mode never replaces an existing manifest: restore ${clientConfigPath}, or serve this manifest with --manifest and your own tokens, or move ${manifestPath} aside to start a fresh development deployment`,
-      ),
-      { exitCode: 2 },
+    throw new UsageError(
+      `${clientConfigPath} is missing, and it holds the only copy of the development tokens of ${manifestPath}; dev mode never replaces an existing manifest: restore ${clientConfigPath}, or serve this manifest with --manifest and your own tokens, or move ${manifestPath} aside to start a fresh development deployment`,
+      NOT_THE_COMMAND_LINE,
     );
   if (!haveManifest && haveClient)
-    throw Object.assign(
-      new Error(
-        `${manifestPath} is missing but ${clientConfigPath} exists; restore the manifest, or move ${clientConfigPath} aside to start a fresh development deployment`,
-      ),
-      { exitCode: 2 },
+    throw new UsageError(
+      `${manifestPath} is missing but ${clientConfigPath} exists; restore the manifest, or move ${clientConfigPath} aside to start a fresh development deployment`,
+      NOT_THE_COMMAND_LINE,
     );
   if (haveManifest) {
     const m = loadManifest(manifestPath);

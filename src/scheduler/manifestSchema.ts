@@ -22,6 +22,10 @@ export const MAX_WORKLOAD_CLASSES = 256;
 
 const Digest = Type.String({ pattern: "^[0-9a-f]{64}$" });
 
+/** Longest architecture name a workload class may give, characters. */
+export const MAX_ARCHITECTURE_CHARS = 32;
+const ARCHITECTURE_PATTERN = "^[a-z0-9_]{1,32}$";
+
 /** A workload class: the resources and image one allocation of it gets. */
 export const WorkloadClass = Type.Object(
   {
@@ -30,6 +34,8 @@ export const WorkloadClass = Type.Object(
     ephemeralDiskMiB: Type.Integer({ minimum: 64, maximum: 1024 * 1024 }),
     imageDigest: Type.String({ pattern: "^sha256:[0-9a-f]{64}$" }),
     maxTtlSeconds: Type.Optional(Type.Integer({ minimum: 10 })),
+    /** The machine architecture its VMs need (placement asks only hosts that report it; default SUPPORTED_ARCHITECTURE). */
+    architecture: Type.Optional(Type.String({ pattern: ARCHITECTURE_PATTERN, maxLength: MAX_ARCHITECTURE_CHARS })),
   },
   { additionalProperties: false },
 );

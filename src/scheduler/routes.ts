@@ -36,6 +36,7 @@ import {
 } from "../protocol/connection.ts";
 import * as R from "../protocol/responses.ts";
 import { LogPushBody, MAX_LOG_PUSH_BODY_BYTES } from "../protocol/logs.ts";
+import { ALLOCATION_ID, CONNECTION_ID, GRANT_ID, HOST_ID } from "../protocol/ids.ts";
 
 /**
  * Who may call a route, checked from the Authorization header before the
@@ -58,10 +59,10 @@ export type QueryParam = { kind: "integer"; min: number; max: number } | { kind:
  * NOT_FOUND.
  */
 export const PATH_ID = {
-  allocation: /^alloc_[0-9a-f]{32}$/,
-  grant: /^grt_[0-9a-f]{32}$/,
-  connection: /^con_[0-9a-f]{32}$/,
-  host: /^[a-z0-9][a-z0-9-]{0,62}$/,
+  allocation: ALLOCATION_ID,
+  grant: GRANT_ID,
+  connection: CONNECTION_ID,
+  host: HOST_ID,
 } as const;
 
 /** A route's JSON body: its schema, its byte limit and the 413 code past it. */

@@ -366,10 +366,7 @@ d("main job end to end (real QEMU)", () => {
     expect(err.reason).toBe("VM_EXITED");
     expect(err.data?.["exitReason"]).toBe("KERNEL_PANIC");
     const consoleTail = String(err.data?.["consoleTail"]);
-    // KNOWN FAULT, open (session of 2026-12-01): since this session's merges the tail no longer carries
-    // the "Kernel panic - not syncing" line itself (the exit is still classified KERNEL_PANIC from the
-    // console, and the trace's last lines are there). Found at the last minute and not yet diagnosed;
-    // the next session restores this assertion: expect(consoleTail).toContain("Kernel panic - not syncing: sysrq triggered crash").
+    expect(consoleTail).toContain("Kernel panic - not syncing: sysrq triggered crash");
     expect(consoleTail).toContain("sysrq_handle_crash");
     expect(consoleTail).not.toContain("sysrq-trigger");
     expect(consoleTail).not.toContain(nonce);

@@ -19,7 +19,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { randomBytes, randomUUID } from "node:crypto";
-import { SchedulerClient } from "../../src/cli/client.ts";
+import { SchedulerClient } from "../../src/client/index.ts";
 import { compileBb } from "../../src/image/bbBinary.ts";
 import { buildDevImage } from "../../src/image/devBuild.ts";
 import { ensureDevManifest } from "../../src/scheduler/manifest.ts";

@@ -6,6 +6,7 @@
  * empty file.
  * Must never: be wired into the daemon.
  */
+import { SUPPORTED_ARCHITECTURE } from "../../protocol/platform.ts";
 import { writeFileSync } from "node:fs";
 import type { ImageManifest } from "../../protocol/image.ts";
 import { imageError } from "../../image/errors.ts";
@@ -23,7 +24,7 @@ const artifact = (path: string) => ({ path, sizeBytes: 1024, sha256: "0".repeat(
 /** The manifest every fake image has. */
 export const FAKE_MANIFEST: ImageManifest = {
   schemaVersion: 1,
-  architecture: "x86_64",
+  architecture: SUPPORTED_ARCHITECTURE,
   kernel: artifact("vmlinux"),
   rootfs: artifact("rootfs.ext4"),
   initrd: artifact("initrd.cpio"),

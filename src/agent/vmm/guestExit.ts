@@ -10,28 +10,30 @@
  * script may echo itself or its secrets. Known secrets (the bootstrap
  * nonce) are then scrubbed from what is left, as is any
  * `beachball.bootstrap_nonce=` value a kernel command line echo might show.
+ * The tail is the console's last lines within a line and a character bound
+ * and, before them, the key lines (panic, Oops, BUG, a trace's first line,
+ * OOM, power-off: kernelLines.ts) those bounds left out.
  * Pure apart from readConsoleTail.
- * Must never: put a workload's output, the payload or the nonce into a tail.
+ * Must never: put a workload's output, the payload or the nonce into a tail,
+ * or lose the line that says why the guest died to a size bound.
  */
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { GUEST_CMDLINE_KEYS, JOB_EXIT_MARKER, JOB_START_MARKER } from "../../protocol/guest.ts";
 import { MAX_CONSOLE_TAIL_CHARS, type VmExit, type VmExitReason } from "../../protocol/agent.ts";
+import { consoleLines, KERNEL_LINE, kernelLines, keyLineKind, OOM, PANIC, POWEROFF } from "./kernelLines.ts";
 
 /** How much of the console's end is read to classify an exit, bytes. */
 export const CONSOLE_SCAN_BYTES = 64 * 1024;
 /** Most of the last kernel lines a tail keeps. */
 export const MAX_TAIL_LINES = 40;
-/** Most earlier lines saying why (panic, OOM, power-off) a tail keeps before the last lines. */
-export const MAX_KEY_LINES = 4;
-/** The line between the earlier key lines and the last lines. */
-const ELIDED = "[...]";
-
-const KERNEL_LINE = /^\[\s*\d+\.\d+\]\s/;
-/** A kernel timestamp inside a line (after output that ended without a newline). */
-const GLUED_KERNEL_LINE = /\[\s*\d+\.\d{6}\]\s/;
-const OOM = /Out of memory|oom-kill|System is deadlocked on memory|out_of_memory/;
-const PANIC = /Kernel panic - not syncing/;
-const POWEROFF = /reboot: (Power down|System halted|Restarting system)/;
+/** Most earlier key lines (panic, Oops, BUG, a trace's first line, OOM, power-off: kernelLines.ts) a tail keeps before the last lines. */
+export const MAX_KEY_LINES = 6;
+/** Longest line of a tail, characters: a longer one is cut at its end (a `Code:` line is about 220). */
+export const MAX_TAIL_LINE_CHARS = 240;
+/** Most characters the earlier key lines and their `[...]` lines take of a tail: the rest is the last lines'. */
+export const MAX_KEY_CHARS = 1_024;
+/** The line between lines of a tail that were not next to each other on the console. */
+export const ELIDED = "[...]";
 
 /** The last `maxBytes` of the file at `path` as text ("" when absent). Synchronous: at most CONSOLE_SCAN_BYTES. */
 export function readConsoleTail(path: string, maxBytes = CONSOLE_SCAN_BYTES): string {
@@ -57,13 +59,11 @@ export function readConsoleTail(path: string, maxBytes = CONSOLE_SCAN_BYTES): st
  * still alive: an out-of-memory death before a panic (the OOM path ends in
  * one), then a panic, then a guest-side power-off or reboot; with none of
  * those, a live VMM means the guest's channel closed under a running VM,
- * a dead one that the VMM itself died.
+ * a dead one that the VMM itself died. Only kernel lines count (a kernel
+ * line glued behind unterminated workload output too: kernelLines.ts).
  */
 export function classifyVmExit(consoleText: string, vmmAlive: boolean): VmExitReason {
-  const kernel = consoleText
-    .split("\n")
-    .filter((l) => KERNEL_LINE.test(l.replace(/\r$/, "")))
-    .join("\n");
+  const kernel = kernelLines(consoleText).join("\n");
   if (OOM.test(kernel)) return "GUEST_OOM";
   if (PANIC.test(kernel)) return "KERNEL_PANIC";
   if (POWEROFF.test(kernel)) return "GUEST_POWEROFF";
@@ -71,39 +71,76 @@ export function classifyVmExit(consoleText: string, vmmAlive: boolean): VmExitRe
 }
 
 /**
+ * Which key lines of `lines` a tail keeps wherever the last lines begin:
+ * the first line of each kind (KEY_LINE_KINDS, most important first), then
+ * the latest of the others, at most MAX_KEY_LINES within MAX_KEY_CHARS
+ * (each counted with a `[...]` line). Indexes, ascending.
+ */
+function keyLineIndexes(lines: readonly string[]): number[] {
+  const keys = lines.map((l, i) => ({ i, kind: keyLineKind(l) })).filter((k) => k.kind >= 0);
+  const firstOfKind = [...new Map([...keys].reverse().map((k) => [k.kind, k.i])).entries()]
+    .sort(([a], [b]) => a - b)
+    .map(([, i]) => i);
+  const first = new Set(firstOfKind);
+  const rest = keys
+    .map((k) => k.i)
+    .filter((i) => !first.has(i))
+    .reverse();
+  const chosen: number[] = [];
+  let chars = 0;
+  for (const i of [...firstOfKind, ...rest]) {
+    if (chosen.length === MAX_KEY_LINES) break;
+    const cost = lines[i]!.length + ELIDED.length + 2;
+    if (chars + cost > MAX_KEY_CHARS) continue;
+    chosen.push(i);
+    chars += cost;
+  }
+  return chosen.sort((a, b) => a - b);
+}
+
+/** The lines at `indexes` (ascending) of `lines`, one per line, `[...]` wherever lines between them were left out. */
+function compose(lines: readonly string[], indexes: readonly number[]): string {
+  const out: string[] = [];
+  indexes.forEach((i, n) => {
+    if (n > 0 && i !== indexes[n - 1]! + 1) out.push(ELIDED);
+    out.push(lines[i]!);
+  });
+  return out.join("\n");
+}
+
+/**
  * The observation's tail: kernel lines and job markers only, every
  * occurrence of `secrets` and any bootstrap nonce argument replaced by
- * `[redacted]`. It holds the last MAX_TAIL_LINES lines and, before them,
- * up to MAX_KEY_LINES earlier lines that say why (the panic, OOM or
- * power-off line a long stack trace would push out), within
- * MAX_CONSOLE_TAIL_CHARS characters: the oldest of the last lines go first.
+ * `[redacted]`, each line cut to MAX_TAIL_LINE_CHARS. It holds as many of
+ * the last lines as fit in MAX_TAIL_LINES lines and MAX_CONSOLE_TAIL_CHARS
+ * characters and, before them, the key lines (keyLineIndexes) that fell
+ * outside those last lines, by either bound: the line that says why is
+ * never pushed out by a long trace or long lines (issue 18). Always at
+ * most MAX_CONSOLE_TAIL_CHARS characters, with the console's last line.
  */
 export function redactedConsoleTail(consoleText: string, secrets: readonly string[]): string {
   const nonceArg = new RegExp(`${GUEST_CMDLINE_KEYS.nonce.replaceAll(".", "\\.")}=\\S+`, "g");
   const kept: string[] = [];
-  for (const raw of consoleText.split("\n")) {
-    let line = raw.replace(/\r$/, "").replace(/[\x00-\x08\x0b-\x1f\x7f]/g, "");
-    // A kernel line printed after workload output that had no newline yet shares its line: keep the kernel part.
-    const glued = KERNEL_LINE.test(line) ? -1 : line.search(GLUED_KERNEL_LINE);
-    if (glued > 0) line = line.slice(glued);
+  for (const line of consoleLines(consoleText)) {
     if (!KERNEL_LINE.test(line) && !line.startsWith(JOB_START_MARKER) && !line.startsWith(JOB_EXIT_MARKER)) continue;
     let clean = line.replace(nonceArg, `${GUEST_CMDLINE_KEYS.nonce}=[redacted]`);
     for (const s of secrets) if (s.length >= 8) clean = clean.replaceAll(s, "[redacted]");
-    kept.push(clean);
+    kept.push(clean.slice(0, MAX_TAIL_LINE_CHARS));
   }
-  const lastStart = Math.max(0, kept.length - MAX_TAIL_LINES);
-  const key = kept
-    .slice(0, lastStart)
-    .filter((l) => OOM.test(l) || PANIC.test(l) || POWEROFF.test(l))
-    .slice(0, MAX_KEY_LINES);
-  const last = kept.slice(lastStart);
-  const compose = () => [...key, ...(key.length ? [ELIDED] : []), ...last].join("\n");
-  let tail = compose();
-  while (tail.length > MAX_CONSOLE_TAIL_CHARS && last.length > 1) {
-    last.shift();
-    tail = compose();
-  }
-  return tail.length > MAX_CONSOLE_TAIL_CHARS ? tail.slice(tail.length - MAX_CONSOLE_TAIL_CHARS) : tail;
+  const keys = keyLineIndexes(kept);
+  const indexesFrom = (start: number) => [
+    ...keys.filter((i) => i < start),
+    ...Array.from({ length: kept.length - start }, (_, n) => start + n),
+  ];
+  // The last lines grow backwards while both bounds hold; the key lines before them always fit (MAX_KEY_CHARS).
+  let start = kept.length;
+  while (
+    start > 0 &&
+    kept.length - (start - 1) <= MAX_TAIL_LINES &&
+    compose(kept, indexesFrom(start - 1)).length <= MAX_CONSOLE_TAIL_CHARS
+  )
+    start--;
+  return compose(kept, indexesFrom(start));
 }
 
 /** The diagnosis of an exit: reason and redacted tail (see above). */

@@ -27,6 +27,7 @@
  * blobs did not verify (every blob is read to its end, where its digest is
  * checked, before the squashfs is written).
  */
+import { SUPPORTED_ARCHITECTURE } from "../../protocol/platform.ts";
 import { mkdir, open, rename, rm, stat, writeFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { Readable } from "node:stream";
@@ -375,7 +376,7 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
 
     const unsigned: ImageManifest = {
       schemaVersion: 2,
-      architecture: "x86_64",
+      architecture: SUPPORTED_ARCHITECTURE,
       kernel: boot.kernel,
       rootfs: await artifact(work, OCI_IMAGE_FILES.rootfs),
       rootfsFormat: "squashfs",

@@ -2,11 +2,14 @@
  * Tables of the Allocation object (the one definition: migrations in
  * src/scheduler/migrations/ are generated from it): one allocation row and
  * its event log, both keyed by the instance name (`obj`, the allocation ID).
- * JSON columns hold lists and the resolved spec; the object checks them when
- * it loads the row.
+ * JSON columns hold lists and the resolved spec; every other column of the
+ * allocation row is a field of the domain record of the same name and type
+ * (allocationRow.ts derives the codec from this table and checks that at
+ * compile time).
  */
 import { integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
 import type { AllocationState } from "../../protocol/api.ts";
+import type { PlacementObservedState } from "../../protocol/agent.ts";
 
 /** The allocation row (exactly one per instance). */
 export const allocationTable = sqliteTable("allocation", {
@@ -24,7 +27,7 @@ export const allocationTable = sqliteTable("allocation", {
   hostId: text("host_id"),
   placementId: text("placement_id"),
   reservationKey: text("reservation_key"),
-  observedState: text("observed_state"),
+  observedState: text("observed_state").$type<PlacementObservedState>(),
   reason: text("reason"),
   conditionsJson: text("conditions_json").notNull(),
   triedHostsJson: text("tried_hosts_json").notNull(),

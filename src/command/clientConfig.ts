@@ -7,15 +7,18 @@
  * so an error about it says so (issue "CLI conventions": a missing
  * BB_CONFIG file, a malformed config file, a malformed or dead URL).
  *
- * Must never: print a token; guess a URL; skip a file it was told to read.
+ * Lower layer: shared by every command that calls the scheduler (`bb
+ * allocation|host|image`, src/cli, and `bb proxy`, src/proxy), so neither
+ * role imports the other. Must never: print a token; guess a URL; skip a
+ * file it was told to read.
  */
 import { existsSync, readFileSync } from "node:fs";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { Type, type Static } from "@sinclair/typebox";
 import { Value } from "@sinclair/typebox/value";
-import { UsageError } from "../command/run.ts";
-import { httpUrlValue } from "../command/values.ts";
+import { UsageError } from "./run.ts";
+import { httpUrlValue } from "./values.ts";
 
 /** The config file's shape (written by `bb scheduler serve --dev`); unknown fields are refused. */
 export const ClientConfigFile = Type.Object(

@@ -4,23 +4,24 @@
  * scheduler's grant route) over HTTP, the host endpoint with a placement link
  * that is a second userspace TCP/IP stack (the "guest", echoing on port 22),
  * and runProxy forwarding a local port. The kernel path (TUN in a placement
- * namespace, nftables) is test/integration/proxy-netns.test.ts. A STUN
+ * namespace, nftables) is test/integration/proxy-netns.test.ts. It pairs two
+ * roles (proxy and agent), so it lives here, not beside either. A STUN
  * server on loopback answers as a NAT would (127.0.0.2, the port it saw).
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createHash, randomBytes } from "node:crypto";
 import { createConnection } from "node:net";
-import { TestGrantIssuer, testId } from "../../test/support/grantIssuer.ts";
-import { IssuerState, startIssuerServer } from "../../test/support/grantIssuerServer.ts";
-import { HostEndpoint } from "../agent/endpoint/endpoint.ts";
-import type { PlacementTarget } from "../agent/endpoint/grantCheck.ts";
-import type { PlacementLinkPort } from "../agent/endpoint/placementLink.ts";
-import { SchedulerClient } from "../cli/client.ts";
-import { createNetstack, type Netstack } from "../netstack/index.ts";
-import { BeachballError } from "../protocol/errors.ts";
-import { startLoopbackStun } from "../../test/support/loopbackStun.ts";
-import { keyPairFromPrivate, selectAead, systemClock, systemRandom } from "../wireguard/index.ts";
-import { runProxy, type ProxyOptions } from "./session.ts";
+import { TestGrantIssuer, testId } from "../support/grantIssuer.ts";
+import { IssuerState, startIssuerServer } from "../support/grantIssuerServer.ts";
+import { HostEndpoint } from "../../src/agent/endpoint/endpoint.ts";
+import type { PlacementTarget } from "../../src/agent/endpoint/grantCheck.ts";
+import type { PlacementLinkPort } from "../../src/agent/endpoint/placementLink.ts";
+import { SchedulerClient } from "../../src/client/index.ts";
+import { createNetstack, type Netstack } from "../../src/netstack/index.ts";
+import { BeachballError } from "../../src/protocol/errors.ts";
+import { startLoopbackStun } from "../support/loopbackStun.ts";
+import { keyPairFromPrivate, selectAead, systemClock, systemRandom } from "../../src/wireguard/index.ts";
+import { runProxy, type ProxyOptions } from "../../src/proxy/session.ts";
 
 const ALLOC_ADDR = "fd00:bb:1:2::2";
 const TOKEN = "test-token";

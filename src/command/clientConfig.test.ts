@@ -7,8 +7,8 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { UsageError } from "../command/run.ts";
-import { configFileCandidates, MAX_CLIENT_CONFIG_BYTES, resolveClientConfig } from "./config.ts";
+import { UsageError } from "./run.ts";
+import { configFileCandidates, MAX_CLIENT_CONFIG_BYTES, resolveClientConfig } from "./clientConfig.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "bb-cli-config-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -6,7 +6,7 @@
 import { describe, expect, test } from "bun:test";
 import type { AllocationView } from "../protocol/api.ts";
 import { BeachballError } from "../protocol/errors.ts";
-import { UsageError } from "../command/run.ts";
+import { UsageError } from "./run.ts";
 import { MAX_MATCHES_SHOWN, MAX_PREFIX_SCAN_ALLOCATIONS, resolveAllocationId } from "./allocationId.ts";
 
 /** A list endpoint over `ids`, `pageSize` a page, counting the pages read. */
