@@ -9,7 +9,9 @@
  *   tree at the same level (`-comp zstd -Xcompression-level N`).
  *
  * Prints the times and the ratios bb ÷ mksquashfs and bb ÷ (extract +
- * mksquashfs). The input is a seeded synthetic root (default: about
+ * mksquashfs), in wall-clock time and in CPU time (user + system of this
+ * process, its threads and its children: on a shared, loaded machine the
+ * CPU ratio is the steadier one). The input is a seeded synthetic root (default: about
  * 400 MB in 3 layers, many small files and some large ones, the last layer
  * deleting files and a directory of the first) or, with `--debian`, the
  * Debian reference root (mmdebstrap, cached in .bb/cache) in the 3-layer
@@ -110,6 +112,17 @@ function syntheticLayers(mib: number, layers: number): Uint8Array[] {
 
 const sec = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
 
+/** Clock ticks per second of /proc times (Linux's USER_HZ). */
+const CLOCK_TICKS = Number(Bun.spawnSync(["getconf", "CLK_TCK"]).stdout.toString().trim()) || 100;
+
+/** CPU time used so far by this process (all threads) and its waited-for children, ms (/proc/self/stat). */
+function cpuMs(): number {
+  const stat = readFileSync("/proc/self/stat", "latin1");
+  const f = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  // After the command: state is field 3, so utime, stime, cutime and cstime (fields 14–17) are at 11–14.
+  return ((Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) / CLOCK_TICKS) * 1000;
+}
+
 async function run(cmd: string[], opts: { cwd?: string } = {}): Promise<number> {
   const t0 = performance.now();
   const p = Bun.spawn(cmd, { stdout: "ignore", stderr: "pipe", cwd: opts.cwd });
@@ -122,7 +135,7 @@ async function run(cmd: string[], opts: { cwd?: string } = {}): Promise<number> 
 async function baseline(
   layerTars: string[],
   n: number,
-): Promise<{ extractMs: number; mksquashfsMs: number; bytes: number }> {
+): Promise<{ extractMs: number; mksquashfsMs: number; mksquashfsCpuMs: number; bytes: number }> {
   const root = join(work, `merged-${n}`);
   mkdirSync(root);
   const t0 = performance.now();
@@ -146,6 +159,7 @@ async function baseline(
   }
   const extractMs = performance.now() - t0;
   const out = join(work, `baseline-${n}.squashfs`);
+  const cpu0 = cpuMs();
   const mksquashfsMs = await run([
     "mksquashfs",
     root,
@@ -158,10 +172,11 @@ async function baseline(
     "-Xcompression-level",
     String(LEVEL),
   ]);
+  const mksquashfsCpuMs = cpuMs() - cpu0;
   const bytes = statSync(out).size;
   rmSync(root, { recursive: true, force: true });
   rmSync(out, { force: true });
-  return { extractMs, mksquashfsMs, bytes };
+  return { extractMs, mksquashfsMs, mksquashfsCpuMs, bytes };
 }
 
 const key = generateSigningKey();
@@ -183,9 +198,10 @@ console.log(
   `input: ${args.debian ? "Debian reference root" : "synthetic root"}, ${layerTars.length} layers, ${(inputBytes / 2 ** 20).toFixed(0)} MiB of tar; zstd level ${LEVEL}; ${RUNS} run(s)`,
 );
 
-const rows: { bb: number; extract: number; mksquashfs: number }[] = [];
+const rows: { bb: number; extract: number; mksquashfs: number; bbCpu: number; mksquashfsCpu: number }[] = [];
 for (let i = 0; i < RUNS; i++) {
   const phases: [string, number][] = [];
+  const cpu0 = cpuMs();
   const t0 = performance.now();
   let last = t0;
   const r = await buildOciImage({
@@ -202,13 +218,14 @@ for (let i = 0; i < RUNS; i++) {
     },
   });
   const bb = performance.now() - t0;
+  const bbCpu = cpuMs() - cpu0;
   phases.push(["(signing, rename)", performance.now() - last]);
   const bbBytes = r.manifest.rootfs.sizeBytes;
   rmSync(r.dir, { recursive: true, force: true });
   const b = await baseline(layerTars, i);
-  rows.push({ bb, extract: b.extractMs, mksquashfs: b.mksquashfsMs });
+  rows.push({ bb, extract: b.extractMs, mksquashfs: b.mksquashfsMs, bbCpu, mksquashfsCpu: b.mksquashfsCpuMs });
   console.log(
-    `run ${i + 1}: bb image build ${sec(bb)} (squashfs ${(bbBytes / 2 ** 20).toFixed(1)} MiB); tar -x ${sec(b.extractMs)} + mksquashfs ${sec(b.mksquashfsMs)} (squashfs ${(b.bytes / 2 ** 20).toFixed(1)} MiB)`,
+    `run ${i + 1}: bb image build ${sec(bb)} (CPU ${sec(bbCpu)}; squashfs ${(bbBytes / 2 ** 20).toFixed(1)} MiB); tar -x ${sec(b.extractMs)} + mksquashfs ${sec(b.mksquashfsMs)} (CPU ${sec(b.mksquashfsCpuMs)}; squashfs ${(b.bytes / 2 ** 20).toFixed(1)} MiB)`,
   );
   for (const [m, ms] of phases) console.log(`  ${sec(ms).padStart(8)}  until: ${m}`);
 }
@@ -216,6 +233,12 @@ const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length
 const bb = med(rows.map((x) => x.bb));
 const sq = med(rows.map((x) => x.mksquashfs));
 const ex = med(rows.map((x) => x.extract + x.mksquashfs));
+const bbCpu = med(rows.map((x) => x.bbCpu));
+const sqCpu = med(rows.map((x) => x.mksquashfsCpu));
+const load = readFileSync("/proc/loadavg", "latin1").split(" ").slice(0, 3).join(" ");
+console.log(
+  `CPU ratio bb ÷ mksquashfs: ${(bbCpu / sqCpu).toFixed(2)}×   (medians: bb ${sec(bbCpu)}, mksquashfs ${sec(sqCpu)} of CPU; load average ${load} on ${navigator.hardwareConcurrency} CPUs)`,
+);
 console.log(
   `ratio bb ÷ mksquashfs: ${(bb / sq).toFixed(2)}×   bb ÷ (tar -x + mksquashfs): ${(bb / ex).toFixed(2)}×   (medians: bb ${sec(bb)}, mksquashfs ${sec(sq)}, tar -x + mksquashfs ${sec(ex)})`,
 );

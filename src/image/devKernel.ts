@@ -5,11 +5,13 @@
  *
  * Implements the kernel half of docs/architecture.md, "Booting without KVM", for the
  * dev image of spec "Images". Results are cached per package name under
- * `<cacheDir>/kernel/<package>/`, so a rebuild does not download again.
+ * `<cacheDir>/kernel/<package>/`, so a rebuild does not download again, and
+ * the package name is remembered while apt's state is unchanged.
  * Must never: use files that do not come from a Debian package.
  */
 import { copyFile, mkdir, readdir, rename, rm } from "node:fs/promises";
 import { basename, join } from "node:path";
+import { memoizedKernelPackage } from "./kernelPackageMemo.ts";
 
 /** Modules the initramfs insmods, in this order (docs/architecture.md, "Booting without KVM"). */
 export const DEV_KERNEL_MODULES = [
@@ -144,11 +146,14 @@ async function pickModules(root: string, release: string, outDir: string): Promi
 /**
  * Ensures the current Debian 6.1 kernel is downloaded and extracted into
  * `<cacheDir>/kernel/<package>/`, returning the cached paths. A completed
- * cache entry (its `release` file written last) is reused without network.
+ * cache entry (its `release` file written last) is reused without network,
+ * and without apt while apt's state is unchanged (kernelPackageMemo.ts).
  * Throws when apt, dpkg, depmod or xz fail.
  */
 export async function ensureDevKernel(cacheDir: string, log: (m: string) => void): Promise<CachedKernel> {
-  const packageName = await resolveKernelPackage(log);
+  await mkdir(join(cacheDir, "kernel"), { recursive: true });
+  // apt-cache is asked again only when the host's apt state changed (kernelPackageMemo.ts).
+  const packageName = await memoizedKernelPackage(join(cacheDir, "kernel"), () => resolveKernelPackage(log));
   const dir = join(cacheDir, "kernel", packageName);
   const cached = (release: string): CachedKernel => ({
     packageName,

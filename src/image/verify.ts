@@ -9,7 +9,7 @@
  * Must never: follow an artifact path outside the image directory, or return
  * a manifest whose artifacts were not hashed since they last changed.
  */
-import { stat } from "node:fs/promises";
+import { open, stat } from "node:fs/promises";
 import { join } from "node:path";
 import {
   type Artifact,
@@ -28,11 +28,23 @@ const verified = new Map<string, { digest: string; statKey: string; manifest: Im
 /** Bound of the memo (images per host are few). */
 const MAX_MEMO_ENTRIES = 256;
 
-/** Streams a file through SHA-256; returns lowercase hex. Throws on I/O errors. */
+/** Bytes read at a time by sha256File (large reads: half the CPU of a file stream's small chunks). */
+const SHA256_FILE_READ_BYTES = 1 << 20;
+
+/** Reads a file through SHA-256 (SHA256_FILE_READ_BYTES at a time); returns lowercase hex. Throws on I/O errors. */
 export async function sha256File(path: string): Promise<string> {
   const hasher = new Bun.CryptoHasher("sha256");
-  const stream = Bun.file(path).stream();
-  for await (const chunk of stream) hasher.update(chunk);
+  const fh = await open(path, "r");
+  try {
+    const buf = Buffer.allocUnsafe(SHA256_FILE_READ_BYTES);
+    for (;;) {
+      const { bytesRead } = await fh.read(buf, 0, buf.length, null);
+      if (bytesRead === 0) break;
+      hasher.update(buf.subarray(0, bytesRead));
+    }
+  } finally {
+    await fh.close();
+  }
   return hasher.digest("hex");
 }
 

@@ -309,8 +309,14 @@ function fileChunks(path: string): AsyncIterable<Uint8Array> {
   return createReadStream(path, { highWaterMark: 1 << 20 }) as AsyncIterable<Buffer>;
 }
 
-/** Bytes read at a time by positionalChunks (small: most tar members are smaller, large bodies are jumped over). */
-const POSITIONAL_READ_BYTES = 64 * 1024;
+/**
+ * Bytes read at a time by positionalChunks: small, so little more than the
+ * headers is read (bodies past a read are jumped over). On bench/imageBuild.ts's
+ * 430 MB of layers (14,190 members), 8 KiB reads 58 MB in 7,100 reads where
+ * 64 KiB read 161 MB in 2,500, in less time spent reading (and 4 KiB: 41 MB
+ * in 9,900 reads, more time again).
+ */
+const POSITIONAL_READ_BYTES = 8 * 1024;
 
 /** The `size` bytes of `path` read by position, jumping where told (tar.ts SkippableChunks); a file that shrank ends early. */
 function positionalChunks(path: string, size: number): SkippableChunks {

@@ -361,7 +361,8 @@ export class RootTree {
       if (n.children) {
         // Byte names: string order is byte order.
         const names = [...n.children.keys()].sort();
-        for (const c of names) await emit(path === "./" ? c : `${path.replace(/\/$/, "")}/${c}`, n.children.get(c)!);
+        const prefix = path === "./" ? "" : `${path.endsWith("/") ? path.slice(0, -1) : path}/`;
+        for (const c of names) await emit(prefix + c, n.children.get(c)!);
       }
     };
     await emit("./", this.root);

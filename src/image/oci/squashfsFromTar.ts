@@ -111,6 +111,12 @@ export async function squashfsFromTar(
   const fds = new Map<string, number>();
   const sink: TarSink = {
     async write(c) {
+      if (c.length < batch.length - used) {
+        // The common case (a header or padding): one copy, no views.
+        batch.set(c, used);
+        used += c.length;
+        return;
+      }
       let at = 0;
       while (at < c.length) {
         const n = Math.min(c.length - at, batch.length - used);

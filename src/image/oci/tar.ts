@@ -168,8 +168,30 @@ class ByteReader {
   }
 }
 
+/**
+ * The value of an octal field in its common spelling (spaces, octal digits,
+ * spaces, then NUL or the field's end), read from the bytes; null for any
+ * other spelling, which parseTarNumber reads (and refuses) as text.
+ */
+function plainOctal(field: Uint8Array): number | null {
+  const n = field.length;
+  let i = 0;
+  while (i < n && field[i] === 0x20) i++;
+  let v = 0;
+  let digits = 0;
+  for (; i < n; i++, digits++) {
+    const c = field[i]!;
+    if (c < 0x30 || c > 0x37) break;
+    v = v * 8 + (c - 0x30);
+  }
+  while (i < n && field[i] === 0x20) i++;
+  return digits > 0 && (i === n || field[i] === 0) && Number.isSafeInteger(v) ? v : null;
+}
+
 /** Parses an octal or base-256 numeric field. Throws IMAGE_LAYER_INVALID. */
 export function parseTarNumber(field: Uint8Array, what: string): number {
+  const plain = plainOctal(field);
+  if (plain !== null) return plain;
   if (field.length > 0 && (field[0]! & 0x80) !== 0) {
     if (field[0] === 0xff) throw imageError("IMAGE_LAYER_INVALID", `negative base-256 ${what}`);
     let v = field[0]! & 0x7f;
@@ -211,7 +233,10 @@ function checksumOk(h: Uint8Array): boolean {
   return stored === unsigned || stored === signed;
 }
 
-const same = (h: Uint8Array, off: number, s: string) => s.split("").every((c, i) => h[off + i] === c.charCodeAt(0));
+const same = (h: Uint8Array, off: number, s: string) => {
+  for (let i = 0; i < s.length; i++) if (h[off + i] !== s.charCodeAt(i)) return false;
+  return true;
+};
 
 /**
  * Which header layout `h` uses, from its magic and version (as Go's
@@ -408,6 +433,30 @@ const TYPEFLAG_BY_KIND: Record<TarEntryKind, string> = {
   fifo: "6",
 };
 
+/** Writes ASCII `s` at `off`. */
+function putAscii(b: Uint8Array, off: number, s: string): void {
+  for (let i = 0; i < s.length; i++) b[off + i] = s.charCodeAt(i);
+}
+
+/**
+ * Writes `n` as `width - 1` octal digits and a NUL at `off` (what `octal(n,
+ * width)` spells); a number with more digits is written as that string cut
+ * to `width` bytes, as it always was.
+ */
+function putOctal(b: Uint8Array, off: number, n: number, width: number): void {
+  if (!(n >= 0 && n < 8 ** (width - 1) && Number.isInteger(n))) {
+    const s = octal(n, width);
+    putAscii(b, off, s.length > width ? s.slice(0, width) : s);
+    return;
+  }
+  let v = n;
+  for (let i = width - 2; i >= 0; i--) {
+    b[off + i] = 0x30 + (v % 8);
+    v = Math.floor(v / 8);
+  }
+  b[off + width - 1] = 0;
+}
+
 function headerBlock(
   name: Uint8Array,
   typeflag: string,
@@ -422,25 +471,24 @@ function headerBlock(
     devminor: number;
   },
 ): Uint8Array {
+  // Fields written in place (no per-field strings or views: this runs once per entry of a root of many thousands).
   const b = new Uint8Array(TAR_BLOCK_BYTES);
-  const put = (off: number, s: string | Uint8Array, width: number) =>
-    b.set((typeof s === "string" ? enc.encode(s) : s).subarray(0, width), off);
-  put(0, name, 100);
-  put(100, octal(h.mode, 8), 8);
-  put(108, octal(h.uid, 8), 8);
-  put(116, octal(h.gid, 8), 8);
-  put(124, octal(h.size, 12), 12);
-  put(136, octal(h.mtime, 12), 12);
-  put(156, typeflag, 1);
-  put(157, h.linkname, 100);
-  put(257, "ustar\0", 6);
-  put(263, "00", 2);
-  put(329, octal(h.devmajor, 8), 8);
-  put(337, octal(h.devminor, 8), 8);
+  b.set(name.length > 100 ? name.subarray(0, 100) : name, 0);
+  putOctal(b, 100, h.mode, 8);
+  putOctal(b, 108, h.uid, 8);
+  putOctal(b, 116, h.gid, 8);
+  putOctal(b, 124, h.size, 12);
+  putOctal(b, 136, h.mtime, 12);
+  b[156] = typeflag.charCodeAt(0);
+  b.set(h.linkname.length > 100 ? h.linkname.subarray(0, 100) : h.linkname, 157);
+  putAscii(b, 257, "ustar\0");
+  putAscii(b, 263, "00");
+  putOctal(b, 329, h.devmajor, 8);
+  putOctal(b, 337, h.devminor, 8);
   b.fill(0x20, 148, 156);
   let sum = 0;
-  for (const x of b) sum += x;
-  put(148, sum.toString(8).padStart(6, "0") + "\0 ", 8);
+  for (let i = 0; i < TAR_BLOCK_BYTES; i++) sum += b[i]!;
+  putAscii(b, 148, sum.toString(8).padStart(6, "0") + "\0 ");
   return b;
 }
 
@@ -460,10 +508,10 @@ export function encodeTarHeader(h: TarHeader): Uint8Array {
   const records: Uint8Array[] = [];
   const name = nameBytes(h.path);
   const link = nameBytes(h.linkname);
-  const xattrNames = [...h.xattrs.keys()].sort();
-  // Names that are not UTF-8 go out byte-exact, marked as such (as GNU tar does).
-  const binary = [h.path, h.linkname, ...xattrNames].some((n) => utf8Text(n) === null);
-  if (binary && (name.length > 99 || link.length > 99 || xattrNames.length))
+  const xattrNames = h.xattrs.size ? [...h.xattrs.keys()].sort() : [];
+  // Names that are not UTF-8 go out byte-exact, marked as such (as GNU tar does); only a PAX header can say so.
+  const paxNames = name.length > 99 || link.length > 99 || xattrNames.length > 0;
+  if (paxNames && [h.path, h.linkname, ...xattrNames].some((n) => utf8Text(n) === null))
     records.push(paxRecord("hdrcharset", enc.encode("BINARY")));
   if (name.length > 99) records.push(paxRecord("path", name));
   if (link.length > 99) records.push(paxRecord("linkpath", link));
