@@ -29,9 +29,8 @@
  * allocation, reuse an address while a grant of its holder may be applied,
  * store a private key or a raw token.
  */
-import { and, asc, count, eq, gt, isNotNull, isNull, lt, lte, min, sql } from "drizzle-orm";
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
-import { param, placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
+import { prepared } from "../runtime/drizzle.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import type { ConnectionGrantResponse, GrantPayload, GrantTransport } from "../../protocol/connection.ts";
 import {
@@ -46,7 +45,8 @@ import type { SchedulerEnv } from "../env.ts";
 import type { ConnectionSettings } from "../connectionSettings.ts";
 import type { ConnectionSigner } from "../connectionSigner.ts";
 import { NetworkMessage } from "./messages.ts";
-import { NETWORK_TABLES, networkAllocationTable, networkGrantTable } from "./networkSchema.ts";
+import { NETWORK_TABLES } from "./networkSchema.ts";
+import { networkQueries, type GrantRow } from "./networkQueries.ts";
 import { relayTokens, signGrant } from "./grantDocuments.ts";
 import { NetworkAddresses, type AllocRow } from "./networkAddresses.ts";
 
@@ -73,157 +73,6 @@ export interface IssueGrant {
   ttlSeconds?: number | undefined;
 }
 
-/** A grant's facts as stored (./networkSchema.ts). */
-type GrantRow = typeof networkGrantTable.$inferSelect;
-
-const queries = (db: ObjectDb) => {
-  const obj = sql.placeholder("obj");
-  const g = networkGrantTable;
-  const a = networkAllocationTable;
-  const mine = eq(g.obj, obj);
-  const ofAllocation = and(mine, eq(g.allocationId, sql.placeholder("id")));
-  const upTo = lte(g.generation, sql.placeholder("generation"));
-  const thisAllocation = and(eq(a.obj, obj), eq(a.allocationId, sql.placeholder("id")));
-  return {
-    grant: db
-      .select()
-      .from(g)
-      .where(and(mine, eq(g.grantId, sql.placeholder("grantId"))))
-      .prepare(),
-    liveOfAllocation: db
-      .select({ n: count() })
-      .from(g)
-      .where(and(ofAllocation, isNull(g.revokedAtMs), gt(g.expiresAtMs, sql.placeholder("now"))))
-      .prepare(),
-    held: db
-      .select({ n: count() })
-      .from(g)
-      .where(and(mine, isNull(g.goneAtMs)))
-      .prepare(),
-    insert: db
-      .insert(g)
-      .values({
-        obj,
-        ...placeholders(
-          "grantId",
-          "generation",
-          "hostId",
-          "placementId",
-          "clientAddress",
-          "connectionId",
-          "expiresAtMs",
-        ),
-        allocationId: sql.placeholder("id"),
-        issuedAtMs: sql.placeholder("now"),
-        revokedAtMs: null,
-        revokeObservedAtMs: null,
-        goneAtMs: null,
-      })
-      .prepare(),
-    markRevoked: db
-      .update(g)
-      .set({ revokedAtMs: param<number>("now") })
-      .where(and(mine, eq(g.grantId, sql.placeholder("grantId"))))
-      .prepare(),
-    markRevokeObserved: db
-      .update(g)
-      .set({ revokeObservedAtMs: param<number>("atMs") })
-      .where(
-        and(
-          mine,
-          eq(g.grantId, sql.placeholder("grantId")),
-          eq(g.hostId, sql.placeholder("hostId")),
-          isNull(g.revokeObservedAtMs),
-        ),
-      )
-      .prepare(),
-    markGone: db
-      .update(g)
-      .set({ goneAtMs: param<number>("now") })
-      .where(and(mine, eq(g.grantId, sql.placeholder("grantId"))))
-      .prepare(),
-    /** Grants of generations up to `generation` of the allocation not yet revoked (nor gone). */
-    unrevokedUpTo: db
-      .select()
-      .from(g)
-      .where(and(ofAllocation, upTo, isNull(g.revokedAtMs), isNull(g.goneAtMs)))
-      .prepare(),
-    /** Grants of generations up to `generation` of the allocation not yet gone. */
-    openUpTo: db
-      .select()
-      .from(g)
-      .where(and(ofAllocation, upTo, isNull(g.goneAtMs)))
-      .prepare(),
-    openOfAllocation: db
-      .select()
-      .from(g)
-      .where(and(ofAllocation, isNull(g.goneAtMs)))
-      .prepare(),
-    open: db
-      .select()
-      .from(g)
-      .where(and(mine, isNull(g.goneAtMs)))
-      .prepare(),
-    /** Revoked grants whose host has not acknowledged, still unexpired (their revokes are resent). */
-    unacknowledged: db
-      .select()
-      .from(g)
-      .where(
-        and(
-          mine,
-          isNotNull(g.revokedAtMs),
-          isNull(g.revokeObservedAtMs),
-          isNull(g.goneAtMs),
-          gt(g.expiresAtMs, sql.placeholder("now")),
-        ),
-      )
-      .prepare(),
-    /** Grants not yet revoked nor gone, with what the stale-grant rule reads of their allocation. */
-    unrevokedWithAllocation: db
-      .select({ grant: g, alloc: { closedGeneration: a.closedGeneration, terminalAtMs: a.terminalAtMs } })
-      .from(g)
-      .leftJoin(a, and(eq(a.obj, g.obj), eq(a.allocationId, g.allocationId)))
-      .where(and(mine, isNull(g.revokedAtMs), isNull(g.goneAtMs)))
-      .prepare(),
-    forgetGoneBefore: db
-      .delete(g)
-      .where(and(mine, isNotNull(g.goneAtMs), lt(g.goneAtMs, sql.placeholder("before"))))
-      .prepare(),
-    /** The three times the alarm may be due for: earliest expiry, a revoke to resend, earliest gone grant. */
-    alarmTimes: db
-      .select({
-        expiry: sql<number | null>`MIN(CASE WHEN ${g.goneAtMs} IS NULL THEN ${g.expiresAtMs} END)`,
-        resend: sql<
-          number | null
-        >`MIN(CASE WHEN ${g.goneAtMs} IS NULL AND ${g.revokedAtMs} IS NOT NULL AND ${g.revokeObservedAtMs} IS NULL AND ${g.expiresAtMs} > ${sql.placeholder("now")} THEN 1 END)`,
-        forget: min(g.goneAtMs),
-      })
-      .from(g)
-      .where(mine)
-      .prepare(),
-    all: db.select().from(g).where(mine).orderBy(asc(g.issuedAtMs), asc(g.grantId)).prepare(),
-    fence: db
-      .update(a)
-      .set({
-        closedGeneration: sql`MAX(${a.closedGeneration}, ${sql.placeholder("generation")})`,
-        waitingGeneration: param<number>("generation"),
-      })
-      .where(thisAllocation)
-      .prepare(),
-    closeGeneration: db
-      .update(a)
-      .set({ closedGeneration: sql`MAX(${a.closedGeneration}, ${sql.placeholder("generation")})` })
-      .where(thisAllocation)
-      .prepare(),
-    markTerminal: db
-      .update(a)
-      .set({ terminalAtMs: param<number>("now") })
-      .where(and(thisAllocation, isNull(a.terminalAtMs)))
-      .prepare(),
-    stopWaiting: db.update(a).set({ waitingGeneration: 0 }).where(thisAllocation).prepare(),
-  };
-};
-
 /** See the module header. */
 export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage> {
   static readonly className = "Network";
@@ -232,7 +81,7 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
 
   /** Its row, allocation addresses and free list (./networkAddresses.ts). */
   private readonly book = new NetworkAddresses(this.state, this.env);
-  private readonly q = prepared(this.state.storage, queries);
+  private readonly q = prepared(this.state.storage, networkQueries);
 
   constructor(state: ObjectState<NetworkMessage>, env: SchedulerEnv) {
     super(state, env);
