@@ -39,7 +39,7 @@ try {
     publicUrl: "http://bench",
   });
   worker.start();
-  const app = buildApp(worker);
+  const app = buildApp(worker, { health: () => worker.health() });
   const bare = (req: Request) => app.handle(req);
   const deps = { clock: worker.env.clock, random: worker.env.random };
   let lines = 0;

@@ -1,7 +1,9 @@
 /**
  * The scheduler as a workerd Worker: the front (src/scheduler/front.ts)
- * behind a plain fetch router (src/scheduler/fetchRouter.ts: workerd
- * forbids the code generation Elysia's compiled handlers use), and every
+ * behind the same front door as the embedded host (src/scheduler/app.ts,
+ * built with `codeGeneration: false`: workerd forbids the code generation
+ * Elysia's compiled handlers and TypeBox's compiled checks use; see
+ * docs/adr/0161-one-front-door.md), and every
  * object class wrapped as a SQLite-backed Durable Object
  * (src/scheduler/runtime/workerd/durableHost.ts). Built by
  * deploy/workerd/build.ts into dist/workerd/; config.capnp serves it.
@@ -29,7 +31,7 @@ import { DeploymentManifest } from "../../src/scheduler/manifestSchema.ts";
 import { Metrics } from "../../src/scheduler/metrics.ts";
 import { createLogger } from "../../src/command/log.ts";
 import { SchedulerFront } from "../../src/scheduler/front.ts";
-import { fetchRouter } from "../../src/scheduler/fetchRouter.ts";
+import { buildApp } from "../../src/scheduler/app.ts";
 import { withRequestLog } from "../../src/scheduler/requestLog.ts";
 import { AllocationObject } from "../../src/scheduler/objects/allocationObject.ts";
 import { AllocationIndexObject } from "../../src/scheduler/objects/allocationIndex.ts";
@@ -118,7 +120,11 @@ export default {
     let r = routers.get(raw);
     if (!r) {
       const env = buildEnv(raw);
-      r = withRequestLog(fetchRouter(new SchedulerFront(env, raw.BB_PUBLIC_URL || DEFAULT_PUBLIC_URL)), {
+      const app = buildApp(new SchedulerFront(env, raw.BB_PUBLIC_URL || DEFAULT_PUBLIC_URL), {
+        codeGeneration: false,
+        drainRefusedBodies: "always",
+      });
+      r = withRequestLog((req) => app.handle(req), {
         log,
         clock: env.clock,
         random: env.random,

@@ -1,170 +1,78 @@
 /**
- * The scheduler's HTTP surface (Elysia). Every request first passes the
- * request guard (edge.ts: route, framing, authentication, query, bounded
- * body, schema, in that order); a route handler then only translates: it
- * calls one Worker method and maps the result, or the stable error code, to
- * HTTP with an RFC 9457 problem+json body.
+ * The scheduler's HTTP surface (Elysia), the one front door of both hosts:
+ * the embedded host (serve.ts, under Bun.serve) and workerd
+ * (deploy/workerd/entry.ts) build this same app over their front
+ * (docs/adr/0161-one-front-door.md). Every request first passes the
+ * request guard (edge.ts: route, framing, authentication, path parameters,
+ * query, bounded body, schema, in that order), then the per-caller bounds
+ * (callerLimits.ts); its route's handler (routeHandlers.ts) then only
+ * translates: it calls one front method and maps the result, or the
+ * stable error code, to HTTP with an RFC 9457 problem+json body.
  *
- * The routes themselves are data (routes.ts); this file binds one handler
- * to each. The guard runs in Elysia's onRequest hook, before Elysia would
- * parse anything, and its match picks the handler (never Elysia's router,
- * never the Host header); handlers never ask Elysia for a body.
+ * The routes themselves are data (routes.ts): the one route table. The
+ * guard runs in Elysia's onRequest hook, before Elysia would parse
+ * anything, and its match picks the handler (never Elysia's router, never
+ * the Host header); handlers never ask Elysia for a body. A host that
+ * forbids code generation (workerd: "EvalError: Code generation from
+ * strings disallowed for this context") builds the app with
+ * `codeGeneration: false`: Elysia's `aot: false` (no compiled handler) and
+ * TypeBox's interpreted schema checks; both accept and refuse alike.
  * Must never: hold a business rule, or echo a request body in an error.
  */
 import { Elysia } from "elysia";
 import { BeachballError } from "../protocol/errors.ts";
 import { problem, problemResponse } from "../protocol/problem.ts";
-import type {
-  BootstrapBody,
-  CreateAllocationBody,
-  EnrollBody,
-  EnrollmentTokenBody,
-  ReplacementAuthorizationBody,
-} from "../protocol/api.ts";
-import type { Envelope } from "../protocol/agent.ts";
-import type { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody } from "../protocol/connection.ts";
-import type { LogPushBody } from "../protocol/logs.ts";
-import type { SchedulerWorker } from "./worker.ts";
-import { endpointOf as endpoint, hostOf as host, principalOf as who, RequestGuard, type Prepared } from "./edge.ts";
+import type { SchedulerFront } from "./front.ts";
+import { RequestGuard, type RefusedBodyDrain } from "./edge.ts";
 import { ROUTES, type RouteName } from "./routes.ts";
-import { openApiDocument } from "./openapi.ts";
 import { CallerLimiter, isFollow } from "./callerLimits.ts";
-import type { RendezvousSocketData, RendezvousSockets } from "./rendezvousSocket.ts";
+import { routeHandlers, type RendezvousUpgrade, type Reply, type StorageHealth } from "./routeHandlers.ts";
 
-/** What a handler answers: a JSON body with its status, or a ready Response. */
-type Reply = { status?: number; json: unknown } | Response;
+export type { RendezvousUpgrade, StorageHealth } from "./routeHandlers.ts";
 
-const id = (p: Prepared) => p.params["id"]!;
-const num = (p: Prepared, name: string, fallback: number) => (p.query[name] as number | undefined) ?? fallback;
-
-/**
- * The WebSocket side of `GET /v1/connections/{id}/connect`: the sockets'
- * gate and the server's upgrade (Bun.serve's `server.upgrade`; serve.ts).
- * Absent (tests on `app.handle`, other hosts): the route answers
- * UPGRADE_REQUIRED.
- */
-export interface RendezvousUpgrade {
-  sockets: RendezvousSockets;
-  upgrade(request: Request, data: RendezvousSocketData): boolean;
+/** How a host builds the front door (every field has the default a host without the feature wants). */
+export interface FrontDoorOptions {
+  /** Serves the WebSocket route (see RendezvousUpgrade); default none: UPGRADE_REQUIRED. */
+  rendezvous?: RendezvousUpgrade | null;
+  /** Bounds each caller's requests in flight (callerLimits.ts); default the shipped bounds. */
+  limiter?: CallerLimiter;
+  /** Storage health for /healthz (the embedded host's store, worker.ts); default always ok. */
+  health?: () => StorageHealth;
+  /** Whether the host allows code generation (`new Function`): true on Bun (default), false on workerd. */
+  codeGeneration?: boolean;
+  /** When the guard drains a refused request's unread body (edge.ts RefusedBodyDrain): `on-close` on Bun (default), `always` on workerd. */
+  drainRefusedBodies?: RefusedBodyDrain;
 }
 
-/** One handler per route name. */
-function handlers(
-  worker: SchedulerWorker,
-  rendezvous: RendezvousUpgrade | null,
-): Record<RouteName, (p: Prepared, request: Request) => Promise<Reply> | Reply> {
-  const document = openApiDocument();
-  return {
-    openapi: () => ({ json: document }),
-    healthz: () => {
-      // Health reflects storage: a store that cannot be written is not a healthy scheduler.
-      const h = worker.health();
-      // Real writes, not the probe alone: a recorded fault of a real call or commit stands until a full-size probe commits (runtime/embedded/storageHealth.ts).
-      if (!h.ok)
-        throw new BeachballError("STORAGE_UNAVAILABLE", h.detail, {
-          retryAfterSeconds: 5,
-          ...(h.code ? { sqliteCode: h.code } : {}),
-        });
-      return { json: { ok: true } };
-    },
-    wellKnown: () => ({ json: worker.wellKnown() }),
-    createAllocation: async (p) => {
-      const r = await worker.createAllocation(who(p), p.body as CreateAllocationBody);
-      return { status: r.created ? 201 : 200, json: r.view };
-    },
-    listAllocations: async (p) => ({
-      json: await worker.listAllocations(
-        who(p),
-        (p.query["cursor"] as string | undefined) ?? null,
-        num(p, "limit", 50),
-      ),
-    }),
-    getAllocation: async (p) => ({ json: await worker.getAllocation(who(p), id(p)) }),
-    releaseAllocation: async (p) => ({ status: 202, json: await worker.releaseAllocation(who(p), id(p)) }),
-    events: async (p) => {
-      const after = num(p, "after", 0);
-      const items = await worker.events(who(p), id(p), after, num(p, "limit", 100));
-      return { json: { items, nextCursor: items.length ? items[items.length - 1]!.seq : after } };
-    },
-    logs: async (p) => ({ json: await worker.readLog(who(p), id(p), num(p, "offset", 0), num(p, "follow", 0) === 1) }),
-    bootstrap: async (p) => ({ json: await worker.deliverBootstrap(who(p), id(p), p.body as BootstrapBody) }),
-    createConnectionGrant: async (p) => ({
-      status: 201,
-      json: await worker.createConnectionGrant(who(p), id(p), p.body as ConnectionGrantBody),
-    }),
-    revokeConnectionGrant: async (p) => {
-      await worker.revokeConnectionGrant(who(p), id(p), p.params["grantId"]!);
-      return new Response(null, { status: 204 });
-    },
-    connectionPoll: async (p) => {
-      const e = endpoint(p);
-      return { json: await worker.connectionPoll(e.connectionId, e.role, p.body as ConnectionPollBody) };
-    },
-    connectionConnect: (p, request) => {
-      const e = endpoint(p);
-      if (request.headers.get("upgrade")?.toLowerCase() !== "websocket" || !rendezvous)
-        throw new BeachballError(
-          "UPGRADE_REQUIRED",
-          "this route speaks WebSocket only: send an Upgrade: websocket request",
-        );
-      rendezvous.sockets.admit(e.connectionId, e.role);
-      if (!rendezvous.upgrade(request, { connectionId: e.connectionId, role: e.role, after: num(p, "after", 0) }))
-        throw new BeachballError("UPGRADE_REQUIRED", "the WebSocket upgrade failed (a malformed handshake)");
-      // Bun ignores this answer once the upgrade succeeded: the socket is rendezvousSocket.ts's.
-      return new Response(null, { status: 200 });
-    },
-    connectionRelayTokens: async (p) => {
-      const e = endpoint(p);
-      return { json: await worker.connectionRelayTokens(e.connectionId, e.role) };
-    },
-    connectionMessages: async (p) => {
-      const e = endpoint(p);
-      return { json: await worker.connectionMessages(e.connectionId, e.role, p.body as ConnectionMessagesBody) };
-    },
-    replacementAuthorizations: async (p) => ({
-      json: await worker.authorizeReplacement(who(p), id(p), (p.body as ReplacementAuthorizationBody).generation),
-    }),
-    enrollmentTokens: async (p) => ({
-      status: 201,
-      json: await worker.createEnrollmentToken(who(p), id(p), (p.body as EnrollmentTokenBody).ttlSeconds ?? 3600),
-    }),
-    hosts: async (p) => ({ json: { items: await worker.hosts(who(p)) } }),
-    activateHost: async (p) => ({ json: await worker.setHostState(who(p), id(p), "active") }),
-    drainHost: async (p) => ({ json: await worker.setHostState(who(p), id(p), "draining") }),
-    disableHost: async (p) => ({ json: await worker.setHostState(who(p), id(p), "disabled") }),
-    metrics: async (p) =>
-      new Response(await worker.metrics(who(p)), { headers: { "content-type": "text/plain; version=0.0.4" } }),
-    alerts: async (p) => ({ json: { items: await worker.alerts(who(p), num(p, "after", 0), num(p, "limit", 100)) } }),
-    enroll: async (p) => ({ status: 201, json: await worker.enroll(p.body as EnrollBody) }),
-    poll: async (p) => ({ json: await worker.agentEnvelope(host(p), { ...(p.body as Envelope), type: "poll" }) }),
-    messages: async (p) => ({
-      json: await worker.agentEnvelope(host(p), { ...(p.body as Envelope), type: "messages" }),
-    }),
-    pushLogs: async (p) => ({ json: await worker.pushLogs(host(p), p.body as LogPushBody) }),
-  };
-}
+const HEALTHY: StorageHealth = { ok: true, detail: "" };
 
 /**
- * Builds the Elysia app for one Worker; `rendezvous` serves the WebSocket
- * route (see RendezvousUpgrade); `limiter` bounds each caller's requests in
- * flight (callerLimits.ts). Routing is the guard's match on the
+ * Builds the Elysia app over one front (see FrontDoorOptions). Routing is the guard's match on the
  * request target (edge.ts, requestTarget.ts), and the handler answers from
  * the onRequest hook: Elysia's own router is not used, because it cuts
  * `request.url` at a fixed offset (Elysia 1.4: `url.indexOf("/", 11)`), so
  * a short Host header (`Host: x`) sent every request to 404 (issue 18 item 20).
  */
-export function buildApp(
-  worker: SchedulerWorker,
-  rendezvous: RendezvousUpgrade | null = null,
-  limiter = new CallerLimiter(),
-) {
-  const guard = new RequestGuard<RouteName>(ROUTES, {
-    principal: (h) => worker.authenticate(h),
-    host: (h) => worker.authenticateHost(h),
-    endpoint: (h, c) => worker.authenticateEndpoint(h, c),
+export function buildApp(front: SchedulerFront, opts: FrontDoorOptions = {}) {
+  const codeGeneration = opts.codeGeneration ?? true;
+  const limiter = opts.limiter ?? new CallerLimiter();
+  const guard = new RequestGuard<RouteName>(
+    ROUTES,
+    {
+      principal: (h) => front.authenticate(h),
+      host: (h) => front.authenticateHost(h),
+      endpoint: (h, c) => front.authenticateEndpoint(h, c),
+    },
+    codeGeneration ? "compiled" : "interpreted",
+    opts.drainRefusedBodies ?? "on-close",
+  );
+  const handle = routeHandlers({
+    front,
+    health: opts.health ?? (() => HEALTHY),
+    rendezvous: opts.rendezvous ?? null,
   });
-  const handle = handlers(worker, rendezvous);
-  return new Elysia({ normalize: false })
+  // aot: false only where code generation is forbidden; the embedded host keeps Elysia's default.
+  return new Elysia({ normalize: false, ...(codeGeneration ? {} : { aot: false }) })
     .onRequest(async ({ request }) => {
       const p = await guard.admit(request);
       if (p instanceof Response) return p;
@@ -173,7 +81,7 @@ export function buildApp(
       if (release instanceof Response) return release;
       let r: Reply;
       try {
-        // HEAD runs the GET handler; Bun sends its status and headers without the body.
+        // HEAD runs the GET handler; the server (Bun, workerd) sends its status and headers without the body.
         r = await handle[p.route](p, request);
       } finally {
         release();
@@ -187,7 +95,7 @@ export function buildApp(
     .onError(({ code, error }) => {
       if (error instanceof BeachballError) return problemResponse(error);
       if (code === "NOT_FOUND") return problem("NOT_FOUND", "no such route");
-      worker.env.log.error("unhandled error", {
+      front.env.log.error("unhandled error", {
         error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
       });
       return problem("INTERNAL", "internal error");

@@ -73,8 +73,8 @@ const MAX_QUERY_INTEGER_DIGITS = 16;
 
 /**
  * The principal a guarded request carries (routes whose auth is a principal
- * role). Throws UNAUTHENTICATED (401) for any other caller. Used by both
- * front doors (app.ts, fetchRouter.ts).
+ * role). Throws UNAUTHENTICATED (401) for any other caller. Used by the
+ * route handlers (routeHandlers.ts).
  */
 export function principalOf(p: Prepared): Identity {
   if (p.caller.kind !== "principal")
@@ -107,6 +107,16 @@ interface BodyCheck {
   Check(value: unknown): boolean;
   Errors(value: unknown): ValueErrorIterator;
 }
+
+/**
+ * When the guard drains (bounded, MAX_DRAIN_BYTES) the unread body of a
+ * refused request: only when the client asked to close (`on-close`: Bun
+ * discards the rest of a kept-alive request itself), or always (workerd
+ * closes a kept-alive connection whose request body was left unread, so the
+ * client, still sending, got a reset instead of its 413: measured by
+ * test/integration/http-edge.test.ts).
+ */
+export type RefusedBodyDrain = "on-close" | "always";
 
 function bodyCheck(schema: TSchema, checking: SchemaChecking): BodyCheck {
   if (checking === "compiled") return TypeCompiler.Compile(schema);
@@ -144,10 +154,10 @@ function queryValue(name: string, raw: string, spec: QueryParam): number | strin
 
 /**
  * See the module header. One guard for both hosts of the scheduler: the
- * embedded app (app.ts) and the workerd fetch router (fetchRouter.ts) admit
- * every request through it, so a route, a query or a body is refused alike
- * on both (issue 18 item 16: the workerd host once had its own, laxer,
- * query rules).
+ * one app (app.ts), embedded and on workerd, admits every request through
+ * it, so a route, a query or a body is refused alike on both (issue 18
+ * item 16: the workerd host once had its own, laxer, query rules; issue 19
+ * item 2: one app, docs/adr/0161-one-front-door.md).
  */
 export class RequestGuard<N extends string> {
   private readonly routes: CompiledRoute<N>[];
@@ -156,6 +166,7 @@ export class RequestGuard<N extends string> {
     routes: Record<N, RouteSpec>,
     private readonly auth: Authenticator,
     checking: SchemaChecking = "compiled",
+    private readonly drain: RefusedBodyDrain = "on-close",
   ) {
     this.routes = (Object.keys(routes) as N[]).map((name) => {
       const spec = routes[name];
@@ -175,9 +186,10 @@ export class RequestGuard<N extends string> {
   /**
    * Runs every check of the module header; returns the prepared request or
    * the problem response that refuses it. Before refusing a client that
-   * asked to close the connection, drains (bounded) what it is still
-   * sending, so the refusal reaches it instead of a reset (see
-   * MAX_DRAIN_BYTES); otherwise the unread rest is left to Bun to discard.
+   * asked to close the connection (or any client, with `drain: "always"`:
+   * workerd), drains (bounded) what it is still sending, so the refusal
+   * reaches it instead of a reset (see MAX_DRAIN_BYTES); otherwise the
+   * unread rest is left to Bun to discard.
    * Bun gives a GET or HEAD no body stream (it discards such a body
    * itself), so that one case cannot be drained here.
    */
@@ -197,7 +209,8 @@ export class RequestGuard<N extends string> {
       refusal = problemResponse(e);
     }
     if (body.unread) {
-      if (/(^|,)\s*close\s*(,|$)/i.test(request.headers.get("connection") ?? "")) await body.drain();
+      if (this.drain === "always" || /(^|,)\s*close\s*(,|$)/i.test(request.headers.get("connection") ?? ""))
+        await body.drain();
       else body.release();
     }
     return refusal;

@@ -9,9 +9,8 @@
  *
  * Why not @elysiajs/openapi: it documents the schemas Elysia itself
  * validates, and this app deliberately gives Elysia none (the guard checks
- * every body before Elysia would parse one), and the workerd host
- * (fetchRouter.ts) runs no Elysia at all; the route table is the one source
- * both hosts and this document share.
+ * every body before Elysia would parse one, on both hosts: app.ts); the
+ * route table is the one source the app and this document share.
  *
  * Spec: "Authentication and identity", "Admission and limits"; OpenAPI
  * 3.1.0 (JSON Schema 2020-12 dialect); RFC 9457 problem details.

@@ -5,7 +5,7 @@
  * a value outside a union of literals, the literals; for a value matching
  * none of a union's object shapes, the shape its discriminator
  * (a `kind`/`type` literal) picked and that shape's own first error. Every
- * server of the scheduler's HTTP API (edge.ts, fetchRouter.ts, the
+ * server of the scheduler's HTTP API (edge.ts on both hosts, the
  * rendezvous WebSocket in rendezvousSocket.ts) describes errors here, so
  * the same bad body reads the same everywhere.
  *

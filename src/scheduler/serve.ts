@@ -62,11 +62,11 @@ export function serveScheduler(opts: ServeOptions): RunningScheduler {
   worker.start();
   const sockets = new RendezvousSockets(worker);
   let server: Bun.Server<RendezvousSocketData> | null = null;
-  const app = buildApp(
-    worker,
-    { sockets, upgrade: (req, data) => server?.upgrade(req, { data }) ?? false },
-    new CallerLimiter(opts.callerBounds),
-  );
+  const app = buildApp(worker, {
+    rendezvous: { sockets, upgrade: (req, data) => server?.upgrade(req, { data }) ?? false },
+    limiter: new CallerLimiter(opts.callerBounds),
+    health: () => worker.health(),
+  });
   // Bun.serve directly (not app.listen) so every answer, the guard's refusals included, passes the request log.
   const fetch = withRequestLog((req) => app.handle(req), { log, clock: worker.env.clock, random: worker.env.random });
   try {

@@ -8,7 +8,10 @@
  * created (objects, allocations, hosts, enrollment tokens); /healthz kept
  * answering 200 while hostile bodies were in flight. It prints the
  * event-loop delay and /healthz latency it saw (figures, not assertions;
- * bench/hostile.ts compares them with a benign baseline).
+ * bench/hostile.ts compares them with a benign baseline). The same run on
+ * both hosts of the scheduler (embedded and workerd: one front door,
+ * docs/adr/0161-one-front-door.md); what only the embedded host shows
+ * (object instances, enrollment tokens in its store) is compared there.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { EnrollResponse } from "../../src/protocol/agent.ts";
@@ -23,27 +26,38 @@ import {
   sendHostile,
   type HostileOutcome,
 } from "../support/hostileRequests.ts";
+import { openTestConnection, rawPost, type TestConnection } from "../support/scheduler.ts";
 import {
-  openTestConnection,
-  rawPost,
-  startTestScheduler,
-  type TestConnection,
-  type TestScheduler,
-} from "../support/scheduler.ts";
+  SCHEDULER_HOSTS,
+  startSchedulerOn,
+  type SchedulerHostName,
+  type SchedulerUnderTest,
+} from "../support/schedulerHosts.ts";
 
 const SEED = Number(process.env["BB_FUZZ_SEED"] ?? 1);
 const REQUESTS = Number(process.env["BB_FUZZ_REQUESTS"] ?? 5200);
 /** Requests in flight at once. */
 const CONCURRENCY = 12;
 
-let s: TestScheduler;
+let s: SchedulerUnderTest;
 let hostCredential: string;
 let allocationId: string;
 let connection: TestConnection;
 
-/** Everything a malformed request could have created or changed, as comparable data. */
+/**
+ * Everything a malformed request could have created or changed, as
+ * comparable data: object instances and enrollment tokens where the host
+ * lets a test see them (embedded), and what the API shows on both.
+ */
 async function snapshot(): Promise<unknown> {
-  const rt = s.server.worker.runtime;
+  const allocations = (await s.controller.list(undefined, 200)).items.map(
+    (v) => `${v.allocationId}:${v.clientRequestId}:${v.generation}`,
+  );
+  const hosts = (await s.operator.hosts()).map(
+    (h) => `${h.hostId}:${h.adminState}:${h.credentialVersion}:${h.heartbeatAt}`,
+  );
+  const rt = s.embedded?.server.worker.runtime;
+  if (!rt) return { allocations, hosts };
   const classes = [
     "Allocation",
     "AllocationIndex",
@@ -57,19 +71,14 @@ async function snapshot(): Promise<unknown> {
     "Connection",
   ];
   const names = Object.fromEntries(classes.map((c) => [c, rt.listNames(c).sort()]));
-  const allocations = (await s.controller.list(undefined, 200)).items.map(
-    (v) => `${v.allocationId}:${v.clientRequestId}:${v.generation}`,
-  );
-  const hosts = (await s.operator.hosts()).map(
-    (h) => `${h.hostId}:${h.adminState}:${h.credentialVersion}:${h.heartbeatAt}`,
-  );
   // Test-only peek at the Enrollment object's table: a refused request must mint no token.
   const tokens = rt.store.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM enrollment_tokens").one().n;
   return { names, allocations, hosts, tokens };
 }
 
-beforeAll(async () => {
-  s = await startTestScheduler();
+/** Starts the scheduler on `host` with an enrolled host, a live Connection and an allocation to aim at. */
+async function setUp(host: SchedulerHostName): Promise<void> {
+  s = await startSchedulerOn(host);
   const t = await s.operator.enrollmentToken("fuzz-host");
   const r = await rawPost(
     `${s.url}/v1/agents/enroll`,
@@ -88,62 +97,69 @@ beforeAll(async () => {
   connection = await openTestConnection(s, "fuzz-host", hostCredential, "fuzz-conn");
   allocationId = (await s.controller.create({ clientRequestId: "fuzz-target", workloadClass: "ci-small" })).view
     .allocationId;
-});
-afterAll(async () => {
-  await s.stop();
-});
+}
 
-describe("hostile input across every route", () => {
-  test(`${REQUESTS} seeded malformed requests (seed ${SEED}): no 5xx, a stable problem code each, nothing created, /healthz answering`, async () => {
-    const gen = new HostileGenerator(new SeededRandom(SEED), {
-      routes: ROUTES,
-      controllerToken: s.tokens.token,
-      operatorToken: s.tokens.operatorToken,
-      hostId: "fuzz-host",
-      hostCredential,
-      allocationId,
-      connection,
+for (const host of SCHEDULER_HOSTS)
+  describe(host, () => {
+    beforeAll(() => setUp(host));
+    afterAll(async () => {
+      await s.stop();
     });
-    const before = await snapshot();
-    const loop = sampleEventLoop();
-    const health = probeHealth(s.url);
-    const outcomes: HostileOutcome[] = [];
-    const t0 = performance.now();
-    let sent = 0;
-    await Promise.all(
-      Array.from({ length: CONCURRENCY }, async () => {
-        while (sent < REQUESTS) {
-          sent++;
-          outcomes.push(await sendHostile(s.url, gen.next()));
+
+    describe("hostile input across every route", () => {
+      test(`${REQUESTS} seeded malformed requests (seed ${SEED}): no 5xx, a stable problem code each, nothing created, /healthz answering`, async () => {
+        const gen = new HostileGenerator(new SeededRandom(SEED), {
+          routes: ROUTES,
+          controllerToken: s.tokens.token,
+          operatorToken: s.tokens.operatorToken,
+          hostId: "fuzz-host",
+          hostCredential,
+          allocationId,
+          connection,
+        });
+        const before = await snapshot();
+        const loop = sampleEventLoop();
+        const health = probeHealth(s.url);
+        const outcomes: HostileOutcome[] = [];
+        const t0 = performance.now();
+        let sent = 0;
+        await Promise.all(
+          Array.from({ length: CONCURRENCY }, async () => {
+            while (sent < REQUESTS) {
+              sent++;
+              outcomes.push(await sendHostile(s.url, gen.next()));
+            }
+          }),
+        );
+        const elapsedMs = performance.now() - t0;
+        const probes = await health.stop();
+        const delays = loop.stop();
+
+        const byCategory = new Map<string, number>();
+        const byRoute = new Map<string, number>();
+        for (const o of outcomes) {
+          byCategory.set(o.req.category, (byCategory.get(o.req.category) ?? 0) + 1);
+          byRoute.set(o.req.route, (byRoute.get(o.req.route) ?? 0) + 1);
         }
-      }),
-    );
-    const elapsedMs = performance.now() - t0;
-    const probes = await health.stop();
-    const delays = loop.stop();
+        const okProbes = probes.filter((p) => p.status === 200).map((p) => p.ms);
+        console.log(
+          `hostile-input: ${outcomes.length} requests (seed ${SEED}) in ${(elapsedMs / 1000).toFixed(1)} s; ` +
+            `event-loop delay p50 ${percentile(delays, 50).toFixed(1)} ms, p99 ${percentile(delays, 99).toFixed(1)} ms, max ${percentile(delays, 100).toFixed(1)} ms; ` +
+            `/healthz ${okProbes.length}/${probes.length} ok, p50 ${percentile(okProbes, 50).toFixed(1)} ms, p99 ${percentile(okProbes, 99).toFixed(1)} ms, max ${percentile(okProbes, 100).toFixed(1)} ms\n` +
+            `  by category: ${[...byCategory].map(([k, v]) => `${k} ${v}`).join(", ")}`,
+        );
 
-    const byCategory = new Map<string, number>();
-    const byRoute = new Map<string, number>();
-    for (const o of outcomes) {
-      byCategory.set(o.req.category, (byCategory.get(o.req.category) ?? 0) + 1);
-      byRoute.set(o.req.route, (byRoute.get(o.req.route) ?? 0) + 1);
-    }
-    const okProbes = probes.filter((p) => p.status === 200).map((p) => p.ms);
-    console.log(
-      `hostile-input: ${outcomes.length} requests (seed ${SEED}) in ${(elapsedMs / 1000).toFixed(1)} s; ` +
-        `event-loop delay p50 ${percentile(delays, 50).toFixed(1)} ms, p99 ${percentile(delays, 99).toFixed(1)} ms, max ${percentile(delays, 100).toFixed(1)} ms; ` +
-        `/healthz ${okProbes.length}/${probes.length} ok, p50 ${percentile(okProbes, 50).toFixed(1)} ms, p99 ${percentile(okProbes, 99).toFixed(1)} ms, max ${percentile(okProbes, 100).toFixed(1)} ms\n` +
-        `  by category: ${[...byCategory].map(([k, v]) => `${k} ${v}`).join(", ")}`,
-    );
-
-    const wrong = outcomes.map((o) => ({ o, why: outcomeProblem(o) })).filter((x) => x.why);
-    expect(
-      wrong.slice(0, 10).map(({ o, why }) => `${o.req.category} ${o.req.method} ${o.req.path.slice(0, 80)}: ${why}`),
-    ).toEqual([]);
-    expect(outcomes.length).toBeGreaterThanOrEqual(REQUESTS);
-    expect(byRoute.size).toBe(Object.keys(ROUTES).length);
-    expect(await snapshot()).toEqual(before);
-    expect(probes.length).toBeGreaterThan(0);
-    expect(probes.filter((p) => p.status !== 200)).toEqual([]);
-  }, 120_000);
-});
+        const wrong = outcomes.map((o) => ({ o, why: outcomeProblem(o) })).filter((x) => x.why);
+        expect(
+          wrong
+            .slice(0, 10)
+            .map(({ o, why }) => `${o.req.category} ${o.req.method} ${o.req.path.slice(0, 80)}: ${why}`),
+        ).toEqual([]);
+        expect(outcomes.length).toBeGreaterThanOrEqual(REQUESTS);
+        expect(byRoute.size).toBe(Object.keys(ROUTES).length);
+        expect(await snapshot()).toEqual(before);
+        expect(probes.length).toBeGreaterThan(0);
+        expect(probes.filter((p) => p.status !== 200)).toEqual([]);
+      }, 120_000);
+    });
+  });
