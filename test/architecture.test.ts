@@ -273,14 +273,16 @@ describe("dependency rules", () => {
     }
   });
 
-  test("the embedded migrations list is drizzle-kit's journal, in order", () => {
-    const journal = JSON.parse(readFileSync(join(ROOT, "src/scheduler/migrations/meta/_journal.json"), "utf8")) as {
-      entries: { idx: number; tag: string }[];
-    };
-    const index = readFileSync(join(ROOT, "src/scheduler/migrations/index.ts"), "utf8");
-    const listed = [...index.matchAll(/tag: "([^"]+)"/g)].map((m) => m[1]);
-    expect(listed).toEqual(journal.entries.sort((a, b) => a.idx - b.idx).map((e) => e.tag));
-    for (const tag of listed) expect(index).toContain(`./${tag}.sql`);
+  test("the embedded migrations lists (scheduler, agent store) are drizzle-kit's journals, in order", () => {
+    for (const dir of ["src/scheduler/migrations", "src/agent/migrations"]) {
+      const journal = JSON.parse(readFileSync(join(ROOT, dir, "meta/_journal.json"), "utf8")) as {
+        entries: { idx: number; tag: string }[];
+      };
+      const index = readFileSync(join(ROOT, dir, "index.ts"), "utf8");
+      const listed = [...index.matchAll(/tag: "([^"]+)"/g)].map((m) => m[1]);
+      expect(listed, dir).toEqual(journal.entries.sort((a, b) => a.idx - b.idx).map((e) => e.tag));
+      for (const tag of listed) expect(index).toContain(`./${tag}.sql`);
+    }
   });
 
   test("no comment in src/, native/ or bin/ names a file outside the repository", () => {

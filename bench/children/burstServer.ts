@@ -6,9 +6,11 @@
  * (`unbounded`, the baseline); or (`floor`) no scheduler at all, a bare
  * `Bun.serve` that answers /healthz and refuses everything else with one
  * fixed 429: what Bun alone costs to accept and parse the burst's
- * connections, the floor no change of ours can go under. Prints one JSON
- * line with the URL, the controller token and the allocation IDs, then runs
- * until stdin closes.
+ * connections, the floor no change of ours can go under. The scheduler
+ * modes also start the health listener (`--health-listen`, its own thread
+ * and port). Prints one JSON line with the URL, the health listener's URL
+ * (none for `floor`), the controller token and the allocation IDs, then
+ * runs until stdin closes.
  *
  *   bun bench/children/burstServer.ts bounded|unbounded|floor <allocations>
  */
@@ -59,6 +61,7 @@ const s = serveScheduler({
   manifestPath: dev.manifestPath,
   hostname: "127.0.0.1",
   port: 0,
+  healthListen: { hostname: "127.0.0.1", port: 0 },
   ...(mode === "unbounded"
     ? { callerBounds: { maxInFlight: Number.POSITIVE_INFINITY, maxFollows: Number.POSITIVE_INFINITY } }
     : {}),
@@ -73,7 +76,8 @@ for (let i = 0; i < count; i += 100) {
   );
   for (const r of batch) ids.push(r.view.allocationId);
 }
-console.log(JSON.stringify({ url: s.url, token: tokens.token, ids }));
+const healthUrl = (await s.health!).url;
+console.log(JSON.stringify({ url: s.url, healthUrl, token: tokens.token, ids }));
 for await (const _ of console) {
   /* until stdin closes */
 }

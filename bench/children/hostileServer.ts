@@ -7,23 +7,11 @@
  * lines: `reset` (start a measurement), `report` (print event-loop delay
  * percentiles, ms, and CPU time used since `reset`, ms), `quit`.
  */
-import { startTestScheduler, rawPost } from "../../test/support/scheduler.ts";
+import { enrollTestHost, startTestScheduler, rawPost } from "../../test/support/scheduler.ts";
 import { percentile, sampleEventLoop } from "../../test/support/hostileRequests.ts";
 
 const s = await startTestScheduler();
-const t = await s.operator.enrollmentToken("bench-host");
-const r = await rawPost(
-  `${s.url}/v1/agents/enroll`,
-  null,
-  JSON.stringify({
-    token: t.token,
-    capacity: { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 4 },
-    region: "local",
-    architecture: "x86_64",
-    agentProtocolVersion: "1.0",
-    vmmDriver: "qemu-microvm",
-  }),
-);
+const enrolled = await enrollTestHost(s, "bench-host");
 const allocationId = (await s.controller.create({ clientRequestId: "bench-target", workloadClass: "ci-small" })).view
   .allocationId;
 console.log(
@@ -32,7 +20,7 @@ console.log(
     controllerToken: s.tokens.token,
     operatorToken: s.tokens.operatorToken,
     hostId: "bench-host",
-    hostCredential: r.body["credential"],
+    hostCredential: enrolled.credential,
     allocationId,
   }),
 );

@@ -3,68 +3,24 @@
  * state"): placements with desired and observed state, processed command IDs
  * with payload digests, consumed delivery digests, and the observation outbox.
  *
+ * The tables are declared once in ./storeSchema.ts; the file is created and
+ * upgraded in place by the drizzle-kit migrations generated from them
+ * (./migrations/, applied by src/storage/sqlite.ts `migrateDb` when the
+ * store opens).
+ *
  * Every command is persisted here before any side effect. Must never: store
  * a bootstrap payload (only its digest).
  */
 import type { Database } from "bun:sqlite";
 import { asc, eq, lte, ne, sql } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
-import { sqliteTable, text, integer } from "drizzle-orm/sqlite-core";
-import { checkSchemaVersion, openDb } from "../storage/sqlite.ts";
+import { migrateDb, openDb } from "../storage/sqlite.ts";
 import type { AgentCommand, CommandSpec, PlacementObservedState, PlacementUpdate, VmExit } from "../protocol/agent.ts";
+import { AGENT_MIGRATIONS } from "./migrations/index.ts";
+import { commands, deliveries, outbox, placements } from "./storeSchema.ts";
 
-/** Local placement rows. */
-export const placements = sqliteTable("placements", {
-  placementId: text("placement_id").primaryKey(),
-  allocationId: text("allocation_id").notNull(),
-  generation: integer("generation").notNull(),
-  specJson: text("spec_json").notNull(),
-  dirName: text("dir_name").notNull(),
-  desired: text("desired").$type<"present" | "running" | "absent">().notNull(),
-  observed: text("observed").$type<PlacementObservedState>().notNull(),
-  errorCode: text("error_code"),
-  vmPid: integer("vm_pid"),
-  vmStartTime: integer("vm_start_time"),
-  leaseExpiresAtMs: integer("lease_expires_at_ms").notNull(),
-  workloadExitCode: integer("workload_exit_code"),
-  updatedAtMs: integer("updated_at_ms").notNull(),
-});
-
-/** Processed commands. */
-export const commands = sqliteTable("commands", {
-  commandId: text("command_id").primaryKey(),
-  placementId: text("placement_id").notNull(),
-  type: text("type").notNull(),
-  generation: integer("generation").notNull(),
-  digest: text("digest").notNull(),
-  receivedAtMs: integer("received_at_ms").notNull(),
-});
-
-/** Consumed deliveries (ID and digest only). */
-export const deliveries = sqliteTable("deliveries", {
-  deliveryId: text("delivery_id").primaryKey(),
-  placementId: text("placement_id").notNull(),
-  digest: text("digest").notNull(),
-});
-
-/** Observations not yet accepted by the scheduler, in order. */
-export const outbox = sqliteTable("outbox", {
-  seq: integer("seq").primaryKey({ autoIncrement: true }),
-  updateJson: text("update_json").notNull(),
-});
-
-const DDL = `
-CREATE TABLE IF NOT EXISTS placements (placement_id TEXT PRIMARY KEY, allocation_id TEXT NOT NULL, generation INTEGER NOT NULL, spec_json TEXT NOT NULL,
-  dir_name TEXT NOT NULL, desired TEXT NOT NULL, observed TEXT NOT NULL, error_code TEXT, vm_pid INTEGER, vm_start_time INTEGER,
-  lease_expires_at_ms INTEGER NOT NULL, workload_exit_code INTEGER, updated_at_ms INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS commands (command_id TEXT PRIMARY KEY, placement_id TEXT NOT NULL, type TEXT NOT NULL, generation INTEGER NOT NULL,
-  digest TEXT NOT NULL, received_at_ms INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS deliveries (delivery_id TEXT PRIMARY KEY, placement_id TEXT NOT NULL, digest TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS outbox (seq INTEGER PRIMARY KEY AUTOINCREMENT, update_json TEXT NOT NULL);
-`;
-
-/** Version of agent.db's schema; bump it when the tables change. */
-export const AGENT_SCHEMA_VERSION = 1;
+/** Version of agent.db's schema: how many migrations (./migrations/) this build applies; the file's `PRAGMA user_version`. */
+export const AGENT_SCHEMA_VERSION = AGENT_MIGRATIONS.length;
 
 /** A local placement row. */
 export type LocalPlacement = typeof placements.$inferSelect;
@@ -92,10 +48,8 @@ export class AgentStore {
 
   constructor(path: string) {
     this.sql = openDb(path);
-    checkSchemaVersion(this.sql, path, AGENT_SCHEMA_VERSION);
+    migrateDb(this.sql, path, AGENT_MIGRATIONS);
     this.sql.exec("PRAGMA synchronous = FULL");
-    this.sql.exec(DDL);
-    this.sql.exec(`PRAGMA user_version = ${AGENT_SCHEMA_VERSION}`);
     this.db = drizzle({ client: this.sql });
     this.q = {
       byId: this.db

@@ -4,6 +4,7 @@ import {
   generationFenced,
   GRANT_EXPIRY_GRACE_MS,
   grantGone,
+  grantStale,
   parsePortRange,
   portAllowed,
   type ConnectionPolicy,
@@ -73,5 +74,24 @@ describe("when a grant is gone from its host", () => {
     ];
     expect(generationFenced(gs, T)).toEqual({ fenced: false, byMs: T + 30_000 + GRANT_EXPIRY_GRACE_MS });
     expect(generationFenced(gs, T + 30_000 + GRANT_EXPIRY_GRACE_MS)).toEqual({ fenced: true });
+  });
+});
+
+describe("when a grant is stale (must be revoked)", () => {
+  const live = { generation: 2, revokedAtMs: null, goneAtMs: null };
+  const open = { closedGeneration: 1, terminalAtMs: null };
+  test("a live grant of an open generation of a live allocation is not stale", () => {
+    expect(grantStale(live, open)).toBe(false);
+    expect(grantStale(live, null)).toBe(false);
+  });
+  test("a live grant is stale once its generation is closed or its allocation ended", () => {
+    expect(grantStale(live, { closedGeneration: 2, terminalAtMs: null })).toBe(true);
+    expect(grantStale(live, { closedGeneration: 3, terminalAtMs: null })).toBe(true);
+    expect(grantStale(live, { closedGeneration: 0, terminalAtMs: 5 })).toBe(true);
+  });
+  test("a grant already revoked or gone is never stale again (its revoke was already sent)", () => {
+    const ended = { closedGeneration: 9, terminalAtMs: 5 };
+    expect(grantStale({ ...live, revokedAtMs: 1 }, ended)).toBe(false);
+    expect(grantStale({ ...live, goneAtMs: 1 }, ended)).toBe(false);
   });
 });

@@ -103,3 +103,29 @@ export function generationFenced(
   for (const g of grants) if (!grantGone(g, nowMs)) byMs = Math.max(byMs, g.expiresAtMs + GRANT_EXPIRY_GRACE_MS);
   return byMs === 0 ? { fenced: true } : { fenced: false, byMs };
 }
+
+/** What the stale-grant rule reads of a grant: its generation and whether it was revoked or is gone. */
+export interface GrantStanding {
+  generation: number;
+  revokedAtMs: number | null;
+  goneAtMs: number | null;
+}
+
+/** What the stale-grant rule reads of the grant's allocation in its Network. */
+export interface AllocationStanding {
+  /** Grants are refused (and revoked) for generations up to this one. */
+  closedGeneration: number;
+  /** When the allocation ended (its cleanup completed), or null. */
+  terminalAtMs: number | null;
+}
+
+/**
+ * True if a grant must be revoked now (spec "Revocation and replacement"):
+ * it is neither revoked nor gone yet, and its allocation ended or its
+ * generation was closed (replaced or released). A grant whose allocation
+ * the Network does not know (`alloc` null) is not stale by this rule.
+ */
+export function grantStale(g: GrantStanding, alloc: AllocationStanding | null): boolean {
+  if (!alloc || g.revokedAtMs !== null || g.goneAtMs !== null) return false;
+  return alloc.terminalAtMs !== null || g.generation <= alloc.closedGeneration;
+}

@@ -8,7 +8,7 @@
  * image.
  */
 import { existsSync } from "node:fs";
-import { basename, resolve } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
 
 async function bunBuild(args: string[], what: string): Promise<void> {
   const bun = Bun.which("bun") ?? resolve("node_modules/.bin/bun");
@@ -26,9 +26,20 @@ async function bunBuild(args: string[], what: string): Promise<void> {
  */
 export const BB_BUILD_FLAGS = ["--compile", "--format=esm", "--bytecode"] as const;
 
-/** Compiles bin/bb.ts into `out` (default dist/bb) with Bun and BB_BUILD_FLAGS; returns its absolute path. Throws with Bun's output when the build fails. */
+/**
+ * Worker entries every full `bb` embeds beside bin/bb.ts, relative to the
+ * repository: the scheduler's health listener thread (equal to
+ * src/scheduler/health/healthListener.ts's HEALTH_WORKER_ENTRY; the test
+ * beside this file checks it). Bun bundles a Worker only when it is an
+ * entry point of the build.
+ */
+export const BB_WORKER_ENTRIES = ["src/scheduler/health/health.worker.ts"] as const;
+
+/** Compiles bin/bb.ts (with BB_WORKER_ENTRIES) into `out` (default dist/bb) with Bun and BB_BUILD_FLAGS; returns its absolute path. Throws with Bun's output when the build fails. */
 export async function compileBb(out = resolve("dist/bb"), entry = resolve("bin/bb.ts")): Promise<string> {
-  await bunBuild([...BB_BUILD_FLAGS, entry, "--outfile", out], "bin/bb.ts");
+  const root = resolve(dirname(entry), "..");
+  const workers = BB_WORKER_ENTRIES.map((w) => join(root, w));
+  await bunBuild([...BB_BUILD_FLAGS, entry, ...workers, "--outfile", out], "bin/bb.ts");
   return out;
 }
 

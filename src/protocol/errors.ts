@@ -72,6 +72,8 @@ export const ERROR_STATUS = {
   SHUTTING_DOWN: 503,
   /** The scheduler cannot read or write its data directory (read-only, full, failing disk); retry later. */
   STORAGE_UNAVAILABLE: 503,
+  /** The scheduler's main event loop has not run for longer than the health listener's bound (src/scheduler/health/loopHeartbeat.ts, MAX_LOOP_STALL_MS): requests on its port wait. */
+  SCHEDULER_STALLED: 503,
   /** One object's stored state failed its checks; it is quarantined and named in the detail. */
   OBJECT_DAMAGED: 500,
   INTERNAL: 500,

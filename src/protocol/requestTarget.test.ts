@@ -27,3 +27,15 @@ describe("the request target never depends on the Host header", () => {
     expect(requestTarget({ url: "http://x//healthz", headers: new Headers({ host: "x" }) }).pathname).toBe("//healthz");
   });
 });
+
+describe("a request's target is parsed once (per-request cost in the shed path, issue 18 item 21)", () => {
+  test("the guard and the request log get the same parse of one request; another request gets its own", () => {
+    const req = new Request("http://x/v1/allocations/a/logs?follow=1&offset=0");
+    const first = requestTarget(req);
+    expect(requestTarget(req)).toBe(first);
+    expect(first.pathname).toBe("/v1/allocations/a/logs");
+    const other = new Request("http://x/healthz");
+    expect(requestTarget(other)).not.toBe(first);
+    expect(requestTarget(other).pathname).toBe("/healthz");
+  });
+});

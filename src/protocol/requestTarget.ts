@@ -50,16 +50,25 @@ export function targetOf(url: string, host: string | null = null): string {
   return rest.startsWith("/") ? rest : `/${rest}`;
 }
 
+/** Each request's parsed target, so the guard and the request log parse it once between them (bench/shedPath.ts). */
+const parsed = new WeakMap<object, URL>();
+
 /**
  * The request's target as a URL on TARGET_ORIGIN: `pathname` and
  * `searchParams` as `new URL(request.url)` would give them for a well-formed
- * Host, for every Host value. Never throws.
+ * Host, for every Host value. Parsed once per request object: callers get
+ * the same URL and must not modify it. Never throws.
  */
 export function requestTarget(request: { url: string; headers: Headers }): URL {
+  const known = parsed.get(request);
+  if (known) return known;
+  let url: URL;
   try {
-    return new URL(TARGET_ORIGIN + targetOf(request.url, request.headers.get("host")));
+    url = new URL(TARGET_ORIGIN + targetOf(request.url, request.headers.get("host")));
   } catch {
     // Not reachable for a target that starts with "/" (path parsing has no failure); kept so no Host can throw here.
-    return new URL(`${TARGET_ORIGIN}/`);
+    url = new URL(`${TARGET_ORIGIN}/`);
   }
+  parsed.set(request, url);
+  return url;
 }

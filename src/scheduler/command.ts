@@ -16,11 +16,11 @@ import { runCli, UsageError } from "../command/run.ts";
 /** The image digest development classes name while no dev image is built: no host has it, so placements on it fail until the image exists. */
 export const DEV_IMAGE_PLACEHOLDER = `sha256:${"0".repeat(64)}`;
 
-/** Splits `host:port` (IPv6 in brackets). Throws UsageError when malformed. */
-export function parseListen(addr: string): { hostname: string; port: number } {
+/** Splits `host:port` (IPv6 in brackets). Throws UsageError naming `flag` when malformed. */
+export function parseListen(addr: string, flag = "--listen"): { hostname: string; port: number } {
   const m = /^(?:\[([0-9a-fA-F:]+)\]|([^:]+)):(\d{1,5})$/.exec(addr);
   const port = Number(m?.[3]);
-  if (!m || port > 65535) throw new UsageError(`--listen must be HOST:PORT, got ${JSON.stringify(addr)}`);
+  if (!m || port > 65535) throw new UsageError(`${flag} must be HOST:PORT, got ${JSON.stringify(addr)}`);
   return { hostname: m[1] ?? m[2]!, port };
 }
 
@@ -69,6 +69,12 @@ const serve = command({
       description: "Address to listen on (port 0: any free port)",
       default: "127.0.0.1:7380",
     },
+    "health-listen": {
+      type: "string",
+      valueHint: "HOST:PORT",
+      description:
+        "Also serve GET /healthz here, from a thread of its own: it answers while the main port is busy and says SCHEDULER_STALLED when the main loop stalls (default: off)",
+    },
     "data-dir": { type: "string", valueHint: "DIR", description: "State directory", default: ".bb/scheduler" },
     "dev-image": {
       type: "string",
@@ -92,12 +98,14 @@ const serve = command({
   examples: [
     "bb scheduler serve --dev",
     "bb scheduler serve --dev --listen 127.0.0.1:7380 --data-dir .bb/scheduler",
+    "bb scheduler serve --dev --health-listen 127.0.0.1:7381",
     "bb scheduler serve --manifest /etc/beachball/manifest.json --listen 0.0.0.0:7380 --data-dir /var/lib/beachball-scheduler",
   ],
   run: ({ args }) =>
     runCli(async () => {
       if (args.dev && args.manifest) throw new UsageError("give --dev or --manifest, not both");
       const { hostname, port } = parseListen(args.listen);
+      const healthListen = args["health-listen"] ? parseListen(args["health-listen"], "--health-listen") : undefined;
       const { ensureDevManifest, publishDevClientConfig } = await import("./manifest.ts");
       const { serveScheduler } = await import("./serve.ts");
       const { createLogger, routeConsola } = await import("../command/log.ts");
@@ -124,7 +132,19 @@ const serve = command({
         dev = ensureDevManifest(dataDir, image.digest);
         manifestPath = dev.manifestPath;
       }
-      const s = serveScheduler({ dataDir, manifestPath, hostname, port, log });
+      const s = serveScheduler({
+        dataDir,
+        manifestPath,
+        hostname,
+        port,
+        log,
+        ...(healthListen ? { healthListen } : {}),
+      });
+      if (s.health)
+        await s.health.catch(async (e: Error) => {
+          await s.stop();
+          throw e;
+        });
       if (dev) {
         const clientConfig = resolve(args["client-config"]);
         publishDevClientConfig(dev, s.url, [clientConfig]);

@@ -1,7 +1,9 @@
 /**
  * Starts a scheduler process: loads (or writes) the manifest, opens the
  * object runtime on the data directory, and serves the app (and the
- * rendezvous WebSockets, src/scheduler/rendezvousSocket.ts).
+ * rendezvous WebSockets, src/scheduler/rendezvousSocket.ts), and, when
+ * asked, the health listener on its own address and thread
+ * (health/healthListener.ts).
  * Must never: print a raw token except the dev client file's path.
  */
 import { buildApp } from "./app.ts";
@@ -12,6 +14,7 @@ import { silentLogger, type Logger } from "../command/log.ts";
 import { SchedulerWorker } from "./worker.ts";
 import { loadManifest, type DeploymentManifest } from "./manifest.ts";
 import type { TimeoutPolicy } from "../domain/allocation.ts";
+import { startHealthListener, type HealthListener } from "./health/healthListener.ts";
 
 /**
  * Bun's own request-body cap, in bytes: deliberately out of reach. Bun
@@ -35,12 +38,16 @@ export interface ServeOptions {
   log?: Logger;
   /** Per-caller concurrency bounds (default: callerLimits.ts's constants; the burst benchmark's baseline lifts them). */
   callerBounds?: CallerBounds;
+  /** Where to serve GET /healthz from a thread of its own (`--health-listen`; default: nowhere). `maxStallMs` defaults to MAX_LOOP_STALL_MS. */
+  healthListen?: { hostname: string; port: number; maxStallMs?: number };
 }
 
 /** A running scheduler. */
 export interface RunningScheduler {
   url: string;
   worker: SchedulerWorker;
+  /** The health listener once bound (null without `healthListen`); rejects when its address cannot be bound. */
+  health: Promise<HealthListener> | null;
   stop(): Promise<void>;
 }
 
@@ -84,10 +91,28 @@ export function serveScheduler(opts: ServeOptions): RunningScheduler {
   }
   const url = `http://${server.hostname}:${server.port}`;
   log.info("scheduler listening", { url, dataDir: opts.dataDir, region: manifest.region });
+  const h = opts.healthListen;
+  const health = h
+    ? startHealthListener({
+        hostname: h.hostname,
+        port: h.port,
+        storage: () => worker.health(),
+        ...(h.maxStallMs !== undefined ? { maxStallMs: h.maxStallMs } : {}),
+      })
+    : null;
+  void health?.then(
+    (l) => log.info("health listener", { url: l.url }),
+    () => undefined,
+  );
   return {
     url,
     worker,
+    health,
     async stop() {
+      await health?.then(
+        (l) => l.stop(),
+        () => undefined,
+      );
       await server.stop(true);
       await worker.close();
       log.info("scheduler stopped", { url });

@@ -1,7 +1,7 @@
 /**
  * SQLite files for every role that keeps state on disk (the scheduler's
  * object runtime, the agent's local store): how a file is opened, its
- * pragmas, and the schema-version check.
+ * pragmas, and how a role's own file is migrated in place.
  *
  * Lower layer: imports nothing of ours. WAL with synchronous=NORMAL is
  * durable across a process crash; the last commits can be lost on power
@@ -31,19 +31,34 @@ function ensureMode(path: string, mode: number): void {
   if (current !== mode) chmodSync(path, mode);
 }
 
+/** One migration: drizzle-kit's tag and its SQL (statements split by `--> statement-breakpoint`). */
+export interface Migration {
+  tag: string;
+  sql: string;
+}
+
 /**
- * Refuses a database written by a build with another schema version, with a
- * clear message, instead of failing later on a missing column. There are no
- * migrations yet: the fix is a fresh data directory.
+ * Brings a role's own database file up to `migrations` in place: its
+ * `PRAGMA user_version` counts the migrations applied; each one not yet
+ * applied runs in order, in its own transaction together with the new
+ * count. Returns how many were applied. A file whose count is above
+ * `migrations.length` was written by a newer build: it is closed and
+ * refused with a clear error naming `file`, never modified.
  */
-export function checkSchemaVersion(sql: Database, file: string, expected: number): void {
+export function migrateDb(sql: Database, file: string, migrations: readonly Migration[]): number {
   const found = sql.query<{ user_version: number }, []>("PRAGMA user_version").get()?.user_version ?? 0;
-  if (found !== 0 && found !== expected) {
+  if (found > migrations.length) {
     sql.close();
     throw new Error(
-      `${file} has schema version ${found} but this build expects ${expected}; this release has no migrations: move the data directory aside and start fresh`,
+      `${file} has schema version ${found} but this build knows only ${migrations.length} migrations; it was written by a newer build: run that build, or restore a backup`,
     );
   }
+  for (let i = found; i < migrations.length; i++)
+    sql.transaction(() => {
+      for (const stmt of migrations[i]!.sql.split("--> statement-breakpoint")) if (stmt.trim()) sql.exec(stmt);
+      sql.exec(`PRAGMA user_version = ${i + 1}`);
+    })();
+  return migrations.length - found;
 }
 
 /**

@@ -28,8 +28,8 @@ import { sampleBodies } from "../support/hostileRequests.ts";
 import { rawRequest, type RawBody } from "../support/rawHttp.ts";
 import {
   FAKE_IMAGE_DIGEST,
+  enrollTestHost,
   openTestConnection,
-  rawPost,
   startTestScheduler,
   type TestConnection,
 } from "../support/scheduler.ts";
@@ -570,21 +570,7 @@ for (const [hostName, startHost] of Object.entries(HOSTS)) {
   beforeAll(async () => {
     s = await startHost();
     port = s.port;
-    const t = await s.operator.enrollmentToken(HOST_ID);
-    const e = await rawPost(
-      `${s.url}/v1/agents/enroll`,
-      null,
-      JSON.stringify({
-        token: t.token,
-        capacity: { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 4 },
-        region: "local",
-        architecture: "x86_64",
-        agentProtocolVersion: "1.0",
-        vmmDriver: "qemu-microvm",
-      }),
-    );
-    expect(e.status).toBe(201);
-    hostCredential = String(e.body["credential"]);
+    hostCredential = (await enrollTestHost(s, HOST_ID)).credential;
     conn = await openTestConnection(s, HOST_ID, hostCredential, "bad-input-conn");
     before = await objectCounts();
   });

@@ -21,7 +21,7 @@ import {
 import { checkSignedGrant, checkSignedRelayMap } from "../../src/protocol/connectionSignature.ts";
 import type { WellKnown } from "../../src/protocol/api.ts";
 import { DEV_CONNECTION_KEY_FILE } from "../../src/scheduler/manifest.ts";
-import { rawPost, startTestScheduler, type TestScheduler } from "../support/scheduler.ts";
+import { enrollTestHost, startTestScheduler, type TestScheduler } from "../support/scheduler.ts";
 import { ScriptedAgent } from "../support/scriptedAgent.ts";
 
 let s: TestScheduler;
@@ -30,21 +30,7 @@ const clientKey = Buffer.alloc(32, 7).toString("base64");
 const hostKey = Buffer.alloc(32, 9).toString("base64");
 
 async function enroll(hostId: string): Promise<EnrollResponse> {
-  const t = await s.operator.enrollmentToken(hostId);
-  const r = await rawPost(
-    `${s.url}/v1/agents/enroll`,
-    null,
-    JSON.stringify({
-      token: t.token,
-      capacity,
-      region: "local",
-      architecture: "x86_64",
-      agentProtocolVersion: "1.0",
-      vmmDriver: "qemu-microvm",
-    }),
-  );
-  expect(r.status).toBe(201);
-  return r.body as unknown as EnrollResponse;
+  return (await enrollTestHost(s, hostId, capacity)) as unknown as EnrollResponse;
 }
 
 /** A request with a bearer token; status and parsed body (null for an empty one). */

@@ -10,7 +10,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { ROUTES, type RouteName, type RouteSpec } from "../../src/scheduler/routes.ts";
-import { openTestConnection, rawPost, type TestConnection } from "../support/scheduler.ts";
+import { enrollTestHost, openTestConnection, type TestConnection } from "../support/scheduler.ts";
 import { SCHEDULER_HOSTS, startSchedulerOn, type SchedulerUnderTest } from "../support/schedulerHosts.ts";
 
 const HOST_ID = "parity-host";
@@ -26,21 +26,7 @@ interface Live {
 
 async function startLive(host: (typeof SCHEDULER_HOSTS)[number]): Promise<Live> {
   const s = await startSchedulerOn(host);
-  const t = await s.operator.enrollmentToken(HOST_ID);
-  const e = await rawPost(
-    `${s.url}/v1/agents/enroll`,
-    null,
-    JSON.stringify({
-      token: t.token,
-      capacity: { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 4 },
-      region: "local",
-      architecture: "x86_64",
-      agentProtocolVersion: "1.0",
-      vmmDriver: "qemu-microvm",
-    }),
-  );
-  expect(e.status).toBe(201);
-  const hostCredential = String(e.body["credential"]);
+  const hostCredential = (await enrollTestHost(s, HOST_ID)).credential;
   return { s, hostCredential, conn: await openTestConnection(s, HOST_ID, hostCredential, "parity-conn") };
 }
 

@@ -10,8 +10,7 @@
  */
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
-import type { EnrollResponse } from "../../src/protocol/agent.ts";
-import { rawPost, startTestScheduler, type TestScheduler } from "../support/scheduler.ts";
+import { enrollTestHost, startTestScheduler, type TestScheduler } from "../support/scheduler.ts";
 import { ScriptedAgent } from "../support/scriptedAgent.ts";
 
 let s: TestScheduler;
@@ -21,21 +20,7 @@ const health = (vmmStartFailing: boolean) => ({
 });
 
 async function enroll(hostId: string): Promise<ScriptedAgent> {
-  const t = await s.operator.enrollmentToken(hostId);
-  const r = await rawPost(
-    `${s.url}/v1/agents/enroll`,
-    null,
-    JSON.stringify({
-      token: t.token,
-      capacity,
-      region: "local",
-      architecture: "x86_64",
-      agentProtocolVersion: "1.0",
-      vmmDriver: "qemu-microvm",
-    }),
-  );
-  expect(r.status).toBe(201);
-  return new ScriptedAgent(s.url, hostId, (r.body as unknown as EnrollResponse).credential);
+  return new ScriptedAgent(s.url, hostId, (await enrollTestHost(s, hostId, capacity)).credential);
 }
 
 beforeAll(async () => {

@@ -14,7 +14,6 @@
  * (object instances, enrollment tokens in its store) is compared there.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import type { EnrollResponse } from "../../src/protocol/agent.ts";
 import { ROUTES } from "../../src/scheduler/routes.ts";
 import { SeededRandom } from "../sim/rng.ts";
 import {
@@ -26,7 +25,7 @@ import {
   sendHostile,
   type HostileOutcome,
 } from "../support/hostileRequests.ts";
-import { openTestConnection, rawPost, type TestConnection } from "../support/scheduler.ts";
+import { enrollTestHost, openTestConnection, type TestConnection } from "../support/scheduler.ts";
 import {
   SCHEDULER_HOSTS,
   startSchedulerOn,
@@ -79,21 +78,7 @@ async function snapshot(): Promise<unknown> {
 /** Starts the scheduler on `host` with an enrolled host, a live Connection and an allocation to aim at. */
 async function setUp(host: SchedulerHostName): Promise<void> {
   s = await startSchedulerOn(host);
-  const t = await s.operator.enrollmentToken("fuzz-host");
-  const r = await rawPost(
-    `${s.url}/v1/agents/enroll`,
-    null,
-    JSON.stringify({
-      token: t.token,
-      capacity: { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 4 },
-      region: "local",
-      architecture: "x86_64",
-      agentProtocolVersion: "1.0",
-      vmmDriver: "qemu-microvm",
-    }),
-  );
-  expect(r.status).toBe(201);
-  hostCredential = (r.body as unknown as EnrollResponse).credential;
+  hostCredential = (await enrollTestHost(s, "fuzz-host")).credential;
   connection = await openTestConnection(s, "fuzz-host", hostCredential, "fuzz-conn");
   allocationId = (await s.controller.create({ clientRequestId: "fuzz-target", workloadClass: "ci-small" })).view
     .allocationId;

@@ -16,7 +16,7 @@ import { ERROR_STATUS } from "../../src/protocol/errors.ts";
 import { MAX_IGNORED_BODY_BYTES } from "../../src/protocol/api.ts";
 import { ROUTES, type RouteName, type RouteSpec } from "../../src/scheduler/routes.ts";
 import { filler, rawRequest } from "../support/rawHttp.ts";
-import { openTestConnection, rawPost, type TestConnection } from "../support/scheduler.ts";
+import { enrollTestHost, openTestConnection, type TestConnection } from "../support/scheduler.ts";
 import { SCHEDULER_HOSTS, startSchedulerOn, type SchedulerUnderTest } from "../support/schedulerHosts.ts";
 
 let s: SchedulerUnderTest;
@@ -93,21 +93,7 @@ for (const host of SCHEDULER_HOSTS)
     beforeAll(async () => {
       s = await startSchedulerOn(host);
       port = s.port;
-      const t = await s.operator.enrollmentToken("edge-host");
-      const r = await rawPost(
-        `${s.url}/v1/agents/enroll`,
-        null,
-        JSON.stringify({
-          token: t.token,
-          capacity: { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 4 },
-          region: "local",
-          architecture: "x86_64",
-          agentProtocolVersion: "1.0",
-          vmmDriver: "qemu-microvm",
-        }),
-      );
-      expect(r.status).toBe(201);
-      hostCredential = String(r.body["credential"]);
+      hostCredential = (await enrollTestHost(s, "edge-host")).credential;
       conn = await openTestConnection(s, "edge-host", hostCredential, "edge-conn");
       allocationId = (await s.controller.create({ clientRequestId: "edge-1", workloadClass: "ci-small" })).view
         .allocationId;

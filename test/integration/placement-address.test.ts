@@ -9,9 +9,9 @@
  */
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { Value } from "@sinclair/typebox/value";
-import { CommandSpec, type EnrollResponse } from "../../src/protocol/agent.ts";
+import { CommandSpec } from "../../src/protocol/agent.ts";
 import { connectionGrantsPath, type ConnectionGrantResponse } from "../../src/protocol/connection.ts";
-import { rawPost, startTestScheduler, type TestScheduler } from "../support/scheduler.ts";
+import { enrollTestHost, startTestScheduler, type TestScheduler } from "../support/scheduler.ts";
 import { ScriptedAgent } from "../support/scriptedAgent.ts";
 
 let s: TestScheduler;
@@ -23,22 +23,8 @@ afterAll(async () => {
 });
 
 test("ensure_present and ensure_running carry the allocation's address, the one its grants name", async () => {
-  const t = await s.operator.enrollmentToken("addr-host");
   const capacity = { cpuMillis: 2500, memoryMiB: 1024, ephemeralDiskMiB: 4096, maxPlacements: 2 };
-  const r = await rawPost(
-    `${s.url}/v1/agents/enroll`,
-    null,
-    JSON.stringify({
-      token: t.token,
-      capacity,
-      region: "local",
-      architecture: "x86_64",
-      agentProtocolVersion: "1.0",
-      vmmDriver: "qemu-microvm",
-    }),
-  );
-  expect(r.status).toBe(201);
-  const agent = new ScriptedAgent(s.url, "addr-host", (r.body as unknown as EnrollResponse).credential);
+  const agent = new ScriptedAgent(s.url, "addr-host", (await enrollTestHost(s, "addr-host", capacity)).credential);
   await agent.poll(0, {
     connectivity: {
       seq: 1,

@@ -20,7 +20,7 @@ import { randomBytes } from "node:crypto";
 import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { bootContainer, containerSkipReason, minbaseRoot, type ExecResult, type TestContainer } from "./container.ts";
-import { BB_BUILD_FLAGS } from "../../src/image/bbBinary.ts";
+import { BB_BUILD_FLAGS, BB_WORKER_ENTRIES } from "../../src/image/bbBinary.ts";
 
 const ROOT = resolve(import.meta.dir, "../..");
 const VERSION = (JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")) as { version: string }).version;
@@ -50,7 +50,15 @@ function run(argv: string[], cwd = ROOT): ExecResult {
 beforeAll(() => {
   const t0 = performance.now();
   const bin = join(work, "bb");
-  const c = run([join(ROOT, "node_modules/.bin/bun"), "build", ...BB_BUILD_FLAGS, "bin/bb.ts", "--outfile", bin]);
+  const c = run([
+    join(ROOT, "node_modules/.bin/bun"),
+    "build",
+    ...BB_BUILD_FLAGS,
+    "bin/bb.ts",
+    ...BB_WORKER_ENTRIES,
+    "--outfile",
+    bin,
+  ]);
   if (c.code !== 0) throw new Error(`bun build --compile failed: ${c.err}`);
   const t1 = performance.now();
   const b = run(["bash", "packaging/build.sh", "--fast", "--binary", bin, "--out", join(work, "out")]);

@@ -12,6 +12,7 @@ import { SchedulerClient } from "../../src/client/index.ts";
 import type { TimeoutPolicy } from "../../src/domain/allocation.ts";
 import { connectionGrantsPath, type ConnectionGrantResponse } from "../../src/protocol/connection.ts";
 import { ScriptedAgent } from "./scriptedAgent.ts";
+import { AGENT_PROTOCOL_VERSION, SUPPORTED_ARCHITECTURE } from "../../src/protocol/platform.ts";
 
 /** A digest that names no real image (scheduler-only tests never boot it). */
 export const FAKE_IMAGE_DIGEST = `sha256:${"ab".repeat(32)}`;
@@ -79,6 +80,44 @@ export async function rawPost(
     body,
   });
   return { status: res.status, body: (await res.json().catch(() => ({}))) as Record<string, unknown> };
+}
+
+/** The capacity a test host enrolls with unless a test says otherwise (millicores, MiB, slots). */
+export const TEST_HOST_CAPACITY = { cpuMillis: 2000, memoryMiB: 2048, ephemeralDiskMiB: 8192, maxPlacements: 4 };
+
+/** What the scheduler answers a successful enrollment (the fields tests use). */
+export interface TestEnrollment {
+  hostId: string;
+  credential: string;
+  [field: string]: unknown;
+}
+
+/**
+ * Enrolls `hostId` on `s` over raw HTTP (a fresh one-use token from the
+ * operator, region "local", this build's architecture and agent protocol
+ * version, the QEMU microvm driver) and returns the scheduler's answer.
+ * Throws, naming the status and body, unless the answer is 201.
+ */
+export async function enrollTestHost(
+  s: { url: string; operator: SchedulerClient },
+  hostId: string,
+  capacity: typeof TEST_HOST_CAPACITY = TEST_HOST_CAPACITY,
+): Promise<TestEnrollment> {
+  const t = await s.operator.enrollmentToken(hostId);
+  const r = await rawPost(
+    `${s.url}/v1/agents/enroll`,
+    null,
+    JSON.stringify({
+      token: t.token,
+      capacity,
+      region: "local",
+      architecture: SUPPORTED_ARCHITECTURE,
+      agentProtocolVersion: AGENT_PROTOCOL_VERSION,
+      vmmDriver: "qemu-microvm",
+    }),
+  );
+  if (r.status !== 201) throw new Error(`enrolling ${hostId}: ${r.status} ${JSON.stringify(r.body)}`);
+  return r.body as TestEnrollment;
 }
 
 /** A live connection grant on a test scheduler: its allocation, grant, Connection and the client's endpoint token. */

@@ -8,9 +8,9 @@
  * rows, kept as counters in memory once read.
  * Must never: count one allocation twice (admission is idempotent by ID).
  */
-import { eq, sql } from "drizzle-orm";
+import { and, eq, sql } from "drizzle-orm";
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
-import { prepared, type ObjectDb } from "../runtime/drizzle.ts";
+import { param, prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import type { SchedulerEnv } from "../env.ts";
 import { AdmissionMessage } from "./messages.ts";
@@ -61,9 +61,33 @@ interface Counts {
 
 const queries = (db: ObjectDb) => {
   const obj = sql.placeholder("obj");
+  const a = admissionAllocationTable;
+  const h = admissionHostTable;
+  const allocation = and(eq(a.obj, obj), eq(a.allocationId, sql.placeholder("id")));
   return {
     allocations: db.select().from(admissionAllocationTable).where(eq(admissionAllocationTable.obj, obj)).prepare(),
     hosts: db.select().from(admissionHostTable).where(eq(admissionHostTable.obj, obj)).prepare(),
+    admit: db
+      .insert(a)
+      .values({
+        obj,
+        allocationId: sql.placeholder("id"),
+        identity: sql.placeholder("identity"),
+        active: true,
+        admittedAtMs: sql.placeholder("now"),
+      })
+      .prepare(),
+    inactive: db.update(a).set({ active: false }).where(allocation).prepare(),
+    forget: db.delete(a).where(allocation).prepare(),
+    registerHost: db
+      .insert(h)
+      .values({ obj, hostId: sql.placeholder("hostId"), registeredAtMs: sql.placeholder("now"), active: false })
+      .prepare(),
+    setHostActive: db
+      .update(h)
+      .set({ active: param<boolean>("active") })
+      .where(and(eq(h.obj, obj), eq(h.hostId, sql.placeholder("hostId"))))
+      .prepare(),
   };
 };
 
@@ -144,13 +168,7 @@ export class AdmissionObject extends AuthorityObject<SchedulerEnv, AdmissionMess
         `deployment retains ${c.retained.size} allocation records (limit ${limits.maxRetained})`,
         { limit: limits.maxRetained },
       );
-    this.state.storage.sql.exec(
-      "INSERT INTO admission_allocations (obj, allocation_id, identity, active, admitted_at_ms) VALUES (?, ?, ?, 1, ?)",
-      this.state.name,
-      allocationId,
-      identity,
-      this.env.clock.now(),
-    );
+    this.q.admit.run({ obj: this.state.name, id: allocationId, identity, now: this.env.clock.now() });
     c.retained.add(allocationId);
     c.active.set(allocationId, identity);
     c.activeByIdentity.set(identity, mine + 1);
@@ -164,19 +182,9 @@ export class AdmissionObject extends AuthorityObject<SchedulerEnv, AdmissionMess
     const c = this.counts();
     this.state.storage.transactionSync(() => {
       for (const { message: m } of msgs) {
-        if (m.kind === "allocation_terminal") {
-          this.state.storage.sql.exec(
-            "UPDATE admission_allocations SET active = 0 WHERE obj = ? AND allocation_id = ?",
-            this.state.name,
-            m.allocationId,
-          );
-        } else {
-          this.state.storage.sql.exec(
-            "DELETE FROM admission_allocations WHERE obj = ? AND allocation_id = ?",
-            this.state.name,
-            m.allocationId,
-          );
-        }
+        const row = { obj: this.state.name, id: m.allocationId };
+        if (m.kind === "allocation_terminal") this.q.inactive.run(row);
+        else this.q.forget.run(row);
       }
       this.state.ackInbox(msgs[msgs.length - 1]!.seq);
     });
@@ -204,11 +212,7 @@ export class AdmissionObject extends AuthorityObject<SchedulerEnv, AdmissionMess
       throw new BeachballError("QUOTA_ACTIVE_HOSTS", `deployment has ${n} active hosts (limit ${maxActive})`, {
         limit: maxActive,
       });
-    this.state.storage.sql.exec(
-      "UPDATE admission_hosts SET active = 1 WHERE obj = ? AND host_id = ?",
-      this.state.name,
-      hostId,
-    );
+    this.q.setHostActive.run({ obj: this.state.name, hostId, active: 1 });
     if (c.hosts.has(hostId)) c.hosts.set(hostId, true);
   }
 
@@ -220,12 +224,7 @@ export class AdmissionObject extends AuthorityObject<SchedulerEnv, AdmissionMess
    */
   setHostActive(hostId: string, active: boolean): void {
     const c = this.counts();
-    this.state.storage.sql.exec(
-      "UPDATE admission_hosts SET active = ? WHERE obj = ? AND host_id = ?",
-      active ? 1 : 0,
-      this.state.name,
-      hostId,
-    );
+    this.q.setHostActive.run({ obj: this.state.name, hostId, active: active ? 1 : 0 });
     if (c.hosts.has(hostId)) c.hosts.set(hostId, active);
   }
 
@@ -247,12 +246,7 @@ export class AdmissionObject extends AuthorityObject<SchedulerEnv, AdmissionMess
         `deployment has ${c.hosts.size} registered hosts (limit ${maxHosts})`,
         { limit: maxHosts },
       );
-    this.state.storage.sql.exec(
-      "INSERT INTO admission_hosts (obj, host_id, registered_at_ms, active) VALUES (?, ?, ?, 0)",
-      this.state.name,
-      hostId,
-      this.env.clock.now(),
-    );
+    this.q.registerHost.run({ obj: this.state.name, hostId, now: this.env.clock.now() });
     c.hosts.set(hostId, false);
   }
 

@@ -26,6 +26,8 @@
  * Must never: store a private key, a raw token or a packet, keep anything
  * past its grant, or let one role read or acknowledge its own messages.
  */
+import { and, asc, count, eq, gt, lte, sql } from "drizzle-orm";
+import { param, placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import {
@@ -41,7 +43,7 @@ import {
 import type { SchedulerEnv } from "../env.ts";
 import { relayTokens } from "./grantDocuments.ts";
 import { isPeerAddress } from "../../protocol/ipScope.ts";
-import { CONNECTION_TABLES } from "./networkSchema.ts";
+import { CONNECTION_TABLES, connectionMessageTable, connectionTable } from "./networkSchema.ts";
 
 /** Most polls parked per role at once (a reconnecting endpoint may briefly have two). */
 export const MAX_PARKED_CONNECTION_POLLS = 4;
@@ -56,15 +58,57 @@ export interface OpenConnection {
   hostId: string;
 }
 
-interface Row {
-  grant_id: string;
-  expires_at_ms: number;
-  client_token_digest: string;
-  host_token_digest: string;
-  client_last_seq: number;
-  host_last_seq: number;
-  host_id: string | null;
-}
+/** The Connection's row (./networkSchema.ts). */
+type Row = typeof connectionTable.$inferSelect;
+
+const queries = (db: ObjectDb) => {
+  const obj = sql.placeholder("obj");
+  const c = connectionTable;
+  const m = connectionMessageTable;
+  const ofRole = and(eq(m.obj, obj), eq(m.role, sql.placeholder("role")));
+  return {
+    row: db.select().from(c).where(eq(c.obj, obj)).prepare(),
+    insert: db
+      .insert(c)
+      .values({
+        obj,
+        ...placeholders("grantId", "expiresAtMs", "clientTokenDigest", "hostTokenDigest", "hostId"),
+        clientLastSeq: 0,
+        hostLastSeq: 0,
+      })
+      .prepare(),
+    setClientLastSeq: db
+      .update(c)
+      .set({ clientLastSeq: param<number>("seq") })
+      .where(eq(c.obj, obj))
+      .prepare(),
+    setHostLastSeq: db
+      .update(c)
+      .set({ hostLastSeq: param<number>("seq") })
+      .where(eq(c.obj, obj))
+      .prepare(),
+    /** Deletes `role`'s messages up to `seq` (acknowledged by the peer). */
+    acknowledge: db
+      .delete(m)
+      .where(and(ofRole, lte(m.seq, sql.placeholder("seq"))))
+      .prepare(),
+    after: db
+      .select({ bodyJson: m.bodyJson })
+      .from(m)
+      .where(and(ofRole, gt(m.seq, sql.placeholder("seq"))))
+      .orderBy(asc(m.seq))
+      .limit(MAX_CONNECTION_MESSAGES_PER_ROLE)
+      .prepare(),
+    stored: db.select({ n: count() }).from(m).where(ofRole).prepare(),
+    insertMessage: db
+      .insert(m)
+      .values({
+        obj,
+        ...placeholders("role", "seq", "bodyJson"),
+      })
+      .prepare(),
+  };
+};
 
 const peerOf = (role: RelayRole): RelayRole => (role === "client" ? "host" : "client");
 
@@ -86,43 +130,31 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
     super(state, env);
   }
 
-  private get sql() {
-    return this.state.storage.sql;
+  private readonly q = prepared(this.state.storage, queries);
+
+  private get obj(): string {
+    return this.state.name;
   }
 
   private row(): Row | null {
-    const r = this.sql
-      .exec<Row>(
-        "SELECT grant_id, expires_at_ms, client_token_digest, host_token_digest, client_last_seq, host_last_seq, host_id FROM connection WHERE obj = ?",
-        this.state.name,
-      )
-      .next();
-    return r.done ? null : r.value;
+    return this.q.row.get({ obj: this.obj }) ?? null;
   }
 
   private live(): Row | null {
     if (this.ended) return null;
     const r = this.row();
-    return r && r.expires_at_ms > this.env.clock.now() ? r : null;
+    return r && r.expiresAtMs > this.env.clock.now() ? r : null;
   }
 
   /** Opens the Connection for a new grant (idempotent for the same grant) and arms its end at expiry. */
   open(o: OpenConnection): void {
     const r = this.row();
     if (r) {
-      if (r.grant_id !== o.grantId) throw new BeachballError("INTERNAL", "connection ID reused for another grant");
+      if (r.grantId !== o.grantId) throw new BeachballError("INTERNAL", "connection ID reused for another grant");
       return;
     }
     this.state.storage.transactionSync(() => {
-      this.sql.exec(
-        "INSERT INTO connection (obj, grant_id, expires_at_ms, client_token_digest, host_token_digest, client_last_seq, host_last_seq, host_id) VALUES (?, ?, ?, ?, ?, 0, 0, ?)",
-        this.state.name,
-        o.grantId,
-        o.expiresAtMs,
-        o.clientTokenDigest,
-        o.hostTokenDigest,
-        o.hostId,
-      );
+      this.q.insert.run({ obj: this.obj, ...o });
       this.state.setAlarm(o.expiresAtMs);
     });
   }
@@ -131,8 +163,8 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
   authenticate(tokenDigest: string): RelayRole | null {
     const r = this.live();
     if (!r) return null;
-    if (r.client_token_digest === tokenDigest) return "client";
-    if (r.host_token_digest === tokenDigest) return "host";
+    if (r.clientTokenDigest === tokenDigest) return "client";
+    if (r.hostTokenDigest === tokenDigest) return "host";
     return null;
   }
 
@@ -146,8 +178,8 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
     return {
       role,
       messages,
-      lastAcceptedSeq: role === "client" ? r.client_last_seq : r.host_last_seq,
-      expiresAtMs: r.expires_at_ms,
+      lastAcceptedSeq: role === "client" ? r.clientLastSeq : r.hostLastSeq,
+      expiresAtMs: r.expiresAtMs,
       closed,
     };
   }
@@ -155,22 +187,10 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
   /** The peer's messages after `after` (acknowledging those up to it), oldest first. */
   private pending(role: RelayRole, after: number): ConnectionMessage[] {
     const peer = peerOf(role);
-    this.sql.exec(
-      "DELETE FROM connection_messages WHERE obj = ? AND role = ? AND seq <= ?",
-      this.state.name,
-      peer,
-      after,
-    );
-    return this.sql
-      .exec<{ body_json: string }>(
-        "SELECT body_json FROM connection_messages WHERE obj = ? AND role = ? AND seq > ? ORDER BY seq LIMIT ?",
-        this.state.name,
-        peer,
-        after,
-        MAX_CONNECTION_MESSAGES_PER_ROLE,
-      )
-      .toArray()
-      .map((m) => JSON.parse(m.body_json) as ConnectionMessage);
+    this.q.acknowledge.run({ obj: this.obj, role: peer, seq: after });
+    return this.q.after
+      .all({ obj: this.obj, role: peer, seq: after })
+      .map((m) => JSON.parse(m.bodyJson) as ConnectionMessage);
   }
 
   /**
@@ -182,7 +202,7 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
   async poll(role: RelayRole, after: number, waitMs: number): Promise<ConnectionPollResponse> {
     const r = this.mustLive();
     const first = this.pending(role, after);
-    const park = Math.min(waitMs, MAX_CONNECTION_POLL_WAIT_MS, r.expires_at_ms - this.env.clock.now());
+    const park = Math.min(waitMs, MAX_CONNECTION_POLL_WAIT_MS, r.expiresAtMs - this.env.clock.now());
     if (first.length > 0 || park <= 0 || this.draining) return this.answer(role, r, first);
     await this.park(role, park);
     const now = this.live();
@@ -221,7 +241,7 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
    */
   async messages(role: RelayRole, msgs: ConnectionMessage[]): Promise<ConnectionPollResponse> {
     const r = this.mustLive();
-    const last = role === "client" ? r.client_last_seq : r.host_last_seq;
+    const last = role === "client" ? r.clientLastSeq : r.hostLastSeq;
     let prev = 0;
     for (const m of msgs) {
       if (m.seq <= prev)
@@ -242,13 +262,7 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
     }
     const fresh = msgs.filter((m) => m.seq > last);
     if (fresh.length === 0) return this.answer(role, r, []);
-    const stored = this.sql
-      .exec<{ n: number }>(
-        "SELECT COUNT(*) AS n FROM connection_messages WHERE obj = ? AND role = ?",
-        this.state.name,
-        role,
-      )
-      .one().n;
+    const stored = this.q.stored.get({ obj: this.obj, role })!.n;
     if (stored + fresh.length > MAX_CONNECTION_MESSAGES_PER_ROLE) {
       throw new BeachballError(
         "RATE_LIMITED",
@@ -259,32 +273,16 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
     const newLast = fresh[fresh.length - 1]!.seq;
     this.state.storage.transactionSync(() => {
       for (const m of fresh) {
-        this.sql.exec(
-          "INSERT INTO connection_messages (obj, role, seq, body_json) VALUES (?, ?, ?, ?)",
-          this.state.name,
-          role,
-          m.seq,
-          JSON.stringify(m),
-        );
-        if (m.type === "ack")
-          this.sql.exec(
-            "DELETE FROM connection_messages WHERE obj = ? AND role = ? AND seq <= ?",
-            this.state.name,
-            peerOf(role),
-            m.upTo,
-          );
+        this.q.insertMessage.run({ obj: this.obj, role, seq: m.seq, bodyJson: JSON.stringify(m) });
+        if (m.type === "ack") this.q.acknowledge.run({ obj: this.obj, role: peerOf(role), seq: m.upTo });
       }
-      this.sql.exec(
-        `UPDATE connection SET ${role === "client" ? "client_last_seq" : "host_last_seq"} = ? WHERE obj = ?`,
-        newLast,
-        this.state.name,
-      );
+      (role === "client" ? this.q.setClientLastSeq : this.q.setHostLastSeq).run({ obj: this.obj, seq: newLast });
     });
     this.wake(peerOf(role));
     const candidates = role === "client" ? fresh.filter((m) => m.type === "candidates").pop() : undefined;
-    if (candidates?.type === "candidates" && r.host_id)
-      await this.env.Host.get(r.host_id).clientCandidates(r.grant_id, candidates.candidates);
-    return this.answer(role, { ...r, [role === "client" ? "client_last_seq" : "host_last_seq"]: newLast }, []);
+    if (candidates?.type === "candidates" && r.hostId)
+      await this.env.Host.get(r.hostId).clientCandidates(r.grantId, candidates.candidates);
+    return this.answer(role, { ...r, [role === "client" ? "clientLastSeq" : "hostLastSeq"]: newLast }, []);
   }
 
   /**
@@ -312,10 +310,10 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
       );
     this.lastRelayTokensMs[role] = now;
     return {
-      grantId: r.grant_id,
+      grantId: r.grantId,
       role,
-      relayTokens: relayTokens(signer, settings, r.grant_id, role, r.expires_at_ms, now),
-      expiresAtMs: r.expires_at_ms,
+      relayTokens: relayTokens(signer, settings, r.grantId, role, r.expiresAtMs, now),
+      expiresAtMs: r.expiresAtMs,
     };
   }
 
@@ -331,7 +329,7 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
   override alarm(): void {
     const r = this.row();
     if (!r) return;
-    if (r.expires_at_ms > this.env.clock.now()) return this.state.setAlarm(r.expires_at_ms);
+    if (r.expiresAtMs > this.env.clock.now()) return this.state.setAlarm(r.expiresAtMs);
     this.close();
   }
 

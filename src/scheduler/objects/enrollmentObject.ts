@@ -5,18 +5,43 @@
  * configuration it is ENROLLMENT_CONFLICT.
  * Must never: store a raw token.
  */
+import { and, eq, sql } from "drizzle-orm";
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
+import { param, placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import type { SchedulerEnv } from "../env.ts";
+import { enrollmentTokenTable } from "./singletonSchema.ts";
 
 /** Longest token lifetime, ms. */
 export const MAX_ENROLLMENT_TOKEN_TTL_MS = 3600_000;
+
+const queries = (db: ObjectDb) => {
+  const t = enrollmentTokenTable;
+  const token = and(eq(t.obj, sql.placeholder("obj")), eq(t.tokenDigest, sql.placeholder("tokenDigest")));
+  return {
+    insert: db
+      .insert(t)
+      .values({
+        ...placeholders("obj", "tokenDigest", "hostId", "expiresAtMs", "createdBy"),
+        usedWith: null,
+      })
+      .prepare(),
+    token: db.select().from(t).where(token).prepare(),
+    use: db
+      .update(t)
+      .set({ usedWith: param<string>("configDigest") })
+      .where(token)
+      .prepare(),
+  };
+};
 
 /** See the module header. */
 export class EnrollmentObject extends AuthorityObject<SchedulerEnv, never> {
   static readonly className = "Enrollment";
   static readonly messageSchema = null;
   static readonly tables = ["enrollment_tokens"] as const;
+
+  private readonly q = prepared(this.state.storage, queries);
 
   constructor(state: ObjectState<never>, env: SchedulerEnv) {
     super(state, env);
@@ -25,14 +50,7 @@ export class EnrollmentObject extends AuthorityObject<SchedulerEnv, never> {
   /** Records a new token digest for `hostId`, valid `ttlMs` (capped at one hour). Returns the expiry. */
   mint(tokenDigest: string, hostId: string, ttlMs: number, createdBy: string): number {
     const expires = this.env.clock.now() + Math.min(ttlMs, MAX_ENROLLMENT_TOKEN_TTL_MS);
-    this.state.storage.sql.exec(
-      "INSERT INTO enrollment_tokens (obj, token_digest, host_id, expires_at_ms, used_with, created_by) VALUES (?, ?, ?, ?, NULL, ?)",
-      this.state.name,
-      tokenDigest,
-      hostId,
-      expires,
-      createdBy,
-    );
+    this.q.insert.run({ obj: this.state.name, tokenDigest, hostId, expiresAtMs: expires, createdBy });
     return expires;
   }
 
@@ -42,28 +60,16 @@ export class EnrollmentObject extends AuthorityObject<SchedulerEnv, never> {
    * Throws ENROLLMENT_TOKEN_INVALID (unknown or expired) or ENROLLMENT_CONFLICT.
    */
   consume(tokenDigest: string, configDigest: string): { hostId: string; replay: boolean } {
-    const found = this.state.storage.sql
-      .exec<{ host_id: string; expires_at_ms: number; used_with: string | null }>(
-        "SELECT host_id, expires_at_ms, used_with FROM enrollment_tokens WHERE obj = ? AND token_digest = ?",
-        this.state.name,
-        tokenDigest,
-      )
-      .next();
-    if (found.done) throw new BeachballError("ENROLLMENT_TOKEN_INVALID", "unknown enrollment token");
-    const t = found.value;
-    if (t.used_with !== null) {
-      if (t.used_with !== configDigest)
+    const t = this.q.token.get({ obj: this.state.name, tokenDigest });
+    if (!t) throw new BeachballError("ENROLLMENT_TOKEN_INVALID", "unknown enrollment token");
+    if (t.usedWith !== null) {
+      if (t.usedWith !== configDigest)
         throw new BeachballError("ENROLLMENT_CONFLICT", "token already used with another host configuration");
-      return { hostId: t.host_id, replay: true };
+      return { hostId: t.hostId, replay: true };
     }
-    if (t.expires_at_ms <= this.env.clock.now())
+    if (t.expiresAtMs <= this.env.clock.now())
       throw new BeachballError("ENROLLMENT_TOKEN_INVALID", "enrollment token expired");
-    this.state.storage.sql.exec(
-      "UPDATE enrollment_tokens SET used_with = ? WHERE obj = ? AND token_digest = ?",
-      configDigest,
-      this.state.name,
-      tokenDigest,
-    );
-    return { hostId: t.host_id, replay: false };
+    this.q.use.run({ obj: this.state.name, tokenDigest, configDigest });
+    return { hostId: t.hostId, replay: false };
   }
 }

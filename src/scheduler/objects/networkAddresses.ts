@@ -12,86 +12,137 @@
  * Must never: hand out an address outside the Network's /64, give two
  * holders one address, or free an address on its own.
  */
+import { and, asc, eq, gt, isNotNull, or, sql } from "drizzle-orm";
 import type { ObjectState } from "../runtime/api.ts";
+import { param, placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import { networkAddress, type AddressKind, type UlaPrefix } from "../../domain/network.ts";
 import { GLOBAL, type SchedulerEnv } from "../env.ts";
+import { networkAllocationTable, networkFreeAddressTable, networkTable } from "./networkSchema.ts";
 
-/** The Network's row. */
-export interface NetRow {
-  tenant: string;
-  subnet: number;
-  last_allocation_index: number;
-  last_client_index: number;
-}
+/** The Network's row (./networkSchema.ts). */
+export type NetRow = typeof networkTable.$inferSelect;
 
-/** One allocation of the Network. */
-export interface AllocRow {
-  allocation_id: string;
-  address: string;
-  /** Grants are refused for generations up to this one. */
-  closed_generation: number;
-  /** The generation the allocation waits to see fenced, or 0. */
-  waiting_generation: number;
-  terminal_at_ms: number | null;
-}
+/** One allocation of the Network (./networkSchema.ts): its /128, closed and waited-for generations, end. */
+export type AllocRow = typeof networkAllocationTable.$inferSelect;
 
-const ALLOC_COLUMNS = "allocation_id, address, closed_generation, waiting_generation, terminal_at_ms";
+const queries = (db: ObjectDb) => {
+  const obj = sql.placeholder("obj");
+  const n = networkTable;
+  const a = networkAllocationTable;
+  const f = networkFreeAddressTable;
+  const mine = eq(a.obj, obj);
+  return {
+    net: db.select().from(n).where(eq(n.obj, obj)).prepare(),
+    alloc: db
+      .select()
+      .from(a)
+      .where(and(mine, eq(a.allocationId, sql.placeholder("id"))))
+      .prepare(),
+    unsettled: db
+      .select()
+      .from(a)
+      .where(and(mine, or(gt(a.waitingGeneration, 0), isNotNull(a.terminalAtMs))))
+      .prepare(),
+    allocations: db.select().from(a).where(mine).orderBy(asc(a.allocationId)).prepare(),
+    insertNet: db
+      .insert(n)
+      .values({
+        obj,
+        ...placeholders("tenant", "subnet"),
+        lastAllocationIndex: 0,
+        lastClientIndex: 0,
+        createdAtMs: sql.placeholder("now"),
+      })
+      .prepare(),
+    setLastAllocationIndex: db
+      .update(n)
+      .set({ lastAllocationIndex: param<number>("index") })
+      .where(eq(n.obj, obj))
+      .prepare(),
+    setLastClientIndex: db
+      .update(n)
+      .set({ lastClientIndex: param<number>("index") })
+      .where(eq(n.obj, obj))
+      .prepare(),
+    insertAlloc: db
+      .insert(a)
+      .values({
+        obj,
+        allocationId: sql.placeholder("id"),
+        address: sql.placeholder("address"),
+        closedGeneration: 0,
+        waitingGeneration: 0,
+        terminalAtMs: null,
+      })
+      .prepare(),
+    deleteAlloc: db
+      .delete(a)
+      .where(and(mine, eq(a.allocationId, sql.placeholder("id"))))
+      .prepare(),
+    oldestFree: db
+      .select({ address: f.address })
+      .from(f)
+      .where(and(eq(f.obj, obj), eq(f.kind, sql.placeholder("kind"))))
+      .orderBy(asc(f.freedAtMs), asc(f.address))
+      .limit(1)
+      .prepare(),
+    deleteFree: db
+      .delete(f)
+      .where(and(eq(f.obj, obj), eq(f.address, sql.placeholder("address"))))
+      .prepare(),
+    insertFree: db
+      .insert(f)
+      .values({
+        obj,
+        ...placeholders("kind", "address"),
+        freedAtMs: sql.placeholder("now"),
+      })
+      .onConflictDoNothing()
+      .prepare(),
+    freeList: db
+      .select({ address: f.address })
+      .from(f)
+      .where(eq(f.obj, obj))
+      .orderBy(asc(f.freedAtMs), asc(f.address))
+      .prepare(),
+  };
+};
 
 /** See the module header. */
 export class NetworkAddresses {
   private creating: Promise<NetRow> | null = null;
+  private readonly q;
 
   constructor(
     private readonly state: ObjectState<unknown>,
     private readonly env: SchedulerEnv,
-  ) {}
+  ) {
+    this.q = prepared(state.storage, queries);
+  }
 
-  private get sql() {
-    return this.state.storage.sql;
+  private get obj() {
+    return this.state.name;
   }
 
   /** The Network's row, or null before its first use. */
   net(): NetRow | null {
-    const r = this.sql
-      .exec<NetRow>(
-        "SELECT tenant, subnet, last_allocation_index, last_client_index FROM network WHERE obj = ?",
-        this.state.name,
-      )
-      .next();
-    return r.done ? null : r.value;
+    return this.q.net.get({ obj: this.obj }) ?? null;
   }
 
   /** The allocation's row, or null. */
   alloc(allocationId: string): AllocRow | null {
-    const r = this.sql
-      .exec<AllocRow>(
-        `SELECT ${ALLOC_COLUMNS} FROM network_allocations WHERE obj = ? AND allocation_id = ?`,
-        this.state.name,
-        allocationId,
-      )
-      .next();
-    return r.done ? null : r.value;
+    return this.q.alloc.get({ obj: this.obj, id: allocationId }) ?? null;
   }
 
   /** Allocations waiting for a fence or ended (the ones a settle pass looks at). */
   unsettled(): AllocRow[] {
-    return this.sql
-      .exec<AllocRow>(
-        `SELECT ${ALLOC_COLUMNS} FROM network_allocations WHERE obj = ? AND (waiting_generation > 0 OR terminal_at_ms IS NOT NULL)`,
-        this.state.name,
-      )
-      .toArray();
+    return this.q.unsettled.all({ obj: this.obj });
   }
 
   /** Every allocation, by ID. */
   allocations(): AllocRow[] {
-    return this.sql
-      .exec<AllocRow>(
-        `SELECT ${ALLOC_COLUMNS} FROM network_allocations WHERE obj = ? ORDER BY allocation_id`,
-        this.state.name,
-      )
-      .toArray();
+    return this.q.allocations.all({ obj: this.obj });
   }
 
   /** The Network row, created on first use with the next subnet from the directory (single-flight). Throws FORBIDDEN for another tenant. */
@@ -103,16 +154,10 @@ export class NetworkAddresses {
     }
     this.creating ??= (async () => {
       try {
-        const subnet = await this.env.NetworkDirectory.get(GLOBAL).subnetFor(this.state.name, tenant);
+        const subnet = await this.env.NetworkDirectory.get(GLOBAL).subnetFor(this.obj, tenant);
         const again = this.net();
         if (again) return again;
-        this.sql.exec(
-          "INSERT INTO network (obj, tenant, subnet, last_allocation_index, last_client_index, created_at_ms) VALUES (?, ?, ?, 0, 0, ?)",
-          this.state.name,
-          tenant,
-          subnet,
-          this.env.clock.now(),
-        );
+        this.q.insertNet.run({ obj: this.obj, tenant, subnet, now: this.env.clock.now() });
         return this.net()!;
       } finally {
         this.creating = null;
@@ -125,26 +170,15 @@ export class NetworkAddresses {
 
   /** The next address of `kind` in the Network's /64 of `ula`: the oldest freed one, else the next index of its counter. Call inside a transaction, after `ensure`. */
   take(kind: AddressKind, ula: UlaPrefix): string {
-    const free = this.sql
-      .exec<{ address: string }>(
-        "SELECT address FROM network_free_addresses WHERE obj = ? AND kind = ? ORDER BY freed_at_ms, address LIMIT 1",
-        this.state.name,
-        kind,
-      )
-      .next();
-    if (!free.done) {
-      this.sql.exec(
-        "DELETE FROM network_free_addresses WHERE obj = ? AND address = ?",
-        this.state.name,
-        free.value.address,
-      );
-      return free.value.address;
+    const free = this.q.oldestFree.get({ obj: this.obj, kind });
+    if (free) {
+      this.q.deleteFree.run({ obj: this.obj, address: free.address });
+      return free.address;
     }
     const net = this.net()!;
-    const column = kind === "allocation" ? "last_allocation_index" : "last_client_index";
-    const index = (kind === "allocation" ? net.last_allocation_index : net.last_client_index) + 1;
+    const index = (kind === "allocation" ? net.lastAllocationIndex : net.lastClientIndex) + 1;
     const address = networkAddress(ula, net.subnet, kind, index);
-    this.sql.exec(`UPDATE network SET ${column} = ? WHERE obj = ?`, index, this.state.name);
+    (kind === "allocation" ? this.q.setLastAllocationIndex : this.q.setLastClientIndex).run({ obj: this.obj, index });
     return address;
   }
 
@@ -153,46 +187,25 @@ export class NetworkAddresses {
     const existing = this.alloc(allocationId);
     if (existing) return existing.address;
     return this.state.storage.transactionSync(() => {
-      const a = this.take("allocation", ula);
-      this.sql.exec(
-        `INSERT INTO network_allocations (obj, ${ALLOC_COLUMNS}) VALUES (?, ?, ?, 0, 0, NULL)`,
-        this.state.name,
-        allocationId,
-        a,
-      );
-      return a;
+      const address = this.take("allocation", ula);
+      this.q.insertAlloc.run({ obj: this.obj, id: allocationId, address });
+      return address;
     });
   }
 
   /** Returns `address` to the free list. Call inside a transaction, once nothing may still route it. */
   free(kind: AddressKind, address: string): void {
-    this.sql.exec(
-      "INSERT OR IGNORE INTO network_free_addresses (obj, kind, address, freed_at_ms) VALUES (?, ?, ?, ?)",
-      this.state.name,
-      kind,
-      address,
-      this.env.clock.now(),
-    );
+    this.q.insertFree.run({ obj: this.obj, kind, address, now: this.env.clock.now() });
   }
 
   /** Forgets an ended allocation and frees its address. Call inside a transaction, once its grants are gone. */
   release(a: AllocRow): void {
-    this.sql.exec(
-      "DELETE FROM network_allocations WHERE obj = ? AND allocation_id = ?",
-      this.state.name,
-      a.allocation_id,
-    );
+    this.q.deleteAlloc.run({ obj: this.obj, id: a.allocationId });
     this.free("allocation", a.address);
   }
 
   /** Free addresses, oldest first. */
   freeList(): string[] {
-    return this.sql
-      .exec<{ address: string }>(
-        "SELECT address FROM network_free_addresses WHERE obj = ? ORDER BY freed_at_ms, address",
-        this.state.name,
-      )
-      .toArray()
-      .map((r) => r.address);
+    return this.q.freeList.all({ obj: this.obj }).map((r) => r.address);
   }
 }

@@ -8,17 +8,52 @@
  * Must never: give two Networks one subnet, or derive a subnet from a
  * Network's identifier.
  */
+import { and, asc, eq, max, sql } from "drizzle-orm";
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
+import { placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import { MAX_NETWORKS } from "../../domain/network.ts";
 import type { SchedulerEnv } from "../env.ts";
-import { NETWORK_DIRECTORY_TABLES } from "./networkSchema.ts";
+import { NETWORK_DIRECTORY_TABLES, networkDirectoryTable } from "./networkSchema.ts";
+
+const queries = (db: ObjectDb) => {
+  const obj = sql.placeholder("obj");
+  const d = networkDirectoryTable;
+  return {
+    find: db
+      .select({ subnet: d.subnet, tenant: d.tenant })
+      .from(d)
+      .where(and(eq(d.obj, obj), eq(d.networkId, sql.placeholder("networkId"))))
+      .prepare(),
+    last: db
+      .select({ m: max(d.subnet) })
+      .from(d)
+      .where(eq(d.obj, obj))
+      .prepare(),
+    insert: db
+      .insert(d)
+      .values({
+        obj,
+        ...placeholders("networkId", "tenant", "subnet"),
+        createdAtMs: sql.placeholder("now"),
+      })
+      .prepare(),
+    list: db
+      .select({ networkId: d.networkId, tenant: d.tenant, subnet: d.subnet })
+      .from(d)
+      .where(eq(d.obj, obj))
+      .orderBy(asc(d.subnet))
+      .prepare(),
+  };
+};
 
 /** See the module header. */
 export class NetworkDirectoryObject extends AuthorityObject<SchedulerEnv, never> {
   static readonly className = "NetworkDirectory";
   static readonly messageSchema = null;
   static readonly tables = NETWORK_DIRECTORY_TABLES;
+
+  private readonly q = prepared(this.state.storage, queries);
 
   constructor(state: ObjectState<never>, env: SchedulerEnv) {
     super(state, env);
@@ -31,47 +66,24 @@ export class NetworkDirectoryObject extends AuthorityObject<SchedulerEnv, never>
    * INTERNAL when all MAX_NETWORKS subnets are taken.
    */
   subnetFor(networkId: string, tenant: string): number {
-    const sql = this.state.storage.sql;
-    const found = sql
-      .exec<{ subnet: number; tenant: string }>(
-        "SELECT subnet, tenant FROM network_directory WHERE obj = ? AND network_id = ?",
-        this.state.name,
-        networkId,
-      )
-      .next();
-    if (!found.done) {
-      if (found.value.tenant !== tenant)
-        throw new BeachballError("FORBIDDEN", "this Network belongs to another principal");
-      return found.value.subnet;
+    const obj = this.state.name;
+    const found = this.q.find.get({ obj, networkId });
+    if (found) {
+      if (found.tenant !== tenant) throw new BeachballError("FORBIDDEN", "this Network belongs to another principal");
+      return found.subnet;
     }
-    const last =
-      sql
-        .exec<{ m: number | null }>("SELECT MAX(subnet) AS m FROM network_directory WHERE obj = ?", this.state.name)
-        .one().m ?? 0;
+    const last = this.q.last.get({ obj })?.m ?? 0;
     if (last >= MAX_NETWORKS)
       throw new BeachballError(
         "INTERNAL",
         `every one of the ${MAX_NETWORKS} Network subnets of the deployment's /48 is assigned`,
       );
-    sql.exec(
-      "INSERT INTO network_directory (obj, network_id, tenant, subnet, created_at_ms) VALUES (?, ?, ?, ?, ?)",
-      this.state.name,
-      networkId,
-      tenant,
-      last + 1,
-      this.env.clock.now(),
-    );
+    this.q.insert.run({ obj, networkId, tenant, subnet: last + 1, now: this.env.clock.now() });
     return last + 1;
   }
 
   /** Every Network with its subnet index, in assignment order (operators' view and tests). */
   list(): { networkId: string; tenant: string; subnet: number }[] {
-    return this.state.storage.sql
-      .exec<{ network_id: string; tenant: string; subnet: number }>(
-        "SELECT network_id, tenant, subnet FROM network_directory WHERE obj = ? ORDER BY subnet",
-        this.state.name,
-      )
-      .toArray()
-      .map((r) => ({ networkId: r.network_id, tenant: r.tenant, subnet: r.subnet }));
+    return this.q.list.all({ obj: this.state.name });
   }
 }

@@ -30,15 +30,23 @@
  * store a private key or a raw token.
  */
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
+import { prepared } from "../runtime/drizzle.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import type { ConnectionGrantResponse, GrantPayload, GrantTransport } from "../../protocol/connection.ts";
-import { checkGrantRequest, generationFenced, GRANT_EXPIRY_GRACE_MS, grantGone } from "../../domain/grants.ts";
+import {
+  checkGrantRequest,
+  generationFenced,
+  GRANT_EXPIRY_GRACE_MS,
+  grantGone,
+  grantStale,
+} from "../../domain/grants.ts";
 import { tokenDigest } from "../manifestSchema.ts";
 import type { SchedulerEnv } from "../env.ts";
 import type { ConnectionSettings } from "../connectionSettings.ts";
 import type { ConnectionSigner } from "../connectionSigner.ts";
 import { NetworkMessage } from "./messages.ts";
 import { NETWORK_TABLES } from "./networkSchema.ts";
+import { networkQueries, type GrantRow } from "./networkQueries.ts";
 import { relayTokens, signGrant } from "./grantDocuments.ts";
 import { NetworkAddresses, type AllocRow } from "./networkAddresses.ts";
 
@@ -65,24 +73,6 @@ export interface IssueGrant {
   ttlSeconds?: number | undefined;
 }
 
-interface GrantRow {
-  grant_id: string;
-  allocation_id: string;
-  generation: number;
-  host_id: string;
-  placement_id: string;
-  client_address: string;
-  connection_id: string;
-  expires_at_ms: number;
-  revoked_at_ms: number | null;
-  revoke_observed_at_ms: number | null;
-  gone_at_ms: number | null;
-}
-
-const GRANT_COLUMNS =
-  "grant_id, allocation_id, generation, host_id, placement_id, client_address, connection_id, expires_at_ms, revoked_at_ms, revoke_observed_at_ms, gone_at_ms";
-const facts = (g: GrantRow) => ({ expiresAtMs: g.expires_at_ms, revokeObservedAtMs: g.revoke_observed_at_ms });
-
 /** See the module header. */
 export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage> {
   static readonly className = "Network";
@@ -91,13 +81,14 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
 
   /** Its row, allocation addresses and free list (./networkAddresses.ts). */
   private readonly book = new NetworkAddresses(this.state, this.env);
+  private readonly q = prepared(this.state.storage, networkQueries);
 
   constructor(state: ObjectState<NetworkMessage>, env: SchedulerEnv) {
     super(state, env);
   }
 
-  private get sql() {
-    return this.state.storage.sql;
+  private get obj(): string {
+    return this.state.name;
   }
 
   private get now(): number {
@@ -113,24 +104,7 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
   }
 
   private grant(grantId: string): GrantRow | null {
-    const r = this.sql
-      .exec<GrantRow>(
-        `SELECT ${GRANT_COLUMNS} FROM network_grants WHERE obj = ? AND grant_id = ?`,
-        this.state.name,
-        grantId,
-      )
-      .next();
-    return r.done ? null : r.value;
-  }
-
-  private grantsWhere(where: string, ...args: unknown[]): GrantRow[] {
-    return this.sql
-      .exec<GrantRow>(
-        `SELECT ${GRANT_COLUMNS} FROM network_grants WHERE obj = ? AND ${where}`,
-        this.state.name,
-        ...args,
-      )
-      .toArray();
+    return this.q.grant.get({ obj: this.obj, grantId }) ?? null;
   }
 
   /**
@@ -145,7 +119,7 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
   ): Promise<{ networkId: string; address: string }> {
     const { settings } = this.settings();
     await this.book.ensure(tenant);
-    return { networkId: this.state.name, address: this.book.reserve(allocationId, settings.ula) };
+    return { networkId: this.obj, address: this.book.reserve(allocationId, settings.ula) };
   }
 
   /** Throws the stable refusal when no grant may be issued for `generation` of `a`. */
@@ -155,8 +129,8 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
         "INVALID_STATE",
         "allocation has no private address (created before private networking was configured)",
       );
-    if (a.terminal_at_ms !== null) throw new BeachballError("INVALID_STATE", "allocation is released");
-    if (generation <= a.closed_generation)
+    if (a.terminalAtMs !== null) throw new BeachballError("INVALID_STATE", "allocation is released");
+    if (generation <= a.closedGeneration)
       throw new BeachballError("STALE_GENERATION", `generation ${generation} was replaced; no grant is issued for it`);
     return a;
   }
@@ -172,23 +146,14 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
     const { settings, signer } = this.settings();
     this.refuseClosed(this.book.alloc(req.allocationId), req.generation);
     const now0 = this.now;
-    const live = this.grantsWhere(
-      "allocation_id = ? AND revoked_at_ms IS NULL AND expires_at_ms > ?",
-      req.allocationId,
-      now0,
-    ).length;
+    const live = this.q.liveOfAllocation.get({ obj: this.obj, id: req.allocationId, now: now0 })!.n;
     if (live >= MAX_LIVE_GRANTS_PER_ALLOCATION)
       throw new BeachballError(
         "RATE_LIMITED",
         `an allocation holds at most ${MAX_LIVE_GRANTS_PER_ALLOCATION} live grants; revoke one first`,
         { retryAfterSeconds: 5 },
       );
-    const held = this.sql
-      .exec<{ n: number }>(
-        "SELECT COUNT(*) AS n FROM network_grants WHERE obj = ? AND gone_at_ms IS NULL",
-        this.state.name,
-      )
-      .one().n;
+    const held = this.q.held.get({ obj: this.obj })!.n;
     if (held >= MAX_GRANTS_PER_NETWORK)
       throw new BeachballError(
         "RATE_LIMITED",
@@ -213,7 +178,7 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
         v: 1,
         grantId,
         tenant: req.tenant,
-        networkId: this.state.name,
+        networkId: this.obj,
         allocationId: req.allocationId,
         generation: req.generation,
         hostId: req.hostId,
@@ -228,19 +193,18 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
         expiresAtMs,
       };
       const signed = signGrant(signer, settings, payload);
-      this.sql.exec(
-        `INSERT INTO network_grants (obj, ${GRANT_COLUMNS}, issued_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?)`,
-        this.state.name,
+      this.q.insert.run({
+        obj: this.obj,
         grantId,
-        req.allocationId,
-        req.generation,
-        req.hostId,
-        req.placementId,
+        id: req.allocationId,
+        generation: req.generation,
+        hostId: req.hostId,
+        placementId: req.placementId,
         clientAddress,
         connectionId,
-        expiresAtMs,
         now,
-      );
+        expiresAtMs,
+      });
       this.armAlarm(expiresAtMs + GRANT_EXPIRY_GRACE_MS);
       return signed;
     });
@@ -255,7 +219,7 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
       await this.env.Host.get(req.hostId).configureConnection({
         action: "apply",
         grantId,
-        networkId: this.state.name,
+        networkId: this.obj,
         allocationId: req.allocationId,
         placementId: req.placementId,
         generation: req.generation,
@@ -265,14 +229,15 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
         relayMap: docs.relayMap,
       });
     } catch (e) {
-      await this.revoke(this.grantsWhere("grant_id = ?", grantId)).catch(() => undefined);
+      const g = this.grant(grantId);
+      await this.revoke(g ? [g] : []).catch(() => undefined);
       throw e;
     }
     // Closed (replacement) or ended (release) while the grant was being handed to the host: it was revoked.
     const issued = this.grant(grantId);
-    if (!issued || issued.revoked_at_ms !== null) {
+    if (!issued || issued.revokedAtMs !== null) {
       const cur = this.book.alloc(req.allocationId);
-      if (!cur || cur.terminal_at_ms !== null)
+      if (!cur || cur.terminalAtMs !== null)
         throw new BeachballError("INVALID_STATE", "the allocation was released while the grant was issued");
       throw new BeachballError("STALE_GENERATION", "the allocation was replaced while the grant was issued");
     }
@@ -296,9 +261,9 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
    */
   async revokeGrant(allocationId: string, grantId: string): Promise<boolean> {
     const g = this.grant(grantId);
-    if (!g || g.allocation_id !== allocationId)
+    if (!g || g.allocationId !== allocationId)
       throw new BeachballError("NOT_FOUND", "no such grant for this allocation");
-    if (g.revoked_at_ms !== null) return false;
+    if (g.revokedAtMs !== null) return false;
     await this.revoke([g]);
     return true;
   }
@@ -306,31 +271,30 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
   /** Marks `grants` revoked (if not yet), then queues their revokes at their hosts and ends their Connections. */
   private async revoke(grants: GrantRow[]): Promise<void> {
     const now = this.now;
-    const live = grants.filter((g) => g.gone_at_ms === null);
+    const live = grants.filter((g) => g.goneAtMs === null);
     this.state.storage.transactionSync(() => {
       for (const g of live)
-        if (g.revoked_at_ms === null)
-          this.sql.exec(
-            "UPDATE network_grants SET revoked_at_ms = ? WHERE obj = ? AND grant_id = ?",
-            now,
-            this.state.name,
-            g.grant_id,
-          );
-      if (live.some((g) => g.expires_at_ms > now)) this.armAlarm(now + REVOKE_RESEND_MS);
+        if (g.revokedAtMs === null) this.q.markRevoked.run({ obj: this.obj, grantId: g.grantId, now });
+      if (live.some((g) => g.expiresAtMs > now)) this.armAlarm(now + REVOKE_RESEND_MS);
     });
     for (const g of live) {
-      await this.env.Host.get(g.host_id).configureConnection({
-        action: "revoke",
-        grantId: g.grant_id,
-        networkId: this.state.name,
-        allocationId: g.allocation_id,
-        placementId: g.placement_id,
-        generation: g.generation,
-        connectionId: g.connection_id,
-        expiresAtMs: g.expires_at_ms,
-      });
-      await this.env.Connection.get(g.connection_id).close();
+      await this.sendRevoke(g);
+      await this.env.Connection.get(g.connectionId).close();
     }
+  }
+
+  /** Queues configure_connection revoke for grant `g` at its host. */
+  private async sendRevoke(g: GrantRow): Promise<void> {
+    await this.env.Host.get(g.hostId).configureConnection({
+      action: "revoke",
+      grantId: g.grantId,
+      networkId: this.obj,
+      allocationId: g.allocationId,
+      placementId: g.placementId,
+      generation: g.generation,
+      connectionId: g.connectionId,
+      expiresAtMs: g.expiresAtMs,
+    });
   }
 
   /**
@@ -343,29 +307,11 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
   async fenceGeneration(allocationId: string, generation: number): Promise<{ fenced: boolean; byMs: number | null }> {
     const a = this.book.alloc(allocationId);
     if (!a) return { fenced: true, byMs: null };
-    this.state.storage.transactionSync(() => {
-      this.sql.exec(
-        "UPDATE network_allocations SET closed_generation = MAX(closed_generation, ?), waiting_generation = ? WHERE obj = ? AND allocation_id = ?",
-        generation,
-        generation,
-        this.state.name,
-        allocationId,
-      );
-    });
-    await this.revoke(
-      this.grantsWhere(
-        "allocation_id = ? AND generation <= ? AND revoked_at_ms IS NULL AND gone_at_ms IS NULL",
-        allocationId,
-        generation,
-      ),
-    );
+    this.q.fence.run({ obj: this.obj, id: allocationId, generation });
+    await this.revoke(this.q.unrevokedUpTo.all({ obj: this.obj, id: allocationId, generation }));
     await this.settle();
-    const open = this.grantsWhere(
-      "allocation_id = ? AND generation <= ? AND gone_at_ms IS NULL",
-      allocationId,
-      generation,
-    );
-    const f = generationFenced(open.map(facts), this.now);
+    const open = this.q.openUpTo.all({ obj: this.obj, id: allocationId, generation });
+    const f = generationFenced(open, this.now);
     return f.fenced ? { fenced: true, byMs: null } : { fenced: false, byMs: f.byMs };
   }
 
@@ -374,29 +320,11 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
     if (msgs.length === 0) return;
     this.state.storage.transactionSync(() => {
       for (const { message: m } of msgs) {
-        if (m.kind === "revoke_observed") {
-          this.sql.exec(
-            "UPDATE network_grants SET revoke_observed_at_ms = ? WHERE obj = ? AND grant_id = ? AND host_id = ? AND revoke_observed_at_ms IS NULL",
-            m.atMs,
-            this.state.name,
-            m.grantId,
-            m.hostId,
-          );
-        } else if (m.kind === "close_generation") {
-          this.sql.exec(
-            "UPDATE network_allocations SET closed_generation = MAX(closed_generation, ?) WHERE obj = ? AND allocation_id = ?",
-            m.generation,
-            this.state.name,
-            m.allocationId,
-          );
-        } else {
-          this.sql.exec(
-            "UPDATE network_allocations SET terminal_at_ms = ? WHERE obj = ? AND allocation_id = ? AND terminal_at_ms IS NULL",
-            this.now,
-            this.state.name,
-            m.allocationId,
-          );
-        }
+        if (m.kind === "revoke_observed")
+          this.q.markRevokeObserved.run({ obj: this.obj, grantId: m.grantId, hostId: m.hostId, atMs: m.atMs });
+        else if (m.kind === "close_generation")
+          this.q.closeGeneration.run({ obj: this.obj, id: m.allocationId, generation: m.generation });
+        else this.q.markTerminal.run({ obj: this.obj, id: m.allocationId, now: this.now });
       }
       this.state.ackInbox(msgs[msgs.length - 1]!.seq);
     });
@@ -406,22 +334,7 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
   /** Resends revokes the hosts have not acknowledged, then settles. */
   override async alarm(): Promise<void> {
     const now = this.now;
-    const unacked = this.grantsWhere(
-      "revoked_at_ms IS NOT NULL AND revoke_observed_at_ms IS NULL AND gone_at_ms IS NULL AND expires_at_ms > ?",
-      now,
-    );
-    for (const g of unacked) {
-      await this.env.Host.get(g.host_id).configureConnection({
-        action: "revoke",
-        grantId: g.grant_id,
-        networkId: this.state.name,
-        allocationId: g.allocation_id,
-        placementId: g.placement_id,
-        generation: g.generation,
-        connectionId: g.connection_id,
-        expiresAtMs: g.expires_at_ms,
-      });
-    }
+    for (const g of this.q.unacknowledged.all({ obj: this.obj, now })) await this.sendRevoke(g);
     await this.settle();
   }
 
@@ -433,66 +346,37 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
    * its grants are gone; forgets old gone grants; re-arms the alarm.
    */
   private async settle(): Promise<void> {
-    const stale = this.sql
-      .exec<GrantRow>(
-        `SELECT ${GRANT_COLUMNS.split(", ")
-          .map((c) => `g.${c}`)
-          .join(
-            ", ",
-          )} FROM network_grants g JOIN network_allocations a ON a.obj = g.obj AND a.allocation_id = g.allocation_id WHERE g.obj = ? AND g.revoked_at_ms IS NULL AND g.gone_at_ms IS NULL AND (a.terminal_at_ms IS NOT NULL OR g.generation <= a.closed_generation)`,
-        this.state.name,
-      )
-      .toArray();
+    const stale = this.q.unrevokedWithAllocation
+      .all({ obj: this.obj })
+      .filter((r) => grantStale(r.grant, r.alloc))
+      .map((r) => r.grant);
     if (stale.length > 0) await this.revoke(stale);
     const now = this.now;
     this.state.storage.transactionSync(() => {
-      const open = this.grantsWhere("gone_at_ms IS NULL");
-      for (const g of open) {
-        if (!grantGone(facts(g), now)) continue;
-        this.sql.exec(
-          "UPDATE network_grants SET gone_at_ms = ? WHERE obj = ? AND grant_id = ?",
-          now,
-          this.state.name,
-          g.grant_id,
-        );
-        this.book.free("client", g.client_address);
+      for (const g of this.q.open.all({ obj: this.obj })) {
+        if (!grantGone(g, now)) continue;
+        this.q.markGone.run({ obj: this.obj, grantId: g.grantId, now });
+        this.book.free("client", g.clientAddress);
       }
       for (const a of this.book.unsettled()) {
-        const remaining = this.grantsWhere("allocation_id = ? AND gone_at_ms IS NULL", a.allocation_id);
-        if (a.waiting_generation > 0 && remaining.every((g) => g.generation > a.waiting_generation)) {
-          this.sql.exec(
-            "UPDATE network_allocations SET waiting_generation = 0 WHERE obj = ? AND allocation_id = ?",
-            this.state.name,
-            a.allocation_id,
-          );
-          this.state.post(this.env.Allocation, a.allocation_id, `fenced:${a.allocation_id}:${a.waiting_generation}`, {
+        const remaining = this.q.openOfAllocation.all({ obj: this.obj, id: a.allocationId });
+        if (a.waitingGeneration > 0 && remaining.every((g) => g.generation > a.waitingGeneration)) {
+          this.q.stopWaiting.run({ obj: this.obj, id: a.allocationId });
+          this.state.post(this.env.Allocation, a.allocationId, `fenced:${a.allocationId}:${a.waitingGeneration}`, {
             kind: "connections_fenced",
-            generation: a.waiting_generation,
+            generation: a.waitingGeneration,
           });
         }
-        if (a.terminal_at_ms !== null && remaining.length === 0) this.book.release(a);
+        if (a.terminalAtMs !== null && remaining.length === 0) this.book.release(a);
       }
-      this.sql.exec(
-        "DELETE FROM network_grants WHERE obj = ? AND gone_at_ms IS NOT NULL AND gone_at_ms < ?",
-        this.state.name,
-        now - GRANT_RETENTION_MS,
-      );
+      this.q.forgetGoneBefore.run({ obj: this.obj, before: now - GRANT_RETENTION_MS });
       this.state.setAlarm(this.nextAlarm(now));
     });
   }
 
   /** The earliest time something here changes on its own: a grant's expiry past the grace, a revoke to resend, a gone grant to forget. */
   private nextAlarm(now: number): number | null {
-    const q = this.sql
-      .exec<{ expiry: number | null; resend: number | null; forget: number | null }>(
-        `SELECT MIN(CASE WHEN gone_at_ms IS NULL THEN expires_at_ms END) AS expiry,
-                MIN(CASE WHEN gone_at_ms IS NULL AND revoked_at_ms IS NOT NULL AND revoke_observed_at_ms IS NULL AND expires_at_ms > ? THEN 1 END) AS resend,
-                MIN(gone_at_ms) AS forget
-         FROM network_grants WHERE obj = ?`,
-        now,
-        this.state.name,
-      )
-      .one();
+    const q = this.q.alarmTimes.get({ obj: this.obj, now })!;
     const at: number[] = [];
     if (q.expiry !== null) at.push(q.expiry + GRANT_EXPIRY_GRACE_MS);
     if (q.resend !== null) at.push(now + REVOKE_RESEND_MS);
@@ -523,14 +407,14 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
       subnet: this.book.net()?.subnet ?? null,
       allocations: this.book
         .allocations()
-        .map((a) => ({ allocationId: a.allocation_id, address: a.address, closedGeneration: a.closed_generation })),
-      grants: this.grantsWhere("1 = 1 ORDER BY issued_at_ms, grant_id").map((g) => ({
-        grantId: g.grant_id,
-        allocationId: g.allocation_id,
+        .map((a) => ({ allocationId: a.allocationId, address: a.address, closedGeneration: a.closedGeneration })),
+      grants: this.q.all.all({ obj: this.obj }).map((g) => ({
+        grantId: g.grantId,
+        allocationId: g.allocationId,
         generation: g.generation,
-        clientAddress: g.client_address,
-        revoked: g.revoked_at_ms !== null,
-        gone: g.gone_at_ms !== null,
+        clientAddress: g.clientAddress,
+        revoked: g.revokedAtMs !== null,
+        gone: g.goneAtMs !== null,
       })),
       free: this.book.freeList(),
     };

@@ -7,6 +7,7 @@
  * name as its `obj` placeholder).
  * Must never: build a statement on a hot path that could be prepared once.
  */
+import { sql, type Placeholder, type SQL } from "drizzle-orm";
 import { drizzle, type DrizzleSqliteDODatabase } from "drizzle-orm/durable-sqlite";
 import type { ObjectStorage } from "./api.ts";
 
@@ -39,4 +40,24 @@ export function prepared<T>(storage: ObjectStorage, build: (db: ObjectDb) => T):
     m.set(build, v);
   }
   return v;
+}
+
+/**
+ * A named placeholder of a prepared statement typed as a value of `T`, for
+ * the places drizzle's types take a value but not a bare placeholder (the
+ * `set` of an update): `set({ n: param<number>("n") })`, then `.run({ n })`.
+ */
+export function param<T>(name: string): SQL<T> {
+  return sql<T>`${sql.placeholder(name)}`;
+}
+
+/**
+ * Named placeholders, each named as its field: `values({ obj,
+ * ...placeholders("grantId", "hostId") })` inserts the `grantId` and
+ * `hostId` parameters of `.run({ grantId, hostId })` into those columns.
+ */
+export function placeholders<K extends string>(...names: K[]): Record<K, Placeholder<K>> {
+  const out = {} as Record<K, Placeholder<K>>;
+  for (const n of names) out[n] = sql.placeholder(n);
+  return out;
 }
