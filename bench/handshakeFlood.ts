@@ -21,7 +21,8 @@
 import { parseArgs } from "node:util";
 import { selectAead } from "../src/wireguard/aead/select.ts";
 import { Device } from "../src/wireguard/device.ts";
-import { FakeClock, SeededRandom } from "../src/wireguard/fakes.ts";
+import { FakeClock } from "../src/protocol/fakeClock.ts";
+import { SeededRandom } from "../src/wireguard/fakes.ts";
 import type { MemEndpoint } from "../src/wireguard/fakeNet.ts";
 import { DEFAULT_HANDSHAKE_RATE_LIMITS, type HandshakeRateLimits } from "../src/wireguard/ratelimit.ts";
 import { limitRunTime } from "./runLimit.ts";

@@ -44,7 +44,7 @@ import {
   localStatic,
   remoteStatic,
 } from "../src/wireguard/noise.ts";
-import { systemClock, systemRandom } from "../src/wireguard/ports.ts";
+import { systemSuspendAwareClock, systemRandom } from "../src/wireguard/ports.ts";
 import { tai64n } from "../src/wireguard/tai64n.ts";
 import { dh, generateKeyPair, keyPairFromPrivate } from "../src/wireguard/x25519.ts";
 import { probeSodium } from "../native/sodium/sodium.ts";
@@ -80,10 +80,10 @@ const iCtx = { aead: selected, random: systemRandom, local: localStatic(initiato
 const rCtx = { aead: selected, random: systemRandom, local: localStatic(responderKeys) };
 const peerOfI = remoteStatic(iCtx.local, responderKeys.publicKey);
 const peerOfR = remoteStatic(rCtx.local, initiatorKeys.publicKey);
-const jar = new CookieJar(responderKeys.publicKey, systemClock, selected);
-const jarR = new CookieJar(initiatorKeys.publicKey, systemClock, selected);
-const checker = new CookieChecker(responderKeys.publicKey, systemClock, systemRandom, selected);
-const checkerI = new CookieChecker(initiatorKeys.publicKey, systemClock, systemRandom, selected);
+const jar = new CookieJar(responderKeys.publicKey, systemSuspendAwareClock, selected);
+const jarR = new CookieJar(initiatorKeys.publicKey, systemSuspendAwareClock, selected);
+const checker = new CookieChecker(responderKeys.publicKey, systemSuspendAwareClock, systemRandom, selected);
+const checkerI = new CookieChecker(initiatorKeys.publicKey, systemSuspendAwareClock, systemRandom, selected);
 
 const iWall: number[] = [];
 const rWall: number[] = [];
@@ -192,7 +192,7 @@ console.log(`  selected at runtime: ${selected.name}${ffiUnavailable ? ` (${ffiU
 // ---- 3. Device transport in memory ----
 function deviceTransport(a: Aead): { pps: number; ppsCpu: number } {
   const net = new MemoryNet();
-  const common = { clock: systemClock, random: systemRandom, aead: a, load: fixedLoad(false) };
+  const common = { clock: systemSuspendAwareClock, random: systemRandom, aead: a, load: fixedLoad(false) };
   const da = new Device<MemEndpoint>({ ...common, privateKey: systemRandom.fill(new Uint8Array(32)), io: net.io("a") });
   const db = new Device<MemEndpoint>({ ...common, privateKey: systemRandom.fill(new Uint8Array(32)), io: net.io("b") });
   net.attach("a", da);

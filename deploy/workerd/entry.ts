@@ -24,7 +24,8 @@ import {
   type DurableNamespace,
   type HostBindings,
 } from "../../src/scheduler/runtime/workerd/durableHost.ts";
-import { systemClock, systemRandomness } from "../../src/scheduler/runtime/ports.ts";
+import { systemClock } from "../../src/protocol/clock.ts";
+import { systemRandomness } from "../../src/scheduler/runtime/ports.ts";
 import { MIGRATIONS } from "../../src/scheduler/migrations/index.ts";
 import { schedulerConfig, type SchedulerEnv } from "../../src/scheduler/env.ts";
 import { DeploymentManifest } from "../../src/scheduler/manifestSchema.ts";

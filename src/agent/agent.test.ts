@@ -56,7 +56,7 @@ function rig(
     const driver = new FakeVmmDriver(host, timers);
     const log = new MemoryLog();
     const ports: AgentPorts = {
-      clock: tl,
+      clock: tl.clock,
       timers,
       random: { bytes: (k) => new Uint8Array(k).fill(7) },
       log,
@@ -140,7 +140,7 @@ async function exchange(
 test("commands drive a placement to running and then absent, each transition reported once", async () => {
   const { tl, host, isolation, incarnation } = rig("lifecycle");
   const { agent, channel } = await incarnation();
-  const lease = () => tl.now() + 30_000;
+  const lease = () => tl.clock.wallMs() + 30_000;
   const states: string[] = [];
   const seqs = new Set<number>();
   const record = (us: PlacementUpdate[]) => {
@@ -164,7 +164,7 @@ test("commands drive a placement to running and then absent, each transition rep
 test("lost exit code: a workload that traps TERM and exits 5 during release has its code reported, before absent", async () => {
   const { tl, incarnation } = rig("exit-while-stopping", () => 0, 500, 5);
   const { agent, channel } = await incarnation();
-  const lease = () => tl.now() + 30_000;
+  const lease = () => tl.clock.wallMs() + 30_000;
   const sent: PlacementUpdate[] = [];
   sent.push(...(await exchange(tl, channel, [command("ensure_present", lease())])));
   sent.push(...(await exchange(tl, channel, [command("ensure_running", lease())])));
@@ -183,8 +183,8 @@ test("a lease that expires while Start resolves the image refuses the launch", a
   // The second resolve (Start's) takes 40 s while the scheduler is unreachable, outlasting the 30 s lease.
   const { tl, incarnation, launches } = rig("lease", (n) => (n === 0 ? 0 : 40_000));
   const { agent, channel } = await incarnation();
-  await exchange(tl, channel, [command("ensure_present", tl.now() + 30_000)]);
-  await exchange(tl, channel, [command("ensure_running", tl.now() + 30_000)]);
+  await exchange(tl, channel, [command("ensure_present", tl.clock.wallMs() + 30_000)]);
+  await exchange(tl, channel, [command("ensure_running", tl.clock.wallMs() + 30_000)]);
   await tl.advance(45_000);
   const sent = await exchange(tl, channel);
   expect(launches).toEqual([]);
@@ -195,8 +195,8 @@ test("a lease that expires while Start resolves the image refuses the launch", a
 test("a VMM left running after a failed start is stopped once its lease ends (found by the simulation, seed 946)", async () => {
   const { tl, host, incarnation } = rig("boot-timeout", () => 0, null);
   const { agent, channel } = await incarnation();
-  await exchange(tl, channel, [command("ensure_present", tl.now() + 30_000)]);
-  await exchange(tl, channel, [command("ensure_running", tl.now() + 30_000)]);
+  await exchange(tl, channel, [command("ensure_present", tl.clock.wallMs() + 30_000)]);
+  await exchange(tl, channel, [command("ensure_running", tl.clock.wallMs() + 30_000)]);
   await tl.advance(6_000); // the guest never sends GuestReady: GUEST_BOOT_TIMEOUT, the VMM still runs
   const sent = await exchange(tl, channel);
   expect(sent.find((u) => u.state === "error")?.errorCode).toBe("GUEST_BOOT_TIMEOUT");
@@ -209,8 +209,8 @@ test("a VMM left running after a failed start is stopped once its lease ends (fo
 test("a graceful stop records nothing, leaves the VM running, and the next agent adopts it", async () => {
   const { tl, host, incarnation, dir } = rig("graceful");
   const first = await incarnation();
-  await exchange(tl, first.channel, [command("ensure_present", tl.now() + 60_000)]);
-  await exchange(tl, first.channel, [command("ensure_running", tl.now() + 60_000)]);
+  await exchange(tl, first.channel, [command("ensure_present", tl.clock.wallMs() + 60_000)]);
+  await exchange(tl, first.channel, [command("ensure_running", tl.clock.wallMs() + 60_000)]);
   await tl.advance(1_000);
   await exchange(tl, first.channel);
   expect(host.running()).toHaveLength(1);
@@ -235,7 +235,7 @@ test("a graceful stop records nothing, leaves the VM running, and the next agent
 test("silent placements: one structured line per placement transition with the IDs as fields, and metrics by state, time in state and failure code", async () => {
   const { tl, incarnation } = rig("transitions");
   const { agent, channel, log } = await incarnation();
-  const lease = () => tl.now() + 30_000;
+  const lease = () => tl.clock.wallMs() + 30_000;
   await exchange(tl, channel, [command("ensure_present", lease())]);
   await exchange(tl, channel, [command("ensure_running", lease())]);
   await tl.advance(1_000);
@@ -270,8 +270,8 @@ test("silent placements: one structured line per placement transition with the I
 test("silent failures: a placement that turns error is one warning line with its code and a failure counted by code", async () => {
   const { tl, incarnation } = rig("failure-metrics", (n) => (n === 0 ? 0 : 40_000));
   const { agent, channel, log } = await incarnation();
-  await exchange(tl, channel, [command("ensure_present", tl.now() + 30_000)]);
-  await exchange(tl, channel, [command("ensure_running", tl.now() + 30_000)]);
+  await exchange(tl, channel, [command("ensure_present", tl.clock.wallMs() + 30_000)]);
+  await exchange(tl, channel, [command("ensure_running", tl.clock.wallMs() + 30_000)]);
   await tl.advance(45_000);
   await exchange(tl, channel);
   const err = log.records.find((r) => r.msg === "placement transition" && r.fields["state"] === "error");
@@ -303,8 +303,8 @@ test("output lost across an agent restart: what the job printed while no agent r
   const { tl, host, incarnation } = rig("logs-restart");
   const sink = new StreamSink();
   const first = await incarnation(undefined, sink);
-  await exchange(tl, first.channel, [command("ensure_present", tl.now() + 60_000)]);
-  await exchange(tl, first.channel, [command("ensure_running", tl.now() + 60_000)]);
+  await exchange(tl, first.channel, [command("ensure_present", tl.clock.wallMs() + 60_000)]);
+  await exchange(tl, first.channel, [command("ensure_running", tl.clock.wallMs() + 60_000)]);
   await tl.advance(1_000);
   await exchange(tl, first.channel);
   const console = host.running()[0]!.spec.consoleLogPath;

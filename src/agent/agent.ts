@@ -21,7 +21,6 @@ import { mkdirSync } from "node:fs";
 import { AgentStore } from "./store.ts";
 import {
   errorText,
-  type AgentClock,
   type AgentLog,
   type AgentRandom,
   type ControlChannel,
@@ -49,6 +48,7 @@ import { ConsoleShipper } from "./logs/shipper.ts";
 import { AgentConnections, type ConnectionEndpointPort } from "./endpoint/agentConnections.ts";
 import type { PlacementLookup } from "./endpoint/grantCheck.ts";
 import { storePlacementLookup } from "./endpoint/placementLookup.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 /** How long a graceful stop waits for in-flight placement steps, ms. */
 export const STOP_STEP_GRACE_MS = 5_000;
@@ -57,7 +57,7 @@ export const STOP_FLUSH_TIMEOUT_MS = 3_000;
 
 /** Every side effect the agent has, as ports. */
 export interface AgentPorts extends StartupPorts {
-  clock: AgentClock;
+  clock: Clock;
   timers: Timers;
   random: AgentRandom;
   log: AgentLog;

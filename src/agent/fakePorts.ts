@@ -1,7 +1,7 @@
 /**
  * Test doubles of the agent's small ports (ports.ts), for unit tests and the
- * seeded simulation: a fake timeline that is both clock and timers and
- * moves only when told, a control channel that queues requests for the test
+ * seeded simulation: a fake timeline of timers over the one fake clock
+ * (src/protocol/fakeClock.ts) that moves only when told, a control channel that queues requests for the test
  * to answer, a fixed host probe and a log that keeps lines in memory.
  *
  * Determinism: nothing here uses real time or real I/O. A test advances the
@@ -10,7 +10,8 @@
  * Must never: be wired into the daemon (daemon.ts builds the real ports).
  */
 import type { AgentPayload, Envelope, PollResponse } from "../protocol/agent.ts";
-import type { AgentClock, AgentLog, ControlChannel, HostProbe, Timers } from "./ports.ts";
+import { FakeClock } from "../protocol/fakeClock.ts";
+import type { AgentLog, ControlChannel, HostProbe, Timers } from "./ports.ts";
 import type { LogFields } from "../command/log.ts";
 
 interface PendingTimer {
@@ -25,21 +26,17 @@ export function settle(): Promise<void> {
   return new Promise((resolve) => setImmediate(resolve));
 }
 
-/** A clock plus timers that move only through advanceTo/advance (a named test double). */
-export class FakeTimeline implements AgentClock {
-  private t: number;
+/** Timers over a FakeClock; both move only through advanceTo/advance (a named test double). */
+export class FakeTimeline {
+  /** The timeline's clock (wall and monotonic readings move together); pass it where a Clock is wanted. */
+  readonly clock: FakeClock;
   private seq = 0;
   private pending: PendingTimer[] = [];
   private readonly stalls = new Map<string, number>();
 
-  /** `startMs`: the initial time, ms since the epoch. */
+  /** `startMs`: the initial wall time, ms since the epoch. */
   constructor(startMs: number) {
-    this.t = startMs;
-  }
-
-  /** Current fake time, ms. */
-  now(): number {
-    return this.t;
+    this.clock = new FakeClock({ wallMs: startMs });
   }
 
   /** Number of timers waiting (all groups). */
@@ -48,7 +45,7 @@ export class FakeTimeline implements AgentClock {
   }
 
   private add(ms: number, group: string, fn: () => void): () => void {
-    const timer: PendingTimer = { at: this.t + Math.max(0, ms), seq: this.seq++, group, fn };
+    const timer: PendingTimer = { at: this.clock.wallMs() + Math.max(0, ms), seq: this.seq++, group, fn };
     this.pending.push(timer);
     return () => {
       const i = this.pending.indexOf(timer);
@@ -101,7 +98,7 @@ export class FakeTimeline implements AgentClock {
     this.stalls.delete(group);
   }
 
-  /** Moves time to `t` (never backwards), firing each due timer in order and settling after each. */
+  /** Moves wall time to `t` (never backwards), firing each due timer in order and settling after each. */
   async advanceTo(t: number): Promise<void> {
     await settle();
     for (;;) {
@@ -113,16 +110,16 @@ export class FakeTimeline implements AgentClock {
       }
       if (!next) break;
       this.pending.splice(this.pending.indexOf(next), 1);
-      if (nextAt > this.t) this.t = nextAt;
+      this.clock.advanceTo(nextAt);
       next.fn();
       await settle();
     }
-    if (t > this.t) this.t = t;
+    this.clock.advanceTo(t);
   }
 
   /** Moves time forward by `ms` (see advanceTo). */
   advance(ms: number): Promise<void> {
-    return this.advanceTo(this.t + ms);
+    return this.advanceTo(this.clock.wallMs() + ms);
   }
 }
 

@@ -14,7 +14,7 @@
  * (stopping goes through the placement's runner).
  */
 import type { AgentStore } from "./store.ts";
-import { errorText, type AgentClock, type AgentLog, type Timers } from "./ports.ts";
+import { errorText, type AgentLog, type Timers } from "./ports.ts";
 import type { PlacementReconciler } from "./reconcile/reconciler.ts";
 import type { ImagePort } from "./image/imagePort.ts";
 import type { AgentHealth } from "./health.ts";
@@ -25,6 +25,7 @@ import { consoleLogPath } from "./placementOps.ts";
 import { LOG_SHIP_INTERVAL_MS, type ConsoleShipper } from "./logs/shipper.ts";
 import type { ForeignResource } from "./inventory.ts";
 import { applyInventory, QUARANTINE_RECHECK_MS, recheckWanted } from "./quarantine.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 /** Housekeeping period (lease checks, console trimming, cleanup retries), ms. */
 export const HOUSEKEEPING_MS = 2_000;
@@ -32,7 +33,7 @@ export const HOUSEKEEPING_MS = 2_000;
 /** What housekeeping works with. */
 export interface HousekeepingDeps {
   store: AgentStore;
-  clock: AgentClock;
+  clock: Clock;
   timers: Timers;
   log: AgentLog;
   reconciler: PlacementReconciler;
@@ -130,7 +131,7 @@ export class Housekeeping {
     await this.deps.images.maintain(inUse);
     health.cachedImages = await this.deps.images.cachedDigests().catch(() => health.cachedImages);
     if (!this.cancel) return;
-    const now = clock.now();
+    const now = clock.wallMs();
     for (const p of store.livePlacements()) {
       // Every state counts: a VMM left running after a failed start (observed error) is still a VM on an ended lease.
       if (p.desired !== "absent" && p.leaseExpiresAtMs <= now) {

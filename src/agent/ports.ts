@@ -18,11 +18,6 @@ import { createLogger, type LogFields, type Logger } from "../command/log.ts";
 import type { AgentPayload, Envelope, PollResponse } from "../protocol/agent.ts";
 import type { LogChunk, LogPushResponse } from "../protocol/logs.ts";
 
-/** Wall-clock time, ms since the Unix epoch. */
-export interface AgentClock {
-  now(): number;
-}
-
 /** Timers (all durations in ms). */
 export interface Timers {
   /** Resolves after `ms`, or as soon as `signal` aborts (never rejects). */
@@ -86,9 +81,6 @@ export function loggerLog(logger: Logger): AgentLog {
 export function errorText(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
-
-/** Real clock. */
-export const systemClock: AgentClock = { now: () => Date.now() };
 
 /** Real timers (setTimeout/setInterval). */
 export const systemTimers: Timers = {

@@ -11,11 +11,12 @@
  * agent.db exactly.
  */
 import type { AgentStore } from "./store.ts";
-import type { AgentClock, AgentLog } from "./ports.ts";
+import type { AgentLog } from "./ports.ts";
 import type { VmmDriver } from "./vmm/driver.ts";
 import type { PlacementReconciler } from "./reconcile/reconciler.ts";
 import type { ForeignResource } from "./inventory.ts";
 import type { CheckResult } from "./doctor/format.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 /** Startup's side effects. */
 export interface StartupPorts {
@@ -43,7 +44,7 @@ export async function recoverPlacements(d: {
   store: AgentStore;
   driver: VmmDriver;
   reconciler: PlacementReconciler;
-  clock: AgentClock;
+  clock: Clock;
   log: AgentLog;
   ports: StartupPorts;
 }): Promise<ForeignResource[]> {

@@ -7,7 +7,7 @@ function rig(result: () => VmmSelfCheck) {
   const tl = new FakeTimeline(1_000_000);
   let checks = 0;
   const h = new VmmHealth({
-    clock: tl,
+    clock: tl.clock,
     log: new MemoryLog(),
     intervalMs: 10_000,
     selfCheck: async () => (checks++, result()),

@@ -8,7 +8,8 @@
  * test boot or a VM that launches clears it.
  * Must never: clear the condition without a VMM having started something.
  */
-import type { AgentClock, AgentLog } from "./ports.ts";
+import type { AgentLog } from "./ports.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 /** Failed VMM starts in a row that mark the VMM failing. */
 export const VMM_START_FAILURES_UNHEALTHY = 3;
@@ -30,7 +31,7 @@ export class VmmHealth {
 
   constructor(
     private readonly deps: {
-      clock: AgentClock;
+      clock: Clock;
       log: AgentLog;
       selfCheck: () => Promise<VmmSelfCheck>;
       intervalMs: number;
@@ -56,7 +57,7 @@ export class VmmHealth {
 
   /** A self-check finished (at startup, from the prerequisite registry, or a re-check). */
   noteSelfCheck(r: VmmSelfCheck): void {
-    this.lastCheckMs = this.deps.clock.now();
+    this.lastCheckMs = this.deps.clock.wallMs();
     if (r.status === "fail") this.raise(`VMM test boot failed: ${r.detail}`);
     else if (r.status === "pass") {
       this.consecutiveFailures = 0;
@@ -66,7 +67,7 @@ export class VmmHealth {
 
   /** While failing, runs the self-check once the interval has passed since the last one. */
   async recheckIfDue(): Promise<void> {
-    if (!this.failing || this.checking || this.deps.clock.now() - this.lastCheckMs < this.deps.intervalMs) return;
+    if (!this.failing || this.checking || this.deps.clock.wallMs() - this.lastCheckMs < this.deps.intervalMs) return;
     this.checking = true;
     try {
       this.noteSelfCheck(await this.deps.selfCheck());
@@ -79,7 +80,7 @@ export class VmmHealth {
 
   private raise(why: string): void {
     if (this.failingSince === null) {
-      this.failingSince = this.deps.clock.now();
+      this.failingSince = this.deps.clock.wallMs();
       this.deps.log.warn(
         "VMM starts failing (VMM_START_FAILING); this host takes no new work until a VMM self-check passes",
         { code: "VMM_START_FAILING", reason: why },

@@ -27,7 +27,7 @@ import { runCli, UsageError } from "../command/run.ts";
 import { resolveAllocationId } from "../command/allocationId.ts";
 import { relayConnector } from "../relayclient/index.ts";
 import { parseVerificationKeys } from "../protocol/connectionSignature.ts";
-import { selectAead, systemClock, systemRandom } from "../wireguard/index.ts";
+import { selectAead, systemSuspendAwareClock, systemRandom } from "../wireguard/index.ts";
 import { probeLocalPort } from "./forwarder.ts";
 import { runProxy } from "./session.ts";
 
@@ -144,7 +144,7 @@ export const proxyCommand = command({
             localPort,
             remotePort,
             keys,
-            clock: systemClock,
+            clock: systemSuspendAwareClock,
             random: systemRandom,
             aead,
             relayConnector: relayConnector(ca ? { ca } : {}),

@@ -5,22 +5,22 @@
  * next alarm ends the run.
  */
 import { describe, expect, test } from "bun:test";
-import { FakeSystemTime } from "../wireguard/fakes.ts";
-import { suspendAwareClock } from "../wireguard/suspendClock.ts";
+import { FakeClock } from "../protocol/fakeClock.ts";
+import { SuspendAwareClock } from "../wireguard/suspendClock.ts";
 import { GrantExpiry } from "./grantExpiry.ts";
 
 describe("timer-clock-ignores-suspend: grant expiry", () => {
   test("asleep past the grant's expiry: the deadline is due on wake and the next alarm ends the run, once", () => {
-    const time = new FakeSystemTime();
-    const clock = suspendAwareClock(time);
+    const time = new FakeClock();
+    const clock = new SuspendAwareClock(time);
     let ended = 0;
     const e = new GrantExpiry(time.wallMs() + 600_000, clock, () => ended++);
-    expect(e.deadlineMs()! - clock.nowMs()).toBe(600_000);
+    expect(e.deadlineMs()! - clock.monoMs()).toBe(600_000);
     time.advance(60_000);
     e.tick();
     expect(ended).toBe(0);
     time.suspend(3_600_000);
-    expect(e.deadlineMs()!).toBeLessThanOrEqual(clock.nowMs());
+    expect(e.deadlineMs()!).toBeLessThanOrEqual(clock.monoMs());
     e.tick();
     e.tick();
     expect(ended).toBe(1);
@@ -28,8 +28,8 @@ describe("timer-clock-ignores-suspend: grant expiry", () => {
   });
 
   test("awake: not before the expiry, at it", () => {
-    const time = new FakeSystemTime();
-    const clock = suspendAwareClock(time);
+    const time = new FakeClock();
+    const clock = new SuspendAwareClock(time);
     let ended = 0;
     const e = new GrantExpiry(time.wallMs() + 10_000, clock, () => ended++);
     time.advance(9_999);

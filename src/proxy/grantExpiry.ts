@@ -10,8 +10,8 @@
  *
  * Owns: the one expiry decision. Must never: schedule a timer of its own.
  */
-import type { WgClock } from "../wireguard/index.ts";
 import type { TunnelOwner } from "./tunnel.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 /** Calls `onExpired` once, at the first alarm at or after wall-clock `expiresAtMs`. */
 export class GrantExpiry implements TunnelOwner {
@@ -19,14 +19,14 @@ export class GrantExpiry implements TunnelOwner {
 
   constructor(
     private readonly expiresAtMs: number,
-    private readonly clock: WgClock,
+    private readonly clock: Clock,
     private readonly onExpired: () => void,
   ) {}
 
   /** The expiry on the tunnel's clock (monotonic ms, counting suspend), null once fired. */
   deadlineMs(): number | null {
     if (this.fired) return null;
-    return this.clock.nowMs() + Math.max(0, this.expiresAtMs - this.clock.wallMs());
+    return this.clock.monoMs() + Math.max(0, this.expiresAtMs - this.clock.wallMs());
   }
 
   /** At each alarm: fires once the wall clock reached the expiry. */

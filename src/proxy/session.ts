@@ -28,7 +28,6 @@ import {
   type PathState,
   type RelayConnector,
   type RelaySessionInfo,
-  type WgClock,
   type WgRandom,
 } from "../wireguard/index.ts";
 import { startForwarder, type Forwarder } from "./forwarder.ts";
@@ -38,6 +37,7 @@ import { RelayTokenRefresh } from "./relayTokenRefresh.ts";
 import { announceCandidates, fetchRelayTokens } from "./rendezvous.ts";
 import { ClientTunnel } from "./tunnel.ts";
 import { GrantExpiry } from "./grantExpiry.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 /** How often the allocation is checked for release or replacement, ms. */
 export const WATCH_INTERVAL_MS = 10_000;
@@ -52,7 +52,7 @@ export interface ProxyOptions {
   remotePort: number;
   keys: ConnectionVerificationKeys;
   ttlSeconds?: number;
-  clock: WgClock;
+  clock: Clock;
   random: WgRandom;
   aead: Aead;
   /** Opens relay sessions for the grant's relay map (src/relayclient relayConnector); without it relays are not used. */
@@ -129,7 +129,7 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
       },
       post: (seq, list) => announceCandidates(o.client.baseUrl, verified, list, seq),
       directConfirmed: () => t.path().path === "direct",
-      nowMs: () => o.clock.nowMs(),
+      nowMs: () => o.clock.monoMs(),
       log: o.log,
     });
     t.addOwner(candidates);
@@ -142,7 +142,7 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
         fetch: () => fetchRelayTokens(o.client.baseUrl, verified),
         apply: (relays) => t.setRelayTokens(relays),
         wallMs: () => o.clock.wallMs(),
-        nowMs: () => o.clock.nowMs(),
+        nowMs: () => o.clock.monoMs(),
         log: o.log,
         onSettled: () => t.rearm(),
       });

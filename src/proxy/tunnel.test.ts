@@ -11,7 +11,7 @@ import type { RelayEntry, SignedRelayToken } from "../protocol/connection.ts";
 import {
   keyPairFromPrivate,
   selectAead,
-  systemClock,
+  systemSuspendAwareClock,
   systemRandom,
   type RelayConnector,
   type RelaySessionInfo,
@@ -67,7 +67,7 @@ test("a session refused RELAY_TOKEN_EXPIRED stops; setRelayTokens starts it agai
     keyPair: keyPairFromPrivate(systemRandom.fill(new Uint8Array(32))),
     grant: verified,
     aead,
-    clock: systemClock,
+    clock: systemSuspendAwareClock,
     random: systemRandom,
     relayConnector: connector,
     onRelayChange: (i) => changes.push(i),

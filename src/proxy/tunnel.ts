@@ -37,10 +37,10 @@ import {
   type PathState,
   type RelayConnector,
   type RelaySessionInfo,
-  type WgClock,
   type WgRandom,
 } from "../wireguard/index.ts";
 import type { VerifiedGrant } from "./grant.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 /** Persistent keepalive towards the host, seconds: keeps NAT mappings on both sides and the host's view of the path fresh. */
 export const PROXY_KEEPALIVE_SECONDS = 15;
@@ -58,7 +58,7 @@ export interface ClientTunnelOptions {
   keyPair: KeyPair25519;
   grant: VerifiedGrant;
   aead: Aead;
-  clock: WgClock;
+  clock: Clock;
   random: WgRandom;
   /** Local address of the UDP socket: "0.0.0.0" (default) or "::". */
   bindHost?: string;

@@ -2,7 +2,7 @@ import { describe, expect, test } from "bun:test";
 import type { RelayLimits, RelayRole } from "../protocol/connection.ts";
 import { relayCloseCode } from "../protocol/relay.ts";
 import { RELAY_HANDSHAKE_DEADLINE_MS, RELAY_PENDING_FRAMES, RELAY_PROBE_MS, RelayHub, type HubBounds } from "./hub.ts";
-import { FakeRelayClock } from "./ports.ts";
+import { FakeClock } from "../protocol/fakeClock.ts";
 import type { RelaySession } from "./session.ts";
 import { grantId, makeSigner, RecordingSocket, TEST_LIMITS, tokenPayload } from "./testing.ts";
 import { publicKeyObjects } from "./token.ts";
@@ -11,7 +11,7 @@ const signer = makeSigner("conn-1");
 const BOUNDS: HubBounds = { maxSessions: 100, maxPendingPairs: 10, maxHandshakes: 20, maxHandshakesPerAddress: 5 };
 
 function setup(bounds: Partial<HubBounds> = {}) {
-  const clock = new FakeRelayClock();
+  const clock = new FakeClock({ monoMs: 1_000, wallMs: 1_800_000_000_000 });
   const seen: Uint8Array[] = [];
   const hub = new RelayHub({
     policy: {

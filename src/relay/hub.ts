@@ -30,7 +30,7 @@
  *   (RELAY_IDLE_TIMEOUT).
  * - When a holder leaves, its partner stays and is told `unpaired`.
  *
- * Time comes from the RelayClock port; sweep() runs the deadlines.
+ * Time comes from the Clock port; sweep() runs the deadlines.
  * Must never: look into, log or change a datagram (observeFrame is a test
  * hook that only reads), hold a frame beyond the bounded waiting buffer,
  * or throw into a transport callback for bad input.
@@ -40,9 +40,9 @@ import type { ErrorCode } from "../protocol/errors.ts";
 import { relayCloseCode, type RelayStatus } from "../protocol/relay.ts";
 import { ByteBucket } from "./bucket.ts";
 import { newRelayCounters, type DropReason, type RelayCounters } from "./counters.ts";
-import type { RelayClock } from "./ports.ts";
 import { otherRole, tighterLimits, type RelayPair, type RelaySession, type RelaySocket } from "./session.ts";
 import { verifyRelayToken, type TokenPolicy } from "./token.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 /** How long a socket may take to present its token, ms. */
 export const RELAY_HANDSHAKE_DEADLINE_MS = 5_000;
@@ -63,7 +63,7 @@ export interface HubBounds {
 export interface HubOptions {
   policy: TokenPolicy;
   bounds: HubBounds;
-  clock: RelayClock;
+  clock: Clock;
   /** Test hook: sees every datagram the relay receives from an admitted or waiting session, before any decision. Must not keep or change it. */
   observeFrame?: (frame: Uint8Array) => void;
 }
@@ -88,7 +88,7 @@ export class RelayHub {
 
   /** A transport accepted `socket`. Returns its session (already closed when refused). */
   open(socket: RelaySocket): RelaySession {
-    const now = this.o.clock.nowMs();
+    const now = this.o.clock.monoMs();
     const s: RelaySession = {
       socket,
       state: "handshake",
@@ -131,7 +131,7 @@ export class RelayHub {
     if (s.state === "contending") return this.dropped("contending");
     const pair = s.pair!;
     const role = s.token!.role;
-    s.lastActivityMs = this.o.clock.nowMs();
+    s.lastActivityMs = this.o.clock.monoMs();
     if (!pair.holders[otherRole(role)]) {
       if (s.waiting.length >= RELAY_PENDING_FRAMES) {
         s.waiting.shift();
@@ -162,7 +162,7 @@ export class RelayHub {
 
   /** Runs due deadlines: handshake timeouts, decided probes, idle sessions. Call every few hundred ms. */
   sweep(): void {
-    const now = this.o.clock.nowMs();
+    const now = this.o.clock.monoMs();
     for (const pair of [...this.probing]) {
       for (const role of ROLES) {
         const c = pair.contenders[role];
@@ -232,7 +232,7 @@ export class RelayHub {
     if (pair && pair.holders[role] && pair.contenders[role]) return this.reject(s, "RELAY_PAIR_TAKEN");
     if (!pair) {
       if (this.counters.pairsPending >= this.o.bounds.maxPendingPairs) return this.reject(s, "RELAY_BUSY");
-      const now = this.o.clock.nowMs();
+      const now = this.o.clock.monoMs();
       pair = {
         grantId: token.grantId,
         holders: { client: null, host: null },
@@ -250,7 +250,7 @@ export class RelayHub {
     this.counters.sessions++;
     if (!pair.holders[role]) return this.takeSlot(pair, role, s);
     s.state = "contending";
-    pair.contenders[role] = { session: s, probeStartedMs: this.o.clock.nowMs() };
+    pair.contenders[role] = { session: s, probeStartedMs: this.o.clock.monoMs() };
     this.probing.add(pair);
     pair.holders[role]!.socket.ping();
   }
@@ -266,7 +266,7 @@ export class RelayHub {
     const before = this.pairShape(pair);
     pair.holders[role] = s;
     s.state = "admitted";
-    s.lastActivityMs = this.o.clock.nowMs();
+    s.lastActivityMs = this.o.clock.monoMs();
     this.refreshLimits(pair);
     this.reshaped(before, pair);
     const other = pair.holders[otherRole(role)];
@@ -283,7 +283,7 @@ export class RelayHub {
 
   private forward(pair: RelayPair, from: RelayRole, frame: Uint8Array): void {
     const to = pair.holders[otherRole(from)]!;
-    const now = this.o.clock.nowMs();
+    const now = this.o.clock.monoMs();
     if (pair.bytes + frame.length > pair.limits.maxBytes) {
       const everyone = [
         pair.contenders.client?.session,
@@ -308,7 +308,7 @@ export class RelayHub {
     const limits = c && h ? tighterLimits(c, h) : (c ?? h);
     if (!limits) return;
     pair.limits = limits;
-    const now = this.o.clock.nowMs();
+    const now = this.o.clock.monoMs();
     pair.buckets.client.setRate(limits.maxBytesPerSecond, now);
     pair.buckets.host.setRate(limits.maxBytesPerSecond, now);
   }

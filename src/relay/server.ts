@@ -13,10 +13,10 @@ import { createPrivateKey, X509Certificate } from "node:crypto";
 import { assertDistinctAddresses, isLoopback, RelayConfigError, type ListenAt, type RelayConfig } from "./config.ts";
 import { startHealthListener, type HealthListener } from "./health.ts";
 import { RelayHub } from "./hub.ts";
-import { systemRelayClock, type RelayClock } from "./ports.ts";
 import { startQuicListener, type QuicListener } from "./quicServer.ts";
 import { publicKeyObjects } from "./token.ts";
 import { startWsListener, type WsListener } from "./wsServer.ts";
+import { type Clock, systemClock } from "../protocol/clock.ts";
 
 /** How often deadlines (handshake, probe, idle) are checked, ms. */
 export const RELAY_SWEEP_MS = 250;
@@ -30,7 +30,7 @@ export interface StartRelayOptions {
   quicListen?: ListenAt | null;
   /** Overrides `config.health`. */
   health?: ListenAt;
-  clock?: RelayClock;
+  clock?: Clock;
   /** Test hook (see HubOptions.observeFrame). */
   observeFrame?: (frame: Uint8Array) => void;
 }
@@ -106,7 +106,7 @@ export async function startRelay(o: StartRelayOptions): Promise<RunningRelay> {
       "the relay config has no tls {certPath, keyPath}: WebSocket and QUIC listeners need TLS (plain ws:// only with --insecure-listen on loopback)",
     );
   const tls = needTls && c.tls ? tlsMaterial(c.tls.certPath, c.tls.keyPath) : null;
-  const clock = o.clock ?? systemRelayClock;
+  const clock = o.clock ?? systemClock;
   const hub = new RelayHub({
     policy: { relayId: c.relayId, keys: publicKeyObjects(c.trustedKeys), caps: c.limitCaps },
     bounds: {

@@ -117,7 +117,7 @@ describe("issuing a grant", () => {
   test("the grant, relay map and relay tokens verify with the deployment's keys and name exactly one generation and one host peer", async () => {
     const x = await readyAllocation();
     const r = await x.w.createConnectionGrant(C, x.id, { ...SSH, ports: [22, 8005], ttlSeconds: 300 });
-    const now = x.clock.now();
+    const now = x.clock.wallMs();
     const checked = checkSignedGrant(
       r.grant,
       x.keys,
@@ -191,7 +191,7 @@ describe("issuing a grant", () => {
   test("the verifier refuses a tampered grant, a grant for an older generation, an expired one, with stable codes", async () => {
     const x = await readyAllocation();
     const r = await x.w.createConnectionGrant(C, x.id, { ...SSH, ttlSeconds: 60 });
-    const now = x.clock.now();
+    const now = x.clock.wallMs();
     const tampered = { ...r.grant, payload: { ...r.grant.payload, ports: [22, 23] } };
     expect(checkSignedGrant(tampered, x.keys, {}, now)).toMatchObject({ ok: false, code: "GRANT_SIGNATURE_INVALID" });
     const stolenKey = { ...r.grant, payload: { ...r.grant.payload, clientPublicKey: key(201) } };
@@ -350,7 +350,7 @@ describe("replacement (CONNECTIONS_NOT_FENCED)", () => {
     let v = await x.w.getAllocation(C, x.id);
     expect([v.state, v.generation, v.conditions]).toEqual(["releasing", 1, [CONNECTIONS_NOT_FENCED]]);
     const expiry = g1.grant.payload.expiresAtMs + GRANT_EXPIRY_GRACE_MS;
-    while (x.clock.now() < expiry - 5_000) {
+    while (x.clock.wallMs() < expiry - 5_000) {
       await x.settle(5_000);
       for (const o of x.others) await o.poll();
     }
@@ -463,7 +463,7 @@ describe("the Connection (rendezvous)", () => {
     const g = r.grant.payload;
     // Past the first tokens' 120 s: a relay session could no longer reconnect with them.
     await x.settle(150_000);
-    const now = x.clock.now();
+    const now = x.clock.wallMs();
     const fresh = await x.w.connectionRelayTokens(r.connectionId, "client");
     expect(fresh).toMatchObject({ grantId: g.grantId, role: "client", expiresAtMs: g.expiresAtMs });
     const t = checkSignedRelayToken(
@@ -492,7 +492,7 @@ describe("the Connection (rendezvous)", () => {
       ).ok,
     ).toBe(true);
     // Near the grant's end a token ends with it.
-    await x.settle(g.expiresAtMs - 30_000 - x.clock.now());
+    await x.settle(g.expiresAtMs - 30_000 - x.clock.wallMs());
     const late = await x.w.connectionRelayTokens(r.connectionId, "client");
     expect(late.relayTokens["relay-1"]!.payload.expiresAtMs).toBe(g.expiresAtMs);
     await x.w.revokeConnectionGrant(C, x.id, g.grantId);

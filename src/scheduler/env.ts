@@ -9,7 +9,8 @@
  * the signer resolves at each use).
  */
 import type { Namespace } from "./runtime/api.ts";
-import type { Clock, Randomness } from "./runtime/ports.ts";
+import type { Clock } from "../protocol/clock.ts";
+import type { Randomness } from "./runtime/ports.ts";
 import { DEFAULT_TIMEOUTS, type TimeoutPolicy } from "../domain/allocation.ts";
 import type { DeploymentManifest } from "./manifestSchema.ts";
 import type { Metrics } from "./metrics.ts";

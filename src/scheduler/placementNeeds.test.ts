@@ -17,7 +17,8 @@ import { DEFAULT_TIMEOUTS } from "../domain/allocation.ts";
 import { placementNeedsOf, placementRequestOf } from "./objects/allocationPlacement.ts";
 import { SchedulerWorker } from "./worker.ts";
 import type { DeploymentManifest } from "./manifest.ts";
-import { FakeClock, SeededRandom } from "../../test/sim/rng.ts";
+import { FakeClock } from "../protocol/fakeClock.ts";
+import { SeededRandom } from "../../test/sim/rng.ts";
 import { InProcessAgent } from "../../test/support/inProcessAgent.ts";
 import { TEST_CONTROLLER as C, TEST_OPERATOR as O, testManifest } from "../../test/support/testManifest.ts";
 
@@ -63,7 +64,7 @@ describe("placement needs: architecture and agent protocol version", () => {
       ...base,
       workloadClasses: { small, arm: { ...small, architecture: "aarch64" } },
     };
-    const clock = new FakeClock(1_900_000_000_000);
+    const clock = new FakeClock({ wallMs: 1_900_000_000_000 });
     const w = new SchedulerWorker({
       dataDir: dir,
       manifest,

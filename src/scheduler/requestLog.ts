@@ -10,7 +10,8 @@
  * response body (tokens, payloads and credentials travel there).
  */
 import type { Logger } from "../command/log.ts";
-import type { Clock, Randomness } from "./runtime/ports.ts";
+import type { Clock } from "../protocol/clock.ts";
+import type { Randomness } from "./runtime/ports.ts";
 import { requestTarget } from "../protocol/requestTarget.ts";
 import { problemCodeOf } from "../protocol/problem.ts";
 
@@ -46,7 +47,7 @@ export function withRequestLog(
   deps: RequestLogDeps,
 ): (req: Request) => Promise<Response> {
   return async (req) => {
-    const started = deps.clock.now();
+    const started = deps.clock.wallMs();
     const given = req.headers.get(REQUEST_ID_HEADER);
     const requestId = given && REQUEST_ID_PATTERN.test(given) ? given : hex(deps.random.bytes(12));
     let res = await handle(req);
@@ -80,7 +81,7 @@ export function withRequestLog(
       path,
       status: res.status,
       code,
-      durationMs: deps.clock.now() - started,
+      durationMs: deps.clock.wallMs() - started,
     };
     if (res.status >= 500) deps.log.warn("http request", fields);
     else if (path.startsWith("/v1/agents/poll") || path.startsWith("/v1/agents/messages"))

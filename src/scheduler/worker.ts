@@ -14,7 +14,8 @@ import type { AnyAuthorityObject, Namespace, ObjectClass } from "./runtime/api.t
 import { EmbeddedRuntime, type EmbeddedRuntimeOptions } from "./runtime/embedded/embeddedRuntime.ts";
 import { migrate } from "./runtime/migrate.ts";
 import { nextStep } from "./runtime/embedded/storageHealth.ts";
-import { systemClock, systemRandomness, type Clock, type Randomness } from "./runtime/ports.ts";
+import { systemClock, type Clock } from "../protocol/clock.ts";
+import { systemRandomness, type Randomness } from "./runtime/ports.ts";
 import { MIGRATIONS } from "./migrations/index.ts";
 import { lockDataDir, type DataDirLock } from "../storage/dataDirLock.ts";
 import type { DeploymentManifest } from "./manifest.ts";
@@ -190,7 +191,7 @@ function newRuntime(file: string, clock: Clock, opts: WorkerOptions, lock: DataD
       ...(opts.faultHook ? { faultHook: opts.faultHook } : {}),
       ...(opts.maxLiveInstances ? { maxLiveInstances: opts.maxLiveInstances } : {}),
       onQuarantine: (cls, name, reason) => {
-        const now = clock.now();
+        const now = clock.wallMs();
         const alertId = `alert:quarantine:${cls}:${name}`;
         runtime
           .namespace(OperationsObject, { gated: false })

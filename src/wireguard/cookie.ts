@@ -30,7 +30,8 @@ import {
 import type { CookieReply } from "./codec.ts";
 import { encodeCookieReply } from "./codec.ts";
 import { equalBytes, hash, mac, utf8 } from "./hash.ts";
-import type { WgClock, WgRandom } from "./ports.ts";
+import type { WgRandom } from "./ports.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 const MAC1_LABEL = utf8(LABEL_MAC1);
 const COOKIE_LABEL = utf8(LABEL_COOKIE);
@@ -62,14 +63,14 @@ export class CookieChecker {
   /** `publicKey` is this Device's static public key. */
   constructor(
     publicKey: Uint8Array,
-    private readonly clock: WgClock,
+    private readonly clock: Clock,
     private readonly random: WgRandom,
     private readonly aead: Aead,
   ) {
     this.mac1KeyOwn = mac1Key(publicKey);
     this.cookieKeyOwn = cookieKey(publicKey);
     this.secret = random.fill(new Uint8Array(32));
-    this.secretSetMs = clock.nowMs();
+    this.secretSetMs = clock.monoMs();
   }
 
   /** Whether a whole handshake message (initiation or response bytes) carries a valid mac1. */
@@ -96,7 +97,7 @@ export class CookieChecker {
 
   /** τ = MAC(Rm, source), with Rm replaced when older than 2 minutes. */
   private cookieFor(sourceKey: string): Uint8Array {
-    const now = this.clock.nowMs();
+    const now = this.clock.monoMs();
     if (now - this.secretSetMs >= COOKIE_SECRET_MAX_AGE_MS) {
       this.secret = this.random.fill(new Uint8Array(32));
       this.secretSetMs = now;
@@ -116,7 +117,7 @@ export class CookieJar {
   /** `peerPublicKey` is the remote peer's static public key. */
   constructor(
     peerPublicKey: Uint8Array,
-    private readonly clock: WgClock,
+    private readonly clock: Clock,
     private readonly aead: Aead,
   ) {
     this.mac1KeyPeer = mac1Key(peerPublicKey);
@@ -128,7 +129,7 @@ export class CookieJar {
     const m1 = mac1Of(this.mac1KeyPeer, message);
     mac1Field(message).set(m1);
     this.lastMac1 = m1;
-    const fresh = this.cookie && this.clock.nowMs() - this.cookieSetMs < COOKIE_USE_MAX_AGE_MS;
+    const fresh = this.cookie && this.clock.monoMs() - this.cookieSetMs < COOKIE_USE_MAX_AGE_MS;
     mac2Field(message).set(fresh ? mac2Of(this.cookie!, message) : new Uint8Array(MAC_BYTES));
   }
 
@@ -138,13 +139,13 @@ export class CookieJar {
     const cookie = this.aead.xopen(this.cookieKeyPeer, reply.nonce, reply.encryptedCookie, this.lastMac1);
     if (!cookie || cookie.length !== MAC_BYTES) return false;
     this.cookie = cookie;
-    this.cookieSetMs = this.clock.nowMs();
+    this.cookieSetMs = this.clock.monoMs();
     this.lastMac1 = null;
     return true;
   }
 
   /** Whether a cookie usable for mac2 is held now (for tests and stats). */
   hasFreshCookie(): boolean {
-    return this.cookie !== null && this.clock.nowMs() - this.cookieSetMs < COOKIE_USE_MAX_AGE_MS;
+    return this.cookie !== null && this.clock.monoMs() - this.cookieSetMs < COOKIE_USE_MAX_AGE_MS;
   }
 }

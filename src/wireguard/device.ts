@@ -47,8 +47,9 @@ import {
 } from "./noise.ts";
 import { Peer, type Endpoint, type PeerHost } from "./peer.ts";
 import type { PathControl } from "./pathProbe.ts";
-import type { WgClock, WgRandom } from "./ports.ts";
+import type { WgRandom } from "./ports.ts";
 import { keyPairFromPrivate } from "./x25519.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 export type { Endpoint } from "./peer.ts";
 export { Peer } from "./peer.ts";
@@ -67,7 +68,7 @@ export interface DeviceIo<E extends Endpoint> {
 export interface DeviceOptions<E extends Endpoint> {
   /** This Device's Curve25519 private key (32 bytes). */
   privateKey: Uint8Array;
-  clock: WgClock;
+  clock: Clock;
   random: WgRandom;
   aead: Aead;
   io: DeviceIo<E>;
@@ -121,7 +122,7 @@ export class Device<E extends Endpoint> {
     const rl = opts.rateLimits ?? DEFAULT_HANDSHAKE_RATE_LIMITS;
     this.handshakeLimiter = new SourceRateLimiter(rl.handshakesPerSource, rl.handshakes, rl.maxSources);
     this.cookieLimiter = new SourceRateLimiter(rl.cookieRepliesPerSource, rl.cookieReplies, rl.maxSources);
-    this.mac1Budget = new TokenBucket(rl.mac1Checks, opts.clock.nowMs());
+    this.mac1Budget = new TokenBucket(rl.mac1Checks, opts.clock.monoMs());
     const counters = this.counters;
     this.host = {
       clock: opts.clock,
@@ -265,7 +266,7 @@ export class Device<E extends Endpoint> {
    * `sender` is the index a cookie reply goes to.
    */
   private admitHandshake(datagram: Uint8Array, sender: number, from: E): boolean {
-    const now = this.opts.clock.nowMs();
+    const now = this.opts.clock.monoMs();
     if (!this.mac1Budget.take(now)) return (this.drop("handshake-overload"), false);
     if (!this.checker.checkMac1(datagram)) return (this.drop("mac1-invalid"), false);
     this.load.note(now);

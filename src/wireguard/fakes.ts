@@ -1,80 +1,12 @@
 /**
- * Test doubles of the WireGuard ports: a clock moved by hand and a seeded
- * random source. Used by unit, property and in-process handshake tests.
+ * Test doubles of the WireGuard ports: a seeded random source and test
+ * packets (the clock's double is src/protocol/fakeClock.ts). Used by unit,
+ * property and in-process handshake tests.
  *
  * Owns: determinism in tests only. Must never: be used by production code
  * (the seeded generator is not cryptographically secure).
  */
-import type { TimeSources, WgClock, WgRandom } from "./ports.ts";
-
-/** A clock that moves only when the test calls advance(); wall time moves with it. */
-export class FakeClock implements WgClock {
-  private now: number;
-  private readonly wallOffsetMs: number;
-
-  /** Starts at monotonic `startMs` (default 1,000,000 ms) with wall time 2024-01-01T00:00:00Z at that instant. */
-  constructor(startMs = 1_000_000, wallStartMs = Date.UTC(2024, 0, 1)) {
-    this.now = startMs;
-    this.wallOffsetMs = wallStartMs - startMs;
-  }
-
-  nowMs(): number {
-    return this.now;
-  }
-
-  wallMs(): number {
-    return this.now + this.wallOffsetMs;
-  }
-
-  /** Moves both clocks forward by `ms` (≥ 0). */
-  advance(ms: number): void {
-    if (!(ms >= 0)) throw new Error(`FakeClock.advance: ${ms} is not a non-negative number`);
-    this.now += ms;
-  }
-}
-
-/**
- * Raw time sources moved by hand, for the suspend-aware clock
- * (suspendClock.ts): advance() moves both, as awake time does; suspend()
- * moves only the wall clock, as CLOCK_MONOTONIC and performance.now behave
- * while a Linux laptop sleeps; stepWall() moves the wall clock either way (NTP).
- */
-export class FakeSystemTime implements TimeSources {
-  private mono: number;
-  private wall: number;
-
-  /** Starts at monotonic `startMs` and wall time `wallStartMs`. */
-  constructor(startMs = 1_000_000, wallStartMs = Date.UTC(2024, 0, 1)) {
-    this.mono = startMs;
-    this.wall = wallStartMs;
-  }
-
-  monoMs(): number {
-    return this.mono;
-  }
-
-  wallMs(): number {
-    return this.wall;
-  }
-
-  /** Awake time passes: both sources move `ms` (≥ 0). */
-  advance(ms: number): void {
-    if (!(ms >= 0)) throw new Error(`FakeSystemTime.advance: ${ms} is not a non-negative number`);
-    this.mono += ms;
-    this.wall += ms;
-  }
-
-  /** The machine sleeps `ms` (≥ 0): only the wall clock moves. */
-  suspend(ms: number): void {
-    if (!(ms >= 0)) throw new Error(`FakeSystemTime.suspend: ${ms} is not a non-negative number`);
-    this.wall += ms;
-  }
-
-  /** The wall clock is stepped by `ms` (either sign); the monotonic one does not move. */
-  stepWall(ms: number): void {
-    this.wall += ms;
-  }
-}
+import type { WgRandom } from "./ports.ts";
 
 /** A deterministic generator (xoshiro128** seeded by splitmix32); NOT cryptographically secure. */
 export class SeededRandom implements WgRandom {

@@ -15,7 +15,7 @@ export { startUdpDevice, udpEndpoint, type UdpDevice, type UdpDeviceOptions, typ
 export { DeviceTimerDriver } from "./timerDriver.ts";
 export { HandshakeLoadMeter, fixedLoad, type LoadPolicy } from "./load.ts";
 export { DEFAULT_LIMITS, type WgLimits } from "./limits.ts";
-export { systemClock, systemRandom, type WgClock, type WgRandom } from "./ports.ts";
+export { systemSuspendAwareClock, systemRandom, type WgRandom } from "./ports.ts";
 export { keyPairFromPrivate, type KeyPair25519 } from "./x25519.ts";
 export { MultipathDevice, type MultipathOptions } from "./multipath.ts";
 export {

@@ -6,7 +6,8 @@
  */
 import { describe, expect, test } from "bun:test";
 import { nobleAead } from "./aead/noble.ts";
-import { FakeClock, SeededRandom, testPacket as packet } from "./fakes.ts";
+import { FakeClock } from "../protocol/fakeClock.ts";
+import { SeededRandom, testPacket as packet } from "./fakes.ts";
 import { MultipathDevice } from "./multipath.ts";
 import { PIN_LOST_MS, PIN_PROBE_INTERVAL_MS, relayPath, udpPath, type PathEndpoint, type PathIo } from "./paths.ts";
 import type { Peer } from "./device.ts";

@@ -23,7 +23,8 @@ import type { WgLimits } from "./limits.ts";
 import type { LoadPolicy } from "./load.ts";
 import { encodePathControl, PATH_ACK, PATH_PROBE, type PathControl } from "./pathProbe.ts";
 import { PathSelector, unknownPath, type PathEndpoint, type PathIo } from "./paths.ts";
-import type { WgClock, WgRandom } from "./ports.ts";
+import type { WgRandom } from "./ports.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 /** Most path acks a peer is sent per second (a peer controls how many probes it sends; ours send at most MAX_PATH_CANDIDATES + MAX_LEARNED_SOURCES a second). */
 export const MAX_ACKS_PER_SECOND = 32;
@@ -31,7 +32,7 @@ export const MAX_ACKS_PER_SECOND = 32;
 /** Options of a MultipathDevice. */
 export interface MultipathOptions {
   privateKey: Uint8Array;
-  clock: WgClock;
+  clock: Clock;
   random: WgRandom;
   aead: Aead;
   /** Where datagrams go (a shared UDP socket and the relay sessions). */
@@ -88,7 +89,7 @@ export class MultipathDevice {
       persistentKeepaliveSec: 0,
     });
     this.selectors.set(peer, selector);
-    this.nextProbe.set(peer, this.o.clock.nowMs());
+    this.nextProbe.set(peer, this.o.clock.monoMs());
     if (options.persistentKeepaliveSec)
       peer.timers.persistentKeepaliveMs = Math.max(0, options.persistentKeepaliveSec) * 1000;
     return { peer, selector };
@@ -135,7 +136,7 @@ export class MultipathDevice {
     if (selector) {
       selector.authenticated(from);
       // A session that came up (or a pin just lost): probe at once rather than a round later.
-      if (selector.probeRounds === 0 && !selector.isDirect()) this.nextProbe.set(peer, this.o.clock.nowMs());
+      if (selector.probeRounds === 0 && !selector.isDirect()) this.nextProbe.set(peer, this.o.clock.monoMs());
     }
     this.o.onAuthenticated?.(peer, from);
   }
@@ -149,7 +150,7 @@ export class MultipathDevice {
       return;
     }
     if (from.kind === "unknown") return;
-    const now = this.o.clock.nowMs();
+    const now = this.o.clock.monoMs();
     let b = this.ackBudget.get(peer);
     if (!b || now - b.windowMs >= 1_000) this.ackBudget.set(peer, (b = { windowMs: now, sent: 0 }));
     if (b.sent >= MAX_ACKS_PER_SECOND) {
@@ -175,7 +176,7 @@ export class MultipathDevice {
    * session, and schedules its next round. Never throws.
    */
   tickProbes(): void {
-    const now = this.o.clock.nowMs();
+    const now = this.o.clock.monoMs();
     for (const [peer, selector] of this.selectors) {
       const direct = selector.isDirect();
       const due = this.nextProbe.get(peer) ?? now;

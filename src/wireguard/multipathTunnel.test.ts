@@ -11,7 +11,7 @@ import type { RelayEntry, SignedRelayToken } from "../protocol/connection.ts";
 import { nobleAead } from "./aead/noble.ts";
 import { testPacket as packet } from "./fakes.ts";
 import { MultipathTunnel } from "./multipathTunnel.ts";
-import { systemClock, systemRandom } from "./ports.ts";
+import { systemSuspendAwareClock, systemRandom } from "./ports.ts";
 import type { RelayConnector, RelayLink } from "./relaySessions.ts";
 import { keyPairFromPrivate } from "./x25519.ts";
 
@@ -68,7 +68,12 @@ test("a session that came up over the relay moves to the direct path without a n
   const hk = keyPairFromPrivate(systemRandom.fill(new Uint8Array(32)));
   const atClient: number[] = [];
   const atHost: number[] = [];
-  const common = { clock: systemClock, random: systemRandom, aead, listen: { hostname: "127.0.0.1", port: 0 } };
+  const common = {
+    clock: systemSuspendAwareClock,
+    random: systemRandom,
+    aead,
+    listen: { hostname: "127.0.0.1", port: 0 },
+  };
   const host = await MultipathTunnel.open({
     ...common,
     privateKey: hk.privateKey,

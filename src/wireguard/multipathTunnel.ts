@@ -23,10 +23,11 @@ import type { Peer } from "./device.ts";
 import type { LoadPolicy } from "./load.ts";
 import { MultipathDevice } from "./multipath.ts";
 import { relayPath, type PathEndpoint, type PathSelector } from "./paths.ts";
-import type { WgClock, WgRandom } from "./ports.ts";
+import type { WgRandom } from "./ports.ts";
 import { MAX_RELAYS_PER_PEER, RelaySessions, type RelayConnector, type RelaySessionInfo } from "./relaySessions.ts";
 import { openSharedSocket, type SharedSocket } from "./sharedSocket.ts";
 import { SUSPEND_RECHECK_MS } from "./suspendClock.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 /** Longest single alarm sleep, ms: a suspend is noticed within it (suspendClock.ts). */
 export const MAX_ALARM_MS = SUSPEND_RECHECK_MS;
@@ -34,7 +35,7 @@ export const MAX_ALARM_MS = SUSPEND_RECHECK_MS;
 /** Options of MultipathTunnel.open. */
 export interface MultipathTunnelOptions {
   privateKey: Uint8Array;
-  clock: WgClock;
+  clock: Clock;
   random: WgRandom;
   aead: Aead;
   /** Where the shared UDP socket binds (port 0 picks one). */
@@ -92,7 +93,7 @@ export class MultipathTunnel {
       },
       ...(o.onRelayChange ? { onChange: (i: RelaySessionInfo) => o.onRelayChange!(i) } : {}),
       random: o.random,
-      nowMs: () => o.clock.nowMs(),
+      nowMs: () => o.clock.monoMs(),
     });
   }
 
@@ -151,7 +152,7 @@ export class MultipathTunnel {
   /** Re-arms the one alarm to the earliest of the Device's and the owner's deadlines. */
   arm(): void {
     if (this.closed) return;
-    const now = this.o.clock.nowMs();
+    const now = this.o.clock.monoMs();
     const cands = [this.mp.nextDeadlineMs(), this.o.ownerDeadlineMs?.() ?? null].filter((x): x is number => x !== null);
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;

@@ -6,7 +6,7 @@
  * liveness: only an ack over the path a probe went to pins or keeps a pin.
  */
 import { expect, test } from "bun:test";
-import { FakeClock } from "./fakes.ts";
+import { FakeClock } from "../protocol/fakeClock.ts";
 import {
   DIRECT_STALE_MS,
   PathSelector,

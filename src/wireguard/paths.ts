@@ -36,8 +36,8 @@
  */
 import { MESSAGE_COOKIE_REPLY, MESSAGE_INITIATION, MESSAGE_RESPONSE } from "./constants.ts";
 import type { Endpoint } from "./peer.ts";
-import type { WgClock } from "./ports.ts";
 import { isPeerAddress } from "../protocol/ipScope.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 /** Most candidates of a peer a selector keeps (src/protocol/connection.ts MAX_CANDIDATES). */
 export const MAX_PATH_CANDIDATES = 16;
@@ -159,7 +159,7 @@ export class PathSelector {
 
   constructor(
     private readonly io: PathIo,
-    private readonly clock: Pick<WgClock, "nowMs">,
+    private readonly clock: Pick<Clock, "monoMs">,
   ) {}
 
   /**
@@ -228,7 +228,7 @@ export class PathSelector {
 
   /** Records a probe with `nonce` about to go to `target` (MAX_OUTSTANDING_PROBES kept); a probe to the pin counts towards losing it. */
   probeSent(target: UdpPath, nonce: string): void {
-    const now = this.clock.nowMs();
+    const now = this.clock.monoMs();
     if (this.outstanding.size >= MAX_OUTSTANDING_PROBES) this.outstanding.delete(this.outstanding.keys().next().value!);
     this.outstanding.set(nonce, { key: target.key, sentMs: now });
     this.stats.probesSent++;
@@ -249,7 +249,7 @@ export class PathSelector {
     const probe = this.outstanding.get(nonce);
     if (!probe || from.kind !== "udp" || probe.key !== from.key) return false;
     this.outstanding.delete(nonce);
-    const now = this.clock.nowMs();
+    const now = this.clock.monoMs();
     if (now - probe.sentMs > PIN_LOST_MS) return false;
     this.stats.acksReceived++;
     if (this.pinned?.key === from.key) {
@@ -312,7 +312,7 @@ export class PathSelector {
    */
   authenticated(from: PathEndpoint): void {
     if (from.kind === "unknown") return;
-    const now = this.clock.nowMs();
+    const now = this.clock.monoMs();
     this.lastAuthAnyMs = now;
     if (from.kind === "relay") {
       // With two relays the first copy to arrive alternates between them: that is no change of
@@ -333,7 +333,7 @@ export class PathSelector {
   /** Loses the pin once PIN_LOST_PROBES probes to it in a row, spanning PIN_LOST_MS, went unanswered; then counts a change if the reported path changed. */
   private checkPin(): void {
     const p = this.pinned;
-    if (p && this.pinUnanswered >= PIN_LOST_PROBES && this.clock.nowMs() - this.pinFirstUnansweredMs >= PIN_LOST_MS) {
+    if (p && this.pinUnanswered >= PIN_LOST_PROBES && this.clock.monoMs() - this.pinFirstUnansweredMs >= PIN_LOST_MS) {
       this.pinned = null;
       this.lost = p.key;
       this.pinUnanswered = 0;
@@ -349,7 +349,7 @@ export class PathSelector {
   }
 
   private view(): Pick<PathState, "path" | "direct" | "relay" | "lost"> {
-    const now = this.clock.nowMs();
+    const now = this.clock.monoMs();
     const relayFresh =
       this.lastRelay !== null && now - (this.lastRelayMs.get(this.lastRelay) ?? -Infinity) < DIRECT_STALE_MS;
     const path = this.pinned

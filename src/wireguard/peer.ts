@@ -37,9 +37,10 @@ import {
   type NoiseContext,
   type RemoteStatic,
 } from "./noise.ts";
-import type { WgClock, WgRandom } from "./ports.ts";
+import type { WgRandom } from "./ports.ts";
 import { isLaterTimestamp, tai64n } from "./tai64n.ts";
 import { PeerTimers } from "./timers.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 /** A remote address as the transport knows it; `key` is its stable identity (e.g. "192.0.2.1:51820"). */
 export interface Endpoint {
@@ -48,7 +49,7 @@ export interface Endpoint {
 
 /** What a Peer needs from its Device. */
 export interface PeerHost<E extends Endpoint> {
-  readonly clock: WgClock;
+  readonly clock: Clock;
   readonly random: WgRandom;
   readonly aead: Aead;
   readonly noise: NoiseContext;
@@ -140,7 +141,7 @@ export class Peer<E extends Endpoint> {
    */
   sendControl(plaintext: Uint8Array): boolean {
     if (this.removed) return false;
-    const now = this.host.clock.nowMs();
+    const now = this.host.clock.monoMs();
     const k = this.keypairs.current;
     if (
       !k ||
@@ -156,7 +157,7 @@ export class Peer<E extends Endpoint> {
 
   /** Seals and sends every staged packet with the current session; starts a handshake when there is no usable one. */
   private sendStaged(): void {
-    const now = this.host.clock.nowMs();
+    const now = this.host.clock.monoMs();
     const k = this.keypairs.current;
     if (
       !k ||
@@ -222,7 +223,7 @@ export class Peer<E extends Endpoint> {
   sendInitiation(isRetry: boolean): void {
     if (this.removed) return;
     if (!isRetry) this.timers.handshakeAttempts = 0;
-    const now = this.host.clock.nowMs();
+    const now = this.host.clock.monoMs();
     if (now - this.lastInitiationSentMs < this.host.limits.rekeyTimeoutMs) return;
     this.lastInitiationSentMs = now;
     if (this.handshake.localIndex) this.host.indices.release(this.handshake.localIndex);
@@ -248,7 +249,7 @@ export class Peer<E extends Endpoint> {
    * limit, answers with a response and installs the responder session in `next`.
    */
   receiveInitiation(c: ConsumedInitiation, from: E, datagramBytes: number): void {
-    const now = this.host.clock.nowMs();
+    const now = this.host.clock.monoMs();
     if (!isLaterTimestamp(c.timestamp, this.handshake.lastTimestamp)) return this.host.drop("timestamp-replayed");
     if (now - this.handshake.lastInitiationConsumedMs < INITIATION_MIN_INTERVAL_MS)
       return this.host.drop("initiation-flood");
@@ -279,7 +280,7 @@ export class Peer<E extends Endpoint> {
 
   /** A response that completed our handshake (consumeResponse succeeded): the session becomes current at once. */
   completeInitiatorHandshake(from: E, datagramBytes: number): void {
-    const now = this.host.clock.nowMs();
+    const now = this.host.clock.monoMs();
     this.stats.rxBytes += datagramBytes;
     this.endpoint = from;
     this.timers.anyAuthenticatedPacketTraversal(now);
@@ -302,7 +303,7 @@ export class Peer<E extends Endpoint> {
 
   /** A transport message for session `k` of this peer: replay check, decrypt, rotate, timers, then deliver. */
   receiveTransport(k: Keypair, msg: Transport, from: E, datagramBytes: number): void {
-    const now = this.host.clock.nowMs();
+    const now = this.host.clock.monoMs();
     if (now - k.createdMs >= this.host.limits.rejectAfterTimeMs) return this.host.drop("session-expired");
     if (msg.counterTooLarge || !k.replay.wouldAccept(msg.counter)) return this.host.drop("counter-replayed");
     const plaintext = new Uint8Array(msg.encrypted.length - TAG_BYTES);
@@ -348,7 +349,7 @@ export class Peer<E extends Endpoint> {
   /** Runs expired timers at the clock's now. */
   tick(): void {
     if (this.removed) return;
-    this.timers.tick(this.host.clock.nowMs(), {
+    this.timers.tick(this.host.clock.monoMs(), {
       sendInitiation: (isRetry) => this.sendInitiation(isRetry),
       sendKeepalive: () => this.sendKeepalive(),
       giveUp: () => {

@@ -9,19 +9,8 @@
  * crypto.getRandomValues() elsewhere in src/wireguard.
  */
 import { randomFillSync } from "node:crypto";
-import { suspendAwareClock } from "./suspendClock.ts";
-
-/** Time as the protocol needs it. */
-export interface WgClock {
-  /**
-   * Monotonic milliseconds since an arbitrary origin that count system
-   * suspend; drives every timer and every session-age decision (whitepaper
-   * §6), so a session outlives neither its lifetime nor a laptop's sleep.
-   */
-  nowMs(): number;
-  /** Wall-clock milliseconds since the Unix epoch; only for TAI64N timestamps (whitepaper §5.1). */
-  wallMs(): number;
-}
+import { type Clock, systemClock } from "../protocol/clock.ts";
+import { SuspendAwareClock } from "./suspendClock.ts";
 
 /** Cryptographically secure random bytes. */
 export interface WgRandom {
@@ -29,26 +18,15 @@ export interface WgRandom {
   fill(out: Uint8Array): Uint8Array;
 }
 
-/** The two raw time sources the suspend-aware clock is built from (src/wireguard/suspendClock.ts). */
-export interface TimeSources {
-  /** Monotonic ms that may stop during suspend (performance.now()). */
-  monoMs(): number;
-  /** Wall-clock ms since the Unix epoch (Date.now()); counts suspend, may step. */
-  wallMs(): number;
-}
-
-/** The process's raw time sources: performance.now() and Date.now(). */
-export const systemTimeSources: TimeSources = {
-  monoMs: () => performance.now(),
-  wallMs: () => Date.now(),
-};
-
 /**
- * The process clock: performance.now() plus the time the machine slept
- * (detected against Date.now(), src/wireguard/suspendClock.ts) for timers,
- * Date.now() for timestamps.
+ * The WireGuard process clock (src/protocol/clock.ts's Clock): monoMs() is
+ * performance.now() plus the time the machine slept (detected against
+ * Date.now(), src/wireguard/suspendClock.ts), and drives every timer and
+ * session-age decision (whitepaper §6), so a session outlives neither its
+ * lifetime nor a laptop's sleep; wallMs() is Date.now(), only for TAI64N
+ * timestamps (whitepaper §5.1).
  */
-export const systemClock: WgClock = suspendAwareClock(systemTimeSources);
+export const systemSuspendAwareClock: Clock = new SuspendAwareClock(systemClock);
 
 /** The operating system's CSPRNG through node:crypto. */
 export const systemRandom: WgRandom = {

@@ -16,10 +16,10 @@
  * goes backwards and never runs slower than the monotonic source.
  *
  * Owns: the accumulated sleep. Must never: read a clock other than its two
- * sources (ports.ts systemTimeSources in production; a test passes fakes
- * that jump, fakes.ts FakeSystemTime).
+ * sources (src/protocol/clock.ts systemClock in production; a test passes
+ * a src/protocol/fakeClock.ts FakeClock and suspends it).
  */
-import type { TimeSources, WgClock } from "./ports.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 /**
  * A forward gap of the wall clock over the monotonic clock between two
@@ -29,29 +29,43 @@ import type { TimeSources, WgClock } from "./ports.ts";
  */
 export const SUSPEND_DETECT_MIN_MS = 2_000;
 
-/** A WgClock whose nowMs() counts time asleep; also reports how much it counted. */
-export interface SuspendAwareClock extends WgClock {
-  /** Total ms counted as asleep so far. */
-  asleepMs(): number;
-}
+/**
+ * A Clock whose monoMs() counts time asleep (see the module doc); wallMs()
+ * is the source's. Also reports how much sleep it counted.
+ */
+export class SuspendAwareClock implements Clock {
+  private lastMono: number;
+  private lastWall: number;
+  private asleep = 0;
+  private last: number;
 
-/** Builds the suspend-aware clock (see the module doc) over `src`. */
-export function suspendAwareClock(src: TimeSources): SuspendAwareClock {
-  let lastMono = src.monoMs();
-  let lastWall = src.wallMs();
-  let asleep = 0;
-  let last = lastMono;
-  const nowMs = (): number => {
-    const mono = src.monoMs();
-    const wall = src.wallMs();
-    const gap = wall - lastWall - (mono - lastMono);
-    if (gap > SUSPEND_DETECT_MIN_MS) asleep += gap;
-    lastMono = mono;
-    lastWall = wall;
-    last = Math.max(last, mono + asleep);
-    return last;
-  };
-  return { nowMs, wallMs: () => src.wallMs(), asleepMs: () => (nowMs(), asleep) };
+  /** Reads both of `src`'s readings once, as the origin of the sleep detection. */
+  constructor(private readonly src: Clock) {
+    this.lastMono = src.monoMs();
+    this.lastWall = src.wallMs();
+    this.last = this.lastMono;
+  }
+
+  monoMs(): number {
+    const mono = this.src.monoMs();
+    const wall = this.src.wallMs();
+    const gap = wall - this.lastWall - (mono - this.lastMono);
+    if (gap > SUSPEND_DETECT_MIN_MS) this.asleep += gap;
+    this.lastMono = mono;
+    this.lastWall = wall;
+    this.last = Math.max(this.last, mono + this.asleep);
+    return this.last;
+  }
+
+  wallMs(): number {
+    return this.src.wallMs();
+  }
+
+  /** Total ms counted as asleep so far (reads the sources first). */
+  asleepMs(): number {
+    this.monoMs();
+    return this.asleep;
+  }
 }
 
 /**

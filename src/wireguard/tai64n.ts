@@ -7,9 +7,10 @@
  * timestamp is strictly greater than the last one accepted from that peer.
  *
  * Owns: encoding and ordering. Must never: read a clock itself (callers pass
- * WgClock.wallMs()).
+ * Clock.wallMs()).
  */
 import { TIMESTAMP_BYTES } from "./constants.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 const WHITENER_MASK = 0x1000000 - 1;
 

@@ -7,11 +7,12 @@
  */
 import type { Aead } from "./aead/aead.ts";
 import { Device, type Peer } from "./device.ts";
-import { FakeClock, SeededRandom } from "./fakes.ts";
+import { FakeClock } from "../protocol/fakeClock.ts";
+import { SeededRandom } from "./fakes.ts";
 import { MemoryNet, type MemEndpoint } from "./fakeNet.ts";
 import type { WgLimits } from "./limits.ts";
 import type { LoadPolicy } from "./load.ts";
-import type { WgClock } from "./ports.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 /** Options of makePair. */
 export interface PairOptions {
@@ -25,8 +26,8 @@ export interface PairOptions {
   clock?: PairClock;
 }
 
-/** A clock a pair can run on: a WgClock that the test moves forward. */
-export type PairClock = WgClock & { advance(ms: number): void };
+/** A clock a pair can run on: a Clock that the test moves forward. */
+export type PairClock = Clock & { advance(ms: number): void };
 
 /** Two peered Devices and what drives them. */
 export interface TestPair {
@@ -96,7 +97,7 @@ export function makePair(o: PairOptions): TestPair {
       net.attach("b", b);
     },
     run(ms: number) {
-      const end = clock.nowMs() + ms;
+      const end = clock.monoMs() + ms;
       net.pump();
       for (let guard = 0; guard < 100_000; guard++) {
         const next = [pair.a.nextDeadlineMs(), pair.b.nextDeadlineMs()].filter(
@@ -104,12 +105,12 @@ export function makePair(o: PairOptions): TestPair {
         );
         if (next.length === 0) break;
         const at = Math.min(...next);
-        if (at > clock.nowMs()) clock.advance(at - clock.nowMs());
+        if (at > clock.monoMs()) clock.advance(at - clock.monoMs());
         pair.a.tick();
         pair.b.tick();
         net.pump();
       }
-      if (end > clock.nowMs()) clock.advance(end - clock.nowMs());
+      if (end > clock.monoMs()) clock.advance(end - clock.monoMs());
       pair.a.tick();
       pair.b.tick();
       net.pump();

@@ -8,8 +8,8 @@
  * process alive after stop(), or run tick() re-entrantly.
  */
 import type { Device, Endpoint } from "./device.ts";
-import type { WgClock } from "./ports.ts";
 import { SUSPEND_RECHECK_MS } from "./suspendClock.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 /** Longest single sleep (ms); longer deadlines are reached by re-arming, and a suspend is noticed within it (suspendClock.ts). */
 export const MAX_TIMER_SLEEP_MS = SUSPEND_RECHECK_MS;
@@ -22,7 +22,7 @@ export class DeviceTimerDriver<E extends Endpoint> {
 
   constructor(
     private readonly device: Device<E>,
-    private readonly clock: WgClock,
+    private readonly clock: Clock,
   ) {}
 
   /** Re-arms the alarm if the Device now has an earlier deadline than the one armed. */
@@ -31,8 +31,8 @@ export class DeviceTimerDriver<E extends Endpoint> {
     const next = this.device.nextDeadlineMs();
     if (next === null || (this.armedAtMs !== null && this.armedAtMs <= next)) return;
     if (this.timer) clearTimeout(this.timer);
-    const delay = Math.min(MAX_TIMER_SLEEP_MS, Math.max(0, next - this.clock.nowMs()));
-    this.armedAtMs = this.clock.nowMs() + delay;
+    const delay = Math.min(MAX_TIMER_SLEEP_MS, Math.max(0, next - this.clock.monoMs()));
+    this.armedAtMs = this.clock.monoMs() + delay;
     this.timer = setTimeout(() => this.fire(), Math.ceil(delay));
   }
 

@@ -15,8 +15,9 @@ import { Device, type DeviceIo, type Peer } from "./device.ts";
 import type { WgLimits } from "./limits.ts";
 import type { LoadPolicy } from "./load.ts";
 import type { Endpoint } from "./peer.ts";
-import { systemClock, systemRandom, type WgClock, type WgRandom } from "./ports.ts";
+import { systemSuspendAwareClock, systemRandom, type WgRandom } from "./ports.ts";
 import { DeviceTimerDriver } from "./timerDriver.ts";
+import type { Clock } from "../protocol/clock.ts";
 
 /** A UDP address. */
 export interface UdpEndpoint extends Endpoint {
@@ -39,7 +40,7 @@ export interface UdpDeviceOptions {
   port: number;
   /** Called with each decrypted IP packet. */
   onPacket: (packet: Uint8Array, peer: Peer<UdpEndpoint>) => void;
-  clock?: WgClock;
+  clock?: Clock;
   random?: WgRandom;
   load?: LoadPolicy;
   limits?: WgLimits;
@@ -64,7 +65,7 @@ export interface UdpDevice {
 
 /** Binds the socket and starts the Device. Rejects when the address cannot be bound. */
 export async function startUdpDevice(o: UdpDeviceOptions): Promise<UdpDevice> {
-  const clock = o.clock ?? systemClock;
+  const clock = o.clock ?? systemSuspendAwareClock;
   let socket: Bun.udp.Socket<"uint8array"> | null = null;
   const io: DeviceIo<UdpEndpoint> = {
     sendDatagram: (datagram, to) => {

@@ -14,7 +14,8 @@ import { join } from "node:path";
 import type { AgentCommand } from "../../src/protocol/agent.ts";
 import { SchedulerWorker } from "../../src/scheduler/worker.ts";
 import { TEST_CONTROLLER, TEST_OPERATOR, testManifest } from "../support/testManifest.ts";
-import { FakeClock, SeededRandom } from "../sim/rng.ts";
+import { FakeClock } from "../../src/protocol/fakeClock.ts";
+import { SeededRandom } from "../sim/rng.ts";
 import { InProcessAgent } from "../support/inProcessAgent.ts";
 
 const C = TEST_CONTROLLER;
@@ -30,7 +31,7 @@ afterEach(async () => {
 function world() {
   const dir = mkdtempSync(join(tmpdir(), "bb-wake-"));
   dirs.push(dir);
-  const clock = new FakeClock(1_900_000_000_000);
+  const clock = new FakeClock({ wallMs: 1_900_000_000_000 });
   const manifest = testManifest();
   const w = new SchedulerWorker({ dataDir: dir, manifest, publicUrl: "http://t", clock, random: new SeededRandom(7) });
   w.runtime.recover();
@@ -100,7 +101,7 @@ describe("freed capacity wakes waiting work", () => {
     await agent.report(agent.present(b.allocationId), "absent");
     expect((await w.getAllocation(C, younger.allocationId)).state).toBe("provisioning");
     // The alarm timer never ran (the runtime was not started and nothing called tick()): only events placed them.
-    expect(clock.now()).toBe(1_900_000_000_001);
+    expect(clock.wallMs()).toBe(1_900_000_000_001);
   });
 
   test("a new host wakes the waiting allocation; one that was released while waiting leaves the queue", async () => {

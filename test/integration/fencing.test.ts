@@ -17,7 +17,8 @@ import { tokenDigest, type DeploymentManifest } from "../../src/scheduler/manife
 import { reservationKey } from "../../src/domain/identifiers.ts";
 import { TEST_CONTROLLER, TEST_OPERATOR, testManifest } from "../support/testManifest.ts";
 import { InProcessAgent } from "../support/inProcessAgent.ts";
-import { FakeClock, SeededRandom } from "../sim/rng.ts";
+import { FakeClock } from "../../src/protocol/fakeClock.ts";
+import { SeededRandom } from "../sim/rng.ts";
 
 const C = TEST_CONTROLLER;
 const O = TEST_OPERATOR;
@@ -28,7 +29,7 @@ const workers: SchedulerWorker[] = [];
 function world(limits: Partial<DeploymentManifest["limits"]> = {}, leaseMs = 30_000) {
   const dir = mkdtempSync(join(tmpdir(), "bb-fence-"));
   dirs.push(dir);
-  const clock = new FakeClock(1_900_000_000_000);
+  const clock = new FakeClock({ wallMs: 1_900_000_000_000 });
   const manifest = testManifest(limits);
   const w = new SchedulerWorker({
     dataDir: dir,
@@ -119,7 +120,7 @@ describe("host loss and replacement", () => {
     }
     const lease = (await w.env.Host.get("a").placementStatus(p1.placementId)).leaseExpiresAtMs;
     expect((await w.hosts(O)).find((h) => h.hostId === "a")!.health).toBe("lost");
-    expect(clock.now()).toBeLessThan(lease + 10_000);
+    expect(clock.wallMs()).toBeLessThan(lease + 10_000);
     let v = await w.getAllocation(C, view.allocationId);
     expect(v.generation).toBe(1);
     for (let t = 0; t < 30_000; t += 5_000) {
@@ -310,7 +311,7 @@ describe("reservation, leases and metrics", () => {
     await w.releaseAllocation(C, y.view.allocationId);
     await settle(20_000);
     const r = await a.poll();
-    expect(Date.parse(r.leases[px.placementId]!)).toBe(clock.now() + 30_000);
+    expect(Date.parse(r.leases[px.placementId]!)).toBe(clock.wallMs() + 30_000);
     expect(Date.parse(r.leases[py.placementId]!)).toBeLessThan(Date.parse(r.leases[px.placementId]!) - 15_000);
     const metrics = await w.metrics(O);
     expect(metrics).toContain(

@@ -27,7 +27,7 @@ import {
   MultipathDevice,
   openSharedSocket,
   selectAead,
-  systemClock,
+  systemSuspendAwareClock,
   systemRandom,
   type KeyPair25519,
   type SharedSocket,
@@ -76,7 +76,7 @@ async function handshakes(client: KeyPair25519, hostPublicKey: string, ms: numbe
   let sock: SharedSocket | null = null;
   const mp = new MultipathDevice({
     privateKey: client.privateKey,
-    clock: systemClock,
+    clock: systemSuspendAwareClock,
     random: systemRandom,
     aead,
     io: { sendUdp: (d, a, p) => sock?.sendUdp(d, a, p), sendRelay: () => false },

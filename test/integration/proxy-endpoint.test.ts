@@ -20,7 +20,7 @@ import { SchedulerClient } from "../../src/client/index.ts";
 import { createNetstack, type Netstack } from "../../src/netstack/index.ts";
 import { BeachballError } from "../../src/protocol/errors.ts";
 import { startLoopbackStun } from "../support/loopbackStun.ts";
-import { keyPairFromPrivate, selectAead, systemClock, systemRandom } from "../../src/wireguard/index.ts";
+import { keyPairFromPrivate, selectAead, systemSuspendAwareClock, systemRandom } from "../../src/wireguard/index.ts";
 import { runProxy, type ProxyOptions } from "../../src/proxy/session.ts";
 
 const ALLOC_ADDR = "fd00:bb:1:2::2";
@@ -71,7 +71,7 @@ beforeAll(async () => {
     verificationKeys: issuer.verificationKeys(),
     listen: { hostname: "127.0.0.1", port: 0 },
     stunServers: [],
-    clock: systemClock,
+    clock: systemSuspendAwareClock,
     random: systemRandom,
     aead,
     placements: { byAllocation: (id) => placements.get(id) ?? null },
@@ -126,7 +126,7 @@ function start(allocationId: string, extra: Partial<ProxyOptions> = {}) {
       localPort: 0,
       remotePort: 22,
       keys: issuer.verificationKeys(),
-      clock: systemClock,
+      clock: systemSuspendAwareClock,
       random: systemRandom,
       aead,
       // No interface addresses: the host would probe this machine's own ones (only loopback traffic here).

@@ -1,8 +1,9 @@
 /**
- * Seeded randomness and a fake clock for the simulation: the same seed
- * replays the same run exactly (sfc32 generator seeded by splitmix32).
+ * Seeded randomness for the simulation: the same seed replays the same run
+ * exactly (sfc32 generator seeded by splitmix32). The fake clock is
+ * src/protocol/fakeClock.ts.
  */
-import type { Clock, Randomness } from "../../src/scheduler/runtime/ports.ts";
+import type { Randomness } from "../../src/scheduler/runtime/ports.ts";
 
 /** A deterministic PRNG that also serves as the scheduler's Randomness port. */
 export class SeededRandom implements Randomness {
@@ -53,17 +54,5 @@ export class SeededRandom implements Randomness {
   }
   id(prefix: string): string {
     return `${prefix}_${Buffer.from(this.bytes(16)).toString("hex")}`;
-  }
-}
-
-/** A clock that moves only when told. */
-export class FakeClock implements Clock {
-  constructor(private t: number) {}
-  now(): number {
-    return this.t;
-  }
-  /** Moves time forward by `ms`. */
-  advance(ms: number): void {
-    this.t += ms;
   }
 }

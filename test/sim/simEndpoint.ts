@@ -11,6 +11,7 @@
  * two generations) at once (spec "Revocation and replacement").
  */
 import type { CommandAck, ConnectivityUpdate, PollResponse } from "../../src/protocol/agent.ts";
+import type { Clock } from "../../src/protocol/clock.ts";
 
 /** A grant as the endpoint holds it. */
 interface Held {
@@ -37,7 +38,7 @@ export class SimEndpoint {
 
   constructor(
     readonly hostId: string,
-    private readonly clock: { now(): number },
+    private readonly clock: Clock,
     keyByte: number,
   ) {
     this.publicKey = Buffer.alloc(32, keyByte).toString("base64");
@@ -58,7 +59,7 @@ export class SimEndpoint {
       candidates: [{ address: "192.0.2.1", port: 51820, kind: "local" }],
       appliedGrants: [],
       refusedGrants: [],
-      at: new Date(this.clock.now()).toISOString(),
+      at: new Date(this.clock.wallMs()).toISOString(),
     };
     return { connectivity, acks };
   }
@@ -70,7 +71,7 @@ export class SimEndpoint {
         this.held.delete(c.grantId);
         this.revoked.add(c.grantId);
         if (this.revoked.size > MAX_REMEMBERED_REVOCATIONS) this.revoked.delete(this.revoked.values().next().value!);
-      } else if (c.grant && !this.revoked.has(c.grantId) && c.grant.payload.expiresAtMs > this.clock.now())
+      } else if (c.grant && !this.revoked.has(c.grantId) && c.grant.payload.expiresAtMs > this.clock.wallMs())
         this.held.set(c.grantId, {
           allocationId: c.grant.payload.allocationId,
           generation: c.grant.payload.generation,
@@ -91,7 +92,7 @@ export class SimEndpoint {
 
   /** Grants applied now (expired ones dropped first), as `allocationId → generation`. */
   applied(): Map<string, number[]> {
-    const now = this.clock.now();
+    const now = this.clock.wallMs();
     const out = new Map<string, number[]>();
     for (const [id, g] of this.held) {
       if (g.expiresAtMs <= now) {

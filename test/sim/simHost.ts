@@ -24,6 +24,7 @@ import { VMM_BOOT_CHECK_ID } from "../../src/agent/doctor/checks.ts";
 import type { VmHandle, VmSpec, VmmDriver } from "../../src/agent/vmm/driver.ts";
 import type { ForeignResource } from "../../src/agent/inventory.ts";
 import type { SeededRandom } from "./rng.ts";
+import type { Clock } from "../../src/protocol/clock.ts";
 
 /** A VMM launch the agent decided on, with its own clock's reading at that moment. */
 export interface ExecutionRecord {
@@ -84,7 +85,7 @@ export class SimHost {
   private driver: FakeVmmDriver | null = null;
   private incarnation = 0;
   private reader: AgentStore | null = null;
-  readonly clock: { now(): number };
+  readonly clock: Clock;
 
   constructor(
     readonly hostId: string,
@@ -96,7 +97,7 @@ export class SimHost {
     private readonly debug: AgentDebug | undefined,
   ) {
     this.bootId = rng.id("boot");
-    this.clock = { now: () => timeline.now() + this.skewMs };
+    this.clock = { wallMs: () => timeline.clock.wallMs() + this.skewMs, monoMs: () => timeline.clock.monoMs() };
     const vmm: FakeVmBehaviour = {
       ...behaviour,
       launchMs: (spec) => (this.vmmBroken ? null : behaviour.launchMs(spec)),
@@ -121,7 +122,7 @@ export class SimHost {
         allocationId: id.allocationId,
         placementId: id.placementId,
         generation: id.generation,
-        agentNowMs: this.clock.now(),
+        agentNowMs: this.clock.wallMs(),
         epoch: this.agent?.control.agentEpoch ?? "",
       });
     });
@@ -182,12 +183,12 @@ export class SimHost {
 
   /** True while the machine's VMM fails every start. */
   get vmmBroken(): boolean {
-    return this.timeline.now() < this.vmmBrokenUntilMs;
+    return this.timeline.clock.wallMs() < this.vmmBrokenUntilMs;
   }
 
   /** True while the agent process is frozen. */
   get stalled(): boolean {
-    return this.alive && this.timeline.now() < this.stalledUntilMs;
+    return this.alive && this.timeline.clock.wallMs() < this.stalledUntilMs;
   }
 
   /** The agent process dies: no flush, its timers and channels vanish; VMs and namespaces stay. */

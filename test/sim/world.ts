@@ -168,7 +168,7 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
       dataDir: join(dir, "scheduler"),
       manifest: manifest(connections),
       publicUrl: "http://sim",
-      clock: timeline,
+      clock: timeline.clock,
       random: schedRng,
       timeouts,
       faultHook: () => faults && rng.chance(0.004),
@@ -188,7 +188,7 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
   const restartIfCrashed = async () => {
     if (!worker.runtime.isCrashed) return;
     stats.schedulerCrashes++;
-    trace.update(`crash@${timeline.now()}`);
+    trace.update(`crash@${timeline.clock.wallMs()}`);
     await worker.runtime.abandon();
     worker = makeWorker();
   };
@@ -266,7 +266,7 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
         messageId: rng.id("msg"),
         hostId: h.hostId,
         agentEpoch: req.agentEpoch,
-        sentAt: new Date(h.clock.now()).toISOString(),
+        sentAt: new Date(h.clock.wallMs()).toISOString(),
         type: req.type,
         payload: { ...req.payload, ...(req.type === "poll" ? { waitMs: 0 } : {}) },
       };
@@ -299,7 +299,13 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
         continue;
       }
       if (faults && rng.chance(0.08)) {
-        delayed.push({ at: timeline.now() + stepMs * (1 + rng.int(5)), req, resp, host: h, channel: h.channel });
+        delayed.push({
+          at: timeline.clock.wallMs() + stepMs * (1 + rng.int(5)),
+          req,
+          resp,
+          host: h,
+          channel: h.channel,
+        });
         continue;
       }
       req.resolve(resp);
@@ -381,7 +387,7 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
         // Asked for, so possibly issued even if the answer is lost: a replacement may wait for it until then.
         grantMayLive.set(
           id,
-          Math.max(grantMayLive.get(id) ?? 0, timeline.now() + ttlSeconds * 1000 + GRANT_EXPIRY_GRACE_MS),
+          Math.max(grantMayLive.get(id) ?? 0, timeline.clock.wallMs() + ttlSeconds * 1000 + GRANT_EXPIRY_GRACE_MS),
         );
         const g = await sched((w) =>
           w.createConnectionGrant(CONTROLLER, id, {
@@ -428,14 +434,14 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
           } else h.crash();
           lose(h);
           stats.agentCrashes++;
-          downUntil.set(h.hostId, timeline.now() + stepMs * (1 + rng.int(4)));
+          downUntil.set(h.hostId, timeline.clock.wallMs() + stepMs * (1 + rng.int(4)));
         }
         if (h.alive && !h.stalled && rng.chance(0.01)) {
-          h.stall(timeline.now() + stepMs * (3 + rng.int(18)));
+          h.stall(timeline.clock.wallMs() + stepMs * (3 + rng.int(18)));
           stats.stalls++;
         }
         if (!h.vmmBroken && rng.chance(0.005)) {
-          h.vmmBrokenUntilMs = timeline.now() + stepMs * (5 + rng.int(16));
+          h.vmmBrokenUntilMs = timeline.clock.wallMs() + stepMs * (5 + rng.int(16));
           stats.vmmOutages++;
         }
         const vms = h.vmHost.running();
@@ -447,10 +453,10 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
         if (h.partitioned && rng.chance(0.02)) h.partitioned = false;
         if (rng.chance(0.02)) h.skewMs = rng.chance(0.5) ? 0 : (rng.int(17) - 8) * 1000;
       }
-      if (!h.alive && timeline.now() >= (downUntil.get(h.hostId) ?? 0)) await h.boot();
+      if (!h.alive && timeline.clock.wallMs() >= (downUntil.get(h.hostId) ?? 0)) await h.boot();
       await exchange(h);
     }
-    for (const d of delayed.filter((x) => x.at <= timeline.now())) {
+    for (const d of delayed.filter((x) => x.at <= timeline.clock.wallMs())) {
       delayed.splice(delayed.indexOf(d), 1);
       d.req.resolve(d.resp); // ignored if the agent gave up on it (timeout) or died
       if (d.host.alive && d.host.channel === d.channel) endpoints.get(d.host.hostId)!.receive(d.resp);
@@ -476,7 +482,7 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
     const held =
       v.state === "releasing" &&
       v.conditions.includes("CONNECTIONS_NOT_FENCED") &&
-      timeline.now() < (grantMayLive.get(id) ?? 0) + stepMs * 20;
+      timeline.clock.wallMs() < (grantMayLive.get(id) ?? 0) + stepMs * 20;
     if (v.state !== "ready" && v.state !== "released" && v.state !== "failed" && !held)
       violations.push(
         `liveness: ${id} is still ${v.state} (gen ${v.generation}, reason ${v.reason}) ${healSteps * stepMs} ms after the faults stopped`,

@@ -29,7 +29,7 @@ import { parseVerificationKeys } from "../../src/protocol/connectionSignature.ts
 import { relayConnector } from "../../src/relayclient/index.ts";
 import { stdinCommands } from "./stdinLines.ts";
 import { readFileSync } from "node:fs";
-import { selectAead, systemClock, systemRandom } from "../../src/wireguard/index.ts";
+import { selectAead, systemSuspendAwareClock, systemRandom } from "../../src/wireguard/index.ts";
 
 interface Config {
   hostId: string;
@@ -65,7 +65,7 @@ endpoint = await HostEndpoint.start({
   verificationKeys: parseVerificationKeys(cfg.verificationKeys),
   listen: cfg.listen,
   stunServers: cfg.stunServers,
-  clock: systemClock,
+  clock: systemSuspendAwareClock,
   random: systemRandom,
   aead,
   placements: { byAllocation: (id) => placements.get(id) ?? null },

@@ -26,7 +26,8 @@ import type { ConnectionGrantBody } from "../../src/protocol/connection.ts";
 import { parseUlaPrefix, type UlaPrefix } from "../../src/domain/network.ts";
 import { SchedulerWorker } from "../../src/scheduler/worker.ts";
 import { devConnections, tokenDigest, type DeploymentManifest, type Identity } from "../../src/scheduler/manifest.ts";
-import { FakeClock, SeededRandom } from "../sim/rng.ts";
+import { FakeClock } from "../../src/protocol/fakeClock.ts";
+import { SeededRandom } from "../sim/rng.ts";
 import { TEST_CONTROLLER, TEST_OPERATOR, testManifest } from "./testManifest.ts";
 import { InProcessAgent } from "./inProcessAgent.ts";
 
@@ -46,7 +47,7 @@ const workers: SchedulerWorker[] = [];
 export function world() {
   const dir = mkdtempSync(join(tmpdir(), "bb-grants-"));
   dirs.push(dir);
-  const clock = new FakeClock(T0);
+  const clock = new FakeClock({ wallMs: T0 });
   const connections = devConnections(dir);
   connections.relays = [{ relayId: "relay-1", url: "wss://relay-1.example:443/v1/relay" }];
   connections.stunServers = ["192.0.2.53:3478", "[2001:db8::53]:3478"];
@@ -102,7 +103,7 @@ export class Agent extends InProcessAgent {
       candidates: [{ address: "192.0.2.10", port: 51820, kind: "local" }],
       appliedGrants,
       refusedGrants: [],
-      at: new Date(this.clock.now()).toISOString(),
+      at: new Date(this.clock.wallMs()).toISOString(),
     };
   }
 }

@@ -13,7 +13,7 @@ import type {
   PollResponse,
 } from "../../src/protocol/agent.ts";
 import type { SchedulerWorker } from "../../src/scheduler/worker.ts";
-import type { FakeClock } from "../sim/rng.ts";
+import type { FakeClock } from "../../src/protocol/fakeClock.ts";
 
 /** How an InProcessAgent presents itself. */
 export interface InProcessAgentOptions {
@@ -53,7 +53,7 @@ export class InProcessAgent {
       messageId: `m${this.hostId}${++this.seq}`,
       hostId: this.hostId,
       agentEpoch: epoch,
-      sentAt: new Date(this.clock.now() + (this.o.skewMs ?? 0)).toISOString(),
+      sentAt: new Date(this.clock.wallMs() + (this.o.skewMs ?? 0)).toISOString(),
       type,
       payload: {
         bootId: this.o.bootId ?? "boot-1",
@@ -93,7 +93,7 @@ export class InProcessAgent {
           allocationId: c.allocationId,
           generation: c.generation,
           state,
-          at: new Date(this.clock.now()).toISOString(),
+          at: new Date(this.clock.wallMs()).toISOString(),
         },
       ],
     });

@@ -9,7 +9,7 @@ import { randomBytes } from "node:crypto";
 import {
   Device,
   DeviceTimerDriver,
-  systemClock,
+  systemSuspendAwareClock,
   systemRandom,
   type Aead,
   type Peer,
@@ -110,7 +110,7 @@ export function relayedPair(aead: Aead): { a: RelayedDevice; b: RelayedDevice } 
     const delivered: Uint8Array[] = [];
     const device = new Device<typeof RELAY_ENDPOINT>({
       privateKey: key,
-      clock: systemClock,
+      clock: systemSuspendAwareClock,
       random: systemRandom,
       aead,
       io: {
@@ -118,7 +118,7 @@ export function relayedPair(aead: Aead): { a: RelayedDevice; b: RelayedDevice } 
         deliverPacket: (p) => void delivered.push(p.slice()),
       },
     });
-    const driver = new DeviceTimerDriver(device, systemClock);
+    const driver = new DeviceTimerDriver(device, systemSuspendAwareClock);
     let peer: Peer<typeof RELAY_ENDPOINT> | null = null;
     const dev: RelayedDevice = {
       device,

@@ -25,7 +25,7 @@ import { Device } from "../../src/wireguard/device.ts";
 import { MESSAGE_INITIATION } from "../../src/wireguard/constants.ts";
 import { messageType } from "../../src/wireguard/codec.ts";
 import { fixedLoad, type LoadPolicy } from "../../src/wireguard/load.ts";
-import { systemClock, systemRandom } from "../../src/wireguard/ports.ts";
+import { systemSuspendAwareClock, systemRandom } from "../../src/wireguard/ports.ts";
 import { startUdpDevice, udpEndpoint, type UdpEndpoint } from "../../src/wireguard/udp.ts";
 import { DEFAULT_TUN_MTU, openTun, type TunDevice } from "../../native/tun/tun.ts";
 import { stdinLines } from "./stdinLines.ts";
@@ -72,7 +72,7 @@ function floodInitiation(): Uint8Array {
   let captured: Uint8Array | null = null;
   const d = new Device<UdpEndpoint>({
     privateKey: systemRandom.fill(new Uint8Array(32)),
-    clock: systemClock,
+    clock: systemSuspendAwareClock,
     random: systemRandom,
     aead,
     load: fixedLoad(false),

@@ -22,7 +22,7 @@ import { setSocketBuffers, udpSocketFd } from "../../native/sockbuf/sockbuf.ts";
 import { createNetstack, type TcpConnection } from "../../src/netstack/index.ts";
 import { selectAead } from "../../src/wireguard/aead/select.ts";
 import { Device } from "../../src/wireguard/device.ts";
-import { systemClock, systemRandom } from "../../src/wireguard/ports.ts";
+import { systemSuspendAwareClock, systemRandom } from "../../src/wireguard/ports.ts";
 import { DeviceTimerDriver } from "../../src/wireguard/timerDriver.ts";
 import { udpEndpoint, type UdpEndpoint } from "../../src/wireguard/udp.ts";
 import { Impairment, type ImpairmentOptions } from "./impairment.ts";
@@ -75,7 +75,7 @@ let toWire = (d: Uint8Array, to: UdpEndpoint) => {
 };
 const device = new Device<UdpEndpoint>({
   privateKey: b64(cfg.privateKey),
-  clock: systemClock,
+  clock: systemSuspendAwareClock,
   random: systemRandom,
   aead,
   io: {
@@ -83,7 +83,7 @@ const device = new Device<UdpEndpoint>({
     deliverPacket: (p) => void stack.input(p),
   },
 });
-const driver = new DeviceTimerDriver(device, systemClock);
+const driver = new DeviceTimerDriver(device, systemSuspendAwareClock);
 const stack = createNetstack({
   ipv4: cfg.stack.ipv4,
   ipv6: cfg.stack.ipv6,

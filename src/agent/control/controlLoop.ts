@@ -24,9 +24,10 @@ import {
   type PollResponse,
 } from "../../protocol/agent.ts";
 import type { AgentStore } from "../store.ts";
-import { errorText, type AgentClock, type AgentLog, type ControlChannel, type Timers } from "../ports.ts";
+import { errorText, type AgentLog, type ControlChannel, type Timers } from "../ports.ts";
 import type { HealthReport } from "../health.ts";
 import { takeCommand } from "./commandIntake.ts";
+import type { Clock } from "../../protocol/clock.ts";
 
 /** Park requested per poll, ms (below the 30 s healthy-heartbeat bound). */
 export const AGENT_POLL_WAIT_MS = 20_000;
@@ -43,7 +44,7 @@ export const FLUSH_RETRY_MS = 500;
 export interface ControlLoopDeps {
   channel: ControlChannel;
   store: AgentStore;
-  clock: AgentClock;
+  clock: Clock;
   timers: Timers;
   log: AgentLog;
   /** The machine's boot ID (spec "Sessions and epochs"). */
@@ -184,7 +185,7 @@ export class ControlLoop {
     const { store, clock } = this.deps;
     store.applyLeases(resp.leases);
     for (const cmd of resp.commands) {
-      const r = takeCommand(store, this.deps.hostId, cmd, resp.agentEpoch, this.deps.quarantined(), clock.now());
+      const r = takeCommand(store, this.deps.hostId, cmd, resp.agentEpoch, this.deps.quarantined(), clock.wallMs());
       if (r.ack) this.acks.push(r.ack);
       if (r.drive) this.deps.onCommand(cmd.placementId);
     }

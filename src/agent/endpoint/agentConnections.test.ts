@@ -16,7 +16,7 @@ import { join } from "node:path";
 import { TestGrantIssuer, testId } from "../../../test/support/grantIssuer.ts";
 import type { AgentCommand, AgentPayload, ConfigureConnection, PollResponse } from "../../protocol/agent.ts";
 import type { SignedGrant } from "../../protocol/connection.ts";
-import { keyPairFromPrivate, selectAead, systemClock, systemRandom } from "../../wireguard/index.ts";
+import { keyPairFromPrivate, selectAead, systemSuspendAwareClock, systemRandom } from "../../wireguard/index.ts";
 import { Agent, type AgentPorts } from "../agent.ts";
 import { FakeControlChannel, FakeTimeline, FixedHostProbe, MemoryLog } from "../fakePorts.ts";
 import { FakeImages } from "../image/fakeImages.ts";
@@ -60,7 +60,7 @@ async function rig(name: string, withEndpoint: boolean) {
   const hostKey = keyPairFromPrivate(systemRandom.fill(new Uint8Array(32)));
   let endpoint: HostEndpoint | null = null;
   const ports: AgentPorts = {
-    clock: tl,
+    clock: tl.clock,
     timers,
     random: { bytes: (k) => new Uint8Array(k).fill(7) },
     log: new MemoryLog(),
@@ -82,7 +82,7 @@ async function rig(name: string, withEndpoint: boolean) {
               verificationKeys: issuer.verificationKeys(),
               listen: { hostname: "127.0.0.1", port: 0 },
               stunServers: [],
-              clock: systemClock,
+              clock: systemSuspendAwareClock,
               random: systemRandom,
               aead,
               placements,
@@ -136,7 +136,7 @@ async function rig(name: string, withEndpoint: boolean) {
       placementId: "plc-1",
       generation,
       agentEpoch: EPOCH,
-      leaseExpiresAt: new Date(tl.now() + 60_000).toISOString(),
+      leaseExpiresAt: new Date(tl.clock.wallMs() + 60_000).toISOString(),
       spec: SPEC,
     };
   };

@@ -16,8 +16,8 @@
  */
 import { AGENT_ERROR_CODES, type AgentErrorCode } from "../../protocol/errors.ts";
 import type { CommandAck, ConfigureConnection, ConnectivityUpdate } from "../../protocol/agent.ts";
-import type { AgentClock } from "../ports.ts";
 import type { ConfigureResult } from "./endpoint.ts";
+import type { Clock } from "../../protocol/clock.ts";
 
 /** Most configure_connection commands applied at once; a redelivery past it waits for the next poll. */
 export const MAX_CONNECTION_COMMANDS_IN_FLIGHT = 64;
@@ -62,7 +62,7 @@ export class AgentConnections {
 
   constructor(
     private readonly endpoint: ConnectionEndpointPort,
-    private readonly clock: AgentClock,
+    private readonly clock: Clock,
   ) {}
 
   /**
@@ -88,7 +88,7 @@ export class AgentConnections {
   pending(): ConnectivityUpdate | null {
     if (!this.due) return null;
     this.due = false;
-    return { seq: ++this.seq, ...this.endpoint.connectivity(), at: new Date(this.clock.now()).toISOString() };
+    return { seq: ++this.seq, ...this.endpoint.connectivity(), at: new Date(this.clock.wallMs()).toISOString() };
   }
 
   /** The envelope carrying the last update was not accepted: send a fresh one with the next. */

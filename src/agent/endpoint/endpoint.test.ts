@@ -17,7 +17,7 @@ import {
   MultipathDevice,
   openSharedSocket,
   selectAead,
-  systemClock,
+  systemSuspendAwareClock,
   systemRandom,
   type RelayConnector,
   type SharedSocket,
@@ -114,7 +114,7 @@ async function setup(generation = 3, relayConnector?: RelayConnector) {
     verificationKeys: issuer.verificationKeys(),
     listen: { hostname: "127.0.0.1", port: 0 },
     stunServers: [],
-    clock: systemClock,
+    clock: systemSuspendAwareClock,
     random: systemRandom,
     aead,
     placements: { byAllocation: (id) => (id === allocationId ? placement : null) },
@@ -129,7 +129,7 @@ async function setup(generation = 3, relayConnector?: RelayConnector) {
   let sock!: SharedSocket;
   const client = new MultipathDevice({
     privateKey: clientKey.privateKey,
-    clock: systemClock,
+    clock: systemSuspendAwareClock,
     random: systemRandom,
     aead,
     io: { sendUdp: (d, a, p) => sock.sendUdp(d, a, p), sendRelay: () => false },

@@ -45,12 +45,12 @@ import {
   type PeerRelay,
   type RelayConnector,
   type RelaySessionInfo,
-  type WgClock,
   type WgRandom,
 } from "../../wireguard/index.ts";
 import { checkGrantForHost, type PlacementLookup, type PlacementTarget } from "./grantCheck.ts";
 import { InnerFilter, type FilterCounters } from "./innerFilter.ts";
 import type { PlacementLink, PlacementLinkPort } from "./placementLink.ts";
+import type { Clock } from "../../protocol/clock.ts";
 
 /** Revoked grant IDs remembered so a late apply is refused (older ones are forgotten; their grants expire anyway). */
 export const MAX_REMEMBERED_REVOCATIONS = 4096;
@@ -64,7 +64,7 @@ export interface HostEndpointOptions {
   /** Where the shared UDP socket binds (default port: DEFAULT_ENDPOINT_PORT). */
   listen: { hostname: string; port: number };
   stunServers: readonly StunServer[];
-  clock: WgClock;
+  clock: Clock;
   random: WgRandom;
   aead: Aead;
   placements: PlacementLookup;
@@ -342,7 +342,7 @@ export class HostEndpoint {
   private inbound(packet: Uint8Array, peer: Peer<PathEndpoint>): void {
     const a = this.byPeer.get(peer);
     if (!a || a.grant.expiresAtMs <= this.o.clock.wallMs()) return;
-    if (!a.filter.inbound(packet, this.o.clock.nowMs())) return;
+    if (!a.filter.inbound(packet, this.o.clock.monoMs())) return;
     this.links.get(a.placementKey)?.link.write(packet);
   }
 
@@ -350,7 +350,7 @@ export class HostEndpoint {
   private outbound(placementKey: string, packets: Uint8Array[]): void {
     const entry = this.links.get(placementKey);
     if (!entry) return;
-    const now = this.o.clock.nowMs();
+    const now = this.o.clock.monoMs();
     for (const p of packets) {
       if (p.length < 40 || p[0]! >> 4 !== 6) continue;
       const dst = formatIpv6(p.subarray(24, 40));
@@ -403,7 +403,7 @@ export class HostEndpoint {
 
   /** Gathers local and STUN candidates again. Never rejects. */
   async refreshCandidates(): Promise<void> {
-    this.nextRefreshMs = this.o.clock.nowMs() + CANDIDATE_REFRESH_MS;
+    this.nextRefreshMs = this.o.clock.monoMs() + CANDIDATE_REFRESH_MS;
     const interfaces = interfaceAddresses(this.o.interfaces, (message) => {
       if (message !== this.interfaceError)
         this.o.onWarning?.("host endpoint: interface enumeration failed", { error: message });
@@ -418,7 +418,7 @@ export class HostEndpoint {
   private nextExpiryMono(): number | null {
     let m: number | null = null;
     for (const a of this.applied.values()) if (m === null || a.grant.expiresAtMs < m) m = a.grant.expiresAtMs;
-    return m === null ? null : this.o.clock.nowMs() + Math.max(0, m - this.o.clock.wallMs());
+    return m === null ? null : this.o.clock.monoMs() + Math.max(0, m - this.o.clock.wallMs());
   }
 
   /** The endpoint's own next deadline (grant expiries, candidate refresh), folded into the tunnel's alarm. */
@@ -433,7 +433,7 @@ export class HostEndpoint {
     // A pin lost in this alarm's probe round (no datagram announces it): report it now.
     for (const a of this.applied.values()) this.notePath(a.peer);
     void this.expire().then(() => this.t.arm());
-    if (this.o.clock.nowMs() >= this.nextRefreshMs) void this.refreshCandidates().then(() => this.t.arm());
+    if (this.o.clock.monoMs() >= this.nextRefreshMs) void this.refreshCandidates().then(() => this.t.arm());
   }
 
   /** What a connectivity_update reports now (without `seq` and `at`, which the agent's session assigns). */
@@ -470,7 +470,7 @@ export class HostEndpoint {
           path: this.t.selector(a.peer)!.state(),
           candidates: this.t.selector(a.peer)!.candidateKeys(),
           filter: a.filter.counters,
-          flows: a.filter.flowCount(this.o.clock.nowMs()),
+          flows: a.filter.flowCount(this.o.clock.monoMs()),
           relaysRejected: a.relaysRejected,
         }),
       ),

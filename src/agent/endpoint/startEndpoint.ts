@@ -18,7 +18,7 @@ import { DEFAULT_ENDPOINT_PORT } from "../../protocol/connection.ts";
 import { isVerificationKey } from "../../protocol/connectionSignature.ts";
 import { parseStunServers, type StunServer } from "../../protocol/stunServers.ts";
 import { relayConnector } from "../../relayclient/index.ts";
-import { selectAead, systemClock, systemRandom } from "../../wireguard/index.ts";
+import { selectAead, systemSuspendAwareClock, systemRandom } from "../../wireguard/index.ts";
 import type { AgentConnectionsConfig } from "../config.ts";
 import type { AgentLog } from "../ports.ts";
 import { HostEndpoint } from "./endpoint.ts";
@@ -95,7 +95,7 @@ export async function startHostEndpoint(o: {
     verificationKeys: s.keys,
     listen: s.listen,
     stunServers: s.stun,
-    clock: systemClock,
+    clock: systemSuspendAwareClock,
     random: systemRandom,
     aead,
     placements: o.placements,

@@ -29,7 +29,7 @@ function rig(name: string, ipv6Address: string | undefined) {
   const isolation = new FakeIsolation();
   const reconciler = new PlacementReconciler({
     store,
-    clock: tl,
+    clock: tl.clock,
     log: new MemoryLog(),
     onObservation: () => {},
     ctx: {
@@ -50,7 +50,7 @@ function rig(name: string, ipv6Address: string | undefined) {
       placementId: "p",
       generation: 1,
       agentEpoch: "e",
-      leaseExpiresAt: new Date(tl.now() + 60_000).toISOString(),
+      leaseExpiresAt: new Date(tl.clock.wallMs() + 60_000).toISOString(),
       spec: {
         cpuMillis: 1000,
         memoryMiB: 256,
@@ -59,7 +59,7 @@ function rig(name: string, ipv6Address: string | undefined) {
         ...(ipv6Address !== undefined ? { ipv6Address } : {}),
       },
     };
-    store.recordCommand(cmd, commandDigest(cmd), placementDirName("h", "a", "p", 1), tl.now());
+    store.recordCommand(cmd, commandDigest(cmd), placementDirName("h", "a", "p", 1), tl.clock.wallMs());
     reconciler.kick("p");
   };
   return { tl, store, host, isolation, give };

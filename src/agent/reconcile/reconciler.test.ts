@@ -33,7 +33,7 @@ function rig(name: string, debug?: AgentDebug, failedConsoleDir?: string) {
   const store = new AgentStore(join(work, `${name}.db`));
   const reconciler = new PlacementReconciler({
     store,
-    clock: tl,
+    clock: tl.clock,
     log: new MemoryLog(),
     onObservation: () => {},
     ...(debug ? { debug } : {}),
@@ -59,7 +59,7 @@ function rig(name: string, debug?: AgentDebug, failedConsoleDir?: string) {
       leaseExpiresAt: new Date(leaseMs).toISOString(),
       spec: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"b".repeat(64)}` },
     };
-    store.recordCommand(cmd, commandDigest(cmd), placementDirName("h", "a", "p", 1), tl.now());
+    store.recordCommand(cmd, commandDigest(cmd), placementDirName("h", "a", "p", 1), tl.clock.wallMs());
     reconciler.kick("p");
   };
   return { tl, store, reconciler, launched, give, host };
@@ -67,11 +67,11 @@ function rig(name: string, debug?: AgentDebug, failedConsoleDir?: string) {
 
 test("Start refuses to launch once the lease has ended, and reports LEASE_EXPIRED", async () => {
   const { tl, store, launched, give } = rig("expired");
-  give("ensure_present", tl.now() + 1_000);
+  give("ensure_present", tl.clock.wallMs() + 1_000);
   await tl.advance(100);
   expect(store.placement("p")?.observed).toBe("prepared");
   await tl.advance(2_000);
-  give("ensure_running", tl.now() - 1);
+  give("ensure_running", tl.clock.wallMs() - 1);
   await tl.advance(1_000);
   expect(launched).toEqual([]);
   expect(store.placement("p")?.errorCode).toBe("LEASE_EXPIRED");
@@ -80,20 +80,20 @@ test("Start refuses to launch once the lease has ended, and reports LEASE_EXPIRE
 
 test("the injected bug launches a VM whose lease has ended", async () => {
   const { tl, launched, give } = rig("bug", { startDespiteExpiredLease: true });
-  give("ensure_present", tl.now() + 1_000);
+  give("ensure_present", tl.clock.wallMs() + 1_000);
   await tl.advance(2_000);
-  give("ensure_running", tl.now() - 1);
+  give("ensure_running", tl.clock.wallMs() - 1);
   await tl.advance(1_000);
   expect(launched).toHaveLength(1);
 });
 
 test("a halted reconciler starts nothing and records nothing", async () => {
   const { tl, store, reconciler, launched, give } = rig("halted");
-  give("ensure_present", tl.now() + 60_000);
+  give("ensure_present", tl.clock.wallMs() + 60_000);
   await tl.advance(100);
   const before = store.pendingUpdates(100).length;
   await reconciler.halt(1_000);
-  give("ensure_running", tl.now() + 60_000);
+  give("ensure_running", tl.clock.wallMs() + 60_000);
   await tl.advance(1_000);
   expect(launched).toEqual([]);
   expect(store.pendingUpdates(100)).toHaveLength(before);
@@ -102,9 +102,9 @@ test("a halted reconciler starts nothing and records nothing", async () => {
 test("a VM that ends on its own is reported VM_EXITED with its diagnosis; Stop keeps its console when asked", async () => {
   const kept = join(work, "kept");
   const { tl, store, give, host } = rig("crash", undefined, kept);
-  give("ensure_present", tl.now() + 60_000);
+  give("ensure_present", tl.clock.wallMs() + 60_000);
   await tl.advance(100);
-  give("ensure_running", tl.now() + 60_000);
+  give("ensure_running", tl.clock.wallMs() + 60_000);
   await tl.advance(1_000);
   expect(store.placement("p")?.observed).toBe("running");
   const [vm] = host.running();
@@ -114,7 +114,7 @@ test("a VM that ends on its own is reported VM_EXITED with its diagnosis; Stop k
   expect(u).toMatchObject({ state: "error", errorCode: "VM_EXITED", exit: { reason: "KERNEL_PANIC" } });
   expect(u.exit!.consoleTail).toContain("Kernel panic");
   expect(u.exit!.consoleTail).not.toContain("my script output");
-  give("ensure_absent", tl.now() + 60_000);
+  give("ensure_absent", tl.clock.wallMs() + 60_000);
   await tl.advance(1_000);
   expect(store.placement("p")?.observed).toBe("absent");
   const files = readdirSync(kept);

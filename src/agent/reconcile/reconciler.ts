@@ -13,7 +13,7 @@
  */
 import type { PlacementObservedState } from "../../protocol/agent.ts";
 import type { AgentStore, LocalPlacement, ObservationExtra } from "../store.ts";
-import { errorText, type AgentClock, type AgentLog } from "../ports.ts";
+import { errorText, type AgentLog } from "../ports.ts";
 import type { VmHandle } from "../vmm/driver.ts";
 import type { GuestSession } from "../guestSession.ts";
 import { NO_AGENT_DEBUG, type AgentDebug } from "../debug.ts";
@@ -29,12 +29,13 @@ import {
 import { keptConsolePath } from "../vmm/keptConsoles.ts";
 import { AgentError } from "../errors.ts";
 import type { TransitionSink } from "../placementTransitions.ts";
+import type { Clock } from "../../protocol/clock.ts";
 
 /** What the reconciler works with. */
 export interface ReconcilerDeps {
   store: AgentStore;
   ctx: PlacementContext;
-  clock: AgentClock;
+  clock: Clock;
   log: AgentLog;
   /** Called after each recorded observation (the control loop then flushes the outbox). */
   onObservation(): void;
@@ -151,7 +152,7 @@ export class PlacementReconciler {
 
   /** Persists an observation (and its outbox entry) and hands the transition to the sink. */
   private record(p: LocalPlacement, state: PlacementObservedState, extra: ObservationExtra): void {
-    const now = this.deps.clock.now();
+    const now = this.deps.clock.wallMs();
     const before = this.deps.store.placement(p.placementId) ?? p;
     this.deps.store.observe(p, state, extra, now);
     this.deps.transitions?.(before, state, extra, now);
@@ -175,7 +176,7 @@ export class PlacementReconciler {
 
   /** True when the placement's execution lease is live on this agent's clock. */
   private leaseLive(placementId: string): boolean {
-    return this.current(placementId).leaseExpiresAtMs > this.deps.clock.now();
+    return this.current(placementId).leaseExpiresAtMs > this.deps.clock.wallMs();
   }
 
   private attach(placementId: string, live: LiveVm, session: GuestSession): void {
@@ -341,7 +342,7 @@ export class PlacementReconciler {
     if (p.observed !== "stopping") this.observe(p, "stopping");
     const keep =
       failed && this.deps.failedConsoleDir
-        ? { keepConsoleAt: keptConsolePath(this.deps.failedConsoleDir, ref.dirName, this.deps.clock.now()) }
+        ? { keepConsoleAt: keptConsolePath(this.deps.failedConsoleDir, ref.dirName, this.deps.clock.wallMs()) }
         : {};
     const left = await stopPlacement(this.deps.ctx, ref, live.handle, live.session, keep);
     await live.exitReport; // a code the guest reported while stopping goes out before absent

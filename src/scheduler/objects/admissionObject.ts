@@ -121,7 +121,7 @@ export class AdmissionObject extends AuthorityObject<SchedulerEnv, AdmissionMess
   }
 
   private rate(key: string, rps: number): void {
-    const now = this.env.clock.now();
+    const now = this.env.clock.wallMs();
     let b = this.buckets.get(key);
     if (!b) {
       if (this.buckets.size >= MAX_BUCKETS) this.buckets.delete(this.buckets.keys().next().value!);
@@ -168,7 +168,7 @@ export class AdmissionObject extends AuthorityObject<SchedulerEnv, AdmissionMess
         `deployment retains ${c.retained.size} allocation records (limit ${limits.maxRetained})`,
         { limit: limits.maxRetained },
       );
-    this.q.admit.run({ obj: this.state.name, id: allocationId, identity, now: this.env.clock.now() });
+    this.q.admit.run({ obj: this.state.name, id: allocationId, identity, now: this.env.clock.wallMs() });
     c.retained.add(allocationId);
     c.active.set(allocationId, identity);
     c.activeByIdentity.set(identity, mine + 1);
@@ -246,7 +246,7 @@ export class AdmissionObject extends AuthorityObject<SchedulerEnv, AdmissionMess
         `deployment has ${c.hosts.size} registered hosts (limit ${maxHosts})`,
         { limit: maxHosts },
       );
-    this.q.registerHost.run({ obj: this.state.name, hostId, now: this.env.clock.now() });
+    this.q.registerHost.run({ obj: this.state.name, hostId, now: this.env.clock.wallMs() });
     c.hosts.set(hostId, false);
   }
 

@@ -82,7 +82,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
   }
 
   private get now(): number {
-    return this.env.clock.now();
+    return this.env.clock.wallMs();
   }
 
   private rec(): AllocationRecord | null {

@@ -100,7 +100,7 @@ export class AllocationStore {
 
   /** Wall time, ms. */
   get now(): number {
-    return this.env.clock.now();
+    return this.env.clock.wallMs();
   }
 
   /** The deployment's timeout policy. */

@@ -143,7 +143,7 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
   private live(): Row | null {
     if (this.ended) return null;
     const r = this.row();
-    return r && r.expiresAtMs > this.env.clock.now() ? r : null;
+    return r && r.expiresAtMs > this.env.clock.wallMs() ? r : null;
   }
 
   /** Opens the Connection for a new grant (idempotent for the same grant) and arms its end at expiry. */
@@ -202,7 +202,7 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
   async poll(role: RelayRole, after: number, waitMs: number): Promise<ConnectionPollResponse> {
     const r = this.mustLive();
     const first = this.pending(role, after);
-    const park = Math.min(waitMs, MAX_CONNECTION_POLL_WAIT_MS, r.expiresAtMs - this.env.clock.now());
+    const park = Math.min(waitMs, MAX_CONNECTION_POLL_WAIT_MS, r.expiresAtMs - this.env.clock.wallMs());
     if (first.length > 0 || park <= 0 || this.draining) return this.answer(role, r, first);
     await this.park(role, park);
     const now = this.live();
@@ -300,7 +300,7 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
     const signer = this.env.signer;
     if (!settings || !signer)
       throw new BeachballError("FORBIDDEN", "private networking is not configured in this deployment's manifest");
-    const now = this.env.clock.now();
+    const now = this.env.clock.wallMs();
     const wait = this.lastRelayTokensMs[role] + MIN_RELAY_TOKEN_REFRESH_MS - now;
     if (wait > 0)
       throw new BeachballError(
@@ -329,7 +329,7 @@ export class ConnectionObject extends AuthorityObject<SchedulerEnv, never> {
   override alarm(): void {
     const r = this.row();
     if (!r) return;
-    if (r.expiresAtMs > this.env.clock.now()) return this.state.setAlarm(r.expiresAtMs);
+    if (r.expiresAtMs > this.env.clock.wallMs()) return this.state.setAlarm(r.expiresAtMs);
     this.close();
   }
 

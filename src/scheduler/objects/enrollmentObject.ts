@@ -49,7 +49,7 @@ export class EnrollmentObject extends AuthorityObject<SchedulerEnv, never> {
 
   /** Records a new token digest for `hostId`, valid `ttlMs` (capped at one hour). Returns the expiry. */
   mint(tokenDigest: string, hostId: string, ttlMs: number, createdBy: string): number {
-    const expires = this.env.clock.now() + Math.min(ttlMs, MAX_ENROLLMENT_TOKEN_TTL_MS);
+    const expires = this.env.clock.wallMs() + Math.min(ttlMs, MAX_ENROLLMENT_TOKEN_TTL_MS);
     this.q.insert.run({ obj: this.state.name, tokenDigest, hostId, expiresAtMs: expires, createdBy });
     return expires;
   }
@@ -67,7 +67,7 @@ export class EnrollmentObject extends AuthorityObject<SchedulerEnv, never> {
         throw new BeachballError("ENROLLMENT_CONFLICT", "token already used with another host configuration");
       return { hostId: t.hostId, replay: true };
     }
-    if (t.expiresAtMs <= this.env.clock.now())
+    if (t.expiresAtMs <= this.env.clock.wallMs())
       throw new BeachballError("ENROLLMENT_TOKEN_INVALID", "enrollment token expired");
     this.q.use.run({ obj: this.state.name, tokenDigest, configDigest });
     return { hostId: t.hostId, replay: false };

@@ -62,7 +62,7 @@ export function register(
     isolationHealthy: true,
     adRevision: 0,
     adPublishedAtMs: 0,
-    registeredAtMs: ctx.env.clock.now(),
+    registeredAtMs: ctx.env.clock.wallMs(),
     factsJson: JSON.stringify(NO_FACTS),
     fencedAtMs: null,
   };
@@ -126,7 +126,7 @@ function applyAdminState(ctx: HostContext, state: AdminState): AdminChangeResult
   if (transition === "refused") throw disabledError(r.obj);
   if (transition === "unchanged")
     return { adminState: r.adminState, credentialVersion: r.credentialVersion, fenced: 0 };
-  const now = ctx.env.clock.now();
+  const now = ctx.env.clock.wallMs();
   let fenced = 0;
   ctx.store.atomically(() => {
     if (transition === "set") ctx.store.setRow({ adminState: state });

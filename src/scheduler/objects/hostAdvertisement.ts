@@ -64,7 +64,7 @@ export function hostFacts(r: HostRow): HostFacts {
 export function publish(ctx: HostContext, material: boolean): void {
   const r = ctx.store.row();
   if (!r || !material) return;
-  const now = ctx.env.clock.now();
+  const now = ctx.env.clock.wallMs();
   // At least the time: a restart that lost the last revisions still publishes newer ones (the row keeps one from the last heartbeat).
   const revision = Math.max(r.adRevision + 1, now);
   const ad: Advertisement = {
@@ -95,7 +95,7 @@ export function hostView(ctx: HostContext): HostView {
   const r = ctx.store.mustRow();
   const registered = toRes(JSON.parse(r.capacityJson) as Capacity);
   const allocatable = sub(registered, toRes(JSON.parse(r.reserveJson) as Capacity));
-  const now = ctx.env.clock.now();
+  const now = ctx.env.clock.wallMs();
   return {
     hostId: r.obj,
     adminState: r.adminState,
@@ -111,7 +111,7 @@ export function hostView(ctx: HostContext): HostView {
     })),
     heartbeatAt: r.heartbeatAtMs ? new Date(r.heartbeatAtMs).toISOString() : null,
     vmmDriver: r.vmmDriver,
-    unschedulable: unschedulableReasons(hostFacts(r), ctx.env.clock.now()),
+    unschedulable: unschedulableReasons(hostFacts(r), ctx.env.clock.wallMs()),
     credentialVersion: r.credentialVersion,
   };
 }

@@ -139,7 +139,7 @@ export class HostConnections {
       JSON.stringify(u.candidates),
       epoch,
       u.seq,
-      this.env.clock.now(),
+      this.env.clock.wallMs(),
     );
     const m = this.env.metrics;
     for (const g of u.appliedGrants)
@@ -165,7 +165,7 @@ export class HostConnections {
       this.redeliveries.clear();
       this.redeliveryEpoch = epoch;
     }
-    const now = this.env.clock.now();
+    const now = this.env.clock.wallMs();
     const held = this.sql
       .exec<{
         grant_id: string;
@@ -259,7 +259,7 @@ export class HostConnections {
       c.grant ? JSON.stringify(c.grant) : null,
       c.relayMap ? JSON.stringify(c.relayMap) : null,
       c.expiresAtMs,
-      this.env.clock.now(),
+      this.env.clock.wallMs(),
     );
     return cur.rowsWritten > 0;
   }
@@ -271,7 +271,7 @@ export class HostConnections {
    * commands are ignored here. Call inside the envelope's transaction.
    */
   applyAcks(acks: readonly CommandAck[]): void {
-    const now = this.env.clock.now();
+    const now = this.env.clock.wallMs();
     for (const a of acks) {
       if (!a.commandId.startsWith("grt_")) continue;
       const r = this.sql
@@ -309,7 +309,7 @@ export class HostConnections {
    * parked polls). Call inside a transaction.
    */
   clientCandidates(grantId: string, candidates: readonly Candidate[]): boolean {
-    const now = this.env.clock.now();
+    const now = this.env.clock.wallMs();
     const apply = this.sql
       .exec<{
         status: CommandStatus;
@@ -365,7 +365,7 @@ export class HostConnections {
    * whose grant expired more than GRANT_EXPIRY_GRACE_MS ago.
    */
   pending(): ConfigureConnection[] {
-    const now = this.env.clock.now();
+    const now = this.env.clock.wallMs();
     const rows = this.sql
       .exec<CommandRow>(
         "SELECT command_id, grant_id, action, network_id, connection_id, grant_json, relay_map_json, expires_at_ms, client_candidates_json FROM host_connection_commands WHERE obj = ? AND status = 'pending' ORDER BY created_at_ms, command_id LIMIT ?",
@@ -425,7 +425,7 @@ export class HostConnections {
       this.state.name,
       cutoffMs,
       GRANT_EXPIRY_GRACE_MS,
-      this.env.clock.now(),
+      this.env.clock.wallMs(),
     );
     for (const id of [...this.redeliveries.keys()]) {
       const kept = !this.sql

@@ -155,7 +155,7 @@ export class HostDirectoryObject extends AuthorityObject<SchedulerEnv, Directory
   private load(): Map<string, Advertisement> {
     if (this.ads) return this.ads;
     const ads = new Map<string, Advertisement>();
-    const now = this.env.clock.now();
+    const now = this.env.clock.wallMs();
     for (const r of this.q.ads.all({ obj: this.state.name })) {
       if (now - r.receivedAtMs > AD_MAX_AGE_MS) continue;
       const ad: unknown = JSON.parse(r.adJson);
@@ -207,7 +207,7 @@ export class HostDirectoryObject extends AuthorityObject<SchedulerEnv, Directory
     const ads = this.load();
     const msgs = this.state.readInbox();
     if (msgs.length === 0) return;
-    const now = this.env.clock.now();
+    const now = this.env.clock.wallMs();
     this.state.storage.transactionSync(() => {
       for (const { message } of msgs) {
         const ad = message.ad;
@@ -275,7 +275,7 @@ export class HostDirectoryObject extends AuthorityObject<SchedulerEnv, Directory
   candidates(r: CandidateRequest): CandidateAnswer {
     const ads = this.load();
     this.onInbox();
-    const now = this.env.clock.now();
+    const now = this.env.clock.wallMs();
     const req: PlacementRequest = { ...r, exclude: new Set(r.exclude) };
     const mark = this.earmarks.get(r.allocationId);
     if (mark) {
@@ -346,7 +346,7 @@ export class HostDirectoryObject extends AuthorityObject<SchedulerEnv, Directory
   /** Hourly: drops advertisements older than AD_MAX_AGE_MS and expired waiters (spec "Observability and retention"). */
   override alarm(): void {
     const ads = this.load();
-    const now = this.env.clock.now();
+    const now = this.env.clock.wallMs();
     this.state.storage.transactionSync(() => {
       this.state.storage.sql.exec(
         "DELETE FROM directory_ads WHERE obj = ? AND received_at_ms < ?",

@@ -84,7 +84,7 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
       state,
       env,
       store: new HostStore(state.storage, state.name),
-      mailbox: new HostMailbox(() => env.clock.now()),
+      mailbox: new HostMailbox(() => env.clock.wallMs()),
       conn: new HostConnections(state, env),
     };
     this.#admin = new HostAdminChain(this.#ctx);
@@ -213,7 +213,7 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
   override alarm(): void {
     const { store, conn, env } = this.#ctx;
     if (!store.row()) return;
-    const cutoff = env.clock.now() - COMMAND_RETENTION_MS;
+    const cutoff = env.clock.wallMs() - COMMAND_RETENTION_MS;
     store.atomically(() => {
       store.prune(cutoff);
       conn.prune(cutoff);

@@ -37,7 +37,7 @@ export function reserve(ctx: HostContext, req: ReserveRequest): ReserveResult {
   if (prior) return { accepted: true, placementId: prior.placementId };
   const r = store.row();
   if (!r) return { accepted: false, code: "HOST_NOT_ACTIVE" };
-  const now = env.clock.now();
+  const now = env.clock.wallMs();
   const blocked = unschedulableReasons(hostFacts(r), now);
   if (blocked.length) return { accepted: false, code: blocked[0]! };
   const request: Resources = {
@@ -65,7 +65,7 @@ export function reserve(ctx: HostContext, req: ReserveRequest): ReserveResult {
   };
   store.atomically(() => {
     store.insertPlacement(p);
-    store.enqueue(req.placementId, "ensure_present", req.generation, env.clock.now());
+    store.enqueue(req.placementId, "ensure_present", req.generation, env.clock.wallMs());
     publish(ctx, true);
   });
   ctx.mailbox.wakePolls();
@@ -80,7 +80,7 @@ export function placementStatus(ctx: HostContext, placementId: string): Placemen
     exists: !!p,
     state: p?.state ?? null,
     leaseExpiresAtMs: p?.leaseExpiresAtMs ?? 0,
-    hostHealth: r ? healthFromHeartbeat(r.heartbeatAtMs, ctx.env.clock.now()) : "unknown",
+    hostHealth: r ? healthFromHeartbeat(r.heartbeatAtMs, ctx.env.clock.wallMs()) : "unknown",
     fenced: r?.adminState === "disabled",
   };
 }
@@ -92,15 +92,15 @@ export function requestAbsent(ctx: HostContext, placementId: string, generation:
   if (!p || p.generation !== generation) return !p;
   if (p.state === "absent") return true;
   // A deliberately injectable bug for the simulation (src/scheduler debug config): capacity freed on lease expiry.
-  if (env.config.debug.releaseCapacityOnLeaseExpiry && p.leaseExpiresAtMs < env.clock.now()) {
+  if (env.config.debug.releaseCapacityOnLeaseExpiry && p.leaseExpiresAtMs < env.clock.wallMs()) {
     store.setPlacement(p, { state: "absent", desired: "absent" });
     return true;
   }
   if (p.desired !== "absent") {
     store.atomically(() => {
-      store.setPlacement(p, { desired: "absent", updatedAtMs: env.clock.now() });
+      store.setPlacement(p, { desired: "absent", updatedAtMs: env.clock.wallMs() });
       store.supersedePending(placementId);
-      store.enqueue(placementId, "ensure_absent", generation, env.clock.now());
+      store.enqueue(placementId, "ensure_absent", generation, env.clock.wallMs());
     });
     ctx.mailbox.wakePolls();
   }
@@ -146,12 +146,12 @@ export function applyUpdate(
   const rejection = updateRejection(p, u, p ? store.lastAppliedSeq(p.placementId) : 0);
   if (rejection || !p) return rejection ?? "UNKNOWN_PLACEMENT";
   store.recordSeq(p.placementId, u.seq);
-  const now = env.clock.now();
+  const now = env.clock.wallMs();
   const state = placementStateAfter(p.state, u.state);
   let cur = store.setPlacement(p, { state, errorCode: u.errorCode ?? p.errorCode, updatedAtMs: now });
   if (startsRunning(u.state, cur.desired)) {
     cur = store.setPlacement(cur, { desired: "running" });
-    store.enqueue(p.placementId, "ensure_running", p.generation, env.clock.now());
+    store.enqueue(p.placementId, "ensure_running", p.generation, env.clock.wallMs());
   }
   if (endsPendingCommands(u.state)) store.supersedePending(p.placementId);
   ctx.state.post(env.Allocation, p.allocationId, `obs:${hostId}:${epoch}:${p.placementId}:${u.seq}`, {

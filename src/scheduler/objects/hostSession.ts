@@ -36,7 +36,7 @@ export async function poll(ctx: HostContext, env: Envelope, waitMs: number): Pro
     ctx.env.metrics.observe(
       "bb_agent_poll_wakeup_seconds",
       "From work for a host to its parked poll answering with it",
-      (ctx.env.clock.now() - wokenAtMs) / 1000,
+      (ctx.env.clock.wallMs() - wokenAtMs) / 1000,
     );
   }
   return answer;
@@ -55,7 +55,7 @@ function carriesWork(res: PollResponse): boolean {
 export function handleEnvelope(ctx: HostContext, env: Envelope): PollResponse {
   const { store } = ctx;
   const r = store.mustRow();
-  const now = ctx.env.clock.now();
+  const now = ctx.env.clock.wallMs();
   const opening = sessionOpening(env.agentEpoch, env.type, r.agentEpoch);
   if (opening === "stale")
     throw new BeachballError("STALE_AGENT_EPOCH", "the agent epoch is not the current session", {
@@ -124,7 +124,7 @@ function applyDeliveryAck(ctx: HostContext, d: DeliveryAck): void {
     const p = ctx.store.placement(d.placementId);
     ctx.store.recordConsumed(
       { deliveryId: d.deliveryId, placementId: d.placementId, generation: d.generation, digest: d.digest },
-      ctx.env.clock.now(),
+      ctx.env.clock.wallMs(),
     );
     if (p)
       ctx.state.post(ctx.env.Allocation, p.allocationId, `dlv:${d.deliveryId}`, {

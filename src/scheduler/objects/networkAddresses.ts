@@ -157,7 +157,7 @@ export class NetworkAddresses {
         const subnet = await this.env.NetworkDirectory.get(GLOBAL).subnetFor(this.obj, tenant);
         const again = this.net();
         if (again) return again;
-        this.q.insertNet.run({ obj: this.obj, tenant, subnet, now: this.env.clock.now() });
+        this.q.insertNet.run({ obj: this.obj, tenant, subnet, now: this.env.clock.wallMs() });
         return this.net()!;
       } finally {
         this.creating = null;
@@ -195,7 +195,7 @@ export class NetworkAddresses {
 
   /** Returns `address` to the free list. Call inside a transaction, once nothing may still route it. */
   free(kind: AddressKind, address: string): void {
-    this.q.insertFree.run({ obj: this.obj, kind, address, now: this.env.clock.now() });
+    this.q.insertFree.run({ obj: this.obj, kind, address, now: this.env.clock.wallMs() });
   }
 
   /** Forgets an ended allocation and frees its address. Call inside a transaction, once its grants are gone. */

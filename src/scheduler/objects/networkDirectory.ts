@@ -78,7 +78,7 @@ export class NetworkDirectoryObject extends AuthorityObject<SchedulerEnv, never>
         "INTERNAL",
         `every one of the ${MAX_NETWORKS} Network subnets of the deployment's /48 is assigned`,
       );
-    this.q.insert.run({ obj, networkId, tenant, subnet: last + 1, now: this.env.clock.now() });
+    this.q.insert.run({ obj, networkId, tenant, subnet: last + 1, now: this.env.clock.wallMs() });
     return last + 1;
   }
 

@@ -92,7 +92,7 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
   }
 
   private get now(): number {
-    return this.env.clock.now();
+    return this.env.clock.wallMs();
   }
 
   private settings(): { settings: ConnectionSettings; signer: ConnectionSigner } {

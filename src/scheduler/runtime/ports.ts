@@ -1,14 +1,11 @@
 /**
- * Side-effect ports the scheduler objects receive from their host: clock and
- * randomness. Domain and object code never call Date.now() or
- * crypto.getRandomValues() directly (docs/architecture.md, "Ports"), so a simulation can
- * drive them with a fake clock and a seeded source.
+ * Side-effect ports the scheduler objects receive from their host:
+ * randomness here, and the tree's one Clock (src/protocol/clock.ts; its
+ * wallMs() is what the objects read). Domain and object code never call
+ * Date.now() or crypto.getRandomValues() directly (docs/architecture.md,
+ * "Ports"), so a simulation can drive them with a fake clock and a seeded
+ * source.
  */
-
-/** Wall-clock source in milliseconds since the Unix epoch. */
-export interface Clock {
-  now(): number;
-}
 
 /** Random bytes and identifiers. */
 export interface Randomness {
@@ -17,9 +14,6 @@ export interface Randomness {
   /** A random identifier with a type prefix, e.g. `plc_3f2a…` (128 bits, hex). */
   id(prefix: string): string;
 }
-
-/** The real clock. */
-export const systemClock: Clock = { now: () => Date.now() };
 
 /** Cryptographically secure randomness from the platform. */
 export const systemRandomness: Randomness = {

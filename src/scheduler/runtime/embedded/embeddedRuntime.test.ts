@@ -8,7 +8,7 @@ import { DamagedStateError } from "../faults.ts";
 import { migrate } from "../migrate.ts";
 import { MIGRATIONS } from "../../migrations/index.ts";
 import { EmbeddedRuntime, SimulatedCrash } from "./embeddedRuntime.ts";
-import { FakeClock } from "../../../../test/sim/rng.ts";
+import { FakeClock } from "../../../protocol/fakeClock.ts";
 import { BeachballError } from "../../../protocol/errors.ts";
 
 const Hello = Type.Object({ kind: Type.Literal("hello"), from: Type.String() }, { additionalProperties: false });
@@ -146,7 +146,7 @@ function tmp(): string {
 
 describe("embedded runtime: Durable Objects semantics on one file", () => {
   test("synchronous read-modify-write never interleaves; code across an await may (as on Durable Objects)", async () => {
-    const { front } = open(tmp(), new FakeClock(1000));
+    const { front } = open(tmp(), new FakeClock({ wallMs: 1000 }));
     const results = await Promise.all(Array.from({ length: 20 }, () => front.get("a").increment()));
     expect(results.sort((x, y) => x - y)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
     const across = await Promise.all(Array.from({ length: 5 }, () => front.get("b").incrementAcrossAwait()));
@@ -154,7 +154,7 @@ describe("embedded runtime: Durable Objects semantics on one file", () => {
   });
 
   test("group commit: many concurrent calls share one commit, and a gated result waits for it", async () => {
-    const { rt, front } = open(tmp(), new FakeClock(1000));
+    const { rt, front } = open(tmp(), new FakeClock({ wallMs: 1000 }));
     const before = rt.store.commits;
     const results = await Promise.all(Array.from({ length: 50 }, (_, i) => front.get(`c${i}`).increment()));
     expect(results.every((n) => n === 1)).toBe(true);
@@ -164,7 +164,7 @@ describe("embedded runtime: Durable Objects semantics on one file", () => {
 
   test("a crash loses what was not committed, and no gated output of it ever left", async () => {
     const dir = tmp();
-    const clock = new FakeClock(1000);
+    const clock = new FakeClock({ wallMs: 1000 });
     const { rt, front } = open(dir, clock);
     await front.get("a").increment();
     const internal = rt.namespace(Counter, { gated: false });
@@ -178,7 +178,7 @@ describe("embedded runtime: Durable Objects semantics on one file", () => {
 
   test("the fault hook commits the caller's writes, then every call fails", async () => {
     const dir = tmp();
-    const clock = new FakeClock(1000);
+    const clock = new FakeClock({ wallMs: 1000 });
     let crash = false;
     const { rt, front } = open(dir, clock, { faultHook: () => crash });
     await front.get("a").increment();
@@ -193,7 +193,7 @@ describe("embedded runtime: Durable Objects semantics on one file", () => {
 
   test("alarms are rows: they fire when due, survive a restart, and a handler that does not re-arm clears its alarm", async () => {
     const dir = tmp();
-    const clock = new FakeClock(1000);
+    const clock = new FakeClock({ wallMs: 1000 });
     const { rt, front } = open(dir, clock);
     await front.get("a").arm(5000);
     rt.tick();
@@ -213,7 +213,7 @@ describe("embedded runtime: Durable Objects semantics on one file", () => {
 
   test("posts are delivered after the sender's commit, deduplicated while pending; a message failing its schema is dropped", async () => {
     const dir = tmp();
-    const clock = new FakeClock(1000);
+    const clock = new FakeClock({ wallMs: 1000 });
     const { rt, front } = open(dir, clock);
     await Promise.all([front.get("a").send("b", "m1"), front.get("a").send("b", "m1")]);
     await front.get("a").sendBad("b", "bad");
@@ -228,7 +228,7 @@ describe("embedded runtime: Durable Objects semantics on one file", () => {
 
   test("damaged state quarantines the instance by name, across restarts, without touching others", async () => {
     const dir = tmp();
-    const clock = new FakeClock(1000);
+    const clock = new FakeClock({ wallMs: 1000 });
     const quarantined: string[] = [];
     const { rt, front } = open(dir, clock, { onQuarantine: (c, n) => quarantined.push(`${c}/${n}`) });
     await front.get("ok").increment();
@@ -254,7 +254,7 @@ describe("embedded runtime: Durable Objects semantics on one file", () => {
   });
 
   test("deleteSelf removes the instance's rows and alarm once its call ends", async () => {
-    const { rt, front } = open(tmp(), new FakeClock(1000));
+    const { rt, front } = open(tmp(), new FakeClock({ wallMs: 1000 }));
     await front.get("a").increment();
     await front.get("a").arm(99_999);
     await front.get("a").purge();
@@ -264,13 +264,13 @@ describe("embedded runtime: Durable Objects semantics on one file", () => {
   });
 
   test("live instances stay bounded: idle ones are dropped and rebuilt from their rows", async () => {
-    const { front } = open(tmp(), new FakeClock(1000), { maxLiveInstances: 4 });
+    const { front } = open(tmp(), new FakeClock({ wallMs: 1000 }), { maxLiveInstances: 4 });
     for (let i = 0; i < 20; i++) await front.get(`x${i}`).increment();
     for (let i = 0; i < 20; i++) expect((await front.get(`x${i}`).get()).n).toBe(1);
   });
 
   test("latest-only messages wait in memory for the commit: a replaced one is written once, in its last version; one read in the same batch is never written", async () => {
-    const { rt, front } = open(tmp(), new FakeClock(1000));
+    const { rt, front } = open(tmp(), new FakeClock({ wallMs: 1000 }));
     rt.store.sql.exec("CREATE TABLE inbox_writes (n INTEGER)");
     rt.store.sql.exec(
       "CREATE TRIGGER count_inbox_writes AFTER INSERT ON _inbox BEGIN INSERT INTO inbox_writes VALUES (1); END",
@@ -292,7 +292,7 @@ describe("embedded runtime: Durable Objects semantics on one file", () => {
   });
 
   test("held messages and alarms of a savepoint that rolls back are undone; a plain post after a held message is read after it", async () => {
-    const { rt, front } = open(tmp(), new FakeClock(1000));
+    const { rt, front } = open(tmp(), new FakeClock({ wallMs: 1000 }));
     await expect(front.get("a").announceThenFail("b", "k")).rejects.toThrow("boom");
     await rt.idle();
     expect((await front.get("b").get()).seen).toBe("");
@@ -304,7 +304,7 @@ describe("embedded runtime: Durable Objects semantics on one file", () => {
   });
 
   test("an alarm set twice in one batch is written once, with the last value", async () => {
-    const { rt, front } = open(tmp(), new FakeClock(1000));
+    const { rt, front } = open(tmp(), new FakeClock({ wallMs: 1000 }));
     rt.store.sql.exec("CREATE TABLE alarm_writes (n INTEGER)");
     rt.store.sql.exec(
       "CREATE TRIGGER count_alarm_inserts AFTER INSERT ON _alarm BEGIN INSERT INTO alarm_writes VALUES (1); END",
@@ -319,7 +319,7 @@ describe("embedded runtime: Durable Objects semantics on one file", () => {
 
   test("the fault hook's commit includes held messages and alarms (the caller's intent is durable)", async () => {
     const dir = tmp();
-    const clock = new FakeClock(1000);
+    const clock = new FakeClock({ wallMs: 1000 });
     let crash = false;
     const { rt, front } = open(dir, clock, { faultHook: () => crash });
     await front.get("b").get();

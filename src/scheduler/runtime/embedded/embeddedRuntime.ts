@@ -24,7 +24,7 @@ import type { TSchema } from "@sinclair/typebox";
 import { BeachballError } from "../../../protocol/errors.ts";
 import type { AnyAuthorityObject, MessageOf, Namespace, ObjectClass, ObjectState, Stub } from "../api.ts";
 import { DamagedStateError, isStorageFault } from "../faults.ts";
-import type { Clock } from "../ports.ts";
+import type { Clock } from "../../../protocol/clock.ts";
 import { Inboxes } from "./inboxes.ts";
 import { PendingAlarms } from "./pendingAlarms.ts";
 import { BatchAbandoned, SqlStore } from "./sqlStore.ts";
@@ -251,7 +251,7 @@ export class EmbeddedRuntime<E> {
       );
     }
     if (isStorageFault(e)) {
-      this.storageHealth.record(e, `${inst.cls} ${inst.name}`, this.clock.now());
+      this.storageHealth.record(e, `${inst.cls} ${inst.name}`, this.clock.wallMs());
       return new BeachballError("STORAGE_UNAVAILABLE", "the scheduler could not read or write its state; retry later", {
         retryAfterSeconds: 5,
       });
@@ -270,7 +270,7 @@ export class EmbeddedRuntime<E> {
         cls,
         name,
         reason.slice(0, 500),
-        this.clock.now(),
+        this.clock.wallMs(),
       );
     } catch {
       /* the in-memory mark still holds for this process */
@@ -406,7 +406,8 @@ export class EmbeddedRuntime<E> {
 
   /** A batch failed to commit: its writes are gone, so are its held messages; in-memory copies are dropped and the inbox map re-read. */
   private afterCommitFailure(): void {
-    if (this.store.failure && !this.crashed) this.storageHealth.record(this.store.failure, "commit", this.clock.now());
+    if (this.store.failure && !this.crashed)
+      this.storageHealth.record(this.store.failure, "commit", this.clock.wallMs());
     this.inboxes.clearHeld();
     this.heldAlarms.clear();
     this.dropInstances();
@@ -439,7 +440,7 @@ export class EmbeddedRuntime<E> {
 
   private armTimer(at?: number): void {
     if (!this.started || this.closed) return;
-    const now = this.clock.now();
+    const now = this.clock.wallMs();
     // Alarms still firing keep their rows until their handler returns: never spin on them.
     const next = Math.max(
       at ?? this.nextAlarmAt() ?? now + MAX_TIMER_SLEEP_MS,
@@ -465,7 +466,7 @@ export class EmbeddedRuntime<E> {
   tick(): void {
     if (this.closed || this.crashed) return;
     this.heldAlarms.flush();
-    const now = this.clock.now();
+    const now = this.clock.wallMs();
     const due = this.store.sql
       .exec<{ cls: string; obj: string; at_ms: number }>(
         "SELECT cls, obj, at_ms FROM _alarm WHERE at_ms <= ? ORDER BY at_ms, cls, obj LIMIT ?",
@@ -490,7 +491,7 @@ export class EmbeddedRuntime<E> {
       if (this.crashed || this.closed) throw e;
       const damaged = e instanceof BeachballError && e.code === "OBJECT_DAMAGED";
       if (this.heldAlarms.get(k, cls, name) === atMs)
-        this.heldAlarms.set(k, cls, name, damaged ? null : this.clock.now() + ALARM_RETRY_MS);
+        this.heldAlarms.set(k, cls, name, damaged ? null : this.clock.wallMs() + ALARM_RETRY_MS);
       throw e;
     });
     if (this.crashed || this.closed) return;
@@ -520,7 +521,7 @@ export class EmbeddedRuntime<E> {
    * (read-only, full, failing).
    */
   probe(bytes = 16): void {
-    const value = bytes <= 16 ? String(this.clock.now()) : "x".repeat(bytes);
+    const value = bytes <= 16 ? String(this.clock.wallMs()) : "x".repeat(bytes);
     this.store.sql.exec(
       "INSERT INTO _meta (key, value) VALUES ('probe', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
       value,
@@ -528,7 +529,7 @@ export class EmbeddedRuntime<E> {
     this.store.commit();
     if (this.store.failure) throw this.store.failure;
     if (bytes <= 16) return;
-    this.store.sql.exec("UPDATE _meta SET value = ? WHERE key = 'probe'", String(this.clock.now()));
+    this.store.sql.exec("UPDATE _meta SET value = ? WHERE key = 'probe'", String(this.clock.wallMs()));
     this.store.commit();
     if (this.store.failure) throw this.store.failure;
   }
@@ -541,7 +542,7 @@ export class EmbeddedRuntime<E> {
    */
   health(): { ok: boolean; detail: string; code?: string } {
     if (this.closed) return { ok: false, detail: "shutting down" };
-    const now = this.clock.now();
+    const now = this.clock.wallMs();
     if (this.storageHealth.probeDue(now)) {
       try {
         this.probe(HEALTH_PROBE_BYTES);
