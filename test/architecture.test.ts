@@ -229,6 +229,17 @@ describe("dependency rules", () => {
       expect(readFileSync(join(ROOT, f), "utf8"), f).toContain("usageErrorText(");
   });
 
+  test("one clock port: no source in src/ but src/protocol/clock.ts declares an interface named …Clock", () => {
+    const declares = (source: string) => /\binterface\s+\w*Clock\b/.test(source);
+    expect(declares("export interface WgClock {")).toBe(true);
+    expect(declares("interface Clock extends X {")).toBe(true);
+    expect(declares("export interface ClockSkew {")).toBe(false);
+    const offenders = files("src").filter(
+      (f) => f !== "src/protocol/clock.ts" && declares(readFileSync(join(ROOT, f), "utf8")),
+    );
+    expect(offenders, 'use Clock from src/protocol/clock.ts (docs/architecture.md, "Ports")').toEqual([]);
+  });
+
   test("src/wireguard reads time and randomness only through its ports (ports.ts)", () => {
     for (const f of SOURCES.filter((f) => f.startsWith("src/wireguard/") && !f.endsWith("/ports.ts"))) {
       expect(readFileSync(join(ROOT, f), "utf8"), f).not.toMatch(

@@ -13,6 +13,7 @@ import { icmpEcho } from "../../test/support/ipCraft.ts";
 import { selectAead } from "./aead/select.ts";
 import { messageType } from "./codec.ts";
 import { MESSAGE_INITIATION, MESSAGE_TRANSPORT, REJECT_AFTER_TIME_MS, REKEY_AFTER_TIME_MS } from "./constants.ts";
+import { systemClock } from "../protocol/clock.ts";
 import { FakeClock } from "../protocol/fakeClock.ts";
 import { MAX_ALARM_MS } from "./multipathTunnel.ts";
 import { SUSPEND_DETECT_MIN_MS, SUSPEND_RECHECK_MS, SuspendAwareClock } from "./suspendClock.ts";
@@ -54,6 +55,20 @@ describe("timer-clock-ignores-suspend: the suspend-aware clock", () => {
     expect(c.monoMs() - t0).toBe(100_000);
     time.advance(2_000);
     expect(c.monoMs() - t0).toBe(102_000);
+  });
+
+  test("over the system clock it never goes backwards, and its wall reading is the system's", () => {
+    const c = new SuspendAwareClock(systemClock);
+    let last = c.monoMs();
+    for (let i = 0; i < 10_000; i++) {
+      const now = c.monoMs();
+      expect(now).toBeGreaterThanOrEqual(last);
+      last = now;
+    }
+    const before = Date.now();
+    const wall = c.wallMs();
+    expect(wall).toBeGreaterThanOrEqual(before);
+    expect(wall).toBeLessThanOrEqual(Date.now());
   });
 
   test("every alarm sleeps at most SUSPEND_RECHECK_MS, so a deadline a suspend made due runs soon after wake", () => {
