@@ -1,8 +1,9 @@
 /**
  * The agent's small ports: every side effect the agent's decision code
- * needs (time, timers, randomness, the scheduler control channel, host
- * facts, logging) as an interface with its real adapter here and a fake in
- * fakePorts.ts beside it. The VMM (vmm/driver.ts), isolation
+ * needs (timers, randomness, the scheduler control channel, host facts,
+ * logging) as an interface with its real adapter here and a fake in
+ * fakePorts.ts beside it. Time is the tree's one Clock
+ * (src/protocol/clock.ts; the agent reads its wallMs()). The VMM (vmm/driver.ts), isolation
  * (isolation/isolationPort.ts) and image (image/imagePort.ts) ports live
  * with their subsystems.
  *

@@ -51,7 +51,9 @@ export class FakeClock implements Clock {
 
   /** Moves both readings forward to wall time `wallMs` (no-op when it is not later than now). */
   advanceTo(wallMs: number): void {
-    if (wallMs > this.wall) this.advance(wallMs - this.wall);
+    if (!(wallMs > this.wall)) return;
+    this.mono += wallMs - this.wall;
+    this.wall = wallMs;
   }
 
   /** The machine sleeps `ms` (≥ 0; otherwise throws): only the wall reading moves. */

@@ -1,6 +1,8 @@
 /**
- * The side-effect ports of the WireGuard library: a clock and a source of
- * randomness, with the real adapters. Fakes for tests live in fakes.ts.
+ * The side-effect ports of the WireGuard library: the suspend-aware process
+ * clock (the tree's one Clock, src/protocol/clock.ts) and a source of
+ * randomness, with the real adapters. The clock's fake is
+ * src/protocol/fakeClock.ts; the seeded random source is in fakes.ts.
  *
  * Owns: every read of time and every random byte src/wireguard uses (keys,
  * sender indices, cookie secrets, timer jitter), so a test can drive a Device
