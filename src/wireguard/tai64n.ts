@@ -10,7 +10,6 @@
  * Clock.wallMs()).
  */
 import { TIMESTAMP_BYTES } from "./constants.ts";
-import type { Clock } from "../protocol/clock.ts";
 
 const WHITENER_MASK = 0x1000000 - 1;
 
