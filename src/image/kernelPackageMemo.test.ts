@@ -9,7 +9,13 @@ import { afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { mkdirSync, mkdtempSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { KERNEL_PACKAGE_MEMO_FILE, aptStateKey, memoizedKernelPackage } from "./kernelPackageMemo.ts";
+import {
+  APT_STATE_ITEMS,
+  KERNEL_PACKAGE_MEMO_FILE,
+  aptStateKey,
+  aptStatePaths,
+  memoizedKernelPackage,
+} from "./kernelPackageMemo.ts";
 
 let dir: string;
 let state: string[];
@@ -77,6 +83,21 @@ describe("memoizedKernelPackage", () => {
     };
     await expect(memoizedKernelPackage(join(dir, "memo"), failing, state)).rejects.toThrow("apt-cache exited 100");
     expect(await memoizedKernelPackage(join(dir, "memo"), resolve, state)).toBe(answer);
+    expect(calls).toBe(2);
+  });
+});
+
+describe("aptStatePaths (kind: a host path written into the binary instead of asked of apt)", () => {
+  test("asks apt-config for every state item and gets one path each, without a trailing slash", async () => {
+    const paths = await aptStatePaths();
+    expect(paths).toHaveLength(APT_STATE_ITEMS.length);
+    for (const p of paths) expect(p).toMatch(/^\/.*[^/]$/);
+    expect(paths.some((p) => p.endsWith("/status"))).toBe(true);
+  });
+  test("no paths (apt-config missing or failing) means no memo: apt is asked every time", async () => {
+    expect(await aptStateKey([])).toBe("");
+    expect(await memoizedKernelPackage(join(dir, "memo"), resolve, [])).toBe(answer);
+    expect(await memoizedKernelPackage(join(dir, "memo"), resolve, [])).toBe(answer);
     expect(calls).toBe(2);
   });
 });

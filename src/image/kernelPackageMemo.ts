@@ -8,7 +8,7 @@
  * The answer of `apt-cache depends` depends only on the package lists, the
  * sources, the apt configuration and preferences and the dpkg status, so
  * the memo is keyed by the identity (name, size, modification time, inode)
- * of each file of APT_STATE_PATHS: an `apt-get update`, a changed source or
+ * of each file apt names for APT_STATE_ITEMS: an `apt-get update`, a changed source or
  * an installed package changes the key and the package is resolved again.
  * The memo is one small JSON file in the kernel cache, written by rename.
  *
@@ -20,17 +20,47 @@ import { readdir, readFile, rename, stat, writeFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { join } from "node:path";
 
-/** Files and directories (their direct entries) whose state decides what apt-cache resolves. */
-export const APT_STATE_PATHS: readonly string[] = [
-  "/var/lib/apt/lists",
-  "/etc/apt/sources.list",
-  "/etc/apt/sources.list.d",
-  "/etc/apt/preferences",
-  "/etc/apt/preferences.d",
-  "/etc/apt/apt.conf",
-  "/etc/apt/apt.conf.d",
-  "/var/lib/dpkg/status",
+/**
+ * apt's configuration items (with `apt-config shell`'s type suffix: /f a
+ * file, /d a directory, whose direct entries count) whose files decide what
+ * apt-cache resolves. The paths are asked of apt itself rather than written
+ * here, so a host with another apt layout is keyed by its own files (and the
+ * binary never names dpkg's database: Debian policy, lintian's
+ * uses-dpkg-database-directly).
+ */
+export const APT_STATE_ITEMS: readonly string[] = [
+  "Dir::State::lists/d",
+  "Dir::Etc::sourcelist/f",
+  "Dir::Etc::sourceparts/d",
+  "Dir::Etc::preferences/f",
+  "Dir::Etc::preferencesparts/d",
+  "Dir::Etc::main/f",
+  "Dir::Etc::parts/d",
+  "Dir::State::status/f",
 ];
+/** Longest `apt-config shell` run waited for, ms (it answers in a few ms). */
+const APT_CONFIG_TIMEOUT_MS = 5_000;
+
+/**
+ * The files and directories of APT_STATE_ITEMS on this host, from
+ * `apt-config shell`; an empty list (so nothing is memoized) when apt-config
+ * is missing, fails, or answers for fewer items than asked. Never throws.
+ */
+export async function aptStatePaths(): Promise<string[]> {
+  const args = APT_STATE_ITEMS.flatMap((item, i) => [`P${i}`, item]);
+  try {
+    const proc = Bun.spawn(["apt-config", "shell", ...args], { stdout: "pipe", stderr: "ignore" });
+    const timer = setTimeout(() => proc.kill(), APT_CONFIG_TIMEOUT_MS);
+    const out = await new Response(proc.stdout).text();
+    clearTimeout(timer);
+    if ((await proc.exited) !== 0) return [];
+    const paths = [...out.matchAll(/^P\d+='([^']*)'$/gm)].map((m) => m[1]!.replace(/\/$/, ""));
+    return paths.length === APT_STATE_ITEMS.length ? paths : [];
+  } catch {
+    return [];
+  }
+}
+
 /** Most directory entries taken into the key per directory (apt's lists are a few dozen files). */
 export const MAX_APT_STATE_ENTRIES = 10_000;
 /** Largest memo file read, bytes. */
@@ -47,9 +77,10 @@ const identity = async (p: string): Promise<string> => {
  * A hex SHA-256 over the identity of every path of `paths` and, for a
  * directory, of each of its direct entries (sorted; at most
  * MAX_APT_STATE_ENTRIES, beyond which the key is "" and nothing is
- * memoized). Missing paths count as absent. Never throws.
+ * memoized); "" too for an empty list. Missing paths count as absent. Never throws.
  */
-export async function aptStateKey(paths: readonly string[] = APT_STATE_PATHS): Promise<string> {
+export async function aptStateKey(paths: readonly string[]): Promise<string> {
+  if (paths.length === 0) return "";
   const h = createHash("sha256");
   for (const p of paths) {
     h.update(`${await identity(p)}\n`);
@@ -63,15 +94,17 @@ export async function aptStateKey(paths: readonly string[] = APT_STATE_PATHS): P
 
 /**
  * The kernel package name: from the memo in `memoDir` when it was written
- * under the same apt state (aptStateKey of `statePaths`), else from
+ * under the same apt state (aptStateKey of `statePaths`, by default the
+ * paths apt-config names), else from
  * `resolve()` (which runs apt), then remembered. Throws only what
  * `resolve` throws.
  */
 export async function memoizedKernelPackage(
   memoDir: string,
   resolve: () => Promise<string>,
-  statePaths: readonly string[] = APT_STATE_PATHS,
+  statePaths?: readonly string[],
 ): Promise<string> {
+  statePaths ??= await aptStatePaths();
   const key = await aptStateKey(statePaths);
   const file = join(memoDir, KERNEL_PACKAGE_MEMO_FILE);
   if (key !== "") {
