@@ -26,28 +26,30 @@
  * GRANT_EXPIRY_GRACE_MS, so a live grant is never forgotten here.
  *
  * A part of HostObject (it runs inside that instance, on its storage, in
- * its calls), kept in its own file.
+ * its calls), kept in its own file: it loads the rows (./hostConnectionStore.ts),
+ * decides by the rules in src/domain/connectionCommands.ts and
+ * src/domain/grantReconcile.ts, and persists the outcome.
  * Must never: store a private key or a token, hand out an apply for a grant
  * that is revoked or expired (or whose placement was replaced), or report a
  * revoke as observed before the agent acknowledged it.
  */
 import type { ObjectState } from "../runtime/api.ts";
 import { BeachballError } from "../../protocol/errors.ts";
-import {
-  MAX_CONNECTION_COMMANDS_PER_POLL,
-  type CommandAck,
-  type ConfigureConnection,
-  type ConnectivityUpdate,
-} from "../../protocol/agent.ts";
+import type { CommandAck, ConfigureConnection, ConnectivityUpdate } from "../../protocol/agent.ts";
 import type { Candidate, SignedGrant, SignedRelayMap } from "../../protocol/connection.ts";
 import { connectionCommandIdFor } from "../../domain/identifiers.ts";
-import { GRANT_EXPIRY_GRACE_MS } from "../../domain/grants.ts";
-import { reconcileGrants, type CommandStatus, type HeldGrant } from "../../domain/grantReconcile.ts";
+import { reconcileGrants } from "../../domain/grantReconcile.ts";
+import {
+  acceptClientCandidates,
+  ackOutcome,
+  handoutDecision,
+  isNewerConnectivity,
+} from "../../domain/connectionCommands.ts";
 import type { SchedulerEnv } from "../env.ts";
 import { relayTokens } from "./grantDocuments.ts";
+import { HostConnectionStore, type ConnectionCommandRow } from "./hostConnectionStore.ts";
 
-/** Most times a grant's apply goes back to the host with newer client candidates (later lists are ignored). */
-export const MAX_CLIENT_CANDIDATE_UPDATES_PER_GRANT = 16;
+export { MAX_CLIENT_CANDIDATE_UPDATES_PER_GRANT } from "../../domain/connectionCommands.ts";
 
 /** A configure_connection for the Host to queue (from the grant's Network). */
 export interface ConnectionCommandRequest {
@@ -70,44 +72,24 @@ export interface HostEndpointFacts {
   candidates: Candidate[];
 }
 
-interface CommandRow {
-  command_id: string;
-  grant_id: string;
-  action: "apply" | "revoke";
-  network_id: string;
-  connection_id: string;
-  grant_json: string | null;
-  relay_map_json: string | null;
-  expires_at_ms: number;
-  client_candidates_json: string | null;
-}
-
 /** See the module header. */
 export class HostConnections {
   /** Redeliveries per grant ID in the agent session `redeliveryEpoch` (memory only; bounded by the grants held here). */
   private readonly redeliveries = new Map<string, number>();
   private redeliveryEpoch = "";
+  private readonly rows: HostConnectionStore;
 
   constructor(
     private readonly state: ObjectState<never>,
     private readonly env: SchedulerEnv,
-  ) {}
-
-  private get sql() {
-    return this.state.storage.sql;
+  ) {
+    this.rows = new HostConnectionStore(state.storage, state.name);
   }
 
   /** The endpoint's public key and candidates, or null before its first connectivity_update. */
   endpoint(): HostEndpointFacts | null {
-    const r = this.sql
-      .exec<{ public_key: string; candidates_json: string }>(
-        "SELECT public_key, candidates_json FROM host_connectivity WHERE obj = ?",
-        this.state.name,
-      )
-      .next();
-    return r.done
-      ? null
-      : { publicKey: r.value.public_key, candidates: JSON.parse(r.value.candidates_json) as Candidate[] };
+    const r = this.rows.connectivity();
+    return r ? { publicKey: r.publicKey, candidates: JSON.parse(r.candidatesJson) as Candidate[] } : null;
   }
 
   /**
@@ -125,22 +107,14 @@ export class HostConnections {
     u: ConnectivityUpdate,
     current: (placementId: string, generation: number) => boolean,
   ): boolean {
-    const prev = this.sql
-      .exec<{ agent_epoch: string; seq: number }>(
-        "SELECT agent_epoch, seq FROM host_connectivity WHERE obj = ?",
-        this.state.name,
-      )
-      .next();
-    if (!prev.done && prev.value.agent_epoch === epoch && prev.value.seq >= u.seq) return false;
-    this.sql.exec(
-      "INSERT INTO host_connectivity (obj, public_key, candidates_json, agent_epoch, seq, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (obj) DO UPDATE SET public_key = excluded.public_key, candidates_json = excluded.candidates_json, agent_epoch = excluded.agent_epoch, seq = excluded.seq, updated_at_ms = excluded.updated_at_ms",
-      this.state.name,
-      u.hostPublicKey,
-      JSON.stringify(u.candidates),
-      epoch,
-      u.seq,
-      this.env.clock.wallMs(),
-    );
+    if (!isNewerConnectivity(this.rows.connectivity(), epoch, u.seq)) return false;
+    this.rows.setConnectivity({
+      publicKey: u.hostPublicKey,
+      candidatesJson: JSON.stringify(u.candidates),
+      agentEpoch: epoch,
+      seq: u.seq,
+      updatedAtMs: this.env.clock.wallMs(),
+    });
     const m = this.env.metrics;
     for (const g of u.appliedGrants)
       m.inc("bb_connection_paths_total", "Applied grants by path, per connectivity_update", {
@@ -166,32 +140,7 @@ export class HostConnections {
       this.redeliveryEpoch = epoch;
     }
     const now = this.env.clock.wallMs();
-    const held = this.sql
-      .exec<{
-        grant_id: string;
-        placement_id: string;
-        generation: number;
-        expires_at_ms: number;
-        apply: CommandStatus | null;
-        revoke: CommandStatus | null;
-      }>(
-        `SELECT grant_id, MAX(placement_id) AS placement_id, MAX(generation) AS generation, MAX(expires_at_ms) AS expires_at_ms,
-                MAX(CASE WHEN action = 'apply' THEN status END) AS apply, MAX(CASE WHEN action = 'revoke' THEN status END) AS revoke
-         FROM host_connection_commands WHERE obj = ? AND expires_at_ms > ? GROUP BY grant_id`,
-        this.state.name,
-        now,
-      )
-      .toArray()
-      .map(
-        (r): HeldGrant => ({
-          grantId: r.grant_id,
-          placementId: r.placement_id,
-          generation: r.generation,
-          expiresAtMs: r.expires_at_ms,
-          apply: r.apply,
-          revoke: r.revoke,
-        }),
-      );
+    const held = this.rows.heldGrants(now);
     if (held.length === 0) return false;
     const plan = reconcileGrants(
       held,
@@ -201,11 +150,7 @@ export class HostConnections {
       (id) => this.redeliveries.get(id) ?? 0,
     );
     const again = (grantId: string, action: "apply" | "revoke") => {
-      this.sql.exec(
-        "UPDATE host_connection_commands SET status = 'pending' WHERE obj = ? AND command_id = ?",
-        this.state.name,
-        connectionCommandIdFor(grantId, action),
-      );
+      this.rows.setStatus(connectionCommandIdFor(grantId, action), "pending");
       this.redeliveries.set(grantId, (this.redeliveries.get(grantId) ?? 0) + 1);
       this.env.metrics.inc(
         "bb_connection_grant_redeliveries_total",
@@ -223,45 +168,31 @@ export class HostConnections {
    * ID). A revoke supersedes the grant's apply if it is still pending; an
    * apply for a grant already revoked is dropped. Returns true when
    * something new is pending (the caller wakes parked polls). Call inside a
-   * transaction.
+   * transaction. Throws INTERNAL for an apply without its signed grant and
+   * relay map.
    */
   enqueue(c: ConnectionCommandRequest): boolean {
-    const commandId = connectionCommandIdFor(c.grantId, c.action);
     if (c.action === "apply") {
       if (!c.grant || !c.relayMap)
         throw new BeachballError("INTERNAL", "an apply needs the signed grant and relay map");
-      const revoked = this.sql
-        .exec(
-          "SELECT 1 FROM host_connection_commands WHERE obj = ? AND command_id = ?",
-          this.state.name,
-          connectionCommandIdFor(c.grantId, "revoke"),
-        )
-        .next();
-      if (!revoked.done) return false;
+      if (this.rows.has(connectionCommandIdFor(c.grantId, "revoke"))) return false;
     } else {
-      this.sql.exec(
-        "UPDATE host_connection_commands SET status = 'superseded' WHERE obj = ? AND command_id = ? AND status = 'pending'",
-        this.state.name,
-        connectionCommandIdFor(c.grantId, "apply"),
-      );
+      this.rows.supersedeIfPending(connectionCommandIdFor(c.grantId, "apply"));
     }
-    const cur = this.sql.exec(
-      "INSERT OR IGNORE INTO host_connection_commands (obj, command_id, grant_id, action, network_id, allocation_id, placement_id, generation, connection_id, grant_json, relay_map_json, expires_at_ms, status, created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?)",
-      this.state.name,
-      commandId,
-      c.grantId,
-      c.action,
-      c.networkId,
-      c.allocationId,
-      c.placementId,
-      c.generation,
-      c.connectionId,
-      c.grant ? JSON.stringify(c.grant) : null,
-      c.relayMap ? JSON.stringify(c.relayMap) : null,
-      c.expiresAtMs,
-      this.env.clock.wallMs(),
-    );
-    return cur.rowsWritten > 0;
+    return this.rows.insert({
+      commandId: connectionCommandIdFor(c.grantId, c.action),
+      grantId: c.grantId,
+      action: c.action,
+      networkId: c.networkId,
+      allocationId: c.allocationId,
+      placementId: c.placementId,
+      generation: c.generation,
+      connectionId: c.connectionId,
+      grantJson: c.grant ? JSON.stringify(c.grant) : null,
+      relayMapJson: c.relayMap ? JSON.stringify(c.relayMap) : null,
+      expiresAtMs: c.expiresAtMs,
+      createdAtMs: this.env.clock.wallMs(),
+    });
   }
 
   /**
@@ -274,25 +205,14 @@ export class HostConnections {
     const now = this.env.clock.wallMs();
     for (const a of acks) {
       if (!a.commandId.startsWith("grt_")) continue;
-      const r = this.sql
-        .exec<{ grant_id: string; action: string; network_id: string; status: string }>(
-          "SELECT grant_id, action, network_id, status FROM host_connection_commands WHERE obj = ? AND command_id = ?",
-          this.state.name,
-          a.commandId,
-        )
-        .next();
-      if (r.done || r.value.status !== "pending") continue;
-      const ok = a.result !== "rejected";
-      this.sql.exec(
-        "UPDATE host_connection_commands SET status = ? WHERE obj = ? AND command_id = ?",
-        ok ? "acked" : "rejected",
-        this.state.name,
-        a.commandId,
-      );
-      if (r.value.action === "revoke" && ok) {
-        this.state.post(this.env.Network, r.value.network_id, `rvk:${r.value.grant_id}`, {
+      const c = this.rows.command(a.commandId);
+      const outcome = c ? ackOutcome(c.action, c.status, a.result) : null;
+      if (!c || !outcome) continue;
+      this.rows.setStatus(a.commandId, outcome.status);
+      if (outcome.revokeObserved) {
+        this.state.post(this.env.Network, c.networkId, `rvk:${c.grantId}`, {
           kind: "revoke_observed",
-          grantId: r.value.grant_id,
+          grantId: c.grantId,
           hostId: this.state.name,
           atMs: now,
         });
@@ -305,56 +225,25 @@ export class HostConnections {
    * puts the apply back in the queue (see the module header). Ignored (false)
    * when the grant was never applied here, was revoked, refused or expired,
    * the list is unchanged, or MAX_CLIENT_CANDIDATE_UPDATES_PER_GRANT lists
-   * came already. True when the apply is pending again (the caller wakes
-   * parked polls). Call inside a transaction.
+   * came already (src/domain/connectionCommands.ts, acceptClientCandidates).
+   * True when the apply is pending again (the caller wakes parked polls).
+   * Call inside a transaction.
    */
   clientCandidates(grantId: string, candidates: readonly Candidate[]): boolean {
     const now = this.env.clock.wallMs();
-    const apply = this.sql
-      .exec<{
-        status: CommandStatus;
-        expires_at_ms: number;
-        client_candidates_json: string | null;
-        client_candidate_updates: number;
-      }>(
-        "SELECT status, expires_at_ms, client_candidates_json, client_candidate_updates FROM host_connection_commands WHERE obj = ? AND command_id = ?",
-        this.state.name,
-        connectionCommandIdFor(grantId, "apply"),
-      )
-      .next();
-    if (apply.done) return false;
-    const a = apply.value;
+    const applyId = connectionCommandIdFor(grantId, "apply");
+    const apply = this.rows.command(applyId);
+    if (!apply) return false;
     const json = JSON.stringify(candidates);
-    if (
-      a.status === "rejected" ||
-      a.status === "superseded" ||
-      a.expires_at_ms <= now ||
-      a.client_candidates_json === json
-    )
-      return false;
-    if (a.client_candidate_updates >= MAX_CLIENT_CANDIDATE_UPDATES_PER_GRANT) return false;
-    const revoked = !this.sql
-      .exec(
-        "SELECT 1 FROM host_connection_commands WHERE obj = ? AND command_id = ?",
-        this.state.name,
-        connectionCommandIdFor(grantId, "revoke"),
-      )
-      .next().done;
-    if (revoked) return false;
-    this.sql.exec(
-      "UPDATE host_connection_commands SET client_candidates_json = ?, client_candidate_updates = client_candidate_updates + 1, status = 'pending' WHERE obj = ? AND command_id = ?",
-      json,
-      this.state.name,
-      connectionCommandIdFor(grantId, "apply"),
-    );
+    const revoked = this.rows.has(connectionCommandIdFor(grantId, "revoke"));
+    if (!acceptClientCandidates(apply, revoked, json, now)) return false;
+    this.rows.setClientCandidates(applyId, json);
     return true;
   }
 
   /** True if a configure_connection waits for the agent. */
   hasPending(): boolean {
-    return !this.sql
-      .exec("SELECT 1 FROM host_connection_commands WHERE obj = ? AND status = 'pending' LIMIT 1", this.state.name)
-      .next().done;
+    return this.rows.hasPending();
   }
 
   /**
@@ -362,56 +251,47 @@ export class HostConnections {
    * first, each apply with fresh host relay tokens and the host's endpoint
    * token. An apply whose grant has expired is superseded instead (the host
    * would refuse it, and it removes expired peers itself), as is a revoke
-   * whose grant expired more than GRANT_EXPIRY_GRACE_MS ago.
+   * whose grant expired more than GRANT_EXPIRY_GRACE_MS ago
+   * (src/domain/connectionCommands.ts, handoutDecision).
    */
   pending(): ConfigureConnection[] {
     const now = this.env.clock.wallMs();
-    const rows = this.sql
-      .exec<CommandRow>(
-        "SELECT command_id, grant_id, action, network_id, connection_id, grant_json, relay_map_json, expires_at_ms, client_candidates_json FROM host_connection_commands WHERE obj = ? AND status = 'pending' ORDER BY created_at_ms, command_id LIMIT ?",
-        this.state.name,
-        MAX_CONNECTION_COMMANDS_PER_POLL,
-      )
-      .toArray();
+    const signer = this.env.signer;
+    const settings = this.env.config.connections;
     const out: ConfigureConnection[] = [];
-    for (const c of rows) {
+    for (const c of this.rows.pending()) {
+      if (handoutDecision(c.action, c.expiresAtMs, now, !!signer && !!settings) === "supersede") {
+        this.rows.setStatus(c.commandId, "superseded");
+        continue;
+      }
       if (c.action === "revoke") {
-        // Long expired: the host removed the peer on its own (and the Network counts the grant gone by expiry).
-        if (c.expires_at_ms + GRANT_EXPIRY_GRACE_MS <= now) {
-          this.sql.exec(
-            "UPDATE host_connection_commands SET status = 'superseded' WHERE obj = ? AND command_id = ?",
-            this.state.name,
-            c.command_id,
-          );
-          continue;
-        }
-        out.push({ commandId: c.command_id, type: "configure_connection", action: "revoke", grantId: c.grant_id });
+        out.push({ commandId: c.commandId, type: "configure_connection", action: "revoke", grantId: c.grantId });
         continue;
       }
-      const signer = this.env.signer;
-      const settings = this.env.config.connections;
-      if (c.expires_at_ms <= now || !signer || !settings) {
-        this.sql.exec(
-          "UPDATE host_connection_commands SET status = 'superseded' WHERE obj = ? AND command_id = ?",
-          this.state.name,
-          c.command_id,
-        );
-        continue;
-      }
-      out.push({
-        commandId: c.command_id,
-        type: "configure_connection",
-        action: "apply",
-        grantId: c.grant_id,
-        grant: JSON.parse(c.grant_json!) as SignedGrant,
-        relayMap: JSON.parse(c.relay_map_json!) as SignedRelayMap,
-        relayTokens: relayTokens(signer, settings, c.grant_id, "host", c.expires_at_ms, now),
-        ...(c.client_candidates_json ? { clientCandidates: JSON.parse(c.client_candidates_json) as Candidate[] } : {}),
-        connectionId: c.connection_id,
-        endpointToken: signer.hostEndpointToken(c.connection_id),
-      });
+      out.push(this.handedOutApply(c, signer!, settings!, now));
     }
     return out;
+  }
+
+  /** Apply `c` as handed out at `nowMs`: its stored documents with freshly minted host tokens. */
+  private handedOutApply(
+    c: ConnectionCommandRow,
+    signer: NonNullable<SchedulerEnv["signer"]>,
+    settings: NonNullable<SchedulerEnv["config"]["connections"]>,
+    nowMs: number,
+  ): ConfigureConnection {
+    return {
+      commandId: c.commandId,
+      type: "configure_connection",
+      action: "apply",
+      grantId: c.grantId,
+      grant: JSON.parse(c.grantJson!) as SignedGrant,
+      relayMap: JSON.parse(c.relayMapJson!) as SignedRelayMap,
+      relayTokens: relayTokens(signer, settings, c.grantId, "host", c.expiresAtMs, nowMs),
+      ...(c.clientCandidatesJson ? { clientCandidates: JSON.parse(c.clientCandidatesJson) as Candidate[] } : {}),
+      connectionId: c.connectionId,
+      endpointToken: signer.hostEndpointToken(c.connectionId),
+    };
   }
 
   /**
@@ -420,22 +300,8 @@ export class HostConnections {
    * reconciliation needs them). Call inside a transaction.
    */
   prune(cutoffMs: number): void {
-    this.sql.exec(
-      "DELETE FROM host_connection_commands WHERE obj = ? AND status != 'pending' AND created_at_ms < ? AND expires_at_ms + ? < ?",
-      this.state.name,
-      cutoffMs,
-      GRANT_EXPIRY_GRACE_MS,
-      this.env.clock.wallMs(),
-    );
-    for (const id of [...this.redeliveries.keys()]) {
-      const kept = !this.sql
-        .exec(
-          "SELECT 1 FROM host_connection_commands WHERE obj = ? AND command_id = ?",
-          this.state.name,
-          connectionCommandIdFor(id, "apply"),
-        )
-        .next().done;
-      if (!kept) this.redeliveries.delete(id);
-    }
+    this.rows.prune(cutoffMs, this.env.clock.wallMs());
+    for (const id of [...this.redeliveries.keys()])
+      if (!this.rows.has(connectionCommandIdFor(id, "apply"))) this.redeliveries.delete(id);
   }
 }

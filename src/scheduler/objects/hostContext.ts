@@ -2,7 +2,8 @@
  * What the parts of one Host instance share (./hostObject.ts builds it):
  * its object state, the scheduler environment, its rows (./hostStore.ts),
  * its memory-only mailbox (./hostDeliveries.ts) and its private-networking
- * part (./hostConnections.ts). Declarations only.
+ * part (./hostConnections.ts, over its rows in ./hostConnectionStore.ts).
+ * Declarations only.
  */
 import type { ObjectState } from "../runtime/api.ts";
 import type { SchedulerEnv } from "../env.ts";

@@ -26,12 +26,17 @@ export type NetRow = typeof networkTable.$inferSelect;
 /** One allocation of the Network (./networkSchema.ts): its /128, closed and waited-for generations, end. */
 export type AllocRow = typeof networkAllocationTable.$inferSelect;
 
-const queries = (db: ObjectDb) => {
-  const obj = sql.placeholder("obj");
-  const n = networkTable;
-  const a = networkAllocationTable;
-  const f = networkFreeAddressTable;
-  const mine = eq(a.obj, obj);
+const obj = sql.placeholder("obj");
+const n = networkTable;
+const a = networkAllocationTable;
+const f = networkFreeAddressTable;
+const mine = eq(a.obj, obj);
+
+/** The address book's statements (built once per storage). */
+const queries = (db: ObjectDb) => ({ ...netAndAllocations(db), ...freeList(db) });
+
+/** The Network's row and counters, and its allocations' rows. */
+function netAndAllocations(db: ObjectDb) {
   return {
     net: db.select().from(n).where(eq(n.obj, obj)).prepare(),
     alloc: db
@@ -80,6 +85,12 @@ const queries = (db: ObjectDb) => {
       .delete(a)
       .where(and(mine, eq(a.allocationId, sql.placeholder("id"))))
       .prepare(),
+  };
+}
+
+/** The free list of returned addresses. */
+function freeList(db: ObjectDb) {
+  return {
     oldestFree: db
       .select({ address: f.address })
       .from(f)
@@ -107,7 +118,7 @@ const queries = (db: ObjectDb) => {
       .orderBy(asc(f.freedAtMs), asc(f.address))
       .prepare(),
   };
-};
+}
 
 /** See the module header. */
 export class NetworkAddresses {

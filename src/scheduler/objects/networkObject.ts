@@ -32,7 +32,7 @@
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
 import { prepared } from "../runtime/drizzle.ts";
 import { BeachballError } from "../../protocol/errors.ts";
-import type { ConnectionGrantResponse, GrantPayload, GrantTransport } from "../../protocol/connection.ts";
+import type { ConnectionGrantResponse, GrantTransport } from "../../protocol/connection.ts";
 import {
   checkGrantRequest,
   generationFenced,
@@ -40,7 +40,7 @@ import {
   grantGone,
   grantStale,
 } from "../../domain/grants.ts";
-import { tokenDigest } from "../manifestSchema.ts";
+import { closedGrantRefusal, grantLimitRefusal, revokedWhileIssuedRefusal } from "../../domain/grantIssue.ts";
 import type { SchedulerEnv } from "../env.ts";
 import type { ConnectionSettings } from "../connectionSettings.ts";
 import type { ConnectionSigner } from "../connectionSigner.ts";
@@ -48,12 +48,10 @@ import { NetworkMessage } from "./messages.ts";
 import { NETWORK_TABLES } from "./networkSchema.ts";
 import { networkQueries, type GrantRow } from "./networkQueries.ts";
 import { relayTokens, signGrant } from "./grantDocuments.ts";
+import { grantPayload, openAndApply, refuse, type GrantDocuments, type NewGrant } from "./networkGrantIssue.ts";
 import { NetworkAddresses, type AllocRow } from "./networkAddresses.ts";
 
-/** Most unrevoked, unexpired grants one allocation holds at once. */
-export const MAX_LIVE_GRANTS_PER_ALLOCATION = 16;
-/** Most grants one Network holds that may still be applied on a host (each holds a client address). */
-export const MAX_GRANTS_PER_NETWORK = 4096;
+export { MAX_GRANTS_PER_NETWORK, MAX_LIVE_GRANTS_PER_ALLOCATION } from "../../domain/grantIssue.ts";
 /** How long a grant's facts are kept after it is gone (a late revoke still finds it), ms. */
 export const GRANT_RETENTION_MS = 3600_000;
 /** How often an unacknowledged revoke is sent again while its grant lives, ms. */
@@ -122,17 +120,10 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
     return { networkId: this.obj, address: this.book.reserve(allocationId, settings.ula) };
   }
 
-  /** Throws the stable refusal when no grant may be issued for `generation` of `a`. */
+  /** Throws the stable refusal when no grant may be issued for `generation` of `a` (src/domain/grantIssue.ts). */
   private refuseClosed(a: AllocRow | null, generation: number): AllocRow {
-    if (!a)
-      throw new BeachballError(
-        "INVALID_STATE",
-        "allocation has no private address (created before private networking was configured)",
-      );
-    if (a.terminalAtMs !== null) throw new BeachballError("INVALID_STATE", "allocation is released");
-    if (generation <= a.closedGeneration)
-      throw new BeachballError("STALE_GENERATION", `generation ${generation} was replaced; no grant is issued for it`);
-    return a;
+    refuse(closedGrantRefusal(a, generation));
+    return a!;
   }
 
   /**
@@ -144,112 +135,96 @@ export class NetworkObject extends AuthorityObject<SchedulerEnv, NetworkMessage>
    */
   async issueGrant(req: IssueGrant): Promise<ConnectionGrantResponse> {
     const { settings, signer } = this.settings();
-    this.refuseClosed(this.book.alloc(req.allocationId), req.generation);
-    const now0 = this.now;
-    const live = this.q.liveOfAllocation.get({ obj: this.obj, id: req.allocationId, now: now0 })!.n;
-    if (live >= MAX_LIVE_GRANTS_PER_ALLOCATION)
-      throw new BeachballError(
-        "RATE_LIMITED",
-        `an allocation holds at most ${MAX_LIVE_GRANTS_PER_ALLOCATION} live grants; revoke one first`,
-        { retryAfterSeconds: 5 },
-      );
-    const held = this.q.held.get({ obj: this.obj })!.n;
-    if (held >= MAX_GRANTS_PER_NETWORK)
-      throw new BeachballError(
-        "RATE_LIMITED",
-        `a Network holds at most ${MAX_GRANTS_PER_NETWORK} grants that may still be applied`,
-        { retryAfterSeconds: 30 },
-      );
-    const policy = checkGrantRequest(settings.policyFor(req.workloadClass), req, settings);
-    if (!policy.ok) throw new BeachballError(policy.refusal.code, policy.refusal.message);
-
+    const ttlMs = this.admit(req, settings);
     const endpoint = await this.env.Host.get(req.hostId).connectionEndpoint(req.placementId, req.generation);
-
     // The Allocation may have closed the generation (or ended) while the Host answered.
     const a = this.refuseClosed(this.book.alloc(req.allocationId), req.generation);
     const now = this.now;
-    const grantId = this.env.random.id("grt");
-    const connectionId = this.env.random.id("con");
-    const clientToken = `bbx_${Buffer.from(this.env.random.bytes(32)).toString("hex")}`;
-    const expiresAtMs = now + policy.ttlMs;
-    const docs = this.state.storage.transactionSync(() => {
-      const clientAddress = this.book.take("client", settings.ula);
-      const payload: GrantPayload = {
-        v: 1,
-        grantId,
-        tenant: req.tenant,
-        networkId: this.obj,
-        allocationId: req.allocationId,
-        generation: req.generation,
-        hostId: req.hostId,
-        clientPublicKey: req.clientPublicKey,
-        hostPublicKey: endpoint.publicKey,
-        clientAddress,
-        allocationAddress: a.address,
-        transport: req.transport,
-        ports: [...req.ports],
-        policyRevision: settings.policyRevision,
-        issuedAtMs: now,
-        expiresAtMs,
-      };
-      const signed = signGrant(signer, settings, payload);
-      this.q.insert.run({
-        obj: this.obj,
-        grantId,
-        id: req.allocationId,
-        generation: req.generation,
-        hostId: req.hostId,
-        placementId: req.placementId,
-        clientAddress,
-        connectionId,
-        now,
-        expiresAtMs,
-      });
-      this.armAlarm(expiresAtMs + GRANT_EXPIRY_GRACE_MS);
-      return signed;
-    });
-    try {
-      await this.env.Connection.get(connectionId).open({
-        grantId,
-        expiresAtMs,
-        clientTokenDigest: tokenDigest(clientToken),
-        hostTokenDigest: tokenDigest(signer.hostEndpointToken(connectionId)),
-        hostId: req.hostId,
-      });
-      await this.env.Host.get(req.hostId).configureConnection({
-        action: "apply",
-        grantId,
-        networkId: this.obj,
-        allocationId: req.allocationId,
-        placementId: req.placementId,
-        generation: req.generation,
-        connectionId,
-        expiresAtMs,
-        grant: docs.grant,
-        relayMap: docs.relayMap,
-      });
-    } catch (e) {
-      const g = this.grant(grantId);
-      await this.revoke(g ? [g] : []).catch(() => undefined);
-      throw e;
-    }
+    const ids: NewGrant = {
+      grantId: this.env.random.id("grt"),
+      connectionId: this.env.random.id("con"),
+      clientToken: `bbx_${Buffer.from(this.env.random.bytes(32)).toString("hex")}`,
+      expiresAtMs: now + ttlMs,
+    };
+    const docs = this.state.storage.transactionSync(() =>
+      this.recordGrant(req, a, endpoint.publicKey, ids, now, settings, signer),
+    );
+    await this.handToHost(req, ids, docs, signer);
     // Closed (replacement) or ended (release) while the grant was being handed to the host: it was revoked.
-    const issued = this.grant(grantId);
-    if (!issued || issued.revokedAtMs !== null) {
-      const cur = this.book.alloc(req.allocationId);
-      if (!cur || cur.terminalAtMs !== null)
-        throw new BeachballError("INVALID_STATE", "the allocation was released while the grant was issued");
-      throw new BeachballError("STALE_GENERATION", "the allocation was replaced while the grant was issued");
-    }
+    const issued = this.grant(ids.grantId);
+    refuse(revokedWhileIssuedRefusal(!issued || issued.revokedAtMs !== null, this.book.alloc(req.allocationId)));
     return {
       grant: docs.grant,
       relayMap: docs.relayMap,
-      relayTokens: relayTokens(signer, settings, grantId, "client", expiresAtMs, now),
-      connectionId,
-      endpointToken: clientToken,
+      relayTokens: relayTokens(signer, settings, ids.grantId, "client", ids.expiresAtMs, now),
+      connectionId: ids.connectionId,
+      endpointToken: ids.clientToken,
       hostCandidates: endpoint.candidates,
       stunServers: [...settings.stunServers],
     };
+  }
+
+  /** Checks `req` before the Host is asked: open generation, the grant bounds, the policy; returns the grant's lifetime, ms. */
+  private admit(req: IssueGrant, settings: ConnectionSettings): number {
+    this.refuseClosed(this.book.alloc(req.allocationId), req.generation);
+    const live = this.q.liveOfAllocation.get({ obj: this.obj, id: req.allocationId, now: this.now })!.n;
+    refuse(grantLimitRefusal(live, this.q.held.get({ obj: this.obj })!.n));
+    const policy = checkGrantRequest(settings.policyFor(req.workloadClass), req, settings);
+    if (!policy.ok) throw new BeachballError(policy.refusal.code, policy.refusal.message);
+    return policy.ttlMs;
+  }
+
+  /** Takes the client address, signs the grant and relay map, stores the grant and arms its expiry. Call inside a transaction. */
+  private recordGrant(
+    req: IssueGrant,
+    a: AllocRow,
+    hostPublicKey: string,
+    ids: NewGrant,
+    now: number,
+    settings: ConnectionSettings,
+    signer: ConnectionSigner,
+  ): GrantDocuments {
+    const { grantId, connectionId, expiresAtMs } = ids;
+    const clientAddress = this.book.take("client", settings.ula);
+    const payload = grantPayload(
+      req,
+      this.obj,
+      { hostPublicKey, clientAddress, allocationAddress: a.address },
+      ids,
+      now,
+      settings,
+    );
+    const signed = signGrant(signer, settings, payload);
+    this.q.insert.run({
+      obj: this.obj,
+      grantId,
+      id: req.allocationId,
+      generation: req.generation,
+      hostId: req.hostId,
+      placementId: req.placementId,
+      clientAddress,
+      connectionId,
+      now,
+      expiresAtMs,
+    });
+    this.armAlarm(expiresAtMs + GRANT_EXPIRY_GRACE_MS);
+    return signed;
+  }
+
+  /** Opens the grant's Connection and queues its apply at the Host; on failure revokes the grant and rethrows. */
+  private async handToHost(
+    req: IssueGrant,
+    ids: NewGrant,
+    docs: GrantDocuments,
+    signer: ConnectionSigner,
+  ): Promise<void> {
+    try {
+      await openAndApply(this.env, this.obj, req, ids, docs, signer);
+    } catch (e) {
+      const g = this.grant(ids.grantId);
+      await this.revoke(g ? [g] : []).catch(() => undefined);
+      throw e;
+    }
   }
 
   /**

@@ -14,15 +14,24 @@ import { networkAllocationTable, networkGrantTable } from "./networkSchema.ts";
 /** A grant's facts as stored (./networkSchema.ts). */
 export type GrantRow = typeof networkGrantTable.$inferSelect;
 
+const obj = sql.placeholder("obj");
+const g = networkGrantTable;
+const a = networkAllocationTable;
+const mine = eq(g.obj, obj);
+const ofAllocation = and(mine, eq(g.allocationId, sql.placeholder("id")));
+const upTo = lte(g.generation, sql.placeholder("generation"));
+const thisAllocation = and(eq(a.obj, obj), eq(a.allocationId, sql.placeholder("id")));
+
 /** The statements (build with `prepared(storage, networkQueries)`). */
-export const networkQueries = (db: ObjectDb) => {
-  const obj = sql.placeholder("obj");
-  const g = networkGrantTable;
-  const a = networkAllocationTable;
-  const mine = eq(g.obj, obj);
-  const ofAllocation = and(mine, eq(g.allocationId, sql.placeholder("id")));
-  const upTo = lte(g.generation, sql.placeholder("generation"));
-  const thisAllocation = and(eq(a.obj, obj), eq(a.allocationId, sql.placeholder("id")));
+export const networkQueries = (db: ObjectDb) => ({
+  ...grantLookups(db),
+  ...grantMarks(db),
+  ...grantScans(db),
+  ...allocationMarks(db),
+});
+
+/** One grant, and the counts the bounds read. */
+function grantLookups(db: ObjectDb) {
   return {
     grant: db
       .select()
@@ -39,6 +48,12 @@ export const networkQueries = (db: ObjectDb) => {
       .from(g)
       .where(and(mine, isNull(g.goneAtMs)))
       .prepare(),
+  };
+}
+
+/** The marks of a grant's life: issued, revoked, revoke observed, gone, forgotten. */
+function grantMarks(db: ObjectDb) {
+  return {
     insert: db
       .insert(g)
       .values({
@@ -81,6 +96,16 @@ export const networkQueries = (db: ObjectDb) => {
       .set({ goneAtMs: param<number>("now") })
       .where(and(mine, eq(g.grantId, sql.placeholder("grantId"))))
       .prepare(),
+    forgetGoneBefore: db
+      .delete(g)
+      .where(and(mine, isNotNull(g.goneAtMs), lt(g.goneAtMs, sql.placeholder("before"))))
+      .prepare(),
+  };
+}
+
+/** The sets of grants a fence, a settle pass, the alarm and the operator view read. */
+function grantScans(db: ObjectDb) {
+  return {
     /** Grants of generations up to `generation` of the allocation not yet revoked (nor gone). */
     unrevokedUpTo: db
       .select()
@@ -124,10 +149,6 @@ export const networkQueries = (db: ObjectDb) => {
       .leftJoin(a, and(eq(a.obj, g.obj), eq(a.allocationId, g.allocationId)))
       .where(and(mine, isNull(g.revokedAtMs), isNull(g.goneAtMs)))
       .prepare(),
-    forgetGoneBefore: db
-      .delete(g)
-      .where(and(mine, isNotNull(g.goneAtMs), lt(g.goneAtMs, sql.placeholder("before"))))
-      .prepare(),
     /** The three times the alarm may be due for: earliest expiry, a revoke to resend, earliest gone grant. */
     alarmTimes: db
       .select({
@@ -141,6 +162,12 @@ export const networkQueries = (db: ObjectDb) => {
       .where(mine)
       .prepare(),
     all: db.select().from(g).where(mine).orderBy(asc(g.issuedAtMs), asc(g.grantId)).prepare(),
+  };
+}
+
+/** The allocation's marks: a fenced or closed generation, its end, the end of a wait. */
+function allocationMarks(db: ObjectDb) {
+  return {
     fence: db
       .update(a)
       .set({
@@ -161,4 +188,4 @@ export const networkQueries = (db: ObjectDb) => {
       .prepare(),
     stopWaiting: db.update(a).set({ waitingGeneration: 0 }).where(thisAllocation).prepare(),
   };
-};
+}
