@@ -7,7 +7,8 @@
 //
 // It prints `listening <host:port>` on stdout once it accepts connections.
 // The keys file holds one control_config message (ControlConfigMessage,
-// src/protocol/control.ts); SIGHUP re-reads it. Must never: be shipped in
+// src/protocol/control.ts); SIGHUP re-reads it. Until the file exists the
+// service answers GUEST_NOT_READY, as the guest does before control_config. Must never: be shipped in
 // an image (the guest main starts the service itself).
 package main
 
@@ -56,10 +57,13 @@ func main() {
 		srv.SetKeys(keys)
 		return nil
 	}
-	if err := load(); err != nil {
-		fmt.Fprintln(os.Stderr, "control-dev:", err)
-		os.Exit(1)
-	}
+	if _, err := os.Stat(*keysPath); err == nil {
+		if err := load(); err != nil {
+			fmt.Fprintln(os.Stderr, "control-dev:", err)
+			os.Exit(1)
+		}
+	} // else: no keys yet (GUEST_NOT_READY) until the file appears and SIGHUP arrives
+
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	go func() {
