@@ -194,11 +194,23 @@ func writeStdin(q *request, e *execProc) error {
 	if len(body) > MaxStdinWriteBytes {
 		return fail("TOO_LARGE", "a stdin write is at most %d bytes (MAX_EXEC_STDIN_WRITE_BYTES)", MaxStdinWriteBytes)
 	}
-	closeAfter := q.r.URL.Query().Get("close") == "1"
+	n, err := e.takeStdin(off, body, q.r.URL.Query().Get("close") == "1")
+	if err != nil {
+		return err
+	}
+	writeJSON(q.w, http.StatusOK, map[string]int64{"stdinOffset": n})
+	return nil
+}
+
+// takeStdin writes stdin bytes [off, off+len(body)): bytes before the current stdin offset
+// were taken already (a retry) and are skipped; off past it is OFFSET_MISMATCH. closeAfter
+// closes stdin after the write (EOF on a pipe, ^D on a terminal). New bytes for a closed stdin
+// are EXEC_STATE_CONFLICT. Answers the stdin offset after the write.
+func (e *execProc) takeStdin(off int64, body []byte, closeAfter bool) (int64, error) {
 	e.stdinMu.Lock()
 	defer e.stdinMu.Unlock()
 	if off > e.stdinOffset {
-		return &Error{Code: "OFFSET_MISMATCH", Detail: "the write starts past the stdin's end",
+		return 0, &Error{Code: "OFFSET_MISMATCH", Detail: "the write starts past the stdin's end",
 			Extra: map[string]interface{}{"stdinOffset": e.stdinOffset}}
 	}
 	skip := e.stdinOffset - off
@@ -208,17 +220,16 @@ func writeStdin(q *request, e *execProc) error {
 	}
 	if e.stdin == nil {
 		if len(fresh) == 0 {
-			writeJSON(q.w, http.StatusOK, map[string]int64{"stdinOffset": e.stdinOffset})
-			return nil
+			return e.stdinOffset, nil
 		}
-		return fail("EXEC_STATE_CONFLICT", "exec %s's stdin is closed (or was never open)", e.id)
+		return 0, fail("EXEC_STATE_CONFLICT", "exec %s's stdin is closed (or was never open)", e.id)
 	}
 	for len(fresh) > 0 {
 		n, err := e.stdin.Write(fresh)
 		e.stdinOffset += int64(n)
 		fresh = fresh[n:]
 		if err != nil {
-			return fail("EXEC_STATE_CONFLICT", "exec %s's stdin: %v", e.id, err)
+			return 0, fail("EXEC_STATE_CONFLICT", "exec %s's stdin: %v", e.id, err)
 		}
 	}
 	if closeAfter {
@@ -229,6 +240,5 @@ func writeStdin(q *request, e *execProc) error {
 		}
 		e.stdin = nil
 	}
-	writeJSON(q.w, http.StatusOK, map[string]int64{"stdinOffset": e.stdinOffset})
-	return nil
+	return e.stdinOffset, nil
 }

@@ -55,7 +55,34 @@ export interface OutputRead {
 /** The client's side effects (fetch), so tests can fake them. */
 export interface ControlClientPorts {
   fetch: typeof fetch;
+  /** Opens a WebSocket with request headers (Bun's WebSocket takes `{ headers }`; a browser's cannot). */
+  webSocket: (url: string, headers: Record<string, string>) => WebSocket;
 }
+
+/** One output chunk of an attach session: `bytes` of `stream` starting at `offset`. */
+export interface AttachOutput {
+  stream: ExecStream;
+  offset: number;
+  bytes: Uint8Array;
+}
+
+/** A live WebSocket attach to one exec (see ControlClient.attach). */
+export interface AttachSession {
+  /** Output chunks in order per stream, from the offsets asked; ends when the exec has exited and all is sent, or on detach. */
+  output: AsyncIterable<AttachOutput>;
+  /** The exec's final view, once it exited (rejects when the session ends first). */
+  exited: Promise<ExecView>;
+  /** Writes stdin from `offset` (bytes already taken are skipped; see writeStdin). */
+  stdin(offset: number, bytes: Uint8Array, close?: boolean): void;
+  /** Resizes the exec's terminal. */
+  resize(cols: number, rows: number): void;
+  /** Sends a signal to the exec's process group. */
+  signal(signal: ExecSignal): void;
+  /** Closes the session; the process keeps running. */
+  detach(): void;
+}
+
+const STREAM_BY_ID: Record<number, ExecStream> = { 1: "stdout", 2: "stderr", 3: "pty" };
 
 /** The `beachball-grant` header value of a signed grant: base64url (no padding) of its canonical JSON. */
 export function grantHeaderValue(grant: SignedGrant): string {
@@ -72,11 +99,15 @@ export class ControlClient {
   readonly #base: string;
   readonly #grant: string;
   readonly #fetch: typeof fetch;
+  readonly #webSocket: ControlClientPorts["webSocket"];
 
   constructor(baseUrl: string, grant: SignedGrant | string, ports: Partial<ControlClientPorts> = {}) {
     this.#base = baseUrl.replace(/\/+$/, "");
     this.#grant = typeof grant === "string" ? grant : grantHeaderValue(grant);
     this.#fetch = ports.fetch ?? fetch;
+    this.#webSocket =
+      ports.webSocket ??
+      ((url, headers) => new (WebSocket as unknown as new (u: string, o: object) => WebSocket)(url, { headers }));
   }
 
   /** The `beachball-grant` header value this client sends (for callers that make their own requests). */
@@ -215,6 +246,76 @@ export class ControlClient {
   /** Closes the exec's stdin at `offset` (its current stdin offset; see writeStdin). */
   closeStdin(execId: string, offset: number): Promise<number> {
     return this.writeStdin(execId, offset, new Uint8Array(0), { close: true });
+  }
+
+  /**
+   * `GET /v1/execs/{id}/attach` (WebSocket): output of each stream from
+   * `offsets` (0 by default) with its offsets, stdin, resize and signal
+   * messages, keep-alive pings from the guest at least every 15 s. Detaching
+   * never signals the process; a new attach from the offsets last seen
+   * loses nothing. The plain offset reads (followOutput) are the fallback.
+   */
+  attach(execId: string, offsets: Partial<Record<ExecStream, number>> = {}): AttachSession {
+    const q = new URLSearchParams(Object.entries(offsets).map(([k, v]): [string, string] => [k, String(v)]));
+    const url = `${this.#base.replace(/^http/, "ws")}/v1/execs/${encodeURIComponent(execId)}/attach?${q}`;
+    const ws = this.#webSocket(url, { [CONTROL_GRANT_HEADER]: this.#grant });
+    ws.binaryType = "arraybuffer";
+    const queue: AttachOutput[] = [];
+    let wake: (() => void) | null = null;
+    let ended = false;
+    let resolveExit!: (v: ExecView) => void;
+    let rejectExit!: (e: Error) => void;
+    const exited = new Promise<ExecView>((res, rej) => {
+      resolveExit = res;
+      rejectExit = rej;
+    });
+    exited.catch(() => {});
+    const poke = () => {
+      wake?.();
+      wake = null;
+    };
+    ws.onmessage = (ev: MessageEvent) => {
+      if (typeof ev.data === "string") {
+        const m = JSON.parse(ev.data) as { type: string; exec?: ExecView; code?: string; detail?: string };
+        if (m.type === "exit" && m.exec) resolveExit(m.exec);
+        return;
+      }
+      const b = new Uint8Array(ev.data as ArrayBuffer);
+      const view = new DataView(b.buffer, b.byteOffset, b.byteLength);
+      queue.push({
+        stream: STREAM_BY_ID[b[0]!] ?? "stdout",
+        offset: Number(view.getBigUint64(1)),
+        bytes: b.subarray(9),
+      });
+      poke();
+    };
+    ws.onclose = () => {
+      ended = true;
+      rejectExit(new BeachballError("EXEC_STATE_CONFLICT", `attach to ${execId} ended before the exec exited`));
+      poke();
+    };
+    const opened = new Promise<void>((res) => {
+      ws.onopen = () => res();
+    });
+    const send = (m: object) => void opened.then(() => ws.send(JSON.stringify(m)));
+    async function* output(): AsyncGenerator<AttachOutput> {
+      for (;;) {
+        while (queue.length > 0) yield queue.shift()!;
+        if (ended) return;
+        await new Promise<void>((r) => {
+          wake = r;
+        });
+      }
+    }
+    return {
+      output: output(),
+      exited,
+      stdin: (offset, bytes, close) =>
+        send({ type: "stdin", offset, data: Buffer.from(bytes).toString("base64"), close: close ?? false }),
+      resize: (cols, rows) => send({ type: "resize", cols, rows }),
+      signal: (signal) => send({ type: "signal", signal }),
+      detach: () => ws.close(),
+    };
   }
 
   /** `POST /v1/execs/{id}/signal`: sends `signal` to the exec's process group. */

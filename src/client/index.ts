@@ -22,7 +22,7 @@ export type * from "./types.ts";
 export { BeachballError, ERROR_STATUS, isErrorCode, type ErrorCode } from "../protocol/errors.ts";
 export { UnexpectedAnswerError } from "../protocol/problem.ts";
 export { ControlClient, grantHeaderValue, UPLOAD_CHUNK_BYTES } from "./control.ts";
-export type { ControlClientPorts, OutputRead } from "./control.ts";
+export type { AttachOutput, AttachSession, ControlClientPorts, OutputRead } from "./control.ts";
 export type {
   ExecList,
   ExecStartBody,

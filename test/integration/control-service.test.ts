@@ -223,6 +223,39 @@ describe("exec", () => {
     expect((await client().getExec(e.execId)).exitCode).toBe(0);
   });
 
+  test("WebSocket attach: stdin and output frames with offsets; a dropped session re-attaches from its offset with 0 bytes lost", async () => {
+    const c = client();
+    const out = join(root, "ws.out");
+    const e = await c.startExec({
+      shell: `read l; echo "got $l"; awk 'BEGIN { for (i = 0; i < 100000; i++) printf "row %d\\n", i }' | tee ${out}`,
+      stdin: true,
+    });
+    const first = c.attach(e.execId);
+    first.stdin(0, new TextEncoder().encode("hi\n"), true);
+    const seen: Uint8Array[] = [];
+    let offset = 0;
+    for await (const o of first.output) {
+      expect(o.offset).toBe(offset);
+      seen.push(o.bytes);
+      offset += o.bytes.length;
+      if (offset > 10_000) break;
+    }
+    first.detach();
+    const second = c.attach(e.execId, { stdout: offset });
+    for await (const o of second.output) {
+      if (o.stream !== "stdout") continue;
+      expect(o.offset).toBe(offset);
+      seen.push(o.bytes);
+      offset += o.bytes.length;
+    }
+    expect((await second.exited).exitCode).toBe(0);
+    const all = Buffer.concat(seen);
+    expect(all.subarray(0, 7).toString()).toBe("got hi\n");
+    expect(createHash("sha256").update(all.subarray(7)).digest("hex")).toBe(
+      createHash("sha256").update(readFileSync(out)).digest("hex"),
+    );
+  });
+
   test("a PTY resize is seen by stty size", async () => {
     const c = client();
     const e = await c.startExec({ shell: "stty size; read x; stty size", pty: { cols: 80, rows: 24 } });
