@@ -80,11 +80,15 @@ func openNoFollow(dirfd int, rel string, flags int, mode uint32) (int, error) {
 			f, m = flags|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, mode
 		}
 		next, err := syscall.Openat(cur, part, f, m)
-		syscall.Close(cur)
-		if err != nil {
-			if err == syscall.ELOOP {
+		if err == syscall.ENOTDIR || err == syscall.ELOOP {
+			// O_DIRECTORY|O_NOFOLLOW on a symlink is ENOTDIR: a symlink on the way is refused as an escape.
+			var st syscall.Stat_t
+			if fstatat(cur, part, &st, atSymlinkNoFollow) == nil && kindOf(st.Mode) == "symlink" {
 				err = syscall.EXDEV
 			}
+		}
+		syscall.Close(cur)
+		if err != nil {
 			return -1, err
 		}
 		cur = next

@@ -100,9 +100,15 @@ func (e *execProc) view() ExecView {
 	return v
 }
 
-// wait reaps the process, lets its output drain (up to ExitDrainGrace), and records the status.
+// wait reaps the process itself (no Config.StartChild: the service is not under a PID-1 reaper).
 func (e *execProc) wait(pumps *sync.WaitGroup) {
 	_ = e.cmd.Wait()
+	ws, _ := e.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	e.finish(ws, pumps)
+}
+
+// finish records the wait status once the output drained (up to ExitDrainGrace after the reap).
+func (e *execProc) finish(ws syscall.WaitStatus, pumps *sync.WaitGroup) {
 	if e.timer != nil {
 		e.timer.Stop()
 	}
@@ -112,7 +118,6 @@ func (e *execProc) wait(pumps *sync.WaitGroup) {
 	case <-drained:
 	case <-time.After(ExitDrainGrace):
 	}
-	ws, _ := e.cmd.ProcessState.Sys().(syscall.WaitStatus)
 	now := time.Now()
 	e.mu.Lock()
 	if ws.Signaled() {

@@ -11,8 +11,9 @@ import (
 
 // spawn starts e.cmd with its output pumped into logs: stdout and stderr through pipes, or one
 // `pty` log read from a terminal's master side (the child gets the slave as its controlling tty).
-func (e *execProc) spawn(b *ExecStart) error {
-	var pumps sync.WaitGroup
+// With startChild (Config.StartChild) the child is started through the PID-1 reaper and its
+// status comes from there; otherwise the service waits for it itself.
+func (e *execProc) spawn(b *ExecStart, t *execTable) error {
 	var readers []io.Reader
 	var names []string
 	var parentClose []*os.File
@@ -64,7 +65,19 @@ func (e *execProc) spawn(b *ExecStart) error {
 		}
 		e.logs[name] = l
 	}
-	if err := e.cmd.Start(); err != nil {
+	var pumps sync.WaitGroup
+	var startErr error
+	if t.startChild != nil {
+		_, startErr = t.startChild(func() (int, error) {
+			if err := e.cmd.Start(); err != nil {
+				return 0, err
+			}
+			return e.cmd.Process.Pid, nil
+		}, func(ws syscall.WaitStatus) { e.finish(ws, &pumps) })
+	} else {
+		startErr = e.cmd.Start()
+	}
+	if err := startErr; err != nil {
 		closeAll()
 		for _, r := range readers {
 			_ = r.(*os.File).Close()
@@ -91,6 +104,8 @@ func (e *execProc) spawn(b *ExecStart) error {
 			_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
 		})
 	}
-	go e.wait(&pumps)
+	if t.startChild == nil {
+		go e.wait(&pumps)
+	}
 	return nil
 }

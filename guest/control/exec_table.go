@@ -15,14 +15,15 @@ import (
 
 // execTable holds every exec (at most MaxExecs), in start order.
 type execTable struct {
-	runDir string
-	mu     sync.Mutex
-	byID   map[string]*execProc
-	order  []string
+	runDir     string
+	startChild StartChildFunc
+	mu         sync.Mutex
+	byID       map[string]*execProc
+	order      []string
 }
 
-func newExecTable(runDir string) *execTable {
-	return &execTable{runDir: runDir, byID: map[string]*execProc{}}
+func newExecTable(runDir string, startChild StartChildFunc) *execTable {
+	return &execTable{runDir: runDir, startChild: startChild, byID: map[string]*execProc{}}
 }
 
 // get is the tenant's exec id; EXEC_NOT_FOUND for an unknown ID and for another tenant's.
@@ -186,7 +187,7 @@ func (t *execTable) start(b *ExecStart, tenant string) (*execProc, error) {
 	if err := os.MkdirAll(e.dir, 0o700); err != nil {
 		return nil, fail("INTERNAL", "making the exec's log directory: %v", err)
 	}
-	if err := e.spawn(b); err != nil {
+	if err := e.spawn(b, t); err != nil {
 		for _, l := range e.logs {
 			l.remove()
 		}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -25,7 +26,15 @@ type Config struct {
 	LoopbackTesting bool
 	// Now is the wall clock (time.Now when nil); tests move it.
 	Now func() time.Time
+	// StartChild, when set, starts every exec's process through the guest's PID-1 reaper
+	// (pid1.Reaper.Start has this shape): a reaper that waits for any child (wait4(-1)) would
+	// otherwise take the exit status from the service. Nil: the service waits for its children.
+	StartChild StartChildFunc
 }
+
+// StartChildFunc runs start (which starts one process and returns its PID) so that the
+// process's wait status reaches onExit, once, and no one else.
+type StartChildFunc func(start func() (int, error), onExit func(syscall.WaitStatus)) (int, error)
 
 // Server is the control service. Create it with New; it is safe for concurrent use.
 type Server struct {
@@ -40,7 +49,7 @@ func New(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Server{cfg: cfg, execs: newExecTable(cfg.RunDir)}
+	return &Server{cfg: cfg, execs: newExecTable(cfg.RunDir, cfg.StartChild)}
 }
 
 // SetKeys replaces the trusted connection verification keys (key ID → Ed25519
