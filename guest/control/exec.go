@@ -55,18 +55,18 @@ type execProc struct {
 	logs       map[string]*outputLog
 	timer      *time.Timer
 
-	stdinMu     sync.Mutex // serialises stdin writes (a blocked write must not block status reads)
+	stdinMu sync.Mutex // serialises stdin writers (held across a write that may block on a full pipe)
+
+	mu          sync.Mutex // guards what follows; never held across blocking I/O
 	stdin       *os.File   // pipe write end, or the PTY master; nil once closed
 	stdinOffset int64
-
-	mu       sync.Mutex
-	changed  chan struct{} // closed and replaced on every change (output, exit, stdin)
-	exited   bool
-	exitCode *int
-	signal   *string
-	timedOut bool
-	started  time.Time
-	ended    *time.Time
+	changed     chan struct{} // closed and replaced on every change (output, exit, stdin)
+	exited      bool
+	exitCode    *int
+	signal      *string
+	timedOut    bool
+	started     time.Time
+	ended       *time.Time
 }
 
 // notify wakes every reader waiting on the exec.
@@ -79,11 +79,9 @@ func (e *execProc) notify() {
 
 // view is the exec's ExecView now.
 func (e *execProc) view() ExecView {
-	e.stdinMu.Lock()
-	stdinOffset, stdinOpen := e.stdinOffset, e.stdin != nil
-	e.stdinMu.Unlock()
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	stdinOffset, stdinOpen := e.stdinOffset, e.stdin != nil
 	v := ExecView{ExecID: e.id, Argv: e.argv, Pty: e.pty != nil, State: "running", Pid: e.cmd.Process.Pid,
 		ExitCode: e.exitCode, Signal: e.signal, TimedOut: e.timedOut, StartedAtMs: e.started.UnixMilli(),
 		OutputBytes: map[string]int64{}, StdinOffset: stdinOffset, StdinOpen: stdinOpen}
@@ -128,13 +126,12 @@ func (e *execProc) finish(ws syscall.WaitStatus, pumps *sync.WaitGroup) {
 		e.exitCode = &code
 	}
 	e.exited, e.ended = true, &now
-	e.mu.Unlock()
-	e.stdinMu.Lock()
-	if e.stdin != nil && e.pty == nil {
-		_ = e.stdin.Close()
-	}
+	f := e.stdin
 	e.stdin = nil
-	e.stdinMu.Unlock()
+	e.mu.Unlock()
+	if f != nil && e.pty == nil {
+		_ = f.Close() // a write blocked on it (a child that never reads) returns an error now
+	}
 	e.notify()
 }
 

@@ -207,38 +207,42 @@ func writeStdin(q *request, e *execProc) error {
 // closes stdin after the write (EOF on a pipe, ^D on a terminal). New bytes for a closed stdin
 // are EXEC_STATE_CONFLICT. Answers the stdin offset after the write.
 func (e *execProc) takeStdin(off int64, body []byte, closeAfter bool) (int64, error) {
-	e.stdinMu.Lock()
+	e.stdinMu.Lock() // one writer at a time; e.mu is held only briefly, so views never wait on a blocked write
 	defer e.stdinMu.Unlock()
-	if off > e.stdinOffset {
+	e.mu.Lock()
+	f, at := e.stdin, e.stdinOffset
+	e.mu.Unlock()
+	if off > at {
 		return 0, &Error{Code: "OFFSET_MISMATCH", Detail: "the write starts past the stdin's end",
-			Extra: map[string]interface{}{"stdinOffset": e.stdinOffset}}
+			Extra: map[string]interface{}{"stdinOffset": at}}
 	}
-	skip := e.stdinOffset - off
 	fresh := []byte{}
-	if skip < int64(len(body)) {
+	if skip := at - off; skip < int64(len(body)) {
 		fresh = body[skip:]
 	}
-	if e.stdin == nil {
+	if f == nil {
 		if len(fresh) == 0 {
-			return e.stdinOffset, nil
+			return at, nil
 		}
 		return 0, fail("EXEC_STATE_CONFLICT", "exec %s's stdin is closed (or was never open)", e.id)
 	}
-	for len(fresh) > 0 {
-		n, err := e.stdin.Write(fresh)
-		e.stdinOffset += int64(n)
-		fresh = fresh[n:]
-		if err != nil {
-			return 0, fail("EXEC_STATE_CONFLICT", "exec %s's stdin: %v", e.id, err)
-		}
+	n, err := f.Write(fresh)
+	e.mu.Lock()
+	e.stdinOffset += int64(n)
+	at = e.stdinOffset
+	e.mu.Unlock()
+	if err != nil {
+		return 0, fail("EXEC_STATE_CONFLICT", "exec %s's stdin: %v", e.id, err)
 	}
 	if closeAfter {
 		if e.pty != nil {
-			_, _ = e.stdin.Write([]byte{4})
+			_, _ = f.Write([]byte{4})
 		} else {
-			_ = e.stdin.Close()
+			_ = f.Close()
 		}
+		e.mu.Lock()
 		e.stdin = nil
+		e.mu.Unlock()
 	}
-	return e.stdinOffset, nil
+	return at, nil
 }
