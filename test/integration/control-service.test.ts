@@ -33,7 +33,23 @@ import {
   MAX_CONTROL_PATH_BYTES,
   MAX_EXEC_STDIN_WRITE_BYTES,
 } from "../../src/protocol/control.ts";
+import {
+  ExecList,
+  ExecView,
+  FileList,
+  FileStat,
+  MAX_EXECS,
+  TarExtractResult,
+  UploadState,
+} from "../../src/protocol/control.ts";
 import { BeachballError } from "../../src/protocol/errors.ts";
+import { Value } from "@sinclair/typebox/value";
+
+/** Fails with the first schema error when the guest's answer is not the shape src/protocol/control.ts defines. */
+function conforms(schema: Parameters<typeof Value.Check>[0], v: unknown): void {
+  const err = Value.Errors(schema, v).First();
+  expect(err ? `${err.path} ${err.message}` : "conforms").toBe("conforms");
+}
 
 const GO_ENV = { GOPROXY: "off", GOFLAGS: "-mod=mod", GOTOOLCHAIN: "local", CGO_ENABLED: "0" };
 const ALLOC = `alloc_${"c".repeat(32)}`;
@@ -196,6 +212,8 @@ describe("exec", () => {
     const done = await c.wait(e.execId);
     expect(done.exitCode).toBe(7);
     expect(done.state).toBe("exited");
+    conforms(ExecView, done);
+    conforms(ExecList, { execs: await c.listExecs() });
     expect(Buffer.from((await c.readOutput(e.execId)).bytes).toString()).toBe("hello world");
   });
 
@@ -315,6 +333,8 @@ describe("files", () => {
     const sum = createHash("sha256").update(data).digest("hex");
     const st = await c.writeFile(join(root, "big.bin"), data);
     expect(st).toMatchObject({ complete: true, receivedBytes: data.length, sha256: sum });
+    conforms(UploadState, st);
+    conforms(FileStat, await c.stat(join(root, "big.bin")));
     expect((await c.stat(join(root, "big.bin"))).sizeBytes).toBe(data.length);
     const back = await collect(c.readFile(join(root, "big.bin")));
     expect(createHash("sha256").update(back).digest("hex")).toBe(sum);
@@ -358,6 +378,7 @@ describe("files", () => {
       sha256: createHash("sha256").update(tarIn).digest("hex"),
     });
     expect(res.entries).toBe(10_000 + 101);
+    conforms(TarExtractResult, res);
     const back = await collect(c.readTar(join(root, "tree")));
     const out = join(dir, "tree-out");
     mkdirSync(out);
@@ -370,7 +391,9 @@ describe("files", () => {
     };
     expect(readdirSync(out).length).toBe(100);
     expect(digest(out)).toBe(digest(src));
-    expect((await c.list(join(root, "tree", "d7"))).entries.length).toBe(100);
+    const listing = await c.list(join(root, "tree", "d7"));
+    expect(listing.entries.length).toBe(100);
+    conforms(FileList, listing);
   }, 120_000);
 
   test("mkdir, move, remove", async () => {
@@ -433,4 +456,23 @@ describe("bounds are TOO_LARGE", () => {
     expect(((await body.json()) as { code: string }).code).toBe("TOO_LARGE");
     expect(await code(c.stat(`${root}/${"a".repeat(MAX_CONTROL_PATH_BYTES)}`))).toBe("TOO_LARGE");
   });
+
+  test("the count of kept execs (MAX_EXECS)", async () => {
+    const c = client();
+    const started: string[] = [];
+    let refused = "";
+    for (let i = 0; i <= MAX_EXECS && !refused; i++) {
+      try {
+        started.push((await c.startExec({ argv: ["true"] })).execId);
+      } catch (e) {
+        refused = e instanceof BeachballError ? e.code : String(e);
+      }
+    }
+    expect(refused).toBe("TOO_LARGE");
+    for (const id of started) {
+      await c.wait(id);
+      await c.removeExec(id);
+    }
+    expect(await code(c.startExec({ argv: ["true"] }))).toBe("OK");
+  }, 120_000);
 });
