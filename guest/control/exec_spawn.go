@@ -66,6 +66,7 @@ func (e *execProc) spawn(b *ExecStart, t *execTable) error {
 		e.logs[name] = l
 	}
 	var pumps sync.WaitGroup
+	pumps.Add(len(names)) // before the start: a reaper may report the exit before the pumps run
 	var startErr error
 	if t.startChild != nil {
 		_, startErr = t.startChild(func() (int, error) {
@@ -89,7 +90,6 @@ func (e *execProc) spawn(b *ExecStart, t *execTable) error {
 	}
 	closeAll()
 	for i, name := range names {
-		pumps.Add(1)
 		go func(r io.Reader, l *outputLog) {
 			defer pumps.Done()
 			l.pump(r)

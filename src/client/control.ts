@@ -237,7 +237,9 @@ export class ControlClient {
       const last = rest.length === 0;
       const q = new URLSearchParams({ offset: String(at) });
       if (last && opts.close) q.set("close", "1");
-      const res = await this.#request("POST", `/v1/execs/${encodeURIComponent(execId)}/stdin?${q}`, { body: part });
+      const res = await this.#request("POST", `/v1/execs/${encodeURIComponent(execId)}/stdin?${q}`, {
+        body: part as Uint8Array<ArrayBuffer>,
+      });
       at = ((await res.json()) as StdinWriteResult).stdinOffset;
       if (last) return at;
     }
