@@ -44,6 +44,10 @@ import {
 } from "../../src/protocol/control.ts";
 import { BeachballError } from "../../src/protocol/errors.ts";
 import { Value } from "@sinclair/typebox/value";
+import * as controlProtocol from "../../src/protocol/control.ts";
+import * as connectionProtocol from "../../src/protocol/connection.ts";
+import { CONNECTION_CLOCK_SKEW_MS } from "../../src/protocol/connectionSignature.ts";
+import { ERROR_STATUS } from "../../src/protocol/errors.ts";
 
 /** Fails with the first schema error when the guest's answer is not the shape src/protocol/control.ts defines. */
 function conforms(schema: Parameters<typeof Value.Check>[0], v: unknown): void {
@@ -140,6 +144,30 @@ beforeAll(async () => {
 afterAll(() => {
   if (proc) process.kill(proc.pid, "SIGTERM");
   rmSync(dir, { recursive: true, force: true });
+});
+
+describe("the Go side's numbers are src/protocol's", () => {
+  const goDir = join(import.meta.dir, "../../guest/control");
+  test("every code the Go service answers has the status ERROR_STATUS gives it", () => {
+    const text = readFileSync(join(goDir, "problem.go"), "utf8");
+    const pairs = [...text.matchAll(/^\t"([A-Z_]+)":\s+(\d+),$/gm)].map((m) => [m[1]!, Number(m[2])]);
+    expect(pairs.length).toBeGreaterThan(10);
+    for (const [c, status] of pairs)
+      expect({ c, status }).toEqual({ c, status: ERROR_STATUS[c as keyof typeof ERROR_STATUS] });
+  });
+  test("every bound in bounds.go that names a TS constant has its value", () => {
+    const text = readFileSync(join(goDir, "bounds.go"), "utf8");
+    const ts: Record<string, unknown> = { ...connectionProtocol, ...controlProtocol, CONNECTION_CLOCK_SKEW_MS };
+    const found = [...text.matchAll(/\(([A-Z_]+)\)\.\n\t(\w+)\s+=\s+(.+)\n/g)];
+    expect(found.length).toBeGreaterThan(20);
+    for (const [, tsName, goName, expr] of found) {
+      let v: unknown = expr!.startsWith('"')
+        ? JSON.parse(expr!)
+        : Function(`return ${expr!.replaceAll("time.Second", "1000").replace(/(\d+) << (\d+)/g, "($1 * 2 ** $2)")}`)();
+      if (tsName!.endsWith("_SECONDS") && expr!.includes("time.Second")) v = (v as number) / 1000;
+      expect({ goName, tsName, v }).toEqual({ goName, tsName, v: ts[tsName!] });
+    }
+  });
 });
 
 describe("grant contract (Go verifies what connectionSignature.ts signs)", () => {
