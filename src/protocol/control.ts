@@ -12,6 +12,7 @@
  * carry a secret (verification keys are public).
  */
 import { type Static, Type } from "@sinclair/typebox";
+import { EXEC_ID_PATTERN } from "./ids.ts";
 
 /** TCP port of the guest's control service at the allocation's private IPv6 address. */
 export const GUEST_CONTROL_PORT = 7390;
@@ -49,10 +50,8 @@ export type ControlConfigMessage = Static<typeof ControlConfigMessage>;
 // (test/integration/controlService.test.ts) drives one against the other.
 // ---------------------------------------------------------------------------
 
-/** Prefix of an exec ID. */
-export const EXEC_ID_PREFIX = "exec_";
-/** `^exec_` and 32 lower-case hex digits (128 random bits, chosen by the guest). */
-export const EXEC_ID_PATTERN = "^exec_[0-9a-f]{32}$";
+/** Exec IDs (src/protocol/ids.ts). */
+export { EXEC_ID_PREFIX, EXEC_ID_PATTERN } from "./ids.ts";
 /** Largest presented grant header, bytes of base64url (a grant's canonical JSON is under 1.5 KiB). */
 export const MAX_CONTROL_GRANT_HEADER_BYTES = 4096;
 /** Largest JSON request body of a control route, bytes. */
