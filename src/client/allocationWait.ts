@@ -12,7 +12,8 @@
  * failures are retried for up to TRANSPORT_RETRY_MS after the last answer.
  * A slow poll (one plain read per WAIT_FALLBACK_POLL_MS) is used only while
  * the stream is unavailable: a scheduler that does not know `follow`
- * (400 VALIDATION_FAILED naming it: for the rest of the wait), or a follow
+ * (400 VALIDATION_FAILED whose allowedParameters lack it: for the rest of
+ * the wait), or a follow
  * bound that is full (429 RATE_LIMITED / CONCURRENCY_LIMITED: one plain read,
  * then follow again). An empty follow answer (the scheduler's park ended
  * with nothing new) is also followed by one such pause before the next read,
@@ -85,7 +86,9 @@ export function isTerminalEvent(e: AllocationEvent): boolean {
 function classify(e: unknown): "no-follow" | "follow-full" | "transient" | "fatal" {
   if (e instanceof BeachballError) {
     const status = Number(e.extra?.["status"] ?? e.status);
-    if (e.code === "VALIDATION_FAILED" && /follow/.test(e.message)) return "no-follow";
+    // A scheduler from before follow refuses the parameter naming the ones it takes (src/scheduler/edge.ts).
+    const allowed = e.extra?.["allowedParameters"];
+    if (e.code === "VALIDATION_FAILED" && Array.isArray(allowed) && !allowed.includes("follow")) return "no-follow";
     if (e.code === "RATE_LIMITED" || e.code === "CONCURRENCY_LIMITED") return "follow-full";
     return status === 503 ? "transient" : "fatal";
   }

@@ -15,6 +15,9 @@ import { waitFor } from "../../src/cli/wait.ts";
 import { enrollTestHost, startTestScheduler, TEST_HOST_CAPACITY, type TestScheduler } from "../support/scheduler.ts";
 import { ScriptedAgent } from "../support/scriptedAgent.ts";
 import { startCountingProxy, type CountingProxy } from "../support/countingProxy.ts";
+import { MAX_FOLLOWS_PER_CALLER } from "../../src/scheduler/callerLimits.ts";
+import { waitForEvent } from "../../src/client/allocationWait.ts";
+import { SCHEDULER_HOSTS, startSchedulerOn, type SchedulerUnderTest } from "../support/schedulerHosts.ts";
 
 /** How long the allocation is left unready while the wait runs (not asserted: it is the time a poll would fill with questions). */
 const IDLE_MS = 1_500;
@@ -141,5 +144,57 @@ describe("waiting for an allocation's state", () => {
         .slice(before)
         .filter((q) => q.items === 0),
     ).toEqual([]);
+  });
+
+  test("events follow=1: a read with nothing new parks until the next event is written; the caller's follows are bounded", async () => {
+    const { id, makeReady } = await placed("wait-route");
+    const last = (await s.controller.events(id, 0, 200)).at(-1)!.seq;
+    const follow = () =>
+      fetch(`${proxy.url}/v1/allocations/${id}/events?after=${last}&follow=1`, {
+        headers: { authorization: `Bearer ${s.tokens.token}` },
+      });
+    const parked = Array.from({ length: MAX_FOLLOWS_PER_CALLER }, follow);
+    const mine = () => proxy.inFlight().filter((q) => q.path.endsWith(`${id}/events`));
+    await until(() => mine().length === MAX_FOLLOWS_PER_CALLER, "every follow read in flight");
+    // Past the caller's bound (log and event follows together) a follow is shed at once.
+    const shed = await follow();
+    expect(shed.status).toBe(429);
+    expect(((await shed.json()) as { code: string }).code).toBe("CONCURRENCY_LIMITED");
+    expect(mine().length).toBe(MAX_FOLLOWS_PER_CALLER);
+    await makeReady();
+    for (const r of await Promise.all(parked)) {
+      const page = (await r.json()) as { items: AllocationEvent[] };
+      expect(page.items[0]?.seq).toBe(last + 1);
+    }
+  });
+});
+
+describe.each(SCHEDULER_HOSTS)("on the %s host", (host) => {
+  let u: SchedulerUnderTest;
+  beforeAll(async () => {
+    u = await startSchedulerOn(host);
+  }, 120_000);
+  afterAll(async () => {
+    await u?.stop();
+  });
+
+  test("a wait on a pending allocation returns at the event that releases it, from one parked read", async () => {
+    const { view } = await u.controller.create({ clientRequestId: `pending-${host}`, workloadClass: "ci-small" });
+    const id = view.allocationId;
+    const last = (await u.controller.events(id, 0, 200)).at(-1)!.seq;
+    const reads: Array<{ after: number; follow: boolean }> = [];
+    const src = {
+      events: (i: string, after: number, limit: number, opts?: { follow?: boolean; signal?: AbortSignal }) => {
+        reads.push({ after, follow: opts?.follow ?? false });
+        return u.controller.events(i, after, limit, opts);
+      },
+    };
+    const waiting = waitForEvent(src, id, { after: last, until: (e) => e.toState === "released" });
+    await until(() => reads.length === 1, "the parked read");
+    await u.controller.release(id);
+    const r = await waiting;
+    expect(r).toMatchObject({ ended: "goal", event: { toState: "released" } });
+    // The read made before the release is the one that carried the release's events.
+    expect(reads).toEqual([{ after: last, follow: true }]);
   });
 });

@@ -39,11 +39,11 @@ export interface CountingProxy {
   stop(): Promise<void>;
 }
 
-/** A body that fails once read: the client sees a dropped connection after the headers. */
+/** A body that fails once read: the client sees a dropped connection after the headers (Bun prints the error once). */
 function brokenBody(): ReadableStream<Uint8Array> {
   return new ReadableStream({
     pull(c) {
-      c.error(new Error("stream cut by the test proxy"));
+      c.error(new Error("stream cut by the test proxy (expected)"));
     },
   });
 }
