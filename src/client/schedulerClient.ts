@@ -110,6 +110,27 @@ const defaultPorts: ClientPorts = {
   newRequestId: () => `req-${crypto.randomUUID()}`,
 };
 
+/**
+ * A request's signal: aborts after `timeoutMs` (a TimeoutError reason, as
+ * AbortSignal.timeout) or with `outer`; `done` lets its timer and listener
+ * go. (AbortSignal.any is not in every Node the package supports.)
+ */
+function requestSignal(timeoutMs: number, outer?: AbortSignal): { signal: AbortSignal; done: () => void } {
+  if (!outer) return { signal: AbortSignal.timeout(timeoutMs), done: () => {} };
+  const c = new AbortController();
+  const timer = setTimeout(() => c.abort(new DOMException("The operation timed out.", "TimeoutError")), timeoutMs);
+  const onAbort = () => c.abort(outer.reason);
+  if (outer.aborted) onAbort();
+  else outer.addEventListener("abort", onAbort, { once: true });
+  return {
+    signal: c.signal,
+    done: () => {
+      clearTimeout(timer);
+      outer.removeEventListener("abort", onAbort);
+    },
+  };
+}
+
 /** How long to wait before retrying `e`, ms, or null when it must not be retried. */
 export function retryDelayMs(e: unknown, attempt: number): number | null {
   const backoff = RETRY_BACKOFF_MS * 2 ** (attempt - 1);
@@ -211,6 +232,7 @@ export class SchedulerClient {
     raw: boolean,
     signal?: AbortSignal,
   ): Promise<{ status: number; body: unknown }> {
+    const { signal: ended, done } = requestSignal(timeoutMs, signal);
     const res = await this.send(path, {
       method,
       headers: {
@@ -218,9 +240,12 @@ export class SchedulerClient {
         ...(body !== undefined ? { "content-type": "application/json" } : {}),
       },
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-      signal: signal ? AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)]) : AbortSignal.timeout(timeoutMs),
+      signal: ended,
+    }).catch((e) => {
+      done();
+      throw e;
     });
-    const text = await res.text();
+    const text = await res.text().finally(done);
     if (!res.ok) {
       const err = errorFromAnswer(res.status, text);
       const after = parseRetryAfter(res.headers.get("retry-after"), Date.now());
