@@ -189,6 +189,8 @@ export class AllocationStore {
     this.lastSeq = 0;
     this.indexBehind = false;
     this.lastExit = undefined;
+    // A parked event follow of a deleted allocation answers now (NOT_FOUND on its second read), not at its park's end.
+    this.eventFollowers.wake();
   }
 
   /** Events after sequence `after`, at most `limit`, as the API shows them. */
