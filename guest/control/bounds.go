@@ -54,6 +54,11 @@ const (
 	ClockSkew = 30 * time.Second
 	// MaxGrantTTL is the longest grant lifetime accepted (MAX_GRANT_TTL_SECONDS).
 	MaxGrantTTL = 3600 * time.Second
+	// MaxConcurrentRequests is the most requests in flight at once, attach sessions and parked
+	// output reads included (MAX_CONTROL_CONCURRENT_REQUESTS); past it CONCURRENCY_LIMITED.
+	MaxConcurrentRequests = 64
+	// IdleConnTimeout closes a keep-alive connection with no request for this long.
+	IdleConnTimeout = 120 * time.Second
 	// MaxGrantPorts is the most ports one grant lists (MAX_GRANT_PORTS).
 	MaxGrantPorts = 16
 )

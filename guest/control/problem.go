@@ -29,6 +29,7 @@ var codeStatus = map[string]int{
 	"NOT_FOUND":            404,
 	"METHOD_NOT_ALLOWED":   405,
 	"INTERNAL":             500,
+	"CONCURRENCY_LIMITED":  429,
 }
 
 // Error is a refusal with a stable code (see codeStatus), answered as an RFC

@@ -42,6 +42,7 @@ type Server struct {
 	mu    sync.RWMutex
 	keys  map[string]ed25519.PublicKey
 	execs *execTable
+	slots chan struct{} // one per request in flight (MaxConcurrentRequests)
 }
 
 // New makes a control service for cfg. It answers GUEST_NOT_READY until SetKeys is called.
@@ -49,7 +50,7 @@ func New(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Server{cfg: cfg, execs: newExecTable(cfg.RunDir, cfg.StartChild)}
+	return &Server{cfg: cfg, execs: newExecTable(cfg.RunDir, cfg.StartChild), slots: make(chan struct{}, MaxConcurrentRequests)}
 }
 
 // SetKeys replaces the trusted connection verification keys (key ID → Ed25519
@@ -66,7 +67,7 @@ func (s *Server) SetKeys(keys map[string]ed25519.PublicKey) {
 
 // Serve answers HTTP/1.1 on l until l is closed (then it returns the listener's error).
 func (s *Server) Serve(l net.Listener) error {
-	hs := &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second, MaxHeaderBytes: 64 * 1024}
+	hs := &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: IdleConnTimeout, MaxHeaderBytes: 64 * 1024}
 	return hs.Serve(l)
 }
 
@@ -78,8 +79,18 @@ type request struct {
 	parts []string // path segments after /v1/
 }
 
-// ServeHTTP authorises the request (GUEST_NOT_READY, CONTROL_UNAUTHORIZED) and routes it.
+// ServeHTTP bounds the requests in flight (CONCURRENCY_LIMITED), authorises the request
+// (GUEST_NOT_READY, CONTROL_UNAUTHORIZED) and routes it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	select {
+	case s.slots <- struct{}{}:
+		defer func() { <-s.slots }()
+	default:
+		w.Header().Set("retry-after", "1")
+		writeProblem(w, &Error{Code: "CONCURRENCY_LIMITED", Detail: "the control service has its bound of requests in flight (MAX_CONTROL_CONCURRENT_REQUESTS)",
+			Extra: map[string]interface{}{"retryAfterSeconds": 1}})
+		return
+	}
 	s.mu.RLock()
 	keys := s.keys
 	s.mu.RUnlock()

@@ -54,6 +54,8 @@ export type ControlConfigMessage = Static<typeof ControlConfigMessage>;
 export { EXEC_ID_PREFIX, EXEC_ID_PATTERN } from "./ids.ts";
 /** Largest presented grant header, bytes of base64url (a grant's canonical JSON is under 1.5 KiB). */
 export const MAX_CONTROL_GRANT_HEADER_BYTES = 4096;
+/** Most requests the control service serves at once (attach sessions and parked output reads included); past it CONCURRENCY_LIMITED (429, Retry-After 1). */
+export const MAX_CONTROL_CONCURRENT_REQUESTS = 64;
 /** Largest JSON request body of a control route, bytes. */
 export const MAX_CONTROL_JSON_BODY_BYTES = 256 * 1024;
 /** Most arguments of one exec's argv. */

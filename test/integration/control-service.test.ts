@@ -485,6 +485,29 @@ describe("bounds are TOO_LARGE", () => {
     expect(await code(c.stat(`${root}/${"a".repeat(MAX_CONTROL_PATH_BYTES)}`))).toBe("TOO_LARGE");
   });
 
+  test("requests in flight past MAX_CONTROL_CONCURRENT_REQUESTS are CONCURRENCY_LIMITED", async () => {
+    const c = client();
+    const e = await c.startExec({ argv: ["sleep", "60"] });
+    const abort = new AbortController();
+    const parked = Array.from({ length: controlProtocol.MAX_CONTROL_CONCURRENT_REQUESTS }, () =>
+      fetch(`${base}/v1/execs/${e.execId}/output?offset=0&waitMs=20000`, {
+        headers: { [CONTROL_GRANT_HEADER]: c.grantHeader },
+        signal: abort.signal,
+      }).catch(() => null),
+    );
+    let refused = "";
+    for (let i = 0; i < 200 && refused !== "CONCURRENCY_LIMITED"; i++) {
+      refused = await code(c.getExec(e.execId));
+      if (refused === "OK") await Bun.sleep(10);
+    }
+    expect(refused).toBe("CONCURRENCY_LIMITED");
+    abort.abort();
+    await Promise.all(parked);
+    await c.signal(e.execId, "KILL");
+    for (let i = 0; i < 200 && (await code(c.getExec(e.execId))) !== "OK"; i++) await Bun.sleep(10);
+    expect((await c.wait(e.execId)).signal).toBe("KILL");
+  });
+
   test("the count of kept execs (MAX_EXECS)", async () => {
     const c = client();
     const started: string[] = [];
