@@ -18,7 +18,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { randomUUID } from "node:crypto";
 import { SchedulerClient } from "../../src/client/index.ts";
-import { compileBb } from "../../src/image/bbBinary.ts";
+import { compileGuest } from "../../src/image/bbBinary.ts";
 import { buildDevImage } from "../../src/image/devBuild.ts";
 import { placementDirName } from "../../src/agent/resourceNames.ts";
 import type { AllocationEvent } from "../../src/protocol/api.ts";
@@ -160,7 +160,7 @@ d("main job end to end (real QEMU)", () => {
     const img = await buildDevImage({
       outDir: imageDir,
       cacheDir: resolve(".bb/cache"),
-      bbBinaryPath: await compileBb(),
+      bbBinaryPath: await compileGuest(),
     });
     expect(img.digest).toMatch(/^sha256:/);
     port = await freePort();

@@ -11,6 +11,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"sync"
 	"syscall"
 	"time"
@@ -22,8 +23,8 @@ import (
 	"beachball/guest/internal/workload"
 )
 
-// Version is the guest version reported in guest_ready.
-const Version = "0.2.0"
+// Version is the guest version reported in guest_ready (the manifest's guestBootstrapVersion, src/image/devBuild.ts; the wire is unchanged since the Bun guest).
+const Version = "0.1.0"
 
 // ShutdownGrace is how long a running workload has to exit after SIGTERM when the host asks for shutdown.
 const ShutdownGrace = 2 * time.Second
@@ -94,6 +95,7 @@ func (s *Session) Handle(line []byte) {
 			return
 		}
 		s.Keys.SetVerificationKeys(k)
+		console.Line(fmt.Sprintf("beachball-guest: control_config: %d verification keys", len(k)))
 	case "shutdown":
 		go s.shutdown()
 	}
