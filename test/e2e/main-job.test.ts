@@ -1,7 +1,7 @@
 /**
  * The main job end to end with real parts: a scheduler and an agent as
  * separate `bb` processes, a real kernel booted by QEMU (KVM or TCG), the
- * payload handed over in memory and run by `bb guest`, and cleanup.
+ * payload handed over in memory and run by `beachball-guest`, and cleanup.
  * Also: idempotent create starts no second VM, a payload exiting 3 is a
  * workload result (not a scheduler failure), and the scheduler and the agent
  * each survive a SIGKILL and restart mid-run with nothing left behind.

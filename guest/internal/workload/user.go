@@ -1,5 +1,5 @@
 // Package workload decides and starts what runs the one payload of a boot,
-// by kind of image (spec "Images"; src/guest/workload.ts before it):
+// by kind of image (spec "Images"; the Bun guest's workload.ts before it):
 //   - dev image: the payload is a shell script run by /bin/sh from memory
 //     (it arrives on stdin; only `text/x-shellscript` is accepted);
 //   - image converted from OCI: the image's own command from
