@@ -342,7 +342,9 @@ async function main(): Promise<void> {
       // and the guest's own line: ms from its process start to guest_ready written, and its resident set.
       const up = (re: RegExp) => Number(re.exec(consoleText)?.[1] ?? NaN) * 1000;
       const guestStart = up(/ready \([a-z]+ workload\) at ([0-9.]+)s/) - up(/starting beachball-guest at ([0-9.]+)s/);
-      const own = /guest_ready written (\d+) ms after process start; VmRSS (\d+) kB/.exec(consoleText);
+      const own = /guest_ready written (-?\d+) ms after process start \(\d+ ms after main\); VmRSS (\d+) kB/.exec(
+        consoleText,
+      );
       const selfReady = Number(own?.[1] ?? NaN);
       const rssKb = Number(own?.[2] ?? NaN);
       await controller.release(view.allocationId);

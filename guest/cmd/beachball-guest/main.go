@@ -141,8 +141,8 @@ func main() {
 			console.Line("beachball-guest: send failed: " + err.Error())
 			return
 		}
-		console.Line(fmt.Sprintf("beachball-guest: guest_ready written %d ms after process start; VmRSS %s",
-			time.Since(started).Milliseconds(), vmRSS()))
+		console.Line(fmt.Sprintf("beachball-guest: guest_ready written %d ms after process start (%d ms after main); VmRSS %s",
+			msSinceProcessStart(), time.Since(started).Milliseconds(), vmRSS()))
 	}()
 	console.Line(fmt.Sprintf("beachball-guest: ready (%s workload) at %ss", plan.Kind, uptime()))
 	splitter := wire.NewLineSplitter(wire.MaxLineBytes)
