@@ -94,7 +94,7 @@ func (s *Session) Handle(line []byte) {
 			console.Line("beachball-guest: control_config ignored: " + err.Error())
 			return
 		}
-		s.Keys.SetVerificationKeys(k)
+		s.Keys.SetKeys(k)
 		console.Line(fmt.Sprintf("beachball-guest: control_config: %d verification keys", len(k)))
 	case "shutdown":
 		go s.shutdown()

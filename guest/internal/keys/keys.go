@@ -23,9 +23,9 @@ const MaxKeyIDBytes = 64
 var keyIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
 
 // Sink receives each accepted set of verification keys (key ID → public key).
-// The control service implements it; Store is the default.
+// The control service (guest/control *Server, its SetKeys) implements it; Store is the default.
 type Sink interface {
-	SetVerificationKeys(keys map[string]ed25519.PublicKey)
+	SetKeys(keys map[string]ed25519.PublicKey)
 }
 
 // Store is a Sink that keeps the newest keys; safe for concurrent use.
@@ -34,8 +34,8 @@ type Store struct {
 	keys map[string]ed25519.PublicKey
 }
 
-// SetVerificationKeys replaces the stored keys.
-func (s *Store) SetVerificationKeys(k map[string]ed25519.PublicKey) {
+// SetKeys replaces the stored keys.
+func (s *Store) SetKeys(k map[string]ed25519.PublicKey) {
 	s.mu.Lock()
 	s.keys = k
 	s.mu.Unlock()
