@@ -8,6 +8,8 @@
  * stream, or accept a line over MAX_GUEST_LINE_BYTES.
  */
 
+import type { ControlConfigMessage } from "./control.ts";
+
 /** Upper bound of one NDJSON line in bytes (a 1 MiB payload in base64 plus framing fits). */
 export const MAX_GUEST_LINE_BYTES = 2 * 1024 * 1024;
 
@@ -37,7 +39,9 @@ export type HostToGuest =
   | { type: "identify" }
   | { type: "ping"; id: string }
   | { type: "bootstrap"; deliveryId: string; contentType: string; dataBase64: string }
-  | { type: "shutdown" };
+  | { type: "shutdown" }
+  /** The connection verification keys the guest's control service trusts (src/protocol/control.ts). */
+  | ControlConfigMessage;
 
 /** Encodes one message as an NDJSON line (with the trailing newline). */
 export function encodeGuestMessage(m: GuestToHost | HostToGuest): string {
