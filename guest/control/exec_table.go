@@ -1,12 +1,12 @@
 package control
 
 import (
+	"beachball/guest/internal/pattern"
 	"crypto/rand"
 	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -74,7 +74,7 @@ func (t *execTable) remove(e *execProc) error {
 	return nil
 }
 
-var envNameRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envNameRe = pattern.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // checkStart enforces ExecStartBody's bounds (TOO_LARGE) and shape (VALIDATION_FAILED).
 func checkStart(b *ExecStart) error {

@@ -1,13 +1,13 @@
 package control
 
 import (
+	"beachball/guest/internal/pattern"
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"math"
 	"net"
-	"regexp"
 	"time"
 	"unicode/utf16"
 )
@@ -45,14 +45,14 @@ type grantRefusal struct {
 
 // The patterns of src/protocol/ids.ts and connection.ts (RE2 reads them the same way as ECMAScript here).
 var (
-	grantIDRe     = regexp.MustCompile(`^grt_[0-9a-f]{32}$`)
-	networkIDRe   = regexp.MustCompile(`^net_[0-9a-f]{32}$`)
-	allocationRe  = regexp.MustCompile(`^alloc_[0-9a-f]{32}$`)
-	hostIDRe      = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
-	b64KeyRe      = regexp.MustCompile(`^[A-Za-z0-9+/]{43}=$`)
-	b64SigRe      = regexp.MustCompile(`^[A-Za-z0-9+/]{86}==$`)
-	ipv6Re        = regexp.MustCompile(`^[0-9a-f:]+$`)
-	keyIDRe       = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
+	grantIDRe     = pattern.MustCompile(`^grt_[0-9a-f]{32}$`)
+	networkIDRe   = pattern.MustCompile(`^net_[0-9a-f]{32}$`)
+	allocationRe  = pattern.MustCompile(`^alloc_[0-9a-f]{32}$`)
+	hostIDRe      = pattern.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+	b64KeyRe      = pattern.MustCompile(`^[A-Za-z0-9+/]{43}=$`)
+	b64SigRe      = pattern.MustCompile(`^[A-Za-z0-9+/]{86}==$`)
+	ipv6Re        = pattern.MustCompile(`^[0-9a-f:]+$`)
+	keyIDRe       = pattern.MustCompile(`^[A-Za-z0-9._:-]+$`)
 	payloadFields = []string{"v", "grantId", "tenant", "networkId", "allocationId", "generation", "hostId",
 		"clientPublicKey", "hostPublicKey", "clientAddress", "allocationAddress", "transport", "ports",
 		"policyRevision", "issuedAtMs", "expiresAtMs"}
@@ -88,7 +88,7 @@ func exactObject(raw []byte, want []string) (map[string]json.RawMessage, error) 
 	return m, nil
 }
 
-func jsonString(raw json.RawMessage, name string, re *regexp.Regexp, minLen, maxLen int) (string, error) {
+func jsonString(raw json.RawMessage, name string, re *pattern.Pattern, minLen, maxLen int) (string, error) {
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", fmt.Errorf("/%s must be a string", name)
@@ -122,7 +122,7 @@ func parseGrantPayload(raw []byte) (*Grant, map[string]interface{}, error) {
 	}
 	tree := map[string]interface{}{}
 	g := &Grant{}
-	str := func(name string, re *regexp.Regexp, minLen, maxLen int) string {
+	str := func(name string, re *pattern.Pattern, minLen, maxLen int) string {
 		if err != nil {
 			return ""
 		}

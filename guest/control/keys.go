@@ -1,14 +1,14 @@
 package control
 
 import (
+	"beachball/guest/internal/pattern"
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"regexp"
 )
 
-var verificationKeyIDRe = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+var verificationKeyIDRe = pattern.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
 
 // ParseControlConfig reads one host→guest `control_config` message
 // (ControlConfigMessage in src/protocol/control.ts: `{"type":

@@ -55,8 +55,15 @@ export async function compileBb(out = resolve("dist/bb"), entry = resolve("bin/b
 
 /** Environment of every Go build and test (issue 20): no module download, no toolchain switch, no C (a static binary). */
 export const GO_BUILD_ENV = { GOPROXY: "off", GOFLAGS: "-mod=mod", GOTOOLCHAIN: "local", CGO_ENABLED: "0" } as const;
-/** `go build` flags of the guest: reproducible, stripped (docs/adr/0170-static-go-guest.md). */
-export const GUEST_GO_BUILD_ARGS = ["build", "-trimpath", "-ldflags", "-s -w -buildid="] as const;
+/** `go build` flags of the guest: reproducible, stripped, without net/http's HTTP/2 (the control service speaks HTTP/1.1 only; docs/adr/0170-static-go-guest.md). */
+export const GUEST_GO_BUILD_ARGS = [
+  "build",
+  "-trimpath",
+  "-tags",
+  "nethttpomithttp2",
+  "-ldflags",
+  "-s -w -buildid=",
+] as const;
 /** Upper bound of the guest binary, bytes (issue 20: at most 5 MB); a bigger build is refused. */
 export const MAX_GUEST_BINARY_BYTES = 5 * 1000 * 1000;
 /** Where compileGuest keeps built guests, by hash of their sources, under the checkout. */

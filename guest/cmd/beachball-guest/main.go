@@ -13,6 +13,10 @@
 // Unix socket to use instead of the port, BEACHBALL_GUEST_TEST_CMDLINE a file
 // instead of /proc/cmdline; console lines go to stderr and shutdown exits
 // instead of reboot(2). Refused when the process is PID 1.
+// BEACHBALL_GUEST_TEST_CONTROL (test mode only) is a TCP address for the
+// control service; without it test mode starts none. In a VM the control
+// service (guest/control) listens on [::]:7390, takes its keys from each
+// control_config and starts execs through the PID-1 reaper (control.go).
 // Must never: exit while it is PID 1 and the VM runs (that panics the kernel),
 // except at startup when it cannot work at all (then QEMU exits: panic=1, -no-reboot).
 package main
@@ -22,6 +26,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -39,6 +44,8 @@ import (
 const (
 	testSocketEnv  = "BEACHBALL_GUEST_TEST_SOCKET"
 	testCmdlineEnv = "BEACHBALL_GUEST_TEST_CMDLINE"
+	// testControlEnv is the control service's listen address in test mode (default: none started).
+	testControlEnv = "BEACHBALL_GUEST_TEST_CONTROL"
 )
 
 // PortWait is how long to wait for the control port to appear at boot.
@@ -125,9 +132,23 @@ func main() {
 		}
 		return w.Send(line)
 	}
+	reaper := pid1.NewReaper()
+	var sink keys.Sink = &keys.Store{}
+	if testSocket == "" || os.Getenv(testControlEnv) != "" {
+		runDirs := ControlRunDirs
+		if testSocket != "" {
+			runDirs = []string{filepath.Join(os.TempDir(), fmt.Sprintf("beachball-control-%d", os.Getpid()))}
+		}
+		if srv, err := newControl(id, reaper, runDirs, testSocket != ""); err != nil {
+			console.Line("beachball-guest: control service not started: " + err.Error())
+		} else {
+			sink = srv
+			serveControl(srv, controlAddr())
+		}
+	}
 	s := &boot.Session{
-		Identity: id, BootID: newBootID(), Plan: plan, Send: send, Keys: &keys.Store{},
-		Reaper: pid1.NewReaper(), BootstrapDir: workload.BootstrapDir, PowerOff: pid1.PowerOff,
+		Identity: id, BootID: newBootID(), Plan: plan, Send: send, Keys: sink,
+		Reaper: reaper, BootstrapDir: workload.BootstrapDir, PowerOff: pid1.PowerOff,
 	}
 	if testSocket != "" {
 		s.PowerOff = func() error { os.Exit(0); return nil }

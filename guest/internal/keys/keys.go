@@ -7,10 +7,10 @@
 package keys
 
 import (
+	"beachball/guest/internal/pattern"
 	"crypto/ed25519"
 	"encoding/base64"
 	"fmt"
-	"regexp"
 	"sync"
 )
 
@@ -20,7 +20,7 @@ const MaxVerificationKeys = 8
 // MaxKeyIDBytes is the longest key ID, bytes (the schema's maxLength).
 const MaxKeyIDBytes = 64
 
-var keyIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]+$`)
+var keyIDPattern = pattern.MustCompile(`^[A-Za-z0-9._:-]+$`)
 
 // Sink receives each accepted set of verification keys (key ID → public key).
 // The control service (guest/control *Server, its SetKeys) implements it; Store is the default.
