@@ -37,6 +37,12 @@ export const bbCommand: BbCommand = command({
     proxy: lazyCommand({ description: "Forward 127.0.0.1:LOCAL to a port inside a private allocation (no root)" }, () =>
       import("../src/proxy/command.ts").then((m) => m.proxyCommand),
     ),
+    exec: lazyCommand({ description: "Run a command in an allocation (over the private network)" }, () =>
+      import("../src/proxy/execCommand.ts").then((m) => m.execCommand),
+    ),
+    cp: lazyCommand({ description: "Copy files or directories into or out of an allocation" }, () =>
+      import("../src/proxy/cpCommand.ts").then((m) => m.cpCommand),
+    ),
     relay: lazyCommand({ description: "A packet relay for private networking" }, () =>
       import("../src/relay/command.ts").then((m) => m.relayCommand),
     ),

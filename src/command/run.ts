@@ -51,6 +51,7 @@ export class UsageError extends Error {
 
 /** Error codes that mean "authentication or permission refused" (exit 4). */
 const AUTH_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
+  "CONTROL_UNAUTHORIZED",
   "UNAUTHENTICATED",
   "FORBIDDEN",
   "ENROLLMENT_TOKEN_INVALID",
