@@ -162,8 +162,10 @@ func main() {
 			console.Line("beachball-guest: send failed: " + err.Error())
 			return
 		}
-		console.Line(fmt.Sprintf("beachball-guest: guest_ready written %d ms after process start (%d ms after main); VmRSS %s",
-			msSinceProcessStart(), time.Since(started).Milliseconds(), vmRSS()))
+		// Kernel uptime, so a reader can subtract the init's "starting beachball-guest at" line (exec → written);
+		// /proc/self/stat's start time would be PID 1's, since the init scripts exec the guest.
+		console.Line(fmt.Sprintf("beachball-guest: guest_ready written at %ss, %d ms after main; VmRSS %s",
+			uptime(), time.Since(started).Milliseconds(), vmRSS()))
 	}()
 	console.Line(fmt.Sprintf("beachball-guest: ready (%s workload) at %ss", plan.Kind, uptime()))
 	splitter := wire.NewLineSplitter(wire.MaxLineBytes)
