@@ -27,10 +27,10 @@
  */
 import { networkInterfaces, type NetworkInterfaceInfo } from "node:os";
 import type { SchedulerClient } from "../client/index.ts";
+import { grantHeaderValue } from "../client/control.ts";
 import type { Clock } from "../protocol/clock.ts";
 import type { SignedGrant } from "../protocol/connection.ts";
 import type { ConnectionVerificationKeys } from "../protocol/connectionSignature.ts";
-import { controlGrantHeaderValue } from "../protocol/controlGrant.ts";
 import { BeachballError } from "../protocol/errors.ts";
 import {
   gatherCandidates,
@@ -95,7 +95,7 @@ export interface AllocationPort {
   readonly grant: VerifiedGrant;
   /** The signed grant document as the scheduler signed it. */
   readonly signedGrant: SignedGrant;
-  /** `beachball-grant` header value: base64url of the signed grant's canonical JSON (src/protocol/controlGrant.ts). */
+  /** `beachball-grant` header value: base64url of the signed grant's canonical JSON (grantHeaderValue, src/client/control.ts). */
   readonly grantHeader: string;
   /**
    * Settles once the session can no longer go on: with the BeachballError
@@ -207,7 +207,7 @@ export async function openAllocationPort(o: AllocationPortOptions): Promise<Allo
     port: parts.forwarder!.port,
     grant: verified,
     signedGrant: verified.signed,
-    grantHeader: controlGrantHeaderValue(verified.signed),
+    grantHeader: grantHeaderValue(verified.signed),
     ended,
     path: () => t.path(),
     close,
