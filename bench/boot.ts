@@ -8,7 +8,7 @@
  * - release → absent: allocation.release_requested → allocation.released;
  *
  * each beside a bare QEMU boot of the same artifacts measured in the same
- * run: QEMU started directly (no scheduler, agent, namespace or bb guest)
+ * run: QEMU started directly (no scheduler, agent, namespace or guest)
  * with the same kernel, initrd and disks, whose init prints a marker and
  * reboots (`init=/bin/sh -- -c …`, or systemd's `systemd.run=` for the
  * reference image). Bare "done" is QEMU start → marker; bare "shutdown" is
@@ -20,7 +20,16 @@
  * the agent's image cache); medians are printed. Images are built into
  * .bb/bench (reused while the guest binary is unchanged).
  */
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { randomUUID } from "node:crypto";
@@ -65,8 +74,11 @@ interface Kind {
 /** Builds (or reuses) the three images; returns their directories. */
 async function images(): Promise<{ dev: string; oci: string; ref: string; devKey: string; key: string }> {
   mkdirSync(BENCH, { recursive: true });
-  const guest = await compileGuest(join(BENCH, "bb-guest"));
+  const guest = await compileGuest(join(BENCH, "beachball-guest"));
   const guestSha = await sha256File(guest);
+  console.log(
+    `bench: guest binary ${guest}: ${statSync(guest).size} bytes (static Go, docs/adr/0170-static-go-guest.md)`,
+  );
   const keyPath = join(BENCH, "bench.key");
   if (!existsSync(keyPath)) writeFileSync(keyPath, JSON.stringify(generateSigningKey()), { mode: 0o600 });
   const key = JSON.parse(readFileSync(keyPath, "utf8")) as { privateKey: string; publicKey: string };
@@ -197,7 +209,7 @@ async function main(): Promise<void> {
   const work = mkdtempSync(join(tmpdir(), "bb-bench-boot-"));
   const kinds: Kind[] = [
     {
-      name: "dev (ext4, bb guest PID 1)",
+      name: "dev (ext4, beachball-guest PID 1)",
       cls: "b-dev",
       dir: img.dev,
       bareArgs: ["init=/bin/sh", "--", "-c", `"echo ${MARK}; reboot -f"`],
@@ -326,9 +338,14 @@ async function main(): Promise<void> {
         ),
         "utf8",
       );
-      // Inside the guest: kernel uptime when the init handed over to bb guest, and when bb guest was ready.
+      // Inside the guest: kernel uptime when the init handed over to the guest, and when the guest was ready;
+      // and the guest's own line: uptime when guest_ready was written, ms of that after main, and its resident set.
       const up = (re: RegExp) => Number(re.exec(consoleText)?.[1] ?? NaN) * 1000;
-      const guestStart = up(/ready \([a-z]+ workload\) at ([0-9.]+)s/) - up(/starting bb guest at ([0-9.]+)s/);
+      const guestStart = up(/ready \([a-z]+ workload\) at ([0-9.]+)s/) - up(/starting beachball-guest at ([0-9.]+)s/);
+      const own = /guest_ready written at ([0-9.]+)s, (\d+) ms after main; VmRSS (\d+) kB/.exec(consoleText);
+      const selfReady = up(/guest_ready written at ([0-9.]+)s/) - up(/starting beachball-guest at ([0-9.]+)s/);
+      const afterMain = Number(own?.[2] ?? NaN);
+      const rssKb = Number(own?.[3] ?? NaN);
       await controller.release(view.allocationId);
       await controller.follow(view.allocationId, (e) => ev.push(e), {
         after: ev[ev.length - 1]!.seq,
@@ -343,6 +360,9 @@ async function main(): Promise<void> {
         release: at("allocation.released") - at("allocation.release_requested"),
         phases: phaseTimings(ev),
         guestStart,
+        selfReady,
+        afterMain,
+        rssKb,
       };
     };
 
@@ -350,7 +370,7 @@ async function main(): Promise<void> {
     for (const k of kinds) {
       console.log(`bench: ${k.name}: warm-up`);
       await beachball(k.cls);
-      const bb: { done: number; release: number; phases: { phase: string; ms: number }[]; guestStart: number }[] = [];
+      const bb: Awaited<ReturnType<typeof beachball>>[] = [];
       const b: { done: number; shutdown: number }[] = [];
       for (let i = 0; i < RUNS; i++) {
         bb.push(await beachball(k.cls));
@@ -371,7 +391,7 @@ async function main(): Promise<void> {
           `${p.phase} ${Math.round(median(bb.map((x) => x.phases.find((q) => q.phase === p.phase)?.ms ?? NaN)))} ms`,
       );
       console.log(
-        `bench: ${k.name}: phases (median): ${phases.join("; ")}; bb guest start → ready inside the VM ${Math.round(median(bb.map((x) => x.guestStart)))} ms`,
+        `bench: ${k.name}: phases (median): ${phases.join("; ")}; guest start → ready inside the VM ${Math.round(median(bb.map((x) => x.guestStart)))} ms (kernel uptime); exec → guest_ready written ${Math.round(median(bb.map((x) => x.selfReady)))} ms (kernel uptime), ${median(bb.map((x) => x.afterMain))} ms of it after main; VmRSS ${median(bb.map((x) => x.rssKb))} kB`,
       );
     }
     console.log(`\nboot and release overhead, QEMU microvm (TCG), median of ${RUNS}\n`);

@@ -37,9 +37,6 @@ export const bbCommand: BbCommand = command({
     proxy: lazyCommand({ description: "Forward 127.0.0.1:LOCAL to a port inside a private allocation (no root)" }, () =>
       import("../src/proxy/command.ts").then((m) => m.proxyCommand),
     ),
-    guest: lazyCommand({ description: "Guest bootstrap (PID 1 inside a Beachball VM); not for hosts" }, () =>
-      import("../src/guest/command.ts").then((m) => m.guestCommand),
-    ),
     relay: lazyCommand({ description: "A packet relay for private networking" }, () =>
       import("../src/relay/command.ts").then((m) => m.relayCommand),
     ),

@@ -22,6 +22,8 @@ PACKAGES+=(libsodium23 wireguard-go wireguard-tools iputils-ping)
 PACKAGES+=(openssl strace)
 # Private networking end to end: Debian's ssh, scp and ssh-keygen on the "laptop" (test/e2e/private-ssh.test.ts; sshd runs inside the VM image).
 PACKAGES+=(openssh-client)
+# The guest binary images carry (guest/, static Go, standard library only; docs/adr/0170-static-go-guest.md).
+PACKAGES+=(golang-go)
 # Packaging (packaging/, test/packaging/): rpmbuild, lintian, rpmlint, readelf,
 # and systemd-nspawn to boot the package test's container.
 PACKAGES+=(rpm lintian rpmlint binutils systemd-container)

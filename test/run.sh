@@ -4,8 +4,9 @@
 # repository with Bun and ends with one line: "N passed, N failed" (plus
 # ", N skipped" when Bun skipped any). The type check and the format check
 # count as one test each: a type error or an unformatted file fails the run
-# (`node_modules/.bin/biome format --write .` mends the second).
-# BB_SKIP_TYPECHECK=1 leaves both out (for quick local runs of a few files;
+# (`node_modules/.bin/biome format --write .` mends the second). So do the Go
+# guest's `go test ./...`, `gofmt -l` and `go vet` (run from guest/).
+# BB_SKIP_TYPECHECK=1 leaves all of them out (for quick local runs of a few files;
 # CI never sets it).
 # Extra arguments after `--` go to `bun test`, e.g.
 #   bash test/run.sh -- --timeout 600000 src/domain
@@ -44,6 +45,36 @@ if [ "${BB_SKIP_TYPECHECK:-}" != "1" ]; then
     echo "format: FAILED (run 'node_modules/.bin/biome format --write .'; the files are above)"
     typecheck_failed=$((typecheck_failed + 1))
   fi
+
+  # The Go guest (guest/, docs/adr/0170-static-go-guest.md): its tests, gofmt and go vet count as one test each.
+  # No module is ever downloaded (GOPROXY=off); Go comes from Debian's golang-go (scripts/setup.sh).
+  go_check() {
+    local name=$1
+    shift
+    echo "$name: $*"
+    if (cd guest && export GOPROXY=off GOFLAGS=-mod=mod GOTOOLCHAIN=local CGO_ENABLED=0 && "$@"); then
+      echo "$name: ok"
+      typecheck_passed=$((typecheck_passed + 1))
+    else
+      echo "$name: FAILED (the output is above)"
+      typecheck_failed=$((typecheck_failed + 1))
+    fi
+  }
+  gofmt_clean() {
+    local unformatted
+    unformatted=$(gofmt -l .) || return 1
+    [ -z "$unformatted" ] && return 0
+    echo "not gofmt-formatted (run 'gofmt -w guest'): $unformatted"
+    return 1
+  }
+  if command -v go >/dev/null; then
+    go_check "go test" go test ./...
+    go_check "gofmt" gofmt_clean
+    go_check "go vet" go vet ./...
+  else
+    echo "go: FAILED (no go in PATH: run 'bash scripts/setup.sh', which installs golang-go)"
+    typecheck_failed=$((typecheck_failed + 1))
+  fi
 fi
 
 # Bun 1.4 ignores bunfig.toml's [test] timeout, so the per-test default
@@ -79,7 +110,7 @@ else
 fi
 
 if [ "$typecheck_failed" -gt 0 ]; then
-  echo "test/run.sh: the type check or the format check failed (see 'typecheck:' and 'format:' above)" >&2
+  echo "test/run.sh: the type check, a format check or a Go check failed (see 'typecheck:', 'format:', 'go test:', 'gofmt:', 'go vet:' above)" >&2
   code=1
 fi
 if [ "$code" -eq 0 ] && [ $((pass + fail + skip - typecheck_passed)) -eq 0 ]; then

@@ -6,8 +6,7 @@
  * hybrid vsock over a Unix socket and needs none of this).
  *
  * The returned descriptor is blocking; read and write it with node:fs's
- * asynchronous read/write (run on the thread pool), as src/guest does with
- * its virtio-serial port. connect() blocks the calling thread until the peer
+ * asynchronous read/write (run on the thread pool). connect() blocks the calling thread until the peer
  * answers or the kernel's vsock connect timeout (2 s by default) passes.
  * Must never: throw from the probe, or leave a descriptor open on failure.
  */

@@ -26,7 +26,7 @@
  */
 import { resolve } from "node:path";
 import { consola } from "consola";
-import { pickBb } from "../image/bbBinary.ts";
+import { pickGuestBinary } from "../image/bbBinary.ts";
 import { UsageError } from "../command/run.ts";
 import { imageErrorCode } from "../image/errors.ts";
 import { command } from "../command/define.ts";
@@ -58,7 +58,7 @@ const devBuild = command({
       const r = await buildDevImage({
         outDir: args.out,
         cacheDir: args.cache,
-        bbBinaryPath: await pickBb(args.bb),
+        bbBinaryPath: await pickGuestBinary(args.bb),
         log: args.json ? undefined : p.step,
       });
       p.stop();
@@ -234,7 +234,7 @@ const build = command({
     bb: {
       type: "string",
       valueHint: "FILE",
-      description: "Guest binary to put in the image (default: compile dist/bb-guest)",
+      description: "Guest binary to put in the image (default: compile dist/beachball-guest)",
     },
     "compression-level": {
       type: "string",
@@ -271,7 +271,7 @@ const build = command({
         cacheDir: args.cache,
         privateKey: key.privateKey,
         ...(level ? { compressionLevel: level } : {}),
-        guestBinaryPath: await pickBb(args.bb, args.json ? undefined : p.step),
+        guestBinaryPath: await pickGuestBinary(args.bb, args.json ? undefined : p.step),
         log: args.json ? undefined : p.step,
       });
       p.stop();
@@ -312,7 +312,7 @@ const build = command({
 const referenceBuild = command({
   meta: {
     name: "reference-build",
-    description: "Build the Debian reference image (systemd PID 1, bb guest as a service); print its digest",
+    description: "Build the Debian reference image (systemd PID 1, beachball-guest as a service); print its digest",
   },
   args: {
     key: { type: "string", valueHint: "KEYFILE", description: "Private key file that signs the manifest" },
@@ -328,7 +328,11 @@ const referenceBuild = command({
       description: "Cache for the kernel and the Debian root tarball",
       default: ".bb/cache",
     },
-    bb: { type: "string", valueHint: "FILE", description: "Guest binary to install (default: compile dist/bb-guest)" },
+    bb: {
+      type: "string",
+      valueHint: "FILE",
+      description: "Guest binary to install (default: compile dist/beachball-guest)",
+    },
     json: { type: "boolean", description: "Print the result as JSON", default: false },
   },
   examples: [
@@ -346,7 +350,7 @@ const referenceBuild = command({
       const key = readPrivateKeyFile(args.key);
       const r = await buildReferenceImage({
         rootfsTar: await ensureDebianRootfsTar(args.cache, undefined, log),
-        guestBinaryPath: await pickBb(args.bb, log),
+        guestBinaryPath: await pickGuestBinary(args.bb, log),
         outDir: args.out,
         cacheDir: args.cache,
         privateKey: key.privateKey,

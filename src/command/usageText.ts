@@ -1,6 +1,6 @@
 /**
- * The one text form of a usage error on stderr, for every `bb` command and
- * for the guest-only `bb-guest` (which loads no argument parser):
+ * The one text form of a usage error on stderr, for every `bb` command (the
+ * Go guest, guest/cmd/beachball-guest, prints the same form):
  *
  *     error: <message>
  *     Run `<command> --help` for usage.
@@ -9,7 +9,7 @@
  * config file or the environment) and the command has a `--help`. The exit
  * code is always 2 (src/command/run.ts, EXIT.usage).
  *
- * Lower layer; imports nothing, so bb-guest can use it without consola or
+ * Lower layer; imports nothing, so a source can use it without consola or
  * the parser. Must never: print a secret (messages name flags and files).
  */
 

@@ -23,7 +23,7 @@ import { placementDirName } from "../agent/resourceNames.ts";
 import { listPlacementNetworks } from "../agent/isolation/placementNet.ts";
 import { SchedulerClient } from "../client/index.ts";
 import { formatEvent } from "../cli/allocationCommand.ts";
-import { pickBb } from "../image/bbBinary.ts";
+import { pickGuestBinary } from "../image/bbBinary.ts";
 import { UsageError } from "../command/run.ts";
 
 /** The sample job: a small CI-like script (runs in the guest with /bin/sh). */
@@ -181,7 +181,7 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
   const image = await buildDevImage({
     outDir: join(root, "images", "dev"),
     cacheDir: join(root, "cache"),
-    bbBinaryPath: await pickBb(undefined, opts.status),
+    bbBinaryPath: await pickGuestBinary(undefined, opts.status),
     log: opts.status,
   });
   opts.status(`dev image ${image.digest}${image.reused ? " (reused)" : ""}`);

@@ -1,14 +1,24 @@
 /**
- * Finds or builds the guest binary that goes into an image: --bb PATH, else
- * a fresh guest-only build (`dist/bb-guest`, compiled from bin/bb-guest.ts
- * with bytecode) from this checkout, else the running compiled executable
- * itself (a full `bb` also runs `bb guest`).
+ * Builds the binaries: the full `bb` (Bun, compileBb) and the guest that
+ * goes into an image (`beachball-guest`, static Go from guest/,
+ * compileGuest; docs/adr/0170-static-go-guest.md), and picks the guest for
+ * an image build: --bb PATH, else a build of this checkout's guest/.
  *
- * Must never: put anything but a Bun-compiled `bb` or `bb-guest` into an
- * image.
+ * Must never: download a Go module (GO_BUILD_ENV), or put a guest over
+ * MAX_GUEST_BINARY_BYTES into an image.
  */
-import { existsSync } from "node:fs";
-import { basename, dirname, join, resolve } from "node:path";
+import { createHash } from "node:crypto";
+import {
+  chmodSync,
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  renameSync,
+  statSync,
+} from "node:fs";
+import { dirname, join, resolve } from "node:path";
 
 async function bunBuild(args: string[], what: string): Promise<void> {
   const bun = Bun.which("bun") ?? resolve("node_modules/.bin/bun");
@@ -43,27 +53,84 @@ export async function compileBb(out = resolve("dist/bb"), entry = resolve("bin/b
   return out;
 }
 
-/**
- * Compiles the guest-only entry bin/bb-guest.ts into `out` (default
- * dist/bb-guest) with `--bytecode --minify`: the guest's JavaScript is
- * parsed at build time, and nothing but src/guest and src/protocol is
- * loaded at start. Returns the absolute path. Throws with Bun's output.
- */
-export async function compileGuest(
-  out = resolve("dist/bb-guest"),
-  entry = resolve("bin/bb-guest.ts"),
-): Promise<string> {
-  await bunBuild(["--compile", "--bytecode", "--minify", entry, "--outfile", out], "bin/bb-guest.ts");
+/** Environment of every Go build and test (issue 20): no module download, no toolchain switch, no C (a static binary). */
+export const GO_BUILD_ENV = { GOPROXY: "off", GOFLAGS: "-mod=mod", GOTOOLCHAIN: "local", CGO_ENABLED: "0" } as const;
+/** `go build` flags of the guest: reproducible, stripped (docs/adr/0170-static-go-guest.md). */
+export const GUEST_GO_BUILD_ARGS = ["build", "-trimpath", "-ldflags", "-s -w -buildid="] as const;
+/** Upper bound of the guest binary, bytes (issue 20: at most 5 MB); a bigger build is refused. */
+export const MAX_GUEST_BINARY_BYTES = 5 * 1000 * 1000;
+/** Where compileGuest keeps built guests, by hash of their sources, under the checkout. */
+const GUEST_BUILD_CACHE = ".bb/guest-build";
+
+/** The files under `dir` (recursively, sorted), skipping nothing but directories. */
+function sourceFiles(dir: string, rel = ""): string[] {
+  const out: string[] = [];
+  for (const e of readdirSync(join(dir, rel), { withFileTypes: true }).sort((a, b) => (a.name < b.name ? -1 : 1))) {
+    const r = rel ? `${rel}/${e.name}` : e.name;
+    if (e.isDirectory()) out.push(...sourceFiles(dir, r));
+    else if (e.isFile()) out.push(r);
+  }
   return out;
 }
 
-/** The guest binary to install in an image. Throws when none can be found or built. */
-export async function pickBb(flag: string | undefined, log: (m: string) => void = () => {}): Promise<string> {
+/** SHA-256 (hex) of the guest's Go sources under `guestDir` and the build flags: the cache key of compileGuest. */
+export function guestSourceHash(guestDir: string): string {
+  const h = createHash("sha256");
+  h.update(`${JSON.stringify(GO_BUILD_ENV)}\0${GUEST_GO_BUILD_ARGS.join(" ")}\0`);
+  for (const f of sourceFiles(guestDir)) {
+    h.update(`${f}\0`);
+    h.update(readFileSync(join(guestDir, f)));
+    h.update("\0");
+  }
+  return h.digest("hex");
+}
+
+/**
+ * Builds the static Go guest `beachball-guest` from `guestDir` (default
+ * ./guest) into `out` (default dist/beachball-guest) with GO_BUILD_ENV and
+ * GUEST_GO_BUILD_ARGS (docs/adr/0170-static-go-guest.md). A build is kept in
+ * .bb/guest-build/<guestSourceHash> and reused while the sources are the
+ * same. Returns the absolute path of `out`. Throws with Go's output when the
+ * build fails or the binary is over MAX_GUEST_BINARY_BYTES.
+ */
+export async function compileGuest(
+  out = resolve("dist/beachball-guest"),
+  guestDir = resolve("guest"),
+): Promise<string> {
+  const cached = resolve(dirname(guestDir), GUEST_BUILD_CACHE, guestSourceHash(guestDir), "beachball-guest");
+  if (!existsSync(cached)) {
+    mkdirSync(dirname(cached), { recursive: true });
+    const tmp = `${cached}.${process.pid}`;
+    const go = Bun.which("go") ?? "/usr/bin/go";
+    const p = Bun.spawn([go, ...GUEST_GO_BUILD_ARGS, "-o", tmp, "./cmd/beachball-guest"], {
+      cwd: guestDir,
+      env: { ...process.env, ...GO_BUILD_ENV },
+      stdout: "pipe",
+      stderr: "pipe",
+    });
+    const [err, code] = await Promise.all([new Response(p.stderr).text(), p.exited]);
+    if (code !== 0) throw new Error(`go build of the guest failed (exit ${code}): ${err.trim().slice(-800)}`);
+    const size = statSync(tmp).size;
+    if (size > MAX_GUEST_BINARY_BYTES)
+      throw new Error(`the guest binary is ${size} bytes, over ${MAX_GUEST_BINARY_BYTES}`);
+    renameSync(tmp, cached);
+  }
+  const dest = resolve(out);
+  if (dest !== cached) {
+    mkdirSync(dirname(dest), { recursive: true });
+    copyFileSync(cached, `${dest}.${process.pid}`);
+    chmodSync(`${dest}.${process.pid}`, 0o755);
+    renameSync(`${dest}.${process.pid}`, dest);
+  }
+  return dest;
+}
+
+/** The guest binary to install in an image: `flag` when given, else a build of this checkout's guest/ (compileGuest). Throws when there is neither. */
+export async function pickGuestBinary(flag: string | undefined, log: (m: string) => void = () => {}): Promise<string> {
   if (flag) return resolve(flag);
-  if (existsSync("bin/bb-guest.ts")) {
-    log("compiling dist/bb-guest");
+  if (existsSync("guest/go.mod")) {
+    log("compiling dist/beachball-guest");
     return compileGuest();
   }
-  if (basename(process.execPath) !== "bun") return process.execPath;
-  throw new Error("no bb binary: pass --bb PATH or run from the source checkout");
+  throw new Error("no guest binary: pass --bb PATH (a beachball-guest build) or run from the source checkout");
 }

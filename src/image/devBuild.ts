@@ -1,7 +1,7 @@
 /**
  * Builds the dev image: Debian's kernel, a busybox initramfs that mounts the
- * ext4 root from /dev/vda, and an ext4 root holding busybox, the `bb` binary
- * (PID 1 as `bb guest`) and the glibc files it links against.
+ * ext4 root from /dev/vda, and an ext4 root holding busybox and the static
+ * guest binary `beachball-guest` (PID 1; docs/adr/0170-static-go-guest.md).
  *
  * Implements the "ext4 root, beachball-init inside the image" kind of the
  * spec's "Images", signed with a dev key kept in the cache directory
@@ -17,14 +17,14 @@ import { dirname, join, resolve } from "node:path";
 import { type ImageManifest, MANIFEST_FILE_NAME, imageDigest } from "../protocol/image.ts";
 import { DEV_KERNEL_MODULES, type CachedKernel, ensureDevKernel, runChecked } from "./devKernel.ts";
 import { sha256File, verifyImage } from "./verify.ts";
-import { INITRAMFS_INIT, ROOTFS_INIT } from "./devInitScripts.ts";
+import { DEV_GUEST_BINARY_IN_IMAGE, INITRAMFS_INIT, ROOTFS_INIT } from "./devInitScripts.ts";
 import { ensureDevSigned } from "./keyFile.ts";
 
 /** Options of buildDevImage. All paths may be relative to the working directory. */
 export interface DevBuildOptions {
   /** Image directory to (re)create; gets manifest.json, vmlinux, initrd.cpio, rootfs.ext4. */
   outDir: string;
-  /** The compiled `bb` executable to install as /usr/bin/bb. */
+  /** The guest binary (src/image/bbBinary.ts compileGuest) to install as /usr/bin/beachball-guest. */
   bbBinaryPath: string;
   /** Cache for the kernel download and extraction (shared between builds). */
   cacheDir: string;
@@ -140,12 +140,13 @@ async function buildRootfs(bbPath: string, staging: string, out: string): Promis
     await mkdir(join(staging, dirname(applet)), { recursive: true });
     await symlink("/bin/busybox", join(staging, applet)).catch(() => {});
   }
-  for (const lib of await sharedLibraries(bbPath)) {
+  // Both are static in Debian (busybox, and the Go guest, docs/adr/0170-static-go-guest.md); a dynamic busybox still gets its libraries.
+  for (const lib of [...(await sharedLibraries("/bin/busybox")), ...(await sharedLibraries(bbPath))]) {
     await mkdir(join(staging, dirname(lib)), { recursive: true });
     await copyFile(lib, join(staging, lib)); // copies the resolved file content
   }
-  await copyFile(bbPath, join(staging, "usr/bin/bb"));
-  await chmod(join(staging, "usr/bin/bb"), 0o755);
+  await copyFile(bbPath, join(staging, DEV_GUEST_BINARY_IN_IMAGE.slice(1)));
+  await chmod(join(staging, DEV_GUEST_BINARY_IN_IMAGE.slice(1)), 0o755);
   await Bun.write(join(staging, "sbin/beachball-init"), ROOTFS_INIT);
   await chmod(join(staging, "sbin/beachball-init"), 0o755);
   await Bun.write(join(staging, "etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n");

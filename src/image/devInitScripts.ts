@@ -2,7 +2,7 @@
  * The two shell scripts of the dev image: the initramfs `/init` (load
  * modules, mount the ext4 root from /dev/vda, switch_root) and the root's
  * `/sbin/beachball-init` (mount table, optional eth0 from kernel arguments,
- * exec `bb guest` as PID 1).
+ * exec `beachball-guest` as PID 1).
  *
  * Implements the boot path of spec "Images" (ext4 root, beachball-init inside
  * the image) with the module order in docs/architecture.md. Must never: route traffic off
@@ -12,12 +12,15 @@
 import { guestIpv6Setup, guestIpv6Sysctls } from "./guestIpv6Init.ts";
 import { GUEST_NET_CASES, GUEST_NET_VARS, guestIpv4Setup, initramfsPreamble } from "./guestNetInit.ts";
 
+/** The guest binary's path in the dev image's root (docs/adr/0170-static-go-guest.md). */
+export const DEV_GUEST_BINARY_IN_IMAGE = "/usr/bin/beachball-guest";
+
 /**
  * The initramfs /init for the given insmod order. It starts the kernel
  * argument `init=` (default /sbin/beachball-init; the reference image names
  * systemd) with the kernel's init arguments (those after `--`). Any failure reboots (QEMU exits through -no-reboot). Private kernel arguments from a placement's
  * initramfs fragment (beachball/kernel-args) are copied to
- * /etc/beachball/kernel-args (0400) for `bb guest`, on a tmpfs mounted
+ * /etc/beachball/kernel-args (0400) for `beachball-guest`, on a tmpfs mounted
  * there: the nonce stays in guest memory, never on the root disk (a file on
  * the host that outlives nothing but could be copied while the VM runs).
  */
@@ -83,6 +86,6 @@ ${guestIpv6Setup("ip", "beachball-init")}
 : > /etc/resolv.conf
 for r in $(echo "$dns" | tr , ' '); do echo "nameserver $r" >> /etc/resolv.conf; done
 read -r up _ < /proc/uptime
-echo "beachball-init: starting bb guest at \${up}s"
-exec /usr/bin/bb guest
+echo "beachball-init: starting beachball-guest at \${up}s"
+exec ${DEV_GUEST_BINARY_IN_IMAGE}
 `;

@@ -1,5 +1,5 @@
 /**
- * Builds the Debian reference image: systemd as PID 1, `bb guest` as an
+ * Builds the Debian reference image: systemd as PID 1, `beachball-guest` as an
  * enabled service that hands payloads to $BEACHBALL_WORKLOAD_ADAPTER (the
  * reference adapter runs `text/x-shellscript` with /bin/sh), on an ext4
  * root made from Debian's packages (debianRootfs.ts), the Debian kernel and
@@ -70,7 +70,7 @@ After=beachball-net.service
 [Service]
 Type=simple
 Environment=${WORKLOAD_ADAPTER_ENV}=/${REFERENCE_LIB_DIR}/adapter-shell
-ExecStart=/${REFERENCE_LIB_DIR}/bb-guest guest
+ExecStart=/${REFERENCE_LIB_DIR}/beachball-guest
 KillMode=mixed
 StandardOutput=journal+console
 StandardError=journal+console
@@ -108,7 +108,7 @@ const MASKED_UNITS = [
 export interface ReferenceBuildOptions {
   /** mmdebstrap rootfs tarball (debianRootfs.ts). */
   rootfsTar: string;
-  /** Guest binary installed as /usr/lib/beachball/bb-guest. */
+  /** Guest binary installed as /usr/lib/beachball/beachball-guest. */
   guestBinaryPath: string;
   outDir: string;
   /** Kernel cache (shared with the dev image). */
@@ -177,10 +177,10 @@ export async function buildReferenceImage(
     ]);
     const lib = join(root, REFERENCE_LIB_DIR);
     await mkdir(lib, { recursive: true });
-    await Bun.write(join(lib, "bb-guest"), Bun.file(resolve(opts.guestBinaryPath)));
+    await Bun.write(join(lib, "beachball-guest"), Bun.file(resolve(opts.guestBinaryPath)));
     await writeFile(join(lib, "adapter-shell"), SHELL_ADAPTER);
     await writeFile(join(lib, "net-setup"), NET_SETUP);
-    for (const f of ["bb-guest", "adapter-shell", "net-setup"]) await chmod(join(lib, f), 0o755);
+    for (const f of ["beachball-guest", "adapter-shell", "net-setup"]) await chmod(join(lib, f), 0o755);
     const units = join(root, "etc/systemd/system");
     await mkdir(join(units, "multi-user.target.wants"), { recursive: true });
     await writeFile(join(units, "beachball-guest.service"), GUEST_UNIT);

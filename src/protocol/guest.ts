@@ -7,6 +7,8 @@
  * allocation end to end". Must never: write payload bytes anywhere but the
  * stream, or accept a line over MAX_GUEST_LINE_BYTES.
  */
+import { type Static, Type } from "@sinclair/typebox";
+import { ControlConfigMessage } from "./control.ts";
 
 /** Upper bound of one NDJSON line in bytes (a 1 MiB payload in base64 plus framing fits). */
 export const MAX_GUEST_LINE_BYTES = 2 * 1024 * 1024;
@@ -20,24 +22,62 @@ export interface GuestIdentity {
   nonce: string;
 }
 
-/** Messages the guest sends to the host. */
-export type GuestToHost =
-  | ({ type: "guest_ready"; bootId: string; guestVersion: string } & GuestIdentity)
-  | { type: "pong"; id: string }
-  | { type: "bootstrap_consumed"; deliveryId: string; digest: string }
-  | { type: "bootstrap_rejected"; deliveryId: string; reason: string }
-  | { type: "workload_started"; deliveryId: string }
-  | { type: "workload_exited"; deliveryId: string; exitCode: number }
-  | { type: "shutting_down" };
+const closed = { additionalProperties: false } as const;
+const identityFields = {
+  allocationId: Type.String(),
+  placementId: Type.String(),
+  generation: Type.Integer({ minimum: 0 }),
+  nonce: Type.String(),
+};
 
-/** Messages the host sends to the guest. */
-export type HostToGuest =
-  | { type: "ready_ack" }
+/**
+ * Messages the guest sends to the host, as a TypeBox schema (the one
+ * definition; the Go guest, guest/internal/wire, mirrors it and
+ * test/guest-contract.test.ts checks every message it sends against it).
+ */
+export const GuestToHost = Type.Union([
+  Type.Object(
+    { type: Type.Literal("guest_ready"), bootId: Type.String(), guestVersion: Type.String(), ...identityFields },
+    closed,
+  ),
+  Type.Object({ type: Type.Literal("pong"), id: Type.String() }, closed),
+  Type.Object(
+    {
+      type: Type.Literal("bootstrap_consumed"),
+      deliveryId: Type.String(),
+      digest: Type.String({ pattern: "^sha256:[0-9a-f]{64}$" }),
+    },
+    closed,
+  ),
+  Type.Object({ type: Type.Literal("bootstrap_rejected"), deliveryId: Type.String(), reason: Type.String() }, closed),
+  Type.Object({ type: Type.Literal("workload_started"), deliveryId: Type.String() }, closed),
+  Type.Object({ type: Type.Literal("workload_exited"), deliveryId: Type.String(), exitCode: Type.Integer() }, closed),
+  Type.Object({ type: Type.Literal("shutting_down") }, closed),
+]);
+/** Messages the guest sends to the host. */
+export type GuestToHost = Static<typeof GuestToHost>;
+
+/** Messages the host sends to the guest, as a TypeBox schema (see GuestToHost). */
+export const HostToGuest = Type.Union([
+  Type.Object({ type: Type.Literal("ready_ack") }, closed),
   /** Asks the guest to send guest_ready again (a restarted agent adopting a VM that was still booting). */
-  | { type: "identify" }
-  | { type: "ping"; id: string }
-  | { type: "bootstrap"; deliveryId: string; contentType: string; dataBase64: string }
-  | { type: "shutdown" };
+  Type.Object({ type: Type.Literal("identify") }, closed),
+  Type.Object({ type: Type.Literal("ping"), id: Type.String() }, closed),
+  Type.Object(
+    {
+      type: Type.Literal("bootstrap"),
+      deliveryId: Type.String(),
+      contentType: Type.String(),
+      dataBase64: Type.String(),
+    },
+    closed,
+  ),
+  Type.Object({ type: Type.Literal("shutdown") }, closed),
+  /** The control service's verification keys (src/protocol/control.ts). */
+  ControlConfigMessage,
+]);
+/** Messages the host sends to the guest. */
+export type HostToGuest = Static<typeof HostToGuest>;
 
 /** Encodes one message as an NDJSON line (with the trailing newline). */
 export function encodeGuestMessage(m: GuestToHost | HostToGuest): string {

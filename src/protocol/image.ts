@@ -49,7 +49,7 @@ export interface ImageManifest {
   kernelArgs: string[];
   /** Range of host–guest protocol versions the guest speaks, e.g. `"1"`. */
   agentProtocolRange: string;
-  /** Version of `bb guest` inside the image. */
+  /** Version of the guest bootstrap (`beachball-guest`) inside the image. */
   guestBootstrapVersion: string;
   /** Schema 2 only: the OCI image this was converted from. */
   source?: ImageSource;

@@ -148,7 +148,7 @@ d("real images over HTTP (real QEMU)", () => {
     const key = createPrivateKeyFile(keyFile);
     writeFileSync(`${keyFile}.pub`, `${key.publicKey}\n`);
     let t = performance.now();
-    const guest = await compileGuest(resolve(".bb/test-build/bb-guest"));
+    const guest = await compileGuest(resolve(".bb/test-build/beachball-guest"));
     const dev = await buildDevImage({
       outDir: resolve(".bb/test-images/dev-guest"),
       cacheDir: cache,

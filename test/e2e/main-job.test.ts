@@ -1,7 +1,7 @@
 /**
  * The main job end to end with real parts: a scheduler and an agent as
  * separate `bb` processes, a real kernel booted by QEMU (KVM or TCG), the
- * payload handed over in memory and run by `bb guest`, and cleanup.
+ * payload handed over in memory and run by `beachball-guest`, and cleanup.
  * Also: idempotent create starts no second VM, a payload exiting 3 is a
  * workload result (not a scheduler failure), and the scheduler and the agent
  * each survive a SIGKILL and restart mid-run with nothing left behind.
@@ -18,7 +18,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { randomUUID } from "node:crypto";
 import { SchedulerClient } from "../../src/client/index.ts";
-import { compileBb } from "../../src/image/bbBinary.ts";
+import { compileGuest } from "../../src/image/bbBinary.ts";
 import { buildDevImage } from "../../src/image/devBuild.ts";
 import { placementDirName } from "../../src/agent/resourceNames.ts";
 import type { AllocationEvent } from "../../src/protocol/api.ts";
@@ -160,7 +160,7 @@ d("main job end to end (real QEMU)", () => {
     const img = await buildDevImage({
       outDir: imageDir,
       cacheDir: resolve(".bb/cache"),
-      bbBinaryPath: await compileBb(),
+      bbBinaryPath: await compileGuest(),
     });
     expect(img.digest).toMatch(/^sha256:/);
     port = await freePort();

@@ -379,7 +379,7 @@ d("ssh and scp into a private VM through bb proxy (real QEMU, real sshd)", () =>
     work = mkdtempSync(join(tmpdir(), "bb-private-ssh-"));
     const cache = resolve(".bb/cache");
     let t = performance.now();
-    const guest = await compileGuest(resolve(".bb/test-build/bb-guest"));
+    const guest = await compileGuest(resolve(".bb/test-build/beachball-guest"));
     const rootfsTar = await ensureDebianRootfsTar(cache, SSHD_RECIPE, (m) => console.log(`private-ssh.test: ${m}`));
     timings.push(`guest binary and Debian sshd rootfs ready in ${Math.round(performance.now() - t)} ms`);
     t = performance.now();

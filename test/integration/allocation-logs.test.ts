@@ -20,7 +20,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { randomBytes, randomUUID } from "node:crypto";
 import { SchedulerClient } from "../../src/client/index.ts";
-import { compileBb } from "../../src/image/bbBinary.ts";
+import { compileGuest } from "../../src/image/bbBinary.ts";
 import { buildDevImage } from "../../src/image/devBuild.ts";
 import { ensureDevManifest } from "../../src/scheduler/manifest.ts";
 import { tokenDigest } from "../../src/scheduler/manifestSchema.ts";
@@ -105,7 +105,7 @@ d("bb allocation logs (real agent, QEMU guest)", () => {
     const img = await buildDevImage({
       outDir: imageDir,
       cacheDir: resolve(".bb/cache"),
-      bbBinaryPath: await compileBb(),
+      bbBinaryPath: await compileGuest(),
     });
     // The development manifest, plus a second controller: it must not read the first one's output.
     const dev = ensureDevManifest(join(work, "scheduler"), img.digest);

@@ -18,7 +18,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { randomBytes, randomUUID } from "node:crypto";
 import { buildDevImage } from "../../src/image/devBuild.ts";
-import { compileBb } from "../../src/image/bbBinary.ts";
+import { compileGuest } from "../../src/image/bbBinary.ts";
 import { joinScheduler } from "../../src/agent/join.ts";
 import { agentPaths } from "../../src/agent/config.ts";
 import { connectionGrantsPath, type ConnectionGrantResponse } from "../../src/protocol/connection.ts";
@@ -113,7 +113,7 @@ d("applied grants across an agent restart (real agent, QEMU guest)", () => {
     const img = await buildDevImage({
       outDir: resolve(".bb/images/dev"),
       cacheDir: resolve(".bb/cache"),
-      bbBinaryPath: await compileBb(),
+      bbBinaryPath: await compileGuest(),
     });
     s = await startTestScheduler({ imageDigest: img.digest });
     const t = await s.operator.enrollmentToken(HOST);

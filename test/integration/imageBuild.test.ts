@@ -123,7 +123,7 @@ d("bb image build", () => {
     expect(list).toMatch(/crw-rw-rw- 0\/0 +1, +3 .* \/dev\/null/);
     expect(list).toMatch(/drwxr-x--- 33\/33 .* \/srv\n/);
     expect(list).toMatch(/-rwsr-xr-x 0\/0 .* \/srv\/setuid/);
-    expect(list).toMatch(/\/\.beachball\/bb-guest/);
+    expect(list).toMatch(/\/\.beachball\/beachball-guest/);
     const x = join(work, "x");
     expect(
       Bun.spawnSync(["unsquashfs", "-q", "-d", x, join(a.dir, "rootfs.squashfs"), "bin", "etc/beachball"]).exitCode,

@@ -18,6 +18,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { buildDevImage } from "../../src/image/devBuild.ts";
+import { compileGuest } from "../../src/image/bbBinary.ts";
 import { isolationFromConfig } from "../../src/agent/isolation/isolation.ts";
 import { HostIsolation } from "../../src/agent/isolation/isolationOps.ts";
 import { HostImages } from "../../src/agent/image/hostImages.ts";
@@ -71,19 +72,6 @@ afterAll(async () => {
   for (const ns of [UP, NET]) sh(["ip", "netns", "delete", ns]);
   rmSync(work, { recursive: true, force: true });
 });
-
-/** A guest-only `bb` (the guest runs only `bb guest`), so this test does not depend on the rest of bin/bb.ts compiling. */
-function compileGuestBb(): string {
-  const dir = join(repo, ".bb/test-build/net");
-  mkdirSync(dir, { recursive: true });
-  const entry = join(dir, "guest-entry.ts");
-  writeFileSync(
-    entry,
-    `import { runGuest } from ${JSON.stringify(join(repo, "src/guest/main.ts"))};\nawait runGuest();\n`,
-  );
-  must([bun, "build", "--compile", entry, "--outfile", join(dir, "bb")]);
-  return join(dir, "bb");
-}
 
 function buildInternet(): void {
   for (const ns of [UP, NET]) must(["ip", "netns", "add", ns]);
@@ -153,7 +141,7 @@ test.skipIf(!!skipReason)(
     const img = await buildDevImage({
       outDir: join(repo, ".bb/test-images/net"),
       cacheDir: join(repo, ".bb/cache"),
-      bbBinaryPath: compileGuestBb(),
+      bbBinaryPath: await compileGuest(join(repo, ".bb/test-build/net/beachball-guest")),
     });
     console.log(`net-isolation: image ${img.reused ? "reused" : "built"} in ${Math.round(performance.now() - t0)} ms`);
     const rulesetBefore = rootRuleset();

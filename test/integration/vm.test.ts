@@ -12,6 +12,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createHash, randomBytes } from "node:crypto";
 import { buildDevImage } from "../../src/image/devBuild.ts";
+import { compileGuest } from "../../src/image/bbBinary.ts";
 import { verifyImage } from "../../src/image/verify.ts";
 import {
   createPlacementNetwork,
@@ -48,32 +49,6 @@ afterAll(async () => {
   rmSync(work, { recursive: true, force: true });
 });
 
-/** Compiles bb; falls back to a guest-only binary while bin/bb.ts cannot build yet (other roles unfinished). */
-async function compileBb(): Promise<string> {
-  const buildDir = join(repo, ".bb/test-build"); // stable paths keep the binary (and so the image) reusable
-  mkdirSync(buildDir, { recursive: true });
-  const out = join(buildDir, "bb");
-  const full = Bun.spawnSync([bun, "build", "--compile", join(repo, "bin/bb.ts"), "--outfile", out], {
-    stderr: "pipe",
-  });
-  if (full.exitCode === 0) return out;
-  console.log(
-    `vm.test: bin/bb.ts does not compile yet (${full.stderr
-      .toString()
-      .split("\n")
-      .find((l) => l.includes("error:"))
-      ?.trim()}); using a guest-only bb`,
-  );
-  const entry = join(buildDir, "guest-entry.ts");
-  writeFileSync(
-    entry,
-    `import { runGuest } from ${JSON.stringify(join(repo, "src/guest/main.ts"))};\nawait runGuest();\n`,
-  );
-  const guest = Bun.spawnSync([bun, "build", "--compile", entry, "--outfile", out], { stderr: "pipe" });
-  if (guest.exitCode !== 0) throw new Error(`guest-only build failed: ${guest.stderr}`);
-  return out;
-}
-
 /** Starts the VM from a separate process (a stand-in agent), then SIGKILLs that process. */
 async function startFromDoomedAgent(spec: VmSpec): Promise<VmHandle> {
   const script = join(work, "agent-stub.ts");
@@ -102,7 +77,7 @@ setInterval(() => {}, 1000);
 test.skipIf(!!skipReason)(
   "dev image boots, runs one payload, survives agent SIGKILL, shuts down clean",
   async () => {
-    const bb = await compileBb();
+    const bb = await compileGuest(join(repo, ".bb/test-build/beachball-guest"));
     let t = performance.now();
     const img = await buildDevImage({
       outDir: join(repo, ".bb/test-images/dev"),

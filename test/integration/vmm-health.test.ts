@@ -14,7 +14,7 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync 
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { buildDevImage } from "../../src/image/devBuild.ts";
-import { compileBb } from "../../src/image/bbBinary.ts";
+import { compileGuest } from "../../src/image/bbBinary.ts";
 import { joinScheduler } from "../../src/agent/join.ts";
 import { agentPaths } from "../../src/agent/config.ts";
 import { startTestScheduler, type TestScheduler } from "../support/scheduler.ts";
@@ -57,7 +57,7 @@ d("a VMM that cannot start", () => {
     const img = await buildDevImage({
       outDir: resolve(".bb/images/dev"),
       cacheDir: resolve(".bb/cache"),
-      bbBinaryPath: await compileBb(),
+      bbBinaryPath: await compileGuest(),
     });
     s = await startTestScheduler({ imageDigest: img.digest });
     const t = await s.operator.enrollmentToken("vmmh-host");

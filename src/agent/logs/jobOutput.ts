@@ -4,7 +4,7 @@
  * guest's own lines and the job markers with what the workload prints. A
  * reader of `bb allocation logs` gets only the workload's lines: those after
  * the guest's `BEACHBALL_JOB_START` line and before its `BEACHBALL_JOB_EXIT
- * <code>` (src/guest/workload.ts writes both), without
+ * <code>` (guest/internal/workload writes both), without
  * - kernel lines (`[ seconds.micros] …`, the printk time stamp every kernel
  *   line carries on the console; vmm/guestExit.ts reads the same lines), and
  * - the agent's own `[... N bytes trimmed ...]` lines (vmm/consoleLog.ts).

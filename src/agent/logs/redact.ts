@@ -8,7 +8,7 @@
  * The payload reaches the guest over the control channel (virtio-serial
  * `ctl`), never the serial console, and the guest never echoes it: the
  * dev image's shell reads it on stdin, other images find it in a 0400 file
- * (src/guest/workload.ts). Only the workload itself could print it (`set -x`,
+ * (guest/internal/workload). Only the workload itself could print it (`set -x`,
  * `cat` of its own script, `echo $TOKEN`). So, as a second line of defence,
  * a console line that *is* a line of the payload (trimmed, or behind a
  * shell trace's `+ ` prefix) is replaced by `[redacted]`, and so is any word

@@ -90,7 +90,7 @@ test("a kernel line glued to workload output that had no newline is kept, the wo
  */
 const SYSRQ_CRASH_CONSOLE = [
   "[    0.458345] PCI: Fatal: No config space access function found",
-  "beachball-init: starting bb guest at 5.60s",
+  "beachball-init: starting beachball-guest at 5.60s",
   "beachball-guest: ready (shell workload) at 9.13s",
   "BEACHBALL_JOB_START",
   "[   49.358120] sysrq: Trigger a crash",

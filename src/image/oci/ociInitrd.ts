@@ -2,7 +2,7 @@
  * The initramfs of a squashfs image (an image converted by `bb image
  * build`): busybox, the kernel modules, the C library the guest binary
  * links against, and an `/init` that assembles the workload's root and
- * starts `bb guest` as PID 1.
+ * starts `beachball-guest` as PID 1.
  *
  * Implements spec "Images" for images converted from OCI: the squashfs
  * (`beachball.lower`, default /dev/vda) is the read-only lower layer, the
@@ -30,7 +30,7 @@ import { GUEST_NET_CASES, GUEST_NET_VARS, guestIpv4Setup, initramfsPreamble } fr
 /** Where the guest binary sits inside a converted image's squashfs. */
 export const GUEST_DIR_IN_IMAGE = ".beachball";
 /** The guest binary's path inside the squashfs. */
-export const GUEST_BINARY_IN_IMAGE = `${GUEST_DIR_IN_IMAGE}/bb-guest`;
+export const GUEST_BINARY_IN_IMAGE = `${GUEST_DIR_IN_IMAGE}/beachball-guest`;
 /** Where the workload's merged root is mounted inside the initramfs. */
 export const WORKLOAD_ROOT = "/newroot";
 
@@ -88,11 +88,11 @@ if [ -f /beachball/kernel-args ]; then
   $B mv /beachball/kernel-args /etc/beachball/kernel-args
   $B chmod 0400 /etc/beachball/kernel-args
 fi
-# init= replaces bb guest with a program of the image (with the kernel's init arguments), for bare boots.
+# init= replaces beachball-guest with a program of the image (with the kernel's init arguments), for bare boots.
 [ -n "$init" ] && exec $B chroot $R "$init" "$@"
 read -r up _ < /proc/uptime
-echo "beachball-initramfs: starting bb guest at \${up}s"
-exec /lower/${GUEST_BINARY_IN_IMAGE} guest --workload-root ${WORKLOAD_ROOT}
+echo "beachball-initramfs: starting beachball-guest at \${up}s"
+exec /lower/${GUEST_BINARY_IN_IMAGE} --workload-root ${WORKLOAD_ROOT}
 `;
 }
 

@@ -1,0 +1,161 @@
+// Command beachball-guest is the guest bootstrap, PID 1 inside a Beachball
+// VM (dev image and images converted from OCI) or a systemd service (the
+// reference image): it announces the guest over the virtio-serial `ctl`
+// port, answers the host, runs the one payload of the boot and powers off
+// on request (docs/adr/0170-static-go-guest.md; spec "Guest handshake").
+//
+// Usage: `beachball-guest [guest] [--workload-root DIR]`; a bad argument is a
+// usage error (exit 2, src/command/usageText.ts's text form). With
+// --workload-root (squashfs images: the initramfs mounted the workload's
+// root there) it enters that root with chroot(2) once the port is open.
+//
+// Test mode (test/guest-contract.test.ts): BEACHBALL_GUEST_TEST_SOCKET names a
+// Unix socket to use instead of the port, BEACHBALL_GUEST_TEST_CMDLINE a file
+// instead of /proc/cmdline; console lines go to stderr and shutdown exits
+// instead of reboot(2). Refused when the process is PID 1.
+// Must never: exit while it is PID 1 and the VM runs (that panics the kernel),
+// except at startup when it cannot work at all (then QEMU exits: panic=1, -no-reboot).
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"beachball/guest/internal/boot"
+	"beachball/guest/internal/channel"
+	"beachball/guest/internal/console"
+	"beachball/guest/internal/identity"
+	"beachball/guest/internal/keys"
+	"beachball/guest/internal/pid1"
+	"beachball/guest/internal/wire"
+	"beachball/guest/internal/workload"
+)
+
+// Test-mode environment variables (never set inside a VM).
+const (
+	testSocketEnv  = "BEACHBALL_GUEST_TEST_SOCKET"
+	testCmdlineEnv = "BEACHBALL_GUEST_TEST_CMDLINE"
+)
+
+// PortWait is how long to wait for the control port to appear at boot.
+const PortWait = 10 * time.Second
+
+// exitUsage is the exit code of a usage error (src/command/run.ts EXIT.usage).
+const exitUsage = 2
+
+func usage(msg string) {
+	fmt.Fprintf(os.Stderr, "error: %s\n", msg)
+	os.Exit(exitUsage)
+}
+
+// parseArgs reads `[guest] [--workload-root DIR]`; it exits 2 on anything else.
+func parseArgs(args []string) (workloadRoot string) {
+	if len(args) > 0 && args[0] == "guest" {
+		args = args[1:]
+	}
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "--workload-root" && i+1 < len(args):
+			i++
+			workloadRoot = args[i]
+		case strings.HasPrefix(a, "--workload-root="):
+			workloadRoot = strings.TrimPrefix(a, "--workload-root=")
+		default:
+			usage(fmt.Sprintf("beachball-guest: unknown argument %q", a))
+		}
+	}
+	return workloadRoot
+}
+
+func fatal(err error) {
+	console.Line("beachball-guest: " + err.Error())
+	os.Exit(1)
+}
+
+func main() {
+	started := time.Now()
+	root := parseArgs(os.Args[1:])
+	testSocket := os.Getenv(testSocketEnv)
+	cmdline := "/proc/cmdline"
+	if testSocket != "" {
+		if os.Getpid() == 1 {
+			usage("beachball-guest: " + testSocketEnv + " (test mode) is refused as PID 1")
+		}
+		console.UseStderr()
+		if f := os.Getenv(testCmdlineEnv); f != "" {
+			cmdline = f
+		}
+	}
+	id, err := identity.Read(cmdline)
+	if err != nil {
+		fatal(err)
+	}
+	var stream channel.Stream
+	if testSocket != "" {
+		stream, err = channel.DialTestSocket(testSocket)
+	} else {
+		var path string
+		if path, err = channel.FindControlPort(PortWait); err == nil {
+			stream, err = channel.OpenPort(path)
+		}
+	}
+	if err != nil {
+		fatal(err)
+	}
+	if root != "" {
+		if err := enterRoot(root); err != nil {
+			fatal(err)
+		}
+	}
+	plan, err := workload.PlanFor("/", os.Getenv)
+	if err != nil {
+		fatal(err)
+	}
+	w := channel.NewWriter(stream)
+	send := func(m interface{}) <-chan error {
+		line, err := wire.Encode(m)
+		if err != nil {
+			done := make(chan error, 1)
+			done <- err
+			return done
+		}
+		return w.Send(line)
+	}
+	s := &boot.Session{
+		Identity: id, BootID: newBootID(), Plan: plan, Send: send, Keys: &keys.Store{},
+		Reaper: pid1.NewReaper(), BootstrapDir: workload.BootstrapDir, PowerOff: pid1.PowerOff,
+	}
+	if testSocket != "" {
+		s.PowerOff = func() error { os.Exit(0); return nil }
+	}
+	if os.Getpid() == 1 {
+		pid1.Forward(s.RunningPID)
+	}
+	ready := send(s.Ready())
+	go func() {
+		if err := <-ready; err != nil {
+			console.Line("beachball-guest: send failed: " + err.Error())
+			return
+		}
+		// Kernel uptime, so a reader can subtract the init's "starting beachball-guest at" line (exec → written);
+		// /proc/self/stat's start time would be PID 1's, since the init scripts exec the guest.
+		console.Line(fmt.Sprintf("beachball-guest: guest_ready written at %ss, %d ms after main; VmRSS %s",
+			uptime(), time.Since(started).Milliseconds(), vmRSS()))
+	}()
+	console.Line(fmt.Sprintf("beachball-guest: ready (%s workload) at %ss", plan.Kind, uptime()))
+	splitter := wire.NewLineSplitter(wire.MaxLineBytes)
+	err = channel.ReadLoop(stream, testSocket == "", func(chunk []byte) { splitter.Push(chunk, s.Handle) })
+	fatal(fmt.Errorf("control channel closed: %v", err))
+}
+
+func newBootID() string {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
