@@ -43,6 +43,7 @@ import { AgentMetrics } from "./metrics.ts";
 import { transitionSink } from "./placementTransitions.ts";
 import { DEFAULT_VMM_SELF_CHECK_INTERVAL_MS, VmmHealth, type VmmSelfCheck } from "./vmmHealth.ts";
 import { VMM_BOOT_CHECK_ID } from "./doctor/checks.ts";
+import { controlConfigMessage } from "./guestControlConfig.ts";
 import { consoleLogPath, placementSecrets, type PlacementContext } from "./placementOps.ts";
 import { ConsoleShipper } from "./logs/shipper.ts";
 import { AgentConnections, type ConnectionEndpointPort } from "./endpoint/agentConnections.ts";
@@ -89,6 +90,13 @@ export interface AgentSettings {
   allocationsDir: string;
   /** How long the guest has to send GuestReady after the VMM starts, ms. */
   guestBootTimeoutMs: number;
+  /**
+   * The connection verification keys handed to every guest's control
+   * service (`control_config`, guestControlConfig.ts); absent: none. Checked
+   * at start: the agent refuses to start with keys the message's schema
+   * refuses (more than MAX_CONTROL_VERIFICATION_KEYS, a malformed key).
+   */
+  controlVerificationKeys?: Readonly<Record<string, string>>;
   /** Serial console budget per placement, bytes. */
   consoleBudgetBytes: number;
   /** While VMM starts keep failing, the time between self-checks, ms (default DEFAULT_VMM_SELF_CHECK_INTERVAL_MS). */
@@ -160,6 +168,9 @@ export class Agent {
       timers,
       random: ports.random,
       guestBootTimeoutMs: settings.guestBootTimeoutMs,
+      ...(settings.controlVerificationKeys
+        ? { controlVerificationKeys: controlConfigMessage(settings.controlVerificationKeys).verificationKeys }
+        : {}),
     };
     const consoleLogs = ports.logSink
       ? new ConsoleShipper({

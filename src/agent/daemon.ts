@@ -25,7 +25,8 @@ import { systemClock } from "../protocol/clock.ts";
 import { consolaLog, type AgentLog, systemHostProbe, systemRandom, systemTimers } from "./ports.ts";
 import { Agent } from "./agent.ts";
 import { parseListen, startMetricsServer, type MetricsServer } from "./metricsServer.ts";
-import { startHostEndpoint } from "./endpoint/startEndpoint.ts";
+import { endpointSettings, startHostEndpoint } from "./endpoint/startEndpoint.ts";
+import type { AgentConnectionsConfig } from "./config.ts";
 import { restoreCgroupMounts, systemCgroupMountPorts } from "./isolation/cgroups/mountRestore.ts";
 
 /** The kernel's boot ID, or a random one where /proc does not offer it. */
@@ -37,6 +38,21 @@ export function machineBootId(): string {
     /* not Linux */
   }
   return randomUUID();
+}
+
+/**
+ * The keys the guests' control services are told to trust: exactly those the
+ * host endpoint checks grants with (endpointSettings), or none when this host
+ * runs no endpoint or its settings are refused (the endpoint then does not
+ * start either, and says why).
+ */
+export function guestControlKeys(c: AgentConnectionsConfig | undefined): Record<string, string> | undefined {
+  if (!c) return undefined;
+  try {
+    return Object.fromEntries(endpointSettings(c).keys);
+  } catch {
+    return undefined; // the endpoint's own start reports the bad field
+  }
 }
 
 /** Options of `AgentDaemon.start`. */
@@ -89,6 +105,9 @@ export class AgentDaemon {
         dbPath: p.db,
         allocationsDir: p.allocations,
         guestBootTimeoutMs: config.guestBootTimeoutMs,
+        ...(guestControlKeys(config.connections)
+          ? { controlVerificationKeys: guestControlKeys(config.connections)! }
+          : {}),
         consoleBudgetBytes: config.consoleBudgetBytes,
         ...(config.vmmSelfCheckIntervalMs ? { vmmSelfCheckIntervalMs: config.vmmSelfCheckIntervalMs } : {}),
         failedConsoleDir: p.failedConsoles,

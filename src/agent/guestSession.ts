@@ -2,7 +2,9 @@
  * The host side of the guest control protocol (spec "Guest handshake", "One
  * allocation end to end"): accepts GuestReady only on an exact identity and
  * nonce match, proves the reverse direction with a ping, hands a bootstrap
- * payload over in memory, and relays workload events.
+ * payload over in memory, hands the guest's control service the connection
+ * verification keys (`control_config`, guestControlConfig.ts), and relays
+ * workload events.
  * Must never: log, persist or re-send payload bytes.
  */
 import {
@@ -14,6 +16,7 @@ import {
 } from "../protocol/guest.ts";
 import type { GuestChannel } from "./vmm/driver.ts";
 import { systemTimers, type Timers } from "./ports.ts";
+import { controlConfigMessage } from "./guestControlConfig.ts";
 
 /** Result of a delivery to the guest. */
 export type GuestDeliveryResult =
@@ -144,6 +147,16 @@ export class GuestSession {
     const m = await reply;
     if (!m) return { result: "guest_not_connected" };
     return m.type === "bootstrap_consumed" ? { result: "consumed", digest: m.digest } : { result: "rejected" };
+  }
+
+  /**
+   * Sends `control_config` with `keys` (key ID → base64 Ed25519 public key),
+   * checked against its schema first; the guest's newest message replaces
+   * the keys before it. Nothing is sent on a closed channel. Throws
+   * AgentError INTERNAL when the schema refuses the keys (guestControlConfig.ts).
+   */
+  configureControl(keys: Readonly<Record<string, string>>): void {
+    this.send(controlConfigMessage(keys));
   }
 
   /** Asks the guest to sync and power off. */

@@ -13,6 +13,8 @@
  * fails, then confirm nothing remains.
  * Must never: name a path after client text, launch a VMM without a live
  * lease, or report absent while any resource of the placement remains.
+ * Start and adoption also send the guest `control_config` (the connection
+ * verification keys) once its handshake or ping succeeded.
  */
 import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -43,6 +45,13 @@ export interface PlacementContext {
   random: AgentRandom;
   /** How long the guest has to send a matching GuestReady after the VMM starts, ms. */
   guestBootTimeoutMs: number;
+  /**
+   * The deployment's connection verification keys (key ID → base64 Ed25519
+   * public key), sent to every guest as `control_config` once it is ready
+   * and again on adoption; absent (no private networking): none is sent and
+   * the guest's control service stays GUEST_NOT_READY.
+   */
+  controlVerificationKeys?: Readonly<Record<string, string>>;
   /**
    * Pushes workload output to the scheduler (logs/shipper.ts): `settle` stores
    * the output up to the job's exit marker before the exit code is reported;
@@ -159,7 +168,8 @@ export interface StartHooks {
 }
 
 /**
- * Start (ensure_running): boots the VMM and completes the guest handshake.
+ * Start (ensure_running): boots the VMM and completes the guest handshake
+ * (GuestReady, then `control_config` when the context has keys, then a ping).
  * Returns the handle and the connected session. Throws AgentError
  * (LEASE_EXPIRED before launch; VMM_START_FAILED; GUEST_BOOT_TIMEOUT, the
  * VMM then still running for Stop to remove).
@@ -227,6 +237,7 @@ export async function startPlacement(
       subsystem: "guest",
     });
   }
+  if (ctx.controlVerificationKeys) session.configureControl(ctx.controlVerificationKeys);
   if (!(await session.ping(10_000))) {
     session.close();
     throw new AgentError("GUEST_BOOT_TIMEOUT", "guest did not answer the ping", { subsystem: "guest" });
@@ -239,7 +250,7 @@ export async function startPlacement(
  * Reconnects to a VM that survived an agent restart. A running guest must
  * answer a ping; a guest that was still booting (`confirmIdentity`) must
  * send a GuestReady with the exact identity and nonce within `timeoutMs`.
- * Null if it does neither.
+ * Null if it does neither. An adopted guest is sent `control_config` again.
  */
 export async function adoptPlacement(
   ctx: PlacementContext,
@@ -259,6 +270,8 @@ export async function adoptPlacement(
   const ok = confirmIdentity ? await session.waitReady(timeoutMs, true) : await session.ping(10_000);
   if (ok) {
     ctx.driver.forgetBootSecrets({ dir: p.dir }); // an agent that died between launch and GuestReady left it
+    // This agent's keys replace whatever an earlier agent process configured (the keys change only with agent.json).
+    if (ctx.controlVerificationKeys) session.configureControl(ctx.controlVerificationKeys);
     return session;
   }
   session.close();

@@ -86,9 +86,15 @@ export class RequestBody {
     cancel(): Promise<void>;
   } | null = null;
   private finished: boolean;
+  private readTotal = 0;
 
   constructor(private readonly req: Request) {
     this.finished = req.body === null;
+  }
+
+  /** Bytes of the body read so far, by read() and drain() together (what this process carried of it). */
+  get bytesRead(): number {
+    return this.readTotal;
   }
 
   /** True while the body may hold bytes nobody read. */
@@ -117,6 +123,7 @@ export class RequestBody {
         const { done, value } = await reader.read();
         if (done) break;
         total += value.byteLength;
+        this.readTotal += value.byteLength;
         if (total > limitBytes) throw over();
         chunks.push(value);
       }
@@ -165,6 +172,7 @@ export class RequestBody {
           return;
         }
         total += next.value.byteLength;
+        this.readTotal += next.value.byteLength;
       }
     } catch {
       this.finished = true;

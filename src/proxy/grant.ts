@@ -25,6 +25,7 @@ import {
   type GrantPayload,
   type GrantTransport,
   type RelayEntry,
+  type SignedGrant,
   type SignedRelayToken,
 } from "../protocol/connection.ts";
 import {
@@ -42,6 +43,8 @@ const MAX_TOKEN_CHARS = 512;
 /** A grant response that passed every check. */
 export interface VerifiedGrant {
   grant: GrantPayload;
+  /** The signed grant document as received (its payload is `grant`): what a client presents to the guest's control service. */
+  signed: SignedGrant;
   /** Each relay of the map with this client's token for it. */
   relays: Array<{ entry: RelayEntry; token: SignedRelayToken }>;
   hostCandidates: Candidate[];
@@ -121,6 +124,7 @@ export function verifyGrantResponse(
     throw new BeachballError("GRANT_MISMATCH", "the grant response carries no connection ID or endpoint token");
   return {
     grant: g.payload,
+    signed: r.grant as SignedGrant,
     relays,
     hostCandidates: cands,
     stunServers,

@@ -29,7 +29,7 @@ test("a session refused RELAY_TOKEN_EXPIRED stops; setRelayTokens starts it agai
   const grantId = testId("grt");
   const entry: RelayEntry = { relayId: "relay-1", url: "wss://relay-1.example:443/v1/relay" };
   const host = keyPairFromPrivate(systemRandom.fill(new Uint8Array(32)));
-  const grant = issuer.grant(
+  const signed = issuer.grant(
     {
       allocationId: testId("alloc"),
       generation: 1,
@@ -43,7 +43,8 @@ test("a session refused RELAY_TOKEN_EXPIRED stops; setRelayTokens starts it agai
     },
     now,
     600_000,
-  ).payload;
+  );
+  const grant = signed.payload;
   const stale = issuer.relayToken("relay-1", grantId, "client", now - 200_000, 120_000);
   const fresh = issuer.relayToken("relay-1", grantId, "client", now, 120_000);
   const presented: SignedRelayToken[] = [];
@@ -57,6 +58,7 @@ test("a session refused RELAY_TOKEN_EXPIRED stops; setRelayTokens starts it agai
   const changes: RelaySessionInfo[] = [];
   const verified: VerifiedGrant = {
     grant,
+    signed,
     relays: [{ entry, token: stale }],
     hostCandidates: [],
     stunServers: [],

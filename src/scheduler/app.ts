@@ -7,7 +7,9 @@
  * query, bounded body, schema, in that order), then the per-caller bounds
  * (callerLimits.ts); its route's handler (routeHandlers.ts) then only
  * translates: it calls one front method and maps the result, or the
- * stable error code, to HTTP with an RFC 9457 problem+json body.
+ * stable error code, to HTTP with an RFC 9457 problem+json body. Every
+ * request's body bytes read and every answer's body bytes are counted here
+ * (httpBytes.ts), so both hosts count alike.
  *
  * The routes themselves are data (routes.ts): the one route table. The
  * guard runs in Elysia's onRequest hook, before Elysia would parse
@@ -26,6 +28,7 @@ import type { SchedulerFront } from "./front.ts";
 import { RequestGuard, type RefusedBodyDrain } from "./edge.ts";
 import { ROUTES, type RouteName } from "./routes.ts";
 import { CallerLimiter, isFollow } from "./callerLimits.ts";
+import { HttpByteCounters } from "./httpBytes.ts";
 import { routeHandlers, type RendezvousUpgrade, type Reply, type StorageHealth } from "./routeHandlers.ts";
 
 export type { RendezvousUpgrade, StorageHealth } from "./routeHandlers.ts";
@@ -56,6 +59,7 @@ const HEALTHY: StorageHealth = { ok: true, detail: "" };
 export function buildApp(front: SchedulerFront, opts: FrontDoorOptions = {}) {
   const codeGeneration = opts.codeGeneration ?? true;
   const limiter = opts.limiter ?? new CallerLimiter();
+  const bytes = new HttpByteCounters(front.env.metrics);
   const guard = new RequestGuard<RouteName>(
     ROUTES,
     {
@@ -65,6 +69,7 @@ export function buildApp(front: SchedulerFront, opts: FrontDoorOptions = {}) {
     },
     codeGeneration ? "compiled" : "interpreted",
     opts.drainRefusedBodies ?? "on-close",
+    (n) => bytes.request(n),
   );
   const handle = routeHandlers({
     front,
@@ -73,33 +78,37 @@ export function buildApp(front: SchedulerFront, opts: FrontDoorOptions = {}) {
   });
   // aot: false only where code generation is forbidden; the embedded host keeps Elysia's default.
   return new Elysia({ normalize: false, ...(codeGeneration ? {} : { aot: false }) })
-    .onRequest(async ({ request }) => {
-      const p = await guard.admit(request);
-      if (p instanceof Response) return p;
-      // Per-caller bounds (callerLimits.ts): a caller past them is shed with 429 before any object is called.
-      const release = limiter.admit(p.caller, isFollow(p.route, p.query));
-      if (release instanceof Response) return release;
-      let r: Reply;
-      try {
-        // HEAD runs the GET handler; the server (Bun, workerd) sends its status and headers without the body.
-        r = await handle[p.route](p, request);
-      } finally {
-        release();
-      }
-      if (r instanceof Response) return r;
-      return new Response(JSON.stringify(r.json), {
-        status: r.status ?? 200,
-        headers: { "content-type": "application/json" },
-      });
-    })
-    .onError(({ code, error }) => {
-      if (error instanceof BeachballError) return problemResponse(error);
-      if (code === "NOT_FOUND") return problem("NOT_FOUND", "no such route");
-      front.env.log.error("unhandled error", {
-        error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
-      });
-      return problem("INTERNAL", "internal error");
+    .onRequest(async ({ request }) => bytes.response(await answer(request), request.method))
+    .onError(({ code, error, request }) => bytes.response(failure(code, error), request.method));
+
+  async function answer(request: Request): Promise<Response> {
+    const p = await guard.admit(request);
+    if (p instanceof Response) return p;
+    // Per-caller bounds (callerLimits.ts): a caller past them is shed with 429 before any object is called.
+    const release = limiter.admit(p.caller, isFollow(p.route, p.query));
+    if (release instanceof Response) return release;
+    let r: Reply;
+    try {
+      // HEAD runs the GET handler; the server (Bun, workerd) sends its status and headers without the body.
+      r = await handle[p.route](p, request);
+    } finally {
+      release();
+    }
+    if (r instanceof Response) return r;
+    return new Response(JSON.stringify(r.json), {
+      status: r.status ?? 200,
+      headers: { "content-type": "application/json" },
     });
+  }
+
+  function failure(code: unknown, error: unknown): Response {
+    if (error instanceof BeachballError) return problemResponse(error);
+    if (code === "NOT_FOUND") return problem("NOT_FOUND", "no such route");
+    front.env.log.error("unhandled error", {
+      error: error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+    });
+    return problem("INTERNAL", "internal error");
+  }
 }
 
 /** The app's type, for typed clients and tests. */

@@ -167,6 +167,8 @@ export class RequestGuard<N extends string> {
     private readonly auth: Authenticator,
     checking: SchemaChecking = "compiled",
     private readonly drain: RefusedBodyDrain = "on-close",
+    /** Told how many request body bytes each admission read (read and drained; ./httpBytes.ts counts them). */
+    private readonly onBodyBytes: (bytes: number) => void = () => {},
   ) {
     this.routes = (Object.keys(routes) as N[]).map((name) => {
       const spec = routes[name];
@@ -195,6 +197,14 @@ export class RequestGuard<N extends string> {
    */
   async admit(request: Request): Promise<Prepared<N> | Response> {
     const body = new RequestBody(request);
+    try {
+      return await this.admitWith(request, body);
+    } finally {
+      if (body.bytesRead) this.onBodyBytes(body.bytesRead);
+    }
+  }
+
+  private async admitWith(request: Request, body: RequestBody): Promise<Prepared<N> | Response> {
     let refusal: Response;
     try {
       const url = requestTarget(request);

@@ -3,7 +3,8 @@
  * loopback, no root: the test grant issuer (test/support, standing in for the
  * scheduler's grant route) over HTTP, the host endpoint with a placement link
  * that is a second userspace TCP/IP stack (the "guest", echoing on port 22),
- * and runProxy forwarding a local port. The kernel path (TUN in a placement
+ * and runProxy forwarding a local port; openControlChannel (the same path
+ * for the guest's control port 7390) reached by plain fetch. The kernel path (TUN in a placement
  * namespace, nftables) is test/integration/proxy-netns.test.ts. It pairs two
  * roles (proxy and agent), so it lives here, not beside either. A STUN
  * server on loopback answers as a NAT would (127.0.0.2, the port it saw).
@@ -22,6 +23,10 @@ import { BeachballError } from "../../src/protocol/errors.ts";
 import { startLoopbackStun } from "../support/loopbackStun.ts";
 import { keyPairFromPrivate, selectAead, systemSuspendAwareClock, systemRandom } from "../../src/wireguard/index.ts";
 import { runProxy, type ProxyOptions } from "../../src/proxy/session.ts";
+import { openControlChannel } from "../../src/proxy/controlChannel.ts";
+import { CONTROL_GRANT_HEADER, GUEST_CONTROL_PORT } from "../../src/protocol/control.ts";
+import { checkSignedGrant } from "../../src/protocol/connectionSignature.ts";
+import { canonicalJson } from "../../src/protocol/canonical.ts";
 
 const ALLOC_ADDR = "fd00:bb:1:2::2";
 const TOKEN = "test-token";
@@ -49,6 +54,23 @@ const links: PlacementLinkPort = {
           if (chunk === null) break;
           await c.write(chunk).catch(() => {});
         }
+        await c.closeWrite().catch(() => {});
+      })();
+    });
+    // A stand-in for the guest's control service: answers one HTTP request with the grant header it was sent.
+    guest.listen(ALLOC_ADDR, GUEST_CONTROL_PORT, (c) => {
+      void (async () => {
+        let head = "";
+        while (!head.includes("\r\n\r\n")) {
+          const chunk = await c.read().catch(() => null);
+          if (chunk === null) return c.abort();
+          head += Buffer.from(chunk).toString("latin1");
+        }
+        const line = head.split("\r\n").find((l) => l.toLowerCase().startsWith(`${CONTROL_GRANT_HEADER}:`));
+        const body = line ? line.slice(CONTROL_GRANT_HEADER.length + 1).trim() : "";
+        await c
+          .write(Buffer.from(`HTTP/1.1 200 OK\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`))
+          .catch(() => {});
         await c.closeWrite().catch(() => {});
       })();
     });
@@ -233,5 +255,44 @@ describe("bb proxy session (loopback, userspace guest)", () => {
     await p.ready;
     state.allocations.get(id)!.generation = 2;
     expect(await codeOf(p.done)).toBe("STALE_GENERATION");
+  }, 30_000);
+});
+
+describe("the control channel (openControlChannel: openAllocationPort for port 7390)", () => {
+  test("plain fetch on the loopback base URL reaches the guest's port 7390 with the grant header; the grant verifies for that port; close() revokes it", async () => {
+    const id = allocation();
+    const lines: string[] = [];
+    const ch = await openControlChannel({
+      client,
+      allocationId: id,
+      keys: issuer.verificationKeys(),
+      clock: systemSuspendAwareClock,
+      random: systemRandom,
+      aead,
+      interfaces: () => ({}),
+      log: (l) => lines.push(l),
+    });
+    try {
+      expect(ch.baseUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+      expect(ch.port.grant.grant.ports).toEqual([GUEST_CONTROL_PORT]);
+      const res = await fetch(`${ch.baseUrl}/v1/exec`, { headers: { [ch.grantHeaderName]: ch.grantHeader } });
+      expect(res.status).toBe(200);
+      const seen = await res.text();
+      expect(seen).toBe(ch.grantHeader);
+      const presented = JSON.parse(Buffer.from(seen, "base64url").toString("utf8"));
+      expect(canonicalJson(presented)).toBe(canonicalJson(ch.port.signedGrant));
+      const check = checkSignedGrant(
+        presented,
+        issuer.verificationKeys(),
+        { allocationId: id, port: GUEST_CONTROL_PORT },
+        Date.now(),
+      );
+      expect(check.ok).toBe(true);
+      expect(endpoint.connectivity().appliedGrants.map((g) => g.grantId)).toContain(ch.port.grant.grant.grantId);
+    } finally {
+      await ch.close();
+    }
+    expect(await ch.ended).toBeNull();
+    expect(lines.some((l) => l.includes(`grant ${ch.port.grant.grant.grantId} revoked`))).toBe(true);
   }, 30_000);
 });

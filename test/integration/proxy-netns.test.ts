@@ -49,6 +49,10 @@
  * (a relay offered too) without and with 1 % seeded loss both ways on the laptop's
  * link (imp: test/support/impairRouter.ts, policy-routed through a TUN, since this
  * kernel has no netem), and relayed with that loss.
+ * The control channel (issue 20): openControlChannel (src/proxy/controlChannel.ts, the
+ * path bb proxy runs on, for port 7390) in the laptop reaches a kernel HTTP service on
+ * the guest's port 7390 by plain fetch with the beachball-grant header, and revokes on
+ * close; a grant for 7390 alone gets no SYN to port 22 past the inner filter (counted).
  * Needs root, ip, nft; otherwise prints why and skips. Leaves nothing behind.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
@@ -64,6 +68,7 @@ import { keyPairFromPrivate, systemRandom } from "../../src/wireguard/index.ts";
 import { makeTestCert } from "../support/relay.ts";
 import { randomBytes } from "node:crypto";
 import { writeFileSync } from "node:fs";
+import { CONTROL_GRANT_HEADER, GUEST_CONTROL_PORT } from "../../src/protocol/control.ts";
 
 const repo = resolve(import.meta.dir, "../..");
 const bun = process.execPath;
@@ -815,6 +820,98 @@ describe.skipIf(!!skipReason)("bb proxy across NATs to a placement behind the ho
     expect(g.filter.drops["no-flow"]).toBe(0);
     await raw.stop();
   }, 60_000);
+
+  test("the control channel: openControlChannel in the laptop reaches a service on the guest's port 7390 by plain fetch with the grant header, and revokes on close; a grant for 7390 alone gets no SYN to port 22 past the inner filter (counted)", async () => {
+    // The stand-in for the guest's control service: a kernel HTTP server on [ALLOC]:7390 that answers with the header it got.
+    const service = join(work, "control-service.ts");
+    writeFileSync(
+      service,
+      `Bun.serve({ hostname: ${JSON.stringify(ALLOC)}, port: ${GUEST_CONTROL_PORT}, fetch: (r) => Response.json({ path: new URL(r.url).pathname, grant: r.headers.get(${JSON.stringify(CONTROL_GRANT_HEADER)}) }) });\nconsole.log(JSON.stringify({ ev: "ready" }));\n`,
+    );
+    const svc = child(G, [service], "control-service");
+    await svc.waitFor((e) => e.ev === "ready", 15_000, "control service ready");
+    const out = await runIn(
+      L,
+      [
+        `import { openControlChannel } from ${JSON.stringify(join(repo, "src/proxy/controlChannel.ts"))};`,
+        `import { SchedulerClient } from ${JSON.stringify(join(repo, "src/client/index.ts"))};`,
+        `import { parseVerificationKeys } from ${JSON.stringify(join(repo, "src/protocol/connectionSignature.ts"))};`,
+        `import { selectAead, systemRandom, systemSuspendAwareClock } from ${JSON.stringify(join(repo, "src/wireguard/index.ts"))};`,
+        `const ch = await openControlChannel({`,
+        `  client: new SchedulerClient(${JSON.stringify(`http://${SCHED}:8080`)}, ${JSON.stringify(TOKEN)}),`,
+        `  allocationId: ${JSON.stringify(allocationId)},`,
+        `  keys: parseVerificationKeys(${JSON.stringify(issuer.verificationKeyText())}),`,
+        `  clock: systemSuspendAwareClock, random: systemRandom, aead: (await selectAead()).aead,`,
+        `  log: (l) => console.error(l),`,
+        `});`,
+        `try {`,
+        `  const r = await fetch(ch.baseUrl + "/v1/exec", { headers: { [ch.grantHeaderName]: ch.grantHeader }, signal: AbortSignal.timeout(10000) });`,
+        `  console.log(JSON.stringify({ baseUrl: ch.baseUrl, status: r.status, body: await r.json(), header: ch.grantHeader, grantId: ch.port.grant.grant.grantId, ports: ch.port.grant.grant.ports }));`,
+        `} finally { await ch.close(); }`,
+      ].join("\n"),
+    );
+    const r = JSON.parse(out.trim().split("\n").at(-1)!);
+    expect(r.baseUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    expect(r.ports).toEqual([GUEST_CONTROL_PORT]);
+    expect(r.status).toBe(200);
+    expect(r.body).toEqual({ path: "/v1/exec", grant: r.header });
+    const presented = JSON.parse(Buffer.from(r.body.grant, "base64url").toString("utf8"));
+    expect(presented.payload.grantId).toBe(r.grantId);
+    // close() revoked it: the host no longer holds the grant.
+    for (let i = 0; i < 50 && (await hostStats()).grants.some((g: any) => g.grantId === r.grantId); i++)
+      await Bun.sleep(100);
+    expect((await hostStats()).grants.some((g: any) => g.grantId === r.grantId)).toBe(false);
+    await svc.stop();
+
+    // A raw WireGuard client with a grant for port 7390 only: its SYN to port 22 is dropped by the inner filter, counted.
+    const key = keyPairFromPrivate(systemRandom.fill(new Uint8Array(32)));
+    const b64 = (k: Uint8Array) => Buffer.from(k).toString("base64");
+    const resp = await fetchFromLaptop(`/v1/allocations/${allocationId}/connection-grants`, {
+      clientPublicKey: b64(key.publicKey),
+      transport: "tcp",
+      ports: [GUEST_CONTROL_PORT],
+    });
+    const clientAddr: string = resp.grant.payload.clientAddress;
+    const raw = child(
+      L,
+      [
+        join(repo, "test/support/wgHarness.ts"),
+        JSON.stringify({
+          privateKey: b64(key.privateKey),
+          listen: { address: "10.1.0.2", port: 0 },
+          peer: {
+            publicKey: resp.grant.payload.hostPublicKey,
+            endpoint: { address: HNAT_PUBLIC, port: 51820 },
+            allowedIps: ["fd00:bb:1:2::/64"],
+          },
+        }),
+      ],
+      "raw-control-client",
+    );
+    try {
+      await raw.waitFor((e) => e.ev === "ready", 15_000, "raw client ready");
+      const grantOf = async () => (await hostStats()).grants.find((x: any) => x.grantId === resp.grant.payload.grantId);
+      for (let i = 0; i < 100 && !(await grantOf()); i++) await Bun.sleep(50);
+      raw.send({ op: "send", packet: b64(tcpPacket(clientAddr, ALLOC, 40101, 22, 0x02)) }); // not granted: the echo's port
+      for (let i = 0; i < 100 && (await grantOf())?.filter.drops.port !== 1; i++) {
+        if (i % 20 === 19) raw.send({ op: "send", packet: b64(tcpPacket(clientAddr, ALLOC, 40101, 22, 0x02)) });
+        await Bun.sleep(50);
+      }
+      const g = await grantOf();
+      expect(g.filter.drops.port).toBeGreaterThanOrEqual(1);
+      // Nothing of port 22 came back: the guest never saw that SYN.
+      expect(
+        raw.events.some((e) => {
+          if (e.ev !== "packet") return false;
+          const t = parseTcp(new Uint8Array(Buffer.from(e.data as string, "base64")));
+          return t !== null && t.sport === 22 && t.dport === 40101;
+        }),
+      ).toBe(false);
+      expect(g.filter.inboundAccepted).toBe(0);
+    } finally {
+      await raw.stop();
+    }
+  }, 90_000);
 
   test("an expired grant stops working: the proxy exits 1 with GRANT_EXPIRED and the host removed the peer by itself", async () => {
     issuerProc.send({ op: "next-grant", ttlMs: 4_000 });

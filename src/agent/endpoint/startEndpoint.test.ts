@@ -24,6 +24,8 @@ test("settings: defaults, STUN servers of both families, and a clear error namin
   expect(() => endpointSettings({ verificationKeys: { "conn-1": "short" } })).toThrow(
     "connections.verificationKeys.conn-1",
   );
+  const nine = Object.fromEntries(Array.from({ length: 9 }, (_, i) => [`conn-${i}`, KEY]));
+  expect(() => endpointSettings({ verificationKeys: nine })).toThrow("MAX_CONTROL_VERIFICATION_KEYS");
   expect(() => endpointSettings({ verificationKeys: { "conn-1": KEY }, listenPort: 70000 })).toThrow(
     "connections.listenPort",
   );

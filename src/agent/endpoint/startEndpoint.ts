@@ -16,6 +16,7 @@ import { isIP } from "node:net";
 import { networkInterfaces } from "node:os";
 import { DEFAULT_ENDPOINT_PORT } from "../../protocol/connection.ts";
 import { isVerificationKey } from "../../protocol/connectionSignature.ts";
+import { MAX_CONTROL_VERIFICATION_KEYS } from "../../protocol/control.ts";
 import { parseStunServers, type StunServer } from "../../protocol/stunServers.ts";
 import { relayConnector } from "../../relayclient/index.ts";
 import { selectAead, systemSuspendAwareClock, systemRandom } from "../../wireguard/index.ts";
@@ -42,6 +43,10 @@ export function endpointSettings(c: AgentConnectionsConfig): {
   }
   if (!keys.size)
     throw new Error("connections.verificationKeys: at least one key is needed, or no grant could ever be applied");
+  if (keys.size > MAX_CONTROL_VERIFICATION_KEYS)
+    throw new Error(
+      `connections.verificationKeys: ${keys.size} keys; at most ${MAX_CONTROL_VERIFICATION_KEYS} (MAX_CONTROL_VERIFICATION_KEYS), the most a guest's control service is handed`,
+    );
   const hostname = c.listenAddress ?? "0.0.0.0";
   if (!isIP(hostname)) throw new Error(`connections.listenAddress: ${JSON.stringify(hostname)} is not an IP address`);
   const port = c.listenPort ?? DEFAULT_ENDPOINT_PORT;

@@ -61,6 +61,8 @@ export interface FakeVm {
   exitReason?: "stopped" | "poweroff" | "crashed";
   /** Delivery IDs the guest consumed, with their digests. */
   readonly consumed: Map<string, string>;
+  /** The `verificationKeys` of every `control_config` the guest received, oldest first (the newest is in force). */
+  readonly controlConfigs: Record<string, string>[];
 }
 
 interface GuestEnd {
@@ -113,6 +115,7 @@ export class FakeVmHost {
       identity: fakeGuestIdentity(spec),
       state: "booting",
       consumed: new Map(),
+      controlConfigs: [],
     };
     this.vms.set(vm.instanceId, vm);
     this.onLaunch(vm);
@@ -240,6 +243,9 @@ export class FakeVmHost {
         this.timers.after(this.behaviour.shutdownMs(), () => this.exit(vm, "poweroff"));
         break;
       }
+      case "control_config":
+        vm.controlConfigs.push({ ...(m["verificationKeys"] as Record<string, string>) });
+        break;
       default:
     }
   }
