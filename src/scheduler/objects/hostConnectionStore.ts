@@ -84,6 +84,7 @@ function prepareWrites(db: ObjectDb) {
         status: "pending",
       })
       .onConflictDoNothing()
+      .returning({ commandId: cmd.commandId })
       .prepare(),
     setStatus: db
       .update(cmd)
@@ -163,9 +164,8 @@ export class HostConnectionStore {
   insert(
     row: Omit<ConnectionCommandRow, "obj" | "status" | "clientCandidatesJson" | "clientCandidateUpdates">,
   ): boolean {
-    if (this.has(row.commandId)) return false;
-    this.q.insert.run({ obj: this.name, ...row });
-    return true;
+    // One statement: the conflict clause decides, and RETURNING answers a row only when one was written.
+    return this.q.insert.get({ obj: this.name, ...row }) !== undefined;
   }
 
   /** Sets command `commandId`'s status. */
