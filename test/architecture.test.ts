@@ -240,6 +240,24 @@ describe("dependency rules", () => {
     expect(offenders, 'use Clock from src/protocol/clock.ts (docs/architecture.md, "Ports")').toEqual([]);
   });
 
+  test("one clock port: no option, parameter or port member is a bare clock reading (take a Clock instead)", () => {
+    // A property or parameter named like a clock reading and typed as a function, or an interface
+    // member `now()`/`nowMs()`: the shapes issue 19 item 3 moved onto Clock. A `nowMs: number`
+    // value (pure domain functions) and Clock's own wallMs/monoMs members are not readings passed in.
+    const bare = (source: string) =>
+      /\b(now|nowMs|wallMs|monoMs|time|clock)\??\s*:\s*\(\)\s*=>\s*(number|Date)\b/.test(source) ||
+      /^\s*(readonly\s+)?(now|nowMs)\??\(\)\s*:\s*number\s*;/m.test(source);
+    expect(bare("  nowMs: () => number,")).toBe(true);
+    expect(bare("  now?: () => Date;")).toBe(true);
+    expect(bare("  private readonly nowMs: () => number = () => performance.now(),")).toBe(true);
+    expect(bare("  nowMs(): number;")).toBe(true);
+    expect(bare("  nowMs: number,")).toBe(false);
+    expect(bare("  clock: Clock;")).toBe(false);
+    expect(bare("  private get now(): number {")).toBe(false);
+    const offenders = SOURCES.filter((f) => f !== "src/protocol/clock.ts" && bare(readFileSync(join(ROOT, f), "utf8")));
+    expect(offenders, 'take a Clock from src/protocol/clock.ts (docs/architecture.md, "Ports")').toEqual([]);
+  });
+
   test("src/wireguard reads time and randomness only through its ports (ports.ts)", () => {
     for (const f of SOURCES.filter((f) => f.startsWith("src/wireguard/") && !f.endsWith("/ports.ts"))) {
       expect(readFileSync(join(ROOT, f), "utf8"), f).not.toMatch(

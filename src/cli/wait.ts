@@ -10,6 +10,7 @@
  * release or change the allocation.
  */
 import type { AllocationEvent, AllocationView, PlacementOutcome } from "../protocol/api.ts";
+import { type Clock, systemClock } from "../protocol/clock.ts";
 import { retryTransport, TRANSPORT_RETRY_MS, type SchedulerClient } from "./client.ts";
 
 /** What a wait is for. */
@@ -40,7 +41,8 @@ export const UNPLACED_STATES: ReadonlySet<string> = new Set(["pending", "reservi
 
 /**
  * Follows `id`'s events after `after`, calling `onEvent` for each, until
- * `goal`, a terminal state (released, failed) or `deadlineMs` (epoch ms).
+ * `goal`, a terminal state (released, failed) or `deadlineMs` (epoch ms, on
+ * `clock`'s wallMs).
  * Transport failures are retried until the deadline (at most
  * TRANSPORT_RETRY_MS at a time); other errors are thrown.
  */
@@ -51,13 +53,13 @@ export async function waitFor(
   deadlineMs: number,
   onEvent: (e: AllocationEvent) => void = () => {},
   after = 0,
-  now: () => number = Date.now,
+  clock: Clock = systemClock,
   sleep: (ms: number) => Promise<unknown> = Bun.sleep,
 ): Promise<WaitResult> {
   let seq = after;
-  const retryUntil = () => Math.min(deadlineMs, now() + TRANSPORT_RETRY_MS);
+  const retryUntil = () => Math.min(deadlineMs, clock.wallMs() + TRANSPORT_RETRY_MS);
   for (;;) {
-    if (now() >= deadlineMs) break;
+    if (clock.wallMs() >= deadlineMs) break;
     const batch = await retryTransport(() => client.events(id, seq, 100), retryUntil());
     for (const e of batch) {
       seq = e.seq;
@@ -66,9 +68,13 @@ export async function waitFor(
         return { view: await retryTransport(() => client.get(id), retryUntil()), timedOut: false, lastSeq: seq };
       }
     }
-    if (batch.length === 0) await sleep(Math.max(0, Math.min(WAIT_POLL_MS, deadlineMs - now())));
+    if (batch.length === 0) await sleep(Math.max(0, Math.min(WAIT_POLL_MS, deadlineMs - clock.wallMs())));
   }
-  return { view: await retryTransport(() => client.get(id), now() + TRANSPORT_RETRY_MS), timedOut: true, lastSeq: seq };
+  return {
+    view: await retryTransport(() => client.get(id), clock.wallMs() + TRANSPORT_RETRY_MS),
+    timedOut: true,
+    lastSeq: seq,
+  };
 }
 
 function counts(rec: Record<string, number>): string[] {

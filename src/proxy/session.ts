@@ -97,7 +97,7 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
     { allocationId: o.allocationId, clientPublicKey, transport: "tcp", port: o.remotePort },
     o.keys,
     o.ttlSeconds,
-    () => o.clock.wallMs(),
+    o.clock,
   );
   const g = verified.grant;
   let tunnel: ClientTunnel | null = null;
@@ -129,7 +129,7 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
       },
       post: (seq, list) => announceCandidates(o.client.baseUrl, verified, list, seq),
       directConfirmed: () => t.path().path === "direct",
-      nowMs: () => o.clock.monoMs(),
+      clock: o.clock,
       log: o.log,
     });
     t.addOwner(candidates);
@@ -141,8 +141,7 @@ export async function runProxy(o: ProxyOptions, signal: AbortSignal): Promise<vo
         keys: o.keys,
         fetch: () => fetchRelayTokens(o.client.baseUrl, verified),
         apply: (relays) => t.setRelayTokens(relays),
-        wallMs: () => o.clock.wallMs(),
-        nowMs: () => o.clock.monoMs(),
+        clock: o.clock,
         log: o.log,
         onSettled: () => t.rearm(),
       });

@@ -5,10 +5,10 @@
  * (SQLite in memory) with the real migrations.
  */
 import { describe, expect, test } from "bun:test";
-import { SqlStore } from "../runtime/embedded/sqlStore.ts";
-import { migrate } from "../runtime/migrate.ts";
-import { MIGRATIONS } from "../migrations/index.ts";
-import { HostConnectionStore } from "./hostConnectionStore.ts";
+import { SqlStore } from "../../src/scheduler/runtime/embedded/sqlStore.ts";
+import { migrate } from "../../src/scheduler/runtime/migrate.ts";
+import { MIGRATIONS } from "../../src/scheduler/migrations/index.ts";
+import { HostConnectionStore } from "../../src/scheduler/objects/hostConnectionStore.ts";
 
 const ROW = {
   commandId: "cmd_a",
