@@ -278,6 +278,16 @@ describe("dependency rules", () => {
     }
   });
 
+  test("one typed way to store rows: scheduler objects write no SQL text (drizzle tables and prepared queries only)", () => {
+    // A raw statement is `storage.sql.exec(...)` (or `sql.exec` on a local); drizzle's query builder is the one way.
+    const raw = (source: string) => /\.sql\.exec\b|\bsql\.exec\(|\.exec<[^>]*>\(\s*"/.test(source);
+    expect(raw('this.state.storage.sql.exec("DELETE FROM t")')).toBe(true);
+    expect(raw('sql.exec("SELECT 1")')).toBe(true);
+    expect(raw("db.select().from(t).where(eq(t.obj, obj)).prepare()")).toBe(false);
+    const offenders = files("src/scheduler/objects").filter((f) => raw(readFileSync(join(ROOT, f), "utf8")));
+    expect(offenders, "declare the table in an *Schema.ts and query it through drizzle").toEqual([]);
+  });
+
   test("scheduler objects never touch Bun, the clock, HTTP or the file system directly", () => {
     for (const f of files("src/scheduler/objects")) {
       const src = readFileSync(join(ROOT, f), "utf8");
