@@ -8,13 +8,14 @@
  * figures read as ratios on a shared, noisy machine. Both servers run as
  * child processes on loopback; this process is only the client.
  *
- *   bun bench/api.ts [--allocations 10000] [--readers 200] [--gets 20000] [--idle-seconds 10]
+ *   bun bench/api.ts [--allocations 10000] [--readers 200] [--gets 20000] [--idle-seconds 10] [--bb other/bin/bb.ts]
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { ensureDevManifest } from "../src/scheduler/manifest.ts";
+import { limitRunTime } from "./runLimit.ts";
 
 const { values } = parseArgs({
   options: {
@@ -22,6 +23,8 @@ const { values } = parseArgs({
     readers: { type: "string", default: "200" },
     gets: { type: "string", default: "20000" },
     "idle-seconds": { type: "string", default: "10" },
+    /** The `bb` entry to serve (default this checkout's bin/bb.ts): another checkout's, to compare two trees. */
+    bb: { type: "string", default: resolve(import.meta.dir, "../bin/bb.ts") },
   },
 });
 const N = Number(values.allocations);
@@ -30,11 +33,14 @@ const GETS = Number(values.gets);
 const IDLE_S = Number(values["idle-seconds"]);
 const dir = mkdtempSync(join(tmpdir(), "bb-bench-api-"));
 
+limitRunTime("bench/api.ts", 600);
+
+// The baseline runs from a temporary directory: it imports the run-time bound by its absolute path.
 const BASELINE = `
 import { Database } from "bun:sqlite";
-import { limitRunTime } from "./runLimit.ts";
+import { limitRunTime } from ${JSON.stringify(resolve(import.meta.dir, "runLimit.ts"))};
 
-limitRunTime("bench/api.ts", 600);
+limitRunTime("bench/api.ts baseline", 600);
 const db = new Database(process.argv[2], { create: true, strict: true });
 db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; CREATE TABLE IF NOT EXISTS a (id TEXT PRIMARY KEY, owner TEXT NOT NULL, body TEXT NOT NULL)");
 const ins = db.query("INSERT OR IGNORE INTO a (id, owner, body) VALUES (?, ?, ?)");
@@ -214,7 +220,7 @@ for (const which of ["baseline", "scheduler"] as const) {
           "scheduler",
           [
             process.execPath,
-            resolve(import.meta.dir, "../bin/bb.ts"),
+            resolve(values.bb),
             "scheduler",
             "serve",
             "--data-dir",
