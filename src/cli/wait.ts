@@ -6,18 +6,21 @@
  * the caller exits EXIT.notPlaced (3) and prints why from the view's
  * placement outcome, as Nomad prints why placement failed.
  *
+ * The wait follows the allocation's events (src/client/allocationWait.ts),
+ * so it returns when the event is written, not a poll interval later.
  * Must never: wait past the deadline (sleeps and retries are cut to it);
  * release or change the allocation.
  */
 import type { AllocationEvent, AllocationView, PlacementOutcome } from "../protocol/api.ts";
 import { type Clock, systemClock } from "../protocol/clock.ts";
 import { retryTransport, TRANSPORT_RETRY_MS, type SchedulerClient } from "./client.ts";
+import { WAIT_FALLBACK_POLL_MS, waitForEvent } from "../client/allocationWait.ts";
 
 /** What a wait is for. */
 export type WaitGoal = "ready" | "exited" | "released";
 
-/** How often events are polled while nothing happens, ms. */
-export const WAIT_POLL_MS = 250;
+/** How often the allocation is read while its event stream is unavailable, ms (the wait itself follows events: src/client/allocationWait.ts). */
+export const WAIT_POLL_MS = WAIT_FALLBACK_POLL_MS;
 
 /** The outcome of a wait. */
 export interface WaitResult {
@@ -40,11 +43,12 @@ function reaches(goal: WaitGoal, e: AllocationEvent): boolean {
 export const UNPLACED_STATES: ReadonlySet<string> = new Set(["pending", "reserving"]);
 
 /**
- * Follows `id`'s events after `after`, calling `onEvent` for each, until
- * `goal`, a terminal state (released, failed) or `deadlineMs` (epoch ms, on
- * `clock`'s wallMs).
- * Transport failures are retried until the deadline (at most
- * TRANSPORT_RETRY_MS at a time); other errors are thrown.
+ * Follows `id`'s events after `after` (the typed client's event-driven
+ * wait, waitForEvent), calling `onEvent` for each, until `goal`, a terminal
+ * state (released, failed) or `deadlineMs` (epoch ms, on
+ * `clock`'s wallMs), then reads the view.
+ * A dropped read reconnects from the last event seen; errors that are not
+ * transport failures are thrown.
  */
 export async function waitFor(
   client: Pick<SchedulerClient, "events" | "get">,
@@ -56,25 +60,17 @@ export async function waitFor(
   clock: Clock = systemClock,
   sleep: (ms: number) => Promise<unknown> = Bun.sleep,
 ): Promise<WaitResult> {
-  let seq = after;
-  const retryUntil = () => Math.min(deadlineMs, clock.wallMs() + TRANSPORT_RETRY_MS);
-  for (;;) {
-    if (clock.wallMs() >= deadlineMs) break;
-    const batch = await retryTransport(() => client.events(id, seq, 100), retryUntil());
-    for (const e of batch) {
-      seq = e.seq;
-      onEvent(e);
-      if (reaches(goal, e) || e.toState === "released" || e.toState === "failed") {
-        return { view: await retryTransport(() => client.get(id), retryUntil()), timedOut: false, lastSeq: seq };
-      }
-    }
-    if (batch.length === 0) await sleep(Math.max(0, Math.min(WAIT_POLL_MS, deadlineMs - clock.wallMs())));
-  }
-  return {
-    view: await retryTransport(() => client.get(id), clock.wallMs() + TRANSPORT_RETRY_MS),
-    timedOut: true,
-    lastSeq: seq,
-  };
+  const r = await waitForEvent(client, id, {
+    after,
+    deadlineMs,
+    onEvent,
+    until: (e) => reaches(goal, e),
+    clock,
+    sleep,
+  });
+  const timedOut = r.ended === "deadline";
+  const view = await retryTransport(() => client.get(id), clock.wallMs() + TRANSPORT_RETRY_MS);
+  return { view, timedOut, lastSeq: r.lastSeq };
 }
 
 function counts(rec: Record<string, number>): string[] {

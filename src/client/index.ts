@@ -16,7 +16,18 @@ export {
   DEFAULT_MAX_ATTEMPTS,
   TRANSPORT_RETRY_MS,
   REQUEST_TIMEOUT_MS,
+  DELIVERY_RETRY_MS,
 } from "./schedulerClient.ts";
+export {
+  waitForEvent,
+  isTerminalEvent,
+  WAIT_FALLBACK_POLL_MS,
+  WAIT_TRANSPORT_RETRY_MS,
+  RECONNECT_MIN_MS,
+  RECONNECT_MAX_MS,
+} from "./allocationWait.ts";
+export type { EventSource, EventWaitOptions, EventWaitResult } from "./allocationWait.ts";
+export { EVENT_FOLLOW_WAIT_MS, MAX_EVENT_FOLLOWERS } from "../protocol/eventFollow.ts";
 export type { ClientOptions, ClientPorts, CreateRequest } from "./schedulerClient.ts";
 export type * from "./types.ts";
 export { BeachballError, ERROR_STATUS, isErrorCode, type ErrorCode } from "../protocol/errors.ts";

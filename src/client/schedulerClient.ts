@@ -22,6 +22,8 @@ import { BeachballError } from "../protocol/errors.ts";
 import { bytesToBase64 } from "./base64.ts";
 import { errorFromAnswer, UnexpectedAnswerError } from "../protocol/problem.ts";
 import { LOG_FOLLOW_WAIT_MS } from "../protocol/logs.ts";
+import { EVENT_FOLLOW_WAIT_MS } from "../protocol/eventFollow.ts";
+import { WAIT_PAGE_SIZE, waitForEvent, type EventWaitOptions, type EventWaitResult } from "./allocationWait.ts";
 import {
   connectionGrantsPath,
   type ConnectionGrantBody,
@@ -53,6 +55,8 @@ export const RETRY_BACKOFF_MS = 500;
 export const DEFAULT_MAX_ATTEMPTS = 4;
 /** How long waiting helpers (follow, deliverWhenReady) keep retrying an unreachable scheduler, ms. */
 export const TRANSPORT_RETRY_MS = 60_000;
+/** Pause before a refused delivery (GUEST_NOT_CONNECTED, DELIVERY_TIMEOUT, STALE_GENERATION) is tried again, ms. */
+export const DELIVERY_RETRY_MS = 300;
 /** Default per-request timeout, ms. */
 export const REQUEST_TIMEOUT_MS = 60_000;
 
@@ -105,6 +109,27 @@ const defaultPorts: ClientPorts = {
   sleep: (ms) => new Promise((r) => setTimeout(r, ms)),
   newRequestId: () => `req-${crypto.randomUUID()}`,
 };
+
+/**
+ * A request's signal: aborts after `timeoutMs` (a TimeoutError reason, as
+ * AbortSignal.timeout) or with `outer`; `done` lets its timer and listener
+ * go. (AbortSignal.any is not in every Node the package supports.)
+ */
+function requestSignal(timeoutMs: number, outer?: AbortSignal): { signal: AbortSignal; done: () => void } {
+  if (!outer) return { signal: AbortSignal.timeout(timeoutMs), done: () => {} };
+  const c = new AbortController();
+  const timer = setTimeout(() => c.abort(new DOMException("The operation timed out.", "TimeoutError")), timeoutMs);
+  const onAbort = () => c.abort(outer.reason);
+  if (outer.aborted) onAbort();
+  else outer.addEventListener("abort", onAbort, { once: true });
+  return {
+    signal: c.signal,
+    done: () => {
+      clearTimeout(timer);
+      outer.removeEventListener("abort", onAbort);
+    },
+  };
+}
 
 /** How long to wait before retrying `e`, ms, or null when it must not be retried. */
 export function retryDelayMs(e: unknown, attempt: number): number | null {
@@ -205,7 +230,9 @@ export class SchedulerClient {
     body: unknown,
     timeoutMs: number,
     raw: boolean,
+    signal?: AbortSignal,
   ): Promise<{ status: number; body: unknown }> {
+    const { signal: ended, done } = requestSignal(timeoutMs, signal);
     const res = await this.send(path, {
       method,
       headers: {
@@ -213,9 +240,12 @@ export class SchedulerClient {
         ...(body !== undefined ? { "content-type": "application/json" } : {}),
       },
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-      signal: AbortSignal.timeout(timeoutMs),
+      signal: ended,
+    }).catch((e) => {
+      done();
+      throw e;
     });
-    const text = await res.text();
+    const text = await res.text().finally(done);
     if (!res.ok) {
       const err = errorFromAnswer(res.status, text);
       const after = parseRetryAfter(res.headers.get("retry-after"), Date.now());
@@ -235,12 +265,19 @@ export class SchedulerClient {
   private async call<T>(
     method: string,
     path: string,
-    opts: { body?: unknown; retry?: boolean; timeoutMs?: number; raw?: boolean } = {},
+    opts: { body?: unknown; retry?: boolean; timeoutMs?: number; raw?: boolean; signal?: AbortSignal } = {},
   ): Promise<{ status: number; body: T }> {
     const tries = opts.retry === false ? 1 : this.maxAttempts;
     for (let attempt = 1; ; attempt++) {
       try {
-        return (await this.once(method, path, opts.body, opts.timeoutMs ?? REQUEST_TIMEOUT_MS, opts.raw ?? false)) as {
+        return (await this.once(
+          method,
+          path,
+          opts.body,
+          opts.timeoutMs ?? REQUEST_TIMEOUT_MS,
+          opts.raw ?? false,
+          opts.signal,
+        )) as {
           status: number;
           body: T;
         };
@@ -330,14 +367,36 @@ export class SchedulerClient {
   async release(id: string): Promise<AllocationView> {
     return (await this.call<AllocationView>("POST", `/v1/allocations/${encodeURIComponent(id)}/release`)).body;
   }
-  /** GET /v1/allocations/{id}/events after sequence number `after`. */
-  async events(id: string, after = 0, limit = 100): Promise<AllocationEvent[]> {
+  /**
+   * GET /v1/allocations/{id}/events after sequence number `after`. With
+   * `follow`, the scheduler parks a read that finds none for up to
+   * EVENT_FOLLOW_WAIT_MS (src/protocol/eventFollow.ts); such a read is tried
+   * once (waitForEvent handles its failures) and `signal` ends it. Throws
+   * NOT_FOUND; with `follow`, RATE_LIMITED or CONCURRENCY_LIMITED when a
+   * follow bound is full, VALIDATION_FAILED from a scheduler without it.
+   */
+  async events(
+    id: string,
+    after = 0,
+    limit = 100,
+    opts: { follow?: boolean; signal?: AbortSignal } = {},
+  ): Promise<AllocationEvent[]> {
+    const q = `after=${after}&limit=${limit}${opts.follow ? "&follow=1" : ""}`;
     return (
-      await this.call<EventPage>(
-        "GET",
-        `/v1/allocations/${encodeURIComponent(id)}/events?after=${after}&limit=${limit}`,
-      )
+      await this.call<EventPage>("GET", `/v1/allocations/${encodeURIComponent(id)}/events?${q}`, {
+        ...(opts.follow ? { retry: false, timeoutMs: EVENT_FOLLOW_WAIT_MS + 15_000 } : {}),
+        ...(opts.signal ? { signal: opts.signal } : {}),
+      })
     ).body.items;
+  }
+
+  /**
+   * Follows `id`'s events until a goal event, a terminal state, a deadline
+   * or an abort (src/client/allocationWait.ts: event-driven, resumes after
+   * a dropped read, a slow poll only while the stream is unavailable).
+   */
+  waitForEvent(id: string, opts: EventWaitOptions = {}): Promise<EventWaitResult> {
+    return waitForEvent(this, id, { sleep: this.ports.sleep, ...opts });
   }
   /** POST /v1/allocations/{id}/bootstrap (waits up to ~35 s for the guest's receipt; idempotent by deliveryId). */
   async deliver(id: string, body: BootstrapBody): Promise<DeliveryResult> {
@@ -386,11 +445,13 @@ export class SchedulerClient {
   }
 
   /**
-   * Polls the allocation every `intervalMs` (default 250) until `until(view)`
-   * holds and returns that view. Throws BeachballError INVALID_STATE when
-   * it ends (released/failed) first, and WaitTimeoutError when `timeoutMs`
-   * passes or `signal` aborts (the message names the state and conditions,
-   * e.g. NO_CAPACITY).
+   * Waits until `until(view)` holds and returns that view: reads the view,
+   * then again after each batch of new events (waitForEvent: no polling;
+   * `intervalMs` is only the pause of the fallback poll while the event
+   * stream is unavailable). Throws BeachballError INVALID_STATE when the
+   * allocation ends (released/failed) first, and WaitTimeoutError when
+   * `timeoutMs` passes or `signal` aborts (the message names the state and
+   * conditions, e.g. NO_CAPACITY).
    */
   async waitFor(
     id: string,
@@ -398,45 +459,57 @@ export class SchedulerClient {
     opts: { timeoutMs: number; intervalMs?: number; signal?: AbortSignal },
   ): Promise<AllocationView> {
     const deadline = Date.now() + opts.timeoutMs;
+    // The sequence number is read before the view: an event written after the view was read wakes the follow below.
+    let seq = await this.lastEventSeq(id, deadline);
     for (;;) {
       if (opts.signal?.aborted) throw new WaitTimeoutError(`interrupted while waiting for ${id}`);
       const v = await retryTransport(() => this.get(id), deadline, this.ports.sleep);
       if (until(v)) return v;
       if (v.state === "released" || v.state === "failed")
         throw new BeachballError("INVALID_STATE", `allocation is ${v.state}${v.reason ? ` (${v.reason})` : ""}`);
-      if (Date.now() > deadline)
+      if (Date.now() >= deadline)
         throw new WaitTimeoutError(
           `allocation ${id} still ${v.state} after ${opts.timeoutMs} ms${v.conditions.length ? ` (${v.conditions.join(", ")})` : ""}`,
         );
-      await this.ports.sleep(opts.intervalMs ?? 250);
+      const r = await this.waitForEvent(id, {
+        after: seq,
+        deadlineMs: deadline,
+        until: () => true,
+        ...(opts.signal ? { signal: opts.signal } : {}),
+        ...(opts.intervalMs !== undefined ? { fallbackPollMs: opts.intervalMs } : {}),
+      });
+      seq = await this.lastEventSeq(id, deadline, r.lastSeq);
+    }
+  }
+
+  /** The last event's sequence number at or after `after` (pages through plain reads). */
+  private async lastEventSeq(id: string, deadline: number, after = 0): Promise<number> {
+    for (;;) {
+      const page = await retryTransport(() => this.events(id, after, WAIT_PAGE_SIZE), deadline, this.ports.sleep);
+      if (page.length > 0) after = page[page.length - 1]!.seq;
+      if (page.length < WAIT_PAGE_SIZE) return after;
     }
   }
 
   /**
    * Follows events from `after` until the allocation is terminal (or `until`
-   * returns true), calling `onEvent` for each. Polls every `intervalMs`.
-   * Returns the last sequence number seen.
+   * returns true) or `signal` aborts, calling `onEvent` for each
+   * (waitForEvent: event-driven; `intervalMs` is only the fallback poll's
+   * pause). Returns the last sequence number seen.
    */
   async follow(
     id: string,
     onEvent: (e: AllocationEvent) => void,
     opts: { after?: number; intervalMs?: number; until?: (e: AllocationEvent) => boolean; signal?: AbortSignal } = {},
   ): Promise<number> {
-    let after = opts.after ?? 0;
-    for (;;) {
-      if (opts.signal?.aborted) return after;
-      const batch = await retryTransport(
-        () => this.events(id, after, 100),
-        Date.now() + TRANSPORT_RETRY_MS,
-        this.ports.sleep,
-      );
-      for (const e of batch) {
-        after = e.seq;
-        onEvent(e);
-        if (e.toState === "released" || e.toState === "failed" || opts.until?.(e)) return after;
-      }
-      if (batch.length === 0) await this.ports.sleep(opts.intervalMs ?? 250);
-    }
+    const r = await this.waitForEvent(id, {
+      onEvent,
+      ...(opts.after !== undefined ? { after: opts.after } : {}),
+      ...(opts.until ? { until: opts.until } : {}),
+      ...(opts.signal ? { signal: opts.signal } : {}),
+      ...(opts.intervalMs !== undefined ? { fallbackPollMs: opts.intervalMs } : {}),
+    });
+    return r.lastSeq;
   }
 
   /**
@@ -483,8 +556,11 @@ export class SchedulerClient {
   }
 
   /**
-   * Hands a payload to a ready allocation, waiting for readiness and retrying
-   * GUEST_NOT_CONNECTED / DELIVERY_TIMEOUT until `timeoutMs`.
+   * Hands a payload to a ready allocation: waits for readiness (waitFor,
+   * event-driven) and retries GUEST_NOT_CONNECTED / DELIVERY_TIMEOUT /
+   * STALE_GENERATION after DELIVERY_RETRY_MS until `timeoutMs`. Throws
+   * INVALID_STATE when the allocation ends first, DELIVERY_TIMEOUT when
+   * `timeoutMs` passes, an Error with exitCode 130 when `signal` aborts.
    */
   async deliverWhenReady(
     id: string,
@@ -496,29 +572,36 @@ export class SchedulerClient {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       if (signal?.aborted) throw Object.assign(new Error("interrupted"), { exitCode: 130 });
-      const v = await retryTransport(() => this.get(id), deadline, this.ports.sleep);
-      if (v.state === "released" || v.state === "failed")
-        throw new BeachballError("INVALID_STATE", `allocation is ${v.state}${v.reason ? ` (${v.reason})` : ""}`);
-      if (v.state === "ready") {
-        try {
-          const r = await this.deliver(id, {
-            deliveryId,
-            generation: v.generation,
-            contentType: "text/x-shellscript",
-            payloadBase64: bytesToBase64(payload),
-          });
-          return { digest: r.digest, generation: v.generation };
-        } catch (e) {
-          if (
-            !(e instanceof BeachballError) ||
-            !["GUEST_NOT_CONNECTED", "DELIVERY_TIMEOUT", "STALE_GENERATION"].includes(e.code)
-          )
-            throw e;
-        }
+      let v: AllocationView;
+      try {
+        v = await this.waitFor(id, (x) => x.state === "ready", {
+          timeoutMs: Math.max(0, deadline - Date.now()),
+          ...(signal ? { signal } : {}),
+        });
+      } catch (e) {
+        if (!(e instanceof WaitTimeoutError)) throw e;
+        if (signal?.aborted) throw Object.assign(new Error("interrupted"), { exitCode: 130 });
+        throw new BeachballError("DELIVERY_TIMEOUT", `allocation not ready within ${timeoutMs} ms (${e.message})`);
       }
-      if (Date.now() > deadline)
+      try {
+        const r = await this.deliver(id, {
+          deliveryId,
+          generation: v.generation,
+          contentType: "text/x-shellscript",
+          payloadBase64: bytesToBase64(payload),
+        });
+        return { digest: r.digest, generation: v.generation };
+      } catch (e) {
+        if (
+          !(e instanceof BeachballError) ||
+          !["GUEST_NOT_CONNECTED", "DELIVERY_TIMEOUT", "STALE_GENERATION"].includes(e.code)
+        )
+          throw e;
+      }
+      if (Date.now() >= deadline)
         throw new BeachballError("DELIVERY_TIMEOUT", `allocation not ready within ${timeoutMs} ms (state ${v.state})`);
-      await this.ports.sleep(300);
+      // A refused delivery (the guest not connected yet) is retried after a pause; the state itself is not polled.
+      await this.ports.sleep(Math.min(DELIVERY_RETRY_MS, Math.max(0, deadline - Date.now())));
     }
   }
 }

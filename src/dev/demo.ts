@@ -129,6 +129,20 @@ function tailFile(path: string, onLine: (l: string) => void): { stop: () => void
   };
 }
 
+/** How long the demo waits for allocations an earlier run left behind to be gone, ms. */
+const LEFTOVER_RELEASE_WAIT_MS = 120_000;
+/** How long the demo waits for its allocation to be gone after a failure, ms. */
+const FAILURE_RELEASE_WAIT_MS = 60_000;
+
+/** Waits (event-driven, SchedulerClient.waitFor) until `id` is released or failed, or `deadline` (epoch ms) passes; never throws. */
+async function waitUntilGone(client: SchedulerClient, id: string, deadline: number): Promise<void> {
+  await client
+    .waitFor(id, (v) => v.state === "released" || v.state === "failed", {
+      timeoutMs: Math.max(0, deadline - Date.now()),
+    })
+    .catch(() => undefined);
+}
+
 /** Releases allocations an interrupted earlier run left behind and waits (bounded) until they are gone. */
 async function releaseLeftovers(client: SchedulerClient, status: (l: string) => void): Promise<void> {
   const open = (await client.list(undefined, 200)).items.filter((v) => v.state !== "released" && v.state !== "failed");
@@ -136,14 +150,8 @@ async function releaseLeftovers(client: SchedulerClient, status: (l: string) => 
     status(`releasing ${v.allocationId} left by an earlier run (${v.state})`);
     await client.release(v.allocationId);
   }
-  const deadline = Date.now() + 120_000;
-  for (const v of open) {
-    while (Date.now() < deadline) {
-      const cur = await client.get(v.allocationId);
-      if (cur.state === "released" || cur.state === "failed") break;
-      await Bun.sleep(250);
-    }
-  }
+  const deadline = Date.now() + LEFTOVER_RELEASE_WAIT_MS;
+  for (const v of open) await waitUntilGone(client, v.allocationId, deadline);
 }
 
 /**
@@ -315,12 +323,7 @@ export async function runDevDemo(opts: DemoOptions): Promise<DemoResult> {
     if (allocationId && !released && releaser) {
       opts.status(`releasing ${allocationId} after a failure`);
       await releaser.release(allocationId).catch(() => undefined);
-      const deadline = Date.now() + 60_000;
-      while (Date.now() < deadline) {
-        const v = await releaser.get(allocationId).catch(() => null);
-        if (!v || v.state === "released" || v.state === "failed") break;
-        await Bun.sleep(250);
-      }
+      await waitUntilGone(releaser, allocationId, Date.now() + FAILURE_RELEASE_WAIT_MS);
     }
     await agent?.stop();
     await scheduler?.stop();

@@ -4,8 +4,8 @@
  * stalled the event loop, so a concurrent /healthz took 707 ms). Every
  * authenticated caller (a principal, an enrolled host, a Connection's
  * endpoint role) may have at most MAX_IN_FLIGHT_PER_CALLER requests in
- * flight, and at most MAX_FOLLOWS_PER_CALLER of them may be parked log
- * follows; one past either is refused at once with 429 CONCURRENCY_LIMITED
+ * flight, and at most MAX_FOLLOWS_PER_CALLER of them may be parked follows
+ * (of logs or events); one past either is refused at once with 429 CONCURRENCY_LIMITED
  * and `Retry-After`, after authentication and before any object is called,
  * so shedding costs no more than the guard did. The refusal is answered,
  * not thrown: its body is serialised once (problemFactory), so a shed
@@ -24,7 +24,7 @@ import type { Caller } from "./edge.ts";
 
 /** Requests one caller may have in flight at once (above bench/api.ts's 200 concurrent readers: a busy controller is not shed, a burst is). */
 export const MAX_IN_FLIGHT_PER_CALLER = 256;
-/** Parked log follows (`GET /v1/allocations/{id}/logs?follow=1`) one caller may hold at once. */
+/** Parked follows (`GET /v1/allocations/{id}/logs?follow=1` and `…/events?follow=1` together) one caller may hold at once. */
 export const MAX_FOLLOWS_PER_CALLER = 16;
 /** The `Retry-After` a refused caller is given, seconds. */
 export const CONCURRENCY_RETRY_AFTER_SECONDS = 1;
@@ -118,7 +118,7 @@ export class CallerLimiter {
   }
 }
 
-/** True if an admitted request is a parked log follow. */
+/** True if an admitted request may park: a log follow or an event follow (`follow=1`). */
 export function isFollow(route: string, query: Record<string, number | string>): boolean {
-  return route === "logs" && query["follow"] === 1;
+  return (route === "logs" || route === "events") && query["follow"] === 1;
 }

@@ -244,9 +244,12 @@ export class SchedulerFront {
     return this.env.Allocation.get(checkAllocationIdShape(id)).release(who.id);
   }
 
-  /** Events after `after`. Throws NOT_FOUND. */
-  async events(who: Identity, id: string, after: number, limit: number): Promise<AllocationEvent[]> {
-    return this.env.Allocation.get(checkAllocationIdShape(id)).events(who.id, after, limit);
+  /**
+   * Events after `after`; `follow` parks a read that finds none (bounded,
+   * src/protocol/eventFollow.ts). Throws NOT_FOUND, RATE_LIMITED.
+   */
+  async events(who: Identity, id: string, after: number, limit: number, follow = false): Promise<AllocationEvent[]> {
+    return this.env.Allocation.get(checkAllocationIdShape(id)).events(who.id, after, limit, follow);
   }
 
   /**

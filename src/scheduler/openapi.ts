@@ -119,7 +119,7 @@ function errorAnswers(spec: RouteSpec): Record<string, Json> {
     out["422"] = problemAnswer(`${semantic.join(" or ")}: a well-formed request the scheduler cannot act on`);
   if (spec.auth !== "none" && spec.auth !== "enroll")
     out["429"] = {
-      description: `CONCURRENCY_LIMITED: this caller already has ${MAX_IN_FLIGHT_PER_CALLER} requests in flight (or ${MAX_FOLLOWS_PER_CALLER} log follows); shed before any work`,
+      description: `CONCURRENCY_LIMITED: this caller already has ${MAX_IN_FLIGHT_PER_CALLER} requests in flight (or ${MAX_FOLLOWS_PER_CALLER} follows of logs or events); shed before any work`,
       content: problemContent,
       headers: { "Retry-After": { description: "seconds to wait before retrying", schema: { type: "integer" } } },
     };
@@ -273,7 +273,7 @@ export function openApiDocument(routes: Record<string, RouteSpec> = ROUTES): Rec
         MAX_IN_FLIGHT_PER_CALLER +
         " requests in flight, " +
         MAX_FOLLOWS_PER_CALLER +
-        ' of them log follows, and one past either is shed with 429 CONCURRENCY_LIMITED before any work; every 401 carries WWW-Authenticate: Bearer realm="beachball". Creating an allocation is idempotent by `clientRequestId`.',
+        ' of them follows (logs or events), and one past either is shed with 429 CONCURRENCY_LIMITED before any work; every 401 carries WWW-Authenticate: Bearer realm="beachball". Creating an allocation is idempotent by `clientRequestId`.',
     },
     paths: Object.fromEntries(Object.entries(paths).sort(([a], [b]) => a.localeCompare(b))),
     "x-beachball-error-codes": Object.fromEntries(Object.entries(ERROR_STATUS).sort(([a], [b]) => a.localeCompare(b))),

@@ -98,7 +98,7 @@ function allocationHandlers(front: SchedulerFront) {
     releaseAllocation: async (p) => ({ status: 202, json: await front.releaseAllocation(who(p), id(p)) }),
     events: async (p) => {
       const after = num(p, "after", 0);
-      const items = await front.events(who(p), id(p), after, num(p, "limit", 100));
+      const items = await front.events(who(p), id(p), after, num(p, "limit", 100), num(p, "follow", 0) === 1);
       return { json: { items, nextCursor: items.length ? items[items.length - 1]!.seq : after } };
     },
     logs: async (p) => ({ json: await front.readLog(who(p), id(p), num(p, "offset", 0), num(p, "follow", 0) === 1) }),

@@ -36,6 +36,7 @@ import {
 } from "../protocol/connection.ts";
 import * as R from "../protocol/responses.ts";
 import { LogPushBody, MAX_LOG_PUSH_BODY_BYTES } from "../protocol/logs.ts";
+import { EVENT_FOLLOW_WAIT_MS, MAX_EVENT_FOLLOWERS } from "../protocol/eventFollow.ts";
 import { ALLOCATION_ID, CONNECTION_ID, GRANT_ID, HOST_ID } from "../protocol/ids.ts";
 
 /**
@@ -180,8 +181,8 @@ export const ROUTES = {
     path: "/v1/allocations/:id/events",
     params: allocation,
     auth: "principal",
-    query: { after, limit },
-    summary: "The allocation's events after a sequence number (resumable)",
+    query: { after, limit, follow: { kind: "integer", min: 0, max: 1 } },
+    summary: `The allocation's events after a sequence number (resumable; follow=1 waits up to ${EVENT_FOLLOW_WAIT_MS / 1000} s for the next event when there is none, at most ${MAX_EVENT_FOLLOWERS} such reads per allocation, past it 429 RATE_LIMITED)`,
     response: ok(R.EventPage),
   },
   logs: {

@@ -157,7 +157,7 @@ export async function openTestConnection(
   await agent.report(present, "prepared");
   await agent.waitCommand("ensure_running", view.allocationId);
   await agent.report(present, "running");
-  for (let i = 0; i < 200 && (await s.controller.get(view.allocationId)).state !== "ready"; i++) await Bun.sleep(25);
+  await s.controller.waitFor(view.allocationId, (v) => v.state === "ready", { timeoutMs: 5_000 });
   const res = await fetch(`${s.url}${connectionGrantsPath(view.allocationId)}`, {
     method: "POST",
     headers: { authorization: `Bearer ${s.tokens.token}`, "content-type": "application/json" },

@@ -16,6 +16,7 @@
  * more than LOG_RING_BYTES + MAX_LOG_CHUNK_BYTES of text per allocation.
  */
 import { BeachballError } from "../../protocol/errors.ts";
+import { ParkedReads } from "./parkedReads.ts";
 import {
   LOG_APPEND_BURST_BYTES,
   LOG_APPEND_BYTES_PER_SECOND,
@@ -211,30 +212,10 @@ export function readLogPage(storage: ObjectStorage, obj: string, offset: number,
   };
 }
 
-/** Follow reads parked on one allocation (memory only; a restart ends them, and readers resume by offset). */
-export class LogFollowers {
-  private readonly parked = new Set<() => void>();
-
-  /** Parks until woken or `ms` passed. Throws RATE_LIMITED when MAX_LOG_FOLLOWERS are already parked. */
-  wait(ms: number): Promise<void> {
-    if (this.parked.size >= MAX_LOG_FOLLOWERS)
-      throw new BeachballError("RATE_LIMITED", `${MAX_LOG_FOLLOWERS} readers already follow this allocation's log`, {
-        retryAfterSeconds: 5,
-      });
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.parked.delete(done);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.parked.add(done);
-    });
-  }
-
-  /** Wakes every parked read (new bytes arrived, the allocation ended, or the host stops). */
-  wake(): void {
-    for (const w of [...this.parked]) w();
+/** Follow reads parked on one allocation's log (memory only; a restart ends them, and readers resume by offset); woken by new bytes, the allocation ending, or the host stopping. */
+export class LogFollowers extends ParkedReads {
+  constructor() {
+    super(MAX_LOG_FOLLOWERS, `${MAX_LOG_FOLLOWERS} readers already follow this allocation's log`, 5);
   }
 }
 

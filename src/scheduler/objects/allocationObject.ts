@@ -45,6 +45,7 @@ import { GLOBAL, type SchedulerEnv } from "../env.ts";
 import { ALLOCATION_TABLES } from "./allocationSchema.ts";
 import { AllocationMessage } from "./messages.ts";
 import { AppendBudget, appendLogChunk, logEnd, readLogPage } from "./allocationLog.ts";
+import { EVENT_FOLLOW_WAIT_MS } from "../../protocol/eventFollow.ts";
 import { AllocationStore } from "./allocationStore.ts";
 import type { StoredAllocation } from "./allocationRow.ts";
 import { createAllocation, type CreateCommand, type CreateResult } from "./allocationCreate.ts";
@@ -148,8 +149,17 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     return this.view(this.load()!);
   }
 
-  /** Events after sequence `after`, at most `limit`. */
-  events(identity: string, after: number, limit: number): AllocationEvent[] {
+  /**
+   * Events after sequence `after`, at most `limit`. With `follow`, a read
+   * that finds none parks up to EVENT_FOLLOW_WAIT_MS until an event is
+   * written or the object drains (src/protocol/eventFollow.ts), then reads
+   * again (an empty page when nothing came). Throws NOT_FOUND (not the
+   * owner), RATE_LIMITED (MAX_EVENT_FOLLOWERS follow reads parked).
+   */
+  async events(identity: string, after: number, limit: number, follow = false): Promise<AllocationEvent[]> {
+    const first = this.store.events(this.owned(identity), after, limit);
+    if (!follow || first.length > 0) return first;
+    await this.store.eventFollowers.wait(EVENT_FOLLOW_WAIT_MS);
     return this.store.events(this.owned(identity), after, limit);
   }
 
@@ -226,9 +236,10 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     return page();
   }
 
-  /** Ends parked follow reads at once (the embedded host stops); readers resume by offset. */
+  /** Ends parked follow reads (logs and events) at once (the embedded host stops); readers resume by offset or sequence number. */
   override drain(): void {
     this.store.followers.wake();
+    this.store.eventFollowers.wake();
   }
 
   /**

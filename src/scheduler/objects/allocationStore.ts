@@ -29,6 +29,8 @@ import {
 import { placementExitOf, toAllocationEvent, toAllocationView } from "./allocationView.ts";
 import type { AllocationMessage } from "./messages.ts";
 import { LogFollowers } from "./allocationLog.ts";
+import { ParkedReads } from "./parkedReads.ts";
+import { EVENT_FOLLOW_RETRY_AFTER_SECONDS, MAX_EVENT_FOLLOWERS } from "../../protocol/eventFollow.ts";
 
 const queries = (db: ObjectDb) => {
   const obj = sql.placeholder("obj");
@@ -89,6 +91,12 @@ export class AllocationStore {
   private indexBehind = false;
   /** Follow reads of this allocation's log parked in memory (allocationLog.ts); woken when it ends. */
   readonly followers = new LogFollowers();
+  /** Follow reads of this allocation's events parked in memory (src/protocol/eventFollow.ts); woken when an event is written. */
+  readonly eventFollowers = new ParkedReads(
+    MAX_EVENT_FOLLOWERS,
+    `${MAX_EVENT_FOLLOWERS} readers already follow this allocation's events`,
+    EVENT_FOLLOW_RETRY_AFTER_SECONDS,
+  );
 
   constructor(
     readonly state: ObjectState<AllocationMessage>,
@@ -169,6 +177,8 @@ export class AllocationStore {
     }
     this.stored = next;
     if (TERMINAL_STATES.has(next.rec.state)) this.followers.wake();
+    // After the commit: a woken follow read finds the new events.
+    if (c.events.length > 0) this.eventFollowers.wake();
     if (c.transition) reportTransition(this.env, s.rec, next.rec, c.transition, this.now);
   }
 
@@ -179,6 +189,8 @@ export class AllocationStore {
     this.lastSeq = 0;
     this.indexBehind = false;
     this.lastExit = undefined;
+    // A parked event follow of a deleted allocation answers now (NOT_FOUND on its second read), not at its park's end.
+    this.eventFollowers.wake();
   }
 
   /** Events after sequence `after`, at most `limit`, as the API shows them. */
