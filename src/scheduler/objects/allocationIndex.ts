@@ -9,7 +9,7 @@
 import { and, asc, eq, gt, sql } from "drizzle-orm";
 import { checkerOf } from "../runtime/check.ts";
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
-import { placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
+import { fromExcluded, placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { AllocationView } from "../../protocol/api.ts";
 import type { SchedulerEnv } from "../env.ts";
 import { IndexMessage } from "./messages.ts";
@@ -28,11 +28,7 @@ function queries(db: ObjectDb) {
       .values({ obj, ...placeholders("allocationId", "identity", "state", "createdAtMs", "viewJson", "viewVersion") })
       .onConflictDoUpdate({
         target: [t.obj, t.allocationId],
-        set: {
-          state: sql`excluded.state`,
-          viewJson: sql`excluded.view_json`,
-          viewVersion: sql`excluded.view_version`,
-        },
+        set: fromExcluded(t, "state", "viewJson", "viewVersion"),
         setWhere: sql`excluded.view_version >= ${t.viewVersion}`,
       })
       .prepare(),

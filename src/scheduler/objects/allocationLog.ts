@@ -29,7 +29,7 @@ import {
 } from "../../protocol/logs.ts";
 import { and, asc, eq, gt, lt, lte, sql } from "drizzle-orm";
 import type { ObjectStorage } from "../runtime/api.ts";
-import { param, placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
+import { fromExcluded, param, placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { allocationLogChunkTable as chunks, allocationLogTable as log } from "./allocationSchema.ts";
 
 /** Most chunks one read walks (bounds a read of many small chunks). */
@@ -59,12 +59,7 @@ function queries(db: ObjectDb) {
       .values({ obj, ...placeholders("placementId", "generation", "streamBase", "endOffset") })
       .onConflictDoUpdate({
         target: log.obj,
-        set: {
-          placementId: sql`excluded.placement_id`,
-          generation: sql`excluded.generation`,
-          streamBase: sql`excluded.stream_base`,
-          endOffset: sql`excluded.end_offset`,
-        },
+        set: fromExcluded(log, "placementId", "generation", "streamBase", "endOffset"),
       })
       .prepare(),
     insertChunk: db

@@ -17,7 +17,7 @@
  */
 import { and, eq, lt, sql } from "drizzle-orm";
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
-import { placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
+import { fromExcluded, placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { add, sub, type Resources } from "../../domain/capacity.ts";
 import {
   explainNoCandidate,
@@ -97,11 +97,7 @@ const queries = (db: ObjectDb) => {
       .values({ obj, ...placeholders("hostId", "revision", "adJson", "receivedAtMs") })
       .onConflictDoUpdate({
         target: [directoryAdTable.obj, directoryAdTable.hostId],
-        set: {
-          revision: sql`excluded.revision`,
-          adJson: sql`excluded.ad_json`,
-          receivedAtMs: sql`excluded.received_at_ms`,
-        },
+        set: fromExcluded(directoryAdTable, "revision", "adJson", "receivedAtMs"),
       })
       .prepare(),
     /** A waiter's row replaced whole (as INSERT OR REPLACE did: the table has no other unique key). */
@@ -110,11 +106,7 @@ const queries = (db: ObjectDb) => {
       .values({ obj, ...placeholders("allocationId", "createdAtMs", "untilMs", "requestJson") })
       .onConflictDoUpdate({
         target: [directoryWaiterTable.obj, directoryWaiterTable.allocationId],
-        set: {
-          createdAtMs: sql`excluded.created_at_ms`,
-          untilMs: sql`excluded.until_ms`,
-          requestJson: sql`excluded.request_json`,
-        },
+        set: fromExcluded(directoryWaiterTable, "createdAtMs", "untilMs", "requestJson"),
       })
       .prepare(),
     dropAdsBefore: db
