@@ -64,6 +64,9 @@ interface Target {
   stop(): Promise<void>;
 }
 
+/** How long a server may take to print its port, ms. */
+const START_TIMEOUT_MS = 20_000;
+
 async function startProcess(
   name: string,
   cmd: string[],
@@ -71,24 +74,34 @@ async function startProcess(
   portOf: (line: string) => number | null,
 ): Promise<Target> {
   const proc = Bun.spawn(cmd, { stdout: "pipe", stderr: "pipe" });
-  const reader = proc.stdout.getReader();
-  const errReader = proc.stderr.getReader();
+  // One reader per stream, each draining its stream to the end: a race of two fresh reads per
+  // turn drops the chunk the losing read receives (the port line, when stderr spoke first).
   let buf = "";
-  let port: number | null = null;
-  const deadline = Date.now() + 20_000;
-  while (port === null && Date.now() < deadline) {
-    const chunk = await Promise.race([reader.read(), errReader.read()]);
-    if (chunk.done) break;
-    buf += new TextDecoder().decode(chunk.value);
-    for (const line of buf.split("\n")) port ??= portOf(line);
+  let found: (port: number) => void = () => {};
+  const portSeen = new Promise<number>((resolve) => (found = resolve));
+  const drain = async (stream: ReadableStream<Uint8Array>) => {
+    const decoder = new TextDecoder();
+    for await (const chunk of stream) {
+      buf += decoder.decode(chunk, { stream: true });
+      for (const line of buf.split("\n")) {
+        const p = portOf(line);
+        if (p !== null) found(p);
+      }
+    }
+  };
+  void drain(proc.stdout);
+  void drain(proc.stderr);
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const port = await Promise.race([
+    portSeen,
+    new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), START_TIMEOUT_MS))),
+    proc.exited.then(() => null),
+  ]);
+  clearTimeout(timer);
+  if (port === null) {
+    proc.kill("SIGTERM");
+    throw new Error(`${name} did not start: ${buf}`);
   }
-  if (port === null) throw new Error(`${name} did not start: ${buf}`);
-  void (async () => {
-    while (!(await reader.read()).done);
-  })();
-  void (async () => {
-    while (!(await errReader.read()).done);
-  })();
   return {
     name,
     url: `http://127.0.0.1:${port}`,
@@ -231,7 +244,12 @@ for (const which of ["baseline", "scheduler"] as const) {
             "127.0.0.1:0",
           ],
           token,
-          (l) => Number(/listening on http:\/\/[^:]+:(\d+)/.exec(l)?.[1]) || null,
+          // The text log says "listening on http://…", the JSON log {"msg":"scheduler listening","url":"http://…"}.
+          (l) =>
+            Number(
+              /listening on http:\/\/[^:]+:(\d+)/.exec(l)?.[1] ??
+                /listening".*"url":"http:\/\/[^"]+:(\d+)"/.exec(l)?.[1],
+            ) || null,
         );
   try {
     results.push([which, await run(t)]);
