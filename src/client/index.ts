@@ -32,3 +32,16 @@ export type { ClientOptions, ClientPorts, CreateRequest } from "./schedulerClien
 export type * from "./types.ts";
 export { BeachballError, ERROR_STATUS, isErrorCode, type ErrorCode } from "../protocol/errors.ts";
 export { UnexpectedAnswerError } from "../protocol/problem.ts";
+export { ControlClient, grantHeaderValue, UPLOAD_CHUNK_BYTES } from "./control.ts";
+export type { AttachOutput, AttachSession, ControlClientPorts, OutputRead } from "./control.ts";
+export type {
+  ExecList,
+  ExecStartBody,
+  ExecView,
+  ExecStream,
+  ExecSignal,
+  FileList,
+  FileStat,
+  UploadState,
+  TarExtractResult,
+} from "../protocol/control.ts";

@@ -120,6 +120,32 @@ export const ERROR_STATUS = {
   CONNECTIVITY_UNAVAILABLE: 503,
   /** A log read asked for an offset past the end of the allocation's log (src/protocol/logs.ts); the body carries `endOffset`. */
   LOG_OFFSET_PAST_END: 416,
+  /** The guest's control service: no grant in `beachball-grant`, or one that is malformed, untrusted, expired or for another allocation, generation, port, transport or peer (docs/exec-and-files.md). */
+  CONTROL_UNAUTHORIZED: 401,
+  /** The guest's control service has no verification keys yet (the agent's `control_config` has not arrived); retry shortly. */
+  GUEST_NOT_READY: 503,
+  /** A files route's path (or a tar entry, or a symlink on the way) leads outside the guest's allowed roots. */
+  PATH_ESCAPE: 403,
+  /** A control request over one of its bounds (a body, an argument count, an exec count, a tar's entries or bytes); the detail names the bound. */
+  TOO_LARGE: 413,
+  /** No exec with this ID for the grant's tenant (another tenant's exec is answered the same way). */
+  EXEC_NOT_FOUND: 404,
+  /** No file at the path (inside the allowed roots). */
+  FILE_NOT_FOUND: 404,
+  /** The path exists and the route would not replace it (mkdir without `parents`, move without `overwrite`). */
+  FILE_EXISTS: 409,
+  /** The path is of the wrong kind for the route (listing a file, reading a directory, a parent that is a file). */
+  FILE_TYPE_MISMATCH: 409,
+  /** An upload's SHA-256 does not match the one the client sent; the partial upload is discarded. */
+  CHECKSUM_MISMATCH: 422,
+  /** A write carried an offset other than the stdin's or upload's current end (a gap, or past a retried write's end). */
+  OFFSET_MISMATCH: 409,
+  /** An output read at the end of a stream that passed MAX_EXEC_OUTPUT_BYTES: later bytes were discarded. */
+  OUTPUT_TRUNCATED: 410,
+  /** The exec could not start: no such program, user or working directory (the detail says which). */
+  EXEC_START_FAILED: 422,
+  /** The exec has no terminal (resize) or its stdin is closed or was never open (stdin write). */
+  EXEC_STATE_CONFLICT: 409,
 } as const;
 
 /** One stable error code (see ERROR_STATUS for the HTTP status of each). */

@@ -27,9 +27,13 @@ export const NETWORK_ID_PREFIX = "net_";
 /** Hex digits after the prefix of a digest-derived ID (128 bits). */
 export const ID_HEX_DIGITS = 32;
 
+/** Prefix of an exec ID (the guest's control service, src/protocol/control.ts). */
+export const EXEC_ID_PREFIX = "exec_";
 /** The body of a host or relay ID without anchors: a DNS label of 1..63 characters. */
 export const NAME_ID_BODY = "[a-z0-9][a-z0-9-]{0,62}";
 
+/** `^exec_` and 32 lower-case hex digits (128 random bits, chosen by the guest). */
+export const EXEC_ID_PATTERN = `^${EXEC_ID_PREFIX}[0-9a-f]{${ID_HEX_DIGITS}}$`;
 /** `^alloc_` and 32 lower-case hex digits. */
 export const ALLOCATION_ID_PATTERN = `^${ALLOCATION_ID_PREFIX}[0-9a-f]{${ID_HEX_DIGITS}}$`;
 /** `^grt_` and 32 lower-case hex digits. */

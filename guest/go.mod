@@ -1,0 +1,3 @@
+module beachball/guest
+
+go 1.19
