@@ -96,7 +96,7 @@ try {
   for (let p = 0; p < pushes; p++) {
     for (let c = 0; c < MAX_LOG_CHUNKS_PER_PUSH; c++) {
       s.transactionSync(() =>
-        appendLogChunk(s.sql, A, current, {
+        appendLogChunk(s, A, current, {
           allocationId: A,
           placementId: "plc_1",
           generation: 1,
@@ -113,7 +113,7 @@ try {
   let at = 0;
   let readBytes = 0;
   for (;;) {
-    const page = readLogPage(s.sql, A, at, MAX_LOG_READ_BYTES);
+    const page = readLogPage(s, A, at, MAX_LOG_READ_BYTES);
     if (page.nextOffset === at) break;
     readBytes += page.nextOffset - page.offset;
     at = page.nextOffset;

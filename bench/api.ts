@@ -8,13 +8,14 @@
  * figures read as ratios on a shared, noisy machine. Both servers run as
  * child processes on loopback; this process is only the client.
  *
- *   bun bench/api.ts [--allocations 10000] [--readers 200] [--gets 20000] [--idle-seconds 10]
+ *   bun bench/api.ts [--allocations 10000] [--readers 200] [--gets 20000] [--idle-seconds 10] [--bb other/bin/bb.ts]
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { ensureDevManifest } from "../src/scheduler/manifest.ts";
+import { limitRunTime } from "./runLimit.ts";
 
 const { values } = parseArgs({
   options: {
@@ -22,6 +23,8 @@ const { values } = parseArgs({
     readers: { type: "string", default: "200" },
     gets: { type: "string", default: "20000" },
     "idle-seconds": { type: "string", default: "10" },
+    /** The `bb` entry to serve (default this checkout's bin/bb.ts): another checkout's, to compare two trees. */
+    bb: { type: "string", default: resolve(import.meta.dir, "../bin/bb.ts") },
   },
 });
 const N = Number(values.allocations);
@@ -30,11 +33,14 @@ const GETS = Number(values.gets);
 const IDLE_S = Number(values["idle-seconds"]);
 const dir = mkdtempSync(join(tmpdir(), "bb-bench-api-"));
 
+limitRunTime("bench/api.ts", 600);
+
+// The baseline runs from a temporary directory: it imports the run-time bound by its absolute path.
 const BASELINE = `
 import { Database } from "bun:sqlite";
-import { limitRunTime } from "./runLimit.ts";
+import { limitRunTime } from ${JSON.stringify(resolve(import.meta.dir, "runLimit.ts"))};
 
-limitRunTime("bench/api.ts", 600);
+limitRunTime("bench/api.ts baseline", 600);
 const db = new Database(process.argv[2], { create: true, strict: true });
 db.exec("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; CREATE TABLE IF NOT EXISTS a (id TEXT PRIMARY KEY, owner TEXT NOT NULL, body TEXT NOT NULL)");
 const ins = db.query("INSERT OR IGNORE INTO a (id, owner, body) VALUES (?, ?, ?)");
@@ -58,6 +64,9 @@ interface Target {
   stop(): Promise<void>;
 }
 
+/** How long a server may take to print its port, ms. */
+const START_TIMEOUT_MS = 20_000;
+
 async function startProcess(
   name: string,
   cmd: string[],
@@ -65,24 +74,34 @@ async function startProcess(
   portOf: (line: string) => number | null,
 ): Promise<Target> {
   const proc = Bun.spawn(cmd, { stdout: "pipe", stderr: "pipe" });
-  const reader = proc.stdout.getReader();
-  const errReader = proc.stderr.getReader();
+  // One reader per stream, each draining its stream to the end: a race of two fresh reads per
+  // turn drops the chunk the losing read receives (the port line, when stderr spoke first).
   let buf = "";
-  let port: number | null = null;
-  const deadline = Date.now() + 20_000;
-  while (port === null && Date.now() < deadline) {
-    const chunk = await Promise.race([reader.read(), errReader.read()]);
-    if (chunk.done) break;
-    buf += new TextDecoder().decode(chunk.value);
-    for (const line of buf.split("\n")) port ??= portOf(line);
+  let found: (port: number) => void = () => {};
+  const portSeen = new Promise<number>((resolve) => (found = resolve));
+  const drain = async (stream: ReadableStream<Uint8Array>) => {
+    const decoder = new TextDecoder();
+    for await (const chunk of stream) {
+      buf += decoder.decode(chunk, { stream: true });
+      for (const line of buf.split("\n")) {
+        const p = portOf(line);
+        if (p !== null) found(p);
+      }
+    }
+  };
+  void drain(proc.stdout);
+  void drain(proc.stderr);
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const port = await Promise.race([
+    portSeen,
+    new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), START_TIMEOUT_MS))),
+    proc.exited.then(() => null),
+  ]);
+  clearTimeout(timer);
+  if (port === null) {
+    proc.kill("SIGTERM");
+    throw new Error(`${name} did not start: ${buf}`);
   }
-  if (port === null) throw new Error(`${name} did not start: ${buf}`);
-  void (async () => {
-    while (!(await reader.read()).done);
-  })();
-  void (async () => {
-    while (!(await errReader.read()).done);
-  })();
   return {
     name,
     url: `http://127.0.0.1:${port}`,
@@ -214,7 +233,7 @@ for (const which of ["baseline", "scheduler"] as const) {
           "scheduler",
           [
             process.execPath,
-            resolve(import.meta.dir, "../bin/bb.ts"),
+            resolve(values.bb),
             "scheduler",
             "serve",
             "--data-dir",
@@ -225,7 +244,12 @@ for (const which of ["baseline", "scheduler"] as const) {
             "127.0.0.1:0",
           ],
           token,
-          (l) => Number(/listening on http:\/\/[^:]+:(\d+)/.exec(l)?.[1]) || null,
+          // The text log says "listening on http://…", the JSON log {"msg":"scheduler listening","url":"http://…"}.
+          (l) =>
+            Number(
+              /listening on http:\/\/[^:]+:(\d+)/.exec(l)?.[1] ??
+                /listening".*"url":"http:\/\/[^"]+:(\d+)"/.exec(l)?.[1],
+            ) || null,
         );
   try {
     results.push([which, await run(t)]);

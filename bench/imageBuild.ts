@@ -4,9 +4,14 @@
  *
  * - bb: `buildOciImage` (what `bb image build` runs) at zstd level N,
  *   with the time of each phase from its progress lines;
- * - baseline: the same layers extracted with GNU tar into a directory
- *   (whiteouts applied with rm), then plain `mksquashfs DIR` of that merged
- *   tree at the same level (`-comp zstd -Xcompression-level N`).
+ * - baseline: the same layers extracted with GNU tar into a directory, each
+ *   layer's whiteouts applied with rm before it is extracted (OCI: a
+ *   whiteout hides only what lower layers made), plus the two files bb adds
+ *   (the guest binary and workload.json), then plain `mksquashfs DIR` of
+ *   that merged tree at the same level (`-comp zstd -Xcompression-level N`):
+ *   the same tree bb compresses, so both squashfs sizes are printed and
+ *   should agree to within a few KiB (`-tar` mode always packs tail ends
+ *   into fragments and writes no NFS export table).
  *
  * Prints the times and the ratios bb ÷ mksquashfs and bb ÷ (extract +
  * mksquashfs), in wall-clock time and in CPU time (user + system of this
@@ -23,10 +28,12 @@
  * directory that is removed at the end.
  */
 import { parseArgs } from "node:util";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { buildOciImage } from "../src/image/oci/build.ts";
+import { GUEST_BINARY_IN_IMAGE } from "../src/image/oci/ociInitrd.ts";
+import { WORKLOAD_CONFIG_PATH } from "../src/protocol/guest.ts";
 import { makeTar, writeOciLayout, type TestTarEntry } from "../src/image/oci/testLayout.ts";
 import { generateSigningKey } from "../src/image/signing.ts";
 import { ensureDebianRootfsTar } from "../src/image/debianRootfs.ts";
@@ -131,31 +138,40 @@ async function run(cmd: string[], opts: { cwd?: string } = {}): Promise<number> 
   return performance.now() - t0;
 }
 
-/** The baseline: extract each layer with GNU tar (whiteouts applied by rm), then mksquashfs the directory. */
+/**
+ * The baseline: each layer's whiteouts applied with rm to the tree the
+ * lower layers made (an opaque marker empties its directory), then the
+ * layer extracted with GNU tar without its whiteout entries; then `extra`
+ * (what bb adds to the root) copied in; then mksquashfs of the directory.
+ */
 async function baseline(
   layerTars: string[],
+  extra: { from: string; to: string }[],
   n: number,
 ): Promise<{ extractMs: number; mksquashfsMs: number; mksquashfsCpuMs: number; bytes: number }> {
   const root = join(work, `merged-${n}`);
   mkdirSync(root);
   const t0 = performance.now();
+  const inRoot = (name: string) => Buffer.from(join(root, name), "latin1");
   for (const t of layerTars) {
-    await run(["tar", "-xpf", t, "-C", root, "--numeric-owner"]);
-    // Whiteouts as a runtime that extracts first applies them: remove the hidden name and the marker
-    // (an opaque marker is only removed: this baseline is for timing, not for the exact tree).
-    const found = Bun.spawnSync(["find", ".", "-name", ".wh.*", "-print0"], { cwd: root })
-      .stdout.toString("latin1")
-      .split("\0")
-      .filter(Boolean);
-    for (const w of found) {
+    const names = Bun.spawnSync(["tar", "-tf", t]).stdout.toString("latin1").split("\n").filter(Boolean);
+    for (const w of names) {
       const name = w.slice(w.lastIndexOf("/") + 1);
-      if (name !== ".wh..wh..opq")
-        rmSync(Buffer.from(join(root, w.slice(0, w.lastIndexOf("/")), name.slice(4)), "latin1"), {
-          recursive: true,
-          force: true,
-        });
-      rmSync(Buffer.from(join(root, w), "latin1"), { recursive: true, force: true });
+      if (!name.startsWith(".wh.")) continue;
+      const dir = w.slice(0, w.lastIndexOf("/") + 1);
+      const hidden =
+        name !== ".wh..wh..opq"
+          ? [dir + name.slice(4)]
+          : existsSync(inRoot(dir))
+            ? readdirSync(inRoot(dir), "latin1").map((c) => dir + c)
+            : [];
+      for (const h of hidden) rmSync(inRoot(h), { recursive: true, force: true });
     }
+    await run(["tar", "-xpf", t, "-C", root, "--numeric-owner", "--exclude=.wh.*"]);
+  }
+  for (const e of extra) {
+    mkdirSync(join(root, dirname(e.to)), { recursive: true });
+    copyFileSync(e.from, join(root, e.to));
   }
   const extractMs = performance.now() - t0;
   const out = join(work, `baseline-${n}.squashfs`);
@@ -180,6 +196,8 @@ async function baseline(
 }
 
 const key = generateSigningKey();
+/** The guest binary bb puts under /.beachball/ (any static binary will do for timing). */
+const GUEST_BINARY = "/bin/busybox";
 let layoutDir: string;
 let layerTars: string[];
 if (args.debian) {
@@ -208,7 +226,7 @@ for (let i = 0; i < RUNS; i++) {
     input: { kind: "oci-layout", dir: layoutDir },
     outDir: join(work, `bb-${i}`),
     cacheDir: CACHE,
-    guestBinaryPath: "/bin/busybox",
+    guestBinaryPath: GUEST_BINARY,
     privateKey: key.privateKey,
     compressionLevel: LEVEL,
     log: (m) => {
@@ -221,11 +239,20 @@ for (let i = 0; i < RUNS; i++) {
   const bbCpu = cpuMs() - cpu0;
   phases.push(["(signing, rename)", performance.now() - last]);
   const bbBytes = r.manifest.rootfs.sizeBytes;
+  const workload = join(work, "workload.json");
+  copyFileSync(join(r.dir, "workload.json"), workload);
   rmSync(r.dir, { recursive: true, force: true });
-  const b = await baseline(layerTars, i);
+  const b = await baseline(
+    layerTars,
+    [
+      { from: GUEST_BINARY, to: GUEST_BINARY_IN_IMAGE },
+      { from: workload, to: WORKLOAD_CONFIG_PATH.slice(1) },
+    ],
+    i,
+  );
   rows.push({ bb, extract: b.extractMs, mksquashfs: b.mksquashfsMs, bbCpu, mksquashfsCpu: b.mksquashfsCpuMs });
   console.log(
-    `run ${i + 1}: bb image build ${sec(bb)} (CPU ${sec(bbCpu)}; squashfs ${(bbBytes / 2 ** 20).toFixed(1)} MiB); tar -x ${sec(b.extractMs)} + mksquashfs ${sec(b.mksquashfsMs)} (CPU ${sec(b.mksquashfsCpuMs)}; squashfs ${(b.bytes / 2 ** 20).toFixed(1)} MiB)`,
+    `run ${i + 1}: bb image build ${sec(bb)} (CPU ${sec(bbCpu)}; squashfs ${(bbBytes / 2 ** 20).toFixed(1)} MiB); tar -x ${sec(b.extractMs)} + mksquashfs ${sec(b.mksquashfsMs)} (CPU ${sec(b.mksquashfsCpuMs)}; squashfs ${(b.bytes / 2 ** 20).toFixed(1)} MiB; bb − mksquashfs ${((bbBytes - b.bytes) / 1024).toFixed(0)} KiB)`,
   );
   for (const [m, ms] of phases) console.log(`  ${sec(ms).padStart(8)}  until: ${m}`);
 }

@@ -239,6 +239,24 @@ describe("dependency rules", () => {
     expect(offenders, 'use Clock from src/protocol/clock.ts (docs/architecture.md, "Ports")').toEqual([]);
   });
 
+  test("one clock port: no option, parameter or port member is a bare clock reading (take a Clock instead)", () => {
+    // A property or parameter named like a clock reading and typed as a function, or an interface
+    // member `now()`/`nowMs()`: the shapes issue 19 item 3 moved onto Clock. A `nowMs: number`
+    // value (pure domain functions) and Clock's own wallMs/monoMs members are not readings passed in.
+    const bare = (source: string) =>
+      /\b(now|nowMs|wallMs|monoMs|time|clock)\??\s*:\s*\(\)\s*=>\s*(number|Date)\b/.test(source) ||
+      /^\s*(readonly\s+)?(now|nowMs)\??\(\)\s*:\s*number\s*;/m.test(source);
+    expect(bare("  nowMs: () => number,")).toBe(true);
+    expect(bare("  now?: () => Date;")).toBe(true);
+    expect(bare("  private readonly nowMs: () => number = () => performance.now(),")).toBe(true);
+    expect(bare("  nowMs(): number;")).toBe(true);
+    expect(bare("  nowMs: number,")).toBe(false);
+    expect(bare("  clock: Clock;")).toBe(false);
+    expect(bare("  private get now(): number {")).toBe(false);
+    const offenders = SOURCES.filter((f) => f !== "src/protocol/clock.ts" && bare(readFileSync(join(ROOT, f), "utf8")));
+    expect(offenders, 'take a Clock from src/protocol/clock.ts (docs/architecture.md, "Ports")').toEqual([]);
+  });
+
   test("src/wireguard reads time and randomness only through its ports (ports.ts)", () => {
     for (const f of SOURCES.filter((f) => f.startsWith("src/wireguard/") && !f.endsWith("/ports.ts"))) {
       expect(readFileSync(join(ROOT, f), "utf8"), f).not.toMatch(
@@ -257,6 +275,16 @@ describe("dependency rules", () => {
         ).toBe(true);
       expect(src, f).not.toMatch(/\bBun\.|Date\.now\(|Math\.random\(/);
     }
+  });
+
+  test("one typed way to store rows: scheduler objects write no SQL text (drizzle tables and prepared queries only)", () => {
+    // A raw statement is `storage.sql.exec(...)` (or `sql.exec` on a local); drizzle's query builder is the one way.
+    const raw = (source: string) => /\.sql\.exec\b|\bsql\.exec\(|\.exec<[^>]*>\(\s*"/.test(source);
+    expect(raw('this.state.storage.sql.exec("DELETE FROM t")')).toBe(true);
+    expect(raw('sql.exec("SELECT 1")')).toBe(true);
+    expect(raw("db.select().from(t).where(eq(t.obj, obj)).prepare()")).toBe(false);
+    const offenders = files("src/scheduler/objects").filter((f) => raw(readFileSync(join(ROOT, f), "utf8")));
+    expect(offenders, "declare the table in an *Schema.ts and query it through drizzle").toEqual([]);
   });
 
   test("scheduler objects never touch Bun, the clock, HTTP or the file system directly", () => {

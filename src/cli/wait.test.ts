@@ -6,6 +6,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import type { AllocationEvent, AllocationView, PlacementOutcome } from "../protocol/api.ts";
+import { FakeClock } from "../protocol/fakeClock.ts";
 import { BeachballError } from "../protocol/errors.ts";
 import { describePlacement, notPlacedMessage, waitFor, WAIT_POLL_MS } from "./wait.ts";
 
@@ -53,14 +54,15 @@ function event(seq: number, over: Partial<AllocationEvent>): AllocationEvent {
   };
 }
 
-/** A fake clock whose sleep advances time; `at` records each sleep's length. */
+/** The one fake clock (src/protocol/fakeClock.ts) with a sleep that advances it; `sleeps` records each sleep's length. */
 function clock(start = 1_000_000) {
-  let t = start;
+  const fake = new FakeClock({ wallMs: start });
   const sleeps: number[] = [];
   return {
-    now: () => t,
-    sleep: async (ms: number) => void (sleeps.push(ms), (t += ms)),
-    advance: (ms: number) => void (t += ms),
+    fake,
+    now: () => fake.wallMs(),
+    sleep: async (ms: number) => void (sleeps.push(ms), fake.advance(ms)),
+    advance: (ms: number) => fake.advance(ms),
     sleeps,
   };
 }
@@ -79,7 +81,7 @@ describe("waitFor", () => {
       get: async () => view({ state: "ready" }),
     };
     const seen: number[] = [];
-    const r = await waitFor(client, ID, "ready", c.now() + 10_000, (e) => seen.push(e.seq), 0, c.now, c.sleep);
+    const r = await waitFor(client, ID, "ready", c.now() + 10_000, (e) => seen.push(e.seq), 0, c.fake, c.sleep);
     expect(r).toMatchObject({ timedOut: false, lastSeq: 3 });
     expect(r.view.state).toBe("ready");
     expect(seen).toEqual([1, 2, 3]);
@@ -92,7 +94,7 @@ describe("waitFor", () => {
       events: async () => [event(1, { toState: "failed", reason: "IMAGE_UNAVAILABLE" })],
       get: async () => view({ state: "failed", reason: "IMAGE_UNAVAILABLE" }),
     };
-    const r = await waitFor(client, ID, "exited", c.now() + 10_000, () => {}, 0, c.now, c.sleep);
+    const r = await waitFor(client, ID, "exited", c.now() + 10_000, () => {}, 0, c.fake, c.sleep);
     expect(r).toMatchObject({ timedOut: false, view: { state: "failed" } });
   });
 
@@ -101,7 +103,7 @@ describe("waitFor", () => {
     const deadline = c.now() + 1_100;
     let gets = 0;
     const client = { events: async () => [], get: async () => (gets++, view({ conditions: ["NO_CAPACITY"] })) };
-    const r = await waitFor(client, ID, "ready", deadline, () => {}, 7, c.now, c.sleep);
+    const r = await waitFor(client, ID, "ready", deadline, () => {}, 7, c.fake, c.sleep);
     expect(r).toMatchObject({ timedOut: true, lastSeq: 7 });
     expect(r.view.conditions).toEqual(["NO_CAPACITY"]);
     expect(c.now()).toBe(deadline);
@@ -118,7 +120,7 @@ describe("waitFor", () => {
       },
       get: async () => view(),
     };
-    expect(await waitFor(client, ID, "ready", c.now() - 1, () => {}, 0, c.now, c.sleep)).toMatchObject({
+    expect(await waitFor(client, ID, "ready", c.now() - 1, () => {}, 0, c.fake, c.sleep)).toMatchObject({
       timedOut: true,
       lastSeq: 0,
     });
@@ -132,7 +134,7 @@ describe("waitFor", () => {
       },
       get: async () => view(),
     };
-    await expect(waitFor(client, ID, "ready", c.now() + 10_000, () => {}, 0, c.now, c.sleep)).rejects.toThrow(
+    await expect(waitFor(client, ID, "ready", c.now() + 10_000, () => {}, 0, c.fake, c.sleep)).rejects.toThrow(
       "no such allocation",
     );
   });

@@ -12,6 +12,7 @@
  * release or change the allocation.
  */
 import type { AllocationEvent, AllocationView, PlacementOutcome } from "../protocol/api.ts";
+import { type Clock, systemClock } from "../protocol/clock.ts";
 import { retryTransport, TRANSPORT_RETRY_MS, type SchedulerClient } from "./client.ts";
 import { WAIT_FALLBACK_POLL_MS, waitForEvent } from "../client/allocationWait.ts";
 
@@ -44,7 +45,8 @@ export const UNPLACED_STATES: ReadonlySet<string> = new Set(["pending", "reservi
 /**
  * Follows `id`'s events after `after` (the typed client's event-driven
  * wait, waitForEvent), calling `onEvent` for each, until `goal`, a terminal
- * state (released, failed) or `deadlineMs` (epoch ms), then reads the view.
+ * state (released, failed) or `deadlineMs` (epoch ms, on
+ * `clock`'s wallMs), then reads the view.
  * A dropped read reconnects from the last event seen; errors that are not
  * transport failures are thrown.
  */
@@ -55,7 +57,7 @@ export async function waitFor(
   deadlineMs: number,
   onEvent: (e: AllocationEvent) => void = () => {},
   after = 0,
-  now: () => number = Date.now,
+  clock: Clock = systemClock,
   sleep: (ms: number) => Promise<unknown> = Bun.sleep,
 ): Promise<WaitResult> {
   const r = await waitForEvent(client, id, {
@@ -63,11 +65,11 @@ export async function waitFor(
     deadlineMs,
     onEvent,
     until: (e) => reaches(goal, e),
-    now,
+    clock,
     sleep,
   });
   const timedOut = r.ended === "deadline";
-  const view = await retryTransport(() => client.get(id), now() + TRANSPORT_RETRY_MS);
+  const view = await retryTransport(() => client.get(id), clock.wallMs() + TRANSPORT_RETRY_MS);
   return { view, timedOut, lastSeq: r.lastSeq };
 }
 

@@ -9,6 +9,7 @@
 import { describe, expect, test } from "bun:test";
 import type { AllocationEvent } from "../protocol/api.ts";
 import { BeachballError } from "../protocol/errors.ts";
+import { FakeClock } from "../protocol/fakeClock.ts";
 import { SchedulerUnreachableError } from "./schedulerClient.ts";
 import {
   RECONNECT_MIN_MS,
@@ -52,10 +53,16 @@ function source(answers: Array<AllocationEvent[] | Error>) {
   return { src, reads };
 }
 
+/** The one fake clock (src/protocol/fakeClock.ts) with a sleep that advances it; `pauses` records each sleep. */
 function clock(start = 5_000_000) {
-  let t = start;
+  const fake = new FakeClock({ wallMs: start });
   const pauses: number[] = [];
-  return { now: () => t, sleep: async (ms: number) => void (pauses.push(ms), (t += ms)), pauses };
+  return {
+    clock: fake,
+    now: () => fake.wallMs(),
+    sleep: async (ms: number) => void (pauses.push(ms), fake.advance(ms)),
+    pauses,
+  };
 }
 
 const dropped = () => new SchedulerUnreachableError("http://127.0.0.1:1", undefined, new Error("socket closed"));

@@ -23,6 +23,7 @@
  * cut to it); skip or repeat an event; change the allocation.
  */
 import type { AllocationEvent } from "../protocol/api.ts";
+import { type Clock, systemClock } from "../protocol/clock.ts";
 import { BeachballError } from "../protocol/errors.ts";
 import { UnexpectedAnswerError } from "../protocol/problem.ts";
 
@@ -62,8 +63,8 @@ export interface EventWaitOptions {
   signal?: AbortSignal;
   /** Pause of the fallback poll, ms; default WAIT_FALLBACK_POLL_MS. */
   fallbackPollMs?: number;
-  /** Clock (epoch ms) and pause ports; defaults Date.now and a timer. */
-  now?: () => number;
+  /** Clock (its wallMs, like `deadlineMs`) and pause ports; defaults systemClock and a timer. */
+  clock?: Clock;
   sleep?: (ms: number) => Promise<unknown>;
 }
 
@@ -124,7 +125,8 @@ export async function waitForEvent(
   id: string,
   opts: EventWaitOptions = {},
 ): Promise<EventWaitResult> {
-  const now = opts.now ?? Date.now;
+  const clock = opts.clock ?? systemClock;
+  const now = () => clock.wallMs();
   const sleep = opts.sleep ?? ((ms: number) => new Promise((r) => setTimeout(r, ms)));
   const deadline = opts.deadlineMs ?? Number.POSITIVE_INFINITY;
   const pollMs = opts.fallbackPollMs ?? WAIT_FALLBACK_POLL_MS;

@@ -1,4 +1,5 @@
 import { describe, expect, test } from "bun:test";
+import { FakeClock } from "../protocol/fakeClock.ts";
 import { createLogger, formatLine, redactFields, redactText, routeConsola, type LogFields } from "./log.ts";
 import { parseLogFormat, parseLogLevel } from "./logOptions.ts";
 
@@ -6,7 +7,10 @@ const T0 = Date.parse("2026-01-02T03:04:05.000Z");
 
 function capture(format: "json" | "text", level = 3) {
   const lines: string[] = [];
-  return { lines, log: createLogger({ format, level, sink: (l) => void lines.push(l), now: () => T0 }) };
+  return {
+    lines,
+    log: createLogger({ format, level, sink: (l) => void lines.push(l), clock: new FakeClock({ wallMs: T0 }) }),
+  };
 }
 
 describe("the role log", () => {

@@ -15,6 +15,7 @@
  * and the workerd host can use it (flag parsing: logOptions.ts). Must never: write a token, a
  * bootstrap payload or a private key, whatever a caller passes in.
  */
+import { type Clock, systemClock } from "../protocol/clock.ts";
 
 /** Output formats. */
 export type LogFormat = "json" | "text";
@@ -44,8 +45,8 @@ export interface LogOptions {
   level: number;
   /** Receives each finished line without its newline (default: stderr). */
   sink: (line: string, level: LogLevelName) => void;
-  /** Epoch ms (a port; default Date.now). */
-  now: () => number;
+  /** Stamps each line with its wallMs (default systemClock). */
+  clock: Clock;
 }
 
 const SECRET_FIELD = /token|credential|authori[sz]ation|payload|secret|private.?key|password|cookie/i;
@@ -99,13 +100,13 @@ export function createLogger(opts: Partial<LogOptions> = {}, base: LogFields = {
     format: opts.format ?? "text",
     level: opts.level ?? LOG_LEVELS.info,
     sink: opts.sink ?? ((line) => void process.stderr.write(`${line}\n`)),
-    now: opts.now ?? Date.now,
+    clock: opts.clock ?? systemClock,
   };
   const write =
     (level: LogLevelName) =>
     (msg: string, fields: LogFields = {}) => {
       if (LOG_LEVELS[level] > o.level) return;
-      o.sink(formatLine(o.format, level, msg, { ...base, ...fields }, o.now()), level);
+      o.sink(formatLine(o.format, level, msg, { ...base, ...fields }, o.clock.wallMs()), level);
     };
   return {
     error: write("error"),

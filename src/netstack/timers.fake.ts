@@ -10,7 +10,7 @@ export class FakeTimers implements TimerPort {
   private seq = 0;
   private readonly due = new Map<number, { at: number; fn: () => void }>();
 
-  now(): number {
+  monoMs(): number {
     return this.t;
   }
 

@@ -147,7 +147,7 @@ export async function openAllocationPort(o: AllocationPortOptions): Promise<Allo
     { allocationId: o.allocationId, clientPublicKey, transport: "tcp", port: o.remotePort },
     o.keys,
     o.ttlSeconds,
-    () => o.clock.wallMs(),
+    o.clock,
   );
   const g = verified.grant;
   const parts: Parts = { tunnel: null, forwarder: null, candidates: null, relayTokens: null, timer: null };
@@ -248,7 +248,7 @@ async function startParts(
     },
     post: (seq, list) => announceCandidates(o.client.baseUrl, verified, list, seq),
     directConfirmed: () => t.path().path === "direct",
-    nowMs: () => o.clock.monoMs(),
+    clock: o.clock,
     log: o.log,
   });
   t.addOwner(parts.candidates);
@@ -260,8 +260,7 @@ async function startParts(
       keys: o.keys,
       fetch: () => fetchRelayTokens(o.client.baseUrl, verified),
       apply: (relays) => t.setRelayTokens(relays),
-      wallMs: () => o.clock.wallMs(),
-      nowMs: () => o.clock.monoMs(),
+      clock: o.clock,
       log: o.log,
       onSettled: () => t.rearm(),
     });

@@ -1,6 +1,7 @@
 /** The proxy's candidate refresh on a fake clock: posts at start, every 20 s while no direct path, only changes, bounded, retried under a new sequence number. */
 import { expect, test } from "bun:test";
 import type { Candidate } from "../protocol/connection.ts";
+import { FakeClock } from "../protocol/fakeClock.ts";
 import { CANDIDATE_REFRESH_MS } from "../wireguard/index.ts";
 import { CandidateRefresh, MAX_CANDIDATE_POSTS } from "./candidateRefresh.ts";
 
@@ -9,7 +10,7 @@ const stun = (port: number): Candidate => ({ address: "198.51.100.10", port, kin
 
 function harness() {
   const w = {
-    now: 1_000,
+    clock: new FakeClock({ monoMs: 1_000 }),
     direct: false,
     list: [stun(61_000), local] as Candidate[],
     gathers: 0,
@@ -24,12 +25,12 @@ function harness() {
       w.posts.push({ seq, candidates });
     },
     directConfirmed: () => w.direct,
-    nowMs: () => w.now,
+    clock: w.clock,
     log: (l) => w.logs.push(l),
   });
   /** Moves the fake clock by `ms`, ticks, and lets the refresh it started finish. */
   const advance = async (ms: number) => {
-    w.now += ms;
+    w.clock.advance(ms);
     r.tick();
     await r.settled();
   };
@@ -43,7 +44,7 @@ test("posted at start (STUN first), then gathered every 20 s while no direct pat
   expect(w.logs).toEqual(["posted 2 candidates to the rendezvous (1 from STUN)"]);
   expect(r.deadlineMs()).toBe(1_000 + CANDIDATE_REFRESH_MS);
   // Before the period nothing happens.
-  w.now += CANDIDATE_REFRESH_MS - 1;
+  w.clock.advance(CANDIDATE_REFRESH_MS - 1);
   r.tick();
   expect(w.gathers).toBe(1);
   await advance(1);
@@ -64,7 +65,7 @@ test("no gathering while a direct path is confirmed; it resumes when the path is
   await advance(CANDIDATE_REFRESH_MS);
   expect(w.gathers).toBe(1);
   // The deadline keeps moving (the alarm never spins on a past deadline).
-  expect(r.deadlineMs()).toBe(w.now + CANDIDATE_REFRESH_MS);
+  expect(r.deadlineMs()).toBe(w.clock.monoMs() + CANDIDATE_REFRESH_MS);
   w.direct = false;
   await advance(CANDIDATE_REFRESH_MS);
   expect(w.posts.map((p) => p.seq)).toEqual([1, 2]);

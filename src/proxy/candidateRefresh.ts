@@ -16,6 +16,7 @@
  * candidate updates). Must never: run two gatherings at once, post an
  * unchanged list, post more than MAX_CANDIDATE_POSTS times, or reject.
  */
+import type { Clock } from "../protocol/clock.ts";
 import type { Candidate } from "../protocol/connection.ts";
 import { CANDIDATE_REFRESH_MS } from "../wireguard/index.ts";
 
@@ -30,8 +31,8 @@ export interface CandidateRefreshOptions {
   post(seq: number, candidates: Candidate[]): Promise<unknown>;
   /** True while the tunnel has a pinned direct path (then nothing is gathered). */
   directConfirmed(): boolean;
-  /** Monotonic time, ms. */
-  nowMs(): number;
+  /** Spaces the refreshes (its monoMs). */
+  clock: Clock;
   /** Progress lines. */
   log(line: string): void;
 }
@@ -46,7 +47,7 @@ export class CandidateRefresh {
   private capLogged = false;
 
   constructor(private readonly o: CandidateRefreshOptions) {
-    this.nextMs = o.nowMs() + CANDIDATE_REFRESH_MS;
+    this.nextMs = o.clock.monoMs() + CANDIDATE_REFRESH_MS;
   }
 
   /** Messages posted (or attempted) so far: the last sequence number used. */
@@ -62,7 +63,7 @@ export class CandidateRefresh {
   /** Called at each alarm: once the refresh period passed, gathers and posts again unless a direct path is confirmed. */
   tick(): void {
     if (this.closed) return;
-    const now = this.o.nowMs();
+    const now = this.o.clock.monoMs();
     if (now < this.nextMs) return;
     this.nextMs = now + CANDIDATE_REFRESH_MS;
     if (!this.o.directConfirmed()) void this.refresh();

@@ -34,6 +34,7 @@ import {
   checkSignedRelayToken,
   type ConnectionVerificationKeys,
 } from "../protocol/connectionSignature.ts";
+import type { Clock } from "../protocol/clock.ts";
 import { BeachballError } from "../protocol/errors.ts";
 import { parseStunServers, type StunServer } from "../protocol/stunServers.ts";
 
@@ -139,7 +140,7 @@ export async function requestGrant(
   want: GrantRequest,
   keys: ConnectionVerificationKeys,
   ttlSeconds: number | undefined,
-  nowMs: () => number,
+  clock: Clock,
 ): Promise<VerifiedGrant> {
   const resp = await client.createConnectionGrant(want.allocationId, {
     clientPublicKey: want.clientPublicKey,
@@ -147,5 +148,5 @@ export async function requestGrant(
     ports: [want.port],
     ...(ttlSeconds !== undefined ? { ttlSeconds } : {}),
   });
-  return verifyGrantResponse(resp, keys, want, nowMs());
+  return verifyGrantResponse(resp, keys, want, clock.wallMs());
 }

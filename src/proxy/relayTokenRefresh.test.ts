@@ -8,6 +8,7 @@ import { expect, test } from "bun:test";
 import { TestGrantIssuer, testId } from "../../test/support/grantIssuer.ts";
 import type { ConnectionRelayTokensResponse, RelayEntry } from "../protocol/connection.ts";
 import { BeachballError } from "../protocol/errors.ts";
+import { FakeClock } from "../protocol/fakeClock.ts";
 import type { VerifiedGrant } from "./grant.ts";
 import { RELAY_TOKEN_RETRY_MS, RelayTokenRefresh } from "./relayTokenRefresh.ts";
 
@@ -21,8 +22,7 @@ const relay = (relayId: string): RelayEntry => ({ relayId, url: `wss://${relayId
 function harness(o: { relays?: string[]; grantMs?: number } = {}) {
   const grantId = testId("grt");
   const w = {
-    wall: T0,
-    mono: 5_000,
+    clock: new FakeClock({ wallMs: T0, monoMs: 5_000 }),
     answer: null as null | (() => Promise<ConnectionRelayTokensResponse>),
     fetches: 0,
     applied: [] as VerifiedGrant["relays"][],
@@ -41,7 +41,13 @@ function harness(o: { relays?: string[]; grantMs?: number } = {}) {
     relayTokens: Object.fromEntries(
       relays.map((r) => [
         r.entry.relayId,
-        by.relayToken(r.entry.relayId, forGrant, "client", w.wall, Math.min(TOKEN_MS, grantExpires - w.wall)),
+        by.relayToken(
+          r.entry.relayId,
+          forGrant,
+          "client",
+          w.clock.wallMs(),
+          Math.min(TOKEN_MS, grantExpires - w.clock.wallMs()),
+        ),
       ]),
     ),
     expiresAtMs: grantExpires,
@@ -52,15 +58,13 @@ function harness(o: { relays?: string[]; grantMs?: number } = {}) {
     keys: issuer.verificationKeys(),
     fetch: () => (w.fetches++, w.answer!()),
     apply: (x) => w.applied.push(x),
-    wallMs: () => w.wall,
-    nowMs: () => w.mono,
+    clock: w.clock,
     log: (l) => w.logs.push(l),
     onSettled: () => w.settled++,
   });
   /** Moves both clocks by `ms`, ticks, and lets a refresh it started finish. */
   const advance = async (ms: number) => {
-    w.wall += ms;
-    w.mono += ms;
+    w.clock.advance(ms);
     r.tick();
     await r.settled();
   };
@@ -91,8 +95,7 @@ test("no deadline while a request is under way (the alarm never spins on a due t
   const gate = new Promise<void>((res) => (release = res));
   const answer = w.answer!;
   w.answer = async () => (await gate, answer());
-  w.wall += 80_000;
-  w.mono += 80_000;
+  w.clock.advance(80_000);
   r.tick();
   expect(r.deadlineMs()).toBeNull();
   r.tick();
@@ -100,7 +103,7 @@ test("no deadline while a request is under way (the alarm never spins on a due t
   release();
   await r.settled();
   expect(w.settled).toBe(1);
-  expect(r.deadlineMs()).toBe(w.mono + 80_000);
+  expect(r.deadlineMs()).toBe(w.clock.monoMs() + 80_000);
   await advance(0);
   expect(w.fetches).toBe(1);
 });
@@ -111,7 +114,7 @@ test("a token that fails its check (another key, another grant) is not used; ret
   await advance(80_000);
   expect(w.applied).toEqual([]);
   expect(w.logs.at(-1)).toContain("refresh failed (RELAY_TOKEN_INVALID)");
-  expect(r.dueWallMs()).toBe(w.wall + RELAY_TOKEN_RETRY_MS);
+  expect(r.dueWallMs()).toBe(w.clock.wallMs() + RELAY_TOKEN_RETRY_MS);
   w.answer = async () => fresh(issuer, testId("grt"));
   await advance(RELAY_TOKEN_RETRY_MS);
   expect(w.logs.at(-1)).toContain("refresh failed (RELAY_TOKEN_INVALID)");
@@ -128,7 +131,7 @@ test("a token that fails its check (another key, another grant) is not used; ret
   await advance(RELAY_TOKEN_RETRY_MS);
   expect(w.applied).toHaveLength(1);
   expect(w.fetches).toBe(5);
-  expect(w.applied[0]![0]!.token.payload.issuedAtMs).toBe(w.wall);
+  expect(w.applied[0]![0]!.token.payload.issuedAtMs).toBe(w.clock.wallMs());
 });
 
 test("stops when the scheduler says the grant ended (UNAUTHENTICATED), when the tokens reach the grant's expiry, without relays, and after close()", async () => {
@@ -190,9 +193,9 @@ test("an answer without a map of relay tokens is a failed refresh (retried), not
     w.answer = async () =>
       ({ grantId, role: "client", relayTokens, expiresAtMs: 0 }) as unknown as ConnectionRelayTokensResponse;
     const before = w.fetches;
-    await advance(r.dueWallMs()! - w.wall);
+    await advance(r.dueWallMs()! - w.clock.wallMs());
     expect(w.fetches).toBe(before + 1);
     expect(w.logs.at(-1)).toMatch(/refresh failed \(GRANT_MISMATCH\); retrying in 15 s/);
-    expect(r.dueWallMs()).toBe(w.wall + RELAY_TOKEN_RETRY_MS);
+    expect(r.dueWallMs()).toBe(w.clock.wallMs() + RELAY_TOKEN_RETRY_MS);
   }
 });

@@ -19,6 +19,7 @@
  * scheduler says the grant ended (UNAUTHENTICATED).
  * Must never: use a token that failed its check, log a token, or reject.
  */
+import type { Clock } from "../protocol/clock.ts";
 import type { ConnectionRelayTokensResponse } from "../protocol/connection.ts";
 import { checkSignedRelayToken, type ConnectionVerificationKeys } from "../protocol/connectionSignature.ts";
 import { BeachballError } from "../protocol/errors.ts";
@@ -37,10 +38,8 @@ export interface RelayTokenRefreshOptions {
   fetch(): Promise<ConnectionRelayTokensResponse>;
   /** Hands verified relays with their fresh tokens to the tunnel (ClientTunnel.setRelayTokens). */
   apply(relays: VerifiedGrant["relays"]): void;
-  /** Wall-clock time, ms since the epoch (tokens carry wall-clock times). */
-  wallMs(): number;
-  /** Monotonic time, ms (the alarm's). */
-  nowMs(): number;
+  /** wallMs for the tokens (they carry wall-clock times), monoMs for the alarm's deadline. */
+  clock: Clock;
   log(line: string): void;
   /** Called when a refresh finished (the owner re-arms its alarm: the deadline moved). */
   onSettled?(): void;
@@ -83,13 +82,13 @@ export class RelayTokenRefresh {
   deadlineMs(): number | null {
     if (this.running) return null;
     const due = this.dueWallMs();
-    return due === null ? null : this.o.nowMs() + Math.max(0, due - this.o.wallMs());
+    return due === null ? null : this.o.clock.monoMs() + Math.max(0, due - this.o.clock.wallMs());
   }
 
   /** Called at each alarm: starts a refresh when one is due. */
   tick(): void {
     const due = this.dueWallMs();
-    if (due !== null && this.o.wallMs() >= due) void this.refresh();
+    if (due !== null && this.o.clock.wallMs() >= due) void this.refresh();
   }
 
   /** Resolves once the refresh under way (if any) finished. Never rejects. */
@@ -113,7 +112,7 @@ export class RelayTokenRefresh {
     try {
       const resp = await this.o.fetch();
       if (this.stopped) return;
-      const now = this.o.wallMs();
+      const now = this.o.clock.wallMs();
       if (resp.grantId !== g.grantId)
         throw new BeachballError("GRANT_MISMATCH", "the relay tokens are for another grant");
       const tokens: unknown = resp.relayTokens;
@@ -148,7 +147,7 @@ export class RelayTokenRefresh {
         this.o.log("relay tokens: the scheduler says the grant has ended; not refreshing them again");
         return;
       }
-      this.retryAtWallMs = this.o.wallMs() + RELAY_TOKEN_RETRY_MS;
+      this.retryAtWallMs = this.o.clock.wallMs() + RELAY_TOKEN_RETRY_MS;
       const code = e instanceof BeachballError ? e.code : (e as Error).message;
       this.o.log(`relay tokens: refresh failed (${code}); retrying in ${RELAY_TOKEN_RETRY_MS / 1000} s`);
     }

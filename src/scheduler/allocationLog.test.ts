@@ -52,28 +52,28 @@ const chunk = (p: CurrentPlacement, offset: number | undefined, text: string): L
 describe("an allocation's log", () => {
   test("chunks append by stream offset; a resent chunk is a no-op and a partial overlap keeps only the new bytes", () => {
     const s = store();
-    expect(appendLogChunk(s.sql, A, P1, chunk(P1, 0, "one\n"))).toEqual({
+    expect(appendLogChunk(s, A, P1, chunk(P1, 0, "one\n"))).toEqual({
       placementId: "plc_1",
       streamEnd: 4,
       appended: true,
       gapBytes: 0,
     });
-    expect(appendLogChunk(s.sql, A, P1, chunk(P1, 0, "one\n")).appended).toBe(false);
-    expect(appendLogChunk(s.sql, A, P1, chunk(P1, 2, "e\ntwo\n"))).toEqual({
+    expect(appendLogChunk(s, A, P1, chunk(P1, 0, "one\n")).appended).toBe(false);
+    expect(appendLogChunk(s, A, P1, chunk(P1, 2, "e\ntwo\n"))).toEqual({
       placementId: "plc_1",
       streamEnd: 8,
       appended: true,
       gapBytes: 0,
     });
-    expect(readLogPage(s.sql, A, 0, 1024)).toEqual({
+    expect(readLogPage(s, A, 0, 1024)).toEqual({
       offset: 0,
       nextOffset: 8,
       droppedBytes: 0,
       text: "one\ntwo\n",
       complete: false,
     });
-    expect(readLogPage(s.sql, A, 4, 1024).text).toBe("two\n");
-    expect(readLogPage(s.sql, A, 8, 1024)).toEqual({
+    expect(readLogPage(s, A, 4, 1024).text).toBe("two\n");
+    expect(readLogPage(s, A, 8, 1024)).toEqual({
       offset: 8,
       nextOffset: 8,
       droppedBytes: 0,
@@ -84,18 +84,18 @@ describe("an allocation's log", () => {
 
   test("offsets count UTF-8 bytes", () => {
     const s = store();
-    appendLogChunk(s.sql, A, P1, chunk(P1, 0, "é✓\n"));
-    expect(logEnd(s.sql, A)).toBe(Buffer.byteLength("é✓\n"));
-    expect(readLogPage(s.sql, A, 2, 100).text).toBe("✓\n");
+    appendLogChunk(s, A, P1, chunk(P1, 0, "é✓\n"));
+    expect(logEnd(s, A)).toBe(Buffer.byteLength("é✓\n"));
+    expect(readLogPage(s, A, 2, 100).text).toBe("✓\n");
   });
 
   test("a chunk past the stream's end leaves a gap the reader is told about; later bytes keep their offsets", () => {
     const s = store();
-    appendLogChunk(s.sql, A, P1, chunk(P1, 0, "a\n"));
-    expect(appendLogChunk(s.sql, A, P1, chunk(P1, 10, "b\n")).gapBytes).toBe(8); // counted as lost output (bb_log_lost_bytes_total)
-    const first = readLogPage(s.sql, A, 0, 100);
+    appendLogChunk(s, A, P1, chunk(P1, 0, "a\n"));
+    expect(appendLogChunk(s, A, P1, chunk(P1, 10, "b\n")).gapBytes).toBe(8); // counted as lost output (bb_log_lost_bytes_total)
+    const first = readLogPage(s, A, 0, 100);
     expect(first).toEqual({ offset: 0, nextOffset: 2, droppedBytes: 0, text: "a\n", complete: false });
-    expect(readLogPage(s.sql, A, first.nextOffset, 100)).toEqual({
+    expect(readLogPage(s, A, first.nextOffset, 100)).toEqual({
       offset: 10,
       nextOffset: 12,
       droppedBytes: 8,
@@ -108,9 +108,9 @@ describe("an allocation's log", () => {
     const s = store();
     const line = "x".repeat(MAX_LOG_CHUNK_BYTES - 1) + "\n";
     const n = LOG_RING_BYTES / MAX_LOG_CHUNK_BYTES + 8;
-    for (let i = 0; i < n; i++) appendLogChunk(s.sql, A, P1, chunk(P1, i * MAX_LOG_CHUNK_BYTES, line));
+    for (let i = 0; i < n; i++) appendLogChunk(s, A, P1, chunk(P1, i * MAX_LOG_CHUNK_BYTES, line));
     const end = n * MAX_LOG_CHUNK_BYTES;
-    expect(logEnd(s.sql, A)).toBe(end);
+    expect(logEnd(s, A)).toBe(end);
     const kept = s.sql
       .exec<{ b: number; first: number }>(
         "SELECT SUM(bytes) AS b, MIN(start_offset) AS first FROM allocation_log_chunks WHERE obj = ?",
@@ -119,7 +119,7 @@ describe("an allocation's log", () => {
       .one();
     expect(kept.b).toBeLessThanOrEqual(LOG_RING_BYTES);
     expect(kept.b).toBeGreaterThan(LOG_RING_BYTES - MAX_LOG_CHUNK_BYTES);
-    const p = readLogPage(s.sql, A, 0, 64 * 1024);
+    const p = readLogPage(s, A, 0, 64 * 1024);
     expect(p.offset).toBe(kept.first);
     expect(p.droppedBytes).toBe(kept.first);
     expect(p.text.length).toBeLessThanOrEqual(64 * 1024);
@@ -128,7 +128,7 @@ describe("an allocation's log", () => {
     let at = p.nextOffset;
     let total = Buffer.byteLength(p.text);
     for (let i = 0; i < 100 && at < end; i++) {
-      const q = readLogPage(s.sql, A, at, 64 * 1024);
+      const q = readLogPage(s, A, at, 64 * 1024);
       expect(q.droppedBytes).toBe(0);
       total += Buffer.byteLength(q.text);
       at = q.nextOffset;
@@ -139,38 +139,38 @@ describe("an allocation's log", () => {
 
   test("a read past the end is LOG_OFFSET_PAST_END with the end; an oversized chunk is BODY_TOO_LARGE and writes nothing", () => {
     const s = store();
-    appendLogChunk(s.sql, A, P1, chunk(P1, 0, "abc"));
-    expect(() => readLogPage(s.sql, A, 4, 10)).toThrow(
+    appendLogChunk(s, A, P1, chunk(P1, 0, "abc"));
+    expect(() => readLogPage(s, A, 4, 10)).toThrow(
       expect.objectContaining({ code: "LOG_OFFSET_PAST_END", extra: { endOffset: 3 } }),
     );
-    expect(() => appendLogChunk(s.sql, A, P1, chunk(P1, 3, "é".repeat(MAX_LOG_CHUNK_BYTES / 2 + 1)))).toThrow(
+    expect(() => appendLogChunk(s, A, P1, chunk(P1, 3, "é".repeat(MAX_LOG_CHUNK_BYTES / 2 + 1)))).toThrow(
       expect.objectContaining({ code: "BODY_TOO_LARGE" }),
     );
-    expect(logEnd(s.sql, A)).toBe(3);
+    expect(logEnd(s, A)).toBe(3);
   });
 
   test("only the current placement appends: another placement or an older generation is refused; a new placement's stream starts at the log's end", () => {
     const s = store();
-    appendLogChunk(s.sql, A, P1, chunk(P1, 0, "gen1\n"));
-    expect(appendLogChunk(s.sql, A, null, chunk(P1, 5, "late\n"))).toMatchObject({
+    appendLogChunk(s, A, P1, chunk(P1, 0, "gen1\n"));
+    expect(appendLogChunk(s, A, null, chunk(P1, 5, "late\n"))).toMatchObject({
       code: "UNKNOWN_PLACEMENT",
       appended: false,
     });
-    expect(appendLogChunk(s.sql, A, P2, chunk(P1, 5, "late\n"))).toMatchObject({
+    expect(appendLogChunk(s, A, P2, chunk(P1, 5, "late\n"))).toMatchObject({
       code: "STALE_GENERATION",
       appended: false,
     });
-    expect(appendLogChunk(s.sql, A, P1, { ...chunk(P1, 5, "forged\n"), placementId: "plc_x" })).toMatchObject({
+    expect(appendLogChunk(s, A, P1, { ...chunk(P1, 5, "forged\n"), placementId: "plc_x" })).toMatchObject({
       code: "UNKNOWN_PLACEMENT",
     });
-    expect(appendLogChunk(s.sql, A, P2, chunk(P2, 0, "gen2\n"))).toMatchObject({ streamEnd: 5, appended: true });
-    expect(readLogPage(s.sql, A, 0, 100).text).toBe("gen1\ngen2\n");
+    expect(appendLogChunk(s, A, P2, chunk(P2, 0, "gen2\n"))).toMatchObject({ streamEnd: 5, appended: true });
+    expect(readLogPage(s, A, 0, 100).text).toBe("gen1\ngen2\n");
     // After an agent restart (no offset): appended at the stream's end, which the answer reports.
-    expect(appendLogChunk(s.sql, A, P2, chunk(P2, undefined, "again\n"))).toMatchObject({
+    expect(appendLogChunk(s, A, P2, chunk(P2, undefined, "again\n"))).toMatchObject({
       streamEnd: 11,
       appended: true,
     });
-    expect(readLogPage(s.sql, A, 5, 100).text).toBe("gen2\nagain\n");
+    expect(readLogPage(s, A, 5, 100).text).toBe("gen2\nagain\n");
   });
 });
 
@@ -199,18 +199,18 @@ describe("the append rate bound", () => {
     const big = "x".repeat(MAX_LOG_CHUNK_BYTES - 1) + "\n";
     let stored = 0;
     while (stored + MAX_LOG_CHUNK_BYTES <= LOG_APPEND_BURST_BYTES) {
-      appendLogChunk(s.sql, A, P1, chunk(P1, stored, big), take);
+      appendLogChunk(s, A, P1, chunk(P1, stored, big), take);
       stored += MAX_LOG_CHUNK_BYTES;
     }
     // the budget is spent; resending every stored chunk is a no-op that takes nothing
     for (let off = 0; off < stored; off += MAX_LOG_CHUNK_BYTES)
-      expect(appendLogChunk(s.sql, A, P1, chunk(P1, off, big), take).appended).toBe(false);
+      expect(appendLogChunk(s, A, P1, chunk(P1, off, big), take).appended).toBe(false);
     b.take(MAX_LOG_CHUNK_BYTES, t0 + (MAX_LOG_CHUNK_BYTES / LOG_APPEND_BYTES_PER_SECOND) * 1000); // what the refill gave is still there
     // a new chunk over budget writes nothing
     expect(() =>
-      s.transactionSync(() => appendLogChunk(s.sql, A, P1, chunk(P1, stored, big), (n) => b.take(n, t0 + 1))),
+      s.transactionSync(() => appendLogChunk(s, A, P1, chunk(P1, stored, big), (n) => b.take(n, t0 + 1))),
     ).toThrow(expect.objectContaining({ code: "RATE_LIMITED" }));
-    expect(logEnd(s.sql, A)).toBe(stored);
+    expect(logEnd(s, A)).toBe(stored);
   });
 
   test("a burst, then the rate: an append over budget is RATE_LIMITED and takes nothing; time refills it", () => {

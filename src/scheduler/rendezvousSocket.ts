@@ -26,6 +26,7 @@
  */
 import type { ServerWebSocket, WebSocketHandler } from "bun";
 import { Value } from "@sinclair/typebox/value";
+import { type Clock, systemClock } from "../protocol/clock.ts";
 import { BeachballError } from "../protocol/errors.ts";
 import { parseBoundedJson } from "../protocol/boundedBody.ts";
 import { declaredKeys, describeFirstSchemaError } from "./schemaErrors.ts";
@@ -69,9 +70,9 @@ export interface RendezvousFront {
   ): Promise<ConnectionPollResponse>;
 }
 
-/** The clock and timer the bridge uses (monotonic ms). */
+/** The clock (its monoMs) and timer the bridge uses. */
 export interface RendezvousPorts {
-  nowMs(): number;
+  clock: Clock;
   sleep(ms: number): Promise<void>;
 }
 
@@ -87,11 +88,11 @@ export class RendezvousSockets {
 
   constructor(
     private readonly front: RendezvousFront,
-    private readonly ports: RendezvousPorts = { nowMs: () => performance.now(), sleep: (ms) => Bun.sleep(ms) },
+    private readonly ports: RendezvousPorts = { clock: systemClock, sleep: (ms) => Bun.sleep(ms) },
   ) {}
 
   private nowMs(): number {
-    return this.ports.nowMs();
+    return this.ports.clock.monoMs();
   }
 
   /** Throws RATE_LIMITED when MAX_RENDEZVOUS_SOCKETS_PER_ROLE sockets of this Connection role are open (checked before upgrading). */

@@ -93,7 +93,7 @@ export class MultipathTunnel {
       },
       ...(o.onRelayChange ? { onChange: (i: RelaySessionInfo) => o.onRelayChange!(i) } : {}),
       random: o.random,
-      nowMs: () => o.clock.monoMs(),
+      clock: o.clock,
     });
   }
 

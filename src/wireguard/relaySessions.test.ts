@@ -5,6 +5,7 @@
  * that records the backoff delays instead of waiting for them.
  */
 import { describe, expect, test } from "bun:test";
+import { FakeClock } from "../protocol/fakeClock.ts";
 import type { RelayEntry, SignedRelayToken } from "../protocol/connection.ts";
 import { SeededRandom } from "./fakes.ts";
 import {
@@ -53,7 +54,7 @@ function table() {
       new Promise((resolve, reject) => attempts.push({ token: tok, onDatagram, resolve, reject })),
     onDatagram: (id, d) => got.push([id, d[0]!]),
     random: new SeededRandom(7),
-    nowMs: () => 0,
+    clock: new FakeClock({ monoMs: 0 }),
     timers: {
       set: (fn, ms) => {
         delays.push(ms);

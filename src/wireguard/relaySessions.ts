@@ -16,6 +16,7 @@
  * is dropped and reported false, as UDP would lose it), keep a timer or a
  * connection after close()/closeAll(), or log a token.
  */
+import type { Clock } from "../protocol/clock.ts";
 import type { RelayEntry, SignedRelayToken } from "../protocol/connection.ts";
 import type { WgRandom } from "./ports.ts";
 
@@ -98,7 +99,8 @@ export interface RelaySessionsOptions {
   /** Called when a session opens, closes or gives up (owners report paths on change). */
   onChange?(info: RelaySessionInfo): void;
   random: WgRandom;
-  nowMs(): number;
+  /** Times how long a session stayed open (its monoMs). */
+  clock: Clock;
   /** Timer port (default setTimeout/clearTimeout), so tests can see the backoff delays. */
   timers?: { set(fn: () => void, ms: number): unknown; clear(handle: unknown): void };
 }
@@ -224,12 +226,12 @@ export class RelaySessions {
           if (s.epoch !== epoch || !this.sessions.has(s.pathId)) return link.close();
           s.link = link;
           s.state = "open";
-          s.openedAtMs = this.o.nowMs();
+          s.openedAtMs = this.o.clock.monoMs();
           this.o.onChange?.(this.info(s));
           void link.closed.then((c) => {
             if (s.epoch !== epoch) return;
             s.link = null;
-            if (this.o.nowMs() - s.openedAtMs >= RELAY_STABLE_MS) s.attempts = 0;
+            if (this.o.clock.monoMs() - s.openedAtMs >= RELAY_STABLE_MS) s.attempts = 0;
             this.dropped(s, c.code);
           });
         },

@@ -17,24 +17,14 @@
  * request guard must give the same answers. ~4 s.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { ERROR_STATUS, type ErrorCode } from "../../src/protocol/errors.ts";
-import { ensureDevManifest, tokenDigest } from "../../src/scheduler/manifest.ts";
+import { tokenDigest } from "../../src/scheduler/manifest.ts";
 import { PATH_ID, ROUTES, type RouteName, type RouteSpec } from "../../src/scheduler/routes.ts";
 import { MAX_ALLOWED_FIELDS_LISTED } from "../../src/scheduler/schemaErrors.ts";
 import { sampleBodies } from "../support/hostileRequests.ts";
 import { rawRequest, type RawBody } from "../support/rawHttp.ts";
-import {
-  FAKE_IMAGE_DIGEST,
-  enrollTestHost,
-  openTestConnection,
-  startTestScheduler,
-  type TestConnection,
-} from "../support/scheduler.ts";
-import { startWorkerdScheduler } from "../support/workerdScheduler.ts";
-import { SchedulerClient } from "../../src/client/index.ts";
+import { enrollTestHost, openTestConnection, type TestConnection } from "../support/scheduler.ts";
+import { SCHEDULER_HOSTS, startSchedulerOn, type SchedulerUnderTest } from "../support/schedulerHosts.ts";
 
 /** A second controller: another caller's allocations must read as absent. */
 const OTHER_CONTROLLER_TOKEN = `bbt_${"7".repeat(48)}`;
@@ -46,68 +36,17 @@ const UNKNOWN = {
   host: "no-such-host",
 };
 
-/** The scheduler under test, on either host. */
-interface Target {
-  url: string;
-  port: number;
-  tokens: { token: string; operatorToken: string };
-  controller: SchedulerClient;
-  operator: SchedulerClient;
-  /** Instances per object class where the host lets the test count them (embedded), else none. */
-  objectInstances(): Record<string, number>;
-  stop(): Promise<void>;
-}
-
 /** Adds the second controller to a development manifest. */
-function addOtherController(m: { principals: unknown[] }): void {
-  m.principals.push({ id: "controller:other", role: "controller", tokenSha256: tokenDigest(OTHER_CONTROLLER_TOKEN) });
+function addOtherController(m: Record<string, unknown>): void {
+  (m["principals"] as unknown[]).push({
+    id: "controller:other",
+    role: "controller",
+    tokenSha256: tokenDigest(OTHER_CONTROLLER_TOKEN),
+  });
 }
 
-const HOSTS: Record<string, () => Promise<Target>> = {
-  embedded: async () => {
-    const dir = mkdtempSync(join(tmpdir(), "bb-bad-input-"));
-    const dev = ensureDevManifest(dir, FAKE_IMAGE_DIGEST);
-    const m = JSON.parse(readFileSync(dev.manifestPath, "utf8")) as { principals: unknown[] };
-    addOtherController(m);
-    writeFileSync(dev.manifestPath, JSON.stringify(m), { mode: 0o600 });
-    const t = await startTestScheduler({ dir });
-    return {
-      ...t,
-      port: Number(new URL(t.url).port),
-      objectInstances: () =>
-        Object.fromEntries(
-          [
-            "Allocation",
-            "AllocationIndex",
-            "Admission",
-            "Enrollment",
-            "HostDirectory",
-            "Host",
-            "Operations",
-            "Network",
-            "NetworkDirectory",
-            "Connection",
-          ].map((c) => [c, t.server.worker.runtime.listNames(c).length]),
-        ),
-      async stop() {
-        await t.stop();
-        rmSync(dir, { recursive: true, force: true });
-      },
-    };
-  },
-  workerd: async () => {
-    const w = await startWorkerdScheduler((m) => addOtherController(m as { principals: unknown[] }));
-    return {
-      ...w,
-      controller: new SchedulerClient(w.url, w.tokens.token),
-      operator: new SchedulerClient(w.url, w.tokens.operatorToken),
-      objectInstances: () => ({}),
-    };
-  },
-};
-
-for (const [hostName, startHost] of Object.entries(HOSTS)) {
-  let s: Target;
+for (const hostName of SCHEDULER_HOSTS) {
+  let s: SchedulerUnderTest;
   let port: number;
   let hostCredential: string;
   let conn: TestConnection;
@@ -559,7 +498,7 @@ for (const [hostName, startHost] of Object.entries(HOSTS)) {
   }
 
   async function objectCounts(): Promise<Record<string, number>> {
-    const out: Record<string, number> = s.objectInstances();
+    const out: Record<string, number> = s.objectInstances() ?? {};
     out["allocations"] = (await s.controller.list(undefined, 200)).items.length;
     out["hosts"] = (await s.operator.hosts()).length;
     return out;
@@ -568,7 +507,7 @@ for (const [hostName, startHost] of Object.entries(HOSTS)) {
   let before: Record<string, number>;
 
   beforeAll(async () => {
-    s = await startHost();
+    s = await startSchedulerOn(hostName, addOtherController);
     port = s.port;
     hostCredential = (await enrollTestHost(s, HOST_ID)).credential;
     conn = await openTestConnection(s, HOST_ID, hostCredential, "bad-input-conn");

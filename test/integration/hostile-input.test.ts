@@ -28,6 +28,7 @@ import {
 import { enrollTestHost, openTestConnection, type TestConnection } from "../support/scheduler.ts";
 import {
   SCHEDULER_HOSTS,
+  SCHEDULER_OBJECT_CLASSES,
   startSchedulerOn,
   type SchedulerHostName,
   type SchedulerUnderTest,
@@ -57,19 +58,7 @@ async function snapshot(): Promise<unknown> {
   );
   const rt = s.embedded?.server.worker.runtime;
   if (!rt) return { allocations, hosts };
-  const classes = [
-    "Allocation",
-    "AllocationIndex",
-    "Admission",
-    "Enrollment",
-    "HostDirectory",
-    "Host",
-    "Operations",
-    "Network",
-    "NetworkDirectory",
-    "Connection",
-  ];
-  const names = Object.fromEntries(classes.map((c) => [c, rt.listNames(c).sort()]));
+  const names = Object.fromEntries(SCHEDULER_OBJECT_CLASSES.map((c) => [c, rt.listNames(c).sort()]));
   // Test-only peek at the Enrollment object's table: a refused request must mint no token.
   const tokens = rt.store.sql.exec<{ n: number }>("SELECT COUNT(*) AS n FROM enrollment_tokens").one().n;
   return { names, allocations, hosts, tokens };

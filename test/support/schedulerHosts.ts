@@ -7,12 +7,16 @@
  * What only one host can show (object instances, the data directory) is
  * null on the other, and a test says so where it skips it.
  */
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { SchedulerClient } from "../../src/client/index.ts";
-import { startTestScheduler, type TestScheduler } from "./scheduler.ts";
+import { ensureDevManifest } from "../../src/scheduler/manifest.ts";
+import { FAKE_IMAGE_DIGEST, startTestScheduler, type TestScheduler } from "./scheduler.ts";
 import { startWorkerdScheduler } from "./workerdScheduler.ts";
 
-/** The object classes the embedded host lets a test count instances of. */
-const OBJECT_CLASSES = [
+/** The object classes the embedded host lets a test count or list instances of. */
+export const SCHEDULER_OBJECT_CLASSES = [
   "Allocation",
   "AllocationIndex",
   "Admission",
@@ -46,10 +50,29 @@ export interface SchedulerUnderTest {
 /** The scheduler's hosts. */
 export type SchedulerHostName = "embedded" | "workerd";
 
-/** Starts the scheduler on `host` with the development manifest. */
-export async function startSchedulerOn(host: SchedulerHostName): Promise<SchedulerUnderTest> {
+/** A change to the development manifest before the scheduler starts (e.g. another principal). */
+export type ManifestEdit = (manifest: Record<string, unknown>) => void;
+
+/** The embedded host on a development manifest changed by `edit`, in a directory removed on stop. */
+async function startEmbeddedWith(edit: ManifestEdit): Promise<TestScheduler> {
+  const dir = mkdtempSync(join(tmpdir(), "bb-sched-"));
+  const dev = ensureDevManifest(dir, FAKE_IMAGE_DIGEST);
+  const m = JSON.parse(readFileSync(dev.manifestPath, "utf8")) as Record<string, unknown>;
+  edit(m);
+  writeFileSync(dev.manifestPath, JSON.stringify(m), { mode: 0o600 });
+  const t = await startTestScheduler({ dir });
+  const stop = t.stop;
+  t.stop = async () => {
+    await stop();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  return t;
+}
+
+/** Starts the scheduler on `host` with the development manifest (changed by `edit`, if given). */
+export async function startSchedulerOn(host: SchedulerHostName, edit?: ManifestEdit): Promise<SchedulerUnderTest> {
   if (host === "workerd") {
-    const w = await startWorkerdScheduler();
+    const w = await startWorkerdScheduler(edit);
     return {
       ...w,
       host,
@@ -60,7 +83,7 @@ export async function startSchedulerOn(host: SchedulerHostName): Promise<Schedul
       embedded: null,
     };
   }
-  const t = await startTestScheduler();
+  const t = edit ? await startEmbeddedWith(edit) : await startTestScheduler();
   return {
     host,
     url: t.url,
@@ -69,7 +92,7 @@ export async function startSchedulerOn(host: SchedulerHostName): Promise<Schedul
     controller: t.controller,
     operator: t.operator,
     objectInstances: () =>
-      Object.fromEntries(OBJECT_CLASSES.map((c) => [c, t.server.worker.runtime.listNames(c).length])),
+      Object.fromEntries(SCHEDULER_OBJECT_CLASSES.map((c) => [c, t.server.worker.runtime.listNames(c).length])),
     dataDir: t.dir,
     embedded: t,
     stop: () => t.stop(),

@@ -17,11 +17,13 @@ import { type ArtifactSource, FileArtifactSource } from "./artifactSource.ts";
 import { ImageCache } from "./cache.ts";
 import { generateSigningKey, signManifest } from "../../image/signing.ts";
 import { makeTestImage, type TestImage, writeTestImage } from "../../image/testImage.ts";
+import { FakeClock } from "../../protocol/fakeClock.ts";
 
 const work = mkdtempSync(join(tmpdir(), "bb-cache-test-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 const key = generateSigningKey();
-const fixedNow = () => new Date("2025-06-01T00:00:00.000Z");
+/** A clock that stays at 2025-06-01T00:00:00Z (the one fake, src/protocol/fakeClock.ts). */
+const fixedNow = () => new FakeClock({ wallMs: Date.parse("2025-06-01T00:00:00.000Z") });
 
 let n = 0;
 /** A fresh source base and cache root; `publish` writes an image under `<base>/<hex>/`. */
@@ -65,7 +67,7 @@ describe("ImageCache.resolve", () => {
     const s = setup();
     const img = makeTestImage({ privateKey: key.privateKey });
     s.publish(img);
-    const cache = new ImageCache(s.root, [key.publicKey], { now: fixedNow });
+    const cache = new ImageCache(s.root, [key.publicKey], { clock: fixedNow() });
     const r = await cache.resolve(img.digest, s.source);
     expect(r.fetchedManifest).toBe(true);
     expect(r.fetchedArtifacts).toBe(3);
@@ -109,7 +111,7 @@ describe("ImageCache.resolve", () => {
     const img = makeTestImage({ privateKey: key.privateKey, seed: 11 });
     const dir = s.publish(img);
     writeFileSync(join(dir, "rootfs.ext4"), new Uint8Array(100_000).fill(1)); // much larger than declared 8 KiB
-    const cache = new ImageCache(s.root, [key.publicKey], { now: fixedNow });
+    const cache = new ImageCache(s.root, [key.publicKey], { clock: fixedNow() });
     expect(await codeOf(cache.resolve(img.digest, s.source))).toBe("IMAGE_DIGEST_MISMATCH");
     const q = quarantined(s.root);
     expect(q.length).toBe(1);
@@ -295,15 +297,18 @@ describe("ImageCache.resolve", () => {
 
   test("eviction removes least recently used images down to the bound, never one in use or an artifact it shares", async () => {
     const s = setup();
-    let clock = Date.parse("2025-06-01T00:00:00Z");
-    const cache = new ImageCache(s.root, [key.publicKey], { now: () => new Date((clock += 1000)) });
+    const clock = new FakeClock({ wallMs: Date.parse("2025-06-01T00:00:00Z") });
+    const cache = new ImageCache(s.root, [key.publicKey], { clock });
     const a = makeTestImage({ privateKey: key.privateKey, seed: 51 });
     const b = makeTestImage({ privateKey: key.privateKey, seed: 52 });
     // c shares a's kernel.
     const c = makeTestImage({ privateKey: key.privateKey, seed: 53, overrides: { kernel: a.manifest.kernel } });
     c.files.vmlinux = a.files.vmlinux;
     for (const img of [a, b, c]) s.publish(img);
-    for (const img of [a, b, c]) await cache.resolve(img.digest, s.source);
+    for (const img of [a, b, c]) {
+      clock.advance(1000);
+      await cache.resolve(img.digest, s.source);
+    }
     const before = await cache.usage();
     expect(before.images).toBe(3);
     // Shared kernel stored once: 3 images, 8 distinct artifacts.

@@ -40,6 +40,7 @@ import {
 } from "./cacheFiles.ts";
 import { imageError, imageErrorCode } from "../../image/errors.ts";
 import { verifyManifestSignature } from "../../image/signing.ts";
+import { type Clock, systemClock } from "../../protocol/clock.ts";
 
 /** Default bound on a fetched manifest, bytes (64 KiB). */
 export const DEFAULT_MAX_MANIFEST_BYTES = 64 * 1024;
@@ -60,8 +61,8 @@ export interface ImageCacheOptions {
   maxManifestBytes?: number;
   /** Largest artifact a manifest may declare, bytes. Default 8 GiB. */
   maxArtifactBytes?: number;
-  /** Clock for quarantine reason files and last-use times (a port, so tests can fix it). */
-  now?: () => Date;
+  /** Clock (its wallMs) for quarantine reason files and last-use times; default systemClock. */
+  clock?: Clock;
   /** Most artifact downloads at once. Default 2. */
   maxConcurrentFetches?: number;
   /** Sleep between download attempts (a port, so tests need not wait). */
@@ -158,7 +159,7 @@ export class ImageCache {
   private readonly layout: CacheLayout;
   private readonly maxManifestBytes: number;
   private readonly maxArtifactBytes: number;
-  private readonly now: () => Date;
+  private readonly clock: Clock;
   /** In-flight resolves by digest hex, so concurrent callers share one fetch. */
   private readonly inflight = new Map<string, Promise<ResolvedImage>>();
   private readonly fetchSlots: Slots;
@@ -175,7 +176,7 @@ export class ImageCache {
     this.layout = cacheLayout(resolvePath(rootDir));
     this.maxManifestBytes = opts.maxManifestBytes ?? DEFAULT_MAX_MANIFEST_BYTES;
     this.maxArtifactBytes = opts.maxArtifactBytes ?? DEFAULT_MAX_ARTIFACT_BYTES;
-    this.now = opts.now ?? (() => new Date());
+    this.clock = opts.clock ?? systemClock;
     this.fetchSlots = new Slots(opts.maxConcurrentFetches ?? DEFAULT_MAX_CONCURRENT_FETCHES);
     this.sleep = opts.sleep ?? ((ms) => Bun.sleep(ms));
     this.onRetry = opts.onRetry ?? (() => {});
@@ -254,7 +255,7 @@ export class ImageCache {
     };
     const dir = await this.ensureView(hex, manifest, artifactPaths);
     // Last use, for eviction (least recently used first).
-    const t = this.now();
+    const t = new Date(this.clock.wallMs());
     await utimes(join(this.layout.manifestsDir, `${hex}.json`), t, t).catch(() => {});
     return { digest, manifest, dir, artifactPaths, fetchedManifest, fetchedArtifacts };
   }
@@ -267,7 +268,15 @@ export class ImageCache {
     reason: string,
     extra: Partial<QuarantineReason> = {},
   ): QuarantineReason {
-    return { code, reason, imageDigest: digest, name, source: src.description, at: this.now().toISOString(), ...extra };
+    return {
+      code,
+      reason,
+      imageDigest: digest,
+      name,
+      source: src.description,
+      at: new Date(this.clock.wallMs()).toISOString(),
+      ...extra,
+    };
   }
 
   /** Checks bytes claimed to be the manifest of `digest`: the manifest, or why it fails (no side effects). */

@@ -54,6 +54,7 @@ import { squashfsCanStoreXattr } from "./squashfsXattrs.ts";
 import { TAR_END, readTar } from "./tar.ts";
 import { GUEST_BINARY_IN_IMAGE, GUEST_DIR_IN_IMAGE, buildSquashfsInitrd } from "./ociInitrd.ts";
 import { squashfsFromTar } from "./squashfsFromTar.ts";
+import { hashFileOffThread } from "./blobHash.ts";
 
 /** Largest uncompressed layer accepted, bytes (64 GiB). */
 export const MAX_LAYER_BYTES = 64 * 2 ** 30;
@@ -206,8 +207,15 @@ async function readInput(opts: OciBuildOptions, work: string): Promise<OciImageI
   return readDockerArchive(resolve(opts.input.path), join(work, "archive"), opts.ref);
 }
 
-async function artifact(dir: string, name: string) {
+/** Path, size and SHA-256 (hex) of artifact `name` in `dir`, for the manifest; hashed on this thread. */
+async function artifact(dir: string, name: string): Promise<ImageManifest["rootfs"]> {
   return { path: name, sizeBytes: (await stat(join(dir, name))).size, sha256: await sha256File(join(dir, name)) };
+}
+
+/** As artifact, hashed in the hashing worker (blobHash.ts), so it runs beside this thread's work. */
+async function artifactOffThread(dir: string, name: string): Promise<ImageManifest["rootfs"]> {
+  const { hex, size } = await hashFileOffThread(join(dir, name), Number.MAX_SAFE_INTEGER);
+  return { path: name, sizeBytes: size, sha256: hex };
 }
 
 /**
@@ -242,14 +250,15 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
   await mkdir(join(work, "bodies"), { recursive: true, mode: 0o700 });
   // Digest checks of layer blobs running in workers (see the layer loop), each settled before the build returns.
   const checks: Promise<void>[] = [];
-  let bootParts: Promise<{ kernel: ImageManifest["kernel"]; initrd: ImageManifest["kernel"] }> | null = null;
+  let bootParts: Promise<void> | null = null;
   try {
     const input = await readInput(opts, work);
     log(`${input.layers.length} layer(s) found; manifest ${input.manifestDigest}`);
     const guest = resolve(opts.guestBinaryPath);
     // The kernel (an apt query, a download the first time) and the initramfs need nothing from the layers:
     // they are made while the layers are applied and the squashfs is written.
-    // Both are written into the build directory and hashed there (what is hashed is what is published).
+    // Both are written into the build directory and hashed there (what is hashed is what is published) once the
+    // squashfs is written, beside its own hash: mksquashfs has both cores until then, one hash needs only one.
     bootParts = (async () => {
       const kernel = await ensureDevKernel(opts.cacheDir, log);
       log("building the initramfs");
@@ -261,10 +270,6 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
       });
       await Bun.write(join(work, OCI_IMAGE_FILES.kernel), Bun.file(kernel.vmlinuxPath));
       await writeFile(join(work, OCI_IMAGE_FILES.initrd), initrd, { mode: 0o644 });
-      return {
-        kernel: await artifact(work, OCI_IMAGE_FILES.kernel),
-        initrd: await artifact(work, OCI_IMAGE_FILES.initrd),
-      };
     })();
     bootParts.catch(() => {}); // awaited below (or settled in the catch); never an unhandled rejection meanwhile
     const tree = new RootTree();
@@ -372,15 +377,21 @@ export async function buildOciImage(opts: OciBuildOptions): Promise<OciBuildResu
 
     for (const c of checks) await c;
     log("squashfs written");
-    const boot = await bootParts;
+    await bootParts;
+    // The squashfs is hashed in the hashing worker while this thread hashes the kernel and the initramfs.
+    const [rootfs, kernel, initrd] = await Promise.all([
+      artifactOffThread(work, OCI_IMAGE_FILES.rootfs),
+      artifact(work, OCI_IMAGE_FILES.kernel),
+      artifact(work, OCI_IMAGE_FILES.initrd),
+    ]);
 
     const unsigned: ImageManifest = {
       schemaVersion: 2,
       architecture: SUPPORTED_ARCHITECTURE,
-      kernel: boot.kernel,
-      rootfs: await artifact(work, OCI_IMAGE_FILES.rootfs),
+      kernel,
+      rootfs,
       rootfsFormat: "squashfs",
-      initrd: boot.initrd,
+      initrd,
       kernelArgs: [],
       agentProtocolRange: "1",
       guestBootstrapVersion: DEV_GUEST_BOOTSTRAP_VERSION,

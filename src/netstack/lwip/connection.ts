@@ -38,8 +38,8 @@ export interface ConnectionHost {
   accountReceived(delta: number): void;
   /** Runs `fn` (which calls into the module) now, or after the current module call returns. */
   call(fn: () => void): void;
-  /** The stack's clock, monotonic ms. */
-  nowMs(): number;
+  /** The stack's clock: its TimerPort's monoMs. */
+  monoMs(): number;
   /** A one-shot timer on the stack's clock. */
   after(ms: number, fn: () => void): TimerHandle;
 }
@@ -156,7 +156,7 @@ export class LwipConnection implements TcpConnection {
 
   /** lwIP: the peer acknowledged data; room in the send buffer. */
   onSent(): void {
-    this.lastAckedMs = this.host.nowMs();
+    this.lastAckedMs = this.host.monoMs();
     if (this.writes.length > 0 || this.writeSide === "pending" || this.closeRequested) this.host.markDirty(this);
   }
 
@@ -361,18 +361,18 @@ export class LwipConnection implements TcpConnection {
   /** Starts the drain watch (once): from now, DRAIN_STALL_LIMIT_MS without an acknowledgement while data is still to send resets the connection. */
   private watchDrain(): void {
     if (this.drainTimer || !this.pcb) return;
-    this.lastAckedMs = this.host.nowMs();
+    this.lastAckedMs = this.host.monoMs();
     this.armDrain();
   }
 
   private armDrain(): void {
-    const due = Math.max(0, this.lastAckedMs + DRAIN_STALL_LIMIT_MS - this.host.nowMs());
+    const due = Math.max(0, this.lastAckedMs + DRAIN_STALL_LIMIT_MS - this.host.monoMs());
     this.drainTimer = this.host.after(due, () => {
       this.drainTimer = null;
       if (!this.pcb) return;
       const outstanding = this.queuedBytes > 0 || this.host.lwip.bb_tcp_outstanding(this.pcb) > 0;
       if (!outstanding) return; // everything was taken; a later write would have to be after closeWrite(), which fails
-      if (this.host.nowMs() - this.lastAckedMs >= DRAIN_STALL_LIMIT_MS) {
+      if (this.host.monoMs() - this.lastAckedMs >= DRAIN_STALL_LIMIT_MS) {
         return this.abortWithCode(
           "timeout",
           `the peer accepted nothing for ${DRAIN_STALL_LIMIT_MS / 1000} s after the connection was closed`,

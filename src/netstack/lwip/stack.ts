@@ -99,7 +99,7 @@ export class LwipStack implements Netstack, ConnectionHost {
     this.output = options.output;
     const random = options.random ?? cryptoRandom;
     this.lwip = instantiateLwip({
-      now_ms: () => Math.floor(this.timers.now()) >>> 0,
+      now_ms: () => Math.floor(this.timers.monoMs()) >>> 0,
       random: () => random() >>> 0,
       output: (ptr, len) => this.onOutput(ptr, len),
       connected: (id) => this.guard(() => this.connections.get(id)?.onConnected()),
@@ -161,8 +161,8 @@ export class LwipStack implements Netstack, ConnectionHost {
     this.receiveBuffered += delta;
   }
 
-  nowMs(): number {
-    return this.timers.now();
+  monoMs(): number {
+    return this.timers.monoMs();
   }
 
   after(ms: number, fn: () => void): TimerHandle {
@@ -374,7 +374,7 @@ export class LwipStack implements Netstack, ConnectionHost {
     let ms = sleep === SLEEPTIME_INFINITE ? Infinity : sleep;
     if (this.blocked.size > 0) ms = Math.min(ms, TCP_TIMER_MS);
     if (ms === Infinity) return;
-    const at = this.timers.now() + ms;
+    const at = this.timers.monoMs() + ms;
     if (this.timer && this.timerAt <= at) return;
     this.timer?.cancel();
     this.timerAt = at;

@@ -4,16 +4,18 @@
  * Worker thread (health.worker.ts) with its own event loop and its own
  * port, answering GET /healthz while the main loop is busy or stalled, the
  * way Envoy keeps its admin port apart. The main loop beats into a shared
- * buffer (loopHeartbeat.ts) and, on each beat, publishes storage health
- * (SchedulerWorker.health(): cheap while healthy; while a fault stands it
- * commits its probe at most once per PROBE_INTERVAL_MS, the bound
- * storageHealth.ts keeps) when it changed.
+ * buffer (loopHeartbeat.ts) and, on a beat, reads storage health
+ * (SchedulerWorker.health()) at most once per STORAGE_PROBE_INTERVAL_MS,
+ * healthy or faulted, and publishes it when it changed
+ * (storagePublisher.ts).
  *
  * Owns: the Worker, the heartbeat timer. Must never: leave the Worker
  * running after stop(), or keep the process alive by itself.
  */
 import { heartbeatBuffer, LoopHeartbeat, MAX_LOOP_STALL_MS } from "./loopHeartbeat.ts";
 import type { StorageState } from "./healthAnswer.ts";
+import { type Clock, systemClock } from "../../protocol/clock.ts";
+import { StoragePublisher } from "./storagePublisher.ts";
 
 /** The first message to the health Worker. */
 export interface HealthWorkerInit {
@@ -58,8 +60,10 @@ export interface HealthListenerOptions {
   hostname: string;
   /** 0: any free port (see `port` of the result). */
   port: number;
-  /** The main loop's storage health (SchedulerWorker.health()), read on each beat. */
+  /** The main loop's storage health (SchedulerWorker.health()), read on a beat at most once per STORAGE_PROBE_INTERVAL_MS. */
   storage: () => StorageState;
+  /** Spaces the storage reads (monoMs); default systemClock. */
+  clock?: Clock;
   /** Default MAX_LOOP_STALL_MS (tests lower it). */
   maxStallMs?: number;
 }
@@ -68,14 +72,8 @@ export interface HealthListenerOptions {
 export async function startHealthListener(o: HealthListenerOptions): Promise<HealthListener> {
   const buffer = heartbeatBuffer();
   const worker = new Worker(healthWorkerUrl());
-  let last = "";
-  const beat = new LoopHeartbeat(buffer, () => {
-    const s = o.storage();
-    const key = `${s.ok}|${s.code ?? ""}|${s.detail}`;
-    if (key === last) return;
-    last = key;
-    worker.postMessage({ type: "storage", ok: s.ok, detail: s.detail, ...(s.code ? { code: s.code } : {}) });
-  });
+  const storage = new StoragePublisher(o.storage, (m) => worker.postMessage(m), o.clock ?? systemClock);
+  const beat = new LoopHeartbeat(buffer, () => storage.onBeat());
   const stop = () => {
     beat.stop();
     worker.terminate();

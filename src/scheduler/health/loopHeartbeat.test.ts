@@ -4,21 +4,22 @@
  * the first sample after a beat.
  */
 import { expect, test } from "bun:test";
+import { FakeClock } from "../../protocol/fakeClock.ts";
 import { heartbeatBuffer, LoopHeartbeat, LoopWatch } from "./loopHeartbeat.ts";
 
 test("the loop's age grows while no beat comes and resets at the first sample after one", () => {
-  let now = 1000;
+  const clock = new FakeClock({ monoMs: 1000 });
   const buffer = heartbeatBuffer();
   const beats: number[] = [];
-  const beat = new LoopHeartbeat(buffer, () => beats.push(now));
-  const watch = new LoopWatch(buffer, () => now);
-  now += 700;
+  const beat = new LoopHeartbeat(buffer, () => beats.push(clock.monoMs()));
+  const watch = new LoopWatch(buffer, clock);
+  clock.advance(700);
   expect(watch.ageMs()).toBe(700);
   beat.tick();
   expect(beats).toEqual([1700]);
-  now += 5;
+  clock.advance(5);
   expect(watch.ageMs()).toBe(0);
-  now += 300;
+  clock.advance(300);
   watch.sample();
   expect(watch.ageMs()).toBe(300);
 });

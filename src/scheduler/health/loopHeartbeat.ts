@@ -16,6 +16,7 @@
  * scheduler can serve). Must never: block either thread (Atomics.load and
  * Atomics.add only, no wait), or grow: the buffer is HEARTBEAT_SLOTS slots.
  */
+import { type Clock, systemClock } from "../../protocol/clock.ts";
 
 /** How often the main thread beats, ms. */
 export const LOOP_HEARTBEAT_INTERVAL_MS = 50;
@@ -73,7 +74,7 @@ export class LoopHeartbeat {
   }
 }
 
-/** The health thread's side: the main loop's age from the beat counter and this thread's clock (ms, monotonic). */
+/** The health thread's side: the main loop's age from the beat counter and this thread's clock (its monoMs). */
 export class LoopWatch {
   private readonly slots: Int32Array;
   private seen: number;
@@ -81,11 +82,11 @@ export class LoopWatch {
 
   constructor(
     buffer: SharedArrayBuffer,
-    private readonly nowMs: () => number = () => performance.now(),
+    private readonly clock: Clock = systemClock,
   ) {
     this.slots = new Int32Array(buffer);
     this.seen = Atomics.load(this.slots, BEAT);
-    this.seenAtMs = nowMs();
+    this.seenAtMs = clock.monoMs();
   }
 
   /** Reads the counter; call every LOOP_SAMPLE_INTERVAL_MS and before each answer. */
@@ -93,13 +94,13 @@ export class LoopWatch {
     const beat = Atomics.load(this.slots, BEAT);
     if (beat !== this.seen) {
       this.seen = beat;
-      this.seenAtMs = this.nowMs();
+      this.seenAtMs = this.clock.monoMs();
     }
   }
 
   /** Ms since the counter was last seen to move (0 right after a move). */
   ageMs(): number {
     this.sample();
-    return this.nowMs() - this.seenAtMs;
+    return this.clock.monoMs() - this.seenAtMs;
   }
 }

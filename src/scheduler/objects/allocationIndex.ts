@@ -6,11 +6,48 @@
  * lags by at most one inbox delivery.
  * Must never: list another identity's allocations.
  */
+import { and, asc, eq, gt, sql } from "drizzle-orm";
 import { checkerOf } from "../runtime/check.ts";
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
+import { fromExcluded, placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { AllocationView } from "../../protocol/api.ts";
 import type { SchedulerEnv } from "../env.ts";
 import { IndexMessage } from "./messages.ts";
+import { allocationIndexTable as t } from "./singletonSchema.ts";
+
+const obj = sql.placeholder("obj");
+const thisEntry = and(eq(t.obj, obj), eq(t.allocationId, sql.placeholder("allocationId")));
+
+/** The statements over allocation_index, built once per storage (../runtime/drizzle.ts). */
+function queries(db: ObjectDb) {
+  return {
+    purge: db.delete(t).where(thisEntry).prepare(),
+    /** A newer-or-equal version replaces the stored view; an older one changes nothing (issue 18 item 17). */
+    upsert: db
+      .insert(t)
+      .values({ obj, ...placeholders("allocationId", "identity", "state", "createdAtMs", "viewJson", "viewVersion") })
+      .onConflictDoUpdate({
+        target: [t.obj, t.allocationId],
+        set: fromExcluded(t, "state", "viewJson", "viewVersion"),
+        setWhere: sql`excluded.view_version >= ${t.viewVersion}`,
+      })
+      .prepare(),
+    has: db
+      .select({ allocationId: t.allocationId })
+      .from(t)
+      .where(and(thisEntry, eq(t.identity, sql.placeholder("identity"))))
+      .prepare(),
+    list: db
+      .select({ allocationId: t.allocationId, viewJson: t.viewJson })
+      .from(t)
+      .where(
+        and(eq(t.obj, obj), eq(t.identity, sql.placeholder("identity")), gt(t.allocationId, sql.placeholder("cursor"))),
+      )
+      .orderBy(asc(t.allocationId))
+      .limit(sql.placeholder("limit"))
+      .prepare(),
+  };
+}
 
 /** One listed allocation: its latest view, or, when the stored view fails its schema, a marker naming it. */
 export type IndexEntry = { allocationId: string; view: AllocationView | null };
@@ -20,6 +57,8 @@ export class AllocationIndexObject extends AuthorityObject<SchedulerEnv, IndexMe
   static readonly className = "AllocationIndex";
   static readonly messageSchema = IndexMessage;
   static readonly tables = ["allocation_index"] as const;
+
+  private readonly q = prepared(this.state.storage, queries);
 
   constructor(state: ObjectState<IndexMessage>, env: SchedulerEnv) {
     super(state, env);
@@ -35,7 +74,7 @@ export class AllocationIndexObject extends AuthorityObject<SchedulerEnv, IndexMe
   override onInbox(): void {
     const msgs = this.state.readInbox();
     if (msgs.length === 0) return;
-    const sql = this.state.storage.sql;
+    const name = this.state.name;
     const newest = new Map<string, IndexMessage>();
     for (const { message: m } of msgs) {
       const id = m.kind === "purge" ? m.allocationId : m.view.allocationId;
@@ -47,20 +86,19 @@ export class AllocationIndexObject extends AuthorityObject<SchedulerEnv, IndexMe
     this.state.storage.transactionSync(() => {
       for (const m of newest.values()) {
         if (m.kind === "purge") {
-          sql.exec("DELETE FROM allocation_index WHERE obj = ? AND allocation_id = ?", this.state.name, m.allocationId);
+          this.q.purge.run({ obj: name, allocationId: m.allocationId });
           continue;
         }
         const v = m.view;
-        sql.exec(
-          "INSERT INTO allocation_index (obj, allocation_id, identity, state, created_at_ms, view_json, view_version) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (obj, allocation_id) DO UPDATE SET state = excluded.state, view_json = excluded.view_json, view_version = excluded.view_version WHERE excluded.view_version >= allocation_index.view_version",
-          this.state.name,
-          v.allocationId,
-          m.identity,
-          v.state,
-          Date.parse(v.createdAt),
-          JSON.stringify(v),
-          m.version ?? 0,
-        );
+        this.q.upsert.run({
+          obj: name,
+          allocationId: v.allocationId,
+          identity: m.identity,
+          state: v.state,
+          createdAtMs: Date.parse(v.createdAt),
+          viewJson: JSON.stringify(v),
+          viewVersion: m.version ?? 0,
+        });
       }
       this.state.ackInbox(msgs[msgs.length - 1]!.seq);
     });
@@ -69,36 +107,20 @@ export class AllocationIndexObject extends AuthorityObject<SchedulerEnv, IndexMe
   /** True if the index lists `allocationId` for `identity` (an allocation with a committed create). */
   has(identity: string, allocationId: string): boolean {
     this.onInbox();
-    return !this.state.storage.sql
-      .exec(
-        "SELECT 1 FROM allocation_index WHERE obj = ? AND allocation_id = ? AND identity = ?",
-        this.state.name,
-        allocationId,
-        identity,
-      )
-      .next().done;
+    return this.q.has.get({ obj: this.state.name, allocationId, identity }) !== undefined;
   }
 
   /** Entries of `identity` after `cursor` (an allocation ID), in allocation-ID order, at most `limit`. */
   list(identity: string, cursor: string | null, limit: number): IndexEntry[] {
     this.onInbox();
-    return this.state.storage.sql
-      .exec<{ allocation_id: string; view_json: string }>(
-        "SELECT allocation_id, view_json FROM allocation_index WHERE obj = ? AND identity = ? AND allocation_id > ? ORDER BY allocation_id LIMIT ?",
-        this.state.name,
-        identity,
-        cursor ?? "",
-        limit,
-      )
-      .toArray()
-      .map((r) => {
-        let v: unknown = null;
-        try {
-          v = JSON.parse(r.view_json);
-        } catch {
-          v = null;
-        }
-        return { allocationId: r.allocation_id, view: checkerOf(AllocationView)(v) ? v : null };
-      });
+    return this.q.list.all({ obj: this.state.name, identity, cursor: cursor ?? "", limit }).map((r) => {
+      let v: unknown = null;
+      try {
+        v = JSON.parse(r.viewJson);
+      } catch {
+        v = null;
+      }
+      return { allocationId: r.allocationId, view: checkerOf(AllocationView)(v) ? v : null };
+    });
   }
 }

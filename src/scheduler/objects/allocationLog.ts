@@ -27,16 +27,72 @@ import {
   type LogChunkResult,
   type LogPage,
 } from "../../protocol/logs.ts";
-import type { SqlStorage } from "../runtime/api.ts";
+import { and, asc, eq, gt, lt, lte, sql } from "drizzle-orm";
+import type { ObjectStorage } from "../runtime/api.ts";
+import { fromExcluded, param, placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
+import { allocationLogChunkTable as chunks, allocationLogTable as log } from "./allocationSchema.ts";
 
 /** Most chunks one read walks (bounds a read of many small chunks). */
 const MAX_CHUNKS_PER_READ = 256;
 
-interface MetaRow {
-  placement_id: string;
-  generation: number;
-  stream_base: number;
-  end_offset: number;
+/** The log's row: where the current placement's stream sits and how far the log reaches. */
+type MetaRow = Omit<typeof log.$inferSelect, "obj">;
+
+const obj = sql.placeholder("obj");
+const cut = sql.placeholder("cut");
+
+/** The statements over allocation_log and allocation_log_chunks, built once per storage (../runtime/drizzle.ts). */
+function queries(db: ObjectDb) {
+  return {
+    meta: db
+      .select({
+        placementId: log.placementId,
+        generation: log.generation,
+        streamBase: log.streamBase,
+        endOffset: log.endOffset,
+      })
+      .from(log)
+      .where(eq(log.obj, obj))
+      .prepare(),
+    setStream: db
+      .insert(log)
+      .values({ obj, ...placeholders("placementId", "generation", "streamBase", "endOffset") })
+      .onConflictDoUpdate({
+        target: log.obj,
+        set: fromExcluded(log, "placementId", "generation", "streamBase", "endOffset"),
+      })
+      .prepare(),
+    insertChunk: db
+      .insert(chunks)
+      .values({ obj, ...placeholders("startOffset", "bytes", "text") })
+      .prepare(),
+    setEnd: db
+      .update(log)
+      .set({ endOffset: param<number>("end") })
+      .where(eq(log.obj, obj))
+      .prepare(),
+    // start_offset < cut bounds the primary-key range the delete walks.
+    dropBefore: db
+      .delete(chunks)
+      .where(
+        and(eq(chunks.obj, obj), lt(chunks.startOffset, cut), lte(sql`${chunks.startOffset} + ${chunks.bytes}`, cut)),
+      )
+      .prepare(),
+    // A chunk holding `offset` starts less than MAX_LOG_CHUNK_BYTES before it: that bounds the primary-key range.
+    page: db
+      .select({ startOffset: chunks.startOffset, bytes: chunks.bytes, text: chunks.text })
+      .from(chunks)
+      .where(
+        and(
+          eq(chunks.obj, obj),
+          gt(chunks.startOffset, sql.placeholder("lowest")),
+          gt(sql`${chunks.startOffset} + ${chunks.bytes}`, sql.placeholder("offset")),
+        ),
+      )
+      .orderBy(asc(chunks.startOffset))
+      .limit(MAX_CHUNKS_PER_READ)
+      .prepare(),
+  };
 }
 
 /** The placement the allocation currently runs, which alone may append. */
@@ -45,17 +101,13 @@ export interface CurrentPlacement {
   generation: number;
 }
 
-function meta(sql: SqlStorage, obj: string): MetaRow | null {
-  return (
-    sql
-      .exec<MetaRow>("SELECT placement_id, generation, stream_base, end_offset FROM allocation_log WHERE obj = ?", obj)
-      .toArray()[0] ?? null
-  );
+function meta(storage: ObjectStorage, obj: string): MetaRow | null {
+  return prepared(storage, queries).meta.get({ obj }) ?? null;
 }
 
-/** Log offset just past the last byte received (0 for an empty log). */
-export function logEnd(sql: SqlStorage, obj: string): number {
-  return meta(sql, obj)?.end_offset ?? 0;
+/** Log offset just past the last byte received (0 for an empty log) of allocation `obj`. */
+export function logEnd(storage: ObjectStorage, obj: string): number {
+  return meta(storage, obj)?.endOffset ?? 0;
 }
 
 /**
@@ -67,7 +119,7 @@ export function logEnd(sql: SqlStorage, obj: string): number {
  * a transaction.
  */
 export function appendLogChunk(
-  sql: SqlStorage,
+  storage: ObjectStorage,
   obj: string,
   current: CurrentPlacement | null,
   chunk: LogChunk,
@@ -91,20 +143,14 @@ export function appendLogChunk(
       `a log chunk holds ${bytes.length} bytes; the limit is ${MAX_LOG_CHUNK_BYTES}`,
       { limitBytes: MAX_LOG_CHUNK_BYTES },
     );
-  let m = meta(sql, obj);
-  if (!m || m.placement_id !== chunk.placementId) {
-    const end = m?.end_offset ?? 0;
-    m = { placement_id: chunk.placementId, generation: chunk.generation, stream_base: end, end_offset: end };
-    sql.exec(
-      "INSERT INTO allocation_log (obj, placement_id, generation, stream_base, end_offset) VALUES (?, ?, ?, ?, ?) ON CONFLICT (obj) DO UPDATE SET placement_id = excluded.placement_id, generation = excluded.generation, stream_base = excluded.stream_base, end_offset = excluded.end_offset",
-      obj,
-      m.placement_id,
-      m.generation,
-      m.stream_base,
-      m.end_offset,
-    );
+  const q = prepared(storage, queries);
+  let m = meta(storage, obj);
+  if (!m || m.placementId !== chunk.placementId) {
+    const end = m?.endOffset ?? 0;
+    m = { placementId: chunk.placementId, generation: chunk.generation, streamBase: end, endOffset: end };
+    q.setStream.run({ obj, ...m });
   }
-  const streamEnd = m.end_offset - m.stream_base;
+  const streamEnd = m.endOffset - m.streamBase;
   const offset = chunk.offset ?? streamEnd;
   if (bytes.length === 0 || offset + bytes.length <= streamEnd)
     return { placementId: chunk.placementId, streamEnd, appended: false, gapBytes: 0 };
@@ -113,27 +159,15 @@ export function appendLogChunk(
   // Only new bytes count against the rate (AppendBudget; throws before anything is written): a resend of stored bytes is free,
   // so an agent retrying a push refused halfway never spends the budget on what was already stored.
   charge?.(bytes.length);
-  const start = m.stream_base + Math.max(offset, streamEnd);
+  const start = m.streamBase + Math.max(offset, streamEnd);
   const end = start + bytes.length;
-  sql.exec(
-    "INSERT INTO allocation_log_chunks (obj, start_offset, bytes, text) VALUES (?, ?, ?, ?)",
-    obj,
-    start,
-    bytes.length,
-    bytes.toString("utf8"),
-  );
-  sql.exec("UPDATE allocation_log SET end_offset = ? WHERE obj = ?", end, obj);
+  q.insertChunk.run({ obj, startOffset: start, bytes: bytes.length, text: bytes.toString("utf8") });
+  q.setEnd.run({ obj, end });
   // The ring: whole chunks that end at or before the cut go, oldest first.
-  // start_offset < cut bounds the primary-key range the delete walks.
-  sql.exec(
-    "DELETE FROM allocation_log_chunks WHERE obj = ? AND start_offset < ? AND start_offset + bytes <= ?",
-    obj,
-    end - LOG_RING_BYTES,
-    end - LOG_RING_BYTES,
-  );
+  q.dropBefore.run({ obj, cut: end - LOG_RING_BYTES });
   return {
     placementId: chunk.placementId,
-    streamEnd: end - m.stream_base,
+    streamEnd: end - m.streamBase,
     appended: true,
     gapBytes: Math.max(0, offset - streamEnd),
   };
@@ -145,30 +179,21 @@ export function appendLogChunk(
  * Throws LOG_OFFSET_PAST_END when `offset` is beyond the log's end.
  * `complete` is left false (the caller knows whether the allocation ended).
  */
-export function readLogPage(sql: SqlStorage, obj: string, offset: number, maxBytes: number): LogPage {
-  const end = logEnd(sql, obj);
+export function readLogPage(storage: ObjectStorage, obj: string, offset: number, maxBytes: number): LogPage {
+  const end = logEnd(storage, obj);
   if (offset > end)
     throw new BeachballError("LOG_OFFSET_PAST_END", `offset ${offset} is past the log's end (${end})`, {
       endOffset: end,
     });
-  const rows = sql
-    .exec<{ start_offset: number; bytes: number; text: string }>(
-      // A chunk holding `offset` starts less than MAX_LOG_CHUNK_BYTES before it: that bounds the primary-key range.
-      "SELECT start_offset, bytes, text FROM allocation_log_chunks WHERE obj = ? AND start_offset > ? AND start_offset + bytes > ? ORDER BY start_offset LIMIT ?",
-      obj,
-      offset - MAX_LOG_CHUNK_BYTES,
-      offset,
-      MAX_CHUNKS_PER_READ,
-    )
-    .toArray();
+  const rows = prepared(storage, queries).page.all({ obj, lowest: offset - MAX_LOG_CHUNK_BYTES, offset });
   const first = rows[0];
   if (!first) return { offset: end, nextOffset: end, droppedBytes: end - offset, text: "", complete: false };
-  const from = Math.max(offset, first.start_offset);
+  const from = Math.max(offset, first.startOffset);
   const parts: Buffer[] = [];
   let at = from;
   for (const r of rows) {
-    if (r.start_offset > at) break; // a gap: the next read reports it
-    const b = Buffer.from(r.text, "utf8").subarray(at - r.start_offset);
+    if (r.startOffset > at) break; // a gap: the next read reports it
+    const b = Buffer.from(r.text, "utf8").subarray(at - r.startOffset);
     if (parts.length > 0 && at - from + b.length > maxBytes) break;
     parts.push(b);
     at += b.length;

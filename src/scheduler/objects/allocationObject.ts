@@ -200,7 +200,7 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
         ? { placementId: r.placementId, generation: r.generation }
         : null;
     const out = this.state.storage.transactionSync(() =>
-      appendLogChunk(this.state.storage.sql, this.state.name, current, chunk, (n) => this.logBudget.take(n, this.now)),
+      appendLogChunk(this.state.storage, this.state.name, current, chunk, (n) => this.logBudget.take(n, this.now)),
     );
     if (out.appended) this.store.followers.wake();
     if (out.gapBytes > 0)
@@ -224,10 +224,10 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
   async readLog(identity: string, offset: number, follow: boolean): Promise<LogPage> {
     const page = (): LogPage => {
       const s = this.owned(identity);
-      const p = readLogPage(this.state.storage.sql, this.state.name, offset, MAX_LOG_READ_BYTES);
+      const p = readLogPage(this.state.storage, this.state.name, offset, MAX_LOG_READ_BYTES);
       return {
         ...p,
-        complete: TERMINAL_STATES.has(s.rec.state) && p.nextOffset >= logEnd(this.state.storage.sql, this.state.name),
+        complete: TERMINAL_STATES.has(s.rec.state) && p.nextOffset >= logEnd(this.state.storage, this.state.name),
       };
     };
     const first = page();

@@ -8,7 +8,7 @@
  */
 import { and, asc, eq, gt, lt, ne, sql } from "drizzle-orm";
 import type { ObjectStorage } from "../runtime/api.ts";
-import { param, placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
+import { fromExcluded, param, placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { MAX_CONNECTION_COMMANDS_PER_POLL } from "../../protocol/agent.ts";
 import { GRANT_EXPIRY_GRACE_MS } from "../../domain/grants.ts";
 import type { CommandStatus, HeldGrant } from "../../domain/grantReconcile.ts";
@@ -32,13 +32,7 @@ function prepareReads(db: ObjectDb) {
       .values({ obj, ...placeholders("publicKey", "candidatesJson", "agentEpoch", "seq", "updatedAtMs") })
       .onConflictDoUpdate({
         target: connectivityTable.obj,
-        set: {
-          publicKey: sql`excluded.public_key`,
-          candidatesJson: sql`excluded.candidates_json`,
-          agentEpoch: sql`excluded.agent_epoch`,
-          seq: sql`excluded.seq`,
-          updatedAtMs: sql`excluded.updated_at_ms`,
-        },
+        set: fromExcluded(connectivityTable, "publicKey", "candidatesJson", "agentEpoch", "seq", "updatedAtMs"),
       })
       .prepare(),
     command: db.select().from(cmd).where(byCommand).prepare(),
@@ -84,6 +78,7 @@ function prepareWrites(db: ObjectDb) {
         status: "pending",
       })
       .onConflictDoNothing()
+      .returning({ commandId: cmd.commandId })
       .prepare(),
     setStatus: db
       .update(cmd)
@@ -163,9 +158,8 @@ export class HostConnectionStore {
   insert(
     row: Omit<ConnectionCommandRow, "obj" | "status" | "clientCandidatesJson" | "clientCandidateUpdates">,
   ): boolean {
-    if (this.has(row.commandId)) return false;
-    this.q.insert.run({ obj: this.name, ...row });
-    return true;
+    // One statement: the conflict clause decides, and RETURNING answers a row only when one was written.
+    return this.q.insert.get({ obj: this.name, ...row }) !== undefined;
   }
 
   /** Sets command `commandId`'s status. */

@@ -7,6 +7,7 @@
  * MAX_PENDING_DELIVERIES_PER_HOST.
  * Must never: store a payload, or hand one delivery out twice in one session.
  */
+import type { Clock } from "../../protocol/clock.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import type { BootstrapDelivery, Envelope } from "../../protocol/agent.ts";
 import type { DeliveryOutcome } from "./hostTypes.ts";
@@ -25,7 +26,7 @@ interface PendingDelivery {
 /** One agent's acknowledgement of a delivery. */
 export type DeliveryAck = Envelope["payload"]["deliveryAcks"][number];
 
-/** See the module header. One per Host instance; `nowMs` reads the scheduler's clock. */
+/** See the module header. One per Host instance; `clock` is the scheduler's (wake times are wall ms). */
 export class HostMailbox {
   /** Parked polls of this host's agent: each resolves when woken or after its park. */
   private readonly parked = new Set<(wokenAtMs: number | null) => void>();
@@ -34,7 +35,7 @@ export class HostMailbox {
   /** True once the host stops: polls no longer park. */
   draining = false;
 
-  constructor(private readonly nowMs: () => number) {}
+  constructor(private readonly clock: Clock) {}
 
   /** Parks until woken (resolves with the wake time, ms) or `ms` passes (resolves null). */
   park(ms: number): Promise<number | null> {
@@ -52,7 +53,7 @@ export class HostMailbox {
 
   /** Wakes every parked poll of this host. */
   wakePolls(): void {
-    const now = this.nowMs();
+    const now = this.clock.wallMs();
     for (const w of [...this.parked]) w(now);
   }
 

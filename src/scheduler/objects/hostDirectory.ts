@@ -15,9 +15,9 @@
  * Must never: let an older revision overwrite a newer one, or call an
  * Allocation (wake-ups travel by message).
  */
-import { and, eq, sql } from "drizzle-orm";
+import { and, eq, lt, sql } from "drizzle-orm";
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
-import { prepared, type ObjectDb } from "../runtime/drizzle.ts";
+import { fromExcluded, placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { add, sub, type Resources } from "../../domain/capacity.ts";
 import {
   explainNoCandidate,
@@ -91,6 +91,27 @@ const queries = (db: ObjectDb) => {
     deleteWaiter: db
       .delete(directoryWaiterTable)
       .where(and(eq(directoryWaiterTable.obj, obj), eq(directoryWaiterTable.allocationId, sql.placeholder("id"))))
+      .prepare(),
+    upsertAd: db
+      .insert(directoryAdTable)
+      .values({ obj, ...placeholders("hostId", "revision", "adJson", "receivedAtMs") })
+      .onConflictDoUpdate({
+        target: [directoryAdTable.obj, directoryAdTable.hostId],
+        set: fromExcluded(directoryAdTable, "revision", "adJson", "receivedAtMs"),
+      })
+      .prepare(),
+    /** A waiter's row replaced whole (as INSERT OR REPLACE did: the table has no other unique key). */
+    putWaiter: db
+      .insert(directoryWaiterTable)
+      .values({ obj, ...placeholders("allocationId", "createdAtMs", "untilMs", "requestJson") })
+      .onConflictDoUpdate({
+        target: [directoryWaiterTable.obj, directoryWaiterTable.allocationId],
+        set: fromExcluded(directoryWaiterTable, "createdAtMs", "untilMs", "requestJson"),
+      })
+      .prepare(),
+    dropAdsBefore: db
+      .delete(directoryAdTable)
+      .where(and(eq(directoryAdTable.obj, obj), lt(directoryAdTable.receivedAtMs, sql.placeholder("cutoff"))))
       .prepare(),
   };
 };
@@ -219,14 +240,13 @@ export class HostDirectoryObject extends AuthorityObject<SchedulerEnv, Directory
         if (this.waiting.size > 0 && gained(prev, ad, prevUsable, now)) this.wake(ad, now);
         if (now - (this.persistedAt.get(ad.hostId) ?? 0) < AD_PERSIST_MS) continue;
         this.persistedAt.set(ad.hostId, now);
-        this.state.storage.sql.exec(
-          "INSERT INTO directory_ads (obj, host_id, revision, ad_json, received_at_ms) VALUES (?, ?, ?, ?, ?) ON CONFLICT (obj, host_id) DO UPDATE SET revision = excluded.revision, ad_json = excluded.ad_json, received_at_ms = excluded.received_at_ms",
-          this.state.name,
-          ad.hostId,
-          ad.revision,
-          JSON.stringify(ad),
-          now,
-        );
+        this.q.upsertAd.run({
+          obj: this.state.name,
+          hostId: ad.hostId,
+          revision: ad.revision,
+          adJson: JSON.stringify(ad),
+          receivedAtMs: now,
+        });
       }
       this.state.ackInbox(msgs[msgs.length - 1]!.seq);
     });
@@ -308,13 +328,12 @@ export class HostDirectoryObject extends AuthorityObject<SchedulerEnv, Directory
         req: { ...rest, allocationId, exclude: new Set() },
         shape,
       };
-      this.state.storage.sql.exec(
-        "INSERT OR REPLACE INTO directory_waiters (obj, allocation_id, created_at_ms, until_ms, request_json) VALUES (?, ?, ?, ?, ?)",
-        this.state.name,
+      this.q.putWaiter.run({
+        obj: this.state.name,
         allocationId,
-        w.createdAtMs,
-        w.untilMs,
-        JSON.stringify({
+        createdAtMs: w.createdAtMs,
+        untilMs: w.untilMs,
+        requestJson: JSON.stringify({
           resources: rest.resources,
           imageDigest: rest.imageDigest,
           architecture: rest.architecture,
@@ -322,7 +341,7 @@ export class HostDirectoryObject extends AuthorityObject<SchedulerEnv, Directory
           requiredLabels: rest.requiredLabels,
           agentProtocolVersion: rest.agentProtocolVersion,
         }),
-      );
+      });
       this.enqueue(w);
     }
     return { hostId: null, outcome: why };
@@ -348,11 +367,7 @@ export class HostDirectoryObject extends AuthorityObject<SchedulerEnv, Directory
     const ads = this.load();
     const now = this.env.clock.wallMs();
     this.state.storage.transactionSync(() => {
-      this.state.storage.sql.exec(
-        "DELETE FROM directory_ads WHERE obj = ? AND received_at_ms < ?",
-        this.state.name,
-        now - AD_MAX_AGE_MS,
-      );
+      this.q.dropAdsBefore.run({ obj: this.state.name, cutoff: now - AD_MAX_AGE_MS });
       for (const [id, ad] of ads)
         if (ad.heartbeatAtMs !== null && now - ad.heartbeatAtMs > AD_MAX_AGE_MS) ads.delete(id);
       for (const w of [...this.waiting.values()]) if (w.untilMs < now) this.dequeue(w.allocationId);

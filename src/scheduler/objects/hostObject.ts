@@ -84,7 +84,7 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
       state,
       env,
       store: new HostStore(state.storage, state.name),
-      mailbox: new HostMailbox(() => env.clock.wallMs()),
+      mailbox: new HostMailbox(env.clock),
       conn: new HostConnections(state, env),
     };
     this.#admin = new HostAdminChain(this.#ctx);

@@ -10,7 +10,7 @@
  */
 import { and, eq, lt, ne, sql } from "drizzle-orm";
 import type { ObjectStorage } from "../runtime/api.ts";
-import { dbFor, prepared, type ObjectDb } from "../runtime/drizzle.ts";
+import { fromExcluded, dbFor, prepared, type ObjectDb } from "../runtime/drizzle.ts";
 import { BeachballError } from "../../protocol/errors.ts";
 import { MAX_COMMANDS_PER_POLL, type AgentCommand } from "../../protocol/agent.ts";
 import { commandIdFor } from "../../domain/identifiers.ts";
@@ -145,7 +145,7 @@ function prepareSessionWrites(db: ObjectDb) {
       .values({ obj, placementId, lastSeq: sql.placeholder("seq") })
       .onConflictDoUpdate({
         target: [updateSeqTable.obj, updateSeqTable.placementId],
-        set: { lastSeq: sql`excluded.last_seq` },
+        set: fromExcluded(updateSeqTable, "lastSeq"),
       })
       .prepare(),
     clearSeqs: db.delete(updateSeqTable).where(eq(updateSeqTable.obj, obj)).prepare(),

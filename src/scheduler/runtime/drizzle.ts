@@ -7,7 +7,8 @@
  * name as its `obj` placeholder).
  * Must never: build a statement on a hot path that could be prepared once.
  */
-import { sql, type Placeholder, type SQL } from "drizzle-orm";
+import { getTableColumns, sql, type Placeholder, type SQL } from "drizzle-orm";
+import type { SQLiteTable } from "drizzle-orm/sqlite-core";
 import { drizzle, type DrizzleSqliteDODatabase } from "drizzle-orm/durable-sqlite";
 import type { ObjectStorage } from "./api.ts";
 
@@ -59,5 +60,21 @@ export function param<T>(name: string): SQL<T> {
 export function placeholders<K extends string>(...names: K[]): Record<K, Placeholder<K>> {
   const out = {} as Record<K, Placeholder<K>>;
   for (const n of names) out[n] = sql.placeholder(n);
+  return out;
+}
+
+/**
+ * The `set` of an upsert that takes each named column from the row that
+ * conflicted: `onConflictDoUpdate({ target, set: fromExcluded(t, "state",
+ * "viewJson") })` writes `state = excluded."state", view_json =
+ * excluded."view_json"`. `keys` are the table's field names.
+ */
+export function fromExcluded<T extends SQLiteTable, K extends keyof T["_"]["columns"] & string>(
+  table: T,
+  ...keys: K[]
+): Record<K, SQL> {
+  const columns = getTableColumns(table) as Record<string, { name: string }>;
+  const out = {} as Record<K, SQL>;
+  for (const k of keys) out[k] = sql`excluded.${sql.identifier(columns[k]!.name)}`;
   return out;
 }

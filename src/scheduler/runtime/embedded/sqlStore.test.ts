@@ -122,3 +122,20 @@ describe("the embedded store", () => {
     s.close();
   });
 });
+
+describe("writes with RETURNING on the embedded store", () => {
+  test("answer their rows, count them as written, and an ignored conflict answers none", async () => {
+    const s = new SqlStore(":memory:");
+    s.sql.exec("CREATE TABLE t (k TEXT PRIMARY KEY, v INTEGER)");
+    const insert = "INSERT INTO t (k, v) VALUES (?, ?) ON CONFLICT DO NOTHING RETURNING k";
+    const first = s.sql.exec<{ k: string }>(insert, "a", 1);
+    expect(first.toArray()).toEqual([{ k: "a" }]);
+    expect(first.rowsWritten).toBe(1);
+    const again = s.sql.exec<{ k: string }>(insert, "a", 2);
+    expect(again.toArray()).toEqual([]);
+    expect(again.rowsWritten).toBe(0);
+    await s.durable();
+    expect(s.sql.exec("SELECT k, v FROM t").toArray()).toEqual([{ k: "a", v: 1 }]);
+    s.close();
+  });
+});

@@ -22,6 +22,8 @@ import { startCheckpointer, type Checkpointer } from "./checkpointer.ts";
 
 /** Statements whose SQL starts like this only read. */
 const READ_ONLY = /^\s*(select|with|pragma\s+\w+\s*$|explain)/i;
+/** Writes with this clause answer rows (drizzle's `.returning()`, e.g. an insert that reports whether it wrote). */
+const RETURNING = /(^|\s)returning\s/i;
 /** Statements whose SQL starts like this change the schema (cached statements and their column names may be stale after one). */
 const SCHEMA_CHANGE = /^\s*(create|alter|drop)\b/i;
 /**
@@ -36,6 +38,8 @@ export const MAX_CACHED_STATEMENTS = 512;
 interface Prepared {
   readonly stmt: Statement;
   readonly readOnly: boolean;
+  /** A write with a RETURNING clause: its rows are read, and their count is the rows written. */
+  readonly returning: boolean;
   readonly schemaChange: boolean;
   /** Column names of a read (empty for writes). */
   readonly columns: string[];
@@ -146,11 +150,13 @@ export class SqlStore {
     }
     const stmt = this.db.prepare(query);
     const readOnly = READ_ONLY.test(query);
+    const returning = !readOnly && RETURNING.test(query);
     const p: Prepared = {
       stmt,
       readOnly,
+      returning,
       schemaChange: SCHEMA_CHANGE.test(query),
-      columns: readOnly ? stmt.columnNames : [],
+      columns: readOnly || returning ? stmt.columnNames : [],
     };
     this.cache.set(query, p);
     return p;
@@ -168,6 +174,11 @@ export class SqlStore {
     const args = bindings as never[];
     if (p.readOnly) return new RowsCursor<T>(p.columns, p.stmt.values(...args) as SqlValue[][], 0);
     this.begin();
+    if (p.returning) {
+      const rows = p.stmt.values(...args) as SqlValue[][];
+      if (rows.length > 0) this.dirty = true;
+      return new RowsCursor<T>(p.columns, rows, rows.length);
+    }
     const r = p.stmt.run(...args);
     if (r.changes > 0) this.dirty = true;
     if (p.schemaChange) this.forgetStatements();
