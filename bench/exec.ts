@@ -21,7 +21,7 @@
  *
  *   bun bench/exec.ts [--rounds 20] [--mib 32]
  */
-import { closeSync, openSync, readFileSync, writeFileSync } from "node:fs";
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { sshdPayload } from "../test/support/debianOci.ts";
@@ -52,8 +52,8 @@ const mibps = (ms: number) => MIB / (ms / 1000);
 
 let world: ExecWorld | undefined;
 let proxy: ReturnType<typeof Bun.spawn> | undefined;
+const keyDir = mkdtempSync("/tmp/bb-bench-exec-keys-");
 try {
-  const keyDir = (await import("node:fs")).mkdtempSync("/tmp/bb-bench-exec-keys-");
   const key = join(keyDir, "id_ed25519");
   must(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench", "-f", key]);
   must(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "vm", "-f", join(keyDir, "host_key")]);
@@ -168,4 +168,5 @@ try {
     await proxy.exited;
   }
   await world?.stop();
+  rmSync(keyDir, { recursive: true, force: true });
 }
