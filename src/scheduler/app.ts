@@ -95,10 +95,7 @@ export function buildApp(front: SchedulerFront, opts: FrontDoorOptions = {}) {
       release();
     }
     if (r instanceof Response) return r;
-    return new Response(JSON.stringify(r.json), {
-      status: r.status ?? 200,
-      headers: { "content-type": "application/json" },
-    });
+    return bytes.json(JSON.stringify(r.json), r.status ?? 200, request.method);
   }
 
   function failure(code: unknown, error: unknown): Response {

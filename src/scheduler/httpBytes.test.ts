@@ -110,3 +110,16 @@ test("through the front door: a request's body bytes read by the guard and every
     await w.close();
   }
 });
+
+test("a JSON answer is counted from its text once (UTF-8 bytes, not characters), not again by response(); HEAD counts 0", async () => {
+  const m = new Metrics();
+  const c = new HttpByteCounters(m);
+  const text = JSON.stringify({ name: "é✓" });
+  const res = c.response(c.json(text, 201, "GET"), "GET");
+  expect(res.status).toBe(201);
+  expect(res.headers.get("content-type")).toBe("application/json");
+  expect(await res.text()).toBe(text);
+  c.response(c.json(text, 200, "HEAD"), "HEAD");
+  await settle();
+  expect(counter(m, RESPONSE_BYTES_METRIC)).toBe(Buffer.byteLength(text, "utf8"));
+});
