@@ -80,15 +80,22 @@ func listenControl(addr string, attempts int) (net.Listener, error) {
 	return nil, err
 }
 
-// serveControl listens on addr and serves srv there, logging to the console; it returns at once.
+// serveControl listens on addr and serves srv there, logging to the console. The first
+// attempt (which succeeds at once on a wildcard address) and its console line happen before
+// it returns, so the line is written before guest_ready, never among a workload's output;
+// only retries and serving run in the background.
 func serveControl(srv *control.Server, addr string) {
-	go func() {
-		l, err := listenControl(addr, MaxListenAttempts)
-		if err != nil {
-			console.Line("beachball-guest: control service not started: " + err.Error())
-			return
-		}
+	l, err := net.Listen("tcp", addr)
+	if err == nil {
 		console.Line("beachball-guest: control service on " + l.Addr().String())
+	}
+	go func() {
+		if err != nil {
+			if l, err = listenControl(addr, MaxListenAttempts); err != nil {
+				console.Line("beachball-guest: control service not started: " + err.Error())
+				return
+			}
+		}
 		console.Line("beachball-guest: control service stopped: " + srv.Serve(l).Error())
 	}()
 }

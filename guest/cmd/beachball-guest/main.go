@@ -156,17 +156,16 @@ func main() {
 	if os.Getpid() == 1 {
 		pid1.Forward(s.RunningPID)
 	}
-	ready := send(s.Ready())
-	go func() {
-		if err := <-ready; err != nil {
-			console.Line("beachball-guest: send failed: " + err.Error())
-			return
-		}
+	// Waited for before the read loop starts, so no bootstrap can arrive (and no workload write to the
+	// console) before these lines: the console between the JOB markers is the workload's alone.
+	if err := <-send(s.Ready()); err != nil {
+		console.Line("beachball-guest: send failed: " + err.Error())
+	} else {
 		// Kernel uptime, so a reader can subtract the init's "starting beachball-guest at" line (exec → written);
 		// /proc/self/stat's start time would be PID 1's, since the init scripts exec the guest.
 		console.Line(fmt.Sprintf("beachball-guest: guest_ready written at %ss, %d ms after main; VmRSS %s",
 			uptime(), time.Since(started).Milliseconds(), vmRSS()))
-	}()
+	}
 	console.Line(fmt.Sprintf("beachball-guest: ready (%s workload) at %ss", plan.Kind, uptime()))
 	splitter := wire.NewLineSplitter(wire.MaxLineBytes)
 	err = channel.ReadLoop(stream, testSocket == "", func(chunk []byte) { splitter.Push(chunk, s.Handle) })
