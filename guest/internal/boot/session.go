@@ -90,12 +90,21 @@ func (s *Session) Handle(line []byte) {
 		}
 	case "control_config":
 		k, err := keys.Parse(m.VerificationKeys)
+		s.mu.Lock()
+		// After a payload is consumed the console between the JOB markers is the workload's: an agent
+		// adopting the VM sends control_config again then, and that must not write among its output.
+		quiet := s.delivered != nil
+		s.mu.Unlock()
 		if err != nil {
-			console.Line("beachball-guest: control_config ignored: " + err.Error())
+			if !quiet {
+				console.Line("beachball-guest: control_config ignored: " + err.Error())
+			}
 			return
 		}
 		s.Keys.SetKeys(k)
-		console.Line(fmt.Sprintf("beachball-guest: control_config: %d verification keys", len(k)))
+		if !quiet {
+			console.Line(fmt.Sprintf("beachball-guest: control_config: %d verification keys", len(k)))
+		}
 	case "shutdown":
 		go s.shutdown()
 	}
