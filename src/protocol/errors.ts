@@ -172,6 +172,12 @@ export const AGENT_ERROR_CODES = [
   "LEASE_EXPIRED",
   "CLEANUP_FAILED",
   "COMMAND_CONFLICT",
+  /** The host's VMM driver cannot do what was asked (pause, suspend, restore; issue 21). */
+  "VMM_UNSUPPORTED",
+  /** The VMM did not confirm a control request (pause, resume, a state save) in time or refused it. */
+  "VMM_CONTROL_FAILED",
+  /** A snapshot written by another driver or for another machine shape (src/agent/vmm/driver.ts VmSnapshot.compat). */
+  "SNAPSHOT_INCOMPATIBLE",
   "INTERNAL",
 ] as const;
 

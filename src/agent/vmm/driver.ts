@@ -88,6 +88,47 @@ export interface VmmDriver {
    * nonce rests only in runtime.json). Never throws.
    */
   forgetBootSecrets(spec: Pick<VmSpec, "dir">): void;
+  /**
+   * Stops the verified VM's vCPUs; its memory stays resident (issue 21, pause). Idempotent: pausing a
+   * paused VM resolves. Absent: the driver cannot pause (the agent refuses with VMM_UNSUPPORTED).
+   * Throws an AgentError (VMM_CONTROL_FAILED) when the VMM does not confirm.
+   */
+  pause?(handle: VmHandle): Promise<void>;
+  /** Lets a paused VM's vCPUs run again; resuming a running VM resolves. Pairs with pause. */
+  resume?(handle: VmHandle): Promise<void>;
+  /**
+   * Suspends the verified VM into `snapshotDir` (an empty directory the agent made; every file the
+   * driver writes stays inside it): vCPUs stopped, memory and device state saved, then the VMM process
+   * ends, so the host gets back its CPU and memory. Resolves with the snapshot's description once the
+   * files are complete and the process is gone. Absent: the driver cannot suspend.
+   */
+  suspend?(handle: VmHandle, spec: VmSpec, snapshotDir: string): Promise<VmSnapshot>;
+  /**
+   * Starts a VMM for `spec` (a new placement's directory, namespace, TAP and control socket) from
+   * `snapshot`, running, its memory copy-on-write over the snapshot's frozen memory so that many
+   * restores (forks, templates) share one snapshot. Refuses (SNAPSHOT_INCOMPATIBLE) a snapshot whose
+   * driver or compatibility descriptor differs from what this driver would start for `spec`.
+   */
+  restore?(spec: VmSpec, snapshot: VmSnapshot): Promise<VmHandle>;
+}
+
+/**
+ * A suspended VM's saved state on the host's disk (issue 21; docs/adr on snapshots): the
+ * directory the driver wrote and what a restore must match. Persisted by the agent beside the
+ * placement; its files count against the host's snapshot disk budget.
+ */
+export interface VmSnapshot {
+  /** The directory holding every file of the snapshot (absolute). */
+  dir: string;
+  /** The driver that wrote it (VmmDriver.name); another driver refuses it. */
+  driver: string;
+  /**
+   * What the saved state is tied to (VMM version, machine type, CPU model, device list, memory MiB,
+   * vCPUs): a restore compares it with its own and refuses any difference.
+   */
+  compat: Record<string, string | number>;
+  /** Bytes the snapshot's files take on disk. */
+  bytes: number;
 }
 
 /** Root filesystem kind, from the root disk's file name: `*.squashfs` is a read-only lower layer; anything else is a writable ext4 root. */
