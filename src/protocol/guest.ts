@@ -9,6 +9,7 @@
  */
 import { type Static, Type } from "@sinclair/typebox";
 import { ControlConfigMessage } from "./control.ts";
+import { RestoredMessage } from "./guestRestored.ts";
 
 /** Upper bound of one NDJSON line in bytes (a 1 MiB payload in base64 plus framing fits). */
 export const MAX_GUEST_LINE_BYTES = 2 * 1024 * 1024;
@@ -75,6 +76,8 @@ export const HostToGuest = Type.Union([
   Type.Object({ type: Type.Literal("shutdown") }, closed),
   /** The control service's verification keys (src/protocol/control.ts). */
   ControlConfigMessage,
+  /** First to a restored VM: its new identity, entropy and wall clock (src/protocol/guestRestored.ts). */
+  RestoredMessage,
 ]);
 /** Messages the host sends to the guest. */
 export type HostToGuest = Static<typeof HostToGuest>;
