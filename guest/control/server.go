@@ -41,6 +41,7 @@ type Server struct {
 	cfg   Config
 	mu    sync.RWMutex
 	keys  map[string]ed25519.PublicKey
+	self  GrantExpectation // the identity grants must name (cfg's, then each SetIdentity); PeerAddress unused
 	execs *execTable
 	slots chan struct{} // one per request in flight (MaxConcurrentRequests)
 }
@@ -50,7 +51,17 @@ func New(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Server{cfg: cfg, execs: newExecTable(cfg.RunDir, cfg.StartChild), slots: make(chan struct{}, MaxConcurrentRequests)}
+	return &Server{cfg: cfg, self: GrantExpectation{AllocationID: cfg.AllocationID, Generation: cfg.Generation},
+		execs: newExecTable(cfg.RunDir, cfg.StartChild), slots: make(chan struct{}, MaxConcurrentRequests)}
+}
+
+// SetIdentity replaces the identity every later grant must name (allocationId and
+// generation together), as a restored VM adopts its new one (guest/internal/restore).
+// A request already authorised keeps running.
+func (s *Server) SetIdentity(allocationID string, generation int64) {
+	s.mu.Lock()
+	s.self = GrantExpectation{AllocationID: allocationID, Generation: generation}
+	s.mu.Unlock()
 }
 
 // SetKeys replaces the trusted connection verification keys (key ID → Ed25519
@@ -92,13 +103,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.RLock()
-	keys := s.keys
+	keys, expect := s.keys, s.self
 	s.mu.RUnlock()
 	if keys == nil {
 		writeProblem(w, fail("GUEST_NOT_READY", "the control service has no verification keys yet; retry shortly"))
 		return
 	}
-	expect := GrantExpectation{AllocationID: s.cfg.AllocationID, Generation: s.cfg.Generation}
 	if !s.cfg.LoopbackTesting {
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
 		expect.PeerAddress = host

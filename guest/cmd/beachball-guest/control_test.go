@@ -13,6 +13,7 @@ import (
 
 	"beachball/guest/internal/boot"
 	"beachball/guest/internal/pid1"
+	"beachball/guest/internal/restore"
 	"beachball/guest/internal/wire"
 )
 
@@ -92,5 +93,54 @@ func TestTheControlRunDirIsTheFirstWritableCandidate(t *testing.T) {
 	}
 	if _, err := controlRunDir([]string{"/proc/nope"}); err == nil {
 		t.Fatal("no writable candidate: no error")
+	}
+}
+
+// A restored message moves the control service to the new identity at once: a grant for the new
+// generation is accepted, one for the generation before the restore is refused (GRANT_MISMATCH).
+func TestARestoredGuestsControlServiceChecksGrantsAgainstTheNewIdentity(t *testing.T) {
+	old := wire.Identity{AllocationID: "alloc_" + strings.Repeat("c", 32), PlacementID: "p", Generation: 2, Nonce: "n"}
+	srv, err := newControl(old, pid1.NewReaper(), []string{t.TempDir() + "/run"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := listenControl("127.0.0.1:0", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go srv.Serve(l)
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	srv.SetKeys(map[string]ed25519.PublicKey{"k1": pub})
+	status := func(id wire.Identity) (int, string) {
+		req, _ := http.NewRequest("GET", "http://"+l.Addr().String()+"/v1/execs", nil)
+		req.Header.Set("beachball-grant", grantHeader(priv, id))
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var p struct {
+			Extra struct {
+				GrantCode string `json:"grantCode"`
+			} `json:"extra"`
+		}
+		_ = json.NewDecoder(res.Body).Decode(&p)
+		return res.StatusCode, p.Extra.GrantCode
+	}
+	if code, _ := status(old); code != 200 {
+		t.Fatalf("before the restore: %d", code)
+	}
+	s := &boot.Session{Identity: old, BootID: "b", Send: func(interface{}) <-chan error { return nil },
+		Restore: restore.Effects{System: &restore.Recorder{}, Control: srv}}
+	next := wire.Identity{AllocationID: old.AllocationID, PlacementID: "p2", Generation: 3, Nonce: strings.Repeat("ab", 32)}
+	s.Handle([]byte(fmt.Sprintf(`{"type":"restored","allocationId":%q,"placementId":"p2","generation":3,"nonce":%q,`+
+		`"entropyBase64":"%s","wallClockMs":1800000000000}`, next.AllocationID, next.Nonce,
+		base64.StdEncoding.EncodeToString(make([]byte, 32)))))
+	if code, _ := status(next); code != 200 {
+		t.Fatalf("new generation after the restore: %d", code)
+	}
+	if code, grantCode := status(old); code != 401 || grantCode != "GRANT_MISMATCH" {
+		t.Fatalf("old generation after the restore: %d %q", code, grantCode)
 	}
 }

@@ -12,7 +12,9 @@
 // Test mode (test/guest-contract.test.ts): BEACHBALL_GUEST_TEST_SOCKET names a
 // Unix socket to use instead of the port, BEACHBALL_GUEST_TEST_CMDLINE a file
 // instead of /proc/cmdline; console lines go to stderr and shutdown exits
-// instead of reboot(2). Refused when the process is PID 1.
+// instead of reboot(2); a restored message's entropy and clock step are
+// recorded and reported on the console, never applied (restore.Recorder).
+// Refused when the process is PID 1.
 // BEACHBALL_GUEST_TEST_CONTROL (test mode only) is a TCP address for the
 // control service; without it test mode starts none. In a VM the control
 // service (guest/control) listens on [::]:7390, takes its keys from each
@@ -36,6 +38,7 @@ import (
 	"beachball/guest/internal/identity"
 	"beachball/guest/internal/keys"
 	"beachball/guest/internal/pid1"
+	"beachball/guest/internal/restore"
 	"beachball/guest/internal/wire"
 	"beachball/guest/internal/workload"
 )
@@ -134,6 +137,10 @@ func main() {
 	}
 	reaper := pid1.NewReaper()
 	var sink keys.Sink = &keys.Store{}
+	effects := restore.Effects{System: restore.Kernel{}}
+	if testSocket != "" {
+		effects.System = &restore.Recorder{}
+	}
 	if testSocket == "" || os.Getenv(testControlEnv) != "" {
 		runDirs := ControlRunDirs
 		if testSocket != "" {
@@ -143,12 +150,13 @@ func main() {
 			console.Line("beachball-guest: control service not started: " + err.Error())
 		} else {
 			sink = srv
+			effects.Control = srv
 			serveControl(srv, controlAddr())
 		}
 	}
 	s := &boot.Session{
 		Identity: id, BootID: newBootID(), Plan: plan, Send: send, Keys: sink,
-		Reaper: reaper, BootstrapDir: workload.BootstrapDir, PowerOff: pid1.PowerOff,
+		Reaper: reaper, BootstrapDir: workload.BootstrapDir, PowerOff: pid1.PowerOff, Restore: effects,
 	}
 	if testSocket != "" {
 		s.PowerOff = func() error { os.Exit(0); return nil }

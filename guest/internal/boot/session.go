@@ -2,7 +2,8 @@
 // host (spec "Guest handshake" and the in-memory bootstrap hand-off of "One
 // allocation end to end"): it answers identify and ping, accepts the one
 // payload of the boot and runs it the way the image asks (package
-// workload), takes control_config keys, and powers off on shutdown.
+// workload), takes control_config keys, adopts the identity a restored
+// message brings (restored.go, package restore), and powers off on shutdown.
 // Must never: run more than one payload per boot, run a payload before its
 // bootstrap_consumed receipt is written, or write payload bytes to the console.
 package boot
@@ -19,6 +20,7 @@ import (
 	"beachball/guest/internal/console"
 	"beachball/guest/internal/keys"
 	"beachball/guest/internal/pid1"
+	"beachball/guest/internal/restore"
 	"beachball/guest/internal/wire"
 	"beachball/guest/internal/workload"
 )
@@ -47,6 +49,8 @@ type Session struct {
 	BootstrapDir string
 	// PowerOff ends the boot after shutting_down is written (pid1.PowerOff in a VM; test mode exits).
 	PowerOff func() error
+	// Restore is what a restored message acts on (restored.go); its zero value refuses them.
+	Restore restore.Effects
 
 	mu           sync.Mutex
 	delivered    *wire.BootstrapConsumed
@@ -57,6 +61,8 @@ type Session struct {
 
 // Ready is this boot's guest_ready message.
 func (s *Session) Ready() wire.GuestReady {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return wire.NewGuestReady(s.Identity, s.BootID, Version)
 }
 
@@ -107,6 +113,8 @@ func (s *Session) Handle(line []byte) {
 		}
 	case "shutdown":
 		go s.shutdown()
+	case "restored":
+		s.restored(m)
 	}
 }
 
@@ -131,6 +139,10 @@ func (s *Session) bootstrap(deliveryID, contentType, dataBase64 string) {
 		} else {
 			s.reject(deliveryID, alreadyConsumed)
 		}
+		return
+	}
+	if s.priorWorkloadRunning() { // only after a restore with payloadAllowed (restored.go)
+		s.reject(deliveryID, priorWorkloadRuns)
 		return
 	}
 	if reason := s.Plan.Refuses(contentType); reason != "" {

@@ -102,8 +102,8 @@ type ShuttingDown struct {
 }
 
 // HostMessage is any host→guest message, decoded loosely: Type says which
-// fields matter (ready_ack, identify, ping, bootstrap, shutdown, control_config).
-// A field of the wrong JSON type makes the whole line invalid (it is skipped).
+// fields matter (ready_ack, identify, ping, bootstrap, shutdown, control_config,
+// restored). A field of the wrong JSON type makes the whole line invalid (it is skipped).
 type HostMessage struct {
 	Type             string            `json:"type"`
 	ID               *string           `json:"id"`
@@ -111,6 +111,23 @@ type HostMessage struct {
 	ContentType      *string           `json:"contentType"`
 	DataBase64       *string           `json:"dataBase64"`
 	VerificationKeys map[string]string `json:"verificationKeys"`
+	// The fields of restored (src/protocol/guestRestored.ts); package restore checks them.
+	AllocationID   *string          `json:"allocationId"`
+	PlacementID    *string          `json:"placementId"`
+	Generation     *int64           `json:"generation"`
+	Nonce          *string          `json:"nonce"`
+	EntropyBase64  *string          `json:"entropyBase64"`
+	WallClockMs    *int64           `json:"wallClockMs"`
+	PayloadAllowed *bool            `json:"payloadAllowed"`
+	Network        *RestoredNetwork `json:"network"`
+}
+
+// RestoredNetwork is the network object of restored (src/protocol/guestRestored.ts
+// RestoredNetwork): the texts of beachball.ipv4, beachball.gateway and beachball.ipv6, "" when absent.
+type RestoredNetwork struct {
+	IPv4CIDR    string `json:"ipv4Cidr"`
+	IPv4Gateway string `json:"ipv4Gateway"`
+	IPv6Address string `json:"ipv6Address"`
 }
 
 // Encode renders one message as an NDJSON line (trailing newline), without
