@@ -10,11 +10,19 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { type Server, type Socket, createServer } from "node:net";
+import { type AddressInfo, type Server, type Socket, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { Value } from "@sinclair/typebox/value";
+import { restoredMessage } from "../src/agent/guestRestored.ts";
+import { systemRandom } from "../src/agent/ports.ts";
+import { ControlClient } from "../src/client/control.ts";
 import { compileGuest } from "../src/image/bbBinary.ts";
+import { systemClock } from "../src/protocol/clock.ts";
+import type { GrantPayload } from "../src/protocol/connection.ts";
+import { connectionPublicKeyOf, signConnectionDocument } from "../src/protocol/connectionSignature.ts";
+import { GUEST_CONTROL_PORT } from "../src/protocol/control.ts";
+import { BeachballError } from "../src/protocol/errors.ts";
 import {
   GUEST_CMDLINE_KEYS,
   GuestToHost,
@@ -24,6 +32,12 @@ import {
   MAX_GUEST_LINE_BYTES,
   encodeGuestMessage,
 } from "../src/protocol/guest.ts";
+import {
+  MAX_GUEST_ID_CHARS,
+  MAX_RESTORE_ENTROPY_BYTES,
+  MIN_RESTORE_ENTROPY_BYTES,
+  RestoredMessage,
+} from "../src/protocol/guestRestored.ts";
 
 /** Longest wait for one expected message (a loaded 2-core machine); never asserted as a timing. */
 const WAIT_MS = 30_000;
@@ -50,7 +64,8 @@ class GuestUnderTest {
   readonly proc: ReturnType<typeof Bun.spawn>;
   readonly exited: Promise<number>;
 
-  constructor(name: string) {
+  /** `env`: more environment (BEACHBALL_GUEST_TEST_CONTROL); `cmdlineFile`: another identity's kernel command line. */
+  constructor(name: string, opts: { env?: Record<string, string>; cmdlineFile?: string } = {}) {
     const path = join(work, `${name}.sock`);
     this.server = createServer((s) => {
       this.sock = s;
@@ -62,7 +77,8 @@ class GuestUnderTest {
       env: {
         PATH: process.env.PATH ?? "/usr/bin:/bin",
         BEACHBALL_GUEST_TEST_SOCKET: path,
-        BEACHBALL_GUEST_TEST_CMDLINE: join(work, "cmdline"),
+        BEACHBALL_GUEST_TEST_CMDLINE: opts.cmdlineFile ?? join(work, "cmdline"),
+        ...opts.env,
       },
       stdout: "ignore",
       stderr: "pipe",
@@ -226,4 +242,188 @@ describe("beachball-guest against the wire schemas (test mode, no VM)", () => {
     expect(noId.exitCode).toBe(1);
     expect(noId.stderr.toString()).toMatch(/kernel command line lacks beachball\./);
   });
+});
+
+/** The kernel command line of `id` (written to a file of the work directory, returned). */
+function cmdlineFor(name: string, id: typeof identity): string {
+  const f = join(work, `${name}-cmdline`);
+  writeFileSync(
+    f,
+    `console=ttyS0 ${GUEST_CMDLINE_KEYS.allocationId}=${id.allocationId} ${GUEST_CMDLINE_KEYS.placementId}=${id.placementId} ${GUEST_CMDLINE_KEYS.generation}=${id.generation} ${GUEST_CMDLINE_KEYS.nonce}=${id.nonce}`,
+  );
+  return f;
+}
+
+/** A restored message for `id`'s allocation as `generation` (built by the agent's own helper). */
+const restoredFor = (id: typeof identity, generation: number, opts: Parameters<typeof restoredMessage>[2] = {}) =>
+  restoredMessage(
+    { allocationId: id.allocationId, placementId: `${id.placementId}-r${generation}`, generation, spec: {} },
+    { random: systemRandom, clock: systemClock },
+    opts,
+  );
+
+/** Occurrences of `re` in `text`. */
+const count = (text: string, re: RegExp) => (text.match(new RegExp(re.source, "g")) ?? []).length;
+
+describe("beachball-guest after a restore (restored, src/protocol/guestRestored.ts)", () => {
+  test("restored → entropy and clock recorded (test mode), the identity adopted, a fresh guest_ready; bad ones ignored", async () => {
+    const g = new GuestUnderTest("restore");
+    try {
+      const first = await g.next("guest_ready");
+      await g.send({ type: "ready_ack" });
+      const good = restoredFor(identity, identity.generation + 1, {
+        ipv4: { cidr: "10.0.0.2/30", gateway: "10.0.0.1" },
+      }).message;
+      // Each bad message breaks one rule; the TypeBox schema refuses it as the guest does.
+      const b64 = (n: number) => Buffer.alloc(n, 1).toString("base64");
+      const bad: Record<string, unknown>[] = [
+        { ...good, entropyBase64: b64(MIN_RESTORE_ENTROPY_BYTES - 1) },
+        { ...good, entropyBase64: b64(MAX_RESTORE_ENTROPY_BYTES + 1) },
+        { ...good, generation: -1 },
+        { ...good, generation: 2 ** 53 },
+        { ...good, allocationId: "a".repeat(MAX_GUEST_ID_CHARS + 1) },
+        { ...good, placementId: "" },
+        { ...good, nonce: "ab" },
+        { ...good, wallClockMs: 0 },
+        { ...good, network: { ipv4Cidr: "10.0.0.02/30" } },
+      ];
+      for (const m of bad) expect(Value.Check(RestoredMessage, m)).toBe(false);
+      // Schema-valid, refused by the guest's own rules: an older generation of the same allocation.
+      const older = restoredFor(identity, identity.generation - 1).message;
+      const undecodable = { ...good, generation: "5" };
+      for (const m of [...bad, older, undecodable]) await g.send(JSON.stringify(m) + "\n");
+      await g.send({ type: "ping", id: "after-bad" });
+      expect((await g.next("pong")).id).toBe("after-bad");
+      await g.until(
+        () => count(g.stderr, /restored ignored: /) === bad.length + 1,
+        "a console line per ignored message",
+      );
+      expect(g.messages.filter((m) => m.type === "guest_ready")).toHaveLength(1);
+
+      await g.send(good);
+      const ready = await g.next("guest_ready", 2);
+      expect(ready).toEqual({
+        type: "guest_ready",
+        bootId: ready.bootId,
+        guestVersion: "0.1.0",
+        allocationId: good.allocationId,
+        placementId: good.placementId,
+        generation: good.generation,
+        nonce: good.nonce,
+      });
+      expect(ready.bootId).toMatch(/^[0-9a-f]{32}$/);
+      expect(ready.bootId).not.toBe(first.bootId);
+      expect(g.stderr).toContain("restored: entropy: 64 bytes recorded (test mode: the kernel's pool is not touched)");
+      expect(g.stderr).toContain(`restored: clock stepped to ${new Date(good.wallClockMs).toISOString().slice(0, 19)}`);
+      expect(g.stderr).toContain("restored: network fields ignored: no network configurer in this guest");
+      expect(g.stderr).not.toContain(good.nonce);
+      // identify answers as the restored boot; a repeat of the message only repeats guest_ready.
+      await g.send({ type: "identify" });
+      expect(await g.next("guest_ready", 3)).toEqual(ready);
+      await g.send(good);
+      expect(await g.next("guest_ready", 4)).toEqual(ready);
+      expect(count(g.stderr, /restored: entropy: /)).toBe(1);
+      await g.send({ type: "shutdown" });
+      await g.next("shutting_down");
+      expect(await g.exited).toBe(0);
+      expect(g.invalid).toEqual([]);
+    } finally {
+      await g.close();
+    }
+  }, 120_000);
+
+  test("the one-payload rule across a restore: refused after a consumed payload unless payloadAllowed; a fresh guest accepts one", async () => {
+    const used = new GuestUnderTest("restore-used");
+    const fresh = new GuestUnderTest("restore-fresh");
+    try {
+      const shell = (deliveryId: string, script: string) =>
+        ({ type: "bootstrap", deliveryId, contentType: "text/x-shellscript", dataBase64: b64(script) }) as const;
+      await used.next("guest_ready");
+      await used.send(shell("d1", "exit 0"));
+      await used.next("workload_exited");
+      await used.send(restoredFor(identity, 5).message);
+      await used.next("guest_ready", 2);
+      await used.send(shell("d2", "exit 0"));
+      expect(await used.next("bootstrap_rejected")).toMatchObject({
+        deliveryId: "d2",
+        reason: expect.stringMatching(/already consumed/),
+      });
+      await used.send(restoredFor(identity, 6, { payloadAllowed: true }).message);
+      expect((await used.next("guest_ready", 3)).generation).toBe(6);
+      await used.send(shell("d3", "exit 3"));
+      expect((await used.next("bootstrap_consumed", 2)).deliveryId).toBe("d3");
+      expect(await used.next("workload_exited", 2)).toEqual({ type: "workload_exited", deliveryId: "d3", exitCode: 3 });
+
+      await fresh.next("guest_ready");
+      await fresh.send(restoredFor(identity, 5).message);
+      await fresh.next("guest_ready", 2);
+      await fresh.send(shell("f1", "exit 0"));
+      expect((await fresh.next("bootstrap_consumed")).deliveryId).toBe("f1");
+      expect(used.invalid).toEqual([]);
+      expect(fresh.invalid).toEqual([]);
+    } finally {
+      await used.close();
+      await fresh.close();
+    }
+  }, 120_000);
+
+  test("the control service checks grants against the restored identity: the new generation accepted, the old refused", async () => {
+    const id = {
+      allocationId: `alloc_${"d".repeat(32)}`,
+      placementId: "plc-ctl",
+      generation: 4,
+      nonce: "cd".repeat(32),
+    };
+    const port = await new Promise<number>((res) => {
+      const probe = createServer().listen(0, "127.0.0.1", () => {
+        const p = (probe.address() as AddressInfo).port;
+        probe.close(() => res(p));
+      });
+    });
+    const g = new GuestUnderTest("restore-control", {
+      cmdlineFile: cmdlineFor("restore-control", id),
+      env: { BEACHBALL_GUEST_TEST_CONTROL: `127.0.0.1:${port}`, TMPDIR: work },
+    });
+    const seed = Buffer.alloc(32, 9).toString("base64");
+    const grant = (generation: number) => {
+      const now = Date.now();
+      const p: GrantPayload = {
+        v: 1,
+        grantId: `grt_${"a".repeat(32)}`,
+        tenant: "tenant-a",
+        networkId: `net_${"b".repeat(32)}`,
+        allocationId: id.allocationId,
+        generation,
+        hostId: "host-1",
+        clientPublicKey: `${"A".repeat(43)}=`,
+        hostPublicKey: `${"B".repeat(43)}=`,
+        clientAddress: "fd00::2",
+        allocationAddress: "fd00::3",
+        transport: "tcp",
+        ports: [GUEST_CONTROL_PORT],
+        policyRevision: 0,
+        issuedAtMs: now - 1000,
+        expiresAtMs: now + 600_000,
+      };
+      return new ControlClient(`http://127.0.0.1:${port}`, signConnectionDocument("grant", p, "k1", seed));
+    };
+    const codeOf = (p: Promise<unknown>) =>
+      p.then(
+        () => "OK",
+        (e: unknown) => (e instanceof BeachballError ? e.code : String(e)),
+      );
+    try {
+      await g.next("guest_ready");
+      await g.send({ type: "control_config", verificationKeys: { k1: connectionPublicKeyOf(seed) } });
+      await g.until(() => /control_config: 1 verification keys/.test(g.stderr), "the control_config line");
+      expect(await codeOf(grant(4).listExecs())).toBe("OK");
+      await g.send(restoredFor(id, 5).message);
+      await g.next("guest_ready", 2);
+      expect(await codeOf(grant(5).listExecs())).toBe("OK");
+      expect(await codeOf(grant(4).listExecs())).toBe("CONTROL_UNAUTHORIZED");
+      expect(g.invalid).toEqual([]);
+    } finally {
+      await g.close();
+    }
+  }, 120_000);
 });

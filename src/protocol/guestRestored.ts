@@ -37,6 +37,26 @@ export function base64Chars(bytes: number): number {
   return Math.ceil(bytes / 3) * 4;
 }
 
+/** `=` characters that pad the base64 of `bytes` bytes (0, 1 or 2). */
+const padOf = (bytes: number) => (3 - (bytes % 3)) % 3;
+
+/**
+ * A pattern for padded standard base64 of `minBytes`..`maxBytes` bytes, exact
+ * to the byte: with minLength/maxLength of base64Chars, the shortest text may
+ * not carry more padding than `minBytes` gives (31 bytes are 44 characters
+ * too) and the longest not less than `maxBytes` gives. Pure.
+ */
+export function base64BytesPattern(minBytes: number, maxBytes: number): string {
+  const lo = base64Chars(minBytes);
+  const hi = base64Chars(maxBytes);
+  let ahead = "";
+  if (padOf(minBytes) === 0) ahead += `(?!.{${lo - 1}}=$)`;
+  else if (padOf(minBytes) === 1) ahead += `(?!.{${lo - 2}}==$)`;
+  if (padOf(maxBytes) >= 1) ahead += `(?!.{${hi - 1}}[^=]$)`;
+  if (padOf(maxBytes) === 2) ahead += `(?!.{${hi - 2}}[^=]=$)`;
+  return `^${ahead}(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$`;
+}
+
 const OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])";
 /** An IPv4 dotted quad without leading zeros. */
 export const IPV4_PATTERN = `^${OCTET}(?:\\.${OCTET}){3}$`;
@@ -87,7 +107,7 @@ export const RestoredMessage = Type.Object(
     entropyBase64: Type.String({
       minLength: base64Chars(MIN_RESTORE_ENTROPY_BYTES),
       maxLength: base64Chars(MAX_RESTORE_ENTROPY_BYTES),
-      pattern: "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
+      pattern: base64BytesPattern(MIN_RESTORE_ENTROPY_BYTES, MAX_RESTORE_ENTROPY_BYTES),
     }),
     wallClockMs: Type.Integer({ minimum: MIN_RESTORE_WALL_CLOCK_MS, maximum: MAX_RESTORE_WALL_CLOCK_MS }),
     payloadAllowed: Type.Optional(Type.Boolean()),
