@@ -1,7 +1,8 @@
 /**
  * End to end on a real VM: dev image build, placement network, QEMU microvm
  * started by a throwaway "agent" process that is then SIGKILLed (the VM must
- * survive it), guest handshake, one shell payload, shutdown, cleanup.
+ * survive it), guest handshake, one shell payload, a `restored` message
+ * (entropy, clock and identity on a real guest kernel), shutdown, cleanup.
  *
  * Needs root, qemu-system-x86_64 and `ip`; otherwise it says why and skips.
  * Leaves no process, namespace or temporary directory behind.
@@ -22,6 +23,11 @@ import {
 import type { VmHandle, VmSpec } from "../../src/agent/vmm/driver.ts";
 import { QemuMicrovmDriver } from "../../src/agent/vmm/qemu.ts";
 import { GUEST_CMDLINE_KEYS, NdjsonDecoder, encodeGuestMessage, type HostToGuest } from "../../src/protocol/guest.ts";
+import { restoredMessage } from "../../src/agent/guestRestored.ts";
+import { systemRandom } from "../../src/agent/ports.ts";
+import { systemClock } from "../../src/protocol/clock.ts";
+
+const b64 = (s: string) => Buffer.from(s).toString("base64");
 
 const repo = resolve(import.meta.dir, "../..");
 const bun = process.execPath;
@@ -196,6 +202,27 @@ test.skipIf(!!skipReason)(
     attach();
     send({ type: "ping", id: "p2" });
     expect(await next("pong", 10_000)).toEqual({ type: "pong", id: "p2" });
+
+    // restored on a real guest kernel (issue 21): RNDADDENTROPY and the CRNG reseed, the clock step,
+    // the new identity in a fresh guest_ready, and (payloadAllowed) a new payload after the old one exited.
+    const restored = restoredMessage(
+      { ...identity, placementId: "plc-test-2", generation: identity.generation + 1, spec: {} },
+      { random: systemRandom, clock: systemClock },
+      { payloadAllowed: true },
+    );
+    send(restored.message);
+    const again = await next("guest_ready", 10_000);
+    expect(again).toMatchObject({ ...restored.identity, guestVersion: "0.1.0" });
+    expect(again.bootId).not.toBe(ready.bootId);
+    const afterRestore = readFileSync(spec.consoleLogPath, "utf8");
+    for (const l of afterRestore.split(/\r?\n/).filter((x) => x.includes("restored"))) console.log(`vm.test: ${l}`);
+    expect(afterRestore).toContain(
+      "beachball-guest: restored: entropy: 64 bytes added with RNDADDENTROPY; CRNG reseeded",
+    );
+    expect(afterRestore).toMatch(/beachball-guest: restored: clock stepped to \d{4}-/);
+    send({ type: "bootstrap", deliveryId: "d3", contentType: "text/x-shellscript", dataBase64: b64("exit 0") });
+    expect(await next("bootstrap_consumed", 10_000)).toMatchObject({ deliveryId: "d3" });
+    expect(await next("workload_exited", 30_000)).toEqual({ type: "workload_exited", deliveryId: "d3", exitCode: 0 });
 
     send({ type: "shutdown" });
     await next("shutting_down", 10_000);

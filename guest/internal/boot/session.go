@@ -4,7 +4,8 @@
 // payload of the boot and runs it the way the image asks (package
 // workload), takes control_config keys, adopts the identity a restored
 // message brings (restored.go, package restore), and powers off on shutdown.
-// Must never: run more than one payload per boot, run a payload before its
+// Must never: run more than one payload per boot (a restore with payloadAllowed
+// is a new boot to the host, restored.go), run a payload before its
 // bootstrap_consumed receipt is written, or write payload bytes to the console.
 package boot
 

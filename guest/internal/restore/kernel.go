@@ -26,7 +26,8 @@ type Kernel struct{}
 // for a CRNG reseed with RNDRESEEDCRNG: since Linux 5.18 new input reaches
 // getrandom(2) only at the next reseed (up to a minute away), and until then two
 // forks of one snapshot would draw the same numbers. When the ioctl is refused it
-// writes seed to /dev/urandom instead (mixed in, not credited). The error says
+// writes seed to /dev/urandom instead (mixed in, not credited; RNDADDTOENTCNT, which
+// would credit it, needs the same CAP_SYS_ADMIN and is not tried). The error says
 // why neither worked.
 func (Kernel) AddEntropy(seed []byte) (string, error) {
 	f, err := os.OpenFile(DevURandom, os.O_WRONLY, 0)
