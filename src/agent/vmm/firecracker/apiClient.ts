@@ -43,17 +43,34 @@ export function firecrackerApiError(
   );
 }
 
+/**
+ * The same API failure as a control failure (issue 21: a pause, resume or state save that
+ * Firecracker did not confirm): code VMM_CONTROL_FAILED, subsystem `firecracker-api`, the
+ * original's message and facts kept and the original as `cause`. Anything that is not an
+ * AgentError becomes one with `detail` as its message.
+ */
+export function asControlFailure(e: unknown, detail: string): AgentError {
+  const from = e instanceof AgentError ? e : undefined;
+  return new AgentError("VMM_CONTROL_FAILED", from?.message ?? `${detail}: ${(e as Error)?.message ?? String(e)}`, {
+    subsystem: "firecracker-api",
+    facts: from?.facts ?? {},
+    cause: e,
+  });
+}
+
 /** The port the driver talks through; a fake may record calls instead. */
 export interface FirecrackerApi {
   /** PUT `path` with the JSON `body`; resolves on 2xx, throws firecrackerApiError otherwise. */
   put(path: string, body: unknown): Promise<void>;
+  /** PATCH `path` with the JSON `body` (e.g. `PATCH /vm`); resolves on 2xx, throws firecrackerApiError otherwise. */
+  patch(path: string, body: unknown): Promise<void>;
   /** GET `path`; resolves with the parsed JSON body on 2xx, throws firecrackerApiError otherwise. */
   get(path: string): Promise<unknown>;
 }
 
 /** A FirecrackerApi over the Unix socket at `socketPath`; each request is aborted after `timeoutMs`. */
 export function unixSocketApi(socketPath: string, timeoutMs = DEFAULT_API_TIMEOUT_MS): FirecrackerApi {
-  async function call(method: "GET" | "PUT", path: string, body?: unknown): Promise<unknown> {
+  async function call(method: "GET" | "PUT" | "PATCH", path: string, body?: unknown): Promise<unknown> {
     let res: Response;
     try {
       res = await fetch(`http://localhost${path}`, {
@@ -83,7 +100,11 @@ export function unixSocketApi(socketPath: string, timeoutMs = DEFAULT_API_TIMEOU
         : undefined;
     throw firecrackerApiError(method, path, res.status, fault, text.slice(0, 200));
   }
-  return { put: async (path, body) => void (await call("PUT", path, body)), get: (path) => call("GET", path) };
+  return {
+    put: async (path, body) => void (await call("PUT", path, body)),
+    patch: async (path, body) => void (await call("PATCH", path, body)),
+    get: (path) => call("GET", path),
+  };
 }
 
 async function readBounded(res: Response): Promise<string> {
