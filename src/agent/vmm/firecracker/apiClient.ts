@@ -3,7 +3,8 @@
  * (Bun's fetch with the `unix` option), one bounded timeout per request, and
  * failures as AgentError (VMM_START_FAILED, subsystem `firecracker-api`)
  * whose facts carry the method, path, HTTP status and Firecracker's
- * `fault_message`.
+ * `fault_message`; asControlFailure turns one into VMM_CONTROL_FAILED for
+ * the control requests of issue 21 (pause, resume, snapshots).
  *
  * Implements the transport of spec "Start (ensure_running)" against the
  * reference firecracker.yaml (every error response is `Error` with
