@@ -7,144 +7,16 @@
  * PID. Leaves no process, socket or directory behind.
  */
 import { afterAll, afterEach, expect, test } from "bun:test";
-import {
-  chownSync,
-  existsSync,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  readlinkSync,
-  rmSync,
-  statSync,
-  truncateSync,
-  writeFileSync,
-} from "node:fs";
-import { tmpdir } from "node:os";
-import { basename, join } from "node:path";
-import type { VmHandle, VmSpec } from "../../src/agent/vmm/driver.ts";
+import { fixture, harness, killSpawned, procGone, removeWork, spawned } from "./firecracker-harness.ts";
+import { chownSync, existsSync, readFileSync, readlinkSync, rmSync, statSync } from "node:fs";
+import { join } from "node:path";
+import type { VmHandle } from "../../src/agent/vmm/driver.ts";
 import { unixSocketApi } from "../../src/agent/vmm/firecracker/apiClient.ts";
 import { AgentError } from "../../src/agent/errors.ts";
-import { FirecrackerDriver, type FirecrackerPorts, type SpawnedVmm } from "../../src/agent/vmm/firecracker/driver.ts";
-import type { RecordedRequest } from "./firecracker-double.ts";
+import type { FirecrackerPorts } from "../../src/agent/vmm/firecracker/driver.ts";
 
-const work = mkdtempSync(join(tmpdir(), "bb-fc-contract-"));
-const DOUBLE = join(import.meta.dir, "firecracker-double.ts");
-const spawned: SpawnedVmm[] = [];
-let seq = 0;
-
-afterEach(() => {
-  for (const p of spawned.splice(0)) if (p.exitCode === null && p.signalCode === null) process.kill(p.pid, "SIGKILL");
-});
-afterAll(() => rmSync(work, { recursive: true, force: true }));
-
-/** A placement's files: kernel in a cache dir, ext4 root and sparse scratch disk in the allocation dir. */
-function fixture(): { spec: VmSpec; base: string; cgroupRoot: string } {
-  const base = join(work, `case${++seq}`);
-  const cache = join(base, "cache");
-  const dir = join(base, "alloc");
-  mkdirSync(cache, { recursive: true });
-  mkdirSync(join(dir, "logs"), { recursive: true });
-  writeFileSync(join(cache, "vmlinux"), "kernel");
-  writeFileSync(join(dir, "rootfs.ext4"), "");
-  truncateSync(join(dir, "rootfs.ext4"), 64 * 1024 * 1024);
-  writeFileSync(join(dir, "scratch.ext4"), "");
-  truncateSync(join(dir, "scratch.ext4"), 32 * 1024 * 1024);
-  const instanceId = `bb-${seq.toString().padStart(24, "0")}`;
-  const spec: VmSpec = {
-    instanceId,
-    dir,
-    vcpus: 2,
-    memoryMiB: 256,
-    kernelPath: join(cache, "vmlinux"),
-    rootDiskPath: join(dir, "rootfs.ext4"),
-    netns: instanceId,
-    tapName: "bbtap0",
-    kernelArgs: ["beachball.generation=3", "beachball.ipv4=10.0.0.2/30"],
-    consoleLogPath: join(dir, "logs", "console.log"),
-    controlSocketPath: join(dir, "control.sock"),
-  };
-  return { spec, base, cgroupRoot: join(base, "cgroup") };
-}
-
-interface Harness {
-  driver: FirecrackerDriver;
-  argvs: string[][];
-  chowns: [string, number, number][];
-  logPath: string;
-  log: () => RecordedRequest[];
-}
-
-/** A driver whose spawn port plays the jailer: creates the cgroup dir the jailer would, then runs the double at the API socket the argv implies. */
-function harness(
-  f: ReturnType<typeof fixture>,
-  doubleFlags: string[] = [],
-  extra: Partial<FirecrackerPorts> = {},
-  shutdownWaitMs = 2_000,
-): Harness {
-  const argvs: string[][] = [];
-  const chowns: [string, number, number][] = [];
-  const logPath = join(f.base, "requests.ndjson");
-  const driver = new FirecrackerDriver({
-    firecrackerBinary: "/opt/fc/firecracker",
-    jailerBinary: "/opt/fc/jailer",
-    chrootBase: join(f.base, "jails"),
-    uidRange: { first: 40_000, count: 4 },
-    cgroupRoot: f.cgroupRoot,
-    startTimeoutMs: 10_000,
-    shutdownWaitMs,
-    ports: {
-      chown: (p, uid, gid) => void chowns.push([p, uid, gid]),
-      spawn: (argv, io) => {
-        argvs.push(argv);
-        const val = (flag: string) => argv[argv.indexOf(flag) + 1]!;
-        const root = join(val("--chroot-base-dir"), basename(val("--exec-file")), val("--id"), "root");
-        const apiSock = argv[argv.indexOf("--api-sock", argv.indexOf("--")) + 1]!;
-        mkdirSync(join(f.cgroupRoot, val("--parent-cgroup"), val("--id")), { recursive: true });
-        const p = Bun.spawn(
-          [
-            process.execPath,
-            DOUBLE,
-            "--api-sock",
-            join(root, apiSock),
-            "--id",
-            val("--id"),
-            "--root",
-            root,
-            "--log",
-            logPath,
-            ...doubleFlags,
-          ],
-          {
-            cwd: io.cwd,
-            detached: true,
-            stdin: "ignore",
-            stdout: io.logFd,
-            stderr: io.logFd,
-          },
-        );
-        spawned.push(p);
-        return p;
-      },
-      ...extra,
-    },
-  });
-  const log = () =>
-    existsSync(logPath)
-      ? readFileSync(logPath, "utf8")
-          .trim()
-          .split("\n")
-          .map((l) => JSON.parse(l) as RecordedRequest)
-      : [];
-  return { driver, argvs, chowns, logPath, log };
-}
-
-const procGone = (pid: number) => {
-  try {
-    return readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.startsWith("Z");
-  } catch {
-    return true;
-  }
-};
+afterEach(killSpawned);
+afterAll(removeWork);
 
 test("start: exact jailer argv, pre-boot configuration in a valid order, every body valid per the OpenAPI document, then InstanceStart", async () => {
   const f = fixture();
@@ -179,7 +51,7 @@ test("start: exact jailer argv, pre-boot configuration in a valid order, every b
       "--cgroup",
       "pids.max=64",
       "--resource-limit",
-      `fsize=${64 * 1024 * 1024}`,
+      `fsize=${256 * 1024 * 1024}`, // the guest's 256 MiB (a suspend's memory file), above the 64 MiB root disk
       "--",
       "--api-sock",
       "/run/firecracker.socket",
@@ -318,7 +190,11 @@ test("InstanceStart without a boot source is refused by the double, and start re
   const dropBootSource: Partial<FirecrackerPorts> = {
     api: (sock, ms) => {
       const real = unixSocketApi(sock, ms);
-      return { get: real.get, put: (p, b) => (p === "/boot-source" ? Promise.resolve() : real.put(p, b)) };
+      return {
+        get: real.get,
+        patch: real.patch,
+        put: (p, b) => (p === "/boot-source" ? Promise.resolve() : real.put(p, b)),
+      };
     },
   };
   const h = harness(f, [], dropBootSource);

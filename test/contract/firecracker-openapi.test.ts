@@ -7,13 +7,21 @@
  * no socket behind.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { VmSpec } from "../../src/agent/vmm/driver.ts";
 import { actionBody, preBootRequests } from "../../src/agent/vmm/firecracker/config.ts";
+import { snapshotCreateBody, snapshotLoadBody, vmStateBody } from "../../src/agent/vmm/firecracker/snapshot.ts";
 import { type FirecrackerDouble, startFirecrackerDouble } from "./firecracker-double.ts";
-import { findOperation, isPreBootOnly, loadOpenApi, type OpenApiDoc, validateSchema } from "./openapi.ts";
+import {
+  findOperation,
+  isPostBootOnly,
+  isPreBootOnly,
+  loadOpenApi,
+  type OpenApiDoc,
+  validateSchema,
+} from "./openapi.ts";
 
 const work = mkdtempSync(join(tmpdir(), "bb-fc-openapi-"));
 let doc: OpenApiDoc;
@@ -86,6 +94,97 @@ describe("the OpenAPI document as loaded", () => {
         const schema = op.parameters.find((p) => p.in === "body")!.schema!;
         expect(validateSchema(doc, schema, r.body), r.path).toEqual([]);
       }
+  });
+});
+
+describe("snapshot requests per the OpenAPI document", () => {
+  test("every snapshot body the driver builds validates: PATCH /vm both states, snapshot/create, snapshot/load", () => {
+    for (const [method, path, body] of [
+      ["PATCH", "/vm", vmStateBody("Paused")],
+      ["PATCH", "/vm", vmStateBody("Resumed")],
+      ["PUT", "/snapshot/create", snapshotCreateBody()],
+      ["PUT", "/snapshot/load", snapshotLoadBody(spec)],
+    ] as const) {
+      const { op } = findOperation(doc, method, path)!;
+      const schema = op.parameters.find((p) => p.in === "body")!.schema!;
+      expect(validateSchema(doc, schema, body), `${method} ${path}`).toEqual([]);
+    }
+    expect(isPreBootOnly(findOperation(doc, "PUT", "/snapshot/load")!.op)).toBe(true);
+    expect(isPostBootOnly(findOperation(doc, "PUT", "/snapshot/create")!.op)).toBe(true);
+  });
+
+  test("the snapshot schemas catch what Firecracker's parser would: a bad state, a bad type, an unknown override field", () => {
+    const bodyOf = (m: string, p: string) =>
+      findOperation(doc, m, p)!.op.parameters.find((x) => x.in === "body")!.schema!;
+    expect(validateSchema(doc, bodyOf("PATCH", "/vm"), { state: "Stopped" }).join()).toContain("is not one of");
+    expect(
+      validateSchema(doc, bodyOf("PUT", "/snapshot/create"), { ...snapshotCreateBody(), snapshot_type: "Fast" }).join(),
+    ).toContain("is not one of");
+    expect(
+      validateSchema(doc, bodyOf("PUT", "/snapshot/load"), {
+        ...snapshotLoadBody(spec),
+        network_overrides: [{ iface_id: "eth0", host_dev_name: "t", guest_mac: "06:00:00:00:00:01" }],
+      }).join(),
+    ).toContain("unknown field guest_mac");
+  });
+
+  test("state machine: PATCH /vm only after boot and idempotent; snapshot/create only while paused; load only on a fresh process", async () => {
+    const root = join(work, "snaproot");
+    mkdirSync(join(root, "snapshot"), { recursive: true });
+    writeFileSync(join(root, "vmlinux"), "k");
+    const socketPath = join(work, "snap.sock");
+    const d = await startFirecrackerDouble({ socketPath, root }, doc);
+    doubles.push(d);
+    const send = async (method: string, path: string, body: unknown) => {
+      const res = await fetch(`http://localhost${path}`, { unix: socketPath, method, body: JSON.stringify(body) });
+      const text = await res.text();
+      return { status: res.status, fault: text ? (JSON.parse(text) as { fault_message: string }).fault_message : "" };
+    };
+    expect(await send("PATCH", "/vm", vmStateBody("Paused"))).toEqual({
+      status: 400,
+      fault: "The requested operation is not supported before starting the microVM.",
+    });
+    expect((await send("PUT", "/snapshot/create", snapshotCreateBody())).status).toBe(400); // post-boot only
+    expect(await send("PUT", "/boot-source", { kernel_image_path: "/vmlinux" })).toEqual({ status: 204, fault: "" });
+    expect(await send("PUT", "/snapshot/load", snapshotLoadBody(spec))).toEqual({
+      status: 400,
+      fault: "Loading a microVM snapshot not allowed after configuring boot-specific resources.",
+    });
+    expect((await send("PUT", "/network-interfaces/eth0", { iface_id: "eth0", host_dev_name: "tap0" })).status).toBe(
+      204,
+    );
+    expect((await send("PUT", "/actions", actionBody("InstanceStart"))).status).toBe(204);
+    expect(await send("PUT", "/snapshot/create", snapshotCreateBody())).toEqual({
+      status: 400,
+      fault: "Cannot create a snapshot: the microVM is not paused.",
+    });
+    expect((await send("PATCH", "/vm", vmStateBody("Resumed"))).status).toBe(204); // resuming a running VM: ignored
+    expect(d.state()).toBe("Running");
+    expect((await send("PATCH", "/vm", vmStateBody("Paused"))).status).toBe(204);
+    expect((await send("PATCH", "/vm", vmStateBody("Paused"))).status).toBe(204);
+    expect(d.state()).toBe("Paused");
+    expect((await send("PUT", "/snapshot/create", snapshotCreateBody())).status).toBe(204);
+    expect((await send("PUT", "/snapshot/load", snapshotLoadBody(spec))).status).toBe(400); // pre-boot only
+    expect(d.requests.every((r) => r.schemaErrors.length === 0)).toBe(true); // refused for state, never for shape
+
+    // A fresh process loads it, with exactly one memory source, and runs (resume_vm).
+    const fresh = await startFirecrackerDouble({ socketPath: join(work, "snap2.sock"), root }, doc);
+    doubles.push(fresh);
+    const send2 = async (body: unknown) =>
+      (
+        await fetch("http://localhost/snapshot/load", {
+          unix: join(work, "snap2.sock"),
+          method: "PUT",
+          body: JSON.stringify(body),
+        })
+      ).status;
+    expect(await send2({ ...snapshotLoadBody(spec), mem_file_path: "/snapshot/memory" })).toBe(400);
+    expect(
+      await send2({ ...snapshotLoadBody(spec), network_overrides: [{ iface_id: "eth9", host_dev_name: "t" }] }),
+    ).toBe(400);
+    expect(fresh.state()).toBe("Not started");
+    expect(await send2(snapshotLoadBody(spec))).toBe(204);
+    expect(fresh.state()).toBe("Running");
   });
 });
 

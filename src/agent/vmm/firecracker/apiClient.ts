@@ -3,7 +3,8 @@
  * (Bun's fetch with the `unix` option), one bounded timeout per request, and
  * failures as AgentError (VMM_START_FAILED, subsystem `firecracker-api`)
  * whose facts carry the method, path, HTTP status and Firecracker's
- * `fault_message`.
+ * `fault_message`; asControlFailure turns one into VMM_CONTROL_FAILED for
+ * the control requests of issue 21 (pause, resume, snapshots).
  *
  * Implements the transport of spec "Start (ensure_running)" against the
  * reference firecracker.yaml (every error response is `Error` with
@@ -43,17 +44,34 @@ export function firecrackerApiError(
   );
 }
 
+/**
+ * The same API failure as a control failure (issue 21: a pause, resume or state save that
+ * Firecracker did not confirm): code VMM_CONTROL_FAILED, subsystem `firecracker-api`, the
+ * original's message and facts kept and the original as `cause`. Anything that is not an
+ * AgentError becomes one with `detail` as its message.
+ */
+export function asControlFailure(e: unknown, detail: string): AgentError {
+  const from = e instanceof AgentError ? e : undefined;
+  return new AgentError("VMM_CONTROL_FAILED", from?.message ?? `${detail}: ${(e as Error)?.message ?? String(e)}`, {
+    subsystem: "firecracker-api",
+    facts: from?.facts ?? {},
+    cause: e,
+  });
+}
+
 /** The port the driver talks through; a fake may record calls instead. */
 export interface FirecrackerApi {
   /** PUT `path` with the JSON `body`; resolves on 2xx, throws firecrackerApiError otherwise. */
   put(path: string, body: unknown): Promise<void>;
+  /** PATCH `path` with the JSON `body` (e.g. `PATCH /vm`); resolves on 2xx, throws firecrackerApiError otherwise. */
+  patch(path: string, body: unknown): Promise<void>;
   /** GET `path`; resolves with the parsed JSON body on 2xx, throws firecrackerApiError otherwise. */
   get(path: string): Promise<unknown>;
 }
 
 /** A FirecrackerApi over the Unix socket at `socketPath`; each request is aborted after `timeoutMs`. */
 export function unixSocketApi(socketPath: string, timeoutMs = DEFAULT_API_TIMEOUT_MS): FirecrackerApi {
-  async function call(method: "GET" | "PUT", path: string, body?: unknown): Promise<unknown> {
+  async function call(method: "GET" | "PUT" | "PATCH", path: string, body?: unknown): Promise<unknown> {
     let res: Response;
     try {
       res = await fetch(`http://localhost${path}`, {
@@ -83,7 +101,11 @@ export function unixSocketApi(socketPath: string, timeoutMs = DEFAULT_API_TIMEOU
         : undefined;
     throw firecrackerApiError(method, path, res.status, fault, text.slice(0, 200));
   }
-  return { put: async (path, body) => void (await call("PUT", path, body)), get: (path) => call("GET", path) };
+  return {
+    put: async (path, body) => void (await call("PUT", path, body)),
+    patch: async (path, body) => void (await call("PATCH", path, body)),
+    get: (path) => call("GET", path),
+  };
 }
 
 async function readBounded(res: Response): Promise<string> {

@@ -4,22 +4,56 @@
  * Implements VmmDriver for spec "Start (ensure_running)" (jail, pre-boot
  * configuration, InstanceStart), "Guest handshake" (listen on vsock port 1025
  * before boot; dial port 1024 to adopt), adoption (PID, start time, instance
- * ID) and "Stop (ensure_absent)" (SendCtrlAltDel, then SIGTERM and SIGKILL to
- * the verified process group, then the jail and its cgroup are removed).
+ * ID), "Stop (ensure_absent)" (SendCtrlAltDel, then SIGTERM and SIGKILL to
+ * the verified process group, then the jail and its cgroup are removed) and
+ * issue 21's pause, resume, suspend and restore through Firecracker's
+ * snapshot API (`PATCH /vm`, `PUT /snapshot/create`, `PUT /snapshot/load`;
+ * snapshot.ts, snapshotFs.ts).
  * Every side effect that a test must replace (spawning, chown, the API
  * transport) is a port. Must never: signal a PID without checking its start
  * time and instance ID, send a pre-boot request after InstanceStart, or
  * choose a path on its own (all derive from VmSpec and the options).
  */
-import { chownSync, closeSync, chmodSync, lstatSync, openSync, readlinkSync, rmSync, symlinkSync } from "node:fs";
+import {
+  chownSync,
+  closeSync,
+  chmodSync,
+  lstatSync,
+  openSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+} from "node:fs";
 import { readFile } from "node:fs/promises";
-import { join } from "node:path";
-import type { GuestChannel, VmHandle, VmSpec, VmmDriver } from "../driver.ts";
+import { isAbsolute, join } from "node:path";
+import { type GuestChannel, type VmHandle, type VmSnapshot, type VmSpec, type VmmDriver } from "../driver.ts";
 import { processExited, readProcStat } from "../qemu.ts";
 import { vmmError } from "../qemuHost.ts";
-import { DEFAULT_API_TIMEOUT_MS, type FirecrackerApi, unixSocketApi } from "./apiClient.ts";
+import { asControlFailure, DEFAULT_API_TIMEOUT_MS, type FirecrackerApi, unixSocketApi } from "./apiClient.ts";
 import { actionBody, preBootRequests } from "./config.ts";
-import { buildJail, type ChownPort, jailIdsInUse, removeJail, writableDiskBytes } from "./jailFs.ts";
+import { buildJail, jailIdsInUse, removeJail, writableDiskBytes } from "./jailFs.ts";
+import {
+  COMPAT_VERSION_KEY,
+  compatDifferences,
+  snapshotCompat,
+  snapshotCreateBody,
+  type SnapshotHost,
+  snapshotLoadBody,
+  snapshotMemoryBytes,
+  type VmRunState,
+  vmStateBody,
+} from "./snapshot.ts";
+import { collectSnapshot, fsyncPath, linkSnapshotIntoJail, makeJailSnapshotDir } from "./snapshotFs.ts";
+import {
+  AGENT_OWNER,
+  controlError,
+  DEFAULT_SNAPSHOT_TIMEOUT_MS,
+  firecrackerVersion,
+  hostCpuModel,
+  incompatible,
+  writableDisks,
+} from "./snapshotHost.ts";
 import {
   allocateJailId,
   cgroupLimits,
@@ -41,43 +75,9 @@ import {
 } from "./vsock.ts";
 import { AgentError } from "../../errors.ts";
 
-/** Side effects of the driver, replaceable in tests. */
-export interface FirecrackerPorts {
-  /** Starts the jailer (default spawnDetached). */
-  spawn: VmmSpawner;
-  /** Hands jail files to the placement UID (default fs.chownSync). */
-  chown: ChownPort;
-  /** The API client for the socket at `socketPath` with a per-request timeout in ms. */
-  api: (socketPath: string, timeoutMs: number) => FirecrackerApi;
-}
-
-/** Options of FirecrackerDriver (host configuration, fixed for the driver's life). */
-export interface FirecrackerDriverOptions {
-  /** Pinned Firecracker binary (default /usr/local/bin/firecracker). */
-  firecrackerBinary?: string;
-  /** Pinned jailer binary (default /usr/local/bin/jailer). */
-  jailerBinary?: string;
-  /** Jailer `--chroot-base-dir` (default /srv/jailer, jailer.md). */
-  chrootBase?: string;
-  /** Jail UID/GID range (spec "Prepare"); default 900000 + 10000. */
-  uidRange?: IdRange;
-  /** cgroup v2 mount point (default /sys/fs/cgroup). */
-  cgroupRoot?: string;
-  /** Parent cgroup of every jail (default DEFAULT_PARENT_CGROUP). */
-  parentCgroup?: string;
-  /** Memory allowed above guest RAM in memory.max, MiB (default DEFAULT_VMM_OVERHEAD_MIB). */
-  vmmOverheadMiB?: number;
-  /** cgroup pids.max (default DEFAULT_PIDS_MAX). */
-  pidsMax?: number;
-  /** Per-request API timeout, ms. */
-  apiTimeoutMs?: number;
-  /** How long start() waits for the API socket, ms. */
-  startTimeoutMs?: number;
-  /** How long stop() waits after SendCtrlAltDel before SIGTERM, ms. */
-  shutdownWaitMs?: number;
-  /** Replacements for the side-effect ports (tests); unset ones use the real adapters. */
-  ports?: Partial<FirecrackerPorts>;
-}
+import type { FirecrackerDriverOptions, FirecrackerPorts } from "./driverOptions.ts";
+export type { FirecrackerDriverOptions, FirecrackerPorts } from "./driverOptions.ts";
+export { DEFAULT_SNAPSHOT_TIMEOUT_MS } from "./snapshotHost.ts";
 
 /** How long a process may survive SIGKILL before stop() reports CLEANUP_FAILED, ms. */
 const KILL_WAIT_MS = 10_000;
@@ -108,6 +108,8 @@ export class FirecrackerDriver implements VmmDriver {
   private readonly listeners = new Map<string, { listener: VsockListener; controlSocketPath: string }>();
   /** Serializes UID allocation and jail creation (allocate + chown must not interleave). */
   private allocating: Promise<unknown> = Promise.resolve();
+  private readonly snapshotTimeoutMs: number;
+  private hostFacts: SnapshotHost | undefined;
 
   /** See FirecrackerDriverOptions for defaults. */
   constructor(opts: FirecrackerDriverOptions = {}) {
@@ -122,6 +124,7 @@ export class FirecrackerDriver implements VmmDriver {
     this.apiTimeoutMs = opts.apiTimeoutMs ?? DEFAULT_API_TIMEOUT_MS;
     this.startTimeoutMs = opts.startTimeoutMs ?? 10_000;
     this.shutdownWaitMs = opts.shutdownWaitMs ?? 5_000;
+    this.snapshotTimeoutMs = opts.snapshotTimeoutMs ?? DEFAULT_SNAPSHOT_TIMEOUT_MS;
     this.ports = { spawn: spawnDetached, chown: chownSync, api: unixSocketApi, ...opts.ports };
   }
 
@@ -165,14 +168,40 @@ export class FirecrackerDriver implements VmmDriver {
    * `cause`) when the rollback is incomplete.
    */
   async start(spec: VmSpec): Promise<VmHandle> {
+    return this.launch(spec, {
+      listenGuest: true,
+      configure: async (api) => {
+        for (const r of preBootRequests(spec)) await api.put(r.path, r.body);
+        await api.put("/actions", actionBody("InstanceStart"));
+      },
+    });
+  }
+
+  /**
+   * The launch both start and restore use: jail, optional port-1025 listener, control-socket
+   * link, jailer, API socket, then `how.configure` (with `how.prepareJail` run on the built jail
+   * first). Rolls everything back on failure (see start); an AgentError from `configure` keeps
+   * its code.
+   */
+  private async launch(
+    spec: VmSpec,
+    how: {
+      listenGuest: boolean;
+      prepareJail?: (layout: JailLayout, uid: number) => void;
+      configure: (api: FirecrackerApi) => Promise<void>;
+    },
+  ): Promise<VmHandle> {
     const layout = this.layout(spec.instanceId);
     const uid = await this.prepareJail(spec, layout);
     let proc: SpawnedVmm | undefined;
     try {
-      const listener = listenHybridVsock(layout.vsockUds, HOST_LISTEN_PORT);
-      this.listeners.set(spec.instanceId, { listener, controlSocketPath: spec.controlSocketPath });
-      this.ports.chown(listener.path, uid, uid);
-      chmodSync(listener.path, 0o600);
+      how.prepareJail?.(layout, uid);
+      if (how.listenGuest) {
+        const listener = listenHybridVsock(layout.vsockUds, HOST_LISTEN_PORT);
+        this.listeners.set(spec.instanceId, { listener, controlSocketPath: spec.controlSocketPath });
+        this.ports.chown(listener.path, uid, uid);
+        chmodSync(listener.path, 0o600);
+      }
       rmSync(spec.controlSocketPath, { force: true });
       symlinkSync(layout.vsockUds, spec.controlSocketPath);
       const argv = jailerArgv({
@@ -185,7 +214,7 @@ export class FirecrackerDriver implements VmmDriver {
         netns: spec.netns,
         limits: cgroupLimits(spec.vcpus, spec.memoryMiB, this.overheadMiB, this.pidsMax),
         parentCgroup: this.parentCgroup,
-        fsizeBytes: writableDiskBytes(spec),
+        fsizeBytes: Math.max(writableDiskBytes(spec), snapshotMemoryBytes(spec)),
       });
       const fd = openSync(spec.consoleLogPath, "a");
       try {
@@ -196,11 +225,9 @@ export class FirecrackerDriver implements VmmDriver {
         closeSync(fd);
       }
       await this.waitForApiSocket(spec, layout, proc);
-      const api = this.ports.api(layout.apiSocket, this.apiTimeoutMs);
-      for (const r of preBootRequests(spec)) await api.put(r.path, r.body);
-      await api.put("/actions", actionBody("InstanceStart"));
+      await how.configure(this.ports.api(layout.apiSocket, this.apiTimeoutMs));
       const st = await readProcStat(proc.pid);
-      if (!st) throw vmmError(`Firecracker for ${spec.instanceId} vanished right after InstanceStart`);
+      if (!st) throw vmmError(`Firecracker for ${spec.instanceId} vanished right after it was configured`);
       return { instanceId: spec.instanceId, pid: proc.pid, startTime: st.startTime };
     } catch (e) {
       if (proc && proc.exitCode === null && proc.signalCode === null) signalGroup(proc.pid, "SIGKILL");
@@ -281,11 +308,112 @@ export class FirecrackerDriver implements VmmDriver {
         }
       }
     }
+    await this.releaseJail(handle, layout);
+  }
+
+  /** Waits for the process to be gone, then closes its listener and removes the jail and cgroup. Throws CLEANUP_FAILED. */
+  private async releaseJail(handle: VmHandle, layout: JailLayout): Promise<void> {
     if (!(await this.waitGone(handle, KILL_WAIT_MS)))
       throw cleanupError(`Firecracker pid ${handle.pid} did not finish exiting`);
     this.closeListener(handle.instanceId);
     const left = removeJail(layout, this.cgroupDir(handle.instanceId));
     if (left.length > 0) throw cleanupError(left.join("; "));
+  }
+
+  /**
+   * `PATCH /vm {"state":"Paused"}` to the verified VM (snapshot-support.md "Pausing the
+   * microVM": successive calls keep it paused, so this is idempotent). Throws
+   * VMM_CONTROL_FAILED (subsystem firecracker-api, Firecracker's fault_message in
+   * `facts.faultMessage`) when the process is not the VM's or Firecracker does not confirm.
+   */
+  async pause(handle: VmHandle): Promise<void> {
+    await this.setRunState(handle, "Paused");
+  }
+
+  /** `PATCH /vm {"state":"Resumed"}`; resuming a running VM is ignored by Firecracker (idempotent). Errors as pause. */
+  async resume(handle: VmHandle): Promise<void> {
+    await this.setRunState(handle, "Resumed");
+  }
+
+  private async setRunState(handle: VmHandle, state: VmRunState): Promise<void> {
+    if (!(await this.isAlive(handle)))
+      throw controlError(`Firecracker pid ${handle.pid} of ${handle.instanceId} is not running; cannot set ${state}`);
+    const api = this.ports.api(this.layout(handle.instanceId).apiSocket, this.apiTimeoutMs);
+    await api.patch("/vm", vmStateBody(state)).catch((e) => {
+      throw asControlFailure(e, `PATCH /vm ${state}`);
+    });
+  }
+
+  /**
+   * Suspends the verified VM into `snapshotDir` (issue 21): pause, `PUT /snapshot/create`
+   * (Full, into the jail's JAIL_SNAPSHOT_DIR: the chrooted Firecracker can write nowhere else;
+   * the request returns once the files are written), then the files are fsync'd and hard-linked
+   * into `snapshotDir` read-only and owned by the agent (snapshotFs.ts), the placement's
+   * writable disks are fsync'd (the snapshot's device state expects their content), and the
+   * process is ended (SIGKILL to the verified group: the state is saved, a paused guest cannot
+   * shut down) and its jail removed. The compat descriptor carries the version GET /version
+   * reported. On a failure before the files are collected the VM stays paused and running (the
+   * agent may resume or stop it); errors: VMM_CONTROL_FAILED, CLEANUP_FAILED.
+   */
+  async suspend(handle: VmHandle, spec: VmSpec, snapshotDir: string): Promise<VmSnapshot> {
+    if (handle.instanceId !== spec.instanceId)
+      throw controlError(`suspend: handle ${handle.instanceId} is not the VM of spec ${spec.instanceId}`);
+    if (!isAbsolute(snapshotDir)) throw controlError(`suspend: snapshot directory ${snapshotDir} is not absolute`);
+    await this.pause(handle);
+    const layout = this.layout(handle.instanceId);
+    let version: string;
+    let bytes: number;
+    try {
+      const api = this.ports.api(layout.apiSocket, this.snapshotTimeoutMs);
+      version = await firecrackerVersion(api);
+      makeJailSnapshotDir(layout, statSync(layout.root).uid, this.ports.chown);
+      await api.put("/snapshot/create", snapshotCreateBody());
+      bytes = collectSnapshot(layout, snapshotDir, AGENT_OWNER, this.ports.chown);
+      for (const disk of writableDisks(spec)) fsyncPath(disk);
+    } catch (e) {
+      throw asControlFailure(e, `suspend of ${handle.instanceId}`);
+    }
+    if (await this.isAlive(handle)) signalGroup(handle.pid, "SIGKILL");
+    await this.releaseJail(handle, layout);
+    return { dir: snapshotDir, driver: this.name, compat: snapshotCompat(spec, version, this.host()), bytes };
+  }
+
+  /**
+   * Starts Firecracker for the new `spec` from `snapshot` (issue 21), jailed like start: refuses
+   * SNAPSHOT_INCOMPATIBLE, before spawning anything, a snapshot of another driver or whose
+   * machine, devices or host differ from snapshotCompat(spec), and after spawning (GET /version)
+   * one of another Firecracker version. The snapshot files are hard-linked read-only into the new
+   * jail (never changed), then `PUT /snapshot/load` with a File memory backend (MAP_PRIVATE:
+   * copy-on-write, so forks share one snapshot), the new TAP through network_overrides and
+   * resume_vm. No port-1025 listener: the restored guest's vsock connections are reset
+   * (snapshot-support.md "Vsock device reset") while its listeners stay, so connectControl dials
+   * guest port 1024 as for adoption. Other failures as start (VMM_START_FAILED, CLEANUP_FAILED).
+   */
+  async restore(spec: VmSpec, snapshot: VmSnapshot): Promise<VmHandle> {
+    if (snapshot.driver !== this.name)
+      throw incompatible(`snapshot written by driver ${snapshot.driver}, not ${this.name}`, ["driver"]);
+    const host = this.host();
+    const early = compatDifferences(snapshot.compat, snapshotCompat(spec, "", host), [COMPAT_VERSION_KEY]);
+    if (early.length > 0) throw incompatible(`snapshot does not fit ${spec.instanceId}`, early);
+    if (!isAbsolute(snapshot.dir)) throw vmmError(`snapshot directory ${snapshot.dir} is not absolute`);
+    return this.launch(spec, {
+      listenGuest: false,
+      prepareJail: (layout, uid) => linkSnapshotIntoJail(layout, snapshot.dir, uid),
+      configure: async (api) => {
+        const version = await firecrackerVersion(api);
+        const diff = compatDifferences(snapshot.compat, snapshotCompat(spec, version, host));
+        if (diff.length > 0) throw incompatible(`snapshot was written by another Firecracker than ${version}`, diff);
+        await this.ports
+          .api(this.layout(spec.instanceId).apiSocket, this.snapshotTimeoutMs)
+          .put("/snapshot/load", snapshotLoadBody(spec));
+      },
+    });
+  }
+
+  /** The host facts of compat descriptors, read once (/proc/cpuinfo's first model name, process.arch). */
+  private host(): SnapshotHost {
+    this.hostFacts ??= { cpuModel: hostCpuModel(), arch: process.arch };
+    return this.hostFacts;
   }
 
   /**

@@ -58,7 +58,8 @@ export function jailIdsInUse(jailsDir: string, range: IdRange, exceptId: string)
   return used;
 }
 
-function link(src: string, dst: string): void {
+/** Hard-links `src` to `dst` (never a copy). Throws VMM_START_FAILED, naming EXDEV's cause, when the link fails. */
+export function hardLink(src: string, dst: string): void {
   try {
     linkSync(src, dst);
   } catch (e) {
@@ -67,7 +68,7 @@ function link(src: string, dst: string): void {
       err.code === "EXDEV"
         ? " (different file systems: the image cache, allocation dirs and the chroot base must share one)"
         : "";
-    throw vmmError(`cannot hard-link ${src} into the jail: ${err.code ?? err.message}${why}`);
+    throw vmmError(`cannot hard-link ${src} to ${dst}: ${err.code ?? err.message}${why}`);
   }
 }
 
@@ -92,14 +93,14 @@ export function buildJail(layout: JailLayout, spec: VmSpec, uid: number, gid: nu
   mkdirSync(join(layout.root, "run"), { recursive: true, mode: 0o755 });
   chown(layout.root, uid, gid);
   chown(join(layout.root, "run"), uid, gid);
-  link(spec.kernelPath, hostPath(layout.root, JAIL_FILES.kernel));
-  if (spec.initrdPath) link(spec.initrdPath, hostPath(layout.root, JAIL_FILES.initrd));
+  hardLink(spec.kernelPath, hostPath(layout.root, JAIL_FILES.kernel));
+  if (spec.initrdPath) hardLink(spec.initrdPath, hostPath(layout.root, JAIL_FILES.initrd));
   const ext4 = rootFormat(spec.rootDiskPath) === "ext4";
   const rootInJail = hostPath(layout.root, ext4 ? JAIL_FILES.rootExt4 : JAIL_FILES.rootSquashfs);
-  link(spec.rootDiskPath, rootInJail);
+  hardLink(spec.rootDiskPath, rootInJail);
   if (ext4) chown(rootInJail, uid, gid);
   const scratchInJail = hostPath(layout.root, JAIL_FILES.scratch);
-  link(scratch, scratchInJail);
+  hardLink(scratch, scratchInJail);
   chown(scratchInJail, uid, gid);
 }
 

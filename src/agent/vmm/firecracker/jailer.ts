@@ -139,7 +139,10 @@ export interface JailerArgs {
   limits: CgroupLimits;
   /** Parent cgroup (relative to the cgroup v2 root). */
   parentCgroup: string;
-  /** RLIMIT_FSIZE, bytes: the largest disk Firecracker writes (spec "Start": file-size limits sized to the ephemeral disk). */
+  /**
+   * RLIMIT_FSIZE, bytes: the largest file Firecracker writes, a writable disk (spec "Start": file-size
+   * limits sized to the ephemeral disk) or the memory file of a suspend (all guest RAM, issue 21).
+   */
   fsizeBytes: number;
 }
 
