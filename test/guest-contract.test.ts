@@ -24,6 +24,8 @@ import { connectionPublicKeyOf, signConnectionDocument } from "../src/protocol/c
 import { GUEST_CONTROL_PORT } from "../src/protocol/control.ts";
 import { BeachballError } from "../src/protocol/errors.ts";
 import {
+  type ClockMessage,
+  GUEST_CLOCK_STEP_MS,
   GUEST_CMDLINE_KEYS,
   GuestToHost,
   HostToGuest,
@@ -323,6 +325,31 @@ describe("beachball-guest after a restore (restored, src/protocol/guestRestored.
       await g.send(good);
       expect(await g.next("guest_ready", 4)).toEqual(ready);
       expect(count(g.stderr, /restored: entropy: /)).toBe(1);
+      await g.send({ type: "shutdown" });
+      await g.next("shutting_down");
+      expect(await g.exited).toBe(0);
+      expect(g.invalid).toEqual([]);
+    } finally {
+      await g.close();
+    }
+  }, 120_000);
+
+  test("clock: a wall clock more than GUEST_CLOCK_STEP_MS away is stepped to (recorded in test mode), a near one is not; no answer; out-of-bounds ignored", async () => {
+    const g = new GuestUnderTest("clock");
+    try {
+      await g.next("guest_ready");
+      await g.send({ type: "ready_ack" });
+      const near: ClockMessage = { type: "clock", wallClockMs: Date.now() + GUEST_CLOCK_STEP_MS / 4 };
+      const far: ClockMessage = { type: "clock", wallClockMs: Date.now() + 45_000 };
+      const outside = { type: "clock", wallClockMs: 0 };
+      for (const m of [near, far]) expect(Value.Check(HostToGuest, m)).toBe(true);
+      expect(Value.Check(HostToGuest, outside)).toBe(false);
+      for (const m of [near, outside, far]) await g.send(JSON.stringify(m) + "\n");
+      await g.send({ type: "ping", id: "after-clock" });
+      expect((await g.next("pong")).id).toBe("after-clock");
+      await g.until(() => /clock stepped by 4\d\.\d+s to the host's/.test(g.stderr), "the clock step's console line");
+      expect(count(g.stderr, /clock stepped by/)).toBe(1);
+      expect(g.messages.map((m) => m.type)).toEqual(["guest_ready", "pong"]);
       await g.send({ type: "shutdown" });
       await g.next("shutting_down");
       expect(await g.exited).toBe(0);

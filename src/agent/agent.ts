@@ -167,6 +167,7 @@ export class Agent {
       isolation: ports.isolation,
       timers,
       random: ports.random,
+      clock,
       guestBootTimeoutMs: settings.guestBootTimeoutMs,
       ...(settings.controlVerificationKeys
         ? { controlVerificationKeys: controlConfigMessage(settings.controlVerificationKeys).verificationKeys }

@@ -8,6 +8,7 @@
  * Must never: log, persist or re-send payload bytes.
  */
 import {
+  GUEST_CLOCK_SYNC_INTERVAL_MS,
   NdjsonDecoder,
   encodeGuestMessage,
   type GuestIdentity,
@@ -16,6 +17,7 @@ import {
 } from "../protocol/guest.ts";
 import type { GuestChannel } from "./vmm/driver.ts";
 import { systemTimers, type Timers } from "./ports.ts";
+import type { Clock } from "../protocol/clock.ts";
 import { controlConfigMessage } from "./guestControlConfig.ts";
 
 /** Result of a delivery to the guest. */
@@ -34,6 +36,7 @@ export class GuestSession {
   private readonly waiters = new Set<Waiter>();
   private closed = false;
   private pings = 0;
+  private stopClock: (() => void) | null = null;
   /** Called with the workload's exit code. */
   onWorkloadExit: (code: number) => void = () => {};
   /** Called once when the channel closes. */
@@ -159,6 +162,21 @@ export class GuestSession {
     this.send(controlConfigMessage(keys));
   }
 
+  /**
+   * Sends the host's wall clock (`clock`, `clock.wallMs()` ms since the epoch) now and every
+   * GUEST_CLOCK_SYNC_INTERVAL_MS until the channel closes, so the guest's clock (which the control
+   * service checks grant freshness on) never drifts far from the host's. A second call replaces the first.
+   */
+  keepClock(clock: Clock): void {
+    this.stopClock?.();
+    const tick = () => {
+      if (this.closed) this.stopClock?.();
+      else this.send({ type: "clock", wallClockMs: Math.round(clock.wallMs()) });
+    };
+    this.stopClock = this.timers.every(GUEST_CLOCK_SYNC_INTERVAL_MS, tick);
+    tick();
+  }
+
   /** Asks the guest to sync and power off. */
   shutdown(): void {
     this.send({ type: "shutdown" });
@@ -168,5 +186,7 @@ export class GuestSession {
   close(): void {
     if (!this.closed) this.channel.close();
     this.closed = true;
+    this.stopClock?.();
+    this.stopClock = null;
   }
 }

@@ -28,6 +28,7 @@ import { GuestSession } from "./guestSession.ts";
 import type { IsolationPort } from "./isolation/isolationPort.ts";
 import type { ImagePort } from "./image/imagePort.ts";
 import type { AgentRandom, Timers } from "./ports.ts";
+import type { Clock } from "../protocol/clock.ts";
 import { AgentError } from "./errors.ts";
 
 /** The ports and settings placement work runs with. */
@@ -52,6 +53,8 @@ export interface PlacementContext {
    * the guest's control service stays GUEST_NOT_READY.
    */
   controlVerificationKeys?: Readonly<Record<string, string>>;
+  /** The agent's clock: its wall time goes to every ready guest as `clock` (GuestSession.keepClock); absent: none is sent. */
+  clock?: Clock;
   /**
    * Pushes workload output to the scheduler (logs/shipper.ts): `settle` stores
    * the output up to the job's exit marker before the exit code is reported;
@@ -238,6 +241,7 @@ export async function startPlacement(
     });
   }
   if (ctx.controlVerificationKeys) session.configureControl(ctx.controlVerificationKeys);
+  if (ctx.clock) session.keepClock(ctx.clock);
   if (!(await session.ping(10_000))) {
     session.close();
     throw new AgentError("GUEST_BOOT_TIMEOUT", "guest did not answer the ping", { subsystem: "guest" });
@@ -272,6 +276,7 @@ export async function adoptPlacement(
     ctx.driver.forgetBootSecrets({ dir: p.dir }); // an agent that died between launch and GuestReady left it
     // This agent's keys replace whatever an earlier agent process configured (the keys change only with agent.json).
     if (ctx.controlVerificationKeys) session.configureControl(ctx.controlVerificationKeys);
+    if (ctx.clock) session.keepClock(ctx.clock);
     return session;
   }
   session.close();

@@ -9,7 +9,7 @@
  */
 import { type Static, Type } from "@sinclair/typebox";
 import { ControlConfigMessage } from "./control.ts";
-import { RestoredMessage } from "./guestRestored.ts";
+import { MAX_RESTORE_WALL_CLOCK_MS, MIN_RESTORE_WALL_CLOCK_MS, RestoredMessage } from "./guestRestored.ts";
 
 /** Upper bound of one NDJSON line in bytes (a 1 MiB payload in base64 plus framing fits). */
 export const MAX_GUEST_LINE_BYTES = 2 * 1024 * 1024;
@@ -58,6 +58,30 @@ export const GuestToHost = Type.Union([
 /** Messages the guest sends to the host. */
 export type GuestToHost = Static<typeof GuestToHost>;
 
+/**
+ * How often the agent sends its wall clock (`clock`) to a connected guest, ms. A guest clock can fall
+ * behind by many seconds a minute when its vCPU is starved (TCG on a loaded host; measured: past the
+ * 30 s grant skew within 7 minutes), and the control service checks grant freshness on that clock.
+ */
+export const GUEST_CLOCK_SYNC_INTERVAL_MS = 30_000;
+/** How far the guest's wall clock may be from a `clock` message before the guest steps it, ms. */
+export const GUEST_CLOCK_STEP_MS = 1_000;
+
+/**
+ * The host's wall clock for the guest to follow (sent once the guest is ready, then every
+ * GUEST_CLOCK_SYNC_INTERVAL_MS): the guest steps CLOCK_REALTIME when it is off by more than
+ * GUEST_CLOCK_STEP_MS. No answer. The same bounds as a restore's wall clock.
+ */
+export const ClockMessage = Type.Object(
+  {
+    type: Type.Literal("clock"),
+    wallClockMs: Type.Integer({ minimum: MIN_RESTORE_WALL_CLOCK_MS, maximum: MAX_RESTORE_WALL_CLOCK_MS }),
+  },
+  closed,
+);
+/** The host's wall clock for the guest to follow. */
+export type ClockMessage = Static<typeof ClockMessage>;
+
 /** Messages the host sends to the guest, as a TypeBox schema (see GuestToHost). */
 export const HostToGuest = Type.Union([
   Type.Object({ type: Type.Literal("ready_ack") }, closed),
@@ -78,6 +102,8 @@ export const HostToGuest = Type.Union([
   ControlConfigMessage,
   /** First to a restored VM: its new identity, entropy and wall clock (src/protocol/guestRestored.ts). */
   RestoredMessage,
+  /** The host's wall clock, periodically (GUEST_CLOCK_SYNC_INTERVAL_MS). */
+  ClockMessage,
 ]);
 /** Messages the host sends to the guest. */
 export type HostToGuest = Static<typeof HostToGuest>;

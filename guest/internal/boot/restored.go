@@ -24,51 +24,58 @@ const priorWorkloadRuns = "the workload of the payload consumed before the resto
 // generation of the same allocation is ignored. With payloadAllowed, a payload consumed before
 // the restore no longer refuses a new one.
 func (s *Session) restored(m wire.HostMessage) {
+	// While a workload runs the console between its JOB markers is its own (as for control_config): a VM
+	// resumed mid-workload writes none of these lines there.
+	s.mu.Lock()
+	cur, quiet := s.Identity, s.priorWorkloadRunning()
+	s.mu.Unlock()
+	say := func(line string) {
+		if !quiet {
+			console.Line(line)
+		}
+	}
 	r, err := restore.Parse(m)
 	if err != nil {
-		console.Line("beachball-guest: restored ignored: " + err.Error())
+		say("beachball-guest: restored ignored: " + err.Error())
 		return
 	}
-	s.mu.Lock()
-	cur := s.Identity
-	s.mu.Unlock()
 	if r.Identity == cur {
 		s.Send(s.Ready())
 		return
 	}
 	if r.Identity.AllocationID == cur.AllocationID && r.Identity.Generation < cur.Generation {
-		console.Line(fmt.Sprintf("beachball-guest: restored ignored: generation %d is older than this guest's %d",
+		say(fmt.Sprintf("beachball-guest: restored ignored: generation %d is older than this guest's %d",
 			r.Identity.Generation, cur.Generation))
 		return
 	}
 	fx := s.Restore
 	if fx.System == nil {
-		console.Line("beachball-guest: restored refused: this guest has no way to re-seed its entropy")
+		say("beachball-guest: restored refused: this guest has no way to re-seed its entropy")
 		return
 	}
 	how, err := fx.System.AddEntropy(r.Entropy)
 	if err != nil {
-		console.Line("beachball-guest: restored refused: the kernel's entropy was not re-seeded: " + err.Error())
+		say("beachball-guest: restored refused: the kernel's entropy was not re-seeded: " + err.Error())
 		return
 	}
-	console.Line("beachball-guest: restored: entropy: " + how)
+	say("beachball-guest: restored: entropy: " + how)
 	was, to := time.Now(), time.UnixMilli(r.WallClockMs)
 	if err := fx.System.StepClock(to); err != nil {
-		console.Line("beachball-guest: restored: clock not stepped: " + err.Error())
+		say("beachball-guest: restored: clock not stepped: " + err.Error())
 	} else {
-		console.Line(fmt.Sprintf("beachball-guest: restored: clock stepped to %s (by %s)",
+		say(fmt.Sprintf("beachball-guest: restored: clock stepped to %s (by %s)",
 			to.UTC().Format(time.RFC3339Nano), to.Sub(was).Round(time.Millisecond)))
 	}
 	if r.Network != nil {
 		if fx.Net == nil {
-			console.Line("beachball-guest: restored: network fields ignored: no network configurer in this guest")
+			say("beachball-guest: restored: network fields ignored: no network configurer in this guest")
 		} else if err := fx.Net.Apply(*r.Network); err != nil {
-			console.Line("beachball-guest: restored: network not configured: " + err.Error())
+			say("beachball-guest: restored: network not configured: " + err.Error())
 		}
 	}
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {
-		console.Line("beachball-guest: restored refused: no boot ID: " + err.Error())
+		say("beachball-guest: restored refused: no boot ID: " + err.Error())
 		return
 	}
 	if fx.Control != nil {
@@ -81,7 +88,7 @@ func (s *Session) restored(m wire.HostMessage) {
 	}
 	ready := wire.NewGuestReady(s.Identity, s.BootID, Version)
 	s.mu.Unlock()
-	console.Line(fmt.Sprintf("beachball-guest: restored as %s generation %d (placement %s)",
+	say(fmt.Sprintf("beachball-guest: restored as %s generation %d (placement %s)",
 		r.Identity.AllocationID, r.Identity.Generation, r.Identity.PlacementID))
 	s.Send(ready)
 }

@@ -116,6 +116,8 @@ func (s *Session) Handle(line []byte) {
 		go s.shutdown()
 	case "restored":
 		s.restored(m)
+	case "clock":
+		s.clock(m)
 	}
 }
 
