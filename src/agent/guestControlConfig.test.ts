@@ -5,7 +5,8 @@
  * a guest gets the deployment's connection verification keys once it is
  * ready; a restarted agent with other keys hands them to the VM it adopts;
  * a deployment with no keys sends nothing; keys the schema refuses stop the
- * agent at start with a clear message.
+ * agent at start with a clear message. Also `clock` (GuestSession.keepClock):
+ * sent to a ready guest and again to the VM a restarted agent adopts.
  */
 import { afterAll, expect, test } from "bun:test";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -13,6 +14,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { AgentCommand, PollResponse } from "../protocol/agent.ts";
 import { MAX_CONTROL_VERIFICATION_KEYS } from "../protocol/control.ts";
+import { GUEST_CLOCK_SYNC_INTERVAL_MS } from "../protocol/guest.ts";
 import { connectionPublicKeyOf } from "../protocol/connectionSignature.ts";
 import { Agent, type AgentPorts } from "./agent.ts";
 import { controlConfigMessage, controlConfigProblem } from "./guestControlConfig.ts";
@@ -136,6 +138,29 @@ test("keys that change with an agent restart reach the VM the new agent adopts",
   expect(second.log.lines.some((l) => l.includes("adopted a running VM"))).toBe(true);
   const [vm] = host.running();
   expect(vm!.controlConfigs).toEqual([{ "conn-1": key(1) }, rotated]);
+  await stop(second.agent);
+});
+
+test("the agent's wall clock reaches a ready guest and, after a restart, the VM the new agent adopts (clock)", async () => {
+  const { tl, host, incarnation, exchange, run, stop } = rig("clock");
+  const first = await incarnation();
+  await run(first);
+  const [vm] = host.running();
+  expect(vm!.clocks).toHaveLength(1);
+  expect(Math.abs(vm!.clocks[0]! - tl.clock.wallMs())).toBeLessThan(5_000);
+  await tl.advance(GUEST_CLOCK_SYNC_INTERVAL_MS);
+  expect(vm!.clocks).toHaveLength(2);
+  await stop(first.agent); // a graceful stop leaves the VM running
+  const sentByFirst = vm!.clocks.length;
+  const second = await incarnation();
+  await exchange(second.channel);
+  await tl.advance(1_000);
+  await exchange(second.channel);
+  expect(second.log.lines.some((l) => l.includes("adopted a running VM"))).toBe(true);
+  expect(vm!.clocks.length).toBeGreaterThan(sentByFirst);
+  const age = tl.clock.wallMs() - vm!.clocks.at(-1)!;
+  expect(age).toBeGreaterThanOrEqual(0);
+  expect(age).toBeLessThan(GUEST_CLOCK_SYNC_INTERVAL_MS);
   await stop(second.agent);
 });
 

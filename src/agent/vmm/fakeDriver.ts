@@ -63,6 +63,8 @@ export interface FakeVm {
   readonly consumed: Map<string, string>;
   /** The `verificationKeys` of every `control_config` the guest received, oldest first (the newest is in force). */
   readonly controlConfigs: Record<string, string>[];
+  /** The `wallClockMs` of every `clock` the guest received, oldest first. */
+  readonly clocks: number[];
 }
 
 interface GuestEnd {
@@ -116,6 +118,7 @@ export class FakeVmHost {
       state: "booting",
       consumed: new Map(),
       controlConfigs: [],
+      clocks: [],
     };
     this.vms.set(vm.instanceId, vm);
     this.onLaunch(vm);
@@ -245,6 +248,9 @@ export class FakeVmHost {
       }
       case "control_config":
         vm.controlConfigs.push({ ...(m["verificationKeys"] as Record<string, string>) });
+        break;
+      case "clock":
+        vm.clocks.push(m["wallClockMs"] as number);
         break;
       default:
     }
