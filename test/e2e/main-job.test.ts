@@ -370,9 +370,10 @@ d("main job end to end (real QEMU)", () => {
     expect(err.data?.["exitReason"]).toBe("KERNEL_PANIC");
     const consoleTail = String(err.data?.["consoleTail"]);
     expect(consoleTail).toContain("Kernel panic - not syncing: sysrq triggered crash");
-    // A frame of the call trace survives the tail's elision (Debian's 6.1.192 kernel prints more "?" frames,
-    // which push sysrq_handle_crash into the elided part; __handle_sysrq is near the trace's end in both).
-    expect(consoleTail).toMatch(/sysrq_handle_crash|__handle_sysrq/);
+    // The frame that says where the kernel died survives: the tail leaves out the unreliable "?" frames, which
+    // on Debian's 6.1.192 kernel once pushed it out of the character bound (guestExit.ts, UNRELIABLE_FRAME).
+    expect(consoleTail).toContain("sysrq_handle_crash");
+    expect(consoleTail).not.toMatch(/\]\s+\? /);
     expect(consoleTail).not.toContain("sysrq-trigger");
     expect(consoleTail).not.toContain(nonce);
     expect(events.map((e) => e.type)).toContain("bootstrap.consumed");

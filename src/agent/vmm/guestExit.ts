@@ -20,7 +20,16 @@
 import { closeSync, fstatSync, openSync, readSync } from "node:fs";
 import { GUEST_CMDLINE_KEYS, JOB_EXIT_MARKER, JOB_START_MARKER } from "../../protocol/guest.ts";
 import { MAX_CONSOLE_TAIL_CHARS, type VmExit, type VmExitReason } from "../../protocol/agent.ts";
-import { consoleLines, KERNEL_LINE, kernelLines, keyLineKind, OOM, PANIC, POWEROFF } from "./kernelLines.ts";
+import {
+  consoleLines,
+  KERNEL_LINE,
+  kernelLines,
+  keyLineKind,
+  OOM,
+  PANIC,
+  POWEROFF,
+  UNRELIABLE_FRAME,
+} from "./kernelLines.ts";
 
 /** How much of the console's end is read to classify an exit, bytes. */
 export const CONSOLE_SCAN_BYTES = 64 * 1024;
@@ -98,18 +107,23 @@ function keyLineIndexes(lines: readonly string[]): number[] {
   return chosen.sort((a, b) => a - b);
 }
 
-/** The lines at `indexes` (ascending) of `lines`, one per line, `[...]` wherever lines between them were left out. */
-function compose(lines: readonly string[], indexes: readonly number[]): string {
+/**
+ * The lines at `indexes` (ascending) of `lines`, one per line, `[...]` wherever lines between them were left
+ * out; `positions[i]` is line i's place among the console's tail-worthy lines (a gap there was left out too).
+ */
+function compose(lines: readonly string[], positions: readonly number[], indexes: readonly number[]): string {
   const out: string[] = [];
   indexes.forEach((i, n) => {
-    if (n > 0 && i !== indexes[n - 1]! + 1) out.push(ELIDED);
+    if (n > 0 && positions[i] !== positions[indexes[n - 1]!]! + 1) out.push(ELIDED);
     out.push(lines[i]!);
   });
   return out.join("\n");
 }
 
 /**
- * The observation's tail: kernel lines and job markers only, every
+ * The observation's tail: kernel lines and job markers only, but no
+ * unreliable stack frame (UNRELIABLE_FRAME: each run of them is one `[...]`,
+ * so their room goes to the frames that say where the kernel died), every
  * occurrence of `secrets` and any bootstrap nonce argument replaced by
  * `[redacted]`, each line cut to MAX_TAIL_LINE_CHARS. It holds as many of
  * the last lines as fit in MAX_TAIL_LINES lines and MAX_CONSOLE_TAIL_CHARS
@@ -121,8 +135,13 @@ function compose(lines: readonly string[], indexes: readonly number[]): string {
 export function redactedConsoleTail(consoleText: string, secrets: readonly string[]): string {
   const nonceArg = new RegExp(`${GUEST_CMDLINE_KEYS.nonce.replaceAll(".", "\\.")}=\\S+`, "g");
   const kept: string[] = [];
+  const positions: number[] = [];
+  let position = -1;
   for (const line of consoleLines(consoleText)) {
     if (!KERNEL_LINE.test(line) && !line.startsWith(JOB_START_MARKER) && !line.startsWith(JOB_EXIT_MARKER)) continue;
+    position++;
+    if (UNRELIABLE_FRAME.test(line)) continue;
+    positions.push(position);
     let clean = line.replace(nonceArg, `${GUEST_CMDLINE_KEYS.nonce}=[redacted]`);
     for (const s of secrets) if (s.length >= 8) clean = clean.replaceAll(s, "[redacted]");
     kept.push(clean.slice(0, MAX_TAIL_LINE_CHARS));
@@ -137,10 +156,10 @@ export function redactedConsoleTail(consoleText: string, secrets: readonly strin
   while (
     start > 0 &&
     kept.length - (start - 1) <= MAX_TAIL_LINES &&
-    compose(kept, indexesFrom(start - 1)).length <= MAX_CONSOLE_TAIL_CHARS
+    compose(kept, positions, indexesFrom(start - 1)).length <= MAX_CONSOLE_TAIL_CHARS
   )
     start--;
-  return compose(kept, indexesFrom(start));
+  return compose(kept, positions, indexesFrom(start));
 }
 
 /** The diagnosis of an exit: reason and redacted tail (see above). */
