@@ -25,11 +25,13 @@
  * as lines on stderr elsewhere. Must never: print or log a private key.
  */
 import { resolve } from "node:path";
+import type { ArgDef } from "citty";
 import { consola } from "consola";
 import { pickGuestBinary } from "../image/bbBinary.ts";
 import { UsageError } from "../command/run.ts";
 import { imageErrorCode } from "../image/errors.ts";
 import { command } from "../command/define.ts";
+import { flagValues } from "../command/argv.ts";
 import { progress } from "../command/terminal.ts";
 import { integerFlag } from "../command/values.ts";
 
@@ -79,17 +81,6 @@ const devBuild = command({
     }
   },
 });
-
-/** Values of a repeatable `--name V` / `--name=V` flag (citty keeps only the last). */
-export function repeatedFlag(rawArgs: string[], name: string): string[] {
-  const out: string[] = [];
-  for (let i = 0; i < rawArgs.length; i++) {
-    const a = rawArgs[i]!;
-    if (a === `--${name}` && i + 1 < rawArgs.length) out.push(rawArgs[++i]!);
-    else if (a.startsWith(`--${name}=`)) out.push(a.slice(name.length + 3));
-  }
-  return out;
-}
 
 /**
  * Prints an error and sets the exit code 1. A UsageError is rethrown, so
@@ -180,9 +171,9 @@ const verify = command({
     "bb image verify --trusted-key op.key.pub .bb/images/myimg",
     "bb image verify --trusted-key op.key.pub --trusted-key old.key.pub --json .bb/images/myimg",
   ],
-  async run({ args, rawArgs }) {
+  async run({ args, rawArgs, cmd }) {
     try {
-      const keyArgs = repeatedFlag(rawArgs, "trusted-key");
+      const keyArgs = flagValues(rawArgs, cmd.args as Record<string, ArgDef>, "trusted-key");
       if (keyArgs.length === 0) throw usage("at least one --trusted-key is required");
       const { readManifestFile, readPublicKeyArg } = await import("../image/keyFile.ts");
       const { verifyManifestSignature } = await import("../image/signing.ts");

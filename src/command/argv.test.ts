@@ -4,7 +4,7 @@
  */
 import { describe, expect, test } from "bun:test";
 import type { ArgDef } from "citty";
-import { closest, parseArgv } from "./argv.ts";
+import { closest, flagValues, parseArgv } from "./argv.ts";
 import { placeholder } from "./define.ts";
 import { UsageError } from "./run.ts";
 import { integerFlag, httpUrlValue } from "./values.ts";
@@ -77,6 +77,30 @@ describe("parseArgv", () => {
     expect(closest("--lisen", ["--listen", "--data-dir"])).toBe("--listen");
     expect(closest("--dat", ["--listen", "--data-dir"])).toBe("--data-dir");
     expect(closest("--zzzzzz", ["--listen"])).toBeNull();
+  });
+});
+
+describe("flagValues", () => {
+  const EXEC: Record<string, ArgDef> = {
+    allocation: { type: "positional", required: true },
+    env: { type: "string", alias: "e" },
+    user: { type: "string" },
+    tty: { type: "boolean", alias: "t" },
+  };
+  test("every value of a repeated flag in order, in each form; words after -- and other flags' values never count", () => {
+    const argv = ["a1", "-e", "A=1", "--env", "B=2", "--env=C=3=x", "--user", "-e", "-t", "--", "grep", "-e", "D=4"];
+    expect(flagValues(argv, EXEC, "env", true)).toEqual(["A=1", "B=2", "C=3=x"]);
+    expect(parseArgv(argv, EXEC, true)).toMatchObject({
+      env: "C=3=x",
+      user: "-e",
+      tty: true,
+      _: ["grep", "-e", "D=4"],
+    });
+    expect(flagValues(["a1"], EXEC, "env", true)).toEqual([]);
+  });
+  test("the same words fail the same way as parseArgv", () => {
+    expect(usage(() => flagValues(["a1", "--env"], EXEC, "env"))).toBe("--env needs a value");
+    expect(usage(() => flagValues(["a1", "--envv", "x"], EXEC, "env"))).toContain("did you mean --env?");
   });
 });
 

@@ -9,7 +9,8 @@
  * Accepted forms: `--name value`, `--name=value`, `--switch`,
  * `--switch=true|false`, `--no-switch`, a one-letter alias `-x`, `--`
  * (everything after it is an argument). A repeated flag keeps its last
- * value (commands that take several read `rawArgs`).
+ * value; a command that takes several reads them all with flagValues,
+ * which parses the same words the same way.
  *
  * Lower layer. Must never: print; it returns the parsed arguments or
  * throws UsageError.
@@ -60,6 +61,30 @@ function isFlagToken(token: string): boolean {
  * argument at fault.
  */
 export function parseArgv(argv: readonly string[], args: Record<string, ArgDef>, variadic = false): ParsedArgv {
+  return scanArgv(argv, args, variadic).out;
+}
+
+/**
+ * Every value of the string flag `name`, in the order given (`--name V`, `--name=V` or its alias): a
+ * repeatable flag such as `bb exec --env`. Words after `--` and values of other flags never count. Parses
+ * `argv` as parseArgv does, so it throws the same UsageError for the same bad words.
+ */
+export function flagValues(
+  argv: readonly string[],
+  args: Record<string, ArgDef>,
+  name: string,
+  variadic = false,
+): string[] {
+  return scanArgv(argv, args, variadic).all.get(name) ?? [];
+}
+
+/** parseArgv's work: the parsed arguments, and every value each string flag was given. */
+function scanArgv(
+  argv: readonly string[],
+  args: Record<string, ArgDef>,
+  variadic: boolean,
+): { out: ParsedArgv; all: Map<string, string[]> } {
+  const all = new Map<string, string[]>();
   const flags = new Map<string, { name: string; def: ArgDef }>();
   const positionals: { name: string; def: ArgDef }[] = [];
   for (const [name, def] of Object.entries(args)) {
@@ -121,6 +146,7 @@ export function parseArgv(argv: readonly string[], args: Record<string, ArgDef>,
     if (def.type === "enum" && def.options && !def.options.includes(v))
       throw new UsageError(`${flag} must be one of ${def.options.join(", ")} (got ${JSON.stringify(v)})`);
     out[name] = v;
+    all.set(name, [...(all.get(name) ?? []), v]);
   }
   for (const { name, def } of positionals) {
     const w = words.shift();
@@ -136,5 +162,5 @@ export function parseArgv(argv: readonly string[], args: Record<string, ArgDef>,
       out[name] = def.type === "boolean" ? Boolean(def.default) : String(def.default);
     if (out[name] === undefined && def.required) throw new UsageError(`missing required flag --${name}`);
   }
-  return out;
+  return { out, all };
 }

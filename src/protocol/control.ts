@@ -116,7 +116,11 @@ export const ExecSignal = Type.Union(
 /** Signals a client may send an exec. */
 export type ExecSignal = Static<typeof ExecSignal>;
 
-const EnvName = Type.String({ minLength: 1, maxLength: 256, pattern: "^[A-Za-z_][A-Za-z0-9_]*$" });
+/** An exec's environment variable name: a shell identifier. */
+export const EXEC_ENV_NAME_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$";
+/** Longest environment variable name of an exec, characters. */
+export const MAX_EXEC_ENV_NAME_CHARS = 256;
+const EnvName = Type.String({ minLength: 1, maxLength: MAX_EXEC_ENV_NAME_CHARS, pattern: EXEC_ENV_NAME_PATTERN });
 const Dimension = Type.Integer({ minimum: 1, maximum: MAX_PTY_DIMENSION });
 
 /** `POST /v1/execs`: exactly one of `argv` (run as is, resolved on PATH) and `shell` (run by `/bin/sh -c`). */

@@ -14,12 +14,22 @@
  * [--stderr-offset N]` copies its output from those byte offsets to its end
  * (none lost: a killed client re-attaches from the bytes it has) and exits
  * with its code. Detaching or killing the client never signals the command;
- * Ctrl-C without a PTY forwards SIGINT to it.
+ * Ctrl-C without a PTY forwards SIGINT to it. `--env/-e NAME=VALUE`
+ * (repeatable; `NAME` alone passes this shell's value) sets variables on
+ * top of the guest's minimal base.
  * Must never: print the grant or a key.
  */
-import { command } from "../command/define.ts";
+import type { ArgDef } from "citty";
+import { flagValues } from "../command/argv.ts";
+import { type BbCommand, command } from "../command/define.ts";
 import { runCli, UsageError } from "../command/run.ts";
-import type { ExecStartBody } from "../protocol/control.ts";
+import {
+  EXEC_ENV_NAME_PATTERN,
+  type ExecStartBody,
+  MAX_EXEC_ENV,
+  MAX_EXEC_ENV_NAME_CHARS,
+  MAX_EXEC_ENV_VALUE_BYTES,
+} from "../protocol/control.ts";
 import { openControl, controlArgs } from "./controlOpen.ts";
 import { exitCodeOf, followExec, runExec, type ExecIo } from "./execRun.ts";
 
@@ -36,6 +46,39 @@ function offsetFlag(v: string | undefined, flag: string): number {
   if (!/^\d{1,16}$/.test(v) || !Number.isSafeInteger(Number(v)))
     throw new UsageError(`--${flag} must be a byte offset (decimal digits)`);
   return Number(v);
+}
+
+/**
+ * The environment of an exec from its `--env` values, in order (a later NAME wins): `NAME=VALUE`, or
+ * `NAME` alone for `local[NAME]`. With a terminal, TERM is `local.TERM` (or xterm) unless given.
+ * Throws UsageError for a name that is not a shell identifier, a `NAME` unset here, more than
+ * MAX_EXEC_ENV variables, or a value over MAX_EXEC_ENV_VALUE_BYTES (the control service's bounds,
+ * src/protocol/control.ts, checked before anything is sent).
+ */
+export function execEnv(
+  values: readonly string[],
+  tty: boolean,
+  local: Record<string, string | undefined>,
+): Record<string, string> {
+  const env: Record<string, string> = {};
+  const name = new RegExp(EXEC_ENV_NAME_PATTERN);
+  for (const v of values) {
+    const eq = v.indexOf("=");
+    const key = eq < 0 ? v : v.slice(0, eq);
+    if (!name.test(key) || key.length > MAX_EXEC_ENV_NAME_CHARS)
+      throw new UsageError(
+        `--env ${JSON.stringify(v)}: the name must be a shell identifier of at most ${MAX_EXEC_ENV_NAME_CHARS} characters (NAME=VALUE)`,
+      );
+    const value = eq < 0 ? local[key] : v.slice(eq + 1);
+    if (value === undefined) throw new UsageError(`--env ${key}: ${key} is not set here (give NAME=VALUE)`);
+    if (Buffer.byteLength(value) > MAX_EXEC_ENV_VALUE_BYTES)
+      throw new UsageError(`--env ${key}: the value is over ${MAX_EXEC_ENV_VALUE_BYTES} bytes`);
+    env[key] = value;
+  }
+  if (tty && env["TERM"] === undefined) env["TERM"] = local["TERM"] || "xterm";
+  if (Object.keys(env).length > MAX_EXEC_ENV)
+    throw new UsageError(`--env: at most ${MAX_EXEC_ENV} variables (got ${Object.keys(env).length})`);
+  return env;
 }
 
 /** The terminal's size, 80x24 when stdout is not a terminal. */
@@ -72,6 +115,12 @@ export const execCommand = command({
       description: "Give the command a terminal (default: when stdin and stdout are one)",
     },
     stdin: { type: "boolean", default: true, description: "Pipe stdin to the command (--no-stdin: /dev/null)" },
+    env: {
+      type: "string",
+      alias: "e",
+      valueHint: "NAME=VALUE",
+      description: "Set an environment variable (repeatable; NAME alone passes this shell's value)",
+    },
     cwd: { type: "string", valueHint: "DIR", description: "Working directory (absolute; default: the user's home)" },
     user: {
       type: "string",
@@ -85,14 +134,16 @@ export const execCommand = command({
   variadic: "COMMAND…",
   examples: [
     "bb exec alloc_0123456789abcdef0123456789abcdef -- uname -a",
+    "bb exec -e CI=1 -e HOME=/root alloc_0123456789abcdef0123456789abcdef -- make test",
     "bb exec --detach alloc_0123456789abcdef0123456789abcdef -- sh -c 'make test > /tmp/log'",
     "bb exec attach alloc_0123456789abcdef0123456789abcdef exec_0123456789abcdef0123456789abcdef --offset 1048576",
   ],
-  run: ({ args }) =>
+  run: ({ args, rawArgs, cmd }) =>
     runCli(async () => {
       const words = (args as { _: string[] })._;
       if (args.allocation === ATTACH_WORD) {
         if (words.length !== 2) throw new UsageError("bb exec attach takes ALLOCATION_ID EXEC_ID");
+        if (args.env !== undefined) throw new UsageError("--env is for starting a command, not bb exec attach");
         const offsets = {
           stdout: offsetFlag(args.offset, "offset"),
           pty: offsetFlag(args.offset, "offset"),
@@ -114,12 +165,20 @@ export const execCommand = command({
       if (timeout !== undefined && (!/^\d{1,6}$/.test(args.timeout!) || timeout < 1))
         throw new UsageError("--timeout must be a whole number of seconds, at least 1");
       const tty = args.detach ? false : (args.tty ?? Boolean(process.stdin.isTTY && process.stdout.isTTY));
+      const envValues = flagValues(
+        rawArgs,
+        cmd.args as Record<string, ArgDef>,
+        "env",
+        Boolean((cmd as BbCommand).variadic),
+      );
+      const env = execEnv(envValues, tty, process.env);
       const start: ExecStartBody = {
         argv: words,
         ...(args.cwd ? { cwd: args.cwd } : {}),
         ...(args.user ? { user: args.user } : {}),
         ...(timeout !== undefined ? { timeoutSeconds: timeout } : {}),
-        ...(tty ? { pty: terminalSize(), env: { TERM: process.env["TERM"] || "xterm" } } : {}),
+        ...(Object.keys(env).length > 0 ? { env } : {}),
+        ...(tty ? { pty: terminalSize() } : {}),
       };
       const { client, channel } = await openControl(args, args.allocation);
       const raw = tty && process.stdin.isTTY;

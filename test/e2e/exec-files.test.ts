@@ -13,7 +13,8 @@
  * responder on the public side (see that file's header for why this way
  * round).
  *
- * Checked: `bb exec` with stdin piped passes exit code 7 through; a
+ * Checked: `bb exec` with stdin piped passes exit code 7 through (and sets
+ * --env variables and --cwd); a
  * streaming command (STREAM_SECONDS, shortened from the issue's 5 minutes
  * to fit a TCG run) started with --detach, followed by `bb exec attach`
  * killed (SIGKILL) half-way, then re-attached from another process at the
@@ -415,11 +416,24 @@ d("exec and files through the private network (real QEMU, the Go guest's control
     rmSync(work, { recursive: true, force: true });
   }, 60_000);
 
-  test("bb exec pipes stdin and passes exit code 7 through", async () => {
-    const r = await bb(["exec", allocationId, "--", "sh", "-c", "tr a-z A-Z; echo to-stderr >&2; exit 7"], {
-      input: new TextEncoder().encode("piped stdin\n"),
-    });
-    expect([r.code, r.out.toString(), r.err]).toEqual([7, "PIPED STDIN\n", "to-stderr\n"]);
+  test("bb exec pipes stdin and passes exit code 7 through (with --env and --cwd)", async () => {
+    const r = await bb(
+      [
+        "exec",
+        "-e",
+        "GREETING=hi there",
+        "--env=OTHER=a=b",
+        "--cwd",
+        "/tmp",
+        allocationId,
+        "--",
+        "sh",
+        "-c",
+        'tr a-z A-Z; echo "to-stderr $GREETING $OTHER $(pwd)" >&2; exit 7',
+      ],
+      { input: new TextEncoder().encode("piped stdin\n") },
+    );
+    expect([r.code, r.out.toString(), r.err]).toEqual([7, "PIPED STDIN\n", "to-stderr hi there a=b /tmp\n"]);
   }, 120_000);
 
   test(
