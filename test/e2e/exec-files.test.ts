@@ -68,6 +68,7 @@ import {
   vmTestSkipReason,
   waitUntil,
   type Role,
+  runHostId,
 } from "../support/processes.ts";
 
 const skip =
@@ -103,6 +104,8 @@ const STREAM_SECONDS = Number(process.env["BB_E2E_STREAM_SECONDS"] ?? 30);
 /** The streaming test's own bound: the stream itself plus the attach, kill, re-attach and checks under a loaded TCG. */
 const STREAM_TEST_TIMEOUT_MS = (STREAM_SECONDS + 300) * 1000;
 
+/** This run's host ID (runHostId: another run's leftovers on this machine are not quarantined as this host's). */
+const HOST = runHostId("exec");
 let work: string;
 let port: number;
 let endpointPort: number;
@@ -339,7 +342,7 @@ d("exec and files through the private network (real QEMU, the Go guest's control
       .map(([k, v]) => `${k}=${v}`)
       .join(",");
 
-    const enroll = await operator.enrollmentToken("exec-host");
+    const enroll = await operator.enrollmentToken(HOST);
     await runRole([
       "agent",
       "join",
@@ -367,7 +370,7 @@ d("exec and files through the private network (real QEMU, the Go guest's control
     agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"), {}, hostNs.exec([]));
     await waitUntil(
       "a healthy host",
-      async () => (await operator.hosts()).some((x) => x.hostId === "exec-host" && x.health === "healthy"),
+      async () => (await operator.hosts()).some((x) => x.hostId === HOST && x.health === "healthy"),
       30_000,
       [agent.log],
     );

@@ -46,6 +46,7 @@ import {
   vmTestSkipReason,
   type Role,
   waitUntil,
+  runHostId,
 } from "../support/processes.ts";
 
 const skip =
@@ -62,6 +63,8 @@ const HOST_VETH = `bbih${id}`;
 const SUBNET = `198.18.${Number.parseInt(id.slice(0, 2), 16)}`;
 const SRV_ADDR = `${SUBNET}.2`;
 
+/** This run's host ID (runHostId: another run's leftovers on this machine are not quarantined as this host's). */
+const HOST = runHostId("img");
 let work: string;
 let port: number;
 let scheduler: Role;
@@ -102,8 +105,8 @@ const waitUp = () =>
 /** Waits until the agent's host reads healthy. */
 const waitHealthy = () =>
   waitUntil(
-    "a healthy img-host",
-    async () => (await operator.hosts()).some((h) => h.hostId === "img-host" && h.health === "healthy"),
+    `a healthy ${HOST}`,
+    async () => (await operator.hosts()).some((h) => h.hostId === HOST && h.health === "healthy"),
     30_000,
     [agent.log],
   );
@@ -122,7 +125,7 @@ async function runJob(
       until: (e) => e.type === "workload.exited" || e.type === "allocation.failed",
     });
     const v = await controller.get(allocationId);
-    const dirName = placementDirName("img-host", allocationId, v.placementId!, v.generation);
+    const dirName = placementDirName(HOST, allocationId, v.placementId!, v.generation);
     await Bun.sleep(300);
     const consoleText = readFileSync(
       join(agentDir(), "allocations", dirName, "logs", "console.log"),
@@ -274,7 +277,7 @@ d("real images over HTTP (real QEMU)", () => {
     await waitUp();
     controller = new SchedulerClient(`http://127.0.0.1:${port}`, tokens.token);
     operator = new SchedulerClient(`http://127.0.0.1:${port}`, tokens.operatorToken);
-    const enroll = await operator.enrollmentToken("img-host");
+    const enroll = await operator.enrollmentToken(HOST);
     await runRole([
       "agent",
       "join",

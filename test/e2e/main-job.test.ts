@@ -29,6 +29,7 @@ import {
   leftoversOf,
   pidsMatching,
   publishImageSource,
+  runHostId,
   runRole,
   runRoleExit,
   startRole,
@@ -44,11 +45,8 @@ const skip = vmTestSkipReason();
 if (skip) console.log(`SKIP test/e2e/main-job.test.ts: ${skip}`);
 const d = skip ? describe.skip : describe;
 
-/**
- * This run's host ID. Random, so that resources another run left on this machine (another checkout's
- * CI, a killed run) carry another host tag and are ignored, not quarantined as this host's (resourceNames.ts).
- */
-const HOST = `e2e-${randomUUID().slice(0, 8)}`;
+/** This run's host ID (runHostId: another run's leftovers on this machine are not quarantined as this host's). */
+const HOST = runHostId("e2e");
 let work: string;
 let imageDir: string;
 let port: number;

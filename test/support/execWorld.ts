@@ -32,7 +32,17 @@ import { cgroupScope, type CgroupScope } from "./cgroupScope.ts";
 import { writeSshdOciLayout } from "./debianOci.ts";
 import { must, Netns, sh } from "./netns.ts";
 import { LineChild } from "./lineChild.ts";
-import { cleanUpPlacements, freePort, runRole, startRole, stopRole, tail, waitUntil, type Role } from "./processes.ts";
+import {
+  cleanUpPlacements,
+  freePort,
+  runHostId,
+  runRole,
+  startRole,
+  stopRole,
+  tail,
+  waitUntil,
+  type Role,
+} from "./processes.ts";
 
 /** Why a world cannot run here, or null. */
 export { vmTestSkipReason } from "./processes.ts";
@@ -72,6 +82,8 @@ export interface ExecWorld {
 
 const BUN = resolve("node_modules/.bin/bun");
 const BB = resolve("bin/bb.ts");
+/** The world's host ID (runHostId: another run's leftovers on this machine are not quarantined as this host's). */
+const HOST = runHostId("exec");
 
 /** Builds the world and starts one allocation; throws (after tearing down what it started) when a part fails. */
 export async function startExecWorld(o: ExecWorldOptions): Promise<ExecWorld> {
@@ -312,7 +324,7 @@ export async function startExecWorld(o: ExecWorldOptions): Promise<ExecWorld> {
       .map(([k, v]) => `${k}=${v}`)
       .join(",");
 
-    const enroll = await operator.enrollmentToken("exec-host");
+    const enroll = await operator.enrollmentToken(HOST);
     await runRole([
       "agent",
       "join",
@@ -340,7 +352,7 @@ export async function startExecWorld(o: ExecWorldOptions): Promise<ExecWorld> {
     agent = startRole(["agent", "run", "--data-dir", agentDir()], join(work, "agent.log"), {}, hostNs.exec([]));
     await waitUntil(
       "a healthy host",
-      async () => (await operator.hosts()).some((x) => x.hostId === "exec-host" && x.health === "healthy"),
+      async () => (await operator.hosts()).some((x) => x.hostId === HOST && x.health === "healthy"),
       30_000,
       [agent.log],
     );

@@ -5,6 +5,7 @@
  */
 import { closeSync, existsSync, linkSync, mkdirSync, openSync, readdirSync, readFileSync, symlinkSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { randomUUID } from "node:crypto";
 import { destroyPlacementNetwork, listPlacementNetworks } from "../../src/agent/isolation/placementNet.ts";
 import { detectControllers } from "../../src/agent/isolation/cgroups/hierarchy.ts";
 import { placementCgroupOf, removePlacementCgroup } from "../../src/agent/isolation/cgroups/placementCgroup.ts";
@@ -127,6 +128,15 @@ export function vmTestSkipReason(): string | null {
 }
 
 /** A TCP port on 127.0.0.1 that was free a moment ago (bound once by the kernel's choice, then closed). */
+/**
+ * A host ID for one run of a test that leaves real resources (netns, cgroups, nftables): `base-<8 hex>`.
+ * Another run's leftovers on this machine (another checkout's CI, a killed run) then carry another host
+ * tag, so the agent ignores them instead of quarantining them as its own (src/agent/resourceNames.ts).
+ */
+export function runHostId(base: string): string {
+  return `${base}-${randomUUID().slice(0, 8)}`;
+}
+
 export async function freePort(): Promise<number> {
   const probe = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
   const port = probe.port!;
