@@ -29,7 +29,7 @@ import {
   MAX_LOG_CHUNKS_PER_PUSH,
   MAX_LOG_READ_BYTES,
 } from "../src/protocol/logs.ts";
-import { limitRunTime } from "./runLimit.ts";
+import { limitRunTime } from "./support/runLimit.ts";
 
 limitRunTime("bench/allocationLog.ts", 600);
 

@@ -15,7 +15,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { ensureDevManifest } from "../src/scheduler/manifest.ts";
-import { limitRunTime } from "./runLimit.ts";
+import { limitRunTime } from "./support/runLimit.ts";
 
 const { values } = parseArgs({
   options: {
@@ -38,7 +38,7 @@ limitRunTime("bench/api.ts", 600);
 // The baseline runs from a temporary directory: it imports the run-time bound by its absolute path.
 const BASELINE = `
 import { Database } from "bun:sqlite";
-import { limitRunTime } from ${JSON.stringify(resolve(import.meta.dir, "runLimit.ts"))};
+import { limitRunTime } from ${JSON.stringify(resolve(import.meta.dir, "support", "runLimit.ts"))};
 
 limitRunTime("bench/api.ts baseline", 600);
 const db = new Database(process.argv[2], { create: true, strict: true });

@@ -51,7 +51,7 @@ import { writeDebianOciLayout } from "../test/support/debianOci.ts";
 import { phaseTimings } from "../src/dev/demo.ts";
 import { placementDirName } from "../src/agent/resourceNames.ts";
 import { runRole, startRole, stopRole, tail, type Role } from "../test/support/processes.ts";
-import { limitRunTime } from "./runLimit.ts";
+import { limitRunTime } from "./support/runLimit.ts";
 
 limitRunTime("bench/boot.ts", 1200);
 

@@ -26,7 +26,7 @@
 import { connect } from "node:net";
 import { parseArgs } from "node:util";
 import { resolve } from "node:path";
-import { limitRunTime, onRunLimit } from "./runLimit.ts";
+import { limitRunTime, onRunLimit } from "./support/runLimit.ts";
 
 limitRunTime("bench/burst.ts", 600);
 

@@ -15,7 +15,7 @@
  *   same size both ways over it.
  *
  * Prints the median round trip and MiB/s each way, and the ratios
- * ours / ssh. Ends on its own (RUN_SECONDS, bench/runLimit.ts). Needs root,
+ * ours / ssh. Ends on its own (RUN_SECONDS, bench/support/runLimit.ts). Needs root,
  * QEMU, squashfs-tools, nft, ssh/scp/ssh-keygen; prints why and exits 0
  * otherwise. Run under `flock /tmp/bb-heavy.lock`.
  *
@@ -28,7 +28,7 @@ import { sshdPayload } from "../test/support/debianOci.ts";
 import { startExecWorld, vmTestSkipReason, type ExecWorld } from "../test/support/execWorld.ts";
 import { must } from "../test/support/netns.ts";
 import { tail, waitUntil } from "../test/support/processes.ts";
-import { limitRunTime } from "./runLimit.ts";
+import { limitRunTime } from "./support/runLimit.ts";
 
 /** Longest the whole benchmark may take, seconds. */
 const RUN_SECONDS = 1200;

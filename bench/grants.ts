@@ -19,7 +19,7 @@ import { connectionSigner } from "../src/scheduler/connectionSigner.ts";
 import { keyFileSeed } from "../src/scheduler/connectionKeyFile.ts";
 import type { Envelope } from "../src/protocol/agent.ts";
 import { TEST_CONTROLLER as C, TEST_OPERATOR as O, testManifest } from "../test/support/testManifest.ts";
-import { limitRunTime } from "./runLimit.ts";
+import { limitRunTime } from "./support/runLimit.ts";
 
 limitRunTime("bench/grants.ts", 600);
 

@@ -25,7 +25,7 @@ import { FakeClock } from "../src/protocol/fakeClock.ts";
 import { SeededRandom } from "../src/wireguard/fakes.ts";
 import type { MemEndpoint } from "../src/wireguard/fakeNet.ts";
 import { DEFAULT_HANDSHAKE_RATE_LIMITS, type HandshakeRateLimits } from "../src/wireguard/ratelimit.ts";
-import { limitRunTime } from "./runLimit.ts";
+import { limitRunTime } from "./support/runLimit.ts";
 
 limitRunTime("bench/handshakeFlood.ts", 600);
 

@@ -30,7 +30,7 @@ import {
   type HostileRequest,
 } from "../test/support/hostileRequests.ts";
 import { filler } from "../test/support/rawHttp.ts";
-import { limitRunTime } from "./runLimit.ts";
+import { limitRunTime } from "./support/runLimit.ts";
 
 limitRunTime("bench/hostile.ts", 600);
 

@@ -39,7 +39,7 @@ import { generateSigningKey } from "../src/image/signing.ts";
 import { ensureDebianRootfsTar } from "../src/image/debianRootfs.ts";
 import { writeDebianOciLayout } from "../test/support/debianOci.ts";
 import { SeededRandom } from "../test/sim/rng.ts";
-import { limitRunTime } from "./runLimit.ts";
+import { limitRunTime } from "./support/runLimit.ts";
 
 limitRunTime("bench/imageBuild.ts", 1200);
 

@@ -21,7 +21,7 @@ import { startTunWorld } from "../test/support/tunWorld.ts";
 import { udp4 } from "../test/support/packets.ts";
 import { createHash } from "node:crypto";
 import { openTun } from "../native/tun/tun.ts";
-import { limitRunTime } from "./runLimit.ts";
+import { limitRunTime } from "./support/runLimit.ts";
 
 limitRunTime("bench/netstack.ts", 900);
 

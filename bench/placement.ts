@@ -16,7 +16,7 @@ import { parseArgs } from "node:util";
 import { SchedulerWorker } from "../src/scheduler/worker.ts";
 import { tokenDigest, type DeploymentManifest, type Identity } from "../src/scheduler/manifest.ts";
 import { openDb } from "../src/storage/sqlite.ts";
-import { limitRunTime } from "./runLimit.ts";
+import { limitRunTime } from "./support/runLimit.ts";
 
 limitRunTime("bench/placement.ts", 600);
 

@@ -23,7 +23,7 @@
  * Prints MiB/s each way and the ratio ours / baseline. Needs root, ip, nft,
  * wg and wireguard-go; prints why and exits 0 otherwise. Bounded: each
  * transfer gets TRANSFER_SECONDS, the whole run RUN_SECONDS (then it cleans
- * up and exits 1; bench/runLimit.ts).
+ * up and exits 1; bench/support/runLimit.ts).
  *
  *   bun bench/proxy.ts [--mib 64] [--relay] [--mtu-baseline 1420]
  * Run under `flock /tmp/bb-heavy.lock` on shared machines.
@@ -41,7 +41,7 @@ import { makeTestCert } from "../test/support/relay.ts";
 import { debugTunnelMtu } from "../src/protocol/debugKnobs.ts";
 import { TUNNEL_MTU } from "../src/protocol/tunnelMtu.ts";
 import { writeFileSync } from "node:fs";
-import { limitRunTime, onRunLimit } from "./runLimit.ts";
+import { limitRunTime, onRunLimit } from "./support/runLimit.ts";
 
 /** Longest one transfer may take, seconds (then it counts as FAILED). */
 const TRANSFER_SECONDS = 180;

@@ -29,7 +29,7 @@ import { parseArgs } from "node:util";
 import { grantId, makeSigner, tokenPayload } from "../src/relay/testing.ts";
 import { connectRelay, type RelayTransport } from "../src/relayclient/index.ts";
 import { makeTestCert, relayConfigFile, writeRelayConfig } from "../test/support/relay.ts";
-import { limitRunTime } from "./runLimit.ts";
+import { limitRunTime } from "./support/runLimit.ts";
 
 limitRunTime("bench/relay.ts", 900);
 

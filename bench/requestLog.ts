@@ -20,7 +20,7 @@ import { buildApp } from "../src/scheduler/app.ts";
 import { withRequestLog } from "../src/scheduler/requestLog.ts";
 import { createLogger } from "../src/command/log.ts";
 import { readFileSync } from "node:fs";
-import { limitRunTime } from "./runLimit.ts";
+import { limitRunTime } from "./support/runLimit.ts";
 
 limitRunTime("bench/requestLog.ts", 600);
 

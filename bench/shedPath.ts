@@ -27,7 +27,7 @@ import { RequestGuard } from "../src/scheduler/edge.ts";
 import { ROUTES } from "../src/scheduler/routes.ts";
 import { withRequestLog } from "../src/scheduler/requestLog.ts";
 import { silentLogger } from "../src/command/log.ts";
-import { limitRunTime } from "./runLimit.ts";
+import { limitRunTime } from "./support/runLimit.ts";
 
 limitRunTime("bench/shedPath.ts", 300);
 

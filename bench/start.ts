@@ -19,7 +19,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
 import { compileBb } from "../src/image/bbBinary.ts";
-import { limitRunTime, onRunLimit } from "./runLimit.ts";
+import { limitRunTime, onRunLimit } from "./support/runLimit.ts";
 
 limitRunTime("bench/start.ts", 900);
 

@@ -51,7 +51,7 @@ import { probeSodium } from "../native/sodium/sodium.ts";
 import { fixedLoad } from "../src/wireguard/load.ts";
 import { icmpEcho } from "../test/support/ipCraft.ts";
 import { runJobs, startWgWorld, wgWorldSkipReason } from "../test/support/wgWorld.ts";
-import { limitRunTime } from "./runLimit.ts";
+import { limitRunTime } from "./support/runLimit.ts";
 
 limitRunTime("bench/tunnel.ts", 1200);
 

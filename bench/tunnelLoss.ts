@@ -24,7 +24,7 @@ import { parseArgs } from "node:util";
 import { sh } from "../test/support/netns.ts";
 import { TCP_MSS_BYTES } from "../src/netstack/limits.ts";
 import { clientStats, runJobs, startWgWorld, wgWorldSkipReason } from "../test/support/wgWorld.ts";
-import { limitRunTime } from "./runLimit.ts";
+import { limitRunTime } from "./support/runLimit.ts";
 
 limitRunTime("bench/tunnelLoss.ts", 900);
 

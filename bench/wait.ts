@@ -20,7 +20,7 @@ import { parseArgs } from "node:util";
 import type { SchedulerClient } from "../src/client/index.ts";
 import { enrollTestHost, startTestScheduler, TEST_HOST_CAPACITY } from "../test/support/scheduler.ts";
 import { ScriptedAgent } from "../test/support/scriptedAgent.ts";
-import { limitRunTime } from "./runLimit.ts";
+import { limitRunTime } from "./support/runLimit.ts";
 
 limitRunTime("bench/wait.ts", 300);
 

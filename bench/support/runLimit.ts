@@ -4,7 +4,7 @@
  * finished when the bound passes, it says so on stderr, runs the cleanups it
  * registered (namespaces, child processes; each at most CLEANUP_MS) and
  * exits 1. A benchmark that finishes first is not held up (the timer is
- * unref'd).
+ * unref'd). A helper of the benchmarks, not a benchmark: it measures nothing.
  *
  * Owns: the one timer and the cleanup list. Must never: keep a process alive.
  */
