@@ -92,6 +92,16 @@ describe("one shape of usage error", () => {
     },
     // Always a UsageError: the parser, a client command's own check, the client config.
     {
+      name: "bb exec with an --env name that is not a shell identifier",
+      args: ["exec", ID, "-e", "1A=x", "--", "true"],
+      err: usage('--env "1A=x": the name must be a shell identifier of at most 256 characters (NAME=VALUE)', "bb exec"),
+    },
+    {
+      name: "bb exec attach with --env",
+      args: ["exec", "attach", ID, `exec_${"cd".repeat(16)}`, "--env", "A=1"],
+      err: usage("--env is for starting a command, not bb exec attach", "bb exec"),
+    },
+    {
       name: "bb allocation get without its argument",
       args: ["allocation", "get"],
       err: usage("missing argument ID", "bb allocation get"),

@@ -17,12 +17,12 @@
 
 /** A line the kernel printed: it starts with the printk time stamp. */
 export const KERNEL_LINE = /^\[\s*\d+\.\d+\]\s/;
-/** A kernel time stamp inside a line (after output that ended without a newline). */
 /**
  * A stack frame the kernel's unwinder is not sure of: `? name+0xoff/0xlen` (the kernel prints `?` for an
  * address found on the stack that may not be a return address). Noise in a diagnosis: a tail leaves it out.
  */
 export const UNRELIABLE_FRAME = /^\[\s*\d+\.\d+\]\s+\? \S+\+0x[0-9a-f]+\/0x[0-9a-f]+/;
+/** A kernel time stamp inside a line (after output that ended without a newline). */
 const GLUED_KERNEL_LINE = /\[\s*\d+\.\d{6}\]\s/;
 /** Control characters but tab (no terminal escape reaches a reader). */
 const CONTROL = /[\x00-\x08\x0a-\x1f\x7f]/g;
