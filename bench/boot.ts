@@ -12,12 +12,15 @@
  * with the same kernel, initrd and disks, whose init prints a marker and
  * reboots (`init=/bin/sh -- -c …`, or systemd's `systemd.run=` for the
  * reference image). Bare "done" is QEMU start → marker; bare "shutdown" is
- * marker → QEMU exit. Ratios are Beachball ÷ bare.
+ * marker → QEMU exit. Ratios are Beachball ÷ bare: of the medians, and the
+ * median of each run's ratio to the bare boot right after it.
  *
  * Run as root under the machine-wide lock:
  *   flock /tmp/bb-heavy.lock node_modules/.bin/bun bench/boot.ts
  * BB_BENCH_RUNS (default 3) runs per image after one warm-up (which fills
- * the agent's image cache); medians are printed. Images are built into
+ * the agent's image cache); medians are printed. BB_BENCH_IMAGES (default
+ * `dev,oci,ref`) picks the images. The console of each image's last VM is
+ * kept in .bb/bench/last-console-<class>.log. Images are built into
  * .bb/bench (reused while the guest binary is unchanged).
  */
 import {
@@ -64,6 +67,8 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 const ms = (x: number) => `${Math.round(x)} ms`.padStart(9);
 
 interface Kind {
+  /** The image's name in BB_BENCH_IMAGES. */
+  id: "dev" | "oci" | "ref";
   name: string;
   cls: string;
   dir: string;
@@ -71,8 +76,10 @@ interface Kind {
   bareArgs: string[];
 }
 
-/** Builds (or reuses) the three images; returns their directories. */
-async function images(): Promise<{ dev: string; oci: string; ref: string; devKey: string; key: string }> {
+/** Builds (or reuses) the picked images (BB_BENCH_IMAGES; the dev image always); returns their directories. */
+async function images(
+  picked: readonly string[],
+): Promise<{ dev: string; oci: string; ref: string; devKey: string; key: string }> {
   mkdirSync(BENCH, { recursive: true });
   const guest = await compileGuest(join(BENCH, "beachball-guest"));
   const guestSha = await sha256File(guest);
@@ -89,7 +96,7 @@ async function images(): Promise<{ dev: string; oci: string; ref: string; devKey
     existsSync(join(dir, "bench-guest")) &&
     readFileSync(join(dir, "bench-guest"), "utf8") === guestSha;
   const oci = join(BENCH, "oci");
-  if (!fresh(oci)) {
+  if (picked.includes("oci") && !fresh(oci)) {
     console.log("bench: building the OCI image");
     const layout = await writeDebianOciLayout(join(BENCH, "layout"), tar);
     await buildOciImage({
@@ -104,7 +111,7 @@ async function images(): Promise<{ dev: string; oci: string; ref: string; devKey
     writeFileSync(join(oci, "bench-guest"), guestSha);
   }
   const ref = join(BENCH, "ref");
-  if (!fresh(ref)) {
+  if (picked.includes("ref") && !fresh(ref)) {
     console.log("bench: building the reference image");
     await buildReferenceImage({
       rootfsTar: tar,
@@ -205,22 +212,28 @@ async function bare(dir: string, args: string[], work: string): Promise<{ done: 
 
 async function main(): Promise<void> {
   if (process.getuid?.() !== 0) throw new Error("bench/boot.ts needs root (namespaces, TAP, QEMU)");
-  const img = await images();
+  const picked = (process.env["BB_BENCH_IMAGES"] ?? "dev,oci,ref").split(",");
+  const unknown = picked.filter((p) => !["dev", "oci", "ref"].includes(p));
+  if (unknown.length) throw new Error(`BB_BENCH_IMAGES: unknown ${unknown.join(", ")} (dev, oci, ref)`);
+  const img = await images(picked);
   const work = mkdtempSync(join(tmpdir(), "bb-bench-boot-"));
   const kinds: Kind[] = [
     {
+      id: "dev",
       name: "dev (ext4, beachball-guest PID 1)",
       cls: "b-dev",
       dir: img.dev,
       bareArgs: ["init=/bin/sh", "--", "-c", `"echo ${MARK}; reboot -f"`],
     },
     {
+      id: "oci",
       name: "OCI (squashfs + overlay)",
       cls: "b-oci",
       dir: img.oci,
       bareArgs: ["init=/bin/sh", "--", "-c", `"echo ${MARK}; echo b > /proc/sysrq-trigger"`],
     },
     {
+      id: "ref",
       name: "reference (systemd)",
       cls: "b-ref",
       dir: img.ref,
@@ -236,7 +249,11 @@ async function main(): Promise<void> {
   let agent: Role | undefined;
   try {
     const source = join(work, "source");
-    await publishImages([img.dev, img.oci, img.ref], source);
+    const used = kinds.filter((k) => picked.includes(k.id));
+    await publishImages(
+      used.map((k) => k.dir),
+      source,
+    );
     const digestOf = (d: string) =>
       readdirSync(source).find(
         (h) =>
@@ -245,7 +262,7 @@ async function main(): Promise<void> {
     const dev0 = ensureDevManifest(join(work, "m"), `sha256:${digestOf(img.dev)}`);
     const man = JSON.parse(readFileSync(dev0.manifestPath, "utf8"));
     man.workloadClasses = Object.fromEntries(
-      kinds.map((k) => [
+      used.map((k) => [
         k.cls,
         {
           cpuMillis: 1000,
@@ -338,12 +355,13 @@ async function main(): Promise<void> {
         ),
         "utf8",
       );
+      writeFileSync(join(BENCH, `last-console-${cls}.log`), consoleText); // for a look at where the time went
       // Inside the guest: kernel uptime when the init handed over to the guest, and when the guest was ready;
       // and the guest's own line: uptime when guest_ready was written, ms of that after main, and its resident set.
       const up = (re: RegExp) => Number(re.exec(consoleText)?.[1] ?? NaN) * 1000;
-      const guestStart = up(/ready \([a-z]+ workload\) at ([0-9.]+)s/) - up(/starting beachball-guest at ([0-9.]+)s/);
+      const guestStart = up(/ready \([a-z]+ workload\) at ([0-9.]+)s/) - up(/-initramfs: starting \S+ at ([0-9.]+)s/);
       const own = /guest_ready written at ([0-9.]+)s, (\d+) ms after main; VmRSS (\d+) kB/.exec(consoleText);
-      const selfReady = up(/guest_ready written at ([0-9.]+)s/) - up(/starting beachball-guest at ([0-9.]+)s/);
+      const selfReady = up(/guest_ready written at ([0-9.]+)s/) - up(/-initramfs: starting \S+ at ([0-9.]+)s/);
       const afterMain = Number(own?.[2] ?? NaN);
       const rssKb = Number(own?.[3] ?? NaN);
       await controller.release(view.allocationId);
@@ -367,7 +385,7 @@ async function main(): Promise<void> {
     };
 
     const rows: string[][] = [];
-    for (const k of kinds) {
+    for (const k of used) {
       console.log(`bench: ${k.name}: warm-up`);
       await beachball(k.cls);
       const bb: Awaited<ReturnType<typeof beachball>>[] = [];
@@ -382,7 +400,19 @@ async function main(): Promise<void> {
         median(bb.map((x) => x.release)),
         median(b.map((x) => x.shutdown)),
       ];
-      rows.push([k.name, ms(d), ms(bd), `${(d / bd).toFixed(2)}×`.padStart(7), ms(r), ms(bs), ms(r - bs)]);
+      // Each Beachball run sits next to its bare run in time, so the median of the pairs' ratios drifts
+      // less with the machine's load than the ratio of the two medians (both are printed).
+      const paired = median(bb.map((x, i) => x.done / b[i]!.done));
+      rows.push([
+        k.name,
+        ms(d),
+        ms(bd),
+        `${(d / bd).toFixed(2)}×`.padStart(7),
+        `${paired.toFixed(2)}×`.padStart(7),
+        ms(r),
+        ms(bs),
+        ms(r - bs),
+      ]);
       console.log(
         `bench: ${k.name}: create→done ${bb.map((x) => Math.round(x.done)).join("/")} ms, bare ${b.map((x) => Math.round(x.done)).join("/")} ms`,
       );
@@ -395,7 +425,16 @@ async function main(): Promise<void> {
       );
     }
     console.log(`\nboot and release overhead, QEMU microvm (TCG), median of ${RUNS}\n`);
-    const head = ["image", "create→done", "bare done", "ratio", "release→absent", "bare shutdown", "release − bare"];
+    const head = [
+      "image",
+      "create→done",
+      "bare done",
+      "ratio",
+      "paired ratio",
+      "release→absent",
+      "bare shutdown",
+      "release − bare",
+    ];
     console.log(head.join(" | "));
     for (const r of rows) console.log(r.join(" | "));
   } finally {

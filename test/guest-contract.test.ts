@@ -9,7 +9,7 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { type AddressInfo, type Server, type Socket, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -193,7 +193,9 @@ describe("beachball-guest against the wire schemas (test mode, no VM)", () => {
       await g.next("shutting_down");
       expect(await g.exited).toBe(0);
       expect(g.invalid).toEqual([]);
-      expect(g.stderr).toMatch(/guest_ready written at [0-9.]+s, \d+ ms after main; VmRSS \d+ kB/);
+      expect(g.stderr).toMatch(
+        /guest_ready written at [0-9.]+s, \d+ ms after main; VmRSS \d+ kB; ms per step: port \d+, /,
+      );
     } finally {
       await g.close();
     }
@@ -228,6 +230,15 @@ describe("beachball-guest against the wire schemas (test mode, no VM)", () => {
     const bad = Bun.spawnSync([guestBin, "--bogus"], { stderr: "pipe" });
     expect(bad.exitCode).toBe(2);
     expect(bad.stderr.toString()).toBe('error: beachball-guest: unknown argument "--bogus"\n');
+    // Configuring the network is PID 1's (a guest started by hand on a host must never touch its interfaces).
+    const net = Bun.spawnSync([guestBin, "--configure-network"], { stderr: "pipe" });
+    expect(net.exitCode).toBe(2);
+    expect(net.stderr.toString()).toBe("error: beachball-guest: --configure-network is for PID 1 only\n");
+    // Started as beachball-init but not as PID 1, the guest does no system init (it fails on the identity instead).
+    const asInit = join(work, "beachball-init");
+    symlinkSync(guestBin, asInit);
+    const notInit = Bun.spawnSync([asInit], { env: { PATH: "/usr/bin:/bin" }, stderr: "pipe" });
+    expect(notInit.stderr.toString()).not.toMatch(/beachball-init:/);
     const env = {
       PATH: "/usr/bin:/bin",
       BEACHBALL_GUEST_TEST_SOCKET: join(work, "none.sock"),

@@ -17,7 +17,7 @@ import { dirname, join, resolve } from "node:path";
 import { type ImageManifest, MANIFEST_FILE_NAME, imageDigest } from "../protocol/image.ts";
 import { DEV_KERNEL_MODULES, type CachedKernel, ensureDevKernel, runChecked } from "./devKernel.ts";
 import { sha256File, verifyImage } from "./verify.ts";
-import { DEV_GUEST_BINARY_IN_IMAGE, INITRAMFS_INIT, ROOTFS_INIT } from "./devInitScripts.ts";
+import { DEV_GUEST_BINARY_IN_IMAGE, INITRAMFS_INIT, ROOTFS_INIT_LINK } from "./devInitScripts.ts";
 import { ensureDevSigned } from "./keyFile.ts";
 
 /** Options of buildDevImage. All paths may be relative to the working directory. */
@@ -61,7 +61,7 @@ interface BuildInfo {
 /** Hash of everything else that shapes the image: scripts, module order, busybox. */
 async function recipeSha256(): Promise<string> {
   const h = new Bun.CryptoHasher("sha256");
-  h.update(`v1\0${INITRAMFS_INIT(DEV_KERNEL_MODULES)}\0${ROOTFS_INIT}\0`);
+  h.update(`v2\0${INITRAMFS_INIT(DEV_KERNEL_MODULES)}\0${JSON.stringify(ROOTFS_INIT_LINK)}\0`);
   h.update(await sha256File("/bin/busybox"));
   return h.digest("hex");
 }
@@ -147,8 +147,7 @@ async function buildRootfs(bbPath: string, staging: string, out: string): Promis
   }
   await copyFile(bbPath, join(staging, DEV_GUEST_BINARY_IN_IMAGE.slice(1)));
   await chmod(join(staging, DEV_GUEST_BINARY_IN_IMAGE.slice(1)), 0o755);
-  await Bun.write(join(staging, "sbin/beachball-init"), ROOTFS_INIT);
-  await chmod(join(staging, "sbin/beachball-init"), 0o755);
+  await symlink(ROOTFS_INIT_LINK.target, join(staging, ROOTFS_INIT_LINK.path.slice(1)));
   await Bun.write(join(staging, "etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n");
   await Bun.write(join(staging, "etc/group"), "root:x:0:\n");
   await Bun.write(join(staging, "etc/hostname"), "beachball\n");

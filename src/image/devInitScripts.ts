@@ -1,16 +1,15 @@
 /**
- * The two shell scripts of the dev image: the initramfs `/init` (load
- * modules, mount the ext4 root from /dev/vda, switch_root) and the root's
- * `/sbin/beachball-init` (mount table, optional eth0 from kernel arguments,
- * exec `beachball-guest` as PID 1).
+ * The dev image's boot: the initramfs `/init` shell script (load modules,
+ * mount the ext4 root from /dev/vda, switch_root) and the root's
+ * `/sbin/beachball-init`, a link to `beachball-guest`, which is then PID 1
+ * and the system's init (mount table, optional eth0 from kernel arguments).
  *
  * Implements the boot path of spec "Images" (ext4 root, beachball-init inside
  * the image) with the module order in docs/architecture.md. Must never: route traffic off
  * the host (only a gateway inside the placement's /30 is set) or leave the
  * VM running after a boot failure (it powers off so QEMU exits).
  */
-import { guestIpv6Setup, guestIpv6Sysctls } from "./guestIpv6Init.ts";
-import { GUEST_NET_CASES, GUEST_NET_VARS, guestIpv4Setup, initramfsPreamble } from "./guestNetInit.ts";
+import { initramfsPreamble } from "./guestNetInit.ts";
 
 /** The guest binary's path in the dev image's root (docs/adr/0170-static-go-guest.md). */
 export const DEV_GUEST_BINARY_IN_IMAGE = "/usr/bin/beachball-guest";
@@ -45,6 +44,8 @@ if [ -f /beachball/kernel-args ]; then
   $B cp /beachball/kernel-args /newroot/etc/beachball/kernel-args
   $B chmod 0400 /newroot/etc/beachball/kernel-args
 fi
+read -r up _ < /proc/uptime
+echo "beachball-initramfs: starting $init at \${up}s"
 $B mount --move /dev /newroot/dev
 $B mount --move /proc /newroot/proc
 $B mount --move /sys /newroot/sys
@@ -53,39 +54,13 @@ exec $B switch_root /newroot "$init" "$@"
 }
 
 /**
- * /sbin/beachball-init in the ext4 root: reads beachball.ipv4 /
- * beachball.gateway / beachball.dns (comma-separated) and the private IPv6
- * address and router (src/image/guestIpv6Init.ts) from /proc/cmdline.
+ * /sbin/beachball-init in the ext4 root: a relative link to the guest binary
+ * (relative, so the initramfs's `-x` check resolves it inside the new root).
+ * Started under that name as PID 1, `beachball-guest` is also the system's
+ * init: the mount table, the host name, eth0 from `beachball.ipv4` /
+ * `beachball.gateway` / `beachball.dns` and the private IPv6 keys, and
+ * resolv.conf, with system calls and rtnetlink (guest/internal/sysinit,
+ * guest/internal/netconf; docs/adr/0170-static-go-guest.md), where a shell
+ * script forked some twenty programs for the same.
  */
-export const ROOTFS_INIT = `#!/bin/sh
-export PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
-[ -e /proc/self ] || mount -t proc proc /proc
-mounted() { grep -q " $1 " /proc/mounts; }
-mounted /sys || mount -t sysfs sysfs /sys
-mounted /dev || mount -t devtmpfs devtmpfs /dev
-mkdir -p /dev/pts /dev/shm
-mount -t devpts devpts /dev/pts
-mount -t tmpfs -o mode=1777 tmpfs /dev/shm
-mount -t tmpfs -o mode=1777 tmpfs /tmp
-mount -t tmpfs -o mode=755 tmpfs /run
-ln -sf /proc/self/fd /dev/fd
-ln -sf /proc/self/fd/0 /dev/stdin
-ln -sf /proc/self/fd/1 /dev/stdout
-ln -sf /proc/self/fd/2 /dev/stderr
-hostname beachball
-ip link set lo up
-${GUEST_NET_VARS}
-for arg in $(cat /proc/cmdline); do
-  case "$arg" in
-${GUEST_NET_CASES}
-  esac
-done
-${guestIpv6Sysctls("beachball-init")}
-${guestIpv4Setup("ip", "beachball-init")}
-${guestIpv6Setup("ip", "beachball-init")}
-: > /etc/resolv.conf
-for r in $(echo "$dns" | tr , ' '); do echo "nameserver $r" >> /etc/resolv.conf; done
-read -r up _ < /proc/uptime
-echo "beachball-init: starting beachball-guest at \${up}s"
-exec ${DEV_GUEST_BINARY_IN_IMAGE}
-`;
+export const ROOTFS_INIT_LINK = { path: "/sbin/beachball-init", target: `..${DEV_GUEST_BINARY_IN_IMAGE}` } as const;

@@ -3,7 +3,7 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { GUEST_IPV6_KEYS } from "../protocol/guest.ts";
-import { INITRAMFS_INIT, ROOTFS_INIT } from "./devInitScripts.ts";
+import { INITRAMFS_INIT } from "./devInitScripts.ts";
 import { GUEST_IPV6_CASES, GUEST_IPV6_SYSCTL_DIR, guestIpv6Setup, guestIpv6Sysctls } from "./guestIpv6Init.ts";
 import { squashfsInit } from "./oci/ociInitrd.ts";
 import { NET_SETUP } from "./referenceBuild.ts";
@@ -72,7 +72,6 @@ describe("the guest's IPv6 setup fragments", () => {
 
   test("every image's init script still parses (sh -n)", () => {
     for (const [name, script] of [
-      ["dev rootfs init", ROOTFS_INIT],
       ["dev initramfs", INITRAMFS_INIT(["virtio"])],
       ["OCI initramfs", squashfsInit(["virtio"])],
       ["reference net setup", NET_SETUP],
@@ -88,18 +87,16 @@ describe("the guest's IPv6 setup fragments", () => {
   });
 
   test("every image's network setup embeds the fragments, the sysctls before eth0 comes up", () => {
-    for (const [name, script, ip] of [
-      ["dev rootfs init", ROOTFS_INIT, "ip"],
-      ["OCI initramfs", squashfsInit(["virtio"]), "$B ip"],
-      ["reference net setup", NET_SETUP, "ip"],
-    ] as const) {
+    for (const [name, script, ip] of [["reference net setup", NET_SETUP, "ip"]] as const) {
       expect(script, name).toContain(GUEST_IPV6_CASES);
       const sysctls = script.indexOf(GUEST_IPV6_SYSCTL_DIR);
       expect(sysctls, name).toBeGreaterThan(0);
       expect(sysctls, name).toBeLessThan(script.indexOf(`${ip} link set eth0 up`));
       expect(script, name).toContain(`${ip} -6 addr add "$ipv6/128" dev eth0`);
     }
-    // The initramfs of the dev image hands over to the rootfs init without touching the network.
+    // The dev image's and the converted images' initramfs leave the network to the Go guest (guest/internal/netconf).
     expect(INITRAMFS_INIT(["virtio"])).not.toContain("ipv6");
+    expect(squashfsInit(["virtio"])).not.toContain("ipv6");
+    expect(squashfsInit(["virtio"])).toContain("--configure-network");
   });
 });

@@ -4,10 +4,13 @@
 // port, answers the host, runs the one payload of the boot and powers off
 // on request (docs/adr/0170-static-go-guest.md; spec "Guest handshake").
 //
-// Usage: `beachball-guest [guest] [--workload-root DIR]`; a bad argument is a
-// usage error (exit 2, src/command/usageText.ts's text form). With
-// --workload-root (squashfs images: the initramfs mounted the workload's
-// root there) it enters that root with chroot(2) once the port is open.
+// Usage: `beachball-guest [guest] [--workload-root DIR] [--configure-network]`;
+// a bad argument is a usage error (exit 2, src/command/usageText.ts's text
+// form). With --workload-root (squashfs images: the initramfs mounted the
+// workload's root there) it enters that root with chroot(2) once the port is
+// open. With --configure-network (PID 1 only) it first configures the network
+// of the kernel command line and writes the root's resolv.conf
+// (guest/internal/netconf), as the squashfs images' initramfs asks.
 //
 // Test mode (test/guest-contract.test.ts): BEACHBALL_GUEST_TEST_SOCKET names a
 // Unix socket to use instead of the port, BEACHBALL_GUEST_TEST_CMDLINE a file
@@ -39,6 +42,7 @@ import (
 	"beachball/guest/internal/keys"
 	"beachball/guest/internal/pid1"
 	"beachball/guest/internal/restore"
+	"beachball/guest/internal/sysinit"
 	"beachball/guest/internal/wire"
 	"beachball/guest/internal/workload"
 )
@@ -62,8 +66,8 @@ func usage(msg string) {
 	os.Exit(exitUsage)
 }
 
-// parseArgs reads `[guest] [--workload-root DIR]`; it exits 2 on anything else.
-func parseArgs(args []string) (workloadRoot string) {
+// parseArgs reads `[guest] [--workload-root DIR] [--configure-network]`; it exits 2 on anything else.
+func parseArgs(args []string) (workloadRoot string, configureNetwork bool) {
 	if len(args) > 0 && args[0] == "guest" {
 		args = args[1:]
 	}
@@ -74,11 +78,13 @@ func parseArgs(args []string) (workloadRoot string) {
 			workloadRoot = args[i]
 		case strings.HasPrefix(a, "--workload-root="):
 			workloadRoot = strings.TrimPrefix(a, "--workload-root=")
+		case a == "--configure-network":
+			configureNetwork = true
 		default:
 			usage(fmt.Sprintf("beachball-guest: unknown argument %q", a))
 		}
 	}
-	return workloadRoot
+	return workloadRoot, configureNetwork
 }
 
 func fatal(err error) {
@@ -86,10 +92,42 @@ func fatal(err error) {
 	os.Exit(1)
 }
 
+// InitName is the program name under which the guest is also the system's init (sysinit).
+const InitName = "beachball-init"
+
+// systemInit mounts the file systems when mounts is set, and configures the
+// network of the kernel command line with root's resolv.conf (every failed
+// step is printed and the next one tried), then prints when it was done by
+// kernel uptime.
+func systemInit(mounts bool, root string, started time.Time) {
+	if mounts {
+		for _, f := range sysinit.Mounts() {
+			console.Line(InitName + ": " + f)
+		}
+	}
+	cmdline, err := os.ReadFile("/proc/cmdline")
+	if err != nil {
+		console.Line(InitName + ": " + err.Error())
+	}
+	for _, f := range sysinit.Network(string(cmdline), root) {
+		console.Line(InitName + ": " + f)
+	}
+	console.Line(fmt.Sprintf("%s: system up (mounts %v, network) at %ss, %d ms after main", InitName, mounts, uptime(), time.Since(started).Milliseconds()))
+}
+
 func main() {
 	started := time.Now()
-	root := parseArgs(os.Args[1:])
+	root, configureNetwork := parseArgs(os.Args[1:])
 	testSocket := os.Getenv(testSocketEnv)
+	asInit := filepath.Base(os.Args[0]) == InitName
+	if configureNetwork && os.Getpid() != 1 {
+		usage("beachball-guest: --configure-network is for PID 1 only")
+	}
+	steps := newStepTimes(started)
+	if asInit && os.Getpid() == 1 || configureNetwork {
+		systemInit(asInit, filepath.Join("/", root), started)
+		steps.mark("system init")
+	}
 	cmdline := "/proc/cmdline"
 	if testSocket != "" {
 		if os.Getpid() == 1 {
@@ -116,6 +154,7 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
+	steps.mark("port")
 	if root != "" {
 		if err := enterRoot(root); err != nil {
 			fatal(err)
@@ -141,6 +180,7 @@ func main() {
 	if testSocket != "" {
 		effects.System = &restore.Recorder{}
 	}
+	steps.mark("identity and plan")
 	if testSocket == "" || os.Getenv(testControlEnv) != "" {
 		runDirs := ControlRunDirs
 		if testSocket != "" {
@@ -154,6 +194,7 @@ func main() {
 			serveControl(srv, controlAddr())
 		}
 	}
+	steps.mark("control service")
 	s := &boot.Session{
 		Identity: id, BootID: newBootID(), Plan: plan, Send: send, Keys: sink,
 		Reaper: reaper, BootstrapDir: workload.BootstrapDir, PowerOff: pid1.PowerOff, Restore: effects,
@@ -171,8 +212,9 @@ func main() {
 	} else {
 		// Kernel uptime, so a reader can subtract the init's "starting beachball-guest at" line (exec → written);
 		// /proc/self/stat's start time would be PID 1's, since the init scripts exec the guest.
-		console.Line(fmt.Sprintf("beachball-guest: guest_ready written at %ss, %d ms after main; VmRSS %s",
-			uptime(), time.Since(started).Milliseconds(), vmRSS()))
+		steps.mark("guest_ready")
+		console.Line(fmt.Sprintf("beachball-guest: guest_ready written at %ss, %d ms after main; VmRSS %s; ms per step: %s",
+			uptime(), time.Since(started).Milliseconds(), vmRSS(), steps))
 	}
 	console.Line(fmt.Sprintf("beachball-guest: ready (%s workload) at %ss", plan.Kind, uptime()))
 	splitter := wire.NewLineSplitter(wire.MaxLineBytes)

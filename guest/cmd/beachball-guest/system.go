@@ -1,9 +1,11 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // enterRoot is chroot(dir) then chdir("/").
@@ -33,3 +35,21 @@ func vmRSS() string {
 	}
 	return "?"
 }
+
+// stepTimes records how long each startup step took, for the guest_ready console line.
+type stepTimes struct {
+	last  time.Time
+	steps []string
+}
+
+func newStepTimes(start time.Time) *stepTimes { return &stepTimes{last: start} }
+
+// mark ends the step called name (it ran since the previous mark).
+func (t *stepTimes) mark(name string) {
+	now := time.Now()
+	t.steps = append(t.steps, fmt.Sprintf("%s %d", name, now.Sub(t.last).Milliseconds()))
+	t.last = now
+}
+
+// String is "name ms, name ms, ...".
+func (t *stepTimes) String() string { return strings.Join(t.steps, ", ") }

@@ -26,9 +26,10 @@ type Network struct {
 	IPv6 net.IP
 }
 
-// NetConfigurer applies a Network to eth0 (the rtnetlink code of
-// guest/internal/netconf once the lead wires it in). Apply returns an error
-// for people when a step failed; the guest reports it on the console.
+// NetConfigurer applies a Network to eth0. None is plugged in yet: a restore
+// stays on its host in this step (issue 21), and moving a VM needs the old
+// addresses removed before guest/internal/netconf adds the new ones. Apply
+// returns an error for people when a step failed; the guest reports it on the console.
 type NetConfigurer interface {
 	Apply(n Network) error
 }

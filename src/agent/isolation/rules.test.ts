@@ -3,6 +3,7 @@ import { expect, test } from "bun:test";
 import { nftTableName, placementRuleset, uplinkRuleset, type PlacementRulesInput } from "./rules.ts";
 import { netPolicyFrom } from "./policy.ts";
 import { guestKernelArgs, hostVethName } from "./placementNet.ts";
+import { guestIpv6KernelArgs } from "./guestIpv6.ts";
 
 const base: PlacementRulesInput = {
   table: "bb_0123456789ab",
@@ -92,4 +93,15 @@ test("policy validation and guest kernel args", () => {
   expect(guestKernelArgs({ dnsResolvers: ["198.51.100.53", "198.51.100.54"] })).toContain(
     "beachball.dns=198.51.100.53,198.51.100.54",
   );
+});
+
+test("every network key the agent writes is one the Go guest reads (guest/internal/netconf)", async () => {
+  const go = await Bun.file(new URL("../../../guest/internal/netconf/netconf.go", import.meta.url)).text();
+  const goKeys = new Set([...go.matchAll(/Key\w+\s*=\s*"([a-z0-9._]+)"/g)].map((m) => m[1]));
+  const written = [
+    ...guestKernelArgs({ dnsResolvers: ["198.51.100.53"] }),
+    ...guestIpv6KernelArgs("fd00:bb:1:2::7"),
+  ].map((a) => a.split("=")[0]);
+  expect(written.length).toBe(5);
+  for (const k of written) expect(goKeys.has(k), k).toBe(true);
 });

@@ -9,10 +9,12 @@
  * placement's scratch ext4 (`beachball.upper`, default /dev/vdb) the
  * writable upper layer, merged by overlayfs at /newroot; inside it the mount
  * table a container expects (proc, sys, dev, devpts, shm, tmp, run,
- * cgroup2), the network from `beachball.ipv4/gateway/dns` and the private
- * IPv6 address (src/image/guestIpv6Init.ts), and then `bb
- * guest --workload-root /newroot`, which chroots there itself (or, given
- * `init=`, that program of the image, chrooted, for a bare boot). The guest
+ * cgroup2), and then `beachball-guest --workload-root /newroot
+ * --configure-network`, which configures the network from
+ * `beachball.ipv4/gateway/dns` and the private IPv6 keys over rtnetlink,
+ * writes the root's resolv.conf and chroots there itself (or, given
+ * `init=`, that program of the image, chrooted, for a bare boot, which gets
+ * no network). The guest
  * binary lives in the squashfs under `/.beachball/` (paged in on demand and
  * evictable, instead of pinned in the initramfs's RAM) and is hidden from
  * the workload by a whiteout in the upper layer.
@@ -24,8 +26,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { type CpioEntry, encodeCpio } from "../cpio.ts";
 import { runChecked } from "../devKernel.ts";
-import { guestIpv6Setup, guestIpv6Sysctls } from "../guestIpv6Init.ts";
-import { GUEST_NET_CASES, GUEST_NET_VARS, guestIpv4Setup, initramfsPreamble } from "../guestNetInit.ts";
+import { initramfsPreamble } from "../guestNetInit.ts";
 
 /** Where the guest binary sits inside a converted image's squashfs. */
 export const GUEST_DIR_IN_IMAGE = ".beachball";
@@ -41,13 +42,11 @@ B=/bin/busybox
 ${initramfsPreamble(modules)}
 lower=/dev/vda
 upper=/dev/vdb
-${GUEST_NET_VARS}
 init=
 for arg in $($B cat /proc/cmdline); do
   case "$arg" in
     beachball.lower=*) lower="\${arg#*=}" ;;
     beachball.upper=*) upper="\${arg#*=}" ;;
-${GUEST_NET_CASES}
     init=*) init="\${arg#init=}" ;;
   esac
 done
@@ -74,13 +73,7 @@ $B ln -sf /proc/self/fd/0 $R/dev/stdin
 $B ln -sf /proc/self/fd/1 $R/dev/stdout
 $B ln -sf /proc/self/fd/2 $R/dev/stderr
 $B hostname beachball
-$B ip link set lo up
-${guestIpv6Sysctls("beachball-initramfs")}
-${guestIpv4Setup("$B ip", "beachball-initramfs")}
-${guestIpv6Setup("$B ip", "beachball-initramfs")}
-$B rm -f $R/etc/resolv.conf $R/etc/hostname
-: > $R/etc/resolv.conf
-for r in $(echo "$dns" | $B tr , ' '); do echo "nameserver $r" >> $R/etc/resolv.conf; done
+$B rm -f $R/etc/hostname
 echo beachball > $R/etc/hostname
 $B grep -q beachball $R/etc/hosts 2>/dev/null || printf '127.0.0.1 localhost beachball\\n::1 localhost\\n' >> $R/etc/hosts
 if [ -f /beachball/kernel-args ]; then
@@ -92,7 +85,8 @@ fi
 [ -n "$init" ] && exec $B chroot $R "$init" "$@"
 read -r up _ < /proc/uptime
 echo "beachball-initramfs: starting beachball-guest at \${up}s"
-exec /lower/${GUEST_BINARY_IN_IMAGE} --workload-root ${WORKLOAD_ROOT}
+# The guest configures eth0 and writes $R/etc/resolv.conf itself (rtnetlink: no ip forks, guest/internal/netconf).
+exec /lower/${GUEST_BINARY_IN_IMAGE} --workload-root ${WORKLOAD_ROOT} --configure-network
 `;
 }
 
