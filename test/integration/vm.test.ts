@@ -1,7 +1,7 @@
 /**
  * End to end on a real VM: dev image build, placement network, QEMU microvm
  * started by a throwaway "agent" process that is then SIGKILLed (the VM must
- * survive it), guest handshake, one shell payload, a `restored` message
+ * survive it), guest handshake, one shell payload, pause and resume by QMP, a `restored` message
  * (entropy, clock and identity on a real guest kernel), shutdown, cleanup.
  *
  * Needs root, qemu-system-x86_64 and `ip`; otherwise it says why and skips.
@@ -202,6 +202,19 @@ test.skipIf(!!skipReason)(
     attach();
     send({ type: "ping", id: "p2" });
     expect(await next("pong", 10_000)).toEqual({ type: "pong", id: "p2" });
+
+    // Pause by QMP (issue 21): a paused guest answers nothing; resumed, it answers what waited. Both idempotent.
+    await driver.pause(handle);
+    await driver.pause(handle);
+    send({ type: "ping", id: "p-paused" });
+    await Bun.sleep(1500);
+    expect(inbox.some((m) => m.type === "pong")).toBe(false);
+    await driver.resume(handle);
+    await driver.resume(handle);
+    expect(await next("pong", 10_000)).toEqual({ type: "pong", id: "p-paused" });
+    await expect(driver.pause({ ...handle, startTime: handle.startTime + 1 })).rejects.toMatchObject({
+      code: "VMM_CONTROL_FAILED",
+    });
 
     // restored on a real guest kernel (issue 21): RNDADDENTROPY and the CRNG reseed, the clock step,
     // the new identity in a fresh guest_ready, and (payloadAllowed) a new payload after the old one exited.

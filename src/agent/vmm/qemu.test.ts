@@ -31,6 +31,7 @@ test("qemuArgs follows the measured TCG recipe and carries the instance ID", () 
   );
   expect(a).toContain("socket,id=c0,path=/a/ctl.sock,server=on,wait=off");
   expect(a).toContain("virtserialport,chardev=c0,name=ctl");
+  expect(after("-qmp")).toBe("unix:qmp.sock,server=on,wait=off"); // relative to QEMU's cwd, the placement directory
   expect(a).toContain("tap,id=n0,ifname=bbtap0,script=no,downscript=no");
   expect(after("-initrd")).toBe("/a/initrd.cpio");
   expect(after("-cpu")).toBe("max");

@@ -8,7 +8,8 @@
  * `ip netns exec` (which execs, so the PID is QEMU's), in its own session,
  * with the console appended to spec.consoleLogPath: it outlives the agent.
  * Must never: signal a PID without first checking its start time and
- * instance ID, or choose a path on its own (all come from VmSpec).
+ * instance ID, or choose a path on its own (all come from VmSpec; the QMP
+ * socket is a fixed file name in the placement directory, QEMU's cwd).
  */
 import { closeSync, existsSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -18,6 +19,7 @@ import { type GuestChannel, rootFormat, scratchDiskOf, type VmHandle, type VmSpe
 import { hostTscKhz, probeKvm, vmmError } from "./qemuHost.ts";
 import { AgentError } from "../errors.ts";
 import { connectUnixChannel } from "./unixChannel.ts";
+import { QMP_SOCKET_FILE, qmpError, QmpSession } from "./qmp.ts";
 
 /** The placement file holding the image's initramfs plus the private kernel arguments (0600), until the guest booted. */
 export const PRIVATE_INITRD_FILE = "initrd.private.cpio";
@@ -138,6 +140,9 @@ export function qemuArgs(spec: VmSpec, accel: "kvm" | "tcg", tscKhz: number): st
     spec.kernelPath,
     "-append",
     qemuKernelCmdline(spec, tscKhz),
+    // QMP (pause, resume): relative to QEMU's working directory, the placement's, so the path stays short.
+    "-qmp",
+    `unix:${QMP_SOCKET_FILE},server=on,wait=off`,
     "-chardev",
     `socket,id=c0,path=${spec.controlSocketPath},server=on,wait=off`,
     "-device",
@@ -274,6 +279,38 @@ export class QemuMicrovmDriver implements VmmDriver {
       await Bun.sleep(20);
     }
     return true;
+  }
+
+  /**
+   * Stops the verified VM's vCPUs by QMP `stop` and checks `query-status`
+   * says so (issue 21, pause); its memory stays resident. Pausing a paused VM
+   * resolves. Throws VMM_CONTROL_FAILED when the process is not this VM,
+   * its QMP socket is missing (a VMM started before QMP was added) or QEMU
+   * does not confirm.
+   */
+  async pause(handle: VmHandle): Promise<void> {
+    await this.setRunning(handle, false);
+  }
+
+  /** QMP `cont`, checked by `query-status`; resuming a running VM resolves. Errors as pause. */
+  async resume(handle: VmHandle): Promise<void> {
+    await this.setRunning(handle, true);
+  }
+
+  private async setRunning(handle: VmHandle, running: boolean): Promise<void> {
+    const what = running ? "resume" : "pause";
+    if (!(await this.isAlive(handle)))
+      throw qmpError(`${what}: QEMU pid ${handle.pid} of ${handle.instanceId} is not running`);
+    // Through the verified process's working directory: the placement's, where QEMU made its socket.
+    const session = await QmpSession.open(`/proc/${handle.pid}/cwd/${QMP_SOCKET_FILE}`);
+    try {
+      await session.execute(running ? "cont" : "stop");
+      const status = (await session.execute("query-status")) as { running?: boolean; status?: string } | undefined;
+      if (status?.running !== running)
+        throw qmpError(`${what} of ${handle.instanceId}: query-status says ${status?.status ?? "nothing"}`);
+    } finally {
+      session.close();
+    }
   }
 
   /** Connects to the control socket, retrying until `timeoutMs`. Throws VMM_START_FAILED on timeout. */
