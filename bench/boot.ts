@@ -20,7 +20,8 @@
  * BB_BENCH_RUNS (default 3) runs per image after one warm-up (which fills
  * the agent's image cache); medians are printed. BB_BENCH_IMAGES (default
  * `dev,oci,ref`) picks the images. The console of each image's last VM is
- * kept in .bb/bench/last-console-<class>.log. Images are built into
+ * kept in .bb/bench/last-console-<class>.log, the agent's log in
+ * .bb/bench/last-agent.log. Images are built into
  * .bb/bench (reused while the guest binary is unchanged).
  */
 import {
@@ -439,6 +440,7 @@ async function main(): Promise<void> {
     for (const r of rows) console.log(r.join(" | "));
   } finally {
     if (agent) await stopRole(agent);
+    if (agent && existsSync(agent.log)) writeFileSync(join(BENCH, "last-agent.log"), readFileSync(agent.log));
     if (scheduler) await stopRole(scheduler);
     rmSync(work, { recursive: true, force: true });
   }

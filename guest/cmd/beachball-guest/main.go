@@ -97,13 +97,14 @@ const InitName = "beachball-init"
 
 // systemInit mounts the file systems when mounts is set, and configures the
 // network of the kernel command line with root's resolv.conf (every failed
-// step is printed and the next one tried), then prints when it was done by
-// kernel uptime.
-func systemInit(mounts bool, root string, started time.Time) {
+// step is printed and the next one tried), each step marked in steps, then
+// prints when it was done by kernel uptime.
+func systemInit(mounts bool, root string, steps *stepTimes) {
 	if mounts {
 		for _, f := range sysinit.Mounts() {
 			console.Line(InitName + ": " + f)
 		}
+		steps.mark("mounts")
 	}
 	cmdline, err := os.ReadFile("/proc/cmdline")
 	if err != nil {
@@ -112,7 +113,8 @@ func systemInit(mounts bool, root string, started time.Time) {
 	for _, f := range sysinit.Network(string(cmdline), root) {
 		console.Line(InitName + ": " + f)
 	}
-	console.Line(fmt.Sprintf("%s: system up (mounts %v, network) at %ss, %d ms after main", InitName, mounts, uptime(), time.Since(started).Milliseconds()))
+	steps.mark("network")
+	console.Line(fmt.Sprintf("%s: system up (mounts %v, network) at %ss", InitName, mounts, uptime()))
 }
 
 func main() {
@@ -125,8 +127,7 @@ func main() {
 	}
 	steps := newStepTimes(started)
 	if asInit && os.Getpid() == 1 || configureNetwork {
-		systemInit(asInit, filepath.Join("/", root), started)
-		steps.mark("system init")
+		systemInit(asInit, filepath.Join("/", root), steps)
 	}
 	cmdline := "/proc/cmdline"
 	if testSocket != "" {

@@ -91,12 +91,15 @@ export class QmpSession {
    */
   async execute(command: string, args?: Record<string, unknown>, timeoutMs = QMP_TIMEOUT_MS): Promise<unknown> {
     const id = this.nextId++;
-    this.socket.write(`${JSON.stringify(args ? { execute: command, arguments: args, id } : { execute: command, id })}\n`);
+    this.socket.write(
+      `${JSON.stringify(args ? { execute: command, arguments: args, id } : { execute: command, id })}\n`,
+    );
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const line = await this.next(Math.max(1, deadline - Date.now()), command);
       if (line.event !== undefined || line.id !== id) continue;
-      if (line.error) throw qmpError(`${command}: ${line.error.class ?? "Error"}: ${line.error.desc ?? "no description"}`);
+      if (line.error)
+        throw qmpError(`${command}: ${line.error.class ?? "Error"}: ${line.error.desc ?? "no description"}`);
       return line.return;
     }
   }
