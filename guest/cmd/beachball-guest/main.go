@@ -119,21 +119,31 @@ func systemInit(mounts bool, root string, steps *stepTimes) {
 
 func main() {
 	started := time.Now()
-	root, configureNetwork := parseArgs(os.Args[1:])
 	testSocket := os.Getenv(testSocketEnv)
-	asInit := filepath.Base(os.Args[0]) == InitName
+	if testSocket != "" && os.Getpid() == 1 {
+		usage("beachball-guest: " + testSocketEnv + " (test mode) is refused as PID 1")
+	}
+	// As the system's init, the arguments are the kernel's leftovers (words it did not know, what followed
+	// `--`): printed, never a usage error, since PID 1 exiting panics the kernel.
+	asInit := filepath.Base(os.Args[0]) == InitName && os.Getpid() == 1 && testSocket == ""
+	var root string
+	var configureNetwork bool
+	if asInit {
+		if len(os.Args) > 1 {
+			console.Line(fmt.Sprintf("%s: ignoring init arguments %q", InitName, os.Args[1:]))
+		}
+	} else {
+		root, configureNetwork = parseArgs(os.Args[1:])
+	}
 	if configureNetwork && os.Getpid() != 1 {
 		usage("beachball-guest: --configure-network is for PID 1 only")
 	}
 	steps := newStepTimes(started)
-	if asInit && os.Getpid() == 1 || configureNetwork {
+	if asInit || configureNetwork {
 		systemInit(asInit, filepath.Join("/", root), steps)
 	}
 	cmdline := "/proc/cmdline"
 	if testSocket != "" {
-		if os.Getpid() == 1 {
-			usage("beachball-guest: " + testSocketEnv + " (test mode) is refused as PID 1")
-		}
 		console.UseStderr()
 		if f := os.Getenv(testCmdlineEnv); f != "" {
 			cmdline = f

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -61,9 +62,13 @@ type Config struct {
 
 // FromCmdline reads a Config from a kernel command line's whitespace-separated
 // `key=value` tokens (the last one of a key wins). A value that does not parse
-// is an error naming its key; absent keys leave their fields nil.
-func FromCmdline(cmdline string) (Config, error) {
+// leaves its field nil (a resolver that does not parse is left out) and adds
+// a problem naming its key; the rest of the Config still holds, so one bad
+// value never costs the guest its loopback, its other address or its routes.
+func FromCmdline(cmdline string) (Config, []string) {
 	var c Config
+	var problems []string
+	bad := func(key, v, what string) { problems = append(problems, fmt.Sprintf("%s=%q is not %s", key, v, what)) }
 	kv := map[string]string{}
 	for _, tok := range strings.Fields(cmdline) {
 		if eq := strings.IndexByte(tok, '='); eq > 0 {
@@ -71,37 +76,39 @@ func FromCmdline(cmdline string) (Config, error) {
 		}
 	}
 	if v := kv[KeyIPv4]; v != "" {
-		ip, p, err := net.ParseCIDR(v)
-		if err != nil || ip.To4() == nil {
-			return c, fmt.Errorf("%s=%q is not an IPv4 CIDR", KeyIPv4, v)
+		if ip, p, err := net.ParseCIDR(v); err == nil && ip.To4() != nil {
+			c.IPv4 = &net.IPNet{IP: ip.To4(), Mask: p.Mask}
+		} else {
+			bad(KeyIPv4, v, "an IPv4 CIDR")
 		}
-		c.IPv4 = &net.IPNet{IP: ip.To4(), Mask: p.Mask}
 	}
 	if v := kv[KeyGateway]; v != "" {
 		if c.IPv4Gateway = net.ParseIP(v).To4(); c.IPv4Gateway == nil {
-			return c, fmt.Errorf("%s=%q is not an IPv4 address", KeyGateway, v)
+			bad(KeyGateway, v, "an IPv4 address")
 		}
 	}
 	if v := kv[KeyIPv6]; v != "" {
 		if c.IPv6 = net.ParseIP(v); c.IPv6 == nil || c.IPv6.To4() != nil {
-			return c, fmt.Errorf("%s=%q is not an IPv6 address", KeyIPv6, v)
+			c.IPv6 = nil
+			bad(KeyIPv6, v, "an IPv6 address")
 		}
 	}
 	if v := kv[KeyIPv6Router]; v != "" {
 		if c.IPv6Router = net.ParseIP(v); c.IPv6Router == nil || c.IPv6Router.To4() != nil {
-			return c, fmt.Errorf("%s=%q is not an IPv6 address", KeyIPv6Router, v)
+			c.IPv6Router = nil
+			bad(KeyIPv6Router, v, "an IPv6 address")
 		}
 	}
 	if v := kv[KeyDNS]; v != "" {
 		for _, s := range strings.Split(v, ",") {
-			ip := net.ParseIP(s)
-			if ip == nil {
-				return c, fmt.Errorf("%s: %q is not an IP address", KeyDNS, s)
+			if ip := net.ParseIP(s); ip != nil {
+				c.DNS = append(c.DNS, ip)
+			} else {
+				bad(KeyDNS, s, "an IP address (left out)")
 			}
-			c.DNS = append(c.DNS, ip)
 		}
 	}
-	return c, nil
+	return c, problems
 }
 
 // ResolvConf is the text of /etc/resolv.conf for the resolvers: one
@@ -128,8 +135,8 @@ func WriteResolvConf(root string, dns []net.IP) error {
 	return os.WriteFile(p, []byte(ResolvConf(dns)), 0o644)
 }
 
-// Apply configures the boot network: loopback up; with IPv6, eth0's sysctls
-// off before it comes up; eth0 up with the addresses and default routes of c.
+// Apply configures the boot network: with IPv6, eth0's sysctls off before it
+// comes up; loopback up; eth0 up with the addresses and default routes of c.
 // Every step is tried; the error joins the steps that failed (nil when all
 // took). Resolvers are not written here (WriteResolvConf: they live in a root).
 func Apply(c Config) error {
@@ -139,19 +146,20 @@ func Apply(c Config) error {
 			errs = append(errs, step+": "+err.Error())
 		}
 	}
+	if c.IPv6 != nil {
+		for _, k := range ipv6Sysctls {
+			fail("IPv6 "+k+" off on "+Interface, os.WriteFile(filepath.Join(SysctlDir, k), []byte("0\n"), 0o644))
+		}
+	}
 	nl, err := Open()
 	if err != nil {
-		return err
+		fail("netlink", err)
+		return joined(errs)
 	}
 	defer nl.Close()
 	fail("lo up", nl.LinkUp("lo"))
 	if c.IPv4 == nil && c.IPv6 == nil {
 		return joined(errs)
-	}
-	if c.IPv6 != nil {
-		for _, k := range ipv6Sysctls {
-			fail("IPv6 "+k+" off on "+Interface, os.WriteFile(filepath.Join(SysctlDir, k), []byte("0\n"), 0o644))
-		}
 	}
 	fail(Interface+" up", nl.LinkUp(Interface))
 	if c.IPv4 != nil {
@@ -177,6 +185,9 @@ func joined(errs []string) error {
 	return errors.New(strings.Join(errs, "; "))
 }
 
+// AckTimeout bounds the wait for each request's acknowledgement.
+const AckTimeout = 5 * time.Second
+
 // Netlink is an open NETLINK_ROUTE socket that sends one request at a time
 // and waits for its acknowledgement. Not safe for concurrent use.
 type Netlink struct {
@@ -193,6 +204,12 @@ func Open() (*Netlink, error) {
 	if err := syscall.Bind(fd, &syscall.SockaddrNetlink{Family: syscall.AF_NETLINK}); err != nil {
 		syscall.Close(fd)
 		return nil, fmt.Errorf("netlink bind: %w", err)
+	}
+	// The kernel always answers; the bound is so PID 1 can never block on a receive forever.
+	tv := syscall.NsecToTimeval(int64(AckTimeout))
+	if err := syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv); err != nil {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("netlink receive timeout: %w", err)
 	}
 	return &Netlink{fd: fd}, nil
 }
@@ -216,8 +233,9 @@ func (n *Netlink) LinkUp(name string) error {
 }
 
 // AddAddress adds ip/prefixLen to the named interface (RTM_NEWADDR, scope
-// universe; IPv6 without duplicate address detection). An address that is
-// already there is not an error.
+// universe; IPv6 without duplicate address detection). The same address and
+// prefix already there is not an error (EEXIST); the same address with
+// another prefix is added beside it, as `ip addr add` does.
 func (n *Netlink) AddAddress(name string, ip net.IP, prefixLen int) error {
 	idx, err := ifindex(name)
 	if err != nil {

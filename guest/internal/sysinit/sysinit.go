@@ -43,8 +43,8 @@ var Table = []Mount{
 	{Source: "sysfs", Target: "/sys", FSType: "sysfs", Flags: syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOEXEC, Mode: 0o555},
 	{Source: "devtmpfs", Target: "/dev", FSType: "devtmpfs", Flags: syscall.MS_NOSUID, Mode: 0o755},
 	{Source: "devpts", Target: "/dev/pts", FSType: "devpts", Data: "newinstance,ptmxmode=0666,mode=0620,gid=5", Flags: syscall.MS_NOSUID | syscall.MS_NOEXEC, Mode: 0o755},
-	{Source: "shm", Target: "/dev/shm", FSType: "tmpfs", Data: "mode=1777", Flags: syscall.MS_NOSUID | syscall.MS_NODEV, Mode: 0o1777},
-	{Source: "tmpfs", Target: "/tmp", FSType: "tmpfs", Data: "mode=1777", Flags: syscall.MS_NOSUID | syscall.MS_NODEV, Mode: 0o1777},
+	{Source: "shm", Target: "/dev/shm", FSType: "tmpfs", Data: "mode=1777", Flags: syscall.MS_NOSUID | syscall.MS_NODEV, Mode: 0o777 | os.ModeSticky},
+	{Source: "tmpfs", Target: "/tmp", FSType: "tmpfs", Data: "mode=1777", Flags: syscall.MS_NOSUID | syscall.MS_NODEV, Mode: 0o777 | os.ModeSticky},
 	{Source: "tmpfs", Target: "/run", FSType: "tmpfs", Data: "mode=755", Flags: syscall.MS_NOSUID | syscall.MS_NODEV, Mode: 0o755},
 }
 
@@ -87,15 +87,12 @@ func Mounts() []string {
 }
 
 // Network configures the network the kernel command line names
-// (netconf.FromCmdline, netconf.Apply) and writes root's /etc/resolv.conf.
-// It returns one message per failed step, like Mounts.
+// (netconf.FromCmdline, netconf.Apply) and writes root's /etc/resolv.conf,
+// always: a value that does not parse is reported and only its own part left
+// out. It returns one message per problem or failed step, like Mounts.
 func Network(cmdline, root string) []string {
-	var failed steps
-	c, err := netconf.FromCmdline(cmdline)
-	if err != nil {
-		failed.add("network", err)
-		return failed
-	}
+	c, problems := netconf.FromCmdline(cmdline)
+	failed := steps(append([]string(nil), problems...))
 	failed.add("network", netconf.Apply(c))
 	failed.add("resolv.conf", netconf.WriteResolvConf(root, c.DNS))
 	return failed

@@ -5,7 +5,7 @@
  * Must never: accept a malformed address or interface name (they end up in
  * nft rule text and `ip` arguments).
  */
-import { formatCidr, netError, parseCidr, parseIpv4, slotCount } from "./addressPool.ts";
+import { formatCidr, formatIpv4, netError, parseCidr, parseIpv4, slotCount } from "./addressPool.ts";
 import { DEFAULT_EGRESS_POOL_CIDR } from "./addressPool.ts";
 
 /** Where guest egress leaves the host. */
@@ -58,7 +58,8 @@ export function netPolicyFrom(input: NetPolicyInput): PlacementNetPolicy {
   slotCount(pool);
   return {
     ...(u ? { uplink: u.netns ? { netns: u.netns, device: u.device } : { device: u.device } } : {}),
-    dnsResolvers: (input.dnsResolvers ?? []).map((r) => (parseIpv4(r), r)),
+    // Canonical text (no leading zeros): the guest parses it with Go's net.ParseIP, which refuses them.
+    dnsResolvers: (input.dnsResolvers ?? []).map((r) => formatIpv4(parseIpv4(r))),
     deniedRanges: (input.deniedRanges ?? []).map((r) => formatCidr(parseCidr(r))),
     egressPoolCidr: formatCidr(pool),
   };

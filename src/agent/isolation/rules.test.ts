@@ -89,6 +89,8 @@ test("policy validation and guest kernel args", () => {
   expect(netPolicyFrom({})).toEqual({ dnsResolvers: [], deniedRanges: [], egressPoolCidr: "100.127.0.0/16" });
   expect(() => netPolicyFrom({ uplink: { device: "eth0", netns: "bb-mine" } })).toThrow(/bb- prefix/);
   expect(() => netPolicyFrom({ deniedRanges: ["10.1.0.0/8"] })).toThrow();
+  // Resolvers are kept in canonical text: the Go guest refuses a leading zero.
+  expect(netPolicyFrom({ dnsResolvers: ["010.000.0.1"] }).dnsResolvers).toEqual(["10.0.0.1"]);
   expect(guestKernelArgs({ dnsResolvers: [] })).toEqual(["beachball.ipv4=10.0.0.2/30", "beachball.gateway=10.0.0.1"]);
   expect(guestKernelArgs({ dnsResolvers: ["198.51.100.53", "198.51.100.54"] })).toContain(
     "beachball.dns=198.51.100.53,198.51.100.54",

@@ -297,7 +297,22 @@ export class QemuMicrovmDriver implements VmmDriver {
     await this.setRunning(handle, true);
   }
 
-  private async setRunning(handle: VmHandle, running: boolean): Promise<void> {
+  /** The QMP exchange in progress per VM (instance ID): QEMU serves one QMP client at a time, so they queue. */
+  private readonly qmpTurns = new Map<string, Promise<unknown>>();
+
+  private setRunning(handle: VmHandle, running: boolean): Promise<void> {
+    const before = this.qmpTurns.get(handle.instanceId) ?? Promise.resolve();
+    const turn = before.catch(() => undefined).then(() => this.setRunningNow(handle, running));
+    this.qmpTurns.set(handle.instanceId, turn);
+    void turn
+      .catch(() => undefined)
+      .finally(() => {
+        if (this.qmpTurns.get(handle.instanceId) === turn) this.qmpTurns.delete(handle.instanceId);
+      });
+    return turn;
+  }
+
+  private async setRunningNow(handle: VmHandle, running: boolean): Promise<void> {
     const what = running ? "resume" : "pause";
     if (!(await this.isAlive(handle)))
       throw qmpError(`${what}: QEMU pid ${handle.pid} of ${handle.instanceId} is not running`);

@@ -57,6 +57,7 @@ test.skipIf(!qemu)("a real QEMU: stop and cont change query-status; an unknown c
       message: expect.stringContaining("CommandNotFound"),
     });
     s.close();
+    await expect(s.execute("query-status")).rejects.toMatchObject({ message: expect.stringContaining("closed") });
     expect(await qmpExecute(path, "query-status")).toMatchObject({ running: true });
   } finally {
     p.kill("SIGKILL");

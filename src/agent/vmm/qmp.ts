@@ -36,7 +36,11 @@ interface QmpLine {
   id?: number;
 }
 
-/** An open QMP session (QmpSession.open); close it when done. Not for concurrent commands. */
+/**
+ * An open QMP session (QmpSession.open); close it when done. Not for
+ * concurrent commands; and QEMU serves one QMP client at a time, so callers
+ * keep one session per VM at a time (the QEMU driver serialises them).
+ */
 export class QmpSession {
   private buffer = "";
   private readonly waiting: ((line: QmpLine | Error) => void)[] = [];
@@ -63,13 +67,15 @@ export class QmpSession {
         s.destroy();
         reject(qmpError(`no connection to ${path} within ${timeoutMs} ms`));
       }, timeoutMs);
-      s.once("connect", () => {
-        clearTimeout(timer);
-        resolve(s);
-      });
-      s.once("error", (e) => {
+      const refused = (e: Error) => {
         clearTimeout(timer);
         reject(qmpError(`cannot connect to ${path}: ${e.message}`, e));
+      };
+      s.once("error", refused);
+      s.once("connect", () => {
+        clearTimeout(timer);
+        s.off("error", refused); // the session's own handler takes over
+        resolve(s);
       });
     });
     const session = new QmpSession(socket);
@@ -90,6 +96,7 @@ export class QmpSession {
    * answers with an error, or when no answer comes within `timeoutMs`.
    */
   async execute(command: string, args?: Record<string, unknown>, timeoutMs = QMP_TIMEOUT_MS): Promise<unknown> {
+    if (this.closed) throw qmpError(`${command}: the session is closed`);
     const id = this.nextId++;
     this.socket.write(
       `${JSON.stringify(args ? { execute: command, arguments: args, id } : { execute: command, id })}\n`,
@@ -111,6 +118,7 @@ export class QmpSession {
   }
 
   private push(chunk: string): void {
+    if (this.closed) return;
     this.buffer += chunk;
     for (let nl = this.buffer.indexOf("\n"); nl >= 0; nl = this.buffer.indexOf("\n")) {
       const text = this.buffer.slice(0, nl).trim();
