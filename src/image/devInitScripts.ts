@@ -9,7 +9,7 @@
  * the host (only a gateway inside the placement's /30 is set) or leave the
  * VM running after a boot failure (it powers off so QEMU exits).
  */
-import { initramfsPreamble } from "./guestNetInit.ts";
+import { initramfsPreamble, rootReadAhead } from "./guestNetInit.ts";
 
 /** The guest binary's path in the dev image's root (docs/adr/0170-static-go-guest.md). */
 export const DEV_GUEST_BINARY_IN_IMAGE = "/usr/bin/beachball-guest";
@@ -31,6 +31,8 @@ ${initramfsPreamble(modules)}
 i=0
 while [ ! -b /dev/vda ] && [ $i -lt 400 ]; do $B usleep 25000; i=$((i+1)); done
 [ -b /dev/vda ] || fail "no /dev/vda"
+root=/dev/vda
+${rootReadAhead("root")}
 $B mount -t ext4 -o rw /dev/vda /newroot || fail "cannot mount /dev/vda"
 init=/sbin/beachball-init
 for arg in $($B cat /proc/cmdline); do

@@ -30,6 +30,19 @@ for m in ${modules.join(" ")}; do
 done`;
 }
 
+/**
+ * Read-ahead of the root disk while the guest binary pages in, KiB (the
+ * kernel's default is 128). The guest is a 5 MB static binary read on demand
+ * from virtio-blk; measured under TCG, exec → exit of the guest went from a
+ * median of 485 ms to 310 ms with 4 MiB of read-ahead (four cold boots each).
+ */
+export const ROOT_READ_AHEAD_KIB = 4096;
+
+/** Shell that sets ROOT_READ_AHEAD_KIB on the block device `$dev` names (e.g. `/dev/vda`); a failure is only printed. */
+export function rootReadAhead(dev: string): string {
+  return `echo ${ROOT_READ_AHEAD_KIB} > /sys/block/\${${dev}#/dev/}/queue/read_ahead_kb || echo "beachball-initramfs: cannot set the read-ahead of $${dev}"`;
+}
+
 /** Empties the variables GUEST_NET_CASES sets (`$ipv4`, `$gw`, `$dns`, `$ipv6`, `$ipv6_router`). */
 export const GUEST_NET_VARS = `ipv4=
 gw=

@@ -26,7 +26,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { type CpioEntry, encodeCpio } from "../cpio.ts";
 import { runChecked } from "../devKernel.ts";
-import { initramfsPreamble } from "../guestNetInit.ts";
+import { initramfsPreamble, rootReadAhead } from "../guestNetInit.ts";
 
 /** Where the guest binary sits inside a converted image's squashfs. */
 export const GUEST_DIR_IN_IMAGE = ".beachball";
@@ -52,6 +52,7 @@ for arg in $($B cat /proc/cmdline); do
 done
 i=0
 while { [ ! -b "$lower" ] || [ ! -b "$upper" ]; } && [ $i -lt 400 ]; do $B usleep 25000; i=$((i+1)); done
+${rootReadAhead("lower")}
 $B mount -t squashfs -o ro "$lower" /lower || fail "cannot mount the squashfs root $lower"
 $B mount -t ext4 -o rw,noatime "$upper" /upper || fail "cannot mount the scratch disk $upper"
 $B mkdir -p /upper/root /upper/work
