@@ -4,7 +4,8 @@
  * ID or a unique prefix, a colon, an absolute path in the guest), as
  * `docker cp` and `kubectl cp` write it. The bytes go through the private
  * network to the guest's control service (./controlOpen.ts, ./cpRun.ts),
- * never through the scheduler. Paths in the guest must lie under its allowed
+ * never through the scheduler. `-` as the local side is a tar stream on
+ * stdin or stdout (./cpRun.ts). Paths in the guest must lie under its allowed
  * roots (docs/exec-and-files.md); a path that leaves them is PATH_ESCAPE.
  * Exit codes: 0, or the CLI's (1 with the stable code printed, 2 usage, 4
  * refused credentials).
@@ -14,7 +15,7 @@ import { consola } from "consola";
 import { command } from "../command/define.ts";
 import { runCli, UsageError } from "../command/run.ts";
 import { openControl, controlArgs } from "./controlOpen.ts";
-import { copyIn, copyOut, parseCpOperand } from "./cpRun.ts";
+import { copyIn, copyInTar, copyOut, copyOutTar, parseCpOperand } from "./cpRun.ts";
 
 /** The `bb cp` command. */
 export const cpCommand = command({
@@ -25,18 +26,21 @@ export const cpCommand = command({
       type: "positional",
       required: true,
       valueHint: "SRC",
-      description: "A local path, or ALLOCATION_ID:PATH",
+      description: "A local path, - (a tar stream on stdin), or ALLOCATION_ID:PATH",
     },
     destination: {
       type: "positional",
       required: true,
       valueHint: "DEST",
-      description: "A local path, or ALLOCATION_ID:PATH (exactly one side is in an allocation)",
+      description:
+        "A local path, - (the tree as a tar stream on stdout), or ALLOCATION_ID:PATH (exactly one side is in an allocation)",
     },
   },
   examples: [
     "bb cp ./build alloc_0123456789abcdef0123456789abcdef:/srv/build",
     "bb cp alloc_0123456789abcdef0123456789abcdef:/root/results.tar.gz .",
+    "tar -c -C ./site . | bb cp - alloc_0123456789abcdef0123456789abcdef:/srv/site",
+    "bb cp alloc_0123456789abcdef0123456789abcdef:/root/out - | tar -t",
   ],
   run: ({ args }) =>
     runCli(async () => {
@@ -52,7 +56,11 @@ export const cpCommand = command({
         const r =
           src.kind === "local"
             ? await copyIn(client, src.path, remote!.path)
-            : await copyOut(client, remote!.path, dst.path);
+            : src.kind === "stream"
+              ? await copyInTar(client, process.stdin as unknown as AsyncIterable<Uint8Array>, remote!.path)
+              : dst.kind === "stream"
+                ? await copyOutTar(client, remote!.path, process.stdout)
+                : await copyOut(client, remote!.path, (dst as { path: string }).path);
         consola.debug(
           `copied to ${r.path}: ${r.bytes} bytes${r.entries !== undefined ? `, ${r.entries} entries` : ""}`,
         );

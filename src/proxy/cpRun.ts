@@ -9,6 +9,13 @@
  * destination that is an existing directory receives the source under its
  * own name; otherwise the destination is the copy.
  *
+ * `-` as the local side is a tar stream, as in `docker cp`: `bb cp - ALLOC:DIR`
+ * extracts the tar read from standard input into DIR (spooled to a
+ * temporary file first, so its SHA-256 goes with the request and the guest
+ * checks it), `bb cp ALLOC:PATH -` writes the tree at PATH to standard output
+ * as tar (names relative to PATH; a tree past the guest's bounds is cut
+ * without an end-of-archive, so `tar` sees it truncated).
+ *
  * Owns: the `ALLOC:PATH` syntax (parseCpOperand). Must never: leave a
  * partial file under the destination's name (downloads land under a
  * temporary name and are renamed once checked).
@@ -25,15 +32,20 @@ import type { ControlClient } from "../client/index.ts";
 import type { FileStat } from "../protocol/control.ts";
 import { BeachballError } from "../protocol/errors.ts";
 
-/** One operand of `bb cp`: a local path, or a path in an allocation (`ALLOC:PATH`). */
-export type CpOperand = { kind: "local"; path: string } | { kind: "remote"; allocation: string; path: string };
+/** One operand of `bb cp`: a local path, a tar stream on stdin or stdout (`-`), or a path in an allocation (`ALLOC:PATH`). */
+export type CpOperand =
+  | { kind: "local"; path: string }
+  | { kind: "stream" }
+  | { kind: "remote"; allocation: string; path: string };
 
 /**
  * Reads `ALLOC:PATH` (an allocation ID or prefix, a colon, an absolute path)
- * as remote and anything else as local; a local path with a colon in its
- * first component is written `./a:b`.
+ * as remote, `-` as a tar stream, and anything else as local; a local path
+ * with a colon in its first component is written `./a:b`, a file named `-`
+ * `./-`.
  */
 export function parseCpOperand(text: string): CpOperand {
+  if (text === "-") return { kind: "stream" };
   const m = /^([A-Za-z0-9_]+):(.*)$/.exec(text);
   if (!m) return { kind: "local", path: text };
   return { kind: "remote", allocation: m[1]!, path: m[2]! };
@@ -149,4 +161,61 @@ export async function copyOut(client: ControlClient, remote: string, local: stri
   }
   await t.done;
   return { path: target, bytes };
+}
+
+/**
+ * Extracts the tar stream `input` (standard input for `bb cp -`) into the
+ * guest's directory `remote`: spooled to a private temporary file while its
+ * SHA-256 is computed, then sent with that digest, which the guest checks
+ * before it reports success. Errors: the guest's codes (PATH_ESCAPE,
+ * FILE_TOO_LARGE, TAR_INVALID...) as BeachballError.
+ */
+export async function copyInTar(
+  client: ControlClient,
+  input: AsyncIterable<Uint8Array>,
+  remote: string,
+): Promise<CpResult> {
+  const spool = await mkdtemp(join(tmpdir(), "bb-cp-"));
+  try {
+    const file = join(spool, "stdin.tar");
+    const out = createWriteStream(file, { mode: 0o600 });
+    const hash = createHash("sha256");
+    for await (const chunk of input) {
+      hash.update(chunk);
+      if (!out.write(chunk)) await new Promise((r) => out.once("drain", r));
+    }
+    out.end();
+    await finished(out);
+    const r = await client.writeTar(remote, Bun.file(file), { sha256: hash.digest("hex") });
+    return { path: remote, entries: r.entries, bytes: r.bytes };
+  } finally {
+    await rm(spool, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Writes the guest's tree (or file) at `remote` to `output` as a tar stream
+ * (standard output for `bb cp ALLOC:PATH -`), waiting on the writer's
+ * back-pressure. A reader that goes away (EPIPE) ends the copy with its error.
+ */
+export async function copyOutTar(
+  client: ControlClient,
+  remote: string,
+  output: NodeJS.WritableStream,
+): Promise<CpResult> {
+  let bytes = 0;
+  let broken: Error | undefined;
+  const onError = (e: Error) => (broken = e);
+  output.on("error", onError);
+  try {
+    for await (const chunk of client.readTar(remote)) {
+      if (broken) throw broken;
+      bytes += chunk.length;
+      if (!output.write(chunk)) await new Promise((r) => output.once("drain", r));
+    }
+    if (broken) throw broken;
+  } finally {
+    output.off("error", onError);
+  }
+  return { path: remote, bytes };
 }

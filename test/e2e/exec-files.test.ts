@@ -550,6 +550,21 @@ d("exec and files through the private network (real QEMU, the Go guest's control
     bytesMoved += 2 * TREE_FILES * 25;
   }, 900_000);
 
+  test("bb cp - takes a tar stream from stdin, bb cp ALLOC:PATH - gives one on stdout", async () => {
+    const src = join(work, "stream-src");
+    mkdirSync(join(src, "d"), { recursive: true });
+    writeFileSync(join(src, "d", "f.txt"), "streamed\n");
+    const tarIn = Bun.spawnSync(["tar", "-c", "-C", src, "."], { stdout: "pipe" }).stdout;
+    expect((await bb(["exec", allocationId, "--", "mkdir", "-p", "/root/streamed"])).code).toBe(0);
+    const put = await bb(["cp", "-", `${allocationId}:/root/streamed`], { input: tarIn });
+    expect([put.code, put.err]).toEqual([0, ""]);
+    const get = await bb(["cp", `${allocationId}:/root/streamed`, "-"]);
+    expect([get.code, get.err]).toEqual([0, ""]);
+    const list = Bun.spawnSync(["tar", "-t"], { stdin: get.out, stdout: "pipe" }).stdout.toString();
+    expect(list).toContain("d/f.txt");
+    bytesMoved += tarIn.length + get.out.length;
+  }, 300_000);
+
   test("a path escape is PATH_ESCAPE, an unknown exec EXEC_NOT_FOUND, a foreign tenant's exec refused (exit 1 each)", async () => {
     const small = join(work, "small.txt");
     writeFileSync(small, "x\n");

@@ -13,13 +13,14 @@ import { createHash, randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Writable } from "node:stream";
 import { ControlClient } from "../../src/client/control.ts";
 import { exitCodeFor } from "../../src/command/run.ts";
 import type { GrantPayload } from "../../src/protocol/connection.ts";
 import { connectionPublicKeyOf, signConnectionDocument } from "../../src/protocol/connectionSignature.ts";
 import { GUEST_CONTROL_PORT } from "../../src/protocol/control.ts";
 import { BeachballError } from "../../src/protocol/errors.ts";
-import { copyIn, copyOut, parseCpOperand } from "../../src/proxy/cpRun.ts";
+import { copyIn, copyInTar, copyOut, copyOutTar, parseCpOperand } from "../../src/proxy/cpRun.ts";
 import { exitCodeOf, followExec, runExec, type ExecIo } from "../../src/proxy/execRun.ts";
 
 const GO_ENV = { GOPROXY: "off", GOFLAGS: "-mod=mod", GOTOOLCHAIN: "local", CGO_ENABLED: "0" };
@@ -196,6 +197,48 @@ describe("bb cp", () => {
     expect(parseCpOperand("alloc_12:/x")).toEqual({ kind: "remote", allocation: "alloc_12", path: "/x" });
     expect(parseCpOperand("./a:b")).toEqual({ kind: "local", path: "./a:b" });
     expect(parseCpOperand("/tmp/x")).toEqual({ kind: "local", path: "/tmp/x" });
+    expect(parseCpOperand("-")).toEqual({ kind: "stream" });
+    expect(parseCpOperand("./-")).toEqual({ kind: "local", path: "./-" });
+  });
+
+  test("- is a tar stream: one read from stdin goes in checked, the tree comes out as tar (docker cp's form)", async () => {
+    const tree = join(dir, "streamtree");
+    mkdirSync(join(tree, "a", "b"), { recursive: true });
+    writeFileSync(join(tree, "a", "one.txt"), "one\n");
+    writeFileSync(join(tree, "a", "b", "two.bin"), randomBytes(300_000));
+    const tarIn = Bun.spawnSync(["tar", "-c", "-C", tree, "."], { stdout: "pipe" }).stdout;
+    mkdirSync(join(root, "streamed"), { recursive: true });
+    // Fed in small pieces, as a pipe would.
+    async function* pieces() {
+      for (let i = 0; i < tarIn.length; i += 4096) yield tarIn.subarray(i, i + 4096);
+    }
+    const put = await copyInTar(client(), pieces(), join(root, "streamed"));
+    expect(put.entries).toBeGreaterThanOrEqual(4);
+    expect(readFileSync(join(root, "streamed", "a", "one.txt"), "utf8")).toBe("one\n");
+    expect(
+      readFileSync(join(root, "streamed", "a", "b", "two.bin")).equals(readFileSync(join(tree, "a", "b", "two.bin"))),
+    ).toBe(true);
+    const chunks: Uint8Array[] = [];
+    const sink = new Writable({
+      write(c: Buffer, _e, cb) {
+        chunks.push(c);
+        cb();
+      },
+    });
+    const out = await copyOutTar(client(), join(root, "streamed"), sink);
+    const back = join(dir, "streamback");
+    mkdirSync(back);
+    const x = Bun.spawnSync(["tar", "-x", "-C", back], { stdin: Buffer.concat(chunks), stderr: "pipe" });
+    expect(`${x.exitCode} ${x.stderr}`).toBe("0 ");
+    expect(out.bytes).toBe(Buffer.concat(chunks).length);
+    expect(readFileSync(join(back, "a", "b", "two.bin")).equals(readFileSync(join(tree, "a", "b", "two.bin")))).toBe(
+      true,
+    );
+    // Not a tar: the guest refuses it with a stable code and makes nothing.
+    async function* junk() {
+      yield randomBytes(2048);
+    }
+    expect(await codeOf(copyInTar(client(), junk(), join(root, "streamed")))).toMatch(/^[A-Z_]+$/);
   });
 
   test("a file goes in and comes back byte-exact, into a directory under its own name", async () => {
