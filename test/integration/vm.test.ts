@@ -1,7 +1,8 @@
 /**
  * End to end on a real VM: dev image build, placement network, QEMU microvm
  * started by a throwaway "agent" process that is then SIGKILLed (the VM must
- * survive it), guest handshake, one shell payload, pause and resume by QMP, a `restored` message
+ * survive it), guest handshake, one shell payload, pause and resume by QMP, a `restored` message,
+ * suspend into a snapshot and restore from it
  * (entropy, clock and identity on a real guest kernel), shutdown, cleanup.
  *
  * Needs root, qemu-system-x86_64 and `ip`; otherwise it says why and skips.
@@ -121,6 +122,7 @@ test.skipIf(!!skipReason)(
       tapName: net.tapName,
       consoleLogPath: join(dir, "console.log"),
       controlSocketPath: join(dir, "ctl.sock"),
+      suspendable: true, // RAM in dir/guest.ram, so the suspend below can work
       kernelArgs: [
         ...net.guestKernelArgs,
         `${GUEST_CMDLINE_KEYS.allocationId}=${identity.allocationId}`,
@@ -236,6 +238,42 @@ test.skipIf(!!skipReason)(
     send({ type: "bootstrap", deliveryId: "d3", contentType: "text/x-shellscript", dataBase64: b64("exit 0") });
     expect(await next("bootstrap_consumed", 10_000)).toMatchObject({ deliveryId: "d3" });
     expect(await next("workload_exited", 30_000)).toEqual({ type: "workload_exited", deliveryId: "d3", exitCode: 0 });
+
+    // Suspend and restore by QMP (issue 21): the device state to a file, the RAM file frozen, QEMU gone;
+    // restored from it into a new placement directory, the guest carries on with the memory it had
+    // (the same boot, the identity it adopted above).
+    const snapDir = join(work, "snap");
+    mkdirSync(snapDir);
+    ch.close();
+    let t1 = performance.now();
+    const snap = await driver.suspend(handle, spec, snapDir);
+    console.log(`vm.test: suspend took ${Math.round(performance.now() - t1)} ms`);
+    expect(await driver.isAlive(handle)).toBe(false);
+    expect(readdirSync(snapDir).sort()).toEqual(["device.state", "guest.ram"]);
+    expect(snap).toMatchObject({ dir: snapDir, driver: "qemu-microvm", compat: { memory_mib: 256, vcpus: 1 } });
+    console.log(`vm.test: suspended into ${snap.bytes} bytes on disk`);
+    const dir2 = join(work, "alloc2");
+    mkdirSync(dir2);
+    const spec2: VmSpec = {
+      ...spec,
+      dir: dir2,
+      consoleLogPath: join(dir2, "console.log"),
+      controlSocketPath: join(dir2, "ctl.sock"),
+    };
+    await expect(driver.restore(spec2, { ...snap, compat: { ...snap.compat, memory_mib: 512 } })).rejects.toMatchObject(
+      {
+        code: "SNAPSHOT_INCOMPATIBLE",
+      },
+    );
+    t = performance.now();
+    handle = await driver.restore(spec2, snap);
+    ch = await driver.connectControl(spec2, 10_000);
+    attach();
+    send({ type: "identify" });
+    const same = await next("guest_ready", 30_000);
+    console.log(`vm.test: restored guest answered ${Math.round(performance.now() - t)} ms after the restore began`);
+    expect(same).toMatchObject({ ...restored.identity });
+    expect(same.bootId).toBe(again.bootId);
 
     send({ type: "shutdown" });
     await next("shutting_down", 10_000);

@@ -47,6 +47,13 @@ export interface VmSpec {
   consoleLogPath: string;
   /** Unix socket path of the host–guest control channel. */
   controlSocketPath: string;
+  /**
+   * The VM may be suspended later (issue 21). QEMU then keeps the guest's RAM
+   * in a shared file in `dir` (src/agent/vmm/qemuSnapshot.ts), which costs
+   * host disk of up to memoryMiB and writeback while it runs; Firecracker
+   * can always snapshot and ignores it.
+   */
+  suspendable?: boolean;
 }
 
 /** Identity of a running VMM process, persisted so a restarted agent can adopt it. */

@@ -11,7 +11,7 @@
  * instance ID, or choose a path on its own (all come from VmSpec; the QMP
  * socket is a fixed file name in the placement directory, QEMU's cwd).
  */
-import { closeSync, existsSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, openSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { privateArgsArchive } from "./initrdFragment.ts";
 import { readFile } from "node:fs/promises";
@@ -20,6 +20,20 @@ import { hostTscKhz, probeKvm, vmmError } from "./qemuHost.ts";
 import { AgentError } from "../errors.ts";
 import { connectUnixChannel } from "./unixChannel.ts";
 import { QMP_SOCKET_FILE, qmpError, QmpSession } from "./qmp.ts";
+import {
+  DEVICE_STATE_FILE,
+  GUEST_RAM_FILE,
+  guestRamPath,
+  MIGRATION_TIMEOUT_MS,
+  plainPath,
+  QEMU_COMPAT_VERSION_KEY,
+  qemuSnapshotCompat,
+  ramBackendArgs,
+} from "./qemuSnapshot.ts";
+import type { VmSnapshot } from "./driver.ts";
+import { compatDifferences } from "./firecracker/snapshot.ts";
+import { incompatible } from "./firecracker/snapshotHost.ts";
+import { fsyncPath } from "./firecracker/snapshotFs.ts";
 
 /** The placement file holding the image's initramfs plus the private kernel arguments (0600), until the guest booted. */
 export const PRIVATE_INITRD_FILE = "initrd.private.cpio";
@@ -156,6 +170,7 @@ export function qemuArgs(spec: VmSpec, accel: "kvm" | "tcg", tscKhz: number): st
     "virtio-net-device,netdev=n0",
   ];
   if (spec.initrdPath) args.push("-initrd", spec.initrdPath);
+  if (spec.suspendable) args.push(...ramBackendArgs(spec, guestRamPath(spec), true));
   return args;
 }
 
@@ -190,7 +205,14 @@ export class QemuMicrovmDriver implements VmmDriver {
    * does not appear within startTimeoutMs.
    */
   async start(given: VmSpec): Promise<VmHandle> {
-    const spec = this.withPrivateArgs(given);
+    return this.launch(this.withPrivateArgs(given), (spec, accel, tscKhz) => qemuArgs(spec, accel, tscKhz));
+  }
+
+  /** Spawns QEMU for `spec` with the argument vector `args` builds; see start. */
+  private async launch(
+    spec: VmSpec,
+    args: (spec: VmSpec, accel: "kvm" | "tcg", tscKhz: number) => string[],
+  ): Promise<VmHandle> {
     rmSync(spec.controlSocketPath, { force: true });
     const tscKhz = this.tscKhz ?? (await hostTscKhz());
     this.accel ??= (await probeKvm(this.qemuBinary, spec.kernelPath)) ? "kvm" : "tcg";
@@ -198,7 +220,7 @@ export class QemuMicrovmDriver implements VmmDriver {
     const fd = openSync(spec.consoleLogPath, "a");
     let proc: ReturnType<typeof Bun.spawn>;
     try {
-      proc = Bun.spawn(["ip", "netns", "exec", spec.netns, this.qemuBinary, ...qemuArgs(spec, accel, tscKhz)], {
+      proc = Bun.spawn(["ip", "netns", "exec", spec.netns, this.qemuBinary, ...args(spec, accel, tscKhz)], {
         cwd: spec.dir,
         detached: true,
         stdin: "ignore",
@@ -225,6 +247,117 @@ export class QemuMicrovmDriver implements VmmDriver {
     const st = await readProcStat(proc.pid);
     if (!st) throw vmmError(`QEMU for ${spec.instanceId} vanished right after start`);
     return { instanceId: spec.instanceId, pid: proc.pid, startTime: st.startTime };
+  }
+
+  /**
+   * Suspends the verified, suspendable VM into `snapshotDir` (issue 21):
+   * `x-ignore-shared` on, `stop`, the device state migrated into
+   * `snapshotDir/device.state` (the RAM is skipped: it is the shared file),
+   * the RAM file fsync'd, QEMU ended (SIGKILL to the verified process: the
+   * state is saved, a stopped guest cannot shut down), then the RAM file
+   * moved into `snapshotDir` (same file system: the agent makes it beside
+   * the placement). Errors: VMM_UNSUPPORTED for a VM not started
+   * suspendable; VMM_CONTROL_FAILED when QMP or the migration fails (the VM
+   * then stays stopped and running for the agent to resume or stop).
+   */
+  async suspend(handle: VmHandle, spec: VmSpec, snapshotDir: string): Promise<VmSnapshot> {
+    if (handle.instanceId !== spec.instanceId)
+      throw qmpError(`suspend: handle ${handle.instanceId} is not the VM of spec ${spec.instanceId}`);
+    if (!spec.suspendable)
+      throw new AgentError("VMM_UNSUPPORTED", `${spec.instanceId} was not started suspendable`, { subsystem: "vmm" });
+    const statePath = plainPath(join(snapshotDir, DEVICE_STATE_FILE));
+    const accel = this.accel ?? "tcg";
+    const version = await this.withQmp(handle, async (q) => {
+      const v = await qemuVersion(q);
+      await q.execute("migrate-set-capabilities", {
+        capabilities: [{ capability: "x-ignore-shared", state: true }],
+      });
+      await q.execute("stop");
+      await q.execute("migrate", { uri: `exec:cat > ${statePath}` });
+      await waitMigration(q, "suspend");
+      return v;
+    });
+    const ram = guestRamPath(spec);
+    fsyncPath(ram);
+    if (await this.isAlive(handle)) process.kill(handle.pid, "SIGKILL");
+    if (!(await this.waitGone(handle, 10_000)))
+      throw new AgentError("CLEANUP_FAILED", `QEMU pid ${handle.pid} survived SIGKILL`, { subsystem: "vmm" });
+    const frozen = join(snapshotDir, GUEST_RAM_FILE);
+    renameSync(ram, frozen);
+    fsyncPath(snapshotDir);
+    const bytes = [frozen, statePath].reduce((n, f) => n + statSync(f).blocks * 512, 0);
+    return { dir: snapshotDir, driver: this.name, compat: qemuSnapshotCompat(spec, version, accel), bytes };
+  }
+
+  /**
+   * Starts QEMU for the new `spec` from `snapshot` (issue 21): refuses
+   * SNAPSHOT_INCOMPATIBLE, before spawning, a snapshot of another driver or
+   * whose descriptor differs (the QEMU version is checked once QEMU answers,
+   * and a mismatch stops it); then `-incoming defer` with the frozen RAM
+   * mapped private (copy-on-write: the snapshot stays as it was), the device
+   * state loaded, and the VM running. The restored VM is not suspendable
+   * again in this step (its RAM is private). The guest needs the agent's
+   * `restored` message next. Errors: VMM_START_FAILED, VMM_CONTROL_FAILED.
+   */
+  async restore(given: VmSpec, snapshot: VmSnapshot): Promise<VmHandle> {
+    if (snapshot.driver !== this.name)
+      throw incompatible(`snapshot written by driver ${snapshot.driver}, not ${this.name}`, ["driver"]);
+    const { privateKernelArgs: _, suspendable: __, ...spec } = given;
+    const accel = this.accel; // unknown before this driver started a VM: then only the later check runs
+    if (accel) {
+      const early = compatDifferences(snapshot.compat, qemuSnapshotCompat(spec, "", accel), [QEMU_COMPAT_VERSION_KEY]);
+      if (early.length > 0) throw incompatible(`snapshot does not fit ${spec.instanceId}`, early);
+    }
+    const ram = join(snapshot.dir, GUEST_RAM_FILE);
+    const statePath = plainPath(join(snapshot.dir, DEVICE_STATE_FILE));
+    const handle = await this.launch(spec, (s, a, khz) => [
+      ...qemuArgs(s, a, khz),
+      ...ramBackendArgs(s, ram, false),
+      "-incoming",
+      "defer",
+    ]);
+    try {
+      await this.withQmp(handle, async (q) => {
+        const diff = compatDifferences(snapshot.compat, qemuSnapshotCompat(spec, await qemuVersion(q), this.accel!));
+        if (diff.length > 0) throw incompatible(`snapshot does not fit ${spec.instanceId}`, diff);
+        await q.execute("migrate-set-capabilities", {
+          capabilities: [{ capability: "x-ignore-shared", state: true }],
+        });
+        await q.execute("migrate-incoming", { uri: `exec:cat ${statePath}` });
+        await waitMigration(q, "restore");
+        const status = (await q.execute("query-status")) as { running?: boolean; status?: string };
+        if (!status.running) await q.execute("cont");
+      });
+    } catch (e) {
+      await this.stop(handle, 0).catch(() => undefined);
+      throw e;
+    }
+    return handle;
+  }
+
+  /** Runs `f` with a QMP session on the verified process's socket, one exchange per VM at a time. */
+  private withQmp<T>(handle: VmHandle, f: (q: QmpSession) => Promise<T>): Promise<T> {
+    const before = this.qmpTurns.get(handle.instanceId) ?? Promise.resolve();
+    const turn = before
+      .catch(() => undefined)
+      .then(async () => {
+        if (!(await this.isAlive(handle)))
+          throw qmpError(`QEMU pid ${handle.pid} of ${handle.instanceId} is not running`);
+        // Through the verified process's working directory: the placement's, where QEMU made its socket.
+        const session = await QmpSession.open(`/proc/${handle.pid}/cwd/${QMP_SOCKET_FILE}`);
+        try {
+          return await f(session);
+        } finally {
+          session.close();
+        }
+      });
+    this.qmpTurns.set(handle.instanceId, turn);
+    void turn
+      .catch(() => undefined)
+      .finally(() => {
+        if (this.qmpTurns.get(handle.instanceId) === turn) this.qmpTurns.delete(handle.instanceId);
+      });
+    return turn;
   }
 
   /**
@@ -301,35 +434,36 @@ export class QemuMicrovmDriver implements VmmDriver {
   private readonly qmpTurns = new Map<string, Promise<unknown>>();
 
   private setRunning(handle: VmHandle, running: boolean): Promise<void> {
-    const before = this.qmpTurns.get(handle.instanceId) ?? Promise.resolve();
-    const turn = before.catch(() => undefined).then(() => this.setRunningNow(handle, running));
-    this.qmpTurns.set(handle.instanceId, turn);
-    void turn
-      .catch(() => undefined)
-      .finally(() => {
-        if (this.qmpTurns.get(handle.instanceId) === turn) this.qmpTurns.delete(handle.instanceId);
-      });
-    return turn;
-  }
-
-  private async setRunningNow(handle: VmHandle, running: boolean): Promise<void> {
     const what = running ? "resume" : "pause";
-    if (!(await this.isAlive(handle)))
-      throw qmpError(`${what}: QEMU pid ${handle.pid} of ${handle.instanceId} is not running`);
-    // Through the verified process's working directory: the placement's, where QEMU made its socket.
-    const session = await QmpSession.open(`/proc/${handle.pid}/cwd/${QMP_SOCKET_FILE}`);
-    try {
+    return this.withQmp(handle, async (session) => {
       await session.execute(running ? "cont" : "stop");
       const status = (await session.execute("query-status")) as { running?: boolean; status?: string } | undefined;
       if (status?.running !== running)
         throw qmpError(`${what} of ${handle.instanceId}: query-status says ${status?.status ?? "nothing"}`);
-    } finally {
-      session.close();
-    }
+    });
   }
 
   /** Connects to the control socket, retrying until `timeoutMs`. Throws VMM_START_FAILED on timeout. */
   connectControl(spec: Pick<VmSpec, "controlSocketPath">, timeoutMs: number): Promise<GuestChannel> {
     return connectUnixChannel(spec.controlSocketPath, timeoutMs);
+  }
+}
+
+/** QEMU's version as `major.minor.micro` (QMP query-version). */
+async function qemuVersion(q: QmpSession): Promise<string> {
+  const v = (await q.execute("query-version")) as { qemu?: { major?: number; minor?: number; micro?: number } };
+  return `${v.qemu?.major}.${v.qemu?.minor}.${v.qemu?.micro}`;
+}
+
+/** Polls query-migrate until `completed`; throws VMM_CONTROL_FAILED on `failed`/`cancelled` or after MIGRATION_TIMEOUT_MS. */
+async function waitMigration(q: QmpSession, what: string): Promise<void> {
+  const deadline = performance.now() + MIGRATION_TIMEOUT_MS;
+  for (;;) {
+    const m = (await q.execute("query-migrate")) as { status?: string; "error-desc"?: string };
+    if (m.status === "completed") return;
+    if (m.status === "failed" || m.status === "cancelled")
+      throw qmpError(`${what}: migration ${m.status}${m["error-desc"] ? `: ${m["error-desc"]}` : ""}`);
+    if (performance.now() > deadline) throw qmpError(`${what}: migration not done within ${MIGRATION_TIMEOUT_MS} ms`);
+    await Bun.sleep(10);
   }
 }
