@@ -137,7 +137,7 @@ async function main(): Promise<void> {
   } finally {
     await cleanup();
   }
-  console.log(`\nQEMU suspend and resume, ${MEMORY_MIB} MiB guest (TCG), median of ${RUNS}\n`);
+  console.log(`\nQEMU suspend and resume, ${MEMORY_MIB} MiB guest (${driver.accelerator ?? "?"}), median of ${RUNS}\n`);
   console.log("cold boot → GuestReady | suspend | restore → answering | restore ÷ cold | snapshot on disk");
   console.log(
     `${Math.round(median(cold))} ms | ${Math.round(median(suspend))} ms | ${Math.round(median(restore))} ms | ${(median(restore) / median(cold)).toFixed(2)}× | ${bytes} bytes`,

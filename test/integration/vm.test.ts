@@ -274,6 +274,10 @@ test.skipIf(!!skipReason)(
     console.log(`vm.test: restored guest answered ${Math.round(performance.now() - t)} ms after the restore began`);
     expect(same).toMatchObject({ ...restored.identity });
     expect(same.bootId).toBe(again.bootId);
+    // Its RAM is private now: suspending it again is refused before anything stops, and it keeps running.
+    await expect(driver.suspend(handle, spec2, join(work, "snap2"))).rejects.toMatchObject({ code: "VMM_UNSUPPORTED" });
+    send({ type: "ping", id: "p-after" });
+    expect(await next("pong", 10_000)).toEqual({ type: "pong", id: "p-after" });
 
     send({ type: "shutdown" });
     await next("shutting_down", 10_000);

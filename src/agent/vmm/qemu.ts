@@ -11,7 +11,17 @@
  * instance ID, or choose a path on its own (all come from VmSpec; the QMP
  * socket is a fixed file name in the placement directory, QEMU's cwd).
  */
-import { closeSync, existsSync, openSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  closeSync,
+  existsSync,
+  linkSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { privateArgsArchive } from "./initrdFragment.ts";
 import { readFile } from "node:fs/promises";
@@ -251,65 +261,99 @@ export class QemuMicrovmDriver implements VmmDriver {
 
   /**
    * Suspends the verified, suspendable VM into `snapshotDir` (issue 21):
-   * `x-ignore-shared` on, `stop`, the device state migrated into
-   * `snapshotDir/device.state` (the RAM is skipped: it is the shared file),
-   * the RAM file fsync'd, QEMU ended (SIGKILL to the verified process: the
-   * state is saved, a stopped guest cannot shut down), then the RAM file
-   * moved into `snapshotDir` (same file system: the agent makes it beside
-   * the placement). Errors: VMM_UNSUPPORTED for a VM not started
-   * suspendable; VMM_CONTROL_FAILED when QMP or the migration fails (the VM
-   * then stays stopped and running for the agent to resume or stop).
+   * checks first that the process really keeps its RAM in the shared file
+   * and that `snapshotDir` is on the same file system; then `x-ignore-shared`
+   * on, `stop`, the device state migrated into `snapshotDir/device.state`
+   * (the RAM is skipped: it is the shared file) and the `cat` that writes it
+   * waited for; the RAM file hard-linked into `snapshotDir` while QEMU still
+   * runs; both files and the directory fsync'd; only then QEMU ended
+   * (SIGKILL to the verified process: a stopped guest cannot shut down) and
+   * the placement's name of the RAM file removed. QEMU's `stop` flushes its
+   * block devices, so the disks hold what the device state expects.
+   * Errors: VMM_UNSUPPORTED for a VM not running with a shared RAM file (not
+   * started suspendable, or itself restored); VMM_CONTROL_FAILED when QMP,
+   * the migration or a file step fails before the kill (the migration is
+   * cancelled and the VM left stopped and running, for the agent to resume
+   * or stop); CLEANUP_FAILED when QEMU survives the kill.
    */
   async suspend(handle: VmHandle, spec: VmSpec, snapshotDir: string): Promise<VmSnapshot> {
     if (handle.instanceId !== spec.instanceId)
       throw qmpError(`suspend: handle ${handle.instanceId} is not the VM of spec ${spec.instanceId}`);
-    if (!spec.suspendable)
-      throw new AgentError("VMM_UNSUPPORTED", `${spec.instanceId} was not started suspendable`, { subsystem: "vmm" });
-    const statePath = plainPath(join(snapshotDir, DEVICE_STATE_FILE));
-    const accel = this.accel ?? "tcg";
-    const version = await this.withQmp(handle, async (q) => {
-      const v = await qemuVersion(q);
-      await q.execute("migrate-set-capabilities", {
-        capabilities: [{ capability: "x-ignore-shared", state: true }],
-      });
-      await q.execute("stop");
-      await q.execute("migrate", { uri: `exec:cat > ${statePath}` });
-      await waitMigration(q, "suspend");
-      return v;
-    });
     const ram = guestRamPath(spec);
-    fsyncPath(ram);
+    const cmdline = await readFile(`/proc/${handle.pid}/cmdline`, "utf8").catch(() => "");
+    if (!cmdline.split("\0").includes(ramBackendArgs(spec, ram, true)[1]!) || !existsSync(ram))
+      throw new AgentError("VMM_UNSUPPORTED", `${spec.instanceId} does not run with a shared RAM file (${ram})`, {
+        subsystem: "vmm",
+      });
+    const statePath = plainPath(join(snapshotDir, DEVICE_STATE_FILE));
+    const frozen = join(snapshotDir, GUEST_RAM_FILE);
+    try {
+      if (statSync(snapshotDir).dev !== statSync(spec.dir).dev)
+        throw qmpError(`suspend: ${snapshotDir} is not on the file system of ${spec.dir}`);
+    } catch (e) {
+      throw e instanceof AgentError ? e : qmpError(`suspend: ${(e as Error).message}`, e);
+    }
+    const { version, accel } = await this.withQmp(handle, async (q) => {
+      const v = await qemuVersion(q);
+      const kvm = (await q.execute("query-kvm")) as { enabled?: boolean };
+      try {
+        await q.execute("migrate-set-capabilities", {
+          capabilities: [{ capability: "x-ignore-shared", state: true }],
+        });
+        await q.execute("stop");
+        await q.execute("migrate", { uri: `exec:cat > ${statePath}` });
+        await waitMigration(q, "suspend");
+        await waitChildrenGone(handle.pid, statePath);
+        linkSync(ram, frozen);
+        for (const f of [frozen, statePath, snapshotDir]) fsyncPath(f);
+      } catch (e) {
+        await q.execute("migrate_cancel").catch(() => undefined);
+        rmSync(frozen, { force: true });
+        throw e instanceof AgentError ? e : qmpError(`suspend of ${handle.instanceId}: ${(e as Error).message}`, e);
+      }
+      return { version: v, accel: kvm.enabled ? ("kvm" as const) : ("tcg" as const) };
+    });
     if (await this.isAlive(handle)) process.kill(handle.pid, "SIGKILL");
     if (!(await this.waitGone(handle, 10_000)))
       throw new AgentError("CLEANUP_FAILED", `QEMU pid ${handle.pid} survived SIGKILL`, { subsystem: "vmm" });
-    const frozen = join(snapshotDir, GUEST_RAM_FILE);
-    renameSync(ram, frozen);
-    fsyncPath(snapshotDir);
+    rmSync(ram, { force: true }); // the snapshot's link keeps the content; a later start must not find it here
     const bytes = [frozen, statePath].reduce((n, f) => n + statSync(f).blocks * 512, 0);
     return { dir: snapshotDir, driver: this.name, compat: qemuSnapshotCompat(spec, version, accel), bytes };
   }
 
   /**
    * Starts QEMU for the new `spec` from `snapshot` (issue 21): refuses
-   * SNAPSHOT_INCOMPATIBLE, before spawning, a snapshot of another driver or
-   * whose descriptor differs (the QEMU version is checked once QEMU answers,
+   * SNAPSHOT_INCOMPATIBLE, before spawning, a snapshot of another driver,
+   * whose files are missing or whose RAM file is not the VM's size (QEMU
+   * would make a blank one and boot zeroed memory), or whose descriptor
+   * differs (the QEMU version and accelerator are checked once QEMU answers,
    * and a mismatch stops it); then `-incoming defer` with the frozen RAM
    * mapped private (copy-on-write: the snapshot stays as it was), the device
-   * state loaded, and the VM running. The restored VM is not suspendable
-   * again in this step (its RAM is private). The guest needs the agent's
-   * `restored` message next. Errors: VMM_START_FAILED, VMM_CONTROL_FAILED.
+   * state loaded, and the VM running, checked by query-status. The private
+   * kernel arguments (the nonce) are not handed over again: the guest's
+   * memory already holds them, and its new identity comes in the agent's
+   * `restored` message next. The restored VM is not suspendable again in
+   * this step (its RAM is private). Errors: VMM_START_FAILED,
+   * VMM_CONTROL_FAILED (with the console's tail), CLEANUP_FAILED when the
+   * failed VMM cannot be stopped.
    */
   async restore(given: VmSpec, snapshot: VmSnapshot): Promise<VmHandle> {
     if (snapshot.driver !== this.name)
       throw incompatible(`snapshot written by driver ${snapshot.driver}, not ${this.name}`, ["driver"]);
     const { privateKernelArgs: _, suspendable: __, ...spec } = given;
-    const accel = this.accel; // unknown before this driver started a VM: then only the later check runs
-    if (accel) {
-      const early = compatDifferences(snapshot.compat, qemuSnapshotCompat(spec, "", accel), [QEMU_COMPAT_VERSION_KEY]);
-      if (early.length > 0) throw incompatible(`snapshot does not fit ${spec.instanceId}`, early);
-    }
     const ram = join(snapshot.dir, GUEST_RAM_FILE);
     const statePath = plainPath(join(snapshot.dir, DEVICE_STATE_FILE));
+    const ramSt = statSync(ram, { throwIfNoEntry: false });
+    if (
+      !ramSt?.isFile() ||
+      ramSt.size !== spec.memoryMiB * 1024 * 1024 ||
+      !statSync(statePath, { throwIfNoEntry: false })?.isFile()
+    )
+      throw incompatible(`snapshot ${snapshot.dir} lacks its files or its RAM is not ${spec.memoryMiB} MiB`, ["files"]);
+    const known = this.accel; // unknown before this driver started a VM: then only the later check runs
+    const skip = known ? [QEMU_COMPAT_VERSION_KEY] : [QEMU_COMPAT_VERSION_KEY, "accel", "cpu"];
+    const early = compatDifferences(snapshot.compat, qemuSnapshotCompat(spec, "", known ?? "tcg"), skip);
+    if (early.length > 0) throw incompatible(`snapshot does not fit ${spec.instanceId}`, early);
     const handle = await this.launch(spec, (s, a, khz) => [
       ...qemuArgs(s, a, khz),
       ...ramBackendArgs(s, ram, false),
@@ -318,19 +362,32 @@ export class QemuMicrovmDriver implements VmmDriver {
     ]);
     try {
       await this.withQmp(handle, async (q) => {
-        const diff = compatDifferences(snapshot.compat, qemuSnapshotCompat(spec, await qemuVersion(q), this.accel!));
+        const kvm = (await q.execute("query-kvm")) as { enabled?: boolean };
+        const here = qemuSnapshotCompat(spec, await qemuVersion(q), kvm.enabled ? "kvm" : "tcg");
+        const diff = compatDifferences(snapshot.compat, here);
         if (diff.length > 0) throw incompatible(`snapshot does not fit ${spec.instanceId}`, diff);
         await q.execute("migrate-set-capabilities", {
           capabilities: [{ capability: "x-ignore-shared", state: true }],
         });
         await q.execute("migrate-incoming", { uri: `exec:cat ${statePath}` });
         await waitMigration(q, "restore");
-        const status = (await q.execute("query-status")) as { running?: boolean; status?: string };
-        if (!status.running) await q.execute("cont");
+        let status = (await q.execute("query-status")) as { running?: boolean; status?: string };
+        if (!status.running) {
+          await q.execute("cont");
+          status = (await q.execute("query-status")) as { running?: boolean; status?: string };
+        }
+        if (!status.running) throw qmpError(`restore of ${spec.instanceId}: query-status says ${status.status}`);
       });
     } catch (e) {
-      await this.stop(handle, 0).catch(() => undefined);
-      throw e;
+      const tail = (await readFile(spec.consoleLogPath, "utf8").catch(() => "")).slice(-400).trim();
+      await this.stop(handle, 0).catch((stopErr: Error) => {
+        throw new AgentError("CLEANUP_FAILED", `restore failed and QEMU pid ${handle.pid} could not be stopped`, {
+          subsystem: "vmm",
+          cause: stopErr,
+        });
+      });
+      if (e instanceof AgentError && e.code === "SNAPSHOT_INCOMPATIBLE") throw e;
+      throw qmpError(`restore of ${spec.instanceId}: ${(e as Error).message}${tail ? `; console: ${tail}` : ""}`, e);
     }
     return handle;
   }
@@ -453,6 +510,33 @@ export class QemuMicrovmDriver implements VmmDriver {
 async function qemuVersion(q: QmpSession): Promise<string> {
   const v = (await q.execute("query-version")) as { qemu?: { major?: number; minor?: number; micro?: number } };
   return `${v.qemu?.major}.${v.qemu?.minor}.${v.qemu?.micro}`;
+}
+
+/**
+ * Waits until no child of QEMU `pid` still has `path` on its command line
+ * (the `/bin/sh -c cat > path` of an exec: migration, which may still be
+ * writing after QEMU reports `completed`); throws VMM_CONTROL_FAILED after 10 s.
+ */
+async function waitChildrenGone(pid: number, path: string): Promise<void> {
+  const deadline = performance.now() + 10_000;
+  for (;;) {
+    const children = readdirSync(`/proc/${pid}/task`).flatMap((t) =>
+      (readFileSyncOr(`/proc/${pid}/task/${t}/children`) ?? "").split(" ").filter(Boolean),
+    );
+    const writers = children.filter((c) => (readFileSyncOr(`/proc/${c}/cmdline`) ?? "").includes(path));
+    if (writers.length === 0) return;
+    if (performance.now() > deadline) throw qmpError(`the writer of ${path} did not finish within 10 s`);
+    await Bun.sleep(10);
+  }
+}
+
+/** The file's text, or undefined when it cannot be read. */
+function readFileSyncOr(path: string): string | undefined {
+  try {
+    return readFileSync(path, "utf8");
+  } catch {
+    return undefined;
+  }
 }
 
 /** Polls query-migrate until `completed`; throws VMM_CONTROL_FAILED on `failed`/`cancelled` or after MIGRATION_TIMEOUT_MS. */

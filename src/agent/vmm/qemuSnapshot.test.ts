@@ -1,7 +1,10 @@
 /** The pure parts of QEMU suspend and restore (qemuSnapshot.ts); the QMP side runs on a real guest in test/integration/vm.test.ts. */
 import { expect, test } from "bun:test";
 import type { VmSpec } from "./driver.ts";
-import { qemuArgs } from "./qemu.ts";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { QemuMicrovmDriver, qemuArgs } from "./qemu.ts";
 import { guestRamPath, plainPath, qemuSnapshotCompat, ramBackendArgs } from "./qemuSnapshot.ts";
 import { compatDifferences } from "./firecracker/snapshot.ts";
 
@@ -51,4 +54,21 @@ test("the compatibility descriptor names what a migration stream is tied to", ()
   });
   const b = qemuSnapshotCompat({ ...spec, memoryMiB: 512, rootDiskPath: "/a/root.squashfs" }, "8.0.0", "kvm");
   expect(compatDifferences(a, b)).toEqual(["accel", "cpu", "devices", "memory_mib", "qemu_version"]);
+});
+
+test("a restore refuses a snapshot without its files, or whose RAM is not the VM's size, before QEMU starts", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "bb-qemusnap-"));
+  try {
+    const driver = new QemuMicrovmDriver({ qemuBinary: "/nonexistent/qemu" }); // never spawned: the refusal comes first
+    const snap = { dir, driver: "qemu-microvm", compat: qemuSnapshotCompat(spec, "7.2.22", "tcg"), bytes: 0 };
+    await expect(driver.restore(spec, snap)).rejects.toMatchObject({ code: "SNAPSHOT_INCOMPATIBLE" });
+    writeFileSync(join(dir, "device.state"), "x");
+    writeFileSync(join(dir, "guest.ram"), Buffer.alloc(1024));
+    await expect(driver.restore(spec, snap)).rejects.toMatchObject({ code: "SNAPSHOT_INCOMPATIBLE" });
+    await expect(driver.restore(spec, { ...snap, driver: "firecracker" })).rejects.toMatchObject({
+      code: "SNAPSHOT_INCOMPATIBLE",
+    });
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -16,7 +16,7 @@
  */
 import { join } from "node:path";
 import { rootFormat, type VmSpec } from "./driver.ts";
-import { vmmError } from "./qemuHost.ts";
+import { AgentError } from "../errors.ts";
 
 /** The guest RAM file of a suspendable VM, in its placement directory. */
 export const GUEST_RAM_FILE = "guest.ram";
@@ -30,10 +30,16 @@ export const QEMU_COMPAT_VERSION_KEY = "qemu_version";
 /** Longest a suspend's or a restore's migration may take, ms (device state only: milliseconds in practice). */
 export const MIGRATION_TIMEOUT_MS = 60_000;
 
-/** A path that may go into an `exec:` migration URI; throws VMM_CONTROL_FAILED for anything else. */
+/** A path that may go into an `exec:` migration URI or a QEMU option; throws VMM_CONTROL_FAILED for anything else. */
 export function plainPath(path: string): string {
   if (!/^\/[A-Za-z0-9/._-]+$/.test(path) || path.includes(".."))
-    throw vmmError(`path ${JSON.stringify(path)} is not plain enough for a QEMU migration URI`);
+    throw new AgentError(
+      "VMM_CONTROL_FAILED",
+      `path ${JSON.stringify(path)} is not plain enough for a QEMU migration URI`,
+      {
+        subsystem: "vmm",
+      },
+    );
   return path;
 }
 
@@ -59,8 +65,11 @@ export function guestRamPath(spec: Pick<VmSpec, "dir">): string {
 /**
  * The compatibility descriptor of a QEMU snapshot (VmSnapshot.compat): the
  * QEMU version (a migration stream is tied to it), the machine, CPU model and
- * accelerator, memory and vCPUs, and the device list (the root's format and
- * whether there is an initramfs). A restore refuses any difference. Pure.
+ * accelerator, memory and vCPUs, and the device list (the root's format).
+ * Not in it: the kernel and initramfs (QEMU does not load them while a
+ * migration is incoming), the disks' content (the agent restores a
+ * placement's own disks), and for KVM the host CPU (to do before snapshots
+ * move between hosts). A restore refuses any difference. Pure.
  */
 export function qemuSnapshotCompat(
   spec: Pick<VmSpec, "vcpus" | "memoryMiB" | "rootDiskPath">,
