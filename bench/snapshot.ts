@@ -17,11 +17,12 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createPlacementNetwork, destroyPlacementNetwork } from "../src/agent/isolation/placementNet.ts";
-import type { GuestChannel, VmHandle, VmSpec } from "../src/agent/vmm/driver.ts";
+import type { GuestChannel, VmHandle } from "../src/agent/vmm/driver.ts";
 import { QemuMicrovmDriver } from "../src/agent/vmm/qemu.ts";
 import { compileGuest } from "../src/image/bbBinary.ts";
 import { buildDevImage } from "../src/image/devBuild.ts";
-import { encodeGuestMessage, GUEST_CMDLINE_KEYS, NdjsonDecoder } from "../src/protocol/guest.ts";
+import { encodeGuestMessage, NdjsonDecoder } from "../src/protocol/guest.ts";
+import { devVmSpec } from "../test/support/devVm.ts";
 import { limitRunTime, onRunLimit } from "./support/runLimit.ts";
 
 limitRunTime("bench/snapshot.ts", 900);
@@ -73,29 +74,21 @@ async function main(): Promise<void> {
     for (let i = 0; i < RUNS; i++) {
       const dir = join(work, `r${i}`);
       mkdirSync(dir);
-      const rootDisk = join(dir, "rootfs.ext4");
-      Bun.spawnSync(["cp", "--sparse=always", join(img.dir, img.manifest.rootfs.path), rootDisk]);
-      const spec: VmSpec = {
-        instanceId: netns,
-        dir,
-        vcpus: 1,
-        memoryMiB: MEMORY_MIB,
-        kernelPath: join(img.dir, img.manifest.kernel.path),
-        initrdPath: join(img.dir, img.manifest.initrd!.path),
-        rootDiskPath: rootDisk,
-        netns: net.netns,
-        tapName: net.tapName,
-        consoleLogPath: join(dir, "console.log"),
-        controlSocketPath: join(dir, "ctl.sock"),
-        suspendable: true,
-        kernelArgs: [
-          ...net.guestKernelArgs,
-          `${GUEST_CMDLINE_KEYS.allocationId}=alloc-bench-${i}`,
-          `${GUEST_CMDLINE_KEYS.placementId}=plc-bench-${i}`,
-          `${GUEST_CMDLINE_KEYS.generation}=1`,
-        ],
-        privateKernelArgs: [`${GUEST_CMDLINE_KEYS.nonce}=${randomBytes(32).toString("hex")}`],
+      const identity = {
+        allocationId: `alloc-bench-${i}`,
+        placementId: `plc-bench-${i}`,
+        generation: 1,
+        nonce: randomBytes(32).toString("hex"),
       };
+      const spec = devVmSpec({
+        image: img,
+        net,
+        dir,
+        instanceId: netns,
+        identity,
+        memoryMiB: MEMORY_MIB,
+        suspendable: true,
+      });
       let t = performance.now();
       live = await driver.start(spec);
       let ch = await driver.connectControl(spec, 10_000);

@@ -6,6 +6,7 @@ import { GUEST_IPV6_KEYS } from "../protocol/guest.ts";
 import { INITRAMFS_INIT } from "./devInitScripts.ts";
 import { GUEST_IPV6_CASES, GUEST_IPV6_SYSCTL_DIR, guestIpv6Setup, guestIpv6Sysctls } from "./guestIpv6Init.ts";
 import { squashfsInit } from "./oci/ociInitrd.ts";
+import { ROOT_READ_AHEAD_KIB } from "./guestNetInit.ts";
 import { NET_SETUP } from "./referenceBuild.ts";
 
 const work = mkdtempSync(join(tmpdir(), "bb-guestipv6-"));
@@ -98,5 +99,14 @@ describe("the guest's IPv6 setup fragments", () => {
     expect(INITRAMFS_INIT(["virtio"])).not.toContain("ipv6");
     expect(squashfsInit(["virtio"])).not.toContain("ipv6");
     expect(squashfsInit(["virtio"])).toContain("--configure-network");
+    // The root disk's read-ahead is raised before the root is mounted (the guest pages in after).
+    for (const [script, mount] of [
+      [INITRAMFS_INIT(["virtio"]), "mount -t ext4"],
+      [squashfsInit(["virtio"]), "mount -t squashfs"],
+    ] as const) {
+      const ra = script.indexOf(`echo ${ROOT_READ_AHEAD_KIB} > /sys/block/`);
+      expect(ra).toBeGreaterThan(0);
+      expect(ra).toBeLessThan(script.indexOf(mount));
+    }
   });
 });

@@ -22,8 +22,9 @@ import {
   listPlacementNetworks,
 } from "../../src/agent/isolation/placementNet.ts";
 import type { VmHandle, VmSpec } from "../../src/agent/vmm/driver.ts";
+import { devVmSpec } from "../support/devVm.ts";
 import { QemuMicrovmDriver } from "../../src/agent/vmm/qemu.ts";
-import { GUEST_CMDLINE_KEYS, NdjsonDecoder, encodeGuestMessage, type HostToGuest } from "../../src/protocol/guest.ts";
+import { NdjsonDecoder, encodeGuestMessage, type HostToGuest } from "../../src/protocol/guest.ts";
 import { restoredMessage } from "../../src/agent/guestRestored.ts";
 import { systemRandom } from "../../src/agent/ports.ts";
 import { systemClock } from "../../src/protocol/clock.ts";
@@ -100,37 +101,14 @@ test.skipIf(!!skipReason)(
     expect(await listPlacementNetworks()).toContain(netns);
     const dir = join(work, "alloc");
     mkdirSync(dir);
-    const rootDisk = join(dir, "rootfs.ext4");
-    expect(Bun.spawnSync(["cp", "--sparse=always", join(img.dir, img.manifest.rootfs.path), rootDisk]).exitCode).toBe(
-      0,
-    );
     const identity = {
       allocationId: "alloc-test-1",
       placementId: "plc-test-1",
       generation: 7,
       nonce: randomBytes(32).toString("hex"),
     };
-    const spec: VmSpec = {
-      instanceId: netns,
-      dir,
-      vcpus: 1,
-      memoryMiB: 256,
-      kernelPath: join(img.dir, img.manifest.kernel.path),
-      initrdPath: join(img.dir, img.manifest.initrd!.path),
-      rootDiskPath: rootDisk,
-      netns: net.netns,
-      tapName: net.tapName,
-      consoleLogPath: join(dir, "console.log"),
-      controlSocketPath: join(dir, "ctl.sock"),
-      suspendable: true, // RAM in dir/guest.ram, so the suspend below can work
-      kernelArgs: [
-        ...net.guestKernelArgs,
-        `${GUEST_CMDLINE_KEYS.allocationId}=${identity.allocationId}`,
-        `${GUEST_CMDLINE_KEYS.placementId}=${identity.placementId}`,
-        `${GUEST_CMDLINE_KEYS.generation}=${identity.generation}`,
-        `${GUEST_CMDLINE_KEYS.nonce}=${identity.nonce}`,
-      ],
-    };
+    // RAM in dir/guest.ram (suspendable), so the suspend below can work.
+    const spec = devVmSpec({ image: img, net, dir, instanceId: netns, identity, suspendable: true });
 
     t = performance.now();
     handle = await startFromDoomedAgent(spec);

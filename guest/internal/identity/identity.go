@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 
+	"beachball/guest/internal/kernelargs"
 	"beachball/guest/internal/wire"
 )
 
@@ -35,12 +35,7 @@ const maxGeneration = 1<<53 - 1
 // `key=value` tokens, the last one of a key winning. It fails when a key is
 // missing or empty, or the generation is not a decimal integer in 0..2^53-1.
 func Parse(cmdline string) (wire.Identity, error) {
-	kv := map[string]string{}
-	for _, tok := range strings.Fields(cmdline) {
-		if eq := strings.IndexByte(tok, '='); eq > 0 {
-			kv[tok[:eq]] = tok[eq+1:]
-		}
-	}
+	kv := kernelargs.Parse(cmdline)
 	var missing error
 	get := func(k string) string {
 		v := kv[k]

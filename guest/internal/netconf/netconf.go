@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"beachball/guest/internal/kernelargs"
 )
 
 // Interface is the guest's one network interface (the virtio-net device on the placement's TAP).
@@ -69,12 +71,7 @@ func FromCmdline(cmdline string) (Config, []string) {
 	var c Config
 	var problems []string
 	bad := func(key, v, what string) { problems = append(problems, fmt.Sprintf("%s=%q is not %s", key, v, what)) }
-	kv := map[string]string{}
-	for _, tok := range strings.Fields(cmdline) {
-		if eq := strings.IndexByte(tok, '='); eq > 0 {
-			kv[tok[:eq]] = tok[eq+1:]
-		}
-	}
+	kv := kernelargs.Parse(cmdline)
 	if v := kv[KeyIPv4]; v != "" {
 		if ip, p, err := net.ParseCIDR(v); err == nil && ip.To4() != nil {
 			c.IPv4 = &net.IPNet{IP: ip.To4(), Mask: p.Mask}

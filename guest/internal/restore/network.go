@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 
+	"beachball/guest/internal/netconf"
 	"beachball/guest/internal/wire"
 )
 
@@ -14,17 +15,10 @@ var IPv6Router = net.ParseIP("fe80::1")
 
 // Network is a restored VM's network on its new placement, checked: the
 // inputs of the kernel arguments beachball.ipv4, beachball.gateway and
-// beachball.ipv6 (src/image/guestNetInit.ts, guestIpv6Init.ts). A nil
-// field leaves that part of eth0 as it was. Package net's types, which the
-// guest links anyway (net/netip's parsers would cost its binary 16 KB).
-type Network struct {
-	// IPv4 is eth0's address (IP, 4 bytes) and prefix (Mask) (beachball.ipv4).
-	IPv4 *net.IPNet
-	// IPv4Gateway is the default route's gateway, inside IPv4's prefix (beachball.gateway).
-	IPv4Gateway net.IP
-	// IPv6 is eth0's address, configured as a /128 with `default via IPv6Router dev eth0` (beachball.ipv6).
-	IPv6 net.IP
-}
+// beachball.ipv6, in the type the boot code applies (netconf.Config), the
+// IPv6 router set to IPv6Router when there is an IPv6 address. A nil field
+// leaves that part of eth0 as it was; DNS is never set by a restore.
+type Network = netconf.Config
 
 // NetConfigurer applies a Network to eth0. None is plugged in yet: a restore
 // stays on its host in this step (issue 21), and moving a VM needs the old
@@ -72,6 +66,7 @@ func parseNetwork(w wire.RestoredNetwork) (Network, error) {
 			return n, fmt.Errorf("/network/ipv6Address is neither global unicast nor unique local")
 		}
 		n.IPv6 = a
+		n.IPv6Router = IPv6Router
 	}
 	return n, nil
 }

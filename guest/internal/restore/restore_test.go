@@ -28,7 +28,7 @@ func TestParseAcceptsTheSchemasMessageWithAndWithoutOptionalFields(t *testing.T)
 	m.PayloadAllowed = &yes
 	m.Network = &wire.RestoredNetwork{IPv4CIDR: "10.0.0.2/30", IPv4Gateway: "10.0.0.1", IPv6Address: "fd00::3"}
 	r, err = Parse(m)
-	if err != nil || !r.PayloadAllowed || r.Network.IPv4.String() != "10.0.0.2/30" || r.Network.IPv4Gateway.String() != "10.0.0.1" || r.Network.IPv6.String() != "fd00::3" {
+	if err != nil || !r.PayloadAllowed || r.Network.IPv4.String() != "10.0.0.2/30" || r.Network.IPv4Gateway.String() != "10.0.0.1" || r.Network.IPv6.String() != "fd00::3" || r.Network.IPv6Router.String() != "fe80::1" {
 		t.Fatalf("%+v %v", r, err)
 	}
 }

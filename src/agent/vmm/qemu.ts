@@ -41,9 +41,7 @@ import {
   ramBackendArgs,
 } from "./qemuSnapshot.ts";
 import type { VmSnapshot } from "./driver.ts";
-import { compatDifferences } from "./firecracker/snapshot.ts";
-import { incompatible } from "./firecracker/snapshotHost.ts";
-import { fsyncPath } from "./firecracker/snapshotFs.ts";
+import { compatDifferences, fsyncPath, incompatible } from "./snapshotCommon.ts";
 
 /** The placement file holding the image's initramfs plus the private kernel arguments (0600), until the guest booted. */
 export const PRIVATE_INITRD_FILE = "initrd.private.cpio";

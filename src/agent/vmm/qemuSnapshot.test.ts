@@ -6,7 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { QemuMicrovmDriver, qemuArgs } from "./qemu.ts";
 import { guestRamPath, plainPath, qemuSnapshotCompat, ramBackendArgs } from "./qemuSnapshot.ts";
-import { compatDifferences } from "./firecracker/snapshot.ts";
+import { compatDifferences } from "./snapshotCommon.ts";
 
 const spec: VmSpec = {
   instanceId: "bb-0123456789ab",

@@ -35,7 +35,6 @@ import { actionBody, preBootRequests } from "./config.ts";
 import { buildJail, jailIdsInUse, removeJail, writableDiskBytes } from "./jailFs.ts";
 import {
   COMPAT_VERSION_KEY,
-  compatDifferences,
   snapshotCompat,
   snapshotCreateBody,
   type SnapshotHost,
@@ -44,14 +43,14 @@ import {
   type VmRunState,
   vmStateBody,
 } from "./snapshot.ts";
-import { collectSnapshot, fsyncPath, linkSnapshotIntoJail, makeJailSnapshotDir } from "./snapshotFs.ts";
+import { collectSnapshot, linkSnapshotIntoJail, makeJailSnapshotDir } from "./snapshotFs.ts";
+import { compatDifferences, fsyncPath, incompatible } from "../snapshotCommon.ts";
 import {
   AGENT_OWNER,
   controlError,
   DEFAULT_SNAPSHOT_TIMEOUT_MS,
   firecrackerVersion,
   hostCpuModel,
-  incompatible,
   writableDisks,
 } from "./snapshotHost.ts";
 import {

@@ -1,6 +1,7 @@
 /** Unit tests of the pure snapshot builders: compat descriptor, device list, differences. */
 import { expect, test } from "bun:test";
-import { compatDifferences, deviceList, snapshotCompat, snapshotMemoryBytes } from "./snapshot.ts";
+import { compatDifferences } from "../snapshotCommon.ts";
+import { deviceList, snapshotCompat, snapshotMemoryBytes } from "./snapshot.ts";
 
 const host = { cpuModel: "Test CPU", arch: "x64" };
 

@@ -120,19 +120,6 @@ export function snapshotCompat(
 }
 
 /**
- * The keys whose values differ between `want` and `got` (a key present in only one differs
- * too), sorted, skipping `ignore`. Empty when they match. Pure.
- */
-export function compatDifferences(
-  want: Record<string, string | number>,
-  got: Record<string, string | number>,
-  ignore: readonly string[] = [],
-): string[] {
-  const keys = new Set([...Object.keys(want), ...Object.keys(got)]);
-  return [...keys].filter((k) => !ignore.includes(k) && want[k] !== got[k]).sort();
-}
-
-/**
  * Size of the memory file a Full snapshot of `spec`'s VM writes, bytes (all guest RAM). The
  * jailer's file-size limit must allow it, or the snapshot fails (RLIMIT_FSIZE, SIGXFSZ). Pure.
  */

@@ -11,7 +11,8 @@
  * file, write or truncate one after it was collected, hand one to a jail UID, or touch a path
  * outside the jail, the snapshot directory and the placement's writable disks.
  */
-import { chmodSync, closeSync, fsyncSync, lstatSync, mkdirSync, openSync, rmSync, type Stats, statSync } from "node:fs";
+import { chmodSync, lstatSync, mkdirSync, rmSync, type Stats, statSync } from "node:fs";
+import { fsyncPath } from "../snapshotCommon.ts";
 import { join } from "node:path";
 import { vmmError } from "../qemuHost.ts";
 import { type ChownPort, hardLink } from "./jailFs.ts";
@@ -22,16 +23,6 @@ import { JAIL_SNAPSHOT_DIR, SNAPSHOT_FILES } from "./snapshot.ts";
 export const SNAPSHOT_FILE_MODE = 0o444;
 
 const FILE_NAMES = [SNAPSHOT_FILES.state, SNAPSHOT_FILES.memory] as const;
-
-/** Flushes `path` (a file or a directory) to stable storage. Throws the fs error. */
-export function fsyncPath(path: string): void {
-  const fd = openSync(path, "r");
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-}
 
 /** Creates the jail's JAIL_SNAPSHOT_DIR (mode 0700) owned by the jail's `uid`, so Firecracker can create the files. Returns its host path. */
 export function makeJailSnapshotDir(layout: JailLayout, uid: number, chown: ChownPort): string {

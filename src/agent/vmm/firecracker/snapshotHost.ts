@@ -18,14 +18,6 @@ export function controlError(msg: string): AgentError {
   return new AgentError("VMM_CONTROL_FAILED", msg, { subsystem: "firecracker-api" });
 }
 
-/** A snapshot a restore refuses: SNAPSHOT_INCOMPATIBLE, `facts.differs` = the differing compat keys, comma-separated. */
-export function incompatible(msg: string, keys: string[]): AgentError {
-  return new AgentError("SNAPSHOT_INCOMPATIBLE", `${msg} (differs: ${keys.join(", ")})`, {
-    subsystem: "vmm",
-    facts: { differs: keys.join(",") },
-  });
-}
-
 /** Owner of collected snapshot files: the agent itself, never a jail UID. */
 export const AGENT_OWNER = { uid: process.getuid?.() ?? 0, gid: process.getgid?.() ?? 0 };
 
