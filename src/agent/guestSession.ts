@@ -19,6 +19,7 @@ import type { GuestChannel } from "./vmm/driver.ts";
 import { systemTimers, type Timers } from "./ports.ts";
 import type { Clock } from "../protocol/clock.ts";
 import { controlConfigMessage } from "./guestControlConfig.ts";
+import type { RestoredMessage } from "../protocol/guestRestored.ts";
 
 /** Result of a delivery to the guest. */
 export type GuestDeliveryResult =
@@ -175,6 +176,16 @@ export class GuestSession {
     };
     this.stopClock = this.timers.every(GUEST_CLOCK_SYNC_INTERVAL_MS, tick);
     tick();
+  }
+
+  /**
+   * Sends a restored VM its `restored` message (src/agent/guestRestored.ts,
+   * issue 21): new identity and nonce (this session's expected identity),
+   * entropy and wall clock. The guest answers with a fresh guest_ready:
+   * call waitReady next.
+   */
+  restored(message: RestoredMessage): void {
+    if (!this.closed) this.channel.send(encodeGuestMessage(message as unknown as HostToGuest));
   }
 
   /** Asks the guest to sync and power off. */

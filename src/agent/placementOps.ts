@@ -16,14 +16,25 @@
  * Start and adoption also send the guest `control_config` (the connection
  * verification keys) once its handshake or ping succeeded.
  */
-import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { dirname, join } from "node:path";
 import { GUEST_CMDLINE_KEYS, type GuestIdentity } from "../protocol/guest.ts";
 import { guestIpv6KernelArgs } from "./isolation/guestIpv6.ts";
 import type { CommandSpec, VmExit } from "../protocol/agent.ts";
 import { describeVmExit, readConsoleTail } from "./vmm/guestExit.ts";
 import { PLACEMENT_TAP_NAME } from "./isolation/placementNet.ts";
-import { SCRATCH_DISK_FILE, type VmHandle, type VmSpec, type VmmDriver } from "./vmm/driver.ts";
+import { SCRATCH_DISK_FILE, type VmHandle, type VmSnapshot, type VmSpec, type VmmDriver } from "./vmm/driver.ts";
+import { restoredMessage } from "./guestRestored.ts";
 import { GuestSession } from "./guestSession.ts";
 import type { IsolationPort } from "./isolation/isolationPort.ts";
 import type { ImagePort } from "./image/imagePort.ts";
@@ -184,49 +195,14 @@ export async function startPlacement(
 ): Promise<{ handle: VmHandle; session: GuestSession }> {
   const p = paths(ctx, ref);
   const runtime = JSON.parse(readFileSync(p.runtime, "utf8")) as RuntimeFile;
-  const image = await ctx.images.resolve(runtime.imageDigest);
   const identity: GuestIdentity = {
     allocationId: ref.allocationId,
     placementId: ref.placementId,
     generation: ref.generation,
     nonce: runtime.nonce,
   };
-  const spec: VmSpec = {
-    instanceId: ref.dirName,
-    dir: p.dir,
-    vcpus: Math.max(1, Math.ceil(ref.spec.cpuMillis / 1000)),
-    memoryMiB: ref.spec.memoryMiB,
-    kernelPath: join(image.dir, image.manifest.kernel.path),
-    ...(image.manifest.initrd ? { initrdPath: join(image.dir, image.manifest.initrd.path) } : {}),
-    ...(image.manifest.rootfsFormat === "squashfs"
-      ? { rootDiskPath: p.rootSquashfs, scratchDiskPath: p.scratch }
-      : { rootDiskPath: p.rootDisk }),
-    netns: ref.dirName,
-    tapName: PLACEMENT_TAP_NAME,
-    kernelArgs: [
-      ...runtime.kernelArgs,
-      `${GUEST_CMDLINE_KEYS.allocationId}=${identity.allocationId}`,
-      `${GUEST_CMDLINE_KEYS.placementId}=${identity.placementId}`,
-      `${GUEST_CMDLINE_KEYS.generation}=${identity.generation}`,
-      ...ctx.isolation.networkKernelArgs(p.dir),
-      ...guestIpv6KernelArgs(ref.spec.ipv6Address),
-    ],
-    // The nonce is the placement's secret: never on a command line other host users can read.
-    privateKernelArgs: [`${GUEST_CMDLINE_KEYS.nonce}=${identity.nonce}`],
-    consoleLogPath: p.console,
-    controlSocketPath: p.control,
-  };
-  let handle: VmHandle;
-  try {
-    const confine = ctx.isolation.prepareCgroup(ref.dirName, p.dir, ref.spec); // limits exist before the VMM does
-    handle = await hooks.launch(() => ctx.driver.start(spec));
-    await confine(handle.pid).catch(async (e: Error) => {
-      await ctx.driver.stop(handle, 1_000).catch(() => {});
-      throw e;
-    });
-  } catch (e) {
-    throw AgentError.from(e, "VMM_START_FAILED", "vmm");
-  }
+  const spec = await vmSpecOf(ctx, ref, runtime);
+  const handle = await launchConfined(ctx, ref, spec, hooks, () => ctx.driver.start(spec));
   const channel = await ctx.driver.connectControl(spec, 10_000).catch((e: Error) => {
     throw new AgentError("VMM_START_FAILED", "cannot connect to the guest control channel", {
       subsystem: "vmm",
@@ -240,13 +216,169 @@ export async function startPlacement(
       subsystem: "guest",
     });
   }
+  await greet(ctx, session);
+  ctx.driver.forgetBootSecrets(spec);
+  return { handle, session };
+}
+
+/** After a matching GuestReady: the control service's keys, the clock, then a ping. Throws GUEST_BOOT_TIMEOUT when the ping goes unanswered. */
+async function greet(ctx: PlacementContext, session: GuestSession): Promise<void> {
   if (ctx.controlVerificationKeys) session.configureControl(ctx.controlVerificationKeys);
   if (ctx.clock) session.keepClock(ctx.clock);
   if (!(await session.ping(10_000))) {
     session.close();
     throw new AgentError("GUEST_BOOT_TIMEOUT", "guest did not answer the ping", { subsystem: "guest" });
   }
-  ctx.driver.forgetBootSecrets(spec);
+}
+
+/** The most a placement's VMM may write to one file, MiB: its ephemeral disk, and its RAM file when suspendable (reservedResources). */
+function fileSizeBoundMiB(spec: CommandSpec): number {
+  return spec.ephemeralDiskMiB + (spec.suspendable ? spec.memoryMiB : 0);
+}
+
+/** Builds the cgroup, launches the VMM through `hooks` (`start` boots or restores it) and moves it in. Throws AgentError VMM_START_FAILED (or the hook's code). */
+async function launchConfined(
+  ctx: PlacementContext,
+  ref: PlacementRef,
+  spec: VmSpec,
+  hooks: StartHooks,
+  start: () => Promise<VmHandle>,
+): Promise<VmHandle> {
+  let handle: VmHandle;
+  try {
+    // Limits exist before the VMM does.
+    const confine = ctx.isolation.prepareCgroup(ref.dirName, spec.dir, {
+      ...ref.spec,
+      ephemeralDiskMiB: fileSizeBoundMiB(ref.spec),
+    });
+    handle = await hooks.launch(start);
+    await confine(handle.pid).catch(async (e: Error) => {
+      await ctx.driver.stop(handle, 1_000).catch(() => {});
+      throw e;
+    });
+  } catch (e) {
+    throw AgentError.from(e, "VMM_START_FAILED", "vmm");
+  }
+  return handle;
+}
+
+/** The VM spec a placement boots (or is restored) with, from its runtime.json and image. Throws what resolving the image throws. */
+async function vmSpecOf(ctx: PlacementContext, ref: PlacementRef, runtime: RuntimeFile): Promise<VmSpec> {
+  const p = paths(ctx, ref);
+  const image = await ctx.images.resolve(runtime.imageDigest);
+  return {
+    instanceId: ref.dirName,
+    dir: p.dir,
+    vcpus: Math.max(1, Math.ceil(ref.spec.cpuMillis / 1000)),
+    memoryMiB: ref.spec.memoryMiB,
+    kernelPath: join(image.dir, image.manifest.kernel.path),
+    ...(image.manifest.initrd ? { initrdPath: join(image.dir, image.manifest.initrd.path) } : {}),
+    ...(image.manifest.rootfsFormat === "squashfs"
+      ? { rootDiskPath: p.rootSquashfs, scratchDiskPath: p.scratch }
+      : { rootDiskPath: p.rootDisk }),
+    netns: ref.dirName,
+    tapName: PLACEMENT_TAP_NAME,
+    kernelArgs: [
+      ...runtime.kernelArgs,
+      `${GUEST_CMDLINE_KEYS.allocationId}=${ref.allocationId}`,
+      `${GUEST_CMDLINE_KEYS.placementId}=${ref.placementId}`,
+      `${GUEST_CMDLINE_KEYS.generation}=${ref.generation}`,
+      ...ctx.isolation.networkKernelArgs(p.dir),
+      ...guestIpv6KernelArgs(ref.spec.ipv6Address),
+    ],
+    // The nonce is the placement's secret: never on a command line other host users can read.
+    privateKernelArgs: [`${GUEST_CMDLINE_KEYS.nonce}=${runtime.nonce}`],
+    consoleLogPath: p.console,
+    controlSocketPath: p.control,
+    ...(ref.spec.suspendable ? { suspendable: true } : {}),
+  };
+}
+
+/** Prefix of a suspended placement's snapshot directory, `snapshot-g<generation>`, inside its allocation directory (so Stop removes it with the rest). */
+export const SNAPSHOT_DIR_PREFIX = "snapshot-g";
+
+/**
+ * Suspend (ensure_suspended, issue 21): saves the VM's memory and device
+ * state into `<dir>/snapshot-g<generation>` through the driver, which ends the VMM; the
+ * guest session closes. Returns the snapshot. Throws AgentError:
+ * VMM_UNSUPPORTED (the driver cannot suspend, or this VM cannot: a restored
+ * QEMU VM's memory is private), VMM_CONTROL_FAILED, or what the driver
+ * throws; the VM may then still run (the caller asks the driver).
+ */
+export async function suspendPlacement(
+  ctx: PlacementContext,
+  ref: PlacementRef,
+  handle: VmHandle,
+  session: GuestSession | null,
+): Promise<VmSnapshot> {
+  if (!ctx.driver.suspend || !ref.spec.suspendable)
+    throw new AgentError(
+      "VMM_UNSUPPORTED",
+      ref.spec.suspendable ? `the ${ctx.driver.name} driver cannot suspend` : "the placement is not suspendable",
+      { subsystem: "vmm" },
+    );
+  const p = paths(ctx, ref);
+  const runtime = JSON.parse(readFileSync(p.runtime, "utf8")) as RuntimeFile;
+  const spec = await vmSpecOf(ctx, ref, runtime);
+  const dir = join(p.dir, `${SNAPSHOT_DIR_PREFIX}${ref.generation}`);
+  rmSync(dir, { recursive: true, force: true }); // a leftover of a suspend of this generation that failed
+  mkdirSync(dir, { mode: 0o700 });
+  const snapshot = await ctx.driver.suspend(handle, spec, dir);
+  session?.close();
+  // The older snapshots' VMs are gone now: only the new one is restored from.
+  for (const name of readdirSync(p.dir))
+    if (name.startsWith(SNAPSHOT_DIR_PREFIX) && join(p.dir, name) !== dir)
+      rmSync(join(p.dir, name), { recursive: true, force: true });
+  return snapshot;
+}
+
+/**
+ * Restore (ensure_running of a suspended placement, issue 21): starts its
+ * VMM from `snapshot` through `hooks` (the lease check), hands the guest
+ * its `restored` message (the placement's current generation with a fresh
+ * nonce, written to runtime.json before the launch so an adopting agent
+ * knows it; new entropy; the host's clock), and waits for the matching
+ * GuestReady, then greets it as Start does. Throws AgentError:
+ * VMM_UNSUPPORTED (the driver cannot restore), SNAPSHOT_INCOMPATIBLE,
+ * VMM_START_FAILED, GUEST_BOOT_TIMEOUT (the VMM then runs for Stop).
+ */
+export async function restorePlacement(
+  ctx: PlacementContext,
+  ref: PlacementRef,
+  snapshot: VmSnapshot,
+  hooks: StartHooks,
+  clock: Clock,
+): Promise<{ handle: VmHandle; session: GuestSession }> {
+  const driver = ctx.driver;
+  if (!driver.restore)
+    throw new AgentError("VMM_UNSUPPORTED", `the ${driver.name} driver cannot restore`, { subsystem: "vmm" });
+  const p = paths(ctx, ref);
+  const runtime = JSON.parse(readFileSync(p.runtime, "utf8")) as RuntimeFile;
+  const { message, identity } = restoredMessage(
+    { allocationId: ref.allocationId, placementId: ref.placementId, generation: ref.generation, spec: ref.spec },
+    { random: ctx.random, clock },
+  );
+  writeFileSync(p.runtime, JSON.stringify({ ...runtime, nonce: identity.nonce } satisfies RuntimeFile) + "\n", {
+    mode: 0o600,
+  });
+  const spec = await vmSpecOf(ctx, ref, { ...runtime, nonce: identity.nonce });
+  const handle = await launchConfined(ctx, ref, spec, hooks, () => driver.restore!(spec, snapshot));
+  const channel = await driver.connectControl(spec, 10_000).catch((e: Error) => {
+    throw new AgentError("VMM_START_FAILED", "cannot connect to the restored guest's control channel", {
+      subsystem: "vmm",
+      cause: e,
+    });
+  });
+  const session = new GuestSession(channel, identity, ctx.timers);
+  const ready = session.waitReady(ctx.guestBootTimeoutMs);
+  session.restored(message);
+  if (!(await ready)) {
+    session.close();
+    throw new AgentError("GUEST_BOOT_TIMEOUT", `the restored guest sent no matching GuestReady within ${ctx.guestBootTimeoutMs} ms`, {
+      subsystem: "guest",
+    });
+  }
+  await greet(ctx, session);
   return { handle, session };
 }
 

@@ -55,7 +55,10 @@ export async function recoverPlacements(d: {
       const handle = { instanceId: p.dirName, pid: p.vmPid, startTime: p.vmStartTime };
       if (await d.driver.isAlive(handle)) {
         d.reconciler.markForAdoption(p.placementId, handle); // the runner reconnects without blocking startup
-      } else if ((p.observed === "starting" || p.observed === "running") && p.desired !== "absent") {
+      } else if (
+        (p.observed === "starting" || p.observed === "running" || p.observed === "paused") &&
+        p.desired !== "absent"
+      ) {
         d.reconciler.markExited(p.placementId, handle); // its runner reports VM_EXITED with what the console says
       }
     }

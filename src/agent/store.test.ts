@@ -102,11 +102,12 @@ describe("agent.db upgrades in place (migrations from src/agent/storeSchema.ts)"
     s.close();
   });
 
-  test("a fresh store has the same columns, types and keys as one the hand DDL wrote", () => {
+  test("a fresh store has the same columns, types and keys as one the hand DDL wrote, once upgraded", () => {
     const old = join(dir, "hand.db");
     const db = new Database(old, { create: true });
     db.exec(HAND_DDL_V1);
     db.close();
+    new AgentStore(old).close(); // 0001_snapshots adds placements.snapshot_json (issue 21)
     const fresh = join(dir, "fresh.db");
     new AgentStore(fresh).close();
     expect(columns(fresh)).toEqual(columns(old));

@@ -35,6 +35,15 @@ export type ObservationExtra = {
   exit?: VmExit;
 } & Partial<LocalPlacement>;
 
+/** The desired state each command type sets (issue 21 adds paused and suspended). */
+const DESIRED_OF: Record<AgentCommand["type"], LocalPlacement["desired"]> = {
+  ensure_present: "present",
+  ensure_running: "running",
+  ensure_paused: "paused",
+  ensure_suspended: "suspended",
+  ensure_absent: "absent",
+};
+
 /** Outcome of recording a command. */
 export type RecordResult = "accepted" | "duplicate" | "conflict";
 
@@ -67,7 +76,7 @@ export class AgentStore {
     };
   }
 
-  /** Closes the database. */
+  /** Closes the database (the store's). */
   close(): void {
     this.sql.close();
   }
@@ -91,7 +100,7 @@ export class AgentStore {
           receivedAtMs: nowMs,
         })
         .run();
-      const desired = cmd.type === "ensure_present" ? "present" : cmd.type === "ensure_running" ? "running" : "absent";
+      const desired = DESIRED_OF[cmd.type];
       const existing = this.placement(cmd.placementId);
       const lease = Date.parse(cmd.leaseExpiresAt);
       if (!existing) {
@@ -114,10 +123,16 @@ export class AgentStore {
             updatedAtMs: nowMs,
           })
           .run();
-      } else if (existing.desired !== "absent") {
+      } else if (existing.desired !== "absent" && cmd.generation >= existing.generation) {
+        // A resume of a suspended VM runs it as the next generation (issue 21): the placement takes it on.
         this.db
           .update(placements)
-          .set({ desired, leaseExpiresAtMs: Math.max(lease, existing.leaseExpiresAtMs), updatedAtMs: nowMs })
+          .set({
+            desired,
+            generation: cmd.generation,
+            leaseExpiresAtMs: Math.max(lease, existing.leaseExpiresAtMs),
+            updatedAtMs: nowMs,
+          })
           .where(eq(placements.placementId, cmd.placementId))
           .run();
       }

@@ -15,7 +15,7 @@ export const placements = sqliteTable("placements", {
   generation: integer("generation").notNull(),
   specJson: text("spec_json").notNull(),
   dirName: text("dir_name").notNull(),
-  desired: text("desired").$type<"present" | "running" | "absent">().notNull(),
+  desired: text("desired").$type<"present" | "running" | "paused" | "suspended" | "absent">().notNull(),
   observed: text("observed").$type<PlacementObservedState>().notNull(),
   errorCode: text("error_code"),
   vmPid: integer("vm_pid"),
@@ -23,6 +23,8 @@ export const placements = sqliteTable("placements", {
   leaseExpiresAtMs: integer("lease_expires_at_ms").notNull(),
   workloadExitCode: integer("workload_exit_code"),
   updatedAtMs: integer("updated_at_ms").notNull(),
+  /** The suspended VM's snapshot (VmSnapshot JSON, issue 21), until it is restored or the placement goes. */
+  snapshotJson: text("snapshot_json"),
 });
 
 /** Processed commands. */

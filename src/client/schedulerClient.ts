@@ -363,6 +363,21 @@ export class SchedulerClient {
       )
     ).body;
   }
+  /** POST /v1/allocations/{id}/pause (idempotent; issue 21): 202 with the allocation, paused once the agent confirms. */
+  async pause(id: string): Promise<AllocationView> {
+    return (await this.call<AllocationView>("POST", `/v1/allocations/${encodeURIComponent(id)}/pause`)).body;
+  }
+
+  /** POST /v1/allocations/{id}/suspend (idempotent; the workload class must be suspendable, else NOT_SUSPENDABLE). */
+  async suspend(id: string): Promise<AllocationView> {
+    return (await this.call<AllocationView>("POST", `/v1/allocations/${encodeURIComponent(id)}/suspend`)).body;
+  }
+
+  /** POST /v1/allocations/{id}/resume (idempotent): a suspended VM comes back as the next generation. */
+  async resume(id: string): Promise<AllocationView> {
+    return (await this.call<AllocationView>("POST", `/v1/allocations/${encodeURIComponent(id)}/resume`)).body;
+  }
+
   /** POST /v1/allocations/{id}/release (idempotent). */
   async release(id: string): Promise<AllocationView> {
     return (await this.call<AllocationView>("POST", `/v1/allocations/${encodeURIComponent(id)}/release`)).body;

@@ -17,8 +17,10 @@ const ALLOWED: Record<AllocationState, readonly AllocationState[]> = {
   // ready → pending is a replacement after host loss (fenced, or authorized by the controller).
   ready: ["releasing", "paused", "suspending", "pending"],
   paused: ["ready", "releasing"],
-  suspending: ["suspended", "releasing"],
-  suspended: ["pending", "releasing"],
+  // suspending → ready: the agent could not suspend the VM, which kept running.
+  suspending: ["suspended", "releasing", "ready"],
+  // suspended → provisioning: a resume restores the VM on its host as the next generation (issue 21).
+  suspended: ["provisioning", "pending", "releasing"],
   releasing: ["released", "failed", "pending"],
   released: [],
   failed: [],
@@ -50,6 +52,8 @@ export interface TimeoutPolicy {
   hostCheckIntervalMs: number;
   /** Days a terminal allocation is kept before it deletes itself. */
   retentionDays: number;
+  /** Longest an allocation may stay suspended, ms (its files hold host disk). On expiry: released, reason SUSPEND_EXPIRED. */
+  suspendedMaxAgeMs: number;
 }
 
 /** Default timeout policy. */
@@ -62,7 +66,18 @@ export const DEFAULT_TIMEOUTS: TimeoutPolicy = {
   leaseGraceMs: 15_000,
   hostCheckIntervalMs: 10_000,
   retentionDays: 7,
+  suspendedMaxAgeMs: 24 * 60 * 60_000,
 };
+
+/**
+ * Release reasons that end an allocation `released`, not `failed`: the
+ * client's own release, its lifetime, and the longest a suspended VM is kept
+ * (SUSPEND_EXPIRED, issue 21). Any other reason is a failure.
+ */
+export const ORDINARY_END_REASONS: ReadonlySet<string> = new Set(["CLIENT_RELEASE", "TTL_EXPIRED", "SUSPEND_EXPIRED"]);
+
+/** What the client wants of an allocation (issue 21 adds paused and suspended). */
+export type DesiredAllocationState = "ready" | "paused" | "suspended" | "released";
 
 /** Longest an alarm is scheduled out, ms (spec "The reconciliation loop"). */
 export const MAX_ALARM_DELAY_MS = 60_000;

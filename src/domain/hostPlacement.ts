@@ -8,11 +8,11 @@
  * Must never: read a clock, touch storage, or decide anything about capacity
  * arithmetic (./capacity.ts does).
  */
-import type { HostPlacementState } from "./capacity.ts";
+import { sub, type HostPlacementState, type Resources } from "./capacity.ts";
 import type { PlacementUpdate, UpdateRejectionCode } from "../protocol/agent.ts";
 
-/** What the scheduler wants of a placement: kept prepared, running, or gone. */
-export type DesiredPlacementState = "present" | "running" | "absent";
+/** What the scheduler wants of a placement: kept prepared, running, paused, suspended (issue 21), or gone. */
+export type DesiredPlacementState = "present" | "running" | "paused" | "suspended" | "absent";
 
 /** The parts of a stored placement these rules read. */
 export interface PlacementFacts {
@@ -25,14 +25,19 @@ export interface PlacementFacts {
 /**
  * The host's placement state after the agent reports `reported` (spec
  * "Placement states"): accepted/preparing/prepared are `preparing`,
- * starting/running are `running`, stopping is `stopping`, an error waits
- * for cleanup (`cleanup_pending`), absent is `absent`. Any other report
- * leaves `current` unchanged.
+ * starting/running are `running`, paused is `paused`, suspended is
+ * `suspended` (issue 21), stopping is `stopping`, an error waits for
+ * cleanup (`cleanup_pending`), absent is `absent`. Any other report leaves
+ * `current` unchanged.
  */
 export function placementStateAfter(
   current: HostPlacementState,
   reported: PlacementUpdate["state"],
+  desired: DesiredPlacementState = "running",
 ): HostPlacementState {
+  // Only a resume the Host asked for (desired running) takes a paused or suspended placement back to running.
+  if ((current === "paused" || current === "suspended") && desired !== "running" && isRunReport(reported))
+    return current;
   switch (reported) {
     case "accepted":
     case "preparing":
@@ -41,6 +46,10 @@ export function placementStateAfter(
     case "starting":
     case "running":
       return "running";
+    case "paused":
+      return desired === "paused" ? "paused" : current;
+    case "suspended":
+      return desired === "suspended" ? "suspended" : current;
     case "stopping":
       return "stopping";
     case "error":
@@ -50,6 +59,17 @@ export function placementStateAfter(
     default:
       return current;
   }
+}
+
+/** True for the reports of a VM on its way to running (or there). */
+function isRunReport(reported: PlacementUpdate["state"]): boolean {
+  return (
+    reported === "accepted" ||
+    reported === "preparing" ||
+    reported === "prepared" ||
+    reported === "starting" ||
+    reported === "running"
+  );
 }
 
 /**
@@ -82,9 +102,31 @@ export function endsPendingCommands(reported: PlacementUpdate["state"]): boolean
   return reported === "absent";
 }
 
-/** True when a placement entering `state` changes the host's free capacity (only absence releases it). */
+/** True when a placement entering `state` gives capacity back: absence (all of it), a pause (its CPU), a suspend (its CPU and memory). */
 export function releasesCapacity(state: HostPlacementState): boolean {
-  return state === "absent";
+  return state === "absent" || state === "paused" || state === "suspended";
+}
+
+/** What a resume must find free on the host: what the placement gave back of its full reservation (`reserved` − `held`). Pure. */
+export function resumeNeeds(reserved: Resources, held: Resources): Resources {
+  return sub(reserved, held);
+}
+
+/**
+ * The desired state an agent's refusal sets back (issue 21): a pause or
+ * suspend the agent could not carry out is reported with an error code and
+ * the state the VM stayed in (`running` or `paused`); the placement is then
+ * wanted in that state, so leases, grants and deliveries go on as before.
+ * Null when `reported` is no such refusal. Pure.
+ */
+export function desiredAfterRefusal(
+  desired: DesiredPlacementState,
+  reported: PlacementUpdate["state"],
+  errorCode: string | undefined,
+): DesiredPlacementState | null {
+  if (!errorCode || (reported !== "running" && reported !== "paused")) return null;
+  if (desired !== "paused" && desired !== "suspended") return null;
+  return desired === reported ? null : reported;
 }
 
 /** The lease expiry a heartbeat at `nowMs` grants, ms since the epoch (`leaseMs`: the configured lease). */

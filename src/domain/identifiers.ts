@@ -7,6 +7,7 @@
  */
 import { canonicalJson } from "../protocol/canonical.ts";
 import { ALLOCATION_ID_PREFIX, ID_HEX_DIGITS, NETWORK_ID_PREFIX } from "../protocol/ids.ts";
+import type { CommandType } from "../protocol/agent.ts";
 import { sha256 } from "@noble/hashes/sha2.js";
 import { utf8ToBytes, bytesToHex } from "@noble/hashes/utils.js";
 
@@ -15,13 +16,16 @@ export function allocationIdFor(identity: string, clientRequestId: string): stri
   return `${ALLOCATION_ID_PREFIX}${bytesToHex(sha256(utf8ToBytes(`${identity}\u0000${clientRequestId}`))).slice(0, ID_HEX_DIGITS)}`;
 }
 
-/** Deterministic command ID: `{placement}:{present|running|absent}:{generation}`. */
-export function commandIdFor(
-  placementId: string,
-  type: "ensure_present" | "ensure_running" | "ensure_absent",
-  generation: number,
-): string {
-  return `${placementId}:${type.slice("ensure_".length)}:${generation}`;
+/**
+ * Deterministic command ID: `{placement}:{present|running|paused|suspended|absent}:{generation}`,
+ * then `:{step}` when `step` > 0. A placement's step counts its pauses,
+ * suspends and resumes (the Host object keeps it), so a VM paused and
+ * resumed twice in one generation gets a fresh ID for each command and the
+ * agent's idempotency by ID still holds.
+ */
+export function commandIdFor(placementId: string, type: CommandType, generation: number, step = 0): string {
+  const base = `${placementId}:${type.slice("ensure_".length)}:${generation}`;
+  return step > 0 ? `${base}:${step}` : base;
 }
 
 /** Reservation idempotency key: `reserve:{allocation}:{generation}:{host}` (spec "Reservation"). */

@@ -18,7 +18,9 @@ import {
   canTransition,
   MAX_ALARM_DELAY_MS,
   mayReplaceAutomatically,
+  ORDINARY_END_REASONS,
   TERMINAL_STATES,
+  type DesiredAllocationState,
   type TimeoutPolicy,
 } from "./allocation.ts";
 import type { HostHealth } from "./health.ts";
@@ -43,7 +45,8 @@ export interface AllocationRecord {
   clientRequestId: string;
   workloadClass: string;
   state: AllocationState;
-  desired: "ready" | "released";
+  /** ready, paused or suspended as the client last asked (issue 21), or released. */
+  desired: DesiredAllocationState;
   generation: number;
   attempts: number;
   hostId: string | null;
@@ -226,7 +229,11 @@ export type Intent =
   /** Ask the chosen host to reserve. */
   | { type: "reserve"; hostId: string; placementId: string; reservationKey: string }
   /** Ask the Network whether every grant of `generation` is gone from its host (closing the generation to new grants). */
-  | { type: "fence_connections"; networkId: string; generation: number };
+  | { type: "fence_connections"; networkId: string; generation: number }
+  /** Ask the host to pause or suspend the placement (issue 21); on `done`, `afterTransitionAnswer`. */
+  | { type: "request_pause" | "request_suspend"; hostId: string; placementId: string }
+  /** Ask the host to take capacity back and run the placement again, as `nextGeneration` (a suspended VM is restored as the next one). */
+  | { type: "request_resume"; hostId: string; placementId: string; nextGeneration: number };
 
 /** Messages an allocation receives (decoded from its inbox). */
 export type AllocationInput =
@@ -288,6 +295,8 @@ function applyObservation(
   const cur = applied(r, c);
   if (o.state === "running" && cur.state === "provisioning")
     return merge(c, transition(cur, "ready", { guestReady: true }, null, nowMs));
+  const settled = afterPauseObservation(cur, o.state, o.errorCode, nowMs);
+  if (settled) return merge(c, settled);
   if (o.state === "error" && cur.desired !== "released" && cur.state !== "releasing") {
     const replace = mayReplaceAutomatically(cur, policy);
     return merge(
@@ -307,7 +316,7 @@ function applyObservation(
   }
   if (o.state === "absent") {
     if (cur.state === "releasing") return merge(c, afterAbsent(cur, nowMs, policy));
-    if (cur.state === "provisioning" || cur.state === "ready") {
+    if (LIVE_STATES.has(cur.state)) {
       // A fenced host's VM can no longer act for the workload: fencing unblocks replacement (spec "Replacement").
       const replace =
         o.errorCode === "HOST_FENCED" || mayReplaceAutomatically(cur, policy) || cur.replacementAuthorized;
@@ -329,13 +338,98 @@ function applyObservation(
   return c;
 }
 
+/** States in which the allocation has a placement on a host that may hold a VM (its loss is PLACEMENT_LOST). */
+const LIVE_STATES: ReadonlySet<AllocationState> = new Set(["provisioning", "ready", "paused", "suspending", "suspended"]);
+
+/**
+ * What an observation of a pause, suspend or resume means (issue 21): the
+ * agent confirmed a pause (ready → paused), a suspend (suspending →
+ * suspended) or a resume (paused → ready); or it could not pause or suspend
+ * (the state the VM stayed in, with an error code): the allocation is then
+ * wanted ready again, with an event naming the code. Null for any other
+ * observation.
+ */
+function afterPauseObservation(
+  r: AllocationRecord,
+  state: PlacementObservedState,
+  errorCode: string | null,
+  nowMs: number,
+): Change | null {
+  if (r.desired === "released") return null;
+  if (state === "paused" && r.state === "ready" && r.desired === "paused")
+    return transition(r, "paused", {}, null, nowMs);
+  if (state === "suspended" && r.state === "suspending") return transition(r, "suspended", {}, null, nowMs);
+  if (state === "running" && r.state === "paused" && r.desired === "ready") return transition(r, "ready", {}, null, nowMs);
+  if (state !== "running" || !errorCode) return null;
+  if (r.state === "ready" && r.desired === "paused")
+    return {
+      ...noChange({ desired: "ready", updatedAtMs: nowMs }),
+      events: [{ type: "allocation.pause_refused", reason: errorCode }],
+    };
+  if (r.state === "suspending") {
+    const back = transition(r, "ready", { desired: "ready" }, errorCode, nowMs);
+    return { ...back, events: [...back.events, { type: "allocation.suspend_refused", reason: errorCode }] };
+  }
+  return null;
+}
+
+/**
+ * After a host answered a pause, suspend or resume request (issue 21).
+ * Pause: `done` moves ready → paused. Suspend: `done` moves suspending →
+ * suspended. Resume: the host took the capacity back (done or not): a paused
+ * VM is ready once `done` (else the agent's report moves it); a suspended
+ * one becomes provisioning as the next generation, since its restore is a
+ * new start. A refusal for capacity (INSUFFICIENT_*) keeps it waiting with
+ * the NO_CAPACITY condition (the alarm asks again); a pause or suspend
+ * refused by the host (the VM is not in a state to) puts the wish back to
+ * ready with an event.
+ */
+export function afterTransitionAnswer(
+  r: AllocationRecord,
+  kind: "pause" | "suspend" | "resume",
+  answer: { done: boolean } | { refused: string },
+  nowMs: number,
+): Change {
+  if ("refused" in answer) {
+    if (kind === "resume") {
+      if (!answer.refused.startsWith("INSUFFICIENT_") || r.conditions.includes(NO_CAPACITY_CONDITION))
+        return noChange();
+      return {
+        ...noChange({ conditions: [...r.conditions, NO_CAPACITY_CONDITION], updatedAtMs: nowMs }),
+        events: [{ type: "allocation.resume_waiting", reason: answer.refused }],
+      };
+    }
+    if (kind === "pause")
+      return {
+        ...noChange({ desired: "ready", updatedAtMs: nowMs }),
+        events: [{ type: "allocation.pause_refused", reason: answer.refused }],
+      };
+    const back = transition(r, "ready", { desired: "ready" }, answer.refused, nowMs);
+    return { ...back, events: [...back.events, { type: "allocation.suspend_refused", reason: answer.refused }] };
+  }
+  const waiting = { conditions: r.conditions.filter((c) => c !== NO_CAPACITY_CONDITION) };
+  if (kind === "pause") return answer.done && r.state === "ready" ? transition(r, "paused", {}, null, nowMs) : noChange();
+  if (kind === "suspend")
+    return answer.done && r.state === "suspending" ? transition(r, "suspended", {}, null, nowMs) : noChange();
+  if (r.state === "suspended")
+    return transition(
+      r,
+      "provisioning",
+      { ...waiting, generation: r.generation + 1, observedState: null },
+      "RESUME",
+      nowMs,
+    );
+  if (r.state === "paused" && answer.done) return transition(r, "ready", waiting, null, nowMs);
+  return waiting.conditions.length !== r.conditions.length ? noChange({ ...waiting, updatedAtMs: nowMs }) : noChange();
+}
+
 /** The placement was confirmed absent: replace it, or end in released or failed. */
 export function afterAbsent(r: AllocationRecord, nowMs: number, policy: TimeoutPolicy): Change {
   void policy;
   if (r.replaceAfterAbsent && r.desired !== "released") return replace(r, "REPLACEMENT", nowMs);
   return transition(
     r,
-    r.reason && r.reason !== "CLIENT_RELEASE" && r.reason !== "TTL_EXPIRED" ? "failed" : "released",
+    r.reason && !ORDINARY_END_REASONS.has(r.reason) ? "failed" : "released",
     {},
     r.reason,
     nowMs,
@@ -433,7 +527,7 @@ function abandonReplacement(r: AllocationRecord, nowMs: number): Change {
   };
   return transition(
     r,
-    r.reason && r.reason !== "CLIENT_RELEASE" && r.reason !== "TTL_EXPIRED" ? "failed" : "released",
+    r.reason && !ORDINARY_END_REASONS.has(r.reason) ? "failed" : "released",
     patch,
     r.reason,
     nowMs,
@@ -485,7 +579,50 @@ export function requestRelease(reason: string, nowMs: number): Change {
   return { ...noChange(patch), events: [{ type: "allocation.release_requested", reason }] };
 }
 
-const HOST_STATES: ReadonlySet<AllocationState> = new Set(["provisioning", "ready", "releasing"]);
+const HOST_STATES: ReadonlySet<AllocationState> = new Set([
+  "provisioning",
+  "ready",
+  "paused",
+  "suspending",
+  "suspended",
+  "releasing",
+]);
+/** States whose lifetime (expiresAtMs) ends them: a running, paused or suspended VM alike. */
+const EXPIRING_STATES: ReadonlySet<AllocationState> = new Set(["ready", "paused", "suspending", "suspended"]);
+
+/**
+ * The pause, suspend or resume the record asks for (issue 21), or null:
+ * ready wanted paused → pause; ready wanted suspended → suspending (persisted
+ * before the host is asked); suspending → suspend; paused or suspended
+ * wanted ready → resume (a suspended VM's grants of its generation fenced
+ * first: it comes back as the next generation).
+ */
+function pauseIntent(r: AllocationRecord, nowMs: number): Intent | null {
+  if (!r.hostId || !r.placementId) return null;
+  const at = { hostId: r.hostId, placementId: r.placementId };
+  if (r.state === "ready" && r.desired === "paused") return { type: "request_pause", ...at };
+  if (r.state === "ready" && r.desired === "suspended")
+    return { type: "persist", change: transition(r, "suspending", {}, null, nowMs) };
+  if (r.state === "suspending") return { type: "request_suspend", ...at };
+  if (r.state === "paused" && r.desired === "ready")
+    return { type: "request_resume", ...at, nextGeneration: r.generation };
+  if (r.state === "suspended" && r.desired === "ready") {
+    if (connectionsUnfenced(r) && r.networkId)
+      return { type: "fence_connections", networkId: r.networkId, generation: r.generation };
+    return { type: "request_resume", ...at, nextGeneration: r.generation + 1 };
+  }
+  return null;
+}
+
+/** True while the record waits for a pause, suspend or resume to be confirmed (the alarm looks again soon). */
+function inTransition(r: AllocationRecord): boolean {
+  if (r.desired === "released") return false;
+  return (
+    (r.state === "ready" && r.desired !== "ready") ||
+    r.state === "suspending" ||
+    ((r.state === "paused" || r.state === "suspended") && r.desired === "ready")
+  );
+}
 
 /**
  * The next intent for a non-terminal record at `nowMs` (inbox already
@@ -501,8 +638,10 @@ export function nextIntent(r: AllocationRecord, nowMs: number, policy: TimeoutPo
     return { type: "fence_connections", networkId: r.networkId, generation: r.generation };
   }
   if (r.desired !== "released") {
-    if (r.state === "ready" && nowMs >= r.expiresAtMs)
+    if (EXPIRING_STATES.has(r.state) && nowMs >= r.expiresAtMs)
       return { type: "persist", change: requestRelease("TTL_EXPIRED", nowMs) };
+    if (r.state === "suspended" && nowMs >= r.stateEnteredAtMs + policy.suspendedMaxAgeMs)
+      return { type: "persist", change: requestRelease("SUSPEND_EXPIRED", nowMs) };
     if (r.state === "provisioning" && nowMs >= r.stateEnteredAtMs + policy.provisioningTimeoutMs)
       return { type: "persist", change: requestRelease("GUEST_BOOT_TIMEOUT", nowMs) };
     if (r.state === "pending" && nowMs >= r.createdAtMs + policy.pendingTimeoutMs)
@@ -537,7 +676,7 @@ export function releaseOrPlace(r: AllocationRecord, nowMs: number): Intent {
   if (r.state === "pending") return nowMs >= r.nextAttemptAtMs ? { type: "find_host" } : { type: "none" };
   if (r.state === "reserving" && r.hostId && r.placementId && r.reservationKey)
     return { type: "reserve", hostId: r.hostId, placementId: r.placementId, reservationKey: r.reservationKey };
-  return { type: "none" };
+  return pauseIntent(r, nowMs) ?? { type: "none" };
 }
 
 /** Where a placement stands, as its Host reports it. */
@@ -695,7 +834,9 @@ export function nextAlarmAt(r: AllocationRecord, nowMs: number, policy: TimeoutP
     at = Math.min(at, Math.max(nowMs + MIN_ALARM_DELAY_MS, r.nextAttemptAtMs), r.createdAtMs + policy.pendingTimeoutMs);
   if (r.state === "releasing" || r.state === "reserving") at = Math.min(at, nowMs + BUSY_RECHECK_MS);
   if (r.state === "provisioning") at = Math.min(at, r.stateEnteredAtMs + policy.provisioningTimeoutMs);
-  if (r.state === "ready") at = Math.min(at, r.expiresAtMs);
+  if (EXPIRING_STATES.has(r.state)) at = Math.min(at, r.expiresAtMs);
+  if (r.state === "suspended") at = Math.min(at, r.stateEnteredAtMs + policy.suspendedMaxAgeMs);
+  if (inTransition(r)) at = Math.min(at, nowMs + BUSY_RECHECK_MS);
   if (r.hostId && r.placementId && HOST_STATES.has(r.state)) at = Math.min(at, r.hostCheckAtMs);
   return Math.max(at, nowMs + MIN_ALARM_DELAY_MS);
 }

@@ -37,6 +37,8 @@ export const PLACEMENT_OBSERVED_STATES = [
   "prepared",
   "starting",
   "running",
+  "paused",
+  "suspended",
   "stopping",
   "absent",
   "error",
@@ -44,8 +46,19 @@ export const PLACEMENT_OBSERVED_STATES = [
 /** One observed placement state. */
 export type PlacementObservedState = (typeof PLACEMENT_OBSERVED_STATES)[number];
 
-/** Command types the scheduler sends. */
-export const COMMAND_TYPES = ["ensure_present", "ensure_running", "ensure_absent"] as const;
+/**
+ * Command types the scheduler sends. ensure_paused stops the VM's vCPUs (its
+ * memory stays); ensure_suspended saves its memory and device state to the
+ * host's disk and ends its VMM (issue 21); ensure_running after either lets
+ * it run again (a suspended one is restored, as the command's generation).
+ */
+export const COMMAND_TYPES = [
+  "ensure_present",
+  "ensure_running",
+  "ensure_paused",
+  "ensure_suspended",
+  "ensure_absent",
+] as const;
 /** One command type. */
 export type CommandType = (typeof COMMAND_TYPES)[number];
 
@@ -56,6 +69,12 @@ export const PlacementSpec = Type.Object(
     memoryMiB: Type.Integer({ minimum: 16 }),
     ephemeralDiskMiB: Type.Integer({ minimum: 1 }),
     imageDigest: Type.String({ pattern: "^sha256:[0-9a-f]{64}$" }),
+    /**
+     * The workload class allows suspend (issue 21): the VM keeps its RAM in a
+     * file on the host's disk, which its disk reservation covers
+     * (reservedDiskMiB). Absent: false.
+     */
+    suspendable: Type.Optional(Type.Boolean()),
   },
   { additionalProperties: false },
 );
@@ -96,7 +115,12 @@ export const CommandSpec = Type.Composite(
 /** The spec an ensure_* command carries. */
 export type CommandSpec = Static<typeof CommandSpec>;
 
-/** A command to the agent. IDs are deterministic: `{placement}:{present|running|absent}:{generation}`. */
+/**
+ * A command to the agent. IDs are deterministic:
+ * `{placement}:{present|running|paused|suspended|absent}:{generation}`, with
+ * `:{step}` after it from the placement's second pause or resume on
+ * (src/domain/identifiers.ts commandIdFor).
+ */
 export interface AgentCommand {
   commandId: string;
   type: CommandType;

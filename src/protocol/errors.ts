@@ -49,6 +49,8 @@ export const ERROR_STATUS = {
   /** The caller already has its bound of requests (or of log follow streams) in flight; retry after `Retry-After` (src/scheduler/callerLimits.ts). */
   CONCURRENCY_LIMITED: 429,
   INVALID_STATE: 409,
+  /** A suspend of an allocation whose workload class does not allow it (`suspendable` in the manifest, issue 21). */
+  NOT_SUSPENDABLE: 409,
   STALE_GENERATION: 409,
   GUEST_NOT_CONNECTED: 503,
   DELIVERY_TIMEOUT: 503,

@@ -39,6 +39,13 @@ export interface InjectedBugs {
    * thing spec "Revocation and replacement" forbids.
    */
   connectionsNotFenced?: boolean;
+  /**
+   * Lets a paused or suspended VM run again without taking its CPU and
+   * memory back first (issue 21's planted bug): the Host skips the fit check
+   * and leaves the placement counted as paused or suspended until the agent
+   * reports it running, so the host can be overcommitted meanwhile.
+   */
+  resumeWithoutCapacity?: boolean;
 }
 
 /** Configuration the objects read (never changes while they run). */

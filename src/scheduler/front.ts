@@ -199,6 +199,7 @@ export class SchedulerFront {
         memoryMiB: cls.memoryMiB,
         ephemeralDiskMiB: cls.ephemeralDiskMiB,
         imageDigest: cls.imageDigest,
+        ...(cls.suspendable ? { suspendable: true } : {}),
       },
       ttlMs: ttlSeconds * 1000,
       limits: {
@@ -242,6 +243,21 @@ export class SchedulerFront {
   /** Requests release. Throws NOT_FOUND. */
   async releaseAllocation(who: Identity, id: string): Promise<AllocationView> {
     return this.env.Allocation.get(checkAllocationIdShape(id)).release(who.id);
+  }
+
+  /** Requests a pause (issue 21; AllocationObject.pause). Throws NOT_FOUND, INVALID_STATE. */
+  async pauseAllocation(who: Identity, id: string): Promise<AllocationView> {
+    return this.env.Allocation.get(checkAllocationIdShape(id)).pause(who.id);
+  }
+
+  /** Requests a suspend (issue 21; AllocationObject.suspend). Throws NOT_FOUND, NOT_SUSPENDABLE, INVALID_STATE. */
+  async suspendAllocation(who: Identity, id: string): Promise<AllocationView> {
+    return this.env.Allocation.get(checkAllocationIdShape(id)).suspend(who.id);
+  }
+
+  /** Requests a resume (issue 21; AllocationObject.resume). Throws NOT_FOUND, INVALID_STATE. */
+  async resumeAllocation(who: Identity, id: string): Promise<AllocationView> {
+    return this.env.Allocation.get(checkAllocationIdShape(id)).resume(who.id);
   }
 
   /**

@@ -65,6 +65,9 @@ const PUBLIC_SURFACE = [
   "poll",
   "register",
   "requestAbsent",
+  "requestPause",
+  "requestResume",
+  "requestSuspend",
   "reserve",
   "view",
 ];

@@ -36,6 +36,12 @@ export const WorkloadClass = Type.Object(
     maxTtlSeconds: Type.Optional(Type.Integer({ minimum: 10 })),
     /** The machine architecture its VMs need (placement asks only hosts that report it; default SUPPORTED_ARCHITECTURE). */
     architecture: Type.Optional(Type.String({ pattern: ARCHITECTURE_PATTERN, maxLength: MAX_ARCHITECTURE_CHARS })),
+    /**
+     * Its VMs may be suspended (issue 21): each keeps its RAM in a file on the
+     * host's disk, so its disk reservation grows by memoryMiB. Default false
+     * (pause works either way).
+     */
+    suspendable: Type.Optional(Type.Boolean()),
   },
   { additionalProperties: false },
 );

@@ -96,6 +96,9 @@ function allocationHandlers(front: SchedulerFront) {
     }),
     getAllocation: async (p) => ({ json: await front.getAllocation(who(p), id(p)) }),
     releaseAllocation: async (p) => ({ status: 202, json: await front.releaseAllocation(who(p), id(p)) }),
+    pauseAllocation: async (p) => ({ status: 202, json: await front.pauseAllocation(who(p), id(p)) }),
+    suspendAllocation: async (p) => ({ status: 202, json: await front.suspendAllocation(who(p), id(p)) }),
+    resumeAllocation: async (p) => ({ status: 202, json: await front.resumeAllocation(who(p), id(p)) }),
     events: async (p) => {
       const after = num(p, "after", 0);
       const items = await front.events(who(p), id(p), after, num(p, "limit", 100), num(p, "follow", 0) === 1);

@@ -176,6 +176,36 @@ export const ROUTES = {
     summary: "Request release (idempotent); the allocation reaches released once its VM is gone",
     response: ok(AllocationView, 202),
   },
+  pauseAllocation: {
+    method: "POST",
+    path: "/v1/allocations/:id/pause",
+    params: allocation,
+    auth: "principal",
+    refusals: ["INVALID_STATE"],
+    summary:
+      "Pause the VM (idempotent): its vCPUs stop and its CPU goes back to the host; the allocation is paused once the agent confirms",
+    response: ok(AllocationView, 202),
+  },
+  suspendAllocation: {
+    method: "POST",
+    path: "/v1/allocations/:id/suspend",
+    params: allocation,
+    auth: "principal",
+    refusals: ["INVALID_STATE", "NOT_SUSPENDABLE"],
+    summary:
+      "Suspend the VM (idempotent; its workload class must be suspendable): memory and device state to the host's disk, CPU and memory back to the host, disk kept",
+    response: ok(AllocationView, 202),
+  },
+  resumeAllocation: {
+    method: "POST",
+    path: "/v1/allocations/:id/resume",
+    params: allocation,
+    auth: "principal",
+    refusals: ["INVALID_STATE"],
+    summary:
+      "Resume a paused or suspended VM (idempotent): the host takes its capacity back first (else it waits with NO_CAPACITY); a suspended VM is restored as the next generation",
+    response: ok(AllocationView, 202),
+  },
   events: {
     method: "GET",
     path: "/v1/allocations/:id/events",

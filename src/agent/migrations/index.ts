@@ -10,7 +10,11 @@
  * migrations applied), so they open unchanged.
  */
 import m0000 from "./0000_initial.sql" with { type: "text" };
+import m0001 from "./0001_snapshots.sql" with { type: "text" };
 import type { Migration } from "../../storage/sqlite.ts";
 
 /** Every migration of agent.db, oldest first. */
-export const AGENT_MIGRATIONS: readonly Migration[] = [{ tag: "0000_initial", sql: m0000 }];
+export const AGENT_MIGRATIONS: readonly Migration[] = [
+  { tag: "0000_initial", sql: m0000 },
+  { tag: "0001_snapshots", sql: m0001 },
+];

@@ -14,17 +14,20 @@
 import type { PlacementObservedState } from "../../protocol/agent.ts";
 import type { AgentStore, LocalPlacement, ObservationExtra } from "../store.ts";
 import { errorText, type AgentLog } from "../ports.ts";
-import type { VmHandle } from "../vmm/driver.ts";
+import type { VmHandle, VmSnapshot } from "../vmm/driver.ts";
 import type { GuestSession } from "../guestSession.ts";
 import { NO_AGENT_DEBUG, type AgentDebug } from "../debug.ts";
 import {
   adoptPlacement,
   diagnoseVmExit,
   preparePlacement,
+  restorePlacement,
   startPlacement,
   stopPlacement,
+  suspendPlacement,
   type PlacementContext,
   type PlacementRef,
+  type StartHooks,
 } from "../placementOps.ts";
 import { keptConsolePath } from "../vmm/keptConsoles.ts";
 import { AgentError } from "../errors.ts";
@@ -53,12 +56,17 @@ export const EXIT_SETTLE_POLL_MS = 100;
 /** See EXIT_SETTLE_POLL_MS (30 × 100 ms = 3 s). */
 export const EXIT_SETTLE_POLLS = 30;
 
+/** Observed states in which a VM's own end is reported as VM_EXITED (a paused VM's process can die too). */
+const EXIT_REPORTED_FROM: ReadonlySet<PlacementObservedState> = new Set(["starting", "running", "paused"]);
+
 /** The in-memory side of one placement: its VM and guest session while this agent holds them. */
 interface LiveVm {
   handle: VmHandle | null;
   session: GuestSession | null;
   /** Stop has begun: a closing session is expected, not a VM exit. */
   stopping: boolean;
+  /** A suspend is under way: its VMM ends on purpose (issue 21). */
+  suspending?: boolean;
   /** A VM found alive at startup that the runner still has to reconnect to. */
   adopting: boolean;
   /** The VM ended on its own (its channel closed, or it was gone at startup): the runner reports VM_EXITED with a diagnosis. */
@@ -198,7 +206,8 @@ export class PlacementReconciler {
     };
     session.onClose = () => {
       const cur = this.deps.store.placement(placementId);
-      if (this.halted || live.stopping || !cur || cur.desired === "absent" || cur.observed !== "running") return;
+      if (this.halted || live.stopping || live.suspending || !cur || cur.desired === "absent") return;
+      if (cur.observed !== "running" && cur.observed !== "paused") return;
       live.exitPending = true;
       this.kick(placementId);
     };
@@ -220,7 +229,7 @@ export class PlacementReconciler {
     }
     if (this.halted) return;
     const cur = this.current(placementId);
-    if (cur.desired === "absent" || (cur.observed !== "running" && cur.observed !== "starting")) return;
+    if (cur.desired === "absent" || !EXIT_REPORTED_FROM.has(cur.observed)) return;
     const exit = diagnoseVmExit(this.deps.ctx, ref, alive);
     this.deps.log.warn("VM exited on its own", { placementId, exitReason: exit.reason });
     this.observe(cur, "error", { errorCode: "VM_EXITED", exit });
@@ -241,7 +250,8 @@ export class PlacementReconciler {
     };
     this.live.set(placementId, live);
     const ref = this.ref(p);
-    if (live.adopting && live.handle && p.desired !== "absent") {
+    // A paused VM cannot answer a ping: it is adopted when it runs again (drivePauseState).
+    if (live.adopting && live.handle && p.desired !== "absent" && p.observed !== "paused") {
       live.adopting = false;
       // A VM that was still booting must prove its identity again; a running one answers a ping.
       const booting = p.observed === "starting";
@@ -263,6 +273,7 @@ export class PlacementReconciler {
       p = this.current(placementId);
     }
     if (p.desired === "absent") return this.driveAbsent(placementId, ref, live);
+    if (await this.drivePauseState(placementId, ref, live, p)) return this.kickIfGone(placementId);
     if (p.observed === "accepted" || p.observed === "unknown") {
       this.observe(p, "preparing");
       try {
@@ -278,16 +289,116 @@ export class PlacementReconciler {
       }
     }
     p = this.current(placementId);
-    if (p.desired === "running" && p.observed === "prepared") await this.driveStart(placementId, ref, live);
-    if (!this.halted && store.placement(placementId)?.desired === "absent") this.kick(placementId);
+    if (p.desired === "running" && p.observed === "prepared")
+      await this.driveStart(placementId, live, (hooks) => startPlacement(this.deps.ctx, ref, hooks));
+    this.kickIfGone(placementId);
   }
 
-  private async driveStart(placementId: string, ref: PlacementRef, live: LiveVm): Promise<void> {
+  /** Queues another drive when the placement became unwanted meanwhile (Stop follows). */
+  private kickIfGone(placementId: string): void {
+    if (!this.halted && this.deps.store.placement(placementId)?.desired === "absent") this.kick(placementId);
+  }
+
+  /**
+   * Pause, suspend, resume and restore (issue 21): moves a running, paused
+   * or suspended VM toward what the placement wants. Returns false when the
+   * placement is in none of these cases (the boot path handles it). A pause
+   * or suspend the driver refuses leaves the VM as it was and reports that
+   * state with the error code (the scheduler then wants it so again).
+   */
+  private async drivePauseState(placementId: string, ref: PlacementRef, live: LiveVm, p: LocalPlacement): Promise<boolean> {
+    const { driver } = this.deps.ctx;
+    const h = live.handle;
+    if (p.desired === "paused" && p.observed === "running") {
+      try {
+        if (!driver.pause || !h) throw new AgentError("VMM_UNSUPPORTED", `the ${driver.name} driver cannot pause`);
+        await driver.pause(h);
+        if (!this.halted) this.observe(this.current(placementId), "paused");
+      } catch (e) {
+        this.refused(placementId, "running", AgentError.from(e, "VMM_CONTROL_FAILED"));
+      }
+      return true;
+    }
+    if (p.desired === "suspended" && (p.observed === "running" || p.observed === "paused")) {
+      if (!h) {
+        this.refused(placementId, p.observed, new AgentError("VMM_UNSUPPORTED", "no VM handle to suspend"));
+        return true;
+      }
+      live.suspending = true;
+      try {
+        const snapshot = await suspendPlacement(this.deps.ctx, ref, h, live.session);
+        live.handle = null;
+        live.session = null;
+        live.adopting = false;
+        if (this.halted) return true;
+        this.deps.store.patch(placementId, { snapshotJson: JSON.stringify(snapshot) });
+        this.observe(this.current(placementId), "suspended", { vmPid: null, vmStartTime: null });
+      } catch (e) {
+        const err = AgentError.from(e, "VMM_CONTROL_FAILED");
+        if (this.halted) return true;
+        if (await driver.isAlive(h)) this.refused(placementId, p.observed, err);
+        else this.observe(this.current(placementId), "error", { errorCode: err.code });
+      } finally {
+        live.suspending = false;
+      }
+      return true;
+    }
+    if (p.desired === "running" && p.observed === "paused") {
+      if (!this.leaseLive(placementId)) {
+        this.observe(this.current(placementId), "error", { errorCode: "LEASE_EXPIRED" });
+        return true;
+      }
+      try {
+        if (!driver.resume || !h) throw new AgentError("VMM_UNSUPPORTED", `the ${driver.name} driver cannot resume`);
+        await driver.resume(h);
+        if (live.adopting) {
+          // Adopted while paused: reconnect now that it can answer.
+          live.adopting = false;
+          const session = await adoptPlacement(this.deps.ctx, ref, false, this.deps.ctx.guestBootTimeoutMs);
+          if (this.halted) {
+            session?.close();
+            return true;
+          }
+          if (!session) throw new AgentError("GUEST_BOOT_TIMEOUT", "the resumed guest did not answer");
+          this.attach(placementId, live, session);
+        }
+        if (!this.halted) this.observe(this.current(placementId), "running");
+      } catch (e) {
+        if (!this.halted) this.observe(this.current(placementId), "error", { errorCode: AgentError.from(e, "VMM_CONTROL_FAILED").code });
+      }
+      return true;
+    }
+    if (p.desired === "running" && p.observed === "suspended") {
+      const snapshot = p.snapshotJson ? (JSON.parse(p.snapshotJson) as VmSnapshot) : null;
+      if (!snapshot) {
+        this.observe(p, "error", { errorCode: "INTERNAL" });
+        return true;
+      }
+      const clock = this.deps.ctx.clock ?? this.deps.clock;
+      await this.driveStart(placementId, live, (hooks) => restorePlacement(this.deps.ctx, ref, snapshot, hooks, clock));
+      return true;
+    }
+    return false;
+  }
+
+  /** A pause or suspend the driver did not carry out: the VM stays `stayed`, wanted so again, and the code goes to the scheduler. */
+  private refused(placementId: string, stayed: "running" | "paused", err: AgentError): void {
+    if (this.halted) return;
+    this.deps.log.warn("pause or suspend refused", { placementId, code: err.code, error: err.chain() });
+    this.deps.store.patch(placementId, { desired: stayed });
+    this.observe(this.current(placementId), stayed, { errorCode: err.code });
+  }
+
+  private async driveStart(
+    placementId: string,
+    live: LiveVm,
+    boot: (hooks: StartHooks) => Promise<{ handle: VmHandle; session: GuestSession }>,
+  ): Promise<void> {
     const skipLease = this.debug.startDespiteExpiredLease === true;
     if (!skipLease && !this.leaseLive(placementId))
       return this.observe(this.current(placementId), "error", { errorCode: "LEASE_EXPIRED" });
     try {
-      const { handle, session } = await startPlacement(this.deps.ctx, ref, {
+      const { handle, session } = await boot({
         launch: (start) => {
           // Checked again right before the launch: resolving the image or building the cgroup may have outlasted the lease.
           if (this.halted) throw new AgentError("INTERNAL", "the agent is stopping");

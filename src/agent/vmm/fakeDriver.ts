@@ -21,7 +21,8 @@ import {
   type GuestToHost,
 } from "../../protocol/guest.ts";
 import type { Timers } from "../ports.ts";
-import type { GuestChannel, VmHandle, VmSpec, VmmDriver } from "./driver.ts";
+import type { GuestChannel, VmHandle, VmSnapshot, VmSpec, VmmDriver } from "./driver.ts";
+import { AgentError } from "../errors.ts";
 import { vmmError } from "./qemuHost.ts";
 
 /** How a fake VM behaves; every duration in ms. */
@@ -54,11 +55,14 @@ export interface FakeVm {
   readonly pid: number;
   readonly startTime: number;
   readonly spec: VmSpec;
-  /** The identity the guest read from its kernel arguments (nonce included). */
-  readonly identity: GuestIdentity;
-  state: "booting" | "ready" | "exited";
-  /** Why it exited: "stopped" (by the driver), "poweroff" (guest shutdown) or "crashed". */
-  exitReason?: "stopped" | "poweroff" | "crashed";
+  /** The identity the guest holds: what it read from its kernel arguments (nonce included), or the last `restored` message gave it. */
+  identity: GuestIdentity;
+  /** paused: its vCPUs are stopped (issue 21): it answers nothing until resumed. */
+  state: "booting" | "ready" | "paused" | "exited";
+  /** Why it exited: "stopped" (by the driver), "poweroff" (guest shutdown), "crashed", or "suspended" (its state saved, then the VMM ended). */
+  exitReason?: "stopped" | "poweroff" | "crashed" | "suspended";
+  /** The snapshot directory it was restored from, if it was. */
+  readonly restoredFrom?: string;
   /** Delivery IDs the guest consumed, with their digests. */
   readonly consumed: Map<string, string>;
   /** The `verificationKeys` of every `control_config` the guest received, oldest first (the newest is in force). */
@@ -90,10 +94,20 @@ export function fakeGuestIdentity(spec: Pick<VmSpec, "kernelArgs" | "privateKern
   };
 }
 
+/** What a fake suspend saved: the guest's memory as far as the fake has one. */
+interface FakeSnapshotState {
+  identity: GuestIdentity;
+  consumed: Map<string, string>;
+  bootId: string;
+  memoryMiB: number;
+}
+
 /** The simulated machine: every fake VM on it, whichever agent process launched it. */
 export class FakeVmHost {
   /** VMs by instance ID (exited ones are removed). */
   readonly vms = new Map<string, FakeVm>();
+  /** Saved snapshots by directory (issue 21), as a host's disk keeps them. */
+  readonly snapshots = new Map<string, FakeSnapshotState>();
   private readonly ends = new Set<GuestEnd>();
   private nextPid = 4000;
 
@@ -107,21 +121,23 @@ export class FakeVmHost {
     private readonly onLaunch: (vm: FakeVm) => void = () => {},
   ) {}
 
-  /** Creates a VM for `spec` (called by a driver once its launch delay passed). */
-  launch(spec: VmSpec): FakeVm {
+  /** Creates a VM for `spec` (called by a driver once its launch delay passed); `from`: a snapshot it is restored from, running at once with the saved memory. */
+  launch(spec: VmSpec, from?: { dir: string; state: FakeSnapshotState }): FakeVm {
     const vm: FakeVm = {
       instanceId: spec.instanceId,
       pid: this.nextPid++,
       startTime: this.nextPid * 7,
       spec,
-      identity: fakeGuestIdentity(spec),
-      state: "booting",
-      consumed: new Map(),
+      identity: from ? { ...from.state.identity } : fakeGuestIdentity(spec),
+      state: from ? "ready" : "booting",
+      consumed: new Map(from?.state.consumed ?? []),
       controlConfigs: [],
       clocks: [],
+      ...(from ? { restoredFrom: from.dir } : {}),
     };
     this.vms.set(vm.instanceId, vm);
     this.onLaunch(vm);
+    if (from) return vm;
     const bootMs = this.behaviour.bootMs(spec);
     if (bootMs !== null)
       this.timers.after(bootMs, () => {
@@ -133,10 +149,38 @@ export class FakeVmHost {
     return vm;
   }
 
-  /** VMs whose process is alive. */
+  /** VMs whose process is alive (paused ones included: they hold their memory). */
   running(): FakeVm[] {
     return [...this.vms.values()].filter((v) => v.state !== "exited");
   }
+
+  /** Stops a VM's vCPUs (issue 21); false if it is not running. */
+  pause(vm: FakeVm): boolean {
+    if (vm.state === "exited") return false;
+    if (vm.state === "ready" || vm.state === "booting") this.pausedFrom.set(vm, vm.state);
+    vm.state = "paused";
+    return true;
+  }
+
+  /** Lets a paused VM run again; false if it is gone. */
+  resume(vm: FakeVm): boolean {
+    if (vm.state === "exited") return false;
+    if (vm.state === "paused") vm.state = this.pausedFrom.get(vm) ?? "ready";
+    return true;
+  }
+
+  /** Saves a VM's memory into `dir` and ends it (issue 21). */
+  suspend(vm: FakeVm, dir: string): void {
+    this.snapshots.set(dir, {
+      identity: { ...vm.identity },
+      consumed: new Map(vm.consumed),
+      bootId: `boot-${vm.pid}`,
+      memoryMiB: vm.spec.memoryMiB,
+    });
+    this.exit(vm, "suspended");
+  }
+
+  private readonly pausedFrom = new Map<FakeVm, "booting" | "ready">();
 
   /** Ends a VM's process (its control channels close); `consoleText` is first appended to its console log, as a dying guest would print it. */
   exit(vm: FakeVm, reason: NonNullable<FakeVm["exitReason"]>, consoleText?: string): void {
@@ -214,6 +258,18 @@ export class FakeVmHost {
     const vm = e.vm;
     if (vm.state === "exited") return;
     switch (m["type"]) {
+      case "restored": {
+        // The guest adopts the identity and nonce it is handed and proves it (guest/internal/restore).
+        if (vm.state !== "ready") break;
+        vm.identity = {
+          allocationId: String(m["allocationId"]),
+          placementId: String(m["placementId"]),
+          generation: Number(m["generation"]),
+          nonce: String(m["nonce"]),
+        };
+        this.toHost(e, { type: "guest_ready", bootId: `boot-${vm.pid}-r`, guestVersion: "fake", ...vm.identity });
+        break;
+      }
       case "identify":
         if (vm.state === "ready")
           this.toHost(e, { type: "guest_ready", bootId: `boot-${vm.pid}`, guestVersion: "fake", ...vm.identity });
@@ -297,6 +353,42 @@ export class FakeVmmDriver implements VmmDriver {
     const end = this.host.connect(vm);
     this.mine.add(end);
     return end;
+  }
+
+  /** Pauses the verified VM (issue 21). Throws VMM_CONTROL_FAILED when it is not there. */
+  async pause(h: VmHandle): Promise<void> {
+    if (!this.host.pause(this.verified(h))) throw vmmError(`fake VM ${h.instanceId} is gone`);
+  }
+
+  /** Resumes the verified VM. */
+  async resume(h: VmHandle): Promise<void> {
+    if (!this.host.resume(this.verified(h))) throw vmmError(`fake VM ${h.instanceId} is gone`);
+  }
+
+  /** Suspends the verified VM into `snapshotDir` (remembered by the fake host, no file written). */
+  async suspend(h: VmHandle, spec: VmSpec, snapshotDir: string): Promise<VmSnapshot> {
+    this.host.suspend(this.verified(h), snapshotDir);
+    return { dir: snapshotDir, driver: this.name, compat: { memory_mib: spec.memoryMiB, vcpus: spec.vcpus }, bytes: 0 };
+  }
+
+  /** Starts a VM from a snapshot the fake host kept, after the launch delay. Throws SNAPSHOT_INCOMPATIBLE for another size, VMM_START_FAILED for none. */
+  async restore(spec: VmSpec, snapshot: VmSnapshot): Promise<VmHandle> {
+    const state = this.host.snapshots.get(snapshot.dir);
+    if (!state) throw vmmError(`no fake snapshot at ${snapshot.dir}`);
+    if (state.memoryMiB !== spec.memoryMiB)
+      throw new AgentError("SNAPSHOT_INCOMPATIBLE", `fake snapshot of ${state.memoryMiB} MiB, VM of ${spec.memoryMiB}`);
+    const ms = this.host.behaviour.launchMs(spec);
+    if (ms === null) throw vmmError(`fake VMM for ${spec.instanceId} refused to start`);
+    await this.timers.sleep(ms);
+    const vm = this.host.launch(spec, { dir: snapshot.dir, state });
+    return { instanceId: vm.instanceId, pid: vm.pid, startTime: vm.startTime };
+  }
+
+  private verified(h: VmHandle): FakeVm {
+    const vm = this.host.vms.get(h.instanceId);
+    if (!vm || vm.pid !== h.pid || vm.startTime !== h.startTime || vm.state === "exited")
+      throw new AgentError("VMM_CONTROL_FAILED", `fake VM ${h.instanceId} (pid ${h.pid}) is not running`);
+    return vm;
   }
 
   /** Nothing to remove: the fake keeps a VM's arguments in memory only. */

@@ -9,6 +9,7 @@ import m0001 from "./0001_allocation_log.sql" with { type: "text" };
 import m0002 from "./0002_private_networking.sql" with { type: "text" };
 import m0003 from "./0003_client_candidates.sql" with { type: "text" };
 import m0004 from "./0004_index_view_version.sql" with { type: "text" };
+import m0005 from "./0005_pause_suspend.sql" with { type: "text" };
 
 /** One migration: drizzle-kit's tag and its SQL (statements split by `--> statement-breakpoint`). */
 export interface Migration {
@@ -23,4 +24,5 @@ export const MIGRATIONS: readonly Migration[] = [
   { tag: "0002_private_networking", sql: m0002 },
   { tag: "0003_client_candidates", sql: m0003 },
   { tag: "0004_index_view_version", sql: m0004 },
+  { tag: "0005_pause_suspend", sql: m0005 },
 ];

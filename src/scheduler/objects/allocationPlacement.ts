@@ -22,6 +22,7 @@ import {
   afterFindHost,
   afterHostCheck,
   afterReserve,
+  afterTransitionAnswer,
   applied,
   applyInput,
   merge,
@@ -35,7 +36,7 @@ import {
 } from "../../domain/reconcile.ts";
 import { GLOBAL } from "../env.ts";
 import type { WorkloadClass } from "../manifestSchema.ts";
-import { commandSpecOf } from "./hostTypes.ts";
+import { commandSpecOf, reservedResources } from "./hostTypes.ts";
 import type { CandidateRequest } from "./hostDirectory.ts";
 import type { AllocationStore } from "./allocationStore.ts";
 
@@ -70,12 +71,7 @@ export function placementRequestOf(
 ): CandidateRequest {
   return {
     allocationId: r.allocationId,
-    resources: {
-      cpuMillis: spec.cpuMillis,
-      memoryMiB: spec.memoryMiB,
-      ephemeralDiskMiB: spec.ephemeralDiskMiB,
-      slots: 1,
-    },
+    resources: reservedResources(spec),
     imageDigest: spec.imageDigest,
     architecture: needs.architecture,
     regions: null,
@@ -178,6 +174,11 @@ async function act(store: AllocationStore, r: AllocationRecord, intent: Intent, 
     case "fence_connections": {
       const answer = await store.env.Network.get(intent.networkId).fenceGeneration(r.allocationId, intent.generation);
       const cur = store.rec();
+      if (cur && !moved(cur, r) && cur.state === "suspended" && cur.pendingReplacement === null) {
+        // A resume from suspend waits for the old generation's grants to be gone (it comes back as the next one).
+        if (answer.fenced) store.persist(noChange({ connectionsFencedGeneration: cur.generation, updatedAtMs: now }));
+        return answer.fenced;
+      }
       if (!cur || moved(cur, r) || cur.pendingReplacement === null) return true;
       // The injected bug (src/scheduler/env.ts InjectedBugs): the old generation counts as fenced at once.
       const fenced = answer.fenced || store.env.config.debug.connectionsNotFenced === true;
@@ -186,7 +187,37 @@ async function act(store: AllocationStore, r: AllocationRecord, intent: Intent, 
     }
     case "reserve":
       return reserve(store, r, intent, now);
+    case "request_pause":
+    case "request_suspend":
+    case "request_resume":
+      return pauseStep(store, r, intent, now);
   }
+}
+
+/** Asks the host for a pause, suspend or resume (issue 21) and records its answer, if the record has not moved on. */
+async function pauseStep(
+  store: AllocationStore,
+  r: AllocationRecord,
+  intent: Extract<Intent, { type: "request_pause" | "request_suspend" | "request_resume" }>,
+  now: number,
+): Promise<boolean> {
+  const host = store.env.Host.get(intent.hostId);
+  const kind = intent.type === "request_pause" ? "pause" : intent.type === "request_suspend" ? "suspend" : "resume";
+  const call =
+    intent.type === "request_resume"
+      ? host.requestResume(intent.placementId, r.generation, intent.nextGeneration)
+      : intent.type === "request_pause"
+        ? host.requestPause(intent.placementId, r.generation)
+        : host.requestSuspend(intent.placementId, r.generation);
+  const answer = await Promise.resolve(call).catch((e: unknown) => {
+    if (e instanceof BeachballError) return { refused: e.code };
+    throw e;
+  });
+  const cur = store.rec();
+  if (!cur || moved(cur, r) || cur.state !== r.state || cur.desired !== r.desired) return false;
+  const change = afterTransitionAnswer(cur, kind, answer, now);
+  store.persist(change);
+  return change.transition !== null;
 }
 
 /** One placement round: ask the directory for a host and record its answer (a placement ID and reservation key for a host). */

@@ -70,6 +70,7 @@ const StringList = Type.Array(Type.String({ maxLength: 200 }), { maxItems: MAX_S
 const Labels = Type.Record(Type.String(), Type.String(), { maxProperties: 64 });
 const STATES: ReadonlySet<string> = new Set(ALLOCATION_STATES);
 const OBSERVED: ReadonlySet<string> = new Set(PLACEMENT_OBSERVED_STATES);
+const DESIRED: ReadonlySet<string> = new Set(["ready", "paused", "suspended", "released"]);
 
 function json<T>(text: string | null, schema: TSchema, what: string, id: string): T {
   let v: unknown;
@@ -86,8 +87,7 @@ function json<T>(text: string | null, schema: TSchema, what: string, id: string)
 export function decodeAllocation(r: AllocationRow): StoredAllocation {
   const id = r.obj;
   if (!STATES.has(r.state)) throw new DamagedStateError(`allocation ${id}: unknown state ${JSON.stringify(r.state)}`);
-  if (r.desired !== "ready" && r.desired !== "released")
-    throw new DamagedStateError(`allocation ${id}: unknown desired state`);
+  if (!DESIRED.has(r.desired)) throw new DamagedStateError(`allocation ${id}: unknown desired state`);
   if (r.observedState !== null && !OBSERVED.has(r.observedState))
     throw new DamagedStateError(`allocation ${id}: unknown observed state`);
   const plain: Record<string, unknown> = {};

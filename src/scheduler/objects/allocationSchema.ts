@@ -9,6 +9,7 @@
  */
 import { integer, primaryKey, sqliteTable, text } from "drizzle-orm/sqlite-core";
 import type { AllocationState } from "../../protocol/api.ts";
+import type { DesiredAllocationState } from "../../domain/allocation.ts";
 import type { PlacementObservedState } from "../../protocol/agent.ts";
 
 /** The allocation row (exactly one per instance). */
@@ -21,7 +22,7 @@ export const allocationTable = sqliteTable("allocation", {
   specJson: text("spec_json").notNull(),
   labelsJson: text("labels_json").notNull(),
   state: text("state").$type<AllocationState>().notNull(),
-  desired: text("desired").$type<"ready" | "released">().notNull(),
+  desired: text("desired").$type<DesiredAllocationState>().notNull(),
   generation: integer("generation").notNull(),
   attempts: integer("attempts").notNull(),
   hostId: text("host_id"),

@@ -51,6 +51,7 @@ import type {
   PlacementStatus,
   ReserveRequest,
   ReserveResult,
+  TransitionAnswer,
 } from "./hostTypes.ts";
 
 export type {
@@ -60,6 +61,7 @@ export type {
   PlacementStatus,
   ReserveRequest,
   ReserveResult,
+  TransitionAnswer,
 } from "./hostTypes.ts";
 export type { ConnectionCommandRequest, HostEndpointFacts } from "./hostConnections.ts";
 export { AD_REFRESH_MS } from "./hostAdvertisement.ts";
@@ -138,6 +140,21 @@ export class HostObject extends AuthorityObject<SchedulerEnv, never> {
   /** Asks the agent to make the placement absent (idempotent). Returns true once absence was observed. */
   requestAbsent(placementId: string, generation: number): boolean {
     return placements.requestAbsent(this.#ctx, placementId, generation);
+  }
+
+  /** Asks the agent to pause the placement (issue 21; idempotent): hostPlacements.requestPause. */
+  requestPause(placementId: string, generation: number): TransitionAnswer {
+    return placements.requestPause(this.#ctx, placementId, generation);
+  }
+
+  /** Asks the agent to suspend the placement (issue 21; idempotent): hostPlacements.requestSuspend. */
+  requestSuspend(placementId: string, generation: number): TransitionAnswer {
+    return placements.requestSuspend(this.#ctx, placementId, generation);
+  }
+
+  /** Takes capacity back and asks the agent to run a paused or suspended placement (issue 21): hostPlacements.requestResume. */
+  requestResume(placementId: string, generation: number, nextGeneration: number): TransitionAnswer {
+    return placements.requestResume(this.#ctx, placementId, generation, nextGeneration);
   }
 
   /**

@@ -11,16 +11,18 @@
  * the lease of a placement the scheduler wants gone.
  */
 import { BeachballError } from "../../protocol/errors.ts";
-import { fits, type Resources } from "../../domain/capacity.ts";
+import { fits, heldAfter, type Resources } from "../../domain/capacity.ts";
 import { healthFromHeartbeat } from "../../domain/health.ts";
 import { unschedulableReasons } from "../../domain/hostConditions.ts";
 import {
+  desiredAfterRefusal,
   endsPendingCommands,
   isCurrentRunning,
   leaseExpiryFrom,
   leasesToRenew,
   placementStateAfter,
   releasesCapacity,
+  resumeNeeds,
   startsRunning,
   updateRejection,
 } from "../../domain/hostPlacement.ts";
@@ -28,7 +30,8 @@ import type { AgentCommand, CommandSpec, PlacementUpdate, UpdateRejectionCode } 
 import type { HostContext } from "./hostContext.ts";
 import { freeCapacity, hostFacts, publish } from "./hostAdvertisement.ts";
 import type { PlacementRow } from "./hostStore.ts";
-import type { PlacementStatus, ReserveRequest, ReserveResult } from "./hostTypes.ts";
+import type { PlacementStatus, ReserveRequest, ReserveResult, TransitionAnswer } from "./hostTypes.ts";
+import { reservedResources } from "./hostTypes.ts";
 
 /** Reserves capacity for one placement (idempotent by `key`). Rejects with a stable code. */
 export function reserve(ctx: HostContext, req: ReserveRequest): ReserveResult {
@@ -40,12 +43,7 @@ export function reserve(ctx: HostContext, req: ReserveRequest): ReserveResult {
   const now = env.clock.wallMs();
   const blocked = unschedulableReasons(hostFacts(r), now);
   if (blocked.length) return { accepted: false, code: blocked[0]! };
-  const request: Resources = {
-    cpuMillis: req.spec.cpuMillis,
-    memoryMiB: req.spec.memoryMiB,
-    ephemeralDiskMiB: req.spec.ephemeralDiskMiB,
-    slots: 1,
-  };
+  const request = reservedResources(req.spec);
   const misfit = fits(freeCapacity(ctx, r), request);
   if (misfit) return { accepted: false, code: misfit };
   const p: PlacementRow = {
@@ -59,6 +57,7 @@ export function reserve(ctx: HostContext, req: ReserveRequest): ReserveResult {
     reservationKey: req.key,
     desired: "present",
     leaseExpiresAtMs: leaseExpiryFrom(now, env.config.timeouts.leaseMs),
+    step: 0,
     errorCode: null,
     createdAtMs: now,
     updatedAtMs: now,
@@ -107,6 +106,109 @@ export function requestAbsent(ctx: HostContext, placementId: string, generation:
   return false;
 }
 
+/** The placement `placementId` at `generation`, or the refusal: UNKNOWN_PLACEMENT, STALE_GENERATION, INVALID_STATE (going away). */
+function wanted(ctx: HostContext, placementId: string, generation: number): PlacementRow | TransitionAnswer {
+  const p = ctx.store.placement(placementId);
+  if (!p) return { refused: "UNKNOWN_PLACEMENT" };
+  if (p.generation !== generation) return { refused: "STALE_GENERATION" };
+  if (p.desired === "absent" || p.state === "absent") return { refused: "INVALID_STATE" };
+  return p;
+}
+
+/** Sets `p`'s desired state to `desired` with the next step and queues the command that asks for it, in one transaction. */
+function command(ctx: HostContext, p: PlacementRow, patch: Partial<PlacementRow>, type: AgentCommand["type"]): void {
+  const { store, env } = ctx;
+  const now = env.clock.wallMs();
+  const step = p.step + 1;
+  const generation = patch.generation ?? p.generation;
+  store.atomically(() => {
+    store.setPlacement(p, { ...patch, step, updatedAtMs: now });
+    store.enqueue(p.placementId, type, generation, now, step);
+    if (patch.state !== undefined) publish(ctx, true);
+  });
+  ctx.mailbox.wakePolls();
+}
+
+/**
+ * Asks the agent to pause the running placement (issue 21; idempotent).
+ * `done` once the agent confirmed it paused (its CPU is then free); refused
+ * with UNKNOWN_PLACEMENT, STALE_GENERATION, or INVALID_STATE (not running,
+ * or going away).
+ */
+export function requestPause(ctx: HostContext, placementId: string, generation: number): TransitionAnswer {
+  const p = wanted(ctx, placementId, generation);
+  if (!("placementId" in p)) return p;
+  if (p.state === "paused" && p.desired === "paused") return { done: true };
+  if (p.desired === "paused") return { done: false };
+  if (p.state !== "running" || p.desired !== "running") return { refused: "INVALID_STATE" };
+  command(ctx, p, { desired: "paused" }, "ensure_paused");
+  return { done: false };
+}
+
+/**
+ * Asks the agent to suspend the running or paused placement: memory and
+ * device state to the host's disk, the VMM ended (issue 21; idempotent).
+ * `done` once the agent confirmed it suspended (its CPU and memory are then
+ * free; its disk stays held); refused as requestPause.
+ */
+export function requestSuspend(ctx: HostContext, placementId: string, generation: number): TransitionAnswer {
+  const p = wanted(ctx, placementId, generation);
+  if (!("placementId" in p)) return p;
+  if (p.state === "suspended" && p.desired === "suspended") return { done: true };
+  if (p.desired === "suspended") return { done: false };
+  const settled = (p.state === "running" && p.desired === "running") || (p.state === "paused" && p.desired === "paused");
+  if (!settled) return { refused: "INVALID_STATE" };
+  command(ctx, p, { desired: "suspended" }, "ensure_suspended");
+  return { done: false };
+}
+
+/**
+ * Lets a paused or suspended placement run again (issue 21; idempotent):
+ * first takes back what its state gave up (a paused VM's CPU, a suspended
+ * one's CPU and memory) if it fits, else refuses with the dimension's code
+ * (INSUFFICIENT_CPU, INSUFFICIENT_MEMORY) and changes nothing; then asks the
+ * agent to run it. A suspended placement is restored as `nextGeneration`
+ * (the allocation's next generation: the old one's updates are refused from
+ * then on); a paused one keeps `generation`. `done` once the agent reports
+ * it running. Refused as requestPause, and INVALID_STATE while a pause or
+ * suspend is still under way.
+ */
+export function requestResume(
+  ctx: HostContext,
+  placementId: string,
+  generation: number,
+  nextGeneration: number,
+): TransitionAnswer {
+  const already = ctx.store.placement(placementId);
+  if (already && already.generation === nextGeneration && already.desired === "running")
+    return { done: already.state === "running" };
+  const p = wanted(ctx, placementId, generation);
+  if (!("placementId" in p)) return p;
+  if (p.desired === "running") return { done: p.state === "running" };
+  if (!(p.state === "paused" && p.desired === "paused") && !(p.state === "suspended" && p.desired === "suspended"))
+    return { refused: "INVALID_STATE" };
+  const restores = p.state === "suspended";
+  const full = reservedResources(JSON.parse(p.specJson) as CommandSpec);
+  const bug = ctx.env.config.debug.resumeWithoutCapacity === true;
+  if (!bug) {
+    const r = ctx.store.row();
+    if (!r) return { refused: "HOST_NOT_ACTIVE" };
+    const misfit = fits(freeCapacity(ctx, r), resumeNeeds(full, JSON.parse(p.resourcesJson) as Resources));
+    if (misfit) return { refused: misfit };
+  }
+  command(
+    ctx,
+    p,
+    {
+      desired: "running",
+      ...(bug ? {} : { state: "resuming" as const, resourcesJson: JSON.stringify(full) }),
+      ...(restores ? { generation: nextGeneration } : {}),
+    },
+    "ensure_running",
+  );
+  return { done: false };
+}
+
 /**
  * Checks that a delivery may go to this placement now; returns an earlier
  * digest for a repeated delivery ID. Throws STALE_GENERATION (not the
@@ -147,8 +249,18 @@ export function applyUpdate(
   if (rejection || !p) return rejection ?? "UNKNOWN_PLACEMENT";
   store.recordSeq(p.placementId, u.seq);
   const now = env.clock.wallMs();
-  const state = placementStateAfter(p.state, u.state);
-  let cur = store.setPlacement(p, { state, errorCode: u.errorCode ?? p.errorCode, updatedAtMs: now });
+  const state = placementStateAfter(p.state, u.state, p.desired);
+  // A pause or suspend the agent could not carry out: the placement is wanted as it stayed.
+  const refusedTo = desiredAfterRefusal(p.desired, u.state, u.errorCode);
+  // A confirmed pause gives back the CPU, a suspend the memory too (held until a resume takes it back).
+  const held = heldAfter(state, JSON.parse(p.resourcesJson) as Resources);
+  let cur = store.setPlacement(p, {
+    state,
+    errorCode: u.errorCode ?? p.errorCode,
+    updatedAtMs: now,
+    ...(refusedTo ? { desired: refusedTo } : {}),
+    ...(state !== p.state ? { resourcesJson: JSON.stringify(held) } : {}),
+  });
   if (startsRunning(u.state, cur.desired)) {
     cur = store.setPlacement(cur, { desired: "running" });
     store.enqueue(p.placementId, "ensure_running", p.generation, env.clock.wallMs());
@@ -165,7 +277,7 @@ export function applyUpdate(
     ...(u.exit ? { exit: u.exit } : {}),
     at: u.at,
   });
-  return { material: releasesCapacity(state) };
+  return { material: state !== p.state && releasesCapacity(state) };
 }
 
 /** Renews the execution lease of every placement still wanted to `nowMs` + the configured lease (a heartbeat). */

@@ -5,6 +5,8 @@
  */
 import { index, integer, primaryKey, sqliteTable, text, uniqueIndex } from "drizzle-orm/sqlite-core";
 import type { HostPlacementState } from "../../domain/capacity.ts";
+import type { DesiredPlacementState } from "../../domain/hostPlacement.ts";
+import type { CommandType } from "../../protocol/agent.ts";
 
 /** The host row (one per Host object). */
 export const hostTable = sqliteTable("host", {
@@ -45,8 +47,10 @@ export const placementTable = sqliteTable(
     resourcesJson: text("resources_json").notNull(),
     specJson: text("spec_json").notNull(),
     reservationKey: text("reservation_key").notNull(),
-    desired: text("desired").$type<"present" | "running" | "absent">().notNull(),
+    desired: text("desired").$type<DesiredPlacementState>().notNull(),
     leaseExpiresAtMs: integer("lease_expires_at_ms").notNull(),
+    /** Pauses, suspends and resumes so far (issue 21): the step of their command IDs (commandIdFor). */
+    step: integer("step").notNull().default(0),
     errorCode: text("error_code"),
     createdAtMs: integer("created_at_ms").notNull(),
     updatedAtMs: integer("updated_at_ms").notNull(),
@@ -64,7 +68,7 @@ export const commandTable = sqliteTable(
     obj: text("obj").notNull(),
     commandId: text("command_id").notNull(),
     placementId: text("placement_id").notNull(),
-    type: text("type").$type<"ensure_present" | "ensure_running" | "ensure_absent">().notNull(),
+    type: text("type").$type<CommandType>().notNull(),
     generation: integer("generation").notNull(),
     status: text("status").$type<"pending" | "acked" | "rejected" | "superseded">().notNull(),
     createdAtMs: integer("created_at_ms").notNull(),

@@ -269,8 +269,8 @@ export class HostStore {
   }
 
   /** Queues a command for the agent (idempotent: its ID is deterministic). */
-  enqueue(placementId: string, type: AgentCommand["type"], generation: number, nowMs: number): void {
-    const commandId = commandIdFor(placementId, type, generation);
+  enqueue(placementId: string, type: AgentCommand["type"], generation: number, nowMs: number, step = 0): void {
+    const commandId = commandIdFor(placementId, type, generation, step);
     this.q.enqueue.run({ obj: this.name, commandId, placementId, type, generation, now: nowMs });
   }
 

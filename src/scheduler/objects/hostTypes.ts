@@ -45,6 +45,28 @@ export function commandSpecOf(spec: PlacementSpec, address: string | null): Comm
   return address ? { ...spec, ipv6Address: address } : { ...spec };
 }
 
+/**
+ * What a placement of `spec` reserves on its host (spec "Reservation"): its
+ * CPU, memory and one slot, and its ephemeral disk plus, for a suspendable
+ * VM (issue 21), its memory again: the RAM file it keeps on the host's disk
+ * and the snapshot a suspend leaves there. Pure.
+ */
+export function reservedResources(spec: PlacementSpec): Resources {
+  return {
+    cpuMillis: spec.cpuMillis,
+    memoryMiB: spec.memoryMiB,
+    ephemeralDiskMiB: spec.ephemeralDiskMiB + (spec.suspendable ? spec.memoryMiB : 0),
+    slots: 1,
+  };
+}
+
+/**
+ * What a pause, suspend or resume request to a Host answered (issue 21):
+ * `done` when the agent already confirmed the state, else `done: false` (the
+ * command is queued); or a refusal with its stable code.
+ */
+export type TransitionAnswer = { done: boolean } | { refused: string };
+
 /** Reservation outcome. */
 export type ReserveResult = { accepted: true; placementId: string } | { accepted: false; code: string };
 

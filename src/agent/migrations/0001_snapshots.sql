@@ -1,0 +1,1 @@
+ALTER TABLE `placements` ADD `snapshot_json` text;

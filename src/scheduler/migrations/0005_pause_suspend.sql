@@ -1,0 +1,1 @@
+ALTER TABLE `host_placements` ADD `step` integer DEFAULT 0 NOT NULL;
