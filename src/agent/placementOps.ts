@@ -374,9 +374,13 @@ export async function restorePlacement(
   session.restored(message);
   if (!(await ready)) {
     session.close();
-    throw new AgentError("GUEST_BOOT_TIMEOUT", `the restored guest sent no matching GuestReady within ${ctx.guestBootTimeoutMs} ms`, {
-      subsystem: "guest",
-    });
+    throw new AgentError(
+      "GUEST_BOOT_TIMEOUT",
+      `the restored guest sent no matching GuestReady within ${ctx.guestBootTimeoutMs} ms`,
+      {
+        subsystem: "guest",
+      },
+    );
   }
   await greet(ctx, session);
   return { handle, session };

@@ -106,6 +106,7 @@ describe("agent.db upgrades in place (migrations from src/agent/storeSchema.ts)"
     const old = join(dir, "hand.db");
     const db = new Database(old, { create: true });
     db.exec(HAND_DDL_V1);
+    db.exec("PRAGMA user_version = 1");
     db.close();
     new AgentStore(old).close(); // 0001_snapshots adds placements.snapshot_json (issue 21)
     const fresh = join(dir, "fresh.db");

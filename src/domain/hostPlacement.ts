@@ -75,18 +75,22 @@ function isRunReport(reported: PlacementUpdate["state"]): boolean {
 /**
  * Why an update for placement `p` (undefined: not this host's) must be
  * refused, or null to apply it. In this order: UNKNOWN_PLACEMENT,
- * STALE_GENERATION (another generation), SEQUENCE_NOT_INCREASING (`seq` not
+ * STALE_GENERATION (another generation; but absence reported under an
+ * earlier generation of a placement a resume moved on applies: issue 21), SEQUENCE_NOT_INCREASING (`seq` not
  * above `lastAppliedSeq`, the last one applied to this placement in this
  * session, 0 for none), INVALID_STATE (the placement is already absent).
  * A refusal concerns only that one update (spec "Messages").
  */
 export function updateRejection(
   p: PlacementFacts | undefined,
-  update: { generation: number; seq: number },
+  update: { generation: number; seq: number; state?: PlacementUpdate["state"] },
   lastAppliedSeq: number,
 ): UpdateRejectionCode | null {
   if (!p) return "UNKNOWN_PLACEMENT";
-  if (p.generation !== update.generation) return "STALE_GENERATION";
+  // A placement restored as the next generation is the same directory and VM (issue 21): its absence, reported
+  // under the generation the agent still held, means all of it is gone.
+  const goneEarlier = update.state === "absent" && update.generation < p.generation;
+  if (p.generation !== update.generation && !goneEarlier) return "STALE_GENERATION";
   if (update.seq <= lastAppliedSeq) return "SEQUENCE_NOT_INCREASING";
   if (p.state === "absent") return "INVALID_STATE";
   return null;

@@ -339,7 +339,13 @@ function applyObservation(
 }
 
 /** States in which the allocation has a placement on a host that may hold a VM (its loss is PLACEMENT_LOST). */
-const LIVE_STATES: ReadonlySet<AllocationState> = new Set(["provisioning", "ready", "paused", "suspending", "suspended"]);
+const LIVE_STATES: ReadonlySet<AllocationState> = new Set([
+  "provisioning",
+  "ready",
+  "paused",
+  "suspending",
+  "suspended",
+]);
 
 /**
  * What an observation of a pause, suspend or resume means (issue 21): the
@@ -359,7 +365,8 @@ function afterPauseObservation(
   if (state === "paused" && r.state === "ready" && r.desired === "paused")
     return transition(r, "paused", {}, null, nowMs);
   if (state === "suspended" && r.state === "suspending") return transition(r, "suspended", {}, null, nowMs);
-  if (state === "running" && r.state === "paused" && r.desired === "ready") return transition(r, "ready", {}, null, nowMs);
+  if (state === "running" && r.state === "paused" && r.desired === "ready")
+    return transition(r, "ready", {}, null, nowMs);
   if (state !== "running" || !errorCode) return null;
   if (r.state === "ready" && r.desired === "paused")
     return {
@@ -408,7 +415,8 @@ export function afterTransitionAnswer(
     return { ...back, events: [...back.events, { type: "allocation.suspend_refused", reason: answer.refused }] };
   }
   const waiting = { conditions: r.conditions.filter((c) => c !== NO_CAPACITY_CONDITION) };
-  if (kind === "pause") return answer.done && r.state === "ready" ? transition(r, "paused", {}, null, nowMs) : noChange();
+  if (kind === "pause")
+    return answer.done && r.state === "ready" ? transition(r, "paused", {}, null, nowMs) : noChange();
   if (kind === "suspend")
     return answer.done && r.state === "suspending" ? transition(r, "suspended", {}, null, nowMs) : noChange();
   if (r.state === "suspended")
@@ -427,13 +435,7 @@ export function afterTransitionAnswer(
 export function afterAbsent(r: AllocationRecord, nowMs: number, policy: TimeoutPolicy): Change {
   void policy;
   if (r.replaceAfterAbsent && r.desired !== "released") return replace(r, "REPLACEMENT", nowMs);
-  return transition(
-    r,
-    r.reason && !ORDINARY_END_REASONS.has(r.reason) ? "failed" : "released",
-    {},
-    r.reason,
-    nowMs,
-  );
+  return transition(r, r.reason && !ORDINARY_END_REASONS.has(r.reason) ? "failed" : "released", {}, r.reason, nowMs);
 }
 
 /** True while a grant may exist for the current generation that the Network has not confirmed gone. */
@@ -525,13 +527,7 @@ function abandonReplacement(r: AllocationRecord, nowMs: number): Change {
     replaceAfterAbsent: false,
     conditions: r.conditions.filter((c) => c !== CONNECTIONS_NOT_FENCED),
   };
-  return transition(
-    r,
-    r.reason && !ORDINARY_END_REASONS.has(r.reason) ? "failed" : "released",
-    patch,
-    r.reason,
-    nowMs,
-  );
+  return transition(r, r.reason && !ORDINARY_END_REASONS.has(r.reason) ? "failed" : "released", patch, r.reason, nowMs);
 }
 
 /**

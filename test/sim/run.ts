@@ -23,6 +23,7 @@ const { values } = parseArgs({
     "inject-bug": { type: "boolean", default: false },
     "inject-agent-bug": { type: "boolean", default: false },
     "inject-connections-bug": { type: "boolean", default: false },
+    "inject-resume-bug": { type: "boolean", default: false },
     "stop-on-violation": { type: "boolean", default: false },
     verbose: { type: "boolean", default: false },
   },
@@ -40,6 +41,7 @@ if (workers > 1 && !values.seed) {
     if (values["inject-bug"]) args.push("--inject-bug");
     if (values["inject-agent-bug"]) args.push("--inject-agent-bug");
     if (values["inject-connections-bug"]) args.push("--inject-connections-bug");
+    if (values["inject-resume-bug"]) args.push("--inject-resume-bug");
     if (values["stop-on-violation"]) args.push("--stop-on-violation");
     if (values.verbose) args.push("--verbose");
     return Bun.spawn([process.execPath, ...args], { stdout: "pipe", stderr: "inherit" });
@@ -91,6 +93,7 @@ if (workers > 1 && !values.seed) {
       injectBug: values["inject-bug"],
       injectAgentBug: values["inject-agent-bug"],
       injectConnectionsBug: values["inject-connections-bug"],
+      injectResumeBug: values["inject-resume-bug"],
     });
     if (r.violations.length) {
       failed++;

@@ -59,6 +59,13 @@ describe("fencing simulation", () => {
     expect(r.code).toBe(1);
   }, 3_600_000);
 
+  test("the injected resume bug (capacity not taken back on resume) is caught within those seeds", async () => {
+    const r = await sim(["--seeds", String(SEEDS), "--workers", "2", "--inject-resume-bug", "--stop-on-violation"]);
+    console.log(r.out.trim().split("\n").slice(-4).join("\n"));
+    expect(r.out).toMatch(/runs the vCPUs of .* while the scheduler counts it|over its capacity/);
+    expect(r.code).toBe(1);
+  }, 3_600_000);
+
   test("the injected capacity bug is caught within those seeds", async () => {
     const r = await sim(["--seeds", String(SEEDS), "--workers", "2", "--inject-bug", "--stop-on-violation"]);
     console.log(r.out.trim().split("\n").slice(-4).join("\n"));

@@ -16,12 +16,19 @@ import { join } from "node:path";
 import { Agent, type AgentPorts } from "../../src/agent/agent.ts";
 import { AgentStore } from "../../src/agent/store.ts";
 import { FakeControlChannel, FixedHostProbe, MemoryLog, type FakeTimeline } from "../../src/agent/fakePorts.ts";
-import { FakeVmHost, FakeVmmDriver, fakeGuestIdentity, type FakeVmBehaviour } from "../../src/agent/vmm/fakeDriver.ts";
+import {
+  FakeVmHost,
+  FakeVmmDriver,
+  fakeGuestIdentity,
+  type FakeVm,
+  type FakeVmBehaviour,
+} from "../../src/agent/vmm/fakeDriver.ts";
+import { GUEST_CMDLINE_KEYS, type GuestIdentity } from "../../src/protocol/guest.ts";
 import { FakeIsolation } from "../../src/agent/isolation/fakeIsolation.ts";
 import { FakeImages, type FakeImageBehaviour } from "../../src/agent/image/fakeImages.ts";
 import type { AgentDebug } from "../../src/agent/debug.ts";
 import { VMM_BOOT_CHECK_ID } from "../../src/agent/doctor/checks.ts";
-import type { VmHandle, VmSpec, VmmDriver } from "../../src/agent/vmm/driver.ts";
+import type { VmHandle, VmSnapshot, VmSpec, VmmDriver } from "../../src/agent/vmm/driver.ts";
 import type { ForeignResource } from "../../src/agent/inventory.ts";
 import type { SeededRandom } from "./rng.ts";
 import type { Clock } from "../../src/protocol/clock.ts";
@@ -65,6 +72,32 @@ class RecordingDriver implements VmmDriver {
   forgetBootSecrets(spec: Pick<VmSpec, "dir">): void {
     this.inner.forgetBootSecrets(spec);
   }
+  pause(h: VmHandle): Promise<void> {
+    return this.inner.pause(h);
+  }
+  /** A paused VM running again is an execution too (issue 21): recorded with the identity its guest holds. */
+  resume(h: VmHandle): Promise<void> {
+    const vm = this.inner.host.vms.get(h.instanceId);
+    if (vm) this.record({ ...vm.spec, kernelArgs: identityArgs(vm.identity), privateKernelArgs: [] });
+    return this.inner.resume(h);
+  }
+  suspend(h: VmHandle, spec: VmSpec, dir: string): Promise<VmSnapshot> {
+    return this.inner.suspend(h, spec, dir);
+  }
+  /** A restore is a launch (recorded with the generation the agent restores it as). */
+  restore(spec: VmSpec, snapshot: VmSnapshot): Promise<VmHandle> {
+    this.record(spec);
+    return this.inner.restore(spec, snapshot);
+  }
+}
+
+/** Kernel arguments naming `id` (what fakeGuestIdentity reads back). */
+function identityArgs(id: GuestIdentity): string[] {
+  return [
+    `${GUEST_CMDLINE_KEYS.allocationId}=${id.allocationId}`,
+    `${GUEST_CMDLINE_KEYS.placementId}=${id.placementId}`,
+    `${GUEST_CMDLINE_KEYS.generation}=${id.generation}`,
+  ];
 }
 
 /** See the module header. */
@@ -218,9 +251,20 @@ export class SimHost {
     return this.reader.placement(placementId)?.observed;
   }
 
+  /** The agent.db row of a placement (read through a second connection), or undefined: for a run's diagnostics. */
+  local(placementId: string): { observed: string; desired: string; generation: number } | undefined {
+    this.reader ??= new AgentStore(join(this.dir, "agent.db"));
+    return this.reader.placement(placementId);
+  }
+
   /** True when a VM of the placement runs on this machine. */
   runsVmOf(placementId: string): boolean {
     return this.vmHost.running().some((v) => v.identity.placementId === placementId);
+  }
+
+  /** The VMs whose vCPUs run (not paused), by the placement their guest belongs to. */
+  executing(): FakeVm[] {
+    return this.vmHost.running().filter((v) => v.state !== "paused");
   }
 
   /** Closes what the harness holds (the run is over). */

@@ -45,6 +45,8 @@ export interface SimOptions {
   injectAgentBug?: boolean;
   /** Inject the scheduler bug "replace without fencing the old generation's grants" (no CONNECTIONS_NOT_FENCED). */
   injectConnectionsBug?: boolean;
+  /** Inject the scheduler bug "capacity not taken back on resume" (issue 21). */
+  injectResumeBug?: boolean;
   hosts?: number;
   maxAllocations?: number;
   faultSteps?: number;
@@ -72,6 +74,9 @@ export interface SimResult {
     replaced: number;
     executions: number;
     envelopes: number;
+    pauses: number;
+    suspends: number;
+    resumes: number;
   };
 }
 
@@ -88,7 +93,13 @@ function manifest(connections: ConnectionsSection): DeploymentManifest {
       { id: OPERATOR.id, role: "operator", tokenSha256: tokenDigest("sim-operator") },
     ],
     workloadClasses: {
-      small: { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"0".repeat(64)}` },
+      small: {
+        cpuMillis: 1000,
+        memoryMiB: 256,
+        ephemeralDiskMiB: 1024,
+        imageDigest: `sha256:${"0".repeat(64)}`,
+        suspendable: true,
+      },
       medium: { cpuMillis: 2000, memoryMiB: 512, ephemeralDiskMiB: 2048, imageDigest: `sha256:${"0".repeat(64)}` },
     },
     limits: {
@@ -150,6 +161,9 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
     replaced: 0,
     executions: 0,
     envelopes: 0,
+    pauses: 0,
+    suspends: 0,
+    resumes: 0,
   };
   let faults = true;
   const timeouts = {
@@ -172,11 +186,12 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
       random: schedRng,
       timeouts,
       faultHook: () => faults && rng.chance(0.004),
-      ...(opts.injectBug || opts.injectConnectionsBug
+      ...(opts.injectBug || opts.injectConnectionsBug || opts.injectResumeBug
         ? {
             debug: {
               ...(opts.injectBug ? { releaseCapacityOnLeaseExpiry: true } : {}),
               ...(opts.injectConnectionsBug ? { connectionsNotFenced: true } : {}),
+              ...(opts.injectResumeBug ? { resumeWithoutCapacity: true } : {}),
             },
           }
         : {}),
@@ -376,6 +391,25 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
         await sched((w) => w.authorizeReplacement(CONTROLLER, id, v.generation)).catch(() => null);
     }
 
+    // Controller: pause, suspend and resume (issue 21). Refusals (INVALID_STATE while one is under way, NOT_SUSPENDABLE for the medium class) are expected.
+    if (faults && allocations.length && rng.chance(0.1)) {
+      const id = rng.pick(allocations);
+      const v = await sched((w) => w.getAllocation(CONTROLLER, id));
+      const expected = (e: unknown) => {
+        if (e instanceof BeachballError) return null;
+        throw e;
+      };
+      if (v?.state === "ready") {
+        const suspend = rng.chance(0.5);
+        const r = await sched((w) =>
+          suspend ? w.suspendAllocation(CONTROLLER, id) : w.pauseAllocation(CONTROLLER, id),
+        ).catch(expected);
+        if (r) stats[suspend ? "suspends" : "pauses"]++;
+      } else if (v?.state === "paused" || v?.state === "suspended") {
+        if ((await sched((w) => w.resumeAllocation(CONTROLLER, id)).catch(expected)) !== null) stats.resumes++;
+      }
+    }
+
     // Controller: connection grants for ready allocations (CONNECTIVITY_UNAVAILABLE, INVALID_STATE and the like are expected refusals), and revocations.
     // Half the time a client that held a grant comes back (as `bb proxy` run again would, after a replacement too).
     if (faults && allocations.length && grantRng.chance(0.2)) {
@@ -483,10 +517,18 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
       v.state === "releasing" &&
       v.conditions.includes("CONNECTIONS_NOT_FENCED") &&
       timeline.clock.wallMs() < (grantMayLive.get(id) ?? 0) + stepMs * 20;
-    if (v.state !== "ready" && v.state !== "released" && v.state !== "failed" && !held)
+    const settled = ["ready", "paused", "suspended", "released", "failed"].includes(v.state);
+    if (!settled && !held) {
+      // The last events say where it got stuck.
+      const events = (await sched((w) => w.events(CONTROLLER, id, 0, 500)))?.slice(-8) ?? [];
+      const tail = events.map((e) => `${e.type}${e.reason ? `(${e.reason})` : ""}@g${e.generation}`).join(", ");
+      const local = v.placementId
+        ? hosts.map((h) => ({ host: h.hostId, ...h.local(v.placementId!) })).filter((x) => "observed" in x)
+        : [];
       violations.push(
-        `liveness: ${id} is still ${v.state} (gen ${v.generation}, reason ${v.reason}) ${healSteps * stepMs} ms after the faults stopped`,
+        `liveness: ${id} is still ${v.state} (gen ${v.generation}, reason ${v.reason}, conditions ${v.conditions.join("+") || "none"}) ${healSteps * stepMs} ms after the faults stopped; last events: ${tail}; on the agents: ${JSON.stringify(local)}`,
       );
+    }
     if (v.generation > 1) stats.replaced++;
   }
   for (const h of hosts) h.close();
@@ -503,7 +545,8 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
       let mem = 0;
       const vms = h.vmHost.running();
       for (const vm of vms) {
-        cpu += vm.spec.vcpus * 1000;
+        // A paused VM holds its memory, not its CPU (issue 21).
+        if (vm.state !== "paused") cpu += vm.spec.vcpus * 1000;
         mem += vm.spec.memoryMiB;
         running.set(vm.identity.allocationId, [
           ...(running.get(vm.identity.allocationId) ?? []),
@@ -534,6 +577,18 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
         if (stale.length)
           violations.push(
             `step ${step}: allocation ${alloc} moved to generation ${v!.generation} while ${hostId} still routes its address for generation ${stale.join(", ")}`,
+          );
+      }
+    }
+    // Capacity is taken back before a VM runs again (issue 21): a VM whose vCPUs run is never counted paused or suspended.
+    for (const v of views) {
+      if (fenced.has(v.hostId)) continue;
+      const h = hosts.find((x) => x.hostId === v.hostId)!;
+      for (const vm of h.executing()) {
+        const p = v.placements.find((x) => x.placementId === vm.identity.placementId);
+        if (p && (p.state === "paused" || p.state === "suspended"))
+          violations.push(
+            `step ${step}: ${v.hostId} runs the vCPUs of ${p.placementId} (gen ${vm.identity.generation}) while the scheduler counts it ${p.state}`,
           );
       }
     }

@@ -306,7 +306,12 @@ export class PlacementReconciler {
    * or suspend the driver refuses leaves the VM as it was and reports that
    * state with the error code (the scheduler then wants it so again).
    */
-  private async drivePauseState(placementId: string, ref: PlacementRef, live: LiveVm, p: LocalPlacement): Promise<boolean> {
+  private async drivePauseState(
+    placementId: string,
+    ref: PlacementRef,
+    live: LiveVm,
+    p: LocalPlacement,
+  ): Promise<boolean> {
     const { driver } = this.deps.ctx;
     const h = live.handle;
     if (p.desired === "paused" && p.observed === "running") {
@@ -364,7 +369,10 @@ export class PlacementReconciler {
         }
         if (!this.halted) this.observe(this.current(placementId), "running");
       } catch (e) {
-        if (!this.halted) this.observe(this.current(placementId), "error", { errorCode: AgentError.from(e, "VMM_CONTROL_FAILED").code });
+        if (!this.halted)
+          this.observe(this.current(placementId), "error", {
+            errorCode: AgentError.from(e, "VMM_CONTROL_FAILED").code,
+          });
       }
       return true;
     }

@@ -156,7 +156,8 @@ export function requestSuspend(ctx: HostContext, placementId: string, generation
   if (!("placementId" in p)) return p;
   if (p.state === "suspended" && p.desired === "suspended") return { done: true };
   if (p.desired === "suspended") return { done: false };
-  const settled = (p.state === "running" && p.desired === "running") || (p.state === "paused" && p.desired === "paused");
+  const settled =
+    (p.state === "running" && p.desired === "running") || (p.state === "paused" && p.desired === "paused");
   if (!settled) return { refused: "INVALID_STATE" };
   command(ctx, p, { desired: "suspended" }, "ensure_suspended");
   return { done: false };
