@@ -16,9 +16,10 @@ const ALLOWED: Record<AllocationState, readonly AllocationState[]> = {
   provisioning: ["ready", "releasing", "pending"],
   // ready → pending is a replacement after host loss (fenced, or authorized by the controller).
   ready: ["releasing", "paused", "suspending", "pending"],
-  paused: ["ready", "releasing"],
+  // paused, suspending → pending: a replacement after host loss, as from ready (a new VM; what it had in memory is lost).
+  paused: ["ready", "releasing", "pending"],
   // suspending → ready: the agent could not suspend the VM, which kept running.
-  suspending: ["suspended", "releasing", "ready"],
+  suspending: ["suspended", "releasing", "ready", "pending"],
   // suspended → provisioning: a resume restores the VM on its host as the next generation (issue 21).
   suspended: ["provisioning", "pending", "releasing"],
   releasing: ["released", "failed", "pending"],

@@ -458,6 +458,8 @@ export function replace(r: AllocationRecord, reason: string, nowMs: number): Cha
     r,
     "pending",
     {
+      // A replacement is a new VM: a pause or suspend wished for the old one does not carry over.
+      desired: "ready",
       generation: r.generation + 1,
       attempts: r.attempts + 1,
       hostId: null,

@@ -392,7 +392,7 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
     }
 
     // Controller: pause, suspend and resume (issue 21). Refusals (INVALID_STATE while one is under way, NOT_SUSPENDABLE for the medium class) are expected.
-    if (faults && allocations.length && rng.chance(0.1)) {
+    if (faults && allocations.length && rng.chance(0.3)) {
       const id = rng.pick(allocations);
       const v = await sched((w) => w.getAllocation(CONTROLLER, id));
       const expected = (e: unknown) => {
