@@ -1,5 +1,5 @@
 /**
- * `bb allocation create|get|list|release|events|logs|authorize-replacement`:
+ * `bb allocation create|get|list|release|pause|suspend|resume|events|logs|authorize-replacement`:
  * the client commands over the public API. They only check flags, call
  * SchedulerClient and print: results on stdout (tables, detail blocks or
  * `--json`), progress on stderr (a spinner on a terminal). Allocation IDs
@@ -31,7 +31,7 @@ import { resolveAllocationId } from "../command/allocationId.ts";
 import { clientArgs } from "../command/clientArgs.ts";
 import { clientFrom, flagError } from "./common.ts";
 import { allocationDetail, allocationTable, formatEvent } from "./format.ts";
-import { notPlacedMessage, UNPLACED_STATES, waitFor } from "./wait.ts";
+import { lastEventSeq, notPlacedMessage, UNPLACED_STATES, waitFor, type WaitGoal } from "./wait.ts";
 
 export { formatEvent } from "./format.ts";
 
@@ -306,6 +306,80 @@ const release = command({
     }),
 });
 
+/**
+ * One of `bb allocation pause|suspend|resume` (issue 21): sends the request
+ * and, with --wait, follows the events from the ones before it until the
+ * allocation is `goal` (or the request was refused, or the deadline).
+ */
+function transitionCommand(
+  name: "pause" | "suspend" | "resume",
+  description: string,
+  goal: WaitGoal,
+  waitText: string,
+) {
+  return command({
+    meta: { name, description },
+    args: {
+      id: idArg,
+      wait: { type: "boolean", default: false, description: waitText },
+      timeout: timeoutArg,
+      ...clientArgs,
+    },
+    examples: [`bb allocation ${name} 3f2a`, `bb allocation ${name} 3f2a --wait --timeout 60`],
+    run: ({ args }) =>
+      runCli(async () => {
+        const timeoutS = integerFlag("--timeout", args.timeout, { min: 1, max: MAX_WAIT_SECONDS, unit: "seconds" });
+        const client = clientFrom(args);
+        const id = await resolveAllocationId(client, args.id);
+        const after = args.wait ? await lastEventSeq(client, id) : 0;
+        let v = await client[name](id);
+        if (args.wait && v.state !== goal) {
+          const p = progress(process.stderr, args.json);
+          p.update(`${id}: ${v.state}`);
+          try {
+            const r = await waitFor(
+              client,
+              id,
+              goal,
+              Date.now() + timeoutS * 1000,
+              (e) => e.toState && p.update(`${id}: ${e.toState}`),
+              after,
+            );
+            v = r.view;
+            if (r.timedOut || v.state !== goal) {
+              consola.error(
+                `${r.timedOut ? `gave up after ${timeoutS} s: ` : ""}allocation ${id} is ${v.state}${v.reason ? ` (${v.reason})` : ""}${v.conditions.length ? ` (${v.conditions.join(", ")})` : ""}, not ${goal}`,
+              );
+              process.exitCode = EXIT.error;
+            }
+          } finally {
+            p.stop();
+          }
+        }
+        printView(v, args.json);
+      }),
+  });
+}
+
+const pause = transitionCommand(
+  "pause",
+  "Pause an allocation's VM: its vCPUs stop, its memory stays, its CPU goes back to the host",
+  "paused",
+  "Wait until it is paused",
+);
+const suspend = transitionCommand(
+  "suspend",
+  "Suspend an allocation's VM to its host's disk (its class must be suspendable): CPU and memory go back to the host",
+  "suspended",
+  "Wait until it is suspended",
+);
+const resume = transitionCommand(
+  "resume",
+  "Resume a paused or suspended VM (a suspended one comes back as the next generation)",
+  "ready",
+  "Wait until it is ready again",
+);
+
 const events = command({
   meta: {
     name: "events",
@@ -411,5 +485,16 @@ const authorizeReplacement = command({
 export const allocationCommand = command({
   meta: { name: "allocation", description: "Request, inspect and release VMs" },
   examples: ["bb allocation create --class ci-small --wait", "bb allocation list", "bb allocation release 3f2a --wait"],
-  subCommands: { create, get, list, release, events, logs, "authorize-replacement": authorizeReplacement },
+  subCommands: {
+    create,
+    get,
+    list,
+    release,
+    pause,
+    suspend,
+    resume,
+    events,
+    logs,
+    "authorize-replacement": authorizeReplacement,
+  },
 });

@@ -16,8 +16,8 @@ import { type Clock, systemClock } from "../protocol/clock.ts";
 import { retryTransport, TRANSPORT_RETRY_MS, type SchedulerClient } from "./client.ts";
 import { WAIT_FALLBACK_POLL_MS, waitForEvent } from "../client/allocationWait.ts";
 
-/** What a wait is for. */
-export type WaitGoal = "ready" | "exited" | "released";
+/** What a wait is for (paused and suspended: issue 21). */
+export type WaitGoal = "ready" | "exited" | "released" | "paused" | "suspended";
 
 /** How often the allocation is read while its event stream is unavailable, ms (the wait itself follows events: src/client/allocationWait.ts). */
 export const WAIT_POLL_MS = WAIT_FALLBACK_POLL_MS;
@@ -32,11 +32,28 @@ export interface WaitResult {
   lastSeq: number;
 }
 
-/** Whether event `e` reaches `goal`. */
+/** Whether event `e` reaches `goal` (a refused pause or suspend ends that wait too: it will not come). */
 function reaches(goal: WaitGoal, e: AllocationEvent): boolean {
   if (goal === "ready") return e.toState === "ready";
   if (goal === "exited") return e.type === "workload.exited";
+  if (goal === "paused") return e.toState === "paused" || e.type === "allocation.pause_refused";
+  if (goal === "suspended") return e.toState === "suspended" || e.type === "allocation.suspend_refused";
   return e.toState === "released";
+}
+
+/** Most event pages lastEventSeq reads (100 events each). */
+const MAX_SEQ_PAGES = 100;
+
+/** The sequence number of `id`'s newest event (0: none), so a wait begins after what already happened. */
+export async function lastEventSeq(client: Pick<SchedulerClient, "events">, id: string): Promise<number> {
+  let after = 0;
+  for (let i = 0; i < MAX_SEQ_PAGES; i++) {
+    const page = await client.events(id, after, 100);
+    if (page.length === 0) break;
+    after = page[page.length - 1]!.seq;
+    if (page.length < 100) break;
+  }
+  return after;
 }
 
 /** States in which no host holds the allocation yet. */

@@ -50,6 +50,7 @@ import { AllocationStore } from "./allocationStore.ts";
 import type { StoredAllocation } from "./allocationRow.ts";
 import { createAllocation, type CreateCommand, type CreateResult } from "./allocationCreate.ts";
 import { reconcileStep } from "./allocationPlacement.ts";
+import { requestPause, requestResume, requestSuspend } from "./allocationPause.ts";
 import { requestConnectionGrant, revokeConnectionGrant } from "./allocationConnections.ts";
 import {
   LOG_FOLLOW_WAIT_MS,
@@ -60,9 +61,6 @@ import {
 } from "../../protocol/logs.ts";
 
 export type { CreateCommand } from "./allocationCreate.ts";
-
-/** States of an allocation wanted ready that a resume leaves as they are: running, or on its way back (issue 21). */
-const RESUMED_OR_RESUMING: ReadonlySet<string> = new Set(["ready", "paused", "suspended", "provisioning"]);
 
 /** Most reconcile steps in one pass (each step persists one intent). */
 export const MAX_STEPS_PER_PASS = 8;
@@ -152,94 +150,19 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     return this.view(this.load()!);
   }
 
-  /**
-   * Asks for the VM to be paused (issue 21): its vCPUs stop, its memory
-   * stays, its CPU goes back to the host once the agent confirms (the
-   * allocation is then `paused`). Idempotent: a paused allocation, or one
-   * whose pause is under way, is returned as it is. Throws NOT_FOUND, and
-   * INVALID_STATE unless the allocation is ready (a resume or suspend under
-   * way, not yet ready, or being released).
-   */
-  async pause(identity: string): Promise<AllocationView> {
-    const r = this.owned(identity).rec;
-    if (!(r.state === "paused" || (r.state === "ready" && r.desired === "paused"))) {
-      this.settledOrRefuse(r, "pause");
-      this.persist({
-        ...noChange({ desired: "paused", updatedAtMs: this.now }),
-        events: [{ type: "allocation.pause_requested" }],
-      });
-    }
-    await this.reconcile();
-    return this.view(this.load()!);
+  /** Asks for the VM to be paused (issue 21): allocationPause.ts requestPause. Throws NOT_FOUND, INVALID_STATE. */
+  pause(identity: string): Promise<AllocationView> {
+    return requestPause(this.store, identity, () => this.reconcile());
   }
 
-  /**
-   * Asks for the VM to be suspended (issue 21): its memory and device state
-   * go to its host's disk and its VMM ends, so the host gets back its CPU
-   * and memory (its disk stays held); a resume restores it there as the next
-   * generation. Idempotent like pause. Throws NOT_FOUND, NOT_SUSPENDABLE
-   * (the workload class does not allow suspend), INVALID_STATE unless ready.
-   */
-  async suspend(identity: string): Promise<AllocationView> {
-    const s = this.owned(identity);
-    const r = s.rec;
-    if (!(r.state === "suspending" || r.state === "suspended" || (r.state === "ready" && r.desired === "suspended"))) {
-      if (!s.spec.suspendable)
-        throw new BeachballError(
-          "NOT_SUSPENDABLE",
-          `workload class ${r.workloadClass} does not allow suspend (suspendable in the deployment manifest)`,
-        );
-      this.settledOrRefuse(r, "suspend");
-      this.persist({
-        ...noChange({ desired: "suspended", updatedAtMs: this.now }),
-        events: [{ type: "allocation.suspend_requested" }],
-      });
-    }
-    await this.reconcile();
-    return this.view(this.load()!);
+  /** Asks for the VM to be suspended (issue 21): allocationPause.ts requestSuspend. Throws NOT_FOUND, NOT_SUSPENDABLE, INVALID_STATE. */
+  suspend(identity: string): Promise<AllocationView> {
+    return requestSuspend(this.store, identity, () => this.reconcile());
   }
 
-  /**
-   * Asks for a paused or suspended VM to run again (issue 21): the host
-   * takes its CPU (and a suspended VM's memory) back first; without room the
-   * allocation waits with the NO_CAPACITY condition. A paused VM is `ready`
-   * again once its agent confirms; a suspended one is restored as the next
-   * generation (`provisioning`, then `ready` once the guest proved its new
-   * identity). Idempotent: a ready allocation, or one whose resume is under
-   * way, is returned as it is. Throws NOT_FOUND, INVALID_STATE while a pause
-   * or suspend is still under way or the allocation is being released.
-   */
-  async resume(identity: string): Promise<AllocationView> {
-    const r = this.owned(identity).rec;
-    const settledAway = (r.state === "paused" || r.state === "suspended") && r.desired === r.state;
-    if (settledAway) {
-      this.persist({
-        ...noChange({ desired: "ready", updatedAtMs: this.now }),
-        events: [{ type: "allocation.resume_requested" }],
-      });
-    } else if (!(r.desired === "ready" && RESUMED_OR_RESUMING.has(r.state))) {
-      throw new BeachballError(
-        "INVALID_STATE",
-        r.desired === "released" || TERMINAL_STATES.has(r.state)
-          ? `allocation is ${TERMINAL_STATES.has(r.state) ? r.state : "being released"}`
-          : r.state === "ready" || r.state === "suspending"
-            ? `a ${r.desired === "paused" ? "pause" : "suspend"} is under way; resume once it is ${r.desired}`
-            : `allocation is ${r.state}, not paused or suspended`,
-      );
-    }
-    await this.reconcile();
-    return this.view(this.load()!);
-  }
-
-  /** Throws INVALID_STATE unless `r` is ready and wanted ready (a pause or suspend may begin). */
-  private settledOrRefuse(r: AllocationRecord, what: "pause" | "suspend"): void {
-    if (r.state === "ready" && r.desired === "ready") return;
-    throw new BeachballError(
-      "INVALID_STATE",
-      r.desired === "released" || TERMINAL_STATES.has(r.state)
-        ? `cannot ${what}: allocation is ${TERMINAL_STATES.has(r.state) ? r.state : "being released"}`
-        : `cannot ${what}: allocation is ${r.state}${r.desired === "ready" ? "" : ` (${r.desired} requested)`}, not ready`,
-    );
+  /** Asks for a paused or suspended VM to run again (issue 21): allocationPause.ts requestResume. Throws NOT_FOUND, INVALID_STATE. */
+  resume(identity: string): Promise<AllocationView> {
+    return requestResume(this.store, identity, () => this.reconcile());
   }
 
   /**

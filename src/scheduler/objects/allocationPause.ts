@@ -1,0 +1,125 @@
+/**
+ * The client's pause, suspend and resume requests on an Allocation (issue
+ * 21, spec "States": a paused VM gives back its CPU, a suspended one its CPU
+ * and memory, and a resume restores the VM as the next generation). Each
+ * checks the record, persists the wish (`desired`) with its event, then
+ * runs the reconcile pass, which asks the Host (src/domain/reconcile.ts
+ * pauseIntent, allocationPlacement.ts pauseStep).
+ * Must never: accept a request the state cannot carry out (INVALID_STATE
+ * while another is under way), or suspend a VM whose workload class did not
+ * allow it (its RAM is not in a file).
+ */
+import { BeachballError } from "../../protocol/errors.ts";
+import type { AllocationView } from "../../protocol/api.ts";
+import { TERMINAL_STATES } from "../../domain/allocation.ts";
+import { noChange, type AllocationRecord } from "../../domain/reconcile.ts";
+import type { AllocationStore } from "./allocationStore.ts";
+
+/** States of an allocation wanted ready that a resume leaves as they are: running, or on its way back. */
+const RESUMED_OR_RESUMING: ReadonlySet<string> = new Set(["ready", "paused", "suspended", "provisioning"]);
+
+/** The view after the pass. */
+async function after(store: AllocationStore, reconcile: () => Promise<void>): Promise<AllocationView> {
+  await reconcile();
+  return store.view(store.load()!);
+}
+
+/**
+ * Asks for the VM to be paused: its vCPUs stop, its memory stays, its CPU
+ * goes back to the host once the agent confirms (the allocation is then
+ * `paused`). Idempotent: a paused allocation, or one whose pause is under
+ * way, is returned as it is. Throws NOT_FOUND, and INVALID_STATE unless the
+ * allocation is ready (a resume or suspend under way, not yet ready, or
+ * being released).
+ */
+export async function requestPause(
+  store: AllocationStore,
+  identity: string,
+  reconcile: () => Promise<void>,
+): Promise<AllocationView> {
+  const r = store.owned(identity).rec;
+  if (!(r.state === "paused" || (r.state === "ready" && r.desired === "paused"))) {
+    settledOrRefuse(r, "pause");
+    store.persist({
+      ...noChange({ desired: "paused", updatedAtMs: store.now }),
+      events: [{ type: "allocation.pause_requested" }],
+    });
+  }
+  return after(store, reconcile);
+}
+
+/**
+ * Asks for the VM to be suspended: its memory and device state go to its
+ * host's disk and its VMM ends, so the host gets back its CPU and memory
+ * (its disk stays held); a resume restores it there as the next
+ * generation. Idempotent like requestPause. Throws NOT_FOUND,
+ * NOT_SUSPENDABLE (the workload class does not allow suspend),
+ * INVALID_STATE unless ready.
+ */
+export async function requestSuspend(
+  store: AllocationStore,
+  identity: string,
+  reconcile: () => Promise<void>,
+): Promise<AllocationView> {
+  const s = store.owned(identity);
+  const r = s.rec;
+  if (!(r.state === "suspending" || r.state === "suspended" || (r.state === "ready" && r.desired === "suspended"))) {
+    if (!s.spec.suspendable)
+      throw new BeachballError(
+        "NOT_SUSPENDABLE",
+        `workload class ${r.workloadClass} does not allow suspend (suspendable in the deployment manifest)`,
+      );
+    settledOrRefuse(r, "suspend");
+    store.persist({
+      ...noChange({ desired: "suspended", updatedAtMs: store.now }),
+      events: [{ type: "allocation.suspend_requested" }],
+    });
+  }
+  return after(store, reconcile);
+}
+
+/**
+ * Asks for a paused or suspended VM to run again: the host takes its CPU
+ * (and a suspended VM's memory) back first; without room the allocation
+ * waits with the NO_CAPACITY condition. A paused VM is `ready` again once
+ * its agent confirms; a suspended one is restored as the next generation
+ * (`provisioning`, then `ready` once the guest proved its new identity).
+ * Idempotent: a ready allocation, or one whose resume is under way, is
+ * returned as it is. Throws NOT_FOUND, INVALID_STATE while a pause or
+ * suspend is still under way or the allocation is being released.
+ */
+export async function requestResume(
+  store: AllocationStore,
+  identity: string,
+  reconcile: () => Promise<void>,
+): Promise<AllocationView> {
+  const r = store.owned(identity).rec;
+  const settledAway = (r.state === "paused" || r.state === "suspended") && r.desired === r.state;
+  if (settledAway) {
+    store.persist({
+      ...noChange({ desired: "ready", updatedAtMs: store.now }),
+      events: [{ type: "allocation.resume_requested" }],
+    });
+  } else if (!(r.desired === "ready" && RESUMED_OR_RESUMING.has(r.state))) {
+    throw new BeachballError(
+      "INVALID_STATE",
+      r.desired === "released" || TERMINAL_STATES.has(r.state)
+        ? `allocation is ${TERMINAL_STATES.has(r.state) ? r.state : "being released"}`
+        : r.state === "ready" || r.state === "suspending"
+          ? `a ${r.desired === "paused" ? "pause" : "suspend"} is under way; resume once it is ${r.desired}`
+          : `allocation is ${r.state}, not paused or suspended`,
+    );
+  }
+  return after(store, reconcile);
+}
+
+/** Throws INVALID_STATE unless `r` is ready and wanted ready (a pause or suspend may begin). */
+function settledOrRefuse(r: AllocationRecord, what: "pause" | "suspend"): void {
+  if (r.state === "ready" && r.desired === "ready") return;
+  throw new BeachballError(
+    "INVALID_STATE",
+    r.desired === "released" || TERMINAL_STATES.has(r.state)
+      ? `cannot ${what}: allocation is ${TERMINAL_STATES.has(r.state) ? r.state : "being released"}`
+      : `cannot ${what}: allocation is ${r.state}${r.desired === "ready" ? "" : ` (${r.desired} requested)`}, not ready`,
+  );
+}
