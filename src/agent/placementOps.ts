@@ -383,6 +383,7 @@ export async function restorePlacement(
     );
   }
   await greet(ctx, session);
+  driver.forgetBootSecrets(spec); // the new nonce rests only in runtime.json once the guest holds it
   return { handle, session };
 }
 

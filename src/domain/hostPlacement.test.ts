@@ -1,5 +1,7 @@
 import { describe, expect, test } from "bun:test";
+import { heldAfter } from "./capacity.ts";
 import {
+  desiredAfterRefusal,
   endsPendingCommands,
   isCurrentRunning,
   isWantedPlacement,
@@ -7,6 +9,7 @@ import {
   leasesToRenew,
   placementStateAfter,
   releasesCapacity,
+  resumeNeeds,
   startsRunning,
   updateRejection,
   type PlacementFacts,
@@ -87,5 +90,35 @@ describe("which placement a grant or delivery may reach", () => {
     expect(isCurrentRunning(p({ state: "running", desired: "absent" }), 1)).toBe(false);
     expect(isCurrentRunning(p({ state: "preparing", desired: "running" }), 1)).toBe(false);
     expect(isCurrentRunning(p({ state: "running", desired: "running" }), 2)).toBe(false);
+  });
+});
+
+describe("pause, suspend and resume on the Host (issue 21)", () => {
+  test("a paused or suspended report applies only while the Host wants it; a run report moves them only toward running", () => {
+    expect(placementStateAfter("running", "paused", "paused")).toBe("paused");
+    expect(placementStateAfter("running", "paused", "running")).toBe("running");
+    expect(placementStateAfter("paused", "suspended", "suspended")).toBe("suspended");
+    expect(placementStateAfter("paused", "running", "paused")).toBe("paused");
+    expect(placementStateAfter("suspended", "starting", "suspended")).toBe("suspended");
+    expect(placementStateAfter("resuming", "running", "running")).toBe("running");
+    expect(placementStateAfter("resuming", "paused", "running")).toBe("resuming");
+  });
+  test("a refusal wants the placement as it stayed; anything else is no refusal", () => {
+    expect(desiredAfterRefusal("paused", "running", "VMM_UNSUPPORTED")).toBe("running");
+    expect(desiredAfterRefusal("suspended", "paused", "VMM_UNSUPPORTED")).toBe("paused");
+    expect(desiredAfterRefusal("paused", "running", undefined)).toBeNull();
+    expect(desiredAfterRefusal("running", "running", "X")).toBeNull();
+  });
+  test("a resume needs what was given back; absence under the generation before a resume still applies", () => {
+    const full = { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1280, slots: 1 };
+    expect(resumeNeeds(full, heldAfter("suspended", full))).toEqual({
+      cpuMillis: 1000,
+      memoryMiB: 256,
+      ephemeralDiskMiB: 0,
+      slots: 0,
+    });
+    const p = { generation: 2, state: "suspended" as const, desired: "running" as const, leaseExpiresAtMs: 0 };
+    expect(updateRejection(p, { generation: 1, seq: 1, state: "absent" }, 0)).toBeNull();
+    expect(updateRejection(p, { generation: 1, seq: 1, state: "running" }, 0)).toBe("STALE_GENERATION");
   });
 });

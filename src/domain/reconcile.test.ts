@@ -5,6 +5,7 @@ import {
   afterFindHost,
   afterHostCheck,
   afterReserve,
+  afterTransitionAnswer,
   applied,
   applyInput,
   CONNECTIONS_NOT_FENCED,
@@ -62,7 +63,7 @@ const rec = (o: Partial<AllocationRecord> = {}): AllocationRecord => ({ ...base,
 const placed = (o: Partial<AllocationRecord> = {}) =>
   rec({ state: "provisioning", hostId: "h1", placementId: "plc_1", reservationKey: "k", ...o });
 const obs = (
-  state: "running" | "error" | "absent",
+  state: "running" | "error" | "absent" | "paused" | "suspended",
   o: { errorCode?: string | null; generation?: number; placementId?: string } = {},
 ) => ({
   kind: "observation" as const,
@@ -365,5 +366,96 @@ describe("a new allocation's record", () => {
     expect(nextIntent(r, T, P).type).toBe("find_host");
     const plain = newAllocationRecord({ ...r, ttlMs: 1, network: null }, T, P);
     expect([plain.networkId, plain.address]).toEqual([null, null]);
+  });
+});
+
+describe("pause, suspend and resume (issue 21)", () => {
+  const ready = (o: Partial<AllocationRecord> = {}) =>
+    placed({ state: "ready", guestReady: true, hostCheckAtMs: T + 60_000, ...o });
+  const at = { hostId: "h1", placementId: "plc_1" };
+
+  test("a pause is asked of the host and confirmed by the agent's report; the CPU is the host's business", () => {
+    const r = ready({ desired: "paused" });
+    expect(nextIntent(r, T, P)).toEqual({ type: "request_pause", ...at });
+    expect(afterTransitionAnswer(r, "pause", { done: false }, T).events).toEqual([]);
+    expect(states(applyInput(r, obs("paused"), T, P))).toEqual(["paused"]);
+    expect(states(afterTransitionAnswer(r, "pause", { done: true }, T))).toEqual(["paused"]);
+    // A report for another generation (a late one) changes nothing.
+    expect(states(applyInput(r, obs("paused", { generation: 2 }), T, P))).toEqual([]);
+  });
+
+  test("a suspend persists suspending before the host is asked, and the report makes it suspended", () => {
+    const r = ready({ desired: "suspended" });
+    const step = nextIntent(r, T, P);
+    expect(step.type).toBe("persist");
+    const suspending = applied(r, (step as { change: Change }).change);
+    expect(suspending.state).toBe("suspending");
+    expect(nextIntent(suspending, T, P)).toEqual({ type: "request_suspend", ...at });
+    expect(states(applyInput(suspending, obs("suspended"), T, P))).toEqual(["suspended"]);
+  });
+
+  test("a refused pause or suspend (the VM stayed running, with a code) wants the allocation ready again", () => {
+    const pausing = ready({ desired: "paused" });
+    const c = applyInput(pausing, obs("running", { errorCode: "VMM_UNSUPPORTED" }), T, P);
+    expect(applied(pausing, c).desired).toBe("ready");
+    expect(c.events.map((e) => [e.type, e.reason])).toContainEqual(["allocation.pause_refused", "VMM_UNSUPPORTED"]);
+    const suspending = ready({ state: "suspending", desired: "suspended" });
+    const s2 = applyInput(suspending, obs("running", { errorCode: "VMM_UNSUPPORTED" }), T, P);
+    expect(applied(suspending, s2)).toMatchObject({ state: "ready", desired: "ready" });
+    expect(s2.events.map((e) => e.type)).toContain("allocation.suspend_refused");
+    const byHost = afterTransitionAnswer(suspending, "suspend", { refused: "INVALID_STATE" }, T);
+    expect(applied(suspending, byHost).state).toBe("ready");
+  });
+
+  test("resume of a paused VM keeps the generation; of a suspended one it is the next, provisioning", () => {
+    const paused = ready({ state: "paused", desired: "ready" });
+    expect(nextIntent(paused, T, P)).toEqual({ type: "request_resume", ...at, nextGeneration: 1 });
+    expect(states(afterTransitionAnswer(paused, "resume", { done: false }, T))).toEqual([]);
+    expect(states(applyInput(paused, obs("running"), T, P))).toEqual(["ready"]);
+    const suspended = ready({ state: "suspended", desired: "ready" });
+    expect(nextIntent(suspended, T, P)).toEqual({ type: "request_resume", ...at, nextGeneration: 2 });
+    const back = applied(suspended, afterTransitionAnswer(suspended, "resume", { done: false }, T));
+    expect(back).toMatchObject({ state: "provisioning", generation: 2, hostId: "h1", placementId: "plc_1" });
+    expect(states(applyInput(back, obs("running", { generation: 2 }), T, P))).toEqual(["ready"]);
+  });
+
+  test("a resume without room waits with NO_CAPACITY (one event) and looks again soon", () => {
+    const paused = ready({ state: "paused", desired: "ready" });
+    const c = afterTransitionAnswer(paused, "resume", { refused: "INSUFFICIENT_CPU" }, T);
+    const waiting = applied(paused, c);
+    expect(waiting.conditions).toEqual([NO_CAPACITY_CONDITION]);
+    expect(c.events.map((e) => [e.type, e.reason])).toEqual([["allocation.resume_waiting", "INSUFFICIENT_CPU"]]);
+    expect(afterTransitionAnswer(waiting, "resume", { refused: "INSUFFICIENT_CPU" }, T).events).toEqual([]);
+    expect(nextAlarmAt(waiting, T, P)).toBeLessThanOrEqual(T + 5_000);
+    expect(applied(waiting, afterTransitionAnswer(waiting, "resume", { done: true }, T))).toMatchObject({
+      state: "ready",
+      conditions: [],
+    });
+  });
+
+  test("a suspended VM's grants are fenced before it comes back as the next generation", () => {
+    const r = ready({
+      state: "suspended",
+      desired: "ready",
+      networkId: "net_1",
+      address: "fd00::1",
+      grantGeneration: 1,
+    });
+    expect(nextIntent(r, T, P)).toEqual({ type: "fence_connections", networkId: "net_1", generation: 1 });
+    expect(nextIntent({ ...r, connectionsFencedGeneration: 1 }, T, P).type).toBe("request_resume");
+  });
+
+  test("paused and suspended allocations still expire, and a suspended one has a longest age", () => {
+    expect(nextIntent(ready({ state: "paused", desired: "paused", expiresAtMs: T }), T, P)).toMatchObject({
+      type: "persist",
+    });
+    const old = ready({ state: "suspended", desired: "suspended", stateEnteredAtMs: T - P.suspendedMaxAgeMs });
+    const c = (nextIntent(old, T, P) as { change: Change }).change;
+    expect(applied(old, c)).toMatchObject({ desired: "released", reason: "SUSPEND_EXPIRED" });
+  });
+
+  test("a paused VM that vanished is lost like a running one", () => {
+    const r = ready({ state: "paused", desired: "paused" });
+    expect(states(applyInput(r, obs("absent"), T, P))).toEqual(["releasing", "failed"]);
   });
 });

@@ -55,6 +55,10 @@ export interface ExecWorldOptions {
   payload: string;
   /** Progress lines. */
   log: (line: string) => void;
+  /** The `box` class may be suspended (issue 21: its RAM in a file on the host's disk). */
+  suspendable?: boolean;
+  /** The `box` class's memory, MiB (default 512). */
+  memoryMiB?: number;
 }
 
 /** A running world; `stop()` tears every part down. */
@@ -65,6 +69,8 @@ export interface ExecWorld {
   controller: SchedulerClient;
   operator: SchedulerClient;
   ownerToken: string;
+  /** The operator's token (`bb host list`). */
+  operatorToken: string;
   otherToken: string;
   agentLog: string;
   timings: string[];
@@ -110,6 +116,7 @@ export async function startExecWorld(o: ExecWorldOptions): Promise<ExecWorld> {
   let controller!: SchedulerClient;
   let operator!: SchedulerClient;
   let ownerToken = "";
+  let operatorToken = "";
   let connectionKeys = "";
   let allocationId = "";
   let cgroups: CgroupScope | undefined;
@@ -197,6 +204,9 @@ export async function startExecWorld(o: ExecWorldOptions): Promise<ExecWorld> {
     },
     get ownerToken() {
       return ownerToken;
+    },
+    get operatorToken() {
+      return operatorToken;
     },
     otherToken: OTHER_TOKEN,
     get agentLog() {
@@ -301,12 +311,20 @@ export async function startExecWorld(o: ExecWorldOptions): Promise<ExecWorld> {
     const dev = ensureDevManifest(join(work, "manifest"), built.digest);
     const m = JSON.parse(readFileSync(dev.manifestPath, "utf8"));
     m.workloadClasses = {
-      box: { cpuMillis: 1000, memoryMiB: 512, ephemeralDiskMiB: 2048, imageDigest: built.digest, maxTtlSeconds: 3600 },
+      box: {
+        cpuMillis: 1000,
+        memoryMiB: o.memoryMiB ?? 512,
+        ephemeralDiskMiB: 2048,
+        imageDigest: built.digest,
+        maxTtlSeconds: 3600,
+        ...(o.suspendable ? { suspendable: true } : {}),
+      },
     };
     m.principals.push({ id: "controller:other", role: "controller", tokenSha256: tokenDigest(OTHER_TOKEN) });
     writeFileSync(join(work, "manifest.json"), JSON.stringify(m));
     const tokens = JSON.parse(readFileSync(dev.clientConfigPath, "utf8")) as { token: string; operatorToken: string };
     ownerToken = tokens.token;
+    operatorToken = tokens.operatorToken;
     port = await freePort();
     scheduler = startRole(
       ["scheduler", "serve", "--data-dir", join(work, "scheduler"), "--manifest", join(work, "manifest.json")].concat([

@@ -1,0 +1,148 @@
+/**
+ * Pause, suspend and resume end to end (issue 21, "Done when"): the exec
+ * world of test/support/execWorld.ts (a scheduler and an agent as
+ * processes, a real QEMU VM under TCG booting the OCI image of the Debian
+ * sshd root with the Go guest, `bb` on the "laptop" behind a NAT), its
+ * class suspendable. The VM's payload starts a counter that writes its
+ * value to a file every 200 ms.
+ *
+ * Checked: `bb allocation pause --wait` ends paused and the host's free CPU
+ * grows by the VM's 1000 millicores in `bb host list`'s data; after
+ * `resume --wait` the counter carries on from where it was (the same
+ * process). `suspend --wait` ends suspended, the host's free CPU and
+ * memory grow by the VM's, its disk does not; `resume --wait` brings it
+ * back ready as generation + 1, reachable by `bb exec` (a grant for the
+ * new generation), the counter's process the same PID and its count
+ * carried on. A second suspend of the restored VM is refused
+ * (VMM_UNSUPPORTED: QEMU keeps a restored VM's memory private) and it
+ * keeps running. Needs root, QEMU, squashfs-tools, mmdebstrap (first
+ * run), nft.
+ */
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import type { AllocationView } from "../../src/protocol/api.ts";
+import { startExecWorld, vmTestSkipReason, type ExecWorld } from "../support/execWorld.ts";
+import { tail } from "../support/processes.ts";
+
+const skip =
+  vmTestSkipReason() ??
+  (!Bun.which("mksquashfs")
+    ? "mksquashfs missing"
+    : !Bun.which("mmdebstrap")
+      ? "mmdebstrap missing"
+      : !Bun.which("nft")
+        ? "nft missing"
+        : null);
+if (skip) console.log(`SKIP test/e2e/pause-suspend.test.ts: ${skip}`);
+const d = skip ? describe.skip : describe;
+
+/** The payload: a counter in the background (its PID kept), then the workload waits. */
+const PAYLOAD = [
+  "sh -c 'i=0; while :; do i=$((i+1)); echo $i > /run/bb-counter.tmp; mv /run/bb-counter.tmp /run/bb-counter; sleep 0.2; done' >/dev/null 2>&1 &",
+  "echo $! > /run/bb-counter.pid",
+  "exec sleep 100000",
+  "",
+].join("\n");
+
+let world: ExecWorld;
+
+/** The counter's value and its process (PID, and whether it is alive), read through `bb exec`. */
+async function counter(): Promise<{ value: number; pid: number; alive: boolean }> {
+  const r = await world.bb([
+    "exec",
+    world.allocationId,
+    "--",
+    "sh",
+    "-c",
+    "cat /run/bb-counter; p=$(cat /run/bb-counter.pid); echo $p; kill -0 $p && echo alive || echo dead",
+  ]);
+  if (r.code !== 0) throw new Error(`bb exec exited ${r.code}: ${r.err}\nagent:\n${tail(world.agentLog)}`);
+  const [value, pid, alive] = r.out.toString().trim().split("\n");
+  return { value: Number(value), pid: Number(pid), alive: alive === "alive" };
+}
+
+/** This host's free capacity, as `bb host list --json` shows it. */
+async function free(): Promise<{ cpuMillis: number; memoryMiB: number; ephemeralDiskMiB: number }> {
+  const r = await world.bb(["host", "list", "--json"], { token: world.operatorToken });
+  if (r.code !== 0) throw new Error(`bb host list exited ${r.code}: ${r.err}`);
+  const hosts = JSON.parse(r.out.toString()) as {
+    free: { cpuMillis: number; memoryMiB: number; ephemeralDiskMiB: number };
+  }[];
+  return hosts[0]!.free;
+}
+
+/** Runs `bb allocation <verb> --wait --json` and answers the view. */
+async function transition(verb: "pause" | "suspend" | "resume"): Promise<AllocationView> {
+  const t = performance.now();
+  const r = await world.bb(["allocation", verb, world.allocationId, "--wait", "--timeout", "300", "--json"]);
+  console.log(`pause-suspend.test: bb allocation ${verb} --wait took ${Math.round(performance.now() - t)} ms`);
+  if (r.code !== 0)
+    throw new Error(`bb allocation ${verb} exited ${r.code}: ${r.err}\nagent:\n${tail(world.agentLog)}`);
+  return JSON.parse(r.out.toString()) as AllocationView;
+}
+
+d("pause, suspend and resume through bb (real QEMU)", () => {
+  beforeAll(async () => {
+    world = await startExecWorld({
+      name: "pause-suspend",
+      payload: PAYLOAD,
+      log: (m) => console.log(`pause-suspend.test: ${m}`),
+      suspendable: true,
+      memoryMiB: 256,
+    });
+    for (const t of world.timings) console.log(`pause-suspend.test: ${t}`);
+  }, 1_200_000);
+
+  afterAll(async () => {
+    await world?.stop();
+  }, 120_000);
+
+  test("pause gives the CPU back and the counter carries on after resume", async () => {
+    const before = await counter();
+    expect(before.alive).toBe(true);
+    const running = await free();
+    const paused = await transition("pause");
+    expect(paused.state).toBe("paused");
+    const whilePaused = await free();
+    expect(whilePaused.cpuMillis).toBe(running.cpuMillis + 1000);
+    expect(whilePaused.memoryMiB).toBe(running.memoryMiB);
+    await Bun.sleep(2000);
+    const resumed = await transition("resume");
+    expect(resumed).toMatchObject({ state: "ready", generation: paused.generation });
+    expect((await free()).cpuMillis).toBe(running.cpuMillis);
+    const after = await counter();
+    expect(after.pid).toBe(before.pid);
+    expect(after.alive).toBe(true);
+    expect(after.value).toBeGreaterThanOrEqual(before.value);
+    await Bun.sleep(1000);
+    expect((await counter()).value).toBeGreaterThan(after.value);
+  }, 600_000);
+
+  test("suspend gives CPU and memory back; resume restores it as the next generation with its process running", async () => {
+    const before = await counter();
+    const running = await free();
+    const suspended = await transition("suspend");
+    expect(suspended.state).toBe("suspended");
+    const whileSuspended = await free();
+    expect(whileSuspended.cpuMillis).toBe(running.cpuMillis + 1000);
+    expect(whileSuspended.memoryMiB).toBe(running.memoryMiB + 256);
+    expect(whileSuspended.ephemeralDiskMiB).toBe(running.ephemeralDiskMiB);
+    const resumed = await transition("resume");
+    expect(resumed).toMatchObject({ state: "ready", generation: suspended.generation + 1 });
+    expect(await free()).toEqual(running);
+    const after = await counter();
+    expect(after.pid).toBe(before.pid);
+    expect(after.alive).toBe(true);
+    expect(after.value).toBeGreaterThanOrEqual(before.value);
+    await Bun.sleep(1000);
+    expect((await counter()).value).toBeGreaterThan(after.value);
+
+    // A restored QEMU VM's memory is private: a second suspend is refused and the VM keeps running.
+    const r = await world.bb(["allocation", "suspend", world.allocationId, "--wait", "--timeout", "120", "--json"]);
+    expect(r.code).toBe(1);
+    const v = JSON.parse(r.out.toString()) as AllocationView;
+    expect(v).toMatchObject({ state: "ready", generation: resumed.generation });
+    const events = await world.controller.events(world.allocationId, 0, 500);
+    expect(events.some((e) => e.type === "allocation.suspend_refused" && e.reason === "VMM_UNSUPPORTED")).toBe(true);
+    expect((await counter()).alive).toBe(true);
+  }, 600_000);
+});
