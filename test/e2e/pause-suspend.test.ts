@@ -141,7 +141,7 @@ d("pause, suspend and resume through bb (real QEMU)", () => {
     expect(r.code).toBe(1);
     const v = JSON.parse(r.out.toString()) as AllocationView;
     expect(v).toMatchObject({ state: "ready", generation: resumed.generation });
-    const events = await world.controller.events(world.allocationId, 0, 500);
+    const events = await world.controller.events(world.allocationId, 0, 200);
     expect(events.some((e) => e.type === "allocation.suspend_refused" && e.reason === "VMM_UNSUPPORTED")).toBe(true);
     expect((await counter()).alive).toBe(true);
   }, 600_000);

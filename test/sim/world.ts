@@ -520,7 +520,7 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
     const settled = ["ready", "paused", "suspended", "released", "failed"].includes(v.state);
     if (!settled && !held) {
       // The last events say where it got stuck.
-      const events = (await sched((w) => w.events(CONTROLLER, id, 0, 500)))?.slice(-8) ?? [];
+      const events = (await sched((w) => w.events(CONTROLLER, id, 0, 200)))?.slice(-8) ?? [];
       const tail = events.map((e) => `${e.type}${e.reason ? `(${e.reason})` : ""}@g${e.generation}`).join(", ");
       const local = v.placementId
         ? hosts.map((h) => ({ host: h.hostId, ...h.local(v.placementId!) })).filter((x) => "observed" in x)
