@@ -20,18 +20,10 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import type { AllocationView } from "../../src/protocol/api.ts";
-import { startExecWorld, vmTestSkipReason, type ExecWorld } from "../support/execWorld.ts";
+import { execWorldSkipReason, startExecWorld, type ExecWorld } from "../support/execWorld.ts";
 import { tail } from "../support/processes.ts";
 
-const skip =
-  vmTestSkipReason() ??
-  (!Bun.which("mksquashfs")
-    ? "mksquashfs missing"
-    : !Bun.which("mmdebstrap")
-      ? "mmdebstrap missing"
-      : !Bun.which("nft")
-        ? "nft missing"
-        : null);
+const skip = execWorldSkipReason();
 if (skip) console.log(`SKIP test/e2e/pause-suspend.test.ts: ${skip}`);
 const d = skip ? describe.skip : describe;
 

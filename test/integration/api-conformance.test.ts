@@ -255,6 +255,9 @@ async function deliveryAndAdmin(run: Run): Promise<void> {
   await operator.alerts();
   await operator.metrics();
   await controller.authorizeReplacement(allocationId, 1).catch(() => undefined); // 409 REPLACEMENT_NOT_BLOCKED: a Problem
+  await controller.resume(allocationId); // 202: a ready allocation is left as it is
+  await controller.pause(allocationId); // 202: asked of the host
+  await controller.suspend(allocationId).catch(() => undefined); // 409 NOT_SUSPENDABLE: a Problem
   await controller.release(allocationId);
   await agent.waitCommand("ensure_absent", allocationId);
   await agent.report(present, "absent");
@@ -301,7 +304,7 @@ for (const host of SCHEDULER_HOSTS)
       // for a blocked replacement (test/integration/fencing.test.ts), and the rendezvous WebSocket's success
       // is a 101 upgrade (src/scheduler/rendezvousSocket.test.ts); here their refusals were checked as Problems.
       const missing = Object.keys(ROUTES).filter((n) => ![...(checked.get(n) ?? [])].some((st) => st < 300));
-      expect(missing).toEqual(["replacementAuthorizations", "connectionConnect"]);
+      expect(missing).toEqual(["suspendAllocation", "replacementAuthorizations", "connectionConnect"]);
       expect([...checked.get("replacementAuthorizations")!]).toEqual([409]);
       expect([...checked.get("connectionRelayTokens")!]).toEqual([200, 429]);
     });

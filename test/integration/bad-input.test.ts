@@ -201,6 +201,9 @@ for (const hostName of SCHEDULER_HOSTS) {
   const UNKNOWN_ID: Partial<Record<RouteName, UnknownIdAnswer | "not an error">> = {
     getAllocation: NO_ALLOCATION,
     releaseAllocation: NO_ALLOCATION,
+    pauseAllocation: NO_ALLOCATION,
+    suspendAllocation: NO_ALLOCATION,
+    resumeAllocation: NO_ALLOCATION,
     events: NO_ALLOCATION,
     logs: NO_ALLOCATION,
     bootstrap: NO_ALLOCATION,

@@ -35,6 +35,7 @@ import { LineChild } from "./lineChild.ts";
 import {
   cleanUpPlacements,
   freePort,
+  vmTestSkipReason,
   runHostId,
   runRole,
   startRole,
@@ -46,6 +47,12 @@ import {
 
 /** Why a world cannot run here, or null. */
 export { vmTestSkipReason } from "./processes.ts";
+
+/** Why this world cannot run here (a VM, squashfs-tools, mmdebstrap for the first build, nft), or null. */
+export function execWorldSkipReason(): string | null {
+  const missing = ["mksquashfs", "mmdebstrap", "nft"].find((b) => !Bun.which(b));
+  return vmTestSkipReason() ?? (missing ? `${missing} missing` : null);
+}
 
 /** What startExecWorld needs. */
 export interface ExecWorldOptions {
