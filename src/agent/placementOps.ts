@@ -35,6 +35,7 @@ import { describeVmExit, readConsoleTail } from "./vmm/guestExit.ts";
 import { PLACEMENT_TAP_NAME } from "./isolation/placementNet.ts";
 import { SCRATCH_DISK_FILE, type VmHandle, type VmSnapshot, type VmSpec, type VmmDriver } from "./vmm/driver.ts";
 import { restoredMessage } from "./guestRestored.ts";
+import { placementDiskMiB } from "../domain/capacity.ts";
 import { GuestSession } from "./guestSession.ts";
 import type { IsolationPort } from "./isolation/isolationPort.ts";
 import type { ImagePort } from "./image/imagePort.ts";
@@ -231,11 +232,6 @@ async function greet(ctx: PlacementContext, session: GuestSession): Promise<void
   }
 }
 
-/** The most a placement's VMM may write to one file, MiB: its ephemeral disk, and its RAM file when suspendable (reservedResources). */
-function fileSizeBoundMiB(spec: CommandSpec): number {
-  return spec.ephemeralDiskMiB + (spec.suspendable ? spec.memoryMiB : 0);
-}
-
 /** Builds the cgroup, launches the VMM through `hooks` (`start` boots or restores it) and moves it in. Throws AgentError VMM_START_FAILED (or the hook's code). */
 async function launchConfined(
   ctx: PlacementContext,
@@ -249,7 +245,7 @@ async function launchConfined(
     // Limits exist before the VMM does.
     const confine = ctx.isolation.prepareCgroup(ref.dirName, spec.dir, {
       ...ref.spec,
-      ephemeralDiskMiB: fileSizeBoundMiB(ref.spec),
+      ephemeralDiskMiB: placementDiskMiB(ref.spec), // the RAM file of a suspendable VM included
     });
     handle = await hooks.launch(start);
     await confine(handle.pid).catch(async (e: Error) => {

@@ -55,6 +55,16 @@ export function heldAfter(state: HostPlacementState, held: Resources): Resources
   return held;
 }
 
+/**
+ * Disk a placement of `spec` may use, MiB: its ephemeral disk, plus its
+ * memory again when suspendable (issue 21: the RAM file it keeps on the
+ * host's disk while it runs, the snapshot while suspended). The Host
+ * reserves it; the agent bounds the VMM's file writes by it. Pure.
+ */
+export function placementDiskMiB(spec: { ephemeralDiskMiB: number; memoryMiB: number; suspendable?: boolean }): number {
+  return spec.ephemeralDiskMiB + (spec.suspendable ? spec.memoryMiB : 0);
+}
+
 /** The zero vector. */
 export const ZERO: Resources = { cpuMillis: 0, memoryMiB: 0, ephemeralDiskMiB: 0, slots: 0 };
 

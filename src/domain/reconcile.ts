@@ -38,6 +38,15 @@ export const MIN_ALARM_DELAY_MS = 50;
 /** While releasing or reserving, how often the alarm looks again, ms. */
 export const BUSY_RECHECK_MS = 5_000;
 
+/** States in which the allocation has a placement on a host that may hold a VM (its loss is PLACEMENT_LOST). */
+const LIVE_STATES: ReadonlySet<AllocationState> = new Set([
+  "provisioning",
+  "ready",
+  "paused",
+  "suspending",
+  "suspended",
+]);
+
 /** The allocation as stored (decoded): everything a decision needs. */
 export interface AllocationRecord {
   allocationId: string;
@@ -338,15 +347,6 @@ function applyObservation(
   return c;
 }
 
-/** States in which the allocation has a placement on a host that may hold a VM (its loss is PLACEMENT_LOST). */
-const LIVE_STATES: ReadonlySet<AllocationState> = new Set([
-  "provisioning",
-  "ready",
-  "paused",
-  "suspending",
-  "suspended",
-]);
-
 /**
  * What an observation of a pause, suspend or resume means (issue 21): the
  * agent confirmed a pause (ready → paused), a suspend (suspending →
@@ -368,16 +368,17 @@ function afterPauseObservation(
   if (state === "running" && r.state === "paused" && r.desired === "ready")
     return transition(r, "ready", {}, null, nowMs);
   if (state !== "running" || !errorCode) return null;
-  if (r.state === "ready" && r.desired === "paused")
-    return {
-      ...noChange({ desired: "ready", updatedAtMs: nowMs }),
-      events: [{ type: "allocation.pause_refused", reason: errorCode }],
-    };
-  if (r.state === "suspending") {
-    const back = transition(r, "ready", { desired: "ready" }, errorCode, nowMs);
-    return { ...back, events: [...back.events, { type: "allocation.suspend_refused", reason: errorCode }] };
-  }
+  if (r.state === "ready" && r.desired === "paused") return refusal(r, "pause", errorCode, nowMs);
+  if (r.state === "suspending") return refusal(r, "suspend", errorCode, nowMs);
   return null;
+}
+
+/** A pause or suspend that will not happen (`code` says why): the allocation is wanted ready again (a suspending one is ready again), with an event. */
+function refusal(r: AllocationRecord, kind: "pause" | "suspend", code: string, nowMs: number): Change {
+  const event = { type: `allocation.${kind}_refused`, reason: code };
+  if (kind === "pause") return { ...noChange({ desired: "ready", updatedAtMs: nowMs }), events: [event] };
+  const back = transition(r, "ready", { desired: "ready" }, code, nowMs);
+  return { ...back, events: [...back.events, event] };
 }
 
 /**
@@ -406,13 +407,7 @@ export function afterTransitionAnswer(
         events: [{ type: "allocation.resume_waiting", reason: answer.refused }],
       };
     }
-    if (kind === "pause")
-      return {
-        ...noChange({ desired: "ready", updatedAtMs: nowMs }),
-        events: [{ type: "allocation.pause_refused", reason: answer.refused }],
-      };
-    const back = transition(r, "ready", { desired: "ready" }, answer.refused, nowMs);
-    return { ...back, events: [...back.events, { type: "allocation.suspend_refused", reason: answer.refused }] };
+    return refusal(r, kind, answer.refused, nowMs);
   }
   const waiting = { conditions: r.conditions.filter((c) => c !== NO_CAPACITY_CONDITION) };
   if (kind === "pause")
@@ -577,14 +572,7 @@ export function requestRelease(reason: string, nowMs: number): Change {
   return { ...noChange(patch), events: [{ type: "allocation.release_requested", reason }] };
 }
 
-const HOST_STATES: ReadonlySet<AllocationState> = new Set([
-  "provisioning",
-  "ready",
-  "paused",
-  "suspending",
-  "suspended",
-  "releasing",
-]);
+const HOST_STATES: ReadonlySet<AllocationState> = new Set([...LIVE_STATES, "releasing"]);
 /** States whose lifetime (expiresAtMs) ends them: a running, paused or suspended VM alike. */
 const EXPIRING_STATES: ReadonlySet<AllocationState> = new Set(["ready", "paused", "suspending", "suspended"]);
 

@@ -257,7 +257,20 @@ async function deliveryAndAdmin(run: Run): Promise<void> {
   await controller.authorizeReplacement(allocationId, 1).catch(() => undefined); // 409 REPLACEMENT_NOT_BLOCKED: a Problem
   await controller.resume(allocationId); // 202: a ready allocation is left as it is
   await controller.pause(allocationId); // 202: asked of the host
-  await controller.suspend(allocationId).catch(() => undefined); // 409 NOT_SUSPENDABLE: a Problem
+  // 409 NOT_SUSPENDABLE: the class is not suspendable (a Problem with its code).
+  expect(
+    await controller.suspend(allocationId).then(
+      () => null,
+      (e: { code?: string }) => e.code,
+    ),
+  ).toBe("NOT_SUSPENDABLE");
+  // 409 INVALID_STATE: a resume while the pause is not yet confirmed.
+  expect(
+    await controller.resume(allocationId).then(
+      () => null,
+      (e: { code?: string }) => e.code,
+    ),
+  ).toBe("INVALID_STATE");
   await controller.release(allocationId);
   await agent.waitCommand("ensure_absent", allocationId);
   await agent.report(present, "absent");

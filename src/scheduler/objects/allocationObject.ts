@@ -50,7 +50,7 @@ import { AllocationStore } from "./allocationStore.ts";
 import type { StoredAllocation } from "./allocationRow.ts";
 import { createAllocation, type CreateCommand, type CreateResult } from "./allocationCreate.ts";
 import { reconcileStep } from "./allocationPlacement.ts";
-import { requestPause, requestResume, requestSuspend } from "./allocationPause.ts";
+import { requestAway, requestResume } from "./allocationPause.ts";
 import { requestConnectionGrant, revokeConnectionGrant } from "./allocationConnections.ts";
 import {
   LOG_FOLLOW_WAIT_MS,
@@ -150,14 +150,14 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
     return this.view(this.load()!);
   }
 
-  /** Asks for the VM to be paused (issue 21): allocationPause.ts requestPause. Throws NOT_FOUND, INVALID_STATE. */
+  /** Asks for the VM to be paused (issue 21): allocationPause.ts requestAway. Throws NOT_FOUND, INVALID_STATE. */
   pause(identity: string): Promise<AllocationView> {
-    return requestPause(this.store, identity, () => this.reconcile());
+    return requestAway(this.store, identity, "paused", () => this.reconcile());
   }
 
-  /** Asks for the VM to be suspended (issue 21): allocationPause.ts requestSuspend. Throws NOT_FOUND, NOT_SUSPENDABLE, INVALID_STATE. */
+  /** Asks for the VM to be suspended (issue 21): allocationPause.ts requestAway. Throws NOT_FOUND, NOT_SUSPENDABLE, INVALID_STATE. */
   suspend(identity: string): Promise<AllocationView> {
-    return requestSuspend(this.store, identity, () => this.reconcile());
+    return requestAway(this.store, identity, "suspended", () => this.reconcile());
   }
 
   /** Asks for a paused or suspended VM to run again (issue 21): allocationPause.ts requestResume. Throws NOT_FOUND, INVALID_STATE. */

@@ -25,54 +25,36 @@ async function after(store: AllocationStore, reconcile: () => Promise<void>): Pr
 }
 
 /**
- * Asks for the VM to be paused: its vCPUs stop, its memory stays, its CPU
- * goes back to the host once the agent confirms (the allocation is then
- * `paused`). Idempotent: a paused allocation, or one whose pause is under
- * way, is returned as it is. Throws NOT_FOUND, and INVALID_STATE unless the
- * allocation is ready (a resume or suspend under way, not yet ready, or
- * being released).
+ * Asks for the VM to be paused (its vCPUs stop, its memory stays, its CPU
+ * goes back to the host once the agent confirms) or suspended (memory and
+ * device state to its host's disk, its VMM ended, CPU and memory back to
+ * the host, its disk held; a resume restores it there as the next
+ * generation). Idempotent: an allocation already so, or on its way, is
+ * returned as it is. Throws NOT_FOUND; NOT_SUSPENDABLE (a suspend of a
+ * class that does not allow it); INVALID_STATE unless the allocation is
+ * ready (a resume or the other request under way, not yet ready, or being
+ * released).
  */
-export async function requestPause(
+export async function requestAway(
   store: AllocationStore,
   identity: string,
-  reconcile: () => Promise<void>,
-): Promise<AllocationView> {
-  const r = store.owned(identity).rec;
-  if (!(r.state === "paused" || (r.state === "ready" && r.desired === "paused"))) {
-    settledOrRefuse(r, "pause");
-    store.persist({
-      ...noChange({ desired: "paused", updatedAtMs: store.now }),
-      events: [{ type: "allocation.pause_requested" }],
-    });
-  }
-  return after(store, reconcile);
-}
-
-/**
- * Asks for the VM to be suspended: its memory and device state go to its
- * host's disk and its VMM ends, so the host gets back its CPU and memory
- * (its disk stays held); a resume restores it there as the next
- * generation. Idempotent like requestPause. Throws NOT_FOUND,
- * NOT_SUSPENDABLE (the workload class does not allow suspend),
- * INVALID_STATE unless ready.
- */
-export async function requestSuspend(
-  store: AllocationStore,
-  identity: string,
+  to: "paused" | "suspended",
   reconcile: () => Promise<void>,
 ): Promise<AllocationView> {
   const s = store.owned(identity);
   const r = s.rec;
-  if (!(r.state === "suspending" || r.state === "suspended" || (r.state === "ready" && r.desired === "suspended"))) {
-    if (!s.spec.suspendable)
+  const what = to === "paused" ? "pause" : "suspend";
+  const already = to === "paused" ? r.state === "paused" : r.state === "suspending" || r.state === "suspended";
+  if (!already && !(r.state === "ready" && r.desired === to)) {
+    if (to === "suspended" && !s.spec.suspendable)
       throw new BeachballError(
         "NOT_SUSPENDABLE",
         `workload class ${r.workloadClass} does not allow suspend (suspendable in the deployment manifest)`,
       );
-    settledOrRefuse(r, "suspend");
+    settledOrRefuse(r, what);
     store.persist({
-      ...noChange({ desired: "suspended", updatedAtMs: store.now }),
-      events: [{ type: "allocation.suspend_requested" }],
+      ...noChange({ desired: to, updatedAtMs: store.now }),
+      events: [{ type: `allocation.${what}_requested` }],
     });
   }
   return after(store, reconcile);

@@ -254,13 +254,13 @@ export function applyUpdate(
   // A pause or suspend the agent could not carry out: the placement is wanted as it stayed.
   const refusedTo = desiredAfterRefusal(p.desired, u.state, u.errorCode);
   // A confirmed pause gives back the CPU, a suspend the memory too (held until a resume takes it back).
-  const held = heldAfter(state, JSON.parse(p.resourcesJson) as Resources);
+  const held = state !== p.state ? heldAfter(state, JSON.parse(p.resourcesJson) as Resources) : null;
   let cur = store.setPlacement(p, {
     state,
     errorCode: u.errorCode ?? p.errorCode,
     updatedAtMs: now,
     ...(refusedTo ? { desired: refusedTo } : {}),
-    ...(state !== p.state ? { resourcesJson: JSON.stringify(held) } : {}),
+    ...(held ? { resourcesJson: JSON.stringify(held) } : {}),
   });
   if (startsRunning(u.state, cur.desired)) {
     cur = store.setPlacement(cur, { desired: "running" });

@@ -6,7 +6,7 @@
  * src/domain/host*.ts; the object is ./hostObject.ts).
  */
 import type { HostView } from "../../protocol/views.ts";
-import type { Resources } from "../../domain/capacity.ts";
+import { placementDiskMiB, type Resources } from "../../domain/capacity.ts";
 import type { Capacity } from "../../protocol/api.ts";
 import type { CommandSpec, PlacementSpec, PlacementUpdate } from "../../protocol/agent.ts";
 
@@ -55,7 +55,7 @@ export function reservedResources(spec: PlacementSpec): Resources {
   return {
     cpuMillis: spec.cpuMillis,
     memoryMiB: spec.memoryMiB,
-    ephemeralDiskMiB: spec.ephemeralDiskMiB + (spec.suspendable ? spec.memoryMiB : 0),
+    ephemeralDiskMiB: placementDiskMiB(spec),
     slots: 1,
   };
 }
