@@ -18,7 +18,9 @@
  */
 import {
   chmodSync,
+  copyFileSync,
   existsSync,
+  linkSync,
   mkdirSync,
   readdirSync,
   readFileSync,
@@ -121,9 +123,16 @@ export function consoleLogPath(ctx: Pick<PlacementContext, "allocationsDir">, di
   return join(ctx.allocationsDir, dirName, "logs", "console.log");
 }
 
-/** Prepare (ensure_present). Rolls back on failure; throws AgentError (CLEANUP_FAILED, with the first error as `cause`, if the rollback is incomplete). */
-export async function preparePlacement(ctx: PlacementContext, ref: PlacementRef): Promise<void> {
+/**
+ * Prepare (ensure_present). With `forkFrom` (the directory name of a fork's
+ * suspended parent, issue 21), the writable disks are clones of the
+ * parent's, as its snapshot expects them, not of the image. Rolls back on
+ * failure; throws AgentError (CLEANUP_FAILED, with the first error as
+ * `cause`, if the rollback is incomplete).
+ */
+export async function preparePlacement(ctx: PlacementContext, ref: PlacementRef, forkFrom?: string): Promise<void> {
   const p = paths(ctx, ref);
+  const parent = forkFrom === undefined ? null : paths(ctx, { ...ref, dirName: forkFrom });
   try {
     guestIpv6KernelArgs(ref.spec.ipv6Address); // a malformed address fails Prepare before anything is built
     const image = await ctx.images.resolve(ref.spec.imageDigest);
@@ -147,9 +156,13 @@ export async function preparePlacement(ctx: PlacementContext, ref: PlacementRef)
     for (const f of [p.rootDisk, p.rootSquashfs, p.scratch]) rmSync(f, { force: true }); // leftovers of an interrupted Prepare
     if (squashfs) {
       await ctx.images.linkSharedRoot(join(image.dir, image.manifest.rootfs.path), p.rootSquashfs);
-      await ctx.images.makeScratchDisk(p.scratch, ref.spec.ephemeralDiskMiB);
+      if (parent) await ctx.images.cloneRootDisk(parent.scratch, p.scratch);
+      else await ctx.images.makeScratchDisk(p.scratch, ref.spec.ephemeralDiskMiB);
     } else {
-      await ctx.images.cloneRootDisk(join(image.dir, image.manifest.rootfs.path), p.rootDisk);
+      await ctx.images.cloneRootDisk(
+        parent ? parent.rootDisk : join(image.dir, image.manifest.rootfs.path),
+        p.rootDisk,
+      );
     }
     if (await ctx.isolation.networkExists(ref.dirName)) await ctx.isolation.destroyNetwork(ref.dirName); // a half-built leftover: rebuild with the current policy
     await ctx.isolation.prepareNetwork(ref.dirName, p.dir); // firewall loaded before any VMM can start
@@ -328,9 +341,59 @@ export async function suspendPlacement(
   return snapshot;
 }
 
+/** Directory, inside a fork's allocation directory, of the links to its parent's snapshot files (Stop removes it with the rest). */
+export const FORK_SNAPSHOT_DIR = "snapshot-fork";
+
 /**
- * Restore (ensure_running of a suspended placement, issue 21): starts its
- * VMM from `snapshot` through `hooks` (the lease check), hands the guest
+ * Prepare of a fork (ensure_present with `forkOf`, issue 21): prepares the
+ * placement with clones of the suspended parent's disks (`parentDirName`),
+ * then hard-links every file of the parent's `snapshot` into
+ * `<dir>/snapshot-fork` (a copy across file systems), so the fork restores
+ * from files that stay while it needs them, whatever happens to its parent
+ * afterwards. Returns the fork's snapshot (its own directory). The caller
+ * keeps the parent suspended meanwhile (its disks must hold what the
+ * snapshot expects). Throws what preparePlacement throws, and AgentError
+ * SNAPSHOT_MISSING when the snapshot's files cannot be linked or copied
+ * (rolled back).
+ */
+export async function prepareFork(
+  ctx: PlacementContext,
+  ref: PlacementRef,
+  parentDirName: string,
+  snapshot: VmSnapshot,
+): Promise<VmSnapshot> {
+  await preparePlacement(ctx, ref, parentDirName);
+  const dir = join(paths(ctx, ref).dir, FORK_SNAPSHOT_DIR);
+  try {
+    rmSync(dir, { recursive: true, force: true });
+    mkdirSync(dir, { mode: 0o700 });
+    for (const name of readdirSync(snapshot.dir)) {
+      const from = join(snapshot.dir, name);
+      if (!statSync(from).isFile()) continue;
+      try {
+        linkSync(from, join(dir, name));
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code !== "EXDEV") throw e;
+        copyFileSync(from, join(dir, name));
+      }
+    }
+  } catch (e) {
+    await stopPlacement(ctx, ref, null, null).catch(() => undefined);
+    throw new AgentError(
+      "SNAPSHOT_MISSING",
+      `cannot take the parent's snapshot ${snapshot.dir}: ${(e as Error).message}`,
+      {
+        subsystem: "vmm",
+      },
+    );
+  }
+  return { ...snapshot, dir };
+}
+
+/**
+ * Restore (ensure_running of a suspended placement, or of a fork from its
+ * parent's snapshot; issue 21): starts its VMM from `snapshot` through
+ * `hooks` (the lease check), hands the guest
  * its `restored` message (the placement's current generation with a fresh
  * nonce, written to runtime.json before the launch so an adopting agent
  * knows it; new entropy; the host's clock), and waits for the matching
@@ -345,6 +408,7 @@ export async function restorePlacement(
   hooks: StartHooks,
   clock: Clock,
 ): Promise<{ handle: VmHandle; session: GuestSession }> {
+  const fork = ref.spec.forkOf;
   const driver = ctx.driver;
   if (!driver.restore)
     throw new AgentError("VMM_UNSUPPORTED", `the ${driver.name} driver cannot restore`, { subsystem: "vmm" });
@@ -353,6 +417,7 @@ export async function restorePlacement(
   const { message, identity } = restoredMessage(
     { allocationId: ref.allocationId, placementId: ref.placementId, generation: ref.generation, spec: ref.spec },
     { random: ctx.random, clock },
+    fork ? { payloadAllowed: fork.payloadAllowed } : {},
   );
   writeFileSync(p.runtime, JSON.stringify({ ...runtime, nonce: identity.nonce } satisfies RuntimeFile) + "\n", {
     mode: 0o600,

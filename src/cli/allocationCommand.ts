@@ -16,6 +16,7 @@ import { randomUUID } from "node:crypto";
 import { consola } from "consola";
 import {
   CreateAllocationBody,
+  MAX_FORKS_PER_REQUEST,
   MAX_PAGE_SIZE,
   MAX_PAYLOAD_BYTES,
   MAX_WIRE_INTEGER,
@@ -380,6 +381,85 @@ const resume = transitionCommand(
   "Wait until it is ready again",
 );
 
+const fork = command({
+  meta: {
+    name: "fork",
+    description:
+      "Fork a suspended VM: new allocations restored from its snapshot on its host, each with its own identity and address",
+  },
+  args: {
+    id: idArg,
+    count: {
+      type: "string",
+      valueHint: "N",
+      default: "1",
+      description: `How many forks, 1 to ${MAX_FORKS_PER_REQUEST}`,
+    },
+    "allow-consumed-payload": {
+      type: "boolean",
+      default: false,
+      description:
+        "Fork although the parent consumed a bootstrap payload (each fork holds what it gave the parent, and may take its own)",
+    },
+    ttl: {
+      type: "string",
+      valueHint: "SECONDS",
+      description: `Lifetime of each fork, ${TTL_BOUNDS.min} to ${TTL_BOUNDS.max} seconds (the class may cap it)`,
+    },
+    wait: { type: "boolean", default: false, description: "Wait until every fork is ready; exit 1 if one is not" },
+    timeout: timeoutArg,
+    "client-request-id": {
+      type: "string",
+      valueHint: "KEY",
+      description: "Idempotency key: the same key returns the same forks (default: random)",
+    },
+    ...clientArgs,
+  },
+  examples: ["bb allocation fork 3f2a", "bb allocation fork 3f2a --count 2 --wait --timeout 60 --json"],
+  run: ({ args }) =>
+    runCli(async () => {
+      const count = integerFlag("--count", args.count, { min: 1, max: MAX_FORKS_PER_REQUEST, unit: "forks" });
+      const ttl = optionalIntegerFlag("--ttl", args.ttl, TTL_BOUNDS);
+      const timeoutS = integerFlag("--timeout", args.timeout, { min: 1, max: MAX_WAIT_SECONDS, unit: "seconds" });
+      const client = clientFrom(args);
+      const id = await resolveAllocationId(client, args.id);
+      let items: AllocationView[];
+      try {
+        ({ items } = await client.fork(id, {
+          clientRequestId: args["client-request-id"] ?? randomUUID(),
+          count,
+          ...(args["allow-consumed-payload"] ? { allowConsumedPayload: true } : {}),
+          ...(ttl !== undefined ? { ttlSeconds: ttl } : {}),
+        }));
+      } catch (e) {
+        throw flagError(e, { ttlSeconds: "--ttl", count: "--count", clientRequestId: "--client-request-id" });
+      }
+      if (args.wait) {
+        const deadline = Date.now() + timeoutS * 1000;
+        const p = progress(process.stderr, args.json);
+        try {
+          for (const [i, v] of items.entries()) {
+            if (v.state === "ready") continue;
+            const r = await waitFor(client, v.allocationId, "ready", deadline, (e) =>
+              e.toState ? p.update(`${v.allocationId}: ${e.toState}`) : undefined,
+            );
+            items[i] = r.view;
+            if (r.view.state !== "ready") {
+              consola.error(
+                `${r.timedOut ? `gave up after ${timeoutS} s: ` : ""}fork ${v.allocationId} is ${r.view.state}${r.view.reason ? ` (${r.view.reason})` : ""}, not ready`,
+              );
+              process.exitCode = EXIT.error;
+            }
+          }
+        } finally {
+          p.stop();
+        }
+      }
+      if (args.json) console.log(JSON.stringify({ items }, null, 2));
+      else console.log(allocationTable(items));
+    }),
+});
+
 const events = command({
   meta: {
     name: "events",
@@ -493,6 +573,7 @@ export const allocationCommand = command({
     pause,
     suspend,
     resume,
+    fork,
     events,
     logs,
     "authorize-replacement": authorizeReplacement,

@@ -42,6 +42,8 @@ import type {
   DeliveryResult,
   EnrollmentToken,
   EventPage,
+  ForkAllocationBody,
+  ForkResult,
   HostView,
   LogPage,
   WellKnown,
@@ -103,6 +105,8 @@ export class SchedulerUnreachableError extends Error {
 
 /** A create request: the body of POST /v1/allocations, with clientRequestId optional (the client then makes one). */
 export type CreateRequest = Omit<CreateAllocationBody, "clientRequestId"> & { clientRequestId?: string };
+/** A fork request: the body, its clientRequestId optional (a fresh key used for every retry). */
+export type ForkRequest = Omit<ForkAllocationBody, "clientRequestId"> & { clientRequestId?: string };
 
 const defaultPorts: ClientPorts = {
   fetch: (url, init) => fetch(url, init),
@@ -362,6 +366,19 @@ export class SchedulerClient {
         { timeoutMs, retry: false },
       )
     ).body;
+  }
+  /**
+   * POST /v1/allocations/{id}/fork (issue 21): `count` allocations restored
+   * from the suspended allocation's snapshot. Idempotent by clientRequestId
+   * (`created: false` for a replay; a missing key is filled with a fresh
+   * one used for every retry). Throws INVALID_STATE (not suspended),
+   * PAYLOAD_CONSUMED (the parent consumed a payload: pass
+   * allowConsumedPayload), IDEMPOTENCY_CONFLICT, QUOTA_*, RATE_LIMITED.
+   */
+  async fork(id: string, req: ForkRequest): Promise<{ created: boolean; items: AllocationView[] }> {
+    const body: ForkAllocationBody = { ...req, clientRequestId: req.clientRequestId ?? this.ports.newRequestId() };
+    const r = await this.call<ForkResult>("POST", `/v1/allocations/${encodeURIComponent(id)}/fork`, { body });
+    return { created: r.status === 201, items: r.body.items };
   }
   /** POST /v1/allocations/{id}/pause (idempotent; issue 21): 202 with the allocation, paused once the agent confirms. */
   async pause(id: string): Promise<AllocationView> {

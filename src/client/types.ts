@@ -10,6 +10,10 @@ import type * as R from "../protocol/responses.ts";
 
 /** POST /v1/allocations body. */
 export type CreateAllocationBody = Static<typeof api.CreateAllocationBody>;
+/** POST /v1/allocations/{id}/fork body. */
+export type ForkAllocationBody = Static<typeof api.ForkAllocationBody>;
+/** POST /v1/allocations/{id}/fork answer: the forks in index order. */
+export type ForkResult = Static<typeof R.ForkResult>;
 /** POST /v1/allocations/{id}/bootstrap body. */
 export type BootstrapBody = Static<typeof api.BootstrapBody>;
 /** An allocation as the API shows it. */

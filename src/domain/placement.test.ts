@@ -54,6 +54,9 @@ describe("placement filter", () => {
       ),
     ).toBe("INSUFFICIENT_CPU");
     expect(filterReason(ad("h"), { ...req, exclude: new Set(["h"]) }, now)).toBe("ALREADY_TRIED");
+    // A fork runs only where its parent's snapshot is (issue 21).
+    expect(filterReason(ad("h"), { ...req, onlyHost: "other" }, now)).toBe("HOST_NOT_ALLOWED");
+    expect(filterReason(ad("h"), { ...req, onlyHost: "h" }, now)).toBeNull();
   });
 });
 

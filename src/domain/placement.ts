@@ -36,6 +36,12 @@ export interface PlacementRequest {
   agentProtocolVersion: string;
   /** Hosts to skip (already tried this round). */
   exclude: ReadonlySet<string>;
+  /**
+   * The one host the VM may run on (issue 21, "Fork": a fork restores its
+   * parent's snapshot, which lives on the parent's host); others are
+   * filtered out with HOST_NOT_ALLOWED. Absent: any host.
+   */
+  onlyHost?: string;
 }
 
 /** True if a newer advertisement `next` may replace `prev`. */
@@ -84,6 +90,7 @@ function compile(req: PlacementRequest): Compiled {
 function reasonOf(ad: Advertisement, c: Compiled, nowMs: number): string | null {
   const req = c.req;
   if (req.exclude.has(ad.hostId)) return "ALREADY_TRIED";
+  if (req.onlyHost !== undefined && ad.hostId !== req.onlyHost) return "HOST_NOT_ALLOWED";
   if (ad.adminState !== "active") return "HOST_NOT_ACTIVE";
   if (healthFromHeartbeat(ad.heartbeatAtMs, nowMs) !== "healthy") return "HOST_NOT_HEALTHY";
   if (ad.architecture !== req.architecture) return "ARCHITECTURE_MISMATCH";

@@ -14,7 +14,14 @@ import { AGENT_ERROR_CODES, type ErrorCode } from "./errors.ts";
 import { MAX_WIRE_INTEGER } from "./api.ts";
 import { Candidate, MAX_CANDIDATES, MAX_RELAYS, SignedGrant, SignedRelayMap, SignedRelayToken } from "./connection.ts";
 import { VmExit } from "./vmExit.ts";
-import { CONNECTION_ID_PATTERN, ENDPOINT_TOKEN_PATTERN, GRANT_ID_PATTERN, RELAY_ID_PATTERN } from "./ids.ts";
+import {
+  ALLOCATION_ID_PATTERN,
+  CONNECTION_ID_PATTERN,
+  ENDPOINT_TOKEN_PATTERN,
+  GRANT_ID_PATTERN,
+  HOST_ID_PATTERN,
+  RELAY_ID_PATTERN,
+} from "./ids.ts";
 
 /** Envelope size bound in bytes. */
 export const MAX_ENVELOPE_BYTES = 256 * 1024;
@@ -62,6 +69,26 @@ export const COMMAND_TYPES = [
 /** One command type. */
 export type CommandType = (typeof COMMAND_TYPES)[number];
 
+/**
+ * Where a fork comes from (issue 21, "Fork"): the parent allocation, the
+ * suspended placement and generation whose snapshot it restores, the host
+ * that holds it, and whether the caller allowed the fork to take a payload
+ * of its own although the parent consumed one before its snapshot
+ * (`payloadAllowed`, the restored message's flag of that name).
+ */
+export const ForkSource = Type.Object(
+  {
+    allocationId: Type.String({ pattern: ALLOCATION_ID_PATTERN }),
+    placementId: Type.String({ minLength: 1, maxLength: 160, pattern: "^[A-Za-z0-9._:-]+$" }),
+    generation: Type.Integer({ minimum: 1, maximum: 2 ** 31 - 1 }),
+    hostId: Type.String({ pattern: HOST_ID_PATTERN }),
+    payloadAllowed: Type.Boolean(),
+  },
+  { additionalProperties: false },
+);
+/** Where a fork comes from. */
+export type ForkSource = Static<typeof ForkSource>;
+
 /** The resolved spec a placement runs (persisted with the allocation; never changes under it). */
 export const PlacementSpec = Type.Object(
   {
@@ -75,6 +102,13 @@ export const PlacementSpec = Type.Object(
      * (reservedDiskMiB). Absent: false.
      */
     suspendable: Type.Optional(Type.Boolean()),
+    /**
+     * The VM is a fork (issue 21, "Fork"): instead of booting, its agent
+     * copies the disks of the parent's suspended placement and restores the
+     * parent's snapshot with this allocation's identity and address. The
+     * placement runs only on the parent's host (`hostId`). Absent: a boot.
+     */
+    forkOf: Type.Optional(ForkSource),
   },
   { additionalProperties: false },
 );

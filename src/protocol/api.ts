@@ -197,6 +197,50 @@ export interface AllocationEvent {
   data?: Record<string, unknown>;
 }
 
+/** Most forks one fork request makes (issue 21, "Fork"). */
+export const MAX_FORKS_PER_REQUEST = 8;
+/** Longest clientRequestId of a fork request: a fork's own is `<it>:fork:<index>`, within the 128 of a create. */
+export const MAX_FORK_REQUEST_ID_CHARS = 118;
+
+/**
+ * POST /v1/allocations/{id}/fork body (issue 21, "Fork"): `count` new
+ * allocations restored from the suspended allocation's snapshot, each with
+ * its own identity, private address and lifetime. Idempotent by
+ * clientRequestId: fork `i` is the allocation of clientRequestId
+ * `<clientRequestId>:fork:<i>`; the same key with another body is 422
+ * IDEMPOTENCY_CONFLICT.
+ */
+export const ForkAllocationBody = Type.Object(
+  {
+    clientRequestId: Ident(
+      MAX_FORK_REQUEST_ID_CHARS,
+      "idempotency key of the fork request: fork i is the allocation of clientRequestId <it>:fork:<i>",
+    ),
+    count: Type.Integer({
+      minimum: 1,
+      maximum: MAX_FORKS_PER_REQUEST,
+      description: "how many forks to make, each on the parent's host",
+    }),
+    allowConsumedPayload: Type.Optional(
+      Type.Boolean({
+        description:
+          "fork although the parent consumed a bootstrap payload (every fork holds what it gave the parent; each may take a payload of its own); without it such a fork is 409 PAYLOAD_CONSUMED",
+      }),
+    ),
+    labels: Type.Optional(Labels),
+    ttlSeconds: Type.Optional(
+      Type.Integer({
+        minimum: 10,
+        maximum: 7 * 24 * 3600,
+        description: "seconds until each fork is released; capped by the class's maxTtlSeconds",
+      }),
+    ),
+  },
+  { additionalProperties: false },
+);
+/** POST /v1/allocations/{id}/fork body. */
+export type ForkAllocationBody = Static<typeof ForkAllocationBody>;
+
 /** POST /v1/allocations/{id}/bootstrap body. The payload is held in memory only. */
 export const BootstrapBody = Type.Object(
   {

@@ -51,6 +51,8 @@ export const ERROR_STATUS = {
   INVALID_STATE: 409,
   /** A suspend of an allocation whose workload class does not allow it (`suspendable` in the manifest, issue 21). */
   NOT_SUSPENDABLE: 409,
+  /** A fork of an allocation that consumed a bootstrap payload, without `allowConsumedPayload` (issue 21, "Fork"). */
+  PAYLOAD_CONSUMED: 409,
   STALE_GENERATION: 409,
   GUEST_NOT_CONNECTED: 503,
   DELIVERY_TIMEOUT: 503,
@@ -180,6 +182,8 @@ export const AGENT_ERROR_CODES = [
   "VMM_CONTROL_FAILED",
   /** A snapshot written by another driver or for another machine shape (src/agent/vmm/driver.ts VmSnapshot.compat). */
   "SNAPSHOT_INCOMPATIBLE",
+  /** A fork's parent placement is not suspended on this host at the generation the command names, or its snapshot is gone. */
+  "SNAPSHOT_MISSING",
   "INTERNAL",
 ] as const;
 

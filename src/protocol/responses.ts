@@ -13,7 +13,7 @@
  */
 import { AGENT_PROTOCOL_VERSION } from "./platform.ts";
 import { Type, type Static, type TSchema } from "@sinclair/typebox";
-import { ALLOCATION_STATES, AllocationView } from "./api.ts";
+import { ALLOCATION_STATES, AllocationView, MAX_FORKS_PER_REQUEST } from "./api.ts";
 import { COMMAND_TYPES, CommandSpec, ConfigureConnection } from "./agent.ts";
 import {
   Candidate,
@@ -106,6 +106,16 @@ export const AllocationPage = Type.Object(
   },
   { additionalProperties: false },
 );
+
+/** POST /v1/allocations/{id}/fork: the forks, in index order (issue 21). */
+export const ForkResult = Type.Object(
+  {
+    items: Type.Array(AllocationView, { maxItems: MAX_FORKS_PER_REQUEST }),
+  },
+  { additionalProperties: false },
+);
+/** POST /v1/allocations/{id}/fork answer. */
+export type ForkResult = Static<typeof ForkResult>;
 
 /** GET /v1/allocations/{id}/events. */
 export const EventPage = Type.Object(

@@ -21,10 +21,12 @@ import {
   type BootstrapBody,
   type CreateAllocationBody,
   type EnrollBody,
+  type ForkAllocationBody,
   type WellKnown,
 } from "../protocol/api.ts";
 import type { EnrollResponse, Envelope, PollResponse } from "../protocol/agent.ts";
 import type { AlertItem, HostView } from "../protocol/views.ts";
+import type { PlacementSpec } from "../protocol/agent.ts";
 import type {
   ConnectionGrantBody,
   ConnectionGrantResponse,
@@ -180,13 +182,29 @@ export class SchedulerFront {
         { knownClasses: known },
       );
     }
+    return this.createOf(who, body, digestOf(canonicalJson(body)), {
+      cpuMillis: cls.cpuMillis,
+      memoryMiB: cls.memoryMiB,
+      ephemeralDiskMiB: cls.ephemeralDiskMiB,
+      imageDigest: cls.imageDigest,
+      ...(cls.suspendable ? { suspendable: true } : {}),
+    });
+  }
+
+  /** Creates (or replays) the allocation of `body` with `spec` and the body digest `bodyDigest`, of a class the manifest lists. */
+  private createOf(
+    who: Identity,
+    body: CreateAllocationBody,
+    bodyDigest: string,
+    spec: PlacementSpec,
+  ): Promise<{ created: boolean; view: AllocationView }> {
+    const cls = this.manifest.workloadClasses[body.workloadClass]!;
     const allocationId = allocationIdFor(who.id, body.clientRequestId);
     const timeouts = this.env.config.timeouts;
     const ttlSeconds = Math.min(
       body.ttlSeconds ?? Math.floor(timeouts.defaultTtlMs / 1000),
       cls.maxTtlSeconds ?? Number.MAX_SAFE_INTEGER,
     );
-    const bodyDigest = digestOf(canonicalJson(body));
     const l = this.manifest.limits;
     // One call: the Allocation asks Admission itself (one output gate per create, not three).
     return this.env.Allocation.get(allocationId).create({
@@ -194,13 +212,7 @@ export class SchedulerFront {
       identity: who.id,
       body,
       bodyDigest,
-      spec: {
-        cpuMillis: cls.cpuMillis,
-        memoryMiB: cls.memoryMiB,
-        ephemeralDiskMiB: cls.ephemeralDiskMiB,
-        imageDigest: cls.imageDigest,
-        ...(cls.suspendable ? { suspendable: true } : {}),
-      },
+      spec,
       ttlMs: ttlSeconds * 1000,
       limits: {
         perControllerConcurrent: l.maxConcurrentAllocationsPerController,
@@ -210,6 +222,68 @@ export class SchedulerFront {
         maxRetained: l.maxRetainedAllocations ?? 100_000,
       },
     });
+  }
+
+  /**
+   * Forks a suspended allocation (issue 21, "Fork"): `body.count` new
+   * allocations of its class, each restored from its snapshot on its host
+   * with its own identity, address and lifetime. Fork `i` is the allocation
+   * of clientRequestId `<clientRequestId>:fork:<i>`, so a repeated request
+   * answers the same forks (created false) even after the parent moved on,
+   * and a partly made one (a quota reached midway) is completed by a retry.
+   * Throws NOT_FOUND; INVALID_STATE (the parent is not suspended);
+   * PAYLOAD_CONSUMED (it consumed a payload and allowConsumedPayload is not
+   * set); UNKNOWN_WORKLOAD_CLASS (its class left the manifest);
+   * IDEMPOTENCY_CONFLICT; RATE_LIMITED and QUOTA_* (the forks made before
+   * stay, and the retry makes the rest).
+   */
+  async forkAllocation(
+    who: Identity,
+    id: string,
+    body: ForkAllocationBody,
+  ): Promise<{ created: boolean; items: AllocationView[] }> {
+    requireRole(who, "controller");
+    const parentId = checkAllocationIdShape(id);
+    const { allowConsumedPayload = false, count, clientRequestId, ...rest } = body;
+    const bodies = Array.from({ length: count }, (_, i) => ({
+      ...rest,
+      clientRequestId: `${clientRequestId}:fork:${i}`,
+    }));
+    // The digest names the parent and the whole request: another body under the key conflicts, a create with a fork's key too.
+    const digests = bodies.map((_, i) => digestOf(canonicalJson({ forkOf: parentId, index: i, ...body })));
+    const replayed = await this.forkReplay(who, bodies, digests);
+    if (replayed) return { created: false, items: replayed };
+    const parent = await this.env.Allocation.get(parentId).forkSource(who.id, allowConsumedPayload);
+    if (!this.manifest.workloadClasses[parent.workloadClass])
+      throw new BeachballError(
+        "UNKNOWN_WORKLOAD_CLASS",
+        `workload class ${JSON.stringify(parent.workloadClass)} of the parent is no longer in the manifest`,
+        { knownClasses: Object.keys(this.manifest.workloadClasses) },
+      );
+    const items: AllocationView[] = [];
+    for (const [i, b] of bodies.entries())
+      items.push(
+        (await this.createOf(who, { ...b, workloadClass: parent.workloadClass }, digests[i]!, parent.spec)).view,
+      );
+    return { created: true, items };
+  }
+
+  /** The views of every fork of a repeated fork request, or null unless all exist with these digests (IDEMPOTENCY_CONFLICT for one with another). */
+  private async forkReplay(
+    who: Identity,
+    bodies: { clientRequestId: string }[],
+    digests: string[],
+  ): Promise<AllocationView[] | null> {
+    const views: AllocationView[] = [];
+    for (const [i, b] of bodies.entries()) {
+      const a = this.env.Allocation.get(allocationIdFor(who.id, b.clientRequestId));
+      const digest = await a.peekDigest();
+      if (digest === null) return null;
+      if (digest !== digests[i])
+        throw new BeachballError("IDEMPOTENCY_CONFLICT", "clientRequestId was used with a different request body");
+      views.push(await a.get(who.id));
+    }
+    return views;
   }
 
   /** One allocation. Throws NOT_FOUND, or OBJECT_DAMAGED when the index lists it but its state is gone. */

@@ -16,6 +16,7 @@ import { BeachballError } from "../protocol/errors.ts";
 import type {
   BootstrapBody,
   CreateAllocationBody,
+  ForkAllocationBody,
   EnrollBody,
   EnrollmentTokenBody,
   ReplacementAuthorizationBody,
@@ -99,6 +100,10 @@ function allocationHandlers(front: SchedulerFront) {
     pauseAllocation: async (p) => ({ status: 202, json: await front.pauseAllocation(who(p), id(p)) }),
     suspendAllocation: async (p) => ({ status: 202, json: await front.suspendAllocation(who(p), id(p)) }),
     resumeAllocation: async (p) => ({ status: 202, json: await front.resumeAllocation(who(p), id(p)) }),
+    forkAllocation: async (p) => {
+      const r = await front.forkAllocation(who(p), id(p), p.body as ForkAllocationBody);
+      return { status: r.created ? 201 : 200, json: { items: r.items } };
+    },
     events: async (p) => {
       const after = num(p, "after", 0);
       const items = await front.events(who(p), id(p), after, num(p, "limit", 100), num(p, "follow", 0) === 1);

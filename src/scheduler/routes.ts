@@ -21,6 +21,7 @@ import {
   CreateAllocationBody,
   EnrollBody,
   EnrollmentTokenBody,
+  ForkAllocationBody,
   MAX_API_BODY_BYTES,
   MAX_PAGE_SIZE,
   MAX_REQUEST_BODY_BYTES,
@@ -205,6 +206,17 @@ export const ROUTES = {
     summary:
       "Resume a paused or suspended VM (idempotent): the host takes its capacity back first (else it waits with NO_CAPACITY); a suspended VM is restored as the next generation",
     response: ok(AllocationView, 202),
+  },
+  forkAllocation: {
+    method: "POST",
+    path: "/v1/allocations/:id/fork",
+    params: allocation,
+    auth: "controller",
+    body: api(ForkAllocationBody),
+    refusals: ["INVALID_STATE", "PAYLOAD_CONSUMED", "IDEMPOTENCY_CONFLICT"],
+    summary:
+      "Fork a suspended VM: count new allocations restored from its snapshot on its host, each with its own identity, address and lifetime; idempotent by clientRequestId (201 created, 200 replayed); a parent that consumed a bootstrap payload needs allowConsumedPayload",
+    response: { status: 201, schema: R.ForkResult, also: 200 },
   },
   events: {
     method: "GET",

@@ -264,6 +264,13 @@ async function deliveryAndAdmin(run: Run): Promise<void> {
       (e: { code?: string }) => e.code,
     ),
   ).toBe("NOT_SUSPENDABLE");
+  // 409 INVALID_STATE: a fork of an allocation that is not suspended.
+  expect(
+    await controller.fork(allocationId, { clientRequestId: "conf-fork", count: 2 }).then(
+      () => null,
+      (e: { code?: string }) => e.code,
+    ),
+  ).toBe("INVALID_STATE");
   // 409 INVALID_STATE: a resume while the pause is not yet confirmed.
   expect(
     await controller.resume(allocationId).then(
@@ -317,7 +324,12 @@ for (const host of SCHEDULER_HOSTS)
       // for a blocked replacement (test/integration/fencing.test.ts), and the rendezvous WebSocket's success
       // is a 101 upgrade (src/scheduler/rendezvousSocket.test.ts); here their refusals were checked as Problems.
       const missing = Object.keys(ROUTES).filter((n) => ![...(checked.get(n) ?? [])].some((st) => st < 300));
-      expect(missing).toEqual(["suspendAllocation", "replacementAuthorizations", "connectionConnect"]);
+      expect(missing).toEqual([
+        "suspendAllocation",
+        "forkAllocation",
+        "replacementAuthorizations",
+        "connectionConnect",
+      ]);
       expect([...checked.get("replacementAuthorizations")!]).toEqual([409]);
       expect([...checked.get("connectionRelayTokens")!]).toEqual([200, 429]);
     });

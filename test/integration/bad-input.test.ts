@@ -204,6 +204,7 @@ for (const hostName of SCHEDULER_HOSTS) {
     pauseAllocation: NO_ALLOCATION,
     suspendAllocation: NO_ALLOCATION,
     resumeAllocation: NO_ALLOCATION,
+    forkAllocation: NO_ALLOCATION,
     events: NO_ALLOCATION,
     logs: NO_ALLOCATION,
     bootstrap: NO_ALLOCATION,

@@ -58,6 +58,8 @@ export function execWorldSkipReason(): string | null {
 export interface ExecWorldOptions {
   /** A short name for the work directory. */
   name: string;
+  /** The host's placement slots (`bb agent join --max-placements`; default 1). */
+  maxPlacements?: number;
   /** The payload (a shell script) delivered to the VM. */
   payload: string;
   /** Progress lines. */
@@ -364,7 +366,7 @@ export async function startExecWorld(o: ExecWorldOptions): Promise<ExecWorld> {
       "--trusted-image-key",
       `${keyFile}.pub`,
       "--max-placements",
-      "1",
+      String(o.maxPlacements ?? 1),
     ]);
     const cfgPath = agentPaths(agentDir()).config;
     const cfg = JSON.parse(readFileSync(cfgPath, "utf8"));

@@ -91,6 +91,7 @@ export function sampleBodies(hostId: string): Record<string, Json> {
   };
   return {
     createAllocation: { clientRequestId: "fuzz-1", workloadClass: "ci-small", labels: { team: "ci" }, ttlSeconds: 600 },
+    forkAllocation: { clientRequestId: "fork-1", count: 2, allowConsumedPayload: false, ttlSeconds: 600 },
     bootstrap: { deliveryId: "d-1", generation: 1, contentType: "text/x-shellscript", payloadBase64: "ZWNobw==" },
     replacementAuthorizations: { generation: 1 },
     enrollmentTokens: { ttlSeconds: 600 },

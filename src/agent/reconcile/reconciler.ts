@@ -21,6 +21,7 @@ import {
   adoptPlacement,
   diagnoseVmExit,
   preparePlacement,
+  prepareFork,
   restorePlacement,
   startPlacement,
   stopPlacement,
@@ -79,6 +80,8 @@ interface LiveVm {
 export class PlacementReconciler {
   private readonly live = new Map<string, LiveVm>();
   private readonly runners = new Map<string, Promise<void>>();
+  /** Disk clones of forks in flight, by parent placement ID: the parent's restore waits for them (issue 21). */
+  private readonly forkCopies = new Map<string, Promise<void>>();
   /** VMM launches in flight: a stop waits for each, so no started VM goes unrecorded. */
   private readonly launches = new Set<Promise<unknown>>();
   private readonly debug: AgentDebug;
@@ -277,7 +280,8 @@ export class PlacementReconciler {
     if (p.observed === "accepted" || p.observed === "unknown") {
       this.observe(p, "preparing");
       try {
-        await preparePlacement(ctx, ref);
+        if (ref.spec.forkOf) await this.prepareForkOf(placementId, ref);
+        else await preparePlacement(ctx, ref);
         if (this.halted) return;
         this.observe(this.current(placementId), "prepared");
       } catch (e) {
@@ -289,9 +293,51 @@ export class PlacementReconciler {
       }
     }
     p = this.current(placementId);
-    if (p.desired === "running" && p.observed === "prepared")
-      await this.driveStart(placementId, live, (hooks) => startPlacement(this.deps.ctx, ref, hooks));
+    if (p.desired === "running" && p.observed === "prepared") {
+      const forkSnapshot = ref.spec.forkOf && p.snapshotJson ? (JSON.parse(p.snapshotJson) as VmSnapshot) : null;
+      const clock = ctx.clock ?? this.deps.clock;
+      await this.driveStart(placementId, live, (hooks) =>
+        forkSnapshot
+          ? restorePlacement(this.deps.ctx, ref, forkSnapshot, hooks, clock)
+          : startPlacement(this.deps.ctx, ref, hooks),
+      );
+    }
     this.kickIfGone(placementId);
+  }
+
+  /**
+   * Prepare of a fork (issue 21): its parent must be suspended on this host
+   * at the generation the command names, with its snapshot; the parent's
+   * restore waits while its disks are cloned (forkCopies). Records the
+   * fork's own snapshot on its placement. Throws AgentError
+   * SNAPSHOT_MISSING, or what prepareFork throws.
+   */
+  private async prepareForkOf(placementId: string, ref: PlacementRef): Promise<void> {
+    const src = ref.spec.forkOf!;
+    const parent = this.deps.store.placement(src.placementId);
+    if (
+      !parent ||
+      parent.allocationId !== src.allocationId ||
+      parent.generation !== src.generation ||
+      parent.observed !== "suspended" ||
+      !parent.snapshotJson
+    )
+      throw new AgentError(
+        "SNAPSHOT_MISSING",
+        `the fork's parent ${src.placementId} is not suspended here at generation ${src.generation}`,
+        { subsystem: "vmm" },
+      );
+    const copy = prepareFork(this.deps.ctx, ref, parent.dirName, JSON.parse(parent.snapshotJson) as VmSnapshot);
+    const held = copy.then(
+      () => undefined,
+      () => undefined,
+    );
+    const all = Promise.all([this.forkCopies.get(src.placementId), held]).then(() => {
+      if (this.forkCopies.get(src.placementId) === all) this.forkCopies.delete(src.placementId);
+    });
+    this.forkCopies.set(src.placementId, all);
+    const snapshot = await copy;
+    this.deps.store.patch(placementId, { snapshotJson: JSON.stringify(snapshot) });
   }
 
   /** Queues another drive when the placement became unwanted meanwhile (Stop follows). */
@@ -383,6 +429,7 @@ export class PlacementReconciler {
         return true;
       }
       const clock = this.deps.ctx.clock ?? this.deps.clock;
+      await this.forkCopies.get(placementId); // a fork cloning this VM's disks finishes first
       await this.driveStart(placementId, live, (hooks) => restorePlacement(this.deps.ctx, ref, snapshot, hooks, clock));
       return true;
     }

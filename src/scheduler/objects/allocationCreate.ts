@@ -107,7 +107,13 @@ function write(store: AllocationStore, cmd: CreateCommand, network: { networkId:
       {
         type: "allocation.created",
         toState: "pending",
-        data: { workloadClass: cmd.body.workloadClass, imageDigest: cmd.spec.imageDigest },
+        data: {
+          workloadClass: cmd.body.workloadClass,
+          imageDigest: cmd.spec.imageDigest,
+          ...(cmd.spec.forkOf
+            ? { forkOf: cmd.spec.forkOf.allocationId, forkGeneration: cmd.spec.forkOf.generation }
+            : {}),
+        },
       },
     ],
   });

@@ -50,7 +50,7 @@ import { AllocationStore } from "./allocationStore.ts";
 import type { StoredAllocation } from "./allocationRow.ts";
 import { createAllocation, type CreateCommand, type CreateResult } from "./allocationCreate.ts";
 import { reconcileStep } from "./allocationPlacement.ts";
-import { requestAway, requestResume } from "./allocationPause.ts";
+import { forkSourceOf, requestAway, requestResume, type ForkParent } from "./allocationPause.ts";
 import { requestConnectionGrant, revokeConnectionGrant } from "./allocationConnections.ts";
 import {
   LOG_FOLLOW_WAIT_MS,
@@ -163,6 +163,11 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
   /** Asks for a paused or suspended VM to run again (issue 21): allocationPause.ts requestResume. Throws NOT_FOUND, INVALID_STATE. */
   resume(identity: string): Promise<AllocationView> {
     return requestResume(this.store, identity, () => this.reconcile());
+  }
+
+  /** What a fork of this allocation copies (issue 21): allocationPause.ts forkSourceOf. Throws NOT_FOUND, INVALID_STATE, PAYLOAD_CONSUMED. */
+  forkSource(identity: string, allowConsumedPayload: boolean): ForkParent {
+    return forkSourceOf(this.store, identity, allowConsumedPayload);
   }
 
   /**

@@ -11,6 +11,7 @@
  */
 import { BeachballError } from "../../protocol/errors.ts";
 import type { AllocationView } from "../../protocol/api.ts";
+import type { ForkSource, PlacementSpec } from "../../protocol/agent.ts";
 import { TERMINAL_STATES } from "../../domain/allocation.ts";
 import { noChange, type AllocationRecord } from "../../domain/reconcile.ts";
 import type { AllocationStore } from "./allocationStore.ts";
@@ -104,4 +105,51 @@ function settledOrRefuse(r: AllocationRecord, what: "pause" | "suspend"): void {
       ? `cannot ${what}: allocation is ${TERMINAL_STATES.has(r.state) ? r.state : "being released"}`
       : `cannot ${what}: allocation is ${r.state}${r.desired === "ready" ? "" : ` (${r.desired} requested)`}, not ready`,
   );
+}
+
+/** What a fork copies from its parent (forkSourceOf). */
+export interface ForkParent {
+  /** The parent's spec with `forkOf` naming its suspended placement: the spec of every fork. */
+  spec: PlacementSpec & { forkOf: ForkSource };
+  /** The parent's workload class (each fork is of the same class). */
+  workloadClass: string;
+}
+
+/**
+ * The source of a fork of the allocation (issue 21, "Fork"): its suspended
+ * placement, generation and host, and its spec. Throws NOT_FOUND (another
+ * identity's or no allocation); INVALID_STATE unless it is suspended and
+ * wanted so (a fork restores the snapshot a suspend left; a resume or
+ * release under way would change or remove it); PAYLOAD_CONSUMED when it
+ * consumed a bootstrap payload and the caller did not pass
+ * `allowConsumedPayload` (every fork then holds what that payload gave the
+ * parent: the caller must say it knows).
+ */
+export function forkSourceOf(store: AllocationStore, identity: string, allowConsumedPayload: boolean): ForkParent {
+  const s = store.owned(identity);
+  const r = s.rec;
+  if (r.state !== "suspended" || r.desired !== "suspended" || !r.hostId || !r.placementId)
+    throw new BeachballError(
+      "INVALID_STATE",
+      `cannot fork: allocation is ${r.state}${r.desired === r.state ? "" : ` (${r.desired} requested)`}, not suspended`,
+    );
+  if (r.payloadConsumed && !allowConsumedPayload)
+    throw new BeachballError(
+      "PAYLOAD_CONSUMED",
+      "the allocation consumed a bootstrap payload before it was suspended: every fork holds what it gave the VM; fork with allowConsumedPayload to accept that",
+    );
+  const { forkOf: _, ...own } = s.spec; // a fork of a fork names its own parent only
+  return {
+    spec: {
+      ...own,
+      forkOf: {
+        allocationId: r.allocationId,
+        placementId: r.placementId,
+        generation: r.generation,
+        hostId: r.hostId,
+        payloadAllowed: r.payloadConsumed,
+      },
+    },
+    workloadClass: r.workloadClass,
+  };
 }

@@ -60,8 +60,9 @@ export function placementNeedsOf(cls: Pick<WorkloadClass, "architecture"> | unde
 /**
  * The directory request of one placement round for `r` (spec "Placement:
  * choosing a host"): the spec's resources and image, one slot, any region
- * and labels, skipping the hosts tried this round, and waiting for capacity
- * until the pending timeout after creation. Pure.
+ * and labels (a fork: only its parent's host), skipping the hosts tried this
+ * round, and waiting for capacity until the pending timeout after creation.
+ * Pure.
  */
 export function placementRequestOf(
   r: AllocationRecord,
@@ -78,6 +79,7 @@ export function placementRequestOf(
     requiredLabels: {},
     agentProtocolVersion: needs.agentProtocolVersion,
     exclude: r.triedHosts,
+    ...(spec.forkOf ? { onlyHost: spec.forkOf.hostId } : {}), // a fork restores a snapshot only its parent's host holds
     waiter: { createdAtMs: r.createdAtMs, untilMs: r.createdAtMs + policy.pendingTimeoutMs },
   };
 }

@@ -81,6 +81,7 @@ const WaiterRequest = Type.Object({
   regions: Type.Union([Type.Array(Type.String()), Type.Null()]),
   requiredLabels: Type.Record(Type.String(), Type.String()),
   agentProtocolVersion: Type.String(),
+  onlyHost: Type.Optional(Type.String()),
 });
 
 const queries = (db: ObjectDb) => {
@@ -125,6 +126,7 @@ function shapeOf(req: Omit<PlacementRequest, "allocationId" | "exclude">): strin
     req.regions,
     req.requiredLabels,
     req.agentProtocolVersion,
+    req.onlyHost ?? null,
   ]);
 }
 
