@@ -69,6 +69,8 @@ export const COMMAND_TYPES = [
 /** One command type. */
 export type CommandType = (typeof COMMAND_TYPES)[number];
 
+const Id = Type.String({ minLength: 1, maxLength: 160, pattern: "^[A-Za-z0-9._:-]+$" });
+
 /**
  * Where a fork comes from (issue 21, "Fork"): the parent allocation, the
  * suspended placement and generation whose snapshot it restores, the host
@@ -79,8 +81,8 @@ export type CommandType = (typeof COMMAND_TYPES)[number];
 export const ForkSource = Type.Object(
   {
     allocationId: Type.String({ pattern: ALLOCATION_ID_PATTERN }),
-    placementId: Type.String({ minLength: 1, maxLength: 160, pattern: "^[A-Za-z0-9._:-]+$" }),
-    generation: Type.Integer({ minimum: 1, maximum: 2 ** 31 - 1 }),
+    placementId: Id,
+    generation: Type.Integer({ minimum: 1, maximum: MAX_WIRE_INTEGER }),
     hostId: Type.String({ pattern: HOST_ID_PATTERN }),
     payloadAllowed: Type.Boolean(),
   },
@@ -206,8 +208,6 @@ export interface PollResponse {
   /** configure_connection commands (≤ MAX_CONNECTION_COMMANDS_PER_POLL; absent when there are none). */
   connections?: ConfigureConnection[];
 }
-
-const Id = Type.String({ minLength: 1, maxLength: 160, pattern: "^[A-Za-z0-9._:-]+$" });
 
 export { MAX_CONSOLE_TAIL_CHARS, VM_EXIT_REASONS, VmExit, type VmExitReason } from "./vmExit.ts";
 

@@ -78,6 +78,9 @@ export const ALLOCATION_STATES = [
 /** One allocation state. */
 export type AllocationState = (typeof ALLOCATION_STATES)[number];
 
+/** An allocation's requested lifetime, seconds (10 s to 7 days; the class's maxTtlSeconds caps it). */
+const TtlSeconds = (description: string) => Type.Integer({ minimum: 10, maximum: 7 * 24 * 3600, description });
+
 /** POST /v1/allocations body. */
 export const CreateAllocationBody = Type.Object(
   {
@@ -89,11 +92,7 @@ export const CreateAllocationBody = Type.Object(
     labels: Type.Optional(Labels),
     /** Lifetime in seconds after which the allocation is released; capped by policy. */
     ttlSeconds: Type.Optional(
-      Type.Integer({
-        minimum: 10,
-        maximum: 7 * 24 * 3600,
-        description: "seconds until the allocation is released; capped by the class's maxTtlSeconds",
-      }),
+      TtlSeconds("seconds until the allocation is released; capped by the class's maxTtlSeconds"),
     ),
   },
   { additionalProperties: false },
@@ -228,13 +227,7 @@ export const ForkAllocationBody = Type.Object(
       }),
     ),
     labels: Type.Optional(Labels),
-    ttlSeconds: Type.Optional(
-      Type.Integer({
-        minimum: 10,
-        maximum: 7 * 24 * 3600,
-        description: "seconds until each fork is released; capped by the class's maxTtlSeconds",
-      }),
-    ),
+    ttlSeconds: Type.Optional(TtlSeconds("seconds until each fork is released; capped by the class's maxTtlSeconds")),
   },
   { additionalProperties: false },
 );

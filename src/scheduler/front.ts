@@ -47,7 +47,7 @@ import {
   HOST_ID,
   HOST_ID_PATTERN,
 } from "../protocol/ids.ts";
-import { identify, tokenDigest, type Identity } from "./manifestSchema.ts";
+import { identify, tokenDigest, type Identity, type WorkloadClass } from "./manifestSchema.ts";
 import { GLOBAL, type SchedulerEnv } from "./env.ts";
 
 /** Most workload class names an UNKNOWN_WORKLOAD_CLASS detail lists (its `extra.knownClasses` has them all). */
@@ -169,20 +169,8 @@ export class SchedulerFront {
     body: CreateAllocationBody,
   ): Promise<{ created: boolean; view: AllocationView }> {
     requireRole(who, "controller");
-    const cls = this.manifest.workloadClasses[body.workloadClass];
-    if (!cls) {
-      // The caller may see the class names (GET /v1/.well-known/beachball lists them too); the detail names the first few, extra all (at most MAX_WORKLOAD_CLASSES).
-      const known = Object.keys(this.manifest.workloadClasses);
-      const named =
-        known.slice(0, KNOWN_CLASSES_IN_DETAIL).join(", ") +
-        (known.length > KNOWN_CLASSES_IN_DETAIL ? ` and ${known.length - KNOWN_CLASSES_IN_DETAIL} more` : "");
-      throw new BeachballError(
-        "UNKNOWN_WORKLOAD_CLASS",
-        `unknown workload class ${JSON.stringify(body.workloadClass)}; known classes: ${named || "none"}`,
-        { knownClasses: known },
-      );
-    }
-    return this.createOf(who, body, digestOf(canonicalJson(body)), {
+    const cls = this.workloadClass(body.workloadClass);
+    return this.createOf(who, body, cls, digestOf(canonicalJson(body)), {
       cpuMillis: cls.cpuMillis,
       memoryMiB: cls.memoryMiB,
       ephemeralDiskMiB: cls.ephemeralDiskMiB,
@@ -191,14 +179,32 @@ export class SchedulerFront {
     });
   }
 
-  /** Creates (or replays) the allocation of `body` with `spec` and the body digest `bodyDigest`, of a class the manifest lists. */
+  /** The manifest's workload class `name`. Throws UNKNOWN_WORKLOAD_CLASS naming the known ones. */
+  private workloadClass(name: string): WorkloadClass {
+    const cls = this.manifest.workloadClasses[name];
+    if (!cls) {
+      // The caller may see the class names (GET /v1/.well-known/beachball lists them too); the detail names the first few, extra all (at most MAX_WORKLOAD_CLASSES).
+      const known = Object.keys(this.manifest.workloadClasses);
+      const named =
+        known.slice(0, KNOWN_CLASSES_IN_DETAIL).join(", ") +
+        (known.length > KNOWN_CLASSES_IN_DETAIL ? ` and ${known.length - KNOWN_CLASSES_IN_DETAIL} more` : "");
+      throw new BeachballError(
+        "UNKNOWN_WORKLOAD_CLASS",
+        `unknown workload class ${JSON.stringify(name)}; known classes: ${named || "none"}`,
+        { knownClasses: known },
+      );
+    }
+    return cls;
+  }
+
+  /** Creates (or replays) the allocation of `body` (of class `cls`) with `spec` and the body digest `bodyDigest`. */
   private createOf(
     who: Identity,
     body: CreateAllocationBody,
+    cls: WorkloadClass,
     bodyDigest: string,
     spec: PlacementSpec,
   ): Promise<{ created: boolean; view: AllocationView }> {
-    const cls = this.manifest.workloadClasses[body.workloadClass]!;
     const allocationId = allocationIdFor(who.id, body.clientRequestId);
     const timeouts = this.env.config.timeouts;
     const ttlSeconds = Math.min(
@@ -254,16 +260,11 @@ export class SchedulerFront {
     const replayed = await this.forkReplay(who, bodies, digests);
     if (replayed) return { created: false, items: replayed };
     const parent = await this.env.Allocation.get(parentId).forkSource(who.id, allowConsumedPayload);
-    if (!this.manifest.workloadClasses[parent.workloadClass])
-      throw new BeachballError(
-        "UNKNOWN_WORKLOAD_CLASS",
-        `workload class ${JSON.stringify(parent.workloadClass)} of the parent is no longer in the manifest`,
-        { knownClasses: Object.keys(this.manifest.workloadClasses) },
-      );
+    const cls = this.workloadClass(parent.workloadClass); // a class gone from the manifest takes no new allocations
     const items: AllocationView[] = [];
     for (const [i, b] of bodies.entries())
       items.push(
-        (await this.createOf(who, { ...b, workloadClass: parent.workloadClass }, digests[i]!, parent.spec)).view,
+        (await this.createOf(who, { ...b, workloadClass: parent.workloadClass }, cls, digests[i]!, parent.spec)).view,
       );
     return { created: true, items };
   }

@@ -13,9 +13,9 @@
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { createHash } from "node:crypto";
-import type { EnrollResponse } from "../../src/protocol/agent.ts";
 import { startSchedulerOn, type SchedulerUnderTest } from "../support/schedulerHosts.ts";
 import { ScriptedAgent } from "../support/scriptedAgent.ts";
+import { enrollTestHost } from "../support/scheduler.ts";
 
 let s: SchedulerUnderTest;
 let agent: ScriptedAgent;
@@ -27,22 +27,10 @@ const codeOf = (p: Promise<unknown>) =>
     (e: { code?: string }) => e.code ?? String(e),
   );
 
+/** Enrolls `hostId` with room for a parent and its forks, and its scripted agent. */
 async function enroll(hostId: string): Promise<ScriptedAgent> {
-  const token = await s.operator.enrollmentToken(hostId);
   const cap = { cpuMillis: 8000, memoryMiB: 8192, ephemeralDiskMiB: 65536, maxPlacements: 8 };
-  const res = await fetch(`${s.url}/v1/agents/enroll`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({
-      token: token.token,
-      capacity: cap,
-      region: "local",
-      architecture: "x86_64",
-      agentProtocolVersion: "1.0",
-      vmmDriver: "qemu-microvm",
-    }),
-  });
-  const enrolled = (await res.json()) as EnrollResponse;
+  const enrolled = await enrollTestHost(s, hostId, cap);
   const a = new ScriptedAgent(s.url, hostId, enrolled.credential);
   await a.poll();
   await s.operator.setHostState(hostId, "activate").catch(() => undefined);

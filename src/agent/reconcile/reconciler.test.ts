@@ -2,8 +2,9 @@
  * The placement reconciler alone (no control loop, no housekeeping) over
  * fake ports: Start refuses to launch once the execution lease has ended,
  * the injected bug (src/agent/debug.ts) launches anyway, a halted
- * reconciler records nothing, and a VM that ends on its own is reported
- * with its diagnosis and its console kept.
+ * reconciler records nothing, a VM that ends on its own is reported
+ * with its diagnosis and its console kept, and a fork (issue 21) restores
+ * its parent's snapshot from links in its own directory.
  */
 import { afterAll, expect, test } from "bun:test";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
@@ -121,4 +122,63 @@ test("a VM that ends on its own is reported VM_EXITED with its diagnosis; Stop k
   expect(files).toHaveLength(1);
   expect(readFileSync(join(kept, files[0]!), "utf8")).toContain("Kernel panic");
   expect(statSync(join(kept, files[0]!)).mode & 0o777).toBe(0o600);
+});
+
+test("a fork restores its suspended parent's snapshot from links in its own directory; a fork of a parent not suspended at that generation is SNAPSHOT_MISSING", async () => {
+  const { tl, store, reconciler, host } = rig("fork");
+  const spec = {
+    cpuMillis: 1000,
+    memoryMiB: 256,
+    ephemeralDiskMiB: 1024,
+    imageDigest: `sha256:${"b".repeat(64)}`,
+    suspendable: true,
+  };
+  const give = (allocationId: string, placementId: string, type: AgentCommand["type"], extra = {}) => {
+    const cmd: AgentCommand = {
+      commandId: `${placementId}:${type}:1`,
+      type,
+      allocationId,
+      placementId,
+      generation: 1,
+      agentEpoch: "e",
+      leaseExpiresAt: new Date(tl.clock.wallMs() + 600_000).toISOString(),
+      spec: { ...spec, ...extra },
+    };
+    store.recordCommand(
+      cmd,
+      commandDigest(cmd),
+      placementDirName("h", allocationId, placementId, 1),
+      tl.clock.wallMs(),
+    );
+    reconciler.kick(placementId);
+  };
+  give("a", "p", "ensure_present");
+  await tl.advance(100);
+  give("a", "p", "ensure_running");
+  await tl.advance(1_000);
+  give("a", "p", "ensure_suspended");
+  await tl.advance(1_000);
+  const parent = store.placement("p")!;
+  expect(parent.observed).toBe("suspended");
+
+  const forkOf = { allocationId: "a", placementId: "p", generation: 1, hostId: "h", payloadAllowed: true };
+  give("b", "f", "ensure_present", { forkOf });
+  await tl.advance(100);
+  const fork = store.placement("f")!;
+  expect(fork.observed).toBe("prepared");
+  const snapshot = JSON.parse(fork.snapshotJson!) as { dir: string };
+  expect(snapshot.dir).toBe(join(work, "fork", fork.dirName, "snapshot-fork"));
+  const parentSnapshot = JSON.parse(parent.snapshotJson!) as { dir: string };
+  expect(readdirSync(parentSnapshot.dir).length).toBeGreaterThan(0);
+  for (const name of readdirSync(parentSnapshot.dir))
+    expect(statSync(join(snapshot.dir, name)).ino).toBe(statSync(join(parentSnapshot.dir, name)).ino);
+  give("b", "f", "ensure_running", { forkOf });
+  await tl.advance(1_000);
+  expect(store.placement("f")?.observed).toBe("running");
+  expect(host.running().map((vm) => vm.identity.allocationId)).toEqual(["b"]);
+  expect(store.placement("p")?.observed).toBe("suspended"); // the parent is untouched
+
+  give("c", "g", "ensure_present", { forkOf: { ...forkOf, generation: 2 } });
+  await tl.advance(100);
+  expect(store.placement("g")).toMatchObject({ observed: "error", errorCode: "SNAPSHOT_MISSING" });
 });

@@ -82,6 +82,8 @@ export class PlacementReconciler {
   private readonly runners = new Map<string, Promise<void>>();
   /** Disk clones of forks in flight, by parent placement ID: the parent's restore waits for them (issue 21). */
   private readonly forkCopies = new Map<string, Promise<void>>();
+  /** Suspended placements whose restore has begun: a fork of one is refused (SNAPSHOT_MISSING), its disks are about to change. */
+  private readonly restoring = new Set<string>();
   /** VMM launches in flight: a stop waits for each, so no started VM goes unrecorded. */
   private readonly launches = new Set<Promise<unknown>>();
   private readonly debug: AgentDebug;
@@ -294,21 +296,24 @@ export class PlacementReconciler {
     }
     p = this.current(placementId);
     if (p.desired === "running" && p.observed === "prepared") {
-      const forkSnapshot = ref.spec.forkOf && p.snapshotJson ? (JSON.parse(p.snapshotJson) as VmSnapshot) : null;
-      const clock = ctx.clock ?? this.deps.clock;
-      await this.driveStart(placementId, live, (hooks) =>
-        forkSnapshot
-          ? restorePlacement(this.deps.ctx, ref, forkSnapshot, hooks, clock)
-          : startPlacement(this.deps.ctx, ref, hooks),
-      );
+      if (!ref.spec.forkOf) await this.driveStart(placementId, live, (hooks) => startPlacement(ctx, ref, hooks));
+      else if (!p.snapshotJson)
+        this.observe(p, "error", { errorCode: "SNAPSHOT_MISSING" }); // a fork never boots its parent's disks cold
+      else {
+        const snapshot = JSON.parse(p.snapshotJson) as VmSnapshot;
+        const clock = ctx.clock ?? this.deps.clock;
+        await this.driveStart(placementId, live, (hooks) => restorePlacement(ctx, ref, snapshot, hooks, clock));
+      }
     }
     this.kickIfGone(placementId);
   }
 
   /**
    * Prepare of a fork (issue 21): its parent must be suspended on this host
-   * at the generation the command names, with its snapshot; the parent's
-   * restore waits while its disks are cloned (forkCopies). Records the
+   * at the generation the command names, with its snapshot, and not being
+   * restored (`restoring`); the parent's restore waits while its disks are
+   * cloned (`forkCopies`). Both checks and the registration run before the
+   * first await, so a clone never overlaps the parent running. Records the
    * fork's own snapshot on its placement. Throws AgentError
    * SNAPSHOT_MISSING, or what prepareFork throws.
    */
@@ -320,7 +325,8 @@ export class PlacementReconciler {
       parent.allocationId !== src.allocationId ||
       parent.generation !== src.generation ||
       parent.observed !== "suspended" ||
-      !parent.snapshotJson
+      !parent.snapshotJson ||
+      this.restoring.has(src.placementId)
     )
       throw new AgentError(
         "SNAPSHOT_MISSING",
@@ -328,11 +334,7 @@ export class PlacementReconciler {
         { subsystem: "vmm" },
       );
     const copy = prepareFork(this.deps.ctx, ref, parent.dirName, JSON.parse(parent.snapshotJson) as VmSnapshot);
-    const held = copy.then(
-      () => undefined,
-      () => undefined,
-    );
-    const all = Promise.all([this.forkCopies.get(src.placementId), held]).then(() => {
+    const all = Promise.allSettled([this.forkCopies.get(src.placementId), copy]).then(() => {
       if (this.forkCopies.get(src.placementId) === all) this.forkCopies.delete(src.placementId);
     });
     this.forkCopies.set(src.placementId, all);
@@ -429,8 +431,15 @@ export class PlacementReconciler {
         return true;
       }
       const clock = this.deps.ctx.clock ?? this.deps.clock;
-      await this.forkCopies.get(placementId); // a fork cloning this VM's disks finishes first
-      await this.driveStart(placementId, live, (hooks) => restorePlacement(this.deps.ctx, ref, snapshot, hooks, clock));
+      this.restoring.add(placementId); // from here on no fork clones this VM's disks
+      try {
+        await this.forkCopies.get(placementId); // the clones already under way finish first
+        await this.driveStart(placementId, live, (hooks) =>
+          restorePlacement(this.deps.ctx, ref, snapshot, hooks, clock),
+        );
+      } finally {
+        this.restoring.delete(placementId);
+      }
       return true;
     }
     return false;

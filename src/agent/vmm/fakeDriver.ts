@@ -11,7 +11,8 @@
  * console text a test asks a dying VM to leave).
  */
 import { createHash } from "node:crypto";
-import { appendFileSync } from "node:fs";
+import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import {
   GUEST_CMDLINE_KEYS,
   JOB_EXIT_MARKER,
@@ -102,6 +103,9 @@ interface FakeSnapshotState {
   memoryMiB: number;
 }
 
+/** The file in a fake snapshot's directory that names its saved state (FakeVmHost.suspend). */
+export const FAKE_SNAPSHOT_FILE = "fake-snapshot.key";
+
 /** The simulated machine: every fake VM on it, whichever agent process launched it. */
 export class FakeVmHost {
   /** VMs by instance ID (exited ones are removed). */
@@ -169,8 +173,14 @@ export class FakeVmHost {
     return true;
   }
 
-  /** Saves a VM's memory into `dir` and ends it (issue 21). */
+  /**
+   * Saves a VM's memory into `dir` and ends it (issue 21). When `dir`
+   * exists on disk, a file there names the saved state, as a real
+   * snapshot's files hold it: a copy or a link of the directory's files
+   * (a fork's, placementOps.prepareFork) restores the same state.
+   */
   suspend(vm: FakeVm, dir: string): void {
+    if (existsSync(dir)) writeFileSync(join(dir, FAKE_SNAPSHOT_FILE), dir);
     this.snapshots.set(dir, {
       identity: { ...vm.identity },
       consumed: new Map(vm.consumed),
@@ -373,7 +383,10 @@ export class FakeVmmDriver implements VmmDriver {
 
   /** Starts a VM from a snapshot the fake host kept, after the launch delay. Throws SNAPSHOT_INCOMPATIBLE for another size, VMM_START_FAILED for none. */
   async restore(spec: VmSpec, snapshot: VmSnapshot): Promise<VmHandle> {
-    const state = this.host.snapshots.get(snapshot.dir);
+    const marker = join(snapshot.dir, FAKE_SNAPSHOT_FILE);
+    const state =
+      this.host.snapshots.get(snapshot.dir) ??
+      (existsSync(marker) ? this.host.snapshots.get(readFileSync(marker, "utf8")) : undefined);
     if (!state) throw vmmError(`no fake snapshot at ${snapshot.dir}`);
     if (state.memoryMiB !== spec.memoryMiB)
       throw new AgentError("SNAPSHOT_INCOMPATIBLE", `fake snapshot of ${state.memoryMiB} MiB, VM of ${spec.memoryMiB}`);
