@@ -7,7 +7,7 @@
  * value to a file every 200 ms.
  *
  * Checked: `bb allocation pause --wait` ends paused and the host's free CPU
- * grows by the VM's 1000 millicores in `bb host list`'s data; after
+ * grows by the VM's 500 millicores in `bb host list`'s data; after
  * `resume --wait` the counter carries on from where it was (the same
  * process). `suspend --wait` ends suspended, the host's free CPU and
  * memory grow by the VM's, its disk does not; `resume --wait` brings it
@@ -15,7 +15,11 @@
  * new generation), the counter's process the same PID and its count
  * carried on. A second suspend of the restored VM is refused
  * (VMM_UNSUPPORTED: QEMU keeps a restored VM's memory private) and it
- * keeps running. Needs root, QEMU, squashfs-tools, mmdebstrap (first
+ * keeps running. While it is suspended, a fork without
+ * --allow-consumed-payload is refused (PAYLOAD_CONSUMED) and two with it
+ * are ready on the same host, each with the counter's process and count,
+ * its own ID and its own IPv6 address (the parent's gone from its eth0),
+ * reachable by `bb exec`; their release frees what they took. Needs root, QEMU, squashfs-tools, mmdebstrap (first
  * run), nft.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
@@ -35,21 +39,31 @@ const PAYLOAD = [
   "",
 ].join("\n");
 
+/** The class's CPU, millicores. */
+const CPU = 500;
+
 let world: ExecWorld;
 
-/** The counter's value and its process (PID, and whether it is alive), read through `bb exec`. */
-async function counter(): Promise<{ value: number; pid: number; alive: boolean }> {
+/**
+ * The counter's value and its process (PID, and whether it is alive), and
+ * eth0's global IPv6 addresses (/proc/net/if_inet6, 32 hex digits each),
+ * read through `bb exec`.
+ */
+async function counter(
+  allocationId = world.allocationId,
+): Promise<{ value: number; pid: number; alive: boolean; ipv6: string[] }> {
   const r = await world.bb([
     "exec",
-    world.allocationId,
+    allocationId,
     "--",
     "sh",
     "-c",
-    "cat /run/bb-counter; p=$(cat /run/bb-counter.pid); echo $p; kill -0 $p && echo alive || echo dead",
+    "cat /run/bb-counter; p=$(cat /run/bb-counter.pid); echo $p; kill -0 $p && echo alive || echo dead; " +
+      'while read a i l s f d; do [ "$d" = eth0 ] && [ "$s" = 00 ] && echo $a; done < /proc/net/if_inet6; true',
   ]);
   if (r.code !== 0) throw new Error(`bb exec exited ${r.code}: ${r.err}\nagent:\n${tail(world.agentLog)}`);
-  const [value, pid, alive] = r.out.toString().trim().split("\n");
-  return { value: Number(value), pid: Number(pid), alive: alive === "alive" };
+  const [value, pid, alive, ...ipv6] = r.out.toString().trim().split("\n");
+  return { value: Number(value), pid: Number(pid), alive: alive === "alive", ipv6: ipv6.sort() };
 }
 
 /** This host's free capacity, as `bb host list --json` shows it. */
@@ -80,6 +94,8 @@ d("pause, suspend and resume through bb (real QEMU)", () => {
       log: (m) => console.log(`pause-suspend.test: ${m}`),
       suspendable: true,
       memoryMiB: 256,
+      cpuMillis: CPU, // two forks fit beside the suspended parent on a 2-core host
+      maxPlacements: 3, // the suspended parent keeps its slot while its forks run
     });
     for (const t of world.timings) console.log(`pause-suspend.test: ${t}`);
   }, 1_200_000);
@@ -95,7 +111,7 @@ d("pause, suspend and resume through bb (real QEMU)", () => {
     const paused = await transition("pause");
     expect(paused.state).toBe("paused");
     const whilePaused = await free();
-    expect(whilePaused.cpuMillis).toBe(running.cpuMillis + 1000);
+    expect(whilePaused.cpuMillis).toBe(running.cpuMillis + CPU);
     expect(whilePaused.memoryMiB).toBe(running.memoryMiB);
     await Bun.sleep(2000);
     const resumed = await transition("resume");
@@ -115,9 +131,67 @@ d("pause, suspend and resume through bb (real QEMU)", () => {
     const suspended = await transition("suspend");
     expect(suspended.state).toBe("suspended");
     const whileSuspended = await free();
-    expect(whileSuspended.cpuMillis).toBe(running.cpuMillis + 1000);
+    expect(whileSuspended.cpuMillis).toBe(running.cpuMillis + CPU);
     expect(whileSuspended.memoryMiB).toBe(running.memoryMiB + 256);
     expect(whileSuspended.ephemeralDiskMiB).toBe(running.ephemeralDiskMiB);
+
+    // Forks: refused without the flag (the parent consumed its payload), then two forks restored from the
+    // snapshot on the same host, each with the parent's memory (the counter's process and count) under its own
+    // identity and address, reachable by `bb exec`; releasing them frees what they took.
+    const parentIpv6 = before.ipv6;
+    expect(parentIpv6.length).toBe(1);
+    const refused = await world.bb(["allocation", "fork", world.allocationId, "--json"]);
+    expect(refused.code).not.toBe(0);
+    expect(refused.err.toString()).toContain("PAYLOAD_CONSUMED");
+    const t = performance.now();
+    const forked = await world.bb([
+      "allocation",
+      "fork",
+      world.allocationId,
+      "--count",
+      "2",
+      "--allow-consumed-payload",
+      "--wait",
+      "--timeout",
+      "300",
+      "--json",
+    ]);
+    console.log(`pause-suspend.test: bb allocation fork --count 2 --wait took ${Math.round(performance.now() - t)} ms`);
+    if (forked.code !== 0)
+      throw new Error(`bb allocation fork exited ${forked.code}: ${forked.err}\nagent:\n${tail(world.agentLog)}`);
+    const forks = (JSON.parse(forked.out.toString()) as { items: AllocationView[] }).items;
+    expect(forks.length).toBe(2);
+    const seen = new Set<string>(parentIpv6);
+    for (const child of forks) {
+      expect(child.allocationId).not.toBe(world.allocationId);
+      expect(child).toMatchObject({ state: "ready", hostId: suspended.hostId });
+      const inFork = await counter(child.allocationId);
+      expect(inFork.pid).toBe(before.pid);
+      expect(inFork.alive).toBe(true);
+      expect(inFork.value).toBeGreaterThanOrEqual(before.value);
+      expect(inFork.ipv6.length).toBe(1); // its own address only: the parent's is gone
+      expect(seen.has(inFork.ipv6[0]!)).toBe(false);
+      seen.add(inFork.ipv6[0]!);
+      const created = (await world.controller.events(child.allocationId, 0, 200)).find(
+        (e) => e.type === "allocation.created",
+      );
+      expect(created?.data).toMatchObject({ forkOf: world.allocationId, forkGeneration: suspended.generation });
+    }
+    expect(forks[0]!.allocationId).not.toBe(forks[1]!.allocationId);
+    for (const child of forks) {
+      const gone = await world.bb([
+        "allocation",
+        "release",
+        child.allocationId,
+        "--wait",
+        "--timeout",
+        "120",
+        "--json",
+      ]);
+      expect(gone.code).toBe(0);
+    }
+    expect(await free()).toEqual(whileSuspended);
+
     const resumed = await transition("resume");
     expect(resumed).toMatchObject({ state: "ready", generation: suspended.generation + 1 });
     expect(await free()).toEqual(running);

@@ -68,6 +68,8 @@ export interface ExecWorldOptions {
   suspendable?: boolean;
   /** The `box` class's memory, MiB (default 512). */
   memoryMiB?: number;
+  /** The `box` class's CPU, millicores (default 1000). */
+  cpuMillis?: number;
 }
 
 /** A running world; `stop()` tears every part down. */
@@ -321,7 +323,7 @@ export async function startExecWorld(o: ExecWorldOptions): Promise<ExecWorld> {
     const m = JSON.parse(readFileSync(dev.manifestPath, "utf8"));
     m.workloadClasses = {
       box: {
-        cpuMillis: 1000,
+        cpuMillis: o.cpuMillis ?? 1000,
         memoryMiB: o.memoryMiB ?? 512,
         ephemeralDiskMiB: 2048,
         imageDigest: built.digest,

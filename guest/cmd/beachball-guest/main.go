@@ -40,6 +40,7 @@ import (
 	"beachball/guest/internal/console"
 	"beachball/guest/internal/identity"
 	"beachball/guest/internal/keys"
+	"beachball/guest/internal/netconf"
 	"beachball/guest/internal/pid1"
 	"beachball/guest/internal/restore"
 	"beachball/guest/internal/sysinit"
@@ -190,6 +191,12 @@ func main() {
 	effects := restore.Effects{System: restore.Kernel{}}
 	if testSocket != "" {
 		effects.System = &restore.Recorder{}
+	} else {
+		// The network the boot configured (by this guest or the init scripts, from the same keys), which a
+		// restore from another placement's snapshot moves onto its own; never in test mode (the host's network).
+		line, _ := os.ReadFile(cmdline)
+		bootNet, _ := netconf.FromCmdline(string(line))
+		effects.Net = netconf.NewLive(bootNet)
 	}
 	steps.mark("identity and plan")
 	if testSocket == "" || os.Getenv(testControlEnv) != "" {

@@ -257,6 +257,39 @@ func (n *Netlink) AddAddress(name string, ip net.IP, prefixLen int) error {
 	return err
 }
 
+// Delete removes, from eth0, the neighbour entry of ip (neighbour true:
+// RTM_DELNEIGH, ARP or neighbour discovery, so the next packet resolves its
+// link-layer address afresh) or the address ip/prefixLen (RTM_DELADDR). One
+// that is not there is not an error (ENOENT, EADDRNOTAVAIL).
+func (n *Netlink) Delete(neighbor bool, ip net.IP, prefixLen int) error {
+	idx, err := ifindex(Interface)
+	if err != nil {
+		return err
+	}
+	family, raw := familyOf(ip)
+	var msg []byte
+	typ := uint16(syscall.RTM_DELADDR)
+	if neighbor {
+		// struct ndmsg (linux/neighbour.h): family, 3 pad bytes, ifindex, state, flags, type; NDA_DST is 1.
+		msg = make([]byte, 12)
+		msg[0] = family
+		*(*int32)(unsafe.Pointer(&msg[4])) = int32(idx)
+		msg = attr(msg, 1, raw)
+		typ = syscall.RTM_DELNEIGH
+	} else {
+		msg = make([]byte, syscall.SizeofIfAddrmsg)
+		a := (*syscall.IfAddrmsg)(unsafe.Pointer(&msg[0]))
+		a.Family, a.Prefixlen, a.Index = family, uint8(prefixLen), uint32(idx)
+		msg = attr(msg, syscall.IFA_LOCAL, raw)
+		msg = attr(msg, syscall.IFA_ADDRESS, raw)
+	}
+	err = n.request(typ, 0, msg)
+	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.EADDRNOTAVAIL) {
+		return nil
+	}
+	return err
+}
+
 // AddDefaultRoute sets the main table's default route of gw's family to gw
 // through the named interface (RTM_NEWROUTE, replacing one that is there).
 func (n *Netlink) AddDefaultRoute(name string, gw net.IP) error {

@@ -149,3 +149,51 @@ func TestApplyWithoutAddressesOnlyBringsLoopbackUpAndAMissingEth0IsAnError(t *te
 		}
 	})
 }
+
+func TestLiveApplyMovesEth0ToAForksAddressAndForgetsTheRoutersNeighbourEntries(t *testing.T) {
+	inNetns(t, func() {
+		boot, _ := FromCmdline("beachball.ipv4=10.0.0.2/30 beachball.gateway=10.0.0.1 beachball.ipv6=fd00:bb::7 beachball.ipv6_router=fe80::1")
+		if err := Apply(boot); err != nil {
+			t.Fatalf("Apply: %v", err)
+		}
+		// The entries a restored VM wakes with: its parent's host TAP's MAC for both routers.
+		run(t, "ip", "neigh", "replace", "10.0.0.1", "lladdr", "02:00:00:00:00:01", "dev", Interface)
+		run(t, "ip", "neigh", "replace", "fe80::1", "lladdr", "02:00:00:00:00:01", "dev", Interface)
+		l := NewLive(boot)
+		same, _ := FromCmdline("beachball.ipv6=fd00:bb::7")
+		if err := l.Apply(same); err != nil { // a resume on its own placement: nothing moves
+			t.Errorf("Apply same: %v", err)
+		}
+		if out := run(t, "ip", "neigh", "show", "dev", Interface); strings.Contains(out, "02:00:00:00:00:01") {
+			t.Errorf("neighbour entries kept: %s", out)
+		}
+		fork, _ := FromCmdline("beachball.ipv6=fd00:bb::9")
+		if err := l.Apply(Config{IPv6: fork.IPv6, IPv6Router: net.ParseIP("fe80::1")}); err != nil {
+			t.Errorf("Apply fork: %v", err)
+		}
+		addrs := run(t, "ip", "-o", "addr", "show", "dev", Interface)
+		if !strings.Contains(addrs, "inet6 fd00:bb::9/128") || strings.Contains(addrs, "fd00:bb::7") {
+			t.Errorf("addresses after the move: %s", addrs)
+		}
+		if !strings.Contains(addrs, "inet 10.0.0.2/30") {
+			t.Errorf("IPv4 lost: %s", addrs)
+		}
+		if out := run(t, "ip", "-6", "route", "show", "default"); !strings.Contains(out, "default via fe80::1 dev eth0") {
+			t.Errorf("IPv6 route: %q", out)
+		}
+		if c := l.Current(); !c.IPv6.Equal(fork.IPv6) || c.IPv4 == nil {
+			t.Errorf("Current: %+v", c)
+		}
+		moved, _ := FromCmdline("beachball.ipv4=10.0.1.2/30 beachball.gateway=10.0.1.1")
+		if err := l.Apply(moved); err != nil {
+			t.Errorf("Apply IPv4 move: %v", err)
+		}
+		addrs = run(t, "ip", "-o", "addr", "show", "dev", Interface)
+		if !strings.Contains(addrs, "inet 10.0.1.2/30") || strings.Contains(addrs, "10.0.0.2") {
+			t.Errorf("IPv4 after the move: %s", addrs)
+		}
+		if out := run(t, "ip", "-4", "route", "show", "default"); !strings.Contains(out, "default via 10.0.1.1 dev eth0") {
+			t.Errorf("IPv4 route: %q", out)
+		}
+	})
+}

@@ -20,10 +20,10 @@ var IPv6Router = net.ParseIP("fe80::1")
 // leaves that part of eth0 as it was; DNS is never set by a restore.
 type Network = netconf.Config
 
-// NetConfigurer applies a Network to eth0. None is plugged in yet: a restore
-// stays on its host in this step (issue 21), and moving a VM needs the old
-// addresses removed before guest/internal/netconf adds the new ones. Apply
-// returns an error for people when a step failed; the guest reports it on the console.
+// NetConfigurer applies a Network to eth0: netconf.Live in a VM (it moves a
+// fork off its parent's address and neighbour entries), none in test mode.
+// Apply returns an error for people when a step failed; the guest reports it
+// on the console.
 type NetConfigurer interface {
 	Apply(n Network) error
 }
