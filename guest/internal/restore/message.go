@@ -4,7 +4,7 @@
 // another VM's memory needs before it can be trusted again: new entropy in
 // the kernel's pool, CLOCK_REALTIME stepped to the host's clock (System,
 // with Kernel in a VM and Recorder in test mode), the new placement's
-// network (NetConfigurer, plugged in by the lead) and the new identity for
+// network (NetConfigurer: netconf.Live in a VM) and the new identity for
 // the control service (IdentitySink). Package boot calls it and answers
 // with a fresh guest_ready.
 // Must never: touch the kernel or the clock in test mode, or print the nonce.
