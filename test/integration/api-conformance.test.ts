@@ -9,7 +9,6 @@
  * ~5 s on workerd).
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { createHash } from "node:crypto";
 import { Value } from "@sinclair/typebox/value";
 import { SchedulerClient } from "../../src/client/index.ts";
 import { ROUTES, type RouteSpec } from "../../src/scheduler/routes.ts";
@@ -230,21 +229,7 @@ async function networkingRoutes(run: Run): Promise<void> {
 /** A bootstrap delivery, the read and admin routes, and the release. */
 async function deliveryAndAdmin(run: Run): Promise<void> {
   const { controller, operator, agent, allocationId, present } = run;
-  const payload = "echo conformance";
-  const digest = `sha256:${createHash("sha256").update(payload).digest("hex")}`;
-  const delivery = controller.deliver(allocationId, {
-    deliveryId: "conf-d",
-    generation: 1,
-    contentType: "text/x-shellscript",
-    payloadBase64: Buffer.from(payload).toString("base64"),
-  });
-  for (let i = 0; i < 20 && agent.deliveries.length === 0; i++) await agent.poll(200);
-  await agent.send({
-    deliveryAcks: [
-      { deliveryId: "conf-d", placementId: present.placementId, generation: 1, result: "consumed", digest },
-    ],
-  });
-  await delivery;
+  await agent.consumeDelivery(controller, allocationId, present.placementId, "conf-d", "echo conformance");
 
   await controller.list();
   await controller.get(allocationId);

@@ -12,7 +12,6 @@
  * payloadAllowed with it.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
-import { createHash } from "node:crypto";
 import { startSchedulerOn, type SchedulerUnderTest } from "../support/schedulerHosts.ts";
 import { ScriptedAgent } from "../support/scriptedAgent.ts";
 import { enrollTestHost } from "../support/scheduler.ts";
@@ -46,21 +45,7 @@ async function ready(key: string, payload = false): Promise<string> {
   await agent.report(present, "running");
   await s.controller.waitFor(view.allocationId, (v) => v.state === "ready", { timeoutMs: 5000 });
   if (payload) {
-    const payloadText = "echo hi";
-    const digest = `sha256:${createHash("sha256").update(payloadText).digest("hex")}`;
-    const delivery = s.controller.deliver(view.allocationId, {
-      deliveryId: `${key}-d`,
-      generation: 1,
-      contentType: "text/x-shellscript",
-      payloadBase64: Buffer.from(payloadText).toString("base64"),
-    });
-    for (let i = 0; i < 20 && agent.deliveries.length === 0; i++) await agent.poll(200);
-    await agent.send({
-      deliveryAcks: [
-        { deliveryId: `${key}-d`, placementId: present.placementId, generation: 1, result: "consumed", digest },
-      ],
-    });
-    await delivery;
+    await agent.consumeDelivery(s.controller, view.allocationId, present.placementId, `${key}-d`, "echo hi");
     agent.deliveries.length = 0;
   }
   return view.allocationId;

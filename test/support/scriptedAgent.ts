@@ -12,7 +12,9 @@ import type {
   PlacementUpdate,
   PollResponse,
 } from "../../src/protocol/agent.ts";
+import { createHash } from "node:crypto";
 import { ControlClient } from "../../src/agent/controlClient.ts";
+import type { SchedulerClient } from "../../src/client/index.ts";
 
 /** See the module header. */
 export class ScriptedAgent {
@@ -29,6 +31,31 @@ export class ScriptedAgent {
     credential: string,
   ) {
     this.client = new ControlClient(url, hostId, credential);
+  }
+
+  /**
+   * Has `controller` deliver `payload` (a shell script) to `allocationId`'s
+   * generation 1 under `deliveryId`, polls until it arrives and acks it
+   * `consumed` from `placementId` with its SHA-256, then waits for the
+   * delivery call's answer.
+   */
+  async consumeDelivery(
+    controller: SchedulerClient,
+    allocationId: string,
+    placementId: string,
+    deliveryId: string,
+    payload: string,
+  ): Promise<void> {
+    const digest = `sha256:${createHash("sha256").update(payload).digest("hex")}`;
+    const delivery = controller.deliver(allocationId, {
+      deliveryId,
+      generation: 1,
+      contentType: "text/x-shellscript",
+      payloadBase64: Buffer.from(payload).toString("base64"),
+    });
+    for (let i = 0; i < 20 && this.deliveries.length === 0; i++) await this.poll(200);
+    await this.send({ deliveryAcks: [{ deliveryId, placementId, generation: 1, result: "consumed", digest }] });
+    await delivery;
   }
 
   /** One poll (short park); records commands and deliveries. */
