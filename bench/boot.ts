@@ -15,11 +15,19 @@
  * marker → QEMU exit. Ratios are Beachball ÷ bare: of the medians, and the
  * median of each run's ratio to the bare boot right after it.
  *
+ * With `tpl` in BB_BENCH_IMAGES (issue 21, "Templates"; ADR 0182), for the
+ * dev image at 256 MiB: create → payload done of a templated class (its
+ * first create, the warm-up, makes the template) beside a cold boot of the
+ * same image and size, alternating, with their ratio (goal ≤ 0.3); and for a
+ * suspendable class the latencies of suspend (suspend requested →
+ * placement.suspended) and resume (resume requested → placement.running),
+ * with a medians of BB_BENCH_RUNS (at least 5 here).
+ *
  * Run as root under the machine-wide lock:
  *   flock /tmp/bb-heavy.lock node_modules/.bin/bun bench/boot.ts
  * BB_BENCH_RUNS (default 3) runs per image after one warm-up (which fills
  * the agent's image cache); medians are printed. BB_BENCH_IMAGES (default
- * `dev,oci,ref`) picks the images. The console of each image's last VM is
+ * `dev,oci,ref,tpl`) picks the images. The console of each image's last VM is
  * kept in .bb/bench/last-console-<class>.log, the agent's log in
  * .bb/bench/last-agent.log. Images are built into
  * .bb/bench (reused while the guest binary is unchanged).
@@ -91,7 +99,8 @@ async function images(
   if (!existsSync(keyPath)) writeFileSync(keyPath, JSON.stringify(generateSigningKey()), { mode: 0o600 });
   const key = JSON.parse(readFileSync(keyPath, "utf8")) as { privateKey: string; publicKey: string };
   const dev = await buildDevImage({ outDir: join(BENCH, "dev"), cacheDir: CACHE, bbBinaryPath: guest });
-  const tar = await ensureDebianRootfsTar(CACHE, undefined, (m) => console.log(`bench: ${m}`));
+  // The Debian root file system only the OCI and reference images need (mmdebstrap: minutes on first use).
+  const debian = () => ensureDebianRootfsTar(CACHE, undefined, (m) => console.log(`bench: ${m}`));
   const fresh = (dir: string) =>
     existsSync(join(dir, "manifest.json")) &&
     existsSync(join(dir, "bench-guest")) &&
@@ -99,7 +108,7 @@ async function images(
   const oci = join(BENCH, "oci");
   if (picked.includes("oci") && !fresh(oci)) {
     console.log("bench: building the OCI image");
-    const layout = await writeDebianOciLayout(join(BENCH, "layout"), tar);
+    const layout = await writeDebianOciLayout(join(BENCH, "layout"), await debian());
     await buildOciImage({
       input: { kind: "oci-layout", dir: layout.dir },
       outDir: oci,
@@ -115,7 +124,7 @@ async function images(
   if (picked.includes("ref") && !fresh(ref)) {
     console.log("bench: building the reference image");
     await buildReferenceImage({
-      rootfsTar: tar,
+      rootfsTar: await debian(),
       guestBinaryPath: guest,
       outDir: ref,
       cacheDir: CACHE,
@@ -213,9 +222,9 @@ async function bare(dir: string, args: string[], work: string): Promise<{ done: 
 
 async function main(): Promise<void> {
   if (process.getuid?.() !== 0) throw new Error("bench/boot.ts needs root (namespaces, TAP, QEMU)");
-  const picked = (process.env["BB_BENCH_IMAGES"] ?? "dev,oci,ref").split(",");
-  const unknown = picked.filter((p) => !["dev", "oci", "ref"].includes(p));
-  if (unknown.length) throw new Error(`BB_BENCH_IMAGES: unknown ${unknown.join(", ")} (dev, oci, ref)`);
+  const picked = (process.env["BB_BENCH_IMAGES"] ?? "dev,oci,ref,tpl").split(",");
+  const unknown = picked.filter((p) => !["dev", "oci", "ref", "tpl"].includes(p));
+  if (unknown.length) throw new Error(`BB_BENCH_IMAGES: unknown ${unknown.join(", ")} (dev, oci, ref, tpl)`);
   const img = await images(picked);
   const work = mkdtempSync(join(tmpdir(), "bb-bench-boot-"));
   const kinds: Kind[] = [
@@ -250,7 +259,7 @@ async function main(): Promise<void> {
   let agent: Role | undefined;
   try {
     const source = join(work, "source");
-    const used = kinds.filter((k) => picked.includes(k.id));
+    const used = kinds.filter((k) => picked.includes(k.id) || (k.id === "dev" && picked.includes("tpl")));
     await publishImages(
       used.map((k) => k.dir),
       source,
@@ -274,6 +283,20 @@ async function main(): Promise<void> {
         },
       ]),
     );
+    // Warm starts (issue 21): the dev image at 256 MiB, cold, from a template, and suspendable.
+    const small = {
+      cpuMillis: 1000,
+      memoryMiB: 256,
+      ephemeralDiskMiB: 1024,
+      imageDigest: `sha256:${digestOf(img.dev)}`,
+      maxTtlSeconds: 3600,
+    };
+    if (picked.includes("tpl"))
+      Object.assign(man.workloadClasses, {
+        "b-cold": small,
+        "b-tpl": { ...small, template: true },
+        "b-susp": { ...small, suspendable: true },
+      });
     writeFileSync(join(work, "manifest.json"), JSON.stringify(man));
     const tokens = JSON.parse(readFileSync(dev0.clientConfigPath, "utf8")) as { token: string; operatorToken: string };
     const probe = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: () => new Response() });
@@ -375,6 +398,7 @@ async function main(): Promise<void> {
       if (!ev.some((e) => e.type === "allocation.released"))
         throw new Error(`${cls}: not released cleanly\n${tail(agent!.log)}`);
       return {
+        allocationId: view.allocationId,
         done: at("workload.exited") - at("allocation.created"),
         release: at("allocation.released") - at("allocation.release_requested"),
         phases: phaseTimings(ev),
@@ -386,6 +410,76 @@ async function main(): Promise<void> {
     };
 
     const rows: string[][] = [];
+    const tplRows: string[] = [];
+    if (picked.includes("tpl")) {
+      const runs = Math.max(5, RUNS);
+      const startOf = async (id: string) =>
+        (await controller.events(id)).find((e) => e.type === "placement.running")?.data?.["startedFrom"];
+      console.log("bench: templates: warm-up (the first templated create makes the template)");
+      await beachball("b-cold");
+      await beachball("b-tpl");
+      const cold: number[] = [];
+      const warm: number[] = [];
+      for (let i = 0; i < runs; i++) {
+        cold.push((await beachball("b-cold")).done);
+        const w = await beachball("b-tpl");
+        warm.push(w.done);
+        // Every measured templated create must have come from the template, or the ratio means nothing.
+        const from = await startOf(w.allocationId);
+        if (from !== "template") throw new Error(`a b-tpl create started from ${String(from)}, not the template`);
+      }
+      const paired = median(warm.map((w, i) => w / cold[i]!));
+      console.log(
+        `bench: templates: create→done cold ${cold.map(Math.round).join("/")} ms, from the template ${warm.map(Math.round).join("/")} ms`,
+      );
+      tplRows.push(
+        `dev, 256 MiB | cold ${ms(median(cold))} | template ${ms(median(warm))} | ratio ${(median(warm) / median(cold)).toFixed(2)}× | paired ${paired.toFixed(2)}× (goal ≤ 0.30×)`,
+      );
+      // Suspend and resume through the whole stack: the request → the host's report.
+      const { view } = await controller.create({ clientRequestId: `bench-${randomUUID()}`, workloadClass: "b-susp" });
+      await controller.waitFor(view.allocationId, (v) => v.state === "ready", { timeoutMs: 300_000 });
+      const suspend: number[] = [];
+      const resume: number[] = [];
+      const waitFor = async (type: string, after: number) => {
+        for (let i = 0; i < 1_200; i++) {
+          const e = (await controller.events(view.allocationId, after)).find((x) => x.type === type);
+          if (e) return e;
+          await Bun.sleep(25);
+        }
+        throw new Error(`no ${type} within 30 s\n${tail(agent!.log)}`);
+      };
+      const lastSeq = async () => {
+        let seq = 0;
+        for (
+          let page = await controller.events(view.allocationId);
+          page.length;
+          page = await controller.events(view.allocationId, seq)
+        )
+          seq = page.at(-1)!.seq;
+        return seq;
+      };
+      for (let i = 0; i < runs; i++) {
+        let seq = await lastSeq();
+        await controller.suspend(view.allocationId);
+        const asked = await waitFor("allocation.suspend_requested", seq);
+        const done = await waitFor("placement.suspended", seq);
+        suspend.push(Date.parse(done.at) - Date.parse(asked.at));
+        seq = await lastSeq();
+        await controller.resume(view.allocationId);
+        const askedR = await waitFor("allocation.resume_requested", seq);
+        const doneR = await waitFor("placement.running", seq);
+        resume.push(Date.parse(doneR.at) - Date.parse(askedR.at));
+      }
+      await controller.release(view.allocationId);
+      console.log(
+        `bench: templates: suspend ${suspend.map(Math.round).join("/")} ms, resume ${resume.map(Math.round).join("/")} ms`,
+      );
+      tplRows.push(
+        `suspendable dev, 256 MiB | suspend ${ms(median(suspend))} (goal ≤ 100 ms) | resume ${ms(median(resume))} (goal ≤ 600 ms)`,
+      );
+      for (let i = 0; i < 100 && (await controller.get(view.allocationId)).state !== "released"; i++)
+        await Bun.sleep(100);
+    }
     for (const k of used) {
       console.log(`bench: ${k.name}: warm-up`);
       await beachball(k.cls);
@@ -438,6 +532,10 @@ async function main(): Promise<void> {
     ];
     console.log(head.join(" | "));
     for (const r of rows) console.log(r.join(" | "));
+    if (tplRows.length) {
+      console.log(`\nwarm starts, suspend and resume (issue 21), median of ${Math.max(5, RUNS)}\n`);
+      for (const r of tplRows) console.log(r);
+    }
   } finally {
     if (agent) await stopRole(agent);
     if (agent && existsSync(agent.log)) writeFileSync(join(BENCH, "last-agent.log"), readFileSync(agent.log));

@@ -36,6 +36,7 @@ import { AgentHealth } from "./health.ts";
 import { PlacementReconciler } from "./reconcile/reconciler.ts";
 import { ControlLoop } from "./control/controlLoop.ts";
 import { deliverBootstrap } from "./control/deliveries.ts";
+import { DEFAULT_TEMPLATE_CACHE_MAX_BYTES, TemplateStore } from "./templates.ts";
 import { Housekeeping } from "./housekeeping.ts";
 import { failedPrerequisites, recoverPlacements, type StartupPorts } from "./startup.ts";
 import { applyInventory } from "./quarantine.ts";
@@ -105,6 +106,10 @@ export interface AgentSettings {
   failedConsoleDir?: string;
   /** How long they are kept, ms (0 or absent: not kept). */
   failedConsoleRetentionMs?: number;
+  /** `<dataDir>/templates`: the host's templates (issue 21, templates.ts); absent: templated classes boot cold. */
+  templatesDir?: string;
+  /** Bound on the bytes all templates take before the least recently used go (default DEFAULT_TEMPLATE_CACHE_MAX_BYTES). */
+  templateCacheMaxBytes?: number;
   /** Deliberately injected bugs (debug.ts; tests only). */
   debug?: AgentDebug;
 }
@@ -160,7 +165,25 @@ export class Agent {
     const metrics = new AgentMetrics(() => store.livePlacements().map((p) => p.observed));
     const keepFailedConsoles =
       settings.failedConsoleDir && (settings.failedConsoleRetentionMs ?? 0) > 0 ? settings.failedConsoleDir : null;
+    const templates = settings.templatesDir ? new TemplateStore(settings.templatesDir, clock) : null;
+    if (templates) {
+      const swept = templates.sweep(); // builds an earlier process left: never finished
+      if (swept.length) log.info("removed unfinished template builds", { names: swept.join(",") });
+    }
     const ctx: PlacementContext = {
+      ...(templates
+        ? {
+            templates,
+            onTemplate: (e) =>
+              e.what === "built"
+                ? log.info("made a template", { placementId: e.placementId, template: e.detail ?? "" })
+                : log.warn("templated placement boots cold", {
+                    placementId: e.placementId,
+                    reason: e.reason ?? "",
+                    ...(e.detail ? { error: e.detail } : {}),
+                  }),
+          }
+        : {}),
       allocationsDir: settings.allocationsDir,
       driver: ports.driver,
       images: ports.images,
@@ -238,6 +261,14 @@ export class Agent {
       log,
       reconciler,
       images: ports.images,
+      ...(templates
+        ? {
+            templates: {
+              store: templates,
+              maxBytes: settings.templateCacheMaxBytes ?? DEFAULT_TEMPLATE_CACHE_MAX_BYTES,
+            },
+          }
+        : {}),
       health,
       allocationsDir: settings.allocationsDir,
       consoleBudgetBytes: settings.consoleBudgetBytes,

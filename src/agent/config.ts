@@ -102,6 +102,7 @@ export function agentPaths(dataDir: string) {
     allocations: join(dataDir, "allocations"),
     images: join(dataDir, "images"),
     failedConsoles: join(dataDir, "failed-consoles"),
+    templates: join(dataDir, "templates"),
   };
 }
 

@@ -111,6 +111,7 @@ export class AgentDaemon {
         consoleBudgetBytes: config.consoleBudgetBytes,
         ...(config.vmmSelfCheckIntervalMs ? { vmmSelfCheckIntervalMs: config.vmmSelfCheckIntervalMs } : {}),
         failedConsoleDir: p.failedConsoles,
+        templatesDir: p.templates,
         failedConsoleRetentionMs: config.failedConsoleRetentionMs ?? 0,
       },
       {

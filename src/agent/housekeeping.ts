@@ -16,6 +16,7 @@
 import type { AgentStore } from "./store.ts";
 import { errorText, type AgentLog, type Timers } from "./ports.ts";
 import type { PlacementReconciler } from "./reconcile/reconciler.ts";
+import type { TemplateStore } from "./templates.ts";
 import type { ImagePort } from "./image/imagePort.ts";
 import type { AgentHealth } from "./health.ts";
 import { trimConsoleLogAt, type ConsoleTrim } from "./vmm/consoleLog.ts";
@@ -38,6 +39,8 @@ export interface HousekeepingDeps {
   log: AgentLog;
   reconciler: PlacementReconciler;
   images: ImagePort;
+  /** The host's templates and their byte bound (issue 21): the least recently used past it are evicted. */
+  templates?: { store: TemplateStore; maxBytes: number };
   health: AgentHealth;
   allocationsDir: string;
   /** Serial console budget per placement, bytes. */
@@ -129,6 +132,15 @@ export class Housekeeping {
       store.livePlacements().map((p) => (JSON.parse(p.specJson) as { imageDigest: string }).imageDigest),
     );
     await this.deps.images.maintain(inUse);
+    if (this.deps.templates) {
+      const { store: t, maxBytes } = this.deps.templates;
+      try {
+        const gone = t.evict(maxBytes);
+        if (gone.length) this.deps.log.info("evicted templates", { templates: gone.join(","), maxBytes });
+      } catch (e) {
+        this.deps.log.warn("template eviction failed", { error: errorText(e) });
+      }
+    }
     health.cachedImages = await this.deps.images.cachedDigests().catch(() => health.cachedImages);
     if (!this.cancel) return;
     const now = clock.wallMs();

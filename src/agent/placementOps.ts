@@ -40,10 +40,19 @@ import { restoredMessage } from "./guestRestored.ts";
 import { placementDiskMiB } from "../domain/capacity.ts";
 import { GuestSession } from "./guestSession.ts";
 import type { IsolationPort } from "./isolation/isolationPort.ts";
-import type { ImagePort } from "./image/imagePort.ts";
+import type { ImagePort, ResolvedImageDir } from "./image/imagePort.ts";
 import type { AgentRandom, Timers } from "./ports.ts";
 import type { Clock } from "../protocol/clock.ts";
 import { AgentError } from "./errors.ts";
+import type { StartOrigin, TemplateFallbackReason } from "../protocol/agent.ts";
+import { ALLOCATION_ID_PREFIX, ID_HEX_DIGITS } from "../protocol/ids.ts";
+import {
+  TEMPLATE_SNAPSHOT_DIR,
+  type StoredTemplate,
+  type TemplateBuild,
+  type TemplateKey,
+  type TemplateStore,
+} from "./templates.ts";
 
 /** The ports and settings placement work runs with. */
 export interface PlacementContext {
@@ -67,6 +76,14 @@ export interface PlacementContext {
    * the guest's control service stays GUEST_NOT_READY.
    */
   controlVerificationKeys?: Readonly<Record<string, string>>;
+  /**
+   * The host's templates (issue 21, "Templates"; ADR 0182): a placement of a
+   * templated class starts from one (startWarm). Absent: such placements
+   * boot cold (TEMPLATE_UNSUPPORTED).
+   */
+  templates?: TemplateStore;
+  /** Told why a templated placement booted cold, or that a template was made (the agent log). */
+  onTemplate?: (event: { placementId: string; what: "built" | "fallback"; reason?: string; detail?: string }) => void;
   /** The agent's clock: its wall time goes to every ready guest as `clock` (GuestSession.keepClock); absent: none is sent. */
   clock?: Clock;
   /**
@@ -153,17 +170,7 @@ export async function preparePlacement(ctx: PlacementContext, ref: PlacementRef,
         imageDigest: ref.spec.imageDigest,
       }) + "\n",
     );
-    for (const f of [p.rootDisk, p.rootSquashfs, p.scratch]) rmSync(f, { force: true }); // leftovers of an interrupted Prepare
-    if (squashfs) {
-      await ctx.images.linkSharedRoot(join(image.dir, image.manifest.rootfs.path), p.rootSquashfs);
-      if (parent) await ctx.images.cloneRootDisk(parent.scratch, p.scratch);
-      else await ctx.images.makeScratchDisk(p.scratch, ref.spec.ephemeralDiskMiB);
-    } else {
-      await ctx.images.cloneRootDisk(
-        parent ? parent.rootDisk : join(image.dir, image.manifest.rootfs.path),
-        p.rootDisk,
-      );
-    }
+    await makeDisks(ctx, image, ref.spec.ephemeralDiskMiB, p, parent ? { from: parent } : {});
     if (await ctx.isolation.networkExists(ref.dirName)) await ctx.isolation.destroyNetwork(ref.dirName); // a half-built leftover: rebuild with the current policy
     await ctx.isolation.prepareNetwork(ref.dirName, p.dir); // firewall loaded before any VMM can start
     const runtime: RuntimeFile = {
@@ -181,6 +188,40 @@ export async function preparePlacement(ctx: PlacementContext, ref: PlacementRef,
         cause: err,
       });
     throw err;
+  }
+}
+
+/** The disk files of a VM: an ext4 root, or a squashfs root and its scratch disk. */
+interface DiskPaths {
+  rootDisk: string;
+  rootSquashfs: string;
+  scratch: string;
+}
+
+/**
+ * Makes the writable disks of `to` afresh (removing any there): an ext4
+ * root cloned from the image, or the image's squashfs linked beside a new
+ * scratch disk of `scratchMiB`; with `from`, the writable disk is a clone of
+ * those disks instead (a fork's parent), with `writable`, a clone of that
+ * one file (a template's disk). Throws what the image port throws
+ * (INSUFFICIENT_LOCAL_DISK).
+ */
+async function makeDisks(
+  ctx: PlacementContext,
+  image: ResolvedImageDir,
+  scratchMiB: number,
+  to: DiskPaths,
+  src: { from?: DiskPaths; writable?: string },
+): Promise<void> {
+  for (const f of [to.rootDisk, to.rootSquashfs, to.scratch]) rmSync(f, { force: true }); // leftovers of an interrupted Prepare
+  const root = join(image.dir, image.manifest.rootfs.path);
+  if (image.manifest.rootfsFormat === "squashfs") {
+    await ctx.images.linkSharedRoot(root, to.rootSquashfs);
+    const clone = src.writable ?? src.from?.scratch;
+    if (clone) await ctx.images.cloneRootDisk(clone, to.scratch);
+    else await ctx.images.makeScratchDisk(to.scratch, scratchMiB);
+  } else {
+    await ctx.images.cloneRootDisk(src.writable ?? src.from?.rootDisk ?? root, to.rootDisk);
   }
 }
 
@@ -216,7 +257,7 @@ export async function startPlacement(
     nonce: runtime.nonce,
   };
   const spec = await vmSpecOf(ctx, ref, runtime);
-  const handle = await launchConfined(ctx, ref, spec, hooks, () => ctx.driver.start(spec));
+  const handle = await launchConfined(ctx, ref, hooks, () => ctx.driver.start(spec));
   const channel = await ctx.driver.connectControl(spec, 10_000).catch((e: Error) => {
     throw new AgentError("VMM_START_FAILED", "cannot connect to the guest control channel", {
       subsystem: "vmm",
@@ -249,16 +290,16 @@ async function greet(ctx: PlacementContext, session: GuestSession): Promise<void
 async function launchConfined(
   ctx: PlacementContext,
   ref: PlacementRef,
-  spec: VmSpec,
   hooks: StartHooks,
   start: () => Promise<VmHandle>,
+  diskMiB = placementDiskMiB(ref.spec), // the RAM file of a suspendable VM included
 ): Promise<VmHandle> {
   let handle: VmHandle;
   try {
     // Limits exist before the VMM does.
-    const confine = ctx.isolation.prepareCgroup(ref.dirName, spec.dir, {
+    const confine = ctx.isolation.prepareCgroup(ref.dirName, paths(ctx, ref).dir, {
       ...ref.spec,
-      ephemeralDiskMiB: placementDiskMiB(ref.spec), // the RAM file of a suspendable VM included
+      ephemeralDiskMiB: diskMiB,
     });
     handle = await hooks.launch(start);
     await confine(handle.pid).catch(async (e: Error) => {
@@ -310,8 +351,8 @@ export const SNAPSHOT_DIR_PREFIX = "snapshot-g";
  * Suspend (ensure_suspended, issue 21): saves the VM's memory and device
  * state into `<dir>/snapshot-g<generation>` through the driver, which ends the VMM; the
  * guest session closes. Returns the snapshot. Throws AgentError:
- * VMM_UNSUPPORTED (the driver cannot suspend, or this VM cannot: a restored
- * QEMU VM's memory is private), VMM_CONTROL_FAILED, or what the driver
+ * VMM_UNSUPPORTED (the driver cannot suspend, or this VM cannot: a fork's or a
+ * template's QEMU VM keeps its memory private), VMM_CONTROL_FAILED, or what the driver
  * throws; the VM may then still run (the caller asks the driver).
  */
 export async function suspendPlacement(
@@ -341,6 +382,22 @@ export async function suspendPlacement(
   return snapshot;
 }
 
+/** Makes `dir` afresh with a hard link (a copy across file systems) of every file of `from`. Throws the file system's error. */
+function linkSnapshotFiles(from: string, dir: string): void {
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { mode: 0o700 });
+  for (const name of readdirSync(from)) {
+    const f = join(from, name);
+    if (!statSync(f).isFile()) continue;
+    try {
+      linkSync(f, join(dir, name));
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "EXDEV") throw e;
+      copyFileSync(f, join(dir, name));
+    }
+  }
+}
+
 /** Directory, inside a fork's allocation directory, of the links to its parent's snapshot files (Stop removes it with the rest). */
 export const FORK_SNAPSHOT_DIR = "snapshot-fork";
 
@@ -365,18 +422,7 @@ export async function prepareFork(
   await preparePlacement(ctx, ref, parentDirName);
   const dir = join(paths(ctx, ref).dir, FORK_SNAPSHOT_DIR);
   try {
-    rmSync(dir, { recursive: true, force: true });
-    mkdirSync(dir, { mode: 0o700 });
-    for (const name of readdirSync(snapshot.dir)) {
-      const from = join(snapshot.dir, name);
-      if (!statSync(from).isFile()) continue;
-      try {
-        linkSync(from, join(dir, name));
-      } catch (e) {
-        if ((e as NodeJS.ErrnoException).code !== "EXDEV") throw e;
-        copyFileSync(from, join(dir, name));
-      }
-    }
+    linkSnapshotFiles(snapshot.dir, dir);
   } catch (e) {
     await stopPlacement(ctx, ref, null, null).catch(() => undefined);
     throw new AgentError(
@@ -423,7 +469,7 @@ export async function restorePlacement(
     mode: 0o600,
   });
   const spec = await vmSpecOf(ctx, ref, { ...runtime, nonce: identity.nonce });
-  const handle = await launchConfined(ctx, ref, spec, hooks, () => driver.restore!(spec, snapshot));
+  const handle = await launchConfined(ctx, ref, hooks, () => driver.restore!(spec, snapshot));
   const channel = await driver.connectControl(spec, 10_000).catch((e: Error) => {
     throw new AgentError("VMM_START_FAILED", "cannot connect to the restored guest's control channel", {
       subsystem: "vmm",
@@ -446,6 +492,192 @@ export async function restorePlacement(
   await greet(ctx, session);
   driver.forgetBootSecrets(spec); // the new nonce rests only in runtime.json once the guest holds it
   return { handle, session };
+}
+
+/** Directory, inside a placement started from a template, of the links to the template's snapshot files. */
+export const TEMPLATE_LINK_DIR = "snapshot-template";
+
+/** The private IPv6 address a template's guest boots with when the deployment has private networking (ULA, never routed: the restore moves it). */
+const TEMPLATE_IPV6 = "fd00::b";
+
+/** Codes after which a templated start does not fall back to a cold boot: the placement may not run at all now. */
+const NO_FALLBACK = new Set(["LEASE_EXPIRED", "INTERNAL", "CLEANUP_FAILED"]);
+
+/**
+ * Start of a placement whose class has a template (issue 21, "Templates";
+ * ADR 0182). Finds the host's template for the placement's image and size
+ * (checked against its digests); when there is none, makes it first inside
+ * this placement's own reservation, cgroup and network (templateBuild);
+ * then gives the placement clones of the template's disk and links to its
+ * snapshot and restores it as restorePlacement does, so the payload is
+ * delivered as after a boot. Boots cold (startPlacement) instead, saying why
+ * in the result's `start`, when the driver cannot snapshot, another start
+ * is making the template, making or checking it failed, or the restore
+ * failed before the VM ran. Throws what startPlacement throws, and
+ * LEASE_EXPIRED, INTERNAL or CLEANUP_FAILED from any step (no fallback).
+ */
+export async function startWarm(
+  ctx: PlacementContext,
+  ref: PlacementRef,
+  hooks: StartHooks,
+  clock: Clock,
+): Promise<{ handle: VmHandle; session: GuestSession; start: StartOrigin }> {
+  const cold = async (fallback: TemplateFallbackReason, detail?: string) => {
+    ctx.onTemplate?.({
+      placementId: ref.placementId,
+      what: "fallback",
+      reason: fallback,
+      ...(detail ? { detail } : {}),
+    });
+    return { ...(await startPlacement(ctx, ref, hooks)), start: { from: "boot" as const, fallback } };
+  };
+  const { templates, driver } = ctx;
+  if (!templates || !driver.suspend || !driver.restore) return cold("TEMPLATE_UNSUPPORTED");
+  const p = paths(ctx, ref);
+  const runtime = JSON.parse(readFileSync(p.runtime, "utf8")) as RuntimeFile;
+  const image = await ctx.images.resolve(runtime.imageDigest);
+  const spec = await vmSpecOf(ctx, ref, runtime);
+  const key: TemplateKey = {
+    imageDigest: runtime.imageDigest,
+    driver: driver.name,
+    vcpus: spec.vcpus,
+    memoryMiB: spec.memoryMiB,
+    ephemeralDiskMiB: ref.spec.ephemeralDiskMiB,
+    rootfsFormat: image.manifest.rootfsFormat === "squashfs" ? "squashfs" : "ext4",
+    networkArgs: ctx.isolation.networkKernelArgs(p.dir),
+    ipv6: ref.spec.ipv6Address !== undefined,
+  };
+  const found = await templates.find(key);
+  if (found.kind === "mismatch") return cold("TEMPLATE_MISMATCH", found.why);
+  let template: StoredTemplate;
+  let built = false;
+  if (found.kind === "found") template = found.template;
+  else {
+    const build = templates.beginBuild(key);
+    if (!build) return cold("TEMPLATE_BUILDING");
+    try {
+      template = await templateBuild(ctx, ref, hooks, spec, image, runtime, build);
+      built = true;
+      ctx.onTemplate?.({ placementId: ref.placementId, what: "built", detail: template.keyHex });
+    } catch (e) {
+      build.abandon();
+      const err = AgentError.from(e, "VMM_START_FAILED");
+      if (NO_FALLBACK.has(err.code)) throw err;
+      return cold("TEMPLATE_BUILD_FAILED", err.chain());
+    }
+  }
+  try {
+    await makeDisks(ctx, image, ref.spec.ephemeralDiskMiB, p, { writable: template.diskPath });
+    const linked = join(p.dir, TEMPLATE_LINK_DIR);
+    linkSnapshotFiles(template.snapshot.dir, linked);
+    const r = await restorePlacement(ctx, ref, { ...template.snapshot, dir: linked }, hooks, clock);
+    return { ...r, start: { from: "template", ...(built ? { built: true } : {}) } };
+  } catch (e) {
+    const err = AgentError.from(e, "VMM_START_FAILED");
+    // A restore that got as far as a guest that did not answer leaves a VM for Stop: no second VM beside it.
+    if (NO_FALLBACK.has(err.code) || err.code === "GUEST_BOOT_TIMEOUT") throw err;
+    rmSync(join(p.dir, TEMPLATE_LINK_DIR), { recursive: true, force: true });
+    await makeDisks(ctx, image, ref.spec.ephemeralDiskMiB, p, {}); // the cold boot's own disks, as Prepare made them
+    return cold(err.code === "SNAPSHOT_INCOMPATIBLE" ? "TEMPLATE_MISMATCH" : "TEMPLATE_RESTORE_FAILED", err.chain());
+  }
+}
+
+/**
+ * Makes the template of `build.key` (ADR 0182): boots the image in the
+ * build's directory, on disks of its own, inside the placement's network
+ * namespace and cgroup (so it uses nothing the placement's reservation does
+ * not cover) and through `hooks` (the lease check), with an identity of its
+ * own and a nonce that is never written down; waits for its GuestReady and a
+ * ping (no control_config, no payload: the guest has seen nothing of any
+ * allocation); suspends it into `<build>/snapshot`, which ends the VMM; and
+ * publishes the snapshot and the disk. Throws AgentError (what Start
+ * throws, GUEST_BOOT_TIMEOUT, what the driver's suspend throws); the VMM is
+ * stopped first.
+ */
+async function templateBuild(
+  ctx: PlacementContext,
+  ref: PlacementRef,
+  hooks: StartHooks,
+  placementSpec: VmSpec,
+  image: ResolvedImageDir,
+  runtime: RuntimeFile,
+  build: TemplateBuild,
+): Promise<StoredTemplate> {
+  const driver = ctx.driver;
+  const dir = build.dir;
+  const disks: DiskPaths = {
+    rootDisk: join(dir, "rootfs.ext4"),
+    rootSquashfs: join(dir, "rootfs.squashfs"),
+    scratch: join(dir, SCRATCH_DISK_FILE),
+  };
+  await makeDisks(ctx, image, ref.spec.ephemeralDiskMiB, disks, {});
+  mkdirSync(join(dir, "logs"), { mode: 0o700 });
+  const hex = Buffer.from(ctx.random.bytes(ID_HEX_DIGITS / 2)).toString("hex");
+  const identity: GuestIdentity = {
+    allocationId: `${ALLOCATION_ID_PREFIX}${hex}`,
+    placementId: `template-${hex.slice(0, 12)}`,
+    generation: 1,
+    nonce: Buffer.from(ctx.random.bytes(32)).toString("hex"),
+  };
+  const squashfs = image.manifest.rootfsFormat === "squashfs";
+  const spec: VmSpec = {
+    ...placementSpec,
+    dir,
+    ...(squashfs
+      ? { rootDiskPath: disks.rootSquashfs, scratchDiskPath: disks.scratch }
+      : { rootDiskPath: disks.rootDisk }),
+    kernelArgs: [
+      ...runtime.kernelArgs,
+      `${GUEST_CMDLINE_KEYS.allocationId}=${identity.allocationId}`,
+      `${GUEST_CMDLINE_KEYS.placementId}=${identity.placementId}`,
+      `${GUEST_CMDLINE_KEYS.generation}=1`,
+      ...ctx.isolation.networkKernelArgs(paths(ctx, ref).dir),
+      ...(ref.spec.ipv6Address !== undefined ? guestIpv6KernelArgs(TEMPLATE_IPV6) : []),
+    ],
+    privateKernelArgs: [`${GUEST_CMDLINE_KEYS.nonce}=${identity.nonce}`],
+    consoleLogPath: join(dir, "logs", "console.log"),
+    controlSocketPath: join(dir, "ctl.sock"),
+    suspendable: true,
+  };
+  // The RAM file the suspend freezes is written by the VMM: its file-size bound covers it.
+  const handle = await launchConfined(
+    ctx,
+    ref,
+    hooks,
+    () => driver.start(spec),
+    ref.spec.ephemeralDiskMiB + ref.spec.memoryMiB,
+  );
+  let session: GuestSession | null = null;
+  try {
+    const channel = await driver.connectControl(spec, 10_000);
+    session = new GuestSession(channel, identity, ctx.timers);
+    if (!(await session.waitReady(ctx.guestBootTimeoutMs)))
+      throw new AgentError(
+        "GUEST_BOOT_TIMEOUT",
+        `the template's guest sent no GuestReady within ${ctx.guestBootTimeoutMs} ms`,
+        {
+          subsystem: "guest",
+        },
+      );
+    if (!(await session.ping(10_000)))
+      throw new AgentError("GUEST_BOOT_TIMEOUT", "the template's guest did not answer the ping", {
+        subsystem: "guest",
+      });
+    driver.forgetBootSecrets(spec);
+    const snapshotDir = join(dir, TEMPLATE_SNAPSHOT_DIR);
+    mkdirSync(snapshotDir, { mode: 0o700 });
+    const snapshot = await driver.suspend!(handle, spec, snapshotDir);
+    session.close();
+    return await ctx.templates!.publish(build, snapshot, squashfs ? SCRATCH_DISK_FILE : "rootfs.ext4");
+  } catch (e) {
+    session?.close();
+    if (await driver.isAlive(handle)) await driver.stop(handle, 1_000).catch(() => undefined);
+    if (await driver.isAlive(handle))
+      throw new AgentError("CLEANUP_FAILED", `the template's VMM pid ${handle.pid} survived a stop`, {
+        subsystem: "vmm",
+      });
+    throw AgentError.from(e, "VMM_START_FAILED", "vmm");
+  }
 }
 
 /**

@@ -15,7 +15,14 @@ import type { Database } from "bun:sqlite";
 import { asc, eq, lte, ne, sql } from "drizzle-orm";
 import { drizzle, type BunSQLiteDatabase } from "drizzle-orm/bun-sqlite";
 import { migrateDb, openDb } from "../storage/sqlite.ts";
-import type { AgentCommand, CommandSpec, PlacementObservedState, PlacementUpdate, VmExit } from "../protocol/agent.ts";
+import type {
+  AgentCommand,
+  CommandSpec,
+  PlacementObservedState,
+  PlacementUpdate,
+  StartOrigin,
+  VmExit,
+} from "../protocol/agent.ts";
 import { AGENT_MIGRATIONS } from "./migrations/index.ts";
 import { commands, deliveries, outbox, placements } from "./storeSchema.ts";
 
@@ -33,6 +40,8 @@ export type ObservationExtra = {
   errorCode?: string | null;
   workloadExitCode?: number;
   exit?: VmExit;
+  /** How a templated class's placement came to run (on its `running` update; outbox only, issue 21). */
+  start?: StartOrigin;
 } & Partial<LocalPlacement>;
 
 /** The desired state each command type sets (issue 21 adds paused and suspended). */
@@ -158,7 +167,7 @@ export class AgentStore {
   /** Sets the observed state and queues the observation in one transaction. */
   observe(p: LocalPlacement, state: PlacementObservedState, extra: ObservationExtra, nowMs: number): void {
     this.sql.transaction(() => {
-      const { errorCode, workloadExitCode, exit, ...rest } = extra;
+      const { errorCode, workloadExitCode, exit, start, ...rest } = extra;
       this.db
         .update(placements)
         .set({
@@ -179,6 +188,7 @@ export class AgentStore {
         ...(errorCode ? { errorCode: errorCode as PlacementUpdate["errorCode"] } : {}),
         ...(workloadExitCode !== undefined ? { workloadExitCode } : {}),
         ...(exit ? { exit } : {}),
+        ...(start ? { start } : {}),
       };
       this.db
         .insert(outbox)

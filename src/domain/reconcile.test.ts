@@ -136,6 +136,26 @@ describe("observations", () => {
     });
     expect(applyInput(placed(), obs("running", { placementId: "plc_other" }), T, P).events).toEqual([]);
   });
+  test("a templated class's running report says in the event where the VM came from and why it booted cold (ADR 0182)", () => {
+    const warm = applyInput(placed(), { ...obs("running"), start: { from: "template", built: true } }, T, P);
+    expect(warm.events.find((e) => e.type === "placement.running")?.data).toEqual({
+      hostId: "h1",
+      startedFrom: "template",
+      templateBuilt: true,
+    });
+    const cold = applyInput(
+      placed(),
+      { ...obs("running"), start: { from: "boot", fallback: "TEMPLATE_MISMATCH" } },
+      T,
+      P,
+    );
+    expect(cold.events.find((e) => e.type === "placement.running")?.data).toEqual({
+      hostId: "h1",
+      startedFrom: "boot",
+      templateFallback: "TEMPLATE_MISMATCH",
+    });
+    expect(applied(placed(), cold).state).toBe("ready"); // a cold boot is as ready as a warm one
+  });
   test("an error before readiness is replaced after absence (next generation, old host tried)", () => {
     const releasing = applied(placed(), applyInput(placed(), obs("error", { errorCode: "VM_EXITED" }), T, P));
     expect([releasing.state, releasing.replaceAfterAbsent, releasing.desired, releasing.reason]).toEqual([

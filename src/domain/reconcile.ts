@@ -13,7 +13,7 @@
  * replacement"), or allow a transition `canTransition` refuses.
  */
 import type { AllocationState, PlacementOutcome } from "../protocol/api.ts";
-import type { PlacementObservedState, VmExit } from "../protocol/agent.ts";
+import type { PlacementObservedState, StartOrigin, VmExit } from "../protocol/agent.ts";
 import {
   canTransition,
   MAX_ALARM_DELAY_MS,
@@ -255,6 +255,8 @@ export type AllocationInput =
       errorCode: string | null;
       workloadExitCode: number | null;
       exit?: VmExit;
+      /** How a templated class's placement came to run (issue 21, "Templates"): goes into the event's data. */
+      start?: StartOrigin;
       at: string;
     }
   | { kind: "delivery_consumed"; deliveryId: string; generation: number; digest: string }
@@ -296,9 +298,17 @@ function applyObservation(
   if (o.state !== r.observedState) {
     // A VM that ended on its own carries the agent's diagnosis: the reason and the redacted kernel tail of its console.
     const exit = o.exit ? { exitReason: o.exit.reason, consoleTail: o.exit.consoleTail } : {};
+    // A templated class's start says whether it came from the template and, when it booted cold, why (ADR 0182).
+    const start = o.start
+      ? {
+          startedFrom: o.start.from,
+          ...(o.start.built ? { templateBuilt: true } : {}),
+          ...(o.start.fallback ? { templateFallback: o.start.fallback } : {}),
+        }
+      : {};
     c = merge(c, {
       ...noChange({ observedState: o.state, updatedAtMs: nowMs }),
-      events: [{ type: `placement.${o.state}`, reason: o.errorCode, data: { hostId: o.hostId, ...exit } }],
+      events: [{ type: `placement.${o.state}`, reason: o.errorCode, data: { hostId: o.hostId, ...exit, ...start } }],
     });
   }
   const cur = applied(r, c);

@@ -111,6 +111,13 @@ export const PlacementSpec = Type.Object(
      * placement runs only on the parent's host (`hostId`). Absent: a boot.
      */
     forkOf: Type.Optional(ForkSource),
+    /**
+     * The VM starts warm (issue 21, "Templates"; ADR 0182): its agent
+     * restores the template of this image and size (making it first when it
+     * has none) instead of booting, and boots cold when it cannot, saying why
+     * in the running update's `start`. Absent: a boot.
+     */
+    template: Type.Optional(Type.Boolean()),
   },
   { additionalProperties: false },
 );
@@ -211,6 +218,40 @@ export interface PollResponse {
 
 export { MAX_CONSOLE_TAIL_CHARS, VM_EXIT_REASONS, VmExit, type VmExitReason } from "./vmExit.ts";
 
+/**
+ * Why a placement of a templated class booted cold (issue 21, "Templates";
+ * ADR 0182): the driver cannot snapshot or restore (TEMPLATE_UNSUPPORTED),
+ * another placement is making the template right now (TEMPLATE_BUILDING),
+ * making it failed (TEMPLATE_BUILD_FAILED), the stored template failed its
+ * digest check or no longer fits the VM (TEMPLATE_MISMATCH), or restoring it
+ * failed before the VM ran (TEMPLATE_RESTORE_FAILED).
+ */
+export const TEMPLATE_FALLBACK_REASONS = [
+  "TEMPLATE_UNSUPPORTED",
+  "TEMPLATE_BUILDING",
+  "TEMPLATE_BUILD_FAILED",
+  "TEMPLATE_MISMATCH",
+  "TEMPLATE_RESTORE_FAILED",
+] as const;
+/** One reason a templated placement booted cold. */
+export type TemplateFallbackReason = (typeof TEMPLATE_FALLBACK_REASONS)[number];
+
+/**
+ * How a placement of a templated class came to run (on its `running`
+ * update): restored from the template (`template`; `built` when this start
+ * made it first), or booted cold (`boot`) for `fallback`.
+ */
+export const StartOrigin = Type.Object(
+  {
+    from: Type.Union([Type.Literal("template"), Type.Literal("boot")]),
+    built: Type.Optional(Type.Boolean()),
+    fallback: Type.Optional(Type.Union(TEMPLATE_FALLBACK_REASONS.map((c) => Type.Literal(c)))),
+  },
+  { additionalProperties: false },
+);
+/** How a placement of a templated class came to run. */
+export type StartOrigin = Static<typeof StartOrigin>;
+
 /** placement_update observation. */
 export const PlacementUpdate = Type.Object(
   {
@@ -224,6 +265,8 @@ export const PlacementUpdate = Type.Object(
     workloadExitCode: Type.Optional(Type.Integer({ minimum: -1, maximum: 255 })),
     /** With errorCode VM_EXITED: why the VM ended and the last kernel lines of its console. */
     exit: Type.Optional(VmExit),
+    /** On the `running` update of a templated class's placement: whether it started from the template, and if not why. */
+    start: Type.Optional(StartOrigin),
     at: Type.String({ maxLength: 40 }),
   },
   { additionalProperties: false },

@@ -176,6 +176,7 @@ export class SchedulerFront {
       ephemeralDiskMiB: cls.ephemeralDiskMiB,
       imageDigest: cls.imageDigest,
       ...(cls.suspendable ? { suspendable: true } : {}),
+      ...(cls.template ? { template: true } : {}),
     });
   }
 

@@ -89,6 +89,22 @@ describe("shadowed principals and unnamed manifest errors", () => {
   });
 });
 
+describe("templated workload classes (issue 21, ADR 0182)", () => {
+  test("a class may start from a template, but not be template and suspendable at once", () => {
+    const path = join(scratch(), "m.json");
+    const small = manifest([]).workloadClasses["small"]!;
+    writeFileSync(path, JSON.stringify({ ...manifest([]), workloadClasses: { warm: { ...small, template: true } } }));
+    expect(loadManifest(path).workloadClasses["warm"]?.template).toBe(true);
+    writeFileSync(
+      path,
+      JSON.stringify({ ...manifest([]), workloadClasses: { both: { ...small, template: true, suspendable: true } } }),
+    );
+    const msg = errorOf(() => loadManifest(path));
+    expect(msg).toContain(path);
+    expect(msg).toContain("/workloadClasses/both is both template and suspendable");
+  });
+});
+
 /** A fresh dev manifest in its own directory, edited by hand (maxRegisteredHosts set to `hosts`). */
 function editedDevManifest(hosts: number): { dir: string; manifestPath: string; clientConfigPath: string } {
   const dir = scratch();

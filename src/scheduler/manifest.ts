@@ -44,7 +44,8 @@ const NOT_THE_COMMAND_LINE = { helpHint: false } as const;
  * violation, two principals sharing an ID or a token digest (the second
  * would be shadowed by the first and never authenticate), or a
  * `connections` section that fails its checks (./connectionSettings.ts:
- * the ULA prefix, port ranges, policy classes, relay IDs, the signing key ID).
+ * the ULA prefix, port ranges, policy classes, relay IDs, the signing key ID),
+ * or a workload class both `template` and `suspendable` (ADR 0182).
  */
 export function loadManifest(path: string): DeploymentManifest {
   let text: string;
@@ -78,6 +79,11 @@ export function loadManifest(path: string): DeploymentManifest {
       );
     digests.set(p.tokenSha256, p.id);
   }
+  for (const [name, c] of Object.entries(raw.workloadClasses))
+    if (c.template && c.suspendable)
+      throw new Error(
+        `invalid manifest ${path}: /workloadClasses/${name} is both template and suspendable; a VM started from a template cannot be suspended yet (ADR 0182): choose one`,
+      );
   try {
     connectionSettings(raw);
   } catch (e) {

@@ -42,6 +42,15 @@ export const WorkloadClass = Type.Object(
      * (pause works either way).
      */
     suspendable: Type.Optional(Type.Boolean()),
+    /**
+     * Its VMs start warm from a template (issue 21, "Templates"; ADR 0182):
+     * each host snapshots the image booted to GuestReady with no payload
+     * once for the class's size, keeps it beside its image cache, and
+     * restores it for every create instead of booting. Not together with
+     * `suspendable` in this step (a VM restored from a template keeps its
+     * memory private, so it cannot be suspended again). Default false.
+     */
+    template: Type.Optional(Type.Boolean()),
   },
   { additionalProperties: false },
 );

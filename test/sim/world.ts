@@ -77,6 +77,7 @@ export interface SimResult {
     pauses: number;
     suspends: number;
     resumes: number;
+    forks: number;
   };
 }
 
@@ -164,6 +165,7 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
     pauses: 0,
     suspends: 0,
     resumes: 0,
+    forks: 0,
   };
   let faults = true;
   const timeouts = {
@@ -228,6 +230,8 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
   const hosts: SimHost[] = [];
   const endpoints = new Map<string, SimEndpoint>();
   const grants: { allocationId: string; grantId: string }[] = [];
+  /** Each fork's allocation → the host its parent was suspended on when it was forked. */
+  const forkHosts = new Map<string, string>();
   /** Per allocation, until when a grant it asked for may still be applied (expiry plus the grace). */
   const grantMayLive = new Map<string, number>();
   /** Allocations whose client asked for a grant before. */
@@ -405,6 +409,23 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
           suspend ? w.suspendAllocation(CONTROLLER, id) : w.pauseAllocation(CONTROLLER, id),
         ).catch(expected);
         if (r) stats[suspend ? "suspends" : "pauses"]++;
+      } else if (v?.state === "suspended" && v.hostId && rng.chance(0.5)) {
+        // A fork of the suspended VM: new allocations on its host, restored from its snapshot (a retry reuses the request ID).
+        const f = await sched((w) =>
+          w.forkAllocation(CONTROLLER, id, {
+            clientRequestId: `fork-${id.slice(-6)}-${v.generation}`,
+            count: 1 + rng.int(2),
+            allowConsumedPayload: true,
+          }),
+        ).catch(expected);
+        if (f) {
+          for (const child of f.items) {
+            if (!allocations.includes(child.allocationId)) allocations.push(child.allocationId);
+            forkHosts.set(child.allocationId, v.hostId!);
+          }
+          if (f.created) stats.forks += f.items.length;
+          stats.allocations = allocations.length;
+        }
       } else if (v?.state === "paused" || v?.state === "suspended") {
         if ((await sched((w) => w.resumeAllocation(CONTROLLER, id)).catch(expected)) !== null) stats.resumes++;
       }
@@ -592,6 +613,15 @@ export async function runSimulation(opts: SimOptions): Promise<SimResult> {
           );
       }
     }
+    // A fork runs only where its parent's snapshot is (issue 21): never a VM of it on another host.
+    for (const h of hosts)
+      for (const vm of h.executing()) {
+        const home = forkHosts.get(vm.identity.allocationId);
+        if (home !== undefined && home !== h.hostId)
+          violations.push(
+            `step ${step}: ${h.hostId} runs a VM of fork ${vm.identity.allocationId}, whose parent was suspended on ${home}`,
+          );
+      }
     for (const v of views) {
       trace.update(`${v.hostId}:${v.free.cpuMillis}:${v.placements.length}`);
       if (v.unschedulable.includes("VMM_START_FAILING")) stats.vmmFailingSteps++;

@@ -4,10 +4,13 @@
  * the injected bug (src/agent/debug.ts) launches anyway, a halted
  * reconciler records nothing, a VM that ends on its own is reported
  * with its diagnosis and its console kept, and a fork (issue 21) restores
- * its parent's snapshot from links in its own directory.
+ * its parent's snapshot from links in its own directory, and a templated
+ * class's placement (issue 21, ADR 0182) makes the host's template once,
+ * restores it after, and boots cold naming why when the template fails its
+ * digests.
  */
 import { afterAll, expect, test } from "bun:test";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { AgentCommand } from "../../protocol/agent.ts";
@@ -20,11 +23,12 @@ import { placementDirName } from "../resourceNames.ts";
 import { commandDigest } from "../control/commandIntake.ts";
 import type { AgentDebug } from "../debug.ts";
 import { PlacementReconciler } from "./reconciler.ts";
+import { TEMPLATE_FILE, TemplateStore } from "../templates.ts";
 
 const work = mkdtempSync(join(tmpdir(), "bb-reconciler-test-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
-function rig(name: string, debug?: AgentDebug, failedConsoleDir?: string) {
+function rig(name: string, debug?: AgentDebug, failedConsoleDir?: string, templates?: TemplateStore) {
   const tl = new FakeTimeline(1_800_000_000_000);
   const timers = tl.timers();
   const launched: string[] = [];
@@ -47,6 +51,7 @@ function rig(name: string, debug?: AgentDebug, failedConsoleDir?: string) {
       timers,
       random: { bytes: (n) => new Uint8Array(n).fill(1) },
       guestBootTimeoutMs: 5_000,
+      ...(templates ? { templates } : {}),
     },
   });
   const give = (type: AgentCommand["type"], leaseMs: number) => {
@@ -181,4 +186,80 @@ test("a fork restores its suspended parent's snapshot from links in its own dire
   give("c", "g", "ensure_present", { forkOf: { ...forkOf, generation: 2 } });
   await tl.advance(100);
   expect(store.placement("g")).toMatchObject({ observed: "error", errorCode: "SNAPSHOT_MISSING" });
+});
+
+test("a templated placement makes the template in its own start, the next restores it, and a damaged template is discarded with a cold boot that says why", async () => {
+  const templates = new TemplateStore(join(work, "templates"));
+  const { tl, store, reconciler, host } = rig("template", undefined, undefined, templates);
+  const spec = {
+    cpuMillis: 1000,
+    memoryMiB: 256,
+    ephemeralDiskMiB: 1024,
+    imageDigest: `sha256:${"b".repeat(64)}`,
+    template: true,
+  };
+  const start = async (allocationId: string, placementId: string) => {
+    for (const type of ["ensure_present", "ensure_running"] as const) {
+      const cmd: AgentCommand = {
+        commandId: `${placementId}:${type}:1`,
+        type,
+        allocationId,
+        placementId,
+        generation: 1,
+        agentEpoch: "e",
+        leaseExpiresAt: new Date(tl.clock.wallMs() + 600_000).toISOString(),
+        spec,
+      };
+      store.recordCommand(
+        cmd,
+        commandDigest(cmd),
+        placementDirName("h", allocationId, placementId, 1),
+        tl.clock.wallMs(),
+      );
+      reconciler.kick(placementId);
+      // The template's digests are read from real files: real time passes between the timeline's steps.
+      const want = type === "ensure_present" ? "prepared" : "running";
+      for (let i = 0; i < 200 && store.placement(placementId)?.observed !== want; i++) {
+        await tl.advance(100);
+        await Bun.sleep(2);
+      }
+    }
+    expect(store.placement(placementId)?.observed).toBe("running");
+    return store
+      .pendingUpdates(1_000)
+      .filter((u) => u.placementId === placementId && u.state === "running")
+      .at(-1)?.start;
+  };
+  const keys = () => readdirSync(templates.root).filter((n) => /^[0-9a-f]{64}$/.test(n));
+
+  expect(await start("a", "p1")).toEqual({ from: "template", built: true });
+  expect(keys()).toHaveLength(1);
+  const [key] = keys();
+  expect(readdirSync(templates.root)).toEqual([key!]); // the build directory went with the publish
+  const record = JSON.parse(readFileSync(join(templates.root, key!, TEMPLATE_FILE), "utf8")) as {
+    files: Record<string, { sha256: string }>;
+  };
+  expect(Object.keys(record.files).sort()).toEqual(["rootfs.ext4", "snapshot/fake-snapshot.key"]);
+
+  expect(await start("b", "p2")).toEqual({ from: "template" });
+  expect(
+    host
+      .running()
+      .map((vm) => vm.identity.allocationId)
+      .sort(),
+  ).toEqual(["a", "b"]);
+
+  // A file changed behind the store's back: its digest no longer matches.
+  const disk = join(templates.root, key!, "rootfs.ext4");
+  chmodSync(disk, 0o600);
+  writeFileSync(disk, "tampered");
+  expect(await start("c", "p3")).toEqual({ from: "boot", fallback: "TEMPLATE_MISMATCH" });
+  expect(keys()).toEqual([]);
+  expect(await start("d", "p4")).toEqual({ from: "template", built: true }); // made again
+  expect(
+    host
+      .running()
+      .map((vm) => vm.identity.allocationId)
+      .sort(),
+  ).toEqual(["a", "b", "c", "d"]);
 });

@@ -11,7 +11,7 @@
  * Must never: start a VM without a live execution lease, act while halted,
  * or record an observation that the agent's own shutdown caused.
  */
-import type { PlacementObservedState } from "../../protocol/agent.ts";
+import type { PlacementObservedState, StartOrigin } from "../../protocol/agent.ts";
 import type { AgentStore, LocalPlacement, ObservationExtra } from "../store.ts";
 import { errorText, type AgentLog } from "../ports.ts";
 import type { VmHandle, VmSnapshot } from "../vmm/driver.ts";
@@ -24,6 +24,7 @@ import {
   prepareFork,
   restorePlacement,
   startPlacement,
+  startWarm,
   stopPlacement,
   suspendPlacement,
   type PlacementContext,
@@ -296,7 +297,9 @@ export class PlacementReconciler {
     }
     p = this.current(placementId);
     if (p.desired === "running" && p.observed === "prepared") {
-      if (!ref.spec.forkOf) await this.driveStart(placementId, live, (hooks) => startPlacement(ctx, ref, hooks));
+      if (ref.spec.template && !ref.spec.forkOf)
+        await this.driveStart(placementId, live, (hooks) => startWarm(ctx, ref, hooks, ctx.clock ?? this.deps.clock));
+      else if (!ref.spec.forkOf) await this.driveStart(placementId, live, (hooks) => startPlacement(ctx, ref, hooks));
       else if (!p.snapshotJson)
         this.observe(p, "error", { errorCode: "SNAPSHOT_MISSING" }); // a fork never boots its parent's disks cold
       else {
@@ -456,13 +459,13 @@ export class PlacementReconciler {
   private async driveStart(
     placementId: string,
     live: LiveVm,
-    boot: (hooks: StartHooks) => Promise<{ handle: VmHandle; session: GuestSession }>,
+    boot: (hooks: StartHooks) => Promise<{ handle: VmHandle; session: GuestSession; start?: StartOrigin }>,
   ): Promise<void> {
     const skipLease = this.debug.startDespiteExpiredLease === true;
     if (!skipLease && !this.leaseLive(placementId))
       return this.observe(this.current(placementId), "error", { errorCode: "LEASE_EXPIRED" });
     try {
-      const { handle, session } = await boot({
+      const { handle, session, start } = await boot({
         launch: (start) => {
           // Checked again right before the launch: resolving the image or building the cgroup may have outlasted the lease.
           if (this.halted) throw new AgentError("INTERNAL", "the agent is stopping");
@@ -498,7 +501,7 @@ export class PlacementReconciler {
       if (this.halted) return session.close();
       this.attach(placementId, live, session);
       const cur = this.current(placementId);
-      if (cur.desired !== "absent") this.observe(cur, "running");
+      if (cur.desired !== "absent") this.observe(cur, "running", start ? { start } : {});
     } catch (e) {
       if (this.halted) return;
       const err = AgentError.from(e, "VMM_START_FAILED");

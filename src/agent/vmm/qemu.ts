@@ -22,7 +22,7 @@ import {
   statSync,
   writeFileSync,
 } from "node:fs";
-import { join } from "node:path";
+import { join, resolve as resolvePath } from "node:path";
 import { privateArgsArchive } from "./initrdFragment.ts";
 import { readFile } from "node:fs/promises";
 import { type GuestChannel, rootFormat, scratchDiskOf, type VmHandle, type VmSpec, type VmmDriver } from "./driver.ts";
@@ -330,15 +330,17 @@ export class QemuMicrovmDriver implements VmmDriver {
    * state loaded, and the VM running, checked by query-status. The private
    * kernel arguments (the nonce) are not handed over again: the guest's
    * memory already holds them, and its new identity comes in the agent's
-   * `restored` message next. The restored VM is not suspendable again in
-   * this step (its RAM is private). Errors: VMM_START_FAILED,
+   * `restored` message next. A suspendable VM restored from its own
+   * snapshot (a resume: the snapshot is in its directory) gets its RAM file
+   * back as shared RAM (ownRamAgain), so it can be suspended again; a fork
+   * or a template's VM keeps its RAM private and cannot. Errors: VMM_START_FAILED,
    * VMM_CONTROL_FAILED (with the console's tail), CLEANUP_FAILED when the
    * failed VMM cannot be stopped.
    */
   async restore(given: VmSpec, snapshot: VmSnapshot): Promise<VmHandle> {
     if (snapshot.driver !== this.name)
       throw incompatible(`snapshot written by driver ${snapshot.driver}, not ${this.name}`, ["driver"]);
-    const { privateKernelArgs: _, suspendable: __, ...spec } = given;
+    const { privateKernelArgs: _, suspendable, ...spec } = given;
     const ram = join(snapshot.dir, GUEST_RAM_FILE);
     const statePath = plainPath(join(snapshot.dir, DEVICE_STATE_FILE));
     const ramSt = statSync(ram, { throwIfNoEntry: false });
@@ -352,9 +354,10 @@ export class QemuMicrovmDriver implements VmmDriver {
     const skip = known ? [QEMU_COMPAT_VERSION_KEY] : [QEMU_COMPAT_VERSION_KEY, "accel", "cpu"];
     const early = compatDifferences(snapshot.compat, qemuSnapshotCompat(spec, "", known ?? "tcg"), skip);
     if (early.length > 0) throw incompatible(`snapshot does not fit ${spec.instanceId}`, early);
+    const backing = suspendable === true && isInside(snapshot.dir, spec.dir) ? await ownRamAgain(ram, spec) : null;
     const handle = await this.launch(spec, (s, a, khz) => [
       ...qemuArgs(s, a, khz),
-      ...ramBackendArgs(s, ram, false),
+      ...(backing ? ramBackendArgs(s, backing, true) : ramBackendArgs(s, ram, false)),
       "-incoming",
       "defer",
     ]);
@@ -548,4 +551,32 @@ async function waitMigration(q: QmpSession, what: string): Promise<void> {
     if (performance.now() > deadline) throw qmpError(`${what}: migration not done within ${MIGRATION_TIMEOUT_MS} ms`);
     await Bun.sleep(10);
   }
+}
+
+/** True when `path` is inside directory `dir`. Pure. */
+function isInside(path: string, dir: string): boolean {
+  return resolvePath(path).startsWith(resolvePath(dir) + "/");
+}
+
+/**
+ * The RAM file a resumed suspendable VM maps shared (issue 21: a VM suspended and resumed can be
+ * suspended again): `<dir>/guest.ram`, a hard link to the snapshot's frozen RAM when nothing else
+ * holds that file (the VM then writes into the snapshot it was resumed from, which nothing restores
+ * again: the next suspend makes a new one), else a copy (reflink where the file system can), since a
+ * fork's link to the same file must keep the frozen content. Throws VMM_START_FAILED when the copy fails.
+ */
+async function ownRamAgain(frozen: string, spec: Pick<VmSpec, "dir">): Promise<string> {
+  const live = guestRamPath(spec);
+  rmSync(live, { force: true });
+  if (statSync(frozen).nlink === 1) {
+    linkSync(frozen, live);
+    return live;
+  }
+  const cp = Bun.spawn(["cp", "--reflink=auto", "--sparse=always", frozen, live], { stdout: "ignore", stderr: "pipe" });
+  const err = await new Response(cp.stderr).text();
+  if ((await cp.exited) !== 0) {
+    rmSync(live, { force: true });
+    throw vmmError(`cannot copy the snapshot's RAM to ${live}: ${err.trim().slice(0, 300)}`);
+  }
+  return live;
 }

@@ -276,6 +276,7 @@ export function applyUpdate(
     errorCode: u.errorCode ?? null,
     workloadExitCode: u.workloadExitCode ?? null,
     ...(u.exit ? { exit: u.exit } : {}),
+    ...(u.start ? { start: u.start } : {}),
     at: u.at,
   });
   return { material: state !== p.state && releasesCapacity(state) };

@@ -9,7 +9,7 @@
  */
 import { Type, type Static } from "@sinclair/typebox";
 import { AllocationView } from "../../protocol/api.ts";
-import { PLACEMENT_OBSERVED_STATES, VmExit } from "../../protocol/agent.ts";
+import { PLACEMENT_OBSERVED_STATES, StartOrigin, VmExit } from "../../protocol/agent.ts";
 import type { AllocationInput } from "../../domain/reconcile.ts";
 import type { Advertisement } from "../../domain/placement.ts";
 
@@ -29,6 +29,8 @@ export const AllocationMessage = Type.Union([
       workloadExitCode: Type.Union([Type.Integer(), Type.Null()]),
       /** With VM_EXITED: the agent's diagnosis of the exit. */
       exit: Type.Optional(VmExit),
+      /** How a templated class's placement came to run (issue 21, "Templates"). */
+      start: Type.Optional(StartOrigin),
       at: Type.String({ maxLength: 40 }),
     },
     { additionalProperties: false },
