@@ -62,10 +62,12 @@ import type { AllocationEvent } from "../src/protocol/api.ts";
 import { writeDebianOciLayout } from "../test/support/debianOci.ts";
 import { phaseTimings } from "../src/dev/demo.ts";
 import { placementDirName } from "../src/agent/resourceNames.ts";
-import { runRole, startRole, stopRole, tail, type Role } from "../test/support/processes.ts";
-import { limitRunTime } from "./support/runLimit.ts";
+import { pidsMatching, runRole, startRole, stopRole, tail, type Role } from "../test/support/processes.ts";
+import { limitRunTime, onRunLimit } from "./support/runLimit.ts";
 
 limitRunTime("bench/boot.ts", 1200);
+let workDir: string | undefined;
+onRunLimit(() => workDir && killVmsUnder(workDir));
 
 const RUNS = Number(process.env["BB_BENCH_RUNS"] ?? 3);
 const BENCH = resolve(".bb/bench");
@@ -220,6 +222,22 @@ async function bare(dir: string, args: string[], work: string): Promise<{ done: 
   return { done, shutdown: total - done };
 }
 
+/**
+ * Ends, by PID, every VMM whose command line names a file under `work` (its
+ * agent's image cache): VMs outlive their agent by design, so a run that
+ * failed midway would leave one running, and the next run's agent would
+ * quarantine it and take no work.
+ */
+function killVmsUnder(work: string): void {
+  for (const pid of pidsMatching(`${work}/`)) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      /* gone already */
+    }
+  }
+}
+
 async function main(): Promise<void> {
   if (process.getuid?.() !== 0) throw new Error("bench/boot.ts needs root (namespaces, TAP, QEMU)");
   const picked = (process.env["BB_BENCH_IMAGES"] ?? "dev,oci,ref,tpl").split(",");
@@ -227,6 +245,7 @@ async function main(): Promise<void> {
   if (unknown.length) throw new Error(`BB_BENCH_IMAGES: unknown ${unknown.join(", ")} (dev, oci, ref, tpl)`);
   const img = await images(picked);
   const work = mkdtempSync(join(tmpdir(), "bb-bench-boot-"));
+  workDir = work;
   const kinds: Kind[] = [
     {
       id: "dev",
@@ -257,6 +276,8 @@ async function main(): Promise<void> {
   ];
   let scheduler: Role | undefined;
   let agent: Role | undefined;
+  let controllerOf: SchedulerClient | undefined;
+  const created = new Set<string>();
   try {
     const source = join(work, "source");
     const used = kinds.filter((k) => picked.includes(k.id) || (k.id === "dev" && picked.includes("tpl")));
@@ -325,6 +346,7 @@ async function main(): Promise<void> {
     )
       await Bun.sleep(100);
     const controller = new SchedulerClient(url, tokens.token);
+    controllerOf = controller;
     const operator = new SchedulerClient(url, tokens.operatorToken);
     const t = await operator.enrollmentToken("bench-host");
     await runRole([
@@ -356,6 +378,7 @@ async function main(): Promise<void> {
 
     const beachball = async (cls: string) => {
       const { view } = await controller.create({ clientRequestId: `bench-${randomUUID()}`, workloadClass: cls });
+      created.add(view.allocationId);
       await controller.deliverWhenReady(
         view.allocationId,
         new TextEncoder().encode("echo bench-payload\n"),
@@ -437,6 +460,7 @@ async function main(): Promise<void> {
       );
       // Suspend and resume through the whole stack: the request → the host's report.
       const { view } = await controller.create({ clientRequestId: `bench-${randomUUID()}`, workloadClass: "b-susp" });
+      created.add(view.allocationId);
       await controller.waitFor(view.allocationId, (v) => v.state === "ready", { timeoutMs: 300_000 });
       const suspend: number[] = [];
       const resume: number[] = [];
@@ -537,9 +561,20 @@ async function main(): Promise<void> {
       for (const r of tplRows) console.log(r);
     }
   } finally {
+    // A run that failed midway releases what it made, so its agent tears the VMs, namespaces and cgroups down.
+    if (agent && controllerOf && created.size) {
+      const c = controllerOf;
+      await Promise.allSettled([...created].map((id) => c.release(id)));
+      for (let i = 0; i < 300; i++) {
+        const left = await Promise.all([...created].map((id) => c.get(id).catch(() => null)));
+        if (left.every((v) => !v || v.state === "released" || v.state === "failed")) break;
+        await Bun.sleep(200);
+      }
+    }
     if (agent) await stopRole(agent);
     if (agent && existsSync(agent.log)) writeFileSync(join(BENCH, "last-agent.log"), readFileSync(agent.log));
     if (scheduler) await stopRole(scheduler);
+    killVmsUnder(work);
     rmSync(work, { recursive: true, force: true });
   }
 }

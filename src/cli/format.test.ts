@@ -1,11 +1,13 @@
 /**
  * How allocations read to a person: the detail block says why a pending
  * allocation waits and shows a VM's exit diagnosis, and nothing a host or
- * guest sent can put a control character on the terminal.
+ * guest sent can put a control character on the terminal; the host table
+ * names suspended VMs with the disk they hold (issue 21).
  */
 import { describe, expect, test } from "bun:test";
 import type { AllocationEvent, AllocationView } from "../protocol/api.ts";
-import { allocationDetail, allocationTable, formatEvent, stripControl } from "./format.ts";
+import type { HostView } from "../protocol/views.ts";
+import { allocationDetail, allocationTable, formatEvent, hostTable, stripControl } from "./format.ts";
 
 const ID = `alloc_${"b".repeat(32)}`;
 const v: AllocationView = {
@@ -107,5 +109,32 @@ describe("allocation detail", () => {
       }),
     ).toBe("T  #9 workload.exited exitCode=3");
     expect(stripControl("a\tb\nc\x9bd")).toBe("a\tb\ncd");
+  });
+});
+
+describe("host table", () => {
+  const res = { cpuMillis: 2000, memoryMiB: 4096, ephemeralDiskMiB: 65536, slots: 4 };
+  const host = (suspended: HostView["suspended"]): HostView => ({
+    hostId: "h1",
+    adminState: "active",
+    health: "healthy",
+    registered: res,
+    allocatable: res,
+    free: res,
+    placements: [],
+    heartbeatAt: null,
+    vmmDriver: "qemu-microvm",
+    unschedulable: [],
+    credentialVersion: 1,
+    suspended,
+  });
+  test("SUSPENDED shows the count, the disk they hold and the longest suspension; a dash when none", () => {
+    const t = hostTable([
+      host({ placements: 2, diskMiB: 4608, oldestReportAt: "2026-12-01T00:00:00.000Z", maxAgeSeconds: 86_400 }),
+      host({ placements: 0, diskMiB: 0, oldestReportAt: null, maxAgeSeconds: 1_800 }),
+    ]);
+    expect(t).toContain("SUSPENDED");
+    expect(t).toContain("2 (4608 MiB, max 24h)");
+    expect(t.split("\n")[2]).not.toContain("MiB, max");
   });
 });

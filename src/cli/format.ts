@@ -81,10 +81,28 @@ export function stripControl(s: string): string {
   return s.replace(/[\x00-\x08\x0b-\x1f\x7f-\x9f]/g, "");
 }
 
-/** Hosts as a table: HOST, STATE, HEALTH, CPU, MEMORY, DISK, SLOTS (free/allocatable), PLACEMENTS, UNSCHEDULABLE. */
+/** A duration in seconds as its largest whole unit: `24h`, `30m`, `45s`. Pure. */
+function durationText(seconds: number): string {
+  if (seconds >= 3600 && seconds % 3600 === 0) return `${seconds / 3600}h`;
+  if (seconds >= 60 && seconds % 60 === 0) return `${seconds / 60}m`;
+  return `${seconds}s`;
+}
+
+/** Hosts as a table: HOST, STATE, HEALTH, CPU, MEMORY, DISK, SLOTS (free/allocatable), PLACEMENTS, SUSPENDED (count, the disk they hold, the longest a VM may stay suspended), UNSCHEDULABLE. */
 export function hostTable(hosts: readonly HostView[]): string {
   return table(
-    ["HOST", "STATE", "HEALTH", "FREE CPU", "FREE MEMORY", "FREE DISK", "FREE SLOTS", "PLACEMENTS", "UNSCHEDULABLE"],
+    [
+      "HOST",
+      "STATE",
+      "HEALTH",
+      "FREE CPU",
+      "FREE MEMORY",
+      "FREE DISK",
+      "FREE SLOTS",
+      "PLACEMENTS",
+      "SUSPENDED",
+      "UNSCHEDULABLE",
+    ],
     hosts.map((h) => [
       h.hostId,
       h.adminState,
@@ -94,6 +112,10 @@ export function hostTable(hosts: readonly HostView[]): string {
       `${h.free.ephemeralDiskMiB}/${h.allocatable.ephemeralDiskMiB} MiB`,
       `${h.free.slots}/${h.allocatable.slots}`,
       String(h.placements.length),
+      // Count, the disk their snapshots hold, and the longest a VM may stay suspended (issue 21).
+      h.suspended.placements
+        ? `${h.suspended.placements} (${h.suspended.diskMiB} MiB, max ${durationText(h.suspended.maxAgeSeconds)})`
+        : "-",
       h.unschedulable.join(",") || "-",
     ]),
   );

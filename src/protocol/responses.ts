@@ -182,6 +182,25 @@ export const HostView = Type.Object(
       description: "why the host takes no reservations now (empty: schedulable)",
     }),
     credentialVersion: Type.Integer(),
+    suspended: Type.Object(
+      {
+        placements: Type.Integer({ minimum: 0, description: "placements suspended on the host now" }),
+        diskMiB: Type.Integer({
+          minimum: 0,
+          description: "disk they hold, MiB: each its ephemeral disk and its snapshot (its memory again)",
+        }),
+        oldestReportAt: nullable(Iso),
+        maxAgeSeconds: Type.Integer({
+          minimum: 1,
+          description: "how long a VM may stay suspended before it is released (SUSPEND_EXPIRED)",
+        }),
+      },
+      {
+        additionalProperties: false,
+        description:
+          "suspended VMs (issue 21): their count, the disk their snapshots and disks hold, the earliest of their last reports, the deployment's longest suspension",
+      },
+    ),
   },
   { additionalProperties: false },
 );

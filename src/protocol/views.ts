@@ -34,6 +34,14 @@ export interface HostView {
   /** Why the host takes no reservations now (empty: schedulable). */
   unschedulable: string[];
   credentialVersion: number;
+  /**
+   * The host's suspended VMs (issue 21, "Timeouts and retention"): how many,
+   * the disk they hold in MiB (each its ephemeral disk and its snapshot, the
+   * memory again), the earliest of their last reports (ISO 8601, null with
+   * none), and how long a VM may stay suspended before it is released
+   * (SUSPEND_EXPIRED), seconds.
+   */
+  suspended: { placements: number; diskMiB: number; oldestReportAt: string | null; maxAgeSeconds: number };
 }
 
 /** One alert as operators see it (`GET /v1/operations/alerts`). */

@@ -10,7 +10,8 @@
  * grows by the VM's 500 millicores in `bb host list`'s data; after
  * `resume --wait` the counter carries on from where it was (the same
  * process). `suspend --wait` ends suspended, the host's free CPU and
- * memory grow by the VM's, its disk does not; `resume --wait` brings it
+ * memory grow by the VM's, its disk does not, and `bb host list` shows one
+ * suspended VM with the disk it holds; `resume --wait` brings it
  * back ready as generation + 1, reachable by `bb exec` (a grant for the
  * new generation), the counter's process the same PID and its count
  * carried on. It suspends and resumes a second time (generation + 2, the
@@ -19,7 +20,10 @@
  * --allow-consumed-payload is refused (PAYLOAD_CONSUMED) and two with it
  * are ready on the same host, each with the counter's process and count,
  * its own ID and its own IPv6 address (the parent's gone from its eth0),
- * reachable by `bb exec`; their release frees what they took. Needs root, QEMU, squashfs-tools, mmdebstrap (first
+ * reachable by `bb exec`; their release frees what they took. A class of
+ * the same image with `template: true` (ADR 0182): its first create makes
+ * the host's template and restores it, the second only restores it; each
+ * runs its own payload and answers `bb exec` at its own address. Needs root, QEMU, squashfs-tools, mmdebstrap (first
  * run), nft.
  */
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
@@ -96,6 +100,7 @@ d("pause, suspend and resume through bb (real QEMU)", () => {
       memoryMiB: 256,
       cpuMillis: CPU, // two forks fit beside the suspended parent on a 2-core host
       maxPlacements: 3, // the suspended parent keeps its slot while its forks run
+      moreClasses: { warm: { template: true } }, // issue 21, "Templates": the same image and size, started warm
     });
     for (const t of world.timings) console.log(`pause-suspend.test: ${t}`);
   }, 1_200_000);
@@ -134,6 +139,12 @@ d("pause, suspend and resume through bb (real QEMU)", () => {
     expect(whileSuspended.cpuMillis).toBe(running.cpuMillis + CPU);
     expect(whileSuspended.memoryMiB).toBe(running.memoryMiB + 256);
     expect(whileSuspended.ephemeralDiskMiB).toBe(running.ephemeralDiskMiB);
+    // `bb host list` names the suspended VM, the disk it holds (its disk and its snapshot) and the longest it may stay.
+    const listed = await world.bb(["host", "list", "--json"], { token: world.operatorToken });
+    const [host] = JSON.parse(listed.out.toString()) as { suspended: Record<string, unknown> }[];
+    expect(host!.suspended).toMatchObject({ placements: 1, diskMiB: 2048 + 256, maxAgeSeconds: 86_400 });
+    const table = await world.bb(["host", "list"], { token: world.operatorToken });
+    expect(table.out.toString()).toContain("1 (2304 MiB, max 24h)");
 
     // Forks: refused without the flag (the parent consumed its payload), then two forks restored from the
     // snapshot on the same host, each with the parent's memory (the counter's process and count) under its own
@@ -214,5 +225,50 @@ d("pause, suspend and resume through bb (real QEMU)", () => {
     expect(last.value).toBeGreaterThanOrEqual(after.value);
     const events = await world.controller.events(world.allocationId, 0, 200);
     expect(events.some((e) => e.type === "allocation.suspend_refused")).toBe(false);
+  }, 600_000);
+
+  test("a templated class: the first create makes the host's template, the next restores it; each takes its payload and answers bb exec at its own address", async () => {
+    const seen = new Set<string>();
+    for (const [i, built] of [
+      [0, true],
+      [1, false],
+    ] as const) {
+      const t = performance.now();
+      const { view } = await world.controller.create({ clientRequestId: `warm-${i}`, workloadClass: "warm" });
+      const id = view.allocationId;
+      await world.controller.deliverWhenReady(
+        id,
+        new TextEncoder().encode(`echo payload-${i} > /run/warm-payload\nexec sleep 100000\n`),
+        `warm-delivery-${i}`,
+        300_000,
+      );
+      console.log(
+        `pause-suspend.test: templated create ${i} → payload delivered in ${Math.round(performance.now() - t)} ms`,
+      );
+      const running = (await world.controller.events(id, 0, 200)).find((e) => e.type === "placement.running");
+      expect(running?.data).toMatchObject({ startedFrom: "template", ...(built ? { templateBuilt: true } : {}) });
+      if (!built) expect(running?.data?.["templateBuilt"]).toBeUndefined();
+      let out = "";
+      for (let tries = 0; tries < 50 && !out.includes(`payload-${i}`); tries++) {
+        const r = await world.bb([
+          "exec",
+          id,
+          "--",
+          "sh",
+          "-c",
+          'cat /run/warm-payload 2>/dev/null; while read a i l s f d; do [ "$d" = eth0 ] && [ "$s" = 00 ] && echo $a; done < /proc/net/if_inet6; true',
+        ]);
+        if (r.code !== 0) throw new Error(`bb exec exited ${r.code}: ${r.err}\nagent:\n${tail(world.agentLog)}`);
+        out = r.out.toString();
+        if (!out.includes(`payload-${i}`)) await Bun.sleep(200);
+      }
+      const [payload, ...ipv6] = out.trim().split("\n");
+      expect(payload).toBe(`payload-${i}`);
+      expect(ipv6.length).toBe(1); // its own /128 only: the template's boot address is gone
+      expect(seen.has(ipv6[0]!)).toBe(false);
+      seen.add(ipv6[0]!);
+      const gone = await world.bb(["allocation", "release", id, "--wait", "--timeout", "120", "--json"]);
+      expect(gone.code).toBe(0);
+    }
   }, 600_000);
 });

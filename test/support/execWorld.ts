@@ -70,6 +70,8 @@ export interface ExecWorldOptions {
   memoryMiB?: number;
   /** The `box` class's CPU, millicores (default 1000). */
   cpuMillis?: number;
+  /** More classes of the same image: name → fields over `box`'s (say `{ template: true }`). */
+  moreClasses?: Record<string, Record<string, unknown>>;
 }
 
 /** A running world; `stop()` tears every part down. */
@@ -331,6 +333,8 @@ export async function startExecWorld(o: ExecWorldOptions): Promise<ExecWorld> {
         ...(o.suspendable ? { suspendable: true } : {}),
       },
     };
+    for (const [name, fields] of Object.entries(o.moreClasses ?? {}))
+      m.workloadClasses[name] = { ...m.workloadClasses.box, suspendable: false, ...fields };
     m.principals.push({ id: "controller:other", role: "controller", tokenSha256: tokenDigest(OTHER_TOKEN) });
     writeFileSync(join(work, "manifest.json"), JSON.stringify(m));
     const tokens = JSON.parse(readFileSync(dev.clientConfigPath, "utf8")) as { token: string; operatorToken: string };

@@ -113,5 +113,18 @@ export function hostView(ctx: HostContext): HostView {
     vmmDriver: r.vmmDriver,
     unschedulable: unschedulableReasons(hostFacts(r), ctx.env.clock.wallMs()),
     credentialVersion: r.credentialVersion,
+    suspended: suspendedSummary(ctx),
+  };
+}
+
+/** The host's suspended placements for its view: how many, the disk they hold (MiB), the earliest of their last reports, the policy's longest suspension. */
+function suspendedSummary(ctx: HostContext): HostView["suspended"] {
+  const held = [...ctx.store.placements().values()].filter((p) => p.state === "suspended");
+  const oldest = held.reduce((t, p) => Math.min(t, p.updatedAtMs), Number.POSITIVE_INFINITY);
+  return {
+    placements: held.length,
+    diskMiB: held.reduce((n, p) => n + (JSON.parse(p.resourcesJson) as Resources).ephemeralDiskMiB, 0),
+    oldestReportAt: held.length ? new Date(oldest).toISOString() : null,
+    maxAgeSeconds: Math.ceil(ctx.env.config.timeouts.suspendedMaxAgeMs / 1000),
   };
 }
