@@ -7,7 +7,8 @@
  * its parent's snapshot from links in its own directory, and a templated
  * class's placement (issue 21, ADR 0182) makes the host's template once,
  * restores it after, and boots cold naming why when the template fails its
- * digests.
+ * digests; a parent's resume waits for the disk clones of its forks under
+ * way and takes no new fork meanwhile.
  */
 import { afterAll, expect, test } from "bun:test";
 import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
@@ -18,6 +19,8 @@ import { FakeTimeline, MemoryLog } from "../fakePorts.ts";
 import { FakeVmHost, FakeVmmDriver, steadyBehaviour } from "../vmm/fakeDriver.ts";
 import { FakeIsolation } from "../isolation/fakeIsolation.ts";
 import { FakeImages } from "../image/fakeImages.ts";
+import type { ImagePort } from "../image/imagePort.ts";
+import type { Timers } from "../ports.ts";
 import { AgentStore } from "../store.ts";
 import { placementDirName } from "../resourceNames.ts";
 import { commandDigest } from "../control/commandIntake.ts";
@@ -28,7 +31,13 @@ import { TEMPLATE_FILE, TemplateStore } from "../templates.ts";
 const work = mkdtempSync(join(tmpdir(), "bb-reconciler-test-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
-function rig(name: string, debug?: AgentDebug, failedConsoleDir?: string, templates?: TemplateStore) {
+function rig(
+  name: string,
+  debug?: AgentDebug,
+  failedConsoleDir?: string,
+  templates?: TemplateStore,
+  images?: (timers: Timers, note: (line: string) => void) => ImagePort,
+) {
   const tl = new FakeTimeline(1_800_000_000_000);
   const timers = tl.timers();
   const launched: string[] = [];
@@ -46,7 +55,7 @@ function rig(name: string, debug?: AgentDebug, failedConsoleDir?: string, templa
     ctx: {
       allocationsDir: join(work, name),
       driver: new FakeVmmDriver(host, timers),
-      images: new FakeImages(timers, join(work, "img")),
+      images: images ? images(timers, (l) => launched.push(l)) : new FakeImages(timers, join(work, "img")),
       isolation: new FakeIsolation(),
       timers,
       random: { bytes: (n) => new Uint8Array(n).fill(1) },
@@ -262,4 +271,62 @@ test("a templated placement makes the template in its own start, the next restor
       .map((vm) => vm.identity.allocationId)
       .sort(),
   ).toEqual(["a", "b", "c", "d"]);
+});
+
+test("a parent's resume waits for the disk clones of forks already under way, and a fork asked for once its resume began is SNAPSHOT_MISSING", async () => {
+  // A clone that takes 500 ms of the timeline, noted where VM launches are noted.
+  const slow = (timers: Timers, note: (line: string) => void) =>
+    new (class extends FakeImages {
+      override async cloneRootDisk(src: string, dst: string): Promise<void> {
+        note(`clone into ${dst.split("/").at(-2)}`);
+        await timers.sleep(500);
+        await super.cloneRootDisk(src, dst);
+        note("cloned");
+      }
+    })(timers, join(work, "img"));
+  const { tl, store, reconciler, launched } = rig("fork-vs-resume", undefined, undefined, undefined, slow);
+  const spec = {
+    cpuMillis: 1000,
+    memoryMiB: 256,
+    ephemeralDiskMiB: 1024,
+    imageDigest: `sha256:${"b".repeat(64)}`,
+    suspendable: true,
+  };
+  const give = (allocationId: string, placementId: string, type: AgentCommand["type"], generation = 1, extra = {}) => {
+    const cmd: AgentCommand = {
+      commandId: `${placementId}:${type}:${generation}`,
+      type,
+      allocationId,
+      placementId,
+      generation,
+      agentEpoch: "e",
+      leaseExpiresAt: new Date(tl.clock.wallMs() + 600_000).toISOString(),
+      spec: { ...spec, ...extra },
+    };
+    store.recordCommand(cmd, commandDigest(cmd), placementDirName("h", allocationId, placementId, 1), tl.clock.wallMs());
+    reconciler.kick(placementId);
+  };
+  give("a", "p", "ensure_present");
+  await tl.advance(1_000);
+  give("a", "p", "ensure_running");
+  await tl.advance(1_000);
+  give("a", "p", "ensure_suspended");
+  await tl.advance(1_000);
+  expect(store.placement("p")?.observed).toBe("suspended");
+  const parentDir = store.placement("p")!.dirName;
+  launched.length = 0;
+
+  const forkOf = { allocationId: "a", placementId: "p", generation: 1, hostId: "h", payloadAllowed: true };
+  give("b", "f", "ensure_present", 1, { forkOf });
+  await tl.advance(10); // the fork's clone is under way
+  give("a", "p", "ensure_running", 2); // the resume, as generation 2
+  await tl.advance(10);
+  give("c", "g", "ensure_present", 1, { forkOf }); // too late: the parent's resume began
+  await tl.advance(100);
+  expect(store.placement("g")).toMatchObject({ observed: "error", errorCode: "SNAPSHOT_MISSING" });
+  expect(launched).toEqual([`clone into ${store.placement("f")!.dirName}`]); // the parent waits for the clone
+  await tl.advance(2_000);
+  expect(launched).toEqual([`clone into ${store.placement("f")!.dirName}`, "cloned", parentDir]);
+  expect(store.placement("p")).toMatchObject({ observed: "running", generation: 2 });
+  expect(store.placement("f")?.observed).toBe("prepared");
 });
