@@ -668,7 +668,9 @@ async function templateBuild(
     mkdirSync(snapshotDir, { mode: 0o700 });
     const snapshot = await driver.suspend!(handle, spec, snapshotDir);
     session.close();
-    return await ctx.templates!.publish(build, snapshot, squashfs ? SCRATCH_DISK_FILE : "rootfs.ext4");
+    const diskName = squashfs ? SCRATCH_DISK_FILE : "rootfs.ext4";
+    await digHoles(join(dir, diskName));
+    return await ctx.templates!.publish(build, snapshot, diskName);
   } catch (e) {
     session?.close();
     if (await driver.isAlive(handle)) await driver.stop(handle, 1_000).catch(() => undefined);
@@ -677,6 +679,21 @@ async function templateBuild(
         subsystem: "vmm",
       });
     throw AgentError.from(e, "VMM_START_FAILED", "vmm");
+  }
+}
+
+/**
+ * Gives the zero-filled ranges of `path` back as holes (`fallocate
+ * --dig-holes`): a booted guest's ext4 zeroes its inode tables in the
+ * background, and every placement's sparse copy of a template's disk would
+ * otherwise copy those zeros again. Best effort: a file system that cannot
+ * punch holes keeps the file as it is.
+ */
+async function digHoles(path: string): Promise<void> {
+  try {
+    await Bun.spawn(["fallocate", "--dig-holes", path], { stdout: "ignore", stderr: "ignore" }).exited;
+  } catch {
+    /* no fallocate here: the copies are slower, not wrong */
   }
 }
 

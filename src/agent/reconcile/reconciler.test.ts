@@ -303,7 +303,12 @@ test("a parent's resume waits for the disk clones of forks already under way, an
       leaseExpiresAt: new Date(tl.clock.wallMs() + 600_000).toISOString(),
       spec: { ...spec, ...extra },
     };
-    store.recordCommand(cmd, commandDigest(cmd), placementDirName("h", allocationId, placementId, 1), tl.clock.wallMs());
+    store.recordCommand(
+      cmd,
+      commandDigest(cmd),
+      placementDirName("h", allocationId, placementId, 1),
+      tl.clock.wallMs(),
+    );
     reconciler.kick(placementId);
   };
   give("a", "p", "ensure_present");
