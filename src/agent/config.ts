@@ -38,6 +38,12 @@ export interface AgentConfig {
   /** Bound on the image cache's shared artifact bytes; unused images are evicted past it (default 32 GiB). */
   imageCacheMaxBytes?: number;
   /**
+   * Bound on the bytes the host's templates take (issue 21, ADR 0182); the
+   * least recently used are evicted past it (default 8 GiB). Like the image
+   * cache, disk the operator sets aside outside the capacity placements reserve.
+   */
+  templateCacheMaxBytes?: number;
+  /**
    * Where guest egress leaves the host (spec "Guest network isolation"):
    * `device` in `netns` (absent = root namespace); the agent masquerades
    * placement traffic out of it. Absent (the default): guests get no route

@@ -112,6 +112,7 @@ export class AgentDaemon {
         ...(config.vmmSelfCheckIntervalMs ? { vmmSelfCheckIntervalMs: config.vmmSelfCheckIntervalMs } : {}),
         failedConsoleDir: p.failedConsoles,
         templatesDir: p.templates,
+        ...(config.templateCacheMaxBytes ? { templateCacheMaxBytes: config.templateCacheMaxBytes } : {}),
         failedConsoleRetentionMs: config.failedConsoleRetentionMs ?? 0,
       },
       {

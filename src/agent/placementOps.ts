@@ -468,7 +468,11 @@ export async function restorePlacement(
   writeFileSync(p.runtime, JSON.stringify({ ...runtime, nonce: identity.nonce } satisfies RuntimeFile) + "\n", {
     mode: 0o600,
   });
-  const spec = await vmSpecOf(ctx, ref, { ...runtime, nonce: identity.nonce });
+  const own = await vmSpecOf(ctx, ref, { ...runtime, nonce: identity.nonce });
+  // Only a resume from the VM's own snapshot gets its RAM back shared (suspendable again); a fork's stays
+  // copy-on-write over its parent's frozen RAM, shared with its sibling forks (ADR 0180).
+  const { suspendable: _, ...forkSpec } = own;
+  const spec = fork ? forkSpec : own;
   const handle = await launchConfined(ctx, ref, hooks, () => driver.restore!(spec, snapshot));
   const channel = await driver.connectControl(spec, 10_000).catch((e: Error) => {
     throw new AgentError("VMM_START_FAILED", "cannot connect to the restored guest's control channel", {
@@ -547,15 +551,27 @@ export async function startWarm(
     networkArgs: ctx.isolation.networkKernelArgs(p.dir),
     ipv6: ref.spec.ipv6Address !== undefined,
   };
-  const found = await templates.find(key);
+  let found: Awaited<ReturnType<TemplateStore["find"]>>;
+  try {
+    found = await templates.find(key);
+  } catch (e) {
+    return cold("TEMPLATE_MISMATCH", (e as Error).message);
+  }
   if (found.kind === "mismatch") return cold("TEMPLATE_MISMATCH", found.why);
   let template: StoredTemplate;
   let built = false;
   if (found.kind === "found") template = found.template;
   else {
-    const build = templates.beginBuild(key);
+    let build: TemplateBuild | null;
+    try {
+      build = templates.beginBuild(key);
+    } catch (e) {
+      return cold("TEMPLATE_BUILD_FAILED", (e as Error).message); // no room for the build's directory, say
+    }
     if (!build) return cold("TEMPLATE_BUILDING");
     try {
+      // The placement's own disks are made again from the template: not held beside the build's.
+      for (const f of [p.rootDisk, p.rootSquashfs, p.scratch]) rmSync(f, { force: true });
       template = await templateBuild(ctx, ref, hooks, spec, image, runtime, build);
       built = true;
       ctx.onTemplate?.({ placementId: ref.placementId, what: "built", detail: template.keyHex });
@@ -563,19 +579,38 @@ export async function startWarm(
       build.abandon();
       const err = AgentError.from(e, "VMM_START_FAILED");
       if (NO_FALLBACK.has(err.code)) throw err;
+      await makeDisks(ctx, image, ref.spec.ephemeralDiskMiB, p, {}); // the cold boot's own disks, as Prepare made them
       return cold("TEMPLATE_BUILD_FAILED", err.chain());
     }
   }
+  const restored: { vm: VmHandle | null } = { vm: null }; // the VM the restore launched, if it got that far
   try {
     await makeDisks(ctx, image, ref.spec.ephemeralDiskMiB, p, { writable: template.diskPath });
     const linked = join(p.dir, TEMPLATE_LINK_DIR);
     linkSnapshotFiles(template.snapshot.dir, linked);
-    const r = await restorePlacement(ctx, ref, { ...template.snapshot, dir: linked }, hooks, clock);
+    const r = await restorePlacement(
+      ctx,
+      ref,
+      { ...template.snapshot, dir: linked },
+      { launch: (start) => hooks.launch(start).then((h) => (restored.vm = h)) },
+      clock,
+    );
     return { ...r, start: { from: "template", ...(built ? { built: true } : {}) } };
   } catch (e) {
     const err = AgentError.from(e, "VMM_START_FAILED");
-    // A restore that got as far as a guest that did not answer leaves a VM for Stop: no second VM beside it.
+    // A guest that did not answer leaves its VM for Stop.
     if (NO_FALLBACK.has(err.code) || err.code === "GUEST_BOOT_TIMEOUT") throw err;
+    // Never a cold boot beside a restored VM that still runs (its disks would go from under it).
+    const vm = restored.vm;
+    if (vm && (await driver.isAlive(vm))) {
+      await driver.stop(vm, 1_000).catch(() => undefined);
+      if (await driver.isAlive(vm))
+        throw new AgentError("CLEANUP_FAILED", `the restored VM pid ${vm.pid} survived a stop`, {
+          subsystem: "vmm",
+          cause: err,
+        });
+    }
+    if (err.code === "SNAPSHOT_INCOMPATIBLE") templates.remove(template.keyHex); // the next start makes one that fits
     rmSync(join(p.dir, TEMPLATE_LINK_DIR), { recursive: true, force: true });
     await makeDisks(ctx, image, ref.spec.ephemeralDiskMiB, p, {}); // the cold boot's own disks, as Prepare made them
     return cold(err.code === "SNAPSHOT_INCOMPATIBLE" ? "TEMPLATE_MISMATCH" : "TEMPLATE_RESTORE_FAILED", err.chain());

@@ -4,10 +4,21 @@
  * the key's name; find checks them against their digests and discards a
  * template whose file changed (size or content); one build per key at a
  * time; sweep removes what an earlier process left; eviction goes least
- * recently used first.
+ * recently used first; a restore's hard link does not cost a new hash, and
+ * a file the record does not list is refused.
  */
 import { afterAll, expect, test } from "bun:test";
-import { chmodSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  linkSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  utimesSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { TEMPLATE_FILE, TEMPLATE_SNAPSHOT_DIR, type TemplateKey, TemplateStore, templateKeyHex } from "./templates.ts";
@@ -51,7 +62,7 @@ test("a published template holds only its snapshot and disk, read-only, and is f
   expect(t.keyHex).toBe(templateKeyHex(key()));
   expect(readdirSync(store.root)).toEqual([t.keyHex]);
   expect(readdirSync(t.dir).sort()).toEqual(["scratch.ext4", TEMPLATE_FILE, TEMPLATE_SNAPSHOT_DIR].sort());
-  expect(statSync(join(t.dir, "scratch.ext4")).mode & 0o777).toBe(0o400);
+  expect(statSync(join(t.dir, "scratch.ext4")).mode & 0o777).toBe(0o444);
   const found = await store.find(key());
   expect(found.kind).toBe("found");
   if (found.kind !== "found") return;
@@ -109,4 +120,23 @@ test("eviction removes the least recently used templates until the rest fit the 
   expect(store.evict(total - 1)).toEqual([old.keyHex]);
   expect(readdirSync(store.root)).toEqual([used.keyHex]);
   expect(store.evict(0)).toEqual([used.keyHex]);
+});
+
+test("a restore's hard link to a template's file does not make the next find hash it again; a file the record does not list is a mismatch", async () => {
+  const store = new TemplateStore(join(work, "e"));
+  const t = await built(store, key());
+  const later = new TemplateStore(store.root); // a new process hashes once
+  expect((await later.find(key())).kind).toBe("found");
+  const hashed = later.filesHashed;
+  expect(hashed).toBe(3);
+  linkSync(join(t.dir, TEMPLATE_SNAPSHOT_DIR, "guest.ram"), join(work, "e-link")); // what a restore does
+  expect((await later.find(key())).kind).toBe("found");
+  expect(later.filesHashed).toBe(hashed);
+  // A file nobody hashed would be linked into every restore: refused.
+  chmodSync(join(t.dir, TEMPLATE_SNAPSHOT_DIR), 0o700);
+  writeFileSync(join(t.dir, TEMPLATE_SNAPSHOT_DIR, "extra.state"), "unverified");
+  const found = await later.find(key());
+  expect(found).toMatchObject({ kind: "mismatch" });
+  if (found.kind === "mismatch") expect(found.why).toContain("extra.state");
+  expect(readdirSync(store.root)).toEqual([]);
 });

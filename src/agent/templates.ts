@@ -10,9 +10,10 @@
  * vCPUs, MiB, the scratch size, the root format and the network the guest
  * booted with), publishing a finished build with an atomic rename, checking a
  * template's files against the sizes and SHA-256 digests recorded when it
- * was made (once per process and file version, as the image cache checks an
- * artifact; a file that changed is checked again), discarding one that
- * fails, eviction of the least recently used past a byte bound, and sweeping
+ * was made (every file present must be recorded and every recorded file
+ * present; hashed once per process and file version, as the image cache
+ * checks an artifact; a file that changed is hashed again), discarding one
+ * that fails or that a driver refused, eviction of the least recently used past a byte bound, and sweeping
  * builds an earlier agent process left half done.
  * Must never: hand out a template whose files were not checked against their
  * digests, publish a build that is not complete, or keep the nonce the
@@ -123,9 +124,14 @@ async function sha256File(path: string): Promise<string> {
   return h.digest("hex");
 }
 
+/**
+ * What says a file is unchanged since it was hashed: device, inode, size and
+ * mtime. Not ctime: every restore's hard link to the file changes it, and the
+ * files are read-only in a directory only root reaches.
+ */
 function stamp(path: string): string {
   const s = statSync(path);
-  return `${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}:${s.ctimeMs}`;
+  return `${s.dev}:${s.ino}:${s.size}:${s.mtimeMs}`;
 }
 
 /** Every regular file under `dir`, as paths relative to it (one level of subdirectories). */
@@ -142,6 +148,8 @@ function filesUnder(dir: string, prefix = ""): string[] {
 
 /** See the module header. */
 export class TemplateStore {
+  /** Files hashed so far by this store (publish and find): what a check cost, for tests and logs. */
+  filesHashed = 0;
   /** keyHex → the stamps of its files when they were last checked (this process). */
   private readonly checked = new Map<string, string>();
   /** keyHex → the name of its build directory, while one runs. */
@@ -195,6 +203,15 @@ export class TemplateStore {
     const names = Object.keys(rec.files).sort();
     if (!names.includes(rec.disk)) return this.discard(keyHex, `its disk ${rec.disk} is not among its files`);
     try {
+      // Every file a restore links must have been hashed: none more, none fewer than the record lists.
+      const present = filesUnder(dir)
+        .filter((n) => n !== TEMPLATE_FILE)
+        .sort();
+      if (present.join("\0") !== names.join("\0"))
+        return this.discard(
+          keyHex,
+          `its files (${present.join(", ")}) are not the recorded ones (${names.join(", ")})`,
+        );
       const now = names.map((n) => stamp(join(dir, n))).join("|");
       if (this.checked.get(keyHex) !== now) {
         for (const n of names) {
@@ -202,15 +219,16 @@ export class TemplateStore {
           const path = join(dir, n);
           if (statSync(path).size !== want.sizeBytes)
             return this.discard(keyHex, `${n} is ${statSync(path).size} bytes, not ${want.sizeBytes}`);
+          this.filesHashed++;
           if ((await sha256File(path)) !== want.sha256) return this.discard(keyHex, `${n} does not match its digest`);
         }
         this.checked.set(keyHex, now);
       }
+      const t = this.clock.wallMs() / 1000;
+      utimesSync(join(dir, TEMPLATE_FILE), t, t); // last use, for eviction
     } catch (e) {
       return this.discard(keyHex, `cannot check its files: ${(e as Error).message}`);
     }
-    const t = this.clock.wallMs() / 1000;
-    utimesSync(join(dir, TEMPLATE_FILE), t, t); // last use, for eviction
     return {
       kind: "found",
       template: {
@@ -263,7 +281,8 @@ export class TemplateStore {
       const files: TemplateRecord["files"] = {};
       for (const rel of filesUnder(build.dir)) {
         const path = join(build.dir, rel);
-        chmodSync(path, 0o400);
+        chmodSync(path, 0o444); // read-only; readable by a jailed VMM that reads its links (the directory is root's, 0700)
+        this.filesHashed++;
         files[rel] = { sizeBytes: statSync(path).size, sha256: await sha256File(path) };
       }
       if (!files[diskName]) throw new Error(`the build has no disk ${diskName}`);
@@ -340,9 +359,19 @@ export class TemplateStore {
     return out;
   }
 
-  private discard(keyHex: string, why: string): TemplateLookup {
+  /**
+   * Removes the template named `keyHex` (a driver refused it as incompatible:
+   * a VMM upgrade, another CPU), so the next start makes a new one. A
+   * placement restored from it keeps its links. No-op when it is gone.
+   */
+  remove(keyHex: string): void {
+    if (!/^[0-9a-f]{64}$/.test(keyHex)) return;
     rmSync(join(this.root, keyHex), { recursive: true, force: true });
     this.checked.delete(keyHex);
+  }
+
+  private discard(keyHex: string, why: string): TemplateLookup {
+    this.remove(keyHex);
     return { kind: "mismatch", why };
   }
 }

@@ -213,7 +213,7 @@ d("pause, suspend and resume through bb (real QEMU)", () => {
     await Bun.sleep(1000);
     expect((await counter()).value).toBeGreaterThan(after.value);
 
-    // A resumed VM maps its RAM file shared again (a copy here: the forks' links held the frozen one),
+    // A resumed VM maps its RAM file shared again (a link to the frozen one, or a copy while a fork's link holds it),
     // so it suspends and resumes a second time, as generation + 2, with the counter's process still there.
     const again = await transition("suspend");
     expect(again).toMatchObject({ state: "suspended", generation: resumed.generation });

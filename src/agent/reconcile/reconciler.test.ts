@@ -16,7 +16,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { AgentCommand } from "../../protocol/agent.ts";
 import { FakeTimeline, MemoryLog } from "../fakePorts.ts";
-import { FakeVmHost, FakeVmmDriver, steadyBehaviour } from "../vmm/fakeDriver.ts";
+import { type FakeVm, FakeVmHost, FakeVmmDriver, steadyBehaviour } from "../vmm/fakeDriver.ts";
 import { FakeIsolation } from "../isolation/fakeIsolation.ts";
 import { FakeImages } from "../image/fakeImages.ts";
 import type { ImagePort } from "../image/imagePort.ts";
@@ -27,6 +27,8 @@ import { commandDigest } from "../control/commandIntake.ts";
 import type { AgentDebug } from "../debug.ts";
 import { PlacementReconciler } from "./reconciler.ts";
 import { TEMPLATE_FILE, TemplateStore } from "../templates.ts";
+import { AgentError } from "../errors.ts";
+import type { GuestChannel, VmHandle, VmSnapshot, VmSpec } from "../vmm/driver.ts";
 
 const work = mkdtempSync(join(tmpdir(), "bb-reconciler-test-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
@@ -37,13 +39,16 @@ function rig(
   failedConsoleDir?: string,
   templates?: TemplateStore,
   images?: (timers: Timers, note: (line: string) => void) => ImagePort,
+  driver?: (host: FakeVmHost, timers: Timers) => FakeVmmDriver,
 ) {
   const tl = new FakeTimeline(1_800_000_000_000);
   const timers = tl.timers();
   const launched: string[] = [];
-  const host = new FakeVmHost(timers, steadyBehaviour({ launchMs: 10, bootMs: 200 }), (vm) =>
-    launched.push(vm.instanceId),
-  );
+  const vms: FakeVm[] = []; // every VM launched, in order (a later one of the same instance does not hide an earlier)
+  const host = new FakeVmHost(timers, steadyBehaviour({ launchMs: 10, bootMs: 200 }), (vm) => {
+    launched.push(vm.instanceId);
+    vms.push(vm);
+  });
   const store = new AgentStore(join(work, `${name}.db`));
   const reconciler = new PlacementReconciler({
     store,
@@ -54,7 +59,7 @@ function rig(
     ...(failedConsoleDir ? { failedConsoleDir } : {}),
     ctx: {
       allocationsDir: join(work, name),
-      driver: new FakeVmmDriver(host, timers),
+      driver: driver ? driver(host, timers) : new FakeVmmDriver(host, timers),
       images: images ? images(timers, (l) => launched.push(l)) : new FakeImages(timers, join(work, "img")),
       isolation: new FakeIsolation(),
       timers,
@@ -77,7 +82,7 @@ function rig(
     store.recordCommand(cmd, commandDigest(cmd), placementDirName("h", "a", "p", 1), tl.clock.wallMs());
     reconciler.kick("p");
   };
-  return { tl, store, reconciler, launched, give, host };
+  return { tl, store, reconciler, launched, vms, give, host };
 }
 
 test("Start refuses to launch once the lease has ended, and reports LEASE_EXPIRED", async () => {
@@ -334,4 +339,117 @@ test("a parent's resume waits for the disk clones of forks already under way, an
   expect(launched).toEqual([`clone into ${store.placement("f")!.dirName}`, "cloned", parentDir]);
   expect(store.placement("p")).toMatchObject({ observed: "running", generation: 2 });
   expect(store.placement("f")?.observed).toBe("prepared");
+});
+
+/** A rig for templated placements over `driver`: `start` drives a placement to running (or its end) and answers its `start`. */
+function templateRig(name: string, driver?: (host: FakeVmHost, timers: Timers) => FakeVmmDriver) {
+  const templates = new TemplateStore(join(work, `${name}-templates`));
+  const r = rig(name, undefined, undefined, templates, undefined, driver);
+  const spec = {
+    cpuMillis: 1000,
+    memoryMiB: 256,
+    ephemeralDiskMiB: 1024,
+    imageDigest: `sha256:${"b".repeat(64)}`,
+    template: true,
+  };
+  const give = (placementId: string, type: AgentCommand["type"]) => {
+    const cmd: AgentCommand = {
+      commandId: `${placementId}:${type}:1`,
+      type,
+      allocationId: `a-${placementId}`,
+      placementId,
+      generation: 1,
+      agentEpoch: "e",
+      leaseExpiresAt: new Date(r.tl.clock.wallMs() + 600_000).toISOString(),
+      spec,
+    };
+    r.store.recordCommand(
+      cmd,
+      commandDigest(cmd),
+      placementDirName("h", `a-${placementId}`, placementId, 1),
+      r.tl.clock.wallMs(),
+    );
+    r.reconciler.kick(placementId);
+  };
+  const settle = async (steps: number) => {
+    for (let i = 0; i < steps; i++) {
+      await r.tl.advance(100);
+      await Bun.sleep(2); // the template's files are real: real time passes too
+    }
+  };
+  const updates = (placementId: string) => r.store.pendingUpdates(1_000).filter((u) => u.placementId === placementId);
+  const keys = () => readdirSync(templates.root).filter((n) => /^[0-9a-f]{64}$/.test(n));
+  return { ...r, templates, give, settle, updates, keys };
+}
+
+test("a warm restore that fails after its VMM launched has that VM stopped before the cold boot: one VM per placement", async () => {
+  let failConnect = false;
+  const t = templateRig(
+    "template-two-vms",
+    (host, timers) =>
+      new (class extends FakeVmmDriver {
+        override async restore(spec: VmSpec, snapshot: VmSnapshot): Promise<VmHandle> {
+          const h = await super.restore(spec, snapshot);
+          failConnect = true; // the restored VM runs, and its control channel will not connect
+          return h;
+        }
+        override async connectControl(spec: Pick<VmSpec, "controlSocketPath">, ms: number): Promise<GuestChannel> {
+          if (failConnect) {
+            failConnect = false;
+            throw new AgentError("VMM_START_FAILED", "the control socket went away");
+          }
+          return super.connectControl(spec, ms);
+        }
+      })(host, timers),
+  );
+  t.give("p1", "ensure_present");
+  await t.settle(5);
+  t.give("p1", "ensure_running");
+  await t.settle(100);
+  expect(t.store.placement("p1")?.observed).toBe("running");
+  expect(t.updates("p1").find((u) => u.state === "running")?.start).toEqual({
+    from: "boot",
+    fallback: "TEMPLATE_RESTORE_FAILED",
+  });
+  expect(t.vms.filter((vm) => vm.state !== "exited")).toHaveLength(1); // the restored VM was stopped first
+  expect(t.host.running().map((vm) => vm.identity.allocationId)).toEqual(["a-p1"]);
+});
+
+test("a template the driver refuses as incompatible is removed, so the next start makes one again", async () => {
+  const t = templateRig(
+    "template-incompatible",
+    (host, timers) =>
+      new (class extends FakeVmmDriver {
+        override async restore(): Promise<VmHandle> {
+          throw new AgentError("SNAPSHOT_INCOMPATIBLE", "the VMM was upgraded");
+        }
+      })(host, timers),
+  );
+  for (const id of ["p1", "p2"]) {
+    t.give(id, "ensure_present");
+    await t.settle(5);
+    t.give(id, "ensure_running");
+    await t.settle(100);
+    expect(t.store.placement(id)?.observed).toBe("running");
+    expect(t.updates(id).find((u) => u.state === "running")?.start).toEqual({
+      from: "boot",
+      fallback: "TEMPLATE_MISMATCH",
+    });
+    expect(t.keys()).toEqual([]);
+  }
+  expect(t.launched.filter((l) => l.startsWith("bb-")).length).toBe(4); // per start: the template's boot, then the cold boot
+});
+
+test("a release while the template is being made ends absent, with no error on the way", async () => {
+  const t = templateRig("template-release");
+  t.give("p1", "ensure_present");
+  await t.settle(5);
+  t.give("p1", "ensure_running");
+  await t.settle(1); // the template's VM is booting
+  t.give("p1", "ensure_absent");
+  await t.settle(100);
+  const states = t.updates("p1").map((u) => `${u.state}${u.errorCode ? `:${u.errorCode}` : ""}`);
+  expect(states.at(-1)).toBe("absent");
+  expect(states.filter((s) => s.startsWith("error"))).toEqual([]);
+  expect(t.host.running()).toEqual([]);
 });

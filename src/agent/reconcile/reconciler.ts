@@ -507,7 +507,9 @@ export class PlacementReconciler {
       const err = AgentError.from(e, "VMM_START_FAILED");
       if (err.code === "VMM_START_FAILED") this.deps.onStartOutcome?.(false);
       else if (live.handle) this.deps.onStartOutcome?.(true); // the VMM ran; the guest failed
-      if (!live.handle && err.code === "INTERNAL" && this.current(placementId).desired === "absent") return; // never launched and no longer wanted: Stop follows
+      // No VM running (never launched, or only a template's build that ended) and no longer wanted: Stop follows.
+      const vmUp = live.handle ? await this.deps.ctx.driver.isAlive(live.handle) : false;
+      if (!vmUp && err.code === "INTERNAL" && this.current(placementId).desired === "absent") return;
       this.deps.log.warn("start failed", { placementId, code: err.code, subsystem: err.subsystem, error: err.chain() });
       this.observe(this.current(placementId), "error", { errorCode: err.code });
     }
