@@ -135,8 +135,8 @@ export class Housekeeping {
     if (this.deps.templates) {
       const { store: t, maxBytes } = this.deps.templates;
       try {
-        const gone = t.evict(maxBytes);
-        if (gone.length) this.deps.log.info("evicted templates", { templates: gone.join(","), maxBytes });
+        const { evicted, bytes } = t.evict(maxBytes);
+        if (evicted.length) this.deps.log.info("evicted templates", { templates: evicted.join(","), bytes, maxBytes });
       } catch (e) {
         this.deps.log.warn("template eviction failed", { error: errorText(e) });
       }

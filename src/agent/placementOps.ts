@@ -120,13 +120,16 @@ interface RuntimeFile {
   kernelArgs: string[];
 }
 
+/** File name of a placement's private ext4 root disk (a clone of the image's, or of a fork's parent's or a template's). */
+const ROOT_DISK_FILE = "rootfs.ext4";
+
 function paths(ctx: PlacementContext, ref: PlacementRef) {
   const dir = join(ctx.allocationsDir, ref.dirName);
   return {
     dir,
     logs: join(dir, "logs"),
     console: join(dir, "logs", "console.log"),
-    rootDisk: join(dir, "rootfs.ext4"),
+    rootDisk: join(dir, ROOT_DISK_FILE),
     rootSquashfs: join(dir, "rootfs.squashfs"),
     scratch: join(dir, SCRATCH_DISK_FILE),
     runtime: join(dir, "runtime.json"),
@@ -198,6 +201,11 @@ interface DiskPaths {
   scratch: string;
 }
 
+/** Removes the disk files of `at` (absent ones are fine). */
+function removeDisks(at: DiskPaths): void {
+  for (const f of [at.rootDisk, at.rootSquashfs, at.scratch]) rmSync(f, { force: true });
+}
+
 /**
  * Makes the writable disks of `to` afresh (removing any there): an ext4
  * root cloned from the image, or the image's squashfs linked beside a new
@@ -213,7 +221,7 @@ async function makeDisks(
   to: DiskPaths,
   src: { from?: DiskPaths; writable?: string },
 ): Promise<void> {
-  for (const f of [to.rootDisk, to.rootSquashfs, to.scratch]) rmSync(f, { force: true }); // leftovers of an interrupted Prepare
+  removeDisks(to); // leftovers of an interrupted Prepare, or disks made again
   const root = join(image.dir, image.manifest.rootfs.path);
   if (image.manifest.rootfsFormat === "squashfs") {
     await ctx.images.linkSharedRoot(root, to.rootSquashfs);
@@ -312,10 +320,15 @@ async function launchConfined(
   return handle;
 }
 
-/** The VM spec a placement boots (or is restored) with, from its runtime.json and image. Throws what resolving the image throws. */
-async function vmSpecOf(ctx: PlacementContext, ref: PlacementRef, runtime: RuntimeFile): Promise<VmSpec> {
+/** The VM spec a placement boots (or is restored) with, from its runtime.json and image (`resolved`, else resolved here). Throws what resolving the image throws. */
+async function vmSpecOf(
+  ctx: PlacementContext,
+  ref: PlacementRef,
+  runtime: RuntimeFile,
+  resolved?: ResolvedImageDir,
+): Promise<VmSpec> {
   const p = paths(ctx, ref);
-  const image = await ctx.images.resolve(runtime.imageDigest);
+  const image = resolved ?? (await ctx.images.resolve(runtime.imageDigest));
   return {
     instanceId: ref.dirName,
     dir: p.dir,
@@ -468,11 +481,12 @@ export async function restorePlacement(
   writeFileSync(p.runtime, JSON.stringify({ ...runtime, nonce: identity.nonce } satisfies RuntimeFile) + "\n", {
     mode: 0o600,
   });
-  const own = await vmSpecOf(ctx, ref, { ...runtime, nonce: identity.nonce });
-  // Only a resume from the VM's own snapshot gets its RAM back shared (suspendable again); a fork's stays
-  // copy-on-write over its parent's frozen RAM, shared with its sibling forks (ADR 0180).
-  const { suspendable: _, ...forkSpec } = own;
-  const spec = fork ? forkSpec : own;
+  const full = await vmSpecOf(ctx, ref, { ...runtime, nonce: identity.nonce });
+  // Only a resume from the VM's own snapshot stays suspendable (its RAM shared again, ADR 0180); a fork's or a
+  // template's VM stays copy-on-write over a snapshot that other VMs restore too.
+  const resume = !fork && snapshot.dir.startsWith(join(p.dir, SNAPSHOT_DIR_PREFIX));
+  const { suspendable: _, ...shared } = full;
+  const spec = resume ? full : shared;
   const handle = await launchConfined(ctx, ref, hooks, () => driver.restore!(spec, snapshot));
   const channel = await driver.connectControl(spec, 10_000).catch((e: Error) => {
     throw new AgentError("VMM_START_FAILED", "cannot connect to the restored guest's control channel", {
@@ -540,7 +554,7 @@ export async function startWarm(
   const p = paths(ctx, ref);
   const runtime = JSON.parse(readFileSync(p.runtime, "utf8")) as RuntimeFile;
   const image = await ctx.images.resolve(runtime.imageDigest);
-  const spec = await vmSpecOf(ctx, ref, runtime);
+  const spec = await vmSpecOf(ctx, ref, runtime, image);
   const key: TemplateKey = {
     imageDigest: runtime.imageDigest,
     driver: driver.name,
@@ -571,7 +585,7 @@ export async function startWarm(
     if (!build) return cold("TEMPLATE_BUILDING");
     try {
       // The placement's own disks are made again from the template: not held beside the build's.
-      for (const f of [p.rootDisk, p.rootSquashfs, p.scratch]) rmSync(f, { force: true });
+      removeDisks(p);
       template = await templateBuild(ctx, ref, hooks, spec, image, runtime, build);
       built = true;
       ctx.onTemplate?.({ placementId: ref.placementId, what: "built", detail: template.keyHex });
@@ -641,7 +655,7 @@ async function templateBuild(
   const driver = ctx.driver;
   const dir = build.dir;
   const disks: DiskPaths = {
-    rootDisk: join(dir, "rootfs.ext4"),
+    rootDisk: join(dir, ROOT_DISK_FILE),
     rootSquashfs: join(dir, "rootfs.squashfs"),
     scratch: join(dir, SCRATCH_DISK_FILE),
   };
@@ -703,7 +717,7 @@ async function templateBuild(
     mkdirSync(snapshotDir, { mode: 0o700 });
     const snapshot = await driver.suspend!(handle, spec, snapshotDir);
     session.close();
-    const diskName = squashfs ? SCRATCH_DISK_FILE : "rootfs.ext4";
+    const diskName = squashfs ? SCRATCH_DISK_FILE : ROOT_DISK_FILE;
     await digHoles(join(dir, diskName));
     return await ctx.templates!.publish(build, snapshot, diskName);
   } catch (e) {

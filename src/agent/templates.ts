@@ -319,20 +319,13 @@ export class TemplateStore {
     }
   }
 
-  /** Bytes every published template takes on disk (allocated blocks). */
-  usageBytes(): number {
-    let total = 0;
-    for (const t of this.published()) total += t.bytes;
-    return total;
-  }
-
   /**
    * Removes the least recently used templates until all of them take at
    * most `maxBytes`. A placement restored from one holds hard links (or
    * copies) of its files, so removing a template never breaks a running VM.
-   * Returns the key names removed.
+   * Returns the key names removed and the bytes (allocated blocks) the rest take.
    */
-  evict(maxBytes: number): string[] {
+  evict(maxBytes: number): { evicted: string[]; bytes: number } {
     const all = this.published().sort((a, b) => a.lastUseMs - b.lastUseMs);
     let total = all.reduce((n, t) => n + t.bytes, 0);
     const gone: string[] = [];
@@ -343,7 +336,7 @@ export class TemplateStore {
       total -= t.bytes;
       gone.push(t.keyHex);
     }
-    return gone;
+    return { evicted: gone, bytes: total };
   }
 
   private published(): { keyHex: string; bytes: number; lastUseMs: number }[] {

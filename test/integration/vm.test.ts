@@ -232,8 +232,9 @@ test.skipIf(!!skipReason)(
     console.log(`vm.test: suspended into ${snap.bytes} bytes on disk`);
     const dir2 = join(work, "alloc2");
     mkdirSync(dir2);
+    const { suspendable: _, ...restoredElsewhere } = spec; // restored into another directory, as a fork is
     const spec2: VmSpec = {
-      ...spec,
+      ...restoredElsewhere,
       dir: dir2,
       consoleLogPath: join(dir2, "console.log"),
       controlSocketPath: join(dir2, "ctl.sock"),

@@ -85,6 +85,37 @@ function rig(
   return { tl, store, reconciler, launched, vms, give, host };
 }
 
+/** The spec the fork and template tests give (one vCPU, 256 MiB), with `extra` over it. */
+const SPEC = { cpuMillis: 1000, memoryMiB: 256, ephemeralDiskMiB: 1024, imageDigest: `sha256:${"b".repeat(64)}` };
+
+/** Records a `type` command for `placementId` of `allocationId` at `generation` (a lease of ten minutes) on rig `r` and kicks it. */
+function command(
+  r: Pick<ReturnType<typeof rig>, "tl" | "store" | "reconciler">,
+  allocationId: string,
+  placementId: string,
+  type: AgentCommand["type"],
+  spec: AgentCommand["spec"],
+  generation = 1,
+): void {
+  const cmd: AgentCommand = {
+    commandId: `${placementId}:${type}:${generation}`,
+    type,
+    allocationId,
+    placementId,
+    generation,
+    agentEpoch: "e",
+    leaseExpiresAt: new Date(r.tl.clock.wallMs() + 600_000).toISOString(),
+    spec,
+  };
+  r.store.recordCommand(
+    cmd,
+    commandDigest(cmd),
+    placementDirName("h", allocationId, placementId, 1),
+    r.tl.clock.wallMs(),
+  );
+  r.reconciler.kick(placementId);
+}
+
 test("Start refuses to launch once the lease has ended, and reports LEASE_EXPIRED", async () => {
   const { tl, store, launched, give } = rig("expired");
   give("ensure_present", tl.clock.wallMs() + 1_000);
@@ -144,33 +175,10 @@ test("a VM that ends on its own is reported VM_EXITED with its diagnosis; Stop k
 });
 
 test("a fork restores its suspended parent's snapshot from links in its own directory; a fork of a parent not suspended at that generation is SNAPSHOT_MISSING", async () => {
-  const { tl, store, reconciler, host } = rig("fork");
-  const spec = {
-    cpuMillis: 1000,
-    memoryMiB: 256,
-    ephemeralDiskMiB: 1024,
-    imageDigest: `sha256:${"b".repeat(64)}`,
-    suspendable: true,
-  };
-  const give = (allocationId: string, placementId: string, type: AgentCommand["type"], extra = {}) => {
-    const cmd: AgentCommand = {
-      commandId: `${placementId}:${type}:1`,
-      type,
-      allocationId,
-      placementId,
-      generation: 1,
-      agentEpoch: "e",
-      leaseExpiresAt: new Date(tl.clock.wallMs() + 600_000).toISOString(),
-      spec: { ...spec, ...extra },
-    };
-    store.recordCommand(
-      cmd,
-      commandDigest(cmd),
-      placementDirName("h", allocationId, placementId, 1),
-      tl.clock.wallMs(),
-    );
-    reconciler.kick(placementId);
-  };
+  const r = rig("fork");
+  const { tl, store, host } = r;
+  const give = (allocationId: string, placementId: string, type: AgentCommand["type"], extra = {}) =>
+    command(r, allocationId, placementId, type, { ...SPEC, suspendable: true, ...extra });
   give("a", "p", "ensure_present");
   await tl.advance(100);
   give("a", "p", "ensure_running");
@@ -195,6 +203,7 @@ test("a fork restores its suspended parent's snapshot from links in its own dire
   await tl.advance(1_000);
   expect(store.placement("f")?.observed).toBe("running");
   expect(host.running().map((vm) => vm.identity.allocationId)).toEqual(["b"]);
+  expect(host.running()[0]!.spec.suspendable).toBeUndefined(); // copy-on-write over the parent's frozen RAM
   expect(store.placement("p")?.observed).toBe("suspended"); // the parent is untouched
 
   give("c", "g", "ensure_present", { forkOf: { ...forkOf, generation: 2 } });
@@ -203,79 +212,61 @@ test("a fork restores its suspended parent's snapshot from links in its own dire
 });
 
 test("a templated placement makes the template in its own start, the next restores it, and a damaged template is discarded with a cold boot that says why", async () => {
-  const templates = new TemplateStore(join(work, "templates"));
-  const { tl, store, reconciler, host } = rig("template", undefined, undefined, templates);
-  const spec = {
-    cpuMillis: 1000,
-    memoryMiB: 256,
-    ephemeralDiskMiB: 1024,
-    imageDigest: `sha256:${"b".repeat(64)}`,
-    template: true,
+  const t = templateRig("template");
+  const start = async (placementId: string) => {
+    t.give(placementId, "ensure_present");
+    await t.settle(5);
+    t.give(placementId, "ensure_running");
+    await t.settle(50);
+    expect(t.store.placement(placementId)?.observed).toBe("running");
+    return t.updates(placementId).find((u) => u.state === "running")?.start;
   };
-  const start = async (allocationId: string, placementId: string) => {
-    for (const type of ["ensure_present", "ensure_running"] as const) {
-      const cmd: AgentCommand = {
-        commandId: `${placementId}:${type}:1`,
-        type,
-        allocationId,
-        placementId,
-        generation: 1,
-        agentEpoch: "e",
-        leaseExpiresAt: new Date(tl.clock.wallMs() + 600_000).toISOString(),
-        spec,
-      };
-      store.recordCommand(
-        cmd,
-        commandDigest(cmd),
-        placementDirName("h", allocationId, placementId, 1),
-        tl.clock.wallMs(),
-      );
-      reconciler.kick(placementId);
-      // The template's digests are read from real files: real time passes between the timeline's steps.
-      const want = type === "ensure_present" ? "prepared" : "running";
-      for (let i = 0; i < 200 && store.placement(placementId)?.observed !== want; i++) {
-        await tl.advance(100);
-        await Bun.sleep(2);
-      }
-    }
-    expect(store.placement(placementId)?.observed).toBe("running");
-    return store
-      .pendingUpdates(1_000)
-      .filter((u) => u.placementId === placementId && u.state === "running")
-      .at(-1)?.start;
-  };
-  const keys = () => readdirSync(templates.root).filter((n) => /^[0-9a-f]{64}$/.test(n));
 
-  expect(await start("a", "p1")).toEqual({ from: "template", built: true });
-  expect(keys()).toHaveLength(1);
-  const [key] = keys();
-  expect(readdirSync(templates.root)).toEqual([key!]); // the build directory went with the publish
-  const record = JSON.parse(readFileSync(join(templates.root, key!, TEMPLATE_FILE), "utf8")) as {
+  expect(await start("p1")).toEqual({ from: "template", built: true });
+  // The template's VM booted as an identity of its own, never the placement's.
+  const [build] = t.vms;
+  expect(build!.identity).toMatchObject({
+    generation: 1,
+    placementId: expect.stringMatching(/^template-[0-9a-f]{12}$/),
+  });
+  expect(build!.identity.allocationId).toMatch(/^alloc_[0-9a-f]{32}$/);
+  expect(t.keys()).toHaveLength(1);
+  const [key] = t.keys();
+  expect(readdirSync(t.templates.root)).toEqual([key!]); // the build directory went with the publish
+  const record = JSON.parse(readFileSync(join(t.templates.root, key!, TEMPLATE_FILE), "utf8")) as {
     files: Record<string, { sha256: string }>;
   };
   expect(Object.keys(record.files).sort()).toEqual(["rootfs.ext4", "snapshot/fake-snapshot.key"]);
 
-  expect(await start("b", "p2")).toEqual({ from: "template" });
-  expect(
-    host
+  expect(await start("p2")).toEqual({ from: "template" });
+  const allocations = () =>
+    t.host
       .running()
       .map((vm) => vm.identity.allocationId)
-      .sort(),
-  ).toEqual(["a", "b"]);
+      .sort();
+  expect(allocations()).toEqual(["a-p1", "a-p2"]);
+  expect(t.vms.at(-1)?.spec.suspendable).toBeUndefined(); // a template's VM restores copy-on-write
 
   // A file changed behind the store's back: its digest no longer matches.
-  const disk = join(templates.root, key!, "rootfs.ext4");
+  const disk = join(t.templates.root, key!, "rootfs.ext4");
   chmodSync(disk, 0o600);
   writeFileSync(disk, "tampered");
-  expect(await start("c", "p3")).toEqual({ from: "boot", fallback: "TEMPLATE_MISMATCH" });
-  expect(keys()).toEqual([]);
-  expect(await start("d", "p4")).toEqual({ from: "template", built: true }); // made again
-  expect(
-    host
-      .running()
-      .map((vm) => vm.identity.allocationId)
-      .sort(),
-  ).toEqual(["a", "b", "c", "d"]);
+  expect(await start("p3")).toEqual({ from: "boot", fallback: "TEMPLATE_MISMATCH" });
+  expect(t.keys()).toEqual([]);
+  expect(await start("p4")).toEqual({ from: "template", built: true }); // made again
+  expect(allocations()).toEqual(["a-p1", "a-p2", "a-p3", "a-p4"]);
+});
+
+test("two placements of one template starting at once: one makes it, the other boots cold (TEMPLATE_BUILDING)", async () => {
+  const t = templateRig("template-building");
+  for (const id of ["p1", "p2"]) t.give(id, "ensure_present");
+  await t.settle(5);
+  for (const id of ["p1", "p2"]) t.give(id, "ensure_running");
+  await t.settle(50);
+  const starts = ["p1", "p2"].map((id) => t.updates(id).find((u) => u.state === "running")?.start);
+  expect(starts).toContainEqual({ from: "template", built: true });
+  expect(starts).toContainEqual({ from: "boot", fallback: "TEMPLATE_BUILDING" });
+  expect(t.keys()).toHaveLength(1);
 });
 
 test("a parent's resume waits for the disk clones of forks already under way, and a fork asked for once its resume began is SNAPSHOT_MISSING", async () => {
@@ -289,33 +280,10 @@ test("a parent's resume waits for the disk clones of forks already under way, an
         note("cloned");
       }
     })(timers, join(work, "img"));
-  const { tl, store, reconciler, launched } = rig("fork-vs-resume", undefined, undefined, undefined, slow);
-  const spec = {
-    cpuMillis: 1000,
-    memoryMiB: 256,
-    ephemeralDiskMiB: 1024,
-    imageDigest: `sha256:${"b".repeat(64)}`,
-    suspendable: true,
-  };
-  const give = (allocationId: string, placementId: string, type: AgentCommand["type"], generation = 1, extra = {}) => {
-    const cmd: AgentCommand = {
-      commandId: `${placementId}:${type}:${generation}`,
-      type,
-      allocationId,
-      placementId,
-      generation,
-      agentEpoch: "e",
-      leaseExpiresAt: new Date(tl.clock.wallMs() + 600_000).toISOString(),
-      spec: { ...spec, ...extra },
-    };
-    store.recordCommand(
-      cmd,
-      commandDigest(cmd),
-      placementDirName("h", allocationId, placementId, 1),
-      tl.clock.wallMs(),
-    );
-    reconciler.kick(placementId);
-  };
+  const r = rig("fork-vs-resume", undefined, undefined, undefined, slow);
+  const { tl, store, launched, vms } = r;
+  const give = (allocationId: string, placementId: string, type: AgentCommand["type"], generation = 1, extra = {}) =>
+    command(r, allocationId, placementId, type, { ...SPEC, suspendable: true, ...extra }, generation);
   give("a", "p", "ensure_present");
   await tl.advance(1_000);
   give("a", "p", "ensure_running");
@@ -338,6 +306,7 @@ test("a parent's resume waits for the disk clones of forks already under way, an
   await tl.advance(2_000);
   expect(launched).toEqual([`clone into ${store.placement("f")!.dirName}`, "cloned", parentDir]);
   expect(store.placement("p")).toMatchObject({ observed: "running", generation: 2 });
+  expect(vms.at(-1)?.spec.suspendable).toBe(true); // a resume of its own snapshot stays suspendable
   expect(store.placement("f")?.observed).toBe("prepared");
 });
 
@@ -345,32 +314,8 @@ test("a parent's resume waits for the disk clones of forks already under way, an
 function templateRig(name: string, driver?: (host: FakeVmHost, timers: Timers) => FakeVmmDriver) {
   const templates = new TemplateStore(join(work, `${name}-templates`));
   const r = rig(name, undefined, undefined, templates, undefined, driver);
-  const spec = {
-    cpuMillis: 1000,
-    memoryMiB: 256,
-    ephemeralDiskMiB: 1024,
-    imageDigest: `sha256:${"b".repeat(64)}`,
-    template: true,
-  };
-  const give = (placementId: string, type: AgentCommand["type"]) => {
-    const cmd: AgentCommand = {
-      commandId: `${placementId}:${type}:1`,
-      type,
-      allocationId: `a-${placementId}`,
-      placementId,
-      generation: 1,
-      agentEpoch: "e",
-      leaseExpiresAt: new Date(r.tl.clock.wallMs() + 600_000).toISOString(),
-      spec,
-    };
-    r.store.recordCommand(
-      cmd,
-      commandDigest(cmd),
-      placementDirName("h", `a-${placementId}`, placementId, 1),
-      r.tl.clock.wallMs(),
-    );
-    r.reconciler.kick(placementId);
-  };
+  const give = (placementId: string, type: AgentCommand["type"]) =>
+    command(r, `a-${placementId}`, placementId, type, { ...SPEC, template: true });
   const settle = async (steps: number) => {
     for (let i = 0; i < steps; i++) {
       await r.tl.advance(100);

@@ -297,9 +297,12 @@ export class PlacementReconciler {
     }
     p = this.current(placementId);
     if (p.desired === "running" && p.observed === "prepared") {
-      if (ref.spec.template && !ref.spec.forkOf)
-        await this.driveStart(placementId, live, (hooks) => startWarm(ctx, ref, hooks, ctx.clock ?? this.deps.clock));
-      else if (!ref.spec.forkOf) await this.driveStart(placementId, live, (hooks) => startPlacement(ctx, ref, hooks));
+      if (!ref.spec.forkOf)
+        await this.driveStart(placementId, live, (hooks) =>
+          ref.spec.template
+            ? startWarm(ctx, ref, hooks, ctx.clock ?? this.deps.clock)
+            : startPlacement(ctx, ref, hooks),
+        );
       else if (!p.snapshotJson)
         this.observe(p, "error", { errorCode: "SNAPSHOT_MISSING" }); // a fork never boots its parent's disks cold
       else {

@@ -51,7 +51,9 @@ export interface VmSpec {
    * The VM may be suspended later (issue 21). QEMU then keeps the guest's RAM
    * in a shared file in `dir` (src/agent/vmm/qemuSnapshot.ts), which costs
    * host disk of up to memoryMiB and writeback while it runs; Firecracker
-   * can always snapshot and ignores it.
+   * can always snapshot and ignores it. Given to `restore`, it says the VM
+   * resumes from its own snapshot and stays suspendable (QEMU maps the RAM
+   * file shared again); a fork's or a template's restore leaves it out.
    */
   suspendable?: boolean;
 }

@@ -1,6 +1,9 @@
 import { expect, test } from "bun:test";
 import { parseTscKhzFromKernelLog } from "./qemuHost.ts";
-import { qemuArgs } from "./qemu.ts";
+import { ownRamAgain, qemuArgs } from "./qemu.ts";
+import { linkSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { VmSpec } from "./driver.ts";
 
 const spec: VmSpec = {
@@ -58,4 +61,27 @@ test("parseTscKhzFromKernelLog prefers the refined calibration", () => {
     ),
   ).toBe(2001500);
   expect(parseTscKhzFromKernelLog("nothing")).toBeUndefined();
+});
+
+test("a resume maps the frozen RAM itself when nothing else holds it, and a copy while a fork's link does (its frozen memory never changes)", async () => {
+  const work = mkdtempSync(join(tmpdir(), "bb-qemu-ram-"));
+  try {
+    const dir = join(work, "placement");
+    mkdirSync(join(dir, "snapshot-g1"), { recursive: true });
+    const frozen = join(dir, "snapshot-g1", "guest.ram");
+    writeFileSync(frozen, "frozen memory");
+    // Alone: the live RAM file is the frozen file itself (no copy).
+    const live = await ownRamAgain(frozen, { dir });
+    expect(live).toBe(join(dir, "guest.ram"));
+    expect(statSync(live).ino).toBe(statSync(frozen).ino);
+    // A fork's link holds it: the live file is a copy, so the VM's writes never reach the fork's frozen memory.
+    rmSync(live);
+    linkSync(frozen, join(work, "fork-link"));
+    const copy = await ownRamAgain(frozen, { dir });
+    expect(statSync(copy).ino).not.toBe(statSync(frozen).ino);
+    writeFileSync(copy, "the resumed VM wrote here");
+    expect(readFileSync(join(work, "fork-link"), "utf8")).toBe("frozen memory");
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
 });

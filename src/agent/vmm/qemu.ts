@@ -22,7 +22,7 @@ import {
   statSync,
   writeFileSync,
 } from "node:fs";
-import { join, resolve as resolvePath } from "node:path";
+import { join } from "node:path";
 import { privateArgsArchive } from "./initrdFragment.ts";
 import { readFile } from "node:fs/promises";
 import { type GuestChannel, rootFormat, scratchDiskOf, type VmHandle, type VmSpec, type VmmDriver } from "./driver.ts";
@@ -330,10 +330,11 @@ export class QemuMicrovmDriver implements VmmDriver {
    * state loaded, and the VM running, checked by query-status. The private
    * kernel arguments (the nonce) are not handed over again: the guest's
    * memory already holds them, and its new identity comes in the agent's
-   * `restored` message next. A suspendable VM restored from its own
-   * snapshot (a resume: the snapshot is in its directory) gets its RAM file
-   * back as shared RAM (ownRamAgain), so it can be suspended again; a fork
-   * or a template's VM keeps its RAM private and cannot. Errors: VMM_START_FAILED,
+   * `restored` message next. With `suspendable` (the caller's word that this
+   * is a resume of the VM's own snapshot, which nothing restores again) the
+   * VM gets its RAM file back as shared RAM (ownRamAgain), so it can be
+   * suspended again; without it (a fork, a template's restore) its RAM stays
+   * private, copy-on-write over the snapshot, and it cannot. Errors: VMM_START_FAILED,
    * VMM_CONTROL_FAILED (with the console's tail), CLEANUP_FAILED when the
    * failed VMM cannot be stopped.
    */
@@ -354,7 +355,7 @@ export class QemuMicrovmDriver implements VmmDriver {
     const skip = known ? [QEMU_COMPAT_VERSION_KEY] : [QEMU_COMPAT_VERSION_KEY, "accel", "cpu"];
     const early = compatDifferences(snapshot.compat, qemuSnapshotCompat(spec, "", known ?? "tcg"), skip);
     if (early.length > 0) throw incompatible(`snapshot does not fit ${spec.instanceId}`, early);
-    const backing = suspendable === true && isInside(snapshot.dir, spec.dir) ? await ownRamAgain(ram, spec) : null;
+    const backing = suspendable === true ? await ownRamAgain(ram, spec) : null;
     const handle = await this.launch(spec, (s, a, khz) => [
       ...qemuArgs(s, a, khz),
       ...(backing ? ramBackendArgs(s, backing, true) : ramBackendArgs(s, ram, false)),
@@ -553,11 +554,6 @@ async function waitMigration(q: QmpSession, what: string): Promise<void> {
   }
 }
 
-/** True when `path` is inside directory `dir`. Pure. */
-function isInside(path: string, dir: string): boolean {
-  return resolvePath(path).startsWith(resolvePath(dir) + "/");
-}
-
 /**
  * The RAM file a resumed suspendable VM maps shared (issue 21: a VM suspended and resumed can be
  * suspended again): `<dir>/guest.ram`, a hard link to the snapshot's frozen RAM when nothing else
@@ -565,7 +561,7 @@ function isInside(path: string, dir: string): boolean {
  * again: the next suspend makes a new one), else a copy (reflink where the file system can), since a
  * fork's link to the same file must keep the frozen content. Throws VMM_START_FAILED when the copy fails.
  */
-async function ownRamAgain(frozen: string, spec: Pick<VmSpec, "dir">): Promise<string> {
+export async function ownRamAgain(frozen: string, spec: Pick<VmSpec, "dir">): Promise<string> {
   const live = guestRamPath(spec);
   rmSync(live, { force: true });
   if (statSync(frozen).nlink === 1) {
