@@ -29,6 +29,7 @@ const scheduler :Workerd.Worker = (
     (name = "Network", durableObjectNamespace = "Network"),
     (name = "NetworkDirectory", durableObjectNamespace = "NetworkDirectory"),
     (name = "Connection", durableObjectNamespace = "Connection"),
+    (name = "RunQueue", durableObjectNamespace = "RunQueue"),
   ],
   durableObjectNamespaces = [
     (className = "Allocation", uniqueKey = "beachball-allocation", enableSql = true),
@@ -41,6 +42,7 @@ const scheduler :Workerd.Worker = (
     (className = "Network", uniqueKey = "beachball-network", enableSql = true),
     (className = "NetworkDirectory", uniqueKey = "beachball-network-directory", enableSql = true),
     (className = "Connection", uniqueKey = "beachball-connection", enableSql = true),
+    (className = "RunQueue", uniqueKey = "beachball-run-queue", enableSql = true),
   ],
   durableObjectStorage = (localDisk = "storage"),
 );

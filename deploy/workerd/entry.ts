@@ -44,6 +44,7 @@ import { OperationsObject } from "../../src/scheduler/objects/operationsObject.t
 import { NetworkObject } from "../../src/scheduler/objects/networkObject.ts";
 import { NetworkDirectoryObject } from "../../src/scheduler/objects/networkDirectory.ts";
 import { ConnectionObject } from "../../src/scheduler/objects/connectionObject.ts";
+import { RunQueueObject } from "../../src/scheduler/objects/runQueueObject.ts";
 import { connectionSigner } from "../../src/scheduler/connectionSigner.ts";
 
 type Raw = Record<string, unknown> & {
@@ -83,6 +84,7 @@ function buildEnv(raw: Raw): SchedulerEnv {
     Network: durableNamespace<NetworkObject>("Network", b("Network")),
     NetworkDirectory: durableNamespace<NetworkDirectoryObject>("NetworkDirectory", b("NetworkDirectory")),
     Connection: durableNamespace<ConnectionObject>("Connection", b("Connection")),
+    RunQueue: durableNamespace<RunQueueObject>("RunQueue", b("RunQueue")),
     config,
     signer,
     clock: systemClock,
@@ -110,6 +112,7 @@ export const Operations = durableClass(DurableObject, OperationsObject, host);
 export const Network = durableClass(DurableObject, NetworkObject, host);
 export const NetworkDirectory = durableClass(DurableObject, NetworkDirectoryObject, host);
 export const Connection = durableClass(DurableObject, ConnectionObject, host);
+export const RunQueue = durableClass(DurableObject, RunQueueObject, host);
 
 /** The public URL when BB_PUBLIC_URL is not set: config.capnp's socket address. */
 const DEFAULT_PUBLIC_URL = "http://127.0.0.1:8787";

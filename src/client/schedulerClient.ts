@@ -46,6 +46,10 @@ import type {
   ForkResult,
   HostView,
   LogPage,
+  RunEvent,
+  RunPage,
+  RunView,
+  SubmitRunBody,
   WellKnown,
 } from "./types.ts";
 
@@ -584,6 +588,78 @@ export class SchedulerClient {
       const moved = page.nextOffset !== offset;
       offset = page.nextOffset;
       if (page.complete || (!opts.follow && !moved)) return offset;
+    }
+  }
+
+  /**
+   * POST /v1/runs (issue 22): queues a run. Idempotent by clientRequestId
+   * (`created: false` for a repeat). Throws UNKNOWN_WORKLOAD_CLASS,
+   * PAYLOAD_TOO_LARGE, IDEMPOTENCY_CONFLICT, QUOTA_QUEUED_RUNS (after the
+   * retries Retry-After allows), RATE_LIMITED.
+   */
+  async submitRun(body: SubmitRunBody): Promise<{ created: boolean; view: RunView }> {
+    const r = await this.call<RunView>("POST", "/v1/runs", { body });
+    return { created: r.status === 201, view: r.body };
+  }
+  /** GET /v1/runs/{id}. Throws NOT_FOUND. */
+  async getRun(id: string): Promise<RunView> {
+    return (await this.call<RunView>("GET", `/v1/runs/${encodeURIComponent(id)}`)).body;
+  }
+  /** GET /v1/runs: one page (limit 1..200), newest first, below `cursor`. */
+  async listRuns(cursor?: number, limit = 50): Promise<RunPage> {
+    const q = new URLSearchParams({
+      limit: String(limit),
+      ...(cursor !== undefined ? { cursor: String(cursor) } : {}),
+    });
+    return (await this.call<RunPage>("GET", `/v1/runs?${q}`)).body;
+  }
+  /** POST /v1/runs/{id}/cancel (idempotent). Throws NOT_FOUND. */
+  async cancelRun(id: string): Promise<RunView> {
+    return (await this.call<RunView>("POST", `/v1/runs/${encodeURIComponent(id)}/cancel`)).body;
+  }
+  /** GET /v1/runs/{id}/events after `after`; `follow` parks up to EVENT_FOLLOW_WAIT_MS (tried once). Throws NOT_FOUND, RATE_LIMITED. */
+  async runEvents(id: string, after = 0, limit = 100, follow = false): Promise<RunEvent[]> {
+    const q = `after=${after}&limit=${limit}${follow ? "&follow=1" : ""}`;
+    return (
+      await this.call<{ items: RunEvent[] }>("GET", `/v1/runs/${encodeURIComponent(id)}/events?${q}`, {
+        ...(follow ? { retry: false, timeoutMs: EVENT_FOLLOW_WAIT_MS + 15_000 } : {}),
+      })
+    ).body.items;
+  }
+  /** GET /v1/runs/{id}/logs from byte offset `offset` (`follow`: held until more arrives). Throws NOT_FOUND, LOG_OFFSET_PAST_END. */
+  async runLogs(id: string, offset = 0, follow = false): Promise<LogPage> {
+    const q = `offset=${offset}${follow ? "&follow=1" : ""}`;
+    return (
+      await this.call<LogPage>("GET", `/v1/runs/${encodeURIComponent(id)}/logs?${q}`, {
+        timeoutMs: LOG_FOLLOW_WAIT_MS + 15_000,
+      })
+    ).body;
+  }
+  /**
+   * Waits until run `id` is terminal (or `timeoutMs` passes: WaitTimeoutError)
+   * and returns its view. It reads the view once per new event, parking on
+   * the run's event follow between them, so a waiter costs about one
+   * request per event plus one per EVENT_FOLLOW_WAIT_MS; when a follow
+   * fails it backs off 100 ms doubling to 2 s (reset by any progress), never
+   * spinning.
+   */
+  async waitRun(id: string, opts: { timeoutMs: number; signal?: AbortSignal }): Promise<RunView> {
+    const deadline = Date.now() + opts.timeoutMs;
+    let after = 0;
+    let backoff = 100;
+    for (;;) {
+      const v = await retryTransport(() => this.getRun(id), deadline, this.ports.sleep);
+      if (["succeeded", "failed", "timed_out", "canceled"].includes(v.state)) return v;
+      if (Date.now() >= deadline || opts.signal?.aborted)
+        throw new WaitTimeoutError(`run ${id} still ${v.state} after ${opts.timeoutMs} ms`);
+      try {
+        const events = await this.runEvents(id, after, 200, true);
+        if (events.length) after = events[events.length - 1]!.seq;
+        backoff = 100;
+      } catch {
+        await this.ports.sleep(backoff);
+        backoff = Math.min(2_000, backoff * 2);
+      }
     }
   }
 

@@ -7,6 +7,7 @@
 import type { Static } from "@sinclair/typebox";
 import type * as api from "../protocol/api.ts";
 import type * as R from "../protocol/responses.ts";
+import type * as runs from "../protocol/runs.ts";
 
 /** POST /v1/allocations body. */
 export type CreateAllocationBody = Static<typeof api.CreateAllocationBody>;
@@ -34,6 +35,14 @@ export type EnrollmentToken = Static<typeof R.EnrollmentToken>;
 export type HostView = Static<typeof R.HostView>;
 /** One operator alert. */
 export type AlertItem = Static<typeof R.AlertItem>;
+/** POST /v1/runs body (issue 22). */
+export type SubmitRunBody = Static<typeof runs.SubmitRunBody>;
+/** A run as the API shows it. */
+export type RunView = Static<typeof runs.RunView>;
+/** One page of GET /v1/runs. */
+export type RunPage = Static<typeof runs.RunPage>;
+/** One run event. */
+export type RunEvent = Static<typeof runs.RunEvent>;
 /** The discovery document. */
 export type WellKnown = Static<typeof R.WellKnown>;
 /** An RFC 9457 problem body. */

@@ -6,7 +6,7 @@
  * src/protocol/ids.ts, which the checks everywhere use.
  */
 import { canonicalJson } from "../protocol/canonical.ts";
-import { ALLOCATION_ID_PREFIX, ID_HEX_DIGITS, NETWORK_ID_PREFIX } from "../protocol/ids.ts";
+import { ALLOCATION_ID_PREFIX, ID_HEX_DIGITS, NETWORK_ID_PREFIX, RUN_ID_PREFIX } from "../protocol/ids.ts";
 import type { CommandType } from "../protocol/agent.ts";
 import { sha256 } from "@noble/hashes/sha2.js";
 import { utf8ToBytes, bytesToHex } from "@noble/hashes/utils.js";
@@ -14,6 +14,26 @@ import { utf8ToBytes, bytesToHex } from "@noble/hashes/utils.js";
 /** `alloc_` + the first 128 bits of SHA-256(identity NUL clientRequestId), hex. */
 export function allocationIdFor(identity: string, clientRequestId: string): string {
   return `${ALLOCATION_ID_PREFIX}${bytesToHex(sha256(utf8ToBytes(`${identity}\u0000${clientRequestId}`))).slice(0, ID_HEX_DIGITS)}`;
+}
+
+/** `run_` + the first 128 bits of SHA-256("run" NUL identity NUL clientRequestId), hex: a repeated submit reaches the same run. */
+export function runIdFor(identity: string, clientRequestId: string): string {
+  return `${RUN_ID_PREFIX}${bytesToHex(sha256(utf8ToBytes(`run\u0000${identity}\u0000${clientRequestId}`))).slice(0, ID_HEX_DIGITS)}`;
+}
+
+/**
+ * The clientRequestId of a run's allocation: `run/<runId>`. A `/` is outside
+ * what a create body's clientRequestId may hold, so no controller can take
+ * the key first; a dispatch repeated after a crash creates the same
+ * allocation (issue 22: "no run runs twice").
+ */
+export function runAllocationRequestId(runId: string): string {
+  return `run/${runId}`;
+}
+
+/** The run ID an allocation's clientRequestId names (see runAllocationRequestId), or null for any other allocation. */
+export function runOfAllocation(clientRequestId: string): string | null {
+  return clientRequestId.startsWith("run/") ? clientRequestId.slice(4) : null;
 }
 
 /**

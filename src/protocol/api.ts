@@ -33,7 +33,8 @@ export const LABEL_KEY_PATTERN = "^[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?$";
 /** A label value: printable ASCII (no control characters), at most 256 characters. */
 export const LABEL_VALUE_PATTERN = "^[\\x20-\\x7e]*$";
 
-const Ident = (maxLength: number, description?: string) =>
+/** An identifier field of a body: 1..`maxLength` characters of `[A-Za-z0-9._:-]`, starting with a letter or digit. */
+export const Ident = (maxLength: number, description?: string) =>
   Type.String({
     minLength: 1,
     maxLength,

@@ -38,6 +38,8 @@ export const ERROR_STATUS = {
   UNKNOWN_WORKLOAD_CLASS: 422,
   IDEMPOTENCY_CONFLICT: 422,
   QUOTA_CONCURRENT_ALLOCATIONS: 409,
+  /** The run queue holds its bound of waiting runs (the caller's or the deployment's); retry after `Retry-After` (issue 22). */
+  QUOTA_QUEUED_RUNS: 429,
   QUOTA_DEPLOYMENT_ALLOCATIONS: 409,
   QUOTA_RETAINED_RECORDS: 409,
   QUOTA_REGISTERED_HOSTS: 409,

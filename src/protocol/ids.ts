@@ -5,7 +5,7 @@
  * `*_PATTERN` strings; code that tests a string takes the `*_ID` RegExps
  * built from them; src/domain/identifiers.ts mints IDs with the prefixes.
  *
- * - allocation, grant, connection, network IDs: a prefix, `_`, 32 lower-case
+ * - allocation, grant, connection, network and run IDs: a prefix, `_`, 32 lower-case
  *   hex digits (128 bits of a digest or of randomness);
  * - host and relay IDs: a DNS label (lower-case letters, digits, `-`; at
  *   most 63 characters; no leading `-`), chosen by the operator;
@@ -24,6 +24,8 @@ export const GRANT_ID_PREFIX = "grt_";
 export const CONNECTION_ID_PREFIX = "con_";
 /** Prefix of a Network ID. */
 export const NETWORK_ID_PREFIX = "net_";
+/** Prefix of a run ID (issue 22, "Runs"). */
+export const RUN_ID_PREFIX = "run_";
 /** Hex digits after the prefix of a digest-derived ID (128 bits). */
 export const ID_HEX_DIGITS = 32;
 
@@ -42,6 +44,8 @@ export const GRANT_ID_PATTERN = `^${GRANT_ID_PREFIX}[0-9a-f]{${ID_HEX_DIGITS}}$`
 export const CONNECTION_ID_PATTERN = `^${CONNECTION_ID_PREFIX}[0-9a-f]{${ID_HEX_DIGITS}}$`;
 /** `^net_` and 32 lower-case hex digits. */
 export const NETWORK_ID_PATTERN = `^${NETWORK_ID_PREFIX}[0-9a-f]{${ID_HEX_DIGITS}}$`;
+/** `^run_` and 32 lower-case hex digits (a digest of the owner and the run's clientRequestId). */
+export const RUN_ID_PATTERN = `^${RUN_ID_PREFIX}[0-9a-f]{${ID_HEX_DIGITS}}$`;
 /** A host ID: a DNS label. */
 export const HOST_ID_PATTERN = `^${NAME_ID_BODY}$`;
 /** A relay ID: a DNS label, as a host ID. */
@@ -59,6 +63,8 @@ export const GRANT_ID = new RegExp(GRANT_ID_PATTERN);
 export const CONNECTION_ID = new RegExp(CONNECTION_ID_PATTERN);
 /** NETWORK_ID_PATTERN as a RegExp. */
 export const NETWORK_ID = new RegExp(NETWORK_ID_PATTERN);
+/** RUN_ID_PATTERN as a RegExp. */
+export const RUN_ID = new RegExp(RUN_ID_PATTERN);
 /** HOST_ID_PATTERN as a RegExp. */
 export const HOST_ID = new RegExp(HOST_ID_PATTERN);
 /** RELAY_ID_PATTERN as a RegExp. */

@@ -25,6 +25,7 @@ import type { OperationsObject } from "./objects/operationsObject.ts";
 import type { NetworkObject } from "./objects/networkObject.ts";
 import type { NetworkDirectoryObject } from "./objects/networkDirectory.ts";
 import type { ConnectionObject } from "./objects/connectionObject.ts";
+import type { RunQueueObject } from "./objects/runQueueObject.ts";
 import { connectionSettings, type ConnectionSettings } from "./connectionSettings.ts";
 import type { ConnectionSigner } from "./connectionSigner.ts";
 
@@ -69,6 +70,7 @@ export interface SchedulerEnv {
   readonly Network: Namespace<NetworkObject>;
   readonly NetworkDirectory: Namespace<NetworkDirectoryObject>;
   readonly Connection: Namespace<ConnectionObject>;
+  readonly RunQueue: Namespace<RunQueueObject>;
   readonly config: SchedulerConfig;
   /** The connection-signing key, resolved at each use (null without private networking). */
   readonly signer: ConnectionSigner | null;

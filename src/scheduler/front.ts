@@ -26,7 +26,6 @@ import {
 } from "../protocol/api.ts";
 import type { EnrollResponse, Envelope, PollResponse } from "../protocol/agent.ts";
 import type { AlertItem, HostView } from "../protocol/views.ts";
-import type { PlacementSpec } from "../protocol/agent.ts";
 import type {
   ConnectionGrantBody,
   ConnectionGrantResponse,
@@ -37,7 +36,15 @@ import type {
   RelayRole,
 } from "../protocol/connection.ts";
 import type { LogPage, LogPushBody, LogPushResponse } from "../protocol/logs.ts";
-import { allocationIdFor, canonicalJson, digestOf } from "../domain/identifiers.ts";
+import {
+  MAX_RUN_SCRIPT_BYTES,
+  type RunEvent,
+  type RunPage,
+  type RunView,
+  type SubmitRunBody,
+} from "../protocol/runs.ts";
+import { runPayload } from "../domain/runs.ts";
+import { allocationIdFor, canonicalJson, digestOf, runIdFor } from "../domain/identifiers.ts";
 import {
   ALLOCATION_ID,
   CONNECTION_ID,
@@ -47,13 +54,11 @@ import {
   HOST_ID,
   HOST_ID_PATTERN,
 } from "../protocol/ids.ts";
-import { identify, tokenDigest, type Identity, type WorkloadClass } from "./manifestSchema.ts";
+import { identify, tokenDigest, type Identity } from "./manifestSchema.ts";
+import { classSpec, createAllocationOf, deliverPayload, workloadClassOf } from "./allocationRequests.ts";
 import { GLOBAL, type SchedulerEnv } from "./env.ts";
 
-/** Most workload class names an UNKNOWN_WORKLOAD_CLASS detail lists (its `extra.knownClasses` has them all). */
-export const KNOWN_CLASSES_IN_DETAIL = 20;
-/** How long a controller's delivery request waits for the agent's acknowledgement, ms (spec: 30 s). */
-export const DELIVERY_TIMEOUT_MS = 30_000;
+export { DELIVERY_TIMEOUT_MS, KNOWN_CLASSES_IN_DETAIL } from "./allocationRequests.ts";
 
 /** A page of the caller's allocations, from the index. `damaged` names entries whose stored view failed its checks. */
 export interface AllocationPage {
@@ -169,66 +174,8 @@ export class SchedulerFront {
     body: CreateAllocationBody,
   ): Promise<{ created: boolean; view: AllocationView }> {
     requireRole(who, "controller");
-    const cls = this.workloadClass(body.workloadClass);
-    return this.createOf(who, body, cls, digestOf(canonicalJson(body)), {
-      cpuMillis: cls.cpuMillis,
-      memoryMiB: cls.memoryMiB,
-      ephemeralDiskMiB: cls.ephemeralDiskMiB,
-      imageDigest: cls.imageDigest,
-      ...(cls.suspendable ? { suspendable: true } : {}),
-      ...(cls.template ? { template: true } : {}),
-    });
-  }
-
-  /** The manifest's workload class `name`. Throws UNKNOWN_WORKLOAD_CLASS naming the known ones. */
-  private workloadClass(name: string): WorkloadClass {
-    const cls = this.manifest.workloadClasses[name];
-    if (!cls) {
-      // The caller may see the class names (GET /v1/.well-known/beachball lists them too); the detail names the first few, extra all (at most MAX_WORKLOAD_CLASSES).
-      const known = Object.keys(this.manifest.workloadClasses);
-      const named =
-        known.slice(0, KNOWN_CLASSES_IN_DETAIL).join(", ") +
-        (known.length > KNOWN_CLASSES_IN_DETAIL ? ` and ${known.length - KNOWN_CLASSES_IN_DETAIL} more` : "");
-      throw new BeachballError(
-        "UNKNOWN_WORKLOAD_CLASS",
-        `unknown workload class ${JSON.stringify(name)}; known classes: ${named || "none"}`,
-        { knownClasses: known },
-      );
-    }
-    return cls;
-  }
-
-  /** Creates (or replays) the allocation of `body` (of class `cls`) with `spec` and the body digest `bodyDigest`. */
-  private createOf(
-    who: Identity,
-    body: CreateAllocationBody,
-    cls: WorkloadClass,
-    bodyDigest: string,
-    spec: PlacementSpec,
-  ): Promise<{ created: boolean; view: AllocationView }> {
-    const allocationId = allocationIdFor(who.id, body.clientRequestId);
-    const timeouts = this.env.config.timeouts;
-    const ttlSeconds = Math.min(
-      body.ttlSeconds ?? Math.floor(timeouts.defaultTtlMs / 1000),
-      cls.maxTtlSeconds ?? Number.MAX_SAFE_INTEGER,
-    );
-    const l = this.manifest.limits;
-    // One call: the Allocation asks Admission itself (one output gate per create, not three).
-    return this.env.Allocation.get(allocationId).create({
-      allocationId,
-      identity: who.id,
-      body,
-      bodyDigest,
-      spec,
-      ttlMs: ttlSeconds * 1000,
-      limits: {
-        perControllerConcurrent: l.maxConcurrentAllocationsPerController,
-        perControllerRps: l.controllerRequestsPerSecond ?? 50,
-        deploymentRps: l.deploymentRequestsPerSecond ?? 500,
-        maxAllocations: l.maxAllocations ?? 10_000,
-        maxRetained: l.maxRetainedAllocations ?? 100_000,
-      },
-    });
+    const cls = workloadClassOf(this.manifest, body.workloadClass);
+    return createAllocationOf(this.env, who.id, body, cls, digestOf(canonicalJson(body)), classSpec(cls));
   }
 
   /**
@@ -261,11 +208,20 @@ export class SchedulerFront {
     const replayed = await this.forkReplay(who, bodies, digests);
     if (replayed) return { created: false, items: replayed };
     const parent = await this.env.Allocation.get(parentId).forkSource(who.id, allowConsumedPayload);
-    const cls = this.workloadClass(parent.workloadClass); // a class gone from the manifest takes no new allocations
+    const cls = workloadClassOf(this.manifest, parent.workloadClass); // a class gone from the manifest takes no new allocations
     const items: AllocationView[] = [];
     for (const [i, b] of bodies.entries())
       items.push(
-        (await this.createOf(who, { ...b, workloadClass: parent.workloadClass }, cls, digests[i]!, parent.spec)).view,
+        (
+          await createAllocationOf(
+            this.env,
+            who.id,
+            { ...b, workloadClass: parent.workloadClass },
+            cls,
+            digests[i]!,
+            parent.spec,
+          )
+        ).view,
       );
     return { created: true, items };
   }
@@ -392,40 +348,77 @@ export class SchedulerFront {
     if (bytes.toString("base64") !== body.payloadBase64.replace(/\s+/g, ""))
       throw new BeachballError("VALIDATION_FAILED", "payloadBase64 is not canonical base64");
     const digest = `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
-    const target = await this.env.Allocation.get(checkAllocationIdShape(id)).deliveryTarget(who.id, body.generation);
-    const host = this.env.Host.get(target.hostId);
-    const check = await host.checkDelivery(body.deliveryId, target.placementId, body.generation);
-    if (check.earlierDigest) {
-      if (check.earlierDigest !== digest)
-        throw new BeachballError("DELIVERY_CONFLICT", "deliveryId was used with a different payload");
-      return { deliveryId: body.deliveryId, digest, replayed: true };
+    return deliverPayload(this.env, who.id, checkAllocationIdShape(id), body, digest);
+  }
+
+  /**
+   * Admits a run (issue 22) for the calling controller, or answers the one a
+   * repeated body made. Throws UNKNOWN_WORKLOAD_CLASS, PAYLOAD_TOO_LARGE
+   * (the script with its environment is more than one payload),
+   * VALIDATION_FAILED (not canonical base64), IDEMPOTENCY_CONFLICT,
+   * RATE_LIMITED, QUOTA_QUEUED_RUNS.
+   */
+  async submitRun(who: Identity, body: SubmitRunBody): Promise<{ created: boolean; view: RunView }> {
+    requireRole(who, "controller");
+    workloadClassOf(this.manifest, body.workloadClass);
+    const script = Buffer.from(body.scriptBase64, "base64");
+    if (script.toString("base64") !== body.scriptBase64)
+      throw new BeachballError("VALIDATION_FAILED", "scriptBase64 is not canonical base64");
+    const runId = runIdFor(who.id, body.clientRequestId);
+    const size = runPayload(runId, body.env ?? {}, script).length;
+    if (script.length > MAX_RUN_SCRIPT_BYTES || size > MAX_PAYLOAD_BYTES)
+      throw new BeachballError(
+        "PAYLOAD_TOO_LARGE",
+        `the script is ${script.length} bytes and ${size} with its environment; the limits are ${MAX_RUN_SCRIPT_BYTES} and ${MAX_PAYLOAD_BYTES}`,
+        { limitBytes: MAX_RUN_SCRIPT_BYTES },
+      );
+    return this.env.RunQueue.get(GLOBAL).submit({
+      runId,
+      tenant: who.id,
+      body,
+      bodyDigest: digestOf(canonicalJson(body)),
+      scriptDigest: `sha256:${createHash("sha256").update(script).digest("hex")}`,
+    });
+  }
+
+  /** One of the caller's runs. Throws NOT_FOUND. */
+  getRun(who: Identity, id: string): Promise<RunView> {
+    return this.env.RunQueue.get(GLOBAL).get(who.id, id);
+  }
+
+  /** The caller's runs, newest first, below `cursor`. */
+  listRuns(who: Identity, cursor: number | null, limit: number): Promise<RunPage> {
+    return this.env.RunQueue.get(GLOBAL).list(who.id, cursor, limit);
+  }
+
+  /** Cancels one of the caller's runs (idempotent). Throws NOT_FOUND. */
+  cancelRun(who: Identity, id: string): Promise<RunView> {
+    return this.env.RunQueue.get(GLOBAL).cancel(who.id, id);
+  }
+
+  /** A run's events after `after` (`follow` parks, bounded). Throws NOT_FOUND, RATE_LIMITED. */
+  runEvents(who: Identity, id: string, after: number, limit: number, follow: boolean): Promise<RunEvent[]> {
+    return this.env.RunQueue.get(GLOBAL).events(who.id, id, after, limit, follow);
+  }
+
+  /**
+   * A run's output from `offset`: its allocation's log (kept RUN_LOG_RING_BYTES
+   * after the VM is gone). Before dispatch the page is empty; with `follow`
+   * it waits for the run's next event first. Throws NOT_FOUND,
+   * LOG_OFFSET_PAST_END, RATE_LIMITED.
+   */
+  async readRunLog(who: Identity, id: string, offset: number, follow: boolean): Promise<LogPage> {
+    const queue = this.env.RunQueue.get(GLOBAL);
+    let src = await queue.logSource(who.id, id);
+    if (!src.allocationId && follow && !src.ended) {
+      await queue.events(who.id, id, src.lastEventSeq, 1, true);
+      src = await queue.logSource(who.id, id);
     }
-    const outcome = await host.deliver(
-      {
-        deliveryId: body.deliveryId,
-        allocationId: target.allocationId,
-        placementId: target.placementId,
-        generation: body.generation,
-        contentType: body.contentType,
-        payloadBase64: body.payloadBase64,
-      },
-      DELIVERY_TIMEOUT_MS,
-    );
-    if (outcome.result === "consumed") {
-      if (outcome.digest !== digest)
-        throw new BeachballError("DELIVERY_CONFLICT", "the guest consumed a payload with another digest");
-      return { deliveryId: body.deliveryId, digest, replayed: false };
+    if (!src.allocationId) {
+      if (offset > 0) throw new BeachballError("LOG_OFFSET_PAST_END", "the run has no output yet");
+      return { offset: 0, nextOffset: 0, droppedBytes: 0, text: "", complete: src.ended };
     }
-    if (outcome.result === "timeout")
-      throw new BeachballError("DELIVERY_TIMEOUT", "the agent did not confirm the delivery within 30 s", {
-        retryAfterSeconds: 5,
-      });
-    if (outcome.result === "guest_not_connected")
-      throw new BeachballError("GUEST_NOT_CONNECTED", "the guest is not connected", { retryAfterSeconds: 2 });
-    throw new BeachballError(
-      "DELIVERY_CONFLICT",
-      "the guest rejected the delivery (a payload was already consumed or the content type is unsupported)",
-    );
+    return this.env.Allocation.get(src.allocationId).readLog(who.id, offset, follow);
   }
 
   /** Mints a one-use enrollment token bound to `hostId`. Operators only. */

@@ -175,6 +175,12 @@ export const DeploymentManifest = Type.Object(
         maxRetainedAllocations: Type.Optional(Type.Integer({ minimum: 1 })),
         /** Days a terminal allocation is kept (default 7). */
         retentionDays: Type.Optional(Type.Integer({ minimum: 0, maximum: 3650 })),
+        /** Runs executing at once across the deployment (default 4; issue 22). */
+        maxActiveRuns: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000 })),
+        /** Runs one controller may have waiting in the queue (default 1000; past it 429 QUOTA_QUEUED_RUNS). */
+        maxQueuedRunsPerController: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000 })),
+        /** Runs waiting in the queue for the whole deployment (default 10000; past it 429 QUOTA_QUEUED_RUNS). */
+        maxQueuedRuns: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000 })),
       },
       { additionalProperties: false },
     ),

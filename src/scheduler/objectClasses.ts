@@ -12,6 +12,7 @@ import { OperationsObject } from "./objects/operationsObject.ts";
 import { NetworkObject } from "./objects/networkObject.ts";
 import { NetworkDirectoryObject } from "./objects/networkDirectory.ts";
 import { ConnectionObject } from "./objects/connectionObject.ts";
+import { RunQueueObject } from "./objects/runQueueObject.ts";
 
 /** The classes, each with its stable class name. */
 export const OBJECT_CLASSES = [
@@ -25,4 +26,5 @@ export const OBJECT_CLASSES = [
   NetworkObject,
   NetworkDirectoryObject,
   ConnectionObject,
+  RunQueueObject,
 ] as const;

@@ -24,6 +24,7 @@ import type {
 import type { Envelope } from "../protocol/agent.ts";
 import type { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody } from "../protocol/connection.ts";
 import type { LogPushBody } from "../protocol/logs.ts";
+import type { SubmitRunBody } from "../protocol/runs.ts";
 import type { SchedulerFront } from "./front.ts";
 import { endpointOf as endpoint, hostOf as host, principalOf as who, type Prepared } from "./edge.ts";
 import type { RouteName } from "./routes.ts";
@@ -82,6 +83,35 @@ function publicHandlers(ports: HandlerPorts) {
       return { json: { ok: true } };
     },
     wellKnown: () => ({ json: ports.front.wellKnown() }),
+  } satisfies Partial<Record<RouteName, Handler>>;
+}
+
+/** The routes of runs (issue 22), for their owner. */
+function runHandlers(front: SchedulerFront) {
+  return {
+    submitRun: async (p) => {
+      const r = await front.submitRun(who(p), p.body as SubmitRunBody);
+      return { status: r.created ? 201 : 200, json: r.view };
+    },
+    listRuns: async (p) => ({
+      json: await front.listRuns(who(p), (p.query["cursor"] as number | undefined) ?? null, num(p, "limit", 50)),
+    }),
+    getRun: async (p) => ({ json: await front.getRun(who(p), id(p)) }),
+    cancelRun: async (p) => ({ status: 202, json: await front.cancelRun(who(p), id(p)) }),
+    runEvents: async (p) => ({
+      json: {
+        items: await front.runEvents(
+          who(p),
+          id(p),
+          num(p, "after", 0),
+          num(p, "limit", 100),
+          num(p, "follow", 0) === 1,
+        ),
+      },
+    }),
+    runLogs: async (p) => ({
+      json: await front.readRunLog(who(p), id(p), num(p, "offset", 0), num(p, "follow", 0) === 1),
+    }),
   } satisfies Partial<Record<RouteName, Handler>>;
 }
 
@@ -195,6 +225,7 @@ export function routeHandlers(ports: HandlerPorts): Record<RouteName, Handler> {
   const all = {
     ...publicHandlers(ports),
     ...allocationHandlers(ports.front),
+    ...runHandlers(ports.front),
     ...connectionHandlers(ports.front, ports.rendezvous),
     ...operatorHandlers(ports.front),
     ...agentHandlers(ports.front),

@@ -38,7 +38,8 @@ import {
 import * as R from "../protocol/responses.ts";
 import { LogPushBody, MAX_LOG_PUSH_BODY_BYTES } from "../protocol/logs.ts";
 import { EVENT_FOLLOW_WAIT_MS, MAX_EVENT_FOLLOWERS } from "../protocol/eventFollow.ts";
-import { ALLOCATION_ID, CONNECTION_ID, GRANT_ID, HOST_ID } from "../protocol/ids.ts";
+import { ALLOCATION_ID, CONNECTION_ID, GRANT_ID, HOST_ID, RUN_ID } from "../protocol/ids.ts";
+import { RunEventPage, RunPage, RunView, SubmitRunBody } from "../protocol/runs.ts";
 
 /**
  * Who may call a route, checked from the Authorization header before the
@@ -65,6 +66,7 @@ export const PATH_ID = {
   grant: GRANT_ID,
   connection: CONNECTION_ID,
   host: HOST_ID,
+  run: RUN_ID,
 } as const;
 
 /** A route's JSON body: its schema, its byte limit and the 413 code past it. */
@@ -114,6 +116,7 @@ const rendezvous = (schema: TSchema): RouteBody => ({
 const allocation = { id: PATH_ID.allocation };
 const host = { id: PATH_ID.host };
 const connection = { id: PATH_ID.connection };
+const run = { id: PATH_ID.run };
 const limit: QueryParam = { kind: "integer", min: 1, max: MAX_PAGE_SIZE };
 const after: QueryParam = { kind: "integer", min: 0, max: MAX_WIRE_INTEGER };
 const ok = (schema: TSchema, status: 200 | 201 | 202 = 200): RouteResponse => ({ status, schema });
@@ -309,6 +312,58 @@ export const ROUTES = {
     body: rendezvous(ConnectionMessagesBody),
     summary: "Rendezvous: post candidates, path observations and acks (per-role sequence numbers)",
     response: ok(R.ConnectionPollResponse),
+  },
+  submitRun: {
+    method: "POST",
+    path: "/v1/runs",
+    auth: "controller",
+    body: { schema: SubmitRunBody, maxBytes: MAX_REQUEST_BODY_BYTES, tooLarge: "PAYLOAD_TOO_LARGE" },
+    refusals: ["UNKNOWN_WORKLOAD_CLASS", "IDEMPOTENCY_CONFLICT", "QUOTA_QUEUED_RUNS"],
+    summary:
+      "Submit a run: a script run once in a fresh VM of the class, queued fairly between tenants; idempotent by clientRequestId (201 created, 200 replayed); 429 QUOTA_QUEUED_RUNS with Retry-After when the queue is full",
+    response: { status: 201, schema: RunView, also: 200 },
+  },
+  listRuns: {
+    method: "GET",
+    path: "/v1/runs",
+    auth: "principal",
+    query: { cursor: after, limit },
+    summary: "List the caller's runs, newest first, one page (cursor: the nextCursor of the page before)",
+    response: ok(RunPage),
+  },
+  getRun: {
+    method: "GET",
+    path: "/v1/runs/:id",
+    params: run,
+    auth: "principal",
+    summary: "One run: state, outcome, exit code, timings, queue position and estimate",
+    response: ok(RunView),
+  },
+  cancelRun: {
+    method: "POST",
+    path: "/v1/runs/:id/cancel",
+    params: run,
+    auth: "principal",
+    summary: "Cancel a run (idempotent): a queued run ends at once, a started one once its VM is gone",
+    response: ok(RunView, 202),
+  },
+  runEvents: {
+    method: "GET",
+    path: "/v1/runs/:id/events",
+    params: run,
+    auth: "principal",
+    query: { after, limit, follow: { kind: "integer", min: 0, max: 1 } },
+    summary: `The run's events after a sequence number (follow=1 waits up to ${EVENT_FOLLOW_WAIT_MS / 1000} s for the next one)`,
+    response: ok(RunEventPage),
+  },
+  runLogs: {
+    method: "GET",
+    path: "/v1/runs/:id/logs",
+    params: run,
+    auth: "principal",
+    query: { offset: after, follow: { kind: "integer", min: 0, max: 1 } },
+    summary: "The run's output from a byte offset, kept after its VM is gone (follow=1 waits for more)",
+    response: ok(R.LogPage),
   },
   enrollmentTokens: {
     method: "POST",

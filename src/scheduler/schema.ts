@@ -11,3 +11,4 @@ export * from "./objects/hostSchema.ts";
 export * from "./objects/hostDirectorySchema.ts";
 export * from "./objects/singletonSchema.ts";
 export * from "./objects/networkSchema.ts";
+export * from "./objects/runSchema.ts";

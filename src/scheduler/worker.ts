@@ -34,6 +34,7 @@ import { HostObject } from "./objects/hostObject.ts";
 import { OperationsObject } from "./objects/operationsObject.ts";
 import { NetworkObject } from "./objects/networkObject.ts";
 import { NetworkDirectoryObject } from "./objects/networkDirectory.ts";
+import { RunQueueObject } from "./objects/runQueueObject.ts";
 import { ConnectionObject } from "./objects/connectionObject.ts";
 import { connectionSigner, type ConnectionSigner } from "./connectionSigner.ts";
 import { keyFileSeed } from "./connectionKeyFile.ts";
@@ -242,6 +243,7 @@ type Namespaces = Pick<
   | "Network"
   | "NetworkDirectory"
   | "Connection"
+  | "RunQueue"
 >;
 
 function namespaces(rt: EmbeddedRuntime<SchedulerEnv>, gated: boolean): Namespaces {
@@ -258,5 +260,6 @@ function namespaces(rt: EmbeddedRuntime<SchedulerEnv>, gated: boolean): Namespac
     Network: ns(NetworkObject),
     NetworkDirectory: ns(NetworkDirectoryObject),
     Connection: ns(ConnectionObject),
+    RunQueue: ns(RunQueueObject),
   };
 }

@@ -227,6 +227,24 @@ async function networkingRoutes(run: Run): Promise<void> {
 }
 
 /** A bootstrap delivery, the read and admin routes, and the release. */
+/** The run routes (issue 22): submit (201, then 200 for the repeat), list, get, events, logs, cancel. */
+async function runRoutes(run: Run): Promise<void> {
+  const { controller } = run;
+  const body = {
+    clientRequestId: "conf-run",
+    workloadClass: "ci-small",
+    scriptBase64: "ZXhpdCAwCg==",
+    budgetSeconds: 60,
+  };
+  const { view } = await controller.submitRun(body);
+  expect((await controller.submitRun(body)).created).toBe(false);
+  await controller.listRuns();
+  await controller.getRun(view.runId);
+  await controller.runEvents(view.runId);
+  await controller.runLogs(view.runId);
+  await controller.cancelRun(view.runId);
+}
+
 async function deliveryAndAdmin(run: Run): Promise<void> {
   const { controller, operator, agent, allocationId, present } = run;
   await agent.consumeDelivery(controller, allocationId, present.placementId, "conf-d", "echo conformance");
@@ -301,6 +319,7 @@ for (const host of SCHEDULER_HOSTS)
       const run = await enrollAndCreate(controller, operator);
       await agentRoutes(run);
       await networkingRoutes(run);
+      await runRoutes(run);
       await deliveryAndAdmin(run);
       await refusals(run);
 

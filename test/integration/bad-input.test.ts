@@ -33,6 +33,7 @@ const UNKNOWN = {
   allocation: `alloc_${"0".repeat(32)}`,
   grant: `grt_${"0".repeat(32)}`,
   connection: `con_${"0".repeat(32)}`,
+  run: `run_${"0".repeat(32)}`,
   host: "no-such-host",
 };
 
@@ -50,6 +51,8 @@ for (const hostName of SCHEDULER_HOSTS) {
   let port: number;
   let hostCredential: string;
   let conn: TestConnection;
+  /** A live run of the controller (its routes take its ID). */
+  let liveRunId = "";
   const routes = Object.entries(ROUTES) as [RouteName, RouteSpec][];
 
   /** One row: a request and the answer it must get. */
@@ -80,7 +83,9 @@ for (const hostName of SCHEDULER_HOSTS) {
       ? HOST_ID
       : r.path.startsWith("/v1/connections")
         ? conn.connectionId
-        : conn.allocationId;
+        : r.path.startsWith("/v1/runs")
+          ? liveRunId
+          : conn.allocationId;
     return { id, grantId: conn.grantId };
   }
 
@@ -192,6 +197,7 @@ for (const hostName of SCHEDULER_HOSTS) {
     code: "NOT_FOUND",
     detail: "no such allocation",
   };
+  const NO_RUN: UnknownIdAnswer = { ids: { id: UNKNOWN.run }, status: 404, code: "NOT_FOUND", detail: "no such run" };
   const NO_CONNECTION: UnknownIdAnswer = {
     ids: { id: UNKNOWN.connection },
     status: 401,
@@ -211,6 +217,10 @@ for (const hostName of SCHEDULER_HOSTS) {
     replacementAuthorizations: NO_ALLOCATION,
     createConnectionGrant: NO_ALLOCATION,
     revokeConnectionGrant: NO_ALLOCATION,
+    getRun: NO_RUN,
+    cancelRun: NO_RUN,
+    runEvents: NO_RUN,
+    runLogs: NO_RUN,
     connectionPoll: NO_CONNECTION,
     connectionConnect: NO_CONNECTION,
     connectionMessages: NO_CONNECTION,
@@ -515,6 +525,14 @@ for (const hostName of SCHEDULER_HOSTS) {
     port = s.port;
     hostCredential = (await enrollTestHost(s, HOST_ID)).credential;
     conn = await openTestConnection(s, HOST_ID, hostCredential, "bad-input-conn");
+    liveRunId = (
+      await s.controller.submitRun({
+        clientRequestId: "bad-input-run",
+        workloadClass: "ci-small",
+        scriptBase64: "ZXhpdCAwCg==",
+        budgetSeconds: 60,
+      })
+    ).view.runId;
     before = await objectCounts();
   });
 

@@ -94,6 +94,15 @@ export function sampleBodies(hostId: string): Record<string, Json> {
     forkAllocation: { clientRequestId: "fork-1", count: 2, allowConsumedPayload: false, ttlSeconds: 600 },
     bootstrap: { deliveryId: "d-1", generation: 1, contentType: "text/x-shellscript", payloadBase64: "ZWNobw==" },
     replacementAuthorizations: { generation: 1 },
+    submitRun: {
+      clientRequestId: "run-1",
+      workloadClass: "ci-small",
+      scriptBase64: "ZWNobyBoaQo=",
+      env: { MODE: "fuzz" },
+      budgetSeconds: 60,
+      queueDeadlineSeconds: 60,
+      labels: { team: "ci" },
+    },
     enrollmentTokens: { ttlSeconds: 600 },
     enroll: {
       token: `bbe_${"c".repeat(48)}`,

@@ -27,6 +27,7 @@ export const SCHEDULER_OBJECT_CLASSES = [
   "Network",
   "NetworkDirectory",
   "Connection",
+  "RunQueue",
 ];
 
 /** A running scheduler on one host. */

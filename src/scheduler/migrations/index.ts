@@ -10,6 +10,7 @@ import m0002 from "./0002_private_networking.sql" with { type: "text" };
 import m0003 from "./0003_client_candidates.sql" with { type: "text" };
 import m0004 from "./0004_index_view_version.sql" with { type: "text" };
 import m0005 from "./0005_pause_suspend.sql" with { type: "text" };
+import m0006 from "./0006_runs.sql" with { type: "text" };
 
 /** One migration: drizzle-kit's tag and its SQL (statements split by `--> statement-breakpoint`). */
 export interface Migration {
@@ -25,4 +26,5 @@ export const MIGRATIONS: readonly Migration[] = [
   { tag: "0003_client_candidates", sql: m0003 },
   { tag: "0004_index_view_version", sql: m0004 },
   { tag: "0005_pause_suspend", sql: m0005 },
+  { tag: "0006_runs", sql: m0006 },
 ];

@@ -25,8 +25,8 @@ export interface AdmissionLimits {
   maxRetained: number;
 }
 
-/** A token bucket: `rate` tokens per second, burst of 2 s worth. */
-class Bucket {
+/** A token bucket: `rate` tokens per second, burst of 2 s worth (also the RunQueue's submit rate). */
+export class Bucket {
   private tokens: number;
   private at: number;
   constructor(

@@ -111,7 +111,8 @@ export function logEnd(storage: ObjectStorage, obj: string): number {
 }
 
 /**
- * Appends one chunk of `current`'s stream (see the module header). Returns
+ * Appends one chunk of `current`'s stream (see the module header), keeping
+ * `ringBytes` of the log (LOG_RING_BYTES; a run's allocation RUN_LOG_RING_BYTES). Returns
  * the stream's end after it and `gapBytes` (bytes the agent skipped before
  * it: lost output, counted by the caller), or a refusal code for a chunk of another
  * placement (UNKNOWN_PLACEMENT) or an older generation (STALE_GENERATION).
@@ -124,6 +125,7 @@ export function appendLogChunk(
   current: CurrentPlacement | null,
   chunk: LogChunk,
   charge?: (newBytes: number) => void,
+  ringBytes = LOG_RING_BYTES,
 ): LogChunkResult & { appended: boolean; gapBytes: number } {
   const refuse = (code: "UNKNOWN_PLACEMENT" | "STALE_GENERATION") => ({
     placementId: chunk.placementId,
@@ -164,7 +166,7 @@ export function appendLogChunk(
   q.insertChunk.run({ obj, startOffset: start, bytes: bytes.length, text: bytes.toString("utf8") });
   q.setEnd.run({ obj, end });
   // The ring: whole chunks that end at or before the cut go, oldest first.
-  q.dropBefore.run({ obj, cut: end - LOG_RING_BYTES });
+  q.dropBefore.run({ obj, cut: end - ringBytes });
   return {
     placementId: chunk.placementId,
     streamEnd: end - m.streamBase,

@@ -46,6 +46,8 @@ import { ALLOCATION_TABLES } from "./allocationSchema.ts";
 import { AllocationMessage } from "./messages.ts";
 import { AppendBudget, appendLogChunk, logEnd, readLogPage } from "./allocationLog.ts";
 import { EVENT_FOLLOW_WAIT_MS } from "../../protocol/eventFollow.ts";
+import { RUN_LOG_RING_BYTES } from "../../protocol/runs.ts";
+import { runOfAllocation } from "../../domain/identifiers.ts";
 import { AllocationStore } from "./allocationStore.ts";
 import type { StoredAllocation } from "./allocationRow.ts";
 import { createAllocation, type CreateCommand, type CreateResult } from "./allocationCreate.ts";
@@ -54,6 +56,7 @@ import { forkSourceOf, requestAway, requestResume, type ForkParent } from "./all
 import { requestConnectionGrant, revokeConnectionGrant } from "./allocationConnections.ts";
 import {
   LOG_FOLLOW_WAIT_MS,
+  LOG_RING_BYTES,
   MAX_LOG_READ_BYTES,
   type LogChunk,
   type LogChunkResult,
@@ -221,7 +224,14 @@ export class AllocationObject extends AuthorityObject<SchedulerEnv, AllocationMe
         ? { placementId: r.placementId, generation: r.generation }
         : null;
     const out = this.state.storage.transactionSync(() =>
-      appendLogChunk(this.state.storage, this.state.name, current, chunk, (n) => this.logBudget.take(n, this.now)),
+      appendLogChunk(
+        this.state.storage,
+        this.state.name,
+        current,
+        chunk,
+        (n) => this.logBudget.take(n, this.now),
+        r && runOfAllocation(r.clientRequestId) !== null ? RUN_LOG_RING_BYTES : LOG_RING_BYTES,
+      ),
     );
     if (out.appended) this.store.followers.wake();
     if (out.gapBytes > 0)

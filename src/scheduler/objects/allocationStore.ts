@@ -17,6 +17,7 @@ import { BeachballError } from "../../protocol/errors.ts";
 import type { AllocationEvent, AllocationView, PlacementExitView } from "../../protocol/api.ts";
 import { TERMINAL_STATES, type TimeoutPolicy } from "../../domain/allocation.ts";
 import { applied, type AllocationRecord, type Change } from "../../domain/reconcile.ts";
+import { runOfAllocation } from "../../domain/identifiers.ts";
 import { GLOBAL, type SchedulerEnv } from "../env.ts";
 import { allocationEventTable, allocationTable } from "./allocationSchema.ts";
 import {
@@ -215,12 +216,20 @@ export class AllocationStore {
     const s = this.stored;
     if (!this.indexBehind || !s) return;
     this.indexBehind = false;
+    const view = this.view(s);
     this.state.postLatest(this.env.AllocationIndex, GLOBAL, `idx:${s.rec.allocationId}`, {
       kind: "upsert",
       identity: s.rec.identity,
-      view: this.view(s),
+      view,
       version: this.lastSeq,
     });
+    // A run's allocation tells its run too (issue 22): the RunQueue follows it by message, never by asking.
+    if (runOfAllocation(s.rec.clientRequestId) !== null)
+      this.state.postLatest(this.env.RunQueue, GLOBAL, `run:${s.rec.allocationId}`, {
+        kind: "allocation",
+        allocationId: s.rec.allocationId,
+        view,
+      });
   }
 
   private writeRow(s: StoredAllocation, insert: boolean): void {

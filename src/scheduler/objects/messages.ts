@@ -73,6 +73,14 @@ export const IndexMessage = Type.Union([
 /** What the AllocationIndex receives. */
 export type IndexMessage = Static<typeof IndexMessage>;
 
+/** What the RunQueue receives: the latest view of a run's allocation (posted by the Allocation with each view it posts to the index; issue 22). */
+export const RunQueueMessage = Type.Object(
+  { kind: Type.Literal("allocation"), allocationId: Id, view: AllocationView },
+  { additionalProperties: false },
+);
+/** What the RunQueue receives. */
+export type RunQueueMessage = Static<typeof RunQueueMessage>;
+
 /** What Admission receives: an allocation stopped counting as active (terminal), or as retained (purged). */
 export const AdmissionMessage = Type.Union([
   Type.Object({ kind: Type.Literal("allocation_terminal"), allocationId: Id }, { additionalProperties: false }),
