@@ -28,6 +28,9 @@ export const bbCommand: BbCommand = command({
     allocation: lazyCommand({ description: "Request, inspect and release VMs" }, () =>
       import("../src/cli/allocationCommand.ts").then((m) => m.allocationCommand),
     ),
+    run: lazyCommand({ description: "Submit scripts as runs, queued fairly, and read them back" }, () =>
+      import("../src/cli/runCommand.ts").then((m) => m.runCommand),
+    ),
     host: lazyCommand({ description: "Operator commands for hosts" }, () =>
       import("../src/cli/hostCommand.ts").then((m) => m.hostCommand),
     ),

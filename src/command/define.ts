@@ -22,6 +22,8 @@ export interface CommandExtras {
   examples?: readonly string[];
   /** Name shown for trailing arguments (e.g. "DIR…") when the command takes any number of them; without it, an extra argument is a usage error. */
   variadic?: string;
+  /** For a group: the subcommand a first word that names none runs, with that word as its first argument (`bb run JOB.sh` is `bb run submit JOB.sh`). */
+  defaultSubcommand?: string;
 }
 
 /** A citty command definition with its extras (`any` by default, as citty's own subcommand tables hold them). */

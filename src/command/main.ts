@@ -59,7 +59,17 @@ export async function locate(root: BbCommand, argv: readonly string[], rootName 
     const word = argv[i];
     if (r.subCommandNames.length === 0 || word === undefined || word.startsWith("-"))
       return { node, rest: argv.slice(i), help };
-    const sub = await subCommand(def, word);
+    let sub = await subCommand(def, word);
+    const fallback = (def as BbCommand).defaultSubcommand;
+    if (!sub && fallback) {
+      // A word that names no subcommand is the default subcommand's first argument (not consumed).
+      sub = await subCommand(def, fallback);
+      if (sub) {
+        path.push(fallback);
+        def = sub;
+        continue;
+      }
+    }
     if (!sub) {
       const guess = closest(word, r.subCommandNames);
       throw new UsageError(

@@ -182,6 +182,12 @@ export async function checkCommandLine(
     const r = await resolveCommand(def);
     const word = words[i];
     if (r.subCommandNames.length > 0 && word !== undefined && !word.startsWith("-") && !isPlaceholder(word)) {
+      const fallback = def.defaultSubcommand;
+      if (fallback && !(await subCommand(def, word.split("|")[0]!))) {
+        // A group with a default subcommand (`bb run JOB.sh`): the word is that subcommand's first argument.
+        const sub = await subCommand(def, fallback);
+        if (sub) return walk(sub, [...path, fallback], i);
+      }
       for (const name of word.split("|")) {
         const sub = await subCommand(def, name);
         if (!sub) problems.push(`\`${path.join(" ")}\` has no subcommand ${JSON.stringify(name)}`);
