@@ -31,6 +31,9 @@ export const bbCommand: BbCommand = command({
     run: lazyCommand({ description: "Submit scripts as runs, queued fairly, and read them back" }, () =>
       import("../src/cli/runCommand.ts").then((m) => m.runCommand),
     ),
+    usage: lazyCommand({ description: "VM, vCPU and memory time used, by tenant, class or host" }, () =>
+      import("../src/cli/usageCommand.ts").then((m) => m.usageCommand),
+    ),
     host: lazyCommand({ description: "Operator commands for hosts" }, () =>
       import("../src/cli/hostCommand.ts").then((m) => m.hostCommand),
     ),

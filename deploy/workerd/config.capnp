@@ -30,6 +30,7 @@ const scheduler :Workerd.Worker = (
     (name = "NetworkDirectory", durableObjectNamespace = "NetworkDirectory"),
     (name = "Connection", durableObjectNamespace = "Connection"),
     (name = "RunQueue", durableObjectNamespace = "RunQueue"),
+    (name = "Usage", durableObjectNamespace = "Usage"),
   ],
   durableObjectNamespaces = [
     (className = "Allocation", uniqueKey = "beachball-allocation", enableSql = true),
@@ -43,6 +44,7 @@ const scheduler :Workerd.Worker = (
     (className = "NetworkDirectory", uniqueKey = "beachball-network-directory", enableSql = true),
     (className = "Connection", uniqueKey = "beachball-connection", enableSql = true),
     (className = "RunQueue", uniqueKey = "beachball-run-queue", enableSql = true),
+    (className = "Usage", uniqueKey = "beachball-usage", enableSql = true),
   ],
   durableObjectStorage = (localDisk = "storage"),
 );

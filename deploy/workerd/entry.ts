@@ -45,6 +45,7 @@ import { NetworkObject } from "../../src/scheduler/objects/networkObject.ts";
 import { NetworkDirectoryObject } from "../../src/scheduler/objects/networkDirectory.ts";
 import { ConnectionObject } from "../../src/scheduler/objects/connectionObject.ts";
 import { RunQueueObject } from "../../src/scheduler/objects/runQueueObject.ts";
+import { UsageObject } from "../../src/scheduler/objects/usageObject.ts";
 import { connectionSigner } from "../../src/scheduler/connectionSigner.ts";
 
 type Raw = Record<string, unknown> & {
@@ -85,6 +86,7 @@ function buildEnv(raw: Raw): SchedulerEnv {
     NetworkDirectory: durableNamespace<NetworkDirectoryObject>("NetworkDirectory", b("NetworkDirectory")),
     Connection: durableNamespace<ConnectionObject>("Connection", b("Connection")),
     RunQueue: durableNamespace<RunQueueObject>("RunQueue", b("RunQueue")),
+    Usage: durableNamespace<UsageObject>("Usage", b("Usage")),
     config,
     signer,
     clock: systemClock,
@@ -113,6 +115,7 @@ export const Network = durableClass(DurableObject, NetworkObject, host);
 export const NetworkDirectory = durableClass(DurableObject, NetworkDirectoryObject, host);
 export const Connection = durableClass(DurableObject, ConnectionObject, host);
 export const RunQueue = durableClass(DurableObject, RunQueueObject, host);
+export const Usage = durableClass(DurableObject, UsageObject, host);
 
 /** The public URL when BB_PUBLIC_URL is not set: config.capnp's socket address. */
 const DEFAULT_PUBLIC_URL = "http://127.0.0.1:8787";

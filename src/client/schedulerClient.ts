@@ -50,6 +50,7 @@ import type {
   RunPage,
   RunView,
   SubmitRunBody,
+  UsageReport,
   WellKnown,
 } from "./types.ts";
 
@@ -634,6 +635,17 @@ export class SchedulerClient {
         timeoutMs: LOG_FOLLOW_WAIT_MS + 15_000,
       })
     ).body;
+  }
+  /** GET /v1/usage over [fromMs, toMs) (ms since the epoch; defaults: this month to now), grouped `by` tenant, controller, class or host. */
+  async usage(
+    opts: { fromMs?: number; toMs?: number; by?: "tenant" | "controller" | "class" | "host" } = {},
+  ): Promise<UsageReport> {
+    const q = new URLSearchParams({
+      ...(opts.fromMs !== undefined ? { from: String(opts.fromMs) } : {}),
+      ...(opts.toMs !== undefined ? { to: String(opts.toMs) } : {}),
+      ...(opts.by ? { by: opts.by } : {}),
+    });
+    return (await this.call<UsageReport>("GET", `/v1/usage${q.size ? `?${q}` : ""}`)).body;
   }
   /**
    * Waits until run `id` is terminal (or `timeoutMs` passes: WaitTimeoutError)

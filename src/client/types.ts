@@ -8,6 +8,7 @@ import type { Static } from "@sinclair/typebox";
 import type * as api from "../protocol/api.ts";
 import type * as R from "../protocol/responses.ts";
 import type * as runs from "../protocol/runs.ts";
+import type * as usage from "../protocol/usage.ts";
 
 /** POST /v1/allocations body. */
 export type CreateAllocationBody = Static<typeof api.CreateAllocationBody>;
@@ -43,6 +44,8 @@ export type RunView = Static<typeof runs.RunView>;
 export type RunPage = Static<typeof runs.RunPage>;
 /** One run event. */
 export type RunEvent = Static<typeof runs.RunEvent>;
+/** GET /v1/usage answer (issue 22). */
+export type UsageReport = Static<typeof usage.UsageReport>;
 /** The discovery document. */
 export type WellKnown = Static<typeof R.WellKnown>;
 /** An RFC 9457 problem body. */

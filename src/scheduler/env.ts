@@ -26,6 +26,7 @@ import type { NetworkObject } from "./objects/networkObject.ts";
 import type { NetworkDirectoryObject } from "./objects/networkDirectory.ts";
 import type { ConnectionObject } from "./objects/connectionObject.ts";
 import type { RunQueueObject } from "./objects/runQueueObject.ts";
+import type { UsageObject } from "./objects/usageObject.ts";
 import { connectionSettings, type ConnectionSettings } from "./connectionSettings.ts";
 import type { ConnectionSigner } from "./connectionSigner.ts";
 
@@ -71,6 +72,7 @@ export interface SchedulerEnv {
   readonly NetworkDirectory: Namespace<NetworkDirectoryObject>;
   readonly Connection: Namespace<ConnectionObject>;
   readonly RunQueue: Namespace<RunQueueObject>;
+  readonly Usage: Namespace<UsageObject>;
   readonly config: SchedulerConfig;
   /** The connection-signing key, resolved at each use (null without private networking). */
   readonly signer: ConnectionSigner | null;

@@ -44,6 +44,7 @@ import {
   type SubmitRunBody,
 } from "../protocol/runs.ts";
 import { runPayload } from "../domain/runs.ts";
+import { MAX_USAGE_WINDOW_MS, type UsageGroup, type UsageReport } from "../protocol/usage.ts";
 import { allocationIdFor, canonicalJson, digestOf, runIdFor } from "../domain/identifiers.ts";
 import {
   ALLOCATION_ID,
@@ -419,6 +420,23 @@ export class SchedulerFront {
       return { offset: 0, nextOffset: 0, droppedBytes: 0, text: "", complete: src.ended };
     }
     return this.env.Allocation.get(src.allocationId).readLog(who.id, offset, follow);
+  }
+
+  /**
+   * Usage over [fromMs, toMs) grouped `by` (issue 22): a controller's own
+   * VMs, or everyone's for an operator. Defaults: to now, from the start of
+   * the current month (UTC). Throws VALIDATION_FAILED for an empty window
+   * or one over MAX_USAGE_WINDOW_MS.
+   */
+  usage(who: Identity, fromMs: number | undefined, toMs: number | undefined, by: UsageGroup): Promise<UsageReport> {
+    const now = this.env.clock.wallMs();
+    const to = toMs ?? now;
+    const d = new Date(now);
+    const from = fromMs ?? Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
+    if (to <= from) throw new BeachballError("VALIDATION_FAILED", "query parameter to must be after from");
+    if (to - from > MAX_USAGE_WINDOW_MS)
+      throw new BeachballError("VALIDATION_FAILED", `the window is at most ${MAX_USAGE_WINDOW_MS / 86_400_000} days`);
+    return this.env.Usage.get(GLOBAL).report(who.role === "operator" ? null : who.id, from, to, by);
   }
 
   /** Mints a one-use enrollment token bound to `hostId`. Operators only. */

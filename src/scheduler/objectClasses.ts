@@ -13,6 +13,7 @@ import { NetworkObject } from "./objects/networkObject.ts";
 import { NetworkDirectoryObject } from "./objects/networkDirectory.ts";
 import { ConnectionObject } from "./objects/connectionObject.ts";
 import { RunQueueObject } from "./objects/runQueueObject.ts";
+import { UsageObject } from "./objects/usageObject.ts";
 
 /** The classes, each with its stable class name. */
 export const OBJECT_CLASSES = [
@@ -27,4 +28,5 @@ export const OBJECT_CLASSES = [
   NetworkDirectoryObject,
   ConnectionObject,
   RunQueueObject,
+  UsageObject,
 ] as const;

@@ -25,6 +25,7 @@ import type { Envelope } from "../protocol/agent.ts";
 import type { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody } from "../protocol/connection.ts";
 import type { LogPushBody } from "../protocol/logs.ts";
 import type { SubmitRunBody } from "../protocol/runs.ts";
+import type { UsageGroup } from "../protocol/usage.ts";
 import type { SchedulerFront } from "./front.ts";
 import { endpointOf as endpoint, hostOf as host, principalOf as who, type Prepared } from "./edge.ts";
 import type { RouteName } from "./routes.ts";
@@ -108,6 +109,14 @@ function runHandlers(front: SchedulerFront) {
           num(p, "follow", 0) === 1,
         ),
       },
+    }),
+    usage: async (p) => ({
+      json: await front.usage(
+        who(p),
+        p.query["from"] as number | undefined,
+        p.query["to"] as number | undefined,
+        ((p.query["by"] as string | undefined) ?? "tenant") as UsageGroup,
+      ),
     }),
     runLogs: async (p) => ({
       json: await front.readRunLog(who(p), id(p), num(p, "offset", 0), num(p, "follow", 0) === 1),

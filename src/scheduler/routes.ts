@@ -40,6 +40,7 @@ import { LogPushBody, MAX_LOG_PUSH_BODY_BYTES } from "../protocol/logs.ts";
 import { EVENT_FOLLOW_WAIT_MS, MAX_EVENT_FOLLOWERS } from "../protocol/eventFollow.ts";
 import { ALLOCATION_ID, CONNECTION_ID, GRANT_ID, HOST_ID, RUN_ID } from "../protocol/ids.ts";
 import { RunEventPage, RunPage, RunView, SubmitRunBody } from "../protocol/runs.ts";
+import { USAGE_GROUP_PATTERN, UsageReport } from "../protocol/usage.ts";
 
 /**
  * Who may call a route, checked from the Authorization header before the
@@ -364,6 +365,19 @@ export const ROUTES = {
     query: { offset: after, follow: { kind: "integer", min: 0, max: 1 } },
     summary: "The run's output from a byte offset, kept after its VM is gone (follow=1 waits for more)",
     response: ok(R.LogPage),
+  },
+  usage: {
+    method: "GET",
+    path: "/v1/usage",
+    auth: "principal",
+    query: {
+      from: { kind: "integer", min: 0, max: MAX_WIRE_INTEGER },
+      to: { kind: "integer", min: 1, max: MAX_WIRE_INTEGER },
+      by: { kind: "string", pattern: USAGE_GROUP_PATTERN },
+    },
+    summary:
+      "VM, vCPU and MiB time from observed running to observed absence in [from, to) (ms since the epoch; default this month to now), grouped by tenant, controller, class or host: a controller's own, an operator's everyone's",
+    response: ok(UsageReport),
   },
   enrollmentTokens: {
     method: "POST",

@@ -12,3 +12,4 @@ export * from "./objects/hostDirectorySchema.ts";
 export * from "./objects/singletonSchema.ts";
 export * from "./objects/networkSchema.ts";
 export * from "./objects/runSchema.ts";
+export * from "./objects/usageSchema.ts";

@@ -35,6 +35,7 @@ import { OperationsObject } from "./objects/operationsObject.ts";
 import { NetworkObject } from "./objects/networkObject.ts";
 import { NetworkDirectoryObject } from "./objects/networkDirectory.ts";
 import { RunQueueObject } from "./objects/runQueueObject.ts";
+import { UsageObject } from "./objects/usageObject.ts";
 import { ConnectionObject } from "./objects/connectionObject.ts";
 import { connectionSigner, type ConnectionSigner } from "./connectionSigner.ts";
 import { keyFileSeed } from "./connectionKeyFile.ts";
@@ -244,6 +245,7 @@ type Namespaces = Pick<
   | "NetworkDirectory"
   | "Connection"
   | "RunQueue"
+  | "Usage"
 >;
 
 function namespaces(rt: EmbeddedRuntime<SchedulerEnv>, gated: boolean): Namespaces {
@@ -261,5 +263,6 @@ function namespaces(rt: EmbeddedRuntime<SchedulerEnv>, gated: boolean): Namespac
     NetworkDirectory: ns(NetworkDirectoryObject),
     Connection: ns(ConnectionObject),
     RunQueue: ns(RunQueueObject),
+    Usage: ns(UsageObject),
   };
 }

@@ -243,6 +243,8 @@ async function runRoutes(run: Run): Promise<void> {
   await controller.runEvents(view.runId);
   await controller.runLogs(view.runId);
   await controller.cancelRun(view.runId);
+  await controller.usage({ by: "class" });
+  await run.operator.usage({ fromMs: Date.now() - 86_400_000, toMs: Date.now() + 1000, by: "host" });
 }
 
 async function deliveryAndAdmin(run: Run): Promise<void> {

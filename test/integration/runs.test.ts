@@ -61,6 +61,7 @@ describe("runs: a fair queue over allocations (scripted agent)", () => {
 
   test("three tenants, 60 runs, room for 4: fair, each ends once with its exit code, positions shrink", async () => {
     const a = clients.get("controller:a")!;
+    const startedAt = Date.now();
     const submitted: { tenant: string; runId: string; code: number }[] = [];
     // Tenant a floods first; b and c come after, so a fair queue must not serve a first.
     for (let i = 0; i < 30; i++) {
@@ -123,6 +124,26 @@ describe("runs: a fair queue over allocations (scripted agent)", () => {
         if (waiting) expect(activeAt(other, at)).toBeGreaterThanOrEqual(1);
       }
     }
+    // Usage: each tenant's VM time is the sum over its allocations' events, from placement.running to placement.absent, to the ms.
+    for (const tenant of TENANTS) {
+      const c = clients.get(tenant)!;
+      let want = 0;
+      for (const [i, v] of ended.entries()) {
+        if (submitted[i]!.tenant !== tenant) continue;
+        const ev = await c.events(v.allocationId!, 0, 200);
+        const at = (type: string) => Date.parse(ev.find((e) => e.type === type)!.at);
+        want += at("placement.absent") - at("placement.running");
+      }
+      const report = await c.usage({ fromMs: startedAt - 60_000, toMs: Date.now() + 60_000, by: "tenant" });
+      expect(report.items.map((x) => x.key)).toEqual([tenant]);
+      expect(report.total.vmMs).toBe(want);
+      expect(report.total.vms).toBe(tenant === "controller:a" ? 30 : tenant === "controller:b" ? 20 : 10);
+      expect(report.total.cpuMillicoreMs).toBe(want * 1000);
+      expect(report.total.memoryMiBMs).toBe(want * 256);
+    }
+    const all = await s.operator.usage({ fromMs: startedAt - 60_000, toMs: Date.now() + 60_000, by: "class" });
+    expect(all.items.map((x) => x.key)).toEqual(["ci-small"]);
+    expect(all.total.vms).toBe(60);
     // Never more than 4 at once.
     for (const r of rows) {
       const at = t(r.dispatchedAt);

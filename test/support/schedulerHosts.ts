@@ -28,6 +28,7 @@ export const SCHEDULER_OBJECT_CLASSES = [
   "NetworkDirectory",
   "Connection",
   "RunQueue",
+  "Usage",
 ];
 
 /** A running scheduler on one host. */

@@ -11,6 +11,7 @@ import m0003 from "./0003_client_candidates.sql" with { type: "text" };
 import m0004 from "./0004_index_view_version.sql" with { type: "text" };
 import m0005 from "./0005_pause_suspend.sql" with { type: "text" };
 import m0006 from "./0006_runs.sql" with { type: "text" };
+import m0007 from "./0007_usage.sql" with { type: "text" };
 
 /** One migration: drizzle-kit's tag and its SQL (statements split by `--> statement-breakpoint`). */
 export interface Migration {
@@ -27,4 +28,5 @@ export const MIGRATIONS: readonly Migration[] = [
   { tag: "0004_index_view_version", sql: m0004 },
   { tag: "0005_pause_suspend", sql: m0005 },
   { tag: "0006_runs", sql: m0006 },
+  { tag: "0007_usage", sql: m0007 },
 ];

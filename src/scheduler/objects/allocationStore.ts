@@ -271,6 +271,46 @@ export class AllocationStore {
     }
     if (c.events.length > 0) this.indexBehind = true;
     this.postMessages(r, c, now);
+    this.postUsage(s, c, now);
+  }
+
+  /**
+   * Usage's intervals (issue 22): a generation's VM counts from the event
+   * that records it observed running to the one that records it observed
+   * absent, or to the allocation ending (fenced). Each message is
+   * deduplicated by its ID; Usage keeps the first start and the first end.
+   */
+  private postUsage(s: StoredAllocation, c: Change, now: number): void {
+    const r = s.rec;
+    const key = `use:${r.allocationId}:${r.generation}`;
+    for (const e of c.events) {
+      if (e.type === "placement.running" && r.hostId)
+        this.state.post(this.env.Usage, GLOBAL, `${key}:start`, {
+          kind: "vm_started",
+          allocationId: r.allocationId,
+          generation: r.generation,
+          tenant: r.identity,
+          workloadClass: r.workloadClass,
+          hostId: r.hostId,
+          cpuMillis: s.spec.cpuMillis,
+          memoryMiB: s.spec.memoryMiB,
+          atMs: now,
+        });
+      if (e.type === "placement.absent")
+        this.state.post(this.env.Usage, GLOBAL, `${key}:end:${this.lastSeq}`, {
+          kind: "vm_ended",
+          allocationId: r.allocationId,
+          generation: r.generation,
+          atMs: now,
+        });
+    }
+    if (c.terminal)
+      this.state.post(this.env.Usage, GLOBAL, `${key}:terminal`, {
+        kind: "vm_ended",
+        allocationId: r.allocationId,
+        generation: r.generation,
+        atMs: now,
+      });
   }
 
   /** The messages a change implies for other objects (inside the caller's transaction). */

@@ -81,6 +81,34 @@ export const RunQueueMessage = Type.Object(
 /** What the RunQueue receives. */
 export type RunQueueMessage = Static<typeof RunQueueMessage>;
 
+/**
+ * What Usage receives (issue 22): an allocation generation's VM observed
+ * running (with what it holds), and the same generation observed absent or
+ * ended by fencing. Times are the scheduler's, ms since the epoch.
+ */
+export const UsageMessage = Type.Union([
+  Type.Object(
+    {
+      kind: Type.Literal("vm_started"),
+      allocationId: Id,
+      generation: Type.Integer({ minimum: 1 }),
+      tenant: Id,
+      workloadClass: Type.String({ maxLength: 64 }),
+      hostId: Id,
+      cpuMillis: Type.Integer({ minimum: 0 }),
+      memoryMiB: Type.Integer({ minimum: 0 }),
+      atMs: Ms,
+    },
+    { additionalProperties: false },
+  ),
+  Type.Object(
+    { kind: Type.Literal("vm_ended"), allocationId: Id, generation: Type.Integer({ minimum: 1 }), atMs: Ms },
+    { additionalProperties: false },
+  ),
+]);
+/** What Usage receives. */
+export type UsageMessage = Static<typeof UsageMessage>;
+
 /** What Admission receives: an allocation stopped counting as active (terminal), or as retained (purged). */
 export const AdmissionMessage = Type.Union([
   Type.Object({ kind: Type.Literal("allocation_terminal"), allocationId: Id }, { additionalProperties: false }),

@@ -1,0 +1,106 @@
+/**
+ * The Usage object (issue 22, "Usage and cost"; one instance, GLOBAL):
+ * records each allocation generation's VM time from the Allocation's word
+ * that its VM was observed running to its word that the VM was observed
+ * absent (or the allocation ended by fencing), and answers reports over a
+ * window grouped by tenant, class or host. Intervals arrive by inbox only
+ * (posted in the transaction of the allocation's change), so a report is
+ * never ahead of the allocation's own events, and outlive the allocation's
+ * record (USAGE_RETENTION_DAYS).
+ * Must never: count time from a timeout alone, or show a tenant another's usage.
+ */
+import { and, eq, gt, isNull, lt, lte, or, sql } from "drizzle-orm";
+import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
+import { dbFor, param, prepared, type ObjectDb } from "../runtime/drizzle.ts";
+import { USAGE_RETENTION_DAYS, type UsageGroup, type UsageReport } from "../../protocol/usage.ts";
+import { usageTotals } from "../../domain/usage.ts";
+import type { SchedulerEnv } from "../env.ts";
+import { UsageMessage } from "./messages.ts";
+import { usageIntervalTable as t } from "./usageSchema.ts";
+
+const obj = sql.placeholder("obj");
+
+function queries(db: ObjectDb) {
+  return {
+    end: db
+      .update(t)
+      .set({ endedAtMs: param<number>("atMs") })
+      // A generation's absence ends it and any earlier one still open (a replacement's change may already name the next).
+      .where(
+        and(
+          eq(t.obj, obj),
+          eq(t.allocationId, sql.placeholder("allocationId")),
+          lte(t.generation, sql.placeholder("generation")),
+          isNull(t.endedAtMs),
+        ),
+      )
+      .prepare(),
+    window: db
+      .select()
+      .from(t)
+      .where(
+        and(
+          eq(t.obj, obj),
+          lt(t.startedAtMs, sql.placeholder("to")),
+          or(isNull(t.endedAtMs), gt(t.endedAtMs, sql.placeholder("from"))),
+        ),
+      )
+      .prepare(),
+    purge: db
+      .delete(t)
+      .where(and(eq(t.obj, obj), lte(t.endedAtMs, sql.placeholder("before"))))
+      .prepare(),
+  };
+}
+
+/** See the module header. */
+export class UsageObject extends AuthorityObject<SchedulerEnv, UsageMessage> {
+  static readonly className = "Usage";
+  static readonly messageSchema = UsageMessage;
+  static readonly tables = ["usage_intervals"] as const;
+
+  private readonly q = prepared(this.state.storage, queries);
+  private nextPurgeAtMs = 0;
+
+  constructor(state: ObjectState<UsageMessage>, env: SchedulerEnv) {
+    super(state, env);
+  }
+
+  /** Applies started and ended intervals (each idempotent: the first start and the first end win; an end closes the generation and any earlier one still open). */
+  override onInbox(): void {
+    const msgs = this.state.readInbox();
+    if (msgs.length === 0) return;
+    const name = this.state.name;
+    this.state.storage.transactionSync(() => {
+      for (const { message: m } of msgs) {
+        if (m.kind === "vm_started") {
+          const { kind: _, atMs, ...rest } = m;
+          dbFor(this.state.storage)
+            .insert(t)
+            .values({ obj: name, ...rest, startedAtMs: atMs, endedAtMs: null })
+            .onConflictDoNothing()
+            .run();
+        } else this.q.end.run({ obj: name, allocationId: m.allocationId, generation: m.generation, atMs: m.atMs });
+      }
+      this.state.ackInbox(msgs[msgs.length - 1]!.seq);
+    });
+  }
+
+  /**
+   * Usage inside [fromMs, toMs) grouped `by`; `tenant` limits it to one
+   * tenant's VMs (a controller's own report), null reports everyone (an
+   * operator's). Open intervals count up to now.
+   */
+  report(tenant: string | null, fromMs: number, toMs: number, by: UsageGroup): UsageReport {
+    this.onInbox();
+    const now = this.env.clock.wallMs();
+    if (now >= this.nextPurgeAtMs) {
+      this.nextPurgeAtMs = now + 3_600_000;
+      this.q.purge.run({ obj: this.state.name, before: now - USAGE_RETENTION_DAYS * 86_400_000 });
+    }
+    const rows = this.q.window.all({ obj: this.state.name, from: fromMs, to: toMs });
+    const mine = tenant === null ? rows : rows.filter((r) => r.tenant === tenant);
+    const { items, total } = usageTotals(mine, by, fromMs, toMs, now);
+    return { from: new Date(fromMs).toISOString(), to: new Date(toMs).toISOString(), by, items, total };
+  }
+}
