@@ -146,6 +146,8 @@ export function retryDelayMs(e: unknown, attempt: number): number | null {
   if (e instanceof BeachballError) {
     const status = Number(e.extra?.["status"] ?? e.status);
     if (status !== 429 && status !== 503) return null;
+    // A spent budget does not come back by waiting a moment (issue 22).
+    if (e.code === "COST_LIMIT_EXCEEDED") return null;
     const after = e.extra?.["retryAfterSeconds"];
     return typeof after === "number" && Number.isFinite(after) && after >= 0
       ? Math.min(after * 1000, MAX_RETRY_AFTER_MS)

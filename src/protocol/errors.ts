@@ -40,6 +40,8 @@ export const ERROR_STATUS = {
   QUOTA_CONCURRENT_ALLOCATIONS: 409,
   /** The run queue holds its bound of waiting runs (the caller's or the deployment's); retry after `Retry-After` (issue 22). */
   QUOTA_QUEUED_RUNS: 429,
+  /** The controller's monthly budget would be passed: what it spent this month plus what its live allocations reserve (price × lifetime) plus this one (issue 22). */
+  COST_LIMIT_EXCEEDED: 429,
   QUOTA_DEPLOYMENT_ALLOCATIONS: 409,
   QUOTA_RETAINED_RECORDS: 409,
   QUOTA_REGISTERED_HOSTS: 409,

@@ -65,8 +65,10 @@ export function admissionLimits(manifest: DeploymentManifest): AdmissionLimits {
 /**
  * Creates (or replays) the allocation of `body` (of class `cls`) owned by
  * `identity`, with `spec` and the body digest `bodyDigest`; the TTL is the
- * body's (or the default) cut to the class's maxTtlSeconds. Throws what
- * AllocationObject.create throws: QUOTA_*, RATE_LIMITED,
+ * body's (or the default) cut to the class's maxTtlSeconds. With a priced
+ * class and an owner with a monthlyBudget, it reserves price × TTL of the
+ * budget first. Throws what AllocationObject.create throws: QUOTA_*,
+ * RATE_LIMITED, COST_LIMIT_EXCEEDED,
  * IDEMPOTENCY_CONFLICT, OBJECT_DAMAGED.
  */
 export function createAllocationOf(
@@ -82,6 +84,14 @@ export function createAllocationOf(
     body.ttlSeconds ?? Math.floor(env.config.timeouts.defaultTtlMs / 1000),
     cls.maxTtlSeconds ?? Number.MAX_SAFE_INTEGER,
   );
+  const budget = env.config.manifest.principals.find((p) => p.id === identity)?.monthlyBudget;
+  const cost =
+    budget !== undefined && cls.pricePerHour !== undefined
+      ? {
+          reservedMicros: Math.round((cls.pricePerHour * 1e6 * ttlSeconds) / 3600),
+          budgetMicros: Math.round(budget * 1e6),
+        }
+      : undefined;
   // One call: the Allocation asks Admission itself (one output gate per create, not three).
   return env.Allocation.get(allocationId).create({
     allocationId,
@@ -91,6 +101,7 @@ export function createAllocationOf(
     spec,
     ttlMs: ttlSeconds * 1000,
     limits: admissionLimits(env.config.manifest),
+    ...(cost ? { cost } : {}),
   });
 }
 

@@ -51,6 +51,8 @@ export const WorkloadClass = Type.Object(
      * memory private, so it cannot be suspended again). Default false.
      */
     template: Type.Optional(Type.Boolean()),
+    /** Price of one VM of this class per hour, in the deployment's currency (issue 22, "Usage and cost"); with a principal's monthlyBudget, admission reserves price × lifetime. */
+    pricePerHour: Type.Optional(Type.Number({ minimum: 0, maximum: 1_000_000 })),
   },
   { additionalProperties: false },
 );
@@ -153,6 +155,8 @@ export const DeploymentManifest = Type.Object(
           id: Type.String({ minLength: 1, maxLength: 64, pattern: "^[a-z0-9:._-]+$" }),
           role: Type.Union([Type.Literal("controller"), Type.Literal("operator")]),
           tokenSha256: Digest,
+          /** A controller's spending limit per calendar month (UTC), in the currency of the classes' pricePerHour: a create that would pass it is 429 COST_LIMIT_EXCEEDED (issue 22). */
+          monthlyBudget: Type.Optional(Type.Number({ minimum: 0, maximum: 1e12 })),
         },
         { additionalProperties: false },
       ),

@@ -31,6 +31,8 @@ export interface CreateCommand {
   spec: PlacementSpec;
   ttlMs: number;
   limits: AdmissionLimits;
+  /** With a priced class and an owner with a monthly budget: what this allocation reserves of it, micro-units (issue 22). */
+  cost?: { reservedMicros: number; budgetMicros: number };
 }
 
 /** What create answers: whether this call created the allocation, and its view. */
@@ -53,7 +55,16 @@ export async function createAllocation(
 ): Promise<CreateResult> {
   const replay = replayOf(store, cmd);
   if (replay) return replay;
-  const { admittedBefore } = await store.env.Admission.get(GLOBAL).admit(cmd.identity, cmd.allocationId, cmd.limits);
+  // The budget first (issue 22): a create that would pass it is refused before admission counts it.
+  const usage = store.env.Usage.get(GLOBAL);
+  if (cmd.cost) await usage.reserve(cmd.identity, cmd.allocationId, cmd.cost.reservedMicros, cmd.cost.budgetMicros);
+  let admittedBefore: boolean;
+  try {
+    ({ admittedBefore } = await store.env.Admission.get(GLOBAL).admit(cmd.identity, cmd.allocationId, cmd.limits));
+  } catch (e) {
+    if (cmd.cost) await usage.unreserve(cmd.allocationId);
+    throw e;
+  }
   // A concurrent create of the same allocation may have written the row while admission answered.
   const raced = replayOf(store, cmd);
   if (raced) return raced;

@@ -310,6 +310,7 @@ export class AllocationStore {
         allocationId: r.allocationId,
         generation: r.generation,
         atMs: now,
+        terminal: true,
       });
   }
 

@@ -102,7 +102,14 @@ export const UsageMessage = Type.Union([
     { additionalProperties: false },
   ),
   Type.Object(
-    { kind: Type.Literal("vm_ended"), allocationId: Id, generation: Type.Integer({ minimum: 1 }), atMs: Ms },
+    {
+      kind: Type.Literal("vm_ended"),
+      allocationId: Id,
+      generation: Type.Integer({ minimum: 1 }),
+      atMs: Ms,
+      /** The allocation ended: its budget reservation is released. */
+      terminal: Type.Optional(Type.Boolean()),
+    },
     { additionalProperties: false },
   ),
 ]);

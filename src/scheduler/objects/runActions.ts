@@ -43,7 +43,12 @@ export const RUN_TTL_GRACE_SECONDS = 300;
 const MAX_TTL_SECONDS = 7 * 24 * 3600;
 
 /** Codes after which a run's allocation will never be made: the run fails with the code. */
-const PERMANENT = new Set(["UNKNOWN_WORKLOAD_CLASS", "IDEMPOTENCY_CONFLICT", "VALIDATION_FAILED"]);
+const PERMANENT = new Set([
+  "UNKNOWN_WORKLOAD_CLASS",
+  "IDEMPOTENCY_CONFLICT",
+  "VALIDATION_FAILED",
+  "COST_LIMIT_EXCEEDED",
+]);
 
 interface Ctx {
   env: SchedulerEnv;

@@ -16,7 +16,9 @@ import { USAGE_RETENTION_DAYS, type UsageGroup, type UsageReport } from "../../p
 import { usageTotals } from "../../domain/usage.ts";
 import type { SchedulerEnv } from "../env.ts";
 import { UsageMessage } from "./messages.ts";
-import { usageIntervalTable as t } from "./usageSchema.ts";
+import { usageIntervalTable as t, usageReservationTable as rt } from "./usageSchema.ts";
+import { BeachballError } from "../../protocol/errors.ts";
+import { overlapMs } from "../../domain/usage.ts";
 
 const obj = sql.placeholder("obj");
 
@@ -46,6 +48,20 @@ function queries(db: ObjectDb) {
         ),
       )
       .prepare(),
+    reservation: db
+      .select()
+      .from(rt)
+      .where(and(eq(rt.obj, obj), eq(rt.allocationId, sql.placeholder("allocationId"))))
+      .prepare(),
+    reservations: db
+      .select()
+      .from(rt)
+      .where(and(eq(rt.obj, obj), eq(rt.tenant, sql.placeholder("tenant"))))
+      .prepare(),
+    unreserve: db
+      .delete(rt)
+      .where(and(eq(rt.obj, obj), eq(rt.allocationId, sql.placeholder("allocationId"))))
+      .prepare(),
     purge: db
       .delete(t)
       .where(and(eq(t.obj, obj), lte(t.endedAtMs, sql.placeholder("before"))))
@@ -57,7 +73,7 @@ function queries(db: ObjectDb) {
 export class UsageObject extends AuthorityObject<SchedulerEnv, UsageMessage> {
   static readonly className = "Usage";
   static readonly messageSchema = UsageMessage;
-  static readonly tables = ["usage_intervals"] as const;
+  static readonly tables = ["usage_intervals", "usage_reservations"] as const;
 
   private readonly q = prepared(this.state.storage, queries);
   private nextPurgeAtMs = 0;
@@ -80,10 +96,55 @@ export class UsageObject extends AuthorityObject<SchedulerEnv, UsageMessage> {
             .values({ obj: name, ...rest, startedAtMs: atMs, endedAtMs: null })
             .onConflictDoNothing()
             .run();
-        } else this.q.end.run({ obj: name, allocationId: m.allocationId, generation: m.generation, atMs: m.atMs });
+        } else {
+          this.q.end.run({ obj: name, allocationId: m.allocationId, generation: m.generation, atMs: m.atMs });
+          // The allocation ended: what it reserved of its owner's budget gives way to what it used.
+          if (m.terminal) this.q.unreserve.run({ obj: name, allocationId: m.allocationId });
+        }
       }
       this.state.ackInbox(msgs[msgs.length - 1]!.seq);
     });
+  }
+
+  /**
+   * Reserves `reservedMicros` of `tenant`'s monthly budget (`budgetMicros`)
+   * for allocation `allocationId` (idempotent by allocation): refused with
+   * COST_LIMIT_EXCEEDED (429) when what the tenant used this calendar month
+   * (UTC; VMs no longer reserving, at their classes' pricePerHour) plus its
+   * live reservations plus this one would pass the budget. Nothing is
+   * written for a refusal.
+   */
+  reserve(tenant: string, allocationId: string, reservedMicros: number, budgetMicros: number): void {
+    this.onInbox();
+    const name = this.state.name;
+    if (this.q.reservation.get({ obj: name, allocationId })) return;
+    const now = this.env.clock.wallMs();
+    const d = new Date(now);
+    const monthStart = Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
+    const live = this.q.reservations.all({ obj: name, tenant });
+    const holding = new Set(live.map((r) => r.allocationId));
+    const reserved = live.reduce((s, r) => s + r.reservedMicros, 0);
+    const classes = this.env.config.manifest.workloadClasses;
+    let spent = 0;
+    for (const i of this.q.window.all({ obj: name, from: monthStart, to: now + 1 })) {
+      if (i.tenant !== tenant || holding.has(i.allocationId)) continue;
+      const price = classes[i.workloadClass]?.pricePerHour ?? 0;
+      spent += Math.round((overlapMs(i.startedAtMs, i.endedAtMs, monthStart, now + 1, now) * price * 1e6) / 3_600_000);
+    }
+    if (spent + reserved + reservedMicros > budgetMicros)
+      throw new BeachballError(
+        "COST_LIMIT_EXCEEDED",
+        `this would pass your monthly budget: ${fmt(spent)} used, ${fmt(reserved)} reserved by live allocations, ${fmt(reservedMicros)} for this one, budget ${fmt(budgetMicros)}`,
+        { usedMicros: spent, reservedMicros: reserved, requestedMicros: reservedMicros, budgetMicros },
+      );
+    this.state.storage.transactionSync(() =>
+      dbFor(this.state.storage).insert(rt).values({ obj: name, allocationId, tenant, reservedMicros, atMs: now }).run(),
+    );
+  }
+
+  /** Gives back what allocation `allocationId` reserved (its create was refused after the reservation). */
+  unreserve(allocationId: string): void {
+    this.state.storage.transactionSync(() => this.q.unreserve.run({ obj: this.state.name, allocationId }));
   }
 
   /**
@@ -103,4 +164,9 @@ export class UsageObject extends AuthorityObject<SchedulerEnv, UsageMessage> {
     const { items, total } = usageTotals(mine, by, fromMs, toMs, now);
     return { from: new Date(fromMs).toISOString(), to: new Date(toMs).toISOString(), by, items, total };
   }
+}
+
+/** Micro-units as the currency's units, for a message. */
+function fmt(micros: number): string {
+  return (micros / 1e6).toFixed(2);
 }

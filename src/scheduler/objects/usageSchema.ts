@@ -29,3 +29,16 @@ export const usageIntervalTable = sqliteTable(
 );
 /** One interval's row. */
 export type UsageRow = typeof usageIntervalTable.$inferSelect;
+
+/** What a live allocation holds of its owner's monthly budget: its class's price × its lifetime, micro-units; released when it ends. */
+export const usageReservationTable = sqliteTable(
+  "usage_reservations",
+  {
+    obj: text("obj").notNull(),
+    allocationId: text("allocation_id").notNull(),
+    tenant: text("tenant").notNull(),
+    reservedMicros: integer("reserved_micros").notNull(),
+    atMs: integer("at_ms").notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.obj, t.allocationId] }), index("usage_reservations_tenant").on(t.obj, t.tenant)],
+);
