@@ -62,6 +62,7 @@ const base: RunProgress = {
   endedAtMs: null,
   hostId: null,
   cleanupPending: false,
+  deliveredGeneration: null,
 };
 const view = (v: Partial<AllocationView>): AllocationView =>
   ({

@@ -115,6 +115,8 @@ export interface RunProgress {
   hostId: string | null;
   /** The allocation is known to be terminal with CLEANUP_PENDING or still releasing. */
   cleanupPending: boolean;
+  /** The allocation generation the script was handed to, once a delivery began. */
+  deliveredGeneration: number | null;
 }
 
 /** A change the store applies: new field values, events to write, and what to do after the commit. */
@@ -146,7 +148,10 @@ function decide(step: RunStep, r: RunProgress, outcome: RunOutcome, reason: stri
  * The next step of a run that was dispatched, from its allocation's latest
  * view (null while the allocation does not exist yet) at `nowMs`:
  * - timings from the view (placed, ready) as they first appear;
- * - ready and not running: deliver the payload;
+ * - ready and not running: deliver the payload (never to a generation
+ *   after the one it was handed to: a VM replaced after the delivery began,
+ *   a fenced host's, fails the run with VM_REPLACED instead, so the job
+ *   never runs twice);
  * - an exit code: outcome succeeded (0) or failed (WORKLOAD_FAILED), release;
  * - past dispatchedAt + budget: outcome timed_out (BUDGET_EXCEEDED), release;
  * - the allocation terminal: the run ends, with the outcome fixed before, or
@@ -179,6 +184,8 @@ export function runStep(r: RunProgress, view: AllocationView | null, nowMs: numb
       );
     }
   }
+  const replaced = view !== null && r.deliveredGeneration !== null && view.generation > r.deliveredGeneration;
+  if (replaced && r.outcome === null && step.set.outcome === undefined) decide(step, r, "failed", "VM_REPLACED", nowMs);
   if (r.outcome === null && step.set.outcome === undefined && nowMs >= r.dispatchedAtMs + r.budgetMs)
     decide(step, r, "timed_out", "BUDGET_EXCEEDED", nowMs);
   const terminal = view !== null && TERMINAL_ALLOCATION.has(view.state);
@@ -198,7 +205,7 @@ export function runStep(r: RunProgress, view: AllocationView | null, nowMs: numb
     step.events.push({ type: "run.ended", data: { outcome: step.set.state, reason: step.set.reason ?? r.reason } });
     return step;
   }
-  if (view?.state === "ready" && r.runningAtMs === null && (step.set.outcome ?? r.outcome) === null)
+  if (view?.state === "ready" && r.runningAtMs === null && (step.set.outcome ?? r.outcome) === null && !replaced)
     step.deliver = true;
   return step;
 }

@@ -356,12 +356,19 @@ export class SchedulerFront {
    * Admits a run (issue 22) for the calling controller, or answers the one a
    * repeated body made. Throws UNKNOWN_WORKLOAD_CLASS, PAYLOAD_TOO_LARGE
    * (the script with its environment is more than one payload),
-   * VALIDATION_FAILED (not canonical base64), IDEMPOTENCY_CONFLICT,
+   * VALIDATION_FAILED (not canonical base64; a budget past the class's
+   * maxTtlSeconds), IDEMPOTENCY_CONFLICT,
    * RATE_LIMITED, QUOTA_QUEUED_RUNS.
    */
   async submitRun(who: Identity, body: SubmitRunBody): Promise<{ created: boolean; view: RunView }> {
     requireRole(who, "controller");
-    workloadClassOf(this.manifest, body.workloadClass);
+    const cls = workloadClassOf(this.manifest, body.workloadClass);
+    // The run's VM lives at most the class's maxTtlSeconds: a longer budget could never be used.
+    if (cls.maxTtlSeconds !== undefined && body.budgetSeconds > cls.maxTtlSeconds)
+      throw new BeachballError(
+        "VALIDATION_FAILED",
+        `/budgetSeconds is ${body.budgetSeconds}; a VM of class ${body.workloadClass} lives at most ${cls.maxTtlSeconds} s (its maxTtlSeconds)`,
+      );
     const script = Buffer.from(body.scriptBase64, "base64");
     if (script.toString("base64") !== body.scriptBase64)
       throw new BeachballError("VALIDATION_FAILED", "scriptBase64 is not canonical base64");
@@ -371,7 +378,7 @@ export class SchedulerFront {
       throw new BeachballError(
         "PAYLOAD_TOO_LARGE",
         `the script is ${script.length} bytes and ${size} with its environment; the limits are ${MAX_RUN_SCRIPT_BYTES} and ${MAX_PAYLOAD_BYTES}`,
-        { limitBytes: MAX_RUN_SCRIPT_BYTES },
+        { limitBytes: script.length > MAX_RUN_SCRIPT_BYTES ? MAX_RUN_SCRIPT_BYTES : MAX_PAYLOAD_BYTES },
       );
     return this.env.RunQueue.get(GLOBAL).submit({
       runId,
@@ -411,6 +418,7 @@ export class SchedulerFront {
   async readRunLog(who: Identity, id: string, offset: number, follow: boolean): Promise<LogPage> {
     const queue = this.env.RunQueue.get(GLOBAL);
     let src = await queue.logSource(who.id, id);
+    if (!src.allocationId && offset > 0) throw new BeachballError("LOG_OFFSET_PAST_END", "the run has no output yet");
     if (!src.allocationId && follow && !src.ended) {
       await queue.events(who.id, id, src.lastEventSeq, 1, true);
       src = await queue.logSource(who.id, id);

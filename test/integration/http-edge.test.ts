@@ -23,6 +23,8 @@ let s: SchedulerUnderTest;
 let port: number;
 let hostCredential: string;
 let allocationId: string;
+/** A live run of the controller (the run routes take its ID). */
+let runId: string;
 /** A live connection grant (the rendezvous routes authenticate against its Connection). */
 let conn: TestConnection;
 
@@ -32,7 +34,10 @@ const pathOf = (r: RouteSpec) =>
   r.auth === "endpoint"
     ? r.path.replace(":id", conn.connectionId)
     : r.path
-        .replace(":id", r.path.startsWith("/v1/hosts") ? "edge-host" : allocationId)
+        .replace(
+          ":id",
+          r.path.startsWith("/v1/hosts") ? "edge-host" : r.path.startsWith("/v1/runs") ? runId : allocationId,
+        )
         .replace(":grantId", conn.grantId);
 /** The Authorization header that passes a route's authentication and role. */
 function authFor(r: RouteSpec): Record<string, string> {
@@ -97,6 +102,14 @@ for (const host of SCHEDULER_HOSTS)
       conn = await openTestConnection(s, "edge-host", hostCredential, "edge-conn");
       allocationId = (await s.controller.create({ clientRequestId: "edge-1", workloadClass: "ci-small" })).view
         .allocationId;
+      runId = (
+        await s.controller.submitRun({
+          clientRequestId: "edge-run",
+          workloadClass: "ci-small",
+          scriptBase64: "ZXhpdCAwCg==",
+          budgetSeconds: 60,
+        })
+      ).view.runId;
     });
     afterAll(async () => {
       await s.stop();
@@ -471,12 +484,16 @@ for (const host of SCHEDULER_HOSTS)
             );
             // The allocation's log is empty: offset 1 is admitted by the guard and then refused by the handler at once (a follow read would park).
             // The rendezvous WebSocket admits the query too, then wants an upgrade (426; src/scheduler/rendezvousSocket.test.ts upgrades).
+            // A run's log is empty too; a usage window must hold from < to within 400 days (both given, near now).
+            const now = Date.now();
             const valid =
-              name === "logs"
+              name === "logs" || name === "runLogs"
                 ? `${param}=1${param === "follow" ? "&offset=1" : ""}`
-                : `${param}=${Math.max(spec.min, 1)}`;
+                : name === "usage"
+                  ? `from=${now - 60_000}&to=${now}`
+                  : `${param}=${Math.max(spec.min, 1)}`;
             expect((await send(r.method, `${pathOf(r)}?${valid}`, authFor(r))).status, `${name} ${param} valid`).toBe(
-              name === "logs" ? 416 : name === "connectionConnect" ? 426 : 200,
+              name === "logs" || name === "runLogs" ? 416 : name === "connectionConnect" ? 426 : 200,
             );
           }
           expectProblem(

@@ -57,14 +57,24 @@ export async function createAllocation(
   if (replay) return replay;
   // The budget first (issue 22): a create that would pass it is refused before admission counts it.
   const usage = store.env.Usage.get(GLOBAL);
-  if (cmd.cost) await usage.reserve(cmd.identity, cmd.allocationId, cmd.cost.reservedMicros, cmd.cost.budgetMicros);
-  let admittedBefore: boolean;
+  if (cmd.cost)
+    await usage.reserve(cmd.identity, cmd.allocationId, cmd.cost.reservedMicros, cmd.cost.budgetMicros, cmd.ttlMs);
   try {
-    ({ admittedBefore } = await store.env.Admission.get(GLOBAL).admit(cmd.identity, cmd.allocationId, cmd.limits));
+    return await admitAndWrite(store, cmd, reconcile);
   } catch (e) {
-    if (cmd.cost) await usage.unreserve(cmd.allocationId);
+    // Refused or failed after the reservation: it is given back (a row that exists keeps it; its end releases it).
+    if (cmd.cost && !store.load()) await usage.unreserve(cmd.allocationId);
     throw e;
   }
+}
+
+/** Admission, the address and the write of a create whose budget (if any) is reserved. */
+async function admitAndWrite(
+  store: AllocationStore,
+  cmd: CreateCommand,
+  reconcile: () => Promise<void>,
+): Promise<CreateResult> {
+  const { admittedBefore } = await store.env.Admission.get(GLOBAL).admit(cmd.identity, cmd.allocationId, cmd.limits);
   // A concurrent create of the same allocation may have written the row while admission answered.
   const raced = replayOf(store, cmd);
   if (raced) return raced;

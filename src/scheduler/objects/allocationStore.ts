@@ -277,7 +277,7 @@ export class AllocationStore {
   /**
    * Usage's intervals (issue 22): a generation's VM counts from the event
    * that records it observed running to the one that records it observed
-   * absent, or to the allocation ending (fenced). Each message is
+   * absent or suspended, or to the allocation ending (fenced). Each message is
    * deduplicated by its ID; Usage keeps the first start and the first end.
    */
   private postUsage(s: StoredAllocation, c: Change, now: number): void {
@@ -296,7 +296,8 @@ export class AllocationStore {
           memoryMiB: s.spec.memoryMiB,
           atMs: now,
         });
-      if (e.type === "placement.absent")
+      // Absent, or suspended (its memory and state went to disk; a resume starts the next generation's interval).
+      if (e.type === "placement.absent" || e.type === "placement.suspended")
         this.state.post(this.env.Usage, GLOBAL, `${key}:end:${this.lastSeq}`, {
           kind: "vm_ended",
           allocationId: r.allocationId,

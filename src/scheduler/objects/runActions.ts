@@ -27,8 +27,14 @@ export interface RunAction {
 
 /** What the actions need of the queue: its rows and views, and a way to write a change and wake it. */
 export interface RunQueueAccess {
-  /** The open run's current row (null once it ended). */
+  /** The open run's current row (null once it ended); its script and environment are not in it. */
   row(runId: string): RunRow | null;
+  /** The run's script and environment while it waits, read from its row. */
+  script(runId: string): { scriptBase64: string; envJson: string } | null;
+  /** A create was refused for now: try again after a growing backoff. */
+  retryLater(runId: string): void;
+  /** The create went through: no backoff any more. */
+  retried(runId: string): void;
   /** The latest view of an allocation, or null. */
   view(allocationId: string): AllocationView | null;
   noteView(v: AllocationView): void;
@@ -78,6 +84,11 @@ async function sync(ctx: Ctx, r: RunRow): Promise<boolean> {
   if (!r.allocationId) return false;
   const alloc = env.Allocation.get(r.allocationId);
   if (r.state === "starting" && r.outcome === null) {
+    // An allocation made before (a crash, a changed manifest) is followed, never made again nor given up.
+    if (await alloc.exists()) {
+      q.noteView(await alloc.get(r.tenant));
+      return true;
+    }
     try {
       const cls = workloadClassOf(env.config.manifest, r.workloadClass);
       const body = createBody(r);
@@ -92,6 +103,7 @@ async function sync(ctx: Ctx, r: RunRow): Promise<boolean> {
       q.noteView(view);
       const cur = q.row(r.runId);
       if (cur?.dispatchError) q.change(cur, { dispatchError: null }, []);
+      q.retried(r.runId);
       return true;
     } catch (e) {
       const code = e instanceof BeachballError ? e.code : "INTERNAL";
@@ -102,7 +114,8 @@ async function sync(ctx: Ctx, r: RunRow): Promise<boolean> {
         endWithoutVm(ctx, cur, code);
         return true;
       }
-      // A quota or rate refusal: the run keeps its slot and the next resync tries again.
+      // A quota or rate refusal: the run keeps its slot and tries again after a backoff (its budget still runs).
+      q.retryLater(r.runId);
       if (cur.dispatchError !== code)
         q.change(cur, { dispatchError: code }, [{ type: "run.dispatch_retrying", data: { code } }]);
       return false;
@@ -122,11 +135,15 @@ async function sync(ctx: Ctx, r: RunRow): Promise<boolean> {
 async function deliver({ env, q }: Ctx, r: RunRow): Promise<boolean> {
   const now = () => env.clock.wallMs();
   const view = r.allocationId ? q.view(r.allocationId) : null;
-  if (!view || !r.scriptBase64 || r.runningAtMs !== null) return false;
+  const job = q.script(r.runId);
+  if (!view || !job || r.runningAtMs !== null) return false;
+  // The generation is written before the first delivery: a later generation (a replacement) never gets the job.
+  if (r.deliveredGeneration !== null && r.deliveredGeneration !== view.generation) return false;
+  if (r.deliveredGeneration === null) q.change(r, { deliveredGeneration: view.generation }, []);
   const payload = runPayload(
     r.runId,
-    JSON.parse(r.envJson ?? "{}") as Record<string, string>,
-    Buffer.from(r.scriptBase64, "base64"),
+    JSON.parse(job.envJson) as Record<string, string>,
+    Buffer.from(job.scriptBase64, "base64"),
   );
   const digest = `sha256:${createHash("sha256").update(payload).digest("hex")}`;
   try {
@@ -147,7 +164,9 @@ async function deliver({ env, q }: Ctx, r: RunRow): Promise<boolean> {
     env.log.warn("run delivery not done", { runId: r.runId, code });
     const cur = q.row(r.runId);
     if (code === "DELIVERY_CONFLICT" && cur && cur.outcome === null) {
-      q.change(cur, { state: "finishing", outcome: "failed", reason: code, exitedAtMs: now() }, []);
+      q.change(cur, { state: "finishing", outcome: "failed", reason: code, exitedAtMs: now() }, [
+        { type: "run.delivery_refused", data: { code } },
+      ]);
       return true;
     }
     // Not connected, timed out, a generation that moved: the next resync tries again.

@@ -57,6 +57,8 @@ export class RunQueueObject extends AuthorityObject<SchedulerEnv, RunQueueMessag
   /** Actions under way, by `<kind>:<runId>` (one of each kind per run at a time). */
   private readonly inflight = new Set<string>();
   private readonly followers = new Map<string, ParkedReads>();
+  /** When a run whose create was refused may try again, and how many times it was (memory only: a restart tries at once). */
+  private readonly retryAt = new Map<string, { atMs: number; attempts: number }>();
   private readonly buckets = new Map<string, Bucket>();
   private order: Map<string, number> | null = null;
   private pumping = false;
@@ -69,6 +71,12 @@ export class RunQueueObject extends AuthorityObject<SchedulerEnv, RunQueueMessag
     this.store = new RunStore(state.storage, state.name);
     this.actions = runActions(env, {
       row: (id) => this.store.open().get(id) ?? null,
+      script: (id) => this.store.script(id),
+      retryLater: (id) => {
+        const attempts = (this.retryAt.get(id)?.attempts ?? 0) + 1;
+        this.retryAt.set(id, { atMs: this.env.clock.wallMs() + Math.min(30_000, 500 * 2 ** attempts), attempts });
+      },
+      retried: (id) => this.retryAt.delete(id),
       view: (allocationId) => this.views.get(allocationId)?.view ?? null,
       noteView: (v) => this.noteView(v),
       change: (r, patch, events) => this.change(r, patch, events),
@@ -268,6 +276,7 @@ export class RunQueueObject extends AuthorityObject<SchedulerEnv, RunQueueMessag
       this.followers.get(r.runId)?.wake();
       this.followers.delete(r.runId);
       if (r.allocationId) this.views.delete(r.allocationId);
+      this.retryAt.delete(r.runId);
       this.env.metrics.inc("bb_runs_ended_total", "Runs ended, by outcome", { result: String(next.state) });
     }
     return next;
@@ -323,14 +332,14 @@ export class RunQueueObject extends AuthorityObject<SchedulerEnv, RunQueueMessag
       return;
     }
     const seen = r.allocationId ? this.views.get(r.allocationId) : undefined;
-    if (!seen || now - seen.atMs > VIEW_STALE_MS) {
+    // A create refused for a while (a quota, a rate) is tried again after a backoff, not on every pass.
+    if ((!seen || now - seen.atMs > VIEW_STALE_MS) && now >= (this.retryAt.get(r.runId)?.atMs ?? 0))
       todo.push({ kind: "sync", runId: r.runId });
-      if (!seen) return;
-    }
-    const step = runStep(progressOf(r), seen.view, now);
+    // Without a view the budget still runs out: the run is decided timed_out and its allocation, if any, released.
+    const step = runStep(progressOf(r), seen?.view ?? null, now);
     const next =
       Object.keys(step.set).length || step.events.length ? this.change(r, step.set as Partial<RunRow>, step.events) : r;
-    if (next.endedAtMs !== null) return;
+    if (next.endedAtMs !== null || !seen) return;
     if (step.deliver) todo.push({ kind: "deliver", runId: r.runId });
     const v = seen.view.state;
     if (next.state === "finishing" && v !== "releasing" && v !== "released" && v !== "failed")
@@ -369,7 +378,11 @@ export class RunQueueObject extends AuthorityObject<SchedulerEnv, RunQueueMessag
       if (r.state === "queued") soonest(r.queueDeadlineAtMs);
       else {
         soonest(now + RUN_RESYNC_MS);
-        if (r.outcome === null && r.dispatchedAtMs !== null) soonest(r.dispatchedAtMs + r.budgetMs);
+        const retry = this.retryAt.get(r.runId)?.atMs;
+        if (retry !== undefined && retry > now) soonest(retry);
+        // Only deadlines still ahead: one already passed was decided in this pass.
+        if (r.outcome === null && r.dispatchedAtMs !== null && r.dispatchedAtMs + r.budgetMs > now)
+          soonest(r.dispatchedAtMs + r.budgetMs);
       }
     }
     this.state.storage.transactionSync(() => this.state.setAlarm(at === null ? null : Math.max(at, now + 50)));

@@ -43,6 +43,8 @@ export const runTable = sqliteTable(
     exitedAtMs: integer("exited_at_ms"),
     endedAtMs: integer("ended_at_ms"),
     cleanupPending: integer("cleanup_pending", { mode: "boolean" }).notNull(),
+    /** The allocation generation the script was handed to (written before the delivery): a later generation never gets it again. */
+    deliveredGeneration: integer("delivered_generation"),
     /** The last code its allocation's create was refused with, while it retries (DISPATCH_RETRYING). */
     dispatchError: text("dispatch_error"),
   },

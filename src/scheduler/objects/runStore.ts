@@ -26,6 +26,11 @@ function queries(db: ObjectDb) {
   const e = runEventTable;
   return {
     one: db.select().from(runTable).where(run).prepare(),
+    script: db
+      .select({ scriptBase64: runTable.scriptBase64, envJson: runTable.envJson })
+      .from(runTable)
+      .where(run)
+      .prepare(),
     open: db
       .select()
       .from(runTable)
@@ -113,12 +118,22 @@ export class RunStore {
     this.db = dbFor(storage);
   }
 
-  /** The open runs (queued, starting, running, finishing), by ID. */
+  /**
+   * The open runs (queued, starting, running, finishing), by ID. The rows in
+   * memory leave the script and environment out (a caller controls their
+   * size: up to 10,000 waiting runs of a payload each); `script` reads them.
+   */
   open(): Map<string, RunRow> {
     if (!this.openRuns) {
-      this.openRuns = new Map(this.q.open.all({ obj: this.name }).map((r) => [r.runId, r]));
+      this.openRuns = new Map(this.q.open.all({ obj: this.name }).map((r) => [r.runId, lean(r)]));
     }
     return this.openRuns;
+  }
+
+  /** The run's script (base64) and environment (JSON) while it waits for its VM, or null once consumed or ended. */
+  script(runId: string): { scriptBase64: string; envJson: string } | null {
+    const r = this.q.script.get({ obj: this.name, runId });
+    return r?.scriptBase64 ? { scriptBase64: r.scriptBase64, envJson: r.envJson ?? "{}" } : null;
   }
 
   /** When each tenant was last given a slot (ms; absent: never). */
@@ -147,12 +162,12 @@ export class RunStore {
   /** Inserts a new run's row (call inside a transaction). */
   insert(r: RunRow): void {
     this.db.insert(runTable).values(r).run();
-    this.open().set(r.runId, r);
+    this.open().set(r.runId, lean(r));
   }
 
   /** Writes `patch` over the run's row (call inside a transaction); a terminal row leaves the open set. */
   update(r: RunRow, patch: Partial<RunRow>): RunRow {
-    const next = { ...r, ...patch };
+    const next = lean({ ...r, ...patch });
     this.db
       .update(runTable)
       .set(patch)
@@ -205,8 +220,18 @@ export class RunStore {
     return Math.round(rows.reduce((s, r) => s + (r.e! - r.d!), 0) / rows.length);
   }
 
-  /** Deletes up to 500 runs that ended at or before `beforeMs`, with their events (retention); answers how many. */
-  purge(beforeMs: number): number {
+  /** Deletes the runs that ended at or before `beforeMs`, with their events (retention), in batches of 500, at most `maxBatches`; answers how many. */
+  purge(beforeMs: number, maxBatches = 20): number {
+    let n = 0;
+    for (let i = 0; i < maxBatches; i++) {
+      const got = this.purgeBatch(beforeMs);
+      n += got;
+      if (got < 500) break;
+    }
+    return n;
+  }
+
+  private purgeBatch(beforeMs: number): number {
     const ids = this.q.expired.all({ obj: this.name, before: beforeMs });
     this.storage.transactionSync(() => {
       for (const { runId } of ids) {
@@ -259,8 +284,14 @@ export function newRunRow(objName: string, seq: number, cmd: SubmitCommand, nowM
     exitedAtMs: null,
     endedAtMs: null,
     cleanupPending: false,
+    deliveredGeneration: null,
     dispatchError: null,
   };
+}
+
+/** A row as memory keeps it: without the script and environment. */
+function lean(r: RunRow): RunRow {
+  return r.scriptBase64 === null && r.envJson === null ? r : { ...r, scriptBase64: null, envJson: null };
 }
 
 /** The rule inputs of a row (src/domain/runs.ts). */
@@ -280,6 +311,7 @@ export function progressOf(r: RunRow): RunProgress {
     endedAtMs: r.endedAtMs,
     hostId: r.hostId,
     cleanupPending: r.cleanupPending,
+    deliveredGeneration: r.deliveredGeneration,
   };
 }
 

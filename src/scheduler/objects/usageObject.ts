@@ -91,6 +91,8 @@ export class UsageObject extends AuthorityObject<SchedulerEnv, UsageMessage> {
       for (const { message: m } of msgs) {
         if (m.kind === "vm_started") {
           const { kind: _, atMs, ...rest } = m;
+          // A later generation running ends any earlier one still open (never two intervals of one allocation at once).
+          this.q.end.run({ obj: name, allocationId: m.allocationId, generation: m.generation - 1, atMs });
           dbFor(this.state.storage)
             .insert(t)
             .values({ obj: name, ...rest, startedAtMs: atMs, endedAtMs: null })
@@ -114,14 +116,17 @@ export class UsageObject extends AuthorityObject<SchedulerEnv, UsageMessage> {
    * live reservations plus this one would pass the budget. Nothing is
    * written for a refusal.
    */
-  reserve(tenant: string, allocationId: string, reservedMicros: number, budgetMicros: number): void {
+  reserve(tenant: string, allocationId: string, reservedMicros: number, budgetMicros: number, ttlMs: number): void {
     this.onInbox();
     const name = this.state.name;
     if (this.q.reservation.get({ obj: name, allocationId })) return;
     const now = this.env.clock.wallMs();
     const d = new Date(now);
     const monthStart = Date.UTC(d.getUTCFullYear(), d.getUTCMonth(), 1);
-    const live = this.q.reservations.all({ obj: name, tenant });
+    // A reservation whose end was never heard (a create that crashed midway) stops counting after its lifetime and an hour.
+    const live = this.q.reservations
+      .all({ obj: name, tenant })
+      .filter((r) => r.expiresAtMs === 0 || r.expiresAtMs > now);
     const holding = new Set(live.map((r) => r.allocationId));
     const reserved = live.reduce((s, r) => s + r.reservedMicros, 0);
     const classes = this.env.config.manifest.workloadClasses;
@@ -138,7 +143,10 @@ export class UsageObject extends AuthorityObject<SchedulerEnv, UsageMessage> {
         { usedMicros: spent, reservedMicros: reserved, requestedMicros: reservedMicros, budgetMicros },
       );
     this.state.storage.transactionSync(() =>
-      dbFor(this.state.storage).insert(rt).values({ obj: name, allocationId, tenant, reservedMicros, atMs: now }).run(),
+      dbFor(this.state.storage)
+        .insert(rt)
+        .values({ obj: name, allocationId, tenant, reservedMicros, atMs: now, expiresAtMs: now + ttlMs + 3_600_000 })
+        .run(),
     );
   }
 

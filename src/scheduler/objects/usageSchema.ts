@@ -39,6 +39,8 @@ export const usageReservationTable = sqliteTable(
     tenant: text("tenant").notNull(),
     reservedMicros: integer("reserved_micros").notNull(),
     atMs: integer("at_ms").notNull(),
+    /** Past this (the allocation's lifetime and an hour) the reservation no longer counts, even if its end was never heard. */
+    expiresAtMs: integer("expires_at_ms").notNull().default(0),
   },
   (t) => [primaryKey({ columns: [t.obj, t.allocationId] }), index("usage_reservations_tenant").on(t.obj, t.tenant)],
 );
