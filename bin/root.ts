@@ -31,6 +31,9 @@ export const bbCommand: BbCommand = command({
     run: lazyCommand({ description: "Submit scripts as runs, queued fairly, and read them back" }, () =>
       import("../src/cli/runCommand.ts").then((m) => m.runCommand),
     ),
+    lease: lazyCommand({ description: "Hold a VM for a person or a tool, until a TTL or an idle timeout" }, () =>
+      import("../src/cli/leaseCommand.ts").then((m) => m.leaseCommand),
+    ),
     usage: lazyCommand({ description: "VM, vCPU and memory time used, by tenant, class or host" }, () =>
       import("../src/cli/usageCommand.ts").then((m) => m.usageCommand),
     ),

@@ -31,6 +31,7 @@ const scheduler :Workerd.Worker = (
     (name = "Connection", durableObjectNamespace = "Connection"),
     (name = "RunQueue", durableObjectNamespace = "RunQueue"),
     (name = "Usage", durableObjectNamespace = "Usage"),
+    (name = "Leases", durableObjectNamespace = "Leases"),
   ],
   durableObjectNamespaces = [
     (className = "Allocation", uniqueKey = "beachball-allocation", enableSql = true),
@@ -45,6 +46,7 @@ const scheduler :Workerd.Worker = (
     (className = "Connection", uniqueKey = "beachball-connection", enableSql = true),
     (className = "RunQueue", uniqueKey = "beachball-run-queue", enableSql = true),
     (className = "Usage", uniqueKey = "beachball-usage", enableSql = true),
+    (className = "Leases", uniqueKey = "beachball-leases", enableSql = true),
   ],
   durableObjectStorage = (localDisk = "storage"),
 );

@@ -46,6 +46,7 @@ import { NetworkDirectoryObject } from "../../src/scheduler/objects/networkDirec
 import { ConnectionObject } from "../../src/scheduler/objects/connectionObject.ts";
 import { RunQueueObject } from "../../src/scheduler/objects/runQueueObject.ts";
 import { UsageObject } from "../../src/scheduler/objects/usageObject.ts";
+import { LeasesObject } from "../../src/scheduler/objects/leaseObject.ts";
 import { connectionSigner } from "../../src/scheduler/connectionSigner.ts";
 
 type Raw = Record<string, unknown> & {
@@ -87,6 +88,7 @@ function buildEnv(raw: Raw): SchedulerEnv {
     Connection: durableNamespace<ConnectionObject>("Connection", b("Connection")),
     RunQueue: durableNamespace<RunQueueObject>("RunQueue", b("RunQueue")),
     Usage: durableNamespace<UsageObject>("Usage", b("Usage")),
+    Leases: durableNamespace<LeasesObject>("Leases", b("Leases")),
     config,
     signer,
     clock: systemClock,
@@ -116,6 +118,7 @@ export const NetworkDirectory = durableClass(DurableObject, NetworkDirectoryObje
 export const Connection = durableClass(DurableObject, ConnectionObject, host);
 export const RunQueue = durableClass(DurableObject, RunQueueObject, host);
 export const Usage = durableClass(DurableObject, UsageObject, host);
+export const Leases = durableClass(DurableObject, LeasesObject, host);
 
 /** The public URL when BB_PUBLIC_URL is not set: config.capnp's socket address. */
 const DEFAULT_PUBLIC_URL = "http://127.0.0.1:8787";

@@ -51,6 +51,9 @@ import type {
   RunView,
   SubmitRunBody,
   UsageReport,
+  CreateLeaseBody,
+  LeaseEvent,
+  LeaseView,
   WellKnown,
 } from "./types.ts";
 
@@ -637,6 +640,52 @@ export class SchedulerClient {
         timeoutMs: LOG_FOLLOW_WAIT_MS + 15_000,
       })
     ).body;
+  }
+  /** POST /v1/leases (issue 22): a VM held until its TTL or idle timeout; idempotent by clientRequestId. Throws QUOTA_ACTIVE_LEASES, COST_LIMIT_EXCEEDED, UNKNOWN_WORKLOAD_CLASS. */
+  async createLease(body: CreateLeaseBody): Promise<{ created: boolean; view: LeaseView }> {
+    const r = await this.call<LeaseView>("POST", "/v1/leases", { body });
+    return { created: r.status === 201, view: r.body };
+  }
+  /** GET /v1/leases/{id} (the owner's, or one shared with the caller). Throws NOT_FOUND. */
+  async getLease(id: string): Promise<LeaseView> {
+    return (await this.call<LeaseView>("GET", `/v1/leases/${encodeURIComponent(id)}`)).body;
+  }
+  /** GET /v1/leases: the caller's own and shared leases, newest first. */
+  async listLeases(): Promise<LeaseView[]> {
+    return (await this.call<{ items: LeaseView[] }>("GET", "/v1/leases")).body.items;
+  }
+  /** GET /v1/leases/{id}/events after `after`. */
+  async leaseEvents(id: string, after = 0, limit = 100): Promise<LeaseEvent[]> {
+    return (
+      await this.call<{ items: LeaseEvent[] }>(
+        "GET",
+        `/v1/leases/${encodeURIComponent(id)}/events?after=${after}&limit=${limit}`,
+      )
+    ).body.items;
+  }
+  /** POST /v1/leases/{id}/heartbeat. Throws LEASE_ENDED once it ended, FORBIDDEN for a read share. */
+  async heartbeatLease(id: string): Promise<LeaseView> {
+    return (await this.call<LeaseView>("POST", `/v1/leases/${encodeURIComponent(id)}/heartbeat`)).body;
+  }
+  /** POST /v1/leases/{id}/extend: it now ends `ttlSeconds` from now. Throws LEASE_ENDED. */
+  async extendLease(id: string, ttlSeconds: number): Promise<LeaseView> {
+    return (await this.call<LeaseView>("POST", `/v1/leases/${encodeURIComponent(id)}/extend`, { body: { ttlSeconds } }))
+      .body;
+  }
+  /** POST /v1/leases/{id}/release (owner; idempotent). */
+  async releaseLease(id: string): Promise<LeaseView> {
+    return (await this.call<LeaseView>("POST", `/v1/leases/${encodeURIComponent(id)}/release`)).body;
+  }
+  /** POST /v1/leases/{id}/shares: share with `principal` to read or use (owner). */
+  async shareLease(id: string, principal: string, access: "read" | "use"): Promise<LeaseView> {
+    return (
+      await this.call<LeaseView>("POST", `/v1/leases/${encodeURIComponent(id)}/shares`, { body: { principal, access } })
+    ).body;
+  }
+  /** POST /v1/leases/{id}/unshare: take a share back (owner; idempotent). */
+  async unshareLease(id: string, principal: string): Promise<LeaseView> {
+    return (await this.call<LeaseView>("POST", `/v1/leases/${encodeURIComponent(id)}/unshare`, { body: { principal } }))
+      .body;
   }
   /** GET /v1/usage over [fromMs, toMs) (ms since the epoch; defaults: this month to now), grouped `by` tenant, controller, class or host. */
   async usage(

@@ -9,6 +9,7 @@ import type * as api from "../protocol/api.ts";
 import type * as R from "../protocol/responses.ts";
 import type * as runs from "../protocol/runs.ts";
 import type * as usage from "../protocol/usage.ts";
+import type * as leases from "../protocol/leases.ts";
 
 /** POST /v1/allocations body. */
 export type CreateAllocationBody = Static<typeof api.CreateAllocationBody>;
@@ -46,6 +47,12 @@ export type RunPage = Static<typeof runs.RunPage>;
 export type RunEvent = Static<typeof runs.RunEvent>;
 /** GET /v1/usage answer (issue 22). */
 export type UsageReport = Static<typeof usage.UsageReport>;
+/** POST /v1/leases body (issue 22). */
+export type CreateLeaseBody = Static<typeof leases.CreateLeaseBody>;
+/** A lease as the API shows it. */
+export type LeaseView = Static<typeof leases.LeaseView>;
+/** One lease event. */
+export type LeaseEvent = Static<typeof leases.LeaseEvent>;
 /** The discovery document. */
 export type WellKnown = Static<typeof R.WellKnown>;
 /** An RFC 9457 problem body. */

@@ -6,7 +6,13 @@
  * src/protocol/ids.ts, which the checks everywhere use.
  */
 import { canonicalJson } from "../protocol/canonical.ts";
-import { ALLOCATION_ID_PREFIX, ID_HEX_DIGITS, NETWORK_ID_PREFIX, RUN_ID_PREFIX } from "../protocol/ids.ts";
+import {
+  ALLOCATION_ID_PREFIX,
+  ID_HEX_DIGITS,
+  LEASE_ID_PREFIX,
+  NETWORK_ID_PREFIX,
+  RUN_ID_PREFIX,
+} from "../protocol/ids.ts";
 import type { CommandType } from "../protocol/agent.ts";
 import { sha256 } from "@noble/hashes/sha2.js";
 import { utf8ToBytes, bytesToHex } from "@noble/hashes/utils.js";
@@ -29,6 +35,21 @@ export function runIdFor(identity: string, clientRequestId: string): string {
  */
 export function runAllocationRequestId(runId: string): string {
   return `run/${runId}`;
+}
+
+/** `lse_` + the first 128 bits of SHA-256("lease" NUL identity NUL clientRequestId), hex. */
+export function leaseIdFor(identity: string, clientRequestId: string): string {
+  return `${LEASE_ID_PREFIX}${bytesToHex(sha256(utf8ToBytes(`lease\u0000${identity}\u0000${clientRequestId}`))).slice(0, ID_HEX_DIGITS)}`;
+}
+
+/** The clientRequestId of a lease's allocation: `lease/<leaseId>` (a `/` no create body may hold). */
+export function leaseAllocationRequestId(leaseId: string): string {
+  return `lease/${leaseId}`;
+}
+
+/** The lease ID an allocation's clientRequestId names, or null for any other allocation. */
+export function leaseOfAllocation(clientRequestId: string): string | null {
+  return clientRequestId.startsWith("lease/") ? clientRequestId.slice(6) : null;
 }
 
 /** The run ID an allocation's clientRequestId names (see runAllocationRequestId), or null for any other allocation. */

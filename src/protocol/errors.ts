@@ -42,6 +42,10 @@ export const ERROR_STATUS = {
   QUOTA_QUEUED_RUNS: 429,
   /** The controller's monthly budget would be passed: what it spent this month plus what its live allocations reserve (price × lifetime) plus this one (issue 22). */
   COST_LIMIT_EXCEEDED: 429,
+  /** The controller holds its bound of active leases (issue 22). */
+  QUOTA_ACTIVE_LEASES: 409,
+  /** The lease expired or was released; a heartbeat or extend never revives it (issue 22). */
+  LEASE_ENDED: 409,
   QUOTA_DEPLOYMENT_ALLOCATIONS: 409,
   QUOTA_RETAINED_RECORDS: 409,
   QUOTA_REGISTERED_HOSTS: 409,

@@ -26,6 +26,8 @@ export const CONNECTION_ID_PREFIX = "con_";
 export const NETWORK_ID_PREFIX = "net_";
 /** Prefix of a run ID (issue 22, "Runs"). */
 export const RUN_ID_PREFIX = "run_";
+/** Prefix of a lease ID (issue 22, "Leases"). */
+export const LEASE_ID_PREFIX = "lse_";
 /** Hex digits after the prefix of a digest-derived ID (128 bits). */
 export const ID_HEX_DIGITS = 32;
 
@@ -46,6 +48,8 @@ export const CONNECTION_ID_PATTERN = `^${CONNECTION_ID_PREFIX}[0-9a-f]{${ID_HEX_
 export const NETWORK_ID_PATTERN = `^${NETWORK_ID_PREFIX}[0-9a-f]{${ID_HEX_DIGITS}}$`;
 /** `^run_` and 32 lower-case hex digits (a digest of the owner and the run's clientRequestId). */
 export const RUN_ID_PATTERN = `^${RUN_ID_PREFIX}[0-9a-f]{${ID_HEX_DIGITS}}$`;
+/** `^lse_` and 32 lower-case hex digits (a digest of the owner and the lease's clientRequestId). */
+export const LEASE_ID_PATTERN = `^${LEASE_ID_PREFIX}[0-9a-f]{${ID_HEX_DIGITS}}$`;
 /** A host ID: a DNS label. */
 export const HOST_ID_PATTERN = `^${NAME_ID_BODY}$`;
 /** A relay ID: a DNS label, as a host ID. */
@@ -63,6 +67,8 @@ export const GRANT_ID = new RegExp(GRANT_ID_PATTERN);
 export const CONNECTION_ID = new RegExp(CONNECTION_ID_PATTERN);
 /** NETWORK_ID_PATTERN as a RegExp. */
 export const NETWORK_ID = new RegExp(NETWORK_ID_PATTERN);
+/** LEASE_ID_PATTERN as a RegExp. */
+export const LEASE_ID = new RegExp(LEASE_ID_PATTERN);
 /** RUN_ID_PATTERN as a RegExp. */
 export const RUN_ID = new RegExp(RUN_ID_PATTERN);
 /** HOST_ID_PATTERN as a RegExp. */

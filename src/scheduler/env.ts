@@ -27,6 +27,7 @@ import type { NetworkDirectoryObject } from "./objects/networkDirectory.ts";
 import type { ConnectionObject } from "./objects/connectionObject.ts";
 import type { RunQueueObject } from "./objects/runQueueObject.ts";
 import type { UsageObject } from "./objects/usageObject.ts";
+import type { LeasesObject } from "./objects/leaseObject.ts";
 import { connectionSettings, type ConnectionSettings } from "./connectionSettings.ts";
 import type { ConnectionSigner } from "./connectionSigner.ts";
 
@@ -73,6 +74,7 @@ export interface SchedulerEnv {
   readonly Connection: Namespace<ConnectionObject>;
   readonly RunQueue: Namespace<RunQueueObject>;
   readonly Usage: Namespace<UsageObject>;
+  readonly Leases: Namespace<LeasesObject>;
   readonly config: SchedulerConfig;
   /** The connection-signing key, resolved at each use (null without private networking). */
   readonly signer: ConnectionSigner | null;

@@ -45,7 +45,8 @@ import {
 } from "../protocol/runs.ts";
 import { runPayload } from "../domain/runs.ts";
 import { MAX_USAGE_WINDOW_MS, type UsageGroup, type UsageReport } from "../protocol/usage.ts";
-import { allocationIdFor, canonicalJson, digestOf, runIdFor } from "../domain/identifiers.ts";
+import { allocationIdFor, canonicalJson, digestOf, leaseIdFor, runIdFor } from "../domain/identifiers.ts";
+import type { CreateLeaseBody, LeaseView } from "../protocol/leases.ts";
 import {
   ALLOCATION_ID,
   CONNECTION_ID,
@@ -445,6 +446,26 @@ export class SchedulerFront {
     if (to - from > MAX_USAGE_WINDOW_MS)
       throw new BeachballError("VALIDATION_FAILED", `the window is at most ${MAX_USAGE_WINDOW_MS / 86_400_000} days`);
     return this.env.Usage.get(GLOBAL).report(who.role === "operator" ? null : who.id, from, to, by);
+  }
+
+  /**
+   * Makes a lease (issue 22) for the calling controller, or answers the one a
+   * repeated body made. Throws UNKNOWN_WORKLOAD_CLASS, IDEMPOTENCY_CONFLICT,
+   * QUOTA_ACTIVE_LEASES, and what an allocation's create throws.
+   */
+  createLease(who: Identity, body: CreateLeaseBody): Promise<{ created: boolean; view: LeaseView }> {
+    requireRole(who, "controller");
+    return this.env.Leases.get(GLOBAL).create({
+      leaseId: leaseIdFor(who.id, body.clientRequestId),
+      owner: who.id,
+      body,
+      bodyDigest: digestOf(canonicalJson(body)),
+    });
+  }
+
+  /** The Leases object, for the lease routes (each passes the caller's identity; NOT_FOUND for a lease it may not see). */
+  get leases() {
+    return this.env.Leases.get(GLOBAL);
   }
 
   /** Mints a one-use enrollment token bound to `hostId`. Operators only. */

@@ -179,6 +179,8 @@ export const DeploymentManifest = Type.Object(
         maxRetainedAllocations: Type.Optional(Type.Integer({ minimum: 1 })),
         /** Days a terminal allocation is kept (default 7). */
         retentionDays: Type.Optional(Type.Integer({ minimum: 0, maximum: 3650 })),
+        /** Active leases one controller may hold (default 50; past it 409 QUOTA_ACTIVE_LEASES; issue 22). */
+        maxActiveLeasesPerController: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000 })),
         /** Runs executing at once across the deployment (default 4; issue 22). */
         maxActiveRuns: Type.Optional(Type.Integer({ minimum: 1, maximum: 100_000 })),
         /** Runs one controller may have waiting in the queue (default 1000; past it 429 QUOTA_QUEUED_RUNS). */

@@ -14,6 +14,7 @@ import { NetworkDirectoryObject } from "./objects/networkDirectory.ts";
 import { ConnectionObject } from "./objects/connectionObject.ts";
 import { RunQueueObject } from "./objects/runQueueObject.ts";
 import { UsageObject } from "./objects/usageObject.ts";
+import { LeasesObject } from "./objects/leaseObject.ts";
 
 /** The classes, each with its stable class name. */
 export const OBJECT_CLASSES = [
@@ -29,4 +30,5 @@ export const OBJECT_CLASSES = [
   ConnectionObject,
   RunQueueObject,
   UsageObject,
+  LeasesObject,
 ] as const;

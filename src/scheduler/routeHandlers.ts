@@ -26,6 +26,7 @@ import type { ConnectionGrantBody, ConnectionMessagesBody, ConnectionPollBody } 
 import type { LogPushBody } from "../protocol/logs.ts";
 import type { SubmitRunBody } from "../protocol/runs.ts";
 import type { UsageGroup } from "../protocol/usage.ts";
+import type { CreateLeaseBody, ExtendLeaseBody, ShareLeaseBody, UnshareLeaseBody } from "../protocol/leases.ts";
 import type { SchedulerFront } from "./front.ts";
 import { endpointOf as endpoint, hostOf as host, principalOf as who, type Prepared } from "./edge.ts";
 import type { RouteName } from "./routes.ts";
@@ -120,6 +121,34 @@ function runHandlers(front: SchedulerFront) {
     }),
     runLogs: async (p) => ({
       json: await front.readRunLog(who(p), id(p), num(p, "offset", 0), num(p, "follow", 0) === 1),
+    }),
+  } satisfies Partial<Record<RouteName, Handler>>;
+}
+
+/** The routes of leases (issue 22), for their owner and the principals they are shared with. */
+function leaseHandlers(front: SchedulerFront) {
+  const me = (p: Prepared) => who(p).id;
+  return {
+    createLease: async (p) => {
+      const r = await front.createLease(who(p), p.body as CreateLeaseBody);
+      return { status: r.created ? 201 : 200, json: r.view };
+    },
+    listLeases: async (p) => ({ json: { items: await front.leases.list(me(p)) } }),
+    getLease: async (p) => ({ json: await front.leases.get(me(p), id(p)) }),
+    leaseEvents: async (p) => ({
+      json: { items: await front.leases.events(me(p), id(p), num(p, "after", 0), num(p, "limit", 100)) },
+    }),
+    heartbeatLease: async (p) => ({ json: await front.leases.heartbeat(me(p), id(p)) }),
+    extendLease: async (p) => ({
+      json: await front.leases.extend(me(p), id(p), (p.body as ExtendLeaseBody).ttlSeconds),
+    }),
+    releaseLease: async (p) => ({ json: await front.leases.release(me(p), id(p)) }),
+    shareLease: async (p) => {
+      const b = p.body as ShareLeaseBody;
+      return { json: await front.leases.share(me(p), id(p), b.principal, b.access) };
+    },
+    unshareLease: async (p) => ({
+      json: await front.leases.share(me(p), id(p), (p.body as UnshareLeaseBody).principal, null),
     }),
   } satisfies Partial<Record<RouteName, Handler>>;
 }
@@ -235,6 +264,7 @@ export function routeHandlers(ports: HandlerPorts): Record<RouteName, Handler> {
     ...publicHandlers(ports),
     ...allocationHandlers(ports.front),
     ...runHandlers(ports.front),
+    ...leaseHandlers(ports.front),
     ...connectionHandlers(ports.front, ports.rendezvous),
     ...operatorHandlers(ports.front),
     ...agentHandlers(ports.front),

@@ -38,7 +38,16 @@ import {
 import * as R from "../protocol/responses.ts";
 import { LogPushBody, MAX_LOG_PUSH_BODY_BYTES } from "../protocol/logs.ts";
 import { EVENT_FOLLOW_WAIT_MS, MAX_EVENT_FOLLOWERS } from "../protocol/eventFollow.ts";
-import { ALLOCATION_ID, CONNECTION_ID, GRANT_ID, HOST_ID, RUN_ID } from "../protocol/ids.ts";
+import { ALLOCATION_ID, CONNECTION_ID, GRANT_ID, HOST_ID, LEASE_ID, RUN_ID } from "../protocol/ids.ts";
+import {
+  CreateLeaseBody,
+  ExtendLeaseBody,
+  LeaseEventPage,
+  LeasePage,
+  LeaseView,
+  ShareLeaseBody,
+  UnshareLeaseBody,
+} from "../protocol/leases.ts";
 import { RunEventPage, RunPage, RunView, SubmitRunBody } from "../protocol/runs.ts";
 import { USAGE_GROUP_PATTERN, UsageReport } from "../protocol/usage.ts";
 
@@ -68,6 +77,7 @@ export const PATH_ID = {
   connection: CONNECTION_ID,
   host: HOST_ID,
   run: RUN_ID,
+  lease: LEASE_ID,
 } as const;
 
 /** A route's JSON body: its schema, its byte limit and the 413 code past it. */
@@ -118,6 +128,7 @@ const allocation = { id: PATH_ID.allocation };
 const host = { id: PATH_ID.host };
 const connection = { id: PATH_ID.connection };
 const run = { id: PATH_ID.run };
+const lease = { id: PATH_ID.lease };
 const limit: QueryParam = { kind: "integer", min: 1, max: MAX_PAGE_SIZE };
 const after: QueryParam = { kind: "integer", min: 0, max: MAX_WIRE_INTEGER };
 const ok = (schema: TSchema, status: 200 | 201 | 202 = 200): RouteResponse => ({ status, schema });
@@ -378,6 +389,85 @@ export const ROUTES = {
     summary:
       "VM, vCPU and MiB time from observed running to observed absence in [from, to) (ms since the epoch; default this month to now), grouped by tenant, controller, class or host: a controller's own, an operator's everyone's",
     response: ok(UsageReport),
+  },
+  createLease: {
+    method: "POST",
+    path: "/v1/leases",
+    auth: "controller",
+    body: api(CreateLeaseBody),
+    refusals: ["UNKNOWN_WORKLOAD_CLASS", "IDEMPOTENCY_CONFLICT", "QUOTA_ACTIVE_LEASES", "COST_LIMIT_EXCEEDED"],
+    summary:
+      "Make a lease: an allocation held until its TTL or an idle timeout after its last activity (a heartbeat, a connection grant for its VM); idempotent by clientRequestId (201 created, 200 replayed)",
+    response: { status: 201, schema: LeaseView, also: 200 },
+  },
+  listLeases: {
+    method: "GET",
+    path: "/v1/leases",
+    auth: "principal",
+    summary: "The leases the caller owns or was shared, newest first",
+    response: ok(LeasePage),
+  },
+  getLease: {
+    method: "GET",
+    path: "/v1/leases/:id",
+    params: lease,
+    auth: "principal",
+    summary: "One lease (its owner and the principals it is shared with; NOT_FOUND for anyone else)",
+    response: ok(LeaseView),
+  },
+  leaseEvents: {
+    method: "GET",
+    path: "/v1/leases/:id/events",
+    params: lease,
+    auth: "principal",
+    query: { after, limit },
+    summary: "The lease's events after a sequence number (lease.created, lease.expiring_soon, lease.expired, …)",
+    response: ok(LeaseEventPage),
+  },
+  heartbeatLease: {
+    method: "POST",
+    path: "/v1/leases/:id/heartbeat",
+    params: lease,
+    auth: "principal",
+    refusals: ["LEASE_ENDED", "QUOTA_ACTIVE_LEASES", "COST_LIMIT_EXCEEDED"],
+    summary: "Activity: the idle deadline moves to now (owner or a use share; 409 LEASE_ENDED once it ended)",
+    response: ok(LeaseView),
+  },
+  extendLease: {
+    method: "POST",
+    path: "/v1/leases/:id/extend",
+    params: lease,
+    auth: "principal",
+    body: api(ExtendLeaseBody),
+    refusals: ["LEASE_ENDED", "QUOTA_ACTIVE_LEASES", "COST_LIMIT_EXCEEDED"],
+    summary: "The lease now ends ttlSeconds from now, never past its VM's lifetime (owner or a use share)",
+    response: ok(LeaseView),
+  },
+  releaseLease: {
+    method: "POST",
+    path: "/v1/leases/:id/release",
+    params: lease,
+    auth: "principal",
+    summary: "End the lease and release its VM (owner; idempotent)",
+    response: ok(LeaseView),
+  },
+  shareLease: {
+    method: "POST",
+    path: "/v1/leases/:id/shares",
+    params: lease,
+    auth: "principal",
+    body: api(ShareLeaseBody),
+    summary: "Share the lease with a principal of the manifest, to read or to use (owner)",
+    response: ok(LeaseView),
+  },
+  unshareLease: {
+    method: "POST",
+    path: "/v1/leases/:id/unshare",
+    params: lease,
+    auth: "principal",
+    body: api(UnshareLeaseBody),
+    summary: "Take a share back (owner; idempotent)",
+    response: ok(LeaseView),
   },
   enrollmentTokens: {
     method: "POST",

@@ -13,3 +13,4 @@ export * from "./objects/singletonSchema.ts";
 export * from "./objects/networkSchema.ts";
 export * from "./objects/runSchema.ts";
 export * from "./objects/usageSchema.ts";
+export * from "./objects/leaseSchema.ts";

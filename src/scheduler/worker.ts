@@ -36,6 +36,7 @@ import { NetworkObject } from "./objects/networkObject.ts";
 import { NetworkDirectoryObject } from "./objects/networkDirectory.ts";
 import { RunQueueObject } from "./objects/runQueueObject.ts";
 import { UsageObject } from "./objects/usageObject.ts";
+import { LeasesObject } from "./objects/leaseObject.ts";
 import { ConnectionObject } from "./objects/connectionObject.ts";
 import { connectionSigner, type ConnectionSigner } from "./connectionSigner.ts";
 import { keyFileSeed } from "./connectionKeyFile.ts";
@@ -246,6 +247,7 @@ type Namespaces = Pick<
   | "Connection"
   | "RunQueue"
   | "Usage"
+  | "Leases"
 >;
 
 function namespaces(rt: EmbeddedRuntime<SchedulerEnv>, gated: boolean): Namespaces {
@@ -264,5 +266,6 @@ function namespaces(rt: EmbeddedRuntime<SchedulerEnv>, gated: boolean): Namespac
     Connection: ns(ConnectionObject),
     RunQueue: ns(RunQueueObject),
     Usage: ns(UsageObject),
+    Leases: ns(LeasesObject),
   };
 }

@@ -244,6 +244,17 @@ async function runRoutes(run: Run): Promise<void> {
   await controller.runLogs(view.runId);
   await controller.cancelRun(view.runId);
   await controller.usage({ by: "class" });
+  const lease = (
+    await controller.createLease({ clientRequestId: "conf-lease", workloadClass: "ci-small", ttlSeconds: 600 })
+  ).view;
+  await controller.listLeases();
+  await controller.getLease(lease.leaseId);
+  await controller.leaseEvents(lease.leaseId);
+  await controller.heartbeatLease(lease.leaseId);
+  await controller.extendLease(lease.leaseId, 900);
+  await controller.shareLease(lease.leaseId, "operator:dev", "read");
+  await controller.unshareLease(lease.leaseId, "operator:dev");
+  await controller.releaseLease(lease.leaseId);
   await run.operator.usage({ fromMs: Date.now() - 86_400_000, toMs: Date.now() + 1000, by: "host" });
 }
 

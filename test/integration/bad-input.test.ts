@@ -34,6 +34,7 @@ const UNKNOWN = {
   grant: `grt_${"0".repeat(32)}`,
   connection: `con_${"0".repeat(32)}`,
   run: `run_${"0".repeat(32)}`,
+  lease: `lse_${"0".repeat(32)}`,
   host: "no-such-host",
 };
 
@@ -53,6 +54,8 @@ for (const hostName of SCHEDULER_HOSTS) {
   let conn: TestConnection;
   /** A live run of the controller (its routes take its ID). */
   let liveRunId = "";
+  /** A live lease of the controller. */
+  let liveLeaseId = "";
   const routes = Object.entries(ROUTES) as [RouteName, RouteSpec][];
 
   /** One row: a request and the answer it must get. */
@@ -85,7 +88,9 @@ for (const hostName of SCHEDULER_HOSTS) {
         ? conn.connectionId
         : r.path.startsWith("/v1/runs")
           ? liveRunId
-          : conn.allocationId;
+          : r.path.startsWith("/v1/leases")
+            ? liveLeaseId
+            : conn.allocationId;
     return { id, grantId: conn.grantId };
   }
 
@@ -198,6 +203,12 @@ for (const hostName of SCHEDULER_HOSTS) {
     detail: "no such allocation",
   };
   const NO_RUN: UnknownIdAnswer = { ids: { id: UNKNOWN.run }, status: 404, code: "NOT_FOUND", detail: "no such run" };
+  const NO_LEASE: UnknownIdAnswer = {
+    ids: { id: UNKNOWN.lease },
+    status: 404,
+    code: "NOT_FOUND",
+    detail: "no such lease",
+  };
   const NO_CONNECTION: UnknownIdAnswer = {
     ids: { id: UNKNOWN.connection },
     status: 401,
@@ -221,6 +232,13 @@ for (const hostName of SCHEDULER_HOSTS) {
     cancelRun: NO_RUN,
     runEvents: NO_RUN,
     runLogs: NO_RUN,
+    getLease: NO_LEASE,
+    leaseEvents: NO_LEASE,
+    heartbeatLease: NO_LEASE,
+    extendLease: NO_LEASE,
+    releaseLease: NO_LEASE,
+    shareLease: NO_LEASE,
+    unshareLease: NO_LEASE,
     connectionPoll: NO_CONNECTION,
     connectionConnect: NO_CONNECTION,
     connectionMessages: NO_CONNECTION,
@@ -533,6 +551,9 @@ for (const hostName of SCHEDULER_HOSTS) {
         budgetSeconds: 60,
       })
     ).view.runId;
+    liveLeaseId = (
+      await s.controller.createLease({ clientRequestId: "bad-input-lease", workloadClass: "ci-small", ttlSeconds: 600 })
+    ).view.leaseId;
     before = await objectCounts();
   });
 

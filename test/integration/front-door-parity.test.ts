@@ -57,7 +57,9 @@ async function answers(live: Live): Promise<Record<string, unknown>> {
         ? conn.connectionId
         : r.path.startsWith("/v1/runs")
           ? `run_${"0".repeat(32)}`
-          : conn.allocationId;
+          : r.path.startsWith("/v1/leases")
+            ? `lse_${"0".repeat(32)}`
+            : conn.allocationId;
     const path = r.path.replace(":id", id).replace(":grantId", conn.grantId);
     const token =
       r.auth === "host"

@@ -25,6 +25,8 @@ let hostCredential: string;
 let allocationId: string;
 /** A live run of the controller (the run routes take its ID). */
 let runId: string;
+/** A live lease of the controller. */
+let leaseId: string;
 /** A live connection grant (the rendezvous routes authenticate against its Connection). */
 let conn: TestConnection;
 
@@ -36,7 +38,13 @@ const pathOf = (r: RouteSpec) =>
     : r.path
         .replace(
           ":id",
-          r.path.startsWith("/v1/hosts") ? "edge-host" : r.path.startsWith("/v1/runs") ? runId : allocationId,
+          r.path.startsWith("/v1/hosts")
+            ? "edge-host"
+            : r.path.startsWith("/v1/runs")
+              ? runId
+              : r.path.startsWith("/v1/leases")
+                ? leaseId
+                : allocationId,
         )
         .replace(":grantId", conn.grantId);
 /** The Authorization header that passes a route's authentication and role. */
@@ -110,6 +118,9 @@ for (const host of SCHEDULER_HOSTS)
           budgetSeconds: 60,
         })
       ).view.runId;
+      leaseId = (
+        await s.controller.createLease({ clientRequestId: "edge-lease", workloadClass: "ci-small", ttlSeconds: 600 })
+      ).view.leaseId;
     });
     afterAll(async () => {
       await s.stop();

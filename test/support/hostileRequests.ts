@@ -94,6 +94,16 @@ export function sampleBodies(hostId: string): Record<string, Json> {
     forkAllocation: { clientRequestId: "fork-1", count: 2, allowConsumedPayload: false, ttlSeconds: 600 },
     bootstrap: { deliveryId: "d-1", generation: 1, contentType: "text/x-shellscript", payloadBase64: "ZWNobw==" },
     replacementAuthorizations: { generation: 1 },
+    createLease: {
+      clientRequestId: "lease-1",
+      workloadClass: "ci-small",
+      ttlSeconds: 600,
+      idleSeconds: 60,
+      labels: { team: "ci" },
+    },
+    extendLease: { ttlSeconds: 600 },
+    shareLease: { principal: "controller:other", access: "read" },
+    unshareLease: { principal: "controller:other" },
     submitRun: {
       clientRequestId: "run-1",
       workloadClass: "ci-small",

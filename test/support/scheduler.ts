@@ -128,6 +128,18 @@ export interface TestConnection {
   endpointToken: string;
 }
 
+/** A connectivity_update of a scripted host endpoint (a public key, one local candidate, no grants), so grants can be issued for its VMs. */
+export function testConnectivity(seq = 1) {
+  return {
+    seq,
+    hostPublicKey: Buffer.alloc(32, 3).toString("base64"),
+    candidates: [{ address: "127.0.0.1", port: 51820, kind: "local" as const }],
+    appliedGrants: [],
+    refusedGrants: [],
+    at: new Date().toISOString(),
+  };
+}
+
 /**
  * Opens a real connection grant on `s` (whose development manifest has
  * private networking): a scripted agent for the enrolled host `hostId`
@@ -142,16 +154,7 @@ export async function openTestConnection(
   clientRequestId = "conn-1",
 ): Promise<TestConnection> {
   const agent = new ScriptedAgent(s.url, hostId, credential);
-  await agent.poll(0, {
-    connectivity: {
-      seq: 1,
-      hostPublicKey: Buffer.alloc(32, 3).toString("base64"),
-      candidates: [{ address: "127.0.0.1", port: 51820, kind: "local" }],
-      appliedGrants: [],
-      refusedGrants: [],
-      at: new Date().toISOString(),
-    },
-  });
+  await agent.poll(0, { connectivity: testConnectivity() });
   const { view } = await s.controller.create({ clientRequestId, workloadClass: "ci-small" });
   const present = await agent.waitCommand("ensure_present", view.allocationId);
   await agent.report(present, "prepared");

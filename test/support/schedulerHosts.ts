@@ -29,6 +29,7 @@ export const SCHEDULER_OBJECT_CLASSES = [
   "Connection",
   "RunQueue",
   "Usage",
+  "Leases",
 ];
 
 /** A running scheduler on one host. */

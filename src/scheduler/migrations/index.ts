@@ -14,6 +14,7 @@ import m0006 from "./0006_runs.sql" with { type: "text" };
 import m0007 from "./0007_usage.sql" with { type: "text" };
 import m0008 from "./0008_usage_reservations.sql" with { type: "text" };
 import m0009 from "./0009_run_delivery_and_reservation_expiry.sql" with { type: "text" };
+import m0010 from "./0010_leases.sql" with { type: "text" };
 
 /** One migration: drizzle-kit's tag and its SQL (statements split by `--> statement-breakpoint`). */
 export interface Migration {
@@ -33,4 +34,5 @@ export const MIGRATIONS: readonly Migration[] = [
   { tag: "0007_usage", sql: m0007 },
   { tag: "0008_usage_reservations", sql: m0008 },
   { tag: "0009_run_delivery_and_reservation_expiry", sql: m0009 },
+  { tag: "0010_leases", sql: m0010 },
 ];

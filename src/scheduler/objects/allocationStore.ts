@@ -18,6 +18,7 @@ import type { AllocationEvent, AllocationView, PlacementExitView } from "../../p
 import { TERMINAL_STATES, type TimeoutPolicy } from "../../domain/allocation.ts";
 import { applied, type AllocationRecord, type Change } from "../../domain/reconcile.ts";
 import { runOfAllocation } from "../../domain/identifiers.ts";
+import { postLease, postUsage } from "./allocationUsage.ts";
 import { GLOBAL, type SchedulerEnv } from "../env.ts";
 import { allocationEventTable, allocationTable } from "./allocationSchema.ts";
 import {
@@ -271,48 +272,8 @@ export class AllocationStore {
     }
     if (c.events.length > 0) this.indexBehind = true;
     this.postMessages(r, c, now);
-    this.postUsage(s, c, now);
-  }
-
-  /**
-   * Usage's intervals (issue 22): a generation's VM counts from the event
-   * that records it observed running to the one that records it observed
-   * absent or suspended, or to the allocation ending (fenced). Each message is
-   * deduplicated by its ID; Usage keeps the first start and the first end.
-   */
-  private postUsage(s: StoredAllocation, c: Change, now: number): void {
-    const r = s.rec;
-    const key = `use:${r.allocationId}:${r.generation}`;
-    for (const e of c.events) {
-      if (e.type === "placement.running" && r.hostId)
-        this.state.post(this.env.Usage, GLOBAL, `${key}:start`, {
-          kind: "vm_started",
-          allocationId: r.allocationId,
-          generation: r.generation,
-          tenant: r.identity,
-          workloadClass: r.workloadClass,
-          hostId: r.hostId,
-          cpuMillis: s.spec.cpuMillis,
-          memoryMiB: s.spec.memoryMiB,
-          atMs: now,
-        });
-      // Absent, or suspended (its memory and state went to disk; a resume starts the next generation's interval).
-      if (e.type === "placement.absent" || e.type === "placement.suspended")
-        this.state.post(this.env.Usage, GLOBAL, `${key}:end:${this.lastSeq}`, {
-          kind: "vm_ended",
-          allocationId: r.allocationId,
-          generation: r.generation,
-          atMs: now,
-        });
-    }
-    if (c.terminal)
-      this.state.post(this.env.Usage, GLOBAL, `${key}:terminal`, {
-        kind: "vm_ended",
-        allocationId: r.allocationId,
-        generation: r.generation,
-        atMs: now,
-        terminal: true,
-      });
+    postUsage(this.state, this.env, s, c, now, this.lastSeq);
+    postLease(this.state, this.env, s, c, now, this.lastSeq);
   }
 
   /** The messages a change implies for other objects (inside the caller's transaction). */

@@ -116,6 +116,14 @@ export const UsageMessage = Type.Union([
 /** What Usage receives. */
 export type UsageMessage = Static<typeof UsageMessage>;
 
+/** What the Leases object receives (issue 22): activity on a lease's VM (a connection grant issued for it), or the VM's allocation ended. */
+export const LeaseMessage = Type.Union([
+  Type.Object({ kind: Type.Literal("activity"), allocationId: Id, atMs: Ms }, { additionalProperties: false }),
+  Type.Object({ kind: Type.Literal("allocation_ended"), allocationId: Id, atMs: Ms }, { additionalProperties: false }),
+]);
+/** What the Leases object receives. */
+export type LeaseMessage = Static<typeof LeaseMessage>;
+
 /** What Admission receives: an allocation stopped counting as active (terminal), or as retained (purged). */
 export const AdmissionMessage = Type.Union([
   Type.Object({ kind: Type.Literal("allocation_terminal"), allocationId: Id }, { additionalProperties: false }),

@@ -150,6 +150,12 @@ export class UsageObject extends AuthorityObject<SchedulerEnv, UsageMessage> {
     );
   }
 
+  /** COST_LIMIT_EXCEEDED (429) when `tenant`'s use this month plus its live reservations already pass `budgetMicros` (a lease's heartbeat and extend ask). */
+  checkBudget(tenant: string, budgetMicros: number): void {
+    this.reserve(tenant, `check:${tenant}`, 0, budgetMicros, 0);
+    this.unreserve(`check:${tenant}`);
+  }
+
   /** Gives back what allocation `allocationId` reserved (its create was refused after the reservation). */
   unreserve(allocationId: string): void {
     this.state.storage.transactionSync(() => this.q.unreserve.run({ obj: this.state.name, allocationId }));
