@@ -116,7 +116,7 @@ export const LeasePage = Type.Object(
 /** GET /v1/leases answer. */
 export type LeasePage = Static<typeof LeasePage>;
 
-/** One lease event: lease.created, lease.extended, lease.shared, lease.unshared, lease.expiring_soon, lease.expired, lease.released, lease.ended. */
+/** One lease event: lease.created, lease.extended, lease.shared, lease.unshared, lease.expiring_soon, lease.expired, lease.released. */
 export const LeaseEvent = Type.Object(
   {
     seq: Type.Integer({ minimum: 1 }),

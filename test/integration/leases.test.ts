@@ -158,4 +158,35 @@ describe("leases (scripted agent)", () => {
         .created,
     ).toBe(true);
   }, 30_000);
+
+  test("creates at once cannot pass the cap; a heartbeat racing a release never revives it; a key reused mid-flight conflicts", async () => {
+    for (const l of await s.controller.listLeases())
+      if (l.state === "active") await s.controller.releaseLease(l.leaseId);
+    const answers = await Promise.all(
+      Array.from({ length: 5 }, (_, i) =>
+        codeOf(s.controller.createLease({ clientRequestId: `burst-${i}`, workloadClass: "ci-small", ttlSeconds: 600 })),
+      ),
+    );
+    expect(answers.filter((a) => a === null)).toHaveLength(3);
+    expect(answers.filter((a) => a === "QUOTA_ACTIVE_LEASES")).toHaveLength(2);
+    const active = (await s.controller.listLeases()).filter((l) => l.state === "active");
+    expect(active).toHaveLength(3);
+    const target = active[0]!;
+    await Promise.all([codeOf(s.controller.heartbeatLease(target.leaseId)), s.controller.releaseLease(target.leaseId)]);
+    expect((await s.controller.getLease(target.leaseId)).state).toBe("released");
+    expect(await codeOf(s.controller.heartbeatLease(target.leaseId))).toBe("LEASE_ENDED");
+    const types = (await s.controller.leaseEvents(target.leaseId)).map((e) => e.type);
+    expect(types.filter((t) => t === "lease.released" || t === "lease.expired")).toEqual(["lease.released"]);
+    // The newest first, active ones included.
+    const listed = await s.controller.listLeases();
+    expect(Date.parse(listed[0]!.createdAt)).toBeGreaterThanOrEqual(Date.parse(listed[listed.length - 1]!.createdAt));
+    for (const l of active.slice(1)) await s.controller.releaseLease(l.leaseId);
+    const same = { clientRequestId: "mid-flight", workloadClass: "ci-small" };
+    const [one, two] = await Promise.all([
+      codeOf(s.controller.createLease({ ...same, ttlSeconds: 600 })),
+      codeOf(s.controller.createLease({ ...same, ttlSeconds: 900 })),
+    ]);
+    expect([one, two].filter((x) => x === null)).toHaveLength(1);
+    expect([one, two].filter((x) => x === "IDEMPOTENCY_CONFLICT")).toHaveLength(1);
+  }, 30_000);
 });

@@ -14,59 +14,19 @@
  * Must never: revive an ended lease, or show a lease to a principal it was
  * not shared with.
  */
-import { and, eq, gt, isNull, sql } from "drizzle-orm";
+import { and, eq } from "drizzle-orm";
 import { AuthorityObject, type ObjectState } from "../runtime/api.ts";
-import { dbFor, placeholders, prepared, type ObjectDb } from "../runtime/drizzle.ts";
+import { dbFor, prepared } from "../runtime/drizzle.ts";
 import { BeachballError } from "../../protocol/errors.ts";
-import type { CreateLeaseBody, LeaseAccess, LeaseEvent, LeaseView } from "../../protocol/leases.ts";
-import { MAX_LEASE_SHARES } from "../../protocol/leases.ts";
+import { MAX_LEASE_SHARES, type LeaseAccess, type LeaseEvent, type LeaseView } from "../../protocol/leases.ts";
 import { canonicalJson, digestOf, leaseAllocationRequestId } from "../../domain/identifiers.ts";
 import { expiringSoonAt, leaseAccess, leaseDeadline } from "../../domain/leases.ts";
 import { classSpec, createAllocationOf, workloadClassOf } from "../allocationRequests.ts";
-import type { SchedulerEnv } from "../env.ts";
-import { GLOBAL } from "../env.ts";
+import { GLOBAL, type SchedulerEnv } from "../env.ts";
 import { LeaseMessage } from "./messages.ts";
-import { leaseEventTable as et, leaseTable as t, type LeaseRow } from "./leaseSchema.ts";
-import { iso, viewOf } from "./leaseView.ts";
-
-/** A create, authenticated by the front: the lease's ID, owner, body and its digest. */
-export interface CreateLeaseCommand {
-  leaseId: string;
-  owner: string;
-  body: CreateLeaseBody;
-  bodyDigest: string;
-}
-
-/** Longest lifetime of a lease's VM, seconds (the create body's bound; the class's maxTtlSeconds cuts it). */
-const MAX_VM_TTL_SECONDS = 7 * 24 * 3600;
-
-const obj = sql.placeholder("obj");
-function queries(db: ObjectDb) {
-  return {
-    open: db
-      .select()
-      .from(t)
-      .where(and(eq(t.obj, obj), isNull(t.endedAtMs)))
-      .prepare(),
-    one: db
-      .select()
-      .from(t)
-      .where(and(eq(t.obj, obj), eq(t.leaseId, sql.placeholder("leaseId"))))
-      .prepare(),
-    all: db.select().from(t).where(eq(t.obj, obj)).prepare(),
-    events: db
-      .select()
-      .from(et)
-      .where(and(eq(et.obj, obj), eq(et.leaseId, sql.placeholder("leaseId")), gt(et.seq, sql.placeholder("after"))))
-      .orderBy(et.seq)
-      .limit(sql.placeholder("limit"))
-      .prepare(),
-    insertEvent: db
-      .insert(et)
-      .values({ obj, ...placeholders("leaseId", "seq", "type", "atMs", "dataJson") })
-      .prepare(),
-  };
-}
+import { leaseTable as t, type LeaseRow } from "./leaseSchema.ts";
+import { iso, leaseQueries as queries, MAX_VM_TTL_SECONDS, pickShares, viewOf } from "./leaseView.ts";
+import type { CreateLeaseCommand } from "./leaseView.ts";
 
 /** See the module header. */
 export class LeasesObject extends AuthorityObject<SchedulerEnv, LeaseMessage> {
@@ -76,6 +36,10 @@ export class LeasesObject extends AuthorityObject<SchedulerEnv, LeaseMessage> {
 
   private readonly q = prepared(this.state.storage, queries);
   private openLeases: Map<string, LeaseRow> | undefined;
+  /** Creates waiting for their allocation, by owner NUL leaseId: they count against the cap. */
+  private readonly creating = new Set<string>();
+  /** Ended leases whose VM release did not go through yet: the alarm tries again (memory only; the VM's TTL is the backstop). */
+  private readonly unreleased = new Map<string, LeaseRow>();
   private readonly eventSeq = new Map<string, number>();
 
   constructor(state: ObjectState<LeaseMessage>, env: SchedulerEnv) {
@@ -106,6 +70,17 @@ export class LeasesObject extends AuthorityObject<SchedulerEnv, LeaseMessage> {
       return { created: false, view: viewOf(existing, "owner") };
     }
     this.checkActiveCap(cmd.owner, 0);
+    // Creates waiting for their allocation count against the cap too (calls interleave while this one awaits).
+    const pending = `${cmd.owner}\u0000${cmd.leaseId}`;
+    this.creating.add(pending);
+    try {
+      return await this.createWithAllocation(cmd);
+    } finally {
+      this.creating.delete(pending);
+    }
+  }
+
+  private async createWithAllocation(cmd: CreateLeaseCommand): Promise<{ created: boolean; view: LeaseView }> {
     const cls = workloadClassOf(this.env.config.manifest, cmd.body.workloadClass);
     const vmTtl = Math.min(cls.maxTtlSeconds ?? MAX_VM_TTL_SECONDS, MAX_VM_TTL_SECONDS);
     const allocBody = {
@@ -124,12 +99,16 @@ export class LeasesObject extends AuthorityObject<SchedulerEnv, LeaseMessage> {
       classSpec(cls),
     );
     const raced = this.q.one.get({ obj: this.state.name, leaseId: cmd.leaseId });
-    if (raced) return { created: false, view: viewOf(raced, "owner") };
+    if (raced) {
+      if (raced.bodyDigest !== cmd.bodyDigest)
+        throw new BeachballError("IDEMPOTENCY_CONFLICT", "clientRequestId was used with a different request body");
+      return { created: false, view: viewOf(raced, "owner") };
+    }
     const now = this.now;
     const row: LeaseRow = {
       obj: this.state.name,
       leaseId: cmd.leaseId,
-      seq: this.q.all.all({ obj: this.state.name }).length + 1,
+      seq: now,
       owner: cmd.owner,
       clientRequestId: cmd.body.clientRequestId,
       bodyDigest: cmd.bodyDigest,
@@ -165,7 +144,7 @@ export class LeasesObject extends AuthorityObject<SchedulerEnv, LeaseMessage> {
   /** Every lease `principal` owns or was shared, newest first (at most 200). */
   list(principal: string): LeaseView[] {
     const out: LeaseView[] = [];
-    for (const r of this.q.all.all({ obj: this.state.name }).reverse()) {
+    for (const r of this.q.newest.all({ obj: this.state.name })) {
       const a = leaseAccess(r.owner, JSON.parse(r.sharesJson) as Record<string, LeaseAccess>, principal);
       if (a) out.push(viewOf(this.open().get(r.leaseId) ?? r, a));
       if (out.length >= 200) break;
@@ -220,7 +199,11 @@ export class LeasesObject extends AuthorityObject<SchedulerEnv, LeaseMessage> {
   share(owner: string, leaseId: string, principal: string, access: LeaseAccess | null): LeaseView {
     const { row, access: mine } = this.visible(owner, leaseId);
     if (mine !== "owner") throw new BeachballError("FORBIDDEN", "only the owner may share a lease");
-    if (!this.env.config.manifest.principals.some((p) => p.id === principal) || principal === owner)
+    // A share can always be taken back, even from a principal the manifest no longer names.
+    if (
+      (access !== null && !this.env.config.manifest.principals.some((p) => p.id === principal)) ||
+      principal === owner
+    )
       throw new BeachballError(
         "VALIDATION_FAILED",
         `/principal: no other principal ${JSON.stringify(principal)} in the manifest`,
@@ -241,8 +224,11 @@ export class LeasesObject extends AuthorityObject<SchedulerEnv, LeaseMessage> {
       for (const { message: m } of msgs) {
         const row = [...this.open().values()].find((r) => r.allocationId === m.allocationId);
         if (!row) continue;
-        if (m.kind === "activity") this.write(row, { lastActivityAtMs: Math.max(row.lastActivityAtMs, m.atMs) }, null);
-        else this.end(row, "expired", "VM_ENDED");
+        // Activity counts only before the deadline it would move (a grant after the idle end revives nothing).
+        if (m.kind === "activity") {
+          if (m.atMs < leaseDeadline(row).atMs)
+            this.write(row, { lastActivityAtMs: Math.max(row.lastActivityAtMs, m.atMs) }, null);
+        } else this.end(row, "expired", "VM_ENDED");
       }
       this.state.ackInbox(msgs[msgs.length - 1]!.seq);
       this.arm();
@@ -269,7 +255,7 @@ export class LeasesObject extends AuthorityObject<SchedulerEnv, LeaseMessage> {
       }
       this.arm();
     });
-    for (const r of ended) await this.releaseVm(r);
+    for (const r of [...ended, ...this.unreleased.values()]) await this.releaseVm(r);
   }
 
   private visible(principal: string, leaseId: string): { row: LeaseRow; access: "owner" | LeaseAccess } {
@@ -296,12 +282,17 @@ export class LeasesObject extends AuthorityObject<SchedulerEnv, LeaseMessage> {
     this.checkActiveCap(cur.owner, 1);
     const budget = this.env.config.manifest.principals.find((p) => p.id === cur.owner)?.monthlyBudget;
     if (budget !== undefined) await this.env.Usage.get(GLOBAL).checkBudget(cur.owner, Math.round(budget * 1e6));
-    return cur;
+    // It may have ended while the budget was checked (a release, the alarm, its VM's end): never write a stale row back.
+    const after = this.open().get(leaseId);
+    if (!after) throw new BeachballError("LEASE_ENDED", "the lease ended; make a new one");
+    return after;
   }
 
   private checkActiveCap(owner: string, counted: number): void {
     const cap = this.env.config.manifest.limits.maxActiveLeasesPerController ?? 50;
-    const active = [...this.open().values()].filter((r) => r.owner === owner).length;
+    const active =
+      [...this.open().values()].filter((r) => r.owner === owner).length +
+      [...this.creating].filter((k) => k.startsWith(`${owner}\u0000`)).length;
     if (active - counted >= cap)
       throw new BeachballError("QUOTA_ACTIVE_LEASES", `you hold ${active} active leases; the limit is ${cap}`, {
         limit: cap,
@@ -328,10 +319,17 @@ export class LeasesObject extends AuthorityObject<SchedulerEnv, LeaseMessage> {
   /** Writes `patch` (and an event) over the row; inside a transaction. */
   private write(
     row: LeaseRow,
-    patch: Partial<LeaseRow>,
+    patchIn: Partial<LeaseRow>,
     ev: { type: string; data?: Record<string, unknown> } | null,
   ): LeaseRow {
-    const next = { ...row, ...patch };
+    let patch = patchIn;
+    const stored = this.open().get(row.leaseId) ?? this.q.one.get({ obj: this.state.name, leaseId: row.leaseId });
+    // An ended lease stays ended: only its shares (and nothing else) may still change, and a stale write is dropped.
+    if (stored && stored.endedAtMs !== null) {
+      patch = pickShares(patch);
+      if (patch.sharesJson === undefined) return stored;
+    }
+    const next = { ...(stored ?? row), ...patch };
     dbFor(this.state.storage)
       .update(t)
       .set(patch)
@@ -352,19 +350,25 @@ export class LeasesObject extends AuthorityObject<SchedulerEnv, LeaseMessage> {
   }
 
   private async releaseVm(row: LeaseRow): Promise<void> {
+    this.unreleased.delete(row.leaseId);
     await this.env.Allocation.get(row.allocationId)
       .release(row.owner)
-      .catch((e: unknown) =>
+      .then(() => undefined)
+      .catch((e: unknown) => {
+        this.unreleased.set(row.leaseId, row);
+        this.state.storage.transactionSync(() =>
+          this.state.setAlarm(Math.min(this.state.getAlarm() ?? Infinity, this.now + 5_000)),
+        );
         this.env.log.warn("lease release not done", {
           leaseId: row.leaseId,
           code: e instanceof BeachballError ? e.code : String(e),
-        }),
-      );
+        });
+      });
   }
 
   private event(leaseId: string, type: string, data?: Record<string, unknown>): void {
     let seq = this.eventSeq.get(leaseId);
-    if (seq === undefined) seq = this.q.events.all({ obj: this.state.name, leaseId, after: 0, limit: 100_000 }).length;
+    if (seq === undefined) seq = this.q.lastEvent.get({ obj: this.state.name, leaseId })?.m ?? 0;
     this.eventSeq.set(leaseId, ++seq);
     this.q.insertEvent.run({
       obj: this.state.name,
@@ -385,6 +389,7 @@ export class LeasesObject extends AuthorityObject<SchedulerEnv, LeaseMessage> {
       const next = r.warnedForMs !== d.atMs && warn < d.atMs ? warn : d.atMs;
       at = at === null ? next : Math.min(at, next);
     }
+    if (this.unreleased.size > 0) at = Math.min(at ?? Number.POSITIVE_INFINITY, this.now + 5_000);
     this.state.setAlarm(at === null ? null : Math.max(at, this.now));
   }
 }
