@@ -305,15 +305,15 @@ export class RunQueueObject extends AuthorityObject<SchedulerEnv, RunQueueMessag
     for (const { message: m } of msgs) this.noteView(m.view);
     if (msgs.length) this.state.storage.transactionSync(() => this.state.ackInbox(msgs[msgs.length - 1]!.seq));
     const now = this.env.clock.wallMs();
-    const todo: RunAction[] = [];
-    for (const r of [...this.store.open().values()]) this.stepOne(r, now, todo);
-    this.fill(now, todo);
+    const pending: RunAction[] = [];
+    for (const r of [...this.store.open().values()]) this.stepOne(r, now, pending);
+    this.fill(now, pending);
     if (now >= this.nextPurgeAtMs) {
       this.nextPurgeAtMs = now + PURGE_EVERY_MS;
       this.store.purge(now - this.env.config.timeouts.retentionDays * 86_400_000);
     }
     this.armAlarm(now);
-    for (const a of todo) {
+    for (const a of pending) {
       const key = `${a.kind}:${a.runId}`;
       if (this.inflight.has(key)) continue;
       this.inflight.add(key);
@@ -321,7 +321,7 @@ export class RunQueueObject extends AuthorityObject<SchedulerEnv, RunQueueMessag
     }
   }
 
-  private stepOne(r: RunRow, now: number, todo: RunAction[]): void {
+  private stepOne(r: RunRow, now: number, pending: RunAction[]): void {
     if (r.state === "queued") {
       const why = queuedRunExpired(r, now);
       if (why)
@@ -334,20 +334,20 @@ export class RunQueueObject extends AuthorityObject<SchedulerEnv, RunQueueMessag
     const seen = r.allocationId ? this.views.get(r.allocationId) : undefined;
     // A create refused for a while (a quota, a rate) is tried again after a backoff, not on every pass.
     if ((!seen || now - seen.atMs > VIEW_STALE_MS) && now >= (this.retryAt.get(r.runId)?.atMs ?? 0))
-      todo.push({ kind: "sync", runId: r.runId });
+      pending.push({ kind: "sync", runId: r.runId });
     // Without a view the budget still runs out: the run is decided timed_out and its allocation, if any, released.
     const step = runStep(progressOf(r), seen?.view ?? null, now);
     const next =
       Object.keys(step.set).length || step.events.length ? this.change(r, step.set as Partial<RunRow>, step.events) : r;
     if (next.endedAtMs !== null || !seen) return;
-    if (step.deliver) todo.push({ kind: "deliver", runId: r.runId });
+    if (step.deliver) pending.push({ kind: "deliver", runId: r.runId });
     const v = seen.view.state;
     if (next.state === "finishing" && v !== "releasing" && v !== "released" && v !== "failed")
-      todo.push({ kind: "release", runId: r.runId });
+      pending.push({ kind: "release", runId: r.runId });
   }
 
   /** Gives free slots to queued runs in the fair order (src/domain/runs.ts). */
-  private fill(now: number, todo: RunAction[]): void {
+  private fill(now: number, pending: RunAction[]): void {
     const open = [...this.store.open().values()];
     const free = this.limits.maxActive - open.filter((r) => r.state !== "queued").length;
     if (free <= 0) return;
@@ -365,7 +365,7 @@ export class RunQueueObject extends AuthorityObject<SchedulerEnv, RunQueueMessag
         "Time runs waited in the queue before dispatch",
         (now - r.queuedAtMs) / 1000,
       );
-      todo.push({ kind: "sync", runId: r.runId });
+      pending.push({ kind: "sync", runId: r.runId });
     }
   }
 
